@@ -1,0 +1,124 @@
+//! Durable commands. Each is published to the COMMANDS stream with its envelope id as the
+//! JetStream message id, so a retried publish is stored once; handlers make applying one twice
+//! harmless as well.
+
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::Payload;
+use crate::event::Skill;
+use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
+use crate::system::Repository;
+
+/// Commands for the conversation manager.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum ConversationCommand {
+    Start {
+        task_id: TaskId,
+        conversation_id: ConversationId,
+        owner: UserId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<Repository>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        created_ms: crate::UnixMillis,
+    },
+    Delete { conversation_id: ConversationId, owner: UserId },
+}
+
+impl Payload for ConversationCommand {
+    fn kind(&self) -> String {
+        match self {
+            Self::Start { .. } => "cmd.conversation.start",
+            Self::Delete { .. } => "cmd.conversation.delete",
+        }
+        .to_owned()
+    }
+}
+
+/// Commands for the sandbox supervisor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum SandboxCommand {
+    Create {
+        sandbox_id: SandboxId,
+        owner: UserId,
+        conversation_id: ConversationId,
+    },
+    Pause { sandbox_id: SandboxId },
+    /// Unpause, or re-provision on the same workspace if the sandbox is gone.
+    Resume { sandbox_id: SandboxId },
+    Delete { sandbox_id: SandboxId },
+}
+
+impl SandboxCommand {
+    pub fn sandbox_id(&self) -> SandboxId {
+        match self {
+            Self::Create { sandbox_id, .. }
+            | Self::Pause { sandbox_id }
+            | Self::Resume { sandbox_id }
+            | Self::Delete { sandbox_id } => *sandbox_id,
+        }
+    }
+}
+
+impl Payload for SandboxCommand {
+    fn kind(&self) -> String {
+        match self {
+            Self::Create { .. } => "cmd.sandbox.create",
+            Self::Pause { .. } => "cmd.sandbox.pause",
+            Self::Resume { .. } => "cmd.sandbox.resume",
+            Self::Delete { .. } => "cmd.sandbox.delete",
+        }
+        .to_owned()
+    }
+}
+
+/// Commands for the agent runner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum AgentCommand {
+    /// Take charge of a freshly provisioned conversation.
+    Start {
+        conversation_id: ConversationId,
+        owner: UserId,
+        sandbox_id: SandboxId,
+        workspace: String,
+        #[serde(default)]
+        skills: Vec<Skill>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// A user message; the envelope id doubles as the event id, so it is appended once.
+    UserMessage { conversation_id: ConversationId, text: String },
+    Pause { conversation_id: ConversationId },
+    Resume { conversation_id: ConversationId },
+    Delete { conversation_id: ConversationId },
+}
+
+impl AgentCommand {
+    pub fn conversation_id(&self) -> ConversationId {
+        match self {
+            Self::Start { conversation_id, .. }
+            | Self::UserMessage { conversation_id, .. }
+            | Self::Pause { conversation_id }
+            | Self::Resume { conversation_id }
+            | Self::Delete { conversation_id } => *conversation_id,
+        }
+    }
+}
+
+impl Payload for AgentCommand {
+    fn kind(&self) -> String {
+        match self {
+            Self::Start { .. } => "cmd.agent.start",
+            Self::UserMessage { .. } => "cmd.agent.user_message",
+            Self::Pause { .. } => "cmd.agent.pause",
+            Self::Resume { .. } => "cmd.agent.resume",
+            Self::Delete { .. } => "cmd.agent.delete",
+        }
+        .to_owned()
+    }
+}

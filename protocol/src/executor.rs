@@ -1,0 +1,81 @@
+//! The HTTP API of the executor that runs inside each sandbox. Every route but `/health`
+//! requires the sandbox's session key in the [`SESSION_KEY_HEADER`] header.
+
+use serde::{Deserialize, Serialize};
+
+/// Header carrying the sandbox session key.
+pub const SESSION_KEY_HEADER: &str = "x-session-key";
+
+/// Marker inserted where output was cut.
+pub const TRUNCATION_MARKER: &str = "[... output truncated by Halyard:";
+
+/// `POST /shell/exec`: run a command in the persistent shell, or send input to the running one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    pub command: String,
+    /// Send `command` as input to the process still running instead of as a new command.
+    /// `C-c` interrupts it, `C-d` closes its input.
+    #[serde(default)]
+    pub is_input: bool,
+    /// Seconds to wait before returning with the command still running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<f64>,
+}
+
+/// The result of [`ExecRequest`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecResponse {
+    pub output: String,
+    /// `None` while the command is still running.
+    pub exit_code: Option<i32>,
+    /// The command is still running after the timeout; send input or `C-c` with `is_input`.
+    pub still_running: bool,
+    /// Output was longer than the cap and was cut (see [`TRUNCATION_MARKER`]).
+    pub truncated: bool,
+    /// Working directory after the command.
+    pub cwd: String,
+}
+
+/// `POST /files/edit`: the OpenHands `file_editor` tool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EditRequest {
+    /// `view`, `create`, `str_replace`, `insert` or `undo_edit`.
+    pub command: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_str: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_str: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insert_line: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view_range: Option<Vec<i64>>,
+}
+
+/// The result of [`EditRequest`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EditResponse {
+    pub output: String,
+}
+
+/// `GET /health`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    pub ok: bool,
+    pub workspace: String,
+}
+
+/// Error body of every executor route.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// A stable code and a message that says what to do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}

@@ -1,0 +1,86 @@
+//! Every subject, stream, consumer and bucket name, in one place. Subjects go from broad to
+//! narrow so wildcards select whole families: `halyard.events.>` is every conversation event,
+//! `halyard.events.<conversation id>` one conversation's log.
+//!
+//! The streams and consumers are declared as data in `nats/` at the repository root; a test
+//! checks that those files and these constants agree.
+
+use crate::ids::{ConversationId, SandboxId, TaskId};
+
+/// Conversation event logs.
+pub const EVENTS_STREAM: &str = "HALYARD_EVENTS";
+/// Lifecycle records (start tasks, sandboxes, conversations).
+pub const SYSTEM_STREAM: &str = "HALYARD_SYSTEM";
+/// Durable commands (work queue).
+pub const COMMANDS_STREAM: &str = "HALYARD_COMMANDS";
+/// Messages a service could not process, parked for inspection.
+pub const DEAD_LETTER_STREAM: &str = "HALYARD_DEAD_LETTERS";
+
+/// All conversation events.
+pub const ALL_EVENTS: &str = "halyard.events.>";
+/// All lifecycle records.
+pub const ALL_SYSTEM: &str = "halyard.sys.>";
+/// All sandbox records.
+pub const ALL_SANDBOX_RECORDS: &str = "halyard.sys.sandbox.>";
+
+/// Commands for the conversation manager.
+pub const CONVERSATION_COMMANDS: &str = "halyard.cmd.conversation.>";
+/// Commands for the sandbox supervisor.
+pub const SANDBOX_COMMANDS: &str = "halyard.cmd.sandbox.>";
+/// Commands for the agent runner.
+pub const AGENT_COMMANDS: &str = "halyard.cmd.agent.>";
+
+/// Durable consumer of the conversation manager.
+pub const CONVERSATION_CONSUMER: &str = "conversation-manager";
+/// Durable consumer of the sandbox supervisor.
+pub const SANDBOX_CONSUMER: &str = "sandbox-supervisor";
+/// Durable consumer of the agent runner.
+pub const AGENT_CONSUMER: &str = "agent-runner";
+
+/// Key-value bucket of agent run leases: which runner instance owns a live run.
+pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
+
+/// One conversation's event log.
+pub fn conversation_events(id: ConversationId) -> String {
+    format!("halyard.events.{id}")
+}
+
+/// A start task's records.
+pub fn task_record(id: TaskId) -> String {
+    format!("halyard.sys.task.{id}")
+}
+
+/// A sandbox's records.
+pub fn sandbox_record(id: SandboxId) -> String {
+    format!("halyard.sys.sandbox.{id}")
+}
+
+/// A conversation's existence records (created, deleted).
+pub fn conversation_record(id: ConversationId) -> String {
+    format!("halyard.sys.conversation.{id}")
+}
+
+/// A command for the conversation manager about one conversation.
+pub fn conversation_command(id: ConversationId) -> String {
+    format!("halyard.cmd.conversation.{id}")
+}
+
+/// A command for the sandbox supervisor about one sandbox.
+pub fn sandbox_command(id: SandboxId) -> String {
+    format!("halyard.cmd.sandbox.{id}")
+}
+
+/// A command for the agent runner about one conversation.
+pub fn agent_command(id: ConversationId) -> String {
+    format!("halyard.cmd.agent.{id}")
+}
+
+/// Where a service parks a message it cannot process.
+pub fn dead_letter(service: &str) -> String {
+    format!("halyard.dlq.{service}")
+}
+
+/// The conversation id at the end of an event subject.
+pub fn conversation_of_event_subject(subject: &str) -> Option<ConversationId> {
+    subject.strip_prefix("halyard.events.")?.parse().ok()
+}

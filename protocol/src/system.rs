@@ -1,0 +1,167 @@
+//! Lifecycle records: start tasks, sandboxes and conversation existence. Each entity has its
+//! own subject and exactly one writing service, so the last record on a subject is the entity's
+//! current state (readable with a JetStream direct get, no replay needed).
+
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::Payload;
+use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
+use crate::UnixMillis;
+
+/// Phases of a start task, in the order they happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StartTaskStatus {
+    Working,
+    WaitingForSandbox,
+    PreparingRepository,
+    RunningSetupScript,
+    SettingUpGitHooks,
+    SettingUpSkills,
+    StartingConversation,
+    Ready,
+    Error,
+}
+
+impl StartTaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "WORKING",
+            Self::WaitingForSandbox => "WAITING_FOR_SANDBOX",
+            Self::PreparingRepository => "PREPARING_REPOSITORY",
+            Self::RunningSetupScript => "RUNNING_SETUP_SCRIPT",
+            Self::SettingUpGitHooks => "SETTING_UP_GIT_HOOKS",
+            Self::SettingUpSkills => "SETTING_UP_SKILLS",
+            Self::StartingConversation => "STARTING_CONVERSATION",
+            Self::Ready => "READY",
+            Self::Error => "ERROR",
+        }
+    }
+
+    /// READY and ERROR are final.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Ready | Self::Error)
+    }
+}
+
+/// Status of a sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SandboxStatus {
+    Starting,
+    Running,
+    Paused,
+    Error,
+    Missing,
+    Deleted,
+}
+
+impl SandboxStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "STARTING",
+            Self::Running => "RUNNING",
+            Self::Paused => "PAUSED",
+            Self::Error => "ERROR",
+            Self::Missing => "MISSING",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A URL a sandbox exposes, by name (`AGENT_SERVER` is the executor).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExposedUrl {
+    pub name: String,
+    pub url: String,
+}
+
+/// Name of the executor's exposed URL.
+pub const AGENT_SERVER: &str = "AGENT_SERVER";
+
+/// A git repository to clone into the workspace: a URL or a local path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repository {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A start task's state after a transition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StartTaskUpdate {
+    pub task_id: TaskId,
+    pub owner: UserId,
+    pub conversation_id: ConversationId,
+    pub status: StartTaskStatus,
+    /// For ERROR: which phase failed and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<SandboxId>,
+    /// Whether the sandbox came from the warm pool.
+    #[serde(default)]
+    pub from_pool: bool,
+    pub created_ms: UnixMillis,
+}
+
+/// A sandbox's state after a transition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxUpdate {
+    pub sandbox_id: SandboxId,
+    pub owner: UserId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
+    /// `process` or `docker`.
+    pub sandbox_kind: String,
+    pub status: SandboxStatus,
+    #[serde(default)]
+    pub exposed_urls: Vec<ExposedUrl>,
+    /// Workspace path as seen inside the sandbox.
+    pub workspace: String,
+    /// Why the sandbox is in this state (for ERROR and MISSING).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Host process id of a process sandbox, so a restarted supervisor can adopt it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+impl SandboxUpdate {
+    /// The executor URL, if the sandbox exposes one.
+    pub fn agent_server_url(&self) -> Option<&str> {
+        self.exposed_urls.iter().find(|u| u.name == AGENT_SERVER).map(|u| u.url.as_str())
+    }
+}
+
+/// A lifecycle record. Internally tagged by `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SystemRecord {
+    StartTask(StartTaskUpdate),
+    Sandbox(SandboxUpdate),
+    ConversationCreated {
+        conversation_id: ConversationId,
+        owner: UserId,
+        task_id: TaskId,
+        sandbox_id: SandboxId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<Repository>,
+        created_ms: UnixMillis,
+    },
+    ConversationDeleted { conversation_id: ConversationId, owner: UserId },
+}
+
+impl Payload for SystemRecord {
+    fn kind(&self) -> String {
+        match self {
+            Self::StartTask(_) => "sys.start_task",
+            Self::Sandbox(_) => "sys.sandbox",
+            Self::ConversationCreated { .. } => "sys.conversation_created",
+            Self::ConversationDeleted { .. } => "sys.conversation_deleted",
+        }
+        .to_owned()
+    }
+}

@@ -1,0 +1,143 @@
+//! The executor: a small HTTP server that runs inside a sandbox and carries out the agent's
+//! actions there. It owns one persistent shell session ([`shell`]) and a file editor
+//! ([`editor`]), and answers only requests that carry the sandbox's session key. It holds no
+//! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
+
+pub mod editor;
+pub mod shell;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use halyard_protocol::executor::{
+    EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, SESSION_KEY_HEADER,
+};
+
+/// What an executor needs to run.
+#[derive(Clone)]
+pub struct ExecutorConfig {
+    /// The directory actions run in (the sandbox workspace).
+    pub workspace: PathBuf,
+    /// The session key callers must present.
+    pub session_key: String,
+    /// Cap on one command's returned output, in bytes.
+    pub output_cap: usize,
+}
+
+impl std::fmt::Debug for ExecutorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorConfig").field("workspace", &self.workspace).finish_non_exhaustive()
+    }
+}
+
+/// An error an executor route answers with.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("missing or wrong session key")]
+    Unauthorized,
+    /// The tool was used wrongly; the message says how to use it right.
+    #[error("{0}")]
+    Tool(String),
+    /// A previous command is still running.
+    #[error("{0}")]
+    Busy(String),
+    #[error("executor failure: {0}")]
+    Internal(String),
+}
+
+impl ExecutorError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Busy(_) | Self::Internal(_))
+    }
+}
+
+impl IntoResponse for ExecutorError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Tool(_) => (StatusCode::BAD_REQUEST, "tool_error"),
+            Self::Busy(_) => (StatusCode::CONFLICT, "command_running"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let body = ErrorBody { error: ErrorDetail { code: code.into(), message: self.to_string() } };
+        (status, Json(body)).into_response()
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    config: Arc<ExecutorConfig>,
+    shell: Arc<shell::Shell>,
+    editor: Arc<editor::Editor>,
+}
+
+/// The executor's routes.
+pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
+    let shell = shell::Shell::new(config.workspace.clone(), config.output_cap)?;
+    let editor = editor::Editor::new(config.workspace.clone());
+    let state = AppState { config: Arc::new(config), shell: Arc::new(shell), editor: Arc::new(editor) };
+    let guarded = Router::new()
+        .route("/shell/exec", post(exec))
+        .route("/files/edit", post(edit))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
+}
+
+/// Serves on `listener` until `shutdown` resolves.
+pub async fn serve(
+    config: ExecutorConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ExecutorError> {
+    let app = app(config)?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| ExecutorError::Internal(e.to_string()))
+}
+
+/// Binds `addr`, for callers that want to learn the port before serving.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ExecutorError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| ExecutorError::Internal(format!("bind {addr}: {e}")))
+}
+
+async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ExecutorError> {
+    let given = req.headers().get(SESSION_KEY_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    let want = state.config.session_key.as_bytes();
+    // Constant-time comparison: the key must not leak through response timing.
+    let ok = given.len() == want.len() && given.iter().zip(want).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
+    if !ok || want.is_empty() {
+        return Err(ExecutorError::Unauthorized);
+    }
+    Ok(next.run(req).await)
+}
+
+async fn health(State(state): State<AppState>) -> Json<Health> {
+    Json(Health { ok: state.shell.is_alive(), workspace: state.config.workspace.display().to_string() })
+}
+
+async fn exec(
+    State(state): State<AppState>,
+    Json(req): Json<ExecRequest>,
+) -> Result<Json<halyard_protocol::executor::ExecResponse>, ExecutorError> {
+    Ok(Json(state.shell.exec(req).await?))
+}
+
+async fn edit(
+    State(state): State<AppState>,
+    Json(req): Json<EditRequest>,
+) -> Result<Json<halyard_protocol::executor::EditResponse>, ExecutorError> {
+    let editor = state.editor.clone();
+    // File I/O is blocking; keep it off the async workers.
+    let out = tokio::task::spawn_blocking(move || editor.run(&req))
+        .await
+        .map_err(|e| ExecutorError::Internal(e.to_string()))??;
+    Ok(Json(halyard_protocol::executor::EditResponse { output: out }))
+}

@@ -1,0 +1,425 @@
+//! One persistent bash session. Commands run in the same shell, so `cd` and `export` persist.
+//!
+//! How a command runs: its text is written to a script file, and the shell is sent one line,
+//! `. script; printf MARKER`. bash reads that whole line before running it, so a command that
+//! reads standard input gets whatever is sent next (the `is_input` requests), not our marker.
+//! The marker carries a per-session nonce, the exit code and the working directory.
+//!
+//! bash runs in its own process group with a SIGINT trap that returns from the sourced script,
+//! so `C-c` (SIGINT to the group) abandons the running command while the shell itself survives
+//! and prints the marker with code 130.
+//! Output is kept in memory as a head and a rolling tail, so a command printing gigabytes costs
+//! a bounded amount of memory; what was dropped is reported with a clear marker.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use halyard_protocol::executor::{ExecRequest, ExecResponse, TRUNCATION_MARKER};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{Mutex as AsyncMutex, watch};
+
+use crate::ExecutorError;
+
+const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
+const INPUT_TIMEOUT_SECS: f64 = 5.0;
+const MAX_TIMEOUT_SECS: f64 = 3600.0;
+
+/// Captured output: the first `head_cap` bytes, then a tail that keeps the last bytes.
+#[derive(Default)]
+struct OutputBuf {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    omitted: u64,
+    head_cap: usize,
+    tail_cap: usize,
+}
+
+impl OutputBuf {
+    fn new(cap: usize) -> Self {
+        Self { head_cap: cap / 2, tail_cap: cap - cap / 2, ..Default::default() }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        if self.head.len() < self.head_cap && self.tail.is_empty() {
+            let n = (self.head_cap - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        self.tail.extend_from_slice(bytes);
+        // Keep up to twice the tail cap before trimming, so trimming is amortised. The marker
+        // is short and always at the very end, so it is never trimmed away.
+        if self.tail.len() > 2 * self.tail_cap + 4096 {
+            let drop = self.tail.len() - self.tail_cap - 4096;
+            self.tail.drain(..drop);
+            self.omitted += drop as u64;
+        }
+    }
+
+    /// Finds `marker` near the end; returns (code, cwd) and cuts the output there.
+    fn take_marker(&mut self, marker: &[u8]) -> Option<(i32, String)> {
+        let (buf, in_tail) = if self.tail.is_empty() { (&self.head, false) } else { (&self.tail, true) };
+        let start = find(buf, marker)?;
+        let rest = &buf[start + marker.len()..];
+        let end = find(rest, b"__\n")?;
+        let fields = String::from_utf8_lossy(&rest[..end]).to_string();
+        let (code, cwd) = fields.split_once('_')?;
+        let code = code.parse().unwrap_or(-1);
+        let cwd = cwd.to_owned();
+        let mut cut = start;
+        // The command's own final newline is not part of its output, as in a terminal.
+        if cut > 0 && buf[cut - 1] == b'\n' {
+            cut -= 1;
+        }
+        if in_tail { self.tail.truncate(cut) } else { self.head.truncate(cut) }
+        Some((code, cwd))
+    }
+
+    /// The output so far as text, with a truncation marker if anything was dropped, and clears.
+    fn take(&mut self) -> (String, bool) {
+        let total = self.head.len() as u64 + self.omitted + self.tail.len() as u64;
+        let mut truncated = self.omitted > 0;
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        let mut tail = std::mem::take(&mut self.tail);
+        // A tail longer than its cap is cut to its last `tail_cap` bytes.
+        if tail.len() > self.tail_cap {
+            let drop = tail.len() - self.tail_cap;
+            tail.drain(..drop);
+            self.omitted += drop as u64;
+            truncated = true;
+        }
+        if truncated {
+            out.push_str(&format!(
+                "\n{TRUNCATION_MARKER} {} of {total} bytes omitted]\n",
+                self.omitted
+            ));
+        }
+        out.push_str(&String::from_utf8_lossy(&tail));
+        self.head.clear();
+        self.omitted = 0;
+        (out, truncated)
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    pgid: i32,
+    output: Arc<Mutex<OutputBuf>>,
+    bytes: watch::Receiver<u64>,
+    /// Marker of the command still running, if any.
+    running: Option<String>,
+    counter: u64,
+}
+
+/// The persistent shell.
+pub struct Shell {
+    workspace: PathBuf,
+    cap: usize,
+    nonce: String,
+    scripts: PathBuf,
+    session: AsyncMutex<Option<Session>>,
+    alive: std::sync::atomic::AtomicBool,
+}
+
+impl Shell {
+    pub fn new(workspace: PathBuf, cap: usize) -> Result<Self, ExecutorError> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let scripts = std::env::temp_dir().join(format!("halyard-exec-{}", &nonce[..12]));
+        std::fs::create_dir_all(&scripts).map_err(|e| ExecutorError::Internal(format!("{}: {e}", scripts.display())))?;
+        Ok(Self {
+            workspace,
+            cap: cap.max(1024),
+            nonce,
+            scripts,
+            session: AsyncMutex::new(None),
+            alive: std::sync::atomic::AtomicBool::new(true),
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn spawn(&self) -> Result<Session, ExecutorError> {
+        let internal = |e: std::io::Error| ExecutorError::Internal(format!("cannot start bash: {e}"));
+        let mut child = Command::new("bash")
+            .args(["--noprofile", "--norc"])
+            .current_dir(&self.workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(internal)?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let stdin = child.stdin.take().ok_or_else(|| ExecutorError::Internal("no stdin".into()))?;
+        let output = Arc::new(Mutex::new(OutputBuf::new(self.cap)));
+        let (tx, rx) = watch::channel(0u64);
+        let tx = Arc::new(tx);
+        for pipe in [
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let output = output.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut pipe = pipe;
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    match pipe.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if let Ok(mut out) = output.lock() {
+                                out.push(&buf[..n]);
+                            }
+                            tx.send_modify(|c| *c += n as u64);
+                        }
+                    }
+                }
+                // EOF: wake waiters so they notice the shell is gone.
+                tx.send_modify(|c| *c += 1);
+            });
+        }
+        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, counter: 0 })
+    }
+
+    /// Runs a command or sends input, per [`ExecRequest`].
+    pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, ExecutorError> {
+        let mut guard = self.session.lock().await;
+        let session = match guard.as_mut() {
+            Some(s) => s,
+            None => {
+                let s = self.spawn()?;
+                let mut s = s;
+                // stderr joins stdout so output keeps its order and never trails the marker.
+                // The SIGINT trap returns from the sourced command script, so C-c abandons the
+                // whole command line (as in a terminal) while the shell itself survives.
+                write_line(&mut s.stdin, "exec 2>&1; trap 'return 130 2>/dev/null || :' INT; export PAGER=cat GIT_PAGER=cat TERM=dumb").await?;
+                guard.insert(s)
+            }
+        };
+        let timeout = req
+            .timeout_secs
+            .unwrap_or(if req.is_input { INPUT_TIMEOUT_SECS } else { DEFAULT_TIMEOUT_SECS })
+            .clamp(0.0, MAX_TIMEOUT_SECS);
+
+        if req.is_input {
+            let Some(marker) = session.running.clone() else {
+                return Err(ExecutorError::Tool(
+                    "No command is running, so there is nothing to send input to. Run a command with is_input=false.".into(),
+                ));
+            };
+            match req.command.trim() {
+                "C-c" => {
+                    crate_signal(-session.pgid, libc::SIGINT);
+                }
+                "" => {}
+                text => write_line(&mut session.stdin, text).await?,
+            }
+            return self.wait(guard, marker, timeout).await;
+        }
+
+        if session.running.is_some() {
+            return Err(ExecutorError::Busy(
+                "The previous command is still running. Send is_input=true with `C-c` to interrupt it, \
+                 with text to give it input, or with an empty command to keep waiting."
+                    .into(),
+            ));
+        }
+        if req.command.trim().is_empty() {
+            return Err(ExecutorError::Tool("`command` is empty; give a shell command to run.".into()));
+        }
+        session.counter += 1;
+        let script = self.scripts.join(format!("cmd-{}.sh", session.counter));
+        tokio::fs::write(&script, req.command.as_bytes())
+            .await
+            .map_err(|e| ExecutorError::Internal(format!("write script: {e}")))?;
+        let marker = format!("__HALYARD_DONE_{}_", self.nonce);
+        if let Ok(mut out) = session.output.lock() {
+            out.take();
+        }
+        let line = format!(
+            ". '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"",
+            script.display(),
+            marker
+        );
+        write_line(&mut session.stdin, &line).await?;
+        session.running = Some(marker.clone());
+        self.wait(guard, marker, timeout).await
+    }
+
+    async fn wait(
+        &self,
+        mut guard: tokio::sync::MutexGuard<'_, Option<Session>>,
+        marker: String,
+        timeout: f64,
+    ) -> Result<ExecResponse, ExecutorError> {
+        let Some(session) = guard.as_mut() else {
+            return Err(ExecutorError::Internal("shell vanished".into()));
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(timeout);
+        let mut bytes = session.bytes.clone();
+        loop {
+            let found = session.output.lock().ok().and_then(|mut o| o.take_marker(marker.as_bytes()));
+            if let Some((code, cwd)) = found {
+                session.running = None;
+                let (output, truncated) = take_output(session);
+                return Ok(ExecResponse { output, exit_code: Some(code), still_running: false, truncated, cwd });
+            }
+            if let Ok(Some(status)) = session.child.try_wait() {
+                // The command ended the shell (`exit`, or it was killed). Report what it
+                // printed; the next command gets a fresh shell in the workspace.
+                let (mut output, truncated) = take_output(session);
+                output.push_str("\n[The shell exited; a new shell will be started in the workspace for the next command.]");
+                let code = status.code().unwrap_or(-1);
+                *guard = None;
+                return Ok(ExecResponse {
+                    output,
+                    exit_code: Some(code),
+                    still_running: false,
+                    truncated,
+                    cwd: self.workspace.display().to_string(),
+                });
+            }
+            tokio::select! {
+                changed = bytes.changed() => {
+                    if changed.is_err() {
+                        // Readers are gone: poll the child for its exit status.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    let (mut output, truncated) = take_output(session);
+                    output.push_str(&format!(
+                        "\n[The command is still running after {timeout} s. Send is_input=true with `C-c` to interrupt it, \
+                         with text to give it input, or with an empty command to keep waiting.]"
+                    ));
+                    return Ok(ExecResponse {
+                        output,
+                        exit_code: None,
+                        still_running: true,
+                        truncated,
+                        cwd: String::new(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn take_output(session: &mut Session) -> (String, bool) {
+    session.output.lock().map(|mut o| o.take()).unwrap_or_default()
+}
+
+async fn write_line(stdin: &mut ChildStdin, line: &str) -> Result<(), ExecutorError> {
+    let mut bytes = line.as_bytes().to_vec();
+    bytes.push(b'\n');
+    stdin.write_all(&bytes).await.map_err(|e| ExecutorError::Internal(format!("shell input: {e}")))?;
+    stdin.flush().await.map_err(|e| ExecutorError::Internal(format!("shell input: {e}")))
+}
+
+#[allow(unsafe_code)]
+fn crate_signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell() -> (Shell, tempfile_dir::Dir) {
+        let dir = tempfile_dir::Dir::new();
+        (Shell::new(dir.0.clone(), 2000).unwrap(), dir)
+    }
+
+    mod tempfile_dir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                let p = std::env::temp_dir().join(format!("halyard-shell-test-{}", uuid::Uuid::new_v4()));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    fn cmd(c: &str) -> ExecRequest {
+        ExecRequest { command: c.into(), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn state_persists_and_exit_codes_are_reported() {
+        let (sh, _d) = shell();
+        let r = sh.exec(cmd("mkdir sub && cd sub && export FOO=bar")).await.unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        let r = sh.exec(cmd("echo $FOO; pwd")).await.unwrap();
+        assert!(r.output.contains("bar"), "{r:?}");
+        assert!(r.output.trim_end().ends_with("/sub"), "{r:?}");
+        assert!(r.cwd.ends_with("/sub"));
+        let r = sh.exec(cmd("echo oops >&2; false")).await.unwrap();
+        assert_eq!(r.exit_code, Some(1));
+        assert!(r.output.contains("oops"));
+        let r = sh.exec(cmd("cat <<'EOF'\nmulti\nline\nEOF")).await.unwrap();
+        assert_eq!(r.output, "multi\nline");
+    }
+
+    #[tokio::test]
+    async fn timeout_then_input_then_interrupt() {
+        let (sh, _d) = shell();
+        let r = sh.exec(ExecRequest { command: "read x; echo got:$x".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
+        assert!(r.still_running && r.exit_code.is_none());
+        let busy = sh.exec(cmd("echo no")).await;
+        assert!(matches!(busy, Err(ExecutorError::Busy(_))));
+        let r = sh.exec(ExecRequest { command: "hello".into(), is_input: true, ..Default::default() }).await.unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        assert!(r.output.contains("got:hello"), "{r:?}");
+
+        let r = sh.exec(ExecRequest { command: "sleep 30; echo finished".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
+        assert!(r.still_running);
+        let r = sh.exec(ExecRequest { command: "C-c".into(), is_input: true, ..Default::default() }).await.unwrap();
+        assert_eq!(r.exit_code, Some(130), "{r:?}");
+        assert!(!r.output.contains("finished"));
+        // The shell survived the interrupt.
+        let r = sh.exec(cmd("echo alive")).await.unwrap();
+        assert_eq!(r.output, "alive");
+    }
+
+    #[tokio::test]
+    async fn output_is_capped_with_marker() {
+        let (sh, _d) = shell();
+        let r = sh.exec(cmd("seq 1 100000")).await.unwrap();
+        assert!(r.truncated);
+        assert!(r.output.contains(TRUNCATION_MARKER));
+        assert!(r.output.starts_with("1\n2\n"));
+        assert!(r.output.ends_with("100000"));
+        assert!(r.output.len() < 2000 + 200);
+    }
+
+    #[tokio::test]
+    async fn exit_starts_a_new_shell() {
+        let (sh, _d) = shell();
+        let r = sh.exec(cmd("exit 3")).await.unwrap();
+        assert_eq!(r.exit_code, Some(3));
+        let r = sh.exec(cmd("echo again")).await.unwrap();
+        assert_eq!(r.output, "again");
+    }
+}

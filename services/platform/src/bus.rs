@@ -1,0 +1,335 @@
+//! Bus helpers every service uses the same way: publishing with de-duplication ids, reading the
+//! latest record of an entity, appending to and replaying a conversation's event log, and a
+//! consumer loop that parks poison messages instead of retrying them forever.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer, context::PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+
+use halyard_protocol::envelope::Payload;
+use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
+use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, EventId, TraceContext};
+
+use crate::error::{BusError, BusErrorKind};
+
+fn err(kind: BusErrorKind) -> impl Fn(&dyn std::fmt::Display) -> BusError {
+    move |e| BusError::new(kind, e)
+}
+
+/// Publishes an envelope and waits for JetStream to store it. The envelope id is the
+/// `Nats-Msg-Id`, so publishing the same envelope twice stores it once.
+pub async fn publish<P: Payload>(js: &jetstream::Context, subject: String, env: &Envelope<P>) -> Result<u64, BusError> {
+    let bytes = halyard_protocol::encode(env)?;
+    let ack = js
+        .send_publish(subject, PublishMessage::build().payload(bytes.into()).message_id(env.id.to_string()))
+        .await
+        .map_err(|e| err(BusErrorKind::Publish)(&e))?
+        .await
+        .map_err(|e| err(BusErrorKind::Publish)(&e))?;
+    Ok(ack.sequence)
+}
+
+/// Publishes a payload in a fresh envelope carrying `trace`.
+pub async fn send<P: Payload>(
+    js: &jetstream::Context,
+    subject: String,
+    payload: P,
+    trace: Option<TraceContext>,
+) -> Result<u64, BusError> {
+    let mut env = Envelope::new(payload, crate::now_ms());
+    env.trace = trace;
+    publish(js, subject, &env).await
+}
+
+/// The latest message on `subject` of `stream`, decoded, with its stream sequence.
+pub async fn last_record<P: DeserializeOwned>(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: &str,
+) -> Result<Option<(u64, Envelope<P>)>, BusError> {
+    let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Read)(&e))?;
+    match stream.direct_get_last_for_subject(subject).await {
+        Ok(msg) => Ok(Some((msg.sequence, halyard_protocol::decode(&msg.payload)?))),
+        Err(e) if matches!(e.kind(), jetstream::stream::DirectGetErrorKind::NotFound) => Ok(None),
+        Err(e) => Err(err(BusErrorKind::Read)(&e)),
+    }
+}
+
+/// Appends to one conversation's log. Each append names the stream sequence of the last event
+/// it knows (`Nats-Expected-Last-Subject-Sequence`), so JetStream rejects it if anyone else has
+/// appended since: two writers can never both write `seq` N. The event id is the
+/// `Nats-Msg-Id`, so re-appending an event after a lost ack stores it once.
+#[derive(Debug)]
+pub struct EventAppender {
+    js: jetstream::Context,
+    conversation: ConversationId,
+    subject: String,
+    last_stream_seq: u64,
+    last_seq: u64,
+}
+
+impl EventAppender {
+    /// Opens the log at its current end.
+    pub async fn open(js: jetstream::Context, conversation: ConversationId) -> Result<Self, BusError> {
+        let mut me = Self {
+            js,
+            conversation,
+            subject: subjects::conversation_events(conversation),
+            last_stream_seq: 0,
+            last_seq: 0,
+        };
+        me.refresh().await?;
+        Ok(me)
+    }
+
+    /// Re-reads the end of the log (after a conflict).
+    pub async fn refresh(&mut self) -> Result<(), BusError> {
+        match last_record::<ConversationEvent>(&self.js, subjects::EVENTS_STREAM, &self.subject).await? {
+            Some((stream_seq, env)) => {
+                self.last_stream_seq = stream_seq;
+                self.last_seq = env.payload.seq;
+            }
+            None => {
+                self.last_stream_seq = 0;
+                self.last_seq = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// `seq` of the last event in the log.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    pub fn conversation(&self) -> ConversationId {
+        self.conversation
+    }
+
+    /// Appends one event. A [`BusErrorKind::Conflict`] means someone else appended first:
+    /// [`refresh`](Self::refresh) and decide again.
+    pub async fn append(
+        &mut self,
+        id: EventId,
+        source: EventSource,
+        body: EventBody,
+        trace: Option<TraceContext>,
+    ) -> Result<ConversationEvent, BusError> {
+        let now = crate::now_ms();
+        let event = ConversationEvent {
+            seq: self.last_seq + 1,
+            id,
+            conversation_id: self.conversation,
+            source,
+            timestamp_ms: now,
+            body,
+        };
+        let mut env = Envelope::with_id(CommandId(id.0), event, now);
+        env.trace = trace;
+        let bytes = halyard_protocol::encode(&env)?;
+        let publish = PublishMessage::build()
+            .payload(bytes.into())
+            .message_id(id.to_string())
+            .expected_last_subject_sequence(self.last_stream_seq);
+        let pending = self
+            .js
+            .send_publish(self.subject.clone(), publish)
+            .await
+            .map_err(|e| err(BusErrorKind::Publish)(&e))?;
+        match pending.await {
+            Ok(ack) if ack.duplicate => {
+                // Stored before (our ack was lost): the log already holds it, possibly at
+                // another position. Re-read the end so the next append is right.
+                self.refresh().await?;
+                Err(BusError::new(BusErrorKind::Conflict, format!("event {id} was already appended")))
+            }
+            Ok(ack) => {
+                self.last_stream_seq = ack.sequence;
+                self.last_seq = env.payload.seq;
+                Ok(env.payload)
+            }
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(BusError::new(
+                BusErrorKind::Conflict,
+                format!("conversation {} was appended to by another writer", self.conversation),
+            )),
+            Err(e) => Err(err(BusErrorKind::Publish)(&e)),
+        }
+    }
+}
+
+/// Every event of a conversation with `seq > after`, in order. Reads up to the end of the log
+/// as it is when called.
+pub async fn read_events(
+    js: &jetstream::Context,
+    conversation: ConversationId,
+    after: u64,
+) -> Result<Vec<ConversationEvent>, BusError> {
+    let subject = subjects::conversation_events(conversation);
+    let Some((_, last)) = last_record::<ConversationEvent>(js, subjects::EVENTS_STREAM, &subject).await? else {
+        return Ok(Vec::new());
+    };
+    let end = last.payload.seq;
+    if end <= after {
+        return Ok(Vec::new());
+    }
+    let stream = js.get_stream_no_info(subjects::EVENTS_STREAM).await.map_err(|e| err(BusErrorKind::Read)(&e))?;
+    let consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject,
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err(BusErrorKind::Read)(&e))?;
+    let mut messages = consumer.messages().await.map_err(|e| err(BusErrorKind::Read)(&e))?;
+    let mut out = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .map_err(|_| BusError::new(BusErrorKind::Read, "timed out replaying a conversation"))?;
+        let Some(msg) = next else { break };
+        let msg = msg.map_err(|e| err(BusErrorKind::Read)(&e))?;
+        let env: Envelope<ConversationEvent> = halyard_protocol::decode(&msg.payload)?;
+        let seq = env.payload.seq;
+        if seq > after {
+            out.push(env.payload);
+        }
+        if seq >= end {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// One message from a durable consumer, with the ways to settle it.
+#[derive(Debug)]
+pub struct Delivery {
+    msg: jetstream::Message,
+    js: jetstream::Context,
+    service: &'static str,
+    max_deliver: i64,
+}
+
+impl Delivery {
+    pub fn payload(&self) -> &[u8] {
+        &self.msg.payload
+    }
+
+    pub fn subject(&self) -> &str {
+        self.msg.subject.as_str()
+    }
+
+    /// How many times this message has been delivered (1 the first time).
+    pub fn delivered(&self) -> i64 {
+        self.msg.info().map(|i| i.delivered).unwrap_or(1)
+    }
+
+    /// Decodes the payload; a message that does not decode is parked and `None` returned.
+    pub async fn decode<P: DeserializeOwned>(self) -> Option<(Envelope<P>, Delivery)> {
+        match halyard_protocol::decode::<P>(self.payload()) {
+            Ok(env) => Some((env, self)),
+            Err(e) => {
+                self.park(&format!("undecodable: {e}")).await;
+                None
+            }
+        }
+    }
+
+    /// Done: remove it.
+    pub async fn ack(self) {
+        if let Err(e) = self.msg.ack().await {
+            tracing::warn!(service = self.service, error = %e, "ack failed; the message will be redelivered");
+        }
+    }
+
+    /// Still working: postpone redelivery by one ack-wait period.
+    pub async fn in_progress(&self) {
+        let _ = self.msg.ack_with(AckKind::Progress).await;
+    }
+
+    /// Try again after `delay`, unless it has been tried too often: then park it.
+    pub async fn retry(self, delay: Duration, reason: &str) {
+        let delivered = self.delivered();
+        if self.max_deliver > 0 && delivered >= self.max_deliver {
+            self.park(&format!("gave up after {delivered} deliveries: {reason}")).await;
+        } else if let Err(e) = self.msg.ack_with(AckKind::Nak(Some(delay))).await {
+            tracing::warn!(service = self.service, error = %e, "nak failed");
+        }
+    }
+
+    /// Move it to the dead-letter stream (with the reason and original subject in headers) and
+    /// remove it from the consumer. Parked messages are kept for inspection, never retried.
+    pub async fn park(self, reason: &str) {
+        tracing::error!(service = self.service, subject = %self.msg.subject, %reason, "parking poison message");
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Halyard-Reason", sanitize_header(reason).as_str());
+        headers.insert("Halyard-Subject", self.msg.subject.as_str());
+        headers.insert("Halyard-Service", self.service);
+        let publish = PublishMessage::build().payload(self.msg.payload.clone()).headers(headers);
+        match self.js.send_publish(subjects::dead_letter(self.service), publish).await {
+            Ok(ack) => {
+                if let Err(e) = ack.await {
+                    tracing::error!(error = %e, "dead-letter publish not acknowledged; leaving message for redelivery");
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "dead-letter publish failed; leaving message for redelivery");
+                return;
+            }
+        }
+        let _ = self.msg.ack_with(AckKind::Term).await;
+    }
+}
+
+fn sanitize_header(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).take(500).collect()
+}
+
+/// Pulls from a durable consumer declared under `nats/` until shutdown, handing each message to
+/// `handler` in order. The handler settles the [`Delivery`] itself (possibly later, from a task
+/// it spawns), which lets a service keep per-entity order while working on many entities.
+pub async fn consume<F, Fut>(
+    js: jetstream::Context,
+    stream: &str,
+    consumer_name: &str,
+    service: &'static str,
+    mut shutdown: crate::Shutdown,
+    mut handler: F,
+) -> Result<(), BusError>
+where
+    F: FnMut(Delivery) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let mut consumer: consumer::PullConsumer =
+        stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let max_deliver = consumer.info().await.map(|i| i.config.max_deliver).unwrap_or(5);
+    let mut messages = consumer.messages().await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            next = messages.next() => next,
+        };
+        match next {
+            Some(Ok(msg)) => handler(Delivery { msg, js: js.clone(), service, max_deliver }).await,
+            Some(Err(e)) => {
+                // Heartbeat misses and similar are transient; the stream recovers by itself.
+                tracing::warn!(service, error = %e, "consumer error");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None => return Err(BusError::new(BusErrorKind::Consume, format!("consumer {consumer_name} ended"))),
+        }
+    }
+}
+
+/// Whether an event body ends a run (used by replays to find where a run stopped).
+pub fn is_run_end(body: &EventBody) -> bool {
+    matches!(
+        body,
+        EventBody::ExecutionStatus { status, .. } if *status != halyard_protocol::event::ExecutionStatus::Running
+    )
+}

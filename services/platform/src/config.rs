@@ -1,0 +1,342 @@
+//! Configuration: defaults, then a TOML file, then `HALYARD_*` environment variables, then
+//! command-line flags (applied by the binary). Loaded once in `main` and passed down; nothing
+//! below reads the environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything a Halyard process can be told.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Gateway listen address.
+    pub http_addr: String,
+    /// Where JetStream data (embedded server), sled read models and process-sandbox
+    /// workspaces live.
+    pub data_dir: PathBuf,
+    /// External NATS (`halyard serve`). Empty with `halyard up`: the embedded server is used.
+    pub nats_url: String,
+    /// The nats-server binary for `halyard up`.
+    pub nats_server: String,
+    /// Client port of the embedded nats-server; 0 picks a free one.
+    pub nats_port: u16,
+    /// `user:key` pairs.
+    pub api_keys: Vec<ApiKey>,
+    /// Deployment secret from which sandbox session keys are derived. Empty with `halyard up`:
+    /// generated once and kept in the data dir.
+    pub secret: String,
+    /// Identifies this process among replicas (leases, projections).
+    pub node_id: String,
+    /// Log filter (`info`, `halyard_agent=debug,info`, ...).
+    pub log: String,
+    /// Directory of global skills loaded into every conversation.
+    pub skills_dir: Option<PathBuf>,
+    pub llm: LlmConfig,
+    pub agent: AgentConfig,
+    pub sandbox: SandboxConfig,
+    pub gateway: GatewayConfig,
+}
+
+/// One API key and the user it authenticates.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ApiKey {
+    pub user: String,
+    pub key: String,
+}
+
+/// The LLM endpoint of the agent runner.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    /// OpenAI-compatible base URL, up to and including `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// Never leaves the agent runner.
+    pub api_key: String,
+    /// Use server-sent-event streaming.
+    pub stream: bool,
+    pub timeout_secs: u64,
+    /// Retries after the first attempt for timeouts, 429 and 5xx.
+    pub max_retries: u32,
+    /// First backoff; doubles each retry.
+    pub retry_base_ms: u64,
+    /// LLM calls in flight at once, across all conversations of this process.
+    pub max_concurrent: usize,
+    pub temperature: Option<f32>,
+}
+
+/// The agent loop.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// LLM steps in one run before it ends with an error.
+    pub max_iterations: u32,
+    /// A run lease not renewed for this long is considered abandoned.
+    pub lease_ttl_secs: u64,
+    /// Idle conversation actors are evicted after this long (rehydrated on demand).
+    pub idle_evict_secs: u64,
+    /// Default per-command timeout for the `terminal` tool.
+    pub command_timeout_secs: f64,
+}
+
+/// Sandboxes.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `process` (default) or `docker`.
+    pub kind: String,
+    /// Command that starts an executor; empty means "this binary, `executor` subcommand".
+    pub executor_command: Vec<String>,
+    /// How long to wait for a new sandbox's health endpoint.
+    pub start_timeout_secs: u64,
+    /// Cap on one command's output returned to the agent, in bytes.
+    pub output_cap_bytes: usize,
+    /// Running sandboxes per user (0: unlimited).
+    pub max_running_per_user: usize,
+    /// Running sandboxes in total (0: unlimited).
+    pub max_running_total: usize,
+}
+
+/// The HTTP API.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Write requests per user per minute (0: unlimited).
+    pub rate_limit_per_minute: u32,
+    /// Conversations a user may have starting at once.
+    pub max_starting_per_user: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            http_addr: "127.0.0.1:3000".into(),
+            data_dir: PathBuf::from(".halyard"),
+            nats_url: String::new(),
+            nats_server: "nats-server".into(),
+            nats_port: 0,
+            api_keys: Vec::new(),
+            secret: String::new(),
+            node_id: String::new(),
+            log: "info".into(),
+            skills_dir: None,
+            llm: LlmConfig::default(),
+            agent: AgentConfig::default(),
+            sandbox: SandboxConfig::default(),
+            gateway: GatewayConfig::default(),
+        }
+    }
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "http://127.0.0.1:8000/v1".into(),
+            model: "gpt-4o-mini".into(),
+            api_key: String::new(),
+            stream: true,
+            timeout_secs: 120,
+            max_retries: 3,
+            retry_base_ms: 1000,
+            max_concurrent: 64,
+            temperature: None,
+        }
+    }
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self { max_iterations: 50, lease_ttl_secs: 15, idle_evict_secs: 300, command_timeout_secs: 30.0 }
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            kind: "process".into(),
+            executor_command: Vec::new(),
+            start_timeout_secs: 30,
+            output_cap_bytes: 30_000,
+            max_running_per_user: 0,
+            max_running_total: 0,
+        }
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 1 << 20, rate_limit_per_minute: 600, max_starting_per_user: 20 }
+    }
+}
+
+/// Why configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is invalid: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    Env { name: String, value: String, reason: String },
+}
+
+impl ConfigError {
+    /// Configuration mistakes need a human.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+impl Config {
+    /// Defaults, then `file` (if any), then `HALYARD_*` entries of `env`.
+    pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let mut config = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                toml::from_str(&text)
+                    .map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?
+            }
+            None => Config::default(),
+        };
+        config.apply_env(env)?;
+        Ok(config)
+    }
+
+    /// Applies `HALYARD_*` variables. Unknown `HALYARD_*` names are ignored (tools of the test
+    /// suite use the prefix too).
+    pub fn apply_env(&mut self, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+        for (name, value) in env {
+            let Some(key) = name.strip_prefix("HALYARD_") else { continue };
+            let v = value.clone();
+            let bad = |reason: &str| ConfigError::Env {
+                name: name.clone(),
+                value: value.clone(),
+                reason: reason.to_owned(),
+            };
+            match key {
+                "HTTP_ADDR" => self.http_addr = v,
+                "DATA_DIR" => self.data_dir = PathBuf::from(v),
+                "NATS_URL" => self.nats_url = v,
+                "NATS_SERVER" => self.nats_server = v,
+                "NATS_PORT" => self.nats_port = v.parse().map_err(|_| bad("expected a port number"))?,
+                "API_KEYS" => self.api_keys = parse_api_keys(&v).map_err(|r| bad(&r))?,
+                "SECRET" => self.secret = v,
+                "NODE_ID" => self.node_id = v,
+                "LOG" => self.log = v,
+                "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
+                "LLM_BASE_URL" => self.llm.base_url = v,
+                "LLM_MODEL" => self.llm.model = v,
+                "LLM_API_KEY" => self.llm.api_key = v,
+                "LLM_STREAM" => self.llm.stream = parse_bool(&v).ok_or_else(|| bad("expected true or false"))?,
+                "LLM_TIMEOUT_SECS" => self.llm.timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "LLM_MAX_RETRIES" => self.llm.max_retries = v.parse().map_err(|_| bad("expected a count"))?,
+                "LLM_RETRY_BASE_MS" => self.llm.retry_base_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
+                "MAX_ITERATIONS" => self.agent.max_iterations = v.parse().map_err(|_| bad("expected a count"))?,
+                "LEASE_TTL_SECS" => self.agent.lease_ttl_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "SANDBOX" => {
+                    if v != "process" && v != "docker" {
+                        return Err(bad("expected `process` or `docker`"));
+                    }
+                    self.sandbox.kind = v
+                }
+                "EXECUTOR_COMMAND" => self.sandbox.executor_command = v.split_whitespace().map(str::to_owned).collect(),
+                "MAX_RUNNING_PER_USER" => self.sandbox.max_running_per_user = v.parse().map_err(|_| bad("expected a count"))?,
+                "MAX_RUNNING_TOTAL" => self.sandbox.max_running_total = v.parse().map_err(|_| bad("expected a count"))?,
+                "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
+                "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The node id, or a fresh one when unset.
+    pub fn node_id_or_random(&self) -> String {
+        if self.node_id.is_empty() { uuid::Uuid::new_v4().simple().to_string() } else { self.node_id.clone() }
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses `user:key,user2:key2`.
+pub fn parse_api_keys(v: &str) -> Result<Vec<ApiKey>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let (user, key) = pair.split_once(':').ok_or("expected user:key pairs separated by commas")?;
+            if user.is_empty() || key.len() < 8 {
+                return Err("each pair needs a user name and a key of at least 8 characters".to_owned());
+            }
+            Ok(ApiKey { user: user.to_owned(), key: key.to_owned() })
+        })
+        .collect()
+}
+
+// Keys and secrets never reach a log line, even through `{:?}`.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("http_addr", &self.http_addr)
+            .field("data_dir", &self.data_dir)
+            .field("nats_url", &self.nats_url)
+            .field("api_keys", &format_args!("[{} keys]", self.api_keys.len()))
+            .field("llm.base_url", &self.llm.base_url)
+            .field("llm.model", &self.llm.model)
+            .field("sandbox.kind", &self.sandbox.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn env_overrides_file_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("halyard-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("halyard.toml");
+        std::fs::write(&file, "http_addr = \"0.0.0.0:9\"\n[llm]\nmodel = \"from-file\"\nstream = false\n").unwrap();
+        let c = Config::load(Some(&file), &env(&[("HALYARD_LLM_MODEL", "from-env"), ("OTHER", "x")])).unwrap();
+        assert_eq!(c.http_addr, "0.0.0.0:9");
+        assert_eq!(c.llm.model, "from-env");
+        assert!(!c.llm.stream);
+        assert_eq!(c.agent.max_iterations, 50);
+    }
+
+    #[test]
+    fn api_keys_parse_and_reject_garbage() {
+        let keys = parse_api_keys("alice:key-alice-1,bob:key-bob-12").unwrap();
+        assert_eq!(keys.len(), 2);
+        assert_eq!(keys[1].user, "bob");
+        assert!(parse_api_keys("alice").is_err());
+        assert!(parse_api_keys("alice:short").is_err());
+        let err = Config::load(None, &env(&[("HALYARD_SANDBOX", "vm")])).err().unwrap();
+        assert!(err.to_string().contains("HALYARD_SANDBOX"));
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let mut c = Config::default();
+        c.llm.api_key = "sk-very-secret".into();
+        c.api_keys = parse_api_keys("alice:key-alice-1").unwrap();
+        let s = format!("{c:?}");
+        assert!(!s.contains("sk-very-secret") && !s.contains("key-alice-1"));
+    }
+}

@@ -1,0 +1,94 @@
+//! The client side of the executor API (`halyard_protocol::executor`), used by every service
+//! that acts inside a sandbox. It authenticates with the sandbox's session key, which it derives
+//! from the deployment secret (see [`crate::keys`]).
+
+use std::time::Duration;
+
+use halyard_protocol::executor::{
+    EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, SESSION_KEY_HEADER,
+};
+
+/// Why an executor call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("sandbox executor unreachable: {0}")]
+    Unreachable(String),
+    /// The executor refused the request; the message is meant for whoever asked (the agent).
+    #[error("{message}")]
+    Rejected { status: u16, code: String, message: String },
+}
+
+impl ExecutorError {
+    /// An unreachable executor may come back (a restarting sandbox); a rejection will not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unreachable(_))
+    }
+}
+
+/// A client for one sandbox's executor.
+#[derive(Clone, Debug)]
+pub struct ExecutorClient {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl ExecutorClient {
+    pub fn new(http: reqwest::Client, base: impl Into<String>, key: String) -> Self {
+        Self { http, base: base.into().trim_end_matches('/').to_owned(), key }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /health` with a short timeout; `Ok` only if the executor answers healthy.
+    pub async fn health(&self) -> Result<Health, ExecutorError> {
+        let resp = self
+            .http
+            .get(format!("{}/health", self.base))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        resp.json().await.map_err(|e| ExecutorError::Unreachable(e.to_string()))
+    }
+
+    /// Runs a command (or sends input). `timeout` bounds the HTTP call; the executor returns
+    /// by itself after the command's own timeout.
+    pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResponse, ExecutorError> {
+        let wait = Duration::from_secs_f64(req.timeout_secs.unwrap_or(30.0).max(0.0) + 30.0);
+        self.post("/shell/exec", req, wait).await
+    }
+
+    /// Runs one `file_editor` command.
+    pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
+        self.post("/files/edit", req, Duration::from_secs(60)).await
+    }
+
+    async fn post<Q: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Q,
+        timeout: Duration,
+    ) -> Result<R, ExecutorError> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(SESSION_KEY_HEADER, &self.key)
+            .json(body)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return resp.json().await.map_err(|e| ExecutorError::Unreachable(e.to_string()));
+        }
+        let text = resp.text().await.unwrap_or_default();
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => Err(ExecutorError::Rejected { status, code: b.error.code, message: b.error.message }),
+            Err(_) => Err(ExecutorError::Rejected { status, code: "executor_error".into(), message: text }),
+        }
+    }
+}

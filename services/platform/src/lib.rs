@@ -1,0 +1,38 @@
+//! Shared plumbing for every Halyard service: configuration ([`config`]), telemetry
+//! ([`telemetry`]), NATS bootstrap and the embedded nats-server ([`nats`]), bus helpers that
+//! every service uses the same way ([`bus`]), graceful shutdown ([`shutdown`]), and the two
+//! HTTP clients more than one service needs: the LLM client ([`llm`]) and the executor client
+//! ([`executor_client`]).
+//!
+//! Nothing here knows what a service does; services never depend on each other, only on this
+//! crate and on `halyard-protocol`.
+
+pub mod bus;
+pub mod config;
+pub mod error;
+pub mod executor_client;
+pub mod keys;
+pub mod llm;
+pub mod nats;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use config::Config;
+pub use error::{BusError, BusErrorKind};
+pub use shutdown::{Shutdown, ShutdownTrigger};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Sends `sig` to a process (a negative `pid` is a process group). Returns whether it was
+/// delivered.
+#[allow(unsafe_code)]
+pub fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    unsafe { libc::kill(pid, sig) == 0 }
+}

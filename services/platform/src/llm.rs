@@ -1,0 +1,346 @@
+//! A client for OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp server,
+//! Ollama, LiteLLM...), with native tool calling, streaming (server-sent events) and plain
+//! responses. Timeouts, 429 and 5xx are retried with exponential backoff (honouring
+//! `Retry-After`); a bounded number of calls is in flight per process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::config::LlmConfig;
+
+/// One chat message.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn text(role: &str, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: Some(content.into()), ..Default::default() }
+    }
+}
+
+/// A tool call requested by the model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+/// Name and JSON-encoded arguments of a tool call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// What the model answered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Completion {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+}
+
+/// Why a completion failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("LLM request timed out")]
+    Timeout,
+    #[error("LLM rate limit (HTTP 429)")]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("LLM server error (HTTP {status}): {body}")]
+    Server { status: u16, body: String },
+    #[error("LLM rejected the request (HTTP {status}): {body}")]
+    Rejected { status: u16, body: String },
+    #[error("cannot reach the LLM: {0}")]
+    Transport(String),
+    #[error("LLM answer is malformed: {0}")]
+    Malformed(String),
+}
+
+impl LlmError {
+    /// Timeouts, rate limits, 5xx and connection failures can heal.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Timeout | Self::RateLimited { .. } | Self::Server { .. } | Self::Transport(_))
+    }
+
+    /// A stable code for events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Timeout => "llm_timeout",
+            Self::RateLimited { .. } => "llm_rate_limited",
+            Self::Server { .. } => "llm_server_error",
+            Self::Rejected { .. } => "llm_rejected",
+            Self::Transport(_) => "llm_unreachable",
+            Self::Malformed(_) => "llm_malformed",
+        }
+    }
+}
+
+/// The client. Cheap to clone.
+#[derive(Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+    config: Arc<LlmConfig>,
+    permits: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The API key stays out of logs.
+        f.debug_struct("LlmClient").field("base_url", &self.config.base_url).field("model", &self.config.model).finish()
+    }
+}
+
+impl LlmClient {
+    pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| LlmError::Transport(e.to_string()))?;
+        let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
+        Ok(Self { http, config: Arc::new(config), permits })
+    }
+
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    /// One completion, retried as configured.
+    pub async fn complete(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
+        let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
+        let mut attempt = 0u32;
+        loop {
+            match self.attempt(messages, tools).await {
+                Ok(c) => return Ok(c),
+                Err(e) if e.is_retryable() && attempt < self.config.max_retries => {
+                    let backoff = Duration::from_millis(self.config.retry_base_ms.saturating_mul(1 << attempt.min(10)));
+                    let delay = match &e {
+                        LlmError::RateLimited { retry_after: Some(d) } => (*d).max(backoff),
+                        _ => backoff,
+                    };
+                    tracing::warn!(error = %e, attempt, ?delay, "LLM call failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn attempt(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
+        let mut body = serde_json::json!({
+            "model": self.config.model,
+            "messages": messages,
+            "stream": self.config.stream,
+        });
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+            body["tool_choice"] = "auto".into();
+        }
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = t.into();
+        }
+        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
+        let mut request = self.http.post(url).json(&body).timeout(Duration::from_secs(self.config.timeout_secs));
+        if !self.config.api_key.is_empty() {
+            request = request.bearer_auth(&self.config.api_key);
+        }
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = response.text().await.unwrap_or_default();
+            let body: String = text.chars().take(500).collect();
+            return Err(match status.as_u16() {
+                429 => LlmError::RateLimited { retry_after },
+                s if s >= 500 => LlmError::Server { status: s, body },
+                s => LlmError::Rejected { status: s, body },
+            });
+        }
+        if self.config.stream {
+            read_stream(response).await
+        } else {
+            let v: Value = response.json().await.map_err(transport)?;
+            parse_completion(&v)
+        }
+    }
+}
+
+fn transport(e: reqwest::Error) -> LlmError {
+    if e.is_timeout() { LlmError::Timeout } else { LlmError::Transport(e.to_string()) }
+}
+
+/// Parses a non-streaming chat-completions response.
+pub fn parse_completion(v: &Value) -> Result<Completion, LlmError> {
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| LlmError::Malformed("no choices".into()))?;
+    let message = choice.get("message").ok_or_else(|| LlmError::Malformed("no message".into()))?;
+    let tool_calls: Vec<ToolCall> = match message.get("tool_calls") {
+        Some(Value::Array(calls)) => calls
+            .iter()
+            .map(|c| serde_json::from_value(c.clone()).map_err(|e| LlmError::Malformed(format!("tool call: {e}"))))
+            .collect::<Result<_, _>>()?,
+        _ => Vec::new(),
+    };
+    Ok(Completion {
+        content: message.get("content").and_then(Value::as_str).map(str::to_owned),
+        tool_calls,
+        finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(str::to_owned),
+    })
+}
+
+/// Accumulates a server-sent-event stream of chat-completion chunks.
+async fn read_stream(response: reqwest::Response) -> Result<Completion, LlmError> {
+    let mut acc = StreamAccumulator::default();
+    let mut buf = Vec::<u8>::new();
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        buf.extend_from_slice(&chunk.map_err(transport)?);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            if acc.line(line.trim_end())? {
+                return Ok(acc.finish());
+            }
+        }
+    }
+    if !buf.is_empty() {
+        let line = String::from_utf8_lossy(&buf).to_string();
+        acc.line(line.trim_end())?;
+    }
+    if !acc.saw_data {
+        return Err(LlmError::Malformed("stream ended without data".into()));
+    }
+    Ok(acc.finish())
+}
+
+/// Folds streamed deltas (content fragments, tool-call fragments by index) into a completion.
+#[derive(Default, Debug)]
+pub struct StreamAccumulator {
+    content: String,
+    has_content: bool,
+    calls: Vec<ToolCall>,
+    finish_reason: Option<String>,
+    saw_data: bool,
+}
+
+impl StreamAccumulator {
+    /// Feeds one SSE line; returns true at `data: [DONE]`.
+    pub fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+        let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        self.saw_data = true;
+        let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream chunk: {e}")))?;
+        if let Some(err) = v.get("error") {
+            return Err(LlmError::Server { status: 200, body: err.to_string() });
+        }
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else { return Ok(false) };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else { return Ok(false) };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.content.push_str(text);
+            self.has_content = true;
+        }
+        if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+            for call in calls {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(self.calls.len() as u64) as usize;
+                while self.calls.len() <= index {
+                    self.calls.push(ToolCall { kind: "function".into(), ..Default::default() });
+                }
+                let slot = &mut self.calls[index];
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    slot.id = id.to_owned();
+                }
+                if let Some(f) = call.get("function") {
+                    if let Some(name) = f.get("name").and_then(Value::as_str) {
+                        slot.function.name.push_str(name);
+                    }
+                    if let Some(args) = f.get("arguments").and_then(Value::as_str) {
+                        slot.function.arguments.push_str(args);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    pub fn finish(self) -> Completion {
+        Completion {
+            content: self.has_content.then_some(self.content),
+            tool_calls: self.calls.into_iter().filter(|c| !c.function.name.is_empty()).collect(),
+            finish_reason: self.finish_reason,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulates_streamed_tool_calls() {
+        let mut acc = StreamAccumulator::default();
+        for line in [
+            r#"data: {"choices":[{"delta":{"role":"assistant","content":"Let me "}}]}"#,
+            r#"data: {"choices":[{"delta":{"content":"check."}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"terminal","arguments":"{\"comm"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"and\":\"ls\"}"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+        ] {
+            assert!(!acc.line(line).unwrap());
+        }
+        assert!(acc.line("data: [DONE]").unwrap());
+        let c = acc.finish();
+        assert_eq!(c.content.as_deref(), Some("Let me check."));
+        assert_eq!(c.tool_calls.len(), 1);
+        assert_eq!(c.tool_calls[0].id, "call_1");
+        assert_eq!(c.tool_calls[0].function.arguments, r#"{"command":"ls"}"#);
+        assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn parses_plain_completion() {
+        let v = serde_json::json!({"choices":[{"message":{"role":"assistant","content":null,
+            "tool_calls":[{"id":"c1","type":"function","function":{"name":"finish","arguments":"{}"}}]},
+            "finish_reason":"tool_calls"}]});
+        let c = parse_completion(&v).unwrap();
+        assert_eq!(c.content, None);
+        assert_eq!(c.tool_calls[0].function.name, "finish");
+        assert!(parse_completion(&serde_json::json!({})).is_err());
+    }
+}

