@@ -80,8 +80,9 @@ pub enum EventBody {
         sandbox_id: SandboxId,
         workspace: String,
         model: String,
+        /// Skills loaded into the agent's system prompt (global and from the repository).
         #[serde(default)]
-        skills: Vec<String>,
+        skills: Vec<Skill>,
     },
     /// A message from the user.
     UserMessage { text: String },

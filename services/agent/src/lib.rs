@@ -1,1 +1,57 @@
-//! stub
+//! The agent runner: runs the agent loop of every live conversation. It consumes agent
+//! commands (start, user message, pause, resume, delete), calls the LLM, executes tool calls
+//! in the conversation's sandbox through its executor, and appends every step to the
+//! conversation's event log. It is the only service that holds LLM keys; they never reach a
+//! sandbox or an event.
+//!
+//! One [`conversation::ConversationActor`] per live conversation holds its state, derived from
+//! its events ([`history`]); a [`runner::Runner`] actor supervises them, evicts idle ones, and
+//! recovers runs whose owner died (leases in a NATS key-value bucket). Appends carry an
+//! expected-last-sequence check, so a stale writer is rejected rather than corrupting history.
+
+pub mod conversation;
+pub mod history;
+pub mod log;
+pub mod run_loop;
+pub mod runner;
+pub mod tools;
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use halyard_platform::llm::LlmClient;
+use halyard_platform::{BusError, Config, Shutdown};
+
+/// Why the agent runner failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot start the agent runner: {0}")]
+    Setup(String),
+}
+
+impl AgentError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Bus(e) => e.is_retryable(),
+            Self::Setup(_) => false,
+        }
+    }
+}
+
+/// What all conversation actors share.
+pub struct Ctx {
+    pub config: Arc<Config>,
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub http: reqwest::Client,
+    pub llm: LlmClient,
+    pub leases: jetstream::kv::Store,
+    pub node_id: String,
+}
+
+/// Serves agent commands until `shutdown`.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), AgentError> {
+    runner::run(config, nats, shutdown).await
+}

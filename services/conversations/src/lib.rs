@@ -1,1 +1,117 @@
-//! stub
+//! The conversation manager: owns the lifecycle of conversations. It turns a start command
+//! into a running conversation through the phases of a start task (sandbox, repository, setup
+//! script, git hooks, skills, agent), each published as a record so the user can follow it;
+//! and it deletes conversations with everything they own.
+//!
+//! Start tasks are durable: the command is acknowledged only once the task has reached READY or
+//! ERROR. If this service dies half-way, the command is redelivered and the task resumes;
+//! every step is idempotent (ids derived from the task id, a clone that already happened is
+//! not repeated).
+
+pub mod start;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use halyard_platform::bus::{self, Delivery};
+use halyard_platform::{BusError, Config, Shutdown};
+use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
+use halyard_protocol::system::SystemRecord;
+use halyard_protocol::{subjects, Envelope};
+
+/// Why the conversation manager failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("http client: {0}")]
+    Http(String),
+}
+
+impl ConversationError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Bus(e) => e.is_retryable(),
+            Self::Http(_) => false,
+        }
+    }
+}
+
+/// What start tasks share.
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Arc<Config>,
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub http: reqwest::Client,
+    /// Global skills, read once at start-up.
+    pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
+}
+
+/// Serves conversation commands until `shutdown`.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), ConversationError> {
+    let js = jetstream::new(nats.clone());
+    let http = reqwest::Client::builder().build().map_err(|e| ConversationError::Http(e.to_string()))?;
+    let skills = Arc::new(start::global_skills(config.skills_dir.as_deref()));
+    let ctx = Ctx { config, nats, js: js.clone(), http, skills };
+    bus::consume(js, subjects::COMMANDS_STREAM, subjects::CONVERSATION_CONSUMER, "conversations", shutdown, |delivery| {
+        let ctx = ctx.clone();
+        async move {
+            let Some((env, delivery)) = delivery.decode::<ConversationCommand>().await else { return };
+            // Each command runs on its own task: a slow clone must not hold up other starts.
+            tokio::spawn(handle(ctx, env, delivery));
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery) {
+    let trace = env.trace.clone();
+    match env.payload {
+        ConversationCommand::Start { .. } => {
+            // Keep the command ours while the task runs (clones and setup scripts can be slow).
+            let work = start::run_task(&ctx, env);
+            tokio::pin!(work);
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    outcome = &mut work => {
+                        match outcome {
+                            Ok(()) => delivery.ack().await,
+                            Err(e) => delivery.retry(Duration::from_secs(2), &e.to_string()).await,
+                        }
+                        return;
+                    }
+                    _ = tick.tick() => delivery.in_progress().await,
+                }
+            }
+        }
+        ConversationCommand::Delete { conversation_id, owner } => {
+            let result = async {
+                let record = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conversation_id)).await?;
+                let sandbox = match record {
+                    Some((_, Envelope { payload: SystemRecord::ConversationCreated { sandbox_id, .. }, .. })) => Some(sandbox_id),
+                    _ => None,
+                };
+                bus::send(&ctx.js, subjects::agent_command(conversation_id), AgentCommand::Delete { conversation_id }, trace.clone()).await?;
+                if let Some(sandbox_id) = sandbox {
+                    bus::send(&ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Delete { sandbox_id }, trace.clone()).await?;
+                }
+                bus::send(&ctx.js, subjects::conversation_record(conversation_id), SystemRecord::ConversationDeleted { conversation_id, owner }, trace.clone()).await?;
+                // The log goes with the conversation.
+                if let Ok(stream) = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await {
+                    let _ = stream.purge().filter(subjects::conversation_events(conversation_id)).await;
+                }
+                Ok::<_, BusError>(())
+            }
+            .await;
+            match result {
+                Ok(()) => delivery.ack().await,
+                Err(e) => delivery.retry(Duration::from_secs(1), &e.to_string()).await,
+            }
+        }
+    }
+}

@@ -333,3 +333,49 @@ pub fn is_run_end(body: &EventBody) -> bool {
         EventBody::ExecutionStatus { status, .. } if *status != halyard_protocol::event::ExecutionStatus::Running
     )
 }
+
+/// Sends `command` (if any) to a sandbox and waits until the sandbox runs, failing if it ends
+/// up in ERROR, MISSING or DELETED or `patience` runs out. Subscribes before sending, then
+/// looks at the stored record, so an answer can never slip past.
+pub async fn await_sandbox(
+    nats: &async_nats::Client,
+    js: &jetstream::Context,
+    sandbox: halyard_protocol::SandboxId,
+    command: Option<Envelope<halyard_protocol::command::SandboxCommand>>,
+    patience: Duration,
+) -> Result<halyard_protocol::system::SandboxUpdate, String> {
+    use halyard_protocol::system::{SandboxStatus, SystemRecord};
+    let subject = subjects::sandbox_record(sandbox);
+    let mut updates = nats.subscribe(subject.clone()).await.map_err(|e| e.to_string())?;
+    let settle = |u: halyard_protocol::system::SandboxUpdate, fresh: bool| match u.status {
+        SandboxStatus::Running => Ok(Some(u)),
+        // A stored failure is only final if we did not just ask for a (re)start.
+        SandboxStatus::Error | SandboxStatus::Missing | SandboxStatus::Deleted if fresh => {
+            Err(u.detail.unwrap_or_else(|| format!("sandbox is {}", u.status.as_str())))
+        }
+        _ => Ok(None),
+    };
+    let asked = command.is_some();
+    if let Some(env) = command {
+        publish(js, subjects::sandbox_command(sandbox), &env).await.map_err(|e| e.to_string())?;
+    }
+    if let Some((_, env)) = last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subject).await.map_err(|e| e.to_string())? {
+        if let SystemRecord::Sandbox(u) = env.payload {
+            if let Some(done) = settle(u, !asked)? {
+                return Ok(done);
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, updates.next())
+            .await
+            .map_err(|_| format!("the sandbox did not start within {patience:?}"))?
+            .ok_or("subscription closed")?;
+        if let Ok(Envelope { payload: SystemRecord::Sandbox(u), .. }) = halyard_protocol::decode::<SystemRecord>(&msg.payload) {
+            if let Some(done) = settle(u, true)? {
+                return Ok(done);
+            }
+        }
+    }
+}

@@ -97,6 +97,8 @@ pub struct SandboxConfig {
     pub max_running_per_user: usize,
     /// Running sandboxes in total (0: unlimited).
     pub max_running_total: usize,
+    /// Environment given to process sandboxes (nothing else of Halyard's environment is).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// The HTTP API.
@@ -163,6 +165,7 @@ impl Default for SandboxConfig {
             output_cap_bytes: 30_000,
             max_running_per_user: 0,
             max_running_total: 0,
+            env: std::collections::BTreeMap::new(),
         }
     }
 }

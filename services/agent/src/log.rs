@@ -1,0 +1,90 @@
+//! A conversation's log as one writer sees it: the appender and the history derived from it,
+//! kept together under one lock so that every appended event is folded in exactly once.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use halyard_platform::bus::{self, EventAppender};
+use halyard_platform::{BusError, BusErrorKind};
+use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
+use halyard_protocol::{ConversationId, EventId, TraceContext};
+
+use crate::history::History;
+
+/// Appender plus derived history.
+#[derive(Debug)]
+pub struct Log {
+    js: jetstream::Context,
+    appender: EventAppender,
+    pub history: History,
+}
+
+impl Log {
+    /// Replays the conversation's events and opens its log for appending.
+    pub async fn load(js: jetstream::Context, conversation: ConversationId) -> Result<Self, BusError> {
+        let appender = EventAppender::open(js.clone(), conversation).await?;
+        let events = bus::read_events(&js, conversation, 0).await?;
+        let history = History::from_events(&events);
+        let mut log = Self { js, appender, history };
+        // Events appended between the two reads are picked up here.
+        log.catch_up().await?;
+        Ok(log)
+    }
+
+    pub fn conversation(&self) -> ConversationId {
+        self.appender.conversation()
+    }
+
+    async fn catch_up(&mut self) -> Result<Vec<ConversationEvent>, BusError> {
+        self.appender.refresh().await?;
+        if self.appender.last_seq() <= self.history.last_seq {
+            return Ok(Vec::new());
+        }
+        let events = bus::read_events(&self.js, self.conversation(), self.history.last_seq).await?;
+        for e in &events {
+            self.history.apply(e);
+        }
+        Ok(events)
+    }
+
+    /// Appends one event (idempotent by `id`). On a conflict (another writer, such as the title
+    /// setter, appended first) it catches up with the log and tries again.
+    pub async fn append(
+        &mut self,
+        id: EventId,
+        source: EventSource,
+        body: EventBody,
+        trace: Option<TraceContext>,
+    ) -> Result<ConversationEvent, BusError> {
+        let mut delay = Duration::from_millis(20);
+        let mut last_err = None;
+        for _ in 0..8 {
+            match self.appender.append(id, source, body.clone(), trace.clone()).await {
+                Ok(ev) => {
+                    self.history.apply(&ev);
+                    return Ok(ev);
+                }
+                Err(e) if e.kind == BusErrorKind::Conflict => {
+                    let seen = self.catch_up().await?;
+                    if let Some(ev) = seen.into_iter().find(|e| e.id == id) {
+                        return Ok(ev);
+                    }
+                    last_err = Some(e);
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(conversation_id = %self.conversation(), error = %e, "append failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                    // The publish may have been stored even though the ack was lost.
+                    let seen = self.catch_up().await.unwrap_or_default();
+                    if let Some(ev) = seen.into_iter().find(|e| e.id == id) {
+                        return Ok(ev);
+                    }
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| BusError::new(BusErrorKind::Publish, "append gave up")))
+    }
+}

@@ -1,0 +1,190 @@
+//! One run of the agent: from a user message until the agent finishes, answers, fails, hits
+//! the iteration limit, or is paused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use halyard_platform::bus;
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::keys;
+use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
+use halyard_protocol::system::{SandboxStatus, SystemRecord};
+use halyard_protocol::{subjects, Envelope, EventId, TraceContext};
+use tokio::sync::{watch, Mutex};
+
+use crate::log::Log;
+use crate::tools::{self, ToolOutcome};
+use crate::Ctx;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// `finish` was called.
+    Finished,
+    /// The agent answered without a tool call and waits for the user.
+    AwaitingUser,
+    /// An error ended the run (already recorded as an event).
+    Failed,
+    /// Pause was requested; the run stopped at a step boundary.
+    Paused,
+}
+
+/// Everything one run needs.
+pub struct Run {
+    pub ctx: Arc<Ctx>,
+    pub log: Arc<Mutex<Log>>,
+    pub cancel: watch::Receiver<bool>,
+    pub trace: Option<TraceContext>,
+}
+
+impl Run {
+    async fn append(&self, source: EventSource, body: EventBody) -> bool {
+        let mut log = self.log.lock().await;
+        match log.append(EventId::new(), source, body, self.trace.clone()).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(conversation_id = %log.conversation(), error = %e, "cannot append event; ending run");
+                false
+            }
+        }
+    }
+
+    async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
+        self.append(EventSource::System, EventBody::ExecutionStatus { status, reason }).await
+    }
+
+    async fn fail(&self, code: &str, message: String) -> RunOutcome {
+        self.append(EventSource::System, EventBody::AgentError { code: code.into(), message: message.clone() }).await;
+        self.status(ExecutionStatus::Error, Some(message)).await;
+        RunOutcome::Failed
+    }
+
+    fn cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Waits for the cancel signal.
+    async fn until_cancelled(mut cancel: watch::Receiver<bool>) {
+        let _ = cancel.wait_for(|c| *c).await;
+    }
+
+    /// The executor of the conversation's sandbox, (re)starting the sandbox if needed.
+    async fn executor(&self) -> Result<ExecutorClient, String> {
+        let sandbox_id = {
+            let log = self.log.lock().await;
+            log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?
+        };
+        let stored = bus::last_record::<SystemRecord>(&self.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
+            .await
+            .map_err(|e| e.to_string())?;
+        let running = match stored {
+            Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
+            _ => None,
+        };
+        let sandbox = match running {
+            Some(u) => u,
+            None => {
+                // Paused, crashed, killed or gone: resume re-provisions on the same workspace.
+                let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
+                let patience = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs + 10);
+                bus::await_sandbox(&self.ctx.nats, &self.ctx.js, sandbox_id, Some(resume), patience).await?
+            }
+        };
+        let url = sandbox.agent_server_url().ok_or("the sandbox exposes no executor URL")?;
+        Ok(ExecutorClient::new(self.ctx.http.clone(), url, keys::session_key(&self.ctx.config.secret, sandbox_id)))
+    }
+
+    /// Runs the agent loop.
+    pub async fn run(self) -> RunOutcome {
+        if !self.status(ExecutionStatus::Running, None).await {
+            return RunOutcome::Failed;
+        }
+        let exec = match self.executor().await {
+            Ok(e) => e,
+            Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
+        };
+        let tool_specs = tools::specs();
+        let max = self.ctx.config.agent.max_iterations;
+        for _ in 0..max {
+            if self.cancelled() {
+                return RunOutcome::Paused;
+            }
+            let messages = {
+                let log = self.log.lock().await;
+                log.history.for_llm(&system_prompt(&log))
+            };
+            let completion = tokio::select! {
+                _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
+                c = self.ctx.llm.complete(&messages, &tool_specs) => c,
+            };
+            let completion = match completion {
+                Ok(c) => c,
+                Err(e) => return self.fail(e.code(), format!("The LLM call failed: {e}")).await,
+            };
+            if completion.tool_calls.is_empty() {
+                let text = completion.content.unwrap_or_default();
+                self.append(EventSource::Agent, EventBody::AgentMessage { text }).await;
+                self.status(ExecutionStatus::Idle, None).await;
+                return RunOutcome::AwaitingUser;
+            }
+            // All actions of the answer first, then their observations, so a replay rebuilds
+            // one assistant message with all its tool calls.
+            let mut calls = Vec::new();
+            for (i, call) in completion.tool_calls.iter().enumerate() {
+                let parsed = tools::parse_arguments(&call.function.arguments);
+                let arguments = parsed.clone().unwrap_or_else(|_| serde_json::Value::String(call.function.arguments.clone()));
+                let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
+                let body = EventBody::Action { tool_call_id: call.id.clone(), tool: call.function.name.clone(), arguments, thought };
+                if !self.append(EventSource::Agent, body).await {
+                    return RunOutcome::Failed;
+                }
+                calls.push((call.clone(), parsed));
+            }
+            for (call, parsed) in calls {
+                if self.cancelled() {
+                    return RunOutcome::Paused;
+                }
+                let name = call.function.name.clone();
+                let outcome = match parsed {
+                    Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
+                    Ok(args) => tokio::select! {
+                        _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
+                        o = tools::execute(&exec, &name, &args, self.ctx.config.agent.command_timeout_secs) => o,
+                    },
+                };
+                match outcome {
+                    ToolOutcome::Observation { content, exit_code, is_error } => {
+                        let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
+                        if !self.append(EventSource::Environment, body).await {
+                            return RunOutcome::Failed;
+                        }
+                    }
+                    ToolOutcome::Finish { message } => {
+                        let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content: message.clone(), exit_code: None, is_error: false };
+                        self.append(EventSource::Environment, body).await;
+                        self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
+                        self.status(ExecutionStatus::Finished, None).await;
+                        return RunOutcome::Finished;
+                    }
+                }
+            }
+        }
+        self.fail("max_iterations", format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue.")).await
+    }
+}
+
+fn system_prompt(log: &Log) -> String {
+    let workspace = log.history.started.as_ref().map(|s| s.workspace.as_str()).unwrap_or("the workspace");
+    let mut prompt = format!(
+        "You are Halyard's coding agent. You work in a sandbox whose workspace is {workspace}; \
+         your shell starts there. Use the `terminal` tool to run commands and the `file_editor` \
+         tool to read and change files. Work step by step, check your results, and call \
+         `finish` with a short summary for the user when the task is done. If you need \
+         something from the user, answer without a tool call."
+    );
+    for skill in &log.history.skills {
+        prompt.push_str(&format!("\n\n<skill name=\"{}\">\n{}\n</skill>", skill.name, skill.content));
+    }
+    prompt
+}

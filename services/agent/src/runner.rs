@@ -1,0 +1,150 @@
+//! The runner actor: supervises one [`ConversationActor`] per live conversation, routes
+//! commands to them in order, and recovers runs whose owner died.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use halyard_platform::bus::{self, Delivery};
+use halyard_platform::llm::LlmClient;
+use halyard_platform::{Config, Shutdown};
+use halyard_protocol::command::AgentCommand;
+use halyard_protocol::{subjects, ConversationId, Envelope};
+
+use crate::conversation::{lease, ConvMsg, ConversationActor};
+use crate::{AgentError, Ctx};
+
+/// Messages of the runner.
+pub enum RunnerMsg {
+    Command(Envelope<AgentCommand>, Delivery),
+    /// Look for runs whose lease expired (or that this node owned before it restarted).
+    Sweep { first: bool },
+}
+
+pub struct Runner;
+
+pub struct RunnerState {
+    ctx: Arc<Ctx>,
+    children: HashMap<ConversationId, ActorRef<ConvMsg>>,
+    by_actor: HashMap<ActorId, ConversationId>,
+}
+
+impl RunnerState {
+    async fn child(&mut self, myself: &ActorRef<RunnerMsg>, id: ConversationId) -> Result<ActorRef<ConvMsg>, ActorProcessingErr> {
+        if let Some(c) = self.children.get(&id) {
+            return Ok(c.clone());
+        }
+        let (child, _) = Actor::spawn_linked(None, ConversationActor, (self.ctx.clone(), id), myself.get_cell()).await?;
+        self.by_actor.insert(child.get_id(), id);
+        self.children.insert(id, child.clone());
+        Ok(child)
+    }
+
+    fn forget(&mut self, actor: ActorId) {
+        if let Some(id) = self.by_actor.remove(&actor) {
+            self.children.remove(&id);
+        }
+    }
+
+    async fn send(&mut self, myself: &ActorRef<RunnerMsg>, id: ConversationId, msg: ConvMsg) -> Result<(), ActorProcessingErr> {
+        let child = self.child(myself, id).await?;
+        if let Err(ractor::MessagingErr::SendErr(msg)) = child.send_message(msg) {
+            // The actor stopped (evicted) between lookup and send: start a fresh one.
+            self.forget(child.get_id());
+            let child = self.child(myself, id).await?;
+            child.send_message(msg)?;
+        }
+        Ok(())
+    }
+}
+
+impl Actor for Runner {
+    type Msg = RunnerMsg;
+    type State = RunnerState;
+    type Arguments = Arc<Ctx>;
+
+    async fn pre_start(&self, myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_message(RunnerMsg::Sweep { first: true })?;
+        Ok(RunnerState { ctx, children: HashMap::new(), by_actor: HashMap::new() })
+    }
+
+    async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        match msg {
+            RunnerMsg::Command(env, delivery) => {
+                let id = env.payload.conversation_id();
+                st.send(&myself, id, ConvMsg::Command(env, delivery)).await?;
+            }
+            RunnerMsg::Sweep { first } => {
+                let ttl_ms = (st.ctx.config.agent.lease_ttl_secs * 1000) as i64;
+                let now = halyard_platform::now_ms();
+                let mut stale = Vec::new();
+                if let Ok(mut keys) = st.ctx.leases.keys().await {
+                    while let Some(Ok(key)) = keys.next().await {
+                        let Ok(id) = key.parse::<ConversationId>() else { continue };
+                        let Ok(Some(value)) = st.ctx.leases.get(&key).await else { continue };
+                        let Some((node, at)) = lease::parse(&value) else { continue };
+                        // Our own leases at start-up belong to our previous life; others' count
+                        // once their heartbeat is older than the lease time.
+                        let mine_before = first && node == st.ctx.node_id;
+                        if mine_before || (now - at > ttl_ms && !st.children.contains_key(&id)) {
+                            stale.push(id);
+                        }
+                    }
+                }
+                for id in stale {
+                    st.send(&myself, id, ConvMsg::Recover).await?;
+                }
+                let every = Duration::from_secs(st.ctx.config.agent.lease_ttl_secs.max(1));
+                myself.send_after(every, || RunnerMsg::Sweep { first: false });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, _myself: ActorRef<Self::Msg>, evt: SupervisionEvent, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Conversation actors stop when idle or deleted, and are rebuilt from the log on their
+        // next command; a failed one is logged and rebuilt the same way.
+        match evt {
+            SupervisionEvent::ActorTerminated(cell, _, _) => st.forget(cell.get_id()),
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::error!(error = %err, "conversation actor failed");
+                st.forget(cell.get_id());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Serves agent commands until `shutdown`.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), AgentError> {
+    let js = jetstream::new(nats.clone());
+    let http = reqwest::Client::builder().build().map_err(|e| AgentError::Setup(e.to_string()))?;
+    let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let leases = js
+        .get_key_value(subjects::AGENT_LEASE_BUCKET)
+        .await
+        .map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
+    let node_id = config.node_id_or_random();
+    let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, node_id });
+    let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
+    let target = runner.clone();
+    let result = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AGENT_CONSUMER, "agent", shutdown, |delivery| {
+        let target = target.clone();
+        async move {
+            if let Some((env, delivery)) = delivery.decode::<AgentCommand>().await {
+                if let Err(e) = target.send_message(RunnerMsg::Command(env, delivery)) {
+                    tracing::error!(error = %e, "runner is gone");
+                }
+            }
+        }
+    })
+    .await;
+    runner.stop(None);
+    let _ = handle.await;
+    result.map_err(AgentError::from)
+}

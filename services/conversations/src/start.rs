@@ -1,0 +1,270 @@
+//! The start task: from a start command to a conversation whose agent is ready.
+
+use std::path::Path;
+use std::time::Duration;
+
+use halyard_platform::bus;
+use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
+use halyard_platform::{keys, BusError};
+use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
+use halyard_protocol::event::Skill;
+use halyard_protocol::executor::ExecRequest;
+use halyard_protocol::system::{Repository, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId};
+use uuid::Uuid;
+
+use crate::Ctx;
+
+/// Setup scripts may take this long.
+const SETUP_TIMEOUT_SECS: f64 = 1800.0;
+/// Clones may take this long.
+const CLONE_TIMEOUT_SECS: f64 = 900.0;
+
+/// An id derived from the task id, so a redelivered start re-uses it (and JetStream drops the
+/// duplicate publication).
+fn derived(task: TaskId, tag: u8) -> Uuid {
+    let mut bytes = *task.as_bytes();
+    bytes[15] ^= tag;
+    bytes[14] ^= 0x5a;
+    Uuid::from_bytes(bytes)
+}
+
+/// The sandbox of a start task.
+pub fn sandbox_for(task: TaskId) -> SandboxId {
+    SandboxId(derived(task, 0xA1))
+}
+
+struct Task<'a> {
+    ctx: &'a Ctx,
+    task_id: TaskId,
+    owner: UserId,
+    conversation_id: ConversationId,
+    sandbox_id: SandboxId,
+    created_ms: i64,
+    trace: Option<TraceContext>,
+}
+
+/// A phase failed; the text says why, for the user.
+struct PhaseError(String);
+
+impl From<BusError> for PhaseError {
+    fn from(e: BusError) -> Self {
+        PhaseError(e.to_string())
+    }
+}
+
+impl Task<'_> {
+    async fn status(&self, status: StartTaskStatus, detail: Option<String>) -> Result<(), BusError> {
+        let record = SystemRecord::StartTask(StartTaskUpdate {
+            task_id: self.task_id,
+            owner: self.owner.clone(),
+            conversation_id: self.conversation_id,
+            status,
+            detail,
+            sandbox_id: Some(self.sandbox_id),
+            from_pool: false,
+            created_ms: self.created_ms,
+        });
+        let mut env = Envelope::with_id(CommandId(derived(self.task_id, status as u8 + 1)), record, halyard_platform::now_ms())
+            .correlated(self.task_id.to_string());
+        env.trace = self.trace.clone();
+        bus::publish(&self.ctx.js, subjects::task_record(self.task_id), &env).await?;
+        tracing::info!(task_id = %self.task_id, conversation_id = %self.conversation_id, status = status.as_str(), "start task");
+        Ok(())
+    }
+}
+
+/// Runs a start task to READY or ERROR. `Err` only for bus failures worth a redelivery.
+pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(), BusError> {
+    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms } = env.payload else {
+        return Ok(());
+    };
+    let task = Task {
+        ctx,
+        task_id,
+        owner: owner.clone(),
+        conversation_id,
+        sandbox_id: sandbox_for(task_id),
+        created_ms,
+        trace: env.trace.clone(),
+    };
+    // A redelivered command whose task already finished has nothing left to do.
+    if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
+        if let SystemRecord::StartTask(u) = last.payload {
+            if u.status.is_final() {
+                return Ok(());
+            }
+        }
+    }
+    task.status(StartTaskStatus::Working, None).await?;
+    let created = SystemRecord::ConversationCreated {
+        conversation_id,
+        owner: owner.clone(),
+        task_id,
+        sandbox_id: task.sandbox_id,
+        title,
+        repository: repository.clone(),
+        created_ms,
+    };
+    let env_created = Envelope::with_id(CommandId(derived(task_id, 0xC0)), created, halyard_platform::now_ms());
+    bus::publish(&ctx.js, subjects::conversation_record(conversation_id), &env_created).await?;
+
+    match prepare(&task, repository.as_ref(), message).await {
+        Ok(()) => task.status(StartTaskStatus::Ready, None).await,
+        Err(PhaseError(detail)) => {
+            tracing::warn!(task_id = %task_id, %detail, "start task failed");
+            task.status(StartTaskStatus::Error, Some(detail)).await
+        }
+    }
+}
+
+async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Option<String>) -> Result<(), PhaseError> {
+    let ctx = task.ctx;
+    task.status(StartTaskStatus::WaitingForSandbox, None).await?;
+    let sandbox = wait_for_sandbox(task)
+        .await
+        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    let url = sandbox
+        .agent_server_url()
+        .ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
+    let exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
+
+    task.status(StartTaskStatus::PreparingRepository, None).await?;
+    if let Some(repo) = repository {
+        let branch = repo.branch.as_deref().map(|b| format!("--branch {} ", quote(b))).unwrap_or_default();
+        let script = format!(
+            "if [ -d .git ]; then echo 'repository already cloned'; else git clone --quiet {branch}-- {} . ; fi",
+            quote(&repo.url)
+        );
+        run(&exec, &script, CLONE_TIMEOUT_SECS).await.map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
+    }
+
+    task.status(StartTaskStatus::RunningSetupScript, None).await?;
+    run(&exec, "if [ -f .openhands/setup.sh ]; then bash .openhands/setup.sh; fi", SETUP_TIMEOUT_SECS)
+        .await
+        .map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: .openhands/setup.sh: {e}")))?;
+
+    task.status(StartTaskStatus::SettingUpGitHooks, None).await?;
+    run(
+        &exec,
+        "if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then mkdir -p .git/hooks && \
+         printf '#!/bin/sh\\nexec bash \"$(git rev-parse --show-toplevel)/.openhands/pre-commit.sh\" \"$@\"\\n' > .git/hooks/pre-commit && \
+         chmod +x .git/hooks/pre-commit; fi",
+        60.0,
+    )
+    .await
+    .map_err(|e| PhaseError(format!("SETTING_UP_GIT_HOOKS failed: {e}")))?;
+
+    task.status(StartTaskStatus::SettingUpSkills, None).await?;
+    let mut skills: Vec<Skill> = ctx.skills.as_ref().clone();
+    skills.extend(repo_skills(&exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
+
+    task.status(StartTaskStatus::StartingConversation, None).await?;
+    let start = AgentCommand::Start {
+        conversation_id: task.conversation_id,
+        owner: task.owner.clone(),
+        sandbox_id: task.sandbox_id,
+        workspace: sandbox.workspace.clone(),
+        skills,
+        message,
+    };
+    let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
+    env.trace = task.trace.clone();
+    bus::publish(&ctx.js, subjects::agent_command(task.conversation_id), &env)
+        .await
+        .map_err(|e| PhaseError(format!("STARTING_CONVERSATION failed: {e}")))?;
+    Ok(())
+}
+
+/// Asks for the sandbox and waits for it to run (or fail).
+async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
+    let ctx = task.ctx;
+    let create = SandboxCommand::Create { sandbox_id: task.sandbox_id, owner: task.owner.clone(), conversation_id: task.conversation_id };
+    let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA2)), create, halyard_platform::now_ms());
+    env.trace = task.trace.clone();
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 30);
+    bus::await_sandbox(&ctx.nats, &ctx.js, task.sandbox_id, Some(env), patience).await
+}
+
+/// Runs a script in the sandbox; a non-zero exit is an error with the tail of the output.
+async fn run(exec: &ExecutorClient, script: &str, timeout: f64) -> Result<String, String> {
+    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout) };
+    let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
+    if resp.still_running {
+        let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0) }).await;
+        return Err(format!("did not finish within {timeout} s"));
+    }
+    match resp.exit_code {
+        Some(0) => Ok(resp.output),
+        code => {
+            let tail: String = resp.output.chars().rev().take(800).collect::<Vec<_>>().into_iter().rev().collect();
+            Err(format!("exit code {}: {}", code.unwrap_or(-1), tail.trim()))
+        }
+    }
+}
+
+const SKILL_MARK: &str = "__HALYARD_SKILL__ ";
+
+/// Skills the repository brings: `.openhands/microagents/*.md`, `.openhands/skills/*.md`,
+/// `AGENTS.md`.
+async fn repo_skills(exec: &ExecutorClient) -> Result<Vec<Skill>, String> {
+    let script = format!(
+        "for f in .openhands/microagents/*.md .openhands/skills/*.md AGENTS.md; do \
+         if [ -f \"$f\" ]; then printf '\\n{SKILL_MARK}%s\\n' \"$f\"; head -c 20000 \"$f\"; fi; done; true"
+    );
+    let out = run(exec, &script, 30.0).await?;
+    Ok(parse_skills(&out))
+}
+
+fn parse_skills(out: &str) -> Vec<Skill> {
+    let mut skills = Vec::new();
+    for chunk in out.split(&format!("\n{SKILL_MARK}")).skip(1) {
+        let (name, content) = chunk.split_once('\n').unwrap_or((chunk, ""));
+        skills.push(Skill { name: name.trim().to_owned(), content: content.trim().to_owned() });
+    }
+    skills
+}
+
+/// Skills from the global skills directory (`*.md`), read once at start-up.
+pub fn global_skills(dir: Option<&Path>) -> Vec<Skill> {
+    let Some(dir) = dir else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut skills: Vec<Skill> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "md") && e.file_name() != "README.md")
+        .filter_map(|e| {
+            let content = std::fs::read_to_string(e.path()).ok()?;
+            Some(Skill { name: e.file_name().to_string_lossy().trim_end_matches(".md").to_owned(), content })
+        })
+        .collect();
+    skills.sort_by(|a, b| a.name.cmp(&b.name));
+    skills
+}
+
+/// Single-quotes a string for bash.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_and_skills() {
+        assert_eq!(quote("a'b"), r"'a'\''b'");
+        let skills = parse_skills("\n__HALYARD_SKILL__ AGENTS.md\nUse tabs.\n\n__HALYARD_SKILL__ .openhands/skills/x.md\nX\n");
+        assert_eq!(skills.len(), 2);
+        assert_eq!(skills[0].name, "AGENTS.md");
+        assert_eq!(skills[0].content, "Use tabs.");
+    }
+
+    #[test]
+    fn derived_ids_are_stable_and_distinct() {
+        let t = TaskId::new();
+        assert_eq!(sandbox_for(t), sandbox_for(t));
+        assert_ne!(derived(t, 1), derived(t, 2));
+        assert_ne!(derived(t, 1), t.0);
+    }
+}

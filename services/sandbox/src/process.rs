@@ -1,0 +1,150 @@
+//! Starting, signalling and checking executor processes.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use halyard_platform::executor_client::ExecutorClient;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The line an executor prints once it listens.
+pub const LISTENING_PREFIX: &str = "HALYARD_EXECUTOR_LISTENING ";
+
+/// A started executor.
+#[derive(Debug)]
+pub struct Started {
+    pub child: Child,
+    pub pid: u32,
+    pub url: String,
+}
+
+/// Directory layout of one process sandbox.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(data_dir: &Path, id: halyard_protocol::SandboxId) -> Self {
+        Self { root: data_dir.join("sandboxes").join(id.to_string()) }
+    }
+    pub fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+    pub fn log(&self) -> PathBuf {
+        self.root.join("executor.log")
+    }
+}
+
+/// Starts `command` as an executor for `layout`, hands it `key` on standard input, and waits
+/// (no fixed sleeps) until its health endpoint answers, for at most `timeout`.
+pub async fn start(
+    command: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    layout: &Layout,
+    key: &str,
+    output_cap: usize,
+    http: &reqwest::Client,
+    timeout: Duration,
+) -> Result<Started, String> {
+    let (program, args) = command.split_first().ok_or("no executor command configured")?;
+    for dir in [layout.workspace(), layout.home()] {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.log())
+        .map_err(|e| format!("cannot open {}: {e}", layout.log().display()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .arg("--workspace")
+        .arg(layout.workspace())
+        .args(["--listen", "127.0.0.1:0", "--output-cap", &output_cap.to_string()])
+        .current_dir(layout.workspace())
+        // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
+        .env_clear()
+        .envs(env)
+        .env("HOME", layout.home())
+        .env("HALYARD_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        // Its own process group, so pause, resume and delete reach its children too.
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start executor `{program}`: {e}"))?;
+    let pid = child.id().ok_or("executor exited at once")?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let result = async {
+        let mut stdin = child.stdin.take().ok_or("executor has no stdin")?;
+        stdin.write_all(format!("{key}\n").as_bytes()).await.map_err(|e| format!("cannot hand the session key over: {e}"))?;
+        drop(stdin);
+        let stdout = child.stdout.take().ok_or("executor has no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            let line = tokio::time::timeout_at(deadline, lines.next_line())
+                .await
+                .map_err(|_| format!("executor did not report its address within {timeout:?}"))?
+                .map_err(|e| format!("reading executor output: {e}"))?
+                .ok_or_else(|| format!("executor exited before listening; see {}", layout.log().display()))?;
+            if let Some(addr) = line.strip_prefix(LISTENING_PREFIX) {
+                break addr.trim().to_owned();
+            }
+        };
+        let url = format!("http://{addr}");
+        wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
+        Ok::<_, String>(url)
+    }
+    .await;
+    match result {
+        Ok(url) => Ok(Started { child, pid, url }),
+        Err(e) => {
+            kill_group(pid);
+            let _ = child.wait().await;
+            Err(e)
+        }
+    }
+}
+
+/// Polls `/health` with backoff until it answers or `deadline` passes.
+pub async fn wait_healthy(client: &ExecutorClient, deadline: tokio::time::Instant) -> Result<(), String> {
+    let mut delay = Duration::from_millis(2);
+    loop {
+        match client.health().await {
+            Ok(h) if h.ok => return Ok(()),
+            Ok(_) => {}
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(format!("executor not healthy: {e}")),
+            Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err("executor not healthy before the start timeout".into());
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// Whether a process exists.
+pub fn alive(pid: u32) -> bool {
+    halyard_platform::signal(pid as i32, 0)
+}
+
+/// SIGSTOP to the whole group.
+pub fn stop_group(pid: u32) -> bool {
+    halyard_platform::signal(-(pid as i32), libc::SIGSTOP)
+}
+
+/// SIGCONT to the whole group.
+pub fn continue_group(pid: u32) -> bool {
+    halyard_platform::signal(-(pid as i32), libc::SIGCONT)
+}
+
+/// SIGKILL to the whole group (a stopped group is continued first so it can die promptly).
+pub fn kill_group(pid: u32) {
+    halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+    halyard_platform::signal(-(pid as i32), libc::SIGCONT);
+}
