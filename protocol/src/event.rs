@@ -115,7 +115,7 @@ pub enum EventBody {
         reason: Option<String>,
     },
     /// The conversation's title was set.
-    Title { title: String, source: TitleSource },
+    Title { title: String, set_by: TitleSource },
 }
 
 impl EventBody {

@@ -150,11 +150,22 @@ impl ConvState {
                         return;
                     }
                 }
-                if let Some(text) = message {
-                    if let Err(e) = self.user_message(myself, derived(cmd_id, 2), text, trace).await {
-                        delivery.retry(Duration::from_millis(500), &e).await;
-                        return;
+                match message {
+                    Some(text) => {
+                        if let Err(e) = self.user_message(myself, derived(cmd_id, 2), text, trace).await {
+                            delivery.retry(Duration::from_millis(500), &e).await;
+                            return;
+                        }
                     }
+                    None if !started => {
+                        // Nothing to do until the user speaks: say so.
+                        let body = EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: None };
+                        if let Err(e) = log.lock().await.append(derived(cmd_id, 3), EventSource::System, body, trace).await {
+                            delivery.retry(Duration::from_millis(500), &e.to_string()).await;
+                            return;
+                        }
+                    }
+                    None => {}
                 }
                 delivery.ack().await;
             }

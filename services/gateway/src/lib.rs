@@ -1,1 +1,127 @@
-//! stub
+//! The gateway: Halyard's HTTP and WebSocket API. It authenticates every request and scopes it
+//! to its user, turns writes into durable commands on the bus, and serves reads from sled read
+//! models that it derives from the bus ([`projection`]) and could rebuild by replay.
+//!
+//! Routes are in [`app`]; errors become responses in one place ([`error`]); the OpenAPI
+//! document is `openapi.json` beside this file, served at `/api/v1/openapi.json`.
+
+pub mod auth;
+pub mod error;
+pub mod projection;
+pub mod routes;
+pub mod store;
+pub mod ws;
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use halyard_platform::{BusError, Config, Shutdown};
+
+use crate::auth::RateLimiter;
+use crate::error::ApiError;
+use crate::projection::Live;
+use crate::store::Store;
+
+/// The OpenAPI document of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Why the gateway failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("http server: {0}")]
+    Http(String),
+}
+
+impl GatewayError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Bus(e) => e.is_retryable(),
+            Self::Store(_) | Self::Http(_) => false,
+        }
+    }
+}
+
+/// Shared by all handlers.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub store: Store,
+    pub live: Arc<Live>,
+    pub limiter: Arc<RateLimiter>,
+}
+
+/// The router.
+pub fn app(state: AppState) -> Router {
+    let max_body = state.config.gateway.max_body_bytes;
+    let api = Router::new()
+        .route("/conversations", post(routes::start_conversation).get(routes::list_conversations))
+        .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete))
+        .route("/conversations/{id}/messages", post(routes::send_message))
+        .route("/conversations/{id}/pause", post(routes::pause))
+        .route("/conversations/{id}/resume", post(routes::resume))
+        .route("/conversations/{id}/events", get(routes::list_events))
+        .route("/conversations/{id}/events/ws", get(ws::events_ws))
+        .route("/start-tasks/{id}", get(routes::get_task))
+        .route("/openapi.json", get(openapi));
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
+        .nest("/api/v1", api)
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    if state.nats.connection_state() != async_nats::connection::State::Connected {
+        return Err(ApiError::unavailable("not connected to NATS"));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}
+
+/// Serves on `listener` until `shutdown`, projecting the bus into the read models meanwhile.
+pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: tokio::net::TcpListener, shutdown: Shutdown) -> Result<(), GatewayError> {
+    let js = jetstream::new(nats.clone());
+    let store = Store::open(&config.data_dir.join("gateway"))?;
+    let live = Arc::new(Live::default());
+    let limiter = Arc::new(RateLimiter::new(config.gateway.rate_limit_per_minute));
+    let state = AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter };
+
+    let projection = tokio::spawn(projection::run(js, store.clone(), live, shutdown.clone()));
+    let mut stop = shutdown.clone();
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move { stop.wait().await });
+    let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));
+    let projected = match projection.await {
+        Ok(r) => r.map_err(GatewayError::from),
+        Err(e) => Err(GatewayError::Http(format!("projection task: {e}"))),
+    };
+    store.flush().await;
+    served?;
+    projected
+}
+
+/// Binds `config.http_addr` and serves.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), GatewayError> {
+    let listener = tokio::net::TcpListener::bind(&config.http_addr)
+        .await
+        .map_err(|e| GatewayError::Http(format!("bind {}: {e}", config.http_addr)))?;
+    serve(config, nats, listener, shutdown).await
+}
+

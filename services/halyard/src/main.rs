@@ -1,1 +1,252 @@
-fn main() {}
+//! The `halyard` binary: every service in one process with an embedded nats-server
+//! (`halyard up`), chosen services against an external NATS (`halyard serve gateway agent ...`),
+//! or the in-sandbox executor (`halyard executor`, started by the sandbox supervisor).
+//!
+//! Configuration is loaded here, once: defaults, then the TOML file, then `HALYARD_*`
+//! environment variables, then flags; the services receive it ready-made.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use halyard_platform::{config::Config, keys, nats, shutdown, telemetry};
+use tokio::io::AsyncBufReadExt;
+use tokio::task::JoinSet;
+
+#[derive(Parser, Debug)]
+#[command(name = "halyard", version, about = "A multi-user backend for AI coding agents")]
+struct Cli {
+    /// TOML configuration file (also HALYARD_CONFIG).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Gateway listen address (HALYARD_HTTP_ADDR).
+    #[arg(long, global = true)]
+    http_addr: Option<String>,
+    /// Data directory (HALYARD_DATA_DIR).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// External NATS URL (HALYARD_NATS_URL); `serve` needs one.
+    #[arg(long, global = true)]
+    nats_url: Option<String>,
+    /// Log filter (HALYARD_LOG).
+    #[arg(long, global = true)]
+    log: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run every service in this process, with an embedded nats-server.
+    Up,
+    /// Run the chosen services against the NATS at HALYARD_NATS_URL.
+    Serve {
+        #[arg(required = true, value_enum)]
+        services: Vec<Service>,
+    },
+    /// The executor inside a sandbox (started by the sandbox supervisor; reads its session key
+    /// from the first line of standard input).
+    #[command(hide = true)]
+    Executor {
+        #[arg(long)]
+        workspace: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        #[arg(long, default_value_t = 30_000)]
+        output_cap: usize,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Service {
+    Gateway,
+    Conversations,
+    Sandbox,
+    Agent,
+}
+
+const ALL: [Service; 4] = [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent];
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Command::Executor { ref workspace, listen, output_cap } => {
+            telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
+            runtime.block_on(executor(workspace.clone(), listen, output_cap))
+        }
+        Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
+        Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
+    }
+}
+
+fn load_config(cli: &Cli, env: &BTreeMap<String, String>) -> Result<Config> {
+    let file = cli.config.clone().or_else(|| env.get("HALYARD_CONFIG").map(PathBuf::from));
+    let mut config = Config::load(file.as_deref(), env)?;
+    if let Some(v) = &cli.http_addr {
+        config.http_addr = v.clone();
+    }
+    if let Some(v) = &cli.data_dir {
+        config.data_dir = v.clone();
+    }
+    if let Some(v) = &cli.nats_url {
+        config.nats_url = v.clone();
+    }
+    if let Some(v) = &cli.log {
+        config.log = v.clone();
+    }
+    if config.sandbox.executor_command.is_empty() {
+        let exe = std::env::current_exe().context("cannot find the halyard binary for the executor")?;
+        config.sandbox.executor_command = vec![exe.display().to_string(), "executor".into()];
+    }
+    // The sandbox gets a PATH and locale, and nothing else of our environment.
+    for name in ["PATH", "LANG", "TZ"] {
+        if let Some(v) = env.get(name) {
+            config.sandbox.env.entry(name.into()).or_insert_with(|| v.clone());
+        }
+    }
+    if config.skills_dir.is_none() && Path::new("skills").is_dir() {
+        config.skills_dir = Some(PathBuf::from("skills"));
+    }
+    Ok(config)
+}
+
+/// A value kept in a file of the data dir, created once (the deployment secret, the node id).
+fn persistent(data_dir: &Path, name: &str, make: impl FnOnce() -> String) -> Result<String> {
+    let path = data_dir.join(name);
+    if let Ok(v) = std::fs::read_to_string(&path) {
+        if !v.trim().is_empty() {
+            return Ok(v.trim().to_owned());
+        }
+    }
+    let v = make();
+    std::fs::write(&path, &v).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(v)
+}
+
+async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Service], embedded: bool) -> Result<()> {
+    let mut config = load_config(cli, env)?;
+    telemetry::init(&config.log);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("cannot create {}", config.data_dir.display()))?;
+    if config.secret.is_empty() {
+        config.secret = persistent(&config.data_dir, "secret", keys::random_secret)?;
+    }
+    if config.node_id.is_empty() {
+        config.node_id = persistent(&config.data_dir, "node-id", || uuid_like(&keys::random_secret()))?;
+    }
+    if services.contains(&Service::Gateway) && config.api_keys.is_empty() {
+        tracing::warn!("no API keys configured (HALYARD_API_KEYS=user:key,...): every request will be refused");
+    }
+
+    let server = if embedded {
+        let server = nats::EmbeddedNats::start(&config.nats_server, config.nats_port, &nats::store_dir(&config.data_dir)).await?;
+        config.nats_url = server.url().to_owned();
+        Some(server)
+    } else {
+        if config.nats_url.is_empty() {
+            bail!("`halyard serve` needs a NATS server: set HALYARD_NATS_URL or --nats-url");
+        }
+        None
+    };
+    let client = nats::connect(&config.nats_url, "halyard", Duration::from_secs(30)).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    nats::ensure_topology(&js).await?;
+
+    let config = Arc::new(config);
+    let (trigger, shutdown) = shutdown::channel();
+    let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
+    let mut http = String::new();
+    for &service in services {
+        let (config, client, shutdown) = (config.clone(), client.clone(), shutdown.clone());
+        match service {
+            Service::Gateway => {
+                let listener = tokio::net::TcpListener::bind(&config.http_addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {}", config.http_addr))?;
+                http = listener.local_addr()?.to_string();
+                tasks.spawn(async move { (service, halyard_gateway::serve(config, client, listener, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Conversations => {
+                tasks.spawn(async move { (service, halyard_conversations::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Sandbox => {
+                tasks.spawn(async move { (service, halyard_sandbox::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Agent => {
+                tasks.spawn(async move { (service, halyard_agent::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+        }
+    }
+    tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
+    // One machine-readable line for scripts and tests.
+    println!("HALYARD_READY http={http} nats={}", config.nats_url);
+
+    let mut failed = None;
+    tokio::select! {
+        _ = wait_for_signal() => tracing::info!("stopping"),
+        Some(done) = tasks.join_next() => {
+            if let Ok((service, result)) = done {
+                tracing::error!(?service, result = ?result, "service stopped unexpectedly");
+                failed = Some(service);
+            }
+        }
+    }
+    trigger.trigger();
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(15), drain).await.is_err() {
+        tracing::warn!("services did not stop within 15 s");
+    }
+    let _ = client.flush().await;
+    drop(client);
+    if let Some(server) = server {
+        server.stop().await;
+    }
+    match failed {
+        Some(service) => bail!("service {service:?} stopped unexpectedly"),
+        None => Ok(()),
+    }
+}
+
+fn uuid_like(hex: &str) -> String {
+    hex.chars().take(16).collect()
+}
+
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: usize) -> Result<()> {
+    // The session key comes on stdin, never in the environment or on the command line, where
+    // other processes of the sandbox could read it.
+    let mut line = String::new();
+    tokio::io::BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
+    let session_key = line.trim().to_owned();
+    if session_key.is_empty() {
+        bail!("no session key on standard input");
+    }
+    let listener = halyard_executor::bind(listen).await?;
+    println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
+    let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
+    halyard_executor::serve(config, listener, async { wait_for_signal().await }).await?;
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! Projects the bus into the read models: every conversation event and lifecycle record, in
+//! stream order, from where the last run stopped. Each batch of messages is written to sled
+//! atomically with the stream cursors, then fanned out to live WebSocket subscribers, so a
+//! subscriber that reads sled after subscribing misses nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use async_nats::jetstream::{self, consumer};
+use futures::{FutureExt, StreamExt};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use halyard_platform::{BusError, BusErrorKind, Shutdown};
+use halyard_protocol::event::{ConversationEvent, EventBody};
+use halyard_protocol::system::{StartTaskStatus, SystemRecord};
+use halyard_protocol::{subjects, ConversationId, Envelope, TaskId};
+
+use crate::store::{self, rfc3339, ConversationView, Store, TaskView};
+
+/// Most messages folded into one sled batch.
+const MAX_BATCH: usize = 1024;
+
+/// One event as sent to clients: its seq and its JSON text.
+#[derive(Clone, Debug)]
+pub struct LiveEvent {
+    pub seq: u64,
+    pub json: Arc<str>,
+}
+
+/// Live state shared by the projection and the API: per-conversation broadcast channels, and
+/// the start tasks in flight per user (for the starting limit).
+#[derive(Default)]
+pub struct Live {
+    channels: Mutex<HashMap<ConversationId, broadcast::Sender<LiveEvent>>>,
+    pub starting: Mutex<HashMap<String, HashSet<TaskId>>>,
+}
+
+impl Live {
+    pub fn subscribe(&self, id: ConversationId) -> broadcast::Receiver<LiveEvent> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        channels.entry(id).or_insert_with(|| broadcast::channel(1024).0).subscribe()
+    }
+
+    fn publish(&self, id: ConversationId, event: LiveEvent) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = channels.get(&id) {
+            if tx.send(event).is_err() {
+                // Nobody listens any more.
+                channels.remove(&id);
+            }
+        }
+    }
+
+    fn task_settled(&self, owner: &str, task: TaskId) {
+        let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = starting.get_mut(owner) {
+            set.remove(&task);
+        }
+    }
+}
+
+/// An event as the API serves it: envelope fields, then the body's fields (with `kind`).
+pub fn render_event(ev: &ConversationEvent) -> Value {
+    let mut obj = serde_json::Map::new();
+    obj.insert("seq".into(), ev.seq.into());
+    obj.insert("id".into(), ev.id.to_string().into());
+    obj.insert("conversation_id".into(), ev.conversation_id.to_string().into());
+    obj.insert("source".into(), serde_json::to_value(ev.source).unwrap_or(Value::Null));
+    obj.insert("timestamp".into(), rfc3339(ev.timestamp_ms).into());
+    if let Ok(Value::Object(body)) = serde_json::to_value(&ev.body) {
+        obj.extend(body);
+    }
+    Value::Object(obj)
+}
+
+/// Views touched by the batch being built (None: deleted).
+struct Pending<'a> {
+    store: &'a Store,
+    batch: sled::Batch,
+    views: HashMap<ConversationId, Option<ConversationView>>,
+    live: Vec<(ConversationId, LiveEvent)>,
+    settled: Vec<(String, TaskId)>,
+    tombstoned: HashSet<ConversationId>,
+}
+
+fn tomb_key(id: ConversationId) -> Vec<u8> {
+    let mut k = vec![b'd'];
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+impl Pending<'_> {
+    fn view(&mut self, id: ConversationId) -> Option<&mut ConversationView> {
+        if !self.views.contains_key(&id) {
+            let v = self.store.conversation(id).ok().flatten();
+            self.views.insert(id, v);
+        }
+        self.views.get_mut(&id).and_then(Option::as_mut)
+    }
+
+    /// Deleted conversations leave a tombstone, so late events and records stay out.
+    fn deleted(&self, id: ConversationId) -> bool {
+        self.tombstoned.contains(&id) || self.store.tree().contains_key(tomb_key(id)).unwrap_or(false)
+    }
+
+    fn event(&mut self, ev: ConversationEvent) {
+        let id = ev.conversation_id;
+        if self.deleted(id) {
+            return;
+        }
+        let json: Arc<str> = render_event(&ev).to_string().into();
+        self.batch.insert(store::event_key(id, ev.seq), json.as_bytes());
+        let now = rfc3339(ev.timestamp_ms);
+        if let Some(view) = self.view(id) {
+            view.last_event_seq = view.last_event_seq.max(ev.seq);
+            view.updated_at = now;
+            match &ev.body {
+                EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
+                EventBody::Title { title, .. } => view.title = Some(title.clone()),
+                _ => {}
+            }
+        }
+        self.live.push((id, LiveEvent { seq: ev.seq, json }));
+    }
+
+    fn record(&mut self, env: Envelope<SystemRecord>) {
+        let at = rfc3339(env.time_ms);
+        match env.payload {
+            SystemRecord::StartTask(u) => {
+                let task = TaskView {
+                    id: u.task_id.to_string(),
+                    owner: u.owner.0.clone(),
+                    conversation_id: u.conversation_id.to_string(),
+                    status: u.status.as_str().to_owned(),
+                    detail: u.detail.clone(),
+                    sandbox_id: u.sandbox_id.map(|s| s.to_string()),
+                    from_pool: u.from_pool,
+                    created_at: rfc3339(u.created_ms),
+                    updated_at: at.clone(),
+                };
+                if let Ok(bytes) = serde_json::to_vec(&task) {
+                    self.batch.insert(store::task_key(u.task_id), bytes);
+                }
+                if u.status.is_final() {
+                    self.settled.push((u.owner.0.clone(), u.task_id));
+                }
+                if self.deleted(u.conversation_id) {
+                    return;
+                }
+                let view = self.ensure_view(u.conversation_id, &u.owner.0, u.task_id, u.created_ms);
+                view.start_task_status = u.status.as_str().to_owned();
+                view.status = match u.status {
+                    StartTaskStatus::Ready => "READY",
+                    StartTaskStatus::Error => "ERROR",
+                    _ => "STARTING",
+                }
+                .to_owned();
+                view.error_detail = u.detail;
+                if let Some(s) = u.sandbox_id {
+                    view.sandbox_id = Some(s.to_string());
+                }
+                view.updated_at = at;
+            }
+            SystemRecord::ConversationCreated { conversation_id, owner, task_id, sandbox_id, title, repository, created_ms } => {
+                if self.deleted(conversation_id) {
+                    return;
+                }
+                let view = self.ensure_view(conversation_id, &owner.0, task_id, created_ms);
+                if view.title.is_none() {
+                    view.title = title;
+                }
+                view.repository = repository.and_then(|r| serde_json::to_value(r).ok());
+                view.sandbox_id = Some(sandbox_id.to_string());
+            }
+            SystemRecord::Sandbox(u) => {
+                if let Some(conv) = u.conversation_id {
+                    if let Some(view) = self.view(conv) {
+                        view.sandbox_status = Some(u.status.as_str().to_owned());
+                        view.sandbox_id = Some(u.sandbox_id.to_string());
+                        view.updated_at = at;
+                    }
+                }
+            }
+            SystemRecord::ConversationDeleted { conversation_id, owner } => {
+                if let Some(view) = self.view(conversation_id) {
+                    let created = view.created_ms;
+                    self.batch.remove(store::owner_key(&owner.0, created, conversation_id));
+                }
+                self.views.insert(conversation_id, None);
+                self.tombstoned.insert(conversation_id);
+                self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
+                for key in self.store.tree().scan_prefix(store::event_prefix(conversation_id)).keys().flatten() {
+                    self.batch.remove(key);
+                }
+            }
+        }
+    }
+
+    fn ensure_view(&mut self, id: ConversationId, owner: &str, task: TaskId, created_ms: i64) -> &mut ConversationView {
+        if self.view(id).is_none() {
+            self.batch.insert(store::owner_key(owner, created_ms, id), &id.as_bytes()[..]);
+        }
+        self.views.entry(id).or_insert(None).get_or_insert_with(|| new_view(id, owner, task, created_ms))
+    }
+
+    fn commit(mut self, cursors: &[(&str, u64)], live: &Live) -> Result<(), BusError> {
+        for (id, view) in self.views.drain() {
+            match view {
+                Some(v) => {
+                    if let Ok(bytes) = serde_json::to_vec(&v) {
+                        self.batch.insert(store::conv_key(id), bytes);
+                    }
+                }
+                None => self.batch.remove(store::conv_key(id)),
+            }
+        }
+        for (name, seq) in cursors {
+            self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
+        }
+        self.store
+            .tree()
+            .apply_batch(self.batch)
+            .map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
+        for (owner, task) in self.settled {
+            live.task_settled(&owner, task);
+        }
+        for (id, ev) in self.live {
+            live.publish(id, ev);
+        }
+        Ok(())
+    }
+}
+
+/// A fresh view for a conversation first seen now.
+pub fn new_view(id: ConversationId, owner: &str, task: TaskId, created_ms: i64) -> ConversationView {
+    ConversationView {
+        id: id.to_string(),
+        owner: owner.to_owned(),
+        status: "STARTING".into(),
+        start_task_id: task.to_string(),
+        start_task_status: StartTaskStatus::Working.as_str().into(),
+        created_at: rfc3339(created_ms),
+        updated_at: rfc3339(created_ms),
+        created_ms,
+        ..Default::default()
+    }
+}
+
+async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64) -> Result<consumer::pull::Ordered, BusError> {
+    let s = js.get_stream_no_info(stream).await.map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
+    let deliver_policy = if after == 0 {
+        consumer::DeliverPolicy::All
+    } else {
+        consumer::DeliverPolicy::ByStartSequence { start_sequence: after + 1 }
+    };
+    let c = s
+        .create_consumer(consumer::pull::OrderedConfig { filter_subject: filter.to_owned(), deliver_policy, ..Default::default() })
+        .await
+        .map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
+    c.messages().await.map_err(|e| BusError::new(BusErrorKind::Consume, e))
+}
+
+const EVENTS_CURSOR: &str = "cursor/events";
+const SYSTEM_CURSOR: &str = "cursor/system";
+
+/// Projects until `shutdown`.
+pub async fn run(js: jetstream::Context, store: Store, live: Arc<Live>, mut shutdown: Shutdown) -> Result<(), BusError> {
+    let corrupt = |e: store::StoreError| BusError::new(BusErrorKind::Consume, e);
+    let mut events_at = store.cursor(EVENTS_CURSOR).map_err(corrupt)?;
+    let mut system_at = store.cursor(SYSTEM_CURSOR).map_err(corrupt)?;
+    let mut events = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
+    let mut system = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
+    loop {
+        // Wait for at least one message, then take whatever else is ready, up to a batch.
+        let first = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            m = system.next() => (false, m),
+            m = events.next() => (true, m),
+        };
+        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), live: Vec::new(), settled: Vec::new(), tombstoned: HashSet::new() };
+        let mut next = Some(first);
+        let mut count = 0;
+        while let Some((is_event, msg)) = next.take() {
+            match msg {
+                Some(Ok(msg)) => {
+                    let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+                    if is_event {
+                        events_at = events_at.max(seq);
+                        match halyard_protocol::decode::<ConversationEvent>(&msg.payload) {
+                            Ok(env) => pending.event(env.payload),
+                            Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable event"),
+                        }
+                    } else {
+                        system_at = system_at.max(seq);
+                        match halyard_protocol::decode::<SystemRecord>(&msg.payload) {
+                            Ok(env) => pending.record(env),
+                            Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable record"),
+                        }
+                    }
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "projection consumer hiccup"),
+                None => return Err(BusError::new(BusErrorKind::Consume, "projection stream ended")),
+            }
+            count += 1;
+            if count >= MAX_BATCH {
+                break;
+            }
+            // System records first: an event's conversation view is then already there.
+            next = system.next().now_or_never().map(|m| (false, m)).or_else(|| events.next().now_or_never().map(|m| (true, m)));
+        }
+        pending.commit(&[(EVENTS_CURSOR, events_at), (SYSTEM_CURSOR, system_at)], &live)?;
+    }
+}

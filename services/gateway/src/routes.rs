@@ -1,0 +1,293 @@
+//! HTTP handlers of `/api/v1`. Reads come from the sled read models; writes become durable
+//! commands on the bus (accepted once JetStream has stored them).
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use halyard_platform::bus;
+use halyard_platform::telemetry;
+use halyard_protocol::command::{AgentCommand, ConversationCommand};
+use halyard_protocol::system::Repository;
+use halyard_protocol::{subjects, ConversationId, Envelope, TaskId};
+
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::projection::new_view;
+use crate::store::{self, rfc3339, ConversationView, TaskView};
+use crate::AppState;
+
+const MAX_MESSAGE_CHARS: usize = 200_000;
+const MAX_TITLE_CHARS: usize = 200;
+
+/// Parses a path id, saying which parameter was wrong.
+pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
+    raw.parse().map_err(|_| ApiError::bad_request("invalid_id", format!("`{what}` must be a UUID, got {raw:?}")))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryBody {
+    pub url: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub repository: Option<RepositoryBody>,
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("invalid_field", format!("`{field}` must not be empty")));
+    }
+    if text.chars().count() > max {
+        return Err(ApiError::bad_request("invalid_field", format!("`{field}` is longer than {max} characters")));
+    }
+    Ok(())
+}
+
+/// `POST /conversations`: starts a conversation; answers with its start task.
+pub async fn start_conversation(State(state): State<AppState>, User(user): User, ApiJson(body): ApiJson<StartBody>) -> Result<impl IntoResponse, ApiError> {
+    if let Some(m) = &body.message {
+        check_text("message", m, MAX_MESSAGE_CHARS)?;
+    }
+    if let Some(t) = &body.title {
+        check_text("title", t, MAX_TITLE_CHARS)?;
+    }
+    if let Some(r) = &body.repository {
+        check_text("repository.url", &r.url, 4096)?;
+        if r.url.trim_start().starts_with('-') {
+            return Err(ApiError::bad_request("invalid_field", "`repository.url` must be a git URL or a path"));
+        }
+        if let Some(b) = &r.branch {
+            check_text("repository.branch", b, 255)?;
+        }
+    }
+    let task_id = TaskId::new();
+    {
+        let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = starting.entry(user.0.clone()).or_default();
+        let limit = state.config.gateway.max_starting_per_user;
+        if limit > 0 && mine.len() >= limit {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_starting",
+                format!("you already have {} conversations starting (limit {limit}); wait for one to be READY", mine.len()),
+            );
+            e.retry_after = Some(2);
+            return Err(e);
+        }
+        mine.insert(task_id);
+    }
+    let conversation_id = ConversationId::new();
+    let now = halyard_platform::now_ms();
+    let cmd = ConversationCommand::Start {
+        task_id,
+        conversation_id,
+        owner: user.clone(),
+        message: body.message,
+        repository: body.repository.map(|r| Repository { url: r.url, branch: r.branch }),
+        title: body.title.clone(),
+        created_ms: now,
+    };
+    let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
+    env.trace = Some(telemetry::new_trace());
+    if let Err(e) = bus::publish(&state.js, subjects::conversation_command(conversation_id), &env).await {
+        state.live.starting.lock().unwrap_or_else(|e| e.into_inner()).entry(user.0.clone()).or_default().remove(&task_id);
+        return Err(e.into());
+    }
+    tracing::info!(%task_id, %conversation_id, user = %user, "conversation start accepted");
+    // The command is durable; record what we know now so the next GET finds it. The
+    // projection of the lifecycle records overwrites this with the same facts and more.
+    let task = TaskView {
+        id: task_id.to_string(),
+        owner: user.0.clone(),
+        conversation_id: conversation_id.to_string(),
+        status: "WORKING".into(),
+        created_at: rfc3339(now),
+        updated_at: rfc3339(now),
+        ..Default::default()
+    };
+    if state.store.task(task_id)?.is_none() {
+        state.store.put_json(&store::task_key(task_id), &task)?;
+    }
+    if state.store.conversation(conversation_id)?.is_none() {
+        let mut view = new_view(conversation_id, &user.0, task_id, now);
+        view.title = body.title;
+        state.store.put_json(&store::conv_key(conversation_id), &view)?;
+        state.store.tree().insert(store::owner_key(&user.0, now, conversation_id), &conversation_id.as_bytes()[..]).map_err(store::StoreError::from)?;
+    }
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+fn task_json(t: &TaskView) -> Value {
+    json!({
+        "id": t.id, "conversation_id": t.conversation_id, "status": t.status, "detail": t.detail,
+        "sandbox_id": t.sandbox_id, "from_pool": t.from_pool, "created_at": t.created_at, "updated_at": t.updated_at,
+    })
+}
+
+fn conversation_json(c: &ConversationView) -> Value {
+    json!({
+        "id": c.id, "title": c.title, "status": c.status, "start_task_id": c.start_task_id,
+        "start_task_status": c.start_task_status, "error_detail": c.error_detail,
+        "execution_status": c.execution_status, "sandbox_id": c.sandbox_id, "sandbox_status": c.sandbox_status,
+        "repository": c.repository, "created_at": c.created_at, "updated_at": c.updated_at,
+        "last_event_seq": c.last_event_seq,
+    })
+}
+
+/// `GET /start-tasks/{id}`.
+pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id: TaskId = parse_id(&id, "id")?;
+    match state.store.task(id)? {
+        Some(t) if t.owner == user.0 => Ok(Json(task_json(&t))),
+        _ => Err(ApiError::not_found("start task")),
+    }
+}
+
+/// A conversation of this user, or 404.
+pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
+    let id: ConversationId = parse_id(raw, "id")?;
+    match state.store.conversation(id)? {
+        Some(c) if c.owner == user.0 => Ok((id, c)),
+        _ => Err(ApiError::not_found("conversation")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// `GET /conversations`.
+pub async fn list_conversations(State(state): State<AppState>, User(user): User, query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query?;
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 100"));
+    }
+    let cursor = match &q.cursor {
+        Some(c) => Some(from_hex(c).ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave out"))?),
+        None => None,
+    };
+    let (items, next) = state.store.conversations_of(&user.0, cursor.as_deref(), limit)?;
+    Ok(Json(json!({
+        "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
+        "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
+    })))
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// `GET /conversations/{id}`.
+pub async fn get_conversation(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let (_, c) = owned(&state, &user, &id)?;
+    Ok(Json(conversation_json(&c)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageBody {
+    pub text: String,
+}
+
+async fn agent_command(state: &AppState, id: ConversationId, cmd: AgentCommand) -> Result<String, ApiError> {
+    let mut env = Envelope::new(cmd, halyard_platform::now_ms());
+    env.trace = Some(telemetry::new_trace());
+    bus::publish(&state.js, subjects::agent_command(id), &env).await?;
+    Ok(env.id.to_string())
+}
+
+fn require_started(c: &ConversationView) -> Result<(), ApiError> {
+    match c.status.as_str() {
+        "ERROR" => Err(ApiError::conflict(
+            "conversation_failed",
+            format!("the conversation failed to start ({}); start a new one", c.error_detail.as_deref().unwrap_or("no detail")),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `POST /conversations/{id}/messages`. Accepted while starting too: it is queued.
+pub async fn send_message(State(state): State<AppState>, User(user): User, Path(id): Path<String>, ApiJson(body): ApiJson<MessageBody>) -> Result<impl IntoResponse, ApiError> {
+    let (id, c) = owned(&state, &user, &id)?;
+    check_text("text", &body.text, MAX_MESSAGE_CHARS)?;
+    require_started(&c)?;
+    let event_id = agent_command(&state, id, AgentCommand::UserMessage { conversation_id: id, text: body.text }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
+}
+
+/// `POST /conversations/{id}/pause`.
+pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let (id, c) = owned(&state, &user, &id)?;
+    require_started(&c)?;
+    if c.status != "READY" {
+        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; pause it once it is READY"));
+    }
+    agent_command(&state, id, AgentCommand::Pause { conversation_id: id }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+/// `POST /conversations/{id}/resume`.
+pub async fn resume(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let (id, c) = owned(&state, &user, &id)?;
+    require_started(&c)?;
+    if c.status != "READY" {
+        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; nothing to resume yet"));
+    }
+    agent_command(&state, id, AgentCommand::Resume { conversation_id: id }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+/// `DELETE /conversations/{id}`.
+pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let (id, _) = owned(&state, &user, &id)?;
+    let mut env = Envelope::new(ConversationCommand::Delete { conversation_id: id, owner: user.clone() }, halyard_platform::now_ms());
+    env.trace = Some(telemetry::new_trace());
+    bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `GET /conversations/{id}/events`.
+pub async fn list_events(State(state): State<AppState>, User(user): User, Path(id): Path<String>, query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query?;
+    let (id, _) = owned(&state, &user, &id)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
+    }
+    let after = q.after_seq.unwrap_or(0);
+    let events = state.store.events(id, after, limit)?;
+    let last = events.last().map(|(s, _)| *s);
+    let items: Vec<Value> = events.iter().filter_map(|(_, v)| serde_json::from_slice(v).ok()).collect();
+    let has_more = items.len() == limit;
+    Ok(Json(json!({"items": items, "has_more": has_more, "next_after_seq": if has_more { last } else { None }})))
+}

@@ -1,0 +1,233 @@
+//! The gateway's read models, in sled, derived from the bus by [`crate::projection`] and
+//! rebuildable by deleting them and replaying.
+//!
+//! One tree with key prefixes, so that a projected batch (views, events and the stream
+//! cursors) is written atomically: after a crash the cursors and the views always agree.
+//!
+//! | prefix | key | value |
+//! |---|---|---|
+//! | `c` | conversation id | [`ConversationView`] (JSON) |
+//! | `o` | owner, 0, inverted creation time, conversation id | conversation id |
+//! | `t` | task id | [`TaskView`] (JSON) |
+//! | `e` | conversation id, seq (big-endian) | event (JSON, as served) |
+//! | `m` | name | cursor (big-endian u64) |
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use halyard_protocol::{ConversationId, TaskId};
+
+/// A conversation as the API shows it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ConversationView {
+    pub id: String,
+    pub owner: String,
+    pub title: Option<String>,
+    /// `STARTING`, `READY` or `ERROR` (from the start task).
+    pub status: String,
+    pub start_task_id: String,
+    pub start_task_status: String,
+    pub error_detail: Option<String>,
+    /// The agent's execution status (`idle`, `running`, ...), once the agent has started.
+    pub execution_status: Option<String>,
+    pub sandbox_id: Option<String>,
+    pub sandbox_status: Option<String>,
+    pub repository: Option<Value>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_event_seq: u64,
+    #[serde(skip)]
+    pub created_ms: i64,
+}
+
+/// A start task as the API shows it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TaskView {
+    pub id: String,
+    pub owner: String,
+    pub conversation_id: String,
+    pub status: String,
+    pub detail: Option<String>,
+    pub sandbox_id: Option<String>,
+    pub from_pool: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("read model storage: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("read model corrupt: {0}")]
+    Corrupt(#[from] serde_json::Error),
+}
+
+impl StoreError {
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
+pub fn conv_key(id: ConversationId) -> Vec<u8> {
+    let mut k = vec![b'c'];
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn task_key(id: TaskId) -> Vec<u8> {
+    let mut k = vec![b't'];
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn owner_prefix(owner: &str) -> Vec<u8> {
+    let mut k = vec![b'o'];
+    k.extend_from_slice(owner.as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn owner_key(owner: &str, created_ms: i64, id: ConversationId) -> Vec<u8> {
+    let mut k = owner_prefix(owner);
+    // Inverted time: a forward scan lists the newest first.
+    k.extend_from_slice(&(u64::MAX - created_ms.max(0) as u64).to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn event_prefix(id: ConversationId) -> Vec<u8> {
+    let mut k = vec![b'e'];
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn event_key(id: ConversationId, seq: u64) -> Vec<u8> {
+    let mut k = event_prefix(id);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub fn meta_key(name: &str) -> Vec<u8> {
+    let mut k = vec![b'm'];
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// The read models.
+#[derive(Clone)]
+pub struct Store {
+    tree: sled::Tree,
+    db: sled::Db,
+}
+
+impl Store {
+    pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
+        let db = sled::Config::new().path(path).flush_every_ms(Some(200)).open()?;
+        let tree = db.open_tree("read_models")?;
+        Ok(Self { tree, db })
+    }
+
+    pub fn tree(&self) -> &sled::Tree {
+        &self.tree
+    }
+
+    pub async fn flush(&self) {
+        let _ = self.db.flush_async().await;
+    }
+
+    fn get_json<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StoreError> {
+        match self.tree.get(key)? {
+            Some(v) => Ok(Some(serde_json::from_slice(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn conversation(&self, id: ConversationId) -> Result<Option<ConversationView>, StoreError> {
+        let mut view: Option<ConversationView> = self.get_json(&conv_key(id))?;
+        if let Some(v) = view.as_mut() {
+            v.created_ms = parse_created(&v.created_at);
+        }
+        Ok(view)
+    }
+
+    pub fn task(&self, id: TaskId) -> Result<Option<TaskView>, StoreError> {
+        self.get_json(&task_key(id))
+    }
+
+    /// A page of one owner's conversations, newest first, after `cursor` (an opaque key
+    /// suffix from a previous page).
+    pub fn conversations_of(&self, owner: &str, cursor: Option<&[u8]>, limit: usize) -> Result<(Vec<ConversationView>, Option<Vec<u8>>), StoreError> {
+        let prefix = owner_prefix(owner);
+        let start = match cursor {
+            Some(c) => {
+                let mut k = prefix.clone();
+                k.extend_from_slice(c);
+                k.push(0); // strictly after the cursor
+                k
+            }
+            None => prefix.clone(),
+        };
+        let mut items = Vec::new();
+        let mut last = None;
+        for entry in self.tree.range(start..) {
+            let (k, v) = entry?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let Ok(bytes) = <[u8; 16]>::try_from(v.as_ref()) else { continue };
+            let id = ConversationId(uuid::Uuid::from_bytes(bytes));
+            if let Some(view) = self.conversation(id)? {
+                items.push(view);
+                last = Some(k[prefix.len()..].to_vec());
+            }
+            if items.len() == limit {
+                break;
+            }
+        }
+        let next = if items.len() == limit { last } else { None };
+        Ok((items, next))
+    }
+
+    /// Up to `limit` events of a conversation with `seq > after`, as stored JSON.
+    pub fn events(&self, id: ConversationId, after: u64, limit: usize) -> Result<Vec<(u64, sled::IVec)>, StoreError> {
+        let start = event_key(id, after.saturating_add(1));
+        let end = event_key(id, u64::MAX);
+        let mut out = Vec::new();
+        for entry in self.tree.range(start..=end).take(limit) {
+            let (k, v) = entry?;
+            let mut seq = [0u8; 8];
+            seq.copy_from_slice(&k[k.len() - 8..]);
+            out.push((u64::from_be_bytes(seq), v));
+        }
+        Ok(out)
+    }
+
+    pub fn cursor(&self, name: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .tree
+            .get(meta_key(name))?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0))
+    }
+
+    pub fn put_json<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StoreError> {
+        self.tree.insert(key, serde_json::to_vec(value)?)?;
+        Ok(())
+    }
+}
+
+/// RFC 3339 with milliseconds.
+pub fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn parse_created(s: &str) -> i64 {
+    humantime::parse_rfc3339(s)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
