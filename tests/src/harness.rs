@@ -1,0 +1,329 @@
+//! Runs the real `halyard` binary and talks to it over HTTP and WebSocket.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The `halyard` binary of this build, built once per test process if needed.
+pub fn halyard_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test exe");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = option_env!("CARGO").unwrap_or("cargo");
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "halyard", "--bin", "halyard"]);
+        // The variables cargo sets for this test process would leak into the nested build and
+        // make build scripts (ring's, for one) think their environment changed: every run
+        // would then rebuild half the tree.
+        for (name, _) in std::env::vars() {
+            let keep = ["CARGO_HOME", "CARGO_TARGET_DIR"].contains(&name.as_str())
+                || ["CARGO_BUILD_", "CARGO_TERM_", "CARGO_PROFILE_", "CARGO_REGISTRIES_", "CARGO_NET_", "CARGO_HTTP_"]
+                    .iter()
+                    .any(|p| name.starts_with(p));
+            if name.starts_with("CARGO_") && !keep || name == "OUT_DIR" || name.starts_with("RUSTC") {
+                cmd.env_remove(&name);
+            }
+        }
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build");
+        assert!(status.success(), "cargo build of the halyard binary failed");
+        profile_dir.join("halyard")
+    })
+    .clone()
+}
+
+/// How to start Halyard.
+#[derive(Clone, Debug)]
+pub struct HalyardOptions {
+    pub llm_base_url: String,
+    pub llm_stream: bool,
+    /// `user:key` pairs.
+    pub api_keys: String,
+    /// Extra `HALYARD_*` variables.
+    pub env: BTreeMap<String, String>,
+}
+
+impl HalyardOptions {
+    pub fn new(llm_base_url: &str) -> Self {
+        Self {
+            llm_base_url: llm_base_url.to_owned(),
+            llm_stream: true,
+            api_keys: "alice:alice-secret-key,bob:bob-secret-key".into(),
+            env: BTreeMap::new(),
+        }
+    }
+
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.env.insert(key.to_owned(), value.to_owned());
+        self
+    }
+}
+
+/// A running `halyard up`.
+pub struct Halyard {
+    child: Option<Child>,
+    pub data: tempfile::TempDir,
+    pub http: String,
+    pub nats: String,
+    opts: HalyardOptions,
+}
+
+/// The key the scripted LLM expects; tests check it never reaches a sandbox.
+pub const LLM_KEY: &str = "sk-halyard-test-llm-key-DO-NOT-LEAK";
+
+impl Halyard {
+    pub fn start(opts: HalyardOptions) -> Self {
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut h = Self { child: None, data, http: String::new(), nats: String::new(), opts };
+        h.spawn();
+        h
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(halyard_bin());
+        cmd.arg("up")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HALYARD_DATA_DIR", self.data.path())
+            .env("HALYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("HALYARD_API_KEYS", &self.opts.api_keys)
+            .env("HALYARD_LLM_BASE_URL", &self.opts.llm_base_url)
+            .env("HALYARD_LLM_MODEL", "scripted-model")
+            .env("HALYARD_LLM_API_KEY", LLM_KEY)
+            .env("HALYARD_LLM_STREAM", if self.opts.llm_stream { "true" } else { "false" })
+            .env("HALYARD_LLM_RETRY_BASE_MS", "50")
+            .env("HALYARD_LEASE_TTL_SECS", "2")
+            .env("HALYARD_LOG", "info,async_nats=warn")
+            .envs(&self.opts.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new().create(true).append(true).open(self.data.path().join("halyard.log")).expect("log"),
+            ));
+        if let Ok(server) = std::env::var("HALYARD_NATS_SERVER") {
+            cmd.env("HALYARD_NATS_SERVER", server);
+        }
+        let mut child = cmd.spawn().expect("spawn halyard");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("HALYARD_READY ") {
+                    let _ = tx.send(rest.to_owned());
+                }
+            }
+        });
+        let ready = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
+            panic!("halyard did not become ready; log:\n{}", self.log());
+        });
+        for part in ready.split_whitespace() {
+            if let Some(v) = part.strip_prefix("http=") {
+                self.http = format!("http://{v}");
+            }
+            if let Some(v) = part.strip_prefix("nats=") {
+                self.nats = v.to_owned();
+            }
+        }
+        self.child = Some(child);
+    }
+
+    /// The process log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("halyard.log")).unwrap_or_default()
+    }
+
+    /// Kills the process with SIGKILL (no clean-up at all), as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops gracefully (SIGTERM), waiting for the process to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            sigterm(child.id());
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    if started.elapsed() > Duration::from_secs(5) {
+                        let log = self.log();
+                        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                        eprintln!("halyard took {:?} to stop; log tail:\n{}", started.elapsed(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same data dir.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
+    pub fn api(&self, key: &str) -> Api {
+        Api { base: self.http.clone(), key: key.to_owned(), http: reqwest::Client::new() }
+    }
+
+    pub fn workspace(&self, sandbox_id: &str) -> PathBuf {
+        self.data.path().join("sandboxes").join(sandbox_id).join("workspace")
+    }
+}
+
+fn sigterm(pid: u32) {
+    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+}
+
+impl Drop for Halyard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A client of the API with one user's key.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    pub key: String,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("http request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Starts a conversation and waits for its start task to be READY; returns
+    /// (conversation id, task).
+    pub async fn start_ready(&self, body: Value) -> (String, Value) {
+        let (status, task) = self.post("/api/v1/conversations", body).await;
+        assert_eq!(status, 202, "start: {task}");
+        let id = task["id"].as_str().expect("task id").to_owned();
+        let task = self.wait_task(&id, &["READY"]).await;
+        (task["conversation_id"].as_str().expect("conversation id").to_owned(), task)
+    }
+
+    /// Polls a start task until its status is one of `want` (panics on ERROR unless wanted).
+    pub async fn wait_task(&self, id: &str, want: &[&str]) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, task) = self.get(&format!("/api/v1/start-tasks/{id}")).await;
+            assert_eq!(status, 200, "task: {task}");
+            let s = task["status"].as_str().unwrap_or_default();
+            if want.contains(&s) {
+                return task;
+            }
+            assert!(s != "ERROR", "start task failed: {task}");
+            assert!(Instant::now() < deadline, "start task stuck: {task}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// All events of a conversation.
+    pub async fn events(&self, conv: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let (status, page) = self.get(&format!("/api/v1/conversations/{conv}/events?after_seq={after}&limit=1000")).await;
+            assert_eq!(status, 200, "events: {page}");
+            let items = page["items"].as_array().cloned().unwrap_or_default();
+            if items.is_empty() {
+                return out;
+            }
+            after = items.last().and_then(|e| e["seq"].as_u64()).unwrap_or(after);
+            out.extend(items);
+        }
+    }
+
+    /// Waits until `pred` holds for the conversation's events; returns them.
+    pub async fn wait_events(&self, conv: &str, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let events = self.events(conv).await;
+            if pred(&events) {
+                return events;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; events: {}", Value::Array(events));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+
+    /// Waits until the conversation's view satisfies `pred`.
+    pub async fn wait_conversation(&self, conv: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, c) = self.get(&format!("/api/v1/conversations/{conv}")).await;
+            if status == 200 && pred(&c) {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; conversation: {c}");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+
+    /// Opens the event WebSocket after `after_seq`.
+    pub async fn ws(&self, conv: &str, after_seq: u64) -> EventSocket {
+        let url = format!("{}/api/v1/conversations/{conv}/events/ws?after_seq={after_seq}", self.base.replacen("http", "ws", 1));
+        let mut req = url.into_client_request().expect("ws request");
+        req.headers_mut().insert("authorization", format!("Bearer {}", self.key).parse().expect("header"));
+        let (socket, _) = tokio_tungstenite::connect_async(req).await.expect("ws connect");
+        EventSocket { socket }
+    }
+}
+
+/// A WebSocket of events.
+pub struct EventSocket {
+    socket: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+}
+
+impl EventSocket {
+    /// The next event, or None if none comes within `wait`.
+    pub async fn next(&mut self, wait: Duration) -> Option<Value> {
+        loop {
+            let msg = tokio::time::timeout(wait, self.socket.next()).await.ok()??.ok()?;
+            match msg {
+                Message::Text(t) => return serde_json::from_str(&t).ok(),
+                Message::Close(_) => return None,
+                _ => {}
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.send(Message::Close(None)).await;
+    }
+}

@@ -1,0 +1,211 @@
+//! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions`, answering
+//! from a script of [`Reply`]s, and recording every request it gets.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Tool calls `(name, arguments)`, with optional content (the "thought").
+    Tools(Option<String>, Vec<(String, Value)>),
+    /// A plain assistant message.
+    Text(String),
+    /// An HTTP error status with a body.
+    Status(u16),
+    /// Wait, then answer.
+    Delay(Duration, Box<Reply>),
+    /// Never answer until [`ScriptedLlm::release`] (simulates a run cut off mid-call).
+    Hang,
+}
+
+impl Reply {
+    pub fn tool(name: &str, args: Value) -> Self {
+        Reply::Tools(None, vec![(name.into(), args)])
+    }
+    pub fn finish(message: &str) -> Self {
+        Reply::tool("finish", json!({"message": message}))
+    }
+}
+
+type Fallback = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
+
+struct Inner {
+    script: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<(HeaderMap, Value)>>,
+    fallback: Mutex<Option<Fallback>>,
+    release: Notify,
+    counter: Mutex<u64>,
+}
+
+/// The scripted server. Cheap to clone.
+#[derive(Clone)]
+pub struct ScriptedLlm {
+    inner: Arc<Inner>,
+    pub base_url: String,
+}
+
+impl ScriptedLlm {
+    /// Starts on a free loopback port.
+    pub async fn start() -> Self {
+        let inner = Arc::new(Inner {
+            script: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(Vec::new()),
+            fallback: Mutex::new(None),
+            release: Notify::new(),
+            counter: Mutex::new(0),
+        });
+        let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { inner, base_url: format!("http://{addr}/v1") }
+    }
+
+    /// Appends replies to the script.
+    pub fn push(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.inner.script.lock().expect("lock").extend(replies);
+    }
+
+    /// What to answer once the script is empty (default: a plain "done" message).
+    pub fn fallback(&self, f: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        *self.inner.fallback.lock().expect("lock") = Some(Box::new(f));
+    }
+
+    /// Lets every hanging request go (they answer with an error).
+    pub fn release(&self) {
+        self.inner.release.notify_waiters();
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.inner.requests.lock().expect("lock").iter().map(|(_, b)| b.clone()).collect()
+    }
+
+    /// Every request's `Authorization` header.
+    pub fn auth_headers(&self) -> Vec<Option<String>> {
+        self.inner
+            .requests
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(h, _)| h.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned))
+            .collect()
+    }
+}
+
+async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    inner.requests.lock().expect("lock").push((headers, body.clone()));
+    let next = inner.script.lock().expect("lock").pop_front();
+    let mut reply = match next {
+        Some(r) => r,
+        None => match inner.fallback.lock().expect("lock").as_ref() {
+            Some(f) => f(&body),
+            None => Reply::Text("done".into()),
+        },
+    };
+    loop {
+        match reply {
+            Reply::Delay(d, r) => {
+                tokio::time::sleep(d).await;
+                reply = *r;
+            }
+            Reply::Hang => {
+                inner.release.notified().await;
+                return (StatusCode::SERVICE_UNAVAILABLE, "released").into_response();
+            }
+            Reply::Status(code) => {
+                let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return (status, Json(json!({"error": {"message": "scripted failure", "type": "server_error"}}))).into_response();
+            }
+            _ => break,
+        }
+    }
+    let n = {
+        let mut c = inner.counter.lock().expect("lock");
+        *c += 1;
+        *c
+    };
+    let (content, calls) = match reply {
+        Reply::Text(t) => (Some(t), Vec::new()),
+        Reply::Tools(content, calls) => (
+            content,
+            calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, args))| (format!("call_{n}_{i}"), name, args.to_string()))
+                .collect(),
+        ),
+        _ => (None, Vec::new()),
+    };
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if stream { sse(n, content, calls) } else { plain(n, content, calls) }
+}
+
+fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) -> Response {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": content});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    Json(json!({
+        "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0, "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    }))
+    .into_response()
+}
+
+/// Server-sent events, with content and arguments split into small fragments as real
+/// servers do.
+fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) -> Response {
+    let mut chunks: Vec<Value> = vec![json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})];
+    if let Some(text) = content {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(7) {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"content": piece.iter().collect::<String>()}}]}));
+        }
+    }
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}}]}));
+        let chars: Vec<char> = args.chars().collect();
+        for piece in chars.chunks(9) {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": i, "function": {"arguments": piece.iter().collect::<String>()}}]}}]}));
+        }
+    }
+    let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
+    let mut text = String::new();
+    for mut c in chunks {
+        c["id"] = json!(format!("chatcmpl-{n}"));
+        c["object"] = json!("chat.completion.chunk");
+        text.push_str(&format!("data: {c}\n\n"));
+    }
+    text.push_str("data: [DONE]\n\n");
+    let body = Body::from_stream(futures::stream::iter(
+        text.into_bytes().chunks(64).map(|c| Ok::<_, Infallible>(c.to_vec())).collect::<Vec<_>>(),
+    ));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,173 @@
+//! A conversation end to end: HTTP API, start task, process sandbox, agent loop against a
+//! scripted OpenAI-compatible LLM, events over HTTP and WebSocket.
+
+use std::time::Duration;
+
+use halyard_tests::harness::LLM_KEY;
+use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-secret-key";
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+fn assert_contiguous(events: &[Value]) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1), "seq gap or duplicate at {i}: {}", Value::Array(events.to_vec()));
+    }
+    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), events.len(), "duplicate event ids");
+}
+
+async fn write_run_finish(stream: bool) {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::Tools(
+            Some("I'll write the script first.".into()),
+            vec![("file_editor".into(), json!({"command": "create", "path": "hello.py", "file_text": "print('hello from halyard')\n"}))],
+        ),
+        Reply::tool("terminal", json!({"command": "python3 hello.py && echo LLM_KEY=${HALYARD_LLM_API_KEY:-absent}"})),
+        Reply::finish("hello.py prints the greeting"),
+    ]);
+    let mut opts = HalyardOptions::new(&llm.base_url);
+    opts.llm_stream = stream;
+    let h = Halyard::start(opts);
+    let api = h.api(ALICE);
+
+    let (status, task) = api.post("/api/v1/conversations", json!({"message": "Write hello.py and run it", "title": "Greeting"})).await;
+    assert_eq!(status, 202, "{task}");
+    assert_eq!(task["status"], "WORKING");
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
+    let conv = task["conversation_id"].as_str().unwrap().to_owned();
+    let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+
+    let events = api
+        .wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished"))
+        .await;
+    assert_contiguous(&events);
+    let k = kinds(&events);
+    assert_eq!(
+        k,
+        [
+            "conversation_started", "user_message", "execution_status", "action", "observation", "action", "observation",
+            "action", "observation", "agent_message", "execution_status"
+        ],
+        "{}",
+        Value::Array(events.clone())
+    );
+    assert_eq!(events[1]["text"], "Write hello.py and run it");
+    assert_eq!(events[1]["source"], "user");
+    assert_eq!(events[2]["status"], "running");
+    assert_eq!(events[3]["tool"], "file_editor");
+    assert_eq!(events[3]["thought"], "I'll write the script first.");
+    assert!(events[4]["content"].as_str().unwrap().contains("File created successfully"), "{}", events[4]);
+    assert_eq!(events[5]["tool"], "terminal");
+    let out = events[6]["content"].as_str().unwrap();
+    assert!(out.contains("hello from halyard"), "{out}");
+    // The LLM key is not in the sandbox's environment.
+    assert!(out.contains("LLM_KEY=absent"), "{out}");
+    assert_eq!(events[6]["exit_code"], 0);
+    assert_eq!(events[9]["text"], "hello.py prints the greeting");
+    for e in &events {
+        assert!(e["timestamp"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(e["conversation_id"], conv.as_str());
+    }
+
+    // The file is really in the sandbox workspace.
+    let file = h.workspace(&sandbox).join("hello.py");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "print('hello from halyard')\n");
+
+    // The LLM saw the tools, the tool results, and our key (and only the LLM did).
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let tools: Vec<&str> = requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(tools, ["terminal", "file_editor", "think", "finish"]);
+    assert_eq!(requests[0]["stream"], stream);
+    assert_eq!(requests[0]["model"], "scripted-model");
+    let last = requests[2]["messages"].as_array().unwrap();
+    let tool_msg = last.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    assert!(tool_msg["content"].as_str().unwrap().contains("hello from halyard"));
+    assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))));
+    for e in &events {
+        assert!(!e.to_string().contains(LLM_KEY), "the LLM key leaked into an event");
+    }
+
+    // The conversation view says how it went.
+    let (status, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(c["title"], "Greeting");
+    assert_eq!(c["status"], "READY");
+    assert_eq!(c["execution_status"], "finished");
+    assert_eq!(c["sandbox_status"], "RUNNING");
+    assert_eq!(c["last_event_seq"], events.len());
+
+    // A follow-up message starts a new run in the same shell and workspace.
+    llm.push([Reply::tool("terminal", json!({"command": "cat hello.py | wc -l"})), Reply::Text("One line.".into())]);
+    let (status, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "How long is it?"})).await;
+    assert_eq!(status, 202);
+    let events = api
+        .wait_events(&conv, "the second run", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line."))
+        .await;
+    assert_contiguous(&events);
+    let obs = events.iter().rev().find(|e| e["kind"] == "observation").unwrap();
+    assert!(obs["content"].as_str().unwrap().starts_with('1'), "{obs}");
+    let last = events.last().unwrap();
+    assert_eq!((last["kind"].as_str(), last["status"].as_str()), (Some("execution_status"), Some("idle")));
+}
+
+#[tokio::test]
+async fn agent_writes_runs_and_finishes_streaming() {
+    write_run_finish(true).await;
+}
+
+#[tokio::test]
+async fn agent_writes_runs_and_finishes_without_streaming() {
+    write_run_finish(false).await;
+}
+
+#[tokio::test]
+async fn websocket_resumes_without_gap_or_duplicate() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let step = |i: usize| Reply::Delay(Duration::from_millis(60), Box::new(Reply::tool("think", json!({"thought": format!("step {i}")}))));
+    llm.push((0..8).map(step));
+    llm.push([Reply::finish("done thinking")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "think a lot"})).await;
+
+    let mut seen: Vec<Value> = Vec::new();
+    // First connection: take a few events, then drop the connection mid-run.
+    let mut ws = api.ws(&conv, 0).await;
+    for _ in 0..5 {
+        seen.push(ws.next(Duration::from_secs(20)).await.expect("event"));
+    }
+    ws.close().await;
+    // Let events happen while disconnected.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let mut ws = api.ws(&conv, last).await;
+    loop {
+        let e = ws.next(Duration::from_secs(20)).await.expect("event after reconnect");
+        let done = e["kind"] == "execution_status" && e["status"] == "finished";
+        seen.push(e);
+        if done {
+            break;
+        }
+    }
+    assert_contiguous(&seen);
+    // Exactly what the HTTP API has.
+    let stored = api.events(&conv).await;
+    assert_eq!(seen, stored);
+    // Nothing more arrives on a finished conversation, and a late reconnect replays exactly
+    // the tail.
+    assert!(ws.next(Duration::from_millis(300)).await.is_none());
+    let mut ws = api.ws(&conv, stored.len() as u64 - 2).await;
+    assert_eq!(ws.next(Duration::from_secs(5)).await.unwrap(), stored[stored.len() - 2]);
+    assert_eq!(ws.next(Duration::from_secs(5)).await.unwrap(), stored[stored.len() - 1]);
+}
