@@ -8,6 +8,7 @@
 
 pub mod harness;
 pub mod llm;
+pub mod procs;
 
 pub use harness::{Api, Halyard, HalyardOptions};
 pub use llm::{Reply, ScriptedLlm};

@@ -1,0 +1,195 @@
+//! The agent loop's guarantees: LLM failures, iteration limits, pause and resume, a sandbox
+//! that dies, repository preparation.
+
+use std::time::Duration;
+
+use halyard_tests::{init, procs, Halyard, HalyardOptions, Reply, ScriptedLlm};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-secret-key";
+
+fn last_status(events: &[Value]) -> Option<String> {
+    events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str()).map(str::to_owned)
+}
+
+#[tokio::test]
+async fn llm_failures_are_retried_then_reported_and_the_conversation_goes_on() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::Status(500), Reply::Status(429), Reply::finish("made it")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_MAX_RETRIES", "2"));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "go"})).await;
+    let events = api.wait_events(&conv, "finish", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    assert_eq!(llm.requests().len(), 3, "two failures retried, then success");
+    assert!(events.iter().all(|e| e["kind"] != "agent_error"));
+
+    // Failing for good: one error event, status error, and the next message works.
+    llm.push([Reply::Status(503), Reply::Status(503), Reply::Status(503)]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await;
+    let events = api.wait_events(&conv, "the error", |ev| last_status(ev).as_deref() == Some("error")).await;
+    let err = events.iter().rev().find(|e| e["kind"] == "agent_error").expect("agent_error event");
+    assert_eq!(err["code"], "llm_server_error");
+    assert!(err["message"].as_str().unwrap().contains("503"), "{err}");
+    assert_eq!(llm.requests().len(), 6);
+
+    llm.push([Reply::Text("back".into())]);
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "once more"})).await;
+    assert_eq!(s, 202);
+    api.wait_events(&conv, "recovery", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "back")).await;
+}
+
+#[tokio::test]
+async fn the_iteration_limit_ends_a_run_with_an_error() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| Reply::tool("think", json!({"thought": "hmm"})));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_ITERATIONS", "3"));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "loop forever"})).await;
+    let events = api.wait_events(&conv, "the limit", |ev| last_status(ev).as_deref() == Some("error")).await;
+    let err = events.iter().rev().find(|e| e["kind"] == "agent_error").unwrap();
+    assert_eq!(err["code"], "max_iterations");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "action").count(), 3);
+    assert_eq!(llm.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn pause_freezes_the_sandbox_and_resume_continues_the_run() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo one > one.txt"}))]);
+    llm.push((0..6).map(|i| Reply::Delay(Duration::from_millis(150), Box::new(Reply::tool("think", json!({"thought": format!("t{i}")}))))));
+    llm.push([Reply::tool("terminal", json!({"command": "cat one.txt"})), Reply::finish("resumed fine")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "work slowly"})).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    api.wait_events(&conv, "first thoughts", |ev| ev.iter().filter(|e| e["tool"] == "think").count() >= 2).await;
+
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/pause"), json!({})).await;
+    assert_eq!(s, 202);
+    let c = api.wait_conversation(&conv, "paused", |c| c["execution_status"] == "paused" && c["sandbox_status"] == "PAUSED").await;
+    assert_eq!(c["status"], "READY");
+    let pid = procs::executor_pid(&workspace).expect("executor process");
+    assert_eq!(procs::state(pid), Some('T'), "the executor is frozen");
+    // Nothing happens while paused.
+    let before = api.events(&conv).await.len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(api.events(&conv).await.len(), before);
+
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/resume"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the run to finish after resume", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    assert_ne!(procs::state(pid), Some('T'));
+    let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(cat["content"].as_str().unwrap().starts_with("one"), "{cat}");
+    let c = api.wait_conversation(&conv, "running sandbox", |c| c["sandbox_status"] == "RUNNING").await;
+    assert_eq!(c["execution_status"], "finished");
+}
+
+#[tokio::test]
+async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo precious > keep.txt"})), Reply::finish("saved")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "save a file"})).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    api.wait_events(&conv, "finish", |ev| last_status(ev).as_deref() == Some("finished")).await;
+
+    let pid = procs::executor_pid(&workspace).expect("executor process");
+    procs::kill(pid);
+    let c = api.wait_conversation(&conv, "the death to be noticed", |c| c["sandbox_status"] == "ERROR").await;
+    assert_eq!(c["status"], "READY");
+
+    llm.push([Reply::tool("terminal", json!({"command": "cat keep.txt"})), Reply::finish("still there")]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "is it still there?"})).await;
+    let events = api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(cat["content"].as_str().unwrap().starts_with("precious"), "{cat}");
+    api.wait_conversation(&conv, "a new executor", |c| c["sandbox_status"] == "RUNNING").await;
+    let new_pid = procs::executor_pid(&workspace).expect("new executor");
+    assert_ne!(new_pid, pid);
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git")
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn make_repo(setup: &str) -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let p = repo.path();
+    std::fs::create_dir_all(p.join(".openhands")).unwrap();
+    std::fs::write(p.join("README.md"), "# demo\n").unwrap();
+    std::fs::write(p.join(".openhands/setup.sh"), setup).unwrap();
+    std::fs::write(p.join(".openhands/pre-commit.sh"), "echo checked\n").unwrap();
+    std::fs::write(p.join("AGENTS.md"), "Always answer in haiku.\n").unwrap();
+    git(p, &["init", "-q"]);
+    git(p, &["add", "."]);
+    git(p, &["commit", "-qm", "init"]);
+    git(p, &["checkout", "-qb", "feature"]);
+    std::fs::write(p.join("feature.txt"), "on the branch\n").unwrap();
+    git(p, &["add", "."]);
+    git(p, &["commit", "-qm", "feature"]);
+    git(p, &["checkout", "-q", "main"]);
+    repo
+}
+
+#[tokio::test]
+async fn a_repository_is_cloned_set_up_and_its_skills_loaded() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ok")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let repo = make_repo("echo setup-ran > setup-marker.txt\n");
+    let url = repo.path().to_string_lossy().to_string();
+    let (conv, task) = api.start_ready(json!({"message": "hi", "repository": {"url": url, "branch": "feature"}})).await;
+    let ws = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(ws.join("feature.txt")).unwrap(), "on the branch\n");
+    assert_eq!(std::fs::read_to_string(ws.join("setup-marker.txt")).unwrap(), "setup-ran\n");
+    assert!(std::fs::read_to_string(ws.join(".git/hooks/pre-commit")).unwrap().contains("pre-commit.sh"));
+    let events = api.wait_events(&conv, "finish", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    let skills = &events[0]["skills"];
+    assert!(skills.as_array().unwrap().iter().any(|s| s["name"] == "AGENTS.md"), "{skills}");
+    let system = &llm.requests()[0]["messages"][0];
+    assert_eq!(system["role"], "system");
+    assert!(system["content"].as_str().unwrap().contains("Always answer in haiku."));
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(c["repository"]["branch"], "feature");
+}
+
+#[tokio::test]
+async fn a_failing_phase_is_named_in_the_start_task() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+
+    let repo = make_repo("echo broken dependency >&2; exit 3\n");
+    let (_, task) = api.post("/api/v1/conversations", json!({"repository": {"url": repo.path().to_string_lossy()}})).await;
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(task["status"], "ERROR");
+    let detail = task["detail"].as_str().unwrap();
+    assert!(detail.contains("RUNNING_SETUP_SCRIPT") && detail.contains("exit code 3") && detail.contains("broken dependency"), "{detail}");
+
+    let (_, task) = api.post("/api/v1/conversations", json!({"repository": {"url": "/no/such/repository"}})).await;
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(task["status"], "ERROR");
+    assert!(task["detail"].as_str().unwrap().contains("PREPARING_REPOSITORY"), "{task}");
+    let conv = task["conversation_id"].as_str().unwrap();
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(c["status"], "ERROR");
+    let (s, resp) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "hello?"})).await;
+    assert_eq!((s, resp["error"]["code"].as_str()), (409, Some("conversation_failed")));
+}

@@ -1,0 +1,115 @@
+//! Crash safety: `halyard up` killed with SIGKILL in the middle of a run, then started again on
+//! the same data dir. Nothing is lost, nothing is duplicated, the cut-off run is reported, and a
+//! new message continues the conversation.
+
+use std::time::{Duration, Instant};
+
+use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-secret-key";
+
+async fn wait_requests(llm: &ScriptedLlm, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while llm.requests().len() < n {
+        assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", llm.requests().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn check_log(events: &[Value]) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1), "gap or duplicate: {}", Value::Array(events.to_vec()));
+    }
+    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), events.len(), "duplicate event ids");
+}
+
+#[tokio::test]
+async fn sigkill_while_the_llm_thinks_then_restart() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo before > marker.txt"})), Reply::Hang]);
+    let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "start working", "title": "survivor"})).await;
+    wait_requests(&llm, 2).await;
+    let before = api.wait_events(&conv, "the first observation", |ev| ev.iter().any(|e| e["kind"] == "observation")).await;
+
+    h.kill9();
+    llm.release();
+    h.restart();
+    let api = h.api(ALICE);
+
+    // Everything is still there, identical.
+    let (s, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(s, 200, "{c}");
+    assert_eq!(c["title"], "survivor");
+    let (_, list) = api.get("/api/v1/conversations").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, t) = api.get(&format!("/api/v1/start-tasks/{}", task["id"].as_str().unwrap())).await;
+    assert_eq!(t["status"], "READY");
+    let after = api
+        .wait_events(&conv, "the interruption to be recorded", |ev| ev.iter().any(|e| e["code"] == "run_interrupted"))
+        .await;
+    assert_eq!(&after[..before.len()], &before[..], "history changed across the restart");
+    check_log(&after);
+    let c = api.wait_conversation(&conv, "status error", |c| c["execution_status"] == "error").await;
+    assert_eq!(c["last_event_seq"], after.len());
+
+    // A new message continues, in the same workspace.
+    llm.push([Reply::tool("terminal", json!({"command": "cat marker.txt"})), Reply::finish("continued")]);
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "please continue"})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    check_log(&events);
+    let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(cat["content"].as_str().unwrap().starts_with("before"), "{cat}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 2);
+    // The LLM was given the whole history, the first message included.
+    let last_request = llm.requests().last().cloned().unwrap();
+    assert!(last_request["messages"].to_string().contains("start working"));
+
+    // And it all survives a clean restart too.
+    h.stop();
+    h.restart();
+    let api = h.api(ALICE);
+    assert_eq!(api.events(&conv).await, events);
+}
+
+#[tokio::test]
+async fn sigkill_during_a_tool_call_then_restart() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo started > s.txt; sleep 20; echo never > n.txt", "timeout": 60}))]);
+    let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "long job"})).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !workspace.join("s.txt").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = api.events(&conv).await;
+    assert_eq!(before.last().unwrap()["kind"], "action");
+
+    h.kill9();
+    h.restart();
+    let api = h.api(ALICE);
+    let after = api.wait_events(&conv, "the interruption", |ev| ev.iter().any(|e| e["code"] == "run_interrupted")).await;
+    assert_eq!(&after[..before.len()], &before[..]);
+    check_log(&after);
+
+    // The next LLM call is well-formed: the cut-off tool call has a (stand-in) result.
+    llm.push([Reply::Text("ok, starting over".into())]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "what happened?"})).await;
+    api.wait_events(&conv, "an answer", |ev| ev.iter().any(|e| e["text"] == "ok, starting over")).await;
+    let req = llm.requests().last().cloned().unwrap();
+    let msgs = req["messages"].as_array().unwrap();
+    let call_id = msgs.iter().find_map(|m| m["tool_calls"][0]["id"].as_str()).unwrap();
+    let result = msgs.iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id).expect("a result for the cut-off call");
+    assert!(result["content"].as_str().unwrap().contains("interrupted"));
+}
