@@ -1,0 +1,125 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Golden fixtures: the exact MessagePack bytes of one message of every kind. A change to the
+//! wire format fails here; if it is intended, regenerate with `HALYARD_BLESS=1 cargo test -p
+//! halyard-protocol` and say so in the commit (and in `protocol/README.md`).
+
+use std::path::PathBuf;
+
+use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
+use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
+use halyard_protocol::system::{ExposedUrl, Repository, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::{decode, encode, CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use uuid::Uuid;
+
+const T: i64 = 1_795_000_000_000;
+
+fn id(n: u128) -> Uuid {
+    Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 | n)
+}
+
+fn env<P>(n: u128, kind: &str, payload: P) -> Envelope<P> {
+    Envelope {
+        v: 1,
+        id: CommandId(id(n)),
+        kind: kind.into(),
+        time_ms: T,
+        correlation_id: Some(id(900).to_string()),
+        causation_id: None,
+        trace: Some(TraceContext { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into() }),
+        payload,
+    }
+}
+
+fn event(seq: u64, body: EventBody) -> ConversationEvent {
+    ConversationEvent { seq, id: EventId(id(100 + seq as u128)), conversation_id: ConversationId(id(1)), source: EventSource::Agent, timestamp_ms: T, body }
+}
+
+fn check<P: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, value: Envelope<P>) {
+    let bytes = encode(&value).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(format!("{name}.msgpack"));
+    if std::env::var_os("HALYARD_BLESS").is_some() {
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let golden = std::fs::read(&path).unwrap_or_else(|_| panic!("missing fixture {}; run with HALYARD_BLESS=1", path.display()));
+    assert_eq!(bytes, golden, "wire format of {name} changed");
+    let back: Envelope<P> = decode(&golden).unwrap();
+    assert_eq!(back, value, "{name} does not round-trip");
+}
+
+#[test]
+fn events_are_stable() {
+    let cases: Vec<(&str, ConversationEvent)> = vec![
+        ("event_conversation_started", event(1, EventBody::ConversationStarted {
+            owner: UserId("alice".into()), sandbox_id: SandboxId(id(2)), workspace: "/workspace".into(), model: "gpt-4o".into(),
+            skills: vec![Skill { name: "AGENTS.md".into(), content: "Be brief.".into() }],
+        })),
+        ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into() })),
+        ("event_action", event(3, EventBody::Action {
+            tool_call_id: "call_1".into(), tool: "terminal".into(),
+            arguments: serde_json::json!({"command": "ls -la", "timeout": 10}), thought: Some("Look first.".into()),
+        })),
+        ("event_observation", event(4, EventBody::Observation {
+            tool_call_id: "call_1".into(), tool: "terminal".into(), content: "total 0".into(), exit_code: Some(0), is_error: false,
+        })),
+        ("event_agent_message", event(5, EventBody::AgentMessage { text: "Done.".into() })),
+        ("event_agent_error", event(6, EventBody::AgentError { code: "llm_timeout".into(), message: "timed out".into() })),
+        ("event_execution_status", event(7, EventBody::ExecutionStatus { status: ExecutionStatus::Finished, reason: None })),
+        ("event_title", event(8, EventBody::Title { title: "Greeting script".into(), set_by: TitleSource::Generated })),
+    ];
+    for (name, ev) in cases {
+        let kind = format!("event.{}", ev.body.kind());
+        check(name, env(1, &kind, ev));
+    }
+}
+
+#[test]
+fn records_are_stable() {
+    check("sys_start_task", env(2, "sys.start_task", SystemRecord::StartTask(StartTaskUpdate {
+        task_id: TaskId(id(3)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)),
+        status: StartTaskStatus::RunningSetupScript, detail: None, sandbox_id: Some(SandboxId(id(2))), from_pool: false, created_ms: T,
+    })));
+    check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(SandboxUpdate {
+        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: Some(ConversationId(id(1))),
+        sandbox_kind: "process".into(), status: SandboxStatus::Running,
+        exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
+        workspace: "/data/sandboxes/x/workspace".into(), detail: None, pid: Some(4242),
+    })));
+    check("sys_conversation_created", env(4, "sys.conversation_created", SystemRecord::ConversationCreated {
+        conversation_id: ConversationId(id(1)), owner: UserId("alice".into()), task_id: TaskId(id(3)), sandbox_id: SandboxId(id(2)),
+        title: Some("t".into()), repository: Some(Repository { url: "https://example.com/r.git".into(), branch: Some("main".into()) }), created_ms: T,
+    }));
+}
+
+#[test]
+fn commands_are_stable() {
+    check("cmd_conversation_start", env(5, "cmd.conversation.start", ConversationCommand::Start {
+        task_id: TaskId(id(3)), conversation_id: ConversationId(id(1)), owner: UserId("alice".into()),
+        message: Some("hi".into()), repository: None, title: None, created_ms: T,
+    }));
+    check("cmd_sandbox_create", env(6, "cmd.sandbox.create", SandboxCommand::Create {
+        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)),
+    }));
+    check("cmd_agent_user_message", env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }));
+}
+
+#[test]
+fn readers_ignore_unknown_fields_and_reject_future_versions() {
+    // An envelope from a newer writer with an extra field still decodes.
+    #[derive(Serialize)]
+    struct Newer<'a> { v: u16, id: String, kind: &'a str, time_ms: i64, payload: AgentCommand, added_later: bool }
+    let bytes = rmp_serde::to_vec_named(&Newer {
+        v: 1, id: id(9).to_string(), kind: "cmd.agent.pause", time_ms: T,
+        payload: AgentCommand::Pause { conversation_id: ConversationId(id(1)) }, added_later: true,
+    }).unwrap();
+    let newer: Envelope<AgentCommand> = decode(&bytes).unwrap();
+    assert_eq!(newer.payload, AgentCommand::Pause { conversation_id: ConversationId(id(1)) });
+    // A future major version is refused with a clear error.
+    let mut future = env(8, "cmd.agent.pause", AgentCommand::Pause { conversation_id: ConversationId(id(1)) });
+    future.v = 2;
+    let err = decode::<AgentCommand>(&encode(&future).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("unsupported envelope version 2"));
+    // Garbage is an error, not a panic.
+    assert!(decode::<AgentCommand>(b"\xc1\x00garbage").is_err());
+}
