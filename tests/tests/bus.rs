@@ -1,0 +1,81 @@
+//! The bus side: services as separate processes, and poison messages.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use halyard_tests::{init, Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm};
+use serde_json::json;
+
+const ALICE: &str = "alice-secret-key";
+
+#[tokio::test]
+async fn each_service_can_run_as_its_own_process() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo split"})), Reply::finish("done")]);
+    let nats = NatsServer::start();
+    let shared = |services: &[&str]| {
+        HalyardOptions::new(&llm.base_url).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret")
+    };
+    // Four processes, one per service, that only share the bus.
+    let sandbox = Halyard::start(shared(&["sandbox"]));
+    let _agent = Halyard::start(shared(&["agent"]));
+    let _conversations = Halyard::start(shared(&["conversations"]));
+    let gateway = Halyard::start(shared(&["gateway"]));
+    let api = gateway.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "go"})).await;
+    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let obs = events.iter().find(|e| e["tool"] == "terminal" && e["kind"] == "observation").unwrap();
+    assert!(obs["content"].as_str().unwrap().starts_with("split"));
+    // The workspace lives with the sandbox service.
+    assert!(sandbox.workspace(task["sandbox_id"].as_str().unwrap()).exists());
+    assert!(!gateway.workspace(task["sandbox_id"].as_str().unwrap()).exists());
+}
+
+#[tokio::test]
+async fn poison_messages_are_parked_and_the_service_carries_on() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let client = async_nats::connect(&h.nats).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    for subject in [
+        "halyard.cmd.agent.01900000-0000-7000-8000-000000000001",
+        "halyard.cmd.sandbox.01900000-0000-7000-8000-000000000002",
+        "halyard.cmd.conversation.01900000-0000-7000-8000-000000000003",
+    ] {
+        js.publish(subject, "this is not msgpack".into()).await.unwrap().await.unwrap();
+    }
+    // Garbage on the event log is skipped by readers too.
+    js.publish("halyard.events.01900000-0000-7000-8000-000000000004", vec![0xc1, 0xc1].into()).await.unwrap().await.unwrap();
+
+    let dlq = js.get_stream("HALYARD_DEAD_LETTERS").await.unwrap();
+    let consumer = dlq
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut parked = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while parked.len() < 3 {
+        assert!(Instant::now() < deadline, "only {} parked", parked.len());
+        if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+            let reason = m.headers.as_ref().and_then(|h| h.get("Halyard-Reason")).map(|v| v.to_string()).unwrap_or_default();
+            let subject = m.headers.as_ref().and_then(|h| h.get("Halyard-Subject")).map(|v| v.to_string()).unwrap_or_default();
+            assert!(reason.contains("undecodable"), "{reason}");
+            assert_eq!(&m.payload[..], b"this is not msgpack");
+            parked.push(subject);
+        }
+    }
+    parked.sort();
+    assert!(parked[0].starts_with("halyard.cmd.agent."));
+    // Nothing is left to be retried forever.
+    let commands = js.get_stream("HALYARD_COMMANDS").await.unwrap().get_info().await.unwrap();
+    assert_eq!(commands.state.messages, 0);
+
+    // Every service still works.
+    llm.push([Reply::finish("still alive")]);
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "are you ok?"})).await;
+    api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+}
