@@ -1,1 +1,243 @@
-fn main() {}
+//! Halyard's core benchmark (issue 2), all in one run on one machine, against a real
+//! `halyard up` (release build) and its embedded nats-server:
+//!
+//! (a) raw JetStream: async publish with acknowledgements (256 in flight) to a file stream of
+//!     the same nats-server: the baseline;
+//! (b) Halyard's event path: events appended through the agent runner's appender (with its
+//!     expected-last-sequence check), projected by the gateway and delivered to one WebSocket
+//!     client per conversation, for many concurrent conversations;
+//! (c) start latency: `POST /conversations` (no repository) to start task READY with the
+//!     process sandbox, p50 and p99.
+//!
+//! Figures go to `load/results/core.json` and `core.md`. Targets: (b) >= 0.5 x (a); (c) p50 <
+//! 150 ms. A benchmark reports; it does not assert.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use halyard_platform::bus::EventAppender;
+use halyard_protocol::event::{EventBody, EventSource};
+use halyard_protocol::{ConversationId, EventId};
+use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Messages for the raw JetStream baseline.
+    #[arg(long, default_value_t = 100_000)]
+    raw_messages: usize,
+    /// Concurrent conversations for the event path.
+    #[arg(long, default_value_t = 50)]
+    conversations: usize,
+    /// Events appended per conversation.
+    #[arg(long, default_value_t = 1_000)]
+    events_per_conversation: usize,
+    /// Conversations started for the start-latency figure.
+    #[arg(long, default_value_t = 60)]
+    starts: usize,
+    /// Skip the WebSocket readers (to see the append path alone).
+    #[arg(long)]
+    no_ws: bool,
+    /// Where the results go.
+    #[arg(long, default_value = "load/results")]
+    out: std::path::PathBuf,
+}
+
+const KEY: &str = "alice-secret-key";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    halyard_tests::init();
+    let llm = ScriptedLlm::start().await;
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_LOG", "warn")
+        .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
+        .set("HALYARD_MAX_RUNNING_TOTAL", "0");
+    let mut opts = opts;
+    opts.env.insert("HALYARD_LLM_STREAM".into(), "false".into());
+    let h = Halyard::start(opts);
+    eprintln!("halyard up at {} (nats {})", h.http, h.nats);
+    let client = async_nats::connect(&h.nats).await?;
+    let js = async_nats::jetstream::new(client.clone());
+
+    // (c) first, on a quiet system.
+    let api = h.api(KEY);
+    let mut starts = Vec::new();
+    for _ in 0..args.starts {
+        let t0 = Instant::now();
+        let (status, task) = api.post("/api/v1/conversations", json!({})).await;
+        anyhow::ensure!(status == 202, "start failed: {task}");
+        let id = task["id"].as_str().context("task id")?.to_owned();
+        loop {
+            let (_, t) = api.get(&format!("/api/v1/start-tasks/{id}")).await;
+            match t["status"].as_str() {
+                Some("READY") => break,
+                Some("ERROR") => anyhow::bail!("start failed: {t}"),
+                _ => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+        starts.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    starts.sort_by(f64::total_cmp);
+    let (start_p50, start_p99) = (percentile(&starts, 50.0), percentile(&starts, 99.0));
+    eprintln!("(c) start to READY: p50 {start_p50:.1} ms, p99 {start_p99:.1} ms over {}", starts.len());
+
+    // (a) raw JetStream publish with acks, 256 in flight, file storage like the event stream.
+    let _ = js.delete_stream("BENCH_RAW").await;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "BENCH_RAW".into(),
+        subjects: vec!["bench.raw.>".into()],
+        storage: async_nats::jetstream::stream::StorageType::File,
+        ..Default::default()
+    })
+    .await?;
+    let payload = bytes_of_event();
+    let t0 = Instant::now();
+    let mut inflight = FuturesUnordered::new();
+    for i in 0..args.raw_messages {
+        if inflight.len() >= 256 {
+            inflight.next().await.context("ack")??;
+        }
+        let ack = js.publish(format!("bench.raw.{}", i % 50), payload.clone().into()).await?;
+        inflight.push(ack.into_future());
+    }
+    while let Some(r) = inflight.next().await {
+        r?;
+    }
+    let raw_rate = args.raw_messages as f64 / t0.elapsed().as_secs_f64();
+    js.delete_stream("BENCH_RAW").await?;
+    eprintln!("(a) raw JetStream publish: {raw_rate:.0} msg/s");
+
+    // (b) the event path.
+    let mut convs = Vec::new();
+    for _ in 0..args.conversations {
+        let (conv, _) = api.start_ready(json!({})).await;
+        convs.push(conv);
+    }
+    // Wait for each conversation's opening events, so the WebSocket starts after them.
+    let mut starts_at = Vec::new();
+    for conv in &convs {
+        let events = api.wait_events(conv, "opening events", |ev| ev.len() >= 2).await;
+        starts_at.push(events.len() as u64);
+    }
+    let total = args.conversations * args.events_per_conversation;
+    let readers_n = if args.no_ws { 0 } else { args.conversations };
+    let begin = Arc::new(tokio::sync::Barrier::new(args.conversations + readers_n + 1));
+    let mut readers = Vec::new();
+    for (conv, after) in convs.iter().zip(&starts_at).take(readers_n) {
+        let mut ws = api.ws(conv, *after).await;
+        let want = args.events_per_conversation;
+        let begin = begin.clone();
+        readers.push(tokio::spawn(async move {
+            begin.wait().await;
+            let mut got = 0;
+            while got < want {
+                if ws.next_text(Duration::from_secs(60)).await.is_none() {
+                    break;
+                }
+                got += 1;
+            }
+            (got, Instant::now())
+        }));
+    }
+    let mut writers = Vec::new();
+    for conv in &convs {
+        let id: ConversationId = conv.parse()?;
+        let mut appender = EventAppender::open(js.clone(), id).await?;
+        let n = args.events_per_conversation;
+        let begin = begin.clone();
+        writers.push(tokio::spawn(async move {
+            begin.wait().await;
+            for i in 0..n {
+                let body = EventBody::Observation {
+                    tool_call_id: format!("call_{i}"),
+                    tool: "terminal".into(),
+                    content: "x".repeat(160),
+                    exit_code: Some(0),
+                    is_error: false,
+                };
+                appender.append(EventId::new(), EventSource::Environment, body, None).await?;
+            }
+            Ok::<_, halyard_platform::BusError>(Instant::now())
+        }));
+    }
+    begin.wait().await;
+    let t0 = Instant::now();
+    let mut appended_at = t0;
+    for w in writers {
+        appended_at = appended_at.max(w.await??);
+    }
+    let mut delivered = 0;
+    let mut delivered_at = t0;
+    for r in readers {
+        let (got, at) = r.await?;
+        delivered += got;
+        delivered_at = delivered_at.max(at);
+    }
+    let append_rate = total as f64 / (appended_at - t0).as_secs_f64();
+    let delivered_rate = delivered as f64 / (delivered_at - t0).as_secs_f64();
+    eprintln!("(b) event path: appended {append_rate:.0} ev/s, delivered {delivered_rate:.0} ev/s ({delivered}/{total})");
+
+    let ratio = delivered_rate / raw_rate;
+    let results = json!({
+        "benchmark": "core (issue 2)",
+        "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
+        "a_raw_jetstream_publish_per_sec": raw_rate.round(),
+        "b_event_path": {
+            "conversations": args.conversations,
+            "events": total,
+            "delivered": delivered,
+            "appended_per_sec": append_rate.round(),
+            "delivered_to_websocket_per_sec": delivered_rate.round(),
+            "ratio_to_raw": (ratio * 1000.0).round() / 1000.0,
+            "target_ratio": 0.5,
+        },
+        "c_start_to_ready_ms": {"samples": starts.len(), "p50": (start_p50 * 10.0).round() / 10.0, "p99": (start_p99 * 10.0).round() / 10.0, "target_p50": 150.0},
+    });
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("core.json"), serde_json::to_string_pretty(&results)? + "\n")?;
+    let md = format!(
+        "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores), `halyard up` release build with its embedded nats-server.\n\n\
+         | figure | value | target |\n|---|---|---|\n\
+         | (a) raw JetStream async publish with acks (256 in flight) | {raw_rate:.0} msg/s | baseline |\n\
+         | (b) events appended via the agent runner's appender, {} conversations | {append_rate:.0} ev/s | |\n\
+         | (b) ... delivered to WebSocket clients | {delivered_rate:.0} ev/s ({:.2} x (a)) | >= 0.5 x (a) |\n\
+         | (c) POST /conversations to READY, p50 | {start_p50:.1} ms | < 150 ms |\n\
+         | (c) ... p99 ({} starts) | {start_p99:.1} ms | |\n\n\
+         Reproduce: `cargo run --release -p halyard-load` (writes this file and core.json).\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        args.conversations,
+        ratio,
+        starts.len()
+    );
+    std::fs::write(args.out.join("core.md"), md)?;
+    println!("{}", serde_json::to_string_pretty(&results)?);
+    drop(h);
+    Ok(())
+}
+
+/// A payload the size of a typical encoded event.
+fn bytes_of_event() -> Vec<u8> {
+    let ev = halyard_protocol::event::ConversationEvent {
+        seq: 1,
+        id: EventId::new(),
+        conversation_id: ConversationId::new(),
+        source: EventSource::Environment,
+        timestamp_ms: 0,
+        body: EventBody::Observation { tool_call_id: "call_1".into(), tool: "terminal".into(), content: "x".repeat(160), exit_code: Some(0), is_error: false },
+    };
+    halyard_protocol::encode(&halyard_protocol::Envelope::new(ev, 0)).unwrap_or_default()
+}

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -17,8 +17,12 @@ pub fn halyard_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("test exe");
-        // target/<profile>/deps/<test> -> target/<profile>
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir").to_path_buf();
+        // target/<profile>/deps/<test>, or target/<profile>/<bench binary> -> target/<profile>
+        let profile_dir = exe
+            .ancestors()
+            .find(|p| p.file_name().is_some_and(|n| n == "debug" || n == "release"))
+            .expect("target/<profile> above the current executable")
+            .to_path_buf();
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         let cargo = option_env!("CARGO").unwrap_or("cargo");
         let mut cmd = Command::new(cargo);
@@ -362,6 +366,17 @@ impl EventSocket {
             let msg = tokio::time::timeout(wait, self.socket.next()).await.ok()??.ok()?;
             match msg {
                 Message::Text(t) => return serde_json::from_str(&t).ok(),
+                Message::Close(_) => return None,
+                _ => {}
+            }
+        }
+    }
+
+    /// The next frame's text, unparsed (for benchmarks).
+    pub async fn next_text(&mut self, wait: Duration) -> Option<String> {
+        loop {
+            match tokio::time::timeout(wait, self.socket.next()).await.ok()??.ok()? {
+                Message::Text(t) => return Some(t.to_string()),
                 Message::Close(_) => return None,
                 _ => {}
             }

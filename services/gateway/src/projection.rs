@@ -21,11 +21,11 @@ use crate::store::{self, rfc3339, ConversationView, Store, TaskView};
 /// Most messages folded into one sled batch.
 const MAX_BATCH: usize = 1024;
 
-/// One event as sent to clients: its seq and its JSON text.
+/// One event as sent to clients: its seq and its JSON text (shared, never copied per client).
 #[derive(Clone, Debug)]
 pub struct LiveEvent {
     pub seq: u64,
-    pub json: Arc<str>,
+    pub json: axum::extract::ws::Utf8Bytes,
 }
 
 /// Live state shared by the projection and the API: per-conversation broadcast channels, and
@@ -81,7 +81,7 @@ struct Pending<'a> {
     views: HashMap<ConversationId, Option<ConversationView>>,
     live: Vec<(ConversationId, LiveEvent)>,
     settled: Vec<(String, TaskId)>,
-    tombstoned: HashSet<ConversationId>,
+    tomb_checked: HashMap<ConversationId, bool>,
 }
 
 fn tomb_key(id: ConversationId) -> Vec<u8> {
@@ -99,9 +99,15 @@ impl Pending<'_> {
         self.views.get_mut(&id).and_then(Option::as_mut)
     }
 
-    /// Deleted conversations leave a tombstone, so late events and records stay out.
-    fn deleted(&self, id: ConversationId) -> bool {
-        self.tombstoned.contains(&id) || self.store.tree().contains_key(tomb_key(id)).unwrap_or(false)
+    /// Deleted conversations leave a tombstone, so late events and records stay out. Looked
+    /// up once per conversation per batch.
+    fn deleted(&mut self, id: ConversationId) -> bool {
+        if let Some(known) = self.tomb_checked.get(&id) {
+            return *known;
+        }
+        let dead = self.store.tree().contains_key(tomb_key(id)).unwrap_or(false);
+        self.tomb_checked.insert(id, dead);
+        dead
     }
 
     fn event(&mut self, ev: ConversationEvent) {
@@ -109,8 +115,8 @@ impl Pending<'_> {
         if self.deleted(id) {
             return;
         }
-        let json: Arc<str> = render_event(&ev).to_string().into();
-        self.batch.insert(store::event_key(id, ev.seq), json.as_bytes());
+        let json = axum::extract::ws::Utf8Bytes::from(render_event(&ev).to_string());
+        self.batch.insert(store::event_key(id, ev.seq), json.as_str().as_bytes());
         let now = rfc3339(ev.timestamp_ms);
         if let Some(view) = self.view(id) {
             view.last_event_seq = view.last_event_seq.max(ev.seq);
@@ -188,7 +194,7 @@ impl Pending<'_> {
                     self.batch.remove(store::owner_key(&owner.0, created, conversation_id));
                 }
                 self.views.insert(conversation_id, None);
-                self.tombstoned.insert(conversation_id);
+                self.tomb_checked.insert(conversation_id, true);
                 self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
                 for key in self.store.tree().scan_prefix(store::event_prefix(conversation_id)).keys().flatten() {
                     self.batch.remove(key);
@@ -278,7 +284,7 @@ pub async fn run(js: jetstream::Context, store: Store, live: Arc<Live>, mut shut
             m = system.next() => (false, m),
             m = events.next() => (true, m),
         };
-        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), live: Vec::new(), settled: Vec::new(), tombstoned: HashSet::new() };
+        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), live: Vec::new(), settled: Vec::new(), tomb_checked: HashMap::new() };
         let mut next = Some(first);
         let mut count = 0;
         while let Some((is_event, msg)) = next.take() {

@@ -60,8 +60,9 @@ pub async fn last_record<P: DeserializeOwned>(
 
 /// Appends to one conversation's log. Each append names the stream sequence of the last event
 /// it knows (`Nats-Expected-Last-Subject-Sequence`), so JetStream rejects it if anyone else has
-/// appended since: two writers can never both write `seq` N. The event id is the
-/// `Nats-Msg-Id`, so re-appending an event after a lost ack stores it once.
+/// appended since: two writers can never both write `seq` N. The same check makes a re-append
+/// after a lost ack fail instead of storing the event twice; the caller then finds its event
+/// (by id) in the log.
 #[derive(Debug)]
 pub struct EventAppender {
     js: jetstream::Context,
@@ -130,10 +131,10 @@ impl EventAppender {
         let mut env = Envelope::with_id(CommandId(id.0), event, now);
         env.trace = trace;
         let bytes = halyard_protocol::encode(&env)?;
-        let publish = PublishMessage::build()
-            .payload(bytes.into())
-            .message_id(id.to_string())
-            .expected_last_subject_sequence(self.last_stream_seq);
+        // No `Nats-Msg-Id`: the expected-sequence check already makes a retried append fail
+        // (the first copy is stored), and the caller then finds its event by id in the log.
+        // Sparing the server's de-duplication table is measurably faster.
+        let publish = PublishMessage::build().payload(bytes.into()).expected_last_subject_sequence(self.last_stream_seq);
         let pending = self
             .js
             .send_publish(self.subject.clone(), publish)

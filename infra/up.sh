@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up and runs Halyard on this machine: installs nats-server if missing, builds the release
+# binary, and runs every service in one process (`halyard up`) with an embedded nats-server,
+# sled read models and process sandboxes, all under $HALYARD_DATA_DIR (default ./.halyard).
+#
+# Point it at an OpenAI-compatible LLM with HALYARD_LLM_BASE_URL, HALYARD_LLM_MODEL and
+# HALYARD_LLM_API_KEY. API keys come from HALYARD_API_KEYS=user:key,...; without it a single
+# development key is made up and printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash infra/install-deps.sh
+if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
+  export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
+fi
+cargo build --release -p halyard
+if [ -z "${HALYARD_API_KEYS:-}" ]; then
+  export HALYARD_API_KEYS="dev:dev-key-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  echo "No HALYARD_API_KEYS set; using the development key: ${HALYARD_API_KEYS#dev:}" >&2
+  echo "(curl -H \"Authorization: Bearer ${HALYARD_API_KEYS#dev:}\" ...)" >&2
+fi
+exec ./target/release/halyard up "$@"

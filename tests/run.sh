@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Sets up and runs every test of Halyard: installs nats-server (and the Python client's
+# packages) if missing, builds the workspace, and runs the unit and end-to-end tests against
+# real nats-server processes and real HTTP. Extra arguments go to the test runner.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash infra/install-deps.sh
+if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
+  export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
+fi
+# Same package selection for the build and the tests, so the binary the end-to-end tests run
+# is built once, with the same features.
+cargo build --workspace --all-targets
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
