@@ -122,3 +122,17 @@ impl Payload for AgentCommand {
         .to_owned()
     }
 }
+
+/// Commands for the title setter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum TitleCommand {
+    /// The user named the conversation; this title wins over any generated one.
+    SetByUser { conversation_id: ConversationId, title: String },
+}
+
+impl Payload for TitleCommand {
+    fn kind(&self) -> String {
+        "cmd.title.set_by_user".into()
+    }
+}

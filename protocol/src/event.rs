@@ -139,3 +139,20 @@ impl Payload for ConversationEvent {
         format!("event.{}", self.body.kind())
     }
 }
+
+/// An event as the HTTP API, the WebSocket and webhooks serve it: the envelope fields (`seq`,
+/// `id`, `conversation_id`, `source`, `timestamp` in RFC 3339) and the body's fields (with
+/// `kind`), flattened into one JSON object.
+pub fn to_json(ev: &ConversationEvent) -> serde_json::Value {
+    use serde_json::Value;
+    let mut obj = serde_json::Map::new();
+    obj.insert("seq".into(), ev.seq.into());
+    obj.insert("id".into(), ev.id.to_string().into());
+    obj.insert("conversation_id".into(), ev.conversation_id.to_string().into());
+    obj.insert("source".into(), serde_json::to_value(ev.source).unwrap_or(Value::Null));
+    obj.insert("timestamp".into(), crate::rfc3339(ev.timestamp_ms).into());
+    if let Ok(Value::Object(body)) = serde_json::to_value(&ev.body) {
+        obj.extend(body);
+    }
+    Value::Object(obj)
+}

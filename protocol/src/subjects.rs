@@ -13,6 +13,8 @@ pub const EVENTS_STREAM: &str = "HALYARD_EVENTS";
 pub const SYSTEM_STREAM: &str = "HALYARD_SYSTEM";
 /// Durable commands (work queue).
 pub const COMMANDS_STREAM: &str = "HALYARD_COMMANDS";
+/// Webhook delivery jobs, one subject per (subscription, conversation).
+pub const DELIVERIES_STREAM: &str = "HALYARD_DELIVERIES";
 /// Messages a service could not process, parked for inspection.
 pub const DEAD_LETTER_STREAM: &str = "HALYARD_DEAD_LETTERS";
 
@@ -29,6 +31,12 @@ pub const CONVERSATION_COMMANDS: &str = "halyard.cmd.conversation.>";
 pub const SANDBOX_COMMANDS: &str = "halyard.cmd.sandbox.>";
 /// Commands for the agent runner.
 pub const AGENT_COMMANDS: &str = "halyard.cmd.agent.>";
+/// Commands for the title setter.
+pub const TITLE_COMMANDS: &str = "halyard.cmd.title.>";
+/// All delivery jobs.
+pub const ALL_DELIVERIES: &str = "halyard.dlv.>";
+/// All webhook delivery records.
+pub const ALL_DELIVERY_RECORDS: &str = "halyard.sys.delivery.>";
 
 /// Durable consumer of the conversation manager.
 pub const CONVERSATION_CONSUMER: &str = "conversation-manager";
@@ -36,6 +44,19 @@ pub const CONVERSATION_CONSUMER: &str = "conversation-manager";
 pub const SANDBOX_CONSUMER: &str = "sandbox-supervisor";
 /// Durable consumer of the agent runner.
 pub const AGENT_CONSUMER: &str = "agent-runner";
+
+/// Durable consumer of the title setter's commands.
+pub const TITLE_COMMAND_CONSUMER: &str = "title-setter-commands";
+/// Durable consumer of the title setter on the event log.
+pub const TITLE_EVENT_CONSUMER: &str = "title-setter";
+/// Durable consumer of the callback dispatcher on the event log (fan-out to jobs).
+pub const CALLBACK_FANOUT_CONSUMER: &str = "callback-fanout";
+
+/// Key-value bucket of the title setter: conversations it has named (or found named).
+pub const TITLE_BUCKET: &str = "halyard_titles";
+
+/// Key-value bucket of webhook subscriptions (with their signing secrets).
+pub const WEBHOOK_BUCKET: &str = "halyard_webhooks";
 
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
@@ -73,6 +94,31 @@ pub fn sandbox_command(id: SandboxId) -> String {
 /// A command for the agent runner about one conversation.
 pub fn agent_command(id: ConversationId) -> String {
     format!("halyard.cmd.agent.{id}")
+}
+
+/// A command for the title setter about one conversation.
+pub fn title_command(id: ConversationId) -> String {
+    format!("halyard.cmd.title.{id}")
+}
+
+/// Delivery jobs of one subscription for one conversation.
+pub fn delivery_job(webhook: &str, conversation: ConversationId) -> String {
+    format!("halyard.dlv.{webhook}.{conversation}")
+}
+
+/// Delivery jobs of one subscription.
+pub fn delivery_jobs_of(webhook: &str) -> String {
+    format!("halyard.dlv.{webhook}.>")
+}
+
+/// Delivery attempt records of one subscription.
+pub fn delivery_record(webhook: &str) -> String {
+    format!("halyard.sys.delivery.{webhook}")
+}
+
+/// Records about one subscription (disabled...).
+pub fn webhook_record(webhook: &str) -> String {
+    format!("halyard.sys.webhook.{webhook}")
 }
 
 /// Where a service parks a message it cannot process.

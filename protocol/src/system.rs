@@ -152,6 +152,10 @@ pub enum SystemRecord {
         created_ms: UnixMillis,
     },
     ConversationDeleted { conversation_id: ConversationId, owner: UserId },
+    /// One attempt to deliver an event to a webhook.
+    DeliveryAttempt(crate::webhook::DeliveryAttempt),
+    /// The dispatcher disabled a subscription that kept failing.
+    WebhookDisabled { webhook_id: String, owner: UserId, reason: String },
 }
 
 impl Payload for SystemRecord {
@@ -161,6 +165,8 @@ impl Payload for SystemRecord {
             Self::Sandbox(_) => "sys.sandbox",
             Self::ConversationCreated { .. } => "sys.conversation_created",
             Self::ConversationDeleted { .. } => "sys.conversation_deleted",
+            Self::DeliveryAttempt(_) => "sys.delivery_attempt",
+            Self::WebhookDisabled { .. } => "sys.webhook_disabled",
         }
         .to_owned()
     }

@@ -120,6 +120,9 @@ impl Halyard {
             .env("HALYARD_LLM_STREAM", if self.opts.llm_stream { "true" } else { "false" })
             .env("HALYARD_LLM_RETRY_BASE_MS", "50")
             .env("HALYARD_LEASE_TTL_SECS", "2")
+            // The title setter would take replies scripted for the agent; title tests give it
+            // an LLM of its own.
+            .env("HALYARD_TITLE_USE_LLM", "false")
             .env("HALYARD_LOG", "info,async_nats=warn")
             .envs(&self.opts.env)
             .stdin(Stdio::null())

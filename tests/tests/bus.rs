@@ -55,20 +55,29 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
         .await
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
-    let mut parked = Vec::new();
+    // Every consumer parks what it cannot read: the three command handlers, and the title
+    // setter and webhook fan-out for the garbage event.
+    let mut parked: Vec<(String, String)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while parked.len() < 3 {
-        assert!(Instant::now() < deadline, "only {} parked", parked.len());
+    while parked.len() < 5 {
+        assert!(Instant::now() < deadline, "only parked {parked:?}");
         if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
-            let reason = m.headers.as_ref().and_then(|h| h.get("Halyard-Reason")).map(|v| v.to_string()).unwrap_or_default();
-            let subject = m.headers.as_ref().and_then(|h| h.get("Halyard-Subject")).map(|v| v.to_string()).unwrap_or_default();
-            assert!(reason.contains("undecodable"), "{reason}");
-            assert_eq!(&m.payload[..], b"this is not msgpack");
-            parked.push(subject);
+            let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.to_string()).unwrap_or_default();
+            assert!(header("Halyard-Reason").contains("undecodable"), "{}", header("Halyard-Reason"));
+            let subject = header("Halyard-Subject");
+            if subject.starts_with("halyard.events.") {
+                assert_eq!(&m.payload[..], &[0xc1, 0xc1]);
+            } else {
+                assert_eq!(&m.payload[..], b"this is not msgpack");
+            }
+            parked.push((subject, header("Halyard-Service")));
         }
     }
     parked.sort();
-    assert!(parked[0].starts_with("halyard.cmd.agent."));
+    let services: Vec<&str> = parked.iter().map(|(_, s)| s.as_str()).collect();
+    for svc in ["agent", "sandbox", "conversations", "callbacks", "titles"] {
+        assert!(services.contains(&svc), "{svc} parked nothing: {parked:?}");
+    }
     // Nothing is left to be retried forever.
     let commands = js.get_stream("HALYARD_COMMANDS").await.unwrap().get_info().await.unwrap();
     assert_eq!(commands.state.messages, 0);

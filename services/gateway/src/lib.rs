@@ -10,6 +10,7 @@ pub mod error;
 pub mod projection;
 pub mod routes;
 pub mod store;
+pub mod webhooks;
 pub mod ws;
 
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub struct AppState {
     pub store: Store,
     pub live: Arc<Live>,
     pub limiter: Arc<RateLimiter>,
+    /// Webhook subscriptions (the dispatcher watches the same bucket).
+    pub webhooks: jetstream::kv::Store,
 }
 
 /// The router.
@@ -68,13 +71,18 @@ pub fn app(state: AppState) -> Router {
     let max_body = state.config.gateway.max_body_bytes;
     let api = Router::new()
         .route("/conversations", post(routes::start_conversation).get(routes::list_conversations))
-        .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete))
+        .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete).patch(routes::patch_conversation))
         .route("/conversations/{id}/messages", post(routes::send_message))
         .route("/conversations/{id}/pause", post(routes::pause))
         .route("/conversations/{id}/resume", post(routes::resume))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
+        .route("/webhooks", post(webhooks::create).get(webhooks::list))
+        .route("/webhooks/{id}", get(webhooks::get_one).patch(webhooks::patch).delete(webhooks::delete))
+        .route("/webhooks/{id}/rotate-secret", post(webhooks::rotate))
+        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/webhooks/{id}/deliveries/{delivery_id}/retry", post(webhooks::retry))
         .route("/openapi.json", get(openapi));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
@@ -102,7 +110,11 @@ pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: toki
     let store = Store::open(&config.data_dir.join("gateway"))?;
     let live = Arc::new(Live::default());
     let limiter = Arc::new(RateLimiter::new(config.gateway.rate_limit_per_minute));
-    let state = AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter };
+    let webhooks = js
+        .get_key_value(halyard_protocol::subjects::WEBHOOK_BUCKET)
+        .await
+        .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
+    let state = AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter, webhooks };
 
     let projection = tokio::spawn(projection::run(js, store.clone(), live, shutdown.clone()));
     let mut stop = shutdown.clone();

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use async_nats::jetstream::{self, consumer};
 use futures::{FutureExt, StreamExt};
-use serde_json::Value;
 use tokio::sync::broadcast;
 
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
@@ -60,18 +59,9 @@ impl Live {
     }
 }
 
-/// An event as the API serves it: envelope fields, then the body's fields (with `kind`).
-pub fn render_event(ev: &ConversationEvent) -> Value {
-    let mut obj = serde_json::Map::new();
-    obj.insert("seq".into(), ev.seq.into());
-    obj.insert("id".into(), ev.id.to_string().into());
-    obj.insert("conversation_id".into(), ev.conversation_id.to_string().into());
-    obj.insert("source".into(), serde_json::to_value(ev.source).unwrap_or(Value::Null));
-    obj.insert("timestamp".into(), rfc3339(ev.timestamp_ms).into());
-    if let Ok(Value::Object(body)) = serde_json::to_value(&ev.body) {
-        obj.extend(body);
-    }
-    Value::Object(obj)
+/// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
+pub fn render_event(ev: &ConversationEvent) -> serde_json::Value {
+    halyard_protocol::event::to_json(ev)
 }
 
 /// Views touched by the batch being built (None: deleted).
@@ -123,7 +113,14 @@ impl Pending<'_> {
             view.updated_at = now;
             match &ev.body {
                 EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
-                EventBody::Title { title, .. } => view.title = Some(title.clone()),
+                EventBody::Title { title, set_by } => {
+                    // A user's title wins over a generated one, whichever came first.
+                    let user = *set_by == halyard_protocol::event::TitleSource::User;
+                    if user || view.title_set_by.as_deref() != Some("user") {
+                        view.title = Some(title.clone());
+                        view.title_set_by = Some(if user { "user" } else { "generated" }.into());
+                    }
+                }
                 _ => {}
             }
         }
@@ -173,8 +170,9 @@ impl Pending<'_> {
                     return;
                 }
                 let view = self.ensure_view(conversation_id, &owner.0, task_id, created_ms);
-                if view.title.is_none() {
+                if title.is_some() && view.title_set_by.as_deref() != Some("user") {
                     view.title = title;
+                    view.title_set_by = Some("user".into());
                 }
                 view.repository = repository.and_then(|r| serde_json::to_value(r).ok());
                 view.sandbox_id = Some(sandbox_id.to_string());
@@ -187,6 +185,15 @@ impl Pending<'_> {
                         view.updated_at = at;
                     }
                 }
+            }
+            SystemRecord::DeliveryAttempt(a) => {
+                if let Ok(bytes) = serde_json::to_vec(&crate::webhooks::attempt_json(&a)) {
+                    self.batch.insert(store::attempt_key(&a.webhook_id, a.time_ms, a.delivery_id, a.attempt), bytes.clone());
+                    self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
+                }
+            }
+            SystemRecord::WebhookDisabled { webhook_id, reason, .. } => {
+                tracing::warn!(%webhook_id, %reason, "webhook disabled by the dispatcher");
             }
             SystemRecord::ConversationDeleted { conversation_id, owner } => {
                 if let Some(view) = self.view(conversation_id) {

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use halyard_platform::bus;
 use halyard_platform::telemetry;
-use halyard_protocol::command::{AgentCommand, ConversationCommand};
+use halyard_protocol::command::{AgentCommand, ConversationCommand, TitleCommand};
 use halyard_protocol::system::Repository;
 use halyard_protocol::{subjects, ConversationId, Envelope, TaskId};
 
@@ -124,6 +124,7 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
     }
     if state.store.conversation(conversation_id)?.is_none() {
         let mut view = new_view(conversation_id, &user.0, task_id, now);
+        view.title_set_by = body.title.as_ref().map(|_| "user".to_owned());
         view.title = body.title;
         state.store.put_json(&store::conv_key(conversation_id), &view)?;
         state.store.tree().insert(store::owner_key(&user.0, now, conversation_id), &conversation_id.as_bytes()[..]).map_err(store::StoreError::from)?;
@@ -290,4 +291,21 @@ pub async fn list_events(State(state): State<AppState>, User(user): User, Path(i
     let items: Vec<Value> = events.iter().filter_map(|(_, v)| serde_json::from_slice(v).ok()).collect();
     let has_more = items.len() == limit;
     Ok(Json(json!({"items": items, "has_more": has_more, "next_after_seq": if has_more { last } else { None }})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchConversation {
+    pub title: String,
+}
+
+/// `PATCH /conversations/{id}`: the user names the conversation; this wins over a generated
+/// title even if that arrives later.
+pub async fn patch_conversation(State(state): State<AppState>, User(user): User, Path(id): Path<String>, ApiJson(body): ApiJson<PatchConversation>) -> Result<impl IntoResponse, ApiError> {
+    let (id, _) = owned(&state, &user, &id)?;
+    check_text("title", &body.title, MAX_TITLE_CHARS)?;
+    let mut env = Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
+    env.trace = Some(telemetry::new_trace());
+    bus::publish(&state.js, subjects::title_command(id), &env).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
 }

@@ -36,7 +36,10 @@ pub struct ConversationView {
     pub created_at: String,
     pub updated_at: String,
     pub last_event_seq: u64,
-    #[serde(skip)]
+    /// Who set `title`: `user` (at start or later) wins over `generated`.
+    #[serde(default)]
+    pub title_set_by: Option<String>,
+    #[serde(default)]
     pub created_ms: i64,
 }
 
@@ -108,6 +111,31 @@ pub fn event_key(id: ConversationId, seq: u64) -> Vec<u8> {
     k
 }
 
+/// Delivery attempts of a webhook, newest first.
+pub fn attempt_prefix(webhook: &str) -> Vec<u8> {
+    let mut k = vec![b'w'];
+    k.extend_from_slice(webhook.as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn attempt_key(webhook: &str, time_ms: i64, delivery: halyard_protocol::CommandId, attempt: u32) -> Vec<u8> {
+    let mut k = attempt_prefix(webhook);
+    k.extend_from_slice(&(u64::MAX - time_ms.max(0) as u64).to_be_bytes());
+    k.extend_from_slice(delivery.as_bytes());
+    k.extend_from_slice(&attempt.to_be_bytes());
+    k
+}
+
+/// The latest attempt of one delivery.
+pub fn last_attempt_key(webhook: &str, delivery: halyard_protocol::CommandId) -> Vec<u8> {
+    let mut k = vec![b'x'];
+    k.extend_from_slice(webhook.as_bytes());
+    k.push(0);
+    k.extend_from_slice(delivery.as_bytes());
+    k
+}
+
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut k = vec![b'm'];
     k.extend_from_slice(name.as_bytes());
@@ -144,11 +172,7 @@ impl Store {
     }
 
     pub fn conversation(&self, id: ConversationId) -> Result<Option<ConversationView>, StoreError> {
-        let mut view: Option<ConversationView> = self.get_json(&conv_key(id))?;
-        if let Some(v) = view.as_mut() {
-            v.created_ms = parse_created(&v.created_at);
-        }
-        Ok(view)
+        self.get_json(&conv_key(id))
     }
 
     pub fn task(&self, id: TaskId) -> Result<Option<TaskView>, StoreError> {
@@ -218,16 +242,4 @@ impl Store {
     }
 }
 
-/// RFC 3339 with milliseconds.
-pub fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn parse_created(s: &str) -> i64 {
-    humantime::parse_rfc3339(s)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use halyard_protocol::rfc3339;

@@ -66,9 +66,12 @@ enum Service {
     Conversations,
     Sandbox,
     Agent,
+    Callbacks,
+    Titles,
 }
 
-const ALL: [Service; 4] = [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent];
+const ALL: [Service; 6] =
+    [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles];
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -184,6 +187,12 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
             }
             Service::Agent => {
                 tasks.spawn(async move { (service, halyard_agent::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Callbacks => {
+                tasks.spawn(async move { (service, halyard_callbacks::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Titles => {
+                tasks.spawn(async move { (service, halyard_titles::run(config, client, shutdown).await.map_err(Into::into)) });
             }
         }
     }

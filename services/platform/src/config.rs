@@ -37,6 +37,67 @@ pub struct Config {
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
     pub gateway: GatewayConfig,
+    pub webhooks: WebhookConfig,
+    pub titles: TitleConfig,
+}
+
+/// Webhook delivery.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Destinations otherwise refused that are allowed: any of `loopback`, `private`,
+    /// `link-local`.
+    pub allow: Vec<String>,
+    /// Attempts per delivery before it is parked.
+    pub max_attempts: u32,
+    /// First retry delay; doubles each attempt, with jitter.
+    pub retry_base_ms: u64,
+    /// Longest retry delay.
+    pub retry_max_ms: u64,
+    /// Timeout of one delivery request.
+    pub timeout_secs: u64,
+    /// A subscription failing without a single success for this long is disabled.
+    pub disable_after_secs: u64,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self { allow: Vec::new(), max_attempts: 8, retry_base_ms: 1000, retry_max_ms: 300_000, timeout_secs: 10, disable_after_secs: 3 * 24 * 3600 }
+    }
+}
+
+/// The title setter's LLM (defaults to the agent's endpoint and model).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TitleConfig {
+    /// Ask an LLM for titles; with false, titles are the trimmed first line of the message.
+    pub use_llm: bool,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+}
+
+impl Default for TitleConfig {
+    fn default() -> Self {
+        Self { use_llm: true, base_url: None, model: None, api_key: None }
+    }
+}
+
+impl TitleConfig {
+    /// The LLM settings for titles: these overrides on top of the agent's.
+    pub fn llm(&self, agent: &LlmConfig) -> LlmConfig {
+        LlmConfig {
+            base_url: self.base_url.clone().unwrap_or_else(|| agent.base_url.clone()),
+            model: self.model.clone().unwrap_or_else(|| agent.model.clone()),
+            api_key: self.api_key.clone().unwrap_or_else(|| agent.api_key.clone()),
+            stream: false,
+            timeout_secs: 20,
+            max_retries: 1,
+            retry_base_ms: agent.retry_base_ms,
+            max_concurrent: 8,
+            temperature: None,
+        }
+    }
 }
 
 /// One API key and the user it authenticates.
@@ -130,6 +191,8 @@ impl Default for Config {
             agent: AgentConfig::default(),
             sandbox: SandboxConfig::default(),
             gateway: GatewayConfig::default(),
+            webhooks: WebhookConfig::default(),
+            titles: TitleConfig::default(),
         }
     }
 }
@@ -252,6 +315,21 @@ impl Config {
                 "MAX_RUNNING_TOTAL" => self.sandbox.max_running_total = v.parse().map_err(|_| bad("expected a count"))?,
                 "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
+                "WEBHOOK_ALLOW" => {
+                    let allow: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+                    if let Some(bad_one) = allow.iter().find(|a| !["loopback", "private", "link-local"].contains(&a.as_str())) {
+                        return Err(bad(&format!("unknown network class {bad_one:?}; use loopback, private, link-local")));
+                    }
+                    self.webhooks.allow = allow
+                }
+                "WEBHOOK_MAX_ATTEMPTS" => self.webhooks.max_attempts = v.parse().map_err(|_| bad("expected a count"))?,
+                "WEBHOOK_RETRY_BASE_MS" => self.webhooks.retry_base_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
+                "WEBHOOK_RETRY_MAX_MS" => self.webhooks.retry_max_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
+                "WEBHOOK_TIMEOUT_SECS" => self.webhooks.timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "WEBHOOK_DISABLE_AFTER_SECS" => self.webhooks.disable_after_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "TITLE_USE_LLM" => self.titles.use_llm = parse_bool(&v).ok_or_else(|| bad("expected true or false"))?,
+                "TITLE_MODEL" => self.titles.model = Some(v),
+                "TITLE_BASE_URL" => self.titles.base_url = Some(v),
                 _ => {}
             }
         }

@@ -14,6 +14,7 @@ pub mod executor_client;
 pub mod keys;
 pub mod llm;
 pub mod nats;
+pub mod net;
 pub mod shutdown;
 pub mod telemetry;
 

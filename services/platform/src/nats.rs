@@ -87,6 +87,14 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
             }
         }
     }
+    for (bucket, description) in [
+        (subjects::WEBHOOK_BUCKET, "Webhook subscriptions: id -> subscription (with its signing secret)"),
+        (subjects::TITLE_BUCKET, "Conversations the title setter has handled"),
+    ] {
+        js.create_or_update_key_value(kv::Config { bucket: bucket.to_owned(), description: description.into(), history: 1, ..Default::default() })
+            .await
+            .map_err(|e| topo(&format!("kv {bucket}: {e}")))?;
+    }
     js.create_or_update_key_value(kv::Config {
         bucket: subjects::AGENT_LEASE_BUCKET.to_owned(),
         description: "Agent run leases: conversation id -> owning runner and heartbeat".into(),

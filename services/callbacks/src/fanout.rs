@@ -1,0 +1,95 @@
+//! Stage one: every event that matches a subscription becomes a delivery job.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use halyard_platform::bus::{self, Delivery};
+use halyard_platform::{BusError, Shutdown};
+use halyard_protocol::event::ConversationEvent;
+use halyard_protocol::system::SystemRecord;
+use halyard_protocol::webhook::DeliveryJob;
+use halyard_protocol::{subjects, ConversationId, Envelope, UserId};
+use tokio::sync::Mutex;
+
+use crate::Ctx;
+
+/// Most conversation owners remembered.
+const OWNER_CACHE: usize = 10_000;
+
+/// Consumes every event until `shutdown`.
+pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
+    let owners: Arc<Mutex<HashMap<ConversationId, Option<UserId>>>> = Arc::new(Mutex::new(HashMap::new()));
+    let js = ctx.js.clone();
+    bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
+        let ctx = ctx.clone();
+        let owners = owners.clone();
+        async move {
+            let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
+            match fan_out(&ctx, &owners, env.payload).await {
+                Ok(()) => d.ack().await,
+                Err(e) => retry(d, e).await,
+            }
+        }
+    })
+    .await
+}
+
+async fn retry(d: Delivery, e: BusError) {
+    d.retry(Duration::from_millis(500), &e.to_string()).await
+}
+
+async fn owner_of(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, conv: ConversationId) -> Result<Option<UserId>, BusError> {
+    if let Some(o) = owners.lock().await.get(&conv) {
+        return Ok(o.clone());
+    }
+    let record = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conv)).await?;
+    let owner = match record {
+        Some((_, Envelope { payload: SystemRecord::ConversationCreated { owner, .. }, .. })) => Some(owner),
+        _ => None,
+    };
+    let mut cache = owners.lock().await;
+    if cache.len() >= OWNER_CACHE {
+        cache.clear();
+    }
+    cache.insert(conv, owner.clone());
+    Ok(owner)
+}
+
+async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, ev: ConversationEvent) -> Result<(), BusError> {
+    let kind = ev.body.kind();
+    let candidates: Vec<String> = match ctx.subs.read() {
+        Ok(subs) if subs.values().any(|s| s.enabled) => subs.keys().cloned().collect(),
+        _ => return Ok(()),
+    };
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let Some(owner) = owner_of(ctx, owners, ev.conversation_id).await? else { return Ok(()) };
+    let matching: Vec<String> = match ctx.subs.read() {
+        Ok(subs) => subs.values().filter(|s| s.matches(&owner, ev.conversation_id, kind)).map(|s| s.id.clone()).collect(),
+        Err(_) => Vec::new(),
+    };
+    if matching.is_empty() {
+        return Ok(());
+    }
+    let body = halyard_protocol::event::to_json(&ev).to_string();
+    for webhook_id in matching {
+        let delivery_id = crate::delivery_id(&webhook_id, ev.id);
+        let job = DeliveryJob {
+            delivery_id,
+            webhook_id: webhook_id.clone(),
+            owner: owner.clone(),
+            conversation_id: ev.conversation_id,
+            event_id: ev.id,
+            seq: ev.seq,
+            kind: kind.to_owned(),
+            body: body.clone(),
+            prior_attempts: 0,
+            event_ms: ev.timestamp_ms,
+        };
+        let env = Envelope::with_id(delivery_id, job, halyard_platform::now_ms());
+        bus::publish(&ctx.js, subjects::delivery_job(&webhook_id, ev.conversation_id), &env).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! The callback dispatcher: delivers conversation events to users' webhooks, signed per the
+//! Standard Webhooks specification, at least once and in order per subscription.
+//!
+//! Two stages, both on the bus so that a restart loses nothing:
+//! 1. *Fan-out* ([`fanout`]): a durable consumer of every event turns each one that matches
+//!    a subscription into a [`DeliveryJob`] on `halyard.dlv.<webhook>.<conversation>`
+//!    (de-duplicated by a delivery id derived from webhook and event).
+//! 2. *Delivery* ([`worker`]): one worker per enabled subscription, on its own durable
+//!    consumer with one message in flight. The server hands it the next job only once the
+//!    current one is settled, so order holds, and a retry is a delayed NAK: the schedule lives
+//!    in JetStream, not in memory. A slow or dead endpoint holds up only its own worker.
+//!
+//! A [`Dispatcher`] actor keeps the workers in line with the subscriptions in the key-value
+//! bucket (which it watches).
+
+pub mod fanout;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use halyard_platform::{BusError, Config, Shutdown};
+use halyard_protocol::subjects;
+use halyard_protocol::webhook::WebhookSubscription;
+
+/// Why the dispatcher failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallbackError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot start the callback dispatcher: {0}")]
+    Setup(String),
+}
+
+impl CallbackError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Bus(e) => e.is_retryable(),
+            Self::Setup(_) => false,
+        }
+    }
+}
+
+/// Shared by the fan-out and the workers.
+pub struct Ctx {
+    pub config: Arc<Config>,
+    pub js: jetstream::Context,
+    pub http: reqwest::Client,
+    pub webhooks: jetstream::kv::Store,
+    /// Current subscriptions, by id.
+    pub subs: RwLock<HashMap<String, WebhookSubscription>>,
+}
+
+/// Messages of the dispatcher.
+pub enum DispatcherMsg {
+    Upsert(WebhookSubscription),
+    Remove(String),
+}
+
+/// Keeps one worker per enabled subscription.
+pub struct Dispatcher;
+
+pub struct DispatcherState {
+    ctx: Arc<Ctx>,
+    workers: HashMap<String, tokio::task::JoinHandle<()>>,
+}
+
+impl Actor for Dispatcher {
+    type Msg = DispatcherMsg;
+    type State = DispatcherState;
+    type Arguments = Arc<Ctx>;
+
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
+        Ok(DispatcherState { ctx, workers: HashMap::new() })
+    }
+
+    async fn handle(&self, _myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Workers that ended (disabled by themselves, or failed) are dropped first.
+        st.workers.retain(|_, h| !h.is_finished());
+        match msg {
+            DispatcherMsg::Upsert(sub) => {
+                let id = sub.id.clone();
+                let enabled = sub.enabled;
+                if let Ok(mut subs) = st.ctx.subs.write() {
+                    subs.insert(id.clone(), sub);
+                }
+                if enabled && !st.workers.contains_key(&id) {
+                    let handle = tokio::spawn(worker::run(st.ctx.clone(), id.clone()));
+                    st.workers.insert(id, handle);
+                } else if !enabled {
+                    if let Some(h) = st.workers.remove(&id) {
+                        h.abort();
+                    }
+                }
+            }
+            DispatcherMsg::Remove(id) => {
+                if let Ok(mut subs) = st.ctx.subs.write() {
+                    subs.remove(&id);
+                }
+                if let Some(h) = st.workers.remove(&id) {
+                    h.abort();
+                }
+                // Its pending jobs go with it.
+                if let Ok(stream) = st.ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await {
+                    let _ = stream.delete_consumer(&worker::consumer_name(&id)).await;
+                    let _ = stream.purge().filter(subjects::delivery_jobs_of(&id)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<Self::Msg>, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        for (_, h) in st.workers.drain() {
+            h.abort();
+        }
+        Ok(())
+    }
+}
+
+/// Serves until `shutdown`.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), CallbackError> {
+    let js = jetstream::new(nats);
+    let webhooks = js.get_key_value(subjects::WEBHOOK_BUCKET).await.map_err(|e| CallbackError::Setup(e.to_string()))?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(config.webhooks.timeout_secs))
+        // Redirects could lead anywhere, past the destination check.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| CallbackError::Setup(e.to_string()))?;
+    let ctx = Arc::new(Ctx { config, js: js.clone(), http, webhooks: webhooks.clone(), subs: RwLock::new(HashMap::new()) });
+    let (dispatcher, handle) = Actor::spawn(None, Dispatcher, ctx.clone()).await.map_err(|e| CallbackError::Setup(e.to_string()))?;
+
+    // Watch first, then load, so no change falls between the two.
+    let mut watch = webhooks.watch_all().await.map_err(|e| CallbackError::Setup(e.to_string()))?;
+    let mut keys = webhooks.keys().await.map_err(|e| CallbackError::Setup(e.to_string()))?;
+    while let Some(Ok(key)) = keys.next().await {
+        if let Ok(Some(v)) = webhooks.get(&key).await {
+            if let Ok(sub) = serde_json::from_slice::<WebhookSubscription>(&v) {
+                let _ = dispatcher.send_message(DispatcherMsg::Upsert(sub));
+            }
+        }
+    }
+    let watcher = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(entry)) = watch.next().await {
+                let msg = match entry.operation {
+                    async_nats::jetstream::kv::Operation::Put => match serde_json::from_slice::<WebhookSubscription>(&entry.value) {
+                        Ok(sub) => DispatcherMsg::Upsert(sub),
+                        Err(e) => {
+                            tracing::error!(key = %entry.key, error = %e, "undecodable webhook subscription");
+                            continue;
+                        }
+                    },
+                    _ => DispatcherMsg::Remove(entry.key.clone()),
+                };
+                let _ = dispatcher.send_message(msg);
+            }
+        })
+    };
+
+    let result = fanout::run(ctx, shutdown).await;
+    watcher.abort();
+    dispatcher.stop(None);
+    let _ = handle.await;
+    result.map_err(CallbackError::from)
+}
+
+/// The delivery id of an event for a subscription: stable, so re-fanning an event out after a
+/// restart is de-duplicated, and receivers see the same `webhook-id` on every attempt.
+pub fn delivery_id(webhook: &str, event: halyard_protocol::EventId) -> halyard_protocol::CommandId {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(webhook.as_bytes());
+    h.update(event.as_bytes());
+    let d = h.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&d[..16]);
+    // Shape it as a v8 (custom) UUID.
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    halyard_protocol::CommandId(uuid::Uuid::from_bytes(bytes))
+}
+

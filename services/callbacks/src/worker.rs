@@ -1,0 +1,198 @@
+//! Stage two: one worker per enabled subscription delivers its jobs, one at a time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{consumer, AckKind};
+use futures::StreamExt;
+
+use halyard_platform::{bus, keys, net};
+use halyard_protocol::system::SystemRecord;
+use halyard_protocol::webhook::{AttemptOutcome, DeliveryAttempt, DeliveryJob, WebhookSubscription};
+use halyard_protocol::subjects;
+
+use crate::Ctx;
+
+/// The durable consumer of one subscription's jobs.
+pub fn consumer_name(webhook: &str) -> String {
+    format!("webhook-{webhook}")
+}
+
+/// How one attempt went.
+enum Outcome {
+    Delivered(u16),
+    /// Worth another attempt (non-2xx, timeout, connection refused).
+    Failed { status: Option<u16>, error: String },
+    /// Never worth another attempt (the destination is not allowed).
+    Refused(String),
+}
+
+/// Delivers one subscription's jobs until aborted (or the subscription is disabled).
+pub async fn run(ctx: Arc<Ctx>, webhook: String) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match deliver_all(&ctx, &webhook).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(%webhook, error = %e, "webhook worker interrupted; restarting");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
+    let stream = ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await.map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(ctx.config.webhooks.timeout_secs);
+    let config = consumer::pull::Config {
+        durable_name: Some(consumer_name(webhook)),
+        filter_subject: subjects::delivery_jobs_of(webhook),
+        ack_policy: consumer::AckPolicy::Explicit,
+        // One in flight: the next job waits until this one is delivered or parked.
+        max_ack_pending: 1,
+        ack_wait: timeout + Duration::from_secs(30),
+        max_deliver: -1,
+        ..Default::default()
+    };
+    let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&consumer_name(webhook), config).await.map_err(|e| e.to_string())?;
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let mut failing_since: Option<Instant> = None;
+    while let Some(msg) = messages.next().await {
+        let msg = msg.map_err(|e| e.to_string())?;
+        let job = match halyard_protocol::decode::<DeliveryJob>(&msg.payload) {
+            Ok(env) => env.payload,
+            Err(e) => {
+                tracing::error!(%webhook, error = %e, "undecodable delivery job; dropping it");
+                let _ = msg.ack_with(AckKind::Term).await;
+                continue;
+            }
+        };
+        let sub = ctx.subs.read().ok().and_then(|s| s.get(webhook).cloned());
+        let Some(sub) = sub.filter(|s| s.enabled) else {
+            // Disabled or deleted meanwhile: leave the job for when it is enabled again.
+            let _ = msg.ack_with(AckKind::Nak(Some(Duration::from_secs(5)))).await;
+            return Ok(());
+        };
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1) as u32;
+        let attempt = job.prior_attempts + delivered;
+        let started = Instant::now();
+        let outcome = attempt_once(ctx, &sub, &job).await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let max = ctx.config.webhooks.max_attempts.max(1);
+        let (status_code, error, result) = match outcome {
+            Outcome::Delivered(code) => (Some(code), None, AttemptOutcome::Succeeded),
+            Outcome::Failed { status, error } if attempt < max => (status, Some(error), AttemptOutcome::Retrying),
+            Outcome::Failed { status, error } => (status, Some(error), AttemptOutcome::Failed),
+            Outcome::Refused(error) => (None, Some(error), AttemptOutcome::Failed),
+        };
+        record(ctx, &job, attempt, status_code, error.clone(), duration_ms, result).await;
+        match result {
+            AttemptOutcome::Succeeded => {
+                failing_since = None;
+                let _ = msg.double_ack().await;
+            }
+            AttemptOutcome::Retrying => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                let delay = retry_delay(ctx, attempt);
+                tracing::info!(%webhook, attempt, ?delay, error = ?error, "delivery failed; retrying later");
+                let _ = msg.ack_with(AckKind::Nak(Some(delay))).await;
+                if disable_if_failing_too_long(ctx, &sub, since).await {
+                    return Ok(());
+                }
+            }
+            AttemptOutcome::Failed => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                tracing::warn!(%webhook, attempt, error = ?error, "delivery failed for good; parked");
+                // Parked: the attempt record says so, and the API can queue it again.
+                let _ = msg.ack_with(AckKind::Term).await;
+                if disable_if_failing_too_long(ctx, &sub, since).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err("delivery consumer ended".into())
+}
+
+/// Exponential backoff with +-25 % jitter, capped.
+fn retry_delay(ctx: &Ctx, attempt: u32) -> Duration {
+    let cfg = &ctx.config.webhooks;
+    let base = cfg.retry_base_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(20)).min(cfg.retry_max_ms);
+    let r = uuid::Uuid::new_v4().as_u128() as u64 % 1000;
+    let jitter = base as f64 * (0.75 + 0.5 * (r as f64 / 1000.0));
+    Duration::from_millis(jitter as u64)
+}
+
+async fn attempt_once(ctx: &Ctx, sub: &WebhookSubscription, job: &DeliveryJob) -> Outcome {
+    let url = match net::check_destination(&sub.url, &ctx.config.webhooks.allow).await {
+        Ok(u) => u,
+        Err(e @ net::DestinationError::Unresolvable(..)) => return Outcome::Failed { status: None, error: e.to_string() },
+        Err(e) => return Outcome::Refused(format!("destination_not_allowed: {e}")),
+    };
+    let msg_id = job.delivery_id.to_string();
+    let timestamp = halyard_platform::now_ms() / 1000;
+    let Some(signature) = keys::webhook_signature(&sub.secret, &msg_id, timestamp, job.body.as_bytes()) else {
+        return Outcome::Refused("the subscription's secret is malformed; rotate it".into());
+    };
+    let sent = ctx
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("webhook-id", &msg_id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .header("user-agent", "Halyard-Webhooks/1")
+        .body(job.body.clone())
+        .send()
+        .await;
+    match sent {
+        Ok(resp) if resp.status().is_success() => Outcome::Delivered(resp.status().as_u16()),
+        Ok(resp) => Outcome::Failed { status: Some(resp.status().as_u16()), error: format!("HTTP {}", resp.status()) },
+        Err(e) if e.is_timeout() => Outcome::Failed { status: None, error: "timed out".into() },
+        Err(e) => Outcome::Failed { status: None, error: e.to_string() },
+    }
+}
+
+async fn record(ctx: &Ctx, job: &DeliveryJob, attempt: u32, status_code: Option<u16>, error: Option<String>, duration_ms: u64, outcome: AttemptOutcome) {
+    let record = SystemRecord::DeliveryAttempt(DeliveryAttempt {
+        delivery_id: job.delivery_id,
+        webhook_id: job.webhook_id.clone(),
+        owner: job.owner.clone(),
+        conversation_id: job.conversation_id,
+        event_id: job.event_id,
+        seq: job.seq,
+        attempt,
+        status_code,
+        error,
+        duration_ms,
+        outcome,
+        time_ms: halyard_platform::now_ms(),
+    });
+    if let Err(e) = bus::send(&ctx.js, subjects::delivery_record(&job.webhook_id), record, None).await {
+        tracing::error!(webhook = %job.webhook_id, error = %e, "cannot record delivery attempt");
+    }
+}
+
+/// Disables a subscription that has not succeeded for the configured time. Returns whether it
+/// did.
+async fn disable_if_failing_too_long(ctx: &Ctx, sub: &WebhookSubscription, since: Instant) -> bool {
+    let limit = Duration::from_secs(ctx.config.webhooks.disable_after_secs);
+    if since.elapsed() < limit {
+        return false;
+    }
+    let reason = format!("every delivery failed for {} s", since.elapsed().as_secs());
+    let Ok(Some(entry)) = ctx.webhooks.entry(&sub.id).await else { return false };
+    let Ok(mut current) = serde_json::from_slice::<WebhookSubscription>(&entry.value) else { return false };
+    current.enabled = false;
+    current.disabled_reason = Some(reason.clone());
+    current.updated_ms = halyard_platform::now_ms();
+    let Ok(bytes) = serde_json::to_vec(&current) else { return false };
+    if ctx.webhooks.update(&sub.id, bytes.into(), entry.revision).await.is_err() {
+        return false;
+    }
+    tracing::warn!(webhook = %sub.id, %reason, "webhook disabled");
+    let record = SystemRecord::WebhookDisabled { webhook_id: sub.id.clone(), owner: sub.owner.clone(), reason };
+    let _ = bus::send(&ctx.js, subjects::webhook_record(&sub.id), record, None).await;
+    true
+}
