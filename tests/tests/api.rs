@@ -133,9 +133,12 @@ async fn bad_input_gets_clear_errors_and_loses_nothing() {
         "/api/v1/conversations", "/api/v1/conversations/{id}", "/api/v1/conversations/{id}/messages",
         "/api/v1/conversations/{id}/pause", "/api/v1/conversations/{id}/resume", "/api/v1/conversations/{id}/events",
         "/api/v1/conversations/{id}/events/ws", "/api/v1/start-tasks/{id}", "/healthz", "/readyz",
+        "/api/v1/webhooks", "/api/v1/webhooks/{id}", "/api/v1/webhooks/{id}/rotate-secret",
+        "/api/v1/webhooks/{id}/deliveries", "/api/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
     }
+    assert!(doc["paths"]["/api/v1/conversations/{id}"].get("patch").is_some());
     let (s, _) = api.get("/healthz").await;
     assert_eq!(s, 200);
     let (s, _) = api.get("/readyz").await;

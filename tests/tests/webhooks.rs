@@ -315,3 +315,39 @@ async fn titles_are_generated_fall_back_and_yield_to_the_user() {
     let (s, body) = api.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{conv4}"), Some(json!({"title": ""}))).await;
     assert_eq!((s, body["error"]["code"].as_str()), (400, Some("invalid_field")));
 }
+
+#[tokio::test]
+async fn a_subscription_failing_for_too_long_is_disabled_and_can_be_enabled_again() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(opts(&llm).set("HALYARD_WEBHOOK_DISABLE_AFTER_SECS", "1").set("HALYARD_WEBHOOK_MAX_ATTEMPTS", "100"));
+    let api = h.api(ALICE);
+    let receiver = Receiver::with(|_| (StatusCode::BAD_GATEWAY, None)).await;
+    let w = subscribe(&api, &receiver.url, json!({})).await;
+    let id = w["id"].as_str().unwrap();
+    let (conv, events) = run_conversation(&api, &llm, "nobody listens").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let disabled = loop {
+        let (_, w) = api.get(&format!("/api/v1/webhooks/{id}")).await;
+        if w["enabled"] == false {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "never disabled: {w}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(disabled["disabled_reason"].as_str().unwrap().contains("failed"), "{disabled}");
+    // Disabled means no more attempts.
+    let calls = receiver.received().len();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(receiver.received().len(), calls);
+    // Fixed and re-enabled: what was pending is delivered, in order, nothing lost.
+    receiver.set(|_| (StatusCode::OK, None));
+    let (s, w) = api.call(reqwest::Method::PATCH, &format!("/api/v1/webhooks/{id}"), Some(json!({"enabled": true}))).await;
+    assert_eq!((s, &w["enabled"]), (200, &json!(true)), "{w}");
+    wait_for("the backlog", 30, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
+    assert_eq!(delivered_seqs(&receiver, &conv), (1..=events.len() as u64).collect::<Vec<_>>());
+    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/webhooks/{id}"), None).await;
+    assert_eq!(s, 204);
+    let (s, _) = api.get(&format!("/api/v1/webhooks/{id}")).await;
+    assert_eq!(s, 404);
+}
