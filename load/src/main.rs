@@ -25,8 +25,18 @@ use halyard_protocol::{ConversationId, EventId};
 use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
 use serde_json::json;
 
+mod webhooks;
+
 #[derive(Parser, Debug)]
 struct Args {
+    /// Which suite: `core` (issue 2), `webhooks` (issue 4), or `all`.
+    #[arg(long, default_value = "all")]
+    suite: String,
+    /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
+    #[arg(long, default_value_t = 10)]
+    steps: u32,
+    #[arg(long, default_value_t = 100)]
+    think_ms: u64,
     /// Messages for the raw JetStream baseline.
     #[arg(long, default_value_t = 100_000)]
     raw_messages: usize,
@@ -61,6 +71,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn main() -> Result<()> {
     let args = Args::parse();
     halyard_tests::init();
+    std::fs::create_dir_all(&args.out)?;
+    if args.suite == "webhooks" || args.suite == "all" {
+        let r = webhooks::run(args.conversations, args.steps, args.think_ms).await?;
+        std::fs::write(args.out.join("webhooks.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "core" || args.suite == "all" {
+        core(&args).await?;
+    }
+    Ok(())
+}
+
+async fn core(args: &Args) -> Result<()> {
     let llm = ScriptedLlm::start().await;
     let opts = HalyardOptions::new(&llm.base_url)
         .set("HALYARD_LOG", "warn")

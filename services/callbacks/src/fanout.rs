@@ -74,6 +74,8 @@ async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId
         return Ok(());
     }
     let body = halyard_protocol::event::to_json(&ev).to_string();
+    // Send every job, then wait for all the acknowledgements together.
+    let mut acks = Vec::with_capacity(matching.len());
     for webhook_id in matching {
         let delivery_id = crate::delivery_id(&webhook_id, ev.id);
         let job = DeliveryJob {
@@ -89,7 +91,10 @@ async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId
             event_ms: ev.timestamp_ms,
         };
         let env = Envelope::with_id(delivery_id, job, halyard_platform::now_ms());
-        bus::publish(&ctx.js, subjects::delivery_job(&webhook_id, ev.conversation_id), &env).await?;
+        acks.push(bus::publish_pending(&ctx.js, subjects::delivery_job(&webhook_id, ev.conversation_id), &env).await?);
+    }
+    for ack in acks {
+        ack.await.map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e))?;
     }
     Ok(())
 }

@@ -105,7 +105,9 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
         match result {
             AttemptOutcome::Succeeded => {
                 failing_since = None;
-                let _ = msg.double_ack().await;
+                // A plain ack: with one message in flight the server applies it before it
+                // sends the next job, so order holds without waiting for a confirmation.
+                let _ = msg.ack().await;
             }
             AttemptOutcome::Retrying => {
                 let since = *failing_since.get_or_insert_with(Instant::now);
@@ -184,8 +186,18 @@ async fn record(ctx: &Ctx, job: &DeliveryJob, attempt: u32, status_code: Option<
         outcome,
         time_ms: halyard_platform::now_ms(),
     });
-    if let Err(e) = bus::send(&ctx.js, subjects::delivery_record(&job.webhook_id), record, None).await {
-        tracing::error!(webhook = %job.webhook_id, error = %e, "cannot record delivery attempt");
+    // Sent now, its acknowledgement awaited off the delivery path.
+    let env = halyard_protocol::Envelope::new(record, halyard_platform::now_ms());
+    match bus::publish_pending(&ctx.js, subjects::delivery_record(&job.webhook_id), &env).await {
+        Ok(ack) => {
+            let webhook = job.webhook_id.clone();
+            tokio::spawn(async move {
+                if let Err(e) = ack.await {
+                    tracing::error!(%webhook, error = %e, "delivery attempt record not stored");
+                }
+            });
+        }
+        Err(e) => tracing::error!(webhook = %job.webhook_id, error = %e, "cannot record delivery attempt"),
     }
 }
 

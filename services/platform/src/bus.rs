@@ -22,14 +22,21 @@ fn err(kind: BusErrorKind) -> impl Fn(&dyn std::fmt::Display) -> BusError {
 /// Publishes an envelope and waits for JetStream to store it. The envelope id is the
 /// `Nats-Msg-Id`, so publishing the same envelope twice stores it once.
 pub async fn publish<P: Payload>(js: &jetstream::Context, subject: String, env: &Envelope<P>) -> Result<u64, BusError> {
-    let bytes = halyard_protocol::encode(env)?;
-    let ack = js
-        .send_publish(subject, PublishMessage::build().payload(bytes.into()).message_id(env.id.to_string()))
-        .await
-        .map_err(|e| err(BusErrorKind::Publish)(&e))?
-        .await
-        .map_err(|e| err(BusErrorKind::Publish)(&e))?;
+    let ack = publish_pending(js, subject, env).await?.await.map_err(|e| err(BusErrorKind::Publish)(&e))?;
     Ok(ack.sequence)
+}
+
+/// Sends an envelope (de-duplicated by its id, like [`publish`]) without waiting for the
+/// acknowledgement; the caller awaits the returned future, so many can be in flight at once.
+pub async fn publish_pending<P: Payload>(
+    js: &jetstream::Context,
+    subject: String,
+    env: &Envelope<P>,
+) -> Result<jetstream::context::PublishAckFuture, BusError> {
+    let bytes = halyard_protocol::encode(env)?;
+    js.send_publish(subject, PublishMessage::build().payload(bytes.into()).message_id(env.id.to_string()))
+        .await
+        .map_err(|e| err(BusErrorKind::Publish)(&e))
 }
 
 /// Publishes a payload in a fresh envelope carrying `trace`.
