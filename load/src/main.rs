@@ -141,8 +141,35 @@ async fn core(args: &Args) -> Result<()> {
         r?;
     }
     let raw_rate = args.raw_messages as f64 / t0.elapsed().as_secs_f64();
-    js.delete_stream("BENCH_RAW").await?;
     eprintln!("(a) raw JetStream publish: {raw_rate:.0} msg/s");
+
+    // (a2) the same server and stream, written the way a conversation log must be: one
+    // sequential writer per subject, each publish naming the subject's last sequence.
+    let checked_writers = args.conversations;
+    let per = (args.raw_messages / checked_writers).max(1);
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..checked_writers {
+        let js = js.clone();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0u64;
+            for _ in 0..per {
+                let msg = async_nats::jetstream::message::PublishMessage::build()
+                    .payload(payload.clone().into())
+                    .expected_last_subject_sequence(last);
+                let ack = js.send_publish(format!("bench.raw.seq.{w}"), msg).await?.await?;
+                last = ack.sequence;
+            }
+            Ok::<_, async_nats::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await?.map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let checked_rate = (checked_writers * per) as f64 / t0.elapsed().as_secs_f64();
+    js.delete_stream("BENCH_RAW").await?;
+    eprintln!("(a2) raw JetStream, {checked_writers} sequential writers with expected-sequence checks: {checked_rate:.0} msg/s");
 
     // (b) the event path.
     let mut convs = Vec::new();
@@ -219,6 +246,7 @@ async fn core(args: &Args) -> Result<()> {
         "benchmark": "core (issue 2)",
         "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "a_raw_jetstream_publish_per_sec": raw_rate.round(),
+        "a2_raw_jetstream_sequential_checked_writers_per_sec": checked_rate.round(),
         "b_event_path": {
             "conversations": args.conversations,
             "events": total,
@@ -236,12 +264,14 @@ async fn core(args: &Args) -> Result<()> {
         "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores), `halyard up` release build with its embedded nats-server.\n\n\
          | figure | value | target |\n|---|---|---|\n\
          | (a) raw JetStream async publish with acks (256 in flight) | {raw_rate:.0} msg/s | baseline |\n\
+         | (a2) the same, as {} sequential writers with expected-last-subject-sequence checks | {checked_rate:.0} msg/s | (what one-writer logs allow) |\n\
          | (b) events appended via the agent runner's appender, {} conversations | {append_rate:.0} ev/s | |\n\
          | (b) ... delivered to WebSocket clients | {delivered_rate:.0} ev/s ({:.2} x (a)) | >= 0.5 x (a) |\n\
          | (c) POST /conversations to READY, p50 | {start_p50:.1} ms | < 150 ms |\n\
          | (c) ... p99 ({} starts) | {start_p99:.1} ms | |\n\n\
          Reproduce: `cargo run --release -p halyard-load` (writes this file and core.json).\n",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        checked_writers,
         args.conversations,
         ratio,
         starts.len()

@@ -318,6 +318,18 @@ impl Shell {
     }
 }
 
+impl Drop for Shell {
+    fn drop(&mut self) {
+        // The shell and whatever it started go with the executor.
+        if let Ok(guard) = self.session.try_lock() {
+            if let Some(s) = guard.as_ref() {
+                crate_signal(-s.pgid, libc::SIGKILL);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.scripts);
+    }
+}
+
 fn take_output(session: &mut Session) -> (String, bool) {
     session.output.lock().map(|mut o| o.take()).unwrap_or_default()
 }

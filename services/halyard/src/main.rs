@@ -247,8 +247,9 @@ async fn wait_for_signal() {
 async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: usize) -> Result<()> {
     // The session key comes on stdin, never in the environment or on the command line, where
     // other processes of the sandbox could read it.
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut line = String::new();
-    tokio::io::BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
+    stdin.read_line(&mut line).await?;
     let session_key = line.trim().to_owned();
     if session_key.is_empty() {
         bail!("no session key on standard input");
@@ -256,6 +257,23 @@ async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: 
     let listener = halyard_executor::bind(listen).await?;
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
     let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
-    halyard_executor::serve(config, listener, async { wait_for_signal().await }).await?;
+    // The supervisor keeps our standard input open while it lives: end-of-file means it is
+    // gone (stopped or crashed), and a sandbox nobody supervises must not linger.
+    let parent_gone = async move {
+        let mut rest = String::new();
+        while let Ok(n) = stdin.read_line(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+            rest.clear();
+        }
+    };
+    halyard_executor::serve(config, listener, async {
+        tokio::select! {
+            _ = wait_for_signal() => {}
+            _ = parent_gone => {}
+        }
+    })
+    .await?;
     Ok(())
 }

@@ -15,6 +15,9 @@ pub const LISTENING_PREFIX: &str = "HALYARD_EXECUTOR_LISTENING ";
 #[derive(Debug)]
 pub struct Started {
     pub child: Child,
+    /// Held open for the executor's lifetime: when this process dies, the executor reads
+    /// end-of-file and exits with it.
+    pub lifeline: tokio::process::ChildStdin,
     pub pid: u32,
     pub url: String,
 }
@@ -82,7 +85,6 @@ pub async fn start(
     let result = async {
         let mut stdin = child.stdin.take().ok_or("executor has no stdin")?;
         stdin.write_all(format!("{key}\n").as_bytes()).await.map_err(|e| format!("cannot hand the session key over: {e}"))?;
-        drop(stdin);
         let stdout = child.stdout.take().ok_or("executor has no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let addr = loop {
@@ -97,11 +99,11 @@ pub async fn start(
         };
         let url = format!("http://{addr}");
         wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
-        Ok::<_, String>(url)
+        Ok::<_, String>((url, stdin))
     }
     .await;
     match result {
-        Ok(url) => Ok(Started { child, pid, url }),
+        Ok((url, lifeline)) => Ok(Started { child, lifeline, pid, url }),
         Err(e) => {
             kill_group(pid);
             let _ = child.wait().await;
@@ -143,8 +145,15 @@ pub fn continue_group(pid: u32) -> bool {
     halyard_platform::signal(-(pid as i32), libc::SIGCONT)
 }
 
-/// SIGKILL to the whole group (a stopped group is continued first so it can die promptly).
+/// Stops an executor: SIGTERM (it then ends its shell's process group too), continued if
+/// frozen, and SIGKILL if it is still there two seconds later.
 pub fn kill_group(pid: u32) {
-    halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+    halyard_platform::signal(-(pid as i32), libc::SIGTERM);
     halyard_platform::signal(-(pid as i32), libc::SIGCONT);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        if alive(pid) {
+            halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+        }
+    });
 }

@@ -180,7 +180,9 @@ impl SandboxState {
                 self.url = Some(started.url);
                 let me = myself.clone();
                 let mut child = started.child;
+                let lifeline = started.lifeline;
                 tokio::spawn(async move {
+                    let _lifeline = lifeline;
                     let detail = match child.wait().await {
                         Ok(status) => status.to_string(),
                         Err(e) => e.to_string(),
