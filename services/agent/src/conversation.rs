@@ -83,7 +83,12 @@ impl Actor for ConversationActor {
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
         st.last_active = Instant::now();
         match msg {
-            ConvMsg::Command(env, delivery) => st.command(&myself, env, delivery).await,
+            ConvMsg::Command(env, delivery) => {
+                use tracing::Instrument;
+                let trace_id = env.trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
+                let span = tracing::info_span!("agent_command", conversation_id = %st.id, kind = %env.kind, %trace_id);
+                st.command(&myself, env, delivery).instrument(span).await
+            }
             ConvMsg::RunEnded { run, outcome } => {
                 if st.run.as_ref().is_some_and(|r| r.id == run) {
                     st.run = None;
@@ -228,11 +233,13 @@ impl ConvState {
         let id = self.runs;
         let (cancel_tx, cancel_rx) = watch::channel(false);
         self.take_lease().await;
-        let run = Run { ctx: self.ctx.clone(), log, cancel: cancel_rx, trace };
+        let run = Run { ctx: self.ctx.clone(), log, cancel: cancel_rx, trace: trace.clone() };
         let me = myself.clone();
         let ctx = self.ctx.clone();
         let conv = self.id;
-        let join = tokio::spawn(async move {
+        let trace_id = trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
+        let span = tracing::info_span!("agent_run", conversation_id = %self.id, run = id, %trace_id);
+        let join = tokio::spawn(tracing::Instrument::instrument(async move {
             // Renew the lease while the run lives.
             let renew = async {
                 let every = Duration::from_secs((ctx.config.agent.lease_ttl_secs / 3).max(1));
@@ -247,7 +254,7 @@ impl ConvState {
             };
             let _ = me.send_message(ConvMsg::RunEnded { run: id, outcome });
             outcome
-        });
+        }, span));
         self.run = Some(LiveRun { id, cancel: cancel_tx, join });
     }
 

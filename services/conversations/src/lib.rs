@@ -60,7 +60,11 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         async move {
             let Some((env, delivery)) = delivery.decode::<ConversationCommand>().await else { return };
             // Each command runs on its own task: a slow clone must not hold up other starts.
-            tokio::spawn(handle(ctx, env, delivery));
+            // Its span carries the trace id that came with the command across the bus.
+            use tracing::Instrument;
+            let trace_id = env.trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
+            let span = tracing::info_span!("conversation_command", kind = %env.kind, %trace_id);
+            tokio::spawn(handle(ctx, env, delivery).instrument(span));
         }
     })
     .await?;
