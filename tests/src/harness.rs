@@ -390,3 +390,15 @@ impl EventSocket {
         let _ = self.socket.send(Message::Close(None)).await;
     }
 }
+
+/// Asserts what a user checks of a conversation log: `seq` runs 1, 2, 3... with no gap and no
+/// repeat, and no event id appears twice.
+pub fn assert_log_is_contiguous(events: &[Value]) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1), "gap or duplicate at {i}: {}", Value::Array(events.to_vec()));
+    }
+    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), events.len(), "duplicate event ids");
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use halyard_tests::harness::LLM_KEY;
+use halyard_tests::harness::{assert_log_is_contiguous, LLM_KEY};
 use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
 use serde_json::{json, Value};
 
@@ -11,16 +11,6 @@ const ALICE: &str = "alice-secret-key";
 
 fn kinds(events: &[Value]) -> Vec<String> {
     events.iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect()
-}
-
-fn assert_contiguous(events: &[Value]) {
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1), "seq gap or duplicate at {i}: {}", Value::Array(events.to_vec()));
-    }
-    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), events.len(), "duplicate event ids");
 }
 
 async fn write_run_finish(stream: bool) {
@@ -49,7 +39,7 @@ async fn write_run_finish(stream: bool) {
     let events = api
         .wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished"))
         .await;
-    assert_contiguous(&events);
+    assert_log_is_contiguous(&events);
     let k = kinds(&events);
     assert_eq!(
         k,
@@ -113,7 +103,7 @@ async fn write_run_finish(stream: bool) {
     let events = api
         .wait_events(&conv, "the second run", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line."))
         .await;
-    assert_contiguous(&events);
+    assert_log_is_contiguous(&events);
     let obs = events.iter().rev().find(|e| e["kind"] == "observation").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with('1'), "{obs}");
     let last = events.last().unwrap();
@@ -160,7 +150,7 @@ async fn websocket_resumes_without_gap_or_duplicate() {
             break;
         }
     }
-    assert_contiguous(&seen);
+    assert_log_is_contiguous(&seen);
     // Exactly what the HTTP API has.
     let stored = api.events(&conv).await;
     assert_eq!(seen, stored);

@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use halyard_tests::harness::assert_log_is_contiguous;
 use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
 
@@ -15,16 +16,6 @@ async fn wait_requests(llm: &ScriptedLlm, n: usize) {
         assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", llm.requests().len());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn check_log(events: &[Value]) {
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1), "gap or duplicate: {}", Value::Array(events.to_vec()));
-    }
-    let mut ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), events.len(), "duplicate event ids");
 }
 
 #[tokio::test]
@@ -55,7 +46,7 @@ async fn sigkill_while_the_llm_thinks_then_restart() {
         .wait_events(&conv, "the interruption to be recorded", |ev| ev.iter().any(|e| e["code"] == "run_interrupted"))
         .await;
     assert_eq!(&after[..before.len()], &before[..], "history changed across the restart");
-    check_log(&after);
+    assert_log_is_contiguous(&after);
     let c = api.wait_conversation(&conv, "status error", |c| c["execution_status"] == "error").await;
     assert_eq!(c["last_event_seq"], after.len());
 
@@ -64,7 +55,7 @@ async fn sigkill_while_the_llm_thinks_then_restart() {
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "please continue"})).await;
     assert_eq!(s, 202);
     let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
-    check_log(&events);
+    assert_log_is_contiguous(&events);
     let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(cat["content"].as_str().unwrap().starts_with("before"), "{cat}");
     assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 2);
@@ -101,7 +92,7 @@ async fn sigkill_during_a_tool_call_then_restart() {
     let api = h.api(ALICE);
     let after = api.wait_events(&conv, "the interruption", |ev| ev.iter().any(|e| e["code"] == "run_interrupted")).await;
     assert_eq!(&after[..before.len()], &before[..]);
-    check_log(&after);
+    assert_log_is_contiguous(&after);
 
     // The next LLM call is well-formed: the cut-off tool call has a (stand-in) result.
     llm.push([Reply::Text("ok, starting over".into())]);
