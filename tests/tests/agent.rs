@@ -63,7 +63,8 @@ async fn pause_freezes_the_sandbox_and_resume_continues_the_run() {
     llm.push([Reply::tool("terminal", json!({"command": "cat one.txt"})), Reply::finish("resumed fine")]);
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let api = h.api(ALICE);
-    let (conv, task) = api.start_ready(json!({"message": "work slowly"})).await;
+    // Titled at start, so no generated title event lands at an unpredictable moment.
+    let (conv, task) = api.start_ready(json!({"message": "work slowly", "title": "slow work"})).await;
     let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
     api.wait_events(&conv, "first thoughts", |ev| ev.iter().filter(|e| e["tool"] == "think").count() >= 2).await;
 

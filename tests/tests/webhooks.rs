@@ -30,7 +30,8 @@ async fn subscribe(api: &Api, url: &str, extra: Value) -> Value {
 /// A conversation whose agent runs one command and finishes; returns its id and events.
 async fn run_conversation(api: &Api, llm: &ScriptedLlm, text: &str) -> (String, Vec<Value>) {
     llm.push([Reply::tool("terminal", json!({"command": "echo hook"})), Reply::finish("done")]);
-    let (conv, _) = api.start_ready(json!({"message": text})).await;
+    // Titled at start, so no generated title event arrives after the run is over.
+    let (conv, _) = api.start_ready(json!({"message": text, "title": "webhook test"})).await;
     let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
     (conv, events)
 }
@@ -250,7 +251,7 @@ async fn a_killed_dispatcher_loses_no_event() {
     subscribe(&api, &receiver.url, json!({})).await;
     llm.push((0..6).map(|i| Reply::tool("think", json!({"thought": format!("t{i}")}))));
     llm.push([Reply::finish("done")]);
-    let (conv, _) = api.start_ready(json!({"message": "many events"})).await;
+    let (conv, _) = api.start_ready(json!({"message": "many events", "title": "many events"})).await;
     wait_for("the first deliveries", 20, || receiver.received().len() >= 3).await;
     callbacks.kill9();
     let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
