@@ -9,7 +9,7 @@ pub fn executor_pid(workspace: &Path) -> Option<i32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        if args.iter().any(|a| a == "executor") && args.iter().any(|a| *a == needle) {
+        if args.iter().any(|a| a == "executor") && args.contains(&needle) {
             return Some(pid);
         }
     }

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! The agent loop's guarantees: LLM failures, iteration limits, pause and resume, a sandbox
 //! that dies, repository preparation.
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! The API's contract at its edges: authentication, users' isolation, bad input, limits,
 //! deletion.
 

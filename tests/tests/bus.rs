@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! The bus side: services as separate processes, and poison messages.
 
 use std::time::{Duration, Instant};

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! A conversation end to end: HTTP API, start task, process sandbox, agent loop against a
 //! scripted OpenAI-compatible LLM, events over HTTP and WebSocket.
 

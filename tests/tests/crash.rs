@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Crash safety: `halyard up` killed with SIGKILL in the middle of a run, then started again on
 //! the same data dir. Nothing is lost, nothing is duplicated, the cut-off run is reported, and a
 //! new message continues the conversation.

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! A client in another language (Python, with nats-py and msgpack) follows a conversation's
 //! events from NATS and decodes them, using only what `protocol/README.md` documents.
 

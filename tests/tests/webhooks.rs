@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Webhooks and titles: signed deliveries that a Standard Webhooks library verifies, retries,
 //! isolation between users and between subscriptions, a dispatcher killed mid-delivery, refused
 //! destinations, and titles (generated, fallback, and the user's, which wins).

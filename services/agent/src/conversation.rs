@@ -19,6 +19,9 @@ use crate::run_loop::{Run, RunOutcome};
 use crate::Ctx;
 
 /// Messages of a conversation actor.
+// Each message is moved once, into the mailbox; boxing the large variant would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum ConvMsg {
     Command(Envelope<AgentCommand>, Delivery),
     /// A run ended (ignored unless `run` is the current one).

@@ -19,6 +19,9 @@ use crate::conversation::{lease, ConvMsg, ConversationActor};
 use crate::{AgentError, Ctx};
 
 /// Messages of the runner.
+// Each message is moved once, into the mailbox; boxing the large variant would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum RunnerMsg {
     Command(Envelope<AgentCommand>, Delivery),
     /// Look for runs whose lease expired (or that this node owned before it restarted).

@@ -90,14 +90,11 @@ pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value, default_ti
             match exec.exec(&req).await {
                 Ok(r) => {
                     let mut content = r.output;
-                    match r.exit_code {
-                        Some(code) => {
-                            content.push_str(&format!("\n[The command completed with exit code {code}.]"));
-                            if !r.cwd.is_empty() {
-                                content.push_str(&format!("\n[Current working directory: {}]", r.cwd));
-                            }
+                    if let Some(code) = r.exit_code {
+                        content.push_str(&format!("\n[The command completed with exit code {code}.]"));
+                        if !r.cwd.is_empty() {
+                            content.push_str(&format!("\n[Current working directory: {}]", r.cwd));
                         }
-                        None => {}
                     }
                     ToolOutcome::Observation { content, exit_code: r.exit_code, is_error: false }
                 }

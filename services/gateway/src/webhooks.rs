@@ -168,7 +168,7 @@ pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Jso
             }
         }
     }
-    items.sort_by(|a, b| b.created_ms.cmp(&a.created_ms));
+    items.sort_by_key(|w| std::cmp::Reverse(w.created_ms));
     Ok(Json(json!({"items": items.iter().map(public).collect::<Vec<_>>()})))
 }
 
@@ -241,7 +241,7 @@ pub async fn deliveries(State(state): State<AppState>, User(user): User, Path(id
     }
     let mut items = Vec::new();
     for entry in state.store.tree().scan_prefix(store::attempt_prefix(&w.id)).take(limit) {
-        let (_, v) = entry.map_err(|e| ApiError::internal(e))?;
+        let (_, v) = entry.map_err(ApiError::internal)?;
         if let Ok(item) = serde_json::from_slice::<Value>(&v) {
             items.push(item);
         }
@@ -257,7 +257,7 @@ pub async fn retry(State(state): State<AppState>, User(user): User, Path((id, de
         .store
         .tree()
         .get(store::last_attempt_key(&w.id, delivery_id))
-        .map_err(|e| ApiError::internal(e))?
+        .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::not_found("delivery"))?;
     let last: Value = serde_json::from_slice(&last).map_err(ApiError::internal)?;
     if last["outcome"] != "failed" {

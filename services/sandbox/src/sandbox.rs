@@ -24,6 +24,9 @@ pub enum Init {
 }
 
 /// Messages of a sandbox actor.
+// Each message is moved once, into the mailbox; boxing the large variant would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum SandboxMsg {
     Command(SandboxCommand, Delivery),
     /// Check the recorded process against reality (after a supervisor restart).

@@ -45,6 +45,9 @@ impl Ctx {
 }
 
 /// Messages of the supervisor.
+// Each message is moved once, into the mailbox; boxing the large variant would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum SupervisorMsg {
     Command(Envelope<SandboxCommand>, Delivery),
     /// A sandbox record found at start-up.
