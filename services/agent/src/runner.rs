@@ -135,17 +135,15 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let node_id = config.node_id_or_random();
     let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, node_id });
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
-    let target = runner.clone();
-    let result = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AGENT_CONSUMER, "agent", shutdown, |delivery| {
-        let target = target.clone();
-        async move {
-            if let Some((env, delivery)) = delivery.decode::<AgentCommand>().await {
-                if let Err(e) = target.send_message(RunnerMsg::Command(env, delivery)) {
-                    tracing::error!(error = %e, "runner is gone");
-                }
-            }
-        }
-    })
+    let result = bus::consume_into_actor::<AgentCommand, _>(
+        js,
+        subjects::COMMANDS_STREAM,
+        subjects::AGENT_CONSUMER,
+        "agent",
+        shutdown,
+        runner.clone(),
+        RunnerMsg::Command,
+    )
     .await;
     runner.stop(None);
     let _ = handle.await;

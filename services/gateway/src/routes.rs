@@ -238,26 +238,25 @@ pub async fn send_message(State(state): State<AppState>, User(user): User, Path(
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
 }
 
-/// `POST /conversations/{id}/pause`.
-pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
-    let (id, c) = owned(&state, &user, &id)?;
+/// Pause and resume: both need a conversation that has finished starting.
+async fn control(state: &AppState, user: &halyard_protocol::UserId, id: &str, make: fn(ConversationId) -> AgentCommand) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let (id, c) = owned(state, user, id)?;
     require_started(&c)?;
     if c.status != "READY" {
-        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; pause it once it is READY"));
+        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; pause or resume it once it is READY"));
     }
-    agent_command(&state, id, AgentCommand::Pause { conversation_id: id }).await?;
+    agent_command(state, id, make(id)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+/// `POST /conversations/{id}/pause`.
+pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    control(&state, &user, &id, |conversation_id| AgentCommand::Pause { conversation_id }).await
 }
 
 /// `POST /conversations/{id}/resume`.
 pub async fn resume(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
-    let (id, c) = owned(&state, &user, &id)?;
-    require_started(&c)?;
-    if c.status != "READY" {
-        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; nothing to resume yet"));
-    }
-    agent_command(&state, id, AgentCommand::Resume { conversation_id: id }).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    control(&state, &user, &id, |conversation_id| AgentCommand::Resume { conversation_id }).await
 }
 
 /// `DELETE /conversations/{id}`.

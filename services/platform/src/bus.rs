@@ -334,6 +334,35 @@ where
     }
 }
 
+/// Consumes a durable consumer until `shutdown`, decoding each message as `P` and handing it to
+/// `actor` (wrapped by `wrap`), which settles it; undecodable ones are parked. The pattern of
+/// every service whose live state is held by a supervising actor.
+pub async fn consume_into_actor<P, M>(
+    js: jetstream::Context,
+    stream: &str,
+    consumer_name: &str,
+    service: &'static str,
+    shutdown: crate::Shutdown,
+    actor: ractor::ActorRef<M>,
+    wrap: fn(Envelope<P>, Delivery) -> M,
+) -> Result<(), BusError>
+where
+    P: DeserializeOwned,
+    M: ractor::Message,
+{
+    consume(js, stream, consumer_name, service, shutdown, |delivery| {
+        let actor = actor.clone();
+        async move {
+            if let Some((env, delivery)) = delivery.decode::<P>().await {
+                if actor.send_message(wrap(env, delivery)).is_err() {
+                    tracing::error!(service, "the actor that handles this consumer is gone");
+                }
+            }
+        }
+    })
+    .await
+}
+
 /// Whether an event body ends a run (used by replays to find where a run stopped).
 pub fn is_run_end(body: &EventBody) -> bool {
     matches!(

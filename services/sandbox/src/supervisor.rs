@@ -228,17 +228,15 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         }
     }
 
-    let target = supervisor.clone();
-    let result = bus::consume(js, subjects::COMMANDS_STREAM, subjects::SANDBOX_CONSUMER, "sandbox", shutdown, |delivery| {
-        let target = target.clone();
-        async move {
-            if let Some((env, delivery)) = delivery.decode::<SandboxCommand>().await {
-                if let Err(e) = target.send_message(SupervisorMsg::Command(env, delivery)) {
-                    tracing::error!(error = %e, "supervisor is gone");
-                }
-            }
-        }
-    })
+    let result = bus::consume_into_actor::<SandboxCommand, _>(
+        js,
+        subjects::COMMANDS_STREAM,
+        subjects::SANDBOX_CONSUMER,
+        "sandbox",
+        shutdown,
+        supervisor.clone(),
+        SupervisorMsg::Command,
+    )
     .await;
     supervisor.stop(None);
     let _ = handle.await;
