@@ -125,8 +125,3 @@ pub fn webhook_record(webhook: &str) -> String {
 pub fn dead_letter(service: &str) -> String {
     format!("halyard.dlq.{service}")
 }
-
-/// The conversation id at the end of an event subject.
-pub fn conversation_of_event_subject(subject: &str) -> Option<ConversationId> {
-    subject.strip_prefix("halyard.events.")?.parse().ok()
-}

@@ -363,13 +363,6 @@ where
     .await
 }
 
-/// Whether an event body ends a run (used by replays to find where a run stopped).
-pub fn is_run_end(body: &EventBody) -> bool {
-    matches!(
-        body,
-        EventBody::ExecutionStatus { status, .. } if *status != halyard_protocol::event::ExecutionStatus::Running
-    )
-}
 
 /// Sends `command` (if any) to a sandbox and waits until the sandbox runs, failing if it ends
 /// up in ERROR, MISSING or DELETED or `patience` runs out. Subscribes before sending, then

@@ -38,10 +38,6 @@ impl ExecutorClient {
         Self { http, base: base.into().trim_end_matches('/').to_owned(), key }
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     /// `GET /health` with a short timeout; `Ok` only if the executor answers healthy.
     pub async fn health(&self) -> Result<Health, ExecutorError> {
         let resp = self

@@ -29,17 +29,6 @@ pub fn new_trace() -> TraceContext {
     }
 }
 
-/// A child context: same trace id, new span id. A missing parent starts a new trace.
-pub fn child_trace(parent: Option<&TraceContext>) -> TraceContext {
-    let Some(trace_id) = parent.and_then(|p| trace_id(p)) else {
-        return new_trace();
-    };
-    let span = uuid::Uuid::new_v4();
-    TraceContext {
-        traceparent: format!("00-{trace_id}-{}-01", crate::keys::to_hex(&span.as_bytes()[..8])),
-    }
-}
-
 /// The trace id part of a `traceparent`.
 pub fn trace_id(ctx: &TraceContext) -> Option<&str> {
     ctx.traceparent.split('-').nth(1)
