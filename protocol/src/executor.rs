@@ -65,6 +65,16 @@ pub struct EditResponse {
 pub struct Health {
     pub ok: bool,
     pub workspace: String,
+    /// Milliseconds since the last shell or file request ended (0 while one runs).
+    #[serde(default)]
+    pub idle_ms: u64,
+}
+
+/// `POST /session-key`: replaces the executor's session key (a warm-pool sandbox gets the key
+/// of the sandbox it becomes). Authenticated with the current key.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RotateKey {
+    pub key: String,
 }
 
 /// Error body of every executor route.

@@ -76,6 +76,11 @@ pub fn sandbox_record(id: SandboxId) -> String {
     format!("halyard.sys.sandbox.{id}")
 }
 
+/// The runtime-image record of a sandbox spec.
+pub fn image_record(spec: &str) -> String {
+    format!("halyard.sys.image.{spec}")
+}
+
 /// A conversation's existence records (created, deleted).
 pub fn conversation_record(id: ConversationId) -> String {
     format!("halyard.sys.conversation.{id}")

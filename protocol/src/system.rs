@@ -76,6 +76,10 @@ pub struct ExposedUrl {
     pub url: String,
 }
 
+/// Start of a sandbox record's `detail` when the supervisor refused a (re)start, e.g. over a
+/// quota; the status is left as it was.
+pub const REFUSED_PREFIX: &str = "refused: ";
+
 /// Name of the executor's exposed URL.
 pub const AGENT_SERVER: &str = "AGENT_SERVER";
 
@@ -125,6 +129,18 @@ pub struct SandboxUpdate {
     /// Host process id of a process sandbox, so a restarted supervisor can adopt it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Docker container id of a docker sandbox (a warm-pool container keeps its own name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Docker volume holding a docker sandbox's workspace; it outlives the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// The sandbox spec it was made from (docker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// Whether the sandbox was taken from the warm pool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_pool: bool,
 }
 
 impl SandboxUpdate {
@@ -156,6 +172,33 @@ pub enum SystemRecord {
     DeliveryAttempt(crate::webhook::DeliveryAttempt),
     /// The dispatcher disabled a subscription that kept failing.
     WebhookDisabled { webhook_id: String, owner: UserId, reason: String },
+    /// The runtime image of a sandbox spec, as the supervisor last prepared it.
+    SandboxImage(SandboxImage),
+}
+
+/// How a spec's runtime image was obtained at supervisor start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageOutcome {
+    /// The source tag existed: nothing was built.
+    Reused,
+    /// The lock tag existed: only the executor layer was added.
+    ExecutorLayer,
+    /// Built from the base image.
+    Built,
+}
+
+/// A spec's runtime image (`halyard.sys.image.<spec>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxImage {
+    pub spec: String,
+    pub base_image: String,
+    /// Tag the sandboxes are created from (the source tag).
+    pub image: String,
+    pub lock_tag: String,
+    pub versioned_tag: String,
+    pub outcome: ImageOutcome,
+    pub build_ms: u64,
 }
 
 impl Payload for SystemRecord {
@@ -167,6 +210,7 @@ impl Payload for SystemRecord {
             Self::ConversationDeleted { .. } => "sys.conversation_deleted",
             Self::DeliveryAttempt(_) => "sys.delivery_attempt",
             Self::WebhookDisabled { .. } => "sys.webhook_disabled",
+            Self::SandboxImage(_) => "sys.sandbox_image",
         }
         .to_owned()
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
-use halyard_protocol::system::{ExposedUrl, Repository, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::system::{ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
 use halyard_protocol::{decode, encode, CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -85,6 +85,22 @@ fn records_are_stable() {
         sandbox_kind: "process".into(), status: SandboxStatus::Running,
         exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
         workspace: "/data/sandboxes/x/workspace".into(), detail: None, pid: Some(4242),
+        container: None, volume: None, spec: None, from_pool: false,
+    })));
+    check("sys_sandbox_docker", env(3, "sys.sandbox", SystemRecord::Sandbox(SandboxUpdate {
+        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: Some(ConversationId(id(1))),
+        sandbox_kind: "docker".into(), status: SandboxStatus::Paused,
+        exposed_urls: vec![
+            ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() },
+            ExposedUrl { name: "WORKER_1".into(), url: "http://127.0.0.1:40001".into() },
+        ],
+        workspace: "/workspace".into(), detail: Some("paused after 1800 s idle".into()), pid: None,
+        container: Some("3f2a".into()), volume: Some("halyard-d-x".into()), spec: Some("default".into()), from_pool: true,
+    })));
+    check("sys_sandbox_image", env(3, "sys.sandbox_image", SystemRecord::SandboxImage(SandboxImage {
+        spec: "default".into(), base_image: "halyard-base:bookworm".into(), image: "halyard-runtime:src-ab12".into(),
+        lock_tag: "halyard-runtime:lock-cd34".into(), versioned_tag: "halyard-runtime:0.1.0-halyard-base_bookworm".into(),
+        outcome: ImageOutcome::Reused, build_ms: 0,
     })));
     check("sys_conversation_created", env(4, "sys.conversation_created", SystemRecord::ConversationCreated {
         conversation_id: ConversationId(id(1)), owner: UserId("alice".into()), task_id: TaskId(id(3)), sandbox_id: SandboxId(id(2)),

@@ -42,6 +42,8 @@ struct Task<'a> {
     sandbox_id: SandboxId,
     created_ms: i64,
     trace: Option<TraceContext>,
+    /// Whether the sandbox came from the warm pool (known once it runs).
+    from_pool: std::sync::atomic::AtomicBool,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -62,7 +64,7 @@ impl Task<'_> {
             status,
             detail,
             sandbox_id: Some(self.sandbox_id),
-            from_pool: false,
+            from_pool: self.from_pool.load(std::sync::atomic::Ordering::Relaxed),
             created_ms: self.created_ms,
         });
         let mut env = Envelope::with_id(CommandId(derived(self.task_id, status as u8 + 1)), record, halyard_platform::now_ms())
@@ -87,6 +89,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         sandbox_id: sandbox_for(task_id),
         created_ms,
         trace: env.trace.clone(),
+        from_pool: Default::default(),
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -124,6 +127,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let sandbox = wait_for_sandbox(task)
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    task.from_pool.store(sandbox.from_pool, std::sync::atomic::Ordering::Relaxed);
     let url = sandbox
         .agent_server_url()
         .ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;

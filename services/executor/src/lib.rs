@@ -8,7 +8,9 @@ pub mod shell;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -17,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use halyard_protocol::executor::{
-    EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, SESSION_KEY_HEADER,
+    EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, RotateKey, SESSION_KEY_HEADER,
 };
 
 /// What an executor needs to run.
@@ -74,18 +76,42 @@ impl IntoResponse for ExecutorError {
 #[derive(Clone)]
 struct AppState {
     config: Arc<ExecutorConfig>,
+    /// The key callers must present; replaced when a warm-pool sandbox is handed out.
+    key: Arc<RwLock<String>>,
     shell: Arc<shell::Shell>,
     editor: Arc<editor::Editor>,
+    activity: Arc<Activity>,
+}
+
+/// Whether the agent is using this sandbox, for the supervisor's idle pause.
+struct Activity {
+    started: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `started` when the last request ended.
+    last_end_ms: AtomicU64,
+}
+
+impl Activity {
+    fn idle_ms(&self) -> u64 {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return 0;
+        }
+        (self.started.elapsed().as_millis() as u64).saturating_sub(self.last_end_ms.load(Ordering::SeqCst))
+    }
 }
 
 /// The executor's routes.
 pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let shell = shell::Shell::new(config.workspace.clone(), config.output_cap)?;
     let editor = editor::Editor::new(config.workspace.clone());
-    let state = AppState { config: Arc::new(config), shell: Arc::new(shell), editor: Arc::new(editor) };
+    let activity = Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last_end_ms: AtomicU64::new(0) };
+    let key = Arc::new(RwLock::new(config.session_key.clone()));
+    let state = AppState { config: Arc::new(config), key, shell: Arc::new(shell), editor: Arc::new(editor), activity: Arc::new(activity) };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
         .route("/files/edit", post(edit))
+        .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
+        .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
 }
@@ -109,18 +135,45 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ExecutorE
 }
 
 async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ExecutorError> {
-    let given = req.headers().get(SESSION_KEY_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-    let want = state.config.session_key.as_bytes();
-    // Constant-time comparison: the key must not leak through response timing.
-    let ok = given.len() == want.len() && given.iter().zip(want).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
-    if !ok || want.is_empty() {
+    let ok = {
+        let given = req.headers().get(SESSION_KEY_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+        let want = state.key.read().map_err(|_| ExecutorError::Internal("key lock poisoned".into()))?;
+        let want = want.as_bytes();
+        // Constant-time comparison: the key must not leak through response timing.
+        !want.is_empty() && given.len() == want.len() && given.iter().zip(want).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+    };
+    if !ok {
         return Err(ExecutorError::Unauthorized);
     }
     Ok(next.run(req).await)
 }
 
+/// Counts shell and file requests in flight, and when the last one ended.
+async fn track_activity(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let activity = &state.activity;
+    activity.in_flight.fetch_add(1, Ordering::SeqCst);
+    let response = next.run(req).await;
+    activity.last_end_ms.store(activity.started.elapsed().as_millis() as u64, Ordering::SeqCst);
+    activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+    response
+}
+
 async fn health(State(state): State<AppState>) -> Json<Health> {
-    Json(Health { ok: state.shell.is_alive(), workspace: state.config.workspace.display().to_string() })
+    Json(Health {
+        ok: state.shell.is_alive(),
+        workspace: state.config.workspace.display().to_string(),
+        idle_ms: state.activity.idle_ms(),
+    })
+}
+
+/// `POST /session-key`: the caller proved it holds the current key; the new one replaces it.
+async fn rotate_key(State(state): State<AppState>, Json(req): Json<RotateKey>) -> Result<StatusCode, ExecutorError> {
+    if req.key.len() < 32 {
+        return Err(ExecutorError::Tool("a session key has at least 32 characters".into()));
+    }
+    let mut key = state.key.write().map_err(|_| ExecutorError::Internal("key lock poisoned".into()))?;
+    *key = req.key;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn exec(

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod error;
 pub mod projection;
 pub mod routes;
+pub mod sandboxes;
 pub mod store;
 pub mod webhooks;
 pub mod ws;
@@ -78,6 +79,11 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
+        .route("/sandboxes", get(sandboxes::list))
+        .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::delete))
+        .route("/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/sandboxes/{id}/resume", post(sandboxes::resume))
+        .route("/sandbox-specs", get(sandboxes::specs))
         .route("/webhooks", post(webhooks::create).get(webhooks::list))
         .route("/webhooks/{id}", get(webhooks::get_one).patch(webhooks::patch).delete(webhooks::delete))
         .route("/webhooks/{id}/rotate-secret", post(webhooks::rotate))

@@ -13,9 +13,10 @@ use tokio::sync::broadcast;
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
 use halyard_protocol::event::{ConversationEvent, EventBody};
 use halyard_protocol::system::{StartTaskStatus, SystemRecord};
-use halyard_protocol::{subjects, ConversationId, Envelope, TaskId};
+use halyard_protocol::system::{SandboxStatus, SandboxUpdate};
+use halyard_protocol::{subjects, ConversationId, Envelope, SandboxId, TaskId};
 
-use crate::store::{self, rfc3339, ConversationView, Store, TaskView};
+use crate::store::{self, rfc3339, ConversationView, SandboxView, Store, TaskView};
 
 /// Most messages folded into one sled batch.
 const MAX_BATCH: usize = 1024;
@@ -69,6 +70,7 @@ struct Pending<'a> {
     store: &'a Store,
     batch: sled::Batch,
     views: HashMap<ConversationId, Option<ConversationView>>,
+    sandboxes: HashMap<SandboxId, Option<SandboxView>>,
     live: Vec<(ConversationId, LiveEvent)>,
     settled: Vec<(String, TaskId)>,
     tomb_checked: HashMap<ConversationId, bool>,
@@ -178,6 +180,7 @@ impl Pending<'_> {
                 view.sandbox_id = Some(sandbox_id.to_string());
             }
             SystemRecord::Sandbox(u) => {
+                self.sandbox(&u, env.time_ms);
                 if let Some(conv) = u.conversation_id {
                     if let Some(view) = self.view(conv) {
                         view.sandbox_status = Some(u.status.as_str().to_owned());
@@ -192,6 +195,7 @@ impl Pending<'_> {
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }
             }
+            SystemRecord::SandboxImage(_) => {}
             SystemRecord::WebhookDisabled { webhook_id, reason, .. } => {
                 tracing::warn!(%webhook_id, %reason, "webhook disabled by the dispatcher");
             }
@@ -210,6 +214,42 @@ impl Pending<'_> {
         }
     }
 
+    /// Upserts a sandbox's view; a deleted sandbox leaves the read model.
+    fn sandbox(&mut self, u: &SandboxUpdate, time_ms: i64) {
+        let id = u.sandbox_id;
+        if !self.sandboxes.contains_key(&id) {
+            let v = self.store.sandbox(id).ok().flatten();
+            self.sandboxes.insert(id, v);
+        }
+        let at = rfc3339(time_ms);
+        let slot = self.sandboxes.entry(id).or_insert(None);
+        if u.status == SandboxStatus::Deleted {
+            if let Some(old) = slot.take() {
+                self.batch.remove(store::sandbox_owner_key(&old.owner, old.created_ms, id));
+            }
+            return;
+        }
+        if slot.is_none() {
+            self.batch.insert(store::sandbox_owner_key(&u.owner.0, time_ms, id), &id.as_bytes()[..]);
+        }
+        let view = slot.get_or_insert_with(|| SandboxView {
+            id: id.to_string(),
+            owner: u.owner.0.clone(),
+            created_at: at.clone(),
+            created_ms: time_ms,
+            ..Default::default()
+        });
+        view.conversation_id = u.conversation_id.map(|c| c.to_string());
+        view.kind = u.sandbox_kind.clone();
+        view.spec = u.spec.clone();
+        view.status = u.status.as_str().to_owned();
+        view.detail = u.detail.clone();
+        view.exposed_urls = u.exposed_urls.iter().map(|e| serde_json::json!({"name": e.name, "url": e.url})).collect();
+        view.workspace = u.workspace.clone();
+        view.from_pool = u.from_pool;
+        view.updated_at = at;
+    }
+
     fn ensure_view(&mut self, id: ConversationId, owner: &str, task: TaskId, created_ms: i64) -> &mut ConversationView {
         if self.view(id).is_none() {
             self.batch.insert(store::owner_key(owner, created_ms, id), &id.as_bytes()[..]);
@@ -226,6 +266,16 @@ impl Pending<'_> {
                     }
                 }
                 None => self.batch.remove(store::conv_key(id)),
+            }
+        }
+        for (id, view) in self.sandboxes.drain() {
+            match view {
+                Some(v) => {
+                    if let Ok(bytes) = serde_json::to_vec(&v) {
+                        self.batch.insert(store::sandbox_key(id), bytes);
+                    }
+                }
+                None => self.batch.remove(store::sandbox_key(id)),
             }
         }
         for (name, seq) in cursors {
@@ -291,7 +341,7 @@ pub async fn run(js: jetstream::Context, store: Store, live: Arc<Live>, mut shut
             m = system.next() => (false, m),
             m = events.next() => (true, m),
         };
-        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), live: Vec::new(), settled: Vec::new(), tomb_checked: HashMap::new() };
+        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), sandboxes: HashMap::new(), live: Vec::new(), settled: Vec::new(), tomb_checked: HashMap::new() };
         let mut next = Some(first);
         let mut count = 0;
         while let Some((is_event, msg)) = next.take() {

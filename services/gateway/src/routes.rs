@@ -74,6 +74,7 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
             check_text("repository.branch", b, 255)?;
         }
     }
+    crate::sandboxes::check_quota(&state, &user)?;
     let task_id = TaskId::new();
     {
         let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
@@ -178,6 +179,16 @@ pub struct PageQuery {
 /// `GET /conversations`.
 pub async fn list_conversations(State(state): State<AppState>, User(user): User, query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
+    let (limit, cursor) = page_params(&q)?;
+    let (items, next) = state.store.conversations_of(&user.0, cursor.as_deref(), limit)?;
+    Ok(Json(json!({
+        "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
+        "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
+    })))
+}
+
+/// `limit` (1..=100, default 20) and the decoded `cursor` of a page request.
+pub fn page_params(q: &PageQuery) -> Result<(usize, Option<Vec<u8>>), ApiError> {
     let limit = q.limit.unwrap_or(20);
     if !(1..=100).contains(&limit) {
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 100"));
@@ -186,11 +197,7 @@ pub async fn list_conversations(State(state): State<AppState>, User(user): User,
         Some(c) => Some(from_hex(c).ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave out"))?),
         None => None,
     };
-    let (items, next) = state.store.conversations_of(&user.0, cursor.as_deref(), limit)?;
-    Ok(Json(json!({
-        "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
-        "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
-    })))
+    Ok((limit, cursor))
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {

@@ -11,11 +11,13 @@
 //! | `t` | task id | [`TaskView`] (JSON) |
 //! | `e` | conversation id, seq (big-endian) | event (JSON, as served) |
 //! | `m` | name | cursor (big-endian u64) |
+//! | `s` | sandbox id | [`SandboxView`] (JSON) |
+//! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use halyard_protocol::{ConversationId, TaskId};
+use halyard_protocol::{ConversationId, SandboxId, TaskId};
 
 /// A conversation as the API shows it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -55,6 +57,32 @@ pub struct TaskView {
     pub from_pool: bool,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// A sandbox as the API shows it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SandboxView {
+    pub id: String,
+    pub owner: String,
+    pub conversation_id: Option<String>,
+    pub kind: String,
+    pub spec: Option<String>,
+    pub status: String,
+    pub detail: Option<String>,
+    /// Name to URL (`AGENT_SERVER`, `WORKER_1`, ...).
+    pub exposed_urls: Vec<Value>,
+    pub workspace: String,
+    pub from_pool: bool,
+    pub created_at: String,
+    pub updated_at: String,
+    pub created_ms: i64,
+}
+
+impl SandboxView {
+    /// Counts toward the running limits (a paused sandbox does not).
+    pub fn is_running(&self) -> bool {
+        self.status == "RUNNING" || self.status == "STARTING"
+    }
 }
 
 /// Why the store failed.
@@ -136,6 +164,26 @@ pub fn last_attempt_key(webhook: &str, delivery: halyard_protocol::CommandId) ->
     k
 }
 
+pub fn sandbox_key(id: SandboxId) -> Vec<u8> {
+    let mut k = vec![b's'];
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub fn sandbox_owner_prefix(owner: &str) -> Vec<u8> {
+    let mut k = vec![b'u'];
+    k.extend_from_slice(owner.as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn sandbox_owner_key(owner: &str, created_ms: i64, id: SandboxId) -> Vec<u8> {
+    let mut k = sandbox_owner_prefix(owner);
+    k.extend_from_slice(&(u64::MAX - created_ms.max(0) as u64).to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut k = vec![b'm'];
     k.extend_from_slice(name.as_bytes());
@@ -179,10 +227,39 @@ impl Store {
         self.get_json(&task_key(id))
     }
 
+    pub fn sandbox(&self, id: SandboxId) -> Result<Option<SandboxView>, StoreError> {
+        self.get_json(&sandbox_key(id))
+    }
+
+    /// Running sandboxes: (of `owner`, in total).
+    pub fn running_sandboxes(&self, owner: &str) -> Result<(usize, usize), StoreError> {
+        let (mut mine, mut total) = (0, 0);
+        for entry in self.tree.scan_prefix([b's']) {
+            let (_, v) = entry?;
+            let view: SandboxView = serde_json::from_slice(&v)?;
+            if view.is_running() {
+                total += 1;
+                if view.owner == owner {
+                    mine += 1;
+                }
+            }
+        }
+        Ok((mine, total))
+    }
+
+    /// A page of one owner's sandboxes, newest first (see [`Self::conversations_of`]).
+    pub fn sandboxes_of(&self, owner: &str, cursor: Option<&[u8]>, limit: usize) -> Result<(Vec<SandboxView>, Option<Vec<u8>>), StoreError> {
+        self.page(sandbox_owner_prefix(owner), cursor, limit, |id| self.sandbox(SandboxId(id)))
+    }
+
     /// A page of one owner's conversations, newest first, after `cursor` (an opaque key
     /// suffix from a previous page).
     pub fn conversations_of(&self, owner: &str, cursor: Option<&[u8]>, limit: usize) -> Result<(Vec<ConversationView>, Option<Vec<u8>>), StoreError> {
-        let prefix = owner_prefix(owner);
+        self.page(owner_prefix(owner), cursor, limit, |id| self.conversation(ConversationId(id)))
+    }
+
+    /// A page of an index whose values are ids, resolved by `get`.
+    fn page<T>(&self, prefix: Vec<u8>, cursor: Option<&[u8]>, limit: usize, get: impl Fn(uuid::Uuid) -> Result<Option<T>, StoreError>) -> Result<(Vec<T>, Option<Vec<u8>>), StoreError> {
         let start = match cursor {
             Some(c) => {
                 let mut k = prefix.clone();
@@ -200,8 +277,7 @@ impl Store {
                 break;
             }
             let Ok(bytes) = <[u8; 16]>::try_from(v.as_ref()) else { continue };
-            let id = ConversationId(uuid::Uuid::from_bytes(bytes));
-            if let Some(view) = self.conversation(id)? {
+            if let Some(view) = get(uuid::Uuid::from_bytes(bytes))? {
                 items.push(view);
                 last = Some(k[prefix.len()..].to_vec());
             }

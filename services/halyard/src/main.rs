@@ -57,6 +57,11 @@ enum Command {
         listen: std::net::SocketAddr,
         #[arg(long, default_value_t = 30_000)]
         output_cap: usize,
+        /// Read the session key from this file (then delete it) instead of standard input; used
+        /// in containers, where the supervisor uploads the file before starting the executor and
+        /// the container's own lifecycle replaces the standard-input lifeline.
+        #[arg(long)]
+        key_file: Option<PathBuf>,
     },
 }
 
@@ -78,9 +83,9 @@ fn main() -> Result<()> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Command::Executor { ref workspace, listen, output_cap } => {
+        Command::Executor { ref workspace, listen, output_cap, ref key_file } => {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
-            runtime.block_on(executor(workspace.clone(), listen, output_cap))
+            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone()))
         }
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
         Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
@@ -147,6 +152,22 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     if config.node_id.is_empty() {
         config.node_id = persistent(&config.data_dir, "node-id", || uuid_like(&keys::random_secret()))?;
     }
+    if config.sandbox.kind == "auto" {
+        // Docker where an engine answers and has the default spec's base image; the process
+        // sandbox otherwise, so a machine without Docker still runs everything.
+        let base = config.sandbox.spec(&config.sandbox.default_spec).map(|s| s.base_image).unwrap_or_default();
+        config.sandbox.kind = match halyard_sandbox::docker_usable(&config.sandbox.docker_host, &base).await {
+            Ok(()) => "docker".into(),
+            Err(why) => {
+                tracing::info!(%why, "using process sandboxes");
+                "process".into()
+            }
+        };
+    }
+    if config.sandbox.kind == "docker" && config.sandbox.spec(&config.sandbox.default_spec).is_none() {
+        bail!("sandbox.default_spec `{}` names no configured spec", config.sandbox.default_spec);
+    }
+    tracing::info!(kind = %config.sandbox.kind, "sandbox kind");
     if services.contains(&Service::Gateway) && config.api_keys.is_empty() {
         tracing::warn!("no API keys configured (HALYARD_API_KEYS=user:key,...): every request will be refused");
     }
@@ -198,7 +219,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     }
     tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
     // One machine-readable line for scripts and tests.
-    println!("HALYARD_READY http={http} nats={}", config.nats_url);
+    println!("HALYARD_READY http={http} nats={} sandbox={}", config.nats_url, config.sandbox.kind);
 
     let mut failed = None;
     tokio::select! {
@@ -244,22 +265,35 @@ async fn wait_for_signal() {
     }
 }
 
-async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: usize) -> Result<()> {
-    // The session key comes on stdin, never in the environment or on the command line, where
-    // other processes of the sandbox could read it.
+async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: usize, key_file: Option<PathBuf>) -> Result<()> {
+    // The session key comes on stdin (or in a file deleted once read), never in the environment
+    // or on the command line, where other processes of the sandbox could read it.
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    let mut line = String::new();
-    stdin.read_line(&mut line).await?;
-    let session_key = line.trim().to_owned();
+    let session_key = match &key_file {
+        Some(path) => {
+            let key = std::fs::read_to_string(path).with_context(|| format!("cannot read the session key file {}", path.display()))?;
+            let _ = std::fs::remove_file(path);
+            key.trim().to_owned()
+        }
+        None => {
+            let mut line = String::new();
+            stdin.read_line(&mut line).await?;
+            line.trim().to_owned()
+        }
+    };
     if session_key.is_empty() {
-        bail!("no session key on standard input");
+        bail!("no session key given");
     }
     let listener = halyard_executor::bind(listen).await?;
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
     let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is
     // gone (stopped or crashed), and a sandbox nobody supervises must not linger.
+    let lifeline = key_file.is_none();
     let parent_gone = async move {
+        if !lifeline {
+            return std::future::pending().await;
+        }
         let mut rest = String::new();
         while let Ok(n) = stdin.read_line(&mut rest).await {
             if n == 0 {

@@ -383,6 +383,9 @@ pub async fn await_sandbox(
         SandboxStatus::Error | SandboxStatus::Missing | SandboxStatus::Deleted if fresh => {
             Err(u.detail.unwrap_or_else(|| format!("sandbox is {}", u.status.as_str())))
         }
+        _ if fresh && u.detail.as_deref().is_some_and(|d| d.starts_with(halyard_protocol::system::REFUSED_PREFIX)) => {
+            Err(u.detail.unwrap_or_default())
+        }
         _ => Ok(None),
     };
     let asked = command.is_some();

@@ -146,7 +146,9 @@ pub struct AgentConfig {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
-    /// `process` (default) or `docker`.
+    /// `auto` (default: `docker` when a Docker engine answers and the default spec's base
+    /// image is there, else `process`), `process` or `docker`. `halyard` resolves `auto` once at
+    /// start-up; services only ever see `process` or `docker`.
     pub kind: String,
     /// Command that starts an executor; empty means "this binary, `executor` subcommand".
     pub executor_command: Vec<String>,
@@ -160,6 +162,64 @@ pub struct SandboxConfig {
     pub max_running_total: usize,
     /// Environment given to process sandboxes (nothing else of Halyard's environment is).
     pub env: std::collections::BTreeMap<String, String>,
+    /// Docker engine address (`unix:///path` or `tcp://host:port`).
+    pub docker_host: String,
+    /// Repository of the runtime images Halyard builds (tags say what they hold).
+    pub image_repository: String,
+    /// The spec new conversations get.
+    pub default_spec: String,
+    /// Docker sandbox specs; empty means one spec, `default`, on `halyard-base:bookworm`.
+    pub specs: Vec<SandboxSpec>,
+    /// Pre-started docker sandboxes kept ready per spec.
+    pub pool_size: usize,
+    /// Pause a running sandbox after this long without shell or file activity (0: never).
+    pub idle_pause_secs: u64,
+}
+
+/// What a docker sandbox is made from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSpec {
+    pub name: String,
+    /// Any image with a shell; Halyard adds its executor in a runtime image built from it.
+    pub base_image: String,
+    pub working_dir: String,
+    /// `uid:gid` the executor and the agent's commands run as.
+    pub user: String,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            base_image: "halyard-base:bookworm".into(),
+            working_dir: "/workspace".into(),
+            user: "1000:1000".into(),
+            env: std::collections::BTreeMap::from([
+                ("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+            ]),
+            memory_mb: 2048,
+            cpus: 1.0,
+            pids_limit: 512,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The configured specs (the built-in default if none).
+    pub fn specs(&self) -> Vec<SandboxSpec> {
+        if self.specs.is_empty() { vec![SandboxSpec::default()] } else { self.specs.clone() }
+    }
+
+    /// The spec called `name`.
+    pub fn spec(&self, name: &str) -> Option<SandboxSpec> {
+        self.specs().into_iter().find(|s| s.name == name)
+    }
 }
 
 /// The HTTP API.
@@ -222,13 +282,19 @@ impl Default for AgentConfig {
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
-            kind: "process".into(),
+            kind: "auto".into(),
             executor_command: Vec::new(),
             start_timeout_secs: 30,
             output_cap_bytes: 30_000,
             max_running_per_user: 0,
             max_running_total: 0,
             env: std::collections::BTreeMap::new(),
+            docker_host: "unix:///var/run/docker.sock".into(),
+            image_repository: "halyard-runtime".into(),
+            default_spec: "default".into(),
+            specs: Vec::new(),
+            pool_size: 1,
+            idle_pause_secs: 1800,
         }
     }
 }
@@ -305,10 +371,22 @@ impl Config {
                 "MAX_ITERATIONS" => self.agent.max_iterations = v.parse().map_err(|_| bad("expected a count"))?,
                 "LEASE_TTL_SECS" => self.agent.lease_ttl_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "SANDBOX" => {
-                    if v != "process" && v != "docker" {
-                        return Err(bad("expected `process` or `docker`"));
+                    if !["auto", "process", "docker"].contains(&v.as_str()) {
+                        return Err(bad("expected `auto`, `process` or `docker`"));
                     }
                     self.sandbox.kind = v
+                }
+                "DOCKER_HOST" => self.sandbox.docker_host = v,
+                "SANDBOX_POOL_SIZE" => self.sandbox.pool_size = v.parse().map_err(|_| bad("expected a count"))?,
+                "SANDBOX_IDLE_PAUSE_SECS" => self.sandbox.idle_pause_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "SANDBOX_START_TIMEOUT_SECS" => self.sandbox.start_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "SANDBOX_BASE_IMAGE" => {
+                    // Shorthand for the default spec's base image.
+                    let mut specs = self.sandbox.specs();
+                    if let Some(s) = specs.iter_mut().find(|s| s.name == self.sandbox.default_spec) {
+                        s.base_image = v;
+                    }
+                    self.sandbox.specs = specs;
                 }
                 "EXECUTOR_COMMAND" => self.sandbox.executor_command = v.split_whitespace().map(str::to_owned).collect(),
                 "MAX_RUNNING_PER_USER" => self.sandbox.max_running_per_user = v.parse().map_err(|_| bad("expected a count"))?,

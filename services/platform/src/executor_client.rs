@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use halyard_protocol::executor::{
-    EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, SESSION_KEY_HEADER,
+    EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, RotateKey, SESSION_KEY_HEADER,
 };
 
 /// Why an executor call failed.
@@ -55,6 +55,24 @@ impl ExecutorClient {
     pub async fn exec(&self, req: &ExecRequest) -> Result<ExecResponse, ExecutorError> {
         let wait = Duration::from_secs_f64(req.timeout_secs.unwrap_or(30.0).max(0.0) + 30.0);
         self.post("/shell/exec", req, wait).await
+    }
+
+    /// Replaces the executor's session key with `key` (this client keeps the old one).
+    pub async fn rotate_key(&self, key: &str) -> Result<(), ExecutorError> {
+        let resp = self
+            .http
+            .post(format!("{}/session-key", self.base))
+            .header(SESSION_KEY_HEADER, &self.key)
+            .json(&RotateKey { key: key.to_owned() })
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(ExecutorError::Rejected { status, code: "rotate_failed".into(), message: resp.text().await.unwrap_or_default() })
     }
 
     /// Runs one `file_editor` command.

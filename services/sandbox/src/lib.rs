@@ -6,9 +6,14 @@
 //! start-up it reconciles the records with what is really running: live executors are adopted,
 //! dead ones re-provisioned on the same workspace, so a crash loses no files.
 //!
-//! This crate implements the `process` kind: the executor runs as a child process in a
-//! per-sandbox workspace directory, with a cleared environment and its own process group.
+//! Two kinds: `process` (the executor as a child process in a per-sandbox workspace directory,
+//! with a cleared environment and its own process group; the embedded default) and `docker`
+//! (a container per sandbox through bollard, from a runtime image built locally, with the
+//! workspace on a named volume, a warm pool, and engine events watched).
 
+pub mod docker;
+pub mod image;
+pub mod pool;
 pub mod process;
 pub mod sandbox;
 pub mod supervisor;
@@ -32,6 +37,17 @@ impl SandboxError {
             Self::Bus(e) => e.is_retryable(),
             Self::Spawn(_) => false,
         }
+    }
+}
+
+/// Whether a Docker engine answers at `host` and has `image` (the default spec's base image):
+/// what `auto` needs to choose the docker kind.
+pub async fn docker_usable(host: &str, image: &str) -> Result<(), String> {
+    let docker = docker::connect(host).await.map_err(|e| e.to_string())?;
+    if docker::image_exists(&docker, image).await {
+        Ok(())
+    } else {
+        Err(format!("the Docker engine has no image {image} (infra/build-base-image.sh builds it)"))
     }
 }
 

@@ -1,4 +1,5 @@
-//! One actor per sandbox: it owns the executor process and publishes every state change.
+//! One actor per sandbox: it owns the sandbox's executor (a child process, or a container on a
+//! workspace volume) and publishes every state change as a record.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +10,12 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
-use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
+use halyard_protocol::system::{ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord, AGENT_SERVER};
 use halyard_protocol::{subjects, ConversationId, SandboxId, UserId};
 
+use crate::docker::{self, ContainerPlan, Found};
 use crate::process::{self, Layout};
-use crate::supervisor::Ctx;
+use crate::supervisor::{quota_refusal, Ctx};
 
 /// How a sandbox actor comes to life.
 pub enum Init {
@@ -29,10 +31,15 @@ pub enum Init {
 #[allow(clippy::large_enum_variant)]
 pub enum SandboxMsg {
     Command(SandboxCommand, Delivery),
-    /// Check the recorded process against reality (after a supervisor restart).
+    /// Check the recorded executor against reality (after a supervisor restart).
     Reconcile,
-    /// The executor process of `generation` ended.
+    /// The executor process of `generation` ended (process kind).
     Exited { generation: u64, detail: String },
+    /// The engine reported `action` (`die`, `destroy`, `oom`, `pause`, `unpause`) for a
+    /// container (docker kind).
+    Engine { container: String, action: String, exit_code: Option<i64> },
+    /// Time to check for idleness.
+    Tick,
 }
 
 pub struct SandboxActor;
@@ -42,13 +49,20 @@ pub struct SandboxState {
     id: SandboxId,
     owner: UserId,
     conversation: Option<ConversationId>,
+    docker: bool,
     layout: Layout,
     status: SandboxStatus,
+    urls: Vec<ExposedUrl>,
+    /// Process kind: the executor's pid. Incremented `generation` per process, so the exit of
+    /// an old one is not mistaken for the current one's.
     pid: Option<u32>,
-    url: Option<String>,
-    /// Incremented per executor process, so the exit of an old one is not mistaken for the
-    /// current one's.
     generation: u64,
+    /// Docker kind: the container (absent once removed) and the workspace volume.
+    container: Option<String>,
+    volume: Option<String>,
+    spec: String,
+    from_pool: bool,
+    oom: bool,
 }
 
 impl Actor for SandboxActor {
@@ -57,15 +71,49 @@ impl Actor for SandboxActor {
     type Arguments = (Arc<Ctx>, Init);
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (ctx, init): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
-        let (id, owner, conversation, status, pid, url) = match init {
-            Init::Fresh { id, owner, conversation } => (id, owner, Some(conversation), SandboxStatus::Starting, None, None),
-            Init::Record(r) => {
-                let url = r.agent_server_url().map(str::to_owned);
-                (r.sandbox_id, r.owner, r.conversation_id, r.status, r.pid, url)
-            }
+        let docker = ctx.docker.is_some();
+        let default_spec = ctx.config.sandbox.default_spec.clone();
+        let mut st = SandboxState {
+            layout: Layout::new(&ctx.config.data_dir, SandboxId::new()),
+            ctx,
+            id: SandboxId::new(),
+            owner: UserId(String::new()),
+            conversation: None,
+            docker,
+            status: SandboxStatus::Starting,
+            urls: Vec::new(),
+            pid: None,
+            generation: 0,
+            container: None,
+            volume: None,
+            spec: default_spec,
+            from_pool: false,
+            oom: false,
         };
-        let layout = Layout::new(&ctx.config.data_dir, id);
-        Ok(SandboxState { ctx, id, owner, conversation, layout, status, pid, url, generation: 0 })
+        match init {
+            Init::Fresh { id, owner, conversation } => {
+                st.id = id;
+                st.owner = owner;
+                st.conversation = Some(conversation);
+            }
+            Init::Record(r) => {
+                st.id = r.sandbox_id;
+                st.owner = r.owner;
+                st.conversation = r.conversation_id;
+                st.status = r.status;
+                st.urls = r.exposed_urls;
+                st.pid = r.pid;
+                st.container = r.container;
+                st.volume = r.volume;
+                st.from_pool = r.from_pool;
+                if let Some(spec) = r.spec {
+                    st.spec = spec;
+                }
+            }
+        }
+        st.layout = Layout::new(&st.ctx.config.data_dir, st.id);
+        st.track_container();
+        Ok(st)
     }
 
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -74,13 +122,13 @@ impl Actor for SandboxActor {
                 match cmd {
                     SandboxCommand::Create { .. } => {
                         // A redelivered create of a running sandbox just re-announces it.
-                        if st.status == SandboxStatus::Running && st.pid.is_some_and(process::alive) {
+                        if st.status == SandboxStatus::Running && st.executor_alive().await {
                             st.publish(SandboxStatus::Running, None).await;
                         } else {
-                            st.provision(&myself).await;
+                            st.provision(&myself, true).await;
                         }
                     }
-                    SandboxCommand::Pause { .. } => st.pause().await,
+                    SandboxCommand::Pause { .. } => st.pause(None).await,
                     SandboxCommand::Resume { .. } => st.resume(&myself).await,
                     SandboxCommand::Delete { .. } => {
                         st.delete().await;
@@ -91,28 +139,79 @@ impl Actor for SandboxActor {
                 }
                 delivery.ack().await;
             }
-            SandboxMsg::Reconcile => st.reconcile(&myself).await,
+            SandboxMsg::Reconcile => {
+                if st.docker {
+                    st.reconcile_container().await;
+                } else {
+                    st.reconcile_process(&myself).await;
+                }
+            }
             SandboxMsg::Exited { generation, detail } => {
                 if generation == st.generation && !matches!(st.status, SandboxStatus::Deleted) {
                     tracing::warn!(sandbox_id = %st.id, %detail, "executor process ended");
                     st.pid = None;
-                    st.url = None;
                     st.publish(SandboxStatus::Error, Some(format!("executor process ended: {detail}"))).await;
                 }
             }
+            SandboxMsg::Engine { container, action, exit_code } => st.engine_event(&container, &action, exit_code).await,
+            SandboxMsg::Tick => st.check_idle().await,
         }
         Ok(())
     }
 
     async fn post_stop(&self, _myself: ActorRef<Self::Msg>, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        // Halyard is stopping: take the executor down with it. Its record stays as it is, so
-        // the next start re-provisions it on the same workspace.
+        // Halyard is stopping. A process executor goes down with it (its record stays as it
+        // is, so the next start re-provisions it on the same workspace); a container keeps
+        // running and is adopted by the next supervisor.
         if let Some(pid) = st.pid.take() {
             st.generation += 1;
             process::kill_group(pid);
         }
+        st.untrack_container();
         Ok(())
     }
+}
+
+/// Creates (if `existing` is none) and starts a container for `plan`, hands it `key`, and waits
+/// for its executor. On failure, returns the container (if one was made) with the reason.
+pub async fn start_container(
+    ctx: &Ctx,
+    plan: &ContainerPlan<'_>,
+    existing: Option<String>,
+    key: &str,
+    timeout: Duration,
+) -> Result<(String, Vec<ExposedUrl>), (Option<String>, String)> {
+    let Some(dctx) = ctx.docker.as_ref() else { return Err((None, "no Docker engine".into())) };
+    let engine = &dctx.engine;
+    let deadline = tokio::time::Instant::now() + timeout;
+    engine.ensure_volume(&plan.volume, &plan.labels).await.map_err(|e| (existing.clone(), e.to_string()))?;
+    let container = match existing {
+        Some(c) => c,
+        None => match engine.create(plan).await {
+            Ok(c) => c,
+            // A leftover of an attempt that failed half-way holds the name: replace it.
+            Err(docker::DockerError::Engine { detail, .. }) if detail.contains("409") || detail.contains("already in use") => {
+                let _ = engine.remove(&plan.name).await;
+                engine.create(plan).await.map_err(|e| (None, e.to_string()))?
+            }
+            Err(e) => return Err((None, e.to_string())),
+        },
+    };
+    let fail = |e: String| (Some(container.clone()), e);
+    engine.upload_key(&container, key, &plan.spec.user).await.map_err(|e| fail(e.to_string()))?;
+    engine.start(&container).await.map_err(|e| fail(e.to_string()))?;
+    let (_, urls) = engine.inspect(&container).await.map_err(|e| fail(e.to_string()))?;
+    let url = urls.iter().find(|u| u.name == AGENT_SERVER).ok_or_else(|| fail("the container publishes no executor port".into()))?;
+    let client = ExecutorClient::new(ctx.http.clone(), url.url.clone(), key.to_owned());
+    if let Err(e) = process::wait_healthy(&client, deadline).await {
+        // Say why, if the container already ended.
+        let reason = match engine.inspect(&container).await {
+            Ok((Found::Stopped { exit_code, .. }, _)) => format!("the executor exited with code {exit_code} (see `docker logs {container}`)"),
+            _ => e,
+        };
+        return Err(fail(reason));
+    }
+    Ok((container, urls))
 }
 
 impl SandboxState {
@@ -120,24 +219,53 @@ impl SandboxState {
         keys::session_key(&self.ctx.config.secret, self.id)
     }
 
+    fn agent_url(&self) -> Option<&str> {
+        self.urls.iter().find(|u| u.name == AGENT_SERVER).map(|u| u.url.as_str())
+    }
+
+    fn workspace(&self) -> String {
+        match self.ctx.config.sandbox.spec(&self.spec) {
+            Some(spec) if self.docker => spec.working_dir,
+            _ => self.layout.workspace().display().to_string(),
+        }
+    }
+
+    /// Lets engine events about our container reach this actor.
+    fn track_container(&self) {
+        if let (Some(d), Some(c)) = (&self.ctx.docker, &self.container) {
+            if let Ok(mut map) = d.containers.lock() {
+                map.insert(c.clone(), self.id);
+            }
+        }
+    }
+
+    fn untrack_container(&self) {
+        if let (Some(d), Some(c)) = (&self.ctx.docker, &self.container) {
+            if let Ok(mut map) = d.containers.lock() {
+                map.remove(c);
+            }
+        }
+    }
+
     async fn publish(&mut self, status: SandboxStatus, detail: Option<String>) {
         self.status = status;
-        let exposed_urls = match (&self.url, status) {
-            (Some(url), SandboxStatus::Running | SandboxStatus::Paused) => {
-                vec![ExposedUrl { name: AGENT_SERVER.into(), url: url.clone() }]
-            }
-            _ => Vec::new(),
-        };
+        if !matches!(status, SandboxStatus::Running | SandboxStatus::Paused) {
+            self.urls.clear();
+        }
         let record = SystemRecord::Sandbox(SandboxUpdate {
             sandbox_id: self.id,
             owner: self.owner.clone(),
             conversation_id: self.conversation,
-            sandbox_kind: "process".into(),
+            sandbox_kind: if self.docker { "docker" } else { "process" }.into(),
             status,
-            exposed_urls,
-            workspace: self.layout.workspace().display().to_string(),
+            exposed_urls: self.urls.clone(),
+            workspace: self.workspace(),
             detail,
             pid: self.pid,
+            container: self.container.clone(),
+            volume: self.volume.clone(),
+            spec: self.docker.then(|| self.spec.clone()),
+            from_pool: self.from_pool,
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             reg.insert(self.id, (self.owner.clone(), status));
@@ -157,12 +285,29 @@ impl SandboxState {
         tracing::error!(sandbox_id = %self.id, status = status.as_str(), "sandbox record lost");
     }
 
-    /// Starts a fresh executor on this sandbox's workspace (which may hold files already).
-    async fn provision(&mut self, myself: &ActorRef<SandboxMsg>) {
+    async fn executor_alive(&self) -> bool {
+        if self.docker {
+            let Some(url) = self.agent_url() else { return false };
+            let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
+            matches!(client.health().await, Ok(h) if h.ok)
+        } else {
+            self.pid.is_some_and(process::alive)
+        }
+    }
+
+    /// Starts an executor on this sandbox's workspace (which may hold files already).
+    async fn provision(&mut self, myself: &ActorRef<SandboxMsg>, may_use_pool: bool) {
+        if self.docker {
+            self.provision_container(may_use_pool).await
+        } else {
+            self.provision_process(myself).await
+        }
+    }
+
+    async fn provision_process(&mut self, myself: &ActorRef<SandboxMsg>) {
         if let Some(pid) = self.pid.take() {
             process::kill_group(pid);
         }
-        self.url = None;
         self.publish(SandboxStatus::Starting, None).await;
         let cfg = &self.ctx.config.sandbox;
         let started = process::start(
@@ -180,7 +325,7 @@ impl SandboxState {
                 self.generation += 1;
                 let generation = self.generation;
                 self.pid = Some(started.pid);
-                self.url = Some(started.url);
+                self.urls = vec![ExposedUrl { name: AGENT_SERVER.into(), url: started.url }];
                 let me = myself.clone();
                 let mut child = started.child;
                 let lifeline = started.lifeline;
@@ -202,30 +347,136 @@ impl SandboxState {
         }
     }
 
-    async fn pause(&mut self) {
-        match (self.status, self.pid) {
-            (SandboxStatus::Paused, _) => self.publish(SandboxStatus::Paused, None).await,
-            (SandboxStatus::Running, Some(pid)) if process::stop_group(pid) => {
-                self.publish(SandboxStatus::Paused, None).await
+    /// A warm-pool container if one is ready and this sandbox has no workspace yet, else a
+    /// container of its own on its volume: the stopped one if it still exists, else a new one.
+    async fn provision_container(&mut self, may_use_pool: bool) {
+        let Some(dctx) = self.ctx.docker.clone() else { return };
+        if may_use_pool && self.container.is_none() && self.volume.is_none() {
+            if let Some(entry) = dctx.pool.take(&self.spec) {
+                match crate::pool::hand_over(&self.ctx, &entry, self.id).await {
+                    Ok(()) => {
+                        self.container = Some(entry.container.clone());
+                        self.volume = Some(entry.volume.clone());
+                        self.urls = entry.urls.clone();
+                        self.from_pool = true;
+                        self.track_container();
+                        tracing::info!(sandbox_id = %self.id, container = %entry.container, "sandbox taken from the warm pool");
+                        self.publish(SandboxStatus::Running, None).await;
+                        // The name is for people (`docker ps`); the record holds the id.
+                        let engine = dctx.engine.clone();
+                        let name = engine.naming.name(&self.id.to_string());
+                        tokio::spawn(async move {
+                            let options = bollard::query_parameters::RenameContainerOptions { name };
+                            let _ = engine.docker.rename_container(&entry.container, options).await;
+                        });
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox_id = %self.id, error = %e, "warm-pool sandbox unusable; starting a new one");
+                        let _ = dctx.engine.remove(&entry.container).await;
+                        let _ = dctx.engine.remove_volume(&entry.volume).await;
+                    }
+                }
             }
-            _ => {
-                // Nothing runs, so nothing can be frozen; the sandbox stays as it is, visibly.
+        }
+        self.publish(SandboxStatus::Starting, None).await;
+        let Some(spec) = self.ctx.config.sandbox.spec(&self.spec) else {
+            return self.publish(SandboxStatus::Error, Some(format!("start failed: no sandbox spec named `{}`", self.spec))).await;
+        };
+        let Some(image) = dctx.images.get(&self.spec) else {
+            return self.publish(SandboxStatus::Error, Some(format!("start failed: spec `{}` has no runtime image", self.spec))).await;
+        };
+        let naming = &dctx.engine.naming;
+        let id = self.id.to_string();
+        let volume = self.volume.clone().unwrap_or_else(|| naming.volume(&id));
+        // Keep a stopped container (its writable layer may hold installed tools); a running or
+        // paused one at this point is stale (unreachable executor): replace it.
+        let existing = match &self.container {
+            Some(c) => match dctx.engine.inspect(c).await {
+                Ok((Found::Stopped { .. }, _)) => Some(c.clone()),
+                Ok((Found::Gone, _)) => None,
+                _ => {
+                    let _ = dctx.engine.remove(c).await;
+                    None
+                }
+            },
+            None => None,
+        };
+        self.untrack_container();
+        self.container = None;
+        let labels = docker::labels(naming, &self.spec, &id, Some(&self.owner.0), self.conversation.map(|c| c.to_string()).as_deref(), false);
+        let plan = ContainerPlan {
+            name: naming.name(&id),
+            volume: volume.clone(),
+            image,
+            spec: &spec,
+            labels,
+            output_cap: self.ctx.config.sandbox.output_cap_bytes,
+        };
+        let timeout = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs);
+        self.volume = Some(volume);
+        match start_container(&self.ctx, &plan, existing, &self.key(), timeout).await {
+            Ok((container, urls)) => {
+                self.container = Some(container);
+                self.urls = urls;
+                self.oom = false;
+                self.track_container();
+                tracing::info!(sandbox_id = %self.id, container = ?self.container, "sandbox running");
+                self.publish(SandboxStatus::Running, None).await;
+            }
+            Err((container, e)) => {
+                tracing::error!(sandbox_id = %self.id, error = %e, "sandbox start failed");
+                self.container = container;
+                self.track_container();
+                self.publish(SandboxStatus::Error, Some(format!("start failed: {e}"))).await;
+            }
+        }
+    }
+
+    /// Freezes the sandbox; `why` says who asked, if not a user or the agent.
+    async fn pause(&mut self, why: Option<String>) {
+        let frozen = match (self.status, &self.ctx.docker, &self.container, self.pid) {
+            (SandboxStatus::Paused, ..) => return self.publish(SandboxStatus::Paused, None).await,
+            (SandboxStatus::Running, Some(d), Some(c), _) => d.engine.pause(c).await.map_err(|e| e.to_string()),
+            (SandboxStatus::Running, None, _, Some(pid)) if process::stop_group(pid) => Ok(()),
+            _ => Err("the sandbox is not running".to_owned()),
+        };
+        match frozen {
+            Ok(()) => self.publish(SandboxStatus::Paused, why).await,
+            Err(e) => {
+                // Nothing could be frozen; the sandbox stays as it is, visibly.
                 let status = self.status;
-                self.publish(status, Some("pause ignored: the sandbox is not running".into())).await
+                self.publish(status, Some(format!("pause ignored: {e}"))).await
             }
         }
     }
 
     async fn resume(&mut self, myself: &ActorRef<SandboxMsg>) {
-        match self.pid {
-            Some(pid) if process::alive(pid) => {
-                process::continue_group(pid);
-                self.publish(SandboxStatus::Running, None).await;
-            }
-            // Gone (crashed, killed, or lost with a host restart): a new executor on the
-            // same workspace, so the user's files are all still there.
-            _ => self.provision(myself).await,
+        if self.status == SandboxStatus::Running && self.executor_alive().await {
+            return self.publish(SandboxStatus::Running, None).await;
         }
+        // Starting a sandbox again counts toward the running limits; a refusal leaves it as
+        // it is (never pausing anyone else's) and says why.
+        if let Some(reason) = quota_refusal(&self.ctx, &self.owner) {
+            let status = self.status;
+            return self.publish(status, Some(format!("{}{reason}", halyard_protocol::system::REFUSED_PREFIX))).await;
+        }
+        if self.docker {
+            if let (Some(d), Some(c)) = (self.ctx.docker.clone(), self.container.clone()) {
+                if let Ok((Found::Paused, _)) = d.engine.inspect(&c).await {
+                    match d.engine.unpause(&c).await {
+                        Ok(()) => return self.publish(SandboxStatus::Running, None).await,
+                        Err(e) => tracing::warn!(sandbox_id = %self.id, error = %e, "cannot unpause; re-provisioning"),
+                    }
+                }
+            }
+        } else if let Some(pid) = self.pid.filter(|p| process::alive(*p)) {
+            process::continue_group(pid);
+            return self.publish(SandboxStatus::Running, None).await;
+        }
+        // Gone (crashed, killed, removed, or lost with a host restart): a new executor on the
+        // same workspace, so the user's files are all still there.
+        self.provision(myself, false).await
     }
 
     async fn delete(&mut self) {
@@ -233,28 +484,119 @@ impl SandboxState {
             self.generation += 1;
             process::kill_group(pid);
         }
-        let root = self.layout.root.clone();
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
-        self.url = None;
+        self.status = SandboxStatus::Deleted;
+        if let Some(d) = self.ctx.docker.clone() {
+            self.untrack_container();
+            if let Some(c) = self.container.take() {
+                if let Err(e) = d.engine.remove(&c).await {
+                    tracing::warn!(sandbox_id = %self.id, error = %e, "cannot remove container; the next start-up removes it as an orphan");
+                }
+            }
+            let volume = self.volume.clone().unwrap_or_else(|| d.engine.naming.volume(&self.id.to_string()));
+            if let Err(e) = d.engine.remove_volume(&volume).await {
+                tracing::warn!(sandbox_id = %self.id, error = %e, "cannot remove volume; the next start-up removes it as an orphan");
+            }
+        } else {
+            let root = self.layout.root.clone();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
+        }
         self.publish(SandboxStatus::Deleted, None).await;
     }
 
-    /// After a supervisor restart: adopt the recorded executor if it is really ours and alive,
-    /// otherwise bring the sandbox back to its recorded state.
-    async fn reconcile(&mut self, myself: &ActorRef<SandboxMsg>) {
-        if !self.layout.workspace().exists() {
-            self.pid = None;
-            self.url = None;
-            self.publish(SandboxStatus::Missing, Some("workspace directory is gone".into())).await;
+    /// An engine event about a container; only the current one matters.
+    async fn engine_event(&mut self, container: &str, action: &str, exit_code: Option<i64>) {
+        if self.container.as_deref() != Some(container) || self.status == SandboxStatus::Deleted {
             return;
         }
-        let ours = match (self.pid, &self.url) {
+        match action {
+            "oom" => self.oom = true,
+            "die" if matches!(self.status, SandboxStatus::Running | SandboxStatus::Starting | SandboxStatus::Paused) => {
+                let code = exit_code.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+                let oom = if self.oom { ", out of memory" } else { "" };
+                tracing::warn!(sandbox_id = %self.id, container, code, "container exited");
+                self.publish(SandboxStatus::Error, Some(format!("container exited (code {code}{oom}); resume restarts it on the same workspace"))).await;
+            }
+            "destroy" => {
+                self.untrack_container();
+                self.container = None;
+                tracing::warn!(sandbox_id = %self.id, container, "container removed outside Halyard");
+                self.publish(SandboxStatus::Missing, Some("container was removed; resume re-provisions it on the same workspace volume".into())).await;
+            }
+            "pause" if self.status == SandboxStatus::Running => {
+                self.publish(SandboxStatus::Paused, Some("paused outside Halyard".into())).await;
+            }
+            "unpause" if self.status == SandboxStatus::Paused => {
+                self.publish(SandboxStatus::Running, Some("unpaused outside Halyard".into())).await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Pauses a running sandbox whose executor has been idle too long.
+    async fn check_idle(&mut self) {
+        let limit = self.ctx.config.sandbox.idle_pause_secs;
+        if limit == 0 || self.status != SandboxStatus::Running {
+            return;
+        }
+        let Some(url) = self.agent_url() else { return };
+        let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
+        if let Ok(h) = client.health().await {
+            if h.idle_ms >= limit * 1000 {
+                tracing::info!(sandbox_id = %self.id, idle_ms = h.idle_ms, "pausing idle sandbox");
+                self.pause(Some(format!("paused after {} s without activity", h.idle_ms / 1000))).await;
+            }
+        }
+    }
+
+    /// After a supervisor restart (docker): adopt the container if it is there, otherwise say
+    /// what happened to it.
+    async fn reconcile_container(&mut self) {
+        let Some(d) = self.ctx.docker.clone() else { return };
+        let Some(container) = self.container.clone() else {
+            return self.publish(SandboxStatus::Missing, Some("no container recorded; resume provisions one".into())).await;
+        };
+        match d.engine.inspect(&container).await {
+            Ok((Found::Running, urls)) => {
+                self.urls = urls;
+                if self.executor_alive().await {
+                    tracing::info!(sandbox_id = %self.id, %container, "adopted running container");
+                    let detail = (self.status == SandboxStatus::Paused).then(|| "unpaused outside Halyard".to_owned());
+                    self.publish(SandboxStatus::Running, detail).await;
+                } else {
+                    self.publish(SandboxStatus::Error, Some("container runs but its executor does not answer; resume restarts it".into())).await;
+                }
+            }
+            Ok((Found::Paused, urls)) => {
+                self.urls = urls;
+                let detail = (self.status != SandboxStatus::Paused).then(|| "paused outside Halyard".to_owned());
+                self.publish(SandboxStatus::Paused, detail).await;
+            }
+            Ok((Found::Stopped { exit_code, .. }, _)) => {
+                self.publish(SandboxStatus::Error, Some(format!("container exited (code {exit_code}) while the supervisor was away; resume restarts it"))).await;
+            }
+            Ok((Found::Gone, _)) => {
+                self.untrack_container();
+                self.container = None;
+                self.publish(SandboxStatus::Missing, Some("container is gone; resume re-provisions it on the same workspace volume".into())).await;
+            }
+            Err(e) => tracing::error!(sandbox_id = %self.id, error = %e, "cannot inspect container during reconciliation"),
+        }
+    }
+
+    /// After a supervisor restart (process): adopt the recorded executor if it is really ours
+    /// and alive, otherwise bring the sandbox back to its recorded state.
+    async fn reconcile_process(&mut self, myself: &ActorRef<SandboxMsg>) {
+        if !self.layout.workspace().exists() {
+            self.pid = None;
+            return self.publish(SandboxStatus::Missing, Some("workspace directory is gone".into())).await;
+        }
+        let ours = match (self.pid, self.agent_url()) {
             (Some(pid), Some(url)) if process::alive(pid) => {
                 if self.status == SandboxStatus::Paused {
                     // A frozen executor cannot answer; the pid and the workspace match.
                     true
                 } else {
-                    let client = ExecutorClient::new(self.ctx.http.clone(), url.clone(), self.key());
+                    let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
                     matches!(client.health().await, Ok(h) if h.ok && h.workspace == self.layout.workspace().display().to_string())
                 }
             }
@@ -273,10 +615,10 @@ impl SandboxState {
         match self.status {
             SandboxStatus::Paused => {
                 self.pid = None;
-                self.url = None;
+                self.urls.clear();
                 self.publish(SandboxStatus::Paused, Some("executor is gone; resume starts a new one on the same workspace".into())).await;
             }
-            _ => self.provision(myself).await,
+            _ => self.provision_process(myself).await,
         }
     }
 }

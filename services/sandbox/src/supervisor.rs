@@ -1,5 +1,5 @@
-//! The supervisor actor: routes commands to one [`SandboxActor`] per sandbox, enforces quotas,
-//! and reconciles the bus's records with reality at start-up.
+//! The supervisor actor: routes commands and engine events to one [`SandboxActor`] per
+//! sandbox, enforces quotas, and reconciles the bus's records with reality at start-up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +15,8 @@ use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{subjects, Envelope, SandboxId, UserId};
 
+use crate::docker::Engine;
+use crate::pool::Pool;
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
 use crate::SandboxError;
 
@@ -25,6 +27,18 @@ pub struct Ctx {
     pub http: reqwest::Client,
     /// Current status of every sandbox this process knows, for quotas.
     pub registry: Mutex<HashMap<SandboxId, (UserId, SandboxStatus)>>,
+    /// The engine and what goes with it, for the docker kind.
+    pub docker: Option<Arc<DockerCtx>>,
+}
+
+/// Docker-kind state shared by the sandbox actors.
+pub struct DockerCtx {
+    pub engine: Engine,
+    /// Runtime image per spec name.
+    pub images: HashMap<String, String>,
+    pub pool: Pool,
+    /// Which sandbox a container belongs to, for routing engine events.
+    pub containers: Mutex<HashMap<String, SandboxId>>,
 }
 
 impl Ctx {
@@ -52,6 +66,10 @@ pub enum SupervisorMsg {
     Command(Envelope<SandboxCommand>, Delivery),
     /// A sandbox record found at start-up.
     Adopt(SandboxUpdate),
+    /// The engine reported `action` for `container`.
+    Engine { container: String, action: String, exit_code: Option<i64> },
+    /// Time for every running sandbox to check whether it is idle.
+    Tick,
 }
 
 pub struct Supervisor;
@@ -89,6 +107,24 @@ impl Actor for Supervisor {
                 let id = record.sandbox_id;
                 let child = state.child(&myself, id, Init::Record(record)).await?;
                 child.send_message(SandboxMsg::Reconcile)?;
+            }
+            SupervisorMsg::Engine { container, action, exit_code } => {
+                let Some(d) = state.ctx.docker.as_ref() else { return Ok(()) };
+                let owner = d.containers.lock().ok().and_then(|m| m.get(&container).copied());
+                match owner.and_then(|id| state.children.get(&id)) {
+                    Some(child) => child.send_message(SandboxMsg::Engine { container, action, exit_code })?,
+                    None if matches!(action.as_str(), "die" | "destroy") => {
+                        if d.pool.forget(&container) {
+                            tracing::warn!(%container, %action, "warm-pool container lost; refilling");
+                        }
+                    }
+                    None => {}
+                }
+            }
+            SupervisorMsg::Tick => {
+                for child in state.children.values() {
+                    let _ = child.send_message(SandboxMsg::Tick);
+                }
             }
             SupervisorMsg::Command(env, delivery) => {
                 let cmd = env.payload;
@@ -147,7 +183,8 @@ impl Actor for Supervisor {
     }
 }
 
-fn quota_refusal(ctx: &Ctx, owner: &UserId) -> Option<String> {
+/// Why starting one more sandbox for `owner` would exceed a limit, if it would.
+pub fn quota_refusal(ctx: &Ctx, owner: &UserId) -> Option<String> {
     let (mine, total) = ctx.running(owner);
     let limits = &ctx.config.sandbox;
     if limits.max_running_per_user > 0 && mine >= limits.max_running_per_user {
@@ -170,6 +207,10 @@ async fn refuse(ctx: &Ctx, id: SandboxId, owner: &UserId, conversation: halyard_
         workspace: String::new(),
         detail: Some(reason.to_owned()),
         pid: None,
+        container: None,
+        volume: None,
+        spec: None,
+        from_pool: false,
     });
     if let Err(e) = bus::send(&ctx.js, subjects::sandbox_record(id), record, None).await {
         tracing::error!(sandbox_id = %id, error = %e, "cannot publish quota refusal");
@@ -209,23 +250,125 @@ async fn latest_sandbox_records(js: &jetstream::Context) -> Result<Vec<SandboxUp
     Ok(out)
 }
 
+/// Connects to the engine and prepares every spec's runtime image, publishing how each was
+/// obtained (`halyard.sys.image.<spec>`).
+async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCtx, SandboxError> {
+    let sandbox = &config.sandbox;
+    let docker = crate::docker::connect(&sandbox.docker_host).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    let binary = sandbox.executor_command.first().ok_or_else(|| SandboxError::Spawn("no executor binary configured".into()))?;
+    let mut images = HashMap::new();
+    for spec in sandbox.specs() {
+        let files = crate::image::ExecutorFiles::discover(std::path::Path::new(binary));
+        let image = crate::image::ensure(&docker, &sandbox.image_repository, &spec, files)
+            .await
+            .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+        tracing::info!(spec = %spec.name, image = %image.image, outcome = ?image.outcome, build_ms = image.build_ms, "runtime image ready");
+        images.insert(spec.name.clone(), image.image.clone());
+        bus::send(js, subjects::image_record(&spec.name), SystemRecord::SandboxImage(image), None).await?;
+    }
+    let naming = crate::docker::Naming { deployment: config.node_id.clone() };
+    Ok(DockerCtx { engine: Engine { docker, naming }, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()) })
+}
+
+/// Removes this deployment's containers and volumes that no sandbox record refers to (left by
+/// a crash half-way through a start or a delete, or a previous run's warm pool).
+async fn remove_orphans(d: &DockerCtx, records: &[SandboxUpdate]) -> Result<(), SandboxError> {
+    let known = |f: &dyn Fn(&SandboxUpdate) -> Option<&String>, name: &str| {
+        records.iter().any(|r| r.status != SandboxStatus::Deleted && f(r).is_some_and(|v| v == name))
+    };
+    let err = |e: crate::docker::DockerError| SandboxError::Spawn(e.to_string());
+    for (container, labels) in d.engine.containers().await.map_err(err)? {
+        if !known(&|r| r.container.as_ref(), &container) {
+            tracing::info!(%container, sandbox = ?labels.get(crate::docker::LABEL_SANDBOX), "removing orphaned container");
+            d.engine.remove(&container).await.map_err(err)?;
+        }
+    }
+    for volume in d.engine.volumes().await.map_err(err)? {
+        if !known(&|r| r.volume.as_ref(), &volume) {
+            tracing::info!(%volume, "removing orphaned volume");
+            d.engine.remove_volume(&volume).await.map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// Forwards the engine's container events to the supervisor, reconnecting if the stream ends.
+async fn watch_engine(engine: Engine, supervisor: ActorRef<SupervisorMsg>, mut shutdown: Shutdown) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let mut events = Box::pin(engine.events());
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.wait() => return,
+                n = events.next() => n,
+            };
+            match next {
+                Some(Ok((container, action, exit_code))) => {
+                    backoff = Duration::from_millis(200);
+                    let _ = supervisor.send_message(SupervisorMsg::Engine { container, action, exit_code });
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "engine event stream failed; reconnecting");
+                    break;
+                }
+                None => break,
+            }
+        }
+        tokio::select! {
+            _ = shutdown.wait() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
 /// Reconciles, then serves sandbox commands until `shutdown`.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), SandboxError> {
     let js = jetstream::new(nats);
     let http = reqwest::Client::builder().build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
-    let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()) });
+    let docker = match config.sandbox.kind.as_str() {
+        "docker" => Some(Arc::new(docker_ctx(&config, &js).await?)),
+        _ => None,
+    };
+    let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone())
         .await
         .map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
-    for record in latest_sandbox_records(&js).await? {
+    let records: Vec<SandboxUpdate> = latest_sandbox_records(&js)
+        .await?
+        .into_iter()
+        .filter(|r| r.sandbox_kind == config.sandbox.kind)
+        .collect();
+    let mut tasks = Vec::new();
+    if let Some(d) = &ctx.docker {
+        // Subscribe before looking, so nothing that happens during reconciliation is missed.
+        tasks.push(tokio::spawn(watch_engine(d.engine.clone(), supervisor.clone(), shutdown.clone())));
+        remove_orphans(d, &records).await?;
+        tasks.push(tokio::spawn(crate::pool::refill(ctx.clone(), shutdown.clone())));
+    }
+    for record in records {
         let live = matches!(record.status, SandboxStatus::Running | SandboxStatus::Starting | SandboxStatus::Paused);
-        if live && record.sandbox_kind == config.sandbox.kind {
+        if live {
             if let Ok(mut reg) = ctx.registry.lock() {
                 reg.insert(record.sandbox_id, (record.owner.clone(), record.status));
             }
             let _ = supervisor.send_message(SupervisorMsg::Adopt(record));
         }
+    }
+    let idle = config.sandbox.idle_pause_secs;
+    if idle > 0 {
+        let every = Duration::from_secs((idle / 4).clamp(1, 30));
+        let (supervisor, mut shutdown) = (supervisor.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    _ = ticks.tick() => { let _ = supervisor.send_message(SupervisorMsg::Tick); }
+                }
+            }
+        }));
     }
 
     let result = bus::consume_into_actor::<SandboxCommand, _>(
@@ -238,6 +381,10 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         SupervisorMsg::Command,
     )
     .await;
+    // The pool task removes its containers on the way out; give it a moment.
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+    }
     supervisor.stop(None);
     let _ = handle.await;
     result.map_err(SandboxError::from)

@@ -1,0 +1,363 @@
+//! The Docker engine, through bollard: containers and volumes of docker sandboxes, labelled so
+//! a restarted supervisor can tell its own from anyone else's.
+//!
+//! A sandbox is a container running the executor (from a runtime image, see [`crate::image`])
+//! with its workspace on a named volume that outlives the container: pausing, a container
+//! killed from outside, or re-provisioning keep the user's files. The container gets no Docker
+//! socket, drops every capability, cannot gain privileges, and has the spec's memory, CPU and
+//! process limits. Its ports are published on 127.0.0.1 only, on ports the engine picks, so the
+//! host reaches them without `host.docker.internal` tricks and nothing else does.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding, VolumeCreateRequest,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, EventsOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions,
+    RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
+};
+use bollard::Docker;
+use futures::{Stream, StreamExt};
+
+use halyard_platform::config::SandboxSpec;
+use halyard_protocol::system::{ExposedUrl, AGENT_SERVER};
+
+/// Port of the executor inside every container.
+pub const EXECUTOR_PORT: u16 = 8000;
+/// Ports the agent's own apps may listen on, by the name their URL is exposed under.
+pub const WORKER_PORTS: [(&str, u16); 2] = [("WORKER_1", 8001), ("WORKER_2", 8002)];
+/// Where the supervisor uploads the session key before starting the executor, which deletes
+/// it once read. The directory belongs to the spec's user (see [`crate::image`]).
+pub const KEY_DIR: &str = "/opt/halyard/run";
+
+pub const LABEL_DEPLOYMENT: &str = "dev.halyard.deployment";
+pub const LABEL_SANDBOX: &str = "dev.halyard.sandbox";
+pub const LABEL_CONVERSATION: &str = "dev.halyard.conversation";
+pub const LABEL_OWNER: &str = "dev.halyard.owner";
+pub const LABEL_SPEC: &str = "dev.halyard.spec";
+/// On warm-pool containers: they belong to no conversation until one takes them.
+pub const LABEL_POOL: &str = "dev.halyard.pool";
+
+/// Why a Docker operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    #[error("no Docker engine at {host}: {detail}")]
+    Unavailable { host: String, detail: String },
+    #[error("{op}: not found")]
+    NotFound { op: &'static str },
+    #[error("{op}: {detail}")]
+    Engine { op: &'static str, detail: String },
+    #[error("building the runtime image: {0}")]
+    Build(String),
+}
+
+impl DockerError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Engine { .. })
+    }
+
+    fn from_engine(op: &'static str, e: bollard::errors::Error) -> Self {
+        match e {
+            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => Self::NotFound { op },
+            e => Self::Engine { op, detail: e.to_string() },
+        }
+    }
+}
+
+/// Connects to the engine at `host` (`unix:///path`), agreeing on an API version it speaks.
+pub async fn connect(host: &str) -> Result<Docker, DockerError> {
+    let unavailable = |detail: String| DockerError::Unavailable { host: host.to_owned(), detail };
+    let path = host.strip_prefix("unix://").ok_or_else(|| unavailable("only unix:// engine addresses are supported".into()))?;
+    let docker = Docker::connect_with_unix(path, 300, bollard::API_DEFAULT_VERSION).map_err(|e| unavailable(e.to_string()))?;
+    let docker = tokio::time::timeout(Duration::from_secs(5), docker.negotiate_version())
+        .await
+        .map_err(|_| unavailable("no answer within 5 s".into()))?
+        .map_err(|e| unavailable(e.to_string()))?;
+    docker.ping().await.map_err(|e| unavailable(e.to_string()))?;
+    Ok(docker)
+}
+
+/// Whether an image exists locally.
+pub async fn image_exists(docker: &Docker, image: &str) -> bool {
+    docker.inspect_image(image).await.is_ok()
+}
+
+/// Names and labels of one deployment's Docker objects.
+#[derive(Clone, Debug)]
+pub struct Naming {
+    pub deployment: String,
+}
+
+impl Naming {
+    fn short(&self) -> &str {
+        &self.deployment[..self.deployment.len().min(12)]
+    }
+    /// Container and volume base name of a sandbox (or pool slot).
+    pub fn name(&self, id: &str) -> String {
+        format!("halyard-{}-{id}", self.short())
+    }
+    pub fn volume(&self, id: &str) -> String {
+        format!("halyard-{}-{id}-ws", self.short())
+    }
+    fn filter(&self) -> HashMap<String, Vec<String>> {
+        HashMap::from([("label".to_owned(), vec![format!("{LABEL_DEPLOYMENT}={}", self.deployment)])])
+    }
+}
+
+/// What a new container is for.
+#[derive(Clone, Debug)]
+pub struct ContainerPlan<'a> {
+    pub name: String,
+    pub volume: String,
+    pub image: &'a str,
+    pub spec: &'a SandboxSpec,
+    pub labels: HashMap<String, String>,
+    pub output_cap: usize,
+}
+
+/// A container's state as the supervisor needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    Running,
+    Paused,
+    /// Created or exited: exists, but its executor does not run.
+    Stopped { exit_code: i64, oom_killed: bool },
+    Gone,
+}
+
+/// The engine, for one deployment.
+#[derive(Clone)]
+pub struct Engine {
+    pub docker: Docker,
+    pub naming: Naming,
+}
+
+impl Engine {
+    /// Creates the workspace volume if it does not exist (an existing one keeps its files).
+    pub async fn ensure_volume(&self, name: &str, labels: &HashMap<String, String>) -> Result<(), DockerError> {
+        let req = VolumeCreateRequest { name: Some(name.to_owned()), labels: Some(labels.clone()), ..Default::default() };
+        // Creating a volume that exists is a no-op for the engine.
+        self.docker.create_volume(req).await.map_err(|e| DockerError::from_engine("create volume", e))?;
+        Ok(())
+    }
+
+    /// Creates (not starts) a container for `plan` on its volume.
+    pub async fn create(&self, plan: &ContainerPlan<'_>) -> Result<String, DockerError> {
+        let spec = plan.spec;
+        let mut ports = vec![EXECUTOR_PORT];
+        ports.extend(WORKER_PORTS.iter().map(|(_, p)| *p));
+        let bindings = ports
+            .iter()
+            .map(|p| (format!("{p}/tcp"), Some(vec![PortBinding { host_ip: Some("127.0.0.1".into()), host_port: Some(String::new()) }])))
+            .collect();
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push("HOME=/home/halyard".into());
+        let body = ContainerCreateBody {
+            image: Some(plan.image.to_owned()),
+            cmd: Some(vec![
+                "--workspace".into(),
+                spec.working_dir.clone(),
+                "--listen".into(),
+                format!("0.0.0.0:{EXECUTOR_PORT}"),
+                "--output-cap".into(),
+                plan.output_cap.to_string(),
+                "--key-file".into(),
+                format!("{KEY_DIR}/key"),
+            ]),
+            user: Some(spec.user.clone()),
+            working_dir: Some(spec.working_dir.clone()),
+            env: Some(env),
+            labels: Some(plan.labels.clone()),
+            exposed_ports: Some(ports.iter().map(|p| format!("{p}/tcp")).collect()),
+            host_config: Some(HostConfig {
+                mounts: Some(vec![Mount {
+                    target: Some(spec.working_dir.clone()),
+                    source: Some(plan.volume.clone()),
+                    typ: Some(MountType::VOLUME),
+                    ..Default::default()
+                }]),
+                port_bindings: Some(bindings),
+                memory: Some((spec.memory_mb as i64) << 20),
+                nano_cpus: Some((spec.cpus * 1e9) as i64),
+                pids_limit: Some(spec.pids_limit),
+                // The executor runs as the spec's user and needs no capability at all.
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                // An init reaps the orphans of the agent's commands.
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(plan.name.clone()), ..Default::default() };
+        let created = self.docker.create_container(Some(options), body).await.map_err(|e| DockerError::from_engine("create container", e))?;
+        Ok(created.id)
+    }
+
+    /// Uploads the session key into a created or stopped container, readable by its user only.
+    pub async fn upload_key(&self, container: &str, key: &str, user: &str) -> Result<(), DockerError> {
+        let (uid, gid) = parse_user(user);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(key.len() as u64);
+        header.set_mode(0o400);
+        header.set_uid(uid);
+        header.set_gid(gid);
+        header.set_cksum();
+        let mut builder = tar::Builder::new(Vec::new());
+        builder
+            .append_data(&mut header, "key", key.as_bytes())
+            .map_err(|e| DockerError::Engine { op: "upload key", detail: e.to_string() })?;
+        let archive = builder.into_inner().map_err(|e| DockerError::Engine { op: "upload key", detail: e.to_string() })?;
+        let options = UploadToContainerOptions { path: KEY_DIR.into(), ..Default::default() };
+        self.docker
+            .upload_to_container(container, Some(options), bollard::body_full(archive.into()))
+            .await
+            .map_err(|e| DockerError::from_engine("upload key", e))
+    }
+
+    pub async fn start(&self, container: &str) -> Result<(), DockerError> {
+        self.docker
+            .start_container(container, None::<StartContainerOptions>)
+            .await
+            .map_err(|e| DockerError::from_engine("start container", e))
+    }
+
+    /// The container's state, and its exposed URLs while it runs.
+    pub async fn inspect(&self, container: &str) -> Result<(Found, Vec<ExposedUrl>), DockerError> {
+        let info = match self.docker.inspect_container(container, None::<InspectContainerOptions>).await {
+            Ok(info) => info,
+            Err(e) => {
+                return match DockerError::from_engine("inspect container", e) {
+                    DockerError::NotFound { .. } => Ok((Found::Gone, Vec::new())),
+                    e => Err(e),
+                };
+            }
+        };
+        let state = info.state.unwrap_or_default();
+        let found = match state.status {
+            Some(ContainerStateStatusEnum::RUNNING) => Found::Running,
+            Some(ContainerStateStatusEnum::PAUSED) => Found::Paused,
+            Some(ContainerStateStatusEnum::REMOVING) | Some(ContainerStateStatusEnum::DEAD) => Found::Gone,
+            _ => Found::Stopped { exit_code: state.exit_code.unwrap_or(0), oom_killed: state.oom_killed.unwrap_or(false) },
+        };
+        let ports = info.network_settings.and_then(|n| n.ports).unwrap_or_default();
+        let host_port = |port: u16| -> Option<String> {
+            let bindings = ports.get(&format!("{port}/tcp"))?.as_ref()?;
+            bindings.iter().find_map(|b| b.host_port.clone().filter(|p| !p.is_empty()))
+        };
+        let mut urls = Vec::new();
+        if let Some(p) = host_port(EXECUTOR_PORT) {
+            urls.push(ExposedUrl { name: AGENT_SERVER.into(), url: format!("http://127.0.0.1:{p}") });
+        }
+        for (name, port) in WORKER_PORTS {
+            if let Some(p) = host_port(port) {
+                urls.push(ExposedUrl { name: name.into(), url: format!("http://127.0.0.1:{p}") });
+            }
+        }
+        Ok((found, urls))
+    }
+
+    pub async fn pause(&self, container: &str) -> Result<(), DockerError> {
+        self.docker.pause_container(container).await.map_err(|e| DockerError::from_engine("pause container", e))
+    }
+
+    pub async fn unpause(&self, container: &str) -> Result<(), DockerError> {
+        self.docker.unpause_container(container).await.map_err(|e| DockerError::from_engine("unpause container", e))
+    }
+
+    /// Stops and removes a container; a missing one is fine.
+    pub async fn remove(&self, container: &str) -> Result<(), DockerError> {
+        // A paused container cannot take a signal; force removal kills it anyway.
+        let _ = self.docker.stop_container(container, Some(StopContainerOptions { t: Some(2), ..Default::default() })).await;
+        match self.docker.remove_container(container, Some(RemoveContainerOptions { force: true, ..Default::default() })).await {
+            Ok(()) => Ok(()),
+            Err(e) => match DockerError::from_engine("remove container", e) {
+                DockerError::NotFound { .. } => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+
+    /// Removes a volume; a missing one is fine.
+    pub async fn remove_volume(&self, volume: &str) -> Result<(), DockerError> {
+        match self.docker.remove_volume(volume, Some(RemoveVolumeOptions { force: true })).await {
+            Ok(()) => Ok(()),
+            Err(e) => match DockerError::from_engine("remove volume", e) {
+                DockerError::NotFound { .. } => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+
+    /// This deployment's containers: (id, labels).
+    pub async fn containers(&self) -> Result<Vec<(String, HashMap<String, String>)>, DockerError> {
+        let options = ListContainersOptions { all: true, filters: Some(self.naming.filter()), ..Default::default() };
+        let list = self.docker.list_containers(Some(options)).await.map_err(|e| DockerError::from_engine("list containers", e))?;
+        Ok(list.into_iter().filter_map(|c| Some((c.id?, c.labels.unwrap_or_default()))).collect())
+    }
+
+    /// This deployment's volumes, by name.
+    pub async fn volumes(&self) -> Result<Vec<String>, DockerError> {
+        let options = ListVolumesOptions { filters: Some(self.naming.filter()) };
+        let list = self.docker.list_volumes(Some(options)).await.map_err(|e| DockerError::from_engine("list volumes", e))?;
+        Ok(list.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect())
+    }
+
+    /// Lifecycle events of this deployment's containers: (container id, action, exit code).
+    pub fn events(&self) -> impl Stream<Item = Result<(String, String, Option<i64>), DockerError>> + use<> {
+        let mut filters = self.naming.filter();
+        filters.insert("type".into(), vec!["container".into()]);
+        filters.insert("event".into(), ["die", "destroy", "oom", "pause", "unpause"].map(str::to_owned).to_vec());
+        let options = EventsOptions { filters: Some(filters), ..Default::default() };
+        self.docker.events(Some(options)).map(|e| {
+            let e = e.map_err(|e| DockerError::from_engine("events", e))?;
+            let actor = e.actor.unwrap_or_default();
+            let exit = actor.attributes.as_ref().and_then(|a| a.get("exitCode")).and_then(|c| c.parse().ok());
+            Ok((actor.id.unwrap_or_default(), e.action.unwrap_or_default(), exit))
+        })
+    }
+}
+
+/// `uid:gid` (numbers; a name maps to 1000, the runtime image's default user).
+pub fn parse_user(user: &str) -> (u64, u64) {
+    let mut parts = user.split(':');
+    let uid = parts.next().and_then(|u| u.parse().ok()).unwrap_or(if user.starts_with("root") { 0 } else { 1000 });
+    let gid = parts.next().and_then(|g| g.parse().ok()).unwrap_or(uid);
+    (uid, gid)
+}
+
+/// Labels of a sandbox's container and volume.
+pub fn labels(naming: &Naming, spec: &str, sandbox: &str, owner: Option<&str>, conversation: Option<&str>, pool: bool) -> HashMap<String, String> {
+    let mut labels = HashMap::from([
+        (LABEL_DEPLOYMENT.to_owned(), naming.deployment.clone()),
+        (LABEL_SANDBOX.to_owned(), sandbox.to_owned()),
+        (LABEL_SPEC.to_owned(), spec.to_owned()),
+    ]);
+    if let Some(o) = owner {
+        labels.insert(LABEL_OWNER.into(), o.to_owned());
+    }
+    if let Some(c) = conversation {
+        labels.insert(LABEL_CONVERSATION.into(), c.to_owned());
+    }
+    if pool {
+        labels.insert(LABEL_POOL.into(), spec.to_owned());
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_names() {
+        assert_eq!(parse_user("1000:1001"), (1000, 1001));
+        assert_eq!(parse_user("0"), (0, 0));
+        assert_eq!(parse_user("root"), (0, 0));
+        let n = Naming { deployment: "0123456789abcdef".into() };
+        assert_eq!(n.name("x"), "halyard-0123456789ab-x");
+        assert_eq!(n.volume("x"), "halyard-0123456789ab-x-ws");
+    }
+}
