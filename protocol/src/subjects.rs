@@ -81,6 +81,11 @@ pub fn image_record(spec: &str) -> String {
     format!("halyard.sys.image.{spec}")
 }
 
+/// The warm-pool record of a sandbox spec.
+pub fn pool_record(spec: &str) -> String {
+    format!("halyard.sys.pool.{spec}")
+}
+
 /// A conversation's existence records (created, deleted).
 pub fn conversation_record(id: ConversationId) -> String {
     format!("halyard.sys.conversation.{id}")

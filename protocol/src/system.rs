@@ -174,6 +174,8 @@ pub enum SystemRecord {
     WebhookDisabled { webhook_id: String, owner: UserId, reason: String },
     /// The runtime image of a sandbox spec, as the supervisor last prepared it.
     SandboxImage(SandboxImage),
+    /// The warm pool of a spec changed (`halyard.sys.pool.<spec>`).
+    SandboxPool { spec: String, ready: u32, target: u32 },
 }
 
 /// How a spec's runtime image was obtained at supervisor start-up.
@@ -211,6 +213,7 @@ impl Payload for SystemRecord {
             Self::DeliveryAttempt(_) => "sys.delivery_attempt",
             Self::WebhookDisabled { .. } => "sys.webhook_disabled",
             Self::SandboxImage(_) => "sys.sandbox_image",
+            Self::SandboxPool { .. } => "sys.sandbox_pool",
         }
         .to_owned()
     }

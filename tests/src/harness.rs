@@ -124,6 +124,9 @@ impl Halyard {
             // an LLM of its own.
             .env("HALYARD_TITLE_USE_LLM", "false")
             .env("HALYARD_LOG", "info,async_nats=warn")
+            // `auto` would pick Docker wherever it runs; tests say which kind they test.
+            .env("HALYARD_SANDBOX", "process")
+            .env("HALYARD_SANDBOX_POOL_SIZE", "0")
             .envs(&self.opts.env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -210,9 +213,21 @@ fn sigterm(pid: u32) {
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
 }
 
+impl Halyard {
+    /// The deployment id (node id) its Docker objects are labelled with.
+    pub fn deployment(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("node-id")).unwrap_or_default().trim().to_owned()
+    }
+}
+
 impl Drop for Halyard {
     fn drop(&mut self) {
         self.stop();
+        // Docker sandboxes outlive Halyard by design (the next start adopts them); a test's
+        // deployment is gone for good, so are its containers and volumes.
+        if self.opts.env.get("HALYARD_SANDBOX").is_some_and(|k| k == "docker") {
+            crate::docker::remove_deployment(&self.deployment());
+        }
     }
 }
 
@@ -331,6 +346,19 @@ impl Api {
             }
             assert!(Instant::now() < deadline, "timed out waiting for {what}; events: {}", Value::Array(events));
             tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+
+    /// Waits until the sandbox's view satisfies `pred`.
+    pub async fn wait_sandbox(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, s) = self.get(&format!("/api/v1/sandboxes/{id}")).await;
+            if status == 200 && pred(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; sandbox: {s}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

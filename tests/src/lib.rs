@@ -6,6 +6,7 @@
 //! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
 //!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API.
 
+pub mod docker;
 pub mod harness;
 pub mod llm;
 pub mod procs;

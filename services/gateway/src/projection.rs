@@ -195,7 +195,7 @@ impl Pending<'_> {
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }
             }
-            SystemRecord::SandboxImage(_) => {}
+            SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
             SystemRecord::WebhookDisabled { webhook_id, reason, .. } => {
                 tracing::warn!(%webhook_id, %reason, "webhook disabled by the dispatcher");
             }

@@ -141,11 +141,15 @@ pub async fn specs(State(state): State<AppState>, User(_): User) -> Result<Json<
             }),
             _ => Value::Null,
         };
+        let pool = match bus::last_record::<SystemRecord>(&state.js, subjects::SYSTEM_STREAM, &subjects::pool_record(&spec.name)).await? {
+            Some((_, Envelope { payload: SystemRecord::SandboxPool { ready, target, .. }, .. })) => json!({"ready": ready, "target": target}),
+            _ => json!({"ready": 0, "target": cfg.pool_size}),
+        };
         items.push(json!({
             "name": spec.name, "default": spec.name == cfg.default_spec, "base_image": spec.base_image,
             "working_dir": spec.working_dir, "user": spec.user, "env": spec.env,
             "limits": {"memory_mb": spec.memory_mb, "cpus": spec.cpus, "pids": spec.pids_limit},
-            "runtime_image": image,
+            "runtime_image": image, "pool": pool,
         }));
     }
     Ok(Json(json!({"kind": cfg.kind, "pool_size": cfg.pool_size, "idle_pause_secs": cfg.idle_pause_secs, "items": items})))

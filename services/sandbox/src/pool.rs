@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use halyard_platform::executor_client::ExecutorClient;
-use halyard_platform::{keys, Shutdown};
-use halyard_protocol::system::ExposedUrl;
-use halyard_protocol::SandboxId;
+use halyard_platform::{bus, keys, Shutdown};
+use halyard_protocol::system::{ExposedUrl, SystemRecord};
+use halyard_protocol::{subjects, SandboxId};
 
 use crate::docker::{self, ContainerPlan};
 use crate::supervisor::Ctx;
@@ -36,7 +36,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Takes a ready sandbox of `spec`, if there is one, and wakes the refill.
+    /// Takes a ready sandbox of `spec`, if there is one, and wakes the refill (which also
+    /// publishes the pool's new state).
     pub fn take(&self, spec: &str) -> Option<PoolEntry> {
         let entry = self.ready.lock().ok()?.get_mut(spec)?.pop_front();
         self.wake.notify_one();
@@ -82,14 +83,17 @@ pub async fn refill(ctx: Arc<Ctx>, mut shutdown: Shutdown) {
     let Some(dctx) = ctx.docker.as_ref() else { return };
     let size = ctx.config.sandbox.pool_size;
     let mut backoff = Duration::from_secs(1);
+    let mut published: HashMap<String, usize> = HashMap::new();
     loop {
         let mut failed = false;
         for spec in ctx.config.sandbox.specs() {
+            announce(&ctx, &spec.name, &mut published).await;
             while size > 0 && dctx.pool.len(&spec.name) < size && !shutdown.is_triggered() {
                 match start_entry(&ctx, &spec).await {
                     Ok(entry) => {
                         tracing::debug!(container = %entry.container, spec = %spec.name, "warm-pool sandbox ready");
                         dctx.pool.push(&spec.name, entry);
+                        announce(&ctx, &spec.name, &mut published).await;
                         backoff = Duration::from_secs(1);
                     }
                     Err(e) => {
@@ -114,6 +118,22 @@ pub async fn refill(ctx: Arc<Ctx>, mut shutdown: Shutdown) {
     for entry in dctx.pool.drain() {
         let _ = dctx.engine.remove(&entry.container).await;
         let _ = dctx.engine.remove_volume(&entry.volume).await;
+    }
+}
+
+/// Publishes the pool's size for `spec` if it changed since last published.
+async fn announce(ctx: &Ctx, spec: &str, published: &mut HashMap<String, usize>) {
+    let Some(dctx) = ctx.docker.as_ref() else { return };
+    let ready = dctx.pool.len(spec);
+    if published.get(spec) == Some(&ready) {
+        return;
+    }
+    let record = SystemRecord::SandboxPool { spec: spec.to_owned(), ready: ready as u32, target: ctx.config.sandbox.pool_size as u32 };
+    match bus::send(&ctx.js, subjects::pool_record(spec), record, None).await {
+        Ok(_) => {
+            published.insert(spec.to_owned(), ready);
+        }
+        Err(e) => tracing::warn!(spec, error = %e, "cannot publish the pool's state"),
     }
 }
 
