@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Groundwork for Docker sandboxes (issue 3): installs Debian's docker.io and debootstrap if they
-# are missing, and starts dockerd (log in /var/log/halyard-dockerd.log) unless one is running.
+# Docker sandboxes need an engine: installs Debian's docker.io and debootstrap if they are
+# missing, and starts dockerd (log in /var/log/halyard-dockerd.log) unless one is running.
 # Idempotent. Needs root (as on these machines).
 set -euo pipefail
 if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then

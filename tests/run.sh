@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of Halyard: installs nats-server (and the Python client's
-# packages) if missing, builds the workspace, and runs the unit and end-to-end tests against
-# real nats-server processes and real HTTP. Extra arguments go to the test runner.
+# packages) if missing, installs and starts a Docker engine and builds the sandbox base image
+# if missing, builds the workspace, and runs the unit and end-to-end tests against real
+# nats-server processes, the real Docker engine and real HTTP. Extra arguments go to the test
+# runner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/install-deps.sh
+bash infra/docker-up.sh
+bash infra/build-base-image.sh
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi

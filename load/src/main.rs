@@ -25,11 +25,12 @@ use halyard_protocol::{ConversationId, EventId};
 use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
 use serde_json::json;
 
+mod docker;
 mod webhooks;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// Which suite: `core` (issue 2), `webhooks` (issue 4), or `all`.
+    /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -52,6 +53,9 @@ struct Args {
     /// Skip the WebSocket readers (to see the append path alone).
     #[arg(long)]
     no_ws: bool,
+    /// Starts of each kind in the Docker benchmark.
+    #[arg(long, default_value_t = 30)]
+    docker_starts: usize,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -59,7 +63,7 @@ struct Args {
 
 const KEY: &str = "alice-secret-key";
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -79,6 +83,11 @@ async fn main() -> Result<()> {
     }
     if args.suite == "core" || args.suite == "all" {
         core(&args).await?;
+    }
+    if args.suite == "docker" || args.suite == "all" {
+        let r = docker::run(args.docker_starts).await?;
+        std::fs::write(args.out.join("docker.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
     }
     Ok(())
 }
