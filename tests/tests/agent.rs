@@ -195,3 +195,28 @@ async fn a_failing_phase_is_named_in_the_start_task() {
     let (s, resp) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "hello?"})).await;
     assert_eq!((s, resp["error"]["code"].as_str()), (409, Some("conversation_failed")));
 }
+
+#[tokio::test]
+async fn an_idle_sandbox_is_paused_with_a_reason_and_a_message_resumes_it() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "sleep 3; echo slept > s.txt", "timeout": 30})), Reply::finish("done")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_SANDBOX_IDLE_PAUSE_SECS", "2"));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "sleep a little"})).await;
+    let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+    // A command running longer than the idle limit is activity: the sandbox is not paused
+    // under it, and the run finishes.
+    api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert!(h.workspace(&sandbox).join("s.txt").exists());
+    // Then, idle: paused, saying why.
+    let s = api.wait_sandbox(&sandbox, "the idle pause", |s| s["status"] == "PAUSED").await;
+    assert!(s["detail"].as_str().unwrap().contains("without activity"), "{s}");
+    api.wait_conversation(&conv, "the conversation to show it", |c| c["sandbox_status"] == "PAUSED").await;
+    // A new message resumes it.
+    llm.push([Reply::tool("terminal", json!({"command": "cat s.txt"})), Reply::finish("read")]);
+    assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "read it"})).await.0, 202);
+    let events = api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let obs = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(obs["content"].as_str().unwrap().starts_with("slept"), "{obs}");
+}
