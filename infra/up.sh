@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sets up and runs Halyard on this machine: installs nats-server if missing, builds the release
 # binary, and runs every service in one process (`halyard up`) with an embedded nats-server,
-# sled read models and process sandboxes, all under $HALYARD_DATA_DIR (default ./.halyard).
+# sled read models and the default sandbox kind, all under $HALYARD_DATA_DIR (default
+# ./.halyard). The default kind is Docker where an engine with the base image answers, process
+# sandboxes otherwise; HALYARD_SANDBOX=docker first installs and starts dockerd and builds the
+# base image.
 #
 # Point it at an OpenAI-compatible LLM with HALYARD_LLM_BASE_URL, HALYARD_LLM_MODEL and
 # HALYARD_LLM_API_KEY. API keys come from HALYARD_API_KEYS=user:key,...; without it a single
@@ -9,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/install-deps.sh
+if [ "${HALYARD_SANDBOX:-auto}" = docker ]; then
+  bash infra/docker-up.sh
+  bash infra/build-base-image.sh
+fi
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi

@@ -2,6 +2,10 @@
 //! actions there. It owns one persistent shell session ([`shell`]) and a file editor
 //! ([`editor`]), and answers only requests that carry the sandbox's session key. It holds no
 //! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
+//!
+//! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
+//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, and
+//! `POST /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
 pub mod editor;
 pub mod shell;

@@ -113,10 +113,8 @@ impl Actor for Supervisor {
                 let owner = d.containers.lock().ok().and_then(|m| m.get(&container).copied());
                 match owner.and_then(|id| state.children.get(&id)) {
                     Some(child) => child.send_message(SandboxMsg::Engine { container, action, exit_code })?,
-                    None if matches!(action.as_str(), "die" | "destroy") => {
-                        if d.pool.forget(&container) {
-                            tracing::warn!(%container, %action, "warm-pool container lost; refilling");
-                        }
+                    None if matches!(action.as_str(), "die" | "destroy") && d.pool.forget(&container) => {
+                        tracing::warn!(%container, %action, "warm-pool container lost; refilling");
                     }
                     None => {}
                 }
