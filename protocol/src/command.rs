@@ -24,6 +24,9 @@ pub enum ConversationCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         title: Option<String>,
         created_ms: crate::UnixMillis,
+        /// The sandbox spec to use (the deployment's default if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<String>,
     },
     Delete { conversation_id: ConversationId, owner: UserId },
 }
@@ -46,6 +49,9 @@ pub enum SandboxCommand {
         sandbox_id: SandboxId,
         owner: UserId,
         conversation_id: ConversationId,
+        /// The sandbox spec (docker kind; the default if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<String>,
     },
     Pause { sandbox_id: SandboxId },
     /// Unpause, or re-provision on the same workspace if the sandbox is gone.

@@ -112,10 +112,13 @@ fn records_are_stable() {
 fn commands_are_stable() {
     check("cmd_conversation_start", env(5, "cmd.conversation.start", ConversationCommand::Start {
         task_id: TaskId(id(3)), conversation_id: ConversationId(id(1)), owner: UserId("alice".into()),
-        message: Some("hi".into()), repository: None, title: None, created_ms: T,
+        message: Some("hi".into()), repository: None, title: None, created_ms: T, spec: None,
     }));
     check("cmd_sandbox_create", env(6, "cmd.sandbox.create", SandboxCommand::Create {
-        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)),
+        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)), spec: None,
+    }));
+    check("cmd_sandbox_create_spec", env(6, "cmd.sandbox.create", SandboxCommand::Create {
+        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)), spec: Some("python".into()),
     }));
     check("cmd_agent_user_message", env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }));
 }

@@ -224,8 +224,12 @@ async fn quotas_refuse_with_429_and_the_warm_pool_serves_starts() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // An unknown spec is bad input, whatever the quotas.
+    let (s, e) = alice.post("/api/v1/conversations", json!({"sandbox_spec": "gpu"})).await;
+    assert_eq!(s, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("default"), "{e}");
     // Per-user limit.
-    let (s, e) = alice.post("/api/v1/conversations", json!({})).await;
+    let (s, e) = alice.post("/api/v1/conversations", json!({"sandbox_spec": "default"})).await;
     assert_eq!(s, 429, "{e}");
     assert_eq!(e["error"]["code"], "sandbox_quota_user");
     // A second user fits in the total.

@@ -44,6 +44,7 @@ struct Task<'a> {
     trace: Option<TraceContext>,
     /// Whether the sandbox came from the warm pool (known once it runs).
     from_pool: std::sync::atomic::AtomicBool,
+    spec: Option<String>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -78,7 +79,7 @@ impl Task<'_> {
 
 /// Runs a start task to READY or ERROR. `Err` only for bus failures worth a redelivery.
 pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(), BusError> {
-    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms } = env.payload else {
+    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms, spec } = env.payload else {
         return Ok(());
     };
     let task = Task {
@@ -90,6 +91,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         created_ms,
         trace: env.trace.clone(),
         from_pool: Default::default(),
+        spec,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -183,7 +185,12 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
 /// Asks for the sandbox and waits for it to run (or fail).
 async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
     let ctx = task.ctx;
-    let create = SandboxCommand::Create { sandbox_id: task.sandbox_id, owner: task.owner.clone(), conversation_id: task.conversation_id };
+    let create = SandboxCommand::Create {
+        sandbox_id: task.sandbox_id,
+        owner: task.owner.clone(),
+        conversation_id: task.conversation_id,
+        spec: task.spec.clone(),
+    };
     let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA2)), create, halyard_platform::now_ms());
     env.trace = task.trace.clone();
     let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 30);

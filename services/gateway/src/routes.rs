@@ -45,6 +45,9 @@ pub struct StartBody {
     pub repository: Option<RepositoryBody>,
     #[serde(default)]
     pub title: Option<String>,
+    /// A sandbox spec by name (`GET /sandbox-specs`); the default if absent.
+    #[serde(default)]
+    pub sandbox_spec: Option<String>,
 }
 
 fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
@@ -74,6 +77,12 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
             check_text("repository.branch", b, 255)?;
         }
     }
+    if let Some(spec) = &body.sandbox_spec {
+        if state.config.sandbox.spec(spec).is_none() {
+            let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
+            return Err(ApiError::bad_request("invalid_field", format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)")));
+        }
+    }
     crate::sandboxes::check_quota(&state, &user)?;
     let task_id = TaskId::new();
     {
@@ -101,6 +110,7 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
         repository: body.repository.map(|r| Repository { url: r.url, branch: r.branch }),
         title: body.title.clone(),
         created_ms: now,
+        spec: body.sandbox_spec.clone(),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

@@ -20,7 +20,7 @@ use crate::supervisor::{quota_refusal, Ctx};
 /// How a sandbox actor comes to life.
 pub enum Init {
     /// A new sandbox.
-    Fresh { id: SandboxId, owner: UserId, conversation: ConversationId },
+    Fresh { id: SandboxId, owner: UserId, conversation: ConversationId, spec: Option<String> },
     /// A sandbox known from its last record.
     Record(SandboxUpdate),
 }
@@ -91,10 +91,13 @@ impl Actor for SandboxActor {
             oom: false,
         };
         match init {
-            Init::Fresh { id, owner, conversation } => {
+            Init::Fresh { id, owner, conversation, spec } => {
                 st.id = id;
                 st.owner = owner;
                 st.conversation = Some(conversation);
+                if let Some(spec) = spec {
+                    st.spec = spec;
+                }
             }
             Init::Record(r) => {
                 st.id = r.sandbox_id;

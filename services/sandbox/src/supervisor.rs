@@ -132,13 +132,13 @@ impl Actor for Supervisor {
                     return Ok(());
                 }
                 let init = match &cmd {
-                    SandboxCommand::Create { owner, conversation_id, .. } => {
+                    SandboxCommand::Create { owner, conversation_id, spec, .. } => {
                         if let Some(reason) = quota_refusal(&state.ctx, owner) {
                             refuse(&state.ctx, id, owner, *conversation_id, &reason).await;
                             delivery.ack().await;
                             return Ok(());
                         }
-                        Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id }
+                        Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id, spec: spec.clone() }
                     }
                     _ => match bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await {
                         Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => Init::Record(r),
