@@ -349,30 +349,27 @@ impl Api {
         }
     }
 
-    /// Waits until the sandbox's view satisfies `pred`.
-    pub async fn wait_sandbox(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    /// Waits until `GET path` answers 200 with a body satisfying `pred`; returns the body.
+    pub async fn wait_for(&self, path: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (status, s) = self.get(&format!("/api/v1/sandboxes/{id}")).await;
-            if status == 200 && pred(&s) {
-                return s;
+            let (status, body) = self.get(path).await;
+            if status == 200 && pred(&body) {
+                return body;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; sandbox: {s}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; {path}: {body}");
+            tokio::time::sleep(Duration::from_millis(30)).await;
         }
+    }
+
+    /// Waits until the sandbox's view satisfies `pred`.
+    pub async fn wait_sandbox(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for(&format!("/api/v1/sandboxes/{id}"), what, pred).await
     }
 
     /// Waits until the conversation's view satisfies `pred`.
     pub async fn wait_conversation(&self, conv: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, c) = self.get(&format!("/api/v1/conversations/{conv}")).await;
-            if status == 200 && pred(&c) {
-                return c;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; conversation: {c}");
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
+        self.wait_for(&format!("/api/v1/conversations/{conv}"), what, pred).await
     }
 
     /// Opens the event WebSocket after `after_seq`.

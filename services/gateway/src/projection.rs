@@ -259,24 +259,10 @@ impl Pending<'_> {
 
     fn commit(mut self, cursors: &[(&str, u64)], live: &Live) -> Result<(), BusError> {
         for (id, view) in self.views.drain() {
-            match view {
-                Some(v) => {
-                    if let Ok(bytes) = serde_json::to_vec(&v) {
-                        self.batch.insert(store::conv_key(id), bytes);
-                    }
-                }
-                None => self.batch.remove(store::conv_key(id)),
-            }
+            put_or_remove(&mut self.batch, store::conv_key(id), view.as_ref());
         }
         for (id, view) in self.sandboxes.drain() {
-            match view {
-                Some(v) => {
-                    if let Ok(bytes) = serde_json::to_vec(&v) {
-                        self.batch.insert(store::sandbox_key(id), bytes);
-                    }
-                }
-                None => self.batch.remove(store::sandbox_key(id)),
-            }
+            put_or_remove(&mut self.batch, store::sandbox_key(id), view.as_ref());
         }
         for (name, seq) in cursors {
             self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
@@ -292,6 +278,15 @@ impl Pending<'_> {
             live.publish(id, ev);
         }
         Ok(())
+    }
+}
+
+/// Writes a view as JSON, or removes it (`None`: deleted).
+fn put_or_remove<T: serde::Serialize>(batch: &mut sled::Batch, key: Vec<u8>, view: Option<&T>) {
+    match view.map(serde_json::to_vec) {
+        Some(Ok(bytes)) => batch.insert(key, bytes),
+        Some(Err(e)) => tracing::error!(error = %e, "cannot encode a view"),
+        None => batch.remove(key),
     }
 }
 

@@ -47,6 +47,9 @@ pub enum DockerError {
     Unavailable { host: String, detail: String },
     #[error("{op}: not found")]
     NotFound { op: &'static str },
+    /// The name is taken (a leftover of an attempt that failed half-way).
+    #[error("{op}: name already in use")]
+    Conflict { op: &'static str },
     #[error("{op}: {detail}")]
     Engine { op: &'static str, detail: String },
     #[error("building the runtime image: {0}")]
@@ -61,6 +64,7 @@ impl DockerError {
     fn from_engine(op: &'static str, e: bollard::errors::Error) -> Self {
         match e {
             bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => Self::NotFound { op },
+            bollard::errors::Error::DockerResponseServerError { status_code: 409, .. } => Self::Conflict { op },
             e => Self::Engine { op, detail: e.to_string() },
         }
     }

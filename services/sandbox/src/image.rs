@@ -27,10 +27,10 @@ use crate::docker::{self, DockerError, KEY_DIR};
 const LAYOUT: &str = "halyard-runtime-layout-1";
 
 /// The executor binary and the shared libraries it loads.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ExecutorFiles {
     pub binary: PathBuf,
-    /// (path on the host, file name in the image); the first is the dynamic loader, if any.
+    /// Paths on the host; each goes to /opt/halyard/lib/<file name> in the image.
     pub libs: Vec<PathBuf>,
     pub interpreter: Option<String>,
 }

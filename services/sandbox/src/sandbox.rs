@@ -193,7 +193,7 @@ pub async fn start_container(
         None => match engine.create(plan).await {
             Ok(c) => c,
             // A leftover of an attempt that failed half-way holds the name: replace it.
-            Err(docker::DockerError::Engine { detail, .. }) if detail.contains("409") || detail.contains("already in use") => {
+            Err(docker::DockerError::Conflict { .. }) => {
                 let _ = engine.remove(&plan.name).await;
                 engine.create(plan).await.map_err(|e| (None, e.to_string()))?
             }
@@ -458,9 +458,10 @@ impl SandboxState {
         if self.status == SandboxStatus::Running && self.executor_alive().await {
             return self.publish(SandboxStatus::Running, None).await;
         }
-        // Starting a sandbox again counts toward the running limits; a refusal leaves it as
-        // it is (never pausing anyone else's) and says why.
-        if let Some(reason) = quota_refusal(&self.ctx, &self.owner) {
+        // Starting a sandbox again counts toward the running limits (unless it already counts
+        // as running); a refusal leaves it as it is (never pausing anyone else's) and says why.
+        let counted = matches!(self.status, SandboxStatus::Running | SandboxStatus::Starting);
+        if let Some(reason) = quota_refusal(&self.ctx, &self.owner).filter(|_| !counted) {
             let status = self.status;
             return self.publish(status, Some(format!("{}{reason}", halyard_protocol::system::REFUSED_PREFIX))).await;
         }

@@ -254,10 +254,10 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
     let sandbox = &config.sandbox;
     let docker = crate::docker::connect(&sandbox.docker_host).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
     let binary = sandbox.executor_command.first().ok_or_else(|| SandboxError::Spawn("no executor binary configured".into()))?;
+    let files = crate::image::ExecutorFiles::discover(std::path::Path::new(binary));
     let mut images = HashMap::new();
     for spec in sandbox.specs() {
-        let files = crate::image::ExecutorFiles::discover(std::path::Path::new(binary));
-        let image = crate::image::ensure(&docker, &sandbox.image_repository, &spec, files)
+        let image = crate::image::ensure(&docker, &sandbox.image_repository, &spec, files.clone())
             .await
             .map_err(|e| SandboxError::Spawn(e.to_string()))?;
         tracing::info!(spec = %spec.name, image = %image.image, outcome = ?image.outcome, build_ms = image.build_ms, "runtime image ready");
