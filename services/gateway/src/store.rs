@@ -100,31 +100,43 @@ impl StoreError {
     }
 }
 
-pub fn conv_key(id: ConversationId) -> Vec<u8> {
-    let mut k = vec![b'c'];
-    k.extend_from_slice(id.as_bytes());
+/// `prefix` then a 16-byte id.
+fn id_key(prefix: u8, id: &[u8; 16]) -> Vec<u8> {
+    let mut k = vec![prefix];
+    k.extend_from_slice(id);
     k
 }
 
-pub fn task_key(id: TaskId) -> Vec<u8> {
-    let mut k = vec![b't'];
-    k.extend_from_slice(id.as_bytes());
-    k
-}
-
-pub fn owner_prefix(owner: &str) -> Vec<u8> {
-    let mut k = vec![b'o'];
+/// An owner's index: `prefix`, owner, 0.
+fn index_prefix(prefix: u8, owner: &str) -> Vec<u8> {
+    let mut k = vec![prefix];
     k.extend_from_slice(owner.as_bytes());
     k.push(0);
     k
 }
 
-pub fn owner_key(owner: &str, created_ms: i64, id: ConversationId) -> Vec<u8> {
-    let mut k = owner_prefix(owner);
-    // Inverted time: a forward scan lists the newest first.
+/// An owner's index entry, newest first: inverted time, so a forward scan starts at the newest.
+fn index_key(prefix: u8, owner: &str, created_ms: i64, id: &[u8; 16]) -> Vec<u8> {
+    let mut k = index_prefix(prefix, owner);
     k.extend_from_slice(&(u64::MAX - created_ms.max(0) as u64).to_be_bytes());
-    k.extend_from_slice(id.as_bytes());
+    k.extend_from_slice(id);
     k
+}
+
+pub fn conv_key(id: ConversationId) -> Vec<u8> {
+    id_key(b'c', id.as_bytes())
+}
+
+pub fn task_key(id: TaskId) -> Vec<u8> {
+    id_key(b't', id.as_bytes())
+}
+
+pub fn owner_prefix(owner: &str) -> Vec<u8> {
+    index_prefix(b'o', owner)
+}
+
+pub fn owner_key(owner: &str, created_ms: i64, id: ConversationId) -> Vec<u8> {
+    index_key(b'o', owner, created_ms, id.as_bytes())
 }
 
 pub fn event_prefix(id: ConversationId) -> Vec<u8> {
@@ -165,23 +177,15 @@ pub fn last_attempt_key(webhook: &str, delivery: halyard_protocol::CommandId) ->
 }
 
 pub fn sandbox_key(id: SandboxId) -> Vec<u8> {
-    let mut k = vec![b's'];
-    k.extend_from_slice(id.as_bytes());
-    k
+    id_key(b's', id.as_bytes())
 }
 
 pub fn sandbox_owner_prefix(owner: &str) -> Vec<u8> {
-    let mut k = vec![b'u'];
-    k.extend_from_slice(owner.as_bytes());
-    k.push(0);
-    k
+    index_prefix(b'u', owner)
 }
 
 pub fn sandbox_owner_key(owner: &str, created_ms: i64, id: SandboxId) -> Vec<u8> {
-    let mut k = sandbox_owner_prefix(owner);
-    k.extend_from_slice(&(u64::MAX - created_ms.max(0) as u64).to_be_bytes());
-    k.extend_from_slice(id.as_bytes());
-    k
+    index_key(b'u', owner, created_ms, id.as_bytes())
 }
 
 pub fn meta_key(name: &str) -> Vec<u8> {
