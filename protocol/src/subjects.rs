@@ -1,6 +1,9 @@
 //! Every subject, stream, consumer and bucket name, in one place. Subjects go from broad to
 //! narrow so wildcards select whole families: `halyard.events.>` is every conversation event,
-//! `halyard.events.<conversation id>` one conversation's log.
+//! `halyard.events.<conversation id>.*` one conversation's log, `halyard.events.*.<kind>` every
+//! event of one kind. The kind is in the subject so that a consumer that wants one kind (the
+//! title setter wants user messages) is sent only those by the server, instead of receiving,
+//! decoding and acknowledging every event to throw most of them away.
 //!
 //! The streams and consumers are declared as data in `nats/` at the repository root; a test
 //! checks that those files and these constants agree.
@@ -20,6 +23,8 @@ pub const DEAD_LETTER_STREAM: &str = "HALYARD_DEAD_LETTERS";
 
 /// All conversation events.
 pub const ALL_EVENTS: &str = "halyard.events.>";
+/// Every conversation's user messages (what the title setter reads).
+pub const ALL_USER_MESSAGES: &str = "halyard.events.*.user_message";
 /// All lifecycle records.
 pub const ALL_SYSTEM: &str = "halyard.sys.>";
 /// All sandbox records.
@@ -61,9 +66,15 @@ pub const WEBHOOK_BUCKET: &str = "halyard_webhooks";
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 
-/// One conversation's event log.
+/// One conversation's event log: the filter for all of its events, whatever their kind.
 pub fn conversation_events(id: ConversationId) -> String {
-    format!("halyard.events.{id}")
+    format!("halyard.events.{id}.*")
+}
+
+/// The subject an event of `kind` (see [`crate::event::EventBody::kind`]) of conversation `id` is
+/// published on.
+pub fn event_subject(id: ConversationId, kind: &str) -> String {
+    format!("halyard.events.{id}.{kind}")
 }
 
 /// A start task's records.

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use halyard_tests::{init, Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm};
+use halyard_tests::{init, Halyard, HalyardOptions, NatsServer, Receiver, Reply, ScriptedLlm};
 use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
@@ -37,9 +37,22 @@ async fn each_service_can_run_as_its_own_process() {
 async fn poison_messages_are_parked_and_the_service_carries_on() {
     init();
     let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEBHOOK_ALLOW", "loopback"));
     let client = async_nats::connect(&h.nats).await.unwrap();
     let js = async_nats::jetstream::new(client);
+    // The webhook fan-out only reads events while some webhook is enabled: enable one, and
+    // wait until it has delivered an event (so the fan-out knows of it).
+    let receiver = Receiver::start().await;
+    let api = h.api(ALICE);
+    let (s, w) = api.post("/api/v1/webhooks", json!({"url": receiver.url})).await;
+    assert_eq!(s, 201, "{w}");
+    llm.push([Reply::finish("warm-up")]);
+    let (warm, _) = api.start_ready(json!({"message": "warm up"})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !receiver.received().iter().any(|r| r.json()["conversation_id"] == warm.as_str()) {
+        assert!(Instant::now() < deadline, "the webhook got nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for subject in [
         "halyard.cmd.agent.01900000-0000-7000-8000-000000000001",
         "halyard.cmd.sandbox.01900000-0000-7000-8000-000000000002",
@@ -48,7 +61,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
         js.publish(subject, "this is not msgpack".into()).await.unwrap().await.unwrap();
     }
     // Garbage on the event log is skipped by readers too.
-    js.publish("halyard.events.01900000-0000-7000-8000-000000000004", vec![0xc1, 0xc1].into()).await.unwrap().await.unwrap();
+    js.publish("halyard.events.01900000-0000-7000-8000-000000000004.user_message", vec![0xc1, 0xc1].into()).await.unwrap().await.unwrap();
 
     let dlq = js.get_stream("HALYARD_DEAD_LETTERS").await.unwrap();
     let consumer = dlq
@@ -85,7 +98,6 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
 
     // Every service still works.
     llm.push([Reply::finish("still alive")]);
-    let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "are you ok?"})).await;
     api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
 }

