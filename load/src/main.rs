@@ -137,6 +137,7 @@ async fn core(args: &Args) -> Result<()> {
     })
     .await?;
     let payload = bytes_of_event();
+    let cpu0 = cpu_now();
     let t0 = Instant::now();
     let mut inflight = FuturesUnordered::new();
     for i in 0..args.raw_messages {
@@ -150,6 +151,7 @@ async fn core(args: &Args) -> Result<()> {
         r?;
     }
     let raw_rate = args.raw_messages as f64 / t0.elapsed().as_secs_f64();
+    let raw_cpu = cpu_per_item(cpu0, cpu_now(), args.raw_messages);
     eprintln!("(a) raw JetStream publish: {raw_rate:.0} msg/s");
 
     // (a2) the same server and stream, written the way a conversation log must be: one
@@ -234,6 +236,7 @@ async fn core(args: &Args) -> Result<()> {
         }));
     }
     begin.wait().await;
+    let cpu0 = cpu_now();
     let t0 = Instant::now();
     let mut appended_at = t0;
     for w in writers {
@@ -246,15 +249,18 @@ async fn core(args: &Args) -> Result<()> {
         delivered += got;
         delivered_at = delivered_at.max(at);
     }
+    let path_cpu = cpu_per_item(cpu0, cpu_now(), total);
     let append_rate = total as f64 / (appended_at - t0).as_secs_f64();
     let delivered_rate = delivered as f64 / (delivered_at - t0).as_secs_f64();
     eprintln!("(b) event path: appended {append_rate:.0} ev/s, delivered {delivered_rate:.0} ev/s ({delivered}/{total})");
+    eprintln!("    CPU per message: raw {raw_cpu}; event path {path_cpu}");
 
     let ratio = delivered_rate / raw_rate;
     let results = json!({
         "benchmark": "core (issue 2)",
         "machine": {"cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)},
         "a_raw_jetstream_publish_per_sec": raw_rate.round(),
+        "a_cpu_per_message": raw_cpu,
         "a2_raw_jetstream_sequential_checked_writers_per_sec": checked_rate.round(),
         "b_event_path": {
             "conversations": args.conversations,
@@ -263,6 +269,7 @@ async fn core(args: &Args) -> Result<()> {
             "appended_per_sec": append_rate.round(),
             "delivered_to_websocket_per_sec": delivered_rate.round(),
             "ratio_to_raw": (ratio * 1000.0).round() / 1000.0,
+            "cpu_per_event": path_cpu,
             "target_ratio": 0.5,
         },
         "c_start_to_ready_ms": {"samples": starts.len(), "p50": (start_p50 * 10.0).round() / 10.0, "p99": (start_p99 * 10.0).round() / 10.0, "target_p50": 150.0},
@@ -289,6 +296,41 @@ async fn core(args: &Args) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(&results)?);
     drop(h);
     Ok(())
+}
+
+/// CPU time (user + system) used so far by every process named `comm` (`self` for this one),
+/// in seconds, from /proc. Where the CPU goes says more than a rate on a shared, noisy machine.
+pub(crate) fn cpu_seconds(comm: &str) -> f64 {
+    let ticks = |stat: &str| -> Option<u64> {
+        // The command name is in parentheses and may contain spaces: fields start after ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    };
+    let hz = 100.0; // USER_HZ on Linux
+    if comm == "self" {
+        return std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| ticks(&s)).unwrap_or(0) as f64 / hz;
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+            if stat.contains(&format!("({comm})")) {
+                total += ticks(&stat).unwrap_or(0);
+            }
+        }
+    }
+    total as f64 / hz
+}
+
+/// CPU seconds of nats-server, halyard and this process, now.
+pub(crate) fn cpu_now() -> [f64; 3] {
+    [cpu_seconds("nats-server"), cpu_seconds("halyard"), cpu_seconds("self")]
+}
+
+/// Microseconds of CPU per item, per process, between two [`cpu_now`] readings.
+pub(crate) fn cpu_per_item(before: [f64; 3], after: [f64; 3], items: usize) -> serde_json::Value {
+    let us = |i: usize| ((after[i] - before[i]) * 1e6 / items.max(1) as f64 * 10.0).round() / 10.0;
+    json!({"nats_server_us": us(0), "halyard_us": us(1), "benchmark_client_us": us(2), "total_us": ((us(0) + us(1) + us(2)) * 10.0).round() / 10.0})
 }
 
 /// A payload the size of a typical encoded event.

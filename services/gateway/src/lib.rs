@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod events;
 pub mod projection;
 pub mod routes;
 pub mod sandboxes;

@@ -1,7 +1,8 @@
 //! Projects the bus into the read models: every conversation event and lifecycle record, in
 //! stream order, from where the last run stopped. Each batch of messages is written to sled
-//! atomically with the stream cursors, then fanned out to live WebSocket subscribers, so a
-//! subscriber that reads sled after subscribing misses nothing.
+//! atomically with the stream cursors, then its events are fanned out to live WebSocket
+//! subscribers. An event is in its JetStream log before the projection sees it, so a
+//! subscriber that reads the log after subscribing misses nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -60,9 +61,11 @@ impl Live {
     }
 }
 
-/// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
-pub fn render_event(ev: &ConversationEvent) -> serde_json::Value {
-    halyard_protocol::event::to_json(ev)
+impl LiveEvent {
+    /// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
+    pub fn of(ev: &ConversationEvent) -> Self {
+        Self { seq: ev.seq, json: axum::extract::ws::Utf8Bytes::from(halyard_protocol::event::to_json(ev).to_string()) }
+    }
 }
 
 /// Views touched by the batch being built (None: deleted).
@@ -102,13 +105,16 @@ impl Pending<'_> {
         dead
     }
 
-    fn event(&mut self, ev: ConversationEvent) {
+    /// An event, stored at `stream_seq` of the events stream.
+    fn event(&mut self, ev: ConversationEvent, stream_seq: u64) {
         let id = ev.conversation_id;
         if self.deleted(id) {
             return;
         }
-        let json = axum::extract::ws::Utf8Bytes::from(render_event(&ev).to_string());
-        self.batch.insert(store::event_key(id, ev.seq), json.as_str().as_bytes());
+        if ev.seq % store::LOG_INDEX_STRIDE == 1 {
+            self.batch.insert(store::log_index_key(id, ev.seq), &stream_seq.to_be_bytes()[..]);
+        }
+        let live = LiveEvent::of(&ev);
         let now = rfc3339(ev.timestamp_ms);
         if let Some(view) = self.view(id) {
             view.last_event_seq = view.last_event_seq.max(ev.seq);
@@ -126,7 +132,7 @@ impl Pending<'_> {
                 _ => {}
             }
         }
-        self.live.push((id, LiveEvent { seq: ev.seq, json }));
+        self.live.push((id, live));
     }
 
     fn record(&mut self, env: Envelope<SystemRecord>) {
@@ -207,7 +213,7 @@ impl Pending<'_> {
                 self.views.insert(conversation_id, None);
                 self.tomb_checked.insert(conversation_id, true);
                 self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
-                for key in self.store.tree().scan_prefix(store::event_prefix(conversation_id)).keys().flatten() {
+                for key in self.store.tree().scan_prefix(store::log_index_prefix(conversation_id)).keys().flatten() {
                     self.batch.remove(key);
                 }
             }
@@ -346,7 +352,7 @@ pub async fn run(js: jetstream::Context, store: Store, live: Arc<Live>, mut shut
                     if is_event {
                         events_at = events_at.max(seq);
                         match halyard_protocol::decode::<ConversationEvent>(&msg.payload) {
-                            Ok(env) => pending.event(env.payload),
+                            Ok(env) => pending.event(env.payload, seq),
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable event"),
                         }
                     } else {

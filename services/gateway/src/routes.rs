@@ -302,9 +302,9 @@ pub async fn list_events(State(state): State<AppState>, User(user): User, Path(i
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
     }
     let after = q.after_seq.unwrap_or(0);
-    let events = state.store.events(id, after, limit)?;
-    let last = events.last().map(|(s, _)| *s);
-    let items: Vec<Value> = events.iter().filter_map(|(_, v)| serde_json::from_slice(v).ok()).collect();
+    let events = crate::events::read(&state.js, &state.store, id, after, limit).await?;
+    let last = events.last().map(|e| e.seq);
+    let items: Vec<Value> = events.iter().filter_map(|e| serde_json::from_str(e.json.as_str()).ok()).collect();
     let has_more = items.len() == limit;
     Ok(Json(json!({"items": items, "has_more": has_more, "next_after_seq": if has_more { last } else { None }})))
 }

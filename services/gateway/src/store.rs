@@ -1,15 +1,21 @@
 //! The gateway's read models, in sled, derived from the bus by [`crate::projection`] and
 //! rebuildable by deleting them and replaying.
 //!
-//! One tree with key prefixes, so that a projected batch (views, events and the stream
+//! One tree with key prefixes, so that a projected batch (views, log index and the stream
 //! cursors) is written atomically: after a crash the cursors and the views always agree.
+//!
+//! Events themselves are not copied here: they are read from their log in JetStream (see
+//! [`crate::events`]). Copying each one into sled cost more CPU than everything else the
+//! gateway does with an event. What is kept is a sparse index, the stream sequence of every
+//! [`LOG_INDEX_STRIDE`]th event, so that a read from `seq` N starts near N instead of at the
+//! start of a long log.
 //!
 //! | prefix | key | value |
 //! |---|---|---|
 //! | `c` | conversation id | [`ConversationView`] (JSON) |
 //! | `o` | owner, 0, inverted creation time, conversation id | conversation id |
 //! | `t` | task id | [`TaskView`] (JSON) |
-//! | `e` | conversation id, seq (big-endian) | event (JSON, as served) |
+//! | `l` | conversation id, seq (big-endian), for seq = 1, 1 + stride, ... | stream sequence (big-endian u64) |
 //! | `m` | name | cursor (big-endian u64) |
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
@@ -139,14 +145,18 @@ pub fn owner_key(owner: &str, created_ms: i64, id: ConversationId) -> Vec<u8> {
     index_key(b'o', owner, created_ms, id.as_bytes())
 }
 
-pub fn event_prefix(id: ConversationId) -> Vec<u8> {
-    let mut k = vec![b'e'];
-    k.extend_from_slice(id.as_bytes());
-    k
+/// Every [`LOG_INDEX_STRIDE`]th event (seq 1, 1 + stride, ...) has its stream sequence indexed.
+pub const LOG_INDEX_STRIDE: u64 = 128;
+
+/// Events copied here by earlier versions (prefix `e`), removed when the store is opened.
+const LEGACY_EVENT_PREFIX: u8 = b'e';
+
+pub fn log_index_prefix(id: ConversationId) -> Vec<u8> {
+    id_key(b'l', id.as_bytes())
 }
 
-pub fn event_key(id: ConversationId, seq: u64) -> Vec<u8> {
-    let mut k = event_prefix(id);
+pub fn log_index_key(id: ConversationId, seq: u64) -> Vec<u8> {
+    let mut k = log_index_prefix(id);
     k.extend_from_slice(&seq.to_be_bytes());
     k
 }
@@ -205,6 +215,9 @@ impl Store {
     pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
         let db = sled::Config::new().path(path).flush_every_ms(Some(200)).open()?;
         let tree = db.open_tree("read_models")?;
+        for key in tree.scan_prefix([LEGACY_EVENT_PREFIX]).keys() {
+            tree.remove(key?)?;
+        }
         Ok(Self { tree, db })
     }
 
@@ -293,18 +306,15 @@ impl Store {
         Ok((items, next))
     }
 
-    /// Up to `limit` events of a conversation with `seq > after`, as stored JSON.
-    pub fn events(&self, id: ConversationId, after: u64, limit: usize) -> Result<Vec<(u64, sled::IVec)>, StoreError> {
-        let start = event_key(id, after.saturating_add(1));
-        let end = event_key(id, u64::MAX);
-        let mut out = Vec::new();
-        for entry in self.tree.range(start..=end).take(limit) {
-            let (k, v) = entry?;
-            let mut seq = [0u8; 8];
-            seq.copy_from_slice(&k[k.len() - 8..]);
-            out.push((u64::from_be_bytes(seq), v));
+    /// Where to start reading a conversation's log for the events after `after`: the stream
+    /// sequence of the last indexed event at or before `after + 1` (1, the stream's start, if
+    /// none is indexed yet). At most a stride of events is read and skipped.
+    pub fn log_start(&self, id: ConversationId, after: u64) -> Result<u64, StoreError> {
+        let range = log_index_key(id, 0)..=log_index_key(id, after.saturating_add(1));
+        match self.tree.range(range).next_back().transpose()? {
+            Some((_, v)) => Ok(v.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(1)),
+            None => Ok(1),
         }
-        Ok(out)
     }
 
     pub fn cursor(&self, name: &str) -> Result<u64, StoreError> {

@@ -265,12 +265,11 @@ pub async fn retry(State(state): State<AppState>, User(user): User, Path((id, de
     }
     let conversation_id: ConversationId = parse_id(last["conversation_id"].as_str().unwrap_or_default(), "conversation_id")?;
     let seq = last["seq"].as_u64().unwrap_or(0);
-    let body = state
-        .store
-        .events(conversation_id, seq.saturating_sub(1), 1)?
+    let body = crate::events::read(&state.js, &state.store, conversation_id, seq.saturating_sub(1), 1)
+        .await?
         .into_iter()
-        .find(|(s, _)| *s == seq)
-        .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+        .find(|e| e.seq == seq)
+        .map(|e| e.json.as_str().to_owned())
         .ok_or_else(|| ApiError::conflict("event_gone", "the event of this delivery no longer exists (its conversation was deleted)"))?;
     let event: Value = serde_json::from_str(&body).map_err(ApiError::internal)?;
     let job = DeliveryJob {

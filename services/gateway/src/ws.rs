@@ -2,10 +2,10 @@
 //! streams live ones; each frame is one JSON event. A client that reconnects with the last seq
 //! it saw gets exactly the events it missed: no gap, no duplicate.
 //!
-//! Why that holds: the socket subscribes to the live channel *before* reading the store, and
-//! the projection writes the store *before* publishing to the channel. So every event is in the
-//! store read or arrives live (or both, and `seq <= sent` drops the copy). Should the live
-//! channel lag or skip, the gap is refilled from the store.
+//! Why that holds: the socket subscribes to the live channel *before* reading the log, and an
+//! event is in the log *before* the projection publishes it to the channel. So every event is
+//! in the log read or arrives live (or both, and `seq <= sent` drops the copy). Should the live
+//! channel lag or skip, the gap is refilled from the log.
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use futures::SinkExt;
@@ -45,7 +45,7 @@ pub async fn events_ws(
 /// Sends stored events with `seq > *sent`; returns false if the client is gone.
 async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &mut WebSocket) -> bool {
     loop {
-        let batch = match state.store.events(id, *sent, 500) {
+        let batch = match crate::events::read(&state.js, &state.store, id, *sent, 500).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(conversation_id = %id, error = %e, "cannot read events");
@@ -55,12 +55,11 @@ async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &m
         if batch.is_empty() {
             return true;
         }
-        for (seq, json) in batch {
-            let text = String::from_utf8_lossy(&json).into_owned();
-            if socket.feed(Message::Text(text.into())).await.is_err() {
+        for ev in batch {
+            if socket.feed(Message::Text(ev.json)).await.is_err() {
                 return false;
             }
-            *sent = seq;
+            *sent = ev.seq;
         }
         if socket.flush().await.is_err() {
             return false;
@@ -110,7 +109,7 @@ async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: Web
                         return;
                     }
                 }
-                // A gap (this channel was created after the event, or we lagged): the store
+                // A gap (this channel was created after the event, or we lagged): the log
                 // has everything up to this event.
                 Ok(_) | Err(RecvError::Lagged(_)) => {
                     if !refill(&state, id, &mut sent, &mut socket).await {

@@ -205,6 +205,57 @@ pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -
     Ok(Some((sequence, halyard_protocol::decode(&msg.payload)?)))
 }
 
+/// Up to `batch` messages of `stream` whose subjects match `filter`, from stream sequence
+/// `from` on, in order, each with its stream sequence: one batched direct get (nats-server
+/// 2.11+), no consumer to create and delete. Fewer than `batch` means the end was reached.
+pub async fn direct_batch(
+    js: &jetstream::Context,
+    stream: &str,
+    filter: &str,
+    from: u64,
+    batch: usize,
+) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
+    let read = err(BusErrorKind::Read);
+    let client = js.client();
+    let inbox = client.new_inbox();
+    // Subscribed before the request goes out (same connection, in order), so no reply is lost.
+    let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
+    let request = serde_json::json!({ "seq": from.max(1), "next_by_subj": filter, "batch": batch.max(1) });
+    client
+        .publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into())
+        .await
+        .map_err(|e| read(&e))?;
+    let mut out = Vec::with_capacity(batch.min(1024));
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .map_err(|_| BusError::new(BusErrorKind::Read, format!("direct get on {stream} timed out")))?
+            .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get subscription closed"))?;
+        match msg.status.map(|s| s.as_u16()) {
+            // 204: end of batch; 404: nothing at or after `from`.
+            Some(204 | 404) => break,
+            Some(_) if msg.status.is_some_and(|s| !s.is_success()) => {
+                let status = msg.status.map(|s| s.as_u16()).unwrap_or_default();
+                let why = msg.description.as_deref().unwrap_or("no description");
+                return Err(BusError::new(BusErrorKind::Read, format!("direct get on {stream}: {status} {why}")));
+            }
+            _ => {}
+        }
+        let sequence = msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Sequence"))
+            .and_then(|v| v.as_str().parse::<u64>().ok())
+            .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Sequence"))?;
+        out.push((sequence, msg.payload));
+        if out.len() >= batch {
+            break;
+        }
+    }
+    let _ = replies.unsubscribe().await;
+    Ok(out)
+}
+
 /// Every event of a conversation with `seq > after`, in order. Reads up to the end of the log
 /// as it is when called.
 pub async fn read_events(
