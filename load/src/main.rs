@@ -158,6 +158,7 @@ async fn core(args: &Args) -> Result<()> {
     // sequential writer per subject, each publish naming the subject's last sequence.
     let checked_writers = args.conversations;
     let per = (args.raw_messages / checked_writers).max(1);
+    let cpu0 = cpu_now();
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..checked_writers {
@@ -179,6 +180,7 @@ async fn core(args: &Args) -> Result<()> {
         t.await?.map_err(|e| anyhow::anyhow!(e))?;
     }
     let checked_rate = (checked_writers * per) as f64 / t0.elapsed().as_secs_f64();
+    let checked_cpu = cpu_per_item(cpu0, cpu_now(), checked_writers * per);
     js.delete_stream("BENCH_RAW").await?;
     eprintln!("(a2) raw JetStream, {checked_writers} sequential writers with expected-sequence checks: {checked_rate:.0} msg/s");
 
@@ -253,7 +255,7 @@ async fn core(args: &Args) -> Result<()> {
     let append_rate = total as f64 / (appended_at - t0).as_secs_f64();
     let delivered_rate = delivered as f64 / (delivered_at - t0).as_secs_f64();
     eprintln!("(b) event path: appended {append_rate:.0} ev/s, delivered {delivered_rate:.0} ev/s ({delivered}/{total})");
-    eprintln!("    CPU per message: raw {raw_cpu}; event path {path_cpu}");
+    eprintln!("    CPU per message: raw {raw_cpu}; checked writers {checked_cpu}; event path {path_cpu}");
 
     let ratio = delivered_rate / raw_rate;
     let results = json!({
@@ -262,6 +264,7 @@ async fn core(args: &Args) -> Result<()> {
         "a_raw_jetstream_publish_per_sec": raw_rate.round(),
         "a_cpu_per_message": raw_cpu,
         "a2_raw_jetstream_sequential_checked_writers_per_sec": checked_rate.round(),
+        "a2_cpu_per_message": checked_cpu,
         "b_event_path": {
             "conversations": args.conversations,
             "events": total,
@@ -276,8 +279,15 @@ async fn core(args: &Args) -> Result<()> {
     });
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("core.json"), serde_json::to_string_pretty(&results)? + "\n")?;
+    let cpu = |v: &serde_json::Value| {
+        format!(
+            "{} | {} | {} | {}",
+            v["nats_server_us"], v["halyard_us"], v["benchmark_client_us"], v["total_us"]
+        )
+    };
     let md = format!(
-        "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores), `halyard up` release build with its embedded nats-server.\n\n\
+        "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores shared by nats-server, Halyard and the benchmark client), \
+         `halyard up` release build with its embedded nats-server.\n\n\
          | figure | value | target |\n|---|---|---|\n\
          | (a) raw JetStream async publish with acks (256 in flight) | {raw_rate:.0} msg/s | baseline |\n\
          | (a2) the same, as {} sequential writers with expected-last-subject-sequence checks | {checked_rate:.0} msg/s | (what one-writer logs allow) |\n\
@@ -285,12 +295,26 @@ async fn core(args: &Args) -> Result<()> {
          | (b) ... delivered to WebSocket clients | {delivered_rate:.0} ev/s ({:.2} x (a)) | >= 0.5 x (a) |\n\
          | (c) POST /conversations to READY, p50 | {start_p50:.1} ms | < 150 ms |\n\
          | (c) ... p99 ({} starts) | {start_p99:.1} ms | |\n\n\
-         Reproduce: `cargo run --release -p halyard-load` (writes this file and core.json).\n",
+         CPU time per message (microseconds, from /proc, same run):\n\n\
+         | path | nats-server | halyard | benchmark client | total |\n|---|---|---|---|---|\n\
+         | (a) raw publish | {} |\n\
+         | (a2) sequential checked writers | {} |\n\
+         | (b) event path, appended to delivered | {} |\n\n\
+         On two shared cores a rate is CPU per message in disguise: (b) reaches 0.5 x (a) only if the whole event path \
+         costs at most twice a bare publish. Appending the way a conversation log must be appended (one sequential, \
+         checked writer per log, (a2)) costs {:.1} x a bare publish by itself, before anything reads an event; the \
+         event path as a whole costs {:.1} x.\n\n\
+         Reproduce: `cargo run --release -p halyard-load -- --suite core` (writes this file and core.json).\n",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         checked_writers,
         args.conversations,
         ratio,
-        starts.len()
+        starts.len(),
+        cpu(&raw_cpu),
+        cpu(&checked_cpu),
+        cpu(&path_cpu),
+        checked_cpu["total_us"].as_f64().unwrap_or(0.0) / raw_cpu["total_us"].as_f64().unwrap_or(1.0).max(0.1),
+        path_cpu["total_us"].as_f64().unwrap_or(0.0) / raw_cpu["total_us"].as_f64().unwrap_or(1.0).max(0.1),
     );
     std::fs::write(args.out.join("core.md"), md)?;
     println!("{}", serde_json::to_string_pretty(&results)?);

@@ -377,7 +377,10 @@ impl Api {
         let url = format!("{}/api/v1/conversations/{conv}/events/ws?after_seq={after_seq}", self.base.replacen("http", "ws", 1));
         let mut req = url.into_client_request().expect("ws request");
         req.headers_mut().insert("authorization", format!("Bearer {}", self.key).parse().expect("header"));
-        let (socket, _) = tokio_tungstenite::connect_async(req).await.expect("ws connect");
+        // tungstenite zeroes its whole read buffer (128 KiB by default) on every read; 16 KiB
+        // still holds dozens of frames and costs a fraction of that.
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(16 * 1024);
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await.expect("ws connect");
         EventSocket { socket }
     }
 }
