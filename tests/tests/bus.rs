@@ -101,3 +101,33 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
     let (conv, _) = api.start_ready(json!({"message": "are you ok?"})).await;
     api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
 }
+
+/// A bus holding conversation logs in the layout before the event kind went into the subject
+/// (`halyard.events.<id>`) is refused with a clear error, instead of starting those logs again
+/// at seq 1.
+#[tokio::test]
+async fn logs_in_the_old_subject_layout_are_refused() {
+    init();
+    let nats = NatsServer::start();
+    let client = async_nats::connect(&nats.url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "HALYARD_EVENTS".into(),
+        subjects: vec!["halyard.events.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish("halyard.events.01900000-0000-7000-8000-000000000009", "an old event".into()).await.unwrap().await.unwrap();
+    let out = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
+        .args(["serve", "titles"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HALYARD_NATS_URL", &nats.url)
+        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out).await.expect("halyard did not exit").unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("layout of an earlier Halyard") && stderr.contains("halyard.events.<id>.<kind>"), "{stderr}");
+}

@@ -80,6 +80,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
             .await
             .map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
+    refuse_legacy_event_layout(js).await?;
     for decl in consumer_decls()? {
         let stream = js.get_stream(&decl.stream).await.map_err(|e| topo(&format!("stream {}: {e}", decl.stream)))?;
         let name = decl.config.durable_name.clone().unwrap_or_default();
@@ -198,6 +199,26 @@ async fn stop_stale(pid_file: &Path, store_dir: &Path) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     crate::signal(pid, libc::SIGKILL);
+}
+
+/// Logs written before the event kind went into the subject (`halyard.events.<id>`, no kind
+/// token) are invisible to this version's readers, and its appenders would start such a log
+/// again at seq 1. Refuse to run on them rather than fork a conversation's history.
+async fn refuse_legacy_event_layout(js: &jetstream::Context) -> Result<(), BusError> {
+    use futures::StreamExt;
+    let topo = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Topology, e);
+    let stream = js.get_stream(subjects::EVENTS_STREAM).await.map_err(|e| topo(&e))?;
+    let mut legacy = stream.info_with_subjects("halyard.events.*").await.map_err(|e| topo(&e))?;
+    if let Some(Ok((subject, count))) = legacy.next().await {
+        return Err(topo(&format!(
+            "{} holds conversation logs in the layout of an earlier Halyard (`{subject}`, {count} events, and maybe more): \
+             events now live on halyard.events.<id>.<kind>. Start with a new HALYARD_DATA_DIR (embedded nats-server) \
+             or delete the stream on your NATS (`nats stream rm {}`)",
+            subjects::EVENTS_STREAM,
+            subjects::EVENTS_STREAM
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a nats-server version (`2.11.0`, `2.12.0-beta.1`) is 2.11 or newer.
