@@ -143,16 +143,69 @@ impl Payload for ConversationEvent {
 /// An event as the HTTP API, the WebSocket and webhooks serve it: the envelope fields (`seq`,
 /// `id`, `conversation_id`, `source`, `timestamp` in RFC 3339) and the body's fields (with
 /// `kind`), flattened into one JSON object.
-pub fn to_json(ev: &ConversationEvent) -> serde_json::Value {
-    use serde_json::Value;
-    let mut obj = serde_json::Map::new();
-    obj.insert("seq".into(), ev.seq.into());
-    obj.insert("id".into(), ev.id.to_string().into());
-    obj.insert("conversation_id".into(), ev.conversation_id.to_string().into());
-    obj.insert("source".into(), serde_json::to_value(ev.source).unwrap_or(Value::Null));
-    obj.insert("timestamp".into(), crate::rfc3339(ev.timestamp_ms).into());
-    if let Ok(Value::Object(body)) = serde_json::to_value(&ev.body) {
-        obj.extend(body);
+#[derive(Serialize)]
+struct ApiEvent<'a> {
+    seq: u64,
+    id: EventId,
+    conversation_id: ConversationId,
+    source: EventSource,
+    timestamp: String,
+    #[serde(flatten)]
+    body: &'a EventBody,
+}
+
+impl<'a> ApiEvent<'a> {
+    fn of(ev: &'a ConversationEvent) -> Self {
+        Self { seq: ev.seq, id: ev.id, conversation_id: ev.conversation_id, source: ev.source, timestamp: crate::rfc3339(ev.timestamp_ms), body: &ev.body }
     }
-    Value::Object(obj)
+}
+
+/// The API's JSON object of an event (see [`ApiEvent`]).
+pub fn to_json(ev: &ConversationEvent) -> serde_json::Value {
+    serde_json::to_value(ApiEvent::of(ev)).unwrap_or(serde_json::Value::Null)
+}
+
+/// The same as [`to_json`], as text, written straight from the event: this runs once per event
+/// on the way to every WebSocket client and webhook, where building a `Value` map first costs
+/// more than the rest of the rendering.
+pub fn to_json_string(ev: &ConversationEvent) -> String {
+    serde_json::to_string(&ApiEvent::of(ev)).unwrap_or_else(|_| "null".into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn api_json_flattens_the_body_and_both_forms_agree() {
+        let conv: ConversationId = "01900000-0000-7000-8000-000000000001".parse().unwrap();
+        let id: EventId = "01900000-0000-7000-8000-000000000002".parse().unwrap();
+        let ev = ConversationEvent {
+            seq: 7,
+            id,
+            conversation_id: conv,
+            source: EventSource::Agent,
+            timestamp_ms: 1_700_000_000_123,
+            body: EventBody::Action {
+                tool_call_id: "call_1".into(),
+                tool: "terminal".into(),
+                arguments: serde_json::json!({"command": "ls \"x\""}),
+                thought: None,
+            },
+        };
+        let want = serde_json::json!({
+            "seq": 7,
+            "id": "01900000-0000-7000-8000-000000000002",
+            "conversation_id": "01900000-0000-7000-8000-000000000001",
+            "source": "agent",
+            "timestamp": crate::rfc3339(1_700_000_000_123),
+            "kind": "action",
+            "tool_call_id": "call_1",
+            "tool": "terminal",
+            "arguments": {"command": "ls \"x\""},
+        });
+        assert_eq!(to_json(&ev), want);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&to_json_string(&ev)).unwrap(), want);
+    }
 }

@@ -78,7 +78,7 @@ async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId
     if matching.is_empty() {
         return Ok(());
     }
-    let body = halyard_protocol::event::to_json(&ev).to_string();
+    let body = halyard_protocol::event::to_json_string(&ev);
     // Send every job, then wait for all the acknowledgements together.
     let mut acks = Vec::with_capacity(matching.len());
     for webhook_id in matching {

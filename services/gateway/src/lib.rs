@@ -111,6 +111,9 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
     Ok(Json(json!({"status": "ready"})))
 }
 
+/// Longest wait for the read models to catch up before serving.
+const CATCH_UP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Serves on `listener` until `shutdown`, projecting the bus into the read models meanwhile.
 pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: tokio::net::TcpListener, shutdown: Shutdown) -> Result<(), GatewayError> {
     let js = jetstream::new(nats.clone());
@@ -123,7 +126,23 @@ pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: toki
         .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
     let state = AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter, webhooks };
 
-    let projection = tokio::spawn(projection::run(js, store.clone(), live, shutdown.clone()));
+    let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
+    let mut projection = tokio::spawn(projection::run(js, store.clone(), live, caught_up, shutdown.clone()));
+    // Serve once the read models have caught up with the bus (after a crash, sled may be a
+    // moment behind), so a restart never shows older state than before it. Connections wait
+    // in the listener's backlog meanwhile. A long backlog is served from anyway after a while.
+    tokio::select! {
+        _ = until_caught_up.wait_for(|done| *done) => {}
+        _ = tokio::time::sleep(CATCH_UP_PATIENCE) => {
+            tracing::warn!("the read models are still catching up with the bus; serving anyway");
+        }
+        ended = &mut projection => {
+            return match ended {
+                Ok(r) => r.map_err(GatewayError::from),
+                Err(e) => Err(GatewayError::Http(format!("projection task: {e}"))),
+            };
+        }
+    }
     let mut stop = shutdown.clone();
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move { stop.wait().await });
     let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));

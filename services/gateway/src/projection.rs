@@ -22,6 +22,11 @@ use crate::store::{self, rfc3339, ConversationView, SandboxView, Store, TaskView
 /// Most messages folded into one sled batch.
 const MAX_BATCH: usize = 1024;
 
+/// Most conversation views kept in memory between batches. The projection is the only writer
+/// of views, so its copies never go stale; it saves reading and parsing a view from sled for
+/// every batch that touches its conversation. Past the limit the cache starts over.
+const VIEW_CACHE: usize = 10_000;
+
 /// One event as sent to clients: its seq and its JSON text (shared, never copied per client).
 #[derive(Clone, Debug)]
 pub struct LiveEvent {
@@ -64,7 +69,7 @@ impl Live {
 impl LiveEvent {
     /// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
     pub fn of(ev: &ConversationEvent) -> Self {
-        Self { seq: ev.seq, json: axum::extract::ws::Utf8Bytes::from(halyard_protocol::event::to_json(ev).to_string()) }
+        Self { seq: ev.seq, json: axum::extract::ws::Utf8Bytes::from(halyard_protocol::event::to_json_string(ev)) }
     }
 }
 
@@ -72,7 +77,10 @@ impl LiveEvent {
 struct Pending<'a> {
     store: &'a Store,
     batch: sled::Batch,
-    views: HashMap<ConversationId, Option<ConversationView>>,
+    /// Conversation views as of this batch (the cache, carried from batch to batch).
+    views: &'a mut HashMap<ConversationId, Option<ConversationView>>,
+    /// The views this batch changed (or may have: every mutable access counts).
+    dirty: HashSet<ConversationId>,
     sandboxes: HashMap<SandboxId, Option<SandboxView>>,
     live: Vec<(ConversationId, LiveEvent)>,
     settled: Vec<(String, TaskId)>,
@@ -91,6 +99,7 @@ impl Pending<'_> {
             let v = self.store.conversation(id).ok().flatten();
             self.views.insert(id, v);
         }
+        self.dirty.insert(id);
         self.views.get_mut(&id).and_then(Option::as_mut)
     }
 
@@ -211,6 +220,7 @@ impl Pending<'_> {
                     self.batch.remove(store::owner_key(&owner.0, created, conversation_id));
                 }
                 self.views.insert(conversation_id, None);
+                self.dirty.insert(conversation_id);
                 self.tomb_checked.insert(conversation_id, true);
                 self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
                 for key in self.store.tree().scan_prefix(store::log_index_prefix(conversation_id)).keys().flatten() {
@@ -260,12 +270,14 @@ impl Pending<'_> {
         if self.view(id).is_none() {
             self.batch.insert(store::owner_key(owner, created_ms, id), &id.as_bytes()[..]);
         }
+        self.dirty.insert(id);
         self.views.entry(id).or_insert(None).get_or_insert_with(|| new_view(id, owner, task, created_ms))
     }
 
     fn commit(mut self, cursors: &[(&str, u64)], live: &Live) -> Result<(), BusError> {
-        for (id, view) in self.views.drain() {
-            put_or_remove(&mut self.batch, store::conv_key(id), view.as_ref());
+        for id in self.dirty.drain() {
+            let view = self.views.get(&id).and_then(Option::as_ref);
+            put_or_remove(&mut self.batch, store::conv_key(id), view);
         }
         for (id, view) in self.sandboxes.drain() {
             put_or_remove(&mut self.batch, store::sandbox_key(id), view.as_ref());
@@ -311,7 +323,9 @@ pub fn new_view(id: ConversationId, owner: &str, task: TaskId, created_ms: i64) 
     }
 }
 
-async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64) -> Result<consumer::pull::Ordered, BusError> {
+/// An ordered consumer of `stream` from after `after`, and how many messages it has to deliver
+/// to reach the stream's end as it is now.
+async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64) -> Result<(consumer::pull::Ordered, u64), BusError> {
     let s = js.get_stream_no_info(stream).await.map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
     let deliver_policy = if after == 0 {
         consumer::DeliverPolicy::All
@@ -322,41 +336,68 @@ async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64
         .create_consumer(consumer::pull::OrderedConfig { filter_subject: filter.to_owned(), deliver_policy, ..Default::default() })
         .await
         .map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
-    c.messages().await.map_err(|e| BusError::new(BusErrorKind::Consume, e))
+    let pending = c.cached_info().num_pending;
+    Ok((c.messages().await.map_err(|e| BusError::new(BusErrorKind::Consume, e))?, pending))
 }
 
 const EVENTS_CURSOR: &str = "cursor/events";
 const SYSTEM_CURSOR: &str = "cursor/system";
 
-/// Projects until `shutdown`.
-pub async fn run(js: jetstream::Context, store: Store, live: Arc<Live>, mut shutdown: Shutdown) -> Result<(), BusError> {
+/// Projects until `shutdown`. `caught_up` turns true once the read models have caught up with
+/// the streams as they were at start (a restart after a crash replays what sled had not yet
+/// flushed; the API waits for that, so that nothing it shows goes backwards).
+pub async fn run(
+    js: jetstream::Context,
+    store: Store,
+    live: Arc<Live>,
+    caught_up: tokio::sync::watch::Sender<bool>,
+    mut shutdown: Shutdown,
+) -> Result<(), BusError> {
     let corrupt = |e: store::StoreError| BusError::new(BusErrorKind::Consume, e);
     let mut events_at = store.cursor(EVENTS_CURSOR).map_err(corrupt)?;
     let mut system_at = store.cursor(SYSTEM_CURSOR).map_err(corrupt)?;
-    let mut events = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
-    let mut system = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
+    let (mut events, mut events_left) = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
+    let (mut system, mut system_left) = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
+    let mut views = HashMap::new();
     loop {
+        if events_left == 0 && system_left == 0 && !*caught_up.borrow() {
+            caught_up.send_replace(true);
+        }
         // Wait for at least one message, then take whatever else is ready, up to a batch.
         let first = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
             m = system.next() => (false, m),
             m = events.next() => (true, m),
         };
-        let mut pending = Pending { store: &store, batch: sled::Batch::default(), views: HashMap::new(), sandboxes: HashMap::new(), live: Vec::new(), settled: Vec::new(), tomb_checked: HashMap::new() };
+        if views.len() > VIEW_CACHE {
+            views.clear();
+        }
+        let mut pending = Pending {
+            store: &store,
+            batch: sled::Batch::default(),
+            views: &mut views,
+            dirty: HashSet::new(),
+            sandboxes: HashMap::new(),
+            live: Vec::new(),
+            settled: Vec::new(),
+            tomb_checked: HashMap::new(),
+        };
         let mut next = Some(first);
         let mut count = 0;
         while let Some((is_event, msg)) = next.take() {
             match msg {
                 Some(Ok(msg)) => {
-                    let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+                    let (seq, left) = msg.info().map(|i| (i.stream_sequence, i.pending)).unwrap_or((0, 0));
                     if is_event {
                         events_at = events_at.max(seq);
+                        events_left = left;
                         match halyard_protocol::decode::<ConversationEvent>(&msg.payload) {
                             Ok(env) => pending.event(env.payload, seq),
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable event"),
                         }
                     } else {
                         system_at = system_at.max(seq);
+                        system_left = left;
                         match halyard_protocol::decode::<SystemRecord>(&msg.payload) {
                             Ok(env) => pending.record(env),
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable record"),
