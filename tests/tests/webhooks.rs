@@ -295,7 +295,10 @@ async fn titles_are_generated_fall_back_and_yield_to_the_user() {
     // The user's title wins, even though the generated one arrives after it.
     titler.push([Reply::Delay(Duration::from_millis(1500), Box::new(Reply::Text("Generated late".into())))]);
     llm.push([Reply::Text("hi".into())]);
+    let asked = titler.requests().len();
     let (conv3, _) = api.start_ready(json!({"message": "something"})).await;
+    // The title setter is generating (had the user named it first, it would rightly not).
+    wait_for("the title request", 20, || titler.requests().len() > asked).await;
     let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{conv3}"), Some(json!({"title": "Mine"}))).await;
     assert_eq!(s, 202);
     let events = api

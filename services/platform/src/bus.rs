@@ -189,12 +189,24 @@ pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -
         .request(format!("$JS.API.DIRECT.GET.{}", subjects::EVENTS_STREAM), request.to_string().into())
         .await
         .map_err(|e| err(BusErrorKind::Read)(&e))?;
-    if msg.status == Some(async_nats::StatusCode::NOT_FOUND) {
-        return Ok(None);
+    match direct_answer(msg, subjects::EVENTS_STREAM)? {
+        Some((sequence, payload)) => Ok(Some((sequence, halyard_protocol::decode(&payload)?))),
+        None => Ok(None),
     }
-    if let Some(status) = msg.status.filter(|s| !s.is_success()) {
-        let why = msg.description.as_deref().unwrap_or("no description");
-        return Err(BusError::new(BusErrorKind::Read, format!("direct get of {conversation}'s last event: {status} {why}")));
+}
+
+/// One answer to a direct get: the message with its stream sequence, or None for "no message
+/// there" (404) and "end of batch" (204).
+fn direct_answer(msg: async_nats::Message, stream: &str) -> Result<Option<(u64, bytes::Bytes)>, BusError> {
+    if let Some(status) = msg.status {
+        match status.as_u16() {
+            204 | 404 => return Ok(None),
+            _ if !status.is_success() => {
+                let why = msg.description.as_deref().unwrap_or("no description");
+                return Err(BusError::new(BusErrorKind::Read, format!("direct get on {stream}: {status} {why}")));
+            }
+            _ => {}
+        }
     }
     let sequence = msg
         .headers
@@ -202,7 +214,7 @@ pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -
         .and_then(|h| h.get("Nats-Sequence"))
         .and_then(|v| v.as_str().parse::<u64>().ok())
         .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Sequence"))?;
-    Ok(Some((sequence, halyard_protocol::decode(&msg.payload)?)))
+    Ok(Some((sequence, msg.payload)))
 }
 
 /// Up to `batch` messages of `stream` whose subjects match `filter`, from stream sequence
@@ -231,23 +243,10 @@ pub async fn direct_batch(
             .await
             .map_err(|_| BusError::new(BusErrorKind::Read, format!("direct get on {stream} timed out")))?
             .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get subscription closed"))?;
-        match msg.status.map(|s| s.as_u16()) {
-            // 204: end of batch; 404: nothing at or after `from`.
-            Some(204 | 404) => break,
-            Some(_) if msg.status.is_some_and(|s| !s.is_success()) => {
-                let status = msg.status.map(|s| s.as_u16()).unwrap_or_default();
-                let why = msg.description.as_deref().unwrap_or("no description");
-                return Err(BusError::new(BusErrorKind::Read, format!("direct get on {stream}: {status} {why}")));
-            }
-            _ => {}
+        match direct_answer(msg, stream)? {
+            Some(answer) => out.push(answer),
+            None => break,
         }
-        let sequence = msg
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Sequence"))
-            .and_then(|v| v.as_str().parse::<u64>().ok())
-            .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Sequence"))?;
-        out.push((sequence, msg.payload));
         if out.len() >= batch {
             break;
         }
