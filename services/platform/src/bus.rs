@@ -255,48 +255,31 @@ pub async fn direct_batch(
     Ok(out)
 }
 
-/// Every event of a conversation with `seq > after`, in order. Reads up to the end of the log
-/// as it is when called.
+/// Every event of a conversation with `seq > after`, in order, to the end of the log: batched
+/// direct gets, so no consumer is created for a replay.
 pub async fn read_events(
     js: &jetstream::Context,
     conversation: ConversationId,
     after: u64,
 ) -> Result<Vec<ConversationEvent>, BusError> {
-    let subject = subjects::conversation_events(conversation);
-    let Some((_, last)) = last_event(js, conversation).await? else {
-        return Ok(Vec::new());
-    };
-    let end = last.payload.seq;
-    if end <= after {
-        return Ok(Vec::new());
-    }
-    let stream = js.get_stream_no_info(subjects::EVENTS_STREAM).await.map_err(|e| err(BusErrorKind::Read)(&e))?;
-    let consumer = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject,
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| err(BusErrorKind::Read)(&e))?;
-    let mut messages = consumer.messages().await.map_err(|e| err(BusErrorKind::Read)(&e))?;
+    const BATCH: usize = 1024;
+    let filter = subjects::conversation_events(conversation);
     let mut out = Vec::new();
+    let mut from = 1;
     loop {
-        let next = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .map_err(|_| BusError::new(BusErrorKind::Read, "timed out replaying a conversation"))?;
-        let Some(msg) = next else { break };
-        let msg = msg.map_err(|e| err(BusErrorKind::Read)(&e))?;
-        let env: Envelope<ConversationEvent> = halyard_protocol::decode(&msg.payload)?;
-        let seq = env.payload.seq;
-        if seq > after {
-            out.push(env.payload);
+        let batch = direct_batch(js, subjects::EVENTS_STREAM, &filter, from, BATCH).await?;
+        let got = batch.len();
+        for (stream_seq, payload) in batch {
+            from = stream_seq + 1;
+            let env: Envelope<ConversationEvent> = halyard_protocol::decode(&payload)?;
+            if env.payload.seq > after {
+                out.push(env.payload);
+            }
         }
-        if seq >= end {
-            break;
+        if got < BATCH {
+            return Ok(out);
         }
     }
-    Ok(out)
 }
 
 /// One message from a durable consumer, with the ways to settle it.
