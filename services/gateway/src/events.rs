@@ -10,7 +10,14 @@ use halyard_protocol::{subjects, ConversationId};
 use crate::projection::LiveEvent;
 use crate::store::{self, Store};
 
-/// Up to `limit` events of conversation `id` with `seq > after`, in order, as the log is now.
+/// Up to `limit` events of conversation `id` with `seq > after`, in order, up to the last one
+/// the read models have projected (its view's `last_event_seq`): what this returns agrees with
+/// the conversation's view, and anything later reaches a WebSocket live, since the projection
+/// publishes an event only after committing the view that counts it.
+///
+/// Knowing where to stop keeps the read exact: the server is asked for precisely the messages
+/// wanted, so it never scans the rest of the stream looking for more, and a client that is up
+/// to date costs no read at all.
 pub async fn read(
     js: &async_nats::jetstream::Context,
     store: &Store,
@@ -18,29 +25,35 @@ pub async fn read(
     after: u64,
     limit: usize,
 ) -> Result<Vec<LiveEvent>, BusError> {
+    let corrupt = |e: store::StoreError| BusError::new(BusErrorKind::Read, e);
+    let last = store.conversation(id).map_err(corrupt)?.map_or(0, |v| v.last_event_seq);
+    let until = last.min(after.saturating_add(limit as u64));
+    if until <= after {
+        return Ok(Vec::new());
+    }
     let filter = subjects::conversation_events(id);
-    let mut from = store.log_start(id, after).map_err(|e| BusError::new(BusErrorKind::Read, e))?;
-    let mut out = Vec::with_capacity(limit.min(1024));
-    loop {
-        // Room for the events before `after` that are read and skipped (at most a stride).
-        let want = limit.saturating_sub(out.len()) + store::LOG_INDEX_STRIDE as usize;
+    let (mut next_seq, mut from) = store.log_start(id, after).map_err(corrupt)?;
+    let mut out = Vec::with_capacity((until - after) as usize);
+    while next_seq <= until {
+        let want = (until - next_seq + 1) as usize;
         let batch = bus::direct_batch(js, subjects::EVENTS_STREAM, &filter, from, want).await?;
         let got = batch.len();
         for (stream_seq, payload) in batch {
             from = stream_seq + 1;
             match halyard_protocol::decode::<ConversationEvent>(&payload) {
-                Ok(env) if env.payload.seq > after => {
-                    out.push(LiveEvent::of(&env.payload));
-                    if out.len() >= limit {
-                        return Ok(out);
+                Ok(env) => {
+                    next_seq = env.payload.seq + 1;
+                    if env.payload.seq > after && env.payload.seq <= until {
+                        out.push(LiveEvent::of(&env.payload));
                     }
                 }
-                Ok(_) => {}
                 Err(e) => tracing::warn!(conversation_id = %id, stream_seq, error = %e, "skipping an undecodable event"),
             }
         }
         if got < want {
-            return Ok(out);
+            // The log ends early (purged while we read): what there is, is all there is.
+            break;
         }
     }
+    Ok(out)
 }

@@ -293,8 +293,9 @@ pub struct EventsQuery {
     pub limit: Option<usize>,
 }
 
-/// `GET /conversations/{id}/events`.
-pub async fn list_events(State(state): State<AppState>, User(user): User, Path(id): Path<String>, query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+/// `GET /conversations/{id}/events`. The page is written around the events' JSON as rendered
+/// once (the same text the WebSocket sends), not parsed back and re-serialized.
+pub async fn list_events(State(state): State<AppState>, User(user): User, Path(id): Path<String>, query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>) -> Result<axum::response::Response, ApiError> {
     let Query(q) = query?;
     let (id, _) = owned(&state, &user, &id)?;
     let limit = q.limit.unwrap_or(100);
@@ -303,10 +304,21 @@ pub async fn list_events(State(state): State<AppState>, User(user): User, Path(i
     }
     let after = q.after_seq.unwrap_or(0);
     let events = crate::events::read(&state.js, &state.store, id, after, limit).await?;
-    let last = events.last().map(|e| e.seq);
-    let items: Vec<Value> = events.iter().filter_map(|e| serde_json::from_str(e.json.as_str()).ok()).collect();
-    let has_more = items.len() == limit;
-    Ok(Json(json!({"items": items, "has_more": has_more, "next_after_seq": if has_more { last } else { None }})))
+    let has_more = events.len() == limit;
+    let next = match events.last() {
+        Some(e) if has_more => e.seq.to_string(),
+        _ => "null".to_owned(),
+    };
+    let mut body = String::with_capacity(events.iter().map(|e| e.json.len() + 1).sum::<usize>() + 64);
+    body.push_str("{\"items\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(e.json.as_str());
+    }
+    body.push_str(&format!("],\"has_more\":{has_more},\"next_after_seq\":{next}}}"));
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 #[derive(Debug, Deserialize)]

@@ -306,14 +306,16 @@ impl Store {
         Ok((items, next))
     }
 
-    /// Where to start reading a conversation's log for the events after `after`: the stream
-    /// sequence of the last indexed event at or before `after + 1` (1, the stream's start, if
-    /// none is indexed yet). At most a stride of events is read and skipped.
-    pub fn log_start(&self, id: ConversationId, after: u64) -> Result<u64, StoreError> {
+    /// Where to start reading a conversation's log for the events after `after`: the last
+    /// indexed event at or before `after + 1`, as (its seq, its stream sequence); (1, 1), the
+    /// stream's start, if none is indexed yet. At most a stride of events is read and skipped.
+    pub fn log_start(&self, id: ConversationId, after: u64) -> Result<(u64, u64), StoreError> {
         let range = log_index_key(id, 0)..=log_index_key(id, after.saturating_add(1));
-        match self.tree.range(range).next_back().transpose()? {
-            Some((_, v)) => Ok(v.as_ref().try_into().map(u64::from_be_bytes).unwrap_or(1)),
-            None => Ok(1),
+        let Some((k, v)) = self.tree.range(range).next_back().transpose()? else { return Ok((1, 1)) };
+        let number = |b: &[u8]| b.try_into().map(u64::from_be_bytes).ok();
+        match (number(&k[k.len().saturating_sub(8)..]), number(&v)) {
+            (Some(seq), Some(stream_seq)) => Ok((seq, stream_seq)),
+            _ => Ok((1, 1)),
         }
     }
 
