@@ -136,23 +136,23 @@ pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: toki
         _ = tokio::time::sleep(CATCH_UP_PATIENCE) => {
             tracing::warn!("the read models are still catching up with the bus; serving anyway");
         }
-        ended = &mut projection => {
-            return match ended {
-                Ok(r) => r.map_err(GatewayError::from),
-                Err(e) => Err(GatewayError::Http(format!("projection task: {e}"))),
-            };
-        }
+        ended = &mut projection => return projection_outcome(ended),
     }
     let mut stop = shutdown.clone();
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move { stop.wait().await });
     let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));
-    let projected = match projection.await {
-        Ok(r) => r.map_err(GatewayError::from),
-        Err(e) => Err(GatewayError::Http(format!("projection task: {e}"))),
-    };
+    let projected = projection_outcome(projection.await);
     store.flush().await;
     served?;
     projected
+}
+
+/// How the projection task ended.
+fn projection_outcome(ended: Result<Result<(), halyard_platform::BusError>, tokio::task::JoinError>) -> Result<(), GatewayError> {
+    match ended {
+        Ok(r) => r.map_err(GatewayError::from),
+        Err(e) => Err(GatewayError::Http(format!("projection task: {e}"))),
+    }
 }
 
 /// Binds `config.http_addr` and serves.
