@@ -65,11 +65,9 @@ async fn owner_of(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserI
     Ok(owner)
 }
 
+/// Called only while some webhook is enabled (see [`run`]).
 async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, ev: ConversationEvent) -> Result<(), BusError> {
     let kind = ev.body.kind();
-    if !any_enabled(ctx) {
-        return Ok(());
-    }
     let Some(owner) = owner_of(ctx, owners, ev.conversation_id).await? else { return Ok(()) };
     let matching: Vec<String> = match ctx.subs.read() {
         Ok(subs) => subs.values().filter(|s| s.matches(&owner, ev.conversation_id, kind)).map(|s| s.id.clone()).collect(),

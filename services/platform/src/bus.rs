@@ -51,17 +51,24 @@ pub async fn send<P: Payload>(
     publish(js, subject, &env).await
 }
 
-/// The latest message on `subject` of `stream`, decoded, with its stream sequence.
+/// The latest message on `subject` of `stream` (which may be a wildcard filter, such as a
+/// conversation's whole log), decoded, with its stream sequence. The subject goes in the direct
+/// get's request body: a subject with `*` in it cannot be published to, which is where the
+/// client library's own direct get would put it.
 pub async fn last_record<P: DeserializeOwned>(
     js: &jetstream::Context,
     stream: &str,
     subject: &str,
 ) -> Result<Option<(u64, Envelope<P>)>, BusError> {
-    let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Read)(&e))?;
-    match stream.direct_get_last_for_subject(subject).await {
-        Ok(msg) => Ok(Some((msg.sequence, halyard_protocol::decode(&msg.payload)?))),
-        Err(e) if matches!(e.kind(), jetstream::stream::DirectGetErrorKind::NotFound) => Ok(None),
-        Err(e) => Err(err(BusErrorKind::Read)(&e)),
+    let request = serde_json::json!({ "last_by_subj": subject });
+    let msg = js
+        .client()
+        .request(format!("$JS.API.DIRECT.GET.{stream}"), request.to_string().into())
+        .await
+        .map_err(|e| err(BusErrorKind::Read)(&e))?;
+    match direct_answer(msg, stream)? {
+        Some((sequence, payload)) => Ok(Some((sequence, halyard_protocol::decode(&payload)?))),
+        None => Ok(None),
     }
 }
 
@@ -179,20 +186,9 @@ impl EventAppender {
 /// log) rather than the published subject (nats-server 2.11 and newer).
 const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
-/// The last event of a conversation's log, with its stream sequence. A direct get by a
-/// wildcard subject must carry the subject in the request body (a subject with `*` in it cannot
-/// be published to, which is where the client library would put it).
+/// The last event of a conversation's log (`halyard.events.<id>.*`), with its stream sequence.
 pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
-    let request = serde_json::json!({ "last_by_subj": subjects::conversation_events(conversation) });
-    let msg = js
-        .client()
-        .request(format!("$JS.API.DIRECT.GET.{}", subjects::EVENTS_STREAM), request.to_string().into())
-        .await
-        .map_err(|e| err(BusErrorKind::Read)(&e))?;
-    match direct_answer(msg, subjects::EVENTS_STREAM)? {
-        Some((sequence, payload)) => Ok(Some((sequence, halyard_protocol::decode(&payload)?))),
-        None => Ok(None),
-    }
+    last_record(js, subjects::EVENTS_STREAM, &subjects::conversation_events(conversation)).await
 }
 
 /// One answer to a direct get: the message with its stream sequence, or None for "no message
