@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use halyard_platform::config::SandboxSpec;
 use halyard_sandbox::docker::{self, ContainerPlan, Engine, Naming};
 use halyard_tests::{Api, Halyard, HalyardOptions, ScriptedLlm};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const KEY: &str = "alice-secret-key";
 
@@ -83,7 +83,10 @@ pub async fn run(n: usize) -> Result<Value> {
     eprintln!("cold: {}", summary(cold.clone()));
 
     // Baseline: the engine alone, same image and container settings.
-    let engine = Engine { docker: docker::connect("unix:///var/run/docker.sock").await?, naming: Naming { deployment: format!("bench{}", std::process::id()) } };
+    let engine = Engine {
+        docker: docker::connect("unix:///var/run/docker.sock").await?,
+        naming: Naming { deployment: format!("bench{}", std::process::id()) },
+    };
     let spec = SandboxSpec::default();
     let mut raw = Vec::new();
     for i in 0..=n {

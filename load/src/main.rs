@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use futures::stream::FuturesUnordered;
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use halyard_platform::bus::EventAppender;
 use halyard_protocol::event::{EventBody, EventSource};
 use halyard_protocol::{ConversationId, EventId};
@@ -279,12 +279,8 @@ async fn core(args: &Args) -> Result<()> {
     });
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("core.json"), serde_json::to_string_pretty(&results)? + "\n")?;
-    let cpu = |v: &serde_json::Value| {
-        format!(
-            "{} | {} | {} | {}",
-            v["nats_server_us"], v["halyard_us"], v["benchmark_client_us"], v["total_us"]
-        )
-    };
+    let cpu =
+        |v: &serde_json::Value| format!("{} | {} | {} | {}", v["nats_server_us"], v["halyard_us"], v["benchmark_client_us"], v["total_us"]);
     let md = format!(
         "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores shared by nats-server, Halyard and the benchmark client), \
          `halyard up` release build with its embedded nats-server.\n\n\
@@ -365,7 +361,13 @@ fn bytes_of_event() -> Vec<u8> {
         conversation_id: ConversationId::new(),
         source: EventSource::Environment,
         timestamp_ms: 0,
-        body: EventBody::Observation { tool_call_id: "call_1".into(), tool: "terminal".into(), content: "x".repeat(160), exit_code: Some(0), is_error: false },
+        body: EventBody::Observation {
+            tool_call_id: "call_1".into(),
+            tool: "terminal".into(),
+            content: "x".repeat(160),
+            exit_code: Some(0),
+            is_error: false,
+        },
     };
     halyard_protocol::encode(&halyard_protocol::Envelope::new(ev, 0)).unwrap_or_default()
 }

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const KEY: &str = "alice-secret-key";
 
@@ -80,7 +80,9 @@ async fn drive(api: &Api, convs: &[String]) -> Result<(usize, f64)> {
     let mut total = 0;
     for (c, b) in convs.iter().zip(before) {
         let events = api
-            .wait_events(c, "the run to end", |ev| ev.len() > b + 1 && ev.last().is_some_and(|e| e["kind"] == "execution_status" && e["status"] != "running"))
+            .wait_events(c, "the run to end", |ev| {
+                ev.len() > b + 1 && ev.last().is_some_and(|e| e["kind"] == "execution_status" && e["status"] != "running")
+            })
             .await;
         total += events.len() - b;
     }

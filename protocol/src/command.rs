@@ -28,7 +28,10 @@ pub enum ConversationCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spec: Option<String>,
     },
-    Delete { conversation_id: ConversationId, owner: UserId },
+    Delete {
+        conversation_id: ConversationId,
+        owner: UserId,
+    },
 }
 
 impl Payload for ConversationCommand {
@@ -53,19 +56,24 @@ pub enum SandboxCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spec: Option<String>,
     },
-    Pause { sandbox_id: SandboxId },
+    Pause {
+        sandbox_id: SandboxId,
+    },
     /// Unpause, or re-provision on the same workspace if the sandbox is gone.
-    Resume { sandbox_id: SandboxId },
-    Delete { sandbox_id: SandboxId },
+    Resume {
+        sandbox_id: SandboxId,
+    },
+    Delete {
+        sandbox_id: SandboxId,
+    },
 }
 
 impl SandboxCommand {
     pub fn sandbox_id(&self) -> SandboxId {
         match self {
-            Self::Create { sandbox_id, .. }
-            | Self::Pause { sandbox_id }
-            | Self::Resume { sandbox_id }
-            | Self::Delete { sandbox_id } => *sandbox_id,
+            Self::Create { sandbox_id, .. } | Self::Pause { sandbox_id } | Self::Resume { sandbox_id } | Self::Delete { sandbox_id } => {
+                *sandbox_id
+            }
         }
     }
 }
@@ -98,10 +106,19 @@ pub enum AgentCommand {
         message: Option<String>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
-    UserMessage { conversation_id: ConversationId, text: String },
-    Pause { conversation_id: ConversationId },
-    Resume { conversation_id: ConversationId },
-    Delete { conversation_id: ConversationId },
+    UserMessage {
+        conversation_id: ConversationId,
+        text: String,
+    },
+    Pause {
+        conversation_id: ConversationId,
+    },
+    Resume {
+        conversation_id: ConversationId,
+    },
+    Delete {
+        conversation_id: ConversationId,
+    },
 }
 
 impl AgentCommand {

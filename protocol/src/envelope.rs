@@ -7,8 +7,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::CommandId;
 use crate::UnixMillis;
+use crate::ids::CommandId;
 
 /// The envelope version this crate writes. Readers reject a higher major version rather than
 /// misread it.
@@ -59,16 +59,7 @@ impl<P: Payload> Envelope<P> {
 
     /// Wraps a payload under a caller-chosen id (for idempotent re-publication).
     pub fn with_id(id: CommandId, payload: P, now: UnixMillis) -> Self {
-        Self {
-            v: ENVELOPE_VERSION,
-            id,
-            kind: payload.kind(),
-            time_ms: now,
-            correlation_id: None,
-            causation_id: None,
-            trace: None,
-            payload,
-        }
+        Self { v: ENVELOPE_VERSION, id, kind: payload.kind(), time_ms: now, correlation_id: None, causation_id: None, trace: None, payload }
     }
 
     /// Sets the correlation id.

@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::UnixMillis;
 use crate::envelope::Payload;
 use crate::ids::{ConversationId, EventId, SandboxId, UserId};
-use crate::UnixMillis;
 
 /// Who caused an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,7 +156,14 @@ struct ApiEvent<'a> {
 
 impl<'a> ApiEvent<'a> {
     fn of(ev: &'a ConversationEvent) -> Self {
-        Self { seq: ev.seq, id: ev.id, conversation_id: ev.conversation_id, source: ev.source, timestamp: crate::rfc3339(ev.timestamp_ms), body: &ev.body }
+        Self {
+            seq: ev.seq,
+            id: ev.id,
+            conversation_id: ev.conversation_id,
+            source: ev.source,
+            timestamp: crate::rfc3339(ev.timestamp_ms),
+            body: &ev.body,
+        }
     }
 }
 

@@ -23,7 +23,7 @@ pub mod subjects;
 pub mod system;
 pub mod webhook;
 
-pub use envelope::{CodecError, Envelope, ENVELOPE_VERSION, TraceContext, decode, encode};
+pub use envelope::{CodecError, ENVELOPE_VERSION, Envelope, TraceContext, decode, encode};
 pub use ids::{CommandId, ConversationId, EventId, SandboxId, TaskId, UserId};
 
 /// Milliseconds since the Unix epoch, the only clock type on the wire.

@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::UnixMillis;
 use crate::envelope::Payload;
 use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
-use crate::UnixMillis;
 
 /// Phases of a start task, in the order they happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,15 +167,26 @@ pub enum SystemRecord {
         repository: Option<Repository>,
         created_ms: UnixMillis,
     },
-    ConversationDeleted { conversation_id: ConversationId, owner: UserId },
+    ConversationDeleted {
+        conversation_id: ConversationId,
+        owner: UserId,
+    },
     /// One attempt to deliver an event to a webhook.
     DeliveryAttempt(crate::webhook::DeliveryAttempt),
     /// The dispatcher disabled a subscription that kept failing.
-    WebhookDisabled { webhook_id: String, owner: UserId, reason: String },
+    WebhookDisabled {
+        webhook_id: String,
+        owner: UserId,
+        reason: String,
+    },
     /// The runtime image of a sandbox spec, as the supervisor last prepared it.
     SandboxImage(SandboxImage),
     /// The warm pool of a spec changed (`halyard.sys.pool.<spec>`).
-    SandboxPool { spec: String, ready: u32, target: u32 },
+    SandboxPool {
+        spec: String,
+        ready: u32,
+        target: u32,
+    },
 }
 
 /// How a spec's runtime image was obtained at supervisor start-up.

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::UnixMillis;
 use crate::envelope::Payload;
 use crate::ids::{CommandId, ConversationId, EventId, UserId};
-use crate::UnixMillis;
 
 /// A user's webhook subscription.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

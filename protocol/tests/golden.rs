@@ -7,10 +7,12 @@ use std::path::PathBuf;
 
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
-use halyard_protocol::system::{ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
-use halyard_protocol::{decode, encode, CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId};
-use serde::de::DeserializeOwned;
+use halyard_protocol::system::{
+    ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
+};
+use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId, decode, encode};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 const T: i64 = 1_795_000_000_000;
@@ -33,7 +35,14 @@ fn env<P>(n: u128, kind: &str, payload: P) -> Envelope<P> {
 }
 
 fn event(seq: u64, body: EventBody) -> ConversationEvent {
-    ConversationEvent { seq, id: EventId(id(100 + seq as u128)), conversation_id: ConversationId(id(1)), source: EventSource::Agent, timestamp_ms: T, body }
+    ConversationEvent {
+        seq,
+        id: EventId(id(100 + seq as u128)),
+        conversation_id: ConversationId(id(1)),
+        source: EventSource::Agent,
+        timestamp_ms: T,
+        body,
+    }
 }
 
 fn check<P: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, value: Envelope<P>) {
@@ -51,18 +60,45 @@ fn check<P: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &s
 #[test]
 fn events_are_stable() {
     let cases: Vec<(&str, ConversationEvent)> = vec![
-        ("event_conversation_started", event(1, EventBody::ConversationStarted {
-            owner: UserId("alice".into()), sandbox_id: SandboxId(id(2)), workspace: "/workspace".into(), model: "gpt-4o".into(),
-            skills: vec![Skill { name: "AGENTS.md".into(), content: "Be brief.".into() }],
-        })),
+        (
+            "event_conversation_started",
+            event(
+                1,
+                EventBody::ConversationStarted {
+                    owner: UserId("alice".into()),
+                    sandbox_id: SandboxId(id(2)),
+                    workspace: "/workspace".into(),
+                    model: "gpt-4o".into(),
+                    skills: vec![Skill { name: "AGENTS.md".into(), content: "Be brief.".into() }],
+                },
+            ),
+        ),
         ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into() })),
-        ("event_action", event(3, EventBody::Action {
-            tool_call_id: "call_1".into(), tool: "terminal".into(),
-            arguments: serde_json::json!({"command": "ls -la", "timeout": 10}), thought: Some("Look first.".into()),
-        })),
-        ("event_observation", event(4, EventBody::Observation {
-            tool_call_id: "call_1".into(), tool: "terminal".into(), content: "total 0".into(), exit_code: Some(0), is_error: false,
-        })),
+        (
+            "event_action",
+            event(
+                3,
+                EventBody::Action {
+                    tool_call_id: "call_1".into(),
+                    tool: "terminal".into(),
+                    arguments: serde_json::json!({"command": "ls -la", "timeout": 10}),
+                    thought: Some("Look first.".into()),
+                },
+            ),
+        ),
+        (
+            "event_observation",
+            event(
+                4,
+                EventBody::Observation {
+                    tool_call_id: "call_1".into(),
+                    tool: "terminal".into(),
+                    content: "total 0".into(),
+                    exit_code: Some(0),
+                    is_error: false,
+                },
+            ),
+        ),
         ("event_agent_message", event(5, EventBody::AgentMessage { text: "Done.".into() })),
         ("event_agent_error", event(6, EventBody::AgentError { code: "llm_timeout".into(), message: "timed out".into() })),
         ("event_execution_status", event(7, EventBody::ExecutionStatus { status: ExecutionStatus::Finished, reason: None })),
@@ -76,62 +112,176 @@ fn events_are_stable() {
 
 #[test]
 fn records_are_stable() {
-    check("sys_start_task", env(2, "sys.start_task", SystemRecord::StartTask(StartTaskUpdate {
-        task_id: TaskId(id(3)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)),
-        status: StartTaskStatus::RunningSetupScript, detail: None, sandbox_id: Some(SandboxId(id(2))), from_pool: false, created_ms: T,
-    })));
-    check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(SandboxUpdate {
-        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: Some(ConversationId(id(1))),
-        sandbox_kind: "process".into(), status: SandboxStatus::Running,
-        exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
-        workspace: "/data/sandboxes/x/workspace".into(), detail: None, pid: Some(4242),
-        container: None, volume: None, spec: None, from_pool: false,
-    })));
-    check("sys_sandbox_docker", env(3, "sys.sandbox", SystemRecord::Sandbox(SandboxUpdate {
-        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: Some(ConversationId(id(1))),
-        sandbox_kind: "docker".into(), status: SandboxStatus::Paused,
-        exposed_urls: vec![
-            ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() },
-            ExposedUrl { name: "WORKER_1".into(), url: "http://127.0.0.1:40001".into() },
-        ],
-        workspace: "/workspace".into(), detail: Some("paused after 1800 s idle".into()), pid: None,
-        container: Some("3f2a".into()), volume: Some("halyard-d-x".into()), spec: Some("default".into()), from_pool: true,
-    })));
-    check("sys_sandbox_image", env(3, "sys.sandbox_image", SystemRecord::SandboxImage(SandboxImage {
-        spec: "default".into(), base_image: "halyard-base:bookworm".into(), image: "halyard-runtime:src-ab12".into(),
-        lock_tag: "halyard-runtime:lock-cd34".into(), versioned_tag: "halyard-runtime:0.1.0-halyard-base_bookworm".into(),
-        outcome: ImageOutcome::Reused, build_ms: 0,
-    })));
-    check("sys_conversation_created", env(4, "sys.conversation_created", SystemRecord::ConversationCreated {
-        conversation_id: ConversationId(id(1)), owner: UserId("alice".into()), task_id: TaskId(id(3)), sandbox_id: SandboxId(id(2)),
-        title: Some("t".into()), repository: Some(Repository { url: "https://example.com/r.git".into(), branch: Some("main".into()) }), created_ms: T,
-    }));
+    check(
+        "sys_start_task",
+        env(
+            2,
+            "sys.start_task",
+            SystemRecord::StartTask(StartTaskUpdate {
+                task_id: TaskId(id(3)),
+                owner: UserId("alice".into()),
+                conversation_id: ConversationId(id(1)),
+                status: StartTaskStatus::RunningSetupScript,
+                detail: None,
+                sandbox_id: Some(SandboxId(id(2))),
+                from_pool: false,
+                created_ms: T,
+            }),
+        ),
+    );
+    check(
+        "sys_sandbox",
+        env(
+            3,
+            "sys.sandbox",
+            SystemRecord::Sandbox(SandboxUpdate {
+                sandbox_id: SandboxId(id(2)),
+                owner: UserId("alice".into()),
+                conversation_id: Some(ConversationId(id(1))),
+                sandbox_kind: "process".into(),
+                status: SandboxStatus::Running,
+                exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
+                workspace: "/data/sandboxes/x/workspace".into(),
+                detail: None,
+                pid: Some(4242),
+                container: None,
+                volume: None,
+                spec: None,
+                from_pool: false,
+            }),
+        ),
+    );
+    check(
+        "sys_sandbox_docker",
+        env(
+            3,
+            "sys.sandbox",
+            SystemRecord::Sandbox(SandboxUpdate {
+                sandbox_id: SandboxId(id(2)),
+                owner: UserId("alice".into()),
+                conversation_id: Some(ConversationId(id(1))),
+                sandbox_kind: "docker".into(),
+                status: SandboxStatus::Paused,
+                exposed_urls: vec![
+                    ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() },
+                    ExposedUrl { name: "WORKER_1".into(), url: "http://127.0.0.1:40001".into() },
+                ],
+                workspace: "/workspace".into(),
+                detail: Some("paused after 1800 s idle".into()),
+                pid: None,
+                container: Some("3f2a".into()),
+                volume: Some("halyard-d-x".into()),
+                spec: Some("default".into()),
+                from_pool: true,
+            }),
+        ),
+    );
+    check(
+        "sys_sandbox_image",
+        env(
+            3,
+            "sys.sandbox_image",
+            SystemRecord::SandboxImage(SandboxImage {
+                spec: "default".into(),
+                base_image: "halyard-base:bookworm".into(),
+                image: "halyard-runtime:src-ab12".into(),
+                lock_tag: "halyard-runtime:lock-cd34".into(),
+                versioned_tag: "halyard-runtime:0.1.0-halyard-base_bookworm".into(),
+                outcome: ImageOutcome::Reused,
+                build_ms: 0,
+            }),
+        ),
+    );
+    check(
+        "sys_conversation_created",
+        env(
+            4,
+            "sys.conversation_created",
+            SystemRecord::ConversationCreated {
+                conversation_id: ConversationId(id(1)),
+                owner: UserId("alice".into()),
+                task_id: TaskId(id(3)),
+                sandbox_id: SandboxId(id(2)),
+                title: Some("t".into()),
+                repository: Some(Repository { url: "https://example.com/r.git".into(), branch: Some("main".into()) }),
+                created_ms: T,
+            },
+        ),
+    );
 }
 
 #[test]
 fn commands_are_stable() {
-    check("cmd_conversation_start", env(5, "cmd.conversation.start", ConversationCommand::Start {
-        task_id: TaskId(id(3)), conversation_id: ConversationId(id(1)), owner: UserId("alice".into()),
-        message: Some("hi".into()), repository: None, title: None, created_ms: T, spec: None,
-    }));
-    check("cmd_sandbox_create", env(6, "cmd.sandbox.create", SandboxCommand::Create {
-        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)), spec: None,
-    }));
-    check("cmd_sandbox_create_spec", env(6, "cmd.sandbox.create", SandboxCommand::Create {
-        sandbox_id: SandboxId(id(2)), owner: UserId("alice".into()), conversation_id: ConversationId(id(1)), spec: Some("python".into()),
-    }));
-    check("cmd_agent_user_message", env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }));
+    check(
+        "cmd_conversation_start",
+        env(
+            5,
+            "cmd.conversation.start",
+            ConversationCommand::Start {
+                task_id: TaskId(id(3)),
+                conversation_id: ConversationId(id(1)),
+                owner: UserId("alice".into()),
+                message: Some("hi".into()),
+                repository: None,
+                title: None,
+                created_ms: T,
+                spec: None,
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_create",
+        env(
+            6,
+            "cmd.sandbox.create",
+            SandboxCommand::Create {
+                sandbox_id: SandboxId(id(2)),
+                owner: UserId("alice".into()),
+                conversation_id: ConversationId(id(1)),
+                spec: None,
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_create_spec",
+        env(
+            6,
+            "cmd.sandbox.create",
+            SandboxCommand::Create {
+                sandbox_id: SandboxId(id(2)),
+                owner: UserId("alice".into()),
+                conversation_id: ConversationId(id(1)),
+                spec: Some("python".into()),
+            },
+        ),
+    );
+    check(
+        "cmd_agent_user_message",
+        env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }),
+    );
 }
 
 #[test]
 fn readers_ignore_unknown_fields_and_reject_future_versions() {
     // An envelope from a newer writer with an extra field still decodes.
     #[derive(Serialize)]
-    struct Newer<'a> { v: u16, id: String, kind: &'a str, time_ms: i64, payload: AgentCommand, added_later: bool }
+    struct Newer<'a> {
+        v: u16,
+        id: String,
+        kind: &'a str,
+        time_ms: i64,
+        payload: AgentCommand,
+        added_later: bool,
+    }
     let bytes = rmp_serde::to_vec_named(&Newer {
-        v: 1, id: id(9).to_string(), kind: "cmd.agent.pause", time_ms: T,
-        payload: AgentCommand::Pause { conversation_id: ConversationId(id(1)) }, added_later: true,
-    }).unwrap();
+        v: 1,
+        id: id(9).to_string(),
+        kind: "cmd.agent.pause",
+        time_ms: T,
+        payload: AgentCommand::Pause { conversation_id: ConversationId(id(1)) },
+        added_later: true,
+    })
+    .unwrap();
     let newer: Envelope<AgentCommand> = decode(&bytes).unwrap();
     assert_eq!(newer.payload, AgentCommand::Pause { conversation_id: ConversationId(id(1)) });
     // A future major version is refused with a clear error.

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// The `halyard` binary of this build, built once per test process if needed.
 pub fn halyard_bin() -> PathBuf {
@@ -184,7 +184,11 @@ impl Halyard {
                     if started.elapsed() > Duration::from_secs(5) {
                         let log = self.log();
                         let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                        eprintln!("halyard took {:?} to stop; log tail:\n{}", started.elapsed(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+                        eprintln!(
+                            "halyard took {:?} to stop; log tail:\n{}",
+                            started.elapsed(),
+                            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        );
                     }
                     return;
                 }

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 /// One scripted answer.
@@ -141,14 +141,9 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
     };
     let (content, calls) = match reply {
         Reply::Text(t) => (Some(t), Vec::new()),
-        Reply::Tools(content, calls) => (
-            content,
-            calls
-                .into_iter()
-                .enumerate()
-                .map(|(i, (name, args))| (format!("call_{n}_{i}"), name, args.to_string()))
-                .collect(),
-        ),
+        Reply::Tools(content, calls) => {
+            (content, calls.into_iter().enumerate().map(|(i, (name, args))| (format!("call_{n}_{i}"), name, args.to_string())).collect())
+        }
         _ => (None, Vec::new()),
     };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -156,10 +151,8 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
 }
 
 fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) -> Response {
-    let tool_calls: Vec<Value> = calls
-        .iter()
-        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
-        .collect();
+    let tool_calls: Vec<Value> =
+        calls.iter().map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})).collect();
     let mut message = json!({"role": "assistant", "content": content});
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);
@@ -201,9 +194,8 @@ fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) ->
         text.push_str(&format!("data: {c}\n\n"));
     }
     text.push_str("data: [DONE]\n\n");
-    let body = Body::from_stream(futures::stream::iter(
-        text.into_bytes().chunks(64).map(|c| Ok::<_, Infallible>(c.to_vec())).collect::<Vec<_>>(),
-    ));
+    let body =
+        Body::from_stream(futures::stream::iter(text.into_bytes().chunks(64).map(|c| Ok::<_, Infallible>(c.to_vec())).collect::<Vec<_>>()));
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(body)

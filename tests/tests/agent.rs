@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use halyard_tests::{init, procs, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init, procs};
+use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 

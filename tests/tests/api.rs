@@ -2,7 +2,7 @@
 //! The API's contract at its edges: authentication, users' isolation, bad input, limits,
 //! deletion.
 
-use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
@@ -28,11 +28,9 @@ async fn a_user_cannot_see_or_touch_another_users_conversation() {
     alice.wait_events(conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
 
     // Bob sees none of it, and cannot tell it exists.
-    for path in [
-        format!("/api/v1/conversations/{conv}"),
-        format!("/api/v1/conversations/{conv}/events"),
-        format!("/api/v1/start-tasks/{task_id}"),
-    ] {
+    for path in
+        [format!("/api/v1/conversations/{conv}"), format!("/api/v1/conversations/{conv}/events"), format!("/api/v1/start-tasks/{task_id}")]
+    {
         let (status, body) = bob.get(&path).await;
         assert_eq!((status, code(&body)), (404, "not_found"), "{path}: {body}");
     }
@@ -131,11 +129,21 @@ async fn bad_input_gets_clear_errors_and_loses_nothing() {
     let (s, doc) = api.get("/api/v1/openapi.json").await;
     assert_eq!(s, 200);
     for path in [
-        "/api/v1/conversations", "/api/v1/conversations/{id}", "/api/v1/conversations/{id}/messages",
-        "/api/v1/conversations/{id}/pause", "/api/v1/conversations/{id}/resume", "/api/v1/conversations/{id}/events",
-        "/api/v1/conversations/{id}/events/ws", "/api/v1/start-tasks/{id}", "/healthz", "/readyz",
-        "/api/v1/webhooks", "/api/v1/webhooks/{id}", "/api/v1/webhooks/{id}/rotate-secret",
-        "/api/v1/webhooks/{id}/deliveries", "/api/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
+        "/api/v1/conversations",
+        "/api/v1/conversations/{id}",
+        "/api/v1/conversations/{id}/messages",
+        "/api/v1/conversations/{id}/pause",
+        "/api/v1/conversations/{id}/resume",
+        "/api/v1/conversations/{id}/events",
+        "/api/v1/conversations/{id}/events/ws",
+        "/api/v1/start-tasks/{id}",
+        "/healthz",
+        "/readyz",
+        "/api/v1/webhooks",
+        "/api/v1/webhooks/{id}",
+        "/api/v1/webhooks/{id}/rotate-secret",
+        "/api/v1/webhooks/{id}/deliveries",
+        "/api/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
     }

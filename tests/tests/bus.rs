@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use halyard_tests::{init, Halyard, HalyardOptions, NatsServer, Receiver, Reply, ScriptedLlm};
+use halyard_tests::{Halyard, HalyardOptions, NatsServer, Receiver, Reply, ScriptedLlm, init};
 use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
@@ -65,10 +65,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
     js.publish("halyard.events.01900000-0000-7000-8000-000000000004.user_message", vec![0xc1, 0xc1].into()).await.unwrap().await.unwrap();
 
     let dlq = js.get_stream("HALYARD_DEAD_LETTERS").await.unwrap();
-    let consumer = dlq
-        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .unwrap();
+    let consumer = dlq.create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default()).await.unwrap();
     let mut messages = consumer.messages().await.unwrap();
     // Every consumer parks what it cannot read: the three command handlers, and the title
     // setter and webhook fan-out for the garbage event.

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use halyard_tests::harness::{assert_log_is_contiguous, LLM_KEY};
-use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use halyard_tests::harness::{LLM_KEY, assert_log_is_contiguous};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 
@@ -45,8 +45,17 @@ async fn write_run_finish(stream: bool) {
     assert_eq!(
         k,
         [
-            "conversation_started", "user_message", "execution_status", "action", "observation", "action", "observation",
-            "action", "observation", "agent_message", "execution_status"
+            "conversation_started",
+            "user_message",
+            "execution_status",
+            "action",
+            "observation",
+            "action",
+            "observation",
+            "action",
+            "observation",
+            "agent_message",
+            "execution_status"
         ],
         "{}",
         Value::Array(events.clone())
@@ -101,9 +110,8 @@ async fn write_run_finish(stream: bool) {
     llm.push([Reply::tool("terminal", json!({"command": "cat hello.py | wc -l"})), Reply::Text("One line.".into())]);
     let (status, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "How long is it?"})).await;
     assert_eq!(status, 202);
-    let events = api
-        .wait_events(&conv, "the second run", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line."))
-        .await;
+    let events =
+        api.wait_events(&conv, "the second run", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line.")).await;
     assert_log_is_contiguous(&events);
     let obs = events.iter().rev().find(|e| e["kind"] == "observation").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with('1'), "{obs}");

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use halyard_tests::harness::assert_log_is_contiguous;
-use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
@@ -43,9 +43,7 @@ async fn sigkill_while_the_llm_thinks_then_restart() {
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     let (_, t) = api.get(&format!("/api/v1/start-tasks/{}", task["id"].as_str().unwrap())).await;
     assert_eq!(t["status"], "READY");
-    let after = api
-        .wait_events(&conv, "the interruption to be recorded", |ev| ev.iter().any(|e| e["code"] == "run_interrupted"))
-        .await;
+    let after = api.wait_events(&conv, "the interruption to be recorded", |ev| ev.iter().any(|e| e["code"] == "run_interrupted")).await;
     assert_eq!(&after[..before.len()], &before[..], "history changed across the restart");
     assert_log_is_contiguous(&after);
     let c = api.wait_conversation(&conv, "status error", |c| c["execution_status"] == "error").await;

@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use halyard_tests::docker::{containers, docker, inspect, require_engine, volumes};
-use halyard_tests::harness::{assert_log_is_contiguous, LLM_KEY};
-use halyard_tests::{init, Api, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use halyard_tests::harness::{LLM_KEY, assert_log_is_contiguous};
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
@@ -76,13 +76,17 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert!(agent_url.starts_with("http://127.0.0.1:"), "{agent_url}");
     let health: Value = reqwest::get(format!("{agent_url}/health")).await.unwrap().json().await.unwrap();
     assert_eq!(health["ok"], true, "the executor is reachable from the host: {health}");
-    let unauthenticated = reqwest::Client::new().post(format!("{agent_url}/shell/exec")).json(&json!({"command": "id"})).send().await.unwrap();
+    let unauthenticated =
+        reqwest::Client::new().post(format!("{agent_url}/shell/exec")).json(&json!({"command": "id"})).send().await.unwrap();
     assert_eq!(unauthenticated.status(), 401);
     let (_, other) = h.api(BOB).get(&format!("/api/v1/sandboxes/{sandbox}")).await;
     assert_eq!(other["error"]["code"], "not_found");
 
     let c1 = container_of(&h, &sandbox);
-    assert_eq!(inspect(&c1, "{{index .Config.Labels \"dev.halyard.owner\"}} {{index .Config.Labels \"dev.halyard.conversation\"}}"), format!("alice {conv}"));
+    assert_eq!(
+        inspect(&c1, "{{index .Config.Labels \"dev.halyard.owner\"}} {{index .Config.Labels \"dev.halyard.conversation\"}}"),
+        format!("alice {conv}")
+    );
     assert_eq!(inspect(&c1, "{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}}"), "[ALL] [no-new-privileges]");
     assert_eq!(inspect(&c1, "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}}"), "2147483648 1000000000 512");
     assert_eq!(inspect(&c1, "{{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}").trim(), "volume:/workspace");
@@ -159,7 +163,8 @@ async fn a_restarted_supervisor_adopts_reports_and_cleans_up() {
     let s = api.wait_sandbox(running, "the running one adopted", |s| s["status"] == "RUNNING").await;
     assert_eq!(container_of(&h, running), c_running, "adopted, not replaced");
     assert_eq!(inspect(&c_running, "{{.State.StartedAt}}"), started_at, "not restarted");
-    let health: Value = reqwest::get(format!("{}/health", s["exposed_urls"][0]["url"].as_str().unwrap())).await.unwrap().json().await.unwrap();
+    let health: Value =
+        reqwest::get(format!("{}/health", s["exposed_urls"][0]["url"].as_str().unwrap())).await.unwrap().json().await.unwrap();
     assert_eq!(health["ok"], true);
     api.wait_sandbox(paused, "still paused", |s| s["status"] == "PAUSED").await;
     wait_until("orphans to be removed", || {

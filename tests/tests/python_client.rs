@@ -2,8 +2,8 @@
 //! A client in another language (Python, with nats-py and msgpack) follows a conversation's
 //! events from NATS and decodes them, using only what `protocol/README.md` documents.
 
-use halyard_tests::{init, Halyard, HalyardOptions, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
 
 #[tokio::test]
 async fn python_decodes_events_from_nats() {

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use halyard_tests::{init, Api, Halyard, HalyardOptions, NatsServer, Receiver, Reply, ScriptedLlm};
-use serde_json::{json, Value};
+use halyard_tests::{Api, Halyard, HalyardOptions, NatsServer, Receiver, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
@@ -196,7 +196,8 @@ async fn users_only_get_their_own_events_and_private_destinations_are_refused() 
     let alice_receiver = Receiver::start().await;
     subscribe(&bob, &bob_receiver.url, json!({})).await;
     let (conv, events) = run_conversation(&alice, &llm, "alice only").await;
-    let w = subscribe(&alice, &alice_receiver.url, json!({"conversation_id": conv, "event_kinds": ["user_message", "agent_message"]})).await;
+    let w =
+        subscribe(&alice, &alice_receiver.url, json!({"conversation_id": conv, "event_kinds": ["user_message", "agent_message"]})).await;
     // Bob cannot subscribe to Alice's conversation, nor see her webhook.
     let (s, body) = bob.post("/api/v1/webhooks", json!({"url": bob_receiver.url, "conversation_id": conv})).await;
     assert_eq!((s, body["error"]["code"].as_str()), (400, Some("invalid_field")), "{body}");
@@ -240,9 +241,7 @@ async fn a_killed_dispatcher_loses_no_event() {
     init();
     let llm = ScriptedLlm::start().await;
     let nats = NatsServer::start();
-    let shared = |services: &[&str]| {
-        opts(&llm).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret")
-    };
+    let shared = |services: &[&str]| opts(&llm).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret");
     let _core = Halyard::start(shared(&["sandbox", "agent", "conversations", "titles"]));
     let mut callbacks = Halyard::start(shared(&["callbacks"]));
     let gateway = Halyard::start(shared(&["gateway"]));
@@ -267,7 +266,10 @@ async fn titles_are_generated_fall_back_and_yield_to_the_user() {
     let llm = ScriptedLlm::start().await;
     let titler = ScriptedLlm::start().await;
     let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url).set("HALYARD_TITLE_USE_LLM", "true").set("HALYARD_TITLE_BASE_URL", &titler.base_url).set("HALYARD_TITLE_MODEL", "cheap-model"),
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_TITLE_USE_LLM", "true")
+            .set("HALYARD_TITLE_BASE_URL", &titler.base_url)
+            .set("HALYARD_TITLE_MODEL", "cheap-model"),
     );
     let api = h.api(ALICE);
 
@@ -301,10 +303,9 @@ async fn titles_are_generated_fall_back_and_yield_to_the_user() {
     wait_for("the title request", 20, || titler.requests().len() > asked).await;
     let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{conv3}"), Some(json!({"title": "Mine"}))).await;
     assert_eq!(s, 202);
-    let events = api
-        .wait_events(&conv3, "both titles", |ev| ev.iter().filter(|e| e["kind"] == "title").count() == 2)
-        .await;
-    let titles: Vec<(&str, &str)> = events.iter().filter(|e| e["kind"] == "title").map(|e| (e["title"].as_str().unwrap(), e["set_by"].as_str().unwrap())).collect();
+    let events = api.wait_events(&conv3, "both titles", |ev| ev.iter().filter(|e| e["kind"] == "title").count() == 2).await;
+    let titles: Vec<(&str, &str)> =
+        events.iter().filter(|e| e["kind"] == "title").map(|e| (e["title"].as_str().unwrap(), e["set_by"].as_str().unwrap())).collect();
     assert_eq!(titles, [("Mine", "user"), ("Generated late", "generated")]);
     let (_, c) = api.get(&format!("/api/v1/conversations/{conv3}")).await;
     assert_eq!(c["title"], "Mine");

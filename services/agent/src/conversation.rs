@@ -5,18 +5,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease::lease_value;
 use halyard_platform::bus::{self, Delivery};
 use halyard_protocol::command::{AgentCommand, SandboxCommand};
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
-use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, EventId, TraceContext};
+use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
+use lease::lease_value;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{Mutex, watch};
 use uuid::Uuid;
 
+use crate::Ctx;
 use crate::log::Log;
 use crate::run_loop::{Run, RunOutcome};
-use crate::Ctx;
 
 /// Messages of a conversation actor.
 // Each message is moved once, into the mailbox; boxing the large variant would only add an
@@ -25,7 +25,10 @@ use crate::Ctx;
 pub enum ConvMsg {
     Command(Envelope<AgentCommand>, Delivery),
     /// A run ended (ignored unless `run` is the current one).
-    RunEnded { run: u64, outcome: RunOutcome },
+    RunEnded {
+        run: u64,
+        outcome: RunOutcome,
+    },
     /// The previous owner of a live run died: record that the run was cut off.
     Recover,
     /// Stop if nothing happened for the idle period.
@@ -152,7 +155,8 @@ impl ConvState {
         match env.payload {
             AgentCommand::Start { owner, sandbox_id, workspace, skills, message, .. } => {
                 if !started {
-                    let body = EventBody::ConversationStarted { owner, sandbox_id, workspace, model: self.ctx.llm.model().to_owned(), skills };
+                    let body =
+                        EventBody::ConversationStarted { owner, sandbox_id, workspace, model: self.ctx.llm.model().to_owned(), skills };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;
@@ -182,12 +186,10 @@ impl ConvState {
                 // overtake each other across a redelivery): try again shortly.
                 delivery.retry(Duration::from_millis(500), "conversation not started yet").await;
             }
-            AgentCommand::UserMessage { text, .. } => {
-                match self.user_message(myself, EventId(cmd_id.0), text, trace).await {
-                    Ok(()) => delivery.ack().await,
-                    Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
-                }
-            }
+            AgentCommand::UserMessage { text, .. } => match self.user_message(myself, EventId(cmd_id.0), text, trace).await {
+                Ok(()) => delivery.ack().await,
+                Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
+            },
             AgentCommand::Pause { .. } => {
                 self.pause(trace).await;
                 delivery.ack().await;
@@ -210,16 +212,20 @@ impl ConvState {
 
     /// Appends a user message (once per id) and starts a run unless one is live or the
     /// conversation is paused. A redelivered message (same id) is not appended again.
-    async fn user_message(&mut self, myself: &ActorRef<ConvMsg>, id: EventId, text: String, trace: Option<TraceContext>) -> Result<(), String> {
+    async fn user_message(
+        &mut self,
+        myself: &ActorRef<ConvMsg>,
+        id: EventId,
+        text: String,
+        trace: Option<TraceContext>,
+    ) -> Result<(), String> {
         let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
         {
             let mut log = log.lock().await;
             if log.history.seen.contains(&id) {
                 return Ok(());
             }
-            log.append(id, EventSource::User, EventBody::UserMessage { text }, trace.clone())
-                .await
-                .map_err(|e| e.to_string())?;
+            log.append(id, EventSource::User, EventBody::UserMessage { text }, trace.clone()).await.map_err(|e| e.to_string())?;
         }
         if self.paused {
             self.owed = true;
@@ -242,22 +248,25 @@ impl ConvState {
         let conv = self.id;
         let trace_id = trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
         let span = tracing::info_span!("agent_run", conversation_id = %self.id, run = id, %trace_id);
-        let join = tokio::spawn(tracing::Instrument::instrument(async move {
-            // Renew the lease while the run lives.
-            let renew = async {
-                let every = Duration::from_secs((ctx.config.agent.lease_ttl_secs / 3).max(1));
-                loop {
-                    tokio::time::sleep(every).await;
-                    let _ = ctx.leases.put(conv.to_string(), lease_value(&ctx.node_id)).await;
-                }
-            };
-            let outcome = tokio::select! {
-                o = run.run() => o,
-                _ = renew => RunOutcome::Failed,
-            };
-            let _ = me.send_message(ConvMsg::RunEnded { run: id, outcome });
-            outcome
-        }, span));
+        let join = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                // Renew the lease while the run lives.
+                let renew = async {
+                    let every = Duration::from_secs((ctx.config.agent.lease_ttl_secs / 3).max(1));
+                    loop {
+                        tokio::time::sleep(every).await;
+                        let _ = ctx.leases.put(conv.to_string(), lease_value(&ctx.node_id)).await;
+                    }
+                };
+                let outcome = tokio::select! {
+                    o = run.run() => o,
+                    _ = renew => RunOutcome::Failed,
+                };
+                let _ = me.send_message(ConvMsg::RunEnded { run: id, outcome });
+                outcome
+            },
+            span,
+        ));
         self.run = Some(LiveRun { id, cancel: cancel_tx, join });
     }
 
@@ -288,10 +297,17 @@ impl ConvState {
         let _ = log
             .lock()
             .await
-            .append(EventId::new(), EventSource::User, EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason }, trace.clone())
+            .append(
+                EventId::new(),
+                EventSource::User,
+                EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason },
+                trace.clone(),
+            )
             .await;
         if let Some(sandbox_id) = self.sandbox_id().await {
-            if let Err(e) = bus::send(&self.ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Pause { sandbox_id }, trace).await {
+            if let Err(e) =
+                bus::send(&self.ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Pause { sandbox_id }, trace).await
+            {
                 tracing::warn!(conversation_id = %self.id, error = %e, "cannot pause sandbox");
             }
         }
@@ -303,7 +319,9 @@ impl ConvState {
         }
         self.paused = false;
         if let Some(sandbox_id) = self.sandbox_id().await {
-            if let Err(e) = bus::send(&self.ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Resume { sandbox_id }, trace.clone()).await {
+            if let Err(e) =
+                bus::send(&self.ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Resume { sandbox_id }, trace.clone()).await
+            {
                 tracing::warn!(conversation_id = %self.id, error = %e, "cannot resume sandbox");
             }
         }
@@ -313,7 +331,12 @@ impl ConvState {
             let _ = log
                 .lock()
                 .await
-                .append(EventId::new(), EventSource::User, EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("resumed".into()) }, trace)
+                .append(
+                    EventId::new(),
+                    EventSource::User,
+                    EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("resumed".into()) },
+                    trace,
+                )
                 .await;
         }
     }
@@ -334,8 +357,22 @@ impl ConvState {
             if log.history.status == Some(ExecutionStatus::Running) {
                 tracing::warn!(conversation_id = %self.id, "recovering a run cut off by a restart");
                 let message = "The agent run was interrupted (the agent runner stopped). Send a message to continue.".to_owned();
-                let _ = log.append(EventId::new(), EventSource::System, EventBody::AgentError { code: "run_interrupted".into(), message: message.clone() }, None).await;
-                let _ = log.append(EventId::new(), EventSource::System, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: Some(message) }, None).await;
+                let _ = log
+                    .append(
+                        EventId::new(),
+                        EventSource::System,
+                        EventBody::AgentError { code: "run_interrupted".into(), message: message.clone() },
+                        None,
+                    )
+                    .await;
+                let _ = log
+                    .append(
+                        EventId::new(),
+                        EventSource::System,
+                        EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: Some(message) },
+                        None,
+                    )
+                    .await;
             }
         }
         self.release_lease().await;

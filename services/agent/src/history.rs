@@ -123,21 +123,42 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_protocol::event::EventSource;
     use halyard_protocol::ConversationId;
+    use halyard_protocol::event::EventSource;
 
     fn ev(seq: u64, body: EventBody) -> ConversationEvent {
-        ConversationEvent { seq, id: EventId::new(), conversation_id: ConversationId::new(), source: EventSource::Agent, timestamp_ms: 0, body }
+        ConversationEvent {
+            seq,
+            id: EventId::new(),
+            conversation_id: ConversationId::new(),
+            source: EventSource::Agent,
+            timestamp_ms: 0,
+            body,
+        }
     }
 
     #[test]
     fn groups_actions_and_closes_interrupted_calls() {
-        let action = |id: &str| EventBody::Action { tool_call_id: id.into(), tool: "terminal".into(), arguments: serde_json::json!({"command":"ls"}), thought: None };
+        let action = |id: &str| EventBody::Action {
+            tool_call_id: id.into(),
+            tool: "terminal".into(),
+            arguments: serde_json::json!({"command":"ls"}),
+            thought: None,
+        };
         let h = History::from_events(&[
             ev(1, EventBody::UserMessage { text: "hi".into() }),
             ev(2, action("a")),
             ev(3, action("b")),
-            ev(4, EventBody::Observation { tool_call_id: "a".into(), tool: "terminal".into(), content: "x".into(), exit_code: Some(0), is_error: false }),
+            ev(
+                4,
+                EventBody::Observation {
+                    tool_call_id: "a".into(),
+                    tool: "terminal".into(),
+                    content: "x".into(),
+                    exit_code: Some(0),
+                    is_error: false,
+                },
+            ),
             ev(5, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: None }),
             ev(6, EventBody::UserMessage { text: "go on".into() }),
         ]);

@@ -10,12 +10,12 @@ use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
 use halyard_protocol::system::{SandboxStatus, SystemRecord};
-use halyard_protocol::{subjects, Envelope, EventId, TraceContext};
-use tokio::sync::{watch, Mutex};
+use halyard_protocol::{Envelope, EventId, TraceContext, subjects};
+use tokio::sync::{Mutex, watch};
 
+use crate::Ctx;
 use crate::log::Log;
 use crate::tools::{self, ToolOutcome};
-use crate::Ctx;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +161,13 @@ impl Run {
                         }
                     }
                     ToolOutcome::Finish { message } => {
-                        let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content: message.clone(), exit_code: None, is_error: false };
+                        let body = EventBody::Observation {
+                            tool_call_id: call.id.clone(),
+                            tool: name,
+                            content: message.clone(),
+                            exit_code: None,
+                            is_error: false,
+                        };
                         self.append(EventSource::Environment, body).await;
                         self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
                         self.status(ExecutionStatus::Finished, None).await;
@@ -170,7 +176,11 @@ impl Run {
                 }
             }
         }
-        self.fail("max_iterations", format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue.")).await
+        self.fail(
+            "max_iterations",
+            format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue."),
+        )
+        .await
     }
 }
 

@@ -13,9 +13,9 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::llm::LlmClient;
 use halyard_platform::{Config, Shutdown};
 use halyard_protocol::command::AgentCommand;
-use halyard_protocol::{subjects, ConversationId, Envelope};
+use halyard_protocol::{ConversationId, Envelope, subjects};
 
-use crate::conversation::{lease, ConvMsg, ConversationActor};
+use crate::conversation::{ConvMsg, ConversationActor, lease};
 use crate::{AgentError, Ctx};
 
 /// Messages of the runner.
@@ -25,7 +25,9 @@ use crate::{AgentError, Ctx};
 pub enum RunnerMsg {
     Command(Envelope<AgentCommand>, Delivery),
     /// Look for runs whose lease expired (or that this node owned before it restarted).
-    Sweep { first: bool },
+    Sweep {
+        first: bool,
+    },
 }
 
 pub struct Runner;
@@ -108,7 +110,12 @@ impl Actor for Runner {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, _myself: ActorRef<Self::Msg>, evt: SupervisionEvent, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        evt: SupervisionEvent,
+        st: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // Conversation actors stop when idle or deleted, and are rebuilt from the log on their
         // next command; a failed one is logged and rebuilt the same way.
         match evt {
@@ -128,10 +135,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let js = jetstream::new(nats.clone());
     let http = reqwest::Client::builder().build().map_err(|e| AgentError::Setup(e.to_string()))?;
     let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
-    let leases = js
-        .get_key_value(subjects::AGENT_LEASE_BUCKET)
-        .await
-        .map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
+    let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
     let node_id = config.node_id_or_random();
     let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, node_id });
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;

@@ -3,7 +3,7 @@
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::{EditRequest, ExecRequest};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Tool definitions in the chat-completions `tools` format.
 pub fn specs() -> Vec<Value> {
@@ -86,7 +86,8 @@ pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value, default_ti
             };
             let is_input = bool_arg(args, "is_input");
             let timeout = args.get("timeout").and_then(|t| t.as_f64().or_else(|| t.as_str().and_then(|s| s.parse().ok())));
-            let req = ExecRequest { command, is_input, timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })) };
+            let req =
+                ExecRequest { command, is_input, timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })) };
             match exec.exec(&req).await {
                 Ok(r) => {
                     let mut content = r.output;

@@ -9,7 +9,7 @@ use halyard_platform::{BusError, Shutdown};
 use halyard_protocol::event::ConversationEvent;
 use halyard_protocol::system::SystemRecord;
 use halyard_protocol::webhook::DeliveryJob;
-use halyard_protocol::{subjects, ConversationId, Envelope, UserId};
+use halyard_protocol::{ConversationId, Envelope, UserId, subjects};
 use tokio::sync::Mutex;
 
 use crate::Ctx;
@@ -48,7 +48,11 @@ async fn retry(d: Delivery, e: BusError) {
     d.retry(Duration::from_millis(500), &e.to_string()).await
 }
 
-async fn owner_of(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, conv: ConversationId) -> Result<Option<UserId>, BusError> {
+async fn owner_of(
+    ctx: &Ctx,
+    owners: &Mutex<HashMap<ConversationId, Option<UserId>>>,
+    conv: ConversationId,
+) -> Result<Option<UserId>, BusError> {
     if let Some(o) = owners.lock().await.get(&conv) {
         return Ok(o.clone());
     }

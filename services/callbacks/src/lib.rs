@@ -186,4 +186,3 @@ pub fn delivery_id(webhook: &str, event: halyard_protocol::EventId) -> halyard_p
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     halyard_protocol::CommandId(uuid::Uuid::from_bytes(bytes))
 }
-

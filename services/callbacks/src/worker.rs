@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{consumer, AckKind};
+use async_nats::jetstream::{AckKind, consumer};
 use futures::StreamExt;
 
 use halyard_platform::{bus, keys, net};
+use halyard_protocol::subjects;
 use halyard_protocol::system::SystemRecord;
 use halyard_protocol::webhook::{AttemptOutcome, DeliveryAttempt, DeliveryJob, WebhookSubscription};
-use halyard_protocol::subjects;
 
 use crate::Ctx;
 
@@ -25,7 +25,10 @@ pub fn consumer_name(webhook: &str) -> String {
 enum Outcome {
     Delivered(u16),
     /// Worth another attempt (non-2xx, timeout, connection refused).
-    Failed { status: Option<u16>, error: String },
+    Failed {
+        status: Option<u16>,
+        error: String,
+    },
     /// Never worth another attempt (the destination is not allowed).
     Refused(String),
 }
@@ -59,7 +62,8 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
         max_deliver: -1,
         ..Default::default()
     };
-    let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&consumer_name(webhook), config).await.map_err(|e| e.to_string())?;
+    let consumer: consumer::PullConsumer =
+        stream.get_or_create_consumer(&consumer_name(webhook), config).await.map_err(|e| e.to_string())?;
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
     let mut failing_since: Option<Instant> = None;
     while let Some(msg) = messages.next().await {
@@ -171,7 +175,15 @@ async fn attempt_once(ctx: &Ctx, sub: &WebhookSubscription, job: &DeliveryJob) -
     }
 }
 
-async fn record(ctx: &Ctx, job: &DeliveryJob, attempt: u32, status_code: Option<u16>, error: Option<String>, duration_ms: u64, outcome: AttemptOutcome) {
+async fn record(
+    ctx: &Ctx,
+    job: &DeliveryJob,
+    attempt: u32,
+    status_code: Option<u16>,
+    error: Option<String>,
+    duration_ms: u64,
+    outcome: AttemptOutcome,
+) {
     let record = SystemRecord::DeliveryAttempt(DeliveryAttempt {
         delivery_id: job.delivery_id,
         webhook_id: job.webhook_id.clone(),

@@ -18,7 +18,7 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::{BusError, Config, Shutdown};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{subjects, Envelope};
+use halyard_protocol::{Envelope, subjects};
 
 /// Why the conversation manager failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,16 +95,25 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
         }
         ConversationCommand::Delete { conversation_id, owner } => {
             let result = async {
-                let record = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conversation_id)).await?;
+                let record =
+                    bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conversation_id))
+                        .await?;
                 let sandbox = match record {
                     Some((_, Envelope { payload: SystemRecord::ConversationCreated { sandbox_id, .. }, .. })) => Some(sandbox_id),
                     _ => None,
                 };
-                bus::send(&ctx.js, subjects::agent_command(conversation_id), AgentCommand::Delete { conversation_id }, trace.clone()).await?;
+                bus::send(&ctx.js, subjects::agent_command(conversation_id), AgentCommand::Delete { conversation_id }, trace.clone())
+                    .await?;
                 if let Some(sandbox_id) = sandbox {
                     bus::send(&ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Delete { sandbox_id }, trace.clone()).await?;
                 }
-                bus::send(&ctx.js, subjects::conversation_record(conversation_id), SystemRecord::ConversationDeleted { conversation_id, owner }, trace.clone()).await?;
+                bus::send(
+                    &ctx.js,
+                    subjects::conversation_record(conversation_id),
+                    SystemRecord::ConversationDeleted { conversation_id, owner },
+                    trace.clone(),
+                )
+                .await?;
                 // The log goes with the conversation.
                 if let Ok(stream) = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await {
                     let _ = stream.purge().filter(subjects::conversation_events(conversation_id)).await;

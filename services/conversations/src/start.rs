@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use halyard_platform::bus;
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
-use halyard_platform::{keys, BusError};
+use halyard_platform::{BusError, keys};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
 use halyard_protocol::system::{Repository, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
-use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId};
+use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
 
 use crate::Ctx;
@@ -126,23 +126,20 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
 async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Option<String>) -> Result<(), PhaseError> {
     let ctx = task.ctx;
     task.status(StartTaskStatus::WaitingForSandbox, None).await?;
-    let sandbox = wait_for_sandbox(task)
-        .await
-        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    let sandbox = wait_for_sandbox(task).await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
     task.from_pool.store(sandbox.from_pool, std::sync::atomic::Ordering::Relaxed);
-    let url = sandbox
-        .agent_server_url()
-        .ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
+    let url =
+        sandbox.agent_server_url().ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
     let exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
 
     task.status(StartTaskStatus::PreparingRepository, None).await?;
     if let Some(repo) = repository {
         let branch = repo.branch.as_deref().map(|b| format!("--branch {} ", quote(b))).unwrap_or_default();
-        let script = format!(
-            "if [ -d .git ]; then echo 'repository already cloned'; else git clone --quiet {branch}-- {} . ; fi",
-            quote(&repo.url)
-        );
-        run(&exec, &script, CLONE_TIMEOUT_SECS).await.map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
+        let script =
+            format!("if [ -d .git ]; then echo 'repository already cloned'; else git clone --quiet {branch}-- {} . ; fi", quote(&repo.url));
+        run(&exec, &script, CLONE_TIMEOUT_SECS)
+            .await
+            .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
     }
 
     task.status(StartTaskStatus::RunningSetupScript, None).await?;
@@ -174,7 +171,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         skills,
         message,
     };
-    let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
+    let mut env =
+        Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
     env.trace = task.trace.clone();
     bus::publish(&ctx.js, subjects::agent_command(task.conversation_id), &env)
         .await
@@ -256,7 +254,6 @@ pub fn global_skills(dir: Option<&Path>) -> Vec<Skill> {
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -145,10 +145,7 @@ impl Editor {
         let text = self.read(path)?;
         let hits: Vec<usize> = text.match_indices(old).map(|(i, _)| i).collect();
         match hits.len() {
-            0 => Err(tool(format!(
-                "No replacement was performed, old_str `{old}` did not appear verbatim in {}.",
-                path.display()
-            ))),
+            0 => Err(tool(format!("No replacement was performed, old_str `{old}` did not appear verbatim in {}.", path.display()))),
             1 => {
                 let at = hits[0];
                 let updated = format!("{}{new}{}", &text[..at], &text[at + old.len()..]);
@@ -178,9 +175,7 @@ impl Editor {
         let lines: Vec<&str> = text.split('\n').collect();
         let n = lines.len() as i64;
         if line < 0 || line > n {
-            return Err(tool(format!(
-                "Invalid `insert_line` {line}: it should be within the range of lines of the file: [0, {n}]."
-            )));
+            return Err(tool(format!("Invalid `insert_line` {line}: it should be within the range of lines of the file: [0, {n}].")));
         }
         let mut out: Vec<&str> = lines[..line as usize].to_vec();
         out.extend(new.split('\n'));

@@ -22,9 +22,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use halyard_protocol::executor::{
-    EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, RotateKey, SESSION_KEY_HEADER,
-};
+use halyard_protocol::executor::{EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, RotateKey, SESSION_KEY_HEADER};
 
 /// What an executor needs to run.
 #[derive(Clone)]
@@ -127,10 +125,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ExecutorError> {
     let app = app(config)?;
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| ExecutorError::Internal(e.to_string()))
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(|e| ExecutorError::Internal(e.to_string()))
 }
 
 /// Binds `addr`, for callers that want to learn the port before serving.
@@ -163,11 +158,7 @@ async fn track_activity(State(state): State<AppState>, req: Request, next: Next)
 }
 
 async fn health(State(state): State<AppState>) -> Json<Health> {
-    Json(Health {
-        ok: state.shell.is_alive(),
-        workspace: state.config.workspace.display().to_string(),
-        idle_ms: state.activity.idle_ms(),
-    })
+    Json(Health { ok: state.shell.is_alive(), workspace: state.config.workspace.display().to_string(), idle_ms: state.activity.idle_ms() })
 }
 
 /// `POST /session-key`: the caller proved it holds the current key; the new one replaces it.
@@ -193,8 +184,6 @@ async fn edit(
 ) -> Result<Json<halyard_protocol::executor::EditResponse>, ExecutorError> {
     let editor = state.editor.clone();
     // File I/O is blocking; keep it off the async workers.
-    let out = tokio::task::spawn_blocking(move || editor.run(&req))
-        .await
-        .map_err(|e| ExecutorError::Internal(e.to_string()))??;
+    let out = tokio::task::spawn_blocking(move || editor.run(&req)).await.map_err(|e| ExecutorError::Internal(e.to_string()))??;
     Ok(Json(halyard_protocol::executor::EditResponse { output: out }))
 }

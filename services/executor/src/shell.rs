@@ -73,7 +73,11 @@ impl OutputBuf {
         if cut > 0 && buf[cut - 1] == b'\n' {
             cut -= 1;
         }
-        if in_tail { self.tail.truncate(cut) } else { self.head.truncate(cut) }
+        if in_tail {
+            self.tail.truncate(cut)
+        } else {
+            self.head.truncate(cut)
+        }
         Some((code, cwd))
     }
 
@@ -91,10 +95,7 @@ impl OutputBuf {
             truncated = true;
         }
         if truncated {
-            out.push_str(&format!(
-                "\n{TRUNCATION_MARKER} {} of {total} bytes omitted]\n",
-                self.omitted
-            ));
+            out.push_str(&format!("\n{TRUNCATION_MARKER} {} of {total} bytes omitted]\n", self.omitted));
         }
         out.push_str(&String::from_utf8_lossy(&tail));
         self.head.clear();
@@ -205,14 +206,13 @@ impl Shell {
                 // stderr joins stdout so output keeps its order and never trails the marker.
                 // The SIGINT trap returns from the sourced command script, so C-c abandons the
                 // whole command line (as in a terminal) while the shell itself survives.
-                write_line(&mut s.stdin, "exec 2>&1; trap 'return 130 2>/dev/null || :' INT; export PAGER=cat GIT_PAGER=cat TERM=dumb").await?;
+                write_line(&mut s.stdin, "exec 2>&1; trap 'return 130 2>/dev/null || :' INT; export PAGER=cat GIT_PAGER=cat TERM=dumb")
+                    .await?;
                 guard.insert(s)
             }
         };
-        let timeout = req
-            .timeout_secs
-            .unwrap_or(if req.is_input { INPUT_TIMEOUT_SECS } else { DEFAULT_TIMEOUT_SECS })
-            .clamp(0.0, MAX_TIMEOUT_SECS);
+        let timeout =
+            req.timeout_secs.unwrap_or(if req.is_input { INPUT_TIMEOUT_SECS } else { DEFAULT_TIMEOUT_SECS }).clamp(0.0, MAX_TIMEOUT_SECS);
 
         if req.is_input {
             let Some(marker) = session.running.clone() else {
@@ -242,18 +242,12 @@ impl Shell {
         }
         session.counter += 1;
         let script = self.scripts.join(format!("cmd-{}.sh", session.counter));
-        tokio::fs::write(&script, req.command.as_bytes())
-            .await
-            .map_err(|e| ExecutorError::Internal(format!("write script: {e}")))?;
+        tokio::fs::write(&script, req.command.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("write script: {e}")))?;
         let marker = format!("__HALYARD_DONE_{}_", self.nonce);
         if let Ok(mut out) = session.output.lock() {
             out.take();
         }
-        let line = format!(
-            ". '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"",
-            script.display(),
-            marker
-        );
+        let line = format!(". '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"", script.display(), marker);
         write_line(&mut session.stdin, &line).await?;
         session.running = Some(marker.clone());
         self.wait(guard, marker, timeout).await
@@ -397,7 +391,8 @@ mod tests {
     #[tokio::test]
     async fn timeout_then_input_then_interrupt() {
         let (sh, _d) = shell();
-        let r = sh.exec(ExecRequest { command: "read x; echo got:$x".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
+        let r =
+            sh.exec(ExecRequest { command: "read x; echo got:$x".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
         assert!(r.still_running && r.exit_code.is_none());
         let busy = sh.exec(cmd("echo no")).await;
         assert!(matches!(busy, Err(ExecutorError::Busy(_))));
@@ -405,7 +400,10 @@ mod tests {
         assert_eq!(r.exit_code, Some(0));
         assert!(r.output.contains("got:hello"), "{r:?}");
 
-        let r = sh.exec(ExecRequest { command: "sleep 30; echo finished".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
+        let r = sh
+            .exec(ExecRequest { command: "sleep 30; echo finished".into(), timeout_secs: Some(0.3), ..Default::default() })
+            .await
+            .unwrap();
         assert!(r.still_running);
         let r = sh.exec(ExecRequest { command: "C-c".into(), is_input: true, ..Default::default() }).await.unwrap();
         assert_eq!(r.exit_code, Some(130), "{r:?}");

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use halyard_executor::ExecutorConfig;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const KEY: &str = "pool-slot-key-0123456789abcdef0123456789";
 const NEW_KEY: &str = "sandbox-key-fedcba9876543210fedcba98765432";

@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{header, Method, StatusCode};
+use axum::http::{Method, StatusCode, header};
 
 use halyard_platform::keys::constant_time_eq;
 use halyard_protocol::UserId;
 
-use crate::error::ApiError;
 use crate::AppState;
+use crate::error::ApiError;
 
 /// The authenticated user of a request.
 #[derive(Clone, Debug)]
@@ -30,17 +30,10 @@ impl FromRequestParts<AppState> for User {
             .map(str::trim)
             .map(str::to_owned);
         // Browsers cannot set headers on a WebSocket: accept `access_token` in the query too.
-        let token = bearer.or_else(|| {
-            parts.uri.query().and_then(|q| {
-                q.split('&').find_map(|kv| kv.strip_prefix("access_token=").map(str::to_owned))
-            })
-        });
+        let token = bearer
+            .or_else(|| parts.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("access_token=").map(str::to_owned))));
         let Some(token) = token else {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "send your API key as `Authorization: Bearer <key>`",
-            ));
+            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
         };
         // Compare against every key, each in constant time.
         let mut found = None;

@@ -1,11 +1,11 @@
 //! The one place where errors become HTTP responses: `{"error": {"code", "message"}}` with a
 //! stable code and a message that says what to do.
 
+use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, Request};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde_json::json;
 
 /// An API error.

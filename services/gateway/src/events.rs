@@ -3,9 +3,9 @@
 //! each event rendered as the API serves it. Used by `GET .../events`, the WebSocket's replay
 //! and gap refill, and a webhook delivery's retry.
 
-use halyard_platform::{bus, BusError, BusErrorKind};
+use halyard_platform::{BusError, BusErrorKind, bus};
 use halyard_protocol::event::ConversationEvent;
-use halyard_protocol::{subjects, ConversationId};
+use halyard_protocol::{ConversationId, subjects};
 
 use crate::projection::LiveEvent;
 use crate::store::{self, Store};

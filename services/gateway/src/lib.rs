@@ -115,7 +115,12 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
 const CATCH_UP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves on `listener` until `shutdown`, projecting the bus into the read models meanwhile.
-pub async fn serve(config: Arc<Config>, nats: async_nats::Client, listener: tokio::net::TcpListener, shutdown: Shutdown) -> Result<(), GatewayError> {
+pub async fn serve(
+    config: Arc<Config>,
+    nats: async_nats::Client,
+    listener: tokio::net::TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), GatewayError> {
     let js = jetstream::new(nats.clone());
     let store = Store::open(&config.data_dir.join("gateway"))?;
     let live = Arc::new(Live::default());
@@ -162,4 +167,3 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         .map_err(|e| GatewayError::Http(format!("bind {}: {e}", config.http_addr)))?;
     serve(config, nats, listener, shutdown).await
 }
-

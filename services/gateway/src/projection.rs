@@ -13,11 +13,11 @@ use tokio::sync::broadcast;
 
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
 use halyard_protocol::event::{ConversationEvent, EventBody};
-use halyard_protocol::system::{StartTaskStatus, SystemRecord};
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate};
-use halyard_protocol::{subjects, ConversationId, Envelope, SandboxId, TaskId};
+use halyard_protocol::system::{StartTaskStatus, SystemRecord};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
 
-use crate::store::{self, rfc3339, ConversationView, SandboxView, Store, TaskView};
+use crate::store::{self, ConversationView, SandboxView, Store, TaskView, rfc3339};
 
 /// Most messages folded into one sled batch.
 const MAX_BATCH: usize = 1024;
@@ -285,10 +285,7 @@ impl Pending<'_> {
         for (name, seq) in cursors {
             self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
         }
-        self.store
-            .tree()
-            .apply_batch(self.batch)
-            .map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
+        self.store.tree().apply_batch(self.batch).map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
         for (owner, task) in self.settled {
             live.task_settled(&owner, task);
         }
@@ -327,11 +324,8 @@ pub fn new_view(id: ConversationId, owner: &str, task: TaskId, created_ms: i64) 
 /// to reach the stream's end as it is now.
 async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64) -> Result<(consumer::pull::Ordered, u64), BusError> {
     let s = js.get_stream_no_info(stream).await.map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
-    let deliver_policy = if after == 0 {
-        consumer::DeliverPolicy::All
-    } else {
-        consumer::DeliverPolicy::ByStartSequence { start_sequence: after + 1 }
-    };
+    let deliver_policy =
+        if after == 0 { consumer::DeliverPolicy::All } else { consumer::DeliverPolicy::ByStartSequence { start_sequence: after + 1 } };
     let c = s
         .create_consumer(consumer::pull::OrderedConfig { filter_subject: filter.to_owned(), deliver_policy, ..Default::default() })
         .await

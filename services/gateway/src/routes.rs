@@ -1,24 +1,24 @@
 //! HTTP handlers of `/api/v1`. Reads come from the sled read models; writes become durable
 //! commands on the bus (accepted once JetStream has stored them).
 
+use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, ConversationCommand, TitleCommand};
 use halyard_protocol::system::Repository;
-use halyard_protocol::{subjects, ConversationId, Envelope, TaskId};
+use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
+use crate::AppState;
 use crate::auth::User;
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
-use crate::store::{self, rfc3339, ConversationView, TaskView};
-use crate::AppState;
+use crate::store::{self, ConversationView, TaskView, rfc3339};
 
 const MAX_MESSAGE_CHARS: usize = 200_000;
 const MAX_TITLE_CHARS: usize = 200;
@@ -61,7 +61,11 @@ fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
 }
 
 /// `POST /conversations`: starts a conversation; answers with its start task.
-pub async fn start_conversation(State(state): State<AppState>, User(user): User, ApiJson(body): ApiJson<StartBody>) -> Result<impl IntoResponse, ApiError> {
+pub async fn start_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    ApiJson(body): ApiJson<StartBody>,
+) -> Result<impl IntoResponse, ApiError> {
     if let Some(m) = &body.message {
         check_text("message", m, MAX_MESSAGE_CHARS)?;
     }
@@ -80,7 +84,10 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
     if let Some(spec) = &body.sandbox_spec {
         if state.config.sandbox.spec(spec).is_none() {
             let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
-            return Err(ApiError::bad_request("invalid_field", format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)")));
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
+            ));
         }
     }
     crate::sandboxes::check_quota(&state, &user)?;
@@ -138,7 +145,11 @@ pub async fn start_conversation(State(state): State<AppState>, User(user): User,
         view.title_set_by = body.title.as_ref().map(|_| "user".to_owned());
         view.title = body.title;
         state.store.put_json(&store::conv_key(conversation_id), &view)?;
-        state.store.tree().insert(store::owner_key(&user.0, now, conversation_id), &conversation_id.as_bytes()[..]).map_err(store::StoreError::from)?;
+        state
+            .store
+            .tree()
+            .insert(store::owner_key(&user.0, now, conversation_id), &conversation_id.as_bytes()[..])
+            .map_err(store::StoreError::from)?;
     }
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
 }
@@ -187,7 +198,11 @@ pub struct PageQuery {
 }
 
 /// `GET /conversations`.
-pub async fn list_conversations(State(state): State<AppState>, User(user): User, query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn list_conversations(
+    State(state): State<AppState>,
+    User(user): User,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
     let (limit, cursor) = page_params(&q)?;
     let (items, next) = state.store.conversations_of(&user.0, cursor.as_deref(), limit)?;
@@ -247,7 +262,12 @@ fn require_started(c: &ConversationView) -> Result<(), ApiError> {
 }
 
 /// `POST /conversations/{id}/messages`. Accepted while starting too: it is queued.
-pub async fn send_message(State(state): State<AppState>, User(user): User, Path(id): Path<String>, ApiJson(body): ApiJson<MessageBody>) -> Result<impl IntoResponse, ApiError> {
+pub async fn send_message(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> Result<impl IntoResponse, ApiError> {
     let (id, c) = owned(&state, &user, &id)?;
     check_text("text", &body.text, MAX_MESSAGE_CHARS)?;
     require_started(&c)?;
@@ -256,11 +276,19 @@ pub async fn send_message(State(state): State<AppState>, User(user): User, Path(
 }
 
 /// Pause and resume: both need a conversation that has finished starting.
-async fn control(state: &AppState, user: &halyard_protocol::UserId, id: &str, make: fn(ConversationId) -> AgentCommand) -> Result<(StatusCode, Json<Value>), ApiError> {
+async fn control(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    make: fn(ConversationId) -> AgentCommand,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (id, c) = owned(state, user, id)?;
     require_started(&c)?;
     if c.status != "READY" {
-        return Err(ApiError::conflict("conversation_not_ready", "the conversation is still starting; pause or resume it once it is READY"));
+        return Err(ApiError::conflict(
+            "conversation_not_ready",
+            "the conversation is still starting; pause or resume it once it is READY",
+        ));
     }
     agent_command(state, id, make(id)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
@@ -295,7 +323,12 @@ pub struct EventsQuery {
 
 /// `GET /conversations/{id}/events`. The page is written around the events' JSON as rendered
 /// once (the same text the WebSocket sends), not parsed back and re-serialized.
-pub async fn list_events(State(state): State<AppState>, User(user): User, Path(id): Path<String>, query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>) -> Result<axum::response::Response, ApiError> {
+pub async fn list_events(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
     let Query(q) = query?;
     let (id, _) = owned(&state, &user, &id)?;
     let limit = q.limit.unwrap_or(100);
@@ -329,10 +362,16 @@ pub struct PatchConversation {
 
 /// `PATCH /conversations/{id}`: the user names the conversation; this wins over a generated
 /// title even if that arrives later.
-pub async fn patch_conversation(State(state): State<AppState>, User(user): User, Path(id): Path<String>, ApiJson(body): ApiJson<PatchConversation>) -> Result<impl IntoResponse, ApiError> {
+pub async fn patch_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PatchConversation>,
+) -> Result<impl IntoResponse, ApiError> {
     let (id, _) = owned(&state, &user, &id)?;
     check_text("title", &body.title, MAX_TITLE_CHARS)?;
-    let mut env = Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
+    let mut env =
+        Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::title_command(id), &env).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))

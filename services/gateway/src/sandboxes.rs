@@ -2,22 +2,22 @@
 //! enforces before asking for a (re)start. The supervisor enforces the same limits as a
 //! backstop; a refusal never pauses anyone else's sandbox.
 
+use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use halyard_platform::{bus, telemetry};
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{subjects, Envelope, SandboxId, TaskId, UserId};
+use halyard_protocol::{Envelope, SandboxId, TaskId, UserId, subjects};
 
+use crate::AppState;
 use crate::auth::User;
 use crate::error::ApiError;
-use crate::routes::{page_params, parse_id, PageQuery};
+use crate::routes::{PageQuery, page_params, parse_id};
 use crate::store::SandboxView;
-use crate::AppState;
 
 fn sandbox_json(s: &SandboxView) -> Value {
     json!({
@@ -84,7 +84,11 @@ pub fn check_quota(state: &AppState, user: &UserId) -> Result<(), ApiError> {
 }
 
 /// `GET /sandboxes`: the caller's sandboxes, newest first.
-pub async fn list(State(state): State<AppState>, User(user): User, query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    User(user): User,
+    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
     let (limit, cursor) = page_params(&q)?;
     let (items, next) = state.store.sandboxes_of(&user.0, cursor.as_deref(), limit)?;
@@ -142,7 +146,9 @@ pub async fn specs(State(state): State<AppState>, User(_): User) -> Result<Json<
             _ => Value::Null,
         };
         let pool = match bus::last_record::<SystemRecord>(&state.js, subjects::SYSTEM_STREAM, &subjects::pool_record(&spec.name)).await? {
-            Some((_, Envelope { payload: SystemRecord::SandboxPool { ready, target, .. }, .. })) => json!({"ready": ready, "target": target}),
+            Some((_, Envelope { payload: SystemRecord::SandboxPool { ready, target, .. }, .. })) => {
+                json!({"ready": ready, "target": target})
+            }
             _ => json!({"ready": 0, "target": cfg.pool_size}),
         };
         items.push(json!({

@@ -265,18 +265,34 @@ impl Store {
     }
 
     /// A page of one owner's sandboxes, newest first (see [`Self::conversations_of`]).
-    pub fn sandboxes_of(&self, owner: &str, cursor: Option<&[u8]>, limit: usize) -> Result<(Vec<SandboxView>, Option<Vec<u8>>), StoreError> {
+    pub fn sandboxes_of(
+        &self,
+        owner: &str,
+        cursor: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<(Vec<SandboxView>, Option<Vec<u8>>), StoreError> {
         self.page(sandbox_owner_prefix(owner), cursor, limit, |id| self.sandbox(SandboxId(id)))
     }
 
     /// A page of one owner's conversations, newest first, after `cursor` (an opaque key
     /// suffix from a previous page).
-    pub fn conversations_of(&self, owner: &str, cursor: Option<&[u8]>, limit: usize) -> Result<(Vec<ConversationView>, Option<Vec<u8>>), StoreError> {
+    pub fn conversations_of(
+        &self,
+        owner: &str,
+        cursor: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<(Vec<ConversationView>, Option<Vec<u8>>), StoreError> {
         self.page(owner_prefix(owner), cursor, limit, |id| self.conversation(ConversationId(id)))
     }
 
     /// A page of an index whose values are ids, resolved by `get`.
-    fn page<T>(&self, prefix: Vec<u8>, cursor: Option<&[u8]>, limit: usize, get: impl Fn(uuid::Uuid) -> Result<Option<T>, StoreError>) -> Result<(Vec<T>, Option<Vec<u8>>), StoreError> {
+    fn page<T>(
+        &self,
+        prefix: Vec<u8>,
+        cursor: Option<&[u8]>,
+        limit: usize,
+        get: impl Fn(uuid::Uuid) -> Result<Option<T>, StoreError>,
+    ) -> Result<(Vec<T>, Option<Vec<u8>>), StoreError> {
         let start = match cursor {
             Some(c) => {
                 let mut k = prefix.clone();
@@ -320,12 +336,7 @@ impl Store {
     }
 
     pub fn cursor(&self, name: &str) -> Result<u64, StoreError> {
-        Ok(self
-            .tree
-            .get(meta_key(name))?
-            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-            .map(u64::from_be_bytes)
-            .unwrap_or(0))
+        Ok(self.tree.get(meta_key(name))?.and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok()).map(u64::from_be_bytes).unwrap_or(0))
     }
 
     pub fn put_json<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StoreError> {

@@ -2,22 +2,22 @@
 //! secrets) are kept in the NATS key-value bucket the dispatcher watches; a secret is shown
 //! only when created or rotated. Delivery attempts come from the read models.
 
+use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use halyard_platform::{bus, keys, net};
 use halyard_protocol::webhook::{DeliveryAttempt, DeliveryJob, WebhookSubscription};
-use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, EventId, UserId};
+use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, UserId, subjects};
 
+use crate::AppState;
 use crate::auth::User;
 use crate::error::{ApiError, ApiJson};
 use crate::routes::{owned, parse_id};
 use crate::store;
-use crate::AppState;
 
 /// Event kinds a subscription may filter on.
 pub const EVENT_KINDS: [&str; 8] =
@@ -85,7 +85,9 @@ fn check_url(state: &AppState, url: &str) -> Result<(), ApiError> {
 
 fn check_kinds(kinds: &[String]) -> Result<(), ApiError> {
     match kinds.iter().find(|k| !EVENT_KINDS.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::bad_request("invalid_field", format!("`event_kinds`: unknown kind {k:?}; known: {}", EVENT_KINDS.join(", ")))),
+        Some(k) => {
+            Err(ApiError::bad_request("invalid_field", format!("`event_kinds`: unknown kind {k:?}; known: {}", EVENT_KINDS.join(", "))))
+        }
         None => Ok(()),
     }
 }
@@ -119,14 +121,20 @@ async fn load(state: &AppState, user: &UserId, id: &str) -> Result<(WebhookSubsc
 
 async fn save(state: &AppState, w: &WebhookSubscription, revision: u64) -> Result<(), ApiError> {
     let bytes = serde_json::to_vec(w).map_err(ApiError::internal)?;
-    state.webhooks.update(&w.id, bytes.into(), revision).await.map_err(|_| {
-        ApiError::conflict("concurrent_update", "the webhook changed while you were updating it; read it again and retry")
-    })?;
+    state
+        .webhooks
+        .update(&w.id, bytes.into(), revision)
+        .await
+        .map_err(|_| ApiError::conflict("concurrent_update", "the webhook changed while you were updating it; read it again and retry"))?;
     Ok(())
 }
 
 /// `POST /webhooks`.
-pub async fn create(State(state): State<AppState>, User(user): User, ApiJson(body): ApiJson<CreateBody>) -> Result<impl IntoResponse, ApiError> {
+pub async fn create(
+    State(state): State<AppState>,
+    User(user): User,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<impl IntoResponse, ApiError> {
     check_url(&state, &body.url)?;
     let kinds = body.event_kinds.unwrap_or_default();
     check_kinds(&kinds)?;
@@ -179,7 +187,12 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(id): 
 }
 
 /// `PATCH /webhooks/{id}`.
-pub async fn patch(State(state): State<AppState>, User(user): User, Path(id): Path<String>, ApiJson(body): ApiJson<PatchBody>) -> Result<Json<Value>, ApiError> {
+pub async fn patch(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PatchBody>,
+) -> Result<Json<Value>, ApiError> {
     let (mut w, revision) = load(&state, &user, &id).await?;
     if let Some(url) = body.url {
         check_url(&state, &url)?;
@@ -232,7 +245,12 @@ pub struct DeliveriesQuery {
 }
 
 /// `GET /webhooks/{id}/deliveries`: attempts, newest first.
-pub async fn deliveries(State(state): State<AppState>, User(user): User, Path(id): Path<String>, query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn deliveries(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
     let (w, _) = load(&state, &user, &id).await?;
     let limit = q.limit.unwrap_or(100);
@@ -250,7 +268,11 @@ pub async fn deliveries(State(state): State<AppState>, User(user): User, Path(id
 }
 
 /// `POST /webhooks/{id}/deliveries/{delivery_id}/retry`: re-queues a failed delivery.
-pub async fn retry(State(state): State<AppState>, User(user): User, Path((id, delivery)): Path<(String, String)>) -> Result<impl IntoResponse, ApiError> {
+pub async fn retry(
+    State(state): State<AppState>,
+    User(user): User,
+    Path((id, delivery)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
     let (w, _) = load(&state, &user, &id).await?;
     let delivery_id: CommandId = parse_id(&delivery, "delivery_id")?;
     let last = state
@@ -261,7 +283,10 @@ pub async fn retry(State(state): State<AppState>, User(user): User, Path((id, de
         .ok_or_else(|| ApiError::not_found("delivery"))?;
     let last: Value = serde_json::from_slice(&last).map_err(ApiError::internal)?;
     if last["outcome"] != "failed" {
-        return Err(ApiError::conflict("delivery_not_failed", "only a delivery that failed for good can be retried; this one succeeded or is still being retried"));
+        return Err(ApiError::conflict(
+            "delivery_not_failed",
+            "only a delivery that failed for good can be retried; this one succeeded or is still being retried",
+        ));
     }
     let conversation_id: ConversationId = parse_id(last["conversation_id"].as_str().unwrap_or_default(), "conversation_id")?;
     let seq = last["seq"].as_u64().unwrap_or(0);

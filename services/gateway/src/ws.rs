@@ -8,18 +8,18 @@
 //! channel lag or skip, the gap is refilled from the log.
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use futures::SinkExt;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
+use futures::SinkExt;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use halyard_protocol::ConversationId;
 
+use crate::AppState;
 use crate::auth::User;
 use crate::error::ApiError;
 use crate::routes::owned;
-use crate::AppState;
 
 #[derive(Debug, Deserialize)]
 pub struct WsQuery {

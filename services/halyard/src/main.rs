@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use halyard_platform::{config::Config, keys, nats, shutdown, telemetry};
 use tokio::io::AsyncBufReadExt;
@@ -75,8 +75,7 @@ enum Service {
     Titles,
 }
 
-const ALL: [Service; 6] =
-    [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles];
+const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles];
 
 fn main() -> Result<()> {
     let cli = Cli::parse();

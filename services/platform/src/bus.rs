@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind, consumer, context::PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{self, AckKind, consumer, context::PublishErrorKind};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use halyard_protocol::envelope::Payload;
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
-use halyard_protocol::{subjects, CommandId, ConversationId, Envelope, EventId, TraceContext};
+use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
 
 use crate::error::{BusError, BusErrorKind};
 
@@ -40,12 +40,7 @@ pub async fn publish_pending<P: Payload>(
 }
 
 /// Publishes a payload in a fresh envelope carrying `trace`.
-pub async fn send<P: Payload>(
-    js: &jetstream::Context,
-    subject: String,
-    payload: P,
-    trace: Option<TraceContext>,
-) -> Result<u64, BusError> {
+pub async fn send<P: Payload>(js: &jetstream::Context, subject: String, payload: P, trace: Option<TraceContext>) -> Result<u64, BusError> {
     let mut env = Envelope::new(payload, crate::now_ms());
     env.trace = trace;
     publish(js, subject, &env).await
@@ -92,13 +87,7 @@ pub struct EventAppender {
 impl EventAppender {
     /// Opens the log at its current end.
     pub async fn open(js: jetstream::Context, conversation: ConversationId) -> Result<Self, BusError> {
-        let mut me = Self {
-            js,
-            conversation,
-            log: subjects::conversation_events(conversation),
-            last_stream_seq: 0,
-            last_seq: 0,
-        };
+        let mut me = Self { js, conversation, log: subjects::conversation_events(conversation), last_stream_seq: 0, last_seq: 0 };
         me.refresh().await?;
         Ok(me)
     }
@@ -137,14 +126,7 @@ impl EventAppender {
         trace: Option<TraceContext>,
     ) -> Result<ConversationEvent, BusError> {
         let now = crate::now_ms();
-        let event = ConversationEvent {
-            seq: self.last_seq + 1,
-            id,
-            conversation_id: self.conversation,
-            source,
-            timestamp_ms: now,
-            body,
-        };
+        let event = ConversationEvent { seq: self.last_seq + 1, id, conversation_id: self.conversation, source, timestamp_ms: now, body };
         let mut env = Envelope::with_id(CommandId(id.0), event, now);
         env.trace = trace;
         let bytes = halyard_protocol::encode(&env)?;
@@ -156,11 +138,7 @@ impl EventAppender {
             .expected_last_subject_sequence(self.last_stream_seq)
             .header(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT, self.log.as_str());
         let subject = subjects::event_subject(self.conversation, env.payload.body.kind());
-        let pending = self
-            .js
-            .send_publish(subject, publish)
-            .await
-            .map_err(|e| err(BusErrorKind::Publish)(&e))?;
+        let pending = self.js.send_publish(subject, publish).await.map_err(|e| err(BusErrorKind::Publish)(&e))?;
         match pending.await {
             Ok(ack) if ack.duplicate => {
                 // Stored before (our ack was lost): the log already holds it, possibly at
@@ -173,10 +151,9 @@ impl EventAppender {
                 self.last_seq = env.payload.seq;
                 Ok(env.payload)
             }
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(BusError::new(
-                BusErrorKind::Conflict,
-                format!("conversation {} was appended to by another writer", self.conversation),
-            )),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Err(BusError::new(BusErrorKind::Conflict, format!("conversation {} was appended to by another writer", self.conversation)))
+            }
             Err(e) => Err(err(BusErrorKind::Publish)(&e)),
         }
     }
@@ -187,7 +164,10 @@ impl EventAppender {
 const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
 /// The last event of a conversation's log (`halyard.events.<id>.*`), with its stream sequence.
-pub async fn last_event(js: &jetstream::Context, conversation: ConversationId) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
+pub async fn last_event(
+    js: &jetstream::Context,
+    conversation: ConversationId,
+) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
     last_record(js, subjects::EVENTS_STREAM, &subjects::conversation_events(conversation)).await
 }
 
@@ -229,10 +209,7 @@ pub async fn direct_batch(
     // Subscribed before the request goes out (same connection, in order), so no reply is lost.
     let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
     let request = serde_json::json!({ "seq": from.max(1), "next_by_subj": filter, "batch": batch.max(1) });
-    client
-        .publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into())
-        .await
-        .map_err(|e| read(&e))?;
+    client.publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into()).await.map_err(|e| read(&e))?;
     let mut out = Vec::with_capacity(batch.min(1024));
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
@@ -253,11 +230,7 @@ pub async fn direct_batch(
 
 /// Every event of a conversation with `seq > after`, in order, to the end of the log: batched
 /// direct gets, so no consumer is created for a replay.
-pub async fn read_events(
-    js: &jetstream::Context,
-    conversation: ConversationId,
-    after: u64,
-) -> Result<Vec<ConversationEvent>, BusError> {
+pub async fn read_events(js: &jetstream::Context, conversation: ConversationId, after: u64) -> Result<Vec<ConversationEvent>, BusError> {
     const BATCH: usize = 1024;
     let filter = subjects::conversation_events(conversation);
     let mut out = Vec::new();
@@ -379,8 +352,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
-    let mut consumer: consumer::PullConsumer =
-        stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let mut consumer: consumer::PullConsumer = stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let max_deliver = consumer.info().await.map(|i| i.config.max_deliver).unwrap_or(5);
     let mut messages = consumer.messages().await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     loop {
@@ -428,7 +400,6 @@ where
     })
     .await
 }
-
 
 /// Sends `command` (if any) to a sandbox and waits until the sandbox runs, failing if it ends
 /// up in ERROR, MISSING or DELETED or `patience` runs out. Subscribes before sending, then

@@ -62,7 +62,14 @@ pub struct WebhookConfig {
 
 impl Default for WebhookConfig {
     fn default() -> Self {
-        Self { allow: Vec::new(), max_attempts: 8, retry_base_ms: 1000, retry_max_ms: 300_000, timeout_secs: 10, disable_after_secs: 3 * 24 * 3600 }
+        Self {
+            allow: Vec::new(),
+            max_attempts: 8,
+            retry_base_ms: 1000,
+            retry_max_ms: 300_000,
+            timeout_secs: 10,
+            disable_after_secs: 3 * 24 * 3600,
+        }
     }
 }
 
@@ -328,10 +335,8 @@ impl Config {
     pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let mut config = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-                toml::from_str(&text)
-                    .map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+                toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?
             }
             None => Config::default(),
         };
@@ -345,11 +350,7 @@ impl Config {
         for (name, value) in env {
             let Some(key) = name.strip_prefix("HALYARD_") else { continue };
             let v = value.clone();
-            let bad = |reason: &str| ConfigError::Env {
-                name: name.clone(),
-                value: value.clone(),
-                reason: reason.to_owned(),
-            };
+            let bad = |reason: &str| ConfigError::Env { name: name.clone(), value: value.clone(), reason: reason.to_owned() };
             match key {
                 "HTTP_ADDR" => self.http_addr = v,
                 "DATA_DIR" => self.data_dir = PathBuf::from(v),

@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use halyard_protocol::executor::{
-    EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, RotateKey, SESSION_KEY_HEADER,
-};
+use halyard_protocol::executor::{EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, RotateKey, SESSION_KEY_HEADER};
 
 /// Why an executor call failed.
 #[derive(Debug, thiserror::Error)]

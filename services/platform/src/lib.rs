@@ -24,10 +24,7 @@ pub use shutdown::{Shutdown, ShutdownTrigger};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Sends `sig` to a process (a negative `pid` is a process group). Returns whether it was

@@ -113,10 +113,8 @@ impl std::fmt::Debug for LlmClient {
 
 impl LlmClient {
     pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| LlmError::Transport(e.to_string()))?;
+        let http =
+            reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| LlmError::Transport(e.to_string()))?;
         let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
         Ok(Self { http, config: Arc::new(config), permits })
     }
@@ -197,10 +195,7 @@ fn transport(e: reqwest::Error) -> LlmError {
 
 /// Parses a non-streaming chat-completions response.
 pub fn parse_completion(v: &Value) -> Result<Completion, LlmError> {
-    let choice = v
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| LlmError::Malformed("no choices".into()))?;
+    let choice = v.get("choices").and_then(|c| c.get(0)).ok_or_else(|| LlmError::Malformed("no choices".into()))?;
     let message = choice.get("message").ok_or_else(|| LlmError::Malformed("no message".into()))?;
     let tool_calls: Vec<ToolCall> = match message.get("tool_calls") {
         Some(Value::Array(calls)) => calls

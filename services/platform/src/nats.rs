@@ -39,15 +39,17 @@ pub async fn connect(url: &str, name: &str, patience: Duration) -> Result<async_
     let deadline = tokio::time::Instant::now() + patience;
     let mut delay = Duration::from_millis(20);
     loop {
-        let attempt = async_nats::ConnectOptions::new()
-            .name(name)
-            .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(2));
+        let attempt = async_nats::ConnectOptions::new().name(name).retry_on_initial_connect().connection_timeout(Duration::from_secs(2));
         // retry_on_initial_connect makes connect() return at once; wait for the real
         // connection with a bounded flush below.
         match attempt.connect(url).await {
             Ok(client) => {
-                match tokio::time::timeout(deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100)), client.flush()).await {
+                match tokio::time::timeout(
+                    deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100)),
+                    client.flush(),
+                )
+                .await
+                {
                     Ok(Ok(())) => return Ok(client),
                     Ok(Err(e)) => tracing::debug!(error = %e, "nats flush failed, retrying"),
                     Err(_) => return Err(BusError::new(BusErrorKind::Connect, format!("no NATS server answered at {url}"))),
@@ -76,9 +78,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
     }
     for config in stream_decls()? {
         let name = config.name.clone();
-        js.create_or_update_stream(config)
-            .await
-            .map_err(|e| topo(&format!("stream {name}: {e}")))?;
+        js.create_or_update_stream(config).await.map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
     refuse_legacy_event_layout(js).await?;
     for decl in consumer_decls()? {
@@ -88,10 +88,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         match stream.create_consumer(decl.config.clone()).await {
             Ok(_) => {}
             Err(_) => {
-                stream
-                    .update_consumer(decl.config)
-                    .await
-                    .map_err(|e| topo(&format!("consumer {name}: {e}")))?;
+                stream.update_consumer(decl.config).await.map_err(|e| topo(&format!("consumer {name}: {e}")))?;
             }
         }
     }
@@ -99,9 +96,14 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         (subjects::WEBHOOK_BUCKET, "Webhook subscriptions: id -> subscription (with its signing secret)"),
         (subjects::TITLE_BUCKET, "Conversations the title setter has handled"),
     ] {
-        js.create_or_update_key_value(kv::Config { bucket: bucket.to_owned(), description: description.into(), history: 1, ..Default::default() })
-            .await
-            .map_err(|e| topo(&format!("kv {bucket}: {e}")))?;
+        js.create_or_update_key_value(kv::Config {
+            bucket: bucket.to_owned(),
+            description: description.into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| topo(&format!("kv {bucket}: {e}")))?;
     }
     js.create_or_update_key_value(kv::Config {
         bucket: subjects::AGENT_LEASE_BUCKET.to_owned(),
@@ -244,7 +246,15 @@ mod tests {
 
     #[test]
     fn needs_nats_server_2_11() {
-        for (v, ok) in [("2.11.0", true), ("2.15.1", true), ("3.0.0", true), ("2.12.0-beta.1", true), ("2.10.24", false), ("1.4.1", false), ("", false)] {
+        for (v, ok) in [
+            ("2.11.0", true),
+            ("2.15.1", true),
+            ("3.0.0", true),
+            ("2.12.0-beta.1", true),
+            ("2.10.24", false),
+            ("1.4.1", false),
+            ("", false),
+        ] {
             assert_eq!(server_supported(v), ok, "{v}");
         }
     }

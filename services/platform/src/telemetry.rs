@@ -9,24 +9,14 @@ use tracing_subscriber::EnvFilter;
 /// as `info` or `halyard_agent=debug,info`. Safe to call twice (the second call is ignored).
 pub fn init(filter: &str) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(true)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
 }
 
 /// A new root trace context (random trace and span ids).
 pub fn new_trace() -> TraceContext {
     let trace = uuid::Uuid::new_v4();
     let span = uuid::Uuid::new_v4();
-    TraceContext {
-        traceparent: format!(
-            "00-{}-{}-01",
-            crate::keys::to_hex(trace.as_bytes()),
-            crate::keys::to_hex(&span.as_bytes()[..8])
-        ),
-    }
+    TraceContext { traceparent: format!("00-{}-{}-01", crate::keys::to_hex(trace.as_bytes()), crate::keys::to_hex(&span.as_bytes()[..8])) }
 }
 
 /// The trace id part of a `traceparent`.

@@ -11,18 +11,16 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding, VolumeCreateRequest,
-};
-use bollard::query_parameters::{
-    CreateContainerOptions, EventsOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions,
-    RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
-};
 use bollard::Docker;
+use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptions, EventsOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
+    RemoveVolumeOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
+};
 use futures::{Stream, StreamExt};
 
 use halyard_platform::config::SandboxSpec;
-use halyard_protocol::system::{ExposedUrl, AGENT_SERVER};
+use halyard_protocol::system::{AGENT_SERVER, ExposedUrl};
 
 /// Port of the executor inside every container.
 pub const EXECUTOR_PORT: u16 = 8000;
@@ -127,7 +125,10 @@ pub enum Found {
     Running,
     Paused,
     /// Created or exited: exists, but its executor does not run.
-    Stopped { exit_code: i64, oom_killed: bool },
+    Stopped {
+        exit_code: i64,
+        oom_killed: bool,
+    },
     Gone,
 }
 
@@ -196,7 +197,8 @@ impl Engine {
             ..Default::default()
         };
         let options = CreateContainerOptions { name: Some(plan.name.clone()), ..Default::default() };
-        let created = self.docker.create_container(Some(options), body).await.map_err(|e| DockerError::from_engine("create container", e))?;
+        let created =
+            self.docker.create_container(Some(options), body).await.map_err(|e| DockerError::from_engine("create container", e))?;
         Ok(created.id)
     }
 
@@ -333,7 +335,14 @@ pub fn parse_user(user: &str) -> (u64, u64) {
 }
 
 /// Labels of a sandbox's container and volume.
-pub fn labels(naming: &Naming, spec: &str, sandbox: &str, owner: Option<&str>, conversation: Option<&str>, pool: bool) -> HashMap<String, String> {
+pub fn labels(
+    naming: &Naming,
+    spec: &str,
+    sandbox: &str,
+    owner: Option<&str>,
+    conversation: Option<&str>,
+    pool: bool,
+) -> HashMap<String, String> {
     let mut labels = HashMap::from([
         (LABEL_DEPLOYMENT.to_owned(), naming.deployment.clone()),
         (LABEL_SANDBOX.to_owned(), sandbox.to_owned()),

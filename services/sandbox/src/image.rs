@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use bollard::query_parameters::{BuildImageOptions, TagImageOptions};
 use bollard::Docker;
+use bollard::query_parameters::{BuildImageOptions, TagImageOptions};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -111,11 +111,8 @@ pub fn tags(repository: &str, spec: &SandboxSpec, base_id: &str, files: &Executo
     source.update(&lock);
     hash_file(&mut source, &files.binary)?;
     let source = hex16(source);
-    let base_name: String = spec
-        .base_image
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
-        .collect();
+    let base_name: String =
+        spec.base_image.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect();
     Ok(Tags {
         source: format!("{repository}:src-{source}"),
         lock: format!("{repository}:lock-{lock}"),

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use halyard_platform::executor_client::ExecutorClient;
-use halyard_platform::{bus, keys, Shutdown};
+use halyard_platform::{Shutdown, bus, keys};
 use halyard_protocol::system::{ExposedUrl, SystemRecord};
-use halyard_protocol::{subjects, SandboxId};
+use halyard_protocol::{SandboxId, subjects};
 
 use crate::docker::{self, ContainerPlan};
 use crate::supervisor::Ctx;

@@ -10,12 +10,12 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
-use halyard_protocol::system::{ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord, AGENT_SERVER};
-use halyard_protocol::{subjects, ConversationId, SandboxId, UserId};
+use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
+use halyard_protocol::{ConversationId, SandboxId, UserId, subjects};
 
 use crate::docker::{self, ContainerPlan, Found};
 use crate::process::{self, Layout};
-use crate::supervisor::{quota_refusal, Ctx};
+use crate::supervisor::{Ctx, quota_refusal};
 
 /// How a sandbox actor comes to life.
 pub enum Init {
@@ -34,10 +34,17 @@ pub enum SandboxMsg {
     /// Check the recorded executor against reality (after a supervisor restart).
     Reconcile,
     /// The executor process of `generation` ended (process kind).
-    Exited { generation: u64, detail: String },
+    Exited {
+        generation: u64,
+        detail: String,
+    },
     /// The engine reported `action` (`die`, `destroy`, `oom`, `pause`, `unpause`) for a
     /// container (docker kind).
-    Engine { container: String, action: String, exit_code: Option<i64> },
+    Engine {
+        container: String,
+        action: String,
+        exit_code: Option<i64>,
+    },
     /// Time to check for idleness.
     Tick,
 }
@@ -209,7 +216,9 @@ pub async fn start_container(
     if let Err(e) = process::wait_healthy(&client, deadline).await {
         // Say why, if the container already ended.
         let reason = match engine.inspect(&container).await {
-            Ok((Found::Stopped { exit_code, .. }, _)) => format!("the executor exited with code {exit_code} (see `docker logs {container}`)"),
+            Ok((Found::Stopped { exit_code, .. }, _)) => {
+                format!("the executor exited with code {exit_code} (see `docker logs {container}`)")
+            }
             _ => e,
         };
         return Err(fail(reason));
@@ -300,11 +309,7 @@ impl SandboxState {
 
     /// Starts an executor on this sandbox's workspace (which may hold files already).
     async fn provision(&mut self, myself: &ActorRef<SandboxMsg>, may_use_pool: bool) {
-        if self.docker {
-            self.provision_container(may_use_pool).await
-        } else {
-            self.provision_process(myself).await
-        }
+        if self.docker { self.provision_container(may_use_pool).await } else { self.provision_process(myself).await }
     }
 
     async fn provision_process(&mut self, myself: &ActorRef<SandboxMsg>) {
@@ -407,7 +412,8 @@ impl SandboxState {
         };
         self.untrack_container();
         self.container = None;
-        let labels = docker::labels(naming, &self.spec, &id, Some(&self.owner.0), self.conversation.map(|c| c.to_string()).as_deref(), false);
+        let labels =
+            docker::labels(naming, &self.spec, &id, Some(&self.owner.0), self.conversation.map(|c| c.to_string()).as_deref(), false);
         let plan = ContainerPlan {
             name: naming.name(&id),
             volume: volume.clone(),
@@ -518,13 +524,21 @@ impl SandboxState {
                 let code = exit_code.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
                 let oom = if self.oom { ", out of memory" } else { "" };
                 tracing::warn!(sandbox_id = %self.id, container, code, "container exited");
-                self.publish(SandboxStatus::Error, Some(format!("container exited (code {code}{oom}); resume restarts it on the same workspace"))).await;
+                self.publish(
+                    SandboxStatus::Error,
+                    Some(format!("container exited (code {code}{oom}); resume restarts it on the same workspace")),
+                )
+                .await;
             }
             "destroy" => {
                 self.untrack_container();
                 self.container = None;
                 tracing::warn!(sandbox_id = %self.id, container, "container removed outside Halyard");
-                self.publish(SandboxStatus::Missing, Some("container was removed; resume re-provisions it on the same workspace volume".into())).await;
+                self.publish(
+                    SandboxStatus::Missing,
+                    Some("container was removed; resume re-provisions it on the same workspace volume".into()),
+                )
+                .await;
             }
             "pause" if self.status == SandboxStatus::Running => {
                 self.publish(SandboxStatus::Paused, Some("paused outside Halyard".into())).await;
@@ -567,7 +581,8 @@ impl SandboxState {
                     let detail = (self.status == SandboxStatus::Paused).then(|| "unpaused outside Halyard".to_owned());
                     self.publish(SandboxStatus::Running, detail).await;
                 } else {
-                    self.publish(SandboxStatus::Error, Some("container runs but its executor does not answer; resume restarts it".into())).await;
+                    self.publish(SandboxStatus::Error, Some("container runs but its executor does not answer; resume restarts it".into()))
+                        .await;
                 }
             }
             Ok((Found::Paused, urls)) => {
@@ -576,12 +591,20 @@ impl SandboxState {
                 self.publish(SandboxStatus::Paused, detail).await;
             }
             Ok((Found::Stopped { exit_code, .. }, _)) => {
-                self.publish(SandboxStatus::Error, Some(format!("container exited (code {exit_code}) while the supervisor was away; resume restarts it"))).await;
+                self.publish(
+                    SandboxStatus::Error,
+                    Some(format!("container exited (code {exit_code}) while the supervisor was away; resume restarts it")),
+                )
+                .await;
             }
             Ok((Found::Gone, _)) => {
                 self.untrack_container();
                 self.container = None;
-                self.publish(SandboxStatus::Missing, Some("container is gone; resume re-provisions it on the same workspace volume".into())).await;
+                self.publish(
+                    SandboxStatus::Missing,
+                    Some("container is gone; resume re-provisions it on the same workspace volume".into()),
+                )
+                .await;
             }
             Err(e) => tracing::error!(sandbox_id = %self.id, error = %e, "cannot inspect container during reconciliation"),
         }

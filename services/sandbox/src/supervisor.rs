@@ -13,12 +13,12 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::{Config, Shutdown};
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate, SystemRecord};
-use halyard_protocol::{subjects, Envelope, SandboxId, UserId};
+use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
 
+use crate::SandboxError;
 use crate::docker::Engine;
 use crate::pool::Pool;
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
-use crate::SandboxError;
 
 /// What every sandbox actor shares.
 pub struct Ctx {
@@ -67,7 +67,11 @@ pub enum SupervisorMsg {
     /// A sandbox record found at start-up.
     Adopt(SandboxUpdate),
     /// The engine reported `action` for `container`.
-    Engine { container: String, action: String, exit_code: Option<i64> },
+    Engine {
+        container: String,
+        action: String,
+        exit_code: Option<i64>,
+    },
     /// Time for every running sandbox to check whether it is idle.
     Tick,
 }
@@ -81,7 +85,12 @@ pub struct SupervisorState {
 }
 
 impl SupervisorState {
-    async fn child(&mut self, myself: &ActorRef<SupervisorMsg>, id: SandboxId, init: Init) -> Result<ActorRef<SandboxMsg>, ActorProcessingErr> {
+    async fn child(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        id: SandboxId,
+        init: Init,
+    ) -> Result<ActorRef<SandboxMsg>, ActorProcessingErr> {
         if let Some(c) = self.children.get(&id) {
             return Ok(c.clone());
         }
@@ -140,18 +149,23 @@ impl Actor for Supervisor {
                         }
                         Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id, spec: spec.clone() }
                     }
-                    _ => match bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await {
-                        Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => Init::Record(r),
-                        Ok(_) => {
-                            tracing::warn!(sandbox_id = %id, "command for an unknown or deleted sandbox; dropping it");
-                            delivery.ack().await;
-                            return Ok(());
+                    _ => {
+                        match bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await
+                        {
+                            Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => {
+                                Init::Record(r)
+                            }
+                            Ok(_) => {
+                                tracing::warn!(sandbox_id = %id, "command for an unknown or deleted sandbox; dropping it");
+                                delivery.ack().await;
+                                return Ok(());
+                            }
+                            Err(e) => {
+                                delivery.retry(Duration::from_secs(1), &e.to_string()).await;
+                                return Ok(());
+                            }
                         }
-                        Err(e) => {
-                            delivery.retry(Duration::from_secs(1), &e.to_string()).await;
-                            return Ok(());
-                        }
-                    },
+                    }
                 };
                 let child = state.child(&myself, id, init).await?;
                 child.send_message(SandboxMsg::Command(cmd, delivery))?;
@@ -160,7 +174,12 @@ impl Actor for Supervisor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, _myself: ActorRef<Self::Msg>, evt: SupervisionEvent, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        evt: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
         // A sandbox actor that stops (deleted) or fails is forgotten; the supervisor itself
         // carries on. A failed one is re-created from its last record on its next command.
         match evt {
@@ -217,10 +236,7 @@ async fn refuse(ctx: &Ctx, id: SandboxId, owner: &UserId, conversation: halyard_
 
 /// The latest record of every sandbox, from the SYSTEM stream.
 async fn latest_sandbox_records(js: &jetstream::Context) -> Result<Vec<SandboxUpdate>, SandboxError> {
-    let stream = js
-        .get_stream(subjects::SYSTEM_STREAM)
-        .await
-        .map_err(|e| SandboxError::Spawn(format!("system stream: {e}")))?;
+    let stream = js.get_stream(subjects::SYSTEM_STREAM).await.map_err(|e| SandboxError::Spawn(format!("system stream: {e}")))?;
     let mut consumer = stream
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject: subjects::ALL_SANDBOX_RECORDS.to_owned(),
@@ -329,15 +345,10 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         _ => None,
     };
     let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker });
-    let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone())
-        .await
-        .map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
-    let records: Vec<SandboxUpdate> = latest_sandbox_records(&js)
-        .await?
-        .into_iter()
-        .filter(|r| r.sandbox_kind == config.sandbox.kind)
-        .collect();
+    let records: Vec<SandboxUpdate> =
+        latest_sandbox_records(&js).await?.into_iter().filter(|r| r.sandbox_kind == config.sandbox.kind).collect();
     let mut tasks = Vec::new();
     if let Some(d) = &ctx.docker {
         // Subscribe before looking, so nothing that happens during reconciliation is missed.

@@ -14,7 +14,7 @@ use halyard_platform::{BusError, BusErrorKind, Config, Shutdown};
 use halyard_protocol::command::TitleCommand;
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, TitleSource};
 use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{subjects, ConversationId, Envelope, EventId};
+use halyard_protocol::{ConversationId, Envelope, EventId, subjects};
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 60;
@@ -129,7 +129,9 @@ async fn generate(llm: &LlmClient, text: &str) -> Option<String> {
     let messages = [
         ChatMessage::text(
             "system",
-            format!("You name conversations. Answer with a title of at most {MAX_TITLE_CHARS} characters for the conversation that starts with the user's message. Answer with the title only, no quotes."),
+            format!(
+                "You name conversations. Answer with a title of at most {MAX_TITLE_CHARS} characters for the conversation that starts with the user's message. Answer with the title only, no quotes."
+            ),
         ),
         ChatMessage::text("user", excerpt),
     ];
