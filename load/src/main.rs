@@ -102,7 +102,7 @@ async fn core(args: &Args) -> Result<()> {
     opts.env.insert("HALYARD_LLM_STREAM".into(), "false".into());
     let h = Halyard::start(opts);
     eprintln!("halyard up at {} (nats {})", h.http, h.nats);
-    let client = async_nats::connect(&h.nats).await?;
+    let client = h.nats_client("admin").await;
     let js = async_nats::jetstream::new(client.clone());
 
     // (c) first, on a quiet system.

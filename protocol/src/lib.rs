@@ -10,10 +10,12 @@
 //! * [`subjects`]: the one place where subjects, streams and consumers are named.
 //! * [`executor`]: the HTTP API of the in-sandbox executor.
 //! * [`webhook`]: webhook subscriptions, delivery jobs and attempts.
+//! * [`accounts`]: users, API keys (as salted hashes) and the audit record of admin actions.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
 
+pub mod accounts;
 pub mod command;
 pub mod envelope;
 pub mod event;

@@ -63,6 +63,15 @@ pub const TITLE_BUCKET: &str = "halyard_titles";
 /// Key-value bucket of webhook subscriptions (with their signing secrets).
 pub const WEBHOOK_BUCKET: &str = "halyard_webhooks";
 
+/// Key-value bucket of users and API keys (`user.<name>`, `key.<key id>`), which every gateway
+/// watches: a revoked key is refused everywhere as soon as the change reaches it.
+pub const AUTH_BUCKET: &str = "halyard_auth";
+
+/// Where the record of an administrative action on a `target_kind` (`user`, `key`) goes.
+pub fn audit_record(target_kind: &str) -> String {
+    format!("halyard.sys.audit.{target_kind}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

@@ -187,6 +187,8 @@ pub enum SystemRecord {
         ready: u32,
         target: u32,
     },
+    /// An administrative action (`halyard.sys.audit.<user|key>`).
+    Audit(crate::accounts::AuditRecord),
 }
 
 /// How a spec's runtime image was obtained at supervisor start-up.
@@ -225,6 +227,7 @@ impl Payload for SystemRecord {
             Self::WebhookDisabled { .. } => "sys.webhook_disabled",
             Self::SandboxImage(_) => "sys.sandbox_image",
             Self::SandboxPool { .. } => "sys.sandbox_pool",
+            Self::Audit(_) => "sys.audit",
         }
         .to_owned()
     }

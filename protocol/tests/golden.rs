@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
 use halyard_protocol::system::{
@@ -112,6 +113,43 @@ fn events_are_stable() {
 
 #[test]
 fn records_are_stable() {
+    check(
+        "sys_audit",
+        env(
+            11,
+            "sys.audit",
+            SystemRecord::Audit(AuditRecord {
+                actor: UserId("root-admin".into()),
+                action: "key.revoke".into(),
+                target: "3f9c2a7b1d0e".into(),
+                detail: Some("user alice".into()),
+                client: Some("127.0.0.1".into()),
+                at_ms: T,
+            }),
+        ),
+    );
+    check(
+        "auth_user",
+        env(12, "auth.user", UserAccount { user: UserId("alice".into()), admin: false, disabled: true, created_ms: T, updated_ms: T + 1 }),
+    );
+    check(
+        "auth_key",
+        env(
+            13,
+            "auth.key",
+            ApiKeyRecord {
+                id: "3f9c2a7b1d0e".into(),
+                user: UserId("alice".into()),
+                name: "laptop".into(),
+                salt: "00112233445566778899aabbccddeeff".into(),
+                hash: "ab".repeat(32),
+                scope: KeyScope::ReadOnly,
+                created_ms: T,
+                expires_ms: Some(T + 86_400_000),
+                revoked_ms: None,
+            },
+        ),
+    );
     check(
         "sys_start_task",
         env(

@@ -60,4 +60,20 @@ pub fn remove_deployment(deployment: &str) {
             let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&vols).output();
         }
     }
+    let nets = Command::new("docker").args(["network", "ls", "-q", "--filter", &filter]).output();
+    if let Ok(out) = nets {
+        let nets: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        if !nets.is_empty() {
+            let _ = Command::new("docker").args(["network", "rm"]).args(&nets).output();
+        }
+    }
+    // The `internet` egress rules name the deployment's bridges (`hy<first 8 of its id>-..`).
+    let bridge: String = format!("hy{}", deployment.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>());
+    for chain in ["DOCKER-USER", "INPUT"] {
+        let Ok(out) = Command::new("iptables").args(["-w", "-S", chain]).output() else { continue };
+        for rule in String::from_utf8_lossy(&out.stdout).lines().filter(|r| r.contains(&bridge)) {
+            let args: Vec<&str> = rule.split_whitespace().skip(2).collect();
+            let _ = Command::new("iptables").args(["-w", "-D", chain]).args(&args).output();
+        }
+    }
 }

@@ -160,6 +160,11 @@ impl Halyard {
         self.child = Some(child);
     }
 
+    /// The pid of the running `halyard` process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("halyard is running")
+    }
+
     /// The process log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.data.path().join("halyard.log")).unwrap_or_default()
@@ -204,6 +209,25 @@ impl Halyard {
         self.spawn();
     }
 
+    /// One role's user and password on the embedded nats-server (`nats/roles.json`), from the
+    /// credentials file Halyard keeps in its data dir.
+    pub fn nats_credentials(&self, role: &str) -> (String, String) {
+        let text = std::fs::read_to_string(self.data.path().join("nats-credentials.json")).expect("nats-credentials.json");
+        let creds: Value = serde_json::from_str(&text).expect("credentials json");
+        let c = &creds["roles"][role];
+        (c["user"].as_str().expect("user").to_owned(), c["password"].as_str().expect("password").to_owned())
+    }
+
+    /// A NATS client connected as `role` (with the role's private inbox prefix).
+    pub async fn nats_client(&self, role: &str) -> async_nats::Client {
+        let (user, password) = self.nats_credentials(role);
+        async_nats::ConnectOptions::with_user_and_password(user, password)
+            .custom_inbox_prefix(format!("_INBOX_{role}"))
+            .connect(&self.nats)
+            .await
+            .expect("connect to NATS")
+    }
+
     pub fn api(&self, key: &str) -> Api {
         Api { base: self.http.clone(), key: key.to_owned(), http: reqwest::Client::new() }
     }
@@ -232,6 +256,20 @@ impl Drop for Halyard {
         if self.opts.env.get("HALYARD_SANDBOX").is_some_and(|k| k == "docker") {
             crate::docker::remove_deployment(&self.deployment());
         }
+        // Every service stays within its role's permissions (`nats/roles.json`): the server
+        // logs each refusal, naming the connection (`halyard-<role>` for services).
+        let violations = self.service_permission_violations();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!("services were refused by NATS:\n{}", violations.join("\n"));
+        }
+    }
+}
+
+impl Halyard {
+    /// The nats-server's log lines about a Halyard service refused for lack of permission.
+    pub fn service_permission_violations(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.data.path().join("nats").join("nats-server.log")).unwrap_or_default();
+        log.lines().filter(|l| l.contains("Violation") && l.contains("\"halyard-")).map(str::to_owned).collect()
     }
 }
 

@@ -131,6 +131,9 @@ fn git(dir: &std::path::Path, args: &[&str]) {
 fn make_repo(setup: &str) -> tempfile::TempDir {
     let repo = tempfile::tempdir().unwrap();
     let p = repo.path();
+    // Readable by every user, as a repository shared on a host is: an isolated process sandbox
+    // runs under a uid of its own.
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::create_dir_all(p.join(".openhands")).unwrap();
     std::fs::write(p.join("README.md"), "# demo\n").unwrap();
     std::fs::write(p.join(".openhands/setup.sh"), setup).unwrap();

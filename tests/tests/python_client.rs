@@ -16,9 +16,12 @@ async fn python_decodes_events_from_nats() {
     let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol/examples/follow_events.py");
+    // As an external program would: with the read-only role's credentials.
+    let (user, password) = h.nats_credentials("reader");
     let out = tokio::process::Command::new("python3")
         .arg(script)
-        .args(["--nats", &h.nats, "--conversation", &conv, "--until-seq", &events.len().to_string(), "--idle-timeout", "20"])
+        .args(["--nats", &h.nats, "--user", &user, "--password", &password])
+        .args(["--conversation", &conv, "--until-seq", &events.len().to_string(), "--idle-timeout", "20"])
         .output()
         .await
         .expect("run python3");

@@ -135,8 +135,17 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     task.status(StartTaskStatus::PreparingRepository, None).await?;
     if let Some(repo) = repository {
         let branch = repo.branch.as_deref().map(|b| format!("--branch {} ", quote(b))).unwrap_or_default();
-        let script =
-            format!("if [ -d .git ]; then echo 'repository already cloned'; else git clone --quiet {branch}-- {} . ; fi", quote(&repo.url));
+        // A local repository on the host belongs to another uid than an isolated sandbox's,
+        // and git's ownership check would refuse to serve it. Whatever its hooks or config run,
+        // run as the sandbox's own user, inside the sandbox, so nothing is gained by refusing.
+        // (Both the clone, which reads a local source directly, and the upload-pack it starts,
+        // which `-c` does not reach, need the setting.)
+        let local = repo.url.starts_with('/') || repo.url.starts_with("file://");
+        let trust = if local { "-c safe.directory='*' clone --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "clone" };
+        let script = format!(
+            "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
+            quote(&repo.url)
+        );
         run(&exec, &script, CLONE_TIMEOUT_SECS)
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;

@@ -1,27 +1,40 @@
-//! Authentication (API keys as bearer tokens) and per-user rate limiting.
+//! Authentication of every request: the API key (a bearer token, or `access_token` in the query
+//! for browsers' WebSockets) is checked against the accounts ([`crate::accounts`]); a read-only
+//! key may only read; writes are rate limited per user; and failed authentications are rate
+//! limited per client address, so keys cannot be guessed at speed.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{Method, StatusCode, header};
 
-use halyard_platform::keys::constant_time_eq;
 use halyard_protocol::UserId;
+use halyard_protocol::accounts::KeyScope;
 
 use crate::AppState;
+use crate::accounts::Principal;
 use crate::error::ApiError;
 
 /// The authenticated user of a request.
 #[derive(Clone, Debug)]
 pub struct User(pub UserId);
 
-impl FromRequestParts<AppState> for User {
+/// The authenticated user of a request that needs an administrator.
+#[derive(Clone, Debug)]
+pub struct Admin(pub UserId);
+
+impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let client = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        if let Some(ip) = client {
+            state.auth_failures.refuse_if_over(ip)?;
+        }
         let bearer = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -35,22 +48,48 @@ impl FromRequestParts<AppState> for User {
         let Some(token) = token else {
             return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
         };
-        // Compare against every key, each in constant time.
-        let mut found = None;
-        for k in &state.config.api_keys {
-            if constant_time_eq(k.key.as_bytes(), token.as_bytes()) {
-                found = Some(k.user.clone());
+        let principal = state.accounts.authenticate(&token, halyard_platform::now_ms()).map_err(|refusal| {
+            if let Some(ip) = client {
+                state.auth_failures.record(ip);
             }
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", refusal.message())
+        })?;
+        let reads = parts.method == Method::GET || parts.method == Method::HEAD;
+        if !reads && principal.scope == KeyScope::ReadOnly {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "read_only_key",
+                "this API key may only read; use a full key to make changes",
+            ));
         }
-        let user = found.ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "the API key is not valid"))?;
-        if parts.method != Method::GET {
-            state.limiter.check(&user)?;
+        if !reads {
+            state.limiter.check(&principal.user.0)?;
         }
-        Ok(User(UserId(user)))
+        Ok(principal)
     }
 }
 
-/// A token bucket per user for write requests.
+impl FromRequestParts<AppState> for User {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        Ok(User(Principal::from_request_parts(parts, state).await?.user))
+    }
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        if !principal.admin {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this needs an administrator's API key"));
+        }
+        Ok(Admin(principal.user))
+    }
+}
+
+/// A token bucket per key (user, client address), refilled at `per_minute / 60` a second.
 pub struct RateLimiter {
     per_minute: u32,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
@@ -61,28 +100,69 @@ impl RateLimiter {
         Self { per_minute, buckets: Mutex::new(HashMap::new()) }
     }
 
-    pub fn check(&self, user: &str) -> Result<(), ApiError> {
+    /// Takes a token for `key`, or says how long to wait for one.
+    pub fn check(&self, key: &str) -> Result<(), ApiError> {
+        match self.take(key, true) {
+            Ok(()) => Ok(()),
+            Err(wait) => {
+                Err(limited("rate_limited", format!("more than {} write requests a minute; retry after {wait} s", self.per_minute), wait))
+            }
+        }
+    }
+
+    /// Refills `key`'s bucket and takes a token if `take` (else only looks). `Err(seconds)`
+    /// until one is there.
+    fn take(&self, key: &str, take: bool) -> Result<(), u64> {
         if self.per_minute == 0 {
             return Ok(());
         }
         let cap = f64::from(self.per_minute);
         let rate = cap / 60.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() > 100_000 {
+            // Bounded: full buckets carry no information, drop them.
+            buckets.retain(|_, (tokens, _)| *tokens < cap);
+        }
         let now = Instant::now();
-        let (tokens, at) = buckets.entry(user.to_owned()).or_insert((cap, now));
+        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((cap, now));
         *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(cap);
         *at = now;
         if *tokens < 1.0 {
-            let wait = ((1.0 - *tokens) / rate).ceil() as u64;
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!("more than {} write requests a minute; retry after {wait} s", self.per_minute),
-            );
-            e.retry_after = Some(wait.max(1));
-            return Err(e);
+            return Err(((1.0 - *tokens) / rate).ceil().max(1.0) as u64);
         }
-        *tokens -= 1.0;
+        if take {
+            *tokens -= 1.0;
+        }
         Ok(())
     }
+}
+
+/// Failed authentications per client address.
+pub struct AuthFailures(RateLimiter);
+
+impl AuthFailures {
+    pub fn new(per_minute: u32) -> Self {
+        Self(RateLimiter::new(per_minute))
+    }
+
+    /// 429 while `ip` has used up its failures.
+    fn refuse_if_over(&self, ip: IpAddr) -> Result<(), ApiError> {
+        self.0.take(&ip.to_string(), false).map_err(|wait| {
+            limited(
+                "too_many_failed_authentications",
+                format!("too many failed authentications from your address; retry after {wait} s"),
+                wait,
+            )
+        })
+    }
+
+    fn record(&self, ip: IpAddr) {
+        let _ = self.0.take(&ip.to_string(), true);
+    }
+}
+
+fn limited(code: &'static str, message: String, wait: u64) -> ApiError {
+    let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
+    e.retry_after = Some(wait);
+    e
 }

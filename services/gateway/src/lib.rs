@@ -5,6 +5,8 @@
 //! Routes are in [`app`]; errors become responses in one place ([`error`]); the OpenAPI
 //! document is `openapi.json` beside this file, served at `/api/v1/openapi.json`.
 
+pub mod accounts;
+pub mod admin;
 pub mod auth;
 pub mod error;
 pub mod events;
@@ -27,7 +29,8 @@ use serde_json::json;
 
 use halyard_platform::{BusError, Config, Shutdown};
 
-use crate::auth::RateLimiter;
+use crate::accounts::Accounts;
+use crate::auth::{AuthFailures, RateLimiter};
 use crate::error::ApiError;
 use crate::projection::Live;
 use crate::store::Store;
@@ -64,6 +67,10 @@ pub struct AppState {
     pub store: Store,
     pub live: Arc<Live>,
     pub limiter: Arc<RateLimiter>,
+    /// Failed authentications per client address.
+    pub auth_failures: Arc<AuthFailures>,
+    /// Users and API keys.
+    pub accounts: Arc<Accounts>,
     /// Webhook subscriptions (the dispatcher watches the same bucket).
     pub webhooks: jetstream::kv::Store,
 }
@@ -90,6 +97,11 @@ pub fn app(state: AppState) -> Router {
         .route("/webhooks/{id}/rotate-secret", post(webhooks::rotate))
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/webhooks/{id}/deliveries/{delivery_id}/retry", post(webhooks::retry))
+        .route("/me", get(admin::me))
+        .route("/admin/users", post(admin::create_user).get(admin::list_users))
+        .route("/admin/users/{name}", get(admin::get_user).patch(admin::patch_user))
+        .route("/admin/users/{name}/keys", post(admin::create_key).get(admin::list_keys))
+        .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
         .route("/openapi.json", get(openapi));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
@@ -125,11 +137,14 @@ pub async fn serve(
     let store = Store::open(&config.data_dir.join("gateway"))?;
     let live = Arc::new(Live::default());
     let limiter = Arc::new(RateLimiter::new(config.gateway.rate_limit_per_minute));
+    let auth_failures = Arc::new(AuthFailures::new(config.gateway.auth_failures_per_minute));
+    let accounts = Accounts::open(&js, &config, shutdown.clone()).await?;
     let webhooks = js
         .get_key_value(halyard_protocol::subjects::WEBHOOK_BUCKET)
         .await
         .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
-    let state = AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter, webhooks };
+    let state =
+        AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter, auth_failures, accounts, webhooks };
 
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
     let mut projection = tokio::spawn(projection::run(js, store.clone(), live, caught_up, shutdown.clone()));
@@ -144,7 +159,9 @@ pub async fn serve(
         ended = &mut projection => return projection_outcome(ended),
     }
     let mut stop = shutdown.clone();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move { stop.wait().await });
+    // With the peer address: failed authentications are limited per client.
+    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, service).with_graceful_shutdown(async move { stop.wait().await });
     let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));
     let projected = projection_outcome(projection.await);
     store.flush().await;

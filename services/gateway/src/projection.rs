@@ -210,7 +210,7 @@ impl Pending<'_> {
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }
             }
-            SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
+            SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } | SystemRecord::Audit(_) => {}
             SystemRecord::WebhookDisabled { webhook_id, reason, .. } => {
                 tracing::warn!(%webhook_id, %reason, "webhook disabled by the dispatcher");
             }

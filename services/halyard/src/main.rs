@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use halyard_platform::{config::Config, keys, nats, shutdown, telemetry};
+use halyard_platform::{bus_auth, config::Config, keys, nats, shutdown, telemetry};
 use tokio::io::AsyncBufReadExt;
 use tokio::task::JoinSet;
 
@@ -47,6 +47,10 @@ enum Command {
         #[arg(required = true, value_enum)]
         services: Vec<Service>,
     },
+    /// Declare Halyard's streams, consumers and buckets on the external NATS at
+    /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
+    /// services with restricted credentials cannot declare them themselves.
+    SetupBus,
     /// The executor inside a sandbox (started by the sandbox supervisor; reads its session key
     /// from the first line of standard input).
     #[command(hide = true)]
@@ -75,6 +79,20 @@ enum Service {
     Titles,
 }
 
+impl Service {
+    /// The NATS role this service connects as (`nats/roles.json`).
+    fn role(self) -> &'static str {
+        match self {
+            Self::Gateway => "gateway",
+            Self::Conversations => "conversations",
+            Self::Sandbox => "sandbox",
+            Self::Agent => "agent",
+            Self::Callbacks => "callbacks",
+            Self::Titles => "titles",
+        }
+    }
+}
+
 const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles];
 
 fn main() -> Result<()> {
@@ -87,6 +105,7 @@ fn main() -> Result<()> {
             runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone()))
         }
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
+        Command::SetupBus => runtime.block_on(setup_bus(&cli, &env)),
         Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
     }
 }
@@ -144,7 +163,12 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     let mut config = load_config(cli, env)?;
     telemetry::init(&config.log);
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Everything Halyard writes (bus store, read models, secrets, credentials) is its own: a
+    // process sandbox running under another uid must not read any of it. The sandbox
+    // supervisor opens exactly the paths its sandboxes need.
+    halyard_platform::set_umask(0o077);
     std::fs::create_dir_all(&config.data_dir).with_context(|| format!("cannot create {}", config.data_dir.display()))?;
+    make_private(&config.data_dir)?;
     if config.secret.is_empty() {
         config.secret = persistent(&config.data_dir, "secret", keys::random_secret)?;
     }
@@ -171,26 +195,47 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
         tracing::warn!("no API keys configured (HALYARD_API_KEYS=user:key,...): every request will be refused");
     }
 
-    let server = if embedded {
-        let server = nats::EmbeddedNats::start(&config.nats_server, config.nats_port, &nats::store_dir(&config.data_dir)).await?;
+    // Every connection authenticates, one NATS user per service role (`nats/roles.json`).
+    // Embedded: Halyard makes the users, declares the topology as `admin`, and gives each
+    // service its role. External: the operator's credentials, one identity per process (or
+    // per role from a directory of `.creds` files); an open server gets the topology declared
+    // by whoever connects, a secured one by `halyard setup-bus` with admin credentials.
+    let patience = Duration::from_secs(30);
+    let (server, bus_creds) = if embedded {
+        let roles = bus_auth::role_decls()?;
+        let creds = bus_auth::BusCredentials::load_or_create(&config.data_dir, &roles)?;
+        let authorization = bus_auth::authorization(&creds, &roles);
+        let server =
+            nats::EmbeddedNats::start(&config.nats_server, config.nats_port, &nats::store_dir(&config.data_dir), Some(authorization))
+                .await?;
         config.nats_url = server.url().to_owned();
-        Some(server)
+        (Some(server), Some(creds))
     } else {
         if config.nats_url.is_empty() {
             bail!("`halyard serve` needs a NATS server: set HALYARD_NATS_URL or --nats-url");
         }
-        None
+        (None, None)
     };
-    let client = nats::connect(&config.nats_url, "halyard", Duration::from_secs(30)).await?;
-    let js = async_nats::jetstream::new(client.clone());
-    nats::ensure_topology(&js).await?;
+    let auth_of = |role: &str| match &bus_creds {
+        Some(creds) => creds.auth(role),
+        None => config.nats_auth(role),
+    };
+    if bus_creds.is_some() || auth_of(bus_auth::ADMIN) == bus_auth::NatsAuth::None {
+        let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &auth_of(bus_auth::ADMIN), patience).await?;
+        nats::ensure_topology(&async_nats::jetstream::new(admin.clone())).await?;
+        let _ = admin.drain().await;
+    }
+    let mut clients = Vec::new();
+    for &service in services {
+        clients.push((service, nats::connect(&config.nats_url, service.role(), &auth_of(service.role()), patience).await?));
+    }
 
     let config = Arc::new(config);
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
     let mut http = String::new();
-    for &service in services {
-        let (config, client, shutdown) = (config.clone(), client.clone(), shutdown.clone());
+    for (service, client) in clients.iter().cloned() {
+        let (config, shutdown) = (config.clone(), shutdown.clone());
         match service {
             Service::Gateway => {
                 let listener = tokio::net::TcpListener::bind(&config.http_addr)
@@ -235,8 +280,9 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     if tokio::time::timeout(Duration::from_secs(15), drain).await.is_err() {
         tracing::warn!("services did not stop within 15 s");
     }
-    let _ = client.flush().await;
-    drop(client);
+    for (_, client) in clients {
+        let _ = client.flush().await;
+    }
     if let Some(server) = server {
         server.stop().await;
     }
@@ -244,6 +290,39 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
         Some(service) => bail!("service {service:?} stopped unexpectedly"),
         None => Ok(()),
     }
+}
+
+/// Takes away other users' access to what earlier versions (or a looser umask) left in the data
+/// dir; the sandboxes' directories are the supervisor's to set.
+fn make_private(data_dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(data_dir).with_context(|| format!("cannot read {}", data_dir.display()))?.flatten() {
+        if entry.file_name() == "sandboxes" {
+            continue;
+        }
+        let Ok(meta) = entry.path().symlink_metadata() else { continue };
+        if meta.is_symlink() || meta.permissions().mode() & 0o077 == 0 {
+            continue;
+        }
+        let mode = if meta.is_dir() { 0o700 } else { 0o600 };
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot make {} private", entry.path().display()))?;
+    }
+    Ok(())
+}
+
+async fn setup_bus(cli: &Cli, env: &BTreeMap<String, String>) -> Result<()> {
+    let config = load_config(cli, env)?;
+    telemetry::init(&config.log);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if config.nats_url.is_empty() {
+        bail!("`halyard setup-bus` needs HALYARD_NATS_URL (or --nats-url)");
+    }
+    let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &config.nats_auth(bus_auth::ADMIN), Duration::from_secs(10)).await?;
+    nats::ensure_topology(&async_nats::jetstream::new(admin.clone())).await?;
+    admin.drain().await?;
+    println!("streams, consumers and buckets are declared on {}", config.nats_url);
+    Ok(())
 }
 
 fn uuid_like(hex: &str) -> String {

@@ -22,6 +22,12 @@ pub struct Config {
     pub nats_server: String,
     /// Client port of the embedded nats-server; 0 picks a free one.
     pub nats_port: u16,
+    /// Credentials for an external NATS (`halyard serve`): a `.creds` file used by every
+    /// service of this process, or a directory holding `<role>.creds` per service role.
+    pub nats_creds: Option<PathBuf>,
+    /// User and password for an external NATS, when it authenticates that way.
+    pub nats_user: String,
+    pub nats_password: String,
     /// `user:key` pairs.
     pub api_keys: Vec<ApiKey>,
     /// Deployment secret from which sandbox session keys are derived. Empty with `halyard up`:
@@ -181,6 +187,13 @@ pub struct SandboxConfig {
     pub pool_size: usize,
     /// Pause a running sandbox after this long without shell or file activity (0: never).
     pub idle_pause_secs: u64,
+    /// How process sandboxes are isolated: `auto` (`uid` as root, else `bwrap` where bubblewrap
+    /// works, else `none`), `uid`, `bwrap` or `none` (one user's sandboxes only).
+    pub process_isolation: String,
+    /// First uid (and gid) given to process sandboxes with `uid` isolation.
+    pub process_uid_base: u32,
+    /// How many uids from `process_uid_base` sandboxes may use (one each at a time).
+    pub process_uid_count: u32,
 }
 
 /// What a docker sandbox is made from.
@@ -197,6 +210,9 @@ pub struct SandboxSpec {
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids_limit: i64,
+    /// Where the sandbox may connect: `open` (default: anywhere but other sandboxes),
+    /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`.
+    pub egress: String,
 }
 
 impl Default for SandboxSpec {
@@ -213,6 +229,7 @@ impl Default for SandboxSpec {
             memory_mb: 2048,
             cpus: 1.0,
             pids_limit: 512,
+            egress: "open".into(),
         }
     }
 }
@@ -239,6 +256,11 @@ pub struct GatewayConfig {
     pub rate_limit_per_minute: u32,
     /// Conversations a user may have starting at once.
     pub max_starting_per_user: usize,
+    /// Users of the bootstrap keys (`api_keys`) who may use the admin API.
+    pub admins: Vec<String>,
+    /// Failed authentications allowed per client address per minute; past it, 429 (0: no
+    /// limit).
+    pub auth_failures_per_minute: u32,
 }
 
 impl Default for Config {
@@ -249,6 +271,9 @@ impl Default for Config {
             nats_url: String::new(),
             nats_server: "nats-server".into(),
             nats_port: 0,
+            nats_creds: None,
+            nats_user: String::new(),
+            nats_password: String::new(),
             api_keys: Vec::new(),
             secret: String::new(),
             node_id: String::new(),
@@ -302,13 +327,22 @@ impl Default for SandboxConfig {
             specs: Vec::new(),
             pool_size: 1,
             idle_pause_secs: 1800,
+            process_isolation: "auto".into(),
+            process_uid_base: 200_000,
+            process_uid_count: 50_000,
         }
     }
 }
 
 impl Default for GatewayConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 1 << 20, rate_limit_per_minute: 600, max_starting_per_user: 20 }
+        Self {
+            max_body_bytes: 1 << 20,
+            rate_limit_per_minute: 600,
+            max_starting_per_user: 20,
+            admins: Vec::new(),
+            auth_failures_per_minute: 30,
+        }
     }
 }
 
@@ -331,6 +365,19 @@ impl ConfigError {
 }
 
 impl Config {
+    /// How the services of this process authenticate to an external NATS as `role`.
+    pub fn nats_auth(&self, role: &str) -> crate::bus_auth::NatsAuth {
+        use crate::bus_auth::NatsAuth;
+        match &self.nats_creds {
+            Some(path) if path.is_dir() => NatsAuth::CredsFile(path.join(format!("{role}.creds"))),
+            Some(path) => NatsAuth::CredsFile(path.clone()),
+            None if !self.nats_user.is_empty() => {
+                NatsAuth::UserPassword { user: self.nats_user.clone(), password: self.nats_password.clone() }
+            }
+            None => NatsAuth::None,
+        }
+    }
+
     /// Defaults, then `file` (if any), then `HALYARD_*` entries of `env`.
     pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let mut config = match file {
@@ -356,6 +403,9 @@ impl Config {
                 "DATA_DIR" => self.data_dir = PathBuf::from(v),
                 "NATS_URL" => self.nats_url = v,
                 "NATS_SERVER" => self.nats_server = v,
+                "NATS_CREDS" => self.nats_creds = Some(PathBuf::from(v)),
+                "NATS_USER" => self.nats_user = v,
+                "NATS_PASSWORD" => self.nats_password = v,
                 "NATS_PORT" => self.nats_port = v.parse().map_err(|_| bad("expected a port number"))?,
                 "API_KEYS" => self.api_keys = parse_api_keys(&v).map_err(|r| bad(&r))?,
                 "SECRET" => self.secret = v,
@@ -377,6 +427,13 @@ impl Config {
                     }
                     self.sandbox.kind = v
                 }
+                "PROCESS_ISOLATION" => {
+                    if !["auto", "uid", "bwrap", "none"].contains(&v.as_str()) {
+                        return Err(bad("expected `auto`, `uid`, `bwrap` or `none`"));
+                    }
+                    self.sandbox.process_isolation = v
+                }
+                "PROCESS_UID_BASE" => self.sandbox.process_uid_base = v.parse().map_err(|_| bad("expected a uid"))?,
                 "DOCKER_HOST" => self.sandbox.docker_host = v,
                 "SANDBOX_POOL_SIZE" => self.sandbox.pool_size = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_IDLE_PAUSE_SECS" => self.sandbox.idle_pause_secs = v.parse().map_err(|_| bad("expected seconds"))?,
@@ -392,6 +449,8 @@ impl Config {
                 "EXECUTOR_COMMAND" => self.sandbox.executor_command = v.split_whitespace().map(str::to_owned).collect(),
                 "MAX_RUNNING_PER_USER" => self.sandbox.max_running_per_user = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_RUNNING_TOTAL" => self.sandbox.max_running_total = v.parse().map_err(|_| bad("expected a count"))?,
+                "ADMINS" => self.gateway.admins = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
+                "AUTH_FAILURES_PER_MINUTE" => self.gateway.auth_failures_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "WEBHOOK_ALLOW" => {

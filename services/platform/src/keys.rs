@@ -112,3 +112,47 @@ mod webhook_tests {
         assert!(s.starts_with("whsec_") && s.len() == 38, "{s}");
     }
 }
+
+/// Prefix of the API keys Halyard issues: `hal_<id>_<secret>`.
+pub const API_KEY_PREFIX: &str = "hal_";
+
+/// A new API key: its public id, its secret, and the whole key as the user gets it.
+pub fn new_api_key() -> (String, String, String) {
+    let id: String = to_hex(uuid::Uuid::new_v4().as_bytes()).chars().take(16).collect();
+    let secret = random_secret();
+    let key = format!("{API_KEY_PREFIX}{id}_{secret}");
+    (id, secret, key)
+}
+
+/// Splits an issued key into (id, secret); `None` for anything else (a bootstrap key).
+pub fn parse_api_key(key: &str) -> Option<(&str, &str)> {
+    let (id, secret) = key.strip_prefix(API_KEY_PREFIX)?.split_once('_')?;
+    (!id.is_empty() && !secret.is_empty()).then_some((id, secret))
+}
+
+/// What is stored of a key's secret: hex HMAC-SHA256 of it under the key's own salt. The
+/// secret is 256 random bits, so a fast hash is enough; the salt keeps equal hashes apart.
+pub fn api_key_hash(salt: &str, secret: &str) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(salt.as_bytes()) {
+        Ok(mac) => mac,
+        Err(_) => return String::new(),
+    };
+    mac.update(secret.as_bytes());
+    to_hex(&mac.finalize().into_bytes())
+}
+
+#[cfg(test)]
+mod api_key_tests {
+    use super::*;
+
+    #[test]
+    fn issued_keys_parse_and_hash_per_salt() {
+        let (id, secret, key) = new_api_key();
+        assert_eq!(parse_api_key(&key), Some((id.as_str(), secret.as_str())));
+        assert_eq!(parse_api_key("alice-secret-key"), None);
+        assert_eq!(parse_api_key("hal__x"), None);
+        assert_ne!(api_key_hash("salt-a", &secret), api_key_hash("salt-b", &secret));
+        assert_eq!(api_key_hash("salt-a", &secret), api_key_hash("salt-a", &secret));
+        assert!(!key.contains(&api_key_hash("salt-a", &secret)));
+    }
+}

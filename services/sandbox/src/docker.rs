@@ -20,6 +20,8 @@ use bollard::query_parameters::{
 use futures::{Stream, StreamExt};
 
 use halyard_platform::config::SandboxSpec;
+
+use crate::network::Egress;
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl};
 
 /// Port of the executor inside every container.
@@ -151,6 +153,7 @@ impl Engine {
     /// Creates (not starts) a container for `plan` on its volume.
     pub async fn create(&self, plan: &ContainerPlan<'_>) -> Result<String, DockerError> {
         let spec = plan.spec;
+        let egress = Egress::parse(&spec.egress).map_err(|detail| DockerError::Engine { op: "create container", detail })?;
         let mut ports = vec![EXECUTOR_PORT];
         ports.extend(WORKER_PORTS.iter().map(|(_, p)| *p));
         let bindings = ports
@@ -183,7 +186,10 @@ impl Engine {
                     typ: Some(MountType::VOLUME),
                     ..Default::default()
                 }]),
-                port_bindings: Some(bindings),
+                // Never the default bridge: a network of ours where sandboxes cannot reach each
+                // other (see [`crate::network`]).
+                network_mode: Some(self.network_name(egress)),
+                port_bindings: egress.publishes_ports().then_some(bindings),
                 memory: Some((spec.memory_mb as i64) << 20),
                 nano_cpus: Some((spec.cpus * 1e9) as i64),
                 pids_limit: Some(spec.pids_limit),
@@ -248,18 +254,27 @@ impl Engine {
             Some(ContainerStateStatusEnum::REMOVING) | Some(ContainerStateStatusEnum::DEAD) => Found::Gone,
             _ => Found::Stopped { exit_code: state.exit_code.unwrap_or(0), oom_killed: state.oom_killed.unwrap_or(false) },
         };
-        let ports = info.network_settings.and_then(|n| n.ports).unwrap_or_default();
+        let settings = info.network_settings.unwrap_or_default();
+        let ports = settings.ports.unwrap_or_default();
         let host_port = |port: u16| -> Option<String> {
             let bindings = ports.get(&format!("{port}/tcp"))?.as_ref()?;
             bindings.iter().find_map(|b| b.host_port.clone().filter(|p| !p.is_empty()))
         };
+        // On an internal network nothing is published: the host reaches the container at its
+        // own address there.
+        let own_address = settings.networks.unwrap_or_default().into_values().find_map(|n| n.ip_address.filter(|ip| !ip.is_empty()));
+        let url = |port: u16| match (host_port(port), &own_address) {
+            (Some(p), _) => Some(format!("http://127.0.0.1:{p}")),
+            (None, Some(ip)) if ports.values().all(Option::is_none) => Some(format!("http://{ip}:{port}")),
+            _ => None,
+        };
         let mut urls = Vec::new();
-        if let Some(p) = host_port(EXECUTOR_PORT) {
-            urls.push(ExposedUrl { name: AGENT_SERVER.into(), url: format!("http://127.0.0.1:{p}") });
+        if let Some(u) = url(EXECUTOR_PORT) {
+            urls.push(ExposedUrl { name: AGENT_SERVER.into(), url: u });
         }
         for (name, port) in WORKER_PORTS {
-            if let Some(p) = host_port(port) {
-                urls.push(ExposedUrl { name: name.into(), url: format!("http://127.0.0.1:{p}") });
+            if let Some(u) = url(port) {
+                urls.push(ExposedUrl { name: name.into(), url: u });
             }
         }
         Ok((found, urls))

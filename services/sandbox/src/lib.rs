@@ -7,12 +7,15 @@
 //! dead ones re-provisioned on the same workspace, so a crash loses no files.
 //!
 //! Two kinds: `process` (the executor as a child process in a per-sandbox workspace directory,
-//! with a cleared environment and its own process group; the embedded default) and `docker`
+//! with a cleared environment and its own process group, under its own uid or in namespaces:
+//! see [`isolation`]; the embedded default) and `docker`
 //! (a container per sandbox through bollard, from a runtime image built locally, with the
 //! workspace on a named volume, a warm pool, and engine events watched).
 
 pub mod docker;
 pub mod image;
+pub mod isolation;
+pub mod network;
 pub mod pool;
 pub mod process;
 pub mod sandbox;

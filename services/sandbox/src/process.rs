@@ -1,10 +1,13 @@
 //! Starting, signalling and checking executor processes.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use halyard_platform::executor_client::ExecutorClient;
+
+use crate::isolation::Confinement;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -29,8 +32,10 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Absolute, so the same path names it inside a bubblewrap namespace.
     pub fn new(data_dir: &Path, id: halyard_protocol::SandboxId) -> Self {
-        Self { root: data_dir.join("sandboxes").join(id.to_string()) }
+        let root = data_dir.join("sandboxes").join(id.to_string());
+        Self { root: std::path::absolute(&root).unwrap_or(root) }
     }
     pub fn workspace(&self) -> PathBuf {
         self.root.join("workspace")
@@ -38,15 +43,23 @@ impl Layout {
     pub fn home(&self) -> PathBuf {
         self.root.join("home")
     }
+    /// The sandbox's own temporary directory (`TMPDIR`).
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+    /// Written by the supervisor, outside the directories the sandbox owns.
     pub fn log(&self) -> PathBuf {
         self.root.join("executor.log")
     }
 }
 
-/// Starts `command` as an executor for `layout`, hands it `key` on standard input, and waits
-/// (no fixed sleeps) until its health endpoint answers, for at most `timeout`.
+/// Starts `command` as an executor for `layout` (confined as `confinement` says, its
+/// directories already prepared), hands it `key` on standard input, and waits (no fixed
+/// sleeps) until its health endpoint answers, for at most `timeout`.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     command: &[String],
+    confinement: &Confinement,
     env: &std::collections::BTreeMap<String, String>,
     layout: &Layout,
     key: &str,
@@ -54,13 +67,14 @@ pub async fn start(
     http: &reqwest::Client,
     timeout: Duration,
 ) -> Result<Started, String> {
-    let (program, args) = command.split_first().ok_or("no executor command configured")?;
-    for dir in [layout.workspace(), layout.home()] {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
+    let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
+    let (program, args) = full.split_first().ok_or("no executor command configured")?;
+    // Never follow a link planted where the log goes: it is opened with our privileges.
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(layout.log())
         .map_err(|e| format!("cannot open {}: {e}", layout.log().display()))?;
     let mut cmd = Command::new(program);
@@ -73,12 +87,16 @@ pub async fn start(
         .env_clear()
         .envs(env)
         .env("HOME", layout.home())
-        .env("HALYARD_LOG", "warn")
+        .env("TMPDIR", layout.tmp())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         // Its own process group, so pause, resume and delete reach its children too.
         .process_group(0);
+    if let Some(uid) = confinement.uid {
+        // std drops supplementary groups when it changes the uid of a root parent.
+        cmd.uid(uid).gid(uid);
+    }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start executor `{program}`: {e}"))?;
     let pid = child.id().ok_or("executor exited at once")?;
     let deadline = tokio::time::Instant::now() + timeout;

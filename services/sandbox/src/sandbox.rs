@@ -316,10 +316,25 @@ impl SandboxState {
         if let Some(pid) = self.pid.take() {
             process::kill_group(pid);
         }
+        if let Some(why) = self.ctx.isolation_refusal(&self.owner) {
+            tracing::warn!(sandbox_id = %self.id, %why, "process sandbox refused");
+            self.publish(SandboxStatus::Error, Some(format!("start failed: {why}"))).await;
+            return;
+        }
         self.publish(SandboxStatus::Starting, None).await;
         let cfg = &self.ctx.config.sandbox;
+        let confinement = match self.ctx.isolation.as_ref().map(|i| i.prepare(&self.layout, &cfg.executor_command)) {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                tracing::error!(sandbox_id = %self.id, error = %e, "cannot prepare the sandbox's directories");
+                self.publish(SandboxStatus::Error, Some(format!("start failed: {e}"))).await;
+                return;
+            }
+            None => Default::default(),
+        };
         let started = process::start(
             &cfg.executor_command,
+            &confinement,
             &cfg.env,
             &self.layout,
             &self.key(),
@@ -507,6 +522,10 @@ impl SandboxState {
                 tracing::warn!(sandbox_id = %self.id, error = %e, "cannot remove volume; the next start-up removes it as an orphan");
             }
         } else {
+            // The uid is read off the workspace, so free it first.
+            if let Some(isolation) = &self.ctx.isolation {
+                isolation.release(&self.layout);
+            }
             let root = self.layout.root.clone();
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
         }

@@ -17,6 +17,7 @@ use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
 
 use crate::SandboxError;
 use crate::docker::Engine;
+use crate::isolation::Isolation;
 use crate::pool::Pool;
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
 
@@ -29,6 +30,8 @@ pub struct Ctx {
     pub registry: Mutex<HashMap<SandboxId, (UserId, SandboxStatus)>>,
     /// The engine and what goes with it, for the docker kind.
     pub docker: Option<Arc<DockerCtx>>,
+    /// How process sandboxes are kept apart, for the process kind.
+    pub isolation: Option<Isolation>,
 }
 
 /// Docker-kind state shared by the sandbox actors.
@@ -42,6 +45,13 @@ pub struct DockerCtx {
 }
 
 impl Ctx {
+    /// Why `owner` may not have a process sandbox now (no isolation, another user has one).
+    pub fn isolation_refusal(&self, owner: &UserId) -> Option<String> {
+        let isolation = self.isolation.as_ref()?;
+        let reg = self.registry.lock().ok()?;
+        isolation.refusal(owner, reg.values().filter(|(_, s)| *s != SandboxStatus::Deleted).map(|(o, _)| o))
+    }
+
     /// Sandboxes running now: (of this user, in total). Paused ones do not count.
     fn running(&self, owner: &UserId) -> (usize, usize) {
         let Ok(reg) = self.registry.lock() else { return (0, 0) };
@@ -281,7 +291,14 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
         bus::send(js, subjects::image_record(&spec.name), SystemRecord::SandboxImage(image), None).await?;
     }
     let naming = crate::docker::Naming { deployment: config.node_id.clone() };
-    Ok(DockerCtx { engine: Engine { docker, naming }, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()) })
+    let engine = Engine { docker, naming };
+    // Each spec's network, before any container needs it.
+    for spec in sandbox.specs() {
+        let egress = crate::network::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
+        let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
+        tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
+    }
+    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()) })
 }
 
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by
@@ -344,7 +361,15 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         "docker" => Some(Arc::new(docker_ctx(&config, &js).await?)),
         _ => None,
     };
-    let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker });
+    let isolation = match docker {
+        Some(_) => None,
+        None => {
+            let isolation = Isolation::choose(&config.sandbox, &config.data_dir).map_err(SandboxError::Spawn)?;
+            tracing::info!(isolation = isolation.name(), "process sandboxes");
+            Some(isolation)
+        }
+    };
+    let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
     let records: Vec<SandboxUpdate> =

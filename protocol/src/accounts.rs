@@ -1,0 +1,92 @@
+//! Users and API keys, as the gateways keep them in the `halyard_auth` key-value bucket
+//! (`user.<name>`, `key.<key id>`, MessagePack in an [`crate::Envelope`]), and the audit
+//! record every administrative action leaves on `halyard.sys.audit.<what>`.
+//!
+//! An API key reads `hal_<key id>_<secret>`. Only a salted hash of the secret is stored: the
+//! key is shown once, when it is issued, and can never be read back.
+
+use serde::{Deserialize, Serialize};
+
+use crate::UnixMillis;
+use crate::envelope::Payload;
+use crate::ids::UserId;
+
+/// A user managed through the admin API. Users named only in the operator's bootstrap keys
+/// (`HALYARD_API_KEYS`) have no account until an admin changes them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserAccount {
+    pub user: UserId,
+    /// May use the admin API.
+    pub admin: bool,
+    /// A disabled user's keys (bootstrap keys included) are refused.
+    pub disabled: bool,
+    pub created_ms: UnixMillis,
+    pub updated_ms: UnixMillis,
+}
+
+impl Payload for UserAccount {
+    fn kind(&self) -> String {
+        "auth.user".into()
+    }
+}
+
+/// What a key may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyScope {
+    /// Everything its user may do.
+    Full,
+    /// Reads only (GET, and the event WebSocket).
+    ReadOnly,
+}
+
+impl KeyScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::ReadOnly => "read_only",
+        }
+    }
+}
+
+/// An issued API key: its secret's salted hash, never the secret.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApiKeyRecord {
+    /// Public part of the key (`hal_<id>_...`), also its name in the bucket.
+    pub id: String,
+    pub user: UserId,
+    /// A label for people ("laptop", "ci").
+    pub name: String,
+    /// Hex; per key.
+    pub salt: String,
+    /// Hex HMAC-SHA256 of the secret under the salt.
+    pub hash: String,
+    pub scope: KeyScope,
+    pub created_ms: UnixMillis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<UnixMillis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_ms: Option<UnixMillis>,
+}
+
+impl Payload for ApiKeyRecord {
+    fn kind(&self) -> String {
+        "auth.key".into()
+    }
+}
+
+/// One administrative action, by whom, on what.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub actor: UserId,
+    /// `user.create`, `user.update`, `key.create`, `key.revoke`.
+    pub action: String,
+    /// The user name or key id acted on.
+    pub target: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The client address the request came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    pub at_ms: UnixMillis,
+}

@@ -1,0 +1,247 @@
+//! Users and API keys: who a request's key belongs to, and what it may do.
+//!
+//! Two sources. The operator's bootstrap keys (`HALYARD_API_KEYS`, with `HALYARD_ADMINS` naming
+//! the admins among their users) start a deployment and serve tests. Everything else is managed
+//! through the admin API and kept in the `halyard_auth` bucket: user accounts (admin, disabled)
+//! and issued keys as salted hashes, with a scope, an expiry and a revocation time.
+//!
+//! Every gateway keeps the bucket in memory and watches it, so a change made through one
+//! gateway (a revoked key, a disabled user) is refused by every other as soon as the change
+//! reaches it; the gateway that made it applies it before answering.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+
+use halyard_platform::config::ApiKey;
+use halyard_platform::keys::{self, constant_time_eq};
+use halyard_platform::{BusError, BusErrorKind, Config, Shutdown};
+use halyard_protocol::accounts::{ApiKeyRecord, KeyScope, UserAccount};
+use halyard_protocol::{Envelope, UserId, subjects};
+
+/// Who a request is, once its key checked out.
+#[derive(Clone, Debug)]
+pub struct Principal {
+    pub user: UserId,
+    pub admin: bool,
+    pub scope: KeyScope,
+}
+
+/// Why a key was refused (each says what to do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Unknown,
+    Revoked,
+    Expired,
+    UserDisabled,
+}
+
+impl Refusal {
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Unknown => "the API key is not valid",
+            Self::Revoked => "the API key was revoked; ask an administrator for a new one",
+            Self::Expired => "the API key has expired; ask an administrator for a new one",
+            Self::UserDisabled => "this user is disabled; ask an administrator",
+        }
+    }
+}
+
+/// The accounts as this gateway knows them.
+pub struct Accounts {
+    bootstrap: Vec<ApiKey>,
+    bootstrap_admins: HashSet<String>,
+    users: RwLock<HashMap<String, (u64, UserAccount)>>,
+    keys: RwLock<HashMap<String, (u64, ApiKeyRecord)>>,
+    pub kv: kv::Store,
+}
+
+const USER_PREFIX: &str = "user.";
+const KEY_PREFIX: &str = "key.";
+
+impl Accounts {
+    /// Loads the bucket and keeps following it until `shutdown`.
+    pub async fn open(js: &jetstream::Context, config: &Config, shutdown: Shutdown) -> Result<Arc<Self>, BusError> {
+        let bus = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Read, format!("{}: {e}", subjects::AUTH_BUCKET));
+        let kv = js.get_key_value(subjects::AUTH_BUCKET).await.map_err(|e| bus(&e))?;
+        let me = Arc::new(Self {
+            bootstrap: config.api_keys.clone(),
+            bootstrap_admins: config.gateway.admins.iter().cloned().collect(),
+            users: RwLock::new(HashMap::new()),
+            keys: RwLock::new(HashMap::new()),
+            kv: kv.clone(),
+        });
+        // Watch first, then load: nothing written in between is missed, and revisions keep an
+        // older value from replacing a newer one.
+        let mut watch = kv.watch_all().await.map_err(|e| bus(&e))?;
+        let mut names = kv.keys().await.map_err(|e| bus(&e))?;
+        while let Some(name) = names.next().await {
+            let name = name.map_err(|e| bus(&e))?;
+            if let Some(entry) = kv.entry(&name).await.map_err(|e| bus(&e))? {
+                me.apply(&entry);
+            }
+        }
+        let follower = me.clone();
+        tokio::spawn(async move {
+            let mut shutdown = shutdown;
+            loop {
+                tokio::select! {
+                    _ = shutdown.wait() => return,
+                    next = watch.next() => match next {
+                        Some(Ok(entry)) => follower.apply(&entry),
+                        Some(Err(e)) => tracing::warn!(error = %e, "accounts watch error"),
+                        None => {
+                            tracing::error!("the accounts watch ended; changes made through other gateways are not seen");
+                            return;
+                        }
+                    },
+                }
+            }
+        });
+        Ok(me)
+    }
+
+    /// Takes in one entry of the bucket (from the watch or the initial load).
+    fn apply(&self, entry: &kv::Entry) {
+        self.apply_value(&entry.key, entry.revision, entry.operation != kv::Operation::Put, &entry.value);
+    }
+
+    /// Takes in the value of `key` at `revision` (or its deletion), unless a newer one is known.
+    fn apply_value(&self, key: &str, revision: u64, deleted: bool, value: &[u8]) {
+        let entry = Raw { key, revision, value };
+        if let Some(name) = entry.key.strip_prefix(USER_PREFIX) {
+            let mut users = self.users.write().unwrap_or_else(|e| e.into_inner());
+            if users.get(name).is_some_and(|(rev, _)| *rev >= entry.revision) {
+                return;
+            }
+            match halyard_protocol::decode::<UserAccount>(entry.value) {
+                Ok(env) if !deleted => {
+                    users.insert(name.to_owned(), (entry.revision, env.payload));
+                }
+                Err(e) if !deleted => tracing::warn!(key = %entry.key, error = %e, "undecodable user account skipped"),
+                _ => {
+                    users.remove(name);
+                }
+            }
+        } else if let Some(id) = entry.key.strip_prefix(KEY_PREFIX) {
+            let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+            if keys.get(id).is_some_and(|(rev, _)| *rev >= entry.revision) {
+                return;
+            }
+            match halyard_protocol::decode::<ApiKeyRecord>(entry.value) {
+                Ok(env) if !deleted => {
+                    keys.insert(id.to_owned(), (entry.revision, env.payload));
+                }
+                Err(e) if !deleted => tracing::warn!(key = %entry.key, error = %e, "undecodable API key skipped"),
+                _ => {
+                    keys.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Who `token` is, or why not.
+    pub fn authenticate(&self, token: &str, now_ms: i64) -> Result<Principal, Refusal> {
+        let (user, scope) = match keys::parse_api_key(token) {
+            Some((id, secret)) => {
+                let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+                let (_, record) = keys.get(id).ok_or(Refusal::Unknown)?;
+                let hash = keys::api_key_hash(&record.salt, secret);
+                if !constant_time_eq(hash.as_bytes(), record.hash.as_bytes()) {
+                    return Err(Refusal::Unknown);
+                }
+                if record.revoked_ms.is_some() {
+                    return Err(Refusal::Revoked);
+                }
+                if record.expires_ms.is_some_and(|t| t <= now_ms) {
+                    return Err(Refusal::Expired);
+                }
+                (record.user.clone(), record.scope)
+            }
+            None => {
+                // Compare against every bootstrap key, each in constant time.
+                let mut found = None;
+                for k in &self.bootstrap {
+                    if constant_time_eq(k.key.as_bytes(), token.as_bytes()) {
+                        found = Some(k.user.clone());
+                    }
+                }
+                (UserId(found.ok_or(Refusal::Unknown)?), KeyScope::Full)
+            }
+        };
+        let account = self.account(&user.0);
+        if account.as_ref().is_some_and(|a| a.disabled) {
+            return Err(Refusal::UserDisabled);
+        }
+        let admin = account.map(|a| a.admin).unwrap_or(false) || self.bootstrap_admins.contains(&user.0);
+        Ok(Principal { user, admin, scope })
+    }
+
+    /// A user's account, if an admin made or changed one.
+    pub fn account(&self, name: &str) -> Option<UserAccount> {
+        self.users.read().unwrap_or_else(|e| e.into_inner()).get(name).map(|(_, a)| a.clone())
+    }
+
+    /// Whether `name` is a user: an account, or named by a bootstrap key.
+    pub fn exists(&self, name: &str) -> bool {
+        self.account(name).is_some() || self.bootstrap.iter().any(|k| k.user == name)
+    }
+
+    /// Whether `name` is an admin only by the operator's configuration.
+    pub fn is_bootstrap_admin(&self, name: &str) -> bool {
+        self.bootstrap_admins.contains(name)
+    }
+
+    /// Every user: accounts and bootstrap users, by name.
+    pub fn users(&self) -> Vec<(String, Option<UserAccount>)> {
+        let mut names: Vec<String> = self.users.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        names.extend(self.bootstrap.iter().map(|k| k.user.clone()));
+        names.sort();
+        names.dedup();
+        names.into_iter().map(|n| (n.clone(), self.account(&n))).collect()
+    }
+
+    /// The keys issued to `user`, oldest first.
+    pub fn keys_of(&self, user: &str) -> Vec<ApiKeyRecord> {
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<ApiKeyRecord> = keys.values().filter(|(_, k)| k.user.0 == user).map(|(_, k)| k.clone()).collect();
+        out.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        out
+    }
+
+    pub fn key(&self, id: &str) -> Option<ApiKeyRecord> {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).get(id).map(|(_, k)| k.clone())
+    }
+
+    /// Stores a user account and applies it here before returning.
+    pub async fn put_user(&self, account: UserAccount) -> Result<(), BusError> {
+        let name = format!("{USER_PREFIX}{}", account.user.0);
+        self.put(name, Envelope::new(account, halyard_platform::now_ms())).await
+    }
+
+    /// Stores a key record and applies it here before returning.
+    pub async fn put_key(&self, record: ApiKeyRecord) -> Result<(), BusError> {
+        let name = format!("{KEY_PREFIX}{}", record.id);
+        self.put(name, Envelope::new(record, halyard_platform::now_ms())).await
+    }
+
+    async fn put<P: halyard_protocol::envelope::Payload>(&self, name: String, env: Envelope<P>) -> Result<(), BusError> {
+        let bytes = halyard_protocol::encode(&env)?;
+        let revision = self
+            .kv
+            .put(&name, bytes.clone().into())
+            .await
+            .map_err(|e| BusError::new(BusErrorKind::Publish, format!("{}: {e}", subjects::AUTH_BUCKET)))?;
+        self.apply_value(&name, revision, false, &bytes);
+        Ok(())
+    }
+}
+
+/// One value of the bucket, as [`Accounts::apply_value`] reads it.
+struct Raw<'a> {
+    key: &'a str,
+    revision: u64,
+    value: &'a [u8],
+}

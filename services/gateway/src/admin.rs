@@ -1,0 +1,249 @@
+//! `/api/v1/admin`: users and API keys, for administrators; and `/api/v1/me`, who a key is.
+//! Every change is stored in the accounts bucket (see [`crate::accounts`]) and leaves an audit
+//! record on `halyard.sys.audit.<user|key>`. An issued key is shown once, in the answer that
+//! issues it; only its salted hash is kept.
+
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::{bus, keys, now_ms};
+use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
+use halyard_protocol::system::SystemRecord;
+use halyard_protocol::{UserId, subjects};
+
+use crate::AppState;
+use crate::accounts::Principal;
+use crate::auth::Admin;
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+
+/// Longest key lifetime one may ask for: ten years.
+const MAX_EXPIRY_SECS: u64 = 10 * 365 * 24 * 3600;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateUserBody {
+    pub name: String,
+    #[serde(default)]
+    pub admin: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchUserBody {
+    #[serde(default)]
+    pub admin: Option<bool>,
+    #[serde(default)]
+    pub disabled: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyBody {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub expires_in_secs: Option<u64>,
+}
+
+fn user_json(state: &AppState, name: &str, account: Option<&UserAccount>) -> Value {
+    let bootstrap_admin = state.accounts.is_bootstrap_admin(name);
+    json!({
+        "name": name,
+        "admin": account.is_some_and(|a| a.admin) || bootstrap_admin,
+        "disabled": account.is_some_and(|a| a.disabled),
+        "managed": account.is_some(),
+        "keys": state.accounts.keys_of(name).iter().filter(|k| k.revoked_ms.is_none()).count(),
+        "created_at": account.map(|a| rfc3339(a.created_ms)),
+        "updated_at": account.map(|a| rfc3339(a.updated_ms)),
+    })
+}
+
+fn key_json(k: &ApiKeyRecord) -> Value {
+    json!({
+        "id": k.id, "user": k.user.0, "name": k.name, "scope": k.scope.as_str(),
+        "created_at": rfc3339(k.created_ms), "expires_at": k.expires_ms.map(rfc3339), "revoked_at": k.revoked_ms.map(rfc3339),
+    })
+}
+
+/// User names go into bucket keys and subjects: letters, digits, `-` and `_`.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok { Ok(()) } else { Err(ApiError::bad_request("invalid_field", "`name`: 1 to 64 letters, digits, `-` or `_`")) }
+}
+
+fn store_err(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "accounts store");
+    ApiError::unavailable("the accounts store did not answer; try again")
+}
+
+/// Records an admin action on the bus. The change is made already: a lost audit record is
+/// logged loudly rather than undoing it.
+async fn audit(state: &AppState, actor: &UserId, client: SocketAddr, kind: &str, action: &str, target: &str, detail: Option<String>) {
+    let record = SystemRecord::Audit(AuditRecord {
+        actor: actor.clone(),
+        action: action.into(),
+        target: target.into(),
+        detail,
+        client: Some(client.ip().to_string()),
+        at_ms: now_ms(),
+    });
+    if let Err(e) = bus::send(&state.js, subjects::audit_record(kind), record, None).await {
+        tracing::error!(error = %e, %action, %target, "audit record lost");
+    }
+}
+
+/// `GET /me`: who this key is.
+pub async fn me(principal: Principal) -> Json<Value> {
+    Json(json!({"user": principal.user.0, "admin": principal.admin, "scope": principal.scope.as_str()}))
+}
+
+/// `GET /admin/users`.
+pub async fn list_users(State(state): State<AppState>, _: Admin) -> Json<Value> {
+    let items: Vec<Value> = state.accounts.users().iter().map(|(name, account)| user_json(&state, name, account.as_ref())).collect();
+    Json(json!({ "items": items }))
+}
+
+/// `POST /admin/users`.
+pub async fn create_user(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    ApiJson(body): ApiJson<CreateUserBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name(&body.name)?;
+    if state.accounts.exists(&body.name) {
+        return Err(ApiError::conflict("user_exists", format!("user `{}` exists already; PATCH it to change it", body.name)));
+    }
+    let now = now_ms();
+    let account = UserAccount { user: UserId(body.name.clone()), admin: body.admin, disabled: false, created_ms: now, updated_ms: now };
+    state.accounts.put_user(account.clone()).await.map_err(store_err)?;
+    audit(&state, &actor, client, "user", "user.create", &body.name, body.admin.then(|| "admin".to_owned())).await;
+    Ok((StatusCode::CREATED, Json(user_json(&state, &body.name, Some(&account)))))
+}
+
+/// `GET /admin/users/{name}`.
+pub async fn get_user(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if !state.accounts.exists(&name) {
+        return Err(ApiError::not_found("user"));
+    }
+    Ok(Json(user_json(&state, &name, state.accounts.account(&name).as_ref())))
+}
+
+/// `PATCH /admin/users/{name}`: make admin or not, disable or enable.
+pub async fn patch_user(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<PatchUserBody>,
+) -> Result<Json<Value>, ApiError> {
+    if !state.accounts.exists(&name) {
+        return Err(ApiError::not_found("user"));
+    }
+    if name == actor.0 && body.disabled == Some(true) {
+        return Err(ApiError::conflict("self_disable", "you cannot disable yourself; ask another administrator"));
+    }
+    let now = now_ms();
+    let mut account = state.accounts.account(&name).unwrap_or(UserAccount {
+        user: UserId(name.clone()),
+        admin: false,
+        disabled: false,
+        created_ms: now,
+        updated_ms: now,
+    });
+    let mut changes = Vec::new();
+    if let Some(admin) = body.admin {
+        account.admin = admin;
+        changes.push(format!("admin={admin}"));
+    }
+    if let Some(disabled) = body.disabled {
+        account.disabled = disabled;
+        changes.push(format!("disabled={disabled}"));
+    }
+    account.updated_ms = now;
+    state.accounts.put_user(account.clone()).await.map_err(store_err)?;
+    audit(&state, &actor, client, "user", "user.update", &name, Some(changes.join(","))).await;
+    Ok(Json(user_json(&state, &name, Some(&account))))
+}
+
+/// `GET /admin/users/{name}/keys`.
+pub async fn list_keys(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    if !state.accounts.exists(&name) {
+        return Err(ApiError::not_found("user"));
+    }
+    let items: Vec<Value> = state.accounts.keys_of(&name).iter().map(key_json).collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+/// `POST /admin/users/{name}/keys`: issues a key, shown this once.
+pub async fn create_key(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<CreateKeyBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    if !state.accounts.exists(&name) {
+        return Err(ApiError::not_found("user"));
+    }
+    let scope = match body.scope.as_deref() {
+        None | Some("full") => KeyScope::Full,
+        Some("read_only") => KeyScope::ReadOnly,
+        Some(other) => return Err(ApiError::bad_request("invalid_field", format!("`scope`: {other:?} is not `full` or `read_only`"))),
+    };
+    let label = body.name.unwrap_or_default();
+    if label.chars().count() > 100 {
+        return Err(ApiError::bad_request("invalid_field", "`name` is longer than 100 characters"));
+    }
+    let expires_ms = match body.expires_in_secs {
+        Some(0) => return Err(ApiError::bad_request("invalid_field", "`expires_in_secs` must be at least 1")),
+        Some(s) if s > MAX_EXPIRY_SECS => {
+            return Err(ApiError::bad_request("invalid_field", format!("`expires_in_secs` must be at most {MAX_EXPIRY_SECS}")));
+        }
+        Some(s) => Some(now_ms() + (s as i64) * 1000),
+        None => None,
+    };
+    let (id, secret, key) = keys::new_api_key();
+    let salt = keys::random_secret();
+    let record = ApiKeyRecord {
+        id: id.clone(),
+        user: UserId(name.clone()),
+        name: label,
+        hash: keys::api_key_hash(&salt, &secret),
+        salt,
+        scope,
+        created_ms: now_ms(),
+        expires_ms,
+        revoked_ms: None,
+    };
+    state.accounts.put_key(record.clone()).await.map_err(store_err)?;
+    audit(&state, &actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;
+    let mut out = key_json(&record);
+    out["key"] = key.into();
+    Ok((StatusCode::CREATED, Json(out)))
+}
+
+/// `DELETE /admin/keys/{id}`: revokes a key, at once on every gateway.
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let mut record = state.accounts.key(&id).ok_or_else(|| ApiError::not_found("key"))?;
+    if record.revoked_ms.is_none() {
+        record.revoked_ms = Some(now_ms());
+        state.accounts.put_key(record.clone()).await.map_err(store_err)?;
+        audit(&state, &actor, client, "key", "key.revoke", &id, Some(format!("user={}", record.user.0))).await;
+    }
+    Ok(Json(key_json(&record)))
+}

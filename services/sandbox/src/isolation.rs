@@ -1,0 +1,307 @@
+//! How process sandboxes are kept apart from Halyard and from each other.
+//!
+//! A process sandbox is the executor run as a child process; the agent's commands run as its
+//! children. Assume they are hostile: they must not read the deployment secret, the data
+//! directory (bus store, read models, credentials), another sandbox's workspace, or Halyard's
+//! environment. One of three modes is chosen once, at start-up:
+//!
+//! - `uid` (Halyard runs as root): every sandbox gets an unprivileged uid and gid of its own
+//!   from a configured range, owns its workspace, home and temporary directory (mode 0700),
+//!   and runs with no supplementary groups. The data directory and every sandbox's directory
+//!   are traverse-only (0711) and everything else Halyard writes is private to root (umask
+//!   077), so a sandbox reaches its own directories by path and nothing else of Halyard.
+//! - `bwrap` (not root, bubblewrap installed): every sandbox runs in fresh user, pid, IPC and
+//!   UTS namespaces where only the system's directories (read-only), a private `/tmp` and its
+//!   own directory exist.
+//! - `none`: nothing isolates one sandbox from another, so process sandboxes are refused for
+//!   every user but the first, with an error that says what to do.
+//!
+//! What no mode gives: a kernel of its own, or a network namespace (the executor listens on the
+//! host's loopback, where the host's services are reachable; the bus asks for credentials the
+//! sandbox cannot read). Docker sandboxes (see [`crate::docker`]) isolate more.
+
+use std::collections::HashSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use halyard_platform::config::SandboxConfig;
+use halyard_protocol::UserId;
+
+use crate::process::Layout;
+
+/// The isolation of this supervisor's process sandboxes.
+#[derive(Debug)]
+pub enum Isolation {
+    Uid(UidPool),
+    Bwrap {
+        program: PathBuf,
+    },
+    /// No isolation: only one user's sandboxes may run (see [`Isolation::refusal`]).
+    None,
+}
+
+/// How to start one sandbox's executor under the chosen isolation.
+#[derive(Clone, Debug, Default)]
+pub struct Confinement {
+    /// Run as this uid and gid (with no supplementary groups).
+    pub uid: Option<u32>,
+    /// Run the executor through this wrapper (program and arguments, ending with `--`).
+    pub wrapper: Vec<String>,
+}
+
+impl Isolation {
+    /// Chooses the mode `config.process_isolation` names (`auto`: `uid` as root, else `bwrap`
+    /// if bubblewrap works here, else `none`), and prepares `data_dir` for it.
+    pub fn choose(config: &SandboxConfig, data_dir: &Path) -> Result<Self, String> {
+        let root = is_root();
+        let mode = match config.process_isolation.as_str() {
+            "auto" if root => "uid",
+            "auto" => {
+                if bwrap_program().is_some() {
+                    "bwrap"
+                } else {
+                    "none"
+                }
+            }
+            other => other,
+        };
+        let sandboxes = data_dir.join("sandboxes");
+        std::fs::create_dir_all(&sandboxes).map_err(|e| format!("cannot create {}: {e}", sandboxes.display()))?;
+        match mode {
+            "uid" => {
+                if !root {
+                    return Err(
+                        "process_isolation `uid` needs Halyard to run as root; use `bwrap` (install bubblewrap) or Docker sandboxes".into(),
+                    );
+                }
+                // Sandbox uids must reach their own directories by path, and nothing more.
+                set_mode(data_dir, 0o711)?;
+                set_mode(&sandboxes, 0o711)?;
+                check_traversable(&sandboxes)?;
+                let pool = UidPool::new(config.process_uid_base, config.process_uid_count);
+                pool.adopt_existing(&sandboxes);
+                Ok(Self::Uid(pool))
+            }
+            "bwrap" => {
+                let program = bwrap_program().ok_or("process_isolation `bwrap` needs bubblewrap (`apt-get install bubblewrap`)")?;
+                Ok(Self::Bwrap { program })
+            }
+            "none" => {
+                tracing::warn!(
+                    "process sandboxes are NOT isolated from each other here (not root, no bubblewrap): \
+                     only one user's sandboxes will run"
+                );
+                Ok(Self::None)
+            }
+            other => Err(format!("unknown process_isolation `{other}`: use auto, uid, bwrap or none")),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Uid(_) => "uid",
+            Self::Bwrap { .. } => "bwrap",
+            Self::None => "none",
+        }
+    }
+
+    /// With no isolation, the reason `owner` may not have a sandbox while `others` (owners of
+    /// the sandboxes that exist) do.
+    pub fn refusal<'a>(&self, owner: &UserId, mut others: impl Iterator<Item = &'a UserId>) -> Option<String> {
+        if !matches!(self, Self::None) {
+            return None;
+        }
+        others.find(|o| *o != owner).map(|other| {
+            format!(
+                "process sandboxes are not isolated on this machine (Halyard is not root and bubblewrap is missing), \
+                 and user `{other}` has one already: run Halyard as root, install bubblewrap, or use Docker sandboxes \
+                 (HALYARD_SANDBOX=docker)"
+            )
+        })
+    }
+
+    /// Creates the sandbox's directories, owned as its mode wants, and says how to start its
+    /// executor. An existing sandbox keeps its uid (the owner of its workspace).
+    pub fn prepare(&self, layout: &Layout, executor: &[String]) -> Result<Confinement, String> {
+        let created = |dir: &Path| std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()));
+        created(&layout.root)?;
+        let private = [layout.workspace(), layout.home(), layout.tmp()];
+        match self {
+            Self::Uid(pool) => {
+                set_mode(&layout.root, 0o711)?;
+                let uid = match std::fs::metadata(layout.workspace()) {
+                    Ok(m) if pool.contains(m.uid()) => m.uid(),
+                    _ => pool.allocate()?,
+                };
+                for dir in &private {
+                    created(dir)?;
+                    std::os::unix::fs::chown(dir, Some(uid), Some(uid)).map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
+                    set_mode(dir, 0o700)?;
+                }
+                Ok(Confinement { uid: Some(uid), wrapper: Vec::new() })
+            }
+            Self::Bwrap { program } => {
+                for dir in &private {
+                    created(dir)?;
+                    set_mode(dir, 0o700)?;
+                }
+                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor) })
+            }
+            Self::None => {
+                for dir in &private {
+                    created(dir)?;
+                }
+                Ok(Confinement::default())
+            }
+        }
+    }
+
+    /// The sandbox's directories are about to be removed: its uid may be reused.
+    pub fn release(&self, layout: &Layout) {
+        if let (Self::Uid(pool), Ok(m)) = (self, std::fs::metadata(layout.workspace())) {
+            pool.release(m.uid());
+        }
+    }
+}
+
+/// The uids given to sandboxes: `base..base + count`, each to one sandbox at a time.
+#[derive(Debug)]
+pub struct UidPool {
+    base: u32,
+    count: u32,
+    in_use: Mutex<HashSet<u32>>,
+}
+
+impl UidPool {
+    fn new(base: u32, count: u32) -> Self {
+        Self { base, count, in_use: Mutex::new(HashSet::new()) }
+    }
+
+    fn contains(&self, uid: u32) -> bool {
+        uid >= self.base && uid - self.base < self.count
+    }
+
+    /// Marks the uids of the sandbox directories already on disk as taken.
+    fn adopt_existing(&self, sandboxes: &Path) {
+        let Ok(entries) = std::fs::read_dir(sandboxes) else { return };
+        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in entries.flatten() {
+            if let Ok(m) = std::fs::metadata(entry.path().join("workspace")) {
+                if self.contains(m.uid()) {
+                    in_use.insert(m.uid());
+                }
+            }
+        }
+    }
+
+    fn allocate(&self) -> Result<u32, String> {
+        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        let uid = (self.base..self.base.saturating_add(self.count))
+            .find(|u| !in_use.contains(u))
+            .ok_or_else(|| format!("all {} sandbox uids from {} are in use; raise sandbox.process_uid_count", self.count, self.base))?;
+        in_use.insert(uid);
+        Ok(uid)
+    }
+
+    fn release(&self, uid: u32) {
+        self.in_use.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+    }
+}
+
+/// The bubblewrap command line that runs `executor` with only the system's directories
+/// (read-only), a private `/tmp`, `/proc` and `/dev` of its own, and the sandbox's directory.
+fn bwrap_args(program: &Path, layout: &Layout, executor: &[String]) -> Vec<String> {
+    let mut args = vec![program.display().to_string()];
+    // No `--new-session`: the executor must stay in the process group that pause and delete
+    // signal.
+    let flags = ["--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"];
+    args.extend(flags.map(str::to_owned));
+    for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"] {
+        if Path::new(dir).exists() {
+            args.extend(["--ro-bind".into(), dir.into(), dir.into()]);
+        }
+    }
+    // The executor binary, wherever it is built.
+    if let Some(exe) = executor.first().filter(|e| Path::new(e).is_absolute()) {
+        args.extend(["--ro-bind".into(), exe.clone(), exe.clone()]);
+    }
+    args.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(str::to_owned));
+    let root = absolute(&layout.root).display().to_string();
+    args.extend(["--bind".into(), root.clone(), root]);
+    args.push("--".into());
+    args
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// bubblewrap, if it is installed and can create namespaces here.
+fn bwrap_program() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let program = std::env::split_paths(&path).map(|d| d.join("bwrap")).find(|p| p.is_file())?;
+    let works = std::process::Command::new(&program)
+        .args(["--unshare-user", "--ro-bind", "/", "/", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    works.then_some(program)
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("cannot chmod {}: {e}", path.display()))
+}
+
+/// Every directory above `dir` must let other users pass (o+x), or sandbox uids cannot reach
+/// their workspaces.
+fn check_traversable(dir: &Path) -> Result<(), String> {
+    let dir = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for ancestor in dir.ancestors() {
+        let m = std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
+        if m.mode() & 0o001 == 0 {
+            return Err(format!(
+                "sandbox uids cannot reach {} because {} is not traversable by other users: `chmod o+x {}` or choose \
+                 another HALYARD_DATA_DIR",
+                dir.display(),
+                ancestor.display(),
+                ancestor.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_are_handed_out_once_and_reused_after_release() {
+        let pool = UidPool::new(300_000, 2);
+        let a = pool.allocate().unwrap();
+        let b = pool.allocate().unwrap();
+        assert_ne!(a, b);
+        assert!(pool.allocate().is_err(), "the range has two uids");
+        pool.release(a);
+        assert_eq!(pool.allocate().unwrap(), a);
+        assert!(!pool.contains(299_999) && !pool.contains(300_002));
+    }
+
+    #[test]
+    fn without_isolation_only_one_user_gets_sandboxes() {
+        let alice = UserId("alice".into());
+        let bob = UserId("bob".into());
+        assert!(Isolation::None.refusal(&alice, [&alice].into_iter()).is_none());
+        let why = Isolation::None.refusal(&bob, [&alice].into_iter()).unwrap();
+        assert!(why.contains("bubblewrap") && why.contains("alice"), "{why}");
+        let bwrap = Isolation::Bwrap { program: "/usr/bin/bwrap".into() };
+        assert!(bwrap.refusal(&bob, [&alice].into_iter()).is_none());
+    }
+}

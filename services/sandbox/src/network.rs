@@ -1,0 +1,180 @@
+//! The networks docker sandboxes live on. No sandbox may reach another's ports, so containers
+//! never join Docker's default bridge (where every container talks to every other): they join
+//! a bridge network of this deployment with inter-container traffic off
+//! (`com.docker.network.bridge.enable_icc=false`), one per egress class a spec can ask for:
+//!
+//! - `open` (default): anything outside the host, like the default bridge, minus the other
+//!   sandboxes.
+//! - `internet`: the same, except private, shared, loopback, link-local and multicast ranges and
+//!   the Docker host itself, dropped by iptables rules on the network's bridge (so Halyard must
+//!   run on the engine's host, as root).
+//! - `none`: an internal network, and the host's own address on it closed too: nothing outside
+//!   the container at all. Its ports cannot be published, so the host reaches the executor at
+//!   the container's own address.
+
+use std::collections::HashMap;
+
+use bollard::models::NetworkCreateRequest;
+use bollard::query_parameters::{InspectNetworkOptions, ListNetworksOptions};
+
+use crate::docker::{DockerError, Engine, LABEL_DEPLOYMENT};
+
+/// Where a sandbox may connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Egress {
+    Open,
+    Internet,
+    None,
+}
+
+/// Destinations an `internet` sandbox may not reach: private (RFC 1918), carrier-grade NAT,
+/// loopback, link-local (cloud metadata services live there), benchmarking, multicast and
+/// reserved ranges.
+pub const BLOCKED_FOR_INTERNET: [&str; 9] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/3",
+];
+
+impl Egress {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "open" => Ok(Self::Open),
+            "internet" => Ok(Self::Internet),
+            "none" => Ok(Self::None),
+            other => Err(format!("unknown egress `{other}`: use open, internet or none")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Internet => "internet",
+            Self::None => "none",
+        }
+    }
+
+    /// Whether ports can be published on the host (not on an internal network).
+    pub fn publishes_ports(self) -> bool {
+        self != Self::None
+    }
+}
+
+impl Engine {
+    /// The network of this deployment for `egress`.
+    pub fn network_name(&self, egress: Egress) -> String {
+        format!("{}-{}", self.naming.name("net"), egress.as_str())
+    }
+
+    /// The bridge interface's name (at most 15 characters), which the iptables rules name.
+    fn bridge_name(&self, egress: Egress) -> String {
+        let short: String = self.naming.deployment.chars().filter(char::is_ascii_alphanumeric).take(8).collect();
+        format!("hy{short}-{}", &egress.as_str()[..2])
+    }
+
+    /// Creates the network for `egress` if it is missing, and (for `internet`) puts its
+    /// iptables rules in place. Idempotent; run at every start-up.
+    pub async fn ensure_network(&self, egress: Egress) -> Result<String, DockerError> {
+        let name = self.network_name(egress);
+        let exists = self.docker.inspect_network(&name, None::<InspectNetworkOptions>).await.is_ok();
+        if !exists {
+            let options = HashMap::from([
+                ("com.docker.network.bridge.enable_icc".to_owned(), "false".to_owned()),
+                ("com.docker.network.bridge.name".to_owned(), self.bridge_name(egress)),
+            ]);
+            let labels = HashMap::from([(LABEL_DEPLOYMENT.to_owned(), self.naming.deployment.clone())]);
+            let request = NetworkCreateRequest {
+                name: name.clone(),
+                driver: Some("bridge".into()),
+                internal: Some(egress == Egress::None),
+                options: Some(options),
+                labels: Some(labels),
+                ..Default::default()
+            };
+            match self.docker.create_network(request).await {
+                Ok(_) => {}
+                // Created meanwhile by a concurrent start: fine.
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {}
+                Err(e) => return Err(DockerError::Engine { op: "create network", detail: e.to_string() }),
+            }
+        }
+        match egress {
+            Egress::Open => {}
+            Egress::Internet => firewall(&self.bridge_name(egress), &BLOCKED_FOR_INTERNET).await?,
+            // Internal networks forward nothing, but the host's own address on the bridge is
+            // still a local destination: close it like `internet` does.
+            Egress::None => firewall(&self.bridge_name(egress), &[]).await?,
+        }
+        Ok(name)
+    }
+
+    /// This deployment's networks, by name.
+    pub async fn networks(&self) -> Result<Vec<String>, DockerError> {
+        let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_DEPLOYMENT}={}", self.naming.deployment)])]);
+        let list = self
+            .docker
+            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
+            .await
+            .map_err(|e| DockerError::Engine { op: "list networks", detail: e.to_string() })?;
+        Ok(list.into_iter().filter_map(|n| n.name).collect())
+    }
+}
+
+/// Drops what leaves `bridge` for a `blocked` range (forwarded traffic, `DOCKER-USER`) or for
+/// the host itself (`INPUT`, but for answers to connections the host opened: the executor's
+/// port). Rules are replaced, not added twice, so restarts do not pile them up.
+async fn firewall(bridge: &str, blocked: &[&str]) -> Result<(), DockerError> {
+    let mut forward: Vec<Vec<String>> =
+        blocked.iter().map(|cidr| ["-i", bridge, "-d", cidr, "-j", "DROP"].map(str::to_owned).to_vec()).collect();
+    forward.reverse();
+    let answers = ["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"].map(str::to_owned).to_vec();
+    let to_host = ["-i", bridge, "-j", "DROP"].map(str::to_owned).to_vec();
+    // Inserted at the top in reverse, so `answers` ends up above `to_host`.
+    for (chain, rules) in [("DOCKER-USER", forward), ("INPUT", vec![to_host, answers])] {
+        for rule in &rules {
+            while iptables(&[&["-D", chain], &rule_refs(rule)[..]].concat()).await.is_ok() {}
+        }
+        for rule in &rules {
+            iptables(&[&["-I", chain, "1"], &rule_refs(rule)[..]].concat()).await?;
+        }
+    }
+    Ok(())
+}
+
+fn rule_refs(rule: &[String]) -> Vec<&str> {
+    rule.iter().map(String::as_str).collect()
+}
+
+async fn iptables(args: &[&str]) -> Result<(), DockerError> {
+    let out = tokio::process::Command::new("iptables")
+        .arg("-w")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| DockerError::Engine { op: "iptables", detail: format!("{e} (the `internet` egress needs iptables, as root)") })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(DockerError::Engine { op: "iptables", detail: String::from_utf8_lossy(&out.stderr).trim().to_owned() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn egress_names_round_trip_and_unknown_ones_are_refused() {
+        for e in [Egress::Open, Egress::Internet, Egress::None] {
+            assert_eq!(Egress::parse(e.as_str()), Ok(e));
+        }
+        assert_eq!(Egress::parse(""), Ok(Egress::Open));
+        assert!(Egress::parse("vpn").unwrap_err().contains("open, internet or none"));
+    }
+}

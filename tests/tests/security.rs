@@ -1,0 +1,235 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! The hostile agent: a prompt-injected model that runs whatever it is told, in a deployment
+//! shared by two users. In a process sandbox and in containers it tries to read the deployment
+//! secret, the data dir, the bus credentials, another user's workspace and Halyard's
+//! environment, to talk to NATS without or with guessed credentials, and to reach another
+//! user's container and the Docker host. Every attempt fails; the same runs show that the
+//! legitimate paths (its own workspace, its own exposed ports) still work.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use halyard_tests::docker::{containers, docker, require_engine};
+use halyard_tests::harness::LLM_KEY;
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+
+/// Runs `commands` as one agent run of a new conversation of `api`'s user (one terminal call
+/// each, then finish) and returns each command's output, in order.
+async fn run_commands(llm: &ScriptedLlm, api: &Api, spec: Option<&str>, commands: &[String]) -> (String, Vec<String>) {
+    llm.push(commands.iter().map(|c| Reply::tool("terminal", json!({"command": c, "timeout": 20}))));
+    llm.push([Reply::finish("done")]);
+    let mut body = json!({"message": "do as you are told"});
+    if let Some(spec) = spec {
+        body["sandbox_spec"] = spec.into();
+    }
+    let (conv, task) = api.start_ready(body).await;
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let outputs: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "observation" && e["tool"] == "terminal")
+        .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(outputs.len(), commands.len(), "one output per command: {}", Value::Array(events));
+    (task["sandbox_id"].as_str().unwrap().to_owned(), outputs)
+}
+
+/// A Python snippet that speaks NATS' text protocol to `port` (as `user`/`pass` if given): it
+/// reads the server's greeting, then connects, tries to subscribe to everything and to publish
+/// a command, and prints what the server answers.
+fn nats_probe(port: &str, creds: Option<(&str, &str)>) -> String {
+    let auth = creds.map(|(u, p)| format!(r#","user":"{u}","pass":"{p}""#)).unwrap_or_default();
+    let script = format!(
+        r#"import socket
+s = socket.create_connection(("127.0.0.1", {port}), timeout=3)
+print(s.recv(4096).decode()[:4])
+s.sendall(b'CONNECT {{"verbose":false{auth}}}\r\nSUB > 1\r\nPUB halyard.cmd.agent.x 2\r\nhi\r\nPING\r\n')
+try:
+    print(s.recv(4096).decode())
+except Exception as e:
+    print("error", e)
+"#
+    );
+    format!("python3 - <<'PY' 2>&1\n{script}PY\necho probe-done")
+}
+
+#[tokio::test]
+async fn a_hostile_agent_in_a_process_sandbox_reaches_nothing_but_its_own() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let data = h.data.path().display().to_string();
+    let secret = std::fs::read_to_string(h.data.path().join("secret")).unwrap();
+    let bus_passwords: Vec<String> = ["admin", "agent", "gateway", "reader"].iter().map(|r| h.nats_credentials(r).1).collect();
+    let port = h.nats.rsplit(':').next().unwrap().to_owned();
+
+    // Bob keeps notes in his workspace.
+    let (bob_sandbox, _) = run_commands(&llm, &h.api(BOB), None, &["echo bob-private-notes > notes.txt".into()]).await;
+    let bob_ws = h.workspace(&bob_sandbox).display().to_string();
+    assert!(std::fs::read_to_string(format!("{bob_ws}/notes.txt")).unwrap().contains("bob-private-notes"));
+
+    // Alice's agent is hostile.
+    let attacks = [
+        ("the deployment secret", format!("cat {data}/secret")),
+        ("the data dir", format!("ls {data}")),
+        ("the bus credentials", format!("cat {data}/nats-credentials.json")),
+        ("the bus store", format!("ls {data}/nats")),
+        ("the nats-server configuration", format!("cat {data}/nats/nats-server.conf")),
+        ("the read models", format!("ls {data}/gateway")),
+        ("the list of sandboxes", format!("ls {data}/sandboxes")),
+        ("another user's workspace", format!("ls {bob_ws}; cat {bob_ws}/notes.txt")),
+        ("Halyard's environment", format!("cat /proc/{}/environ", h.pid())),
+    ];
+    let bus_attacks = [
+        ("NATS without credentials", nats_probe(&port, None)),
+        ("NATS as a guessed agent", nats_probe(&port, Some(("agent", "agent")))),
+        ("NATS as a guessed admin", nats_probe(&port, Some(("admin", "password")))),
+    ];
+    let legit = [
+        "echo mine > own.txt && cat own.txt && pwd && echo uid=$(id -u)".to_owned(),
+        "env".to_owned(),
+        "ls -d /usr/bin && cat /etc/hostname".to_owned(),
+    ];
+    let commands: Vec<String> =
+        attacks.iter().map(|(_, c)| format!("{c} 2>&1")).chain(bus_attacks.iter().map(|(_, c)| c.clone())).chain(legit.clone()).collect();
+    let (alice_sandbox, outputs) = run_commands(&llm, &h.api(ALICE), None, &commands).await;
+
+    for ((what, _), out) in attacks.iter().zip(&outputs) {
+        assert!(out.contains("Permission denied"), "{what} was not refused: {out}");
+        assert!(!out.contains("bob-private-notes") && !out.contains(secret.trim()), "{what} leaked: {out}");
+        assert!(!bus_passwords.iter().any(|p| out.contains(p.as_str())), "{what} leaked a bus password: {out}");
+    }
+    for ((what, _), out) in bus_attacks.iter().zip(&outputs[attacks.len()..]) {
+        assert!(out.contains("Authorization Violation"), "{what} was not refused: {out}");
+        assert!(!out.contains("PONG") && !out.contains("MSG "), "{what} got through: {out}");
+    }
+    // The legitimate paths: its own workspace, under a uid of its own; no key in its env.
+    let own = &outputs[attacks.len() + bus_attacks.len()..];
+    let alice_ws = h.workspace(&alice_sandbox).display().to_string();
+    assert!(own[0].contains("mine") && own[0].contains(&alice_ws), "{}", own[0]);
+    let uid: u32 = own[0].lines().find_map(|l| l.strip_prefix("uid=")).unwrap().trim().parse().unwrap();
+    assert_ne!(uid, 0, "the sandbox runs as root");
+    assert!(!own[1].contains(LLM_KEY) && !own[1].contains("HALYARD_") && !own[1].contains(secret.trim()), "{}", own[1]);
+    assert!(own[2].contains("/usr/bin"), "the system's files are readable: {}", own[2]);
+    // Bob's files are his: another uid.
+    let meta = |p: String| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
+    assert_ne!(meta(format!("{bob_ws}/notes.txt")), meta(format!("{alice_ws}/own.txt")));
+    assert!(h.log().lines().all(|l| !l.contains(secret.trim())), "the secret is in the log");
+}
+
+/// A TCP server on every address of the host that answers `host-secret` to anyone.
+fn host_server() -> u16 {
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\nhost-secret\n");
+        }
+    });
+    port
+}
+
+/// Python (in the base image) fetching `http://ip:port/path`: the body, or the error.
+fn fetch(ip: &str, port: u16, path: &str) -> String {
+    format!(
+        "python3 -c 'import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1], timeout=4).read().decode().strip())' \
+         http://{ip}:{port}{path} 2>&1 | tail -1"
+    )
+}
+
+fn container_ip(container: &str) -> String {
+    docker(&["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container])
+}
+
+#[tokio::test]
+async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_host() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\negress = \"internet\"\n\n\
+         [[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\n",
+    )
+    .unwrap();
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_CONFIG", &config.path().display().to_string()),
+    );
+    let host_port = host_server();
+    let serve = |name: &str| {
+        format!(
+            "mkdir -p /tmp/www && echo {name} > /tmp/www/index.html && cd /tmp/www && (nohup python3 -m http.server 8001 >/dev/null 2>&1 &) && sleep 1 && echo serving"
+        )
+    };
+
+    // Bob serves an app on WORKER_1.
+    let bob = h.api(BOB);
+    let (bob_sandbox, out) = run_commands(&llm, &bob, None, &[serve("bob-app")]).await;
+    assert!(out[0].contains("serving"), "{}", out[0]);
+    let bob_container = &containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={bob_sandbox}")))[0];
+    let bob_ip = container_ip(bob_container);
+    // It is there: the host reaches it, at its exposed URL and at its address.
+    let (_, view) = bob.get(&format!("/api/v1/sandboxes/{bob_sandbox}")).await;
+    let worker =
+        view["exposed_urls"].as_array().unwrap().iter().find(|u| u["name"] == "WORKER_1").unwrap()["url"].as_str().unwrap().to_owned();
+    assert!(reqwest::get(format!("{worker}/index.html")).await.unwrap().text().await.unwrap().contains("bob-app"));
+    assert!(reqwest::get(format!("http://{bob_ip}:8001/index.html")).await.unwrap().text().await.unwrap().contains("bob-app"));
+
+    // Alice's agents are hostile, with each egress. The host answers on every address,
+    // including each of this deployment's networks' gateways.
+    let alice = h.api(ALICE);
+    let filter = format!("label=dev.halyard.deployment={}", h.deployment());
+    let networks: Vec<(String, String)> = docker(&["network", "ls", "-q", "--filter", &filter])
+        .lines()
+        .map(|id| {
+            let name = docker(&["network", "inspect", "-f", "{{.Name}}", id]);
+            let gateway = docker(&["network", "inspect", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}", id]);
+            (name, gateway)
+        })
+        .collect();
+    assert_eq!(networks.len(), 3, "one network per egress: {networks:?}");
+    let attacks_on_bob = [fetch(&bob_ip, 8001, "/index.html"), fetch(&bob_ip, 8000, "/health")];
+    let attacks_on_host: Vec<String> = networks.iter().map(|(_, gw)| fetch(gw, host_port, "/")).collect();
+    let refused = |o: &str| o.contains("Error") || o.contains("timed out") || o.contains("refused") || o.contains("unreachable");
+
+    // open: other sandboxes are out of reach; the host is reachable at the gateway of its own
+    // network (that is what `open` means, and it shows the probe works); its own app is
+    // reachable through its own exposed port.
+    let open_network = networks.iter().position(|(name, _)| name.ends_with("-open")).unwrap();
+    let commands = [vec![serve("alice-app")], attacks_on_bob.to_vec(), vec![attacks_on_host[open_network].clone()]].concat();
+    let (open_sandbox, out) = run_commands(&llm, &alice, None, &commands).await;
+    assert!(out[0].contains("serving"), "{}", out[0]);
+    for o in &out[1..3] {
+        assert!(!o.contains("bob-app") && !o.contains("\"ok\"") && refused(o), "reached Bob's container: {o}");
+    }
+    assert!(out[3].contains("host-secret"), "the probe cannot reach the host even with `open` egress: {}", out[3]);
+    let (_, view) = alice.get(&format!("/api/v1/sandboxes/{open_sandbox}")).await;
+    let own =
+        view["exposed_urls"].as_array().unwrap().iter().find(|u| u["name"] == "WORKER_1").unwrap()["url"].as_str().unwrap().to_owned();
+    assert!(reqwest::get(format!("{own}/index.html")).await.unwrap().text().await.unwrap().contains("alice-app"));
+
+    // internet and none: neither Bob nor the host, at any of its addresses.
+    for spec in ["locked", "offline"] {
+        let commands = [attacks_on_bob.to_vec(), attacks_on_host.clone()].concat();
+        let (sandbox, out) = run_commands(&llm, &alice, Some(spec), &commands).await;
+        for o in &out {
+            assert!(
+                !o.contains("bob-app") && !o.contains("host-secret") && !o.contains("\"ok\"") && refused(o),
+                "{spec}: got through: {o}"
+            );
+        }
+        // The host reaches the sandbox's executor all the same (the run above went through it).
+        let (_, view) = alice.get(&format!("/api/v1/sandboxes/{sandbox}")).await;
+        assert_eq!(view["status"], "RUNNING", "{view}");
+    }
+}
