@@ -138,3 +138,97 @@ async fn logs_in_the_old_subject_layout_are_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("layout of an earlier Halyard") && stderr.contains("halyard.events.<id>.<kind>"), "{stderr}");
 }
+
+/// What a connection attempt or operation on the bus was told by the server.
+async fn connect_as(h: &Halyard, role: &str) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let (user, password) = h.nats_credentials(role);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_user_and_password(user, password)
+        .name(format!("test-as-{role}"))
+        .custom_inbox_prefix(format!("_INBOX_{role}"))
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(event.to_string());
+            }
+        })
+        .connect(&h.nats)
+        .await
+        .unwrap();
+    (client, rx)
+}
+
+/// Waits for the server to refuse something about `subject`.
+async fn refused(errors: &mut tokio::sync::mpsc::UnboundedReceiver<String>, subject: &str) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while let Ok(Some(e)) = tokio::time::timeout_at(deadline, errors.recv()).await {
+        if e.contains("Permissions Violation") && e.contains(subject) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Every NATS connection authenticates, and each service role is refused outside what
+/// `nats/roles.json` allows it.
+#[tokio::test]
+async fn the_bus_asks_who_you_are_and_each_role_keeps_to_its_subjects() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    assert!(async_nats::connect(&h.nats).await.is_err(), "an anonymous client was let in");
+    for (user, password) in [("admin", "admin"), ("agent", "password"), ("gateway", ""), ("reader", "reader")] {
+        let attempt = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()).connect(&h.nats).await;
+        assert!(attempt.is_err(), "guessed credentials {user}:{password} were accepted");
+    }
+    let conv = "01900000-0000-7000-8000-0000000000aa";
+    let sandbox = "01900000-0000-7000-8000-0000000000bb";
+    let publish = [
+        ("gateway", format!("halyard.events.{conv}.user_message")),
+        ("gateway", format!("halyard.sys.sandbox.{sandbox}")),
+        ("agent", format!("halyard.sys.sandbox.{sandbox}")),
+        ("agent", format!("halyard.cmd.conversation.{conv}")),
+        ("titles", format!("halyard.events.{conv}.user_message")),
+        ("sandbox", format!("halyard.events.{conv}.action")),
+        ("sandbox", format!("halyard.cmd.agent.{conv}")),
+        ("conversations", format!("halyard.events.{conv}.agent_message")),
+        ("callbacks", format!("halyard.cmd.agent.{conv}")),
+        ("reader", format!("halyard.cmd.agent.{conv}")),
+        ("reader", format!("halyard.events.{conv}.user_message")),
+        ("reader", "$JS.API.STREAM.DELETE.HALYARD_EVENTS".to_owned()),
+        // Nobody but the dispatcher reads delivery jobs.
+        ("gateway", "$JS.API.CONSUMER.MSG.NEXT.HALYARD_DELIVERIES.webhook-x".to_owned()),
+        ("agent", "$JS.API.CONSUMER.MSG.NEXT.HALYARD_DELIVERIES.webhook-x".to_owned()),
+        ("reader", "$JS.API.CONSUMER.MSG.NEXT.HALYARD_DELIVERIES.webhook-x".to_owned()),
+    ];
+    for (role, subject) in &publish {
+        let (client, mut errors) = connect_as(&h, role).await;
+        client.publish(subject.clone(), "forged".into()).await.unwrap();
+        client.flush().await.unwrap();
+        assert!(refused(&mut errors, subject).await, "{role} may publish to {subject}");
+    }
+    let subscribe = [
+        ("gateway", "halyard.dlv.>"),
+        ("agent", "halyard.cmd.>"),
+        ("reader", "halyard.sys.>"),
+        ("reader", "_INBOX_gateway.>"),
+        ("agent", "_INBOX_gateway.>"),
+        ("titles", ">"),
+    ];
+    for (role, subject) in subscribe {
+        let (client, mut errors) = connect_as(&h, role).await;
+        let _sub = client.subscribe(subject).await.unwrap();
+        client.flush().await.unwrap();
+        assert!(refused(&mut errors, subject).await, "{role} may subscribe to {subject}");
+    }
+    // Nothing forged reached the log; what a role may do, it can.
+    let admin = async_nats::jetstream::new(h.nats_client("admin").await);
+    let mut events = admin.get_stream("HALYARD_EVENTS").await.unwrap();
+    assert_eq!(events.info().await.unwrap().state.messages, 0, "a forged event was stored");
+    let (reader, mut errors) = connect_as(&h, "reader").await;
+    let _sub = reader.subscribe("halyard.events.>").await.unwrap();
+    reader.flush().await.unwrap();
+    assert!(!refused(&mut errors, "halyard.events").await, "the reader may not follow events");
+    // And the services themselves never stepped outside their roles (checked again on drop).
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod admin;
+
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use halyard_platform::{bus_auth, config::Config, keys, nats, shutdown, telemetry};
@@ -46,6 +48,18 @@ enum Command {
     Serve {
         #[arg(required = true, value_enum)]
         services: Vec<Service>,
+    },
+    /// Manage users and API keys through a running gateway (HALYARD_URL, with an
+    /// administrator's HALYARD_API_KEY).
+    Admin {
+        /// The gateway (HALYARD_URL).
+        #[arg(long, env = "HALYARD_URL", default_value = "http://127.0.0.1:3000")]
+        url: String,
+        /// An administrator's API key (HALYARD_API_KEY).
+        #[arg(long, env = "HALYARD_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        #[command(subcommand)]
+        command: admin::AdminCommand,
     },
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
@@ -106,6 +120,10 @@ fn main() -> Result<()> {
         }
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
         Command::SetupBus => runtime.block_on(setup_bus(&cli, &env)),
+        Command::Admin { url, api_key, command } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            runtime.block_on(admin::run(&url, api_key.as_deref(), command))
+        }
         Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
     }
 }

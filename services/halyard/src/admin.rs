@@ -1,0 +1,195 @@
+//! `halyard admin`: users and API keys, through a running gateway's admin API (so it works
+//! against any deployment it can reach, and every action is audited like any other).
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+/// What `halyard admin` can do.
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Create, list, show, disable and enable users.
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
+    /// Issue, list and revoke API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UsersCommand {
+    /// Create a user (letters, digits, `-`, `_`).
+    Create {
+        name: String,
+        /// May use the admin API.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// Every user.
+    Ls,
+    /// One user.
+    Show { name: String },
+    /// Refuse every key of a user from now on.
+    Disable { name: String },
+    /// Accept a disabled user's keys again.
+    Enable { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Issue a key for a user; it is printed once and cannot be shown again.
+    Create {
+        user: String,
+        /// A label ("laptop", "ci").
+        #[arg(long)]
+        name: Option<String>,
+        /// The key may only read.
+        #[arg(long)]
+        read_only: bool,
+        /// Lifetime, like `3600s`, `12h`, `30d` (default: no expiry).
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// A user's keys (never their secrets).
+    Ls { user: String },
+    /// Revoke a key by id, on every gateway at once.
+    Revoke { id: String },
+}
+
+/// Runs `command` against the gateway at `url` with `key`.
+pub async fn run(url: &str, key: Option<&str>, command: AdminCommand) -> Result<()> {
+    let key = key.context("no API key: set HALYARD_API_KEY (or --api-key) to an administrator's key")?;
+    let client = Client { http: reqwest::Client::new(), base: format!("{}/api/v1", url.trim_end_matches('/')), key: key.to_owned() };
+    match command {
+        AdminCommand::Users { command } => match command {
+            UsersCommand::Create { name, admin } => {
+                let user = client.call(reqwest::Method::POST, "/admin/users", Some(json!({"name": name, "admin": admin}))).await?;
+                println!("created {}", user_line(&user));
+            }
+            UsersCommand::Ls => {
+                let users = client.call(reqwest::Method::GET, "/admin/users", None).await?;
+                for user in users["items"].as_array().into_iter().flatten() {
+                    println!("{}", user_line(user));
+                }
+            }
+            UsersCommand::Show { name } => {
+                let user = client.call(reqwest::Method::GET, &format!("/admin/users/{name}"), None).await?;
+                println!("{}", user_line(&user));
+            }
+            UsersCommand::Disable { name } => {
+                let user = client.call(reqwest::Method::PATCH, &format!("/admin/users/{name}"), Some(json!({"disabled": true}))).await?;
+                println!("disabled {}", user_line(&user));
+            }
+            UsersCommand::Enable { name } => {
+                let user = client.call(reqwest::Method::PATCH, &format!("/admin/users/{name}"), Some(json!({"disabled": false}))).await?;
+                println!("enabled {}", user_line(&user));
+            }
+        },
+        AdminCommand::Keys { command } => match command {
+            KeysCommand::Create { user, name, read_only, expires_in } => {
+                let mut body = json!({"scope": if read_only { "read_only" } else { "full" }});
+                if let Some(n) = name {
+                    body["name"] = n.into();
+                }
+                if let Some(e) = expires_in {
+                    body["expires_in_secs"] = parse_duration(&e)?.into();
+                }
+                let issued = client.call(reqwest::Method::POST, &format!("/admin/users/{user}/keys"), Some(body)).await?;
+                eprintln!("issued {} (shown once; keep it somewhere safe):", key_line(&issued));
+                println!("{}", issued["key"].as_str().unwrap_or_default());
+            }
+            KeysCommand::Ls { user } => {
+                let keys = client.call(reqwest::Method::GET, &format!("/admin/users/{user}/keys"), None).await?;
+                for key in keys["items"].as_array().into_iter().flatten() {
+                    println!("{}", key_line(key));
+                }
+            }
+            KeysCommand::Revoke { id } => {
+                let key = client.call(reqwest::Method::DELETE, &format!("/admin/keys/{id}"), None).await?;
+                println!("revoked {}", key_line(&key));
+            }
+        },
+    }
+    Ok(())
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    /// One API call: the JSON answer, or the API's error in words.
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.with_context(|| format!("cannot reach Halyard at {}: is it running? (HALYARD_URL)", self.base))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(value);
+        }
+        let code = value["error"]["code"].as_str().unwrap_or("error");
+        let message = value["error"]["message"].as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+        bail!("{code} ({status}): {message}")
+    }
+}
+
+fn user_line(u: &Value) -> String {
+    let mut flags = Vec::new();
+    for (flag, on) in [("admin", u["admin"] == true), ("disabled", u["disabled"] == true), ("bootstrap", u["managed"] == false)] {
+        if on {
+            flags.push(flag);
+        }
+    }
+    format!("{}  keys={}  {}", u["name"].as_str().unwrap_or_default(), u["keys"], flags.join(","))
+}
+
+fn key_line(k: &Value) -> String {
+    let or_dash = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+    format!(
+        "{}  user={}  scope={}  name={}  expires={}  revoked={}",
+        or_dash(&k["id"]),
+        or_dash(&k["user"]),
+        or_dash(&k["scope"]),
+        or_dash(&k["name"]),
+        or_dash(&k["expires_at"]),
+        or_dash(&k["revoked_at"])
+    )
+}
+
+/// `3600s`, `90m`, `12h`, `30d` (a bare number is seconds).
+fn parse_duration(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = digits.parse().with_context(|| format!("`{s}` is not a duration like 3600s, 90m, 12h or 30d"))?;
+    let factor = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => bail!("`{s}` is not a duration like 3600s, 90m, 12h or 30d"),
+    };
+    Ok(n * factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("3600").unwrap(), 3600);
+        assert_eq!(parse_duration("90m").unwrap(), 5400);
+        assert_eq!(parse_duration("30d").unwrap(), 2_592_000);
+        assert!(parse_duration("soon").is_err() && parse_duration("5y").is_err());
+    }
+}

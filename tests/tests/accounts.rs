@@ -1,0 +1,227 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Users and API keys, managed rather than configured: an admin creates users and issues keys
+//! (shown once, stored as salted hashes, read-only or expiring), revokes them on every gateway
+//! at once, disables users; every action leaves an audit record; the `halyard admin` CLI does
+//! the same; failed authentications are limited per client address.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use halyard_tests::harness::halyard_bin;
+use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ROOT: &str = "root-admin-key";
+const ALICE: &str = "alice-secret-key";
+const KEYS: &str = "root:root-admin-key,alice:alice-secret-key";
+
+fn opts(llm: &ScriptedLlm) -> HalyardOptions {
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    o.api_keys = KEYS.into();
+    o
+}
+
+/// Runs `halyard admin <args>` against `h` with `key`: (exit code, stdout, stderr).
+fn cli(url: &str, key: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(halyard_bin())
+        .arg("admin")
+        .args(args)
+        .env_clear()
+        .env("HALYARD_URL", url)
+        .env("HALYARD_API_KEY", key)
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn admins_manage_users_and_keys_and_a_revoked_key_is_refused_by_every_gateway() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(opts(&llm));
+    let root = h.api(ROOT);
+    let alice = h.api(ALICE);
+
+    // Only administrators.
+    let (s, e) = alice.get("/api/v1/admin/users").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("forbidden")), "{e}");
+    let (s, me) = root.get("/api/v1/me").await;
+    assert_eq!((s, me["user"].as_str(), me["admin"].as_bool()), (200, Some("root"), Some(true)), "{me}");
+
+    // Users.
+    let (s, carol) = root.post("/api/v1/admin/users", json!({"name": "carol"})).await;
+    assert_eq!(s, 201, "{carol}");
+    assert_eq!((carol["admin"].as_bool(), carol["disabled"].as_bool()), (Some(false), Some(false)));
+    let (s, e) = root.post("/api/v1/admin/users", json!({"name": "carol"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("user_exists")), "{e}");
+    let (s, e) = root.post("/api/v1/admin/users", json!({"name": "carol the second"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (_, users) = root.get("/api/v1/admin/users").await;
+    let names: Vec<&str> = users["items"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alice", "carol", "root"]);
+
+    // A key, shown once.
+    let (s, issued) = root.post("/api/v1/admin/users/carol/keys", json!({"name": "laptop"})).await;
+    assert_eq!(s, 201, "{issued}");
+    let key = issued["key"].as_str().unwrap().to_owned();
+    let id = issued["id"].as_str().unwrap().to_owned();
+    assert!(key.starts_with(&format!("hal_{id}_")), "{key}");
+    let (_, listed) = root.get("/api/v1/admin/users/carol/keys").await;
+    let listed = &listed["items"][0];
+    assert_eq!(listed["id"], id.as_str());
+    assert!(listed.get("key").is_none() && listed.get("hash").is_none() && listed.get("salt").is_none(), "{listed}");
+    // What is stored is a salted hash, not the key.
+    let admin_bus = h.nats_client("admin").await;
+    let kv = async_nats::jetstream::new(admin_bus.clone()).get_key_value("halyard_auth").await.unwrap();
+    let stored = kv.get(format!("key.{id}")).await.unwrap().unwrap();
+    let secret = key.rsplit('_').next().unwrap();
+    assert!(!String::from_utf8_lossy(&stored).contains(secret), "the key's secret is stored");
+
+    let carol = h.api(&key);
+    let (s, me) = carol.get("/api/v1/me").await;
+    assert_eq!((s, me["user"].as_str(), me["scope"].as_str()), (200, Some("carol"), Some("full")), "{me}");
+    let (s, task) = carol.post("/api/v1/conversations", json!({})).await;
+    assert_eq!(s, 202, "{task}");
+
+    // A read-only key reads and may not write; an expiring key expires.
+    let (_, ro) = root.post("/api/v1/admin/users/carol/keys", json!({"scope": "read_only"})).await;
+    let ro = h.api(ro["key"].as_str().unwrap());
+    assert_eq!(ro.get("/api/v1/conversations").await.0, 200);
+    let (s, e) = ro.post("/api/v1/conversations", json!({})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("read_only_key")), "{e}");
+    let (_, short) = root.post("/api/v1/admin/users/carol/keys", json!({"expires_in_secs": 1})).await;
+    let short = h.api(short["key"].as_str().unwrap());
+    assert_eq!(short.get("/api/v1/me").await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (s, e) = short.get("/api/v1/me").await;
+    assert_eq!(s, 401, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("expired"), "{e}");
+    let (s, e) = root.post("/api/v1/admin/users/carol/keys", json!({"scope": "everything"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+
+    // A second gateway on the same bus, as its own process with the gateway role's credentials.
+    let (user, password) = h.nats_credentials("gateway");
+    let mut g2 = HalyardOptions::new(&llm.base_url)
+        .serve(&h.nats, &["gateway"])
+        .set("HALYARD_NATS_USER", &user)
+        .set("HALYARD_NATS_PASSWORD", &password)
+        .set("HALYARD_ADMINS", "root");
+    g2.api_keys = KEYS.into();
+    let g2 = Halyard::start(g2);
+    let carol2 = g2.api(&key);
+    carol2.wait_for("/api/v1/me", "the key on the second gateway", |me| me["user"] == "carol").await;
+
+    // Revoked: refused at once by the gateway that revoked it, and by the other as soon as the
+    // change reaches it.
+    let (s, revoked) = root.call(reqwest::Method::DELETE, &format!("/api/v1/admin/keys/{id}"), None).await;
+    assert_eq!(s, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let (s, e) = carol.get("/api/v1/me").await;
+    assert_eq!(s, 401, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("revoked"), "{e}");
+    let t0 = Instant::now();
+    loop {
+        let (s, _) = carol2.get("/api/v1/me").await;
+        if s == 401 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the second gateway still accepts a revoked key");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("the second gateway refused the revoked key after {:?}", t0.elapsed());
+
+    // A disabled user's keys are refused, bootstrap keys too; enabled again, they work.
+    let (s, u) = root.call(reqwest::Method::PATCH, "/api/v1/admin/users/alice", Some(json!({"disabled": true}))).await;
+    assert_eq!((s, u["disabled"].as_bool()), (200, Some(true)), "{u}");
+    let (s, e) = alice.get("/api/v1/conversations").await;
+    assert_eq!(s, 401, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("disabled"), "{e}");
+    root.call(reqwest::Method::PATCH, "/api/v1/admin/users/alice", Some(json!({"disabled": false}))).await;
+    assert_eq!(alice.get("/api/v1/conversations").await.0, 200);
+    let (s, e) = root.call(reqwest::Method::PATCH, "/api/v1/admin/users/root", Some(json!({"disabled": true}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("self_disable")), "{e}");
+    assert_eq!(root.get("/api/v1/admin/users/nobody").await.0, 404);
+
+    // The CLI, as an operator uses it.
+    let (code, out, err) = cli(&h.http, ROOT, &["users", "create", "dave"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("created dave"), "{out}");
+    let (code, out, err) = cli(&h.http, ROOT, &["keys", "create", "dave", "--read-only", "--expires-in", "1h", "--name", "ci"]);
+    assert_eq!(code, 0, "{err}");
+    let dave_key = out.trim().to_owned();
+    assert!(dave_key.starts_with("hal_") && err.contains("shown once"), "{out} {err}");
+    let (s, me) = h.api(&dave_key).get("/api/v1/me").await;
+    assert_eq!((s, me["user"].as_str(), me["scope"].as_str()), (200, Some("dave"), Some("read_only")), "{me}");
+    let (_, out, _) = cli(&h.http, ROOT, &["keys", "ls", "dave"]);
+    let dave_id = out.split_whitespace().next().unwrap().to_owned();
+    assert!(out.contains("scope=read_only") && out.contains("name=ci") && !out.contains(&dave_key), "{out}");
+    let (code, out, err) = cli(&h.http, ROOT, &["keys", "revoke", &dave_id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("revoked"), "{out}");
+    assert_eq!(h.api(&dave_key).get("/api/v1/me").await.0, 401);
+    let (code, out, _) = cli(&h.http, ROOT, &["users", "ls"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("root") && out.contains("admin") && out.contains("dave"), "{out}");
+    let (code, _, err) = cli(&h.http, ALICE, &["users", "ls"]);
+    assert!(code != 0 && err.contains("forbidden"), "{err}");
+    let (code, _, err) = cli(&h.http, "not-a-key-at-all", &["users", "ls"]);
+    assert!(code != 0 && err.contains("unauthorized"), "{err}");
+    let (code, _, err) = cli("http://127.0.0.1:9", ROOT, &["users", "ls"]);
+    assert!(code != 0 && err.contains("cannot reach Halyard"), "{err}");
+
+    // Every administrative action left an audit record on the bus.
+    let js = async_nats::jetstream::new(admin_bus);
+    let stream = js.get_stream("HALYARD_SYSTEM").await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            filter_subject: "halyard.sys.audit.>".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut actions = Vec::new();
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_secs(2), messages.next()).await {
+        let env: Value = rmp_serde::from_slice(&msg.payload).unwrap();
+        let record = &env["payload"];
+        assert_eq!(record["kind"], "audit");
+        actions.push(format!(
+            "{} {} by {}",
+            record["action"].as_str().unwrap(),
+            record["target"].as_str().unwrap(),
+            record["actor"].as_str().unwrap()
+        ));
+    }
+    let expected_prefixes = [
+        "user.create carol by root",
+        "key.create",
+        "key.create",
+        "key.create",
+        &format!("key.revoke {id} by root"),
+        "user.update alice by root",
+        "user.update alice by root",
+        "user.create dave by root",
+        "key.create",
+        &format!("key.revoke {dave_id} by root"),
+    ];
+    assert_eq!(actions.len(), expected_prefixes.len(), "{actions:?}");
+    for (a, p) in actions.iter().zip(expected_prefixes) {
+        assert!(a.starts_with(p), "{a} is not {p}: {actions:?}");
+    }
+}
+
+#[tokio::test]
+async fn failed_authentications_are_limited_per_client_address() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(opts(&llm).set("HALYARD_AUTH_FAILURES_PER_MINUTE", "5"));
+    for i in 0..5 {
+        let (s, e) = h.api(&format!("guess-number-{i}")).get("/api/v1/conversations").await;
+        assert_eq!(s, 401, "{e}");
+    }
+    let (s, e) = h.api("guess-number-6").get("/api/v1/conversations").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (429, Some("too_many_failed_authentications")), "{e}");
+    // The address is limited, not the key: a right key from it waits too.
+    let (s, _) = h.api(ALICE).get("/api/v1/conversations").await;
+    assert_eq!(s, 429);
+}
