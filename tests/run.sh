@@ -12,6 +12,9 @@ bash infra/build-base-image.sh
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi
+# Format and lint first: they fail fast, and a clean tree is part of passing.
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 # Same package selection for the build and the tests, so the binary the end-to-end tests run
 # is built once, with the same features.
 cargo build --workspace --all-targets

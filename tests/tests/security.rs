@@ -233,3 +233,77 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
         assert_eq!(view["status"], "RUNNING", "{view}");
     }
 }
+
+/// Walks every operation of the served OpenAPI document whose path takes an id, as Bob, with
+/// Alice's ids: always 404 (403 on the admin API, which Bob may not use), never her data; and
+/// afterwards all of Alice's things are as they were.
+#[tokio::test]
+async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEBHOOK_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    let receiver = halyard_tests::Receiver::start().await;
+    let (s, webhook) = alice.post("/api/v1/webhooks", json!({"url": receiver.url})).await;
+    assert_eq!(s, 201, "{webhook}");
+    let webhook = webhook["id"].as_str().unwrap().to_owned();
+    llm.push([Reply::finish("done")]);
+    let (conv, task) = alice.start_ready(json!({"message": "mine", "title": "Alice's"})).await;
+    let (task_id, sandbox) = (task["id"].as_str().unwrap().to_owned(), task["sandbox_id"].as_str().unwrap().to_owned());
+    let deliveries = alice
+        .wait_for(&format!("/api/v1/webhooks/{webhook}/deliveries"), "a delivery", |d| !d["items"].as_array().unwrap().is_empty())
+        .await;
+    let delivery = deliveries["items"][0]["delivery_id"].as_str().unwrap().to_owned();
+
+    let (_, doc) = bob.get("/api/v1/openapi.json").await;
+    let mut walked = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        if !path.contains('{') || path.ends_with("/events/ws") {
+            continue;
+        }
+        let id = if path.starts_with("/api/v1/conversations/") {
+            &conv
+        } else if path.starts_with("/api/v1/start-tasks/") {
+            &task_id
+        } else if path.starts_with("/api/v1/sandboxes/") {
+            &sandbox
+        } else if path.starts_with("/api/v1/webhooks/") {
+            &webhook
+        } else {
+            "alice"
+        };
+        let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice");
+        for (method, _) in ops.as_object().unwrap() {
+            let body = match (method.as_str(), path.as_str()) {
+                ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
+                ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
+                ("patch", p) if p.starts_with("/api/v1/conversations/") => Some(json!({"title": "Bob's now"})),
+                ("patch", p) if p.starts_with("/api/v1/webhooks/") => Some(json!({"enabled": false})),
+                ("patch", _) => Some(json!({"disabled": true})),
+                _ => None,
+            };
+            let (status, answer) = bob.call(method.to_uppercase().parse().unwrap(), &url, body).await;
+            let (want, code) = if path.starts_with("/api/v1/admin/") { (403, "forbidden") } else { (404, "not_found") };
+            assert_eq!((status, answer["error"]["code"].as_str()), (want, Some(code)), "{method} {url}: {answer}");
+            assert!(!answer.to_string().contains("Alice's") && !answer.to_string().contains(&receiver.url), "{method} {url}: {answer}");
+            walked += 1;
+        }
+    }
+    assert!(walked >= 20, "only {walked} operations walked");
+    // The WebSocket handshake is refused the same way.
+    let ws = format!("{}/api/v1/conversations/{conv}/events/ws?after_seq=0&access_token={BOB}", h.http.replacen("http", "ws", 1));
+    match tokio_tungstenite::connect_async(ws).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 404),
+        other => panic!("Bob opened Alice's event stream: {:?}", other.map(|_| ())),
+    }
+
+    // Nothing of Alice's changed.
+    let (s, c) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((s, c["title"].as_str()), (200, Some("Alice's")), "{c}");
+    let (s, w) = alice.get(&format!("/api/v1/webhooks/{webhook}")).await;
+    assert_eq!((s, w["enabled"].as_bool()), (200, Some(true)), "{w}");
+    let (s, sb) = alice.get(&format!("/api/v1/sandboxes/{sandbox}")).await;
+    assert_eq!((s, sb["status"].as_str()), (200, Some("RUNNING")), "{sb}");
+    let events = alice.events(&conv).await;
+    assert!(events.iter().all(|e| !e.to_string().contains("bob was here")), "Bob wrote into Alice's conversation");
+}

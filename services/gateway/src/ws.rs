@@ -7,6 +7,7 @@
 //! in the log read or arrives live (or both, and `seq <= sent` drops the copy). Should the live
 //! channel lag or skip, the gap is refilled from the log.
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
@@ -33,10 +34,13 @@ pub async fn events_ws(
     User(user): User,
     Path(id): Path<String>,
     query: Result<Query<WsQuery>, axum::extract::rejection::QueryRejection>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let (id, _) = owned(&state, &user, &id)?;
+    // Errors are JSON here too, after the ownership check: another user's id is 404 however
+    // it is asked for.
+    let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
     let after = q.after_seq.unwrap_or(0);
     // Clients send next to nothing: a small read buffer saves zeroing a large one per read.
     Ok(ws.read_buffer_size(4096).on_upgrade(move |socket| stream(state, id, after, socket)))
