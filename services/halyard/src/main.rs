@@ -322,7 +322,8 @@ fn make_private(data_dir: &Path) -> Result<()> {
         if meta.is_symlink() || meta.permissions().mode() & 0o077 == 0 {
             continue;
         }
-        let mode = if meta.is_dir() { 0o700 } else { 0o600 };
+        // Group and others lose everything; the owner keeps what it had.
+        let mode = meta.permissions().mode() & 0o700;
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("cannot make {} private", entry.path().display()))?;
     }
