@@ -88,6 +88,8 @@ pub async fn run(n: usize) -> Result<Value> {
         naming: Naming { deployment: format!("bench{}", std::process::id()) },
     };
     let spec = SandboxSpec::default();
+    // The same network a sandbox of the default spec joins.
+    let network = engine.ensure_network(halyard_sandbox::network::Egress::Open).await?;
     let mut raw = Vec::new();
     for i in 0..=n {
         let id = format!("raw-{i}");
@@ -110,6 +112,7 @@ pub async fn run(n: usize) -> Result<Value> {
         engine.remove(&container).await?;
         engine.remove_volume(&plan.volume).await?;
     }
+    let _ = engine.docker.remove_network(&network).await;
     eprintln!("raw: {}", summary(raw.clone()));
 
     // Warm-pool starts: each taken from a full pool.

@@ -7,10 +7,11 @@
 //!     expected-last-sequence check), projected by the gateway and delivered to one WebSocket
 //!     client per conversation, for many concurrent conversations;
 //! (c) start latency: `POST /conversations` (no repository) to start task READY with the
-//!     process sandbox, p50 and p99.
+//!     process sandbox, isolated under a uid of its own (the benchmark runs as root), p50 and
+//!     p99.
 //!
 //! Figures go to `load/results/core.json` and `core.md`. Targets: (b) >= 0.5 x (a); (c) p50 <
-//! 150 ms. A benchmark reports; it does not assert.
+//! 50 ms. A benchmark reports; it does not assert.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,12 +26,14 @@ use halyard_protocol::{ConversationId, EventId};
 use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
 use serde_json::json;
 
+mod auth;
 mod docker;
 mod webhooks;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), or `all`.
+    /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
+    /// or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -83,6 +86,11 @@ async fn main() -> Result<()> {
     }
     if args.suite == "core" || args.suite == "all" {
         core(&args).await?;
+    }
+    if args.suite == "auth" || args.suite == "all" {
+        let r = auth::run(args.conversations, 2_000).await?;
+        std::fs::write(args.out.join("auth.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {
         let r = docker::run(args.docker_starts).await?;
@@ -275,7 +283,7 @@ async fn core(args: &Args) -> Result<()> {
             "cpu_per_event": path_cpu,
             "target_ratio": 0.5,
         },
-        "c_start_to_ready_ms": {"samples": starts.len(), "p50": (start_p50 * 10.0).round() / 10.0, "p99": (start_p99 * 10.0).round() / 10.0, "target_p50": 150.0},
+        "c_start_to_ready_ms": {"samples": starts.len(), "p50": (start_p50 * 10.0).round() / 10.0, "p99": (start_p99 * 10.0).round() / 10.0, "target_p50": 50.0, "isolation": "uid"},
     });
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("core.json"), serde_json::to_string_pretty(&results)? + "\n")?;
@@ -289,7 +297,7 @@ async fn core(args: &Args) -> Result<()> {
          | (a2) the same, as {} sequential writers with expected-last-subject-sequence checks | {checked_rate:.0} msg/s | (what one-writer logs allow) |\n\
          | (b) events appended via the agent runner's appender, {} conversations | {append_rate:.0} ev/s | |\n\
          | (b) ... delivered to WebSocket clients | {delivered_rate:.0} ev/s ({:.2} x (a)) | >= 0.5 x (a) |\n\
-         | (c) POST /conversations to READY, p50 | {start_p50:.1} ms | < 150 ms |\n\
+         | (c) POST /conversations to READY (process sandbox, isolated under its own uid), p50 | {start_p50:.1} ms | < 50 ms |\n\
          | (c) ... p99 ({} starts) | {start_p99:.1} ms | |\n\n\
          CPU time per message (microseconds, from /proc, same run):\n\n\
          | path | nats-server | halyard | benchmark client | total |\n|---|---|---|---|---|\n\
@@ -354,7 +362,7 @@ pub(crate) fn cpu_per_item(before: [f64; 3], after: [f64; 3], items: usize) -> s
 }
 
 /// A payload the size of a typical encoded event.
-fn bytes_of_event() -> Vec<u8> {
+pub(crate) fn bytes_of_event() -> Vec<u8> {
     let ev = halyard_protocol::event::ConversationEvent {
         seq: 1,
         id: EventId::new(),

@@ -331,6 +331,37 @@ impl NatsServer {
     }
 }
 
+impl NatsServer {
+    /// A nats-server with JetStream on a free port whose configuration `include`s `accounts`
+    /// (nats-server syntax), with `env` in its environment (for variable references).
+    pub fn start_with_accounts(accounts: &str, env: &[(String, String)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        std::fs::write(dir.path().join("accounts.conf"), accounts).expect("accounts.conf");
+        let conf = format!(
+            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?} }}\ninclude accounts.conf\n",
+            dir.path().join("js").display().to_string()
+        );
+        std::fs::write(dir.path().join("server.conf"), conf).expect("server.conf");
+        let binary = nats_server_binary().expect("nats-server installed");
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(dir.path().join("server.conf"))
+            .envs(env.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(dir.path().join("server.log")).expect("log")))
+            .spawn()
+            .expect("start nats-server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "nats-server did not start: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, _dir: dir, url: format!("nats://127.0.0.1:{port}") }
+    }
+}
+
 impl Drop for NatsServer {
     fn drop(&mut self) {
         sigterm(self.child.id());

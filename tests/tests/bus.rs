@@ -139,6 +139,69 @@ async fn logs_in_the_old_subject_layout_are_refused() {
     assert!(stderr.contains("layout of an earlier Halyard") && stderr.contains("halyard.events.<id>.<kind>"), "{stderr}");
 }
 
+/// The accounts configuration `nats/` documents for an operator's own NATS, made by
+/// `nats/accounts-from-roles.py`: `halyard setup-bus` declares the topology as admin, then each
+/// service runs as its own process with its own role's user, and a conversation goes through.
+#[tokio::test]
+async fn services_run_against_an_operators_nats_with_one_user_per_role() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo secured"})), Reply::finish("done")]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../nats/accounts-from-roles.py");
+    let out = std::process::Command::new("python3").arg(script).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let roles = ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "reader"];
+    let passwords: Vec<(String, String)> =
+        roles.iter().map(|r| (format!("HALYARD_{}_PASSWORD", r.to_uppercase()), format!("pw-{r}-{}", std::process::id()))).collect();
+    let nats = NatsServer::start_with_accounts(&String::from_utf8_lossy(&out.stdout), &passwords);
+    let password =
+        |role: &str| passwords.iter().find(|(k, _)| k == &format!("HALYARD_{}_PASSWORD", role.to_uppercase())).unwrap().1.clone();
+
+    // Restricted users cannot declare the topology; setup-bus does, as admin.
+    let setup = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
+        .arg("setup-bus")
+        .env_clear()
+        .env("HALYARD_NATS_URL", &nats.url)
+        .env("HALYARD_NATS_USER", "admin")
+        .env("HALYARD_NATS_PASSWORD", password("admin"))
+        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .await
+        .unwrap();
+    assert!(setup.status.success(), "setup-bus: {}", String::from_utf8_lossy(&setup.stderr));
+    let service = |name: &str| {
+        HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_NATS_USER", name)
+            .set("HALYARD_NATS_PASSWORD", &password(name))
+    };
+    let _sandbox = Halyard::start(service("sandbox"));
+    let _agent = Halyard::start(service("agent"));
+    let _conversations = Halyard::start(service("conversations"));
+    let _titles = Halyard::start(service("titles"));
+    let _callbacks = Halyard::start(service("callbacks"));
+    let gateway = Halyard::start(service("gateway"));
+    let api = gateway.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "go"})).await;
+    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("secured")));
+
+    // A service with the wrong password is told so, at once.
+    let wrong = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
+        .args(["serve", "titles"])
+        .env_clear()
+        .env("HALYARD_NATS_URL", &nats.url)
+        .env("HALYARD_NATS_USER", "titles")
+        .env("HALYARD_NATS_PASSWORD", "not-the-password")
+        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output();
+    let wrong = tokio::time::timeout(Duration::from_secs(20), wrong).await.expect("a refused service did not exit").unwrap();
+    assert!(!wrong.status.success());
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(stderr.contains("refused the credentials of `titles`"), "{stderr}");
+}
+
 /// What a connection attempt or operation on the bus was told by the server.
 async fn connect_as(h: &Halyard, role: &str) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let (user, password) = h.nats_credentials(role);

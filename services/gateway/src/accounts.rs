@@ -110,35 +110,10 @@ impl Accounts {
 
     /// Takes in the value of `key` at `revision` (or its deletion), unless a newer one is known.
     fn apply_value(&self, key: &str, revision: u64, deleted: bool, value: &[u8]) {
-        let entry = Raw { key, revision, value };
-        if let Some(name) = entry.key.strip_prefix(USER_PREFIX) {
-            let mut users = self.users.write().unwrap_or_else(|e| e.into_inner());
-            if users.get(name).is_some_and(|(rev, _)| *rev >= entry.revision) {
-                return;
-            }
-            match halyard_protocol::decode::<UserAccount>(entry.value) {
-                Ok(env) if !deleted => {
-                    users.insert(name.to_owned(), (entry.revision, env.payload));
-                }
-                Err(e) if !deleted => tracing::warn!(key = %entry.key, error = %e, "undecodable user account skipped"),
-                _ => {
-                    users.remove(name);
-                }
-            }
-        } else if let Some(id) = entry.key.strip_prefix(KEY_PREFIX) {
-            let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
-            if keys.get(id).is_some_and(|(rev, _)| *rev >= entry.revision) {
-                return;
-            }
-            match halyard_protocol::decode::<ApiKeyRecord>(entry.value) {
-                Ok(env) if !deleted => {
-                    keys.insert(id.to_owned(), (entry.revision, env.payload));
-                }
-                Err(e) if !deleted => tracing::warn!(key = %entry.key, error = %e, "undecodable API key skipped"),
-                _ => {
-                    keys.remove(id);
-                }
-            }
+        if let Some(name) = key.strip_prefix(USER_PREFIX) {
+            apply_to(&self.users, name, revision, deleted, value);
+        } else if let Some(id) = key.strip_prefix(KEY_PREFIX) {
+            apply_to(&self.keys, id, revision, deleted, value);
         }
     }
 
@@ -239,9 +214,27 @@ impl Accounts {
     }
 }
 
-/// One value of the bucket, as [`Accounts::apply_value`] reads it.
-struct Raw<'a> {
-    key: &'a str,
+/// Puts the value of `name` at `revision` into `map` (or removes it), unless `map` holds a newer
+/// one. An undecodable value is skipped with a warning.
+fn apply_to<T: serde::de::DeserializeOwned>(
+    map: &RwLock<HashMap<String, (u64, T)>>,
+    name: &str,
     revision: u64,
-    value: &'a [u8],
+    deleted: bool,
+    value: &[u8],
+) {
+    let mut map = map.write().unwrap_or_else(|e| e.into_inner());
+    if map.get(name).is_some_and(|(rev, _)| *rev >= revision) {
+        return;
+    }
+    if deleted {
+        map.remove(name);
+        return;
+    }
+    match halyard_protocol::decode::<T>(value) {
+        Ok(env) => {
+            map.insert(name.to_owned(), (revision, env.payload));
+        }
+        Err(e) => tracing::warn!(%name, error = %e, "undecodable account entry skipped"),
+    }
 }
