@@ -29,6 +29,9 @@ pub enum ExecutionStatus {
     Paused,
     Finished,
     Error,
+    /// The run ended because the agent repeated itself (see the `agent_error` with code
+    /// `stuck`); a message lets it try again.
+    Stuck,
 }
 
 impl ExecutionStatus {
@@ -39,6 +42,7 @@ impl ExecutionStatus {
             Self::Paused => "paused",
             Self::Finished => "finished",
             Self::Error => "error",
+            Self::Stuck => "stuck",
         }
     }
 }

@@ -103,6 +103,16 @@ fn events_are_stable() {
         ("event_agent_message", event(5, EventBody::AgentMessage { text: "Done.".into() })),
         ("event_agent_error", event(6, EventBody::AgentError { code: "llm_timeout".into(), message: "timed out".into() })),
         ("event_execution_status", event(7, EventBody::ExecutionStatus { status: ExecutionStatus::Finished, reason: None })),
+        (
+            "event_execution_status_stuck",
+            event(
+                9,
+                EventBody::ExecutionStatus {
+                    status: ExecutionStatus::Stuck,
+                    reason: Some("the same action gave the same result 4 times in a row (terminal ls)".into()),
+                },
+            ),
+        ),
         ("event_title", event(8, EventBody::Title { title: "Greeting script".into(), set_by: TitleSource::Generated })),
     ];
     for (name, ev) in cases {

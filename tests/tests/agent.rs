@@ -223,3 +223,67 @@ async fn an_idle_sandbox_is_paused_with_a_reason_and_a_message_resumes_it() {
     let obs = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with("slept"), "{obs}");
 }
+
+/// Runs `replies` as one conversation's run and returns its events once it has ended.
+async fn run_until_it_ends(llm: &ScriptedLlm, api: &halyard_tests::Api, replies: Vec<Reply>) -> Vec<Value> {
+    llm.push(replies);
+    let (conv, _) = api.start_ready(json!({"message": "go"})).await;
+    api.wait_events(&conv, "the run to end", |ev| {
+        ev.iter()
+            .any(|e| e["kind"] == "execution_status" && ["finished", "stuck", "error"].contains(&e["status"].as_str().unwrap_or_default()))
+    })
+    .await
+}
+
+/// An agent that repeats itself is stopped, saying which of the four patterns it fell into;
+/// one that loops while making progress is not.
+#[tokio::test]
+async fn a_repeating_agent_is_stopped_as_stuck_and_a_loop_that_makes_progress_is_not() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let terminal = |c: &str| Reply::tool("terminal", json!({"command": c}));
+    let think = |t: &str| Reply::tool("think", json!({"thought": t}));
+    let cases: Vec<(&str, Vec<Reply>, usize)> = vec![
+        ("same result 4 times", (0..4).map(|_| terminal("echo same")).collect(), 4),
+        ("failed with the same error 3 times", (0..3).map(|_| terminal("cat /no/such/file")).collect(), 3),
+        ("only talked to itself", (0..5).map(|i| think(&format!("hmm {i}"))).collect(), 5),
+        (
+            "alternated between two actions 3 times each",
+            (0..6).map(|i| terminal(if i % 2 == 0 { "echo a" } else { "echo b" })).collect(),
+            6,
+        ),
+    ];
+    for (pattern, replies, steps) in cases {
+        let events = run_until_it_ends(&llm, &api, replies).await;
+        let error = events
+            .iter()
+            .find(|e| e["kind"] == "agent_error")
+            .unwrap_or_else(|| panic!("{pattern}: no error: {}", Value::Array(events.clone())));
+        assert_eq!(error["code"], "stuck", "{error}");
+        assert!(error["message"].as_str().unwrap().contains(pattern), "{error}");
+        let status = events.last().unwrap();
+        assert_eq!((status["kind"].as_str(), status["status"].as_str()), (Some("execution_status"), Some("stuck")), "{status}");
+        assert!(status["reason"].as_str().unwrap().contains(pattern), "{status}");
+        assert_eq!(events.iter().filter(|e| e["kind"] == "action").count(), steps, "{pattern}: stopped at the right step");
+    }
+
+    // Ten rounds of the same command whose output changes, then finish: not stuck.
+    let count = "n=$(cat counter 2>/dev/null || echo 0); echo $((n+1)) > counter; cat counter";
+    let mut replies: Vec<Reply> = (0..10).map(|_| terminal(count)).collect();
+    replies.push(Reply::finish("counted to ten"));
+    let events = run_until_it_ends(&llm, &api, replies).await;
+    assert!(events.iter().all(|e| e["kind"] != "agent_error"), "{}", Value::Array(events.clone()));
+    assert_eq!(events.last().unwrap()["status"], "finished");
+    // A stuck conversation takes a message and goes on.
+    let (conv, _) = api.start_ready(json!({})).await;
+    llm.push((0..4).map(|_| terminal("echo again")));
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "loop"})).await;
+    api.wait_events(&conv, "stuck", |ev| ev.iter().any(|e| e["status"] == "stuck")).await;
+    let (_, view) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(view["execution_status"], "stuck", "{view}");
+    llm.push([Reply::finish("unstuck")]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "try something else"})).await;
+    api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+}

@@ -216,3 +216,55 @@ async fn a_long_log_reads_exactly_from_anywhere() {
     }
     assert_eq!(tail, all[200..].to_vec());
 }
+
+/// A message that arrives while a run makes what turns out to be its last LLM call was left to
+/// that run, which never saw it: nobody answered. Each round here sends a message, waits until
+/// its run is in a (slow) LLM call that will finish the run, and sends another: the second must
+/// be answered by a run of its own, every time.
+#[tokio::test]
+async fn a_message_sent_as_a_run_ends_always_gets_a_run() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // The answer names the latest user message; answering a first message takes a while.
+    llm.fallback(|request| {
+        let last_user = request["messages"].as_array().into_iter().flatten().rfind(|m| m["role"] == "user");
+        let text = last_user.and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+        let reply = Reply::finish(&format!("answered {text}"));
+        if text.starts_with("first") { Reply::Delay(Duration::from_millis(80), Box::new(reply)) } else { reply }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_RATE_LIMIT_PER_MINUTE", "0"));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({})).await;
+    let mut ws = api.ws(&conv, 0).await;
+    let rounds = 40;
+    for i in 0..rounds {
+        let asked = llm.requests().len();
+        let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": format!("first {i}")})).await;
+        assert_eq!(s, 202, "{answer}");
+        // Its run is now in its LLM call, whose answer finishes the run.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while llm.requests().len() == asked {
+            assert!(std::time::Instant::now() < deadline, "round {i}: the first message got no run");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": format!("second {i}")})).await;
+        assert_eq!(s, 202, "{answer}");
+        loop {
+            let Some(e) = ws.next(Duration::from_secs(15)).await else {
+                panic!("round {i}: the message sent during the run's last LLM call was never answered");
+            };
+            if e["kind"] == "agent_message" && e["text"] == format!("answered second {i}").as_str() {
+                break;
+            }
+        }
+        // Its run finishes, and nothing else is owed.
+        loop {
+            let e = ws.next(Duration::from_secs(15)).await.expect("the answering run finishes");
+            if e["kind"] == "execution_status" && e["status"] == "finished" {
+                break;
+            }
+        }
+    }
+    let events = api.events(&conv).await;
+    assert_log_is_contiguous(&events);
+}

@@ -41,6 +41,8 @@ struct LiveRun {
     id: u64,
     cancel: watch::Sender<bool>,
     join: tokio::task::JoinHandle<RunOutcome>,
+    /// What the run last read of the log (see [`Run::read_upto`]).
+    read_upto: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub struct ConvState {
@@ -96,10 +98,22 @@ impl Actor for ConversationActor {
                 st.command(&myself, env, delivery).instrument(span).await
             }
             ConvMsg::RunEnded { run, outcome } => {
-                if st.run.as_ref().is_some_and(|r| r.id == run) {
-                    st.run = None;
+                if let Some(ended) = st.run.take_if(|r| r.id == run) {
                     st.release_lease().await;
                     tracing::info!(conversation_id = %st.id, ?outcome, "run ended");
+                    // A message appended while the run was live was left to the run, but a run
+                    // that had already made its last LLM call never saw it: it is owed a run.
+                    // (Messages and run ends reach this actor one at a time, so nothing can slip
+                    // between this check and the next message's.)
+                    let read = ended.read_upto.load(std::sync::atomic::Ordering::SeqCst);
+                    let unseen = match &st.log {
+                        Some(log) => log.lock().await.history.last_user_seq > read,
+                        None => false,
+                    };
+                    if unseen && outcome != RunOutcome::Paused && !st.paused {
+                        tracing::info!(conversation_id = %st.id, "a message arrived as the run ended; starting another");
+                        st.start_run(&myself, None).await;
+                    }
                 }
             }
             ConvMsg::Recover => st.recover().await,
@@ -242,7 +256,9 @@ impl ConvState {
         let id = self.runs;
         let (cancel_tx, cancel_rx) = watch::channel(false);
         self.take_lease().await;
-        let run = Run { ctx: self.ctx.clone(), log, cancel: cancel_rx, trace: trace.clone() };
+        // Everything up to now is this run's to answer, even if it fails before it reads.
+        let read_upto = Arc::new(std::sync::atomic::AtomicU64::new(log.lock().await.history.last_seq));
+        let run = Run { ctx: self.ctx.clone(), log, cancel: cancel_rx, trace: trace.clone(), read_upto: read_upto.clone() };
         let me = myself.clone();
         let ctx = self.ctx.clone();
         let conv = self.id;
@@ -267,7 +283,7 @@ impl ConvState {
             },
             span,
         ));
-        self.run = Some(LiveRun { id, cancel: cancel_tx, join });
+        self.run = Some(LiveRun { id, cancel: cancel_tx, join, read_upto });
     }
 
     async fn take_lease(&self) {

@@ -27,6 +27,8 @@ pub struct History {
     /// Ids of user messages and other events whose duplicates must be recognised.
     pub seen: HashSet<EventId>,
     pub skills: Vec<Skill>,
+    /// `seq` of the latest user message.
+    pub last_user_seq: u64,
 }
 
 impl History {
@@ -50,7 +52,10 @@ impl History {
                 self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
                 self.skills = skills.clone();
             }
-            EventBody::UserMessage { text } => self.messages.push(ChatMessage::text("user", text.clone())),
+            EventBody::UserMessage { text } => {
+                self.last_user_seq = ev.seq;
+                self.messages.push(ChatMessage::text("user", text.clone()))
+            }
             EventBody::AgentMessage { text } => self.messages.push(ChatMessage::text("assistant", text.clone())),
             EventBody::Action { tool_call_id, tool, arguments, thought } => {
                 let call = ToolCall {

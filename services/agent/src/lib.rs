@@ -14,6 +14,7 @@ pub mod history;
 pub mod log;
 pub mod run_loop;
 pub mod runner;
+pub mod stuck;
 pub mod tools;
 
 use std::sync::Arc;

@@ -15,6 +15,7 @@ use tokio::sync::{Mutex, watch};
 
 use crate::Ctx;
 use crate::log::Log;
+use crate::stuck;
 use crate::tools::{self, ToolOutcome};
 
 /// How a run ended.
@@ -36,6 +37,9 @@ pub struct Run {
     pub log: Arc<Mutex<Log>>,
     pub cancel: watch::Receiver<bool>,
     pub trace: Option<TraceContext>,
+    /// The log's last `seq` when the run last built the LLM's input: a user message after it
+    /// was never seen by this run.
+    pub read_upto: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Run {
@@ -57,6 +61,14 @@ impl Run {
     async fn fail(&self, code: &str, message: String) -> RunOutcome {
         self.append(EventSource::System, EventBody::AgentError { code: code.into(), message: message.clone() }).await;
         self.status(ExecutionStatus::Error, Some(message)).await;
+        RunOutcome::Failed
+    }
+
+    /// Ends the run: the agent repeats itself (`pattern` says how).
+    async fn stuck(&self, pattern: String) -> RunOutcome {
+        let message = format!("The agent is stuck: {pattern}. Send a message to steer it.");
+        self.append(EventSource::System, EventBody::AgentError { code: "stuck".into(), message }).await;
+        self.status(ExecutionStatus::Stuck, Some(pattern)).await;
         RunOutcome::Failed
     }
 
@@ -106,12 +118,15 @@ impl Run {
         };
         let tool_specs = tools::specs();
         let max = self.ctx.config.agent.max_iterations;
+        let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
+        let mut steps: Vec<stuck::Step> = Vec::new();
         for _ in 0..max {
             if self.cancelled() {
                 return RunOutcome::Paused;
             }
             let messages = {
                 let log = self.log.lock().await;
+                self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
                 log.history.for_llm(&system_prompt(&log))
             };
             let completion = tokio::select! {
@@ -155,9 +170,18 @@ impl Run {
                 };
                 match outcome {
                     ToolOutcome::Observation { content, exit_code, is_error } => {
+                        steps.push(stuck::Step {
+                            action: format!("{name} {}", call.function.arguments),
+                            tool: name.clone(),
+                            observation: content.clone(),
+                            is_error: is_error || exit_code.is_some_and(|c| c != 0),
+                        });
                         let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
                         if !self.append(EventSource::Environment, body).await {
                             return RunOutcome::Failed;
+                        }
+                        if let Some(pattern) = stuck::detect(&steps, thresholds) {
+                            return self.stuck(pattern).await;
                         }
                     }
                     ToolOutcome::Finish { message } => {

@@ -153,6 +153,15 @@ pub struct AgentConfig {
     pub idle_evict_secs: u64,
     /// Default per-command timeout for the `terminal` tool.
     pub command_timeout_secs: f64,
+    /// Stuck detection (0 turns a pattern off): the same action with the same observation this
+    /// many times in a row...
+    pub stuck_repeats: usize,
+    /// ...the same action failing with the same error...
+    pub stuck_errors: usize,
+    /// ...only `think` calls...
+    pub stuck_monologue: usize,
+    /// ...two actions alternating, this many times each.
+    pub stuck_alternations: usize,
 }
 
 /// Sandboxes.
@@ -307,7 +316,16 @@ impl Default for LlmConfig {
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        Self { max_iterations: 50, lease_ttl_secs: 15, idle_evict_secs: 300, command_timeout_secs: 30.0 }
+        Self {
+            max_iterations: 50,
+            lease_ttl_secs: 15,
+            idle_evict_secs: 300,
+            command_timeout_secs: 30.0,
+            stuck_repeats: 4,
+            stuck_errors: 3,
+            stuck_monologue: 5,
+            stuck_alternations: 3,
+        }
     }
 }
 
@@ -344,6 +362,91 @@ impl Default for GatewayConfig {
             auth_failures_per_minute: 30,
         }
     }
+}
+
+/// Every `HALYARD_*` variable [`Config::apply_env`] reads (without the prefix). A test checks
+/// that each is accepted; any other is refused with the nearest of these.
+pub const ENV_NAMES: &[&str] = &[
+    "HTTP_ADDR",
+    "DATA_DIR",
+    "NATS_URL",
+    "NATS_SERVER",
+    "NATS_CREDS",
+    "NATS_USER",
+    "NATS_PASSWORD",
+    "NATS_PORT",
+    "API_KEYS",
+    "SECRET",
+    "NODE_ID",
+    "LOG",
+    "SKILLS_DIR",
+    "LLM_BASE_URL",
+    "LLM_MODEL",
+    "LLM_API_KEY",
+    "LLM_STREAM",
+    "LLM_TIMEOUT_SECS",
+    "LLM_MAX_RETRIES",
+    "LLM_RETRY_BASE_MS",
+    "MAX_ITERATIONS",
+    "LEASE_TTL_SECS",
+    "SANDBOX",
+    "PROCESS_ISOLATION",
+    "PROCESS_UID_BASE",
+    "DOCKER_HOST",
+    "SANDBOX_POOL_SIZE",
+    "SANDBOX_IDLE_PAUSE_SECS",
+    "SANDBOX_START_TIMEOUT_SECS",
+    "SANDBOX_BASE_IMAGE",
+    "EXECUTOR_COMMAND",
+    "MAX_RUNNING_PER_USER",
+    "MAX_RUNNING_TOTAL",
+    "ADMINS",
+    "AUTH_FAILURES_PER_MINUTE",
+    "RATE_LIMIT_PER_MINUTE",
+    "MAX_BODY_BYTES",
+    "WEBHOOK_ALLOW",
+    "WEBHOOK_MAX_ATTEMPTS",
+    "WEBHOOK_RETRY_BASE_MS",
+    "WEBHOOK_RETRY_MAX_MS",
+    "WEBHOOK_TIMEOUT_SECS",
+    "WEBHOOK_DISABLE_AFTER_SECS",
+    "TITLE_USE_LLM",
+    "TITLE_MODEL",
+    "TITLE_BASE_URL",
+    "MAX_STARTING_PER_USER",
+    "LLM_MAX_CONCURRENT",
+    "IDLE_EVICT_SECS",
+    "COMMAND_TIMEOUT_SECS",
+    "OUTPUT_CAP_BYTES",
+    "PROCESS_UID_COUNT",
+    "SANDBOX_DEFAULT_SPEC",
+    "STUCK_REPEATS",
+    "STUCK_ERRORS",
+    "STUCK_MONOLOGUE",
+    "STUCK_ALTERNATIONS",
+];
+
+/// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
+/// key), or by the test suite's own tools (regenerating golden fixtures).
+const USED_ELSEWHERE: &[&str] = &["CONFIG", "URL", "API_KEY", "BLESS"];
+
+/// The known name closest to `name` (by edit distance), if any is close enough to be a typo.
+fn nearest(name: &str) -> Option<&'static str> {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let next = (row[j + 1] + 1).min(row[j] + 1).min(prev + usize::from(ca != *cb));
+                prev = row[j + 1];
+                row[j + 1] = next;
+            }
+        }
+        row[b.len()]
+    };
+    ENV_NAMES.iter().map(|n| (distance(name, n), *n)).filter(|(d, n)| *d <= n.len() / 3 + 1).min().map(|(_, n)| n)
 }
 
 /// Why configuration could not be loaded.
@@ -391,8 +494,8 @@ impl Config {
         Ok(config)
     }
 
-    /// Applies `HALYARD_*` variables. Unknown `HALYARD_*` names are ignored (tools of the test
-    /// suite use the prefix too).
+    /// Applies `HALYARD_*` variables. An unknown `HALYARD_*` name is refused with the nearest
+    /// known one: a typo must not pass unnoticed.
     pub fn apply_env(&mut self, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
         for (name, value) in env {
             let Some(key) = name.strip_prefix("HALYARD_") else { continue };
@@ -468,7 +571,22 @@ impl Config {
                 "TITLE_USE_LLM" => self.titles.use_llm = parse_bool(&v).ok_or_else(|| bad("expected true or false"))?,
                 "TITLE_MODEL" => self.titles.model = Some(v),
                 "TITLE_BASE_URL" => self.titles.base_url = Some(v),
-                _ => {}
+                "MAX_STARTING_PER_USER" => self.gateway.max_starting_per_user = v.parse().map_err(|_| bad("expected a count"))?,
+                "LLM_MAX_CONCURRENT" => self.llm.max_concurrent = v.parse().map_err(|_| bad("expected a count"))?,
+                "IDLE_EVICT_SECS" => self.agent.idle_evict_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "COMMAND_TIMEOUT_SECS" => self.agent.command_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "OUTPUT_CAP_BYTES" => self.sandbox.output_cap_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
+                "PROCESS_UID_COUNT" => self.sandbox.process_uid_count = v.parse().map_err(|_| bad("expected a count"))?,
+                "SANDBOX_DEFAULT_SPEC" => self.sandbox.default_spec = v,
+                "STUCK_REPEATS" => self.agent.stuck_repeats = v.parse().map_err(|_| bad("expected a count"))?,
+                "STUCK_ERRORS" => self.agent.stuck_errors = v.parse().map_err(|_| bad("expected a count"))?,
+                "STUCK_MONOLOGUE" => self.agent.stuck_monologue = v.parse().map_err(|_| bad("expected a count"))?,
+                "STUCK_ALTERNATIONS" => self.agent.stuck_alternations = v.parse().map_err(|_| bad("expected a count"))?,
+                other if USED_ELSEWHERE.contains(&other) => {}
+                other => {
+                    let hint = nearest(other).map(|n| format!("; did you mean HALYARD_{n}?")).unwrap_or_default();
+                    return Err(bad(&format!("no such setting{hint} (README.md lists them)")));
+                }
             }
         }
         Ok(())
@@ -548,6 +666,49 @@ mod tests {
         assert!(parse_api_keys("alice:short").is_err());
         let err = Config::load(None, &env(&[("HALYARD_SANDBOX", "vm")])).err().unwrap();
         assert!(err.to_string().contains("HALYARD_SANDBOX"));
+    }
+
+    #[test]
+    fn every_variable_is_read_and_a_typo_is_refused_with_the_nearest_name() {
+        for name in ENV_NAMES {
+            let value = match *name {
+                "SANDBOX" => "process",
+                "PROCESS_ISOLATION" => "uid",
+                "API_KEYS" => "alice:key-alice-1",
+                "WEBHOOK_ALLOW" => "loopback",
+                "LLM_STREAM" | "TITLE_USE_LLM" => "true",
+                "HTTP_ADDR"
+                | "DATA_DIR"
+                | "NATS_URL"
+                | "NATS_SERVER"
+                | "NATS_CREDS"
+                | "NATS_USER"
+                | "NATS_PASSWORD"
+                | "SECRET"
+                | "NODE_ID"
+                | "LOG"
+                | "SKILLS_DIR"
+                | "LLM_BASE_URL"
+                | "LLM_MODEL"
+                | "LLM_API_KEY"
+                | "DOCKER_HOST"
+                | "SANDBOX_BASE_IMAGE"
+                | "EXECUTOR_COMMAND"
+                | "ADMINS"
+                | "TITLE_MODEL"
+                | "TITLE_BASE_URL"
+                | "SANDBOX_DEFAULT_SPEC" => "x",
+                _ => "7",
+            };
+            let var = format!("HALYARD_{name}");
+            Config::load(None, &env(&[(var.as_str(), value)])).unwrap_or_else(|e| panic!("{var}={value}: {e}"));
+        }
+        let err = Config::load(None, &env(&[("HALYARD_MAX_ITERATION", "9")])).err().unwrap().to_string();
+        assert!(err.contains("did you mean HALYARD_MAX_ITERATIONS?"), "{err}");
+        let err = Config::load(None, &env(&[("HALYARD_WHATEVER_THIS_IS", "9")])).err().unwrap().to_string();
+        assert!(err.contains("no such setting") && !err.contains("did you mean"), "{err}");
+        let c = Config::load(None, &env(&[("HALYARD_MAX_STARTING_PER_USER", "3"), ("HALYARD_CONFIG", "x.toml")])).unwrap();
+        assert_eq!(c.gateway.max_starting_per_user, 3);
     }
 
     #[test]

@@ -130,13 +130,17 @@ impl Isolation {
         match self {
             Self::Uid(pool) => {
                 set_mode(&layout.root, 0o711)?;
-                let uid = match std::fs::metadata(layout.workspace()) {
-                    Ok(m) if pool.contains(m.uid()) => m.uid(),
-                    _ => pool.allocate()?,
+                let (uid, fresh) = match std::fs::metadata(layout.workspace()) {
+                    Ok(m) if pool.contains(m.uid()) => (m.uid(), false),
+                    _ => (pool.allocate()?, true),
                 };
                 for dir in &private {
                     created(dir)?;
-                    std::os::unix::fs::chown(dir, Some(uid), Some(uid)).map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
+                    // A workspace that had another owner (made before isolation, or under
+                    // another uid range) becomes the new uid's, all of it.
+                    if fresh {
+                        chown_tree(dir, uid)?;
+                    }
                     set_mode(dir, 0o700)?;
                 }
                 Ok(Confinement { uid: Some(uid), wrapper: Vec::new() })
@@ -222,11 +226,12 @@ fn bwrap_args(program: &Path, layout: &Layout, executor: &[String]) -> Vec<Strin
             args.extend(["--ro-bind".into(), dir.into(), dir.into()]);
         }
     }
-    // The executor binary, wherever it is built.
+    args.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(str::to_owned));
+    // Then what lies below those (mounts are made in order: a later tmpfs would hide them): the
+    // executor binary, wherever it is built, and the sandbox's own directory.
     if let Some(exe) = executor.first().filter(|e| Path::new(e).is_absolute()) {
         args.extend(["--ro-bind".into(), exe.clone(), exe.clone()]);
     }
-    args.extend(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"].map(str::to_owned));
     let root = absolute(&layout.root).display().to_string();
     args.extend(["--bind".into(), root.clone(), root]);
     args.push("--".into());
@@ -253,6 +258,18 @@ fn bwrap_program() -> Option<PathBuf> {
 
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Gives `dir` and everything below it to `uid` (links themselves, never what they point to).
+fn chown_tree(dir: &Path, uid: u32) -> Result<(), String> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(uid)).map_err(|e| format!("cannot chown {}: {e}", dir.display()))?;
+    let is_dir = std::fs::symlink_metadata(dir).map(|m| m.is_dir()).unwrap_or(false);
+    if is_dir {
+        for entry in std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?.flatten() {
+            chown_tree(&entry.path(), uid)?;
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
@@ -292,6 +309,32 @@ mod tests {
         pool.release(a);
         assert_eq!(pool.allocate().unwrap(), a);
         assert!(!pool.contains(299_999) && !pool.contains(300_002));
+    }
+
+    #[test]
+    fn a_tree_changes_owner_but_not_what_its_links_point_to() {
+        // Needs root, as `uid` isolation does (the test suite runs as root).
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("ws/sub");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::write(inner.join("file"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", inner.join("link")).unwrap();
+        chown_tree(&dir.path().join("ws"), 300_123).unwrap();
+        let owner = |p: &Path| std::fs::symlink_metadata(p).unwrap().uid();
+        assert_eq!(owner(&inner.join("file")), 300_123);
+        assert_eq!(owner(&inner.join("link")), 300_123);
+        assert_eq!(owner(&inner), 300_123);
+        assert_eq!(std::fs::metadata("/etc/passwd").unwrap().uid(), 0, "followed a link");
+    }
+
+    #[test]
+    fn bubblewrap_mounts_the_sandbox_and_the_executor_after_the_private_tmp() {
+        let layout = Layout { root: "/tmp/data/sandboxes/x".into() };
+        let args = bwrap_args(Path::new("/usr/bin/bwrap"), &layout, &["/tmp/build/halyard".into(), "executor".into()]);
+        let at = |s: &str| args.iter().position(|a| a == s).unwrap();
+        assert!(at("--tmpfs") < at("/tmp/build/halyard") && at("--tmpfs") < at("/tmp/data/sandboxes/x"), "{args:?}");
+        assert_eq!(args.last().map(String::as_str), Some("--"));
+        assert!(!args.iter().any(|a| a == "/tmp/data"), "the data dir is not mounted: {args:?}");
     }
 
     #[test]
