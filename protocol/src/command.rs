@@ -116,6 +116,12 @@ pub enum AgentCommand {
     Resume {
         conversation_id: ConversationId,
     },
+    /// Stop the running command now (its process group in the sandbox is signalled) and end
+    /// the run after that step, waiting for the user; unlike pause, it does not freeze the
+    /// sandbox.
+    Interrupt {
+        conversation_id: ConversationId,
+    },
     Delete {
         conversation_id: ConversationId,
     },
@@ -128,6 +134,7 @@ impl AgentCommand {
             | Self::UserMessage { conversation_id, .. }
             | Self::Pause { conversation_id }
             | Self::Resume { conversation_id }
+            | Self::Interrupt { conversation_id }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -140,6 +147,7 @@ impl Payload for AgentCommand {
             Self::UserMessage { .. } => "cmd.agent.user_message",
             Self::Pause { .. } => "cmd.agent.pause",
             Self::Resume { .. } => "cmd.agent.resume",
+            Self::Interrupt { .. } => "cmd.agent.interrupt",
             Self::Delete { .. } => "cmd.agent.delete",
         }
         .to_owned()

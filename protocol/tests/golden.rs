@@ -303,6 +303,7 @@ fn commands_are_stable() {
             },
         ),
     );
+    check("cmd_agent_interrupt", env(8, "cmd.agent.interrupt", AgentCommand::Interrupt { conversation_id: ConversationId(id(1)) }));
     check(
         "cmd_agent_user_message",
         env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }),

@@ -287,3 +287,54 @@ async fn a_repeating_agent_is_stopped_as_stuck_and_a_loop_that_makes_progress_is
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "try something else"})).await;
     api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
 }
+
+/// Whether a process whose command line contains `needle` runs on this machine.
+fn running(needle: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle)))
+}
+
+/// `interrupt` stops a command that would run for ten minutes, at once: the step ends with what
+/// it printed and a note, the run waits for the user, the sandbox keeps running, and the next
+/// message goes on.
+#[tokio::test]
+async fn interrupt_stops_a_long_command_now_and_the_conversation_goes_on() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let marker = format!("sleep 6{}", std::process::id() % 100 + 100);
+    llm.push([Reply::tool("terminal", json!({"command": format!("echo started; {marker}; echo never"), "timeout": 900}))]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "wait a long time"})).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !running(&marker) {
+        assert!(std::time::Instant::now() < deadline, "the long command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+    assert_eq!(s, 202, "{answer}");
+    let events = api
+        .wait_events(&conv, "the interrupted step", |ev| {
+            ev.iter().any(|e| e["kind"] == "execution_status" && e["reason"] == "interrupted by the user")
+        })
+        .await;
+    let obs = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").expect("an observation");
+    let content = obs["content"].as_str().unwrap();
+    assert!(content.contains("started") && content.contains("[Interrupted by the user.]") && !content.contains("never"), "{content}");
+    assert_eq!(events.last().unwrap()["status"], "idle", "the run waits for the user");
+    assert!(!running(&marker), "the command still runs in the sandbox");
+    let (_, sandbox) = api.get(&format!("/api/v1/sandboxes/{}", task["sandbox_id"].as_str().unwrap())).await;
+    assert_eq!(sandbox["status"], "RUNNING", "{sandbox}");
+
+    llm.push([Reply::tool("terminal", json!({"command": "echo still here"})), Reply::finish("back")]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on"})).await;
+    let events = api.wait_events(&conv, "the next run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("still here")));
+    // Interrupting a conversation with no run is accepted and changes nothing.
+    let before = api.events(&conv).await.len();
+    assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await.0, 202);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(api.events(&conv).await.len(), before);
+}

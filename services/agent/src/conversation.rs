@@ -40,6 +40,7 @@ pub struct ConversationActor;
 struct LiveRun {
     id: u64,
     cancel: watch::Sender<bool>,
+    interrupt: watch::Sender<bool>,
     join: tokio::task::JoinHandle<RunOutcome>,
     /// What the run last read of the log (see [`Run::read_upto`]).
     read_upto: Arc<std::sync::atomic::AtomicU64>,
@@ -212,6 +213,13 @@ impl ConvState {
                 self.resume(myself, trace).await;
                 delivery.ack().await;
             }
+            AgentCommand::Interrupt { .. } => {
+                // Only a live run has something to stop; it records the interrupt itself.
+                if let Some(run) = &self.run {
+                    let _ = run.interrupt.send(true);
+                }
+                delivery.ack().await;
+            }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
                     let _ = run.cancel.send(true);
@@ -255,10 +263,18 @@ impl ConvState {
         self.runs += 1;
         let id = self.runs;
         let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (interrupt_tx, interrupt_rx) = watch::channel(false);
         self.take_lease().await;
         // Everything up to now is this run's to answer, even if it fails before it reads.
         let read_upto = Arc::new(std::sync::atomic::AtomicU64::new(log.lock().await.history.last_seq));
-        let run = Run { ctx: self.ctx.clone(), log, cancel: cancel_rx, trace: trace.clone(), read_upto: read_upto.clone() };
+        let run = Run {
+            ctx: self.ctx.clone(),
+            log,
+            cancel: cancel_rx,
+            interrupt: interrupt_rx,
+            trace: trace.clone(),
+            read_upto: read_upto.clone(),
+        };
         let me = myself.clone();
         let ctx = self.ctx.clone();
         let conv = self.id;
@@ -283,7 +299,7 @@ impl ConvState {
             },
             span,
         ));
-        self.run = Some(LiveRun { id, cancel: cancel_tx, join, read_upto });
+        self.run = Some(LiveRun { id, cancel: cancel_tx, interrupt: interrupt_tx, join, read_upto });
     }
 
     async fn take_lease(&self) {

@@ -36,6 +36,8 @@ pub struct Run {
     pub ctx: Arc<Ctx>,
     pub log: Arc<Mutex<Log>>,
     pub cancel: watch::Receiver<bool>,
+    /// Set by an interrupt: stop the running command now and end the run after this step.
+    pub interrupt: watch::Receiver<bool>,
     pub trace: Option<TraceContext>,
     /// The log's last `seq` when the run last built the LLM's input: a user message after it
     /// was never seen by this run.
@@ -70,6 +72,16 @@ impl Run {
         self.append(EventSource::System, EventBody::AgentError { code: "stuck".into(), message }).await;
         self.status(ExecutionStatus::Stuck, Some(pattern)).await;
         RunOutcome::Failed
+    }
+
+    /// Ends the run because the user interrupted it.
+    async fn interrupted(&self) -> RunOutcome {
+        self.status(ExecutionStatus::Idle, Some("interrupted by the user".into())).await;
+        RunOutcome::AwaitingUser
+    }
+
+    fn interrupt_requested(&self) -> bool {
+        *self.interrupt.borrow()
     }
 
     fn cancelled(&self) -> bool {
@@ -124,6 +136,9 @@ impl Run {
             if self.cancelled() {
                 return RunOutcome::Paused;
             }
+            if self.interrupt_requested() {
+                return self.interrupted().await;
+            }
             let messages = {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
@@ -131,6 +146,7 @@ impl Run {
             };
             let completion = tokio::select! {
                 _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
+                _ = Self::until_cancelled(self.interrupt.clone()) => return self.interrupted().await,
                 c = self.ctx.llm.complete(&messages, &tool_specs) => c,
             };
             let completion = match completion {
@@ -161,12 +177,43 @@ impl Run {
                     return RunOutcome::Paused;
                 }
                 let name = call.function.name.clone();
+                let interrupted_before = self.interrupt_requested();
                 let outcome = match parsed {
-                    Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
-                    Ok(args) => tokio::select! {
-                        _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
-                        o = tools::execute(&exec, &name, &args, self.ctx.config.agent.command_timeout_secs) => o,
+                    // An interrupt stops what is left of this answer too: each call still gets its
+                    // observation, so the model sees a complete step next time.
+                    _ if interrupted_before => ToolOutcome::Observation {
+                        content: "Not run: the user interrupted the agent.".into(),
+                        exit_code: None,
+                        is_error: true,
                     },
+                    Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
+                    Ok(args) => {
+                        let running = tools::execute(&exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
+                        tokio::pin!(running);
+                        tokio::select! {
+                            _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
+                            o = &mut running => o,
+                            _ = Self::until_cancelled(self.interrupt.clone()) => {
+                                // Stop the command in the sandbox, then take what it printed.
+                                if let Err(e) = exec.interrupt().await {
+                                    tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
+                                }
+                                match tokio::time::timeout(Duration::from_secs(10), &mut running).await {
+                                    Ok(ToolOutcome::Observation { content, exit_code, is_error }) => ToolOutcome::Observation {
+                                        content: format!("{content}\n[Interrupted by the user.]"),
+                                        exit_code,
+                                        is_error,
+                                    },
+                                    Ok(other) => other,
+                                    Err(_) => ToolOutcome::Observation {
+                                        content: "[Interrupted by the user; the command did not stop within 10 s.]".into(),
+                                        exit_code: None,
+                                        is_error: true,
+                                    },
+                                }
+                            }
+                        }
+                    }
                 };
                 match outcome {
                     ToolOutcome::Observation { content, exit_code, is_error } => {

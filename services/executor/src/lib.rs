@@ -111,6 +111,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let state = AppState { config: Arc::new(config), key, shell: Arc::new(shell), editor: Arc::new(editor), activity: Arc::new(activity) };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
+        .route("/shell/interrupt", post(interrupt))
         .route("/files/edit", post(edit))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
         .route("/session-key", post(rotate_key))
@@ -176,6 +177,12 @@ async fn exec(
     Json(req): Json<ExecRequest>,
 ) -> Result<Json<halyard_protocol::executor::ExecResponse>, ExecutorError> {
     Ok(Json(state.shell.exec(req).await?))
+}
+
+/// `POST /shell/interrupt`: stops the running command now, without waiting for it.
+async fn interrupt(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let signalled = state.shell.interrupt(std::time::Duration::from_secs(3)).await;
+    Json(serde_json::json!({ "interrupted": signalled }))
 }
 
 async fn edit(

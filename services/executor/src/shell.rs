@@ -127,6 +127,9 @@ pub struct Shell {
     scripts: PathBuf,
     session: AsyncMutex<Option<Session>>,
     alive: std::sync::atomic::AtomicBool,
+    /// The shell's process group (0: none yet), readable without the session lock, which a
+    /// running command holds: an interrupt must not wait for the command it interrupts.
+    pgid: std::sync::atomic::AtomicI32,
 }
 
 impl Shell {
@@ -141,6 +144,7 @@ impl Shell {
             scripts,
             session: AsyncMutex::new(None),
             alive: std::sync::atomic::AtomicBool::new(true),
+            pgid: std::sync::atomic::AtomicI32::new(0),
         })
     }
 
@@ -161,6 +165,7 @@ impl Shell {
             .spawn()
             .map_err(internal)?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        self.pgid.store(pgid, std::sync::atomic::Ordering::SeqCst);
         let stdin = child.stdin.take().ok_or_else(|| ExecutorError::Internal("no stdin".into()))?;
         let output = Arc::new(Mutex::new(OutputBuf::new(self.cap)));
         let (tx, rx) = watch::channel(0u64);
@@ -193,6 +198,23 @@ impl Shell {
             });
         }
         Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, counter: 0 })
+    }
+
+    /// Interrupts whatever the shell runs now: SIGINT to its process group (the shell's trap
+    /// ends the command line, as Ctrl-C in a terminal would), and if the command is still
+    /// running `grace` later, SIGKILL to the group (the next command gets a fresh shell).
+    /// Returns whether there was a shell to signal.
+    pub async fn interrupt(&self, grace: Duration) -> bool {
+        let pgid = self.pgid.load(std::sync::atomic::Ordering::SeqCst);
+        if pgid <= 0 || !crate_signal(-pgid, libc::SIGINT) {
+            return false;
+        }
+        // The running command's `exec` holds the session until it returns: once the lock is
+        // free, the command has ended.
+        if tokio::time::timeout(grace, self.session.lock()).await.is_err() {
+            crate_signal(-pgid, libc::SIGKILL);
+        }
+        true
     }
 
     /// Runs a command or sends input, per [`ExecRequest`].
@@ -336,11 +358,9 @@ async fn write_line(stdin: &mut ChildStdin, line: &str) -> Result<(), ExecutorEr
 }
 
 #[allow(unsafe_code)]
-fn crate_signal(pid: i32, sig: i32) {
+fn crate_signal(pid: i32, sig: i32) -> bool {
     // SAFETY: kill(2) takes two integers and touches no memory of ours.
-    unsafe {
-        libc::kill(pid, sig);
-    }
+    unsafe { libc::kill(pid, sig) == 0 }
 }
 
 #[cfg(test)]

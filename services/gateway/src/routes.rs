@@ -287,7 +287,7 @@ async fn control(
     if c.status != "READY" {
         return Err(ApiError::conflict(
             "conversation_not_ready",
-            "the conversation is still starting; pause or resume it once it is READY",
+            "the conversation is still starting; pause, resume or interrupt it once it is READY",
         ));
     }
     agent_command(state, id, make(id)).await?;
@@ -297,6 +297,11 @@ async fn control(
 /// `POST /conversations/{id}/pause`.
 pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Pause { conversation_id }).await
+}
+
+/// `POST /conversations/{id}/interrupt`: stops the running command now.
+pub async fn interrupt(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    control(&state, &user, &id, |conversation_id| AgentCommand::Interrupt { conversation_id }).await
 }
 
 /// `POST /conversations/{id}/resume`.

@@ -55,6 +55,24 @@ impl ExecutorClient {
         self.post("/shell/exec", req, wait).await
     }
 
+    /// Interrupts the command the sandbox's shell runs now (SIGINT to its process group, SIGKILL
+    /// a few seconds later if it is still running).
+    pub async fn interrupt(&self) -> Result<(), ExecutorError> {
+        let resp = self
+            .http
+            .post(format!("{}/shell/interrupt", self.base))
+            .header(SESSION_KEY_HEADER, &self.key)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Err(ExecutorError::Rejected { status, code: "interrupt_failed".into(), message: resp.text().await.unwrap_or_default() })
+    }
+
     /// Replaces the executor's session key with `key` (this client keeps the old one).
     pub async fn rotate_key(&self, key: &str) -> Result<(), ExecutorError> {
         let resp = self
