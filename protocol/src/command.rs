@@ -27,6 +27,9 @@ pub enum ConversationCommand {
         /// The sandbox spec to use (the deployment's default if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spec: Option<String>,
+        /// Limits on the conversation's LLM use.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::event::Budget>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -104,6 +107,8 @@ pub enum AgentCommand {
         skills: Vec<Skill>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::event::Budget>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

@@ -62,6 +62,16 @@ pub struct Skill {
     pub content: String,
 }
 
+/// What a conversation's LLM calls may use in all; a run ends with `agent_error`
+/// `budget_exceeded` before a call would pass either.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_budget_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
 /// One entry in a conversation's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConversationEvent {
@@ -87,6 +97,9 @@ pub enum EventBody {
         /// Skills loaded into the agent's system prompt (global and from the repository).
         #[serde(default)]
         skills: Vec<Skill>,
+        /// Limits on what the conversation's LLM calls may use (none: unlimited).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<Budget>,
     },
     /// A message from the user.
     UserMessage { text: String },
@@ -110,6 +123,18 @@ pub enum EventBody {
         #[serde(default)]
         is_error: bool,
     },
+    /// One LLM call: what it used and cost (cost only where the model has a price).
+    LlmCall {
+        model: String,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        /// Prompt tokens the provider served from its cache (part of `prompt_tokens`).
+        #[serde(default)]
+        cached_tokens: u64,
+        latency_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
     /// Something went wrong in the agent loop (LLM failure, iteration limit, interrupted run).
     AgentError { code: String, message: String },
     /// The agent's execution status changed.
@@ -127,6 +152,7 @@ impl EventBody {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::ConversationStarted { .. } => "conversation_started",
+            Self::LlmCall { .. } => "llm_call",
             Self::UserMessage { .. } => "user_message",
             Self::AgentMessage { .. } => "agent_message",
             Self::Action { .. } => "action",

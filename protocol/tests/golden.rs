@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
-use halyard_protocol::event::{ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
+use halyard_protocol::event::{Budget, ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
 use halyard_protocol::system::{
     ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
 };
@@ -71,6 +71,35 @@ fn events_are_stable() {
                     workspace: "/workspace".into(),
                     model: "gpt-4o".into(),
                     skills: vec![Skill { name: "AGENTS.md".into(), content: "Be brief.".into() }],
+                    budget: None,
+                },
+            ),
+        ),
+        (
+            "event_conversation_started_budget",
+            event(
+                1,
+                EventBody::ConversationStarted {
+                    owner: UserId("alice".into()),
+                    sandbox_id: SandboxId(id(2)),
+                    workspace: "/workspace".into(),
+                    model: "gpt-4o".into(),
+                    skills: Vec::new(),
+                    budget: Some(Budget { max_budget_usd: Some(2.5), max_tokens: Some(200_000) }),
+                },
+            ),
+        ),
+        (
+            "event_llm_call",
+            event(
+                10,
+                EventBody::LlmCall {
+                    model: "gpt-4o".into(),
+                    prompt_tokens: 1200,
+                    completion_tokens: 85,
+                    cached_tokens: 1024,
+                    latency_ms: 830,
+                    cost_usd: Some(0.00166),
                 },
             ),
         ),
@@ -274,6 +303,7 @@ fn commands_are_stable() {
                 title: None,
                 created_ms: T,
                 spec: None,
+                budget: None,
             },
         ),
     );

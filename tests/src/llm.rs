@@ -47,6 +47,8 @@ struct Inner {
     fallback: Mutex<Option<Fallback>>,
     release: Notify,
     counter: Mutex<u64>,
+    /// The usage reported for each answer: (prompt, completion, cached) tokens.
+    usages: Mutex<Vec<(u64, u64, u64)>>,
 }
 
 /// The scripted server. Cheap to clone.
@@ -65,6 +67,7 @@ impl ScriptedLlm {
             fallback: Mutex::new(None),
             release: Notify::new(),
             counter: Mutex::new(0),
+            usages: Mutex::new(Vec::new()),
         });
         let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
@@ -93,6 +96,11 @@ impl ScriptedLlm {
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
         self.inner.requests.lock().expect("lock").iter().map(|(_, b)| b.clone()).collect()
+    }
+
+    /// The token usage reported with every answer so far: (prompt, completion, cached).
+    pub fn usages(&self) -> Vec<(u64, u64, u64)> {
+        self.inner.usages.lock().expect("lock").clone()
     }
 
     /// Every request's `Authorization` header.
@@ -146,11 +154,23 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
         }
         _ => (None, Vec::new()),
     };
+    // Usage as a provider reports it: a prompt that grows with the conversation, a quarter of it
+    // from the prompt cache.
+    let prompt = (body["messages"].to_string().len() as u64).div_ceil(4);
+    let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
+    let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
+    inner.usages.lock().expect("lock").push(usage);
+    let usage = json!({
+        "prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1,
+        "prompt_tokens_details": {"cached_tokens": usage.2},
+    });
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    if stream { sse(n, content, calls) } else { plain(n, content, calls) }
+    // Streams carry usage only when asked (`stream_options.include_usage`), as OpenAI's do.
+    let stream_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false).then(|| usage.clone());
+    if stream { sse(n, content, calls, stream_usage) } else { plain(n, content, calls, usage) }
 }
 
-fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) -> Response {
+fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Value) -> Response {
     let tool_calls: Vec<Value> =
         calls.iter().map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})).collect();
     let mut message = json!({"role": "assistant", "content": content});
@@ -161,14 +181,14 @@ fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) 
     Json(json!({
         "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0, "model": "scripted",
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        "usage": usage
     }))
     .into_response()
 }
 
 /// Server-sent events, with content and arguments split into small fragments as real
 /// servers do.
-fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) -> Response {
+fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Option<Value>) -> Response {
     let mut chunks: Vec<Value> = vec![json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})];
     if let Some(text) = content {
         let chars: Vec<char> = text.chars().collect();
@@ -187,6 +207,9 @@ fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>) ->
     }
     let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
     chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
+    if let Some(usage) = usage {
+        chunks.push(json!({"choices": [], "usage": usage}));
+    }
     let mut text = String::new();
     for mut c in chunks {
         c["id"] = json!(format!("chatcmpl-{n}"));

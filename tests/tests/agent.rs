@@ -248,7 +248,7 @@ async fn a_repeating_agent_is_stopped_as_stuck_and_a_loop_that_makes_progress_is
     let cases: Vec<(&str, Vec<Reply>, usize)> = vec![
         ("same result 4 times", (0..4).map(|_| terminal("echo same")).collect(), 4),
         ("failed with the same error 3 times", (0..3).map(|_| terminal("cat /no/such/file")).collect(), 3),
-        ("only talked to itself", (0..5).map(|i| think(&format!("hmm {i}"))).collect(), 5),
+        ("only talked to itself", (0..8).map(|i| think(&format!("hmm {i}"))).collect(), 8),
         (
             "alternated between two actions 3 times each",
             (0..6).map(|i| terminal(if i % 2 == 0 { "echo a" } else { "echo b" })).collect(),
@@ -337,4 +337,62 @@ async fn interrupt_stops_a_long_command_now_and_the_conversation_goes_on() {
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await.0, 202);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(api.events(&conv).await.len(), before);
+}
+
+/// Every LLM call's tokens and cost add up in the conversation's view; a budget in tokens or in
+/// dollars ends a run with `budget_exceeded` before a call would pass it.
+#[tokio::test]
+async fn llm_calls_are_metered_and_a_budget_stops_a_run_before_it_is_passed() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // USD per million tokens: prompt, completion, cached.
+    let (p, c, k) = (10.0, 20.0, 2.5);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PRICE", "10,20,2.5"));
+    let api = h.api(ALICE);
+    let price =
+        |prompt: u64, completion: u64, cached: u64| ((prompt - cached) as f64 * p + cached as f64 * k + completion as f64 * c) / 1e6;
+
+    llm.push([Reply::tool("terminal", json!({"command": "echo one"})), Reply::finish("done")]);
+    let (conv, _) = api.start_ready(json!({"message": "count"})).await;
+    let events = api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let mut total = 0.0;
+    for (call, (prompt, completion, cached)) in events.iter().filter(|e| e["kind"] == "llm_call").zip(llm.usages()) {
+        let want = price(prompt, completion, cached);
+        assert!((call["cost_usd"].as_f64().unwrap() - want).abs() < 1e-9, "{call} vs {want}");
+        total += want;
+    }
+    let (_, view) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(view["metrics"]["llm_calls"], 2);
+    assert!((view["metrics"]["cost_usd"].as_f64().unwrap() - total).abs() < 1e-6, "{view}");
+
+    // Endless work, each step different (not stuck): only the budget stops it.
+    llm.fallback(|_| Reply::tool("terminal", json!({"command": "date +%N"})));
+    let cases = [(json!({"max_tokens": 3000}), "token budget of 3000"), (json!({"max_budget_usd": 0.03}), "budget of $0.03")];
+    for (limit, says) in cases {
+        let asked = llm.requests().len();
+        let mut body = json!({"message": "work forever"});
+        body.as_object_mut().unwrap().extend(limit.as_object().unwrap().clone());
+        let (conv, _) = api.start_ready(body).await;
+        let events = api.wait_events(&conv, "the budget to stop it", |ev| ev.iter().any(|e| e["kind"] == "agent_error")).await;
+        let error = events.iter().find(|e| e["kind"] == "agent_error").unwrap();
+        assert_eq!(error["code"], "budget_exceeded", "{error}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
+        let calls: Vec<&Value> = events.iter().filter(|e| e["kind"] == "llm_call").collect();
+        assert!(calls.len() >= 2, "the budget allowed some calls: {}", calls.len());
+        assert_eq!(calls.len(), llm.requests().len() - asked, "every call is recorded");
+        let tokens: u64 = calls.iter().map(|e| e["prompt_tokens"].as_u64().unwrap() + e["completion_tokens"].as_u64().unwrap()).sum();
+        let cost: f64 = calls.iter().map(|e| e["cost_usd"].as_f64().unwrap()).sum();
+        if limit.get("max_tokens").is_some() {
+            assert!(tokens <= 3000, "passed the token budget: {tokens}");
+        } else {
+            assert!(cost <= 0.03, "passed the dollar budget: {cost}");
+        }
+    }
+    // A budget too small for even one call stops the run before it asks the LLM.
+    let asked = llm.requests().len();
+    let (conv, _) = api.start_ready(json!({"message": "hi", "max_tokens": 5})).await;
+    api.wait_events(&conv, "refused", |ev| ev.iter().any(|e| e["code"] == "budget_exceeded")).await;
+    assert_eq!(llm.requests().len(), asked);
+    let (s, e) = api.post("/api/v1/conversations", json!({"max_budget_usd": -1})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
 }

@@ -48,10 +48,13 @@ async fn write_run_finish(stream: bool) {
             "conversation_started",
             "user_message",
             "execution_status",
+            "llm_call",
             "action",
             "observation",
+            "llm_call",
             "action",
             "observation",
+            "llm_call",
             "action",
             "observation",
             "agent_message",
@@ -63,16 +66,26 @@ async fn write_run_finish(stream: bool) {
     assert_eq!(events[1]["text"], "Write hello.py and run it");
     assert_eq!(events[1]["source"], "user");
     assert_eq!(events[2]["status"], "running");
-    assert_eq!(events[3]["tool"], "file_editor");
-    assert_eq!(events[3]["thought"], "I'll write the script first.");
-    assert!(events[4]["content"].as_str().unwrap().contains("File created successfully"), "{}", events[4]);
-    assert_eq!(events[5]["tool"], "terminal");
-    let out = events[6]["content"].as_str().unwrap();
+    assert_eq!(events[4]["tool"], "file_editor");
+    assert_eq!(events[4]["thought"], "I'll write the script first.");
+    assert!(events[5]["content"].as_str().unwrap().contains("File created successfully"), "{}", events[5]);
+    assert_eq!(events[7]["tool"], "terminal");
+    let out = events[8]["content"].as_str().unwrap();
     assert!(out.contains("hello from halyard"), "{out}");
     // The LLM key is not in the sandbox's environment.
     assert!(out.contains("LLM_KEY=absent"), "{out}");
-    assert_eq!(events[6]["exit_code"], 0);
-    assert_eq!(events[9]["text"], "hello.py prints the greeting");
+    assert_eq!(events[8]["exit_code"], 0);
+    assert_eq!(events[12]["text"], "hello.py prints the greeting");
+    // Each LLM call is recorded with what the provider reported (streamed or not).
+    let calls: Vec<&Value> = events.iter().filter(|e| e["kind"] == "llm_call").collect();
+    let usages = llm.usages();
+    assert_eq!(calls.len(), usages.len());
+    for (call, (prompt, completion, cached)) in calls.iter().zip(&usages) {
+        assert_eq!((call["prompt_tokens"].as_u64(), call["completion_tokens"].as_u64()), (Some(*prompt), Some(*completion)), "{call}");
+        assert_eq!(call["cached_tokens"].as_u64(), Some(*cached));
+        assert_eq!(call["model"], "scripted-model");
+        assert!(call["latency_ms"].is_u64() && call.get("cost_usd").is_none(), "no price, no cost: {call}");
+    }
     for e in &events {
         assert!(e["timestamp"].as_str().unwrap().ends_with('Z'));
         assert_eq!(e["conversation_id"], conv.as_str());
@@ -105,6 +118,11 @@ async fn write_run_finish(stream: bool) {
     assert_eq!(c["execution_status"], "finished");
     assert_eq!(c["sandbox_status"], "RUNNING");
     assert_eq!(c["last_event_seq"], events.len());
+    let metrics = &c["metrics"];
+    assert_eq!(metrics["llm_calls"], 3);
+    assert_eq!(metrics["prompt_tokens"].as_u64(), Some(usages.iter().map(|u| u.0).sum()));
+    assert_eq!(metrics["completion_tokens"].as_u64(), Some(usages.iter().map(|u| u.1).sum()));
+    assert_eq!(metrics["cached_tokens"].as_u64(), Some(usages.iter().map(|u| u.2).sum()));
 
     // A follow-up message starts a new run in the same shell and workspace.
     llm.push([Reply::tool("terminal", json!({"command": "cat hello.py | wc -l"})), Reply::Text("One line.".into())]);
@@ -136,7 +154,9 @@ async fn websocket_resumes_without_gap_or_duplicate() {
     let step = |i: usize| Reply::Delay(Duration::from_millis(60), Box::new(Reply::tool("think", json!({"thought": format!("step {i}")}))));
     llm.push((0..8).map(step));
     llm.push([Reply::finish("done thinking")]);
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    // Nothing but `think` calls would be a monologue to the stuck detector; here they only make
+    // events.
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_STUCK_MONOLOGUE", "0"));
     let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "think a lot"})).await;
 
@@ -180,7 +200,7 @@ async fn a_long_log_reads_exactly_from_anywhere() {
     let llm = ScriptedLlm::start().await;
     llm.push((0..170).map(|i| Reply::tool("think", json!({"thought": format!("step {i}")}))));
     llm.push([Reply::finish("done")]);
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_ITERATIONS", "200"));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_ITERATIONS", "200").set("HALYARD_STUCK_MONOLOGUE", "0"));
     let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "think for a long time"})).await;
     let all = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;

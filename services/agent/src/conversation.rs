@@ -168,10 +168,12 @@ impl ConvState {
         let trace = env.trace.clone();
         let cmd_id = env.id;
         match env.payload {
-            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, .. } => {
+            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, .. } => {
                 if !started {
-                    let body =
-                        EventBody::ConversationStarted { owner, sandbox_id, workspace, model: self.ctx.llm.model().to_owned(), skills };
+                    // The conversation's own limits, else the deployment's defaults.
+                    let budget = budget.or_else(|| self.ctx.default_budget());
+                    let model = self.ctx.llm.model().to_owned();
+                    let body = EventBody::ConversationStarted { owner, sandbox_id, workspace, model, skills, budget };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use halyard_platform::llm::{ChatMessage, FunctionCall, ToolCall};
-use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus, Skill};
+use halyard_protocol::event::{Budget, ConversationEvent, EventBody, ExecutionStatus, Skill};
 use halyard_protocol::{EventId, SandboxId, UserId};
 
 /// What `ConversationStarted` said.
@@ -29,6 +29,10 @@ pub struct History {
     pub skills: Vec<Skill>,
     /// `seq` of the latest user message.
     pub last_user_seq: u64,
+    /// The conversation's limits, and what its LLM calls used so far.
+    pub budget: Budget,
+    pub used_tokens: u64,
+    pub used_usd: f64,
 }
 
 impl History {
@@ -48,9 +52,14 @@ impl History {
         self.last_seq = ev.seq;
         self.seen.insert(ev.id);
         match &ev.body {
-            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, .. } => {
+            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, .. } => {
                 self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
                 self.skills = skills.clone();
+                self.budget = budget.clone().unwrap_or_default();
+            }
+            EventBody::LlmCall { prompt_tokens, completion_tokens, cost_usd, .. } => {
+                self.used_tokens += prompt_tokens + completion_tokens;
+                self.used_usd += cost_usd.unwrap_or(0.0);
             }
             EventBody::UserMessage { text } => {
                 self.last_user_seq = ev.seq;

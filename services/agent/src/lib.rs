@@ -9,6 +9,7 @@
 //! recovers runs whose owner died (leases in a NATS key-value bucket). Appends carry an
 //! expected-last-sequence check, so a stale writer is rejected rather than corrupting history.
 
+pub mod budget;
 pub mod conversation;
 pub mod history;
 pub mod log;
@@ -50,6 +51,18 @@ pub struct Ctx {
     pub llm: LlmClient,
     pub leases: jetstream::kv::Store,
     pub node_id: String,
+}
+
+impl Ctx {
+    /// The deployment's default limits for a conversation that names none.
+    pub fn default_budget(&self) -> Option<halyard_protocol::event::Budget> {
+        let a = &self.config.agent;
+        let budget = halyard_protocol::event::Budget {
+            max_budget_usd: (a.max_budget_usd > 0.0).then_some(a.max_budget_usd),
+            max_tokens: (a.max_tokens > 0).then_some(a.max_tokens),
+        };
+        (budget != Default::default()).then_some(budget)
+    }
 }
 
 /// Serves agent commands until `shutdown`.

@@ -14,9 +14,11 @@ use halyard_protocol::{Envelope, EventId, TraceContext, subjects};
 use tokio::sync::{Mutex, watch};
 
 use crate::Ctx;
+use crate::budget::{self, estimate_completion, estimate_tokens};
 use crate::log::Log;
 use crate::stuck;
 use crate::tools::{self, ToolOutcome};
+use halyard_platform::llm::{ChatMessage, Completion, Usage};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,24 @@ impl Run {
         self.append(EventSource::System, EventBody::AgentError { code: "stuck".into(), message }).await;
         self.status(ExecutionStatus::Stuck, Some(pattern)).await;
         RunOutcome::Failed
+    }
+
+    /// The record of one LLM call: the provider's token counts (estimated from the text where
+    /// it reports none), latency, and cost where the model has a price.
+    fn llm_call(&self, messages: &[ChatMessage], completion: &Completion, latency: Duration) -> EventBody {
+        let usage = completion.usage.unwrap_or_else(|| Usage {
+            prompt_tokens: estimate_tokens(messages),
+            completion_tokens: estimate_completion(completion),
+            cached_tokens: 0,
+        });
+        EventBody::LlmCall {
+            model: self.ctx.llm.model().to_owned(),
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cached_tokens: usage.cached_tokens,
+            latency_ms: latency.as_millis() as u64,
+            cost_usd: self.ctx.llm.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
+        }
     }
 
     /// Ends the run because the user interrupted it.
@@ -139,11 +159,17 @@ impl Run {
             if self.interrupt_requested() {
                 return self.interrupted().await;
             }
-            let messages = {
+            let (messages, over_budget) = {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
-                log.history.for_llm(&system_prompt(&log))
+                let messages = log.history.for_llm(&system_prompt(&log));
+                let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.ctx.llm.price());
+                (messages, over)
             };
+            if let Some(why) = over_budget {
+                return self.fail("budget_exceeded", why).await;
+            }
+            let asked_at = std::time::Instant::now();
             let completion = tokio::select! {
                 _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
                 _ = Self::until_cancelled(self.interrupt.clone()) => return self.interrupted().await,
@@ -153,6 +179,9 @@ impl Run {
                 Ok(c) => c,
                 Err(e) => return self.fail(e.code(), format!("The LLM call failed: {e}")).await,
             };
+            if !self.append(EventSource::System, self.llm_call(&messages, &completion, asked_at.elapsed())).await {
+                return RunOutcome::Failed;
+            }
             if completion.tool_calls.is_empty() {
                 let text = completion.content.unwrap_or_default();
                 self.append(EventSource::Agent, EventBody::AgentMessage { text }).await;

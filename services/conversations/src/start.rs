@@ -45,6 +45,8 @@ struct Task<'a> {
     /// Whether the sandbox came from the warm pool (known once it runs).
     from_pool: std::sync::atomic::AtomicBool,
     spec: Option<String>,
+    /// Limits on the conversation's LLM use, handed to the agent runner.
+    budget: Option<halyard_protocol::event::Budget>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -79,7 +81,8 @@ impl Task<'_> {
 
 /// Runs a start task to READY or ERROR. `Err` only for bus failures worth a redelivery.
 pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(), BusError> {
-    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms, spec } = env.payload else {
+    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms, spec, budget } = env.payload
+    else {
         return Ok(());
     };
     let task = Task {
@@ -92,6 +95,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         trace: env.trace.clone(),
         from_pool: Default::default(),
         spec,
+        budget,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -179,6 +183,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         workspace: sandbox.workspace.clone(),
         skills,
         message,
+        budget: task.budget.clone(),
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());

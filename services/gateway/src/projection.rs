@@ -130,6 +130,15 @@ impl Pending<'_> {
             view.updated_at = now;
             match &ev.body {
                 EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
+                EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
+                    let m = &mut view.metrics;
+                    m.llm_calls += 1;
+                    m.prompt_tokens += prompt_tokens;
+                    m.completion_tokens += completion_tokens;
+                    m.cached_tokens += cached_tokens;
+                    m.latency_ms += latency_ms;
+                    m.cost_usd += cost_usd.unwrap_or(0.0);
+                }
                 EventBody::Title { title, set_by } => {
                     // A user's title wins over a generated one, whichever came first.
                     let user = *set_by == halyard_protocol::event::TitleSource::User;

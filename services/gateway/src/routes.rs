@@ -48,6 +48,11 @@ pub struct StartBody {
     /// A sandbox spec by name (`GET /sandbox-specs`); the default if absent.
     #[serde(default)]
     pub sandbox_spec: Option<String>,
+    /// Limits on the conversation's LLM use (the deployment's defaults if absent).
+    #[serde(default)]
+    pub max_budget_usd: Option<f64>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
 }
 
 fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
@@ -90,6 +95,14 @@ pub async fn start_conversation(
             ));
         }
     }
+    if body.max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
+    }
+    if body.max_tokens == Some(0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
+    }
+    let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
+        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens });
     crate::sandboxes::check_quota(&state, &user)?;
     let task_id = TaskId::new();
     {
@@ -118,6 +131,7 @@ pub async fn start_conversation(
         title: body.title.clone(),
         created_ms: now,
         spec: body.sandbox_spec.clone(),
+        budget,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());
@@ -168,6 +182,11 @@ fn conversation_json(c: &ConversationView) -> Value {
         "execution_status": c.execution_status, "sandbox_id": c.sandbox_id, "sandbox_status": c.sandbox_status,
         "repository": c.repository, "created_at": c.created_at, "updated_at": c.updated_at,
         "last_event_seq": c.last_event_seq,
+        "metrics": {
+            "llm_calls": c.metrics.llm_calls, "prompt_tokens": c.metrics.prompt_tokens,
+            "completion_tokens": c.metrics.completion_tokens, "cached_tokens": c.metrics.cached_tokens,
+            "cost_usd": (c.metrics.cost_usd * 1e6).round() / 1e6, "latency_ms": c.metrics.latency_ms,
+        },
     })
 }
 

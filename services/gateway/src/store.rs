@@ -49,6 +49,21 @@ pub struct ConversationView {
     pub title_set_by: Option<String>,
     #[serde(default)]
     pub created_ms: i64,
+    /// Running totals of the conversation's LLM calls.
+    #[serde(default)]
+    pub metrics: LlmTotals,
+}
+
+/// What a conversation's LLM calls used in all.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LlmTotals {
+    pub llm_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    /// Sum of the calls whose model has a price.
+    pub cost_usd: f64,
+    pub latency_ms: u64,
 }
 
 /// A start task as the API shows it.

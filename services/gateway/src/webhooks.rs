@@ -20,8 +20,17 @@ use crate::routes::{owned, parse_id};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 8] =
-    ["conversation_started", "user_message", "agent_message", "action", "observation", "agent_error", "execution_status", "title"];
+pub const EVENT_KINDS: [&str; 9] = [
+    "conversation_started",
+    "user_message",
+    "agent_message",
+    "action",
+    "observation",
+    "agent_error",
+    "execution_status",
+    "title",
+    "llm_call",
+];
 
 /// A delivery attempt as the API shows it.
 pub fn attempt_json(a: &DeliveryAttempt) -> Value {

@@ -109,6 +109,7 @@ impl TitleConfig {
             retry_base_ms: agent.retry_base_ms,
             max_concurrent: 8,
             temperature: None,
+            prices: agent.prices.clone(),
         }
     }
 }
@@ -139,6 +140,29 @@ pub struct LlmConfig {
     /// LLM calls in flight at once, across all conversations of this process.
     pub max_concurrent: usize,
     pub temperature: Option<f32>,
+    /// USD per million tokens, by model name (`[llm.prices."gpt-4o-mini"]`): what an LLM call
+    /// costs. A model without a price has token counts and no cost.
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// What a model's tokens cost, in USD per million.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub prompt: f64,
+    pub completion: f64,
+    /// Prompt tokens served from the provider's cache (the prompt price if absent).
+    #[serde(default)]
+    pub cached: Option<f64>,
+}
+
+impl Price {
+    /// The cost of one call's tokens.
+    pub fn cost(&self, prompt: u64, completion: u64, cached: u64) -> f64 {
+        let cached = cached.min(prompt);
+        let per = |tokens: u64, usd: f64| tokens as f64 * usd / 1e6;
+        per(prompt - cached, self.prompt) + per(cached, self.cached.unwrap_or(self.prompt)) + per(completion, self.completion)
+    }
 }
 
 /// The agent loop.
@@ -162,6 +186,9 @@ pub struct AgentConfig {
     pub stuck_monologue: usize,
     /// ...two actions alternating, this many times each.
     pub stuck_alternations: usize,
+    /// Default limits of a conversation's LLM use, for conversations that name none (0: none).
+    pub max_budget_usd: f64,
+    pub max_tokens: u64,
 }
 
 /// Sandboxes.
@@ -310,6 +337,7 @@ impl Default for LlmConfig {
             retry_base_ms: 1000,
             max_concurrent: 64,
             temperature: None,
+            prices: BTreeMap::new(),
         }
     }
 }
@@ -323,8 +351,10 @@ impl Default for AgentConfig {
             command_timeout_secs: 30.0,
             stuck_repeats: 4,
             stuck_errors: 3,
-            stuck_monologue: 5,
+            stuck_monologue: 8,
             stuck_alternations: 3,
+            max_budget_usd: 0.0,
+            max_tokens: 0,
         }
     }
 }
@@ -420,6 +450,9 @@ pub const ENV_NAMES: &[&str] = &[
     "OUTPUT_CAP_BYTES",
     "PROCESS_UID_COUNT",
     "SANDBOX_DEFAULT_SPEC",
+    "MAX_BUDGET_USD",
+    "MAX_TOKENS",
+    "LLM_PRICE",
     "STUCK_REPEATS",
     "STUCK_ERRORS",
     "STUCK_MONOLOGUE",
@@ -578,6 +611,22 @@ impl Config {
                 "OUTPUT_CAP_BYTES" => self.sandbox.output_cap_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "PROCESS_UID_COUNT" => self.sandbox.process_uid_count = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_DEFAULT_SPEC" => self.sandbox.default_spec = v,
+                "MAX_BUDGET_USD" => self.agent.max_budget_usd = v.parse().map_err(|_| bad("expected US dollars, like 2.5"))?,
+                "MAX_TOKENS" => self.agent.max_tokens = v.parse().map_err(|_| bad("expected a count"))?,
+                "LLM_PRICE" => {
+                    // `prompt,completion[,cached]` for the configured model.
+                    let parts: Vec<f64> = v
+                        .split(',')
+                        .map(|p| p.trim().parse::<f64>())
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| bad("expected `prompt,completion[,cached]` in USD per million tokens, like 0.15,0.6,0.075"))?;
+                    let price = match parts[..] {
+                        [prompt, completion] => Price { prompt, completion, cached: None },
+                        [prompt, completion, cached] => Price { prompt, completion, cached: Some(cached) },
+                        _ => return Err(bad("expected `prompt,completion[,cached]` in USD per million tokens")),
+                    };
+                    self.llm.prices.insert(self.llm.model.clone(), price);
+                }
                 "STUCK_REPEATS" => self.agent.stuck_repeats = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_ERRORS" => self.agent.stuck_errors = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_MONOLOGUE" => self.agent.stuck_monologue = v.parse().map_err(|_| bad("expected a count"))?,
@@ -677,6 +726,7 @@ mod tests {
                 "API_KEYS" => "alice:key-alice-1",
                 "WEBHOOK_ALLOW" => "loopback",
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
+                "LLM_PRICE" => "0.15,0.6,0.075",
                 "HTTP_ADDR"
                 | "DATA_DIR"
                 | "NATS_URL"

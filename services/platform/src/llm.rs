@@ -58,6 +58,29 @@ pub struct Completion {
     pub content: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: Option<String>,
+    /// What the call used, as the provider reported it (some servers report nothing).
+    pub usage: Option<Usage>,
+}
+
+/// Tokens one call used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's prompt cache.
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    /// Reads OpenAI's `usage` object (`prompt_tokens_details.cached_tokens` for the cache).
+    fn from_openai(v: &Value) -> Option<Self> {
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        Some(Self {
+            prompt_tokens: v.get("prompt_tokens")?.as_u64()?,
+            completion_tokens: n(v.get("completion_tokens")),
+            cached_tokens: n(v.get("prompt_tokens_details").and_then(|d| d.get("cached_tokens"))),
+        })
+    }
 }
 
 /// Why a completion failed.
@@ -123,6 +146,11 @@ impl LlmClient {
         &self.config.model
     }
 
+    /// The configured price of this client's model, if any.
+    pub fn price(&self) -> Option<&crate::config::Price> {
+        self.config.prices.get(&self.config.model)
+    }
+
     /// One completion, retried as configured.
     pub async fn complete(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
         let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
@@ -151,6 +179,10 @@ impl LlmClient {
             "messages": messages,
             "stream": self.config.stream,
         });
+        if self.config.stream {
+            // Streams report usage only when asked, in a last chunk.
+            body["stream_options"] = serde_json::json!({"include_usage": true});
+        }
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools.to_vec());
             body["tool_choice"] = "auto".into();
@@ -208,6 +240,7 @@ pub fn parse_completion(v: &Value) -> Result<Completion, LlmError> {
         content: message.get("content").and_then(Value::as_str).map(str::to_owned),
         tool_calls,
         finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(str::to_owned),
+        usage: v.get("usage").and_then(Usage::from_openai),
     })
 }
 
@@ -244,6 +277,7 @@ pub struct StreamAccumulator {
     calls: Vec<ToolCall>,
     finish_reason: Option<String>,
     saw_data: bool,
+    usage: Option<Usage>,
 }
 
 impl StreamAccumulator {
@@ -261,6 +295,9 @@ impl StreamAccumulator {
         let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream chunk: {e}")))?;
         if let Some(err) = v.get("error") {
             return Err(LlmError::Server { status: 200, body: err.to_string() });
+        }
+        if let Some(usage) = v.get("usage").and_then(Usage::from_openai) {
+            self.usage = Some(usage);
         }
         let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else { return Ok(false) };
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -299,6 +336,7 @@ impl StreamAccumulator {
             content: self.has_content.then_some(self.content),
             tool_calls: self.calls.into_iter().filter(|c| !c.function.name.is_empty()).collect(),
             finish_reason: self.finish_reason,
+            usage: self.usage,
         }
     }
 }
