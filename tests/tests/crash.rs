@@ -83,8 +83,11 @@ async fn sigkill_during_a_tool_call_then_restart() {
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The command runs; its action is (or is about to be) projected.
-    let before = api.wait_events(&conv, "the action", |ev| ev.last().is_some_and(|e| e["kind"] == "action")).await;
+    // The command runs; its action is (or is about to be) projected. (Other writers, such as
+    // the title setter, may append after it: the action need not be the last event.)
+    let before = api
+        .wait_events(&conv, "the action", |ev| ev.iter().any(|e| e["kind"] == "action") && !ev.iter().any(|e| e["kind"] == "observation"))
+        .await;
 
     h.kill9();
     h.restart();
