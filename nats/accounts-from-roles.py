@@ -22,11 +22,14 @@ def main() -> int:
         subscribe = list(role["subscribe"])
         if name not in ("admin", "reader"):
             subscribe.append(f"_INBOX_{name}.>")
+        permissions = {"publish": {"allow": role["publish"]}, "subscribe": {"allow": subscribe}}
+        if role.get("allow_responses"):
+            permissions["allow_responses"] = True
         users.append({
             "user": name,
             # A variable reference: the password stays out of this file.
             "password": f"$HALYARD_{name.upper()}_PASSWORD",
-            "permissions": {"publish": {"allow": role["publish"]}, "subscribe": {"allow": subscribe}},
+            "permissions": permissions,
         })
     body = json.dumps({"HALYARD": {"jetstream": "enabled", "users": users}}, indent=2)
     # nats-server reads JSON, except that a variable reference must not be quoted.

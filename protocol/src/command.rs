@@ -159,6 +159,38 @@ impl Payload for AgentCommand {
     }
 }
 
+/// A question about a conversation, answered from its history by one LLM call without adding to
+/// its log or disturbing a run (`halyard.ask.<conversation id>`, request/reply).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AskRequest {
+    pub conversation_id: ConversationId,
+    pub question: String,
+}
+
+impl Payload for AskRequest {
+    fn kind(&self) -> String {
+        "ask.request".into()
+    }
+}
+
+/// The answer to an [`AskRequest`]: `answer`, or an error `code` (as in `agent_error`) and
+/// `message`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AskAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Payload for AskAnswer {
+    fn kind(&self) -> String {
+        "ask.answer".into()
+    }
+}
+
 /// Commands for the title setter.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]

@@ -75,6 +75,17 @@ pub fn audit_record(target_kind: &str) -> String {
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 
+/// Questions about conversations, answered by an agent runner (core request/reply, queue group
+/// [`ASK_QUEUE`]): nothing is stored, nothing appended.
+pub const ALL_ASKS: &str = "halyard.ask.>";
+/// The queue group agent runners answer questions in.
+pub const ASK_QUEUE: &str = "agent-ask";
+
+/// Where a question about conversation `id` is asked.
+pub fn ask(id: ConversationId) -> String {
+    format!("halyard.ask.{id}")
+}
+
 /// One conversation's event log: the filter for all of its events, whatever their kind.
 pub fn conversation_events(id: ConversationId) -> String {
     format!("halyard.events.{id}.*")

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
-use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
+use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{Budget, ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
 use halyard_protocol::system::{
     ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
@@ -333,6 +333,11 @@ fn commands_are_stable() {
             },
         ),
     );
+    check(
+        "ask_request",
+        env(9, "ask.request", AskRequest { conversation_id: ConversationId(id(1)), question: "What did you change?".into() }),
+    );
+    check("ask_answer", env(10, "ask.answer", AskAnswer { answer: Some("hello.py".into()), code: None, message: None }));
     check("cmd_agent_interrupt", env(8, "cmd.agent.interrupt", AgentCommand::Interrupt { conversation_id: ConversationId(id(1)) }));
     check(
         "cmd_agent_user_message",

@@ -396,3 +396,52 @@ async fn llm_calls_are_metered_and_a_budget_stops_a_run_before_it_is_passed() {
     let (s, e) = api.post("/api/v1/conversations", json!({"max_budget_usd": -1})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
 }
+
+/// `ask` answers a question from the conversation's history with one LLM call (no tools, the
+/// history as a transcript), during a live run too, without adding to the log or disturbing the
+/// run; another user gets 404.
+#[tokio::test]
+async fn ask_answers_from_the_history_without_touching_the_log_or_the_run() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::tool("terminal", json!({"command": "echo made-a-change > notes.txt && echo done"})),
+        Reply::finish("wrote notes.txt"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "write some notes"})).await;
+    let before = api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+
+    llm.push([Reply::Text("You wrote notes.txt with the word made-a-change.".into())]);
+    let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": "What did you write?"})).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(answer["answer"], "You wrote notes.txt with the word made-a-change.");
+    let request = llm.requests().last().cloned().unwrap();
+    assert!(request.get("tools").is_none(), "a question offers no tools: {request}");
+    let prompt = request["messages"].to_string();
+    assert!(prompt.contains("write some notes") && prompt.contains("made-a-change") && prompt.contains("What did you write?"), "{prompt}");
+    assert_eq!(api.events(&conv).await, before, "the log is unchanged");
+
+    // During a run: the run goes on and finishes as scripted.
+    llm.push([Reply::Delay(Duration::from_millis(400), Box::new(Reply::tool("terminal", json!({"command": "echo step"}))))]);
+    api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "one more step"})).await;
+    api.wait_events(&conv, "the run", |ev| ev.iter().filter(|e| e["status"] == "running").count() == 2).await;
+    // The run's LLM call is in flight. What comes next depends on who asks: a question (no
+    // tools) is answered, the run's next call finishes it.
+    llm.fallback(
+        |request| {
+            if request.get("tools").is_none() { Reply::Text("It is taking one more step.".into()) } else { Reply::finish("stepped") }
+        },
+    );
+    let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": "What are you doing?"})).await;
+    assert_eq!(s, 200, "{answer}");
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("step")));
+    assert!(events.iter().all(|e| !e.to_string().contains("What are you doing?")), "the question is not in the log");
+
+    let (s, _) = h.api("bob-secret-key").post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": "hi"})).await;
+    assert_eq!(s, 404);
+    let (s, e) = api.post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": " "})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+}

@@ -9,6 +9,7 @@
 //! recovers runs whose owner died (leases in a NATS key-value bucket). Appends carry an
 //! expected-last-sequence check, so a stale writer is rejected rather than corrupting history.
 
+pub mod ask;
 pub mod budget;
 pub mod conversation;
 pub mod history;

@@ -138,6 +138,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
     let node_id = config.node_id_or_random();
     let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, node_id });
+    let asks = tokio::spawn(crate::ask::serve(ctx.clone(), shutdown.clone()));
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
     let result = bus::consume_into_actor::<AgentCommand, _>(
         js,
@@ -151,5 +152,6 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     .await;
     runner.stop(None);
     let _ = handle.await;
+    asks.abort();
     result.map_err(AgentError::from)
 }

@@ -85,6 +85,7 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/pause", post(routes::pause))
         .route("/conversations/{id}/resume", post(routes::resume))
         .route("/conversations/{id}/interrupt", post(routes::interrupt))
+        .route("/conversations/{id}/ask", post(routes::ask))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))

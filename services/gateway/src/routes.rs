@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use halyard_platform::bus;
 use halyard_platform::telemetry;
-use halyard_protocol::command::{AgentCommand, ConversationCommand, TitleCommand};
+use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
 use halyard_protocol::system::Repository;
 use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
@@ -321,6 +321,44 @@ pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Pa
 /// `POST /conversations/{id}/interrupt`: stops the running command now.
 pub async fn interrupt(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Interrupt { conversation_id }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskBody {
+    pub question: String,
+}
+
+/// `POST /conversations/{id}/ask`: a question about the conversation, answered from its history
+/// by one LLM call in an agent runner; nothing is appended and a live run goes on.
+pub async fn ask(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AskBody>,
+) -> Result<Json<Value>, ApiError> {
+    check_text("question", &body.question, 10_000)?;
+    let (id, c) = owned(&state, &user, &id)?;
+    require_started(&c)?;
+    let question = Envelope::new(AskRequest { conversation_id: id, question: body.question }, halyard_platform::now_ms());
+    let bytes = halyard_protocol::encode(&question).map_err(ApiError::internal)?;
+    let patience = std::time::Duration::from_secs(state.config.llm.timeout_secs.saturating_mul(2).max(10));
+    let reply = tokio::time::timeout(patience, state.nats.request(subjects::ask(id), bytes.into()))
+        .await
+        .map_err(|_| ApiError::unavailable("no agent runner answered in time; try again"))?
+        .map_err(|e| {
+            tracing::warn!(error = %e, "ask request failed");
+            ApiError::unavailable("no agent runner is answering questions now; try again")
+        })?;
+    let answer = halyard_protocol::decode::<AskAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
+    match (answer.answer, answer.code) {
+        (Some(text), _) => Ok(Json(json!({ "answer": text }))),
+        (None, code) => {
+            let message = answer.message.unwrap_or_else(|| "the question could not be answered".into());
+            tracing::warn!(code = ?code, %message, "ask failed");
+            Err(ApiError::new(StatusCode::BAD_GATEWAY, "ask_failed", format!("{message}; try again")))
+        }
+    }
 }
 
 /// `POST /conversations/{id}/resume`.

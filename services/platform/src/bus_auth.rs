@@ -28,6 +28,9 @@ pub struct RoleDecl {
     pub description: String,
     pub publish: Vec<String>,
     pub subscribe: Vec<String>,
+    /// May answer requests it received (publish to their reply subjects, once each).
+    #[serde(default)]
+    pub allow_responses: bool,
 }
 
 /// Parses the committed role declarations.
@@ -145,14 +148,14 @@ pub fn authorization(creds: &BusCredentials, roles: &BTreeMap<String, RoleDecl>)
             if name != ADMIN && name != READER {
                 subscribe.push(format!("{}.>", inbox_prefix(name)));
             }
-            Some(serde_json::json!({
-                "user": c.user,
-                "password": c.password,
-                "permissions": {
-                    "publish": {"allow": decl.publish},
-                    "subscribe": {"allow": subscribe},
-                },
-            }))
+            let mut permissions = serde_json::json!({
+                "publish": {"allow": decl.publish},
+                "subscribe": {"allow": subscribe},
+            });
+            if decl.allow_responses {
+                permissions["allow_responses"] = true.into();
+            }
+            Some(serde_json::json!({ "user": c.user, "password": c.password, "permissions": permissions }))
         })
         .collect();
     serde_json::json!({ "users": users })

@@ -1,0 +1,107 @@
+//! Answers questions about a conversation (`POST /conversations/{id}/ask`, OpenHands'
+//! `ask_agent`): one LLM call over the conversation's history as a transcript, with no tools.
+//! Nothing is appended to the log and a live run goes on undisturbed; the question comes as a
+//! core NATS request on `halyard.ask.<id>`, answered by whichever agent runner of the queue
+//! group takes it (it holds the LLM key; the gateway does not).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use halyard_platform::bus;
+use halyard_platform::llm::ChatMessage;
+use halyard_protocol::command::{AskAnswer, AskRequest};
+use halyard_protocol::event::{ConversationEvent, EventBody};
+use halyard_protocol::{Envelope, subjects};
+
+use crate::Ctx;
+
+/// The transcript keeps at most this many characters, the most recent ones.
+const MAX_TRANSCRIPT_CHARS: usize = 100_000;
+
+/// Answers questions until the subscription ends.
+pub async fn serve(ctx: Arc<Ctx>, mut shutdown: halyard_platform::Shutdown) {
+    let mut questions = match ctx.nats.queue_subscribe(subjects::ALL_ASKS, subjects::ASK_QUEUE.into()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot subscribe to questions; /ask will time out");
+            return;
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.wait() => return,
+            m = questions.next() => match m { Some(m) => m, None => return },
+        };
+        let Some(reply) = msg.reply.clone() else { continue };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let answer = match halyard_protocol::decode::<AskRequest>(&msg.payload) {
+                Ok(env) => answer(&ctx, env.payload).await,
+                Err(e) => AskAnswer { code: Some("bad_request".into()), message: Some(format!("undecodable question: {e}")), answer: None },
+            };
+            match halyard_protocol::encode(&Envelope::new(answer, halyard_platform::now_ms())) {
+                Ok(bytes) => {
+                    if let Err(e) = ctx.nats.publish(reply, bytes.into()).await {
+                        tracing::warn!(error = %e, "cannot send an answer");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot encode an answer"),
+            }
+        });
+    }
+}
+
+async fn answer(ctx: &Ctx, q: AskRequest) -> AskAnswer {
+    let events = match bus::read_events(&ctx.js, q.conversation_id, 0).await {
+        Ok(e) => e,
+        Err(e) => return AskAnswer { code: Some("unavailable".into()), message: Some(e.to_string()), answer: None },
+    };
+    let messages = vec![
+        ChatMessage::text(
+            "system",
+            "You answer questions about a conversation between a user and Halyard's coding agent, from its transcript \
+             below. Answer briefly and only from the transcript; say so if it does not tell. You cannot act.",
+        ),
+        ChatMessage::text("user", format!("<transcript>\n{}\n</transcript>\n\nQuestion: {}", transcript(&events), q.question)),
+    ];
+    match ctx.llm.complete(&messages, &[]).await {
+        Ok(c) => AskAnswer { answer: Some(c.content.unwrap_or_default()), ..Default::default() },
+        Err(e) => AskAnswer { code: Some(e.code().into()), message: Some(format!("The LLM call failed: {e}")), answer: None },
+    }
+}
+
+/// The log as text, one line per message, action and (abridged) observation; the most recent
+/// part if it is long.
+fn transcript(events: &[ConversationEvent]) -> String {
+    let mut out = String::new();
+    for e in events {
+        let line = match &e.body {
+            EventBody::UserMessage { text } => format!("USER: {text}"),
+            EventBody::AgentMessage { text } => format!("AGENT: {text}"),
+            EventBody::Action { tool, arguments, thought, .. } => {
+                let thought = thought.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+                format!("AGENT ACTION{thought}: {tool} {arguments}")
+            }
+            EventBody::Observation { tool, content, exit_code, .. } => {
+                let content: String = content.chars().take(2000).collect();
+                format!("RESULT of {tool} (exit code {}): {content}", exit_code.map_or("-".into(), |c| c.to_string()))
+            }
+            EventBody::AgentError { code, message } => format!("ERROR {code}: {message}"),
+            EventBody::ExecutionStatus { status, reason } => {
+                format!("STATUS: {}{}", status.as_str(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
+            }
+            EventBody::Title { title, .. } => format!("TITLE: {title}"),
+            EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if out.len() > MAX_TRANSCRIPT_CHARS {
+        let mut cut = out.len() - MAX_TRANSCRIPT_CHARS;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = format!("[...earlier part left out...]\n{}", &out[cut..]);
+    }
+    out
+}
