@@ -27,7 +27,9 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
     for key in ["root-admin-key", "alice-secret-key"] {
         // The module, not the `schemathesis` script: pip may have put that off the PATH.
         let out = tokio::process::Command::new("python3")
-            .args(["-m", "schemathesis.cli", "--no-color", "run", &schema, "--checks", CHECKS, "--max-examples", "40", "--workers", "2"])
+            // One worker: CPython 3.11 can fail with "AST constructor recursion depth mismatch"
+            // when Hypothesis parses lambdas' source in several threads at once.
+            .args(["-m", "schemathesis.cli", "--no-color", "run", &schema, "--checks", CHECKS, "--max-examples", "30", "--workers", "1"])
             .args(["-H", &format!("Authorization: Bearer {key}")])
             .output()
             .await

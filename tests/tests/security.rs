@@ -189,6 +189,13 @@ fn fetch(ip: &str, port: u16, path: &str) -> String {
     )
 }
 
+/// Python: whether a TCP connection to `ip:port` opens.
+fn tcp_probe(ip: &str, port: &str) -> String {
+    format!(
+        "python3 -c 'import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3); print(\"connected\")\nexcept Exception as e: print(\"Error\", e)' {ip} {port}"
+    )
+}
+
 fn container_ip(container: &str) -> String {
     docker(&["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container])
 }
@@ -252,13 +259,22 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
     // network (that is what `open` means, and it shows the probe works); its own app is
     // reachable through its own exposed port.
     let open_network = networks.iter().position(|(name, _)| name.ends_with("-open")).unwrap();
-    let commands = [vec![serve("alice-app")], attacks_on_bob.to_vec(), vec![attacks_on_host[open_network].clone()]].concat();
+    // Nor Halyard's bus, data dir or environment: NATS listens on the host's loopback only, the
+    // data dir is not in the container, and the environment is the spec's.
+    let nats_port = h.nats.rsplit(':').next().unwrap().to_owned();
+    let data = h.data.path().display().to_string();
+    let halyard_things = [tcp_probe(&networks[open_network].1, &nats_port), format!("ls {data} 2>&1"), "env".to_owned()];
+    let commands =
+        [vec![serve("alice-app")], attacks_on_bob.to_vec(), vec![attacks_on_host[open_network].clone()], halyard_things.to_vec()].concat();
     let (open_sandbox, out) = run_commands(&llm, &alice, None, &commands).await;
     assert!(out[0].contains("serving"), "{}", out[0]);
     for o in &out[1..3] {
         assert!(!o.contains("bob-app") && !o.contains("\"ok\"") && refused(o), "reached Bob's container: {o}");
     }
     assert!(out[3].contains("host-secret"), "the probe cannot reach the host even with `open` egress: {}", out[3]);
+    assert!(out[4].contains("Error") && !out[4].contains("connected"), "reached NATS: {}", out[4]);
+    assert!(out[5].contains("No such file"), "the data dir is visible: {}", out[5]);
+    assert!(!out[6].contains("HALYARD_") && !out[6].contains(LLM_KEY), "{}", out[6]);
     let (_, view) = alice.get(&format!("/api/v1/sandboxes/{open_sandbox}")).await;
     let own =
         view["exposed_urls"].as_array().unwrap().iter().find(|u| u["name"] == "WORKER_1").unwrap()["url"].as_str().unwrap().to_owned();
@@ -322,6 +338,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         for (method, _) in ops.as_object().unwrap() {
             let body = match (method.as_str(), path.as_str()) {
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
+                ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
                 ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
                 ("patch", p) if p.starts_with("/api/v1/conversations/") => Some(json!({"title": "Bob's now"})),
                 ("patch", p) if p.starts_with("/api/v1/webhooks/") => Some(json!({"enabled": false})),

@@ -79,6 +79,10 @@ impl Isolation {
                 set_mode(data_dir, 0o711)?;
                 set_mode(&sandboxes, 0o711)?;
                 check_traversable(&sandboxes)?;
+                // And the executor itself must be theirs to run.
+                if let Some(exe) = config.executor_command.first().map(Path::new).filter(|p| p.is_absolute()) {
+                    check_traversable(exe.parent().unwrap_or(exe))?;
+                }
                 let pool = UidPool::new(config.process_uid_base, config.process_uid_count);
                 pool.adopt_existing(&sandboxes);
                 Ok(Self::Uid(pool))
@@ -284,8 +288,8 @@ fn check_traversable(dir: &Path) -> Result<(), String> {
         let m = std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
         if m.mode() & 0o001 == 0 {
             return Err(format!(
-                "sandbox uids cannot reach {} because {} is not traversable by other users: `chmod o+x {}` or choose \
-                 another HALYARD_DATA_DIR",
+                "sandbox uids cannot reach {} because {} is not traversable by other users: `chmod o+x {}`, or move the \
+                 data dir (HALYARD_DATA_DIR) or the halyard binary elsewhere",
                 dir.display(),
                 ancestor.display(),
                 ancestor.display()
