@@ -25,4 +25,4 @@ if [ -z "${HALYARD_API_KEYS:-}" ]; then
   echo "No HALYARD_API_KEYS set; using the development key: ${HALYARD_API_KEYS#dev:}" >&2
   echo "(curl -H \"Authorization: Bearer ${HALYARD_API_KEYS#dev:}\" ...)" >&2
 fi
-exec ./target/release/halyard up "$@"
+exec "${CARGO_TARGET_DIR:-./target}/release/halyard" up "$@"

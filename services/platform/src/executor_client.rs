@@ -58,29 +58,29 @@ impl ExecutorClient {
     /// Interrupts the command the sandbox's shell runs now (SIGINT to its process group, SIGKILL
     /// a few seconds later if it is still running).
     pub async fn interrupt(&self) -> Result<(), ExecutorError> {
-        let resp = self
-            .http
-            .post(format!("{}/shell/interrupt", self.base))
-            .header(SESSION_KEY_HEADER, &self.key)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
-        let status = resp.status().as_u16();
-        if resp.status().is_success() {
-            return Ok(());
-        }
-        Err(ExecutorError::Rejected { status, code: "interrupt_failed".into(), message: resp.text().await.unwrap_or_default() })
+        self.post_expecting_nothing("/shell/interrupt", &serde_json::json!({}), Duration::from_secs(10), "interrupt_failed").await
     }
 
     /// Replaces the executor's session key with `key` (this client keeps the old one).
     pub async fn rotate_key(&self, key: &str) -> Result<(), ExecutorError> {
+        let body = RotateKey { key: key.to_owned() };
+        self.post_expecting_nothing("/session-key", &body, Duration::from_secs(5), "rotate_failed").await
+    }
+
+    /// A POST whose answer only matters for its status; `code` names a refusal.
+    async fn post_expecting_nothing<Q: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &Q,
+        timeout: Duration,
+        code: &str,
+    ) -> Result<(), ExecutorError> {
         let resp = self
             .http
-            .post(format!("{}/session-key", self.base))
+            .post(format!("{}{path}", self.base))
             .header(SESSION_KEY_HEADER, &self.key)
-            .json(&RotateKey { key: key.to_owned() })
-            .timeout(Duration::from_secs(5))
+            .json(body)
+            .timeout(timeout)
             .send()
             .await
             .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
@@ -88,7 +88,7 @@ impl ExecutorClient {
         if resp.status().is_success() {
             return Ok(());
         }
-        Err(ExecutorError::Rejected { status, code: "rotate_failed".into(), message: resp.text().await.unwrap_or_default() })
+        Err(ExecutorError::Rejected { status, code: code.into(), message: resp.text().await.unwrap_or_default() })
     }
 
     /// Runs one `file_editor` command.
