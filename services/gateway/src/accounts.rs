@@ -73,19 +73,11 @@ impl Accounts {
             keys: RwLock::new(HashMap::new()),
             kv: kv.clone(),
         });
-        // Watch first, then load: nothing written in between is missed, and revisions keep an
-        // older value from replacing a newer one.
-        let mut watch = kv.watch_all().await.map_err(|e| bus(&e))?;
-        let mut names = kv.keys().await.map_err(|e| bus(&e))?;
-        while let Some(name) = names.next().await {
-            let name = name.map_err(|e| bus(&e))?;
-            if let Some(entry) = kv.entry(&name).await.map_err(|e| bus(&e))? {
-                me.apply(&entry);
-            }
-        }
+        let watch = me.follow().await.map_err(|e| bus(&e))?;
         let follower = me.clone();
         tokio::spawn(async move {
             let mut shutdown = shutdown;
+            let mut watch = watch;
             loop {
                 tokio::select! {
                     _ = shutdown.wait() => return,
@@ -93,14 +85,42 @@ impl Accounts {
                         Some(Ok(entry)) => follower.apply(&entry),
                         Some(Err(e)) => tracing::warn!(error = %e, "accounts watch error"),
                         None => {
-                            tracing::error!("the accounts watch ended; changes made through other gateways are not seen");
-                            return;
+                            // A gateway that stopped following would keep accepting keys revoked
+                            // elsewhere: follow again, from a fresh load, until it works.
+                            tracing::warn!("the accounts watch ended; following again");
+                            loop {
+                                tokio::select! {
+                                    _ = shutdown.wait() => return,
+                                    _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+                                }
+                                match follower.follow().await {
+                                    Ok(w) => {
+                                        watch = w;
+                                        break;
+                                    }
+                                    Err(e) => tracing::error!(error = %e, "cannot follow the accounts bucket; revocations from other gateways wait"),
+                                }
+                            }
                         }
                     },
                 }
             }
         });
         Ok(me)
+    }
+
+    /// Starts watching the bucket, then loads all of it. Watch first: nothing written in between
+    /// is missed, and revisions keep an older value from replacing a newer one.
+    async fn follow(&self) -> Result<kv::Watch, String> {
+        let watch = self.kv.watch_all().await.map_err(|e| e.to_string())?;
+        let mut names = self.kv.keys().await.map_err(|e| e.to_string())?;
+        while let Some(name) = names.next().await {
+            let name = name.map_err(|e| e.to_string())?;
+            if let Some(entry) = self.kv.entry(&name).await.map_err(|e| e.to_string())? {
+                self.apply(&entry);
+            }
+        }
+        Ok(watch)
     }
 
     /// Takes in one entry of the bucket (from the watch or the initial load).
