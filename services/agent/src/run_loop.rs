@@ -108,9 +108,9 @@ impl Run {
         *self.cancel.borrow()
     }
 
-    /// Waits for the cancel signal.
-    async fn until_cancelled(mut cancel: watch::Receiver<bool>) {
-        let _ = cancel.wait_for(|c| *c).await;
+    /// Waits until `flag` (the cancel or the interrupt signal) is set.
+    async fn until_set(mut flag: watch::Receiver<bool>) {
+        let _ = flag.wait_for(|set| *set).await;
     }
 
     /// The executor of the conversation's sandbox, (re)starting the sandbox if needed.
@@ -171,8 +171,8 @@ impl Run {
             }
             let asked_at = std::time::Instant::now();
             let completion = tokio::select! {
-                _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
-                _ = Self::until_cancelled(self.interrupt.clone()) => return self.interrupted().await,
+                _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
+                _ = Self::until_set(self.interrupt.clone()) => return self.interrupted().await,
                 c = self.ctx.llm.complete(&messages, &tool_specs) => c,
             };
             let completion = match completion {
@@ -220,9 +220,9 @@ impl Run {
                         let running = tools::execute(&exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
                         tokio::pin!(running);
                         tokio::select! {
-                            _ = Self::until_cancelled(self.cancel.clone()) => return RunOutcome::Paused,
+                            _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
                             o = &mut running => o,
-                            _ = Self::until_cancelled(self.interrupt.clone()) => {
+                            _ = Self::until_set(self.interrupt.clone()) => {
                                 // Stop the command in the sandbox, then take what it printed.
                                 if let Err(e) = exec.interrupt().await {
                                     tracing::warn!(error = %e, "cannot interrupt the sandbox's command");

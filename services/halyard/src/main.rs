@@ -168,12 +168,8 @@ fn persistent(data_dir: &Path, name: &str, make: impl FnOnce() -> String) -> Res
         }
     }
     let v = make();
-    std::fs::write(&path, &v).with_context(|| format!("cannot write {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-    }
+    // Created readable by its owner only (never widened on the way), like the bus credentials.
+    bus_auth::write_private(&path, &v).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(v)
 }
 

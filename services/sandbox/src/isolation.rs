@@ -55,15 +55,16 @@ impl Isolation {
     /// if bubblewrap works here, else `none`), and prepares `data_dir` for it.
     pub fn choose(config: &SandboxConfig, data_dir: &Path) -> Result<Self, String> {
         let root = is_root();
+        // Probed once (it starts a process), and only where the mode may need it.
+        let bwrap = match config.process_isolation.as_str() {
+            "bwrap" => bwrap_program(),
+            "auto" if !root => bwrap_program(),
+            _ => None,
+        };
         let mode = match config.process_isolation.as_str() {
             "auto" if root => "uid",
-            "auto" => {
-                if bwrap_program().is_some() {
-                    "bwrap"
-                } else {
-                    "none"
-                }
-            }
+            "auto" if bwrap.is_some() => "bwrap",
+            "auto" => "none",
             other => other,
         };
         let sandboxes = data_dir.join("sandboxes");
@@ -88,7 +89,7 @@ impl Isolation {
                 Ok(Self::Uid(pool))
             }
             "bwrap" => {
-                let program = bwrap_program().ok_or("process_isolation `bwrap` needs bubblewrap (`apt-get install bubblewrap`)")?;
+                let program = bwrap.ok_or("process_isolation `bwrap` needs bubblewrap (`apt-get install bubblewrap`)")?;
                 Ok(Self::Bwrap { program })
             }
             "none" => {
