@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::Payload;
-use crate::event::Skill;
+use crate::event::{ConfirmationPolicy, Skill};
 use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
 use crate::system::Repository;
 
@@ -30,6 +30,8 @@ pub enum ConversationCommand {
         /// Limits on the conversation's LLM use.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<crate::event::Budget>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confirmation_policy: Option<ConfirmationPolicy>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -109,6 +111,8 @@ pub enum AgentCommand {
         message: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<crate::event::Budget>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        confirmation_policy: Option<ConfirmationPolicy>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {
@@ -127,6 +131,20 @@ pub enum AgentCommand {
     Interrupt {
         conversation_id: ConversationId,
     },
+    /// Run the actions that wait for confirmation, and go on.
+    Confirm {
+        conversation_id: ConversationId,
+    },
+    /// Refuse the actions that wait for confirmation; `reason` is what the model sees.
+    Reject {
+        conversation_id: ConversationId,
+        reason: String,
+    },
+    /// Change when actions wait for confirmation.
+    SetConfirmationPolicy {
+        conversation_id: ConversationId,
+        policy: ConfirmationPolicy,
+    },
     Delete {
         conversation_id: ConversationId,
     },
@@ -140,6 +158,9 @@ impl AgentCommand {
             | Self::Pause { conversation_id }
             | Self::Resume { conversation_id }
             | Self::Interrupt { conversation_id }
+            | Self::Confirm { conversation_id }
+            | Self::Reject { conversation_id, .. }
+            | Self::SetConfirmationPolicy { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -153,6 +174,9 @@ impl Payload for AgentCommand {
             Self::Pause { .. } => "cmd.agent.pause",
             Self::Resume { .. } => "cmd.agent.resume",
             Self::Interrupt { .. } => "cmd.agent.interrupt",
+            Self::Confirm { .. } => "cmd.agent.confirm",
+            Self::Reject { .. } => "cmd.agent.reject",
+            Self::SetConfirmationPolicy { .. } => "cmd.agent.set_confirmation_policy",
             Self::Delete { .. } => "cmd.agent.delete",
         }
         .to_owned()

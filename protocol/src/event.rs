@@ -32,6 +32,9 @@ pub enum ExecutionStatus {
     /// The run ended because the agent repeated itself (see the `agent_error` with code
     /// `stuck`); a message lets it try again.
     Stuck,
+    /// Actions wait for the user's `confirm` or `reject` (the conversation's confirmation
+    /// policy asked for it); nothing runs until then.
+    WaitingForConfirmation,
 }
 
 impl ExecutionStatus {
@@ -43,6 +46,7 @@ impl ExecutionStatus {
             Self::Finished => "finished",
             Self::Error => "error",
             Self::Stuck => "stuck",
+            Self::WaitingForConfirmation => "waiting_for_confirmation",
         }
     }
 }
@@ -55,11 +59,74 @@ pub enum TitleSource {
     Generated,
 }
 
-/// A skill loaded into the agent's system prompt.
+/// How a skill reaches the agent (OpenHands' and AgentSkills' kinds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkillKind {
+    /// Always in the system prompt (repository skills, `AGENTS.md`, global skills without
+    /// triggers).
+    #[default]
+    Always,
+    /// Enters the context when a user message contains one of its `triggers` (once per
+    /// conversation; a `skill_activated` event says so).
+    Knowledge,
+    /// A folder skill (`SKILL.md`): offered by name and description; the agent loads its body
+    /// with the `load_skill` tool when it needs it.
+    AgentSkill,
+}
+
+impl SkillKind {
+    fn is_always(&self) -> bool {
+        *self == Self::Always
+    }
+}
+
+/// A skill the conversation has.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skill {
     pub name: String,
+    /// The body (the Markdown after the frontmatter).
     pub content: String,
+    #[serde(default, skip_serializing_if = "SkillKind::is_always")]
+    pub kind: SkillKind,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl Skill {
+    /// A skill that is always in the prompt.
+    pub fn always(name: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { name: name.into(), content: content.into(), kind: SkillKind::Always, triggers: Vec::new(), description: None }
+    }
+}
+
+/// When actions wait for the user's consent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfirmationPolicy {
+    /// Nothing waits.
+    #[default]
+    Never,
+    /// Every action but `think` and `finish` waits.
+    Always,
+    /// Actions whose security risk is `high` wait.
+    Risky,
+}
+
+/// How risky an action is: stated by the model (`security_risk` argument) and raised by
+/// Halyard's rule-based analyzer, never lowered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SecurityRisk {
+    Low,
+    Medium,
+    High,
+}
+
+fn is_never(p: &ConfirmationPolicy) -> bool {
+    *p == ConfirmationPolicy::Never
 }
 
 /// What a conversation's LLM calls may use in all; a run ends with `agent_error`
@@ -100,6 +167,9 @@ pub enum EventBody {
         /// Limits on what the conversation's LLM calls may use (none: unlimited).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<Budget>,
+        /// When actions wait for the user's consent (absent: never).
+        #[serde(default, skip_serializing_if = "is_never")]
+        confirmation_policy: ConfirmationPolicy,
     },
     /// A message from the user.
     UserMessage { text: String },
@@ -112,7 +182,29 @@ pub enum EventBody {
         arguments: serde_json::Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         thought: Option<String>,
+        /// The action's risk (absent for `think` and `finish`, which change nothing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        security_risk: Option<SecurityRisk>,
     },
+    /// The user rejected an action that waited for confirmation; the model sees `reason` as
+    /// its result.
+    ActionRejected { tool_call_id: String, tool: String, reason: String },
+    /// The conversation's confirmation policy changed.
+    ConfirmationPolicy { policy: ConfirmationPolicy },
+    /// The oldest part of the history was summarized: the LLM now sees the system prompt, the
+    /// first user message, this summary and the events after `upto_seq`. The log keeps
+    /// everything.
+    Condensation {
+        /// The range of seqs the summary replaces (inclusive).
+        from_seq: u64,
+        upto_seq: u64,
+        summary: String,
+        /// The prompt's tokens before and after.
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    /// A knowledge skill entered the context: a user message contained its trigger.
+    SkillActivated { name: String, trigger: String },
     /// The result of an action.
     Observation {
         tool_call_id: String,
@@ -160,6 +252,10 @@ impl EventBody {
             Self::AgentError { .. } => "agent_error",
             Self::ExecutionStatus { .. } => "execution_status",
             Self::Title { .. } => "title",
+            Self::ActionRejected { .. } => "action_rejected",
+            Self::ConfirmationPolicy { .. } => "confirmation_policy",
+            Self::Condensation { .. } => "condensation",
+            Self::SkillActivated { .. } => "skill_activated",
         }
     }
 }
@@ -229,6 +325,7 @@ mod tests {
                 tool: "terminal".into(),
                 arguments: serde_json::json!({"command": "ls \"x\""}),
                 thought: None,
+                security_risk: None,
             },
         };
         let want = serde_json::json!({

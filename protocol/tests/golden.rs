@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
-use halyard_protocol::event::{Budget, ConversationEvent, EventBody, EventSource, ExecutionStatus, Skill, TitleSource};
+use halyard_protocol::event::{
+    Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, SecurityRisk, Skill, SkillKind, TitleSource,
+};
 use halyard_protocol::system::{
     ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
 };
@@ -70,8 +72,9 @@ fn events_are_stable() {
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
                     model: "gpt-4o".into(),
-                    skills: vec![Skill { name: "AGENTS.md".into(), content: "Be brief.".into() }],
+                    skills: vec![Skill::always("AGENTS.md", "Be brief.")],
                     budget: None,
+                    confirmation_policy: ConfirmationPolicy::Never,
                 },
             ),
         ),
@@ -86,9 +89,76 @@ fn events_are_stable() {
                     model: "gpt-4o".into(),
                     skills: Vec::new(),
                     budget: Some(Budget { max_budget_usd: Some(2.5), max_tokens: Some(200_000) }),
+                    confirmation_policy: ConfirmationPolicy::Never,
                 },
             ),
         ),
+        (
+            "event_conversation_started_skills",
+            event(
+                1,
+                EventBody::ConversationStarted {
+                    owner: UserId("alice".into()),
+                    sandbox_id: SandboxId(id(2)),
+                    workspace: "/workspace".into(),
+                    model: "claude-sonnet-4-5".into(),
+                    skills: vec![
+                        Skill {
+                            name: "docker".into(),
+                            content: "Use `docker compose`.".into(),
+                            kind: SkillKind::Knowledge,
+                            triggers: vec!["docker".into(), "container".into()],
+                            description: None,
+                        },
+                        Skill {
+                            name: "pdf".into(),
+                            content: "Use pdftotext.".into(),
+                            kind: SkillKind::AgentSkill,
+                            triggers: Vec::new(),
+                            description: Some("Read and write PDF files.".into()),
+                        },
+                    ],
+                    budget: None,
+                    confirmation_policy: ConfirmationPolicy::Risky,
+                },
+            ),
+        ),
+        (
+            "event_action_risky",
+            event(
+                11,
+                EventBody::Action {
+                    tool_call_id: "call_2".into(),
+                    tool: "terminal".into(),
+                    arguments: serde_json::json!({"command": "sudo rm -rf /etc", "security_risk": "low"}),
+                    thought: None,
+                    security_risk: Some(SecurityRisk::High),
+                },
+            ),
+        ),
+        (
+            "event_action_rejected",
+            event(12, EventBody::ActionRejected { tool_call_id: "call_2".into(), tool: "terminal".into(), reason: "Not /etc.".into() }),
+        ),
+        ("event_confirmation_policy", event(13, EventBody::ConfirmationPolicy { policy: ConfirmationPolicy::Always })),
+        (
+            "event_execution_status_waiting",
+            event(14, EventBody::ExecutionStatus { status: ExecutionStatus::WaitingForConfirmation, reason: None }),
+        ),
+        (
+            "event_condensation",
+            event(
+                15,
+                EventBody::Condensation {
+                    from_seq: 3,
+                    upto_seq: 120,
+                    summary: "Created hello.py; tests pass.".into(),
+                    tokens_before: 90_000,
+                    tokens_after: 12_000,
+                },
+            ),
+        ),
+        ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
         (
             "event_llm_call",
             event(
@@ -113,6 +183,7 @@ fn events_are_stable() {
                     tool: "terminal".into(),
                     arguments: serde_json::json!({"command": "ls -la", "timeout": 10}),
                     thought: Some("Look first.".into()),
+                    security_risk: None,
                 },
             ),
         ),
@@ -304,6 +375,7 @@ fn commands_are_stable() {
                 created_ms: T,
                 spec: None,
                 budget: None,
+                confirmation_policy: None,
             },
         ),
     );
@@ -338,6 +410,19 @@ fn commands_are_stable() {
         env(9, "ask.request", AskRequest { conversation_id: ConversationId(id(1)), question: "What did you change?".into() }),
     );
     check("ask_answer", env(10, "ask.answer", AskAnswer { answer: Some("hello.py".into()), code: None, message: None }));
+    check("cmd_agent_confirm", env(11, "cmd.agent.confirm", AgentCommand::Confirm { conversation_id: ConversationId(id(1)) }));
+    check(
+        "cmd_agent_reject",
+        env(12, "cmd.agent.reject", AgentCommand::Reject { conversation_id: ConversationId(id(1)), reason: "Not /etc.".into() }),
+    );
+    check(
+        "cmd_agent_set_confirmation_policy",
+        env(
+            13,
+            "cmd.agent.set_confirmation_policy",
+            AgentCommand::SetConfirmationPolicy { conversation_id: ConversationId(id(1)), policy: ConfirmationPolicy::Risky },
+        ),
+    );
     check("cmd_agent_interrupt", env(8, "cmd.agent.interrupt", AgentCommand::Interrupt { conversation_id: ConversationId(id(1)) }));
     check(
         "cmd_agent_user_message",

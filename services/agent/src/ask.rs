@@ -91,6 +91,10 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 format!("STATUS: {}{}", status.as_str(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
             }
             EventBody::Title { title, .. } => format!("TITLE: {title}"),
+            EventBody::ActionRejected { tool, reason, .. } => format!("USER REJECTED the {tool} action: {reason}"),
+            EventBody::ConfirmationPolicy { policy } => format!("CONFIRMATION POLICY: {policy:?}"),
+            EventBody::Condensation { summary, .. } => format!("SUMMARY of the part above: {summary}"),
+            EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,
         };
         out.push_str(&line);

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halyard_platform::bus::{self, Delivery};
+use halyard_platform::skills;
 use halyard_protocol::command::{AgentCommand, SandboxCommand};
-use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
+use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, SkillKind};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
 use lease::lease_value;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -113,6 +114,13 @@ impl Actor for ConversationActor {
                     };
                     if unseen && outcome != RunOutcome::Paused && !st.paused {
                         tracing::info!(conversation_id = %st.id, "a message arrived as the run ended; starting another");
+                        if outcome == RunOutcome::AwaitingConfirmation {
+                            let reason = "The user sent a new message instead of confirming this action.";
+                            if let Err(e) = st.reject_pending(reason, None).await {
+                                tracing::error!(conversation_id = %st.id, error = %e, "cannot record the rejection");
+                                return Ok(());
+                            }
+                        }
                         st.start_run(&myself, None).await;
                     }
                 }
@@ -168,12 +176,13 @@ impl ConvState {
         let trace = env.trace.clone();
         let cmd_id = env.id;
         match env.payload {
-            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, .. } => {
+            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, confirmation_policy, .. } => {
                 if !started {
                     // The conversation's own limits, else the deployment's defaults.
                     let budget = budget.or_else(|| self.ctx.default_budget());
                     let model = self.ctx.llm.model().to_owned();
-                    let body = EventBody::ConversationStarted { owner, sandbox_id, workspace, model, skills, budget };
+                    let confirmation_policy = confirmation_policy.unwrap_or_default();
+                    let body = EventBody::ConversationStarted { owner, sandbox_id, workspace, model, skills, budget, confirmation_policy };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;
@@ -222,6 +231,36 @@ impl ConvState {
                 }
                 delivery.ack().await;
             }
+            AgentCommand::Confirm { .. } => {
+                if self.run.is_none() && !self.paused && self.waiting().await {
+                    self.start_run_with(myself, trace, true).await;
+                }
+                delivery.ack().await;
+            }
+            AgentCommand::Reject { reason, .. } => {
+                if self.run.is_none() && !self.paused && self.waiting().await {
+                    if let Err(e) = self.reject_pending(&reason, trace.clone()).await {
+                        delivery.retry(Duration::from_millis(500), &e).await;
+                        return;
+                    }
+                    // The model reads the reason and chooses another way.
+                    self.start_run(myself, trace).await;
+                }
+                delivery.ack().await;
+            }
+            AgentCommand::SetConfirmationPolicy { policy, .. } => {
+                let mut log = log.lock().await;
+                if log.history.policy != policy {
+                    let body = EventBody::ConfirmationPolicy { policy };
+                    if let Err(e) = log.append(EventId(cmd_id.0), EventSource::User, body, trace).await {
+                        drop(log);
+                        delivery.retry(Duration::from_millis(500), &e.to_string()).await;
+                        return;
+                    }
+                }
+                drop(log);
+                delivery.ack().await;
+            }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
                     let _ = run.cancel.send(true);
@@ -249,7 +288,25 @@ impl ConvState {
             if log.history.seen.contains(&id) {
                 return Ok(());
             }
-            log.append(id, EventSource::User, EventBody::UserMessage { text }, trace.clone()).await.map_err(|e| e.to_string())?;
+            log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone() }, trace.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            // Knowledge skills the message triggers enter the context, once per conversation.
+            let triggered: Vec<(String, String)> = log
+                .history
+                .skills
+                .iter()
+                .filter(|s| s.kind == SkillKind::Knowledge && !log.history.activated.contains(&s.name))
+                .filter_map(|s| skills::trigger_in(s, &text).map(|t| (s.name.clone(), t.to_owned())))
+                .collect();
+            for (name, trigger) in triggered {
+                let body = EventBody::SkillActivated { name, trigger };
+                log.append(EventId::new(), EventSource::System, body, trace.clone()).await.map_err(|e| e.to_string())?;
+            }
+        }
+        // A message instead of a confirmation refuses the waiting actions.
+        if self.run.is_none() && self.waiting().await {
+            self.reject_pending("The user sent a new message instead of confirming this action.", trace.clone()).await?;
         }
         if self.paused {
             self.owed = true;
@@ -260,7 +317,32 @@ impl ConvState {
         Ok(())
     }
 
+    /// Whether actions wait for the user's confirmation.
+    async fn waiting(&self) -> bool {
+        match &self.log {
+            Some(log) => log.lock().await.history.status == Some(ExecutionStatus::WaitingForConfirmation),
+            None => false,
+        }
+    }
+
+    /// Records the user's refusal of every waiting action; `reason` is the result the model
+    /// sees.
+    async fn reject_pending(&mut self, reason: &str, trace: Option<TraceContext>) -> Result<(), String> {
+        let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
+        let mut log = log.lock().await;
+        for p in log.history.pending.clone() {
+            let body = EventBody::ActionRejected { tool_call_id: p.tool_call_id, tool: p.tool, reason: reason.to_owned() };
+            log.append(EventId::new(), EventSource::User, body, trace.clone()).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     async fn start_run(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>) {
+        self.start_run_with(myself, trace, false).await
+    }
+
+    /// Starts a run; `confirmed`: the user confirmed the waiting actions, which run first.
+    async fn start_run_with(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>, confirmed: bool) {
         let Some(log) = self.log.clone() else { return };
         self.runs += 1;
         let id = self.runs;
@@ -276,6 +358,7 @@ impl ConvState {
             interrupt: interrupt_rx,
             trace: trace.clone(),
             read_upto: read_upto.clone(),
+            confirmed,
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

@@ -2,11 +2,17 @@
 //! for the LLM, the execution status, and what the conversation started with. The same
 //! [`History::apply`] folds events during a replay and during a live run, so the two cannot
 //! drift apart.
+//!
+//! What the LLM sees is the system prompt, the first user message, the latest condensation's
+//! summary and the messages after it ([`History::for_llm`]); a `condensation` event drops what
+//! it summarizes from here, never from the log. Each message remembers its size, counted once,
+//! so deciding whether to condense costs the same at step 10 and step 1,000.
 
 use std::collections::HashSet;
 
 use halyard_platform::llm::{ChatMessage, FunctionCall, ToolCall};
-use halyard_protocol::event::{Budget, ConversationEvent, EventBody, ExecutionStatus, Skill};
+use halyard_platform::tokens::TokenCounter;
+use halyard_protocol::event::{Budget, ConfirmationPolicy, ConversationEvent, EventBody, ExecutionStatus, SecurityRisk, Skill, SkillKind};
 use halyard_protocol::{EventId, SandboxId, UserId};
 
 /// What `ConversationStarted` said.
@@ -17,22 +23,76 @@ pub struct Started {
     pub workspace: String,
 }
 
+/// One message the LLM sees, with the event it came from and its size.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub msg: ChatMessage,
+    pub seq: u64,
+    /// Bytes of text: an upper bound of its tokens in any byte-pair encoding.
+    pub bytes: u64,
+    /// Tokens, counted when first needed.
+    tokens: Option<u64>,
+}
+
+impl Entry {
+    fn new(msg: ChatMessage, seq: u64) -> Self {
+        let bytes = msg.content.as_deref().map_or(0, str::len)
+            + msg.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum::<usize>();
+        Self { msg, seq, bytes: bytes as u64 + MESSAGE_OVERHEAD, tokens: None }
+    }
+
+    /// Tokens of this message as `counter` counts them (cached).
+    pub fn tokens(&mut self, counter: &TokenCounter) -> u64 {
+        *self.tokens.get_or_insert_with(|| message_tokens(&self.msg, counter))
+    }
+}
+
+/// What every message costs beyond its text (role and separators, as OpenAI counts them).
+pub const MESSAGE_OVERHEAD: u64 = 4;
+
+/// Tokens of one message.
+pub fn message_tokens(m: &ChatMessage, counter: &TokenCounter) -> u64 {
+    m.content.as_deref().map_or(0, |c| counter.count(c))
+        + m.tool_calls.iter().map(|c| counter.count(&c.function.name) + counter.count(&c.function.arguments)).sum::<u64>()
+        + MESSAGE_OVERHEAD
+}
+
+/// An action whose result has not been recorded yet.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    pub tool_call_id: String,
+    pub tool: String,
+    /// The arguments as the model wrote them.
+    pub arguments: String,
+    pub security_risk: Option<SecurityRisk>,
+}
+
 /// Derived conversation state.
 #[derive(Debug, Default)]
 pub struct History {
-    pub messages: Vec<ChatMessage>,
+    /// The messages after the latest summary (and the first user message, never summarized).
+    pub entries: Vec<Entry>,
+    /// `seq` of the first user message.
+    pub first_user_seq: Option<u64>,
+    /// The latest condensation: its summary and the last `seq` it covers.
+    pub summary: Option<(String, u64)>,
     pub started: Option<Started>,
     pub status: Option<ExecutionStatus>,
     pub last_seq: u64,
     /// Ids of user messages and other events whose duplicates must be recognised.
     pub seen: HashSet<EventId>,
     pub skills: Vec<Skill>,
+    /// Knowledge skills already activated.
+    pub activated: HashSet<String>,
     /// `seq` of the latest user message.
     pub last_user_seq: u64,
     /// The conversation's limits, and what its LLM calls used so far.
     pub budget: Budget,
     pub used_tokens: u64,
     pub used_usd: f64,
+    pub policy: ConfirmationPolicy,
+    /// Actions of the latest LLM answer still without a result.
+    pub pending: Vec<Pending>,
 }
 
 impl History {
@@ -44,6 +104,14 @@ impl History {
         h
     }
 
+    fn push(&mut self, msg: ChatMessage, seq: u64) {
+        self.entries.push(Entry::new(msg, seq));
+    }
+
+    fn close_pending(&mut self, tool_call_id: &str) {
+        self.pending.retain(|p| p.tool_call_id != tool_call_id);
+    }
+
     /// Folds one event in.
     pub fn apply(&mut self, ev: &ConversationEvent) {
         if ev.seq <= self.last_seq {
@@ -52,71 +120,101 @@ impl History {
         self.last_seq = ev.seq;
         self.seen.insert(ev.id);
         match &ev.body {
-            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, .. } => {
+            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, confirmation_policy, .. } => {
                 self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
                 self.skills = skills.clone();
                 self.budget = budget.clone().unwrap_or_default();
+                self.policy = *confirmation_policy;
             }
             EventBody::LlmCall { prompt_tokens, completion_tokens, cost_usd, .. } => {
                 self.used_tokens += prompt_tokens + completion_tokens;
                 self.used_usd += cost_usd.unwrap_or(0.0);
+                // A new answer follows: what the previous one left without a result never gets one.
+                self.pending.clear();
             }
             EventBody::UserMessage { text } => {
                 self.last_user_seq = ev.seq;
-                self.messages.push(ChatMessage::text("user", text.clone()))
+                self.first_user_seq.get_or_insert(ev.seq);
+                self.push(ChatMessage::text("user", text.clone()), ev.seq)
             }
-            EventBody::AgentMessage { text } => self.messages.push(ChatMessage::text("assistant", text.clone())),
-            EventBody::Action { tool_call_id, tool, arguments, thought } => {
+            EventBody::AgentMessage { text } => self.push(ChatMessage::text("assistant", text.clone()), ev.seq),
+            EventBody::Action { tool_call_id, tool, arguments, thought, security_risk } => {
+                let arguments = match arguments {
+                    serde_json::Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                };
+                self.pending.push(Pending {
+                    tool_call_id: tool_call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                    security_risk: *security_risk,
+                });
                 let call = ToolCall {
                     id: tool_call_id.clone(),
                     kind: "function".into(),
-                    function: FunctionCall {
-                        name: tool.clone(),
-                        arguments: match arguments {
-                            serde_json::Value::String(raw) => raw.clone(),
-                            other => other.to_string(),
-                        },
-                    },
+                    function: FunctionCall { name: tool.clone(), arguments },
                 };
                 // Actions of one LLM answer are appended back to back, before any of their
                 // observations: they belong to one assistant message.
-                match self.messages.last_mut() {
-                    Some(last) if last.role == "assistant" && !last.tool_calls.is_empty() => last.tool_calls.push(call),
-                    _ => self.messages.push(ChatMessage {
-                        role: "assistant".into(),
-                        content: thought.clone(),
-                        tool_calls: vec![call],
-                        tool_call_id: None,
-                    }),
+                match self.entries.last_mut() {
+                    Some(last) if last.msg.role == "assistant" && !last.msg.tool_calls.is_empty() && last.seq + 1 == ev.seq => {
+                        let grown = Entry::new(
+                            ChatMessage { tool_calls: [last.msg.tool_calls.clone(), vec![call]].concat(), ..last.msg.clone() },
+                            ev.seq,
+                        );
+                        *last = grown;
+                    }
+                    _ => self.push(
+                        ChatMessage { role: "assistant".into(), content: thought.clone(), tool_calls: vec![call], tool_call_id: None },
+                        ev.seq,
+                    ),
                 }
             }
-            EventBody::Observation { tool_call_id, content, .. } => self.messages.push(ChatMessage {
-                role: "tool".into(),
-                content: Some(content.clone()),
-                tool_calls: Vec::new(),
-                tool_call_id: Some(tool_call_id.clone()),
-            }),
+            EventBody::Observation { tool_call_id, content, .. } => {
+                self.close_pending(tool_call_id);
+                self.push(tool_result(tool_call_id, content.clone()), ev.seq)
+            }
+            EventBody::ActionRejected { tool_call_id, reason, .. } => {
+                self.close_pending(tool_call_id);
+                self.push(tool_result(tool_call_id, format!("The user rejected this action. Their reason: {reason}")), ev.seq)
+            }
+            EventBody::ConfirmationPolicy { policy } => self.policy = *policy,
+            EventBody::Condensation { upto_seq, summary, .. } => {
+                let first = self.first_user_seq;
+                self.entries.retain(|e| e.seq > *upto_seq || Some(e.seq) == first);
+                self.summary = Some((summary.clone(), *upto_seq));
+            }
+            EventBody::SkillActivated { name, .. } => {
+                self.activated.insert(name.clone());
+                if let Some(skill) = self.skills.iter().find(|s| s.kind == SkillKind::Knowledge && &s.name == name) {
+                    let text = format!("<skill name=\"{}\">\n{}\n</skill>", skill.name, skill.content);
+                    self.push(ChatMessage::text("user", text), ev.seq);
+                }
+            }
             EventBody::ExecutionStatus { status, .. } => self.status = Some(*status),
             EventBody::AgentError { .. } | EventBody::Title { .. } => {}
         }
     }
 
-    /// The messages to send: system prompt first, and a stand-in result for every tool call
-    /// that never got one (a run cut off by a crash or a pause), since the API requires one.
+    /// The summary as the LLM reads it.
+    pub fn summary_message(&self) -> Option<ChatMessage> {
+        self.summary.as_ref().map(|(text, _)| summary_message(text))
+    }
+
+    /// The messages to send: system prompt, the first user message, the latest summary, what
+    /// follows; and a stand-in result for every tool call that never got one (a run cut off by
+    /// a crash or a pause), since the API requires one.
     pub fn for_llm(&self, system: &str) -> Vec<ChatMessage> {
         let mut out = vec![ChatMessage::text("system", system)];
         let mut open: Vec<String> = Vec::new();
         let close = |open: &mut Vec<String>, out: &mut Vec<ChatMessage>| {
             for id in open.drain(..) {
-                out.push(ChatMessage {
-                    role: "tool".into(),
-                    content: Some("[No result: the action was interrupted before it completed.]".into()),
-                    tool_calls: Vec::new(),
-                    tool_call_id: Some(id),
-                });
+                out.push(tool_result(&id, "[No result: the action was interrupted before it completed.]".into()));
             }
         };
-        for m in &self.messages {
+        let mut summary = self.summary_message();
+        for e in &self.entries {
+            let m = &e.msg;
             if m.role == "tool" {
                 if let Some(id) = &m.tool_call_id {
                     open.retain(|o| o != id);
@@ -124,14 +222,29 @@ impl History {
             } else {
                 close(&mut open, &mut out);
             }
+            if Some(e.seq) != self.first_user_seq {
+                if let Some(s) = summary.take() {
+                    out.push(s);
+                }
+            }
             if m.role == "assistant" {
                 open.extend(m.tool_calls.iter().map(|c| c.id.clone()));
             }
             out.push(m.clone());
         }
         close(&mut open, &mut out);
+        out.extend(summary);
         out
     }
+}
+
+/// A condensation's summary as the LLM reads it.
+pub fn summary_message(text: &str) -> ChatMessage {
+    ChatMessage::text("user", format!("<summary of the earlier part of this conversation>\n{text}\n</summary>"))
+}
+
+fn tool_result(id: &str, content: String) -> ChatMessage {
+    ChatMessage { role: "tool".into(), content: Some(content), tool_calls: Vec::new(), tool_call_id: Some(id.to_owned()) }
 }
 
 #[cfg(test)]
@@ -158,6 +271,7 @@ mod tests {
             tool: "terminal".into(),
             arguments: serde_json::json!({"command":"ls"}),
             thought: None,
+            security_risk: None,
         };
         let h = History::from_events(&[
             ev(1, EventBody::UserMessage { text: "hi".into() }),

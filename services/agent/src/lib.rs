@@ -11,9 +11,11 @@
 
 pub mod ask;
 pub mod budget;
+pub mod condense;
 pub mod conversation;
 pub mod history;
 pub mod log;
+pub mod risk;
 pub mod run_loop;
 pub mod runner;
 pub mod stuck;

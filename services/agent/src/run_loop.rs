@@ -1,5 +1,8 @@
-//! One run of the agent: from a user message until the agent finishes, answers, fails, hits
-//! the iteration limit, or is paused.
+//! One run of the agent: from a user message (or the user's confirmation of waiting actions)
+//! until the agent finishes, answers, fails, hits the iteration limit, is paused, or waits for
+//! the user to confirm an action. Before each LLM call the history is condensed if the prompt
+//! would pass the model's budget ([`crate::condense`]); a context-length error from the
+//! provider condenses harder and tries again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,10 +18,16 @@ use tokio::sync::{Mutex, watch};
 
 use crate::Ctx;
 use crate::budget::{self, estimate_completion, estimate_tokens};
+use crate::condense;
+use crate::history::{MESSAGE_OVERHEAD, message_tokens, summary_message};
 use crate::log::Log;
+use crate::risk;
 use crate::stuck;
 use crate::tools::{self, ToolOutcome};
-use halyard_platform::llm::{ChatMessage, Completion, Usage};
+use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
+use halyard_platform::tokens::TokenCounter;
+use halyard_protocol::event::{Skill, SkillKind};
+use serde_json::Value;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +40,27 @@ pub enum RunOutcome {
     Failed,
     /// Pause was requested; the run stopped at a step boundary.
     Paused,
+    /// Actions wait for the user's confirmation.
+    AwaitingConfirmation,
+}
+
+/// One tool call to run.
+struct Call {
+    id: String,
+    name: String,
+    /// The arguments as the model wrote them.
+    raw: String,
+    parsed: Result<Value, String>,
+}
+
+/// What a run reads once from the conversation.
+struct Setting {
+    workspace: String,
+    skills: Vec<Skill>,
+    counter: TokenCounter,
+    tools: Vec<Value>,
+    /// Tokens of the tools' definitions.
+    tools_tokens: u64,
 }
 
 /// Everything one run needs.
@@ -44,6 +74,8 @@ pub struct Run {
     /// The log's last `seq` when the run last built the LLM's input: a user message after it
     /// was never seen by this run.
     pub read_upto: Arc<std::sync::atomic::AtomicU64>,
+    /// The user confirmed the waiting actions: run them first.
+    pub confirmed: bool,
 }
 
 impl Run {
@@ -148,16 +180,39 @@ impl Run {
             Ok(e) => e,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
-        let tool_specs = tools::specs();
+        let (setting, pending) = {
+            let log = self.log.lock().await;
+            let h = &log.history;
+            let skills = h.skills.clone();
+            let tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            let counter = self.ctx.llm.token_counter();
+            let tools_tokens = counter.count(&Value::Array(tools.clone()).to_string());
+            let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
+            let pending = if self.confirmed { h.pending.clone() } else { Vec::new() };
+            (Setting { workspace, skills, counter, tools, tools_tokens }, pending)
+        };
         let max = self.ctx.config.agent.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
         let mut steps: Vec<stuck::Step> = Vec::new();
+        if !pending.is_empty() {
+            let calls = pending
+                .into_iter()
+                .map(|p| Call { parsed: tools::parse_arguments(&p.arguments), id: p.tool_call_id, name: p.tool, raw: p.arguments })
+                .collect();
+            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds).await {
+                return outcome;
+            }
+        }
+        let mut context_retries = 0;
         for _ in 0..max {
             if self.cancelled() {
                 return RunOutcome::Paused;
             }
             if self.interrupt_requested() {
                 return self.interrupted().await;
+            }
+            if let Err(outcome) = self.condense(&setting, false).await {
+                return outcome;
             }
             let (messages, over_budget) = {
                 let log = self.log.lock().await;
@@ -173,10 +228,23 @@ impl Run {
             let completion = tokio::select! {
                 _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
                 _ = Self::until_set(self.interrupt.clone()) => return self.interrupted().await,
-                c = self.ctx.llm.complete(&messages, &tool_specs) => c,
+                c = self.ctx.llm.complete(&messages, &setting.tools) => c,
             };
             let completion = match completion {
-                Ok(c) => c,
+                Ok(c) => {
+                    context_retries = 0;
+                    c
+                }
+                // The provider counts differently, or the window is smaller than configured:
+                // condense harder and ask again.
+                Err(LlmError::ContextWindow { body }) if context_retries < 2 => {
+                    context_retries += 1;
+                    tracing::warn!(body, "the prompt did not fit the model's context window; condensing");
+                    if let Err(outcome) = self.condense(&setting, true).await {
+                        return outcome;
+                    }
+                    continue;
+                }
                 Err(e) => return self.fail(e.code(), format!("The LLM call failed: {e}")).await,
             };
             if !self.append(EventSource::System, self.llm_call(&messages, &completion, asked_at.elapsed())).await {
@@ -190,90 +258,31 @@ impl Run {
             }
             // All actions of the answer first, then their observations, so a replay rebuilds
             // one assistant message with all its tool calls.
+            let policy = self.log.lock().await.history.policy;
             let mut calls = Vec::new();
+            let mut waiting = Vec::new();
             for (i, call) in completion.tool_calls.iter().enumerate() {
                 let parsed = tools::parse_arguments(&call.function.arguments);
-                let arguments = parsed.clone().unwrap_or_else(|_| serde_json::Value::String(call.function.arguments.clone()));
+                let arguments = parsed.clone().unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+                let name = call.function.name.clone();
+                let security_risk = risk::assess(&name, parsed.as_ref().unwrap_or(&Value::Null), &setting.workspace);
+                if risk::needs_confirmation(policy, &name, security_risk) {
+                    waiting.push(format!("{name} ({} risk)", security_risk.map_or("unknown", risk_name)));
+                }
                 let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
-                let body = EventBody::Action { tool_call_id: call.id.clone(), tool: call.function.name.clone(), arguments, thought };
+                let body = EventBody::Action { tool_call_id: call.id.clone(), tool: name.clone(), arguments, thought, security_risk };
                 if !self.append(EventSource::Agent, body).await {
                     return RunOutcome::Failed;
                 }
-                calls.push((call.clone(), parsed));
+                calls.push(Call { id: call.id.clone(), name, raw: call.function.arguments.clone(), parsed });
             }
-            for (call, parsed) in calls {
-                if self.cancelled() {
-                    return RunOutcome::Paused;
-                }
-                let name = call.function.name.clone();
-                let interrupted_before = self.interrupt_requested();
-                let outcome = match parsed {
-                    // An interrupt stops what is left of this answer too: each call still gets its
-                    // observation, so the model sees a complete step next time.
-                    _ if interrupted_before => ToolOutcome::Observation {
-                        content: "Not run: the user interrupted the agent.".into(),
-                        exit_code: None,
-                        is_error: true,
-                    },
-                    Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
-                    Ok(args) => {
-                        let running = tools::execute(&exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
-                        tokio::pin!(running);
-                        tokio::select! {
-                            _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
-                            o = &mut running => o,
-                            _ = Self::until_set(self.interrupt.clone()) => {
-                                // Stop the command in the sandbox, then take what it printed.
-                                if let Err(e) = exec.interrupt().await {
-                                    tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
-                                }
-                                match tokio::time::timeout(Duration::from_secs(10), &mut running).await {
-                                    Ok(ToolOutcome::Observation { content, exit_code, is_error }) => ToolOutcome::Observation {
-                                        content: format!("{content}\n[Interrupted by the user.]"),
-                                        exit_code,
-                                        is_error,
-                                    },
-                                    Ok(other) => other,
-                                    Err(_) => ToolOutcome::Observation {
-                                        content: "[Interrupted by the user; the command did not stop within 10 s.]".into(),
-                                        exit_code: None,
-                                        is_error: true,
-                                    },
-                                }
-                            }
-                        }
-                    }
-                };
-                match outcome {
-                    ToolOutcome::Observation { content, exit_code, is_error } => {
-                        steps.push(stuck::Step {
-                            action: format!("{name} {}", call.function.arguments),
-                            tool: name.clone(),
-                            observation: content.clone(),
-                            is_error: is_error || exit_code.is_some_and(|c| c != 0),
-                        });
-                        let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
-                        if !self.append(EventSource::Environment, body).await {
-                            return RunOutcome::Failed;
-                        }
-                        if let Some(pattern) = stuck::detect(&steps, thresholds) {
-                            return self.stuck(pattern).await;
-                        }
-                    }
-                    ToolOutcome::Finish { message } => {
-                        let body = EventBody::Observation {
-                            tool_call_id: call.id.clone(),
-                            tool: name,
-                            content: message.clone(),
-                            exit_code: None,
-                            is_error: false,
-                        };
-                        self.append(EventSource::Environment, body).await;
-                        self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
-                        self.status(ExecutionStatus::Finished, None).await;
-                        return RunOutcome::Finished;
-                    }
-                }
+            if !waiting.is_empty() {
+                let reason = format!("waiting for confirmation: {}", waiting.join(", "));
+                self.status(ExecutionStatus::WaitingForConfirmation, Some(reason)).await;
+                return RunOutcome::AwaitingConfirmation;
+            }
+            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds).await {
+                return outcome;
             }
         }
         self.fail(
@@ -281,6 +290,163 @@ impl Run {
             format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue."),
         )
         .await
+    }
+
+    /// Runs the tool calls of one answer and records their observations; `Some` if the run
+    /// ends here (finished, paused, stuck, or the log failed).
+    async fn execute(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        calls: Vec<Call>,
+        steps: &mut Vec<stuck::Step>,
+        thresholds: stuck::Thresholds,
+    ) -> Option<RunOutcome> {
+        for call in calls {
+            if self.cancelled() {
+                return Some(RunOutcome::Paused);
+            }
+            let name = call.name.clone();
+            let outcome = match call.parsed {
+                // An interrupt stops what is left of this answer too: each call still gets its
+                // observation, so the model sees a complete step next time.
+                _ if self.interrupt_requested() => {
+                    ToolOutcome::Observation { content: "Not run: the user interrupted the agent.".into(), exit_code: None, is_error: true }
+                }
+                Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
+                Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
+                Ok(args) => {
+                    let running = tools::execute(exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
+                    tokio::pin!(running);
+                    tokio::select! {
+                        _ = Self::until_set(self.cancel.clone()) => return Some(RunOutcome::Paused),
+                        o = &mut running => o,
+                        _ = Self::until_set(self.interrupt.clone()) => {
+                            // Stop the command in the sandbox, then take what it printed.
+                            if let Err(e) = exec.interrupt().await {
+                                tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
+                            }
+                            match tokio::time::timeout(Duration::from_secs(10), &mut running).await {
+                                Ok(ToolOutcome::Observation { content, exit_code, is_error }) => ToolOutcome::Observation {
+                                    content: format!("{content}\n[Interrupted by the user.]"),
+                                    exit_code,
+                                    is_error,
+                                },
+                                Ok(other) => other,
+                                Err(_) => ToolOutcome::Observation {
+                                    content: "[Interrupted by the user; the command did not stop within 10 s.]".into(),
+                                    exit_code: None,
+                                    is_error: true,
+                                },
+                            }
+                        }
+                    }
+                }
+            };
+            match outcome {
+                ToolOutcome::Observation { content, exit_code, is_error } => {
+                    steps.push(stuck::Step {
+                        action: format!("{name} {}", call.raw),
+                        tool: name.clone(),
+                        observation: content.clone(),
+                        is_error: is_error || exit_code.is_some_and(|c| c != 0),
+                    });
+                    let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
+                    if !self.append(EventSource::Environment, body).await {
+                        return Some(RunOutcome::Failed);
+                    }
+                    if let Some(pattern) = stuck::detect(steps, thresholds) {
+                        return Some(self.stuck(pattern).await);
+                    }
+                }
+                ToolOutcome::Finish { message } => {
+                    let body = EventBody::Observation {
+                        tool_call_id: call.id.clone(),
+                        tool: name,
+                        content: message.clone(),
+                        exit_code: None,
+                        is_error: false,
+                    };
+                    self.append(EventSource::Environment, body).await;
+                    self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
+                    self.status(ExecutionStatus::Finished, None).await;
+                    return Some(RunOutcome::Finished);
+                }
+            }
+        }
+        if self.interrupt_requested() {
+            return Some(self.interrupted().await);
+        }
+        None
+    }
+
+    /// Condenses the history if the next prompt would pass the model's budget (`force`: the
+    /// provider said it did, whatever our count says). `Err` if the run ends here.
+    async fn condense(&self, setting: &Setting, force: bool) -> Result<(), RunOutcome> {
+        let budget = self.ctx.llm.prompt_budget();
+        let counter = &setting.counter;
+        let planned = {
+            let mut log = self.log.lock().await;
+            let fixed = counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD + setting.tools_tokens;
+            let tokens = condense::prompt_tokens(&mut log.history, counter, fixed, budget);
+            if !force && tokens <= budget {
+                return Ok(());
+            }
+            // Keep about half of what the history may hold; after a context-length error, a
+            // quarter of what it holds now.
+            let room = budget.saturating_sub(fixed);
+            let keep = if force { (room / 2).min(tokens.saturating_sub(fixed) / 4) } else { room / 2 };
+            condense::plan(&mut log.history, counter, fixed, keep).map(|plan| (plan, log.history.summary.as_ref().map(|s| s.0.clone())))
+        };
+        let Some((plan, previous)) = planned else {
+            if force {
+                let message = "The prompt does not fit the model's context window, and there is nothing left to condense: the \
+                               first message or the latest results are too long. Start a new conversation, or use a model with a \
+                               larger context window."
+                    .to_owned();
+                return Err(self.fail("llm_context_window", message).await);
+            }
+            return Ok(());
+        };
+        let request = condense::request(previous.as_deref(), &plan, budget / 2);
+        let asked_at = std::time::Instant::now();
+        let completion = tokio::select! {
+            _ = Self::until_set(self.cancel.clone()) => return Err(RunOutcome::Paused),
+            _ = Self::until_set(self.interrupt.clone()) => return Err(self.interrupted().await),
+            c = self.ctx.llm.complete(&request, &[]) => c,
+        };
+        let completion = match completion {
+            Ok(c) => c,
+            Err(e) => return Err(self.fail(e.code(), format!("Condensing the history failed: the LLM call failed: {e}")).await),
+        };
+        if !self.append(EventSource::System, self.llm_call(&request, &completion, asked_at.elapsed())).await {
+            return Err(RunOutcome::Failed);
+        }
+        let summary = completion.content.unwrap_or_default().trim().to_owned();
+        if summary.is_empty() {
+            return Err(self.fail("llm_malformed", "Condensing the history failed: the LLM wrote an empty summary.".into()).await);
+        }
+        let tokens_after = plan.tokens_kept + message_tokens(&summary_message(&summary), counter);
+        tracing::info!(from_seq = plan.from_seq, upto_seq = plan.upto_seq, tokens_before = plan.tokens_before, tokens_after, "condensed");
+        let body = EventBody::Condensation {
+            from_seq: plan.from_seq,
+            upto_seq: plan.upto_seq,
+            summary,
+            tokens_before: plan.tokens_before,
+            tokens_after,
+        };
+        if !self.append(EventSource::System, body).await {
+            return Err(RunOutcome::Failed);
+        }
+        Ok(())
+    }
+}
+
+fn risk_name(r: halyard_protocol::event::SecurityRisk) -> &'static str {
+    match r {
+        halyard_protocol::event::SecurityRisk::Low => "low",
+        halyard_protocol::event::SecurityRisk::Medium => "medium",
+        halyard_protocol::event::SecurityRisk::High => "high",
     }
 }
 
@@ -293,8 +459,17 @@ fn system_prompt(log: &Log) -> String {
          `finish` with a short summary for the user when the task is done. If you need \
          something from the user, answer without a tool call."
     );
-    for skill in &log.history.skills {
+    let skills = &log.history.skills;
+    for skill in skills.iter().filter(|s| s.kind == SkillKind::Always) {
         prompt.push_str(&format!("\n\n<skill name=\"{}\">\n{}\n</skill>", skill.name, skill.content));
+    }
+    let offered: Vec<&Skill> = skills.iter().filter(|s| s.kind == SkillKind::AgentSkill).collect();
+    if !offered.is_empty() {
+        prompt.push_str("\n\n<available_skills>");
+        for skill in offered {
+            prompt.push_str(&format!("\n<skill name=\"{}\">{}</skill>", skill.name, skill.description.as_deref().unwrap_or_default()));
+        }
+        prompt.push_str("\n</available_skills>\nBefore you use one of these skills, load its instructions with `load_skill`.");
     }
     prompt
 }

@@ -1,21 +1,31 @@
 //! The agent's tools, named and shaped as OpenHands names them (`terminal`, `file_editor`,
-//! `think`, `finish`), so models and prompts tuned for OpenHands carry over.
+//! `think`, `finish`), so models and prompts tuned for OpenHands carry over; and `load_skill`,
+//! which reads a folder skill's instructions when the conversation has any.
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::{EditRequest, ExecRequest};
 use serde_json::{Value, json};
 
-/// Tool definitions in the chat-completions `tools` format.
-pub fn specs() -> Vec<Value> {
-    vec![
+/// The `security_risk` argument of the tools that act (OpenHands' wording).
+fn security_risk() -> Value {
+    json!({"type": "string", "enum": ["low", "medium", "high"], "description": "The risk of this action: `low` for \
+        read-only or workspace-local changes, `medium` for changes beyond the workspace or network use, `high` for \
+        destructive or irreversible actions or anything touching credentials."})
+}
+
+/// Tool definitions in the chat-completions `tools` format; `load_skill` only when the
+/// conversation has folder skills to load.
+pub fn specs(with_load_skill: bool) -> Vec<Value> {
+    let mut specs = vec![
         json!({"type": "function", "function": {
             "name": "terminal",
             "description": "Execute a bash command in the persistent shell of the sandbox. The working directory and environment persist between calls. A command that runs longer than `timeout` seconds keeps running: send `is_input` true with an empty command to keep waiting, with text to give it input, or with `C-c` to interrupt it. Output longer than the cap is cut in the middle.",
             "parameters": {"type": "object", "properties": {
                 "command": {"type": "string", "description": "The bash command to execute, or with is_input the input to send (`C-c` interrupts)."},
                 "is_input": {"type": "boolean", "description": "Send `command` to the running process as input instead of running a new command."},
-                "timeout": {"type": "number", "description": "Seconds to wait before returning while the command keeps running."}
-            }, "required": ["command"]}
+                "timeout": {"type": "number", "description": "Seconds to wait before returning while the command keeps running."},
+                "security_risk": security_risk()
+            }, "required": ["command", "security_risk"]}
         }}),
         json!({"type": "function", "function": {
             "name": "file_editor",
@@ -27,8 +37,9 @@ pub fn specs() -> Vec<Value> {
                 "old_str": {"type": "string", "description": "Exact text to replace, for `str_replace`."},
                 "new_str": {"type": "string", "description": "Replacement or text to insert."},
                 "insert_line": {"type": "integer", "description": "Line after which to insert, for `insert`."},
-                "view_range": {"type": "array", "items": {"type": "integer"}, "description": "[start, end] lines for `view`; end -1 means the last line."}
-            }, "required": ["command", "path"]}
+                "view_range": {"type": "array", "items": {"type": "integer"}, "description": "[start, end] lines for `view`; end -1 means the last line."},
+                "security_risk": security_risk()
+            }, "required": ["command", "path", "security_risk"]}
         }}),
         json!({"type": "function", "function": {
             "name": "think",
@@ -40,7 +51,15 @@ pub fn specs() -> Vec<Value> {
             "description": "Finish the task when it is done, or when it cannot be done, with a message for the user.",
             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
         }}),
-    ]
+    ];
+    if with_load_skill {
+        specs.push(json!({"type": "function", "function": {
+            "name": "load_skill",
+            "description": "Load the full instructions of one of the available skills, by name, before you use it.",
+            "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        }}));
+    }
+    specs
 }
 
 /// What a tool call produced.
@@ -75,6 +94,24 @@ pub fn parse_arguments(raw: &str) -> Result<Value, String> {
     serde_json::from_str::<Value>(raw)
         .map_err(|e| format!("The arguments are not valid JSON ({e}). Call the tool again with a JSON object."))
         .and_then(|v| if v.is_object() { Ok(v) } else { Err("The arguments must be a JSON object.".into()) })
+}
+
+/// `load_skill`: the body of the folder skill named `name` among `skills`.
+pub fn load_skill(skills: &[halyard_protocol::event::Skill], args: &Value) -> ToolOutcome {
+    use halyard_protocol::event::SkillKind;
+    let name = str_arg(args, "name").unwrap_or_default();
+    let offered = || skills.iter().filter(|s| s.kind == SkillKind::AgentSkill);
+    match offered().find(|s| s.name == name) {
+        Some(skill) => ToolOutcome::Observation {
+            content: format!("<skill name=\"{}\">\n{}\n</skill>", skill.name, skill.content),
+            exit_code: None,
+            is_error: false,
+        },
+        None => error(format!(
+            "There is no skill named `{name}`. The skills are: {}.",
+            offered().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
 }
 
 /// Executes one tool call in the sandbox.
@@ -128,7 +165,9 @@ pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value, default_ti
         }
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
-        other => error(format!("Unknown tool `{other}`. The tools are: terminal, file_editor, think, finish.")),
+        other => error(format!(
+            "Unknown tool `{other}`. The tools are: terminal, file_editor, think, finish, and load_skill when skills are offered."
+        )),
     }
 }
 
@@ -144,7 +183,7 @@ mod tests {
         assert!(parse_arguments("[1]").is_err());
         assert!(bool_arg(&json!({"is_input": "true"}), "is_input"));
         assert!(!bool_arg(&json!({"is_input": "false"}), "is_input"));
-        let names: Vec<String> = specs().iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect();
+        let names: Vec<String> = specs(false).iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect();
         assert_eq!(names, ["terminal", "file_editor", "think", "finish"]);
     }
 }

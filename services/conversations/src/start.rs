@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use halyard_platform::bus;
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
+use halyard_platform::skills;
 use halyard_platform::{BusError, keys};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
@@ -47,6 +48,7 @@ struct Task<'a> {
     spec: Option<String>,
     /// Limits on the conversation's LLM use, handed to the agent runner.
     budget: Option<halyard_protocol::event::Budget>,
+    confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -81,7 +83,18 @@ impl Task<'_> {
 
 /// Runs a start task to READY or ERROR. `Err` only for bus failures worth a redelivery.
 pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(), BusError> {
-    let ConversationCommand::Start { task_id, conversation_id, owner, message, repository, title, created_ms, spec, budget } = env.payload
+    let ConversationCommand::Start {
+        task_id,
+        conversation_id,
+        owner,
+        message,
+        repository,
+        title,
+        created_ms,
+        spec,
+        budget,
+        confirmation_policy,
+    } = env.payload
     else {
         return Ok(());
     };
@@ -96,6 +109,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         from_pool: Default::default(),
         spec,
         budget,
+        confirmation_policy,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -184,6 +198,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         skills,
         message,
         budget: task.budget.clone(),
+        confirmation_policy: task.confirmation_policy,
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
@@ -229,39 +244,40 @@ async fn run(exec: &ExecutorClient, script: &str, timeout: f64) -> Result<String
 const SKILL_MARK: &str = "__HALYARD_SKILL__ ";
 
 /// Skills the repository brings: `.openhands/microagents/*.md`, `.openhands/skills/*.md`,
-/// `AGENTS.md`.
+/// `.openhands/skills/<name>/SKILL.md`, `AGENTS.md`.
 async fn repo_skills(exec: &ExecutorClient) -> Result<Vec<Skill>, String> {
     let script = format!(
-        "for f in .openhands/microagents/*.md .openhands/skills/*.md AGENTS.md; do \
+        "for f in .openhands/microagents/*.md .openhands/skills/*.md .openhands/skills/*/SKILL.md AGENTS.md; do \
          if [ -f \"$f\" ]; then printf '\\n{SKILL_MARK}%s\\n' \"$f\"; head -c 20000 \"$f\"; fi; done; true"
     );
     let out = run(exec, &script, 30.0).await?;
     Ok(parse_skills(&out))
 }
 
+/// Reads the marked files the skill script printed. A file is named by its path (a `SKILL.md`
+/// by its folder) unless its frontmatter names it; a file whose frontmatter cannot be read is
+/// kept whole as an always-on skill, so nothing the repository says is lost.
 fn parse_skills(out: &str) -> Vec<Skill> {
     let mut skills = Vec::new();
     for chunk in out.split(&format!("\n{SKILL_MARK}")).skip(1) {
-        let (name, content) = chunk.split_once('\n').unwrap_or((chunk, ""));
-        skills.push(Skill { name: name.trim().to_owned(), content: content.trim().to_owned() });
+        let (path, content) = chunk.split_once('\n').unwrap_or((chunk, ""));
+        let path = path.trim();
+        let folder = path.strip_suffix("/SKILL.md");
+        let name = folder.map(|f| f.rsplit('/').next().unwrap_or(f)).unwrap_or(path);
+        match skills::parse(name, content, folder.is_some()) {
+            Ok(skill) => skills.push(skill),
+            Err(e) => {
+                tracing::warn!(path, error = %e, "repository skill kept as plain text");
+                skills.push(Skill::always(name, content.trim()));
+            }
+        }
     }
     skills
 }
 
-/// Skills from the global skills directory (`*.md`), read once at start-up.
+/// Skills from the global skills directory, read once at start-up.
 pub fn global_skills(dir: Option<&Path>) -> Vec<Skill> {
-    let Some(dir) = dir else { return Vec::new() };
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut skills: Vec<Skill> = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "md") && e.file_name() != "README.md")
-        .filter_map(|e| {
-            let content = std::fs::read_to_string(e.path()).ok()?;
-            Some(Skill { name: e.file_name().to_string_lossy().trim_end_matches(".md").to_owned(), content })
-        })
-        .collect();
-    skills.sort_by(|a, b| a.name.cmp(&b.name));
-    skills
+    dir.map(skills::load_dir).unwrap_or_default()
 }
 
 /// Single-quotes a string for bash.

@@ -73,6 +73,8 @@ pub struct AppState {
     pub accounts: Arc<Accounts>,
     /// Webhook subscriptions (the dispatcher watches the same bucket).
     pub webhooks: jetstream::kv::Store,
+    /// The global skills, read once at start-up.
+    pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
 }
 
 /// The router.
@@ -86,6 +88,10 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/resume", post(routes::resume))
         .route("/conversations/{id}/interrupt", post(routes::interrupt))
         .route("/conversations/{id}/ask", post(routes::ask))
+        .route("/conversations/{id}/confirm", post(routes::confirm))
+        .route("/conversations/{id}/reject", post(routes::reject))
+        .route("/conversations/{id}/confirmation-policy", axum::routing::put(routes::set_confirmation_policy))
+        .route("/skills", get(routes::list_skills))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
@@ -145,8 +151,19 @@ pub async fn serve(
         .get_key_value(halyard_protocol::subjects::WEBHOOK_BUCKET)
         .await
         .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
-    let state =
-        AppState { config, nats, js: js.clone(), store: store.clone(), live: live.clone(), limiter, auth_failures, accounts, webhooks };
+    let skills = Arc::new(config.skills_dir.as_deref().map(halyard_platform::skills::load_dir).unwrap_or_default());
+    let state = AppState {
+        config,
+        nats,
+        js: js.clone(),
+        store: store.clone(),
+        live: live.clone(),
+        limiter,
+        auth_failures,
+        accounts,
+        webhooks,
+        skills,
+    };
 
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
     let mut projection = tokio::spawn(projection::run(js, store.clone(), live, caught_up, shutdown.clone()));

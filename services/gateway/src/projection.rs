@@ -130,6 +130,9 @@ impl Pending<'_> {
             view.updated_at = now;
             match &ev.body {
                 EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
+                EventBody::ConversationStarted { confirmation_policy: policy, .. } | EventBody::ConfirmationPolicy { policy } => {
+                    view.confirmation_policy = policy_name(*policy).to_owned()
+                }
                 EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
                     m.llm_calls += 1;
@@ -418,5 +421,15 @@ pub async fn run(
             next = system.next().now_or_never().map(|m| (false, m)).or_else(|| events.next().now_or_never().map(|m| (true, m)));
         }
         pending.commit(&[(EVENTS_CURSOR, events_at), (SYSTEM_CURSOR, system_at)], &live)?;
+    }
+}
+
+/// A confirmation policy as the API names it.
+pub fn policy_name(p: halyard_protocol::event::ConfirmationPolicy) -> &'static str {
+    use halyard_protocol::event::ConfirmationPolicy::*;
+    match p {
+        Never => "never",
+        Always => "always",
+        Risky => "risky",
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
+use halyard_protocol::event::{ConfirmationPolicy, SkillKind};
 use halyard_protocol::system::Repository;
 use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
@@ -53,6 +54,9 @@ pub struct StartBody {
     pub max_budget_usd: Option<f64>,
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
+    #[serde(default)]
+    pub confirmation_policy: Option<ConfirmationPolicy>,
 }
 
 fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
@@ -132,6 +136,7 @@ pub async fn start_conversation(
         created_ms: now,
         spec: body.sandbox_spec.clone(),
         budget,
+        confirmation_policy: body.confirmation_policy,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());
@@ -294,7 +299,19 @@ pub async fn send_message(
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
 }
 
-/// Pause and resume: both need a conversation that has finished starting.
+/// A conversation that has finished starting.
+fn require_ready(c: &ConversationView) -> Result<(), ApiError> {
+    require_started(c)?;
+    if c.status != "READY" {
+        return Err(ApiError::conflict(
+            "conversation_not_ready",
+            "the conversation is still starting; pause, resume, interrupt, confirm or reject once it is READY",
+        ));
+    }
+    Ok(())
+}
+
+/// Pause, resume, interrupt, confirm: each needs a conversation that has finished starting.
 async fn control(
     state: &AppState,
     user: &halyard_protocol::UserId,
@@ -302,13 +319,7 @@ async fn control(
     make: fn(ConversationId) -> AgentCommand,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (id, c) = owned(state, user, id)?;
-    require_started(&c)?;
-    if c.status != "READY" {
-        return Err(ApiError::conflict(
-            "conversation_not_ready",
-            "the conversation is still starting; pause, resume or interrupt it once it is READY",
-        ));
-    }
+    require_ready(&c)?;
     agent_command(state, id, make(id)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
 }
@@ -321,6 +332,74 @@ pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Pa
 /// `POST /conversations/{id}/interrupt`: stops the running command now.
 pub async fn interrupt(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Interrupt { conversation_id }).await
+}
+
+/// `POST /conversations/{id}/confirm`: the actions waiting for confirmation run.
+pub async fn confirm(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    control(&state, &user, &id, |conversation_id| AgentCommand::Confirm { conversation_id }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// Why; the model reads it as the actions' result.
+    pub reason: String,
+}
+
+/// `POST /conversations/{id}/reject`: the actions waiting for confirmation do not run; the
+/// agent is told why and goes on.
+pub async fn reject(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(RejectBody { reason }): ApiJson<RejectBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_text("reason", &reason, MAX_MESSAGE_CHARS)?;
+    let (cid, c) = owned(&state, &user, &id)?;
+    require_ready(&c)?;
+    agent_command(&state, cid, AgentCommand::Reject { conversation_id: cid, reason }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    pub policy: ConfirmationPolicy,
+}
+
+/// `PUT /conversations/{id}/confirmation-policy`: changes when actions wait for consent.
+pub async fn set_confirmation_policy(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PolicyBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (cid, c) = owned(&state, &user, &id)?;
+    require_ready(&c)?;
+    agent_command(&state, cid, AgentCommand::SetConfirmationPolicy { conversation_id: cid, policy: body.policy }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "policy": crate::projection::policy_name(body.policy)}))))
+}
+
+/// `GET /skills`: the deployment's global skills (a conversation's own, repository skills
+/// included, are in its `conversation_started` event).
+pub async fn list_skills(State(state): State<AppState>, User(_user): User) -> Json<Value> {
+    let items: Vec<Value> = state
+        .skills
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "kind": match s.kind {
+                    SkillKind::Always => "always",
+                    SkillKind::Knowledge => "knowledge",
+                    SkillKind::AgentSkill => "agent_skill",
+                },
+                "description": s.description,
+                "triggers": s.triggers,
+            })
+        })
+        .collect();
+    Json(json!({ "items": items }))
 }
 
 #[derive(Debug, Deserialize)]

@@ -52,6 +52,13 @@ pub struct ConversationView {
     /// Running totals of the conversation's LLM calls.
     #[serde(default)]
     pub metrics: LlmTotals,
+    /// When actions wait for the user's consent: `never`, `always` or `risky`.
+    #[serde(default = "never")]
+    pub confirmation_policy: String,
+}
+
+fn never() -> String {
+    "never".into()
 }
 
 /// What a conversation's LLM calls used in all.

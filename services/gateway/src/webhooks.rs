@@ -20,7 +20,7 @@ use crate::routes::{owned, parse_id};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 9] = [
+pub const EVENT_KINDS: [&str; 13] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -30,6 +30,10 @@ pub const EVENT_KINDS: [&str; 9] = [
     "execution_status",
     "title",
     "llm_call",
+    "action_rejected",
+    "confirmation_policy",
+    "condensation",
+    "skill_activated",
 ];
 
 /// A delivery attempt as the API shows it.

@@ -110,6 +110,10 @@ impl TitleConfig {
             max_concurrent: 8,
             temperature: None,
             prices: agent.prices.clone(),
+            provider: agent.provider.clone(),
+            context_window: agent.context_window,
+            context_reserve: agent.context_reserve,
+            max_output_tokens: 200,
         }
     }
 }
@@ -125,7 +129,10 @@ pub struct ApiKey {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
-    /// OpenAI-compatible base URL, up to and including `/v1`.
+    /// The wire: `openai` (chat completions, spoken by most servers) or `anthropic` (the
+    /// Messages API).
+    pub provider: String,
+    /// Base URL, up to and including `/v1` (`https://api.anthropic.com/v1` for Anthropic).
     pub base_url: String,
     pub model: String,
     /// Never leaves the agent runner.
@@ -143,6 +150,16 @@ pub struct LlmConfig {
     /// USD per million tokens, by model name (`[llm.prices."gpt-4o-mini"]`): what an LLM call
     /// costs. A model without a price has token counts and no cost.
     pub prices: BTreeMap<String, Price>,
+    /// The model's context window in tokens (0: known for well-known model families, else
+    /// 128,000).
+    pub context_window: u64,
+    /// Tokens kept free for the answer below the context window (0: the smaller of
+    /// `max_output_tokens` and a quarter of the window). Past `window - reserve`, the agent
+    /// condenses the oldest part of the history into a summary.
+    pub context_reserve: u64,
+    /// Longest answer asked for (Anthropic requires one; OpenAI-compatible servers are not
+    /// told).
+    pub max_output_tokens: u64,
 }
 
 /// What a model's tokens cost, in USD per million.
@@ -338,6 +355,10 @@ impl Default for LlmConfig {
             max_concurrent: 64,
             temperature: None,
             prices: BTreeMap::new(),
+            provider: "openai".into(),
+            context_window: 0,
+            context_reserve: 0,
+            max_output_tokens: 8192,
         }
     }
 }
@@ -457,6 +478,10 @@ pub const ENV_NAMES: &[&str] = &[
     "STUCK_ERRORS",
     "STUCK_MONOLOGUE",
     "STUCK_ALTERNATIONS",
+    "LLM_PROVIDER",
+    "LLM_CONTEXT_WINDOW",
+    "LLM_CONTEXT_RESERVE",
+    "LLM_MAX_OUTPUT_TOKENS",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -631,6 +656,15 @@ impl Config {
                 "STUCK_ERRORS" => self.agent.stuck_errors = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_MONOLOGUE" => self.agent.stuck_monologue = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_ALTERNATIONS" => self.agent.stuck_alternations = v.parse().map_err(|_| bad("expected a count"))?,
+                "LLM_PROVIDER" => {
+                    if !["openai", "anthropic"].contains(&v.as_str()) {
+                        return Err(bad("expected `openai` or `anthropic`"));
+                    }
+                    self.llm.provider = v
+                }
+                "LLM_CONTEXT_WINDOW" => self.llm.context_window = v.parse().map_err(|_| bad("expected tokens"))?,
+                "LLM_CONTEXT_RESERVE" => self.llm.context_reserve = v.parse().map_err(|_| bad("expected tokens"))?,
+                "LLM_MAX_OUTPUT_TOKENS" => self.llm.max_output_tokens = v.parse().map_err(|_| bad("expected tokens"))?,
                 other if USED_ELSEWHERE.contains(&other) => {}
                 other => {
                     let hint = nearest(other).map(|n| format!("; did you mean HALYARD_{n}?")).unwrap_or_default();
@@ -726,6 +760,7 @@ mod tests {
                 "API_KEYS" => "alice:key-alice-1",
                 "WEBHOOK_ALLOW" => "loopback",
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
+                "LLM_PROVIDER" => "anthropic",
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "HTTP_ADDR"
                 | "DATA_DIR"

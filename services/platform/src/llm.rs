@@ -1,6 +1,6 @@
-//! A client for OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp server,
-//! Ollama, LiteLLM...), with native tool calling, streaming (server-sent events) and plain
-//! responses. Timeouts, 429 and 5xx are retried with exponential backoff (honouring
+//! The LLM client: OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp
+//! server, Ollama, LiteLLM...) and Anthropic's Messages API ([`crate::anthropic`]), chosen by
+//! `provider`, with native tool calling, streaming (server-sent events) and plain responses. Timeouts, 429 and 5xx are retried with exponential backoff (honouring
 //! `Retry-After`); a bounded number of calls is in flight per process.
 
 use std::sync::Arc;
@@ -98,6 +98,28 @@ pub enum LlmError {
     Transport(String),
     #[error("LLM answer is malformed: {0}")]
     Malformed(String),
+    /// The prompt does not fit the model's context window (the agent condenses and retries).
+    #[error("the prompt is longer than the model's context window: {body}")]
+    ContextWindow { body: String },
+}
+
+/// Whether an error body says the prompt was too long, in the words OpenAI, Anthropic, vLLM,
+/// llama.cpp and LiteLLM use.
+pub fn is_context_error(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context window",
+        "prompt is too long",
+        "input is too long",
+        "too many tokens",
+        "exceeds the context",
+        "exceed_context_size",
+        "request_too_large",
+    ]
+    .iter()
+    .any(|p| b.contains(p))
 }
 
 impl LlmError {
@@ -115,6 +137,7 @@ impl LlmError {
             Self::Rejected { .. } => "llm_rejected",
             Self::Transport(_) => "llm_unreachable",
             Self::Malformed(_) => "llm_malformed",
+            Self::ContextWindow { .. } => "llm_context_window",
         }
     }
 }
@@ -136,6 +159,9 @@ impl std::fmt::Debug for LlmClient {
 
 impl LlmClient {
     pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
+        if !["openai", "anthropic"].contains(&config.provider.as_str()) {
+            return Err(LlmError::Transport(format!("unknown LLM provider `{}`: use `openai` or `anthropic`", config.provider)));
+        }
         let http =
             reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| LlmError::Transport(e.to_string()))?;
         let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
@@ -144,6 +170,29 @@ impl LlmClient {
 
     pub fn model(&self) -> &str {
         &self.config.model
+    }
+
+    /// The model's context window in tokens (configured, or known for its family).
+    pub fn context_window(&self) -> u64 {
+        match self.config.context_window {
+            0 => crate::tokens::known_context_window(&self.config.model),
+            n => n,
+        }
+    }
+
+    /// Tokens a prompt may have: the context window less what is kept for the answer.
+    pub fn prompt_budget(&self) -> u64 {
+        let window = self.context_window();
+        let reserve = match self.config.context_reserve {
+            0 => self.config.max_output_tokens.min(window / 4),
+            n => n,
+        };
+        window.saturating_sub(reserve).max(1)
+    }
+
+    /// How this model's tokens are counted.
+    pub fn token_counter(&self) -> crate::tokens::TokenCounter {
+        crate::tokens::TokenCounter::for_model(&self.config.model)
     }
 
     /// The configured price of this client's model, if any.
@@ -174,6 +223,52 @@ impl LlmClient {
     }
 
     async fn attempt(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
+        let anthropic = self.config.provider == "anthropic";
+        let base = self.config.base_url.trim_end_matches('/');
+        let request = if anthropic {
+            let body = crate::anthropic::request(
+                &self.config.model,
+                self.config.max_output_tokens,
+                messages,
+                tools,
+                self.config.stream,
+                self.config.temperature,
+            );
+            self.http
+                .post(format!("{base}/messages"))
+                .json(&body)
+                .header("x-api-key", &self.config.api_key)
+                .header("anthropic-version", crate::anthropic::VERSION)
+        } else {
+            self.openai_request(base, messages, tools)
+        };
+        let response = request.timeout(Duration::from_secs(self.config.timeout_secs)).send().await.map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = response.text().await.unwrap_or_default();
+            let body: String = text.chars().take(500).collect();
+            return Err(match status.as_u16() {
+                429 => LlmError::RateLimited { retry_after },
+                s if s >= 500 => LlmError::Server { status: s, body },
+                400 | 413 if is_context_error(&text) => LlmError::ContextWindow { body },
+                s => LlmError::Rejected { status: s, body },
+            });
+        }
+        match (anthropic, self.config.stream) {
+            (false, true) => read_stream(response, StreamAccumulator::default()).await,
+            (true, true) => read_stream(response, crate::anthropic::StreamAccumulator::default()).await,
+            (false, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
+            (true, false) => crate::anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
+        }
+    }
+
+    fn openai_request(&self, base: &str, messages: &[ChatMessage], tools: &[Value]) -> reqwest::RequestBuilder {
         let mut body = serde_json::json!({
             "model": self.config.model,
             "messages": messages,
@@ -190,34 +285,11 @@ impl LlmClient {
         if let Some(t) = self.config.temperature {
             body["temperature"] = t.into();
         }
-        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let mut request = self.http.post(url).json(&body).timeout(Duration::from_secs(self.config.timeout_secs));
+        let mut request = self.http.post(format!("{base}/chat/completions")).json(&body);
         if !self.config.api_key.is_empty() {
             request = request.bearer_auth(&self.config.api_key);
         }
-        let response = request.send().await.map_err(transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let text = response.text().await.unwrap_or_default();
-            let body: String = text.chars().take(500).collect();
-            return Err(match status.as_u16() {
-                429 => LlmError::RateLimited { retry_after },
-                s if s >= 500 => LlmError::Server { status: s, body },
-                s => LlmError::Rejected { status: s, body },
-            });
-        }
-        if self.config.stream {
-            read_stream(response).await
-        } else {
-            let v: Value = response.json().await.map_err(transport)?;
-            parse_completion(&v)
-        }
+        request
     }
 }
 
@@ -244,9 +316,40 @@ pub fn parse_completion(v: &Value) -> Result<Completion, LlmError> {
     })
 }
 
-/// Accumulates a server-sent-event stream of chat-completion chunks.
-async fn read_stream(response: reqwest::Response) -> Result<Completion, LlmError> {
-    let mut acc = StreamAccumulator::default();
+/// A wire's stream reader: fed one server-sent-event line at a time.
+trait Accumulate {
+    /// Feeds a line; true at the end of the answer.
+    fn line(&mut self, line: &str) -> Result<bool, LlmError>;
+    fn saw_data(&self) -> bool;
+    fn finish(self) -> Result<Completion, LlmError>;
+}
+
+impl Accumulate for StreamAccumulator {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+        StreamAccumulator::line(self, line)
+    }
+    fn saw_data(&self) -> bool {
+        self.saw_data
+    }
+    fn finish(self) -> Result<Completion, LlmError> {
+        Ok(StreamAccumulator::finish(self))
+    }
+}
+
+impl Accumulate for crate::anthropic::StreamAccumulator {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+        crate::anthropic::StreamAccumulator::line(self, line)
+    }
+    fn saw_data(&self) -> bool {
+        self.saw_data
+    }
+    fn finish(self) -> Result<Completion, LlmError> {
+        crate::anthropic::StreamAccumulator::finish(self)
+    }
+}
+
+/// Reads a server-sent-event stream into a completion.
+async fn read_stream(response: reqwest::Response, mut acc: impl Accumulate) -> Result<Completion, LlmError> {
     let mut buf = Vec::<u8>::new();
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
@@ -255,7 +358,7 @@ async fn read_stream(response: reqwest::Response) -> Result<Completion, LlmError
             let line: Vec<u8> = buf.drain(..=pos).collect();
             let line = String::from_utf8_lossy(&line);
             if acc.line(line.trim_end())? {
-                return Ok(acc.finish());
+                return acc.finish();
             }
         }
     }
@@ -263,10 +366,10 @@ async fn read_stream(response: reqwest::Response) -> Result<Completion, LlmError
         let line = String::from_utf8_lossy(&buf).to_string();
         acc.line(line.trim_end())?;
     }
-    if !acc.saw_data {
+    if !acc.saw_data() {
         return Err(LlmError::Malformed("stream ended without data".into()));
     }
-    Ok(acc.finish())
+    acc.finish()
 }
 
 /// Folds streamed deltas (content fragments, tool-call fragments by index) into a completion.
