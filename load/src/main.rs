@@ -26,6 +26,7 @@ use halyard_protocol::{ConversationId, EventId};
 use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
 use serde_json::json;
 
+mod agent;
 mod auth;
 mod docker;
 mod webhooks;
@@ -33,7 +34,7 @@ mod webhooks;
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
-    /// or `all`.
+    /// `agent` (issue 10), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -90,6 +91,11 @@ async fn main() -> Result<()> {
     if args.suite == "auth" || args.suite == "all" {
         let r = auth::run(args.conversations, 2_000).await?;
         std::fs::write(args.out.join("auth.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "agent" || args.suite == "all" {
+        let r = agent::run().await?;
+        std::fs::write(args.out.join("agent.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

@@ -1,10 +1,11 @@
-//! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions`, answering
-//! from a script of [`Reply`]s, and recording every request it gets.
+//! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions` and
+//! Anthropic's `POST /v1/messages` (plain and streamed, each as its provider writes it),
+//! answering from one script of [`Reply`]s, and recording every request it gets.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -28,6 +29,8 @@ pub enum Reply {
     Delay(Duration, Box<Reply>),
     /// Never answer until [`ScriptedLlm::release`] (simulates a run cut off mid-call).
     Hang,
+    /// HTTP 400: the prompt is longer than the context window (in the provider's words).
+    ContextTooLong,
 }
 
 impl Reply {
@@ -49,6 +52,8 @@ struct Inner {
     counter: Mutex<u64>,
     /// The usage reported for each answer: (prompt, completion, cached) tokens.
     usages: Mutex<Vec<(u64, u64, u64)>>,
+    /// When each answered request arrived and when its answer was ready.
+    timings: Mutex<Vec<(Instant, Instant)>>,
 }
 
 /// The scripted server. Cheap to clone.
@@ -68,8 +73,10 @@ impl ScriptedLlm {
             release: Notify::new(),
             counter: Mutex::new(0),
             usages: Mutex::new(Vec::new()),
+            timings: Mutex::new(Vec::new()),
         });
-        let app = Router::new().route("/v1/chat/completions", post(complete)).with_state(inner.clone());
+        let app =
+            Router::new().route("/v1/chat/completions", post(complete)).route("/v1/messages", post(messages)).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
@@ -103,25 +110,46 @@ impl ScriptedLlm {
         self.inner.usages.lock().expect("lock").clone()
     }
 
+    /// For every answered request, in order: when it arrived and when its answer was ready (the
+    /// time between one answer and the next request is the client's own).
+    pub fn timings(&self) -> Vec<(Instant, Instant)> {
+        self.inner.timings.lock().expect("lock").clone()
+    }
+
     /// Every request's `Authorization` header.
     pub fn auth_headers(&self) -> Vec<Option<String>> {
+        self.headers("authorization")
+    }
+
+    /// Every request's header `name`.
+    pub fn headers(&self, name: &str) -> Vec<Option<String>> {
         self.inner
             .requests
             .lock()
             .expect("lock")
             .iter()
-            .map(|(h, _)| h.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned))
+            .map(|(h, _)| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned))
             .collect()
     }
 }
 
-async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+/// What the script says to answer: `(n, content, calls as (id, name, arguments), usage as
+/// (prompt, completion, cached))`, or an error response already made.
+type Answer = (u64, Option<String>, Vec<(String, String, String)>, (u64, u64, u64));
+
+/// Records when an answered request arrived and when its answer was ready.
+fn answered(inner: &Inner, arrived: Instant, response: Response) -> Response {
+    inner.timings.lock().expect("lock").push((arrived, Instant::now()));
+    response
+}
+
+async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic: bool) -> Result<Answer, Response> {
     inner.requests.lock().expect("lock").push((headers, body.clone()));
     let next = inner.script.lock().expect("lock").pop_front();
     let mut reply = match next {
         Some(r) => r,
         None => match inner.fallback.lock().expect("lock").as_ref() {
-            Some(f) => f(&body),
+            Some(f) => f(body),
             None => Reply::Text("done".into()),
         },
     };
@@ -133,11 +161,20 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
             }
             Reply::Hang => {
                 inner.release.notified().await;
-                return (StatusCode::SERVICE_UNAVAILABLE, "released").into_response();
+                return Err((StatusCode::SERVICE_UNAVAILABLE, "released").into_response());
             }
             Reply::Status(code) => {
                 let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                return (status, Json(json!({"error": {"message": "scripted failure", "type": "server_error"}}))).into_response();
+                return Err((status, Json(json!({"error": {"message": "scripted failure", "type": "server_error"}}))).into_response());
+            }
+            Reply::ContextTooLong => {
+                let body = if anthropic {
+                    json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
+                } else {
+                    json!({"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 250000 tokens.",
+                        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+                };
+                return Err((StatusCode::BAD_REQUEST, Json(body)).into_response());
             }
             _ => break,
         }
@@ -150,7 +187,11 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
     let (content, calls) = match reply {
         Reply::Text(t) => (Some(t), Vec::new()),
         Reply::Tools(content, calls) => {
-            (content, calls.into_iter().enumerate().map(|(i, (name, args))| (format!("call_{n}_{i}"), name, args.to_string())).collect())
+            let prefix = if anthropic { "toolu" } else { "call" };
+            (
+                content,
+                calls.into_iter().enumerate().map(|(i, (name, args))| (format!("{prefix}_{n}_{i}"), name, args.to_string())).collect(),
+            )
         }
         _ => (None, Vec::new()),
     };
@@ -160,14 +201,93 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
     let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
     inner.usages.lock().expect("lock").push(usage);
+    Ok((n, content, calls, usage))
+}
+
+/// `POST /v1/messages`, as Anthropic answers it.
+async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    let arrived = Instant::now();
+    if headers.get("anthropic-version").is_none() || body.get("max_tokens").and_then(Value::as_u64).is_none() {
+        let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "anthropic-version and max_tokens are required"}});
+        return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+    }
+    let (n, content, calls, (prompt, completion, cached)) = match next_answer(&inner, headers, &body, true).await {
+        Ok(a) => a,
+        Err(response) => return response,
+    };
+    let mut blocks: Vec<Value> = Vec::new();
+    if let Some(text) = &content {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for (id, name, args) in &calls {
+        let input: Value = serde_json::from_str(args).unwrap_or(json!({}));
+        blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+    }
+    let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+    let usage = json!({"input_tokens": prompt - cached, "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0, "output_tokens": completion});
+    if !body.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        let response = Json(json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": body["model"],
+            "content": blocks, "stop_reason": stop, "usage": usage}))
+        .into_response();
+        return answered(&inner, arrived, response);
+    }
+    let mut events: Vec<Value> = vec![json!({"type": "message_start", "message": {"id": format!("msg_{n}"), "type": "message",
+        "role": "assistant", "content": [], "model": body["model"], "usage": {"input_tokens": prompt - cached,
+        "cache_read_input_tokens": cached, "output_tokens": 1}}})];
+    for (i, block) in blocks.iter().enumerate() {
+        if block["type"] == "text" {
+            events.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
+            let chars: Vec<char> = block["text"].as_str().unwrap_or_default().chars().collect();
+            for piece in chars.chunks(7) {
+                events.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": piece.iter().collect::<String>()}}));
+            }
+        } else {
+            events.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}));
+            let chars: Vec<char> = block["input"].to_string().chars().collect();
+            for piece in chars.chunks(9) {
+                events.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": piece.iter().collect::<String>()}}));
+            }
+        }
+        events.push(json!({"type": "content_block_stop", "index": i}));
+        if i == 0 {
+            events.push(json!({"type": "ping"}));
+        }
+    }
+    events.push(
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": completion}}),
+    );
+    events.push(json!({"type": "message_stop"}));
+    let mut text = String::new();
+    for e in events {
+        text.push_str(&format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()));
+    }
+    answered(&inner, arrived, stream_body(text))
+}
+
+fn stream_body(text: String) -> Response {
+    let body =
+        Body::from_stream(futures::stream::iter(text.into_bytes().chunks(64).map(|c| Ok::<_, Infallible>(c.to_vec())).collect::<Vec<_>>()));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    let arrived = Instant::now();
+    let (n, content, calls, (prompt, completion, cached)) = match next_answer(&inner, headers, &body, false).await {
+        Ok(a) => a,
+        Err(response) => return response,
+    };
     let usage = json!({
-        "prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1,
-        "prompt_tokens_details": {"cached_tokens": usage.2},
+        "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     });
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     // Streams carry usage only when asked (`stream_options.include_usage`), as OpenAI's do.
     let stream_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false).then(|| usage.clone());
-    if stream { sse(n, content, calls, stream_usage) } else { plain(n, content, calls, usage) }
+    let response = if stream { sse(n, content, calls, stream_usage) } else { plain(n, content, calls, usage) };
+    answered(&inner, arrived, response)
 }
 
 fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Value) -> Response {
@@ -217,10 +337,5 @@ fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, us
         text.push_str(&format!("data: {c}\n\n"));
     }
     text.push_str("data: [DONE]\n\n");
-    let body =
-        Body::from_stream(futures::stream::iter(text.into_bytes().chunks(64).map(|c| Ok::<_, Infallible>(c.to_vec())).collect::<Vec<_>>()));
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(body)
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    stream_body(text)
 }

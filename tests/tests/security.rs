@@ -339,6 +339,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             let body = match (method.as_str(), path.as_str()) {
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
                 ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
+                ("post", p) if p.ends_with("/reject") => Some(json!({"reason": "bob says no"})),
+                ("put", p) if p.ends_with("/confirmation-policy") => Some(json!({"policy": "never"})),
                 ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
                 ("patch", p) if p.starts_with("/api/v1/conversations/") => Some(json!({"title": "Bob's now"})),
                 ("patch", p) if p.starts_with("/api/v1/webhooks/") => Some(json!({"enabled": false})),

@@ -296,6 +296,13 @@ mod tests {
         assert_eq!(skills.len(), 2);
         assert_eq!(skills[0].name, "AGENTS.md");
         assert_eq!(skills[0].content, "Use tabs.");
+        let skills = parse_skills(
+            "\n__HALYARD_SKILL__ .openhands/skills/pdf/SKILL.md\n---\ndescription: PDFs\n---\nUse pdftotext.\n\
+             \n__HALYARD_SKILL__ .openhands/microagents/broken.md\n---\ntriggers: [x\n---\nKept whole.\n",
+        );
+        assert_eq!((skills[0].name.as_str(), skills[0].kind), ("pdf", halyard_protocol::event::SkillKind::AgentSkill));
+        assert_eq!(skills[0].content, "Use pdftotext.");
+        assert!(skills[1].content.contains("Kept whole."), "a broken frontmatter loses nothing");
     }
 
     #[test]

@@ -328,6 +328,7 @@ pub fn new_view(id: ConversationId, owner: &str, task: TaskId, created_ms: i64) 
         created_at: rfc3339(created_ms),
         updated_at: rfc3339(created_ms),
         created_ms,
+        confirmation_policy: "never".into(),
         ..Default::default()
     }
 }

@@ -187,6 +187,7 @@ fn conversation_json(c: &ConversationView) -> Value {
         "execution_status": c.execution_status, "sandbox_id": c.sandbox_id, "sandbox_status": c.sandbox_status,
         "repository": c.repository, "created_at": c.created_at, "updated_at": c.updated_at,
         "last_event_seq": c.last_event_seq,
+        "confirmation_policy": if c.confirmation_policy.is_empty() { "never" } else { c.confirmation_policy.as_str() },
         "metrics": {
             "llm_calls": c.metrics.llm_calls, "prompt_tokens": c.metrics.prompt_tokens,
             "completion_tokens": c.metrics.completion_tokens, "cached_tokens": c.metrics.cached_tokens,
