@@ -59,8 +59,8 @@ struct Setting {
     skills: Vec<Skill>,
     counter: TokenCounter,
     tools: Vec<Value>,
-    /// Tokens of the tools' definitions.
-    tools_tokens: u64,
+    /// Tokens of the tools' definitions and the system prompt (both fixed for the run).
+    fixed_tokens: u64,
 }
 
 /// Everything one run needs.
@@ -186,10 +186,11 @@ impl Run {
             let skills = h.skills.clone();
             let tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
             let counter = self.ctx.llm.token_counter();
-            let tools_tokens = counter.count(&Value::Array(tools.clone()).to_string());
+            let fixed_tokens =
+                counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = if self.confirmed { h.pending.clone() } else { Vec::new() };
-            (Setting { workspace, skills, counter, tools, tools_tokens }, pending)
+            (Setting { workspace, skills, counter, tools, fixed_tokens }, pending)
         };
         let max = self.ctx.config.agent.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
@@ -199,19 +200,23 @@ impl Run {
                 .into_iter()
                 .map(|p| Call { parsed: tools::parse_arguments(&p.arguments), id: p.tool_call_id, name: p.tool, raw: p.arguments })
                 .collect();
-            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds).await {
+            let mut tools_time = Duration::ZERO;
+            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds, &mut tools_time).await {
                 return outcome;
             }
         }
         let mut context_retries = 0;
         for _ in 0..max {
+            // The runner's own time in this step: all of it but the LLM calls and the tools.
+            let step_started = std::time::Instant::now();
+            let mut elsewhere = Duration::ZERO;
             if self.cancelled() {
                 return RunOutcome::Paused;
             }
             if self.interrupt_requested() {
                 return self.interrupted().await;
             }
-            if let Err(outcome) = self.condense(&setting, false).await {
+            if let Err(outcome) = self.condense(&setting, false, &mut elsewhere).await {
                 return outcome;
             }
             let (messages, over_budget) = {
@@ -230,6 +235,7 @@ impl Run {
                 _ = Self::until_set(self.interrupt.clone()) => return self.interrupted().await,
                 c = self.ctx.llm.complete(&messages, &setting.tools) => c,
             };
+            elsewhere += asked_at.elapsed();
             let completion = match completion {
                 Ok(c) => {
                     context_retries = 0;
@@ -240,7 +246,7 @@ impl Run {
                 Err(LlmError::ContextWindow { body }) if context_retries < 2 => {
                     context_retries += 1;
                     tracing::warn!(body, "the prompt did not fit the model's context window; condensing");
-                    if let Err(outcome) = self.condense(&setting, true).await {
+                    if let Err(outcome) = self.condense(&setting, true, &mut elsewhere).await {
                         return outcome;
                     }
                     continue;
@@ -281,9 +287,11 @@ impl Run {
                 self.status(ExecutionStatus::WaitingForConfirmation, Some(reason)).await;
                 return RunOutcome::AwaitingConfirmation;
             }
-            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds).await {
+            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds, &mut elsewhere).await {
                 return outcome;
             }
+            let own_us = step_started.elapsed().saturating_sub(elsewhere).as_micros() as u64;
+            tracing::debug!(own_us, seq = self.read_upto.load(std::sync::atomic::Ordering::Relaxed), "agent step");
         }
         self.fail(
             "max_iterations",
@@ -293,7 +301,8 @@ impl Run {
     }
 
     /// Runs the tool calls of one answer and records their observations; `Some` if the run
-    /// ends here (finished, paused, stuck, or the log failed).
+    /// ends here (finished, paused, stuck, or the log failed). The tools' time is added to
+    /// `elsewhere`.
     async fn execute(
         &self,
         exec: &ExecutorClient,
@@ -301,6 +310,7 @@ impl Run {
         calls: Vec<Call>,
         steps: &mut Vec<stuck::Step>,
         thresholds: stuck::Thresholds,
+        elsewhere: &mut Duration,
     ) -> Option<RunOutcome> {
         for call in calls {
             if self.cancelled() {
@@ -316,9 +326,10 @@ impl Run {
                 Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
                 Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
                 Ok(args) => {
+                    let started = std::time::Instant::now();
                     let running = tools::execute(exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
                     tokio::pin!(running);
-                    tokio::select! {
+                    let outcome = tokio::select! {
                         _ = Self::until_set(self.cancel.clone()) => return Some(RunOutcome::Paused),
                         o = &mut running => o,
                         _ = Self::until_set(self.interrupt.clone()) => {
@@ -340,7 +351,9 @@ impl Run {
                                 },
                             }
                         }
-                    }
+                    };
+                    *elsewhere += started.elapsed();
+                    outcome
                 }
             };
             match outcome {
@@ -381,13 +394,14 @@ impl Run {
     }
 
     /// Condenses the history if the next prompt would pass the model's budget (`force`: the
-    /// provider said it did, whatever our count says). `Err` if the run ends here.
-    async fn condense(&self, setting: &Setting, force: bool) -> Result<(), RunOutcome> {
+    /// provider said it did, whatever our count says). `Err` if the run ends here. The
+    /// summarizer's time is added to `elsewhere`.
+    async fn condense(&self, setting: &Setting, force: bool, elsewhere: &mut Duration) -> Result<(), RunOutcome> {
         let budget = self.ctx.llm.prompt_budget();
         let counter = &setting.counter;
         let planned = {
             let mut log = self.log.lock().await;
-            let fixed = counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD + setting.tools_tokens;
+            let fixed = setting.fixed_tokens;
             let tokens = condense::prompt_tokens(&mut log.history, counter, fixed, budget);
             if !force && tokens <= budget {
                 return Ok(());
@@ -415,6 +429,7 @@ impl Run {
             _ = Self::until_set(self.interrupt.clone()) => return Err(self.interrupted().await),
             c = self.ctx.llm.complete(&request, &[]) => c,
         };
+        *elsewhere += asked_at.elapsed();
         let completion = match completion {
             Ok(c) => c,
             Err(e) => return Err(self.fail(e.code(), format!("Condensing the history failed: the LLM call failed: {e}")).await),

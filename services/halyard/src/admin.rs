@@ -2,6 +2,8 @@
 //! against any deployment it can reach, and every action is audited like any other).
 
 use anyhow::{Context, Result, bail};
+
+use crate::client::Client;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -63,7 +65,7 @@ pub enum KeysCommand {
 /// Runs `command` against the gateway at `url` with `key`.
 pub async fn run(url: &str, key: Option<&str>, command: AdminCommand) -> Result<()> {
     let key = key.context("no API key: set HALYARD_API_KEY (or --api-key) to an administrator's key")?;
-    let client = Client { http: reqwest::Client::new(), base: format!("{}/api/v1", url.trim_end_matches('/')), key: key.to_owned() };
+    let client = Client::with(url.to_owned(), key.to_owned());
     match command {
         AdminCommand::Users { command } => match command {
             UsersCommand::Create { name, admin } => {
@@ -115,32 +117,6 @@ pub async fn run(url: &str, key: Option<&str>, command: AdminCommand) -> Result<
         },
     }
     Ok(())
-}
-
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    key: String,
-}
-
-impl Client {
-    /// One API call: the JSON answer, or the API's error in words.
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.with_context(|| format!("cannot reach Halyard at {}: is it running? (HALYARD_URL)", self.base))?;
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if status.is_success() {
-            return Ok(value);
-        }
-        let code = value["error"]["code"].as_str().unwrap_or("error");
-        let message = value["error"]["message"].as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
-        bail!("{code} ({status}): {message}")
-    }
 }
 
 fn user_line(u: &Value) -> String {

@@ -1,6 +1,7 @@
 //! The `halyard` binary: every service in one process with an embedded nats-server
 //! (`halyard up`), chosen services against an external NATS (`halyard serve gateway agent ...`),
-//! or the in-sandbox executor (`halyard executor`, started by the sandbox supervisor).
+//! the in-sandbox executor (`halyard executor`, started by the sandbox supervisor), and the
+//! command-line client of a running gateway (`halyard run`, `chat`, `ls`, ..., `admin`).
 //!
 //! Configuration is loaded here, once: defaults, then the TOML file, then `HALYARD_*`
 //! environment variables, then flags; the services receive it ready-made.
@@ -11,6 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod admin;
+mod cli;
+mod client;
+mod render;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -61,6 +65,8 @@ enum Command {
         #[command(subcommand)]
         command: admin::AdminCommand,
     },
+    #[command(flatten)]
+    Client(cli::ClientCommand),
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
@@ -123,6 +129,13 @@ fn main() -> Result<()> {
         Command::Admin { url, api_key, command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(admin::run(&url, api_key.as_deref(), command))
+        }
+        Command::Client(command) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(cli::run(command))?;
+            // Dropping the runtime would wait for the blocked stdin reader of `chat`.
+            runtime.shutdown_background();
+            std::process::exit(code)
         }
         Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
     }

@@ -1,0 +1,355 @@
+//! The command-line client: `halyard login`, `run`, `chat`, `ls`, `show`, `events`, `pause`,
+//! `resume`, `rm`, all through the gateway's public API (so they work against any deployment
+//! the user can reach, with the user's own key, exactly as any other client would).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use crate::client::{self, Client};
+use crate::render::{self, Style};
+
+/// Where the gateway is and which key to use (else what `halyard login` saved).
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The gateway (HALYARD_URL).
+    #[arg(long, env = "HALYARD_URL")]
+    pub url: Option<String>,
+    /// Your API key (HALYARD_API_KEY).
+    #[arg(long, env = "HALYARD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+/// The client's commands.
+#[derive(Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Check a key against a gateway and save both for the other commands (0600).
+    Login {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Start a conversation on a task and follow it until the agent is done (exit 0), fails
+    /// (1) or waits for a confirmation (2). Ctrl-C pauses it.
+    Run {
+        /// What the agent should do.
+        task: String,
+        /// Start from this repository (URL or path).
+        #[arg(long)]
+        repo: Option<String>,
+        #[arg(long, requires = "repo")]
+        branch: Option<String>,
+        /// Sandbox spec (see GET /api/v1/sandbox-specs).
+        #[arg(long)]
+        spec: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+        /// One JSON event a line instead of a transcript.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Continue a conversation interactively (a line is a message; Ctrl-D ends).
+    Chat {
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Your conversations, newest first.
+    Ls {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// One conversation: status, sandbox, totals.
+    Show {
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A conversation's events (a transcript, or `--json` lines for pipes).
+    Events {
+        conversation: String,
+        #[arg(long, default_value_t = 0)]
+        after_seq: u64,
+        /// Keep following new events.
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pause a conversation (its run stops at the next step; its sandbox is frozen).
+    Pause {
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Resume a paused conversation.
+    Resume {
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Delete a conversation and its sandbox.
+    Rm {
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// Statuses that end a run.
+const RUN_ENDS: &[&str] = &["idle", "finished", "error", "stuck", "waiting_for_confirmation", "paused"];
+
+/// Runs a client command; the process's exit code.
+pub async fn run(command: ClientCommand) -> Result<i32> {
+    match command {
+        ClientCommand::Login { conn } => {
+            let url = conn.url.unwrap_or_else(|| "http://127.0.0.1:3000".into());
+            let key = match conn.api_key {
+                Some(k) => k,
+                None => {
+                    eprint!("API key: ");
+                    let mut line = String::new();
+                    tokio::io::BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
+                    line.trim().to_owned()
+                }
+            };
+            let c = Client::with(url.clone(), key.clone());
+            let me = c.get("/me").await?;
+            let path = client::save_login(&c.url, &key)?;
+            println!("logged in to {} as {} (saved in {})", c.url, me["user"].as_str().unwrap_or("?"), path.display());
+            Ok(0)
+        }
+        ClientCommand::Run { task, repo, branch, spec, title, json, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let mut body = json!({"message": task});
+            if let Some(url) = repo {
+                body["repository"] = json!({"url": url, "branch": branch});
+            }
+            if let Some(s) = spec {
+                body["sandbox_spec"] = s.into();
+            }
+            if let Some(t) = title {
+                body["title"] = t.into();
+            }
+            let started = c.post("/conversations", body).await?;
+            let conv = started["conversation_id"].as_str().context("the gateway answered without a conversation id")?.to_owned();
+            eprintln!("conversation {conv}");
+            wait_ready(&c, started["id"].as_str().unwrap_or_default()).await?;
+            Ok(follow_run(&c, &conv, 0, Style::detect(json)).await?.0)
+        }
+        ClientCommand::Chat { conversation, conn } => chat(&Client::new(conn.url, conn.api_key)?, &conversation).await,
+        ClientCommand::Ls { conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let mut cursor: Option<String> = None;
+            loop {
+                let path = match &cursor {
+                    Some(cur) => format!("/conversations?limit=100&cursor={cur}"),
+                    None => "/conversations?limit=100".into(),
+                };
+                let page = c.get(&path).await?;
+                for conv in page["items"].as_array().into_iter().flatten() {
+                    println!("{}", conversation_line(conv));
+                }
+                match page["next_cursor"].as_str() {
+                    Some(next) => cursor = Some(next.to_owned()),
+                    None => return Ok(0),
+                }
+            }
+        }
+        ClientCommand::Show { conversation, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let v = c.get(&format!("/conversations/{conversation}")).await?;
+            println!("{}", conversation_line(&v));
+            let m = &v["metrics"];
+            println!(
+                "sandbox {} ({})  policy {}  llm calls {}  tokens {} in / {} out  cost ${}",
+                v["sandbox_id"].as_str().unwrap_or("-"),
+                v["sandbox_status"].as_str().unwrap_or("-"),
+                v["confirmation_policy"].as_str().unwrap_or("never"),
+                m["llm_calls"],
+                m["prompt_tokens"],
+                m["completion_tokens"],
+                m["cost_usd"]
+            );
+            if let Some(detail) = v["error_detail"].as_str() {
+                println!("error: {detail}");
+            }
+            Ok(0)
+        }
+        ClientCommand::Events { conversation, after_seq, follow, json, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let style = Style::detect(json);
+            let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
+            while follow {
+                tokio::time::sleep(POLL).await;
+                after = print_events(&c, &conversation, after, &style).await?.0;
+            }
+            Ok(0)
+        }
+        ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", "paused").await,
+        ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", "resumed").await,
+        ClientCommand::Rm { conversation, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            c.call(reqwest::Method::DELETE, &format!("/conversations/{conversation}"), None).await?;
+            println!("deleted {conversation}");
+            Ok(0)
+        }
+    }
+}
+
+/// How often new events are fetched while following.
+const POLL: Duration = Duration::from_millis(150);
+
+async fn control(conn: Conn, conv: &str, verb: &str, done: &str) -> Result<i32> {
+    let c = Client::new(conn.url, conn.api_key)?;
+    c.post(&format!("/conversations/{conv}/{verb}"), json!({})).await?;
+    println!("{done} {conv}");
+    Ok(0)
+}
+
+fn conversation_line(c: &Value) -> String {
+    let status = match c["execution_status"].as_str() {
+        Some(exec) if c["status"] == "READY" => exec.to_owned(),
+        _ => c["status"].as_str().unwrap_or("?").to_lowercase(),
+    };
+    format!(
+        "{}  {:<24}  {}  {}",
+        c["id"].as_str().unwrap_or("?"),
+        status,
+        c["updated_at"].as_str().unwrap_or("-"),
+        c["title"].as_str().unwrap_or("(untitled)")
+    )
+}
+
+/// Shows the start task's phases until READY; an ERROR is an error in the task's words.
+async fn wait_ready(c: &Client, task: &str) -> Result<()> {
+    use std::io::IsTerminal;
+    let spinner = std::io::stderr().is_terminal();
+    let frames = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+    let mut last = String::new();
+    for tick in 0usize.. {
+        let t = c.get(&format!("/start-tasks/{task}")).await?;
+        let status = t["status"].as_str().unwrap_or("?").to_owned();
+        if status != last {
+            if spinner && !last.is_empty() {
+                eprint!("\r\x1b[2K");
+            }
+            if !spinner || status == "READY" || status == "ERROR" {
+                eprintln!("  {status}");
+            }
+            last = status.clone();
+        }
+        match status.as_str() {
+            "READY" => return Ok(()),
+            "ERROR" => bail!("the conversation could not start: {}", t["detail"].as_str().unwrap_or("no detail")),
+            _ => {}
+        }
+        if spinner {
+            eprint!("\r\x1b[2K  {} {status}", frames[tick % frames.len()]);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Prints the events after `after`; the last seq printed (or `after`) and the latest status
+/// among them.
+async fn print_events(c: &Client, conv: &str, mut after: u64, style: &Style) -> Result<(u64, Vec<String>)> {
+    let mut statuses = Vec::new();
+    loop {
+        let page = c.get(&format!("/conversations/{conv}/events?after_seq={after}&limit=1000")).await?;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        for ev in &items {
+            if let Some(line) = render::event(style, ev) {
+                println!("{line}");
+            }
+            if ev["kind"] == "execution_status" {
+                statuses.push(ev["status"].as_str().unwrap_or_default().to_owned());
+            }
+            after = ev["seq"].as_u64().unwrap_or(after);
+        }
+        if page["has_more"] != true {
+            return Ok((after, statuses));
+        }
+    }
+}
+
+/// Follows a conversation from `after` until its run ends; Ctrl-C pauses it. The exit code
+/// (0 when the agent finished or waits for the user, 1 on error or stuck, 2 when actions wait
+/// for confirmation, 130 when paused) and the last seq shown.
+async fn follow_run(c: &Client, conv: &str, after: u64, style: Style) -> Result<(i32, u64)> {
+    let follow = async {
+        let mut after = after;
+        let mut running = false;
+        loop {
+            let (last, statuses) = print_events(c, conv, after, &style).await?;
+            after = last;
+            for s in statuses {
+                if s == "running" {
+                    running = true;
+                } else if running && RUN_ENDS.contains(&s.as_str()) {
+                    return Ok::<_, anyhow::Error>((s, after));
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    let (ended, last) = tokio::select! {
+        s = follow => s?,
+        _ = tokio::signal::ctrl_c() => {
+            c.post(&format!("/conversations/{conv}/pause"), json!({})).await?;
+            eprintln!("\npaused; resume with `halyard resume {conv}`, or continue with `halyard chat {conv}`");
+            return Ok((130, after));
+        }
+    };
+    let code = match ended.as_str() {
+        "finished" => 0,
+        "idle" => {
+            eprintln!("the agent waits for you: `halyard chat {conv}`");
+            0
+        }
+        "waiting_for_confirmation" => {
+            eprintln!("actions wait for your confirmation: `halyard chat {conv}`");
+            2
+        }
+        "paused" => 130,
+        _ => 1,
+    };
+    Ok((code, last))
+}
+
+/// The interactive loop: the history, then a line is a message; while actions wait, a line
+/// confirms (`y`) or rejects them (anything else is the reason).
+async fn chat(c: &Client, conv: &str) -> Result<i32> {
+    let style = Style::detect(false);
+    let (mut after, _) = print_events(c, conv, 0, &style).await?;
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    loop {
+        let waiting = c.get(&format!("/conversations/{conv}")).await?["execution_status"] == "waiting_for_confirmation";
+        let prompt = if waiting { "run the waiting actions? [y, or a reason to refuse] › " } else { "you › " };
+        stdout.write_all(prompt.as_bytes()).await?;
+        stdout.flush().await?;
+        let Some(line) = lines.next_line().await? else { return Ok(0) };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        match (waiting, line) {
+            (true, "y" | "yes") => c.post(&format!("/conversations/{conv}/confirm"), json!({})).await?,
+            (true, reason) => c.post(&format!("/conversations/{conv}/reject"), json!({"reason": reason})).await?,
+            (false, text) => c.post(&format!("/conversations/{conv}/messages"), json!({"text": text})).await?,
+        };
+        let (code, last) = follow_run(c, conv, after, style).await?;
+        after = last;
+        if code == 130 {
+            return Ok(code);
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The gateway's HTTP API as the command-line client uses it: where it is and which key to send
+//! (flags, `HALYARD_URL`/`HALYARD_API_KEY`, else the file `halyard login` wrote), and one call
+//! that turns the API's error body into words.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// The gateway and key a command talks to.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    /// `http(s)://host:port`, without a trailing slash.
+    pub url: String,
+    key: String,
+}
+
+/// Where `halyard login` keeps the gateway and key: `$XDG_CONFIG_HOME/halyard/cli.json`, else
+/// `~/.config/halyard/cli.json` (mode 0600).
+pub fn login_file() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("halyard").join("cli.json"))
+}
+
+/// What `halyard login` saved, if anything.
+fn saved() -> Option<(String, String)> {
+    let text = std::fs::read_to_string(login_file()?).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    Some((v["url"].as_str()?.to_owned(), v["api_key"].as_str()?.to_owned()))
+}
+
+/// Saves the gateway and key for later commands, readable by this user only.
+pub fn save_login(url: &str, key: &str) -> Result<PathBuf> {
+    let path = login_file().context("cannot tell where to save the login: set HOME or XDG_CONFIG_HOME")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&json!({"url": url, "api_key": key}))?;
+    halyard_platform::bus_auth::write_private(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+impl Client {
+    /// The gateway at `url` (else the saved one, else localhost) with `key` (else the saved one).
+    pub fn new(url: Option<String>, key: Option<String>) -> Result<Self> {
+        let saved = saved();
+        let url = url.or_else(|| saved.as_ref().map(|s| s.0.clone())).unwrap_or_else(|| "http://127.0.0.1:3000".into());
+        let key = key.or_else(|| saved.map(|s| s.1)).context("no API key: run `halyard login`, or set HALYARD_API_KEY (or --api-key)")?;
+        Ok(Self::with(url, key))
+    }
+
+    pub fn with(url: String, key: String) -> Self {
+        Self { http: reqwest::Client::new(), url: url.trim_end_matches('/').to_owned(), key }
+    }
+
+    /// One call to `/api/v1{path}`: the JSON answer, or the API's error in words.
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let mut req = self.http.request(method, format!("{}/api/v1{path}", self.url)).bearer_auth(&self.key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp =
+            req.send().await.map_err(|e| anyhow::anyhow!("cannot reach Halyard at {}: is it running? (HALYARD_URL) ({e})", self.url))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(value);
+        }
+        let code = value["error"]["code"].as_str().unwrap_or("error");
+        let message = value["error"]["message"].as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+        bail!("{code} ({status}): {message}")
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+}
