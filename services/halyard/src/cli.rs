@@ -186,11 +186,13 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             let c = Client::new(conn.url, conn.api_key)?;
             let style = Style::detect(json);
             let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
-            while follow {
+            if !follow {
+                return Ok(0);
+            }
+            loop {
                 tokio::time::sleep(POLL).await;
                 after = print_events(&c, &conversation, after, &style).await?.0;
             }
-            Ok(0)
         }
         ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", "paused").await,
         ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", "resumed").await,
