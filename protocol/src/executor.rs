@@ -89,3 +89,65 @@ pub struct ErrorDetail {
     pub code: String,
     pub message: String,
 }
+
+/// `GET /files?path=`: a directory's entries, or a file's content (capped), for browsing the
+/// workspace. A relative path is taken from the workspace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilesResponse {
+    /// The absolute path read.
+    pub path: String,
+    /// `directory` or `file`.
+    pub kind: String,
+    /// A directory's entries, directories first, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<FileEntry>,
+    /// A file's size in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// A text file's content, up to [`FILE_CONTENT_CAP`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// The content was cut at the cap.
+    #[serde(default)]
+    pub truncated: bool,
+    /// The file is not text (no content is sent).
+    #[serde(default)]
+    pub binary: bool,
+}
+
+/// Most bytes of a file [`FilesResponse`] carries.
+pub const FILE_CONTENT_CAP: usize = 256 * 1024;
+
+/// One entry of a directory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    /// `file`, `directory` or `symlink`.
+    pub kind: String,
+    pub size: u64,
+}
+
+/// `GET /changes`: what changed in the workspace: `git status` and `git diff` where it is a
+/// repository, else the files the editor changed, each against its content before the first
+/// edit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChangesResponse {
+    pub repository: bool,
+    pub files: Vec<ChangedFile>,
+}
+
+/// One changed file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    /// Relative to the workspace.
+    pub path: String,
+    /// `added`, `modified`, `deleted`, `renamed` or `untracked`.
+    pub status: String,
+    /// A unified diff, up to [`DIFF_CAP`] bytes.
+    pub diff: String,
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// Most bytes of one file's diff.
+pub const DIFF_CAP: usize = 64 * 1024;

@@ -20,6 +20,9 @@ const MAX_VIEW_BYTES: usize = 512 * 1024;
 pub struct Editor {
     workspace: PathBuf,
     history: Mutex<HashMap<PathBuf, Vec<String>>>,
+    /// Each edited file's content before its first edit (`None`: it did not exist), for the
+    /// changes of a workspace that is no repository.
+    originals: Mutex<std::collections::BTreeMap<PathBuf, Option<String>>>,
 }
 
 fn tool(msg: impl Into<String>) -> ExecutorError {
@@ -28,7 +31,12 @@ fn tool(msg: impl Into<String>) -> ExecutorError {
 
 impl Editor {
     pub fn new(workspace: PathBuf) -> Self {
-        Self { workspace, history: Mutex::new(HashMap::new()) }
+        Self { workspace, history: Mutex::new(HashMap::new()), originals: Mutex::new(Default::default()) }
+    }
+
+    /// Every file the editor wrote, with its content before the first write.
+    pub fn edited(&self) -> Vec<(PathBuf, Option<String>)> {
+        self.originals.lock().map(|o| o.iter().map(|(p, c)| (p.clone(), c.clone())).collect()).unwrap_or_default()
     }
 
     fn resolve(&self, path: &str) -> Result<PathBuf, ExecutorError> {
@@ -66,6 +74,9 @@ impl Editor {
     }
 
     fn write(&self, path: &Path, old: Option<String>, text: &str) -> Result<(), ExecutorError> {
+        if let Ok(mut originals) = self.originals.lock() {
+            originals.entry(path.to_owned()).or_insert_with(|| std::fs::read_to_string(path).ok());
+        }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| tool(format!("Cannot create {}: {e}", parent.display())))?;
         }

@@ -4,11 +4,13 @@
 //! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
-//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, and
-//! `POST /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
+//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
+//! /files` and `GET /changes` (browsing and what changed, [`workspace`]), and `POST
+//! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
 pub mod editor;
 pub mod shell;
+pub mod workspace;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -114,6 +116,9 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/shell/interrupt", post(interrupt))
         .route("/files/edit", post(edit))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
+        // Looking is not activity: a user browsing files does not keep a sandbox awake.
+        .route("/files", get(files))
+        .route("/changes", get(changes))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
@@ -183,6 +188,29 @@ async fn exec(
 async fn interrupt(State(state): State<AppState>) -> Json<serde_json::Value> {
     let signalled = state.shell.interrupt(std::time::Duration::from_secs(3)).await;
     Json(serde_json::json!({ "interrupted": signalled }))
+}
+
+#[derive(serde::Deserialize)]
+struct FilesQuery {
+    #[serde(default)]
+    path: String,
+}
+
+/// `GET /files?path=`: a directory's entries or a file's content.
+async fn files(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<FilesQuery>,
+) -> Result<Json<halyard_protocol::executor::FilesResponse>, ExecutorError> {
+    let workspace = state.config.workspace.clone();
+    let out = tokio::task::spawn_blocking(move || workspace::files(&workspace, &q.path))
+        .await
+        .map_err(|e| ExecutorError::Internal(e.to_string()))??;
+    Ok(Json(out))
+}
+
+/// `GET /changes`: what changed in the workspace.
+async fn changes(State(state): State<AppState>) -> Json<halyard_protocol::executor::ChangesResponse> {
+    Json(workspace::changes(&state.config.workspace, state.editor.edited()).await)
 }
 
 async fn edit(

@@ -15,6 +15,7 @@ pub mod routes;
 pub mod sandboxes;
 pub mod store;
 pub mod webhooks;
+pub mod workspace;
 pub mod ws;
 
 use std::sync::Arc;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub webhooks: jetstream::kv::Store,
     /// The global skills, read once at start-up.
     pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
+    /// For sandbox executors (a conversation's changes and files).
+    pub http: reqwest::Client,
 }
 
 /// The router.
@@ -92,6 +95,8 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/reject", post(routes::reject))
         .route("/conversations/{id}/confirmation-policy", axum::routing::put(routes::set_confirmation_policy))
         .route("/skills", get(routes::list_skills))
+        .route("/conversations/{id}/changes", get(workspace::changes))
+        .route("/conversations/{id}/files", get(workspace::files))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
@@ -163,6 +168,7 @@ pub async fn serve(
         accounts,
         webhooks,
         skills,
+        http: reqwest::Client::new(),
     };
 
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);

@@ -222,18 +222,49 @@ pub struct PageQuery {
     pub cursor: Option<String>,
 }
 
-/// `GET /conversations`.
+#[derive(Debug, Deserialize)]
+pub struct ConversationQuery {
+    // Not `#[serde(flatten)]` of a `PageQuery`: flattened query fields arrive as strings and
+    // `limit` would no longer parse as a number.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Words the title contains (any case).
+    #[serde(default)]
+    pub q: Option<String>,
+    /// A start status (`STARTING`, `READY`, `ERROR`) or an execution status (`running`, ...).
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// `GET /conversations`: newest first; `q` searches titles, `status` filters; `count` is how
+/// many match in all.
 pub async fn list_conversations(
     State(state): State<AppState>,
     User(user): User,
-    query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<ConversationQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
-    let (limit, cursor) = page_params(&q)?;
-    let (items, next) = state.store.conversations_of(&user.0, cursor.as_deref(), limit)?;
+    let (limit, cursor) = page_params(&PageQuery { limit: q.limit, cursor: q.cursor.clone() })?;
+    let words: Vec<String> = q.q.as_deref().unwrap_or_default().split_whitespace().map(str::to_lowercase).collect();
+    let status = q.status.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    if let Some(s) = status {
+        const KNOWN: &[&str] =
+            &["STARTING", "READY", "ERROR", "idle", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
+        if !KNOWN.contains(&s) {
+            return Err(ApiError::bad_request("invalid_query", format!("`status` must be one of {}", KNOWN.join(", "))));
+        }
+    }
+    let keep = |c: &ConversationView| {
+        let title = c.title.as_deref().unwrap_or_default().to_lowercase();
+        words.iter().all(|w| title.contains(w.as_str())) && status.is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
+    };
+    let store::Matching { items, next, count } = state.store.conversations_matching(&user.0, cursor.as_deref(), limit, keep)?;
     Ok(Json(json!({
         "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
         "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
+        "count": count,
     })))
 }
 

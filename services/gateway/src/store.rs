@@ -113,6 +113,15 @@ impl SandboxView {
     }
 }
 
+/// A page of conversations that match a search, and how many match in all.
+#[derive(Debug)]
+pub struct Matching {
+    pub items: Vec<ConversationView>,
+    /// The cursor of the next page, if there is one.
+    pub next: Option<Vec<u8>>,
+    pub count: usize,
+}
+
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -305,6 +314,21 @@ impl Store {
         limit: usize,
     ) -> Result<(Vec<ConversationView>, Option<Vec<u8>>), StoreError> {
         self.page(owner_prefix(owner), cursor, limit, |id| self.conversation(ConversationId(id)))
+    }
+
+    /// A page of `owner`'s conversations that `keep` accepts, newest first, and how many it
+    /// accepts in all.
+    pub fn conversations_matching(
+        &self,
+        owner: &str,
+        cursor: Option<&[u8]>,
+        limit: usize,
+        keep: impl Fn(&ConversationView) -> bool,
+    ) -> Result<Matching, StoreError> {
+        let get = |id| Ok(self.conversation(ConversationId(id))?.filter(|c| keep(c)));
+        let (items, next) = self.page(owner_prefix(owner), cursor, limit, get)?;
+        let (all, _) = self.page(owner_prefix(owner), None, usize::MAX, get)?;
+        Ok(Matching { items, next, count: all.len() })
     }
 
     /// A page of an index whose values are ids, resolved by `get`.

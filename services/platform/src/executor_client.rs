@@ -96,17 +96,32 @@ impl ExecutorClient {
         self.post("/files/edit", req, Duration::from_secs(60)).await
     }
 
+    /// A directory's entries or a file's content (`path` relative to the workspace, or
+    /// absolute).
+    pub async fn files(&self, path: &str) -> Result<halyard_protocol::executor::FilesResponse, ExecutorError> {
+        let path: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        let request = self.http.get(format!("{}/files?path={path}", self.base));
+        self.send(request, Duration::from_secs(20)).await
+    }
+
+    /// What changed in the workspace (`git status`/`git diff`, or the editor's record).
+    pub async fn changes(&self) -> Result<halyard_protocol::executor::ChangesResponse, ExecutorError> {
+        self.send(self.http.get(format!("{}/changes", self.base)), Duration::from_secs(30)).await
+    }
+
     async fn post<Q: serde::Serialize, R: serde::de::DeserializeOwned>(
         &self,
         path: &str,
         body: &Q,
         timeout: Duration,
     ) -> Result<R, ExecutorError> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body), timeout).await
+    }
+
+    /// Sends a request with the session key; the JSON answer, or the executor's refusal.
+    async fn send<R: serde::de::DeserializeOwned>(&self, request: reqwest::RequestBuilder, timeout: Duration) -> Result<R, ExecutorError> {
+        let resp = request
             .header(SESSION_KEY_HEADER, &self.key)
-            .json(body)
             .timeout(timeout)
             .send()
             .await

@@ -1,0 +1,219 @@
+//! Looking at the workspace without the shell (which may be busy with the agent's command):
+//! browsing files and directories, and what changed — `git status` and `git diff` where the
+//! workspace is a repository, else the files the editor changed against their content before
+//! its first edit. Everything runs as the sandbox's own user, so it reads only what the agent
+//! could.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use halyard_protocol::executor::{ChangedFile, ChangesResponse, DIFF_CAP, FILE_CONTENT_CAP, FileEntry, FilesResponse};
+
+use crate::ExecutorError;
+
+fn tool(msg: impl Into<String>) -> ExecutorError {
+    ExecutorError::Tool(msg.into())
+}
+
+/// A relative path is taken from the workspace.
+pub fn resolve(workspace: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path.trim());
+    if p.as_os_str().is_empty() {
+        workspace.to_owned()
+    } else if p.is_absolute() {
+        p.to_owned()
+    } else {
+        workspace.join(p)
+    }
+}
+
+/// A directory's entries or a file's content.
+pub fn files(workspace: &Path, path: &str) -> Result<FilesResponse, ExecutorError> {
+    let path = resolve(workspace, path);
+    let meta = std::fs::metadata(&path).map_err(|e| tool(format!("Cannot read {}: {e}", path.display())))?;
+    let shown = path.display().to_string();
+    if meta.is_dir() {
+        let mut entries: Vec<FileEntry> = std::fs::read_dir(&path)
+            .map_err(|e| tool(format!("Cannot list {shown}: {e}")))?
+            .flatten()
+            .map(|e| {
+                let ft = e.file_type().ok();
+                let kind = match ft {
+                    Some(t) if t.is_symlink() => "symlink",
+                    Some(t) if t.is_dir() => "directory",
+                    _ => "file",
+                };
+                FileEntry {
+                    name: e.file_name().to_string_lossy().into_owned(),
+                    kind: kind.into(),
+                    size: e.metadata().map(|m| m.len()).unwrap_or(0),
+                }
+            })
+            .collect();
+        entries.sort_by(|a, b| (a.kind != "directory", &a.name).cmp(&(b.kind != "directory", &b.name)));
+        return Ok(FilesResponse { path: shown, kind: "directory".into(), entries, ..Default::default() });
+    }
+    if !meta.is_file() {
+        // A FIFO or a device would block the read or never end.
+        return Err(tool(format!("{shown} is neither a directory nor a regular file")));
+    }
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(FILE_CONTENT_CAP as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| tool(format!("Cannot read {shown}: {e}")))?;
+    let truncated = bytes.len() > FILE_CONTENT_CAP;
+    bytes.truncate(FILE_CONTENT_CAP);
+    // Text is UTF-8 without NULs; a cut in the middle of a character is still text.
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => Some(t.to_owned()),
+        Err(e) if truncated && e.valid_up_to() + 4 > bytes.len() => Some(String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned()),
+        Err(_) => None,
+    }
+    .filter(|t| !t.contains('\0'));
+    Ok(FilesResponse {
+        path: shown,
+        kind: "file".into(),
+        size: Some(meta.len()),
+        binary: text.is_none(),
+        content: text,
+        truncated,
+        ..Default::default()
+    })
+}
+
+/// `text` cut to the diff cap (on a character boundary).
+fn cap(mut text: String) -> (String, bool) {
+    if text.len() <= DIFF_CAP {
+        return (text, false);
+    }
+    let mut at = DIFF_CAP;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.truncate(at);
+    (text, true)
+}
+
+/// Runs git in the workspace; its standard output, or `None` if it failed.
+async fn git(workspace: &Path, args: &[&str]) -> Option<(i32, String)> {
+    let out = tokio::process::Command::new("git")
+        .arg("-c")
+        .arg("safe.directory=*")
+        .arg("-c")
+        .arg("core.quotepath=off")
+        .args(args)
+        .current_dir(workspace)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .ok()?;
+    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// What changed in a repository: each file of `git status` with its diff against `HEAD` (or
+/// against nothing, for a file git does not track yet).
+async fn repository_changes(workspace: &Path) -> Option<ChangesResponse> {
+    let (code, _) = git(workspace, &["rev-parse", "--is-inside-work-tree"]).await?;
+    if code != 0 {
+        return None;
+    }
+    let has_head = git(workspace, &["rev-parse", "--verify", "-q", "HEAD"]).await.is_some_and(|(c, _)| c == 0);
+    let (_, status) = git(workspace, &["status", "--porcelain=v1", "-z", "--untracked-files=all"]).await?;
+    let mut files = Vec::new();
+    let mut fields = status.split('\0').filter(|f| !f.is_empty());
+    while let Some(entry) = fields.next() {
+        let (xy, path) = entry.split_at(entry.len().min(3));
+        let xy = xy.trim();
+        let (status, path) = match xy {
+            "??" => ("untracked", path.to_owned()),
+            x if x.starts_with('R') || x.ends_with('R') => {
+                let _from = fields.next();
+                ("renamed", path.to_owned())
+            }
+            x if x.contains('D') => ("deleted", path.to_owned()),
+            x if x.contains('A') => ("added", path.to_owned()),
+            _ => ("modified", path.to_owned()),
+        };
+        let diff = if status == "untracked" || !has_head {
+            git(workspace, &["diff", "--no-index", "--", "/dev/null", &path]).await.map(|(_, d)| d).unwrap_or_default()
+        } else {
+            git(workspace, &["diff", "HEAD", "--", &path]).await.map(|(_, d)| d).unwrap_or_default()
+        };
+        let (diff, truncated) = cap(diff);
+        files.push(ChangedFile { path, status: status.into(), diff, truncated });
+    }
+    Some(ChangesResponse { repository: true, files })
+}
+
+/// What changed: the repository's changes, else the editor's.
+pub async fn changes(workspace: &Path, edited: Vec<(PathBuf, Option<String>)>) -> ChangesResponse {
+    if let Some(r) = repository_changes(workspace).await {
+        return r;
+    }
+    let mut files = Vec::new();
+    for (path, before) in edited {
+        let after = std::fs::read_to_string(&path).ok();
+        if before == after {
+            continue;
+        }
+        let shown = path.strip_prefix(workspace).unwrap_or(&path).display().to_string();
+        let status = match (&before, &after) {
+            (None, _) => "added",
+            (_, None) => "deleted",
+            _ => "modified",
+        };
+        let (old, new) = (before.unwrap_or_default(), after.unwrap_or_default());
+        let diff = similar::TextDiff::from_lines(&old, &new)
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{shown}"), &format!("b/{shown}"))
+            .to_string();
+        let (diff, truncated) = cap(diff);
+        files.push(ChangedFile { path: shown, status: status.into(), diff, truncated });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    ChangesResponse { repository: false, files }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn files_and_changes_without_and_with_git() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ws = dir.path();
+        std::fs::create_dir(ws.join("src")).unwrap_or_default();
+        std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap_or_default();
+        std::fs::write(ws.join("bin.dat"), [0u8, 1, 2]).unwrap_or_default();
+        let listing = files(ws, "").unwrap_or_default();
+        let names: Vec<&str> = listing.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["src", "a.txt", "bin.dat"], "directories first");
+        assert_eq!(files(ws, "a.txt").unwrap_or_default().content.as_deref(), Some("one\ntwo\n"));
+        assert!(files(ws, "bin.dat").unwrap_or_default().binary);
+        assert!(files(ws, "nope").is_err());
+
+        // Not a repository: the editor's record.
+        std::fs::write(ws.join("a.txt"), "one\nTWO\n").unwrap_or_default();
+        let c = changes(ws, vec![(ws.join("a.txt"), Some("one\ntwo\n".into())), (ws.join("new.txt"), None)]).await;
+        assert!(!c.repository);
+        assert_eq!(c.files.len(), 1, "a file created and gone again is no change");
+        assert!(c.files[0].diff.contains("-two\n+TWO\n"), "{}", c.files[0].diff);
+
+        // A repository: git's view.
+        let run = |args: &[&str]| {
+            std::process::Command::new("git").args(args).current_dir(ws).output().map(|o| o.status.success()).unwrap_or(false)
+        };
+        assert!(run(&["init", "-q"]) && run(&["add", "."]));
+        assert!(run(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]));
+        std::fs::write(ws.join("a.txt"), "one\nthree\n").unwrap_or_default();
+        std::fs::write(ws.join("src/new.rs"), "fn main() {}\n").unwrap_or_default();
+        let c = changes(ws, Vec::new()).await;
+        assert!(c.repository);
+        let got: Vec<(&str, &str)> = c.files.iter().map(|f| (f.path.as_str(), f.status.as_str())).collect();
+        assert_eq!(got, [("a.txt", "modified"), ("src/new.rs", "untracked")]);
+        assert!(c.files[0].diff.contains("+three") && c.files[1].diff.contains("+fn main() {}"));
+    }
+}
