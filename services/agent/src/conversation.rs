@@ -114,14 +114,16 @@ impl Actor for ConversationActor {
                     };
                     if unseen && outcome != RunOutcome::Paused && !st.paused {
                         tracing::info!(conversation_id = %st.id, "a message arrived as the run ended; starting another");
-                        if outcome == RunOutcome::AwaitingConfirmation {
-                            let reason = "The user sent a new message instead of confirming this action.";
-                            if let Err(e) = st.reject_pending(reason, None).await {
-                                tracing::error!(conversation_id = %st.id, error = %e, "cannot record the rejection");
-                                return Ok(());
+                        let rejected = match outcome {
+                            RunOutcome::AwaitingConfirmation => {
+                                st.reject_pending("The user sent a new message instead of confirming this action.", None).await
                             }
+                            _ => Ok(()),
+                        };
+                        match rejected {
+                            Ok(()) => st.start_run(&myself, None).await,
+                            Err(e) => tracing::error!(conversation_id = %st.id, error = %e, "cannot record the rejection"),
                         }
-                        st.start_run(&myself, None).await;
                     }
                 }
             }

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 /// as `info` or `halyard_agent=debug,info`. Safe to call twice (the second call is ignored).
 pub fn init(filter: &str) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
+    // Colours only for a person at a terminal: a log file keeps `field=value` greppable.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).with_ansi(ansi).try_init();
 }
 
 /// A new root trace context (random trace and span ids).
