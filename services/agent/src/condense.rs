@@ -127,19 +127,8 @@ fn abridge(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
-    use halyard_protocol::{ConversationId, EventId};
-
-    fn ev(seq: u64, body: EventBody) -> ConversationEvent {
-        ConversationEvent {
-            seq,
-            id: EventId::new(),
-            conversation_id: ConversationId::new(),
-            source: EventSource::Agent,
-            timestamp_ms: 0,
-            body,
-        }
-    }
+    use crate::history::test_event as ev;
+    use halyard_protocol::event::{ConversationEvent, EventBody};
 
     fn step(seq: u64, n: u64) -> [ConversationEvent; 2] {
         [

@@ -247,22 +247,24 @@ fn tool_result(id: &str, content: String) -> ChatMessage {
     ChatMessage { role: "tool".into(), content: Some(content), tool_calls: Vec::new(), tool_call_id: Some(id.to_owned()) }
 }
 
+/// An event at `seq`, for tests of what is derived from events.
+#[cfg(test)]
+pub(crate) fn test_event(seq: u64, body: EventBody) -> ConversationEvent {
+    ConversationEvent {
+        seq,
+        id: EventId::new(),
+        conversation_id: halyard_protocol::ConversationId::new(),
+        source: halyard_protocol::event::EventSource::Agent,
+        timestamp_ms: 0,
+        body,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_protocol::ConversationId;
-    use halyard_protocol::event::EventSource;
 
-    fn ev(seq: u64, body: EventBody) -> ConversationEvent {
-        ConversationEvent {
-            seq,
-            id: EventId::new(),
-            conversation_id: ConversationId::new(),
-            source: EventSource::Agent,
-            timestamp_ms: 0,
-            body,
-        }
-    }
+    use test_event as ev;
 
     #[test]
     fn groups_actions_and_closes_interrupted_calls() {
