@@ -67,6 +67,10 @@ pub struct ApiKeyRecord {
     pub expires_ms: Option<UnixMillis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_ms: Option<UnixMillis>,
+    /// A browser session (`POST /session`) rather than a key someone holds: it lives in an
+    /// HttpOnly cookie, expires within hours, and cannot open another session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session: bool,
 }
 
 impl Payload for ApiKeyRecord {

@@ -257,6 +257,7 @@ fn records_are_stable() {
                 created_ms: T,
                 expires_ms: Some(T + 86_400_000),
                 revoked_ms: None,
+                session: false,
             },
         ),
     );

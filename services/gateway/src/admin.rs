@@ -71,6 +71,7 @@ fn key_json(k: &ApiKeyRecord) -> Value {
     json!({
         "id": k.id, "user": k.user.0, "name": k.name, "scope": k.scope.as_str(),
         "created_at": rfc3339(k.created_ms), "expires_at": k.expires_ms.map(rfc3339), "revoked_at": k.revoked_ms.map(rfc3339),
+        "session": k.session,
     })
 }
 
@@ -224,6 +225,7 @@ pub async fn create_key(
         created_ms: now_ms(),
         expires_ms,
         revoked_ms: None,
+        session: false,
     };
     state.accounts.put_key(record.clone()).await.map_err(store_err)?;
     audit(&state, &actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;

@@ -1,5 +1,5 @@
-//! Authentication of every request: the API key (a bearer token, or `access_token` in the query
-//! for browsers' WebSockets) is checked against the accounts ([`crate::accounts`]); a read-only
+//! Authentication of every request: the API key (a bearer token, `access_token` in the query
+//! for browsers' WebSockets, or the web workspace's session cookie, [`crate::session`]) is checked against the accounts ([`crate::accounts`]); a read-only
 //! key may only read; writes are rate limited per user; and failed authentications are rate
 //! limited per client address, so keys cannot be guessed at speed.
 
@@ -45,16 +45,27 @@ impl FromRequestParts<AppState> for Principal {
         // Browsers cannot set headers on a WebSocket: accept `access_token` in the query too.
         let token = bearer
             .or_else(|| parts.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("access_token=").map(str::to_owned))));
-        let Some(token) = token else {
+        // Else the web workspace's session cookie; its writes must say so in a header a page
+        // of another site cannot send (cross-origin, a custom header needs a CORS preflight
+        // this API never grants), besides the cookie's SameSite=Strict.
+        let from_cookie = token.is_none();
+        let Some(token) = token.or_else(|| crate::session::cookie_token(&parts.headers)) else {
             return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
         };
+        let reads = parts.method == Method::GET || parts.method == Method::HEAD;
+        if from_cookie && !reads && !parts.headers.contains_key(crate::session::CSRF_HEADER) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "csrf_header_missing",
+                format!("a change made with the session cookie needs the `{}` header", crate::session::CSRF_HEADER),
+            ));
+        }
         let principal = state.accounts.authenticate(&token, halyard_platform::now_ms()).map_err(|refusal| {
             if let Some(ip) = client {
                 state.auth_failures.record(ip);
             }
             ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", refusal.message())
         })?;
-        let reads = parts.method == Method::GET || parts.method == Method::HEAD;
         if !reads && principal.scope == KeyScope::ReadOnly {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -146,7 +157,7 @@ impl AuthFailures {
     }
 
     /// 429 while `ip` has used up its failures.
-    fn refuse_if_over(&self, ip: IpAddr) -> Result<(), ApiError> {
+    pub(crate) fn refuse_if_over(&self, ip: IpAddr) -> Result<(), ApiError> {
         self.0.take(&ip.to_string(), false).map_err(|wait| {
             limited(
                 "too_many_failed_authentications",
@@ -156,7 +167,7 @@ impl AuthFailures {
         })
     }
 
-    fn record(&self, ip: IpAddr) {
+    pub(crate) fn record(&self, ip: IpAddr) {
         let _ = self.0.take(&ip.to_string(), true);
     }
 }

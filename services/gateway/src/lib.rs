@@ -13,6 +13,7 @@ pub mod events;
 pub mod projection;
 pub mod routes;
 pub mod sandboxes;
+pub mod session;
 pub mod store;
 pub mod webhooks;
 pub mod workspace;
@@ -111,6 +112,7 @@ pub fn app(state: AppState) -> Router {
         .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/webhooks/{id}/deliveries/{delivery_id}/retry", post(webhooks::retry))
         .route("/me", get(admin::me))
+        .route("/session", post(session::sign_in).delete(session::sign_out))
         .route("/admin/users", post(admin::create_user).get(admin::list_users))
         .route("/admin/users/{name}", get(admin::get_user).patch(admin::patch_user))
         .route("/admin/users/{name}/keys", post(admin::create_key).get(admin::list_keys))
