@@ -15,6 +15,7 @@ pub mod routes;
 pub mod sandboxes;
 pub mod session;
 pub mod store;
+pub mod web;
 pub mod webhooks;
 pub mod workspace;
 pub mod ws;
@@ -122,7 +123,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .nest("/api/v1", api)
-        .fallback(|| async { ApiError::not_found("route") })
+        // The web workspace, and its routes (any other path) that the browser app handles.
+        .fallback(web::serve)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }

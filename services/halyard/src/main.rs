@@ -166,6 +166,9 @@ fn load_config(cli: &Cli, env: &BTreeMap<String, String>) -> Result<Config> {
             config.sandbox.env.entry(name.into()).or_insert_with(|| v.clone());
         }
     }
+    if config.web_dir.is_none() && Path::new("web/dist/index.html").is_file() {
+        config.web_dir = Some(PathBuf::from("web/dist"));
+    }
     if config.skills_dir.is_none() && Path::new("skills").is_dir() {
         config.skills_dir = Some(PathBuf::from("skills"));
     }

@@ -39,6 +39,8 @@ pub struct Config {
     pub log: String,
     /// Directory of global skills loaded into every conversation.
     pub skills_dir: Option<PathBuf>,
+    /// The built web workspace (`web/dist`), served at `/`.
+    pub web_dir: Option<PathBuf>,
     pub llm: LlmConfig,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
@@ -332,6 +334,7 @@ impl Default for Config {
             node_id: String::new(),
             log: "info".into(),
             skills_dir: None,
+            web_dir: None,
             llm: LlmConfig::default(),
             agent: AgentConfig::default(),
             sandbox: SandboxConfig::default(),
@@ -431,6 +434,7 @@ pub const ENV_NAMES: &[&str] = &[
     "NODE_ID",
     "LOG",
     "SKILLS_DIR",
+    "WEB_DIR",
     "LLM_BASE_URL",
     "LLM_MODEL",
     "LLM_API_KEY",
@@ -573,6 +577,7 @@ impl Config {
                 "NODE_ID" => self.node_id = v,
                 "LOG" => self.log = v,
                 "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
+                "WEB_DIR" => self.web_dir = Some(PathBuf::from(v)),
                 "LLM_BASE_URL" => self.llm.base_url = v,
                 "LLM_MODEL" => self.llm.model = v,
                 "LLM_API_KEY" => self.llm.api_key = v,
@@ -773,6 +778,7 @@ mod tests {
                 | "NODE_ID"
                 | "LOG"
                 | "SKILLS_DIR"
+                | "WEB_DIR"
                 | "LLM_BASE_URL"
                 | "LLM_MODEL"
                 | "LLM_API_KEY"

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
-//! The web workspace's sign-in: an API key exchanged for an HttpOnly, SameSite=Strict session
-//! cookie that the API and the WebSocket accept, whose changes need a header another site
-//! cannot send, and that signing out ends on the server.
+//! What the gateway does for the web workspace: sign-in (an API key exchanged for an HttpOnly,
+//! SameSite=Strict session cookie that the API and the WebSocket accept, whose changes need a
+//! header another site cannot send, and that signing out ends on the server), and serving the
+//! built app with its cache rules and browser-side routes.
 
 use futures::StreamExt;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
@@ -76,4 +77,41 @@ async fn a_session_cookie_works_like_the_key_and_ends_on_sign_out() {
     assert!(resp.headers().get("set-cookie").unwrap().to_str().unwrap().contains("Max-Age=0"));
     let (s, me) = call(&h, reqwest::Method::GET, "/api/v1/me", Some(&cookie), false, None).await;
     assert_eq!((s, me["error"]["code"].as_str()), (401, Some("unauthorized")), "{me}");
+}
+
+#[tokio::test]
+async fn the_built_app_is_served_with_its_routes_and_cache_rules() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let http = reqwest::Client::new();
+    let get = |h: &Halyard, path: &str| http.get(format!("{}{path}", h.http)).send();
+
+    // No build: `/` says how to make one; the API is unaffected.
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let resp = get(&h, "/").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("npm --prefix web ci"));
+    drop(h);
+
+    let dist = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dist.path().join("assets")).unwrap();
+    std::fs::write(dist.path().join("index.html"), "<!doctype html><div id=app></div>").unwrap();
+    std::fs::write(dist.path().join("assets/app-3f2a.js"), "console.log(1)").unwrap();
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", dist.path().to_str().unwrap()));
+    for path in ["/", "/conversations/0190-anything"] {
+        let resp = get(&h, path).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(resp.headers()["cache-control"], "no-cache");
+        assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+        assert!(resp.text().await.unwrap().contains("id=app"), "{path} is the app");
+    }
+    let resp = get(&h, "/assets/app-3f2a.js").await.unwrap();
+    assert_eq!(resp.headers()["cache-control"], "public, max-age=31536000, immutable");
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+    let resp = get(&h, "/assets/../../etc/passwd").await.unwrap();
+    assert!(!resp.text().await.unwrap().contains("root:"), "no way out of the build");
+    let resp = get(&h, "/api/v1/no-such-route").await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "not_found");
+    assert_eq!(get(&h, "/api/v1/conversations").await.unwrap().status(), 401);
 }
