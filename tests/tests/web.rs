@@ -46,6 +46,10 @@ async fn a_session_cookie_works_like_the_key_and_ends_on_sign_out() {
     assert!(!set.contains(ALICE), "the key itself is not the cookie");
     let cookie = set.split(';').next().unwrap().to_owned();
 
+    // The browser names this origin; that is accepted.
+    let resp = http.get(format!("{}/api/v1/me", h.http)).header("cookie", &cookie).header("origin", &h.http).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+
     // Reads with the cookie; writes need the header too.
     let (s, me) = call(&h, reqwest::Method::GET, "/api/v1/me", Some(&cookie), false, None).await;
     assert_eq!((s, me["user"].as_str()), (200, Some("alice")), "{me}");
@@ -59,11 +63,19 @@ async fn a_session_cookie_works_like_the_key_and_ends_on_sign_out() {
 
     // The WebSocket takes the cookie as a browser sends it.
     let ws = format!("{}/api/v1/conversations/{conv}/events/ws?after_seq=0", h.http.replacen("http", "ws", 1));
-    let mut req = ws.into_client_request().unwrap();
+    let mut req = ws.clone().into_client_request().unwrap();
     req.headers_mut().insert("cookie", cookie.parse().unwrap());
     let (mut socket, _) = tokio_tungstenite::connect_async(req).await.expect("WebSocket with the cookie");
     let first = socket.next().await.unwrap().unwrap();
     assert!(first.to_text().unwrap().contains("conversation_started"), "{first:?}");
+    // ...but not from a page of another origin, even of the same host (a served app's port).
+    let mut req = ws.clone().into_client_request().unwrap();
+    req.headers_mut().insert("cookie", cookie.parse().unwrap());
+    req.headers_mut().insert("origin", "http://127.0.0.1:1".parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 403),
+        other => panic!("a page of another origin opened the event stream: {:?}", other.map(|_| ())),
+    }
 
     // A session cannot open another; signing out ends it everywhere at once.
     let token = cookie.split_once('=').unwrap().1;

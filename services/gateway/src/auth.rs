@@ -53,6 +53,12 @@ impl FromRequestParts<AppState> for Principal {
             return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
         };
         let reads = parts.method == Method::GET || parts.method == Method::HEAD;
+        // A page on another origin of the same site (another port of this host, a served
+        // app) is sent the cookie too, and a WebSocket is not held back by the same-origin
+        // policy: a request with the cookie must come from this origin when it says where from.
+        if from_cookie && !crate::session::same_origin(&parts.headers) {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
+        }
         if from_cookie && !reads && !parts.headers.contains_key(crate::session::CSRF_HEADER) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,

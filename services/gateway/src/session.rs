@@ -38,6 +38,15 @@ pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
+/// Whether the request, if it names its `Origin`, comes from this gateway's own origin (the
+/// host and port it was sent to).
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest).trim_end_matches('/');
+    !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
+}
+
 /// The cookie, set (`max_age` seconds) or cleared (0); `Secure` when the client came over HTTPS
 /// (as a proxy in front says).
 fn cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
