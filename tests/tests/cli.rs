@@ -152,4 +152,7 @@ async fn errors_are_said_in_words_and_login_is_remembered() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("failing"), "{}", text(&out.stdout));
+    // The saved key is not sent to another gateway.
+    let out = halyard(home.path(), "http://127.0.0.1:9", None, &["ls"]);
+    assert!(text(&out.stderr).contains("no API key"), "{}", text(&out.stderr));
 }

@@ -49,7 +49,9 @@ impl Client {
     pub fn new(url: Option<String>, key: Option<String>) -> Result<Self> {
         let saved = saved();
         let url = url.or_else(|| saved.as_ref().map(|s| s.0.clone())).unwrap_or_else(|| "http://127.0.0.1:3000".into());
-        let key = key.or_else(|| saved.map(|s| s.1)).context("no API key: run `halyard login`, or set HALYARD_API_KEY (or --api-key)")?;
+        // The saved key goes only to the gateway it was saved for.
+        let saved_key = saved.filter(|(at, _)| at.trim_end_matches('/') == url.trim_end_matches('/')).map(|(_, k)| k);
+        let key = key.or(saved_key).context("no API key: run `halyard login`, or set HALYARD_API_KEY (or --api-key)")?;
         Ok(Self::with(url, key))
     }
 
