@@ -79,6 +79,14 @@ impl SkillKind {
     fn is_always(&self) -> bool {
         *self == Self::Always
     }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Knowledge => "knowledge",
+            Self::AgentSkill => "agent_skill",
+        }
+    }
 }
 
 /// A skill the conversation has.
@@ -115,6 +123,16 @@ pub enum ConfirmationPolicy {
     Risky,
 }
 
+impl ConfirmationPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::Always => "always",
+            Self::Risky => "risky",
+        }
+    }
+}
+
 /// How risky an action is: stated by the model (`security_risk` argument) and raised by
 /// Halyard's rule-based analyzer, never lowered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -123,6 +141,16 @@ pub enum SecurityRisk {
     Low,
     Medium,
     High,
+}
+
+impl SecurityRisk {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
 }
 
 fn is_never(p: &ConfirmationPolicy) -> bool {

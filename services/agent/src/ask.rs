@@ -92,7 +92,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
             }
             EventBody::Title { title, .. } => format!("TITLE: {title}"),
             EventBody::ActionRejected { tool, reason, .. } => format!("USER REJECTED the {tool} action: {reason}"),
-            EventBody::ConfirmationPolicy { policy } => format!("CONFIRMATION POLICY: {policy:?}"),
+            EventBody::ConfirmationPolicy { policy } => format!("CONFIRMATION POLICY: {}", policy.as_str()),
             EventBody::Condensation { summary, .. } => format!("SUMMARY of the part above: {summary}"),
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,

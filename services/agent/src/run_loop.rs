@@ -273,7 +273,7 @@ impl Run {
                 let name = call.function.name.clone();
                 let security_risk = risk::assess(&name, parsed.as_ref().unwrap_or(&Value::Null), &setting.workspace);
                 if risk::needs_confirmation(policy, &name, security_risk) {
-                    waiting.push(format!("{name} ({} risk)", security_risk.map_or("unknown", risk_name)));
+                    waiting.push(format!("{name} ({} risk)", security_risk.map_or("unknown", |r| r.as_str())));
                 }
                 let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
                 let body = EventBody::Action { tool_call_id: call.id.clone(), tool: name.clone(), arguments, thought, security_risk };
@@ -454,14 +454,6 @@ impl Run {
             return Err(RunOutcome::Failed);
         }
         Ok(())
-    }
-}
-
-fn risk_name(r: halyard_protocol::event::SecurityRisk) -> &'static str {
-    match r {
-        halyard_protocol::event::SecurityRisk::Low => "low",
-        halyard_protocol::event::SecurityRisk::Medium => "medium",
-        halyard_protocol::event::SecurityRisk::High => "high",
     }
 }
 

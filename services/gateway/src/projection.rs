@@ -131,7 +131,7 @@ impl Pending<'_> {
             match &ev.body {
                 EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
                 EventBody::ConversationStarted { confirmation_policy: policy, .. } | EventBody::ConfirmationPolicy { policy } => {
-                    view.confirmation_policy = policy_name(*policy).to_owned()
+                    view.confirmation_policy = policy.as_str().to_owned()
                 }
                 EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
@@ -422,15 +422,5 @@ pub async fn run(
             next = system.next().now_or_never().map(|m| (false, m)).or_else(|| events.next().now_or_never().map(|m| (true, m)));
         }
         pending.commit(&[(EVENTS_CURSOR, events_at), (SYSTEM_CURSOR, system_at)], &live)?;
-    }
-}
-
-/// A confirmation policy as the API names it.
-pub fn policy_name(p: halyard_protocol::event::ConfirmationPolicy) -> &'static str {
-    use halyard_protocol::event::ConfirmationPolicy::*;
-    match p {
-        Never => "never",
-        Always => "always",
-        Risky => "risky",
     }
 }

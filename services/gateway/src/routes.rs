@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
-use halyard_protocol::event::{ConfirmationPolicy, SkillKind};
+use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::system::Repository;
 use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
@@ -409,7 +409,7 @@ pub async fn set_confirmation_policy(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     agent_command(&state, cid, AgentCommand::SetConfirmationPolicy { conversation_id: cid, policy: body.policy }).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "policy": crate::projection::policy_name(body.policy)}))))
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "policy": body.policy.as_str()}))))
 }
 
 /// `GET /skills`: the deployment's global skills (a conversation's own, repository skills
@@ -421,11 +421,7 @@ pub async fn list_skills(State(state): State<AppState>, User(_user): User) -> Js
         .map(|s| {
             json!({
                 "name": s.name,
-                "kind": match s.kind {
-                    SkillKind::Always => "always",
-                    SkillKind::Knowledge => "knowledge",
-                    SkillKind::AgentSkill => "agent_skill",
-                },
+                "kind": s.kind.as_str(),
                 "description": s.description,
                 "triggers": s.triggers,
             })

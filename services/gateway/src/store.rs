@@ -325,10 +325,25 @@ impl Store {
         limit: usize,
         keep: impl Fn(&ConversationView) -> bool,
     ) -> Result<Matching, StoreError> {
-        let get = |id| Ok(self.conversation(ConversationId(id))?.filter(|c| keep(c)));
-        let (items, next) = self.page(owner_prefix(owner), cursor, limit, get)?;
-        let (all, _) = self.page(owner_prefix(owner), None, usize::MAX, get)?;
-        Ok(Matching { items, next, count: all.len() })
+        // One pass: every match counts; those after the cursor fill the page.
+        let prefix = owner_prefix(owner);
+        let mut m = Matching { items: Vec::new(), next: None, count: 0 };
+        let mut last = None;
+        for entry in self.tree.scan_prefix(&prefix) {
+            let (k, v) = entry?;
+            let Ok(bytes) = <[u8; 16]>::try_from(v.as_ref()) else { continue };
+            let Some(view) = self.conversation(ConversationId(uuid::Uuid::from_bytes(bytes)))?.filter(|c| keep(c)) else { continue };
+            m.count += 1;
+            let key = &k[prefix.len()..];
+            if m.items.len() < limit && cursor.is_none_or(|c| key > c) {
+                m.items.push(view);
+                last = Some(key.to_vec());
+            }
+        }
+        if m.items.len() == limit {
+            m.next = last;
+        }
+        Ok(m)
     }
 
     /// A page of an index whose values are ids, resolved by `get`.

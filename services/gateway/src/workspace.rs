@@ -44,13 +44,8 @@ fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Resu
 /// the sandbox's trouble.
 fn executor_error(e: ExecutorError) -> ApiError {
     match e {
-        ExecutorError::Rejected { status, message, .. } if status < 500 && status != 401 => {
-            let message = serde_json::from_str::<Value>(&message)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                .unwrap_or(message);
-            ApiError::bad_request("invalid_path", message)
-        }
+        // The client already took the message out of the executor's error body.
+        ExecutorError::Rejected { status, message, .. } if status < 500 && status != 401 => ApiError::bad_request("invalid_path", message),
         other => {
             tracing::warn!(error = %other, "the sandbox's executor failed");
             ApiError::unavailable("the sandbox did not answer; try again shortly")
