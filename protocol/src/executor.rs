@@ -107,13 +107,16 @@ pub struct FilesResponse {
     /// A text file's content, up to [`FILE_CONTENT_CAP`] bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    /// The content was cut at the cap.
+    /// The content was cut at the cap, or the listing at [`DIRECTORY_ENTRIES_CAP`] entries.
     #[serde(default)]
     pub truncated: bool,
     /// The file is not text (no content is sent).
     #[serde(default)]
     pub binary: bool,
 }
+
+/// Most entries of a directory [`FilesResponse`] lists (a hostile agent may make millions).
+pub const DIRECTORY_ENTRIES_CAP: usize = 5_000;
 
 /// Most bytes of a file [`FilesResponse`] carries.
 pub const FILE_CONTENT_CAP: usize = 256 * 1024;

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use halyard_protocol::executor::{ChangedFile, ChangesResponse, DIFF_CAP, FILE_CONTENT_CAP, FileEntry, FilesResponse};
+use halyard_protocol::executor::{
+    ChangedFile, ChangesResponse, DIFF_CAP, DIRECTORY_ENTRIES_CAP, FILE_CONTENT_CAP, FileEntry, FilesResponse,
+};
 
 use crate::ExecutorError;
 
@@ -33,9 +35,10 @@ pub fn files(workspace: &Path, path: &str) -> Result<FilesResponse, ExecutorErro
     let meta = std::fs::metadata(&path).map_err(|e| tool(format!("Cannot read {}: {e}", path.display())))?;
     let shown = path.display().to_string();
     if meta.is_dir() {
-        let mut entries: Vec<FileEntry> = std::fs::read_dir(&path)
-            .map_err(|e| tool(format!("Cannot list {shown}: {e}")))?
-            .flatten()
+        let mut listing = std::fs::read_dir(&path).map_err(|e| tool(format!("Cannot list {shown}: {e}")))?.flatten();
+        let mut entries: Vec<FileEntry> = listing
+            .by_ref()
+            .take(DIRECTORY_ENTRIES_CAP)
             .map(|e| {
                 let ft = e.file_type().ok();
                 let kind = match ft {
@@ -50,8 +53,9 @@ pub fn files(workspace: &Path, path: &str) -> Result<FilesResponse, ExecutorErro
                 }
             })
             .collect();
+        let truncated = listing.next().is_some();
         entries.sort_by(|a, b| (a.kind != "directory", &a.name).cmp(&(b.kind != "directory", &b.name)));
-        return Ok(FilesResponse { path: shown, kind: "directory".into(), entries, ..Default::default() });
+        return Ok(FilesResponse { path: shown, kind: "directory".into(), entries, truncated, ..Default::default() });
     }
     if !meta.is_file() {
         // A FIFO or a device would block the read or never end.
@@ -194,6 +198,13 @@ mod tests {
         assert_eq!(files(ws, "a.txt").unwrap_or_default().content.as_deref(), Some("one\ntwo\n"));
         assert!(files(ws, "bin.dat").unwrap_or_default().binary);
         assert!(files(ws, "nope").is_err());
+        std::fs::create_dir(ws.join("many")).unwrap_or_default();
+        for i in 0..=DIRECTORY_ENTRIES_CAP {
+            std::fs::write(ws.join(format!("many/{i}")), "").unwrap_or_default();
+        }
+        let many = files(ws, "many").unwrap_or_default();
+        assert_eq!((many.entries.len(), many.truncated), (DIRECTORY_ENTRIES_CAP, true), "a listing is capped and says so");
+        std::fs::remove_dir_all(ws.join("many")).unwrap_or_default();
 
         // Not a repository: the editor's record.
         std::fs::write(ws.join("a.txt"), "one\nTWO\n").unwrap_or_default();
