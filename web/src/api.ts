@@ -1,0 +1,117 @@
+// The gateway's HTTP API, called with the session cookie. Every change carries the CSRF header
+// the gateway demands of cookie requests (a cross-site form cannot set it); an error answer is
+// thrown as an `ApiError` carrying the gateway's stable code and its message in words.
+
+import type {
+  Changes,
+  Conversation,
+  ConversationPage,
+  DeliveryAttempt,
+  Files,
+  HalyardEvent,
+  Me,
+  Sandbox,
+  SandboxSpecs,
+  StartTask,
+  Webhook,
+} from "./types";
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Called when the session has ended (401), so the app can show the sign-in page. */
+let onSignedOut: () => void = () => {};
+export function setSignedOutHandler(f: () => void) {
+  onSignedOut = f;
+}
+
+async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (method !== "GET") headers["x-halyard-csrf"] = "1";
+  if (body !== undefined) headers["content-type"] = "application/json";
+  let res: Response;
+  try {
+    res = await fetch(`/api/v1${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "same-origin",
+    });
+  } catch {
+    throw new ApiError(0, "network", "The gateway cannot be reached. Check your connection; the page retries by itself.");
+  }
+  if (res.status === 204) return undefined as T;
+  const text = await res.text();
+  let json: unknown = undefined;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    // Not JSON: a proxy's error page, say.
+  }
+  if (!res.ok) {
+    const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
+    if (res.status === 401 && path !== "/session") onSignedOut();
+    throw new ApiError(res.status, err?.code ?? "http_" + res.status, err?.message ?? `The gateway answered ${res.status}.`);
+  }
+  return json as T;
+}
+
+const q = (params: Record<string, string | number | undefined>) => {
+  const s = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== "") s.set(k, String(v));
+  const str = s.toString();
+  return str ? `?${str}` : "";
+};
+
+export const api = {
+  me: () => call<Me>("GET", "/me"),
+  signIn: (apiKey: string) => call<unknown>("POST", "/session", { api_key: apiKey }),
+  signOut: () => call<void>("DELETE", "/session"),
+
+  conversations: (p: { q?: string; status?: string; cursor?: string; limit?: number }) =>
+    call<ConversationPage>("GET", `/conversations${q(p)}`),
+  conversation: (id: string) => call<Conversation>("GET", `/conversations/${id}`),
+  start: (body: { message: string; repository?: { url: string; branch?: string }; sandbox_spec?: string }) =>
+    call<StartTask>("POST", "/conversations", body),
+  task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
+  rename: (id: string, title: string) => call<Conversation>("PATCH", `/conversations/${id}`, { title }),
+  remove: (id: string) => call<void>("DELETE", `/conversations/${id}`),
+  send: (id: string, text: string) => call<unknown>("POST", `/conversations/${id}/messages`, { text }),
+  pause: (id: string) => call<unknown>("POST", `/conversations/${id}/pause`),
+  resume: (id: string) => call<unknown>("POST", `/conversations/${id}/resume`),
+  interrupt: (id: string) => call<unknown>("POST", `/conversations/${id}/interrupt`),
+  confirm: (id: string) => call<unknown>("POST", `/conversations/${id}/confirm`),
+  reject: (id: string, reason: string) => call<unknown>("POST", `/conversations/${id}/reject`, { reason }),
+  events: (id: string, afterSeq: number, limit = 1000) =>
+    call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/conversations/${id}/events${q({ after_seq: afterSeq, limit })}`),
+  changes: (id: string) => call<Changes>("GET", `/conversations/${id}/changes`),
+  files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
+  openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
+
+  sandboxes: () => call<{ items: Sandbox[] }>("GET", "/sandboxes?limit=100"),
+  sandbox: (id: string) => call<Sandbox>("GET", `/sandboxes/${id}`),
+  specs: () => call<SandboxSpecs>("GET", "/sandbox-specs"),
+  pauseSandbox: (id: string) => call<unknown>("POST", `/sandboxes/${id}/pause`),
+  resumeSandbox: (id: string) => call<unknown>("POST", `/sandboxes/${id}/resume`),
+  deleteSandbox: (id: string) => call<void>("DELETE", `/sandboxes/${id}`),
+
+  webhooks: () => call<{ items: Webhook[] }>("GET", "/webhooks"),
+  createWebhook: (body: { url: string; description?: string; event_kinds?: string[] }) => call<Webhook>("POST", "/webhooks", body),
+  patchWebhook: (id: string, body: { enabled?: boolean }) => call<Webhook>("PATCH", `/webhooks/${id}`, body),
+  rotateWebhook: (id: string) => call<Webhook>("POST", `/webhooks/${id}/rotate-secret`),
+  deleteWebhook: (id: string) => call<void>("DELETE", `/webhooks/${id}`),
+  deliveries: (id: string) => call<{ items: DeliveryAttempt[] }>("GET", `/webhooks/${id}/deliveries?limit=50`),
+  retryDelivery: (id: string, delivery: string) => call<unknown>("POST", `/webhooks/${id}/deliveries/${delivery}/retry`),
+};
+
+/** The message of any error, in words. */
+export function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

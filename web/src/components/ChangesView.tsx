@@ -1,0 +1,119 @@
+// What the agent changed (`GET /conversations/{id}/changes`: git's view in a repository, the
+// editor's record elsewhere) as diffs, and the workspace's files to browse (`GET
+// /conversations/{id}/files?path=`). Both are read from the running sandbox, so they refresh
+// when the agent acts and say so when the sandbox is not running.
+
+import { useCallback, useEffect, useState } from "react";
+import { api, errorText } from "../api";
+import type { Changes, Files } from "../types";
+import { Diff, parseUnified } from "./Diff";
+
+export function ChangesView({ id, version }: { id: string; version: number }) {
+  const [changes, setChanges] = useState<Changes>();
+  const [error, setError] = useState<string>();
+
+  const load = useCallback(() => {
+    api.changes(id).then(
+      (c) => {
+        setChanges(c);
+        setError(undefined);
+      },
+      (e) => setError(errorText(e)),
+    );
+  }, [id]);
+
+  // `version` moves when an observation arrives: the workspace may have changed.
+  useEffect(() => {
+    const t = window.setTimeout(load, 200);
+    return () => window.clearTimeout(t);
+  }, [load, version]);
+
+  return (
+    <div className="changes">
+      <section aria-label="Changed files">
+        <div className="section-head">
+          <h2>Changes</h2>
+          <button className="ghost" onClick={load}>
+            Refresh
+          </button>
+        </div>
+        {error && (
+          <p role="alert" className="error">
+            {error}
+          </p>
+        )}
+        {changes && changes.files.length === 0 && <p className="empty">No changes yet.</p>}
+        {changes?.files.map((f) => (
+          <details key={f.path} open className="file-diff" data-testid="file-diff">
+            <summary>
+              <span className={`fstatus f-${f.status}`}>{f.status}</span> <code>{f.path}</code>
+              {f.truncated && <span className="muted"> (diff cut at 64 KiB)</span>}
+            </summary>
+            <Diff lines={parseUnified(f.diff)} label={`changes to ${f.path}`} />
+          </details>
+        ))}
+      </section>
+      <FileBrowser id={id} version={version} />
+    </div>
+  );
+}
+
+function FileBrowser({ id, version }: { id: string; version: number }) {
+  const [path, setPath] = useState("");
+  const [files, setFiles] = useState<Files>();
+  const [error, setError] = useState<string>();
+
+  useEffect(() => {
+    api.files(id, path).then(
+      (f) => {
+        setFiles(f);
+        setError(undefined);
+      },
+      (e) => setError(errorText(e)),
+    );
+  }, [id, path, version]);
+
+  const parent = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
+  const join = (name: string) => (path ? `${path}/${name}` : name);
+
+  return (
+    <section aria-label="Files" className="files">
+      <div className="section-head">
+        <h2>Files</h2>
+        <code className="path">/{path}</code>
+      </div>
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+      {path !== "" && (
+        <button className="ghost" onClick={() => setPath(parent)}>
+          ↑ Up
+        </button>
+      )}
+      {files?.kind === "directory" && (
+        <ul className="entries">
+          {files.entries?.map((e) => (
+            <li key={e.name}>
+              <button className="link" onClick={() => setPath(join(e.name))} disabled={e.kind === "symlink"}>
+                {e.kind === "directory" ? "📁" : "📄"} {e.name}
+              </button>
+              {e.kind === "file" && <span className="muted small">{e.size} B</span>}
+            </li>
+          ))}
+          {files.truncated && <li className="muted">The listing was cut at 5,000 entries.</li>}
+        </ul>
+      )}
+      {files?.kind === "file" &&
+        (files.binary ? (
+          <p className="muted">A binary file of {files.size} bytes.</p>
+        ) : (
+          <pre className="file-content" aria-label={`content of ${files.path}`}>
+            {files.content}
+            {files.truncated && "\n… (cut at 256 KiB)"}
+          </pre>
+        ))}
+    </section>
+  );
+}

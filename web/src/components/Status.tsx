@@ -1,0 +1,17 @@
+// Status badges and relative times, shared by the list and the conversation.
+
+export function StatusBadge({ status }: { status: string }) {
+  return (
+    <span className={`badge s-${status.toLowerCase()}`} data-status={status}>
+      {status.replace(/_/g, " ").toLowerCase()}
+    </span>
+  );
+}
+
+export function ago(iso: string): string {
+  const secs = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (secs < 60) return "just now";
+  if (secs < 3600) return `${Math.floor(secs / 60)} min ago`;
+  if (secs < 86400) return `${Math.floor(secs / 3600)} h ago`;
+  return new Date(iso).toLocaleDateString();
+}

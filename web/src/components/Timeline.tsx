@@ -1,0 +1,211 @@
+// The conversation as a person reads it: messages, and each action with its observation as one
+// card (a command and its output, an edit as a diff, a thought folded). The list is
+// virtualized: only the rows on screen are in the DOM, so 10,000 events scroll smoothly.
+
+import { memo, useEffect, useMemo, useRef } from "react";
+import { useVirtualizer } from "@tanstack/react-virtual";
+import type { ActionEvent, HalyardEvent, ObservationEvent } from "../types";
+import { Markdown } from "./Markdown";
+import { Diff, editLines } from "./Diff";
+
+export type Item =
+  | { type: "message"; seq: number; who: "user" | "agent"; text: string }
+  | { type: "action"; seq: number; action: ActionEvent; observation?: ObservationEvent; rejected?: string }
+  | { type: "error"; seq: number; code: string; message: string }
+  | { type: "note"; seq: number; text: string };
+
+/** Events to items; an observation joins its action's card. */
+export function toItems(events: HalyardEvent[]): Item[] {
+  const items: Item[] = [];
+  const byCall = new Map<string, number>();
+  for (const e of events) {
+    switch (e.kind) {
+      case "user_message":
+      case "agent_message":
+        items.push({ type: "message", seq: e.seq, who: e.kind === "user_message" ? "user" : "agent", text: e.text });
+        break;
+      case "action":
+        byCall.set(e.tool_call_id, items.length);
+        items.push({ type: "action", seq: e.seq, action: e });
+        break;
+      case "observation": {
+        const i = byCall.get(e.tool_call_id);
+        const it = i === undefined ? undefined : items[i];
+        if (it && it.type === "action") items[i!] = { ...it, observation: e };
+        break;
+      }
+      case "action_rejected": {
+        const i = byCall.get(e.tool_call_id);
+        const it = i === undefined ? undefined : items[i];
+        if (it && it.type === "action") items[i!] = { ...it, rejected: e.reason };
+        break;
+      }
+      case "agent_error":
+        items.push({ type: "error", seq: e.seq, code: e.code, message: e.message });
+        break;
+      case "condensation":
+        items.push({ type: "note", seq: e.seq, text: `Earlier steps (${e.from_seq}–${e.upto_seq}) summarized for the model.` });
+        break;
+      case "skill_activated":
+        items.push({ type: "note", seq: e.seq, text: `Skill ${e.name} activated by “${e.trigger}”.` });
+        break;
+      case "execution_status":
+        if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
+          items.push({ type: "note", seq: e.seq, text: e.status.replace(/_/g, " ") + (e.reason ? `: ${e.reason}` : "") });
+        break;
+      default:
+        break;
+    }
+  }
+  return items;
+}
+
+const str = (v: unknown) => (typeof v === "string" ? v : v === undefined ? "" : JSON.stringify(v));
+
+function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
+  const { action, observation, rejected } = item;
+  const args = typeof action.arguments === "string" ? { raw: action.arguments } : action.arguments;
+  const risk = action.security_risk && action.security_risk !== "low" ? <span className={`risk r-${action.security_risk}`}>{action.security_risk} risk</span> : null;
+  const output = observation && (
+    <pre className={`output${observation.is_error ? " failed" : ""}`} data-testid="observation">
+      {observation.content}
+      {observation.exit_code !== undefined && observation.exit_code !== 0 && <span className="exit">exit {observation.exit_code}</span>}
+    </pre>
+  );
+  const pending = !observation && !rejected && <div className="muted small">running…</div>;
+  const refused = rejected && <div className="error small">Refused: {rejected}</div>;
+
+  if (action.tool === "think") {
+    return (
+      <details className="card think">
+        <summary>Thought</summary>
+        <Markdown text={str(args.thought)} />
+      </details>
+    );
+  }
+  if (action.tool === "finish") {
+    return (
+      <div className="card finish">
+        <Markdown text={str(args.message) || "Finished."} />
+      </div>
+    );
+  }
+  if (action.tool === "terminal") {
+    return (
+      <div className="card cmd" data-testid="command-card">
+        {action.thought && <div className="thought">{action.thought}</div>}
+        <pre className="command">
+          <span className="prompt">$ </span>
+          {str(args.command)}
+          {risk}
+        </pre>
+        {output}
+        {pending}
+        {refused}
+      </div>
+    );
+  }
+  if (action.tool === "file_editor") {
+    const command = str(args.command);
+    const path = str(args.path);
+    const lines =
+      command === "create"
+        ? editLines("", str(args.file_text))
+        : command === "str_replace"
+          ? editLines(str(args.old_str), str(args.new_str))
+          : command === "insert"
+            ? editLines("", str(args.new_str))
+            : null;
+    return (
+      <div className="card edit" data-testid="edit-card">
+        {action.thought && <div className="thought">{action.thought}</div>}
+        <div className="edit-head">
+          <span className="tool">{command}</span> <code>{path}</code>
+          {risk}
+        </div>
+        {lines ? <Diff lines={lines} label={`edit of ${path}`} /> : output}
+        {lines && observation?.is_error && output}
+        {pending}
+        {refused}
+      </div>
+    );
+  }
+  return (
+    <div className="card">
+      <div className="edit-head">
+        <span className="tool">{action.tool}</span> <code>{JSON.stringify(args)}</code>
+      </div>
+      {output}
+      {pending}
+      {refused}
+    </div>
+  );
+}
+
+const Row = memo(function Row({ item }: { item: Item }) {
+  switch (item.type) {
+    case "message":
+      return (
+        <div className={`msg ${item.who}`}>
+          <div className="who">{item.who === "user" ? "You" : "Agent"}</div>
+          <Markdown text={item.text} />
+        </div>
+      );
+    case "action":
+      return <ActionCard item={item} />;
+    case "error":
+      return (
+        <div className="card error-card" role="alert">
+          <strong>{item.code.replace(/_/g, " ")}</strong>: {item.message}
+        </div>
+      );
+    case "note":
+      return <div className="note">{item.text}</div>;
+  }
+});
+
+export function Timeline({ events }: { events: HalyardEvent[] }) {
+  const items = useMemo(() => toItems(events), [events]);
+  const parent = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+  const virtualizer = useVirtualizer({
+    count: items.length,
+    getScrollElement: () => parent.current,
+    estimateSize: () => 90,
+    overscan: 8,
+    getItemKey: (i) => items[i].seq,
+  });
+
+  // Follow the end while the reader is at the end; leave them be once they scroll up.
+  useEffect(() => {
+    if (stick.current && items.length > 0) virtualizer.scrollToIndex(items.length - 1, { align: "end" });
+  }, [items.length, virtualizer]);
+
+  return (
+    <div
+      className="timeline"
+      ref={parent}
+      tabIndex={0}
+      aria-label="Conversation"
+      onScroll={(e) => {
+        const el = e.currentTarget;
+        stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+      }}
+    >
+      <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
+        {virtualizer.getVirtualItems().map((v) => (
+          <div
+            key={v.key}
+            data-index={v.index}
+            data-seq={items[v.index].seq}
+            ref={virtualizer.measureElement}
+            className="row"
+            style={{ position: "absolute", top: 0, left: 0, width: "100%", transform: `translateY(${v.start}px)` }}
+          >
+            <Row item={items[v.index]} />
+          </div>
+        ))}
+      </div>
+    </div>
+  );
+}

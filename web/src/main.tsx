@@ -1,0 +1,104 @@
+// The web workspace: signs in with an API key (exchanged for an HttpOnly session cookie; the key
+// is not kept), then the conversations, one conversation, webhooks and sandboxes.
+
+import { StrictMode, useCallback, useEffect, useState } from "react";
+import { createRoot } from "react-dom/client";
+import "./styles.css";
+import { api, setSignedOutHandler } from "./api";
+import type { Me } from "./types";
+import { Link, navigate, usePath } from "./router";
+import { SignIn } from "./pages/SignIn";
+import { ConversationList } from "./pages/ConversationList";
+import { NewConversation } from "./pages/NewConversation";
+import { ConversationPage } from "./pages/ConversationPage";
+import { Webhooks } from "./pages/Webhooks";
+import { Sandboxes } from "./pages/Sandboxes";
+
+type Theme = "light" | "dark";
+
+function initialTheme(): Theme {
+  const saved = localStorage.getItem("halyard-theme");
+  if (saved === "light" || saved === "dark") return saved;
+  return matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+}
+
+function App() {
+  const [me, setMe] = useState<Me | null | undefined>(undefined);
+  const [theme, setTheme] = useState<Theme>(initialTheme);
+  const path = usePath();
+
+  useEffect(() => {
+    document.documentElement.dataset.theme = theme;
+    localStorage.setItem("halyard-theme", theme);
+  }, [theme]);
+
+  const refresh = useCallback(() => {
+    api.me().then(setMe, () => setMe(null));
+  }, []);
+  useEffect(() => {
+    setSignedOutHandler(() => setMe(null));
+    refresh();
+  }, [refresh]);
+
+  if (me === undefined) return <div className="splash">Halyard</div>;
+  if (me === null) return <SignIn onSignedIn={refresh} />;
+
+  const signOut = async () => {
+    try {
+      await api.signOut();
+    } finally {
+      setMe(null);
+      navigate("/", true);
+    }
+  };
+
+  const pathname = path.split("?")[0];
+  const conv = pathname.match(/^\/c\/([0-9a-f-]{36})$/);
+  let page;
+  if (conv) page = <ConversationPage key={conv[1]} id={conv[1]} />;
+  else if (pathname === "/new") page = <NewConversation />;
+  else if (pathname === "/webhooks") page = <Webhooks />;
+  else if (pathname === "/sandboxes") page = <Sandboxes />;
+  else page = <ConversationList />;
+
+  const nav = (href: string, label: string) => (
+    <Link href={href} aria-current={pathname === href ? "page" : undefined}>
+      {label}
+    </Link>
+  );
+  return (
+    <div className="app">
+      <header className="topbar">
+        <Link href="/" className="brand">
+          Halyard
+        </Link>
+        <nav aria-label="Main">
+          {nav("/", "Conversations")}
+          {nav("/webhooks", "Webhooks")}
+          {nav("/sandboxes", "Sandboxes")}
+        </nav>
+        <span className="spacer" />
+        <button
+          className="ghost"
+          onClick={() => setTheme(theme === "dark" ? "light" : "dark")}
+          aria-label={`Switch to ${theme === "dark" ? "light" : "dark"} theme`}
+        >
+          {theme === "dark" ? "☀" : "☾"}
+        </button>
+        <span className="who" title="Signed in as">
+          {me.user}
+        </span>
+        <button className="ghost" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      <main>{page}</main>
+    </div>
+  );
+}
+
+createRoot(document.getElementById("root")!).render(
+  <StrictMode>
+    <App />
+  </StrictMode>,
+);

@@ -1,0 +1,149 @@
+// The conversations, newest first: searched by title and filtered by status on the server
+// (`GET /conversations?q=&status=`), loaded a page at a time as the list scrolls.
+
+import { useEffect, useRef, useState } from "react";
+import { api, errorText } from "../api";
+import type { Conversation } from "../types";
+import { Link } from "../router";
+import { StatusBadge, ago } from "../components/Status";
+
+const STATUSES = ["", "STARTING", "READY", "ERROR", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
+
+export function ConversationList() {
+  const [query, setQuery] = useState("");
+  const [debounced, setDebounced] = useState("");
+  const [status, setStatus] = useState("");
+  const [items, setItems] = useState<Conversation[]>([]);
+  const [count, setCount] = useState<number>();
+  const [cursor, setCursor] = useState<string>();
+  const [loading, setLoading] = useState(false);
+  const [error, setError] = useState<string>();
+  const [confirming, setConfirming] = useState<string>();
+  const sentinel = useRef<HTMLDivElement>(null);
+  // Answers to an older search are dropped.
+  const generation = useRef(0);
+
+  useEffect(() => {
+    const t = window.setTimeout(() => setDebounced(query.trim()), 250);
+    return () => window.clearTimeout(t);
+  }, [query]);
+
+  const load = async (reset: boolean) => {
+    const gen = reset ? ++generation.current : generation.current;
+    setLoading(true);
+    try {
+      const page = await api.conversations({ q: debounced, status, cursor: reset ? undefined : cursor, limit: 30 });
+      if (gen !== generation.current) return;
+      setItems((prev) => (reset ? page.items : prev.concat(page.items)));
+      setCursor(page.next_cursor ?? undefined);
+      setCount(page.count);
+      setError(undefined);
+    } catch (e) {
+      if (gen === generation.current) setError(errorText(e));
+    } finally {
+      if (gen === generation.current) setLoading(false);
+    }
+  };
+
+  useEffect(() => {
+    load(true);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [debounced, status]);
+
+  // Infinite scroll: the next page when the end of the list comes into view.
+  useEffect(() => {
+    const el = sentinel.current;
+    if (!el || !cursor) return;
+    const io = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting) && !loading) load(false);
+    });
+    io.observe(el);
+    return () => io.disconnect();
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [cursor, loading]);
+
+  const remove = async (id: string) => {
+    try {
+      await api.remove(id);
+      setItems((prev) => prev.filter((c) => c.id !== id));
+      setCount((n) => (n === undefined ? n : n - 1));
+    } catch (e) {
+      setError(errorText(e));
+    } finally {
+      setConfirming(undefined);
+    }
+  };
+
+  return (
+    <section className="page">
+      <div className="page-head">
+        <h1>Conversations</h1>
+        <Link href="/new" className="button">
+          New conversation
+        </Link>
+      </div>
+      <div className="filters" role="search">
+        <input
+          type="search"
+          placeholder="Search titles"
+          aria-label="Search titles"
+          value={query}
+          onChange={(e) => setQuery(e.target.value)}
+        />
+        <select aria-label="Status" value={status} onChange={(e) => setStatus(e.target.value)}>
+          {STATUSES.map((s) => (
+            <option key={s} value={s}>
+              {s === "" ? "Any status" : s.replace(/_/g, " ")}
+            </option>
+          ))}
+        </select>
+        {count !== undefined && (
+          <span className="muted" data-testid="count">
+            {count} conversation{count === 1 ? "" : "s"}
+          </span>
+        )}
+      </div>
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+      <ul className="conv-list" aria-label="Conversations">
+        {items.map((c) => (
+          <li key={c.id} className="conv-row">
+            <Link href={`/c/${c.id}`} className="conv-link">
+              <span className="conv-title">{c.title || "Untitled"}</span>
+              <span className="conv-meta">
+                <StatusBadge status={c.execution_status ?? c.status} />
+                {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
+                <time dateTime={c.updated_at} title={c.updated_at}>
+                  {ago(c.updated_at)}
+                </time>
+              </span>
+            </Link>
+            {confirming === c.id ? (
+              <span className="confirm" role="group" aria-label="Confirm delete">
+                <span>Delete?</span>
+                <button className="danger" onClick={() => remove(c.id)} autoFocus>
+                  Delete
+                </button>
+                <button className="ghost" onClick={() => setConfirming(undefined)}>
+                  Keep
+                </button>
+              </span>
+            ) : (
+              <button className="ghost" aria-label={`Delete ${c.title || "conversation"}`} onClick={() => setConfirming(c.id)}>
+                Delete
+              </button>
+            )}
+          </li>
+        ))}
+      </ul>
+      {!loading && items.length === 0 && !error && (
+        <p className="empty">{debounced || status ? "No conversation matches." : "No conversations yet. Start one."}</p>
+      )}
+      <div ref={sentinel} className="sentinel" />
+      {loading && <p className="muted">Loading…</p>}
+    </section>
+  );
+}

@@ -1,0 +1,336 @@
+// One conversation: its start (the start task's phases, live, until READY), its title (editable
+// in place), its execution status with pause, resume and interrupt, and four tabs: the chat, the
+// terminal, the changes and the served apps.
+
+import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
+import { api, errorText } from "../api";
+import { useEventStream } from "../events";
+import type { Conversation, ExecutionStatus, StartTask } from "../types";
+import { Timeline } from "../components/Timeline";
+import { ChangesView } from "../components/ChangesView";
+import { StatusBadge } from "../components/Status";
+import { AppsView } from "../components/AppsView";
+
+const PHASES = [
+  ["WORKING", "Queued"],
+  ["WAITING_FOR_SANDBOX", "Starting the sandbox"],
+  ["PREPARING_REPOSITORY", "Cloning the repository"],
+  ["RUNNING_SETUP_SCRIPT", "Running the setup script"],
+  ["SETTING_UP_GIT_HOOKS", "Setting up git hooks"],
+  ["SETTING_UP_SKILLS", "Loading skills"],
+  ["STARTING_CONVERSATION", "Starting the agent"],
+  ["READY", "Ready"],
+] as const;
+
+// xterm is most of the bundle and only the Terminal tab needs it: it loads when that tab opens.
+const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
+
+const TABS = ["Chat", "Terminal", "Changes", "Apps"] as const;
+type Tab = (typeof TABS)[number];
+
+export function ConversationPage({ id }: { id: string }) {
+  const [conv, setConv] = useState<Conversation>();
+  const [loadError, setLoadError] = useState<string>();
+  const [task, setTask] = useState<StartTask>();
+  const [tab, setTab] = useState<Tab>("Chat");
+  const [actionError, setActionError] = useState<string>();
+  const taskId = new URLSearchParams(location.search).get("task") ?? conv?.start_task_id;
+  const starting = !conv || conv.status === "STARTING";
+  const { events, connection } = useEventStream(id, !!conv && conv.status !== "STARTING");
+
+  // The conversation record: at once, then now and then (status, sandbox).
+  useEffect(() => {
+    let stop = false;
+    const load = () =>
+      api.conversation(id).then(
+        (c) => !stop && (setConv(c), setLoadError(undefined)),
+        (e) => !stop && setLoadError(errorText(e)),
+      );
+    load();
+    const t = window.setInterval(load, starting ? 500 : 5000);
+    return () => {
+      stop = true;
+      window.clearInterval(t);
+    };
+  }, [id, starting]);
+
+  // The start task's phases, live, while it runs.
+  useEffect(() => {
+    if (!taskId || (conv && conv.status !== "STARTING" && task)) return;
+    let stop = false;
+    let t: number | undefined;
+    const poll = () =>
+      api.task(taskId).then(
+        (k) => {
+          if (stop) return;
+          setTask(k);
+          if (k.status !== "READY" && k.status !== "ERROR") t = window.setTimeout(poll, 150);
+          else api.conversation(id).then((c) => !stop && setConv(c), () => {});
+        },
+        () => !stop && (t = window.setTimeout(poll, 1000)),
+      );
+    poll();
+    return () => {
+      stop = true;
+      window.clearTimeout(t);
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [taskId, id]);
+
+  const lastSeq = events.length ? events[events.length - 1].seq : 0;
+  const status: ExecutionStatus | undefined = useMemo(() => {
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i];
+      if (e.kind === "execution_status") return e.status;
+    }
+    return conv?.execution_status;
+  }, [events, conv]);
+  const title = useMemo(() => {
+    for (let i = events.length - 1; i >= 0; i--) {
+      const e = events[i];
+      if (e.kind === "title") return e.title;
+    }
+    return conv?.title;
+  }, [events, conv]);
+  const observations = useMemo(() => events.filter((e) => e.kind === "observation").length, [events]);
+  const dark = document.documentElement.dataset.theme === "dark";
+
+  const act = async (f: () => Promise<unknown>) => {
+    setActionError(undefined);
+    try {
+      await f();
+    } catch (e) {
+      setActionError(errorText(e));
+    }
+  };
+
+  if (loadError && !conv) {
+    return (
+      <section className="page">
+        <p role="alert" className="error">
+          {loadError}
+        </p>
+      </section>
+    );
+  }
+
+  const failed = conv?.status === "ERROR" || task?.status === "ERROR";
+  const onTabKey = (e: KeyboardEvent) => {
+    const i = TABS.indexOf(tab);
+    if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+      const next = TABS[(i + (e.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
+      setTab(next);
+      document.getElementById(`tab-${next}`)?.focus();
+    }
+  };
+
+  return (
+    <section className="conversation">
+      <div className="conv-head">
+        <EditableTitle id={id} title={title} />
+        <div className="conv-controls">
+          {connection === "reconnecting" && (
+            <span className="badge s-reconnecting" role="status">
+              reconnecting…
+            </span>
+          )}
+          <span role="status" aria-label="Execution status">
+            <StatusBadge status={failed ? "ERROR" : (status ?? conv?.status ?? "STARTING")} />
+          </span>
+          {status === "running" && (
+            <button className="ghost" onClick={() => act(() => api.interrupt(id))}>
+              Interrupt
+            </button>
+          )}
+          {status === "paused" ? (
+            <button onClick={() => act(() => api.resume(id))}>Resume</button>
+          ) : (
+            conv?.status === "READY" && (
+              <button className="ghost" onClick={() => act(() => api.pause(id))}>
+                Pause
+              </button>
+            )
+          )}
+          <span className="muted small" data-testid="seq" data-count={events.length} data-last={lastSeq}>
+            {events.length} events
+          </span>
+        </div>
+      </div>
+      {actionError && (
+        <p role="alert" className="error">
+          {actionError}
+        </p>
+      )}
+
+      {(starting || failed) && <Phases task={task} conv={conv} />}
+
+      {!starting && !failed && (
+        <>
+          <div role="tablist" aria-label="Views" className="tabs" onKeyDown={onTabKey}>
+            {TABS.map((t) => (
+              <button
+                key={t}
+                id={`tab-${t}`}
+                role="tab"
+                aria-selected={tab === t}
+                aria-controls={`panel-${t}`}
+                tabIndex={tab === t ? 0 : -1}
+                onClick={() => setTab(t)}
+              >
+                {t}
+              </button>
+            ))}
+          </div>
+          <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="panel">
+            {tab === "Chat" && (
+              <>
+                <Timeline events={events} />
+                {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
+                <Composer id={id} />
+              </>
+            )}
+            {tab === "Terminal" && (
+              <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
+                <TerminalView events={events} dark={dark} />
+              </Suspense>
+            )}
+            {tab === "Changes" && <ChangesView id={id} version={observations} />}
+            {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id} />}
+          </div>
+        </>
+      )}
+    </section>
+  );
+}
+
+function Phases({ task, conv }: { task?: StartTask; conv?: Conversation }) {
+  const current = task?.status ?? conv?.start_task_status ?? "WORKING";
+  const failed = current === "ERROR" || conv?.status === "ERROR";
+  const at = PHASES.findIndex(([p]) => p === current);
+  return (
+    <div className="phases card" aria-live="polite">
+      <h2>{failed ? "The conversation could not start" : "Starting…"}</h2>
+      <ol>
+        {PHASES.map(([p, label], i) => (
+          <li key={p} className={i < at || current === "READY" ? "done" : i === at ? "current" : "todo"} data-phase={p}>
+            {label}
+          </li>
+        ))}
+      </ol>
+      {failed && (
+        <p role="alert" className="error">
+          {task?.detail ?? conv?.error_detail ?? "The start failed."}
+        </p>
+      )}
+    </div>
+  );
+}
+
+function EditableTitle({ id, title }: { id: string; title?: string }) {
+  const [editing, setEditing] = useState(false);
+  const [value, setValue] = useState(title ?? "");
+  const [error, setError] = useState<string>();
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => {
+    if (!editing) setValue(title ?? "");
+  }, [title, editing]);
+  useEffect(() => {
+    if (editing) input.current?.select();
+  }, [editing]);
+
+  const save = async (e?: FormEvent) => {
+    e?.preventDefault();
+    const v = value.trim();
+    if (!v || v === title) return setEditing(false);
+    try {
+      await api.rename(id, v);
+      setEditing(false);
+      setError(undefined);
+    } catch (err) {
+      setError(errorText(err));
+    }
+  };
+
+  if (!editing) {
+    return (
+      <h1 className="conv-title">
+        <button className="title-button" onClick={() => setEditing(true)} title="Rename">
+          {title || "Untitled"}
+        </button>
+      </h1>
+    );
+  }
+  return (
+    <form onSubmit={save} className="title-form">
+      <input
+        ref={input}
+        aria-label="Title"
+        value={value}
+        maxLength={200}
+        onChange={(e) => setValue(e.target.value)}
+        onKeyDown={(e) => e.key === "Escape" && setEditing(false)}
+        onBlur={() => save()}
+      />
+      {error && <span className="error small">{error}</span>}
+    </form>
+  );
+}
+
+function Composer({ id }: { id: string }) {
+  const [text, setText] = useState("");
+  const [error, setError] = useState<string>();
+  const send = async (e?: FormEvent) => {
+    e?.preventDefault();
+    const t = text.trim();
+    if (!t) return;
+    try {
+      await api.send(id, t);
+      setText("");
+      setError(undefined);
+    } catch (err) {
+      setError(errorText(err));
+    }
+  };
+  return (
+    <form className="composer" onSubmit={send}>
+      <textarea
+        aria-label="Message"
+        placeholder="Message the agent (Enter sends, Shift+Enter for a new line)"
+        rows={2}
+        value={text}
+        onChange={(e) => setText(e.target.value)}
+        onKeyDown={(e) => {
+          if (e.key === "Enter" && !e.shiftKey) {
+            e.preventDefault();
+            send();
+          }
+        }}
+      />
+      <button type="submit" disabled={!text.trim()}>
+        Send
+      </button>
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}
+
+function ConfirmBar({ id }: { id: string }) {
+  const [reason, setReason] = useState("");
+  const [error, setError] = useState<string>();
+  const run = (f: () => Promise<unknown>) => f().then(() => setError(undefined), (e) => setError(errorText(e)));
+  return (
+    <div className="confirm-bar" role="region" aria-label="Actions waiting for your confirmation">
+      <span>The agent waits for your confirmation.</span>
+      <button onClick={() => run(() => api.confirm(id))}>Run them</button>
+      <input aria-label="Reason to refuse" placeholder="Reason (optional)" value={reason} onChange={(e) => setReason(e.target.value)} />
+      <button className="danger" onClick={() => run(() => api.reject(id, reason || "refused by the user"))}>
+        Refuse
+      </button>
+      {error && <span className="error">{error}</span>}
+    </div>
+  );
+}

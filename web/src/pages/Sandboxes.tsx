@@ -1,0 +1,78 @@
+// The user's sandboxes: status, and pause, resume, delete.
+
+import { useEffect, useState } from "react";
+import { api, errorText } from "../api";
+import type { Sandbox } from "../types";
+import { Link } from "../router";
+import { StatusBadge, ago } from "../components/Status";
+
+export function Sandboxes() {
+  const [items, setItems] = useState<Sandbox[]>();
+  const [error, setError] = useState<string>();
+
+  const load = () => api.sandboxes().then((r) => setItems(r.items), (e) => setError(errorText(e)));
+  useEffect(() => {
+    load();
+    const t = window.setInterval(load, 3000);
+    return () => window.clearInterval(t);
+  }, []);
+
+  const run = (f: () => Promise<unknown>) =>
+    f().then(
+      () => (setError(undefined), load()),
+      (e) => setError(errorText(e)),
+    );
+
+  return (
+    <section className="page">
+      <h1>Sandboxes</h1>
+      {error && (
+        <p role="alert" className="error">
+          {error}
+        </p>
+      )}
+      <table className="sandboxes">
+        <thead>
+          <tr>
+            <th>Sandbox</th>
+            <th>Status</th>
+            <th>Conversation</th>
+            <th>Updated</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {items?.map((s) => (
+            <tr key={s.id}>
+              <td>
+                <code>{s.id.slice(0, 8)}</code> <span className="muted small">{s.kind}{s.spec ? ` · ${s.spec}` : ""}</span>
+              </td>
+              <td>
+                <StatusBadge status={s.status} />
+                {s.detail && <div className="muted small">{s.detail}</div>}
+              </td>
+              <td>{s.conversation_id ? <Link href={`/c/${s.conversation_id}`}>{s.conversation_id.slice(0, 8)}</Link> : <span className="muted">pool</span>}</td>
+              <td>{ago(s.updated_at)}</td>
+              <td className="row-buttons">
+                {s.status === "RUNNING" && (
+                  <button className="ghost" onClick={() => run(() => api.pauseSandbox(s.id))}>
+                    Pause
+                  </button>
+                )}
+                {(s.status === "PAUSED" || s.status === "MISSING" || s.status === "ERROR") && (
+                  <button className="ghost" onClick={() => run(() => api.resumeSandbox(s.id))}>
+                    Resume
+                  </button>
+                )}
+                <button className="danger" onClick={() => confirm("Delete this sandbox and its workspace?") && run(() => api.deleteSandbox(s.id))}>
+                  Delete
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {items && items.length === 0 && <p className="empty">No sandboxes.</p>}
+    </section>
+  );
+}

@@ -1,0 +1,53 @@
+// Sign-in: the API key goes to `POST /session` once and is forgotten; the gateway answers with
+// an HttpOnly cookie the page cannot read.
+
+import { useState, type FormEvent } from "react";
+import { api, errorText } from "../api";
+
+export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
+  const [key, setKey] = useState("");
+  const [error, setError] = useState<string>();
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(undefined);
+    try {
+      await api.signIn(key.trim());
+      setKey("");
+      onSignedIn();
+    } catch (err) {
+      setError(errorText(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <main className="signin">
+      <form onSubmit={submit} className="card">
+        <h1>Halyard</h1>
+        <p className="muted">Sign in with your API key. It is exchanged for a session; the browser does not keep it.</p>
+        <label htmlFor="api-key">API key</label>
+        <input
+          id="api-key"
+          type="password"
+          autoComplete="off"
+          autoFocus
+          value={key}
+          onChange={(e) => setKey(e.target.value)}
+          required
+        />
+        {error && (
+          <p role="alert" className="error">
+            {error}
+          </p>
+        )}
+        <button type="submit" disabled={busy || !key.trim()}>
+          {busy ? "Signing in…" : "Sign in"}
+        </button>
+      </form>
+    </main>
+  );
+}

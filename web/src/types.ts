@@ -1,0 +1,155 @@
+// The gateway's JSON, as `services/gateway/src/openapi.json` and `protocol/README.md` describe it.
+
+export type ExecutionStatus = "idle" | "running" | "paused" | "finished" | "error" | "stuck" | "waiting_for_confirmation";
+export type ConversationStatus = "STARTING" | "READY" | "ERROR";
+
+export interface Repository {
+  url: string;
+  branch?: string;
+}
+
+export interface Conversation {
+  id: string;
+  title?: string;
+  status: ConversationStatus;
+  start_task_id?: string;
+  start_task_status?: string;
+  error_detail?: string;
+  execution_status?: ExecutionStatus;
+  sandbox_id?: string;
+  sandbox_status?: string;
+  repository?: Repository;
+  created_at: string;
+  updated_at: string;
+  last_event_seq?: number;
+  metrics?: { llm_calls?: number; prompt_tokens?: number; completion_tokens?: number; cost_usd?: number };
+}
+
+export interface ConversationPage {
+  items: Conversation[];
+  next_cursor?: string;
+  count: number;
+}
+
+export interface StartTask {
+  id: string;
+  conversation_id?: string;
+  status: string;
+  detail?: string;
+  sandbox_id?: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface ExposedUrl {
+  name: string;
+  url: string;
+}
+
+export interface Sandbox {
+  id: string;
+  conversation_id: string | null;
+  kind: string;
+  spec: string | null;
+  status: string;
+  detail: string | null;
+  exposed_urls: ExposedUrl[];
+  workspace: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface SandboxSpecs {
+  kind: string;
+  items: { name: string }[];
+}
+
+export interface Webhook {
+  id: string;
+  url: string;
+  event_kinds?: string[];
+  conversation_id?: string;
+  description?: string;
+  enabled: boolean;
+  disabled_reason?: string;
+  created_at: string;
+  updated_at: string;
+  /** Only in the answer that created or rotated it. */
+  secret?: string;
+}
+
+export interface DeliveryAttempt {
+  delivery_id: string;
+  event_id: string;
+  conversation_id: string;
+  seq: number;
+  attempt: number;
+  status_code?: number;
+  error?: string;
+  duration_ms: number;
+  outcome: string;
+  time: string;
+}
+
+export interface ChangedFile {
+  path: string;
+  status: "added" | "modified" | "deleted" | "renamed" | "untracked";
+  diff: string;
+  truncated: boolean;
+}
+
+export interface Changes {
+  repository: boolean;
+  files: ChangedFile[];
+}
+
+export interface FileEntry {
+  name: string;
+  kind: "file" | "directory" | "symlink";
+  size: number;
+}
+
+export interface Files {
+  path: string;
+  kind: "directory" | "file";
+  entries?: FileEntry[];
+  size?: number;
+  content?: string;
+  truncated: boolean;
+  binary: boolean;
+}
+
+export interface Me {
+  user: string;
+  admin: boolean;
+}
+
+interface EventBase {
+  seq: number;
+  id: string;
+  conversation_id: string;
+  source: "user" | "agent" | "environment" | "system";
+  timestamp: string;
+}
+
+export type ToolArguments = Record<string, unknown> | string;
+
+export type HalyardEvent = EventBase &
+  (
+    | { kind: "conversation_started"; model?: string; workspace?: string }
+    | { kind: "user_message"; text: string }
+    | { kind: "agent_message"; text: string }
+    | { kind: "action"; tool_call_id: string; tool: string; arguments: ToolArguments; thought?: string; security_risk?: string }
+    | { kind: "action_rejected"; tool_call_id: string; tool: string; reason: string }
+    | { kind: "observation"; tool_call_id: string; tool: string; content: string; exit_code?: number; is_error: boolean }
+    | { kind: "agent_error"; code: string; message: string }
+    | { kind: "execution_status"; status: ExecutionStatus; reason?: string }
+    | { kind: "title"; title: string; set_by: string }
+    | { kind: "llm_call"; model: string; prompt_tokens: number; completion_tokens: number; latency_ms: number }
+    | { kind: "condensation"; from_seq: number; upto_seq: number; summary: string }
+    | { kind: "skill_activated"; name: string; trigger: string }
+    | { kind: "confirmation_policy"; policy: string }
+  );
+
+export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;
+export type ObservationEvent = Extract<HalyardEvent, { kind: "observation" }>;
