@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs Halyard on this machine: installs nats-server if missing, builds the release
-# binary, and runs every service in one process (`halyard up`) with an embedded nats-server,
+# binary and the web workspace (when npm is there and the build is missing or stale), and runs
+# every service in one process (`halyard up`) with an embedded nats-server,
 # sled read models and the default sandbox kind, all under $HALYARD_DATA_DIR (default
 # ./.halyard). The default kind is Docker where an engine with the base image answers, process
 # sandboxes otherwise; HALYARD_SANDBOX=docker first installs and starts dockerd and builds the
@@ -19,6 +20,7 @@ fi
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi
+bash infra/build-web.sh
 cargo build --release -p halyard
 if [ -z "${HALYARD_API_KEYS:-}" ]; then
   export HALYARD_API_KEYS="dev:dev-key-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"

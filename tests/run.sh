@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of Halyard: installs nats-server (and the Python client's
 # packages) if missing, installs and starts a Docker engine and builds the sandbox base image
-# if missing, builds the workspace, and runs the unit and end-to-end tests against real
+# if missing, builds the web app and installs Chromium if missing, builds the workspace, and
+# runs the unit and end-to-end tests against real
 # nats-server processes, the real Docker engine and real HTTP. Extra arguments go to the test
 # runner.
 set -euo pipefail
@@ -9,6 +10,12 @@ cd "$(dirname "$0")/.."
 bash infra/install-deps.sh
 bash infra/docker-up.sh
 bash infra/build-base-image.sh
+# The browser tests: the built web app and Debian's Chromium (Playwright cannot download one).
+bash infra/build-web.sh --require
+if ! command -v chromium >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+fi
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi

@@ -95,6 +95,8 @@ pub struct Halyard {
     pub data: tempfile::TempDir,
     pub http: String,
     pub nats: String,
+    /// The served-app proxy's address (`127.0.0.1:port`).
+    pub apps: String,
     opts: HalyardOptions,
 }
 
@@ -104,7 +106,7 @@ pub const LLM_KEY: &str = "sk-halyard-test-llm-key-DO-NOT-LEAK";
 impl Halyard {
     pub fn start(opts: HalyardOptions) -> Self {
         let data = tempfile::tempdir().expect("tempdir");
-        let mut h = Self { child: None, data, http: String::new(), nats: String::new(), opts };
+        let mut h = Self { child: None, data, http: String::new(), nats: String::new(), apps: String::new(), opts };
         h.spawn();
         h
     }
@@ -116,6 +118,7 @@ impl Halyard {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HALYARD_DATA_DIR", self.data.path())
             .env("HALYARD_HTTP_ADDR", "127.0.0.1:0")
+            .env("HALYARD_APPS_ADDR", "127.0.0.1:0")
             .env("HALYARD_API_KEYS", &self.opts.api_keys)
             .env("HALYARD_LLM_BASE_URL", &self.opts.llm_base_url)
             .env("HALYARD_LLM_MODEL", "scripted-model")
@@ -171,6 +174,9 @@ impl Halyard {
             }
             if let Some(v) = part.strip_prefix("nats=") {
                 self.nats = v.to_owned();
+            }
+            if let Some(v) = part.strip_prefix("apps=") {
+                self.apps = v.to_owned();
             }
         }
         self.child = Some(child);

@@ -108,6 +108,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// What a new command gets while the previous one runs.
+const BUSY: &str = "The previous command is still running. Send is_input=true with `C-c` to interrupt it, \
+                    with text to give it input, or with an empty command to keep waiting.";
+
 struct Session {
     child: Child,
     stdin: ChildStdin,
@@ -116,6 +120,9 @@ struct Session {
     bytes: watch::Receiver<u64>,
     /// Marker of the command still running, if any.
     running: Option<String>,
+    /// Whether the caller was told the running command still runs (a timeout). If not, its
+    /// caller went away mid-wait (a paused or interrupted run drops its request).
+    reported: bool,
     counter: u64,
 }
 
@@ -197,7 +204,7 @@ impl Shell {
                 tx.send_modify(|c| *c += 1);
             });
         }
-        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, counter: 0 })
+        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, reported: false, counter: 0 })
     }
 
     /// Interrupts whatever the shell runs now: SIGINT to its process group (the shell's trap
@@ -219,6 +226,15 @@ impl Shell {
 
     /// Runs a command or sends input, per [`ExecRequest`].
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, ExecutorError> {
+        loop {
+            if let Some(done) = self.exec_once(&req).await? {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// One try of [`Shell::exec`]; `None` when a command nobody waited for had to end first.
+    async fn exec_once(&self, req: &ExecRequest) -> Result<Option<ExecResponse>, ExecutorError> {
         let mut guard = self.session.lock().await;
         let session = match guard.as_mut() {
             Some(s) => s,
@@ -249,15 +265,21 @@ impl Shell {
                 "" => {}
                 text => write_line(&mut session.stdin, text).await?,
             }
-            return self.wait(guard, marker, timeout).await;
+            return self.wait(guard, marker, timeout).await.map(Some);
         }
 
+        // A command whose caller went away (the run was paused or interrupted mid-wait) is
+        // waited for first, as its caller would have; then this one runs. Its output was
+        // nobody's, and is dropped.
+        if let Some(marker) = session.running.clone().filter(|_| !session.reported) {
+            let earlier = self.wait(guard, marker, timeout).await?;
+            if !earlier.still_running {
+                return Ok(None);
+            }
+            return Err(ExecutorError::Busy(BUSY.into()));
+        }
         if session.running.is_some() {
-            return Err(ExecutorError::Busy(
-                "The previous command is still running. Send is_input=true with `C-c` to interrupt it, \
-                 with text to give it input, or with an empty command to keep waiting."
-                    .into(),
-            ));
+            return Err(ExecutorError::Busy(BUSY.into()));
         }
         if req.command.trim().is_empty() {
             return Err(ExecutorError::Tool("`command` is empty; give a shell command to run.".into()));
@@ -272,7 +294,8 @@ impl Shell {
         let line = format!(". '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"", script.display(), marker);
         write_line(&mut session.stdin, &line).await?;
         session.running = Some(marker.clone());
-        self.wait(guard, marker, timeout).await
+        session.reported = false;
+        self.wait(guard, marker, timeout).await.map(Some)
     }
 
     async fn wait(
@@ -316,6 +339,7 @@ impl Shell {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
+                    session.reported = true;
                     let (mut output, truncated) = take_output(session);
                     output.push_str(&format!(
                         "\n[The command is still running after {timeout} s. Send is_input=true with `C-c` to interrupt it, \
@@ -406,6 +430,24 @@ mod tests {
         assert!(r.output.contains("oops"));
         let r = sh.exec(cmd("cat <<'EOF'\nmulti\nline\nEOF")).await.unwrap();
         assert_eq!(r.output, "multi\nline");
+    }
+
+    #[tokio::test]
+    async fn a_command_whose_caller_went_away_is_waited_for_by_the_next() {
+        let (sh, _d) = shell();
+        // The caller gives up mid-wait (a paused run drops its request).
+        let dropped = tokio::time::timeout(Duration::from_millis(100), sh.exec(cmd("sleep 0.3; echo first"))).await;
+        assert!(dropped.is_err());
+        // The next command waits for it, as its caller would have, then runs.
+        let started = std::time::Instant::now();
+        let r = sh.exec(cmd("echo second")).await.unwrap();
+        assert_eq!((r.exit_code, r.output.as_str()), (Some(0), "second"));
+        assert!(started.elapsed() >= Duration::from_millis(150), "it did wait for the first");
+        // Past its own timeout, it is refused as busy instead.
+        let dropped = tokio::time::timeout(Duration::from_millis(100), sh.exec(cmd("sleep 5"))).await;
+        assert!(dropped.is_err());
+        let busy = sh.exec(ExecRequest { command: "echo third".into(), timeout_secs: Some(0.2), ..Default::default() }).await;
+        assert!(matches!(busy, Err(ExecutorError::Busy(_))), "{busy:?}");
     }
 
     #[tokio::test]

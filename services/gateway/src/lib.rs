@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod admin;
+pub mod apps;
 pub mod auth;
 pub mod error;
 pub mod events;
@@ -80,6 +81,8 @@ pub struct AppState {
     pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
     /// For sandbox executors (a conversation's changes and files).
     pub http: reqwest::Client,
+    /// The port the served-app proxy listens on, if it does (for app links).
+    pub apps_port: Option<u16>,
 }
 
 /// The router.
@@ -99,6 +102,7 @@ pub fn app(state: AppState) -> Router {
         .route("/skills", get(routes::list_skills))
         .route("/conversations/{id}/changes", get(workspace::changes))
         .route("/conversations/{id}/files", get(workspace::files))
+        .route("/conversations/{id}/apps/{name}", post(apps::open))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
@@ -148,6 +152,7 @@ pub async fn serve(
     config: Arc<Config>,
     nats: async_nats::Client,
     listener: tokio::net::TcpListener,
+    apps_listener: Option<tokio::net::TcpListener>,
     shutdown: Shutdown,
 ) -> Result<(), GatewayError> {
     let js = jetstream::new(nats.clone());
@@ -173,6 +178,7 @@ pub async fn serve(
         webhooks,
         skills,
         http: reqwest::Client::new(),
+        apps_port: apps_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
     };
 
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
@@ -189,9 +195,17 @@ pub async fn serve(
     }
     let mut stop = shutdown.clone();
     // With the peer address: failed authentications are limited per client.
-    let service = app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let service = app(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let apps = apps_listener.map(|l| {
+        let mut stop = shutdown.clone();
+        let router = Router::new().fallback(apps::proxy).with_state(state.clone());
+        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(async move { stop.wait().await }).await })
+    });
     let server = axum::serve(listener, service).with_graceful_shutdown(async move { stop.wait().await });
     let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));
+    if let Some(apps) = apps {
+        let _ = apps.await;
+    }
     let projected = projection_outcome(projection.await);
     store.flush().await;
     served?;
@@ -206,10 +220,14 @@ fn projection_outcome(ended: Result<Result<(), halyard_platform::BusError>, toki
     }
 }
 
-/// Binds `config.http_addr` and serves.
+/// Binds `config.http_addr` (and `config.apps_addr`, unless empty) and serves.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), GatewayError> {
-    let listener = tokio::net::TcpListener::bind(&config.http_addr)
-        .await
-        .map_err(|e| GatewayError::Http(format!("bind {}: {e}", config.http_addr)))?;
-    serve(config, nats, listener, shutdown).await
+    let listener = bind(&config.http_addr).await?;
+    let apps = if config.apps_addr.is_empty() { None } else { Some(bind(&config.apps_addr).await?) };
+    serve(config, nats, listener, apps, shutdown).await
+}
+
+/// A listener on `addr`, or why not.
+pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, GatewayError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Http(format!("cannot listen on {addr}: {e}")))
 }

@@ -264,6 +264,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
     let mut http = String::new();
+    let mut apps = String::new();
     for (service, client) in clients.iter().cloned() {
         let (config, shutdown) = (config.clone(), shutdown.clone());
         match service {
@@ -272,7 +273,13 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
                     .await
                     .with_context(|| format!("cannot listen on {}", config.http_addr))?;
                 http = listener.local_addr()?.to_string();
-                tasks.spawn(async move { (service, halyard_gateway::serve(config, client, listener, shutdown).await.map_err(Into::into)) });
+                let apps_listener = if config.apps_addr.is_empty() { None } else { Some(halyard_gateway::bind(&config.apps_addr).await?) };
+                if let Some(l) = &apps_listener {
+                    apps = l.local_addr()?.to_string();
+                }
+                tasks.spawn(async move {
+                    (service, halyard_gateway::serve(config, client, listener, apps_listener, shutdown).await.map_err(Into::into))
+                });
             }
             Service::Conversations => {
                 tasks.spawn(async move { (service, halyard_conversations::run(config, client, shutdown).await.map_err(Into::into)) });
@@ -293,7 +300,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     }
     tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
     // One machine-readable line for scripts and tests.
-    println!("HALYARD_READY http={http} nats={} sandbox={}", config.nats_url, config.sandbox.kind);
+    println!("HALYARD_READY http={http} nats={} sandbox={} apps={apps}", config.nats_url, config.sandbox.kind);
 
     let mut failed = None;
     tokio::select! {

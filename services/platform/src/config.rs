@@ -41,6 +41,12 @@ pub struct Config {
     pub skills_dir: Option<PathBuf>,
     /// The built web workspace (`web/dist`), served at `/`.
     pub web_dir: Option<PathBuf>,
+    /// Where the served-app proxy listens (the agent's `WORKER_*` apps, each on an origin of
+    /// its own); empty: no proxy.
+    pub apps_addr: String,
+    /// The proxy's public base URL (`https://apps.example.com`, a wildcard DNS name: each app
+    /// is `https://<label>.apps.example.com`); empty: `http://localhost:<apps port>`.
+    pub apps_url: String,
     pub llm: LlmConfig,
     pub agent: AgentConfig,
     pub sandbox: SandboxConfig,
@@ -335,6 +341,8 @@ impl Default for Config {
             log: "info".into(),
             skills_dir: None,
             web_dir: None,
+            apps_addr: "127.0.0.1:3001".into(),
+            apps_url: String::new(),
             llm: LlmConfig::default(),
             agent: AgentConfig::default(),
             sandbox: SandboxConfig::default(),
@@ -435,6 +443,8 @@ pub const ENV_NAMES: &[&str] = &[
     "LOG",
     "SKILLS_DIR",
     "WEB_DIR",
+    "APPS_ADDR",
+    "APPS_URL",
     "LLM_BASE_URL",
     "LLM_MODEL",
     "LLM_API_KEY",
@@ -578,6 +588,8 @@ impl Config {
                 "LOG" => self.log = v,
                 "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
                 "WEB_DIR" => self.web_dir = Some(PathBuf::from(v)),
+                "APPS_ADDR" => self.apps_addr = v,
+                "APPS_URL" => self.apps_url = v.trim_end_matches('/').to_owned(),
                 "LLM_BASE_URL" => self.llm.base_url = v,
                 "LLM_MODEL" => self.llm.model = v,
                 "LLM_API_KEY" => self.llm.api_key = v,
@@ -779,6 +791,8 @@ mod tests {
                 | "LOG"
                 | "SKILLS_DIR"
                 | "WEB_DIR"
+                | "APPS_ADDR"
+                | "APPS_URL"
                 | "LLM_BASE_URL"
                 | "LLM_MODEL"
                 | "LLM_API_KEY"

@@ -19,6 +19,19 @@ pub fn session_key(secret: &str, sandbox: SandboxId) -> String {
     to_hex(&mac.finalize().into_bytes())
 }
 
+/// Hex HMAC-SHA256 of `msg` under the deployment secret, for `purpose` (each purpose its own
+/// key space, so a value signed for one use is never valid for another).
+pub fn sign(secret: &str, purpose: &str, msg: &[u8]) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
+        return String::new();
+    };
+    mac.update(b"halyard:");
+    mac.update(purpose.as_bytes());
+    mac.update(b":");
+    mac.update(msg);
+    to_hex(&mac.finalize().into_bytes())
+}
+
 /// Lower-case hex.
 pub fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

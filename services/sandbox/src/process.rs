@@ -130,6 +130,13 @@ pub async fn start(
     }
 }
 
+/// `n` loopback ports free right now (the kernel's picks; a race with another binder is possible
+/// but harmless: the agent's server then fails to bind and says so).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n).filter_map(|_| std::net::TcpListener::bind("127.0.0.1:0").ok()).collect();
+    listeners.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
+}
+
 /// Polls `/health` with backoff until it answers or `deadline` passes.
 pub async fn wait_healthy(client: &ExecutorClient, deadline: tokio::time::Instant) -> Result<(), String> {
     let mut delay = Duration::from_millis(2);
@@ -153,14 +160,57 @@ pub fn alive(pid: u32) -> bool {
     halyard_platform::signal(pid as i32, 0)
 }
 
-/// SIGSTOP to the whole group.
+/// SIGSTOP to the executor's group and to the group of every process below it: the executor's
+/// shell runs in a group of its own (so `C-c` reaches only the command), and a pause must
+/// freeze the command too, not only the executor.
 pub fn stop_group(pid: u32) -> bool {
-    halyard_platform::signal(-(pid as i32), libc::SIGSTOP)
+    let frozen = halyard_platform::signal(-(pid as i32), libc::SIGSTOP);
+    for group in groups_below(pid) {
+        halyard_platform::signal(-group, libc::SIGSTOP);
+    }
+    frozen
 }
 
-/// SIGCONT to the whole group.
+/// SIGCONT to the executor's group and every group below it.
 pub fn continue_group(pid: u32) -> bool {
+    for group in groups_below(pid) {
+        halyard_platform::signal(-group, libc::SIGCONT);
+    }
     halyard_platform::signal(-(pid as i32), libc::SIGCONT)
+}
+
+/// The process groups of `pid`'s descendants other than its own, read from `/proc`.
+fn groups_below(pid: u32) -> Vec<i32> {
+    // (pid, ppid, pgrp) of every process; `stat`'s command name may hold spaces and
+    // parentheses, so the fields are read after its last `)`.
+    let procs: Vec<(u32, u32, i32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+            let ppid = fields.nth(1)?.parse().ok()?;
+            let pgrp = fields.next()?.parse().ok()?;
+            Some((p, ppid, pgrp))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while let Some(&parent) = tree.get(i) {
+        for &(p, ppid, pgrp) in &procs {
+            if ppid == parent && !tree.contains(&p) {
+                tree.push(p);
+                if pgrp != pid as i32 && !groups.contains(&pgrp) {
+                    groups.push(pgrp);
+                }
+            }
+        }
+        i += 1;
+    }
+    groups
 }
 
 /// Stops an executor: SIGTERM (it then ends its shell's process group too), continued if

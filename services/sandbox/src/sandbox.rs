@@ -332,10 +332,16 @@ impl SandboxState {
             }
             None => Default::default(),
         };
+        // The agent's apps listen on two free host ports, named as in a container.
+        let workers = process::free_ports(2);
+        let mut env = cfg.env.clone();
+        for (i, port) in workers.iter().enumerate() {
+            env.insert(format!("WORKER_{}_PORT", i + 1), port.to_string());
+        }
         let started = process::start(
             &cfg.executor_command,
             &confinement,
-            &cfg.env,
+            &env,
             &self.layout,
             &self.key(),
             cfg.output_cap_bytes,
@@ -349,6 +355,12 @@ impl SandboxState {
                 let generation = self.generation;
                 self.pid = Some(started.pid);
                 self.urls = vec![ExposedUrl { name: AGENT_SERVER.into(), url: started.url }];
+                self.urls.extend(
+                    workers
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| ExposedUrl { name: format!("WORKER_{}", i + 1), url: format!("http://127.0.0.1:{p}") }),
+                );
                 let me = myself.clone();
                 let mut child = started.child;
                 let lifeline = started.lifeline;

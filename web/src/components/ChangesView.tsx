@@ -109,7 +109,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
         (files.binary ? (
           <p className="muted">A binary file of {files.size} bytes.</p>
         ) : (
-          <pre className="file-content" aria-label={`content of ${files.path}`}>
+          <pre className="file-content" data-testid="file-content" data-path={path}>
             {files.content}
             {files.truncated && "\n… (cut at 256 KiB)"}
           </pre>

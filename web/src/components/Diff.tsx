@@ -14,21 +14,26 @@ export function parseUnified(diff: string): Line[] {
   const out: Line[] = [];
   let oldNo = 0;
   let newNo = 0;
+  let inHunk = false;
   for (const raw of diff.split("\n")) {
     const hunk = raw.match(/^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@(.*)$/);
     if (hunk) {
-      oldNo = Number(hunk[1]);
-      newNo = Number(hunk[2]);
+      // A new file's hunk starts at 0; its first line is 1.
+      oldNo = Math.max(1, Number(hunk[1]));
+      newNo = Math.max(1, Number(hunk[2]));
+      inHunk = true;
       out.push({ kind: "hunk", text: raw });
-    } else if (raw.startsWith("+++") || raw.startsWith("---") || raw.startsWith("diff ") || raw.startsWith("index ")) {
-      out.push({ kind: "meta", text: raw });
+    } else if (!inHunk || raw.startsWith("diff ")) {
+      // The file header (`diff --git`, `new file mode`, `index`, `---`, `+++`).
+      inHunk = false;
+      if (raw !== "") out.push({ kind: "meta", text: raw });
     } else if (raw.startsWith("+")) {
       out.push({ kind: "add", text: raw.slice(1), new: newNo++ });
     } else if (raw.startsWith("-")) {
       out.push({ kind: "del", text: raw.slice(1), old: oldNo++ });
     } else if (raw.startsWith("\\")) {
       out.push({ kind: "meta", text: raw });
-    } else if (raw !== "" || oldNo > 0) {
+    } else {
       out.push({ kind: "ctx", text: raw.slice(1), old: oldNo++, new: newNo++ });
     }
   }
@@ -49,6 +54,11 @@ export function editLines(removed: string, added: string): Line[] {
 export const Diff = memo(function Diff({ lines, label }: { lines: Line[]; label?: string }) {
   return (
     <table className="diff" aria-label={label ?? "diff"}>
+      <colgroup>
+        <col className="ln-col" />
+        <col className="ln-col" />
+        <col />
+      </colgroup>
       <tbody>
         {lines.map((l, i) =>
           l.kind === "hunk" || l.kind === "meta" ? (

@@ -25,6 +25,8 @@ export function toItems(events: HalyardEvent[]): Item[] {
         items.push({ type: "message", seq: e.seq, who: e.kind === "user_message" ? "user" : "agent", text: e.text });
         break;
       case "action":
+        // `finish` is followed by the agent's message saying the same: one is enough.
+        if (e.tool === "finish") break;
         byCall.set(e.tool_call_id, items.length);
         items.push({ type: "action", seq: e.seq, action: e });
         break;
@@ -81,13 +83,6 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
         <summary>Thought</summary>
         <Markdown text={str(args.thought)} />
       </details>
-    );
-  }
-  if (action.tool === "finish") {
-    return (
-      <div className="card finish">
-        <Markdown text={str(args.message) || "Finished."} />
-      </div>
     );
   }
   if (action.tool === "terminal") {

@@ -1,4 +1,5 @@
-// The user's sandboxes: status, and pause, resume, delete.
+// The user's sandboxes: status, and pause, resume, delete. Ids are shown by their last twelve
+// digits: Halyard's ids are time-ordered, so their first digits are shared by neighbours.
 
 import { useEffect, useState } from "react";
 import { api, errorText } from "../api";
@@ -45,13 +46,13 @@ export function Sandboxes() {
           {items?.map((s) => (
             <tr key={s.id}>
               <td>
-                <code>{s.id.slice(0, 8)}</code> <span className="muted small">{s.kind}{s.spec ? ` · ${s.spec}` : ""}</span>
+                <code title={s.id}>{s.id.slice(-12)}</code> <span className="muted small">{s.kind}{s.spec ? ` · ${s.spec}` : ""}</span>
               </td>
               <td>
                 <StatusBadge status={s.status} />
                 {s.detail && <div className="muted small">{s.detail}</div>}
               </td>
-              <td>{s.conversation_id ? <Link href={`/c/${s.conversation_id}`}>{s.conversation_id.slice(0, 8)}</Link> : <span className="muted">pool</span>}</td>
+              <td>{s.conversation_id ? <Link href={`/c/${s.conversation_id}`} title={s.conversation_id}>{s.conversation_id.slice(-12)}</Link> : <span className="muted">pool</span>}</td>
               <td>{ago(s.updated_at)}</td>
               <td className="row-buttons">
                 {s.status === "RUNNING" && (

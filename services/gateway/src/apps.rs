@@ -1,0 +1,333 @@
+//! Served apps: the agent's own servers (`WORKER_1`, `WORKER_2` in its sandbox) reached from the
+//! browser through an authenticated reverse proxy, WebSocket upgrades included.
+//!
+//! Why a listener and an origin of their own: an app is the agent's code, and the agent is
+//! assumed hostile. Served from the workspace's origin, its JavaScript could call the API with
+//! the user's session cookie (and set the CSRF header). So each app lives at
+//! `http://<sandbox>-<worker>.localhost:<apps port>` (or under `HALYARD_APPS_URL`): an origin per
+//! app, which the workspace's cookie never reaches and which no other app shares.
+//!
+//! Access: the owner asks the API for a link (`POST /conversations/{id}/apps/{name}`); the link
+//! carries a grant signed with the deployment secret, good for a minute, for that app only. The
+//! proxy trades it for an HttpOnly cookie on the app's origin (12 hours) and redirects to the
+//! app. Every request is checked again: grant, owner, sandbox running. The cookie is taken out
+//! of what the app receives.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use halyard_platform::{keys, now_ms};
+use halyard_protocol::SandboxId;
+use halyard_protocol::system::AGENT_SERVER;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::ApiError;
+use crate::routes::{owned, parse_id};
+
+/// The proxy's cookie, on each app's own origin.
+pub const COOKIE: &str = "halyard_app";
+/// The path that trades a link's grant for the cookie.
+const OPEN_PATH: &str = "/_halyard/open";
+const LINK_MS: i64 = 60_000;
+const COOKIE_MS: i64 = 12 * 3600 * 1000;
+const PURPOSE: &str = "app-grant";
+
+/// What a link or a cookie lets its holder do: reach one app of one sandbox, as its owner, until
+/// `expires_ms`.
+#[derive(Debug, PartialEq)]
+struct Grant {
+    sandbox: SandboxId,
+    name: String,
+    user: String,
+    expires_ms: i64,
+}
+
+impl Grant {
+    fn encode(&self, secret: &str) -> String {
+        let payload = format!("{}\n{}\n{}\n{}", self.sandbox, self.name, self.user, self.expires_ms);
+        let sig = keys::sign(secret, PURPOSE, payload.as_bytes());
+        format!("{}.{sig}", URL_SAFE_NO_PAD.encode(payload))
+    }
+
+    /// The grant in `token`, if the signature holds and it has not expired.
+    fn decode(secret: &str, token: &str, now: i64) -> Option<Self> {
+        let (payload, sig) = token.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let expected = keys::sign(secret, PURPOSE, &payload);
+        if !keys::constant_time_eq(expected.as_bytes(), sig.as_bytes()) {
+            return None;
+        }
+        let text = String::from_utf8(payload).ok()?;
+        let mut parts = text.split('\n');
+        let grant = Grant {
+            sandbox: parts.next()?.parse().ok()?,
+            name: parts.next()?.to_owned(),
+            user: parts.next()?.to_owned(),
+            expires_ms: parts.next()?.parse().ok()?,
+        };
+        (parts.next().is_none() && grant.expires_ms > now).then_some(grant)
+    }
+}
+
+/// The DNS label of an app: `<sandbox id without dashes>-<worker name>`, e.g.
+/// `0f5c…e1-worker-1`.
+fn label(sandbox: SandboxId, name: &str) -> String {
+    format!("{}-{}", sandbox.0.simple(), name.to_ascii_lowercase().replace('_', "-"))
+}
+
+/// The app a request's `Host` names.
+fn app_of(headers: &HeaderMap) -> Option<(SandboxId, String)> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let first = host.split(['.', ':']).next()?;
+    let (id, name) = first.split_once('-')?;
+    let sandbox = SandboxId(uuid::Uuid::try_parse(id).ok()?);
+    let name = name.to_ascii_uppercase().replace('-', "_");
+    name.starts_with("WORKER_").then_some((sandbox, name))
+}
+
+/// The base URL an app's label goes in front of.
+fn app_origin(state: &AppState, label: &str) -> Result<String, ApiError> {
+    let base = if state.config.apps_url.is_empty() {
+        match state.apps_port {
+            Some(port) => format!("http://localhost:{port}"),
+            None => return Err(ApiError::conflict("apps_disabled", "this deployment serves no apps (HALYARD_APPS_ADDR is empty)")),
+        }
+    } else {
+        state.config.apps_url.clone()
+    };
+    let (scheme, host) = base.split_once("://").unwrap_or(("http", base.as_str()));
+    Ok(format!("{scheme}://{label}.{host}"))
+}
+
+/// `POST /conversations/{id}/apps/{name}`: a link that opens the app, good for a minute.
+pub async fn open(
+    State(state): State<AppState>,
+    User(user): User,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, c) = owned(&state, &user, &id)?;
+    let sandbox_id: SandboxId = match &c.sandbox_id {
+        Some(s) => parse_id(s, "sandbox_id")?,
+        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
+    };
+    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
+    // The executor is Halyard's, not an app: its port is never proxied.
+    if name == AGENT_SERVER || !sandbox.exposed_urls.iter().any(|u| u["name"] == name.as_str()) {
+        return Err(ApiError::not_found("app"));
+    }
+    if sandbox.status != "RUNNING" {
+        return Err(ApiError::conflict(
+            "sandbox_not_running",
+            format!("the conversation's sandbox is {}; resume the conversation to open its apps", sandbox.status),
+        ));
+    }
+    let grant = Grant { sandbox: sandbox_id, name: name.clone(), user: user.0.clone(), expires_ms: now_ms() + LINK_MS };
+    let origin = app_origin(&state, &label(sandbox_id, &name))?;
+    Ok(Json(json!({"url": format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret))})))
+}
+
+/// A plain page for a person who reached the proxy without the right to.
+fn page(status: StatusCode, text: &str) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::CACHE_CONTROL, "no-store")], format!("{text}\n"))
+        .into_response()
+}
+
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|r| r.strip_prefix('=')))
+        .map(str::to_owned)
+}
+
+/// Every request on the apps listener.
+pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
+    let Some((sandbox_id, name)) = app_of(req.headers()) else {
+        return page(StatusCode::NOT_FOUND, "No app here. Open apps from the conversation's Apps tab in Halyard.");
+    };
+    let now = now_ms();
+    let secret = &state.config.secret;
+
+    if req.uri().path() == OPEN_PATH {
+        let grant = req
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("grant=")))
+            .and_then(|t| Grant::decode(secret, t, now))
+            .filter(|g| g.sandbox == sandbox_id && g.name == name);
+        let Some(grant) = grant else {
+            return page(StatusCode::FORBIDDEN, "This link is not valid (they last a minute). Open the app again from Halyard.");
+        };
+        let cookie = Grant { expires_ms: now + COOKIE_MS, ..grant }.encode(secret);
+        let mut res = Response::new(Body::empty());
+        *res.status_mut() = StatusCode::SEE_OTHER;
+        res.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/"));
+        res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        // Host-only (no Domain): this app's origin and no other. Lax, so the redirect that
+        // follows from Halyard's page carries it.
+        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}", COOKIE_MS / 1000)) {
+            res.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        return res;
+    }
+
+    let grant =
+        cookie_value(req.headers()).and_then(|t| Grant::decode(secret, &t, now)).filter(|g| g.sandbox == sandbox_id && g.name == name);
+    let Some(grant) = grant else {
+        return page(StatusCode::UNAUTHORIZED, "Open this app from the conversation's Apps tab in Halyard.");
+    };
+    // Checked on every request, not only at the link: a deleted sandbox, a new owner or a
+    // disabled user closes the app at once.
+    if state.accounts.account(&grant.user).is_some_and(|a| a.disabled) {
+        return page(StatusCode::FORBIDDEN, "This user is disabled.");
+    }
+    let sandbox = match state.store.sandbox(sandbox_id) {
+        Ok(Some(s)) if s.owner == grant.user => s,
+        Ok(_) => return page(StatusCode::NOT_FOUND, "This app's sandbox is gone."),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the sandbox");
+            return page(StatusCode::SERVICE_UNAVAILABLE, "Try again shortly.");
+        }
+    };
+    if sandbox.status != "RUNNING" {
+        return page(StatusCode::CONFLICT, &format!("The sandbox is {}; resume the conversation in Halyard.", sandbox.status));
+    }
+    let Some(upstream) = sandbox.exposed_urls.iter().find(|u| u["name"] == name.as_str()).and_then(|u| u["url"].as_str()) else {
+        return page(StatusCode::NOT_FOUND, "This sandbox serves no such app.");
+    };
+    let Some(authority) = upstream.strip_prefix("http://").map(|a| a.trim_end_matches('/').to_owned()) else {
+        return page(StatusCode::BAD_GATEWAY, "The app's address is not plain HTTP.");
+    };
+    match forward(&authority, req).await {
+        Ok(res) => res,
+        Err(e) => {
+            tracing::debug!(sandbox_id = %sandbox_id, app = %name, error = %e, "app unreachable");
+            page(StatusCode::BAD_GATEWAY, &format!("Nothing answers on {name} in the sandbox yet ({e}). Start the app, then reload."))
+        }
+    }
+}
+
+/// Hop-by-hop headers, which belong to one connection and are not forwarded (RFC 9110 7.6.1).
+const HOP: [&str; 8] =
+    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
+
+/// The request's cookies less Halyard's own.
+fn app_cookies(headers: &HeaderMap) -> Option<String> {
+    let kept: Vec<&str> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.starts_with(&format!("{COOKIE}=")) && !c.starts_with(&format!("{}=", crate::session::COOKIE)))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("; "))
+}
+
+/// Sends `req` to the app at `authority` over a connection of its own, and relays the answer;
+/// a `101 Switching Protocols` joins the two upgraded connections.
+async fn forward(authority: &str, mut req: Request) -> Result<Response, String> {
+    let upgrade = req.headers().get(header::UPGRADE).cloned();
+    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+
+    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
+    let headers = out.headers_mut().ok_or("bad request")?;
+    for (k, v) in &parts.headers {
+        if HOP.contains(&k.as_str()) || k == header::COOKIE || k == header::HOST {
+            continue;
+        }
+        headers.append(k, v.clone());
+    }
+    if let Some(c) = app_cookies(&parts.headers).and_then(|c| HeaderValue::from_str(&c).ok()) {
+        headers.insert(header::COOKIE, c);
+    }
+    if let Some(host) = parts.headers.get(header::HOST) {
+        headers.insert("x-forwarded-host", host.clone());
+    }
+    headers.insert(header::HOST, HeaderValue::from_str(authority).map_err(|e| e.to_string())?);
+    if let Some(u) = &upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, u.clone());
+    }
+    let out = out.body(body).map_err(|e| e.to_string())?;
+
+    let stream = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(authority))
+        .await
+        .map_err(|_| "connect timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut res = sender.send_request(out).await.map_err(|e| e.to_string())?;
+
+    if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let server_upgrade = hyper::upgrade::on(&mut res);
+        if let Some(client_upgrade) = client_upgrade {
+            tokio::spawn(async move {
+                if let (Ok(client), Ok(server)) = (client_upgrade.await, server_upgrade.await) {
+                    let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(server)).await;
+                }
+            });
+        }
+        let (parts, _) = res.into_parts();
+        return Ok(Response::from_parts(parts, Body::empty()));
+    }
+
+    let (mut parts, body) = res.into_parts();
+    for h in HOP {
+        parts.headers.remove(h);
+    }
+    // The app cannot overwrite Halyard's cookie on its origin (it could only lock itself out,
+    // but a clean answer is simpler to reason about).
+    let cookies: Vec<HeaderValue> = parts.headers.get_all(header::SET_COOKIE).iter().cloned().collect();
+    parts.headers.remove(header::SET_COOKIE);
+    for c in cookies {
+        if !c.to_str().is_ok_and(|s| s.trim_start().starts_with(&format!("{COOKIE}="))) {
+            parts.headers.append(header::SET_COOKIE, c);
+        }
+    }
+    Ok(Response::from_parts(parts, Body::new(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_holds_only_as_signed_and_until_it_expires() {
+        let g = Grant { sandbox: SandboxId(uuid::Uuid::new_v4()), name: "WORKER_1".into(), user: "alice".into(), expires_ms: 2_000 };
+        let t = g.encode("secret");
+        assert_eq!(Grant::decode("secret", &t, 1_000), Some(g));
+        assert_eq!(Grant::decode("secret", &t, 2_000), None, "expired");
+        assert_eq!(Grant::decode("other secret", &t, 1_000), None);
+        let (payload, sig) = t.split_once('.').unwrap();
+        let forged = URL_SAFE_NO_PAD.encode(String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap().replace("alice", "bob"));
+        assert_eq!(Grant::decode("secret", &format!("{forged}.{sig}"), 1_000), None);
+    }
+
+    #[test]
+    fn an_app_is_named_by_the_first_label_of_its_host() {
+        let id = SandboxId(uuid::Uuid::new_v4());
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_str(&format!("{}.localhost:3001", label(id, "WORKER_2"))).unwrap());
+        assert_eq!(app_of(&h), Some((id, "WORKER_2".to_owned())));
+        h.insert(header::HOST, HeaderValue::from_str(&format!("{}-agent-server.localhost", id.0.simple())).unwrap());
+        assert_eq!(app_of(&h), None, "the executor is no app");
+        h.insert(header::HOST, HeaderValue::from_static("localhost:3001"));
+        assert_eq!(app_of(&h), None);
+    }
+}

@@ -1,0 +1,191 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! The web workspace in a real browser: a real `halyard up` serving the built app (`web/dist`),
+//! a scripted LLM, and Playwright driving Debian's Chromium through the specs in `web/tests/`
+//! as a person would. `tests/run.sh` installs Chromium and the npm packages and builds the app.
+//!
+//! The LLM follows the user's last message: each spec asks for a task by a keyword and gets
+//! the same steps every time (see [`script`]).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::routing::post;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
+
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+
+/// The text of the last user message in a chat request, and how many tool results follow it.
+fn turn(request: &Value) -> (String, usize) {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+    let text = match &messages.get(last_user).map(|m| m["content"].clone()).unwrap_or_default() {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+        _ => String::new(),
+    };
+    let tools = messages[last_user..].iter().filter(|m| m["role"] == "tool").count();
+    (text, tools)
+}
+
+fn terminal(command: &str) -> Reply {
+    Reply::tool("terminal", json!({"command": command, "security_risk": "low"}))
+}
+
+/// The agent's steps for each task the specs ask for.
+fn script(request: &Value) -> Reply {
+    let (text, step) = turn(request);
+    let text = text.to_lowercase();
+    if text.contains("hello.py") {
+        return match step {
+            0 => Reply::tool(
+                "file_editor",
+                json!({"command": "create", "path": "hello.py", "file_text": "print(\"hello from halyard\")\n", "security_risk": "low"}),
+            ),
+            1 => terminal("python3 hello.py"),
+            _ => Reply::finish("`hello.py` prints **hello from halyard**."),
+        };
+    }
+    if text.contains("tick") {
+        return match step {
+            0..6 => terminal(&format!("sleep 0.7; echo tick-{}", step + 1)),
+            _ => Reply::finish("Ticked six times."),
+        };
+    }
+    if text.contains("serve") {
+        return match step {
+            0 => terminal(
+                "mkdir -p site && echo '<h1>served by the agent</h1>' > site/index.html && \
+                 (cd site && setsid nohup python3 -m http.server \"$WORKER_1_PORT\" --bind 127.0.0.1 >/dev/null 2>&1 &) && \
+                 sleep 1 && echo serving on $WORKER_1_PORT",
+            ),
+            _ => Reply::finish("The site is served on WORKER_1."),
+        };
+    }
+    Reply::finish("Done.")
+}
+
+/// A local repository whose setup script takes a while, so the start phases can be watched.
+fn slow_repository(dir: &std::path::Path) -> PathBuf {
+    let repo = dir.join("slow-repo");
+    std::fs::create_dir_all(repo.join(".openhands")).unwrap();
+    std::fs::write(repo.join(".openhands/setup.sh"), "sleep 2\n").unwrap();
+    std::fs::write(repo.join("README.md"), "# slow\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    repo
+}
+
+/// A TCP relay in front of the gateway that a spec can take down (`POST <control>/down`: open
+/// connections are cut and new ones refused) and bring back (`POST <control>/up`): a network
+/// that drops, for real, between the browser and Halyard. Returns the relay's and the control's
+/// base URLs.
+async fn relay(target: String) -> (String, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (cut, _) = broadcast::channel::<()>(8);
+    let down = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (cut, down) = (cut.clone(), down.clone());
+        async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if down.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is closed at once
+                }
+                let mut cut = cut.subscribe();
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&target).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.recv() => {}
+                    }
+                });
+            }
+        }
+    });
+    let control = Router::new()
+        .route(
+            "/down",
+            post({
+                let (cut, down) = (cut.clone(), down.clone());
+                move || async move {
+                    down.store(true, Ordering::SeqCst);
+                    let _ = cut.send(());
+                }
+            }),
+        )
+        .route(
+            "/up",
+            post(move || async move {
+                down.store(false, Ordering::SeqCst);
+            }),
+        );
+    let control_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let control_addr = control_listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(control_listener, control).await });
+    (format!("http://{addr}"), format!("http://{control_addr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
+    init();
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web").canonicalize().unwrap();
+    assert!(
+        web.join("dist/index.html").exists() && web.join("node_modules/@playwright/test").exists(),
+        "the web app is not built: run ./tests/run.sh (or `npm ci && npm run build` in web/)"
+    );
+    let chromium = std::env::var("HALYARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(std::path::Path::new(&chromium).exists(), "no Chromium at {chromium}: apt-get install chromium");
+
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(script);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.join("dist").display().to_string()));
+    let scratch = tempfile::tempdir().unwrap();
+    let repo = slow_repository(scratch.path());
+    let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
+
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("npx")
+            .args(["--no-install", "playwright", "test"])
+            .current_dir(&web)
+            // The browser reaches Halyard through the relay; the specs may call it directly.
+            .env("HALYARD_URL", &via_relay)
+            .env("HALYARD_DIRECT_URL", &h.http)
+            .env("HALYARD_RELAY_CONTROL", &relay_control)
+            .env("HALYARD_ALICE_KEY", ALICE)
+            .env("HALYARD_BOB_KEY", BOB)
+            .env("HALYARD_SLOW_REPO", &repo)
+            .env("HALYARD_CHROMIUM", &chromium)
+            .env("CI", "1")
+            .output()
+            .map(|o| (o, h))
+    })
+    .await
+    .unwrap()
+    .expect("run npx playwright");
+    let (out, h) = out;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "Playwright failed (screenshots in web/test-results/):\n{stdout}\n{stderr}\nhalyard log:\n{}", h.log());
+    // Every spec ran (a spec that was skipped or not found is a failure too).
+    assert!(stdout.contains("7 passed"), "{stdout}");
+}

@@ -1,0 +1,249 @@
+// The web workspace as a person uses it, in Chromium, against a real Halyard and a scripted
+// LLM (tests/tests/browser.rs starts both; the LLM's steps follow the task's keyword). Each test
+// saves screenshots under test-results/screenshots/.
+
+import { expect, test, type Page } from "@playwright/test";
+
+const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
+const BOB = process.env.HALYARD_BOB_KEY ?? "bob-secret-key";
+const shot = (page: Page, name: string) => page.screenshot({ path: `test-results/screenshots/${name}.png` });
+
+async function signIn(page: Page, key: string) {
+  await page.goto("/");
+  await page.getByLabel("API key").fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+}
+
+async function start(page: Page, message: string, repo?: string) {
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill(message);
+  if (repo) await page.getByLabel("URL").fill(repo);
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
+  return page.url().match(/\/c\/([0-9a-f-]{36})/)![1];
+}
+
+const status = (page: Page) => page.getByRole("status", { name: "Execution status" });
+
+test("1. sign in, start from a repository, watch the phases, see the command, its output and the diff", async ({ page, context }) => {
+  await signIn(page, ALICE);
+  // The key is not kept by the page: only an HttpOnly cookie holds the session.
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === "halyard_session");
+  expect(session?.httpOnly).toBe(true);
+  expect(session?.sameSite).toBe("Strict");
+  expect(await page.evaluate(() => JSON.stringify(localStorage) + document.cookie)).not.toContain(ALICE);
+
+  await start(page, "Write hello.py that prints hello, and run it", process.env.HALYARD_SLOW_REPO);
+  // The repository's setup script sleeps: the phases are there to watch.
+  const setup = page.locator('[data-phase="RUNNING_SETUP_SCRIPT"]');
+  await expect(setup).toHaveClass("current");
+  await expect(page.locator('[data-phase="WAITING_FOR_SANDBOX"]')).toHaveClass("done");
+  await shot(page, "phases");
+
+  await expect(status(page)).toContainText("finished");
+  const edit = page.getByTestId("edit-card");
+  await expect(edit).toContainText("hello.py");
+  await expect(edit.locator("tr.add")).toContainText('print("hello from halyard")');
+  const command = page.getByTestId("command-card").filter({ hasText: "python3 hello.py" });
+  await expect(command.getByTestId("observation")).toContainText("hello from halyard");
+  // Markdown, rendered: the agent's **bold** is bold.
+  await expect(page.locator(".msg.agent strong")).toHaveText("hello from halyard");
+  await shot(page, "conversation");
+
+  await page.getByRole("tab", { name: "Terminal" }).click();
+  const term = page.getByTestId("terminal");
+  await expect(term).toContainText("$ python3 hello.py");
+  await expect(term).toContainText("hello from halyard");
+  await shot(page, "terminal");
+
+  await page.getByRole("tab", { name: "Changes" }).click();
+  const diff = page.getByTestId("file-diff").filter({ hasText: "hello.py" });
+  await expect(diff).toContainText("untracked");
+  await expect(diff.locator("tr.add")).toContainText('print("hello from halyard")');
+  // The file browser lists the workspace and opens a file.
+  await page.getByRole("region", { name: "Files" }).getByRole("button", { name: /hello\.py/ }).click();
+  await expect(page.getByTestId("file-content")).toHaveAttribute("data-path", "hello.py");
+  await expect(page.getByRole("region", { name: "Files" }).locator("code.path")).toHaveText("/hello.py");
+  await expect(page.getByTestId("file-content")).toContainText('print("hello from halyard")');
+  await shot(page, "changes");
+
+  // The title, renamed in place, live.
+  await page.getByRole("tab", { name: "Chat" }).click();
+  await page.locator(".title-button").click();
+  await page.getByLabel("Title").fill("Hello script");
+  await page.getByLabel("Title").press("Enter");
+  await expect(page.locator(".title-button")).toHaveText("Hello script");
+
+  // The list: the conversation, searchable by title, filterable by status.
+  await page.getByRole("link", { name: "Conversations" }).click();
+  await expect(page.getByRole("link", { name: /Hello script/ })).toBeVisible();
+  await page.getByLabel("Search titles").fill("hello scr");
+  await expect(page.getByTestId("count")).toHaveText("1 conversation");
+  await page.getByLabel("Search titles").fill("no such title");
+  await expect(page.getByTestId("count")).toHaveText("0 conversations");
+  await page.getByLabel("Search titles").fill("");
+  await page.getByLabel("Status").selectOption("finished");
+  await expect(page.getByRole("link", { name: /Hello script/ })).toBeVisible();
+  await page.getByLabel("Status").selectOption("");
+  await shot(page, "list");
+});
+
+test("2. pause and resume a run, reload mid-run: every event shown once, none missing", async ({ page }) => {
+  await signIn(page, ALICE);
+  const id = await start(page, "Count: tick six times");
+  await expect(page.getByTestId("observation").filter({ hasText: "tick-1" })).toBeVisible();
+  await page.getByRole("button", { name: "Pause" }).click();
+  await expect(status(page)).toContainText("paused");
+  await shot(page, "paused");
+  await page.getByRole("button", { name: "Resume" }).click();
+  await expect(status(page)).toContainText("running");
+
+  // Reload while it runs: the page resumes from what it is given, with no gap and no copy.
+  await expect(page.getByTestId("observation").filter({ hasText: "tick-3" })).toBeVisible();
+  await page.reload();
+  await expect(status(page)).toContainText("finished", { timeout: 30_000 });
+  const seq = page.getByTestId("seq");
+  const api = await page.request.get(`/api/v1/conversations/${id}/events?limit=1000`);
+  const all = (await api.json()).items as { seq: number }[];
+  await expect(seq).toHaveAttribute("data-count", String(all.length));
+  await expect(seq).toHaveAttribute("data-last", String(all[all.length - 1].seq));
+  // The page holds the log as the API serves it, seq 1 to the last, so each event once; the
+  // list follows the end, where the last tick is.
+  expect(all.map((e) => e.seq)).toEqual(all.map((_, i) => i + 1));
+  await expect(page.getByTestId("observation").filter({ hasText: "tick-6" })).toHaveCount(1);
+
+  // The network drops (the relay between the browser and Halyard cuts every connection): the
+  // page says so; meanwhile the conversation goes on; when the network is back, the page
+  // catches up with what it missed, once.
+  const relay = process.env.HALYARD_RELAY_CONTROL!;
+  await page.request.post(`${relay}/down`);
+  await expect(page.getByText("reconnecting")).toBeVisible();
+  const direct = process.env.HALYARD_DIRECT_URL!;
+  const sent = await page.request.post(`${direct}/api/v1/conversations/${id}/messages`, {
+    data: { text: "say hi" },
+    headers: { "x-halyard-csrf": "1" },
+  });
+  expect(sent.ok(), await sent.text()).toBe(true);
+  await page.waitForTimeout(1500);
+  await page.request.post(`${relay}/up`);
+  await expect(page.getByText("reconnecting")).toHaveCount(0);
+  await expect(page.locator(".msg.user").filter({ hasText: "say hi" })).toHaveCount(1);
+  await expect(page.locator(".msg.agent").filter({ hasText: "Done." })).toHaveCount(1);
+  await expect(status(page)).toContainText("finished");
+  const after = (await (await page.request.get(`/api/v1/conversations/${id}/events?limit=1000`)).json()).items as { seq: number }[];
+  expect(after.length).toBeGreaterThan(all.length);
+  await expect(seq).toHaveAttribute("data-count", String(after.length));
+  await expect(seq).toHaveAttribute("data-last", String(after.length));
+});
+
+test("3. a second user sees nothing of the first", async ({ browser }) => {
+  const alice = await browser.newContext();
+  const a = await alice.newPage();
+  await signIn(a, ALICE);
+  const id = await start(a, "say hi");
+  await expect(status(a)).toContainText("finished");
+
+  const bob = await browser.newContext();
+  const b = await bob.newPage();
+  await signIn(b, BOB);
+  await expect(b.getByText("No conversations yet")).toBeVisible();
+  await b.goto(`/c/${id}`);
+  await expect(b.getByRole("alert")).toContainText("conversation not found");
+  const events = await b.request.get(`/api/v1/conversations/${id}/events`);
+  expect(events.status()).toBe(404);
+  await shot(b, "other-user");
+  await alice.close();
+  await bob.close();
+});
+
+test("4. webhooks: create (secret shown once), disable, rotate, delete", async ({ page }) => {
+  await signIn(page, ALICE);
+  await page.getByRole("link", { name: "Webhooks" }).click();
+  await page.getByLabel("Webhook URL").fill("https://example.com/halyard-hook");
+  await page.getByLabel("Description").fill("CI notifier");
+  await page.getByRole("button", { name: "Create webhook" }).click();
+  const secret = page.getByTestId("webhook-secret");
+  await expect(secret).toHaveText(/\S{20,}/);
+  const first = await secret.textContent();
+  await shot(page, "webhook-created");
+  const hook = page.getByRole("listitem").filter({ hasText: "halyard-hook" });
+  await expect(hook).toContainText("enabled");
+  await hook.getByRole("button", { name: "Disable" }).click();
+  await expect(hook).toContainText("disabled");
+  await hook.getByRole("button", { name: "Rotate secret" }).click();
+  await expect(secret).not.toHaveText(first!);
+  await hook.getByRole("button", { name: "Deliveries" }).click();
+  await expect(hook).toContainText("No deliveries yet");
+  // Shown once: after a reload the secret is gone from the page.
+  await page.reload();
+  await expect(page.getByTestId("webhook-secret")).toHaveCount(0);
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("listitem").filter({ hasText: "halyard-hook" }).getByRole("button", { name: "Delete" }).click();
+  await expect(page.getByRole("listitem").filter({ hasText: "halyard-hook" })).toHaveCount(0);
+});
+
+test("5. an app the agent serves opens in a tab of its own origin", async ({ page, context }) => {
+  await signIn(page, ALICE);
+  await start(page, "serve a site on WORKER_1");
+  await expect(status(page)).toContainText("finished");
+  await page.getByRole("tab", { name: "Apps" }).click();
+  const [app] = await Promise.all([context.waitForEvent("page"), page.getByRole("button", { name: "Open WORKER_1" }).click()]);
+  await expect(app.locator("h1")).toHaveText("served by the agent");
+  const origin = new URL(app.url());
+  expect(origin.hostname).toMatch(/^[0-9a-f]{32}-worker-1\.localhost$/);
+  expect(origin.origin).not.toBe(new URL(page.url()).origin);
+  // The workspace's session never reaches the app's origin.
+  const appCookies = await context.cookies(app.url());
+  expect(appCookies.map((c) => c.name)).toEqual(["halyard_app"]);
+  await shot(app, "served-app");
+  // Without the grant, the app is closed to anyone else.
+  const stranger = await page.context().browser()!.newContext();
+  const s = await stranger.newPage();
+  const res = await s.goto(app.url());
+  expect(res?.status()).toBe(401);
+  await stranger.close();
+});
+
+test("6. sandboxes: status, pause and resume", async ({ page }) => {
+  await signIn(page, ALICE);
+  await page.getByRole("link", { name: "Sandboxes" }).click();
+  const row = page.getByRole("row").filter({ hasText: "running" }).first();
+  await expect(row).toBeVisible();
+  const id = (await row.locator("code").textContent())!;
+  await row.getByRole("button", { name: "Pause" }).click();
+  const same = page.getByRole("row").filter({ hasText: id });
+  await expect(same).toContainText("paused");
+  await same.getByRole("button", { name: "Resume" }).click();
+  await expect(same).toContainText("running");
+  await shot(page, "sandboxes");
+});
+
+test("7. narrow, dark, keyboard only", async ({ page }) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto("/");
+  // Sign in with the keyboard alone: the key field has the focus.
+  await expect(page.getByLabel("API key")).toBeFocused();
+  await page.keyboard.type(ALICE);
+  await page.keyboard.press("Enter");
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  await page.getByRole("button", { name: /Switch to (dark|light) theme/ }).click();
+  if ((await page.evaluate(() => document.documentElement.dataset.theme)) !== "dark")
+    await page.getByRole("button", { name: /Switch to dark theme/ }).click();
+  expect(await page.evaluate(() => document.documentElement.dataset.theme)).toBe("dark");
+  // Nothing sticks out sideways at 390 px.
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+  await shot(page, "narrow-dark-list");
+
+  // Open a conversation and move between its tabs with the arrow keys.
+  await page.getByRole("link", { name: /Hello script/ }).focus();
+  await page.keyboard.press("Enter");
+  await expect(page.getByRole("tab", { name: "Chat" })).toHaveAttribute("aria-selected", "true");
+  await page.getByRole("tab", { name: "Chat" }).focus();
+  await page.keyboard.press("ArrowRight");
+  await expect(page.getByRole("tab", { name: "Terminal" })).toHaveAttribute("aria-selected", "true");
+  await expect(page.getByTestId("terminal")).toContainText("hello from halyard");
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+  await shot(page, "narrow-dark-terminal");
+});
