@@ -29,12 +29,13 @@ use serde_json::json;
 mod agent;
 mod auth;
 mod docker;
+mod ui;
 mod webhooks;
 
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
-    /// `agent` (issue 10), or `all`.
+    /// `agent` (issue 10), `ui` (issue 11), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -96,6 +97,11 @@ async fn main() -> Result<()> {
     if args.suite == "agent" || args.suite == "all" {
         let r = agent::run().await?;
         std::fs::write(args.out.join("agent.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "ui" || args.suite == "all" {
+        let r = ui::run().await?;
+        std::fs::write(args.out.join("ui.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

@@ -127,3 +127,114 @@ async fn the_built_app_is_served_with_its_routes_and_cache_rules() {
     assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "not_found");
     assert_eq!(get(&h, "/api/v1/conversations").await.unwrap().status(), 401);
 }
+
+/// The app the agent serves in the test below: plain HTTP answers with the cookies it was sent;
+/// a WebSocket upgrade is accepted and each text frame comes back as `echo: <text>`.
+const APP: &str = r#"import base64, hashlib, os, socket, threading
+def serve(c):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = c.recv(4096)
+        if not chunk:
+            return
+        data += chunk
+    head = data.split(b"\r\n\r\n")[0].decode()
+    headers = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip() for l in head.split("\r\n")[1:] if ":" in l}
+    if headers.get("upgrade", "").lower() == "websocket":
+        accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n" % accept).encode())
+        while True:
+            h = c.recv(2)
+            if len(h) < 2:
+                return
+            n = h[1] & 127
+            mask = c.recv(4)
+            payload = bytearray(c.recv(n))
+            text = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+            reply = b"echo: " + text
+            c.sendall(bytes([0x81, len(reply)]) + reply)
+    else:
+        body = ("cookies=%s host=%s" % (headers.get("cookie", ""), headers.get("host", ""))).encode()
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(os.environ["WORKER_1_PORT"])))
+s.listen(16)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"#;
+
+#[tokio::test]
+async fn a_served_app_is_reached_on_its_own_origin_with_a_grant_and_speaks_websocket() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let bob = h.api("bob-secret-key");
+    let command = format!(
+        "cat > app.py <<'PY'\n{APP}PY\n(setsid nohup python3 app.py >/dev/null 2>&1 &) ; sleep 0.5; echo started on $WORKER_1_PORT"
+    );
+    llm.push([Reply::tool("terminal", json!({"command": command, "security_risk": "low"})), Reply::finish("serving")]);
+    let (conv, _) = alice.start_ready(json!({"message": "serve an app"})).await;
+    alice.wait_conversation(&conv, "the run to finish", |c| c["execution_status"] == "finished").await;
+
+    // A link, for the owner only, for the apps the sandbox has (never its executor).
+    let (status, link) = alice.post(&format!("/api/v1/conversations/{conv}/apps/WORKER_1"), json!({})).await;
+    assert_eq!(status, 200, "{link}");
+    let (status, _) = bob.post(&format!("/api/v1/conversations/{conv}/apps/WORKER_1"), json!({})).await;
+    assert_eq!(status, 404);
+    let (status, e) = alice.post(&format!("/api/v1/conversations/{conv}/apps/AGENT_SERVER"), json!({})).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (404, Some("not_found")));
+
+    // The link names the app's own origin: `<sandbox>-worker-1.localhost` on the apps port.
+    let url = reqwest::Url::parse(link["url"].as_str().unwrap()).unwrap();
+    let host = url.host_str().unwrap().to_owned();
+    assert!(host.ends_with("-worker-1.localhost"), "{url}");
+    let apps = format!("http://{}", h.apps);
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let get = |path: &str, cookie: Option<&str>| {
+        let mut req = no_redirects.get(format!("{apps}{path}")).header("host", &host);
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send()
+    };
+
+    // Without the grant: closed. With it: a cookie for this origin only, then the app.
+    assert_eq!(get("/", None).await.unwrap().status(), 401);
+    let forged = url.query().unwrap().replace("grant=", "grant=x");
+    assert_eq!(get(&format!("/_halyard/open?{forged}"), None).await.unwrap().status(), 403);
+    let opened = get(&format!("{}?{}", url.path(), url.query().unwrap()), None).await.unwrap();
+    assert_eq!(opened.status(), 303);
+    let set_cookie = opened.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set_cookie.contains("HttpOnly") && !set_cookie.contains("Domain"), "{set_cookie}");
+    let app_cookie = set_cookie.split(';').next().unwrap().to_owned();
+    // The app gets its own cookies, never Halyard's (neither the proxy's nor a session).
+    let page = get("/", Some(&format!("{app_cookie}; theme=dark; halyard_session=stolen"))).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let text = page.text().await.unwrap();
+    assert!(text.starts_with("cookies=theme=dark host=127.0.0.1:"), "{text}");
+    // The cookie is for this app: on another app's host it opens nothing.
+    let other = host.replace("-worker-1.", "-worker-2.");
+    let resp = no_redirects.get(format!("{apps}/")).header("host", &other).header("cookie", &app_cookie).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+
+    // A WebSocket through the proxy, both ways.
+    let mut req = format!("ws://{}/socket", h.apps).into_client_request().unwrap();
+    req.headers_mut().insert("host", host.parse().unwrap());
+    req.headers_mut().insert("cookie", app_cookie.parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.expect("upgrade through the proxy");
+    assert_eq!(resp.status(), 101);
+    use futures::SinkExt;
+    ws.send(tokio_tungstenite::tungstenite::Message::text("ping")).await.unwrap();
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(answer.into_text().unwrap().as_str(), "echo: ping");
+
+    // A paused sandbox closes its apps.
+    let (status, _) = alice.post(&format!("/api/v1/conversations/{conv}/pause"), json!({})).await;
+    assert_eq!(status, 202);
+    alice.wait_conversation(&conv, "the sandbox to pause", |c| c["sandbox_status"] == "PAUSED").await;
+    assert_eq!(get("/", Some(&app_cookie)).await.unwrap().status(), 409);
+}
