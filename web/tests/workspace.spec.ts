@@ -87,7 +87,6 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await page.getByLabel("Status").selectOption("finished");
   await expect(page.getByRole("link", { name: /Hello script/ })).toBeVisible();
   await page.getByLabel("Status").selectOption("");
-  await shot(page, "list");
 });
 
 test("2. pause and resume a run, reload mid-run: every event shown once, none missing", async ({ page }) => {
@@ -160,6 +159,9 @@ test("3. a second user sees nothing of the first", async ({ browser }) => {
 
 test("4. webhooks: create (secret shown once), disable, rotate, delete", async ({ page }) => {
   await signIn(page, ALICE);
+  // The list, with what the tests before made.
+  await expect(page.getByTestId("count")).toHaveText("3 conversations");
+  await shot(page, "list");
   await page.getByRole("link", { name: "Webhooks" }).click();
   await page.getByLabel("Webhook URL").fill("https://example.com/halyard-hook");
   await page.getByLabel("Description").fill("CI notifier");
@@ -246,4 +248,14 @@ test("7. narrow, dark, keyboard only", async ({ page }) => {
   await expect(page.getByTestId("terminal")).toContainText("hello from halyard");
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
   await shot(page, "narrow-dark-terminal");
+});
+
+test("8. a start that fails says why, in words", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "work on a repository that is not there", "/nonexistent/repository");
+  await expect(page.getByRole("heading", { name: "The conversation could not start" })).toBeVisible();
+  await expect(page.locator(".phases").getByRole("alert")).toContainText("PREPARING_REPOSITORY");
+  await expect(page.locator('[data-phase="WAITING_FOR_SANDBOX"]')).toHaveClass("done");
+  await expect(page.locator('[data-phase="PREPARING_REPOSITORY"]')).toHaveClass("failed");
+  await shot(page, "start-failed");
 });

@@ -206,20 +206,26 @@ export function ConversationPage({ id }: { id: string }) {
 function Phases({ task, conv }: { task?: StartTask; conv?: Conversation }) {
   const current = task?.status ?? conv?.start_task_status ?? "WORKING";
   const failed = current === "ERROR" || conv?.status === "ERROR";
-  const at = PHASES.findIndex(([p]) => p === current);
+  const detail = task?.detail ?? conv?.error_detail ?? "";
+  // A failed start names its phase first (`PREPARING_REPOSITORY failed: ...`).
+  const at = failed ? PHASES.findIndex(([p]) => detail.startsWith(p)) : PHASES.findIndex(([p]) => p === current);
   return (
     <div className="phases card" aria-live="polite">
       <h2>{failed ? "The conversation could not start" : "Starting…"}</h2>
       <ol>
         {PHASES.map(([p, label], i) => (
-          <li key={p} className={i < at || current === "READY" ? "done" : i === at ? "current" : "todo"} data-phase={p}>
+          <li
+            key={p}
+            className={i < at || current === "READY" ? "done" : i === at ? (failed ? "failed" : "current") : "todo"}
+            data-phase={p}
+          >
             {label}
           </li>
         ))}
       </ol>
       {failed && (
         <p role="alert" className="error">
-          {task?.detail ?? conv?.error_detail ?? "The start failed."}
+          {detail || "The start failed."}
         </p>
       )}
     </div>
