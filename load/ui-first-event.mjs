@@ -36,12 +36,26 @@ for (const spec of convs) {
     await page.goto(`/c/${id}`);
     await page.waitForSelector(".row[data-seq]");
     const first = await page.evaluate(() => performance.now());
-    await page.waitForFunction((n) => document.querySelector('[data-testid="seq"]')?.getAttribute("data-count") === n, events, {
-      timeout: 120_000,
-      polling: 20,
-    });
+    await page
+      .waitForFunction((n) => document.querySelector('[data-testid="seq"]')?.getAttribute("data-count") === n, events, {
+        timeout: 60_000,
+        polling: 20,
+      })
+      .catch(async (e) => {
+        const seq = page.getByTestId("seq");
+        throw new Error(`${events} events: the page holds ${await seq.getAttribute("data-count")} up to ${await seq.getAttribute("data-last")}: ${e}`);
+      });
     const whole = await page.evaluate(() => performance.now());
-    runs.push({ first_event_ms: Math.round(first), all_events_ms: Math.round(whole) });
+    // Where the time goes (the first run only): the document, each resource, the first paint.
+    const timeline =
+      i === 0
+        ? await page.evaluate(() =>
+            [...performance.getEntriesByType("navigation"), ...performance.getEntriesByType("resource"), ...performance.getEntriesByType("paint")].map(
+              (e) => `${e.name.replace(location.origin, "")} ${Math.round(e.startTime)}-${Math.round(e.responseEnd ?? e.startTime)}`,
+            ),
+          )
+        : undefined;
+    runs.push({ first_event_ms: Math.round(first), all_events_ms: Math.round(whole), timeline });
     await context.close();
   }
   results[events] = runs;

@@ -4,22 +4,38 @@
 // has, so it gets exactly what it missed: no gap, and a frame it already holds (seq <= last) is
 // dropped, so no duplicate either.
 //
-// Frames are gathered and handed to React once per animation frame: a replay of 10,000 events
-// is a few renders, not 10,000.
+// A long conversation shows its end first: the socket starts `TAIL` events before the last seq
+// the page was told of, and the earlier events are read over HTTP meanwhile and put in front,
+// so the first event is on screen as soon for 10,000 events as for 10.
+//
+// Frames are gathered and handed to React once per animation frame: a replay of thousands of
+// events is a few renders, not thousands.
 
 import { useEffect, useRef, useState } from "react";
+import { api } from "./api";
 import type { HalyardEvent } from "./types";
 
 export type Connection = "connecting" | "live" | "reconnecting";
 
-export function useEventStream(conversationId: string | undefined, enabled: boolean) {
+const TAIL = 200;
+const PAGE = 1000;
+
+/** `lastSeq`: the conversation's last seq as its record says, if known (a hint, not a promise). */
+export function useEventStream(conversationId: string | undefined, enabled: boolean, lastSeq?: number) {
   const [events, setEvents] = useState<HalyardEvent[]>([]);
   const [connection, setConnection] = useState<Connection>("connecting");
   const last = useRef(0);
+  const hint = useRef(lastSeq);
+  hint.current ??= lastSeq;
+  // Seq 1 to `head` come over HTTP; `filled` once they are in.
+  const head = useRef<number | undefined>(undefined);
+  const filled = useRef(false);
 
   useEffect(() => {
     setEvents([]);
     last.current = 0;
+    head.current = undefined;
+    filled.current = false;
     setConnection("connecting");
   }, [conversationId]);
 
@@ -39,6 +55,40 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
       pending = [];
       setEvents((prev) => prev.concat(batch));
     };
+
+    // Where the socket starts, the first time: the tail of a long log. Everything before it
+    // (seq 1 to `head`) is read over HTTP and put in front.
+    if (head.current === undefined) {
+      head.current = Math.max(0, (hint.current ?? 0) - TAIL);
+      last.current = head.current;
+    }
+    const upto = head.current;
+    if (upto > 0 && !filled.current) {
+      (async () => {
+        const earlier: HalyardEvent[] = [];
+        let after = 0;
+        let failures = 0;
+        while (!closed && after < upto) {
+          let page;
+          try {
+            page = await api.events(conversationId, after, Math.min(PAGE, upto - after));
+          } catch (e) {
+            // A busy gateway: a few more tries, then the next (re)connection tries again.
+            if (++failures > 4) throw e;
+            await new Promise((r) => setTimeout(r, 250 * failures));
+            continue;
+          }
+          if (page.items.length === 0) break;
+          earlier.push(...page.items.filter((e) => e.seq <= upto));
+          after = page.items[page.items.length - 1].seq;
+        }
+        if (closed) return;
+        filled.current = true;
+        setEvents((prev) => earlier.concat(prev));
+      })().catch(() => {
+        // The earlier part stays out for now; the next (re)connection tries again.
+      });
+    }
 
     const connect = () => {
       if (closed) return;

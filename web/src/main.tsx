@@ -5,6 +5,7 @@ import { StrictMode, useCallback, useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
 import "./styles.css";
 import { api, setSignedOutHandler } from "./api";
+import { prefetchFromPath } from "./prefetch";
 import type { Me } from "./types";
 import { Link, navigate, usePath } from "./router";
 import { SignIn } from "./pages/SignIn";
@@ -97,6 +98,7 @@ function App() {
   );
 }
 
+prefetchFromPath(location.pathname);
 createRoot(document.getElementById("root")!).render(
   <StrictMode>
     <App />

@@ -5,6 +5,7 @@
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { api, errorText } from "../api";
 import { useEventStream } from "../events";
+import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, StartTask } from "../types";
 import { Timeline } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
@@ -36,17 +37,20 @@ export function ConversationPage({ id }: { id: string }) {
   const [actionError, setActionError] = useState<string>();
   const taskId = new URLSearchParams(location.search).get("task") ?? conv?.start_task_id;
   const starting = !conv || conv.status === "STARTING";
-  const { events, connection } = useEventStream(id, !!conv && conv.status !== "STARTING");
+  const { events, connection } = useEventStream(id, !!conv && conv.status !== "STARTING", conv?.last_event_seq);
 
-  // The conversation record: at once, then now and then (status, sandbox).
+  // The conversation record: at once (the request the page made while it loaded, if any),
+  // then now and then (status, sandbox).
   useEffect(() => {
     let stop = false;
+    let early = takePrefetched(id);
     const load = () =>
-      api.conversation(id).then(
+      (early ?? api.conversation(id)).then(
         (c) => !stop && (setConv(c), setLoadError(undefined)),
         (e) => !stop && setLoadError(errorText(e)),
       );
     load();
+    early = undefined;
     const t = window.setInterval(load, starting ? 500 : 5000);
     return () => {
       stop = true;
@@ -54,9 +58,10 @@ export function ConversationPage({ id }: { id: string }) {
     };
   }, [id, starting]);
 
-  // The start task's phases, live, while it runs.
+  // The start task's phases, live, while it runs (a conversation that started, or failed with
+  // its reason on its record, needs no look at its task).
   useEffect(() => {
-    if (!taskId || (conv && conv.status !== "STARTING" && task)) return;
+    if (!taskId || !conv || (conv.status === "READY" && !task) || (conv.status !== "STARTING" && task)) return;
     let stop = false;
     let t: number | undefined;
     const poll = () =>
@@ -75,7 +80,7 @@ export function ConversationPage({ id }: { id: string }) {
       window.clearTimeout(t);
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [taskId, id]);
+  }, [taskId, id, conv?.status]);
 
   const lastSeq = events.length ? events[events.length - 1].seq : 0;
   const status: ExecutionStatus | undefined = useMemo(() => {
