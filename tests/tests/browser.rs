@@ -187,5 +187,5 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     println!("{stdout}\n{stderr}");
     assert!(out.status.success(), "Playwright failed (screenshots in web/test-results/):\n{stdout}\n{stderr}\nhalyard log:\n{}", h.log());
     // Every spec ran (a spec that was skipped or not found is a failure too).
-    assert!(stdout.contains("7 passed"), "{stdout}");
+    assert!(stdout.contains("8 passed"), "{stdout}");
 }
