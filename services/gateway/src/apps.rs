@@ -141,16 +141,6 @@ fn page(status: StatusCode, text: &str) -> Response {
         .into_response()
 }
 
-fn cookie_value(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|r| r.strip_prefix('=')))
-        .map(str::to_owned)
-}
-
 /// Every request on the apps listener.
 pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     let Some((sandbox_id, name)) = app_of(req.headers()) else {
@@ -182,8 +172,9 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
         return res;
     }
 
-    let grant =
-        cookie_value(req.headers()).and_then(|t| Grant::decode(secret, &t, now)).filter(|g| g.sandbox == sandbox_id && g.name == name);
+    let grant = crate::session::named_cookie(req.headers(), COOKIE)
+        .and_then(|t| Grant::decode(secret, &t, now))
+        .filter(|g| g.sandbox == sandbox_id && g.name == name);
     let Some(grant) = grant else {
         return page(StatusCode::UNAUTHORIZED, "Open this app from the conversation's Apps tab in Halyard.");
     };

@@ -28,12 +28,17 @@ const SESSION_SECS: i64 = 12 * 3600;
 
 /// The session token in the request's cookies, if any.
 pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    named_cookie(headers, COOKIE)
+}
+
+/// The value of the cookie `name` in the request's cookies, if any and not empty.
+pub fn named_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(COOKIE).and_then(|rest| rest.strip_prefix('=')))
+        .find_map(|c| c.trim().strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
         .map(str::to_owned)
         .filter(|t| !t.is_empty())
 }

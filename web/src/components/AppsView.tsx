@@ -5,6 +5,7 @@
 import { useEffect, useState } from "react";
 import { api, errorText } from "../api";
 import type { Sandbox } from "../types";
+import { ErrorText } from "./Status";
 
 export function AppsView({ id, sandboxId }: { id: string; sandboxId?: string }) {
   const [sandbox, setSandbox] = useState<Sandbox>();
@@ -39,11 +40,7 @@ export function AppsView({ id, sandboxId }: { id: string; sandboxId?: string }) 
       <p className="muted">
         Ports the agent can serve on: <code>$WORKER_1_PORT</code> and <code>$WORKER_2_PORT</code> inside the sandbox.
       </p>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       {sandbox && sandbox.status !== "RUNNING" && <p className="muted">The sandbox is {sandbox.status.toLowerCase()}; resume the conversation to reach its apps.</p>}
       <ul className="app-list">
         {apps.map((a) => (

@@ -7,6 +7,7 @@ import { useCallback, useEffect, useState } from "react";
 import { api, errorText } from "../api";
 import type { Changes, Files } from "../types";
 import { Diff, parseUnified } from "./Diff";
+import { ErrorText } from "./Status";
 
 export function ChangesView({ id, version }: { id: string; version: number }) {
   const [changes, setChanges] = useState<Changes>();
@@ -37,11 +38,7 @@ export function ChangesView({ id, version }: { id: string; version: number }) {
             Refresh
           </button>
         </div>
-        {error && (
-          <p role="alert" className="error">
-            {error}
-          </p>
-        )}
+        <ErrorText error={error} />
         {changes && changes.files.length === 0 && <p className="empty">No changes yet.</p>}
         {changes?.files.map((f) => (
           <details key={f.path} open className="file-diff" data-testid="file-diff">
@@ -82,11 +79,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
         <h2>Files</h2>
         <code className="path">/{path}</code>
       </div>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       {path !== "" && (
         <button className="ghost" onClick={() => setPath(parent)}>
           ↑ Up

@@ -1,4 +1,4 @@
-// Status badges and relative times, shared by the list and the conversation.
+// Status badges, relative times and errors in words, shared by the pages.
 
 export function StatusBadge({ status }: { status: string }) {
   return (
@@ -14,4 +14,13 @@ export function ago(iso: string): string {
   if (secs < 3600) return `${Math.floor(secs / 60)} min ago`;
   if (secs < 86400) return `${Math.floor(secs / 3600)} h ago`;
   return new Date(iso).toLocaleDateString();
+}
+
+/** An error in words, announced to screen readers; nothing when there is none. */
+export function ErrorText({ error }: { error?: string }) {
+  return error ? (
+    <p role="alert" className="error">
+      {error}
+    </p>
+  ) : null;
 }

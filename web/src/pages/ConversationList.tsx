@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "react";
 import { api, errorText } from "../api";
 import type { Conversation } from "../types";
 import { Link } from "../router";
-import { StatusBadge, ago } from "../components/Status";
+import { StatusBadge, ago, ErrorText } from "../components/Status";
 
 const STATUSES = ["", "STARTING", "READY", "ERROR", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
 
@@ -103,11 +103,7 @@ export function ConversationList() {
           </span>
         )}
       </div>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       <ul className="conv-list" aria-label="Conversations">
         {items.map((c) => (
           <li key={c.id} className="conv-row">

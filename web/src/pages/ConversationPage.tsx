@@ -9,7 +9,7 @@ import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, StartTask } from "../types";
 import { Timeline } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
-import { StatusBadge } from "../components/Status";
+import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
 
 const PHASES = [
@@ -161,11 +161,7 @@ export function ConversationPage({ id }: { id: string }) {
           </span>
         </div>
       </div>
-      {actionError && (
-        <p role="alert" className="error">
-          {actionError}
-        </p>
-      )}
+      <ErrorText error={actionError} />
 
       {(starting || failed) && <Phases task={task} conv={conv} />}
 
@@ -320,11 +316,7 @@ function Composer({ id }: { id: string }) {
       <button type="submit" disabled={!text.trim()}>
         Send
       </button>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
     </form>
   );
 }

@@ -4,6 +4,7 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { api, errorText } from "../api";
 import { navigate } from "../router";
+import { ErrorText } from "../components/Status";
 
 export function NewConversation() {
   const [message, setMessage] = useState("");
@@ -72,11 +73,7 @@ export function NewConversation() {
             </select>
           </>
         )}
-        {error && (
-          <p role="alert" className="error">
-            {error}
-          </p>
-        )}
+        <ErrorText error={error} />
         <button type="submit" disabled={busy || !message.trim()}>
           {busy ? "Starting…" : "Start"}
         </button>

@@ -5,7 +5,7 @@ import { useEffect, useState } from "react";
 import { api, errorText } from "../api";
 import type { Sandbox } from "../types";
 import { Link } from "../router";
-import { StatusBadge, ago } from "../components/Status";
+import { StatusBadge, ago, ErrorText } from "../components/Status";
 
 export function Sandboxes() {
   const [items, setItems] = useState<Sandbox[]>();
@@ -27,11 +27,7 @@ export function Sandboxes() {
   return (
     <section className="page">
       <h1>Sandboxes</h1>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       <table className="sandboxes">
         <thead>
           <tr>

@@ -3,6 +3,7 @@
 
 import { useState, type FormEvent } from "react";
 import { api, errorText } from "../api";
+import { ErrorText } from "../components/Status";
 
 export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
   const [key, setKey] = useState("");
@@ -39,11 +40,7 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
           onChange={(e) => setKey(e.target.value)}
           required
         />
-        {error && (
-          <p role="alert" className="error">
-            {error}
-          </p>
-        )}
+        <ErrorText error={error} />
         <button type="submit" disabled={busy || !key.trim()}>
           {busy ? "Signing in…" : "Sign in"}
         </button>

@@ -4,6 +4,7 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { api, errorText } from "../api";
 import type { DeliveryAttempt, Webhook } from "../types";
+import { ErrorText } from "../components/Status";
 
 export function Webhooks() {
   const [hooks, setHooks] = useState<Webhook[]>([]);
@@ -46,11 +47,7 @@ export function Webhooks() {
         <input aria-label="Description" placeholder="Description (optional)" value={description} onChange={(e) => setDescription(e.target.value)} />
         <button type="submit">Create webhook</button>
       </form>
-      {error && (
-        <p role="alert" className="error">
-          {error}
-        </p>
-      )}
+      <ErrorText error={error} />
       {secret && (
         <div className="card secret" role="status">
           <p>
