@@ -102,7 +102,7 @@ async fn the_built_app_is_served_with_its_routes_and_cache_rules() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let resp = get(&h, "/").await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(resp.text().await.unwrap().contains("npm --prefix web ci"));
+    assert!(resp.text().await.unwrap().contains("bash infra/build-web.sh"));
     drop(h);
 
     let dist = tempfile::tempdir().unwrap();
@@ -114,6 +114,9 @@ async fn the_built_app_is_served_with_its_routes_and_cache_rules() {
         let resp = get(&h, path).await.unwrap();
         assert_eq!(resp.status(), 200, "{path}");
         assert_eq!(resp.headers()["cache-control"], "no-cache");
+        // The page may load and call nothing but its own origin.
+        let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("default-src 'self'") && csp.contains("img-src 'self' data:") && !csp.contains("*"), "{csp}");
         assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
         assert!(resp.text().await.unwrap().contains("id=app"), "{path} is the app");
     }

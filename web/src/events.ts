@@ -63,7 +63,10 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
       last.current = head.current;
     }
     const upto = head.current;
-    if (upto > 0 && !filled.current) {
+    let filling = false;
+    const fillEarlier = () => {
+      if (upto === 0 || filled.current || filling) return;
+      filling = true;
       (async () => {
         const earlier: HalyardEvent[] = [];
         let after = 0;
@@ -73,7 +76,7 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
           try {
             page = await api.events(conversationId, after, Math.min(PAGE, upto - after));
           } catch (e) {
-            // A busy gateway: a few more tries, then the next (re)connection tries again.
+            // A busy gateway: a few more tries, then the next connection tries again.
             if (++failures > 4) throw e;
             await new Promise((r) => setTimeout(r, 250 * failures));
             continue;
@@ -85,10 +88,12 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
         if (closed) return;
         filled.current = true;
         setEvents((prev) => earlier.concat(prev));
-      })().catch(() => {
-        // The earlier part stays out for now; the next (re)connection tries again.
-      });
-    }
+      })()
+        .catch(() => {})
+        .finally(() => {
+          filling = false;
+        });
+    };
 
     const connect = () => {
       if (closed) return;
@@ -100,6 +105,7 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
       ws.onopen = () => {
         delay = 250;
         setConnection("live");
+        fillEarlier();
       };
       ws.onmessage = (m) => {
         let e: HalyardEvent;

@@ -20,8 +20,8 @@ use crate::error::ApiError;
 /// What `/` says when there is no build.
 const NOT_BUILT: &str = "<!doctype html><meta charset=utf-8><title>Halyard</title>\
 <h1>Halyard is running</h1><p>The web workspace is not built. Build it with \
-<code>npm --prefix web ci &amp;&amp; npm --prefix web run build</code> (<code>infra/up.sh</code> does it when Node is \
-installed), then reload. The API is at <a href=\"/api/v1/openapi.json\">/api/v1</a>.</p>";
+<code>bash infra/build-web.sh</code> (Node 20+ and npm; <code>infra/up.sh</code> does it when they are installed), \
+then start Halyard again. The API is at <a href=\"/api/v1/openapi.json\">/api/v1</a>.</p>";
 
 fn content_type(path: &Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or_default() {
@@ -75,8 +75,17 @@ pub async fn serve(State(state): State<AppState>, uri: Uri) -> Response {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     response
 }
+
+/// What the page may load and talk to: its own scripts and the API, nothing else. The agent's
+/// words are shown in it, and the agent is assumed hostile: should text ever slip through as
+/// markup, it can neither run a script nor send anything to another host (an image URL would
+/// be a way out of a sandbox with no egress). Styles may be inline (the terminal sets its own).
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'";
 
 #[cfg(test)]
 mod tests {
