@@ -143,6 +143,10 @@ test("3. a second user sees nothing of the first", async ({ browser }) => {
   await signIn(a, ALICE);
   const id = await start(a, "say hi");
   await expect(status(a)).toContainText("finished");
+  // The agent's raw HTML is shown as text, never as markup.
+  const said = a.locator(".msg.agent").filter({ hasText: "Done." });
+  await expect(said).toContainText("<img src=x onerror=alert(1)><b>not bold</b>");
+  await expect(said.locator("img, b")).toHaveCount(0);
 
   const bob = await browser.newContext();
   const b = await bob.newPage();
@@ -258,4 +262,21 @@ test("8. a start that fails says why, in words", async ({ page }) => {
   await expect(page.locator('[data-phase="WAITING_FOR_SANDBOX"]')).toHaveClass("done");
   await expect(page.locator('[data-phase="PREPARING_REPOSITORY"]')).toHaveClass("failed");
   await shot(page, "start-failed");
+});
+
+test("9. delete a conversation, with a confirmation", async ({ page }) => {
+  await signIn(page, ALICE);
+  await expect(page.getByTestId("count")).toHaveText("5 conversations");
+  const row = page.getByRole("listitem").filter({ hasText: "say hi" });
+  await row.getByRole("button", { name: /Delete/ }).click();
+  await row.getByRole("button", { name: "Keep" }).click();
+  await expect(page.getByTestId("count")).toHaveText("5 conversations");
+  await row.getByRole("button", { name: /Delete/ }).click();
+  await expect(row.getByRole("group", { name: "Confirm delete" })).toBeVisible();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(page.getByRole("listitem").filter({ hasText: "say hi" })).toHaveCount(0);
+  await expect(page.getByTestId("count")).toHaveText("4 conversations");
+  // Gone on the server too.
+  await page.reload();
+  await expect(page.getByTestId("count")).toHaveText("4 conversations");
 });
