@@ -241,3 +241,49 @@ async fn a_served_app_is_reached_on_its_own_origin_with_a_grant_and_speaks_webso
     alice.wait_conversation(&conv, "the sandbox to pause", |c| c["sandbox_status"] == "PAUSED").await;
     assert_eq!(get("/", Some(&app_cookie)).await.unwrap().status(), 409);
 }
+
+#[tokio::test]
+async fn sessions_do_not_pile_up_past_the_limit_and_ended_ones_are_forgotten() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    opts.api_keys = format!("alice:{ALICE},root:root-secret-key");
+    let h = Halyard::start(opts);
+    let http = reqwest::Client::new();
+    let root = h.api("root-secret-key");
+    let sign_in = || async {
+        let resp = http.post(format!("{}/api/v1/session", h.http)).json(&json!({"api_key": ALICE})).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned()
+    };
+    let sessions = || async {
+        let (s, keys) = root.get("/api/v1/admin/users/alice/keys").await;
+        assert_eq!(s, 200, "{keys}");
+        keys["items"].as_array().unwrap().iter().filter(|k| k["session"] == true).count()
+    };
+
+    // Twenty-two sign-ins: the two oldest sessions end, twenty remain.
+    let mut cookies = Vec::new();
+    for _ in 0..22 {
+        cookies.push(sign_in().await);
+        // Age is by creation time in milliseconds; two sign-ins in one millisecond are equally old.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(sessions().await, 20);
+    for (i, cookie) in cookies.iter().enumerate() {
+        let (s, _) = call(&h, reqwest::Method::GET, "/api/v1/me", Some(cookie), false, None).await;
+        assert_eq!(s, if i < 2 { 401 } else { 200 }, "session {i}");
+    }
+
+    // A signed-out session is forgotten at the next sign-in, not kept as a revoked record.
+    let last = cookies.last().unwrap();
+    let (s, _) = call(&h, reqwest::Method::DELETE, "/api/v1/session", Some(last), true, None).await;
+    assert_eq!(s, 204);
+    assert_eq!(sessions().await, 20, "the ended one is still listed until the next sign-in");
+    let newest = sign_in().await;
+    assert_eq!(sessions().await, 20);
+    let (s, _) = call(&h, reqwest::Method::GET, "/api/v1/me", Some(&newest), false, None).await;
+    assert_eq!(s, 200);
+    let (s, _) = call(&h, reqwest::Method::GET, "/api/v1/me", Some(last), false, None).await;
+    assert_eq!(s, 401);
+}

@@ -222,6 +222,26 @@ impl Accounts {
         self.put(name, Envelope::new(record, halyard_platform::now_ms())).await
     }
 
+    /// Forgets `user`'s sessions that have ended (expired or signed out), and ends the oldest
+    /// live ones past `keep`. A session is one request away for anyone with a key, so they
+    /// must not pile up in the bucket that every gateway holds in memory.
+    pub async fn prune_sessions(&self, user: &str, now_ms: i64, keep: usize) -> Result<(), BusError> {
+        let (ended, live): (Vec<ApiKeyRecord>, Vec<ApiKeyRecord>) = self
+            .keys_of(user)
+            .into_iter()
+            .filter(|k| k.session)
+            .partition(|k| k.revoked_ms.is_some() || k.expires_ms.is_some_and(|e| e <= now_ms));
+        // `keys_of` is oldest first.
+        let excess = live.len().saturating_sub(keep);
+        for k in ended.iter().chain(live.iter().take(excess)) {
+            let name = format!("{KEY_PREFIX}{}", k.id);
+            self.kv.purge(&name).await.map_err(|e| BusError::new(BusErrorKind::Publish, format!("{}: {e}", subjects::AUTH_BUCKET)))?;
+            // Gone here at once; the watch removes it on every other gateway.
+            self.keys.write().unwrap_or_else(|e| e.into_inner()).remove(&k.id);
+        }
+        Ok(())
+    }
+
     async fn put<P: halyard_protocol::envelope::Payload>(&self, name: String, env: Envelope<P>) -> Result<(), BusError> {
         let bytes = halyard_protocol::encode(&env)?;
         let revision = self

@@ -25,6 +25,8 @@ pub const COOKIE: &str = "halyard_session";
 pub const CSRF_HEADER: &str = "x-halyard-csrf";
 /// How long a session lasts.
 const SESSION_SECS: i64 = 12 * 3600;
+/// Live sessions a user may hold at once; signing in past it ends the oldest.
+pub const MAX_SESSIONS_PER_USER: usize = 20;
 
 /// The session token in the request's cookies, if any.
 pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
@@ -105,6 +107,10 @@ pub async fn sign_in(
         tracing::error!(error = %e, "cannot store a session");
         ApiError::unavailable("cannot start a session now; try again")
     })?;
+    // The new one counts: the oldest past the limit end now, and ended ones are forgotten.
+    if let Err(e) = state.accounts.prune_sessions(&principal.user.0, now, MAX_SESSIONS_PER_USER).await {
+        tracing::warn!(error = %e, "cannot prune sessions; the next sign-in tries again");
+    }
     let body = json!({
         "user": principal.user.0, "admin": principal.admin, "scope": principal.scope.as_str(),
         "expires_at": rfc3339(expires_ms), "csrf_header": CSRF_HEADER,
