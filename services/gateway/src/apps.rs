@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::auth::User;
 use crate::error::ApiError;
-use crate::routes::{owned, parse_id};
+use crate::routes::running_sandbox;
 
 /// The proxy's cookie, on each app's own origin.
 pub const COOKIE: &str = "halyard_app";
@@ -114,21 +114,10 @@ pub async fn open(
     User(user): User,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, c) = owned(&state, &user, &id)?;
-    let sandbox_id: SandboxId = match &c.sandbox_id {
-        Some(s) => parse_id(s, "sandbox_id")?,
-        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
-    };
-    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
+    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open its apps")?;
     // The executor is Halyard's, not an app: its port is never proxied.
-    if name == AGENT_SERVER || !sandbox.exposed_urls.iter().any(|u| u["name"] == name.as_str()) {
+    if name == AGENT_SERVER || sandbox.url_of(&name).is_none() {
         return Err(ApiError::not_found("app"));
-    }
-    if sandbox.status != "RUNNING" {
-        return Err(ApiError::conflict(
-            "sandbox_not_running",
-            format!("the conversation's sandbox is {}; resume the conversation to open its apps", sandbox.status),
-        ));
     }
     let grant = Grant { sandbox: sandbox_id, name: name.clone(), user: user.0.clone(), expires_ms: now_ms() + LINK_MS };
     let origin = app_origin(&state, &label(sandbox_id, &name))?;
@@ -194,7 +183,7 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     if sandbox.status != "RUNNING" {
         return page(StatusCode::CONFLICT, &format!("The sandbox is {}; resume the conversation in Halyard.", sandbox.status));
     }
-    let Some(upstream) = sandbox.exposed_urls.iter().find(|u| u["name"] == name.as_str()).and_then(|u| u["url"].as_str()) else {
+    let Some(upstream) = sandbox.url_of(&name) else {
         return page(StatusCode::NOT_FOUND, "This sandbox serves no such app.");
     };
     let Some(authority) = upstream.strip_prefix("http://").map(|a| a.trim_end_matches('/').to_owned()) else {

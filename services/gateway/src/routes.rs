@@ -13,7 +13,7 @@ use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
 use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::system::Repository;
-use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
 
 use crate::AppState;
 use crate::auth::User;
@@ -212,6 +212,29 @@ pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Re
         Some(c) if c.owner == user.0 => Ok((id, c)),
         _ => Err(ApiError::not_found("conversation")),
     }
+}
+
+/// The sandbox of the user's conversation `id`, which must be running for what the caller
+/// means `to` do (in words, for the error).
+pub fn running_sandbox(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    to: &str,
+) -> Result<(SandboxId, store::SandboxView), ApiError> {
+    let (_, c) = owned(state, user, id)?;
+    let sandbox_id: SandboxId = match &c.sandbox_id {
+        Some(s) => parse_id(s, "sandbox_id")?,
+        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
+    };
+    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
+    if sandbox.status != "RUNNING" {
+        return Err(ApiError::conflict(
+            "sandbox_not_running",
+            format!("the conversation's sandbox is {}; resume the conversation to {to}", sandbox.status),
+        ));
+    }
+    Ok((sandbox_id, sandbox))
 }
 
 #[derive(Debug, Deserialize)]

@@ -111,6 +111,11 @@ impl SandboxView {
     pub fn is_running(&self) -> bool {
         self.status == "RUNNING" || self.status == "STARTING"
     }
+
+    /// The URL the sandbox exposes under `name` (`AGENT_SERVER`, `WORKER_1`, ...).
+    pub fn url_of(&self, name: &str) -> Option<&str> {
+        self.exposed_urls.iter().find(|u| u["name"] == name).and_then(|u| u["url"].as_str())
+    }
 }
 
 /// A page of conversations that match a search, and how many match in all.

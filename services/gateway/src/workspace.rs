@@ -7,7 +7,6 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_platform::keys;
-use halyard_protocol::SandboxId;
 use halyard_protocol::system::AGENT_SERVER;
 use serde::Deserialize;
 use serde_json::Value;
@@ -15,28 +14,12 @@ use serde_json::Value;
 use crate::AppState;
 use crate::auth::User;
 use crate::error::ApiError;
-use crate::routes::{owned, parse_id};
+use crate::routes::running_sandbox;
 
 /// The executor of the conversation's sandbox, if it runs.
 fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
-    let (_, c) = owned(state, user, id)?;
-    let sandbox_id: SandboxId = match &c.sandbox_id {
-        Some(s) => parse_id(s, "sandbox_id")?,
-        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
-    };
-    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
-    if sandbox.status != "RUNNING" {
-        return Err(ApiError::conflict(
-            "sandbox_not_running",
-            format!("the conversation's sandbox is {}; resume the conversation to look into its workspace", sandbox.status),
-        ));
-    }
-    let url = sandbox
-        .exposed_urls
-        .iter()
-        .find(|u| u["name"] == AGENT_SERVER)
-        .and_then(|u| u["url"].as_str())
-        .ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
+    let (sandbox_id, sandbox) = running_sandbox(state, user, id, "look into its workspace")?;
+    let url = sandbox.url_of(AGENT_SERVER).ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
     Ok(ExecutorClient::new(state.http.clone(), url, keys::session_key(&state.config.secret, sandbox_id)))
 }
 

@@ -30,16 +30,12 @@ export function toItems(events: HalyardEvent[]): Item[] {
         byCall.set(e.tool_call_id, items.length);
         items.push({ type: "action", seq: e.seq, action: e });
         break;
-      case "observation": {
-        const i = byCall.get(e.tool_call_id);
-        const it = i === undefined ? undefined : items[i];
-        if (it && it.type === "action") items[i!] = { ...it, observation: e };
-        break;
-      }
+      case "observation":
       case "action_rejected": {
         const i = byCall.get(e.tool_call_id);
         const it = i === undefined ? undefined : items[i];
-        if (it && it.type === "action") items[i!] = { ...it, rejected: e.reason };
+        if (it?.type === "action")
+          items[i!] = e.kind === "observation" ? { ...it, observation: e } : { ...it, rejected: e.reason };
         break;
       }
       case "agent_error":
