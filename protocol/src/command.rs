@@ -10,6 +10,8 @@ use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
 use crate::system::Repository;
 
 /// Commands for the conversation manager.
+// A command is decoded once and moved once; boxing the start would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum ConversationCommand {
@@ -32,6 +34,9 @@ pub enum ConversationCommand {
         budget: Option<crate::event::Budget>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         confirmation_policy: Option<ConfirmationPolicy>,
+        /// The owner's LLM profile to use (the operator's default if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        llm_profile: Option<String>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -113,6 +118,8 @@ pub enum AgentCommand {
         budget: Option<crate::event::Budget>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         confirmation_policy: Option<ConfirmationPolicy>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        llm_profile: Option<String>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {
@@ -145,6 +152,13 @@ pub enum AgentCommand {
         conversation_id: ConversationId,
         policy: ConfirmationPolicy,
     },
+    /// Use another of the owner's LLM profiles from the next call on (none: the operator's
+    /// default).
+    SetLlmProfile {
+        conversation_id: ConversationId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
+    },
     Delete {
         conversation_id: ConversationId,
     },
@@ -161,6 +175,7 @@ impl AgentCommand {
             | Self::Confirm { conversation_id }
             | Self::Reject { conversation_id, .. }
             | Self::SetConfirmationPolicy { conversation_id, .. }
+            | Self::SetLlmProfile { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -177,6 +192,7 @@ impl Payload for AgentCommand {
             Self::Confirm { .. } => "cmd.agent.confirm",
             Self::Reject { .. } => "cmd.agent.reject",
             Self::SetConfirmationPolicy { .. } => "cmd.agent.set_confirmation_policy",
+            Self::SetLlmProfile { .. } => "cmd.agent.set_llm_profile",
             Self::Delete { .. } => "cmd.agent.delete",
         }
         .to_owned()

@@ -198,6 +198,9 @@ pub enum EventBody {
         /// When actions wait for the user's consent (absent: never).
         #[serde(default, skip_serializing_if = "is_never")]
         confirmation_policy: ConfirmationPolicy,
+        /// The user's LLM profile the conversation uses (absent: the operator's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        llm_profile: Option<String>,
     },
     /// A message from the user.
     UserMessage { text: String },
@@ -233,6 +236,13 @@ pub enum EventBody {
     },
     /// A knowledge skill entered the context: a user message contained its trigger.
     SkillActivated { name: String, trigger: String },
+    /// The conversation switched LLM: its next calls go to `profile` (absent: the operator's
+    /// default), whose model is `model`.
+    LlmProfile {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
+        model: String,
+    },
     /// The result of an action.
     Observation {
         tool_call_id: String,
@@ -284,6 +294,7 @@ impl EventBody {
             Self::ConfirmationPolicy { .. } => "confirmation_policy",
             Self::Condensation { .. } => "condensation",
             Self::SkillActivated { .. } => "skill_activated",
+            Self::LlmProfile { .. } => "llm_profile",
         }
     }
 }

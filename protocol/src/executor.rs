@@ -20,6 +20,11 @@ pub struct ExecRequest {
     /// Seconds to wait before returning with the command still running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<f64>,
+    /// Environment variables exported into the shell before the command runs (the user's
+    /// secrets); they stay exported for the commands after it. Never written to the command
+    /// script nor echoed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// The result of [`ExecRequest`].

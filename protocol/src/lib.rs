@@ -11,6 +11,7 @@
 //! * [`executor`]: the HTTP API of the in-sandbox executor.
 //! * [`webhook`]: webhook subscriptions, delivery jobs and attempts.
 //! * [`accounts`]: users, API keys (as salted hashes) and the audit record of admin actions.
+//! * [`user`]: each user's own settings, LLM profiles and (sealed) secrets.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
@@ -23,6 +24,7 @@ pub mod executor;
 pub mod ids;
 pub mod subjects;
 pub mod system;
+pub mod user;
 pub mod webhook;
 
 pub use envelope::{CodecError, ENVELOPE_VERSION, Envelope, TraceContext, decode, encode};

@@ -72,6 +72,25 @@ pub fn audit_record(target_kind: &str) -> String {
     format!("halyard.sys.audit.{target_kind}")
 }
 
+/// Key-value bucket of each user's own configuration ([`crate::user`]): `settings.<user>`,
+/// `llm.<user>`, `secrets.<user>`. Written by the gateways, read by the agent runner.
+pub const USER_BUCKET: &str = "halyard_user";
+
+/// The key of `user`'s settings in [`USER_BUCKET`].
+pub fn user_settings_key(user: &crate::UserId) -> String {
+    format!("settings.{user}")
+}
+
+/// The key of `user`'s LLM profiles in [`USER_BUCKET`].
+pub fn user_llm_key(user: &crate::UserId) -> String {
+    format!("llm.{user}")
+}
+
+/// The key of `user`'s secrets in [`USER_BUCKET`].
+pub fn user_secrets_key(user: &crate::UserId) -> String {
+    format!("secrets.{user}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

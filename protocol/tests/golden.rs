@@ -75,6 +75,7 @@ fn events_are_stable() {
                     skills: vec![Skill::always("AGENTS.md", "Be brief.")],
                     budget: None,
                     confirmation_policy: ConfirmationPolicy::Never,
+                    llm_profile: None,
                 },
             ),
         ),
@@ -90,6 +91,7 @@ fn events_are_stable() {
                     skills: Vec::new(),
                     budget: Some(Budget { max_budget_usd: Some(2.5), max_tokens: Some(200_000) }),
                     confirmation_policy: ConfirmationPolicy::Never,
+                    llm_profile: None,
                 },
             ),
         ),
@@ -120,6 +122,7 @@ fn events_are_stable() {
                     ],
                     budget: None,
                     confirmation_policy: ConfirmationPolicy::Risky,
+                    llm_profile: None,
                 },
             ),
         ),
@@ -159,6 +162,7 @@ fn events_are_stable() {
             ),
         ),
         ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
+        ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         (
             "event_llm_call",
             event(
@@ -377,6 +381,7 @@ fn commands_are_stable() {
                 spec: None,
                 budget: None,
                 confirmation_policy: None,
+                llm_profile: None,
             },
         ),
     );
@@ -422,6 +427,14 @@ fn commands_are_stable() {
             13,
             "cmd.agent.set_confirmation_policy",
             AgentCommand::SetConfirmationPolicy { conversation_id: ConversationId(id(1)), policy: ConfirmationPolicy::Risky },
+        ),
+    );
+    check(
+        "cmd_agent_set_llm_profile",
+        env(
+            14,
+            "cmd.agent.set_llm_profile",
+            AgentCommand::SetLlmProfile { conversation_id: ConversationId(id(1)), profile: Some("fast".into()) },
         ),
     );
     check("cmd_agent_interrupt", env(8, "cmd.agent.interrupt", AgentCommand::Interrupt { conversation_id: ConversationId(id(1)) }));

@@ -95,6 +95,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::ConfirmationPolicy { policy } => format!("CONFIRMATION POLICY: {}", policy.as_str()),
             EventBody::Condensation { summary, .. } => format!("SUMMARY of the part above: {summary}"),
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
+            EventBody::LlmProfile { model, .. } => format!("LLM SWITCHED to {model}"),
             EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,
         };
         out.push_str(&line);

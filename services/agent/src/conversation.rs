@@ -57,6 +57,9 @@ pub struct ConvState {
     /// A run is owed once resumed (paused mid-run, or messages arrived while paused).
     owed: bool,
     last_active: Instant,
+    /// The owner's secrets were read into the log's mask (once per actor; each run reads them
+    /// again).
+    secrets_read: bool,
 }
 
 /// An id derived from a command id (so a redelivered command maps to the same event).
@@ -87,7 +90,17 @@ impl Actor for ConversationActor {
     type Arguments = (Arc<Ctx>, ConversationId);
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (ctx, id): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
-        Ok(ConvState { ctx, id, log: None, run: None, runs: 0, paused: false, owed: false, last_active: Instant::now() })
+        Ok(ConvState {
+            ctx,
+            id,
+            log: None,
+            run: None,
+            runs: 0,
+            paused: false,
+            owed: false,
+            last_active: Instant::now(),
+            secrets_read: false,
+        })
     }
 
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -175,16 +188,52 @@ impl ConvState {
             }
         };
         let started = log.lock().await.history.started.is_some();
+        // Before anything of the owner's is appended, their secrets must be masked.
+        if !self.secrets_read {
+            let owner = match &env.payload {
+                AgentCommand::Start { owner, .. } => Some(owner.clone()),
+                _ => log.lock().await.history.started.as_ref().map(|s| s.owner.clone()),
+            };
+            if let Some(owner) = owner {
+                match crate::user::secrets(&self.ctx, &owner).await {
+                    Ok(secrets) => {
+                        log.lock().await.set_redactor(secrets.redactor);
+                        self.secrets_read = true;
+                    }
+                    Err(e) => {
+                        delivery.retry(Duration::from_millis(500), &format!("cannot read the owner's secrets: {e}")).await;
+                        return;
+                    }
+                }
+            }
+        }
         let trace = env.trace.clone();
         let cmd_id = env.id;
         match env.payload {
-            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, confirmation_policy, .. } => {
+            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, confirmation_policy, llm_profile, .. } => {
                 if !started {
                     // The conversation's own limits, else the deployment's defaults.
                     let budget = budget.or_else(|| self.ctx.default_budget());
-                    let model = self.ctx.llm.model().to_owned();
+                    // A profile that went away since the start was asked for is reported by
+                    // the first run, which cannot call it.
+                    let model = match crate::user::llm(&self.ctx, &owner, llm_profile.as_deref()).await {
+                        Ok(llm) => llm.model().to_owned(),
+                        Err(e) => {
+                            tracing::warn!(conversation_id = %self.id, error = %e, "the conversation's LLM profile is not usable");
+                            self.ctx.llm.model().to_owned()
+                        }
+                    };
                     let confirmation_policy = confirmation_policy.unwrap_or_default();
-                    let body = EventBody::ConversationStarted { owner, sandbox_id, workspace, model, skills, budget, confirmation_policy };
+                    let body = EventBody::ConversationStarted {
+                        owner,
+                        sandbox_id,
+                        workspace,
+                        model,
+                        skills,
+                        budget,
+                        confirmation_policy,
+                        llm_profile,
+                    };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;
@@ -258,6 +307,26 @@ impl ConvState {
                         drop(log);
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;
+                    }
+                }
+                drop(log);
+                delivery.ack().await;
+            }
+            AgentCommand::SetLlmProfile { profile, .. } => {
+                let mut log = log.lock().await;
+                let owner = log.history.started.as_ref().map(|s| s.owner.clone());
+                if let (Some(owner), true) = (owner, log.history.llm_profile != profile) {
+                    match crate::user::llm(&self.ctx, &owner, profile.as_deref()).await {
+                        Ok(llm) => {
+                            let body = EventBody::LlmProfile { profile, model: llm.model().to_owned() };
+                            if let Err(e) = log.append(EventId(cmd_id.0), EventSource::User, body, trace).await {
+                                drop(log);
+                                delivery.retry(Duration::from_millis(500), &e.to_string()).await;
+                                return;
+                            }
+                        }
+                        // The gateway checked the profile; it was deleted since. Nothing changes.
+                        Err(e) => tracing::warn!(conversation_id = %self.id, error = %e, "cannot switch LLM profile"),
                     }
                 }
                 drop(log);
@@ -361,6 +430,9 @@ impl ConvState {
             trace: trace.clone(),
             read_upto: read_upto.clone(),
             confirmed,
+            llm: self.ctx.llm.clone(),
+            env: Default::default(),
+            max_iterations: self.ctx.config.agent.max_iterations,
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

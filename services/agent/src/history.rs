@@ -91,6 +91,8 @@ pub struct History {
     pub used_tokens: u64,
     pub used_usd: f64,
     pub policy: ConfirmationPolicy,
+    /// The owner's LLM profile in use (none: the operator's default).
+    pub llm_profile: Option<String>,
     /// Actions of the latest LLM answer still without a result.
     pub pending: Vec<Pending>,
 }
@@ -120,8 +122,9 @@ impl History {
         self.last_seq = ev.seq;
         self.seen.insert(ev.id);
         match &ev.body {
-            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, confirmation_policy, .. } => {
+            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, confirmation_policy, llm_profile, .. } => {
                 self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
+                self.llm_profile = llm_profile.clone();
                 self.skills = skills.clone();
                 self.budget = budget.clone().unwrap_or_default();
                 self.policy = *confirmation_policy;
@@ -179,6 +182,7 @@ impl History {
                 self.push(tool_result(tool_call_id, format!("The user rejected this action. Their reason: {reason}")), ev.seq)
             }
             EventBody::ConfirmationPolicy { policy } => self.policy = *policy,
+            EventBody::LlmProfile { profile, .. } => self.llm_profile = profile.clone(),
             EventBody::Condensation { upto_seq, summary, .. } => {
                 let first = self.first_user_seq;
                 self.entries.retain(|e| e.seq > *upto_seq || Some(e.seq) == first);

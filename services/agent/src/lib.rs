@@ -20,6 +20,7 @@ pub mod run_loop;
 pub mod runner;
 pub mod stuck;
 pub mod tools;
+pub mod user;
 
 use std::sync::Arc;
 
@@ -53,6 +54,10 @@ pub struct Ctx {
     pub http: reqwest::Client,
     pub llm: LlmClient,
     pub leases: jetstream::kv::Store,
+    /// Users' own configuration (secrets, LLM profiles, settings).
+    pub user_kv: jetstream::kv::Store,
+    /// Opens users' sealed secrets and API keys.
+    pub vault: halyard_platform::vault::Vault,
     pub node_id: String,
 }
 

@@ -1,10 +1,12 @@
 //! A conversation's log as one writer sees it: the appender and the history derived from it,
 //! kept together under one lock so that every appended event is folded in exactly once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use halyard_platform::bus::{self, EventAppender};
+use halyard_platform::redact::Redactor;
 use halyard_platform::{BusError, BusErrorKind};
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
 use halyard_protocol::{ConversationId, EventId, TraceContext};
@@ -17,6 +19,8 @@ pub struct Log {
     js: jetstream::Context,
     appender: EventAppender,
     pub history: History,
+    /// Masks the owner's secret values in everything appended.
+    redactor: Arc<Redactor>,
 }
 
 impl Log {
@@ -25,10 +29,34 @@ impl Log {
         let appender = EventAppender::open(js.clone(), conversation).await?;
         let events = bus::read_events(&js, conversation, 0).await?;
         let history = History::from_events(&events);
-        let mut log = Self { js, appender, history };
+        let mut log = Self { js, appender, history, redactor: Arc::default() };
         // Events appended between the two reads are picked up here.
         log.catch_up().await?;
         Ok(log)
+    }
+
+    /// Masks these secrets from now on.
+    pub fn set_redactor(&mut self, redactor: Arc<Redactor>) {
+        self.redactor = redactor;
+    }
+
+    /// `body` with the owner's secret values masked (observations also at their edges: output
+    /// may have been cut mid-value). Every field is masked, whatever the kind, through the
+    /// body's JSON form.
+    fn masked(&self, mut body: EventBody) -> EventBody {
+        if self.redactor.is_empty() {
+            return body;
+        }
+        if let EventBody::Observation { content, .. } = &mut body {
+            *content = self.redactor.redact_edges(content);
+        }
+        match serde_json::to_value(&body) {
+            Ok(mut value) => {
+                self.redactor.redact_json(&mut value);
+                serde_json::from_value(value).unwrap_or(body)
+            }
+            Err(_) => body,
+        }
     }
 
     pub fn conversation(&self) -> ConversationId {
@@ -56,6 +84,7 @@ impl Log {
         body: EventBody,
         trace: Option<TraceContext>,
     ) -> Result<ConversationEvent, BusError> {
+        let body = self.masked(body);
         let mut delay = Duration::from_millis(20);
         let mut last_err = None;
         for _ in 0..8 {

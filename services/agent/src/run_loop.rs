@@ -4,6 +4,7 @@
 //! would pass the model's budget ([`crate::condense`]); a context-length error from the
 //! provider condenses harder and tries again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use crate::log::Log;
 use crate::risk;
 use crate::stuck;
 use crate::tools::{self, ToolOutcome};
-use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
+use halyard_platform::llm::{ChatMessage, Completion, LlmClient, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Skill, SkillKind};
 use serde_json::Value;
@@ -76,6 +77,12 @@ pub struct Run {
     pub read_upto: Arc<std::sync::atomic::AtomicU64>,
     /// The user confirmed the waiting actions: run them first.
     pub confirmed: bool,
+    /// The LLM of the conversation's profile (set when the run starts).
+    pub llm: LlmClient,
+    /// The owner's secrets, exported into the sandbox's shell (set when the run starts).
+    pub env: BTreeMap<String, String>,
+    /// LLM calls this run may make: the deployment's limit, or the owner's if lower.
+    pub max_iterations: u32,
 }
 
 impl Run {
@@ -117,12 +124,12 @@ impl Run {
             cached_tokens: 0,
         });
         EventBody::LlmCall {
-            model: self.ctx.llm.model().to_owned(),
+            model: self.llm.model().to_owned(),
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             cached_tokens: usage.cached_tokens,
             latency_ms: latency.as_millis() as u64,
-            cost_usd: self.ctx.llm.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
+            cost_usd: self.llm.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
         }
     }
 
@@ -171,10 +178,43 @@ impl Run {
         Ok(ExecutorClient::new(self.ctx.http.clone(), url, keys::session_key(&self.ctx.config.secret, sandbox_id)))
     }
 
+    /// Reads what the run takes from the owner's configuration: the profile's LLM, the
+    /// secrets (into the shell's environment and the log's mask) and the settings. `Err` is the
+    /// message of a run that cannot call its LLM.
+    async fn configure(&mut self) -> Result<(), String> {
+        let (owner, profile) = {
+            let log = self.log.lock().await;
+            (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone())
+        };
+        let Some(owner) = owner else { return Ok(()) };
+        self.llm = crate::user::llm(&self.ctx, &owner, profile.as_deref()).await?;
+        // Unreadable secrets keep the mask the log has: the shell may still hold values it
+        // was given before.
+        match crate::user::secrets(&self.ctx, &owner).await {
+            Ok(secrets) => {
+                self.log.lock().await.set_redactor(secrets.redactor);
+                self.env = secrets.env;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the owner's secrets; the shell gets none this run"),
+        }
+        match crate::user::settings(&self.ctx, &owner).await {
+            Ok(settings) => {
+                if let Some(n) = settings.max_iterations.filter(|n| *n > 0) {
+                    self.max_iterations = self.max_iterations.min(n);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the owner's settings; the deployment's apply"),
+        }
+        Ok(())
+    }
+
     /// Runs the agent loop.
-    pub async fn run(self) -> RunOutcome {
+    pub async fn run(mut self) -> RunOutcome {
         if !self.status(ExecutionStatus::Running, None).await {
             return RunOutcome::Failed;
+        }
+        if let Err(e) = self.configure().await {
+            return self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await;
         }
         let exec = match self.executor().await {
             Ok(e) => e,
@@ -185,14 +225,14 @@ impl Run {
             let h = &log.history;
             let skills = h.skills.clone();
             let tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
-            let counter = self.ctx.llm.token_counter();
+            let counter = self.llm.token_counter();
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = if self.confirmed { h.pending.clone() } else { Vec::new() };
             (Setting { workspace, skills, counter, tools, fixed_tokens }, pending)
         };
-        let max = self.ctx.config.agent.max_iterations;
+        let max = self.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
         let mut steps: Vec<stuck::Step> = Vec::new();
         if !pending.is_empty() {
@@ -223,7 +263,7 @@ impl Run {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
                 let messages = log.history.for_llm(&system_prompt(&log));
-                let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.ctx.llm.price());
+                let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.llm.price());
                 (messages, over)
             };
             if let Some(why) = over_budget {
@@ -233,7 +273,7 @@ impl Run {
             let completion = tokio::select! {
                 _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
                 _ = Self::until_set(self.interrupt.clone()) => return self.interrupted().await,
-                c = self.ctx.llm.complete(&messages, &setting.tools) => c,
+                c = self.llm.complete(&messages, &setting.tools) => c,
             };
             elsewhere += asked_at.elapsed();
             let completion = match completion {
@@ -327,7 +367,7 @@ impl Run {
                 Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
                 Ok(args) => {
                     let started = std::time::Instant::now();
-                    let running = tools::execute(exec, &name, &args, self.ctx.config.agent.command_timeout_secs);
+                    let running = tools::execute(exec, &name, &args, &self.env, self.ctx.config.agent.command_timeout_secs);
                     tokio::pin!(running);
                     let outcome = tokio::select! {
                         _ = Self::until_set(self.cancel.clone()) => return Some(RunOutcome::Paused),
@@ -397,7 +437,7 @@ impl Run {
     /// provider said it did, whatever our count says). `Err` if the run ends here. The
     /// summarizer's time is added to `elsewhere`.
     async fn condense(&self, setting: &Setting, force: bool, elsewhere: &mut Duration) -> Result<(), RunOutcome> {
-        let budget = self.ctx.llm.prompt_budget();
+        let budget = self.llm.prompt_budget();
         let counter = &setting.counter;
         let planned = {
             let mut log = self.log.lock().await;
@@ -427,7 +467,7 @@ impl Run {
         let completion = tokio::select! {
             _ = Self::until_set(self.cancel.clone()) => return Err(RunOutcome::Paused),
             _ = Self::until_set(self.interrupt.clone()) => return Err(self.interrupted().await),
-            c = self.ctx.llm.complete(&request, &[]) => c,
+            c = self.llm.complete(&request, &[]) => c,
         };
         *elsewhere += asked_at.elapsed();
         let completion = match completion {

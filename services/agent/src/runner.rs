@@ -136,8 +136,10 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let http = reqwest::Client::builder().build().map_err(|e| AgentError::Setup(e.to_string()))?;
     let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
     let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
+    let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| AgentError::Setup(format!("user bucket: {e}")))?;
+    let vault = halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?;
     let node_id = config.node_id_or_random();
-    let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, node_id });
+    let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, user_kv, vault, node_id });
     let asks = tokio::spawn(crate::ask::serve(ctx.clone(), shutdown.clone()));
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
     let result = bus::consume_into_actor::<AgentCommand, _>(

@@ -115,7 +115,14 @@ pub fn load_skill(skills: &[halyard_protocol::event::Skill], args: &Value) -> To
 }
 
 /// Executes one tool call in the sandbox.
-pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value, default_timeout: f64) -> ToolOutcome {
+/// `env`: exported into the shell before a command (the owner's secrets).
+pub async fn execute(
+    exec: &ExecutorClient,
+    tool: &str,
+    args: &Value,
+    env: &std::collections::BTreeMap<String, String>,
+    default_timeout: f64,
+) -> ToolOutcome {
     match tool {
         "terminal" => {
             let Some(command) = str_arg(args, "command") else {
@@ -123,8 +130,12 @@ pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value, default_ti
             };
             let is_input = bool_arg(args, "is_input");
             let timeout = args.get("timeout").and_then(|t| t.as_f64().or_else(|| t.as_str().and_then(|s| s.parse().ok())));
-            let req =
-                ExecRequest { command, is_input, timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })) };
+            let req = ExecRequest {
+                command,
+                is_input,
+                timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })),
+                env: if is_input { Default::default() } else { env.clone() },
+            };
             match exec.exec(&req).await {
                 Ok(r) => {
                     let mut content = r.output;

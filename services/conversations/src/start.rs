@@ -49,6 +49,7 @@ struct Task<'a> {
     /// Limits on the conversation's LLM use, handed to the agent runner.
     budget: Option<halyard_protocol::event::Budget>,
     confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
+    llm_profile: Option<String>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -94,6 +95,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         spec,
         budget,
         confirmation_policy,
+        llm_profile,
     } = env.payload
     else {
         return Ok(());
@@ -110,6 +112,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         spec,
         budget,
         confirmation_policy,
+        llm_profile,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -199,6 +202,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         message,
         budget: task.budget.clone(),
         confirmation_policy: task.confirmation_policy,
+        llm_profile: task.llm_profile.clone(),
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
@@ -226,10 +230,10 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
 
 /// Runs a script in the sandbox; a non-zero exit is an error with the tail of the output.
 async fn run(exec: &ExecutorClient, script: &str, timeout: f64) -> Result<String, String> {
-    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout) };
+    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout), ..Default::default() };
     let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
     if resp.still_running {
-        let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0) }).await;
+        let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0), ..Default::default() }).await;
         return Err(format!("did not finish within {timeout} s"));
     }
     match resp.exit_code {

@@ -104,6 +104,32 @@ impl OutputBuf {
     }
 }
 
+/// `export NAME='value'` lines for `env` (`None` if empty). Names that are not shell
+/// identifiers are skipped (the agent runner only sends valid ones).
+fn env_script(env: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    let valid = |n: &str| {
+        n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let lines: Vec<String> =
+        env.iter().filter(|(n, _)| valid(n)).map(|(n, v)| format!("export {n}='{}'\n", v.replace('\'', "'\\''"))).collect();
+    (!lines.is_empty()).then(|| lines.concat())
+}
+
+/// Writes a file only its owner can read.
+async fn write_private(path: &std::path::Path, text: &str) -> Result<(), ExecutorError> {
+    use tokio::io::AsyncWriteExt;
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await
+        .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?;
+    f.write_all(text.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?;
+    Ok(())
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
@@ -291,7 +317,18 @@ impl Shell {
         if let Ok(mut out) = session.output.lock() {
             out.take();
         }
-        let line = format!(". '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"", script.display(), marker);
+        // Exported values go through a private file the shell reads and removes before the
+        // command runs: they are never part of a command line or of the command's script.
+        let env_prefix = match env_script(&req.env) {
+            Some(text) => {
+                let path = self.scripts.join(format!("env-{}.sh", session.counter));
+                write_private(&path, &text).await?;
+                format!(". '{}'; rm -f '{}'; ", path.display(), path.display())
+            }
+            None => String::new(),
+        };
+        let line =
+            format!("{env_prefix}. '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"", script.display(), marker);
         write_line(&mut session.stdin, &line).await?;
         session.running = Some(marker.clone());
         session.reported = false;

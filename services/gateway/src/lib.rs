@@ -14,8 +14,11 @@ pub mod events;
 pub mod projection;
 pub mod routes;
 pub mod sandboxes;
+pub mod secrets;
 pub mod session;
+pub mod settings;
 pub mod store;
+pub mod user_store;
 pub mod web;
 pub mod webhooks;
 pub mod workspace;
@@ -83,6 +86,10 @@ pub struct AppState {
     pub http: reqwest::Client,
     /// The port the served-app proxy listens on, if it does (for app links).
     pub apps_port: Option<u16>,
+    /// Users' own settings, LLM profiles and sealed secrets.
+    pub user_kv: jetstream::kv::Store,
+    /// Seals secret values and API keys before they are stored.
+    pub vault: Arc<halyard_platform::vault::Vault>,
 }
 
 /// The router.
@@ -99,6 +106,12 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/confirm", post(routes::confirm))
         .route("/conversations/{id}/reject", post(routes::reject))
         .route("/conversations/{id}/confirmation-policy", axum::routing::put(routes::set_confirmation_policy))
+        .route("/conversations/{id}/llm-profile", axum::routing::put(routes::set_llm_profile))
+        .route("/settings", get(settings::get_settings).put(settings::put_settings))
+        .route("/llm-profiles", get(settings::list_profiles))
+        .route("/llm-profiles/{name}", get(settings::get_profile).put(settings::put_profile).delete(settings::delete_profile))
+        .route("/secrets", get(secrets::list))
+        .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
         .route("/skills", get(routes::list_skills))
         .route("/conversations/{id}/changes", get(workspace::changes))
         .route("/conversations/{id}/files", get(workspace::files))
@@ -165,6 +178,9 @@ pub async fn serve(
         .get_key_value(halyard_protocol::subjects::WEBHOOK_BUCKET)
         .await
         .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
+    let user_kv =
+        js.get_key_value(halyard_protocol::subjects::USER_BUCKET).await.map_err(|e| GatewayError::Http(format!("user bucket: {e}")))?;
+    let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| GatewayError::Http(e.to_string()))?);
     let skills = Arc::new(config.skills_dir.as_deref().map(halyard_platform::skills::load_dir).unwrap_or_default());
     let state = AppState {
         config,
@@ -179,6 +195,8 @@ pub async fn serve(
         skills,
         http: reqwest::Client::new(),
         apps_port: apps_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
+        user_kv,
+        vault,
     };
 
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);

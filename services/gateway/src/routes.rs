@@ -57,6 +57,33 @@ pub struct StartBody {
     /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
     #[serde(default)]
     pub confirmation_policy: Option<ConfirmationPolicy>,
+    /// One of the user's LLM profiles (`GET /llm-profiles`); the settings' default, else the
+    /// operator's, if absent.
+    #[serde(default)]
+    pub llm_profile: Option<String>,
+}
+
+/// Checks a sandbox spec's name.
+pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
+    if state.config.sandbox.spec(spec).is_none() {
+        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the limits of a conversation's LLM use.
+pub fn check_budget(max_budget_usd: Option<f64>, max_tokens: Option<u64>) -> Result<(), ApiError> {
+    if max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
+    }
+    if max_tokens == Some(0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
+    }
+    Ok(())
 }
 
 fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
@@ -91,22 +118,18 @@ pub async fn start_conversation(
         }
     }
     if let Some(spec) = &body.sandbox_spec {
-        if state.config.sandbox.spec(spec).is_none() {
-            let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
-            return Err(ApiError::bad_request(
-                "invalid_field",
-                format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
-            ));
-        }
+        check_spec(&state, spec)?;
     }
-    if body.max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
+    check_budget(body.max_budget_usd, body.max_tokens)?;
+    if let Some(p) = &body.llm_profile {
+        crate::settings::check_profile(&state, &user, "llm_profile", p).await?;
     }
-    if body.max_tokens == Some(0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
-    }
+    // What the start leaves out, the user's settings say (and the deployment past them).
+    let settings = crate::settings::load(&state, &user).await?;
     let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
-        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens });
+        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
+        .or(settings.budget);
+    let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
     crate::sandboxes::check_quota(&state, &user)?;
     let task_id = TaskId::new();
     {
@@ -134,9 +157,10 @@ pub async fn start_conversation(
         repository: body.repository.map(|r| Repository { url: r.url, branch: r.branch }),
         title: body.title.clone(),
         created_ms: now,
-        spec: body.sandbox_spec.clone(),
+        spec,
         budget,
-        confirmation_policy: body.confirmation_policy,
+        confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
+        llm_profile: body.llm_profile.clone().or(settings.llm_profile),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());
@@ -433,6 +457,30 @@ pub async fn set_confirmation_policy(
     require_ready(&c)?;
     agent_command(&state, cid, AgentCommand::SetConfirmationPolicy { conversation_id: cid, policy: body.policy }).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "policy": body.policy.as_str()}))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmProfileBody {
+    /// One of the user's profiles; `null`: the operator's default.
+    pub profile: Option<String>,
+}
+
+/// `PUT /conversations/{id}/llm-profile`: the conversation's next LLM calls go to another
+/// profile (an `llm_profile` event records the switch).
+pub async fn set_llm_profile(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<LlmProfileBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (cid, c) = owned(&state, &user, &id)?;
+    require_ready(&c)?;
+    if let Some(p) = &body.profile {
+        crate::settings::check_profile(&state, &user, "profile", p).await?;
+    }
+    agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: body.profile.clone() }).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "profile": body.profile}))))
 }
 
 /// `GET /skills`: the deployment's global skills (a conversation's own, repository skills

@@ -20,7 +20,7 @@ use crate::routes::{owned, parse_id};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 13] = [
+pub const EVENT_KINDS: [&str; 14] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -34,6 +34,7 @@ pub const EVENT_KINDS: [&str; 13] = [
     "confirmation_policy",
     "condensation",
     "skill_activated",
+    "llm_profile",
 ];
 
 /// A delivery attempt as the API shows it.

@@ -122,6 +122,7 @@ impl TitleConfig {
             context_window: agent.context_window,
             context_reserve: agent.context_reserve,
             max_output_tokens: 200,
+            profile_allow: Vec::new(),
         }
     }
 }
@@ -168,6 +169,9 @@ pub struct LlmConfig {
     /// Longest answer asked for (Anthropic requires one; OpenAI-compatible servers are not
     /// told).
     pub max_output_tokens: u64,
+    /// Destination classes users' LLM profiles may point at, otherwise refused: any of
+    /// `loopback`, `private`, `link-local` (a self-hosted model on the operator's network).
+    pub profile_allow: Vec<String>,
 }
 
 /// What a model's tokens cost, in USD per million.
@@ -370,6 +374,7 @@ impl Default for LlmConfig {
             context_window: 0,
             context_reserve: 0,
             max_output_tokens: 8192,
+            profile_allow: Vec::new(),
         }
     }
 }
@@ -496,6 +501,7 @@ pub const ENV_NAMES: &[&str] = &[
     "LLM_CONTEXT_WINDOW",
     "LLM_CONTEXT_RESERVE",
     "LLM_MAX_OUTPUT_TOKENS",
+    "LLM_PROFILE_ALLOW",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -519,6 +525,15 @@ fn nearest(name: &str) -> Option<&'static str> {
         row[b.len()]
     };
     ENV_NAMES.iter().map(|n| (distance(name, n), *n)).filter(|(d, n)| *d <= n.len() / 3 + 1).min().map(|(_, n)| n)
+}
+
+/// A comma-separated list of network classes (`loopback`, `private`, `link-local`).
+fn network_classes(v: &str) -> Result<Vec<String>, String> {
+    let allow: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+    match allow.iter().find(|a| !["loopback", "private", "link-local"].contains(&a.as_str())) {
+        Some(bad_one) => Err(format!("unknown network class {bad_one:?}; use loopback, private, link-local")),
+        None => Ok(allow),
+    }
 }
 
 /// Why configuration could not be loaded.
@@ -631,13 +646,8 @@ impl Config {
                 "AUTH_FAILURES_PER_MINUTE" => self.gateway.auth_failures_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
-                "WEBHOOK_ALLOW" => {
-                    let allow: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
-                    if let Some(bad_one) = allow.iter().find(|a| !["loopback", "private", "link-local"].contains(&a.as_str())) {
-                        return Err(bad(&format!("unknown network class {bad_one:?}; use loopback, private, link-local")));
-                    }
-                    self.webhooks.allow = allow
-                }
+                "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,
+                "LLM_PROFILE_ALLOW" => self.llm.profile_allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "WEBHOOK_MAX_ATTEMPTS" => self.webhooks.max_attempts = v.parse().map_err(|_| bad("expected a count"))?,
                 "WEBHOOK_RETRY_BASE_MS" => self.webhooks.retry_base_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
                 "WEBHOOK_RETRY_MAX_MS" => self.webhooks.retry_max_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
@@ -775,7 +785,7 @@ mod tests {
                 "SANDBOX" => "process",
                 "PROCESS_ISOLATION" => "uid",
                 "API_KEYS" => "alice:key-alice-1",
-                "WEBHOOK_ALLOW" => "loopback",
+                "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" => "loopback",
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",
                 "LLM_PRICE" => "0.15,0.6,0.075",

@@ -19,10 +19,12 @@ pub mod keys;
 pub mod llm;
 pub mod nats;
 pub mod net;
+pub mod redact;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;
 pub mod tokens;
+pub mod vault;
 
 pub use config::Config;
 pub use error::{BusError, BusErrorKind};

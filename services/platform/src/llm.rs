@@ -142,6 +142,17 @@ impl LlmError {
     }
 }
 
+/// Where a user's LLM profile points ([`LlmClient::for_profile`]).
+pub struct ProfileTarget {
+    pub provider: String,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: String,
+    pub temperature: Option<f32>,
+    pub max_output_tokens: Option<u64>,
+    pub context_window: Option<u64>,
+}
+
 /// The client. Cheap to clone.
 #[derive(Clone)]
 pub struct LlmClient {
@@ -170,6 +181,25 @@ impl LlmClient {
 
     pub fn model(&self) -> &str {
         &self.config.model
+    }
+
+    /// A client of another server or model (a user's LLM profile) that shares this one's
+    /// connection pool, retry settings, prices and bound on calls in flight: a user's own
+    /// profile does not widen what the process sends at once.
+    pub fn for_profile(&self, profile: ProfileTarget) -> Result<Self, LlmError> {
+        if !["openai", "anthropic"].contains(&profile.provider.as_str()) {
+            return Err(LlmError::Transport(format!("unknown LLM provider `{}`: use `openai` or `anthropic`", profile.provider)));
+        }
+        let mut config = (*self.config).clone();
+        config.provider = profile.provider;
+        config.base_url = profile.base_url;
+        config.model = profile.model;
+        config.api_key = profile.api_key;
+        config.temperature = profile.temperature.or(config.temperature);
+        config.max_output_tokens = profile.max_output_tokens.unwrap_or(config.max_output_tokens);
+        config.context_window = profile.context_window.unwrap_or(0);
+        config.context_reserve = 0;
+        Ok(Self { http: self.http.clone(), config: Arc::new(config), permits: self.permits.clone() })
     }
 
     /// The model's context window in tokens (configured, or known for its family).

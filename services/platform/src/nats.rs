@@ -128,6 +128,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         (subjects::WEBHOOK_BUCKET, "Webhook subscriptions: id -> subscription (with its signing secret)"),
         (subjects::TITLE_BUCKET, "Conversations the title setter has handled"),
         (subjects::AUTH_BUCKET, "Users (user.<name>) and API keys as salted hashes (key.<id>)"),
+        (subjects::USER_BUCKET, "Each user's settings, LLM profiles and sealed secrets (settings|llm|secrets.<user>)"),
     ] {
         js.create_or_update_key_value(kv::Config {
             bucket: bucket.to_owned(),

@@ -1,0 +1,83 @@
+//! A user's own configuration: settings, LLM profiles and secrets, as the gateways keep them in
+//! the `halyard_user` key-value bucket ([`crate::subjects::USER_BUCKET`]) and the agent runner
+//! reads them when a run starts. One JSON entry per user and kind (`settings.<user>`,
+//! `llm.<user>`, `secrets.<user>`), updated with the bucket's revision check.
+//!
+//! Secret values and LLM API keys travel and rest only sealed (`v1.…`, ChaCha20-Poly1305 under
+//! a key derived from the deployment secret, bound to owner and name); this crate carries the
+//! sealed text and does no cryptography.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::UnixMillis;
+use crate::event::{Budget, ConfirmationPolicy};
+
+/// A user's defaults for new conversations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserSettings {
+    /// The LLM profile a conversation uses when its start names none (none: the operator's
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_policy: Option<ConfirmationPolicy>,
+    /// Limits of a conversation whose start names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// LLM calls one run may make (none: the deployment's limit, which also caps this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+    /// The sandbox spec of a conversation whose start names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_spec: Option<String>,
+    #[serde(default)]
+    pub updated_ms: UnixMillis,
+}
+
+/// One LLM profile: which server, which model, with which key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LlmProfile {
+    /// `openai` (chat completions) or `anthropic` (Messages API).
+    pub provider: String,
+    /// Up to and including `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The sealed API key (none: the server wants none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_sealed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    pub created_ms: UnixMillis,
+    pub updated_ms: UnixMillis,
+}
+
+/// All LLM profiles of one user, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserLlmProfiles {
+    #[serde(default)]
+    pub profiles: BTreeMap<String, LlmProfile>,
+}
+
+/// One secret: what it is for and its sealed value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SealedSecret {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub value_sealed: String,
+    pub created_ms: UnixMillis,
+    pub updated_ms: UnixMillis,
+}
+
+/// All secrets of one user, by name (the name of the environment variable the agent's shell
+/// sees).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserSecrets {
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SealedSecret>,
+}

@@ -1,0 +1,84 @@
+//! What a conversation takes from its owner's own configuration (the `halyard_user` bucket):
+//! the secrets its shell gets as environment variables and its log has masked, the LLM
+//! profile its calls go to, and the settings that bound a run. Read when a run starts, so a
+//! change applies from the next run on; opened here, with the vault, and nowhere else.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use halyard_platform::llm::{LlmClient, ProfileTarget};
+use halyard_platform::redact::Redactor;
+use halyard_platform::vault;
+use halyard_protocol::UserId;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{UserLlmProfiles, UserSecrets, UserSettings};
+use serde::de::DeserializeOwned;
+
+use crate::Ctx;
+
+/// A user's secrets, opened: the shell's environment and the log's mask.
+#[derive(Debug, Default, Clone)]
+pub struct Secrets {
+    pub env: BTreeMap<String, String>,
+    pub redactor: Arc<Redactor>,
+}
+
+async fn read<T: DeserializeOwned + Default>(ctx: &Ctx, key: &str) -> Result<T, String> {
+    match ctx.user_kv.get(key).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}")),
+        Ok(None) => Ok(T::default()),
+        Err(e) => Err(format!("{key}: {e}")),
+    }
+}
+
+/// The owner's secrets. A value that does not open (the deployment secret changed) is left
+/// out, and said in the log by name.
+pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
+    let stored: UserSecrets = read(ctx, &subjects::user_secrets_key(owner)).await?;
+    let mut env = BTreeMap::new();
+    for (name, s) in stored.secrets {
+        match ctx.vault.open(&vault::secret_slot(&owner.0, &name), &s.value_sealed) {
+            Ok(value) => {
+                env.insert(name, value);
+            }
+            Err(e) => tracing::warn!(user = %owner, secret = %name, error = %e, "cannot open a secret; it is left out"),
+        }
+    }
+    let redactor = Arc::new(Redactor::new(env.iter().map(|(n, v)| (n.clone(), v.clone())).collect()));
+    Ok(Secrets { env, redactor })
+}
+
+/// The owner's settings.
+pub async fn settings(ctx: &Ctx, owner: &UserId) -> Result<UserSettings, String> {
+    read(ctx, &subjects::user_settings_key(owner)).await
+}
+
+/// The LLM client of the owner's profile `name` (none: the operator's default).
+pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmClient, String> {
+    let Some(name) = name else { return Ok(ctx.llm.clone()) };
+    let profiles: UserLlmProfiles = read(ctx, &subjects::user_llm_key(owner)).await?;
+    let Some(p) = profiles.profiles.get(name) else {
+        return Err(format!(
+            "the LLM profile `{name}` no longer exists; create it again (PUT /api/v1/llm-profiles/{name}) or switch the \
+             conversation to another (POST /api/v1/conversations/{{id}}/llm-profile)"
+        ));
+    };
+    let api_key = match &p.api_key_sealed {
+        Some(sealed) => ctx
+            .vault
+            .open(&vault::llm_key_slot(&owner.0, name), sealed)
+            .map_err(|e| format!("the API key of LLM profile `{name}` cannot be read: {e}; store it again"))?,
+        None => String::new(),
+    };
+    ctx.llm
+        .for_profile(ProfileTarget {
+            provider: p.provider.clone(),
+            base_url: p.base_url.clone(),
+            model: p.model.clone(),
+            api_key,
+            temperature: p.temperature,
+            max_output_tokens: p.max_output_tokens,
+            context_window: p.context_window,
+        })
+        .map_err(|e| format!("LLM profile `{name}`: {e}"))
+}

@@ -1,0 +1,171 @@
+//! `/api/v1/secrets`: a user's secrets. A value is sealed here (the vault) before it is
+//! stored and is never answered again by any endpoint; the agent runner opens it when a run
+//! starts, exports it into the conversation's shell under the secret's name, and masks it in
+//! everything the conversation appends.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::redact::MIN_SECRET_LEN;
+use halyard_platform::vault;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{SealedSecret, UserSecrets};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+use crate::user_store;
+
+/// Secrets one user may keep.
+pub const MAX_SECRETS: usize = 100;
+/// Longest value.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+
+/// Names the shell or Halyard itself depends on: a secret may not replace them.
+const RESERVED: [&str; 18] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "SHELL",
+    "PWD",
+    "OLDPWD",
+    "TERM",
+    "PAGER",
+    "GIT_PAGER",
+    "IFS",
+    "HOSTNAME",
+    "SHLVL",
+    "ENV",
+    "BASH_ENV",
+    "PROMPT_COMMAND",
+    "LANG",
+    "TMPDIR",
+    "PS1",
+];
+const RESERVED_PREFIXES: [&str; 5] = ["HALYARD_", "WORKER_", "LD_", "BASH_", "LC_"];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    /// Required when the secret is new; absent keeps the stored value.
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+fn public(name: &str, s: &SealedSecret) -> Value {
+    json!({
+        "name": name, "description": s.description,
+        "created_at": rfc3339(s.created_ms), "updated_at": rfc3339(s.updated_ms),
+    })
+}
+
+fn check_secret_name(name: &str) -> Result<(), ApiError> {
+    let shaped = (1..=64).contains(&name.len())
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !shaped {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!(
+                "secret name {name:?}: use an environment variable name (letters, digits and `_`, not starting with a digit, at most 64)"
+            ),
+        ));
+    }
+    let upper = name.to_ascii_uppercase();
+    if RESERVED.contains(&upper.as_str()) || RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p)) {
+        return Err(ApiError::bad_request(
+            "reserved_name",
+            format!("secret name {name:?} is used by the shell or by Halyard; choose another (for example MY_{name})"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_value(value: &str) -> Result<(), ApiError> {
+    if value.len() < MIN_SECRET_LEN {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`value` must be at least {MIN_SECRET_LEN} characters: a shorter one could not be told apart from ordinary output"),
+        ));
+    }
+    if value.len() > MAX_VALUE_BYTES || value.contains('\0') {
+        return Err(ApiError::bad_request("invalid_field", format!("`value` must be text of at most {MAX_VALUE_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// `GET /secrets`: names and descriptions, never values.
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let (stored, _) = user_store::load::<UserSecrets>(&state, &subjects::user_secrets_key(&user)).await?;
+    Ok(Json(json!({"items": stored.secrets.iter().map(|(n, s)| public(n, s)).collect::<Vec<_>>()})))
+}
+
+/// `GET /secrets/{name}`.
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let (stored, _) = user_store::load::<UserSecrets>(&state, &subjects::user_secrets_key(&user)).await?;
+    stored.secrets.get(&name).map(|s| Json(public(&name, s))).ok_or_else(|| ApiError::not_found("secret"))
+}
+
+/// `PUT /secrets/{name}`: creates (201) or changes (200) a secret.
+pub async fn put(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<PutBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_secret_name(&name)?;
+    user_store::check_description(body.description.as_deref())?;
+    let sealed = match &body.value {
+        Some(v) => {
+            check_value(v)?;
+            Some(state.vault.seal(&vault::secret_slot(&user.0, &name), v).map_err(ApiError::internal)?)
+        }
+        None => None,
+    };
+    let now = halyard_platform::now_ms();
+    let (created, view) = user_store::modify(&state, &subjects::user_secrets_key(&user), |stored: &mut UserSecrets| {
+        let created = !stored.secrets.contains_key(&name);
+        if created && stored.secrets.len() >= MAX_SECRETS {
+            return Err(ApiError::conflict("too_many_secrets", format!("you have {MAX_SECRETS} secrets already; delete one first")));
+        }
+        let secret = match (stored.secrets.remove(&name), &sealed) {
+            (Some(mut old), _) => {
+                if let Some(s) = &sealed {
+                    old.value_sealed = s.clone();
+                }
+                if body.description.is_some() {
+                    old.description = body.description.clone();
+                }
+                old.updated_ms = now;
+                old
+            }
+            (None, Some(s)) => {
+                SealedSecret { description: body.description.clone(), value_sealed: s.clone(), created_ms: now, updated_ms: now }
+            }
+            (None, None) => return Err(ApiError::bad_request("invalid_field", "`value` is required for a new secret")),
+        };
+        let view = public(&name, &secret);
+        stored.secrets.insert(name.clone(), secret);
+        Ok((created, view))
+    })
+    .await?;
+    tracing::info!(user = %user, secret = %name, created, "secret stored");
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// `DELETE /secrets/{name}`: conversations stop getting it from their next run.
+pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    user_store::modify(&state, &subjects::user_secrets_key(&user), |stored: &mut UserSecrets| {
+        stored.secrets.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("secret"))
+    })
+    .await?;
+    tracing::info!(user = %user, secret = %name, "secret deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

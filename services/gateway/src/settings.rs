@@ -1,0 +1,244 @@
+//! `/api/v1/settings` and `/api/v1/llm-profiles`: a user's defaults for new conversations, and
+//! the LLM servers their conversations may use. A profile's API key is sealed here and never
+//! answered again (`has_api_key` says whether one is stored); the agent runner opens it when
+//! it calls. The operator's LLM stays every user's default profile.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::{net, vault};
+use halyard_protocol::UserId;
+use halyard_protocol::event::{Budget, ConfirmationPolicy};
+use halyard_protocol::subjects;
+use halyard_protocol::user::{LlmProfile, UserLlmProfiles, UserSettings};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+use crate::user_store::{self, check_name};
+
+/// LLM profiles one user may keep.
+pub const MAX_PROFILES: usize = 20;
+
+fn settings_json(s: &UserSettings) -> Value {
+    let budget = s.budget.clone().unwrap_or_default();
+    json!({
+        "llm_profile": s.llm_profile, "confirmation_policy": s.confirmation_policy.map(ConfirmationPolicy::as_str),
+        "max_budget_usd": budget.max_budget_usd, "max_tokens": budget.max_tokens, "max_iterations": s.max_iterations,
+        "sandbox_spec": s.sandbox_spec, "updated_at": (s.updated_ms > 0).then(|| rfc3339(s.updated_ms)),
+    })
+}
+
+/// A user's settings (defaults if they never saved any).
+pub async fn load(state: &AppState, user: &UserId) -> Result<UserSettings, ApiError> {
+    Ok(user_store::load::<UserSettings>(state, &subjects::user_settings_key(user)).await?.0)
+}
+
+/// A user's LLM profiles.
+pub async fn profiles(state: &AppState, user: &UserId) -> Result<UserLlmProfiles, ApiError> {
+    Ok(user_store::load::<UserLlmProfiles>(state, &subjects::user_llm_key(user)).await?.0)
+}
+
+/// Checks that `name` is one of the user's profiles (for a start or a switch).
+pub async fn check_profile(state: &AppState, user: &UserId, field: &str, name: &str) -> Result<(), ApiError> {
+    if profiles(state, user).await?.profiles.contains_key(name) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request("unknown_llm_profile", format!("`{field}`: you have no LLM profile {name:?} (see GET /api/v1/llm-profiles)")))
+}
+
+/// `GET /settings`.
+pub async fn get_settings(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    Ok(Json(settings_json(&load(&state, &user).await?)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsBody {
+    #[serde(default)]
+    pub llm_profile: Option<String>,
+    #[serde(default)]
+    pub confirmation_policy: Option<ConfirmationPolicy>,
+    #[serde(default)]
+    pub max_budget_usd: Option<f64>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    #[serde(default)]
+    pub max_iterations: Option<u32>,
+    #[serde(default)]
+    pub sandbox_spec: Option<String>,
+}
+
+/// `PUT /settings`: replaces the settings (an absent field: the deployment's default).
+pub async fn put_settings(
+    State(state): State<AppState>,
+    User(user): User,
+    ApiJson(body): ApiJson<SettingsBody>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(p) = &body.llm_profile {
+        check_profile(&state, &user, "llm_profile", p).await?;
+    }
+    if let Some(spec) = &body.sandbox_spec {
+        crate::routes::check_spec(&state, spec)?;
+    }
+    crate::routes::check_budget(body.max_budget_usd, body.max_tokens)?;
+    if body.max_iterations == Some(0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));
+    }
+    let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
+        .then_some(Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens });
+    let settings = UserSettings {
+        llm_profile: body.llm_profile,
+        confirmation_policy: body.confirmation_policy,
+        budget,
+        max_iterations: body.max_iterations,
+        sandbox_spec: body.sandbox_spec,
+        updated_ms: halyard_platform::now_ms(),
+    };
+    let saved = settings.clone();
+    user_store::modify(&state, &subjects::user_settings_key(&user), move |s: &mut UserSettings| {
+        *s = saved.clone();
+        Ok(())
+    })
+    .await?;
+    Ok(Json(settings_json(&settings)))
+}
+
+fn profile_json(name: &str, p: &LlmProfile, default: bool) -> Value {
+    json!({
+        "name": name, "provider": p.provider, "base_url": p.base_url, "model": p.model,
+        "has_api_key": p.api_key_sealed.is_some(), "temperature": p.temperature,
+        "max_output_tokens": p.max_output_tokens, "context_window": p.context_window, "default": default,
+        "created_at": rfc3339(p.created_ms), "updated_at": rfc3339(p.updated_ms),
+    })
+}
+
+/// `GET /llm-profiles`.
+pub async fn list_profiles(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let default = load(&state, &user).await?.llm_profile;
+    let stored = profiles(&state, &user).await?;
+    let items: Vec<Value> = stored.profiles.iter().map(|(n, p)| profile_json(n, p, default.as_deref() == Some(n))).collect();
+    Ok(Json(json!({"items": items, "operator_model": state.config.llm.model})))
+}
+
+/// `GET /llm-profiles/{name}`.
+pub async fn get_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let default = load(&state, &user).await?.llm_profile;
+    let stored = profiles(&state, &user).await?;
+    let p = stored.profiles.get(&name).ok_or_else(|| ApiError::not_found("LLM profile"))?;
+    Ok(Json(profile_json(&name, p, default.as_deref() == Some(&name))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileBody {
+    /// `openai` (default) or `anthropic`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    pub base_url: String,
+    pub model: String,
+    /// Write-only. Absent keeps the stored key; `""` removes it.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
+    #[serde(default)]
+    pub context_window: Option<u64>,
+}
+
+fn check_profile_body(state: &AppState, body: &ProfileBody) -> Result<String, ApiError> {
+    let provider = body.provider.clone().unwrap_or_else(|| "openai".into());
+    if !["openai", "anthropic"].contains(&provider.as_str()) {
+        return Err(ApiError::bad_request("invalid_field", format!("`provider` {provider:?}: use `openai` or `anthropic`")));
+    }
+    net::check_url(&body.base_url, &state.config.llm.profile_allow).map_err(|e| match e {
+        net::DestinationError::Forbidden(..) => ApiError::bad_request(
+            "destination_not_allowed",
+            format!("`base_url`: {e}; use a public address (or have the operator allow it with HALYARD_LLM_PROFILE_ALLOW)"),
+        ),
+        other => ApiError::bad_request("invalid_field", format!("`base_url`: {other}")),
+    })?;
+    if body.model.trim().is_empty() || body.model.len() > 200 {
+        return Err(ApiError::bad_request("invalid_field", "`model` must be a model name of at most 200 characters"));
+    }
+    if body.api_key.as_ref().is_some_and(|k| k.len() > 8192 || k.contains(['\n', '\r', '\0'])) {
+        return Err(ApiError::bad_request("invalid_field", "`api_key` must be one line of at most 8192 characters"));
+    }
+    if body.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+        return Err(ApiError::bad_request("invalid_field", "`temperature` must be between 0 and 2"));
+    }
+    if body.max_output_tokens == Some(0) || body.context_window.is_some_and(|w| w < 1024) {
+        return Err(ApiError::bad_request("invalid_field", "`max_output_tokens` must be at least 1 and `context_window` at least 1024"));
+    }
+    Ok(provider)
+}
+
+/// `PUT /llm-profiles/{name}`: creates (201) or replaces (200) a profile.
+pub async fn put_profile(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<ProfileBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name("name", &name)?;
+    let provider = check_profile_body(&state, &body)?;
+    let sealed = match body.api_key.as_deref() {
+        Some("") | None => None,
+        Some(key) => Some(state.vault.seal(&vault::llm_key_slot(&user.0, &name), key).map_err(ApiError::internal)?),
+    };
+    let now = halyard_platform::now_ms();
+    let (created, view) = user_store::modify(&state, &subjects::user_llm_key(&user), |stored: &mut UserLlmProfiles| {
+        let old = stored.profiles.get(&name);
+        if old.is_none() && stored.profiles.len() >= MAX_PROFILES {
+            return Err(ApiError::conflict(
+                "too_many_llm_profiles",
+                format!("you have {MAX_PROFILES} LLM profiles already; delete one first"),
+            ));
+        }
+        let api_key_sealed = match body.api_key.as_deref() {
+            Some("") => None,
+            Some(_) => sealed.clone(),
+            None => old.and_then(|o| o.api_key_sealed.clone()),
+        };
+        let profile = LlmProfile {
+            provider: provider.clone(),
+            base_url: body.base_url.trim_end_matches('/').to_owned(),
+            model: body.model.clone(),
+            api_key_sealed,
+            temperature: body.temperature,
+            max_output_tokens: body.max_output_tokens,
+            context_window: body.context_window,
+            created_ms: old.map_or(now, |o| o.created_ms),
+            updated_ms: now,
+        };
+        let created = old.is_none();
+        let view = profile_json(&name, &profile, false);
+        stored.profiles.insert(name.clone(), profile);
+        Ok((created, view))
+    })
+    .await?;
+    tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// `DELETE /llm-profiles/{name}`. The default profile of the user's settings cannot go.
+pub async fn delete_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    if load(&state, &user).await?.llm_profile.as_deref() == Some(&name) {
+        return Err(ApiError::conflict(
+            "profile_in_use",
+            format!("{name:?} is your default LLM profile; choose another default (PUT /api/v1/settings) first"),
+        ));
+    }
+    user_store::modify(&state, &subjects::user_llm_key(&user), |stored: &mut UserLlmProfiles| {
+        stored.profiles.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("LLM profile"))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

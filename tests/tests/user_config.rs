@@ -1,0 +1,219 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Each user's own: secrets that reach the agent's shell and nowhere else (not events, the
+//! WebSocket, webhooks, the LLM, the logs, nor the disk unencrypted), and LLM profiles that
+//! send each user's conversations to their own server with their own key, switchable
+//! mid-conversation.
+
+use std::time::Duration;
+
+use base64::Engine;
+use halyard_tests::{Halyard, HalyardOptions, Receiver, Reply, ScriptedLlm, init};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+/// A value with characters that base64 and URL-encoding both change.
+const VALUE: &str = "s3cr3t/Value+9f8e?7d";
+
+fn terminal(command: &str) -> Reply {
+    Reply::tool("terminal", json!({"command": command}))
+}
+
+/// Every file under `dir`, as bytes, with its path.
+fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            out.push((p, bytes));
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEBHOOK_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let bob = h.api(BOB);
+
+    // Stored write-only; bad names and values are refused with what to do.
+    let (s, created) =
+        alice.call(Method::PUT, "/api/v1/secrets/API_TOKEN", Some(json!({"value": VALUE, "description": "the test API"}))).await;
+    assert_eq!(s, 201, "{created}");
+    assert_eq!(created["name"], "API_TOKEN");
+    assert!(!created.to_string().contains(VALUE), "{created}");
+    let (s, listed) = alice.get("/api/v1/secrets").await;
+    assert_eq!((s, listed["items"][0]["description"].as_str()), (200, Some("the test API")), "{listed}");
+    assert!(!listed.to_string().contains(VALUE));
+    let (s, e) = alice.call(Method::PUT, "/api/v1/secrets/PATH", Some(json!({"value": "whatever"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("reserved_name")), "{e}");
+    let (s, e) = alice.call(Method::PUT, "/api/v1/secrets/SHORT", Some(json!({"value": "ab"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = alice.call(Method::PUT, "/api/v1/secrets/NEW_ONE", Some(json!({"description": "no value"}))).await;
+    assert_eq!(s, 400, "{e}");
+    // Another user sees nothing of it.
+    assert_eq!(bob.get("/api/v1/secrets").await.1["items"], json!([]));
+    assert_eq!(bob.get("/api/v1/secrets/API_TOKEN").await.0, 404);
+
+    let receiver = Receiver::start().await;
+    let (s, w) = alice.post("/api/v1/webhooks", json!({"url": receiver.url})).await;
+    assert_eq!(s, 201, "{w}");
+
+    llm.push([
+        terminal("echo \"token is $API_TOKEN\""),
+        // Split across two writes, with a pause between them.
+        terminal("printf '%s' \"${API_TOKEN:0:7}\"; sleep 0.3; printf '%s\\n' \"${API_TOKEN:7}\""),
+        terminal("printf '%s' \"$API_TOKEN\" | base64"),
+        terminal("python3 -c 'import os, urllib.parse; print(urllib.parse.quote(os.environ[\"API_TOKEN\"], safe=\"\"))'"),
+        // The shell has the exact value (checked without printing it).
+        terminal(&format!(
+            "python3 -c 'import os, sys; sys.exit(os.environ[\"API_TOKEN\"][::-1] != \"{}\")' && echo EXACT-MATCH",
+            VALUE.chars().rev().collect::<String>()
+        )),
+        // A hostile model repeats what it somehow learned: masked too.
+        Reply::finish(&format!("I found {VALUE}")),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "use the token", "title": "secrets"})).await;
+    let mut ws = alice.ws(&conv, 0).await;
+    let mut frames = Vec::new();
+    while let Some(ev) = ws.next(Duration::from_secs(30)).await {
+        let done = ev["kind"] == "execution_status" && ev["status"] == "finished";
+        frames.push(ev.to_string());
+        if done {
+            break;
+        }
+    }
+    assert!(frames.iter().any(|f| f.contains("finished")), "the run did not finish: {frames:?}");
+    let events = alice.get(&format!("/api/v1/conversations/{conv}/events?limit=1000")).await.1.to_string();
+
+    let b64 = base64::engine::general_purpose::STANDARD.encode(VALUE);
+    let url_encoded = "s3cr3t%2FValue%2B9f8e%3F7d";
+    let forms = [VALUE, b64.trim_end_matches('='), url_encoded, "s3cr3t/", "Value+9f8e?7d"];
+    assert!(events.contains("EXACT-MATCH"), "the shell did not get the value: {events}");
+    assert!(events.matches("<secret:API_TOKEN>").count() >= 5, "{events}");
+    for form in forms {
+        assert!(!events.contains(form), "{form} in events: {events}");
+        assert!(!frames.iter().any(|f| f.contains(form)), "{form} in a WebSocket frame");
+        assert!(!llm.requests().iter().any(|r| r.to_string().contains(form)), "{form} reached the LLM");
+    }
+    // Webhook deliveries, once they arrive, are masked too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !receiver.accepted().iter().any(|r| r.json()["status"] == "finished") {
+        assert!(std::time::Instant::now() < deadline, "webhook deliveries did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bodies: Vec<String> = receiver.received().iter().map(|r| r.json().to_string()).collect();
+    assert!(bodies.iter().any(|b| b.contains("<secret:API_TOKEN>")));
+    for form in forms {
+        assert!(!bodies.iter().any(|b| b.contains(form)), "{form} in a webhook body");
+    }
+    // Nothing Halyard wrote to disk (bus store, read models, logs) holds the value in clear:
+    // at rest it is sealed, and everything else had it masked.
+    for (path, bytes) in files(h.data.path()) {
+        assert!(!contains(&bytes, VALUE), "{} holds the secret", path.display());
+    }
+
+    // Deleted, it is not exported any more (from the next run on, in a fresh shell).
+    let (s, _) = alice.call(Method::DELETE, "/api/v1/secrets/API_TOKEN", None).await;
+    assert_eq!(s, 204);
+    assert_eq!(alice.get("/api/v1/secrets/API_TOKEN").await.0, 404);
+}
+
+#[tokio::test]
+async fn each_user_reaches_their_own_llm_with_their_own_key_and_can_switch() {
+    init();
+    let operator = ScriptedLlm::start().await;
+    let alices = ScriptedLlm::start().await;
+    let bobs = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&operator.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let bob = h.api(BOB);
+
+    let profile = |llm: &ScriptedLlm, model: &str, key: &str| json!({"base_url": llm.base_url, "model": model, "api_key": key});
+    let (s, p) = alice.call(Method::PUT, "/api/v1/llm-profiles/mine", Some(profile(&alices, "alice-model", "sk-alice-own-key"))).await;
+    assert_eq!(s, 201, "{p}");
+    assert_eq!((p["has_api_key"].as_bool(), p["model"].as_str()), (Some(true), Some("alice-model")));
+    assert!(!p.to_string().contains("sk-alice-own-key"));
+    let (s, p) = bob.call(Method::PUT, "/api/v1/llm-profiles/mine", Some(profile(&bobs, "bob-model", "sk-bob-own-key"))).await;
+    assert_eq!(s, 201, "{p}");
+    // Alice makes hers the default; Bob names his at start.
+    let (s, st) = alice.call(Method::PUT, "/api/v1/settings", Some(json!({"llm_profile": "mine"}))).await;
+    assert_eq!((s, st["llm_profile"].as_str()), (200, Some("mine")), "{st}");
+    // Nobody can name a profile they do not have.
+    let (s, e) = bob.post("/api/v1/conversations", json!({"message": "hi", "llm_profile": "alices"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_llm_profile")), "{e}");
+    let (s, e) = alice.call(Method::PUT, "/api/v1/settings", Some(json!({"llm_profile": "nope"}))).await;
+    assert_eq!(s, 400, "{e}");
+    let (s, e) = alice.call(Method::DELETE, "/api/v1/llm-profiles/mine", None).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("profile_in_use")), "{e}");
+
+    alices.push([terminal("echo from alice"), Reply::finish("alice done")]);
+    bobs.push([terminal("echo from bob"), Reply::finish("bob done")]);
+    let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
+    let ((a_conv, _), (b_conv, _)) = tokio::join!(
+        alice.start_ready(json!({"message": "task for alice"})),
+        bob.start_ready(json!({"message": "task for bob", "llm_profile": "mine"})),
+    );
+    let (a_events, b_events) =
+        tokio::join!(alice.wait_events(&a_conv, "alice finished", finished), bob.wait_events(&b_conv, "bob finished", finished));
+    assert_eq!(a_events[0]["model"], "alice-model", "{}", a_events[0]);
+    assert_eq!(a_events[0]["llm_profile"], "mine");
+    assert_eq!(b_events[0]["model"], "bob-model");
+    let keys = |llm: &ScriptedLlm| llm.auth_headers().into_iter().map(Option::unwrap_or_default).collect::<Vec<_>>();
+    let models = |llm: &ScriptedLlm| llm.requests().iter().map(|r| r["model"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>();
+    assert_eq!(keys(&alices), ["Bearer sk-alice-own-key"; 2]);
+    assert_eq!(models(&alices), ["alice-model"; 2]);
+    assert_eq!(keys(&bobs), ["Bearer sk-bob-own-key"; 2]);
+    assert_eq!(models(&bobs), ["bob-model"; 2]);
+    assert!(operator.requests().is_empty(), "the operator's LLM was called");
+    // Neither key is in any event.
+    for ev in a_events.iter().chain(&b_events) {
+        assert!(!ev.to_string().contains("own-key"), "{ev}");
+    }
+
+    // Alice switches her conversation to the operator's LLM: an event records it, and the next
+    // call goes there with the operator's key.
+    let (s, r) = alice.call(Method::PUT, &format!("/api/v1/conversations/{a_conv}/llm-profile"), Some(json!({"profile": null}))).await;
+    assert_eq!(s, 202, "{r}");
+    alice.wait_events(&a_conv, "the switch", |ev| ev.iter().any(|e| e["kind"] == "llm_profile" && e["model"] == "scripted-model")).await;
+    operator.push([Reply::finish("operator here")]);
+    let (s, _) = alice.post(&format!("/api/v1/conversations/{a_conv}/messages"), json!({"text": "again"})).await;
+    assert_eq!(s, 202);
+    alice
+        .wait_events(&a_conv, "the operator's answer", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "operator here"))
+        .await;
+    assert_eq!(operator.auth_headers(), [Some(format!("Bearer {}", halyard_tests::harness::LLM_KEY))]);
+    assert_eq!(alices.requests().len(), 2);
+    // Bob cannot switch Alice's conversation.
+    let (s, _) = bob.call(Method::PUT, &format!("/api/v1/conversations/{a_conv}/llm-profile"), Some(json!({"profile": "mine"}))).await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test]
+async fn a_profile_may_not_point_at_the_operators_network_unless_allowed() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    for url in ["http://127.0.0.1:4222/v1", "http://localhost:8000/v1", "http://10.0.0.5/v1"] {
+        let (s, e) = alice.call(Method::PUT, "/api/v1/llm-profiles/internal", Some(json!({"base_url": url, "model": "m"}))).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (400, Some("destination_not_allowed")), "{url}: {e}");
+    }
+    let (s, e) = alice.call(Method::PUT, "/api/v1/llm-profiles/x", Some(json!({"base_url": "ftp://example.com", "model": "m"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, p) =
+        alice.call(Method::PUT, "/api/v1/llm-profiles/public", Some(json!({"base_url": "https://api.example.com/v1", "model": "m"}))).await;
+    assert_eq!((s, p["has_api_key"].as_bool()), (201, Some(false)), "{p}");
+    assert_eq!(alice.get("/api/v1/llm-profiles").await.1["items"].as_array().map(Vec::len), Some(1));
+}
