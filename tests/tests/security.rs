@@ -316,6 +316,13 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         .wait_for(&format!("/api/v1/webhooks/{webhook}/deliveries"), "a delivery", |d| !d["items"].as_array().unwrap().is_empty())
         .await;
     let delivery = deliveries["items"][0]["delivery_id"].as_str().unwrap().to_owned();
+    // Secrets and LLM profiles are named within each user's own space: Bob's names reach only
+    // his own (a PUT would create his own, so it is not walked).
+    let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/secrets/alice", Some(json!({"value": "alice-only-value"}))).await;
+    assert_eq!(s, 201);
+    let own_profile = json!({"base_url": "https://llm.example.com/v1", "model": "alices-model"});
+    let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/llm-profiles/alice", Some(own_profile)).await;
+    assert_eq!(s, 201);
 
     let (_, doc) = bob.get("/api/v1/openapi.json").await;
     let mut walked = 0;
@@ -336,7 +343,12 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         };
         let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice");
         for (method, _) in ops.as_object().unwrap() {
+            let per_user_name = path.starts_with("/api/v1/secrets/") || path.starts_with("/api/v1/llm-profiles/");
+            if per_user_name && method == "put" {
+                continue;
+            }
             let body = match (method.as_str(), path.as_str()) {
+                ("put", p) if p.ends_with("/llm-profile") => Some(json!({"profile": null})),
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
                 ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
                 ("post", p) if p.ends_with("/reject") => Some(json!({"reason": "bob says no"})),
@@ -371,4 +383,6 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert_eq!((s, sb["status"].as_str()), (200, Some("RUNNING")), "{sb}");
     let events = alice.events(&conv).await;
     assert!(events.iter().all(|e| !e.to_string().contains("bob was here")), "Bob wrote into Alice's conversation");
+    assert_eq!(alice.get("/api/v1/secrets/alice").await.0, 200);
+    assert_eq!(alice.get("/api/v1/llm-profiles/alice").await.1["model"], "alices-model");
 }
