@@ -136,7 +136,7 @@ export type ToolArguments = Record<string, unknown> | string;
 
 export type HalyardEvent = EventBase &
   (
-    | { kind: "conversation_started"; model?: string; workspace?: string }
+    | { kind: "conversation_started"; model?: string; workspace?: string; llm_profile?: string }
     | { kind: "user_message"; text: string }
     | { kind: "agent_message"; text: string }
     | { kind: "action"; tool_call_id: string; tool: string; arguments: ToolArguments; thought?: string; security_risk?: string }
@@ -149,6 +149,7 @@ export type HalyardEvent = EventBase &
     | { kind: "condensation"; from_seq: number; upto_seq: number; summary: string }
     | { kind: "skill_activated"; name: string; trigger: string }
     | { kind: "confirmation_policy"; policy: string }
+    | { kind: "llm_profile"; profile?: string; model: string }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;

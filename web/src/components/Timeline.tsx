@@ -47,6 +47,9 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "skill_activated":
         items.push({ type: "note", seq: e.seq, text: `Skill ${e.name} activated by “${e.trigger}”.` });
         break;
+      case "llm_profile":
+        items.push({ type: "note", seq: e.seq, text: `The agent now uses ${e.model} (${e.profile ? `profile ${e.profile}` : "the default LLM"}).` });
+        break;
       case "execution_status":
         if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
           items.push({ type: "note", seq: e.seq, text: e.status.replace(/_/g, " ") + (e.reason ? `: ${e.reason}` : "") });
