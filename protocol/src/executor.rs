@@ -25,6 +25,10 @@ pub struct ExecRequest {
     /// script nor echoed.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Run the command in a subshell: `env` (a clone's credentials, say) exists only for it,
+    /// and nothing it exports or changes stays in the shell.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scoped: bool,
 }
 
 /// The result of [`ExecRequest`].

@@ -91,6 +91,11 @@ pub fn user_secrets_key(user: &crate::UserId) -> String {
     format!("secrets.{user}")
 }
 
+/// The key of `user`'s git providers in [`USER_BUCKET`].
+pub fn user_git_key(user: &crate::UserId) -> String {
+    format!("git.{user}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

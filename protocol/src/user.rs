@@ -1,7 +1,7 @@
 //! A user's own configuration: settings, LLM profiles and secrets, as the gateways keep them in
 //! the `halyard_user` key-value bucket ([`crate::subjects::USER_BUCKET`]) and the agent runner
 //! reads them when a run starts. One JSON entry per user and kind (`settings.<user>`,
-//! `llm.<user>`, `secrets.<user>`), updated with the bucket's revision check.
+//! `llm.<user>`, `secrets.<user>`, `git.<user>`), updated with the bucket's revision check.
 //!
 //! Secret values and LLM API keys travel and rest only sealed (`v1.…`, ChaCha20-Poly1305 under
 //! a key derived from the deployment secret, bound to owner and name); this crate carries the
@@ -80,4 +80,26 @@ pub struct SealedSecret {
 pub struct UserSecrets {
     #[serde(default)]
     pub secrets: BTreeMap<String, SealedSecret>,
+}
+
+/// A git provider's access for one user: private repositories of `host` are cloned with its
+/// token, which never stays in the sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GitProvider {
+    /// `github`, `gitlab` or `generic` (any git server speaking smart HTTP with basic auth).
+    pub kind: String,
+    /// `host` or `host:port` of the repositories' URLs.
+    pub host: String,
+    /// The user name sent with the token (`x-access-token` for GitHub, `oauth2` for GitLab).
+    pub username: String,
+    pub token_sealed: String,
+    pub created_ms: UnixMillis,
+    pub updated_ms: UnixMillis,
+}
+
+/// All git providers of one user, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserGitProviders {
+    #[serde(default)]
+    pub providers: BTreeMap<String, GitProvider>,
 }

@@ -4,14 +4,17 @@
 //! * [`llm`]: a scripted LLM server that speaks the OpenAI chat-completions wire protocol
 //!   (tool calls, streaming and plain) over real HTTP;
 //! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
-//!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API.
+//!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API;
+//! * [`git_http`]: a private git server (git's own `http-backend` behind basic auth).
 
 pub mod docker;
+pub mod git_http;
 pub mod harness;
 pub mod llm;
 pub mod procs;
 pub mod receiver;
 
+pub use git_http::GitServer;
 pub use harness::{Api, Halyard, HalyardOptions, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;

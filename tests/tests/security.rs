@@ -323,6 +323,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     let own_profile = json!({"base_url": "https://llm.example.com/v1", "model": "alices-model"});
     let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/llm-profiles/alice", Some(own_profile)).await;
     assert_eq!(s, 201);
+    let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/git-providers/alice", Some(json!({"token": "ghp_alices"}))).await;
+    assert_eq!(s, 201);
 
     let (_, doc) = bob.get("/api/v1/openapi.json").await;
     let mut walked = 0;
@@ -343,7 +345,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         };
         let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice");
         for (method, _) in ops.as_object().unwrap() {
-            let per_user_name = path.starts_with("/api/v1/secrets/") || path.starts_with("/api/v1/llm-profiles/");
+            let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/"].iter().any(|p| path.starts_with(p));
             if per_user_name && method == "put" {
                 continue;
             }
@@ -385,4 +387,5 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert!(events.iter().all(|e| !e.to_string().contains("bob was here")), "Bob wrote into Alice's conversation");
     assert_eq!(alice.get("/api/v1/secrets/alice").await.0, 200);
     assert_eq!(alice.get("/api/v1/llm-profiles/alice").await.1["model"], "alices-model");
+    assert_eq!(alice.get("/api/v1/git-providers/alice").await.1["host"], "github.com");
 }

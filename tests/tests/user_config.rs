@@ -217,3 +217,63 @@ async fn a_profile_may_not_point_at_the_operators_network_unless_allowed() {
     assert_eq!((s, p["has_api_key"].as_bool()), (201, Some(false)), "{p}");
     assert_eq!(alice.get("/api/v1/llm-profiles").await.1["items"].as_array().map(Vec::len), Some(1));
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of_the_sandbox() {
+    init();
+    // A private repository behind git's own http-backend, with basic auth.
+    let repos = tempfile::tempdir().unwrap();
+    let src = repos.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    git(&src, &["init", "-q", "-b", "main"]);
+    std::fs::write(src.join("PRIVATE.md"), "only for alice\n").unwrap();
+    git(&src, &["add", "."]);
+    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "private"]);
+    git(repos.path(), &["clone", "-q", "--bare", "src", "private.git"]);
+    const TOKEN: &str = "ghp_private-token-4f7e2a9c";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let url = format!("{}/private.git", server.base);
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+
+    // Without a token the server refuses the clone, and the start says where it failed.
+    let (s, task) = alice.post("/api/v1/conversations", json!({"message": "hi", "repository": {"url": url}})).await;
+    assert_eq!(s, 202, "{task}");
+    let failed = alice.wait_task(task["id"].as_str().unwrap(), &["ERROR"]).await;
+    assert!(failed["detail"].as_str().unwrap_or_default().contains("PREPARING_REPOSITORY"), "{failed}");
+
+    let host = server.base.trim_start_matches("http://");
+    let (s, p) =
+        alice.call(Method::PUT, "/api/v1/git-providers/local", Some(json!({"kind": "generic", "host": host, "token": TOKEN}))).await;
+    assert_eq!((s, p["has_token"].as_bool(), p["username"].as_str()), (201, Some(true), Some("x-access-token")), "{p}");
+    assert!(!p.to_string().contains(TOKEN));
+    assert!(!alice.get("/api/v1/git-providers").await.1.to_string().contains(TOKEN));
+
+    llm.push([
+        terminal("cat PRIVATE.md; git remote -v; git config --list --show-origin; env; git fetch -q origin && echo FETCHED"),
+        Reply::finish("done"),
+    ]);
+    let (conv, task) = alice.start_ready(json!({"message": "read it", "repository": {"url": url}})).await;
+    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let seen = events.iter().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
+    assert!(seen.contains("only for alice"), "the clone did not happen: {seen}");
+    assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");
+    // The sandbox kept nothing of the token: no credential in the git config or the
+    // environment (so the agent's own fetch is refused), nothing to mask, nothing on disk.
+    let lower = seen.to_lowercase();
+    assert!(!lower.contains("extraheader") && !lower.contains("authorization") && !seen.contains("<secret:"), "{seen}");
+    assert!(!seen.contains("FETCHED"), "the agent could use the token: {seen}");
+    for (path, bytes) in files(h.data.path()).into_iter().chain(files(&h.workspace(task["sandbox_id"].as_str().unwrap()))) {
+        assert!(!contains(&bytes, TOKEN), "{} holds the token", path.display());
+    }
+    // The token is Alice's: Bob's clone of the same repository is refused.
+    let (_, task) = bob.post("/api/v1/conversations", json!({"message": "hi", "repository": {"url": url}})).await;
+    let failed = bob.wait_task(task["id"].as_str().unwrap(), &["ERROR"]).await;
+    assert!(failed["detail"].as_str().unwrap_or_default().contains("PREPARING_REPOSITORY"), "{failed}");
+}

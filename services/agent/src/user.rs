@@ -11,7 +11,7 @@ use halyard_platform::redact::Redactor;
 use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
-use halyard_protocol::user::{UserLlmProfiles, UserSecrets, UserSettings};
+use halyard_protocol::user::{UserGitProviders, UserLlmProfiles, UserSecrets, UserSettings};
 use serde::de::DeserializeOwned;
 
 use crate::Ctx;
@@ -31,7 +31,7 @@ async fn read<T: DeserializeOwned + Default>(ctx: &Ctx, key: &str) -> Result<T, 
     }
 }
 
-/// The owner's secrets. A value that does not open (the deployment secret changed) is left
+/// The owner's secrets (and, for the mask only, their git tokens). A value that does not open (the deployment secret changed) is left
 /// out, and said in the log by name.
 pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
     let stored: UserSecrets = read(ctx, &subjects::user_secrets_key(owner)).await?;
@@ -44,7 +44,15 @@ pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
             Err(e) => tracing::warn!(user = %owner, secret = %name, error = %e, "cannot open a secret; it is left out"),
         }
     }
-    let redactor = Arc::new(Redactor::new(env.iter().map(|(n, v)| (n.clone(), v.clone())).collect()));
+    let mut masked: Vec<(String, String)> = env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    // The owner's git tokens are never given to the agent, but are masked all the same.
+    let git: UserGitProviders = read(ctx, &subjects::user_git_key(owner)).await?;
+    for (name, p) in git.providers {
+        if let Ok(token) = ctx.vault.open(&vault::git_token_slot(&owner.0, &name), &p.token_sealed) {
+            masked.push((format!("git/{name}"), token));
+        }
+    }
+    let redactor = Arc::new(Redactor::new(masked));
     Ok(Secrets { env, redactor })
 }
 

@@ -8,6 +8,7 @@
 //! every step is idempotent (ids derived from the task id, a clone that already happened is
 //! not repeated).
 
+pub mod git_auth;
 pub mod start;
 
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub struct Ctx {
     pub http: reqwest::Client,
     /// Global skills, read once at start-up.
     pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
+    /// Users' own configuration (their git providers' tokens, for clones).
+    pub user_kv: jetstream::kv::Store,
+    /// Opens the tokens.
+    pub vault: Arc<halyard_platform::vault::Vault>,
 }
 
 /// Serves conversation commands until `shutdown`.
@@ -54,7 +59,9 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let js = jetstream::new(nats.clone());
     let http = reqwest::Client::builder().build().map_err(|e| ConversationError::Http(e.to_string()))?;
     let skills = Arc::new(start::global_skills(config.skills_dir.as_deref()));
-    let ctx = Ctx { config, nats, js: js.clone(), http, skills };
+    let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| ConversationError::Http(format!("user bucket: {e}")))?;
+    let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| ConversationError::Http(e.to_string()))?);
+    let ctx = Ctx { config, nats, js: js.clone(), http, skills, user_kv, vault };
     bus::consume(js, subjects::COMMANDS_STREAM, subjects::CONVERSATION_CONSUMER, "conversations", shutdown, |delivery| {
         let ctx = ctx.clone();
         async move {

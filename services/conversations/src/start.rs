@@ -167,7 +167,10 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
             "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
             quote(&repo.url)
         );
-        run(&exec, &script, CLONE_TIMEOUT_SECS)
+        let env = crate::git_auth::clone_env(ctx, &task.owner, &repo.url)
+            .await
+            .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
+        run_with(&exec, &script, CLONE_TIMEOUT_SECS, env)
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
     }
@@ -230,7 +233,18 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
 
 /// Runs a script in the sandbox; a non-zero exit is an error with the tail of the output.
 async fn run(exec: &ExecutorClient, script: &str, timeout: f64) -> Result<String, String> {
-    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout), ..Default::default() };
+    run_with(exec, script, timeout, Default::default()).await
+}
+
+/// [`run`] with `env` given to that one command (in a subshell) and to nothing after it.
+async fn run_with(
+    exec: &ExecutorClient,
+    script: &str,
+    timeout: f64,
+    env: std::collections::BTreeMap<String, String>,
+) -> Result<String, String> {
+    let scoped = !env.is_empty();
+    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout), env, scoped };
     let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
     if resp.still_running {
         let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0), ..Default::default() }).await;

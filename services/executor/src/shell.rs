@@ -327,8 +327,10 @@ impl Shell {
             }
             None => String::new(),
         };
-        let line =
-            format!("{env_prefix}. '{}'; __halyard_rc=$?; printf '{}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"", script.display(), marker);
+        let run = format!("{env_prefix}. '{}'", script.display());
+        // A scoped command runs in a subshell: what it is given or exports ends with it.
+        let run = if req.scoped { format!("( {run} )") } else { run };
+        let line = format!("{run}; __halyard_rc=$?; printf '{marker}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"");
         write_line(&mut session.stdin, &line).await?;
         session.running = Some(marker.clone());
         session.reported = false;
@@ -467,6 +469,25 @@ mod tests {
         assert!(r.output.contains("oops"));
         let r = sh.exec(cmd("cat <<'EOF'\nmulti\nline\nEOF")).await.unwrap();
         assert_eq!(r.output, "multi\nline");
+    }
+
+    #[tokio::test]
+    async fn env_is_exported_without_a_trace_and_scoped_env_ends_with_its_command() {
+        let (sh, _d) = shell();
+        let env = |k: &str, v: &str| std::collections::BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        let r =
+            sh.exec(ExecRequest { command: "echo \"[$TOKEN]\"".into(), env: env("TOKEN", "it's $x"), ..Default::default() }).await.unwrap();
+        assert_eq!(r.output, "[it's $x]");
+        // Exported: the next command has it. No file holding it is left behind.
+        assert_eq!(sh.exec(cmd("echo \"[$TOKEN]\"")).await.unwrap().output, "[it's $x]");
+        let left =
+            std::fs::read_dir(&sh.scripts).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("env-"));
+        assert_eq!(left.count(), 0);
+        // Scoped: only that command sees it, and its `cd` does not stay either.
+        let scoped = ExecRequest { command: "cd /; echo \"[$ONCE]\"".into(), env: env("ONCE", "v1"), scoped: true, ..Default::default() };
+        assert_eq!(sh.exec(scoped).await.unwrap().output, "[v1]");
+        let r = sh.exec(cmd("echo \"[$ONCE]\"; pwd")).await.unwrap();
+        assert!(r.output.starts_with("[]\n") && !r.output.ends_with("\n/"), "{r:?}");
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ pub mod apps;
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod git_providers;
 pub mod projection;
 pub mod routes;
 pub mod sandboxes;
@@ -110,6 +111,8 @@ pub fn app(state: AppState) -> Router {
         .route("/settings", get(settings::get_settings).put(settings::put_settings))
         .route("/llm-profiles", get(settings::list_profiles))
         .route("/llm-profiles/{name}", get(settings::get_profile).put(settings::put_profile).delete(settings::delete_profile))
+        .route("/git-providers", get(git_providers::list))
+        .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
         .route("/skills", get(routes::list_skills))

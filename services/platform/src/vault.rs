@@ -96,6 +96,11 @@ pub fn llm_key_slot(user: &str, profile: &str) -> String {
     format!("{user}/llm/{profile}")
 }
 
+/// The slot of the token of a user's git provider.
+pub fn git_token_slot(user: &str, provider: &str) -> String {
+    format!("{user}/git/{provider}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

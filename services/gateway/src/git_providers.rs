@@ -1,0 +1,161 @@
+//! `/api/v1/git-providers`: a user's access to their git hosts. The token is sealed here and
+//! never answered again; the conversation manager opens it to clone a private repository of
+//! that host, and the agent runner masks it in everything a conversation records.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::vault;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{GitProvider, UserGitProviders};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+use crate::user_store::{self, check_name};
+
+/// Providers one user may keep.
+pub const MAX_PROVIDERS: usize = 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    /// `github` (default), `gitlab` or `generic`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// `host` or `host:port` of the repositories' URLs (`github.com` for GitHub's kind).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Sent with the token (default per kind).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Write-only; required for a new provider, absent keeps the stored one.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+fn public(name: &str, p: &GitProvider) -> Value {
+    json!({
+        "name": name, "kind": p.kind, "host": p.host, "username": p.username, "has_token": true,
+        "created_at": rfc3339(p.created_ms), "updated_at": rfc3339(p.updated_ms),
+    })
+}
+
+fn default_host(kind: &str) -> Option<&'static str> {
+    match kind {
+        "github" => Some("github.com"),
+        "gitlab" => Some("gitlab.com"),
+        _ => None,
+    }
+}
+
+fn default_username(kind: &str) -> &'static str {
+    match kind {
+        "gitlab" => "oauth2",
+        _ => "x-access-token",
+    }
+}
+
+fn check_host(host: &str) -> Result<(), ApiError> {
+    let (name, port) = host.rsplit_once(':').map_or((host, None), |(h, p)| (h, Some(p)));
+    let ok = (1..=253).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-".contains(c))
+        && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`host` {host:?}: give the host of the repositories' URLs, as `host` or `host:port`"),
+        ))
+    }
+}
+
+/// `GET /git-providers`.
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
+    Ok(Json(json!({"items": stored.providers.iter().map(|(n, p)| public(n, p)).collect::<Vec<_>>()})))
+}
+
+/// `GET /git-providers/{name}`.
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
+    stored.providers.get(&name).map(|p| Json(public(&name, p))).ok_or_else(|| ApiError::not_found("git provider"))
+}
+
+/// `PUT /git-providers/{name}`: creates (201) or changes (200) a provider.
+pub async fn put(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<PutBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name("name", &name)?;
+    let kind = body.kind.clone().unwrap_or_else(|| "github".into());
+    if !["github", "gitlab", "generic"].contains(&kind.as_str()) {
+        return Err(ApiError::bad_request("invalid_field", format!("`kind` {kind:?}: use github, gitlab or generic")));
+    }
+    let host = match (body.host.as_deref(), default_host(&kind)) {
+        (Some(h), _) => h.to_ascii_lowercase(),
+        (None, Some(h)) => h.to_owned(),
+        (None, None) => return Err(ApiError::bad_request("invalid_field", "`host` is required for a generic provider")),
+    };
+    check_host(&host)?;
+    if body.username.as_ref().is_some_and(|u| u.is_empty() || u.len() > 200 || u.contains([':', '\n', '\r', '\0'])) {
+        return Err(ApiError::bad_request("invalid_field", "`username` must be one line of at most 200 characters, without `:`"));
+    }
+    let sealed = match body.token.as_deref() {
+        Some(t) if t.len() < 4 || t.len() > 4096 || t.contains(['\n', '\r', '\0']) => {
+            return Err(ApiError::bad_request("invalid_field", "`token` must be one line of 4 to 4096 characters"));
+        }
+        Some(t) => Some(state.vault.seal(&vault::git_token_slot(&user.0, &name), t).map_err(ApiError::internal)?),
+        None => None,
+    };
+    let now = halyard_platform::now_ms();
+    let (created, view) = user_store::modify(&state, &subjects::user_git_key(&user), |stored: &mut UserGitProviders| {
+        let old = stored.providers.get(&name);
+        if old.is_none() && stored.providers.len() >= MAX_PROVIDERS {
+            return Err(ApiError::conflict(
+                "too_many_git_providers",
+                format!("you have {MAX_PROVIDERS} git providers already; delete one first"),
+            ));
+        }
+        if stored.providers.iter().any(|(n, p)| n != &name && p.host == host) {
+            return Err(ApiError::conflict("host_taken", format!("another of your git providers serves {host}; change that one instead")));
+        }
+        let token_sealed = match (&sealed, old) {
+            (Some(s), _) => s.clone(),
+            (None, Some(o)) => o.token_sealed.clone(),
+            (None, None) => return Err(ApiError::bad_request("invalid_field", "`token` is required for a new git provider")),
+        };
+        let provider = GitProvider {
+            kind: kind.clone(),
+            host: host.clone(),
+            username: body.username.clone().unwrap_or_else(|| default_username(&kind).to_owned()),
+            token_sealed,
+            created_ms: old.map_or(now, |o| o.created_ms),
+            updated_ms: now,
+        };
+        let created = old.is_none();
+        let view = public(&name, &provider);
+        stored.providers.insert(name.clone(), provider);
+        Ok((created, view))
+    })
+    .await?;
+    tracing::info!(user = %user, provider = %name, created, "git provider stored");
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// `DELETE /git-providers/{name}`.
+pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    user_store::modify(&state, &subjects::user_git_key(&user), |stored: &mut UserGitProviders| {
+        stored.providers.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("git provider"))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
