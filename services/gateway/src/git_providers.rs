@@ -78,14 +78,13 @@ fn check_host(host: &str) -> Result<(), ApiError> {
 
 /// `GET /git-providers`.
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
-    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
-    Ok(Json(json!({"items": stored.providers.iter().map(|(n, p)| public(n, p)).collect::<Vec<_>>()})))
+    user_store::list_named(&state, &subjects::user_git_key(&user), |s: &UserGitProviders| &s.providers, public).await.map(Json)
 }
 
 /// `GET /git-providers/{name}`.
 pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
-    stored.providers.get(&name).map(|p| Json(public(&name, p))).ok_or_else(|| ApiError::not_found("git provider"))
+    let key = subjects::user_git_key(&user);
+    user_store::get_named(&state, &key, |s: &UserGitProviders| &s.providers, &name, "git provider", public).await.map(Json)
 }
 
 /// `PUT /git-providers/{name}`: creates (201) or changes (200) a provider.
@@ -153,9 +152,7 @@ pub async fn put(
 
 /// `DELETE /git-providers/{name}`.
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    user_store::modify(&state, &subjects::user_git_key(&user), |stored: &mut UserGitProviders| {
-        stored.providers.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("git provider"))
-    })
-    .await?;
+    let key = subjects::user_git_key(&user);
+    user_store::remove_named(&state, &key, |s: &mut UserGitProviders| &mut s.providers, &name, "git provider").await?;
     Ok(StatusCode::NO_CONTENT)
 }

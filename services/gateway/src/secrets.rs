@@ -103,14 +103,13 @@ fn check_value(value: &str) -> Result<(), ApiError> {
 
 /// `GET /secrets`: names and descriptions, never values.
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
-    let (stored, _) = user_store::load::<UserSecrets>(&state, &subjects::user_secrets_key(&user)).await?;
-    Ok(Json(json!({"items": stored.secrets.iter().map(|(n, s)| public(n, s)).collect::<Vec<_>>()})))
+    user_store::list_named(&state, &subjects::user_secrets_key(&user), |s: &UserSecrets| &s.secrets, public).await.map(Json)
 }
 
 /// `GET /secrets/{name}`.
 pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    let (stored, _) = user_store::load::<UserSecrets>(&state, &subjects::user_secrets_key(&user)).await?;
-    stored.secrets.get(&name).map(|s| Json(public(&name, s))).ok_or_else(|| ApiError::not_found("secret"))
+    let key = subjects::user_secrets_key(&user);
+    user_store::get_named(&state, &key, |s: &UserSecrets| &s.secrets, &name, "secret", public).await.map(Json)
 }
 
 /// `PUT /secrets/{name}`: creates (201) or changes (200) a secret.
@@ -162,10 +161,7 @@ pub async fn put(
 
 /// `DELETE /secrets/{name}`: conversations stop getting it from their next run.
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    user_store::modify(&state, &subjects::user_secrets_key(&user), |stored: &mut UserSecrets| {
-        stored.secrets.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("secret"))
-    })
-    .await?;
+    user_store::remove_named(&state, &subjects::user_secrets_key(&user), |s: &mut UserSecrets| &mut s.secrets, &name, "secret").await?;
     tracing::info!(user = %user, secret = %name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -224,6 +224,8 @@ pub async fn put_profile(
         Ok((created, view))
     })
     .await?;
+    let mut view = view;
+    view["default"] = (load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str())).into();
     tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
@@ -236,9 +238,7 @@ pub async fn delete_profile(State(state): State<AppState>, User(user): User, Pat
             format!("{name:?} is your default LLM profile; choose another default (PUT /api/v1/settings) first"),
         ));
     }
-    user_store::modify(&state, &subjects::user_llm_key(&user), |stored: &mut UserLlmProfiles| {
-        stored.profiles.remove(&name).map(|_| ()).ok_or_else(|| ApiError::not_found("LLM profile"))
-    })
-    .await?;
+    let key = subjects::user_llm_key(&user);
+    user_store::remove_named(&state, &key, |s: &mut UserLlmProfiles| &mut s.profiles, &name, "LLM profile").await?;
     Ok(StatusCode::NO_CONTENT)
 }

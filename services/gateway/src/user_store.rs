@@ -52,6 +52,55 @@ where
     Err(ApiError::conflict("concurrent_update", "your settings changed several times while this change was made; try again"))
 }
 
+/// The entries of one kind a user keeps by name (secrets, LLM profiles, git providers), as
+/// stored in their bucket entry.
+pub type Named<V> = std::collections::BTreeMap<String, V>;
+
+/// The user's entry `name` of the map `field` of the bucket entry `key`, as `view` shows it;
+/// 404 (`what`) if there is none.
+pub async fn get_named<T, V>(
+    state: &AppState,
+    key: &str,
+    field: fn(&T) -> &Named<V>,
+    name: &str,
+    what: &str,
+    view: fn(&str, &V) -> serde_json::Value,
+) -> Result<serde_json::Value, ApiError>
+where
+    T: DeserializeOwned + Default,
+{
+    let (stored, _) = load::<T>(state, key).await?;
+    field(&stored).get(name).map(|v| view(name, v)).ok_or_else(|| ApiError::not_found(what))
+}
+
+/// Every entry of the map `field`, as `view` shows them: `{"items": [...]}`.
+pub async fn list_named<T, V>(
+    state: &AppState,
+    key: &str,
+    field: fn(&T) -> &Named<V>,
+    view: fn(&str, &V) -> serde_json::Value,
+) -> Result<serde_json::Value, ApiError>
+where
+    T: DeserializeOwned + Default,
+{
+    let (stored, _) = load::<T>(state, key).await?;
+    Ok(serde_json::json!({"items": field(&stored).iter().map(|(n, v)| view(n, v)).collect::<Vec<_>>()}))
+}
+
+/// Removes the entry `name` of the map `field`; 404 (`what`) if there is none.
+pub async fn remove_named<T, V>(
+    state: &AppState,
+    key: &str,
+    field: fn(&mut T) -> &mut Named<V>,
+    name: &str,
+    what: &str,
+) -> Result<(), ApiError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    modify(state, key, |stored: &mut T| field(stored).remove(name).map(|_| ()).ok_or_else(|| ApiError::not_found(what))).await
+}
+
 /// Checks a name users give things (`[A-Za-z0-9_.-]`, 1 to 64, a letter or digit first).
 pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&name.len())
