@@ -21,10 +21,12 @@ pub struct ExecRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<f64>,
     /// Environment variables exported into the shell before the command runs (the user's
-    /// secrets); they stay exported for the commands after it. Never written to the command
-    /// script nor echoed.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub env: std::collections::BTreeMap<String, String>,
+    /// secrets). Never written to the command script nor echoed. `Some` is the caller's whole
+    /// set: what it holds stays exported for the commands after it, and a name an earlier
+    /// `Some` exported that this one leaves out (a deleted secret) is unset. `None` leaves
+    /// the shell's environment as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
     /// Run the command in a subshell: `env` (a clone's credentials, say) exists only for it,
     /// and nothing it exports or changes stays in the shell.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

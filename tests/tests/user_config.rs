@@ -124,10 +124,20 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
         assert!(!contains(&bytes, VALUE), "{} holds the secret", path.display());
     }
 
-    // Deleted, it is not exported any more (from the next run on, in a fresh shell).
+    // Deleted, it is gone from the shell from the next run on, though the shell is the same.
     let (s, _) = alice.call(Method::DELETE, "/api/v1/secrets/API_TOKEN", None).await;
     assert_eq!(s, 204);
     assert_eq!(alice.get("/api/v1/secrets/API_TOKEN").await.0, 404);
+    llm.push([terminal("echo \"now [${API_TOKEN-unset}]\""), Reply::finish("done")]);
+    let (s, _) = alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await;
+    assert_eq!(s, 202);
+    let events = alice
+        .wait_events(&conv, "second finish", |ev| {
+            ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= 2
+        })
+        .await;
+    let seen: Vec<String> = events.iter().filter(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).collect();
+    assert!(seen.iter().any(|o| o.contains("now [unset]")), "{seen:?}");
 }
 
 #[tokio::test]

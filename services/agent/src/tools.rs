@@ -134,7 +134,7 @@ pub async fn execute(
                 command,
                 is_input,
                 timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })),
-                env: if is_input { Default::default() } else { env.clone() },
+                env: (!is_input).then(|| env.clone()),
                 scoped: false,
             };
             match exec.exec(&req).await {

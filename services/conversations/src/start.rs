@@ -244,6 +244,7 @@ async fn run_with(
     env: std::collections::BTreeMap<String, String>,
 ) -> Result<String, String> {
     let scoped = !env.is_empty();
+    let env = scoped.then_some(env);
     let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout), env, scoped };
     let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
     if resp.still_running {

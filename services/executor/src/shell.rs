@@ -11,6 +11,7 @@
 //! Output is kept in memory as a head and a rolling tail, so a command printing gigabytes costs
 //! a bounded amount of memory; what was dropped is reported with a clear marker.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -104,30 +105,38 @@ impl OutputBuf {
     }
 }
 
-/// `export NAME='value'` lines for `env` (`None` if empty). Names that are not shell
-/// identifiers are skipped (the agent runner only sends valid ones).
-fn env_script(env: &std::collections::BTreeMap<String, String>) -> Option<String> {
-    let valid = |n: &str| {
-        n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    let lines: Vec<String> =
-        env.iter().filter(|(n, _)| valid(n)).map(|(n, v)| format!("export {n}='{}'\n", v.replace('\'', "'\\''"))).collect();
-    (!lines.is_empty()).then(|| lines.concat())
+/// `unset` for names exported before and no longer wanted, then `export NAME='value'` lines
+/// for `env` (`None` if there is nothing to do). Names that are not shell identifiers are
+/// skipped (the agent runner only sends valid ones).
+fn env_script(env: &BTreeMap<String, String>, unset: &BTreeSet<String>) -> Option<String> {
+    let mut text = String::new();
+    for name in unset.iter().filter(|n| valid_name(n)) {
+        text.push_str(&format!("unset {name}\n"));
+    }
+    for (name, value) in env.iter().filter(|(n, _)| valid_name(n)) {
+        text.push_str(&format!("export {name}='{}'\n", value.replace('\'', "'\\''")));
+    }
+    (!text.is_empty()).then_some(text)
 }
 
-/// Writes a file only its owner can read.
+fn valid_name(n: &str) -> bool {
+    n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Writes a file only its owner can read, whole before it returns: a `tokio::fs::File`
+/// hands writes to a background thread, and the shell sourcing a half-written file would
+/// miss values (the reason this is plain `std::fs` on the blocking pool).
 async fn write_private(path: &std::path::Path, text: &str) -> Result<(), ExecutorError> {
-    use tokio::io::AsyncWriteExt;
-    let mut f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .await
-        .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?;
-    f.write_all(text.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?;
-    Ok(())
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let (path, text) = (path.to_owned(), text.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+        f.write_all(text.as_bytes())
+    })
+    .await
+    .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?
+    .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -150,6 +159,8 @@ struct Session {
     /// caller went away mid-wait (a paused or interrupted run drops its request).
     reported: bool,
     counter: u64,
+    /// Names the last unscoped `ExecRequest::env` exported, to unset those a later one leaves out.
+    exported: BTreeSet<String>,
 }
 
 /// The persistent shell.
@@ -230,7 +241,7 @@ impl Shell {
                 tx.send_modify(|c| *c += 1);
             });
         }
-        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, reported: false, counter: 0 })
+        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, reported: false, counter: 0, exported: BTreeSet::new() })
     }
 
     /// Interrupts whatever the shell runs now: SIGINT to its process group (the shell's trap
@@ -319,7 +330,17 @@ impl Shell {
         }
         // Exported values go through a private file the shell reads and removes before the
         // command runs: they are never part of a command line or of the command's script.
-        let env_prefix = match env_script(&req.env) {
+        let (env, unset) = match &req.env {
+            None => (BTreeMap::new(), BTreeSet::new()),
+            Some(env) if req.scoped => (env.clone(), BTreeSet::new()),
+            Some(env) => {
+                let now: BTreeSet<String> = env.keys().cloned().collect();
+                let gone = session.exported.difference(&now).cloned().collect();
+                session.exported = now;
+                (env.clone(), gone)
+            }
+        };
+        let env_prefix = match env_script(&env, &unset) {
             Some(text) => {
                 let path = self.scripts.join(format!("env-{}.sh", session.counter));
                 write_private(&path, &text).await?;
@@ -474,7 +495,7 @@ mod tests {
     #[tokio::test]
     async fn env_is_exported_without_a_trace_and_scoped_env_ends_with_its_command() {
         let (sh, _d) = shell();
-        let env = |k: &str, v: &str| std::collections::BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        let env = |k: &str, v: &str| Some(BTreeMap::from([(k.to_owned(), v.to_owned())]));
         let r =
             sh.exec(ExecRequest { command: "echo \"[$TOKEN]\"".into(), env: env("TOKEN", "it's $x"), ..Default::default() }).await.unwrap();
         assert_eq!(r.output, "[it's $x]");
@@ -488,6 +509,13 @@ mod tests {
         assert_eq!(sh.exec(scoped).await.unwrap().output, "[v1]");
         let r = sh.exec(cmd("echo \"[$ONCE]\"; pwd")).await.unwrap();
         assert!(r.output.starts_with("[]\n") && !r.output.ends_with("\n/"), "{r:?}");
+        // A whole set that leaves TOKEN out (the secret was deleted) unsets it; the scoped
+        // command's names were never exported, so they are not unset by anyone either.
+        let r = sh.exec(ExecRequest { command: "echo \"[$TOKEN|$OTHER]\"".into(), env: env("OTHER", "o1"), ..Default::default() }).await;
+        assert_eq!(r.unwrap().output, "[|o1]");
+        let r =
+            sh.exec(ExecRequest { command: "echo \"[${OTHER-unset}]\"".into(), env: Some(BTreeMap::new()), ..Default::default() }).await;
+        assert_eq!(r.unwrap().output, "[unset]");
     }
 
     #[tokio::test]
