@@ -4,6 +4,9 @@
 #   - nats-py and msgpack, for the Python client example and its test
 #   - standardwebhooks, the reference library the webhook tests verify signatures with
 #   - schemathesis, the fuzzer the tests run against the served OpenAPI document
+#   - mcp (the Python MCP SDK) and mcp-server-time, the MCP servers the tests connect to; the
+#     latter also in a venv of the system's Python at /opt/halyard-mcp, which sandboxes can
+#     run (they see /usr and /opt, not root's home)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
@@ -18,6 +21,9 @@ if ! "$PY" -c 'import nats, msgpack, standardwebhooks' >/dev/null 2>&1; then
 fi
 if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis' >/dev/null 2>&1; then
   need_pip+=(schemathesis)
+fi
+if ! "$PY" -c 'import mcp.server.mcpserver, mcp_server_time' >/dev/null 2>&1; then
+  need_pip+=('mcp>=2' mcp-server-time)
 fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing: ${need_pip[*]}" >&2
@@ -37,5 +43,16 @@ fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+fi
+MCP_VENV=/opt/halyard-mcp
+if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then
+  if ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq python3-venv >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
+  fi
+  echo "installing: mcp-server-time into $MCP_VENV" >&2
+  rm -rf "$MCP_VENV"
+  /usr/bin/python3 -m venv "$MCP_VENV"
+  "$MCP_VENV/bin/pip" install --quiet --disable-pip-version-check mcp-server-time
 fi
 nats-server --version >&2 || true

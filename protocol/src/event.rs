@@ -243,6 +243,9 @@ pub enum EventBody {
         profile: Option<String>,
         model: String,
     },
+    /// The MCP servers a run connected to: the tools each offers the agent (named
+    /// `<server>__<tool>`), or why it could not be reached. Appended when the set changes.
+    McpServers { servers: Vec<McpServerStatus> },
     /// The result of an action.
     Observation {
         tool_call_id: String,
@@ -295,6 +298,7 @@ impl EventBody {
             Self::Condensation { .. } => "condensation",
             Self::SkillActivated { .. } => "skill_activated",
             Self::LlmProfile { .. } => "llm_profile",
+            Self::McpServers { .. } => "mcp_servers",
         }
     }
 }
@@ -342,6 +346,20 @@ pub fn to_json(ev: &ConversationEvent) -> serde_json::Value {
 /// more than the rest of the rendering.
 pub fn to_json_string(ev: &ConversationEvent) -> String {
     serde_json::to_string(&ApiEvent::of(ev)).unwrap_or_else(|_| "null".into())
+}
+
+/// One MCP server as a run found it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpServerStatus {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// The names the agent calls its tools by.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Why it offers nothing (absent: it answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[cfg(test)]

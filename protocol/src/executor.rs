@@ -165,3 +165,17 @@ pub struct ChangedFile {
 
 /// Most bytes of one file's diff.
 pub const DIFF_CAP: usize = 64 * 1024;
+
+/// The first message on the executor's `GET /mcp/stdio` WebSocket: the MCP server to start in
+/// the workspace. After it, each text message is one JSON-RPC message to the server's standard
+/// input, and each line of its standard output comes back as one. When the process ends, the
+/// socket closes with the tail of its standard error as the reason; closing the socket ends
+/// the process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McpStdioSpawn {
+    /// A shell command line.
+    pub command: String,
+    /// The process's environment on top of the executor's (secrets already filled in).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}

@@ -96,6 +96,11 @@ pub fn user_git_key(user: &crate::UserId) -> String {
     format!("git.{user}")
 }
 
+/// The key of `user`'s MCP servers in [`USER_BUCKET`].
+pub fn user_mcp_key(user: &crate::UserId) -> String {
+    format!("mcp.{user}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

@@ -1,7 +1,8 @@
 //! A user's own configuration: settings, LLM profiles and secrets, as the gateways keep them in
 //! the `halyard_user` key-value bucket ([`crate::subjects::USER_BUCKET`]) and the agent runner
 //! reads them when a run starts. One JSON entry per user and kind (`settings.<user>`,
-//! `llm.<user>`, `secrets.<user>`, `git.<user>`), updated with the bucket's revision check.
+//! `llm.<user>`, `secrets.<user>`, `git.<user>`, `mcp.<user>`), updated with the bucket's
+//! revision check.
 //!
 //! Secret values and LLM API keys travel and rest only sealed (`v1.…`, ChaCha20-Poly1305 under
 //! a key derived from the deployment secret, bound to owner and name); this crate carries the
@@ -102,4 +103,57 @@ pub struct GitProvider {
 pub struct UserGitProviders {
     #[serde(default)]
     pub providers: BTreeMap<String, GitProvider>,
+}
+
+/// One MCP server whose tools the agent is offered: a command run in the conversation's
+/// sandbox that speaks MCP on its standard input and output, or a streamable-HTTP endpoint the
+/// agent runner calls. In `env` and `headers`, `${NAME}` stands for the owner's secret `NAME`
+/// (filled in by the agent runner, so the stored configuration holds no credential).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "transport", rename_all = "snake_case")]
+pub enum McpServerConfig {
+    Stdio {
+        /// A shell command line, run in the workspace.
+        command: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    Http {
+        url: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl McpServerConfig {
+    /// `stdio` or `http`.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Self::Stdio { .. } => "stdio",
+            Self::Http { .. } => "http",
+        }
+    }
+}
+
+/// One of a user's MCP servers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpServer {
+    #[serde(flatten)]
+    pub config: McpServerConfig,
+    /// Whether the agent is offered its tools.
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub updated_ms: UnixMillis,
+}
+
+fn enabled() -> bool {
+    true
+}
+
+/// All MCP servers of one user, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserMcpServers {
+    #[serde(default)]
+    pub servers: BTreeMap<String, McpServer>,
 }

@@ -96,6 +96,16 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::Condensation { summary, .. } => format!("SUMMARY of the part above: {summary}"),
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::LlmProfile { model, .. } => format!("LLM SWITCHED to {model}"),
+            EventBody::McpServers { servers } => {
+                let each: Vec<String> = servers
+                    .iter()
+                    .map(|s| match &s.error {
+                        Some(e) => format!("{} unavailable ({e})", s.name),
+                        None => format!("{} ({} tools)", s.name, s.tools.len()),
+                    })
+                    .collect();
+                format!("MCP SERVERS: {}", each.join(", "))
+            }
             EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,
         };
         out.push_str(&line);

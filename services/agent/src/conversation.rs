@@ -60,6 +60,8 @@ pub struct ConvState {
     /// The owner's secrets were read into the log's mask (once per actor; each run reads them
     /// again).
     secrets_read: bool,
+    /// The conversation's MCP connections, kept between runs (each run checks them).
+    mcp: Arc<Mutex<Option<Arc<crate::mcp::McpHub>>>>,
 }
 
 /// An id derived from a command id (so a redelivered command maps to the same event).
@@ -100,6 +102,7 @@ impl Actor for ConversationActor {
             owed: false,
             last_active: Instant::now(),
             secrets_read: false,
+            mcp: Default::default(),
         })
     }
 
@@ -433,6 +436,7 @@ impl ConvState {
             llm: self.ctx.llm.clone(),
             env: Default::default(),
             max_iterations: self.ctx.config.agent.max_iterations,
+            mcp: self.mcp.clone(),
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

@@ -93,6 +93,8 @@ pub struct History {
     pub policy: ConfirmationPolicy,
     /// The owner's LLM profile in use (none: the operator's default).
     pub llm_profile: Option<String>,
+    /// The MCP servers as the last `mcp_servers` event recorded them.
+    pub mcp_servers: Option<Vec<halyard_protocol::event::McpServerStatus>>,
     /// Actions of the latest LLM answer still without a result.
     pub pending: Vec<Pending>,
 }
@@ -183,6 +185,7 @@ impl History {
             }
             EventBody::ConfirmationPolicy { policy } => self.policy = *policy,
             EventBody::LlmProfile { profile, .. } => self.llm_profile = profile.clone(),
+            EventBody::McpServers { servers } => self.mcp_servers = Some(servers.clone()),
             EventBody::Condensation { upto_seq, summary, .. } => {
                 let first = self.first_user_seq;
                 self.entries.retain(|e| e.seq > *upto_seq || Some(e.seq) == first);

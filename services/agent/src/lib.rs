@@ -15,6 +15,7 @@ pub mod condense;
 pub mod conversation;
 pub mod history;
 pub mod log;
+pub mod mcp;
 pub mod risk;
 pub mod run_loop;
 pub mod runner;

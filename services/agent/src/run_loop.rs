@@ -22,6 +22,7 @@ use crate::budget::{self, estimate_completion, estimate_tokens};
 use crate::condense;
 use crate::history::{MESSAGE_OVERHEAD, message_tokens, summary_message};
 use crate::log::Log;
+use crate::mcp::McpHub;
 use crate::risk;
 use crate::stuck;
 use crate::tools::{self, ToolOutcome};
@@ -62,6 +63,7 @@ struct Setting {
     tools: Vec<Value>,
     /// Tokens of the tools' definitions and the system prompt (both fixed for the run).
     fixed_tokens: u64,
+    mcp: Arc<McpHub>,
 }
 
 /// Everything one run needs.
@@ -83,6 +85,8 @@ pub struct Run {
     pub env: BTreeMap<String, String>,
     /// LLM calls this run may make: the deployment's limit, or the owner's if lower.
     pub max_iterations: u32,
+    /// The conversation's MCP connections (checked, and made again if stale, at run start).
+    pub mcp: Arc<Mutex<Option<Arc<McpHub>>>>,
 }
 
 impl Run {
@@ -178,6 +182,35 @@ impl Run {
         Ok(ExecutorClient::new(self.ctx.http.clone(), url, keys::session_key(&self.ctx.config.secret, sandbox_id)))
     }
 
+    /// The conversation's MCP servers, connected: the hub of an earlier run while it still
+    /// serves the owner's configuration and secrets, else a new one, recorded in an
+    /// `mcp_servers` event when what it offers changed. `None` if the log failed.
+    async fn mcp(&self, exec: &ExecutorClient) -> Option<Arc<McpHub>> {
+        let Some(owner) = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone()) else {
+            return Some(Arc::default());
+        };
+        let configs = match crate::mcp::configs(&self.ctx, &owner).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the owner's MCP servers; the operator's are offered");
+                self.ctx.config.mcp.servers.clone()
+            }
+        };
+        let mut slot = self.mcp.lock().await;
+        if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env)) {
+            return Some(hub.clone());
+        }
+        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, &self.ctx.http).await);
+        *slot = Some(hub.clone());
+        drop(slot);
+        let recorded = self.log.lock().await.history.mcp_servers.clone();
+        let changed = recorded.as_ref() != Some(&hub.status) && !(recorded.is_none() && hub.status.is_empty());
+        if changed && !self.append(EventSource::System, EventBody::McpServers { servers: hub.status.clone() }).await {
+            return None;
+        }
+        Some(hub)
+    }
+
     /// Reads what the run takes from the owner's configuration: the profile's LLM, the
     /// secrets (into the shell's environment and the log's mask) and the settings. `Err` is the
     /// message of a run that cannot call its LLM.
@@ -220,17 +253,19 @@ impl Run {
             Ok(e) => e,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
+        let Some(mcp) = self.mcp(&exec).await else { return RunOutcome::Failed };
         let (setting, pending) = {
             let log = self.log.lock().await;
             let h = &log.history;
             let skills = h.skills.clone();
-            let tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            let mut tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            tools.extend(mcp.specs());
             let counter = self.llm.token_counter();
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = if self.confirmed { h.pending.clone() } else { Vec::new() };
-            (Setting { workspace, skills, counter, tools, fixed_tokens }, pending)
+            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp }, pending)
         };
         let max = self.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
@@ -367,8 +402,14 @@ impl Run {
                 Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
                 Ok(args) => {
                     let started = std::time::Instant::now();
-                    let running = tools::execute(exec, &name, &args, &self.env, self.ctx.config.agent.command_timeout_secs);
-                    tokio::pin!(running);
+                    let timeout = self.ctx.config.agent.command_timeout_secs;
+                    let running: std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutcome> + Send + '_>> =
+                        if setting.mcp.offers(&name) {
+                            Box::pin(setting.mcp.call(&name, &args, Duration::from_secs_f64(timeout.max(1.0))))
+                        } else {
+                            Box::pin(tools::execute(exec, &name, &args, &self.env, timeout))
+                        };
+                    let mut running = running;
                     let outcome = tokio::select! {
                         _ = Self::until_set(self.cancel.clone()) => return Some(RunOutcome::Paused),
                         o = &mut running => o,

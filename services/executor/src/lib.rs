@@ -5,10 +5,12 @@
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
-//! /files` and `GET /changes` (browsing and what changed, [`workspace`]), and `POST
-//! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
+//! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `GET /mcp/stdio` (a
+//! WebSocket to an MCP server run in the sandbox, [`mcp`]) and `POST /session-key` (replaces
+//! the key; a warm-pool sandbox is handed to its new owner so).
 
 pub mod editor;
+pub mod mcp;
 pub mod shell;
 pub mod workspace;
 
@@ -119,9 +121,17 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // Looking is not activity: a user browsing files does not keep a sandbox awake.
         .route("/files", get(files))
         .route("/changes", get(changes))
+        // An MCP server's open socket is not activity either: its calls come with the
+        // agent's steps, which are.
+        .route("/mcp/stdio", get(mcp_stdio))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
+}
+
+async fn mcp_stdio(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+    let workspace = state.config.workspace.clone();
+    ws.on_upgrade(move |socket| mcp::bridge(socket, workspace))
 }
 
 /// Serves on `listener` until `shutdown` resolves.

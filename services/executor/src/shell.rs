@@ -442,7 +442,7 @@ async fn write_line(stdin: &mut ChildStdin, line: &str) -> Result<(), ExecutorEr
 }
 
 #[allow(unsafe_code)]
-fn crate_signal(pid: i32, sig: i32) -> bool {
+pub(crate) fn crate_signal(pid: i32, sig: i32) -> bool {
     // SAFETY: kill(2) takes two integers and touches no memory of ours.
     unsafe { libc::kill(pid, sig) == 0 }
 }

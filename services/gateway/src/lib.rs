@@ -12,6 +12,7 @@ pub mod auth;
 pub mod error;
 pub mod events;
 pub mod git_providers;
+pub mod mcp_servers;
 pub mod projection;
 pub mod routes;
 pub mod sandboxes;
@@ -113,6 +114,8 @@ pub fn app(state: AppState) -> Router {
         .route("/llm-profiles/{name}", get(settings::get_profile).put(settings::put_profile).delete(settings::delete_profile))
         .route("/git-providers", get(git_providers::list))
         .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
+        .route("/mcp-servers", get(mcp_servers::list))
+        .route("/mcp-servers/{name}", get(mcp_servers::get_one).put(mcp_servers::put).delete(mcp_servers::delete))
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
         .route("/skills", get(routes::list_skills))

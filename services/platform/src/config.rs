@@ -53,6 +53,19 @@ pub struct Config {
     pub gateway: GatewayConfig,
     pub webhooks: WebhookConfig,
     pub titles: TitleConfig,
+    pub mcp: McpConfig,
+}
+
+/// MCP servers.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// The operator's servers, offered in every conversation next to the user's own (a user's
+    /// server of the same name takes its place).
+    pub servers: std::collections::BTreeMap<String, halyard_protocol::user::McpServerConfig>,
+    /// Destinations otherwise refused for users' streamable-HTTP servers: any of `loopback`,
+    /// `private`, `link-local`.
+    pub allow: Vec<String>,
 }
 
 /// Webhook delivery.
@@ -353,6 +366,7 @@ impl Default for Config {
             gateway: GatewayConfig::default(),
             webhooks: WebhookConfig::default(),
             titles: TitleConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -502,6 +516,8 @@ pub const ENV_NAMES: &[&str] = &[
     "LLM_CONTEXT_RESERVE",
     "LLM_MAX_OUTPUT_TOKENS",
     "LLM_PROFILE_ALLOW",
+    "MCP_SERVERS",
+    "MCP_ALLOW",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -648,6 +664,11 @@ impl Config {
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "LLM_PROFILE_ALLOW" => self.llm.profile_allow = network_classes(&v).map_err(|e| bad(&e))?,
+                "MCP_ALLOW" => self.mcp.allow = network_classes(&v).map_err(|e| bad(&e))?,
+                "MCP_SERVERS" => {
+                    self.mcp.servers =
+                        serde_json::from_str(&v).map_err(|e| bad(&format!("expected a JSON object of servers by name ({e})")))?
+                }
                 "WEBHOOK_MAX_ATTEMPTS" => self.webhooks.max_attempts = v.parse().map_err(|_| bad("expected a count"))?,
                 "WEBHOOK_RETRY_BASE_MS" => self.webhooks.retry_base_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
                 "WEBHOOK_RETRY_MAX_MS" => self.webhooks.retry_max_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
@@ -785,7 +806,8 @@ mod tests {
                 "SANDBOX" => "process",
                 "PROCESS_ISOLATION" => "uid",
                 "API_KEYS" => "alice:key-alice-1",
-                "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" => "loopback",
+                "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" | "MCP_ALLOW" => "loopback",
+                "MCP_SERVERS" => r#"{"time": {"transport": "stdio", "command": "mcp-server-time"}}"#,
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",
                 "LLM_PRICE" => "0.15,0.6,0.075",

@@ -36,6 +36,16 @@ impl ExecutorClient {
         Self { http, base: base.into().trim_end_matches('/').to_owned(), key }
     }
 
+    /// The executor's base URL (`http://host:port`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The sandbox's session key, for callers that open the executor's sockets themselves.
+    pub fn session_key(&self) -> &str {
+        &self.key
+    }
+
     /// `GET /health` with a short timeout; `Ok` only if the executor answers healthy.
     pub async fn health(&self) -> Result<Health, ExecutorError> {
         let resp = self

@@ -1,0 +1,336 @@
+//! MCP servers' tools for the agent. A conversation's servers are the operator's
+//! (`[mcp.servers]`) and its owner's own (`mcp.<user>` in the user bucket, in place of an
+//! operator's server of the same name). Each is reached with the official SDK (`rmcp`): a
+//! `stdio` server runs in the conversation's sandbox, spoken to through the executor's
+//! `/mcp/stdio` WebSocket; an `http` server is called from here over streamable HTTP.
+//!
+//! The connections live with the conversation ([`McpHub`], kept by its actor between runs)
+//! and are made again when a run finds the configuration or the owner's secrets changed, or a
+//! connection gone (a paused sandbox takes its stdio servers with it). Their tools are offered
+//! as `<server>__<tool>`; a server that cannot be reached offers nothing, and says why in the
+//! `mcp_servers` event: it never fails the run.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_protocol::event::McpServerStatus;
+use halyard_protocol::executor::{McpStdioSpawn, SESSION_KEY_HEADER};
+use halyard_protocol::user::{McpServerConfig, UserMcpServers};
+use halyard_protocol::{UserId, subjects};
+use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents, Tool};
+use rmcp::service::{RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ServiceExt, transport::IntoTransport};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
+
+use crate::Ctx;
+use crate::tools::ToolOutcome;
+
+/// How long a server has to start and list its tools.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest tool name providers accept.
+const MAX_TOOL_NAME: usize = 64;
+/// Tool results longer than this are cut (the rest is noise to the model).
+const MAX_RESULT_CHARS: usize = 30_000;
+
+/// The MCP servers of one conversation, connected.
+#[derive(Default)]
+pub struct McpHub {
+    /// What the connections were made from (configuration and filled-in secrets), hashed.
+    fingerprint: u64,
+    servers: Vec<Server>,
+    /// Offered name → (server index, the server's own name of the tool).
+    by_name: HashMap<String, (usize, String)>,
+    /// Each server as found when connecting.
+    pub status: Vec<McpServerStatus>,
+}
+
+struct Server {
+    client: RunningService<RoleClient, ()>,
+    tools: Vec<(String, Tool)>,
+}
+
+impl McpHub {
+    /// Whether this hub still serves `configs` (with `secrets`) and all its connections live.
+    pub fn serves(&self, configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>) -> bool {
+        self.fingerprint == fingerprint(configs, secrets) && self.servers.iter().all(|s| !s.client.is_closed())
+    }
+
+    /// Connects to every server of `configs` at once; a failing one is recorded in `status`.
+    pub async fn connect(
+        configs: BTreeMap<String, McpServerConfig>,
+        secrets: &BTreeMap<String, String>,
+        exec: &ExecutorClient,
+        http: &reqwest::Client,
+    ) -> Self {
+        let fingerprint = fingerprint(&configs, secrets);
+        let attempts = configs.iter().map(|(name, config)| async move {
+            let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect_one(config, secrets, exec, http))
+                .await
+                .unwrap_or_else(|_| Err(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs())));
+            (name, config, connected)
+        });
+        let mut hub = Self { fingerprint, ..Default::default() };
+        for (name, config, connected) in futures::future::join_all(attempts).await {
+            let mut status = McpServerStatus { name: name.clone(), transport: config.transport().into(), tools: Vec::new(), error: None };
+            match connected {
+                Ok((client, tools)) => {
+                    let index = hub.servers.len();
+                    let mut offered = Vec::new();
+                    for tool in tools {
+                        let exposed = exposed_name(name, &tool.name);
+                        if hub.by_name.contains_key(&exposed) {
+                            continue;
+                        }
+                        hub.by_name.insert(exposed.clone(), (index, tool.name.to_string()));
+                        status.tools.push(exposed.clone());
+                        offered.push((exposed, tool));
+                    }
+                    hub.servers.push(Server { client, tools: offered });
+                }
+                Err(e) => {
+                    tracing::warn!(server = %name, error = %e, "MCP server unavailable");
+                    status.error = Some(e);
+                }
+            }
+            hub.status.push(status);
+        }
+        hub
+    }
+
+    /// The servers' tools in the chat-completions `tools` format.
+    pub fn specs(&self) -> Vec<Value> {
+        self.servers
+            .iter()
+            .flat_map(|s| &s.tools)
+            .map(|(name, tool)| {
+                json!({"type": "function", "function": {
+                    "name": name,
+                    "description": tool.description.as_deref().unwrap_or_default(),
+                    "parameters": Value::Object((*tool.input_schema).clone()),
+                }})
+            })
+            .collect()
+    }
+
+    /// Whether `tool` is one of the servers' tools.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.by_name.contains_key(tool)
+    }
+
+    /// Calls `tool` with `args`; the result (or the failure) as an observation.
+    pub async fn call(&self, tool: &str, args: &Value, timeout: Duration) -> ToolOutcome {
+        let Some((index, own_name)) = self.by_name.get(tool) else {
+            return observation(format!("There is no MCP tool named `{tool}`."), true);
+        };
+        let arguments = match args {
+            Value::Object(map) => {
+                let mut map = map.clone();
+                // The risk argument is ours, not the server's.
+                map.remove("security_risk");
+                Some(map)
+            }
+            Value::Null => None,
+            _ => return observation("The arguments of an MCP tool must be a JSON object.".into(), true),
+        };
+        let mut params = CallToolRequestParams::new(own_name.clone());
+        params.arguments = arguments;
+        match tokio::time::timeout(timeout, self.servers[*index].client.call_tool(params)).await {
+            Err(_) => observation(format!("The MCP tool `{tool}` did not answer within {} s.", timeout.as_secs()), true),
+            Ok(Err(e)) => observation(format!("The MCP tool `{tool}` failed: {e}"), true),
+            Ok(Ok(result)) => {
+                let mut text = result.content.iter().map(content_text).collect::<Vec<_>>().join("\n");
+                if text.is_empty() {
+                    text = result.structured_content.map(|v| v.to_string()).unwrap_or_default();
+                }
+                if text.chars().count() > MAX_RESULT_CHARS {
+                    text = text.chars().take(MAX_RESULT_CHARS).collect::<String>() + "\n[The result was cut here.]";
+                }
+                observation(text, result.is_error.unwrap_or(false))
+            }
+        }
+    }
+}
+
+fn observation(content: String, is_error: bool) -> ToolOutcome {
+    ToolOutcome::Observation { content, exit_code: None, is_error }
+}
+
+fn content_text(block: &ContentBlock) -> String {
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        ContentBlock::Image(i) => format!("[image: {}]", i.mime_type),
+        ContentBlock::Audio(a) => format!("[audio: {}]", a.mime_type),
+        ContentBlock::Resource(r) => match &r.resource {
+            ResourceContents::TextResourceContents { uri, text, .. } => format!("[{uri}]\n{text}"),
+            ResourceContents::BlobResourceContents { uri, .. } => format!("[binary resource {uri}]"),
+            #[allow(unreachable_patterns)]
+            _ => "[resource]".into(),
+        },
+        ContentBlock::ResourceLink(link) => format!("[resource {}]", link.uri),
+        #[allow(unreachable_patterns)]
+        _ => "[content]".into(),
+    }
+}
+
+/// `<server>__<tool>`, in the characters and length providers accept.
+fn exposed_name(server: &str, tool: &str) -> String {
+    let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect::<String>();
+    let mut name = format!("{}__{}", clean(server), clean(tool));
+    name.truncate(MAX_TOOL_NAME);
+    name
+}
+
+fn fingerprint(configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(configs).unwrap_or_default().hash(&mut h);
+    secrets.hash(&mut h);
+    h.finish()
+}
+
+/// `text` with each `${NAME}` replaced by the secret `NAME`.
+fn fill(text: &str, secrets: &BTreeMap<String, String>, what: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else { break };
+        let name = &rest[start + 2..start + 2 + len];
+        let value = secrets.get(name).ok_or_else(|| format!("{what} names the secret `{name}`, which you do not have"))?;
+        out.push_str(&rest[..start]);
+        out.push_str(value);
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+type Connected = (RunningService<RoleClient, ()>, Vec<Tool>);
+
+async fn connect_one(
+    config: &McpServerConfig,
+    secrets: &BTreeMap<String, String>,
+    exec: &ExecutorClient,
+    http: &reqwest::Client,
+) -> Result<Connected, String> {
+    match config {
+        McpServerConfig::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (name, value) in headers {
+                let value = fill(value, secrets, &format!("header `{name}`"))?;
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is no header name"))?;
+                let value = reqwest::header::HeaderValue::from_str(&value)
+                    .map_err(|_| format!("header `{name}` has a character a header cannot hold"))?;
+                custom.insert(name, value);
+            }
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+            let client = ().serve(transport).await.map_err(|e| format!("{url}: {e}"))?;
+            list(client).await
+        }
+        McpServerConfig::Stdio { command, env } => {
+            let mut all = secrets.clone();
+            for (name, value) in env {
+                all.insert(name.clone(), fill(value, secrets, &format!("variable `{name}`"))?);
+            }
+            let closed = Arc::new(Mutex::new(None::<String>));
+            let transport = stdio_socket(exec, McpStdioSpawn { command: command.clone(), env: all }, closed.clone()).await?;
+            let said = |e: String| closed.lock().ok().and_then(|c| c.clone()).unwrap_or(e);
+            let client = ().serve(transport).await.map_err(|e| said(e.to_string()))?;
+            list(client).await.map_err(said)
+        }
+    }
+}
+
+async fn list(client: RunningService<RoleClient, ()>) -> Result<Connected, String> {
+    let tools = client.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
+    Ok((client, tools))
+}
+
+/// The executor's `/mcp/stdio` socket, with `spawn` sent, as an MCP transport. The reason the
+/// socket closes with (the server's last words) is left in `closed`.
+async fn stdio_socket(
+    exec: &ExecutorClient,
+    spawn: McpStdioSpawn,
+    closed: Arc<Mutex<Option<String>>>,
+) -> Result<impl rmcp::transport::Transport<RoleClient> + use<>, String> {
+    let url = format!("{}/mcp/stdio", exec.base().replacen("http", "ws", 1));
+    let mut request = url.as_str().into_client_request().map_err(|e| e.to_string())?;
+    let key = exec.session_key().parse().map_err(|_| "the session key is no header value".to_owned())?;
+    request.headers_mut().insert(SESSION_KEY_HEADER, key);
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| format!("the sandbox refused: {e}"))?;
+    let first = serde_json::to_string(&spawn).map_err(|e| e.to_string())?;
+    socket.send(Message::Text(first.into())).await.map_err(|e| format!("the sandbox refused: {e}"))?;
+    let (sink, stream) = socket.split();
+    let sink = sink.with(|message: TxJsonRpcMessage<RoleClient>| async move {
+        serde_json::to_string(&message).map(|text| Message::Text(text.into())).map_err(|e| tungstenite::Error::Io(std::io::Error::other(e)))
+    });
+    let stream = stream.filter_map(move |frame| {
+        let closed = closed.clone();
+        async move {
+            match frame {
+                Ok(Message::Text(text)) => match serde_json::from_str::<RxJsonRpcMessage<RoleClient>>(&text) {
+                    Ok(message) => Some(message),
+                    Err(_) => {
+                        // Servers that log to standard output: not a message, not fatal.
+                        tracing::debug!(line = %text.chars().take(200).collect::<String>(), "MCP server wrote a non-message line");
+                        None
+                    }
+                },
+                Ok(Message::Close(Some(frame))) => {
+                    if let Ok(mut c) = closed.lock() {
+                        *c = Some(frame.reason.to_string());
+                    }
+                    None
+                }
+                _ => None,
+            }
+        }
+    });
+    Ok((Box::pin(sink), Box::pin(stream)).into_transport())
+}
+
+/// The servers of `owner`'s conversations: the operator's, and theirs in place of one of the
+/// same name (disabled ones left out).
+pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpServerConfig>, String> {
+    let mut configs = ctx.config.mcp.servers.clone();
+    let stored: UserMcpServers = match ctx.user_kv.get(subjects::user_mcp_key(owner)).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("your MCP servers: {e}"))?,
+        Ok(None) => UserMcpServers::default(),
+        Err(e) => return Err(format!("your MCP servers could not be read: {e}")),
+    };
+    for (name, server) in stored.servers {
+        if server.enabled {
+            configs.insert(name, server.config);
+        } else {
+            configs.remove(&name);
+        }
+    }
+    Ok(configs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_namespaced_and_kept_to_what_providers_accept() {
+        assert_eq!(exposed_name("time", "get_current_time"), "time__get_current_time");
+        assert_eq!(exposed_name("my.server", "do it"), "my_server__do_it");
+        assert_eq!(exposed_name(&"s".repeat(40), &"t".repeat(40)).len(), MAX_TOOL_NAME);
+    }
+
+    #[test]
+    fn secrets_are_filled_in_and_a_missing_one_is_named() {
+        let secrets = BTreeMap::from([("TOKEN".to_owned(), "abc".to_owned())]);
+        assert_eq!(fill("Bearer ${TOKEN}", &secrets, "h").unwrap(), "Bearer abc");
+        assert_eq!(fill("${TOKEN}-${TOKEN}", &secrets, "h").unwrap(), "abc-abc");
+        assert_eq!(fill("no $ here", &secrets, "h").unwrap(), "no $ here");
+        assert!(fill("${NOPE}", &secrets, "header `X`").unwrap_err().contains("`NOPE`"));
+    }
+}

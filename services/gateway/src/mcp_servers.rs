@@ -1,0 +1,210 @@
+//! `/api/v1/mcp-servers`: a user's own MCP servers, whose tools the agent is offered in each of
+//! their conversations (next to the operator's). A `stdio` server is a command run in the
+//! conversation's sandbox; an `http` server a streamable-HTTP endpoint the agent runner calls.
+//! Credentials stay out of the stored configuration: a header or variable value names a
+//! secret as `${NAME}`, and the agent runner fills it in.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::net;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+use crate::user_store::{self, check_name};
+
+/// Servers one user may keep.
+pub const MAX_SERVERS: usize = 20;
+/// Headers or variables one server may have.
+const MAX_ENTRIES: usize = 50;
+/// Longest command, URL, header or variable value.
+const MAX_VALUE: usize = 8192;
+/// Headers the MCP client sets itself.
+const RESERVED_HEADERS: &[&str] =
+    &["accept", "content-type", "content-length", "host", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// For `stdio`: the command line run in the workspace.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// For `stdio`: the process's environment (`${NAME}` names a secret).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// For `http`: the streamable-HTTP endpoint.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// For `http`: headers sent with each request (`${NAME}` names a secret).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Whether the agent is offered its tools (default true); a disabled server of an
+    /// operator's name hides the operator's.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+fn public(name: &str, s: &McpServer) -> Value {
+    let mut view = serde_json::to_value(&s.config).unwrap_or_default();
+    view["name"] = json!(name);
+    view["enabled"] = json!(s.enabled);
+    view["updated_at"] = json!(rfc3339(s.updated_ms));
+    view
+}
+
+fn bad(message: String) -> ApiError {
+    ApiError::bad_request("invalid_field", message)
+}
+
+fn one_line(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() || value.len() > MAX_VALUE || value.contains(['\n', '\r', '\0']) {
+        return Err(bad(format!("`{field}` must be one line of 1 to {MAX_VALUE} characters")));
+    }
+    Ok(())
+}
+
+/// Every `${NAME}` in `value` names a possible secret.
+fn check_references(field: &str, value: &str) -> Result<(), ApiError> {
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            return Err(bad(format!("`{field}`: `${{` without its `}}`; write `${{NAME}}` to use your secret NAME")));
+        };
+        let name = &rest[start + 2..start + 2 + len];
+        if !env_name(name) {
+            return Err(bad(format!("`{field}`: `${{{name}}}` is no secret name; secrets are named like environment variables")));
+        }
+        rest = &rest[start + 3 + len..];
+    }
+    Ok(())
+}
+
+fn env_name(n: &str) -> bool {
+    (1..=128).contains(&n.len())
+        && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn config(state: &AppState, body: PutBody) -> Result<McpServerConfig, ApiError> {
+    match body.transport.as_str() {
+        "stdio" => {
+            if body.url.is_some() || !body.headers.is_empty() {
+                return Err(bad("`url` and `headers` are for `http` servers; a `stdio` server has `command` and `env`".into()));
+            }
+            let command = body.command.ok_or_else(|| bad("`command` is required for a `stdio` server".into()))?;
+            one_line("command", &command)?;
+            if body.env.len() > MAX_ENTRIES {
+                return Err(bad(format!("`env` has more than {MAX_ENTRIES} variables")));
+            }
+            for (name, value) in &body.env {
+                if !env_name(name) {
+                    return Err(bad(format!("`env`: {name:?} is no environment variable name")));
+                }
+                if value.len() > MAX_VALUE || value.contains('\0') {
+                    return Err(bad(format!("`env.{name}` must be at most {MAX_VALUE} characters")));
+                }
+                check_references(&format!("env.{name}"), value)?;
+            }
+            Ok(McpServerConfig::Stdio { command, env: body.env })
+        }
+        "http" => {
+            if body.command.is_some() || !body.env.is_empty() {
+                return Err(bad("`command` and `env` are for `stdio` servers; an `http` server has `url` and `headers`".into()));
+            }
+            let url = body.url.ok_or_else(|| bad("`url` is required for an `http` server".into()))?;
+            net::check_url(&url, &state.config.mcp.allow).map_err(|e| match e {
+                net::DestinationError::Forbidden(..) => ApiError::bad_request(
+                    "destination_not_allowed",
+                    format!("`url`: {e}; use a public address (or have the operator allow it with HALYARD_MCP_ALLOW)"),
+                ),
+                other => bad(format!("`url`: {other}")),
+            })?;
+            if body.headers.len() > MAX_ENTRIES {
+                return Err(bad(format!("`headers` has more than {MAX_ENTRIES} headers")));
+            }
+            for (name, value) in &body.headers {
+                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(bad(format!("`headers`: {name:?} is no header name")));
+                }
+                if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                    return Err(bad(format!("`headers`: {name} is set by the MCP client itself")));
+                }
+                one_line(&format!("headers.{name}"), value)?;
+                check_references(&format!("headers.{name}"), value)?;
+            }
+            Ok(McpServerConfig::Http { url, headers: body.headers })
+        }
+        other => Err(bad(format!("`transport` {other:?}: use `stdio` or `http`"))),
+    }
+}
+
+/// `GET /mcp-servers`.
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    user_store::list_named(&state, &subjects::user_mcp_key(&user), |s: &UserMcpServers| &s.servers, public).await.map(Json)
+}
+
+/// `GET /mcp-servers/{name}`.
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let key = subjects::user_mcp_key(&user);
+    user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await.map(Json)
+}
+
+/// `PUT /mcp-servers/{name}`: creates (201) or replaces (200) a server.
+pub async fn put(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<PutBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name("name", &name)?;
+    let enabled = body.enabled.unwrap_or(true);
+    let config = config(&state, body)?;
+    let server = McpServer { config, enabled, updated_ms: halyard_platform::now_ms() };
+    let (created, view) = user_store::modify(&state, &subjects::user_mcp_key(&user), |stored: &mut UserMcpServers| {
+        let created = !stored.servers.contains_key(&name);
+        if created && stored.servers.len() >= MAX_SERVERS {
+            return Err(ApiError::conflict(
+                "too_many_mcp_servers",
+                format!("you have {MAX_SERVERS} MCP servers already; delete one first"),
+            ));
+        }
+        let view = public(&name, &server);
+        stored.servers.insert(name.clone(), server.clone());
+        Ok((created, view))
+    })
+    .await?;
+    tracing::info!(user = %user, server = %name, created, "MCP server stored");
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// `DELETE /mcp-servers/{name}`.
+pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    let key = subjects::user_mcp_key(&user);
+    user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &name, "MCP server").await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_references;
+
+    #[test]
+    fn secret_references_are_checked() {
+        assert!(check_references("h", "Bearer ${TOKEN}").is_ok());
+        assert!(check_references("h", "plain").is_ok());
+        assert!(check_references("h", "Bearer ${TOKEN").is_err());
+        assert!(check_references("h", "${not a name}").is_err());
+    }
+}

@@ -1,0 +1,144 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! MCP servers this project did not write, reached by the agent through a scripted LLM: PyPI's
+//! `mcp-server-time` over stdio, run in the conversation's sandbox, and a streamable-HTTP server
+//! built with the Python MCP SDK (`tests/servers/mcp_notes.py`) that wants a bearer token the
+//! user keeps as a secret. A server that cannot start is reported in words and does not stop
+//! the conversation; another user is offered none of it.
+
+use std::time::Duration;
+
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+const TOKEN: &str = "notes-token-8c1d5e";
+/// `mcp-server-time` where sandboxes can run it (`infra/install-deps.sh` puts it there).
+const TIME_SERVER: &str = "/opt/halyard-mcp/bin/mcp-server-time";
+
+/// The Python SDK's server on a free port, refusing requests without `Bearer TOKEN`.
+struct NotesServer {
+    url: String,
+    child: std::process::Child,
+}
+
+impl NotesServer {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/servers/mcp_notes.py");
+        let child = std::process::Command::new("python3")
+            .args([script, &port.to_string(), TOKEN])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs the MCP notes server (infra/install-deps.sh installs the `mcp` package)");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(std::time::Instant::now() < deadline, "the MCP notes server did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self { url: format!("http://127.0.0.1:{port}/mcp"), child }
+    }
+}
+
+impl Drop for NotesServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+}
+
+#[tokio::test]
+async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_reported() {
+    init();
+    let notes = NotesServer::start().await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MCP_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+
+    let (s, _) = alice.call(Method::PUT, "/api/v1/secrets/NOTES_TOKEN", Some(json!({"value": TOKEN}))).await;
+    assert_eq!(s, 201);
+    assert!(std::path::Path::new(TIME_SERVER).exists(), "{TIME_SERVER} is missing: run infra/install-deps.sh as root");
+    let time = json!({"transport": "stdio", "command": format!("{TIME_SERVER} --local-timezone UTC")});
+    let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/time", Some(time)).await;
+    assert_eq!((s, v["transport"].as_str(), v["enabled"].as_bool()), (201, Some("stdio"), Some(true)), "{v}");
+    let http = json!({"transport": "http", "url": notes.url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}});
+    let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/notes", Some(http)).await;
+    assert_eq!(s, 201, "{v}");
+    let broken = json!({"transport": "stdio", "command": "echo 'mcp-broken: no such thing' >&2; exit 3"});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/mcp-servers/broken", Some(broken)).await.0, 201);
+    // Bad configurations are refused with what to do.
+    let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/x", Some(json!({"transport": "stdio"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/x", Some(json!({"transport": "http", "url": "ftp://x"}))).await;
+    assert_eq!(s, 400, "{e}");
+    let bad_ref = json!({"transport": "http", "url": notes.url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN"}});
+    let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/x", Some(bad_ref)).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap_or_default().contains("${NAME}"), "{e}");
+    let (_, listed) = alice.get("/api/v1/mcp-servers").await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(3), "{listed}");
+    assert_eq!(bob.get("/api/v1/mcp-servers").await.1["items"], json!([]));
+    assert_eq!(bob.get("/api/v1/mcp-servers/time").await.0, 404);
+
+    llm.push([
+        Reply::tool("time__get_current_time", json!({"timezone": "Asia/Tokyo"})),
+        Reply::tool("notes__add_note", json!({"text": "remember the milk"})),
+        Reply::finish("done"),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "what time is it in Tokyo?"})).await;
+    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let all = Value::Array(events.clone()).to_string();
+
+    // The servers as the run found them: two with their tools, the broken one in its words.
+    let servers = events.iter().find(|e| e["kind"] == "mcp_servers").map(|e| e["servers"].clone()).expect("an mcp_servers event");
+    let by_name = |n: &str| servers.as_array().unwrap().iter().find(|s| s["name"] == n).cloned().unwrap_or_default();
+    assert!(by_name("time")["tools"].as_array().unwrap().iter().any(|t| t == "time__convert_time"), "{servers}");
+    assert_eq!(by_name("notes")["tools"], json!(["notes__add_note"]), "{servers}");
+    let why = by_name("broken")["error"].as_str().unwrap_or_default().to_owned();
+    assert!(why.contains("exited with code 3") && why.contains("mcp-broken: no such thing"), "{servers}");
+
+    // The model was offered the tools under their namespaced names, next to the built-ins.
+    let offered = tool_names(&llm.requests()[0]);
+    for name in ["terminal", "time__get_current_time", "time__convert_time", "notes__add_note"] {
+        assert!(offered.iter().any(|n| n == name), "{name} not offered: {offered:?}");
+    }
+    // Calls and results are actions and observations like any other tool's.
+    let observed = |tool: &str| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "observation" && e["tool"] == tool)
+            .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
+    };
+    let tokyo = observed("time__get_current_time").expect("the time tool's result");
+    assert!(tokyo.contains("Asia/Tokyo") && tokyo.contains("datetime"), "{tokyo}");
+    assert_eq!(observed("notes__add_note").as_deref(), Some("noted: remember the milk (1 kept)"));
+    assert!(events.iter().any(|e| e["kind"] == "action" && e["tool"] == "notes__add_note"), "{all}");
+    assert!(all.contains("\"finished\""), "the conversation did not finish: {all}");
+    assert!(!all.contains(TOKEN), "the token reached an event");
+    assert!(!llm.requests().iter().any(|r| r.to_string().contains(TOKEN)), "the token reached the LLM");
+
+    // A second run reuses the connections (no new mcp_servers event: nothing changed).
+    llm.push([Reply::tool("notes__add_note", json!({"text": "and eggs"})), Reply::finish("done again")]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "one more"})).await;
+    let events = alice
+        .wait_events(&conv, "second finish", |ev| {
+            ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= 2
+        })
+        .await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"] == "noted: and eggs (2 kept)"), "{events:?}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "mcp_servers").count(), 1);
+
+    // Bob has no servers: his model is offered the built-in tools only.
+    let before = llm.requests().len();
+    llm.push([Reply::finish("hello bob")]);
+    let (bconv, _) = bob.start_ready(json!({"message": "hi"})).await;
+    bob.wait_events(&bconv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let bobs = tool_names(&llm.requests()[before]);
+    assert!(bobs.iter().any(|n| n == "terminal") && !bobs.iter().any(|n| n.contains("__")), "{bobs:?}");
+    assert!(!bob.events(&bconv).await.iter().any(|e| e["kind"] == "mcp_servers"));
+}
