@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
-    Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, SecurityRisk, Skill, SkillKind, TitleSource,
+    Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, McpServerStatus, SecurityRisk, Skill,
+    SkillKind, TitleSource,
 };
 use halyard_protocol::system::{
     ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
@@ -163,6 +164,28 @@ fn events_are_stable() {
         ),
         ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
+        (
+            "event_mcp_servers",
+            event(
+                18,
+                EventBody::McpServers {
+                    servers: vec![
+                        McpServerStatus {
+                            name: "time".into(),
+                            transport: "stdio".into(),
+                            tools: vec!["time__get_current_time".into(), "time__convert_time".into()],
+                            error: None,
+                        },
+                        McpServerStatus {
+                            name: "notes".into(),
+                            transport: "http".into(),
+                            tools: vec![],
+                            error: Some("http://notes.example/mcp: connection refused".into()),
+                        },
+                    ],
+                },
+            ),
+        ),
         (
             "event_llm_call",
             event(

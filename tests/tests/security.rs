@@ -316,7 +316,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         .wait_for(&format!("/api/v1/webhooks/{webhook}/deliveries"), "a delivery", |d| !d["items"].as_array().unwrap().is_empty())
         .await;
     let delivery = deliveries["items"][0]["delivery_id"].as_str().unwrap().to_owned();
-    // Secrets and LLM profiles are named within each user's own space: Bob's names reach only
+    // Secrets, LLM profiles, git providers and MCP servers are named within each user's own space: Bob's names reach only
     // his own (a PUT would create his own, so it is not walked).
     let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/secrets/alice", Some(json!({"value": "alice-only-value"}))).await;
     assert_eq!(s, 201);
@@ -324,6 +324,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/llm-profiles/alice", Some(own_profile)).await;
     assert_eq!(s, 201);
     let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/git-providers/alice", Some(json!({"token": "ghp_alices"}))).await;
+    assert_eq!(s, 201);
+    let own_server = json!({"transport": "stdio", "command": "alices-mcp-server"});
+    let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/mcp-servers/alice", Some(own_server)).await;
     assert_eq!(s, 201);
 
     let (_, doc) = bob.get("/api/v1/openapi.json").await;
@@ -345,7 +348,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         };
         let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice");
         for (method, _) in ops.as_object().unwrap() {
-            let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/"].iter().any(|p| path.starts_with(p));
+            let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
+                .iter()
+                .any(|p| path.starts_with(p));
             if per_user_name && method == "put" {
                 continue;
             }
@@ -388,4 +393,5 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert_eq!(alice.get("/api/v1/secrets/alice").await.0, 200);
     assert_eq!(alice.get("/api/v1/llm-profiles/alice").await.1["model"], "alices-model");
     assert_eq!(alice.get("/api/v1/git-providers/alice").await.1["host"], "github.com");
+    assert_eq!(alice.get("/api/v1/mcp-servers/alice").await.1["command"], "alices-mcp-server");
 }

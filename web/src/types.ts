@@ -150,7 +150,16 @@ export type HalyardEvent = EventBase &
     | { kind: "skill_activated"; name: string; trigger: string }
     | { kind: "confirmation_policy"; policy: string }
     | { kind: "llm_profile"; profile?: string; model: string }
+    | { kind: "mcp_servers"; servers: McpServerStatus[] }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;
 export type ObservationEvent = Extract<HalyardEvent, { kind: "observation" }>;
+
+/** One MCP server as a run found it: the tools it offers, or why it offers none. */
+export interface McpServerStatus {
+  name: string;
+  transport: "stdio" | "http";
+  tools: string[];
+  error?: string;
+}

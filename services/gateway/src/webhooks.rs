@@ -20,7 +20,7 @@ use crate::routes::{owned, parse_id};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 14] = [
+pub const EVENT_KINDS: [&str; 15] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -35,6 +35,7 @@ pub const EVENT_KINDS: [&str; 14] = [
     "condensation",
     "skill_activated",
     "llm_profile",
+    "mcp_servers",
 ];
 
 /// A delivery attempt as the API shows it.

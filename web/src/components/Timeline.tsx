@@ -50,6 +50,14 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "llm_profile":
         items.push({ type: "note", seq: e.seq, text: `The agent now uses ${e.model} (${e.profile ? `profile ${e.profile}` : "the default LLM"}).` });
         break;
+      case "mcp_servers":
+        for (const s of e.servers)
+          items.push(
+            s.error
+              ? { type: "error", seq: e.seq, code: "mcp_unavailable", message: `MCP server ${s.name} is unavailable: ${s.error}` }
+              : { type: "note", seq: e.seq, text: `MCP server ${s.name}: ${s.tools.length} tools (${s.tools.join(", ")}).` },
+          );
+        break;
       case "execution_status":
         if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
           items.push({ type: "note", seq: e.seq, text: e.status.replace(/_/g, " ") + (e.reason ? `: ${e.reason}` : "") });
