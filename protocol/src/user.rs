@@ -94,6 +94,11 @@ pub struct GitProvider {
     /// The user name sent with the token (`x-access-token` for GitHub, `oauth2` for GitLab).
     pub username: String,
     pub token_sealed: String,
+    /// The host's REST API (absent: the kind's default for the host, e.g. `https://api.github.com`
+    /// for github.com, `https://<host>/api/v3` for GitHub Enterprise, `https://<host>/api/v4`
+    /// for GitLab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
 }

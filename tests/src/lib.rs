@@ -5,16 +5,19 @@
 //!   (tool calls, streaming and plain) over real HTTP;
 //! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
 //!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API;
-//! * [`git_http`]: a private git server (git's own `http-backend` behind basic auth).
+//! * [`git_http`]: a private git server (git's own `http-backend` behind basic auth);
+//! * [`github`]: a scripted GitHub REST server that checks the token it is sent.
 
 pub mod docker;
 pub mod git_http;
+pub mod github;
 pub mod harness;
 pub mod llm;
 pub mod procs;
 pub mod receiver;
 
 pub use git_http::GitServer;
+pub use github::GithubServer;
 pub use harness::{Api, Halyard, HalyardOptions, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;

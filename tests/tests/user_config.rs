@@ -287,3 +287,55 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
     let failed = bob.wait_task(task["id"].as_str().unwrap(), &["ERROR"]).await;
     assert!(failed["detail"].as_str().unwrap_or_default().contains("PREPARING_REPOSITORY"), "{failed}");
 }
+
+#[tokio::test]
+async fn the_repository_picker_lists_what_each_users_token_reaches() {
+    init();
+    const GH_TOKEN: &str = "ghp_picker-token-51a9";
+    let github = halyard_tests::GithubServer::start(GH_TOKEN, &["alice/halyard", "alice/dotfiles", "acme/halyard-infra"]).await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+
+    // Nothing to list without a provider.
+    let (s, none) = alice.get("/api/v1/repositories").await;
+    assert_eq!((s, none["items"].clone(), none["errors"].clone()), (200, json!([]), json!([])), "{none}");
+
+    // A GitHub Enterprise-like provider: its API where the server has it.
+    let provider = json!({"kind": "github", "host": github.host, "api_url": github.api_url, "token": GH_TOKEN});
+    let (s, p) = alice.call(Method::PUT, "/api/v1/git-providers/work", Some(provider)).await;
+    assert_eq!((s, p["api_url"].as_str()), (201, Some(github.api_url.as_str())), "{p}");
+    let (s, found) = alice.get("/api/v1/repositories?q=HALYARD").await;
+    assert_eq!(s, 200, "{found}");
+    let names: Vec<&str> = found["items"].as_array().unwrap().iter().filter_map(|r| r["full_name"].as_str()).collect();
+    assert_eq!(names, ["alice/halyard", "acme/halyard-infra"], "{found}");
+    let first = &found["items"][0];
+    assert_eq!(
+        (first["provider"].as_str(), first["private"].as_bool(), first["default_branch"].as_str()),
+        (Some("work"), Some(true), Some("main"))
+    );
+    assert_eq!(first["clone_url"].as_str(), Some(format!("http://{}/alice/halyard.git", github.host).as_str()));
+    assert_eq!(alice.get("/api/v1/repositories").await.1["items"].as_array().map(Vec::len), Some(3));
+    // The forge got the token as GitHub wants it, and nothing of it is answered.
+    assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {GH_TOKEN}"))), "{:?}", github.seen());
+    assert!(!found.to_string().contains(GH_TOKEN));
+
+    // A token the forge refuses is named in `errors`, with what to do; Bob sees none of Alice's.
+    let bobs = json!({"kind": "github", "host": github.host, "api_url": github.api_url, "token": "ghp_wrong-one"});
+    assert_eq!(bob.call(Method::PUT, "/api/v1/git-providers/work", Some(bobs)).await.0, 201);
+    let (s, refused) = bob.get("/api/v1/repositories").await;
+    assert_eq!((s, refused["items"].clone()), (200, json!([])), "{refused}");
+    let message = refused["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        refused["errors"][0]["provider"] == "work" && message.contains("401") && message.contains("PUT /api/v1/git-providers"),
+        "{refused}"
+    );
+    let (s, e) = bob.get("/api/v1/repositories?provider=nope").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_git_provider")), "{e}");
+
+    // Without the operator's permission an API on the operator's network is refused.
+    let h2 = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let provider = json!({"kind": "github", "host": github.host, "api_url": github.api_url, "token": GH_TOKEN});
+    let (s, e) = h2.api(ALICE).call(Method::PUT, "/api/v1/git-providers/work", Some(provider)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("destination_not_allowed")), "{e}");
+}

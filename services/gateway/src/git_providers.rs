@@ -9,13 +9,14 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use halyard_platform::vault;
+use halyard_platform::{net, vault};
 use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
 use crate::AppState;
 use crate::auth::User;
 use crate::error::{ApiError, ApiJson};
+use crate::forge;
 use crate::store::rfc3339;
 use crate::user_store::{self, check_name};
 
@@ -37,11 +38,14 @@ pub struct PutBody {
     /// Write-only; required for a new provider, absent keeps the stored one.
     #[serde(default)]
     pub token: Option<String>,
+    /// The host's REST API, where it is not the kind's default (a GitHub-compatible forge).
+    #[serde(default)]
+    pub api_url: Option<String>,
 }
 
 fn public(name: &str, p: &GitProvider) -> Value {
     json!({
-        "name": name, "kind": p.kind, "host": p.host, "username": p.username, "has_token": true,
+        "name": name, "kind": p.kind, "host": p.host, "username": p.username, "has_token": true, "api_url": forge::api_base(p),
         "created_at": rfc3339(p.created_ms), "updated_at": rfc3339(p.updated_ms),
     })
 }
@@ -108,6 +112,15 @@ pub async fn put(
     if body.username.as_ref().is_some_and(|u| u.is_empty() || u.len() > 200 || u.contains([':', '\n', '\r', '\0'])) {
         return Err(ApiError::bad_request("invalid_field", "`username` must be one line of at most 200 characters, without `:`"));
     }
+    if let Some(url) = &body.api_url {
+        net::check_url(url, &state.config.gateway.git_api_allow).map_err(|e| match e {
+            net::DestinationError::Forbidden(..) => ApiError::bad_request(
+                "destination_not_allowed",
+                format!("`api_url`: {e}; use a public address (or have the operator allow it with HALYARD_GIT_API_ALLOW)"),
+            ),
+            other => ApiError::bad_request("invalid_field", format!("`api_url`: {other}")),
+        })?;
+    }
     let sealed = match body.token.as_deref() {
         Some(t) if t.len() < 4 || t.len() > 4096 || t.contains(['\n', '\r', '\0']) => {
             return Err(ApiError::bad_request("invalid_field", "`token` must be one line of 4 to 4096 characters"));
@@ -137,6 +150,7 @@ pub async fn put(
             host: host.clone(),
             username: body.username.clone().unwrap_or_else(|| default_username(&kind).to_owned()),
             token_sealed,
+            api_url: body.api_url.clone(),
             created_ms: old.map_or(now, |o| o.created_ms),
             updated_ms: now,
         };

@@ -11,9 +11,11 @@ pub mod apps;
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod forge;
 pub mod git_providers;
 pub mod mcp_servers;
 pub mod projection;
+pub mod repositories;
 pub mod routes;
 pub mod sandboxes;
 pub mod secrets;
@@ -115,6 +117,7 @@ pub fn app(state: AppState) -> Router {
         .route("/git-providers", get(git_providers::list))
         .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
         .route("/mcp-servers", get(mcp_servers::list))
+        .route("/repositories", get(repositories::list))
         .route("/mcp-servers/{name}", get(mcp_servers::get_one).put(mcp_servers::put).delete(mcp_servers::delete))
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))

@@ -328,6 +328,9 @@ impl SandboxConfig {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
+    /// Destinations otherwise refused for users' git providers' REST APIs (which the gateway
+    /// calls): any of `loopback`, `private`, `link-local`.
+    pub git_api_allow: Vec<String>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// Write requests per user per minute (0: unlimited).
@@ -436,6 +439,7 @@ impl Default for SandboxConfig {
 impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
+            git_api_allow: Vec::new(),
             max_body_bytes: 1 << 20,
             rate_limit_per_minute: 600,
             max_starting_per_user: 20,
@@ -518,6 +522,7 @@ pub const ENV_NAMES: &[&str] = &[
     "LLM_PROFILE_ALLOW",
     "MCP_SERVERS",
     "MCP_ALLOW",
+    "GIT_API_ALLOW",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -665,6 +670,7 @@ impl Config {
                 "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "LLM_PROFILE_ALLOW" => self.llm.profile_allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "MCP_ALLOW" => self.mcp.allow = network_classes(&v).map_err(|e| bad(&e))?,
+                "GIT_API_ALLOW" => self.gateway.git_api_allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "MCP_SERVERS" => {
                     self.mcp.servers =
                         serde_json::from_str(&v).map_err(|e| bad(&format!("expected a JSON object of servers by name ({e})")))?
@@ -806,7 +812,7 @@ mod tests {
                 "SANDBOX" => "process",
                 "PROCESS_ISOLATION" => "uid",
                 "API_KEYS" => "alice:key-alice-1",
-                "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" | "MCP_ALLOW" => "loopback",
+                "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" | "MCP_ALLOW" | "GIT_API_ALLOW" => "loopback",
                 "MCP_SERVERS" => r#"{"time": {"transport": "stdio", "command": "mcp-server-time"}}"#,
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",

@@ -1,0 +1,189 @@
+//! The REST APIs of users' git providers, called with their stored tokens: GitHub's (github.com
+//! and GitHub Enterprise, or any forge that speaks it) and GitLab's. Each call checks the API's
+//! address against the operator's network policy first, as webhooks do, so a provider cannot
+//! turn the gateway against the operator's own network.
+
+use std::time::Duration;
+
+use halyard_platform::net;
+use halyard_protocol::user::GitProvider;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Longest a forge may take to answer.
+const TIMEOUT: Duration = Duration::from_secs(15);
+/// Repositories asked for per provider (one page).
+const PAGE: usize = 100;
+
+/// An error calling a forge, in words for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("`{0}` providers have no repository API; use a github or gitlab provider")]
+    NoApi(String),
+    #[error("the API address is not allowed: {0}")]
+    Destination(#[from] net::DestinationError),
+    #[error("the API could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the API refused the token (HTTP {0}); store a valid one with PUT /api/v1/git-providers/<name>")]
+    Refused(u16),
+    #[error("the API answered HTTP {0}: {1}")]
+    Status(u16, String),
+    #[error("the API answered something else than expected: {0}")]
+    Malformed(String),
+}
+
+/// The REST API base URL of `p`, if its kind has one.
+pub fn api_base(p: &GitProvider) -> Option<String> {
+    if let Some(url) = &p.api_url {
+        return Some(url.trim_end_matches('/').to_owned());
+    }
+    match (p.kind.as_str(), p.host.as_str()) {
+        ("github", "github.com") => Some("https://api.github.com".into()),
+        ("github", host) => Some(format!("https://{host}/api/v3")),
+        ("gitlab", host) => Some(format!("https://{host}/api/v4")),
+        _ => None,
+    }
+}
+
+/// A repository as the picker shows it.
+pub fn repository(
+    provider: &str,
+    full_name: &str,
+    clone_url: &str,
+    default_branch: &str,
+    private: bool,
+    description: Option<&str>,
+) -> Value {
+    json!({
+        "provider": provider, "full_name": full_name, "clone_url": clone_url, "default_branch": default_branch,
+        "private": private, "description": description,
+    })
+}
+
+#[derive(Deserialize)]
+struct GithubRepo {
+    full_name: String,
+    clone_url: String,
+    #[serde(default)]
+    default_branch: Option<String>,
+    #[serde(default)]
+    private: bool,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct GitlabProject {
+    path_with_namespace: String,
+    http_url_to_repo: String,
+    #[serde(default)]
+    default_branch: Option<String>,
+    #[serde(default)]
+    visibility: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// The repositories `name`'s token reaches whose full name contains `q` (any case), most
+/// recently updated first.
+pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Value>, ForgeError> {
+    let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
+    let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
+    match p.kind.as_str() {
+        "gitlab" => {
+            let url = format!("{base}/projects?membership=true&simple=true&order_by=last_activity_at&per_page={PAGE}");
+            let url = if q.is_empty() { url } else { format!("{url}&search={}", percent(q)) };
+            let projects: Vec<GitlabProject> = get(allow, &url, &[("PRIVATE-TOKEN", token)]).await?;
+            Ok(projects
+                .iter()
+                .filter(|r| wanted(&r.path_with_namespace))
+                .map(|r| {
+                    let private = r.visibility.as_deref() != Some("public");
+                    let branch = r.default_branch.as_deref().unwrap_or("main");
+                    repository(name, &r.path_with_namespace, &r.http_url_to_repo, branch, private, r.description.as_deref())
+                })
+                .collect())
+        }
+        _ => {
+            let url = format!("{base}/user/repos?per_page={PAGE}&sort=updated&affiliation=owner,collaborator,organization_member");
+            let bearer = format!("Bearer {token}");
+            let headers =
+                [("Authorization", bearer.as_str()), ("Accept", "application/vnd.github+json"), ("X-GitHub-Api-Version", "2022-11-28")];
+            let repos: Vec<GithubRepo> = get(allow, &url, &headers).await?;
+            Ok(repos
+                .iter()
+                .filter(|r| wanted(&r.full_name))
+                .map(|r| {
+                    let branch = r.default_branch.as_deref().unwrap_or("main");
+                    repository(name, &r.full_name, &r.clone_url, branch, r.private, r.description.as_deref())
+                })
+                .collect())
+        }
+    }
+}
+
+fn percent(q: &str) -> String {
+    q.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// The client forge calls go through: it follows no redirect, which could lead past the
+/// address check.
+fn client() -> Result<&'static reqwest::Client, ForgeError> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c);
+    }
+    let built = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| ForgeError::Unreachable(e.to_string()))?;
+    Ok(CLIENT.get_or_init(|| built))
+}
+
+async fn get<T: serde::de::DeserializeOwned>(allow: &[String], url: &str, headers: &[(&str, &str)]) -> Result<T, ForgeError> {
+    net::check_destination(url, allow).await?;
+    let mut request = client()?.get(url).timeout(TIMEOUT).header("User-Agent", "halyard");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let resp = request.send().await.map_err(|e| ForgeError::Unreachable(e.without_url().to_string()))?;
+    let status = resp.status().as_u16();
+    if status == 401 || status == 403 {
+        return Err(ForgeError::Refused(status));
+    }
+    if !resp.status().is_success() {
+        let body: String = resp.text().await.unwrap_or_default().chars().take(200).collect();
+        return Err(ForgeError::Status(status, body));
+    }
+    resp.json().await.map_err(|e| ForgeError::Malformed(e.without_url().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(kind: &str, host: &str, api_url: Option<&str>) -> GitProvider {
+        GitProvider {
+            kind: kind.into(),
+            host: host.into(),
+            username: "x".into(),
+            token_sealed: String::new(),
+            api_url: api_url.map(str::to_owned),
+            created_ms: 0,
+            updated_ms: 0,
+        }
+    }
+
+    #[test]
+    fn api_bases_follow_the_kind_and_host_unless_given() {
+        assert_eq!(api_base(&provider("github", "github.com", None)).as_deref(), Some("https://api.github.com"));
+        assert_eq!(api_base(&provider("github", "ghe.corp.example", None)).as_deref(), Some("https://ghe.corp.example/api/v3"));
+        assert_eq!(api_base(&provider("gitlab", "gitlab.com", None)).as_deref(), Some("https://gitlab.com/api/v4"));
+        assert_eq!(api_base(&provider("generic", "git.example", None)), None);
+        assert_eq!(api_base(&provider("github", "x", Some("http://forge.example/api/"))).as_deref(), Some("http://forge.example/api"));
+        assert_eq!(percent("a b/c"), "a%20b%2Fc");
+    }
+}

@@ -1,0 +1,75 @@
+//! `GET /api/v1/repositories?q=`: the repositories the user's git providers' tokens reach, for
+//! the UI's repository picker. Every provider with a repository API is asked at once; one that
+//! fails is named in `errors` with what to do, and the others still answer.
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::vault;
+use halyard_protocol::subjects;
+use halyard_protocol::user::UserGitProviders;
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::ApiError;
+use crate::forge;
+use crate::user_store;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryQuery {
+    /// Part of the repository's full name (`owner/name`), any case.
+    #[serde(default)]
+    pub q: String,
+    /// Only this provider.
+    #[serde(default)]
+    pub provider: Option<String>,
+}
+
+/// `GET /repositories`.
+pub async fn list(
+    State(state): State<AppState>,
+    User(user): User,
+    query: Result<Query<RepositoryQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    if query.q.chars().count() > 200 {
+        return Err(ApiError::bad_request("invalid_field", "`q` is longer than 200 characters"));
+    }
+    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
+    if let Some(name) = query.provider.as_deref().filter(|n| !stored.providers.contains_key(*n)) {
+        return Err(ApiError::bad_request(
+            "unknown_git_provider",
+            format!("you have no git provider {name:?} (see GET /api/v1/git-providers)"),
+        ));
+    }
+    let selected: Vec<_> = stored
+        .providers
+        .iter()
+        .filter(|(name, p)| query.provider.as_deref().is_none_or(|n| n == name.as_str()) && forge::api_base(p).is_some())
+        .collect();
+    let asks = selected.iter().map(|(name, p)| {
+        let (state, q) = (&state, query.q.as_str());
+        let token = state.vault.open(&vault::git_token_slot(&user.0, name), &p.token_sealed);
+        async move {
+            let token = token.map_err(|_| format!("the token of git provider `{name}` cannot be read; store it again"))?;
+            forge::repositories(&state.config.gateway.git_api_allow, name, p, &token, q).await.map_err(|e| e.to_string())
+        }
+    });
+    let answers = futures::future::join_all(asks).await;
+    let mut items = Vec::new();
+    let mut errors = Vec::new();
+    for ((name, _), answer) in selected.iter().zip(answers) {
+        match answer {
+            Ok(found) => items.extend(found),
+            Err(message) => {
+                tracing::info!(user = %user, provider = %name, error = %message, "repository listing failed");
+                errors.push(json!({"provider": name, "message": message}));
+            }
+        }
+    }
+    Ok(Json(json!({"items": items, "errors": errors})))
+}
