@@ -113,3 +113,17 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for ApiJson<
         Ok(Self(v))
     }
 }
+
+/// Checks a URL the gateway, or a service for a user, will call: refused with
+/// `destination_not_allowed` if it points at an address class the operator did not allow in
+/// `setting`, `invalid_field` if it is no http(s) URL.
+pub fn check_destination(field: &str, url: &str, allow: &[String], setting: &str) -> Result<(), ApiError> {
+    use halyard_platform::net;
+    net::check_url(url, allow).map(|_| ()).map_err(|e| match e {
+        net::DestinationError::Forbidden(..) => ApiError::bad_request(
+            "destination_not_allowed",
+            format!("`{field}`: {e}; use a public address (or have the operator allow it with {setting})"),
+        ),
+        other => ApiError::bad_request("invalid_field", format!("`{field}`: {other}")),
+    })
+}

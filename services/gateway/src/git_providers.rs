@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use halyard_platform::{net, vault};
+use halyard_platform::vault;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
@@ -113,13 +113,7 @@ pub async fn put(
         return Err(ApiError::bad_request("invalid_field", "`username` must be one line of at most 200 characters, without `:`"));
     }
     if let Some(url) = &body.api_url {
-        net::check_url(url, &state.config.gateway.git_api_allow).map_err(|e| match e {
-            net::DestinationError::Forbidden(..) => ApiError::bad_request(
-                "destination_not_allowed",
-                format!("`api_url`: {e}; use a public address (or have the operator allow it with HALYARD_GIT_API_ALLOW)"),
-            ),
-            other => ApiError::bad_request("invalid_field", format!("`api_url`: {other}")),
-        })?;
+        crate::error::check_destination("api_url", url, &state.config.gateway.git_api_allow, "HALYARD_GIT_API_ALLOW")?;
     }
     let sealed = match body.token.as_deref() {
         Some(t) if t.len() < 4 || t.len() > 4096 || t.contains(['\n', '\r', '\0']) => {

@@ -13,7 +13,6 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use halyard_platform::net;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
@@ -124,13 +123,7 @@ fn config(state: &AppState, body: PutBody) -> Result<McpServerConfig, ApiError> 
                 return Err(bad("`command` and `env` are for `stdio` servers; an `http` server has `url` and `headers`".into()));
             }
             let url = body.url.ok_or_else(|| bad("`url` is required for an `http` server".into()))?;
-            net::check_url(&url, &state.config.mcp.allow).map_err(|e| match e {
-                net::DestinationError::Forbidden(..) => ApiError::bad_request(
-                    "destination_not_allowed",
-                    format!("`url`: {e}; use a public address (or have the operator allow it with HALYARD_MCP_ALLOW)"),
-                ),
-                other => bad(format!("`url`: {other}")),
-            })?;
+            crate::error::check_destination("url", &url, &state.config.mcp.allow, "HALYARD_MCP_ALLOW")?;
             if body.headers.len() > MAX_ENTRIES {
                 return Err(bad(format!("`headers` has more than {MAX_ENTRIES} headers")));
             }

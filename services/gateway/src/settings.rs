@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use halyard_platform::{net, vault};
+use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::event::{Budget, ConfirmationPolicy};
 use halyard_protocol::subjects;
@@ -158,13 +158,7 @@ fn check_profile_body(state: &AppState, body: &ProfileBody) -> Result<String, Ap
     if !["openai", "anthropic"].contains(&provider.as_str()) {
         return Err(ApiError::bad_request("invalid_field", format!("`provider` {provider:?}: use `openai` or `anthropic`")));
     }
-    net::check_url(&body.base_url, &state.config.llm.profile_allow).map_err(|e| match e {
-        net::DestinationError::Forbidden(..) => ApiError::bad_request(
-            "destination_not_allowed",
-            format!("`base_url`: {e}; use a public address (or have the operator allow it with HALYARD_LLM_PROFILE_ALLOW)"),
-        ),
-        other => ApiError::bad_request("invalid_field", format!("`base_url`: {other}")),
-    })?;
+    crate::error::check_destination("base_url", &body.base_url, &state.config.llm.profile_allow, "HALYARD_LLM_PROFILE_ALLOW")?;
     if body.model.trim().is_empty() || body.model.len() > 200 {
         return Err(ApiError::bad_request("invalid_field", "`model` must be a model name of at most 200 characters"));
     }

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use halyard_platform::{bus, keys, net};
+use halyard_platform::{bus, keys};
 use halyard_protocol::webhook::{DeliveryAttempt, DeliveryJob, WebhookSubscription};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, UserId, subjects};
 
@@ -89,13 +89,7 @@ pub struct PatchBody {
 }
 
 fn check_url(state: &AppState, url: &str) -> Result<(), ApiError> {
-    net::check_url(url, &state.config.webhooks.allow).map(|_| ()).map_err(|e| match e {
-        net::DestinationError::Forbidden(..) => ApiError::bad_request(
-            "destination_not_allowed",
-            format!("`url`: {e}; use a public address (or have the operator allow it with HALYARD_WEBHOOK_ALLOW)"),
-        ),
-        other => ApiError::bad_request("invalid_field", format!("`url`: {other}")),
-    })
+    crate::error::check_destination("url", url, &state.config.webhooks.allow, "HALYARD_WEBHOOK_ALLOW")
 }
 
 fn check_kinds(kinds: &[String]) -> Result<(), ApiError> {
