@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::net;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::{McpStdioSpawn, SESSION_KEY_HEADER};
 use halyard_protocol::user::{McpServerConfig, UserMcpServers};
@@ -38,12 +39,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_TOOL_NAME: usize = 64;
 /// Tool results longer than this are cut (the rest is noise to the model).
 const MAX_RESULT_CHARS: usize = 30_000;
+/// A hub with an unreachable server tries it again after this long (at a run's start).
+const RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// The MCP servers of one conversation, connected.
 #[derive(Default)]
 pub struct McpHub {
     /// What the connections were made from (configuration and filled-in secrets), hashed.
     fingerprint: u64,
+    /// When the connections were made (none: never).
+    connected_at: Option<std::time::Instant>,
     servers: Vec<Server>,
     /// Offered name → (server index, the server's own name of the tool).
     by_name: HashMap<String, (usize, String)>,
@@ -57,26 +62,42 @@ struct Server {
 }
 
 impl McpHub {
-    /// Whether this hub still serves `configs` (with `secrets`) and all its connections live.
+    /// Whether this hub still serves `configs` (with `secrets`): all its connections live, and
+    /// a server that could not be reached was tried lately.
     pub fn serves(&self, configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>) -> bool {
-        self.fingerprint == fingerprint(configs, secrets) && self.servers.iter().all(|s| !s.client.is_closed())
+        let failed = self.status.iter().any(|s| s.error.is_some());
+        let lately = self.connected_at.is_some_and(|t| t.elapsed() < RETRY_AFTER);
+        self.fingerprint == fingerprint(configs, secrets) && self.servers.iter().all(|s| !s.client.is_closed()) && (!failed || lately)
     }
 
     /// Connects to every server of `configs` at once; a failing one is recorded in `status`.
+    /// An `http` server other than the operator's (`trusted`) must resolve to addresses
+    /// `allow` permits, as users' webhooks must.
     pub async fn connect(
         configs: BTreeMap<String, McpServerConfig>,
         secrets: &BTreeMap<String, String>,
         exec: &ExecutorClient,
         http: &reqwest::Client,
+        (trusted, allow): (&BTreeMap<String, McpServerConfig>, &[String]),
     ) -> Self {
         let fingerprint = fingerprint(&configs, secrets);
         let attempts = configs.iter().map(|(name, config)| async move {
-            let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect_one(config, secrets, exec, http))
+            let checked = match config {
+                McpServerConfig::Http { url, .. } if trusted.get(name) != Some(config) => {
+                    net::check_destination(url, allow).await.map(|_| ()).map_err(|e| format!("{url}: {e}"))
+                }
+                _ => Ok(()),
+            };
+            let connect = async {
+                checked?;
+                connect_one(config, secrets, exec, http).await
+            };
+            let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                 .await
                 .unwrap_or_else(|_| Err(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs())));
             (name, config, connected)
         });
-        let mut hub = Self { fingerprint, ..Default::default() };
+        let mut hub = Self { fingerprint, connected_at: Some(std::time::Instant::now()), ..Default::default() };
         for (name, config, connected) in futures::future::join_all(attempts).await {
             let mut status = McpServerStatus { name: name.clone(), transport: config.transport().into(), tools: Vec::new(), error: None };
             match connected {

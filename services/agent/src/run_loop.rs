@@ -200,7 +200,8 @@ impl Run {
         if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env)) {
             return Some(hub.clone());
         }
-        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, &self.ctx.http).await);
+        let policy = (&self.ctx.config.mcp.servers, self.ctx.config.mcp.allow.as_slice());
+        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, &self.ctx.http, policy).await);
         *slot = Some(hub.clone());
         drop(slot);
         let recorded = self.log.lock().await.history.mcp_servers.clone();
