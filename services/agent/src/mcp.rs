@@ -77,7 +77,6 @@ impl McpHub {
         configs: BTreeMap<String, McpServerConfig>,
         secrets: &BTreeMap<String, String>,
         exec: &ExecutorClient,
-        http: &reqwest::Client,
         (trusted, allow): (&BTreeMap<String, McpServerConfig>, &[String]),
     ) -> Self {
         let fingerprint = fingerprint(&configs, secrets);
@@ -90,7 +89,7 @@ impl McpHub {
             };
             let connect = async {
                 checked?;
-                connect_one(config, secrets, exec, http).await
+                connect_one(config, secrets, exec).await
             };
             let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                 .await
@@ -231,14 +230,20 @@ fn fill(text: &str, secrets: &BTreeMap<String, String>, what: &str) -> Result<St
     Ok(out)
 }
 
+/// The client http servers are called with: it follows no redirect, which could lead past the
+/// address check made before connecting.
+fn http_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c.clone());
+    }
+    let built = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().map_err(|e| e.to_string())?;
+    Ok(CLIENT.get_or_init(|| built).clone())
+}
+
 type Connected = (RunningService<RoleClient, ()>, Vec<Tool>);
 
-async fn connect_one(
-    config: &McpServerConfig,
-    secrets: &BTreeMap<String, String>,
-    exec: &ExecutorClient,
-    http: &reqwest::Client,
-) -> Result<Connected, String> {
+async fn connect_one(config: &McpServerConfig, secrets: &BTreeMap<String, String>, exec: &ExecutorClient) -> Result<Connected, String> {
     match config {
         McpServerConfig::Http { url, headers } => {
             let mut custom = HashMap::new();
@@ -250,7 +255,7 @@ async fn connect_one(
                 custom.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+            let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let client = ().serve(transport).await.map_err(|e| format!("{url}: {e}"))?;
             list(client).await
         }

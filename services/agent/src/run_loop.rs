@@ -201,7 +201,7 @@ impl Run {
             return Some(hub.clone());
         }
         let policy = (&self.ctx.config.mcp.servers, self.ctx.config.mcp.allow.as_slice());
-        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, &self.ctx.http, policy).await);
+        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, policy).await);
         *slot = Some(hub.clone());
         drop(slot);
         let recorded = self.log.lock().await.history.mcp_servers.clone();
