@@ -179,3 +179,48 @@ pub struct McpStdioSpawn {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
 }
+
+/// The variable that names the executor's git-credential socket in the sandbox's shell (git's
+/// `credential.helper` there is `halyard git-credential`, which asks through it).
+pub const GIT_CREDENTIAL_SOCKET_ENV: &str = "HALYARD_GIT_CREDENTIAL_SOCKET";
+
+/// What git asks for, as the executor passes it on over its `GET /git/credentials` WebSocket
+/// to the agent runner holding it open (and as the helper asks the executor, without `id`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GitCredentialAsk {
+    /// Matches the answer to its question.
+    #[serde(default)]
+    pub id: u64,
+    /// `https` or `http`.
+    pub protocol: String,
+    /// `host` or `host:port`.
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// The agent runner's answer to a [`GitCredentialAsk`]: a username and password for git (used
+/// once, never stored in the sandbox), or why not.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GitCredentialAnswer {
+    #[serde(default)]
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// Why there is no credential, in words for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl std::fmt::Debug for GitCredentialAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitCredentialAnswer")
+            .field("id", &self.id)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("error", &self.error)
+            .finish()
+    }
+}

@@ -110,6 +110,10 @@ pub struct UserGitProviders {
     pub providers: BTreeMap<String, GitProvider>,
 }
 
+/// The name Halyard's own MCP server (the gateway's `/mcp`) is offered under in every
+/// conversation (its tools as `halyard__<tool>`); no user or operator server may take it.
+pub const HALYARD_MCP_SERVER: &str = "halyard";
+
 /// One MCP server whose tools the agent is offered: a command run in the conversation's
 /// sandbox that speaks MCP on its standard input and output, or a streamable-HTTP endpoint the
 /// agent runner calls. In `env` and `headers`, `${NAME}` stands for the owner's secret `NAME`

@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Each user's own: secrets that reach the agent's shell and nowhere else (not events, the
-//! WebSocket, webhooks, the LLM, the logs, nor the disk unencrypted), and LLM profiles that
-//! send each user's conversations to their own server with their own key, switchable
-//! mid-conversation.
+//! WebSocket, webhooks, the LLM, the logs, nor the disk unencrypted), LLM profiles that send
+//! each user's conversations to their own server with their own key, switchable
+//! mid-conversation, and git providers whose tokens clone, push (through the runner) and open
+//! pull requests (through Halyard's own MCP tools) without ever staying in the sandbox.
 
 use std::time::Duration;
 
@@ -275,10 +276,11 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
     assert!(seen.contains("only for alice"), "the clone did not happen: {seen}");
     assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");
     // The sandbox kept nothing of the token: no credential in the git config or the
-    // environment (so the agent's own fetch is refused), nothing to mask, nothing on disk.
+    // environment, nothing to mask, nothing on disk. The agent's own fetch works all the same:
+    // git asks the agent runner through its credential helper.
     let lower = seen.to_lowercase();
     assert!(!lower.contains("extraheader") && !lower.contains("authorization") && !seen.contains("<secret:"), "{seen}");
-    assert!(!seen.contains("FETCHED"), "the agent could use the token: {seen}");
+    assert!(seen.contains("FETCHED"), "the agent's fetch got no credentials from the runner: {seen}");
     for (path, bytes) in files(h.data.path()).into_iter().chain(files(&h.workspace(task["sandbox_id"].as_str().unwrap()))) {
         assert!(!contains(&bytes, TOKEN), "{} holds the token", path.display());
     }
@@ -338,4 +340,132 @@ async fn the_repository_picker_lists_what_each_users_token_reaches() {
     let provider = json!({"kind": "github", "host": github.host, "api_url": github.api_url, "token": GH_TOKEN});
     let (s, e) = h2.api(ALICE).call(Method::PUT, "/api/v1/git-providers/work", Some(provider)).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("destination_not_allowed")), "{e}");
+}
+
+#[tokio::test]
+async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_token() {
+    init();
+    const TOKEN: &str = "ghp_pull-request-token-73b1e0";
+    // `alice/app` behind git's own http-backend, and a GitHub REST API that knows its branches.
+    let repos = tempfile::tempdir().unwrap();
+    let src = repos.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    git(&src, &["init", "-q", "-b", "main"]);
+    std::fs::write(src.join("README.md"), "teh app\n").unwrap();
+    git(&src, &["add", "."]);
+    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
+    std::fs::create_dir(repos.path().join("alice")).unwrap();
+    git(repos.path(), &["clone", "-q", "--bare", "src", "alice/app.git"]);
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    let host = server.base.trim_start_matches("http://");
+    let provider = json!({"kind": "github", "host": host, "api_url": github.api_url, "token": TOKEN});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+    // The name of Halyard's own server is not for users' servers.
+    let mine = json!({"transport": "http", "url": "https://mcp.example.com/mcp"});
+    let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/halyard", Some(mine)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+
+    llm.push([
+        terminal(
+            "git checkout -q -b fix-typo && sed -i s/teh/the/ README.md && git -c user.name=a -c user.email=a@example.com commit -qam fix \
+             && git push -q origin fix-typo && echo PUSHED; git config --list --show-origin | grep -ci -e token -e extraheader; \
+             ls ~/.git-credentials 2>&1",
+        ),
+        Reply::tool("halyard__list_branches", json!({})),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Fix the typo", "head": "fix-typo", "body": "It said teh."})),
+        Reply::tool("halyard__comment_on_pull_request", json!({"number": 1, "body": "Ready for review."})),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Nothing", "head": "never-pushed"})),
+        Reply::finish("done"),
+    ]);
+    let url = format!("{}/alice/app.git", server.base);
+    let (conv, task) = alice.start_ready(json!({"message": "fix the typo and open a PR", "repository": {"url": url}})).await;
+    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let all = Value::Array(events.clone()).to_string();
+    let observed = |tool: &str| -> Vec<(String, bool)> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == "observation" && e["tool"] == tool)
+            .map(|e| (e["content"].as_str().unwrap_or_default().to_owned(), e["is_error"].as_bool().unwrap_or(false)))
+            .collect()
+    };
+
+    // Halyard's own server was offered (Alice has a forge), its tools next to the built-ins.
+    let servers = events.iter().find(|e| e["kind"] == "mcp_servers").map(|e| e["servers"].clone()).expect("an mcp_servers event");
+    let own = servers.as_array().unwrap().iter().find(|s| s["name"] == "halyard").cloned().unwrap_or_default();
+    assert_eq!(own["error"], Value::Null, "{servers}");
+    assert_eq!(
+        own["tools"],
+        json!(["halyard__list_branches", "halyard__create_pull_request", "halyard__comment_on_pull_request"]),
+        "{servers}"
+    );
+
+    // The push went through the runner's answer: the branch is on the server; the sandbox's git
+    // config holds no token and no credential file was written.
+    let shell = observed("terminal").first().cloned().unwrap_or_default().0;
+    assert!(shell.contains("PUSHED"), "{shell}");
+    assert!(shell.contains("PUSHED\n0\n"), "the sandbox's git config names a token: {shell}");
+    assert!(shell.contains("No such file"), "a credential file was written: {shell}");
+    let heads = std::process::Command::new("git")
+        .args(["for-each-ref", "--format=%(refname:short)", "refs/heads"])
+        .env("GIT_DIR", repos.path().join("alice/app.git"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&heads.stdout).lines().any(|b| b == "fix-typo"), "the branch was not pushed");
+
+    // The tools acted on the conversation's repository with Alice's token.
+    let branches = observed("halyard__list_branches").first().cloned().unwrap_or_default();
+    let listed: Value = serde_json::from_str(&branches.0).unwrap_or_default();
+    assert_eq!((listed["repository"].as_str(), listed["default_branch"].as_str()), (Some("alice/app"), Some("main")), "{branches:?}");
+    let names: Vec<&str> = listed["branches"].as_array().into_iter().flatten().filter_map(|b| b["name"].as_str()).collect();
+    assert!(names.contains(&"fix-typo") && names.contains(&"main"), "{branches:?}");
+    let made = observed("halyard__create_pull_request");
+    let first: Value = serde_json::from_str(&made[0].0).unwrap_or_default();
+    assert_eq!((first["number"].as_u64(), first["base"].as_str(), made[0].1), (Some(1), Some("main"), false), "{made:?}");
+    assert_eq!(first["url"].as_str(), Some(format!("http://{}/alice/app/pull/1", github.host).as_str()));
+    assert_eq!(
+        github.pulls(),
+        vec![(
+            "alice/app".to_owned(),
+            json!({"title": "Fix the typo", "head": "fix-typo", "base": "main", "body": "It said teh.", "draft": false})
+        )]
+    );
+    assert_eq!(github.comments(), vec![("alice/app".to_owned(), 1, json!({"body": "Ready for review."}))]);
+    assert!(!observed("halyard__comment_on_pull_request")[0].1);
+    // A request the forge refuses comes back to the model in words, as an error.
+    assert!(made[1].1 && made[1].0.contains("422") && made[1].0.contains("never-pushed"), "{made:?}");
+    assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
+
+    // The token reached no event, no LLM request and no file in the sandbox or the data dir.
+    assert!(all.contains("\"finished\""), "{all}");
+    assert!(!all.contains(TOKEN), "the token reached an event");
+    assert!(!llm.requests().iter().any(|r| r.to_string().contains(TOKEN)), "the token reached the LLM");
+    for (path, bytes) in files(h.data.path()).into_iter().chain(files(&h.workspace(task["sandbox_id"].as_str().unwrap()))) {
+        assert!(!contains(&bytes, TOKEN), "{} holds the token", path.display());
+    }
+
+    // `/mcp` is for agent runners: a user's API key, or none, is refused.
+    let http = reqwest::Client::new();
+    let ask = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    for auth in [None, Some(format!("Bearer {ALICE}")), Some(format!("Bearer {conv}.0000"))] {
+        let mut request = http.post(format!("{}/mcp", h.http)).json(&ask).header("accept", "application/json, text/event-stream");
+        if let Some(auth) = &auth {
+            request = request.header("authorization", auth);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or_default();
+        assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthorized")), "{auth:?}: {body}");
+    }
+
+    // Bob has no git provider: his model is not offered Halyard's forge tools.
+    let before = llm.requests().len();
+    llm.push([Reply::finish("hello bob")]);
+    let (bconv, _) = bob.start_ready(json!({"message": "hi"})).await;
+    bob.wait_events(&bconv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let offered = llm.requests()[before]["tools"].to_string();
+    assert!(offered.contains("\"terminal\"") && !offered.contains("halyard__"), "{offered}");
 }

@@ -13,6 +13,7 @@ pub mod ask;
 pub mod budget;
 pub mod condense;
 pub mod conversation;
+pub mod git_credentials;
 pub mod history;
 pub mod log;
 pub mod mcp;

@@ -6,7 +6,8 @@
 //!
 //! The connections live with the conversation ([`McpHub`], kept by its actor between runs)
 //! and are made again when a run finds the configuration or the owner's secrets changed, or a
-//! connection gone (a paused sandbox takes its stdio servers with it). Their tools are offered
+//! connection gone (a paused sandbox takes its stdio servers with it). Halyard's own server
+//! (the gateway's `/mcp`, see [`halyard_server`]) is offered in every conversation too. Their tools are offered
 //! as `<server>__<tool>`; a server that cannot be reached offers nothing, and says why in the
 //! `mcp_servers` event: it never fails the run.
 
@@ -20,8 +21,8 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::net;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::{McpStdioSpawn, SESSION_KEY_HEADER};
-use halyard_protocol::user::{McpServerConfig, UserMcpServers};
-use halyard_protocol::{UserId, subjects};
+use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers};
+use halyard_protocol::{ConversationId, UserId, subjects};
 use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents, Tool};
 use rmcp::service::{RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -319,6 +320,18 @@ async fn stdio_socket(
         }
     });
     Ok((Box::pin(sink), Box::pin(stream)).into_transport())
+}
+
+/// Halyard's own MCP server as `conversation` reaches it (`None` where the operator turned it
+/// off): the gateway's `/mcp`, with the conversation's key, which only agent runners can make.
+pub fn halyard_server(config: &halyard_platform::Config, conversation: ConversationId) -> Option<(String, McpServerConfig)> {
+    let url = config.mcp.halyard_url.trim();
+    if url.is_empty() || url == "off" {
+        return None;
+    }
+    let key = halyard_platform::keys::mcp_key(&config.secret, conversation);
+    let headers = BTreeMap::from([("Authorization".to_owned(), format!("Bearer {key}"))]);
+    Some((HALYARD_MCP_SERVER.to_owned(), McpServerConfig::Http { url: url.to_owned(), headers }))
 }
 
 /// The servers of `owner`'s conversations: the operator's, and theirs in place of one of the

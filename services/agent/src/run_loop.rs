@@ -189,18 +189,29 @@ impl Run {
         let Some(owner) = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone()) else {
             return Some(Arc::default());
         };
-        let configs = match crate::mcp::configs(&self.ctx, &owner).await {
+        let mut configs = match crate::mcp::configs(&self.ctx, &owner).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the owner's MCP servers; the operator's are offered");
                 self.ctx.config.mcp.servers.clone()
             }
         };
+        let mut trusted = self.ctx.config.mcp.servers.clone();
+        let conversation = self.log.lock().await.conversation();
+        // Halyard's own tools act on the owner's forges: offered to those who have one.
+        let forge = crate::user::has_forge(&self.ctx, &owner).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the owner's git providers");
+            false
+        });
+        if let Some((name, own)) = crate::mcp::halyard_server(&self.ctx.config, conversation).filter(|_| forge) {
+            configs.insert(name.clone(), own.clone());
+            trusted.insert(name, own);
+        }
         let mut slot = self.mcp.lock().await;
         if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env)) {
             return Some(hub.clone());
         }
-        let policy = (&self.ctx.config.mcp.servers, self.ctx.config.mcp.allow.as_slice());
+        let policy = (&trusted, self.ctx.config.mcp.allow.as_slice());
         let hub = Arc::new(McpHub::connect(configs, &self.env, exec, policy).await);
         *slot = Some(hub.clone());
         drop(slot);
@@ -253,6 +264,12 @@ impl Run {
         let exec = match self.executor().await {
             Ok(e) => e,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
+        };
+        // Git in the sandbox asks for credentials through the executor while the run lasts.
+        let _git_credentials = {
+            let log = self.log.lock().await;
+            let owner = log.history.started.as_ref().map(|s| s.owner.clone());
+            owner.map(|owner| crate::git_credentials::answer(self.ctx.clone(), &exec, owner, log.conversation()))
         };
         let Some(mcp) = self.mcp(&exec).await else { return RunOutcome::Failed };
         let (setting, pending) = {

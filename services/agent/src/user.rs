@@ -56,6 +56,13 @@ pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
     Ok(Secrets { env, redactor })
 }
 
+/// Whether the owner has a git provider whose forge has an API (what Halyard's own MCP
+/// tools act on).
+pub async fn has_forge(ctx: &Ctx, owner: &UserId) -> Result<bool, String> {
+    let git: UserGitProviders = read(ctx, &subjects::user_git_key(owner)).await?;
+    Ok(git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab")))
+}
+
 /// The owner's settings.
 pub async fn settings(ctx: &Ctx, owner: &UserId) -> Result<UserSettings, String> {
     read(ctx, &subjects::user_settings_key(owner)).await

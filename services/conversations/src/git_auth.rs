@@ -9,25 +9,13 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
+use halyard_platform::net::url_host;
 use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserGitProviders;
 
 use crate::Ctx;
-
-/// `host` or `host:port` of an http(s) repository URL (`None` for anything else).
-pub fn url_host(url: &str) -> Option<String> {
-    let parsed = reqwest::Url::parse(url).ok()?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return None;
-    }
-    let host = parsed.host_str()?.to_ascii_lowercase();
-    Some(match parsed.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host,
-    })
-}
 
 /// The environment of a clone of `url` by `owner`: empty unless one of their providers serves
 /// its host. `Err` if the provider's token cannot be read.
@@ -50,17 +38,4 @@ pub async fn clone_env(ctx: &Ctx, owner: &UserId, url: &str) -> Result<BTreeMap<
     env.insert("GIT_CONFIG_VALUE_0".into(), format!("Authorization: Basic {basic}"));
     tracing::info!(user = %owner, provider = %name, %host, "cloning with the user's git provider");
     Ok(env)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::url_host;
-
-    #[test]
-    fn hosts_of_repository_urls() {
-        assert_eq!(url_host("https://GitHub.com/o/r.git").as_deref(), Some("github.com"));
-        assert_eq!(url_host("http://127.0.0.1:8080/r.git").as_deref(), Some("127.0.0.1:8080"));
-        assert_eq!(url_host("/srv/repo"), None);
-        assert_eq!(url_host("git@github.com:o/r.git"), None);
-    }
 }

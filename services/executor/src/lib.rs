@@ -6,10 +6,12 @@
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `GET /mcp/stdio` (a
-//! WebSocket to an MCP server run in the sandbox, [`mcp`]) and `POST /session-key` (replaces
-//! the key; a warm-pool sandbox is handed to its new owner so).
+//! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/credentials` (a WebSocket
+//! the agent runner answers git's credential questions on, [`git_credential`]) and `POST
+//! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
 pub mod editor;
+pub mod git_credential;
 pub mod mcp;
 pub mod shell;
 pub mod workspace;
@@ -87,6 +89,8 @@ struct AppState {
     shell: Arc<shell::Shell>,
     editor: Arc<editor::Editor>,
     activity: Arc<Activity>,
+    /// Passes git's credential questions to the agent runner (`None`: no socket could be made).
+    git: Option<Arc<git_credential::Broker>>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -108,11 +112,20 @@ impl Activity {
 
 /// The executor's routes.
 pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
-    let shell = shell::Shell::new(config.workspace.clone(), config.output_cap)?;
+    let git = match git_credential::Broker::start(&std::env::temp_dir()) {
+        Ok(broker) => Some(broker),
+        Err(e) => {
+            tracing::warn!(error = %e, "no git credential socket: git in the sandbox gets no credentials");
+            None
+        }
+    };
+    let shell_env = git.as_ref().map(|g| g.shell_env()).unwrap_or_default();
+    let shell = shell::Shell::new(config.workspace.clone(), config.output_cap)?.with_env(shell_env);
     let editor = editor::Editor::new(config.workspace.clone());
     let activity = Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last_end_ms: AtomicU64::new(0) };
     let key = Arc::new(RwLock::new(config.session_key.clone()));
-    let state = AppState { config: Arc::new(config), key, shell: Arc::new(shell), editor: Arc::new(editor), activity: Arc::new(activity) };
+    let state =
+        AppState { config: Arc::new(config), key, shell: Arc::new(shell), editor: Arc::new(editor), activity: Arc::new(activity), git };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
         .route("/shell/interrupt", post(interrupt))
@@ -124,9 +137,17 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // An MCP server's open socket is not activity either: its calls come with the
         // agent's steps, which are.
         .route("/mcp/stdio", get(mcp_stdio))
+        .route("/git/credentials", get(git_credentials))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
+}
+
+async fn git_credentials(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+    match state.git.clone() {
+        Some(broker) => ws.on_upgrade(move |socket| broker.serve_runner(socket)),
+        None => ExecutorError::Internal("this sandbox has no git credential socket".into()).into_response(),
+    }
 }
 
 async fn mcp_stdio(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {

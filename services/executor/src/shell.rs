@@ -174,6 +174,8 @@ pub struct Shell {
     /// The shell's process group (0: none yet), readable without the session lock, which a
     /// running command holds: an interrupt must not wait for the command it interrupts.
     pgid: std::sync::atomic::AtomicI32,
+    /// Set in every shell started (see [`Shell::with_env`]).
+    env: Vec<(String, String)>,
 }
 
 impl Shell {
@@ -189,7 +191,14 @@ impl Shell {
             session: AsyncMutex::new(None),
             alive: std::sync::atomic::AtomicBool::new(true),
             pgid: std::sync::atomic::AtomicI32::new(0),
+            env: Vec::new(),
         })
+    }
+
+    /// Variables every shell this session starts has (git's credential helper).
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
     }
 
     pub fn is_alive(&self) -> bool {
@@ -201,6 +210,7 @@ impl Shell {
         let mut child = Command::new("bash")
             .args(["--noprofile", "--norc"])
             .current_dir(&self.workspace)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

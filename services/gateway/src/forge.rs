@@ -1,7 +1,9 @@
 //! The REST APIs of users' git providers, called with their stored tokens: GitHub's (github.com
-//! and GitHub Enterprise, or any forge that speaks it) and GitLab's. Each call checks the API's
-//! address against the operator's network policy first, as webhooks do, so a provider cannot
-//! turn the gateway against the operator's own network.
+//! and GitHub Enterprise, or any forge that speaks it) and GitLab's. What Halyard asks of them:
+//! the repositories a token reaches (the picker), and for one repository its branches, a new
+//! pull (merge) request and a comment on one (Halyard's own MCP tools). Each call checks the
+//! API's address against the operator's network policy first, as webhooks do, so a provider
+//! cannot turn the gateway against the operator's own network.
 
 use std::time::Duration;
 
@@ -26,6 +28,8 @@ pub enum ForgeError {
     Unreachable(String),
     #[error("the API refused the token (HTTP {0}); store a valid one with PUT /api/v1/git-providers/<name>")]
     Refused(u16),
+    #[error("the API found no such thing (HTTP 404: {0}); check the repository's name and that the token reaches it")]
+    NotFound(String),
     #[error("the API answered HTTP {0}: {1}")]
     Status(u16, String),
     #[error("the API answered something else than expected: {0}")]
@@ -144,10 +148,23 @@ fn client() -> Result<&'static reqwest::Client, ForgeError> {
 }
 
 async fn get<T: serde::de::DeserializeOwned>(allow: &[String], url: &str, headers: &[(&str, &str)]) -> Result<T, ForgeError> {
+    send(allow, reqwest::Method::GET, url, headers, None).await
+}
+
+async fn send<T: serde::de::DeserializeOwned>(
+    allow: &[String],
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Result<T, ForgeError> {
     net::check_destination(url, allow).await?;
-    let mut request = client()?.get(url).timeout(TIMEOUT).header("User-Agent", "halyard");
+    let mut request = client()?.request(method, url).timeout(TIMEOUT).header("User-Agent", "halyard");
     for (k, v) in headers {
         request = request.header(*k, *v);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
     }
     let resp = request.send().await.map_err(|e| ForgeError::Unreachable(e.without_url().to_string()))?;
     let status = resp.status().as_u16();
@@ -155,10 +172,144 @@ async fn get<T: serde::de::DeserializeOwned>(allow: &[String], url: &str, header
         return Err(ForgeError::Refused(status));
     }
     if !resp.status().is_success() {
-        let body: String = resp.text().await.unwrap_or_default().chars().take(200).collect();
-        return Err(ForgeError::Status(status, body));
+        let body: String = resp.text().await.unwrap_or_default().chars().take(300).collect();
+        return Err(if status == 404 { ForgeError::NotFound(body) } else { ForgeError::Status(status, body) });
     }
     resp.json().await.map_err(|e| ForgeError::Malformed(e.without_url().to_string()))
+}
+
+/// One repository on a user's forge, and what to reach it with.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    /// Destinations the operator allows (`gateway.git_api_allow`).
+    pub allow: &'a [String],
+    pub provider: &'a GitProvider,
+    pub token: &'a str,
+    /// `owner/name` (GitLab: `group/subgroup/name`).
+    pub full_name: &'a str,
+}
+
+impl Target<'_> {
+    fn is_gitlab(&self) -> bool {
+        self.provider.kind == "gitlab"
+    }
+
+    /// The repository's own API URL.
+    fn url(&self) -> Result<String, ForgeError> {
+        let base = api_base(self.provider).ok_or_else(|| ForgeError::NoApi(self.provider.kind.clone()))?;
+        Ok(if self.is_gitlab() {
+            format!("{base}/projects/{}", percent(self.full_name))
+        } else {
+            format!("{base}/repos/{}", self.full_name)
+        })
+    }
+
+    /// The headers that carry the token, as the forge wants them.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        if self.is_gitlab() {
+            vec![("PRIVATE-TOKEN", self.token.to_owned())]
+        } else {
+            vec![
+                ("Authorization", format!("Bearer {}", self.token)),
+                ("Accept", "application/vnd.github+json".into()),
+                ("X-GitHub-Api-Version", "2022-11-28".into()),
+            ]
+        }
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, ForgeError> {
+        let headers = self.headers();
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        send(self.allow, method, &format!("{}{path}", self.url()?), &headers, body).await
+    }
+}
+
+#[derive(Deserialize)]
+struct Branch {
+    name: String,
+    #[serde(default)]
+    protected: bool,
+}
+
+/// The repository's branches (the first hundred), each `{name, protected}`, and which is the
+/// default.
+pub async fn branches(t: Target<'_>) -> Result<Value, ForgeError> {
+    let path = if t.is_gitlab() { "/repository/branches?per_page=100" } else { "/branches?per_page=100" };
+    let found: Vec<Branch> = t.call(reqwest::Method::GET, path, None).await?;
+    let default = default_branch(t).await?;
+    let items: Vec<Value> = found.iter().map(|b| json!({"name": b.name, "protected": b.protected})).collect();
+    Ok(json!({"repository": t.full_name, "default_branch": default, "branches": items}))
+}
+
+async fn default_branch(t: Target<'_>) -> Result<String, ForgeError> {
+    #[derive(Deserialize)]
+    struct Repo {
+        #[serde(default)]
+        default_branch: Option<String>,
+    }
+    let repo: Repo = t.call(reqwest::Method::GET, "", None).await?;
+    Ok(repo.default_branch.unwrap_or_else(|| "main".into()))
+}
+
+/// A pull (merge) request to open.
+#[derive(Debug, Deserialize)]
+pub struct NewPullRequest {
+    pub title: String,
+    /// The branch with the changes.
+    pub head: String,
+    /// The branch to merge into (default: the repository's default branch).
+    #[serde(default)]
+    pub base: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub draft: bool,
+}
+
+/// Opens `pr`; what the forge made: `{number, url, head, base}`.
+pub async fn create_pull_request(t: Target<'_>, pr: &NewPullRequest) -> Result<Value, ForgeError> {
+    let base = match &pr.base {
+        Some(b) => b.clone(),
+        None => default_branch(t).await?,
+    };
+    let body = pr.body.as_deref().unwrap_or_default();
+    if t.is_gitlab() {
+        #[derive(Deserialize)]
+        struct Made {
+            iid: u64,
+            web_url: String,
+        }
+        let title = if pr.draft { format!("Draft: {}", pr.title) } else { pr.title.clone() };
+        let request = json!({"source_branch": pr.head, "target_branch": base, "title": title, "description": body});
+        let made: Made = t.call(reqwest::Method::POST, "/merge_requests", Some(&request)).await?;
+        return Ok(json!({"number": made.iid, "url": made.web_url, "head": pr.head, "base": base}));
+    }
+    #[derive(Deserialize)]
+    struct Made {
+        number: u64,
+        html_url: String,
+    }
+    let request = json!({"title": pr.title, "head": pr.head, "base": base, "body": body, "draft": pr.draft});
+    let made: Made = t.call(reqwest::Method::POST, "/pulls", Some(&request)).await?;
+    Ok(json!({"number": made.number, "url": made.html_url, "head": pr.head, "base": base}))
+}
+
+/// Comments `body` on pull (merge) request `number`; `{id, url}` of the comment.
+pub async fn comment(t: Target<'_>, number: u64, body: &str) -> Result<Value, ForgeError> {
+    #[derive(Deserialize)]
+    struct Made {
+        id: u64,
+        #[serde(default)]
+        html_url: Option<String>,
+    }
+    let path = if t.is_gitlab() { format!("/merge_requests/{number}/notes") } else { format!("/issues/{number}/comments") };
+    let made: Made = t.call(reqwest::Method::POST, &path, Some(&json!({"body": body}))).await?;
+    Ok(json!({"id": made.id, "url": made.html_url}))
 }
 
 #[cfg(test)]

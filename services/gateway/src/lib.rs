@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod forge;
 pub mod git_providers;
+pub mod mcp;
 pub mod mcp_servers;
 pub mod projection;
 pub mod repositories;
@@ -149,6 +150,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .nest("/api/v1", api)
+        // Halyard's own MCP server, for agent runners (a conversation's key, not a user's).
+        .route("/mcp", mcp::service(state.clone()))
         // The web workspace, and its routes (any other path) that the browser app handles.
         .fallback(web::serve)
         .layer(DefaultBodyLimit::max(max_body))

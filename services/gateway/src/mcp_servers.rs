@@ -162,6 +162,12 @@ pub async fn put(
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_name("name", &name)?;
+    if name.eq_ignore_ascii_case(halyard_protocol::user::HALYARD_MCP_SERVER) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`{name}` is the name of Halyard's own MCP server, offered in every conversation; choose another"),
+        ));
+    }
     let enabled = body.enabled.unwrap_or(true);
     let config = config(&state, body)?;
     let server = McpServer { config, enabled, updated_ms: halyard_platform::now_ms() };

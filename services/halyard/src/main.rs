@@ -87,6 +87,13 @@ enum Command {
         #[arg(long)]
         key_file: Option<PathBuf>,
     },
+    /// Git's credential helper in a sandbox's shell: asks the executor, which asks the agent
+    /// runner (git runs it; see `halyard_executor::git_credential`).
+    #[command(hide = true)]
+    GitCredential {
+        /// `get`, `store` or `erase`.
+        operation: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -117,6 +124,10 @@ const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sa
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Command::GitCredential { operation } = &cli.command {
+        let code = halyard_executor::git_credential::helper(operation, &mut std::io::stdin().lock(), &mut std::io::stdout().lock());
+        std::process::exit(code);
+    }
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
@@ -124,6 +135,7 @@ fn main() -> Result<()> {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
             runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone()))
         }
+        Command::GitCredential { .. } => Ok(()),
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
         Command::SetupBus => runtime.block_on(setup_bus(&cli, &env)),
         Command::Admin { url, api_key, command } => {
@@ -260,23 +272,34 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
         clients.push((service, nats::connect(&config.nats_url, service.role(), &auth_of(service.role()), patience).await?));
     }
 
+    // The gateway's listeners first: their addresses are known (a port of 0 chosen) before
+    // the agent runner is told where Halyard's own MCP server is.
+    let mut listeners = None;
+    let mut http = String::new();
+    let mut apps = String::new();
+    if services.contains(&Service::Gateway) {
+        let listener =
+            tokio::net::TcpListener::bind(&config.http_addr).await.with_context(|| format!("cannot listen on {}", config.http_addr))?;
+        http = listener.local_addr()?.to_string();
+        let apps_listener = if config.apps_addr.is_empty() { None } else { Some(halyard_gateway::bind(&config.apps_addr).await?) };
+        if let Some(l) = &apps_listener {
+            apps = l.local_addr()?.to_string();
+        }
+        listeners = Some((listener, apps_listener));
+    }
+    if config.mcp.halyard_url.is_empty() {
+        let addr = if http.is_empty() { config.http_addr.clone() } else { http.clone() };
+        config.mcp.halyard_url = format!("http://{}/mcp", addr.replacen("0.0.0.0", "127.0.0.1", 1).replacen("[::]", "[::1]", 1));
+    }
+
     let config = Arc::new(config);
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
-    let mut http = String::new();
-    let mut apps = String::new();
     for (service, client) in clients.iter().cloned() {
         let (config, shutdown) = (config.clone(), shutdown.clone());
         match service {
             Service::Gateway => {
-                let listener = tokio::net::TcpListener::bind(&config.http_addr)
-                    .await
-                    .with_context(|| format!("cannot listen on {}", config.http_addr))?;
-                http = listener.local_addr()?.to_string();
-                let apps_listener = if config.apps_addr.is_empty() { None } else { Some(halyard_gateway::bind(&config.apps_addr).await?) };
-                if let Some(l) = &apps_listener {
-                    apps = l.local_addr()?.to_string();
-                }
+                let Some((listener, apps_listener)) = listeners.take() else { continue };
                 tasks.spawn(async move {
                     (service, halyard_gateway::serve(config, client, listener, apps_listener, shutdown).await.map_err(Into::into))
                 });

@@ -66,6 +66,9 @@ pub struct McpConfig {
     /// Destinations otherwise refused for users' streamable-HTTP servers: any of `loopback`,
     /// `private`, `link-local`.
     pub allow: Vec<String>,
+    /// Halyard's own MCP server (the gateway's `/mcp`) as agent runners reach it; offered in
+    /// every conversation as `halyard`. Empty: the gateway's `http_addr`; `off`: not offered.
+    pub halyard_url: String,
 }
 
 /// Webhook delivery.
@@ -522,6 +525,7 @@ pub const ENV_NAMES: &[&str] = &[
     "LLM_PROFILE_ALLOW",
     "MCP_SERVERS",
     "MCP_ALLOW",
+    "MCP_URL",
     "GIT_API_ALLOW",
 ];
 
@@ -670,6 +674,7 @@ impl Config {
                 "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "LLM_PROFILE_ALLOW" => self.llm.profile_allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "MCP_ALLOW" => self.mcp.allow = network_classes(&v).map_err(|e| bad(&e))?,
+                "MCP_URL" => self.mcp.halyard_url = v,
                 "GIT_API_ALLOW" => self.gateway.git_api_allow = network_classes(&v).map_err(|e| bad(&e))?,
                 "MCP_SERVERS" => {
                     self.mcp.servers =
@@ -817,6 +822,7 @@ mod tests {
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",
                 "LLM_PRICE" => "0.15,0.6,0.075",
+                "MCP_URL" => "http://127.0.0.1:8000/mcp",
                 "HTTP_ADDR"
                 | "DATA_DIR"
                 | "NATS_URL"

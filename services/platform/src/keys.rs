@@ -32,6 +32,24 @@ pub fn sign(secret: &str, purpose: &str, msg: &[u8]) -> String {
     to_hex(&mac.finalize().into_bytes())
 }
 
+/// What `sign` is given for a conversation's key to Halyard's own MCP server.
+const MCP_PURPOSE: &str = "mcp-conversation";
+
+/// The key the agent runner presents to Halyard's own MCP server (`/mcp`) for a conversation:
+/// `<conversation id>.<hex HMAC>` under the deployment secret. Only services holding the
+/// secret can make one; the sandbox never sees it.
+pub fn mcp_key(secret: &str, conversation: halyard_protocol::ConversationId) -> String {
+    let id = conversation.to_string();
+    format!("{id}.{}", sign(secret, MCP_PURPOSE, id.as_bytes()))
+}
+
+/// The conversation an [`mcp_key`] was made for, if it is one.
+pub fn mcp_key_conversation(secret: &str, key: &str) -> Option<halyard_protocol::ConversationId> {
+    let (id, mac) = key.split_once('.')?;
+    let conversation: halyard_protocol::ConversationId = id.parse().ok()?;
+    constant_time_eq(sign(secret, MCP_PURPOSE, id.as_bytes()).as_bytes(), mac.as_bytes()).then_some(conversation)
+}
+
 /// Lower-case hex.
 pub fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -70,6 +88,17 @@ mod tests {
         assert_ne!(session_key("s1", a), session_key("s2", a));
         assert_eq!(session_key("s", a), session_key("s", a));
         assert_eq!(session_key("s", a).len(), 64);
+    }
+
+    #[test]
+    fn mcp_keys_name_their_conversation_and_cannot_be_forged() {
+        let (a, b) = (halyard_protocol::ConversationId::new(), halyard_protocol::ConversationId::new());
+        let key = mcp_key("s", a);
+        assert_eq!(mcp_key_conversation("s", &key), Some(a));
+        assert_eq!(mcp_key_conversation("other secret", &key), None);
+        let forged = format!("{b}.{}", key.split_once('.').unwrap_or_default().1);
+        assert_eq!(mcp_key_conversation("s", &forged), None);
+        assert_eq!(mcp_key_conversation("s", "garbage"), None);
     }
 
     #[test]

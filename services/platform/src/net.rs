@@ -81,6 +81,20 @@ pub fn check_url(url: &str, allow: &[String]) -> Result<reqwest::Url, Destinatio
     Ok(parsed)
 }
 
+/// `host` or `host:port` of an http(s) URL, lower-case (`None` for anything else: a path, an
+/// scp-like `git@host:path`).
+pub fn url_host(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return None;
+    }
+    let host = parsed.host_str()?.to_ascii_lowercase();
+    Some(match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    })
+}
+
 /// Checks a URL and every address its host resolves to (at delivery time).
 pub async fn check_destination(url: &str, allow: &[String]) -> Result<reqwest::Url, DestinationError> {
     let parsed = check_url(url, allow)?;
@@ -97,6 +111,14 @@ pub async fn check_destination(url: &str, allow: &[String]) -> Result<reqwest::U
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_of_repository_urls() {
+        assert_eq!(url_host("https://GitHub.com/o/r.git").as_deref(), Some("github.com"));
+        assert_eq!(url_host("http://127.0.0.1:8080/r.git").as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(url_host("/srv/repo"), None);
+        assert_eq!(url_host("git@github.com:o/r.git"), None);
+    }
 
     #[test]
     fn private_destinations_need_permission() {
