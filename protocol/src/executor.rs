@@ -180,10 +180,6 @@ pub struct McpStdioSpawn {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
-/// The variable that names the executor's git-credential socket in the sandbox's shell (git's
-/// `credential.helper` there is `halyard git-credential`, which asks through it).
-pub const GIT_CREDENTIAL_SOCKET_ENV: &str = "HALYARD_GIT_CREDENTIAL_SOCKET";
-
 /// What git asks for, as the executor passes it on over its `GET /git/credentials` WebSocket
 /// to the agent runner holding it open (and as the helper asks the executor, without `id`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -49,7 +49,13 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     require_engine();
     let llm = ScriptedLlm::start().await;
     llm.push([
-        Reply::tool("terminal", json!({"command": "id -u; pwd; echo kept > notes.txt; env | grep -c -e sk-halyard -e HALYARD_ || true; ls /var/run/docker.sock 2>&1"})),
+        // Git's credential helper is the executor's binary, run as the container runs it, and
+        // reaches the agent runner (which has no provider for this host, and says so).
+        Reply::tool(
+            "terminal",
+            json!({"command": "id -u; pwd; echo kept > notes.txt; env | grep -c -e sk-halyard -e HALYARD_ || true; ls /var/run/docker.sock 2>&1; \
+                printf 'protocol=https\\nhost=forge.example\\n\\n' | git credential fill 2>&1 | grep -c 'no git provider for forge.example'"}),
+        ),
         Reply::finish("done"),
     ]);
     let h = Halyard::start(docker_opts(&llm.base_url));
@@ -63,6 +69,7 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert_eq!(lines[1], "/workspace", "{out}");
     assert_eq!(lines[2], "0", "no secret and no Halyard variable in the sandbox: {out}");
     assert!(lines[3].contains("No such file"), "no Docker socket in the sandbox: {out}");
+    assert_eq!(lines[4], "1", "git's credential helper did not reach the agent runner: {out}");
     assert!(!serde_json::to_string(&events).unwrap().contains(LLM_KEY));
 
     // The sandbox as the API and the engine show it.

@@ -2,8 +2,8 @@
 //! that no token is kept in the sandbox: not in `.git/config`, the environment, a file or the
 //! shell's history.
 //!
-//! The shell's git has `credential.helper` set to `halyard git-credential` (through
-//! `GIT_CONFIG_*` variables, see [`Broker::shell_env`]). The helper ([`helper`]) sends what git
+//! The shell's git has `credential.helper` set to `halyard git-credential --socket <path>`
+//! (through `GIT_CONFIG_*` variables, see [`Broker::shell_env`]). The helper ([`helper`]) sends what git
 //! asks for to the executor's Unix socket; the executor passes it on over the `GET
 //! /git/credentials` WebSocket that the agent runner holds open while a run lasts, and the
 //! runner answers with the owner's token for that host, or says why not. With no run (no
@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
-use halyard_protocol::executor::{GIT_CREDENTIAL_SOCKET_ENV, GitCredentialAnswer, GitCredentialAsk};
+use halyard_protocol::executor::{GitCredentialAnswer, GitCredentialAsk};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,8 +49,12 @@ impl Broker {
         let socket = dir.join(format!("halyard-git-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
         let listener = tokio::net::UnixListener::bind(&socket)?;
-        let broker =
-            Arc::new(Self { socket, helper: helper_command(), runner: Mutex::new(None), generation: std::sync::atomic::AtomicU64::new(0) });
+        let broker = Arc::new(Self {
+            helper: helper_command(&socket),
+            socket,
+            runner: Mutex::new(None),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        });
         let serving = broker.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -64,7 +68,6 @@ impl Broker {
     /// user's own `credential.helper` comes first; ours is the last one git tries.
     pub fn shell_env(&self) -> Vec<(String, String)> {
         vec![
-            (GIT_CREDENTIAL_SOCKET_ENV.into(), self.socket.display().to_string()),
             ("GIT_CONFIG_COUNT".into(), "1".into()),
             ("GIT_CONFIG_KEY_0".into(), "credential.helper".into()),
             ("GIT_CONFIG_VALUE_0".into(), format!("!{}", self.helper)),
@@ -148,7 +151,7 @@ impl Broker {
 
 /// How git runs this binary as its helper: as the executor was run (in a container, through
 /// the dynamic loader that came with the binary).
-fn helper_command() -> String {
+fn helper_command(socket: &Path) -> String {
     let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
     let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "halyard".into());
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -158,14 +161,14 @@ fn helper_command() -> String {
         let libs = Path::new(&exe).parent().map(|p| p.display().to_string()).unwrap_or_default();
         words.extend(["--library-path".to_owned(), quote(&libs), quote(&argv0)]);
     }
-    words.push("git-credential".into());
+    words.extend(["git-credential".to_owned(), "--socket".to_owned(), quote(&socket.display().to_string())]);
     words.join(" ")
 }
 
-/// `halyard git-credential <operation>`: git's credential helper protocol on standard input and
-/// output. `get` asks the executor; `store` and `erase` keep nothing, as nothing is kept.
-/// Returns the exit code.
-pub fn helper(operation: &str, input: &mut dyn BufRead, output: &mut dyn Write) -> i32 {
+/// `halyard git-credential --socket <path> <operation>`: git's credential helper protocol on
+/// standard input and output. `get` asks the executor at `socket`; `store` and `erase` keep
+/// nothing, as nothing is kept. Returns the exit code.
+pub fn helper(socket: &Path, operation: &str, input: &mut dyn BufRead, output: &mut dyn Write) -> i32 {
     let mut fields = HashMap::new();
     let mut line = String::new();
     while input.read_line(&mut line).unwrap_or(0) > 0 {
@@ -187,11 +190,7 @@ pub fn helper(operation: &str, input: &mut dyn BufRead, output: &mut dyn Write) 
         host: fields.remove("host").unwrap_or_default(),
         path: fields.remove("path"),
     };
-    let answer = match std::env::var(GIT_CREDENTIAL_SOCKET_ENV) {
-        Ok(path) => ask_executor(Path::new(&path), &ask),
-        Err(_) => Err(format!("{GIT_CREDENTIAL_SOCKET_ENV} is not set: run git from the agent's shell")),
-    };
-    match answer {
+    match ask_executor(socket, &ask) {
         Ok(GitCredentialAnswer { username: Some(user), password: Some(password), .. }) => {
             let _ = write!(output, "username={user}\npassword={password}\n");
         }
@@ -227,14 +226,14 @@ mod tests {
     fn store_and_erase_keep_nothing_and_say_nothing() {
         for op in ["store", "erase"] {
             let mut out = Vec::new();
-            let code = helper(op, &mut "protocol=https\nhost=x\npassword=p\n\n".as_bytes(), &mut out);
+            let code = helper(Path::new("/nonexistent"), op, &mut "protocol=https\nhost=x\npassword=p\n\n".as_bytes(), &mut out);
             assert_eq!((code, out.len()), (0, 0));
         }
     }
 
     #[test]
     fn the_helper_runs_as_the_executor_was_run() {
-        let command = helper_command();
-        assert!(command.ends_with(" git-credential") && command.starts_with('\''), "{command}");
+        let command = helper_command(Path::new("/tmp/it's.sock"));
+        assert!(command.ends_with(r" git-credential --socket '/tmp/it'\''s.sock'") && command.starts_with('\''), "{command}");
     }
 }

@@ -91,6 +91,9 @@ enum Command {
     /// runner (git runs it; see `halyard_executor::git_credential`).
     #[command(hide = true)]
     GitCredential {
+        /// The executor's socket.
+        #[arg(long)]
+        socket: PathBuf,
         /// `get`, `store` or `erase`.
         operation: String,
     },
@@ -124,8 +127,8 @@ const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sa
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Command::GitCredential { operation } = &cli.command {
-        let code = halyard_executor::git_credential::helper(operation, &mut std::io::stdin().lock(), &mut std::io::stdout().lock());
+    if let Command::GitCredential { socket, operation } = &cli.command {
+        let code = halyard_executor::git_credential::helper(socket, operation, &mut std::io::stdin().lock(), &mut std::io::stdout().lock());
         std::process::exit(code);
     }
     let env: BTreeMap<String, String> = std::env::vars().collect();
