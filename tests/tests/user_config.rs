@@ -234,18 +234,23 @@ fn git(dir: &std::path::Path, args: &[&str]) {
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A bare repository `root/name` on branch `main`, with one commit of one file.
+fn bare_repository(root: &std::path::Path, name: &str, (file, text): (&str, &str)) {
+    let src = root.join(format!("{name}.src"));
+    std::fs::create_dir_all(&src).unwrap();
+    git(&src, &["init", "-q", "-b", "main"]);
+    std::fs::write(src.join(file), text).unwrap();
+    git(&src, &["add", "."]);
+    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
+    git(root, &["clone", "-q", "--bare", &format!("{name}.src"), name]);
+}
+
 #[tokio::test]
 async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of_the_sandbox() {
     init();
     // A private repository behind git's own http-backend, with basic auth.
     let repos = tempfile::tempdir().unwrap();
-    let src = repos.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    git(&src, &["init", "-q", "-b", "main"]);
-    std::fs::write(src.join("PRIVATE.md"), "only for alice\n").unwrap();
-    git(&src, &["add", "."]);
-    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "private"]);
-    git(repos.path(), &["clone", "-q", "--bare", "src", "private.git"]);
+    bare_repository(repos.path(), "private.git", ("PRIVATE.md", "only for alice\n"));
     const TOKEN: &str = "ghp_private-token-4f7e2a9c";
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let url = format!("{}/private.git", server.base);
@@ -348,14 +353,7 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     const TOKEN: &str = "ghp_pull-request-token-73b1e0";
     // `alice/app` behind git's own http-backend, and a GitHub REST API that knows its branches.
     let repos = tempfile::tempdir().unwrap();
-    let src = repos.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    git(&src, &["init", "-q", "-b", "main"]);
-    std::fs::write(src.join("README.md"), "teh app\n").unwrap();
-    git(&src, &["add", "."]);
-    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
-    std::fs::create_dir(repos.path().join("alice")).unwrap();
-    git(repos.path(), &["clone", "-q", "--bare", "src", "alice/app.git"]);
+    bare_repository(repos.path(), "alice/app.git", ("README.md", "teh app\n"));
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
     let llm = ScriptedLlm::start().await;
