@@ -110,6 +110,42 @@ pub struct UserGitProviders {
     pub providers: BTreeMap<String, GitProvider>,
 }
 
+/// A part of a configured value (an MCP server's header or variable): text as written, or a
+/// `${NAME}` that stands for the owner's secret `NAME`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValuePart<'a> {
+    Text(&'a str),
+    Secret(&'a str),
+}
+
+/// `value` cut at its `${NAME}` references. `Err` names what is wrong: a `${` without its `}`,
+/// or a name that is not an environment variable's.
+pub fn value_parts(value: &str) -> Result<Vec<ValuePart<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            return Err("`${` without its `}`; write `${NAME}` to use your secret NAME".into());
+        };
+        let name = &rest[start + 2..start + 2 + len];
+        let valid = (1..=128).contains(&name.len())
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("`${{{name}}}` is no secret name; secrets are named like environment variables"));
+        }
+        if start > 0 {
+            parts.push(ValuePart::Text(&rest[..start]));
+        }
+        parts.push(ValuePart::Secret(name));
+        rest = &rest[start + 3 + len..];
+    }
+    if !rest.is_empty() {
+        parts.push(ValuePart::Text(rest));
+    }
+    Ok(parts)
+}
+
 /// The name Halyard's own MCP server (the gateway's `/mcp`) is offered under in every
 /// conversation (its tools as `halyard__<tool>`); no user or operator server may take it.
 pub const HALYARD_MCP_SERVER: &str = "halyard";
@@ -165,4 +201,19 @@ fn enabled() -> bool {
 pub struct UserMcpServers {
     #[serde(default)]
     pub servers: BTreeMap<String, McpServer>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ValuePart::{Secret, Text};
+    use super::value_parts;
+
+    #[test]
+    fn values_are_cut_at_their_secret_references() {
+        assert_eq!(value_parts("Bearer ${TOKEN}").unwrap(), [Text("Bearer "), Secret("TOKEN")]);
+        assert_eq!(value_parts("${A}-${B}").unwrap(), [Secret("A"), Text("-"), Secret("B")]);
+        assert_eq!(value_parts("no $ here").unwrap(), [Text("no $ here")]);
+        assert!(value_parts("${TOKEN").unwrap_err().contains("without its"));
+        assert!(value_parts("${1X}").unwrap_err().contains("no secret name"));
+    }
 }

@@ -21,7 +21,7 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::net;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::{McpStdioSpawn, SESSION_KEY_HEADER};
-use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers};
+use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers, ValuePart};
 use halyard_protocol::{ConversationId, UserId, subjects};
 use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents, Tool};
 use rmcp::service::{RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -217,17 +217,16 @@ fn fingerprint(configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<S
 
 /// `text` with each `${NAME}` replaced by the secret `NAME`.
 fn fill(text: &str, secrets: &BTreeMap<String, String>, what: &str) -> Result<String, String> {
+    let parts = halyard_protocol::user::value_parts(text).map_err(|e| format!("{what}: {e}"))?;
     let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start + 2..].find('}') else { break };
-        let name = &rest[start + 2..start + 2 + len];
-        let value = secrets.get(name).ok_or_else(|| format!("{what} names the secret `{name}`, which you do not have"))?;
-        out.push_str(&rest[..start]);
-        out.push_str(value);
-        rest = &rest[start + 3 + len..];
+    for part in parts {
+        match part {
+            ValuePart::Text(t) => out.push_str(t),
+            ValuePart::Secret(name) => {
+                out.push_str(secrets.get(name).ok_or_else(|| format!("{what} names the secret `{name}`, which you do not have"))?)
+            }
+        }
     }
-    out.push_str(rest);
     Ok(out)
 }
 

@@ -76,18 +76,7 @@ fn one_line(field: &str, value: &str) -> Result<(), ApiError> {
 
 /// Every `${NAME}` in `value` names a possible secret.
 fn check_references(field: &str, value: &str) -> Result<(), ApiError> {
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start + 2..].find('}') else {
-            return Err(bad(format!("`{field}`: `${{` without its `}}`; write `${{NAME}}` to use your secret NAME")));
-        };
-        let name = &rest[start + 2..start + 2 + len];
-        if !env_name(name) {
-            return Err(bad(format!("`{field}`: `${{{name}}}` is no secret name; secrets are named like environment variables")));
-        }
-        rest = &rest[start + 3 + len..];
-    }
-    Ok(())
+    halyard_protocol::user::value_parts(value).map(|_| ()).map_err(|e| bad(format!("`{field}`: {e}")))
 }
 
 fn env_name(n: &str) -> bool {
