@@ -435,6 +435,7 @@ impl ConvState {
             confirmed,
             llm: self.ctx.llm.clone(),
             env: Default::default(),
+            has_forge: false,
             max_iterations: self.ctx.config.agent.max_iterations,
             mcp: self.mcp.clone(),
         };

@@ -83,6 +83,8 @@ pub struct Run {
     pub llm: LlmClient,
     /// The owner's secrets, exported into the sandbox's shell (set when the run starts).
     pub env: BTreeMap<String, String>,
+    /// The owner has a forge Halyard's own MCP tools act on (set when the run starts).
+    pub has_forge: bool,
     /// LLM calls this run may make: the deployment's limit, or the owner's if lower.
     pub max_iterations: u32,
     /// The conversation's MCP connections (checked, and made again if stale, at run start).
@@ -199,11 +201,7 @@ impl Run {
         let mut trusted = self.ctx.config.mcp.servers.clone();
         let conversation = self.log.lock().await.conversation();
         // Halyard's own tools act on the owner's forges: offered to those who have one.
-        let forge = crate::user::has_forge(&self.ctx, &owner).await.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot read the owner's git providers");
-            false
-        });
-        if let Some((name, own)) = crate::mcp::halyard_server(&self.ctx.config, conversation).filter(|_| forge) {
+        if let Some((name, own)) = crate::mcp::halyard_server(&self.ctx.config, conversation).filter(|_| self.has_forge) {
             configs.insert(name.clone(), own.clone());
             trusted.insert(name, own);
         }
@@ -239,6 +237,7 @@ impl Run {
             Ok(secrets) => {
                 self.log.lock().await.set_redactor(secrets.redactor);
                 self.env = secrets.env;
+                self.has_forge = secrets.has_forge;
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the owner's secrets; the shell gets none this run"),
         }

@@ -21,6 +21,9 @@ use crate::Ctx;
 pub struct Secrets {
     pub env: BTreeMap<String, String>,
     pub redactor: Arc<Redactor>,
+    /// The owner has a git provider whose forge has an API (what Halyard's own MCP tools act
+    /// on).
+    pub has_forge: bool,
 }
 
 async fn read<T: DeserializeOwned + Default>(ctx: &Ctx, key: &str) -> Result<T, String> {
@@ -47,20 +50,14 @@ pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
     let mut masked: Vec<(String, String)> = env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     // The owner's git tokens are never given to the agent, but are masked all the same.
     let git: UserGitProviders = read(ctx, &subjects::user_git_key(owner)).await?;
+    let has_forge = git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab"));
     for (name, p) in git.providers {
         if let Ok(token) = ctx.vault.open(&vault::git_token_slot(&owner.0, &name), &p.token_sealed) {
             masked.push((format!("git/{name}"), token));
         }
     }
     let redactor = Arc::new(Redactor::new(masked));
-    Ok(Secrets { env, redactor })
-}
-
-/// Whether the owner has a git provider whose forge has an API (what Halyard's own MCP
-/// tools act on).
-pub async fn has_forge(ctx: &Ctx, owner: &UserId) -> Result<bool, String> {
-    let git: UserGitProviders = read(ctx, &subjects::user_git_key(owner)).await?;
-    Ok(git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab")))
+    Ok(Secrets { env, redactor, has_forge })
 }
 
 /// The owner's settings.

@@ -93,11 +93,13 @@ struct GitlabProject {
 pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Value>, ForgeError> {
     let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
     let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
+    let headers = auth_headers(&p.kind, token);
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     match p.kind.as_str() {
         "gitlab" => {
             let url = format!("{base}/projects?membership=true&simple=true&order_by=last_activity_at&per_page={PAGE}");
             let url = if q.is_empty() { url } else { format!("{url}&search={}", percent(q)) };
-            let projects: Vec<GitlabProject> = get(allow, &url, &[("PRIVATE-TOKEN", token)]).await?;
+            let projects: Vec<GitlabProject> = get(allow, &url, &headers).await?;
             Ok(projects
                 .iter()
                 .filter(|r| wanted(&r.path_with_namespace))
@@ -110,9 +112,6 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
         }
         _ => {
             let url = format!("{base}/user/repos?per_page={PAGE}&sort=updated&affiliation=owner,collaborator,organization_member");
-            let bearer = format!("Bearer {token}");
-            let headers =
-                [("Authorization", bearer.as_str()), ("Accept", "application/vnd.github+json"), ("X-GitHub-Api-Version", "2022-11-28")];
             let repos: Vec<GithubRepo> = get(allow, &url, &headers).await?;
             Ok(repos
                 .iter()
@@ -123,6 +122,19 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
                 })
                 .collect())
         }
+    }
+}
+
+/// The headers that carry `token` to a forge of `kind`, as it wants them.
+fn auth_headers(kind: &str, token: &str) -> Vec<(&'static str, String)> {
+    if kind == "gitlab" {
+        vec![("PRIVATE-TOKEN", token.to_owned())]
+    } else {
+        vec![
+            ("Authorization", format!("Bearer {token}")),
+            ("Accept", "application/vnd.github+json".into()),
+            ("X-GitHub-Api-Version", "2022-11-28".into()),
+        ]
     }
 }
 
@@ -204,26 +216,13 @@ impl Target<'_> {
         })
     }
 
-    /// The headers that carry the token, as the forge wants them.
-    fn headers(&self) -> Vec<(&'static str, String)> {
-        if self.is_gitlab() {
-            vec![("PRIVATE-TOKEN", self.token.to_owned())]
-        } else {
-            vec![
-                ("Authorization", format!("Bearer {}", self.token)),
-                ("Accept", "application/vnd.github+json".into()),
-                ("X-GitHub-Api-Version", "2022-11-28".into()),
-            ]
-        }
-    }
-
     async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, ForgeError> {
-        let headers = self.headers();
+        let headers = auth_headers(&self.provider.kind, self.token);
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         send(self.allow, method, &format!("{}{path}", self.url()?), &headers, body).await
     }
@@ -240,8 +239,7 @@ struct Branch {
 /// default.
 pub async fn branches(t: Target<'_>) -> Result<Value, ForgeError> {
     let path = if t.is_gitlab() { "/repository/branches?per_page=100" } else { "/branches?per_page=100" };
-    let found: Vec<Branch> = t.call(reqwest::Method::GET, path, None).await?;
-    let default = default_branch(t).await?;
+    let (found, default): (Vec<Branch>, _) = futures::try_join!(t.call(reqwest::Method::GET, path, None), default_branch(t))?;
     let items: Vec<Value> = found.iter().map(|b| json!({"name": b.name, "protected": b.protected})).collect();
     Ok(json!({"repository": t.full_name, "default_branch": default, "branches": items}))
 }

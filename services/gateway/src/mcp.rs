@@ -144,11 +144,6 @@ fn tools() -> Vec<Tool> {
     ]
 }
 
-/// A tool's failure, in words for the model.
-fn failed(message: impl Into<String>) -> CallToolResponse {
-    CallToolResult::error(vec![ContentBlock::text(message.into())]).into()
-}
-
 impl ServerHandler for Tools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -170,7 +165,8 @@ impl ServerHandler for Tools {
         tracing::info!(user = %caller.user, conversation = %caller.conversation, tool = %request.name, ok = done.is_ok(), "halyard MCP tool");
         Ok(match done {
             Ok(result) => CallToolResult::success(vec![ContentBlock::text(result.to_string())]).into(),
-            Err(message) => failed(message),
+            // A tool's failure, in words for the model.
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]).into(),
         })
     }
 }
