@@ -126,12 +126,15 @@ async fn logs_in_the_old_subject_layout_are_refused() {
     .await
     .unwrap();
     js.publish("halyard.events.01900000-0000-7000-8000-000000000009", "an old event".into()).await.unwrap().await.unwrap();
+    // Bound, not a temporary: tokio's `output()` spawns at once, and a temporary TempDir would be
+    // removed while the child writes in it.
+    let data_dir = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
         .args(["serve", "titles"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HALYARD_NATS_URL", &nats.url)
-        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .env("HALYARD_DATA_DIR", data_dir.path())
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), out).await.expect("halyard did not exit").unwrap();
     assert!(!out.status.success());
@@ -158,13 +161,14 @@ async fn services_run_against_an_operators_nats_with_one_user_per_role() {
         |role: &str| passwords.iter().find(|(k, _)| k == &format!("HALYARD_{}_PASSWORD", role.to_uppercase())).unwrap().1.clone();
 
     // Restricted users cannot declare the topology; setup-bus does, as admin.
+    let data_dir = tempfile::tempdir().unwrap();
     let setup = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
         .arg("setup-bus")
         .env_clear()
         .env("HALYARD_NATS_URL", &nats.url)
         .env("HALYARD_NATS_USER", "admin")
         .env("HALYARD_NATS_PASSWORD", password("admin"))
-        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .env("HALYARD_DATA_DIR", data_dir.path())
         .output()
         .await
         .unwrap();
@@ -188,13 +192,14 @@ async fn services_run_against_an_operators_nats_with_one_user_per_role() {
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("secured")));
 
     // A service with the wrong password is told so, at once.
+    let data_dir = tempfile::tempdir().unwrap();
     let wrong = tokio::process::Command::new(halyard_tests::harness::halyard_bin())
         .args(["serve", "titles"])
         .env_clear()
         .env("HALYARD_NATS_URL", &nats.url)
         .env("HALYARD_NATS_USER", "titles")
         .env("HALYARD_NATS_PASSWORD", "not-the-password")
-        .env("HALYARD_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .env("HALYARD_DATA_DIR", data_dir.path())
         .output();
     let wrong = tokio::time::timeout(Duration::from_secs(20), wrong).await.expect("a refused service did not exit").unwrap();
     assert!(!wrong.status.success());
