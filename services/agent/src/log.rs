@@ -63,6 +63,11 @@ impl Log {
         self.appender.conversation()
     }
 
+    /// Folds in what other writers appended since this log last looked.
+    pub async fn refresh(&mut self) -> Result<(), BusError> {
+        self.catch_up().await.map(drop)
+    }
+
     async fn catch_up(&mut self) -> Result<Vec<ConversationEvent>, BusError> {
         self.appender.refresh().await?;
         if self.appender.last_seq() <= self.history.last_seq {

@@ -44,6 +44,9 @@ pub enum RunOutcome {
     Paused,
     /// Actions wait for the user's confirmation.
     AwaitingConfirmation,
+    /// Another runner took the run over (this one stopped renewing its lease in time): it
+    /// stopped without another word.
+    LostLease,
 }
 
 /// One tool call to run.

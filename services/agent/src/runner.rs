@@ -1,5 +1,6 @@
 //! The runner actor: supervises one [`ConversationActor`] per live conversation, routes
-//! commands to them in order, and recovers runs whose owner died.
+//! commands to them in order (or to the replica that runs the conversation), and takes over
+//! runs whose runner died.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,9 @@ use halyard_platform::{Config, Shutdown};
 use halyard_protocol::command::AgentCommand;
 use halyard_protocol::{ConversationId, Envelope, subjects};
 
-use crate::conversation::{ConvMsg, ConversationActor, lease};
+use crate::conversation::{ConvMsg, ConversationActor};
+use crate::lease::{Leases, Watch};
+use crate::route::{self, Settle};
 use crate::{AgentError, Ctx};
 
 /// Messages of the runner.
@@ -23,11 +26,12 @@ use crate::{AgentError, Ctx};
 // allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum RunnerMsg {
+    /// A command pulled from the stream: applied here, or passed to the runner of its run.
     Command(Envelope<AgentCommand>, Delivery),
-    /// Look for runs whose lease expired (or that this node owned before it restarted).
-    Sweep {
-        first: bool,
-    },
+    /// A command another runner passed on: applied here.
+    Forwarded(Envelope<AgentCommand>, Settle),
+    /// Look for runs whose lease died (or that this node held before it restarted).
+    Sweep { first: bool },
 }
 
 pub struct Runner;
@@ -36,6 +40,7 @@ pub struct RunnerState {
     ctx: Arc<Ctx>,
     children: HashMap<ConversationId, ActorRef<ConvMsg>>,
     by_actor: HashMap<ActorId, ConversationId>,
+    watch: Watch,
 }
 
 impl RunnerState {
@@ -74,37 +79,32 @@ impl Actor for Runner {
 
     async fn pre_start(&self, myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
         myself.send_message(RunnerMsg::Sweep { first: true })?;
-        Ok(RunnerState { ctx, children: HashMap::new(), by_actor: HashMap::new() })
+        Ok(RunnerState { ctx, children: HashMap::new(), by_actor: HashMap::new(), watch: Watch::default() })
     }
 
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
         match msg {
             RunnerMsg::Command(env, delivery) => {
                 let id = env.payload.conversation_id();
-                st.send(&myself, id, ConvMsg::Command(env, delivery)).await?;
+                // A live run elsewhere gets the command; the request is answered off this
+                // actor, so a slow holder never stalls the other conversations.
+                if let Some(node) = st.ctx.leases.holder(id).await.filter(|n| n != st.ctx.leases.node()) {
+                    tokio::spawn(route::forward(st.ctx.nats.clone(), node, delivery));
+                    return Ok(());
+                }
+                st.send(&myself, id, ConvMsg::Command(env, Settle::Stream(delivery))).await?;
+            }
+            RunnerMsg::Forwarded(env, settle) => {
+                let id = env.payload.conversation_id();
+                st.send(&myself, id, ConvMsg::Command(env, settle)).await?;
             }
             RunnerMsg::Sweep { first } => {
-                let ttl_ms = (st.ctx.config.agent.lease_ttl_secs * 1000) as i64;
-                let now = halyard_platform::now_ms();
-                let mut stale = Vec::new();
-                if let Ok(mut keys) = st.ctx.leases.keys().await {
-                    while let Some(Ok(key)) = keys.next().await {
-                        let Ok(id) = key.parse::<ConversationId>() else { continue };
-                        let Ok(Some(value)) = st.ctx.leases.get(&key).await else { continue };
-                        let Some((node, at)) = lease::parse(&value) else { continue };
-                        // Our own leases at start-up belong to our previous life; others' count
-                        // once their heartbeat is older than the lease time.
-                        let mine_before = first && node == st.ctx.node_id;
-                        if mine_before || (now - at > ttl_ms && !st.children.contains_key(&id)) {
-                            stale.push(id);
-                        }
-                    }
+                let leases = st.ctx.leases.all().await;
+                let ttl = Duration::from_millis(st.ctx.config.agent.lease_ttl_ms);
+                for (id, revision) in st.watch.dead(leases, st.ctx.leases.node(), first, ttl) {
+                    st.send(&myself, id, ConvMsg::TakeOver { revision }).await?;
                 }
-                for id in stale {
-                    st.send(&myself, id, ConvMsg::Recover).await?;
-                }
-                let every = Duration::from_secs(st.ctx.config.agent.lease_ttl_secs.max(1));
-                myself.send_after(every, || RunnerMsg::Sweep { first: false });
+                myself.send_after(st.ctx.leases.sweep_every(), || RunnerMsg::Sweep { first: false });
             }
         }
         Ok(())
@@ -136,12 +136,28 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let http = reqwest::Client::builder().build().map_err(|e| AgentError::Setup(e.to_string()))?;
     let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
     let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
+    let node_id = config.node_id_or_random();
+    let leases = Leases::new(leases, node_id.clone(), Duration::from_millis(config.agent.lease_ttl_ms.max(100)));
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| AgentError::Setup(format!("user bucket: {e}")))?;
     let vault = halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?;
-    let node_id = config.node_id_or_random();
-    let ctx = Arc::new(Ctx { config, nats, js: js.clone(), http, llm, leases, user_kv, vault, node_id });
+    let ctx = Arc::new(Ctx { config, nats: nats.clone(), js: js.clone(), http, llm, leases, user_kv, vault });
     let asks = tokio::spawn(crate::ask::serve(ctx.clone(), shutdown.clone()));
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
+    // Commands other replicas pass to the runs held here.
+    let forwarded = nats.subscribe(subjects::agent_node(&node_id)).await.map_err(|e| AgentError::Setup(format!("subscribe: {e}")))?;
+    let passed_on = tokio::spawn({
+        let runner = runner.clone();
+        async move {
+            let mut forwarded = forwarded;
+            while let Some(msg) = forwarded.next().await {
+                if let Some((env, settle)) = route::decode(&nats, msg).await {
+                    if runner.send_message(RunnerMsg::Forwarded(env, settle)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
     let result = bus::consume_into_actor::<AgentCommand, _>(
         js,
         subjects::COMMANDS_STREAM,
@@ -152,6 +168,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         RunnerMsg::Command,
     )
     .await;
+    passed_on.abort();
     runner.stop(None);
     let _ = handle.await;
     asks.abort();

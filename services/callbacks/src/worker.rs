@@ -64,7 +64,7 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
     };
     let consumer: consumer::PullConsumer =
         stream.get_or_create_consumer(&consumer_name(webhook), config).await.map_err(|e| e.to_string())?;
-    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let mut messages = halyard_platform::bus::pull_messages(&consumer).await.map_err(|e| e.to_string())?;
     let mut failing_since: Option<Instant> = None;
     while let Some(msg) = messages.next().await {
         let msg = msg.map_err(|e| e.to_string())?;

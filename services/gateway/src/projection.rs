@@ -340,7 +340,14 @@ async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64
     let deliver_policy =
         if after == 0 { consumer::DeliverPolicy::All } else { consumer::DeliverPolicy::ByStartSequence { start_sequence: after + 1 } };
     let c = s
-        .create_consumer(consumer::pull::OrderedConfig { filter_subject: filter.to_owned(), deliver_policy, ..Default::default() })
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: filter.to_owned(),
+            deliver_policy,
+            // Short pulls (and heartbeats at half of them): a consumer whose NATS node died is
+            // recreated on another within seconds, not after the library's default 30 s.
+            max_expires: std::time::Duration::from_secs(4),
+            ..Default::default()
+        })
         .await
         .map_err(|e| BusError::new(BusErrorKind::Consume, e))?;
     let pending = c.cached_info().num_pending;

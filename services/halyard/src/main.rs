@@ -343,8 +343,9 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     if tokio::time::timeout(Duration::from_secs(15), drain).await.is_err() {
         tracing::warn!("services did not stop within 15 s");
     }
+    // What was published reaches the server, unless no server is left to reach.
     for (_, client) in clients {
-        let _ = client.flush().await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     }
     if let Some(server) = server {
         server.stop().await;

@@ -21,9 +21,32 @@ fn err(kind: BusErrorKind) -> impl Fn(&dyn std::fmt::Display) -> BusError {
 
 /// Publishes an envelope and waits for JetStream to store it. The envelope id is the
 /// `Nats-Msg-Id`, so publishing the same envelope twice stores it once.
+///
+/// A stream that cannot take it right now (its leader is being elected after a NATS node died,
+/// the connection is moving to another node) is tried again for a few seconds: the message id
+/// makes a retry of a publish that was stored after all a no-op.
 pub async fn publish<P: Payload>(js: &jetstream::Context, subject: String, env: &Envelope<P>) -> Result<u64, BusError> {
-    let ack = publish_pending(js, subject, env).await?.await.map_err(|e| err(BusErrorKind::Publish)(&e))?;
-    Ok(ack.sequence)
+    use async_nats::jetstream::context::PublishErrorKind as Kind;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let attempt = match publish_pending(js, subject.clone(), env).await {
+            Ok(pending) => pending.await,
+            Err(e) => return Err(e),
+        };
+        match attempt {
+            Ok(ack) => return Ok(ack.sequence),
+            Err(e)
+                if matches!(e.kind(), Kind::StreamNotFound | Kind::TimedOut | Kind::BrokenPipe | Kind::Other)
+                    && tokio::time::Instant::now() + delay < deadline =>
+            {
+                tracing::debug!(%subject, error = %e, "publish not stored yet; trying again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(err(BusErrorKind::Publish)(&e)),
+        }
+    }
 }
 
 /// Sends an envelope (de-duplicated by its id, like [`publish`]) without waiting for the
@@ -354,7 +377,7 @@ where
     let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let mut consumer: consumer::PullConsumer = stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let max_deliver = consumer.info().await.map(|i| i.config.max_deliver).unwrap_or(5);
-    let mut messages = consumer.messages().await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let mut messages = pull_messages(&consumer).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
@@ -370,6 +393,13 @@ where
             None => return Err(BusError::new(BusErrorKind::Consume, format!("consumer {consumer_name} ended"))),
         }
     }
+}
+
+/// A durable consumer's messages, with short pull requests and heartbeats: when the NATS node
+/// a pull waits on dies, the client notices within seconds (a missed heartbeat) and pulls again
+/// from another node, rather than after the library's default half-minute.
+pub async fn pull_messages(consumer: &consumer::PullConsumer) -> Result<consumer::pull::Stream, consumer::StreamError> {
+    consumer.stream().expires(Duration::from_secs(5)).heartbeat(Duration::from_secs(1)).messages().await
 }
 
 /// Consumes a durable consumer until `shutdown`, decoding each message as `P` and handing it to

