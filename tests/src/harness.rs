@@ -97,6 +97,8 @@ pub struct Halyard {
     pub nats: String,
     /// The served-app proxy's address (`127.0.0.1:port`).
     pub apps: String,
+    /// Where the process serves `/metrics`, `/healthz` and `/readyz` (`http://127.0.0.1:port`).
+    pub metrics: String,
     opts: HalyardOptions,
 }
 
@@ -106,7 +108,7 @@ pub const LLM_KEY: &str = "sk-halyard-test-llm-key-DO-NOT-LEAK";
 impl Halyard {
     pub fn start(opts: HalyardOptions) -> Self {
         let data = tempfile::tempdir().expect("tempdir");
-        let mut h = Self { child: None, data, http: String::new(), nats: String::new(), apps: String::new(), opts };
+        let mut h = Self { child: None, data, http: String::new(), nats: String::new(), apps: String::new(), metrics: String::new(), opts };
         h.spawn();
         h
     }
@@ -119,6 +121,7 @@ impl Halyard {
             .env("HALYARD_DATA_DIR", self.data.path())
             .env("HALYARD_HTTP_ADDR", "127.0.0.1:0")
             .env("HALYARD_APPS_ADDR", "127.0.0.1:0")
+            .env("HALYARD_METRICS_ADDR", "127.0.0.1:0")
             .env("HALYARD_API_KEYS", &self.opts.api_keys)
             .env("HALYARD_LLM_BASE_URL", &self.opts.llm_base_url)
             .env("HALYARD_LLM_MODEL", "scripted-model")
@@ -177,6 +180,9 @@ impl Halyard {
             }
             if let Some(v) = part.strip_prefix("apps=") {
                 self.apps = v.to_owned();
+            }
+            if let Some(v) = part.strip_prefix("metrics=") {
+                self.metrics = format!("http://{v}");
             }
         }
         self.child = Some(child);
@@ -254,6 +260,12 @@ impl Halyard {
         Api { base: self.http.clone(), key: key.to_owned(), http: reqwest::Client::new() }
     }
 
+    /// The process's `/metrics`, parsed.
+    pub async fn scrape(&self) -> Metrics {
+        let text = reqwest::get(format!("{}/metrics", self.metrics)).await.expect("scrape").text().await.expect("metrics text");
+        Metrics::parse(&text)
+    }
+
     pub fn workspace(&self, sandbox_id: &str) -> PathBuf {
         self.data.path().join("sandboxes").join(sandbox_id).join("workspace")
     }
@@ -306,6 +318,46 @@ impl Halyard {
     pub fn service_permission_violations(&self) -> Vec<String> {
         let log = std::fs::read_to_string(self.data.path().join("nats").join("nats-server.log")).unwrap_or_default();
         log.lines().filter(|l| l.contains("Violation") && l.contains("\"halyard-")).map(str::to_owned).collect()
+    }
+}
+
+/// One sample of a Prometheus text exposition: name, labels, value.
+pub type Sample = (String, Vec<(String, String)>, f64);
+
+/// The samples of a Prometheus text exposition.
+#[derive(Debug, Default)]
+pub struct Metrics(pub Vec<Sample>);
+
+impl Metrics {
+    pub fn parse(text: &str) -> Self {
+        let mut out = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let labels = rest
+                        .trim_end_matches('}')
+                        .split("\",")
+                        .filter_map(|kv| kv.split_once("=\""))
+                        .map(|(k, v)| (k.trim_start_matches(',').to_owned(), v.trim_end_matches('"').to_owned()))
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), Vec::new()),
+            };
+            out.push((name, labels, value));
+        }
+        Self(out)
+    }
+
+    /// The sum of `name`'s samples whose labels include `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .iter()
+            .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v)))
+            .map(|(_, _, v)| v)
+            .sum()
     }
 }
 

@@ -20,8 +20,8 @@ async fn each_service_can_run_as_its_own_process() {
     };
     // Four processes, one per service, that only share the bus.
     let sandbox = Halyard::start(shared(&["sandbox"]));
-    let _agent = Halyard::start(shared(&["agent"]));
-    let _conversations = Halyard::start(shared(&["conversations"]));
+    let agent = Halyard::start(shared(&["agent"]));
+    let conversations = Halyard::start(shared(&["conversations"]));
     let gateway = Halyard::start(shared(&["gateway"]));
     let api = gateway.api(ALICE);
     let (conv, task) = api.start_ready(json!({"message": "go"})).await;
@@ -31,6 +31,27 @@ async fn each_service_can_run_as_its_own_process() {
     // The workspace lives with the sandbox service.
     assert!(sandbox.workspace(task["sandbox_id"].as_str().unwrap()).exists());
     assert!(!gateway.workspace(task["sandbox_id"].as_str().unwrap()).exists());
+
+    // Each process's /metrics says what it did, and only that.
+    for h in [&sandbox, &agent, &conversations, &gateway] {
+        let health = reqwest::get(format!("{}/readyz", h.metrics)).await.unwrap();
+        assert_eq!(health.status(), 200);
+    }
+    let m = agent.scrape().await;
+    assert_eq!(m.sum("halyard_events_appended_total", &[]), events.len() as f64, "{m:?}");
+    let llm_calls = events.iter().filter(|e| e["kind"] == "llm_call").count() as f64;
+    assert_eq!(m.sum("halyard_llm_calls_total", &[]), llm_calls);
+    assert_eq!(m.sum("halyard_agent_runs_ended_total", &[("outcome", "finished")]), 1.0);
+    assert_eq!(m.sum("halyard_agent_runs_live", &[]), 0.0);
+    let m = sandbox.scrape().await;
+    assert_eq!(m.sum("halyard_sandbox_starts_total", &[("kind", "process"), ("outcome", "running")]), 1.0, "{m:?}");
+    assert_eq!(m.sum("halyard_sandbox_start_seconds_count", &[("kind", "process")]), 1.0);
+    assert_eq!(m.sum("halyard_events_appended_total", &[]), 0.0, "the sandbox appended events");
+    let m = gateway.scrape().await;
+    assert_eq!(m.sum("halyard_http_requests_total", &[("route", "/api/v1/conversations"), ("method", "POST"), ("status", "202")]), 1.0);
+    let reads = m.sum("halyard_http_requests_total", &[("route", "/api/v1/conversations/{id}/events"), ("status", "200")]);
+    assert!(reads >= 1.0, "{m:?}");
+    assert_eq!(m.sum("halyard_http_request_seconds_count", &[("route", "/api/v1/conversations/{id}/events")]), reads);
 }
 
 #[tokio::test]

@@ -69,6 +69,19 @@ async fn deliveries_are_signed_per_standard_webhooks() {
     wait_for("every event", 20, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
     assert_eq!(delivered_seqs(&receiver, &conv), (1..=events.len() as u64).collect::<Vec<_>>());
 
+    // The process's /metrics counts the deliveries the receiver accepted (once the last answer
+    // reached the dispatcher).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let delivered = h.scrape().await.sum("halyard_webhook_deliveries_total", &[("outcome", "succeeded")]);
+        let accepted = receiver.accepted().len() as f64;
+        if delivered == accepted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{delivered} deliveries counted, {accepted} accepted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     // The body is the HTTP API's event, as stored.
     let first = &receiver.accepted()[0];
     assert_eq!(first.json(), events[0]);

@@ -111,6 +111,8 @@ impl Actor for ConversationActor {
             ConvMsg::RunEnded { run, outcome } => {
                 if let Some(ended) = st.run.take_if(|r| r.id == run) {
                     tracing::info!(conversation_id = %st.id, ?outcome, "run ended");
+                    metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
+                    metrics::counter!("halyard_agent_runs_ended_total", "outcome" => outcome.as_str()).increment(1);
                     if outcome == RunOutcome::LostLease {
                         // The runner that took it over continues it; nothing is ours to do.
                         st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -169,6 +171,7 @@ impl Actor for ConversationActor {
         // runner continues it (recording the step that was cut off) without waiting for the
         // lease to age.
         if let Some(run) = st.run.take() {
+            metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
             let _ = run.cancel.send(true);
             run.join.abort();
             let held = st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -348,6 +351,7 @@ impl ConvState {
             }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
+                    metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
                     let _ = run.cancel.send(true);
                     run.join.abort();
                 }
@@ -487,6 +491,7 @@ impl ConvState {
             span,
         ));
         self.run = Some(LiveRun { id, cancel: cancel_tx, interrupt: interrupt_tx, join, read_upto });
+        metrics::gauge!("halyard_agent_runs_live").increment(1.0);
     }
 
     /// Takes the run lease (unless this actor holds it already); false if another live runner
@@ -526,6 +531,7 @@ impl ConvState {
         }
         let mut was_running = false;
         if let Some(run) = self.run.take() {
+            metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
             let _ = run.cancel.send(true);
             was_running = matches!(run.join.await, Ok(RunOutcome::Paused));
             self.release_lease().await;
@@ -601,6 +607,7 @@ impl ConvState {
             }
         };
         *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(held);
+        metrics::counter!("halyard_agent_takeovers_total").increment(1);
         // What this actor knew of the log may be old: the dead runner appended since. (The
         // run reads the owner's secrets into the new log's mask before it appends.)
         self.log = None;

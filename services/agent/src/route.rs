@@ -47,6 +47,7 @@ impl Settle {
 
 /// Passes `delivery` to runner `node` and settles it with the answer.
 pub async fn forward(nats: async_nats::Client, node: String, delivery: Delivery) {
+    metrics::counter!("halyard_agent_commands_forwarded_total").increment(1);
     let payload = bytes::Bytes::copy_from_slice(delivery.payload());
     let asked = tokio::time::timeout(Duration::from_secs(10), nats.request(subjects::agent_node(&node), payload)).await;
     match asked {

@@ -49,6 +49,20 @@ pub enum RunOutcome {
     LostLease,
 }
 
+impl RunOutcome {
+    /// Its name as metrics label it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Finished => "finished",
+            Self::AwaitingUser => "awaiting_user",
+            Self::Failed => "failed",
+            Self::Paused => "paused",
+            Self::AwaitingConfirmation => "awaiting_confirmation",
+            Self::LostLease => "lost_lease",
+        }
+    }
+}
+
 /// One tool call to run.
 struct Call {
     id: String,
@@ -132,6 +146,10 @@ impl Run {
             completion_tokens: estimate_completion(completion),
             cached_tokens: 0,
         });
+        metrics::counter!("halyard_llm_calls_total").increment(1);
+        metrics::counter!("halyard_llm_tokens_total", "kind" => "prompt").increment(usage.prompt_tokens);
+        metrics::counter!("halyard_llm_tokens_total", "kind" => "completion").increment(usage.completion_tokens);
+        metrics::histogram!("halyard_llm_call_seconds").record(latency.as_secs_f64());
         EventBody::LlmCall {
             model: self.llm.model().to_owned(),
             prompt_tokens: usage.prompt_tokens,

@@ -105,6 +105,18 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
             Outcome::Failed { status, error } => (status, Some(error), AttemptOutcome::Failed),
             Outcome::Refused(error) => (None, Some(error), AttemptOutcome::Failed),
         };
+        let label = match result {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Retrying => "retrying",
+            AttemptOutcome::Failed => "failed",
+        };
+        metrics::counter!("halyard_webhook_deliveries_total", "outcome" => label).increment(1);
+        metrics::histogram!("halyard_webhook_delivery_seconds", "outcome" => label).record(started.elapsed().as_secs_f64());
+        if result == AttemptOutcome::Succeeded {
+            // From the event's append to its receiver's 2xx: what a subscriber waits.
+            let lag = halyard_platform::now_ms().saturating_sub(job.event_ms).max(0) as f64 / 1000.0;
+            metrics::histogram!("halyard_webhook_event_to_delivery_seconds").record(lag);
+        }
         record(ctx, &job, attempt, status_code, error.clone(), duration_ms, result).await;
         match result {
             AttemptOutcome::Succeeded => {

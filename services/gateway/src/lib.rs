@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod forge;
 pub mod git_providers;
+pub mod http_metrics;
 pub mod mcp;
 pub mod mcp_servers;
 pub mod projection;
@@ -152,6 +153,7 @@ pub fn app(state: AppState) -> Router {
         .nest("/api/v1", api)
         // Halyard's own MCP server, for agent runners (a conversation's key, not a user's).
         .route("/mcp", mcp::service(state.clone()))
+        .route_layer(axum::middleware::from_fn(http_metrics::track))
         // The web workspace, and its routes (any other path) that the browser app handles.
         .fallback(web::serve)
         .layer(DefaultBodyLimit::max(max_body))

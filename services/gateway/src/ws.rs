@@ -43,7 +43,11 @@ pub async fn events_ws(
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
     let after = q.after_seq.unwrap_or(0);
     // Clients send next to nothing: a small read buffer saves zeroing a large one per read.
-    Ok(ws.read_buffer_size(4096).on_upgrade(move |socket| stream(state, id, after, socket)))
+    Ok(ws.read_buffer_size(4096).on_upgrade(move |socket| async move {
+        metrics::gauge!("halyard_ws_clients").increment(1.0);
+        stream(state, id, after, socket).await;
+        metrics::gauge!("halyard_ws_clients").decrement(1.0);
+    }))
 }
 
 /// Sends stored events with `seq > *sent`; returns false if the client is gone.

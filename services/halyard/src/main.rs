@@ -14,6 +14,7 @@ use std::time::Duration;
 mod admin;
 mod cli;
 mod client;
+mod observe;
 mod render;
 
 use anyhow::{Context, Result, bail};
@@ -295,6 +296,19 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
         config.mcp.halyard_url = format!("http://{}/mcp", addr.replacen("0.0.0.0", "127.0.0.1", 1).replacen("[::]", "[::1]", 1));
     }
 
+    // Metrics, health and readiness for operators, on their own address.
+    let failed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut metrics_at = String::new();
+    if !config.metrics_addr.is_empty() {
+        let handle = observe::install()?;
+        let listener = tokio::net::TcpListener::bind(&config.metrics_addr)
+            .await
+            .with_context(|| format!("cannot listen on {} (HALYARD_METRICS_ADDR)", config.metrics_addr))?;
+        metrics_at = listener.local_addr()?.to_string();
+        let ready = observe::Readiness { clients: clients.iter().map(|(_, c)| c.clone()).collect(), failed: failed_flag.clone() };
+        tokio::spawn(observe::serve(listener, handle, ready));
+    }
+
     let config = Arc::new(config);
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
@@ -326,7 +340,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     }
     tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
     // One machine-readable line for scripts and tests.
-    println!("HALYARD_READY http={http} nats={} sandbox={} apps={apps}", config.nats_url, config.sandbox.kind);
+    println!("HALYARD_READY http={http} nats={} sandbox={} apps={apps} metrics={metrics_at}", config.nats_url, config.sandbox.kind);
 
     let mut failed = None;
     tokio::select! {
@@ -334,6 +348,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
         Some(done) = tasks.join_next() => {
             if let Ok((service, result)) = done {
                 tracing::error!(?service, result = ?result, "service stopped unexpectedly");
+                failed_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 failed = Some(service);
             }
         }

@@ -172,6 +172,7 @@ impl EventAppender {
             Ok(ack) => {
                 self.last_stream_seq = ack.sequence;
                 self.last_seq = env.payload.seq;
+                metrics::counter!("halyard_events_appended_total", "kind" => env.payload.body.kind()).increment(1);
                 Ok(env.payload)
             }
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
@@ -334,6 +335,7 @@ impl Delivery {
     /// remove it from the consumer. Parked messages are kept for inspection, never retried.
     pub async fn park(self, reason: &str) {
         tracing::error!(service = self.service, subject = %self.msg.subject, %reason, "parking poison message");
+        metrics::counter!("halyard_messages_parked_total", "service" => self.service).increment(1);
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Halyard-Reason", sanitize_header(reason).as_str());
         headers.insert("Halyard-Subject", self.msg.subject.as_str());

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Gateway listen address.
     pub http_addr: String,
+    /// Where this process serves `/metrics` (Prometheus), `/healthz` and `/readyz`, whatever
+    /// services it runs; empty: nowhere.
+    pub metrics_addr: String,
     /// Where JetStream data (embedded server), sled read models and process-sandbox
     /// workspaces live.
     pub data_dir: PathBuf,
@@ -351,6 +354,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             http_addr: "127.0.0.1:3000".into(),
+            metrics_addr: String::new(),
             data_dir: PathBuf::from(".halyard"),
             nats_url: String::new(),
             nats_server: "nats-server".into(),
@@ -456,6 +460,7 @@ impl Default for GatewayConfig {
 /// that each is accepted; any other is refused with the nearest of these.
 pub const ENV_NAMES: &[&str] = &[
     "HTTP_ADDR",
+    "METRICS_ADDR",
     "DATA_DIR",
     "NATS_URL",
     "NATS_SERVER",
@@ -615,6 +620,7 @@ impl Config {
             let bad = |reason: &str| ConfigError::Env { name: name.clone(), value: value.clone(), reason: reason.to_owned() };
             match key {
                 "HTTP_ADDR" => self.http_addr = v,
+                "METRICS_ADDR" => self.metrics_addr = v,
                 "DATA_DIR" => self.data_dir = PathBuf::from(v),
                 "NATS_URL" => self.nats_url = v,
                 "NATS_SERVER" => self.nats_server = v,
@@ -829,6 +835,7 @@ mod tests {
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "MCP_URL" => "http://127.0.0.1:8000/mcp",
                 "HTTP_ADDR"
+                | "METRICS_ADDR"
                 | "DATA_DIR"
                 | "NATS_URL"
                 | "NATS_SERVER"

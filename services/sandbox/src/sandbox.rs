@@ -135,11 +135,17 @@ impl Actor for SandboxActor {
                         if st.status == SandboxStatus::Running && st.executor_alive().await {
                             st.publish(SandboxStatus::Running, None).await;
                         } else {
+                            let asked = std::time::Instant::now();
                             st.provision(&myself, true).await;
+                            st.record_start(asked);
                         }
                     }
                     SandboxCommand::Pause { .. } => st.pause(None).await,
-                    SandboxCommand::Resume { .. } => st.resume(&myself).await,
+                    SandboxCommand::Resume { .. } => {
+                        let asked = std::time::Instant::now();
+                        st.resume(&myself).await;
+                        st.record_start(asked);
+                    }
                     SandboxCommand::Delete { .. } => {
                         st.delete().await;
                         delivery.ack().await;
@@ -257,6 +263,14 @@ impl SandboxState {
                 map.remove(c);
             }
         }
+    }
+
+    /// Counts a start (or resume) asked at `asked` by kind and outcome, with its latency.
+    fn record_start(&self, asked: std::time::Instant) {
+        let kind = if self.docker { "docker" } else { "process" };
+        let outcome = if self.status == SandboxStatus::Running { "running" } else { "failed" };
+        metrics::counter!("halyard_sandbox_starts_total", "kind" => kind, "outcome" => outcome).increment(1);
+        metrics::histogram!("halyard_sandbox_start_seconds", "kind" => kind, "outcome" => outcome).record(asked.elapsed().as_secs_f64());
     }
 
     async fn publish(&mut self, status: SandboxStatus, detail: Option<String>) {
