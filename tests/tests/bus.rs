@@ -22,7 +22,8 @@ async fn each_service_can_run_as_its_own_process() {
     let sandbox = Halyard::start(shared(&["sandbox"]));
     let agent = Halyard::start(shared(&["agent"]));
     let conversations = Halyard::start(shared(&["conversations"]));
-    let gateway = Halyard::start(shared(&["gateway"]));
+    // The gateway logs JSON lines, as a log collector wants them.
+    let gateway = Halyard::start(shared(&["gateway"]).set("HALYARD_LOG_FORMAT", "json"));
     let api = gateway.api(ALICE);
     let (conv, task) = api.start_ready(json!({"message": "go"})).await;
     let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
@@ -31,6 +32,11 @@ async fn each_service_can_run_as_its_own_process() {
     // The workspace lives with the sandbox service.
     assert!(sandbox.workspace(task["sandbox_id"].as_str().unwrap()).exists());
     assert!(!gateway.workspace(task["sandbox_id"].as_str().unwrap()).exists());
+
+    let log = gateway.log();
+    let lines: Vec<serde_json::Value> =
+        log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))).collect();
+    assert!(lines.iter().any(|l| l["level"] == "INFO" && l["message"] == "halyard is up" && l["target"] == "halyard"), "{log}");
 
     // Each process's /metrics says what it did, and only that.
     for h in [&sandbox, &agent, &conversations, &gateway] {

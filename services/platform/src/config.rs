@@ -40,6 +40,8 @@ pub struct Config {
     pub node_id: String,
     /// Log filter (`info`, `halyard_agent=debug,info`, ...).
     pub log: String,
+    /// `text` (default) or `json`: one JSON object per line.
+    pub log_format: String,
     /// Directory of global skills loaded into every conversation.
     pub skills_dir: Option<PathBuf>,
     /// The built web workspace (`web/dist`), served at `/`.
@@ -366,6 +368,7 @@ impl Default for Config {
             secret: String::new(),
             node_id: String::new(),
             log: "info".into(),
+            log_format: "text".into(),
             skills_dir: None,
             web_dir: None,
             apps_addr: "127.0.0.1:3001".into(),
@@ -472,6 +475,7 @@ pub const ENV_NAMES: &[&str] = &[
     "SECRET",
     "NODE_ID",
     "LOG",
+    "LOG_FORMAT",
     "SKILLS_DIR",
     "WEB_DIR",
     "APPS_ADDR",
@@ -637,6 +641,8 @@ impl Config {
                 }
                 "NODE_ID" => self.node_id = v,
                 "LOG" => self.log = v,
+                "LOG_FORMAT" if v != "text" && v != "json" => return Err(bad("expected `text` or `json`")),
+                "LOG_FORMAT" => self.log_format = v,
                 "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
                 "WEB_DIR" => self.web_dir = Some(PathBuf::from(v)),
                 "APPS_ADDR" => self.apps_addr = v,
@@ -832,6 +838,7 @@ mod tests {
                 "MCP_SERVERS" => r#"{"time": {"transport": "stdio", "command": "mcp-server-time"}}"#,
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",
+                "LOG_FORMAT" => "json",
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "MCP_URL" => "http://127.0.0.1:8000/mcp",
                 "HTTP_ADDR"

@@ -8,10 +8,20 @@ use tracing_subscriber::EnvFilter;
 /// Installs the global subscriber (logs to stderr). `filter` is an `EnvFilter` directive such
 /// as `info` or `halyard_agent=debug,info`. Safe to call twice (the second call is ignored).
 pub fn init(filter: &str) {
+    init_with(filter, false)
+}
+
+/// Like [`init`]; `json`: one JSON object per line (time, level, target, message, fields and
+/// the spans they happened in), for a log collector.
+pub fn init_with(filter: &str, json: bool) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a person at a terminal: a log file keeps `field=value` greppable.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).with_ansi(ansi).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true);
+    let _ = if json {
+        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
+    } else {
+        // Colours only for a person at a terminal: a log file keeps `field=value` greppable.
+        builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init()
+    };
 }
 
 /// A new root trace context (random trace and span ids).
