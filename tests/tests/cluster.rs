@@ -177,3 +177,77 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
     eprintln!("[{:?}] done", t.elapsed());
     c.nats.start_node(0);
 }
+
+/// `infra/cluster/up.sh` starts the local cluster (three NATS nodes, two replicas of every
+/// service but the sandbox supervisor), a conversation goes through one gateway and reads the
+/// same, live too, through the other; `down.sh` stops every process.
+#[tokio::test]
+async fn the_cluster_script_starts_a_working_cluster_and_stops_it() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo clustered"})), Reply::finish("done")]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let script = |name: &str| {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(format!("{root}/infra/cluster/{name}"))
+            .arg(dir.path())
+            .env("HALYARD_BIN", halyard_tests::harness::halyard_bin())
+            .env("HALYARD_CLUSTER_PORT", port.to_string())
+            .env("HALYARD_API_KEYS", format!("alice:{ALICE}"))
+            .env("HALYARD_LLM_BASE_URL", &llm.base_url)
+            .env("HALYARD_LLM_MODEL", "scripted-model")
+            .env("HALYARD_LLM_API_KEY", halyard_tests::harness::LLM_KEY)
+            .env("HALYARD_TITLE_USE_LLM", "false")
+            .env("HALYARD_SANDBOX", "process")
+            .env("HALYARD_SANDBOX_POOL_SIZE", "0");
+        cmd
+    };
+    let up = tokio::task::spawn_blocking({
+        let mut cmd = script("up.sh");
+        move || cmd.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&up.stdout).to_string();
+    let pids = std::fs::read_to_string(dir.path().join("pids")).unwrap();
+    // Stopped even if an assertion below fails.
+    struct Down(std::process::Command);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = self.0.output();
+        }
+    }
+    let down = Down(script("down.sh"));
+    assert!(up.status.success(), "up.sh: {said}\n{}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(pids.lines().count(), 3 + 1 + 2 * 5, "{pids}");
+    assert!(said.contains("Halyard cluster up"), "{said}");
+
+    let gateway = |n: u16| halyard_tests::Api {
+        base: format!("http://127.0.0.1:{}", port + 100 + n),
+        key: ALICE.into(),
+        http: reqwest::Client::new(),
+    };
+    let (one, two) = (gateway(1), gateway(2));
+    let (conv, _) = one.start_ready(json!({"message": "go"})).await;
+    let events = one.wait_events(&conv, "the run to finish", finished).await;
+    assert_log_is_contiguous(&events);
+    // The other gateway's read model holds the same log; its WebSocket resumes from any seq.
+    let theirs = two.wait_events(&conv, "the other gateway to catch up", |ev| ev.len() >= events.len()).await;
+    assert_eq!(theirs[..events.len()], events[..]);
+    let mut ws = two.ws(&conv, 3).await;
+    let mut seen = Vec::new();
+    while seen.len() < events.len() - 3 {
+        let e = ws.next(Duration::from_secs(10)).await.expect("the WebSocket went quiet");
+        seen.push(e);
+    }
+    assert_eq!(seen[..], events[3..]);
+
+    drop(down);
+    for line in pids.lines() {
+        let pid = line.split(' ').next().unwrap();
+        let alive = std::process::Command::new("kill").args(["-0", pid]).status().unwrap().success();
+        assert!(!alive, "{line} still runs after down.sh");
+    }
+}

@@ -268,7 +268,7 @@ async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Serv
     };
     if bus_creds.is_some() || auth_of(bus_auth::ADMIN) == bus_auth::NatsAuth::None {
         let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &auth_of(bus_auth::ADMIN), patience).await?;
-        nats::ensure_topology(&async_nats::jetstream::new(admin.clone())).await?;
+        nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(60)).await?;
         let _ = admin.drain().await;
     }
     let mut clients = Vec::new();
@@ -399,7 +399,7 @@ async fn setup_bus(cli: &Cli, env: &BTreeMap<String, String>) -> Result<()> {
         bail!("`halyard setup-bus` needs HALYARD_NATS_URL (or --nats-url)");
     }
     let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &config.nats_auth(bus_auth::ADMIN), Duration::from_secs(10)).await?;
-    nats::ensure_topology(&async_nats::jetstream::new(admin.clone())).await?;
+    nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(60)).await?;
     admin.drain().await?;
     println!("streams, consumers and buckets are declared on {}", config.nats_url);
     Ok(())

@@ -108,6 +108,31 @@ pub fn replicas(info: &async_nats::ServerInfo) -> usize {
     if info.cluster.is_some() && info.connect_urls.len() >= 3 { 3 } else { 1 }
 }
 
+/// [`ensure_topology`], waiting up to `patience` for a JetStream that is not up yet (a cluster
+/// still electing its meta leader, a node still starting): processes of a cluster start in any
+/// order.
+pub async fn ensure_topology_within(js: &jetstream::Context, patience: std::time::Duration) -> Result<(), BusError> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        match ensure_topology(js).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() < deadline && jetstream_not_up_yet(&e.to_string()) => {
+                tracing::info!(error = %e, "JetStream is not up yet; waiting");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn jetstream_not_up_yet(error: &str) -> bool {
+    let e = error.to_lowercase();
+    // (The last two: another process declaring the same consumer at the same moment.)
+    ["timed out", "temporarily unavailable", "no responders", "not enabled", "no suitable peers", "does not exist", "already exists"]
+        .iter()
+        .any(|s| e.contains(s))
+}
+
 /// Creates or updates every stream and consumer of `nats/`, and the lease bucket. Idempotent:
 /// every service calls it at start-up, in any order, any number of times.
 pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
