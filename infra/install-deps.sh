@@ -25,6 +25,10 @@ fi
 if ! "$PY" -c 'import mcp.server.mcpserver, mcp_server_time' >/dev/null 2>&1; then
   need_pip+=('mcp>=2' mcp-server-time)
 fi
+# The Kubernetes manifests under infra/k8s are checked against the API's schemas.
+if ! "$PY" -c 'import kubernetes_validate' >/dev/null 2>&1; then
+  need_pip+=(kubernetes-validate)
+fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing: ${need_pip[*]}" >&2
   "$PY" -m pip install --quiet --disable-pip-version-check "${need_pip[@]}"

@@ -251,3 +251,20 @@ async fn the_cluster_script_starts_a_working_cluster_and_stops_it() {
         assert!(!alive, "{line} still runs after down.sh");
     }
 }
+
+/// The Kubernetes manifests pass the API's own schemas, strictly (no unknown field), and probe
+/// what every process serves.
+#[test]
+fn the_kubernetes_manifests_pass_the_api_schemas() {
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/k8s/halyard.yaml");
+    let out = std::process::Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict", "--quiet", manifests])
+        .output()
+        .expect("python3 (pip install kubernetes-validate)");
+    assert!(out.status.success(), "kubernetes-validate: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(manifests).unwrap();
+    for service in ["gateway", "conversations", "agent", "callbacks", "titles", "sandbox"] {
+        assert!(text.contains(&format!("- serve\n        - {service}\n")), "no workload runs {service}");
+    }
+    assert_eq!(text.matches("path: /readyz").count(), 6, "every workload has a readiness probe");
+}
