@@ -153,6 +153,26 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
     }
     llm.release();
 
+    eprintln!("[{:?}] SIGTERM.", t.elapsed());
+    // A runner stopped with SIGTERM hands its runs over at once, without waiting for the lease
+    // to age.
+    let asked = llm.requests().len();
+    llm.push([Reply::Hang]);
+    let (conv, _) = api.start_ready(json!({"message": "think until the handover"})).await;
+    wait_requests(&llm, asked + 1).await;
+    let holder = c.wait_holder(&conv).await;
+    llm.push([Reply::finish("handed over")]);
+    let stopping = Instant::now();
+    c.agents[holder].stop();
+    llm.release();
+    let events = api.wait_events(&conv, "the run to finish", finished).await;
+    let handover = stopping.elapsed();
+    println!("run finished on the other runner {handover:?} after SIGTERM to its runner");
+    assert_log_is_contiguous(&events);
+    assert!(events.iter().any(|e| e["code"] == "run_interrupted"));
+    assert!(c.agents[holder].log().contains("handing the live run over"), "the run was not handed over");
+    c.agents[holder].restart();
+
     eprintln!("[{:?}] 4.", t.elapsed());
     // 4. A NATS node dies under a conversation: nothing is lost, nothing stops.
     llm.push([Reply::tool("terminal", json!({"command": "echo survived"})), Reply::finish("done")]);

@@ -176,6 +176,7 @@ impl Actor for ConversationActor {
             run.join.abort();
             let held = st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(held) = held {
+                tracing::info!(conversation_id = %st.id, "handing the live run over to another runner");
                 st.ctx.leases.hand_over(st.id, held).await;
             }
         }

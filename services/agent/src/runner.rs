@@ -110,6 +110,13 @@ impl Actor for Runner {
         Ok(())
     }
 
+    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Stopping (SIGTERM): every conversation actor stops too, and hands its live run over
+        // to another runner on the way (ractor does not stop linked children by itself).
+        myself.stop_children_and_wait(Some("shutting down".into()), Some(Duration::from_secs(5))).await;
+        Ok(())
+    }
+
     async fn handle_supervisor_evt(
         &self,
         _myself: ActorRef<Self::Msg>,
