@@ -28,6 +28,7 @@ use serde_json::json;
 
 mod agent;
 mod auth;
+mod cluster;
 mod docker;
 mod ui;
 mod webhooks;
@@ -35,7 +36,7 @@ mod webhooks;
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
-    /// `agent` (issue 10), `ui` (issue 11), or `all`.
+    /// `agent` (issue 10), `ui` (issue 11), `cluster` (issue 13), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -61,6 +62,9 @@ struct Args {
     /// Starts of each kind in the Docker benchmark.
     #[arg(long, default_value_t = 30)]
     docker_starts: usize,
+    /// Kills of each signal in the cluster suite.
+    #[arg(long, default_value_t = 10)]
+    takeovers: usize,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -102,6 +106,11 @@ async fn main() -> Result<()> {
     if args.suite == "ui" || args.suite == "all" {
         let r = ui::run().await?;
         std::fs::write(args.out.join("ui.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "cluster" || args.suite == "all" {
+        let r = cluster::run(args.takeovers).await?;
+        std::fs::write(args.out.join("cluster.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

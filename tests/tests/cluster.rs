@@ -288,3 +288,24 @@ fn the_kubernetes_manifests_pass_the_api_schemas() {
     }
     assert_eq!(text.matches("path: /readyz").count(), 6, "every workload has a readiness probe");
 }
+
+/// The Grafana dashboard charts only metrics the README documents (the bus and webhook tests
+/// check the processes export them).
+#[test]
+fn the_dashboard_charts_documented_metrics() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(format!("{root}/infra/grafana/halyard.json")).unwrap()).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let mut charted = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("halyard_")) {
+                let base = word.trim_end_matches("_bucket").trim_end_matches("_count").trim_end_matches("_sum");
+                assert!(readme.contains(&format!("`{base}")), "{base} (panel {}) is not in the README's metrics table", panel["title"]);
+                charted += 1;
+            }
+        }
+    }
+    assert!(charted >= 15, "{charted}");
+}
