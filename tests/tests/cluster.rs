@@ -194,6 +194,14 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
     let events = api.wait_events(&conv, "the run to finish", finished).await;
     assert_log_is_contiguous(&events);
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("survived")));
+    // A service that starts while the node is down counts two nodes; it must not take copies
+    // away from the streams.
+    c.agents[0].stop();
+    c.agents[0].restart();
+    for stream in ["HALYARD_EVENTS", "KV_halyard_agent_leases"] {
+        let info = js.get_stream(stream).await.unwrap().get_info().await.unwrap();
+        assert_eq!(info.config.num_replicas, 3, "{stream} lost copies");
+    }
     eprintln!("[{:?}] done", t.elapsed());
     c.nats.start_node(0);
 }

@@ -108,6 +108,15 @@ pub fn replicas(info: &async_nats::ServerInfo) -> usize {
     if info.cluster.is_some() && info.connect_urls.len() >= 3 { 3 } else { 1 }
 }
 
+/// `wanted` copies of stream `name`, but never fewer than it has: a process that starts while a
+/// node is down (and so counts fewer nodes) must not take copies away.
+async fn kept_replicas(js: &jetstream::Context, name: &str, wanted: usize) -> usize {
+    match js.get_stream(name).await {
+        Ok(stream) => wanted.max(stream.cached_info().config.num_replicas),
+        Err(_) => wanted,
+    }
+}
+
 /// [`ensure_topology`], waiting up to `patience` for a JetStream that is not up yet (a cluster
 /// still electing its meta leader, a node still starting): processes of a cluster start in any
 /// order.
@@ -147,7 +156,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
     let replicas = replicas(&js.client().server_info());
     for mut config in stream_decls()? {
         let name = config.name.clone();
-        config.num_replicas = replicas;
+        config.num_replicas = kept_replicas(js, &name, replicas).await;
         js.create_or_update_stream(config).await.map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
     refuse_legacy_event_layout(js).await?;
@@ -172,7 +181,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
             bucket: bucket.to_owned(),
             description: description.into(),
             history: 1,
-            num_replicas: replicas,
+            num_replicas: kept_replicas(js, &format!("KV_{bucket}"), replicas).await,
             ..Default::default()
         })
         .await
@@ -182,7 +191,7 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         bucket: subjects::AGENT_LEASE_BUCKET.to_owned(),
         description: "Agent run leases: conversation id -> owning runner and heartbeat".into(),
         history: 1,
-        num_replicas: replicas,
+        num_replicas: kept_replicas(js, &format!("KV_{}", subjects::AGENT_LEASE_BUCKET), replicas).await,
         ..Default::default()
     })
     .await
