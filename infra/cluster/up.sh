@@ -66,7 +66,7 @@ start() {
 # once with the others, while JetStream is still electing its leaders).
 HALYARD_NATS_URL=$URLS HALYARD_DATA_DIR="$DIR/setup" "$BIN" setup-bus > "$DIR/setup-bus.log" 2>&1 || {
   echo "cannot declare the topology:" >&2
-  tail -5 "$DIR/setup-bus.log" >&2
+  grep -m3 -E '^Error|WARN|ERROR' "$DIR/setup-bus.log" >&2 || tail -5 "$DIR/setup-bus.log" >&2
   exit 1
 }
 start sandbox 1
@@ -76,13 +76,13 @@ for n in 1 2; do
 done
 
 # Ready once every process said so (each waits for JetStream to be up).
-deadline=$((SECONDS + 90))
+deadline=$((SECONDS + 180))
 while read -r pid id; do
   case $id in nats-*) continue ;; esac
   until grep -q '^HALYARD_READY' "$DIR/$id.out" 2>/dev/null; do
     if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
       echo "$id did not start; its log:" >&2
-      tail -20 "$DIR/$id.log" >&2
+      grep -m5 -E '^Error|WARN|ERROR' "$DIR/$id.log" >&2 || tail -20 "$DIR/$id.log" >&2
       exit 1
     fi
     sleep 0.2

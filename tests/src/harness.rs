@@ -432,8 +432,9 @@ impl NatsCluster {
         for i in 0..size {
             cluster.start_node(i);
         }
-        // JetStream answers once the nodes have met and elected a meta leader.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // JetStream answers once the nodes have met and elected a meta leader (which can take
+        // most of a minute on a busy machine).
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(client) = async_nats::connect(cluster.node_url(0)).await {
                 if async_nats::jetstream::new(client).query_account().await.is_ok() {

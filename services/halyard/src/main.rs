@@ -399,7 +399,8 @@ async fn setup_bus(cli: &Cli, env: &BTreeMap<String, String>) -> Result<()> {
         bail!("`halyard setup-bus` needs HALYARD_NATS_URL (or --nats-url)");
     }
     let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &config.nats_auth(bus_auth::ADMIN), Duration::from_secs(10)).await?;
-    nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(60)).await?;
+    // A cluster that was just started may take a while to elect its leaders on a busy machine.
+    nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(180)).await?;
     admin.drain().await?;
     println!("streams, consumers and buckets are declared on {}", config.nats_url);
     Ok(())
