@@ -106,6 +106,15 @@ impl ScriptedLlm {
     }
 
     /// The token usage reported with every answer so far: (prompt, completion, cached).
+    /// Waits (up to 30 s) until the server has been asked `n` times in all.
+    pub async fn wait_requests(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.requests().len() < n {
+            assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", self.requests().len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn usages(&self) -> Vec<(u64, u64, u64)> {
         self.inner.usages.lock().expect("lock").clone()
     }

@@ -57,14 +57,6 @@ impl Cluster {
     }
 }
 
-async fn wait_requests(llm: &ScriptedLlm, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while llm.requests().len() < n {
-        assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", llm.requests().len());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn finished(ev: &[Value]) -> bool {
     ev.iter().any(|e| e["status"] == "finished")
 }
@@ -90,7 +82,7 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
     // 1. The runner dies while the LLM thinks: the other runner asks again and finishes.
     llm.push([Reply::tool("terminal", json!({"command": "echo one >> trail.txt"})), Reply::Hang]);
     let (conv, task) = api.start_ready(json!({"message": "write the trail"})).await;
-    wait_requests(&llm, 2).await;
+    llm.wait_requests(2).await;
     let holder = c.wait_holder(&conv).await;
     llm.push([Reply::finish("done")]);
     let killed = Instant::now();
@@ -143,7 +135,7 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
         let (conv, _) = api.start_ready(json!({"message": format!("think {i}")})).await;
         convs.push(conv);
     }
-    wait_requests(&llm, asked + 1 + 4).await;
+    llm.wait_requests(asked + 1 + 4).await;
     for conv in &convs {
         let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
         assert_eq!(s, 202);
@@ -159,7 +151,7 @@ async fn a_killed_runners_runs_are_taken_over_and_finish_on_a_three_node_jetstre
     let asked = llm.requests().len();
     llm.push([Reply::Hang]);
     let (conv, _) = api.start_ready(json!({"message": "think until the handover"})).await;
-    wait_requests(&llm, asked + 1).await;
+    llm.wait_requests(asked + 1).await;
     let holder = c.wait_holder(&conv).await;
     llm.push([Reply::finish("handed over")]);
     let stopping = Instant::now();

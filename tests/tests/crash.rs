@@ -11,14 +11,6 @@ use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
 
-async fn wait_requests(llm: &ScriptedLlm, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while llm.requests().len() < n {
-        assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", llm.requests().len());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn sigkill_while_the_llm_thinks_then_restart() {
     init();
@@ -27,7 +19,7 @@ async fn sigkill_while_the_llm_thinks_then_restart() {
     let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"message": "start working", "title": "survivor"})).await;
-    wait_requests(&llm, 2).await;
+    llm.wait_requests(2).await;
     let before = api.wait_events(&conv, "the first observation", |ev| ev.iter().any(|e| e["kind"] == "observation")).await;
 
     h.kill9();

@@ -51,6 +51,27 @@ struct LiveRun {
     read_upto: Arc<std::sync::atomic::AtomicU64>,
 }
 
+impl LiveRun {
+    fn new(
+        id: u64,
+        cancel: watch::Sender<bool>,
+        interrupt: watch::Sender<bool>,
+        join: tokio::task::JoinHandle<RunOutcome>,
+        read_upto: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        metrics::gauge!("halyard_agent_runs_live").increment(1.0);
+        Self { id, cancel, interrupt, join, read_upto }
+    }
+}
+
+/// A run is live from its start until this actor lets go of it, however that happens (ended,
+/// paused, deleted, handed over).
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
+    }
+}
+
 pub struct ConvState {
     ctx: Arc<Ctx>,
     id: ConversationId,
@@ -111,7 +132,6 @@ impl Actor for ConversationActor {
             ConvMsg::RunEnded { run, outcome } => {
                 if let Some(ended) = st.run.take_if(|r| r.id == run) {
                     tracing::info!(conversation_id = %st.id, ?outcome, "run ended");
-                    metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
                     metrics::counter!("halyard_agent_runs_ended_total", "outcome" => outcome.as_str()).increment(1);
                     if outcome == RunOutcome::LostLease {
                         // The runner that took it over continues it; nothing is ours to do.
@@ -171,7 +191,6 @@ impl Actor for ConversationActor {
         // runner continues it (recording the step that was cut off) without waiting for the
         // lease to age.
         if let Some(run) = st.run.take() {
-            metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
             let _ = run.cancel.send(true);
             run.join.abort();
             let held = st.held.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -352,7 +371,6 @@ impl ConvState {
             }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
-                    metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
                     let _ = run.cancel.send(true);
                     run.join.abort();
                 }
@@ -491,8 +509,7 @@ impl ConvState {
             },
             span,
         ));
-        self.run = Some(LiveRun { id, cancel: cancel_tx, interrupt: interrupt_tx, join, read_upto });
-        metrics::gauge!("halyard_agent_runs_live").increment(1.0);
+        self.run = Some(LiveRun::new(id, cancel_tx, interrupt_tx, join, read_upto));
     }
 
     /// Takes the run lease (unless this actor holds it already); false if another live runner
@@ -531,10 +548,9 @@ impl ConvState {
             return;
         }
         let mut was_running = false;
-        if let Some(run) = self.run.take() {
-            metrics::gauge!("halyard_agent_runs_live").decrement(1.0);
+        if let Some(mut run) = self.run.take() {
             let _ = run.cancel.send(true);
-            was_running = matches!(run.join.await, Ok(RunOutcome::Paused));
+            was_running = matches!((&mut run.join).await, Ok(RunOutcome::Paused));
             self.release_lease().await;
         }
         self.paused = true;

@@ -28,6 +28,20 @@ pub fn parse(value: &[u8]) -> Option<(String, bool)> {
     Some((node.to_owned(), at.parse::<i64>().ok()? == 0))
 }
 
+/// A lease as a sweep sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub conv: ConversationId,
+    pub node: String,
+    pub handed_over: bool,
+    pub revision: u64,
+}
+
+/// Holder and hand-over flag of an entry that holds a lease (not a deletion).
+fn holding(entry: &kv::Entry) -> Option<(String, bool)> {
+    (entry.operation == kv::Operation::Put).then(|| parse(&entry.value)).flatten()
+}
+
 /// A lease this runner holds, at the revision it last wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Held(pub u64);
@@ -118,14 +132,11 @@ impl Leases {
     /// The runner holding a live lease on `conv`, if any (a handed-over lease has none).
     pub async fn holder(&self, conv: ConversationId) -> Option<String> {
         let entry = self.kv.entry(conv.to_string()).await.ok()??;
-        if entry.operation != kv::Operation::Put {
-            return None;
-        }
-        parse(&entry.value).filter(|(_, handed_over)| !handed_over).map(|(node, _)| node)
+        holding(&entry).filter(|(_, handed_over)| !handed_over).map(|(node, _)| node)
     }
 
     /// Every lease with its holder and revision.
-    pub async fn all(&self) -> Vec<(ConversationId, String, bool, u64)> {
+    pub async fn all(&self) -> Vec<Seen> {
         let mut out = Vec::new();
         let Ok(keys) = self.kv.keys().await else { return out };
         use futures::StreamExt;
@@ -133,11 +144,8 @@ impl Leases {
         for key in keys {
             let Ok(id) = key.parse::<ConversationId>() else { continue };
             let Ok(Some(entry)) = self.kv.entry(&key).await else { continue };
-            if entry.operation != kv::Operation::Put {
-                continue;
-            }
-            if let Some((node, handed_over)) = parse(&entry.value) {
-                out.push((id, node, handed_over, entry.revision));
+            if let Some((node, handed_over)) = holding(&entry) {
+                out.push(Seen { conv: id, node, handed_over, revision: entry.revision });
             }
         }
         out
@@ -154,17 +162,11 @@ pub struct Watch {
 impl Watch {
     /// The leases to take over now, with the revision to take them at: handed over, dead, or
     /// (on the first sweep after a start) left by this node's previous life.
-    pub fn dead(
-        &mut self,
-        leases: Vec<(ConversationId, String, bool, u64)>,
-        me: &str,
-        first: bool,
-        ttl: Duration,
-    ) -> Vec<(ConversationId, u64)> {
+    pub fn dead(&mut self, leases: Vec<Seen>, me: &str, first: bool, ttl: Duration) -> Vec<(ConversationId, u64)> {
         let now = Instant::now();
         let mut dead = Vec::new();
         let mut seen = HashMap::new();
-        for (id, node, handed_over, rev) in leases {
+        for Seen { conv: id, node, handed_over, revision: rev } in leases {
             let since = match self.seen.get(&id) {
                 Some((r, since)) if *r == rev => *since,
                 _ => now,
@@ -190,14 +192,15 @@ mod tests {
         let b = ConversationId::new();
         let mut w = Watch::default();
         let ttl = Duration::from_millis(50);
-        let leases = |rev_b| vec![(a, "other".to_owned(), false, 1), (b, "other".to_owned(), false, rev_b)];
+        let seen = |conv, node: &str, handed_over, revision| Seen { conv, node: node.to_owned(), handed_over, revision };
+        let leases = |rev_b| vec![seen(a, "other", false, 1), seen(b, "other", false, rev_b)];
         assert!(w.dead(leases(1), "me", false, ttl).is_empty(), "nothing is dead at first sight");
         std::thread::sleep(Duration::from_millis(60));
         // b renewed in between, a did not.
         assert_eq!(w.dead(leases(2), "me", false, ttl), vec![(a, 1)]);
-        let handed = vec![(a, "other".to_owned(), true, 3)];
+        let handed = vec![seen(a, "other", true, 3)];
         assert_eq!(w.dead(handed, "me", false, ttl), vec![(a, 3)], "a handed-over lease is taken at once");
-        let mine = vec![(b, "me".to_owned(), false, 4)];
+        let mine = vec![seen(b, "me", false, 4)];
         assert_eq!(w.dead(mine.clone(), "me", true, ttl), vec![(b, 4)], "a previous life's lease is taken back at start");
         assert!(w.dead(mine, "me", false, ttl).is_empty(), "one's own live lease is never dead");
     }
