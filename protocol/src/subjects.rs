@@ -104,6 +104,12 @@ pub fn user_mcp_key(user: &crate::UserId) -> String {
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 
+/// Sandbox commands passed from the supervisor that pulled them to the supervisor hosting the
+/// sandbox (core request/reply, answered like [`agent_node`]).
+pub fn sandbox_host(node: &str) -> String {
+    format!("halyard.sbx.{node}")
+}
+
 /// Agent commands passed from the runner that pulled them to the runner holding the
 /// conversation's run lease (core request/reply; the answer is empty when the command was
 /// applied, else the reason to try again).
@@ -178,14 +184,30 @@ pub fn title_command(id: ConversationId) -> String {
     format!("halyard.cmd.title.{id}")
 }
 
-/// Delivery jobs of one subscription for one conversation.
-pub fn delivery_job(webhook: &str, conversation: ConversationId) -> String {
-    format!("halyard.dlv.{webhook}.{conversation}")
+/// How many delivery lanes each webhook subscription has. A conversation's jobs always go to
+/// the same lane and a lane delivers one job at a time, so order holds per subscription and
+/// conversation while one endpoint that receives every conversation gets this many requests
+/// at once. Changing it re-maps conversations to lanes, so it is fixed here.
+pub const DELIVERY_LANES: u32 = 8;
+
+/// The lane of a conversation's delivery jobs (its id's low bits: v7 ids end in random bits).
+pub fn delivery_lane(conversation: ConversationId) -> u32 {
+    (conversation.0.as_u128() % u128::from(DELIVERY_LANES)) as u32
 }
 
-/// Delivery jobs of one subscription.
+/// Delivery jobs of one subscription for one conversation.
+pub fn delivery_job(webhook: &str, conversation: ConversationId) -> String {
+    format!("halyard.dlv.{webhook}.{}.{conversation}", delivery_lane(conversation))
+}
+
+/// Delivery jobs of one subscription, every lane.
 pub fn delivery_jobs_of(webhook: &str) -> String {
     format!("halyard.dlv.{webhook}.>")
+}
+
+/// Delivery jobs of one lane of one subscription.
+pub fn delivery_lane_jobs(webhook: &str, lane: u32) -> String {
+    format!("halyard.dlv.{webhook}.{lane}.*")
 }
 
 /// Delivery attempt records of one subscription.

@@ -141,6 +141,11 @@ pub struct SandboxUpdate {
     /// Whether the sandbox was taken from the warm pool.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_pool: bool,
+    /// The sandbox supervisor (its node id) that owns the sandbox: its Docker engine or process
+    /// host runs it, and commands for it are passed there. Absent in records written before
+    /// supervisors had replicas (the one supervisor owned them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 impl SandboxUpdate {

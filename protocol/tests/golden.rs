@@ -324,6 +324,7 @@ fn records_are_stable() {
                 volume: None,
                 spec: None,
                 from_pool: false,
+                host: None,
             }),
         ),
     );
@@ -349,6 +350,7 @@ fn records_are_stable() {
                 volume: Some("halyard-d-x".into()),
                 spec: Some("default".into()),
                 from_pool: true,
+                host: None,
             }),
         ),
     );

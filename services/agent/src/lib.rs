@@ -8,7 +8,7 @@
 //! its events ([`history`]); a [`runner::Runner`] actor supervises them, evicts idle ones, and
 //! takes over runs whose owner died ([`lease`]: compare-and-set leases in a NATS key-value
 //! bucket). Replicas share the command consumer; a command for a run another replica holds is
-//! passed to it ([`route`]). Appends carry an expected-last-sequence check, so two writers never
+//! passed to it (`halyard_platform::route`). Appends carry an expected-last-sequence check, so two writers never
 //! interleave blindly: a conflicting append first folds in what the other wrote.
 
 pub mod ask;
@@ -21,7 +21,6 @@ pub mod lease;
 pub mod log;
 pub mod mcp;
 pub mod risk;
-pub mod route;
 pub mod run_loop;
 pub mod runner;
 pub mod stuck;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use futures::StreamExt;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use halyard_platform::bus::{self, Delivery};
@@ -18,8 +17,8 @@ use halyard_protocol::{ConversationId, Envelope, subjects};
 
 use crate::conversation::{ConvMsg, ConversationActor};
 use crate::lease::{Leases, Watch};
-use crate::route::{self, Settle};
 use crate::{AgentError, Ctx};
+use halyard_platform::route::{self, Settle};
 
 /// Messages of the runner.
 // Each message is moved once, into the mailbox; boxing the large variant would only add an
@@ -89,7 +88,9 @@ impl Actor for Runner {
                 // A live run elsewhere gets the command; the request is answered off this
                 // actor, so a slow holder never stalls the other conversations.
                 if let Some(node) = st.ctx.leases.holder(id).await.filter(|n| n != st.ctx.leases.node()) {
-                    tokio::spawn(route::forward(st.ctx.nats.clone(), node, delivery));
+                    metrics::counter!("halyard_agent_commands_forwarded_total").increment(1);
+                    let (nats, owner) = (st.ctx.nats.clone(), format!("runner {node}"));
+                    tokio::spawn(async move { route::forward(nats, subjects::agent_node(&node), &owner, delivery).await });
                     return Ok(());
                 }
                 st.send(&myself, id, ConvMsg::Command(env, Settle::Stream(delivery))).await?;
@@ -154,16 +155,9 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let forwarded = nats.subscribe(subjects::agent_node(&node_id)).await.map_err(|e| AgentError::Setup(format!("subscribe: {e}")))?;
     let passed_on = tokio::spawn({
         let runner = runner.clone();
-        async move {
-            let mut forwarded = forwarded;
-            while let Some(msg) = forwarded.next().await {
-                if let Some((env, settle)) = route::decode(&nats, msg).await {
-                    if runner.send_message(RunnerMsg::Forwarded(env, settle)).is_err() {
-                        break;
-                    }
-                }
-            }
-        }
+        route::serve_forwarded::<AgentCommand>(nats, forwarded, move |env, settle| {
+            runner.send_message(RunnerMsg::Forwarded(env, settle)).is_ok()
+        })
     });
     let result = bus::consume_into_actor::<AgentCommand, _>(
         js,

@@ -87,6 +87,11 @@ enum Command {
         /// the container's own lifecycle replaces the standard-input lifeline.
         #[arg(long)]
         key_file: Option<PathBuf>,
+        /// Keep serving when standard input closes after the key (the supervisor crashed): the
+        /// sandbox runs on and its supervisor adopts it when it returns, as with containers.
+        /// Without it, end-of-file means the supervisor is gone and the executor stops.
+        #[arg(long)]
+        outlive_supervisor: bool,
     },
     /// Git's credential helper in a sandbox's shell: asks the executor, which asks the agent
     /// runner (git runs it; see `halyard_executor::git_credential`).
@@ -135,9 +140,9 @@ fn main() -> Result<()> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Command::Executor { ref workspace, listen, output_cap, ref key_file } => {
+        Command::Executor { ref workspace, listen, output_cap, ref key_file, outlive_supervisor } => {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
-            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone()))
+            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone(), outlive_supervisor))
         }
         Command::GitCredential { .. } => Ok(()),
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
@@ -424,7 +429,13 @@ async fn wait_for_signal() {
     }
 }
 
-async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: usize, key_file: Option<PathBuf>) -> Result<()> {
+async fn executor(
+    workspace: PathBuf,
+    listen: std::net::SocketAddr,
+    output_cap: usize,
+    key_file: Option<PathBuf>,
+    outlive_supervisor: bool,
+) -> Result<()> {
     // The session key comes on stdin (or in a file deleted once read), never in the environment
     // or on the command line, where other processes of the sandbox could read it.
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -448,7 +459,7 @@ async fn executor(workspace: PathBuf, listen: std::net::SocketAddr, output_cap: 
     let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is
     // gone (stopped or crashed), and a sandbox nobody supervises must not linger.
-    let lifeline = key_file.is_none();
+    let lifeline = key_file.is_none() && !outlive_supervisor;
     let parent_gone = async move {
         if !lifeline {
             return std::future::pending().await;

@@ -14,13 +14,11 @@ use tokio::process::{Child, Command};
 /// The line an executor prints once it listens.
 pub const LISTENING_PREFIX: &str = "HALYARD_EXECUTOR_LISTENING ";
 
-/// A started executor.
+/// A started executor. It outlives a supervisor that crashes (the next one adopts it); a
+/// supervisor that stops cleanly stops it first.
 #[derive(Debug)]
 pub struct Started {
     pub child: Child,
-    /// Held open for the executor's lifetime: when this process dies, the executor reads
-    /// end-of-file and exits with it.
-    pub lifeline: tokio::process::ChildStdin,
     pub pid: u32,
     pub url: String,
 }
@@ -81,7 +79,7 @@ pub async fn start(
     cmd.args(args)
         .arg("--workspace")
         .arg(layout.workspace())
-        .args(["--listen", "127.0.0.1:0", "--output-cap", &output_cap.to_string()])
+        .args(["--listen", "127.0.0.1:0", "--output-cap", &output_cap.to_string(), "--outlive-supervisor"])
         .current_dir(layout.workspace())
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
         .env_clear()
@@ -103,6 +101,7 @@ pub async fn start(
     let result = async {
         let mut stdin = child.stdin.take().ok_or("executor has no stdin")?;
         stdin.write_all(format!("{key}\n").as_bytes()).await.map_err(|e| format!("cannot hand the session key over: {e}"))?;
+        drop(stdin);
         let stdout = child.stdout.take().ok_or("executor has no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let addr = loop {
@@ -117,11 +116,11 @@ pub async fn start(
         };
         let url = format!("http://{addr}");
         wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
-        Ok::<_, String>((url, stdin))
+        Ok::<_, String>(url)
     }
     .await;
     match result {
-        Ok((url, lifeline)) => Ok(Started { child, lifeline, pid, url }),
+        Ok(url) => Ok(Started { child, pid, url }),
         Err(e) => {
             kill_group(pid);
             let _ = child.wait().await;

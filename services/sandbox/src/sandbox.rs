@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use halyard_platform::bus::{self, Delivery};
+use halyard_platform::bus;
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
+use halyard_platform::route::Settle;
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{ConversationId, SandboxId, UserId, subjects};
@@ -30,7 +31,7 @@ pub enum Init {
 // allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum SandboxMsg {
-    Command(SandboxCommand, Delivery),
+    Command(SandboxCommand, Settle),
     /// Check the recorded executor against reality (after a supervisor restart).
     Reconcile,
     /// The executor process of `generation` ended (process kind).
@@ -292,6 +293,7 @@ impl SandboxState {
             volume: self.volume.clone(),
             spec: self.docker.then(|| self.spec.clone()),
             from_pool: self.from_pool,
+            host: Some(self.ctx.config.node_id.clone()),
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             reg.insert(self.id, (self.owner.clone(), status));
@@ -377,9 +379,7 @@ impl SandboxState {
                 );
                 let me = myself.clone();
                 let mut child = started.child;
-                let lifeline = started.lifeline;
                 tokio::spawn(async move {
-                    let _lifeline = lifeline;
                     let detail = match child.wait().await {
                         Ok(status) => status.to_string(),
                         Err(e) => e.to_string(),

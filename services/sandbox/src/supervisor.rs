@@ -1,5 +1,13 @@
 //! The supervisor actor: routes commands and engine events to one [`SandboxActor`] per
 //! sandbox, enforces quotas, and reconciles the bus's records with reality at start-up.
+//!
+//! Supervisors can run as replicas, each owning one Docker engine or process host (its node
+//! id). They share the command consumer, so a new sandbox is made by whichever supervisor pulls
+//! its `create` first, and its records name that supervisor as its `host`. A command for a
+//! sandbox hosted elsewhere is passed to its host (`halyard.sbx.<node>`,
+//! [`halyard_platform::route`]); while the host is down such commands wait (retried), its
+//! sandboxes run on, and it adopts them again when it returns. Quotas count the sandboxes of
+//! the supervisor that checks them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +18,7 @@ use futures::StreamExt;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use halyard_platform::bus::{self, Delivery};
+use halyard_platform::route::{self, Settle};
 use halyard_platform::{Config, Shutdown};
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate, SystemRecord};
@@ -73,7 +82,7 @@ impl Ctx {
 // allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum SupervisorMsg {
-    Command(Envelope<SandboxCommand>, Delivery),
+    Command(Envelope<SandboxCommand>, Settle),
     /// A sandbox record found at start-up.
     Adopt(SandboxUpdate),
     /// The engine reported `action` for `container`.
@@ -92,9 +101,41 @@ pub struct SupervisorState {
     ctx: Arc<Ctx>,
     children: HashMap<SandboxId, ActorRef<SandboxMsg>>,
     by_actor: HashMap<ActorId, SandboxId>,
+    /// Commands on their way to the sandboxes other supervisors host, one queue per sandbox so
+    /// they arrive in order (a pause and a resume waiting for a host that is down must not
+    /// swap places when it returns).
+    forwarding: HashMap<SandboxId, tokio::sync::mpsc::UnboundedSender<Delivery>>,
 }
 
+/// How long a command for a sandbox whose host is down is held before it goes back to the
+/// stream (each return spends one of the consumer's redeliveries).
+const HOST_PATIENCE: Duration = Duration::from_secs(600);
+
 impl SupervisorState {
+    /// Passes `delivery` to the supervisor `host`, after the commands for the same sandbox that
+    /// are already on their way.
+    fn forward(&mut self, id: SandboxId, host: String, delivery: Delivery) {
+        let delivery = match self.forwarding.get(&id) {
+            Some(queue) => match queue.send(delivery) {
+                Ok(()) => return,
+                Err(closed) => closed.0,
+            },
+            None => delivery,
+        };
+        self.forwarding.retain(|_, queue| !queue.is_closed());
+        let (queue, mut pending) = tokio::sync::mpsc::unbounded_channel();
+        let _ = queue.send(delivery);
+        self.forwarding.insert(id, queue);
+        let nats = self.ctx.js.client();
+        tokio::spawn(async move {
+            let owner = format!("sandbox supervisor {host}");
+            // Ends once its queue is empty; the next command starts another.
+            while let Ok(d) = pending.try_recv() {
+                route::forward_patiently(nats.clone(), subjects::sandbox_host(&host), &owner, d, HOST_PATIENCE).await;
+            }
+        });
+    }
+
     async fn child(
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
@@ -117,7 +158,7 @@ impl Actor for Supervisor {
     type Arguments = Arc<Ctx>;
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
-        Ok(SupervisorState { ctx, children: HashMap::new(), by_actor: HashMap::new() })
+        Ok(SupervisorState { ctx, children: HashMap::new(), by_actor: HashMap::new(), forwarding: HashMap::new() })
     }
 
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -150,8 +191,30 @@ impl Actor for Supervisor {
                     child.send_message(SandboxMsg::Command(cmd, delivery))?;
                     return Ok(());
                 }
-                let init = match &cmd {
-                    SandboxCommand::Create { owner, conversation_id, spec, .. } => {
+                // The sandbox's last record says whether it exists, and where: a create that
+                // comes again (its first supervisor died before acknowledging it) goes to the
+                // sandbox that was made, like any other command.
+                let last =
+                    match bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await {
+                        Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => Some(r),
+                        Ok(_) => None,
+                        Err(e) => {
+                            delivery.retry(Duration::from_secs(1), &e.to_string()).await;
+                            return Ok(());
+                        }
+                    };
+                let me = &state.ctx.config.node_id;
+                if let Some(host) = last.as_ref().and_then(|r| r.host.clone()).filter(|h| h != me) {
+                    match delivery {
+                        Settle::Stream(d) => state.forward(id, host, d),
+                        // Passed here by a supervisor that read an older record: it asks again.
+                        forwarded => forwarded.retry(Duration::from_millis(500), &format!("sandbox {id} is hosted by {host}")).await,
+                    }
+                    return Ok(());
+                }
+                let init = match (&cmd, last) {
+                    (_, Some(r)) => Init::Record(r),
+                    (SandboxCommand::Create { owner, conversation_id, spec, .. }, None) => {
                         if let Some(reason) = quota_refusal(&state.ctx, owner) {
                             refuse(&state.ctx, id, owner, *conversation_id, &reason).await;
                             delivery.ack().await;
@@ -159,22 +222,10 @@ impl Actor for Supervisor {
                         }
                         Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id, spec: spec.clone() }
                     }
-                    _ => {
-                        match bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await
-                        {
-                            Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => {
-                                Init::Record(r)
-                            }
-                            Ok(_) => {
-                                tracing::warn!(sandbox_id = %id, "command for an unknown or deleted sandbox; dropping it");
-                                delivery.ack().await;
-                                return Ok(());
-                            }
-                            Err(e) => {
-                                delivery.retry(Duration::from_secs(1), &e.to_string()).await;
-                                return Ok(());
-                            }
-                        }
+                    (_, None) => {
+                        tracing::warn!(sandbox_id = %id, "command for an unknown or deleted sandbox; dropping it");
+                        delivery.ack().await;
+                        return Ok(());
                     }
                 };
                 let child = state.child(&myself, id, init).await?;
@@ -238,6 +289,7 @@ async fn refuse(ctx: &Ctx, id: SandboxId, owner: &UserId, conversation: halyard_
         volume: None,
         spec: None,
         from_pool: false,
+        host: Some(ctx.config.node_id.clone()),
     });
     if let Err(e) = bus::send(&ctx.js, subjects::sandbox_record(id), record, None).await {
         tracing::error!(sandbox_id = %id, error = %e, "cannot publish quota refusal");
@@ -372,13 +424,19 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
-    let records: Vec<SandboxUpdate> =
-        latest_sandbox_records(&js).await?.into_iter().filter(|r| r.sandbox_kind == config.sandbox.kind).collect();
+    let records: Vec<SandboxUpdate> = latest_sandbox_records(&js).await?;
+    // Orphans are judged against every record (containers are named per supervisor anyway);
+    // only this supervisor's own sandboxes are adopted.
+    let orphans_check = records.clone();
+    let records: Vec<SandboxUpdate> = records
+        .into_iter()
+        .filter(|r| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id))
+        .collect();
     let mut tasks = Vec::new();
     if let Some(d) = &ctx.docker {
         // Subscribe before looking, so nothing that happens during reconciliation is missed.
         tasks.push(tokio::spawn(watch_engine(d.engine.clone(), supervisor.clone(), shutdown.clone())));
-        remove_orphans(d, &records).await?;
+        remove_orphans(d, &orphans_check).await?;
         tasks.push(tokio::spawn(crate::pool::refill(ctx.clone(), shutdown.clone())));
     }
     for record in records {
@@ -405,6 +463,17 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         }));
     }
 
+    // Commands other supervisors pass to the sandboxes hosted here (subscribed before the
+    // consumer is served, so none passed meanwhile is missed).
+    let nats = js.client();
+    let forwarded =
+        nats.subscribe(subjects::sandbox_host(&config.node_id)).await.map_err(|e| SandboxError::Spawn(format!("subscribe: {e}")))?;
+    let passed_on = tokio::spawn({
+        let supervisor = supervisor.clone();
+        route::serve_forwarded::<SandboxCommand>(nats, forwarded, move |env, settle| {
+            supervisor.send_message(SupervisorMsg::Command(env, settle)).is_ok()
+        })
+    });
     let result = bus::consume_into_actor::<SandboxCommand, _>(
         js,
         subjects::COMMANDS_STREAM,
@@ -412,9 +481,10 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         "sandbox",
         shutdown,
         supervisor.clone(),
-        SupervisorMsg::Command,
+        |env, d| SupervisorMsg::Command(env, Settle::Stream(d)),
     )
     .await;
+    passed_on.abort();
     // The pool task removes its containers on the way out; give it a moment.
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(15), task).await;

@@ -1,0 +1,105 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Sandbox supervisors as replicas, each owning its own process host (its data dir and uid
+//! range): a sandbox lives on the supervisor that made it; when that supervisor dies, its
+//! sandboxes run on and their conversations go on, new sandboxes go to the other supervisor, and
+//! commands for the dead one's sandboxes wait until it returns and adopts them.
+
+use std::time::{Duration, Instant};
+
+use halyard_tests::harness::assert_log_is_contiguous;
+use halyard_tests::procs;
+use halyard_tests::{Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+
+fn finished(ev: &[Value]) -> bool {
+    ev.iter().any(|e| e["status"] == "finished")
+}
+
+/// The supervisor (index) whose data dir holds the sandbox's workspace.
+fn host_of(supervisors: &[Halyard], sandbox: &str) -> usize {
+    supervisors.iter().position(|s| s.workspace(sandbox).exists()).expect("no supervisor holds the sandbox")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = NatsServer::start();
+    let service = |name: &str, uid_base: &str| {
+        Halyard::start(
+            HalyardOptions::new(&llm.base_url)
+                .serve(&nats.url, &[name])
+                .set("HALYARD_SECRET", "a-shared-deployment-secret")
+                .set("HALYARD_PROCESS_UID_BASE", uid_base),
+        )
+    };
+    // Two process hosts with uid ranges of their own.
+    let mut sup = vec![service("sandbox", "210000")];
+    let _agent = service("agent", "0");
+    let _conversations = service("conversations", "0");
+    let gateway = service("gateway", "0");
+    let api = gateway.api(ALICE);
+
+    // With one supervisor up, it makes every sandbox.
+    let (on_a, task) = api.start_ready(json!({})).await;
+    let sandbox_a = task["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(host_of(&sup, &sandbox_a), 0);
+    let pid_a = procs::executor_pid(&sup[0].workspace(&sandbox_a)).expect("the executor runs");
+
+    // The second comes; the first dies. Its sandbox runs on, its conversation goes on, and new
+    // sandboxes are made by the second.
+    sup.push(service("sandbox", "260000"));
+    sup[0].kill9();
+    assert_eq!(procs::state(pid_a).map(|s| s != 'Z'), Some(true), "the sandbox died with its supervisor");
+    llm.push([Reply::tool("terminal", json!({"command": "echo still here"})), Reply::finish("done")]);
+    let (s, b) = api.post(&format!("/api/v1/conversations/{on_a}/messages"), json!({"text": "go on"})).await;
+    assert_eq!(s, 202, "{b}");
+    let events = api.wait_events(&on_a, "the run in the orphaned sandbox", finished).await;
+    assert_log_is_contiguous(&events);
+    assert!(
+        events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("still here")),
+        "{}",
+        Value::Array(events)
+    );
+    let mut on_b = Vec::new();
+    for _ in 0..3 {
+        let (conv, task) = api.start_ready(json!({})).await;
+        let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+        assert_eq!(host_of(&sup, &sandbox), 1, "a sandbox went to the dead supervisor");
+        on_b.push((conv, sandbox));
+    }
+
+    // A command for the dead supervisor's sandbox waits for it (whichever supervisor pulls it).
+    let (s, b) = api.post(&format!("/api/v1/sandboxes/{sandbox_a}/pause"), json!({})).await;
+    assert_eq!(s, 202, "{b}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, view) = api.get(&format!("/api/v1/sandboxes/{sandbox_a}")).await;
+    assert_eq!(view["status"], "RUNNING", "paused without its host: {view}");
+    // Commands for the live one's sandboxes are served, whichever supervisor pulls them.
+    for (_, sandbox) in &on_b {
+        let (s, b) = api.post(&format!("/api/v1/sandboxes/{sandbox}/pause"), json!({})).await;
+        assert_eq!(s, 202, "{b}");
+        api.wait_sandbox(sandbox, "the pause", |v| v["status"] == "PAUSED").await;
+    }
+
+    // The first returns: it adopts its running sandbox (the same process), and the waiting
+    // pause is applied there.
+    let restarted = Instant::now();
+    sup[0].restart();
+    api.wait_sandbox(&sandbox_a, "the pause once its host is back", |v| v["status"] == "PAUSED").await;
+    println!("the waiting pause was applied {:?} after its supervisor came back", restarted.elapsed());
+    assert_eq!(procs::executor_pid(&sup[0].workspace(&sandbox_a)), Some(pid_a), "the sandbox was made again, not adopted");
+    assert_eq!(procs::state(pid_a), Some('T'), "the adopted executor was not stopped by the pause");
+    let (s, b) = api.post(&format!("/api/v1/sandboxes/{sandbox_a}/resume"), json!({})).await;
+    assert_eq!(s, 202, "{b}");
+    api.wait_sandbox(&sandbox_a, "the resume", |v| v["status"] == "RUNNING").await;
+    // Both supervisors serve commands again, each its own sandboxes.
+    for (_, sandbox) in &on_b {
+        let (s, b) = api.post(&format!("/api/v1/sandboxes/{sandbox}/resume"), json!({})).await;
+        assert_eq!(s, 202, "{b}");
+        api.wait_sandbox(sandbox, "the resume", |v| v["status"] == "RUNNING").await;
+        assert_eq!(host_of(&sup, sandbox), 1);
+    }
+}
