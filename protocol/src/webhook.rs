@@ -2,7 +2,7 @@
 //!
 //! Subscriptions (with their signing secrets) live in the key-value bucket
 //! [`crate::subjects::WEBHOOK_BUCKET`], never in an event stream. Each event that matches a
-//! subscription becomes a [`DeliveryJob`] on `halyard.dlv.<webhook id>.<conversation id>`; each
+//! subscription becomes a [`DeliveryJob`] on `halyard.dlv.<webhook id>.<lane>.<conversation id>`; each
 //! attempt to deliver it becomes a [`crate::system::SystemRecord::DeliveryAttempt`].
 
 use serde::{Deserialize, Serialize};

@@ -181,6 +181,42 @@ async fn a_failing_receiver_gets_retries_in_order_and_a_parked_delivery_can_be_r
     assert_eq!((s, body["error"]["code"].as_str()), (409, Some("delivery_not_failed")));
 }
 
+/// One endpoint that receives every conversation is not held to one request at a time: the
+/// conversations' deliveries go side by side (in lanes), each conversation's in order.
+#[tokio::test]
+async fn one_subscription_delivers_conversations_side_by_side_each_in_order() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(opts(&llm));
+    let api = h.api(ALICE);
+    let receiver = Receiver::with(|_| (StatusCode::OK, Some(Duration::from_millis(400)))).await;
+    subscribe(&api, &receiver.url, json!({})).await;
+    // Conversations in four different lanes (a conversation's lane is fixed by its id).
+    let mut convs: Vec<String> = Vec::new();
+    let mut lanes = std::collections::HashSet::new();
+    while convs.len() < 4 {
+        let (conv, _) = api.start_ready(json!({"title": "side by side"})).await;
+        let id: halyard_protocol::ConversationId = serde_json::from_value(json!(conv)).unwrap();
+        if lanes.insert(halyard_protocol::subjects::delivery_lane(id)) {
+            convs.push(conv);
+        }
+    }
+    llm.push((0..4).map(|_| Reply::finish("done")));
+    for conv in &convs {
+        let (s, b) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go"})).await;
+        assert_eq!(s, 202, "{b}");
+    }
+    let mut logs = Vec::new();
+    for conv in &convs {
+        logs.push(api.wait_events(conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await);
+    }
+    for (conv, events) in convs.iter().zip(&logs) {
+        wait_for("every event", 60, || delivered_seqs(&receiver, conv).len() >= events.len()).await;
+        assert_eq!(delivered_seqs(&receiver, conv), (1..=events.len() as u64).collect::<Vec<_>>(), "{conv} out of order");
+    }
+    assert!(receiver.max_in_flight() >= 2, "deliveries went one at a time ({} at most)", receiver.max_in_flight());
+}
+
 #[tokio::test]
 async fn a_hanging_receiver_does_not_delay_others() {
     init();

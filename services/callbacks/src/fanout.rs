@@ -17,6 +17,10 @@ use crate::Ctx;
 /// Most conversation owners remembered.
 const OWNER_CACHE: usize = 10_000;
 
+/// How long an event's fan-out is tried again in place (the bus is electing a leader, say)
+/// before it is put back for later.
+const IN_PLACE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Consumes every event until `shutdown`.
 pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
     let owners: Arc<Mutex<HashMap<ConversationId, Option<UserId>>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -31,9 +35,22 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
                 return;
             }
             let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
-            match fan_out(&ctx, &owners, env.payload).await {
-                Ok(()) => d.ack().await,
-                Err(e) => retry(d, e).await,
+            // Tried again in place, not put back: a later event fanned out first would reach
+            // receivers before this one. Events come in stream order, to one dispatcher at a
+            // time (the consumer pins one client).
+            let started = tokio::time::Instant::now();
+            let mut delay = Duration::from_millis(100);
+            loop {
+                match fan_out(&ctx, &owners, env.payload.clone()).await {
+                    Ok(()) => return d.ack().await,
+                    Err(e) if e.is_retryable() && started.elapsed() < IN_PLACE_PATIENCE => {
+                        tracing::warn!(error = %e, "fan-out failed; trying again");
+                        d.in_progress().await;
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                    Err(e) => return retry(d, e).await,
+                }
             }
         }
     })

@@ -1,14 +1,17 @@
 //! The callback dispatcher: delivers conversation events to users' webhooks, signed per the
-//! Standard Webhooks specification, at least once and in order per subscription.
+//! Standard Webhooks specification, at least once and in order per subscription and conversation.
 //!
 //! Two stages, both on the bus so that a restart loses nothing:
 //! 1. *Fan-out* ([`fanout`]): a durable consumer of every event turns each one that matches
-//!    a subscription into a [`DeliveryJob`] on `halyard.dlv.<webhook>.<conversation>`
-//!    (de-duplicated by a delivery id derived from webhook and event).
-//! 2. *Delivery* ([`worker`]): one worker per enabled subscription, on its own durable
-//!    consumer with one message in flight. The server hands it the next job only once the
-//!    current one is settled, so order holds, and a retry is a delayed NAK: the schedule lives
-//!    in JetStream, not in memory. A slow or dead endpoint holds up only its own worker.
+//!    a subscription into a [`DeliveryJob`] on `halyard.dlv.<webhook>.<lane>.<conversation>`
+//!    (de-duplicated by a delivery id derived from webhook and event; the lane is fixed per
+//!    conversation, [`subjects::delivery_lane`]).
+//! 2. *Delivery* ([`worker`]): one worker per enabled subscription, with a durable consumer
+//!    per lane, each with one message in flight. The server hands a lane its next job only
+//!    once the current one is settled, so order holds per conversation, and a retry is a
+//!    delayed NAK: the schedule lives in JetStream, not in memory. The lanes deliver side by
+//!    side, so one endpoint that receives every conversation is not held to one request at a
+//!    time; a slow or dead endpoint holds up only its own worker.
 //!
 //! A [`Dispatcher`] actor keeps the workers in line with the subscriptions in the key-value
 //! bucket (which it watches).
@@ -106,7 +109,9 @@ impl Actor for Dispatcher {
                 }
                 // Its pending jobs go with it.
                 if let Ok(stream) = st.ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await {
-                    let _ = stream.delete_consumer(&worker::consumer_name(&id)).await;
+                    for lane in 0..subjects::DELIVERY_LANES {
+                        let _ = stream.delete_consumer(&worker::consumer_name(&id, lane)).await;
+                    }
                     let _ = stream.purge().filter(subjects::delivery_jobs_of(&id)).await;
                 }
             }

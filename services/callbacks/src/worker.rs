@@ -1,4 +1,7 @@
-//! Stage two: one worker per enabled subscription delivers its jobs, one at a time.
+//! Stage two: one worker per enabled subscription delivers its jobs, in
+//! [`subjects::DELIVERY_LANES`] lanes. A lane is a durable consumer with one job in flight, and a
+//! conversation's jobs are always in the same lane, so each conversation's events reach the
+//! endpoint in order while the lanes deliver side by side.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +19,14 @@ use crate::Ctx;
 /// How long a job may be held without a sign of life.
 const ACK_WAIT: Duration = Duration::from_secs(5);
 
-/// The durable consumer of one subscription's jobs.
-pub fn consumer_name(webhook: &str) -> String {
+/// The durable consumer of one lane of a subscription's jobs.
+pub fn consumer_name(webhook: &str, lane: u32) -> String {
+    format!("webhook-{webhook}-{lane}")
+}
+
+/// The one consumer a subscription had before lanes (every job, one at a time); deleted so it
+/// does not deliver beside the lanes.
+pub fn legacy_consumer_name(webhook: &str) -> String {
     format!("webhook-{webhook}")
 }
 
@@ -35,12 +44,32 @@ enum Outcome {
 
 /// Delivers one subscription's jobs until aborted (or the subscription is disabled).
 pub async fn run(ctx: Arc<Ctx>, webhook: String) {
+    if let Ok(stream) = ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await {
+        let _ = stream.delete_consumer(&legacy_consumer_name(&webhook)).await;
+    }
+    let lanes: Vec<_> = (0..subjects::DELIVERY_LANES).map(|lane| tokio::spawn(run_lane(ctx.clone(), webhook.clone(), lane))).collect();
+    // Aborting this task drops the lanes' handles, which would leave them running: abort them
+    // on the way out whichever way it ends.
+    struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
+    impl Drop for AbortAll {
+        fn drop(&mut self) {
+            for lane in &self.0 {
+                lane.abort();
+            }
+        }
+    }
+    let mut lanes = AbortAll(lanes);
+    futures::future::join_all(lanes.0.iter_mut()).await;
+}
+
+/// Delivers one lane's jobs, one at a time, until the subscription is disabled.
+async fn run_lane(ctx: Arc<Ctx>, webhook: String, lane: u32) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match deliver_all(&ctx, &webhook).await {
+        match deliver_all(&ctx, &webhook, lane).await {
             Ok(()) => return,
             Err(e) => {
-                tracing::warn!(%webhook, error = %e, "webhook worker interrupted; restarting");
+                tracing::warn!(%webhook, lane, error = %e, "webhook worker interrupted; restarting");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
@@ -48,11 +77,11 @@ pub async fn run(ctx: Arc<Ctx>, webhook: String) {
     }
 }
 
-async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
+async fn deliver_all(ctx: &Ctx, webhook: &str, lane: u32) -> Result<(), String> {
     let stream = ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await.map_err(|e| e.to_string())?;
     let config = consumer::pull::Config {
-        durable_name: Some(consumer_name(webhook)),
-        filter_subject: subjects::delivery_jobs_of(webhook),
+        durable_name: Some(consumer_name(webhook, lane)),
+        filter_subject: subjects::delivery_lane_jobs(webhook, lane),
         ack_policy: consumer::AckPolicy::Explicit,
         // One in flight: the next job waits until this one is delivered or parked.
         max_ack_pending: 1,
@@ -63,7 +92,7 @@ async fn deliver_all(ctx: &Ctx, webhook: &str) -> Result<(), String> {
         ..Default::default()
     };
     let consumer: consumer::PullConsumer =
-        stream.get_or_create_consumer(&consumer_name(webhook), config).await.map_err(|e| e.to_string())?;
+        stream.get_or_create_consumer(&consumer_name(webhook, lane), config).await.map_err(|e| e.to_string())?;
     let mut messages = halyard_platform::bus::pull_messages(&consumer).await.map_err(|e| e.to_string())?;
     let mut failing_since: Option<Instant> = None;
     while let Some(msg) = messages.next().await {
