@@ -36,7 +36,7 @@ mod webhooks;
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
-    /// `agent` (issue 10), `ui` (issue 11), `cluster` (issue 13), or `all`.
+    /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -65,6 +65,9 @@ struct Args {
     /// Kills of each signal in the cluster suite.
     #[arg(long, default_value_t = 10)]
     takeovers: usize,
+    /// Chaos suite: how many times each kind of process is killed.
+    #[arg(long, default_value_t = 3)]
+    chaos_rounds: usize,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -111,6 +114,35 @@ async fn main() -> Result<()> {
     if args.suite == "cluster" || args.suite == "all" {
         let r = cluster::run(args.takeovers).await?;
         std::fs::write(args.out.join("cluster.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "chaos" || args.suite == "all" {
+        // Throughput through the cluster with one and two replicas of every service (no kills:
+        // the conversations all start at once), then the long form of the chaos test: the same
+        // checks as the test, more kills (it panics on a broken promise, like the test).
+        use halyard_tests::chaos::{ChaosOptions, ChaosReport, run};
+        let figures = |r: &ChaosReport| {
+            json!({
+                "conversations_per_sec": r.conversations as f64 / r.run_s,
+                "events_per_sec": r.events as f64 / r.run_s,
+                "one_subscription_webhook_latency_ms": {"p50": r.webhook_latency_ms[0], "p99": r.webhook_latency_ms[1], "max": r.webhook_latency_ms[2]},
+                "report": r,
+            })
+        };
+        let one = run(ChaosOptions { rounds: 0, replicas: 1, ..ChaosOptions::short() }).await;
+        let two = run(ChaosOptions { rounds: 0, replicas: 2, ..ChaosOptions::short() }).await;
+        let chaos = run(ChaosOptions { rounds: args.chaos_rounds, ..ChaosOptions::short() }).await;
+        let r = json!({
+            "benchmark": "cluster throughput and chaos (issue 13): 50 scripted conversations (3 tool calls, 150 ms think time each) with one webhook subscription per user, through a 3-node NATS cluster; every service its own process",
+            "one_replica": figures(&one),
+            "two_replicas": figures(&two),
+            "two_replicas_vs_one": {
+                "conversations_per_sec": (one.run_s / two.run_s),
+            },
+            "under_chaos": figures(&chaos),
+            "target": "every promise kept under chaos; one-subscription webhook p99 < 250 ms at this load",
+        });
+        std::fs::write(args.out.join("chaos.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

@@ -6,8 +6,10 @@
 //! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
 //!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API;
 //! * [`git_http`]: a private git server (git's own `http-backend` behind basic auth);
-//! * [`github`]: a scripted GitHub REST server that checks the token it is sent.
+//! * [`github`]: a scripted GitHub REST server that checks the token it is sent;
+//! * [`chaos`]: conversations and webhooks through a cluster while its processes are killed.
 
+pub mod chaos;
 pub mod docker;
 pub mod git_http;
 pub mod github;

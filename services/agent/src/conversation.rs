@@ -18,8 +18,8 @@ use uuid::Uuid;
 use crate::Ctx;
 use crate::lease::{Acquire, Held};
 use crate::log::Log;
-use crate::route::Settle;
 use crate::run_loop::{Run, RunOutcome};
+use halyard_platform::route::Settle;
 
 /// Messages of a conversation actor.
 // Each message is moved once, into the mailbox; boxing the large variant would only add an
@@ -485,11 +485,24 @@ impl ConvState {
             async move {
                 // Renew the lease while the run lives. A renewal that does not get through (a
                 // NATS node is down) is tried again; one refused because another runner took
-                // the lease over ends this run at once, without another append.
+                // the lease over ends this run at once, without another append. A run that
+                // started while the bucket could not be reached takes the lease as soon as it
+                // can.
                 let renew = async {
                     loop {
                         tokio::time::sleep(ctx.leases.renew_every()).await;
-                        let Some(current) = *held.lock().unwrap_or_else(|p| p.into_inner()) else { return };
+                        let current = *held.lock().unwrap_or_else(|p| p.into_inner());
+                        let Some(current) = current else {
+                            match ctx.leases.acquire(conv).await {
+                                Ok(Acquire::Held(h)) => *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+                                Ok(Acquire::Busy { node }) => {
+                                    tracing::warn!(conversation_id = %conv, %node, "another runner runs this conversation");
+                                    return;
+                                }
+                                Err(e) => tracing::warn!(conversation_id = %conv, error = %e, "cannot take the run lease yet"),
+                            }
+                            continue;
+                        };
                         match ctx.leases.renew(conv, current).await {
                             Ok(next) => *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(next),
                             Err(e) if e.kind() == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision => {

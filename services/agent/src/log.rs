@@ -13,6 +13,9 @@ use halyard_protocol::{ConversationId, EventId, TraceContext};
 
 use crate::history::History;
 
+/// How long an append is tried again while the bus cannot take it.
+pub const APPEND_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Appender plus derived history.
 #[derive(Debug)]
 pub struct Log {
@@ -81,7 +84,9 @@ impl Log {
     }
 
     /// Appends one event (idempotent by `id`). On a conflict (another writer, such as the title
-    /// setter, appended first) it catches up with the log and tries again.
+    /// setter, appended first) it catches up with the log and tries again. A bus that cannot
+    /// take it now (a JetStream leader being elected after a node died, which takes seconds on
+    /// a busy cluster) is tried again for up to [`APPEND_PATIENCE`].
     pub async fn append(
         &mut self,
         id: EventId,
@@ -92,23 +97,31 @@ impl Log {
         let body = self.masked(body);
         let mut delay = Duration::from_millis(20);
         let mut last_err = None;
-        for _ in 0..8 {
+        let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
+        let mut conflicts = 0;
+        while conflicts < 8 && tokio::time::Instant::now() < deadline {
             match self.appender.append(id, source, body.clone(), trace.clone()).await {
                 Ok(ev) => {
                     self.history.apply(&ev);
                     return Ok(ev);
                 }
                 Err(e) if e.kind == BusErrorKind::Conflict => {
-                    let seen = self.catch_up().await?;
-                    if let Some(ev) = seen.into_iter().find(|e| e.id == id) {
-                        return Ok(ev);
+                    conflicts += 1;
+                    match self.catch_up().await {
+                        Ok(seen) => {
+                            if let Some(ev) = seen.into_iter().find(|e| e.id == id) {
+                                return Ok(ev);
+                            }
+                        }
+                        Err(e) if e.is_retryable() => tokio::time::sleep(delay).await,
+                        Err(e) => return Err(e),
                     }
                     last_err = Some(e);
                 }
                 Err(e) if e.is_retryable() => {
                     tracing::warn!(conversation_id = %self.conversation(), error = %e, "append failed, retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(2));
+                    delay = (delay * 2).min(Duration::from_secs(1));
                     // The publish may have been stored even though the ack was lost.
                     let seen = self.catch_up().await.unwrap_or_default();
                     if let Some(ev) = seen.into_iter().find(|e| e.id == id) {

@@ -11,7 +11,7 @@ use async_nats::jetstream::{self, consumer};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::broadcast;
 
-use halyard_platform::{BusError, BusErrorKind, Shutdown};
+use halyard_platform::{BusError, BusErrorKind, Shutdown, bus};
 use halyard_protocol::event::{ConversationEvent, EventBody};
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate};
 use halyard_protocol::system::{StartTaskStatus, SystemRecord};
@@ -21,6 +21,11 @@ use crate::store::{self, ConversationView, SandboxView, Store, TaskView, rfc3339
 
 /// Most messages folded into one sled batch.
 const MAX_BATCH: usize = 1024;
+
+/// How long the projection hears nothing before it checks that the streams have nothing new
+/// for it. An ordered consumer can stall after a NATS node dies (the server answers its pulls
+/// with timeouts while the stream grows); a stalled one is made again from the cursor.
+const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Most conversation views kept in memory between batches. The projection is the only writer
 /// of views, so its copies never go stale; it saves reading and parsing a view from sled for
@@ -101,6 +106,11 @@ impl Pending<'_> {
         }
         self.dirty.insert(id);
         self.views.get_mut(&id).and_then(Option::as_mut)
+    }
+
+    /// Whether the conversation has a view, or a tombstone.
+    fn knows(&mut self, id: ConversationId) -> bool {
+        self.deleted(id) || self.view(id).is_some()
     }
 
     /// Deleted conversations leave a tombstone, so late events and records stay out. Looked
@@ -354,6 +364,25 @@ async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64
     Ok((c.messages().await.map_err(|e| BusError::new(BusErrorKind::Consume, e))?, pending))
 }
 
+/// A new ordered consumer from after `at` if `stream` holds a message on `filter` past it, for
+/// a consumer that went quiet (a read or a creation that fails gives it until the next check).
+async fn unstall(js: &jetstream::Context, stream: &str, filter: &str, at: u64) -> Option<(consumer::pull::Ordered, u64)> {
+    let last = halyard_platform::bus::last_message(js, stream, filter).await;
+    tracing::debug!(stream, at, last = ?last.as_ref().map(|l| l.as_ref().map(|(seq, _)| *seq)), "projection stall check");
+    match last {
+        Ok(Some((seq, _))) if seq > at => {}
+        _ => return None,
+    }
+    tracing::warn!(stream, after = at, "projection consumer stalled; making it again");
+    match ordered(js, stream, filter, at).await {
+        Ok(again) => Some(again),
+        Err(e) => {
+            tracing::warn!(stream, error = %e, "cannot make the projection consumer again; trying later");
+            None
+        }
+    }
+}
+
 const EVENTS_CURSOR: &str = "cursor/events";
 const SYSTEM_CURSOR: &str = "cursor/system";
 
@@ -373,6 +402,9 @@ pub async fn run(
     let (mut events, mut events_left) = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
     let (mut system, mut system_left) = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
     let mut views = HashMap::new();
+    let mut stall_check = tokio::time::interval(STALL_CHECK);
+    // When each consumer last delivered (or was made).
+    let (mut events_heard, mut system_heard) = (tokio::time::Instant::now(), tokio::time::Instant::now());
     loop {
         if events_left == 0 && system_left == 0 && !*caught_up.borrow() {
             caught_up.send_replace(true);
@@ -382,6 +414,21 @@ pub async fn run(
             _ = shutdown.wait() => return Ok(()),
             m = system.next() => (false, m),
             m = events.next() => (true, m),
+            _ = stall_check.tick() => {
+                if events_heard.elapsed() >= STALL_CHECK {
+                    if let Some(again) = unstall(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await {
+                        (events, events_left) = again;
+                        events_heard = tokio::time::Instant::now();
+                    }
+                }
+                if system_heard.elapsed() >= STALL_CHECK {
+                    if let Some(again) = unstall(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await {
+                        (system, system_left) = again;
+                        system_heard = tokio::time::Instant::now();
+                    }
+                }
+                continue;
+            }
         };
         if views.len() > VIEW_CACHE {
             views.clear();
@@ -403,13 +450,32 @@ pub async fn run(
                 Some(Ok(msg)) => {
                     let (seq, left) = msg.info().map(|i| (i.stream_sequence, i.pending)).unwrap_or((0, 0));
                     if is_event {
+                        events_heard = tokio::time::Instant::now();
                         events_at = events_at.max(seq);
                         events_left = left;
                         match halyard_protocol::decode::<ConversationEvent>(&msg.payload) {
-                            Ok(env) => pending.event(env.payload, seq),
+                            Ok(env) => {
+                                let id = env.payload.conversation_id;
+                                if !pending.knows(id) {
+                                    // After a restart both streams replay at once, and an event
+                                    // can come before the record that makes its conversation's
+                                    // view: that record is read now, or the view would never
+                                    // count the event.
+                                    let created =
+                                        bus::last_record::<SystemRecord>(&js, subjects::SYSTEM_STREAM, &subjects::conversation_record(id))
+                                            .await;
+                                    if let Ok(Some((_, env))) = created {
+                                        if matches!(env.payload, SystemRecord::ConversationCreated { .. }) {
+                                            pending.record(env);
+                                        }
+                                    }
+                                }
+                                pending.event(env.payload, seq)
+                            }
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable event"),
                         }
                     } else {
+                        system_heard = tokio::time::Instant::now();
                         system_at = system_at.max(seq);
                         system_left = left;
                         match halyard_protocol::decode::<SystemRecord>(&msg.payload) {

@@ -78,16 +78,22 @@ pub async fn last_record<P: DeserializeOwned>(
     stream: &str,
     subject: &str,
 ) -> Result<Option<(u64, Envelope<P>)>, BusError> {
+    match last_message(js, stream, subject).await? {
+        Some((sequence, payload)) => Ok(Some((sequence, halyard_protocol::decode(&payload)?))),
+        None => Ok(None),
+    }
+}
+
+/// The last message on `subject` (wildcards allowed) in `stream`, undecoded, with its stream
+/// sequence.
+pub async fn last_message(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Option<(u64, bytes::Bytes)>, BusError> {
     let request = serde_json::json!({ "last_by_subj": subject });
     let msg = js
         .client()
         .request(format!("$JS.API.DIRECT.GET.{stream}"), request.to_string().into())
         .await
         .map_err(|e| err(BusErrorKind::Read)(&e))?;
-    match direct_answer(msg, stream)? {
-        Some((sequence, payload)) => Ok(Some((sequence, halyard_protocol::decode(&payload)?))),
-        None => Ok(None),
-    }
+    direct_answer(msg, stream)
 }
 
 /// Appends to one conversation's log. Each append names the stream sequence of the last event
@@ -378,8 +384,17 @@ where
 {
     let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let mut consumer: consumer::PullConsumer = stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
-    let max_deliver = consumer.info().await.map(|i| i.config.max_deliver).unwrap_or(5);
-    let mut messages = pull_messages(&consumer).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let info = consumer.info().await.map(|i| i.config.clone()).ok();
+    let max_deliver = info.as_ref().map_or(5, |c| c.max_deliver);
+    // A consumer that pins one client at a time (to keep its messages' order across
+    // replicas) is pulled in its priority group; this client stands by until it is pinned.
+    let group =
+        info.filter(|c| c.priority_policy == consumer::PriorityPolicy::PinnedClient).and_then(|c| c.priority_groups.first().cloned());
+    let mut messages = match group {
+        Some(group) => consumer.stream().expires(Duration::from_secs(5)).heartbeat(Duration::from_secs(1)).group(group).messages().await,
+        None => pull_messages(&consumer).await,
+    }
+    .map_err(|e| err(BusErrorKind::Consume)(&e))?;
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
