@@ -8,6 +8,7 @@
 #     latter also in a venv of the system's Python at /opt/halyard-mcp, which sandboxes can
 #     run (they see /usr and /opt, not root's home)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
+#   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -47,6 +48,11 @@ fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+fi
+# The Compose file under infra/cluster is checked with docker-compose's own validation.
+if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq docker-compose >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

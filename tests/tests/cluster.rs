@@ -289,6 +289,34 @@ fn the_kubernetes_manifests_pass_the_api_schemas() {
     assert_eq!(text.matches("path: /readyz").count(), 6, "every workload has a readiness probe");
 }
 
+/// The Compose file passes docker-compose's own validation, refuses to start without the
+/// deployment secret, and runs every service, two of each but the sandbox supervisor.
+#[test]
+fn the_compose_file_is_valid_and_runs_every_service() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/cluster/compose.yaml");
+    let compose = |args: &[&str], secret: bool| {
+        let mut cmd = std::process::Command::new("docker-compose");
+        cmd.args(["-f", file]).args(args).env_remove("HALYARD_SECRET").env("HALYARD_API_KEYS", "admin:k");
+        if secret {
+            cmd.env("HALYARD_SECRET", "s");
+        }
+        cmd.output().expect("docker-compose (apt-get install docker-compose)")
+    };
+    let out = compose(&["config", "-q"], true);
+    assert!(out.status.success(), "docker-compose config: {}", String::from_utf8_lossy(&out.stderr));
+    let out = compose(&["config", "-q"], false);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("set HALYARD_SECRET"));
+    let mut services: Vec<String> =
+        String::from_utf8_lossy(&compose(&["config", "--services"], true).stdout).lines().map(str::to_owned).collect();
+    services.sort_unstable();
+    let mut want: Vec<String> = ["nats-1", "nats-2", "nats-3", "setup-bus", "sandbox"].map(String::from).to_vec();
+    for s in ["gateway", "conversations", "agent", "callbacks", "titles"] {
+        want.extend([format!("{s}-1"), format!("{s}-2")]);
+    }
+    want.sort_unstable();
+    assert_eq!(services, want);
+}
+
 /// The Grafana dashboard charts only metrics the README documents (the bus and webhook tests
 /// check the processes export them).
 #[test]
