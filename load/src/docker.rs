@@ -86,6 +86,7 @@ pub async fn run(n: usize) -> Result<Value> {
     let engine = Engine {
         docker: docker::connect("unix:///var/run/docker.sock").await?,
         naming: Naming { deployment: format!("bench{}", std::process::id()) },
+        publish_host: std::net::Ipv4Addr::LOCALHOST.into(),
     };
     let spec = SandboxSpec::default();
     // The same network a sandbox of the default spec joins.

@@ -27,19 +27,21 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
     init();
     let llm = ScriptedLlm::start().await;
     let nats = NatsServer::start();
-    let service = |name: &str, uid_base: &str| {
+    let service = |name: &str, uid_base: &str, publish: &str| {
         Halyard::start(
             HalyardOptions::new(&llm.base_url)
                 .serve(&nats.url, &[name])
                 .set("HALYARD_SECRET", "a-shared-deployment-secret")
-                .set("HALYARD_PROCESS_UID_BASE", uid_base),
+                .set("HALYARD_PROCESS_UID_BASE", uid_base)
+                .set("HALYARD_SANDBOX_PUBLISH_HOST", publish),
         )
     };
-    // Two process hosts with uid ranges of their own.
-    let mut sup = vec![service("sandbox", "210000")];
-    let _agent = service("agent", "0");
-    let _conversations = service("conversations", "0");
-    let gateway = service("gateway", "0");
+    // Two process hosts with uid ranges of their own; the second publishes its sandboxes on
+    // another address (as a host whose agent runners are elsewhere would).
+    let mut sup = vec![service("sandbox", "210000", "127.0.0.1")];
+    let _agent = service("agent", "0", "127.0.0.1");
+    let _conversations = service("conversations", "0", "127.0.0.1");
+    let gateway = service("gateway", "0", "127.0.0.1");
     let api = gateway.api(ALICE);
 
     // With one supervisor up, it makes every sandbox.
@@ -50,7 +52,7 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
 
     // The second comes; the first dies. Its sandbox runs on, its conversation goes on, and new
     // sandboxes are made by the second.
-    sup.push(service("sandbox", "260000"));
+    sup.push(service("sandbox", "260000", "127.0.0.2"));
     sup[0].kill9();
     assert_eq!(procs::state(pid_a).map(|s| s != 'Z'), Some(true), "the sandbox died with its supervisor");
     llm.push([Reply::tool("terminal", json!({"command": "echo still here"})), Reply::finish("done")]);
@@ -68,8 +70,18 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
         let (conv, task) = api.start_ready(json!({})).await;
         let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
         assert_eq!(host_of(&sup, &sandbox), 1, "a sandbox went to the dead supervisor");
+        let (_, view) = api.get(&format!("/api/v1/sandboxes/{sandbox}")).await;
+        for url in view["exposed_urls"].as_array().unwrap() {
+            assert!(url["url"].as_str().unwrap().starts_with("http://127.0.0.2:"), "{view}");
+        }
         on_b.push((conv, sandbox));
     }
+    // The agent reaches a sandbox there.
+    llm.push([Reply::tool("terminal", json!({"command": "echo over there"})), Reply::finish("done")]);
+    let (s, b) = api.post(&format!("/api/v1/conversations/{}/messages", on_b[0].0), json!({"text": "work"})).await;
+    assert_eq!(s, 202, "{b}");
+    let events = api.wait_events(&on_b[0].0, "the run on the second host", finished).await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("over there")));
 
     // A command for the dead supervisor's sandbox waits for it (whichever supervisor pulls it).
     let (s, b) = api.post(&format!("/api/v1/sandboxes/{sandbox_a}/pause"), json!({})).await;

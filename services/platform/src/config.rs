@@ -263,6 +263,10 @@ pub struct SandboxConfig {
     pub env: std::collections::BTreeMap<String, String>,
     /// Docker engine address (`unix:///path` or `tcp://host:port`).
     pub docker_host: String,
+    /// Where sandboxes' ports are published (Docker) or listen (process), and the host of
+    /// their URLs: loopback by default, so only agent runners on the same host reach them;
+    /// the host's own address where agent runners run elsewhere (a Kubernetes pod's IP).
+    pub publish_host: std::net::IpAddr,
     /// Repository of the runtime images Halyard builds (tags say what they hold).
     pub image_repository: String,
     /// The spec new conversations get.
@@ -434,6 +438,7 @@ impl Default for SandboxConfig {
             max_running_total: 0,
             env: std::collections::BTreeMap::new(),
             docker_host: "unix:///var/run/docker.sock".into(),
+            publish_host: std::net::Ipv4Addr::LOCALHOST.into(),
             image_repository: "halyard-runtime".into(),
             default_spec: "default".into(),
             specs: Vec::new(),
@@ -493,6 +498,7 @@ pub const ENV_NAMES: &[&str] = &[
     "PROCESS_ISOLATION",
     "PROCESS_UID_BASE",
     "DOCKER_HOST",
+    "SANDBOX_PUBLISH_HOST",
     "SANDBOX_POOL_SIZE",
     "SANDBOX_IDLE_PAUSE_SECS",
     "SANDBOX_START_TIMEOUT_SECS",
@@ -670,6 +676,7 @@ impl Config {
                 }
                 "PROCESS_UID_BASE" => self.sandbox.process_uid_base = v.parse().map_err(|_| bad("expected a uid"))?,
                 "DOCKER_HOST" => self.sandbox.docker_host = v,
+                "SANDBOX_PUBLISH_HOST" => self.sandbox.publish_host = v.parse().map_err(|_| bad("expected an IP address"))?,
                 "SANDBOX_POOL_SIZE" => self.sandbox.pool_size = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_IDLE_PAUSE_SECS" => self.sandbox.idle_pause_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "SANDBOX_START_TIMEOUT_SECS" => self.sandbox.start_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,

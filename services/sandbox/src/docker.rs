@@ -5,8 +5,9 @@
 //! with its workspace on a named volume that outlives the container: pausing, a container
 //! killed from outside, or re-provisioning keep the user's files. The container gets no Docker
 //! socket, drops every capability, cannot gain privileges, and has the spec's memory, CPU and
-//! process limits. Its ports are published on 127.0.0.1 only, on ports the engine picks, so the
-//! host reaches them without `host.docker.internal` tricks and nothing else does.
+//! process limits. Its ports are published on 127.0.0.1 only (or the configured
+//! `sandbox.publish_host`, where agent runners run on other hosts), on ports the engine picks,
+//! so the host reaches them without `host.docker.internal` tricks and nothing else does.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -139,6 +140,8 @@ pub enum Found {
 pub struct Engine {
     pub docker: Docker,
     pub naming: Naming,
+    /// The address sandboxes' ports are published on, and their URLs' host.
+    pub publish_host: std::net::IpAddr,
 }
 
 impl Engine {
@@ -158,7 +161,12 @@ impl Engine {
         ports.extend(WORKER_PORTS.iter().map(|(_, p)| *p));
         let bindings = ports
             .iter()
-            .map(|p| (format!("{p}/tcp"), Some(vec![PortBinding { host_ip: Some("127.0.0.1".into()), host_port: Some(String::new()) }])))
+            .map(|p| {
+                (
+                    format!("{p}/tcp"),
+                    Some(vec![PortBinding { host_ip: Some(self.publish_host.to_string()), host_port: Some(String::new()) }]),
+                )
+            })
             .collect();
         let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.push("HOME=/home/halyard".into());
@@ -266,7 +274,7 @@ impl Engine {
         // own address there.
         let own_address = settings.networks.unwrap_or_default().into_values().find_map(|n| n.ip_address.filter(|ip| !ip.is_empty()));
         let url = |port: u16| match (host_port(port), &own_address) {
-            (Some(p), _) => Some(format!("http://127.0.0.1:{p}")),
+            (Some(p), _) => p.parse().ok().map(|p| format!("http://{}", std::net::SocketAddr::new(self.publish_host, p))),
             (None, Some(ip)) if ports.values().all(Option::is_none) => Some(format!("http://{ip}:{port}")),
             _ => None,
         };

@@ -52,11 +52,12 @@ impl Layout {
 }
 
 /// Starts `command` as an executor for `layout` (confined as `confinement` says, its
-/// directories already prepared), hands it `key` on standard input, and waits (no fixed
-/// sleeps) until its health endpoint answers, for at most `timeout`.
+/// directories already prepared) listening on `host`, hands it `key` on standard input, and
+/// waits (no fixed sleeps) until its health endpoint answers, for at most `timeout`.
 #[allow(clippy::too_many_arguments)]
 pub async fn start(
     command: &[String],
+    host: std::net::IpAddr,
     confinement: &Confinement,
     env: &std::collections::BTreeMap<String, String>,
     layout: &Layout,
@@ -79,7 +80,9 @@ pub async fn start(
     cmd.args(args)
         .arg("--workspace")
         .arg(layout.workspace())
-        .args(["--listen", "127.0.0.1:0", "--output-cap", &output_cap.to_string(), "--outlive-supervisor"])
+        .arg("--listen")
+        .arg(std::net::SocketAddr::new(host, 0).to_string())
+        .args(["--output-cap", &output_cap.to_string(), "--outlive-supervisor"])
         .current_dir(layout.workspace())
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
         .env_clear()
@@ -129,10 +132,11 @@ pub async fn start(
     }
 }
 
-/// `n` loopback ports free right now (the kernel's picks; a race with another binder is possible
-/// but harmless: the agent's server then fails to bind and says so).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n).filter_map(|_| std::net::TcpListener::bind("127.0.0.1:0").ok()).collect();
+/// `n` ports of `host` free right now (the kernel's picks; a race with another binder is
+/// possible but harmless: the agent's server then fails to bind and says so).
+pub fn free_ports(host: std::net::IpAddr, n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> =
+        (0..n).filter_map(|_| std::net::TcpListener::bind(std::net::SocketAddr::new(host, 0)).ok()).collect();
     listeners.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
 }
 

@@ -349,13 +349,14 @@ impl SandboxState {
             None => Default::default(),
         };
         // The agent's apps listen on two free host ports, named as in a container.
-        let workers = process::free_ports(2);
+        let workers = process::free_ports(cfg.publish_host, 2);
         let mut env = cfg.env.clone();
         for (i, port) in workers.iter().enumerate() {
             env.insert(format!("WORKER_{}_PORT", i + 1), port.to_string());
         }
         let started = process::start(
             &cfg.executor_command,
+            cfg.publish_host,
             &confinement,
             &env,
             &self.layout,
@@ -371,12 +372,10 @@ impl SandboxState {
                 let generation = self.generation;
                 self.pid = Some(started.pid);
                 self.urls = vec![ExposedUrl { name: AGENT_SERVER.into(), url: started.url }];
-                self.urls.extend(
-                    workers
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| ExposedUrl { name: format!("WORKER_{}", i + 1), url: format!("http://127.0.0.1:{p}") }),
-                );
+                self.urls.extend(workers.iter().enumerate().map(|(i, p)| ExposedUrl {
+                    name: format!("WORKER_{}", i + 1),
+                    url: format!("http://{}", std::net::SocketAddr::new(cfg.publish_host, *p)),
+                }));
                 let me = myself.clone();
                 let mut child = started.child;
                 tokio::spawn(async move {
