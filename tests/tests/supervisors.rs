@@ -114,4 +114,16 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
         api.wait_sandbox(sandbox, "the resume", |v| v["status"] == "RUNNING").await;
         assert_eq!(host_of(&sup, sandbox), 1);
     }
+
+    // A supervisor that stops cleanly (SIGTERM) stops its sandboxes: only a crash leaves them.
+    let executors: Vec<i32> = std::iter::once((0, sandbox_a.as_str()))
+        .chain(on_b.iter().map(|(_, s)| (1, s.as_str())))
+        .map(|(i, s)| procs::executor_pid(&sup[i].workspace(s)).expect("the executor runs"))
+        .collect();
+    for s in &mut sup {
+        s.stop();
+    }
+    for pid in executors {
+        assert!(procs::state(pid).is_none_or(|s| s == 'Z'), "executor {pid} outlived its supervisor's clean stop");
+    }
 }

@@ -161,6 +161,14 @@ impl Actor for Supervisor {
         Ok(SupervisorState { ctx, children: HashMap::new(), by_actor: HashMap::new(), forwarding: HashMap::new() })
     }
 
+    async fn post_stop(&self, myself: ActorRef<Self::Msg>, _st: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Stopping cleanly: every sandbox actor stops too, and a process sandbox's executor
+        // with it (ractor does not stop linked children by itself, and an executor outlives
+        // its supervisor otherwise, which only a crash should leave behind).
+        myself.stop_children_and_wait(Some("shutting down".into()), Some(Duration::from_secs(10))).await;
+        Ok(())
+    }
+
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Adopt(record) => {
