@@ -140,19 +140,7 @@ impl Gateways {
     }
 
     async fn events(&self, http: &reqwest::Client, key: &str, conv: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut after = 0;
-        loop {
-            let path = format!("/api/v1/conversations/{conv}/events?after_seq={after}&limit=1000");
-            let (status, page) = self.call(http, key, reqwest::Method::GET, &path, None).await;
-            assert_eq!(status, 200, "events of {conv}: {page}");
-            let items = page["items"].as_array().cloned().unwrap_or_default();
-            if items.is_empty() {
-                return out;
-            }
-            after = items.last().and_then(|e| e["seq"].as_u64()).unwrap_or(after);
-            out.extend(items);
-        }
+        crate::harness::all_events(conv, |path| async move { self.call(http, key, reqwest::Method::GET, &path, None).await }).await
     }
 }
 
@@ -312,13 +300,13 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
             c.nats.start_node(i);
             format!("{kind} {i}")
         } else {
-            let i = rng.below(n);
-            let h = match kind {
-                "agent runner" => &mut c.agents[i],
-                "gateway" => &mut c.gateways[i],
-                "dispatcher" => &mut c.callbacks[i],
-                _ => &mut c.sandbox,
+            let (i, h): (usize, &mut [Halyard]) = match kind {
+                "agent runner" => (rng.below(n), &mut c.agents),
+                "gateway" => (rng.below(n), &mut c.gateways),
+                "dispatcher" => (rng.below(n), &mut c.callbacks),
+                _ => (0, std::slice::from_mut(&mut c.sandbox)),
             };
+            let h = &mut h[i];
             let pid = h.pid();
             h.kill9();
             say(t0, &format!("SIGKILL {kind} {i} (pid {pid})"));

@@ -567,18 +567,7 @@ impl Api {
 
     /// All events of a conversation.
     pub async fn events(&self, conv: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut after = 0;
-        loop {
-            let (status, page) = self.get(&format!("/api/v1/conversations/{conv}/events?after_seq={after}&limit=1000")).await;
-            assert_eq!(status, 200, "events: {page}");
-            let items = page["items"].as_array().cloned().unwrap_or_default();
-            if items.is_empty() {
-                return out;
-            }
-            after = items.last().and_then(|e| e["seq"].as_u64()).unwrap_or(after);
-            out.extend(items);
-        }
+        all_events(conv, |path| async move { self.get(&path).await }).await
     }
 
     /// Waits until `pred` holds for the conversation's events; returns them.
@@ -627,6 +616,26 @@ impl Api {
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(16 * 1024);
         let (socket, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), true).await.expect("ws connect");
         EventSocket { socket }
+    }
+}
+
+/// All events of a conversation, page by page, each page asked with `get(path)`.
+pub async fn all_events<F, Fut>(conv: &str, mut get: F) -> Vec<Value>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = (u16, Value)>,
+{
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = get(format!("/api/v1/conversations/{conv}/events?after_seq={after}&limit=1000")).await;
+        assert_eq!(status, 200, "events of {conv}: {page}");
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        if items.is_empty() {
+            return out;
+        }
+        after = items.last().and_then(|e| e["seq"].as_u64()).unwrap_or(after);
+        out.extend(items);
     }
 }
 
