@@ -48,18 +48,10 @@ impl Settle {
 }
 
 /// Passes `delivery` to the replica listening on `subject` and settles it with the answer;
-/// `owner` names that replica in the reasons.
+/// `owner` names that replica in the reasons. One that does not answer (gone, or its work
+/// being taken over) gets the delivery back on the stream, to be routed afresh.
 pub async fn forward(nats: async_nats::Client, subject: String, owner: &str, delivery: Delivery) {
-    let payload = bytes::Bytes::copy_from_slice(delivery.payload());
-    let asked = tokio::time::timeout(Duration::from_secs(10), nats.request(subject, payload)).await;
-    match asked {
-        Ok(Ok(answer)) if answer.payload.is_empty() => delivery.ack().await,
-        Ok(Ok(answer)) => delivery.retry(Duration::from_millis(200), &String::from_utf8_lossy(&answer.payload)).await,
-        // No such replica any more, or it did not answer: try again once it is back (or its
-        // work has been taken over).
-        Ok(Err(e)) => delivery.retry(Duration::from_millis(500), &format!("{owner} unreachable: {e}")).await,
-        Err(_) => delivery.retry(Duration::from_millis(500), &format!("{owner} did not answer")).await,
-    }
+    forward_patiently(nats, subject, owner, delivery, Duration::ZERO).await
 }
 
 /// Like [`forward`], for an owner that cannot be replaced (a sandbox's host): while it does
@@ -77,7 +69,7 @@ pub async fn forward_patiently(nats: async_nats::Client, subject: String, owner:
             Err(_) => format!("{owner} did not answer"),
         };
         if started.elapsed() >= patience {
-            return delivery.retry(Duration::from_secs(1), &why).await;
+            return delivery.retry(Duration::from_millis(500), &why).await;
         }
         delivery.in_progress().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
