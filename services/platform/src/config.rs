@@ -848,6 +848,7 @@ mod tests {
                 "LOG_FORMAT" => "json",
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "MCP_URL" => "http://127.0.0.1:8000/mcp",
+                "SANDBOX_PUBLISH_HOST" => "10.1.2.3",
                 "HTTP_ADDR"
                 | "METRICS_ADDR"
                 | "DATA_DIR"
@@ -880,6 +881,10 @@ mod tests {
         }
         let err = Config::load(None, &env(&[("HALYARD_MAX_ITERATION", "9")])).err().unwrap().to_string();
         assert!(err.contains("did you mean HALYARD_MAX_ITERATIONS?"), "{err}");
+        let c = Config::load(None, &env(&[("HALYARD_SANDBOX_PUBLISH_HOST", "fd00::7")])).unwrap();
+        assert_eq!(c.sandbox.publish_host.to_string(), "fd00::7");
+        let err = Config::load(None, &env(&[("HALYARD_SANDBOX_PUBLISH_HOST", "pod.local")])).err().unwrap().to_string();
+        assert!(err.contains("expected an IP address"), "{err}");
         let err = Config::load(None, &env(&[("HALYARD_WHATEVER_THIS_IS", "9")])).err().unwrap().to_string();
         assert!(err.contains("no such setting") && !err.contains("did you mean"), "{err}");
         let c = Config::load(None, &env(&[("HALYARD_MAX_STARTING_PER_USER", "3"), ("HALYARD_CONFIG", "x.toml")])).unwrap();
