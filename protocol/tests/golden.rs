@@ -305,29 +305,23 @@ fn records_are_stable() {
             }),
         ),
     );
-    check(
-        "sys_sandbox",
-        env(
-            3,
-            "sys.sandbox",
-            SystemRecord::Sandbox(SandboxUpdate {
-                sandbox_id: SandboxId(id(2)),
-                owner: UserId("alice".into()),
-                conversation_id: Some(ConversationId(id(1))),
-                sandbox_kind: "process".into(),
-                status: SandboxStatus::Running,
-                exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
-                workspace: "/data/sandboxes/x/workspace".into(),
-                detail: None,
-                pid: Some(4242),
-                container: None,
-                volume: None,
-                spec: None,
-                from_pool: false,
-                host: None,
-            }),
-        ),
-    );
+    let process_sandbox = SandboxUpdate {
+        sandbox_id: SandboxId(id(2)),
+        owner: UserId("alice".into()),
+        conversation_id: Some(ConversationId(id(1))),
+        sandbox_kind: "process".into(),
+        status: SandboxStatus::Running,
+        exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://127.0.0.1:40000".into() }],
+        workspace: "/data/sandboxes/x/workspace".into(),
+        detail: None,
+        pid: Some(4242),
+        container: None,
+        volume: None,
+        spec: None,
+        from_pool: false,
+        host: None,
+    };
+    check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(process_sandbox.clone())));
     // A sandbox of one of several supervisors: its record names the host.
     check(
         "sys_sandbox_hosted",
@@ -335,20 +329,9 @@ fn records_are_stable() {
             3,
             "sys.sandbox",
             SystemRecord::Sandbox(SandboxUpdate {
-                sandbox_id: SandboxId(id(2)),
-                owner: UserId("alice".into()),
-                conversation_id: Some(ConversationId(id(1))),
-                sandbox_kind: "process".into(),
-                status: SandboxStatus::Running,
                 exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://10.1.2.3:40000".into() }],
-                workspace: "/data/sandboxes/x/workspace".into(),
-                detail: None,
-                pid: Some(4242),
-                container: None,
-                volume: None,
-                spec: None,
-                from_pool: false,
                 host: Some("sandbox-b".into()),
+                ..process_sandbox
             }),
         ),
     );
