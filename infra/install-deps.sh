@@ -9,6 +9,7 @@
 #     run (they see /usr and /opt, not root's home)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 #   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
+#   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -25,6 +26,10 @@ if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis'
 fi
 if ! "$PY" -c 'import mcp.server.mcpserver, mcp_server_time' >/dev/null 2>&1; then
   need_pip+=('mcp>=2' mcp-server-time)
+fi
+# The OTLP test decodes exported traces with the OpenTelemetry project's protobuf definitions.
+if ! "$PY" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1; then
+  need_pip+=(opentelemetry-proto)
 fi
 # The Kubernetes manifests under infra/k8s are checked against the API's schemas.
 if ! "$PY" -c 'import kubernetes_validate' >/dev/null 2>&1; then

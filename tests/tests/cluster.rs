@@ -337,3 +337,77 @@ fn the_dashboard_charts_documented_metrics() {
     }
     assert!(charted >= 15, "{charted}");
 }
+
+/// With `HALYARD_OTLP_ENDPOINT`, every process exports its spans over OTLP/HTTP, as decoded by
+/// the OpenTelemetry project's own protobuf definitions (`tests/servers/otlp_receiver.py`), and
+/// a start's spans in the conversation manager and the agent runner (separate processes) share
+/// the trace its command carried across the bus.
+#[tokio::test]
+async fn spans_are_exported_over_otlp_and_a_trace_crosses_the_bus() {
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    let port_file = dir.path().join("port");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/servers/otlp_receiver.py");
+    let spans_file = dir.path().join("spans.jsonl");
+    let mut receiver = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&port_file)
+        .stdout(std::fs::File::create(&spans_file).unwrap())
+        .spawn()
+        .expect("python3 (pip install opentelemetry-proto)");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            if !p.is_empty() {
+                break p;
+            }
+        }
+        assert!(receiver.try_wait().unwrap().is_none(), "the OTLP receiver exited (pip install opentelemetry-proto)");
+        assert!(Instant::now() < deadline, "the OTLP receiver did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _receiver = Kill(receiver);
+
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo traced"})), Reply::finish("done")]);
+    let nats = halyard_tests::NatsServer::start();
+    let service = |name: &str| {
+        Halyard::start(
+            HalyardOptions::new(&llm.base_url)
+                .serve(&nats.url, &[name])
+                .set("HALYARD_SECRET", "a-shared-deployment-secret")
+                .set("HALYARD_OTLP_ENDPOINT", &format!("http://127.0.0.1:{port}")),
+        )
+    };
+    let mut processes = vec![service("sandbox"), service("conversations"), service("agent"), service("gateway")];
+    let api = processes[3].api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "trace me"})).await;
+    api.wait_events(&conv, "the run to finish", finished).await;
+    // A clean stop exports what is still buffered.
+    for p in &mut processes {
+        p.stop();
+    }
+
+    let spans: Vec<Value> = std::fs::read_to_string(&spans_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let named =
+        |service: &str, name: &str| -> Vec<&Value> { spans.iter().filter(|s| s["service"] == service && s["name"] == name).collect() };
+    let started = named("halyard-conversations", "conversation_command");
+    assert!(!started.is_empty(), "no conversation_command span from the conversation manager: {spans:?}");
+    let runs = named("halyard-agent", "agent_run");
+    assert!(!runs.is_empty(), "no agent_run span from the agent runner: {spans:?}");
+    assert!(
+        runs.iter().any(|r| started.iter().any(|s| s["trace_id"] == r["trace_id"])),
+        "the run is not in the trace of the start that asked for it: {spans:?}"
+    );
+    for s in started.iter().chain(&runs) {
+        assert_eq!(s["trace_id"].as_str().unwrap().len(), 32);
+        assert_ne!(s["parent_span_id"], "", "{s} is not under the trace it was sent with");
+    }
+}

@@ -127,6 +127,7 @@ impl Actor for ConversationActor {
                 use tracing::Instrument;
                 let trace_id = env.trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
                 let span = tracing::info_span!("agent_command", conversation_id = %st.id, kind = %env.kind, %trace_id);
+                halyard_platform::telemetry::continue_trace(&span, env.trace.as_ref());
                 st.command(&myself, env, delivery).instrument(span).await
             }
             ConvMsg::RunEnded { run, outcome } => {
@@ -481,6 +482,7 @@ impl ConvState {
         let conv = self.id;
         let trace_id = trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
         let span = tracing::info_span!("agent_run", conversation_id = %self.id, run = id, %trace_id);
+        halyard_platform::telemetry::continue_trace(&span, trace.as_ref());
         let join = tokio::spawn(tracing::Instrument::instrument(
             async move {
                 // Renew the lease while the run lives. A renewal that does not get through (a

@@ -71,6 +71,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             use tracing::Instrument;
             let trace_id = env.trace.as_ref().and_then(halyard_platform::telemetry::trace_id).unwrap_or_default().to_owned();
             let span = tracing::info_span!("conversation_command", kind = %env.kind, %trace_id);
+            halyard_platform::telemetry::continue_trace(&span, env.trace.as_ref());
             tokio::spawn(handle(ctx, env, delivery).instrument(span));
         }
     })

@@ -212,7 +212,15 @@ fn persistent(data_dir: &Path, name: &str, make: impl FnOnce() -> String) -> Res
 
 async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Service], embedded: bool) -> Result<()> {
     let mut config = load_config(cli, env)?;
-    telemetry::init_with(&config.log, config.log_format == "json");
+    // Kept to the end: dropping it exports the spans still buffered.
+    let otlp = (!config.otlp_endpoint.is_empty()).then(|| telemetry::Otlp {
+        endpoint: config.otlp_endpoint.clone(),
+        service: match services {
+            [one] => format!("halyard-{}", one.role()),
+            _ => "halyard".to_owned(),
+        },
+    });
+    let _traces = telemetry::init_with(&config.log, config.log_format == "json", otlp);
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Everything Halyard writes (bus store, read models, secrets, credentials) is its own: a
     // process sandbox running under another uid must not read any of it. The sandbox
@@ -398,7 +406,7 @@ fn make_private(data_dir: &Path) -> Result<()> {
 
 async fn setup_bus(cli: &Cli, env: &BTreeMap<String, String>) -> Result<()> {
     let config = load_config(cli, env)?;
-    telemetry::init_with(&config.log, config.log_format == "json");
+    let _traces = telemetry::init_with(&config.log, config.log_format == "json", None);
     let _ = rustls::crypto::ring::default_provider().install_default();
     if config.nats_url.is_empty() {
         bail!("`halyard setup-bus` needs HALYARD_NATS_URL (or --nats-url)");

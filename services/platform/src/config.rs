@@ -42,6 +42,9 @@ pub struct Config {
     pub log: String,
     /// `text` (default) or `json`: one JSON object per line.
     pub log_format: String,
+    /// An OTLP/HTTP collector (`http://host:4318`) that gets the process's traces; none when
+    /// empty.
+    pub otlp_endpoint: String,
     /// Directory of global skills loaded into every conversation.
     pub skills_dir: Option<PathBuf>,
     /// The built web workspace (`web/dist`), served at `/`.
@@ -373,6 +376,7 @@ impl Default for Config {
             node_id: String::new(),
             log: "info".into(),
             log_format: "text".into(),
+            otlp_endpoint: String::new(),
             skills_dir: None,
             web_dir: None,
             apps_addr: "127.0.0.1:3001".into(),
@@ -481,6 +485,7 @@ pub const ENV_NAMES: &[&str] = &[
     "NODE_ID",
     "LOG",
     "LOG_FORMAT",
+    "OTLP_ENDPOINT",
     "SKILLS_DIR",
     "WEB_DIR",
     "APPS_ADDR",
@@ -649,6 +654,10 @@ impl Config {
                 "LOG" => self.log = v,
                 "LOG_FORMAT" if v != "text" && v != "json" => return Err(bad("expected `text` or `json`")),
                 "LOG_FORMAT" => self.log_format = v,
+                "OTLP_ENDPOINT" if !v.is_empty() && !v.starts_with("http://") => {
+                    return Err(bad("expected an http:// URL of an OTLP/HTTP collector, such as http://127.0.0.1:4318"));
+                }
+                "OTLP_ENDPOINT" => self.otlp_endpoint = v.trim_end_matches('/').to_owned(),
                 "SKILLS_DIR" => self.skills_dir = Some(PathBuf::from(v)),
                 "WEB_DIR" => self.web_dir = Some(PathBuf::from(v)),
                 "APPS_ADDR" => self.apps_addr = v,
@@ -846,6 +855,7 @@ mod tests {
                 "LLM_STREAM" | "TITLE_USE_LLM" => "true",
                 "LLM_PROVIDER" => "anthropic",
                 "LOG_FORMAT" => "json",
+                "OTLP_ENDPOINT" => "http://127.0.0.1:4318",
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "MCP_URL" => "http://127.0.0.1:8000/mcp",
                 "SANDBOX_PUBLISH_HOST" => "10.1.2.3",
