@@ -8,8 +8,9 @@
 //! its events ([`history`]); a [`runner::Runner`] actor supervises them, evicts idle ones, and
 //! takes over runs whose owner died ([`lease`]: compare-and-set leases in a NATS key-value
 //! bucket). Replicas share the command consumer; a command for a run another replica holds is
-//! passed to it (`halyard_platform::route`). Appends carry an expected-last-sequence check, so two writers never
-//! interleave blindly: a conflicting append first folds in what the other wrote.
+//! passed to it (`halyard_platform::route`). Appends carry an expected-last-sequence check, so
+//! two writers never interleave blindly: a conflicting append first folds in what the other
+//! wrote.
 
 pub mod ask;
 pub mod budget;

@@ -47,19 +47,12 @@ pub async fn run(ctx: Arc<Ctx>, webhook: String) {
     if let Ok(stream) = ctx.js.get_stream_no_info(subjects::DELIVERIES_STREAM).await {
         let _ = stream.delete_consumer(&legacy_consumer_name(&webhook)).await;
     }
-    let lanes: Vec<_> = (0..subjects::DELIVERY_LANES).map(|lane| tokio::spawn(run_lane(ctx.clone(), webhook.clone(), lane))).collect();
-    // Aborting this task drops the lanes' handles, which would leave them running: abort them
-    // on the way out whichever way it ends.
-    struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
-    impl Drop for AbortAll {
-        fn drop(&mut self) {
-            for lane in &self.0 {
-                lane.abort();
-            }
-        }
+    // A JoinSet aborts the lanes when dropped: aborting this task stops them too.
+    let mut lanes = tokio::task::JoinSet::new();
+    for lane in 0..subjects::DELIVERY_LANES {
+        lanes.spawn(run_lane(ctx.clone(), webhook.clone(), lane));
     }
-    let mut lanes = AbortAll(lanes);
-    futures::future::join_all(lanes.0.iter_mut()).await;
+    while lanes.join_next().await.is_some() {}
 }
 
 /// Delivers one lane's jobs, one at a time, until the subscription is disabled.

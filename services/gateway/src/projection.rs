@@ -367,7 +367,7 @@ async fn ordered(js: &jetstream::Context, stream: &str, filter: &str, after: u64
 /// A new ordered consumer from after `at` if `stream` holds a message on `filter` past it, for
 /// a consumer that went quiet (a read or a creation that fails gives it until the next check).
 async fn unstall(js: &jetstream::Context, stream: &str, filter: &str, at: u64) -> Option<(consumer::pull::Ordered, u64)> {
-    let last = halyard_platform::bus::last_message(js, stream, filter).await;
+    let last = bus::last_message(js, stream, filter).await;
     tracing::debug!(stream, at, last = ?last.as_ref().map(|l| l.as_ref().map(|(seq, _)| *seq)), "projection stall check");
     match last {
         Ok(Some((seq, _))) if seq > at => {}

@@ -390,11 +390,7 @@ where
     // replicas) is pulled in its priority group; this client stands by until it is pinned.
     let group =
         info.filter(|c| c.priority_policy == consumer::PriorityPolicy::PinnedClient).and_then(|c| c.priority_groups.first().cloned());
-    let mut messages = match group {
-        Some(group) => consumer.stream().expires(Duration::from_secs(5)).heartbeat(Duration::from_secs(1)).group(group).messages().await,
-        None => pull_messages(&consumer).await,
-    }
-    .map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let mut messages = pull_messages_in(&consumer, group).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
@@ -416,7 +412,20 @@ where
 /// a pull waits on dies, the client notices within seconds (a missed heartbeat) and pulls again
 /// from another node, rather than after the library's default half-minute.
 pub async fn pull_messages(consumer: &consumer::PullConsumer) -> Result<consumer::pull::Stream, consumer::StreamError> {
-    consumer.stream().expires(Duration::from_secs(5)).heartbeat(Duration::from_secs(1)).messages().await
+    pull_messages_in(consumer, None).await
+}
+
+/// Like [`pull_messages`], pulling in a priority `group` when one is given (a consumer that
+/// pins one client at a time).
+pub async fn pull_messages_in(
+    consumer: &consumer::PullConsumer,
+    group: Option<String>,
+) -> Result<consumer::pull::Stream, consumer::StreamError> {
+    let pulls = consumer.stream().expires(Duration::from_secs(5)).heartbeat(Duration::from_secs(1));
+    match group {
+        Some(group) => pulls.group(group).messages().await,
+        None => pulls.messages().await,
+    }
 }
 
 /// Consumes a durable consumer until `shutdown`, decoding each message as `P` and handing it to

@@ -432,22 +432,18 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
-    let records: Vec<SandboxUpdate> = latest_sandbox_records(&js).await?;
     // Orphans are judged against every record (containers are named per supervisor anyway);
     // only this supervisor's own sandboxes are adopted.
-    let orphans_check = records.clone();
-    let records: Vec<SandboxUpdate> = records
-        .into_iter()
-        .filter(|r| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id))
-        .collect();
+    let records: Vec<SandboxUpdate> = latest_sandbox_records(&js).await?;
     let mut tasks = Vec::new();
     if let Some(d) = &ctx.docker {
         // Subscribe before looking, so nothing that happens during reconciliation is missed.
         tasks.push(tokio::spawn(watch_engine(d.engine.clone(), supervisor.clone(), shutdown.clone())));
-        remove_orphans(d, &orphans_check).await?;
+        remove_orphans(d, &records).await?;
         tasks.push(tokio::spawn(crate::pool::refill(ctx.clone(), shutdown.clone())));
     }
-    for record in records {
+    let mine = |r: &SandboxUpdate| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id);
+    for record in records.into_iter().filter(mine) {
         let live = matches!(record.status, SandboxStatus::Running | SandboxStatus::Starting | SandboxStatus::Paused);
         if live {
             if let Ok(mut reg) = ctx.registry.lock() {
