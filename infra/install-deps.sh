@@ -8,6 +8,7 @@
 #     latter also in a venv of the system's Python at /opt/halyard-mcp, which sandboxes can
 #     run (they see /usr and /opt, not root's home)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
+#   - slirp4netns (Debian): the way out of a process sandbox's own network namespace
 #   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
 #   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
 # Idempotent: re-running it changes nothing once everything is there.
@@ -49,6 +50,11 @@ if ! command -v nats-server >/dev/null 2>&1; then
     echo "nats-server could not be installed" >&2
     exit 1
   fi
+fi
+# slirp4netns gives process sandboxes, each in a network namespace of its own, their way out.
+if ! command -v slirp4netns >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq slirp4netns >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq slirp4netns >/dev/null; }
 fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive

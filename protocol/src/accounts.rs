@@ -71,6 +71,14 @@ pub struct ApiKeyRecord {
     /// HttpOnly cookie, expires within hours, and cannot open another session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session: bool,
+    /// A session's credential: the API key it was signed in with (`key:<id>`, or
+    /// `bootstrap:<fingerprint>` for an operator's key). The session ends when that ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// A session's last proof of its key (sign-in, or a step-up since): what sensitive changes
+    /// made with it are judged by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_ms: Option<UnixMillis>,
 }
 
 impl Payload for ApiKeyRecord {

@@ -285,6 +285,8 @@ fn records_are_stable() {
                 expires_ms: Some(T + 86_400_000),
                 revoked_ms: None,
                 session: false,
+                parent: None,
+                verified_ms: None,
             },
         ),
     );

@@ -2,9 +2,10 @@
 //! The hostile agent: a prompt-injected model that runs whatever it is told, in a deployment
 //! shared by two users. In a process sandbox and in containers it tries to read the deployment
 //! secret, the data dir, the bus credentials, another user's workspace and Halyard's
-//! environment, to talk to NATS without or with guessed credentials, and to reach another
-//! user's container and the Docker host. Every attempt fails; the same runs show that the
-//! legitimate paths (its own workspace, its own exposed ports) still work.
+//! environment, to talk to NATS without or with guessed credentials, to reach the gateway and
+//! another user's sandbox over the network (process sandboxes have a network of their own),
+//! and to reach another user's container and the Docker host. Every attempt fails; the same
+//! runs show that the legitimate paths (its own workspace, its own exposed ports) still work.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -101,10 +102,28 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     let bus_passwords: Vec<String> = ["admin", "agent", "gateway", "reader"].iter().map(|r| h.nats_credentials(r).1).collect();
     let port = h.nats.rsplit(':').next().unwrap().to_owned();
 
-    // Bob keeps notes in his workspace.
-    let (bob_sandbox, _) = run_commands(llm, &h.api(BOB), None, &["echo bob-private-notes > notes.txt".into()]).await;
+    // Bob keeps notes in his workspace, and serves them on his first app port.
+    let serve = "(setsid nohup python3 -m http.server \"$WORKER_1_PORT\" --bind 127.0.0.1 >/dev/null 2>&1 &); sleep 1; echo served";
+    let (bob_sandbox, _) = run_commands(llm, &h.api(BOB), None, &["echo bob-private-notes > notes.txt".into(), serve.into()]).await;
     let bob_ws = h.workspace(&bob_sandbox).display().to_string();
     assert!(std::fs::read_to_string(format!("{bob_ws}/notes.txt")).unwrap().contains("bob-private-notes"));
+    // Where Bob's executor and app are reached from the host: the publish host, never the
+    // gateway's address; the host reaches the app (through the supervisor's forward).
+    let (_, bob_view) = h.api(BOB).get(&format!("/api/v1/sandboxes/{bob_sandbox}")).await;
+    let bob_urls: Vec<(String, String)> = bob_view["exposed_urls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            let authority = u["url"].as_str().unwrap().trim_start_matches("http://").trim_end_matches('/').to_owned();
+            (u["name"].as_str().unwrap().to_owned(), authority)
+        })
+        .collect();
+    assert!(bob_urls.iter().all(|(_, a)| a.starts_with("127.0.0.2:")), "{bob_view}");
+    let bob_app = &bob_urls.iter().find(|(n, _)| n == "WORKER_1").unwrap().1;
+    let listing = reqwest::get(format!("http://{bob_app}/")).await.unwrap().text().await.unwrap();
+    assert!(listing.contains("notes.txt"), "the host cannot reach Bob's app: {listing}");
+    let gateway_port = h.http.rsplit(':').next().unwrap().to_owned();
 
     // Alice's agent is hostile.
     let attacks = [
@@ -123,13 +142,36 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
         ("NATS as a guessed agent", nats_probe(&port, Some(("agent", "agent")))),
         ("NATS as a guessed admin", nats_probe(&port, Some(("admin", "password")))),
     ];
+    // In a network of its own, nothing of the host's is there to connect to: not the gateway
+    // (on its loopback, or through the NAT's gateway address), not Bob's forwarded ports.
+    let mut net_attacks = vec![
+        ("the gateway on the host's loopback", tcp_probe("127.0.0.1", &gateway_port)),
+        ("the gateway through the NAT", tcp_probe("10.0.2.2", &gateway_port)),
+        ("NATS through the NAT", tcp_probe("10.0.2.2", &port)),
+    ];
+    for (name, authority) in &bob_urls {
+        let (ip, p) = authority.split_once(':').unwrap();
+        net_attacks.push((if name == "WORKER_1" { "Bob's app" } else { "Bob's executor" }, tcp_probe(ip, p)));
+    }
+    // And what it listens on stays inside: a server on its loopback is not on the host's.
+    let inside_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let own_server = format!(
+        "(setsid nohup python3 -m http.server {inside_port} --bind 127.0.0.1 >/dev/null 2>&1 &); sleep 1; {}",
+        fetch("127.0.0.1", inside_port, "/")
+    );
     let legit = [
         "echo mine > own.txt && cat own.txt && pwd && echo uid=$(id -u)".to_owned(),
         "env".to_owned(),
         "ls -d /usr/bin && cat /etc/hostname".to_owned(),
     ];
-    let commands: Vec<String> =
-        attacks.iter().map(|(_, c)| format!("{c} 2>&1")).chain(bus_attacks.iter().map(|(_, c)| c.clone())).chain(legit.clone()).collect();
+    let commands: Vec<String> = attacks
+        .iter()
+        .map(|(_, c)| format!("{c} 2>&1"))
+        .chain(bus_attacks.iter().map(|(_, c)| c.clone()))
+        .chain(net_attacks.iter().map(|(_, c)| c.clone()))
+        .chain([own_server])
+        .chain(legit.clone())
+        .collect();
     let (alice_sandbox, outputs) = run_commands(llm, &h.api(ALICE), None, &commands).await;
 
     // Under its own uid Halyard's files are there and closed to it. In namespaces they do not
@@ -147,12 +189,20 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
         assert!(!bus_passwords.iter().any(|p| out.contains(p.as_str())), "{what} leaked a bus password: {out}");
     }
     for ((what, _), out) in bus_attacks.iter().zip(&outputs[attacks.len()..]) {
-        assert!(out.contains("Authorization Violation"), "{what} was not refused: {out}");
+        assert!(out.contains("ConnectionRefusedError"), "{what} was reachable: {out}");
         assert!(!out.contains("PONG") && !out.contains("MSG "), "{what} got through: {out}");
     }
+    let after_bus = attacks.len() + bus_attacks.len();
+    for ((what, _), out) in net_attacks.iter().zip(&outputs[after_bus..]) {
+        assert!(out.starts_with("Error") && !out.contains("connected"), "{what} was reachable: {out}");
+    }
+    let own_server = &outputs[after_bus + net_attacks.len()];
+    assert!(own_server.contains("</html>"), "its own server does not answer inside: {own_server}");
+    let from_host = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], inside_port).into(), Duration::from_secs(2));
+    assert!(from_host.is_err(), "the sandbox's server on its loopback listens on the host's");
     // The legitimate paths: its own workspace, not as root; no key in its environment; the
     // system's files.
-    let own = &outputs[attacks.len() + bus_attacks.len()..];
+    let own = &outputs[after_bus + net_attacks.len() + 1..];
     let alice_ws = h.workspace(&alice_sandbox).display().to_string();
     assert!(own[0].contains("mine") && own[0].contains(&alice_ws), "{}", own[0]);
     let uid: u32 = own[0].lines().find_map(|l| l.strip_prefix("uid=")).unwrap().trim().parse().unwrap();
@@ -374,8 +424,14 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         }
     }
     assert!(walked >= 20, "only {walked} operations walked");
-    // The WebSocket handshake is refused the same way.
-    let ws = format!("{}/api/v1/conversations/{conv}/events/ws?after_seq=0&access_token={BOB}", h.http.replacen("http", "ws", 1));
+    // The WebSocket handshake is refused the same way, with Bob's own ticket.
+    let (s, t) = h.api(BOB).post("/api/v1/ws-tickets", json!({})).await;
+    assert_eq!(s, 201, "{t}");
+    let ws = format!(
+        "{}/api/v1/conversations/{conv}/events/ws?after_seq=0&access_token={}",
+        h.http.replacen("http", "ws", 1),
+        t["ticket"].as_str().unwrap()
+    );
     match tokio_tungstenite::connect_async(ws).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 404),
         other => panic!("Bob opened Alice's event stream: {:?}", other.map(|_| ())),

@@ -36,9 +36,9 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
                 .set("HALYARD_SANDBOX_PUBLISH_HOST", publish),
         )
     };
-    // Two process hosts with uid ranges of their own; the second publishes its sandboxes on
-    // another address (as a host whose agent runners are elsewhere would).
-    let mut sup = vec![service("sandbox", "210000", "127.0.0.1")];
+    // Two process hosts with uid ranges of their own, publishing their sandboxes on addresses
+    // of their own (as hosts whose agent runners are elsewhere would).
+    let mut sup = vec![service("sandbox", "210000", "127.0.0.3")];
     let _agent = service("agent", "0", "127.0.0.1");
     let _conversations = service("conversations", "0", "127.0.0.1");
     let gateway = service("gateway", "0", "127.0.0.1");

@@ -14,6 +14,7 @@ pub mod editor;
 pub mod git_credential;
 pub mod mcp;
 pub mod shell;
+pub mod tunnel;
 pub mod workspace;
 
 use std::net::SocketAddr;

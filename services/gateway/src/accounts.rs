@@ -27,6 +27,27 @@ pub struct Principal {
     pub user: UserId,
     pub admin: bool,
     pub scope: KeyScope,
+    /// What it authenticated with, as a session's `parent` names it (`key:<id>` or
+    /// `bootstrap:<fingerprint>`); for a session, the session's own key. Grants made for the
+    /// request (app links, WebSocket tickets) end when this ends.
+    pub credential: String,
+    /// Set when it is a browser session.
+    pub session: Option<SessionFacts>,
+}
+
+/// What a request made with a session cookie knows of its session.
+#[derive(Clone, Debug)]
+pub struct SessionFacts {
+    pub id: String,
+    /// The session's credential.
+    pub parent: String,
+    /// When its key was last shown (sign-in or step-up).
+    pub verified_ms: i64,
+}
+
+/// The `credential` of an issued key.
+pub fn key_credential(id: &str) -> String {
+    format!("key:{id}")
 }
 
 /// Why a key was refused (each says what to do).
@@ -36,6 +57,10 @@ pub enum Refusal {
     Revoked,
     Expired,
     UserDisabled,
+    /// A session whose key was revoked or expired.
+    SessionEnded,
+    /// A WebSocket ticket used already, expired, or not a ticket.
+    TicketSpent,
 }
 
 impl Refusal {
@@ -45,6 +70,8 @@ impl Refusal {
             Self::Revoked => "the API key was revoked; ask an administrator for a new one",
             Self::Expired => "the API key has expired; ask an administrator for a new one",
             Self::UserDisabled => "this user is disabled; ask an administrator",
+            Self::TicketSpent => "this WebSocket ticket is used up or expired; ask `POST /api/v1/ws-tickets` for a new one",
+            Self::SessionEnded => "this session has ended with the key it was opened with; sign in again with a valid key",
         }
     }
 }
@@ -139,21 +166,14 @@ impl Accounts {
 
     /// Who `token` is, or why not.
     pub fn authenticate(&self, token: &str, now_ms: i64) -> Result<Principal, Refusal> {
-        let (user, scope) = match keys::parse_api_key(token) {
+        match keys::parse_api_key(token) {
             Some((id, secret)) => {
-                let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-                let (_, record) = keys.get(id).ok_or(Refusal::Unknown)?;
+                let record = self.key(id).ok_or(Refusal::Unknown)?;
                 let hash = keys::api_key_hash(&record.salt, secret);
                 if !constant_time_eq(hash.as_bytes(), record.hash.as_bytes()) {
                     return Err(Refusal::Unknown);
                 }
-                if record.revoked_ms.is_some() {
-                    return Err(Refusal::Revoked);
-                }
-                if record.expires_ms.is_some_and(|t| t <= now_ms) {
-                    return Err(Refusal::Expired);
-                }
-                (record.user.clone(), record.scope)
+                self.principal(&record.user, record.scope, &key_credential(id), now_ms)
             }
             None => {
                 // Compare against every bootstrap key, each in constant time.
@@ -163,15 +183,62 @@ impl Accounts {
                         found = Some(k.user.clone());
                     }
                 }
-                (UserId(found.ok_or(Refusal::Unknown)?), KeyScope::Full)
+                let user = UserId(found.ok_or(Refusal::Unknown)?);
+                self.principal(&user, KeyScope::Full, &bootstrap_credential(token), now_ms)
             }
-        };
+        }
+    }
+
+    /// `user` with `scope`, authenticated by `credential`, if that credential (and, for a
+    /// session, the key it was opened with) is still good and the user is not disabled.
+    pub fn principal(&self, user: &UserId, scope: KeyScope, credential: &str, now_ms: i64) -> Result<Principal, Refusal> {
+        let session = self.check_credential(credential, now_ms)?;
         let account = self.account(&user.0);
         if account.as_ref().is_some_and(|a| a.disabled) {
             return Err(Refusal::UserDisabled);
         }
         let admin = account.map(|a| a.admin).unwrap_or(false) || self.bootstrap_admins.contains(&user.0);
-        Ok(Principal { user, admin, scope })
+        Ok(Principal { user: user.clone(), admin, scope, credential: credential.to_owned(), session })
+    }
+
+    /// Whether `credential` is still good now; for a session, what it knows of it.
+    fn check_credential(&self, credential: &str, now_ms: i64) -> Result<Option<SessionFacts>, Refusal> {
+        if let Some(fingerprint) = credential.strip_prefix("bootstrap:") {
+            // An operator's key is good while the configuration still holds it.
+            return if self
+                .bootstrap
+                .iter()
+                .any(|k| constant_time_eq(bootstrap_credential(&k.key).as_bytes(), format!("bootstrap:{fingerprint}").as_bytes()))
+            {
+                Ok(None)
+            } else {
+                Err(Refusal::Revoked)
+            };
+        }
+        let id = credential.strip_prefix("key:").ok_or(Refusal::Unknown)?;
+        let record = self.key(id).ok_or(Refusal::Unknown)?;
+        if record.revoked_ms.is_some() {
+            return Err(if record.session { Refusal::SessionEnded } else { Refusal::Revoked });
+        }
+        if record.expires_ms.is_some_and(|t| t <= now_ms) {
+            return Err(if record.session { Refusal::SessionEnded } else { Refusal::Expired });
+        }
+        if !record.session {
+            return Ok(None);
+        }
+        // A session is only as good as the key it was opened with: revoked, expired or gone,
+        // the session ends with it, on every gateway as soon as the change reaches it.
+        let parent = record.parent.clone().ok_or(Refusal::SessionEnded)?;
+        if parent.starts_with("key:") && self.key(parent.trim_start_matches("key:")).is_some_and(|k| k.session) {
+            return Err(Refusal::SessionEnded);
+        }
+        self.check_credential(&parent, now_ms).map_err(|_| Refusal::SessionEnded)?;
+        Ok(Some(SessionFacts { id: record.id.clone(), parent, verified_ms: record.verified_ms.unwrap_or(record.created_ms) }))
+    }
+
+    /// When `credential` stops being good by itself (a key's expiry), if it does.
+    pub fn credential_expiry(&self, credential: &str) -> Option<i64> {
+        self.key(credential.strip_prefix("key:")?)?.expires_ms
     }
 
     /// A user's account, if an admin made or changed one.
@@ -252,6 +319,12 @@ impl Accounts {
         self.apply_value(&name, revision, false, &bytes);
         Ok(())
     }
+}
+
+/// The `credential` of an operator's bootstrap key: a fingerprint that names it without
+/// holding it.
+pub fn bootstrap_credential(key: &str) -> String {
+    format!("bootstrap:{}", &keys::api_key_hash("halyard-bootstrap-key", key)[..24])
 }
 
 /// Puts the value of `name` at `revision` into `map` (or removes it), unless `map` holds a newer

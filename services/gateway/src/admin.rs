@@ -19,7 +19,7 @@ use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
 use crate::accounts::Principal;
-use crate::auth::Admin;
+use crate::auth::{Admin, Recent};
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
@@ -117,6 +117,7 @@ pub async fn list_users(State(state): State<AppState>, _: Admin) -> Json<Value> 
 pub async fn create_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    _: Recent,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     ApiJson(body): ApiJson<CreateUserBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -143,6 +144,7 @@ pub async fn get_user(State(state): State<AppState>, _: Admin, Path(name): Path<
 pub async fn patch_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    _: Recent,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PatchUserBody>,
@@ -189,6 +191,7 @@ pub async fn list_keys(State(state): State<AppState>, _: Admin, Path(name): Path
 pub async fn create_key(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    _: Recent,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<CreateKeyBody>,
@@ -205,6 +208,7 @@ pub async fn create_key(
     if label.chars().count() > 100 {
         return Err(ApiError::bad_request("invalid_field", "`name` is longer than 100 characters"));
     }
+    crate::user_store::check_label("name", &label)?;
     let expires_ms = match body.expires_in_secs {
         Some(0) => return Err(ApiError::bad_request("invalid_field", "`expires_in_secs` must be at least 1")),
         Some(s) if s > MAX_EXPIRY_SECS => {
@@ -226,6 +230,8 @@ pub async fn create_key(
         expires_ms,
         revoked_ms: None,
         session: false,
+        parent: None,
+        verified_ms: None,
     };
     state.accounts.put_key(record.clone()).await.map_err(store_err)?;
     audit(&state, &actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;

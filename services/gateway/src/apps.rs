@@ -8,10 +8,15 @@
 //! app, which the workspace's cookie never reaches and which no other app shares.
 //!
 //! Access: the owner asks the API for a link (`POST /conversations/{id}/apps/{name}`); the link
-//! carries a grant signed with the deployment secret, good for a minute, for that app only. The
-//! proxy trades it for an HttpOnly cookie on the app's origin (12 hours) and redirects to the
-//! app. Every request is checked again: grant, owner, sandbox running. The cookie is taken out
-//! of what the app receives.
+//! carries a grant signed with the deployment secret, good for a minute and for one use, for
+//! that app only. The proxy trades it for an HttpOnly cookie on the app's origin (12 hours at
+//! most) and redirects to the app. Every request is checked again: grant, owner, sandbox
+//! running, and the credential the link was asked with (signing out, or revoking the key, closes
+//! the app at once).
+//!
+//! What the app receives is the browser's request less everything of Halyard's: no
+//! `Authorization`, none of Halyard's cookies, and its own public host as `Host` (never its
+//! upstream address, which would tell it where to send the browser to reach it directly).
 
 use std::time::Duration;
 
@@ -29,7 +34,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::Principal;
 use crate::error::ApiError;
 use crate::routes::running_sandbox;
 
@@ -49,11 +54,15 @@ struct Grant {
     name: String,
     user: String,
     expires_ms: i64,
+    /// What the link was asked with (see [`Principal::credential`]).
+    credential: String,
+    /// Makes a link usable once.
+    nonce: String,
 }
 
 impl Grant {
     fn encode(&self, secret: &str) -> String {
-        let payload = format!("{}\n{}\n{}\n{}", self.sandbox, self.name, self.user, self.expires_ms);
+        let payload = format!("{}\n{}\n{}\n{}\n{}\n{}", self.sandbox, self.name, self.user, self.expires_ms, self.credential, self.nonce);
         let sig = keys::sign(secret, PURPOSE, payload.as_bytes());
         format!("{}.{sig}", URL_SAFE_NO_PAD.encode(payload))
     }
@@ -73,6 +82,8 @@ impl Grant {
             name: parts.next()?.to_owned(),
             user: parts.next()?.to_owned(),
             expires_ms: parts.next()?.parse().ok()?,
+            credential: parts.next()?.to_owned(),
+            nonce: parts.next()?.to_owned(),
         };
         (parts.next().is_none() && grant.expires_ms > now).then_some(grant)
     }
@@ -111,15 +122,23 @@ fn app_origin(state: &AppState, label: &str) -> Result<String, ApiError> {
 /// `POST /conversations/{id}/apps/{name}`: a link that opens the app, good for a minute.
 pub async fn open(
     State(state): State<AppState>,
-    User(user): User,
+    principal: Principal,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    let user = principal.user;
     let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open its apps")?;
     // The executor is Halyard's, not an app: its port is never proxied.
     if name == AGENT_SERVER || sandbox.url_of(&name).is_none() {
         return Err(ApiError::not_found("app"));
     }
-    let grant = Grant { sandbox: sandbox_id, name: name.clone(), user: user.0.clone(), expires_ms: now_ms() + LINK_MS };
+    let grant = Grant {
+        sandbox: sandbox_id,
+        name: name.clone(),
+        user: user.0.clone(),
+        expires_ms: now_ms() + LINK_MS,
+        credential: principal.credential,
+        nonce: keys::random_secret(),
+    };
     let origin = app_origin(&state, &label(sandbox_id, &name))?;
     Ok(Json(json!({"url": format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret))})))
 }
@@ -145,17 +164,23 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
             .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("grant=")))
             .and_then(|t| Grant::decode(secret, t, now))
             .filter(|g| g.sandbox == sandbox_id && g.name == name);
-        let Some(grant) = grant else {
-            return page(StatusCode::FORBIDDEN, "This link is not valid (they last a minute). Open the app again from Halyard.");
+        let Some(grant) = grant.filter(|g| state.used_app_links.take(&g.nonce, g.expires_ms, now)) else {
+            return page(
+                StatusCode::FORBIDDEN,
+                "This link is not valid (each opens its app once, within a minute). Open the app again from Halyard.",
+            );
         };
-        let cookie = Grant { expires_ms: now + COOKIE_MS, ..grant }.encode(secret);
+        // Never past the credential's own expiry.
+        let until = (now + COOKIE_MS).min(state.accounts.credential_expiry(&grant.credential).unwrap_or(i64::MAX));
+        let max_age = ((until - now) / 1000).max(1);
+        let cookie = Grant { expires_ms: until, ..grant }.encode(secret);
         let mut res = Response::new(Body::empty());
         *res.status_mut() = StatusCode::SEE_OTHER;
         res.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/"));
         res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         // Host-only (no Domain): this app's origin and no other. Lax, so the redirect that
         // follows from Halyard's page carries it.
-        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}", COOKIE_MS / 1000)) {
+        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}")) {
             res.headers_mut().insert(header::SET_COOKIE, v);
         }
         return res;
@@ -167,10 +192,11 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     let Some(grant) = grant else {
         return page(StatusCode::UNAUTHORIZED, "Open this app from the conversation's Apps tab in Halyard.");
     };
-    // Checked on every request, not only at the link: a deleted sandbox, a new owner or a
-    // disabled user closes the app at once.
-    if state.accounts.account(&grant.user).is_some_and(|a| a.disabled) {
-        return page(StatusCode::FORBIDDEN, "This user is disabled.");
+    // Checked on every request, not only at the link: a deleted sandbox, a new owner, a
+    // disabled user, a signed-out session or a revoked key closes the app at once.
+    let user = halyard_protocol::UserId(grant.user.clone());
+    if let Err(refusal) = state.accounts.principal(&user, halyard_protocol::accounts::KeyScope::ReadOnly, &grant.credential, now) {
+        return page(StatusCode::UNAUTHORIZED, &format!("{} Open the app again from Halyard.", refusal.message()));
     }
     let sandbox = match state.store.sandbox(sandbox_id) {
         Ok(Some(s)) if s.owner == grant.user => s,
@@ -210,7 +236,10 @@ fn app_cookies(headers: &HeaderMap) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.starts_with(&format!("{COOKIE}=")) && !c.starts_with(&format!("{}=", crate::session::COOKIE)))
+        .filter(|c| {
+            let name = c.split('=').next().unwrap_or_default();
+            !c.is_empty() && ![COOKIE, crate::session::COOKIE, crate::session::HOST_COOKIE].contains(&name)
+        })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))
 }
@@ -226,7 +255,8 @@ async fn forward(authority: &str, mut req: Request) -> Result<Response, String> 
     let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
     let headers = out.headers_mut().ok_or("bad request")?;
     for (k, v) in &parts.headers {
-        if HOP.contains(&k.as_str()) || k == header::COOKIE || k == header::HOST {
+        // The user's credentials are Halyard's, never the app's.
+        if HOP.contains(&k.as_str()) || k == header::COOKIE || k == header::HOST || k == header::AUTHORIZATION {
             continue;
         }
         headers.append(k, v.clone());
@@ -234,10 +264,11 @@ async fn forward(authority: &str, mut req: Request) -> Result<Response, String> 
     if let Some(c) = app_cookies(&parts.headers).and_then(|c| HeaderValue::from_str(&c).ok()) {
         headers.insert(header::COOKIE, c);
     }
-    if let Some(host) = parts.headers.get(header::HOST) {
-        headers.insert("x-forwarded-host", host.clone());
-    }
-    headers.insert(header::HOST, HeaderValue::from_str(authority).map_err(|e| e.to_string())?);
+    // The app's public host (its origin through this proxy), never the upstream address: an
+    // app told where it listens could send the browser there, past the proxy.
+    let public = parts.headers.get(header::HOST).cloned().ok_or("no Host")?;
+    headers.insert("x-forwarded-host", public.clone());
+    headers.insert(header::HOST, public);
     if let Some(u) = &upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, u.clone());
@@ -289,7 +320,14 @@ mod tests {
 
     #[test]
     fn a_grant_holds_only_as_signed_and_until_it_expires() {
-        let g = Grant { sandbox: SandboxId(uuid::Uuid::new_v4()), name: "WORKER_1".into(), user: "alice".into(), expires_ms: 2_000 };
+        let g = Grant {
+            sandbox: SandboxId(uuid::Uuid::new_v4()),
+            name: "WORKER_1".into(),
+            user: "alice".into(),
+            expires_ms: 2_000,
+            credential: "key:abc".into(),
+            nonce: "n1".into(),
+        };
         let t = g.encode("secret");
         assert_eq!(Grant::decode("secret", &t, 1_000), Some(g));
         assert_eq!(Grant::decode("secret", &t, 2_000), None, "expired");

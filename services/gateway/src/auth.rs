@@ -1,17 +1,29 @@
-//! Authentication of every request: the API key (a bearer token, `access_token` in the query
-//! for browsers' WebSockets, or the web workspace's session cookie, [`crate::session`]) is checked against the accounts ([`crate::accounts`]); a read-only
-//! key may only read; writes are rate limited per user; and failed authentications are rate
-//! limited per client address, so keys cannot be guessed at speed.
+//! Authentication of every request, and who may try how often.
+//!
+//! Credentials, each accepted in one place only:
+//! - an API key as `Authorization: Bearer <key>` (never a session's token);
+//! - the web workspace's session cookie ([`crate::session`]): from this origin only, changes
+//!   with the CSRF header, and nothing but a session's token;
+//! - on WebSocket routes only, where a browser cannot set a header, a single-use ticket in
+//!   `access_token` ([`crate::tickets`]); never a key.
+//!
+//! A read-only key may only read; writes are rate limited per user. Failed authentications
+//! are counted per client address (IPv6 by /64; behind a configured trusted proxy, the address
+//! it forwards) and per key id; past the budget a failure is answered 429 after a pause, so a
+//! guesser slows down, while a valid credential is never refused: nobody can lock a user out
+//! by failing on purpose from the user's address.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 
+use halyard_platform::keys;
+use halyard_platform::netaddr;
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
@@ -27,51 +39,53 @@ pub struct User(pub UserId);
 #[derive(Clone, Debug)]
 pub struct Admin(pub UserId);
 
+/// A request allowed to make a sensitive change (issue keys, change roles or secrets): with an
+/// API key, or a session that has shown its key in the last few minutes
+/// ([`crate::session::require_recent_proof`]).
+#[derive(Clone, Debug)]
+pub struct Recent(pub Principal);
+
+impl FromRequestParts<AppState> for Recent {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        crate::session::require_recent_proof(state, &principal)?;
+        Ok(Recent(principal))
+    }
+}
+
+/// How long a failure past the budget is held before its 429.
+const PENALTY: Duration = Duration::from_secs(1);
+
+/// The client address of a request from `peer`: `X-Forwarded-For` counts only when `peer` is a
+/// configured trusted proxy.
+pub fn client_ip(state: &AppState, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
+    netaddr::client_address(peer, forwarded, &state.trusted_proxies)
+}
+
+/// Holds a refusal a moment when it is a limit's (a guesser waits; a person never gets here).
+pub async fn slow_down(e: ApiError) -> ApiError {
+    if e.status == StatusCode::TOO_MANY_REQUESTS {
+        tokio::time::sleep(PENALTY).await;
+    }
+    e
+}
+
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let client = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-        if let Some(ip) = client {
-            state.auth_failures.refuse_if_over(ip)?;
+        // Several extractors of one handler authenticate once (and count one write).
+        if let Some(p) = parts.extensions.get::<Principal>() {
+            return Ok(p.clone());
         }
-        let bearer = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .map(str::to_owned);
-        // Browsers cannot set headers on a WebSocket: accept `access_token` in the query too.
-        let token = bearer
-            .or_else(|| parts.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("access_token=").map(str::to_owned))));
-        // Else the web workspace's session cookie; its writes must say so in a header a page
-        // of another site cannot send (cross-origin, a custom header needs a CORS preflight
-        // this API never grants), besides the cookie's SameSite=Strict.
-        let from_cookie = token.is_none();
-        let Some(token) = token.or_else(|| crate::session::cookie_token(&parts.headers)) else {
-            return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
+        let principal = match authenticate(parts, state) {
+            Ok(p) => p,
+            Err(e) => return Err(slow_down(e).await),
         };
         let reads = parts.method == Method::GET || parts.method == Method::HEAD;
-        // A page on another origin of the same site (another port of this host, a served
-        // app) is sent the cookie too, and a WebSocket is not held back by the same-origin
-        // policy: a request with the cookie must come from this origin when it says where from.
-        if from_cookie && !crate::session::same_origin(&parts.headers) {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
-        }
-        if from_cookie && !reads && !parts.headers.contains_key(crate::session::CSRF_HEADER) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "csrf_header_missing",
-                format!("a change made with the session cookie needs the `{}` header", crate::session::CSRF_HEADER),
-            ));
-        }
-        let principal = state.accounts.authenticate(&token, halyard_platform::now_ms()).map_err(|refusal| {
-            if let Some(ip) = client {
-                state.auth_failures.record(ip);
-            }
-            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", refusal.message())
-        })?;
         if !reads && principal.scope == KeyScope::ReadOnly {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -82,7 +96,83 @@ impl FromRequestParts<AppState> for Principal {
         if !reads {
             state.limiter.check(&principal.user.0)?;
         }
+        parts.extensions.insert(principal.clone());
         Ok(principal)
+    }
+}
+
+/// Where a request's credential came from.
+enum Source {
+    Bearer,
+    Ticket,
+    Cookie,
+}
+
+fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let client = peer.map(|p| client_ip(state, p, &parts.headers));
+    let bearer = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
+        .map(str::to_owned);
+    let access_token = parts.uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("access_token=").map(str::to_owned)));
+    if access_token.is_some() && !parts.uri.path().ends_with("/ws") {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "`access_token` is only for WebSocket routes; send your API key as `Authorization: Bearer <key>`",
+        ));
+    }
+    let (token, source) = if let Some(t) = bearer {
+        (t, Source::Bearer)
+    } else if let Some(t) = access_token {
+        (t, Source::Ticket)
+    } else if let Some(t) = crate::session::session_cookie(&parts.headers)? {
+        (t, Source::Cookie)
+    } else {
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
+    };
+    let reads = parts.method == Method::GET || parts.method == Method::HEAD;
+    if matches!(source, Source::Cookie) {
+        // A page on another origin of the same site (another port of this host, a served
+        // app) is sent the cookie too, and a WebSocket is not held back by the same-origin
+        // policy: a request with the cookie must come from this origin when it says where from.
+        if !crate::session::same_origin(&parts.headers) {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
+        }
+        // Its writes must say so in a header a page of another site cannot send (cross-origin,
+        // a custom header needs a CORS preflight this API never grants), besides SameSite.
+        if !reads && !parts.headers.contains_key(crate::session::CSRF_HEADER) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "csrf_header_missing",
+                format!("a change made with the session cookie needs the `{}` header", crate::session::CSRF_HEADER),
+            ));
+        }
+    }
+    let key_id = keys::parse_api_key(&token).map(|(id, _)| id.to_owned());
+    let fail = |message: &str| match client {
+        Some(ip) => state.auth_failures.failed(ip, key_id.as_deref(), message.to_owned()),
+        None => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message.to_owned()),
+    };
+    let now = halyard_platform::now_ms();
+    let principal = match source {
+        Source::Ticket if token.starts_with(crate::tickets::PREFIX) => crate::tickets::redeem(state, &token),
+        Source::Ticket => {
+            return Err(fail("an API key is never accepted in a URL: ask `POST /api/v1/ws-tickets` for a ticket and send that"));
+        }
+        Source::Bearer | Source::Cookie => state.accounts.authenticate(&token, now),
+    }
+    .map_err(|refusal| fail(refusal.message()))?;
+    match (source, principal.session.is_some()) {
+        // A session's token is only good as the cookie it was set in: stolen from a cookie jar,
+        // it is worth nothing as a bearer token elsewhere.
+        (Source::Bearer, true) => Err(fail("a session is only accepted as its cookie; send an API key")),
+        (Source::Cookie, false) => Err(fail("the session cookie holds no session; sign in again")),
+        _ => Ok(principal),
     }
 }
 
@@ -154,7 +244,7 @@ impl RateLimiter {
     }
 }
 
-/// Failed authentications per client address.
+/// Failed authentications, per client address group and per key id.
 pub struct AuthFailures(RateLimiter);
 
 impl AuthFailures {
@@ -162,19 +252,24 @@ impl AuthFailures {
         Self(RateLimiter::new(per_minute))
     }
 
-    /// 429 while `ip` has used up its failures.
-    pub(crate) fn refuse_if_over(&self, ip: IpAddr) -> Result<(), ApiError> {
-        self.0.take(&ip.to_string(), false).map_err(|wait| {
-            limited(
+    /// Counts a failure of `client` (trying `key_id`, if the token named one) and says so: 401
+    /// with `message`, or 429 once either has used up its budget.
+    pub fn failed(&self, client: IpAddr, key_id: Option<&str>, message: String) -> ApiError {
+        let by_client = self.0.take(&format!("ip:{}", netaddr::client_group(client)), true);
+        let by_key = key_id.map_or(Ok(()), |id| self.0.take(&format!("key:{id}"), true));
+        match (by_client, by_key) {
+            (Err(wait), _) => limited(
                 "too_many_failed_authentications",
-                format!("too many failed authentications from your address; retry after {wait} s"),
+                format!("too many failed authentications from your address; retry after {wait} s ({message})"),
                 wait,
-            )
-        })
-    }
-
-    pub(crate) fn record(&self, ip: IpAddr) {
-        let _ = self.0.take(&ip.to_string(), true);
+            ),
+            (_, Err(wait)) => limited(
+                "too_many_failed_authentications",
+                format!("too many failed authentications for this key; retry after {wait} s ({message})"),
+                wait,
+            ),
+            _ => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message),
+        }
     }
 }
 

@@ -21,9 +21,11 @@ pub mod repositories;
 pub mod routes;
 pub mod sandboxes;
 pub mod secrets;
+pub mod server;
 pub mod session;
 pub mod settings;
 pub mod store;
+pub mod tickets;
 pub mod user_store;
 pub mod web;
 pub mod webhooks;
@@ -60,13 +62,15 @@ pub enum GatewayError {
     Store(#[from] store::StoreError),
     #[error("http server: {0}")]
     Http(String),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl GatewayError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Bus(e) => e.is_retryable(),
-            Self::Store(_) | Self::Http(_) => false,
+            Self::Store(_) | Self::Http(_) | Self::Config(_) => false,
         }
     }
 }
@@ -96,6 +100,12 @@ pub struct AppState {
     pub user_kv: jetstream::kv::Store,
     /// Seals secret values and API keys before they are stored.
     pub vault: Arc<halyard_platform::vault::Vault>,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Arc<Vec<halyard_platform::netaddr::Cidr>>,
+    /// WebSocket tickets used on this gateway.
+    pub used_tickets: Arc<tickets::UsedTickets>,
+    /// App links used on this gateway (each opens its app once).
+    pub used_app_links: Arc<tickets::UsedTickets>,
 }
 
 /// The router.
@@ -142,11 +152,19 @@ pub fn app(state: AppState) -> Router {
         .route("/webhooks/{id}/deliveries/{delivery_id}/retry", post(webhooks::retry))
         .route("/me", get(admin::me))
         .route("/session", post(session::sign_in).delete(session::sign_out))
+        .route("/session/step-up", post(session::step_up))
+        .route("/ws-tickets", post(tickets::create))
         .route("/admin/users", post(admin::create_user).get(admin::list_users))
         .route("/admin/users/{name}", get(admin::get_user).patch(admin::patch_user))
         .route("/admin/users/{name}/keys", post(admin::create_key).get(admin::list_keys))
         .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
-        .route("/openapi.json", get(openapi));
+        .route("/openapi.json", get(openapi))
+        // What the API answers is data for one reader: never sniffed into something else, never
+        // kept by a cache (keys and webhook secrets are shown once).
+        .layer(axum::middleware::map_response(|mut res: axum::response::Response| async move {
+            res.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+            res
+        }));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
@@ -157,7 +175,30 @@ pub fn app(state: AppState) -> Router {
         // The web workspace, and its routes (any other path) that the browser app handles.
         .fallback(web::serve)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::map_response(|mut res: axum::response::Response| async move {
+            res.headers_mut().insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+            res
+        }))
         .with_state(state)
+}
+
+/// Refuses a configuration that would let an agent's app share a site with the web workspace:
+/// apps served from a host of the same registrable domain can be sent the workspace's
+/// SameSite cookies and set cookies for it.
+pub fn check_sites(config: &Config) -> Result<(), GatewayError> {
+    use halyard_platform::netaddr::{host_of, site};
+    let ui = if config.gateway.public_url.is_empty() { config.http_addr.as_str() } else { config.gateway.public_url.as_str() };
+    let ui_site = site(host_of(ui));
+    let apps_site = if config.apps_url.is_empty() { "localhost".to_owned() } else { site(host_of(&config.apps_url)) };
+    if !config.apps_addr.is_empty() && ui_site == apps_site {
+        return Err(GatewayError::Config(format!(
+            "the web workspace ({ui}) and the agents' apps ({}) share the site `{ui_site}`: an app could then set or be sent \
+             the workspace's cookies. Serve apps from another registrable domain (HALYARD_APPS_URL, e.g. \
+             https://halyard-apps.example) or set HALYARD_APPS_ADDR empty to serve none",
+            if config.apps_url.is_empty() { "http://*.localhost" } else { config.apps_url.as_str() }
+        )));
+    }
+    Ok(())
 }
 
 async fn openapi() -> impl IntoResponse {
@@ -182,6 +223,8 @@ pub async fn serve(
     apps_listener: Option<tokio::net::TcpListener>,
     shutdown: Shutdown,
 ) -> Result<(), GatewayError> {
+    check_sites(&config)?;
+    let config_proxies = config.gateway.trusted_proxies.clone();
     let js = jetstream::new(nats.clone());
     let store = Store::open(&config.data_dir.join("gateway"))?;
     let live = Arc::new(Live::default());
@@ -211,8 +254,12 @@ pub async fn serve(
         apps_port: apps_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
         user_kv,
         vault,
+        trusted_proxies: Arc::new(config_proxies.iter().filter_map(|c| halyard_platform::netaddr::Cidr::parse(c)).collect()),
+        used_tickets: Arc::default(),
+        used_app_links: Arc::default(),
     };
 
+    let limits = server::Limits::from_config(&state.config.gateway);
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
     let mut projection = tokio::spawn(projection::run(js, store.clone(), live, caught_up, shutdown.clone()));
     // Serve once the read models have caught up with the bus (after a crash, sled may be a
@@ -225,22 +272,16 @@ pub async fn serve(
         }
         ended = &mut projection => return projection_outcome(ended),
     }
-    let mut stop = shutdown.clone();
-    // With the peer address: failed authentications are limited per client.
-    let service = app(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let apps = apps_listener.map(|l| {
-        let mut stop = shutdown.clone();
         let router = Router::new().fallback(apps::proxy).with_state(state.clone());
-        tokio::spawn(async move { axum::serve(l, router).with_graceful_shutdown(async move { stop.wait().await }).await })
+        tokio::spawn(server::serve(l, router, limits, shutdown.clone()))
     });
-    let server = axum::serve(listener, service).with_graceful_shutdown(async move { stop.wait().await });
-    let served = server.await.map_err(|e| GatewayError::Http(e.to_string()));
+    server::serve(listener, app(state.clone()), limits, shutdown.clone()).await;
     if let Some(apps) = apps {
         let _ = apps.await;
     }
     let projected = projection_outcome(projection.await);
     store.flush().await;
-    served?;
     projected
 }
 

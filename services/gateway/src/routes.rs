@@ -107,6 +107,7 @@ pub async fn start_conversation(
     }
     if let Some(t) = &body.title {
         check_text("title", t, MAX_TITLE_CHARS)?;
+        crate::user_store::check_label("title", t)?;
     }
     if let Some(r) = &body.repository {
         check_text("repository.url", &r.url, 4096)?;
@@ -610,6 +611,7 @@ pub async fn patch_conversation(
 ) -> Result<impl IntoResponse, ApiError> {
     let (id, _) = owned(&state, &user, &id)?;
     check_text("title", &body.title, MAX_TITLE_CHARS)?;
+    crate::user_store::check_label("title", &body.title)?;
     let mut env =
         Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());

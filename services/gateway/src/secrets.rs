@@ -16,7 +16,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{SealedSecret, UserSecrets};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::auth::{Recent, User};
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 use crate::user_store;
@@ -116,6 +116,7 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
+    _: Recent,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -160,7 +161,7 @@ pub async fn put(
 }
 
 /// `DELETE /secrets/{name}`: conversations stop getting it from their next run.
-pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(State(state): State<AppState>, User(user): User, _: Recent, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     user_store::remove_named(&state, &subjects::user_secrets_key(&user), |s: &mut UserSecrets| &mut s.secrets, &name, "secret").await?;
     tracing::info!(user = %user, secret = %name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)

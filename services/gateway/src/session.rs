@@ -3,6 +3,15 @@
 //! /session` ends it on the server. A session is a short-lived key record of its own in the
 //! auth bucket (`session: true`), so every gateway accepts it at once and forgets it at once
 //! when it is revoked, exactly like an API key.
+//!
+//! A session is a cookie and nothing else ([`crate::auth`] refuses its token as a bearer token
+//! or in a query), and it is bound to the key it was opened with (`parent`): it ends when that
+//! key is revoked or expires or its user is disabled, and never outlives the key's expiry.
+//! Under HTTPS the cookie is `__Host-halyard_session` (Secure, host-only, `Path=/`), which no
+//! page of another host or port can set; a request carrying two session cookies (one tossed
+//! in by another page of the same host) is refused rather than guessed at. Sensitive changes
+//! made with a session (keys, roles, secrets) need a recent proof of the key: a fresh sign-in,
+//! or `POST /session/step-up`.
 
 use std::net::SocketAddr;
 
@@ -16,33 +25,63 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
+use crate::accounts::Principal;
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
-/// The cookie's name.
+/// The cookie's name over plain HTTP.
 pub const COOKIE: &str = "halyard_session";
+/// Its name under HTTPS: the `__Host-` prefix makes browsers refuse it unless it is Secure,
+/// host-only and for `/`, so a page on a sibling host cannot plant one.
+pub const HOST_COOKIE: &str = "__Host-halyard_session";
 /// The header a change made with the cookie must carry (any value).
 pub const CSRF_HEADER: &str = "x-halyard-csrf";
-/// How long a session lasts.
+/// How long a session lasts at most.
 const SESSION_SECS: i64 = 12 * 3600;
 /// Live sessions a user may hold at once; signing in past it ends the oldest.
 pub const MAX_SESSIONS_PER_USER: usize = 20;
 
-/// The session token in the request's cookies, if any.
-pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    named_cookie(headers, COOKIE)
+/// Whether the client came over HTTPS (as a proxy in front says).
+pub fn https(headers: &HeaderMap) -> bool {
+    headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|p| p.eq_ignore_ascii_case("https"))
 }
 
-/// The value of the cookie `name` in the request's cookies, if any and not empty.
-pub fn named_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The session cookie's name for this request.
+pub fn cookie_name(headers: &HeaderMap) -> &'static str {
+    if https(headers) { HOST_COOKIE } else { COOKIE }
+}
+
+/// The session token in the request's cookies: `Ok(None)` without one, an error with more than
+/// one (another page of this host may have planted the second; which one is the user's cannot
+/// be told, so neither is used).
+pub fn session_cookie(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut found = all_cookies(headers, cookie_name(headers));
+    if found.len() > 1 {
+        return Err(ApiError::bad_request(
+            "ambiguous_session",
+            "this request carries more than one session cookie (another page on this host may have set one); \
+             clear this site's cookies and sign in again",
+        ));
+    }
+    Ok(found.pop().filter(|t| !t.is_empty()))
+}
+
+/// Every value of the cookie `name` in the request, in order.
+fn all_cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+        .filter_map(|c| c.trim().strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
         .map(str::to_owned)
-        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The value of the cookie `name` in the request's cookies, if it is there once and not empty.
+pub fn named_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    let mut found = all_cookies(headers, name);
+    (found.len() == 1).then(|| found.pop()).flatten().filter(|t| !t.is_empty())
 }
 
 /// Whether the request, if it names its `Origin`, comes from this gateway's own origin (the
@@ -54,12 +93,10 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
 }
 
-/// The cookie, set (`max_age` seconds) or cleared (0); `Secure` when the client came over HTTPS
-/// (as a proxy in front says).
+/// The cookie, set (`max_age` seconds) or cleared (0).
 fn cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
-    let https = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()) == Some("https");
-    let secure = if https { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!("{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}"))
+    let secure = if https(headers) { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!("{}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}", cookie_name(headers)))
         .map_err(ApiError::internal)
 }
 
@@ -69,28 +106,37 @@ pub struct SignIn {
     pub api_key: String,
 }
 
+/// Checks an API key given in a body (sign-in, step-up): never a session's token, and its
+/// failures count like any other.
+fn check_key(state: &AppState, client: std::net::IpAddr, key: &str) -> Result<Principal, ApiError> {
+    let key = key.trim();
+    let key_id = keys::parse_api_key(key).map(|(id, _)| id.to_owned());
+    let refuse = |message: &str| state.auth_failures.failed(client, key_id.as_deref(), message.to_owned());
+    let principal = state.accounts.authenticate(key, now_ms()).map_err(|r| refuse(r.message()))?;
+    // A session may not beget sessions: a stolen cookie must not outlive its twelve hours.
+    if principal.session.is_some() {
+        return Err(refuse("sign in with an API key, not a session"));
+    }
+    Ok(principal)
+}
+
 /// `POST /session`: checks the key and answers with the session cookie.
 pub async fn sign_in(
     State(state): State<AppState>,
-    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Response, ApiError> {
-    state.auth_failures.refuse_if_over(client.ip())?;
-    let refuse = |message: &str| {
-        state.auth_failures.record(client.ip());
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message.to_owned())
+    let client = crate::auth::client_ip(&state, peer.ip(), &headers);
+    let principal = match check_key(&state, client, &body.api_key) {
+        Ok(p) => p,
+        Err(e) => return Err(crate::auth::slow_down(e).await),
     };
     let now = now_ms();
-    let principal = state.accounts.authenticate(body.api_key.trim(), now).map_err(|r| refuse(r.message()))?;
-    // A session may not beget sessions: a stolen cookie must not outlive its twelve hours.
-    let is_session = keys::parse_api_key(body.api_key.trim()).and_then(|(id, _)| state.accounts.key(id)).is_some_and(|k| k.session);
-    if is_session {
-        return Err(refuse("sign in with an API key, not a session"));
-    }
     let (id, secret, token) = keys::new_api_key();
     let salt = keys::random_secret();
-    let expires_ms = now + SESSION_SECS * 1000;
+    // Never past the key's own expiry.
+    let expires_ms = (now + SESSION_SECS * 1000).min(state.accounts.credential_expiry(&principal.credential).unwrap_or(i64::MAX));
     let record = ApiKeyRecord {
         id,
         user: principal.user.clone(),
@@ -102,6 +148,8 @@ pub async fn sign_in(
         expires_ms: Some(expires_ms),
         revoked_ms: None,
         session: true,
+        parent: Some(principal.credential.clone()),
+        verified_ms: Some(now),
     };
     state.accounts.put_key(record).await.map_err(|e| {
         tracing::error!(error = %e, "cannot store a session");
@@ -111,28 +159,84 @@ pub async fn sign_in(
     if let Err(e) = state.accounts.prune_sessions(&principal.user.0, now, MAX_SESSIONS_PER_USER).await {
         tracing::warn!(error = %e, "cannot prune sessions; the next sign-in tries again");
     }
+    let max_age = ((expires_ms - now) / 1000).max(1);
     let body = json!({
         "user": principal.user.0, "admin": principal.admin, "scope": principal.scope.as_str(),
         "expires_at": rfc3339(expires_ms), "csrf_header": CSRF_HEADER,
     });
-    Ok(([(header::SET_COOKIE, cookie(&headers, &token, SESSION_SECS)?)], Json(body)).into_response())
+    Ok(([(header::SET_COOKIE, cookie(&headers, &token, max_age)?)], Json(body)).into_response())
 }
 
-/// `DELETE /session`: ends the cookie's session on every gateway and clears the cookie.
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let unauthorized = || ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "no session to end: sign in first");
-    let token = cookie_token(&headers).ok_or_else(unauthorized)?;
+/// The cookie's live session record, or 401.
+fn cookie_session(state: &AppState, headers: &HeaderMap) -> Result<ApiKeyRecord, ApiError> {
+    let unauthorized = || ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "no session: sign in first");
+    let token = session_cookie(headers)?.ok_or_else(unauthorized)?;
     if !headers.contains_key(CSRF_HEADER) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "csrf_header_missing", format!("signing out needs the `{CSRF_HEADER}` header")));
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "csrf_header_missing", format!("this needs the `{CSRF_HEADER}` header")));
     }
-    // Only a valid session of this cookie can be ended by it.
-    state.accounts.authenticate(&token, now_ms()).map_err(|_| unauthorized())?;
-    let (id, _) = keys::parse_api_key(&token).ok_or_else(unauthorized)?;
-    let mut record = state.accounts.key(id).filter(|k| k.session).ok_or_else(unauthorized)?;
+    if !same_origin(headers) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
+    }
+    // Only a valid session of this cookie can be changed by it.
+    let principal = state.accounts.authenticate(&token, now_ms()).map_err(|_| unauthorized())?;
+    let facts = principal.session.ok_or_else(unauthorized)?;
+    state.accounts.key(&facts.id).ok_or_else(unauthorized)
+}
+
+/// `DELETE /session`: ends the cookie's session on every gateway and clears the cookie (and
+/// with it every app cookie the session opened).
+pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let mut record = cookie_session(&state, &headers)?;
     record.revoked_ms = Some(now_ms());
     state.accounts.put_key(record).await.map_err(|e| {
         tracing::error!(error = %e, "cannot end a session");
         ApiError::unavailable("cannot end the session now; try again")
     })?;
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie(&headers, "", 0)?)]).into_response())
+}
+
+/// `POST /session/step-up`: shows the key again, so the session may make sensitive changes for
+/// the next few minutes. The key must be one of the session's user.
+pub async fn step_up(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<SignIn>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut record = cookie_session(&state, &headers)?;
+    let client = crate::auth::client_ip(&state, peer.ip(), &headers);
+    let principal = match check_key(&state, client, &body.api_key) {
+        Ok(p) => p,
+        Err(e) => return Err(crate::auth::slow_down(e).await),
+    };
+    if principal.user != record.user {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "wrong_user", "that key belongs to another user; sign in as that user instead"));
+    }
+    let now = now_ms();
+    record.verified_ms = Some(now);
+    state.accounts.put_key(record).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot store a step-up");
+        ApiError::unavailable("cannot confirm the key now; try again")
+    })?;
+    let until = now + (state.config.gateway.step_up_secs as i64) * 1000;
+    Ok(Json(json!({"user": principal.user.0, "verified_until": rfc3339(until)})))
+}
+
+/// For changes that must not be made with a stolen or forgotten session (keys, roles,
+/// secrets): a session must have shown its key in the last few minutes; an API key always has.
+pub fn require_recent_proof(state: &AppState, principal: &Principal) -> Result<(), ApiError> {
+    let Some(session) = &principal.session else { return Ok(()) };
+    let window = (state.config.gateway.step_up_secs as i64) * 1000;
+    if now_ms() - session.verified_ms <= window {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "step_up_required",
+        format!(
+            "this change needs a recent sign-in: send your API key to `POST /api/v1/session/step-up` ({{\"api_key\": ...}}) \
+             or sign in again, then retry within {} minutes",
+            (window / 60_000).max(1)
+        ),
+    ))
 }

@@ -6,6 +6,10 @@
 //! event is in the log *before* the projection publishes it to the channel. So every event is
 //! in the log read or arrives live (or both, and `seq <= sent` drops the copy). Should the live
 //! channel lag or skip, the gap is refilled from the log.
+//!
+//! The socket is pinged every [`PING_EVERY`]; a client that has not answered for
+//! [`PONG_DEADLINE`] is gone (a laptop closed, a network dropped) and its socket is closed
+//! rather than held open forever.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -22,10 +26,18 @@ use crate::auth::User;
 use crate::error::ApiError;
 use crate::routes::owned;
 
+/// How often the socket is pinged.
+pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long since the client's last sign of life before its socket is closed.
+pub const PONG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(45);
+
 #[derive(Debug, Deserialize)]
 pub struct WsQuery {
     #[serde(default)]
     pub after_seq: Option<u64>,
+    /// A WebSocket ticket (see [`crate::tickets`]); read by authentication.
+    #[serde(default)]
+    pub access_token: Option<String>,
 }
 
 /// Upgrades to the event stream.
@@ -81,12 +93,24 @@ async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: Web
     if !refill(&state, id, &mut sent, &mut socket).await {
         return;
     }
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    let mut heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
+            _ = ping.tick() => {
+                if heard.elapsed() > PONG_DEADLINE {
+                    tracing::debug!(conversation_id = %id, "a WebSocket client stopped answering pings; closing");
+                    let _ = socket.send(Message::Close(None)).await;
+                    return;
+                }
+                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                    return;
+                }
+            }
             incoming = socket.recv() => match incoming {
-                // Clients only ever close or ping; pongs are answered by axum.
+                // Clients only ever close, ping or pong; pings are answered by axum.
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => heard = tokio::time::Instant::now(),
             },
             ev = live.recv() => match ev {
                 Ok(ev) if ev.seq <= sent => {}

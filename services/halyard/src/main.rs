@@ -92,6 +92,10 @@ enum Command {
         /// Without it, end-of-file means the supervisor is gone and the executor stops.
         #[arg(long)]
         outlive_supervisor: bool,
+        /// A listening Unix socket inherited from the supervisor, through which it reaches
+        /// ports inside this sandbox's own network namespace (see `halyard_executor::tunnel`).
+        #[arg(long)]
+        tunnel_fd: Option<i32>,
     },
     /// Git's credential helper in a sandbox's shell: asks the executor, which asks the agent
     /// runner (git runs it; see `halyard_executor::git_credential`).
@@ -140,9 +144,9 @@ fn main() -> Result<()> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Command::Executor { ref workspace, listen, output_cap, ref key_file, outlive_supervisor } => {
+        Command::Executor { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd } => {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
-            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone(), outlive_supervisor))
+            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone(), outlive_supervisor, tunnel_fd))
         }
         Command::GitCredential { .. } => Ok(()),
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
@@ -443,6 +447,7 @@ async fn executor(
     output_cap: usize,
     key_file: Option<PathBuf>,
     outlive_supervisor: bool,
+    tunnel_fd: Option<i32>,
 ) -> Result<()> {
     // The session key comes on stdin (or in a file deleted once read), never in the environment
     // or on the command line, where other processes of the sandbox could read it.
@@ -463,6 +468,15 @@ async fn executor(
         bail!("no session key given");
     }
     let listener = halyard_executor::bind(listen).await?;
+    if let Some(fd) = tunnel_fd {
+        #[allow(unsafe_code)]
+        // SAFETY: the supervisor hands this descriptor to us alone, for this purpose.
+        tokio::spawn(async move {
+            if let Err(e) = unsafe { halyard_executor::tunnel::serve_fd(fd) }.await {
+                tracing::error!(error = %e, "the sandbox's tunnel stopped");
+            }
+        });
+    }
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
     let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is

@@ -266,9 +266,12 @@ pub struct SandboxConfig {
     pub env: std::collections::BTreeMap<String, String>,
     /// Docker engine address (`unix:///path` or `tcp://host:port`).
     pub docker_host: String,
-    /// Where sandboxes' ports are published (Docker) or listen (process), and the host of
-    /// their URLs: loopback by default, so only agent runners on the same host reach them;
-    /// the host's own address where agent runners run elsewhere (a Kubernetes pod's IP).
+    /// Where sandboxes' ports are published (Docker) or forwarded from (process), and the host
+    /// of their URLs: `127.0.0.2` by default, a loopback address that only this host reaches
+    /// and that is not the web workspace's (`127.0.0.1`: a browser sends the workspace's
+    /// cookies to every port of the host it was opened at, so an agent's app must never
+    /// listen there); the host's own address where agent runners run elsewhere (a Kubernetes
+    /// pod's IP). Refused when it is the address the gateway serves the web workspace on.
     pub publish_host: std::net::IpAddr,
     /// Repository of the runtime images Halyard builds (tags say what they hold).
     pub image_repository: String,
@@ -354,9 +357,26 @@ pub struct GatewayConfig {
     pub max_starting_per_user: usize,
     /// Users of the bootstrap keys (`api_keys`) who may use the admin API.
     pub admins: Vec<String>,
-    /// Failed authentications allowed per client address per minute; past it, 429 (0: no
-    /// limit).
+    /// Failed authentications allowed per client address (and per key id) per minute; past
+    /// it, failures are answered 429, slowly; a valid credential is never refused (0: no limit).
     pub auth_failures_per_minute: u32,
+    /// Addresses (or CIDR ranges) of reverse proxies in front of the gateway: only a request
+    /// from one of them has its client address taken from `X-Forwarded-For`.
+    pub trusted_proxies: Vec<String>,
+    /// Seconds a client has to send a request's headers; also how long a kept-alive
+    /// connection may wait idle for its next request.
+    pub http_header_timeout_secs: u64,
+    /// Seconds a request body may go without sending anything.
+    pub http_body_timeout_secs: u64,
+    /// Open connections per listener, and per client address (IPv6 by /64).
+    pub http_max_connections: usize,
+    pub http_max_connections_per_client: usize,
+    /// A session older than this (since sign-in or its last step-up) must step up before it
+    /// issues keys, changes roles or changes secrets.
+    pub step_up_secs: u64,
+    /// The URL people open the web workspace at (for the check that apps are served from
+    /// another site); empty: the `http_addr`.
+    pub public_url: String,
 }
 
 impl Default for Config {
@@ -442,7 +462,7 @@ impl Default for SandboxConfig {
             max_running_total: 0,
             env: std::collections::BTreeMap::new(),
             docker_host: "unix:///var/run/docker.sock".into(),
-            publish_host: std::net::Ipv4Addr::LOCALHOST.into(),
+            publish_host: std::net::Ipv4Addr::new(127, 0, 0, 2).into(),
             image_repository: "halyard-runtime".into(),
             default_spec: "default".into(),
             specs: Vec::new(),
@@ -464,6 +484,13 @@ impl Default for GatewayConfig {
             max_starting_per_user: 20,
             admins: Vec::new(),
             auth_failures_per_minute: 30,
+            trusted_proxies: Vec::new(),
+            http_header_timeout_secs: 10,
+            http_body_timeout_secs: 30,
+            http_max_connections: 10_000,
+            http_max_connections_per_client: 256,
+            step_up_secs: 300,
+            public_url: String::new(),
         }
     }
 }
@@ -547,6 +574,13 @@ pub const ENV_NAMES: &[&str] = &[
     "MCP_ALLOW",
     "MCP_URL",
     "GIT_API_ALLOW",
+    "TRUSTED_PROXIES",
+    "HTTP_HEADER_TIMEOUT_SECS",
+    "HTTP_BODY_TIMEOUT_SECS",
+    "HTTP_MAX_CONNECTIONS",
+    "HTTP_MAX_CONNECTIONS_PER_CLIENT",
+    "STEP_UP_SECS",
+    "PUBLIC_URL",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -702,6 +736,33 @@ impl Config {
                 "MAX_RUNNING_TOTAL" => self.sandbox.max_running_total = v.parse().map_err(|_| bad("expected a count"))?,
                 "ADMINS" => self.gateway.admins = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect(),
                 "AUTH_FAILURES_PER_MINUTE" => self.gateway.auth_failures_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
+                "TRUSTED_PROXIES" => {
+                    let list: Vec<String> = v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+                    if let Some(bad_one) = list.iter().find(|c| crate::netaddr::Cidr::parse(c).is_none()) {
+                        return Err(bad(&format!("`{bad_one}` is not an IP address or CIDR range (like 10.0.0.0/8)")));
+                    }
+                    self.gateway.trusted_proxies = list
+                }
+                "HTTP_HEADER_TIMEOUT_SECS" | "HTTP_BODY_TIMEOUT_SECS" | "STEP_UP_SECS" => {
+                    let secs: u64 = v.parse().ok().filter(|s| *s > 0).ok_or_else(|| bad("expected seconds, at least 1"))?;
+                    match key {
+                        "HTTP_HEADER_TIMEOUT_SECS" => self.gateway.http_header_timeout_secs = secs,
+                        "HTTP_BODY_TIMEOUT_SECS" => self.gateway.http_body_timeout_secs = secs,
+                        _ => self.gateway.step_up_secs = secs,
+                    }
+                }
+                "HTTP_MAX_CONNECTIONS" | "HTTP_MAX_CONNECTIONS_PER_CLIENT" => {
+                    let n: usize = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| bad("expected a count, at least 1"))?;
+                    if key == "HTTP_MAX_CONNECTIONS" {
+                        self.gateway.http_max_connections = n
+                    } else {
+                        self.gateway.http_max_connections_per_client = n
+                    }
+                }
+                "PUBLIC_URL" if !(v.is_empty() || v.starts_with("http://") || v.starts_with("https://")) => {
+                    return Err(bad("expected the http:// or https:// URL people open the web workspace at"));
+                }
+                "PUBLIC_URL" => self.gateway.public_url = v.trim_end_matches('/').to_owned(),
                 "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,
@@ -859,6 +920,8 @@ mod tests {
                 "LLM_PRICE" => "0.15,0.6,0.075",
                 "MCP_URL" => "http://127.0.0.1:8000/mcp",
                 "SANDBOX_PUBLISH_HOST" => "10.1.2.3",
+                "TRUSTED_PROXIES" => "10.0.0.0/8,::1",
+                "PUBLIC_URL" => "https://halyard.example.com",
                 "HTTP_ADDR"
                 | "METRICS_ADDR"
                 | "DATA_DIR"

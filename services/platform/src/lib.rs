@@ -19,6 +19,7 @@ pub mod keys;
 pub mod llm;
 pub mod nats;
 pub mod net;
+pub mod netaddr;
 pub mod redact;
 pub mod route;
 pub mod shutdown;

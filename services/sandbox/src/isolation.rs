@@ -16,9 +16,10 @@
 //! - `none`: nothing isolates one sandbox from another, so process sandboxes are refused for
 //!   every user but the first, with an error that says what to do.
 //!
-//! What no mode gives: a kernel of its own, or a network namespace (the executor listens on the
-//! host's loopback, where the host's services are reachable; the bus asks for credentials the
-//! sandbox cannot read). Docker sandboxes (see [`crate::docker`]) isolate more.
+//! `uid` and `bwrap` also give every sandbox a network namespace of its own ([`crate::netns`]):
+//! nothing of the host's loopback is reachable from inside, and nothing inside listens on the
+//! host. `none` gives no network isolation: the sandbox shares the host's loopback. What no
+//! mode gives is a kernel of its own; Docker sandboxes (see [`crate::docker`]) isolate more.
 
 use std::collections::HashSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -48,6 +49,8 @@ pub struct Confinement {
     pub uid: Option<u32>,
     /// Run the executor through this wrapper (program and arguments, ending with `--`).
     pub wrapper: Vec<String>,
+    /// In a network namespace of its own, reached through a tunnel ([`crate::netns`]).
+    pub own_network: bool,
 }
 
 impl Isolation {
@@ -148,14 +151,14 @@ impl Isolation {
                     }
                     set_mode(dir, 0o700)?;
                 }
-                Ok(Confinement { uid: Some(uid), wrapper: Vec::new() })
+                Ok(Confinement { uid: Some(uid), wrapper: Vec::new(), own_network: true })
             }
             Self::Bwrap { program } => {
                 for dir in &private {
                     created(dir)?;
                     set_mode(dir, 0o700)?;
                 }
-                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor) })
+                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor), own_network: true })
             }
             Self::None => {
                 for dir in &private {
@@ -224,7 +227,7 @@ fn bwrap_args(program: &Path, layout: &Layout, executor: &[String]) -> Vec<Strin
     let mut args = vec![program.display().to_string()];
     // No `--new-session`: the executor must stay in the process group that pause and delete
     // signal.
-    let flags = ["--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"];
+    let flags = ["--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"];
     args.extend(flags.map(str::to_owned));
     for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"] {
         if Path::new(dir).exists() {

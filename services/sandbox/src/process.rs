@@ -8,6 +8,9 @@ use std::time::Duration;
 use halyard_platform::executor_client::ExecutorClient;
 
 use crate::isolation::Confinement;
+use crate::netns::{self, Forwards};
+use halyard_protocol::system::AGENT_SERVER;
+use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -20,7 +23,11 @@ pub const LISTENING_PREFIX: &str = "HALYARD_EXECUTOR_LISTENING ";
 pub struct Started {
     pub child: Child,
     pub pid: u32,
+    /// The executor's URL, and each app's (`WORKER_1`, ...), as the host reaches them.
     pub url: String,
+    pub apps: Vec<(String, String)>,
+    /// The host ports forwarded into the sandbox's own network, when it has one.
+    pub forwards: Option<Forwards>,
 }
 
 /// Directory layout of one process sandbox.
@@ -49,23 +56,40 @@ impl Layout {
     pub fn log(&self) -> PathBuf {
         self.root.join("executor.log")
     }
+    /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
+    pub fn tunnel(&self) -> PathBuf {
+        self.root.join("tunnel.sock")
+    }
+    /// What the supervisor forwards into the sandbox's network.
+    pub fn ports(&self) -> PathBuf {
+        self.root.join("ports")
+    }
 }
 
-/// Starts `command` as an executor for `layout` (confined as `confinement` says, its
-/// directories already prepared) listening on `host`, hands it `key` on standard input, and
-/// waits (no fixed sleeps) until its health endpoint answers, for at most `timeout`.
-#[allow(clippy::too_many_arguments)]
-pub async fn start(
-    command: &[String],
-    host: std::net::IpAddr,
-    confinement: &Confinement,
-    env: &std::collections::BTreeMap<String, String>,
-    layout: &Layout,
-    key: &str,
-    output_cap: usize,
-    http: &reqwest::Client,
-    timeout: Duration,
-) -> Result<Started, String> {
+/// How a process sandbox is started.
+pub struct Launch<'a> {
+    pub command: &'a [String],
+    /// Where its ports are reached from the host (never the UI's address).
+    pub host: std::net::IpAddr,
+    pub confinement: &'a Confinement,
+    pub env: &'a std::collections::BTreeMap<String, String>,
+    pub layout: &'a Layout,
+    pub key: &'a str,
+    pub output_cap: usize,
+    /// The apps' names and their ports (inside the sandbox's network when it has its own,
+    /// else on `host`).
+    pub apps: &'a [(String, u16)],
+    /// With a network of its own: give it a way out (egress `open`), or none.
+    pub egress: bool,
+    pub timeout: Duration,
+}
+
+/// Starts an executor as `launch` says (its directories already prepared), hands it the key
+/// on standard input, and waits (no fixed sleeps) until its health endpoint answers, for at
+/// most `launch.timeout`.
+#[allow(unsafe_code)]
+pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started, String> {
+    let Launch { command, host, confinement, env, layout, key, output_cap, apps, egress, timeout } = launch;
     let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
     let (program, args) = full.split_first().ok_or("no executor command configured")?;
     // Never follow a link planted where the log goes: it is opened with our privileges.
@@ -76,12 +100,18 @@ pub async fn start(
         .custom_flags(libc::O_NOFOLLOW)
         .open(layout.log())
         .map_err(|e| format!("cannot open {}: {e}", layout.log().display()))?;
+    let tunnel = match confinement.own_network {
+        true => Some(netns::tunnel_listener(&layout.tunnel()).map_err(|e| format!("cannot make {}: {e}", layout.tunnel().display()))?),
+        false => None,
+    };
+    // In a network of its own the executor listens on its own loopback; else on the host's.
+    let listen = if tunnel.is_some() { std::net::SocketAddr::from(([127, 0, 0, 1], 0)) } else { std::net::SocketAddr::new(host, 0) };
     let mut cmd = Command::new(program);
     cmd.args(args)
         .arg("--workspace")
         .arg(layout.workspace())
         .arg("--listen")
-        .arg(std::net::SocketAddr::new(host, 0).to_string())
+        .arg(listen.to_string())
         .args(["--output-cap", &output_cap.to_string(), "--outlive-supervisor"])
         .current_dir(layout.workspace())
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
@@ -94,11 +124,30 @@ pub async fn start(
         .stderr(Stdio::from(log))
         // Its own process group, so pause, resume and delete reach its children too.
         .process_group(0);
-    if let Some(uid) = confinement.uid {
-        // std drops supplementary groups when it changes the uid of a root parent.
-        cmd.uid(uid).gid(uid);
+    let tunnel_fd = tunnel.as_ref().map(|t| t.as_raw_fd());
+    if tunnel_fd.is_some() {
+        cmd.args(["--tunnel-fd", &netns::TUNNEL_FD.to_string()]);
+    }
+    match (tunnel_fd, confinement.uid, confinement.wrapper.is_empty()) {
+        // `uid`: the namespace is made here, as root, and the identity dropped after it.
+        (Some(fd), uid, true) => {
+            // SAFETY: only async-signal-safe system calls run between fork and exec.
+            unsafe { cmd.pre_exec(move || netns::enter_own_network(uid, Some(fd))) };
+        }
+        // `bwrap`: bubblewrap makes the namespace; the socket only has to reach it.
+        (Some(fd), _, false) => {
+            // SAFETY: as above.
+            unsafe { cmd.pre_exec(move || netns::pass_tunnel(fd)) };
+        }
+        (None, Some(uid), _) => {
+            // std drops supplementary groups when it changes the uid of a root parent.
+            cmd.uid(uid).gid(uid);
+        }
+        (None, None, _) => {}
     }
     let mut child = cmd.spawn().map_err(|e| format!("cannot start executor `{program}`: {e}"))?;
+    // The child has its copy; ours must not linger.
+    drop(tunnel);
     let pid = child.id().ok_or("executor exited at once")?;
     let deadline = tokio::time::Instant::now() + timeout;
     let result = async {
@@ -117,19 +166,80 @@ pub async fn start(
                 break addr.trim().to_owned();
             }
         };
-        let url = format!("http://{addr}");
+        let (url, apps, forwards) = if confinement.own_network {
+            let inner: std::net::SocketAddr = addr.parse().map_err(|_| format!("executor reported a bad address {addr}"))?;
+            let mut forwards = Forwards::default();
+            let any = std::net::SocketAddr::new(host, 0);
+            let outer = forwards
+                .add(AGENT_SERVER, any, layout.tunnel(), inner.port())
+                .await
+                .map_err(|e| format!("cannot forward {any} to the sandbox: {e}"))?;
+            let mut urls = Vec::new();
+            for (name, port) in apps {
+                let outer = forwards.add(name, any, layout.tunnel(), *port).await.map_err(|e| format!("cannot forward {any}: {e}"))?;
+                urls.push((name.clone(), format!("http://{outer}")));
+            }
+            forwards.save(&layout.ports()).map_err(|e| format!("cannot write {}: {e}", layout.ports().display()))?;
+            if egress {
+                let log = std::fs::OpenOptions::new()
+                    .append(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(layout.log())
+                    .map_err(|e| e.to_string())?;
+                connect_out(pid, !confinement.wrapper.is_empty(), log).await?;
+            }
+            (format!("http://{outer}"), urls, Some(forwards))
+        } else {
+            let urls =
+                apps.iter().map(|(name, port)| (name.clone(), format!("http://{}", std::net::SocketAddr::new(host, *port)))).collect();
+            (format!("http://{addr}"), urls, None)
+        };
         wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
-        Ok::<_, String>(url)
+        Ok::<_, String>((url, apps, forwards))
     }
     .await;
     match result {
-        Ok(url) => Ok(Started { child, pid, url }),
+        Ok((url, apps, forwards)) => Ok(Started { child, pid, url, apps, forwards }),
         Err(e) => {
             kill_group(pid);
             let _ = child.wait().await;
             Err(e)
         }
     }
+}
+
+/// Gives the sandbox of executor `pid` its way out (see [`netns`]). Under bubblewrap the
+/// namespaces are those of bubblewrap's child, and its user namespace must be named too.
+async fn connect_out(pid: u32, bwrap: bool, log: std::fs::File) -> Result<(), String> {
+    let Some(program) = netns::slirp_program() else {
+        return Err("the sandbox's spec allows egress but slirp4netns is not installed (`apt-get install slirp4netns`), \
+                    or give the spec egress `none`"
+            .into());
+    };
+    let inner = if bwrap {
+        let mut found = None;
+        for _ in 0..100 {
+            found = netns::first_child(pid);
+            if found.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        found.ok_or("cannot find the sandbox's process inside bubblewrap")?
+    } else {
+        pid
+    };
+    netns::start_slirp(&program, inner, bwrap, pid, log).await
+}
+
+/// Forwards again what a supervisor before this one forwarded into a running sandbox.
+pub async fn forward_again(layout: &Layout) -> Result<Forwards, String> {
+    let ports = Forwards::load(&layout.ports()).map_err(|e| format!("cannot read {}: {e}", layout.ports().display()))?;
+    let mut forwards = Forwards::default();
+    for f in ports {
+        forwards.add(&f.name, f.outer, layout.tunnel(), f.inner).await.map_err(|e| format!("cannot listen on {} again: {e}", f.outer))?;
+    }
+    Ok(forwards)
 }
 
 /// `n` ports of `host` free right now (the kernel's picks; a race with another binder is

@@ -71,6 +71,8 @@ pub struct SandboxState {
     spec: String,
     from_pool: bool,
     oom: bool,
+    /// Process kind in a network of its own: the host ports forwarded into it.
+    forwards: Option<crate::netns::Forwards>,
 }
 
 impl Actor for SandboxActor {
@@ -97,6 +99,7 @@ impl Actor for SandboxActor {
             spec: default_spec,
             from_pool: false,
             oom: false,
+            forwards: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec } => {
@@ -184,6 +187,7 @@ impl Actor for SandboxActor {
             st.generation += 1;
             process::kill_group(pid);
         }
+        st.forwards = None;
         st.untrack_container();
         Ok(())
     }
@@ -348,22 +352,35 @@ impl SandboxState {
             }
             None => Default::default(),
         };
-        // The agent's apps listen on two free host ports, named as in a container.
-        let workers = process::free_ports(cfg.publish_host, 2);
+        // The agent's apps: in a network of their own, the same ports as in a container;
+        // else two free ports of the host.
+        let own_network = confinement.own_network;
+        let apps: Vec<(String, u16)> = if own_network {
+            docker::WORKER_PORTS.iter().map(|(name, port)| ((*name).to_owned(), *port)).collect()
+        } else {
+            process::free_ports(cfg.publish_host, 2).into_iter().enumerate().map(|(i, p)| (format!("WORKER_{}", i + 1), p)).collect()
+        };
         let mut env = cfg.env.clone();
-        for (i, port) in workers.iter().enumerate() {
-            env.insert(format!("WORKER_{}_PORT", i + 1), port.to_string());
+        for (name, port) in &apps {
+            env.insert(format!("{name}_PORT"), port.to_string());
         }
+        let egress = cfg.spec(&self.spec).is_none_or(|s| s.egress != "none");
+        self.forwards = None;
+        let key = self.key();
         let started = process::start(
-            &cfg.executor_command,
-            cfg.publish_host,
-            &confinement,
-            &env,
-            &self.layout,
-            &self.key(),
-            cfg.output_cap_bytes,
+            process::Launch {
+                command: &cfg.executor_command,
+                host: cfg.publish_host,
+                confinement: &confinement,
+                env: &env,
+                layout: &self.layout,
+                key: &key,
+                output_cap: cfg.output_cap_bytes,
+                apps: &apps,
+                egress,
+                timeout: Duration::from_secs(cfg.start_timeout_secs),
+            },
             &self.ctx.http,
-            Duration::from_secs(cfg.start_timeout_secs),
         )
         .await;
         match started {
@@ -372,10 +389,8 @@ impl SandboxState {
                 let generation = self.generation;
                 self.pid = Some(started.pid);
                 self.urls = vec![ExposedUrl { name: AGENT_SERVER.into(), url: started.url }];
-                self.urls.extend(workers.iter().enumerate().map(|(i, p)| ExposedUrl {
-                    name: format!("WORKER_{}", i + 1),
-                    url: format!("http://{}", std::net::SocketAddr::new(cfg.publish_host, *p)),
-                }));
+                self.urls.extend(started.apps.into_iter().map(|(name, url)| ExposedUrl { name, url }));
+                self.forwards = started.forwards;
                 let me = myself.clone();
                 let mut child = started.child;
                 tokio::spawn(async move {
@@ -534,6 +549,7 @@ impl SandboxState {
             self.generation += 1;
             process::kill_group(pid);
         }
+        self.forwards = None;
         self.status = SandboxStatus::Deleted;
         if let Some(d) = self.ctx.docker.clone() {
             self.untrack_container();
@@ -673,6 +689,14 @@ impl SandboxState {
             }
             _ => false,
         };
+        if ours && self.layout.ports().exists() && self.forwards.is_none() {
+            // The executor lives in a network of its own: forward its ports again.
+            match process::forward_again(&self.layout).await {
+                Ok(f) => self.forwards = Some(f),
+                Err(e) => tracing::warn!(sandbox_id = %self.id, error = %e, "cannot forward the sandbox's ports again; starting it anew"),
+            }
+        }
+        let ours = ours && (self.forwards.is_some() || !self.layout.ports().exists());
         if ours {
             if let Some(pid) = self.pid {
                 self.generation += 1;

@@ -415,6 +415,14 @@ async fn watch_engine(engine: Engine, supervisor: ActorRef<SupervisorMsg>, mut s
 
 /// Reconciles, then serves sandbox commands until `shutdown`.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), SandboxError> {
+    if crate::netns::shares_ui_address(config.sandbox.publish_host, &config.http_addr) {
+        return Err(SandboxError::Spawn(format!(
+            "HALYARD_SANDBOX_PUBLISH_HOST {} is where the web workspace is served ({}): an agent's app there would be sent \
+             the users' session cookies. Publish sandboxes on another address (the default 127.0.0.2, or the host's own \
+             address for agent runners elsewhere)",
+            config.sandbox.publish_host, config.http_addr
+        )));
+    }
     let js = jetstream::new(nats);
     let http = reqwest::Client::builder().build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
     let docker = match config.sandbox.kind.as_str() {

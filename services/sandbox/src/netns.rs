@@ -1,0 +1,289 @@
+//! A network of its own for every process sandbox (isolation modes `uid` and `bwrap`).
+//!
+//! Without it, a process sandbox shares the host's loopback: its apps listen where the web
+//! workspace is served (and so receive the user's session cookie when the agent sends the
+//! browser there), and it reaches the gateway, NATS and every other sandbox's ports directly.
+//! In a namespace of its own it has a loopback of its own, and nothing of the host's:
+//!
+//! - **In:** the executor is handed a Unix socket that only the supervisor can connect to
+//!   ([`halyard_executor::tunnel`]); the supervisor listens on the publish host (never the
+//!   address the UI is served on) and forwards each of the sandbox's ports (the executor's API,
+//!   `WORKER_1`, `WORKER_2`) through it. What was forwarded is kept in the sandbox's directory,
+//!   so a supervisor that restarts forwards the same host ports again.
+//! - **Out:** `slirp4netns` (user-mode NAT, run by the supervisor outside the sandbox, in the
+//!   executor's process group so it stops, pauses and resumes with it) gives egress class
+//!   `open` a way out, with the host's loopback refused (`--disable-host-loopback`); egress
+//!   `none` has no way out at all.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, UnixStream};
+use tokio::task::JoinHandle;
+
+/// The descriptor the tunnel socket has in the executor.
+pub const TUNNEL_FD: i32 = 3;
+
+/// In the child, before `exec` (so only async-signal-safe calls): a new network namespace with
+/// its loopback up, then (if `uid`) the sandbox's uid and gid with no supplementary groups.
+/// Runs as root: the namespace needs it, so the identity is dropped here rather than by
+/// `Command::uid` (which would drop it first).
+#[allow(unsafe_code)]
+pub fn enter_own_network(uid: Option<u32>, tunnel_fd: Option<i32>) -> io::Result<()> {
+    // SAFETY: plain system calls on values owned here.
+    unsafe {
+        if let Some(fd) = tunnel_fd {
+            pass_tunnel(fd)?;
+        }
+        if libc::unshare(libc::CLONE_NEWNET) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        loopback_up()?;
+        if let Some(uid) = uid {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// In the child: hands the tunnel socket over as [`TUNNEL_FD`] (bubblewrap makes the namespace).
+#[allow(unsafe_code)]
+pub fn pass_tunnel(fd: i32) -> io::Result<()> {
+    // SAFETY: dup2 and fcntl on a descriptor this process holds. dup2 leaves the copy open
+    // across exec; when the socket already is that descriptor, the flag is cleared instead.
+    let ok = unsafe { if fd == TUNNEL_FD { libc::fcntl(fd, libc::F_SETFD, 0) >= 0 } else { libc::dup2(fd, TUNNEL_FD) >= 0 } };
+    if ok { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Brings `lo` up in the current network namespace (a new one starts with it down).
+#[allow(unsafe_code)]
+unsafe fn loopback_up() -> io::Result<()> {
+    // SAFETY: an ioctl on a socket of our own with a zeroed, named `ifreq`.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+            *dst = *src as libc::c_char;
+        }
+        let mut result = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req);
+        if result == 0 {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            result = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
+        }
+        let err = io::Error::last_os_error();
+        libc::close(sock);
+        if result != 0 { Err(err) } else { Ok(()) }
+    }
+}
+
+/// The listening tunnel socket at `path`, open to its owner only (root, or the user Halyard
+/// runs as); a stale one is replaced.
+pub fn tunnel_listener(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// One forwarded port: a host address and what it reaches in the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forward {
+    pub name: String,
+    pub outer: SocketAddr,
+    pub inner: u16,
+}
+
+/// Forwarding tasks of one sandbox; they end when this is dropped.
+#[derive(Debug, Default)]
+pub struct Forwards {
+    pub ports: Vec<Forward>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Forwards {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Forwards {
+    /// Forwards `outer` (port 0: any free port of its host) to `inner` in the sandbox whose
+    /// tunnel is `tunnel`.
+    pub async fn add(&mut self, name: &str, outer: SocketAddr, tunnel: PathBuf, inner: u16) -> io::Result<SocketAddr> {
+        let listener = TcpListener::bind(outer).await?;
+        let outer = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { continue };
+                let tunnel = tunnel.clone();
+                tokio::spawn(async move {
+                    let _ = client.set_nodelay(true);
+                    let Ok(mut inside) = UnixStream::connect(&tunnel).await else { return };
+                    if inside.write_all(format!("{inner}\n").as_bytes()).await.is_ok() {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
+                    }
+                });
+            }
+        });
+        self.tasks.push(task);
+        self.ports.push(Forward { name: name.to_owned(), outer, inner });
+        Ok(outer)
+    }
+
+    /// Writes what is forwarded to `path` (`name outer inner` a line), for a supervisor that
+    /// restarts.
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        let text: String = self.ports.iter().map(|f| format!("{} {} {}\n", f.name, f.outer, f.inner)).collect();
+        std::fs::write(path, text)
+    }
+
+    /// What [`Forwards::save`] wrote.
+    pub fn load(path: &Path) -> io::Result<Vec<Forward>> {
+        let text = std::fs::read_to_string(path)?;
+        text.lines()
+            .map(|l| {
+                let mut f = l.split(' ');
+                let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad line in {}: {l}", path.display()));
+                Ok(Forward {
+                    name: f.next().ok_or_else(bad)?.to_owned(),
+                    outer: f.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?,
+                    inner: f.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// `slirp4netns`, if installed.
+pub fn slirp_program() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("slirp4netns")).find(|p| p.is_file())
+}
+
+/// Gives the network namespace of `pid` a way out through user-mode NAT, with the host's
+/// loopback refused. Without root (`owner_userns`), slirp4netns must first join the user
+/// namespace that owns that network namespace (bubblewrap nests another inside it, where the
+/// sandbox runs). It joins process group `group`, so it stops, pauses and resumes with the
+/// sandbox.
+#[allow(unsafe_code)]
+pub async fn start_slirp(program: &Path, pid: u32, owner_userns: bool, group: u32, log: std::fs::File) -> Result<(), String> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(["--configure", "--mtu=65520", "--disable-host-loopback"]);
+    let owner =
+        if owner_userns { Some(owning_userns(pid).map_err(|e| format!("cannot find the sandbox's user namespace: {e}"))?) } else { None };
+    if let Some(fd) = owner.as_ref().map(std::os::fd::AsRawFd::as_raw_fd) {
+        cmd.arg(format!("--userns-path=/proc/self/fd/{USERNS_FD}"));
+        // SAFETY: dup2 and fcntl between fork and exec, on a descriptor this process holds.
+        unsafe {
+            cmd.pre_exec(move || {
+                let ok = if fd == USERNS_FD { libc::fcntl(fd, libc::F_SETFD, 0) >= 0 } else { libc::dup2(fd, USERNS_FD) >= 0 };
+                if ok { Ok(()) } else { Err(io::Error::last_os_error()) }
+            });
+        }
+    }
+    cmd.arg(pid.to_string())
+        .arg("tap0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(group as i32);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start slirp4netns: {e}"))?;
+    drop(owner);
+    // Ready when the interface is there.
+    let mut outcome = Err("slirp4netns did not configure the sandbox's network within 2 s".to_owned());
+    for _ in 0..100 {
+        if std::fs::read_to_string(format!("/proc/{pid}/net/dev")).is_ok_and(|d| d.contains("tap0")) {
+            outcome = Ok(());
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            outcome = Err(format!("slirp4netns ended ({status}) before the sandbox's network was up; its words are in the executor log"));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Reaped whenever it ends; it is not waited on otherwise.
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    outcome
+}
+
+/// Where slirp4netns finds the user namespace it joins.
+const USERNS_FD: i32 = 3;
+
+/// The user namespace that owns the network namespace of `pid` (`NS_GET_USERNS`).
+#[allow(unsafe_code)]
+fn owning_userns(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    let net = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    // SAFETY: an ioctl on an open namespace file; a non-negative result is a new descriptor we
+    // then own.
+    let fd = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// The first child of `pid` (bubblewrap's process inside the namespaces).
+pub fn first_child(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether `ip` is the address (or the unspecified address covering it) that `http_addr`
+/// listens on: sandboxes' ports must never be there.
+pub fn shares_ui_address(ip: IpAddr, http_addr: &str) -> bool {
+    let host = halyard_platform::netaddr::host_of(http_addr);
+    let ui = match host {
+        "localhost" => {
+            return ip.is_loopback() && matches!(ip, IpAddr::V4(v) if v.octets() == [127, 0, 0, 1])
+                || ip == IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        }
+        h => match h.parse::<IpAddr>() {
+            Ok(a) => a,
+            Err(_) => return false,
+        },
+    };
+    ui == ip
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwards_are_saved_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ports");
+        let mut f = Forwards::default();
+        f.ports.push(Forward { name: "WORKER_1".into(), outer: "127.0.0.2:4100".parse().unwrap(), inner: 8001 });
+        f.save(&path).unwrap();
+        assert_eq!(Forwards::load(&path).unwrap(), f.ports);
+    }
+
+    #[test]
+    fn the_ui_address_is_never_the_publish_address() {
+        assert!(shares_ui_address("127.0.0.1".parse().unwrap(), "127.0.0.1:3000"));
+        assert!(shares_ui_address("127.0.0.1".parse().unwrap(), "localhost:3000"));
+        assert!(!shares_ui_address("127.0.0.2".parse().unwrap(), "127.0.0.1:3000"));
+        assert!(!shares_ui_address("10.0.0.5".parse().unwrap(), "0.0.0.0:3000"));
+    }
+}
