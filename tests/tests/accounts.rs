@@ -211,17 +211,48 @@ async fn admins_manage_users_and_keys_and_a_revoked_key_is_refused_by_every_gate
 }
 
 #[tokio::test]
-async fn failed_authentications_are_limited_per_client_address() {
+async fn failed_authentications_slow_the_guesser_and_never_refuse_a_valid_key() {
     init();
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(opts(&llm).set("HALYARD_AUTH_FAILURES_PER_MINUTE", "5"));
-    for i in 0..5 {
-        let (s, e) = h.api(&format!("guess-number-{i}")).get("/api/v1/conversations").await;
-        assert_eq!(s, 401, "{e}");
-    }
-    let (s, e) = h.api("guess-number-6").get("/api/v1/conversations").await;
+    let http = reqwest::Client::new();
+    // A hundred failed sign-ins from one address, at once: past the budget of five they are
+    // answered 429 (after a pause), with how long to wait.
+    let tries = (0..100).map(|i| {
+        let http = http.clone();
+        let url = format!("{}/api/v1/session", h.http);
+        async move {
+            let resp = http.post(url).json(&json!({"api_key": format!("guess-number-{i}")})).send().await.unwrap();
+            (resp.status().as_u16(), resp.headers().contains_key("retry-after"))
+        }
+    });
+    let answers = futures::future::join_all(tries).await;
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 401).count(), 5, "{answers:?}");
+    assert!(answers.iter().filter(|(s, _)| *s == 429).all(|(_, retry)| *retry), "{answers:?}");
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 429).count(), 95, "{answers:?}");
+    // The address is limited for guesses, never for a right key: Alice signs in and reads.
+    let (s, _) = h.api(ALICE).get("/api/v1/me").await;
+    assert_eq!(s, 200);
+    let resp = http.post(format!("{}/api/v1/session", h.http)).json(&json!({"api_key": ALICE})).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (s, e) = h.api("guess-once-more").get("/api/v1/me").await;
     assert_eq!((s, e["error"]["code"].as_str()), (429, Some("too_many_failed_authentications")), "{e}");
-    // The address is limited, not the key: a right key from it waits too.
-    let (s, _) = h.api(ALICE).get("/api/v1/conversations").await;
-    assert_eq!(s, 429);
+
+    // Guesses at one issued key count against that key too, from any address; its real
+    // secret still works.
+    let (s, key) = h.api(ROOT).post("/api/v1/admin/users/alice/keys", json!({"name": "laptop"})).await;
+    assert_eq!(s, 201, "{key}");
+    let real = key["key"].as_str().unwrap().to_owned();
+    let id = key["id"].as_str().unwrap();
+    let forged = format!("hal_{id}_{}", "0".repeat(real.len() - id.len() - 5));
+    let mut last = 0;
+    // Each from an address of its own: the key's count, not an address's, says 429.
+    for i in 0..6 {
+        let from: std::net::IpAddr = format!("127.0.0.{}", 10 + i).parse().unwrap();
+        let client = reqwest::Client::builder().local_address(from).build().unwrap();
+        last = client.get(format!("{}/api/v1/me", h.http)).bearer_auth(&forged).send().await.unwrap().status().as_u16();
+    }
+    assert_eq!(last, 429, "guesses at one key id are counted");
+    let (s, me) = h.api(&real).get("/api/v1/me").await;
+    assert_eq!((s, me["user"].as_str()), (200, Some("alice")), "{me}");
 }

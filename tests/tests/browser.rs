@@ -59,6 +59,14 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("Ticked six times."),
         };
     }
+    if text.contains("thief") {
+        return match step {
+            0 => terminal(&format!(
+                "cat > thief.py <<'PY'\n{THIEF}PY\n(setsid nohup python3 thief.py >/dev/null 2>&1 &); sleep 1; echo thief on $WORKER_1_PORT"
+            )),
+            _ => Reply::finish("The thief listens on WORKER_1."),
+        };
+    }
     if text.contains("serve") {
         return match step {
             0 => terminal(
@@ -71,6 +79,63 @@ fn script(request: &Value) -> Reply {
     }
     // Raw HTML in the model's words stays words.
     Reply::finish("Done. <img src=x onerror=alert(1)><b>not bold</b>")
+}
+
+/// A hostile app: it writes down every request's host and cookies (`stolen.log`), and answers
+/// its first visit with a redirect to the direct address it thinks it has.
+const THIEF: &str = r#"import http.server, os
+PORT = int(os.environ["WORKER_1_PORT"])
+class Thief(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open("stolen.log", "a") as f:
+            f.write("host=%s path=%s cookie=%s\n" % (self.headers.get("host"), self.path, self.headers.get("cookie", "")))
+        if self.path == "/":
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:%d/stolen" % PORT)
+            self.end_headers()
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"thanks")
+http.server.ThreadingHTTPServer(("0.0.0.0", PORT), Thief).serve_forever()
+"#;
+
+/// Runs the Playwright spec `spec` (a file under `web/tests/`) against `h`, with `env`; returns
+/// its output, having checked that it passed with `passed` tests.
+async fn playwright(h: Halyard, spec: &str, passed: usize, env: Vec<(&'static str, String)>) -> (String, Halyard) {
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web").canonicalize().unwrap();
+    assert!(
+        web.join("dist/index.html").exists() && web.join("node_modules/@playwright/test").exists(),
+        "the web app is not built: run ./tests/run.sh (or `npm ci && npm run build` in web/)"
+    );
+    let chromium = std::env::var("HALYARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(std::path::Path::new(&chromium).exists(), "no Chromium at {chromium}: apt-get install chromium");
+    let spec = spec.to_owned();
+    let (out, h) = tokio::task::spawn_blocking(move || {
+        Command::new("npx")
+            .args(["--no-install", "playwright", "test", &spec])
+            .current_dir(&web)
+            .env("HALYARD_URL", &h.http)
+            .env("HALYARD_DIRECT_URL", &h.http)
+            .env("HALYARD_ALICE_KEY", ALICE)
+            .env("HALYARD_BOB_KEY", BOB)
+            .env("HALYARD_CHROMIUM", &chromium)
+            .env("CI", "1")
+            .envs(env)
+            .output()
+            .map(|o| (o, h))
+    })
+    .await
+    .unwrap()
+    .expect("run npx playwright");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "Playwright failed (screenshots in web/test-results/):\n{stdout}\n{stderr}\nhalyard log:\n{}", h.log());
+    // Every spec ran (a spec that was skipped or not found is a failure too).
+    assert!(stdout.contains(&format!("{passed} passed")), "{stdout}");
+    (stdout, h)
 }
 
 /// A local repository whose setup script takes a while, so the start phases can be watched.
@@ -165,7 +230,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
 
     let out = tokio::task::spawn_blocking(move || {
         Command::new("npx")
-            .args(["--no-install", "playwright", "test"])
+            .args(["--no-install", "playwright", "test", "tests/workspace.spec.ts"])
             .current_dir(&web)
             // The browser reaches Halyard through the relay; the specs may call it directly.
             .env("HALYARD_URL", &via_relay)
@@ -189,4 +254,45 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     assert!(out.status.success(), "Playwright failed (screenshots in web/test-results/):\n{stdout}\n{stderr}\nhalyard log:\n{}", h.log());
     // Every spec ran (a spec that was skipped or not found is a failure too).
     assert!(stdout.contains("9 passed"), "{stdout}");
+}
+
+/// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is
+/// reached (through the proxy and directly where the sandbox publishes it), and it never
+/// receives the workspace's session cookie.
+async fn thief_gets_no_session(kind: &str) {
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(script);
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
+    let h =
+        Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.display().to_string()).set("HALYARD_SANDBOX", kind));
+    let scratch = tempfile::tempdir().unwrap();
+    let report = scratch.path().join("report.json");
+    let (_, h) = playwright(h, "tests/session-theft.spec.ts", 1, vec![("HALYARD_REPORT", report.display().to_string())]).await;
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let conversation = report["conversation"].as_str().unwrap();
+    let session = report["session"].as_str().unwrap();
+    let (status, log) = h.api(ALICE).get(&format!("/api/v1/conversations/{conversation}/files?path=stolen.log")).await;
+    assert_eq!(status, 200, "{log}");
+    let log = log["content"].as_str().unwrap_or_default().to_owned();
+    let published = report["published"].as_str().unwrap().trim_start_matches("http://").trim_end_matches('/').to_owned();
+    // It was reached, so the test could see a theft: through the proxy, and where the sandbox
+    // publishes it (which is not where the workspace is served).
+    assert!(log.lines().any(|l| l.contains("-worker-1.localhost:")), "{kind}: the app was not opened through the proxy:\n{log}");
+    assert!(log.lines().any(|l| l.contains(&format!("host={published} "))), "{kind}: the published address was not followed:\n{log}");
+    assert!(!published.starts_with("127.0.0.1:"), "{kind}: published on the workspace's address");
+    // And never with the session.
+    assert!(!log.contains(session) && !log.contains("halyard_session"), "{kind}: the app received the session:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_in_a_process_sandbox_never_receives_the_session_cookie() {
+    init();
+    thief_gets_no_session("process").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_in_a_docker_sandbox_never_receives_the_session_cookie() {
+    init();
+    halyard_tests::docker::require_engine();
+    thief_gets_no_session("docker").await;
 }

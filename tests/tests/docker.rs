@@ -80,7 +80,8 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     let names: Vec<&str> = s["exposed_urls"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["AGENT_SERVER", "WORKER_1", "WORKER_2"]);
     let agent_url = s["exposed_urls"][0]["url"].as_str().unwrap();
-    assert!(agent_url.starts_with("http://127.0.0.1:"), "{agent_url}");
+    // Published on a loopback address of its own, never the one the web workspace is served on.
+    assert!(agent_url.starts_with("http://127.0.0.2:"), "{agent_url}");
     let health: Value = reqwest::get(format!("{agent_url}/health")).await.unwrap().json().await.unwrap();
     assert_eq!(health["ok"], true, "the executor is reachable from the host: {health}");
     let unauthenticated =

@@ -255,7 +255,10 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let url = format!("{}/private.git", server.base);
     let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    // The repository is served on the host's loopback, which a sandbox's own network cannot
+    // reach (a git proxy outside the sandbox is the way for that; until then the host's
+    // network, as a single developer would run it).
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_PROCESS_NETWORK", "host"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
 
     // Without a token the server refuses the clone, and the start says where it failed.
@@ -357,7 +360,11 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
     let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    // The repository is served on the host's loopback, which a sandbox's own network cannot
+    // reach (a git proxy outside the sandbox is the way for that; until then the host's
+    // network, as a single developer would run it).
+    let h =
+        Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_PROCESS_NETWORK", "host").set("HALYARD_GIT_API_ALLOW", "loopback"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
     let host = server.base.trim_start_matches("http://");
     let provider = json!({"kind": "github", "host": host, "api_url": github.api_url, "token": TOKEN});

@@ -157,7 +157,7 @@ def serve(c):
             reply = b"echo: " + text
             c.sendall(bytes([0x81, len(reply)]) + reply)
     else:
-        body = ("cookies=%s host=%s" % (headers.get("cookie", ""), headers.get("host", ""))).encode()
+        body = ("cookies=%s host=%s authorization=%s" % (headers.get("cookie", ""), headers.get("host", ""), headers.get("authorization", ""))).encode()
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         c.close()
 s = socket.socket()
@@ -211,14 +211,24 @@ async fn a_served_app_is_reached_on_its_own_origin_with_a_grant_and_speaks_webso
     assert_eq!(get(&format!("/_halyard/open?{forged}"), None).await.unwrap().status(), 403);
     let opened = get(&format!("{}?{}", url.path(), url.query().unwrap()), None).await.unwrap();
     assert_eq!(opened.status(), 303);
+    // A link opens its app once: replayed (from a history, a log), it opens nothing.
+    assert_eq!(get(&format!("{}?{}", url.path(), url.query().unwrap()), None).await.unwrap().status(), 403);
     let set_cookie = opened.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(set_cookie.contains("HttpOnly") && !set_cookie.contains("Domain"), "{set_cookie}");
     let app_cookie = set_cookie.split(';').next().unwrap().to_owned();
-    // The app gets its own cookies, never Halyard's (neither the proxy's nor a session).
-    let page = get("/", Some(&format!("{app_cookie}; theme=dark; halyard_session=stolen"))).await.unwrap();
+    // The app gets its own cookies, never Halyard's (neither the proxy's nor a session, nor
+    // the user's key); and its public host, never the address it listens on.
+    let page = no_redirects
+        .get(format!("{apps}/"))
+        .header("host", &host)
+        .header("cookie", format!("{app_cookie}; theme=dark; halyard_session=stolen; __Host-halyard_session=stolen"))
+        .header("authorization", format!("Bearer {ALICE}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 200);
     let text = page.text().await.unwrap();
-    assert!(text.starts_with("cookies=theme=dark host=127.0.0.1:"), "{text}");
+    assert_eq!(text, format!("cookies=theme=dark host={host} authorization="));
     // The cookie is for this app: on another app's host it opens nothing.
     let other = host.replace("-worker-1.", "-worker-2.");
     let resp = no_redirects.get(format!("{apps}/")).header("host", &other).header("cookie", &app_cookie).send().await.unwrap();
@@ -234,6 +244,22 @@ async fn a_served_app_is_reached_on_its_own_origin_with_a_grant_and_speaks_webso
     ws.send(tokio_tungstenite::tungstenite::Message::text("ping")).await.unwrap();
     let answer = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(answer.into_text().unwrap().as_str(), "echo: ping");
+
+    // An app opened from a session closes when the session ends.
+    let http = reqwest::Client::new();
+    let resp = http.post(format!("{}/api/v1/session", h.http)).json(&json!({"api_key": ALICE})).send().await.unwrap();
+    let session = resp.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let (s, link) =
+        call(&h, reqwest::Method::POST, &format!("/api/v1/conversations/{conv}/apps/WORKER_1"), Some(&session), true, Some(json!({})))
+            .await;
+    assert_eq!(s, 200, "{link}");
+    let url = reqwest::Url::parse(link["url"].as_str().unwrap()).unwrap();
+    let opened = get(&format!("{}?{}", url.path(), url.query().unwrap()), None).await.unwrap();
+    let session_app = opened.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    assert_eq!(get("/", Some(&session_app)).await.unwrap().status(), 200);
+    let (s, _) = call(&h, reqwest::Method::DELETE, "/api/v1/session", Some(&session), true, None).await;
+    assert_eq!(s, 204);
+    assert_eq!(get("/", Some(&session_app)).await.unwrap().status(), 401, "the app outlived the session");
 
     // A paused sandbox closes its apps.
     let (status, _) = alice.post(&format!("/api/v1/conversations/{conv}/pause"), json!({})).await;

@@ -97,6 +97,18 @@ enum Command {
         #[arg(long)]
         tunnel_fd: Option<i32>,
     },
+    /// Forwards host ports into a process sandbox's own network (started by the sandbox
+    /// supervisor in the sandbox's process group, so it lives and ends with the sandbox, not
+    /// with the supervisor; see `halyard_sandbox::netns`).
+    #[command(hide = true)]
+    SandboxForward {
+        /// The sandbox's tunnel socket.
+        #[arg(long)]
+        tunnel: PathBuf,
+        /// `NAME=HOST:PORT=INNER`, once per port (PORT 0: any free one).
+        #[arg(long = "forward", required = true)]
+        forwards: Vec<String>,
+    },
     /// Git's credential helper in a sandbox's shell: asks the executor, which asks the agent
     /// runner (git runs it; see `halyard_executor::git_credential`).
     #[command(hide = true)]
@@ -149,6 +161,9 @@ fn main() -> Result<()> {
             runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone(), outlive_supervisor, tunnel_fd))
         }
         Command::GitCredential { .. } => Ok(()),
+        Command::SandboxForward { ref tunnel, ref forwards } => {
+            runtime.block_on(halyard_sandbox::netns::serve_forwards(tunnel, forwards)).map_err(Into::into)
+        }
         Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
         Command::SetupBus => runtime.block_on(setup_bus(&cli, &env)),
         Command::Admin { url, api_key, command } => {

@@ -286,6 +286,11 @@ pub struct SandboxConfig {
     /// How process sandboxes are isolated: `auto` (`uid` as root, else `bwrap` where bubblewrap
     /// works, else `none`), `uid`, `bwrap` or `none` (one user's sandboxes only).
     pub process_isolation: String,
+    /// Process sandboxes' network: `own` (a network namespace each, in modes `uid` and
+    /// `bwrap`; the default) or `host` (the host's own network and loopback: for a single
+    /// developer whose agent must reach services on the host; an agent's app then listens where
+    /// the web workspace is served, so never on a shared deployment).
+    pub process_network: String,
     /// First uid (and gid) given to process sandboxes with `uid` isolation.
     pub process_uid_base: u32,
     /// How many uids from `process_uid_base` sandboxes may use (one each at a time).
@@ -469,6 +474,7 @@ impl Default for SandboxConfig {
             pool_size: 1,
             idle_pause_secs: 1800,
             process_isolation: "auto".into(),
+            process_network: "own".into(),
             process_uid_base: 200_000,
             process_uid_count: 50_000,
         }
@@ -528,6 +534,7 @@ pub const ENV_NAMES: &[&str] = &[
     "LEASE_TTL_MS",
     "SANDBOX",
     "PROCESS_ISOLATION",
+    "PROCESS_NETWORK",
     "PROCESS_UID_BASE",
     "DOCKER_HOST",
     "SANDBOX_PUBLISH_HOST",
@@ -716,6 +723,12 @@ impl Config {
                         return Err(bad("expected `auto`, `uid`, `bwrap` or `none`"));
                     }
                     self.sandbox.process_isolation = v
+                }
+                "PROCESS_NETWORK" => {
+                    if !["own", "host"].contains(&v.as_str()) {
+                        return Err(bad("expected `own` or `host`"));
+                    }
+                    self.sandbox.process_network = v
                 }
                 "PROCESS_UID_BASE" => self.sandbox.process_uid_base = v.parse().map_err(|_| bad("expected a uid"))?,
                 "DOCKER_HOST" => self.sandbox.docker_host = v,
@@ -910,6 +923,7 @@ mod tests {
             let value = match *name {
                 "SANDBOX" => "process",
                 "PROCESS_ISOLATION" => "uid",
+                "PROCESS_NETWORK" => "host",
                 "API_KEYS" => "alice:key-alice-1",
                 "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" | "MCP_ALLOW" | "GIT_API_ALLOW" => "loopback",
                 "MCP_SERVERS" => r#"{"time": {"transport": "stdio", "command": "mcp-server-time"}}"#,

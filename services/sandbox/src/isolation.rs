@@ -34,12 +34,20 @@ use crate::process::Layout;
 /// The isolation of this supervisor's process sandboxes.
 #[derive(Debug)]
 pub enum Isolation {
-    Uid(UidPool),
+    Uid(UidPool, Network),
     Bwrap {
         program: PathBuf,
+        network: Network,
     },
     /// No isolation: only one user's sandboxes may run (see [`Isolation::refusal`]).
     None,
+}
+
+/// Whether process sandboxes get a network of their own (`sandbox.process_network`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    Own,
+    Host,
 }
 
 /// How to start one sandbox's executor under the chosen isolation.
@@ -70,6 +78,13 @@ impl Isolation {
             "auto" => "none",
             other => other,
         };
+        let network = if config.process_network == "host" { Network::Host } else { Network::Own };
+        if network == Network::Host {
+            tracing::warn!(
+                "process sandboxes share the host's network (HALYARD_PROCESS_NETWORK=host): they reach the host's \
+                 loopback, and an agent's app can listen where the web workspace is served"
+            );
+        }
         let sandboxes = data_dir.join("sandboxes");
         std::fs::create_dir_all(&sandboxes).map_err(|e| format!("cannot create {}: {e}", sandboxes.display()))?;
         match mode {
@@ -89,11 +104,11 @@ impl Isolation {
                 }
                 let pool = UidPool::new(config.process_uid_base, config.process_uid_count);
                 pool.adopt_existing(&sandboxes);
-                Ok(Self::Uid(pool))
+                Ok(Self::Uid(pool, network))
             }
             "bwrap" => {
                 let program = bwrap.ok_or("process_isolation `bwrap` needs bubblewrap (`apt-get install bubblewrap`)")?;
-                Ok(Self::Bwrap { program })
+                Ok(Self::Bwrap { program, network })
             }
             "none" => {
                 tracing::warn!(
@@ -108,7 +123,7 @@ impl Isolation {
 
     pub fn name(&self) -> &'static str {
         match self {
-            Self::Uid(_) => "uid",
+            Self::Uid(..) => "uid",
             Self::Bwrap { .. } => "bwrap",
             Self::None => "none",
         }
@@ -136,7 +151,7 @@ impl Isolation {
         created(&layout.root)?;
         let private = [layout.workspace(), layout.home(), layout.tmp()];
         match self {
-            Self::Uid(pool) => {
+            Self::Uid(pool, network) => {
                 set_mode(&layout.root, 0o711)?;
                 let (uid, fresh) = match std::fs::metadata(layout.workspace()) {
                     Ok(m) if pool.contains(m.uid()) => (m.uid(), false),
@@ -151,14 +166,15 @@ impl Isolation {
                     }
                     set_mode(dir, 0o700)?;
                 }
-                Ok(Confinement { uid: Some(uid), wrapper: Vec::new(), own_network: true })
+                Ok(Confinement { uid: Some(uid), wrapper: Vec::new(), own_network: *network == Network::Own })
             }
-            Self::Bwrap { program } => {
+            Self::Bwrap { program, network } => {
                 for dir in &private {
                     created(dir)?;
                     set_mode(dir, 0o700)?;
                 }
-                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor), own_network: true })
+                let own = *network == Network::Own;
+                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor, own), own_network: own })
             }
             Self::None => {
                 for dir in &private {
@@ -171,7 +187,7 @@ impl Isolation {
 
     /// The sandbox's directories are about to be removed: its uid may be reused.
     pub fn release(&self, layout: &Layout) {
-        if let (Self::Uid(pool), Ok(m)) = (self, std::fs::metadata(layout.workspace())) {
+        if let (Self::Uid(pool, _), Ok(m)) = (self, std::fs::metadata(layout.workspace())) {
             pool.release(m.uid());
         }
     }
@@ -223,12 +239,15 @@ impl UidPool {
 
 /// The bubblewrap command line that runs `executor` with only the system's directories
 /// (read-only), a private `/tmp`, `/proc` and `/dev` of its own, and the sandbox's directory.
-fn bwrap_args(program: &Path, layout: &Layout, executor: &[String]) -> Vec<String> {
+fn bwrap_args(program: &Path, layout: &Layout, executor: &[String], own_network: bool) -> Vec<String> {
     let mut args = vec![program.display().to_string()];
     // No `--new-session`: the executor must stay in the process group that pause and delete
     // signal.
-    let flags = ["--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"];
+    let flags = ["--die-with-parent", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"];
     args.extend(flags.map(str::to_owned));
+    if own_network {
+        args.push("--unshare-net".into());
+    }
     for dir in ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"] {
         if Path::new(dir).exists() {
             args.extend(["--ro-bind".into(), dir.into(), dir.into()]);
@@ -338,7 +357,7 @@ mod tests {
     #[test]
     fn bubblewrap_mounts_the_sandbox_and_the_executor_after_the_private_tmp() {
         let layout = Layout { root: "/tmp/data/sandboxes/x".into() };
-        let args = bwrap_args(Path::new("/usr/bin/bwrap"), &layout, &["/tmp/build/halyard".into(), "executor".into()]);
+        let args = bwrap_args(Path::new("/usr/bin/bwrap"), &layout, &["/tmp/build/halyard".into(), "executor".into()], true);
         let at = |s: &str| args.iter().position(|a| a == s).unwrap();
         assert!(at("--tmpfs") < at("/tmp/build/halyard") && at("--tmpfs") < at("/tmp/data/sandboxes/x"), "{args:?}");
         assert_eq!(args.last().map(String::as_str), Some("--"));
@@ -352,7 +371,7 @@ mod tests {
         assert!(Isolation::None.refusal(&alice, [&alice].into_iter()).is_none());
         let why = Isolation::None.refusal(&bob, [&alice].into_iter()).unwrap();
         assert!(why.contains("bubblewrap") && why.contains("alice"), "{why}");
-        let bwrap = Isolation::Bwrap { program: "/usr/bin/bwrap".into() };
+        let bwrap = Isolation::Bwrap { program: "/usr/bin/bwrap".into(), network: Network::Own };
         assert!(bwrap.refusal(&bob, [&alice].into_iter()).is_none());
     }
 }

@@ -5,11 +5,12 @@
 //! browser there), and it reaches the gateway, NATS and every other sandbox's ports directly.
 //! In a namespace of its own it has a loopback of its own, and nothing of the host's:
 //!
-//! - **In:** the executor is handed a Unix socket that only the supervisor can connect to
-//!   ([`halyard_executor::tunnel`]); the supervisor listens on the publish host (never the
-//!   address the UI is served on) and forwards each of the sandbox's ports (the executor's API,
-//!   `WORKER_1`, `WORKER_2`) through it. What was forwarded is kept in the sandbox's directory,
-//!   so a supervisor that restarts forwards the same host ports again.
+//! - **In:** the executor is handed a Unix socket that only Halyard's user can connect to
+//!   (`halyard_executor::tunnel`); a forwarder process (`halyard sandbox-forward`, in the
+//!   sandbox's process group, so it outlives a crashed supervisor and ends, pauses and resumes
+//!   with the sandbox) listens on the publish host (never the address the UI is served on) and
+//!   forwards each of the sandbox's ports (the executor's API, `WORKER_1`, `WORKER_2`) through
+//!   it.
 //! - **Out:** `slirp4netns` (user-mode NAT, run by the supervisor outside the sandbox, in the
 //!   executor's process group so it stops, pauses and resumes with it) gives egress class
 //!   `open` a way out, with the host's loopback refused (`--disable-host-loopback`); egress
@@ -143,29 +144,29 @@ impl Forwards {
         self.ports.push(Forward { name: name.to_owned(), outer, inner });
         Ok(outer)
     }
+}
 
-    /// Writes what is forwarded to `path` (`name outer inner` a line), for a supervisor that
-    /// restarts.
-    pub fn save(&self, path: &Path) -> io::Result<()> {
-        let text: String = self.ports.iter().map(|f| format!("{} {} {}\n", f.name, f.outer, f.inner)).collect();
-        std::fs::write(path, text)
-    }
+/// The line the forwarder prints for each port it listens on (then [`FORWARDING_READY`]).
+pub const FORWARDING: &str = "HALYARD_FORWARDING ";
+pub const FORWARDING_READY: &str = "HALYARD_FORWARDING_READY";
 
-    /// What [`Forwards::save`] wrote.
-    pub fn load(path: &Path) -> io::Result<Vec<Forward>> {
-        let text = std::fs::read_to_string(path)?;
-        text.lines()
-            .map(|l| {
-                let mut f = l.split(' ');
-                let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad line in {}: {l}", path.display()));
-                Ok(Forward {
-                    name: f.next().ok_or_else(bad)?.to_owned(),
-                    outer: f.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?,
-                    inner: f.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?,
-                })
-            })
-            .collect()
+/// `halyard sandbox-forward`: listens on each `NAME=HOST:PORT=INNER`, says where, and forwards
+/// until it is ended.
+pub async fn serve_forwards(tunnel: &Path, specs: &[String]) -> io::Result<()> {
+    let mut forwards = Forwards::default();
+    for spec in specs {
+        let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("expected NAME=HOST:PORT=INNER, not {spec}"));
+        let mut parts = spec.splitn(3, '=');
+        let (Some(name), Some(outer), Some(inner)) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
+        let outer: SocketAddr = outer.parse().map_err(|_| bad())?;
+        let inner: u16 = inner.parse().map_err(|_| bad())?;
+        let at = forwards.add(name, outer, tunnel.to_owned(), inner).await?;
+        println!("{FORWARDING}{name} {at}");
     }
+    println!("{FORWARDING_READY}");
+    std::future::pending::<()>().await;
+    drop(forwards);
+    Ok(())
 }
 
 /// `slirp4netns`, if installed.
@@ -269,14 +270,31 @@ pub fn shares_ui_address(ip: IpAddr, http_addr: &str) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn forwards_are_saved_and_read_back() {
+    #[tokio::test]
+    async fn a_forward_reaches_the_port_it_names_through_the_tunnel() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ports");
+        let path = dir.path().join("tunnel.sock");
+        // A stand-in for the executor's end: answers with the port line it was sent.
+        let tunnel = tokio::net::UnixListener::from_std({
+            let l = tunnel_listener(&path).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = tunnel.accept().await.unwrap();
+            let mut line = [0u8; 5];
+            s.read_exact(&mut line).await.unwrap();
+            s.write_all(&line).await.unwrap();
+        });
         let mut f = Forwards::default();
-        f.ports.push(Forward { name: "WORKER_1".into(), outer: "127.0.0.2:4100".parse().unwrap(), inner: 8001 });
-        f.save(&path).unwrap();
-        assert_eq!(Forwards::load(&path).unwrap(), f.ports);
+        let at = f.add("WORKER_1", "127.0.0.1:0".parse().unwrap(), path.clone(), 8001).await.unwrap();
+        let mut c = tokio::net::TcpStream::connect(at).await.unwrap();
+        let mut echoed = [0u8; 5];
+        c.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"8001\n");
+        assert_eq!(std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap(), 0o600);
     }
 
     #[test]

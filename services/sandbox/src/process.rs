@@ -8,7 +8,7 @@ use std::time::Duration;
 use halyard_platform::executor_client::ExecutorClient;
 
 use crate::isolation::Confinement;
-use crate::netns::{self, Forwards};
+use crate::netns;
 use halyard_protocol::system::AGENT_SERVER;
 use std::os::fd::AsRawFd;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -26,8 +26,6 @@ pub struct Started {
     /// The executor's URL, and each app's (`WORKER_1`, ...), as the host reaches them.
     pub url: String,
     pub apps: Vec<(String, String)>,
-    /// The host ports forwarded into the sandbox's own network, when it has one.
-    pub forwards: Option<Forwards>,
 }
 
 /// Directory layout of one process sandbox.
@@ -59,10 +57,6 @@ impl Layout {
     /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
     pub fn tunnel(&self) -> PathBuf {
         self.root.join("tunnel.sock")
-    }
-    /// What the supervisor forwards into the sandbox's network.
-    pub fn ports(&self) -> PathBuf {
-        self.root.join("ports")
     }
 }
 
@@ -166,20 +160,12 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                 break addr.trim().to_owned();
             }
         };
-        let (url, apps, forwards) = if confinement.own_network {
+        let (url, apps) = if confinement.own_network {
             let inner: std::net::SocketAddr = addr.parse().map_err(|_| format!("executor reported a bad address {addr}"))?;
-            let mut forwards = Forwards::default();
-            let any = std::net::SocketAddr::new(host, 0);
-            let outer = forwards
-                .add(AGENT_SERVER, any, layout.tunnel(), inner.port())
-                .await
-                .map_err(|e| format!("cannot forward {any} to the sandbox: {e}"))?;
-            let mut urls = Vec::new();
-            for (name, port) in apps {
-                let outer = forwards.add(name, any, layout.tunnel(), *port).await.map_err(|e| format!("cannot forward {any}: {e}"))?;
-                urls.push((name.clone(), format!("http://{outer}")));
-            }
-            forwards.save(&layout.ports()).map_err(|e| format!("cannot write {}: {e}", layout.ports().display()))?;
+            let mut wanted = vec![(AGENT_SERVER.to_owned(), inner.port())];
+            wanted.extend(apps.iter().cloned());
+            let mut at = forward(layout, host, &wanted, pid, deadline).await?;
+            let url = at.remove(0).1;
             if egress {
                 let log = std::fs::OpenOptions::new()
                     .append(true)
@@ -188,18 +174,18 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                     .map_err(|e| e.to_string())?;
                 connect_out(pid, !confinement.wrapper.is_empty(), log).await?;
             }
-            (format!("http://{outer}"), urls, Some(forwards))
+            (url, at)
         } else {
             let urls =
                 apps.iter().map(|(name, port)| (name.clone(), format!("http://{}", std::net::SocketAddr::new(host, *port)))).collect();
-            (format!("http://{addr}"), urls, None)
+            (format!("http://{addr}"), urls)
         };
         wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
-        Ok::<_, String>((url, apps, forwards))
+        Ok::<_, String>((url, apps))
     }
     .await;
     match result {
-        Ok((url, apps, forwards)) => Ok(Started { child, pid, url, apps, forwards }),
+        Ok((url, apps)) => Ok(Started { child, pid, url, apps }),
         Err(e) => {
             kill_group(pid);
             let _ = child.wait().await;
@@ -232,14 +218,57 @@ async fn connect_out(pid: u32, bwrap: bool, log: std::fs::File) -> Result<(), St
     netns::start_slirp(&program, inner, bwrap, pid, log).await
 }
 
-/// Forwards again what a supervisor before this one forwarded into a running sandbox.
-pub async fn forward_again(layout: &Layout) -> Result<Forwards, String> {
-    let ports = Forwards::load(&layout.ports()).map_err(|e| format!("cannot read {}: {e}", layout.ports().display()))?;
-    let mut forwards = Forwards::default();
-    for f in ports {
-        forwards.add(&f.name, f.outer, layout.tunnel(), f.inner).await.map_err(|e| format!("cannot listen on {} again: {e}", f.outer))?;
+/// Starts the forwarder of a sandbox in its own network (see [`netns`]): `wanted` ports (name,
+/// port inside) are forwarded from free ports of `host`. It joins the executor's process group
+/// (`group`), so it ends, pauses and resumes with the sandbox and outlives a crashed
+/// supervisor. Returns each name with its URL from the host.
+async fn forward(
+    layout: &Layout,
+    host: std::net::IpAddr,
+    wanted: &[(String, u16)],
+    group: u32,
+    deadline: tokio::time::Instant,
+) -> Result<Vec<(String, String)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the halyard binary to forward with: {e}"))?;
+    let log = std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(layout.log()).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("sandbox-forward").arg("--tunnel").arg(layout.tunnel());
+    for (name, inner) in wanted {
+        cmd.arg("--forward").arg(format!("{name}={}={inner}", std::net::SocketAddr::new(host, 0)));
     }
-    Ok(forwards)
+    cmd.env_clear()
+        .env("HALYARD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .process_group(group as i32);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the sandbox's forwarder: {e}"))?;
+    let stdout = child.stdout.take().ok_or("the forwarder has no stdout")?;
+    // Reaped whenever it ends (with the sandbox's group); the health check notices a dead one.
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    let mut at = Vec::new();
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .map_err(|_| "the sandbox's forwarder did not start in time".to_owned())?
+            .map_err(|e| format!("reading the forwarder's output: {e}"))?
+            .ok_or_else(|| format!("the sandbox's forwarder ended before listening; see {}", layout.log().display()))?;
+        if line == netns::FORWARDING_READY {
+            break;
+        }
+        if let Some((name, addr)) = line.strip_prefix(netns::FORWARDING).and_then(|l| l.split_once(' ')) {
+            at.push((name.to_owned(), format!("http://{addr}")));
+        }
+    }
+    // Kept going by the group's lifetime, not by this pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    if at.len() != wanted.len() {
+        return Err(format!("the forwarder listens on {} ports, not {}", at.len(), wanted.len()));
+    }
+    Ok(at)
 }
 
 /// `n` ports of `host` free right now (the kernel's picks; a race with another binder is

@@ -71,8 +71,6 @@ pub struct SandboxState {
     spec: String,
     from_pool: bool,
     oom: bool,
-    /// Process kind in a network of its own: the host ports forwarded into it.
-    forwards: Option<crate::netns::Forwards>,
 }
 
 impl Actor for SandboxActor {
@@ -99,7 +97,6 @@ impl Actor for SandboxActor {
             spec: default_spec,
             from_pool: false,
             oom: false,
-            forwards: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec } => {
@@ -187,7 +184,6 @@ impl Actor for SandboxActor {
             st.generation += 1;
             process::kill_group(pid);
         }
-        st.forwards = None;
         st.untrack_container();
         Ok(())
     }
@@ -365,7 +361,6 @@ impl SandboxState {
             env.insert(format!("{name}_PORT"), port.to_string());
         }
         let egress = cfg.spec(&self.spec).is_none_or(|s| s.egress != "none");
-        self.forwards = None;
         let key = self.key();
         let started = process::start(
             process::Launch {
@@ -390,7 +385,6 @@ impl SandboxState {
                 self.pid = Some(started.pid);
                 self.urls = vec![ExposedUrl { name: AGENT_SERVER.into(), url: started.url }];
                 self.urls.extend(started.apps.into_iter().map(|(name, url)| ExposedUrl { name, url }));
-                self.forwards = started.forwards;
                 let me = myself.clone();
                 let mut child = started.child;
                 tokio::spawn(async move {
@@ -549,7 +543,6 @@ impl SandboxState {
             self.generation += 1;
             process::kill_group(pid);
         }
-        self.forwards = None;
         self.status = SandboxStatus::Deleted;
         if let Some(d) = self.ctx.docker.clone() {
             self.untrack_container();
@@ -689,14 +682,6 @@ impl SandboxState {
             }
             _ => false,
         };
-        if ours && self.layout.ports().exists() && self.forwards.is_none() {
-            // The executor lives in a network of its own: forward its ports again.
-            match process::forward_again(&self.layout).await {
-                Ok(f) => self.forwards = Some(f),
-                Err(e) => tracing::warn!(sandbox_id = %self.id, error = %e, "cannot forward the sandbox's ports again; starting it anew"),
-            }
-        }
-        let ours = ours && (self.forwards.is_some() || !self.layout.ports().exists());
         if ours {
             if let Some(pid) = self.pid {
                 self.generation += 1;
