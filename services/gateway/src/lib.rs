@@ -304,3 +304,25 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
 pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, GatewayError> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Http(format!("cannot listen on {addr}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_may_not_share_a_site_with_the_web_workspace() {
+        let mut c = Config::default();
+        assert!(check_sites(&c).is_ok(), "127.0.0.1 and *.localhost are two sites");
+        c.http_addr = "localhost:3000".into();
+        assert!(check_sites(&c).is_err(), "localhost and *.localhost are one site");
+        c.gateway.public_url = "https://halyard.example.com".into();
+        c.apps_url = "https://apps.example.com".into();
+        let err = check_sites(&c).unwrap_err().to_string();
+        assert!(err.contains("example.com") && err.contains("HALYARD_APPS_URL"), "{err}");
+        c.apps_url = "https://example-apps.dev".into();
+        assert!(check_sites(&c).is_ok());
+        c.apps_addr = String::new();
+        c.apps_url = "https://apps.example.com".into();
+        assert!(check_sites(&c).is_ok(), "no apps served, nothing to share");
+    }
+}
