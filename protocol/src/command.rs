@@ -37,6 +37,9 @@ pub enum ConversationCommand {
         /// The owner's LLM profile to use (the operator's default if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_profile: Option<String>,
+        /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secrets: Option<Vec<String>>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -120,6 +123,9 @@ pub enum AgentCommand {
         confirmation_policy: Option<ConfirmationPolicy>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_profile: Option<String>,
+        /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secrets: Option<Vec<String>>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

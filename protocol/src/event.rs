@@ -201,6 +201,10 @@ pub enum EventBody {
         /// The user's LLM profile the conversation uses (absent: the operator's default).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_profile: Option<String>,
+        /// The user's secrets the shell gets, by name (absent: all of them; every one is
+        /// masked either way).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secrets: Option<Vec<String>>,
     },
     /// A message from the user.
     UserMessage { text: String },

@@ -82,6 +82,8 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
             "python3 -c 'import os, sys; sys.exit(os.environ[\"API_TOKEN\"][::-1] != \"{}\")' && echo EXACT-MATCH",
             VALUE.chars().rev().collect::<String>()
         )),
+        // Into a file of the workspace.
+        terminal("printf 'key=%s\\n' \"$API_TOKEN\" > leaked.txt && echo wrote"),
         // A hostile model repeats what it somehow learned: masked too.
         Reply::finish(&format!("I found {VALUE}")),
     ]);
@@ -119,6 +121,28 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
     for form in forms {
         assert!(!bodies.iter().any(|b| b.contains(form)), "{form} in a webhook body");
     }
+    // The workspace, as its owner browses it, is masked the same way: a file's content, what
+    // changed.
+    let (s, file) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=leaked.txt")).await;
+    assert_eq!(s, 200, "{file}");
+    assert_eq!(file["content"], "key=<secret:API_TOKEN>\n", "{file}");
+    let (s, changes) = alice.get(&format!("/api/v1/conversations/{conv}/changes")).await;
+    assert_eq!(s, 200, "{changes}");
+    for form in forms {
+        assert!(!file.to_string().contains(form), "{form} in the file");
+        assert!(!changes.to_string().contains(form), "{form} in the changes: {changes}");
+    }
+    // And confined to it: a path out of the workspace is refused, not read.
+    for path in ["/etc/passwd", "../../../../etc/passwd"] {
+        let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files?path={path}")).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (400, Some("path_outside_workspace")), "{path}: {e}");
+    }
+    let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=no-such-file")).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (404, Some("not_found")), "{e}");
+    // The agent's own files are the agent's: the check of what Halyard wrote skips them.
+    let workspace = h.workspace(&alice.get(&format!("/api/v1/conversations/{conv}")).await.1["sandbox_id"].as_str().unwrap().to_owned());
+    std::fs::remove_file(workspace.join("leaked.txt")).unwrap();
+
     // Nothing Halyard wrote to disk (bus store, read models, logs) holds the value in clear:
     // at rest it is sealed, and everything else had it masked.
     for (path, bytes) in files(h.data.path()) {
@@ -473,4 +497,38 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     bob.wait_events(&bconv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
     let offered = llm.requests()[before]["tools"].to_string();
     assert!(offered.contains("\"terminal\"") && !offered.contains("halyard__"), "{offered}");
+}
+
+#[tokio::test]
+async fn a_conversation_gets_only_the_secrets_it_names_and_all_are_masked() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    for (name, value) in [("GH_TOKEN", "ghp-chosen-0123456789"), ("DB_PASSWORD", "db-not-chosen-987654")] {
+        let (s, e) = alice.call(Method::PUT, &format!("/api/v1/secrets/{name}"), Some(json!({"value": value}))).await;
+        assert_eq!(s, 201, "{e}");
+    }
+    // A secret the user does not have is refused at once, naming those they have.
+    let (s, e) = alice.post("/api/v1/conversations", json!({"message": "hi", "secrets": ["NOPE"]})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("GH_TOKEN"), "{e}");
+
+    llm.push([
+        terminal("echo \"gh=[${GH_TOKEN-unset}] db=[${DB_PASSWORD-unset}]\""),
+        // What the shell was not given is still masked wherever it turns up.
+        Reply::finish("the database password is db-not-chosen-987654"),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "use the token", "secrets": ["GH_TOKEN"]})).await;
+    let events = alice.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let text = Value::Array(events).to_string();
+    assert!(text.contains("gh=[<secret:GH_TOKEN>] db=[unset]"), "{text}");
+    assert!(text.contains("the database password is <secret:DB_PASSWORD>"), "{text}");
+    assert!(!text.contains("ghp-chosen") && !text.contains("db-not-chosen"), "{text}");
+
+    // Without the field, all of them, as before.
+    llm.push([terminal("echo \"db=[${DB_PASSWORD-unset}]\""), Reply::finish("done")]);
+    let (conv, _) = alice.start_ready(json!({"message": "again"})).await;
+    let events = alice.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert!(Value::Array(events).to_string().contains("db=[<secret:DB_PASSWORD>]"));
 }

@@ -248,7 +248,18 @@ impl ConvState {
         let trace = env.trace.clone();
         let cmd_id = env.id;
         match env.payload {
-            AgentCommand::Start { owner, sandbox_id, workspace, skills, message, budget, confirmation_policy, llm_profile, .. } => {
+            AgentCommand::Start {
+                owner,
+                sandbox_id,
+                workspace,
+                skills,
+                message,
+                budget,
+                confirmation_policy,
+                llm_profile,
+                secrets,
+                ..
+            } => {
                 if !started {
                     // The conversation's own limits, else the deployment's defaults.
                     let budget = budget.or_else(|| self.ctx.default_budget());
@@ -271,6 +282,7 @@ impl ConvState {
                         budget,
                         confirmation_policy,
                         llm_profile,
+                        secrets,
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;

@@ -93,6 +93,8 @@ pub struct History {
     pub policy: ConfirmationPolicy,
     /// The owner's LLM profile in use (none: the operator's default).
     pub llm_profile: Option<String>,
+    /// The owner's secrets the shell gets (none: all).
+    pub secrets: Option<Vec<String>>,
     /// The MCP servers as the last `mcp_servers` event recorded them.
     pub mcp_servers: Option<Vec<halyard_protocol::event::McpServerStatus>>,
     /// Actions of the latest LLM answer still without a result.
@@ -124,9 +126,20 @@ impl History {
         self.last_seq = ev.seq;
         self.seen.insert(ev.id);
         match &ev.body {
-            EventBody::ConversationStarted { owner, sandbox_id, workspace, skills, budget, confirmation_policy, llm_profile, .. } => {
+            EventBody::ConversationStarted {
+                owner,
+                sandbox_id,
+                workspace,
+                skills,
+                budget,
+                confirmation_policy,
+                llm_profile,
+                secrets,
+                ..
+            } => {
                 self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
                 self.llm_profile = llm_profile.clone();
+                self.secrets = secrets.clone();
                 self.skills = skills.clone();
                 self.budget = budget.clone().unwrap_or_default();
                 self.policy = *confirmation_policy;

@@ -43,23 +43,15 @@ impl Log {
         self.redactor = redactor;
     }
 
-    /// `body` with the owner's secret values masked (observations also at their edges: output
-    /// may have been cut mid-value). Every field is masked, whatever the kind, through the
-    /// body's JSON form.
-    fn masked(&self, mut body: EventBody) -> EventBody {
+    /// `body` with the owner's secret values masked (observations also at their edges and
+    /// around a cut in the middle: output may have been cut mid-value). Every field is masked,
+    /// whatever the kind, through the body's JSON form. It fails closed: a body that cannot be
+    /// masked is withheld, never appended as it was.
+    fn masked(&self, body: EventBody) -> EventBody {
         if self.redactor.is_empty() {
             return body;
         }
-        if let EventBody::Observation { content, .. } = &mut body {
-            *content = self.redactor.redact_edges(content);
-        }
-        match serde_json::to_value(&body) {
-            Ok(mut value) => {
-                self.redactor.redact_json(&mut value);
-                serde_json::from_value(value).unwrap_or(body)
-            }
-            Err(_) => body,
-        }
+        mask_body(&self.redactor, body)
     }
 
     pub fn conversation(&self) -> ConversationId {
@@ -133,5 +125,60 @@ impl Log {
             }
         }
         Err(last_err.unwrap_or_else(|| BusError::new(BusErrorKind::Publish, "append gave up")))
+    }
+}
+
+/// What [`Log`] appends for `body` under `redactor` (see [`Log::masked`]).
+fn mask_body(redactor: &Redactor, mut body: EventBody) -> EventBody {
+    if let EventBody::Observation { content, .. } = &mut body {
+        *content = redactor.redact_cuts(content, halyard_protocol::executor::TRUNCATION_MARKER);
+    }
+    let masked = serde_json::to_value(&body).ok().and_then(|mut value| {
+        redactor.redact_json(&mut value);
+        serde_json::from_value::<EventBody>(value).ok()
+    });
+    match (masked, body) {
+        (Some(m), _) => m,
+        // Withheld, keeping what pairs an action with its result.
+        (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => {
+            EventBody::Observation { tool_call_id, tool, content: WITHHELD.into(), exit_code, is_error }
+        }
+        (None, EventBody::Action { tool_call_id, tool, security_risk, .. }) => {
+            EventBody::Action { tool_call_id, tool, arguments: serde_json::json!({"withheld": WITHHELD}), thought: None, security_risk }
+        }
+        (None, _) => EventBody::AgentError { code: "withheld".into(), message: WITHHELD.into() },
+    }
+}
+
+/// What stands where a body that could not be masked would have been.
+const WITHHELD: &str = "[withheld by Halyard: this held a secret value that could not be masked]";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_that_cannot_be_masked_is_withheld_not_appended_as_it_was() {
+        // A secret that is also the name of an execution status: masking it would make the
+        // body unreadable as an event.
+        let r = Redactor::new(vec![("WORD".into(), "finished".into())]);
+        let body = EventBody::ExecutionStatus { status: halyard_protocol::event::ExecutionStatus::Finished, reason: None };
+        match mask_body(&r, body) {
+            EventBody::AgentError { code, message } => assert!(code == "withheld" && !message.contains("finished"), "{message}"),
+            other => panic!("appended as it was: {other:?}"),
+        }
+        let obs = EventBody::Observation {
+            tool_call_id: "c1".into(),
+            tool: "terminal".into(),
+            content: "finished".into(),
+            exit_code: Some(0),
+            is_error: false,
+        };
+        match mask_body(&r, obs) {
+            EventBody::Observation { tool_call_id, content, .. } => {
+                assert_eq!((tool_call_id.as_str(), content.as_str()), ("c1", "<secret:WORD>"))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

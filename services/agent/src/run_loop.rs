@@ -246,17 +246,21 @@ impl Run {
     /// secrets (into the shell's environment and the log's mask) and the settings. `Err` is the
     /// message of a run that cannot call its LLM.
     async fn configure(&mut self) -> Result<(), String> {
-        let (owner, profile) = {
+        let (owner, profile, chosen) = {
             let log = self.log.lock().await;
-            (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone())
+            (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone(), log.history.secrets.clone())
         };
         let Some(owner) = owner else { return Ok(()) };
         self.llm = crate::user::llm(&self.ctx, &owner, profile.as_deref()).await?;
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
         // was given before.
         match crate::user::secrets(&self.ctx, &owner).await {
-            Ok(secrets) => {
+            Ok(mut secrets) => {
+                // Every secret is masked; the shell gets those the conversation was given.
                 self.log.lock().await.set_redactor(secrets.redactor);
+                if let Some(chosen) = &chosen {
+                    secrets.env.retain(|name, _| chosen.contains(name));
+                }
                 self.env = secrets.env;
                 self.has_forge = secrets.has_forge;
             }

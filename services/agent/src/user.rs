@@ -1,7 +1,7 @@
 //! What a conversation takes from its owner's own configuration (the `halyard_user` bucket):
-//! the secrets its shell gets as environment variables and its log has masked, the LLM
-//! profile its calls go to, and the settings that bound a run. Read when a run starts, so a
-//! change applies from the next run on; opened here, with the vault, and nowhere else.
+//! the secrets its shell gets as environment variables and its log has masked
+//! ([`halyard_platform::user_secrets`]), the LLM profile its calls go to, and the settings that
+//! bound a run. Read when a run starts, so a change applies from the next run on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use halyard_platform::redact::Redactor;
 use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
-use halyard_protocol::user::{UserGitProviders, UserLlmProfiles, UserSecrets, UserSettings};
+use halyard_protocol::user::{UserLlmProfiles, UserSettings};
 use serde::de::DeserializeOwned;
 
 use crate::Ctx;
@@ -34,30 +34,10 @@ async fn read<T: DeserializeOwned + Default>(ctx: &Ctx, key: &str) -> Result<T, 
     }
 }
 
-/// The owner's secrets (and, for the mask only, their git tokens). A value that does not open (the deployment secret changed) is left
-/// out, and said in the log by name.
+/// The owner's secrets (and, for the mask only, their git tokens).
 pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
-    let stored: UserSecrets = read(ctx, &subjects::user_secrets_key(owner)).await?;
-    let mut env = BTreeMap::new();
-    for (name, s) in stored.secrets {
-        match ctx.vault.open(&vault::secret_slot(&owner.0, &name), &s.value_sealed) {
-            Ok(value) => {
-                env.insert(name, value);
-            }
-            Err(e) => tracing::warn!(user = %owner, secret = %name, error = %e, "cannot open a secret; it is left out"),
-        }
-    }
-    let mut masked: Vec<(String, String)> = env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    // The owner's git tokens are never given to the agent, but are masked all the same.
-    let git: UserGitProviders = read(ctx, &subjects::user_git_key(owner)).await?;
-    let has_forge = git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab"));
-    for (name, p) in git.providers {
-        if let Ok(token) = ctx.vault.open(&vault::git_token_slot(&owner.0, &name), &p.token_sealed) {
-            masked.push((format!("git/{name}"), token));
-        }
-    }
-    let redactor = Arc::new(Redactor::new(masked));
-    Ok(Secrets { env, redactor, has_forge })
+    let opened = halyard_platform::user_secrets::open(&ctx.user_kv, &ctx.vault, owner).await?;
+    Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
 }
 
 /// The owner's settings.

@@ -50,6 +50,7 @@ struct Task<'a> {
     budget: Option<halyard_protocol::event::Budget>,
     confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
     llm_profile: Option<String>,
+    secrets: Option<Vec<String>>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -96,6 +97,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         budget,
         confirmation_policy,
         llm_profile,
+        secrets,
     } = env.payload
     else {
         return Ok(());
@@ -113,6 +115,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         budget,
         confirmation_policy,
         llm_profile,
+        secrets,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -206,6 +209,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         budget: task.budget.clone(),
         confirmation_policy: task.confirmation_policy,
         llm_profile: task.llm_profile.clone(),
+        secrets: task.secrets.clone(),
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());

@@ -59,6 +59,12 @@ pub enum ExecutorError {
     /// A previous command is still running.
     #[error("{0}")]
     Busy(String),
+    /// A path that leads out of the workspace (absolute elsewhere, `..`, a link out).
+    #[error("{0}")]
+    Outside(String),
+    /// A path inside the workspace where nothing is.
+    #[error("{0}")]
+    NotFound(String),
     #[error("executor failure: {0}")]
     Internal(String),
 }
@@ -75,6 +81,8 @@ impl IntoResponse for ExecutorError {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Tool(_) => (StatusCode::BAD_REQUEST, "tool_error"),
             Self::Busy(_) => (StatusCode::CONFLICT, "command_running"),
+            Self::Outside(_) => (StatusCode::BAD_REQUEST, "path_outside_workspace"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = ErrorBody { error: ErrorDetail { code: code.into(), message: self.to_string() } };

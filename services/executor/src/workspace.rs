@@ -17,21 +17,44 @@ fn tool(msg: impl Into<String>) -> ExecutorError {
     ExecutorError::Tool(msg.into())
 }
 
-/// A relative path is taken from the workspace.
-pub fn resolve(workspace: &Path, path: &str) -> PathBuf {
-    let p = Path::new(path.trim());
-    if p.as_os_str().is_empty() {
-        workspace.to_owned()
-    } else if p.is_absolute() {
-        p.to_owned()
-    } else {
-        workspace.join(p)
+/// `path` (relative to the workspace, or absolute) as a real path inside the workspace: links
+/// followed, `..` resolved. A path that leads out is refused the same way whether or not
+/// anything is there, so the refusal tells nothing about the rest of the machine.
+pub fn confine(workspace: &Path, path: &str) -> Result<PathBuf, ExecutorError> {
+    let root = std::fs::canonicalize(workspace).map_err(|e| ExecutorError::Internal(format!("the workspace: {e}")))?;
+    let outside = || ExecutorError::Outside(format!("{path} is outside the workspace; give a path inside {}", root.display()));
+    let asked = Path::new(path.trim());
+    let joined = if asked.is_absolute() { asked.to_owned() } else { root.join(asked) };
+    // First by the words alone: `..` that climbs out, or an absolute path elsewhere.
+    let mut lexical = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                if !lexical.pop() {
+                    return Err(outside());
+                }
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    if !lexical.starts_with(&root) && !lexical.starts_with(workspace) {
+        return Err(outside());
+    }
+    // Then by what is there: a link inside that points out leads out.
+    match std::fs::canonicalize(&joined) {
+        Ok(real) if real.starts_with(&root) => Ok(real),
+        Ok(_) => Err(outside()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(ExecutorError::NotFound(format!("{path}: no such file or directory in the workspace")))
+        }
+        Err(e) => Err(tool(format!("Cannot read {path}: {e}"))),
     }
 }
 
-/// A directory's entries or a file's content.
+/// A directory's entries or a file's content, inside the workspace.
 pub fn files(workspace: &Path, path: &str) -> Result<FilesResponse, ExecutorError> {
-    let path = resolve(workspace, path);
+    let path = confine(workspace, path)?;
     let meta = std::fs::metadata(&path).map_err(|e| tool(format!("Cannot read {}: {e}", path.display())))?;
     let shown = path.display().to_string();
     if meta.is_dir() {
@@ -205,6 +228,17 @@ mod tests {
         let many = files(ws, "many").unwrap_or_default();
         assert_eq!((many.entries.len(), many.truncated), (DIRECTORY_ENTRIES_CAP, true), "a listing is capped and says so");
         std::fs::remove_dir_all(ws.join("many")).unwrap_or_default();
+
+        // Only inside: absolute paths elsewhere, `..` and links out are refused alike, whether
+        // or not anything is there; a missing file inside is not found.
+        let outside = std::fs::canonicalize(ws).unwrap_or_default().join("src/../a.txt");
+        assert_eq!(files(ws, &outside.display().to_string()).unwrap_or_default().content.as_deref(), Some("one\ntwo\n"));
+        std::os::unix::fs::symlink("/etc", ws.join("etc-link")).unwrap_or_default();
+        for path in ["/etc/passwd", "/no/such/file", "../../etc/passwd", "src/../../x", "etc-link/passwd", "etc-link"] {
+            assert!(matches!(files(ws, path), Err(ExecutorError::Outside(_))), "{path} was not refused");
+        }
+        assert!(matches!(files(ws, "nope"), Err(ExecutorError::NotFound(_))));
+        std::fs::remove_file(ws.join("etc-link")).unwrap_or_default();
 
         // Not a repository: the editor's record.
         std::fs::write(ws.join("a.txt"), "one\nTWO\n").unwrap_or_default();

@@ -61,6 +61,10 @@ pub struct StartBody {
     /// operator's, if absent.
     #[serde(default)]
     pub llm_profile: Option<String>,
+    /// The user's secrets (`GET /secrets`) the conversation's shell gets, by name; all of them
+    /// if absent, none if empty. Every one is masked in what the conversation shows either way.
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
 }
 
 /// Checks a sandbox spec's name.
@@ -125,6 +129,9 @@ pub async fn start_conversation(
     if let Some(p) = &body.llm_profile {
         crate::settings::check_profile(&state, &user, "llm_profile", p).await?;
     }
+    if let Some(names) = &body.secrets {
+        crate::secrets::check_chosen(&state, &user, names).await?;
+    }
     // What the start leaves out, the user's settings say (and the deployment past them).
     let settings = crate::settings::load(&state, &user).await?;
     let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
@@ -162,6 +169,7 @@ pub async fn start_conversation(
         budget,
         confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
         llm_profile: body.llm_profile.clone().or(settings.llm_profile),
+        secrets: body.secrets.clone(),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

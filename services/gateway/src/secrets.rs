@@ -166,3 +166,16 @@ pub async fn delete(State(state): State<AppState>, User(user): User, _: Recent, 
     tracing::info!(user = %user, secret = %name, "secret deleted");
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Checks a start's choice of secrets: each a secret the user has.
+pub async fn check_chosen(state: &AppState, user: &halyard_protocol::UserId, names: &[String]) -> Result<(), ApiError> {
+    let (stored, _) = user_store::load::<UserSecrets>(state, &subjects::user_secrets_key(user)).await?;
+    if let Some(missing) = names.iter().find(|n| !stored.secrets.contains_key(n.as_str())) {
+        let known: Vec<&String> = stored.secrets.keys().collect();
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`secrets`: you have no secret {missing:?} (yours: {known:?}); store it with PUT /api/v1/secrets/{missing} first"),
+        ));
+    }
+    Ok(())
+}

@@ -1,7 +1,12 @@
 //! A conversation's workspace as its owner sees it: what changed (`GET
 //! /conversations/{id}/changes`) and its files (`GET /conversations/{id}/files?path=`), read by
 //! the sandbox's own executor with the sandbox's session key, so they see exactly what the agent
-//! can, no more. The sandbox must be running; a paused one is not woken for a look.
+//! can, no more, and only inside the workspace (`path_outside_workspace` otherwise). The
+//! sandbox must be running; a paused one is not woken for a look.
+//!
+//! What they show is masked like the log: a secret value the agent wrote into a file is
+//! `<secret:NAME>` here too (and at the edge of a file cut at the size cap). If the owner's
+//! secrets cannot be read, nothing is shown: masking fails closed.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -28,6 +33,12 @@ fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Resu
 fn executor_error(e: ExecutorError) -> ApiError {
     match e {
         // The client already took the message out of the executor's error body.
+        ExecutorError::Rejected { code, message, .. } if code == "path_outside_workspace" => {
+            ApiError::bad_request("path_outside_workspace", message)
+        }
+        ExecutorError::Rejected { code, message, .. } if code == "not_found" => {
+            ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", message)
+        }
         ExecutorError::Rejected { status, message, .. } if status < 500 && status != 401 => ApiError::bad_request("invalid_path", message),
         other => {
             tracing::warn!(error = %other, "the sandbox's executor failed");
@@ -36,11 +47,29 @@ fn executor_error(e: ExecutorError) -> ApiError {
     }
 }
 
+/// `value` with `user`'s secret values masked; an error (and nothing shown) if they cannot be
+/// read.
+async fn masked(state: &AppState, user: &halyard_protocol::UserId, mut value: Value) -> Result<Json<Value>, ApiError> {
+    let opened = halyard_platform::user_secrets::open(&state.user_kv, &state.vault, user).await.map_err(|e| {
+        tracing::error!(user = %user, error = %e, "cannot read a user's secrets to mask the workspace");
+        ApiError::unavailable("cannot mask this view now; try again shortly")
+    })?;
+    let redactor = opened.redactor();
+    // A file cut at the size cap may end with the start of a value.
+    if value["truncated"] == true {
+        if let Some(content) = value["content"].as_str() {
+            value["content"] = redactor.redact_edges(content).into();
+        }
+    }
+    redactor.redact_json(&mut value);
+    Ok(Json(value))
+}
+
 /// `GET /conversations/{id}/changes`.
 pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let exec = executor(&state, &user, &id)?;
     let changes = exec.changes().await.map_err(executor_error)?;
-    Ok(Json(serde_json::to_value(changes).map_err(ApiError::internal)?))
+    masked(&state, &user, serde_json::to_value(changes).map_err(ApiError::internal)?).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,5 +92,5 @@ pub async fn files(
     }
     let exec = executor(&state, &user, &id)?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
-    Ok(Json(serde_json::to_value(listing).map_err(ApiError::internal)?))
+    masked(&state, &user, serde_json::to_value(listing).map_err(ApiError::internal)?).await
 }

@@ -26,6 +26,7 @@ pub mod shutdown;
 pub mod skills;
 pub mod telemetry;
 pub mod tokens;
+pub mod user_secrets;
 pub mod vault;
 
 pub use config::Config;

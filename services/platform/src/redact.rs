@@ -152,7 +152,30 @@ impl Redactor {
         text
     }
 
-    /// Redacts every string inside a JSON value, in place.
+    /// [`Redactor::redact_edges`] on each piece of `text` that `marker` lines cut apart (where
+    /// output was dropped from the middle, a value may straddle the cut: its start ends one
+    /// piece and its end starts the next).
+    pub fn redact_cuts(&self, text: &str, marker: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(marker) {
+            // The marker's whole line stays as it is; the pieces around it are masked.
+            let line_start = rest[..at].rfind('\n').map_or(0, |i| i + 1);
+            let line_end = rest[at..].find('\n').map_or(rest.len(), |i| at + i + 1);
+            // The newline before the marker is the cut's, not the output's.
+            let piece = &rest[..line_start];
+            let (piece, newline) = piece.strip_suffix('\n').map_or((piece, ""), |p| (p, "\n"));
+            out.push_str(&self.redact_edges(piece));
+            out.push_str(newline);
+            out.push_str(&rest[line_start..line_end]);
+            rest = &rest[line_end..];
+        }
+        out.push_str(&self.redact_edges(rest));
+        out
+    }
+
+    /// Redacts every string inside a JSON value, in place: values and object keys alike (a
+    /// value used as a key is as secret as anywhere else).
     pub fn redact_json(&self, value: &mut serde_json::Value) {
         use serde_json::Value;
         match value {
@@ -162,7 +185,23 @@ impl Redactor {
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.redact_json(v)),
+            Value::Object(map) => {
+                if map.keys().any(|k| matches!(self.redact(k), Cow::Owned(_))) {
+                    let entries = std::mem::take(map);
+                    for (k, v) in entries {
+                        let k = self.redact(&k).into_owned();
+                        // Two keys masked to one name: the later one is kept under a suffix.
+                        let mut key = k.clone();
+                        let mut n = 2;
+                        while map.contains_key(&key) {
+                            key = format!("{k}#{n}");
+                            n += 1;
+                        }
+                        map.insert(key, v);
+                    }
+                }
+                map.values_mut().for_each(|v| self.redact_json(v))
+            }
             _ => {}
         }
     }
@@ -213,5 +252,20 @@ mod tests {
         let mut v = serde_json::json!({"command": "echo tok-3f9a/b+c?d e", "n": 1, "list": ["tok-3f9a/b+c?d e"]});
         r.redact_json(&mut v);
         assert_eq!(v, serde_json::json!({"command": "echo <secret:API_TOKEN>", "n": 1, "list": ["<secret:API_TOKEN>"]}));
+        // Keys as well as values.
+        let mut v = serde_json::json!({"env": {"tok-3f9a/b+c?d e": "x", "plain": {"k tok-3f9a/b+c?d e": 1}}});
+        r.redact_json(&mut v);
+        assert_eq!(v, serde_json::json!({"env": {"<secret:API_TOKEN>": "x", "plain": {"k <secret:API_TOKEN>": 1}}}));
+    }
+
+    #[test]
+    fn masks_values_that_straddle_a_cut_in_the_middle() {
+        let r = redactor();
+        let marker = "[... output truncated by Halyard:";
+        let text = format!("start\nvalue: tok-3f9a\n{marker} 10 of 99 bytes omitted]\n/b+c?d e rest\nend tok-3f9");
+        let out = r.redact_cuts(&text, marker);
+        assert!(!out.contains("tok-3f9a") && !out.contains("/b+c?d e"), "{out}");
+        assert!(out.contains(&format!("{marker} 10 of 99 bytes omitted]")) && out.contains(" rest"), "{out}");
+        assert_eq!(out.matches("<secret:API_TOKEN>").count(), 3, "{out}");
     }
 }

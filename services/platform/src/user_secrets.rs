@@ -1,0 +1,64 @@
+//! A user's secrets, opened: what a conversation's shell gets as environment variables, and
+//! what every place that shows a user's data masks (the agent runner's log, the gateway's views
+//! of the workspace). Opened with the vault in the services that need them, never stored open.
+
+use std::collections::BTreeMap;
+
+use async_nats::jetstream::kv;
+use halyard_protocol::UserId;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{UserGitProviders, UserSecrets};
+use serde::de::DeserializeOwned;
+
+use crate::redact::Redactor;
+use crate::vault::{self, Vault};
+
+/// A user's secrets, opened.
+#[derive(Debug, Default, Clone)]
+pub struct Opened {
+    /// Name to value: the shell's environment.
+    pub env: BTreeMap<String, String>,
+    /// Every value to mask, by name: the secrets, and the git providers' tokens (which the
+    /// agent never gets, but could come across).
+    pub masked: Vec<(String, String)>,
+    /// The user has a git provider whose forge has an API.
+    pub has_forge: bool,
+}
+
+impl Opened {
+    pub fn redactor(&self) -> Redactor {
+        Redactor::new(self.masked.clone())
+    }
+}
+
+async fn read<T: DeserializeOwned + Default>(user_kv: &kv::Store, key: &str) -> Result<T, String> {
+    match user_kv.get(key).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}")),
+        Ok(None) => Ok(T::default()),
+        Err(e) => Err(format!("{key}: {e}")),
+    }
+}
+
+/// `owner`'s secrets and git tokens. A value that does not open (the deployment secret
+/// changed) is left out, and said in the log by name.
+pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId) -> Result<Opened, String> {
+    let stored: UserSecrets = read(user_kv, &subjects::user_secrets_key(owner)).await?;
+    let mut env = BTreeMap::new();
+    for (name, s) in stored.secrets {
+        match vault.open(&vault::secret_slot(&owner.0, &name), &s.value_sealed) {
+            Ok(value) => {
+                env.insert(name, value);
+            }
+            Err(e) => tracing::warn!(user = %owner, secret = %name, error = %e, "cannot open a secret; it is left out"),
+        }
+    }
+    let mut masked: Vec<(String, String)> = env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    let git: UserGitProviders = read(user_kv, &subjects::user_git_key(owner)).await?;
+    let has_forge = git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab"));
+    for (name, p) in git.providers {
+        if let Ok(token) = vault.open(&vault::git_token_slot(&owner.0, &name), &p.token_sealed) {
+            masked.push((format!("git/{name}"), token));
+        }
+    }
+    Ok(Opened { env, masked, has_forge })
+}
