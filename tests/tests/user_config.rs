@@ -140,7 +140,8 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
     let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=no-such-file")).await;
     assert_eq!((s, e["error"]["code"].as_str()), (404, Some("not_found")), "{e}");
     // The agent's own files are the agent's: the check of what Halyard wrote skips them.
-    let workspace = h.workspace(&alice.get(&format!("/api/v1/conversations/{conv}")).await.1["sandbox_id"].as_str().unwrap().to_owned());
+    let (_, view) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    let workspace = h.workspace(view["sandbox_id"].as_str().unwrap());
     std::fs::remove_file(workspace.join("leaked.txt")).unwrap();
 
     // Nothing Halyard wrote to disk (bus store, read models, logs) holds the value in clear:
