@@ -451,3 +451,78 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert_eq!(alice.get("/api/v1/git-providers/alice").await.1["host"], "github.com");
     assert_eq!(alice.get("/api/v1/mcp-servers/alice").await.1["command"], "alices-mcp-server");
 }
+
+/// A process sandbox's resource limits (its spec's, as a container's): a memory hog and a fork
+/// bomb end as commands that say which limit they hit, the sandbox goes on, and another user's
+/// conversation finishes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_agent_cannot_starve_the_host_and_its_neighbour_finishes() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let hog = "python3 -c 'b = bytearray(600 * 1024 * 1024); print(\"allocated\", len(b))'; echo exit=$?";
+    let bomb = r#"python3 - <<'PY'
+import os, time
+kids, refused = [], None
+for i in range(400):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        refused = e.strerror
+        break
+    if pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print("forked", len(kids), "refused:", refused)
+PY"#;
+    // Both users' runs are scripted by what was asked and how far each has come.
+    llm.fallback(move |req: &Value| {
+        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+        let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+        let asked = messages[last_user]["content"].to_string();
+        let step = messages[last_user..].iter().filter(|m| m["role"] == "tool").count();
+        let steps: &[&str] = if asked.contains("starve") { &[hog, bomb, "echo still-alive"] } else { &["echo bob-was-here"] };
+        match steps.get(step) {
+            Some(c) => Reply::tool("terminal", json!({"command": c, "timeout": 30, "security_risk": "low"})),
+            None => Reply::finish("done"),
+        }
+    });
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"small\"\nmemory_mb = 200\npids_limit = 64\ncpus = 0.5\n",
+    )
+    .unwrap();
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
+    let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    let (alice_events, bob_events) = tokio::join!(
+        async {
+            let (conv, _) = alice.start_ready(json!({"message": "starve the host", "sandbox_spec": "small"})).await;
+            alice.wait_events(&conv, "Alice's run to finish", finished).await
+        },
+        async {
+            // Bob starts while Alice's hog and bomb run.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (conv, _) = bob.start_ready(json!({"message": "a quick one"})).await;
+            bob.wait_events(&conv, "Bob's run to finish", finished).await
+        }
+    );
+    let outputs: Vec<String> = alice_events
+        .iter()
+        .filter(|e| e["kind"] == "observation" && e["tool"] == "terminal")
+        .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(outputs.len(), 3, "{}", Value::Array(alice_events.clone()));
+    let allocated = outputs[0].lines().any(|l| l.starts_with("allocated"));
+    assert!(!allocated && outputs[0].contains("exit=137"), "the hog was not stopped: {}", outputs[0]);
+    assert!(outputs[0].contains("memory limit (200 MiB)"), "the observation does not name the limit: {}", outputs[0]);
+    let forked: usize = outputs[1].split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+    assert!(forked < 64 && outputs[1].contains("refused: Resource temporarily unavailable"), "{}", outputs[1]);
+    assert!(outputs[1].contains("process limit (64)"), "the observation does not name the limit: {}", outputs[1]);
+    assert!(outputs[2].contains("still-alive"), "the sandbox did not go on: {}", outputs[2]);
+    let bob_said = Value::Array(bob_events).to_string();
+    assert!(bob_said.contains("bob-was-here"), "{bob_said}");
+}

@@ -12,6 +12,7 @@
 
 pub mod editor;
 pub mod git_credential;
+pub mod limits;
 pub mod mcp;
 pub mod shell;
 pub mod tunnel;
@@ -221,7 +222,12 @@ async fn exec(
     State(state): State<AppState>,
     Json(req): Json<ExecRequest>,
 ) -> Result<Json<halyard_protocol::executor::ExecResponse>, ExecutorError> {
-    Ok(Json(state.shell.exec(req).await?))
+    let before = limits::counters();
+    let mut res = state.shell.exec(req).await?;
+    if let Some(note) = limits::note(before, limits::counters()) {
+        res.output.push_str(&note);
+    }
+    Ok(Json(res))
 }
 
 /// `POST /shell/interrupt`: stops the running command now, without waiting for it.

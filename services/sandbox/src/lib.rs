@@ -15,6 +15,7 @@
 pub mod docker;
 pub mod image;
 pub mod isolation;
+pub mod limits;
 pub mod netns;
 pub mod network;
 pub mod pool;

@@ -28,21 +28,20 @@ use tokio::task::JoinHandle;
 /// The descriptor the tunnel socket has in the executor.
 pub const TUNNEL_FD: i32 = 3;
 
-/// In the child, before `exec` (so only async-signal-safe calls): a new network namespace with
-/// its loopback up, then (if `uid`) the sandbox's uid and gid with no supplementary groups.
-/// Runs as root: the namespace needs it, so the identity is dropped here rather than by
-/// `Command::uid` (which would drop it first).
+/// In the child, before `exec` (so only async-signal-safe calls): if `new_netns`, a new
+/// network namespace with its loopback up; then (if `uid`) the sandbox's uid and gid with no
+/// supplementary groups. Runs as root: the namespace needs it, so the identity is dropped here
+/// rather than by `Command::uid` (which would drop it first).
 #[allow(unsafe_code)]
-pub fn enter_own_network(uid: Option<u32>, tunnel_fd: Option<i32>) -> io::Result<()> {
+pub fn enter(new_netns: bool, uid: Option<u32>) -> io::Result<()> {
     // SAFETY: plain system calls on values owned here.
     unsafe {
-        if let Some(fd) = tunnel_fd {
-            pass_tunnel(fd)?;
+        if new_netns {
+            if libc::unshare(libc::CLONE_NEWNET) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            loopback_up()?;
         }
-        if libc::unshare(libc::CLONE_NEWNET) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        loopback_up()?;
         if let Some(uid) = uid {
             if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(uid) != 0 || libc::setuid(uid) != 0 {
                 return Err(io::Error::last_os_error());

@@ -75,6 +75,8 @@ pub struct Launch<'a> {
     pub apps: &'a [(String, u16)],
     /// With a network of its own: give it a way out (egress `open`), or none.
     pub egress: bool,
+    /// The resource limits it joins before it runs.
+    pub group: &'a crate::limits::Group,
     pub timeout: Duration,
 }
 
@@ -83,7 +85,7 @@ pub struct Launch<'a> {
 /// most `launch.timeout`.
 #[allow(unsafe_code)]
 pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started, String> {
-    let Launch { command, host, confinement, env, layout, key, output_cap, apps, egress, timeout } = launch;
+    let Launch { command, host, confinement, env, layout, key, output_cap, apps, egress, group, timeout } = launch;
     let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
     let (program, args) = full.split_first().ok_or("no executor command configured")?;
     // Never follow a link planted where the log goes: it is opened with our privileges.
@@ -122,23 +124,22 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
     if tunnel_fd.is_some() {
         cmd.args(["--tunnel-fd", &netns::TUNNEL_FD.to_string()]);
     }
-    match (tunnel_fd, confinement.uid, confinement.wrapper.is_empty()) {
-        // `uid`: the namespace is made here, as root, and the identity dropped after it.
-        (Some(fd), uid, true) => {
-            // SAFETY: only async-signal-safe system calls run between fork and exec.
-            unsafe { cmd.pre_exec(move || netns::enter_own_network(uid, Some(fd))) };
-        }
-        // `bwrap`: bubblewrap makes the namespace; the socket only has to reach it.
-        (Some(fd), _, false) => {
-            // SAFETY: as above.
-            unsafe { cmd.pre_exec(move || netns::pass_tunnel(fd)) };
-        }
-        (None, Some(uid), _) => {
-            // std drops supplementary groups when it changes the uid of a root parent.
-            cmd.uid(uid).gid(uid);
-        }
-        (None, None, _) => {}
-    }
+    // In the child, in this order: join the resource limits and make the network namespace
+    // (both need Halyard's privileges), then become the sandbox's uid. (`bwrap`: bubblewrap
+    // makes the namespace; the tunnel socket only has to reach it.)
+    let group = group.clone();
+    let new_netns = tunnel_fd.is_some() && confinement.wrapper.is_empty();
+    let uid = confinement.uid;
+    // SAFETY: only async-signal-safe system calls run between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            group.enter()?;
+            if let Some(fd) = tunnel_fd {
+                netns::pass_tunnel(fd)?;
+            }
+            netns::enter(new_netns, uid)
+        })
+    };
     let mut child = cmd.spawn().map_err(|e| format!("cannot start executor `{program}`: {e}"))?;
     // The child has its copy; ours must not linger.
     drop(tunnel);

@@ -360,7 +360,23 @@ impl SandboxState {
         for (name, port) in &apps {
             env.insert(format!("{name}_PORT"), port.to_string());
         }
-        let egress = cfg.spec(&self.spec).is_none_or(|s| s.egress != "none");
+        let spec = cfg.spec(&self.spec).unwrap_or_default();
+        let egress = spec.egress != "none";
+        let limits = crate::limits::Limits {
+            memory_bytes: spec.memory_mb.max(16) << 20,
+            pids: u64::try_from(spec.pids_limit).ok().filter(|p| *p > 0).unwrap_or(512),
+            cpus: spec.cpus,
+        };
+        let group = match self.ctx.cgroups.as_ref().map(|c| c.create(self.id, limits)) {
+            Some(Ok(g)) => g,
+            Some(Err(e)) => {
+                // Never run a sandbox without its limits.
+                tracing::error!(sandbox_id = %self.id, error = %e, "cannot limit the sandbox's resources");
+                self.publish(SandboxStatus::Error, Some(format!("start failed: cannot limit the sandbox's resources: {e}"))).await;
+                return;
+            }
+            None => Default::default(),
+        };
         let key = self.key();
         let started = process::start(
             process::Launch {
@@ -373,6 +389,7 @@ impl SandboxState {
                 output_cap: cfg.output_cap_bytes,
                 apps: &apps,
                 egress,
+                group: &group,
                 timeout: Duration::from_secs(cfg.start_timeout_secs),
             },
             &self.ctx.http,
@@ -560,6 +577,14 @@ impl SandboxState {
             if let Some(isolation) = &self.ctx.isolation {
                 isolation.release(&self.layout);
             }
+            // Its groups go once its processes have (they get two seconds to end).
+            let (ctx, id) = (self.ctx.clone(), self.id);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if let Some(cgroups) = &ctx.cgroups {
+                    cgroups.remove(id);
+                }
+            });
             let root = self.layout.root.clone();
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
         }

@@ -41,6 +41,8 @@ pub struct Ctx {
     pub docker: Option<Arc<DockerCtx>>,
     /// How process sandboxes are kept apart, for the process kind.
     pub isolation: Option<Isolation>,
+    /// How process sandboxes' resources are limited, for the process kind.
+    pub cgroups: Option<crate::limits::Cgroups>,
 }
 
 /// Docker-kind state shared by the sandbox actors.
@@ -437,7 +439,13 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             Some(isolation)
         }
     };
-    let ctx = Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation });
+    let cgroups = isolation.as_ref().map(|_| {
+        let cgroups = crate::limits::Cgroups::detect(&config.node_id_or_random());
+        tracing::info!(limits = cgroups.name(), "process sandboxes' resource limits");
+        cgroups
+    });
+    let ctx =
+        Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation, cgroups });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
 
     // Orphans are judged against every record (containers are named per supervisor anyway);
