@@ -533,3 +533,45 @@ async fn a_conversation_gets_only_the_secrets_it_names_and_all_are_masked() {
     let events = alice.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
     assert!(Value::Array(events).to_string().contains("db=[<secret:DB_PASSWORD>]"));
 }
+
+/// A name that resolves to the host itself passes a check of the text (`localhost.`, the
+/// machine's own name), and an internal service answers it; the call is refused where it is
+/// connected, and nothing the internal service says reaches the conversation.
+#[tokio::test]
+async fn a_profile_named_to_resolve_to_the_host_reaches_nothing_and_echoes_nothing() {
+    init();
+    let operator = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&operator.base_url));
+    let alice = h.api(ALICE);
+    // "Internal" service: any request it gets is a failure of the test; it answers with a secret.
+    let internal = ScriptedLlm::start().await;
+    internal.push([Reply::finish("INTERNAL-SECRET-ANSWER")]);
+    let port = internal.base_url.trim_start_matches("http://").split([':', '/']).nth(1).unwrap().to_owned();
+    // Names that resolve to loopback here, whatever their text says.
+    let own_name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_owned();
+    let loopback = |name: &str| {
+        std::net::ToSocketAddrs::to_socket_addrs(&(name, 80))
+            .map(|a| a.collect::<Vec<_>>())
+            .is_ok_and(|a| !a.is_empty() && a.iter().all(|a| a.ip().is_loopback()))
+    };
+    let names: Vec<String> = [own_name, "localhost.".to_owned()].into_iter().filter(|n| loopback(n)).collect();
+    assert!(!names.is_empty(), "no name resolves to loopback here: the test would prove nothing");
+    for name in names {
+        let url = format!("http://{name}:{port}/v1");
+        let (s, e) = alice.call(Method::PUT, "/api/v1/llm-profiles/sneaky", Some(json!({"base_url": url, "model": "m"}))).await;
+        if s == 400 {
+            // Refused when saved: as good.
+            assert_eq!(e["error"]["code"], "destination_not_allowed", "{e}");
+            continue;
+        }
+        assert_eq!(s, 201, "{e}");
+        let (conv, _) = alice.start_ready(json!({"message": "hi", "llm_profile": "sneaky"})).await;
+        let events = alice
+            .wait_events(&conv, "the run to fail", |ev| ev.iter().any(|e| e["kind"] == "agent_error" || e["status"] == "finished"))
+            .await;
+        let text = Value::Array(events).to_string();
+        assert!(text.contains("loopback"), "{name}: the refusal does not say why: {text}");
+        assert!(!text.contains("INTERNAL-SECRET-ANSWER"), "{name}: {text}");
+    }
+    assert!(internal.requests().is_empty(), "the internal service was called: {:?}", internal.requests());
+}

@@ -63,7 +63,8 @@ async fn changes_and_files_show_the_workspace_as_the_agent_left_it() {
     let (_, file) = api.get(&format!("/api/v1/conversations/{conv}/files?path=docs/notes.md")).await;
     assert_eq!((file["kind"].as_str(), file["content"].as_str()), (Some("file"), Some("# Notes\n")));
     let (s, err) = api.get(&format!("/api/v1/conversations/{conv}/files?path=no/such/file")).await;
-    assert_eq!((s, err["error"]["code"].as_str()), (400, Some("invalid_path")), "{err}");
+    // A missing file is not found (a path out of the workspace is refused: see user_config.rs).
+    assert_eq!((s, err["error"]["code"].as_str()), (404, Some("not_found")), "{err}");
 
     // Another user sees nothing; a paused sandbox is not woken for a look.
     let (s, _) = h.api(BOB).get(&format!("/api/v1/conversations/{conv}/changes")).await;

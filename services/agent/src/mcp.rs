@@ -88,9 +88,10 @@ impl McpHub {
                 }
                 _ => Ok(()),
             };
+            let users = trusted.get(name) != Some(config);
             let connect = async {
                 checked?;
-                connect_one(config, secrets, exec).await
+                connect_one(config, secrets, exec, users.then_some(allow)).await
             };
             let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                 .await
@@ -230,20 +231,31 @@ fn fill(text: &str, secrets: &BTreeMap<String, String>, what: &str) -> Result<St
     Ok(out)
 }
 
-/// The client http servers are called with: it follows no redirect, which could lead past the
-/// address check made before connecting.
-fn http_client() -> Result<reqwest::Client, String> {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    if let Some(c) = CLIENT.get() {
+/// The client http servers are called with: for a user's server (`allow`), the outbound client
+/// that checks every address it connects to ([`halyard_platform::outbound`]); for the operator's,
+/// a plain one. Neither follows a redirect.
+fn http_client(allow: Option<&[String]>) -> Result<reqwest::Client, String> {
+    static USERS: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    static OPERATORS: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    let (cell, builder) = match allow {
+        Some(allow) => (&USERS, halyard_platform::outbound::builder(allow)),
+        None => (&OPERATORS, reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())),
+    };
+    if let Some(c) = cell.get() {
         return Ok(c.clone());
     }
-    let built = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().map_err(|e| e.to_string())?;
-    Ok(CLIENT.get_or_init(|| built).clone())
+    let built = builder.build().map_err(|e| e.to_string())?;
+    Ok(cell.get_or_init(|| built).clone())
 }
 
 type Connected = (RunningService<RoleClient, ()>, Vec<Tool>);
 
-async fn connect_one(config: &McpServerConfig, secrets: &BTreeMap<String, String>, exec: &ExecutorClient) -> Result<Connected, String> {
+async fn connect_one(
+    config: &McpServerConfig,
+    secrets: &BTreeMap<String, String>,
+    exec: &ExecutorClient,
+    allow: Option<&[String]>,
+) -> Result<Connected, String> {
     match config {
         McpServerConfig::Http { url, headers } => {
             let mut custom = HashMap::new();
@@ -255,7 +267,7 @@ async fn connect_one(config: &McpServerConfig, secrets: &BTreeMap<String, String
                 custom.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
+            let transport = StreamableHttpClientTransport::with_client(http_client(allow)?, config);
             let client = ().serve(transport).await.map_err(|e| format!("{url}: {e}"))?;
             list(client).await
         }

@@ -63,14 +63,17 @@ pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmCli
         None => String::new(),
     };
     ctx.llm
-        .for_profile(ProfileTarget {
-            provider: p.provider.clone(),
-            base_url: p.base_url.clone(),
-            model: p.model.clone(),
-            api_key,
-            temperature: p.temperature,
-            max_output_tokens: p.max_output_tokens,
-            context_window: p.context_window,
-        })
+        .for_profile(
+            ProfileTarget {
+                provider: p.provider.clone(),
+                base_url: p.base_url.clone(),
+                model: p.model.clone(),
+                api_key,
+                temperature: p.temperature,
+                max_output_tokens: p.max_output_tokens,
+                context_window: p.context_window,
+            },
+            &ctx.config.llm.profile_allow,
+        )
         .map_err(|e| format!("LLM profile `{name}`: {e}"))
 }

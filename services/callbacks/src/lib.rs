@@ -131,10 +131,9 @@ impl Actor for Dispatcher {
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), CallbackError> {
     let js = jetstream::new(nats);
     let webhooks = js.get_key_value(subjects::WEBHOOK_BUCKET).await.map_err(|e| CallbackError::Setup(e.to_string()))?;
-    let http = reqwest::Client::builder()
+    // Every address checked where it is connected to (no second lookup, no redirect).
+    let http = halyard_platform::outbound::builder(&config.webhooks.allow)
         .timeout(std::time::Duration::from_secs(config.webhooks.timeout_secs))
-        // Redirects could lead anywhere, past the destination check.
-        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| CallbackError::Setup(e.to_string()))?;
     let ctx = Arc::new(Ctx { config, js: js.clone(), http, webhooks: webhooks.clone(), subs: RwLock::new(HashMap::new()) });

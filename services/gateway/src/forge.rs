@@ -146,13 +146,12 @@ fn percent(q: &str) -> String {
 
 /// The client forge calls go through: it follows no redirect, which could lead past the
 /// address check.
-fn client() -> Result<&'static reqwest::Client, ForgeError> {
+fn client(allow: &[String]) -> Result<&'static reqwest::Client, ForgeError> {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     if let Some(c) = CLIENT.get() {
         return Ok(c);
     }
-    let built = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    let built = halyard_platform::outbound::builder(allow)
         .connect_timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| ForgeError::Unreachable(e.to_string()))?;
@@ -171,7 +170,7 @@ async fn send<T: serde::de::DeserializeOwned>(
     body: Option<&Value>,
 ) -> Result<T, ForgeError> {
     net::check_destination(url, allow).await?;
-    let mut request = client()?.request(method, url).timeout(TIMEOUT).header("User-Agent", "halyard");
+    let mut request = client(allow)?.request(method, url).timeout(TIMEOUT).header("User-Agent", "halyard");
     for (k, v) in headers {
         request = request.header(*k, *v);
     }

@@ -20,6 +20,7 @@ pub mod llm;
 pub mod nats;
 pub mod net;
 pub mod netaddr;
+pub mod outbound;
 pub mod redact;
 pub mod route;
 pub mod shutdown;

@@ -159,6 +159,9 @@ pub struct LlmClient {
     http: reqwest::Client,
     config: Arc<LlmConfig>,
     permits: Arc<Semaphore>,
+    /// A user's profile: errors say the status line only (the body could be an internal
+    /// service's answer, see [`crate::outbound`]).
+    users: bool,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -176,7 +179,7 @@ impl LlmClient {
         let http =
             reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| LlmError::Transport(e.to_string()))?;
         let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
-        Ok(Self { http, config: Arc::new(config), permits })
+        Ok(Self { http, config: Arc::new(config), permits, users: false })
     }
 
     pub fn model(&self) -> &str {
@@ -184,12 +187,26 @@ impl LlmClient {
     }
 
     /// A client of another server or model (a user's LLM profile) that shares this one's
-    /// connection pool, retry settings, prices and bound on calls in flight: a user's own
-    /// profile does not widen what the process sends at once.
-    pub fn for_profile(&self, profile: ProfileTarget) -> Result<Self, LlmError> {
+    /// retry settings, prices and bound on calls in flight (a user's own profile does not widen
+    /// what the process sends at once), through the outbound client that checks every address
+    /// against `allow` ([`crate::outbound`]).
+    pub fn for_profile(&self, profile: ProfileTarget, allow: &[String]) -> Result<Self, LlmError> {
         if !["openai", "anthropic"].contains(&profile.provider.as_str()) {
             return Err(LlmError::Transport(format!("unknown LLM provider `{}`: use `openai` or `anthropic`", profile.provider)));
         }
+        crate::net::check_url(&profile.base_url, allow).map_err(|e| LlmError::Transport(format!("{}: {e}", profile.base_url)))?;
+        static USERS: std::sync::OnceLock<(Vec<String>, reqwest::Client)> = std::sync::OnceLock::new();
+        let http = match USERS.get() {
+            Some((a, c)) if a.as_slice() == allow => c.clone(),
+            _ => {
+                let c = crate::outbound::builder(allow)
+                    .connect_timeout(Duration::from_secs(10))
+                    .build()
+                    .map_err(|e| LlmError::Transport(e.to_string()))?;
+                USERS.get_or_init(|| (allow.to_vec(), c.clone()));
+                c
+            }
+        };
         let mut config = (*self.config).clone();
         config.provider = profile.provider;
         config.base_url = profile.base_url;
@@ -199,7 +216,7 @@ impl LlmClient {
         config.max_output_tokens = profile.max_output_tokens.unwrap_or(config.max_output_tokens);
         config.context_window = profile.context_window.unwrap_or(0);
         config.context_reserve = 0;
-        Ok(Self { http: self.http.clone(), config: Arc::new(config), permits: self.permits.clone() })
+        Ok(Self { http, config: Arc::new(config), permits: self.permits.clone(), users: true })
     }
 
     /// The model's context window in tokens (configured, or known for its family).
@@ -282,7 +299,7 @@ impl LlmClient {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_secs);
             let text = response.text().await.unwrap_or_default();
-            let body: String = text.chars().take(500).collect();
+            let body: String = if self.users { crate::outbound::status_line(status) } else { text.chars().take(500).collect() };
             return Err(match status.as_u16() {
                 429 => LlmError::RateLimited { retry_after },
                 s if s >= 500 => LlmError::Server { status: s, body },
@@ -324,7 +341,7 @@ impl LlmClient {
 }
 
 fn transport(e: reqwest::Error) -> LlmError {
-    if e.is_timeout() { LlmError::Timeout } else { LlmError::Transport(e.to_string()) }
+    if e.is_timeout() { LlmError::Timeout } else { LlmError::Transport(crate::outbound::why(&e)) }
 }
 
 /// Parses a non-streaming chat-completions response.

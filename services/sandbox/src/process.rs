@@ -230,7 +230,8 @@ async fn forward(
     group: u32,
     deadline: tokio::time::Instant,
 ) -> Result<Vec<(String, String)>, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the halyard binary to forward with: {e}"))?;
+    // This very binary, even if a newer one replaced its file since it started.
+    let exe = std::path::PathBuf::from("/proc/self/exe");
     let log = std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(layout.log()).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.arg("sandbox-forward").arg("--tunnel").arg(layout.tunnel());
