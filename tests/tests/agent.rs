@@ -90,6 +90,43 @@ async fn pause_freezes_the_sandbox_and_resume_continues_the_run() {
     assert_eq!(c["execution_status"], "finished");
 }
 
+/// Paused while a command runs: the command is frozen with the sandbox, and the resume waits
+/// for its result and records it before the agent goes on (no action is left without one).
+#[tokio::test]
+async fn pausing_during_a_command_keeps_its_result() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "sleep 3; echo after-sleep"})), Reply::finish("done")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "sleep a while", "title": "sleeper"})).await;
+    api.wait_events(&conv, "the command to start", |ev| ev.iter().any(|e| e["kind"] == "action" && e["tool"] == "terminal")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/pause"), json!({})).await;
+    assert_eq!(s, 202);
+    api.wait_conversation(&conv, "paused", |c| c["execution_status"] == "paused" && c["sandbox_status"] == "PAUSED").await;
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/resume"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the run to finish after resume", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    // The action has exactly one result, the command's own output, recorded before the next
+    // LLM call.
+    let action = events.iter().position(|e| e["kind"] == "action" && e["tool"] == "terminal").unwrap();
+    let results: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["kind"] == "observation" && e["tool_call_id"] == events[action]["tool_call_id"])
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(results.len(), 1, "{}", Value::Array(events.clone()));
+    let result = &events[results[0]];
+    assert!(result["content"].as_str().unwrap().contains("after-sleep"), "{result}");
+    let next_call = events.iter().skip(action + 1).position(|e| e["kind"] == "llm_call").map(|i| i + action + 1).unwrap();
+    assert!(results[0] < next_call, "the agent went on before the command's result: {}", Value::Array(events.clone()));
+    // And the model saw it.
+    let second = &llm.requests()[1];
+    assert!(second.to_string().contains("after-sleep"), "{second}");
+}
+
 #[tokio::test]
 async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
     init();

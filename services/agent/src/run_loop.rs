@@ -306,9 +306,15 @@ impl Run {
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
-            let pending = if self.confirmed { h.pending.clone() } else { Vec::new() };
+            let pending = h.pending.clone();
             (Setting { workspace, skills, counter, tools, fixed_tokens, mcp }, pending)
         };
+        // Without a confirmation, what the log holds without a result was cut off by a pause:
+        // its result is taken from the sandbox before the agent goes on.
+        let (pending, cut_off) = if self.confirmed { (pending, Vec::new()) } else { (Vec::new(), pending) };
+        if !cut_off.is_empty() && !self.resume_cut_off(&exec, cut_off).await {
+            return RunOutcome::Failed;
+        }
         let max = self.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
         let mut steps: Vec<stuck::Step> = Vec::new();
@@ -415,6 +421,41 @@ impl Run {
             format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue."),
         )
         .await
+    }
+
+    /// Records the results of actions a pause cut off (see [`crate::conversation`]'s pause): a
+    /// command the sandbox was running is waited for again (the pause froze it, the resume let it
+    /// go on, and the executor keeps its output for whoever asks), and its output is its result;
+    /// a command the sandbox no longer has, or another tool, gets a result that says what is
+    /// known. False if the log failed.
+    async fn resume_cut_off(&self, exec: &ExecutorClient, cut_off: Vec<crate::history::Pending>) -> bool {
+        for p in cut_off {
+            let waited = if p.tool == "terminal" {
+                let args = tools::parse_arguments(&p.arguments).unwrap_or_default();
+                let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(self.ctx.config.agent.command_timeout_secs);
+                let again = serde_json::json!({"command": "", "is_input": true, "timeout": timeout});
+                match tools::execute(exec, "terminal", &again, &self.env, timeout).await {
+                    ToolOutcome::Observation { is_error: true, .. } => None,
+                    ToolOutcome::Observation { content, exit_code, is_error } => Some((content, exit_code, is_error)),
+                    ToolOutcome::Finish { .. } => None,
+                }
+            } else {
+                None
+            };
+            let (content, exit_code, is_error) = waited.unwrap_or_else(|| {
+                let what = if p.tool == "terminal" {
+                    "the sandbox no longer has this command (it was restarted)"
+                } else {
+                    "this action was cut off"
+                };
+                (format!("[Paused while it ran, and {what}: it may or may not have taken effect; check before repeating it.]"), None, true)
+            });
+            let body = EventBody::Observation { tool_call_id: p.tool_call_id, tool: p.tool, content, exit_code, is_error };
+            if !self.append(EventSource::Environment, body).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Runs the tool calls of one answer and records their observations; `Some` if the run

@@ -79,12 +79,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_of_a_forbidden_address_is_refused_before_connecting() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         // A server on loopback, reached by a name that resolves there.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
-                use tokio::io::AsyncWriteExt;
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
                 let _ = s.write_all(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/\r\ncontent-length: 0\r\n\r\n").await;
             }
         });
