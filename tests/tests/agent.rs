@@ -127,6 +127,33 @@ async fn pausing_during_a_command_keeps_its_result() {
     assert!(second.to_string().contains("after-sleep"), "{second}");
 }
 
+/// A conversation whose sandbox was deleted cannot go on, and says so at once rather than
+/// waiting for a sandbox that will never answer.
+#[tokio::test]
+async fn a_message_after_the_sandbox_was_deleted_is_refused_at_once_with_a_way_forward() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("hello")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "hi", "title": "doomed"})).await;
+    api.wait_events(&conv, "finish", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    let sandbox = task["sandbox_id"].as_str().unwrap();
+    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/sandboxes/{sandbox}"), None).await;
+    assert!(s == 202 || s == 204 || s == 200, "{s}");
+    api.wait_conversation(&conv, "the sandbox to be deleted", |c| c["sandbox_status"] == "DELETED").await;
+    // Refused, not accepted to wait: the answer is the refusal.
+    for path in ["messages", "resume"] {
+        let body = if path == "messages" { json!({"text": "go on"}) } else { json!({}) };
+        let (s, e) = api.post(&format!("/api/v1/conversations/{conv}/{path}"), body).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (409, Some("sandbox_deleted")), "{path}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("POST /api/v1/conversations"), "{e}");
+    }
+    // Nothing was queued for the agent.
+    let events = api.events(&conv).await;
+    assert!(!events.iter().any(|e| e["kind"] == "user_message" && e["text"] == "go on"), "{}", Value::Array(events));
+}
+
 #[tokio::test]
 async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
     init();

@@ -383,8 +383,26 @@ pub async fn send_message(
     let (id, c) = owned(&state, &user, &id)?;
     check_text("text", &body.text, MAX_MESSAGE_CHARS)?;
     require_started(&c)?;
+    require_sandbox(&c)?;
     let event_id = agent_command(&state, id, AgentCommand::UserMessage { conversation_id: id, text: body.text }).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
+}
+
+/// A conversation whose sandbox was not deleted: the agent could not go on without its
+/// workspace, and the command would wait for a sandbox that will never answer.
+fn require_sandbox(c: &ConversationView) -> Result<(), ApiError> {
+    if c.sandbox_status.as_deref() == Some("DELETED") {
+        let sandbox = c.sandbox_id.as_deref().unwrap_or_default();
+        return Err(ApiError::conflict(
+            "sandbox_deleted",
+            format!(
+                "this conversation's sandbox {sandbox} was deleted, and its workspace with it, so the conversation cannot go on; \
+                 start a new conversation (POST /api/v1/conversations); this one's events stay readable (GET \
+                 /api/v1/conversations/{{id}}/events)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A conversation that has finished starting.
@@ -408,6 +426,7 @@ async fn control(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (id, c) = owned(state, user, id)?;
     require_ready(&c)?;
+    require_sandbox(&c)?;
     agent_command(state, id, make(id)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
 }
