@@ -213,47 +213,16 @@ async fn relay(target: String) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     init();
-    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web").canonicalize().unwrap();
-    assert!(
-        web.join("dist/index.html").exists() && web.join("node_modules/@playwright/test").exists(),
-        "the web app is not built: run ./tests/run.sh (or `npm ci && npm run build` in web/)"
-    );
-    let chromium = std::env::var("HALYARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(std::path::Path::new(&chromium).exists(), "no Chromium at {chromium}: apt-get install chromium");
-
     let llm = ScriptedLlm::start().await;
     llm.fallback(script);
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.join("dist").display().to_string()));
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.display().to_string()));
     let scratch = tempfile::tempdir().unwrap();
     let repo = slow_repository(scratch.path());
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
-
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("npx")
-            .args(["--no-install", "playwright", "test", "tests/workspace.spec.ts"])
-            .current_dir(&web)
-            // The browser reaches Halyard through the relay; the specs may call it directly.
-            .env("HALYARD_URL", &via_relay)
-            .env("HALYARD_DIRECT_URL", &h.http)
-            .env("HALYARD_RELAY_CONTROL", &relay_control)
-            .env("HALYARD_ALICE_KEY", ALICE)
-            .env("HALYARD_BOB_KEY", BOB)
-            .env("HALYARD_SLOW_REPO", &repo)
-            .env("HALYARD_CHROMIUM", &chromium)
-            .env("CI", "1")
-            .output()
-            .map(|o| (o, h))
-    })
-    .await
-    .unwrap()
-    .expect("run npx playwright");
-    let (out, h) = out;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}\n{stderr}");
-    assert!(out.status.success(), "Playwright failed (screenshots in web/test-results/):\n{stdout}\n{stderr}\nhalyard log:\n{}", h.log());
-    // Every spec ran (a spec that was skipped or not found is a failure too).
-    assert!(stdout.contains("9 passed"), "{stdout}");
+    // The browser reaches Halyard through the relay; the specs may call it directly.
+    let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
+    playwright(h, "tests/workspace.spec.ts", 9, env).await;
 }
 
 /// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is
