@@ -26,3 +26,20 @@ pub fn state(pid: i32) -> Option<char> {
 pub fn kill(pid: i32) {
     let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
 }
+
+/// The live processes of process group `pgid` (zombies left out).
+pub fn group(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            // Fields after the command name (which may hold spaces): state, ppid, pgrp.
+            let mut rest = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace()).into_iter().flatten();
+            let state = rest.next();
+            let pgrp = rest.nth(1).and_then(|g| g.parse::<i32>().ok());
+            state != Some("Z") && pgrp == Some(pgid)
+        })
+        .collect()
+}

@@ -166,9 +166,16 @@ async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
     api.wait_events(&conv, "finish", |ev| last_status(ev).as_deref() == Some("finished")).await;
 
     let pid = procs::executor_pid(&workspace).expect("executor process");
+    assert!(procs::group(pid).len() >= 2, "the sandbox's forwarder is in its group: {:?}", procs::group(pid));
     procs::kill(pid);
     let c = api.wait_conversation(&conv, "the death to be noticed", |c| c["sandbox_status"] == "ERROR").await;
     assert_eq!(c["status"], "READY");
+    // What the executor left in its group (its forwarder, slirp4netns) ends with it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !procs::group(pid).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "left behind: {:?}", procs::group(pid));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     llm.push([Reply::tool("terminal", json!({"command": "cat keep.txt"})), Reply::finish("still there")]);
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "is it still there?"})).await;

@@ -357,14 +357,16 @@ fn groups_below(pid: u32) -> Vec<i32> {
     groups
 }
 
-/// Stops an executor: SIGTERM (it then ends its shell's process group too), continued if
-/// frozen, and SIGKILL if it is still there two seconds later.
+/// Stops an executor and its process group (the forwarder and slirp4netns of a sandbox with a
+/// network of its own are in it): SIGTERM (the executor then ends its shell's process group too),
+/// continued if frozen, and SIGKILL to whatever of the group is still there two seconds later.
 pub fn kill_group(pid: u32) {
     halyard_platform::signal(-(pid as i32), libc::SIGTERM);
     halyard_platform::signal(-(pid as i32), libc::SIGCONT);
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        if alive(pid) {
+        // Any member of the group, not only the executor (which may have ended already).
+        if halyard_platform::signal(-(pid as i32), 0) {
             halyard_platform::signal(-(pid as i32), libc::SIGKILL);
         }
     });

@@ -166,7 +166,11 @@ impl Actor for SandboxActor {
             SandboxMsg::Exited { generation, detail } => {
                 if generation == st.generation && !matches!(st.status, SandboxStatus::Deleted) {
                     tracing::warn!(sandbox_id = %st.id, %detail, "executor process ended");
-                    st.pid = None;
+                    // What it left in its group (the forwarder, slirp4netns, the agent's
+                    // background processes) ends with it.
+                    if let Some(pid) = st.pid.take() {
+                        process::kill_group(pid);
+                    }
                     st.publish(SandboxStatus::Error, Some(format!("executor process ended: {detail}"))).await;
                 }
             }
