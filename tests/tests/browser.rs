@@ -232,11 +232,23 @@ async fn thief_gets_no_session(kind: &str) {
     let llm = ScriptedLlm::start().await;
     llm.fallback(script);
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
-    let h =
-        Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.display().to_string()).set("HALYARD_SANDBOX", kind));
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_WEB_DIR", &web.display().to_string())
+            .set("HALYARD_SANDBOX", kind)
+            .set("HALYARD_ADMINS", "alice"),
+    );
+    // A key of Alice's own, for the spec's session that ends when the key is revoked.
+    let (s, key) = h.api(ALICE).post("/api/v1/admin/users/alice/keys", json!({"name": "browser"})).await;
+    assert_eq!(s, 201, "{key}");
     let scratch = tempfile::tempdir().unwrap();
     let report = scratch.path().join("report.json");
-    let (_, h) = playwright(h, "tests/session-theft.spec.ts", 1, vec![("HALYARD_REPORT", report.display().to_string())]).await;
+    let env = vec![
+        ("HALYARD_REPORT", report.display().to_string()),
+        ("HALYARD_ISSUED_KEY", key["key"].as_str().unwrap().to_owned()),
+        ("HALYARD_ISSUED_KEY_ID", key["id"].as_str().unwrap().to_owned()),
+    ];
+    let (_, h) = playwright(h, "tests/session-theft.spec.ts", 2, env).await;
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let conversation = report["conversation"].as_str().unwrap();
     let session = report["session"].as_str().unwrap();

@@ -46,3 +46,54 @@ test("an app the agent serves never receives the session cookie, wherever it sen
   expect((await context.cookies()).find((c) => c.name === "halyard_session")?.value).toBe(session!.value);
   writeFileSync(process.env.HALYARD_REPORT!, JSON.stringify({ conversation, session: session!.value, targets, published }));
 });
+
+// The rest of the browser side, as the browser sends it: the session is only good as the cookie
+// it was set in, a cookie tossed in beside it is refused, every answer says nosniff and no-store,
+// a session ends with its key, and a hundred failed sign-ins leave a right key working.
+test("a session is a cookie bound to its key, and failed sign-ins lock nobody out", async ({ page, context, playwright }) => {
+  const issued = process.env.HALYARD_ISSUED_KEY!;
+  const issuedId = process.env.HALYARD_ISSUED_KEY_ID!;
+  await page.goto("/");
+  await page.getByLabel("API key").fill(issued);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  const session = (await context.cookies()).find((c) => c.name === "halyard_session")!;
+
+  const me = await page.request.get("/api/v1/me");
+  expect(me.status()).toBe(200);
+  expect(me.headers()["x-content-type-options"]).toBe("nosniff");
+  expect(me.headers()["cache-control"]).toBe("no-store");
+  // Stolen from the cookie jar, the token is worth nothing as a bearer token.
+  const asBearer = await page.request.get("/api/v1/me", { headers: { Authorization: `Bearer ${session.value}` } });
+  expect(asBearer.status()).toBe(401);
+  // A second session cookie, tossed in for /api by another page of this host: refused.
+  const host = new URL(page.url()).hostname;
+  await context.addCookies([{ name: "halyard_session", value: "hal_tossed_0000", domain: host, path: "/api" }]);
+  const tossed = await page.request.get("/api/v1/me");
+  expect(tossed.status()).toBe(400);
+  expect((await tossed.json()).error.code).toBe("ambiguous_session");
+  await context.clearCookies({ name: "halyard_session", path: "/api" });
+  expect((await page.request.get("/api/v1/me")).status()).toBe(200);
+
+  // The key is revoked: its session ends at once, and the page asks to sign in again.
+  const admin = await playwright.request.newContext({
+    baseURL: process.env.HALYARD_URL,
+    extraHTTPHeaders: { Authorization: `Bearer ${ALICE}` },
+  });
+  expect((await admin.delete(`/api/v1/admin/keys/${issuedId}`)).status()).toBe(200);
+  await admin.dispose();
+  expect((await page.request.get("/api/v1/me")).status()).toBe(401);
+  await page.reload();
+  await expect(page.getByLabel("API key")).toBeVisible();
+
+  // A hundred failed sign-ins from this browser's address, at once (past the budget they are
+  // answered 429); then the right key signs in all the same.
+  const failed = await Promise.all(
+    Array.from({ length: 100 }, (_, i) => page.request.post("/api/v1/session", { data: { api_key: `guess-${i}` } })),
+  );
+  expect(failed.every((r) => r.status() === 401 || r.status() === 429)).toBe(true);
+  expect(failed.some((r) => r.status() === 429)).toBe(true);
+  await page.getByLabel("API key").fill(ALICE);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+});
