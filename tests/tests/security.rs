@@ -526,3 +526,37 @@ PY"#;
     let bob_said = Value::Array(bob_events).to_string();
     assert!(bob_said.contains("bob-was-here"), "{bob_said}");
 }
+
+/// Process sandboxes' egress classes, as Docker's: `open` reaches outside the sandbox (here the
+/// host's Docker bridge address, where a server of the host listens on every address),
+/// `internet` refuses private ranges (so that address), `none` has no way out at all.
+#[tokio::test]
+async fn a_process_sandbox_keeps_to_its_egress_class() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\negress = \"internet\"\n\n\
+         [[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\n",
+    )
+    .unwrap();
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
+    let port = host_server();
+    let bridge = std::process::Command::new("ip").args(["-4", "-o", "addr", "show", "docker0"]).output().unwrap();
+    let bridge = String::from_utf8_lossy(&bridge.stdout);
+    let ip = bridge.split_whitespace().skip_while(|w| *w != "inet").nth(1).and_then(|a| a.split('/').next()).expect("docker0's address");
+    let api = h.api(ALICE);
+    let (_, open) = run_commands(&llm, &api, None, &[fetch(ip, port, "/")]).await;
+    assert!(open[0].contains("host-secret"), "egress `open` does not get out: {}", open[0]);
+    let (_, locked) = run_commands(&llm, &api, Some("locked"), &[fetch(ip, port, "/"), "echo inside-works".into()]).await;
+    assert!(
+        !locked[0].contains("host-secret") && locked[0].contains("Error"),
+        "egress `internet` reached a private address: {}",
+        locked[0]
+    );
+    assert!(locked[1].contains("inside-works"), "{}", locked[1]);
+    let (_, offline) = run_commands(&llm, &api, Some("offline"), &[fetch(ip, port, "/")]).await;
+    assert!(!offline[0].contains("host-secret"), "egress `none` got out: {}", offline[0]);
+}

@@ -242,6 +242,41 @@ fn owning_userns(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Egress `internet` for the sandbox whose executor is `pid` (Halyard as root): an iptables
+/// table in its network refuses the private, shared, loopback, link-local and multicast ranges
+/// ([`crate::network::BLOCKED_FOR_INTERNET`]; the host's own addresses are among them), allowing
+/// its own loopback and slirp4netns' DNS. Docker's `internet` networks drop the same ranges.
+pub async fn internet_only(pid: u32) -> Result<(), String> {
+    let netns = format!("--net=/proc/{pid}/ns/net");
+    let mut rules: Vec<Vec<String>> = vec![
+        vec!["-o".into(), "lo".into(), "-j".into(), "ACCEPT".into()],
+        vec!["-d".into(), SLIRP_DNS.into(), "-p".into(), "udp".into(), "--dport".into(), "53".into(), "-j".into(), "ACCEPT".into()],
+        vec!["-d".into(), SLIRP_DNS.into(), "-p".into(), "tcp".into(), "--dport".into(), "53".into(), "-j".into(), "ACCEPT".into()],
+    ];
+    rules.extend(crate::network::BLOCKED_FOR_INTERNET.iter().map(|range| vec!["-d".into(), (*range).into(), "-j".into(), "REJECT".into()]));
+    for rule in rules {
+        let out = tokio::process::Command::new("nsenter")
+            .arg(&netns)
+            .args(["iptables", "-w", "-A", "OUTPUT"])
+            .args(&rule)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("cannot run nsenter and iptables for egress `internet` (install iptables): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot filter the sandbox's egress (iptables {}): {}",
+                rule.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// slirp4netns' DNS forwarder, inside the sandbox's network.
+const SLIRP_DNS: &str = "10.0.2.3";
+
 /// The first child of `pid` (bubblewrap's process inside the namespaces).
 pub fn first_child(pid: u32) -> Option<u32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;

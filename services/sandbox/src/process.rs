@@ -73,8 +73,8 @@ pub struct Launch<'a> {
     /// The apps' names and their ports (inside the sandbox's network when it has its own,
     /// else on `host`).
     pub apps: &'a [(String, u16)],
-    /// With a network of its own: give it a way out (egress `open`), or none.
-    pub egress: bool,
+    /// With a network of its own, where it may connect (see [`crate::network::Egress`]).
+    pub egress: crate::network::Egress,
     /// The resource limits it joins before it runs.
     pub group: &'a crate::limits::Group,
     pub timeout: Duration,
@@ -167,13 +167,23 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             wanted.extend(apps.iter().cloned());
             let mut at = forward(layout, host, &wanted, pid, deadline).await?;
             let url = at.remove(0).1;
-            if egress {
+            let bwrap = !confinement.wrapper.is_empty();
+            if egress == crate::network::Egress::Internet {
+                // The filter goes in before the way out opens.
+                if bwrap {
+                    return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
+                                iptables table in the sandbox's network); use `open`, `none` or Docker sandboxes"
+                        .into());
+                }
+                netns::internet_only(pid).await?;
+            }
+            if egress != crate::network::Egress::None {
                 let log = std::fs::OpenOptions::new()
                     .append(true)
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(layout.log())
                     .map_err(|e| e.to_string())?;
-                connect_out(pid, !confinement.wrapper.is_empty(), log).await?;
+                connect_out(pid, bwrap, log).await?;
             }
             (url, at)
         } else {

@@ -365,7 +365,13 @@ impl SandboxState {
             env.insert(format!("{name}_PORT"), port.to_string());
         }
         let spec = cfg.spec(&self.spec).unwrap_or_default();
-        let egress = spec.egress != "none";
+        let egress = match crate::network::Egress::parse(&spec.egress) {
+            Ok(e) => e,
+            Err(e) => {
+                self.publish(SandboxStatus::Error, Some(format!("start failed: spec {}: {e}", spec.name))).await;
+                return;
+            }
+        };
         let limits = crate::limits::Limits {
             memory_bytes: spec.memory_mb.max(16) << 20,
             pids: u64::try_from(spec.pids_limit).ok().filter(|p| *p > 0).unwrap_or(512),
