@@ -8,7 +8,8 @@
 #     latter also in a venv of the system's Python at /opt/halyard-mcp, which sandboxes can
 #     run (they see /usr and /opt, not root's home)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
-#   - slirp4netns (Debian): the way out of a process sandbox's own network namespace
+#   - slirp4netns (Debian): the way out of a process sandbox's own network namespace, and
+#     iptables, which filters it for egress `internet`
 #   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
 #   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
 # Idempotent: re-running it changes nothing once everything is there.
@@ -55,6 +56,11 @@ fi
 if ! command -v slirp4netns >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq slirp4netns >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq slirp4netns >/dev/null; }
+fi
+# iptables filters the way out of process sandboxes whose spec's egress is `internet`.
+if ! command -v iptables >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq iptables >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq iptables >/dev/null; }
 fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
