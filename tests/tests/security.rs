@@ -216,6 +216,18 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     assert!(h.log().lines().all(|l| !l.contains(secret.trim())), "the secret is in the log");
 }
 
+/// The default spec and one of each other egress class: `locked` (`internet`), `offline`
+/// (`none`).
+const EGRESS_SPECS: &str = "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\negress = \"internet\"\n\n\
+     [[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\n";
+
+/// A configuration file (TOML) holding `text`, for `HALYARD_CONFIG`; gone when dropped.
+fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
 /// A TCP server on every address of the host that answers `host-secret` to anyone.
 fn host_server() -> u16 {
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
@@ -255,13 +267,7 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
     init();
     require_engine();
     let llm = ScriptedLlm::start().await;
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\negress = \"internet\"\n\n\
-         [[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\n",
-    )
-    .unwrap();
+    let config = config_file(EGRESS_SPECS);
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
             .set("HALYARD_SANDBOX", "docker")
@@ -489,12 +495,9 @@ PY"#;
             None => Reply::finish("done"),
         }
     });
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
+    let config = config_file(
         "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"small\"\nmemory_mb = 200\npids_limit = 64\ncpus = 0.5\n",
-    )
-    .unwrap();
+    );
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
     let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
@@ -535,13 +538,7 @@ async fn a_process_sandbox_keeps_to_its_egress_class() {
     init();
     require_engine();
     let llm = ScriptedLlm::start().await;
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\negress = \"internet\"\n\n\
-         [[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\n",
-    )
-    .unwrap();
+    let config = config_file(EGRESS_SPECS);
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
     let port = host_server();
     let bridge = std::process::Command::new("ip").args(["-4", "-o", "addr", "show", "docker0"]).output().unwrap();

@@ -135,23 +135,9 @@ fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
     } else {
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
     };
-    let reads = parts.method == Method::GET || parts.method == Method::HEAD;
     if matches!(source, Source::Cookie) {
-        // A page on another origin of the same site (another port of this host, a served
-        // app) is sent the cookie too, and a WebSocket is not held back by the same-origin
-        // policy: a request with the cookie must come from this origin when it says where from.
-        if !crate::session::same_origin(&parts.headers) {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
-        }
-        // Its writes must say so in a header a page of another site cannot send (cross-origin,
-        // a custom header needs a CORS preflight this API never grants), besides SameSite.
-        if !reads && !parts.headers.contains_key(crate::session::CSRF_HEADER) {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "csrf_header_missing",
-                format!("a change made with the session cookie needs the `{}` header", crate::session::CSRF_HEADER),
-            ));
-        }
+        let reads = parts.method == Method::GET || parts.method == Method::HEAD;
+        crate::session::check_cookie_request(&parts.headers, !reads)?;
     }
     let key_id = keys::parse_api_key(&token).map(|(id, _)| id.to_owned());
     let fail = |message: &str| match client {

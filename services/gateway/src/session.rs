@@ -93,6 +93,26 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     !host.is_empty() && origin_host.eq_ignore_ascii_case(host)
 }
 
+/// What a request made with the session cookie must show besides it. A page on another origin
+/// of the same site (another port of this host, a served app) is sent the cookie too, and a
+/// WebSocket is not held back by the same-origin policy: the request must come from this origin
+/// when it says where from. A `change` must carry a header a page of another site cannot send
+/// (cross-origin, a custom header needs a CORS preflight this API never grants), besides the
+/// cookie's SameSite.
+pub fn check_cookie_request(headers: &HeaderMap, change: bool) -> Result<(), ApiError> {
+    if !same_origin(headers) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
+    }
+    if change && !headers.contains_key(CSRF_HEADER) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "csrf_header_missing",
+            format!("a change made with the session cookie needs the `{CSRF_HEADER}` header"),
+        ));
+    }
+    Ok(())
+}
+
 /// The cookie, set (`max_age` seconds) or cleared (0).
 fn cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
     let secure = if https(headers) { "; Secure" } else { "" };
@@ -171,12 +191,7 @@ pub async fn sign_in(
 fn cookie_session(state: &AppState, headers: &HeaderMap) -> Result<ApiKeyRecord, ApiError> {
     let unauthorized = || ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "no session: sign in first");
     let token = session_cookie(headers)?.ok_or_else(unauthorized)?;
-    if !headers.contains_key(CSRF_HEADER) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "csrf_header_missing", format!("this needs the `{CSRF_HEADER}` header")));
-    }
-    if !same_origin(headers) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "cross_origin", "the session cookie is only accepted from this origin"));
-    }
+    check_cookie_request(headers, true)?;
     // Only a valid session of this cookie can be changed by it.
     let principal = state.accounts.authenticate(&token, now_ms()).map_err(|_| unauthorized())?;
     let facts = principal.session.ok_or_else(unauthorized)?;

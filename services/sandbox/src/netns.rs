@@ -97,18 +97,9 @@ pub fn tunnel_listener(path: &Path) -> io::Result<std::os::unix::net::UnixListen
     Ok(listener)
 }
 
-/// One forwarded port: a host address and what it reaches in the sandbox.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Forward {
-    pub name: String,
-    pub outer: SocketAddr,
-    pub inner: u16,
-}
-
 /// Forwarding tasks of one sandbox; they end when this is dropped.
 #[derive(Debug, Default)]
 pub struct Forwards {
-    pub ports: Vec<Forward>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -123,7 +114,7 @@ impl Drop for Forwards {
 impl Forwards {
     /// Forwards `outer` (port 0: any free port of its host) to `inner` in the sandbox whose
     /// tunnel is `tunnel`.
-    pub async fn add(&mut self, name: &str, outer: SocketAddr, tunnel: PathBuf, inner: u16) -> io::Result<SocketAddr> {
+    pub async fn add(&mut self, outer: SocketAddr, tunnel: PathBuf, inner: u16) -> io::Result<SocketAddr> {
         let listener = TcpListener::bind(outer).await?;
         let outer = listener.local_addr()?;
         let task = tokio::spawn(async move {
@@ -140,7 +131,6 @@ impl Forwards {
             }
         });
         self.tasks.push(task);
-        self.ports.push(Forward { name: name.to_owned(), outer, inner });
         Ok(outer)
     }
 }
@@ -159,7 +149,7 @@ pub async fn serve_forwards(tunnel: &Path, specs: &[String]) -> io::Result<()> {
         let (Some(name), Some(outer), Some(inner)) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
         let outer: SocketAddr = outer.parse().map_err(|_| bad())?;
         let inner: u16 = inner.parse().map_err(|_| bad())?;
-        let at = forwards.add(name, outer, tunnel.to_owned(), inner).await?;
+        let at = forwards.add(outer, tunnel.to_owned(), inner).await?;
         println!("{FORWARDING}{name} {at}");
     }
     println!("{FORWARDING_READY}");
@@ -323,7 +313,7 @@ mod tests {
             s.write_all(&line).await.unwrap();
         });
         let mut f = Forwards::default();
-        let at = f.add("WORKER_1", "127.0.0.1:0".parse().unwrap(), path.clone(), 8001).await.unwrap();
+        let at = f.add("127.0.0.1:0".parse().unwrap(), path.clone(), 8001).await.unwrap();
         let mut c = tokio::net::TcpStream::connect(at).await.unwrap();
         let mut echoed = [0u8; 5];
         c.read_exact(&mut echoed).await.unwrap();

@@ -54,6 +54,17 @@ impl Layout {
     pub fn log(&self) -> PathBuf {
         self.root.join("executor.log")
     }
+    /// The log, opened to append (by the executor and the helpers of its sandbox). Never
+    /// following a link planted where it goes: it is opened with Halyard's privileges.
+    pub fn open_log(&self) -> Result<std::fs::File, String> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.log())
+            .map_err(|e| format!("cannot open {}: {e}", self.log().display()))
+    }
     /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
     pub fn tunnel(&self) -> PathBuf {
         self.root.join("tunnel.sock")
@@ -88,14 +99,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
     let Launch { command, host, confinement, env, layout, key, output_cap, apps, egress, group, timeout } = launch;
     let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
     let (program, args) = full.split_first().ok_or("no executor command configured")?;
-    // Never follow a link planted where the log goes: it is opened with our privileges.
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(layout.log())
-        .map_err(|e| format!("cannot open {}: {e}", layout.log().display()))?;
+    let log = layout.open_log()?;
     let tunnel = match confinement.own_network {
         true => Some(netns::tunnel_listener(&layout.tunnel()).map_err(|e| format!("cannot make {}: {e}", layout.tunnel().display()))?),
         false => None,
@@ -178,12 +182,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                 netns::internet_only(pid).await?;
             }
             if egress != crate::network::Egress::None {
-                let log = std::fs::OpenOptions::new()
-                    .append(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(layout.log())
-                    .map_err(|e| e.to_string())?;
-                connect_out(pid, bwrap, log).await?;
+                connect_out(pid, bwrap, layout.open_log()?).await?;
             }
             (url, at)
         } else {
@@ -242,7 +241,7 @@ async fn forward(
 ) -> Result<Vec<(String, String)>, String> {
     // This very binary, even if a newer one replaced its file since it started.
     let exe = std::path::PathBuf::from("/proc/self/exe");
-    let log = std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(layout.log()).map_err(|e| e.to_string())?;
+    let log = layout.open_log()?;
     let mut cmd = Command::new(exe);
     cmd.arg("sandbox-forward").arg("--tunnel").arg(layout.tunnel());
     for (name, inner) in wanted {
