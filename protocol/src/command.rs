@@ -104,6 +104,9 @@ impl Payload for SandboxCommand {
 }
 
 /// Commands for the agent runner.
+// A command lives for one delivery and is matched once: its size does not matter enough to
+// box the start's fields.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum AgentCommand {
@@ -126,6 +129,10 @@ pub enum AgentCommand {
         /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secrets: Option<Vec<String>>,
+        /// The repository the workspace was cloned from; git reaches it through the git proxy
+        /// when one of the owner's git providers serves its host.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<Repository>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

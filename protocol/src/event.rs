@@ -205,6 +205,9 @@ pub enum EventBody {
         /// masked either way).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secrets: Option<Vec<String>>,
+        /// The repository the workspace was cloned from (absent: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<crate::system::Repository>,
     },
     /// A message from the user.
     UserMessage { text: String },

@@ -180,43 +180,54 @@ pub struct McpStdioSpawn {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
-/// What git asks for, as the executor passes it on over its `GET /git/credentials` WebSocket
-/// to the agent runner holding it open (and as the helper asks the executor, without `id`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GitCredentialAsk {
-    /// Matches the answer to its question.
-    #[serde(default)]
-    pub id: u64,
-    /// `https` or `http`.
-    pub protocol: String,
-    /// `host` or `host:port`.
-    pub host: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+/// A text frame of the git proxy's WebSocket (`GET /git/proxy`), which the agent runner (or,
+/// for the clone at start, the conversations service) holds open to the executor. Git in the
+/// sandbox talks smart HTTP to the executor's loopback listener; the executor passes each
+/// request on as a [`GitProxyFrame::Request`] and the holder of the socket makes it upstream
+/// with the user's token, which never enters the sandbox. A body travels as binary frames, each
+/// the request's `id` (8 bytes, big-endian) followed by bytes, and ends with
+/// [`GitProxyFrame::End`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GitProxyFrame {
+    /// Holder to executor, first: the remotes git reaches through the proxy (URLs as the
+    /// conversation names them; a remote whose URL starts so is rewritten to the proxy).
+    Remotes { urls: Vec<String> },
+    /// Executor to holder: a request git made; `target` is `<host>/<path>` of the upstream URL.
+    Request {
+        id: u64,
+        method: String,
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        query: Option<String>,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    /// Holder to executor: the head of the upstream's answer.
+    Response {
+        id: u64,
+        status: u16,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    /// Either way: the body of `id` is complete.
+    End { id: u64 },
+    /// Holder to executor: `id` cannot be answered, in words for the agent (git shows them).
+    Error { id: u64, message: String },
 }
 
-/// The agent runner's answer to a [`GitCredentialAsk`]: a username and password for git (used
-/// once, never stored in the sandbox), or why not.
-#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GitCredentialAnswer {
-    #[serde(default)]
-    pub id: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password: Option<String>,
-    /// Why there is no credential, in words for the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+impl GitProxyFrame {
+    /// The binary frame carrying `bytes` of the body of request `id`.
+    pub fn body_chunk(id: u64, bytes: &[u8]) -> Vec<u8> {
+        let mut frame = Vec::with_capacity(8 + bytes.len());
+        frame.extend_from_slice(&id.to_be_bytes());
+        frame.extend_from_slice(bytes);
+        frame
+    }
 
-impl std::fmt::Debug for GitCredentialAnswer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitCredentialAnswer")
-            .field("id", &self.id)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
-            .field("error", &self.error)
-            .finish()
+    /// The request id and bytes of a binary frame (`None`: shorter than an id).
+    pub fn split_chunk(frame: &[u8]) -> Option<(u64, &[u8])> {
+        let (id, bytes) = frame.split_first_chunk::<8>()?;
+        Some((u64::from_be_bytes(*id), bytes))
     }
 }

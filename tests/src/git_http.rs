@@ -46,6 +46,22 @@ impl GitServer {
     }
 }
 
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git").args(args).current_dir(dir).output().expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A bare repository `root/name` on branch `main`, with one commit of one file.
+pub fn bare_repository(root: &std::path::Path, name: &str, (file, text): (&str, &str)) {
+    let src = root.join(format!("{name}.src"));
+    std::fs::create_dir_all(&src).expect("source dir");
+    git(&src, &["init", "-q", "-b", "main"]);
+    std::fs::write(src.join(file), text).expect("write file");
+    git(&src, &["add", "."]);
+    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
+    git(root, &["clone", "-q", "--bare", &format!("{name}.src"), name]);
+}
+
 async fn serve(State(inner): State<Arc<Inner>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
     inner.seen.lock().expect("lock").push(auth.clone());

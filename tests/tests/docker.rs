@@ -48,19 +48,27 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     init();
     require_engine();
     let llm = ScriptedLlm::start().await;
+    // A private repository on the host, behind git's own http-backend: the container's git
+    // reaches it through the executor's git proxy and the agent runner, which adds the token.
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "app.git", ("README.md", "the docker app\n"));
+    const TOKEN: &str = "ghp_docker-proxy-token-2b8d";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let host = server.base.trim_start_matches("http://").to_owned();
     llm.push([
-        // Git's credential helper is the executor's binary, run as the container runs it, and
-        // reaches the agent runner (which has no provider for this host, and says so).
         Reply::tool(
             "terminal",
-            json!({"command": "id -u; pwd; echo kept > notes.txt; env | grep -c -e sk-halyard -e HALYARD_ || true; ls /var/run/docker.sock 2>&1; \
-                printf 'protocol=https\\nhost=forge.example\\n\\n' | git credential fill 2>&1 | grep -c 'no git provider for forge.example'"}),
+            json!({"command": format!("id -u; pwd; echo kept > notes.txt; env | grep -c -e sk-halyard -e HALYARD_ || true; ls /var/run/docker.sock 2>&1; \
+                cat README.md; git fetch -q origin && echo FETCHED; \
+                printf 'protocol=http\\nhost={host}\\n\\n' | git credential fill >/dev/null 2>&1; echo FILL=$?")}),
         ),
         Reply::finish("done"),
     ]);
-    let h = Halyard::start(docker_opts(&llm.base_url));
+    let h = Halyard::start(docker_opts(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let api = h.api(ALICE);
-    let (conv, task) = api.start_ready(json!({"message": "look around"})).await;
+    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
+    let (conv, task) = api.start_ready(json!({"message": "look around", "repository": {"url": format!("{}/app.git", server.base)}})).await;
     assert_eq!(task["from_pool"], false);
     let events = finished_runs(&api, &conv, 1).await;
     let out = last_terminal_output(&events);
@@ -69,8 +77,10 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert_eq!(lines[1], "/workspace", "{out}");
     assert_eq!(lines[2], "0", "no secret and no Halyard variable in the sandbox: {out}");
     assert!(lines[3].contains("No such file"), "no Docker socket in the sandbox: {out}");
-    assert_eq!(lines[4], "1", "git's credential helper did not reach the agent runner: {out}");
-    assert!(!serde_json::to_string(&events).unwrap().contains(LLM_KEY));
+    assert_eq!(lines[4..7], ["the docker app", "FETCHED", "FILL=128"], "clone and fetch through the git proxy, no credential: {out}");
+    assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the proxy sent no token upstream");
+    let all = serde_json::to_string(&events).unwrap();
+    assert!(!all.contains(LLM_KEY) && !all.contains(TOKEN));
 
     // The sandbox as the API and the engine show it.
     let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();

@@ -458,9 +458,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert_eq!(alice.get("/api/v1/mcp-servers/alice").await.1["command"], "alices-mcp-server");
 }
 
-/// A process sandbox's resource limits (its spec's, as a container's): a memory hog and a fork
-/// bomb end as commands that say which limit they hit, the sandbox goes on, and another user's
-/// conversation finishes meanwhile.
+/// A process sandbox's resource limits (its spec's, as a container's): a memory hog, a fork bomb
+/// and a disk filler end as commands that say which limit they hit, the sandbox goes on, and
+/// another user's conversation finishes meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_agent_cannot_starve_the_host_and_its_neighbour_finishes() {
     init();
@@ -483,20 +483,23 @@ for k in kids:
     os.waitpid(k, 0)
 print("forked", len(kids), "refused:", refused)
 PY"#;
+    // 2 GB in 10 MB appends, far past the spec's 64 MiB of disk; then what is left of it.
+    let fill = "for i in $(seq 200); do head -c 10000000 /dev/zero >> fill || break; done; echo wrote-it-all";
+    let after = "du -sm fill | cut -f1; rm -f fill; echo still-alive";
     // Both users' runs are scripted by what was asked and how far each has come.
     llm.fallback(move |req: &Value| {
         let messages = req["messages"].as_array().cloned().unwrap_or_default();
         let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
         let asked = messages[last_user]["content"].to_string();
         let step = messages[last_user..].iter().filter(|m| m["role"] == "tool").count();
-        let steps: &[&str] = if asked.contains("starve") { &[hog, bomb, "echo still-alive"] } else { &["echo bob-was-here"] };
+        let steps: &[&str] = if asked.contains("starve") { &[hog, bomb, fill, after] } else { &["echo bob-was-here"] };
         match steps.get(step) {
             Some(c) => Reply::tool("terminal", json!({"command": c, "timeout": 30, "security_risk": "low"})),
             None => Reply::finish("done"),
         }
     });
     let config = config_file(
-        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"small\"\nmemory_mb = 200\npids_limit = 64\ncpus = 0.5\n",
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"small\"\nmemory_mb = 200\npids_limit = 64\ncpus = 0.5\ndisk_mb = 64\n",
     );
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
     let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
@@ -518,14 +521,21 @@ PY"#;
         .filter(|e| e["kind"] == "observation" && e["tool"] == "terminal")
         .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(outputs.len(), 3, "{}", Value::Array(alice_events.clone()));
+    assert_eq!(outputs.len(), 4, "{}", Value::Array(alice_events.clone()));
     let allocated = outputs[0].lines().any(|l| l.starts_with("allocated"));
     assert!(!allocated && outputs[0].contains("exit=137"), "the hog was not stopped: {}", outputs[0]);
     assert!(outputs[0].contains("memory limit (200 MiB)"), "the observation does not name the limit: {}", outputs[0]);
     let forked: usize = outputs[1].split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
     assert!(forked < 64 && outputs[1].contains("refused: Resource temporarily unavailable"), "{}", outputs[1]);
     assert!(outputs[1].contains("process limit (64)"), "the observation does not name the limit: {}", outputs[1]);
-    assert!(outputs[2].contains("still-alive"), "the sandbox did not go on: {}", outputs[2]);
+    assert!(
+        !outputs[2].contains("wrote-it-all") && outputs[2].contains("disk limit (64 MiB") && outputs[2].contains("was stopped"),
+        "the filler was not stopped at the disk limit: {}",
+        outputs[2]
+    );
+    let left: u64 = outputs[3].lines().next().and_then(|n| n.trim().parse().ok()).unwrap_or(u64::MAX);
+    assert!(left < 1000, "the filler wrote {left} MB of its 2000: {}", outputs[3]);
+    assert!(outputs[3].contains("still-alive") && !outputs[3].contains("[Halyard"), "the sandbox did not go on: {}", outputs[3]);
     let bob_said = Value::Array(bob_events).to_string();
     assert!(bob_said.contains("bob-was-here"), "{bob_said}");
 }

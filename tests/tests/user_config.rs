@@ -254,36 +254,19 @@ async fn a_profile_may_not_point_at_the_operators_network_unless_allowed() {
     assert_eq!(alice.get("/api/v1/llm-profiles").await.1["items"].as_array().map(Vec::len), Some(1));
 }
 
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A bare repository `root/name` on branch `main`, with one commit of one file.
-fn bare_repository(root: &std::path::Path, name: &str, (file, text): (&str, &str)) {
-    let src = root.join(format!("{name}.src"));
-    std::fs::create_dir_all(&src).unwrap();
-    git(&src, &["init", "-q", "-b", "main"]);
-    std::fs::write(src.join(file), text).unwrap();
-    git(&src, &["add", "."]);
-    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
-    git(root, &["clone", "-q", "--bare", &format!("{name}.src"), name]);
-}
-
 #[tokio::test]
 async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of_the_sandbox() {
     init();
     // A private repository behind git's own http-backend, with basic auth.
     let repos = tempfile::tempdir().unwrap();
-    bare_repository(repos.path(), "private.git", ("PRIVATE.md", "only for alice\n"));
+    halyard_tests::bare_repository(repos.path(), "private.git", ("PRIVATE.md", "only for alice\n"));
     const TOKEN: &str = "ghp_private-token-4f7e2a9c";
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let url = format!("{}/private.git", server.base);
     let llm = ScriptedLlm::start().await;
-    // The repository is served on the host's loopback, which a sandbox's own network cannot
-    // reach (a git proxy outside the sandbox is the way for that; until then the host's
-    // network, as a single developer would run it).
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_PROCESS_NETWORK", "host"));
+    // The repository is served on the host's loopback, which the sandbox's own network cannot
+    // reach: git gets there through Halyard's git proxy, which the operator allows the loopback.
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
 
     // Without a token the server refuses the clone, and the start says where it failed.
@@ -299,8 +282,17 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
     assert!(!p.to_string().contains(TOKEN));
     assert!(!alice.get("/api/v1/git-providers").await.1.to_string().contains(TOKEN));
 
+    halyard_tests::bare_repository(repos.path(), "other.git", ("OTHER.md", "not this conversation's\n"));
+    // What a hostile agent tries: the token from git's credential machinery, and the proxy
+    // aimed at another repository of the same server.
     llm.push([
-        terminal("cat PRIVATE.md; git remote -v; git config --list --show-origin; env; git fetch -q origin && echo FETCHED"),
+        terminal(&format!(
+            "cat PRIVATE.md; git remote -v; git config --list --show-origin; env; git fetch -q origin && echo FETCHED; \
+             printf 'protocol=http\\nhost={host}\\n\\n' | git credential fill 2>&1; echo FILL=$?; \
+             k=$(git config --get-regexp insteadof | cut -d' ' -f1); k=${{k#url.}}; base=${{k%/private.insteadof}}; \
+             git ls-remote \"$base/other.git\" 2>&1; echo LS=$?",
+            host = server.base.trim_start_matches("http://")
+        )),
         Reply::finish("done"),
     ]);
     let (conv, task) = alice.start_ready(json!({"message": "read it", "repository": {"url": url}})).await;
@@ -310,10 +302,15 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
     assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");
     // The sandbox kept nothing of the token: no credential in the git config or the
     // environment, nothing to mask, nothing on disk. The agent's own fetch works all the same:
-    // git asks the agent runner through its credential helper.
+    // git goes through the runner's git proxy, which adds the token upstream.
     let lower = seen.to_lowercase();
     assert!(!lower.contains("extraheader") && !lower.contains("authorization") && !seen.contains("<secret:"), "{seen}");
-    assert!(seen.contains("FETCHED"), "the agent's fetch got no credentials from the runner: {seen}");
+    assert!(seen.contains("FETCHED"), "the agent's fetch did not go through the git proxy: {seen}");
+    assert!(!seen.contains(TOKEN) && seen.contains("FILL=128"), "git's credential machinery handed something out: {seen}");
+    assert!(
+        seen.contains("serves this conversation's repository only") && seen.contains("LS=128"),
+        "the proxy reached another repository: {seen}"
+    );
     for (path, bytes) in files(h.data.path()).into_iter().chain(files(&h.workspace(task["sandbox_id"].as_str().unwrap()))) {
         assert!(!contains(&bytes, TOKEN), "{} holds the token", path.display());
     }
@@ -381,15 +378,12 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     const TOKEN: &str = "ghp_pull-request-token-73b1e0";
     // `alice/app` behind git's own http-backend, and a GitHub REST API that knows its branches.
     let repos = tempfile::tempdir().unwrap();
-    bare_repository(repos.path(), "alice/app.git", ("README.md", "teh app\n"));
+    halyard_tests::bare_repository(repos.path(), "alice/app.git", ("README.md", "teh app\n"));
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
     let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
     let llm = ScriptedLlm::start().await;
-    // The repository is served on the host's loopback, which a sandbox's own network cannot
-    // reach (a git proxy outside the sandbox is the way for that; until then the host's
-    // network, as a single developer would run it).
-    let h =
-        Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_PROCESS_NETWORK", "host").set("HALYARD_GIT_API_ALLOW", "loopback"));
+    // Git reaches the repository on the host's loopback through Halyard's git proxy.
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
     let host = server.base.trim_start_matches("http://");
     let provider = json!({"kind": "github", "host": host, "api_url": github.api_url, "token": TOKEN});

@@ -258,6 +258,7 @@ impl ConvState {
                 confirmation_policy,
                 llm_profile,
                 secrets,
+                repository,
                 ..
             } => {
                 if !started {
@@ -283,6 +284,7 @@ impl ConvState {
                         confirmation_policy,
                         llm_profile,
                         secrets,
+                        repository,
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;

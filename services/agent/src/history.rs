@@ -21,6 +21,8 @@ pub struct Started {
     pub owner: UserId,
     pub sandbox_id: SandboxId,
     pub workspace: String,
+    /// What the workspace was cloned from, for the git proxy.
+    pub repository: Option<halyard_protocol::system::Repository>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -135,9 +137,15 @@ impl History {
                 confirmation_policy,
                 llm_profile,
                 secrets,
+                repository,
                 ..
             } => {
-                self.started = Some(Started { owner: owner.clone(), sandbox_id: *sandbox_id, workspace: workspace.clone() });
+                self.started = Some(Started {
+                    owner: owner.clone(),
+                    sandbox_id: *sandbox_id,
+                    workspace: workspace.clone(),
+                    repository: repository.clone(),
+                });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();
                 self.skills = skills.clone();

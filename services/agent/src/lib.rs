@@ -16,7 +16,6 @@ pub mod ask;
 pub mod budget;
 pub mod condense;
 pub mod conversation;
-pub mod git_credentials;
 pub mod history;
 pub mod lease;
 pub mod log;

@@ -205,6 +205,36 @@ impl Run {
         Ok(ExecutorClient::new(self.ctx.http.clone(), url, keys::session_key(&self.ctx.config.secret, sandbox_id)))
     }
 
+    /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
+    /// git providers serves it (`None`: nothing to serve, or it could not be; git then fails
+    /// upstream with the provider's refusal, which the agent sees).
+    async fn git_proxy(&self, exec: &ExecutorClient) -> Option<halyard_platform::git_proxy::Serving> {
+        let (owner, url, conversation) = {
+            let log = self.log.lock().await;
+            let started = log.history.started.as_ref()?;
+            (started.owner.clone(), started.repository.as_ref()?.url.clone(), log.conversation())
+        };
+        let ctx = &self.ctx;
+        let remote = match halyard_platform::git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &owner, &url).await {
+            Ok(remote) => remote?,
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "no git proxy for the run");
+                return None;
+            }
+        };
+        let provider = remote.provider.clone();
+        match halyard_platform::git_proxy::serve(exec, vec![remote], &ctx.config.gateway.git_api_allow).await {
+            Ok(serving) => {
+                tracing::info!(%conversation, user = %owner, %provider, "git proxy serving the conversation's repository");
+                Some(serving)
+            }
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "no git proxy for the run");
+                None
+            }
+        }
+    }
+
     /// The conversation's MCP servers, connected: the hub of an earlier run while it still
     /// serves the owner's configuration and secrets, else a new one, recorded in an
     /// `mcp_servers` event when what it offers changed. `None` if the log failed.
@@ -289,12 +319,9 @@ impl Run {
             Ok(e) => e,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
-        // Git in the sandbox asks for credentials through the executor while the run lasts.
-        let _git_credentials = {
-            let log = self.log.lock().await;
-            let owner = log.history.started.as_ref().map(|s| s.owner.clone());
-            owner.map(|owner| crate::git_credentials::answer(self.ctx.clone(), &exec, owner, log.conversation()))
-        };
+        // Git in the sandbox reaches the conversation's repository through this runner while
+        // the run lasts, which adds the owner's token upstream.
+        let _git_proxy = self.git_proxy(&exec).await;
         let Some(mcp) = self.mcp(&exec).await else { return RunOutcome::Failed };
         let (setting, pending) = {
             let log = self.log.lock().await;

@@ -8,7 +8,6 @@
 //! every step is idempotent (ids derived from the task id, a clone that already happened is
 //! not repeated).
 
-pub mod git_auth;
 pub mod start;
 
 use std::sync::Arc;

@@ -1,12 +1,13 @@
 //! The start task: from a start command to a conversation whose agent is ready.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use halyard_platform::bus;
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
-use halyard_platform::skills;
 use halyard_platform::{BusError, keys};
+use halyard_platform::{git_proxy, skills};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
@@ -170,9 +171,22 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
             "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
             quote(&repo.url)
         );
-        let env = crate::git_auth::clone_env(ctx, &task.owner, &repo.url)
+        // A repository of one of the owner's git providers is cloned through the sandbox's git
+        // proxy, served from here for the clone, which adds the token upstream.
+        let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, &repo.url)
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
+        let _proxy = match remote {
+            Some(remote) => {
+                tracing::info!(user = %task.owner, provider = %remote.provider, "cloning through the git proxy");
+                let serving = git_proxy::serve(&exec, vec![remote], &ctx.config.gateway.git_api_allow)
+                    .await
+                    .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
+                Some(serving)
+            }
+            None => None,
+        };
+        let env = BTreeMap::from([("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())]);
         run_with(&exec, &script, CLONE_TIMEOUT_SECS, env)
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
@@ -210,6 +224,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         confirmation_policy: task.confirmation_policy,
         llm_profile: task.llm_profile.clone(),
         secrets: task.secrets.clone(),
+        repository: repository.cloned(),
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());

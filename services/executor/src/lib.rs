@@ -6,12 +6,13 @@
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `GET /mcp/stdio` (a
-//! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/credentials` (a WebSocket
-//! the agent runner answers git's credential questions on, [`git_credential`]) and `POST
+//! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/proxy` (a WebSocket
+//! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
 //! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
+pub mod disk;
 pub mod editor;
-pub mod git_credential;
+pub mod git_proxy;
 pub mod limits;
 pub mod mcp;
 pub mod shell;
@@ -41,6 +42,9 @@ pub struct ExecutorConfig {
     pub session_key: String,
     /// Cap on one command's returned output, in bytes.
     pub output_cap: usize,
+    /// What the workspace, home and temporary directory may hold together, in bytes (0: no
+    /// limit); see [`disk`].
+    pub disk_limit: u64,
 }
 
 impl std::fmt::Debug for ExecutorConfig {
@@ -99,8 +103,11 @@ struct AppState {
     shell: Arc<shell::Shell>,
     editor: Arc<editor::Editor>,
     activity: Arc<Activity>,
-    /// Passes git's credential questions to the agent runner (`None`: no socket could be made).
-    git: Option<Arc<git_credential::Broker>>,
+    /// Passes git's requests for the conversation's repository on (`None`: no listener could
+    /// be made).
+    git: Option<Arc<git_proxy::GitProxy>>,
+    /// The disk limit commands are watched against (`None`: none).
+    disk: Option<Arc<disk::Disk>>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -122,10 +129,10 @@ impl Activity {
 
 /// The executor's routes.
 pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
-    let git = match git_credential::Broker::start(&std::env::temp_dir()) {
-        Ok(broker) => Some(broker),
+    let git = match git_proxy::GitProxy::start(&std::env::temp_dir()) {
+        Ok(proxy) => Some(proxy),
         Err(e) => {
-            tracing::warn!(error = %e, "no git credential socket: git in the sandbox gets no credentials");
+            tracing::warn!(error = %e, "no git proxy: git in the sandbox reaches private repositories of no provider");
             None
         }
     };
@@ -134,8 +141,17 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let editor = editor::Editor::new(config.workspace.clone());
     let activity = Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last_end_ms: AtomicU64::new(0) };
     let key = Arc::new(RwLock::new(config.session_key.clone()));
-    let state =
-        AppState { config: Arc::new(config), key, shell: Arc::new(shell), editor: Arc::new(editor), activity: Arc::new(activity), git };
+    let roots = [Some(config.workspace.clone()), std::env::var_os("HOME").map(PathBuf::from), Some(std::env::temp_dir())];
+    let disk = disk::Disk::new(config.disk_limit, roots.into_iter().flatten().collect());
+    let state = AppState {
+        config: Arc::new(config),
+        key,
+        shell: Arc::new(shell),
+        editor: Arc::new(editor),
+        activity: Arc::new(activity),
+        git,
+        disk,
+    };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
         .route("/shell/interrupt", post(interrupt))
@@ -147,16 +163,16 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // An MCP server's open socket is not activity either: its calls come with the
         // agent's steps, which are.
         .route("/mcp/stdio", get(mcp_stdio))
-        .route("/git/credentials", get(git_credentials))
+        .route("/git/proxy", get(git_proxy))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
 }
 
-async fn git_credentials(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+async fn git_proxy(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
     match state.git.clone() {
-        Some(broker) => ws.on_upgrade(move |socket| broker.serve_runner(socket)),
-        None => ExecutorError::Internal("this sandbox has no git credential socket".into()).into_response(),
+        Some(proxy) => ws.on_upgrade(move |socket| proxy.serve_holder(socket)),
+        None => ExecutorError::Internal("this sandbox has no git proxy".into()).into_response(),
     }
 }
 
@@ -223,8 +239,21 @@ async fn exec(
     Json(req): Json<ExecRequest>,
 ) -> Result<Json<halyard_protocol::executor::ExecResponse>, ExecutorError> {
     let before = limits::counters();
+    let watch = match &state.disk {
+        Some(disk) => {
+            let shell = state.shell.clone();
+            Some(disk.watch(move || drop(tokio::spawn(async move { shell.interrupt(std::time::Duration::from_secs(3)).await }))).await)
+        }
+        None => None,
+    };
     let mut res = state.shell.exec(req).await?;
     if let Some(note) = limits::note(before, limits::counters()) {
+        res.output.push_str(&note);
+    }
+    if let Some(note) = match watch {
+        Some(watch) => watch.finish().await,
+        None => None,
+    } {
         res.output.push_str(&note);
     }
     Ok(Json(res))

@@ -75,28 +75,7 @@ enum Command {
     /// The executor inside a sandbox (started by the sandbox supervisor; reads its session key
     /// from the first line of standard input).
     #[command(hide = true)]
-    Executor {
-        #[arg(long)]
-        workspace: PathBuf,
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: std::net::SocketAddr,
-        #[arg(long, default_value_t = 30_000)]
-        output_cap: usize,
-        /// Read the session key from this file (then delete it) instead of standard input; used
-        /// in containers, where the supervisor uploads the file before starting the executor and
-        /// the container's own lifecycle replaces the standard-input lifeline.
-        #[arg(long)]
-        key_file: Option<PathBuf>,
-        /// Keep serving when standard input closes after the key (the supervisor crashed): the
-        /// sandbox runs on and its supervisor adopts it when it returns, as with containers.
-        /// Without it, end-of-file means the supervisor is gone and the executor stops.
-        #[arg(long)]
-        outlive_supervisor: bool,
-        /// A listening Unix socket inherited from the supervisor, through which it reaches
-        /// ports inside this sandbox's own network namespace (see `halyard_executor::tunnel`).
-        #[arg(long)]
-        tunnel_fd: Option<i32>,
-    },
+    Executor(ExecutorArgs),
     /// Forwards host ports into a process sandbox's own network (started by the sandbox
     /// supervisor in the sandbox's process group, so it lives and ends with the sandbox, not
     /// with the supervisor; see `halyard_sandbox::netns`).
@@ -109,16 +88,35 @@ enum Command {
         #[arg(long = "forward", required = true)]
         forwards: Vec<String>,
     },
-    /// Git's credential helper in a sandbox's shell: asks the executor, which asks the agent
-    /// runner (git runs it; see `halyard_executor::git_credential`).
-    #[command(hide = true)]
-    GitCredential {
-        /// The executor's socket.
-        #[arg(long)]
-        socket: PathBuf,
-        /// `get`, `store` or `erase`.
-        operation: String,
-    },
+}
+
+/// The executor's flags (see [`Command::Executor`]).
+#[derive(Debug, clap::Args)]
+struct ExecutorArgs {
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    #[arg(long, default_value_t = 30_000)]
+    output_cap: usize,
+    /// Read the session key from this file (then delete it) instead of standard input; used
+    /// in containers, where the supervisor uploads the file before starting the executor and
+    /// the container's own lifecycle replaces the standard-input lifeline.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Keep serving when standard input closes after the key (the supervisor crashed): the
+    /// sandbox runs on and its supervisor adopts it when it returns, as with containers.
+    /// Without it, end-of-file means the supervisor is gone and the executor stops.
+    #[arg(long)]
+    outlive_supervisor: bool,
+    /// A listening Unix socket inherited from the supervisor, through which it reaches
+    /// ports inside this sandbox's own network namespace (see `halyard_executor::tunnel`).
+    #[arg(long)]
+    tunnel_fd: Option<i32>,
+    /// What the workspace, home and temporary directory may hold together, in MiB (0: no
+    /// limit; see `halyard_executor::disk`).
+    #[arg(long, default_value_t = 0)]
+    disk_limit_mb: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -149,18 +147,13 @@ const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sa
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Command::GitCredential { socket, operation } = &cli.command {
-        let code = halyard_executor::git_credential::helper(socket, operation, &mut std::io::stdin().lock(), &mut std::io::stdout().lock());
-        std::process::exit(code);
-    }
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Command::Executor { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd } => {
+        Command::Executor(ref args) => {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));
-            runtime.block_on(executor(workspace.clone(), listen, output_cap, key_file.clone(), outlive_supervisor, tunnel_fd))
+            runtime.block_on(executor(args))
         }
-        Command::GitCredential { .. } => Ok(()),
         Command::SandboxForward { ref tunnel, ref forwards } => {
             runtime.block_on(halyard_sandbox::netns::serve_forwards(tunnel, forwards)).map_err(Into::into)
         }
@@ -456,14 +449,8 @@ async fn wait_for_signal() {
     }
 }
 
-async fn executor(
-    workspace: PathBuf,
-    listen: std::net::SocketAddr,
-    output_cap: usize,
-    key_file: Option<PathBuf>,
-    outlive_supervisor: bool,
-    tunnel_fd: Option<i32>,
-) -> Result<()> {
+async fn executor(args: &ExecutorArgs) -> Result<()> {
+    let ExecutorArgs { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd, disk_limit_mb } = *args;
     // The session key comes on stdin (or in a file deleted once read), never in the environment
     // or on the command line, where other processes of the sandbox could read it.
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -493,7 +480,8 @@ async fn executor(
         });
     }
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
-    let config = halyard_executor::ExecutorConfig { workspace, session_key, output_cap };
+    let config =
+        halyard_executor::ExecutorConfig { workspace: workspace.clone(), session_key, output_cap, disk_limit: disk_limit_mb << 20 };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is
     // gone (stopped or crashed), and a sandbox nobody supervises must not linger.
     let lifeline = key_file.is_none() && !outlive_supervisor;

@@ -311,6 +311,9 @@ pub struct SandboxSpec {
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids_limit: i64,
+    /// What the workspace (with the sandbox's home and temporary directory) may hold, in MiB
+    /// (0: no limit).
+    pub disk_mb: u64,
     /// Where the sandbox may connect: `open` (default: anywhere but other sandboxes),
     /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`.
     pub egress: String,
@@ -330,6 +333,7 @@ impl Default for SandboxSpec {
             memory_mb: 2048,
             cpus: 1.0,
             pids_limit: 512,
+            disk_mb: 10 * 1024,
             egress: "open".into(),
         }
     }
@@ -351,8 +355,9 @@ impl SandboxConfig {
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
-    /// Destinations otherwise refused for users' git providers' REST APIs (which the gateway
-    /// calls): any of `loopback`, `private`, `link-local`.
+    /// Destinations otherwise refused for users' git providers: their REST APIs (which the
+    /// gateway calls) and their git servers (which the git proxy of agent runners and the
+    /// conversations service calls): any of `loopback`, `private`, `link-local`.
     pub git_api_allow: Vec<String>,
     /// Largest accepted request body.
     pub max_body_bytes: usize,

@@ -181,6 +181,8 @@ impl Engine {
                 format!("0.0.0.0:{EXECUTOR_PORT}"),
                 "--output-cap".into(),
                 plan.output_cap.to_string(),
+                "--disk-limit-mb".into(),
+                spec.disk_mb.to_string(),
                 "--key-file".into(),
                 format!("{KEY_DIR}/key"),
             ]),

@@ -81,6 +81,8 @@ pub struct Launch<'a> {
     pub layout: &'a Layout,
     pub key: &'a str,
     pub output_cap: usize,
+    /// The spec's disk limit, in MiB (0: none).
+    pub disk_mb: u64,
     /// The apps' names and their ports (inside the sandbox's network when it has its own,
     /// else on `host`).
     pub apps: &'a [(String, u16)],
@@ -96,7 +98,7 @@ pub struct Launch<'a> {
 /// most `launch.timeout`.
 #[allow(unsafe_code)]
 pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started, String> {
-    let Launch { command, host, confinement, env, layout, key, output_cap, apps, egress, group, timeout } = launch;
+    let Launch { command, host, confinement, env, layout, key, output_cap, disk_mb, apps, egress, group, timeout } = launch;
     let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
     let (program, args) = full.split_first().ok_or("no executor command configured")?;
     let log = layout.open_log()?;
@@ -112,7 +114,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
         .arg(layout.workspace())
         .arg("--listen")
         .arg(listen.to_string())
-        .args(["--output-cap", &output_cap.to_string(), "--outlive-supervisor"])
+        .args(["--output-cap", &output_cap.to_string(), "--disk-limit-mb", &disk_mb.to_string(), "--outlive-supervisor"])
         .current_dir(layout.workspace())
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
         .env_clear()

@@ -397,6 +397,7 @@ impl SandboxState {
                 layout: &self.layout,
                 key: &key,
                 output_cap: cfg.output_cap_bytes,
+                disk_mb: spec.disk_mb,
                 apps: &apps,
                 egress,
                 group: &group,

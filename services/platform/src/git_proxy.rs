@@ -1,0 +1,370 @@
+//! The outer half of the git proxy: git in the sandbox talks smart HTTP to the executor's
+//! loopback listener, the executor passes every request over its `GET /git/proxy` WebSocket
+//! (frames: [`GitProxyFrame`]), and whoever holds that socket (the agent runner while a run
+//! lasts, the conversations service for the clone at start) makes the request upstream with the
+//! user's token added. The token never enters the sandbox: no helper hands it out, no header or
+//! file carries it there.
+//!
+//! Only the conversation's own repository goes through: `info/refs` and the two smart-HTTP
+//! services (`git-upload-pack` for clone and fetch, `git-receive-pack` for push) under its path.
+//! Anything else is refused with words git shows as `remote: ...`. Requests leave through the
+//! outbound client ([`crate::outbound`]), so a provider host that resolves to the deployment's
+//! own addresses is refused unless the operator allows it (`HALYARD_GIT_API_ALLOW`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use futures::{SinkExt, StreamExt};
+use halyard_protocol::executor::{GitProxyFrame, SESSION_KEY_HEADER};
+use halyard_protocol::user::UserGitProviders;
+use halyard_protocol::{UserId, subjects};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+
+use crate::executor_client::ExecutorClient;
+use crate::net::url_host;
+use crate::vault::{self, Vault};
+
+/// How long the executor may take to switch git over to the proxy.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// Request headers git's requests keep upstream (never `Authorization`: that one is ours).
+const REQUEST_HEADERS: [&str; 5] = ["content-type", "accept", "git-protocol", "content-encoding", "user-agent"];
+/// Answer headers passed back to git.
+const RESPONSE_HEADERS: [&str; 5] = ["content-type", "cache-control", "expires", "pragma", "content-encoding"];
+
+/// A repository git reaches through the proxy, and how the upstream is told who is asking.
+#[derive(Clone)]
+pub struct Remote {
+    /// The URL as the conversation names it (`https://host/owner/name.git`).
+    pub url: String,
+    /// `https` or `http`.
+    scheme: String,
+    /// `host` or `host:port`, lower-case.
+    host: String,
+    /// The repository's path without a leading `/` or a trailing `.git`.
+    path: String,
+    /// The git provider whose token is used, for words and logs.
+    pub provider: String,
+    /// The `Authorization` header sent upstream.
+    authorization: String,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("url", &self.url).field("provider", &self.provider).finish_non_exhaustive()
+    }
+}
+
+impl Remote {
+    /// A remote for `url` answered as `username` with `token` (`None`: no http(s) URL of a
+    /// repository).
+    pub fn new(url: &str, provider: &str, username: &str, token: &str) -> Option<Self> {
+        let parsed = reqwest::Url::parse(url).ok()?;
+        let host = url_host(url)?;
+        let path = parsed.path().trim_matches('/');
+        let path = path.strip_suffix(".git").unwrap_or(path).to_owned();
+        if path.is_empty() {
+            return None;
+        }
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{username}:{token}"));
+        Some(Self {
+            url: url.to_owned(),
+            scheme: parsed.scheme().to_owned(),
+            host,
+            path,
+            provider: provider.to_owned(),
+            authorization: format!("Basic {basic}"),
+        })
+    }
+}
+
+/// The remote for `url` when one of `owner`'s git providers serves its host; `None` when none
+/// does (git then reaches it directly, as any public repository), `Err` when their providers or
+/// the token cannot be read.
+pub async fn remote_for(
+    user_kv: &async_nats::jetstream::kv::Store,
+    vault: &Vault,
+    owner: &UserId,
+    url: &str,
+) -> Result<Option<Remote>, String> {
+    let Some(host) = url_host(url) else { return Ok(None) };
+    let stored: UserGitProviders = match user_kv.get(subjects::user_git_key(owner)).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("your git providers cannot be read: {e}"))?,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("your git providers cannot be read: {e}")),
+    };
+    let Some((name, provider)) = stored.providers.iter().find(|(_, p)| p.host.eq_ignore_ascii_case(&host)) else { return Ok(None) };
+    let token = vault
+        .open(&vault::git_token_slot(&owner.0, name), &provider.token_sealed)
+        .map_err(|_| format!("the token of git provider `{name}` cannot be read; store it again with PUT /api/v1/git-providers/{name}"))?;
+    Ok(Remote::new(url, name, &provider.username, &token))
+}
+
+/// The upstream URL of a request git made for `target` (`<host>/<path>`), or why it is refused.
+fn route<'a>(remotes: &'a [Remote], method: &str, target: &str, query: Option<&str>) -> Result<(&'a Remote, String), String> {
+    let (host, rest) = target.split_once('/').unwrap_or((target, ""));
+    let host = host.to_ascii_lowercase();
+    let remote = remotes
+        .iter()
+        .find(|r| r.host == host && rest.strip_prefix(r.path.as_str()).is_some_and(|s| s.starts_with('/') || s.starts_with(".git/")))
+        .ok_or_else(|| {
+            let names: Vec<&str> = remotes.iter().map(|r| r.url.as_str()).collect();
+            format!("Halyard's git proxy serves this conversation's repository only ({}), not {host}/{rest}", names.join(", "))
+        })?;
+    let tail = &rest[remote.path.len()..];
+    let service = tail.strip_prefix(".git").unwrap_or(tail);
+    let wanted = |s: &str| query.unwrap_or_default().split('&').any(|p| p == format!("service={s}"));
+    let allowed = match (method, service) {
+        ("GET", "/info/refs") => wanted("git-upload-pack") || wanted("git-receive-pack"),
+        ("POST", "/git-upload-pack" | "/git-receive-pack") => true,
+        _ => false,
+    };
+    if !allowed {
+        return Err(format!("Halyard's git proxy speaks git's smart HTTP only; {method} {service} is not part of it"));
+    }
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    Ok((remote, format!("{}://{}/{rest}{query}", remote.scheme, remote.host)))
+}
+
+/// Serving the proxy for one sandbox; it stops when this is dropped.
+#[derive(Debug)]
+pub struct Serving(tokio::task::JoinHandle<()>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Opens the executor's proxy socket, hands it `remotes` and returns once git in the sandbox
+/// uses the proxy for them; serving goes on until the handle is dropped. Requests leave through
+/// an outbound client allowed the address classes in `allow`.
+pub async fn serve(exec: &ExecutorClient, remotes: Vec<Remote>, allow: &[String]) -> Result<Serving, String> {
+    let url = format!("{}/git/proxy", exec.base().replacen("http", "ws", 1));
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    let key = exec.session_key().parse().map_err(|_| "the session key is no header value".to_owned())?;
+    request.headers_mut().insert(SESSION_KEY_HEADER, key);
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(request).await.map_err(|e| format!("the sandbox's git proxy cannot be reached: {e}"))?;
+    let hello = GitProxyFrame::Remotes { urls: remotes.iter().map(|r| r.url.clone()).collect() };
+    socket.send(Message::Text(serde_json::to_string(&hello).map_err(|e| e.to_string())?.into())).await.map_err(|e| e.to_string())?;
+    let ready = tokio::time::timeout(READY_TIMEOUT, async {
+        while let Some(frame) = socket.next().await {
+            match frame {
+                Ok(Message::Text(text)) if serde_json::from_str::<GitProxyFrame>(&text).is_ok_and(|f| f == hello) => return Ok(()),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        Err("the sandbox closed its git proxy".to_owned())
+    });
+    ready.await.map_err(|_| "the sandbox did not switch git to the proxy in time".to_owned())??;
+    let client = crate::outbound::builder(allow)
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| format!("the git proxy's HTTP client: {e}"))?;
+    let remotes = Arc::new(remotes);
+    Ok(Serving(tokio::spawn(async move {
+        if let Err(e) = relay(socket, remotes, client).await {
+            tracing::debug!(error = %e, "git proxy socket closed");
+        }
+    })))
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Carries requests until the socket closes: heads and bodies in, answers out.
+async fn relay(socket: Socket, remotes: Arc<Vec<Remote>>, client: reqwest::Client) -> Result<(), String> {
+    let (mut sink, mut stream) = socket.split();
+    let (out, mut outgoing) = mpsc::channel::<Message>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            if sink.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    // The request bodies still coming in, by request id.
+    let mut bodies: HashMap<u64, mpsc::Sender<bytes::Bytes>> = HashMap::new();
+    while let Some(frame) = stream.next().await {
+        match frame.map_err(|e| e.to_string())? {
+            Message::Text(text) => match serde_json::from_str::<GitProxyFrame>(&text) {
+                Ok(GitProxyFrame::Request { id, method, target, query, headers }) => {
+                    match route(&remotes, &method, &target, query.as_deref()) {
+                        Ok((remote, upstream)) => {
+                            let (tx, rx) = mpsc::channel(16);
+                            bodies.insert(id, tx);
+                            let call = Call { id, method, upstream, headers, remote: remote.clone() };
+                            tokio::spawn(call.run(client.clone(), rx, out.clone()));
+                        }
+                        Err(why) => {
+                            tracing::info!(%target, %why, "git proxy request refused");
+                            // Its body frames find no taker and are dropped.
+                            for message in refusal(id, 403, &why) {
+                                let _ = out.send(message).await;
+                            }
+                        }
+                    }
+                }
+                Ok(GitProxyFrame::End { id }) => {
+                    bodies.remove(&id);
+                }
+                _ => {}
+            },
+            Message::Binary(data) => {
+                if let Some((id, bytes)) = GitProxyFrame::split_chunk(&data) {
+                    if let Some(body) = bodies.get(&id) {
+                        if body.send(bytes::Bytes::copy_from_slice(bytes)).await.is_err() {
+                            bodies.remove(&id);
+                        }
+                    }
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    writer.abort();
+    Ok(())
+}
+
+fn frame_text(frame: &GitProxyFrame) -> Message {
+    Message::Text(serde_json::to_string(frame).unwrap_or_default().into())
+}
+
+/// A whole answer git shows in words: `text/plain`, which git prints as `remote: ...`.
+fn refusal(id: u64, status: u16, why: &str) -> [Message; 3] {
+    let head = GitProxyFrame::Response { id, status, headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())] };
+    [
+        frame_text(&head),
+        Message::Binary(GitProxyFrame::body_chunk(id, format!("{why}\n").as_bytes()).into()),
+        frame_text(&GitProxyFrame::End { id }),
+    ]
+}
+
+/// One request made upstream for git.
+struct Call {
+    id: u64,
+    method: String,
+    upstream: String,
+    headers: Vec<(String, String)>,
+    remote: Remote,
+}
+
+impl Call {
+    async fn run(self, client: reqwest::Client, body: mpsc::Receiver<bytes::Bytes>, out: mpsc::Sender<Message>) {
+        let id = self.id;
+        let frames = match self.answer(&client, body).await {
+            Ok(frames) => frames,
+            Err(why) => {
+                tracing::info!(provider = %self.remote.provider, upstream = %self.upstream, %why, "git proxy request failed");
+                for message in refusal(id, 502, &why) {
+                    let _ = out.send(message).await;
+                }
+                return;
+            }
+        };
+        let (head, mut upstream) = frames;
+        if out.send(frame_text(&head)).await.is_err() {
+            return;
+        }
+        while let Some(chunk) = upstream.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    if out.send(Message::Binary(GitProxyFrame::body_chunk(id, &bytes).into())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    // Mid-body: git sees a short answer and says so; the head is already sent.
+                    let why = crate::outbound::why(&e);
+                    let _ = out.send(frame_text(&GitProxyFrame::Error { id, message: why })).await;
+                    return;
+                }
+            }
+        }
+        let _ = out.send(frame_text(&GitProxyFrame::End { id })).await;
+    }
+
+    /// The head for git and the upstream's body, or why there is none.
+    async fn answer(
+        &self,
+        client: &reqwest::Client,
+        body: mpsc::Receiver<bytes::Bytes>,
+    ) -> Result<(GitProxyFrame, futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>), String> {
+        let method = reqwest::Method::from_bytes(self.method.as_bytes()).map_err(|_| format!("no HTTP method: {}", self.method))?;
+        let mut request = client.request(method, &self.upstream).header("authorization", &self.remote.authorization);
+        for (name, value) in &self.headers {
+            if REQUEST_HEADERS.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+                request = request.header(name.as_str(), value.as_str());
+            }
+        }
+        if self.method == "POST" {
+            let chunks = tokio_stream_from(body).map(Ok::<_, std::io::Error>);
+            request = request.body(reqwest::Body::wrap_stream(chunks));
+        }
+        let response = request.send().await.map_err(|e| format!("{} cannot be reached: {}", self.remote.host, crate::outbound::why(&e)))?;
+        let status = response.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            let provider = &self.remote.provider;
+            return Err(format!(
+                "{} refused the token of git provider `{provider}` ({}): the user can store a new one with PUT /api/v1/git-providers/{provider}",
+                self.remote.host,
+                crate::outbound::status_line(status)
+            ));
+        }
+        let headers = RESPONSE_HEADERS
+            .iter()
+            .filter_map(|name| Some(((*name).to_owned(), response.headers().get(*name)?.to_str().ok()?.to_owned())))
+            .collect();
+        let head = GitProxyFrame::Response { id: self.id, status: status.as_u16(), headers };
+        Ok((head, response.bytes_stream().boxed()))
+    }
+}
+
+/// A receiver as a stream (tokio-stream's wrapper, without the crate).
+fn tokio_stream_from(mut rx: mpsc::Receiver<bytes::Bytes>) -> impl futures::Stream<Item = bytes::Bytes> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remotes() -> Vec<Remote> {
+        vec![Remote::new("https://GitHub.com/acme/app.git", "work", "x-access-token", "t0ken").unwrap()]
+    }
+
+    #[test]
+    fn only_the_repositorys_smart_http_goes_upstream() {
+        let r = remotes();
+        let ok = |m: &str, t: &str, q: Option<&str>| route(&r, m, t, q).map(|(_, u)| u);
+        assert_eq!(
+            ok("GET", "github.com/acme/app.git/info/refs", Some("service=git-upload-pack")).as_deref(),
+            Ok("https://github.com/acme/app.git/info/refs?service=git-upload-pack")
+        );
+        assert_eq!(ok("POST", "github.com/acme/app/git-receive-pack", None).as_deref(), Ok("https://github.com/acme/app/git-receive-pack"));
+        // Another repository of the same owner, a prefix of the name, a dumb-HTTP file, a
+        // traversal, another host: refused.
+        for (m, t, q) in [
+            ("GET", "github.com/acme/other.git/info/refs", Some("service=git-upload-pack")),
+            ("GET", "github.com/acme/app-fork/info/refs", Some("service=git-upload-pack")),
+            ("GET", "github.com/acme/app.git/HEAD", None),
+            ("GET", "github.com/acme/app.git/info/refs", None),
+            ("POST", "github.com/acme/app.git/../other.git/git-upload-pack", None),
+            ("POST", "evil.example/acme/app.git/git-upload-pack", None),
+        ] {
+            assert!(ok(m, t, q).is_err(), "{m} {t}");
+        }
+    }
+
+    #[test]
+    fn the_token_is_never_shown() {
+        let shown = format!("{:?}", remotes());
+        assert!(!shown.contains("t0ken") && !shown.contains("Basic"), "{shown}");
+        assert!(Remote::new("https://github.com/", "p", "u", "t").is_none());
+        assert!(Remote::new("/srv/repo.git", "p", "u", "t").is_none());
+    }
+}
