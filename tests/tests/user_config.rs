@@ -132,16 +132,19 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
         assert!(!file.to_string().contains(form), "{form} in the file");
         assert!(!changes.to_string().contains(form), "{form} in the changes: {changes}");
     }
-    // And confined to it: a path out of the workspace is refused, not read.
-    for path in ["/etc/passwd", "../../../../etc/passwd"] {
+    // And confined to it: a path out of the workspace is refused, not read, also through a
+    // link the agent left there.
+    let (_, view) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    let workspace = h.workspace(view["sandbox_id"].as_str().unwrap());
+    std::os::unix::fs::symlink("/etc/passwd", workspace.join("passwd-link")).unwrap();
+    std::os::unix::fs::symlink("/etc", workspace.join("etc-link")).unwrap();
+    for path in ["/etc/passwd", "../../../../etc/passwd", "passwd-link", "etc-link/passwd", "etc-link"] {
         let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files?path={path}")).await;
         assert_eq!((s, e["error"]["code"].as_str()), (400, Some("path_outside_workspace")), "{path}: {e}");
     }
     let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=no-such-file")).await;
     assert_eq!((s, e["error"]["code"].as_str()), (404, Some("not_found")), "{e}");
     // The agent's own files are the agent's: the check of what Halyard wrote skips them.
-    let (_, view) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
-    let workspace = h.workspace(view["sandbox_id"].as_str().unwrap());
     std::fs::remove_file(workspace.join("leaked.txt")).unwrap();
 
     // Nothing Halyard wrote to disk (bus store, read models, logs) holds the value in clear:
