@@ -21,6 +21,15 @@ fn halyard(home: &std::path::Path, url: &str, key: Option<&str>, args: &[&str]) 
     cmd.stdin(Stdio::null()).output().expect("run halyard")
 }
 
+/// [`halyard`] off the test's thread (a command that follows a run waits for it).
+async fn send(home: &std::path::Path, url: &str, args: &[&str]) -> Output {
+    let (home, url) = (home.to_owned(), url.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || halyard(&home, &url, Some(ALICE), &args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -95,9 +104,64 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     assert_eq!(out.status.code(), Some(0), "{chat}\n{}", text(&out.stderr));
     assert!(chat.contains("you › what does it say?") && chat.contains("agent › It says goodbye."), "{chat}");
 
+    // A prefix names the conversation, as git names commits; `send` follows the run it starts.
+    let short = &conv[..13];
+    llm.push([Reply::Text("Still goodbye.".into())]);
+    let out = send(home.path(), &url, &["send", short, "and now?"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("agent › Still goodbye."), "{}", text(&out.stdout));
+
+    // Actions that wait for confirmation: `send` exits 2, `confirm` runs them, `reject` refuses
+    // them with the reason, `interrupt` stops a command mid-way and the agent waits.
+    let api = h.api(ALICE);
+    let policy = json!({"policy": "always"});
+    assert_eq!(api.call(reqwest::Method::PUT, &format!("/api/v1/conversations/{conv}/confirmation-policy"), Some(policy)).await.0, 202);
+    llm.push([Reply::tool("terminal", json!({"command": "echo confirmed-run", "security_risk": "low"})), Reply::finish("ran it")]);
+    let out = send(home.path(), &url, &["send", short, "run it"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let out = halyard(home.path(), &url, Some(ALICE), &["confirm", short]);
+    assert_eq!(text(&out.stdout).trim(), format!("confirmed the actions of {conv}"), "{}", text(&out.stderr));
+    let finished_runs = |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["status"] == "finished").count() >= n;
+    let events = api.wait_events(&conv, "the confirmed run", finished_runs(2)).await;
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().contains("confirmed-run")));
+    llm.push([Reply::tool("terminal", json!({"command": "echo refused-run", "security_risk": "low"})), Reply::finish("fine")]);
+    assert_eq!(send(home.path(), &url, &["send", short, "run it again"]).await.status.code(), Some(2));
+    let out = halyard(home.path(), &url, Some(ALICE), &["reject", short, "--reason", "not today"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = api.wait_events(&conv, "the rejected run", finished_runs(3)).await;
+    assert!(events.iter().any(|e| e["kind"] == "action_rejected" && e.to_string().contains("not today")), "{}", Value::Array(events));
+    let policy = json!({"policy": "never"});
+    assert_eq!(api.call(reqwest::Method::PUT, &format!("/api/v1/conversations/{conv}/confirmation-policy"), Some(policy)).await.0, 202);
+    llm.push([Reply::tool("terminal", json!({"command": "sleep 30; echo never-printed", "security_risk": "low"}))]);
+    let out = halyard(home.path(), &url, Some(ALICE), &["send", short, "wait a while", "--detach"]);
+    assert_eq!(text(&out.stdout).trim(), format!("sent to {conv}"), "{}", text(&out.stderr));
+    api.wait_events(&conv, "the long command", |ev| ev.last().is_some_and(|e| e["kind"] == "action" && e.to_string().contains("sleep 30")))
+        .await;
+    let out = halyard(home.path(), &url, Some(ALICE), &["interrupt", short]);
+    assert_eq!(text(&out.stdout).trim(), format!("interrupted {conv}"), "{}", text(&out.stderr));
+    let events = api.wait_events(&conv, "the interrupted run", |ev| ev.last().is_some_and(|e| e["status"] == "idle")).await;
+    let last_output = events.iter().rev().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
+    assert!(!last_output.contains("never-printed"), "{last_output}");
+
+    // A prefix two conversations share is refused in words; so is one nobody has.
+    llm.push([Reply::finish("second")]);
+    let (other, _) = api.start_ready(json!({"message": "a second one"})).await;
+    let shared: String = conv.chars().zip(other.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
+    let out = halyard(home.path(), &url, Some(ALICE), &["show", &shared[..shared.len().min(6)]]);
+    assert!(out.status.code() == Some(1) && text(&out.stderr).contains("give more of the id"), "{}", text(&out.stderr));
+    let out = halyard(home.path(), &url, Some(ALICE), &["show", "fffff"]);
+    assert!(text(&out.stderr).contains("none of your conversations starts with `fffff`"), "{}", text(&out.stderr));
+
+    // Client commands take only their own options, each described.
+    let out = halyard(home.path(), &url, Some(ALICE), &["ls", "--help"]);
+    let help = text(&out.stdout);
+    assert!(help.contains("--url") && !help.contains("--http-addr") && !help.contains("--data-dir"), "{help}");
+    let out = halyard(home.path(), &url, Some(ALICE), &["ls", "--http-addr", "127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(2), "a server option is refused, not ignored");
+
     // Pause, resume and delete by name.
     for (verb, said) in [("pause", "paused"), ("resume", "resumed"), ("rm", "deleted")] {
-        let out = halyard(home.path(), &url, Some(ALICE), &[verb, &conv]);
+        let out = halyard(home.path(), &url, Some(ALICE), &[verb, short]);
         assert_eq!(out.status.code(), Some(0), "{verb}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout).trim(), format!("{said} {conv}"));
     }

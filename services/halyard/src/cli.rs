@@ -1,6 +1,8 @@
-//! The command-line client: `halyard login`, `run`, `chat`, `ls`, `show`, `events`, `pause`,
-//! `resume`, `rm`, all through the gateway's public API (so they work against any deployment
-//! the user can reach, with the user's own key, exactly as any other client would).
+//! The command-line client: `halyard login`, `run`, `chat`, `send`, `ls`, `show`, `events`,
+//! `pause`, `resume`, `interrupt`, `confirm`, `reject`, `rm`, all through the gateway's public
+//! API (so they work against any deployment the user can reach, with the user's own key,
+//! exactly as any other client would). A conversation is named by its id or, as git names
+//! commits, by a prefix of it that only one of the user's conversations has.
 
 use std::time::Duration;
 
@@ -39,11 +41,13 @@ pub enum ClientCommand {
         /// Start from this repository (URL or path).
         #[arg(long)]
         repo: Option<String>,
+        /// The branch of `--repo` to check out (its default if absent).
         #[arg(long, requires = "repo")]
         branch: Option<String>,
         /// Sandbox spec (see GET /api/v1/sandbox-specs).
         #[arg(long)]
         spec: Option<String>,
+        /// The conversation's title (else the agent gives it one).
         #[arg(long)]
         title: Option<String>,
         /// One JSON event a line instead of a transcript.
@@ -54,7 +58,23 @@ pub enum ClientCommand {
     },
     /// Continue a conversation interactively (a line is a message; Ctrl-D ends).
     Chat {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Send a message and follow the run it starts, with `run`'s exit codes.
+    Send {
+        /// The conversation's id, or a prefix only it has.
+        conversation: String,
+        /// What to tell the agent.
+        message: String,
+        /// Return once the message is accepted instead of following the run.
+        #[arg(long)]
+        detach: bool,
+        /// One JSON event a line instead of a transcript.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -65,18 +85,22 @@ pub enum ClientCommand {
     },
     /// One conversation: status, sandbox, totals.
     Show {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
         #[command(flatten)]
         conn: Conn,
     },
     /// A conversation's events (a transcript, or `--json` lines for pipes).
     Events {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
+        /// Only events after this sequence number.
         #[arg(long, default_value_t = 0)]
         after_seq: u64,
         /// Keep following new events.
         #[arg(long)]
         follow: bool,
+        /// One JSON event a line instead of a transcript.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -84,18 +108,45 @@ pub enum ClientCommand {
     },
     /// Pause a conversation (its run stops at the next step; its sandbox is frozen).
     Pause {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
         #[command(flatten)]
         conn: Conn,
     },
     /// Resume a paused conversation.
     Resume {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Stop what the agent is doing now: the running command ends and the agent waits for you.
+    Interrupt {
+        /// The conversation's id, or a prefix only it has.
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Run the actions that wait for your confirmation.
+    Confirm {
+        /// The conversation's id, or a prefix only it has.
+        conversation: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Refuse the actions that wait for your confirmation; the agent is told why.
+    Reject {
+        /// The conversation's id, or a prefix only it has.
+        conversation: String,
+        /// Why, for the agent.
+        #[arg(long)]
+        reason: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
     /// Delete a conversation and its sandbox.
     Rm {
+        /// The conversation's id, or a prefix only it has.
         conversation: String,
         #[command(flatten)]
         conn: Conn,
@@ -143,7 +194,22 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             wait_ready(&c, started["id"].as_str().unwrap_or_default()).await?;
             Ok(follow_run(&c, &conv, 0, Style::detect(json)).await?.0)
         }
-        ClientCommand::Chat { conversation, conn } => chat(&Client::new(conn.url, conn.api_key)?, &conversation).await,
+        ClientCommand::Chat { conversation, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let conv = resolve(&c, &conversation).await?;
+            chat(&c, &conv).await
+        }
+        ClientCommand::Send { conversation, message, detach, json, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let conv = resolve(&c, &conversation).await?;
+            let after = last_seq(&c, &conv).await?;
+            c.post(&format!("/conversations/{conv}/messages"), json!({"text": message})).await?;
+            if detach {
+                println!("sent to {conv}");
+                return Ok(0);
+            }
+            Ok(follow_run(&c, &conv, after, Style::detect(json)).await?.0)
+        }
         ClientCommand::Ls { conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             let mut cursor: Option<String> = None;
@@ -164,6 +230,7 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
         }
         ClientCommand::Show { conversation, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
+            let conversation = resolve(&c, &conversation).await?;
             let v = c.get(&format!("/conversations/{conversation}")).await?;
             println!("{}", conversation_line(&v));
             let m = &v["metrics"];
@@ -184,6 +251,7 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
         }
         ClientCommand::Events { conversation, after_seq, follow, json, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
+            let conversation = resolve(&c, &conversation).await?;
             let style = Style::detect(json);
             let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
             if !follow {
@@ -194,10 +262,18 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
                 after = print_events(&c, &conversation, after, &style).await?.0;
             }
         }
-        ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", "paused").await,
-        ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", "resumed").await,
+        ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", json!({}), "paused").await,
+        ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", json!({}), "resumed").await,
+        ClientCommand::Interrupt { conversation, conn } => control(conn, &conversation, "interrupt", json!({}), "interrupted").await,
+        ClientCommand::Confirm { conversation, conn } => {
+            control(conn, &conversation, "confirm", json!({}), "confirmed the actions of").await
+        }
+        ClientCommand::Reject { conversation, reason, conn } => {
+            control(conn, &conversation, "reject", json!({"reason": reason}), "rejected the actions of").await
+        }
         ClientCommand::Rm { conversation, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
+            let conversation = resolve(&c, &conversation).await?;
             c.call(reqwest::Method::DELETE, &format!("/conversations/{conversation}"), None).await?;
             println!("deleted {conversation}");
             Ok(0)
@@ -208,11 +284,54 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
 /// How often new events are fetched while following.
 const POLL: Duration = Duration::from_millis(150);
 
-async fn control(conn: Conn, conv: &str, verb: &str, done: &str) -> Result<i32> {
+async fn control(conn: Conn, conv: &str, verb: &str, body: Value, done: &str) -> Result<i32> {
     let c = Client::new(conn.url, conn.api_key)?;
-    c.post(&format!("/conversations/{conv}/{verb}"), json!({})).await?;
+    let conv = resolve(&c, conv).await?;
+    c.post(&format!("/conversations/{conv}/{verb}"), body).await?;
     println!("{done} {conv}");
     Ok(0)
+}
+
+/// The conversation `given` names: a whole id as it is, else the one of the user's
+/// conversations whose id starts so (as git takes a commit's prefix).
+async fn resolve(c: &Client, given: &str) -> Result<String> {
+    if uuid::Uuid::parse_str(given).is_ok() {
+        return Ok(given.to_owned());
+    }
+    let prefix = given.to_ascii_lowercase();
+    if prefix.is_empty() || !prefix.chars().all(|ch| ch.is_ascii_hexdigit() || ch == '-') {
+        bail!("`{given}` is no conversation id; `halyard ls` lists yours");
+    }
+    let mut found = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cur) => format!("/conversations?limit=100&cursor={cur}"),
+            None => "/conversations?limit=100".into(),
+        };
+        let page = c.get(&path).await?;
+        for conv in page["items"].as_array().into_iter().flatten() {
+            let id = conv["id"].as_str().unwrap_or_default();
+            if id.starts_with(&prefix) {
+                found.push(id.to_owned());
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("none of your conversations starts with `{given}`; `halyard ls` lists them"),
+        many => bail!("`{given}` starts {} of your conversations ({}); give more of the id", many.len(), many.join(", ")),
+    }
+}
+
+/// The newest event's seq of a conversation (0 if none).
+async fn last_seq(c: &Client, conv: &str) -> Result<u64> {
+    let v = c.get(&format!("/conversations/{conv}")).await?;
+    Ok(v["last_event_seq"].as_u64().unwrap_or(0))
 }
 
 fn conversation_line(c: &Value) -> String {

@@ -18,7 +18,7 @@ mod observe;
 mod render;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use halyard_platform::{bus_auth, config::Config, keys, nats, shutdown, telemetry};
 use tokio::io::AsyncBufReadExt;
 use tokio::task::JoinSet;
@@ -26,33 +26,41 @@ use tokio::task::JoinSet;
 #[derive(Parser, Debug)]
 #[command(name = "halyard", version, about = "A multi-user backend for AI coding agents")]
 struct Cli {
-    /// TOML configuration file (also HALYARD_CONFIG).
-    #[arg(long, global = true)]
-    config: Option<PathBuf>,
-    /// Gateway listen address (HALYARD_HTTP_ADDR).
-    #[arg(long, global = true)]
-    http_addr: Option<String>,
-    /// Data directory (HALYARD_DATA_DIR).
-    #[arg(long, global = true)]
-    data_dir: Option<PathBuf>,
-    /// External NATS URL (HALYARD_NATS_URL); `serve` needs one.
-    #[arg(long, global = true)]
-    nats_url: Option<String>,
-    /// Log filter (HALYARD_LOG).
-    #[arg(long, global = true)]
-    log: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What a server process is told besides its environment (the flags win).
+#[derive(Args, Debug, Clone, Default)]
+struct ServerArgs {
+    /// TOML configuration file (also HALYARD_CONFIG).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Gateway listen address (HALYARD_HTTP_ADDR).
+    #[arg(long)]
+    http_addr: Option<String>,
+    /// Data directory (HALYARD_DATA_DIR).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// External NATS URL (HALYARD_NATS_URL); `serve` needs one.
+    #[arg(long)]
+    nats_url: Option<String>,
+    /// Log filter (HALYARD_LOG).
+    #[arg(long)]
+    log: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run every service in this process, with an embedded nats-server.
-    Up,
+    Up(ServerArgs),
     /// Run the chosen services against the NATS at HALYARD_NATS_URL.
     Serve {
+        /// Which services this process runs.
         #[arg(required = true, value_enum)]
         services: Vec<Service>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// Manage users and API keys through a running gateway (HALYARD_URL, with an
     /// administrator's HALYARD_API_KEY).
@@ -71,7 +79,7 @@ enum Command {
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
-    SetupBus,
+    SetupBus(ServerArgs),
     /// The executor inside a sandbox (started by the sandbox supervisor; reads its session key
     /// from the first line of standard input).
     #[command(hide = true)]
@@ -157,8 +165,8 @@ fn main() -> Result<()> {
         Command::SandboxForward { ref tunnel, ref forwards } => {
             runtime.block_on(halyard_sandbox::netns::serve_forwards(tunnel, forwards)).map_err(Into::into)
         }
-        Command::Up => runtime.block_on(up_or_serve(&cli, &env, &ALL, true)),
-        Command::SetupBus => runtime.block_on(setup_bus(&cli, &env)),
+        Command::Up(ref server) => runtime.block_on(up_or_serve(server, &env, &ALL, true)),
+        Command::SetupBus(ref server) => runtime.block_on(setup_bus(server, &env)),
         Command::Admin { url, api_key, command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(admin::run(&url, api_key.as_deref(), command))
@@ -170,11 +178,11 @@ fn main() -> Result<()> {
             runtime.shutdown_background();
             std::process::exit(code)
         }
-        Command::Serve { ref services } => runtime.block_on(up_or_serve(&cli, &env, services, false)),
+        Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),
     }
 }
 
-fn load_config(cli: &Cli, env: &BTreeMap<String, String>) -> Result<Config> {
+fn load_config(cli: &ServerArgs, env: &BTreeMap<String, String>) -> Result<Config> {
     let file = cli.config.clone().or_else(|| env.get("HALYARD_CONFIG").map(PathBuf::from));
     let mut config = Config::load(file.as_deref(), env)?;
     if let Some(v) = &cli.http_addr {
@@ -222,7 +230,7 @@ fn persistent(data_dir: &Path, name: &str, make: impl FnOnce() -> String) -> Res
     Ok(v)
 }
 
-async fn up_or_serve(cli: &Cli, env: &BTreeMap<String, String>, services: &[Service], embedded: bool) -> Result<()> {
+async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services: &[Service], embedded: bool) -> Result<()> {
     let mut config = load_config(cli, env)?;
     // Kept to the end: dropping it exports the spans still buffered.
     let otlp = (!config.otlp_endpoint.is_empty()).then(|| telemetry::Otlp {
@@ -416,7 +424,7 @@ fn make_private(data_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-async fn setup_bus(cli: &Cli, env: &BTreeMap<String, String>) -> Result<()> {
+async fn setup_bus(cli: &ServerArgs, env: &BTreeMap<String, String>) -> Result<()> {
     let config = load_config(cli, env)?;
     let _traces = telemetry::init_with(&config.log, config.log_format == "json", None);
     let _ = rustls::crypto::ring::default_provider().install_default();
