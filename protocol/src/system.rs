@@ -91,6 +91,23 @@ pub struct Repository {
     pub branch: Option<String>,
 }
 
+/// What a conversation's start asked for besides its title and repository.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::event::Budget>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_policy: Option<crate::event::ConfirmationPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+}
+
 /// A start task's state after a transition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StartTaskUpdate {
@@ -171,6 +188,10 @@ pub enum SystemRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repository: Option<Repository>,
         created_ms: UnixMillis,
+        /// The rest of what the start asked for, so that a failed start can be tried again as
+        /// it was asked (absent in records older than retries).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<StartRequest>,
     },
     ConversationDeleted {
         conversation_id: ConversationId,

@@ -12,7 +12,8 @@ use halyard_protocol::event::{
     SkillKind, TitleSource,
 };
 use halyard_protocol::system::{
-    ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord,
+    ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate,
+    SystemRecord,
 };
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId, decode, encode};
 use serde::Serialize;
@@ -398,6 +399,31 @@ fn records_are_stable() {
                 title: Some("t".into()),
                 repository: Some(Repository { url: "https://example.com/r.git".into(), branch: Some("main".into()) }),
                 created_ms: T,
+                request: None,
+            },
+        ),
+    );
+    check(
+        "sys_conversation_created_request",
+        env(
+            4,
+            "sys.conversation_created",
+            SystemRecord::ConversationCreated {
+                conversation_id: ConversationId(id(1)),
+                owner: UserId("alice".into()),
+                task_id: TaskId(id(3)),
+                sandbox_id: SandboxId(id(2)),
+                title: None,
+                repository: None,
+                created_ms: T,
+                request: Some(StartRequest {
+                    message: Some("hi".into()),
+                    spec: Some("small".into()),
+                    budget: None,
+                    confirmation_policy: Some(ConfirmationPolicy::Risky),
+                    llm_profile: Some("fast".into()),
+                    secrets: Some(vec!["GH_TOKEN".into()]),
+                }),
             },
         ),
     );

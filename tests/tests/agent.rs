@@ -8,6 +8,7 @@ use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init, procs};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
 
 fn last_status(events: &[Value]) -> Option<String> {
     events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str()).map(str::to_owned)
@@ -268,6 +269,68 @@ async fn a_failing_phase_is_named_in_the_start_task() {
     assert_eq!(c["status"], "ERROR");
     let (s, resp) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "hello?"})).await;
     assert_eq!((s, resp["error"]["code"].as_str()), (409, Some("conversation_failed")));
+}
+
+/// A failed start shows what was asked and why it failed, in one status a person reads, and
+/// can be tried again as it was asked.
+#[tokio::test]
+async fn a_failed_start_shows_its_message_and_reason_and_is_retried_as_asked() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    // The repository is not there yet: the clone fails.
+    let repo = make_repo("echo set up\n");
+    let away = repo.path().with_extension("away");
+    std::fs::rename(repo.path(), &away).unwrap();
+    let start = json!({"message": "count the files", "title": "retry me", "confirmation_policy": "risky",
+        "repository": {"url": repo.path().to_string_lossy(), "branch": "feature"}});
+    let (_, first) = api.post("/api/v1/conversations", start).await;
+    let failed = api.wait_task(first["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(failed["status"], "ERROR", "{failed}");
+    let conv = failed["conversation_id"].as_str().unwrap().to_owned();
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((c["state"].as_str(), c["message"].as_str()), (Some("start_failed"), Some("count the files")), "{c}");
+    assert!(c["state_detail"].as_str().unwrap_or_default().contains("PREPARING_REPOSITORY"), "{c}");
+    let (_, listed) = api.get("/api/v1/conversations?state=start_failed").await;
+    assert_eq!(listed["items"][0]["id"].as_str(), Some(conv.as_str()), "{listed}");
+    let (_, found) = api.get("/api/v1/conversations?q=count%20files").await;
+    assert_eq!(found["count"], 1, "the first message is searched: {found}");
+    let (s, e) = api.get("/api/v1/conversations?state=broken").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_query")), "{e}");
+    let old_sandbox = c["sandbox_id"].as_str().unwrap().to_owned();
+
+    // Once the repository is there, the same request starts: message, title, branch, policy.
+    std::fs::rename(&away, repo.path()).unwrap();
+    llm.push([Reply::finish("three files")]);
+    let (s, again) = api.post(&format!("/api/v1/conversations/{conv}/retry"), json!({})).await;
+    assert_eq!(s, 202, "{again}");
+    assert_ne!(again["id"], first["id"]);
+    let ready = api.wait_task(again["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(ready["status"], "READY", "{ready}");
+    let events = api.wait_events(&conv, "the retried run", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    let started = events.iter().find(|e| e["kind"] == "conversation_started").cloned().unwrap_or_default();
+    assert_eq!(started["confirmation_policy"], "risky", "{started}");
+    assert!(events.iter().any(|e| e["kind"] == "user_message" && e["text"] == "count the files"));
+    let c = api.wait_conversation(&conv, "finished", |c| c["state"] == "finished").await;
+    assert_eq!((c["title"].as_str(), c["repository"]["branch"].as_str()), (Some("retry me"), Some("feature")), "{c}");
+    assert_eq!(c["start_task_id"], again["id"]);
+    assert_ne!(c["sandbox_id"].as_str(), Some(old_sandbox.as_str()));
+    assert!(h.workspace(c["sandbox_id"].as_str().unwrap()).join("feature.txt").exists(), "the branch was cloned");
+    // The failed start's sandbox is gone; the conversation keeps its new one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while api.get(&format!("/api/v1/sandboxes/{old_sandbox}")).await.0 != 404 {
+        assert!(std::time::Instant::now() < deadline, "the failed start's sandbox was not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((c["state"].as_str(), c["sandbox_status"].as_str()), (Some("finished"), Some("RUNNING")), "{c}");
+
+    // Only a failed start is retried; another user's conversation is not found.
+    let (s, e) = api.post(&format!("/api/v1/conversations/{conv}/retry"), json!({})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("start_not_failed")), "{e}");
+    let (s, _) = h.api(BOB).post(&format!("/api/v1/conversations/{conv}/retry"), json!({})).await;
+    assert_eq!(s, 404);
 }
 
 #[tokio::test]

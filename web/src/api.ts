@@ -75,12 +75,13 @@ export const api = {
   signIn: (apiKey: string) => call<unknown>("POST", "/session", { api_key: apiKey }),
   signOut: () => call<void>("DELETE", "/session"),
 
-  conversations: (p: { q?: string; status?: string; cursor?: string; limit?: number }) =>
+  conversations: (p: { q?: string; state?: string; cursor?: string; limit?: number }) =>
     call<ConversationPage>("GET", `/conversations${q(p)}`),
   conversation: (id: string) => call<Conversation>("GET", `/conversations/${id}`),
   start: (body: { message: string; repository?: { url: string; branch?: string }; sandbox_spec?: string }) =>
     call<StartTask>("POST", "/conversations", body),
   task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
+  retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),
   rename: (id: string, title: string) => call<Conversation>("PATCH", `/conversations/${id}`, { title }),
   remove: (id: string) => call<void>("DELETE", `/conversations/${id}`),
   send: (id: string, text: string) => call<unknown>("POST", `/conversations/${id}/messages`, { text }),

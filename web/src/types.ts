@@ -2,6 +2,8 @@
 
 export type ExecutionStatus = "idle" | "running" | "paused" | "finished" | "error" | "stuck" | "waiting_for_confirmation";
 export type ConversationStatus = "STARTING" | "READY" | "ERROR";
+/** The one status a person reads (`status` and `execution_status` are what it is made of). */
+export type ConversationState = "starting" | "start_failed" | ExecutionStatus | "sandbox_deleted";
 
 export interface Repository {
   url: string;
@@ -11,6 +13,11 @@ export interface Repository {
 export interface Conversation {
   id: string;
   title?: string;
+  /** The message it was started with. */
+  message?: string;
+  state: ConversationState;
+  /** Why, when the state is an error (or says more). */
+  state_detail?: string;
   status: ConversationStatus;
   start_task_id?: string;
   start_task_status?: string;

@@ -11,7 +11,7 @@ use halyard_platform::{git_proxy, skills};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
-use halyard_protocol::system::{Repository, SandboxUpdate, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::system::{Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord};
 use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
 
@@ -103,6 +103,14 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
     else {
         return Ok(());
     };
+    let request = StartRequest {
+        message: message.clone(),
+        spec: spec.clone(),
+        budget: budget.clone(),
+        confirmation_policy,
+        llm_profile: llm_profile.clone(),
+        secrets: secrets.clone(),
+    };
     let task = Task {
         ctx,
         task_id,
@@ -135,6 +143,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         title,
         repository: repository.clone(),
         created_ms,
+        request: Some(request),
     };
     let env_created = Envelope::with_id(CommandId(derived(task_id, 0xC0)), created, halyard_platform::now_ms());
     bus::publish(&ctx.js, subjects::conversation_record(conversation_id), &env_created).await?;

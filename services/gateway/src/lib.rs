@@ -24,6 +24,7 @@ pub mod secrets;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod starts;
 pub mod store;
 pub mod tickets;
 pub mod user_store;
@@ -112,7 +113,8 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     let max_body = state.config.gateway.max_body_bytes;
     let api = Router::new()
-        .route("/conversations", post(routes::start_conversation).get(routes::list_conversations))
+        .route("/conversations", post(starts::start_conversation).get(routes::list_conversations))
+        .route("/conversations/{id}/retry", post(starts::retry_start))
         .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete).patch(routes::patch_conversation))
         .route("/conversations/{id}/messages", post(routes::send_message))
         .route("/conversations/{id}/pause", post(routes::pause))

@@ -139,7 +139,14 @@ impl Pending<'_> {
             view.last_event_seq = view.last_event_seq.max(ev.seq);
             view.updated_at = now;
             match &ev.body {
-                EventBody::ExecutionStatus { status, .. } => view.execution_status = Some(status.as_str().to_owned()),
+                EventBody::ExecutionStatus { status, reason } => {
+                    if *status == halyard_protocol::event::ExecutionStatus::Running {
+                        view.agent_error = None;
+                    }
+                    view.execution_status = Some(status.as_str().to_owned());
+                    view.execution_reason.clone_from(reason);
+                }
+                EventBody::AgentError { code, message } => view.agent_error = Some(format!("{message} ({code})")),
                 EventBody::ConversationStarted { confirmation_policy: policy, .. } | EventBody::ConfirmationPolicy { policy } => {
                     view.confirmation_policy = policy.as_str().to_owned()
                 }
@@ -191,6 +198,8 @@ impl Pending<'_> {
                     return;
                 }
                 let view = self.ensure_view(u.conversation_id, &u.owner.0, u.task_id, u.created_ms);
+                // A retried start's task follows the failed one's.
+                view.start_task_id = u.task_id.to_string();
                 view.start_task_status = u.status.as_str().to_owned();
                 view.status = match u.status {
                     StartTaskStatus::Ready => "READY",
@@ -204,7 +213,7 @@ impl Pending<'_> {
                 }
                 view.updated_at = at;
             }
-            SystemRecord::ConversationCreated { conversation_id, owner, task_id, sandbox_id, title, repository, created_ms } => {
+            SystemRecord::ConversationCreated { conversation_id, owner, task_id, sandbox_id, title, repository, created_ms, request } => {
                 if self.deleted(conversation_id) {
                     return;
                 }
@@ -215,11 +224,17 @@ impl Pending<'_> {
                 }
                 view.repository = repository.and_then(|r| serde_json::to_value(r).ok());
                 view.sandbox_id = Some(sandbox_id.to_string());
+                if let Some(request) = request {
+                    view.first_message.clone_from(&request.message);
+                    view.start_request = Some(request);
+                }
             }
             SystemRecord::Sandbox(u) => {
                 self.sandbox(&u, env.time_ms);
                 if let Some(conv) = u.conversation_id {
-                    if let Some(view) = self.view(conv) {
+                    let id = u.sandbox_id.to_string();
+                    // A retried start's old sandbox, deleted, is no longer the conversation's.
+                    if let Some(view) = self.view(conv).filter(|v| v.sandbox_id.as_ref().is_none_or(|s| *s == id)) {
                         view.sandbox_status = Some(u.status.as_str().to_owned());
                         view.sandbox_id = Some(u.sandbox_id.to_string());
                         view.updated_at = at;

@@ -12,85 +12,22 @@ use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
 use halyard_protocol::event::ConfirmationPolicy;
-use halyard_protocol::system::Repository;
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
 
 use crate::AppState;
 use crate::auth::User;
 use crate::error::{ApiError, ApiJson};
-use crate::projection::new_view;
-use crate::store::{self, ConversationView, TaskView, rfc3339};
+use crate::store::{self, ConversationView, TaskView};
 
-const MAX_MESSAGE_CHARS: usize = 200_000;
-const MAX_TITLE_CHARS: usize = 200;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 200_000;
+pub(crate) const MAX_TITLE_CHARS: usize = 200;
 
 /// Parses a path id, saying which parameter was wrong.
 pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
     raw.parse().map_err(|_| ApiError::bad_request("invalid_id", format!("`{what}` must be a UUID, got {raw:?}")))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RepositoryBody {
-    pub url: String,
-    #[serde(default)]
-    pub branch: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartBody {
-    #[serde(default)]
-    pub message: Option<String>,
-    #[serde(default)]
-    pub repository: Option<RepositoryBody>,
-    #[serde(default)]
-    pub title: Option<String>,
-    /// A sandbox spec by name (`GET /sandbox-specs`); the default if absent.
-    #[serde(default)]
-    pub sandbox_spec: Option<String>,
-    /// Limits on the conversation's LLM use (the deployment's defaults if absent).
-    #[serde(default)]
-    pub max_budget_usd: Option<f64>,
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
-    #[serde(default)]
-    pub confirmation_policy: Option<ConfirmationPolicy>,
-    /// One of the user's LLM profiles (`GET /llm-profiles`); the settings' default, else the
-    /// operator's, if absent.
-    #[serde(default)]
-    pub llm_profile: Option<String>,
-    /// The user's secrets (`GET /secrets`) the conversation's shell gets, by name; all of them
-    /// if absent, none if empty. Every one is masked in what the conversation shows either way.
-    #[serde(default)]
-    pub secrets: Option<Vec<String>>,
-}
-
-/// Checks a sandbox spec's name.
-pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
-    if state.config.sandbox.spec(spec).is_none() {
-        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
-        return Err(ApiError::bad_request(
-            "invalid_field",
-            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the limits of a conversation's LLM use.
-pub fn check_budget(max_budget_usd: Option<f64>, max_tokens: Option<u64>) -> Result<(), ApiError> {
-    if max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
-    }
-    if max_tokens == Some(0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
-    }
-    Ok(())
-}
-
-fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
+pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request("invalid_field", format!("`{field}` must not be empty")));
     }
@@ -100,122 +37,38 @@ fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `POST /conversations`: starts a conversation; answers with its start task.
-pub async fn start_conversation(
-    State(state): State<AppState>,
-    User(user): User,
-    ApiJson(body): ApiJson<StartBody>,
-) -> Result<impl IntoResponse, ApiError> {
-    if let Some(m) = &body.message {
-        check_text("message", m, MAX_MESSAGE_CHARS)?;
-    }
-    if let Some(t) = &body.title {
-        check_text("title", t, MAX_TITLE_CHARS)?;
-        crate::user_store::check_label("title", t)?;
-    }
-    if let Some(r) = &body.repository {
-        check_text("repository.url", &r.url, 4096)?;
-        if r.url.trim_start().starts_with('-') {
-            return Err(ApiError::bad_request("invalid_field", "`repository.url` must be a git URL or a path"));
-        }
-        if let Some(b) = &r.branch {
-            check_text("repository.branch", b, 255)?;
-        }
-    }
-    if let Some(spec) = &body.sandbox_spec {
-        check_spec(&state, spec)?;
-    }
-    check_budget(body.max_budget_usd, body.max_tokens)?;
-    if let Some(p) = &body.llm_profile {
-        crate::settings::check_profile(&state, &user, "llm_profile", p).await?;
-    }
-    if let Some(names) = &body.secrets {
-        crate::secrets::check_chosen(&state, &user, names).await?;
-    }
-    // What the start leaves out, the user's settings say (and the deployment past them).
-    let settings = crate::settings::load(&state, &user).await?;
-    let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
-        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
-        .or(settings.budget);
-    let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
-    crate::sandboxes::check_quota(&state, &user)?;
-    let task_id = TaskId::new();
-    {
-        let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = starting.entry(user.0.clone()).or_default();
-        let limit = state.config.gateway.max_starting_per_user;
-        if limit > 0 && mine.len() >= limit {
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_starting",
-                format!("you already have {} conversations starting (limit {limit}); wait for one to be READY", mine.len()),
-            );
-            e.retry_after = Some(2);
-            return Err(e);
-        }
-        mine.insert(task_id);
-    }
-    let conversation_id = ConversationId::new();
-    let now = halyard_platform::now_ms();
-    let cmd = ConversationCommand::Start {
-        task_id,
-        conversation_id,
-        owner: user.clone(),
-        message: body.message,
-        repository: body.repository.map(|r| Repository { url: r.url, branch: r.branch }),
-        title: body.title.clone(),
-        created_ms: now,
-        spec,
-        budget,
-        confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
-        llm_profile: body.llm_profile.clone().or(settings.llm_profile),
-        secrets: body.secrets.clone(),
-    };
-    let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
-    env.trace = Some(telemetry::new_trace());
-    if let Err(e) = bus::publish(&state.js, subjects::conversation_command(conversation_id), &env).await {
-        state.live.starting.lock().unwrap_or_else(|e| e.into_inner()).entry(user.0.clone()).or_default().remove(&task_id);
-        return Err(e.into());
-    }
-    tracing::info!(%task_id, %conversation_id, user = %user, "conversation start accepted");
-    // The command is durable; record what we know now so the next GET finds it. The
-    // projection of the lifecycle records overwrites this with the same facts and more.
-    let task = TaskView {
-        id: task_id.to_string(),
-        owner: user.0.clone(),
-        conversation_id: conversation_id.to_string(),
-        status: "WORKING".into(),
-        created_at: rfc3339(now),
-        updated_at: rfc3339(now),
-        ..Default::default()
-    };
-    if state.store.task(task_id)?.is_none() {
-        state.store.put_json(&store::task_key(task_id), &task)?;
-    }
-    if state.store.conversation(conversation_id)?.is_none() {
-        let mut view = new_view(conversation_id, &user.0, task_id, now);
-        view.title_set_by = body.title.as_ref().map(|_| "user".to_owned());
-        view.title = body.title;
-        state.store.put_json(&store::conv_key(conversation_id), &view)?;
-        state
-            .store
-            .tree()
-            .insert(store::owner_key(&user.0, now, conversation_id), &conversation_id.as_bytes()[..])
-            .map_err(store::StoreError::from)?;
-    }
-    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
-}
-
-fn task_json(t: &TaskView) -> Value {
+pub(crate) fn task_json(t: &TaskView) -> Value {
     json!({
         "id": t.id, "conversation_id": t.conversation_id, "status": t.status, "detail": t.detail,
         "sandbox_id": t.sandbox_id, "from_pool": t.from_pool, "created_at": t.created_at, "updated_at": t.updated_at,
     })
 }
 
-fn conversation_json(c: &ConversationView) -> Value {
+/// The one status a person reads, and its detail: `starting`, `start_failed`, the agent's
+/// execution status (`idle`, `running`, `paused`, `finished`, `error`, `stuck`,
+/// `waiting_for_confirmation`), or `sandbox_deleted`. `status`, `start_task_status`,
+/// `execution_status` and `sandbox_status` are what it is made of.
+pub(crate) fn state_of(c: &ConversationView) -> (&str, Option<String>) {
+    match (c.status.as_str(), c.execution_status.as_deref()) {
+        ("ERROR", _) => ("start_failed", c.error_detail.clone()),
+        ("READY", _) if c.sandbox_status.as_deref() == Some("DELETED") => {
+            ("sandbox_deleted", Some("the conversation's sandbox was deleted; start a new conversation to go on".into()))
+        }
+        ("READY", Some(s @ ("error" | "stuck"))) => (s, c.agent_error.clone().or_else(|| c.execution_reason.clone())),
+        ("READY", Some(s)) => (s, c.execution_reason.clone()),
+        _ => ("starting", None),
+    }
+}
+
+/// Every value of [`state_of`].
+pub(crate) const STATES: &[&str] =
+    &["starting", "start_failed", "idle", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation", "sandbox_deleted"];
+
+pub(crate) fn conversation_json(c: &ConversationView) -> Value {
+    let (state, state_detail) = state_of(c);
     json!({
-        "id": c.id, "title": c.title, "status": c.status, "start_task_id": c.start_task_id,
+        "id": c.id, "title": c.title, "message": c.first_message, "state": state, "state_detail": state_detail,
+        "status": c.status, "start_task_id": c.start_task_id,
         "start_task_status": c.start_task_status, "error_detail": c.error_detail,
         "execution_status": c.execution_status, "sandbox_id": c.sandbox_id, "sandbox_status": c.sandbox_status,
         "repository": c.repository, "created_at": c.created_at, "updated_at": c.updated_at,
@@ -292,10 +145,13 @@ pub struct ConversationQuery {
     /// A start status (`STARTING`, `READY`, `ERROR`) or an execution status (`running`, ...).
     #[serde(default)]
     pub status: Option<String>,
+    /// One of the `state` values (`start_failed`, `running`, ...).
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
-/// `GET /conversations`: newest first; `q` searches titles, `status` filters; `count` is how
-/// many match in all.
+/// `GET /conversations`: newest first; `q` searches titles and first messages, `state` (or the
+/// technical `status`) filters; `count` is how many match in all.
 pub async fn list_conversations(
     State(state): State<AppState>,
     User(user): User,
@@ -312,9 +168,18 @@ pub async fn list_conversations(
             return Err(ApiError::bad_request("invalid_query", format!("`status` must be one of {}", KNOWN.join(", "))));
         }
     }
+    let wanted = q.state.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    if let Some(s) = wanted {
+        if !STATES.contains(&s) {
+            return Err(ApiError::bad_request("invalid_query", format!("`state` must be one of {}", STATES.join(", "))));
+        }
+    }
     let keep = |c: &ConversationView| {
         let title = c.title.as_deref().unwrap_or_default().to_lowercase();
-        words.iter().all(|w| title.contains(w.as_str())) && status.is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
+        let message = c.first_message.as_deref().unwrap_or_default().to_lowercase();
+        words.iter().all(|w| title.contains(w.as_str()) || message.contains(w.as_str()))
+            && status.is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
+            && wanted.is_none_or(|s| state_of(c).0 == s)
     };
     let store::Matching { items, next, count } = state.store.conversations_matching(&user.0, cursor.as_deref(), limit, keep)?;
     Ok(Json(json!({

@@ -84,9 +84,9 @@ pub async fn put_settings(
         check_profile(&state, &user, "llm_profile", p).await?;
     }
     if let Some(spec) = &body.sandbox_spec {
-        crate::routes::check_spec(&state, spec)?;
+        crate::starts::check_spec(&state, spec)?;
     }
-    crate::routes::check_budget(body.max_budget_usd, body.max_tokens)?;
+    crate::starts::check_budget(body.max_budget_usd, body.max_tokens)?;
     if body.max_iterations == Some(0) {
         return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));
     }

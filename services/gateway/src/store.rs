@@ -55,6 +55,18 @@ pub struct ConversationView {
     /// When actions wait for the user's consent: `never`, `always` or `risky`.
     #[serde(default = "never")]
     pub confirmation_policy: String,
+    /// The message the conversation was started with.
+    #[serde(default)]
+    pub first_message: Option<String>,
+    /// The last `agent_error` of the current run, `<message> (<code>)`.
+    #[serde(default)]
+    pub agent_error: Option<String>,
+    /// Why the execution status is what it is, when the agent said.
+    #[serde(default)]
+    pub execution_reason: Option<String>,
+    /// What the start asked for, to try a failed start again.
+    #[serde(default)]
+    pub start_request: Option<halyard_protocol::system::StartRequest>,
 }
 
 fn never() -> String {

@@ -1,5 +1,5 @@
-// The conversations, newest first: searched by title and filtered by status on the server
-// (`GET /conversations?q=&status=`), loaded a page at a time as the list scrolls.
+// The conversations, newest first: searched by title and first message and filtered by state on
+// the server (`GET /conversations?q=&state=`), loaded a page at a time as the list scrolls.
 
 import { useEffect, useRef, useState } from "react";
 import { api, errorText } from "../api";
@@ -7,7 +7,19 @@ import type { Conversation } from "../types";
 import { Link } from "../router";
 import { StatusBadge, ago, ErrorText } from "../components/Status";
 
-const STATUSES = ["", "STARTING", "READY", "ERROR", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
+const STATUSES = [
+  "",
+  "starting",
+  "start_failed",
+  "idle",
+  "running",
+  "paused",
+  "finished",
+  "error",
+  "stuck",
+  "waiting_for_confirmation",
+  "sandbox_deleted",
+];
 
 export function ConversationList() {
   const [query, setQuery] = useState("");
@@ -32,7 +44,7 @@ export function ConversationList() {
     const gen = reset ? ++generation.current : generation.current;
     setLoading(true);
     try {
-      const page = await api.conversations({ q: debounced, status, cursor: reset ? undefined : cursor, limit: 30 });
+      const page = await api.conversations({ q: debounced, state: status, cursor: reset ? undefined : cursor, limit: 30 });
       if (gen !== generation.current) return;
       setItems((prev) => (reset ? page.items : prev.concat(page.items)));
       setCursor(page.next_cursor ?? undefined);
@@ -108,9 +120,10 @@ export function ConversationList() {
         {items.map((c) => (
           <li key={c.id} className="conv-row">
             <Link href={`/c/${c.id}`} className="conv-link">
-              <span className="conv-title">{c.title || "Untitled"}</span>
+              <span className="conv-title">{c.title || c.message || "Untitled"}</span>
+              {c.title && c.message && <span className="conv-first">{c.message}</span>}
               <span className="conv-meta">
-                <StatusBadge status={c.execution_status ?? c.status} />
+                <StatusBadge status={c.state} />
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
                 <time dateTime={c.updated_at} title={c.updated_at}>
                   {ago(c.updated_at)}

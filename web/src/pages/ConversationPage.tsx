@@ -120,6 +120,14 @@ export function ConversationPage({ id }: { id: string }) {
   }
 
   const failed = conv?.status === "ERROR" || task?.status === "ERROR";
+  // The same request again, in a new sandbox; the page follows the new start task.
+  const retry = () =>
+    act(async () => {
+      const k = await api.retry(id);
+      history.replaceState(null, "", `/c/${id}?task=${k.id}`);
+      setTask(k);
+      setConv(await api.conversation(id));
+    });
   const onTabKey = (e: KeyboardEvent) => {
     const i = TABS.indexOf(tab);
     if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
@@ -163,7 +171,7 @@ export function ConversationPage({ id }: { id: string }) {
       </div>
       <ErrorText error={actionError} />
 
-      {(starting || failed) && <Phases task={task} conv={conv} />}
+      {(starting || failed) && <Phases task={task} conv={conv} onRetry={retry} />}
 
       {!starting && !failed && (
         <>
@@ -204,7 +212,7 @@ export function ConversationPage({ id }: { id: string }) {
   );
 }
 
-function Phases({ task, conv }: { task?: StartTask; conv?: Conversation }) {
+function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation; onRetry: () => void }) {
   const current = task?.status ?? conv?.start_task_status ?? "WORKING";
   const failed = current === "ERROR" || conv?.status === "ERROR";
   const detail = task?.detail ?? conv?.error_detail ?? "";
@@ -224,10 +232,18 @@ function Phases({ task, conv }: { task?: StartTask; conv?: Conversation }) {
           </li>
         ))}
       </ol>
+      {conv?.message && (
+        <blockquote className="first-message" aria-label="Your message">
+          {conv.message}
+        </blockquote>
+      )}
       {failed && (
-        <p role="alert" className="error">
-          {detail || "The start failed."}
-        </p>
+        <>
+          <p role="alert" className="error">
+            {detail || "The start failed."}
+          </p>
+          <button onClick={onRetry}>Retry</button>
+        </>
       )}
     </div>
   );

@@ -1,0 +1,256 @@
+//! Starting a conversation (`POST /conversations`) and trying a failed start again (`POST
+//! /conversations/{id}/retry`). Both become a `ConversationCommand::Start` for the
+//! conversations service; a retry repeats what the failed start asked for, which the
+//! conversation's creation record keeps ([`StartRequest`]).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+
+use halyard_platform::bus;
+use halyard_platform::telemetry;
+use halyard_protocol::command::{ConversationCommand, SandboxCommand};
+use halyard_protocol::event::ConfirmationPolicy;
+use halyard_protocol::system::{Repository, StartRequest};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
+
+use crate::AppState;
+use crate::auth::User;
+use crate::error::{ApiError, ApiJson};
+use crate::projection::new_view;
+use crate::routes::{MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_text, owned, task_json};
+use crate::store::{self, TaskView, rfc3339};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryBody {
+    pub url: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub repository: Option<RepositoryBody>,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// A sandbox spec by name (`GET /sandbox-specs`); the default if absent.
+    #[serde(default)]
+    pub sandbox_spec: Option<String>,
+    /// Limits on the conversation's LLM use (the deployment's defaults if absent).
+    #[serde(default)]
+    pub max_budget_usd: Option<f64>,
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
+    #[serde(default)]
+    pub confirmation_policy: Option<ConfirmationPolicy>,
+    /// One of the user's LLM profiles (`GET /llm-profiles`); the settings' default, else the
+    /// operator's, if absent.
+    #[serde(default)]
+    pub llm_profile: Option<String>,
+    /// The user's secrets (`GET /secrets`) the conversation's shell gets, by name; all of them
+    /// if absent, none if empty. Every one is masked in what the conversation shows either way.
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
+}
+
+/// Checks a sandbox spec's name.
+pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
+    if state.config.sandbox.spec(spec).is_none() {
+        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the limits of a conversation's LLM use.
+pub fn check_budget(max_budget_usd: Option<f64>, max_tokens: Option<u64>) -> Result<(), ApiError> {
+    if max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
+    }
+    if max_tokens == Some(0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
+    }
+    Ok(())
+}
+
+/// `POST /conversations`: starts a conversation; answers with its start task.
+pub async fn start_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    ApiJson(body): ApiJson<StartBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(m) = &body.message {
+        check_text("message", m, MAX_MESSAGE_CHARS)?;
+    }
+    if let Some(t) = &body.title {
+        check_text("title", t, MAX_TITLE_CHARS)?;
+        crate::user_store::check_label("title", t)?;
+    }
+    if let Some(r) = &body.repository {
+        check_text("repository.url", &r.url, 4096)?;
+        if r.url.trim_start().starts_with('-') {
+            return Err(ApiError::bad_request("invalid_field", "`repository.url` must be a git URL or a path"));
+        }
+        if let Some(b) = &r.branch {
+            check_text("repository.branch", b, 255)?;
+        }
+    }
+    if let Some(spec) = &body.sandbox_spec {
+        check_spec(&state, spec)?;
+    }
+    check_budget(body.max_budget_usd, body.max_tokens)?;
+    if let Some(p) = &body.llm_profile {
+        crate::settings::check_profile(&state, &user, "llm_profile", p).await?;
+    }
+    if let Some(names) = &body.secrets {
+        crate::secrets::check_chosen(&state, &user, names).await?;
+    }
+    // What the start leaves out, the user's settings say (and the deployment past them).
+    let settings = crate::settings::load(&state, &user).await?;
+    let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
+        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
+        .or(settings.budget);
+    let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+    let request = StartRequest {
+        message: body.message,
+        spec,
+        budget,
+        confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
+        llm_profile: body.llm_profile.or(settings.llm_profile),
+        secrets: body.secrets,
+    };
+    let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
+    let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
+    let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// `POST /conversations/{id}/retry`: starts a conversation whose start failed again, as it was
+/// asked, in a new sandbox (the failed start's is deleted). Answers with the new start task.
+pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let (conversation_id, view) = owned(&state, &user, &id)?;
+    if view.status != "ERROR" {
+        return Err(ApiError::conflict(
+            "start_not_failed",
+            format!("only a conversation whose start failed can be retried; this one is {}", view.status),
+        ));
+    }
+    let Some(request) = view.start_request.clone() else {
+        return Err(ApiError::conflict(
+            "cannot_retry",
+            "this conversation was started before starts could be retried; start a new one with POST /api/v1/conversations",
+        ));
+    };
+    let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
+    let title = view.title.clone().filter(|_| view.title_set_by.as_deref() == Some("user"));
+    let start = Start { conversation_id, title, repository, request };
+    let task = begin(&state, &user, start, view.created_ms).await?;
+    if let Some(old) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) {
+        // The failed start's sandbox holds nothing the new one needs.
+        let delete = Envelope::new(SandboxCommand::Delete { sandbox_id: old }, halyard_platform::now_ms());
+        if let Err(e) = bus::publish(&state.js, subjects::sandbox_command(old), &delete).await {
+            tracing::warn!(sandbox_id = %old, error = %e, "the failed start's sandbox was not deleted");
+        }
+    }
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// A start to make: a new conversation, or a failed one again.
+struct Start {
+    conversation_id: ConversationId,
+    title: Option<String>,
+    repository: Option<Repository>,
+    request: StartRequest,
+}
+
+/// Checks the user's quotas, sends the start to the conversations service and records what is
+/// known now, so that the next GET finds it (the projection of the lifecycle records
+/// overwrites it with the same facts and more). `created_ms`: when the conversation was made.
+async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -> Result<TaskView, ApiError> {
+    crate::sandboxes::check_quota(state, user)?;
+    let task_id = TaskId::new();
+    {
+        let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = starting.entry(user.0.clone()).or_default();
+        let limit = state.config.gateway.max_starting_per_user;
+        if limit > 0 && mine.len() >= limit {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_starting",
+                format!("you already have {} conversations starting (limit {limit}); wait for one to be READY", mine.len()),
+            );
+            e.retry_after = Some(2);
+            return Err(e);
+        }
+        mine.insert(task_id);
+    }
+    let Start { conversation_id, title, repository, request } = start;
+    let now = halyard_platform::now_ms();
+    let cmd = ConversationCommand::Start {
+        task_id,
+        conversation_id,
+        owner: user.clone(),
+        message: request.message.clone(),
+        repository,
+        title: title.clone(),
+        created_ms,
+        spec: request.spec,
+        budget: request.budget,
+        confirmation_policy: request.confirmation_policy,
+        llm_profile: request.llm_profile,
+        secrets: request.secrets,
+    };
+    let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
+    env.trace = Some(telemetry::new_trace());
+    if let Err(e) = bus::publish(&state.js, subjects::conversation_command(conversation_id), &env).await {
+        state.live.starting.lock().unwrap_or_else(|e| e.into_inner()).entry(user.0.clone()).or_default().remove(&task_id);
+        return Err(e.into());
+    }
+    tracing::info!(%task_id, %conversation_id, user = %user, "conversation start accepted");
+    let task = TaskView {
+        id: task_id.to_string(),
+        owner: user.0.clone(),
+        conversation_id: conversation_id.to_string(),
+        status: "WORKING".into(),
+        created_at: rfc3339(now),
+        updated_at: rfc3339(now),
+        ..Default::default()
+    };
+    if state.store.task(task_id)?.is_none() {
+        state.store.put_json(&store::task_key(task_id), &task)?;
+    }
+    match state.store.conversation(conversation_id)? {
+        None => {
+            let mut view = new_view(conversation_id, &user.0, task_id, created_ms);
+            view.title_set_by = title.as_ref().map(|_| "user".to_owned());
+            view.title = title;
+            view.first_message = request.message;
+            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+            state
+                .store
+                .tree()
+                .insert(store::owner_key(&user.0, created_ms, conversation_id), &conversation_id.as_bytes()[..])
+                .map_err(store::StoreError::from)?;
+        }
+        Some(mut view) => {
+            // A retry: starting again, no longer failed.
+            view.status = "STARTING".into();
+            view.start_task_id = task_id.to_string();
+            view.start_task_status = "WORKING".into();
+            view.error_detail = None;
+            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+        }
+    }
+    Ok(task)
+}
