@@ -1,17 +1,38 @@
 #!/usr/bin/env bash
 # Builds the Debian base image for Docker sandboxes without an image registry (none is
 # reachable here): debootstrap a minimal bookworm with bash, git, python3 and CA certificates,
-# then `docker import` it as halyard-base:bookworm. Skips the work if the image exists.
+# add the MCP time server (the README's example MCP server) in a venv at /opt/halyard-mcp, as
+# process sandboxes have it, then `docker import` it as halyard-base:bookworm. Skips the work if
+# the image exists with all of that.
 set -euo pipefail
 IMAGE=${1:-halyard-base:bookworm}
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  echo "$IMAGE already exists" >&2
-  exit 0
+  if docker run --rm --network none "$IMAGE" sh -c 'test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp' >/dev/null 2>&1; then
+    echo "$IMAGE already exists" >&2
+    exit 0
+  fi
+  echo "$IMAGE lacks /opt/halyard-mcp; building it again" >&2
 fi
 root=$(mktemp -d /var/tmp/halyard-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-debootstrap --variant=minbase --include=bash,git,python3,ca-certificates,procps bookworm "$root" >/var/log/halyard-debootstrap.log 2>&1 \
+debootstrap --variant=minbase --include=bash,git,python3,python3-venv,ca-certificates,procps bookworm "$root" >/var/log/halyard-debootstrap.log 2>&1 \
   || { echo "debootstrap failed; see /var/log/halyard-debootstrap.log" >&2; exit 1; }
+# The wheels come through this machine's pip (its index, proxy and certificates), for the
+# image's Python; the image's own pip installs them offline.
+chroot "$root" /usr/bin/python3 -m venv /opt/halyard-mcp
+mkdir -p "$root/tmp/wheels"
+if "${PYTHON:-python3}" -m pip download --quiet --disable-pip-version-check --dest "$root/tmp/wheels" --only-binary=:all: \
+     --python-version 3.11 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 mcp-server-time >>/var/log/halyard-debootstrap.log 2>&1 \
+   && chroot "$root" /opt/halyard-mcp/bin/pip install --quiet --disable-pip-version-check --no-index --find-links /tmp/wheels mcp-server-time \
+     >>/var/log/halyard-debootstrap.log 2>&1; then
+  :
+else
+  # Without it the image still serves; the README's MCP example then says the command is missing.
+  echo "mcp-server-time could not be installed in the image (see /var/log/halyard-debootstrap.log); going on without it" >&2
+  rm -rf "$root/opt/halyard-mcp"
+  touch "$root/etc/halyard-no-mcp"
+fi
+rm -rf "$root/tmp/wheels" "$root/root/.cache"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
 echo "built $IMAGE" >&2

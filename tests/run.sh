@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/install-deps.sh
+bash tests/install-deps.sh
 bash infra/docker-up.sh
 bash infra/build-base-image.sh
 # The browser tests: the built web app and Debian's Chromium (Playwright cannot download one).

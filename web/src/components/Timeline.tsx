@@ -12,7 +12,8 @@ export type Item =
   | { type: "message"; seq: number; who: "user" | "agent"; text: string }
   | { type: "action"; seq: number; action: ActionEvent; observation?: ObservationEvent; rejected?: string }
   | { type: "error"; seq: number; code: string; message: string }
-  | { type: "note"; seq: number; text: string };
+  | { type: "note"; seq: number; text: string }
+  | { type: "warning"; seq: number; text: string };
 
 /** Events to items; an observation joins its action's card. */
 export function toItems(events: HalyardEvent[]): Item[] {
@@ -50,14 +51,20 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "llm_profile":
         items.push({ type: "note", seq: e.seq, text: `The agent now uses ${e.model} (${e.profile ? `profile ${e.profile}` : "the default LLM"}).` });
         break;
-      case "mcp_servers":
-        for (const s of e.servers)
-          items.push(
-            s.error
-              ? { type: "error", seq: e.seq, code: "mcp_unavailable", message: `MCP server ${s.name} is unavailable: ${s.error}` }
-              : { type: "note", seq: e.seq, text: `MCP server ${s.name}: ${s.tools.length} tools (${s.tools.join(", ")}).` },
-          );
+      case "mcp_servers": {
+        // One line for all of them: a server that cannot be reached is a warning (the
+        // conversation goes on without it), not an error per server.
+        const up = e.servers.filter((s) => !s.error).map((s) => `${s.name} (${s.tools.length} tools)`);
+        const down = e.servers.filter((s) => s.error).map((s) => `${s.name}: ${s.error}`);
+        if (down.length)
+          items.push({
+            type: "warning",
+            seq: e.seq,
+            text: `Unavailable MCP server${down.length > 1 ? "s" : ""}: ${down.join("; ")}.${up.length ? ` In use: ${up.join(", ")}.` : ""}`,
+          });
+        else if (up.length) items.push({ type: "note", seq: e.seq, text: `MCP servers in use: ${up.join(", ")}.` });
         break;
+      }
       case "execution_status":
         if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
           items.push({ type: "note", seq: e.seq, text: e.status.replace(/_/g, " ") + (e.reason ? `: ${e.reason}` : "") });
@@ -163,6 +170,12 @@ const Row = memo(function Row({ item }: { item: Item }) {
       );
     case "note":
       return <div className="note">{item.text}</div>;
+    case "warning":
+      return (
+        <div className="note warning" role="status">
+          {item.text}
+        </div>
+      );
   }
 });
 

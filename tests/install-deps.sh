@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what only the tests need, if it is missing (infra/install-deps.sh installs what
+# running needs):
+#   - standardwebhooks, the reference library the webhook tests verify signatures with
+#   - schemathesis, the fuzzer the tests run against the served OpenAPI document
+#   - mcp (the Python MCP SDK) and mcp-server-time, the MCP servers the tests connect to
+#   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
+#   - kubernetes-validate, which checks the manifests under infra/k8s against the API's schemas
+#   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
+# Idempotent: re-running it changes nothing once everything is there.
+set -euo pipefail
+
+PY=${PYTHON:-python3}
+need_pip=()
+if ! "$PY" -c 'import standardwebhooks' >/dev/null 2>&1; then
+  need_pip+=(standardwebhooks)
+fi
+if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis' >/dev/null 2>&1; then
+  need_pip+=(schemathesis)
+fi
+if ! "$PY" -c 'import mcp.server.mcpserver, mcp_server_time' >/dev/null 2>&1; then
+  need_pip+=('mcp>=2' mcp-server-time)
+fi
+if ! "$PY" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1; then
+  need_pip+=(opentelemetry-proto)
+fi
+if ! "$PY" -c 'import kubernetes_validate' >/dev/null 2>&1; then
+  need_pip+=(kubernetes-validate)
+fi
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "installing for the tests: ${need_pip[*]}" >&2
+  "$PY" -m pip install --quiet --disable-pip-version-check "${need_pip[@]}"
+  hash -r
+fi
+if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq docker-compose >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
+fi
