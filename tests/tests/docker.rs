@@ -79,6 +79,14 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert!(lines[3].contains("No such file"), "no Docker socket in the sandbox: {out}");
     assert_eq!(lines[4..7], ["the docker app", "FETCHED", "FILL=128"], "clone and fetch through the git proxy, no credential: {out}");
     assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the proxy sent no token upstream");
+    // A path on the host is not the container's to see: refused, saying what works.
+    let (_, local) =
+        api.post("/api/v1/conversations", json!({"repository": {"url": repos.path().join("app.git").to_string_lossy()}})).await;
+    let local = api.wait_task(local["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    let detail = local["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("PREPARING_REPOSITORY") && detail.contains("HALYARD_SANDBOX=process"), "{local}");
+    let failed = local["conversation_id"].as_str().unwrap();
+    assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{failed}"), None).await.0, 202);
     let all = serde_json::to_string(&events).unwrap();
     assert!(!all.contains(LLM_KEY) && !all.contains(TOKEN));
 

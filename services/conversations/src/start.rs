@@ -175,6 +175,15 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         // (Both the clone, which reads a local source directly, and the upload-pack it starts,
         // which `-c` does not reach, need the setting.)
         let local = repo.url.starts_with('/') || repo.url.starts_with("file://");
+        if local && sandbox.sandbox_kind == "docker" {
+            // A container sees none of the host's paths, and mounting one the user names would
+            // show it the host's files: refused, with the ways that work.
+            return Err(PhaseError(format!(
+                "PREPARING_REPOSITORY failed: {} is a path on the host, which a Docker sandbox cannot see; give the repository's \
+                 git URL (https://... or ssh://...), or run Halyard with HALYARD_SANDBOX=process to clone paths of this machine",
+                repo.url
+            )));
+        }
         let trust = if local { "-c safe.directory='*' clone --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "clone" };
         let script = format!(
             "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
