@@ -36,7 +36,7 @@ pub fn exceeded(history: &History, next_prompt: u64, price: Option<&Price>) -> O
         if history.used_tokens + next_prompt > max {
             return Some(format!(
                 "The conversation's token budget of {max} would be passed: its LLM calls used {} tokens, and the next one \
-                 needs about {next_prompt}. Start a new conversation, or raise `max_tokens`.",
+                 needs about {next_prompt}. Start a new conversation with a larger `max_tokens` (POST /api/v1/conversations; your default: PUT /api/v1/settings).",
                 history.used_tokens
             ));
         }
@@ -46,7 +46,7 @@ pub fn exceeded(history: &History, next_prompt: u64, price: Option<&Price>) -> O
         if history.used_usd + next > max {
             return Some(format!(
                 "The conversation's budget of ${max:.2} would be passed: its LLM calls cost ${:.4}, and the next one about \
-                 ${next:.4}. Start a new conversation, or raise `max_budget_usd`.",
+                 ${next:.4}. Start a new conversation with a larger `max_budget_usd` (POST /api/v1/conversations; your default: PUT /api/v1/settings).",
                 history.used_usd
             ));
         }

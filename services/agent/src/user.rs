@@ -52,7 +52,7 @@ pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmCli
     let Some(p) = profiles.profiles.get(name) else {
         return Err(format!(
             "the LLM profile `{name}` no longer exists; create it again (PUT /api/v1/llm-profiles/{name}) or switch the \
-             conversation to another (POST /api/v1/conversations/{{id}}/llm-profile)"
+             conversation to another (PUT /api/v1/conversations/{{id}}/llm-profile)"
         ));
     };
     let api_key = match &p.api_key_sealed {
