@@ -22,7 +22,7 @@ const PAGE: usize = 100;
 pub enum ForgeError {
     #[error("`{0}` providers have no repository API; use a github or gitlab provider")]
     NoApi(String),
-    #[error("the API address is not allowed: {0}")]
+    #[error("the API cannot be called: {0}")]
     Destination(#[from] net::DestinationError),
     #[error("the API could not be reached: {0}")]
     Unreachable(String),

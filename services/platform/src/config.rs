@@ -404,7 +404,7 @@ impl Default for Config {
             api_keys: Vec::new(),
             secret: String::new(),
             node_id: String::new(),
-            log: "info".into(),
+            log: "info,async_nats=warn,rmcp=warn".into(),
             log_format: "text".into(),
             otlp_endpoint: String::new(),
             skills_dir: None,

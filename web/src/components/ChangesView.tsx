@@ -90,7 +90,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
           {files.entries?.map((e) => (
             <li key={e.name}>
               <button className="link" onClick={() => setPath(join(e.name))} disabled={e.kind === "symlink"}>
-                {e.kind === "directory" ? "📁" : "📄"} {e.name}
+                <EntryIcon dir={e.kind === "directory"} /> {e.name}
               </button>
               {e.kind === "file" && <span className="muted small">{e.size} B</span>}
             </li>
@@ -108,5 +108,18 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
           </pre>
         ))}
     </section>
+  );
+}
+
+/** A folder or a page, drawn: emoji need a font many machines lack. */
+function EntryIcon({ dir }: { dir: boolean }) {
+  return (
+    <svg className="entry-icon" width="14" height="14" viewBox="0 0 16 16" aria-hidden="true">
+      {dir ? (
+        <path d="M1.5 3.5h4.5l1.5 1.5h7v8.5h-13z" fill="none" stroke="currentColor" strokeWidth="1.2" />
+      ) : (
+        <path d="M3.5 1.5h6l3 3v10h-9z M9.5 1.5v3h3" fill="none" stroke="currentColor" strokeWidth="1.2" />
+      )}
+    </svg>
   );
 }

@@ -67,7 +67,12 @@ export function toItems(events: HalyardEvent[]): Item[] {
       }
       case "execution_status":
         if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
-          items.push({ type: "note", seq: e.seq, text: e.status.replace(/_/g, " ") + (e.reason ? `: ${e.reason}` : "") });
+        {
+          // A reason that already says the status is said once.
+          const label = e.status.replace(/_/g, " ");
+          const text = !e.reason ? label : e.reason.startsWith(label) ? e.reason : `${label}: ${e.reason}`;
+          items.push({ type: "note", seq: e.seq, text });
+        }
         break;
       default:
         break;

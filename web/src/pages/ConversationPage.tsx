@@ -158,7 +158,9 @@ export function ConversationPage({ id }: { id: string }) {
           {status === "paused" ? (
             <button onClick={() => act(() => api.resume(id))}>Resume</button>
           ) : (
-            conv?.status === "READY" && (
+            // A finished, failed or stuck conversation has nothing running to pause.
+            conv?.status === "READY" &&
+            (status === "running" || status === "idle" || status === "waiting_for_confirmation") && (
               <button className="ghost" onClick={() => act(() => api.pause(id))}>
                 Pause
               </button>

@@ -1,17 +1,26 @@
-// The user's sandboxes: status, and pause, resume, delete. Ids are shown by their last twelve
-// digits: Halyard's ids are time-ordered, so their first digits are shared by neighbours.
+// The user's sandboxes: status, and pause, resume, delete, each with its conversation's title.
+// Sandbox ids are shown by their last twelve digits: Halyard's ids are time-ordered, so their
+// first digits are shared by neighbours.
 
 import { useEffect, useState } from "react";
 import { api, errorText } from "../api";
-import type { Sandbox } from "../types";
+import type { Conversation, Sandbox } from "../types";
 import { Link } from "../router";
 import { StatusBadge, ago, ErrorText } from "../components/Status";
 
 export function Sandboxes() {
   const [items, setItems] = useState<Sandbox[]>();
+  const [names, setNames] = useState<Map<string, string>>(new Map());
   const [error, setError] = useState<string>();
 
-  const load = () => api.sandboxes().then((r) => setItems(r.items), (e) => setError(errorText(e)));
+  const load = () => {
+    api.sandboxes().then((r) => setItems(r.items), (e) => setError(errorText(e)));
+    // The newest conversations' titles (else their first message), for the sandboxes' rows.
+    api.conversations({ limit: 100 }).then(
+      (p) => setNames(new Map(p.items.map((c: Conversation) => [c.id, c.title || c.message || "Untitled"]))),
+      () => {},
+    );
+  };
   useEffect(() => {
     load();
     const t = window.setInterval(load, 3000);
@@ -48,7 +57,7 @@ export function Sandboxes() {
                 <StatusBadge status={s.status} />
                 {s.detail && <div className="muted small">{s.detail}</div>}
               </td>
-              <td>{s.conversation_id ? <Link href={`/c/${s.conversation_id}`} title={s.conversation_id}>{s.conversation_id.slice(-12)}</Link> : <span className="muted">pool</span>}</td>
+              <td>{s.conversation_id ? <Link href={`/c/${s.conversation_id}`} title={s.conversation_id}>{names.get(s.conversation_id) ?? s.conversation_id.slice(-12)}</Link> : <span className="muted">pool</span>}</td>
               <td>{ago(s.updated_at)}</td>
               <td className="row-buttons">
                 {s.status === "RUNNING" && (
