@@ -95,6 +95,8 @@ test("2. pause and resume a run, reload mid-run: every event shown once, none mi
   await expect(page.getByTestId("observation").filter({ hasText: "tick-1" })).toBeVisible();
   await page.getByRole("button", { name: "Pause" }).click();
   await expect(status(page)).toContainText("paused");
+  // Nothing runs while paused, and no card says otherwise.
+  await expect(page.getByText("running…")).toHaveCount(0);
   await shot(page, "paused");
   await page.getByRole("button", { name: "Resume" }).click();
   await expect(status(page)).toContainText("running");
@@ -261,7 +263,14 @@ test("8. a start that fails says why, in words", async ({ page }) => {
   await expect(page.locator(".phases").getByRole("alert")).toContainText("PREPARING_REPOSITORY");
   await expect(page.locator('[data-phase="WAITING_FOR_SANDBOX"]')).toHaveClass("done");
   await expect(page.locator('[data-phase="PREPARING_REPOSITORY"]')).toHaveClass("failed");
+  // What was asked stays in view, and can be asked again.
+  await expect(page.getByLabel("Your message")).toContainText("work on a repository that is not there");
   await shot(page, "start-failed");
+  const retried = page.waitForResponse((r) => r.url().endsWith("/retry") && r.request().method() === "POST");
+  await page.getByRole("button", { name: "Retry" }).click();
+  expect((await retried).status()).toBe(202);
+  await expect(page.locator(".phases").getByRole("alert")).toContainText("PREPARING_REPOSITORY");
+  await expect(page.getByLabel("Your message")).toContainText("work on a repository that is not there");
 });
 
 test("9. delete a conversation, with a confirmation", async ({ page }) => {

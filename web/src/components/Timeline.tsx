@@ -10,7 +10,15 @@ import { Diff, editLines } from "./Diff";
 
 export type Item =
   | { type: "message"; seq: number; who: "user" | "agent"; text: string }
-  | { type: "action"; seq: number; action: ActionEvent; observation?: ObservationEvent; rejected?: string }
+  | {
+      type: "action";
+      seq: number;
+      action: ActionEvent;
+      observation?: ObservationEvent;
+      rejected?: string;
+      /** Without a result: why it is not running (`waiting` for consent, `paused`, or the run `ended`). */
+      stalled?: "waiting" | "paused" | "ended";
+    }
   | { type: "error"; seq: number; code: string; message: string }
   | { type: "note"; seq: number; text: string }
   | { type: "warning"; seq: number; text: string };
@@ -66,6 +74,21 @@ export function toItems(events: HalyardEvent[]): Item[] {
         break;
       }
       case "execution_status":
+        // An action still without a result is not running once the run waits or ends.
+        if (e.status !== "running")
+          for (const i of byCall.values()) {
+            const it = items[i];
+            if (it.type === "action" && !it.observation && !it.rejected)
+              items[i] = {
+                ...it,
+                stalled: e.status === "waiting_for_confirmation" ? "waiting" : e.status === "paused" ? "paused" : "ended",
+              };
+          }
+        else
+          for (const i of byCall.values()) {
+            const it = items[i];
+            if (it.type === "action" && (it.stalled === "waiting" || it.stalled === "paused")) items[i] = { ...it, stalled: undefined };
+          }
         if (e.status === "paused" || e.status === "finished" || e.status === "stuck" || e.status === "waiting_for_confirmation")
         {
           // A reason that already says the status is said once.
@@ -93,7 +116,19 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
       {observation.exit_code !== undefined && observation.exit_code !== 0 && <span className="exit">exit {observation.exit_code}</span>}
     </pre>
   );
-  const pending = !observation && !rejected && <div className="muted small">running…</div>;
+  const pending =
+    !observation &&
+    !rejected && (
+      <div className="muted small">
+        {item.stalled === "waiting"
+          ? "waiting for your confirmation"
+          : item.stalled === "paused"
+            ? "paused; it goes on when the conversation is resumed"
+            : item.stalled === "ended"
+              ? "no result (the run ended before it)"
+              : "running…"}
+      </div>
+    );
   const refused = rejected && <div className="error small">Refused: {rejected}</div>;
 
   if (action.tool === "think") {
