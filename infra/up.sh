@@ -23,22 +23,7 @@ if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1
 fi
 bash infra/build-web.sh
 cargo build --release -p halyard
-if [ -z "${HALYARD_API_KEYS:-}" ]; then
-  # One development key, made once and kept in the data directory (private to this user), so
-  # saved CLI logins and browser sessions survive a restart; its user `dev` is an administrator,
-  # as a single-user install expects.
-  data="${HALYARD_DATA_DIR:-./.halyard}"
-  mkdir -p "$data"
-  keyfile="$data/dev-key"
-  if [ ! -s "$keyfile" ]; then
-    (umask 077; echo "dev-key-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$keyfile")
-  fi
-  chmod 600 "$keyfile"
-  export HALYARD_API_KEYS="dev:$(cat "$keyfile")"
-  export HALYARD_ADMINS="${HALYARD_ADMINS:-dev}"
-  echo "No HALYARD_API_KEYS set; the development key (user dev, an administrator; kept in $keyfile): ${HALYARD_API_KEYS#dev:}" >&2
-  echo "(curl -H \"Authorization: Bearer ${HALYARD_API_KEYS#dev:}\" ...)" >&2
-fi
+. infra/dev-key.sh
 bin="$(cd "${CARGO_TARGET_DIR:-./target}/release" && pwd)"
 echo "The halyard CLI is $bin/halyard: export PATH=\"$bin:\$PATH\" (or cargo install --path services/halyard)" >&2
 exec "${CARGO_TARGET_DIR:-./target}/release/halyard" up "$@"

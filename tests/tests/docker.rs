@@ -115,6 +115,8 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     );
     assert_eq!(inspect(&c1, "{{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}}"), "[ALL] [no-new-privileges]");
     assert_eq!(inspect(&c1, "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.PidsLimit}}"), "2147483648 1000000000 512");
+    assert_eq!(inspect(&c1, "{{range .HostConfig.Ulimits}}{{.Name}}={{.Hard}}{{end}}"), "fsize=4294967296", "the largest file");
+    assert!(inspect(&c1, "{{json .Args}}").contains("\"--disk-limit-mb\",\"10240\""), "the executor watches the disk");
     assert_eq!(inspect(&c1, "{{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}").trim(), "volume:/workspace");
 
     // Pause and resume: docker pause, files intact.

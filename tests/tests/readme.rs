@@ -245,3 +245,42 @@ fn lines_are_run_as_a_reader_runs_them() {
     assert_eq!(as_run("halyard chat <conv>                 # continue"), ["halyard chat $CONV"]);
     assert_eq!(as_run("KEY=...; H=\"Authorization: Bearer $KEY\""), ["KEY=$WALK_KEY; H=\"Authorization: Bearer $KEY\""]);
 }
+
+/// `up.sh`'s development key (`infra/dev-key.sh`): made once, kept private in the data
+/// directory, the same after a restart, printed each time, and its user an administrator.
+#[tokio::test]
+async fn the_development_key_is_kept_across_restarts_and_administers() {
+    init();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned();
+    let data = tempfile::tempdir().unwrap();
+    let start = || {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(". infra/dev-key.sh; echo \"$HALYARD_API_KEYS|$HALYARD_ADMINS\"")
+            .current_dir(&root)
+            .env_remove("HALYARD_API_KEYS")
+            .env_remove("HALYARD_ADMINS")
+            .env("HALYARD_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).trim().to_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (first, said) = start();
+    let (again, _) = start();
+    assert_eq!(first, again, "a restart keeps the key");
+    let (keys, admins) = first.split_once('|').unwrap();
+    let key = keys.strip_prefix("dev:").expect("the user is dev");
+    assert!(key.len() > 20 && said.contains(key), "the key is printed: {said}");
+    assert_eq!(admins, "dev");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(data.path().join("dev-key")).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // With it, Halyard's first user administers: the README's `halyard admin users create`.
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", admins);
+    opts.api_keys = keys.to_owned();
+    let h = Halyard::start(opts);
+    let (s, carol) = h.api(key).post("/api/v1/admin/users", json!({"name": "carol"})).await;
+    assert_eq!(s, 201, "{carol}");
+}

@@ -212,21 +212,10 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
         }
         ClientCommand::Ls { conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
-            let mut cursor: Option<String> = None;
-            loop {
-                let path = match &cursor {
-                    Some(cur) => format!("/conversations?limit=100&cursor={cur}"),
-                    None => "/conversations?limit=100".into(),
-                };
-                let page = c.get(&path).await?;
-                for conv in page["items"].as_array().into_iter().flatten() {
-                    println!("{}", conversation_line(conv));
-                }
-                match page["next_cursor"].as_str() {
-                    Some(next) => cursor = Some(next.to_owned()),
-                    None => return Ok(0),
-                }
+            for conv in conversations(&c).await? {
+                println!("{}", conversation_line(&conv));
             }
+            Ok(0)
         }
         ClientCommand::Show { conversation, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
@@ -302,7 +291,23 @@ async fn resolve(c: &Client, given: &str) -> Result<String> {
     if prefix.is_empty() || !prefix.chars().all(|ch| ch.is_ascii_hexdigit() || ch == '-') {
         bail!("`{given}` is no conversation id; `halyard ls` lists yours");
     }
-    let mut found = Vec::new();
+    let found: Vec<String> = conversations(c)
+        .await?
+        .iter()
+        .filter_map(|conv| conv["id"].as_str())
+        .filter(|id| id.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("none of your conversations starts with `{given}`; `halyard ls` lists them"),
+        many => bail!("`{given}` starts {} of your conversations ({}); give more of the id", many.len(), many.join(", ")),
+    }
+}
+
+/// All of the user's conversations, newest first (every page).
+async fn conversations(c: &Client) -> Result<Vec<Value>> {
+    let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let path = match &cursor {
@@ -310,21 +315,11 @@ async fn resolve(c: &Client, given: &str) -> Result<String> {
             None => "/conversations?limit=100".into(),
         };
         let page = c.get(&path).await?;
-        for conv in page["items"].as_array().into_iter().flatten() {
-            let id = conv["id"].as_str().unwrap_or_default();
-            if id.starts_with(&prefix) {
-                found.push(id.to_owned());
-            }
-        }
+        all.extend(page["items"].as_array().into_iter().flatten().cloned());
         match page["next_cursor"].as_str() {
             Some(next) => cursor = Some(next.to_owned()),
-            None => break,
+            None => return Ok(all),
         }
-    }
-    match found.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => bail!("none of your conversations starts with `{given}`; `halyard ls` lists them"),
-        many => bail!("`{given}` starts {} of your conversations ({}); give more of the id", many.len(), many.join(", ")),
     }
 }
 

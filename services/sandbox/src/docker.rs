@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding, VolumeCreateRequest};
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding, ResourcesUlimits, VolumeCreateRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, EventsOptions, InspectContainerOptions, ListContainersOptions, ListVolumesOptions, RemoveContainerOptions,
     RemoveVolumeOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
@@ -205,6 +207,12 @@ impl Engine {
                 memory: Some((spec.memory_mb as i64) << 20),
                 nano_cpus: Some((spec.cpus * 1e9) as i64),
                 pids_limit: Some(spec.pids_limit),
+                // The largest file, as in process sandboxes (the executor watches the disk).
+                ulimits: Some(vec![ResourcesUlimits {
+                    name: Some("fsize".into()),
+                    soft: Some(crate::limits::MAX_FILE_BYTES as i64),
+                    hard: Some(crate::limits::MAX_FILE_BYTES as i64),
+                }]),
                 // The executor runs as the spec's user and needs no capability at all.
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges".into()]),
