@@ -237,6 +237,27 @@ impl Halyard {
         self.spawn();
     }
 
+    /// Waits until the process exits by itself (an injected fault, `HALYARD_FAULT`); whether it
+    /// did within `patience`.
+    pub fn wait_exit(&mut self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Leaves a setting out of the next restart.
+    pub fn unset(&mut self, key: &str) {
+        self.opts.env.remove(key);
+    }
+
     /// One role's user and password on the embedded nats-server (`nats/roles.json`), from the
     /// credentials file Halyard keeps in its data dir.
     pub fn nats_credentials(&self, role: &str) -> (String, String) {

@@ -12,8 +12,14 @@ use serde_json::Value;
 /// scripts and the tests.
 const READ_ELSEWHERE: &[&str] = &["HALYARD_CONFIG", "HALYARD_URL", "HALYARD_API_KEY", "HALYARD_NATS_SERVER", "HALYARD_BLESS"];
 /// Words that look like settings and are not: a constant's name, lines a process prints.
-const NOT_SETTINGS: &[&str] =
-    &["HALYARD_MCP_SERVER", "HALYARD_READY", "HALYARD_EXECUTOR_LISTENING", "HALYARD_FORWARDING", "HALYARD_FORWARDING_READY"];
+const NOT_SETTINGS: &[&str] = &[
+    "HALYARD_MCP_SERVER",
+    "HALYARD_READY",
+    "HALYARD_EXECUTOR_LISTENING",
+    "HALYARD_FORWARDING",
+    "HALYARD_FORWARDING_READY",
+    "HALYARD_FAULT_HIT",
+];
 
 fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

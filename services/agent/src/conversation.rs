@@ -212,6 +212,9 @@ impl ConvState {
         }
         let log = Log::load(self.ctx.js.clone(), self.id).await?;
         self.paused = log.history.status == Some(ExecutionStatus::Paused);
+        // A pause during a run says so in its reason (see `pause`): after a restart, resuming
+        // still owes the run its continuation.
+        self.owed = self.owed || (self.paused && log.history.status_reason.is_some());
         let log = Arc::new(Mutex::new(log));
         self.log = Some(log.clone());
         Ok(log)
@@ -320,11 +323,11 @@ impl ConvState {
                 Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
             },
             AgentCommand::Pause { .. } => {
-                self.pause(trace).await;
+                self.pause(derived(cmd_id, 0x50), trace).await;
                 delivery.ack().await;
             }
             AgentCommand::Resume { .. } => {
-                self.resume(myself, trace).await;
+                self.resume(myself, derived(cmd_id, 0x52), trace).await;
                 delivery.ack().await;
             }
             AgentCommand::Interrupt { .. } => {
@@ -409,6 +412,14 @@ impl ConvState {
         {
             let mut log = log.lock().await;
             if log.history.seen.contains(&id) {
+                // Appended before, by a handler that died before its run began (or before it
+                // acknowledged): the message is answered if nothing has answered it yet.
+                let unanswered = log.history.last_user_seq > log.history.status_seq;
+                drop(log);
+                if unanswered && self.run.is_none() && !self.paused {
+                    tracing::info!(conversation_id = %self.id, "a redelivered message was never answered; running now");
+                    self.start_run(myself, trace).await;
+                }
                 return Ok(());
             }
             log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone() }, trace.clone())
@@ -572,8 +583,10 @@ impl ConvState {
         }
     }
 
-    async fn pause(&mut self, trace: Option<TraceContext>) {
-        if self.paused {
+    /// Pauses; `id` is the event's, derived from the command's, so a redelivered pause that
+    /// was applied before its handler died is not applied again.
+    async fn pause(&mut self, id: EventId, trace: Option<TraceContext>) {
+        if self.paused || self.applied(id).await {
             return;
         }
         let mut was_running = false;
@@ -589,12 +602,7 @@ impl ConvState {
         let _ = log
             .lock()
             .await
-            .append(
-                EventId::new(),
-                EventSource::User,
-                EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason },
-                trace.clone(),
-            )
+            .append(id, EventSource::User, EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason }, trace.clone())
             .await;
         if let Some(sandbox_id) = self.sandbox_id().await {
             if let Err(e) =
@@ -605,8 +613,9 @@ impl ConvState {
         }
     }
 
-    async fn resume(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>) {
-        if !self.paused {
+    /// Resumes; `id` as for [`Self::pause`].
+    async fn resume(&mut self, myself: &ActorRef<ConvMsg>, id: EventId, trace: Option<TraceContext>) {
+        if !self.paused || self.applied(id).await {
             return;
         }
         self.paused = false;
@@ -624,12 +633,20 @@ impl ConvState {
                 .lock()
                 .await
                 .append(
-                    EventId::new(),
+                    id,
                     EventSource::User,
                     EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("resumed".into()) },
                     trace,
                 )
                 .await;
+        }
+    }
+
+    /// Whether the log already holds event `id` (its command was applied before).
+    async fn applied(&self, id: EventId) -> bool {
+        match &self.log {
+            Some(log) => log.lock().await.history.seen.contains(&id),
+            None => false,
         }
     }
 
@@ -689,10 +706,48 @@ impl ConvState {
             }
             running
         };
+        // Commands the dead runner took and never applied are still in the stream (a work
+        // queue keeps what is unacknowledged); one that stops the run is honoured before the
+        // run goes on, or the run would outrun it until its redelivery.
+        if continues && !self.paused {
+            match self.stopping_command().await {
+                Some((cmd_id, AgentCommand::Interrupt { .. })) => {
+                    let body = EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("interrupted by the user".into()) };
+                    let _ = log.lock().await.append(derived(cmd_id, 0x49), EventSource::System, body, None).await;
+                    self.release_lease().await;
+                    return;
+                }
+                Some(_) => {
+                    // A pause (applied at its redelivery) or a deletion: the run waits.
+                    self.owed = true;
+                    self.release_lease().await;
+                    return;
+                }
+                None => {}
+            }
+        }
         if continues && !self.paused {
             self.start_run(myself, None).await;
         } else {
             self.release_lease().await;
         }
+    }
+
+    /// The newest unacknowledged command of this conversation that stops its run (interrupt,
+    /// pause, delete), if any.
+    async fn stopping_command(&self) -> Option<(CommandId, AgentCommand)> {
+        let pending = match bus::messages_on(&self.ctx.js, subjects::COMMANDS_STREAM, &subjects::agent_command(self.id)).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(conversation_id = %self.id, error = %e, "cannot read the conversation's waiting commands");
+                return None;
+            }
+        };
+        pending
+            .iter()
+            .rev()
+            .filter_map(|(_, bytes)| halyard_protocol::decode::<AgentCommand>(bytes).ok())
+            .find(|env| matches!(env.payload, AgentCommand::Interrupt { .. } | AgentCommand::Pause { .. } | AgentCommand::Delete { .. }))
+            .map(|env| (env.id, env.payload))
     }
 }

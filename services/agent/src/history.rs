@@ -80,6 +80,10 @@ pub struct History {
     pub summary: Option<(String, u64)>,
     pub started: Option<Started>,
     pub status: Option<ExecutionStatus>,
+    /// The reason the latest status came with.
+    pub status_reason: Option<String>,
+    /// The seq of the latest execution status.
+    pub status_seq: u64,
     pub last_seq: u64,
     /// Ids of user messages and other events whose duplicates must be recognised.
     pub seen: HashSet<EventId>,
@@ -219,7 +223,11 @@ impl History {
                     self.push(ChatMessage::text("user", text), ev.seq);
                 }
             }
-            EventBody::ExecutionStatus { status, .. } => self.status = Some(*status),
+            EventBody::ExecutionStatus { status, reason } => {
+                self.status = Some(*status);
+                self.status_reason.clone_from(reason);
+                self.status_seq = ev.seq;
+            }
             EventBody::AgentError { .. } | EventBody::Title { .. } => {}
         }
     }

@@ -180,29 +180,48 @@ impl Run {
     }
 
     /// The executor of the conversation's sandbox, (re)starting the sandbox if needed.
+    /// The sandbox's executor, answering. A record that says RUNNING may be older than what
+    /// happened (the supervisor restarting after a crash puts up a new executor, with new
+    /// ports, a moment later): it is believed only once its executor answers its health check.
+    /// Otherwise the sandbox is asked to resume (paused, crashed, killed or gone: resume
+    /// re-provisions on the same workspace) and its record is read again until one answers.
     async fn executor(&self) -> Result<ExecutorClient, String> {
         let sandbox_id = {
             let log = self.log.lock().await;
             log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?
         };
-        let stored = bus::last_record::<SystemRecord>(&self.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
-            .await
-            .map_err(|e| e.to_string())?;
-        let running = match stored {
-            Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
-            _ => None,
-        };
-        let sandbox = match running {
-            Some(u) => u,
-            None => {
-                // Paused, crashed, killed or gone: resume re-provisions on the same workspace.
-                let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
-                let patience = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs + 10);
-                bus::await_sandbox(&self.ctx.nats, &self.ctx.js, sandbox_id, Some(resume), patience).await?
+        let key = keys::session_key(&self.ctx.config.secret, sandbox_id);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs + 10);
+        let mut resumed = false;
+        loop {
+            let stored = bus::last_record::<SystemRecord>(&self.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
+                .await
+                .map_err(|e| e.to_string())?;
+            let running = match stored {
+                Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
+                _ => None,
+            };
+            if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
+                let exec = ExecutorClient::new(self.ctx.http.clone(), url, key.clone());
+                if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
+                    return Ok(exec);
+                }
             }
-        };
-        let url = sandbox.agent_server_url().ok_or("the sandbox exposes no executor URL")?;
-        Ok(ExecutorClient::new(self.ctx.http.clone(), url, keys::session_key(&self.ctx.config.secret, sandbox_id)))
+            if !resumed {
+                resumed = true;
+                let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
+                if running.is_none() {
+                    let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    bus::await_sandbox(&self.ctx.nats, &self.ctx.js, sandbox_id, Some(resume), patience).await?;
+                    continue;
+                }
+                bus::publish(&self.ctx.js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err("the sandbox's executor does not answer".into());
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's

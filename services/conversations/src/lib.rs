@@ -85,7 +85,10 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
             // Keep the command ours while the task runs (clones and setup scripts can be slow).
             let work = start::run_task(&ctx, env);
             tokio::pin!(work);
-            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            // Well within the consumer's ack wait, which the deployment may shorten.
+            let every =
+                Duration::from_millis(ctx.config.command_ack_wait_ms / 3).clamp(Duration::from_millis(300), Duration::from_secs(10));
+            let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
                 tokio::select! {

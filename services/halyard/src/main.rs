@@ -241,6 +241,7 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
         },
     });
     let _traces = telemetry::init_with(&config.log, config.log_format == "json", otlp);
+    halyard_platform::fault::install(&config.fault);
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Everything Halyard writes (bus store, read models, secrets, credentials) is its own: a
     // process sandbox running under another uid must not read any of it. The sandbox
@@ -301,7 +302,8 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
     };
     if bus_creds.is_some() || auth_of(bus_auth::ADMIN) == bus_auth::NatsAuth::None {
         let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &auth_of(bus_auth::ADMIN), patience).await?;
-        nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(60)).await?;
+        let ack_wait = Duration::from_millis(config.command_ack_wait_ms);
+        nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(60), ack_wait).await?;
         let _ = admin.drain().await;
     }
     let mut clients = Vec::new();
@@ -433,7 +435,8 @@ async fn setup_bus(cli: &ServerArgs, env: &BTreeMap<String, String>) -> Result<(
     }
     let admin = nats::connect(&config.nats_url, bus_auth::ADMIN, &config.nats_auth(bus_auth::ADMIN), Duration::from_secs(10)).await?;
     // A cluster that was just started may take a while to elect its leaders on a busy machine.
-    nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(180)).await?;
+    let ack_wait = Duration::from_millis(config.command_ack_wait_ms);
+    nats::ensure_topology_within(&async_nats::jetstream::new(admin.clone()), Duration::from_secs(180), ack_wait).await?;
     admin.drain().await?;
     println!("streams, consumers and buckets are declared on {}", config.nats_url);
     Ok(())

@@ -96,6 +96,29 @@ pub async fn last_message(js: &jetstream::Context, stream: &str, subject: &str) 
     direct_answer(msg, stream)
 }
 
+/// The messages still on `subject` in `stream` (for a work queue: those not yet acknowledged),
+/// oldest first, at most 100.
+pub async fn messages_on(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
+    let mut found = Vec::new();
+    let mut next = 1u64;
+    while found.len() < 100 {
+        let request = serde_json::json!({ "seq": next, "next_by_subj": subject });
+        let msg = js
+            .client()
+            .request(format!("$JS.API.DIRECT.GET.{stream}"), request.to_string().into())
+            .await
+            .map_err(|e| err(BusErrorKind::Read)(&e))?;
+        match direct_answer(msg, stream)? {
+            Some((seq, bytes)) => {
+                next = seq + 1;
+                found.push((seq, bytes));
+            }
+            None => break,
+        }
+    }
+    Ok(found)
+}
+
 /// Appends to one conversation's log. Each append names the stream sequence of the last event
 /// it knows (`Nats-Expected-Last-Subject-Sequence`, checked against the whole log
 /// `halyard.events.<id>.*` by `Nats-Expected-Last-Subject-Sequence-Subject`, since each event
@@ -288,6 +311,8 @@ pub struct Delivery {
     js: jetstream::Context,
     service: &'static str,
     max_deliver: i64,
+    /// The envelope's kind, for fault injection (empty if it does not decode).
+    kind: String,
 }
 
 impl Delivery {
@@ -299,15 +324,25 @@ impl Delivery {
         self.msg.subject.as_str()
     }
 
+    /// Where the message sits in its stream.
+    pub fn stream_sequence(&self) -> Option<u64> {
+        self.msg.info().ok().map(|i| i.stream_sequence)
+    }
+
     /// How many times this message has been delivered (1 the first time).
     pub fn delivered(&self) -> i64 {
         self.msg.info().map(|i| i.delivered).unwrap_or(1)
     }
 
     /// Decodes the payload; a message that does not decode is parked and `None` returned.
-    pub async fn decode<P: DeserializeOwned>(self) -> Option<(Envelope<P>, Delivery)> {
+    pub async fn decode<P: DeserializeOwned>(mut self) -> Option<(Envelope<P>, Delivery)> {
         match halyard_protocol::decode::<P>(self.payload()) {
-            Ok(env) => Some((env, self)),
+            Ok(env) => {
+                if self.kind.is_empty() && crate::fault::active() {
+                    self.kind.clone_from(&env.kind);
+                }
+                Some((env, self))
+            }
             Err(e) => {
                 self.park(&format!("undecodable: {e}")).await;
                 None
@@ -317,9 +352,11 @@ impl Delivery {
 
     /// Done: remove it.
     pub async fn ack(self) {
+        crate::fault::hit(self.service, &self.kind, crate::fault::Point::BeforeAck);
         if let Err(e) = self.msg.ack().await {
             tracing::warn!(service = self.service, error = %e, "ack failed; the message will be redelivered");
         }
+        crate::fault::hit(self.service, &self.kind, crate::fault::Point::AfterAck);
     }
 
     /// Still working: postpone redelivery by one ack-wait period.
@@ -397,7 +434,16 @@ where
             next = messages.next() => next,
         };
         match next {
-            Some(Ok(msg)) => handler(Delivery { msg, js: js.clone(), service, max_deliver }).await,
+            Some(Ok(msg)) => {
+                // Only tests with fault injection pay for reading the kind here.
+                let kind = if crate::fault::active() {
+                    halyard_protocol::decode::<serde::de::IgnoredAny>(&msg.payload).map(|env| env.kind).unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                crate::fault::hit(service, &kind, crate::fault::Point::Received);
+                handler(Delivery { msg, js: js.clone(), service, max_deliver, kind }).await
+            }
             Some(Err(e)) => {
                 // Heartbeat misses and similar are transient; the stream recovers by itself.
                 tracing::warn!(service, error = %e, "consumer error");

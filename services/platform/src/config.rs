@@ -25,6 +25,10 @@ pub struct Config {
     pub nats_server: String,
     /// Client port of the embedded nats-server; 0 picks a free one.
     pub nats_port: u16,
+    /// How long a command a handler took and did not settle (it crashed) waits before it is
+    /// handed out again; at most the declared ack wait of each command consumer (30 s; the
+    /// sandbox supervisor's 60 s). Handlers still working report progress well within it.
+    pub command_ack_wait_ms: u64,
     /// Credentials for an external NATS (`halyard serve`): a `.creds` file used by every
     /// service of this process, or a directory holding `<role>.creds` per service role.
     pub nats_creds: Option<PathBuf>,
@@ -42,6 +46,9 @@ pub struct Config {
     pub log: String,
     /// `text` (default) or `json`: one JSON object per line.
     pub log_format: String,
+    /// Tests only (debug builds): where this process aborts, `<service>:<kind>:<point>,...`
+    /// (see [`crate::fault`]).
+    pub fault: String,
     /// An OTLP/HTTP collector (`http://host:4318`) that gets the process's traces; none when
     /// empty.
     pub otlp_endpoint: String,
@@ -398,6 +405,7 @@ impl Default for Config {
             nats_url: String::new(),
             nats_server: "nats-server".into(),
             nats_port: 0,
+            command_ack_wait_ms: 30_000,
             nats_creds: None,
             nats_user: String::new(),
             nats_password: String::new(),
@@ -406,6 +414,7 @@ impl Default for Config {
             node_id: String::new(),
             log: "info,async_nats=warn,rmcp=warn".into(),
             log_format: "text".into(),
+            fault: String::new(),
             otlp_endpoint: String::new(),
             skills_dir: None,
             web_dir: None,
@@ -522,6 +531,8 @@ pub const ENV_NAMES: &[&str] = &[
     "SECRET",
     "NODE_ID",
     "LOG",
+    "COMMAND_ACK_WAIT_MS",
+    "FAULT",
     "LOG_FORMAT",
     "OTLP_ENDPOINT",
     "SKILLS_DIR",
@@ -698,6 +709,14 @@ impl Config {
                 }
                 "NODE_ID" => self.node_id = v,
                 "LOG" => self.log = v,
+                "COMMAND_ACK_WAIT_MS" => {
+                    self.command_ack_wait_ms =
+                        v.parse().ok().filter(|ms| *ms >= 1000).ok_or_else(|| bad("expected milliseconds, 1000 or more"))?
+                }
+                "FAULT" => {
+                    crate::fault::check(&v).map_err(|e| bad(&e))?;
+                    self.fault = v;
+                }
                 "LOG_FORMAT" if v != "text" && v != "json" => return Err(bad("expected `text` or `json`")),
                 "LOG_FORMAT" => self.log_format = v,
                 "OTLP_ENDPOINT" if !v.is_empty() && !v.starts_with("http://") => {
@@ -941,6 +960,8 @@ mod tests {
                 "SANDBOX_PUBLISH_HOST" => "10.1.2.3",
                 "TRUSTED_PROXIES" => "10.0.0.0/8,::1",
                 "PUBLIC_URL" => "https://halyard.example.com",
+                "COMMAND_ACK_WAIT_MS" => "5000",
+                "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"
                 | "METRICS_ADDR"
                 | "DATA_DIR"

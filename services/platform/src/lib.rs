@@ -15,6 +15,7 @@ pub mod bus_auth;
 pub mod config;
 pub mod error;
 pub mod executor_client;
+pub mod fault;
 pub mod git_proxy;
 pub mod keys;
 pub mod llm;

@@ -120,10 +120,14 @@ async fn kept_replicas(js: &jetstream::Context, name: &str, wanted: usize) -> us
 /// [`ensure_topology`], waiting up to `patience` for a JetStream that is not up yet (a cluster
 /// still electing its meta leader, a node still starting): processes of a cluster start in any
 /// order.
-pub async fn ensure_topology_within(js: &jetstream::Context, patience: std::time::Duration) -> Result<(), BusError> {
+pub async fn ensure_topology_within(
+    js: &jetstream::Context,
+    patience: std::time::Duration,
+    command_ack_wait: std::time::Duration,
+) -> Result<(), BusError> {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
-        match ensure_topology(js).await {
+        match ensure_topology(js, command_ack_wait).await {
             Ok(()) => return Ok(()),
             Err(e) if tokio::time::Instant::now() < deadline && jetstream_not_up_yet(&e.to_string()) => {
                 tracing::info!(error = %e, "JetStream is not up yet; waiting");
@@ -143,8 +147,9 @@ fn jetstream_not_up_yet(error: &str) -> bool {
 }
 
 /// Creates or updates every stream and consumer of `nats/`, and the lease bucket. Idempotent:
-/// every service calls it at start-up, in any order, any number of times.
-pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
+/// every service calls it at start-up, in any order, any number of times. The command
+/// consumers' ack wait is at most `command_ack_wait` (`HALYARD_COMMAND_ACK_WAIT_MS`).
+pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::time::Duration) -> Result<(), BusError> {
     let topo = |e: &dyn std::fmt::Display| BusError::new(BusErrorKind::Topology, e);
     let version = js.client().server_info().version;
     if !server_supported(&version) {
@@ -160,7 +165,10 @@ pub async fn ensure_topology(js: &jetstream::Context) -> Result<(), BusError> {
         js.create_or_update_stream(config).await.map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
     refuse_legacy_event_layout(js).await?;
-    for decl in consumer_decls()? {
+    for mut decl in consumer_decls()? {
+        if decl.stream == subjects::COMMANDS_STREAM && !command_ack_wait.is_zero() {
+            decl.config.ack_wait = decl.config.ack_wait.min(command_ack_wait);
+        }
         let stream = js.get_stream(&decl.stream).await.map_err(|e| topo(&format!("stream {}: {e}", decl.stream)))?;
         let name = decl.config.durable_name.clone().unwrap_or_default();
         // Creating with an identical config is a no-op; a changed config is an update.

@@ -27,6 +27,14 @@ pub enum Settle {
 const DONE: &[u8] = b"";
 
 impl Settle {
+    /// Where the command sits in the commands stream (`None` for one passed on by a replica).
+    pub fn stream_sequence(&self) -> Option<u64> {
+        match self {
+            Self::Stream(d) => d.stream_sequence(),
+            Self::Forwarded { .. } => None,
+        }
+    }
+
     pub async fn ack(self) {
         match self {
             Self::Stream(d) => d.ack().await,

@@ -107,6 +107,8 @@ pub struct SupervisorState {
     /// they arrive in order (a pause and a resume waiting for a host that is down must not
     /// swap places when it returns).
     forwarding: HashMap<SandboxId, tokio::sync::mpsc::UnboundedSender<Delivery>>,
+    /// The stream sequence of the newest command applied to each sandbox.
+    applied: HashMap<SandboxId, u64>,
 }
 
 /// How long a command for a sandbox whose host is down is held before it goes back to the
@@ -160,7 +162,7 @@ impl Actor for Supervisor {
     type Arguments = Arc<Ctx>;
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
-        Ok(SupervisorState { ctx, children: HashMap::new(), by_actor: HashMap::new(), forwarding: HashMap::new() })
+        Ok(SupervisorState { ctx, children: HashMap::new(), by_actor: HashMap::new(), forwarding: HashMap::new(), applied: HashMap::new() })
     }
 
     async fn post_stop(&self, myself: ActorRef<Self::Msg>, _st: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -197,6 +199,18 @@ impl Actor for Supervisor {
             SupervisorMsg::Command(env, delivery) => {
                 let cmd = env.payload;
                 let id = cmd.sandbox_id();
+                // A command handed out again (its handler died before acknowledging it) after a
+                // later one for the same sandbox was applied is out of date: a pause must not
+                // freeze the sandbox the resume after it thawed.
+                if let Some(seq) = delivery.stream_sequence() {
+                    let newest = state.applied.entry(id).or_insert(0);
+                    if seq < *newest {
+                        tracing::info!(sandbox_id = %id, kind = %env.kind, seq, newest = *newest, "an older command came again after a newer one; dropping it");
+                        delivery.ack().await;
+                        return Ok(());
+                    }
+                    *newest = seq;
+                }
                 if let Some(child) = state.children.get(&id) {
                     child.send_message(SandboxMsg::Command(cmd, delivery))?;
                     return Ok(());

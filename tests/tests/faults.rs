@@ -1,0 +1,255 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! A command survives its handler's crash and is applied once. For every command kind of the
+//! conversation manager and the agent runner, `halyard up` is made to abort (`HALYARD_FAULT`)
+//! when the command has just been received, when it has been applied and is about to be
+//! acknowledged, and just after the acknowledgement; it is started again on the same data, and
+//! the test checks what a user would: the command took effect exactly once and every run
+//! finished. Command consumers hand an unsettled command out again after two seconds here
+//! (`HALYARD_COMMAND_ACK_WAIT_MS`), instead of the default thirty.
+
+use std::time::Duration;
+
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const POINTS: [&str; 3] = ["received", "before_ack", "after_ack"];
+
+/// The agent's steps, by what the user asked: a finish, a long command, or one that needs a
+/// confirmation.
+fn script(llm: &ScriptedLlm) {
+    llm.fallback(|req: &Value| {
+        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+        let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+        let asked = messages.get(last_user).map(|m| m["content"].to_string()).unwrap_or_default();
+        let step = messages[last_user..].iter().filter(|m| m["role"] == "tool").count();
+        let command = if asked.contains("long") {
+            "sleep 4; echo slept"
+        } else if asked.contains("endless") {
+            "sleep 60; echo never-printed"
+        } else if asked.contains("careful") {
+            "echo carefully-done"
+        } else {
+            return Reply::finish("done");
+        };
+        match step {
+            0 => Reply::tool("terminal", json!({"command": command, "security_risk": "low"})),
+            _ => Reply::finish("done"),
+        }
+    });
+}
+
+fn count(events: &[Value], pred: impl Fn(&Value) -> bool) -> usize {
+    events.iter().filter(|e| pred(e)).count()
+}
+
+fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
+    move |e| e["kind"] == "execution_status" && e["status"] == status
+}
+
+/// Waits for the process to abort at the injected fault, then starts it again without it.
+fn crash_and_restart(h: &mut Halyard, fault: &str) {
+    let died = tokio::task::block_in_place(|| h.wait_exit(Duration::from_secs(40)));
+    assert!(died, "{fault}: the process did not abort at the fault; log:\n{}", h.log());
+    assert!(h.log().contains("injected fault"), "{fault}: it died of something else; log:\n{}", h.log());
+    h.unset("HALYARD_FAULT");
+    tokio::task::block_in_place(|| h.restart());
+}
+
+/// Sends a request the process may not live to answer: the command is on the bus either way
+/// (or the test says so when it is not).
+async fn fire(api: &Api, method: reqwest::Method, path: &str, body: Value) {
+    let request = api.http.request(method, format!("{}{path}", api.base)).bearer_auth(&api.key).json(&body);
+    if let Ok(response) = request.send().await {
+        let status = response.status().as_u16();
+        assert!((200..300).contains(&status), "{path}: {status} {}", response.text().await.unwrap_or_default());
+    }
+}
+
+/// The one conversation of the user (started before the crash, perhaps unanswered).
+async fn only_conversation(api: &Api) -> String {
+    let listed = api.wait_for("/api/v1/conversations", "the conversation", |l| l["count"] == 1).await;
+    listed["items"][0]["id"].as_str().unwrap().to_owned()
+}
+
+/// One run of `kind` crashed at `point`, checked.
+async fn case(service: &str, kind: &str, point: &str) {
+    let fault = format!("{service}:{kind}:{point}");
+    let llm = ScriptedLlm::start().await;
+    script(&llm);
+    let base = HalyardOptions::new(&llm.base_url).set("HALYARD_COMMAND_ACK_WAIT_MS", "2000").set("HALYARD_LLM_PROFILE_ALLOW", "loopback");
+    let policy = if matches!(kind, "cmd.agent.confirm" | "cmd.agent.reject") { "always" } else { "never" };
+    let first = match kind {
+        "cmd.agent.pause" | "cmd.agent.resume" => "a long one",
+        "cmd.agent.interrupt" => "an endless one",
+        "cmd.agent.confirm" | "cmd.agent.reject" => "a careful one",
+        _ => "hello",
+    };
+    let starts = matches!(kind, "cmd.conversation.start" | "cmd.agent.start");
+    // Only the command of `kind` trips it: the others before it go through.
+    let mut h = Halyard::start(base.set("HALYARD_FAULT", &fault));
+    let api = h.api(ALICE);
+    let start = json!({"message": first, "confirmation_policy": policy});
+
+    if starts {
+        fire(&api, reqwest::Method::POST, "/api/v1/conversations", start).await;
+        crash_and_restart(&mut h, &fault);
+        let api = h.api(ALICE);
+        let conv = only_conversation(&api).await;
+        let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
+        assert_eq!(count(&events, |e| e["kind"] == "conversation_started"), 1, "{fault}: {}", Value::Array(events.clone()));
+        assert_eq!(count(&events, |e| e["kind"] == "user_message" && e["text"] == first), 1, "{fault}");
+        return;
+    }
+
+    // The conversation, up to where the command comes in.
+    let (conv, _) = api.start_ready(start).await;
+    match kind {
+        "cmd.agent.pause" | "cmd.agent.resume" => {
+            api.wait_events(&conv, "the long command", |ev| ev.iter().any(|e| e["kind"] == "action")).await;
+            if kind == "cmd.agent.resume" {
+                api.post(&format!("/api/v1/conversations/{conv}/pause"), json!({})).await;
+                api.wait_events(&conv, "paused", |ev| count(ev, status_is("paused")) == 1).await;
+            }
+        }
+        "cmd.agent.interrupt" => {
+            api.wait_events(&conv, "the endless command", |ev| ev.iter().any(|e| e["kind"] == "action")).await;
+        }
+        "cmd.agent.confirm" | "cmd.agent.reject" => {
+            api.wait_events(&conv, "the wait", |ev| count(ev, status_is("waiting_for_confirmation")) == 1).await;
+        }
+        _ => {
+            api.wait_events(&conv, "the first run", |ev| count(ev, status_is("finished")) == 1).await;
+        }
+    }
+    let path = format!("/api/v1/conversations/{conv}");
+    match kind {
+        "cmd.agent.user_message" => fire(&api, reqwest::Method::POST, &format!("{path}/messages"), json!({"text": "again"})).await,
+        "cmd.agent.pause" => fire(&api, reqwest::Method::POST, &format!("{path}/pause"), json!({})).await,
+        "cmd.agent.resume" => fire(&api, reqwest::Method::POST, &format!("{path}/resume"), json!({})).await,
+        "cmd.agent.interrupt" => fire(&api, reqwest::Method::POST, &format!("{path}/interrupt"), json!({})).await,
+        "cmd.agent.confirm" => fire(&api, reqwest::Method::POST, &format!("{path}/confirm"), json!({})).await,
+        "cmd.agent.reject" => fire(&api, reqwest::Method::POST, &format!("{path}/reject"), json!({"reason": "not now"})).await,
+        "cmd.agent.set_confirmation_policy" => {
+            fire(&api, reqwest::Method::PUT, &format!("{path}/confirmation-policy"), json!({"policy": "risky"})).await
+        }
+        "cmd.agent.set_llm_profile" => {
+            let profile = json!({"base_url": llm.base_url, "model": "other-model", "api_key": "sk-other"});
+            assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/llm-profiles/other", Some(profile)).await.0, 201);
+            fire(&api, reqwest::Method::PUT, &format!("{path}/llm-profile"), json!({"profile": "other"})).await
+        }
+        "cmd.conversation.delete" | "cmd.agent.delete" => fire(&api, reqwest::Method::DELETE, &path, json!({})).await,
+        other => panic!("no case for {other}"),
+    }
+    crash_and_restart(&mut h, &fault);
+    let api = h.api(ALICE);
+    let all = |events: &[Value]| Value::Array(events.to_vec()).to_string();
+    match kind {
+        "cmd.agent.user_message" => {
+            let events = api.wait_events(&conv, &format!("{fault}: the second run"), |ev| count(ev, status_is("finished")) >= 2).await;
+            assert_eq!(count(&events, |e| e["kind"] == "user_message" && e["text"] == "again"), 1, "{fault}: {}", all(&events));
+        }
+        "cmd.agent.pause" => {
+            // Paused once, then resumed by the user; the command's result arrives once.
+            api.wait_events(&conv, &format!("{fault}: paused"), |ev| count(ev, status_is("paused")) >= 1).await;
+            api.post(&format!("{path}/resume"), json!({})).await;
+            let t = std::time::Instant::now();
+            let events = loop {
+                let events = api.events(&conv).await;
+                if count(&events, status_is("finished")) >= 1 {
+                    break events;
+                }
+                if t.elapsed() > Duration::from_secs(40) {
+                    eprintln!("{}", h.log());
+                    panic!("{fault}: the resumed run did not finish in 40 s (its log is above): {}", all(&events));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            assert_eq!(count(&events, status_is("paused")), 1, "{fault}: {}", all(&events));
+            assert_eq!(count(&events, |e| e["kind"] == "observation" && e["tool"] == "terminal"), 1, "{fault}: {}", all(&events));
+        }
+        "cmd.agent.resume" => {
+            let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
+            assert_eq!(count(&events, |e| e["kind"] == "observation" && e["tool"] == "terminal"), 1, "{fault}: {}", all(&events));
+        }
+        "cmd.agent.interrupt" => {
+            let interrupted =
+                |e: &Value| e["kind"] == "execution_status" && e["reason"].as_str().is_some_and(|r| r.contains("interrupted"));
+            api.wait_events(&conv, &format!("{fault}: interrupted"), |ev| count(ev, interrupted) >= 1).await;
+            // A second application would come with the redelivery, within the ack wait.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let events = api.events(&conv).await;
+            assert_eq!(count(&events, interrupted), 1, "{fault}: {}", all(&events));
+            let printed = |e: &Value| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.contains("never-printed"));
+            assert_eq!(count(&events, printed), 0, "{fault}: the command ran to its end");
+        }
+        "cmd.agent.confirm" => {
+            let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
+            let done = |e: &Value| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.contains("carefully-done"));
+            assert_eq!(count(&events, done), 1, "{fault}: {}", all(&events));
+        }
+        "cmd.agent.reject" => {
+            let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
+            assert_eq!(count(&events, |e| e["kind"] == "action_rejected"), 1, "{fault}: {}", all(&events));
+            let ran = |e: &Value| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.contains("carefully-done"));
+            assert_eq!(count(&events, ran), 0, "{fault}: the refused command ran");
+        }
+        "cmd.agent.set_confirmation_policy" => {
+            api.wait_events(&conv, &format!("{fault}: the policy"), |ev| ev.iter().any(|e| e["kind"] == "confirmation_policy")).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let events = api.events(&conv).await;
+            assert_eq!(count(&events, |e| e["kind"] == "confirmation_policy"), 1, "{fault}: {}", all(&events));
+        }
+        "cmd.agent.set_llm_profile" => {
+            api.wait_events(&conv, &format!("{fault}: the profile"), |ev| ev.iter().any(|e| e["kind"] == "llm_profile")).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let events = api.events(&conv).await;
+            assert_eq!(count(&events, |e| e["kind"] == "llm_profile"), 1, "{fault}: {}", all(&events));
+        }
+        _ => {
+            // Deleted: gone from the API, its sandbox with it.
+            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            while api.get(&path).await.0 != 404 {
+                assert!(std::time::Instant::now() < deadline, "{fault}: the conversation was not deleted");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let (_, sandboxes) = api.get("/api/v1/sandboxes").await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(40);
+            let mut left = sandboxes["items"].as_array().map(Vec::len).unwrap_or(0);
+            while left > 0 {
+                assert!(std::time::Instant::now() < deadline, "{fault}: its sandbox was not deleted");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                left = api.get("/api/v1/sandboxes").await.1["items"].as_array().map(Vec::len).unwrap_or(0);
+            }
+        }
+    }
+}
+
+macro_rules! cases {
+    ($($name:ident: $service:literal, $kind:literal;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            init();
+            for point in POINTS {
+                let began = std::time::Instant::now();
+                case($service, $kind, point).await;
+                eprintln!("{}:{}:{point} took {:?}", $service, $kind, began.elapsed());
+            }
+        }
+    )*};
+}
+
+cases! {
+    conversation_start: "conversations", "cmd.conversation.start";
+    conversation_delete: "conversations", "cmd.conversation.delete";
+    agent_start: "agent", "cmd.agent.start";
+    agent_user_message: "agent", "cmd.agent.user_message";
+    agent_pause: "agent", "cmd.agent.pause";
+    agent_resume: "agent", "cmd.agent.resume";
+    agent_interrupt: "agent", "cmd.agent.interrupt";
+    agent_confirm: "agent", "cmd.agent.confirm";
+    agent_reject: "agent", "cmd.agent.reject";
+    agent_set_confirmation_policy: "agent", "cmd.agent.set_confirmation_policy";
+    agent_set_llm_profile: "agent", "cmd.agent.set_llm_profile";
+    agent_delete: "agent", "cmd.agent.delete";
+}
