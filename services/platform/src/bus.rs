@@ -419,6 +419,7 @@ where
     F: FnMut(Delivery) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let stream_name = stream.to_owned();
     let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let mut consumer: consumer::PullConsumer = stream.get_consumer(consumer_name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
     let info = consumer.info().await.map(|i| i.config.clone()).ok();
@@ -427,12 +428,35 @@ where
     // replicas) is pulled in its priority group; this client stands by until it is pinned.
     let group =
         info.filter(|c| c.priority_policy == consumer::PriorityPolicy::PinnedClient).and_then(|c| c.priority_groups.first().cloned());
-    let mut messages = pull_messages_in(&consumer, group).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let mut messages = pull_messages_in(&consumer, group.clone()).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    // Errors in a row (missed heartbeats: the node this pull waited on died, or the stream
+    // changed leader): past a few, the pull is made again rather than logged forever.
+    let mut failing = 0u32;
     loop {
         let next = tokio::select! {
             _ = shutdown.wait() => return Ok(()),
             next = messages.next() => next,
         };
+        if matches!(next, Some(Err(_))) {
+            failing += 1;
+        } else {
+            failing = 0;
+        }
+        if failing >= REMAKE_AFTER {
+            match remake(&js, &stream_name, consumer_name, group.clone()).await {
+                Ok(m) => {
+                    tracing::info!(service, consumer = consumer_name, "consumer made again after repeated errors");
+                    metrics::counter!("halyard_consumer_remakes_total", "service" => service).increment(1);
+                    messages = m;
+                    failing = 0;
+                }
+                Err(e) => {
+                    tracing::warn!(service, consumer = consumer_name, error = %e, "cannot make the consumer again yet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            continue;
+        }
         match next {
             Some(Ok(msg)) => {
                 // Only tests with fault injection pay for reading the kind here.
@@ -452,6 +476,16 @@ where
             None => return Err(BusError::new(BusErrorKind::Consume, format!("consumer {consumer_name} ended"))),
         }
     }
+}
+
+/// Consecutive consumer errors after which a pull is made again.
+const REMAKE_AFTER: u32 = 3;
+
+/// A new pull on the durable consumer `name` of `stream`, looked up again.
+async fn remake(js: &jetstream::Context, stream: &str, name: &str, group: Option<String>) -> Result<consumer::pull::Stream, BusError> {
+    let stream = js.get_stream_no_info(stream).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    let consumer: consumer::PullConsumer = stream.get_consumer(name).await.map_err(|e| err(BusErrorKind::Consume)(&e))?;
+    pull_messages_in(&consumer, group).await.map_err(|e| err(BusErrorKind::Consume)(&e))
 }
 
 /// A durable consumer's messages, with short pull requests and heartbeats: when the NATS node
