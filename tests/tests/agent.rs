@@ -299,6 +299,12 @@ async fn a_failed_start_shows_its_message_and_reason_and_is_retried_as_asked() {
     let (s, e) = api.get("/api/v1/conversations?state=broken").await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_query")), "{e}");
     let old_sandbox = c["sandbox_id"].as_str().unwrap().to_owned();
+    // Nothing runs in a failed start's sandbox: it is gone, and counts against no quota.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while api.get(&format!("/api/v1/sandboxes/{old_sandbox}")).await.0 != 404 {
+        assert!(std::time::Instant::now() < deadline, "the failed start's sandbox was not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Once the repository is there, the same request starts: message, title, branch, policy.
     std::fs::rename(&away, repo.path()).unwrap();
@@ -317,12 +323,7 @@ async fn a_failed_start_shows_its_message_and_reason_and_is_retried_as_asked() {
     assert_eq!(c["start_task_id"], again["id"]);
     assert_ne!(c["sandbox_id"].as_str(), Some(old_sandbox.as_str()));
     assert!(h.workspace(c["sandbox_id"].as_str().unwrap()).join("feature.txt").exists(), "the branch was cloned");
-    // The failed start's sandbox is gone; the conversation keeps its new one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while api.get(&format!("/api/v1/sandboxes/{old_sandbox}")).await.0 != 404 {
-        assert!(std::time::Instant::now() < deadline, "the failed start's sandbox was not deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The conversation keeps its new sandbox.
     let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
     assert_eq!((c["state"].as_str(), c["sandbox_status"].as_str()), (Some("finished"), Some("RUNNING")), "{c}");
 

@@ -152,7 +152,12 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         Ok(()) => task.status(StartTaskStatus::Ready, None).await,
         Err(PhaseError(detail)) => {
             tracing::warn!(task_id = %task_id, %detail, "start task failed");
-            task.status(StartTaskStatus::Error, Some(detail)).await
+            task.status(StartTaskStatus::Error, Some(detail)).await?;
+            // Nothing runs in a failed start's sandbox, and it would count against the
+            // user's sandbox quota until the conversation is deleted: it goes now (a retry
+            // makes a new one).
+            let delete = SandboxCommand::Delete { sandbox_id: task.sandbox_id };
+            bus::send(&ctx.js, subjects::sandbox_command(task.sandbox_id), delete, task.trace.clone()).await.map(drop)
         }
     }
 }

@@ -174,10 +174,11 @@ pub async fn start_slirp(program: &Path, pid: u32, owner_userns: bool, group: u3
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(["--configure", "--mtu=65520", "--disable-host-loopback"]);
     if !owner_userns {
-        // As root, it would run with every capability: in a mount namespace of its own with
-        // all but binding low ports dropped, and its system calls filtered, a flaw in its NAT
-        // (which parses what the hostile agent sends) gains little.
-        cmd.args(["--enable-sandbox", "--enable-seccomp"]);
+        // As root it would run with every capability: its system calls are filtered, so a flaw
+        // in its NAT (which parses what the hostile agent sends) gains less. (Not
+        // `--enable-sandbox`: its mount namespace set-up, racing with Docker creating
+        // containers on the same host, made runc fail to find `docker-init`.)
+        cmd.arg("--enable-seccomp");
     }
     let owner =
         if owner_userns { Some(owning_userns(pid).map_err(|e| format!("cannot find the sandbox's user namespace: {e}"))?) } else { None };
