@@ -85,6 +85,9 @@ pub struct ChaosReport {
     pub run_s: f64,
     /// Runs taken over from a dead runner (`run_interrupted` events).
     pub takeovers: usize,
+    /// Messages handed out again (a handler died, was too slow or asked to retry), as those alive at
+    /// the end counted them: a lower bound, since a killed process takes its counts with it.
+    pub redeliveries_at_least: usize,
     /// From an event's append to its first arrival at the webhook receiver: p50, p99, max.
     pub webhook_latency_ms: [f64; 3],
 }
@@ -476,6 +479,8 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         println!("killed {:<22} at {:>6.1} s, serving again {:.1} s later", kill.what, kill.at_s, kill.back_after_s);
     }
     let delivery_attempts_accepted = receivers.iter().map(|r| r.accepted().len()).sum();
+    let redeliveries_at_least = total(&c, "halyard_messages_redelivered_total", &[]).await as usize;
+    println!("{takeovers} runs taken over, at least {redeliveries_at_least} messages handed out again");
     ChaosReport {
         seed: opts.seed,
         kills,
@@ -485,6 +490,7 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         delivery_attempts_accepted,
         run_s,
         takeovers,
+        redeliveries_at_least,
         webhook_latency_ms,
     }
 }

@@ -466,6 +466,9 @@ where
                     String::new()
                 };
                 crate::fault::hit(service, &kind, crate::fault::Point::Received);
+                if msg.info().is_ok_and(|i| i.delivered > 1) {
+                    metrics::counter!("halyard_messages_redelivered_total", "service" => service).increment(1);
+                }
                 handler(Delivery { msg, js: js.clone(), service, max_deliver, kind }).await
             }
             Some(Err(e)) => {
