@@ -706,37 +706,33 @@ impl ConvState {
             }
             running
         };
+        if !continues || self.paused {
+            self.release_lease().await;
+            return;
+        }
         // Commands the dead runner took and never applied are still in the stream (a work
         // queue keeps what is unacknowledged); one that stops the run is honoured before the
         // run goes on, or the run would outrun it until its redelivery.
-        if continues && !self.paused {
-            match self.stopping_command().await {
-                Some((cmd_id, AgentCommand::Interrupt { .. })) => {
-                    let body = EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("interrupted by the user".into()) };
-                    let _ = log.lock().await.append(derived(cmd_id, 0x49), EventSource::System, body, None).await;
-                    self.release_lease().await;
-                    return;
-                }
-                Some(_) => {
-                    // A pause (applied at its redelivery) or a deletion: the run waits.
-                    self.owed = true;
-                    self.release_lease().await;
-                    return;
-                }
-                None => {}
+        match self.stopping_command().await {
+            Some((cmd_id, AgentCommand::Interrupt { .. })) => {
+                let body = EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: Some("interrupted by the user".into()) };
+                let _ = log.lock().await.append(derived(cmd_id, 0x49), EventSource::System, body, None).await;
+                self.release_lease().await;
             }
-        }
-        if continues && !self.paused {
-            self.start_run(myself, None).await;
-        } else {
-            self.release_lease().await;
+            Some(_) => {
+                // A pause (applied at its redelivery) or a deletion: the run waits.
+                self.owed = true;
+                self.release_lease().await;
+            }
+            None => self.start_run(myself, None).await,
         }
     }
 
     /// The newest unacknowledged command of this conversation that stops its run (interrupt,
     /// pause, delete), if any.
     async fn stopping_command(&self) -> Option<(CommandId, AgentCommand)> {
-        let pending = match bus::messages_on(&self.ctx.js, subjects::COMMANDS_STREAM, &subjects::agent_command(self.id)).await {
+        // A work queue keeps only what is unacknowledged: every message left on the subject.
+        let pending = match bus::direct_batch(&self.ctx.js, subjects::COMMANDS_STREAM, &subjects::agent_command(self.id), 1, 100).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(conversation_id = %self.id, error = %e, "cannot read the conversation's waiting commands");

@@ -73,7 +73,7 @@ impl GitProxy {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let word = uuid::Uuid::new_v4().simple().to_string();
         let include = dir.join(format!("halyard-git-{}.config", std::process::id()));
-        write_private(&include, "")?;
+        crate::write_private(&include, "")?;
         let proxy = Arc::new(Self {
             base: format!("http://127.0.0.1:{port}/{word}"),
             include,
@@ -111,7 +111,7 @@ impl GitProxy {
             // proxy with the path git asked for.
             text.push_str(&format!("[url \"{}/{bare}\"]\n\tinsteadOf = {scheme}{bare}\n", self.base));
         }
-        write_private(&self.include, &text)
+        crate::write_private(&self.include, &text)
     }
 
     /// Serves one holder's WebSocket until it closes.
@@ -180,13 +180,6 @@ impl GitProxy {
             w.clear();
         }
     }
-}
-
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(path)?;
-    file.write_all(text.as_bytes())
 }
 
 /// Words git shows (`text/plain` answers are printed as `remote: ...`).

@@ -127,16 +127,11 @@ fn valid_name(n: &str) -> bool {
 /// hands writes to a background thread, and the shell sourcing a half-written file would
 /// miss values (the reason this is plain `std::fs` on the blocking pool).
 async fn write_private(path: &std::path::Path, text: &str) -> Result<(), ExecutorError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let (path, text) = (path.to_owned(), text.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        f.write_all(text.as_bytes())
-    })
-    .await
-    .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?
-    .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))
+    tokio::task::spawn_blocking(move || crate::write_private(&path, &text))
+        .await
+        .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?
+        .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

@@ -96,29 +96,6 @@ pub async fn last_message(js: &jetstream::Context, stream: &str, subject: &str) 
     direct_answer(msg, stream)
 }
 
-/// The messages still on `subject` in `stream` (for a work queue: those not yet acknowledged),
-/// oldest first, at most 100.
-pub async fn messages_on(js: &jetstream::Context, stream: &str, subject: &str) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
-    let mut found = Vec::new();
-    let mut next = 1u64;
-    while found.len() < 100 {
-        let request = serde_json::json!({ "seq": next, "next_by_subj": subject });
-        let msg = js
-            .client()
-            .request(format!("$JS.API.DIRECT.GET.{stream}"), request.to_string().into())
-            .await
-            .map_err(|e| err(BusErrorKind::Read)(&e))?;
-        match direct_answer(msg, stream)? {
-            Some((seq, bytes)) => {
-                next = seq + 1;
-                found.push((seq, bytes));
-            }
-            None => break,
-        }
-    }
-    Ok(found)
-}
-
 /// Appends to one conversation's log. Each append names the stream sequence of the last event
 /// it knows (`Nats-Expected-Last-Subject-Sequence`, checked against the whole log
 /// `halyard.events.<id>.*` by `Nats-Expected-Last-Subject-Sequence-Subject`, since each event
@@ -335,14 +312,9 @@ impl Delivery {
     }
 
     /// Decodes the payload; a message that does not decode is parked and `None` returned.
-    pub async fn decode<P: DeserializeOwned>(mut self) -> Option<(Envelope<P>, Delivery)> {
+    pub async fn decode<P: DeserializeOwned>(self) -> Option<(Envelope<P>, Delivery)> {
         match halyard_protocol::decode::<P>(self.payload()) {
-            Ok(env) => {
-                if self.kind.is_empty() && crate::fault::active() {
-                    self.kind.clone_from(&env.kind);
-                }
-                Some((env, self))
-            }
+            Ok(env) => Some((env, self)),
             Err(e) => {
                 self.park(&format!("undecodable: {e}")).await;
                 None
