@@ -14,20 +14,45 @@ use tokio::sync::Mutex;
 
 use crate::Ctx;
 
-/// Most conversation owners remembered.
-const OWNER_CACHE: usize = 10_000;
+/// Most conversations remembered (owners, how far they are fanned out).
+const CACHE: usize = 10_000;
 
 /// How long an event's fan-out is tried again in place (the bus is electing a leader, say)
 /// before it is put back for later.
 const IN_PLACE_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How far back a gap is filled: within the deliveries stream's duplicate window (120 s), so a
+/// job published again for an event that already has one is dropped by the server as a
+/// duplicate, never sent twice.
+const GAP_WINDOW_MS: i64 = 110_000;
+
+/// What one dispatcher remembers of the conversations it fans out.
+#[derive(Default)]
+pub struct Memory {
+    owners: HashMap<ConversationId, Option<UserId>>,
+    /// Per conversation, the seq up to which every matching event's jobs are known to be stored:
+    /// this process stored them itself, in order, or filled the gap before them.
+    stored_up_to: HashMap<ConversationId, u64>,
+}
+
+impl Memory {
+    fn bounded(&mut self) {
+        if self.owners.len() >= CACHE {
+            self.owners.clear();
+        }
+        if self.stored_up_to.len() >= CACHE {
+            self.stored_up_to.clear();
+        }
+    }
+}
+
 /// Consumes every event until `shutdown`.
 pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
-    let owners: Arc<Mutex<HashMap<ConversationId, Option<UserId>>>> = Arc::new(Mutex::new(HashMap::new()));
+    let memory: Arc<Mutex<Memory>> = Arc::default();
     let js = ctx.js.clone();
     bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
         let ctx = ctx.clone();
-        let owners = owners.clone();
+        let memory = memory.clone();
         async move {
             // Most events match nothing when no webhook is enabled: skip decoding them.
             if !any_enabled(&ctx) {
@@ -35,13 +60,14 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
                 return;
             }
             let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
-            // Tried again in place, not put back: a later event fanned out first would reach
-            // receivers before this one. Events come in stream order, to one dispatcher at a
-            // time (the consumer pins one client).
+            // Tried again in place, not put back, so this dispatcher keeps stream order. Order
+            // across dispatchers is [`fan_out`]'s: the consumer pins one client at a time, but
+            // after a NATS node's loss or a dispatcher's death the pin moves while the old
+            // holder may still be working through events it was handed.
             let started = tokio::time::Instant::now();
             let mut delay = Duration::from_millis(100);
             loop {
-                match fan_out(&ctx, &owners, env.payload.clone()).await {
+                match fan_out(&ctx, &memory, env.payload.clone()).await {
                     Ok(()) => return d.ack().await,
                     Err(e) if e.is_retryable() && started.elapsed() < IN_PLACE_PATIENCE => {
                         tracing::warn!(error = %e, "fan-out failed; trying again");
@@ -65,12 +91,8 @@ async fn retry(d: Delivery, e: BusError) {
     d.retry(Duration::from_millis(500), &e.to_string()).await
 }
 
-async fn owner_of(
-    ctx: &Ctx,
-    owners: &Mutex<HashMap<ConversationId, Option<UserId>>>,
-    conv: ConversationId,
-) -> Result<Option<UserId>, BusError> {
-    if let Some(o) = owners.lock().await.get(&conv) {
+async fn owner_of(ctx: &Ctx, memory: &Mutex<Memory>, conv: ConversationId) -> Result<Option<UserId>, BusError> {
+    if let Some(o) = memory.lock().await.owners.get(&conv) {
         return Ok(o.clone());
     }
     let record = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conv)).await?;
@@ -78,29 +100,91 @@ async fn owner_of(
         Some((_, Envelope { payload: SystemRecord::ConversationCreated { owner, .. }, .. })) => Some(owner),
         _ => None,
     };
-    let mut cache = owners.lock().await;
-    if cache.len() >= OWNER_CACHE {
-        cache.clear();
-    }
-    cache.insert(conv, owner.clone());
+    let mut memory = memory.lock().await;
+    memory.bounded();
+    memory.owners.insert(conv, owner.clone());
     Ok(owner)
 }
 
-/// Called only while some webhook is enabled (see [`run`]).
-async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId>>>, ev: ConversationEvent) -> Result<(), BusError> {
-    let kind = ev.body.kind();
-    let Some(owner) = owner_of(ctx, owners, ev.conversation_id).await? else { return Ok(()) };
-    let matching: Vec<String> = match ctx.subs.read() {
-        Ok(subs) => subs.values().filter(|s| s.matches(&owner, ev.conversation_id, kind)).map(|s| s.id.clone()).collect(),
+/// The subscriptions `ev` goes to.
+fn matching(ctx: &Ctx, owner: &UserId, ev: &ConversationEvent) -> Vec<String> {
+    match ctx.subs.read() {
+        Ok(subs) => subs.values().filter(|s| s.matches(owner, ev.conversation_id, ev.body.kind())).map(|s| s.id.clone()).collect(),
         Err(_) => Vec::new(),
-    };
-    if matching.is_empty() {
+    }
+}
+
+/// Stores the delivery jobs of `ev`, after those of every earlier event of its conversation.
+///
+/// Why the gap check: each subscription's jobs of a conversation must sit in the deliveries
+/// stream in seq order, since a lane delivers them in stream order. One dispatcher handles its
+/// events in order, but when the consumer's pin moves (the holder's NATS node died, or it
+/// stopped pulling for a while), the new holder may get event 15 while the old one is still
+/// working on 13 and 14. So an event whose predecessor this process has not stored itself
+/// first stores the jobs of the conversation's recent events before it; whichever dispatcher
+/// publishes a job second is dropped as a duplicate (a job's id is derived from webhook and
+/// event), and every job follows its predecessors.
+pub async fn fan_out(ctx: &Ctx, memory: &Mutex<Memory>, ev: ConversationEvent) -> Result<(), BusError> {
+    let conv = ev.conversation_id;
+    let Some(owner) = owner_of(ctx, memory, conv).await? else { return Ok(()) };
+    let to = matching(ctx, &owner, &ev);
+    let known = memory.lock().await.stored_up_to.get(&conv).copied();
+    let follows = ev.seq <= 1 || known == Some(ev.seq - 1);
+    if to.is_empty() {
+        // Nothing to store; what is known only moves on if nothing is missing before.
+        if follows {
+            memory.lock().await.stored_up_to.insert(conv, ev.seq);
+        }
         return Ok(());
     }
-    let body = halyard_protocol::event::to_json_string(&ev);
-    // Send every job, then wait for all the acknowledgements together.
-    let mut acks = Vec::with_capacity(matching.len());
-    for webhook_id in matching {
+    if !follows {
+        fill_gap(ctx, &owner, conv, known.unwrap_or(0), ev.seq).await?;
+    }
+    store_jobs(ctx, &owner, &ev, to).await?;
+    let mut memory = memory.lock().await;
+    memory.bounded();
+    memory.stored_up_to.insert(conv, ev.seq);
+    Ok(())
+}
+
+/// Stores the jobs of the conversation's events with `after < seq < before` that were appended
+/// in the last [`GAP_WINDOW_MS`], in seq order (older ones were fanned out long ago).
+async fn fill_gap(ctx: &Ctx, owner: &UserId, conv: ConversationId, after: u64, before: u64) -> Result<(), BusError> {
+    const BATCH: usize = 256;
+    let filter = subjects::conversation_events(conv);
+    let mut batch =
+        bus::direct_batch_since(&ctx.js, subjects::EVENTS_STREAM, &filter, halyard_platform::now_ms() - GAP_WINDOW_MS, BATCH).await?;
+    let mut filled = 0usize;
+    loop {
+        let got = batch.len();
+        let mut next = None;
+        for (stream_seq, payload) in batch {
+            next = Some(stream_seq + 1);
+            let ev = halyard_protocol::decode::<ConversationEvent>(&payload)?.payload;
+            if ev.seq >= before {
+                tracing::debug!(conversation = %conv, after, before, filled, "gap before an event filled");
+                return Ok(());
+            }
+            if ev.seq > after {
+                let to = matching(ctx, owner, &ev);
+                if !to.is_empty() {
+                    store_jobs(ctx, owner, &ev, to).await?;
+                    filled += 1;
+                }
+            }
+        }
+        match next {
+            Some(from) if got >= BATCH => batch = bus::direct_batch(&ctx.js, subjects::EVENTS_STREAM, &filter, from, BATCH).await?,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Publishes one job per subscription in `to`, then waits for every acknowledgement.
+async fn store_jobs(ctx: &Ctx, owner: &UserId, ev: &ConversationEvent, to: Vec<String>) -> Result<(), BusError> {
+    let body = halyard_protocol::event::to_json_string(ev);
+    let mut acks = Vec::with_capacity(to.len());
+    for webhook_id in to {
         let delivery_id = crate::delivery_id(&webhook_id, ev.id);
         let job = DeliveryJob {
             delivery_id,
@@ -109,7 +193,7 @@ async fn fan_out(ctx: &Ctx, owners: &Mutex<HashMap<ConversationId, Option<UserId
             conversation_id: ev.conversation_id,
             event_id: ev.id,
             seq: ev.seq,
-            kind: kind.to_owned(),
+            kind: ev.body.kind().to_owned(),
             body: body.clone(),
             prior_attempts: 0,
             event_ms: ev.timestamp_ms,

@@ -233,12 +233,38 @@ pub async fn direct_batch(
     from: u64,
     batch: usize,
 ) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
+    let request = serde_json::json!({ "seq": from.max(1), "next_by_subj": filter, "batch": batch.max(1) });
+    direct_batch_request(js, stream, request, batch).await
+}
+
+/// Like [`direct_batch`], from the first message the server stored at or after `since_ms`
+/// (milliseconds since the epoch, by the server's clock).
+pub async fn direct_batch_since(
+    js: &jetstream::Context,
+    stream: &str,
+    filter: &str,
+    since_ms: i64,
+    batch: usize,
+) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
+    let since = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since_ms) * 1_000_000)
+        .map_err(|e| BusError::new(BusErrorKind::Read, e))?
+        .format(&time::format_description::well_known::Rfc3339)
+        .map_err(|e| BusError::new(BusErrorKind::Read, e))?;
+    let request = serde_json::json!({ "start_time": since, "next_by_subj": filter, "batch": batch.max(1) });
+    direct_batch_request(js, stream, request, batch).await
+}
+
+async fn direct_batch_request(
+    js: &jetstream::Context,
+    stream: &str,
+    request: serde_json::Value,
+    batch: usize,
+) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
     let read = err(BusErrorKind::Read);
     let client = js.client();
     let inbox = client.new_inbox();
     // Subscribed before the request goes out (same connection, in order), so no reply is lost.
     let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
-    let request = serde_json::json!({ "seq": from.max(1), "next_by_subj": filter, "batch": batch.max(1) });
     client.publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into()).await.map_err(|e| read(&e))?;
     let mut out = Vec::with_capacity(batch.min(1024));
     loop {
