@@ -28,8 +28,10 @@ use serde_json::json;
 
 mod agent;
 mod auth;
+mod chaos;
 mod cluster;
 mod docker;
+mod record;
 mod ui;
 mod webhooks;
 
@@ -68,6 +70,16 @@ struct Args {
     /// Chaos suite: how many times each kind of process is killed.
     #[arg(long, default_value_t = 3)]
     chaos_rounds: usize,
+    /// Chaos suite: consecutive seeds to run, from `CHAOS_SEED` (else the clock).
+    #[arg(long, default_value_t = 1)]
+    chaos_seeds: usize,
+    /// Chaos suite: runs of each seed.
+    #[arg(long, default_value_t = 1)]
+    chaos_repeat: usize,
+    /// Chaos suite: repetitions of the throughput runs (one and two replicas, no kills); 0 skips
+    /// them.
+    #[arg(long, default_value_t = 5)]
+    chaos_throughput_reps: usize,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -117,32 +129,13 @@ async fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "chaos" || args.suite == "all" {
-        // Throughput through the cluster with one and two replicas of every service (no kills:
-        // the conversations all start at once), then the long form of the chaos test: the same
-        // checks as the test, more kills (it panics on a broken promise, like the test).
-        use halyard_tests::chaos::{ChaosOptions, ChaosReport, run};
-        let figures = |r: &ChaosReport| {
-            json!({
-                "conversations_per_sec": r.conversations as f64 / r.run_s,
-                "events_per_sec": r.events as f64 / r.run_s,
-                "one_subscription_webhook_latency_ms": {"p50": r.webhook_latency_ms[0], "p99": r.webhook_latency_ms[1], "max": r.webhook_latency_ms[2]},
-                "report": r,
-            })
+        let plan = chaos::Plan {
+            rounds: args.chaos_rounds,
+            seeds: args.chaos_seeds,
+            repeat: args.chaos_repeat,
+            throughput_reps: args.chaos_throughput_reps,
         };
-        let one = run(ChaosOptions { rounds: 0, replicas: 1, ..ChaosOptions::short() }).await;
-        let two = run(ChaosOptions { rounds: 0, replicas: 2, ..ChaosOptions::short() }).await;
-        let chaos = run(ChaosOptions { rounds: args.chaos_rounds, ..ChaosOptions::short() }).await;
-        let r = json!({
-            "benchmark": "cluster throughput and chaos (issue 13): 50 scripted conversations (3 tool calls, 150 ms think time each) with one webhook subscription per user, through a 3-node NATS cluster; every service its own process",
-            "one_replica": figures(&one),
-            "two_replicas": figures(&two),
-            "two_replicas_vs_one": {
-                "conversations_per_sec": (one.run_s / two.run_s),
-            },
-            "under_chaos": figures(&chaos),
-            "target": "every promise kept under chaos; one-subscription webhook p99 < 250 ms at this load",
-        });
-        std::fs::write(args.out.join("chaos.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        let r = chaos::suite(&plan, &args.out).await?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

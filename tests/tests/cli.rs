@@ -159,6 +159,18 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     let out = halyard(home.path(), &url, Some(ALICE), &["ls", "--http-addr", "127.0.0.1:1"]);
     assert_eq!(out.status.code(), Some(2), "a server option is refused, not ignored");
 
+    // Exported: JSON lines to standard output, a Markdown transcript to a file.
+    let out = halyard(home.path(), &url, Some(ALICE), &["export", short]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines, api.events(&conv).await);
+    let file = home.path().join("transcript.md");
+    let out = halyard(home.path(), &url, Some(ALICE), &["export", short, "--format", "md", "-o", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let md = std::fs::read_to_string(&file).unwrap();
+    assert!(md.starts_with("# cli run\n") && md.contains("## User") && md.contains("what does it say?"), "{md}");
+    assert!(text(&out.stderr).contains("transcript.md"), "{}", text(&out.stderr));
+
     // Pause, resume and delete by name.
     for (verb, said) in [("pause", "paused"), ("resume", "resumed"), ("rm", "deleted")] {
         let out = halyard(home.path(), &url, Some(ALICE), &[verb, short]);

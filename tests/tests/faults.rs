@@ -1,15 +1,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! A command survives its handler's crash and is applied once. For every command kind of the
-//! conversation manager and the agent runner, `halyard up` is made to abort (`HALYARD_FAULT`)
+//! conversation manager and the agent runner, the service is made to abort (`HALYARD_FAULT`)
 //! when the command has just been received, when it has been applied and is about to be
-//! acknowledged, and just after the acknowledgement; it is started again on the same data, and
-//! the test checks what a user would: the command took effect exactly once and every run
-//! finished. Command consumers hand an unsettled command out again after two seconds here
-//! (`HALYARD_COMMAND_ACK_WAIT_MS`), instead of the default thirty.
+//! acknowledged, and just after the acknowledgement, and the test checks what a user would: the
+//! command took effect exactly once and every run finished. Command consumers hand an
+//! unsettled command out again after two seconds here (`HALYARD_COMMAND_ACK_WAIT_MS`), instead
+//! of the default thirty.
+//!
+//! Each case runs twice: with one replica (`halyard up`, started again on the same data after
+//! the crash) and with two (every service its own `halyard serve` process on one nats-server,
+//! two replicas of the faulted service, both given the fault with a shared once-file: whichever
+//! gets there first dies, and its peer must finish the job while it stays down).
 
 use std::time::Duration;
 
-use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Api, Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -47,13 +52,80 @@ fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
     move |e| e["kind"] == "execution_status" && e["status"] == status
 }
 
-/// Waits for the process to abort at the injected fault, then starts it again without it.
-fn crash_and_restart(h: &mut Halyard, fault: &str) {
-    let died = tokio::task::block_in_place(|| h.wait_exit(Duration::from_secs(40)));
-    assert!(died, "{fault}: the process did not abort at the fault; log:\n{}", h.log());
-    assert!(h.log().contains("injected fault"), "{fault}: it died of something else; log:\n{}", h.log());
-    h.unset("HALYARD_FAULT");
-    tokio::task::block_in_place(|| h.restart());
+/// Where the case runs.
+enum Deployment {
+    /// `halyard up`: the crash takes everything down, and it is started again without the fault.
+    One(Halyard),
+    /// Each service its own process; `faulted` are the two replicas of the service under test.
+    Two { _nats: NatsServer, gateway: Halyard, others: Vec<Halyard>, faulted: Vec<Halyard>, _once: tempfile::TempDir },
+}
+
+impl Deployment {
+    fn start(base: HalyardOptions, service: &str, fault: &str, replicas: usize) -> Self {
+        if replicas == 1 {
+            return Self::One(Halyard::start(base.set("HALYARD_FAULT", fault)));
+        }
+        let nats = NatsServer::start();
+        let once = tempfile::tempdir().unwrap();
+        let spec = format!("{fault}:{}", once.path().join("fired").display());
+        let serve = |name: &str| {
+            base.clone().serve(&nats.url, &[name]).set("HALYARD_SECRET", "a-shared-deployment-secret").set("HALYARD_LEASE_TTL_MS", "2000")
+        };
+        let others =
+            ["sandbox", "conversations", "agent"].into_iter().filter(|s| *s != service).map(|s| Halyard::start(serve(s))).collect();
+        let faulted = (0..2).map(|_| Halyard::start(serve(service).set("HALYARD_FAULT", &spec))).collect();
+        let gateway = Halyard::start(serve("gateway"));
+        Self::Two { _nats: nats, gateway, others, faulted, _once: once }
+    }
+
+    fn api(&self) -> Api {
+        match self {
+            Self::One(h) => h.api(ALICE),
+            Self::Two { gateway, .. } => gateway.api(ALICE),
+        }
+    }
+
+    /// Waits for a process to abort at the injected fault. With one replica it is started again
+    /// without the fault; with two, it stays down and its peer carries on.
+    fn crash(&mut self, fault: &str) {
+        match self {
+            Self::One(h) => {
+                let died = tokio::task::block_in_place(|| h.wait_exit(Duration::from_secs(40)));
+                assert!(died, "{fault}: the process did not abort at the fault; log:\n{}", h.log());
+                assert!(h.log().contains("injected fault"), "{fault}: it died of something else; log:\n{}", h.log());
+                h.unset("HALYARD_FAULT");
+                tokio::task::block_in_place(|| h.restart());
+            }
+            Self::Two { faulted, .. } => {
+                let deadline = std::time::Instant::now() + Duration::from_secs(40);
+                let dead = tokio::task::block_in_place(|| {
+                    loop {
+                        if let Some(i) = (0..faulted.len()).find(|&i| faulted[i].wait_exit(Duration::from_millis(50))) {
+                            break i;
+                        }
+                        let logs: Vec<String> = faulted.iter().map(Halyard::log).collect();
+                        assert!(
+                            std::time::Instant::now() < deadline,
+                            "{fault}: no replica aborted at the fault; logs:\n{}",
+                            logs.join("\n---\n")
+                        );
+                    }
+                });
+                let log = faulted[dead].log();
+                assert!(log.contains("injected fault"), "{fault}: a replica died of something else; log:\n{log}");
+            }
+        }
+    }
+
+    /// Every process's log, for a failure's message.
+    fn logs(&self) -> String {
+        match self {
+            Self::One(h) => h.log(),
+            Self::Two { gateway, others, faulted, .. } => {
+                std::iter::once(gateway).chain(others).chain(faulted).map(Halyard::log).collect::<Vec<_>>().join("\n---\n")
+            }
+        }
+    }
 }
 
 /// Sends a request the process may not live to answer: the command is on the bus either way
@@ -72,8 +144,8 @@ async fn only_conversation(api: &Api) -> String {
     listed["items"][0]["id"].as_str().unwrap().to_owned()
 }
 
-/// One run of `kind` crashed at `point`, checked.
-async fn case(service: &str, kind: &str, point: &str) {
+/// One run of `kind` crashed at `point`, with `replicas` of its service, checked.
+async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
     let fault = format!("{service}:{kind}:{point}");
     let llm = ScriptedLlm::start().await;
     script(&llm);
@@ -87,14 +159,14 @@ async fn case(service: &str, kind: &str, point: &str) {
     };
     let starts = matches!(kind, "cmd.conversation.start" | "cmd.agent.start");
     // Only the command of `kind` trips it: the others before it go through.
-    let mut h = Halyard::start(base.set("HALYARD_FAULT", &fault));
-    let api = h.api(ALICE);
+    let mut d = Deployment::start(base, service, &fault, replicas);
+    let api = d.api();
     let start = json!({"message": first, "confirmation_policy": policy});
 
     if starts {
         fire(&api, reqwest::Method::POST, "/api/v1/conversations", start).await;
-        crash_and_restart(&mut h, &fault);
-        let api = h.api(ALICE);
+        d.crash(&fault);
+        let api = d.api();
         let conv = only_conversation(&api).await;
         let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
         assert_eq!(count(&events, |e| e["kind"] == "conversation_started"), 1, "{fault}: {}", Value::Array(events.clone()));
@@ -141,8 +213,8 @@ async fn case(service: &str, kind: &str, point: &str) {
         "cmd.conversation.delete" | "cmd.agent.delete" => fire(&api, reqwest::Method::DELETE, &path, json!({})).await,
         other => panic!("no case for {other}"),
     }
-    crash_and_restart(&mut h, &fault);
-    let api = h.api(ALICE);
+    d.crash(&fault);
+    let api = d.api();
     let all = |events: &[Value]| Value::Array(events.to_vec()).to_string();
     match kind {
         "cmd.agent.user_message" => {
@@ -160,7 +232,7 @@ async fn case(service: &str, kind: &str, point: &str) {
                     break events;
                 }
                 if t.elapsed() > Duration::from_secs(40) {
-                    eprintln!("{}", h.log());
+                    eprintln!("{}", d.logs());
                     panic!("{fault}: the resumed run did not finish in 40 s (its log is above): {}", all(&events));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -226,30 +298,44 @@ async fn case(service: &str, kind: &str, point: &str) {
 }
 
 macro_rules! cases {
-    ($($name:ident: $service:literal, $kind:literal;)*) => {$(
+    ($replicas:literal; $($name:ident: $service:literal, $kind:literal;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             init();
             for point in POINTS {
                 let began = std::time::Instant::now();
-                case($service, $kind, point).await;
-                eprintln!("{}:{}:{point} took {:?}", $service, $kind, began.elapsed());
+                case($service, $kind, point, $replicas).await;
+                eprintln!("{}:{}:{point} with {} replica(s) took {:?}", $service, $kind, $replicas, began.elapsed());
             }
         }
     )*};
 }
 
-cases! {
-    conversation_start: "conversations", "cmd.conversation.start";
-    conversation_delete: "conversations", "cmd.conversation.delete";
-    agent_start: "agent", "cmd.agent.start";
-    agent_user_message: "agent", "cmd.agent.user_message";
-    agent_pause: "agent", "cmd.agent.pause";
-    agent_resume: "agent", "cmd.agent.resume";
-    agent_interrupt: "agent", "cmd.agent.interrupt";
-    agent_confirm: "agent", "cmd.agent.confirm";
-    agent_reject: "agent", "cmd.agent.reject";
-    agent_set_confirmation_policy: "agent", "cmd.agent.set_confirmation_policy";
-    agent_set_llm_profile: "agent", "cmd.agent.set_llm_profile";
-    agent_delete: "agent", "cmd.agent.delete";
+macro_rules! every_kind {
+    ($replicas:literal) => {
+        cases! { $replicas;
+            conversation_start: "conversations", "cmd.conversation.start";
+            conversation_delete: "conversations", "cmd.conversation.delete";
+            agent_start: "agent", "cmd.agent.start";
+            agent_user_message: "agent", "cmd.agent.user_message";
+            agent_pause: "agent", "cmd.agent.pause";
+            agent_resume: "agent", "cmd.agent.resume";
+            agent_interrupt: "agent", "cmd.agent.interrupt";
+            agent_confirm: "agent", "cmd.agent.confirm";
+            agent_reject: "agent", "cmd.agent.reject";
+            agent_set_confirmation_policy: "agent", "cmd.agent.set_confirmation_policy";
+            agent_set_llm_profile: "agent", "cmd.agent.set_llm_profile";
+            agent_delete: "agent", "cmd.agent.delete";
+        }
+    };
+}
+
+mod one_replica {
+    use super::*;
+    every_kind!(1);
+}
+
+mod two_replicas {
+    use super::*;
+    every_kind!(2);
 }

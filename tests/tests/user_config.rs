@@ -110,6 +110,16 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
         assert!(!frames.iter().any(|f| f.contains(form)), "{form} in a WebSocket frame");
         assert!(!llm.requests().iter().any(|r| r.to_string().contains(form)), "{form} reached the LLM");
     }
+    // The conversation's exports are the masked log.
+    for format in ["jsonl", "md"] {
+        let (s, export) = alice.get(&format!("/api/v1/conversations/{conv}/export?format={format}")).await;
+        let export = export.as_str().map(str::to_owned).unwrap_or_else(|| export.to_string());
+        assert_eq!(s, 200, "{export}");
+        assert!(export.contains("<secret:API_TOKEN>") && export.contains("EXACT-MATCH"), "{format}: {export}");
+        for form in forms {
+            assert!(!export.contains(form), "{form} in the {format} export");
+        }
+    }
     // Webhook deliveries, once they arrive, are masked too.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !receiver.accepted().iter().any(|r| r.json()["status"] == "finished") {

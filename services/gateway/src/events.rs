@@ -1,10 +1,11 @@
 //! A conversation's events, read from its log in JetStream (the truth), not from a copy: one
 //! batched direct get from the nearest indexed event (see [`crate::store::Store::log_start`]),
 //! each event rendered as the API serves it. Used by `GET .../events`, the WebSocket's replay
-//! and gap refill, and a webhook delivery's retry.
+//! and gap refill, and a webhook delivery's retry; [`Filter`] and [`search`] find events by
+//! kind, source and text (`GET .../events?kind=&source=&q=`, `.../events/count`).
 
 use halyard_platform::{BusError, BusErrorKind, bus};
-use halyard_protocol::event::ConversationEvent;
+use halyard_protocol::event::{ConversationEvent, EventSource};
 use halyard_protocol::{ConversationId, subjects};
 
 use crate::projection::LiveEvent;
@@ -25,6 +26,17 @@ pub async fn read(
     after: u64,
     limit: usize,
 ) -> Result<Vec<LiveEvent>, BusError> {
+    Ok(read_decoded(js, store, id, after, limit).await?.into_iter().map(|(_, live)| live).collect())
+}
+
+/// [`read`], each event also decoded (for a search to look at its kind and source).
+pub async fn read_decoded(
+    js: &async_nats::jetstream::Context,
+    store: &Store,
+    id: ConversationId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<(ConversationEvent, LiveEvent)>, BusError> {
     let corrupt = |e: store::StoreError| BusError::new(BusErrorKind::Read, e);
     let last = store.conversation(id).map_err(corrupt)?.map_or(0, |v| v.last_event_seq);
     let until = last.min(after.saturating_add(limit as u64));
@@ -44,7 +56,8 @@ pub async fn read(
                 Ok(env) => {
                     next_seq = env.payload.seq + 1;
                     if env.payload.seq > after && env.payload.seq <= until {
-                        out.push(LiveEvent::of(&env.payload));
+                        let live = LiveEvent::of(&env.payload);
+                        out.push((env.payload, live));
                     }
                 }
                 Err(e) => tracing::warn!(conversation_id = %id, stream_seq, error = %e, "skipping an undecodable event"),
@@ -56,4 +69,85 @@ pub async fn read(
         }
     }
     Ok(out)
+}
+
+/// Which events a search keeps: every one of its parts must hold (an empty part holds for all).
+#[derive(Debug, Default)]
+pub struct Filter {
+    /// Any of these kinds (`action`, `observation`, ...).
+    pub kinds: Vec<String>,
+    /// Any of these sources.
+    pub sources: Vec<EventSource>,
+    /// Every word, case-insensitively, somewhere in the event as served.
+    pub words: Vec<String>,
+}
+
+impl Filter {
+    /// From the query's comma-separated `kind` and `source` and its `q`; an unknown source is
+    /// refused in words.
+    pub fn parse(kind: Option<&str>, source: Option<&str>, q: Option<&str>) -> Result<Self, String> {
+        let list = |s: Option<&str>| -> Vec<String> {
+            s.unwrap_or_default().split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_owned).collect()
+        };
+        let sources = list(source)
+            .iter()
+            .map(|s| {
+                serde_json::from_value::<EventSource>(serde_json::Value::String(s.clone()))
+                    .map_err(|_| format!("`source` must be among user, agent, environment, system; got `{s}`"))
+            })
+            .collect::<Result<_, _>>()?;
+        let words = q.unwrap_or_default().split_whitespace().map(str::to_lowercase).collect();
+        Ok(Self { kinds: list(kind), sources, words })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty() && self.sources.is_empty() && self.words.is_empty()
+    }
+
+    fn keeps(&self, ev: &ConversationEvent, json: &str) -> bool {
+        (self.kinds.is_empty() || self.kinds.iter().any(|k| k == ev.body.kind()))
+            && (self.sources.is_empty() || self.sources.contains(&ev.source))
+            && (self.words.is_empty() || {
+                let text = json.to_lowercase();
+                self.words.iter().all(|w| text.contains(w.as_str()))
+            })
+    }
+}
+
+/// What a search found: up to `limit` matching events after `after` (all of them, if no
+/// limit), and whether more match after those.
+pub struct Found {
+    pub events: Vec<LiveEvent>,
+    pub has_more: bool,
+}
+
+/// The events of `id` after `after` that `filter` keeps, up to `limit` (None: all), scanning
+/// the log in pages of the plain read (the log is the truth; there is no index of words).
+pub async fn search(
+    js: &async_nats::jetstream::Context,
+    store: &Store,
+    id: ConversationId,
+    after: u64,
+    limit: Option<usize>,
+    filter: &Filter,
+) -> Result<Found, BusError> {
+    const PAGE: usize = 1000;
+    let mut out = Vec::new();
+    let mut cursor = after;
+    loop {
+        let page = read_decoded(js, store, id, cursor, PAGE).await?;
+        let got = page.len();
+        for (ev, live) in page {
+            cursor = ev.seq;
+            if filter.keeps(&ev, live.json.as_str()) {
+                if limit.is_some_and(|l| out.len() >= l) {
+                    return Ok(Found { events: out, has_more: true });
+                }
+                out.push(live);
+            }
+        }
+        if got < PAGE {
+            return Ok(Found { events: out, has_more: false });
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod apps;
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod export;
 pub mod forge;
 pub mod git_providers;
 pub mod http_metrics;
@@ -114,6 +115,7 @@ pub fn app(state: AppState) -> Router {
     let max_body = state.config.gateway.max_body_bytes;
     let api = Router::new()
         .route("/conversations", post(starts::start_conversation).get(routes::list_conversations))
+        .route("/conversations/count", get(routes::count_conversations))
         .route("/conversations/{id}/retry", post(starts::retry_start))
         .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete).patch(routes::patch_conversation))
         .route("/conversations/{id}/messages", post(routes::send_message))
@@ -140,6 +142,9 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/files", get(workspace::files))
         .route("/conversations/{id}/apps/{name}", post(apps::open))
         .route("/conversations/{id}/events", get(routes::list_events))
+        .route("/conversations/{id}/events/count", get(routes::count_events))
+        .route("/conversations/{id}/export", get(export::export))
+        .route("/conversations/{id}/events/{seq}", get(routes::get_event))
         .route("/conversations/{id}/events/ws", get(ws::events_ws))
         .route("/start-tasks/{id}", get(routes::get_task))
         .route("/sandboxes", get(sandboxes::list))

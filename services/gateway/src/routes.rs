@@ -139,7 +139,7 @@ pub struct ConversationQuery {
     pub limit: Option<usize>,
     #[serde(default)]
     pub cursor: Option<String>,
-    /// Words the title contains (any case).
+    /// Words the title or the first message contains (any case).
     #[serde(default)]
     pub q: Option<String>,
     /// A start status (`STARTING`, `READY`, `ERROR`) or an execution status (`running`, ...).
@@ -148,6 +148,34 @@ pub struct ConversationQuery {
     /// One of the `state` values (`start_failed`, `running`, ...).
     #[serde(default)]
     pub state: Option<String>,
+}
+
+impl ConversationQuery {
+    /// What `q`, `status` and `state` keep; an unknown status or state is refused in words.
+    fn filter(&self) -> Result<impl Fn(&ConversationView) -> bool + use<>, ApiError> {
+        let words: Vec<String> = self.q.as_deref().unwrap_or_default().split_whitespace().map(str::to_lowercase).collect();
+        let status = self.status.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+        if let Some(s) = &status {
+            const KNOWN: &[&str] =
+                &["STARTING", "READY", "ERROR", "idle", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
+            if !KNOWN.contains(&s.as_str()) {
+                return Err(ApiError::bad_request("invalid_query", format!("`status` must be one of {}", KNOWN.join(", "))));
+            }
+        }
+        let wanted = self.state.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+        if let Some(s) = &wanted {
+            if !STATES.contains(&s.as_str()) {
+                return Err(ApiError::bad_request("invalid_query", format!("`state` must be one of {}", STATES.join(", "))));
+            }
+        }
+        Ok(move |c: &ConversationView| {
+            let title = c.title.as_deref().unwrap_or_default().to_lowercase();
+            let message = c.first_message.as_deref().unwrap_or_default().to_lowercase();
+            words.iter().all(|w| title.contains(w.as_str()) || message.contains(w.as_str()))
+                && status.as_deref().is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
+                && wanted.as_deref().is_none_or(|s| state_of(c).0 == s)
+        })
+    }
 }
 
 /// `GET /conversations`: newest first; `q` searches titles and first messages, `state` (or the
@@ -159,34 +187,25 @@ pub async fn list_conversations(
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query?;
     let (limit, cursor) = page_params(&PageQuery { limit: q.limit, cursor: q.cursor.clone() })?;
-    let words: Vec<String> = q.q.as_deref().unwrap_or_default().split_whitespace().map(str::to_lowercase).collect();
-    let status = q.status.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    if let Some(s) = status {
-        const KNOWN: &[&str] =
-            &["STARTING", "READY", "ERROR", "idle", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation"];
-        if !KNOWN.contains(&s) {
-            return Err(ApiError::bad_request("invalid_query", format!("`status` must be one of {}", KNOWN.join(", "))));
-        }
-    }
-    let wanted = q.state.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    if let Some(s) = wanted {
-        if !STATES.contains(&s) {
-            return Err(ApiError::bad_request("invalid_query", format!("`state` must be one of {}", STATES.join(", "))));
-        }
-    }
-    let keep = |c: &ConversationView| {
-        let title = c.title.as_deref().unwrap_or_default().to_lowercase();
-        let message = c.first_message.as_deref().unwrap_or_default().to_lowercase();
-        words.iter().all(|w| title.contains(w.as_str()) || message.contains(w.as_str()))
-            && status.is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
-            && wanted.is_none_or(|s| state_of(c).0 == s)
-    };
+    let keep = q.filter()?;
     let store::Matching { items, next, count } = state.store.conversations_matching(&user.0, cursor.as_deref(), limit, keep)?;
     Ok(Json(json!({
         "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
         "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
         "count": count,
     })))
+}
+
+/// `GET /conversations/count`: how many of the user's conversations the same filters keep.
+pub async fn count_conversations(
+    State(state): State<AppState>,
+    User(user): User,
+    query: Result<Query<ConversationQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query?;
+    let keep = q.filter()?;
+    let store::Matching { count, .. } = state.store.conversations_matching(&user.0, None, 1, keep)?;
+    Ok(Json(json!({"count": count})))
 }
 
 /// `limit` (1..=100, default 20) and the decoded `cursor` of a page request.
@@ -452,25 +471,27 @@ pub struct EventsQuery {
     pub after_seq: Option<u64>,
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Comma-separated event kinds to keep.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Comma-separated sources to keep (`user`, `agent`, `environment`, `system`).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Words that must all appear in the event (any case).
+    #[serde(default)]
+    pub q: Option<String>,
 }
 
-/// `GET /conversations/{id}/events`. The page is written around the events' JSON as rendered
-/// once (the same text the WebSocket sends), not parsed back and re-serialized.
-pub async fn list_events(
-    State(state): State<AppState>,
-    User(user): User,
-    Path(id): Path<String>,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<axum::response::Response, ApiError> {
-    let Query(q) = query?;
-    let (id, _) = owned(&state, &user, &id)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
+impl EventsQuery {
+    fn filter(&self) -> Result<crate::events::Filter, ApiError> {
+        crate::events::Filter::parse(self.kind.as_deref(), self.source.as_deref(), self.q.as_deref())
+            .map_err(|m| ApiError::bad_request("invalid_query", m))
     }
-    let after = q.after_seq.unwrap_or(0);
-    let events = crate::events::read(&state.js, &state.store, id, after, limit).await?;
-    let has_more = events.len() == limit;
+}
+
+/// A page of events, written around their JSON as rendered once (the same text the WebSocket
+/// sends), not parsed back and re-serialized.
+fn events_page(events: &[crate::projection::LiveEvent], has_more: bool) -> axum::response::Response {
     let next = match events.last() {
         Some(e) if has_more => e.seq.to_string(),
         _ => "null".to_owned(),
@@ -484,7 +505,67 @@ pub async fn list_events(
         body.push_str(e.json.as_str());
     }
     body.push_str(&format!("],\"has_more\":{has_more},\"next_after_seq\":{next}}}"));
-    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET /conversations/{id}/events`: a page after `after_seq`, of every event or of those
+/// `kind`, `source` and `q` keep.
+pub async fn list_events(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
+    let Query(q) = query?;
+    let (id, _) = owned(&state, &user, &id)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
+    }
+    let after = q.after_seq.unwrap_or(0);
+    let filter = q.filter()?;
+    if filter.is_empty() {
+        let events = crate::events::read(&state.js, &state.store, id, after, limit).await?;
+        let has_more = events.len() == limit;
+        return Ok(events_page(&events, has_more));
+    }
+    let found = crate::events::search(&state.js, &state.store, id, after, Some(limit), &filter).await?;
+    Ok(events_page(&found.events, found.has_more))
+}
+
+/// `GET /conversations/{id}/events/count`: how many events the same filters keep.
+pub async fn count_events(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query?;
+    let (id, _) = owned(&state, &user, &id)?;
+    let filter = q.filter()?;
+    let found = crate::events::search(&state.js, &state.store, id, q.after_seq.unwrap_or(0), None, &filter).await?;
+    Ok(Json(json!({"count": found.events.len()})))
+}
+
+/// `GET /conversations/{id}/events/{seq}`: one event.
+pub async fn get_event(
+    State(state): State<AppState>,
+    User(user): User,
+    Path((id, seq)): Path<(String, String)>,
+) -> Result<axum::response::Response, ApiError> {
+    let (id, _) = owned(&state, &user, &id)?;
+    let seq: u64 = seq
+        .parse()
+        .ok()
+        .filter(|s| *s >= 1)
+        .ok_or_else(|| ApiError::bad_request("invalid_path", "an event's seq is a whole number from 1"))?;
+    let events = crate::events::read(&state.js, &state.store, id, seq - 1, 1).await?;
+    match events.into_iter().next() {
+        Some(e) if e.seq == seq => {
+            Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], e.json.as_str().to_owned()).into_response())
+        }
+        _ => Err(ApiError::not_found(&format!("event {seq} of this conversation"))),
+    }
 }
 
 #[derive(Debug, Deserialize)]

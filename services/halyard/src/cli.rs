@@ -106,6 +106,19 @@ pub enum ClientCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Export a conversation: every event as JSON lines, or a Markdown transcript.
+    Export {
+        /// The conversation's id, or a prefix only it has.
+        conversation: String,
+        /// `jsonl` or `md`.
+        #[arg(long, default_value = "jsonl", value_parser = ["jsonl", "md"])]
+        format: String,
+        /// Write to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Pause a conversation (its run stops at the next step; its sandbox is frozen).
     Pause {
         /// The conversation's id, or a prefix only it has.
@@ -250,6 +263,22 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
                 tokio::time::sleep(POLL).await;
                 after = print_events(&c, &conversation, after, &style).await?.0;
             }
+        }
+        ClientCommand::Export { conversation, format, output, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let conversation = resolve(&c, &conversation).await?;
+            let path = format!("/conversations/{conversation}/export?format={format}");
+            match output {
+                Some(file) => {
+                    let mut out = std::fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?;
+                    let bytes = c.download(&path, &mut out).await?;
+                    eprintln!("wrote {bytes} bytes to {}", file.display());
+                }
+                None => {
+                    c.download(&path, &mut std::io::stdout()).await?;
+                }
+            }
+            Ok(0)
         }
         ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", json!({}), "paused").await,
         ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", json!({}), "resumed").await,

@@ -78,6 +78,31 @@ impl Client {
         bail!("{code} ({status}): {message}")
     }
 
+    /// A download from `/api/v1{path}`, streamed into `out` as it arrives; the API's error in
+    /// words if it refuses.
+    pub async fn download(&self, path: &str, out: &mut (dyn std::io::Write + Send)) -> Result<u64> {
+        let mut resp = self
+            .http
+            .get(format!("{}/api/v1{path}", self.url))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach Halyard at {}: is it running? (HALYARD_URL) ({e})", self.url))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let value: Value = resp.json().await.unwrap_or_default();
+            let code = value["error"]["code"].as_str().unwrap_or("error");
+            bail!("{code} ({status}): {}", value["error"]["message"].as_str().unwrap_or("no message"));
+        }
+        let mut written = 0;
+        while let Some(chunk) = resp.chunk().await.context("the download broke off; try again")? {
+            out.write_all(&chunk)?;
+            written += chunk.len() as u64;
+        }
+        out.flush()?;
+        Ok(written)
+    }
+
     pub async fn get(&self, path: &str) -> Result<Value> {
         self.call(reqwest::Method::GET, path, None).await
     }

@@ -1,0 +1,44 @@
+//! What every result file records beside its figures: the commit, the machine's load, and
+//! figures as the median with min and max of their repetitions.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Where and when a result was measured.
+#[derive(Serialize)]
+pub struct Context {
+    pub commit: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute figures when the suite began.
+    pub load_average: Vec<f64>,
+    pub cores: usize,
+}
+
+impl Context {
+    pub fn now() -> Self {
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".into());
+        let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+        Self { commit, load_average: Self::load_average(), cores }
+    }
+
+    pub fn load_average() -> Vec<f64> {
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The median, min and max of `values`.
+pub fn spread(values: impl IntoIterator<Item = f64>) -> Value {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return Value::Null;
+    }
+    json!({"median": v[v.len() / 2], "min": v[0], "max": v[v.len() - 1], "n": v.len()})
+}
