@@ -53,6 +53,13 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("`hello.py` prints **hello from halyard**."),
         };
     }
+    if text.contains("careful") {
+        // No `security_risk`: the model did not say.
+        return match step {
+            0 => Reply::tool("terminal", json!({"command": "echo carefully-done"})),
+            _ => Reply::finish("Done, carefully."),
+        };
+    }
     if text.contains("tick") {
         return match step {
             0..6 => terminal(&format!("sleep 0.7; echo tick-{}", step + 1)),
@@ -222,7 +229,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 9, env).await;
+    playwright(h, "tests/workspace.spec.ts", 10, env).await;
 }
 
 /// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is

@@ -92,6 +92,12 @@ export const api = {
   reject: (id: string, reason: string) => call<unknown>("POST", `/conversations/${id}/reject`, { reason }),
   events: (id: string, afterSeq: number, limit = 1000) =>
     call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/conversations/${id}/events${q({ after_seq: afterSeq, limit })}`),
+  findEvents: (id: string, p: { q?: string; kind?: string; source?: string; after_seq?: number; limit?: number }) =>
+    call<{ items: HalyardEvent[]; has_more: boolean; next_after_seq: number | null }>("GET", `/conversations/${id}/events${q(p)}`),
+  countEvents: (id: string, p: { q?: string; kind?: string; source?: string }) =>
+    call<{ count: number }>("GET", `/conversations/${id}/events/count${q(p)}`),
+  /** Where the browser downloads the conversation (the session cookie goes with it). */
+  exportUrl: (id: string, format: "jsonl" | "md") => `/api/v1/conversations/${id}/export?format=${format}`,
   changes: (id: string) => call<Changes>("GET", `/conversations/${id}/changes`),
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),

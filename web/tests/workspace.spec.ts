@@ -2,6 +2,7 @@
 // LLM (tests/tests/browser.rs starts both; the LLM's steps follow the task's keyword). Each test
 // saves screenshots under test-results/screenshots/.
 
+import { readFileSync } from "node:fs";
 import { expect, test, type Page } from "@playwright/test";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
@@ -76,14 +77,45 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await page.getByLabel("Title").press("Enter");
   await expect(page.locator(".title-button")).toHaveText("Hello script");
 
+  // The timeline filtered on the server: by kind, then by words in any case.
+  await page.getByLabel("Event kind").selectOption("user_message");
+  await expect(page.getByTestId("event-count")).toHaveText("1 event match");
+  await expect(page.locator(".msg.user")).toHaveCount(1);
+  await expect(page.locator(".msg.agent")).toHaveCount(0);
+  await page.getByLabel("Event kind").selectOption("agent_message");
+  await page.getByLabel("Filter events").fill("HELLO FROM");
+  await expect(page.getByTestId("event-count")).toHaveText("1 event match");
+  await expect(page.locator(".msg.agent strong")).toHaveText("hello from halyard");
+  await page.getByLabel("Filter events").fill("no such words");
+  await expect(page.getByTestId("event-count")).toHaveText("0 events match");
+  await shot(page, "filtered");
+  await page.getByLabel("Filter events").fill("");
+  await page.getByLabel("Event kind").selectOption("");
+  await expect(page.getByTestId("event-count")).toHaveCount(0);
+  await expect(page.getByTestId("command-card").filter({ hasText: "python3 hello.py" })).toBeVisible();
+
+  // Exported with the session: a transcript a person reads, and every event as JSON lines.
+  const [transcript] = await Promise.all([page.waitForEvent("download"), page.getByRole("link", { name: "Export transcript" }).click()]);
+  expect(transcript.suggestedFilename()).toBe(`conversation-${page.url().match(/\/c\/([0-9a-f-]{36})/)![1]}.md`);
+  const md = readFileSync((await transcript.path())!, "utf8");
+  expect(md).toMatch(/^# Hello script\n/);
+  expect(md).toContain("python3 hello.py");
+  expect(md).toContain("hello from halyard");
+  const [lines] = await Promise.all([page.waitForEvent("download"), page.getByRole("link", { name: "Export JSON lines" }).click()]);
+  const events = readFileSync((await lines.path())!, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { seq: number });
+  expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+
   // The list: the conversation, searchable by title, filterable by status.
   await page.getByRole("link", { name: "Conversations" }).click();
   await expect(page.getByRole("link", { name: /Hello script/ })).toBeVisible();
-  await page.getByLabel("Search titles").fill("hello scr");
+  await page.getByLabel("Search conversations").fill("hello scr");
   await expect(page.getByTestId("count")).toHaveText("1 conversation");
-  await page.getByLabel("Search titles").fill("no such title");
+  // The first message is searched too.
+  await page.getByLabel("Search conversations").fill("prints hello");
+  await expect(page.getByTestId("count")).toHaveText("1 conversation");
+  await page.getByLabel("Search conversations").fill("no such title");
   await expect(page.getByTestId("count")).toHaveText("0 conversations");
-  await page.getByLabel("Search titles").fill("");
+  await page.getByLabel("Search conversations").fill("");
   await page.getByLabel("Status").selectOption("finished");
   await expect(page.getByRole("link", { name: /Hello script/ })).toBeVisible();
   await page.getByLabel("Status").selectOption("");
@@ -288,4 +320,31 @@ test("9. delete a conversation, with a confirmation", async ({ page }) => {
   // Gone on the server too.
   await page.reload();
   await expect(page.getByTestId("count")).toHaveText("4 conversations");
+});
+
+test("10. an action waiting for confirmation says when the model stated no risk", async ({ page }) => {
+  await signIn(page, ALICE);
+  const started = await page.request.post("/api/v1/conversations", {
+    data: { message: "be careful with this", confirmation_policy: "always" },
+    headers: { "x-halyard-csrf": "1" },
+  });
+  expect(started.status(), await started.text()).toBe(202);
+  const task = (await started.json()) as { id: string };
+  let conversation = "";
+  await expect
+    .poll(async () => {
+      const t = (await (await page.request.get(`/api/v1/start-tasks/${task.id}`)).json()) as { status: string; conversation_id?: string };
+      conversation = t.conversation_id ?? "";
+      return t.status;
+    })
+    .toBe("READY");
+  await page.goto(`/c/${conversation}`);
+  const card = page.getByTestId("command-card").filter({ hasText: "echo carefully-done" });
+  await expect(card).toContainText("waiting for your confirmation");
+  await expect(card).toContainText("risk not stated");
+  await expect(card).not.toContainText("medium");
+  await shot(page, "risk-not-stated");
+  await page.getByRole("button", { name: "Run them" }).click();
+  await expect(card.getByTestId("observation")).toContainText("carefully-done");
+  await expect(card).not.toContainText("risk not stated");
 });

@@ -24,18 +24,25 @@ fn stated(args: &Value) -> Option<SecurityRisk> {
     }
 }
 
-/// The action's risk: what the model stated (medium if it stated none) raised to what the
-/// analyzer finds; `None` for tools that change nothing.
+/// The action's risk: what the model stated, raised to what the analyzer finds; `None` for
+/// tools that change nothing, and where the model stated none and the analyzer found nothing
+/// above low (the user is told "risk not stated", not a made-up "medium").
 pub fn assess(tool: &str, args: &Value, workspace: &str) -> Option<SecurityRisk> {
     if is_inert(tool) {
         return None;
     }
+    // Only the shell and the editor are analyzed; other tools keep what the model said.
     let found = match tool {
-        "terminal" => command_risk(args.get("command").and_then(Value::as_str).unwrap_or_default(), workspace),
-        "file_editor" => edit_risk(args, workspace),
-        _ => SecurityRisk::Medium,
+        "terminal" => Some(command_risk(args.get("command").and_then(Value::as_str).unwrap_or_default(), workspace)),
+        "file_editor" => Some(edit_risk(args, workspace)),
+        _ => None,
     };
-    Some(stated(args).unwrap_or(SecurityRisk::Medium).max(found))
+    match (stated(args), found) {
+        (Some(s), Some(f)) => Some(s.max(f)),
+        (Some(s), None) => Some(s),
+        (None, Some(f)) if f > SecurityRisk::Low => Some(f),
+        (None, _) => None,
+    }
 }
 
 /// Whether an action waits for confirmation under `policy`.
@@ -154,7 +161,10 @@ mod tests {
         }
         assert_eq!(term("pip install requests"), Some(Medium));
         assert_eq!(term("git push origin main"), Some(Medium));
-        assert_eq!(assess("terminal", &json!({"command": "ls"}), "/workspace"), Some(Medium), "unstated is medium");
+        assert_eq!(assess("terminal", &json!({"command": "ls"}), "/workspace"), None, "unstated is not made up");
+        assert_eq!(assess("terminal", &json!({"command": "sudo ls"}), "/workspace"), Some(High), "what the analyzer finds stands");
+        assert_eq!(assess("github__create_issue", &json!({}), "/workspace"), None);
+        assert_eq!(assess("github__create_issue", &json!({"security_risk": "medium"}), "/workspace"), Some(Medium));
         assert_eq!(assess("terminal", &json!({"command": "ls", "security_risk": "HIGH"}), "/workspace"), Some(High));
         let edit =
             |cmd: &str, path: &str| assess("file_editor", &json!({"command": cmd, "path": path, "security_risk": "low"}), "/workspace");

@@ -442,7 +442,10 @@ impl Run {
                 let name = call.function.name.clone();
                 let security_risk = risk::assess(&name, parsed.as_ref().unwrap_or(&Value::Null), &setting.workspace);
                 if risk::needs_confirmation(policy, &name, security_risk) {
-                    waiting.push(format!("{name} ({} risk)", security_risk.map_or("unknown", |r| r.as_str())));
+                    waiting.push(match security_risk {
+                        Some(r) => format!("{name} ({} risk)", r.as_str()),
+                        None => format!("{name} (risk not stated)"),
+                    });
                 }
                 let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
                 let body = EventBody::Action { tool_call_id: call.id.clone(), tool: name.clone(), arguments, thought, security_risk };

@@ -109,7 +109,12 @@ const str = (v: unknown) => (typeof v === "string" ? v : v === undefined ? "" : 
 function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
   const { action, observation, rejected } = item;
   const args = typeof action.arguments === "string" ? { raw: action.arguments } : action.arguments;
-  const risk = action.security_risk && action.security_risk !== "low" ? <span className={`risk r-${action.security_risk}`}>{action.security_risk} risk</span> : null;
+  // A model that gave no risk is not taken to have said "medium": the user is told so.
+  const risk = action.security_risk ? (
+    action.security_risk !== "low" && <span className={`risk r-${action.security_risk}`}>{action.security_risk} risk</span>
+  ) : item.stalled === "waiting" ? (
+    <span className="risk r-unknown">risk not stated</span>
+  ) : null;
   const output = observation && (
     <pre className={`output${observation.is_error ? " failed" : ""}`} data-testid="observation">
       {observation.content}

@@ -97,8 +97,8 @@ export function ConversationList() {
       <div className="filters" role="search">
         <input
           type="search"
-          placeholder="Search titles"
-          aria-label="Search titles"
+          placeholder="Search titles and first messages"
+          aria-label="Search conversations"
           value={query}
           onChange={(e) => setQuery(e.target.value)}
         />

@@ -6,7 +6,7 @@ import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, t
 import { api, errorText } from "../api";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
-import type { Conversation, ExecutionStatus, StartTask } from "../types";
+import type { Conversation, ExecutionStatus, HalyardEvent, StartTask } from "../types";
 import { Timeline } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
@@ -169,6 +169,12 @@ export function ConversationPage({ id }: { id: string }) {
           <span className="muted small" data-testid="seq" data-count={events.length} data-last={lastSeq}>
             {events.length} events
           </span>
+          <a className="button ghost" href={api.exportUrl(id, "md")} download>
+            Export transcript
+          </a>
+          <a className="button ghost" href={api.exportUrl(id, "jsonl")} download>
+            Export JSON lines
+          </a>
         </div>
       </div>
       <ErrorText error={actionError} />
@@ -195,7 +201,7 @@ export function ConversationPage({ id }: { id: string }) {
           <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="panel">
             {tab === "Chat" && (
               <>
-                <Timeline events={events} />
+                <EventFilter id={id} events={events} lastSeq={lastSeq} />
                 {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
                 <Composer id={id} />
               </>
@@ -353,5 +359,62 @@ function ConfirmBar({ id }: { id: string }) {
       </button>
       {error && <span className="error">{error}</span>}
     </div>
+  );
+}
+
+const KINDS = [
+  ["", "Every kind"],
+  ["user_message", "Your messages"],
+  ["agent_message", "Agent messages"],
+  ["action", "Actions"],
+  ["observation", "Results"],
+  ["agent_error", "Errors"],
+] as const;
+
+/** The timeline, or, while a filter is set, the events the server finds for it
+ * (`GET .../events?q=&kind=` and `.../events/count`), searched again as new events arrive. */
+function EventFilter({ id, events, lastSeq }: { id: string; events: HalyardEvent[]; lastSeq: number }) {
+  const [text, setText] = useState("");
+  const [words, setWords] = useState("");
+  const [kind, setKind] = useState("");
+  const [found, setFound] = useState<{ items: HalyardEvent[]; count: number }>();
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    const t = window.setTimeout(() => setWords(text.trim()), 250);
+    return () => window.clearTimeout(t);
+  }, [text]);
+  const filtering = words !== "" || kind !== "";
+  useEffect(() => {
+    if (!filtering) return setFound(undefined);
+    let stop = false;
+    const p = { q: words, kind };
+    Promise.all([api.findEvents(id, { ...p, limit: 1000 }), api.countEvents(id, p)]).then(
+      ([page, n]) => !stop && (setFound({ items: page.items, count: n.count }), setError(undefined)),
+      (e) => !stop && setError(errorText(e)),
+    );
+    return () => {
+      stop = true;
+    };
+  }, [id, words, kind, filtering, lastSeq]);
+  return (
+    <>
+      <div className="filters event-filter" role="search">
+        <input type="search" aria-label="Filter events" placeholder="Filter events" value={text} onChange={(e) => setText(e.target.value)} />
+        <select aria-label="Event kind" value={kind} onChange={(e) => setKind(e.target.value)}>
+          {KINDS.map(([k, label]) => (
+            <option key={k} value={k}>
+              {label}
+            </option>
+          ))}
+        </select>
+        {filtering && found && (
+          <span className="muted" data-testid="event-count">
+            {found.count} event{found.count === 1 ? "" : "s"} match
+          </span>
+        )}
+      </div>
+      <ErrorText error={error} />
+      <Timeline events={filtering ? (found?.items ?? []) : events} />
+    </>
   );
 }
