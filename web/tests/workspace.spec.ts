@@ -77,6 +77,14 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await page.getByLabel("Title").press("Enter");
   await expect(page.locator(".title-button")).toHaveText("Hello script");
 
+  // What the run used, from the conversation's record (polled every few seconds).
+  await expect(page.getByTestId("usage")).toHaveText(/^[1-9][\d,]* tokens/, { timeout: 10_000 });
+  const record = (await (await page.request.get(`/api/v1/conversations/${page.url().match(/\/c\/([0-9a-f-]{36})/)![1]}`)).json()) as {
+    metrics: { prompt_tokens: number; completion_tokens: number };
+  };
+  const tokens = record.metrics.prompt_tokens + record.metrics.completion_tokens;
+  await expect(page.getByTestId("usage")).toHaveText(new RegExp(`^${tokens.toLocaleString("en")} tokens`));
+
   // The timeline filtered on the server: by kind, then by words in any case.
   await page.getByLabel("Event kind").selectOption("user_message");
   await expect(page.getByTestId("event-count")).toHaveText("1 event match");

@@ -169,6 +169,7 @@ export function ConversationPage({ id }: { id: string }) {
           <span className="muted small" data-testid="seq" data-count={events.length} data-last={lastSeq}>
             {events.length} events
           </span>
+          {conv?.metrics && <Usage metrics={conv.metrics} />}
           <a className="button ghost" href={api.exportUrl(id, "md")} download>
             Export transcript
           </a>
@@ -416,5 +417,17 @@ function EventFilter({ id, events, lastSeq }: { id: string; events: HalyardEvent
       <ErrorText error={error} />
       <Timeline events={filtering ? (found?.items ?? []) : events} />
     </>
+  );
+}
+
+/** What the conversation's LLM calls used: tokens, and the cost where the model has a price. */
+function Usage({ metrics }: { metrics: NonNullable<Conversation["metrics"]> }) {
+  const tokens = (metrics.prompt_tokens ?? 0) + (metrics.completion_tokens ?? 0);
+  const cost = metrics.cost_usd ?? 0;
+  const detail = `${metrics.llm_calls ?? 0} LLM calls: ${metrics.prompt_tokens ?? 0} tokens in, ${metrics.completion_tokens ?? 0} out`;
+  return (
+    <span className="muted small" data-testid="usage" title={detail}>
+      {tokens.toLocaleString("en")} tokens{cost > 0 ? ` · $${cost.toFixed(cost < 0.01 ? 4 : 2)}` : ""}
+    </span>
   );
 }
