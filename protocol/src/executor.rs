@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 /// Header carrying the sandbox session key.
 pub const SESSION_KEY_HEADER: &str = "x-session-key";
 
+/// The largest file a user may upload into a workspace (`PUT .../files`), in bytes.
+pub const MAX_UPLOAD_BYTES: u64 = 100 << 20;
+
 /// Marker inserted where output was cut.
 pub const TRUNCATION_MARKER: &str = "[... output truncated by Halyard:";
 

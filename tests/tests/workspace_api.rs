@@ -103,3 +103,97 @@ async fn changes_and_files_show_the_workspace_as_the_agent_left_it() {
     let (s, err) = api.get("/api/v1/conversations?status=sleeping").await;
     assert_eq!((s, err["error"]["code"].as_str()), (400, Some("invalid_query")));
 }
+
+/// A body of `len` bytes sent in 1 MiB pieces, with no length declared up front.
+fn unsized_body(len: usize) -> reqwest::Body {
+    let pieces = (0..len.div_ceil(1 << 20)).map(move |i| {
+        let n = (len - i * (1 << 20)).min(1 << 20);
+        Ok::<_, std::io::Error>(vec![b'x'; n])
+    });
+    reqwest::Body::wrap_stream(futures::stream::iter(pieces))
+}
+
+#[tokio::test]
+async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::tool("terminal", json!({"command": "mkdir -p data && echo kept > data/old.txt", "security_risk": "low"})),
+        Reply::finish("ready"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (conv, _) = alice.start_ready(json!({"message": "make a data directory"})).await;
+    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let base = format!("{}/api/v1/conversations/{conv}", alice.base);
+    let http = &alice.http;
+
+    // Up: a 3 MiB binary file (larger than a JSON body may be), into an existing directory.
+    let blob: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let resp = http.put(format!("{base}/files?path=data/blob.bin")).bearer_auth(ALICE).body(blob.clone()).send().await.unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+    let stored: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!((stored["path"].as_str(), stored["size"].as_u64()), (Some("data/blob.bin"), Some(blob.len() as u64)), "{stored}");
+    // The agent's tools see it where the user put it.
+    let (_, listing) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=data")).await;
+    assert!(listing.to_string().contains("blob.bin"), "{listing}");
+
+    // Down: the same bytes, as an attachment named after the file.
+    let resp = http.get(format!("{base}/files/raw?path=data/blob.bin")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-disposition"], "attachment; filename=\"blob.bin\"");
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), blob.as_slice());
+
+    // Over the limit: refused with 413 whether the size is declared or found on the way, and
+    // the file that was there is untouched.
+    let declared = http
+        .put(format!("{base}/files?path=data/old.txt"))
+        .bearer_auth(ALICE)
+        .header("content-length", (101u64 << 20).to_string())
+        .body(unsized_body(101 << 20))
+        .send()
+        .await;
+    if let Ok(resp) = declared {
+        assert_eq!(resp.status(), 413);
+    }
+    let resp = http.put(format!("{base}/files?path=data/old.txt")).bearer_auth(ALICE).body(unsized_body(101 << 20)).send().await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let e: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "file_too_large", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("100 MiB"), "{e}");
+    let old = http.get(format!("{base}/files/raw?path=data/old.txt")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(old.text().await.unwrap(), "kept\n");
+
+    // Paths are the workspace's only: out of it, into a directory that is not there, a directory.
+    for (path, status, code) in [
+        ("../../etc/passwd", 400, "path_outside_workspace"),
+        ("/etc/hosts", 400, "path_outside_workspace"),
+        ("nowhere/x.txt", 404, "not_found"),
+        ("data", 400, "invalid_path"),
+    ] {
+        let resp = http.put(format!("{base}/files?path={path}")).bearer_auth(ALICE).body("x").send().await.unwrap();
+        let status_got = resp.status().as_u16();
+        let e: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!((status_got, e["error"]["code"].as_str()), (status, Some(code)), "{path}: {e}");
+    }
+    let resp = http.get(format!("{base}/files/raw?path=../../etc/passwd")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+
+    // The whole workspace as a tar.gz, which tar reads back.
+    let resp = http.get(format!("{base}/archive")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/gzip");
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::write(scratch.path().join("w.tar.gz"), resp.bytes().await.unwrap()).unwrap();
+    let out = std::process::Command::new("tar").args(["-xzf", "w.tar.gz"]).current_dir(scratch.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(scratch.path().join("data/blob.bin")).unwrap(), blob);
+    assert_eq!(std::fs::read_to_string(scratch.path().join("data/old.txt")).unwrap(), "kept\n");
+
+    // Another user gets nothing of it, either way.
+    let resp = http.get(format!("{base}/files/raw?path=data/old.txt")).bearer_auth(BOB).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let resp = http.put(format!("{base}/files?path=data/bob.txt")).bearer_auth(BOB).body("x").send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(http.get(format!("{base}/archive")).bearer_auth(BOB).send().await.unwrap().status(), 404);
+}

@@ -32,16 +32,18 @@ export function setSignedOutHandler(f: () => void) {
   onSignedOut = f;
 }
 
-async function call<T>(method: string, path: string, body?: unknown): Promise<T> {
+/** One API call: `body` goes as JSON, `raw` (a file) as it is. */
+async function call<T>(method: string, path: string, body?: unknown, raw?: Blob): Promise<T> {
   const headers: Record<string, string> = { accept: "application/json" };
   if (method !== "GET") headers["x-halyard-csrf"] = "1";
   if (body !== undefined) headers["content-type"] = "application/json";
+  if (raw !== undefined) headers["content-type"] = "application/octet-stream";
   let res: Response;
   try {
     res = await fetch(`/api/v1${path}`, {
       method,
       headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
       credentials: "same-origin",
     });
   } catch {
@@ -99,6 +101,11 @@ export const api = {
   /** Where the browser downloads the conversation (the session cookie goes with it). */
   exportUrl: (id: string, format: "jsonl" | "md") => `/api/v1/conversations/${id}/export?format=${format}`,
   changes: (id: string) => call<Changes>("GET", `/conversations/${id}/changes`),
+  upload: (id: string, path: string, file: Blob) =>
+    call<{ path: string; size: number }>("PUT", `/conversations/${id}/files${q({ path })}`, undefined, file),
+  /** Where the browser downloads one file, or the whole workspace (with the session cookie). */
+  rawUrl: (id: string, path: string) => `/api/v1/conversations/${id}/files/raw${q({ path })}`,
+  archiveUrl: (id: string) => `/api/v1/conversations/${id}/archive`,
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
 

@@ -70,6 +70,33 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await expect(page.getByTestId("file-content")).toContainText('print("hello from halyard")');
   await shot(page, "changes");
 
+  // A file downloaded as it is.
+  const files = page.getByRole("region", { name: "Files", exact: true });
+  const [one] = await Promise.all([page.waitForEvent("download"), files.getByRole("link", { name: "Download", exact: true }).click()]);
+  expect(one.suggestedFilename()).toBe("hello.py");
+  expect(readFileSync((await one.path())!, "utf8")).toBe('print("hello from halyard")\n');
+  // Uploaded by the picker, then by dropping a file on the list: each lands where the list is.
+  await files.getByRole("button", { name: "↑ Up" }).click();
+  await files.getByLabel("Upload files").setInputFiles({ name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from("picked by hand\n") });
+  await expect(files.getByRole("status")).toHaveText("Uploaded notes.txt");
+  await files.getByRole("button", { name: /notes\.txt/ }).click();
+  await expect(page.getByTestId("file-content")).toHaveText("picked by hand\n");
+  await files.getByRole("button", { name: "↑ Up" }).click();
+  const dropped = await page.evaluateHandle(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File(["dropped in\n"], "dropped.txt", { type: "text/plain" }));
+    return dt;
+  });
+  await files.dispatchEvent("drop", { dataTransfer: dropped });
+  await expect(files.getByRole("status")).toHaveText("Uploaded dropped.txt");
+  await files.getByRole("button", { name: /dropped\.txt/ }).click();
+  await expect(page.getByTestId("file-content")).toHaveText("dropped in\n");
+  // The whole workspace, as an archive.
+  const [archive] = await Promise.all([page.waitForEvent("download"), files.getByRole("link", { name: "Download workspace" }).click()]);
+  expect(archive.suggestedFilename()).toMatch(/^workspace-[0-9a-f-]{36}\.tar\.gz$/);
+  const gz = readFileSync((await archive.path())!);
+  expect([gz[0], gz[1]]).toEqual([0x1f, 0x8b]);
+
   // The title, renamed in place, live.
   await page.getByRole("tab", { name: "Chat" }).click();
   await page.locator(".title-button").click();

@@ -16,6 +16,7 @@ pub mod git_proxy;
 pub mod limits;
 pub mod mcp;
 pub mod shell;
+mod transfer;
 pub mod tunnel;
 pub mod workspace;
 
@@ -70,6 +71,9 @@ pub enum ExecutorError {
     /// A path inside the workspace where nothing is.
     #[error("{0}")]
     NotFound(String),
+    /// An upload over the size limit.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("executor failure: {0}")]
     Internal(String),
 }
@@ -88,6 +92,7 @@ impl IntoResponse for ExecutorError {
             Self::Busy(_) => (StatusCode::CONFLICT, "command_running"),
             Self::Outside(_) => (StatusCode::BAD_REQUEST, "path_outside_workspace"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = ErrorBody { error: ErrorDetail { code: code.into(), message: self.to_string() } };
@@ -159,6 +164,8 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
         // Looking is not activity: a user browsing files does not keep a sandbox awake.
         .route("/files", get(files))
+        .route("/files/raw", get(transfer::download).put(transfer::upload))
+        .route("/archive", get(transfer::archive))
         .route("/changes", get(changes))
         // An MCP server's open socket is not activity either: its calls come with the
         // agent's steps, which are.

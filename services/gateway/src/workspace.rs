@@ -1,5 +1,7 @@
 //! A conversation's workspace as its owner sees it: what changed (`GET
-//! /conversations/{id}/changes`) and its files (`GET /conversations/{id}/files?path=`), read by
+//! /conversations/{id}/changes`) and its files (`GET /conversations/{id}/files?path=`); one
+//! file's bytes down (`GET .../files/raw?path=`) or up (`PUT .../files?path=`, the raw body) and
+//! the whole workspace as a `tar.gz` (`GET .../archive`), streamed through; all read by
 //! the sandbox's own executor with the sandbox's session key, so they see exactly what the agent
 //! can, no more, and only inside the workspace (`path_outside_workspace` otherwise). The
 //! sandbox must be running; a paused one is not woken for a look.
@@ -12,6 +14,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_platform::keys;
+use halyard_protocol::executor::MAX_UPLOAD_BYTES;
 use halyard_protocol::system::AGENT_SERVER;
 use serde::Deserialize;
 use serde_json::Value;
@@ -39,6 +42,7 @@ fn executor_error(e: ExecutorError) -> ApiError {
         ExecutorError::Rejected { code, message, .. } if code == "not_found" => {
             ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", message)
         }
+        ExecutorError::Rejected { code, message, .. } if code == "file_too_large" => too_large(message),
         ExecutorError::Rejected { status, message, .. } if status < 500 && status != 401 => ApiError::bad_request("invalid_path", message),
         other => {
             tracing::warn!(error = %other, "the sandbox's executor failed");
@@ -93,4 +97,104 @@ pub async fn files(
     let exec = executor(&state, &user, &id)?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
     masked(&state, &user, serde_json::to_value(listing).map_err(ApiError::internal)?).await
+}
+
+fn too_large(why: impl std::fmt::Display) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        "file_too_large",
+        format!(
+            "{why}; files up to {} MiB can be uploaded (put larger ones in the repository, or fetch them from the sandbox)",
+            MAX_UPLOAD_BYTES >> 20
+        ),
+    )
+}
+
+/// A name for `Content-Disposition`: the path's last part, without what would break the header.
+fn attachment(path: &str) -> String {
+    let name = path.rsplit('/').find(|p| !p.is_empty()).unwrap_or("file");
+    let safe: String = name.chars().filter(|c| !c.is_control() && *c != '"' && *c != '\\').collect();
+    format!("attachment; filename=\"{safe}\"")
+}
+
+/// What the executor sends, streamed on with `headers`.
+fn streamed(resp: reqwest::Response, headers: Vec<(axum::http::HeaderName, String)>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let length = resp.content_length();
+    let mut response = axum::body::Body::from_stream(resp.bytes_stream()).into_response();
+    for (name, value) in headers.into_iter().chain(length.map(|l| (axum::http::header::CONTENT_LENGTH, l.to_string()))) {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, v);
+        }
+    }
+    response
+}
+
+/// `GET /conversations/{id}/files/raw?path=`: one file, as it is.
+pub async fn download(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
+    let Query(q) = query?;
+    let path = q.path.unwrap_or_default();
+    let resp = executor(&state, &user, &id)?.download(&path).await.map_err(executor_error)?;
+    let headers = vec![
+        (axum::http::header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (axum::http::header::CONTENT_DISPOSITION, attachment(&path)),
+    ];
+    Ok(streamed(resp, headers))
+}
+
+/// `GET /conversations/{id}/archive`: the whole workspace as a gzipped tar, made as it is sent.
+pub async fn archive(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+) -> Result<axum::response::Response, ApiError> {
+    let (conversation, _) = crate::routes::owned(&state, &user, &id)?;
+    let resp = executor(&state, &user, &id)?.archive().await.map_err(executor_error)?;
+    let headers = vec![
+        (axum::http::header::CONTENT_TYPE, "application/gzip".to_owned()),
+        (axum::http::header::CONTENT_DISPOSITION, format!("attachment; filename=\"workspace-{conversation}.tar.gz\"")),
+    ];
+    Ok(streamed(resp, headers))
+}
+
+/// `PUT /conversations/{id}/files?path=`: the raw body becomes the file (its directory must
+/// exist), streamed to the sandbox; over [`MAX_UPLOAD_BYTES`], 413 and nothing changes.
+pub async fn upload(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+    use futures::StreamExt;
+    let Query(q) = query?;
+    let path = q.path.filter(|p| !p.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid_query", "give the file's `path`"))?;
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
+        return Err(too_large("this file is too large"));
+    }
+    let client = executor(&state, &user, &id)?;
+    // Counted as it passes: a body longer than it said (or that said nothing) is cut off at the
+    // limit, and the sandbox discards what it got.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = seen.clone();
+    let limited = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        let total = counter.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::SeqCst) + chunk.len() as u64;
+        if total > MAX_UPLOAD_BYTES {
+            return Err(std::io::Error::other("over the upload limit"));
+        }
+        Ok(chunk)
+    });
+    match client.upload(&path, reqwest::Body::wrap_stream(limited)).await {
+        Ok(v) => Ok((axum::http::StatusCode::CREATED, Json(v))),
+        Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > MAX_UPLOAD_BYTES => Err(too_large("this file is too large")),
+        Err(e) => Err(executor_error(e)),
+    }
 }

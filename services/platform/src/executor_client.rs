@@ -119,6 +119,43 @@ impl ExecutorClient {
         self.send(self.http.get(format!("{}/changes", self.base)), Duration::from_secs(30)).await
     }
 
+    /// One file's bytes (`GET /files/raw`), for the caller to stream on.
+    pub async fn download(&self, path: &str) -> Result<reqwest::Response, ExecutorError> {
+        let path: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        self.open(self.http.get(format!("{}/files/raw?path={path}", self.base))).await
+    }
+
+    /// The workspace as a gzipped tar (`GET /archive`), for the caller to stream on.
+    pub async fn archive(&self) -> Result<reqwest::Response, ExecutorError> {
+        self.open(self.http.get(format!("{}/archive", self.base))).await
+    }
+
+    /// Writes `body` to the file at `path` (`PUT /files/raw`): its path in the workspace and size.
+    pub async fn upload(&self, path: &str, body: reqwest::Body) -> Result<serde_json::Value, ExecutorError> {
+        let path: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        let request = self.http.put(format!("{}/files/raw?path={path}", self.base)).body(body);
+        self.send(request, Duration::from_secs(3600)).await
+    }
+
+    /// Sends a request whose answer the caller streams: no timeout on the whole (a large file
+    /// takes what it takes), the executor's refusal as an error.
+    async fn open(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ExecutorError> {
+        let resp = request.header(SESSION_KEY_HEADER, &self.key).send().await.map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(Self::refusal(resp).await)
+    }
+
+    async fn refusal(resp: reqwest::Response) -> ExecutorError {
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => ExecutorError::Rejected { status, code: b.error.code, message: b.error.message },
+            Err(_) => ExecutorError::Rejected { status, code: "executor_error".into(), message: text },
+        }
+    }
+
     async fn post<Q: serde::Serialize, R: serde::de::DeserializeOwned>(
         &self,
         path: &str,
@@ -136,14 +173,9 @@ impl ExecutorClient {
             .send()
             .await
             .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
-        let status = resp.status().as_u16();
         if resp.status().is_success() {
             return resp.json().await.map_err(|e| ExecutorError::Unreachable(e.to_string()));
         }
-        let text = resp.text().await.unwrap_or_default();
-        match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(b) => Err(ExecutorError::Rejected { status, code: b.error.code, message: b.error.message }),
-            Err(_) => Err(ExecutorError::Rejected { status, code: "executor_error".into(), message: text }),
-        }
+        Err(Self::refusal(resp).await)
     }
 }

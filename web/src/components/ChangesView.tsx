@@ -1,7 +1,8 @@
 // What the agent changed (`GET /conversations/{id}/changes`: git's view in a repository, the
 // editor's record elsewhere) as diffs, and the workspace's files to browse (`GET
-// /conversations/{id}/files?path=`). Both are read from the running sandbox, so they refresh
-// when the agent acts and say so when the sandbox is not running.
+// /conversations/{id}/files?path=`), where files are downloaded, uploaded (picked or dropped
+// on the list) and the whole workspace is downloaded as an archive. All are read from the
+// running sandbox, so they refresh when the agent acts and say so when it is not running.
 
 import { useCallback, useEffect, useState } from "react";
 import { api, errorText } from "../api";
@@ -59,6 +60,27 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
   const [path, setPath] = useState("");
   const [files, setFiles] = useState<Files>();
   const [error, setError] = useState<string>();
+  const [uploaded, setUploaded] = useState(0);
+  const [note, setNote] = useState<string>();
+  const [dragging, setDragging] = useState(false);
+
+  // Into the directory on show (a file's own directory when a file is open).
+  const upload = async (list: FileList | null) => {
+    if (!list || list.length === 0) return;
+    const dir = files?.kind === "file" ? (path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "") : path;
+    const done: string[] = [];
+    for (const f of Array.from(list)) {
+      try {
+        const stored = await api.upload(id, dir ? `${dir}/${f.name}` : f.name, f);
+        done.push(stored.path);
+        setError(undefined);
+      } catch (e) {
+        setError(`${f.name}: ${errorText(e)}`);
+      }
+    }
+    if (done.length) setNote(`Uploaded ${done.join(", ")}`);
+    setUploaded((n) => n + 1);
+  };
 
   useEffect(() => {
     api.files(id, path).then(
@@ -68,18 +90,43 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
       },
       (e) => setError(errorText(e)),
     );
-  }, [id, path, version]);
+  }, [id, path, version, uploaded]);
 
   const parent = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
   const join = (name: string) => (path ? `${path}/${name}` : name);
 
   return (
-    <section aria-label="Files" className="files">
+    <section
+      aria-label="Files"
+      className={`files${dragging ? " dropping" : ""}`}
+      onDragOver={(e) => {
+        e.preventDefault();
+        setDragging(true);
+      }}
+      onDragLeave={() => setDragging(false)}
+      onDrop={(e) => {
+        e.preventDefault();
+        setDragging(false);
+        upload(e.dataTransfer.files);
+      }}
+    >
       <div className="section-head">
         <h2>Files</h2>
         <code className="path">/{path}</code>
+        <label className="button ghost">
+          Upload
+          <input type="file" multiple hidden aria-label="Upload files" onChange={(e) => (upload(e.target.files), (e.target.value = ""))} />
+        </label>
+        <a className="button ghost" href={api.archiveUrl(id)} download>
+          Download workspace
+        </a>
       </div>
       <ErrorText error={error} />
+      {note && (
+        <p className="muted small" role="status">
+          {note}
+        </p>
+      )}
       {path !== "" && (
         <button className="ghost" onClick={() => setPath(parent)}>
           ↑ Up
@@ -97,6 +144,11 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
           ))}
           {files.truncated && <li className="muted">The listing was cut at 5,000 entries.</li>}
         </ul>
+      )}
+      {files?.kind === "file" && (
+        <a className="button ghost" href={api.rawUrl(id, path)} download>
+          Download
+        </a>
       )}
       {files?.kind === "file" &&
         (files.binary ? (
