@@ -70,11 +70,28 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await expect(page.getByTestId("file-content")).toContainText('print("hello from halyard")');
   await shot(page, "changes");
 
-  // A file downloaded as it is.
+  // Edited in place and saved (Ctrl-S): the sandbox has the new text.
   const files = page.getByRole("region", { name: "Files", exact: true });
+  await files.getByRole("button", { name: "Edit" }).click();
+  const editor = page.getByLabel("Contents of hello.py");
+  await expect(editor).toContainText('print("hello from halyard")');
+  await editor.click();
+  await page.keyboard.press("ControlOrMeta+End");
+  await page.keyboard.type("# edited in the browser\n");
+  await expect(files.getByText("unsaved changes")).toBeVisible();
+  await page.keyboard.press("ControlOrMeta+s");
+  await expect(files.getByRole("status")).toHaveText("Saved");
+  const conv = page.url().match(/\/c\/([0-9a-f-]{36})/)![1];
+  const saved = await (await page.request.get(`/api/v1/conversations/${conv}/files?path=hello.py`)).json();
+  expect(saved.content).toBe('print("hello from halyard")\n# edited in the browser\n');
+  await files.getByRole("button", { name: "Close" }).click();
+  await expect(page.getByTestId("file-content")).toContainText("# edited in the browser");
+  await shot(page, "edited");
+
+  // A file downloaded as it is.
   const [one] = await Promise.all([page.waitForEvent("download"), files.getByRole("link", { name: "Download", exact: true }).click()]);
   expect(one.suggestedFilename()).toBe("hello.py");
-  expect(readFileSync((await one.path())!, "utf8")).toBe('print("hello from halyard")\n');
+  expect(readFileSync((await one.path())!, "utf8")).toBe('print("hello from halyard")\n# edited in the browser\n');
   // Uploaded by the picker, then by dropping a file on the list: each lands where the list is.
   await files.getByRole("button", { name: "↑ Up" }).click();
   await files.getByLabel("Upload files").setInputFiles({ name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from("picked by hand\n") });

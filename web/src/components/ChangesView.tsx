@@ -4,11 +4,13 @@
 // on the list) and the whole workspace is downloaded as an archive. All are read from the
 // running sandbox, so they refresh when the agent acts and say so when it is not running.
 
-import { useCallback, useEffect, useState } from "react";
+import { Suspense, lazy, useCallback, useEffect, useState } from "react";
 import { api, errorText } from "../api";
 import type { Changes, Files } from "../types";
 import { Diff, parseUnified } from "./Diff";
 import { ErrorText } from "./Status";
+
+const FileEditor = lazy(() => import("./FileEditor").then((m) => ({ default: m.FileEditor })));
 
 export function ChangesView({ id, version }: { id: string; version: number }) {
   const [changes, setChanges] = useState<Changes>();
@@ -63,6 +65,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
   const [uploaded, setUploaded] = useState(0);
   const [note, setNote] = useState<string>();
   const [dragging, setDragging] = useState(false);
+  const [editing, setEditing] = useState(false);
 
   // Into the directory on show (a file's own directory when a file is open).
   const upload = async (list: FileList | null) => {
@@ -91,6 +94,10 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
       (e) => setError(errorText(e)),
     );
   }, [id, path, version, uploaded]);
+  useEffect(() => setEditing(false), [path]);
+  // A file shown masked (a secret value in it) or cut at the size cap would be saved as shown:
+  // it is not edited here.
+  const editable = files?.kind === "file" && !files.binary && !files.truncated && !(files.content ?? "").includes("<secret:");
 
   const parent = path.includes("/") ? path.slice(0, path.lastIndexOf("/")) : "";
   const join = (name: string) => (path ? `${path}/${name}` : name);
@@ -146,11 +153,27 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
         </ul>
       )}
       {files?.kind === "file" && (
-        <a className="button ghost" href={api.rawUrl(id, path)} download>
-          Download
-        </a>
+        <div className="file-actions">
+          <a className="button ghost" href={api.rawUrl(id, path)} download>
+            Download
+          </a>
+          {editable && !editing && (
+            <button className="ghost" onClick={() => setEditing(true)}>
+              Edit
+            </button>
+          )}
+          {files.kind === "file" && !files.binary && !editable && (
+            <span className="muted small">Not editable here: the file is cut at the size cap or shows a masked secret.</span>
+          )}
+        </div>
+      )}
+      {files?.kind === "file" && editing && (
+        <Suspense fallback={<p className="muted">Loading the editor…</p>}>
+          <FileEditor id={id} path={path} content={files.content ?? ""} onSaved={() => setUploaded((n) => n + 1)} onClose={() => setEditing(false)} />
+        </Suspense>
       )}
       {files?.kind === "file" &&
+        !editing &&
         (files.binary ? (
           <p className="muted">A binary file of {files.size} bytes.</p>
         ) : (
