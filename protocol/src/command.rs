@@ -175,6 +175,12 @@ pub enum AgentCommand {
     Delete {
         conversation_id: ConversationId,
     },
+    /// The owner opened their own terminal in the conversation's sandbox: recorded in the log
+    /// (who and when; what they type is not). The envelope id doubles as the event id.
+    RecordTerminalOpened {
+        conversation_id: ConversationId,
+        by: crate::UserId,
+    },
 }
 
 impl AgentCommand {
@@ -189,6 +195,7 @@ impl AgentCommand {
             | Self::Reject { conversation_id, .. }
             | Self::SetConfirmationPolicy { conversation_id, .. }
             | Self::SetLlmProfile { conversation_id, .. }
+            | Self::RecordTerminalOpened { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -207,6 +214,7 @@ impl Payload for AgentCommand {
             Self::SetConfirmationPolicy { .. } => "cmd.agent.set_confirmation_policy",
             Self::SetLlmProfile { .. } => "cmd.agent.set_llm_profile",
             Self::Delete { .. } => "cmd.agent.delete",
+            Self::RecordTerminalOpened { .. } => "cmd.agent.record_terminal_opened",
         }
         .to_owned()
     }

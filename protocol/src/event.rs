@@ -285,6 +285,8 @@ pub enum EventBody {
     },
     /// The conversation's title was set.
     Title { title: String, set_by: TitleSource },
+    /// The owner opened their own terminal in the sandbox (what they typed is not recorded).
+    TerminalOpened { by: UserId },
 }
 
 impl EventBody {
@@ -306,6 +308,7 @@ impl EventBody {
             Self::SkillActivated { .. } => "skill_activated",
             Self::LlmProfile { .. } => "llm_profile",
             Self::McpServers { .. } => "mcp_servers",
+            Self::TerminalOpened { .. } => "terminal_opened",
         }
     }
 }

@@ -171,6 +171,7 @@ fn events_are_stable() {
         ),
         ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
+        ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
         (
             "event_mcp_servers",
             event(
@@ -505,6 +506,14 @@ fn commands_are_stable() {
         ),
     );
     check("cmd_agent_interrupt", env(8, "cmd.agent.interrupt", AgentCommand::Interrupt { conversation_id: ConversationId(id(1)) }));
+    check(
+        "cmd_agent_record_terminal_opened",
+        env(
+            15,
+            "cmd.agent.record_terminal_opened",
+            AgentCommand::RecordTerminalOpened { conversation_id: ConversationId(id(1)), by: UserId("alice".into()) },
+        ),
+    );
     check(
         "cmd_agent_user_message",
         env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }),

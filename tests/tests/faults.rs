@@ -211,6 +211,16 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             fire(&api, reqwest::Method::PUT, &format!("{path}/llm-profile"), json!({"profile": "other"})).await
         }
         "cmd.conversation.delete" | "cmd.agent.delete" => fire(&api, reqwest::Method::DELETE, &path, json!({})).await,
+        "cmd.agent.record_terminal_opened" => {
+            // The process may die before or after the socket opens: the record is on the bus.
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let url = format!("{}{path}/terminal/ws", api.base.replacen("http", "ws", 1));
+            let mut request = url.into_client_request().unwrap();
+            request.headers_mut().insert("authorization", format!("Bearer {}", api.key).parse().unwrap());
+            if let Ok((mut socket, _)) = tokio_tungstenite::connect_async(request).await {
+                let _ = socket.close(None).await;
+            }
+        }
         other => panic!("no case for {other}"),
     }
     d.crash(&fault);
@@ -272,6 +282,13 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             let events = api.events(&conv).await;
             assert_eq!(count(&events, |e| e["kind"] == "confirmation_policy"), 1, "{fault}: {}", all(&events));
         }
+        "cmd.agent.record_terminal_opened" => {
+            let opened = |e: &Value| e["kind"] == "terminal_opened";
+            api.wait_events(&conv, &format!("{fault}: the record"), |ev| count(ev, opened) >= 1).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let events = api.events(&conv).await;
+            assert_eq!(count(&events, opened), 1, "{fault}: {}", all(&events));
+        }
         "cmd.agent.set_llm_profile" => {
             api.wait_events(&conv, &format!("{fault}: the profile"), |ev| ev.iter().any(|e| e["kind"] == "llm_profile")).await;
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -326,6 +343,7 @@ macro_rules! every_kind {
             agent_set_confirmation_policy: "agent", "cmd.agent.set_confirmation_policy";
             agent_set_llm_profile: "agent", "cmd.agent.set_llm_profile";
             agent_delete: "agent", "cmd.agent.delete";
+            agent_record_terminal_opened: "agent", "cmd.agent.record_terminal_opened";
         }
     };
 }

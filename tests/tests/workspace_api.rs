@@ -197,3 +197,60 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     assert_eq!(resp.status(), 404);
     assert_eq!(http.get(format!("{base}/archive")).bearer_auth(BOB).send().await.unwrap().status(), 404);
 }
+
+#[tokio::test]
+async fn the_owner_types_in_a_terminal_of_their_own() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ready")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (conv, _) = alice.start_ready(json!({"message": "nothing much"})).await;
+    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let url = format!("{}/api/v1/conversations/{conv}/terminal/ws", alice.base.replacen("http", "ws", 1));
+    let open = |key: &str| {
+        let mut request = url.as_str().into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {key}").parse().unwrap());
+        tokio_tungstenite::connect_async(request)
+    };
+
+    // Another user cannot open it.
+    let refused = open(BOB).await.unwrap_err();
+    assert!(refused.to_string().contains("404"), "{refused}");
+
+    let (mut term, _) = open(ALICE).await.unwrap();
+    term.send(Message::Text(r#"{"type": "resize", "cols": 100, "rows": 30}"#.into())).await.unwrap();
+    // A real terminal: it has a tty, the size the client set, and a shell in the workspace.
+    term.send(Message::Binary(b"tty; stty size; pwd; echo typed-$((6*7))\r".to_vec().into())).await.unwrap();
+    let mut screen = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(screen.contains("typed-42") && screen.contains("30 100")) {
+        assert!(std::time::Instant::now() < deadline, "the terminal did not answer: {screen:?}");
+        match tokio::time::timeout(std::time::Duration::from_secs(5), term.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => screen.push_str(&String::from_utf8_lossy(&b)),
+            Ok(Some(Ok(Message::Text(t)))) => screen.push_str(t.as_str()),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("the terminal closed: {other:?}; screen so far: {screen:?}"),
+        }
+    }
+    assert!(screen.contains("/dev/pts/"), "no tty: {screen:?}");
+    assert!(screen.contains("/workspace"), "not in the workspace: {screen:?}");
+    // A full-screen program runs in it (top draws once and quits).
+    term.send(Message::Binary(b"top -b -n 1 | head -3\r".to_vec().into())).await.unwrap();
+    while !screen.contains("load average") {
+        assert!(std::time::Instant::now() < deadline, "top did not run: {screen:?}");
+        if let Ok(Some(Ok(Message::Binary(b)))) = tokio::time::timeout(std::time::Duration::from_secs(5), term.next()).await {
+            screen.push_str(&String::from_utf8_lossy(&b));
+        }
+    }
+    term.close(None).await.unwrap();
+
+    // The log says it was opened, by whom; not what was typed.
+    let events = alice.wait_events(&conv, "the record", |ev| ev.iter().any(|e| e["kind"] == "terminal_opened")).await;
+    let opened: Vec<_> = events.iter().filter(|e| e["kind"] == "terminal_opened").collect();
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    assert_eq!((opened[0]["by"].as_str(), opened[0]["source"].as_str()), (Some("alice"), Some("user")));
+    assert!(!serde_json::Value::Array(events).to_string().contains("typed-"), "keystrokes reached the log");
+}

@@ -158,6 +158,7 @@ export type HalyardEvent = EventBase &
     | { kind: "confirmation_policy"; policy: string }
     | { kind: "llm_profile"; profile?: string; model: string }
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
+    | { kind: "terminal_opened"; by: string }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;

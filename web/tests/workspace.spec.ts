@@ -53,11 +53,26 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   await expect(page.locator(".msg.agent strong")).toHaveText("hello from halyard");
   await shot(page, "conversation");
 
-  await page.getByRole("tab", { name: "Terminal" }).click();
+  await page.getByRole("tab", { name: "Commands" }).click();
   const term = page.getByTestId("terminal");
   await expect(term).toContainText("$ python3 hello.py");
   await expect(term).toContainText("hello from halyard");
   await shot(page, "terminal");
+
+  // The user's own terminal: typed into, answered, sized to its box.
+  await page.getByRole("tab", { name: "Terminal", exact: true }).click();
+  const mine = page.getByTestId("user-terminal");
+  await expect(page.getByText("Your own shell in the sandbox")).toBeVisible();
+  await mine.click();
+  await page.keyboard.type("echo typed-$((6*7)); stty size\n");
+  await expect(mine).toContainText("typed-42");
+  const cols = await mine.getAttribute("data-cols");
+  const rows = await mine.getAttribute("data-rows");
+  expect(Number(cols)).toBeGreaterThan(20);
+  await expect(mine).toContainText(`${rows} ${cols}`);
+  await shot(page, "user-terminal");
+  await page.getByRole("tab", { name: "Chat" }).click();
+  await expect(page.getByText("alice opened a terminal in the sandbox.")).toBeVisible();
 
   await page.getByRole("tab", { name: "Changes" }).click();
   const diff = page.getByTestId("file-diff").filter({ hasText: "hello.py" });
@@ -334,7 +349,9 @@ test("7. narrow, dark, keyboard only", async ({ page }) => {
   await expect(page.getByRole("tab", { name: "Chat" })).toHaveAttribute("aria-selected", "true");
   await page.getByRole("tab", { name: "Chat" }).focus();
   await page.keyboard.press("ArrowRight");
-  await expect(page.getByRole("tab", { name: "Terminal" })).toHaveAttribute("aria-selected", "true");
+  await expect(page.getByRole("tab", { name: "Terminal", exact: true })).toHaveAttribute("aria-selected", "true");
+  await page.keyboard.press("ArrowRight");
+  await expect(page.getByRole("tab", { name: "Commands" })).toHaveAttribute("aria-selected", "true");
   await expect(page.getByTestId("terminal")).toContainText("hello from halyard");
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
   await shot(page, "narrow-dark-terminal");

@@ -106,7 +106,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
                     .collect();
                 format!("MCP SERVERS: {}", each.join(", "))
             }
-            EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } => continue,
+            EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } | EventBody::TerminalOpened { .. } => continue,
         };
         out.push_str(&line);
         out.push('\n');

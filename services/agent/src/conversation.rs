@@ -387,6 +387,20 @@ impl ConvState {
                 drop(log);
                 delivery.ack().await;
             }
+            AgentCommand::RecordTerminalOpened { by, .. } => {
+                let id = EventId(cmd_id.0);
+                let mut log = log.lock().await;
+                // Once, however often the command is handed out.
+                if !log.history.seen.contains(&id) {
+                    if let Err(e) = log.append(id, EventSource::User, EventBody::TerminalOpened { by }, trace).await {
+                        drop(log);
+                        delivery.retry(Duration::from_millis(500), &e.to_string()).await;
+                        return;
+                    }
+                }
+                drop(log);
+                delivery.ack().await;
+            }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
                     let _ = run.cancel.send(true);

@@ -228,7 +228,7 @@ impl History {
                 self.status_reason.clone_from(reason);
                 self.status_seq = ev.seq;
             }
-            EventBody::AgentError { .. } | EventBody::Title { .. } => {}
+            EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }
     }
 

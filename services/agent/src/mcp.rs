@@ -20,7 +20,7 @@ use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::net;
 use halyard_protocol::event::McpServerStatus;
-use halyard_protocol::executor::{McpStdioSpawn, SESSION_KEY_HEADER};
+use halyard_protocol::executor::McpStdioSpawn;
 use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers, ValuePart};
 use halyard_protocol::{ConversationId, UserId, subjects};
 use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents, Tool};
@@ -29,7 +29,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceExt, transport::IntoTransport};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::Ctx;
 use crate::tools::ToolOutcome;
@@ -297,11 +297,7 @@ async fn stdio_socket(
     spawn: McpStdioSpawn,
     closed: Arc<Mutex<Option<String>>>,
 ) -> Result<impl rmcp::transport::Transport<RoleClient> + use<>, String> {
-    let url = format!("{}/mcp/stdio", exec.base().replacen("http", "ws", 1));
-    let mut request = url.as_str().into_client_request().map_err(|e| e.to_string())?;
-    let key = exec.session_key().parse().map_err(|_| "the session key is no header value".to_owned())?;
-    request.headers_mut().insert(SESSION_KEY_HEADER, key);
-    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| format!("the sandbox refused: {e}"))?;
+    let mut socket = exec.socket("/mcp/stdio").await.map_err(|e| format!("the sandbox refused: {e}"))?;
     let first = serde_json::to_string(&spawn).map_err(|e| e.to_string())?;
     socket.send(Message::Text(first.into())).await.map_err(|e| format!("the sandbox refused: {e}"))?;
     let (sink, stream) = socket.split();

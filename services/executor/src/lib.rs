@@ -15,6 +15,7 @@ pub mod editor;
 pub mod git_proxy;
 pub mod limits;
 pub mod mcp;
+mod pty;
 pub mod shell;
 mod transfer;
 pub mod tunnel;
@@ -170,10 +171,25 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // An MCP server's open socket is not activity either: its calls come with the
         // agent's steps, which are.
         .route("/mcp/stdio", get(mcp_stdio))
+        // The user's own terminal counts as activity while it is open (below), not per request.
+        .route("/terminal/ws", get(terminal))
         .route("/git/proxy", get(git_proxy))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
+}
+
+async fn terminal(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+    let env = state.git.as_ref().map(|g| g.shell_env()).unwrap_or_default();
+    let workspace = state.config.workspace.clone();
+    let activity = state.activity.clone();
+    ws.on_upgrade(move |socket| async move {
+        // A user at a terminal is using the sandbox: no idle pause while one is open.
+        activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        pty::bridge(socket, workspace, env).await;
+        activity.last_end_ms.store(activity.started.elapsed().as_millis() as u64, Ordering::SeqCst);
+        activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+    })
 }
 
 async fn git_proxy(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {

@@ -137,6 +137,7 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::Title { title, .. } => format!("\n*Title: {title}*\n"),
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
+        EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),
         EventBody::ConfirmationPolicy { .. }
         | EventBody::SkillActivated { .. }
         | EventBody::McpServers { .. }

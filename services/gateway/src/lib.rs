@@ -27,6 +27,7 @@ pub mod session;
 pub mod settings;
 pub mod starts;
 pub mod store;
+pub mod terminal;
 pub mod tickets;
 pub mod user_store;
 pub mod web;
@@ -142,6 +143,7 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/files", get(workspace::files).put(workspace::upload))
         .route("/conversations/{id}/files/raw", get(workspace::download))
         .route("/conversations/{id}/archive", get(workspace::archive))
+        .route("/conversations/{id}/terminal/ws", get(terminal::terminal_ws))
         .route("/conversations/{id}/apps/{name}", post(apps::open))
         .route("/conversations/{id}/events", get(routes::list_events))
         .route("/conversations/{id}/events/count", get(routes::count_events))

@@ -240,7 +240,7 @@ pub struct MessageBody {
     pub text: String,
 }
 
-async fn agent_command(state: &AppState, id: ConversationId, cmd: AgentCommand) -> Result<String, ApiError> {
+pub async fn agent_command(state: &AppState, id: ConversationId, cmd: AgentCommand) -> Result<String, ApiError> {
     let mut env = Envelope::new(cmd, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::agent_command(id), &env).await?;

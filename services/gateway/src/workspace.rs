@@ -25,7 +25,7 @@ use crate::error::ApiError;
 use crate::routes::running_sandbox;
 
 /// The executor of the conversation's sandbox, if it runs.
-fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
+pub fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
     let (sandbox_id, sandbox) = running_sandbox(state, user, id, "look into its workspace")?;
     let url = sandbox.url_of(AGENT_SERVER).ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
     Ok(ExecutorClient::new(state.http.clone(), url, keys::session_key(&state.config.secret, sandbox_id)))

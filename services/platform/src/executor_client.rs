@@ -6,6 +6,12 @@ use std::time::Duration;
 
 use halyard_protocol::executor::{EditRequest, EditResponse, ErrorBody, ExecRequest, ExecResponse, Health, RotateKey, SESSION_KEY_HEADER};
 
+/// A message on an executor socket.
+pub use tokio_tungstenite::tungstenite::Message as SocketMessage;
+
+/// A socket to the executor.
+pub type ExecutorSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
 /// Why an executor call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
@@ -117,6 +123,18 @@ impl ExecutorClient {
     /// What changed in the workspace (`git status`/`git diff`, or the editor's record).
     pub async fn changes(&self) -> Result<halyard_protocol::executor::ChangesResponse, ExecutorError> {
         self.send(self.http.get(format!("{}/changes", self.base)), Duration::from_secs(30)).await
+    }
+
+    /// Opens one of the executor's sockets (`/git/proxy`, `/mcp/stdio`, `/terminal/ws`) with
+    /// the session key.
+    pub async fn socket(&self, path: &str) -> Result<ExecutorSocket, ExecutorError> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = format!("{}{path}", self.base.replacen("http", "ws", 1));
+        let mut request = url.into_client_request().map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        let key = self.key.parse().map_err(|_| ExecutorError::Unreachable("the session key is no header value".into()))?;
+        request.headers_mut().insert(SESSION_KEY_HEADER, key);
+        let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        Ok(socket)
     }
 
     /// One file's bytes (`GET /files/raw`), for the caller to stream on.

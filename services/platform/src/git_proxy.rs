@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::{SinkExt, StreamExt};
-use halyard_protocol::executor::{GitProxyFrame, SESSION_KEY_HEADER};
+use halyard_protocol::executor::GitProxyFrame;
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{UserId, subjects};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::executor_client::ExecutorClient;
 use crate::net::url_host;
@@ -142,12 +142,7 @@ impl Drop for Serving {
 /// uses the proxy for them; serving goes on until the handle is dropped. Requests leave through
 /// an outbound client allowed the address classes in `allow`.
 pub async fn serve(exec: &ExecutorClient, remotes: Vec<Remote>, allow: &[String]) -> Result<Serving, String> {
-    let url = format!("{}/git/proxy", exec.base().replacen("http", "ws", 1));
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-    let key = exec.session_key().parse().map_err(|_| "the session key is no header value".to_owned())?;
-    request.headers_mut().insert(SESSION_KEY_HEADER, key);
-    let (mut socket, _) =
-        tokio_tungstenite::connect_async(request).await.map_err(|e| format!("the sandbox's git proxy cannot be reached: {e}"))?;
+    let mut socket = exec.socket("/git/proxy").await.map_err(|e| format!("the sandbox's git proxy cannot be reached: {e}"))?;
     let hello = GitProxyFrame::Remotes { urls: remotes.iter().map(|r| r.url.clone()).collect() };
     socket.send(Message::Text(serde_json::to_string(&hello).map_err(|e| e.to_string())?.into())).await.map_err(|e| e.to_string())?;
     let ready = tokio::time::timeout(READY_TIMEOUT, async {

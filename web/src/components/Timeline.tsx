@@ -53,6 +53,9 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "condensation":
         items.push({ type: "note", seq: e.seq, text: `Earlier steps (${e.from_seq}–${e.upto_seq}) summarized for the model.` });
         break;
+      case "terminal_opened":
+        items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
+        break;
       case "skill_activated":
         items.push({ type: "note", seq: e.seq, text: `Skill ${e.name} activated by “${e.trigger}”.` });
         break;

@@ -1,6 +1,6 @@
 // One conversation: its start (the start task's phases, live, until READY), its title (editable
-// in place), its execution status with pause, resume and interrupt, and four tabs: the chat, the
-// terminal, the changes and the served apps.
+// in place), its execution status with pause, resume and interrupt, and five tabs: the chat, the
+// user's own terminal, the agent's commands, the changes and files, and the served apps.
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { api, errorText } from "../api";
@@ -25,8 +25,9 @@ const PHASES = [
 
 // xterm is most of the bundle and only the Terminal tab needs it: it loads when that tab opens.
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
+const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Terminal", "Changes", "Apps"] as const;
+const TABS = ["Chat", "Terminal", "Commands", "Changes", "Apps"] as const;
 type Tab = (typeof TABS)[number];
 
 export function ConversationPage({ id }: { id: string }) {
@@ -208,6 +209,11 @@ export function ConversationPage({ id }: { id: string }) {
               </>
             )}
             {tab === "Terminal" && (
+              <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
+                <UserTerminal id={id} dark={dark} />
+              </Suspense>
+            )}
+            {tab === "Commands" && (
               <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
                 <TerminalView events={events} dark={dark} />
               </Suspense>
