@@ -41,6 +41,10 @@ fn terminal(command: &str) -> Reply {
 
 /// The agent's steps for each task the specs ask for.
 fn script(request: &Value) -> Reply {
+    // A call without tools is an LLM profile's Test: it answers in words.
+    if request["tools"].as_array().is_none_or(Vec::is_empty) {
+        return Reply::Text("OK".into());
+    }
     let (text, step) = turn(request);
     let text = text.to_lowercase();
     if text.contains("hello.py") {
@@ -230,6 +234,24 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
     playwright(h, "tests/workspace.spec.ts", 10, env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_set_up_everything_without_curl() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(script);
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_WEB_DIR", &web.display().to_string())
+            // The profile the spec adds points at the scripted LLM on this machine.
+            .set("HALYARD_LLM_PROFILE_ALLOW", "loopback"),
+    );
+    let env = vec![("HALYARD_LLM_URL", llm.base_url.clone())];
+    let (_, h) = playwright(h, "tests/settings.spec.ts", 7, env).await;
+    // Nothing the spec typed as a secret reached the log.
+    assert!(!h.log().contains("s3cr3t-value-xyz") && !h.log().contains("sk-profile-secret"), "a secret value was logged");
 }
 
 /// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is

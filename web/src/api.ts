@@ -33,7 +33,7 @@ export function setSignedOutHandler(f: () => void) {
 }
 
 /** One API call: `body` goes as JSON, `raw` (a file) as it is. */
-async function call<T>(method: string, path: string, body?: unknown, raw?: Blob): Promise<T> {
+export async function call<T>(method: string, path: string, body?: unknown, raw?: Blob): Promise<T> {
   const headers: Record<string, string> = { accept: "application/json" };
   if (method !== "GET") headers["x-halyard-csrf"] = "1";
   if (body !== undefined) headers["content-type"] = "application/json";

@@ -14,6 +14,7 @@ import { NewConversation } from "./pages/NewConversation";
 import { ConversationPage } from "./pages/ConversationPage";
 import { Webhooks } from "./pages/Webhooks";
 import { Sandboxes } from "./pages/Sandboxes";
+import { Settings } from "./pages/Settings";
 
 type Theme = "light" | "dark";
 
@@ -60,6 +61,7 @@ function App() {
   else if (pathname === "/new") page = <NewConversation />;
   else if (pathname === "/webhooks") page = <Webhooks />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
+  else if (pathname === "/settings") page = <Settings />;
   else page = <ConversationList />;
 
   const nav = (href: string, label: string) => (
@@ -77,6 +79,7 @@ function App() {
           {nav("/", "Conversations")}
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
+          {nav("/settings", "Settings")}
         </nav>
         <span className="spacer" />
         <button

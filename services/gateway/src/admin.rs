@@ -1,4 +1,5 @@
-//! `/api/v1/admin`: users and API keys, for administrators; and `/api/v1/me`, who a key is.
+//! `/api/v1/admin`: users and API keys, for administrators; `/api/v1/me`, who a key is; and
+//! `/api/v1/me/keys`, a user's own API keys (made, listed, revoked by themselves).
 //! Every change is stored in the accounts bucket (see [`crate::accounts`]) and leaves an audit
 //! record on `halyard.sys.audit.<user|key>`. An issued key is shown once, in the answer that
 //! issues it; only its salted hash is kept.
@@ -19,7 +20,7 @@ use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
 use crate::accounts::Principal;
-use crate::auth::{Admin, Recent};
+use crate::auth::{Admin, Recent, User};
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
@@ -199,6 +200,17 @@ pub async fn create_key(
     if !state.accounts.exists(&name) {
         return Err(ApiError::not_found("user"));
     }
+    issue_key(&state, &actor, client, &name, body).await
+}
+
+/// Issues a key of `name`'s, shown in this one answer; audited as `actor`'s doing.
+async fn issue_key(
+    state: &AppState,
+    actor: &UserId,
+    client: SocketAddr,
+    name: &str,
+    body: CreateKeyBody,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     let scope = match body.scope.as_deref() {
         None | Some("full") => KeyScope::Full,
         Some("read_only") => KeyScope::ReadOnly,
@@ -221,7 +233,7 @@ pub async fn create_key(
     let salt = keys::random_secret();
     let record = ApiKeyRecord {
         id: id.clone(),
-        user: UserId(name.clone()),
+        user: UserId(name.to_owned()),
         name: label,
         hash: keys::api_key_hash(&salt, &secret),
         salt,
@@ -234,10 +246,47 @@ pub async fn create_key(
         verified_ms: None,
     };
     state.accounts.put_key(record.clone()).await.map_err(store_err)?;
-    audit(&state, &actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;
+    audit(state, actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;
     let mut out = key_json(&record);
     out["key"] = key.into();
     Ok((StatusCode::CREATED, Json(out)))
+}
+
+/// `GET /me/keys`: the user's own API keys (not the sessions of the web workspace).
+pub async fn my_keys(State(state): State<AppState>, User(user): User) -> Json<Value> {
+    let items: Vec<Value> = state.accounts.keys_of(&user.0).iter().filter(|k| !k.session).map(key_json).collect();
+    Json(json!({ "items": items }))
+}
+
+/// `POST /me/keys`: a new key of the user's own, shown this once. As with an administrator's,
+/// the caller must have proved who they are recently (a stolen session cannot mint a key that
+/// outlives it).
+pub async fn create_my_key(
+    State(state): State<AppState>,
+    User(user): User,
+    _: Recent,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    ApiJson(body): ApiJson<CreateKeyBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let name = user.0.clone();
+    issue_key(&state, &user, client, &name, body).await
+}
+
+/// `DELETE /me/keys/{id}`: revokes one of the user's own keys, at once on every gateway.
+pub async fn revoke_my_key(
+    State(state): State<AppState>,
+    User(user): User,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    // Another user's key is as absent as one that does not exist.
+    let mut record = state.accounts.key(&id).filter(|k| k.user == user && !k.session).ok_or_else(|| ApiError::not_found("key"))?;
+    if record.revoked_ms.is_none() {
+        record.revoked_ms = Some(now_ms());
+        state.accounts.put_key(record.clone()).await.map_err(store_err)?;
+        audit(&state, &user, client, "key", "key.revoke", &id, Some(format!("user={}", record.user.0))).await;
+    }
+    Ok(Json(key_json(&record)))
 }
 
 /// `DELETE /admin/keys/{id}`: revokes a key, at once on every gateway.

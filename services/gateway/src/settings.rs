@@ -236,3 +236,46 @@ pub async fn delete_profile(State(state): State<AppState>, User(user): User, Pat
     user_store::remove_named(&state, &key, |s: &mut UserLlmProfiles| &mut s.profiles, &name, "LLM profile").await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// `POST /llm-profiles/{name}/test`: one small real call through the profile, as a
+/// conversation would make it; the answer or the error in words. 200 either way: the result is
+/// what was asked for.
+pub async fn test_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    use halyard_platform::llm::{ChatMessage, LlmClient, ProfileTarget};
+    let stored = profiles(&state, &user).await?;
+    let p = stored.profiles.get(&name).ok_or_else(|| ApiError::not_found("LLM profile"))?;
+    let api_key = match &p.api_key_sealed {
+        Some(sealed) => state.vault.open(&vault::llm_key_slot(&user.0, &name), sealed).map_err(|e| {
+            tracing::error!(user = %user, profile = %name, error = %e, "cannot open a profile's key");
+            ApiError::conflict("llm_key_unreadable", "this profile's API key cannot be read; store it again")
+        })?,
+        None => String::new(),
+    };
+    let target = ProfileTarget {
+        provider: p.provider.clone(),
+        base_url: p.base_url.clone(),
+        model: p.model.clone(),
+        api_key,
+        temperature: p.temperature,
+        max_output_tokens: Some(p.max_output_tokens.unwrap_or(16).min(16)),
+        context_window: p.context_window,
+    };
+    let client = LlmClient::new(state.config.llm.clone())
+        .and_then(|base| base.for_profile(target, &state.config.llm.profile_allow))
+        .map_err(|e| ApiError::bad_request("invalid_llm_profile", e.to_string()))?;
+    let messages = [
+        ChatMessage::text("system", "This is a connectivity check of an LLM profile."),
+        ChatMessage::text("user", "Answer with the single word OK."),
+    ];
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), client.complete(&messages, &[])).await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    Ok(Json(match outcome {
+        Ok(Ok(c)) => {
+            let answer: String = c.content.unwrap_or_default().trim().chars().take(200).collect();
+            json!({"ok": true, "model": p.model, "answer": answer, "latency_ms": latency_ms})
+        }
+        Ok(Err(e)) => json!({"ok": false, "model": p.model, "error": e.to_string(), "latency_ms": latency_ms}),
+        Err(_) => json!({"ok": false, "model": p.model, "error": "no answer within 30 s", "latency_ms": latency_ms}),
+    }))
+}

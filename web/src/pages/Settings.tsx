@@ -1,0 +1,540 @@
+// Settings: everything a user sets up, in sections — LLM profiles (with a Test that makes one
+// real call), secrets (write-only: a value is sent, never shown), git providers (with the
+// repositories their token reaches), MCP servers, defaults for new conversations, and the
+// user's own API keys (a new key is shown once). Each section creates, edits and deletes through
+// the same API a script would use. A change that needs a recent sign-in asks for the API key
+// again (`POST /session/step-up`) and is then made.
+
+import { cloneElement, useEffect, useId, useState, type FormEvent, type ReactElement, type ReactNode } from "react";
+import { ApiError, call, errorText } from "../api";
+import { ErrorText } from "../components/Status";
+
+type Row = Record<string, unknown> & { name: string };
+const str = (v: unknown) => (v === undefined || v === null ? "" : String(v));
+const enc = encodeURIComponent;
+
+/** Runs a change; a `step_up_required` answer asks for the key, then runs it again. */
+function useChange(reload: () => void) {
+  const [error, setError] = useState<string>();
+  const [stepUp, setStepUp] = useState<() => Promise<unknown>>();
+  const run = async (f: () => Promise<unknown>) => {
+    try {
+      await f();
+      setError(undefined);
+      reload();
+      return true;
+    } catch (e) {
+      if (e instanceof ApiError && e.code === "step_up_required") setStepUp(() => f);
+      else setError(errorText(e));
+      return false;
+    }
+  };
+  const prompt = stepUp && (
+    <StepUp
+      onDone={async (key) => {
+        try {
+          await call("POST", "/session/step-up", { api_key: key });
+          const f = stepUp;
+          setStepUp(undefined);
+          await run(f);
+        } catch (e) {
+          setError(errorText(e));
+        }
+      }}
+      onCancel={() => setStepUp(undefined)}
+    />
+  );
+  return { error, run, prompt, setError };
+}
+
+function StepUp({ onDone, onCancel }: { onDone: (key: string) => void; onCancel: () => void }) {
+  const [key, setKey] = useState("");
+  return (
+    <form
+      className="card step-up"
+      aria-label="Confirm it is you"
+      onSubmit={(e) => {
+        e.preventDefault();
+        onDone(key);
+      }}
+    >
+      <p>This change needs a recent sign-in. Enter your API key to go on.</p>
+      <Field label="API key">
+        <input type="password" value={key} onChange={(e) => setKey(e.target.value)} autoComplete="off" required />
+      </Field>
+      <button type="submit">Confirm</button>
+      <button type="button" className="ghost" onClick={onCancel}>
+        Cancel
+      </button>
+    </form>
+  );
+}
+
+/** A labelled control: the label names the control alone (not its options). */
+function Field({ label, children }: { label: string; children: ReactElement<{ id?: string }> }) {
+  const id = useId();
+  return (
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
+      {cloneElement(children, { id })}
+    </div>
+  );
+}
+
+function useList(path: string) {
+  const [items, setItems] = useState<Row[]>([]);
+  const [loadError, setLoadError] = useState<string>();
+  const reload = () =>
+    call<{ items: Row[] }>("GET", path).then(
+      (r) => (setItems(r.items), setLoadError(undefined)),
+      (e) => setLoadError(errorText(e)),
+    );
+  useEffect(() => {
+    reload();
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [path]);
+  return { items, loadError, reload };
+}
+
+function Section({ id, title, children }: { id: string; title: string; children: ReactNode }) {
+  return (
+    <section className="card settings-section" aria-labelledby={`h-${id}`} id={id}>
+      <h2 id={`h-${id}`}>{title}</h2>
+      {children}
+    </section>
+  );
+}
+
+function DeleteButton({ what, onDelete }: { what: string; onDelete: () => void }) {
+  const [asking, setAsking] = useState(false);
+  return asking ? (
+    <span role="group" aria-label={`Confirm deleting ${what}`}>
+      <button className="danger" onClick={onDelete}>
+        Delete
+      </button>
+      <button className="ghost" onClick={() => setAsking(false)}>
+        Keep
+      </button>
+    </span>
+  ) : (
+    <button className="ghost" aria-label={`Delete ${what}`} onClick={() => setAsking(true)}>
+      Delete
+    </button>
+  );
+}
+
+function Profiles() {
+  const { items, loadError, reload } = useList("/llm-profiles");
+  const { error, run, prompt } = useChange(reload);
+  const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "" };
+  const [form, setForm] = useState(empty);
+  const [editing, setEditing] = useState(false);
+  const [tested, setTested] = useState<Record<string, string>>({});
+  const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const body: Record<string, string> = { provider: form.provider, base_url: form.base_url.trim(), model: form.model.trim() };
+    // Write-only: an empty field keeps the stored key.
+    if (form.api_key) body.api_key = form.api_key;
+    if (await run(() => call("PUT", `/llm-profiles/${enc(form.name.trim())}`, body))) (setForm(empty), setEditing(false));
+  };
+  const test = async (name: string) => {
+    setTested({ ...tested, [name]: "Testing…" });
+    try {
+      const r = await call<{ ok: boolean; answer?: string; error?: string; latency_ms: number }>("POST", `/llm-profiles/${enc(name)}/test`);
+      const said = r.ok ? `Answered “${r.answer}” in ${r.latency_ms} ms.` : `Failed: ${r.error}`;
+      setTested((t) => ({ ...t, [name]: said }));
+    } catch (e) {
+      setTested((t) => ({ ...t, [name]: `Failed: ${errorText(e)}` }));
+    }
+  };
+  return (
+    <Section id="llm-profiles" title="LLM profiles">
+      <ul className="settings-list" aria-label="Your LLM profiles">
+        {items.map((p) => (
+          <li key={p.name}>
+            <strong>{p.name}</strong> <span className="muted">{str(p.provider)} · {str(p.model)} · {str(p.base_url)}</span>
+            {p.has_api_key ? <span className="badge">key stored</span> : <span className="badge">no key</span>}
+            <button className="ghost" onClick={() => test(p.name)}>
+              Test
+            </button>
+            <button
+              className="ghost"
+              onClick={() => (setForm({ name: p.name, provider: str(p.provider), base_url: str(p.base_url), model: str(p.model), api_key: "" }), setEditing(true))}
+            >
+              Edit
+            </button>
+            <DeleteButton what={`LLM profile ${p.name}`} onDelete={() => run(() => call("DELETE", `/llm-profiles/${enc(p.name)}`))} />
+            {tested[p.name] && (
+              <p className="small" role="status" data-testid={`test-${p.name}`}>
+                {tested[p.name]}
+              </p>
+            )}
+          </li>
+        ))}
+        {items.length === 0 && <li className="muted">None yet: conversations use the operator's LLM.</li>}
+      </ul>
+      <form onSubmit={save} className="settings-form" aria-label={editing ? `Edit LLM profile ${form.name}` : "New LLM profile"}>
+        <Field label="Name">
+          <input value={form.name} onChange={set("name")} readOnly={editing} required pattern="[A-Za-z0-9_-]+" />
+        </Field>
+        <Field label="Provider">
+          <select value={form.provider} onChange={set("provider")}>
+            <option value="openai">OpenAI-compatible</option>
+            <option value="anthropic">Anthropic</option>
+          </select>
+        </Field>
+        <Field label="Base URL">
+          <input value={form.base_url} onChange={set("base_url")} placeholder="https://api.openai.com/v1" required />
+        </Field>
+        <Field label="Model">
+          <input value={form.model} onChange={set("model")} placeholder="gpt-4o" required />
+        </Field>
+        <Field label="API key">
+          <input type="password" value={form.api_key} onChange={set("api_key")} autoComplete="off" placeholder={editing ? "leave empty to keep the stored key" : ""} />
+        </Field>
+        <button type="submit">{editing ? "Save profile" : "Add profile"}</button>
+        {editing && (
+          <button type="button" className="ghost" onClick={() => (setForm(empty), setEditing(false))}>
+            Cancel
+          </button>
+        )}
+      </form>
+      {prompt}
+      <ErrorText error={error ?? loadError} />
+    </Section>
+  );
+}
+
+function Secrets() {
+  const { items, loadError, reload } = useList("/secrets");
+  const { error, run, prompt } = useChange(reload);
+  const [name, setName] = useState("");
+  const [value, setValue] = useState("");
+  const [description, setDescription] = useState("");
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const ok = await run(() => call("PUT", `/secrets/${enc(name.trim())}`, { value, description: description.trim() || undefined }));
+    // The value leaves the page as soon as it is stored.
+    if (ok) (setName(""), setValue(""), setDescription(""));
+  };
+  return (
+    <Section id="secrets" title="Secrets">
+      <p className="muted small">
+        Each secret reaches your conversations' shells as an environment variable of its name, and is masked wherever it could
+        show. Values are write-only: this page never shows one.
+      </p>
+      <ul className="settings-list" aria-label="Your secrets">
+        {items.map((s) => (
+          <li key={s.name}>
+            <code>{s.name}</code> <span className="muted">{str(s.description)}</span>
+            <button className="ghost" onClick={() => (setName(s.name), setDescription(str(s.description)), setValue(""))}>
+              Replace
+            </button>
+            <DeleteButton what={`secret ${s.name}`} onDelete={() => run(() => call("DELETE", `/secrets/${enc(s.name)}`))} />
+          </li>
+        ))}
+        {items.length === 0 && <li className="muted">No secrets yet.</li>}
+      </ul>
+      <form onSubmit={save} className="settings-form" aria-label="Store a secret">
+        <Field label="Name">
+          <input value={name} onChange={(e) => setName(e.target.value)} placeholder="API_TOKEN" required />
+        </Field>
+        <Field label="Value">
+          <input type="password" value={value} onChange={(e) => setValue(e.target.value)} autoComplete="off" required />
+        </Field>
+        <Field label="Description">
+          <input value={description} onChange={(e) => setDescription(e.target.value)} />
+        </Field>
+        <button type="submit">Store secret</button>
+      </form>
+      {prompt}
+      <ErrorText error={error ?? loadError} />
+    </Section>
+  );
+}
+
+function GitProviders() {
+  const { items, loadError, reload } = useList("/git-providers");
+  const { error, run, prompt } = useChange(reload);
+  const empty = { name: "", kind: "github", host: "", username: "", token: "" };
+  const [form, setForm] = useState(empty);
+  const [repos, setRepos] = useState<Record<string, string>>({});
+  const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const body: Record<string, string> = { kind: form.kind };
+    if (form.host.trim()) body.host = form.host.trim();
+    if (form.username.trim()) body.username = form.username.trim();
+    if (form.token) body.token = form.token;
+    if (await run(() => call("PUT", `/git-providers/${enc(form.name.trim())}`, body))) setForm(empty);
+  };
+  const list = async (name: string) => {
+    setRepos((r) => ({ ...r, [name]: "Asking the provider…" }));
+    try {
+      const r = await call<{ items: { full_name: string }[]; errors: { message: string }[] }>("GET", `/repositories?provider=${enc(name)}`);
+      const said = r.errors.length
+        ? `Failed: ${r.errors.map((e) => e.message).join("; ")}`
+        : r.items.length
+          ? r.items.map((i) => i.full_name).join(", ")
+          : "The token reaches no repository.";
+      setRepos((x) => ({ ...x, [name]: said }));
+    } catch (e) {
+      setRepos((x) => ({ ...x, [name]: `Failed: ${errorText(e)}` }));
+    }
+  };
+  return (
+    <Section id="git-providers" title="Git providers">
+      <ul className="settings-list" aria-label="Your git providers">
+        {items.map((g) => (
+          <li key={g.name}>
+            <strong>{g.name}</strong> <span className="muted">{str(g.kind)} · {str(g.host)}</span>
+            <button className="ghost" onClick={() => list(g.name)}>
+              Repositories
+            </button>
+            <button className="ghost" onClick={() => setForm({ name: g.name, kind: str(g.kind), host: str(g.host), username: str(g.username), token: "" })}>
+              Edit
+            </button>
+            <DeleteButton what={`git provider ${g.name}`} onDelete={() => run(() => call("DELETE", `/git-providers/${enc(g.name)}`))} />
+            {repos[g.name] && (
+              <p className="small" role="status" data-testid={`repos-${g.name}`}>
+                {repos[g.name]}
+              </p>
+            )}
+          </li>
+        ))}
+        {items.length === 0 && <li className="muted">None yet: conversations clone public repositories only.</li>}
+      </ul>
+      <form onSubmit={save} className="settings-form" aria-label="Add or change a git provider">
+        <Field label="Name">
+          <input value={form.name} onChange={set("name")} required />
+        </Field>
+        <Field label="Kind">
+          <select value={form.kind} onChange={set("kind")}>
+            <option value="github">GitHub</option>
+            <option value="gitlab">GitLab</option>
+            <option value="generic">Other git host</option>
+          </select>
+        </Field>
+        <Field label="Host">
+          <input value={form.host} onChange={set("host")} placeholder="github.com" />
+        </Field>
+        <Field label="Username">
+          <input value={form.username} onChange={set("username")} />
+        </Field>
+        <Field label="Token">
+          <input type="password" value={form.token} onChange={set("token")} autoComplete="off" placeholder="leave empty to keep the stored token" />
+        </Field>
+        <button type="submit">Save provider</button>
+      </form>
+      {prompt}
+      <ErrorText error={error ?? loadError} />
+    </Section>
+  );
+}
+
+function McpServers() {
+  const { items, loadError, reload } = useList("/mcp-servers");
+  const { error, run, prompt } = useChange(reload);
+  const empty = { name: "", transport: "stdio", command: "", url: "" };
+  const [form, setForm] = useState(empty);
+  const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const body = form.transport === "stdio" ? { transport: "stdio", command: form.command } : { transport: "http", url: form.url.trim() };
+    if (await run(() => call("PUT", `/mcp-servers/${enc(form.name.trim())}`, body))) setForm(empty);
+  };
+  return (
+    <Section id="mcp-servers" title="MCP servers">
+      <ul className="settings-list" aria-label="Your MCP servers">
+        {items.map((m) => (
+          <li key={m.name}>
+            <strong>{m.name}</strong> <span className="muted">{str(m.transport)} · {str(m.command ?? m.url)}</span>
+            <button className="ghost" onClick={() => setForm({ name: m.name, transport: str(m.transport), command: str(m.command), url: str(m.url) })}>
+              Edit
+            </button>
+            <DeleteButton what={`MCP server ${m.name}`} onDelete={() => run(() => call("DELETE", `/mcp-servers/${enc(m.name)}`))} />
+          </li>
+        ))}
+        {items.length === 0 && <li className="muted">None yet.</li>}
+      </ul>
+      <form onSubmit={save} className="settings-form" aria-label="Add or change an MCP server">
+        <Field label="Name">
+          <input value={form.name} onChange={set("name")} required />
+        </Field>
+        <Field label="Transport">
+          <select value={form.transport} onChange={set("transport")}>
+            <option value="stdio">A command in the sandbox (stdio)</option>
+            <option value="http">A server on the network (HTTP)</option>
+          </select>
+        </Field>
+        {form.transport === "stdio" ? (
+          <Field label="Command">
+            <input value={form.command} onChange={set("command")} placeholder="/opt/halyard-mcp/bin/mcp-server-time" required />
+          </Field>
+        ) : (
+          <Field label="URL">
+            <input value={form.url} onChange={set("url")} placeholder="https://mcp.example.com/mcp" required />
+          </Field>
+        )}
+        <button type="submit">Save server</button>
+      </form>
+      {prompt}
+      <ErrorText error={error ?? loadError} />
+    </Section>
+  );
+}
+
+function Defaults() {
+  const profiles = useList("/llm-profiles");
+  const [form, setForm] = useState({ llm_profile: "", confirmation_policy: "never", max_budget_usd: "", max_iterations: "" });
+  const [saved, setSaved] = useState<string>();
+  // What the page does not show is sent back as it was: the API replaces the whole settings.
+  const [kept, setKept] = useState<Record<string, unknown>>({});
+  const load = () =>
+    call<Record<string, unknown>>("GET", "/settings").then((s) => {
+      setKept({ max_tokens: s.max_tokens ?? null, sandbox_spec: s.sandbox_spec ?? null });
+      setForm({
+        llm_profile: str(s.llm_profile),
+        confirmation_policy: str(s.confirmation_policy) || "never",
+        max_budget_usd: str(s.max_budget_usd),
+        max_iterations: str(s.max_iterations),
+      });
+    });
+  const { error, run, prompt } = useChange(() => {});
+  useEffect(() => {
+    load();
+  }, []);
+  const set = (k: keyof typeof form) => (e: { target: { value: string } }) => (setForm({ ...form, [k]: e.target.value }), setSaved(undefined));
+  const save = async (e: FormEvent) => {
+    e.preventDefault();
+    const body = {
+      ...kept,
+      llm_profile: form.llm_profile || null,
+      confirmation_policy: form.confirmation_policy,
+      max_budget_usd: form.max_budget_usd ? Number(form.max_budget_usd) : null,
+      max_iterations: form.max_iterations ? Number(form.max_iterations) : null,
+    };
+    if (await run(() => call("PUT", "/settings", body))) setSaved("Saved.");
+  };
+  return (
+    <Section id="defaults" title="Defaults">
+      <form onSubmit={save} className="settings-form" aria-label="Defaults for new conversations">
+        <Field label="LLM profile">
+          <select value={form.llm_profile} onChange={set("llm_profile")}>
+            <option value="">The operator's LLM</option>
+            {profiles.items.map((p) => (
+              <option key={p.name} value={p.name}>
+                {p.name}
+              </option>
+            ))}
+          </select>
+        </Field>
+        <Field label="Confirmation policy">
+          <select value={form.confirmation_policy} onChange={set("confirmation_policy")}>
+            <option value="never">Never ask</option>
+            <option value="risky">Ask for high-risk actions</option>
+            <option value="always">Ask for every action</option>
+          </select>
+        </Field>
+        <Field label="Budget per conversation (USD)">
+          <input type="number" min="0" step="0.01" value={form.max_budget_usd} onChange={set("max_budget_usd")} />
+        </Field>
+        <Field label="Most steps per run">
+          <input type="number" min="1" step="1" value={form.max_iterations} onChange={set("max_iterations")} />
+        </Field>
+        <button type="submit">Save defaults</button>
+        {saved && (
+          <span className="muted small" role="status">
+            {saved}
+          </span>
+        )}
+      </form>
+      {prompt}
+      <ErrorText error={error} />
+    </Section>
+  );
+}
+
+function ApiKeys() {
+  const { items, loadError, reload } = useList("/me/keys");
+  const { error, run, prompt } = useChange(reload);
+  const [name, setName] = useState("");
+  const [scope, setScope] = useState("full");
+  const [shown, setShown] = useState<string>();
+  const create = async (e: FormEvent) => {
+    e.preventDefault();
+    await run(async () => {
+      const made = await call<{ key: string }>("POST", "/me/keys", { name: name.trim(), scope });
+      setShown(made.key);
+      setName("");
+    });
+  };
+  const live = items.filter((k) => !k.revoked_at);
+  return (
+    <Section id="api-keys" title="API keys">
+      {shown && (
+        <div className="card secret" role="status">
+          <p>The new key, shown this once: copy it now.</p>
+          <code data-testid="new-key">{shown}</code>
+          <button className="ghost" onClick={() => navigator.clipboard?.writeText(shown)}>
+            Copy
+          </button>
+          <button className="ghost" onClick={() => setShown(undefined)}>
+            Done
+          </button>
+        </div>
+      )}
+      <ul className="settings-list" aria-label="Your API keys">
+        {live.map((k) => (
+          <li key={str(k.id)}>
+            <strong>{k.name || "(unnamed)"}</strong> <span className="muted">{str(k.scope)} · made {str(k.created_at).slice(0, 10)}</span>
+            <DeleteButton what={`API key ${k.name || k.id}`} onDelete={() => run(() => call("DELETE", `/me/keys/${enc(str(k.id))}`))} />
+          </li>
+        ))}
+      </ul>
+      <form onSubmit={create} className="settings-form" aria-label="New API key">
+        <Field label="Key name">
+          <input value={name} onChange={(e) => setName(e.target.value)} placeholder="laptop" required />
+        </Field>
+        <Field label="Scope">
+          <select value={scope} onChange={(e) => setScope(e.target.value)}>
+            <option value="full">Full</option>
+            <option value="read_only">Read only</option>
+          </select>
+        </Field>
+        <button type="submit">Create key</button>
+      </form>
+      {prompt}
+      <ErrorText error={error ?? loadError} />
+    </Section>
+  );
+}
+
+export function Settings() {
+  return (
+    <section className="page settings">
+      <h1>Settings</h1>
+      <nav aria-label="Settings sections" className="settings-nav">
+        {[
+          ["llm-profiles", "LLM profiles"],
+          ["secrets", "Secrets"],
+          ["git-providers", "Git providers"],
+          ["mcp-servers", "MCP servers"],
+          ["defaults", "Defaults"],
+          ["api-keys", "API keys"],
+        ].map(([id, label]) => (
+          <a key={id} href={`#${id}`}>
+            {label}
+          </a>
+        ))}
+      </nav>
+      <Profiles />
+      <Secrets />
+      <GitProviders />
+      <McpServers />
+      <Defaults />
+      <ApiKeys />
+    </section>
+  );
+}

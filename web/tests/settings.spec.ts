@@ -1,0 +1,187 @@
+// The settings as a person sets them up, in Chromium, against a real Halyard and a scripted LLM
+// (tests/tests/browser.rs starts both): every section creates, edits and deletes, a secret's or
+// a key's value is never shown back, a profile's Test makes a real call, a new API key works
+// once made and stops working when revoked. The tests run in order, in one signed-in page each.
+
+import { expect, test, type Page } from "@playwright/test";
+
+const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
+const shot = (page: Page, name: string) => page.screenshot({ path: `test-results/screenshots/${name}.png`, fullPage: true });
+
+async function settings(page: Page) {
+  await page.goto("/");
+  await page.getByLabel("API key").fill(ALICE);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  await page.getByRole("link", { name: "Settings" }).click();
+  await expect(page.getByRole("heading", { name: "Settings", level: 1 })).toBeVisible();
+}
+
+const section = (page: Page, name: string) => page.getByRole("region", { name, exact: true });
+
+test("1. an LLM profile: added with a key never shown, tested with a real call, edited, deleted", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "LLM profiles");
+  const form = s.getByRole("form", { name: "New LLM profile" });
+  await form.getByLabel("Name", { exact: true }).fill("scripted");
+  await form.getByLabel("Base URL").fill(process.env.HALYARD_LLM_URL!);
+  await form.getByLabel("Model").fill("scripted-model");
+  await form.getByLabel("API key").fill("sk-profile-secret");
+  await form.getByRole("button", { name: "Add profile" }).click();
+  const row = s.getByRole("listitem").filter({ hasText: "scripted" });
+  await expect(row).toContainText("scripted-model");
+  await expect(row).toContainText("key stored");
+  await expect(form.getByLabel("API key")).toHaveValue("");
+  expect(await page.content()).not.toContain("sk-profile-secret");
+
+  await row.getByRole("button", { name: "Test" }).click();
+  await expect(s.getByTestId("test-scripted")).toContainText("Answered “OK”");
+
+  // A profile whose server is not there says so in words.
+  await form.getByLabel("Name", { exact: true }).fill("nowhere");
+  await form.getByLabel("Base URL").fill("http://127.0.0.1:9/v1");
+  await form.getByLabel("Model").fill("none");
+  await form.getByRole("button", { name: "Add profile" }).click();
+  await s.getByRole("listitem").filter({ hasText: "nowhere" }).getByRole("button", { name: "Test" }).click();
+  await expect(s.getByTestId("test-nowhere")).toContainText("Failed:");
+
+  await row.getByRole("button", { name: "Edit" }).click();
+  const edit = s.getByRole("form", { name: "Edit LLM profile scripted" });
+  await expect(edit.getByLabel("Name")).toHaveValue("scripted");
+  await edit.getByLabel("Model").fill("scripted-model-2");
+  await edit.getByRole("button", { name: "Save profile" }).click();
+  await expect(row).toContainText("scripted-model-2");
+  // The key was kept: the field was left empty.
+  await expect(row).toContainText("key stored");
+  await shot(page, "settings-profiles");
+
+  const gone = s.getByRole("listitem").filter({ hasText: "nowhere" });
+  await gone.getByRole("button", { name: "Delete LLM profile nowhere" }).click();
+  await gone.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(s.getByRole("listitem").filter({ hasText: "nowhere" })).toHaveCount(0);
+});
+
+test("2. a secret: stored, never shown, replaced, deleted", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "Secrets");
+  const form = s.getByRole("form", { name: "Store a secret" });
+  await form.getByLabel("Name", { exact: true }).fill("API_TOKEN");
+  await form.getByLabel("Value").fill("s3cr3t-value-xyz");
+  await form.getByLabel("Description").fill("the test API");
+  await form.getByRole("button", { name: "Store secret" }).click();
+  const row = s.getByRole("listitem").filter({ hasText: "API_TOKEN" });
+  await expect(row).toContainText("the test API");
+  await expect(form.getByLabel("Value")).toHaveValue("");
+  expect(await page.content()).not.toContain("s3cr3t-value-xyz");
+  await page.reload();
+  await expect(row).toBeVisible();
+  expect(await page.content()).not.toContain("s3cr3t-value-xyz");
+
+  await row.getByRole("button", { name: "Replace" }).click();
+  await expect(form.getByLabel("Name", { exact: true })).toHaveValue("API_TOKEN");
+  await expect(form.getByLabel("Value")).toHaveValue("");
+  await form.getByLabel("Value").fill("an0ther-value-123");
+  await form.getByLabel("Description").fill("replaced");
+  await form.getByRole("button", { name: "Store secret" }).click();
+  await expect(row).toContainText("replaced");
+  expect(await page.content()).not.toContain("an0ther-value-123");
+  await shot(page, "settings-secrets");
+
+  await row.getByRole("button", { name: "Delete secret API_TOKEN" }).click();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(s.getByRole("listitem").filter({ hasText: "API_TOKEN" })).toHaveCount(0);
+});
+
+test("3. a git provider: added with a token never shown, edited, deleted", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "Git providers");
+  const form = s.getByRole("form", { name: "Add or change a git provider" });
+  await form.getByLabel("Name", { exact: true }).fill("forge");
+  await form.getByLabel("Kind", { exact: true }).selectOption("generic");
+  await form.getByLabel("Host", { exact: true }).fill("git.example.com");
+  await form.getByLabel("Token", { exact: true }).fill("tok-never-shown-42");
+  await form.getByRole("button", { name: "Save provider" }).click();
+  const row = s.getByRole("listitem").filter({ hasText: "forge" });
+  await expect(row).toContainText("git.example.com");
+  expect(await page.content()).not.toContain("tok-never-shown-42");
+  await row.getByRole("button", { name: "Edit" }).click();
+  await form.getByLabel("Host", { exact: true }).fill("git2.example.com");
+  await form.getByRole("button", { name: "Save provider" }).click();
+  await expect(row).toContainText("git2.example.com");
+  await row.getByRole("button", { name: "Delete git provider forge" }).click();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(s.getByRole("listitem").filter({ hasText: "forge" })).toHaveCount(0);
+});
+
+test("4. an MCP server: added, edited, deleted", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "MCP servers");
+  const form = s.getByRole("form", { name: "Add or change an MCP server" });
+  await form.getByLabel("Name", { exact: true }).fill("time");
+  await form.getByLabel("Command", { exact: true }).fill("/opt/halyard-mcp/bin/mcp-server-time");
+  await form.getByRole("button", { name: "Save server" }).click();
+  const row = s.getByRole("listitem").filter({ hasText: "time" });
+  await expect(row).toContainText("mcp-server-time");
+  await row.getByRole("button", { name: "Edit" }).click();
+  await form.getByLabel("Transport", { exact: true }).selectOption("http");
+  await form.getByLabel("URL", { exact: true }).fill("https://mcp.example.com/mcp");
+  await form.getByRole("button", { name: "Save server" }).click();
+  await expect(row).toContainText("https://mcp.example.com/mcp");
+  await row.getByRole("button", { name: "Delete MCP server time" }).click();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(s.getByRole("listitem").filter({ hasText: "time" })).toHaveCount(0);
+});
+
+test("5. defaults: saved and kept", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "Defaults");
+  await s.getByLabel("LLM profile").selectOption("scripted");
+  await s.getByLabel("Confirmation policy").selectOption("risky");
+  await s.getByLabel("Most steps per run").fill("40");
+  await s.getByRole("button", { name: "Save defaults" }).click();
+  await expect(s.getByRole("status")).toHaveText("Saved.");
+  await page.reload();
+  await expect(s.getByLabel("LLM profile")).toHaveValue("scripted");
+  await expect(s.getByLabel("Confirmation policy")).toHaveValue("risky");
+  await expect(s.getByLabel("Most steps per run")).toHaveValue("40");
+  // The API says the same.
+  const saved = await (await page.request.get("/api/v1/settings")).json();
+  expect([saved.llm_profile, saved.confirmation_policy, saved.max_iterations]).toEqual(["scripted", "risky", 40]);
+});
+
+test("6. an API key of one's own: made and shown once, used, revoked", async ({ page, playwright }) => {
+  await settings(page);
+  const s = section(page, "API keys");
+  const form = s.getByRole("form", { name: "New API key" });
+  await form.getByLabel("Key name").fill("laptop");
+  await form.getByRole("button", { name: "Create key" }).click();
+  const key = (await s.getByTestId("new-key").textContent())!;
+  expect(key.length).toBeGreaterThan(20);
+  const row = s.getByRole("listitem").filter({ hasText: "laptop" });
+  await expect(row).toContainText("full");
+  // It works as a key, from outside the browser.
+  const outside = await playwright.request.newContext({ baseURL: process.env.HALYARD_URL });
+  const me = await outside.get("/api/v1/me", { headers: { authorization: `Bearer ${key}` } });
+  expect(me.status()).toBe(200);
+  expect((await me.json()).user).toBe("alice");
+  await s.getByRole("button", { name: "Done" }).click();
+  await expect(s.getByTestId("new-key")).toHaveCount(0);
+  await page.reload();
+  expect(await page.content()).not.toContain(key);
+  await shot(page, "settings-keys");
+
+  await row.getByRole("button", { name: "Delete API key laptop" }).click();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(s.getByRole("listitem").filter({ hasText: "laptop" })).toHaveCount(0);
+  expect((await outside.get("/api/v1/me", { headers: { authorization: `Bearer ${key}` } })).status()).toBe(401);
+});
+
+test("7. every field has a label a screen reader reads", async ({ page }) => {
+  await settings(page);
+  const unlabelled = await page.evaluate(() =>
+    Array.from(document.querySelectorAll("main input, main select, main textarea, .settings input, .settings select"))
+      .filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute("aria-label"))
+      .map((el) => el.outerHTML),
+  );
+  expect(unlabelled).toEqual([]);
+});
