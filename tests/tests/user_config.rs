@@ -365,6 +365,15 @@ async fn the_repository_picker_lists_what_each_users_token_reaches() {
     assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {GH_TOKEN}"))), "{:?}", github.seen());
     assert!(!found.to_string().contains(GH_TOKEN));
 
+    // One repository's branches, for the branch picker, and the default among them.
+    let (s, b) = alice.get("/api/v1/repositories/branches?provider=work&repository=alice/halyard").await;
+    assert_eq!((s, b["default_branch"].as_str()), (200, Some("main")), "{b}");
+    assert!(b["branches"].as_array().unwrap().iter().any(|x| x["name"] == "main"), "{b}");
+    let (s, e) = alice.get("/api/v1/repositories/branches?provider=nope&repository=alice/halyard").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_git_provider")), "{e}");
+    let (s, e) = alice.get("/api/v1/repositories/branches?provider=work&repository=..").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+
     // A token the forge refuses is named in `errors`, with what to do; Bob sees none of Alice's.
     let bobs = json!({"kind": "github", "host": github.host, "api_url": github.api_url, "token": "ghp_wrong-one"});
     assert_eq!(bob.call(Method::PUT, "/api/v1/git-providers/work", Some(bobs)).await.0, 201);

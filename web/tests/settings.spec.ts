@@ -185,3 +185,38 @@ test("7. every field has a label a screen reader reads", async ({ page }) => {
   );
   expect(unlabelled).toEqual([]);
 });
+
+test("8. a new conversation picks a repository the token reaches, its branch and a profile", async ({ page }) => {
+  await settings(page);
+  const s = section(page, "Git providers");
+  const form = s.getByRole("form", { name: "Add or change a git provider" });
+  await form.getByLabel("Name", { exact: true }).fill("work");
+  await form.getByLabel("Kind", { exact: true }).selectOption("github");
+  await form.getByLabel("Host", { exact: true }).fill(process.env.HALYARD_GITHUB_HOST!);
+  await form.getByLabel("API URL", { exact: true }).fill(process.env.HALYARD_GITHUB_API!);
+  await form.getByLabel("Token", { exact: true }).fill(process.env.HALYARD_GITHUB_TOKEN!);
+  await form.getByRole("button", { name: "Save provider" }).click();
+  const row = s.getByRole("listitem").filter({ hasText: "work" });
+  await row.getByRole("button", { name: "Repositories" }).click();
+  await expect(s.getByTestId("repos-work")).toHaveText("alice/halyard, alice/dotfiles");
+
+  await page.getByRole("link", { name: "Conversations" }).click();
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill("look at the repository");
+  await page.getByLabel("URL").fill("halyard");
+  const clone = `http://${process.env.HALYARD_GITHUB_HOST}/alice/halyard.git`;
+  await expect(page.getByTestId("repo-choices").locator("option")).toHaveCount(1);
+  await expect(page.getByTestId("repo-choices").locator("option")).toHaveAttribute("value", clone);
+  await page.getByLabel("URL").fill(clone);
+  // Its branches, the default filled in.
+  await expect(page.getByLabel("Branch")).toHaveValue("main");
+  await expect(page.getByTestId("branch-choices").locator("option")).toHaveAttribute("value", "main");
+  await page.getByLabel("LLM").selectOption("scripted");
+  const started = page.waitForRequest((r) => r.url().endsWith("/api/v1/conversations") && r.method() === "POST");
+  await page.getByRole("button", { name: "Start" }).click();
+  expect((await started).postDataJSON()).toMatchObject({
+    message: "look at the repository",
+    repository: { url: clone, branch: "main" },
+    llm_profile: "scripted",
+  });
+});

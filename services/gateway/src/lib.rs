@@ -136,6 +136,7 @@ pub fn app(state: AppState) -> Router {
         .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
         .route("/mcp-servers", get(mcp_servers::list))
         .route("/repositories", get(repositories::list))
+        .route("/repositories/branches", get(repositories::branches))
         .route("/mcp-servers/{name}", get(mcp_servers::get_one).put(mcp_servers::put).delete(mcp_servers::delete))
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))

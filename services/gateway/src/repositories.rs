@@ -1,6 +1,8 @@
 //! `GET /api/v1/repositories?q=`: the repositories the user's git providers' tokens reach, for
 //! the UI's repository picker. Every provider with a repository API is asked at once; one that
-//! fails is named in `errors` with what to do, and the others still answer.
+//! fails is named in `errors` with what to do, and the others still answer. And
+//! `GET /api/v1/repositories/branches?provider=&repository=`: one repository's branches and
+//! which is the default, for the branch picker.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -72,4 +74,38 @@ pub async fn list(
         }
     }
     Ok(Json(json!({"items": items, "errors": errors})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BranchesQuery {
+    pub provider: String,
+    /// `owner/name` (GitLab: `group/subgroup/name`).
+    pub repository: String,
+}
+
+/// `GET /repositories/branches`.
+pub async fn branches(
+    State(state): State<AppState>,
+    User(user): User,
+    query: Result<Query<BranchesQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    let full_name = query.repository.trim().trim_matches('/').trim_end_matches(".git").to_owned();
+    if full_name.is_empty() || full_name.len() > 300 || !full_name.contains('/') || full_name.split('/').any(|p| p.is_empty() || p == "..")
+    {
+        return Err(ApiError::bad_request("invalid_field", "`repository` is the repository's `owner/name`"));
+    }
+    let (stored, _) = user_store::load::<UserGitProviders>(&state, &subjects::user_git_key(&user)).await?;
+    let provider = stored.providers.get(&query.provider).ok_or_else(|| {
+        ApiError::bad_request(
+            "unknown_git_provider",
+            format!("you have no git provider {:?} (see GET /api/v1/git-providers)", query.provider),
+        )
+    })?;
+    let token = state.vault.open(&vault::git_token_slot(&user.0, &query.provider), &provider.token_sealed).map_err(|_| {
+        ApiError::conflict("git_token_unreadable", format!("the token of git provider `{}` cannot be read; store it again", query.provider))
+    })?;
+    let target = forge::Target { allow: &state.config.gateway.git_api_allow, provider, token: &token, full_name: &full_name };
+    forge::branches(target).await.map(Json).map_err(|e| ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "forge_error", e.to_string()))
 }

@@ -1,8 +1,9 @@
-// Start a conversation: a message, optionally a repository and a sandbox spec. The start task
-// itself is followed on the conversation's page.
+// Start a conversation: a message, optionally a repository (picked from what the user's git
+// providers reach, with its branches, or any URL typed in), an LLM profile and a sandbox spec.
+// The start task itself is followed on the conversation's page.
 
 import { useEffect, useState, type FormEvent } from "react";
-import { api, errorText } from "../api";
+import { api, call, errorText } from "../api";
 import { navigate } from "../router";
 import { ErrorText } from "../components/Status";
 
@@ -14,13 +15,51 @@ export function NewConversation() {
   const [specs, setSpecs] = useState<string[]>([]);
   const [error, setError] = useState<string>();
   const [busy, setBusy] = useState(false);
+  const [profile, setProfile] = useState("");
+  const [profiles, setProfiles] = useState<string[]>([]);
+  const [repos, setRepos] = useState<Repo[]>([]);
+  const [branches, setBranches] = useState<string[]>([]);
 
   useEffect(() => {
     api.specs().then(
       (s) => setSpecs(s.items.map((i) => i.name)),
       () => setSpecs([]),
     );
+    call<{ items: { name: string }[] }>("GET", "/llm-profiles").then(
+      (r) => setProfiles(r.items.map((p) => p.name)),
+      () => {},
+    );
   }, []);
+
+  // What the user's git providers reach, narrowed by what is typed (asked for after a pause).
+  useEffect(() => {
+    const t = window.setTimeout(() => {
+      const words = repo.includes("://") ? "" : repo.trim();
+      call<{ items: Repo[] }>("GET", `/repositories?q=${encodeURIComponent(words)}`).then(
+        (r) => setRepos(r.items),
+        () => setRepos([]),
+      );
+    }, 250);
+    return () => window.clearTimeout(t);
+  }, [repo]);
+
+  // A repository picked from the list: its branches, the default one filled in.
+  const picked = repos.find((r) => r.clone_url === repo.trim());
+  useEffect(() => {
+    setBranches([]);
+    if (!picked) return;
+    call<{ default_branch?: string; branches: { name: string }[] }>(
+      "GET",
+      `/repositories/branches?provider=${encodeURIComponent(picked.provider)}&repository=${encodeURIComponent(picked.full_name)}`,
+    ).then(
+      (b) => {
+        setBranches(b.branches.map((x) => x.name));
+        setBranch((current) => current || b.default_branch || "");
+      },
+      () => {},
+    );
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [picked?.clone_url]);
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
@@ -31,6 +70,7 @@ export function NewConversation() {
         message: message.trim(),
         repository: repo.trim() ? { url: repo.trim(), branch: branch.trim() || undefined } : undefined,
         sandbox_spec: spec || undefined,
+        llm_profile: profile || undefined,
       });
       navigate(`/c/${task.conversation_id}?task=${task.id}`);
     } catch (err) {
@@ -58,10 +98,33 @@ export function NewConversation() {
         <fieldset>
           <legend>Repository (optional)</legend>
           <label htmlFor="repo">URL</label>
-          <input id="repo" value={repo} onChange={(e) => setRepo(e.target.value)} placeholder="https://github.com/you/project" />
+          <input id="repo" list="repo-choices" value={repo} onChange={(e) => setRepo(e.target.value)} placeholder="https://github.com/you/project" />
+          <datalist id="repo-choices" data-testid="repo-choices">
+            {repos.map((r) => (
+              <option key={`${r.provider}/${r.full_name}`} value={r.clone_url}>
+                {r.full_name}
+              </option>
+            ))}
+          </datalist>
           <label htmlFor="branch">Branch</label>
-          <input id="branch" value={branch} onChange={(e) => setBranch(e.target.value)} placeholder="main" />
+          <input id="branch" list="branch-choices" value={branch} onChange={(e) => setBranch(e.target.value)} placeholder="main" />
+          <datalist id="branch-choices" data-testid="branch-choices">
+            {branches.map((b) => (
+              <option key={b} value={b} />
+            ))}
+          </datalist>
         </fieldset>
+        {profiles.length > 0 && (
+          <>
+            <label htmlFor="profile">LLM</label>
+            <select id="profile" value={profile} onChange={(e) => setProfile(e.target.value)}>
+              <option value="">Your default</option>
+              {profiles.map((p) => (
+                <option key={p}>{p}</option>
+              ))}
+            </select>
+          </>
+        )}
         {specs.length > 0 && (
           <>
             <label htmlFor="spec">Sandbox</label>
@@ -81,3 +144,5 @@ export function NewConversation() {
     </section>
   );
 }
+
+type Repo = { provider: string; full_name: string; clone_url: string; default_branch?: string };

@@ -257,7 +257,7 @@ function Secrets() {
 function GitProviders() {
   const { items, loadError, reload } = useList("/git-providers");
   const { error, run, prompt } = useChange(reload);
-  const empty = { name: "", kind: "github", host: "", username: "", token: "" };
+  const empty = { name: "", kind: "github", host: "", api_url: "", username: "", token: "" };
   const [form, setForm] = useState(empty);
   const [repos, setRepos] = useState<Record<string, string>>({});
   const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
@@ -266,6 +266,7 @@ function GitProviders() {
     const body: Record<string, string> = { kind: form.kind };
     if (form.host.trim()) body.host = form.host.trim();
     if (form.username.trim()) body.username = form.username.trim();
+    if (form.api_url.trim()) body.api_url = form.api_url.trim();
     if (form.token) body.token = form.token;
     if (await run(() => call("PUT", `/git-providers/${enc(form.name.trim())}`, body))) setForm(empty);
   };
@@ -292,7 +293,10 @@ function GitProviders() {
             <button className="ghost" onClick={() => list(g.name)}>
               Repositories
             </button>
-            <button className="ghost" onClick={() => setForm({ name: g.name, kind: str(g.kind), host: str(g.host), username: str(g.username), token: "" })}>
+            <button
+              className="ghost"
+              onClick={() => setForm({ name: g.name, kind: str(g.kind), host: str(g.host), api_url: "", username: str(g.username), token: "" })}
+            >
               Edit
             </button>
             <DeleteButton what={`git provider ${g.name}`} onDelete={() => run(() => call("DELETE", `/git-providers/${enc(g.name)}`))} />
@@ -318,6 +322,9 @@ function GitProviders() {
         </Field>
         <Field label="Host">
           <input value={form.host} onChange={set("host")} placeholder="github.com" />
+        </Field>
+        <Field label="API URL">
+          <input value={form.api_url} onChange={set("api_url")} placeholder="for GitHub Enterprise: https://host/api/v3" />
         </Field>
         <Field label="Username">
           <input value={form.username} onChange={set("username")} />
