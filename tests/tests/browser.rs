@@ -248,7 +248,8 @@ async fn the_settings_set_up_everything_without_curl() {
             // The profile the spec adds points at the scripted LLM on this machine, and its git
             // provider at the scripted GitHub.
             .set("HALYARD_LLM_PROFILE_ALLOW", "loopback")
-            .set("HALYARD_GIT_API_ALLOW", "loopback"),
+            .set("HALYARD_GIT_API_ALLOW", "loopback")
+            .set("HALYARD_ADMINS", "alice"),
     );
     let github = halyard_tests::GithubServer::start("ghp_picker-token-0042", &["alice/halyard", "alice/dotfiles"]).await;
     let env = vec![
@@ -257,7 +258,7 @@ async fn the_settings_set_up_everything_without_curl() {
         ("HALYARD_GITHUB_API", github.api_url.clone()),
         ("HALYARD_GITHUB_TOKEN", "ghp_picker-token-0042".to_owned()),
     ];
-    let (_, h) = playwright(h, "tests/settings.spec.ts", 8, env).await;
+    let (_, h) = playwright(h, "tests/settings.spec.ts", 9, env).await;
     // Nothing the spec typed as a secret reached the log.
     assert!(!h.log().contains("s3cr3t-value-xyz") && !h.log().contains("sk-profile-secret"), "a secret value was logged");
 }

@@ -15,6 +15,7 @@ import { ConversationPage } from "./pages/ConversationPage";
 import { Webhooks } from "./pages/Webhooks";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
+import { Admin } from "./pages/Admin";
 
 type Theme = "light" | "dark";
 
@@ -62,6 +63,7 @@ function App() {
   else if (pathname === "/webhooks") page = <Webhooks />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/settings") page = <Settings />;
+  else if (pathname === "/admin" && me.admin) page = <Admin />;
   else page = <ConversationList />;
 
   const nav = (href: string, label: string) => (
@@ -80,6 +82,7 @@ function App() {
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
           {nav("/settings", "Settings")}
+          {me.admin && nav("/admin", "Users")}
         </nav>
         <span className="spacer" />
         <button

@@ -220,3 +220,47 @@ test("8. a new conversation picks a repository the token reaches, its branch and
     llm_profile: "scripted",
   });
 });
+
+test("9. an administrator adds a user, issues a key, disables and enables, revokes; others see no Users page", async ({ page, playwright }) => {
+  await settings(page);
+  await page.getByRole("link", { name: "Users" }).click();
+  await expect(page.getByRole("heading", { name: "Users" })).toBeVisible();
+  const form = page.getByRole("form", { name: "New user" });
+  await form.getByLabel("Name").fill("carol");
+  await form.getByRole("button", { name: "Add user" }).click();
+  const row = page.getByRole("row").filter({ hasText: "carol" });
+  await expect(row).toContainText("user");
+  await row.getByRole("button", { name: "Make carol an administrator" }).click();
+  await expect(row).toContainText("administrator");
+  await row.getByRole("button", { name: "Make carol a user" }).click();
+  await expect(row.getByRole("cell").nth(1)).toHaveText("user");
+
+  await row.getByRole("button", { name: "Keys of carol" }).click();
+  const keys = page.getByRole("region", { name: "API keys of carol" });
+  await keys.getByLabel("Key name").fill("carol's laptop");
+  await keys.getByRole("button", { name: "Issue key" }).click();
+  const key = (await keys.getByTestId("issued-key").textContent())!;
+  const outside = await playwright.request.newContext({ baseURL: process.env.HALYARD_URL });
+  const me = () => outside.get("/api/v1/me", { headers: { authorization: `Bearer ${key}` } });
+  expect((await (await me()).json()).user).toBe("carol");
+  await expect(row.getByRole("cell").nth(3)).toHaveText("1");
+
+  await row.getByRole("button", { name: "Disable carol" }).click();
+  await expect(row).toContainText("disabled");
+  expect((await me()).status()).toBe(401);
+  await row.getByRole("button", { name: "Enable carol" }).click();
+  await expect(row).toContainText("active");
+  expect((await me()).status()).toBe(200);
+  await keys.getByRole("button", { name: "Revoke carol's laptop" }).click();
+  await expect(keys).toContainText("revoked");
+  expect((await me()).status()).toBe(401);
+  await shot(page, "admin-users");
+
+  // Bob is no administrator: no Users link, and the API refuses him.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("API key", { exact: true }).fill(process.env.HALYARD_BOB_KEY ?? "bob-secret-key");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  await expect(page.getByRole("link", { name: "Users" })).toHaveCount(0);
+  expect((await page.request.get("/api/v1/admin/users")).status()).toBe(403);
+});
