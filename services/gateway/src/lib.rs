@@ -3,37 +3,33 @@
 //! models that it derives from the bus ([`projection`]) and could rebuild by replay.
 //!
 //! Routes are in [`app`]; errors become responses in one place ([`error`]); the OpenAPI
-//! document is `openapi.json` beside this file, served at `/api/v1/openapi.json`.
+//! document is `openapi.json` beside this file, served at `/api/v1/openapi.json`. The handlers
+//! are grouped by what they serve: [`conversations`], [`workspace`] (a conversation's sandbox as
+//! its owner reaches it), [`settings`] (what a user sets up), [`accounts`] (who is calling),
+//! [`webhooks`], [`sandboxes`] and [`mcp`]; what several of them share is in [`common`], and the
+//! event log's reader in [`events`]. No module imports another that imports it back.
 
 pub mod accounts;
-pub mod admin;
-pub mod apps;
-pub mod auth;
+pub mod common;
+pub mod conversations;
 pub mod error;
 pub mod events;
-pub mod export;
-pub mod forge;
-pub mod git_providers;
 pub mod http_metrics;
 pub mod mcp;
-pub mod mcp_servers;
 pub mod projection;
-pub mod repositories;
-pub mod routes;
 pub mod sandboxes;
-pub mod secrets;
 pub mod server;
-pub mod session;
 pub mod settings;
-pub mod starts;
 pub mod store;
-pub mod terminal;
-pub mod tickets;
-pub mod user_store;
 pub mod web;
 pub mod webhooks;
 pub mod workspace;
-pub mod ws;
+
+// The handlers' modules, by the short names the route table uses.
+use accounts::{admin, session, tickets};
+use conversations::{export, routes, starts, ws};
+use settings::{defaults, git_providers, mcp_servers, repositories, secrets};
+use workspace::{apps, files, terminal};
 
 use std::sync::Arc;
 
@@ -47,8 +43,8 @@ use serde_json::json;
 
 use halyard_platform::{BusError, Config, Shutdown};
 
-use crate::accounts::Accounts;
-use crate::auth::{AuthFailures, RateLimiter};
+use crate::accounts::auth::{AuthFailures, RateLimiter};
+use crate::accounts::registry::Accounts;
 use crate::error::ApiError;
 use crate::projection::Live;
 use crate::store::Store;
@@ -128,10 +124,10 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/{id}/reject", post(routes::reject))
         .route("/conversations/{id}/confirmation-policy", axum::routing::put(routes::set_confirmation_policy))
         .route("/conversations/{id}/llm-profile", axum::routing::put(routes::set_llm_profile))
-        .route("/settings", get(settings::get_settings).put(settings::put_settings))
-        .route("/llm-profiles", get(settings::list_profiles))
-        .route("/llm-profiles/{name}", get(settings::get_profile).put(settings::put_profile).delete(settings::delete_profile))
-        .route("/llm-profiles/{name}/test", post(settings::test_profile))
+        .route("/settings", get(defaults::get_settings).put(defaults::put_settings))
+        .route("/llm-profiles", get(defaults::list_profiles))
+        .route("/llm-profiles/{name}", get(defaults::get_profile).put(defaults::put_profile).delete(defaults::delete_profile))
+        .route("/llm-profiles/{name}/test", post(defaults::test_profile))
         .route("/git-providers", get(git_providers::list))
         .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
         .route("/mcp-servers", get(mcp_servers::list))
@@ -141,10 +137,10 @@ pub fn app(state: AppState) -> Router {
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
         .route("/skills", get(routes::list_skills))
-        .route("/conversations/{id}/changes", get(workspace::changes))
-        .route("/conversations/{id}/files", get(workspace::files).put(workspace::upload))
-        .route("/conversations/{id}/files/raw", get(workspace::download))
-        .route("/conversations/{id}/archive", get(workspace::archive))
+        .route("/conversations/{id}/changes", get(files::changes))
+        .route("/conversations/{id}/files", get(files::files).put(files::upload))
+        .route("/conversations/{id}/files/raw", get(files::download))
+        .route("/conversations/{id}/archive", get(files::archive))
         .route("/conversations/{id}/terminal/ws", get(terminal::terminal_ws))
         .route("/conversations/{id}/apps/{name}", post(apps::open))
         .route("/conversations/{id}/events", get(routes::list_events))

@@ -2,7 +2,7 @@
 //! agent needs its user's forge credentials for, performed here so that the credentials never
 //! reach the sandbox or the model. `list_branches`, `create_pull_request` and
 //! `comment_on_pull_request` act on a repository of one of the user's git providers
-//! ([`crate::forge`]: GitHub's REST API, its Enterprise and compatible forges, and GitLab's).
+//! ([`crate::settings::forge`]: GitHub's REST API, its Enterprise and compatible forges, and GitLab's).
 //!
 //! Callers are agent runners, one key per conversation ([`keys::mcp_key`], derived from the
 //! deployment secret, so no sandbox and no user holds one). The key names the conversation;
@@ -32,8 +32,8 @@ use halyard_protocol::{ConversationId, UserId, subjects};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::forge::{self, NewPullRequest, Target};
-use crate::user_store;
+use crate::settings::forge::{self, NewPullRequest, Target};
+use crate::settings::user_store;
 
 /// Who a request acts for, found by [`authenticate`].
 #[derive(Clone, Debug)]

@@ -14,9 +14,9 @@ use halyard_protocol::system::SystemRecord;
 use halyard_protocol::{Envelope, SandboxId, TaskId, UserId, subjects};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::{PageQuery, page_params, parse_id};
 use crate::error::ApiError;
-use crate::routes::{PageQuery, page_params, parse_id};
 use crate::store::SandboxView;
 
 fn sandbox_json(s: &SandboxView) -> Value {

@@ -9,7 +9,7 @@
 //! - At most `http_max_connections` connections are open on a listener, and at most
 //!   `http_max_connections_per_client` from one client address (IPv6 by /64): one address
 //!   cannot take them all. A connection past either is closed at once.
-//! - WebSockets are pinged and closed when their pongs stop ([`crate::ws`]).
+//! - WebSockets are pinged and closed when their pongs stop ([`crate::conversations::ws`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -10,13 +10,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use halyard_platform::{bus, keys};
-use halyard_protocol::webhook::{DeliveryAttempt, DeliveryJob, WebhookSubscription};
+use halyard_protocol::webhook::{DeliveryJob, WebhookSubscription};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, UserId, subjects};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::{owned, parse_id};
 use crate::error::{ApiError, ApiJson};
-use crate::routes::{owned, parse_id};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
@@ -37,15 +37,6 @@ pub const EVENT_KINDS: [&str; 15] = [
     "llm_profile",
     "mcp_servers",
 ];
-
-/// A delivery attempt as the API shows it.
-pub fn attempt_json(a: &DeliveryAttempt) -> Value {
-    json!({
-        "delivery_id": a.delivery_id.to_string(), "event_id": a.event_id.to_string(), "conversation_id": a.conversation_id.to_string(),
-        "seq": a.seq, "attempt": a.attempt, "status_code": a.status_code, "error": a.error, "duration_ms": a.duration_ms,
-        "outcome": a.outcome, "time": store::rfc3339(a.time_ms),
-    })
-}
 
 fn public(w: &WebhookSubscription) -> Value {
     json!({

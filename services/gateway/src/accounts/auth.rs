@@ -2,10 +2,10 @@
 //!
 //! Credentials, each accepted in one place only:
 //! - an API key as `Authorization: Bearer <key>` (never a session's token);
-//! - the web workspace's session cookie ([`crate::session`]): from this origin only, changes
+//! - the web workspace's session cookie ([`crate::accounts::session`]): from this origin only, changes
 //!   with the CSRF header, and nothing but a session's token;
 //! - on WebSocket routes only, where a browser cannot set a header, a single-use ticket in
-//!   `access_token` ([`crate::tickets`]); never a key.
+//!   `access_token` ([`crate::accounts::tickets`]); never a key.
 //!
 //! A read-only key may only read; writes are rate limited per user. Failed authentications
 //! are counted per client address (IPv6 by /64; behind a configured trusted proxy, the address
@@ -16,11 +16,11 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 
 use halyard_platform::keys;
 use halyard_platform::netaddr;
@@ -28,7 +28,7 @@ use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
 use crate::AppState;
-use crate::accounts::Principal;
+use crate::accounts::registry::Principal;
 use crate::error::ApiError;
 
 /// The authenticated user of a request.
@@ -41,7 +41,7 @@ pub struct Admin(pub UserId);
 
 /// A request allowed to make a sensitive change (issue keys, change roles or secrets): with an
 /// API key, or a session that has shown its key in the last few minutes
-/// ([`crate::session::require_recent_proof`]).
+/// ([`crate::accounts::session::require_recent_proof`]).
 #[derive(Clone, Debug)]
 pub struct Recent(pub Principal);
 
@@ -50,27 +50,9 @@ impl FromRequestParts<AppState> for Recent {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let principal = Principal::from_request_parts(parts, state).await?;
-        crate::session::require_recent_proof(state, &principal)?;
+        crate::accounts::session::require_recent_proof(state, &principal)?;
         Ok(Recent(principal))
     }
-}
-
-/// How long a failure past the budget is held before its 429.
-const PENALTY: Duration = Duration::from_secs(1);
-
-/// The client address of a request from `peer`: `X-Forwarded-For` counts only when `peer` is a
-/// configured trusted proxy.
-pub fn client_ip(state: &AppState, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-    let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
-    netaddr::client_address(peer, forwarded, &state.trusted_proxies)
-}
-
-/// Holds a refusal a moment when it is a limit's (a guesser waits; a person never gets here).
-pub async fn slow_down(e: ApiError) -> ApiError {
-    if e.status == StatusCode::TOO_MANY_REQUESTS {
-        tokio::time::sleep(PENALTY).await;
-    }
-    e
 }
 
 impl FromRequestParts<AppState> for Principal {
@@ -83,7 +65,7 @@ impl FromRequestParts<AppState> for Principal {
         }
         let principal = match authenticate(parts, state) {
             Ok(p) => p,
-            Err(e) => return Err(slow_down(e).await),
+            Err(e) => return Err(crate::common::slow_down(e).await),
         };
         let reads = parts.method == Method::GET || parts.method == Method::HEAD;
         if !reads && principal.scope == KeyScope::ReadOnly {
@@ -110,7 +92,7 @@ enum Source {
 
 fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let client = peer.map(|p| client_ip(state, p, &parts.headers));
+    let client = peer.map(|p| crate::common::client_ip(state, p, &parts.headers));
     let bearer = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -130,14 +112,14 @@ fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
         (t, Source::Bearer)
     } else if let Some(t) = access_token {
         (t, Source::Ticket)
-    } else if let Some(t) = crate::session::session_cookie(&parts.headers)? {
+    } else if let Some(t) = crate::accounts::session::session_cookie(&parts.headers)? {
         (t, Source::Cookie)
     } else {
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "send your API key as `Authorization: Bearer <key>`"));
     };
     if matches!(source, Source::Cookie) {
         let reads = parts.method == Method::GET || parts.method == Method::HEAD;
-        crate::session::check_cookie_request(&parts.headers, !reads)?;
+        crate::accounts::session::check_cookie_request(&parts.headers, !reads)?;
     }
     let key_id = keys::parse_api_key(&token).map(|(id, _)| id.to_owned());
     let fail = |message: &str| match client {
@@ -146,7 +128,7 @@ fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> 
     };
     let now = halyard_platform::now_ms();
     let principal = match source {
-        Source::Ticket if token.starts_with(crate::tickets::PREFIX) => crate::tickets::redeem(state, &token),
+        Source::Ticket if token.starts_with(crate::accounts::tickets::PREFIX) => crate::accounts::tickets::redeem(state, &token),
         Source::Ticket => {
             return Err(fail("an API key is never accepted in a URL: ask `POST /api/v1/ws-tickets` for a ticket and send that"));
         }

@@ -11,9 +11,9 @@ use halyard_protocol::event::{ConversationEvent, EventBody};
 use serde::Deserialize;
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::owned;
 use crate::error::ApiError;
-use crate::routes::owned;
 
 /// Events read per page of the stream.
 const PAGE: usize = 500;

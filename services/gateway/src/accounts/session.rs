@@ -4,7 +4,7 @@
 //! auth bucket (`session: true`), so every gateway accepts it at once and forgets it at once
 //! when it is revoked, exactly like an API key.
 //!
-//! A session is a cookie and nothing else ([`crate::auth`] refuses its token as a bearer token
+//! A session is a cookie and nothing else ([`crate::accounts::auth`] refuses its token as a bearer token
 //! or in a query), and it is bound to the key it was opened with (`parent`): it ends when that
 //! key is revoked or expires or its user is disabled, and never outlives the key's expiry.
 //! Under HTTPS the cookie is `__Host-halyard_session` (Secure, host-only, `Path=/`), which no
@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
-use crate::accounts::Principal;
+use crate::accounts::registry::Principal;
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
@@ -147,10 +147,10 @@ pub async fn sign_in(
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Response, ApiError> {
-    let client = crate::auth::client_ip(&state, peer.ip(), &headers);
+    let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => return Err(crate::auth::slow_down(e).await),
+        Err(e) => return Err(crate::common::slow_down(e).await),
     };
     let now = now_ms();
     let (id, secret, token) = keys::new_api_key();
@@ -219,10 +219,10 @@ pub async fn step_up(
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let mut record = cookie_session(&state, &headers)?;
-    let client = crate::auth::client_ip(&state, peer.ip(), &headers);
+    let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => return Err(crate::auth::slow_down(e).await),
+        Err(e) => return Err(crate::common::slow_down(e).await),
     };
     if principal.user != record.user {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "wrong_user", "that key belongs to another user; sign in as that user instead"));

@@ -16,10 +16,10 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{SealedSecret, UserSecrets};
 
 use crate::AppState;
-use crate::auth::{Recent, User};
+use crate::accounts::auth::{Recent, User};
 use crate::error::{ApiError, ApiJson};
+use crate::settings::user_store;
 use crate::store::rfc3339;
-use crate::user_store;
 
 /// Secrets one user may keep.
 pub const MAX_SECRETS: usize = 100;

@@ -14,11 +14,11 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
 use crate::error::{ApiError, ApiJson};
-use crate::forge;
+use crate::settings::forge;
+use crate::settings::user_store::{self, check_name};
 use crate::store::rfc3339;
-use crate::user_store::{self, check_name};
 
 /// Providers one user may keep.
 pub const MAX_PROVIDERS: usize = 20;

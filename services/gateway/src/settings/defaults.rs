@@ -17,10 +17,10 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{LlmProfile, UserLlmProfiles, UserSettings};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
 use crate::error::{ApiError, ApiJson};
+use crate::settings::user_store::{self, check_name};
 use crate::store::rfc3339;
-use crate::user_store::{self, check_name};
 
 /// LLM profiles one user may keep.
 pub const MAX_PROFILES: usize = 20;
@@ -84,9 +84,9 @@ pub async fn put_settings(
         check_profile(&state, &user, "llm_profile", p).await?;
     }
     if let Some(spec) = &body.sandbox_spec {
-        crate::starts::check_spec(&state, spec)?;
+        crate::common::check_spec(&state, spec)?;
     }
-    crate::starts::check_budget(body.max_budget_usd, body.max_tokens)?;
+    crate::common::check_budget(body.max_budget_usd, body.max_tokens)?;
     if body.max_iterations == Some(0) {
         return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));
     }

@@ -15,10 +15,10 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::UserGitProviders;
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
 use crate::error::ApiError;
-use crate::forge;
-use crate::user_store;
+use crate::settings::forge;
+use crate::settings::user_store;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -120,24 +120,7 @@ pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
 pub fn check_description(text: Option<&str>) -> Result<(), ApiError> {
     match text {
         Some(t) if t.chars().count() > 500 => Err(ApiError::bad_request("invalid_field", "`description` is longer than 500 characters")),
-        Some(t) => check_label("description", t),
-        None => Ok(()),
-    }
-}
-
-/// Checks a one-line text people read in lists (a title, a label): no control characters (NUL,
-/// line breaks, escapes) and no bidirectional overrides or isolates, which make a text read
-/// differently from what it is (U+202E before `txt.exe` shows it as `exe.txt`).
-pub fn check_label(field: &str, text: &str) -> Result<(), ApiError> {
-    let bidi = |c: char| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}');
-    match text.chars().find(|c| c.is_control() || bidi(*c)) {
-        Some(c) => Err(ApiError::bad_request(
-            "invalid_field",
-            format!(
-                "`{field}` holds the character U+{:04X}: control characters and bidirectional overrides are not allowed in it",
-                c as u32
-            ),
-        )),
+        Some(t) => crate::common::check_label("description", t),
         None => Ok(()),
     }
 }

@@ -17,10 +17,11 @@ use halyard_protocol::system::{Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::owned;
+use crate::conversations::routes::{MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_text, task_json};
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
-use crate::routes::{MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_text, owned, task_json};
 use crate::store::{self, TaskView, rfc3339};
 
 #[derive(Debug, Deserialize)]
@@ -61,29 +62,6 @@ pub struct StartBody {
     pub secrets: Option<Vec<String>>,
 }
 
-/// Checks a sandbox spec's name.
-pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
-    if state.config.sandbox.spec(spec).is_none() {
-        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
-        return Err(ApiError::bad_request(
-            "invalid_field",
-            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the limits of a conversation's LLM use.
-pub fn check_budget(max_budget_usd: Option<f64>, max_tokens: Option<u64>) -> Result<(), ApiError> {
-    if max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
-    }
-    if max_tokens == Some(0) {
-        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
-    }
-    Ok(())
-}
-
 /// `POST /conversations`: starts a conversation; answers with its start task.
 pub async fn start_conversation(
     State(state): State<AppState>,
@@ -95,7 +73,7 @@ pub async fn start_conversation(
     }
     if let Some(t) = &body.title {
         check_text("title", t, MAX_TITLE_CHARS)?;
-        crate::user_store::check_label("title", t)?;
+        crate::common::check_label("title", t)?;
     }
     if let Some(r) = &body.repository {
         check_text("repository.url", &r.url, 4096)?;
@@ -107,17 +85,17 @@ pub async fn start_conversation(
         }
     }
     if let Some(spec) = &body.sandbox_spec {
-        check_spec(&state, spec)?;
+        crate::common::check_spec(&state, spec)?;
     }
-    check_budget(body.max_budget_usd, body.max_tokens)?;
+    crate::common::check_budget(body.max_budget_usd, body.max_tokens)?;
     if let Some(p) = &body.llm_profile {
-        crate::settings::check_profile(&state, &user, "llm_profile", p).await?;
+        crate::settings::defaults::check_profile(&state, &user, "llm_profile", p).await?;
     }
     if let Some(names) = &body.secrets {
-        crate::secrets::check_chosen(&state, &user, names).await?;
+        crate::settings::secrets::check_chosen(&state, &user, names).await?;
     }
     // What the start leaves out, the user's settings say (and the deployment past them).
-    let settings = crate::settings::load(&state, &user).await?;
+    let settings = crate::settings::defaults::load(&state, &user).await?;
     let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
         .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
         .or(settings.budget);

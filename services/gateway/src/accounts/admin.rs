@@ -1,6 +1,6 @@
 //! `/api/v1/admin`: users and API keys, for administrators; `/api/v1/me`, who a key is; and
 //! `/api/v1/me/keys`, a user's own API keys (made, listed, revoked by themselves).
-//! Every change is stored in the accounts bucket (see [`crate::accounts`]) and leaves an audit
+//! Every change is stored in the accounts bucket (see [`crate::accounts::registry`]) and leaves an audit
 //! record on `halyard.sys.audit.<user|key>`. An issued key is shown once, in the answer that
 //! issues it; only its salted hash is kept.
 
@@ -19,8 +19,8 @@ use halyard_protocol::system::SystemRecord;
 use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
-use crate::accounts::Principal;
-use crate::auth::{Admin, Recent, User};
+use crate::accounts::auth::{Admin, Recent, User};
+use crate::accounts::registry::Principal;
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
@@ -220,7 +220,7 @@ async fn issue_key(
     if label.chars().count() > 100 {
         return Err(ApiError::bad_request("invalid_field", "`name` is longer than 100 characters"));
     }
-    crate::user_store::check_label("name", &label)?;
+    crate::common::check_label("name", &label)?;
     let expires_ms = match body.expires_in_secs {
         Some(0) => return Err(ApiError::bad_request("invalid_field", "`expires_in_secs` must be at least 1")),
         Some(s) if s > MAX_EXPIRY_SECS => {

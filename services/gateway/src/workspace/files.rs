@@ -20,9 +20,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::running_sandbox;
 use crate::error::ApiError;
-use crate::routes::running_sandbox;
 
 /// The executor of the conversation's sandbox, if it runs.
 pub fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
@@ -153,7 +153,7 @@ pub async fn archive(
     User(user): User,
     Path(id): Path<String>,
 ) -> Result<axum::response::Response, ApiError> {
-    let (conversation, _) = crate::routes::owned(&state, &user, &id)?;
+    let (conversation, _) = crate::common::owned(&state, &user, &id)?;
     let resp = executor(&state, &user, &id)?.archive().await.map_err(executor_error)?;
     let headers = vec![
         (axum::http::header::CONTENT_TYPE, "application/gzip".to_owned()),

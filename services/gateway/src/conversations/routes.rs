@@ -12,20 +12,16 @@ use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, TitleCommand};
 use halyard_protocol::event::ConfirmationPolicy;
-use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
+use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::{PageQuery, agent_command, owned, page_params, parse_id};
 use crate::error::{ApiError, ApiJson};
 use crate::store::{self, ConversationView, TaskView};
 
 pub(crate) const MAX_MESSAGE_CHARS: usize = 200_000;
 pub(crate) const MAX_TITLE_CHARS: usize = 200;
-
-/// Parses a path id, saying which parameter was wrong.
-pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
-    raw.parse().map_err(|_| ApiError::bad_request("invalid_id", format!("`{what}` must be a UUID, got {raw:?}")))
-}
 
 pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiError> {
     if text.trim().is_empty() {
@@ -89,46 +85,6 @@ pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id):
         Some(t) if t.owner == user.0 => Ok(Json(task_json(&t))),
         _ => Err(ApiError::not_found("start task")),
     }
-}
-
-/// A conversation of this user, or 404.
-pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
-    let id: ConversationId = parse_id(raw, "id")?;
-    match state.store.conversation(id)? {
-        Some(c) if c.owner == user.0 => Ok((id, c)),
-        _ => Err(ApiError::not_found("conversation")),
-    }
-}
-
-/// The sandbox of the user's conversation `id`, which must be running for what the caller
-/// means `to` do (in words, for the error).
-pub fn running_sandbox(
-    state: &AppState,
-    user: &halyard_protocol::UserId,
-    id: &str,
-    to: &str,
-) -> Result<(SandboxId, store::SandboxView), ApiError> {
-    let (_, c) = owned(state, user, id)?;
-    let sandbox_id: SandboxId = match &c.sandbox_id {
-        Some(s) => parse_id(s, "sandbox_id")?,
-        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
-    };
-    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
-    if sandbox.status != "RUNNING" {
-        return Err(ApiError::conflict(
-            "sandbox_not_running",
-            format!("the conversation's sandbox is {}; resume the conversation to {to}", sandbox.status),
-        ));
-    }
-    Ok((sandbox_id, sandbox))
-}
-
-#[derive(Debug, Deserialize)]
-pub struct PageQuery {
-    #[serde(default)]
-    pub limit: Option<usize>,
-    #[serde(default)]
-    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,26 +164,6 @@ pub async fn count_conversations(
     Ok(Json(json!({"count": count})))
 }
 
-/// `limit` (1..=100, default 20) and the decoded `cursor` of a page request.
-pub fn page_params(q: &PageQuery) -> Result<(usize, Option<Vec<u8>>), ApiError> {
-    let limit = q.limit.unwrap_or(20);
-    if !(1..=100).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 100"));
-    }
-    let cursor = match &q.cursor {
-        Some(c) => Some(from_hex(c).ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave out"))?),
-        None => None,
-    };
-    Ok((limit, cursor))
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
-}
-
 /// `GET /conversations/{id}`.
 pub async fn get_conversation(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let (_, c) = owned(&state, &user, &id)?;
@@ -238,13 +174,6 @@ pub async fn get_conversation(State(state): State<AppState>, User(user): User, P
 #[serde(deny_unknown_fields)]
 pub struct MessageBody {
     pub text: String,
-}
-
-pub async fn agent_command(state: &AppState, id: ConversationId, cmd: AgentCommand) -> Result<String, ApiError> {
-    let mut env = Envelope::new(cmd, halyard_platform::now_ms());
-    env.trace = Some(telemetry::new_trace());
-    bus::publish(&state.js, subjects::agent_command(id), &env).await?;
-    Ok(env.id.to_string())
 }
 
 fn require_started(c: &ConversationView) -> Result<(), ApiError> {
@@ -389,7 +318,7 @@ pub async fn set_llm_profile(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     if let Some(p) = &body.profile {
-        crate::settings::check_profile(&state, &user, "profile", p).await?;
+        crate::settings::defaults::check_profile(&state, &user, "profile", p).await?;
     }
     agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: body.profile.clone() }).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "profile": body.profile}))))
@@ -584,7 +513,7 @@ pub async fn patch_conversation(
 ) -> Result<impl IntoResponse, ApiError> {
     let (id, _) = owned(&state, &user, &id)?;
     check_text("title", &body.title, MAX_TITLE_CHARS)?;
-    crate::user_store::check_label("title", &body.title)?;
+    crate::common::check_label("title", &body.title)?;
     let mut env =
         Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());

@@ -17,10 +17,10 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
 use crate::error::{ApiError, ApiJson};
+use crate::settings::user_store::{self, check_name};
 use crate::store::rfc3339;
-use crate::user_store::{self, check_name};
 
 /// Servers one user may keep.
 pub const MAX_SERVERS: usize = 20;

@@ -22,9 +22,9 @@ use tokio::sync::broadcast::error::RecvError;
 use halyard_protocol::ConversationId;
 
 use crate::AppState;
-use crate::auth::User;
+use crate::accounts::auth::User;
+use crate::common::owned;
 use crate::error::ApiError;
-use crate::routes::owned;
 
 /// How often the socket is pinged.
 pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(20);
@@ -35,7 +35,7 @@ pub const PONG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(45
 pub struct WsQuery {
     #[serde(default)]
     pub after_seq: Option<u64>,
-    /// A WebSocket ticket (see [`crate::tickets`]); read by authentication.
+    /// A WebSocket ticket (see [`crate::accounts::tickets`]); read by authentication.
     #[serde(default)]
     pub access_token: Option<String>,
 }

@@ -34,9 +34,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::accounts::Principal;
+use crate::accounts::registry::Principal;
+use crate::common::running_sandbox;
 use crate::error::ApiError;
-use crate::routes::running_sandbox;
 
 /// The proxy's cookie, on each app's own origin.
 pub const COOKIE: &str = "halyard_app";
@@ -186,7 +186,7 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
         return res;
     }
 
-    let grant = crate::session::named_cookie(req.headers(), COOKIE)
+    let grant = crate::accounts::session::named_cookie(req.headers(), COOKIE)
         .and_then(|t| Grant::decode(secret, &t, now))
         .filter(|g| g.sandbox == sandbox_id && g.name == name);
     let Some(grant) = grant else {
@@ -238,7 +238,7 @@ fn app_cookies(headers: &HeaderMap) -> Option<String> {
         .map(str::trim)
         .filter(|c| {
             let name = c.split('=').next().unwrap_or_default();
-            !c.is_empty() && ![COOKIE, crate::session::COOKIE, crate::session::HOST_COOKIE].contains(&name)
+            !c.is_empty() && ![COOKIE, crate::accounts::session::COOKIE, crate::accounts::session::HOST_COOKIE].contains(&name)
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join("; "))

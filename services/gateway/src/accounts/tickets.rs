@@ -22,7 +22,7 @@ use halyard_protocol::accounts::KeyScope;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::accounts::{Principal, Refusal};
+use crate::accounts::registry::{Principal, Refusal};
 use crate::error::ApiError;
 use crate::store::rfc3339;
 

@@ -1,0 +1,159 @@
+//! Helpers the handlers of several modules share: ids from paths, the conversation (and its
+//! running sandbox) a user may act on, pages, and commands to a conversation's agent. Kept
+//! apart from any one handler's file so that handler modules never import each other.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use halyard_platform::{bus, netaddr, telemetry};
+use halyard_protocol::command::AgentCommand;
+use halyard_protocol::webhook::DeliveryAttempt;
+use halyard_protocol::{ConversationId, Envelope, SandboxId, subjects};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::store::{self, ConversationView};
+
+/// Parses a path id, saying which parameter was wrong.
+pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiError> {
+    raw.parse().map_err(|_| ApiError::bad_request("invalid_id", format!("`{what}` must be a UUID, got {raw:?}")))
+}
+
+/// A conversation of this user, or 404.
+pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
+    let id: ConversationId = parse_id(raw, "id")?;
+    match state.store.conversation(id)? {
+        Some(c) if c.owner == user.0 => Ok((id, c)),
+        _ => Err(ApiError::not_found("conversation")),
+    }
+}
+
+/// The sandbox of the user's conversation `id`, which must be running for what the caller
+/// means `to` do (in words, for the error).
+pub fn running_sandbox(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    to: &str,
+) -> Result<(SandboxId, store::SandboxView), ApiError> {
+    let (_, c) = owned(state, user, id)?;
+    let sandbox_id: SandboxId = match &c.sandbox_id {
+        Some(s) => parse_id(s, "sandbox_id")?,
+        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
+    };
+    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
+    if sandbox.status != "RUNNING" {
+        return Err(ApiError::conflict(
+            "sandbox_not_running",
+            format!("the conversation's sandbox is {}; resume the conversation to {to}", sandbox.status),
+        ));
+    }
+    Ok((sandbox_id, sandbox))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// `limit` (1..=100, default 20) and the decoded `cursor` of a page request.
+pub fn page_params(q: &PageQuery) -> Result<(usize, Option<Vec<u8>>), ApiError> {
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 100"));
+    }
+    let cursor = match &q.cursor {
+        Some(c) => Some(from_hex(c).ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave out"))?),
+        None => None,
+    };
+    Ok((limit, cursor))
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Sends a command to the agent runner of conversation `id`; its envelope id.
+pub async fn agent_command(state: &AppState, id: ConversationId, cmd: AgentCommand) -> Result<String, ApiError> {
+    let mut env = Envelope::new(cmd, halyard_platform::now_ms());
+    env.trace = Some(telemetry::new_trace());
+    bus::publish(&state.js, subjects::agent_command(id), &env).await?;
+    Ok(env.id.to_string())
+}
+
+/// Checks a sandbox spec's name.
+pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
+    if state.config.sandbox.spec(spec).is_none() {
+        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the limits of a conversation's LLM use.
+pub fn check_budget(max_budget_usd: Option<f64>, max_tokens: Option<u64>) -> Result<(), ApiError> {
+    if max_budget_usd.is_some_and(|b| !b.is_finite() || b <= 0.0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_budget_usd` must be a positive number of US dollars"));
+    }
+    if max_tokens == Some(0) {
+        return Err(ApiError::bad_request("invalid_field", "`max_tokens` must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Checks a one-line text people read in lists (a title, a label): no control characters (NUL,
+/// line breaks, escapes) and no bidirectional overrides or isolates, which make a text read
+/// differently from what it is (U+202E before `txt.exe` shows it as `exe.txt`).
+pub fn check_label(field: &str, text: &str) -> Result<(), ApiError> {
+    let bidi = |c: char| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}');
+    match text.chars().find(|c| c.is_control() || bidi(*c)) {
+        Some(c) => Err(ApiError::bad_request(
+            "invalid_field",
+            format!(
+                "`{field}` holds the character U+{:04X}: control characters and bidirectional overrides are not allowed in it",
+                c as u32
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A delivery attempt as the API shows it.
+pub fn attempt_json(a: &DeliveryAttempt) -> Value {
+    json!({
+        "delivery_id": a.delivery_id.to_string(), "event_id": a.event_id.to_string(), "conversation_id": a.conversation_id.to_string(),
+        "seq": a.seq, "attempt": a.attempt, "status_code": a.status_code, "error": a.error, "duration_ms": a.duration_ms,
+        "outcome": a.outcome, "time": store::rfc3339(a.time_ms),
+    })
+}
+
+/// How long a failure past the budget is held before its 429.
+const PENALTY: Duration = Duration::from_secs(1);
+
+/// The client address of a request from `peer`: `X-Forwarded-For` counts only when `peer` is a
+/// configured trusted proxy.
+pub fn client_ip(state: &AppState, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
+    netaddr::client_address(peer, forwarded, &state.trusted_proxies)
+}
+
+/// Holds a refusal a moment when it is a limit's (a guesser waits; a person never gets here).
+pub async fn slow_down(e: ApiError) -> ApiError {
+    if e.status == StatusCode::TOO_MANY_REQUESTS {
+        tokio::time::sleep(PENALTY).await;
+    }
+    e
+}

@@ -1,0 +1,11 @@
+//! What each user sets up for their conversations: defaults and LLM profiles, secrets, git
+//! providers (and what their forges answer: repositories, branches), MCP servers; all kept in
+//! the user's key-value store ([`user_store`]).
+
+pub mod defaults;
+pub mod forge;
+pub mod git_providers;
+pub mod mcp_servers;
+pub mod repositories;
+pub mod secrets;
+pub mod user_store;
