@@ -221,13 +221,22 @@ async fn relay(target: String) -> (String, String) {
     (format!("http://{addr}"), format!("http://{control_addr}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
+/// The scripted LLM, and Halyard serving the built web app with `settings`.
+async fn with_web(settings: &[(&str, &str)]) -> (ScriptedLlm, Halyard) {
     init();
     let llm = ScriptedLlm::start().await;
     llm.fallback(script);
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.display().to_string()));
+    let opts = settings
+        .iter()
+        .fold(HalyardOptions::new(&llm.base_url).set("HALYARD_WEB_DIR", &web.display().to_string()), |o, (k, v)| o.set(k, v));
+    let h = Halyard::start(opts);
+    (llm, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
+    let (_llm, h) = with_web(&[]).await;
     let scratch = tempfile::tempdir().unwrap();
     let repo = slow_repository(scratch.path());
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
@@ -238,19 +247,10 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_settings_set_up_everything_without_curl() {
-    init();
-    let llm = ScriptedLlm::start().await;
-    llm.fallback(script);
-    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_WEB_DIR", &web.display().to_string())
-            // The profile the spec adds points at the scripted LLM on this machine, and its git
-            // provider at the scripted GitHub.
-            .set("HALYARD_LLM_PROFILE_ALLOW", "loopback")
-            .set("HALYARD_GIT_API_ALLOW", "loopback")
-            .set("HALYARD_ADMINS", "alice"),
-    );
+    // The profile the spec adds points at the scripted LLM on this machine, and its git provider
+    // at the scripted GitHub.
+    let settings = [("HALYARD_LLM_PROFILE_ALLOW", "loopback"), ("HALYARD_GIT_API_ALLOW", "loopback"), ("HALYARD_ADMINS", "alice")];
+    let (llm, h) = with_web(&settings).await;
     let github = halyard_tests::GithubServer::start("ghp_picker-token-0042", &["alice/halyard", "alice/dotfiles"]).await;
     let env = vec![
         ("HALYARD_LLM_URL", llm.base_url.clone()),
@@ -267,15 +267,7 @@ async fn the_settings_set_up_everything_without_curl() {
 /// reached (through the proxy and directly where the sandbox publishes it), and it never
 /// receives the workspace's session cookie.
 async fn thief_gets_no_session(kind: &str) {
-    let llm = ScriptedLlm::start().await;
-    llm.fallback(script);
-    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/dist");
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_WEB_DIR", &web.display().to_string())
-            .set("HALYARD_SANDBOX", kind)
-            .set("HALYARD_ADMINS", "alice"),
-    );
+    let (_llm, h) = with_web(&[("HALYARD_SANDBOX", kind), ("HALYARD_ADMINS", "alice")]).await;
     // A key of Alice's own, for the spec's session that ends when the key is revoked.
     let (s, key) = h.api(ALICE).post("/api/v1/admin/users/alice/keys", json!({"name": "browser"})).await;
     assert_eq!(s, 201, "{key}");

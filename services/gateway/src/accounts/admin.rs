@@ -280,13 +280,8 @@ pub async fn revoke_my_key(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     // Another user's key is as absent as one that does not exist.
-    let mut record = state.accounts.key(&id).filter(|k| k.user == user && !k.session).ok_or_else(|| ApiError::not_found("key"))?;
-    if record.revoked_ms.is_none() {
-        record.revoked_ms = Some(now_ms());
-        state.accounts.put_key(record.clone()).await.map_err(store_err)?;
-        audit(&state, &user, client, "key", "key.revoke", &id, Some(format!("user={}", record.user.0))).await;
-    }
-    Ok(Json(key_json(&record)))
+    let record = state.accounts.key(&id).filter(|k| k.user == user && !k.session).ok_or_else(|| ApiError::not_found("key"))?;
+    revoke(&state, &user, client, record).await
 }
 
 /// `DELETE /admin/keys/{id}`: revokes a key, at once on every gateway.
@@ -296,11 +291,16 @@ pub async fn revoke_key(
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let mut record = state.accounts.key(&id).ok_or_else(|| ApiError::not_found("key"))?;
+    let record = state.accounts.key(&id).ok_or_else(|| ApiError::not_found("key"))?;
+    revoke(&state, &actor, client, record).await
+}
+
+/// Revokes `record` (once: a revoked key stays as it was), audited as `actor`'s doing.
+async fn revoke(state: &AppState, actor: &UserId, client: SocketAddr, mut record: ApiKeyRecord) -> Result<Json<Value>, ApiError> {
     if record.revoked_ms.is_none() {
         record.revoked_ms = Some(now_ms());
         state.accounts.put_key(record.clone()).await.map_err(store_err)?;
-        audit(&state, &actor, client, "key", "key.revoke", &id, Some(format!("user={}", record.user.0))).await;
+        audit(state, actor, client, "key", "key.revoke", &record.id, Some(format!("user={}", record.user.0))).await;
     }
     Ok(Json(key_json(&record)))
 }
