@@ -138,6 +138,9 @@ pub enum AgentCommand {
     UserMessage {
         conversation_id: ConversationId,
         text: String,
+        /// Images attached to the message (see [`crate::event::Image`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::event::Image>,
     },
     Pause {
         conversation_id: ConversationId,

@@ -179,6 +179,14 @@ pub struct ConversationEvent {
     pub body: EventBody,
 }
 
+/// An image attached to a user message: its media type (`image/png`, `image/jpeg`, `image/gif`
+/// or `image/webp`) and its bytes in standard base64.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub media_type: String,
+    pub data: String,
+}
+
 /// What happened. Internally tagged by `kind` so that a reader sees one flat map.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -209,8 +217,13 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repository: Option<crate::system::Repository>,
     },
-    /// A message from the user.
-    UserMessage { text: String },
+    /// A message from the user, with the images they attached (pasted screenshots...), which a
+    /// vision model receives beside the text.
+    UserMessage {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Image>,
+    },
     /// A message from the agent to the user (no tool call).
     AgentMessage { text: String },
     /// A tool call the agent made.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
-    Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, McpServerStatus, SecurityRisk, Skill,
+    Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
     SkillKind, TitleSource,
 };
 use halyard_protocol::system::{
@@ -208,7 +208,17 @@ fn events_are_stable() {
                 },
             ),
         ),
-        ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into() })),
+        ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into(), images: vec![] })),
+        (
+            "event_user_message_with_image",
+            event(
+                20,
+                EventBody::UserMessage {
+                    text: "What is wrong on this page?".into(),
+                    images: vec![Image { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() }],
+                },
+            ),
+        ),
         (
             "event_action",
             event(
@@ -516,7 +526,11 @@ fn commands_are_stable() {
     );
     check(
         "cmd_agent_user_message",
-        env(7, "cmd.agent.user_message", AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into() }),
+        env(
+            7,
+            "cmd.agent.user_message",
+            AgentCommand::UserMessage { conversation_id: ConversationId(id(1)), text: "more".into(), images: vec![] },
+        ),
     );
 }
 

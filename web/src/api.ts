@@ -9,6 +9,7 @@ import type {
   DeliveryAttempt,
   Files,
   HalyardEvent,
+  ImageData,
   Me,
   Sandbox,
   SandboxSpecs,
@@ -86,7 +87,8 @@ export const api = {
   retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),
   rename: (id: string, title: string) => call<Conversation>("PATCH", `/conversations/${id}`, { title }),
   remove: (id: string) => call<void>("DELETE", `/conversations/${id}`),
-  send: (id: string, text: string) => call<unknown>("POST", `/conversations/${id}/messages`, { text }),
+  send: (id: string, text: string, images: ImageData[] = []) =>
+    call<unknown>("POST", `/conversations/${id}/messages`, images.length ? { text, images } : { text }),
   pause: (id: string) => call<unknown>("POST", `/conversations/${id}/pause`),
   resume: (id: string) => call<unknown>("POST", `/conversations/${id}/resume`),
   interrupt: (id: string) => call<unknown>("POST", `/conversations/${id}/interrupt`),

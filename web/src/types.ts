@@ -144,7 +144,7 @@ export type ToolArguments = Record<string, unknown> | string;
 export type HalyardEvent = EventBase &
   (
     | { kind: "conversation_started"; model?: string; workspace?: string; llm_profile?: string }
-    | { kind: "user_message"; text: string }
+    | { kind: "user_message"; text: string; images?: ImageData[] }
     | { kind: "agent_message"; text: string }
     | { kind: "action"; tool_call_id: string; tool: string; arguments: ToolArguments; thought?: string; security_risk?: string }
     | { kind: "action_rejected"; tool_call_id: string; tool: string; reason: string }
@@ -170,4 +170,10 @@ export interface McpServerStatus {
   transport: "stdio" | "http";
   tools: string[];
   error?: string;
+}
+
+/** An image attached to a message: its media type and bytes in base64. */
+export interface ImageData {
+  media_type: string;
+  data: string;
 }

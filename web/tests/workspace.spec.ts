@@ -417,3 +417,25 @@ test("10. an action waiting for confirmation says when the model stated no risk"
   await expect(card.getByTestId("observation")).toContainText("carefully-done");
   await expect(card).not.toContainText("risk not stated");
 });
+
+test("11. an image pasted into the message box goes with the message", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "Look at what I paste next");
+  await expect(status(page)).toContainText(/finished|idle/);
+  const box = page.getByLabel("Message");
+  await box.click();
+  // A screenshot on the clipboard, pasted.
+  await box.evaluate((el) => {
+    const bytes = Uint8Array.from(atob("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="), (c) => c.charCodeAt(0));
+    const data = new DataTransfer();
+    data.items.add(new File([bytes], "screenshot.png", { type: "image/png" }));
+    el.dispatchEvent(new ClipboardEvent("paste", { clipboardData: data, bubbles: true, cancelable: true }));
+  });
+  await expect(page.getByRole("img", { name: "Image 1 to send" })).toBeVisible();
+  await box.fill("What is in this image?");
+  await box.press("Enter");
+  await expect(page.getByRole("img", { name: "Image 1 to send" })).toHaveCount(0);
+  const sent = page.locator(".msg.user").filter({ hasText: "What is in this image?" });
+  await expect(sent.getByRole("img", { name: "Attached image 1" })).toBeVisible();
+  await shot(page, "image-sent");
+});

@@ -76,7 +76,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
     let mut out = String::new();
     for e in events {
         let line = match &e.body {
-            EventBody::UserMessage { text } => format!("USER: {text}"),
+            EventBody::UserMessage { text, .. } => format!("USER: {text}"),
             EventBody::AgentMessage { text } => format!("AGENT: {text}"),
             EventBody::Action { tool, arguments, thought, .. } => {
                 let thought = thought.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use halyard_platform::bus;
 use halyard_platform::skills;
 use halyard_protocol::command::{AgentCommand, SandboxCommand};
-use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, SkillKind};
+use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, Image, SkillKind};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{Mutex, watch};
@@ -296,7 +296,7 @@ impl ConvState {
                 }
                 match message {
                     Some(text) => {
-                        if let Err(e) = self.user_message(myself, derived(cmd_id, 2), text, trace).await {
+                        if let Err(e) = self.user_message(myself, derived(cmd_id, 2), text, Vec::new(), trace).await {
                             delivery.retry(Duration::from_millis(500), &e).await;
                             return;
                         }
@@ -318,7 +318,8 @@ impl ConvState {
                 // overtake each other across a redelivery): try again shortly.
                 delivery.retry(Duration::from_millis(500), "conversation not started yet").await;
             }
-            AgentCommand::UserMessage { text, .. } => match self.user_message(myself, EventId(cmd_id.0), text, trace).await {
+            AgentCommand::UserMessage { text, images, .. } => match self.user_message(myself, EventId(cmd_id.0), text, images, trace).await
+            {
                 Ok(()) => delivery.ack().await,
                 Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
             },
@@ -420,6 +421,7 @@ impl ConvState {
         myself: &ActorRef<ConvMsg>,
         id: EventId,
         text: String,
+        images: Vec<Image>,
         trace: Option<TraceContext>,
     ) -> Result<(), String> {
         let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
@@ -436,7 +438,7 @@ impl ConvState {
                 }
                 return Ok(());
             }
-            log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone() }, trace.clone())
+            log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone(), images }, trace.clone())
                 .await
                 .map_err(|e| e.to_string())?;
             // Knowledge skills the message triggers enter the context, once per conversation.

@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use halyard_platform::llm::{ChatMessage, FunctionCall, ToolCall};
+use halyard_platform::llm::{ChatMessage, FunctionCall, ImagePart, ToolCall};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Budget, ConfirmationPolicy, ConversationEvent, EventBody, ExecutionStatus, SecurityRisk, Skill, SkillKind};
 use halyard_protocol::{EventId, SandboxId, UserId};
@@ -162,10 +162,11 @@ impl History {
                 // A new answer follows: what the previous one left without a result never gets one.
                 self.pending.clear();
             }
-            EventBody::UserMessage { text } => {
+            EventBody::UserMessage { text, images } => {
                 self.last_user_seq = ev.seq;
                 self.first_user_seq.get_or_insert(ev.seq);
-                self.push(ChatMessage::text("user", text.clone()), ev.seq)
+                let images = images.iter().map(|i| ImagePart { media_type: i.media_type.clone(), data: i.data.clone() }).collect();
+                self.push(ChatMessage { images, ..ChatMessage::text("user", text.clone()) }, ev.seq)
             }
             EventBody::AgentMessage { text } => self.push(ChatMessage::text("assistant", text.clone()), ev.seq),
             EventBody::Action { tool_call_id, tool, arguments, thought, security_risk } => {
@@ -195,7 +196,7 @@ impl History {
                         *last = grown;
                     }
                     _ => self.push(
-                        ChatMessage { role: "assistant".into(), content: thought.clone(), tool_calls: vec![call], tool_call_id: None },
+                        ChatMessage { role: "assistant".into(), content: thought.clone(), tool_calls: vec![call], ..Default::default() },
                         ev.seq,
                     ),
                 }
@@ -280,7 +281,7 @@ pub fn summary_message(text: &str) -> ChatMessage {
 }
 
 fn tool_result(id: &str, content: String) -> ChatMessage {
-    ChatMessage { role: "tool".into(), content: Some(content), tool_calls: Vec::new(), tool_call_id: Some(id.to_owned()) }
+    ChatMessage { role: "tool".into(), content: Some(content), tool_call_id: Some(id.to_owned()), ..Default::default() }
 }
 
 /// An event at `seq`, for tests of what is derived from events.
@@ -312,7 +313,7 @@ mod tests {
             security_risk: None,
         };
         let h = History::from_events(&[
-            ev(1, EventBody::UserMessage { text: "hi".into() }),
+            ev(1, EventBody::UserMessage { text: "hi".into(), images: vec![] }),
             ev(2, action("a")),
             ev(3, action("b")),
             ev(
@@ -326,7 +327,7 @@ mod tests {
                 },
             ),
             ev(5, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: None }),
-            ev(6, EventBody::UserMessage { text: "go on".into() }),
+            ev(6, EventBody::UserMessage { text: "go on".into(), images: vec![] }),
         ]);
         let msgs = h.for_llm("sys");
         let roles: Vec<&str> = msgs.iter().map(|m| m.role.as_str()).collect();

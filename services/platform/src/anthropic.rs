@@ -54,7 +54,16 @@ pub fn request(model: &str, max_tokens: u64, messages: &[ChatMessage], tools: &[
                 }
                 ("assistant", blocks)
             }
-            _ => ("user", vec![json!({"type": "text", "text": m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| " ".into())})]),
+            _ => {
+                // Images first, then the text about them, as Anthropic advises.
+                let mut blocks: Vec<Value> = m
+                    .images
+                    .iter()
+                    .map(|i| json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}))
+                    .collect();
+                blocks.push(json!({"type": "text", "text": m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| " ".into())}));
+                ("user", blocks)
+            }
         };
         match out.last_mut() {
             Some(last) if last["role"] == role => {
@@ -253,8 +262,8 @@ mod tests {
             ChatMessage::text("system", "sys"),
             ChatMessage::text("user", "hi"),
             ChatMessage::text("user", "<skill>x</skill>"),
-            ChatMessage { role: "assistant".into(), content: Some("Let me look.".into()), tool_calls: vec![call], tool_call_id: None },
-            ChatMessage { role: "tool".into(), content: Some("a.txt".into()), tool_calls: vec![], tool_call_id: Some("toolu_1".into()) },
+            ChatMessage { role: "assistant".into(), content: Some("Let me look.".into()), tool_calls: vec![call], ..Default::default() },
+            ChatMessage { role: "tool".into(), content: Some("a.txt".into()), tool_call_id: Some("toolu_1".into()), ..Default::default() },
             ChatMessage::text("user", "and now?"),
         ];
         let tools = [json!({"type": "function", "function": {"name": "finish", "description": "d", "parameters": {"type": "object"}}})];

@@ -23,6 +23,32 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images beside the text of a user message; each provider's request puts them in its own
+    /// shape (OpenAI's `image_url` parts, Anthropic's `image` blocks).
+    #[serde(skip)]
+    pub images: Vec<ImagePart>,
+}
+
+/// An image for the model: its media type and its bytes in base64.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImagePart {
+    pub media_type: String,
+    pub data: String,
+}
+
+/// `m` as OpenAI's chat API takes it: a message with images has its content as parts.
+fn openai_message(m: &ChatMessage) -> Value {
+    let mut v = serde_json::to_value(m).unwrap_or_default();
+    if !m.images.is_empty() {
+        let mut parts = vec![serde_json::json!({"type": "text", "text": m.content.clone().unwrap_or_default()})];
+        parts.extend(
+            m.images.iter().map(
+                |i| serde_json::json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.media_type, i.data)}}),
+            ),
+        );
+        v["content"] = Value::Array(parts);
+    }
+    v
 }
 
 impl ChatMessage {
@@ -318,7 +344,7 @@ impl LlmClient {
     fn openai_request(&self, base: &str, messages: &[ChatMessage], tools: &[Value]) -> reqwest::RequestBuilder {
         let mut body = serde_json::json!({
             "model": self.config.model,
-            "messages": messages,
+            "messages": messages.iter().map(openai_message).collect::<Vec<_>>(),
             "stream": self.config.stream,
         });
         if self.config.stream {

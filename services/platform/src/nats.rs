@@ -231,6 +231,8 @@ impl EmbeddedNats {
             "listen": format!("127.0.0.1:{port}"),
             "jetstream": {"store_dir": store_dir},
             "log_file": log,
+            // A user message may carry images (a few MB of base64): past the 1 MB default.
+            "max_payload": 8 << 20,
         });
         if let Some(authorization) = authorization {
             conf["authorization"] = authorization;

@@ -76,7 +76,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         let ctx = ctx.clone();
         async move {
             let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
-            let EventBody::UserMessage { text } = &env.payload.body else {
+            let EventBody::UserMessage { text, .. } = &env.payload.body else {
                 d.ack().await;
                 return;
             };

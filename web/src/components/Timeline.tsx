@@ -4,12 +4,12 @@
 
 import { memo, useEffect, useMemo, useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
-import type { ActionEvent, HalyardEvent, ObservationEvent } from "../types";
+import type { ActionEvent, HalyardEvent, ImageData, ObservationEvent } from "../types";
 import { Markdown } from "./Markdown";
 import { Diff, editLines } from "./Diff";
 
 export type Item =
-  | { type: "message"; seq: number; who: "user" | "agent"; text: string }
+  | { type: "message"; seq: number; who: "user" | "agent"; text: string; images?: ImageData[] }
   | {
       type: "action";
       seq: number;
@@ -30,8 +30,10 @@ export function toItems(events: HalyardEvent[]): Item[] {
   for (const e of events) {
     switch (e.kind) {
       case "user_message":
+        items.push({ type: "message", seq: e.seq, who: "user", text: e.text, images: e.images });
+        break;
       case "agent_message":
-        items.push({ type: "message", seq: e.seq, who: e.kind === "user_message" ? "user" : "agent", text: e.text });
+        items.push({ type: "message", seq: e.seq, who: "agent", text: e.text });
         break;
       case "action":
         // `finish` is followed by the agent's message saying the same: one is enough.
@@ -206,6 +208,13 @@ const Row = memo(function Row({ item }: { item: Item }) {
         <div className={`msg ${item.who}`}>
           <div className="who">{item.who === "user" ? "You" : "Agent"}</div>
           <Markdown text={item.text} />
+          {item.images && item.images.length > 0 && (
+            <div className="attached">
+              {item.images.map((img, i) => (
+                <img key={i} src={`data:${img.media_type};base64,${img.data}`} alt={`Attached image ${i + 1}`} />
+              ))}
+            </div>
+          )}
         </div>
       );
     case "action":

@@ -6,7 +6,7 @@ import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, t
 import { api, errorText } from "../api";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
-import type { Conversation, ExecutionStatus, HalyardEvent, StartTask } from "../types";
+import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask } from "../types";
 import { Timeline } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
@@ -314,16 +314,42 @@ function EditableTitle({ id, title }: { id: string; title?: string }) {
   );
 }
 
+/** The images a message may carry (the gateway holds it to the same). */
+const MAX_IMAGES = 4;
+const IMAGE_KINDS = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/** A file as `{media_type, data}` with its bytes in base64. */
+function readImage(file: File): Promise<ImageData> {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve({ media_type: file.type, data: String(reader.result).replace(/^data:[^,]*,/, "") });
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
 function Composer({ id }: { id: string }) {
   const [text, setText] = useState("");
+  const [images, setImages] = useState<ImageData[]>([]);
   const [error, setError] = useState<string>();
+  const attach = async (files: File[]) => {
+    const wanted = files.filter((f) => IMAGE_KINDS.includes(f.type));
+    if (wanted.length < files.length) setError("Only PNG, JPEG, GIF and WebP images can be attached.");
+    const read = await Promise.all(wanted.map(readImage));
+    setImages((prev) => {
+      const all = prev.concat(read);
+      if (all.length > MAX_IMAGES) setError(`A message carries ${MAX_IMAGES} images at most.`);
+      return all.slice(0, MAX_IMAGES);
+    });
+  };
   const send = async (e?: FormEvent) => {
     e?.preventDefault();
     const t = text.trim();
     if (!t) return;
     try {
-      await api.send(id, t);
+      await api.send(id, t, images);
       setText("");
+      setImages([]);
       setError(undefined);
     } catch (err) {
       setError(errorText(err));
@@ -333,10 +359,17 @@ function Composer({ id }: { id: string }) {
     <form className="composer" onSubmit={send}>
       <textarea
         aria-label="Message"
-        placeholder="Message the agent (Enter sends, Shift+Enter for a new line)"
+        placeholder="Message the agent (Enter sends, Shift+Enter for a new line; paste an image to attach it)"
         rows={2}
         value={text}
         onChange={(e) => setText(e.target.value)}
+        onPaste={(e) => {
+          const files = Array.from(e.clipboardData.files);
+          if (files.length) {
+            e.preventDefault();
+            attach(files);
+          }
+        }}
         onKeyDown={(e) => {
           if (e.key === "Enter" && !e.shiftKey) {
             e.preventDefault();
@@ -344,9 +377,25 @@ function Composer({ id }: { id: string }) {
           }
         }}
       />
+      <label className="button ghost">
+        Image
+        <input type="file" accept={IMAGE_KINDS.join(",")} multiple hidden aria-label="Attach images" onChange={(e) => (attach(Array.from(e.target.files ?? [])), (e.target.value = ""))} />
+      </label>
       <button type="submit" disabled={!text.trim()}>
         Send
       </button>
+      {images.length > 0 && (
+        <div className="attached" aria-label="Images to send">
+          {images.map((img, i) => (
+            <span key={i} className="thumb">
+              <img src={`data:${img.media_type};base64,${img.data}`} alt={`Image ${i + 1} to send`} />
+              <button type="button" className="ghost" aria-label={`Remove image ${i + 1}`} onClick={() => setImages((prev) => prev.filter((_, j) => j !== i))}>
+                ×
+              </button>
+            </span>
+          ))}
+        </div>
+      )}
       <ErrorText error={error} />
     </form>
   );

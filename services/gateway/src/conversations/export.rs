@@ -104,7 +104,13 @@ fn markdown(ev: &ConversationEvent) -> String {
     match &ev.body {
         // The finish's message is the agent's answer, which follows as its own event.
         EventBody::Action { tool, .. } | EventBody::Observation { tool, .. } if tool == "finish" => String::new(),
-        EventBody::UserMessage { text } => format!("\n## User ({time})\n\n{text}\n"),
+        EventBody::UserMessage { text, images } => {
+            let attached = match images.len() {
+                0 => String::new(),
+                n => format!("\n*({n} image{} attached)*\n", if n == 1 { "" } else { "s" }),
+            };
+            format!("\n## User ({time})\n\n{text}\n{attached}")
+        }
         EventBody::AgentMessage { text } => format!("\n## Agent ({time})\n\n{text}\n"),
         EventBody::Action { tool, arguments, thought, .. } => {
             let thought = thought.as_deref().map(|t| format!("{}\n\n", quote(t))).unwrap_or_default();

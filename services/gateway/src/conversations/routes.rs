@@ -174,6 +174,45 @@ pub async fn get_conversation(State(state): State<AppState>, User(user): User, P
 #[serde(deny_unknown_fields)]
 pub struct MessageBody {
     pub text: String,
+    /// Images attached to the message: `{media_type, data}` with the bytes in base64.
+    #[serde(default)]
+    pub images: Vec<halyard_protocol::event::Image>,
+}
+
+/// Images one message may carry, and their bytes (decoded) in all.
+pub const MAX_IMAGES: usize = 4;
+pub const MAX_IMAGE_BYTES: usize = 4 << 20;
+/// The body of a message with its images (base64 grows bytes by a third).
+pub const MAX_MESSAGE_BODY: usize = MAX_IMAGE_BYTES / 3 * 4 + (1 << 20);
+
+/// Checks the images of a message: kinds a vision model reads, real base64, within the limits.
+fn check_images(images: &[halyard_protocol::event::Image]) -> Result<(), ApiError> {
+    use base64::Engine;
+    const KINDS: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+    if images.len() > MAX_IMAGES {
+        return Err(ApiError::bad_request("invalid_field", format!("`images`: at most {MAX_IMAGES} images a message")));
+    }
+    let mut total = 0;
+    for (i, image) in images.iter().enumerate() {
+        if !KINDS.contains(&image.media_type.as_str()) {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                format!("`images[{i}].media_type` {:?}: send one of {}", image.media_type, KINDS.join(", ")),
+            ));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(image.data.as_bytes())
+            .map_err(|_| ApiError::bad_request("invalid_field", format!("`images[{i}].data` is not standard base64")))?;
+        total += bytes.len();
+    }
+    if total > MAX_IMAGE_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "images_too_large",
+            format!("the images come to {} KiB; a message may carry {} KiB of images", total >> 10, MAX_IMAGE_BYTES >> 10),
+        ));
+    }
+    Ok(())
 }
 
 fn require_started(c: &ConversationView) -> Result<(), ApiError> {
@@ -195,9 +234,24 @@ pub async fn send_message(
 ) -> Result<impl IntoResponse, ApiError> {
     let (id, c) = owned(&state, &user, &id)?;
     check_text("text", &body.text, MAX_MESSAGE_CHARS)?;
+    check_images(&body.images)?;
     require_started(&c)?;
     require_sandbox(&c)?;
-    let event_id = agent_command(&state, id, AgentCommand::UserMessage { conversation_id: id, text: body.text }).await?;
+    // The command carries the images: it must fit in one message of the bus.
+    let fits =
+        body.images.iter().map(|i| i.data.len()).sum::<usize>() + body.text.len() + 4096 <= state.js.client().server_info().max_payload;
+    if !fits {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "images_too_large",
+            format!(
+                "this deployment's message bus takes messages of {} KiB at most (nats-server `max_payload`); send smaller images",
+                state.js.client().server_info().max_payload >> 10
+            ),
+        ));
+    }
+    let command = AgentCommand::UserMessage { conversation_id: id, text: body.text, images: body.images };
+    let event_id = agent_command(&state, id, command).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
 }
 

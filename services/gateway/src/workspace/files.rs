@@ -137,6 +137,7 @@ pub async fn download(
     Path(id): Path<String>,
     query: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::response::Response, ApiError> {
+    crate::common::owned(&state, &user, &id)?;
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
     let resp = executor(&state, &user, &id)?.download(&path).await.map_err(executor_error)?;
@@ -173,6 +174,8 @@ pub async fn upload(
     body: axum::body::Body,
 ) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
     use futures::StreamExt;
+    // Another user's conversation is 404 before anything about the request is judged.
+    crate::common::owned(&state, &user, &id)?;
     let Query(q) = query?;
     let path = q.path.filter(|p| !p.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid_query", "give the file's `path`"))?;
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
