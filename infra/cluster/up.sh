@@ -44,9 +44,11 @@ for i in 0 1 2; do
   URLS="$URLS${URLS:+,}nats://127.0.0.1:$((PORT + i))"
   ROUTES="$ROUTES${ROUTES:+,}nats://127.0.0.1:$((PORT + 10 + i))"
 done
+# Messages may carry images (a few MB of base64): past nats-server's 1 MB default.
+printf 'max_payload: 8MB\n' > "$DIR/nats.conf"
 for i in 0 1 2; do
   mkdir -p "$DIR/nats-$i"
-  "$NATS" -js -a 127.0.0.1 -p $((PORT + i)) -n "node-$i" --cluster_name halyard \
+  "$NATS" -c "$DIR/nats.conf" -js -a 127.0.0.1 -p $((PORT + i)) -n "node-$i" --cluster_name halyard \
     --cluster "nats://127.0.0.1:$((PORT + 10 + i))" --routes "$ROUTES" -sd "$DIR/nats-$i" \
     > "$DIR/nats-$i.log" 2>&1 &
   echo "$! nats-$i" >> "$DIR/pids"
