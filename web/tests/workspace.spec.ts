@@ -101,6 +101,8 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   expect(saved.content).toBe('print("hello from halyard")\n# edited in the browser\n');
   await files.getByRole("button", { name: "Close" }).click();
   await expect(page.getByTestId("file-content")).toContainText("# edited in the browser");
+  // What changed shows the edit too.
+  await expect(page.getByTestId("file-diff").filter({ hasText: "hello.py" }).locator("tr.add").filter({ hasText: "# edited in the browser" })).toHaveCount(1);
   await shot(page, "edited");
 
   // A file downloaded as it is.

@@ -53,12 +53,13 @@ export function ChangesView({ id, version }: { id: string; version: number }) {
           </details>
         ))}
       </section>
-      <FileBrowser id={id} version={version} />
+      <FileBrowser id={id} version={version} onChanged={load} />
     </div>
   );
 }
 
-function FileBrowser({ id, version }: { id: string; version: number }) {
+/** `onChanged` is told when the user changed the workspace here (an upload, a save). */
+function FileBrowser({ id, version, onChanged }: { id: string; version: number; onChanged: () => void }) {
   const [path, setPath] = useState("");
   const [files, setFiles] = useState<Files>();
   const [error, setError] = useState<string>();
@@ -83,6 +84,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
     }
     if (done.length) setNote(`Uploaded ${done.join(", ")}`);
     setUploaded((n) => n + 1);
+    onChanged();
   };
 
   useEffect(() => {
@@ -169,7 +171,7 @@ function FileBrowser({ id, version }: { id: string; version: number }) {
       )}
       {files?.kind === "file" && editing && (
         <Suspense fallback={<p className="muted">Loading the editor…</p>}>
-          <FileEditor id={id} path={path} content={files.content ?? ""} onSaved={() => setUploaded((n) => n + 1)} onClose={() => setEditing(false)} />
+          <FileEditor id={id} path={path} content={files.content ?? ""} onSaved={() => (setUploaded((n) => n + 1), onChanged())} onClose={() => setEditing(false)} />
         </Suspense>
       )}
       {files?.kind === "file" &&
