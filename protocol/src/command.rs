@@ -268,3 +268,35 @@ impl Payload for TitleCommand {
         "cmd.title.set_by_user".into()
     }
 }
+
+/// Whether one of a user's MCP servers answers, for the Settings page's Test: asked of the
+/// agent runners (`halyard.mcptest`, request/reply), which hold the MCP client. An `http`
+/// server is connected to and its tools listed; a `stdio` one runs in a conversation's sandbox,
+/// so it is checked when a conversation starts (its `mcp_servers` event).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpTestRequest {
+    pub owner: crate::UserId,
+    pub server: String,
+}
+
+impl Payload for McpTestRequest {
+    fn kind(&self) -> String {
+        "mcp_test.request".into()
+    }
+}
+
+/// The answer to an [`McpTestRequest`]: the tools the server offers, or why it offers none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct McpTestAnswer {
+    pub ok: bool,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Payload for McpTestAnswer {
+    fn kind(&self) -> String {
+        "mcp_test.answer".into()
+    }
+}

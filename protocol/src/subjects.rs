@@ -120,6 +120,9 @@ pub fn agent_node(node: &str) -> String {
 /// Questions about conversations, answered by an agent runner (core request/reply, queue group
 /// [`ASK_QUEUE`]): nothing is stored, nothing appended.
 pub const ALL_ASKS: &str = "halyard.ask.>";
+/// Where a user's MCP server is tested (request/reply), and the agent runners' queue for it.
+pub const MCP_TEST: &str = "halyard.mcptest";
+pub const MCP_TEST_QUEUE: &str = "agent-mcp-test";
 /// The queue group agent runners answer questions in.
 pub const ASK_QUEUE: &str = "agent-ask";
 

@@ -82,6 +82,17 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     assert!(s == 400 && e["error"]["message"].as_str().unwrap_or_default().contains("${NAME}"), "{e}");
     let (_, listed) = alice.get("/api/v1/mcp-servers").await;
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(3), "{listed}");
+    // The Settings page's Test: an http server is reached with the secret filled in and says
+    // its tools; a stdio one is checked when a conversation starts, and says so.
+    let (s, t) = alice.post("/api/v1/mcp-servers/notes/test", json!({})).await;
+    assert_eq!((s, t["ok"].as_bool()), (200, Some(true)), "{t}");
+    assert!(t["tools"].as_array().unwrap().iter().any(|x| x == "add_note"), "{t}");
+    let (s, t) = alice.post("/api/v1/mcp-servers/time/test", json!({})).await;
+    assert_eq!((s, t["ok"].as_bool()), (200, Some(false)), "{t}");
+    assert!(t["error"].as_str().unwrap().contains("conversation's sandbox"), "{t}");
+    let (_, t) = bob.post("/api/v1/mcp-servers/notes/test", json!({})).await;
+    assert!(t["ok"] == false && t["error"].as_str().unwrap().contains("no enabled MCP server"), "{t}");
+    assert!(!t.to_string().contains(TOKEN));
     assert_eq!(bob.get("/api/v1/mcp-servers").await.1["items"], json!([]));
     assert_eq!(bob.get("/api/v1/mcp-servers/time").await.0, 404);
 

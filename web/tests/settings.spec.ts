@@ -122,6 +122,9 @@ test("4. an MCP server: added, edited, deleted", async ({ page }) => {
   await form.getByRole("button", { name: "Save server" }).click();
   const row = s.getByRole("listitem").filter({ hasText: "time" });
   await expect(row).toContainText("mcp-server-time");
+  // A stdio server is tested where it runs: the Test says so, in words.
+  await row.getByRole("button", { name: "Test" }).click();
+  await expect(s.getByTestId("mcp-test-time")).toContainText("conversation's sandbox");
   await row.getByRole("button", { name: "Edit" }).click();
   await form.getByLabel("Transport", { exact: true }).selectOption("http");
   await form.getByLabel("URL", { exact: true }).fill("https://mcp.example.com/mcp");

@@ -2,14 +2,15 @@
 //! `ask_agent`): one LLM call over the conversation's history as a transcript, with no tools.
 //! Nothing is appended to the log and a live run goes on undisturbed; the question comes as a
 //! core NATS request on `halyard.ask.<id>`, answered by whichever agent runner of the queue
-//! group takes it (it holds the LLM key; the gateway does not).
+//! group takes it (it holds the LLM key; the gateway does not). The same way, a user's MCP server
+//! is tested for the Settings page (`halyard.mcptest`): the runners hold the MCP client.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use halyard_platform::bus;
 use halyard_platform::llm::ChatMessage;
-use halyard_protocol::command::{AskAnswer, AskRequest};
+use halyard_protocol::command::{AskAnswer, AskRequest, McpTestAnswer, McpTestRequest};
 use halyard_protocol::event::{ConversationEvent, EventBody};
 use halyard_protocol::{Envelope, subjects};
 
@@ -119,4 +120,37 @@ fn transcript(events: &[ConversationEvent]) -> String {
         out = format!("[...earlier part left out...]\n{}", &out[cut..]);
     }
     out
+}
+
+/// Answers MCP server tests (`halyard.mcptest`) until the subscription ends.
+pub async fn serve_mcp_tests(ctx: Arc<Ctx>, mut shutdown: halyard_platform::Shutdown) {
+    let mut requests = match ctx.nats.queue_subscribe(subjects::MCP_TEST, subjects::MCP_TEST_QUEUE.into()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot subscribe to MCP server tests; their Test will time out");
+            return;
+        }
+    };
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.wait() => return,
+            m = requests.next() => match m { Some(m) => m, None => return },
+        };
+        let Some(reply) = msg.reply.clone() else { continue };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let answer = match halyard_protocol::decode::<McpTestRequest>(&msg.payload) {
+                Ok(env) => crate::mcp::test(&ctx, &env.payload.owner, &env.payload.server).await,
+                Err(e) => McpTestAnswer { ok: false, tools: Vec::new(), error: Some(format!("undecodable request: {e}")) },
+            };
+            match halyard_protocol::encode(&Envelope::new(answer, halyard_platform::now_ms())) {
+                Ok(bytes) => {
+                    if let Err(e) = ctx.nats.publish(reply, bytes.into()).await {
+                        tracing::warn!(error = %e, "cannot send an MCP test's answer");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot encode an MCP test's answer"),
+            }
+        });
+    }
 }

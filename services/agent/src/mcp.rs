@@ -19,6 +19,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::net;
+use halyard_protocol::command::McpTestAnswer;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::McpStdioSpawn;
 use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers, ValuePart};
@@ -358,6 +359,49 @@ pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpSe
         }
     }
     Ok(configs)
+}
+
+/// Connects once to `owner`'s server `name` and lists its tools, for the Settings page's Test
+/// (`halyard.mcptest`). Only an `http` server can be reached from here: a `stdio` one runs in a
+/// conversation's sandbox and is checked when a conversation starts.
+pub async fn test(ctx: &Ctx, owner: &UserId, name: &str) -> McpTestAnswer {
+    let fail = |e: String| McpTestAnswer { ok: false, tools: Vec::new(), error: Some(e) };
+    let configs = match configs(ctx, owner).await {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let Some(config) = configs.get(name) else {
+        return fail(format!("you have no enabled MCP server `{name}`"));
+    };
+    let McpServerConfig::Http { url, .. } = config else {
+        return fail(
+            "a stdio server runs in a conversation's sandbox: it is checked when a conversation starts, and the \
+             conversation's mcp_servers event says what it offers"
+                .into(),
+        );
+    };
+    let trusted = ctx.config.mcp.servers.get(name) == Some(config);
+    let allow = ctx.config.mcp.allow.as_slice();
+    if !trusted {
+        if let Err(e) = net::check_destination(url, allow).await {
+            return fail(format!("{url}: {e}"));
+        }
+    }
+    let secrets = match crate::user::secrets(ctx, owner).await {
+        Ok(s) => s.env,
+        Err(e) => return fail(e),
+    };
+    // An http server needs no sandbox: the executor client is never used.
+    let no_sandbox = ExecutorClient::new(ctx.http.clone(), "http://127.0.0.1:9", String::new());
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect_one(config, &secrets, &no_sandbox, (!trusted).then_some(allow))).await {
+        Ok(Ok((client, tools))) => {
+            let tools = tools.iter().map(|t| t.name.to_string()).collect();
+            let _ = client.cancel().await;
+            McpTestAnswer { ok: true, tools, error: None }
+        }
+        Ok(Err(e)) => fail(e),
+        Err(_) => fail(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs())),
+    }
 }
 
 #[cfg(test)]

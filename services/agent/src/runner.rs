@@ -150,6 +150,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let vault = halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?;
     let ctx = Arc::new(Ctx { config, nats: nats.clone(), js: js.clone(), http, llm, leases, user_kv, vault });
     let asks = tokio::spawn(crate::ask::serve(ctx.clone(), shutdown.clone()));
+    let mcp_tests = tokio::spawn(crate::ask::serve_mcp_tests(ctx.clone(), shutdown.clone()));
     let (runner, handle) = Actor::spawn(None, Runner, ctx).await.map_err(|e| AgentError::Setup(e.to_string()))?;
     // Commands other replicas pass to the runs held here.
     let forwarded = nats.subscribe(subjects::agent_node(&node_id)).await.map_err(|e| AgentError::Setup(format!("subscribe: {e}")))?;
@@ -173,5 +174,6 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     runner.stop(None);
     let _ = handle.await;
     asks.abort();
+    mcp_tests.abort();
     result.map_err(AgentError::from)
 }

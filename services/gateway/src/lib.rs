@@ -135,6 +135,7 @@ pub fn app(state: AppState) -> Router {
         .route("/repositories", get(repositories::list))
         .route("/repositories/branches", get(repositories::branches))
         .route("/mcp-servers/{name}", get(mcp_servers::get_one).put(mcp_servers::put).delete(mcp_servers::delete))
+        .route("/mcp-servers/{name}/test", post(mcp_servers::test))
         .route("/secrets", get(secrets::list))
         .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
         .route("/skills", get(routes::list_skills))

@@ -345,6 +345,17 @@ function McpServers() {
   const { error, run, prompt } = useChange(reload);
   const empty = { name: "", transport: "stdio", command: "", url: "" };
   const [form, setForm] = useState(empty);
+  const [tested, setTested] = useState<Record<string, string>>({});
+  const test = async (name: string) => {
+    setTested((t) => ({ ...t, [name]: "Testing…" }));
+    try {
+      const r = await call<{ ok: boolean; tools: string[]; error?: string }>("POST", `/mcp-servers/${enc(name)}/test`);
+      const said = r.ok ? `Answered; its tools: ${r.tools.join(", ") || "none"}.` : `Failed: ${r.error}`;
+      setTested((t) => ({ ...t, [name]: said }));
+    } catch (e) {
+      setTested((t) => ({ ...t, [name]: `Failed: ${errorText(e)}` }));
+    }
+  };
   const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -357,10 +368,18 @@ function McpServers() {
         {items.map((m) => (
           <li key={m.name}>
             <strong>{m.name}</strong> <span className="muted">{str(m.transport)} · {str(m.command ?? m.url)}</span>
+            <button className="ghost" onClick={() => test(m.name)}>
+              Test
+            </button>
             <button className="ghost" onClick={() => setForm({ name: m.name, transport: str(m.transport), command: str(m.command), url: str(m.url) })}>
               Edit
             </button>
             <DeleteButton what={`MCP server ${m.name}`} onDelete={() => run(() => call("DELETE", `/mcp-servers/${enc(m.name)}`))} />
+            {tested[m.name] && (
+              <p className="small" role="status" data-testid={`mcp-test-${m.name}`}>
+                {tested[m.name]}
+              </p>
+            )}
           </li>
         ))}
         {items.length === 0 && <li className="muted">None yet.</li>}

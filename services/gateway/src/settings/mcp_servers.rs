@@ -184,6 +184,24 @@ pub async fn delete(State(state): State<AppState>, User(user): User, Path(name):
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `POST /mcp-servers/{name}/test`: an agent runner connects to the server once and lists its
+/// tools (an `http` server; a `stdio` one is checked when a conversation starts). 200 either
+/// way: the result is what was asked for.
+pub async fn test(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    use halyard_protocol::command::{McpTestAnswer, McpTestRequest};
+    let request = halyard_protocol::Envelope::new(McpTestRequest { owner: user, server: name }, halyard_platform::now_ms());
+    let bytes = halyard_protocol::encode(&request).map_err(ApiError::internal)?;
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), state.nats.request(subjects::MCP_TEST, bytes.into()))
+        .await
+        .map_err(|_| ApiError::unavailable("no agent runner answered in time; try again"))?
+        .map_err(|e| {
+            tracing::warn!(error = %e, "MCP test request failed");
+            ApiError::unavailable("no agent runner is answering now; try again")
+        })?;
+    let answer = halyard_protocol::decode::<McpTestAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
+    Ok(Json(json!({"ok": answer.ok, "tools": answer.tools, "error": answer.error})))
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_references;
