@@ -106,8 +106,11 @@ async fn bad_input_gets_clear_errors_and_loses_nothing() {
     assert_eq!((s, code(&resp)), (400, "invalid_query"));
     let (s, resp) = api.get("/api/v1/nothing-here").await;
     assert_eq!((s, code(&resp)), (404, "not_found"));
-    // Oversized body: 413 with a JSON error.
-    let (s, resp) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "x".repeat(10_000)})).await;
+    // Oversized body: 413 with a JSON error. (A message has room for images beyond the limit:
+    // its text alone past that is refused.)
+    let (s, resp) = api.post("/api/v1/conversations", json!({"message": "x".repeat(10_000)})).await;
+    assert_eq!((s, code(&resp)), (413, "payload_too_large"), "{resp}");
+    let (s, resp) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "x".repeat(6_000_000)})).await;
     assert_eq!((s, code(&resp)), (413, "payload_too_large"), "{resp}");
     // Not JSON.
     let resp = reqwest::Client::new()

@@ -115,8 +115,11 @@ pub fn app(state: AppState) -> Router {
         .route("/conversations/count", get(routes::count_conversations))
         .route("/conversations/{id}/retry", post(starts::retry_start))
         .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete).patch(routes::patch_conversation))
-        // A message may carry images: its own, larger body limit.
-        .route("/conversations/{id}/messages", post(routes::send_message).layer(DefaultBodyLimit::max(routes::MAX_MESSAGE_BODY)))
+        // A message may carry images: the body limit and room for them.
+        .route(
+            "/conversations/{id}/messages",
+            post(routes::send_message).layer(DefaultBodyLimit::max(max_body.saturating_add(routes::IMAGE_ALLOWANCE))),
+        )
         .route("/conversations/{id}/pause", post(routes::pause))
         .route("/conversations/{id}/resume", post(routes::resume))
         .route("/conversations/{id}/interrupt", post(routes::interrupt))

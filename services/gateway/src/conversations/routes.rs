@@ -182,8 +182,9 @@ pub struct MessageBody {
 /// Images one message may carry, and their bytes (decoded) in all.
 pub const MAX_IMAGES: usize = 4;
 pub const MAX_IMAGE_BYTES: usize = 4 << 20;
-/// The body of a message with its images (base64 grows bytes by a third).
-pub const MAX_MESSAGE_BODY: usize = MAX_IMAGE_BYTES / 3 * 4 + (1 << 20);
+/// What a message's body may hold beyond the deployment's body limit: its images, in base64
+/// (which grows bytes by a third), and their JSON.
+pub const IMAGE_ALLOWANCE: usize = MAX_IMAGE_BYTES / 3 * 4 + 64 * 1024;
 
 /// Checks the images of a message: kinds a vision model reads, real base64, within the limits.
 fn check_images(images: &[halyard_protocol::event::Image]) -> Result<(), ApiError> {
