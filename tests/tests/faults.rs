@@ -71,19 +71,11 @@ impl Deployment {
         let serve = |name: &str| {
             base.clone().serve(&nats.url, &[name]).set("HALYARD_SECRET", "a-shared-deployment-secret").set("HALYARD_LEASE_TTL_MS", "2000")
         };
-        // Started side by side: each start waits for its process to be ready.
-        let mut starts: Vec<HalyardOptions> =
-            ["sandbox", "conversations", "agent"].into_iter().filter(|s| *s != service).map(serve).collect();
-        let others_count = starts.len();
-        starts.extend((0..2).map(|_| serve(service).set("HALYARD_FAULT", &spec)));
-        starts.push(serve("gateway"));
-        let mut started: Vec<Halyard> = std::thread::scope(|scope| {
-            let each: Vec<_> = starts.into_iter().map(|o| scope.spawn(|| Halyard::start(o))).collect();
-            each.into_iter().map(|t| t.join().unwrap()).collect()
-        });
-        let gateway = started.pop().unwrap();
-        let faulted = started.split_off(others_count);
-        Self::Two { _nats: nats, gateway, others: started, faulted, _once: once }
+        let others =
+            ["sandbox", "conversations", "agent"].into_iter().filter(|s| *s != service).map(|s| Halyard::start(serve(s))).collect();
+        let faulted = (0..2).map(|_| Halyard::start(serve(service).set("HALYARD_FAULT", &spec))).collect();
+        let gateway = Halyard::start(serve("gateway"));
+        Self::Two { _nats: nats, gateway, others, faulted, _once: once }
     }
 
     fn api(&self) -> Api {
