@@ -189,6 +189,9 @@ pub async fn delete(State(state): State<AppState>, User(user): User, Path(name):
 /// way: the result is what was asked for.
 pub async fn test(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     use halyard_protocol::command::{McpTestAnswer, McpTestRequest};
+    // One of the user's own servers, or 404 as for every other route that names one.
+    let key = subjects::user_mcp_key(&user);
+    user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await?;
     let request = halyard_protocol::Envelope::new(McpTestRequest { owner: user, server: name }, halyard_platform::now_ms());
     let bytes = halyard_protocol::encode(&request).map_err(ApiError::internal)?;
     let reply = tokio::time::timeout(std::time::Duration::from_secs(30), state.nats.request(subjects::MCP_TEST, bytes.into()))
