@@ -566,14 +566,26 @@ pub async fn await_sandbox(
     if let Some(env) = command {
         publish(js, subjects::sandbox_command(sandbox), &env).await.map_err(|e| e.to_string())?;
     }
-    if let Some((_, env)) = last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subject).await.map_err(|e| e.to_string())? {
+    let deadline = tokio::time::Instant::now() + patience;
+    // The stored record, read again while the bus heals (a NATS node lost, a stream electing a
+    // leader): a read that timed out is no reason to fail a start.
+    let stored = loop {
+        match last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subject).await {
+            Ok(found) => break found,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() + Duration::from_secs(1) < deadline => {
+                tracing::warn!(%sandbox, error = %e, "cannot read the sandbox's record yet; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    if let Some((_, env)) = stored {
         if let SystemRecord::Sandbox(u) = env.payload {
             if let Some(done) = settle(u, !asked)? {
                 return Ok(done);
             }
         }
     }
-    let deadline = tokio::time::Instant::now() + patience;
     loop {
         let msg = tokio::time::timeout_at(deadline, updates.next())
             .await
