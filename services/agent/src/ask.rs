@@ -20,33 +20,73 @@ use crate::Ctx;
 const MAX_TRANSCRIPT_CHARS: usize = 100_000;
 
 /// Answers questions until the subscription ends.
-pub async fn serve(ctx: Arc<Ctx>, mut shutdown: halyard_platform::Shutdown) {
-    let mut questions = match ctx.nats.queue_subscribe(subjects::ALL_ASKS, subjects::ASK_QUEUE.into()).await {
+pub async fn serve(ctx: Arc<Ctx>, shutdown: halyard_platform::Shutdown) {
+    let undecodable =
+        |e: String| AskAnswer { code: Some("bad_request".into()), message: Some(format!("undecodable question: {e}")), answer: None };
+    answer_requests(ctx, shutdown, subjects::ALL_ASKS, subjects::ASK_QUEUE, "questions", undecodable, |ctx, q: AskRequest| async move {
+        answer(&ctx, q).await
+    })
+    .await
+}
+
+/// Answers MCP server tests (`halyard.mcptest`) until the subscription ends.
+pub async fn serve_mcp_tests(ctx: Arc<Ctx>, shutdown: halyard_platform::Shutdown) {
+    let undecodable = |e: String| McpTestAnswer { ok: false, tools: Vec::new(), error: Some(format!("undecodable request: {e}")) };
+    answer_requests(
+        ctx,
+        shutdown,
+        subjects::MCP_TEST,
+        subjects::MCP_TEST_QUEUE,
+        "MCP server tests",
+        undecodable,
+        |ctx, r: McpTestRequest| async move { crate::mcp::test(&ctx, &r.owner, &r.server).await },
+    )
+    .await
+}
+
+/// Serves core NATS requests on `subject` in the runners' `queue` group: each one decoded,
+/// answered by `handle` on a task of its own (or by `undecodable`), the answer sent to the
+/// asker's inbox.
+async fn answer_requests<Q, A, F, Fut>(
+    ctx: Arc<Ctx>,
+    mut shutdown: halyard_platform::Shutdown,
+    subject: &str,
+    queue: &str,
+    what: &'static str,
+    undecodable: fn(String) -> A,
+    handle: F,
+) where
+    Q: serde::de::DeserializeOwned + Send + 'static,
+    A: halyard_protocol::envelope::Payload + Send + 'static,
+    F: Fn(Arc<Ctx>, Q) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = A> + Send,
+{
+    let mut requests = match ctx.nats.queue_subscribe(subject.to_owned(), queue.to_owned()).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot subscribe to questions; /ask will time out");
+            tracing::error!(error = %e, what, "cannot subscribe; these requests will time out");
             return;
         }
     };
     loop {
         let msg = tokio::select! {
             _ = shutdown.wait() => return,
-            m = questions.next() => match m { Some(m) => m, None => return },
+            m = requests.next() => match m { Some(m) => m, None => return },
         };
         let Some(reply) = msg.reply.clone() else { continue };
-        let ctx = ctx.clone();
+        let (ctx, handle) = (ctx.clone(), handle.clone());
         tokio::spawn(async move {
-            let answer = match halyard_protocol::decode::<AskRequest>(&msg.payload) {
-                Ok(env) => answer(&ctx, env.payload).await,
-                Err(e) => AskAnswer { code: Some("bad_request".into()), message: Some(format!("undecodable question: {e}")), answer: None },
+            let answer = match halyard_protocol::decode::<Q>(&msg.payload) {
+                Ok(env) => handle(ctx.clone(), env.payload).await,
+                Err(e) => undecodable(e.to_string()),
             };
             match halyard_protocol::encode(&Envelope::new(answer, halyard_platform::now_ms())) {
                 Ok(bytes) => {
                     if let Err(e) = ctx.nats.publish(reply, bytes.into()).await {
-                        tracing::warn!(error = %e, "cannot send an answer");
+                        tracing::warn!(error = %e, what, "cannot send an answer");
                     }
                 }
-                Err(e) => tracing::error!(error = %e, "cannot encode an answer"),
+                Err(e) => tracing::error!(error = %e, what, "cannot encode an answer"),
             }
         });
     }
@@ -120,37 +160,4 @@ fn transcript(events: &[ConversationEvent]) -> String {
         out = format!("[...earlier part left out...]\n{}", &out[cut..]);
     }
     out
-}
-
-/// Answers MCP server tests (`halyard.mcptest`) until the subscription ends.
-pub async fn serve_mcp_tests(ctx: Arc<Ctx>, mut shutdown: halyard_platform::Shutdown) {
-    let mut requests = match ctx.nats.queue_subscribe(subjects::MCP_TEST, subjects::MCP_TEST_QUEUE.into()).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot subscribe to MCP server tests; their Test will time out");
-            return;
-        }
-    };
-    loop {
-        let msg = tokio::select! {
-            _ = shutdown.wait() => return,
-            m = requests.next() => match m { Some(m) => m, None => return },
-        };
-        let Some(reply) = msg.reply.clone() else { continue };
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let answer = match halyard_protocol::decode::<McpTestRequest>(&msg.payload) {
-                Ok(env) => crate::mcp::test(&ctx, &env.payload.owner, &env.payload.server).await,
-                Err(e) => McpTestAnswer { ok: false, tools: Vec::new(), error: Some(format!("undecodable request: {e}")) },
-            };
-            match halyard_protocol::encode(&Envelope::new(answer, halyard_platform::now_ms())) {
-                Ok(bytes) => {
-                    if let Err(e) = ctx.nats.publish(reply, bytes.into()).await {
-                        tracing::warn!(error = %e, "cannot send an MCP test's answer");
-                    }
-                }
-                Err(e) => tracing::error!(error = %e, "cannot encode an MCP test's answer"),
-            }
-        });
-    }
 }
