@@ -13,6 +13,7 @@ use crate::ids::{ConversationId, EventId, SandboxId, UserId};
 /// Who caused an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EventSource {
     User,
     Agent,
@@ -23,6 +24,7 @@ pub enum EventSource {
 /// The agent's execution status, as OpenHands names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ExecutionStatus {
     Idle,
     Running,
@@ -54,6 +56,7 @@ impl ExecutionStatus {
 /// Who chose a title.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TitleSource {
     User,
     Generated,
@@ -62,6 +65,7 @@ pub enum TitleSource {
 /// How a skill reaches the agent (OpenHands' and AgentSkills' kinds).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SkillKind {
     /// Always in the system prompt (repository skills, `AGENTS.md`, global skills without
     /// triggers).
@@ -91,6 +95,7 @@ impl SkillKind {
 
 /// A skill the conversation has.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ConversationSkill))]
 pub struct Skill {
     pub name: String,
     /// The body (the Markdown after the frontmatter).
@@ -112,6 +117,7 @@ impl Skill {
 
 /// When actions wait for the user's consent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ConfirmationPolicy {
     /// Nothing waits.
@@ -137,6 +143,7 @@ impl ConfirmationPolicy {
 /// Halyard's rule-based analyzer, never lowered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SecurityRisk {
     Low,
     Medium,
@@ -160,6 +167,7 @@ fn is_never(p: &ConfirmationPolicy) -> bool {
 /// What a conversation's LLM calls may use in all; a run ends with `agent_error`
 /// `budget_exceeded` before a call would pass either.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget_usd: Option<f64>,
@@ -182,6 +190,7 @@ pub struct ConversationEvent {
 /// An image attached to a user message: its media type (`image/png`, `image/jpeg`, `image/gif`
 /// or `image/webp`) and its bytes in standard base64.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Image {
     pub media_type: String,
     pub data: String,
@@ -190,10 +199,12 @@ pub struct Image {
 /// What happened. Internally tagged by `kind` so that a reader sees one flat map.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EventBody {
     /// Always `seq` 1: the agent took charge of the conversation.
     ConversationStarted {
         owner: UserId,
+        #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
         sandbox_id: SandboxId,
         workspace: String,
         model: String,
@@ -336,9 +347,14 @@ impl Payload for ConversationEvent {
 /// `id`, `conversation_id`, `source`, `timestamp` in RFC 3339) and the body's fields (with
 /// `kind`), flattened into one JSON object.
 #[derive(Serialize)]
-struct ApiEvent<'a> {
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Event))]
+pub struct ApiEvent<'a> {
+    /// Contiguous per conversation from 1.
     seq: u64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
     id: EventId,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
     conversation_id: ConversationId,
     source: EventSource,
     timestamp: String,
@@ -373,6 +389,7 @@ pub fn to_json_string(ev: &ConversationEvent) -> String {
 
 /// One MCP server as a run found it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct McpServerStatus {
     pub name: String,
     /// `stdio` or `http`.

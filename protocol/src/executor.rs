@@ -107,6 +107,8 @@ pub struct ErrorDetail {
 /// `GET /files?path=`: a directory's entries, or a file's content (capped), for browsing the
 /// workspace. A relative path is taken from the workspace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Files))]
 pub struct FilesResponse {
     /// The absolute path read.
     pub path: String,
@@ -137,6 +139,7 @@ pub const FILE_CONTENT_CAP: usize = 256 * 1024;
 
 /// One entry of a directory.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileEntry {
     pub name: String,
     /// `file`, `directory` or `symlink`.
@@ -148,6 +151,8 @@ pub struct FileEntry {
 /// repository, else the files the editor changed, each against its content before the first
 /// edit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = Changes))]
 pub struct ChangesResponse {
     pub repository: bool,
     pub files: Vec<ChangedFile>,
@@ -155,6 +160,7 @@ pub struct ChangesResponse {
 
 /// One changed file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChangedFile {
     /// Relative to the workspace.
     pub path: String,

@@ -90,6 +90,7 @@ uuid_id!(
 
 /// A user, as named by the API key configuration. Opaque to everything but the gateway.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct UserId(pub String);
 

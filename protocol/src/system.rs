@@ -85,6 +85,7 @@ pub const AGENT_SERVER: &str = "AGENT_SERVER";
 
 /// A git repository to clone into the workspace: a URL or a local path.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ClonedRepository))]
 pub struct Repository {
     pub url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

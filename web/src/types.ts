@@ -1,4 +1,4 @@
-// The gateway's JSON, as `services/gateway/src/openapi.json` and `protocol/README.md` describe it.
+// The gateway's JSON, as its OpenAPI document (`GET /api/v1/openapi.json`, generated from the handlers' types) and `protocol/README.md` describe it.
 
 export type ExecutionStatus = "idle" | "running" | "paused" | "finished" | "error" | "stuck" | "waiting_for_confirmation";
 export type ConversationStatus = "STARTING" | "READY" | "ERROR";

@@ -8,8 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use halyard_platform::{bus, netaddr, telemetry};
 use halyard_protocol::command::AgentCommand;
@@ -57,10 +56,15 @@ pub fn running_sandbox(
     Ok((sandbox_id, sandbox))
 }
 
-#[derive(Debug, Deserialize)]
+/// A page of a list: `limit` items after `cursor`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
+    /// How many items (1 to 100, 20 by default).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<usize>,
+    /// The `next_cursor` of the page before.
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -133,13 +137,41 @@ pub fn check_label(field: &str, text: &str) -> Result<(), ApiError> {
     }
 }
 
-/// A delivery attempt as the API shows it.
-pub fn attempt_json(a: &DeliveryAttempt) -> Value {
-    json!({
-        "delivery_id": a.delivery_id.to_string(), "event_id": a.event_id.to_string(), "conversation_id": a.conversation_id.to_string(),
-        "seq": a.seq, "attempt": a.attempt, "status_code": a.status_code, "error": a.error, "duration_ms": a.duration_ms,
-        "outcome": a.outcome, "time": store::rfc3339(a.time_ms),
-    })
+/// A delivery attempt as the API shows it (and the read model keeps it).
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = DeliveryAttempt)]
+pub struct AttemptView {
+    pub delivery_id: String,
+    pub event_id: String,
+    pub conversation_id: String,
+    pub seq: u64,
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// The receiver's HTTP status, if it answered.
+    pub status_code: Option<u16>,
+    /// Why the attempt failed, if it did.
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    /// `succeeded`, `retrying` or `failed` (for good; `POST .../retry` tries again).
+    pub outcome: String,
+    pub time: String,
+}
+
+impl From<&DeliveryAttempt> for AttemptView {
+    fn from(a: &DeliveryAttempt) -> Self {
+        Self {
+            delivery_id: a.delivery_id.to_string(),
+            event_id: a.event_id.to_string(),
+            conversation_id: a.conversation_id.to_string(),
+            seq: a.seq,
+            attempt: a.attempt,
+            status_code: a.status_code,
+            error: a.error.clone(),
+            duration_ms: a.duration_ms,
+            outcome: serde_json::to_value(a.outcome).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+            time: store::rfc3339(a.time_ms),
+        }
+    }
 }
 
 /// How long a failure past the budget is held before its 429.

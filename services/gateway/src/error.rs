@@ -6,7 +6,8 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+
+use crate::api_doc::{ErrorBody, ErrorDetail};
 
 /// An API error.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +54,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody { error: ErrorDetail { code: self.code, message: self.message } };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {

@@ -3,13 +3,15 @@
 //! models that it derives from the bus ([`projection`]) and could rebuild by replay.
 //!
 //! Routes are in [`app`]; errors become responses in one place ([`error`]); the OpenAPI
-//! document is `openapi.json` beside this file, served at `/api/v1/openapi.json`. The handlers
+//! document is generated from the handlers as [`app`] registers them ([`api_doc`]) and served at
+//! `/api/v1/openapi.json`. The handlers
 //! are grouped by what they serve: [`conversations`], [`workspace`] (a conversation's sandbox as
 //! its owner reaches it), [`settings`] (what a user sets up), [`accounts`] (who is calling),
 //! [`webhooks`], [`sandboxes`] and [`mcp`]; what several of them share is in [`common`], and the
 //! event log's reader in [`events`]. No module imports another that imports it back.
 
 pub mod accounts;
+pub mod api_doc;
 pub mod common;
 pub mod conversations;
 pub mod error;
@@ -37,9 +39,10 @@ use async_nats::jetstream;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::json;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use halyard_platform::{BusError, Config, Shutdown};
 
@@ -48,9 +51,6 @@ use crate::accounts::registry::Accounts;
 use crate::error::ApiError;
 use crate::projection::Live;
 use crate::store::Store;
-
-/// The OpenAPI document of this API.
-pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// Why the gateway failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,84 +107,105 @@ pub struct AppState {
     pub used_app_links: Arc<tickets::UsedTickets>,
 }
 
+/// The routes of `/api/v1`, each registered from its handler's `#[utoipa::path]`: the router and
+/// the OpenAPI document come from the same list, so neither can name a route the other lacks.
+fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
+    // A message may carry images: the body limit and room for them.
+    let (schemas, paths, send_message) = routes!(routes::send_message);
+    let message_limit = DefaultBodyLimit::max(max_body.saturating_add(routes::IMAGE_ALLOWANCE));
+    OpenApiRouter::new()
+        .routes(routes!(starts::start_conversation, routes::list_conversations))
+        .routes(routes!(routes::count_conversations))
+        .routes(routes!(starts::retry_start))
+        .routes(routes!(routes::get_conversation, routes::delete, routes::patch_conversation))
+        .routes((schemas, paths, send_message.layer(message_limit)))
+        .routes(routes!(routes::pause))
+        .routes(routes!(routes::resume))
+        .routes(routes!(routes::interrupt))
+        .routes(routes!(routes::ask))
+        .routes(routes!(routes::confirm))
+        .routes(routes!(routes::reject))
+        .routes(routes!(routes::set_confirmation_policy))
+        .routes(routes!(routes::set_llm_profile))
+        .routes(routes!(defaults::get_settings, defaults::put_settings))
+        .routes(routes!(defaults::list_profiles))
+        .routes(routes!(defaults::get_profile, defaults::put_profile, defaults::delete_profile))
+        .routes(routes!(defaults::test_profile))
+        .routes(routes!(git_providers::list))
+        .routes(routes!(git_providers::get_one, git_providers::put, git_providers::delete))
+        .routes(routes!(repositories::list))
+        .routes(routes!(repositories::branches))
+        .routes(routes!(mcp_servers::list))
+        .routes(routes!(mcp_servers::get_one, mcp_servers::put, mcp_servers::delete))
+        .routes(routes!(mcp_servers::test))
+        .routes(routes!(secrets::list))
+        .routes(routes!(secrets::get_one, secrets::put, secrets::delete))
+        .routes(routes!(routes::list_skills))
+        .routes(routes!(files::changes))
+        .routes(routes!(files::files, files::upload))
+        .routes(routes!(files::download))
+        .routes(routes!(files::archive))
+        .routes(routes!(terminal::terminal_ws))
+        .routes(routes!(apps::open))
+        .routes(routes!(routes::list_events))
+        .routes(routes!(routes::count_events))
+        .routes(routes!(export::export))
+        .routes(routes!(routes::get_event))
+        .routes(routes!(ws::events_ws))
+        .routes(routes!(routes::get_task))
+        .routes(routes!(sandboxes::list))
+        .routes(routes!(sandboxes::get_one, sandboxes::delete))
+        .routes(routes!(sandboxes::pause))
+        .routes(routes!(sandboxes::resume))
+        .routes(routes!(sandboxes::specs))
+        .routes(routes!(webhooks::create, webhooks::list))
+        .routes(routes!(webhooks::get_one, webhooks::patch, webhooks::delete))
+        .routes(routes!(webhooks::rotate))
+        .routes(routes!(webhooks::deliveries))
+        .routes(routes!(webhooks::retry))
+        .routes(routes!(admin::me))
+        .routes(routes!(admin::my_keys, admin::create_my_key))
+        .routes(routes!(admin::revoke_my_key))
+        .routes(routes!(session::sign_in, session::sign_out))
+        .routes(routes!(session::step_up))
+        .routes(routes!(tickets::create))
+        .routes(routes!(admin::create_user, admin::list_users))
+        .routes(routes!(admin::get_user, admin::patch_user))
+        .routes(routes!(admin::create_key, admin::list_keys))
+        .routes(routes!(admin::revoke_key))
+        .routes(routes!(openapi))
+}
+
+/// The whole document: `/api/v1`'s routes, the health checks and Halyard's own MCP server.
+fn document(api: OpenApiRouter<AppState>) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let (api, mut doc) = OpenApiRouter::with_openapi(api_doc::ApiDoc::openapi())
+        .nest("/api/v1", api)
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .split_for_parts();
+    doc.merge(mcp::McpDoc::openapi());
+    (api, doc)
+}
+
+/// The OpenAPI document of this API, as served at `/api/v1/openapi.json`.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    document(api_routes(0)).1
+}
+
 /// The router.
 pub fn app(state: AppState) -> Router {
     let max_body = state.config.gateway.max_body_bytes;
-    let api = Router::new()
-        .route("/conversations", post(starts::start_conversation).get(routes::list_conversations))
-        .route("/conversations/count", get(routes::count_conversations))
-        .route("/conversations/{id}/retry", post(starts::retry_start))
-        .route("/conversations/{id}", get(routes::get_conversation).delete(routes::delete).patch(routes::patch_conversation))
-        // A message may carry images: the body limit and room for them.
-        .route(
-            "/conversations/{id}/messages",
-            post(routes::send_message).layer(DefaultBodyLimit::max(max_body.saturating_add(routes::IMAGE_ALLOWANCE))),
-        )
-        .route("/conversations/{id}/pause", post(routes::pause))
-        .route("/conversations/{id}/resume", post(routes::resume))
-        .route("/conversations/{id}/interrupt", post(routes::interrupt))
-        .route("/conversations/{id}/ask", post(routes::ask))
-        .route("/conversations/{id}/confirm", post(routes::confirm))
-        .route("/conversations/{id}/reject", post(routes::reject))
-        .route("/conversations/{id}/confirmation-policy", axum::routing::put(routes::set_confirmation_policy))
-        .route("/conversations/{id}/llm-profile", axum::routing::put(routes::set_llm_profile))
-        .route("/settings", get(defaults::get_settings).put(defaults::put_settings))
-        .route("/llm-profiles", get(defaults::list_profiles))
-        .route("/llm-profiles/{name}", get(defaults::get_profile).put(defaults::put_profile).delete(defaults::delete_profile))
-        .route("/llm-profiles/{name}/test", post(defaults::test_profile))
-        .route("/git-providers", get(git_providers::list))
-        .route("/git-providers/{name}", get(git_providers::get_one).put(git_providers::put).delete(git_providers::delete))
-        .route("/mcp-servers", get(mcp_servers::list))
-        .route("/repositories", get(repositories::list))
-        .route("/repositories/branches", get(repositories::branches))
-        .route("/mcp-servers/{name}", get(mcp_servers::get_one).put(mcp_servers::put).delete(mcp_servers::delete))
-        .route("/mcp-servers/{name}/test", post(mcp_servers::test))
-        .route("/secrets", get(secrets::list))
-        .route("/secrets/{name}", get(secrets::get_one).put(secrets::put).delete(secrets::delete))
-        .route("/skills", get(routes::list_skills))
-        .route("/conversations/{id}/changes", get(files::changes))
-        .route("/conversations/{id}/files", get(files::files).put(files::upload))
-        .route("/conversations/{id}/files/raw", get(files::download))
-        .route("/conversations/{id}/archive", get(files::archive))
-        .route("/conversations/{id}/terminal/ws", get(terminal::terminal_ws))
-        .route("/conversations/{id}/apps/{name}", post(apps::open))
-        .route("/conversations/{id}/events", get(routes::list_events))
-        .route("/conversations/{id}/events/count", get(routes::count_events))
-        .route("/conversations/{id}/export", get(export::export))
-        .route("/conversations/{id}/events/{seq}", get(routes::get_event))
-        .route("/conversations/{id}/events/ws", get(ws::events_ws))
-        .route("/start-tasks/{id}", get(routes::get_task))
-        .route("/sandboxes", get(sandboxes::list))
-        .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::delete))
-        .route("/sandboxes/{id}/pause", post(sandboxes::pause))
-        .route("/sandboxes/{id}/resume", post(sandboxes::resume))
-        .route("/sandbox-specs", get(sandboxes::specs))
-        .route("/webhooks", post(webhooks::create).get(webhooks::list))
-        .route("/webhooks/{id}", get(webhooks::get_one).patch(webhooks::patch).delete(webhooks::delete))
-        .route("/webhooks/{id}/rotate-secret", post(webhooks::rotate))
-        .route("/webhooks/{id}/deliveries", get(webhooks::deliveries))
-        .route("/webhooks/{id}/deliveries/{delivery_id}/retry", post(webhooks::retry))
-        .route("/me", get(admin::me))
-        .route("/me/keys", get(admin::my_keys).post(admin::create_my_key))
-        .route("/me/keys/{id}", axum::routing::delete(admin::revoke_my_key))
-        .route("/session", post(session::sign_in).delete(session::sign_out))
-        .route("/session/step-up", post(session::step_up))
-        .route("/ws-tickets", post(tickets::create))
-        .route("/admin/users", post(admin::create_user).get(admin::list_users))
-        .route("/admin/users/{name}", get(admin::get_user).patch(admin::patch_user))
-        .route("/admin/users/{name}/keys", post(admin::create_key).get(admin::list_keys))
-        .route("/admin/keys/{id}", axum::routing::delete(admin::revoke_key))
-        .route("/openapi.json", get(openapi))
+    let (api, doc) = document(api_routes(max_body));
+    let doc: Arc<str> = doc.to_pretty_json().unwrap_or_default().into();
+    let api = api
+        .layer(axum::Extension(OpenApiJson(doc)))
         // What the API answers is data for one reader: never sniffed into something else, never
         // kept by a cache (keys and webhook secrets are shown once).
         .layer(axum::middleware::map_response(|mut res: axum::response::Response| async move {
             res.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
             res
         }));
-    Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(readyz))
-        .nest("/api/v1", api)
+    api
         // Halyard's own MCP server, for agent runners (a conversation's key, not a user's).
         .route("/mcp", mcp::service(state.clone()))
         .route_layer(axum::middleware::from_fn(http_metrics::track))
@@ -217,15 +238,36 @@ pub fn check_sites(config: &Config) -> Result<(), GatewayError> {
     Ok(())
 }
 
-async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+/// The document, made once when the router is.
+#[derive(Clone)]
+struct OpenApiJson(Arc<str>);
+
+/// `GET /api/v1/openapi.json`: this document, generated from the handlers.
+#[utoipa::path(get, path = "/openapi.json", tag = "meta", security(()), responses((status = 200, description = "the OpenAPI document", content_type = "application/json", body = Object)))]
+async fn openapi(axum::Extension(OpenApiJson(doc)): axum::Extension<OpenApiJson>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], doc.to_string())
 }
 
-async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+/// What `/healthz` and `/readyz` answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Health {
+    /// `ok` (the process serves) or `ready` (and reaches the bus).
+    status: &'static str,
+}
+
+/// `GET /healthz`: the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "meta", security(()), responses((status = 200, body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// `GET /readyz`: the process serves and reaches NATS.
+#[utoipa::path(get, path = "/readyz", tag = "meta", security(()), responses((status = 200, body = Health), (status = 503, description = "not connected to the bus", body = api_doc::ErrorBody)))]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if state.nats.connection_state() != async_nats::connection::State::Connected {
         return Err(ApiError::unavailable("not connected to NATS"));
     }
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(Health { status: "ready" }))
 }
 
 /// Longest wait for the read models to catch up before serving.
@@ -324,6 +366,32 @@ pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_operation_says_what_it_answers_and_refuses() {
+        let doc = serde_json::to_value(openapi_document()).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        assert!(paths.len() > 60, "the document lists the routes ({})", paths.len());
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let mut operations = 0;
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                operations += 1;
+                let responses = op["responses"].as_object().unwrap();
+                assert!(responses.keys().any(|s| s.starts_with('1') || s.starts_with('2')), "{method} {path}: no success answer");
+                let public = ["/healthz", "/readyz", "/api/v1/openapi.json", "/api/v1/session"].contains(&path.as_str());
+                assert!(public || responses.contains_key("401"), "{method} {path}: 401 not documented");
+                assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{method} {path}: no summary");
+            }
+        }
+        assert!(operations > 80, "{operations} operations");
+        // Every schema referred to is defined (names of types from two crates must not collide).
+        let text = doc.to_string();
+        for part in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = part.split('"').next().unwrap();
+            assert!(schemas.contains_key(name), "{name} is referred to but not defined");
+        }
+    }
 
     #[test]
     fn apps_may_not_share_a_site_with_the_web_workspace() {

@@ -44,6 +44,37 @@ struct Caller {
     repository: Option<String>,
 }
 
+/// The document of `/mcp`, whose handler is the SDK's: [`mcp_post`] only describes it.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(mcp_post))]
+pub struct McpDoc;
+
+/// Halyard's own MCP server (streamable HTTP, stateless), for agent runners: the tools
+/// list_branches, create_pull_request and comment_on_pull_request act on the conversation
+/// owner's git providers with their tokens.
+#[utoipa::path(
+    post,
+    path = "/mcp",
+    tag = "mcp",
+    security(("conversation_key" = [])),
+    request_body(
+        description = "a JSON-RPC 2.0 message of the Model Context Protocol (initialize, tools/list, tools/call, ...)",
+        content((Object = "application/json")),
+    ),
+    responses(
+        (status = 200, description = "the JSON-RPC answer", content((Object = "application/json"), (String = "text/event-stream"))),
+        (status = 202, description = "a notification, accepted"),
+        (status = 400, description = "not a JSON-RPC message the server takes"),
+        (status = 401, description = "no conversation key, or a wrong one", body = crate::api_doc::ErrorBody),
+        (status = 404, description = "the key's conversation is gone", body = crate::api_doc::ErrorBody),
+        (status = 406, description = "the Accept header must name application/json and text/event-stream"),
+        (status = 413, description = "the message is too large"),
+        (status = 415, description = "the body must be application/json"),
+    )
+)]
+#[allow(dead_code)]
+fn mcp_post() {}
+
 /// The `/mcp` service: [`authenticate`] in front of the SDK's stateless streamable-HTTP server.
 pub fn service(state: AppState) -> axum::routing::MethodRouter<AppState> {
     let tools = Tools { state: state.clone() };
@@ -178,7 +209,7 @@ impl Tools {
         let (name, provider, token, full_name) = self.resolve(caller, &place).await?;
         let target = Target { allow: &self.state.config.gateway.git_api_allow, provider: &provider, token: &token, full_name: &full_name };
         let answered = match tool {
-            "list_branches" => forge::branches(target).await,
+            "list_branches" => forge::branches(target).await.map(|b| serde_json::to_value(b).unwrap_or_default()),
             "create_pull_request" => {
                 let pr: NewPullRequest = serde_json::from_value(args).map_err(parse)?;
                 if pr.title.trim().is_empty() || pr.head.trim().is_empty() {

@@ -242,7 +242,7 @@ impl Pending<'_> {
                 }
             }
             SystemRecord::DeliveryAttempt(a) => {
-                if let Ok(bytes) = serde_json::to_vec(&crate::common::attempt_json(&a)) {
+                if let Ok(bytes) = serde_json::to_vec(&crate::common::AttemptView::from(&a)) {
                     self.batch.insert(store::attempt_key(&a.webhook_id, a.time_ms, a.delivery_id, a.attempt), bytes.clone());
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }

@@ -6,8 +6,9 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use halyard_platform::{bus, keys};
 use halyard_protocol::webhook::{DeliveryJob, WebhookSubscription};
@@ -15,7 +16,8 @@ use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, UserId, sub
 
 use crate::AppState;
 use crate::accounts::auth::User;
-use crate::common::{owned, parse_id};
+use crate::api_doc::{Accepted, BodyRefusals, Conflict, Refusals};
+use crate::common::{AttemptView, owned, parse_id};
 use crate::error::{ApiError, ApiJson};
 use crate::store;
 
@@ -38,43 +40,91 @@ pub const EVENT_KINDS: [&str; 15] = [
     "mcp_servers",
 ];
 
-fn public(w: &WebhookSubscription) -> Value {
-    json!({
-        "id": w.id, "url": w.url, "event_kinds": w.event_kinds, "conversation_id": w.conversation_id.map(|c| c.to_string()),
-        "description": w.description, "enabled": w.enabled, "disabled_reason": w.disabled_reason,
-        "created_at": store::rfc3339(w.created_ms), "updated_at": store::rfc3339(w.updated_ms),
-    })
+/// A webhook subscription as the API shows it; `secret` only when created or rotated.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Webhook {
+    pub id: String,
+    pub url: String,
+    /// The event kinds delivered (all when empty).
+    pub event_kinds: Vec<String>,
+    /// The one conversation delivered (all of the user's when absent).
+    pub conversation_id: Option<String>,
+    pub description: Option<String>,
+    pub enabled: bool,
+    /// Why deliveries stopped, when they did.
+    pub disabled_reason: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The signing key of `X-Halyard-Signature`: shown once, when created or rotated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
-fn with_secret(w: &WebhookSubscription) -> Value {
-    let mut v = public(w);
-    v["secret"] = w.secret.clone().into();
-    v
+fn public(w: &WebhookSubscription) -> Webhook {
+    Webhook {
+        id: w.id.clone(),
+        url: w.url.clone(),
+        event_kinds: w.event_kinds.clone(),
+        conversation_id: w.conversation_id.map(|c| c.to_string()),
+        description: w.description.clone(),
+        enabled: w.enabled,
+        disabled_reason: w.disabled_reason.clone(),
+        created_at: store::rfc3339(w.created_ms),
+        updated_at: store::rfc3339(w.updated_ms),
+        secret: None,
+    }
 }
 
-#[derive(Debug, Deserialize)]
+fn with_secret(w: &WebhookSubscription) -> Webhook {
+    Webhook { secret: Some(w.secret.clone()), ..public(w) }
+}
+
+/// The user's webhooks, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookList {
+    pub items: Vec<Webhook>,
+}
+
+/// A webhook's delivery attempts, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryList {
+    pub items: Vec<AttemptView>,
+}
+
+/// A new subscription.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = WebhookCreate)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBody {
+    /// Where events are POSTed (http or https).
     pub url: String,
+    /// Event kinds to deliver (all when absent).
     #[serde(default)]
     pub event_kinds: Option<Vec<String>>,
+    /// Deliver this conversation's events only.
     #[serde(default)]
+    #[schema(format = Uuid)]
     pub conversation_id: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// What to change of a subscription; absent fields stay.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = WebhookUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PatchBody {
     #[serde(default)]
     pub url: Option<String>,
     #[serde(default)]
     pub event_kinds: Option<Vec<String>>,
+    /// A conversation to narrow to, or `null` for all of them again.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub conversation_id: Option<Option<String>>,
     #[serde(default)]
     pub description: Option<String>,
+    /// `true` resumes deliveries stopped for failing.
     #[serde(default)]
     pub enabled: Option<bool>,
 }
@@ -129,7 +179,9 @@ async fn save(state: &AppState, w: &WebhookSubscription, revision: u64) -> Resul
     Ok(())
 }
 
-/// `POST /webhooks`.
+/// Subscribes a URL to the user's events: the answer holds the signing `secret`, shown once.
+#[utoipa::path(post, path = "/webhooks", tag = "webhooks", request_body = CreateBody,
+    responses((status = 201, body = Webhook), Refusals, BodyRefusals))]
 pub async fn create(
     State(state): State<AppState>,
     User(user): User,
@@ -161,8 +213,9 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(with_secret(&w))))
 }
 
-/// `GET /webhooks`.
-pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+/// The user's webhooks (without secrets).
+#[utoipa::path(get, path = "/webhooks", tag = "webhooks", responses((status = 200, body = WebhookList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<WebhookList>, ApiError> {
     use futures::StreamExt;
     let mut items = Vec::new();
     let mut keys = state.webhooks.keys().await.map_err(kv_err)?;
@@ -177,22 +230,26 @@ pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Jso
         }
     }
     items.sort_by_key(|w| std::cmp::Reverse(w.created_ms));
-    Ok(Json(json!({"items": items.iter().map(public).collect::<Vec<_>>()})))
+    Ok(Json(WebhookList { items: items.iter().map(public).collect() }))
 }
 
-/// `GET /webhooks/{id}`.
-pub async fn get_one(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One webhook (without its secret).
+#[utoipa::path(get, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = Webhook), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Webhook>, ApiError> {
     let (w, _) = load(&state, &user, &id).await?;
     Ok(Json(public(&w)))
 }
 
-/// `PATCH /webhooks/{id}`.
+/// Changes a webhook (409 `concurrent_update` if it changed meanwhile).
+#[utoipa::path(patch, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, format = Uuid)), request_body = PatchBody,
+    responses((status = 200, body = Webhook), Refusals, BodyRefusals, Conflict))]
 pub async fn patch(
     State(state): State<AppState>,
     User(user): User,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<PatchBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Webhook>, ApiError> {
     let (mut w, revision) = load(&state, &user, &id).await?;
     if let Some(url) = body.url {
         check_url(&state, &url)?;
@@ -222,15 +279,19 @@ pub async fn patch(
     Ok(Json(public(&w)))
 }
 
-/// `DELETE /webhooks/{id}`.
+/// Deletes a webhook: nothing more is delivered to it.
+#[utoipa::path(delete, path = "/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, format = Uuid)),
+    responses((status = 204, description = "deleted"), Refusals))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     let (w, _) = load(&state, &user, &id).await?;
     state.webhooks.delete(&w.id).await.map_err(kv_err)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /webhooks/{id}/rotate-secret`: the new secret, shown once.
-pub async fn rotate(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// A new signing secret, shown once; the old one signs nothing more.
+#[utoipa::path(post, path = "/webhooks/{id}/rotate-secret", tag = "webhooks", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = Webhook), Refusals, Conflict))]
+pub async fn rotate(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Webhook>, ApiError> {
     let (mut w, revision) = load(&state, &user, &id).await?;
     w.secret = keys::new_webhook_secret();
     w.updated_ms = halyard_platform::now_ms();
@@ -238,19 +299,24 @@ pub async fn rotate(State(state): State<AppState>, User(user): User, Path(id): P
     Ok(Json(with_secret(&w)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveriesQuery {
+    /// How many attempts (1 to 1000, 100 by default).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
 }
 
-/// `GET /webhooks/{id}/deliveries`: attempts, newest first.
+/// A webhook's delivery attempts, newest first.
+#[utoipa::path(get, path = "/webhooks/{id}/deliveries", tag = "webhooks", params(("id" = String, Path, format = Uuid), DeliveriesQuery),
+    responses((status = 200, body = DeliveryList), Refusals))]
 pub async fn deliveries(
     State(state): State<AppState>,
     User(user): User,
     Path(id): Path<String>,
     query: Result<Query<DeliveriesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeliveryList>, ApiError> {
     let Query(q) = query?;
     let (w, _) = load(&state, &user, &id).await?;
     let limit = q.limit.unwrap_or(100);
@@ -260,14 +326,17 @@ pub async fn deliveries(
     let mut items = Vec::new();
     for entry in state.store.tree().scan_prefix(store::attempt_prefix(&w.id)).take(limit) {
         let (_, v) = entry.map_err(ApiError::internal)?;
-        if let Ok(item) = serde_json::from_slice::<Value>(&v) {
+        if let Ok(item) = serde_json::from_slice::<AttemptView>(&v) {
             items.push(item);
         }
     }
-    Ok(Json(json!({"items": items})))
+    Ok(Json(DeliveryList { items }))
 }
 
-/// `POST /webhooks/{id}/deliveries/{delivery_id}/retry`: re-queues a failed delivery.
+/// Delivers again an event whose delivery failed for good (409 `delivery_not_failed` otherwise).
+#[utoipa::path(post, path = "/webhooks/{id}/deliveries/{delivery_id}/retry", tag = "webhooks",
+    params(("id" = String, Path, format = Uuid), ("delivery_id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals, Conflict))]
 pub async fn retry(
     State(state): State<AppState>,
     User(user): User,
@@ -311,5 +380,5 @@ pub async fn retry(
     };
     // A fresh message id: the original job's id is still in the de-duplication window.
     bus::publish(&state.js, subjects::delivery_job(&w.id, conversation_id), &Envelope::new(job, halyard_platform::now_ms())).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }

@@ -10,8 +10,8 @@ use axum::Json;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use halyard_platform::{bus, keys, now_ms};
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
@@ -21,59 +21,130 @@ use halyard_protocol::{UserId, subjects};
 use crate::AppState;
 use crate::accounts::auth::{Admin, Recent, User};
 use crate::accounts::registry::Principal;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
 /// Longest key lifetime one may ask for: ten years.
 const MAX_EXPIRY_SECS: u64 = 10 * 365 * 24 * 3600;
 
-#[derive(Debug, Deserialize)]
+/// A new user.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUserBody {
+    /// 1 to 64 letters, digits, `-` or `_`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     #[serde(default)]
     pub admin: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// What to change of a user; absent fields stay.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchUserBody {
     #[serde(default)]
     pub admin: Option<bool>,
+    /// A disabled user's keys and sessions stop working at once.
     #[serde(default)]
     pub disabled: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new API key.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyBody {
+    /// A label to tell keys apart (up to 100 characters).
     #[serde(default)]
     pub name: Option<String>,
+    /// `full` (the default) or `read_only`.
     #[serde(default)]
     pub scope: Option<String>,
+    /// The key stops working after this many seconds (at most ten years); never by default.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 315_360_000)]
     pub expires_in_secs: Option<u64>,
 }
 
-fn user_json(state: &AppState, name: &str, account: Option<&UserAccount>) -> Value {
-    let bootstrap_admin = state.accounts.is_bootstrap_admin(name);
-    json!({
-        "name": name,
-        "admin": account.is_some_and(|a| a.admin) || bootstrap_admin,
-        "disabled": account.is_some_and(|a| a.disabled),
-        "managed": account.is_some(),
-        "keys": state.accounts.keys_of(name).iter().filter(|k| k.revoked_ms.is_none()).count(),
-        "created_at": account.map(|a| rfc3339(a.created_ms)),
-        "updated_at": account.map(|a| rfc3339(a.updated_ms)),
-    })
+/// A user as administrators see them.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = User)]
+pub struct UserView {
+    pub name: String,
+    pub admin: bool,
+    pub disabled: bool,
+    /// Created through this API (not only named by the deployment's keys or `HALYARD_ADMINS`).
+    pub managed: bool,
+    /// How many keys of theirs are not revoked.
+    pub keys: usize,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
 }
 
-fn key_json(k: &ApiKeyRecord) -> Value {
-    json!({
-        "id": k.id, "user": k.user.0, "name": k.name, "scope": k.scope.as_str(),
-        "created_at": rfc3339(k.created_ms), "expires_at": k.expires_ms.map(rfc3339), "revoked_at": k.revoked_ms.map(rfc3339),
-        "session": k.session,
-    })
+/// Every user.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserList {
+    pub items: Vec<UserView>,
+}
+
+/// An API key (never its secret, but in the answer that issues it).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKey {
+    pub id: String,
+    pub user: String,
+    pub name: String,
+    /// `full` or `read_only`.
+    pub scope: String,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub revoked_at: Option<String>,
+    /// A web workspace session rather than a key.
+    pub session: bool,
+    /// The key itself: shown once, in the answer that issues it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Keys.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyList {
+    pub items: Vec<ApiKey>,
+}
+
+/// Who a key is.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Me {
+    pub user: String,
+    pub admin: bool,
+    /// `full` or `read_only`.
+    pub scope: String,
+}
+
+fn user_json(state: &AppState, name: &str, account: Option<&UserAccount>) -> UserView {
+    let bootstrap_admin = state.accounts.is_bootstrap_admin(name);
+    UserView {
+        name: name.to_owned(),
+        admin: account.is_some_and(|a| a.admin) || bootstrap_admin,
+        disabled: account.is_some_and(|a| a.disabled),
+        managed: account.is_some(),
+        keys: state.accounts.keys_of(name).iter().filter(|k| k.revoked_ms.is_none()).count(),
+        created_at: account.map(|a| rfc3339(a.created_ms)),
+        updated_at: account.map(|a| rfc3339(a.updated_ms)),
+    }
+}
+
+fn key_json(k: &ApiKeyRecord) -> ApiKey {
+    ApiKey {
+        id: k.id.clone(),
+        user: k.user.0.clone(),
+        name: k.name.clone(),
+        scope: k.scope.as_str().to_owned(),
+        created_at: rfc3339(k.created_ms),
+        expires_at: k.expires_ms.map(rfc3339),
+        revoked_at: k.revoked_ms.map(rfc3339),
+        session: k.session,
+        key: None,
+    }
 }
 
 /// User names go into bucket keys and subjects: letters, digits, `-` and `_`.
@@ -103,18 +174,22 @@ async fn audit(state: &AppState, actor: &UserId, client: SocketAddr, kind: &str,
     }
 }
 
-/// `GET /me`: who this key is.
-pub async fn me(principal: Principal) -> Json<Value> {
-    Json(json!({"user": principal.user.0, "admin": principal.admin, "scope": principal.scope.as_str()}))
+/// Who this key is.
+#[utoipa::path(get, path = "/me", tag = "accounts", responses((status = 200, body = Me), Refusals))]
+pub async fn me(principal: Principal) -> Json<Me> {
+    Json(Me { user: principal.user.0, admin: principal.admin, scope: principal.scope.as_str().to_owned() })
 }
 
-/// `GET /admin/users`.
-pub async fn list_users(State(state): State<AppState>, _: Admin) -> Json<Value> {
-    let items: Vec<Value> = state.accounts.users().iter().map(|(name, account)| user_json(&state, name, account.as_ref())).collect();
-    Json(json!({ "items": items }))
+/// Every user (administrators only).
+#[utoipa::path(get, path = "/admin/users", tag = "admin", responses((status = 200, body = UserList), Refusals))]
+pub async fn list_users(State(state): State<AppState>, _: Admin) -> Json<UserList> {
+    let items = state.accounts.users().iter().map(|(name, account)| user_json(&state, name, account.as_ref())).collect();
+    Json(UserList { items })
 }
 
-/// `POST /admin/users`.
+/// Creates a user (administrators only, recently proved: see `POST /session/step-up`).
+#[utoipa::path(post, path = "/admin/users", tag = "admin", request_body = CreateUserBody,
+    responses((status = 201, body = UserView), Refusals, BodyRefusals, Conflict))]
 pub async fn create_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
@@ -133,15 +208,18 @@ pub async fn create_user(
     Ok((StatusCode::CREATED, Json(user_json(&state, &body.name, Some(&account)))))
 }
 
-/// `GET /admin/users/{name}`.
-pub async fn get_user(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One user (administrators only).
+#[utoipa::path(get, path = "/admin/users/{name}", tag = "admin", params(("name" = String, Path)), responses((status = 200, body = UserView), Refusals))]
+pub async fn get_user(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<UserView>, ApiError> {
     if !state.accounts.exists(&name) {
         return Err(ApiError::not_found("user"));
     }
     Ok(Json(user_json(&state, &name, state.accounts.account(&name).as_ref())))
 }
 
-/// `PATCH /admin/users/{name}`: make admin or not, disable or enable.
+/// Makes a user administrator or not, disables or enables them (409 `self_disable` for oneself).
+#[utoipa::path(patch, path = "/admin/users/{name}", tag = "admin", params(("name" = String, Path)), request_body = PatchUserBody,
+    responses((status = 200, body = UserView), Refusals, BodyRefusals, Conflict))]
 pub async fn patch_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
@@ -149,7 +227,7 @@ pub async fn patch_user(
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PatchUserBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UserView>, ApiError> {
     if !state.accounts.exists(&name) {
         return Err(ApiError::not_found("user"));
     }
@@ -179,16 +257,19 @@ pub async fn patch_user(
     Ok(Json(user_json(&state, &name, Some(&account))))
 }
 
-/// `GET /admin/users/{name}/keys`.
-pub async fn list_keys(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// A user's keys and sessions (administrators only).
+#[utoipa::path(get, path = "/admin/users/{name}/keys", tag = "admin", params(("name" = String, Path)),
+    responses((status = 200, body = ApiKeyList), Refusals))]
+pub async fn list_keys(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<Json<ApiKeyList>, ApiError> {
     if !state.accounts.exists(&name) {
         return Err(ApiError::not_found("user"));
     }
-    let items: Vec<Value> = state.accounts.keys_of(&name).iter().map(key_json).collect();
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(ApiKeyList { items: state.accounts.keys_of(&name).iter().map(key_json).collect() }))
 }
 
-/// `POST /admin/users/{name}/keys`: issues a key, shown this once.
+/// Issues a key of a user's, shown this once (administrators only, recently proved).
+#[utoipa::path(post, path = "/admin/users/{name}/keys", tag = "admin", params(("name" = String, Path)), request_body = CreateKeyBody,
+    responses((status = 201, body = ApiKey), Refusals, BodyRefusals))]
 pub async fn create_key(
     State(state): State<AppState>,
     Admin(actor): Admin,
@@ -210,7 +291,7 @@ async fn issue_key(
     client: SocketAddr,
     name: &str,
     body: CreateKeyBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<ApiKey>), ApiError> {
     let scope = match body.scope.as_deref() {
         None | Some("full") => KeyScope::Full,
         Some("read_only") => KeyScope::ReadOnly,
@@ -247,20 +328,19 @@ async fn issue_key(
     };
     state.accounts.put_key(record.clone()).await.map_err(store_err)?;
     audit(state, actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;
-    let mut out = key_json(&record);
-    out["key"] = key.into();
-    Ok((StatusCode::CREATED, Json(out)))
+    Ok((StatusCode::CREATED, Json(ApiKey { key: Some(key), ..key_json(&record) })))
 }
 
-/// `GET /me/keys`: the user's own API keys (not the sessions of the web workspace).
-pub async fn my_keys(State(state): State<AppState>, User(user): User) -> Json<Value> {
-    let items: Vec<Value> = state.accounts.keys_of(&user.0).iter().filter(|k| !k.session).map(key_json).collect();
-    Json(json!({ "items": items }))
+/// The user's own API keys (not the sessions of the web workspace).
+#[utoipa::path(get, path = "/me/keys", tag = "accounts", responses((status = 200, body = ApiKeyList), Refusals))]
+pub async fn my_keys(State(state): State<AppState>, User(user): User) -> Json<ApiKeyList> {
+    Json(ApiKeyList { items: state.accounts.keys_of(&user.0).iter().filter(|k| !k.session).map(key_json).collect() })
 }
 
-/// `POST /me/keys`: a new key of the user's own, shown this once. As with an administrator's,
-/// the caller must have proved who they are recently (a stolen session cannot mint a key that
-/// outlives it).
+/// A new key of the user's own, shown this once. As with an administrator's, the caller must
+/// have proved who they are recently (a stolen session cannot mint a key that outlives it).
+#[utoipa::path(post, path = "/me/keys", tag = "accounts", request_body = CreateKeyBody,
+    responses((status = 201, body = ApiKey), Refusals, BodyRefusals))]
 pub async fn create_my_key(
     State(state): State<AppState>,
     User(user): User,
@@ -272,31 +352,33 @@ pub async fn create_my_key(
     issue_key(&state, &user, client, &name, body).await
 }
 
-/// `DELETE /me/keys/{id}`: revokes one of the user's own keys, at once on every gateway.
+/// Revokes one of the user's own keys, at once on every gateway.
+#[utoipa::path(delete, path = "/me/keys/{id}", tag = "accounts", params(("id" = String, Path)), responses((status = 200, body = ApiKey), Refusals))]
 pub async fn revoke_my_key(
     State(state): State<AppState>,
     User(user): User,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApiKey>, ApiError> {
     // Another user's key is as absent as one that does not exist.
     let record = state.accounts.key(&id).filter(|k| k.user == user && !k.session).ok_or_else(|| ApiError::not_found("key"))?;
     revoke(&state, &user, client, record).await
 }
 
-/// `DELETE /admin/keys/{id}`: revokes a key, at once on every gateway.
+/// Revokes any key, at once on every gateway (administrators only).
+#[utoipa::path(delete, path = "/admin/keys/{id}", tag = "admin", params(("id" = String, Path)), responses((status = 200, body = ApiKey), Refusals))]
 pub async fn revoke_key(
     State(state): State<AppState>,
     Admin(actor): Admin,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApiKey>, ApiError> {
     let record = state.accounts.key(&id).ok_or_else(|| ApiError::not_found("key"))?;
     revoke(&state, &actor, client, record).await
 }
 
 /// Revokes `record` (once: a revoked key stays as it was), audited as `actor`'s doing.
-async fn revoke(state: &AppState, actor: &UserId, client: SocketAddr, mut record: ApiKeyRecord) -> Result<Json<Value>, ApiError> {
+async fn revoke(state: &AppState, actor: &UserId, client: SocketAddr, mut record: ApiKeyRecord) -> Result<Json<ApiKey>, ApiError> {
     if record.revoked_ms.is_none() {
         record.revoked_ms = Some(now_ms());
         state.accounts.put_key(record.clone()).await.map_err(store_err)?;

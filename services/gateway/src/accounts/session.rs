@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 
+use crate::api_doc::{BodyRefusals, Refusals};
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -22,7 +23,6 @@ use axum::response::{IntoResponse, Response};
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::accounts::ApiKeyRecord;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::AppState;
 use crate::accounts::registry::Principal;
@@ -120,10 +120,31 @@ fn cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue,
         .map_err(ApiError::internal)
 }
 
-#[derive(Debug, Deserialize)]
+/// An API key shown to sign in or to prove who one is again.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignIn {
     pub api_key: String,
+}
+
+/// A session begun: its cookie is in `Set-Cookie`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SessionStarted {
+    pub user: String,
+    pub admin: bool,
+    /// `full` or `read_only`, as the key's.
+    pub scope: String,
+    pub expires_at: String,
+    /// The header every change made with the session must carry (any value).
+    pub csrf_header: String,
+}
+
+/// A session's proof renewed.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SteppedUp {
+    pub user: String,
+    /// Sensitive changes are allowed until then.
+    pub verified_until: String,
 }
 
 /// Checks an API key given in a body (sign-in, step-up): never a session's token, and its
@@ -140,7 +161,10 @@ fn check_key(state: &AppState, client: std::net::IpAddr, key: &str) -> Result<Pr
     Ok(principal)
 }
 
-/// `POST /session`: checks the key and answers with the session cookie.
+/// Signs in the web workspace: checks the key and answers with the session cookie
+/// (`halyard_session`, HttpOnly, SameSite=Strict).
+#[utoipa::path(post, path = "/session", tag = "accounts", security(()), request_body = SignIn,
+    responses((status = 200, body = SessionStarted, headers(("set-cookie" = String, description = "the session cookie"))), Refusals, BodyRefusals))]
 pub async fn sign_in(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -180,10 +204,13 @@ pub async fn sign_in(
         tracing::warn!(error = %e, "cannot prune sessions; the next sign-in tries again");
     }
     let max_age = ((expires_ms - now) / 1000).max(1);
-    let body = json!({
-        "user": principal.user.0, "admin": principal.admin, "scope": principal.scope.as_str(),
-        "expires_at": rfc3339(expires_ms), "csrf_header": CSRF_HEADER,
-    });
+    let body = SessionStarted {
+        user: principal.user.0,
+        admin: principal.admin,
+        scope: principal.scope.as_str().to_owned(),
+        expires_at: rfc3339(expires_ms),
+        csrf_header: CSRF_HEADER.to_owned(),
+    };
     Ok(([(header::SET_COOKIE, cookie(&headers, &token, max_age)?)], Json(body)).into_response())
 }
 
@@ -198,8 +225,10 @@ fn cookie_session(state: &AppState, headers: &HeaderMap) -> Result<ApiKeyRecord,
     state.accounts.key(&facts.id).ok_or_else(unauthorized)
 }
 
-/// `DELETE /session`: ends the cookie's session on every gateway and clears the cookie (and
-/// with it every app cookie the session opened).
+/// Signs out: ends the cookie's session on every gateway and clears the cookie (and with it
+/// every app cookie the session opened).
+#[utoipa::path(delete, path = "/session", tag = "accounts", security(("session" = [])),
+    responses((status = 204, description = "signed out"), Refusals))]
 pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let mut record = cookie_session(&state, &headers)?;
     record.revoked_ms = Some(now_ms());
@@ -210,14 +239,16 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Resu
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie(&headers, "", 0)?)]).into_response())
 }
 
-/// `POST /session/step-up`: shows the key again, so the session may make sensitive changes for
-/// the next few minutes. The key must be one of the session's user.
+/// Shows the key again, so the session may make sensitive changes for the next few minutes.
+/// The key must be one of the session's user (403 `wrong_user` otherwise).
+#[utoipa::path(post, path = "/session/step-up", tag = "accounts", security(("session" = [])), request_body = SignIn,
+    responses((status = 200, body = SteppedUp), Refusals, BodyRefusals))]
 pub async fn step_up(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SteppedUp>, ApiError> {
     let mut record = cookie_session(&state, &headers)?;
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
@@ -234,7 +265,7 @@ pub async fn step_up(
         ApiError::unavailable("cannot confirm the key now; try again")
     })?;
     let until = now + (state.config.gateway.step_up_secs as i64) * 1000;
-    Ok(Json(json!({"user": principal.user.0, "verified_until": rfc3339(until)})))
+    Ok(Json(SteppedUp { user: principal.user.0, verified_until: rfc3339(until) }))
 }
 
 /// For changes that must not be made with a stolen or forgotten session (keys, roles,

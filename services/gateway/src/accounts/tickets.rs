@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::api_doc::Refusals;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,7 +20,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
-use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::accounts::registry::{Principal, Refusal};
@@ -44,14 +44,24 @@ impl UsedTickets {
     }
 }
 
-/// `POST /ws-tickets`: a ticket for one WebSocket connection, good for 30 seconds.
-pub async fn create(State(state): State<AppState>, principal: Principal) -> Result<(StatusCode, Json<Value>), ApiError> {
+/// A ticket for one WebSocket connection.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Ticket {
+    /// `wst_...`: pass as `access_token` in the WebSocket's URL, once.
+    pub ticket: String,
+    pub expires_at: String,
+}
+
+/// A ticket for one WebSocket connection (for clients that cannot set a header on one), good
+/// once, for 30 seconds.
+#[utoipa::path(post, path = "/ws-tickets", tag = "accounts", responses((status = 201, body = Ticket), Refusals))]
+pub async fn create(State(state): State<AppState>, principal: Principal) -> Result<(StatusCode, Json<Ticket>), ApiError> {
     let expires_ms = now_ms() + TICKET_MS;
     let nonce = keys::random_secret();
     let payload = format!("{}\n{}\n{}\n{expires_ms}\n{nonce}", principal.user.0, principal.scope.as_str(), principal.credential);
     let sig = keys::sign(&state.config.secret, PURPOSE, payload.as_bytes());
     let ticket = format!("{PREFIX}{}.{sig}", URL_SAFE_NO_PAD.encode(payload));
-    Ok((StatusCode::CREATED, Json(json!({"ticket": ticket, "expires_at": rfc3339(expires_ms)}))))
+    Ok((StatusCode::CREATED, Json(Ticket { ticket, expires_at: rfc3339(expires_ms) })))
 }
 
 /// Who `ticket` is for, using it up; why not otherwise.

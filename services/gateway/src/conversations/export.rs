@@ -18,11 +18,13 @@ use crate::error::ApiError;
 /// Events read per page of the stream.
 const PAGE: usize = 500;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
-    /// `jsonl` (default) or `md`.
+    /// `jsonl` (default: every event, masked, one per line) or `md` (a transcript).
     #[serde(default)]
+    #[param(pattern = "^(jsonl|md)$")]
     pub format: Option<String>,
 }
 
@@ -32,6 +34,13 @@ enum Format {
     Markdown,
 }
 
+/// The whole conversation as a download, streamed: `jsonl` (every event in seq order, masked)
+/// or `md` (a transcript a person reads).
+#[utoipa::path(get, path = "/conversations/{id}/export", tag = "conversations", params(("id" = String, Path, format = Uuid), ExportQuery),
+    responses((status = 200, description = "the conversation", content(
+        (String = "application/x-ndjson"),
+        (String = "text/markdown"),
+    )), crate::api_doc::Refusals))]
 pub async fn export(
     State(state): State<AppState>,
     User(user): User,

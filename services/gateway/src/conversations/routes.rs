@@ -5,8 +5,9 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use halyard_platform::bus;
 use halyard_platform::telemetry;
@@ -16,6 +17,7 @@ use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{Accepted, BadGateway, BodyRefusals, Conflict, Count, Refusals};
 use crate::common::{PageQuery, agent_command, owned, page_params, parse_id};
 use crate::error::{ApiError, ApiJson};
 use crate::store::{self, ConversationView, TaskView};
@@ -33,11 +35,33 @@ pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiE
     Ok(())
 }
 
-pub(crate) fn task_json(t: &TaskView) -> Value {
-    json!({
-        "id": t.id, "conversation_id": t.conversation_id, "status": t.status, "detail": t.detail,
-        "sandbox_id": t.sandbox_id, "from_pool": t.from_pool, "created_at": t.created_at, "updated_at": t.updated_at,
-    })
+/// A start task: how a conversation's start goes.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = StartTask)]
+pub struct StartTask {
+    pub id: String,
+    pub conversation_id: String,
+    /// `WORKING`, `WAITING_FOR_SANDBOX`, `PREPARING_REPOSITORY`, `STARTING_AGENT`, `READY` or `ERROR`.
+    pub status: String,
+    pub detail: Option<String>,
+    pub sandbox_id: Option<String>,
+    /// The sandbox came ready-made from the warm pool.
+    pub from_pool: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+pub(crate) fn task_json(t: &TaskView) -> StartTask {
+    StartTask {
+        id: t.id.clone(),
+        conversation_id: t.conversation_id.clone(),
+        status: t.status.clone(),
+        detail: t.detail.clone(),
+        sandbox_id: t.sandbox_id.clone(),
+        from_pool: t.from_pool,
+        created_at: t.created_at.clone(),
+        updated_at: t.updated_at.clone(),
+    }
 }
 
 /// The one status a person reads, and its detail: `starting`, `start_failed`, the agent's
@@ -60,26 +84,96 @@ pub(crate) fn state_of(c: &ConversationView) -> (&str, Option<String>) {
 pub(crate) const STATES: &[&str] =
     &["starting", "start_failed", "idle", "running", "paused", "finished", "error", "stuck", "waiting_for_confirmation", "sandbox_deleted"];
 
-pub(crate) fn conversation_json(c: &ConversationView) -> Value {
-    let (state, state_detail) = state_of(c);
-    json!({
-        "id": c.id, "title": c.title, "message": c.first_message, "state": state, "state_detail": state_detail,
-        "status": c.status, "start_task_id": c.start_task_id,
-        "start_task_status": c.start_task_status, "error_detail": c.error_detail,
-        "execution_status": c.execution_status, "sandbox_id": c.sandbox_id, "sandbox_status": c.sandbox_status,
-        "repository": c.repository, "created_at": c.created_at, "updated_at": c.updated_at,
-        "last_event_seq": c.last_event_seq,
-        "confirmation_policy": if c.confirmation_policy.is_empty() { "never" } else { c.confirmation_policy.as_str() },
-        "metrics": {
-            "llm_calls": c.metrics.llm_calls, "prompt_tokens": c.metrics.prompt_tokens,
-            "completion_tokens": c.metrics.completion_tokens, "cached_tokens": c.metrics.cached_tokens,
-            "cost_usd": (c.metrics.cost_usd * 1e6).round() / 1e6, "latency_ms": c.metrics.latency_ms,
-        },
-    })
+/// A conversation as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Conversation {
+    pub id: String,
+    pub title: Option<String>,
+    /// The message it was started with.
+    pub message: Option<String>,
+    /// The one status a person reads: `starting`, `start_failed`, `idle`, `running`, `paused`,
+    /// `finished`, `error`, `stuck`, `waiting_for_confirmation` or `sandbox_deleted`.
+    pub state: String,
+    /// Why, in words, where there is something to say.
+    pub state_detail: Option<String>,
+    /// Technical: `STARTING`, `READY` or `ERROR` (the start task's outcome).
+    pub status: String,
+    pub start_task_id: String,
+    /// Technical: the start task's step.
+    pub start_task_status: String,
+    pub error_detail: Option<String>,
+    /// Technical: the agent's execution status.
+    pub execution_status: Option<String>,
+    pub sandbox_id: Option<String>,
+    /// Technical: the sandbox's status.
+    pub sandbox_status: Option<String>,
+    /// `{"url", "branch"}` when it was started on a repository.
+    pub repository: Option<Value>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_event_seq: u64,
+    /// When actions wait for the user's consent: `never`, `always` or `risky`.
+    pub confirmation_policy: String,
+    pub metrics: Metrics,
 }
 
-/// `GET /start-tasks/{id}`.
-pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// What the conversation's LLM calls used in all.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Metrics {
+    pub llm_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    /// The calls whose model has a price, in US dollars.
+    pub cost_usd: f64,
+    pub latency_ms: u64,
+}
+
+/// A page of conversations, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConversationPage {
+    pub items: Vec<Conversation>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    pub next_cursor: Option<String>,
+    /// How many match in all.
+    pub count: usize,
+}
+
+pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
+    let (state, state_detail) = state_of(c);
+    Conversation {
+        id: c.id.clone(),
+        title: c.title.clone(),
+        message: c.first_message.clone(),
+        state: state.to_owned(),
+        state_detail,
+        status: c.status.clone(),
+        start_task_id: c.start_task_id.clone(),
+        start_task_status: c.start_task_status.clone(),
+        error_detail: c.error_detail.clone(),
+        execution_status: c.execution_status.clone(),
+        sandbox_id: c.sandbox_id.clone(),
+        sandbox_status: c.sandbox_status.clone(),
+        repository: c.repository.clone(),
+        created_at: c.created_at.clone(),
+        updated_at: c.updated_at.clone(),
+        last_event_seq: c.last_event_seq,
+        confirmation_policy: if c.confirmation_policy.is_empty() { "never".into() } else { c.confirmation_policy.clone() },
+        metrics: Metrics {
+            llm_calls: c.metrics.llm_calls,
+            prompt_tokens: c.metrics.prompt_tokens,
+            completion_tokens: c.metrics.completion_tokens,
+            cached_tokens: c.metrics.cached_tokens,
+            cost_usd: (c.metrics.cost_usd * 1e6).round() / 1e6,
+            latency_ms: c.metrics.latency_ms,
+        },
+    }
+}
+
+/// How a conversation's start goes.
+#[utoipa::path(get, path = "/start-tasks/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = StartTask), Refusals))]
+pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<StartTask>, ApiError> {
     let id: TaskId = parse_id(&id, "id")?;
     match state.store.task(id)? {
         Some(t) if t.owner == user.0 => Ok(Json(task_json(&t))),
@@ -87,12 +181,16 @@ pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id):
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ConversationQuery {
     // Not `#[serde(flatten)]` of a `PageQuery`: flattened query fields arrive as strings and
     // `limit` would no longer parse as a number.
+    /// How many (1 to 100, 20 by default).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<usize>,
+    /// The `next_cursor` of the page before.
     #[serde(default)]
     pub cursor: Option<String>,
     /// Words the title or the first message contains (any case).
@@ -134,45 +232,58 @@ impl ConversationQuery {
     }
 }
 
-/// `GET /conversations`: newest first; `q` searches titles and first messages, `state` (or the
-/// technical `status`) filters; `count` is how many match in all.
+/// The user's conversations, newest first; `q` searches titles and first messages, `state` (or
+/// the technical `status`) filters; `count` is how many match in all.
+#[utoipa::path(get, path = "/conversations", tag = "conversations", params(ConversationQuery),
+    responses((status = 200, body = ConversationPage), Refusals))]
 pub async fn list_conversations(
     State(state): State<AppState>,
     User(user): User,
     query: Result<Query<ConversationQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ConversationPage>, ApiError> {
     let Query(q) = query?;
     let (limit, cursor) = page_params(&PageQuery { limit: q.limit, cursor: q.cursor.clone() })?;
     let keep = q.filter()?;
     let store::Matching { items, next, count } = state.store.conversations_matching(&user.0, cursor.as_deref(), limit, keep)?;
-    Ok(Json(json!({
-        "items": items.iter().map(conversation_json).collect::<Vec<_>>(),
-        "next_cursor": next.map(|n| halyard_platform::keys::to_hex(&n)),
-        "count": count,
-    })))
+    Ok(Json(ConversationPage {
+        items: items.iter().map(conversation_json).collect(),
+        next_cursor: next.map(|n| halyard_platform::keys::to_hex(&n)),
+        count,
+    }))
 }
 
-/// `GET /conversations/count`: how many of the user's conversations the same filters keep.
+/// How many of the user's conversations the same filters keep.
+#[utoipa::path(get, path = "/conversations/count", tag = "conversations", params(ConversationQuery),
+    responses((status = 200, body = Count), Refusals))]
 pub async fn count_conversations(
     State(state): State<AppState>,
     User(user): User,
     query: Result<Query<ConversationQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Count>, ApiError> {
     let Query(q) = query?;
     let keep = q.filter()?;
     let store::Matching { count, .. } = state.store.conversations_matching(&user.0, None, 1, keep)?;
-    Ok(Json(json!({"count": count})))
+    Ok(Json(Count { count }))
 }
 
-/// `GET /conversations/{id}`.
-pub async fn get_conversation(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One conversation of the user's.
+#[utoipa::path(get, path = "/conversations/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = Conversation), Refusals))]
+pub async fn get_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+) -> Result<Json<Conversation>, ApiError> {
     let (_, c) = owned(&state, &user, &id)?;
     Ok(Json(conversation_json(&c)))
 }
 
-#[derive(Debug, Deserialize)]
+/// A message to the agent.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageBody {
+    /// 1 to 200,000 characters.
+    #[schema(min_length = 1, max_length = 200_000)]
     pub text: String,
     /// Images attached to the message: `{media_type, data}` with the bytes in base64.
     #[serde(default)]
@@ -226,7 +337,10 @@ fn require_started(c: &ConversationView) -> Result<(), ApiError> {
     }
 }
 
-/// `POST /conversations/{id}/messages`. Accepted while starting too: it is queued.
+/// A message to the agent (with up to four images for a vision model); accepted while starting
+/// too: it is queued. 409 once the conversation failed or its sandbox was deleted.
+#[utoipa::path(post, path = "/conversations/{id}/messages", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = MessageBody, responses((status = 202, body = Accepted), Refusals, BodyRefusals, Conflict))]
 pub async fn send_message(
     State(state): State<AppState>,
     User(user): User,
@@ -253,7 +367,7 @@ pub async fn send_message(
     }
     let command = AgentCommand::UserMessage { conversation_id: id, text: body.text, images: body.images };
     let event_id = agent_command(&state, id, command).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "event_id": event_id}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted { accepted: true, event_id: Some(event_id) })))
 }
 
 /// A conversation whose sandbox was not deleted: the agent could not go on without its
@@ -291,38 +405,46 @@ async fn control(
     user: &halyard_protocol::UserId,
     id: &str,
     make: fn(ConversationId) -> AgentCommand,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Accepted>), ApiError> {
     let (id, c) = owned(state, user, id)?;
     require_ready(&c)?;
     require_sandbox(&c)?;
     agent_command(state, id, make(id)).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }
 
-/// `POST /conversations/{id}/pause`.
+/// Pauses the agent after its current step (409 until the conversation is READY).
+#[utoipa::path(post, path = "/conversations/{id}/pause", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals, Conflict))]
 pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Pause { conversation_id }).await
 }
 
-/// `POST /conversations/{id}/interrupt`: stops the running command now.
+/// Stops the running command now.
+#[utoipa::path(post, path = "/conversations/{id}/interrupt", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals, Conflict))]
 pub async fn interrupt(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Interrupt { conversation_id }).await
 }
 
-/// `POST /conversations/{id}/confirm`: the actions waiting for confirmation run.
+/// The actions waiting for confirmation run.
+#[utoipa::path(post, path = "/conversations/{id}/confirm", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals, Conflict))]
 pub async fn confirm(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Confirm { conversation_id }).await
 }
 
-#[derive(Debug, Deserialize)]
+/// Why the actions may not run.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RejectBody {
     /// Why; the model reads it as the actions' result.
     pub reason: String,
 }
 
-/// `POST /conversations/{id}/reject`: the actions waiting for confirmation do not run; the
-/// agent is told why and goes on.
+/// The actions waiting for confirmation do not run; the agent is told why and goes on.
+#[utoipa::path(post, path = "/conversations/{id}/reject", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = RejectBody, responses((status = 202, body = Accepted), Refusals, BodyRefusals, Conflict))]
 pub async fn reject(
     State(state): State<AppState>,
     User(user): User,
@@ -333,16 +455,34 @@ pub async fn reject(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     agent_command(&state, cid, AgentCommand::Reject { conversation_id: cid, reason }).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }
 
-#[derive(Debug, Deserialize)]
+/// When actions wait for consent from now on.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyBody {
     pub policy: ConfirmationPolicy,
 }
 
-/// `PUT /conversations/{id}/confirmation-policy`: changes when actions wait for consent.
+/// A new confirmation policy accepted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PolicyAccepted {
+    pub accepted: bool,
+    pub policy: ConfirmationPolicy,
+}
+
+/// A switch of LLM profile accepted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProfileAccepted {
+    pub accepted: bool,
+    /// `null`: the operator's model.
+    pub profile: Option<String>,
+}
+
+/// Changes when actions wait for consent (a `confirmation_policy` event records it).
+#[utoipa::path(put, path = "/conversations/{id}/confirmation-policy", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = PolicyBody, responses((status = 202, body = PolicyAccepted), Refusals, BodyRefusals, Conflict))]
 pub async fn set_confirmation_policy(
     State(state): State<AppState>,
     User(user): User,
@@ -352,18 +492,21 @@ pub async fn set_confirmation_policy(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     agent_command(&state, cid, AgentCommand::SetConfirmationPolicy { conversation_id: cid, policy: body.policy }).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "policy": body.policy.as_str()}))))
+    Ok((StatusCode::ACCEPTED, Json(PolicyAccepted { accepted: true, policy: body.policy })))
 }
 
-#[derive(Debug, Deserialize)]
+/// The LLM profile the conversation uses from its next call.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LlmProfileBody {
     /// One of the user's profiles; `null`: the operator's default.
     pub profile: Option<String>,
 }
 
-/// `PUT /conversations/{id}/llm-profile`: the conversation's next LLM calls go to another
-/// profile (an `llm_profile` event records the switch).
+/// The conversation's next LLM calls go to another profile (an `llm_profile` event records the
+/// switch).
+#[utoipa::path(put, path = "/conversations/{id}/llm-profile", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = LlmProfileBody, responses((status = 202, body = ProfileAccepted), Refusals, BodyRefusals, Conflict))]
 pub async fn set_llm_profile(
     State(state): State<AppState>,
     User(user): User,
@@ -376,41 +519,68 @@ pub async fn set_llm_profile(
         crate::settings::defaults::check_profile(&state, &user, "profile", p).await?;
     }
     agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: body.profile.clone() }).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "profile": body.profile}))))
+    Ok((StatusCode::ACCEPTED, Json(ProfileAccepted { accepted: true, profile: body.profile })))
 }
 
-/// `GET /skills`: the deployment's global skills (a conversation's own, repository skills
-/// included, are in its `conversation_started` event).
-pub async fn list_skills(State(state): State<AppState>, User(_user): User) -> Json<Value> {
-    let items: Vec<Value> = state
+/// A skill of the deployment's.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Skill)]
+pub struct SkillView {
+    pub name: String,
+    /// `always` (in every conversation's instructions) or `triggered` (by words in a message).
+    pub kind: String,
+    pub description: Option<String>,
+    pub triggers: Vec<String>,
+}
+
+/// The deployment's skills.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SkillList {
+    pub items: Vec<SkillView>,
+}
+
+/// The deployment's global skills (a conversation's own, repository skills included, are in its
+/// `conversation_started` event).
+#[utoipa::path(get, path = "/skills", tag = "conversations", responses((status = 200, body = SkillList), Refusals))]
+pub async fn list_skills(State(state): State<AppState>, User(_user): User) -> Json<SkillList> {
+    let items = state
         .skills
         .iter()
-        .map(|s| {
-            json!({
-                "name": s.name,
-                "kind": s.kind.as_str(),
-                "description": s.description,
-                "triggers": s.triggers,
-            })
+        .map(|s| SkillView {
+            name: s.name.clone(),
+            kind: s.kind.as_str().to_owned(),
+            description: s.description.clone(),
+            triggers: s.triggers.clone(),
         })
         .collect();
-    Json(json!({ "items": items }))
+    Json(SkillList { items })
 }
 
-#[derive(Debug, Deserialize)]
+/// A question about a conversation.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AskBody {
+    /// 1 to 10,000 characters.
+    #[schema(min_length = 1, max_length = 10_000)]
     pub question: String,
 }
 
-/// `POST /conversations/{id}/ask`: a question about the conversation, answered from its history
-/// by one LLM call in an agent runner; nothing is appended and a live run goes on.
+/// The answer to a question.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Answer {
+    pub answer: String,
+}
+
+/// A question about the conversation, answered from its history by one LLM call in an agent
+/// runner; nothing is appended and a live run goes on (502 `ask_failed` if the model fails).
+#[utoipa::path(post, path = "/conversations/{id}/ask", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = AskBody, responses((status = 200, body = Answer), Refusals, BodyRefusals, Conflict, BadGateway))]
 pub async fn ask(
     State(state): State<AppState>,
     User(user): User,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AskBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     check_text("question", &body.question, 10_000)?;
     let (id, c) = owned(&state, &user, &id)?;
     require_started(&c)?;
@@ -426,7 +596,7 @@ pub async fn ask(
         })?;
     let answer = halyard_protocol::decode::<AskAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
     match (answer.answer, answer.code) {
-        (Some(text), _) => Ok(Json(json!({ "answer": text }))),
+        (Some(text), _) => Ok(Json(Answer { answer: text })),
         (None, code) => {
             let message = answer.message.unwrap_or_else(|| "the question could not be answered".into());
             tracing::warn!(code = ?code, %message, "ask failed");
@@ -435,27 +605,35 @@ pub async fn ask(
     }
 }
 
-/// `POST /conversations/{id}/resume`.
+/// Resumes a paused conversation.
+#[utoipa::path(post, path = "/conversations/{id}/resume", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals, Conflict))]
 pub async fn resume(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     control(&state, &user, &id, |conversation_id| AgentCommand::Resume { conversation_id }).await
 }
 
-/// `DELETE /conversations/{id}`.
+/// Deletes a conversation: its events, its sandbox and its workspace go.
+#[utoipa::path(delete, path = "/conversations/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = Accepted), Refusals))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     let (id, _) = owned(&state, &user, &id)?;
     let mut env = Envelope::new(ConversationCommand::Delete { conversation_id: id, owner: user.clone() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Events after this seq (0: from the start).
     #[serde(default)]
     pub after_seq: Option<u64>,
+    /// How many (1 to 1000, 100 by default).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
-    /// Comma-separated event kinds to keep.
+    /// Comma-separated event kinds to keep (action, observation, user_message, ...).
     #[serde(default)]
     pub kind: Option<String>,
     /// Comma-separated sources to keep (`user`, `agent`, `environment`, `system`).
@@ -492,8 +670,20 @@ fn events_page(events: &[crate::projection::LiveEvent], has_more: bool) -> axum:
     ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// `GET /conversations/{id}/events`: a page after `after_seq`, of every event or of those
-/// `kind`, `source` and `q` keep.
+/// A page of events.
+#[derive(ToSchema)]
+#[allow(dead_code)] // Written by `events_page` around each event's JSON as rendered once.
+pub struct EventPage<'a> {
+    pub items: Vec<halyard_protocol::event::ApiEvent<'a>>,
+    /// More events follow this page.
+    pub has_more: bool,
+    /// The `after_seq` of the next page, when there is one.
+    pub next_after_seq: Option<u64>,
+}
+
+/// Events in order after `after_seq`: all of them, or those `kind`, `source` and `q` keep.
+#[utoipa::path(get, path = "/conversations/{id}/events", tag = "conversations", params(("id" = String, Path, format = Uuid), EventsQuery),
+    responses((status = 200, body = EventPage), Refusals))]
 pub async fn list_events(
     State(state): State<AppState>,
     User(user): User,
@@ -517,21 +707,26 @@ pub async fn list_events(
     Ok(events_page(&found.events, found.has_more))
 }
 
-/// `GET /conversations/{id}/events/count`: how many events the same filters keep.
+/// How many events the same filters keep.
+#[utoipa::path(get, path = "/conversations/{id}/events/count", tag = "conversations", params(("id" = String, Path, format = Uuid), EventsQuery),
+    responses((status = 200, body = Count), Refusals))]
 pub async fn count_events(
     State(state): State<AppState>,
     User(user): User,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Count>, ApiError> {
     let Query(q) = query?;
     let (id, _) = owned(&state, &user, &id)?;
     let filter = q.filter()?;
     let found = crate::events::search(&state.js, &state.store, id, q.after_seq.unwrap_or(0), None, &filter).await?;
-    Ok(Json(json!({"count": found.events.len()})))
+    Ok(Json(Count { count: found.events.len() }))
 }
 
-/// `GET /conversations/{id}/events/{seq}`: one event.
+/// One event, by its seq.
+#[utoipa::path(get, path = "/conversations/{id}/events/{seq}", tag = "conversations",
+    params(("id" = String, Path, format = Uuid), ("seq" = u64, Path, minimum = 1)),
+    responses((status = 200, body = halyard_protocol::event::ApiEvent), Refusals))]
 pub async fn get_event(
     State(state): State<AppState>,
     User(user): User,
@@ -552,14 +747,19 @@ pub async fn get_event(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A conversation's new title.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchConversation {
+    /// 1 to 200 characters, one line.
+    #[schema(min_length = 1, max_length = 200)]
     pub title: String,
 }
 
-/// `PATCH /conversations/{id}`: the user names the conversation; this wins over a generated
-/// title even if that arrives later.
+/// The user names the conversation; this wins over a generated title even if that arrives
+/// later.
+#[utoipa::path(patch, path = "/conversations/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = PatchConversation, responses((status = 202, body = Accepted), Refusals, BodyRefusals))]
 pub async fn patch_conversation(
     State(state): State<AppState>,
     User(user): User,
@@ -573,5 +773,5 @@ pub async fn patch_conversation(
         Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::title_command(id), &env).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+    Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }

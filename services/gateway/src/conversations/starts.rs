@@ -18,23 +18,30 @@ use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subj
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::owned;
+use crate::conversations::routes::StartTask;
 use crate::conversations::routes::{MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_text, task_json};
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
 use crate::store::{self, TaskView, rfc3339};
 
-#[derive(Debug, Deserialize)]
+/// The repository cloned into the workspace.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RepositoryBody {
+    /// A git URL (of one of the user's git providers' hosts, for a private one).
     pub url: String,
     #[serde(default)]
     pub branch: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new conversation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = StartConversation)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
+    /// The first message to the agent (up to 200,000 characters).
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
@@ -46,8 +53,10 @@ pub struct StartBody {
     pub sandbox_spec: Option<String>,
     /// Limits on the conversation's LLM use (the deployment's defaults if absent).
     #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
     pub max_budget_usd: Option<f64>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u64>,
     /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
     #[serde(default)]
@@ -62,7 +71,11 @@ pub struct StartBody {
     pub secrets: Option<Vec<String>>,
 }
 
-/// `POST /conversations`: starts a conversation; answers with its start task.
+/// Starts a conversation: answers 202 with its start task (follow it with `GET
+/// /api/v1/start-tasks/{id}`), or 429 `sandbox_quota_user` / `sandbox_quota_total` when a
+/// running-sandbox limit is reached.
+#[utoipa::path(post, path = "/conversations", tag = "conversations", request_body = StartBody,
+    responses((status = 202, body = StartTask), Refusals, BodyRefusals))]
 pub async fn start_conversation(
     State(state): State<AppState>,
     User(user): User,
@@ -114,8 +127,10 @@ pub async fn start_conversation(
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
 }
 
-/// `POST /conversations/{id}/retry`: starts a conversation whose start failed again, as it was
-/// asked, in a new sandbox (the failed start's is deleted). Answers with the new start task.
+/// Starts a conversation whose start failed again, as it was asked, in a new sandbox (the failed
+/// start's is deleted); 409 `start_not_failed` otherwise. Answers with the new start task.
+#[utoipa::path(post, path = "/conversations/{id}/retry", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = StartTask), Refusals, Conflict))]
 pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     let (conversation_id, view) = owned(&state, &user, &id)?;
     if view.status != "ERROR" {

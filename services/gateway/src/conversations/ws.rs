@@ -31,16 +31,25 @@ pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(20);
 /// How long since the client's last sign of life before its socket is closed.
 pub const PONG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(45);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct WsQuery {
+    /// Replay the events after this one (0: all).
     #[serde(default)]
     pub after_seq: Option<u64>,
-    /// A WebSocket ticket (see [`crate::accounts::tickets`]); read by authentication.
+    /// A ticket from `POST /api/v1/ws-tickets` (`wst_...`), good once, for 30 s; read by
+    /// authentication. An API key is never accepted in the URL.
     #[serde(default)]
     pub access_token: Option<String>,
 }
 
-/// Upgrades to the event stream.
+/// WebSocket: replay after `after_seq`, then live events. Each text frame is one Event (JSON).
+/// Reconnect with the last seq you saw to get exactly the missing events. Authenticate with
+/// `Authorization: Bearer <key>`, the session cookie, or (where a client cannot set a header)
+/// a single-use ticket as `access_token`. The server pings every 20 s and closes a socket whose
+/// client has not answered for 45 s.
+#[utoipa::path(get, path = "/conversations/{id}/events/ws", tag = "conversations", params(("id" = String, Path, format = Uuid), WsQuery),
+    responses((status = 101, description = "switching protocols"), crate::api_doc::Refusals))]
 pub async fn events_ws(
     State(state): State<AppState>,
     User(user): User,

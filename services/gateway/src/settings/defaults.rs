@@ -7,8 +7,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use halyard_platform::vault;
 use halyard_protocol::UserId;
@@ -18,6 +18,7 @@ use halyard_protocol::user::{LlmProfile, UserLlmProfiles, UserSettings};
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::user_store::{self, check_name};
 use crate::store::rfc3339;
@@ -25,13 +26,31 @@ use crate::store::rfc3339;
 /// LLM profiles one user may keep.
 pub const MAX_PROFILES: usize = 20;
 
-fn settings_json(s: &UserSettings) -> Value {
+/// A user's defaults for new conversations; absent: the deployment's.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Settings {
+    /// The LLM profile new conversations use (the operator's model when absent).
+    pub llm_profile: Option<String>,
+    pub confirmation_policy: Option<ConfirmationPolicy>,
+    pub max_budget_usd: Option<f64>,
+    pub max_tokens: Option<u64>,
+    pub max_iterations: Option<u32>,
+    pub sandbox_spec: Option<String>,
+    /// Absent until first saved.
+    pub updated_at: Option<String>,
+}
+
+fn settings_json(s: &UserSettings) -> Settings {
     let budget = s.budget.clone().unwrap_or_default();
-    json!({
-        "llm_profile": s.llm_profile, "confirmation_policy": s.confirmation_policy.map(ConfirmationPolicy::as_str),
-        "max_budget_usd": budget.max_budget_usd, "max_tokens": budget.max_tokens, "max_iterations": s.max_iterations,
-        "sandbox_spec": s.sandbox_spec, "updated_at": (s.updated_ms > 0).then(|| rfc3339(s.updated_ms)),
-    })
+    Settings {
+        llm_profile: s.llm_profile.clone(),
+        confirmation_policy: s.confirmation_policy,
+        max_budget_usd: budget.max_budget_usd,
+        max_tokens: budget.max_tokens,
+        max_iterations: s.max_iterations,
+        sandbox_spec: s.sandbox_spec.clone(),
+        updated_at: (s.updated_ms > 0).then(|| rfc3339(s.updated_ms)),
+    }
 }
 
 /// A user's settings (defaults if they never saved any).
@@ -52,34 +71,45 @@ pub async fn check_profile(state: &AppState, user: &UserId, field: &str, name: &
     Err(ApiError::bad_request("unknown_llm_profile", format!("`{field}`: you have no LLM profile {name:?} (see GET /api/v1/llm-profiles)")))
 }
 
-/// `GET /settings`.
-pub async fn get_settings(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+/// The user's defaults for new conversations.
+#[utoipa::path(get, path = "/settings", tag = "settings", responses((status = 200, body = Settings), Refusals))]
+pub async fn get_settings(State(state): State<AppState>, User(user): User) -> Result<Json<Settings>, ApiError> {
     Ok(Json(settings_json(&load(&state, &user).await?)))
 }
 
-#[derive(Debug, Deserialize)]
+/// The user's defaults, whole: an absent field is the deployment's default.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = SettingsUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsBody {
     #[serde(default)]
     pub llm_profile: Option<String>,
     #[serde(default)]
     pub confirmation_policy: Option<ConfirmationPolicy>,
+    /// US dollars a conversation may spend on its model (more than 0).
     #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
     pub max_budget_usd: Option<f64>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u64>,
+    /// Agent steps per run.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_iterations: Option<u32>,
+    /// One of `GET /sandbox-specs`.
     #[serde(default)]
     pub sandbox_spec: Option<String>,
 }
 
-/// `PUT /settings`: replaces the settings (an absent field: the deployment's default).
+/// Replaces the user's defaults (an absent field: the deployment's default).
+#[utoipa::path(put, path = "/settings", tag = "settings", request_body = SettingsBody,
+    responses((status = 200, body = Settings), Refusals, BodyRefusals, Conflict))]
 pub async fn put_settings(
     State(state): State<AppState>,
     User(user): User,
     ApiJson(body): ApiJson<SettingsBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Settings>, ApiError> {
     if let Some(p) = &body.llm_profile {
         check_profile(&state, &user, "llm_profile", p).await?;
     }
@@ -109,47 +139,106 @@ pub async fn put_settings(
     Ok(Json(settings_json(&settings)))
 }
 
-fn profile_json(name: &str, p: &LlmProfile, default: bool) -> Value {
-    json!({
-        "name": name, "provider": p.provider, "base_url": p.base_url, "model": p.model,
-        "has_api_key": p.api_key_sealed.is_some(), "temperature": p.temperature,
-        "max_output_tokens": p.max_output_tokens, "context_window": p.context_window, "default": default,
-        "created_at": rfc3339(p.created_ms), "updated_at": rfc3339(p.updated_ms),
-    })
+/// An LLM profile as the API shows it: never its key, only whether one is stored.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LlmProfile)]
+pub struct ProfileView {
+    pub name: String,
+    /// `openai` or `anthropic`: the wire the server speaks.
+    pub provider: String,
+    pub base_url: String,
+    pub model: String,
+    pub has_api_key: bool,
+    pub temperature: Option<f32>,
+    pub max_output_tokens: Option<u64>,
+    pub context_window: Option<u64>,
+    /// The user's default (`PUT /settings`).
+    pub default: bool,
+    pub created_at: String,
+    pub updated_at: String,
 }
 
-/// `GET /llm-profiles`.
-pub async fn list_profiles(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+/// The user's LLM profiles.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = LlmProfileList)]
+pub struct ProfileList {
+    pub items: Vec<ProfileView>,
+    /// The operator's model: what a conversation without a profile uses.
+    pub operator_model: String,
+}
+
+/// What one small real call through a profile (or to an MCP server) gave.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProfileTest {
+    pub ok: bool,
+    pub model: String,
+    /// The model's words, when it answered (at most 200 characters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// What went wrong, in words, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
+    ProfileView {
+        name: name.to_owned(),
+        provider: p.provider.clone(),
+        base_url: p.base_url.clone(),
+        model: p.model.clone(),
+        has_api_key: p.api_key_sealed.is_some(),
+        temperature: p.temperature,
+        max_output_tokens: p.max_output_tokens,
+        context_window: p.context_window,
+        default,
+        created_at: rfc3339(p.created_ms),
+        updated_at: rfc3339(p.updated_ms),
+    }
+}
+
+/// The user's LLM profiles.
+#[utoipa::path(get, path = "/llm-profiles", tag = "settings", responses((status = 200, body = ProfileList), Refusals))]
+pub async fn list_profiles(State(state): State<AppState>, User(user): User) -> Result<Json<ProfileList>, ApiError> {
     let default = load(&state, &user).await?.llm_profile;
     let stored = profiles(&state, &user).await?;
-    let items: Vec<Value> = stored.profiles.iter().map(|(n, p)| profile_json(n, p, default.as_deref() == Some(n))).collect();
-    Ok(Json(json!({"items": items, "operator_model": state.config.llm.model})))
+    let items = stored.profiles.iter().map(|(n, p)| profile_json(n, p, default.as_deref() == Some(n))).collect();
+    Ok(Json(ProfileList { items, operator_model: state.config.llm.model.clone() }))
 }
 
-/// `GET /llm-profiles/{name}`.
-pub async fn get_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One LLM profile of the user's.
+#[utoipa::path(get, path = "/llm-profiles/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = ProfileView), Refusals))]
+pub async fn get_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ProfileView>, ApiError> {
     let default = load(&state, &user).await?.llm_profile;
     let stored = profiles(&state, &user).await?;
     let p = stored.profiles.get(&name).ok_or_else(|| ApiError::not_found("LLM profile"))?;
     Ok(Json(profile_json(&name, p, default.as_deref() == Some(&name))))
 }
 
-#[derive(Debug, Deserialize)]
+/// An LLM profile, whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = LlmProfileUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileBody {
     /// `openai` (default) or `anthropic`.
     #[serde(default)]
     pub provider: Option<String>,
+    /// The server's API root (`https://api.openai.com/v1`, ...).
     pub base_url: String,
+    /// 1 to 200 characters.
     pub model: String,
     /// Write-only. Absent keeps the stored key; `""` removes it.
     #[serde(default)]
     pub api_key: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f32>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_output_tokens: Option<u64>,
     #[serde(default)]
+    #[schema(minimum = 1024)]
     pub context_window: Option<u64>,
 }
 
@@ -174,7 +263,9 @@ fn check_profile_body(state: &AppState, body: &ProfileBody) -> Result<String, Ap
     Ok(provider)
 }
 
-/// `PUT /llm-profiles/{name}`: creates (201) or replaces (200) a profile.
+/// Creates (201) or replaces (200) an LLM profile (409 `too_many_llm_profiles` past 20).
+#[utoipa::path(put, path = "/llm-profiles/{name}", tag = "settings", params(("name" = String, Path)), request_body = ProfileBody,
+    responses((status = 200, body = ProfileView), (status = 201, body = ProfileView), Refusals, BodyRefusals, Conflict))]
 pub async fn put_profile(
     State(state): State<AppState>,
     User(user): User,
@@ -219,12 +310,14 @@ pub async fn put_profile(
     })
     .await?;
     let mut view = view;
-    view["default"] = (load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str())).into();
+    view.default = load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str());
     tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
-/// `DELETE /llm-profiles/{name}`. The default profile of the user's settings cannot go.
+/// Deletes an LLM profile; the default of the user's settings cannot go (409 `profile_in_use`).
+#[utoipa::path(delete, path = "/llm-profiles/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 204, description = "deleted"), Refusals, Conflict))]
 pub async fn delete_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     if load(&state, &user).await?.llm_profile.as_deref() == Some(&name) {
         return Err(ApiError::conflict(
@@ -237,10 +330,15 @@ pub async fn delete_profile(State(state): State<AppState>, User(user): User, Pat
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /llm-profiles/{name}/test`: one small real call through the profile, as a
-/// conversation would make it; the answer or the error in words. 200 either way: the result is
-/// what was asked for.
-pub async fn test_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One small real call through the profile, as a conversation would make it: the answer or
+/// the error in words. 200 either way: the result is what was asked for.
+#[utoipa::path(post, path = "/llm-profiles/{name}/test", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = ProfileTest), Refusals, Conflict))]
+pub async fn test_profile(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+) -> Result<Json<ProfileTest>, ApiError> {
     use halyard_platform::llm::{ChatMessage, LlmClient, ProfileTarget};
     let stored = profiles(&state, &user).await?;
     let p = stored.profiles.get(&name).ok_or_else(|| ApiError::not_found("LLM profile"))?;
@@ -270,12 +368,10 @@ pub async fn test_profile(State(state): State<AppState>, User(user): User, Path(
     let started = std::time::Instant::now();
     let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), client.complete(&messages, &[])).await;
     let latency_ms = started.elapsed().as_millis() as u64;
-    Ok(Json(match outcome {
-        Ok(Ok(c)) => {
-            let answer: String = c.content.unwrap_or_default().trim().chars().take(200).collect();
-            json!({"ok": true, "model": p.model, "answer": answer, "latency_ms": latency_ms})
-        }
-        Ok(Err(e)) => json!({"ok": false, "model": p.model, "error": e.to_string(), "latency_ms": latency_ms}),
-        Err(_) => json!({"ok": false, "model": p.model, "error": "no answer within 30 s", "latency_ms": latency_ms}),
-    }))
+    let (answer, error) = match outcome {
+        Ok(Ok(c)) => (Some(c.content.unwrap_or_default().trim().chars().take(200).collect()), None),
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (None, Some("no answer within 30 s".to_owned())),
+    };
+    Ok(Json(ProfileTest { ok: answer.is_some(), model: p.model.clone(), answer, error, latency_ms }))
 }

@@ -57,11 +57,44 @@ pub fn repository(
     default_branch: &str,
     private: bool,
     description: Option<&str>,
-) -> Value {
-    json!({
-        "provider": provider, "full_name": full_name, "clone_url": clone_url, "default_branch": default_branch,
-        "private": private, "description": description,
-    })
+) -> Repository {
+    Repository {
+        provider: provider.to_owned(),
+        full_name: full_name.to_owned(),
+        clone_url: clone_url.to_owned(),
+        default_branch: default_branch.to_owned(),
+        private,
+        description: description.map(str::to_owned),
+    }
+}
+
+/// A repository a git provider's token reaches.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Repository {
+    /// The user's git provider that reaches it.
+    pub provider: String,
+    /// `owner/name` (GitLab: `group/subgroup/name`).
+    pub full_name: String,
+    /// What a conversation's `repository.url` takes.
+    pub clone_url: String,
+    pub default_branch: String,
+    pub private: bool,
+    pub description: Option<String>,
+}
+
+/// A repository's branches and which is the default.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Branches {
+    pub repository: String,
+    pub default_branch: String,
+    /// The first hundred.
+    pub branches: Vec<BranchView>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct BranchView {
+    pub name: String,
+    pub protected: bool,
 }
 
 #[derive(Deserialize)]
@@ -90,7 +123,7 @@ struct GitlabProject {
 
 /// The repositories `name`'s token reaches whose full name contains `q` (any case), most
 /// recently updated first.
-pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Value>, ForgeError> {
+pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Repository>, ForgeError> {
     let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
     let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
     let headers = auth_headers(&p.kind, token);
@@ -236,11 +269,11 @@ struct Branch {
 
 /// The repository's branches (the first hundred), each `{name, protected}`, and which is the
 /// default.
-pub async fn branches(t: Target<'_>) -> Result<Value, ForgeError> {
+pub async fn branches(t: Target<'_>) -> Result<Branches, ForgeError> {
     let path = if t.is_gitlab() { "/repository/branches?per_page=100" } else { "/branches?per_page=100" };
     let (found, default): (Vec<Branch>, _) = futures::try_join!(t.call(reqwest::Method::GET, path, None), default_branch(t))?;
-    let items: Vec<Value> = found.iter().map(|b| json!({"name": b.name, "protected": b.protected})).collect();
-    Ok(json!({"repository": t.full_name, "default_branch": default, "branches": items}))
+    let branches = found.into_iter().map(|b| BranchView { name: b.name, protected: b.protected }).collect();
+    Ok(Branches { repository: t.full_name.to_owned(), default_branch: default, branches })
 }
 
 async fn default_branch(t: Target<'_>) -> Result<String, ForgeError> {

@@ -6,8 +6,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use halyard_platform::vault;
 use halyard_protocol::subjects;
@@ -15,6 +15,7 @@ use halyard_protocol::user::{GitProvider, UserGitProviders};
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::forge;
 use crate::settings::user_store::{self, check_name};
@@ -23,7 +24,9 @@ use crate::store::rfc3339;
 /// Providers one user may keep.
 pub const MAX_PROVIDERS: usize = 20;
 
-#[derive(Debug, Deserialize)]
+/// A git provider, whole (the token may be left out to keep the stored one).
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = GitProviderUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
     /// `github` (default), `gitlab` or `generic`.
@@ -43,11 +46,40 @@ pub struct PutBody {
     pub api_url: Option<String>,
 }
 
-fn public(name: &str, p: &GitProvider) -> Value {
-    json!({
-        "name": name, "kind": p.kind, "host": p.host, "username": p.username, "has_token": true, "api_url": forge::api_base(p),
-        "created_at": rfc3339(p.created_ms), "updated_at": rfc3339(p.updated_ms),
-    })
+/// A git provider as the API shows it: never its token.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = GitProvider)]
+pub struct ProviderView {
+    pub name: String,
+    /// `github`, `gitlab` or `generic`.
+    pub kind: String,
+    pub host: String,
+    pub username: String,
+    pub has_token: bool,
+    /// The REST API the repository list and the agent's forge tools call, if the kind has one.
+    pub api_url: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The user's git providers.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = GitProviderList)]
+pub struct ProviderList {
+    pub items: Vec<ProviderView>,
+}
+
+fn public(name: &str, p: &GitProvider) -> ProviderView {
+    ProviderView {
+        name: name.to_owned(),
+        kind: p.kind.clone(),
+        host: p.host.clone(),
+        username: p.username.clone(),
+        has_token: true,
+        api_url: forge::api_base(p),
+        created_at: rfc3339(p.created_ms),
+        updated_at: rfc3339(p.updated_ms),
+    }
 }
 
 fn default_host(kind: &str) -> Option<&'static str> {
@@ -80,18 +112,24 @@ fn check_host(host: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `GET /git-providers`.
-pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
-    user_store::list_named(&state, &subjects::user_git_key(&user), |s: &UserGitProviders| &s.providers, public).await.map(Json)
+/// The user's git providers (never their tokens).
+#[utoipa::path(get, path = "/git-providers", tag = "settings", responses((status = 200, body = ProviderList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<ProviderList>, ApiError> {
+    let items = user_store::list_named(&state, &subjects::user_git_key(&user), |s: &UserGitProviders| &s.providers, public).await?;
+    Ok(Json(ProviderList { items }))
 }
 
-/// `GET /git-providers/{name}`.
-pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One git provider of the user's.
+#[utoipa::path(get, path = "/git-providers/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = ProviderView), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ProviderView>, ApiError> {
     let key = subjects::user_git_key(&user);
     user_store::get_named(&state, &key, |s: &UserGitProviders| &s.providers, &name, "git provider", public).await.map(Json)
 }
 
-/// `PUT /git-providers/{name}`: creates (201) or changes (200) a provider.
+/// Creates (201) or changes (200) a git provider (409 `host_taken` if another serves its host).
+#[utoipa::path(put, path = "/git-providers/{name}", tag = "settings", params(("name" = String, Path)), request_body = PutBody,
+    responses((status = 200, body = ProviderView), (status = 201, body = ProviderView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
@@ -158,7 +196,9 @@ pub async fn put(
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
-/// `DELETE /git-providers/{name}`.
+/// Deletes a git provider.
+#[utoipa::path(delete, path = "/git-providers/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 204, description = "deleted"), Refusals, Conflict))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     let key = subjects::user_git_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserGitProviders| &mut s.providers, &name, "git provider").await?;

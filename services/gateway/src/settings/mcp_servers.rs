@@ -10,14 +10,15 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::user_store::{self, check_name};
 use crate::store::rfc3339;
@@ -32,7 +33,9 @@ const MAX_VALUE: usize = 8192;
 const RESERVED_HEADERS: &[&str] =
     &["accept", "content-type", "content-length", "host", "mcp-session-id", "mcp-protocol-version", "last-event-id"];
 
-#[derive(Debug, Deserialize)]
+/// An MCP server, whole.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = McpServerUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
     /// `stdio` or `http`.
@@ -55,12 +58,61 @@ pub struct PutBody {
     pub enabled: Option<bool>,
 }
 
-fn public(name: &str, s: &McpServer) -> Value {
-    let mut view = serde_json::to_value(&s.config).unwrap_or_default();
-    view["name"] = json!(name);
-    view["enabled"] = json!(s.enabled);
-    view["updated_at"] = json!(rfc3339(s.updated_ms));
-    view
+/// An MCP server as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = McpServer)]
+pub struct ServerView {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// `stdio`: the command line run in the workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// `stdio`: the process's environment (`${NAME}` names a secret).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `http`: the streamable-HTTP endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `http`: headers sent with each request (`${NAME}` names a secret).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    pub enabled: bool,
+    pub updated_at: String,
+}
+
+/// The user's MCP servers.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = McpServerList)]
+pub struct ServerList {
+    pub items: Vec<ServerView>,
+}
+
+/// What connecting to a server once gave.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct McpServerTest {
+    pub ok: bool,
+    /// The names of the tools it offers.
+    pub tools: Vec<String>,
+    /// What went wrong, in words.
+    pub error: Option<String>,
+}
+
+fn public(name: &str, s: &McpServer) -> ServerView {
+    let (transport, command, env, url, headers) = match &s.config {
+        McpServerConfig::Stdio { command, env } => ("stdio", Some(command.clone()), env.clone(), None, BTreeMap::new()),
+        McpServerConfig::Http { url, headers } => ("http", None, BTreeMap::new(), Some(url.clone()), headers.clone()),
+    };
+    ServerView {
+        name: name.to_owned(),
+        transport: transport.to_owned(),
+        command,
+        env,
+        url,
+        headers,
+        enabled: s.enabled,
+        updated_at: rfc3339(s.updated_ms),
+    }
 }
 
 fn bad(message: String) -> ApiError {
@@ -132,18 +184,24 @@ fn config(state: &AppState, body: PutBody) -> Result<McpServerConfig, ApiError> 
     }
 }
 
-/// `GET /mcp-servers`.
-pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
-    user_store::list_named(&state, &subjects::user_mcp_key(&user), |s: &UserMcpServers| &s.servers, public).await.map(Json)
+/// The user's MCP servers.
+#[utoipa::path(get, path = "/mcp-servers", tag = "settings", responses((status = 200, body = ServerList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<ServerList>, ApiError> {
+    let items = user_store::list_named(&state, &subjects::user_mcp_key(&user), |s: &UserMcpServers| &s.servers, public).await?;
+    Ok(Json(ServerList { items }))
 }
 
-/// `GET /mcp-servers/{name}`.
-pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One MCP server of the user's.
+#[utoipa::path(get, path = "/mcp-servers/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = ServerView), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ServerView>, ApiError> {
     let key = subjects::user_mcp_key(&user);
     user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await.map(Json)
 }
 
-/// `PUT /mcp-servers/{name}`: creates (201) or replaces (200) a server.
+/// Creates (201) or replaces (200) an MCP server.
+#[utoipa::path(put, path = "/mcp-servers/{name}", tag = "settings", params(("name" = String, Path)), request_body = PutBody,
+    responses((status = 200, body = ServerView), (status = 201, body = ServerView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
@@ -177,17 +235,21 @@ pub async fn put(
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
-/// `DELETE /mcp-servers/{name}`.
+/// Deletes an MCP server.
+#[utoipa::path(delete, path = "/mcp-servers/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 204, description = "deleted"), Refusals, Conflict))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     let key = subjects::user_mcp_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &name, "MCP server").await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /mcp-servers/{name}/test`: an agent runner connects to the server once and lists its
-/// tools (an `http` server; a `stdio` one is checked when a conversation starts). 200 either
-/// way: the result is what was asked for.
-pub async fn test(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// An agent runner connects to the server once and lists its tools (an `http` server; a
+/// `stdio` one is checked when a conversation starts). 200 either way: the result is what was
+/// asked for.
+#[utoipa::path(post, path = "/mcp-servers/{name}/test", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = McpServerTest), Refusals))]
+pub async fn test(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<McpServerTest>, ApiError> {
     use halyard_protocol::command::{McpTestAnswer, McpTestRequest};
     // One of the user's own servers, or 404 as for every other route that names one.
     let key = subjects::user_mcp_key(&user);
@@ -202,7 +264,7 @@ pub async fn test(State(state): State<AppState>, User(user): User, Path(name): P
             ApiError::unavailable("no agent runner is answering now; try again")
         })?;
     let answer = halyard_protocol::decode::<McpTestAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
-    Ok(Json(json!({"ok": answer.ok, "tools": answer.tools, "error": answer.error})))
+    Ok(Json(McpServerTest { ok: answer.ok, tools: answer.tools, error: answer.error }))
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use halyard_platform::vault;
 use halyard_protocol::subjects;
@@ -16,27 +16,48 @@ use halyard_protocol::user::UserGitProviders;
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{BadGateway, Conflict, Refusals};
 use crate::error::ApiError;
-use crate::settings::forge;
+use crate::settings::forge::{self, Branches, Repository};
 use crate::settings::user_store;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RepositoryQuery {
-    /// Part of the repository's full name (`owner/name`), any case.
+    /// Part of the repository's full name (`owner/name`), any case (up to 200 characters).
     #[serde(default)]
+    #[param(max_length = 200)]
     pub q: String,
     /// Only this provider.
     #[serde(default)]
     pub provider: Option<String>,
 }
 
-/// `GET /repositories`.
+/// The repositories the user's git providers reach, and the providers that could not answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = RepositoryList)]
+pub struct RepositoryList {
+    pub items: Vec<Repository>,
+    pub errors: Vec<ProviderError>,
+}
+
+/// A git provider that could not list its repositories, and what to do.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProviderError {
+    pub provider: String,
+    pub message: String,
+}
+
+/// The repositories the user's git providers' tokens reach (each provider with a repository
+/// API, asked at once); one that fails is named in `errors`.
+#[utoipa::path(get, path = "/repositories", tag = "settings", params(RepositoryQuery),
+    responses((status = 200, body = RepositoryList), Refusals))]
 pub async fn list(
     State(state): State<AppState>,
     User(user): User,
     query: Result<Query<RepositoryQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RepositoryList>, ApiError> {
     let Query(query) = query?;
     if query.q.chars().count() > 200 {
         return Err(ApiError::bad_request("invalid_field", "`q` is longer than 200 characters"));
@@ -69,27 +90,32 @@ pub async fn list(
             Ok(found) => items.extend(found),
             Err(message) => {
                 tracing::info!(user = %user, provider = %name, error = %message, "repository listing failed");
-                errors.push(json!({"provider": name, "message": message}));
+                errors.push(ProviderError { provider: (*name).clone(), message });
             }
         }
     }
-    Ok(Json(json!({"items": items, "errors": errors})))
+    Ok(Json(RepositoryList { items, errors }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct BranchesQuery {
+    /// One of the user's git providers.
     pub provider: String,
     /// `owner/name` (GitLab: `group/subgroup/name`).
     pub repository: String,
 }
 
-/// `GET /repositories/branches`.
+/// One repository's branches and which is the default, from its forge (502 `forge_error` when
+/// the forge fails).
+#[utoipa::path(get, path = "/repositories/branches", tag = "settings", params(BranchesQuery),
+    responses((status = 200, body = Branches), Refusals, Conflict, BadGateway))]
 pub async fn branches(
     State(state): State<AppState>,
     User(user): User,
     query: Result<Query<BranchesQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Branches>, ApiError> {
     let Query(query) = query?;
     let full_name = query.repository.trim().trim_matches('/').trim_end_matches(".git").to_owned();
     if full_name.is_empty() || full_name.len() > 300 || !full_name.contains('/') || full_name.split('/').any(|p| p.is_empty() || p == "..")

@@ -7,8 +7,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use halyard_platform::redact::MIN_SECRET_LEN;
 use halyard_platform::vault;
@@ -17,6 +17,7 @@ use halyard_protocol::user::{SealedSecret, UserSecrets};
 
 use crate::AppState;
 use crate::accounts::auth::{Recent, User};
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::user_store;
 use crate::store::rfc3339;
@@ -49,21 +50,42 @@ const RESERVED: [&str; 18] = [
 ];
 const RESERVED_PREFIXES: [&str; 5] = ["HALYARD_", "WORKER_", "LD_", "BASH_", "LC_"];
 
-#[derive(Debug, Deserialize)]
+/// A secret's value (write-only) and description.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = SecretUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
-    /// Required when the secret is new; absent keeps the stored value.
+    /// Required when the secret is new; absent keeps the stored value. Never answered again.
     #[serde(default)]
     pub value: Option<String>,
     #[serde(default)]
     pub description: Option<String>,
 }
 
-fn public(name: &str, s: &SealedSecret) -> Value {
-    json!({
-        "name": name, "description": s.description,
-        "created_at": rfc3339(s.created_ms), "updated_at": rfc3339(s.updated_ms),
-    })
+/// A secret as the API shows it: never its value.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Secret)]
+pub struct SecretView {
+    /// The environment variable the conversation's shell gets it as.
+    pub name: String,
+    pub description: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The user's secrets, by name.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SecretList {
+    pub items: Vec<SecretView>,
+}
+
+fn public(name: &str, s: &SealedSecret) -> SecretView {
+    SecretView {
+        name: name.to_owned(),
+        description: s.description.clone(),
+        created_at: rfc3339(s.created_ms),
+        updated_at: rfc3339(s.updated_ms),
+    }
 }
 
 fn check_secret_name(name: &str) -> Result<(), ApiError> {
@@ -101,18 +123,25 @@ fn check_value(value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `GET /secrets`: names and descriptions, never values.
-pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
-    user_store::list_named(&state, &subjects::user_secrets_key(&user), |s: &UserSecrets| &s.secrets, public).await.map(Json)
+/// The user's secrets: names and descriptions, never values.
+#[utoipa::path(get, path = "/secrets", tag = "settings", responses((status = 200, body = SecretList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<SecretList>, ApiError> {
+    let items = user_store::list_named(&state, &subjects::user_secrets_key(&user), |s: &UserSecrets| &s.secrets, public).await?;
+    Ok(Json(SecretList { items }))
 }
 
-/// `GET /secrets/{name}`.
-pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+/// One secret of the user's (never its value).
+#[utoipa::path(get, path = "/secrets/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 200, body = SecretView), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<SecretView>, ApiError> {
     let key = subjects::user_secrets_key(&user);
     user_store::get_named(&state, &key, |s: &UserSecrets| &s.secrets, &name, "secret", public).await.map(Json)
 }
 
-/// `PUT /secrets/{name}`: creates (201) or changes (200) a secret.
+/// Creates (201) or changes (200) a secret; its name is an environment variable's (400
+/// `reserved_name` for one the shell or Halyard uses). With a session: recently proved.
+#[utoipa::path(put, path = "/secrets/{name}", tag = "settings", params(("name" = String, Path)), request_body = PutBody,
+    responses((status = 200, body = SecretView), (status = 201, body = SecretView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
@@ -160,7 +189,9 @@ pub async fn put(
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
-/// `DELETE /secrets/{name}`: conversations stop getting it from their next run.
+/// Deletes a secret: conversations stop getting it from their next run.
+#[utoipa::path(delete, path = "/secrets/{name}", tag = "settings", params(("name" = String, Path)),
+    responses((status = 204, description = "deleted"), Refusals, Conflict))]
 pub async fn delete(State(state): State<AppState>, User(user): User, _: Recent, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     user_store::remove_named(&state, &subjects::user_secrets_key(&user), |s: &mut UserSecrets| &mut s.secrets, &name, "secret").await?;
     tracing::info!(user = %user, secret = %name, "secret deleted");

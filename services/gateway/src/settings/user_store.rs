@@ -58,14 +58,14 @@ pub type Named<V> = std::collections::BTreeMap<String, V>;
 
 /// The user's entry `name` of the map `field` of the bucket entry `key`, as `view` shows it;
 /// 404 (`what`) if there is none.
-pub async fn get_named<T, V>(
+pub async fn get_named<T, V, O>(
     state: &AppState,
     key: &str,
     field: fn(&T) -> &Named<V>,
     name: &str,
     what: &str,
-    view: fn(&str, &V) -> serde_json::Value,
-) -> Result<serde_json::Value, ApiError>
+    view: fn(&str, &V) -> O,
+) -> Result<O, ApiError>
 where
     T: DeserializeOwned + Default,
 {
@@ -74,17 +74,17 @@ where
 }
 
 /// Every entry of the map `field`, as `view` shows them: `{"items": [...]}`.
-pub async fn list_named<T, V>(
+pub async fn list_named<T, V, O>(
     state: &AppState,
     key: &str,
     field: fn(&T) -> &Named<V>,
-    view: fn(&str, &V) -> serde_json::Value,
-) -> Result<serde_json::Value, ApiError>
+    view: fn(&str, &V) -> O,
+) -> Result<Vec<O>, ApiError>
 where
     T: DeserializeOwned + Default,
 {
     let (stored, _) = load::<T>(state, key).await?;
-    Ok(serde_json::json!({"items": field(&stored).iter().map(|(n, v)| view(n, v)).collect::<Vec<_>>()}))
+    Ok(field(&stored).iter().map(|(n, v)| view(n, v)).collect())
 }
 
 /// Removes the entry `name` of the map `field`; 404 (`what`) if there is none.

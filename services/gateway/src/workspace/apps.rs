@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use crate::api_doc::Refusals;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -31,7 +32,6 @@ use halyard_platform::{keys, now_ms};
 use halyard_protocol::SandboxId;
 use halyard_protocol::system::AGENT_SERVER;
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::accounts::registry::Principal;
@@ -119,12 +119,23 @@ fn app_origin(state: &AppState, label: &str) -> Result<String, ApiError> {
     Ok(format!("{scheme}://{label}.{host}"))
 }
 
-/// `POST /conversations/{id}/apps/{name}`: a link that opens the app, good for a minute.
+/// A link that opens one of the sandbox's apps.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct AppLink {
+    /// Opens the app in a browser, once, within a minute; its origin is the app's own.
+    pub url: String,
+}
+
+/// A link that opens an app the agent serves (an exposed port of the sandbox), good once,
+/// for a minute.
+#[utoipa::path(post, path = "/conversations/{id}/apps/{name}", tag = "workspace",
+    params(("id" = String, Path, format = Uuid), ("name" = String, Path, description = "the app's name in the sandbox's `exposed_urls`")),
+    responses((status = 200, body = AppLink), Refusals, crate::api_doc::Conflict))]
 pub async fn open(
     State(state): State<AppState>,
     principal: Principal,
     Path((id, name)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AppLink>, ApiError> {
     let user = principal.user;
     let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open its apps")?;
     // The executor is Halyard's, not an app: its port is never proxied.
@@ -140,7 +151,7 @@ pub async fn open(
         nonce: keys::random_secret(),
     };
     let origin = app_origin(&state, &label(sandbox_id, &name))?;
-    Ok(Json(json!({"url": format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret))})))
+    Ok(Json(AppLink { url: format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret)) }))
 }
 
 /// A plain page for a person who reached the proxy without the right to.

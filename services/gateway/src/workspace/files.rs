@@ -14,13 +14,15 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_platform::keys;
-use halyard_protocol::executor::MAX_UPLOAD_BYTES;
+use halyard_protocol::executor::{ChangesResponse, FilesResponse, MAX_UPLOAD_BYTES};
 use halyard_protocol::system::AGENT_SERVER;
-use serde::Deserialize;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{Conflict, Refusals};
 use crate::common::running_sandbox;
 use crate::error::ApiError;
 
@@ -51,9 +53,10 @@ fn executor_error(e: ExecutorError) -> ApiError {
     }
 }
 
-/// `value` with `user`'s secret values masked; an error (and nothing shown) if they cannot be
+/// `shown` with `user`'s secret values masked; an error (and nothing shown) if they cannot be
 /// read.
-async fn masked(state: &AppState, user: &halyard_protocol::UserId, mut value: Value) -> Result<Json<Value>, ApiError> {
+async fn masked<T: Serialize + DeserializeOwned>(state: &AppState, user: &halyard_protocol::UserId, shown: T) -> Result<Json<T>, ApiError> {
+    let mut value = serde_json::to_value(shown).map_err(ApiError::internal)?;
     let opened = halyard_platform::user_secrets::open(&state.user_kv, &state.vault, user).await.map_err(|e| {
         tracing::error!(user = %user, error = %e, "cannot read a user's secrets to mask the workspace");
         ApiError::unavailable("cannot mask this view now; try again shortly")
@@ -66,29 +69,45 @@ async fn masked(state: &AppState, user: &halyard_protocol::UserId, mut value: Va
         }
     }
     redactor.redact_json(&mut value);
-    Ok(Json(value))
+    Ok(Json(serde_json::from_value(value).map_err(ApiError::internal)?))
 }
 
-/// `GET /conversations/{id}/changes`.
-pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+/// What changed in the workspace: `git status` and `git diff` where it is a repository, else
+/// the files the agent's editor changed (masked; the sandbox must be running: 409 otherwise).
+#[utoipa::path(get, path = "/conversations/{id}/changes", tag = "workspace", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = ChangesResponse), Refusals, Conflict))]
+pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<ChangesResponse>, ApiError> {
     let exec = executor(&state, &user, &id)?;
     let changes = exec.changes().await.map_err(executor_error)?;
-    masked(&state, &user, serde_json::to_value(changes).map_err(ApiError::internal)?).await
+    masked(&state, &user, changes).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FilesQuery {
+    /// Relative to the workspace (its root when absent), at most 4096 bytes.
     #[serde(default)]
+    #[param(max_length = 4096)]
     pub path: Option<String>,
 }
 
-/// `GET /conversations/{id}/files?path=`.
+/// A file uploaded.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Uploaded {
+    /// Where it is now, relative to the workspace.
+    pub path: String,
+    pub size: u64,
+}
+
+/// A directory's entries or a file's content (capped, masked), as the agent sees them.
+#[utoipa::path(get, path = "/conversations/{id}/files", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
+    responses((status = 200, body = FilesResponse), Refusals, Conflict))]
 pub async fn files(
     State(state): State<AppState>,
     User(user): User,
     Path(id): Path<String>,
     query: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FilesResponse>, ApiError> {
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
     if path.len() > 4096 || path.contains('\0') {
@@ -96,7 +115,7 @@ pub async fn files(
     }
     let exec = executor(&state, &user, &id)?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
-    masked(&state, &user, serde_json::to_value(listing).map_err(ApiError::internal)?).await
+    masked(&state, &user, listing).await
 }
 
 fn too_large(why: impl std::fmt::Display) -> ApiError {
@@ -130,7 +149,9 @@ fn streamed(resp: reqwest::Response, headers: Vec<(axum::http::HeaderName, Strin
     response
 }
 
-/// `GET /conversations/{id}/files/raw?path=`: one file, as it is.
+/// One file, as it is, streamed.
+#[utoipa::path(get, path = "/conversations/{id}/files/raw", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
+    responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream", body = Vec<u8>), Refusals, Conflict))]
 pub async fn download(
     State(state): State<AppState>,
     User(user): User,
@@ -148,7 +169,9 @@ pub async fn download(
     Ok(streamed(resp, headers))
 }
 
-/// `GET /conversations/{id}/archive`: the whole workspace as a gzipped tar, made as it is sent.
+/// The whole workspace as a gzipped tar, made as it is sent (never whole in memory).
+#[utoipa::path(get, path = "/conversations/{id}/archive", tag = "workspace", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, description = "the workspace as a tar.gz", content_type = "application/gzip", body = Vec<u8>), Refusals, Conflict))]
 pub async fn archive(
     State(state): State<AppState>,
     User(user): User,
@@ -163,8 +186,11 @@ pub async fn archive(
     Ok(streamed(resp, headers))
 }
 
-/// `PUT /conversations/{id}/files?path=`: the raw body becomes the file (its directory must
-/// exist), streamed to the sandbox; over [`MAX_UPLOAD_BYTES`], 413 and nothing changes.
+/// The raw body becomes the file at `path` (its directory must exist), streamed to the
+/// sandbox; over 100 MiB, 413 `file_too_large` and nothing changes.
+#[utoipa::path(put, path = "/conversations/{id}/files", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the file's bytes"),
+    responses((status = 201, body = Uploaded), (status = 413, description = "larger than 100 MiB", body = crate::api_doc::ErrorBody), Refusals, Conflict))]
 pub async fn upload(
     State(state): State<AppState>,
     User(user): User,
@@ -172,7 +198,7 @@ pub async fn upload(
     query: Result<Query<FilesQuery>, axum::extract::rejection::QueryRejection>,
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
-) -> Result<(axum::http::StatusCode, Json<Value>), ApiError> {
+) -> Result<(axum::http::StatusCode, Json<Uploaded>), ApiError> {
     use futures::StreamExt;
     // Another user's conversation is 404 before anything about the request is judged.
     crate::common::owned(&state, &user, &id)?;
@@ -196,7 +222,7 @@ pub async fn upload(
         Ok(chunk)
     });
     match client.upload(&path, reqwest::Body::wrap_stream(limited)).await {
-        Ok(v) => Ok((axum::http::StatusCode::CREATED, Json(v))),
+        Ok(v) => Ok((axum::http::StatusCode::CREATED, Json(serde_json::from_value(v).map_err(ApiError::internal)?))),
         Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > MAX_UPLOAD_BYTES => Err(too_large("this file is too large")),
         Err(e) => Err(executor_error(e)),
     }

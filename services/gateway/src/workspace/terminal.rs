@@ -15,9 +15,15 @@ use halyard_protocol::command::AgentCommand;
 
 use crate::AppState;
 use crate::accounts::auth::User;
+use crate::api_doc::{Conflict, Refusals};
 use crate::common::{agent_command, owned};
 use crate::error::ApiError;
 
+/// The owner's own terminal in the sandbox, as a WebSocket: binary frames both ways, and
+/// `{"type": "resize", "cols", "rows"}` text frames from the client. Opening it is recorded as
+/// a `terminal_opened` event; what is typed is not. The sandbox must be running (409).
+#[utoipa::path(get, path = "/conversations/{id}/terminal/ws", tag = "workspace", params(("id" = String, Path, format = Uuid)),
+    responses((status = 101, description = "switching protocols"), Refusals, Conflict))]
 pub async fn terminal_ws(
     State(state): State<AppState>,
     User(user): User,
