@@ -584,17 +584,9 @@ pub async fn ask(
     check_text("question", &body.question, 10_000)?;
     let (id, c) = owned(&state, &user, &id)?;
     require_started(&c)?;
-    let question = Envelope::new(AskRequest { conversation_id: id, question: body.question }, halyard_platform::now_ms());
-    let bytes = halyard_protocol::encode(&question).map_err(ApiError::internal)?;
+    let question = AskRequest { conversation_id: id, question: body.question };
     let patience = std::time::Duration::from_secs(state.config.llm.timeout_secs.saturating_mul(2).max(10));
-    let reply = tokio::time::timeout(patience, state.nats.request(subjects::ask(id), bytes.into()))
-        .await
-        .map_err(|_| ApiError::unavailable("no agent runner answered in time; try again"))?
-        .map_err(|e| {
-            tracing::warn!(error = %e, "ask request failed");
-            ApiError::unavailable("no agent runner is answering questions now; try again")
-        })?;
-    let answer = halyard_protocol::decode::<AskAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
+    let answer: AskAnswer = crate::common::request(&state, subjects::ask(id), question, patience, "questions").await?;
     match (answer.answer, answer.code) {
         (Some(text), _) => Ok(Json(Answer { answer: text })),
         (None, code) => {

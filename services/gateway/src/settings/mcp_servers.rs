@@ -254,16 +254,9 @@ pub async fn test(State(state): State<AppState>, User(user): User, Path(name): P
     // One of the user's own servers, or 404 as for every other route that names one.
     let key = subjects::user_mcp_key(&user);
     user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await?;
-    let request = halyard_protocol::Envelope::new(McpTestRequest { owner: user, server: name }, halyard_platform::now_ms());
-    let bytes = halyard_protocol::encode(&request).map_err(ApiError::internal)?;
-    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), state.nats.request(subjects::MCP_TEST, bytes.into()))
-        .await
-        .map_err(|_| ApiError::unavailable("no agent runner answered in time; try again"))?
-        .map_err(|e| {
-            tracing::warn!(error = %e, "MCP test request failed");
-            ApiError::unavailable("no agent runner is answering now; try again")
-        })?;
-    let answer = halyard_protocol::decode::<McpTestAnswer>(&reply.payload).map_err(ApiError::internal)?.payload;
+    let question = McpTestRequest { owner: user, server: name };
+    let patience = std::time::Duration::from_secs(30);
+    let answer: McpTestAnswer = crate::common::request(&state, subjects::MCP_TEST.into(), question, patience, "MCP server tests").await?;
     Ok(Json(McpServerTest { ok: answer.ok, tools: answer.tools, error: answer.error }))
 }
 
