@@ -76,6 +76,11 @@ pub fn audit_record(target_kind: &str) -> String {
 /// `llm.<user>`, `secrets.<user>`. Written by the gateways, read by the agent runner.
 pub const USER_BUCKET: &str = "halyard_user";
 
+/// The key of conversation `id`'s share link (a salted hash of its secret) in [`USER_BUCKET`].
+pub fn share_key(id: crate::ConversationId) -> String {
+    format!("share.{id}")
+}
+
 /// The key of `user`'s settings in [`USER_BUCKET`].
 pub fn user_settings_key(user: &crate::UserId) -> String {
     format!("settings.{user}")

@@ -2,7 +2,7 @@
 //! The README's walk-through, run as a newcomer runs it: the `sh` blocks of "A conversation with
 //! curl" and "From a terminal", line by line in one bash, against `halyard up` and a scripted
 //! LLM. Only what a reader fills in is filled in: the key (`KEY=...`), the ids the earlier
-//! answers gave (`<task>`, `<conv>`), one of the alternatives a line offers (`a|b|c` runs each;
+//! answers gave (`<task>`, `<conv>`, a share link's `<token>`), one of the alternatives a line offers (`a|b|c` runs each;
 //! `[...]` options are left out); and `websocat`, which is not installed here, is a small
 //! WebSocket client of the same command line. Any HTTP error fails the walk (`curl` is run with
 //! `--fail-with-body`), and so does a failing CLI command.
@@ -48,6 +48,7 @@ fn as_run(line: &str) -> Vec<String> {
         .replace("KEY=...", "KEY=$WALK_KEY")
         .replace("<conv>", "$CONV")
         .replace("<task>", "$TASK")
+        .replace("<token>", "$SHARE")
         .replace("127.0.0.1:3000", "$WALK_HOST");
     // A trailing `# ...` explains; it is not part of the command.
     if let Some(at) = line.find("   #") {
@@ -83,15 +84,17 @@ settle() {
 }
 # The ids an answer names.
 ids() {
-  local t c
+  local t c s
   t=$(printf '%s' "$1" | python3 -c 'import json,sys
 for l in sys.stdin.read().splitlines():
     try: d=json.loads(l)
     except Exception: continue
     if isinstance(d, dict) and d.get("conversation_id") and d.get("status"): print(d["id"]); break' || true)
   c=$(printf '%s' "$1" | grep -oE '"conversation_id": ?"[0-9a-f-]{36}"|^conversation [0-9a-f-]{36}' | grep -oE '[0-9a-f-]{36}' | head -1 || true)
+  s=$(printf '%s' "$1" | grep -oE '"token": ?"[0-9a-f-]{36}[.][0-9a-f]{64}"' | grep -oE '[0-9a-f-]{36}[.][0-9a-f]{64}' | head -1 || true)
   if [ -n "$t" ]; then TASK=$t; fi
   if [ -n "$c" ]; then CONV=$c; fi
+  if [ -n "$s" ]; then SHARE=$s; fi
 }
 "#,
     );

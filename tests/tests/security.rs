@@ -402,7 +402,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         } else {
             "alice"
         };
-        let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice");
+        // A share link's token names Alice's conversation; Bob has no secret of it.
+        let guess = format!("{conv}.{}", "0".repeat(64));
+        let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice").replace("{token}", &guess);
         for (method, _) in ops.as_object().unwrap() {
             let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
                 .iter()

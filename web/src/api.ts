@@ -13,6 +13,8 @@ import type {
   Me,
   Sandbox,
   SandboxSpecs,
+  ShareLink,
+  SharedConversation,
   StartTask,
   Webhook,
 } from "./types";
@@ -60,7 +62,7 @@ export async function call<T>(method: string, path: string, body?: unknown, raw?
   }
   if (!res.ok) {
     const err = (json as { error?: { code?: string; message?: string } } | undefined)?.error;
-    if (res.status === 401 && path !== "/session") onSignedOut();
+    if (res.status === 401 && path !== "/session" && !path.startsWith("/shared/")) onSignedOut();
     throw new ApiError(res.status, err?.code ?? "http_" + res.status, err?.message ?? `The gateway answered ${res.status}.`);
   }
   return json as T;
@@ -110,6 +112,15 @@ export const api = {
   archiveUrl: (id: string) => `/api/v1/conversations/${id}/archive`,
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
+  share: (id: string) => call<ShareLink>("POST", `/conversations/${id}/share`),
+  shareState: (id: string) => call<{ shared: boolean; created_at: string | null }>("GET", `/conversations/${id}/share`),
+  unshare: (id: string) => call<void>("DELETE", `/conversations/${id}/share`),
+
+  // What a share link opens: no account, read only.
+  shared: (token: string) => call<SharedConversation>("GET", `/shared/${token}`),
+  sharedEvents: (token: string, afterSeq: number, limit = 1000) =>
+    call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/shared/${token}/events${q({ after_seq: afterSeq, limit })}`),
+  sharedChanges: (token: string) => call<Changes>("GET", `/shared/${token}/changes`),
 
   sandboxes: () => call<{ items: Sandbox[] }>("GET", "/sandboxes?limit=100"),
   sandbox: (id: string) => call<Sandbox>("GET", `/sandboxes/${id}`),

@@ -20,8 +20,9 @@ export type Connection = "connecting" | "live" | "reconnecting";
 const TAIL = 200;
 const PAGE = 1000;
 
-/** `lastSeq`: the conversation's last seq as its record says, if known (a hint, not a promise). */
-export function useEventStream(conversationId: string | undefined, enabled: boolean, lastSeq?: number) {
+/** `lastSeq`: the conversation's last seq as its record says, if known (a hint, not a promise).
+ * `shareToken`: read through a share link instead of as the owner. */
+export function useEventStream(conversationId: string | undefined, enabled: boolean, lastSeq?: number, shareToken?: string) {
   const [events, setEvents] = useState<HalyardEvent[]>([]);
   const [connection, setConnection] = useState<Connection>("connecting");
   const last = useRef(0);
@@ -74,7 +75,8 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
         while (!closed && after < upto) {
           let page;
           try {
-            page = await api.events(conversationId, after, Math.min(PAGE, upto - after));
+            const limit = Math.min(PAGE, upto - after);
+            page = await (shareToken ? api.sharedEvents(shareToken, after, limit) : api.events(conversationId, after, limit));
           } catch (e) {
             // A busy gateway: a few more tries, then the next connection tries again.
             if (++failures > 4) throw e;
@@ -99,7 +101,8 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
       if (closed) return;
       window.clearTimeout(retry);
       const scheme = location.protocol === "https:" ? "wss" : "ws";
-      const url = `${scheme}://${location.host}/api/v1/conversations/${conversationId}/events/ws?after_seq=${last.current}`;
+      const root = shareToken ? `/api/v1/shared/${shareToken}` : `/api/v1/conversations/${conversationId}`;
+      const url = `${scheme}://${location.host}${root}/events/ws?after_seq=${last.current}`;
       const ws = new WebSocket(url);
       socket = ws;
       ws.onopen = () => {
@@ -144,7 +147,7 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
       document.removeEventListener("visibilitychange", wake);
       socket?.close();
     };
-  }, [conversationId, enabled]);
+  }, [conversationId, enabled, shareToken]);
 
   return { events, connection };
 }

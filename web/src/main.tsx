@@ -16,6 +16,7 @@ import { Webhooks } from "./pages/Webhooks";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
+import { SharedConversation } from "./pages/SharedConversation";
 
 type Theme = "light" | "dark";
 
@@ -40,9 +41,13 @@ function App() {
   }, []);
   useEffect(() => {
     setSignedOutHandler(() => setMe(null));
-    refresh();
+    // A share link's reader has no account to ask about.
+    if (!location.pathname.startsWith("/shared/")) refresh();
   }, [refresh]);
 
+  // A share link opens without an account (and without asking who one is).
+  const shared = path.split("?")[0].match(/^\/shared\/([0-9a-f-]{36}\.[0-9a-f]{64})$/);
+  if (shared) return <SharedConversation token={shared[1]} />;
   if (me === undefined) return <div className="splash">Halyard</div>;
   if (me === null) return <SignIn onSignedIn={refresh} />;
 

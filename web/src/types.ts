@@ -177,3 +177,19 @@ export interface ImageData {
   media_type: string;
   data: string;
 }
+
+/** A share link, as its owner gets it once (`POST /conversations/{id}/share`). */
+export interface ShareLink {
+  url: string;
+  token: string;
+  created_at: string;
+}
+
+/** What a share link shows of its conversation (`GET /shared/{token}`). */
+export interface SharedConversation {
+  id: string;
+  title: string | null;
+  state: string;
+  created_at: string;
+  last_event_seq: number;
+}

@@ -441,3 +441,41 @@ test("11. an image pasted into the message box goes with the message", async ({ 
   await expect(sent.getByRole("img", { name: "Attached image 1" })).toBeVisible();
   await shot(page, "image-sent");
 });
+
+test("12. a share link opens live with no account, writes nothing, and is revoked at once", async ({ page, browser }) => {
+  await signIn(page, ALICE);
+  const id = await start(page, "tick six times, to be watched");
+  await expect(page.getByTestId("command-card").first()).toBeVisible();
+  await page.getByRole("button", { name: "Share" }).click();
+  const url = await page.getByTestId("share-url").inputValue();
+  expect(url).toMatch(new RegExp(`/shared/${id}\\.[0-9a-f]{64}$`));
+  const token = url.split("/shared/")[1];
+
+  // A fresh browser: no cookie, no key.
+  const stranger = await browser.newContext();
+  const view = await stranger.newPage();
+  await view.goto(url);
+  await expect(view.getByText("Shared conversation · read only")).toBeVisible();
+  await expect(view.locator(".msg.user").first()).toContainText("tick six times");
+  // Live: the run goes on while the stranger watches.
+  await expect(view.getByTestId("command-card").filter({ hasText: "tick-6" })).toBeVisible({ timeout: 30_000 });
+  await expect(view.getByText("Ticked six times.")).toBeVisible();
+  await expect(status(view)).toContainText("finished");
+  await view.screenshot({ path: "test-results/screenshots/shared.png" });
+  // Nothing to write with, and no terminal or files.
+  await expect(view.locator("textarea, input, [contenteditable=true]")).toHaveCount(0);
+  await expect(view.getByRole("tab")).toHaveText(["Chat", "Changes"]);
+  await view.getByRole("tab", { name: "Changes" }).click();
+  await expect(view.getByRole("heading", { name: "Changes" })).toBeVisible();
+  await expect(view.getByText("No changes yet.")).toBeVisible();
+  expect((await view.request.post(`/api/v1/shared/${token}/events`, { data: {} })).status()).toBe(405);
+  expect((await view.request.get(`/api/v1/conversations/${id}`)).status()).toBe(401);
+
+  // Revoked: the open page says so, and so does a reload.
+  await page.getByRole("button", { name: "Stop sharing" }).click();
+  await expect(page.getByRole("button", { name: "Share" })).toBeVisible();
+  await expect(view.getByRole("alert")).toContainText("revoked", { timeout: 10_000 });
+  await view.reload();
+  await expect(view.getByRole("alert")).toContainText("revoked");
+  await stranger.close();
+});

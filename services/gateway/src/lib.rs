@@ -29,7 +29,7 @@ pub mod workspace;
 
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
-use conversations::{export, routes, starts, ws};
+use conversations::{export, routes, share, starts, ws};
 use settings::{defaults, git_providers, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
 
@@ -152,6 +152,11 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(export::export))
         .routes(routes!(routes::get_event))
         .routes(routes!(ws::events_ws))
+        .routes(routes!(share::share, share::share_state, share::unshare))
+        .routes(routes!(share::shared))
+        .routes(routes!(share::shared_events))
+        .routes(routes!(share::shared_events_ws))
+        .routes(routes!(share::shared_changes))
         .routes(routes!(routes::get_task))
         .routes(routes!(sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))

@@ -12,19 +12,20 @@ import { ErrorText } from "./Status";
 
 const FileEditor = lazy(() => import("./FileEditor").then((m) => ({ default: m.FileEditor })));
 
-export function ChangesView({ id, version }: { id: string; version: number }) {
+/** With `shareToken`, the changes as a share link shows them: read through the link, no files. */
+export function ChangesView({ id, version, shareToken }: { id: string; version: number; shareToken?: string }) {
   const [changes, setChanges] = useState<Changes>();
   const [error, setError] = useState<string>();
 
   const load = useCallback(() => {
-    api.changes(id).then(
+    (shareToken ? api.sharedChanges(shareToken) : api.changes(id)).then(
       (c) => {
         setChanges(c);
         setError(undefined);
       },
       (e) => setError(errorText(e)),
     );
-  }, [id]);
+  }, [id, shareToken]);
 
   // `version` moves when an observation arrives: the workspace may have changed.
   useEffect(() => {
@@ -53,7 +54,7 @@ export function ChangesView({ id, version }: { id: string; version: number }) {
           </details>
         ))}
       </section>
-      <FileBrowser id={id} version={version} onChanged={load} />
+      {!shareToken && <FileBrowser id={id} version={version} onChanged={load} />}
     </div>
   );
 }

@@ -177,6 +177,7 @@ export function ConversationPage({ id }: { id: string }) {
           <a className="button ghost" href={api.exportUrl(id, "jsonl")} download>
             Export JSON lines
           </a>
+          <ShareControl id={id} />
         </div>
       </div>
       <ErrorText error={actionError} />
@@ -483,6 +484,72 @@ function Usage({ metrics }: { metrics: NonNullable<Conversation["metrics"]> }) {
   return (
     <span className="muted small" data-testid="usage" title={detail}>
       {tokens.toLocaleString("en")} tokens{cost > 0 ? ` · $${cost.toFixed(cost < 0.01 ? 4 : 2)}` : ""}
+    </span>
+  );
+}
+
+/** A read-only link to the conversation for people without an account: made (shown this once),
+ * copied, replaced or revoked here. */
+function ShareControl({ id }: { id: string }) {
+  const [shared, setShared] = useState<boolean>();
+  const [url, setUrl] = useState<string>();
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    api.shareState(id).then(
+      (s) => setShared(s.shared),
+      () => setShared(false),
+    );
+  }, [id]);
+  const run = async (f: () => Promise<void>) => {
+    setError(undefined);
+    try {
+      await f();
+    } catch (e) {
+      setError(errorText(e));
+    }
+  };
+  const make = () =>
+    run(async () => {
+      const link = await api.share(id);
+      setUrl(link.url);
+      setShared(true);
+    });
+  const stop = () =>
+    run(async () => {
+      await api.unshare(id);
+      setUrl(undefined);
+      setShared(false);
+    });
+  if (shared === undefined) return null;
+  return (
+    <span className="share" aria-label="Sharing">
+      {!shared && (
+        <button className="ghost" onClick={make}>
+          Share
+        </button>
+      )}
+      {shared && url && (
+        <>
+          <label className="small">
+            Share link{" "}
+            <input readOnly value={url} size={30} onFocus={(e) => e.currentTarget.select()} data-testid="share-url" />
+          </label>
+          <button className="ghost" onClick={() => run(() => navigator.clipboard.writeText(url))}>
+            Copy
+          </button>
+        </>
+      )}
+      {shared && !url && (
+        <button className="ghost" onClick={make} title="The link is shown once; this makes a new one and ends the old">
+          New share link
+        </button>
+      )}
+      {shared && (
+        <button className="ghost" onClick={stop}>
+          Stop sharing
+        </button>
+      )}
+      {error && <span className="error small">{error}</span>}
     </span>
   );
 }

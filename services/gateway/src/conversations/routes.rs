@@ -612,6 +612,10 @@ pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): P
     let mut env = Envelope::new(ConversationCommand::Delete { conversation_id: id, owner: user.clone() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
+    // Its share link goes with it (a link to a deleted conversation opens nothing anyway).
+    if let Err(e) = state.user_kv.purge(subjects::share_key(id)).await {
+        tracing::warn!(conversation_id = %id, error = %e, "cannot remove a deleted conversation's share link");
+    }
     Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }
 
@@ -684,6 +688,11 @@ pub async fn list_events(
 ) -> Result<axum::response::Response, ApiError> {
     let Query(q) = query?;
     let (id, _) = owned(&state, &user, &id)?;
+    list_events_of(&state, id, q).await
+}
+
+/// The page of conversation `id`'s events `q` asks for (its owner's or a share link's).
+pub(crate) async fn list_events_of(state: &AppState, id: ConversationId, q: EventsQuery) -> Result<axum::response::Response, ApiError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));

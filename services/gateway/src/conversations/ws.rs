@@ -96,7 +96,9 @@ async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &m
     }
 }
 
-async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: WebSocket) {
+/// Sends conversation `id`'s events after `after` to `socket`, then live ones, until the client
+/// goes (or stops answering pings).
+pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: WebSocket) {
     let mut live = state.live.subscribe(id);
     let mut sent = after;
     if !refill(&state, id, &mut sent, &mut socket).await {

@@ -77,9 +77,14 @@ async fn masked<T: Serialize + DeserializeOwned>(state: &AppState, user: &halyar
 #[utoipa::path(get, path = "/conversations/{id}/changes", tag = "workspace", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = ChangesResponse), Refusals, Conflict))]
 pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<ChangesResponse>, ApiError> {
-    let exec = executor(&state, &user, &id)?;
+    changes_of(&state, &user, &id).await
+}
+
+/// What changed in `user`'s conversation `id`, masked with `user`'s secrets.
+pub(crate) async fn changes_of(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<Json<ChangesResponse>, ApiError> {
+    let exec = executor(state, user, id)?;
     let changes = exec.changes().await.map_err(executor_error)?;
-    masked(&state, &user, changes).await
+    masked(state, user, changes).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
