@@ -184,6 +184,12 @@ pub enum AgentCommand {
         conversation_id: ConversationId,
         by: crate::UserId,
     },
+    /// Put the workspace back as it was at event `at_seq` (its checkpoint then); recorded as a
+    /// `workspace_restored` event whose id is the envelope's. The log is never rewritten.
+    Restore {
+        conversation_id: ConversationId,
+        at_seq: u64,
+    },
 }
 
 impl AgentCommand {
@@ -199,6 +205,7 @@ impl AgentCommand {
             | Self::SetConfirmationPolicy { conversation_id, .. }
             | Self::SetLlmProfile { conversation_id, .. }
             | Self::RecordTerminalOpened { conversation_id, .. }
+            | Self::Restore { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -218,6 +225,7 @@ impl Payload for AgentCommand {
             Self::SetLlmProfile { .. } => "cmd.agent.set_llm_profile",
             Self::Delete { .. } => "cmd.agent.delete",
             Self::RecordTerminalOpened { .. } => "cmd.agent.record_terminal_opened",
+            Self::Restore { .. } => "cmd.agent.restore",
         }
         .to_owned()
     }

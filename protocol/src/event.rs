@@ -311,6 +311,9 @@ pub enum EventBody {
     Title { title: String, set_by: TitleSource },
     /// The owner opened their own terminal in the sandbox (what they typed is not recorded).
     TerminalOpened { by: UserId },
+    /// The owner put the workspace back as it was at event `at_seq`: the newest checkpoint at or
+    /// before it, taken after event `checkpoint_seq`. Files changed since are as they were then.
+    WorkspaceRestored { at_seq: u64, checkpoint_seq: u64 },
 }
 
 impl EventBody {
@@ -333,6 +336,7 @@ impl EventBody {
             Self::LlmProfile { .. } => "llm_profile",
             Self::McpServers { .. } => "mcp_servers",
             Self::TerminalOpened { .. } => "terminal_opened",
+            Self::WorkspaceRestored { .. } => "workspace_restored",
         }
     }
 }

@@ -240,3 +240,34 @@ impl GitProxyFrame {
         Some((u64::from_be_bytes(*id), bytes))
     }
 }
+
+/// `POST /checkpoint`: keep the workspace as it is now as the checkpoint of event `seq`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRequest {
+    pub seq: u64,
+}
+
+/// A checkpoint taken: its commit in the store, and whether anything had changed since the one
+/// before (if not, no new one was made and `commit` is that one).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointResponse {
+    pub seq: u64,
+    pub commit: String,
+    pub changed: bool,
+    /// How long it took, in milliseconds.
+    pub ms: u64,
+}
+
+/// `POST /restore`: put the workspace back as it was at event `seq`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    pub seq: u64,
+}
+
+/// A restore done: the checkpoint used (the newest at or before `seq`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RestoreResponse {
+    pub seq: u64,
+    pub checkpoint_seq: u64,
+    pub commit: String,
+}

@@ -172,6 +172,7 @@ fn events_are_stable() {
         ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
+        ("event_workspace_restored", event(20, EventBody::WorkspaceRestored { at_seq: 7, checkpoint_seq: 6 })),
         (
             "event_mcp_servers",
             event(
@@ -524,6 +525,7 @@ fn commands_are_stable() {
             AgentCommand::RecordTerminalOpened { conversation_id: ConversationId(id(1)), by: UserId("alice".into()) },
         ),
     );
+    check("cmd_agent_restore", env(16, "cmd.agent.restore", AgentCommand::Restore { conversation_id: ConversationId(id(1)), at_seq: 7 }));
     check(
         "cmd_agent_user_message",
         env(

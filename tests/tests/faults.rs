@@ -221,6 +221,7 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
                 let _ = socket.close(None).await;
             }
         }
+        "cmd.agent.restore" => fire(&api, reqwest::Method::POST, &format!("{path}/restore"), json!({"at_seq": 1})).await,
         other => panic!("no case for {other}"),
     }
     d.crash(&fault);
@@ -289,6 +290,14 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             let events = api.events(&conv).await;
             assert_eq!(count(&events, opened), 1, "{fault}: {}", all(&events));
         }
+        "cmd.agent.restore" => {
+            let restored = |e: &Value| e["kind"] == "workspace_restored";
+            api.wait_events(&conv, &format!("{fault}: the restore"), |ev| count(ev, restored) >= 1).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let events = api.events(&conv).await;
+            assert_eq!(count(&events, restored), 1, "{fault}: {}", all(&events));
+            assert_eq!(count(&events, |e| e["kind"] == "agent_error"), 0, "{fault}: {}", all(&events));
+        }
         "cmd.agent.set_llm_profile" => {
             api.wait_events(&conv, &format!("{fault}: the profile"), |ev| ev.iter().any(|e| e["kind"] == "llm_profile")).await;
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -344,6 +353,7 @@ macro_rules! every_kind {
             agent_set_llm_profile: "agent", "cmd.agent.set_llm_profile";
             agent_delete: "agent", "cmd.agent.delete";
             agent_record_terminal_opened: "agent", "cmd.agent.record_terminal_opened";
+            agent_restore: "agent", "cmd.agent.restore";
         }
     };
 }

@@ -159,6 +159,7 @@ export type HalyardEvent = EventBase &
     | { kind: "llm_profile"; profile?: string; model: string }
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
     | { kind: "terminal_opened"; by: string }
+    | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;

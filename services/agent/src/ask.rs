@@ -137,6 +137,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::Condensation { summary, .. } => format!("SUMMARY of the part above: {summary}"),
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::LlmProfile { model, .. } => format!("LLM SWITCHED to {model}"),
+            EventBody::WorkspaceRestored { at_seq, .. } => format!("WORKSPACE RESTORED to how it was at event {at_seq}"),
             EventBody::McpServers { servers } => {
                 let each: Vec<String> = servers
                     .iter()

@@ -402,6 +402,41 @@ impl ConvState {
                 drop(log);
                 delivery.ack().await;
             }
+            AgentCommand::Restore { at_seq, .. } => {
+                let id = EventId(cmd_id.0);
+                // Once, however often the command is handed out.
+                if !log.lock().await.history.seen.contains(&id) {
+                    let body = if self.run.is_some() {
+                        EventBody::AgentError {
+                            code: "restore_refused".into(),
+                            message: "The workspace was not restored: the agent was working in it. Interrupt or pause it, then \
+                                      restore."
+                                .into(),
+                        }
+                    } else {
+                        match self.restore(&log, at_seq).await {
+                            Ok(body) => body,
+                            Err(e) => EventBody::AgentError {
+                                code: "restore_failed".into(),
+                                message: format!("The workspace was not restored: {e}"),
+                            },
+                        }
+                    };
+                    let restored = matches!(body, EventBody::WorkspaceRestored { .. });
+                    // (The log's lock is let go before the checkpoint takes it again.)
+                    let appended = log.lock().await.append(id, EventSource::User, body, trace).await;
+                    match appended {
+                        // The restored workspace is the checkpoint of its own event too.
+                        Ok(ev) if restored => self.checkpoint_after(&log, ev.seq).await,
+                        Ok(_) => {}
+                        Err(e) => {
+                            delivery.retry(Duration::from_millis(500), &e.to_string()).await;
+                            return;
+                        }
+                    }
+                }
+                delivery.ack().await;
+            }
             AgentCommand::Delete { .. } => {
                 if let Some(run) = self.run.take() {
                     let _ = run.cancel.send(true);
@@ -410,6 +445,30 @@ impl ConvState {
                 self.release_lease().await;
                 delivery.ack().await;
                 myself.stop(Some("deleted".into()));
+            }
+        }
+    }
+
+    /// Puts the workspace back as it was at event `at_seq`, after keeping it as it is now (so
+    /// the restore can be undone by another); the event that records it, or why not.
+    async fn restore(&self, log: &Arc<Mutex<Log>>, at_seq: u64) -> Result<EventBody, String> {
+        let (sandbox_id, last) = {
+            let log = log.lock().await;
+            (log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?, log.history.last_seq)
+        };
+        let exec = crate::run_loop::executor_of(&self.ctx, sandbox_id).await?;
+        crate::run_loop::checkpoint(&exec, last).await;
+        let done = exec.restore(at_seq).await.map_err(|e| e.to_string())?;
+        tracing::info!(conversation_id = %self.id, at_seq, checkpoint_seq = done.checkpoint_seq, "workspace restored");
+        Ok(EventBody::WorkspaceRestored { at_seq, checkpoint_seq: done.checkpoint_seq })
+    }
+
+    /// Keeps the workspace as it is after event `seq`, if its sandbox answers.
+    async fn checkpoint_after(&self, log: &Arc<Mutex<Log>>, seq: u64) {
+        let sandbox_id = log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
+        if let Some(sandbox_id) = sandbox_id {
+            if let Ok(exec) = crate::run_loop::executor_of(&self.ctx, sandbox_id).await {
+                crate::run_loop::checkpoint(&exec, seq).await;
             }
         }
     }

@@ -92,6 +92,8 @@ pub struct History {
     pub activated: HashSet<String>,
     /// `seq` of the latest user message.
     pub last_user_seq: u64,
+    /// Some action has a result: the agent may have changed the workspace.
+    pub acted: bool,
     /// The conversation's limits, and what its LLM calls used so far.
     pub budget: Budget,
     pub used_tokens: u64,
@@ -202,6 +204,7 @@ impl History {
                 }
             }
             EventBody::Observation { tool_call_id, content, .. } => {
+                self.acted = true;
                 self.close_pending(tool_call_id);
                 self.push(tool_result(tool_call_id, content.clone()), ev.seq)
             }
@@ -228,6 +231,13 @@ impl History {
                 self.status = Some(*status);
                 self.status_reason.clone_from(reason);
                 self.status_seq = ev.seq;
+            }
+            EventBody::WorkspaceRestored { at_seq, .. } => {
+                let text = format!(
+                    "[The user put the workspace's files back as they were at event {at_seq}: what was changed since is undone. \
+                     Look at the files again before relying on what you remember of them.]"
+                );
+                self.push(ChatMessage::text("user", text), ev.seq)
             }
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }

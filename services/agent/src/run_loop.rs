@@ -110,12 +110,17 @@ pub struct Run {
 
 impl Run {
     async fn append(&self, source: EventSource, body: EventBody) -> bool {
+        self.append_seq(source, body).await.is_some()
+    }
+
+    /// Appends an event; its seq, or `None` if the log failed (the run then ends).
+    async fn append_seq(&self, source: EventSource, body: EventBody) -> Option<u64> {
         let mut log = self.log.lock().await;
         match log.append(EventId::new(), source, body, self.trace.clone()).await {
-            Ok(_) => true,
+            Ok(ev) => Some(ev.seq),
             Err(e) => {
                 tracing::error!(conversation_id = %log.conversation(), error = %e, "cannot append event; ending run");
-                false
+                None
             }
         }
     }
@@ -190,38 +195,13 @@ impl Run {
             let log = self.log.lock().await;
             log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?
         };
-        let key = keys::session_key(&self.ctx.config.secret, sandbox_id);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs + 10);
-        let mut resumed = false;
-        loop {
-            let stored = bus::last_record::<SystemRecord>(&self.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
-                .await
-                .map_err(|e| e.to_string())?;
-            let running = match stored {
-                Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
-                _ => None,
-            };
-            if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
-                let exec = ExecutorClient::new(self.ctx.http.clone(), url, key.clone());
-                if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
-                    return Ok(exec);
-                }
-            }
-            if !resumed {
-                resumed = true;
-                let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
-                if running.is_none() {
-                    let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    bus::await_sandbox(&self.ctx.nats, &self.ctx.js, sandbox_id, Some(resume), patience).await?;
-                    continue;
-                }
-                bus::publish(&self.ctx.js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err("the sandbox's executor does not answer".into());
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        executor_of(&self.ctx, sandbox_id).await
+    }
+
+    /// Keeps the workspace as it is after event `seq` (see the executor's checkpoints). A
+    /// checkpoint that fails is logged and the run goes on: it costs a restore point, not work.
+    async fn checkpoint(&self, exec: &ExecutorClient, seq: u64) {
+        checkpoint(exec, seq).await;
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
@@ -338,6 +318,13 @@ impl Run {
             Ok(e) => e,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
+        // The workspace as the run finds it is a checkpoint too: before any action, it is how
+        // the conversation started (seq 1); later, what the user changed between runs.
+        let at = {
+            let log = self.log.lock().await;
+            if log.history.acted { log.history.last_seq } else { 1 }
+        };
+        self.checkpoint(&exec, at).await;
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream.
         let _git_proxy = self.git_proxy(&exec).await;
@@ -577,9 +564,14 @@ impl Run {
                         observation: content.clone(),
                         is_error: is_error || exit_code.is_some_and(|c| c != 0),
                     });
+                    let changes_nothing = name == "load_skill";
                     let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
-                    if !self.append(EventSource::Environment, body).await {
+                    let Some(seq) = self.append_seq(EventSource::Environment, body).await else {
                         return Some(RunOutcome::Failed);
+                    };
+                    // What the action left in the workspace, kept under its observation's seq.
+                    if !changes_nothing {
+                        self.checkpoint(exec, seq).await;
                     }
                     if let Some(pattern) = stuck::detect(steps, thresholds) {
                         return Some(self.stuck(pattern).await);
@@ -692,4 +684,55 @@ fn system_prompt(log: &Log) -> String {
         prompt.push_str("\n</available_skills>\nBefore you use one of these skills, load its instructions with `load_skill`.");
     }
     prompt
+}
+
+/// The executor of sandbox `sandbox_id`, answering. A record that says RUNNING may be older than
+/// what happened (the supervisor restarting after a crash puts up a new executor, with new
+/// ports, a moment later): it is believed only once its executor answers its health check.
+/// Otherwise the sandbox is asked to resume (paused, crashed, killed or gone: resume
+/// re-provisions on the same workspace) and its record is read again until one answers.
+pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::SandboxId) -> Result<ExecutorClient, String> {
+    let key = keys::session_key(&ctx.config.secret, sandbox_id);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
+    let mut resumed = false;
+    loop {
+        let stored = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
+            .await
+            .map_err(|e| e.to_string())?;
+        let running = match stored {
+            Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
+            _ => None,
+        };
+        if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
+            let exec = ExecutorClient::new(ctx.http.clone(), url, key.clone());
+            if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
+                return Ok(exec);
+            }
+        }
+        if !resumed {
+            resumed = true;
+            let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
+            if running.is_none() {
+                let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
+                bus::await_sandbox(&ctx.nats, &ctx.js, sandbox_id, Some(resume), patience).await?;
+                continue;
+            }
+            bus::publish(&ctx.js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err("the sandbox's executor does not answer".into());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Keeps the workspace as it is after event `seq`; a failure is logged, not fatal.
+pub(crate) async fn checkpoint(exec: &ExecutorClient, seq: u64) {
+    match exec.checkpoint(seq).await {
+        Ok(c) => {
+            metrics::histogram!("halyard_checkpoint_seconds").record(c.ms as f64 / 1000.0);
+            tracing::debug!(seq, changed = c.changed, ms = c.ms, "checkpoint");
+        }
+        Err(e) => tracing::warn!(seq, error = %e, "cannot checkpoint the workspace"),
+    }
 }

@@ -5,11 +5,13 @@
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
-//! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `GET /mcp/stdio` (a
+//! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
+//! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET /mcp/stdio` (a
 //! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/proxy` (a WebSocket
 //! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
 //! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
+pub mod checkpoint;
 pub mod disk;
 pub mod editor;
 pub mod git_proxy;
@@ -114,6 +116,8 @@ struct AppState {
     git: Option<Arc<git_proxy::GitProxy>>,
     /// The disk limit commands are watched against (`None`: none).
     disk: Option<Arc<disk::Disk>>,
+    /// The workspace's checkpoints; one taken or restored at a time.
+    checkpoints: Arc<tokio::sync::Mutex<checkpoint::Checkpoints>>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -149,6 +153,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let key = Arc::new(RwLock::new(config.session_key.clone()));
     let roots = [Some(config.workspace.clone()), std::env::var_os("HOME").map(PathBuf::from), Some(std::env::temp_dir())];
     let disk = disk::Disk::new(config.disk_limit, roots.into_iter().flatten().collect());
+    let workspace = config.workspace.clone();
     let state = AppState {
         config: Arc::new(config),
         key,
@@ -157,11 +162,14 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         activity: Arc::new(activity),
         git,
         disk,
+        checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
     };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
         .route("/shell/interrupt", post(interrupt))
         .route("/files/edit", post(edit))
+        .route("/checkpoint", post(take_checkpoint))
+        .route("/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
         // Looking is not activity: a user browsing files does not keep a sandbox awake.
         .route("/files", get(files))
@@ -315,6 +323,24 @@ async fn files(
 }
 
 /// `GET /changes`: what changed in the workspace.
+/// `POST /checkpoint` (see [`checkpoint`]).
+async fn take_checkpoint(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::CheckpointRequest>,
+) -> Result<Json<halyard_protocol::executor::CheckpointResponse>, ExecutorError> {
+    let store = state.checkpoints.lock().await;
+    Ok(Json(store.take(req.seq).await?))
+}
+
+/// `POST /restore` (see [`checkpoint`]).
+async fn restore(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::RestoreRequest>,
+) -> Result<Json<halyard_protocol::executor::RestoreResponse>, ExecutorError> {
+    let store = state.checkpoints.lock().await;
+    Ok(Json(store.restore(req.seq).await?))
+}
+
 async fn changes(State(state): State<AppState>) -> Json<halyard_protocol::executor::ChangesResponse> {
     Json(workspace::changes(&state.config.workspace, state.editor.edited()).await)
 }

@@ -127,6 +127,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(routes::reject))
         .routes(routes!(routes::set_confirmation_policy))
         .routes(routes!(routes::set_llm_profile))
+        .routes(routes!(routes::restore))
         .routes(routes!(defaults::get_settings, defaults::put_settings))
         .routes(routes!(defaults::list_profiles))
         .routes(routes!(defaults::get_profile, defaults::put_profile, defaults::delete_profile))

@@ -22,7 +22,7 @@ use crate::error::{ApiError, ApiJson};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 15] = [
+pub const EVENT_KINDS: [&str; 17] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -38,6 +38,8 @@ pub const EVENT_KINDS: [&str; 15] = [
     "skill_activated",
     "llm_profile",
     "mcp_servers",
+    "terminal_opened",
+    "workspace_restored",
 ];
 
 /// A webhook subscription as the API shows it; `secret` only when created or rotated.

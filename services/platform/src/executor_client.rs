@@ -121,6 +121,18 @@ impl ExecutorClient {
     }
 
     /// What changed in the workspace (`git status`/`git diff`, or the editor's record).
+    /// Keeps the workspace as it is now as the checkpoint of event `seq`.
+    pub async fn checkpoint(&self, seq: u64) -> Result<halyard_protocol::executor::CheckpointResponse, ExecutorError> {
+        let body = halyard_protocol::executor::CheckpointRequest { seq };
+        self.send(self.http.post(format!("{}/checkpoint", self.base)).json(&body), Duration::from_secs(120)).await
+    }
+
+    /// Puts the workspace back as it was at event `seq`.
+    pub async fn restore(&self, seq: u64) -> Result<halyard_protocol::executor::RestoreResponse, ExecutorError> {
+        let body = halyard_protocol::executor::RestoreRequest { seq };
+        self.send(self.http.post(format!("{}/restore", self.base)).json(&body), Duration::from_secs(120)).await
+    }
+
     pub async fn changes(&self) -> Result<halyard_protocol::executor::ChangesResponse, ExecutorError> {
         self.send(self.http.get(format!("{}/changes", self.base)), Duration::from_secs(30)).await
     }

@@ -58,6 +58,9 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "terminal_opened":
         items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
         break;
+      case "workspace_restored":
+        items.push({ type: "note", seq: e.seq, text: `The workspace was put back as it was at event ${e.at_seq}.` });
+        break;
       case "skill_activated":
         items.push({ type: "note", seq: e.seq, text: `Skill ${e.name} activated by “${e.trigger}”.` });
         break;

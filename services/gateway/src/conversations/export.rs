@@ -150,6 +150,7 @@ fn markdown(ev: &ConversationEvent) -> String {
             format!("\n*Events {from_seq} to {upto_seq} were summarized for the model:*\n\n{}\n", quote(summary))
         }
         EventBody::Title { title, .. } => format!("\n*Title: {title}*\n"),
+        EventBody::WorkspaceRestored { at_seq, .. } => format!("\n*The workspace was put back as it was at event {at_seq} ({time}).*\n"),
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
         EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),

@@ -522,6 +522,46 @@ pub async fn set_llm_profile(
     Ok((StatusCode::ACCEPTED, Json(ProfileAccepted { accepted: true, profile: body.profile })))
 }
 
+/// The event whose workspace to go back to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreBody {
+    /// An event of the conversation (the workspace as its newest checkpoint at or before it).
+    #[schema(minimum = 1)]
+    pub at_seq: u64,
+}
+
+/// Puts the conversation's workspace back as it was at event `at_seq` (the newest checkpoint
+/// at or before it; one is kept after every action), recorded as a `workspace_restored` event
+/// (the log is never rewritten; the workspace as it was just before is kept too, so a restore
+/// can be undone by another). 409 `conversation_running` while the agent works in it.
+#[utoipa::path(post, path = "/conversations/{id}/restore", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = RestoreBody, responses((status = 202, body = Accepted), Refusals, BodyRefusals, Conflict))]
+pub async fn restore(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RestoreBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (cid, c) = owned(&state, &user, &id)?;
+    require_ready(&c)?;
+    require_sandbox(&c)?;
+    if body.at_seq == 0 || body.at_seq > c.last_event_seq {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`at_seq` must be an event of this conversation, 1 to {}", c.last_event_seq),
+        ));
+    }
+    if matches!(c.execution_status.as_deref(), Some("running" | "waiting_for_confirmation")) {
+        return Err(ApiError::conflict(
+            "conversation_running",
+            "the agent is working in the workspace; interrupt or pause it (or let it finish), then restore",
+        ));
+    }
+    let event_id = agent_command(&state, cid, AgentCommand::Restore { conversation_id: cid, at_seq: body.at_seq }).await?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted { accepted: true, event_id: Some(event_id) })))
+}
+
 /// A skill of the deployment's.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = Skill)]

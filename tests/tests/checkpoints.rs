@@ -1,0 +1,120 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Checkpoints and restore in place: the workspace is kept after every action, and
+//! `POST /conversations/{id}/restore` puts it back as it was at any event, as a user checks it:
+//! the files read back as they were, files made since are gone, the log only grows (a
+//! `workspace_restored` event), and a restore can itself be undone.
+
+use std::time::Duration;
+
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+
+/// A file of the workspace as the API shows it (`None`: not there).
+async fn file(api: &halyard_tests::harness::Api, conv: &str, path: &str) -> Option<String> {
+    let (s, f) = api.get(&format!("/api/v1/conversations/{conv}/files?path={path}")).await;
+    match s {
+        200 => Some(f["content"].as_str().unwrap_or_default().to_owned()),
+        404 => None,
+        other => panic!("reading {path}: {other} {f}"),
+    }
+}
+
+/// The seq of the observation of the `n`th action (from 0) whose arguments mention `what`.
+fn observed(events: &[Value], what: &str) -> u64 {
+    let call = events
+        .iter()
+        .find(|e| e["kind"] == "action" && e["arguments"].to_string().contains(what))
+        .unwrap_or_else(|| panic!("no action mentions {what}"))["tool_call_id"]
+        .clone();
+    events.iter().find(|e| e["kind"] == "observation" && e["tool_call_id"] == call).unwrap()["seq"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::tool("file_editor", json!({"command": "create", "path": "notes.txt", "file_text": "one\n", "security_risk": "low"})),
+        Reply::tool("terminal", json!({"command": "mkdir -p src && echo 'print(1)' > src/app.py", "security_risk": "low"})),
+        Reply::finish("made two files"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (conv, _) = alice.start_ready(json!({"message": "make files"})).await;
+    let finished =
+        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
+    let events = alice.wait_events(&conv, "the first run", finished(1)).await;
+    let after_notes = observed(&events, "notes.txt");
+    let after_app = observed(&events, "src/app.py");
+    assert!(after_notes < after_app);
+
+    // A second run changes one file, removes one and makes another.
+    llm.push([
+        Reply::tool(
+            "file_editor",
+            json!({"command": "str_replace", "path": "notes.txt", "old_str": "one", "new_str": "three", "security_risk": "low"}),
+        ),
+        Reply::tool("terminal", json!({"command": "rm src/app.py && echo later > later.txt", "security_risk": "low"})),
+        Reply::finish("changed them"),
+    ]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "change them"})).await;
+    let events = alice.wait_events(&conv, "the second run", finished(2)).await;
+    let before_restore = events.last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("three\n"));
+
+    // Refused in words: no such event, another user's conversation.
+    for at in [0, before_restore + 100] {
+        let (s, err) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": at})).await;
+        assert_eq!((s, err["error"]["code"].as_str()), (400, Some("invalid_field")), "{err}");
+    }
+    let (s, _) = h.api(BOB).post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": after_notes})).await;
+    assert_eq!(s, 404);
+
+    // Back to just after the first file was made.
+    let (s, accepted) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": after_notes})).await;
+    assert_eq!(s, 202, "{accepted}");
+    let events = alice.wait_events(&conv, "the restore", |ev| ev.iter().any(|e| e["kind"] == "workspace_restored")).await;
+    let restored = events.iter().find(|e| e["kind"] == "workspace_restored").unwrap();
+    assert_eq!(restored["at_seq"].as_u64(), Some(after_notes));
+    assert_eq!(restored["checkpoint_seq"].as_u64(), Some(after_notes), "the checkpoint of that very action");
+    assert_eq!(restored["id"].as_str(), accepted["event_id"].as_str());
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("one\n"));
+    assert_eq!(file(&alice, &conv, "src/app.py").await, None, "made after that event");
+    assert_eq!(file(&alice, &conv, "later.txt").await, None, "made after that event");
+    // The log only grew: everything before is as it was.
+    assert!(events.iter().take(before_restore as usize).zip(1..).all(|(e, seq)| e["seq"] == seq));
+    assert_eq!(events.iter().filter(|e| e["kind"] == "workspace_restored").count(), 1);
+
+    // The start, before any action: no files of the agent's at all.
+    let (s, answer) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": 1})).await;
+    assert_eq!(s, 202, "{answer}");
+    alice.wait_events(&conv, "the second restore", |ev| ev.iter().filter(|e| e["kind"] == "workspace_restored").count() == 2).await;
+    assert_eq!(file(&alice, &conv, "notes.txt").await, None);
+
+    // Undone: the workspace as it was before the first restore comes back whole.
+    let (s, answer) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": before_restore})).await;
+    assert_eq!(s, 202, "{answer}");
+    alice.wait_events(&conv, "the undo", |ev| ev.iter().filter(|e| e["kind"] == "workspace_restored").count() == 3).await;
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("three\n"));
+    assert_eq!(file(&alice, &conv, "later.txt").await.as_deref(), Some("later\n"));
+    assert_eq!(file(&alice, &conv, "src/app.py").await, None);
+
+    // The model is told: its next request says the files were put back.
+    llm.push([Reply::finish("noted")]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "what now?"})).await;
+    alice.wait_events(&conv, "the third run", finished(3)).await;
+    let told = llm.requests().last().unwrap()["messages"].to_string();
+    assert!(told.contains("put the workspace's files back as they were at event"), "{told}");
+
+    // Not while the agent works in it.
+    llm.push([Reply::tool("terminal", json!({"command": "sleep 30", "security_risk": "low"})), Reply::finish("slept")]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "sleep"})).await;
+    alice.wait_conversation(&conv, "running", |c| c["state"] == "running").await;
+    let (s, err) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": 1})).await;
+    assert_eq!((s, err["error"]["code"].as_str()), (409, Some("conversation_running")), "{err}");
+    alice.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+    tokio::time::timeout(Duration::from_secs(30), alice.wait_conversation(&conv, "interrupted", |c| c["state"] == "idle")).await.unwrap();
+}
