@@ -29,6 +29,7 @@ use serde_json::json;
 mod agent;
 mod auth;
 mod chaos;
+mod checkpoint;
 mod cluster;
 mod docker;
 mod record;
@@ -38,7 +39,8 @@ mod webhooks;
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
-    /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), or `all`.
+    /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
+    /// 24), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -64,6 +66,9 @@ struct Args {
     /// Starts of each kind in the Docker benchmark.
     #[arg(long, default_value_t = 30)]
     docker_starts: usize,
+    /// Checkpoint suite: repetitions (one file changed, nothing changed, the copy baseline).
+    #[arg(long, default_value_t = 9)]
+    checkpoint_reps: usize,
     /// Kills of each signal in the cluster suite.
     #[arg(long, default_value_t = 10)]
     takeovers: usize,
@@ -136,6 +141,11 @@ async fn main() -> Result<()> {
             throughput_reps: args.chaos_throughput_reps,
         };
         let r = chaos::suite(&plan, &args.out).await?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "checkpoint" || args.suite == "all" {
+        let r = checkpoint::run(args.checkpoint_reps).await?;
+        std::fs::write(args.out.join("checkpoint.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "docker" || args.suite == "all" {

@@ -39,7 +39,8 @@ impl Checkpoints {
     async fn git(&self, args: &[&str], input: Option<&str>) -> Result<String, ExecutorError> {
         use tokio::io::AsyncWriteExt;
         let mut cmd = tokio::process::Command::new("git");
-        cmd.args(["-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "gc.auto=0"])
+        // The untracked cache spares re-reading directories whose mtime did not change.
+        cmd.args(["-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "gc.auto=0", "-c", "core.untrackedCache=true"])
             .args(args)
             .current_dir(&self.workspace)
             .env("GIT_DIR", &self.dir)
@@ -100,10 +101,11 @@ impl Checkpoints {
         self.ensure().await?;
         self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
         let tree = self.git(&["write-tree"], None).await?;
-        let head = self.git(&["rev-parse", "-q", "--verify", "HEAD^{commit}"], None).await.ok().filter(|h| !h.is_empty());
-        let head_tree = match &head {
-            Some(h) => Some(self.git(&["rev-parse", &format!("{h}^{{tree}}")], None).await?),
-            None => None,
+        // The last checkpoint and its tree, in one call (none before the first).
+        let last = self.git(&["log", "-1", "--format=%H %T"], None).await.ok();
+        let (head, head_tree) = match last.as_deref().and_then(|l| l.split_once(' ')) {
+            Some((h, t)) => (Some(h.to_owned()), Some(t.to_owned())),
+            None => (None, None),
         };
         let (commit, changed) = match (&head, head_tree) {
             (Some(h), Some(t)) if t == tree => (h.clone(), false),
