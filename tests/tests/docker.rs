@@ -149,6 +149,16 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     let c2 = container_of(&h, &sandbox);
     assert_ne!(c1, c2, "a new container");
 
+    // Checkpoints live in the workspace's volume: they outlast the container. Back to how the
+    // conversation started (the clone, before any action): the agent's notes are gone.
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": 1})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the restore", |ev| ev.iter().any(|e| e["kind"] == "workspace_restored")).await;
+    assert!(!events.iter().any(|e| e["kind"] == "agent_error" && e["code"].as_str().is_some_and(|c| c.starts_with("restore"))));
+    assert_eq!(api.get(&format!("/api/v1/conversations/{conv}/files?path=notes.txt")).await.0, 404);
+    let (_, readme) = api.get(&format!("/api/v1/conversations/{conv}/files?path=README.md")).await;
+    assert_eq!(readme["content"], "the docker app\n");
+
     // Deleting the conversation deletes its container and its volume.
     let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;
     assert_eq!(s, 202);
