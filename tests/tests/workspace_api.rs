@@ -189,6 +189,10 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(scratch.path().join("data/blob.bin")).unwrap(), blob);
     assert_eq!(std::fs::read_to_string(scratch.path().join("data/old.txt")).unwrap(), "kept\n");
+    // The checkpoint store is Halyard's: in the workspace, not in what the user downloads.
+    let (_, c) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert!(h.workspace(c["sandbox_id"].as_str().unwrap()).join(".halyard/checkpoints/HEAD").exists(), "no checkpoint store");
+    assert!(!scratch.path().join(".halyard").exists(), "the archive holds the checkpoint store");
 
     // Another user gets nothing of it, either way.
     let resp = http.get(format!("{base}/files/raw?path=data/old.txt")).bearer_auth(BOB).send().await.unwrap();

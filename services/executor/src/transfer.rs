@@ -118,7 +118,7 @@ async fn write_limited(partial: &Path, body: Body) -> Result<u64, ExecutorError>
 /// `GET /archive`: the workspace as a gzipped tar, made by `tar` as it is sent.
 pub(crate) async fn archive(State(state): State<AppState>) -> Result<Response, ExecutorError> {
     let mut child = tokio::process::Command::new("tar")
-        .args(["-czf", "-", "-C"])
+        .args(["-czf", "-", "--exclude=./.halyard", "-C"])
         .arg(&state.config.workspace)
         .arg(".")
         .stdin(std::process::Stdio::null())

@@ -58,7 +58,10 @@ pub fn files(workspace: &Path, path: &str) -> Result<FilesResponse, ExecutorErro
     let meta = std::fs::metadata(&path).map_err(|e| tool(format!("Cannot read {}: {e}", path.display())))?;
     let shown = path.display().to_string();
     if meta.is_dir() {
-        let mut listing = std::fs::read_dir(&path).map_err(|e| tool(format!("Cannot list {shown}: {e}")))?.flatten();
+        // The checkpoint store is Halyard's, not the user's work: not listed at the root.
+        let at_root = std::fs::canonicalize(workspace).is_ok_and(|root| root == path);
+        let ours = |e: &std::fs::DirEntry| at_root && e.file_name() == ".halyard";
+        let mut listing = std::fs::read_dir(&path).map_err(|e| tool(format!("Cannot list {shown}: {e}")))?.flatten().filter(|e| !ours(e));
         let mut entries: Vec<FileEntry> = listing
             .by_ref()
             .take(DIRECTORY_ENTRIES_CAP)

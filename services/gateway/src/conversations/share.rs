@@ -11,13 +11,14 @@
 //! owner's secrets, as for the owner. A link stops working when it is revoked, replaced or the
 //! conversation is deleted; an open WebSocket closes within a second of it.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -141,14 +142,30 @@ async fn load(state: &AppState, id: ConversationId) -> Result<Option<ShareRecord
     }
 }
 
+/// The conversation a share link opens: the route's `{token}`, resolved before anything else
+/// about the request is looked at (an unknown token is 404 whatever else is wrong).
+pub struct SharedLink {
+    pub id: ConversationId,
+    pub view: ConversationView,
+    token: String,
+    client: Option<IpAddr>,
+}
+
+impl FromRequestParts<AppState> for SharedLink {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let Path(token) = Path::<String>::from_request_parts(parts, state).await.map_err(|_| ApiError::not_found("share link"))?;
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        let client = peer.map(|p| crate::common::client_ip(state, p, &parts.headers));
+        let (id, view) = resolve(state, &token, client).await?;
+        Ok(Self { id, view, token, client })
+    }
+}
+
 /// The conversation a token opens, or 404 (counted against the caller's address like a failed
 /// sign-in, so that guessing is slow as well as hopeless).
-async fn resolve(
-    state: &AppState,
-    token: &str,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-) -> Result<(ConversationId, ConversationView), ApiError> {
+async fn resolve(state: &AppState, token: &str, client: Option<IpAddr>) -> Result<(ConversationId, ConversationView), ApiError> {
     let found = async {
         let (id, secret) = token.split_once('.')?;
         let id: ConversationId = parse_id(id, "token").ok()?;
@@ -163,10 +180,11 @@ async fn resolve(
     match found.await {
         Some(found) => Ok(found),
         None => {
-            let client = crate::common::client_ip(state, peer.ip(), headers);
-            let refusal = state.auth_failures.failed(client, None, String::new());
-            if refusal.status == StatusCode::TOO_MANY_REQUESTS {
-                return Err(crate::common::slow_down(refusal).await);
+            if let Some(client) = client {
+                let refusal = state.auth_failures.failed(client, None, String::new());
+                if refusal.status == StatusCode::TOO_MANY_REQUESTS {
+                    return Err(crate::common::slow_down(refusal).await);
+                }
             }
             // The code every missing or not-yours resource has.
             Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "this link was revoked, or never existed; ask for a new one"))
@@ -177,20 +195,14 @@ async fn resolve(
 /// The shared conversation's summary.
 #[utoipa::path(get, path = "/shared/{token}", tag = "shared", security(()), params(("token" = String, Path)),
     responses((status = 200, body = SharedConversation), Refusals))]
-pub async fn shared(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(token): Path<String>,
-) -> Result<Json<SharedConversation>, ApiError> {
-    let (_, c) = resolve(&state, &token, peer, &headers).await?;
-    Ok(Json(SharedConversation {
-        id: c.id.clone(),
-        title: c.title.clone(),
+pub async fn shared(SharedLink { view: c, .. }: SharedLink) -> Json<SharedConversation> {
+    Json(SharedConversation {
         state: state_of(&c).0.to_owned(),
-        created_at: c.created_at.clone(),
+        id: c.id,
+        title: c.title,
+        created_at: c.created_at,
         last_event_seq: c.last_event_seq,
-    }))
+    })
 }
 
 /// The shared conversation's events in order (as `GET /conversations/{id}/events`).
@@ -198,14 +210,11 @@ pub async fn shared(
     responses((status = 200, body = EventPage), Refusals))]
 pub async fn shared_events(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(token): Path<String>,
+    link: SharedLink,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (id, _) = resolve(&state, &token, peer, &headers).await?;
     let Query(q) = query?;
-    list_events_of(&state, id, q).await
+    list_events_of(&state, link.id, q).await
 }
 
 /// WebSocket: the shared conversation's events, replayed after `after_seq` and then live (as
@@ -214,13 +223,10 @@ pub async fn shared_events(
     responses((status = 101, description = "switching protocols"), Refusals))]
 pub async fn shared_events_ws(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(token): Path<String>,
+    link: SharedLink,
     query: Result<Query<WsQuery>, axum::extract::rejection::QueryRejection>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let (id, _) = resolve(&state, &token, peer, &headers).await?;
     let Query(q) = query?;
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
     let after = q.after_seq.unwrap_or(0);
@@ -229,15 +235,15 @@ pub async fn shared_events_ws(
         let standing = async {
             loop {
                 tokio::time::sleep(RECHECK).await;
-                if resolve(&state, &token, peer, &headers).await.is_err() {
+                if resolve(&state, &link.token, link.client).await.is_err() {
                     return;
                 }
             }
         };
         // Dropping the stream drops the socket: the connection ends.
         tokio::select! {
-            _ = stream(state.clone(), id, after, socket) => {}
-            _ = standing => tracing::debug!(conversation_id = %id, "share link revoked; closing its WebSocket"),
+            _ = stream(state.clone(), link.id, after, socket) => {}
+            _ = standing => tracing::debug!(conversation_id = %link.id, "share link revoked; closing its WebSocket"),
         }
         metrics::gauge!("halyard_ws_clients").decrement(1.0);
     }))
@@ -249,11 +255,8 @@ pub async fn shared_events_ws(
     responses((status = 200, body = halyard_protocol::executor::ChangesResponse), Refusals, Conflict))]
 pub async fn shared_changes(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(token): Path<String>,
+    link: SharedLink,
 ) -> Result<Json<halyard_protocol::executor::ChangesResponse>, ApiError> {
-    let (id, c) = resolve(&state, &token, peer, &headers).await?;
-    let owner = halyard_protocol::UserId(c.owner.clone());
-    crate::workspace::files::changes_of(&state, &owner, &id.to_string()).await
+    let owner = halyard_protocol::UserId(link.view.owner.clone());
+    crate::workspace::files::changes_of(&state, &owner, &link.id.to_string()).await
 }
