@@ -66,11 +66,22 @@ start() {
 }
 # The topology is declared once, before the services come (each would otherwise declare it at
 # once with the others, while JetStream is still electing its leaders).
-HALYARD_NATS_URL=$URLS HALYARD_DATA_DIR="$DIR/setup" "$BIN" setup-bus > "$DIR/setup-bus.log" 2>&1 || {
+# JetStream answers "temporarily unavailable" until its meta leader is elected, which takes a few
+# seconds more on a loaded machine: that is tried again, anything else is not.
+declared=0
+for _ in 1 2 3 4 5 6 7 8; do
+  if HALYARD_NATS_URL=$URLS HALYARD_DATA_DIR="$DIR/setup" "$BIN" setup-bus > "$DIR/setup-bus.log" 2>&1; then
+    declared=1
+    break
+  fi
+  grep -q "temporarily unavailable" "$DIR/setup-bus.log" || break
+  sleep 2
+done
+if [ "$declared" != 1 ]; then
   echo "cannot declare the topology:" >&2
   grep -m3 -E '^Error|WARN|ERROR' "$DIR/setup-bus.log" >&2 || tail -5 "$DIR/setup-bus.log" >&2
   exit 1
-}
+fi
 start sandbox 1
 for n in 1 2; do
   start gateway "$n" $((PORT + 100 + n))

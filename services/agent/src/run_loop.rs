@@ -726,9 +726,17 @@ pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::Sandbox
     }
 }
 
+/// Longest a run waits for a checkpoint: one that takes longer is skipped (a restore point is
+/// lost, the run goes on), never a stalled run.
+const CHECKPOINT_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Keeps the workspace as it is after event `seq`; a failure is logged, not fatal.
 pub(crate) async fn checkpoint(exec: &ExecutorClient, seq: u64) {
-    match exec.checkpoint(seq).await {
+    let Ok(taken) = tokio::time::timeout(CHECKPOINT_PATIENCE, exec.checkpoint(seq)).await else {
+        tracing::warn!(seq, "the workspace's checkpoint took too long; skipped");
+        return;
+    };
+    match taken {
         Ok(c) => {
             metrics::histogram!("halyard_checkpoint_seconds").record(c.ms as f64 / 1000.0);
             tracing::debug!(seq, changed = c.changed, ms = c.ms, "checkpoint");
