@@ -179,6 +179,11 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     let resp = http.get(format!("{base}/files/raw?path=../../etc/passwd")).bearer_auth(ALICE).send().await.unwrap();
     assert_eq!(resp.status(), 400);
 
+    // A name no filesystem takes is refused in words, not failed in the sandbox.
+    let long = "n".repeat(300);
+    let resp = http.put(format!("{base}/files?path=data/{long}")).bearer_auth(ALICE).body("x").send().await.unwrap();
+    assert_eq!(resp.status(), 400, "{}", resp.text().await.unwrap());
+
     // The whole workspace as a tar.gz, which tar reads back.
     let resp = http.get(format!("{base}/archive")).bearer_auth(ALICE).send().await.unwrap();
     assert_eq!(resp.status(), 200);

@@ -322,7 +322,6 @@ async fn files(
     Ok(Json(out))
 }
 
-/// `GET /changes`: what changed in the workspace.
 /// `POST /checkpoint` (see [`checkpoint`]).
 async fn take_checkpoint(
     State(state): State<AppState>,
@@ -341,6 +340,7 @@ async fn restore(
     Ok(Json(store.restore(req.seq).await?))
 }
 
+/// `GET /changes`: what changed in the workspace.
 async fn changes(State(state): State<AppState>) -> Json<halyard_protocol::executor::ChangesResponse> {
     Json(workspace::changes(&state.config.workspace, state.editor.edited()).await)
 }

@@ -115,12 +115,22 @@ pub async fn files(
 ) -> Result<Json<FilesResponse>, ApiError> {
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
-    if path.len() > 4096 || path.contains('\0') {
-        return Err(ApiError::bad_request("invalid_query", "`path` must be a path of at most 4096 bytes"));
-    }
+    check_path(&path)?;
     let exec = executor(&state, &user, &id)?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
     masked(&state, &user, listing).await
+}
+
+/// A path the filesystem can take: at most 4096 bytes, no part over 255, no NUL (refused here in
+/// words rather than failing in the sandbox).
+fn check_path(path: &str) -> Result<(), ApiError> {
+    if path.len() > 4096 || path.contains('\0') || path.split('/').any(|part| part.len() > 255) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "`path` must be a path of at most 4096 bytes, each of its parts at most 255, without NUL",
+        ));
+    }
+    Ok(())
 }
 
 fn too_large(why: impl std::fmt::Display) -> ApiError {
@@ -166,6 +176,7 @@ pub async fn download(
     crate::common::owned(&state, &user, &id)?;
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
+    check_path(&path)?;
     let resp = executor(&state, &user, &id)?.download(&path).await.map_err(executor_error)?;
     let headers = vec![
         (axum::http::header::CONTENT_TYPE, "application/octet-stream".to_owned()),
@@ -209,6 +220,7 @@ pub async fn upload(
     crate::common::owned(&state, &user, &id)?;
     let Query(q) = query?;
     let path = q.path.filter(|p| !p.trim().is_empty()).ok_or_else(|| ApiError::bad_request("invalid_query", "give the file's `path`"))?;
+    check_path(&path)?;
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
         return Err(too_large("this file is too large"));
