@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halyard_platform::bus;
+use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::skills;
 use halyard_protocol::command::{AgentCommand, SandboxCommand};
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, Image, SkillKind};
@@ -406,30 +407,32 @@ impl ConvState {
                 let id = EventId(cmd_id.0);
                 // Once, however often the command is handed out.
                 if !log.lock().await.history.seen.contains(&id) {
-                    let body = if self.run.is_some() {
-                        EventBody::AgentError {
+                    let (body, exec) = if self.run.is_some() {
+                        let refused = EventBody::AgentError {
                             code: "restore_refused".into(),
                             message: "The workspace was not restored: the agent was working in it. Interrupt or pause it, then \
                                       restore."
                                 .into(),
-                        }
+                        };
+                        (refused, None)
                     } else {
                         match self.restore(&log, at_seq).await {
-                            Ok(body) => body,
-                            Err(e) => EventBody::AgentError {
-                                code: "restore_failed".into(),
-                                message: format!("The workspace was not restored: {e}"),
-                            },
+                            Ok((body, exec)) => (body, Some(exec)),
+                            Err(e) => {
+                                let failed = EventBody::AgentError {
+                                    code: "restore_failed".into(),
+                                    message: format!("The workspace was not restored: {e}"),
+                                };
+                                (failed, None)
+                            }
                         }
                     };
-                    let restored = matches!(body, EventBody::WorkspaceRestored { .. });
-                    // (The log's lock is let go before the checkpoint takes it again.)
                     let appended = log.lock().await.append(id, EventSource::User, body, trace).await;
-                    match appended {
+                    match (appended, exec) {
                         // The restored workspace is the checkpoint of its own event too.
-                        Ok(ev) if restored => self.checkpoint_after(&log, ev.seq).await,
-                        Ok(_) => {}
-                        Err(e) => {
+                        (Ok(ev), Some(exec)) => crate::run_loop::checkpoint(&exec, ev.seq).await,
+                        (Ok(_), None) => {}
+                        (Err(e), _) => {
                             delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                             return;
                         }
@@ -450,8 +453,9 @@ impl ConvState {
     }
 
     /// Puts the workspace back as it was at event `at_seq`, after keeping it as it is now (so
-    /// the restore can be undone by another); the event that records it, or why not.
-    async fn restore(&self, log: &Arc<Mutex<Log>>, at_seq: u64) -> Result<EventBody, String> {
+    /// the restore can be undone by another): the event that records it, and the sandbox's
+    /// executor (for the checkpoint of that event), or why not.
+    async fn restore(&self, log: &Arc<Mutex<Log>>, at_seq: u64) -> Result<(EventBody, ExecutorClient), String> {
         let (sandbox_id, last) = {
             let log = log.lock().await;
             (log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?, log.history.last_seq)
@@ -460,17 +464,7 @@ impl ConvState {
         crate::run_loop::checkpoint(&exec, last).await;
         let done = exec.restore(at_seq).await.map_err(|e| e.to_string())?;
         tracing::info!(conversation_id = %self.id, at_seq, checkpoint_seq = done.checkpoint_seq, "workspace restored");
-        Ok(EventBody::WorkspaceRestored { at_seq, checkpoint_seq: done.checkpoint_seq })
-    }
-
-    /// Keeps the workspace as it is after event `seq`, if its sandbox answers.
-    async fn checkpoint_after(&self, log: &Arc<Mutex<Log>>, seq: u64) {
-        let sandbox_id = log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
-        if let Some(sandbox_id) = sandbox_id {
-            if let Ok(exec) = crate::run_loop::executor_of(&self.ctx, sandbox_id).await {
-                crate::run_loop::checkpoint(&exec, seq).await;
-            }
-        }
+        Ok((EventBody::WorkspaceRestored { at_seq, checkpoint_seq: done.checkpoint_seq }, exec))
     }
 
     /// Appends a user message (once per id) and starts a run unless one is live or the

@@ -184,24 +184,13 @@ impl Run {
         let _ = flag.wait_for(|set| *set).await;
     }
 
-    /// The executor of the conversation's sandbox, (re)starting the sandbox if needed.
-    /// The sandbox's executor, answering. A record that says RUNNING may be older than what
-    /// happened (the supervisor restarting after a crash puts up a new executor, with new
-    /// ports, a moment later): it is believed only once its executor answers its health check.
-    /// Otherwise the sandbox is asked to resume (paused, crashed, killed or gone: resume
-    /// re-provisions on the same workspace) and its record is read again until one answers.
+    /// The executor of the conversation's sandbox, answering (see [`executor_of`]).
     async fn executor(&self) -> Result<ExecutorClient, String> {
         let sandbox_id = {
             let log = self.log.lock().await;
             log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?
         };
         executor_of(&self.ctx, sandbox_id).await
-    }
-
-    /// Keeps the workspace as it is after event `seq` (see the executor's checkpoints). A
-    /// checkpoint that fails is logged and the run goes on: it costs a restore point, not work.
-    async fn checkpoint(&self, exec: &ExecutorClient, seq: u64) {
-        checkpoint(exec, seq).await;
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
@@ -324,7 +313,7 @@ impl Run {
             let log = self.log.lock().await;
             if log.history.acted { log.history.last_seq } else { 1 }
         };
-        self.checkpoint(&exec, at).await;
+        checkpoint(&exec, at).await;
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream.
         let _git_proxy = self.git_proxy(&exec).await;
@@ -571,7 +560,7 @@ impl Run {
                     };
                     // What the action left in the workspace, kept under its observation's seq.
                     if !changes_nothing {
-                        self.checkpoint(exec, seq).await;
+                        checkpoint(exec, seq).await;
                     }
                     if let Some(pattern) = stuck::detect(steps, thresholds) {
                         return Some(self.stuck(pattern).await);
@@ -730,7 +719,9 @@ pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::Sandbox
 /// lost, the run goes on), never a stalled run.
 const CHECKPOINT_PATIENCE: Duration = Duration::from_secs(10);
 
-/// Keeps the workspace as it is after event `seq`; a failure is logged, not fatal.
+/// Keeps the workspace as it is after event `seq` (see the executor's checkpoints); a failure,
+/// or one slower than [`CHECKPOINT_PATIENCE`], is logged and the run goes on: it costs a restore
+/// point, not work.
 pub(crate) async fn checkpoint(exec: &ExecutorClient, seq: u64) {
     let Ok(taken) = tokio::time::timeout(CHECKPOINT_PATIENCE, exec.checkpoint(seq)).await else {
         tracing::warn!(seq, "the workspace's checkpoint took too long; skipped");
