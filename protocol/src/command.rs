@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::envelope::Payload;
 use crate::event::{ConfirmationPolicy, Skill};
 use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
-use crate::system::Repository;
+use crate::system::{ForkSource, Repository};
 
 /// Commands for the conversation manager.
 // A command is decoded once and moved once; boxing the start would only add an allocation.
@@ -40,6 +40,10 @@ pub enum ConversationCommand {
         /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secrets: Option<Vec<String>>,
+        /// A fork: its workspace is made from the source's checkpoint, its log from the
+        /// source's events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fork: Option<ForkSource>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -133,6 +137,10 @@ pub enum AgentCommand {
         /// when one of the owner's git providers serves its host.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repository: Option<Repository>,
+        /// A fork: the source's events 2 to `at_seq` are copied after `conversation_started`
+        /// (its workspace is ready already).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fork: Option<ForkSource>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

@@ -227,6 +227,10 @@ pub enum EventBody {
         /// The repository the workspace was cloned from (absent: none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         repository: Option<crate::system::Repository>,
+        /// A fork: the conversation and event it was forked from; the events after this one up
+        /// to `at_seq` are copies of that conversation's (absent: not a fork).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forked_from: Option<crate::system::ForkSource>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.

@@ -92,6 +92,20 @@ pub struct Repository {
     pub branch: Option<String>,
 }
 
+/// Where a forked conversation comes from: its log is the source's up to `at_seq` and its
+/// workspace the source's checkpoint at that event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ForkSource {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+    pub conversation_id: ConversationId,
+    /// The source's sandbox, whose checkpoints the fork's workspace is made from.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+    pub sandbox_id: SandboxId,
+    /// The last event of the source the fork keeps.
+    pub at_seq: u64,
+}
+
 /// What a conversation's start asked for besides its title and repository.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StartRequest {
@@ -107,6 +121,9 @@ pub struct StartRequest {
     pub llm_profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
+    /// A fork: what it comes from (a retry forks again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkSource>,
 }
 
 /// A start task's state after a transition.

@@ -12,8 +12,8 @@ use halyard_protocol::event::{
     SkillKind, TitleSource,
 };
 use halyard_protocol::system::{
-    ExposedUrl, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate,
-    SystemRecord,
+    ExposedUrl, ForkSource, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus,
+    StartTaskUpdate, SystemRecord,
 };
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId, decode, encode};
 use serde::Serialize;
@@ -80,6 +80,26 @@ fn events_are_stable() {
                     llm_profile: None,
                     secrets: None,
                     repository: None,
+                    forked_from: None,
+                },
+            ),
+        ),
+        (
+            "event_conversation_started_fork",
+            event(
+                1,
+                EventBody::ConversationStarted {
+                    owner: UserId("alice".into()),
+                    sandbox_id: SandboxId(id(2)),
+                    workspace: "/workspace".into(),
+                    model: "gpt-4o".into(),
+                    skills: Vec::new(),
+                    budget: None,
+                    confirmation_policy: ConfirmationPolicy::Never,
+                    llm_profile: None,
+                    secrets: None,
+                    repository: None,
+                    forked_from: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
                 },
             ),
         ),
@@ -98,6 +118,7 @@ fn events_are_stable() {
                     llm_profile: None,
                     secrets: None,
                     repository: None,
+                    forked_from: None,
                 },
             ),
         ),
@@ -131,6 +152,7 @@ fn events_are_stable() {
                     llm_profile: None,
                     secrets: None,
                     repository: None,
+                    forked_from: None,
                 },
             ),
         ),
@@ -435,6 +457,7 @@ fn records_are_stable() {
                     confirmation_policy: Some(ConfirmationPolicy::Risky),
                     llm_profile: Some("fast".into()),
                     secrets: Some(vec!["GH_TOKEN".into()]),
+                    fork: None,
                 }),
             },
         ),
@@ -461,6 +484,29 @@ fn commands_are_stable() {
                 confirmation_policy: None,
                 llm_profile: None,
                 secrets: None,
+                fork: None,
+            },
+        ),
+    );
+    check(
+        "cmd_conversation_start_fork",
+        env(
+            5,
+            "cmd.conversation.start",
+            ConversationCommand::Start {
+                task_id: TaskId(id(3)),
+                conversation_id: ConversationId(id(1)),
+                owner: UserId("alice".into()),
+                message: None,
+                repository: None,
+                title: Some("Fix the build (fork)".into()),
+                created_ms: T,
+                spec: None,
+                budget: None,
+                confirmation_policy: None,
+                llm_profile: None,
+                secrets: None,
+                fork: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
             },
         ),
     );

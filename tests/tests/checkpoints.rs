@@ -118,3 +118,132 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
     alice.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
     tokio::time::timeout(Duration::from_secs(30), alice.wait_conversation(&conv, "interrupted", |c| c["state"] == "idle")).await.unwrap();
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git")
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// An event as its content: what a copy must keep (its id, time and conversation are its own).
+fn content(e: &Value) -> Value {
+    let mut e = e.clone();
+    for own in ["id", "timestamp", "timestamp_ms", "conversation_id"] {
+        e.as_object_mut().unwrap().remove(own);
+    }
+    e
+}
+
+#[tokio::test]
+async fn a_fork_has_the_log_up_to_its_event_and_the_workspace_as_it_was_then_and_runs_on() {
+    init();
+    // A repository, so the fork's workspace is a clone with the checkpoint laid over it.
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(repo.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(repo.path().join("README.md"), "# demo\n").unwrap();
+    std::fs::write(repo.path().join("old.txt"), "old\n").unwrap();
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-qm", "init"]);
+
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::tool("file_editor", json!({"command": "create", "path": "notes.txt", "file_text": "one\n", "security_risk": "low"})),
+        Reply::tool("terminal", json!({"command": "rm old.txt && echo v1 > README.md", "security_risk": "low"})),
+        Reply::finish("first run done"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let url = repo.path().to_string_lossy().to_string();
+    let (source, _) = alice.start_ready(json!({"message": "make files", "repository": {"url": url}, "title": "Demo"})).await;
+    let finished =
+        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
+    let events = alice.wait_events(&source, "the first run", finished(1)).await;
+    let after_notes = observed(&events, "notes.txt");
+    let fork_at = events.iter().find(|e| e["kind"] == "execution_status" && e["status"] == "finished").unwrap()["seq"].as_u64().unwrap();
+
+    // A second run in the source changes what the fork must not see.
+    llm.push([
+        Reply::tool("terminal", json!({"command": "echo three > notes.txt && echo later > later.txt", "security_risk": "low"})),
+        Reply::finish("second run done"),
+    ]);
+    alice.post(&format!("/api/v1/conversations/{source}/messages"), json!({"text": "change them"})).await;
+    let source_events = alice.wait_events(&source, "the second run", finished(2)).await;
+
+    // Refused in words: no such event, another user's conversation.
+    for at in [0, source_events.len() as u64 + 5] {
+        let (s, err) = alice.post(&format!("/api/v1/conversations/{source}/fork"), json!({"at_seq": at})).await;
+        assert_eq!((s, err["error"]["code"].as_str()), (400, Some("invalid_field")), "{err}");
+    }
+    let (s, _) = h.api(BOB).post(&format!("/api/v1/conversations/{source}/fork"), json!({"at_seq": fork_at})).await;
+    assert_eq!(s, 404);
+
+    let (s, task) = alice.post(&format!("/api/v1/conversations/{source}/fork"), json!({"at_seq": fork_at})).await;
+    assert_eq!(s, 202, "{task}");
+    let task = alice.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
+    let fork = task["conversation_id"].as_str().unwrap().to_owned();
+    assert_ne!(fork, source);
+    let forked = alice.wait_events(&fork, "the fork's log", |ev| ev.len() as u64 > fork_at).await;
+
+    // Its log: its own start naming the source, then the source's events 2..=fork_at as they
+    // were, then a status saying it waits.
+    assert_eq!(forked[0]["kind"], "conversation_started");
+    assert_eq!(forked[0]["forked_from"]["conversation_id"].as_str(), Some(source.as_str()));
+    assert_eq!(forked[0]["forked_from"]["at_seq"].as_u64(), Some(fork_at));
+    assert_ne!(forked[0]["sandbox_id"], source_events[0]["sandbox_id"], "a sandbox of its own");
+    for seq in 2..=fork_at as usize {
+        assert_eq!(content(&forked[seq - 1]), content(&source_events[seq - 1]), "event {seq}");
+        assert_ne!(forked[seq - 1]["id"], source_events[seq - 1]["id"]);
+    }
+    let after = &forked[fork_at as usize];
+    assert_eq!((after["kind"].as_str(), after["status"].as_str()), (Some("execution_status"), Some("finished")), "{after}");
+    assert!(after["reason"].as_str().unwrap_or_default().contains(&source), "{after}");
+    let (_, view) = alice.get(&format!("/api/v1/conversations/{fork}")).await;
+    assert_eq!(view["forked_from"]["conversation_id"].as_str(), Some(source.as_str()), "{view}");
+    assert_eq!(view["title"].as_str(), Some("Demo (fork)"));
+
+    // Its workspace: as the source's was at that event, the repository's git history included.
+    assert_eq!(file(&alice, &fork, "notes.txt").await.as_deref(), Some("one\n"));
+    assert_eq!(file(&alice, &fork, "README.md").await.as_deref(), Some("v1\n"));
+    assert_eq!(file(&alice, &fork, "old.txt").await, None, "removed before the fork's event");
+    assert_eq!(file(&alice, &fork, "later.txt").await, None, "made after the fork's event");
+    let (s, changes) = alice.get(&format!("/api/v1/conversations/{fork}/changes")).await;
+    assert_eq!(s, 200, "{changes}");
+    let changed = changes.to_string();
+    assert!(changed.contains("old.txt") && changed.contains("README.md"), "the clone's git sees what the agent did: {changed}");
+
+    // It runs on from there: the model sees the source's first run, not its second.
+    llm.push([
+        Reply::tool("terminal", json!({"command": "cat notes.txt && echo forked > fork.txt", "security_risk": "low"})),
+        Reply::finish("fork run done"),
+    ]);
+    let (s, _) = alice.post(&format!("/api/v1/conversations/{fork}/messages"), json!({"text": "go on in the fork"})).await;
+    assert_eq!(s, 202);
+    // (Its log has two finished runs already: the copied one and its own status.)
+    let forked = alice.wait_events(&fork, "the fork's run", finished(3)).await;
+    let seen = llm.requests().last().unwrap()["messages"].to_string();
+    assert!(seen.contains("make files") && seen.contains("first run done") && seen.contains("go on in the fork"), "{seen}");
+    assert!(!seen.contains("change them"), "the source's later message reached the fork: {seen}");
+    let out = forked.iter().rev().find(|e| e["kind"] == "observation").unwrap();
+    assert!(out["content"].as_str().unwrap().contains("one"), "{out}");
+    assert_eq!(file(&alice, &fork, "fork.txt").await.as_deref(), Some("forked\n"));
+
+    // The source is untouched: its files and its log.
+    assert_eq!(file(&alice, &source, "notes.txt").await.as_deref(), Some("three\n"));
+    assert_eq!(file(&alice, &source, "fork.txt").await, None);
+    let now = alice.events(&source).await;
+    assert_eq!(now.len(), source_events.len());
+
+    // The fork's earlier checkpoints came with it: it can go back to before the first file.
+    let (s, answer) = alice.post(&format!("/api/v1/conversations/{fork}/restore"), json!({"at_seq": after_notes - 1})).await;
+    assert_eq!(s, 202, "{answer}");
+    alice.wait_events(&fork, "the fork's restore", |ev| ev.iter().any(|e| e["kind"] == "workspace_restored")).await;
+    assert_eq!(file(&alice, &fork, "notes.txt").await, None);
+    assert_eq!(file(&alice, &fork, "old.txt").await.as_deref(), Some("old\n"));
+}

@@ -92,6 +92,17 @@ pub struct ConvState {
     held: Arc<std::sync::Mutex<Option<Held>>>,
 }
 
+/// The id of a fork's copy of its source's event `seq`, derived from the fork's start command
+/// (a redelivered start copies each event under the same id).
+fn copied_id(id: CommandId, seq: u64) -> EventId {
+    let mut bytes = *id.0.as_bytes();
+    for (b, s) in bytes[8..].iter_mut().zip(seq.to_be_bytes()) {
+        *b ^= s;
+    }
+    bytes[7] ^= 0xf0;
+    EventId(Uuid::from_bytes(bytes))
+}
+
 /// An id derived from a command id (so a redelivered command maps to the same event).
 fn derived(id: CommandId, tag: u8) -> EventId {
     let mut bytes = *id.0.as_bytes();
@@ -229,7 +240,10 @@ impl ConvState {
                 return;
             }
         };
-        let started = log.lock().await.history.started.is_some();
+        let (started, forking) = {
+            let log = log.lock().await;
+            (log.history.started.is_some(), log.history.fork_unfinished().is_some())
+        };
         // Before anything of the owner's is appended, their secrets must be masked.
         if !self.secrets_read {
             let owner = match &env.payload {
@@ -263,6 +277,7 @@ impl ConvState {
                 llm_profile,
                 secrets,
                 repository,
+                fork,
                 ..
             } => {
                 if !started {
@@ -289,11 +304,16 @@ impl ConvState {
                         llm_profile,
                         secrets,
                         repository,
+                        forked_from: fork.clone(),
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
                         return;
                     }
+                }
+                if let Err(e) = self.copy_fork(&log, cmd_id, trace.clone()).await {
+                    delivery.retry(Duration::from_millis(500), &e).await;
+                    return;
                 }
                 match message {
                     Some(text) => {
@@ -302,7 +322,8 @@ impl ConvState {
                             return;
                         }
                     }
-                    None if !started => {
+                    // (A fork's copy ends with its status.)
+                    None if !started && fork.is_none() => {
                         // Nothing to do until the user speaks: say so.
                         let body = EventBody::ExecutionStatus { status: ExecutionStatus::Idle, reason: None };
                         if let Err(e) = log.lock().await.append(derived(cmd_id, 3), EventSource::System, body, trace).await {
@@ -314,9 +335,9 @@ impl ConvState {
                 }
                 delivery.ack().await;
             }
-            _ if !started => {
-                // The start command has not been applied yet (commands of one conversation can
-                // overtake each other across a redelivery): try again shortly.
+            _ if !started || forking => {
+                // The start command has not been applied yet, or not whole (commands of one
+                // conversation can overtake each other across a redelivery): try again shortly.
                 delivery.retry(Duration::from_millis(500), "conversation not started yet").await;
             }
             AgentCommand::UserMessage { text, images, .. } => match self.user_message(myself, EventId(cmd_id.0), text, images, trace).await
@@ -526,6 +547,35 @@ impl ConvState {
             Some(log) => log.lock().await.history.status == Some(ExecutionStatus::WaitingForConfirmation),
             None => false,
         }
+    }
+
+    /// A fork's log after its own start: the source's events 2 to `at_seq`, copied as they were
+    /// (masked like everything appended), then a status saying it waits for the user, which
+    /// also marks the copy complete. A redelivered start goes on after the last event copied:
+    /// the fork's events keep their source's seqs (nothing else writes to a fork being copied:
+    /// its title is given at its creation, and its other commands wait for the copy).
+    async fn copy_fork(&mut self, log: &Arc<Mutex<Log>>, cmd_id: CommandId, trace: Option<TraceContext>) -> Result<(), String> {
+        let mut log = log.lock().await;
+        let Some(fork) = log.history.fork_unfinished().cloned() else { return Ok(()) };
+        let copied = log.history.last_seq;
+        let source = bus::read_events(&self.ctx.js, fork.conversation_id, copied).await.map_err(|e| e.to_string())?;
+        for event in source.into_iter().filter(|e| e.seq <= fork.at_seq) {
+            let id = copied_id(cmd_id, event.seq);
+            log.append(id, event.source, event.body, trace.clone()).await.map_err(|e| e.to_string())?;
+        }
+        // A fork of a conversation that was working at that event is not working: it waits for
+        // the user, as does one that was paused (its sandbox is not).
+        let status = match log.history.status {
+            Some(
+                s @ (ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck | ExecutionStatus::WaitingForConfirmation),
+            ) => s,
+            _ => ExecutionStatus::Idle,
+        };
+        let reason = Some(format!("forked from conversation {} at event {}", fork.conversation_id, fork.at_seq));
+        let body = EventBody::ExecutionStatus { status, reason };
+        log.append(derived(cmd_id, 4), EventSource::System, body, trace).await.map_err(|e| e.to_string())?;
+        tracing::info!(conversation_id = %self.id, source = %fork.conversation_id, at_seq = fork.at_seq, "fork's log copied");
+        Ok(())
     }
 
     /// Records the user's refusal of every waiting action; `reason` is the result the model

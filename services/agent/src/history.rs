@@ -23,6 +23,8 @@ pub struct Started {
     pub workspace: String,
     /// What the workspace was cloned from, for the git proxy.
     pub repository: Option<halyard_protocol::system::Repository>,
+    /// A fork: where its copied events come from.
+    pub forked_from: Option<halyard_protocol::system::ForkSource>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -110,6 +112,12 @@ pub struct History {
 }
 
 impl History {
+    /// A fork whose copy of its source's events is not complete yet (the copy ends with a status
+    /// after the source's event `at_seq`, see the conversation's start).
+    pub fn fork_unfinished(&self) -> Option<&halyard_protocol::system::ForkSource> {
+        self.started.as_ref()?.forked_from.as_ref().filter(|f| self.last_seq <= f.at_seq)
+    }
+
     pub fn from_events(events: &[ConversationEvent]) -> Self {
         let mut h = Self::default();
         for e in events {
@@ -144,6 +152,7 @@ impl History {
                 llm_profile,
                 secrets,
                 repository,
+                forked_from,
                 ..
             } => {
                 self.started = Some(Started {
@@ -151,6 +160,7 @@ impl History {
                     sandbox_id: *sandbox_id,
                     workspace: workspace.clone(),
                     repository: repository.clone(),
+                    forked_from: forked_from.clone(),
                 });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();

@@ -8,13 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use halyard_platform::bus;
 use halyard_platform::executor_client::ExecutorClient;
-use halyard_platform::keys;
-use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
-use halyard_protocol::system::{SandboxStatus, SystemRecord};
-use halyard_protocol::{Envelope, EventId, TraceContext, subjects};
+use halyard_protocol::{EventId, TraceContext};
 use tokio::sync::{Mutex, watch};
 
 use crate::Ctx;
@@ -675,44 +671,10 @@ fn system_prompt(log: &Log) -> String {
     prompt
 }
 
-/// The executor of sandbox `sandbox_id`, answering. A record that says RUNNING may be older than
-/// what happened (the supervisor restarting after a crash puts up a new executor, with new
-/// ports, a moment later): it is believed only once its executor answers its health check.
-/// Otherwise the sandbox is asked to resume (paused, crashed, killed or gone: resume
-/// re-provisions on the same workspace) and its record is read again until one answers.
+/// The executor of `sandbox_id`, answering (see [`halyard_platform::executor_client::reach`]).
 pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::SandboxId) -> Result<ExecutorClient, String> {
-    let key = keys::session_key(&ctx.config.secret, sandbox_id);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
-    let mut resumed = false;
-    loop {
-        let stored = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
-            .await
-            .map_err(|e| e.to_string())?;
-        let running = match stored {
-            Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
-            _ => None,
-        };
-        if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
-            let exec = ExecutorClient::new(ctx.http.clone(), url, key.clone());
-            if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
-                return Ok(exec);
-            }
-        }
-        if !resumed {
-            resumed = true;
-            let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, halyard_platform::now_ms());
-            if running.is_none() {
-                let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
-                bus::await_sandbox(&ctx.nats, &ctx.js, sandbox_id, Some(resume), patience).await?;
-                continue;
-            }
-            bus::publish(&ctx.js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err("the sandbox's executor does not answer".into());
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
+    halyard_platform::executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, sandbox_id, patience).await
 }
 
 /// Longest a run waits for a checkpoint: one that takes longer is skipped (a restore point is

@@ -5,13 +5,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use halyard_platform::bus;
-use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
+use halyard_platform::executor_client::{self, ExecutorClient, ExecutorError};
 use halyard_platform::{BusError, keys};
 use halyard_platform::{git_proxy, skills};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
-use halyard_protocol::system::{Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::system::{ForkSource, Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord};
 use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
 
@@ -52,6 +52,8 @@ struct Task<'a> {
     confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
     llm_profile: Option<String>,
     secrets: Option<Vec<String>>,
+    /// A fork: the source whose checkpoint the workspace is made from.
+    fork: Option<ForkSource>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -99,6 +101,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         confirmation_policy,
         llm_profile,
         secrets,
+        fork,
     } = env.payload
     else {
         return Ok(());
@@ -110,6 +113,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         confirmation_policy,
         llm_profile: llm_profile.clone(),
         secrets: secrets.clone(),
+        fork: fork.clone(),
     };
     let task = Task {
         ctx,
@@ -125,6 +129,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         confirmation_policy,
         llm_profile,
         secrets,
+        fork,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -214,6 +219,14 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
     }
+    if let Some(fork) = &task.fork {
+        copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
+            PhaseError(format!(
+                "PREPARING_REPOSITORY failed: the workspace of conversation {} at event {}: {e}",
+                fork.conversation_id, fork.at_seq
+            ))
+        })?;
+    }
 
     task.status(StartTaskStatus::RunningSetupScript, None).await?;
     run(&exec, "if [ -f .openhands/setup.sh ]; then bash .openhands/setup.sh; fi", SETUP_TIMEOUT_SECS)
@@ -248,6 +261,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         llm_profile: task.llm_profile.clone(),
         secrets: task.secrets.clone(),
         repository: repository.cloned(),
+        fork: task.fork.clone(),
     };
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
@@ -255,6 +269,26 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     bus::publish(&ctx.js, subjects::agent_command(task.conversation_id), &env)
         .await
         .map_err(|e| PhaseError(format!("STARTING_CONVERSATION failed: {e}")))?;
+    Ok(())
+}
+
+/// Makes a fork's workspace as its source's was at the fork's event: the source's checkpoints up
+/// to it travel as a git bundle from its executor (woken if it idles) to the fork's, streamed
+/// through here. A source that had no checkpoint by then had not changed its workspace: the
+/// fork's (a fresh clone of the same repository, or empty) is already as it was.
+async fn copy_checkpoint(ctx: &Ctx, exec: &ExecutorClient, fork: &ForkSource) -> Result<(), String> {
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
+    let source = executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, fork.sandbox_id, patience).await?;
+    let bundle = match source.checkpoint_bundle(fork.at_seq).await {
+        Ok(bundle) => bundle,
+        Err(ExecutorError::Rejected { status: 404, .. }) => {
+            tracing::info!(source = %fork.conversation_id, at_seq = fork.at_seq, "no checkpoint to fork from: the workspace as it started");
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let made = exec.unbundle(fork.at_seq, reqwest::Body::wrap_stream(bundle.bytes_stream())).await.map_err(|e| e.to_string())?;
+    tracing::info!(source = %fork.conversation_id, at_seq = fork.at_seq, checkpoint_seq = made.checkpoint_seq, "fork's workspace made");
     Ok(())
 }
 

@@ -5,6 +5,12 @@
 //! nothing adds nothing. `POST /restore {"seq"}` puts the workspace back as the newest checkpoint
 //! at or before `seq` left it.
 //!
+//! A fork moves checkpoints from one sandbox to another: `GET /checkpoint/bundle?seq=` streams
+//! a git bundle of those taken at or before `seq` (404 when there are none), and `POST
+//! /checkpoint/unbundle?seq=` takes one into a new workspace's store and puts that workspace as
+//! the checkpoint at `seq` left it. The fork keeps the earlier ones too, so it can be restored to
+//! any event it shares with its source.
+//!
 //! The store is `.halyard/checkpoints` in the workspace, so it lives (and goes) with the
 //! workspace's own volume in either kind of sandbox. It is a repository of its own (its own
 //! index, `GIT_DIR`), never the workspace's: the agent's `.git` is neither read nor changed, and
@@ -127,17 +133,77 @@ impl Checkpoints {
         Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
     }
 
-    /// The checkpoint the workspace had at `seq`: the newest taken at or before it.
-    async fn at(&self, seq: u64) -> Result<Option<(u64, String)>, ExecutorError> {
+    /// The checkpoints taken at or before `seq`, as (seq, commit), oldest first.
+    async fn upto(&self, seq: u64) -> Result<Vec<(u64, String)>, ExecutorError> {
         let listed = self.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/seq/"], None).await?;
-        Ok(listed
+        let mut taken: Vec<(u64, String)> = listed
             .lines()
             .filter_map(|l| {
                 let (name, commit) = l.split_once(' ')?;
                 Some((name.strip_prefix("refs/seq/")?.parse::<u64>().ok()?, commit.to_owned()))
             })
             .filter(|(s, _)| *s <= seq)
-            .max_by_key(|(s, _)| *s))
+            .collect();
+        taken.sort_unstable_by_key(|(s, _)| *s);
+        Ok(taken)
+    }
+
+    /// The checkpoint the workspace had at `seq`: the newest taken at or before it.
+    async fn at(&self, seq: u64) -> Result<Option<(u64, String)>, ExecutorError> {
+        Ok(self.upto(seq).await?.pop())
+    }
+
+    /// Starts writing a git bundle of the checkpoints taken at or before `seq` (they are one
+    /// line of history, so the bundle holds each object once); its output is the bundle.
+    pub async fn bundle(&self, seq: u64) -> Result<tokio::process::ChildStdout, ExecutorError> {
+        if !self.dir.join("HEAD").exists() {
+            return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
+        }
+        let refs = self.upto(seq).await?;
+        if refs.is_empty() {
+            return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
+        }
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::new("git")
+            .args(["bundle", "create", "-q", "-", "--stdin"])
+            .env("GIT_DIR", &self.dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| ExecutorError::Internal(format!("cannot run git for a bundle: {e}")))?;
+        let names: String = refs.iter().map(|(s, _)| format!("{}\n", seq_ref(*s))).collect();
+        let mut stdin = child.stdin.take().ok_or_else(|| ExecutorError::Internal("git has no input".into()))?;
+        stdin.write_all(names.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("git bundle: {e}")))?;
+        drop(stdin);
+        let stdout = child.stdout.take().ok_or_else(|| ExecutorError::Internal("git has no output".into()))?;
+        // The child is reaped when the bundle has been read (or the reader went away).
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(stdout)
+    }
+
+    /// Takes the checkpoints of the bundle at `file` into this store (a new workspace's) and
+    /// puts the workspace as the one at `seq` left it: what the workspace holds now (a fresh
+    /// clone of the same repository, or nothing) is overwritten where the checkpoint differs and
+    /// removed where it has nothing. Later checkpoints here follow on from it.
+    pub async fn unbundle(&self, seq: u64, file: &Path) -> Result<RestoreResponse, ExecutorError> {
+        self.ensure().await?;
+        let bundle = file.to_string_lossy();
+        self.git(&["fetch", "-q", "--no-tags", "--no-write-fetch-head", &bundle, "+refs/seq/*:refs/seq/*"], None).await?;
+        let Some((at, commit)) = self.at(seq).await? else {
+            return Err(ExecutorError::NotFound(format!("the bundle has no checkpoint at or before event {seq}")));
+        };
+        // The index as the workspace is now, so that the read-tree below removes what the
+        // checkpoint lacks.
+        self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
+        self.git(&["read-tree", "--reset", "-u", &commit], None).await?;
+        self.git(&["update-ref", "refs/heads/main", &commit], None).await?;
+        self.git(&["symbolic-ref", "HEAD", "refs/heads/main"], None).await?;
+        Ok(RestoreResponse { seq, checkpoint_seq: at, commit })
     }
 
     /// Puts the workspace back as the checkpoint at `seq` left it: files it had are written
@@ -169,6 +235,40 @@ impl Checkpoints {
         }
         walk(&self.dir)
     }
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct SeqQuery {
+    seq: u64,
+}
+
+/// `GET /checkpoint/bundle?seq=`: the checkpoints at or before `seq`, as a git bundle.
+pub(crate) async fn bundle_route(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    axum::extract::Query(q): axum::extract::Query<SeqQuery>,
+) -> Result<axum::response::Response, ExecutorError> {
+    use axum::response::IntoResponse;
+    // Listing the refs is what must not overlap a checkpoint being taken; reading the objects
+    // may.
+    let stdout = state.checkpoints.lock().await.bundle(q.seq).await?;
+    Ok(crate::transfer::body_of(stdout).into_response())
+}
+
+/// `POST /checkpoint/unbundle?seq=` (the body: a bundle from [`bundle_route`]).
+pub(crate) async fn unbundle_route(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    axum::extract::Query(q): axum::extract::Query<SeqQuery>,
+    body: axum::body::Body,
+) -> Result<axum::Json<RestoreResponse>, ExecutorError> {
+    let store = state.checkpoints.lock().await;
+    tokio::fs::create_dir_all(&store.dir).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
+    let file = store.dir.join(format!("incoming-{}.bundle", uuid::Uuid::new_v4()));
+    let made = match crate::transfer::write_limited(&file, body, u64::MAX).await {
+        Ok(_) => store.unbundle(q.seq, &file).await,
+        Err(e) => Err(e),
+    };
+    let _ = tokio::fs::remove_file(&file).await;
+    Ok(axum::Json(made?))
 }
 
 fn seq_ref(seq: u64) -> String {
@@ -221,5 +321,45 @@ mod tests {
         c.restore(5).await.unwrap();
         assert_eq!(std::fs::read_to_string(ws.path().join("src/b.txt")).unwrap(), "new\n");
         assert!(matches!(c.restore(0).await, Err(ExecutorError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn a_bundle_makes_another_workspace_as_a_checkpoint_left_it() {
+        use tokio::io::AsyncReadExt;
+        let source = tempfile::tempdir().unwrap();
+        let from = Checkpoints::new(source.path().to_path_buf());
+        assert!(matches!(from.bundle(3).await, Err(ExecutorError::NotFound(_))), "nothing taken yet");
+        std::fs::write(source.path().join("a.txt"), "one\n").unwrap();
+        from.take(2).await.unwrap();
+        std::fs::write(source.path().join("a.txt"), "two\n").unwrap();
+        std::fs::write(source.path().join("b.txt"), "b\n").unwrap();
+        from.take(4).await.unwrap();
+        std::fs::write(source.path().join("a.txt"), "three\n").unwrap();
+        from.take(6).await.unwrap();
+
+        let mut bytes = Vec::new();
+        from.bundle(5).await.unwrap().read_to_end(&mut bytes).await.unwrap();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &bytes).unwrap();
+
+        // The new workspace holds something already (a fresh clone): kept where the
+        // checkpoint has it, gone where it has not.
+        let fork = tempfile::tempdir().unwrap();
+        std::fs::write(fork.path().join("a.txt"), "cloned\n").unwrap();
+        std::fs::write(fork.path().join("stale.txt"), "x\n").unwrap();
+        let to = Checkpoints::new(fork.path().to_path_buf());
+        let made = to.unbundle(5, file.path()).await.unwrap();
+        assert_eq!(made.checkpoint_seq, 4);
+        assert_eq!(std::fs::read_to_string(fork.path().join("a.txt")).unwrap(), "two\n");
+        assert_eq!(std::fs::read_to_string(fork.path().join("b.txt")).unwrap(), "b\n");
+        assert!(!fork.path().join("stale.txt").exists());
+        // The checkpoint after 5 is not the fork's; the earlier ones are.
+        to.restore(3).await.unwrap();
+        assert_eq!(std::fs::read_to_string(fork.path().join("a.txt")).unwrap(), "one\n");
+        assert!(to.restore(9).await.unwrap().checkpoint_seq == 4);
+        // And it goes on from there: nothing changed, nothing new.
+        assert!(!to.take(7).await.unwrap().changed);
+        // The source is as it was.
+        assert_eq!(std::fs::read_to_string(source.path().join("a.txt")).unwrap(), "three\n");
     }
 }

@@ -6,7 +6,8 @@
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
-//! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET /mcp/stdio` (a
+//! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
+//! /checkpoint/bundle` and `POST /checkpoint/unbundle` (checkpoints carried to a fork), `GET /mcp/stdio` (a
 //! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/proxy` (a WebSocket
 //! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
 //! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
@@ -175,6 +176,8 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/files", get(files))
         .route("/files/raw", get(transfer::download).put(transfer::upload))
         .route("/archive", get(transfer::archive))
+        .route("/checkpoint/bundle", get(checkpoint::bundle_route))
+        .route("/checkpoint/unbundle", post(checkpoint::unbundle_route))
         .route("/changes", get(changes))
         // An MCP server's open socket is not activity either: its calls come with the
         // agent's steps, which are.

@@ -25,7 +25,7 @@ pub(crate) struct PathQuery {
 }
 
 /// A reader as a body, 64 KiB at a time.
-fn body_of<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R) -> Body {
+pub(crate) fn body_of<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: R) -> Body {
     let chunks = futures::stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         let mut buf = vec![0u8; 64 * 1024];
@@ -86,7 +86,7 @@ pub(crate) async fn upload(State(state): State<AppState>, Query(q): Query<PathQu
         path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
         uuid::Uuid::new_v4()
     ));
-    let written = write_limited(&partial, body).await;
+    let written = write_limited(&partial, body, MAX_UPLOAD).await;
     let size = match written {
         Ok(size) => size,
         Err(e) => {
@@ -99,15 +99,16 @@ pub(crate) async fn upload(State(state): State<AppState>, Query(q): Query<PathQu
     Ok((axum::http::StatusCode::CREATED, Json(serde_json::json!({"path": relative.to_string_lossy(), "size": size}))).into_response())
 }
 
-async fn write_limited(partial: &Path, body: Body) -> Result<u64, ExecutorError> {
+/// Writes `body` to `partial`, refusing more than `limit` bytes.
+pub(crate) async fn write_limited(partial: &Path, body: Body, limit: u64) -> Result<u64, ExecutorError> {
     let mut file = tokio::fs::File::create(partial).await.map_err(|e| ExecutorError::Tool(format!("cannot write here: {e}")))?;
     let mut stream = body.into_data_stream();
     let mut size = 0u64;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| ExecutorError::Tool(format!("the upload broke off: {e}")))?;
         size += chunk.len() as u64;
-        if size > MAX_UPLOAD {
-            return Err(ExecutorError::TooLarge(format!("files over {} MiB cannot be uploaded", MAX_UPLOAD >> 20)));
+        if size > limit {
+            return Err(ExecutorError::TooLarge(format!("files over {} MiB cannot be uploaded", limit >> 20)));
         }
         file.write_all(&chunk).await.map_err(|e| ExecutorError::Tool(format!("cannot write the upload: {e}")))?;
     }

@@ -117,6 +117,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(starts::start_conversation, routes::list_conversations))
         .routes(routes!(routes::count_conversations))
         .routes(routes!(starts::retry_start))
+        .routes(routes!(starts::fork_conversation))
         .routes(routes!(routes::get_conversation, routes::delete, routes::patch_conversation))
         .routes((schemas, paths, send_message.layer(message_limit)))
         .routes(routes!(routes::pause))

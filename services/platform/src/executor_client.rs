@@ -133,6 +133,18 @@ impl ExecutorClient {
         self.send(self.http.post(format!("{}/restore", self.base)).json(&body), Duration::from_secs(120)).await
     }
 
+    /// The checkpoints taken at or before event `seq`, as a git bundle the caller streams on
+    /// (404 `not_found`: none was taken).
+    pub async fn checkpoint_bundle(&self, seq: u64) -> Result<reqwest::Response, ExecutorError> {
+        self.open(self.http.get(format!("{}/checkpoint/bundle?seq={seq}", self.base))).await
+    }
+
+    /// Makes this (new) workspace as the checkpoint at `seq` of the bundle in `body` left it.
+    pub async fn unbundle(&self, seq: u64, body: reqwest::Body) -> Result<halyard_protocol::executor::RestoreResponse, ExecutorError> {
+        let request = self.http.post(format!("{}/checkpoint/unbundle?seq={seq}", self.base)).body(body);
+        self.send(request, Duration::from_secs(3600)).await
+    }
+
     pub async fn changes(&self) -> Result<halyard_protocol::executor::ChangesResponse, ExecutorError> {
         self.send(self.http.get(format!("{}/changes", self.base)), Duration::from_secs(30)).await
     }
@@ -207,5 +219,56 @@ impl ExecutorClient {
             return resp.json().await.map_err(|e| ExecutorError::Unreachable(e.to_string()));
         }
         Err(Self::refusal(resp).await)
+    }
+}
+
+/// The executor of sandbox `sandbox_id`, answering, within `patience`. A record that says
+/// RUNNING may be older than what happened (the supervisor restarting after a crash puts up a
+/// new executor, with new ports, a moment later): it is believed only once its executor answers
+/// its health check. Otherwise the sandbox is asked to resume (paused, crashed, killed or gone:
+/// resume re-provisions on the same workspace) and its record is read again until one answers.
+pub async fn reach(
+    nats: &async_nats::Client,
+    js: &async_nats::jetstream::Context,
+    http: &reqwest::Client,
+    secret: &str,
+    sandbox_id: halyard_protocol::SandboxId,
+    patience: Duration,
+) -> Result<ExecutorClient, String> {
+    use halyard_protocol::command::SandboxCommand;
+    use halyard_protocol::system::{SandboxStatus, SystemRecord};
+    use halyard_protocol::{Envelope, subjects};
+
+    let key = crate::keys::session_key(secret, sandbox_id);
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut resumed = false;
+    loop {
+        let stored = crate::bus::last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
+            .await
+            .map_err(|e| e.to_string())?;
+        let running = match stored {
+            Some((_, Envelope { payload: SystemRecord::Sandbox(u), .. })) if u.status == SandboxStatus::Running => Some(u),
+            _ => None,
+        };
+        if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
+            let exec = ExecutorClient::new(http.clone(), url, key.clone());
+            if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
+                return Ok(exec);
+            }
+        }
+        if !resumed {
+            resumed = true;
+            let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, crate::now_ms());
+            if running.is_none() {
+                let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
+                crate::bus::await_sandbox(nats, js, sandbox_id, Some(resume), patience).await?;
+                continue;
+            }
+            crate::bus::publish(js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err("the sandbox's executor does not answer".into());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }

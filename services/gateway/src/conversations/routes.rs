@@ -115,6 +115,16 @@ pub struct Conversation {
     /// When actions wait for the user's consent: `never`, `always` or `risky`.
     pub confirmation_policy: String,
     pub metrics: Metrics,
+    /// A fork: the conversation and event it was forked from.
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// Where a fork comes from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ForkedFrom {
+    pub conversation_id: String,
+    /// The last of that conversation's events the fork kept.
+    pub at_seq: u64,
 }
 
 /// What the conversation's LLM calls used in all.
@@ -167,6 +177,11 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             cost_usd: (c.metrics.cost_usd * 1e6).round() / 1e6,
             latency_ms: c.metrics.latency_ms,
         },
+        forked_from: c
+            .start_request
+            .as_ref()
+            .and_then(|r| r.fork.as_ref())
+            .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
     }
 }
 
@@ -372,7 +387,7 @@ pub async fn send_message(
 
 /// A conversation whose sandbox was not deleted: the agent could not go on without its
 /// workspace, and the command would wait for a sandbox that will never answer.
-fn require_sandbox(c: &ConversationView) -> Result<(), ApiError> {
+pub(crate) fn require_sandbox(c: &ConversationView) -> Result<(), ApiError> {
     if c.sandbox_status.as_deref() == Some("DELETED") {
         let sandbox = c.sandbox_id.as_deref().unwrap_or_default();
         return Err(ApiError::conflict(
@@ -388,7 +403,7 @@ fn require_sandbox(c: &ConversationView) -> Result<(), ApiError> {
 }
 
 /// A conversation that has finished starting.
-fn require_ready(c: &ConversationView) -> Result<(), ApiError> {
+pub(crate) fn require_ready(c: &ConversationView) -> Result<(), ApiError> {
     require_started(c)?;
     if c.status != "READY" {
         return Err(ApiError::conflict(
@@ -546,12 +561,7 @@ pub async fn restore(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     require_sandbox(&c)?;
-    if body.at_seq == 0 || body.at_seq > c.last_event_seq {
-        return Err(ApiError::bad_request(
-            "invalid_field",
-            format!("`at_seq` must be an event of this conversation, 1 to {}", c.last_event_seq),
-        ));
-    }
+    check_at_seq(&c, body.at_seq)?;
     if matches!(c.execution_status.as_deref(), Some("running" | "waiting_for_confirmation")) {
         return Err(ApiError::conflict(
             "conversation_running",
@@ -560,6 +570,17 @@ pub async fn restore(
     }
     let event_id = agent_command(&state, cid, AgentCommand::Restore { conversation_id: cid, at_seq: body.at_seq }).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { accepted: true, event_id: Some(event_id) })))
+}
+
+/// Refuses an `at_seq` that is no event of the conversation.
+pub(crate) fn check_at_seq(c: &ConversationView, at_seq: u64) -> Result<(), ApiError> {
+    if at_seq == 0 || at_seq > c.last_event_seq {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`at_seq` must be an event of this conversation, 1 to {}", c.last_event_seq),
+        ));
+    }
+    Ok(())
 }
 
 /// A skill of the deployment's.

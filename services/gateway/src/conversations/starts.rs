@@ -1,7 +1,8 @@
-//! Starting a conversation (`POST /conversations`) and trying a failed start again (`POST
-//! /conversations/{id}/retry`). Both become a `ConversationCommand::Start` for the
-//! conversations service; a retry repeats what the failed start asked for, which the
-//! conversation's creation record keeps ([`StartRequest`]).
+//! Starting a conversation (`POST /conversations`), trying a failed start again (`POST
+//! /conversations/{id}/retry`) and forking one at an event (`POST /conversations/{id}/fork`).
+//! Each becomes a `ConversationCommand::Start` for the conversations service; a retry repeats
+//! what the failed start asked for, which the conversation's creation record keeps
+//! ([`StartRequest`]), a fork included.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -13,7 +14,7 @@ use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{ConversationCommand, SandboxCommand};
 use halyard_protocol::event::ConfirmationPolicy;
-use halyard_protocol::system::{Repository, StartRequest};
+use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
 use crate::AppState;
@@ -21,7 +22,9 @@ use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::owned;
 use crate::conversations::routes::StartTask;
-use crate::conversations::routes::{MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_text, task_json};
+use crate::conversations::routes::{
+    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, require_ready, require_sandbox, task_json,
+};
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
 use crate::store::{self, TaskView, rfc3339};
@@ -120,6 +123,7 @@ pub async fn start_conversation(
         confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
         llm_profile: body.llm_profile.or(settings.llm_profile),
         secrets: body.secrets,
+        fork: None,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
     let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
@@ -156,6 +160,64 @@ pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(i
             tracing::warn!(sandbox_id = %old, error = %e, "the failed start's sandbox was not deleted");
         }
     }
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// A fork of a conversation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ForkConversation)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    /// The last event the fork keeps (1 to the conversation's `last_event_seq`).
+    #[schema(minimum = 1)]
+    pub at_seq: u64,
+    /// A message to the fork's agent (it waits for one if absent).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The fork's title (the conversation's, marked as a fork, if absent).
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// Forks a conversation at one of its events: a new conversation of the same user whose log is
+/// this one's up to `at_seq` (after its own `conversation_started`, which names its source) and
+/// whose workspace is this one's checkpoint at that event, in a sandbox of its own, started as
+/// this one was (repository, limits, profile, secrets). It runs like any other; this one is not
+/// touched. Answers 202 with the fork's start task.
+#[utoipa::path(post, path = "/conversations/{id}/fork", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = ForkBody, responses((status = 202, body = StartTask), Refusals, BodyRefusals, Conflict))]
+pub async fn fork_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ForkBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (source, view) = owned(&state, &user, &id)?;
+    require_ready(&view)?;
+    require_sandbox(&view)?;
+    check_at_seq(&view, body.at_seq)?;
+    if let Some(m) = &body.message {
+        check_text("message", m, MAX_MESSAGE_CHARS)?;
+    }
+    if let Some(t) = &body.title {
+        check_text("title", t, MAX_TITLE_CHARS)?;
+        crate::common::check_label("title", t)?;
+    }
+    let Some(sandbox_id) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) else {
+        return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; fork it once it is READY"));
+    };
+    let mut request = view.start_request.clone().unwrap_or_default();
+    request.message = body.message;
+    request.fork = Some(ForkSource { conversation_id: source, sandbox_id, at_seq: body.at_seq });
+    let title = body.title.unwrap_or_else(|| {
+        let base = view.title.clone().unwrap_or_else(|| "Conversation".into());
+        let base: String = base.chars().take(MAX_TITLE_CHARS.saturating_sub(7)).collect();
+        format!("{base} (fork)")
+    });
+    let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
+    let start = Start { conversation_id: ConversationId::new(), title: Some(title), repository, request };
+    let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
+    tracing::info!(%source, fork = %task.conversation_id, at_seq = body.at_seq, "conversation forked");
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
 }
 
@@ -203,6 +265,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         confirmation_policy: request.confirmation_policy,
         llm_profile: request.llm_profile,
         secrets: request.secrets,
+        fork: request.fork,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());
