@@ -151,6 +151,7 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
 
     // Checkpoints live in the workspace's volume: they outlast the container. Back to how the
     // conversation started (the clone, before any action): the agent's notes are gone.
+    let before_restore = events.last().unwrap()["seq"].as_u64().unwrap();
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": 1})).await;
     assert_eq!(s, 202);
     let events = api.wait_events(&conv, "the restore", |ev| ev.iter().any(|e| e["kind"] == "workspace_restored")).await;
@@ -158,6 +159,20 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert_eq!(api.get(&format!("/api/v1/conversations/{conv}/files?path=notes.txt")).await.0, 404);
     let (_, readme) = api.get(&format!("/api/v1/conversations/{conv}/files?path=README.md")).await;
     assert_eq!(readme["content"], "the docker app\n");
+
+    // A fork from before that restore: a container of its own, cloned through the git proxy,
+    // with the notes as they were then (carried from the first container's checkpoints).
+    let (s, task) = api.post(&format!("/api/v1/conversations/{conv}/fork"), json!({"at_seq": before_restore})).await;
+    assert_eq!(s, 202, "{task}");
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
+    let fork = task["conversation_id"].as_str().unwrap().to_owned();
+    let (_, notes) = api.get(&format!("/api/v1/conversations/{fork}/files?path=notes.txt")).await;
+    assert_eq!(notes["content"], "kept\n", "{notes}");
+    assert_eq!(api.get(&format!("/api/v1/conversations/{conv}/files?path=notes.txt")).await.0, 404, "the source is as it was");
+    let fork_sandbox = task["sandbox_id"].as_str().unwrap();
+    assert_ne!(container_of(&h, fork_sandbox), c2);
+    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{fork}"), None).await;
+    assert_eq!(s, 202);
 
     // Deleting the conversation deletes its container and its volume.
     let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;

@@ -203,8 +203,13 @@ async fn the_readme_walk_through_works_as_written() {
     assert!(said.contains("hello.py prints hello."), "the events show the agent's answer:\n{said}");
     assert!(said.contains("\"kind\":\"observation\""), "websocat showed the events:\n{said}");
     assert!(said.contains("I wrote hello.py"), "the question was answered:\n{said}");
-    let conv = said.lines().find_map(|l| l.split("\"conversation_id\":\"").nth(1)).map(|r| r[..36].to_owned()).unwrap();
-    assert_eq!(h.api(ALICE).get(&format!("/api/v1/conversations/{conv}")).await.0, 404, "the walk ends by deleting it");
+    // It forks the conversation, goes on with the fork, and ends by deleting that.
+    let convs: Vec<String> = said.lines().filter_map(|l| l.split("\"conversation_id\":\"").nth(1)).map(|r| r[..36].to_owned()).collect();
+    let (first, last) = (convs.first().unwrap(), convs.last().unwrap());
+    assert_ne!(first, last, "the walk forked the conversation:\n{said}");
+    let (_, fork) = h.api(ALICE).get(&format!("/api/v1/conversations/{first}")).await;
+    assert_eq!(fork["id"].as_str(), Some(first.as_str()), "the source is still there: {fork}");
+    assert_eq!(h.api(ALICE).get(&format!("/api/v1/conversations/{last}")).await.0, 404, "the walk ends by deleting the fork");
 
     let said = tokio::task::spawn_blocking({
         let (http, dir) = (h.http.clone(), dir.path().to_owned());

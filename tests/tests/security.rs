@@ -417,7 +417,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
                 ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
                 ("post", p) if p.ends_with("/reject") => Some(json!({"reason": "bob says no"})),
-                ("post", p) if p.ends_with("/restore") => Some(json!({"at_seq": 1})),
+                ("post", p) if p.ends_with("/restore") || p.ends_with("/fork") => Some(json!({"at_seq": 1})),
                 ("put", p) if p.ends_with("/confirmation-policy") => Some(json!({"policy": "never"})),
                 ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
                 ("patch", p) if p.starts_with("/api/v1/conversations/") => Some(json!({"title": "Bob's now"})),

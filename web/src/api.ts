@@ -87,6 +87,8 @@ export const api = {
     call<StartTask>("POST", "/conversations", body),
   task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
   retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),
+  fork: (id: string, atSeq: number) => call<StartTask>("POST", `/conversations/${id}/fork`, { at_seq: atSeq }),
+  restore: (id: string, atSeq: number) => call<unknown>("POST", `/conversations/${id}/restore`, { at_seq: atSeq }),
   rename: (id: string, title: string) => call<Conversation>("PATCH", `/conversations/${id}`, { title }),
   remove: (id: string) => call<void>("DELETE", `/conversations/${id}`),
   send: (id: string, text: string, images: ImageData[] = []) =>

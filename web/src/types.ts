@@ -30,6 +30,8 @@ export interface Conversation {
   updated_at: string;
   last_event_seq?: number;
   metrics?: { llm_calls?: number; prompt_tokens?: number; completion_tokens?: number; cost_usd?: number };
+  /** A fork: the conversation and event it was forked from. */
+  forked_from?: { conversation_id: string; at_seq: number };
 }
 
 export interface ConversationPage {

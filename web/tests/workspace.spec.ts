@@ -479,3 +479,33 @@ test("12. a share link opens live with no account, writes nothing, and is revoke
   await expect(view.getByRole("alert")).toContainText("revoked");
   await stranger.close();
 });
+
+test("13. fork from any event of the timeline: the log up to there, the files as they were, the original untouched", async ({ page }) => {
+  await signIn(page, ALICE);
+  const id = await start(page, "write two drafts");
+  await expect(page.getByText("Wrote two drafts.")).toBeVisible({ timeout: 30_000 });
+  const first = page.locator(".row").filter({ has: page.getByTestId("command-card").filter({ hasText: "echo first" }) });
+  await first.hover();
+  await first.getByRole("button", { name: "Fork from here" }).click();
+
+  // The fork's own page: it says where it comes from and shows the log up to that action.
+  await expect(page).not.toHaveURL(new RegExp(id));
+  const fork = page.url().match(/\/c\/([0-9a-f-]{36})/)![1];
+  await expect(page.locator(".forked-from")).toContainText("Forked from");
+  // Named as its source, marked as a fork (the source's generated title, copied, is the source's).
+  await expect(page.locator(".conv-head")).toContainText("write two drafts (fork)");
+  await expect(page.locator(".forked-from").getByRole("link")).toHaveAttribute("href", `/c/${id}`);
+  await expect(page.getByTestId("command-card").filter({ hasText: "first-draft" })).toBeVisible({ timeout: 30_000 });
+  await expect(page.locator(".msg.user").first()).toContainText("write two drafts");
+  await expect(page.getByTestId("command-card").filter({ hasText: "echo second" })).toHaveCount(0);
+  await expect(status(page)).toContainText("idle");
+  await shot(page, "forked");
+
+  // Its workspace is as it was after that action; the original's is as the run left it.
+  const read = async (conv: string) => (await (await page.request.get(`/api/v1/conversations/${conv}/files?path=draft.txt`)).json()).content;
+  expect(await read(fork)).toBe("first\n");
+  expect(await read(id)).toBe("second\n");
+  await page.locator(".forked-from").getByRole("link").click();
+  await expect(page).toHaveURL(new RegExp(`/c/${id}`));
+  await expect(page.getByTestId("command-card").filter({ hasText: "echo second" })).toBeVisible();
+});

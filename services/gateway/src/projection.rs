@@ -147,9 +147,14 @@ impl Pending<'_> {
                     view.execution_reason.clone_from(reason);
                 }
                 EventBody::AgentError { code, message } => view.agent_error = Some(format!("{message} ({code})")),
-                EventBody::ConversationStarted { confirmation_policy: policy, .. } | EventBody::ConfirmationPolicy { policy } => {
-                    view.confirmation_policy = policy.as_str().to_owned()
+                EventBody::ConversationStarted { confirmation_policy: policy, forked_from, .. } => {
+                    view.confirmation_policy = policy.as_str().to_owned();
+                    // (Its creation record says so too; this one cannot arrive after the copies.)
+                    if let Some(f) = forked_from {
+                        view.start_request.get_or_insert_default().fork.get_or_insert_with(|| f.clone());
+                    }
                 }
+                EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
                 EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
                     m.llm_calls += 1;
@@ -160,9 +165,11 @@ impl Pending<'_> {
                     m.cost_usd += cost_usd.unwrap_or(0.0);
                 }
                 EventBody::Title { title, set_by } => {
-                    // A user's title wins over a generated one, whichever came first.
+                    // A user's title wins over a generated one, whichever came first; a fork's
+                    // copies of its source's titles were the source's.
                     let user = *set_by == halyard_protocol::event::TitleSource::User;
-                    if user || view.title_set_by.as_deref() != Some("user") {
+                    let copied = view.start_request.as_ref().and_then(|r| r.fork.as_ref()).is_some_and(|f| ev.seq <= f.at_seq);
+                    if !copied && (user || view.title_set_by.as_deref() != Some("user")) {
                         view.title = Some(title.clone());
                         view.title_set_by = Some(if user { "user" } else { "generated" }.into());
                     }

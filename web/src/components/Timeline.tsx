@@ -239,7 +239,31 @@ const Row = memo(function Row({ item }: { item: Item }) {
   }
 });
 
-export function Timeline({ events }: { events: HalyardEvent[] }) {
+/** What a reader can do at one event of their own conversation (absent: a read-only view). */
+export interface AtActions {
+  /** A new conversation with the log up to `seq` and the workspace as it was then. */
+  fork: (seq: number) => void;
+  /** The workspace put back as it was at `seq`. */
+  restore: (seq: number) => void;
+}
+
+/** The event an item's workspace state follows: an action's result, else the item itself. */
+const atSeq = (item: Item) => (item.type === "action" && item.observation ? item.observation.seq : item.seq);
+
+function AtMenu({ seq, at }: { seq: number; at: AtActions }) {
+  return (
+    <div className="at-actions">
+      <button className="link small" onClick={() => at.fork(seq)} title={`A new conversation as this one was at event ${seq}`}>
+        Fork from here
+      </button>
+      <button className="link small" onClick={() => at.restore(seq)} title={`Put the workspace's files back as they were at event ${seq}`}>
+        Restore files to here
+      </button>
+    </div>
+  );
+}
+
+export function Timeline({ events, at }: { events: HalyardEvent[]; at?: AtActions }) {
   const items = useMemo(() => toItems(events), [events]);
   const parent = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
@@ -278,6 +302,7 @@ export function Timeline({ events }: { events: HalyardEvent[] }) {
             style={{ position: "absolute", top: 0, left: 0, width: "100%", transform: `translateY(${v.start}px)` }}
           >
             <Row item={items[v.index]} />
+            {at && <AtMenu seq={atSeq(items[v.index])} at={at} />}
           </div>
         ))}
       </div>

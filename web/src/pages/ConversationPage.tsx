@@ -4,10 +4,11 @@
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { api, errorText } from "../api";
+import { Link, navigate } from "../router";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask } from "../types";
-import { Timeline } from "../components/Timeline";
+import { Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
@@ -91,8 +92,11 @@ export function ConversationPage({ id }: { id: string }) {
     }
     return conv?.execution_status;
   }, [events, conv]);
+  // The newest title event, unless it is a fork's copy of its source's (the fork's own title is
+  // on its record).
   const title = useMemo(() => {
-    for (let i = events.length - 1; i >= 0; i--) {
+    const copied = conv?.forked_from?.at_seq ?? 0;
+    for (let i = events.length - 1; i >= 0 && events[i].seq > copied; i--) {
       const e = events[i];
       if (e.kind === "title") return e.title;
     }
@@ -129,6 +133,16 @@ export function ConversationPage({ id }: { id: string }) {
       setTask(k);
       setConv(await api.conversation(id));
     });
+  // At any event of the timeline: a fork (the page goes to it, following its start), or the
+  // files put back (recorded in the log; another restore undoes it).
+  const at: AtActions = {
+    fork: (seq) =>
+      act(async () => {
+        const k = await api.fork(id, seq);
+        navigate(`/c/${k.conversation_id}?task=${k.id}`);
+      }),
+    restore: (seq) => act(() => api.restore(id, seq)),
+  };
   const onTabKey = (e: KeyboardEvent) => {
     const i = TABS.indexOf(tab);
     if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
@@ -180,6 +194,11 @@ export function ConversationPage({ id }: { id: string }) {
           <ShareControl id={id} />
         </div>
       </div>
+      {conv?.forked_from && (
+        <p className="muted small forked-from">
+          Forked from <Link href={`/c/${conv.forked_from.conversation_id}`}>a conversation</Link> at event {conv.forked_from.at_seq}.
+        </p>
+      )}
       <ErrorText error={actionError} />
 
       {(starting || failed) && <Phases task={task} conv={conv} onRetry={retry} />}
@@ -204,7 +223,7 @@ export function ConversationPage({ id }: { id: string }) {
           <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="panel">
             {tab === "Chat" && (
               <>
-                <EventFilter id={id} events={events} lastSeq={lastSeq} />
+                <EventFilter id={id} events={events} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
                 {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
                 <Composer id={id} />
               </>
@@ -430,7 +449,7 @@ const KINDS = [
 
 /** The timeline, or, while a filter is set, the events the server finds for it
  * (`GET .../events?q=&kind=` and `.../events/count`), searched again as new events arrive. */
-function EventFilter({ id, events, lastSeq }: { id: string; events: HalyardEvent[]; lastSeq: number }) {
+function EventFilter({ id, events, lastSeq, at }: { id: string; events: HalyardEvent[]; lastSeq: number; at?: AtActions }) {
   const [text, setText] = useState("");
   const [words, setWords] = useState("");
   const [kind, setKind] = useState("");
@@ -471,7 +490,7 @@ function EventFilter({ id, events, lastSeq }: { id: string; events: HalyardEvent
         )}
       </div>
       <ErrorText error={error} />
-      <Timeline events={filtering ? (found?.items ?? []) : events} />
+      <Timeline events={filtering ? (found?.items ?? []) : events} at={at} />
     </>
   );
 }
