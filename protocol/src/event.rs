@@ -93,6 +93,38 @@ impl SkillKind {
     }
 }
 
+/// One task of the agent's plan (OpenHands' `task_tracker` item).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskItem {
+    pub title: String,
+    #[serde(default)]
+    pub notes: String,
+    #[serde(default)]
+    pub status: TaskStatus,
+}
+
+/// Where a task of the plan stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum TaskStatus {
+    #[default]
+    Todo,
+    InProgress,
+    Done,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Todo => "todo",
+            Self::InProgress => "in_progress",
+            Self::Done => "done",
+        }
+    }
+}
+
 /// A skill the conversation has.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ConversationSkill))]
@@ -318,6 +350,9 @@ pub enum EventBody {
     /// The owner put the workspace back as it was at event `at_seq`: the newest checkpoint at or
     /// before it, taken after event `checkpoint_seq`. Files changed since are as they were then.
     WorkspaceRestored { at_seq: u64, checkpoint_seq: u64 },
+    /// The agent's plan, whole, as its `task_tracker` tool set it last (it replaces the one
+    /// before).
+    TaskList { items: Vec<TaskItem> },
 }
 
 impl EventBody {
@@ -341,6 +376,7 @@ impl EventBody {
             Self::McpServers { .. } => "mcp_servers",
             Self::TerminalOpened { .. } => "terminal_opened",
             Self::WorkspaceRestored { .. } => "workspace_restored",
+            Self::TaskList { .. } => "task_list",
         }
     }
 }

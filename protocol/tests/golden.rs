@@ -9,7 +9,7 @@ use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccoun
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
     Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
-    SkillKind, TitleSource,
+    SkillKind, TaskItem, TaskStatus, TitleSource,
 };
 use halyard_protocol::system::{
     ExposedUrl, ForkSource, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus,
@@ -194,6 +194,19 @@ fn events_are_stable() {
         ("event_skill_activated", event(16, EventBody::SkillActivated { name: "docker".into(), trigger: "docker".into() })),
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
+        (
+            "event_task_list",
+            event(
+                20,
+                EventBody::TaskList {
+                    items: vec![
+                        TaskItem { title: "Read the failing test".into(), notes: String::new(), status: TaskStatus::Done },
+                        TaskItem { title: "Fix the parser".into(), notes: "src/parse.rs".into(), status: TaskStatus::InProgress },
+                        TaskItem { title: "Run the suite".into(), notes: String::new(), status: TaskStatus::Todo },
+                    ],
+                },
+            ),
+        ),
         ("event_workspace_restored", event(20, EventBody::WorkspaceRestored { at_seq: 7, checkpoint_seq: 6 })),
         (
             "event_mcp_servers",

@@ -70,6 +70,25 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("Ticked six times."),
         };
     }
+    if text.contains("in steps") {
+        let plan = |first: &str, second: &str| {
+            Reply::tool(
+                "task_tracker",
+                json!({"command": "plan", "task_list": [
+                    {"title": "Look around", "notes": "list the files", "status": first},
+                    {"title": "Write the report", "status": second}
+                ]}),
+            )
+        };
+        return match step {
+            0 => plan("in_progress", "todo"),
+            1 => terminal("sleep 1.5; ls -a"),
+            2 => plan("done", "in_progress"),
+            3 => terminal("sleep 1.5; echo report > report.txt"),
+            4 => plan("done", "done"),
+            _ => Reply::finish("Done in steps."),
+        };
+    }
     if text.contains("drafts") {
         return match step {
             0 => terminal("echo first > draft.txt && echo first-draft"),
@@ -249,7 +268,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 13, env).await;
+    playwright(h, "tests/workspace.spec.ts", 14, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

@@ -10,6 +10,13 @@ export interface Repository {
   branch?: string;
 }
 
+/** One task of the agent's plan. */
+export interface TaskItem {
+  title: string;
+  notes: string;
+  status: "todo" | "in_progress" | "done";
+}
+
 export interface Conversation {
   id: string;
   title?: string;
@@ -162,6 +169,7 @@ export type HalyardEvent = EventBase &
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
     | { kind: "terminal_opened"; by: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
+    | { kind: "task_list"; items: TaskItem[] }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;

@@ -351,6 +351,8 @@ test("7. narrow, dark, keyboard only", async ({ page }) => {
   await expect(page.getByRole("tab", { name: "Chat" })).toHaveAttribute("aria-selected", "true");
   await page.getByRole("tab", { name: "Chat" }).focus();
   await page.keyboard.press("ArrowRight");
+  await expect(page.getByRole("tab", { name: "Plan" })).toHaveAttribute("aria-selected", "true");
+  await page.keyboard.press("ArrowRight");
   await expect(page.getByRole("tab", { name: "Terminal", exact: true })).toHaveAttribute("aria-selected", "true");
   await page.keyboard.press("ArrowRight");
   await expect(page.getByRole("tab", { name: "Commands" })).toHaveAttribute("aria-selected", "true");
@@ -508,4 +510,23 @@ test("13. fork from any event of the timeline: the log up to there, the files as
   await page.locator(".forked-from").getByRole("link").click();
   await expect(page).toHaveURL(new RegExp(`/c/${id}`));
   await expect(page.getByTestId("command-card").filter({ hasText: "echo second" })).toBeVisible();
+});
+
+test("14. the Plan tab shows the agent's plan as it changes", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "work in steps");
+  await page.getByRole("tab", { name: "Plan" }).click();
+  const tasks = page.getByTestId("plan-task");
+  // Live: first one task in progress, then the next, then both done.
+  await expect(tasks).toHaveCount(2, { timeout: 30_000 });
+  await expect(tasks.nth(0)).toContainText("Look around");
+  await expect(tasks.nth(0)).toContainText("list the files");
+  await expect(tasks.nth(1)).toContainText("Write the report");
+  await expect(tasks.nth(1)).toContainText("in progress", { timeout: 30_000 });
+  await expect(tasks.nth(0)).toContainText("done");
+  await shot(page, "plan");
+  await expect(page.getByTestId("plan-progress")).toHaveText("2 of 2 done", { timeout: 30_000 });
+  await page.getByRole("tab", { name: "Chat" }).click();
+  await expect(page.getByText("Done in steps.")).toBeVisible();
+  await expect(page.getByText("Plan updated: 2 of 2 tasks done.")).toBeVisible();
 });

@@ -138,6 +138,10 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::LlmProfile { model, .. } => format!("LLM SWITCHED to {model}"),
             EventBody::WorkspaceRestored { at_seq, .. } => format!("WORKSPACE RESTORED to how it was at event {at_seq}"),
+            EventBody::TaskList { items } => {
+                let tasks: Vec<String> = items.iter().map(|t| format!("[{}] {}", t.status.as_str(), t.title)).collect();
+                format!("PLAN: {}", tasks.join("; "))
+            }
             EventBody::McpServers { servers } => {
                 let each: Vec<String> = servers
                     .iter()

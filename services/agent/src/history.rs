@@ -109,6 +109,8 @@ pub struct History {
     pub mcp_servers: Option<Vec<halyard_protocol::event::McpServerStatus>>,
     /// Actions of the latest LLM answer still without a result.
     pub pending: Vec<Pending>,
+    /// The agent's plan, as its last `task_list` event holds it.
+    pub tasks: Vec<halyard_protocol::event::TaskItem>,
 }
 
 impl History {
@@ -249,6 +251,8 @@ impl History {
                 );
                 self.push(ChatMessage::text("user", text), ev.seq)
             }
+            // The model saw the plan in its tool's result already.
+            EventBody::TaskList { items } => self.tasks.clone_from(items),
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }
     }

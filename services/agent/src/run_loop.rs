@@ -504,6 +504,7 @@ impl Run {
                 }
                 Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
                 Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
+                Ok(args) if name == "task_tracker" => self.track(&args).await,
                 Ok(args) => {
                     let started = std::time::Instant::now();
                     let timeout = self.ctx.config.agent.command_timeout_secs;
@@ -549,7 +550,7 @@ impl Run {
                         observation: content.clone(),
                         is_error: is_error || exit_code.is_some_and(|c| c != 0),
                     });
-                    let changes_nothing = name == "load_skill";
+                    let changes_nothing = matches!(name.as_str(), "load_skill" | "task_tracker" | "think");
                     let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
                     let Some(seq) = self.append_seq(EventSource::Environment, body).await else {
                         return Some(RunOutcome::Failed);
@@ -581,6 +582,18 @@ impl Run {
             return Some(self.interrupted().await);
         }
         None
+    }
+
+    /// `task_tracker`: a new plan is recorded (a `task_list` event, before the tool's result)
+    /// as the conversation's state.
+    async fn track(&self, args: &serde_json::Value) -> ToolOutcome {
+        let current = self.log.lock().await.history.tasks.clone();
+        let (outcome, plan) = tools::task_tracker(&current, args);
+        if let Some(items) = plan {
+            // A log that cannot take it fails the run at the observation's append.
+            self.append(EventSource::Agent, EventBody::TaskList { items }).await;
+        }
+        outcome
     }
 
     /// Condenses the history if the next prompt would pass the model's budget (`force`: the

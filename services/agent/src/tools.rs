@@ -1,8 +1,9 @@
 //! The agent's tools, named and shaped as OpenHands names them (`terminal`, `file_editor`,
-//! `think`, `finish`), so models and prompts tuned for OpenHands carry over; and `load_skill`,
-//! which reads a folder skill's instructions when the conversation has any.
+//! `think`, `finish`, `task_tracker`), so models and prompts tuned for OpenHands carry over; and
+//! `load_skill`, which reads a folder skill's instructions when the conversation has any.
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
+use halyard_protocol::event::TaskItem;
 use halyard_protocol::executor::{EditRequest, ExecRequest};
 use serde_json::{Value, json};
 
@@ -45,6 +46,18 @@ pub fn specs(with_load_skill: bool) -> Vec<Value> {
             "name": "think",
             "description": "Think about something without acting. Use it to plan or reason about results; it changes nothing.",
             "parameters": {"type": "object", "properties": {"thought": {"type": "string"}}, "required": ["thought"]}
+        }}),
+        json!({"type": "function", "function": {
+            "name": "task_tracker",
+            "description": "Keep the plan of the task as a list the user watches. `view` shows it; `plan` replaces it with `task_list`, whole: every task in order, each with its status. Plan work of several steps before you start it, keep one task `in_progress` at a time, and mark each `done` as soon as it is.",
+            "parameters": {"type": "object", "properties": {
+                "command": {"type": "string", "enum": ["view", "plan"]},
+                "task_list": {"type": "array", "description": "The whole plan, for `plan`.", "items": {"type": "object", "properties": {
+                    "title": {"type": "string", "description": "What the task is, briefly."},
+                    "notes": {"type": "string", "description": "Details, or what was found."},
+                    "status": {"type": "string", "enum": ["todo", "in_progress", "done"]}
+                }, "required": ["title"]}}
+            }, "required": ["command"]}
         }}),
         json!({"type": "function", "function": {
             "name": "finish",
@@ -114,6 +127,76 @@ pub fn load_skill(skills: &[halyard_protocol::event::Skill], args: &Value) -> To
     }
 }
 
+/// Most tasks a plan may hold, and the longest title and notes of one.
+const MAX_TASKS: usize = 100;
+const MAX_TASK_TITLE: usize = 500;
+const MAX_TASK_NOTES: usize = 4000;
+
+/// The plan as the model reads it: one task a line, its notes indented under it.
+fn render_plan(items: &[TaskItem]) -> String {
+    let mut out = String::new();
+    for (i, t) in items.iter().enumerate() {
+        out.push_str(&format!("{}. [{}] {}\n", i + 1, t.status.as_str(), t.title));
+        for line in t.notes.lines() {
+            out.push_str(&format!("   {line}\n"));
+        }
+    }
+    out
+}
+
+/// `task_tracker`: the plan shown (`view`) or replaced (`plan`, which also answers the plan to
+/// record).
+pub fn task_tracker(current: &[TaskItem], args: &Value) -> (ToolOutcome, Option<Vec<TaskItem>>) {
+    let observe = |content: String| ToolOutcome::Observation { content, exit_code: None, is_error: false };
+    match str_arg(args, "command").as_deref() {
+        Some("view") if current.is_empty() => (observe("There is no plan yet. Make one with `plan` and a `task_list`.".into()), None),
+        Some("view") => (observe(format!("The plan:\n{}", render_plan(current))), None),
+        Some("plan") => {
+            let list = match args.get("task_list") {
+                Some(list @ Value::Array(_)) => list.clone(),
+                // Some models send the list as a JSON string.
+                Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                    Ok(list @ Value::Array(_)) => list,
+                    _ => return (error("`task_list` must be a list of tasks, each {\"title\", \"notes\", \"status\"}."), None),
+                },
+                _ => return (error("`plan` needs `task_list`: the whole plan, a list of {\"title\", \"notes\", \"status\"}."), None),
+            };
+            let items: Vec<TaskItem> = match serde_json::from_value(list) {
+                Ok(items) => items,
+                Err(e) => {
+                    return (
+                        error(format!(
+                            "`task_list` is not a list of tasks ({e}): each is {{\"title\", \"notes\", \"status\"}}, the status `todo`, `in_progress` or `done`."
+                        )),
+                        None,
+                    );
+                }
+            };
+            if items.len() > MAX_TASKS {
+                return (error(format!("A plan holds at most {MAX_TASKS} tasks; group them.")), None);
+            }
+            if let Some(t) =
+                items.iter().find(|t| t.title.trim().is_empty() || t.title.len() > MAX_TASK_TITLE || t.notes.len() > MAX_TASK_NOTES)
+            {
+                let what = if t.title.trim().is_empty() { "has no title".to_owned() } else { "is too long".to_owned() };
+                return (
+                    error(format!(
+                        "A task {what}: each needs a title of up to {MAX_TASK_TITLE} bytes, and notes of up to {MAX_TASK_NOTES}."
+                    )),
+                    None,
+                );
+            }
+            let content = if items.is_empty() {
+                "The plan is empty now.".to_owned()
+            } else {
+                format!("The plan has {} task{} now:\n{}", items.len(), if items.len() == 1 { "" } else { "s" }, render_plan(&items))
+            };
+            (observe(content), Some(items))
+        }
+        _ => (error("`command` must be `view` or `plan`."), None),
+    }
+}
+
 /// Executes one tool call in the sandbox.
 /// `env`: exported into the shell before a command (the owner's secrets).
 pub async fn execute(
@@ -178,7 +261,7 @@ pub async fn execute(
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
         other => error(format!(
-            "Unknown tool `{other}`. The tools are: terminal, file_editor, think, finish, and load_skill when skills are offered."
+            "Unknown tool `{other}`. The tools are: terminal, file_editor, think, task_tracker, finish, and load_skill when skills are offered."
         )),
     }
 }
@@ -196,6 +279,42 @@ mod tests {
         assert!(bool_arg(&json!({"is_input": "true"}), "is_input"));
         assert!(!bool_arg(&json!({"is_input": "false"}), "is_input"));
         let names: Vec<String> = specs(false).iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect();
-        assert_eq!(names, ["terminal", "file_editor", "think", "finish"]);
+        assert_eq!(names, ["terminal", "file_editor", "think", "task_tracker", "finish"]);
+    }
+
+    #[test]
+    fn the_task_tracker_shows_and_replaces_the_plan() {
+        let (seen, none) = task_tracker(&[], &json!({"command": "view"}));
+        assert!(
+            none.is_none() && matches!(seen, ToolOutcome::Observation { ref content, is_error: false, .. } if content.contains("no plan"))
+        );
+        let args = json!({"command": "plan", "task_list": [
+            {"title": "Read the code", "status": "done"},
+            {"title": "Fix it", "notes": "in parse.rs", "status": "in_progress"},
+            {"title": "Test it"}
+        ]});
+        let (said, plan) = task_tracker(&[], &args);
+        let plan = plan.unwrap();
+        assert_eq!(plan[2].status, halyard_protocol::event::TaskStatus::Todo, "a task without a status is to do");
+        match said {
+            ToolOutcome::Observation { content, is_error: false, .. } => {
+                assert!(content.contains("3 tasks") && content.contains("2. [in_progress] Fix it\n   in parse.rs"), "{content}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The list as a JSON string is taken too; a wrong status is refused in words.
+        let text = json!({"command": "plan", "task_list": "[{\"title\": \"One\"}]"});
+        assert_eq!(task_tracker(&plan, &text).1.unwrap().len(), 1);
+        let (bad, none) = task_tracker(&plan, &json!({"command": "plan", "task_list": [{"title": "x", "status": "later"}]}));
+        assert!(
+            none.is_none()
+                && matches!(bad, ToolOutcome::Observation { ref content, is_error: true, .. } if content.contains("in_progress"))
+        );
+        let (bad, none) = task_tracker(&plan, &json!({"command": "plan", "task_list": [{"title": " "}]}));
+        assert!(
+            none.is_none() && matches!(bad, ToolOutcome::Observation { ref content, is_error: true, .. } if content.contains("no title"))
+        );
+        let (bad, _) = task_tracker(&plan, &json!({"command": "erase"}));
+        assert!(matches!(bad, ToolOutcome::Observation { is_error: true, .. }));
     }
 }

@@ -29,7 +29,7 @@ pub mod workspace;
 
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
-use conversations::{export, routes, share, starts, ws};
+use conversations::{export, plan, routes, share, starts, ws};
 use settings::{defaults, git_providers, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
 
@@ -129,6 +129,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(routes::set_confirmation_policy))
         .routes(routes!(routes::set_llm_profile))
         .routes(routes!(routes::restore))
+        .routes(routes!(plan::get_tasks))
         .routes(routes!(defaults::get_settings, defaults::put_settings))
         .routes(routes!(defaults::list_profiles))
         .routes(routes!(defaults::get_profile, defaults::put_profile, defaults::delete_profile))

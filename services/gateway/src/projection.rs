@@ -155,6 +155,7 @@ impl Pending<'_> {
                     }
                 }
                 EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
+                EventBody::TaskList { items } => view.tasks.clone_from(items),
                 EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
                     m.llm_calls += 1;

@@ -67,6 +67,9 @@ pub struct ConversationView {
     /// What the start asked for, to try a failed start again.
     #[serde(default)]
     pub start_request: Option<halyard_protocol::system::StartRequest>,
+    /// The agent's plan, as its last `task_list` event holds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<halyard_protocol::event::TaskItem>,
 }
 
 fn never() -> String {

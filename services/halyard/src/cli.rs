@@ -83,7 +83,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         conn: Conn,
     },
-    /// One conversation: status, sandbox, totals.
+    /// One conversation: status, sandbox, totals, and the agent's plan.
     Show {
         /// The conversation's id, or a prefix only it has.
         conversation: String,
@@ -248,6 +248,10 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             );
             if let Some(detail) = v["error_detail"].as_str() {
                 println!("error: {detail}");
+            }
+            let tasks = c.get(&format!("/conversations/{conversation}/tasks")).await?;
+            if tasks["items"].as_array().is_some_and(|t| !t.is_empty()) {
+                println!("{}", render::plan(&Style::detect(false), &tasks["items"]));
             }
             Ok(0)
         }

@@ -78,7 +78,8 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
                 "file_editor" if args["command"] == "view" => style.paint("36", &format!("view {}", args["path"].as_str().unwrap_or("?"))),
                 "file_editor" => edit_diff(style, args),
                 "think" => style.paint("2", &format!("(thinking) {}", args["thought"].as_str().unwrap_or_default())),
-                "finish" => return None,
+                // The plan it sets is shown from its `task_list` event.
+                "finish" | "task_tracker" => return None,
                 other => style.paint("36", &format!("{other} {args}")),
             };
             match ev["thought"].as_str() {
@@ -88,6 +89,7 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         }
         "observation" => match s("tool") {
             "think" | "finish" => return None,
+            "task_tracker" if ev["is_error"] != true => return None,
             "file_editor" if ev["is_error"] != true => style.paint("2", &indent(&abridge(s("content"), 8))),
             _ => {
                 let text = indent(&abridge(s("content"), MAX_OUTPUT_LINES));
@@ -104,8 +106,28 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         "skill_activated" => style.paint("2", &format!("[skill {} activated by “{}”]", s("name"), s("trigger"))),
         "confirmation_policy" => style.paint("2", &format!("[confirmation policy: {}]", s("policy"))),
         "conversation_started" => style.paint("2", &format!("[started in {} with {}]", s("workspace"), s("model"))),
+        "task_list" => plan(style, &ev["items"]),
         _ => return None,
     })
+}
+
+/// The agent's plan (a `task_list`'s `items`), a task a line: `[x]` done, `[~]` in progress.
+pub fn plan(style: &Style, items: &Value) -> String {
+    let items = items.as_array().map(Vec::as_slice).unwrap_or_default();
+    let done = items.iter().filter(|t| t["status"] == "done").count();
+    let mut out = style.paint("1", &format!("plan ({done} of {} done)", items.len()));
+    for t in items {
+        let mark = match t["status"].as_str() {
+            Some("done") => "[x]",
+            Some("in_progress") => "[~]",
+            _ => "[ ]",
+        };
+        out.push_str(&format!("\n  {mark} {}", t["title"].as_str().unwrap_or_default()));
+        if let Some(notes) = t["notes"].as_str().filter(|n| !n.is_empty()) {
+            out.push_str(&style.paint("2", &format!("\n      {}", notes.replace('\n', "\n      "))));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -124,6 +146,8 @@ mod tests {
         let out = event(&plain, &json!({"kind": "observation", "tool": "terminal", "content": long})).unwrap();
         assert!(out.contains("... 60 more lines ...") && out.contains("  line 99"), "{out}");
         assert!(event(&plain, &json!({"kind": "llm_call"})).is_none());
+        let plan = json!({"kind": "task_list", "items": [{"title": "Read", "notes": "", "status": "done"}, {"title": "Fix", "notes": "a.rs", "status": "in_progress"}]});
+        assert_eq!(event(&plain, &plan).unwrap(), "plan (1 of 2 done)\n  [x] Read\n  [~] Fix\n      a.rs");
         let json_style = Style { color: false, json: true };
         assert_eq!(event(&json_style, &json!({"kind": "llm_call", "seq": 3})).unwrap(), r#"{"kind":"llm_call","seq":3}"#);
         let red = Style { color: true, json: false };

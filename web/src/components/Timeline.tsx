@@ -58,6 +58,11 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "terminal_opened":
         items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
         break;
+      case "task_list": {
+        const done = e.items.filter((t) => t.status === "done").length;
+        items.push({ type: "note", seq: e.seq, text: `Plan updated: ${done} of ${e.items.length} tasks done.` });
+        break;
+      }
       case "workspace_restored":
         items.push({ type: "note", seq: e.seq, text: `The workspace was put back as it was at event ${e.at_seq}.` });
         break;

@@ -12,6 +12,7 @@ import { Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
+import { PlanView } from "../components/PlanView";
 
 const PHASES = [
   ["WORKING", "Queued"],
@@ -28,7 +29,7 @@ const PHASES = [
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
 const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Terminal", "Commands", "Changes", "Apps"] as const;
+const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Apps"] as const;
 type Tab = (typeof TABS)[number];
 
 export function ConversationPage({ id }: { id: string }) {
@@ -228,6 +229,7 @@ export function ConversationPage({ id }: { id: string }) {
                 <Composer id={id} />
               </>
             )}
+            {tab === "Plan" && <PlanView events={events} />}
             {tab === "Terminal" && (
               <Suspense fallback={<p className="muted">Loading the terminal…</p>}>
                 <UserTerminal id={id} dark={dark} />

@@ -154,6 +154,19 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
         EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),
+        EventBody::TaskList { items } => {
+            let tasks: Vec<String> = items
+                .iter()
+                .map(|t| {
+                    use halyard_protocol::event::TaskStatus;
+                    let mark = if t.status == TaskStatus::Done { "x" } else { " " };
+                    let now = if t.status == TaskStatus::InProgress { " (in progress)" } else { "" };
+                    let notes = if t.notes.is_empty() { String::new() } else { format!(" — {}", t.notes.replace('\n', " ")) };
+                    format!("- [{mark}] {}{now}{notes}", t.title)
+                })
+                .collect();
+            format!("\n**Plan** ({time})\n\n{}\n", tasks.join("\n"))
+        }
         EventBody::ConfirmationPolicy { .. }
         | EventBody::SkillActivated { .. }
         | EventBody::McpServers { .. }

@@ -1,9 +1,11 @@
 //! Conversations: starting them (and trying a failed start again), what the user does to one
 //! (messages, pause, resume, interrupt, confirm, delete...), its events (read, searched,
 //! counted, one by one, followed over a WebSocket; read through [`crate::events`]), its export,
-//! and read-only share links that show it live to people without an account ([`share`]).
+//! the agent's plan ([`plan`]), and read-only share links that show it live to people without
+//! an account ([`share`]).
 
 pub mod export;
+pub mod plan;
 pub mod routes;
 pub mod share;
 pub mod starts;
