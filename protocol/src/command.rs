@@ -2,6 +2,8 @@
 //! JetStream message id, so a retried publish is stored once; handlers make applying one twice
 //! harmless as well.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::Payload;
@@ -44,10 +46,19 @@ pub enum ConversationCommand {
         /// source's events.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fork: Option<ForkSource>,
+        /// Labels the owner finds conversations by (`GET /conversations?tag=key:value`).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        tags: BTreeMap<String, String>,
     },
     Delete {
         conversation_id: ConversationId,
         owner: UserId,
+    },
+    /// Change a conversation's tags: each key set to its value, or removed where the value is
+    /// absent (JSON merge patch); recorded whole as a `ConversationTags` record.
+    SetTags {
+        conversation_id: ConversationId,
+        tags: BTreeMap<String, Option<String>>,
     },
 }
 
@@ -56,6 +67,7 @@ impl Payload for ConversationCommand {
         match self {
             Self::Start { .. } => "cmd.conversation.start",
             Self::Delete { .. } => "cmd.conversation.delete",
+            Self::SetTags { .. } => "cmd.conversation.set_tags",
         }
         .to_owned()
     }

@@ -172,6 +172,12 @@ pub fn conversation_record(id: ConversationId) -> String {
     format!("halyard.sys.conversation.{id}")
 }
 
+/// A conversation's tags as their owner last set them (beside its lifecycle records, so that
+/// the last of those is still its creation or deletion).
+pub fn conversation_tags(id: ConversationId) -> String {
+    format!("halyard.sys.conversation.{id}.tags")
+}
+
 /// A command for the conversation manager about one conversation.
 pub fn conversation_command(id: ConversationId) -> String {
     format!("halyard.cmd.conversation.{id}")

@@ -2,6 +2,8 @@
 //! own subject and exactly one writing service, so the last record on a subject is the entity's
 //! current state (readable with a JetStream direct get, no replay needed).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::UnixMillis;
@@ -124,6 +126,10 @@ pub struct StartRequest {
     /// A fork: what it comes from (a retry forks again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkSource>,
+    /// The conversation's tags as it was started (`PATCH` changes them later, see
+    /// [`SystemRecord::ConversationTags`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// A start task's state after a transition.
@@ -215,6 +221,12 @@ pub enum SystemRecord {
         conversation_id: ConversationId,
         owner: UserId,
     },
+    /// A conversation's tags, whole, after their owner changed them
+    /// (`halyard.sys.conversation.<id>.tags`; the start's are in its creation record).
+    ConversationTags {
+        conversation_id: ConversationId,
+        tags: BTreeMap<String, String>,
+    },
     /// One attempt to deliver an event to a webhook.
     DeliveryAttempt(crate::webhook::DeliveryAttempt),
     /// The dispatcher disabled a subscription that kept failing.
@@ -267,6 +279,7 @@ impl Payload for SystemRecord {
             Self::Sandbox(_) => "sys.sandbox",
             Self::ConversationCreated { .. } => "sys.conversation_created",
             Self::ConversationDeleted { .. } => "sys.conversation_deleted",
+            Self::ConversationTags { .. } => "sys.conversation_tags",
             Self::DeliveryAttempt(_) => "sys.delivery_attempt",
             Self::WebhookDisabled { .. } => "sys.webhook_disabled",
             Self::SandboxImage(_) => "sys.sandbox_image",

@@ -3,6 +3,7 @@
 //! wire format fails here; if it is intended, regenerate with `HALYARD_BLESS=1 cargo test -p
 //! halyard-protocol` and say so in the commit (and in `protocol/README.md`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
@@ -305,6 +306,17 @@ fn events_are_stable() {
 #[test]
 fn records_are_stable() {
     check(
+        "sys_conversation_tags",
+        env(
+            12,
+            "sys.conversation_tags",
+            SystemRecord::ConversationTags {
+                conversation_id: ConversationId(id(1)),
+                tags: BTreeMap::from([("ticket".into(), "ENG-43".into())]),
+            },
+        ),
+    );
+    check(
         "sys_audit",
         env(
             11,
@@ -471,6 +483,7 @@ fn records_are_stable() {
                     llm_profile: Some("fast".into()),
                     secrets: Some(vec!["GH_TOKEN".into()]),
                     fork: None,
+                    tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
                 }),
             },
         ),
@@ -498,6 +511,7 @@ fn commands_are_stable() {
                 llm_profile: None,
                 secrets: None,
                 fork: None,
+                tags: BTreeMap::new(),
             },
         ),
     );
@@ -520,6 +534,18 @@ fn commands_are_stable() {
                 llm_profile: None,
                 secrets: None,
                 fork: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
+                tags: BTreeMap::from([("source".into(), "github".into()), ("issue".into(), "42".into())]),
+            },
+        ),
+    );
+    check(
+        "cmd_conversation_set_tags",
+        env(
+            5,
+            "cmd.conversation.set_tags",
+            ConversationCommand::SetTags {
+                conversation_id: ConversationId(id(1)),
+                tags: BTreeMap::from([("ticket".into(), Some("ENG-43".into())), ("draft".into(), None)]),
             },
         ),
     );

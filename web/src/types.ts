@@ -39,6 +39,8 @@ export interface Conversation {
   metrics?: { llm_calls?: number; prompt_tokens?: number; completion_tokens?: number; cost_usd?: number };
   /** A fork: the conversation and event it was forked from. */
   forked_from?: { conversation_id: string; at_seq: number };
+  /** Labels the owner finds it by. */
+  tags?: Record<string, string>;
 }
 
 export interface ConversationPage {

@@ -103,6 +103,13 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                 }
             }
         }
+        ConversationCommand::SetTags { conversation_id, tags } => {
+            let result = set_tags(&ctx, conversation_id, tags, trace).await;
+            match result {
+                Ok(()) => delivery.ack().await,
+                Err(e) => delivery.retry(Duration::from_secs(1), &e.to_string()).await,
+            }
+        }
         ConversationCommand::Delete { conversation_id, owner } => {
             let result = async {
                 let record =
@@ -137,4 +144,39 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
             }
         }
     }
+}
+
+/// Applies a change of tags to what the conversation has (its last tags record, else its
+/// start's) and records the result whole. A deleted conversation keeps no tags; one not created
+/// yet is tried again.
+async fn set_tags(
+    ctx: &Ctx,
+    conversation_id: halyard_protocol::ConversationId,
+    patch: std::collections::BTreeMap<String, Option<String>>,
+    trace: Option<halyard_protocol::TraceContext>,
+) -> Result<(), BusError> {
+    let created =
+        bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conversation_id)).await?;
+    let start = match created {
+        Some((_, Envelope { payload: SystemRecord::ConversationCreated { request, .. }, .. })) => {
+            request.map(|r| r.tags).unwrap_or_default()
+        }
+        Some((_, Envelope { payload: SystemRecord::ConversationDeleted { .. }, .. })) => return Ok(()),
+        // Not created yet: its start is still on its way (the gateway saw the conversation).
+        _ => return Err(BusError::new(halyard_platform::BusErrorKind::Read, "the conversation is not created yet")),
+    };
+    let last = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_tags(conversation_id)).await?;
+    let mut tags = match last {
+        Some((_, Envelope { payload: SystemRecord::ConversationTags { tags, .. }, .. })) => tags,
+        _ => start,
+    };
+    for (k, v) in patch {
+        match v {
+            Some(v) => tags.insert(k, v),
+            None => tags.remove(&k),
+        };
+    }
+    bus::send(&ctx.js, subjects::conversation_tags(conversation_id), SystemRecord::ConversationTags { conversation_id, tags }, trace)
+        .await
+        .map(drop)
 }

@@ -102,6 +102,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         llm_profile,
         secrets,
         fork,
+        tags,
     } = env.payload
     else {
         return Ok(());
@@ -114,6 +115,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         llm_profile: llm_profile.clone(),
         secrets: secrets.clone(),
         fork: fork.clone(),
+        tags,
     };
     let task = Task {
         ctx,

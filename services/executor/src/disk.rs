@@ -4,9 +4,11 @@
 //! watches while a command runs: every [`POLL`] it reads how much space the filesystems under
 //! those directories have left (one `statvfs` each, nearly free), and only when that fell by
 //! more than the sandbox's headroom does it count what the directories hold (a walk, at most
-//! one per [`MIN_WALK_GAP`] or ten times the last walk's time). A command that takes the
-//! sandbox over its limit, or grows it while it is over, is stopped as an interrupt would stop
-//! it, and its observation says so; removing files is always allowed.
+//! one per [`MIN_WALK_GAP`] or ten times the last walk's time). Free space is shared with
+//! whatever else frees space meanwhile, which can hide a command's writes from it: a command is
+//! also walked at least every [`FORCED_WALK`] (still bounded by the walks' cost). A command
+//! that takes the sandbox over its limit, or grows it while it is over, is stopped as an
+//! interrupt would stop it, and its observation says so; removing files is always allowed.
 //!
 //! What this cannot catch: a process left running in the background after its command ended
 //! writes unwatched until the next command starts; and space allocated faster than one poll
@@ -24,6 +26,8 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(100);
 /// The least time between two walks.
 const MIN_WALK_GAP: Duration = Duration::from_millis(500);
+/// The longest time between two walks while a command runs, whatever free space says.
+const FORCED_WALK: Duration = Duration::from_secs(2);
 
 /// One sandbox's disk limit and what it was last seen to use.
 #[derive(Debug)]
@@ -138,13 +142,18 @@ impl Watch {
 async fn poll(disk: Arc<Disk>, mut used: u64, mut free_then: u64, hit: Arc<AtomicBool>, stop: impl FnOnce() + Send + 'static) {
     let start_used = used;
     let mut next_walk = Instant::now();
+    let mut last_walk = Instant::now();
     loop {
         tokio::time::sleep(POLL).await;
         let free_now = disk.free();
         let headroom = disk.limit.saturating_sub(used);
-        if free_then.saturating_sub(free_now) <= headroom || Instant::now() < next_walk {
+        // Free space is shared: others freeing space at the same time hide what this command
+        // writes from it. A walk every [`FORCED_WALK`] catches that all the same.
+        let fell = free_then.saturating_sub(free_now) > headroom;
+        if !(fell || last_walk.elapsed() >= FORCED_WALK) || Instant::now() < next_walk {
             continue;
         }
+        last_walk = Instant::now();
         let began = Instant::now();
         used = disk.measure().await;
         next_walk = Instant::now() + MIN_WALK_GAP.max(began.elapsed() * 10);

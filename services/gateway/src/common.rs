@@ -158,6 +158,39 @@ pub fn check_label(field: &str, text: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Most tags a conversation has, and the longest key and value.
+pub const MAX_TAGS: usize = 20;
+const MAX_TAG_KEY: usize = 64;
+const MAX_TAG_VALUE: usize = 256;
+
+/// Refuses a tag key that is not 1 to 64 letters, digits, `_`, `-`, `.` or `/` (a key is
+/// matched as `key:value` in `?tag=`, so it holds no colon), or a value that is not one line
+/// of up to 256 characters.
+pub fn check_tag(key: &str, value: Option<&str>) -> Result<(), ApiError> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    if key.is_empty() || key.len() > MAX_TAG_KEY || !key.chars().all(plain) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("the tag key `{key}` must be 1 to {MAX_TAG_KEY} letters, digits, `_`, `-`, `.` or `/`"),
+        ));
+    }
+    if let Some(v) = value {
+        if v.chars().count() > MAX_TAG_VALUE {
+            return Err(ApiError::bad_request("invalid_field", format!("the tag `{key}` has a value over {MAX_TAG_VALUE} characters")));
+        }
+        check_label(&format!("tags.{key}"), v)?;
+    }
+    Ok(())
+}
+
+/// Refuses more than [`MAX_TAGS`] tags.
+pub fn check_tag_count(n: usize) -> Result<(), ApiError> {
+    if n > MAX_TAGS {
+        return Err(ApiError::bad_request("invalid_field", format!("a conversation has at most {MAX_TAGS} tags; this would have {n}")));
+    }
+    Ok(())
+}
+
 /// A delivery attempt as the API shows it (and the read model keeps it).
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(as = DeliveryAttempt)]

@@ -234,6 +234,10 @@ impl Pending<'_> {
                 view.sandbox_id = Some(sandbox_id.to_string());
                 if let Some(request) = request {
                     view.first_message.clone_from(&request.message);
+                    // Tags changed since (a record of their own) are newer than the start's.
+                    if !view.tags_changed {
+                        view.tags.clone_from(&request.tags);
+                    }
                     view.start_request = Some(request);
                 }
             }
@@ -253,6 +257,13 @@ impl Pending<'_> {
                 if let Ok(bytes) = serde_json::to_vec(&crate::common::AttemptView::from(&a)) {
                     self.batch.insert(store::attempt_key(&a.webhook_id, a.time_ms, a.delivery_id, a.attempt), bytes.clone());
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
+                }
+            }
+            SystemRecord::ConversationTags { conversation_id, tags } => {
+                if let Some(view) = self.view(conversation_id) {
+                    view.tags = tags;
+                    view.tags_changed = true;
+                    view.updated_at = at;
                 }
             }
             SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } | SystemRecord::Audit(_) => {}

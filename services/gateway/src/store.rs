@@ -20,6 +20,8 @@
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -67,6 +69,12 @@ pub struct ConversationView {
     /// What the start asked for, to try a failed start again.
     #[serde(default)]
     pub start_request: Option<halyard_protocol::system::StartRequest>,
+    /// Labels the owner finds the conversation by.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// `tags` were changed after the start (a creation record replayed later keeps them).
+    #[serde(default)]
+    pub tags_changed: bool,
     /// The agent's plan, as its last `task_list` event holds it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<halyard_protocol::event::TaskItem>,

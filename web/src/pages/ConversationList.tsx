@@ -125,6 +125,11 @@ export function ConversationList() {
               <span className="conv-meta">
                 <StatusBadge status={c.state} />
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
+                {Object.entries(c.tags ?? {}).map(([k, v]) => (
+                  <span key={k} className="badge tag" data-testid="tag">
+                    {k}: {v}
+                  </span>
+                ))}
                 <time dateTime={c.updated_at} title={c.updated_at}>
                   {ago(c.updated_at)}
                 </time>

@@ -1,6 +1,8 @@
 //! HTTP handlers of `/api/v1`. Reads come from the sled read models; writes become durable
 //! commands on the bus (accepted once JetStream has stored them).
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -117,6 +119,8 @@ pub struct Conversation {
     pub metrics: Metrics,
     /// A fork: the conversation and event it was forked from.
     pub forked_from: Option<ForkedFrom>,
+    /// Labels the owner finds it by.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// Where a fork comes from.
@@ -182,6 +186,7 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             .as_ref()
             .and_then(|r| r.fork.as_ref())
             .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
+        tags: c.tags.clone(),
     }
 }
 
@@ -217,10 +222,13 @@ pub struct ConversationQuery {
     /// One of the `state` values (`start_failed`, `running`, ...).
     #[serde(default)]
     pub state: Option<String>,
+    /// `key:value` (the conversations tagged so) or `key` (those with that tag at all).
+    #[serde(default)]
+    pub tag: Option<String>,
 }
 
 impl ConversationQuery {
-    /// What `q`, `status` and `state` keep; an unknown status or state is refused in words.
+    /// What `q`, `status`, `state` and `tag` keep; an unknown status or state is refused in words.
     fn filter(&self) -> Result<impl Fn(&ConversationView) -> bool + use<>, ApiError> {
         let words: Vec<String> = self.q.as_deref().unwrap_or_default().split_whitespace().map(str::to_lowercase).collect();
         let status = self.status.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
@@ -237,12 +245,20 @@ impl ConversationQuery {
                 return Err(ApiError::bad_request("invalid_query", format!("`state` must be one of {}", STATES.join(", "))));
             }
         }
+        let tag = self.tag.as_deref().map(str::trim).filter(|t| !t.is_empty()).map(|t| match t.split_once(':') {
+            Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+            None => (t.to_owned(), None),
+        });
+        if let Some((k, _)) = &tag {
+            crate::common::check_tag(k, None).map_err(|e| ApiError::bad_request("invalid_query", e.message))?;
+        }
         Ok(move |c: &ConversationView| {
             let title = c.title.as_deref().unwrap_or_default().to_lowercase();
             let message = c.first_message.as_deref().unwrap_or_default().to_lowercase();
             words.iter().all(|w| title.contains(w.as_str()) || message.contains(w.as_str()))
                 && status.as_deref().is_none_or(|s| c.status == s || c.execution_status.as_deref() == Some(s))
                 && wanted.as_deref().is_none_or(|s| state_of(c).0 == s)
+                && tag.as_ref().is_none_or(|(k, v)| c.tags.get(k).is_some_and(|have| v.as_ref().is_none_or(|v| v == have)))
         })
     }
 }
@@ -809,17 +825,22 @@ pub async fn get_event(
     }
 }
 
-/// A conversation's new title.
+/// What changes in a conversation: its title, its tags, or both.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchConversation {
     /// 1 to 200 characters, one line.
+    #[serde(default)]
     #[schema(min_length = 1, max_length = 200)]
-    pub title: String,
+    pub title: Option<String>,
+    /// Tags to set, each to its value, or to remove, where the value is `null` (a JSON merge
+    /// patch: tags not named stay as they are).
+    #[serde(default)]
+    pub tags: Option<BTreeMap<String, Option<String>>>,
 }
 
-/// The user names the conversation; this wins over a generated title even if that arrives
-/// later.
+/// The user names the conversation (this wins over a generated title even if that arrives
+/// later), or changes its tags.
 #[utoipa::path(patch, path = "/conversations/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     request_body = PatchConversation, responses((status = 202, body = Accepted), Refusals, BodyRefusals))]
 pub async fn patch_conversation(
@@ -828,12 +849,37 @@ pub async fn patch_conversation(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<PatchConversation>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let (id, _) = owned(&state, &user, &id)?;
-    check_text("title", &body.title, MAX_TITLE_CHARS)?;
-    crate::common::check_label("title", &body.title)?;
-    let mut env =
-        Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: body.title.trim().to_owned() }, halyard_platform::now_ms());
-    env.trace = Some(telemetry::new_trace());
-    bus::publish(&state.js, subjects::title_command(id), &env).await?;
+    let (id, view) = owned(&state, &user, &id)?;
+    if body.title.is_none() && body.tags.is_none() {
+        return Err(ApiError::bad_request("invalid_field", "say what changes: `title`, `tags`, or both"));
+    }
+    if let Some(title) = &body.title {
+        check_text("title", title, MAX_TITLE_CHARS)?;
+        crate::common::check_label("title", title)?;
+    }
+    if let Some(tags) = &body.tags {
+        for (k, v) in tags {
+            crate::common::check_tag(k, v.as_deref())?;
+        }
+        let mut after = view.tags.clone();
+        for (k, v) in tags {
+            match v {
+                Some(v) => after.insert(k.clone(), v.clone()),
+                None => after.remove(k),
+            };
+        }
+        crate::common::check_tag_count(after.len())?;
+    }
+    if let Some(title) = body.title {
+        let mut env =
+            Envelope::new(TitleCommand::SetByUser { conversation_id: id, title: title.trim().to_owned() }, halyard_platform::now_ms());
+        env.trace = Some(telemetry::new_trace());
+        bus::publish(&state.js, subjects::title_command(id), &env).await?;
+    }
+    if let Some(tags) = body.tags {
+        let mut env = Envelope::new(ConversationCommand::SetTags { conversation_id: id, tags }, halyard_platform::now_ms());
+        env.trace = Some(telemetry::new_trace());
+        bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
+    }
     Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
 }

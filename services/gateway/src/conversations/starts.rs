@@ -4,6 +4,8 @@
 //! what the failed start asked for, which the conversation's creation record keeps
 //! ([`StartRequest`]), a fork included.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -72,6 +74,10 @@ pub struct StartBody {
     /// if absent, none if empty. Every one is masked in what the conversation shows either way.
     #[serde(default)]
     pub secrets: Option<Vec<String>>,
+    /// Labels to find the conversation by (`GET /conversations?tag=key:value`): up to 20, keys
+    /// of letters, digits, `_`, `-`, `.` or `/`, values of one line.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -104,6 +110,10 @@ pub async fn start_conversation(
         crate::common::check_spec(&state, spec)?;
     }
     crate::common::check_budget(body.max_budget_usd, body.max_tokens)?;
+    crate::common::check_tag_count(body.tags.len())?;
+    for (k, v) in &body.tags {
+        crate::common::check_tag(k, Some(v))?;
+    }
     if let Some(p) = &body.llm_profile {
         crate::settings::defaults::check_profile(&state, &user, "llm_profile", p).await?;
     }
@@ -124,6 +134,7 @@ pub async fn start_conversation(
         llm_profile: body.llm_profile.or(settings.llm_profile),
         secrets: body.secrets,
         fork: None,
+        tags: body.tags,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
     let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
@@ -209,6 +220,8 @@ pub async fn fork_conversation(
     let mut request = view.start_request.clone().unwrap_or_default();
     request.message = body.message;
     request.fork = Some(ForkSource { conversation_id: source, sandbox_id, at_seq: body.at_seq });
+    // The source's tags as they are now.
+    request.tags = view.tags.clone();
     let title = body.title.unwrap_or_else(|| {
         let base = view.title.clone().unwrap_or_else(|| "Conversation".into());
         let base: String = base.chars().take(MAX_TITLE_CHARS.saturating_sub(7)).collect();
@@ -266,6 +279,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         llm_profile: request.llm_profile,
         secrets: request.secrets,
         fork: request.fork,
+        tags: request.tags.clone(),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());
@@ -292,6 +306,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
             view.title_set_by = title.as_ref().map(|_| "user".to_owned());
             view.title = title;
             view.first_message = request.message;
+            view.tags = request.tags;
             state.store.put_json(&store::conv_key(conversation_id), &view)?;
             state
                 .store
