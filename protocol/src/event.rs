@@ -353,6 +353,28 @@ pub enum EventBody {
     /// The agent's plan, whole, as its `task_tracker` tool set it last (it replaces the one
     /// before).
     TaskList { items: Vec<TaskItem> },
+    /// A repository hook ran (`.openhands/hooks.json`): on which `event` (`pre_tool_use`,
+    /// `post_tool_use`, `user_prompt_submit`, `session_start`, `session_end`, `stop`), what it
+    /// ran and said (each stream capped, masked like everything), and whether it blocked what
+    /// it was asked about.
+    Hook {
+        event: String,
+        command: String,
+        /// The tool call it ran for (tool hooks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        /// The user message it judged (`user_prompt_submit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_seq: Option<u64>,
+        /// Absent: stopped at its timeout, or it could not start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        stdout: String,
+        stderr: String,
+        blocked: bool,
+    },
 }
 
 impl EventBody {
@@ -377,6 +399,7 @@ impl EventBody {
             Self::TerminalOpened { .. } => "terminal_opened",
             Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::TaskList { .. } => "task_list",
+            Self::Hook { .. } => "hook",
         }
     }
 }

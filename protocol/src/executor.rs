@@ -36,6 +36,34 @@ pub struct ExecRequest {
     pub scoped: bool,
 }
 
+/// `POST /hooks/run`: one repository hook's command, run apart from the agent's shell (nothing
+/// it exports or changes stays), with `stdin` as its standard input.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookRunRequest {
+    pub command: String,
+    /// The hook's input, a JSON object.
+    pub stdin: String,
+    /// The longest it may run; it is killed, with everything it started, after that.
+    pub timeout_secs: f64,
+    /// Environment variables the command gets besides the sandbox's own.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// What a hook did: its exit code (`None`: killed at its timeout, or could not start), and
+/// the start of its output (each stream cut at [`HOOK_OUTPUT_CAP`] bytes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookRunResponse {
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// How much of each of a hook's output streams is kept.
+pub const HOOK_OUTPUT_CAP: usize = 16 * 1024;
+
 /// The result of [`ExecRequest`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecResponse {

@@ -196,6 +196,23 @@ fn events_are_stable() {
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
         (
+            "event_hook",
+            event(
+                21,
+                EventBody::Hook {
+                    event: "pre_tool_use".into(),
+                    command: "bash .openhands/guard.sh".into(),
+                    tool_call_id: Some("call_7".into()),
+                    tool: Some("terminal".into()),
+                    message_seq: None,
+                    exit_code: Some(2),
+                    stdout: String::new(),
+                    stderr: "rm -rf is not allowed here\n".into(),
+                    blocked: true,
+                },
+            ),
+        ),
+        (
             "event_task_list",
             event(
                 20,

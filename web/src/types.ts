@@ -172,6 +172,16 @@ export type HalyardEvent = EventBase &
     | { kind: "terminal_opened"; by: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }
+    | {
+        kind: "hook";
+        event: string;
+        command: string;
+        tool?: string;
+        exit_code?: number;
+        stdout: string;
+        stderr: string;
+        blocked: boolean;
+      }
   );
 
 export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;

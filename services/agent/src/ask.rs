@@ -138,6 +138,10 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::SkillActivated { name, .. } => format!("SKILL ACTIVATED: {name}"),
             EventBody::LlmProfile { model, .. } => format!("LLM SWITCHED to {model}"),
             EventBody::WorkspaceRestored { at_seq, .. } => format!("WORKSPACE RESTORED to how it was at event {at_seq}"),
+            EventBody::Hook { event, command, exit_code, blocked, .. } => {
+                let code = exit_code.map_or("-".into(), |c| c.to_string());
+                format!("HOOK {event} `{command}` exit code {code}{}", if *blocked { ", blocked" } else { "" })
+            }
             EventBody::TaskList { items } => {
                 let tasks: Vec<String> = items.iter().map(|t| format!("[{}] {}", t.status.as_str(), t.title)).collect();
                 format!("PLAN: {}", tasks.join("; "))

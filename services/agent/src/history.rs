@@ -111,6 +111,9 @@ pub struct History {
     pub pending: Vec<Pending>,
     /// The agent's plan, as its last `task_list` event holds it.
     pub tasks: Vec<halyard_protocol::event::TaskItem>,
+    /// User messages the model has not seen yet (since its last call) that no
+    /// `user_prompt_submit` hook has judged: their seqs.
+    pub unjudged: Vec<u64>,
 }
 
 impl History {
@@ -171,6 +174,8 @@ impl History {
                 self.policy = *confirmation_policy;
             }
             EventBody::LlmCall { prompt_tokens, completion_tokens, cost_usd, .. } => {
+                // The model saw every message there was: judging them now would be too late.
+                self.unjudged.clear();
                 self.used_tokens += prompt_tokens + completion_tokens;
                 self.used_usd += cost_usd.unwrap_or(0.0);
                 // A new answer follows: what the previous one left without a result never gets one.
@@ -179,6 +184,7 @@ impl History {
             EventBody::UserMessage { text, images } => {
                 self.last_user_seq = ev.seq;
                 self.first_user_seq.get_or_insert(ev.seq);
+                self.unjudged.push(ev.seq);
                 let images = images.iter().map(|i| ImagePart { media_type: i.media_type.clone(), data: i.data.clone() }).collect();
                 self.push(ChatMessage { images, ..ChatMessage::text("user", text.clone()) }, ev.seq)
             }
@@ -253,6 +259,17 @@ impl History {
             }
             // The model saw the plan in its tool's result already.
             EventBody::TaskList { items } => self.tasks.clone_from(items),
+            EventBody::Hook { event, message_seq: Some(seq), blocked, .. } if event == "user_prompt_submit" => {
+                self.unjudged.retain(|s| s > seq);
+                // A refused message never reaches the model.
+                if *blocked {
+                    self.entries.retain(|e| e.seq != *seq);
+                    if self.first_user_seq == Some(*seq) {
+                        self.first_user_seq = None;
+                    }
+                }
+            }
+            EventBody::Hook { .. } => {}
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }
     }

@@ -17,6 +17,7 @@ pub mod budget;
 pub mod condense;
 pub mod conversation;
 pub mod history;
+pub mod hooks;
 pub mod lease;
 pub mod log;
 pub mod mcp;

@@ -17,6 +17,7 @@ use crate::Ctx;
 use crate::budget::{self, estimate_completion, estimate_tokens};
 use crate::condense;
 use crate::history::{MESSAGE_OVERHEAD, message_tokens, summary_message};
+use crate::hooks::Moment;
 use crate::log::Log;
 use crate::mcp::McpHub;
 use crate::risk;
@@ -25,7 +26,7 @@ use crate::tools::{self, ToolOutcome};
 use halyard_platform::llm::{ChatMessage, Completion, LlmClient, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Skill, SkillKind};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,14 @@ impl RunOutcome {
     }
 }
 
+/// What a hook runs for: the tool call, or the user message, it judges (neither for sessions).
+#[derive(Clone, Copy, Default)]
+struct HookSubject<'a> {
+    tool: Option<&'a str>,
+    tool_call_id: Option<&'a str>,
+    message_seq: Option<u64>,
+}
+
 /// One tool call to run.
 struct Call {
     id: String,
@@ -77,6 +86,8 @@ struct Setting {
     /// Tokens of the tools' definitions and the system prompt (both fixed for the run).
     fixed_tokens: u64,
     mcp: Arc<McpHub>,
+    /// The workspace's repository hooks (none: no `.openhands/hooks.json`).
+    hooks: Option<crate::hooks::Hooks>,
 }
 
 /// Everything one run needs.
@@ -325,12 +336,37 @@ impl Run {
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = h.pending.clone();
-            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp }, pending)
+            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None }, pending)
         };
+        let mut setting = setting;
+        setting.hooks = match crate::hooks::load(&exec).await {
+            Ok(hooks) => hooks,
+            Err(why) => {
+                let message = format!("The repository's hooks are not used this run: {why}.");
+                if !self.append(EventSource::System, EventBody::AgentError { code: "hooks_invalid".into(), message }).await {
+                    return RunOutcome::Failed;
+                }
+                None
+            }
+        };
+        if self.hooks_at(&exec, &setting, Moment::SessionStart, HookSubject::default(), json!({})).await.is_err() {
+            return RunOutcome::Failed;
+        }
+        let outcome = self.work(&exec, &setting, pending).await;
+        // A paused run's sandbox is frozen, and a run another runner took over is not over.
+        if !matches!(outcome, RunOutcome::Paused | RunOutcome::LostLease) {
+            let _ = self.hooks_at(&exec, &setting, Moment::SessionEnd, HookSubject::default(), json!({"outcome": outcome.as_str()})).await;
+        }
+        outcome
+    }
+
+    /// The run's steps, once it is set up: LLM calls and the actions they ask for, until the
+    /// agent finishes, waits, or the run ends otherwise.
+    async fn work(&self, exec: &ExecutorClient, setting: &Setting, pending: Vec<crate::history::Pending>) -> RunOutcome {
         // Without a confirmation, what the log holds without a result was cut off by a pause:
         // its result is taken from the sandbox before the agent goes on.
         let (pending, cut_off) = if self.confirmed { (pending, Vec::new()) } else { (Vec::new(), pending) };
-        if !cut_off.is_empty() && !self.resume_cut_off(&exec, cut_off).await {
+        if !cut_off.is_empty() && !self.resume_cut_off(exec, cut_off).await {
             return RunOutcome::Failed;
         }
         let max = self.max_iterations;
@@ -342,7 +378,7 @@ impl Run {
                 .map(|p| Call { parsed: tools::parse_arguments(&p.arguments), id: p.tool_call_id, name: p.tool, raw: p.arguments })
                 .collect();
             let mut tools_time = Duration::ZERO;
-            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds, &mut tools_time).await {
+            if let Some(outcome) = self.execute(exec, setting, calls, &mut steps, thresholds, &mut tools_time).await {
                 return outcome;
             }
         }
@@ -357,7 +393,12 @@ impl Run {
             if self.interrupt_requested() {
                 return self.interrupted().await;
             }
-            if let Err(outcome) = self.condense(&setting, false, &mut elsewhere).await {
+            match self.judge_prompts(exec, setting).await {
+                Ok(None) => {}
+                Ok(Some(outcome)) => return outcome,
+                Err(()) => return RunOutcome::Failed,
+            }
+            if let Err(outcome) = self.condense(setting, false, &mut elsewhere).await {
                 return outcome;
             }
             let (messages, over_budget) = {
@@ -387,7 +428,7 @@ impl Run {
                 Err(LlmError::ContextWindow { body }) if context_retries < 2 => {
                     context_retries += 1;
                     tracing::warn!(body, "the prompt did not fit the model's context window; condensing");
-                    if let Err(outcome) = self.condense(&setting, true, &mut elsewhere).await {
+                    if let Err(outcome) = self.condense(setting, true, &mut elsewhere).await {
                         return outcome;
                     }
                     continue;
@@ -431,7 +472,7 @@ impl Run {
                 self.status(ExecutionStatus::WaitingForConfirmation, Some(reason)).await;
                 return RunOutcome::AwaitingConfirmation;
             }
-            if let Some(outcome) = self.execute(&exec, &setting, calls, &mut steps, thresholds, &mut elsewhere).await {
+            if let Some(outcome) = self.execute(exec, setting, calls, &mut steps, thresholds, &mut elsewhere).await {
                 return outcome;
             }
             let own_us = step_started.elapsed().saturating_sub(elsewhere).as_micros() as u64;
@@ -496,6 +537,24 @@ impl Run {
                 return Some(RunOutcome::Paused);
             }
             let name = call.name.clone();
+            // The repository's pre_tool_use hooks may refuse the action: the model reads why.
+            if let (Ok(args), false) = (&call.parsed, name == "finish" || self.interrupt_requested()) {
+                let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
+                let input = json!({"tool_name": name, "tool_input": args});
+                match self.hooks_at(exec, setting, Moment::PreToolUse, about, input).await {
+                    Ok(None) => {}
+                    Ok(Some(reason)) => {
+                        let reason = format!("a repository hook refused it: {reason}");
+                        let body = EventBody::ActionRejected { tool_call_id: call.id.clone(), tool: name.clone(), reason };
+                        if !self.append(EventSource::Environment, body).await {
+                            return Some(RunOutcome::Failed);
+                        }
+                        continue;
+                    }
+                    Err(()) => return Some(RunOutcome::Failed),
+                }
+            }
+            let input = call.parsed.clone().unwrap_or(Value::Null);
             let outcome = match call.parsed {
                 // An interrupt stops what is left of this answer too: each call still gets its
                 // observation, so the model sees a complete step next time.
@@ -551,7 +610,8 @@ impl Run {
                         is_error: is_error || exit_code.is_some_and(|c| c != 0),
                     });
                     let changes_nothing = matches!(name.as_str(), "load_skill" | "task_tracker" | "think");
-                    let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code, is_error };
+                    let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
+                    let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name.clone(), content, exit_code, is_error };
                     let Some(seq) = self.append_seq(EventSource::Environment, body).await else {
                         return Some(RunOutcome::Failed);
                     };
@@ -559,11 +619,36 @@ impl Run {
                     if !changes_nothing {
                         checkpoint(exec, seq).await;
                     }
+                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
+                    let input = json!({"tool_name": name, "tool_input": input, "tool_response": response});
+                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
+                        return Some(RunOutcome::Failed);
+                    }
                     if let Some(pattern) = stuck::detect(steps, thresholds) {
                         return Some(self.stuck(pattern).await);
                     }
                 }
                 ToolOutcome::Finish { message } => {
+                    // The repository's stop hooks may send the agent back to work.
+                    let about = HookSubject { tool: Some("finish"), tool_call_id: Some(&call.id), message_seq: None };
+                    match self.hooks_at(exec, setting, Moment::Stop, about, json!({"message": message})).await {
+                        Ok(None) => {}
+                        Ok(Some(reason)) => {
+                            let content = format!("You cannot finish yet: a repository hook said: {reason}");
+                            let body = EventBody::Observation {
+                                tool_call_id: call.id.clone(),
+                                tool: name,
+                                content,
+                                exit_code: None,
+                                is_error: true,
+                            };
+                            if !self.append(EventSource::Environment, body).await {
+                                return Some(RunOutcome::Failed);
+                            }
+                            continue;
+                        }
+                        Err(()) => return Some(RunOutcome::Failed),
+                    }
                     let body = EventBody::Observation {
                         tool_call_id: call.id.clone(),
                         tool: name,
@@ -582,6 +667,81 @@ impl Run {
             return Some(self.interrupted().await);
         }
         None
+    }
+
+    /// Runs the workspace's hooks of `moment` that match, in order, each recorded as a `hook`
+    /// event; the first that blocks ends them. `Ok(Some(reason))`: one blocked; `Err`: the log
+    /// failed.
+    async fn hooks_at(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        moment: Moment,
+        about: HookSubject<'_>,
+        input: Value,
+    ) -> Result<Option<String>, ()> {
+        let Some(hooks) = &setting.hooks else { return Ok(None) };
+        let to_run = hooks.at(moment, about.tool);
+        if to_run.is_empty() {
+            return Ok(None);
+        }
+        let conversation = self.log.lock().await.conversation().to_string();
+        let scene = crate::hooks::Scene { conversation: &conversation, workspace: &setting.workspace, secrets: &self.env };
+        for hook in to_run {
+            let ran = crate::hooks::run(exec, &hook, moment, about.tool, input.clone(), &scene).await;
+            let body = EventBody::Hook {
+                event: moment.key().into(),
+                command: ran.command,
+                tool_call_id: about.tool_call_id.map(str::to_owned),
+                tool: about.tool.map(str::to_owned),
+                message_seq: about.message_seq,
+                exit_code: ran.exit_code,
+                stdout: ran.stdout,
+                stderr: ran.stderr,
+                blocked: ran.blocked,
+            };
+            if !self.append(EventSource::System, body).await {
+                return Err(());
+            }
+            if ran.blocked {
+                return Ok(Some(ran.reason));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Puts each user message the model has not seen to the `user_prompt_submit` hooks; a
+    /// refused one never reaches the model. `Ok(Some)`: the run ends here (the latest message
+    /// was refused, and the user is told why).
+    async fn judge_prompts(&self, exec: &ExecutorClient, setting: &Setting) -> Result<Option<RunOutcome>, ()> {
+        if !setting.hooks.as_ref().is_some_and(|h| h.has(Moment::UserPromptSubmit)) {
+            return Ok(None);
+        }
+        let waiting: Vec<(u64, String)> = {
+            let log = self.log.lock().await;
+            let h = &log.history;
+            h.unjudged
+                .iter()
+                .filter_map(|seq| h.entries.iter().find(|e| e.seq == *seq && e.msg.role == "user"))
+                .map(|e| (e.seq, e.msg.content.clone().unwrap_or_default()))
+                .collect()
+        };
+        let mut refused_last = None;
+        let last = waiting.last().map(|(seq, _)| *seq);
+        for (seq, text) in waiting {
+            let about = HookSubject { message_seq: Some(seq), ..Default::default() };
+            if let Some(reason) = self.hooks_at(exec, setting, Moment::UserPromptSubmit, about, json!({"message": text})).await? {
+                if Some(seq) == last {
+                    refused_last = Some(reason);
+                }
+            }
+        }
+        let Some(reason) = refused_last else { return Ok(None) };
+        let said = format!("the repository's user_prompt_submit hook refused the message: {reason}");
+        if !self.status(ExecutionStatus::Idle, Some(said)).await {
+            return Err(());
+        }
+        Ok(Some(RunOutcome::AwaitingUser))
     }
 
     /// `task_tracker`: a new plan is recorded (a `task_list` event, before the tool's result)

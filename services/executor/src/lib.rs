@@ -4,7 +4,8 @@
 //! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
-//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `GET
+//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
+//! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
 //! /checkpoint/bundle` and `POST /checkpoint/unbundle` (checkpoints carried to a fork), `GET /mcp/stdio` (a
@@ -16,6 +17,7 @@ pub mod checkpoint;
 pub mod disk;
 pub mod editor;
 pub mod git_proxy;
+pub mod hooks;
 pub mod limits;
 pub mod mcp;
 mod pty;
@@ -169,6 +171,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/shell/exec", post(exec))
         .route("/shell/interrupt", post(interrupt))
         .route("/files/edit", post(edit))
+        .route("/hooks/run", post(run_hook))
         .route("/checkpoint", post(take_checkpoint))
         .route("/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
@@ -323,6 +326,16 @@ async fn files(
         .await
         .map_err(|e| ExecutorError::Internal(e.to_string()))??;
     Ok(Json(out))
+}
+
+/// `POST /hooks/run` (see [`hooks`]): with git reaching the conversation's repository as the
+/// agent's shell does.
+async fn run_hook(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::HookRunRequest>,
+) -> Result<Json<halyard_protocol::executor::HookRunResponse>, ExecutorError> {
+    let env: Vec<(String, String)> = state.git.as_ref().map(|g| g.shell_env()).unwrap_or_default().into_iter().collect();
+    Ok(Json(hooks::run(&state.config.workspace, &env, req).await?))
 }
 
 /// `POST /checkpoint` (see [`checkpoint`]).

@@ -107,6 +107,14 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         "confirmation_policy" => style.paint("2", &format!("[confirmation policy: {}]", s("policy"))),
         "conversation_started" => style.paint("2", &format!("[started in {} with {}]", s("workspace"), s("model"))),
         "task_list" => plan(style, &ev["items"]),
+        "hook" => {
+            let code = ev["exit_code"].as_i64().map_or("no exit code".into(), |c| format!("exit {c}"));
+            let verdict = if ev["blocked"] == true { ", blocked" } else { "" };
+            let stderr = s("stderr").trim();
+            let said = if stderr.is_empty() { String::new() } else { format!(": {stderr}") };
+            let line = format!("[hook {} `{}`: {code}{verdict}{said}]", s("event"), s("command"));
+            if ev["blocked"] == true { style.paint("33", &line) } else { style.paint("2", &line) }
+        }
         _ => return None,
     })
 }

@@ -107,6 +107,14 @@ impl ExecutorClient {
         Err(ExecutorError::Rejected { status, code: code.into(), message: resp.text().await.unwrap_or_default() })
     }
 
+    /// Runs one repository hook's command (it may take up to its own timeout, and a little).
+    pub async fn run_hook(
+        &self,
+        req: &halyard_protocol::executor::HookRunRequest,
+    ) -> Result<halyard_protocol::executor::HookRunResponse, ExecutorError> {
+        self.post("/hooks/run", req, Duration::from_secs_f64(req.timeout_secs.clamp(1.0, 600.0) + 10.0)).await
+    }
+
     /// Runs one `file_editor` command.
     pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
         self.post("/files/edit", req, Duration::from_secs(60)).await

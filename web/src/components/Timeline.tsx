@@ -58,6 +58,14 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "terminal_opened":
         items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
         break;
+      case "hook": {
+        // A hook that blocked, or failed, is worth a look; one that let things be is a note.
+        const how = e.exit_code === undefined ? "did not finish" : `exited ${e.exit_code}`;
+        const said = e.stderr.trim() ? `: ${e.stderr.trim()}` : "";
+        const text = `Hook ${e.event}${e.tool ? ` (${e.tool})` : ""} \`${e.command}\` ${e.blocked ? "blocked it" : how}${said}`;
+        items.push({ type: e.blocked || e.exit_code !== 0 ? "warning" : "note", seq: e.seq, text });
+        break;
+      }
       case "task_list": {
         const done = e.items.filter((t) => t.status === "done").length;
         items.push({ type: "note", seq: e.seq, text: `Plan updated: ${done} of ${e.items.length} tasks done.` });

@@ -154,6 +154,12 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
         EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),
+        EventBody::Hook { event, command, exit_code, blocked, stderr, .. } => {
+            let code = exit_code.map_or("no exit code".into(), |c| format!("exit code {c}"));
+            let verdict = if *blocked { ", blocked" } else { "" };
+            let said = if stderr.trim().is_empty() { String::new() } else { format!("\n\n{}", fence(stderr)) };
+            format!("\n*Hook {event} `{command}`: {code}{verdict}*{said}\n")
+        }
         EventBody::TaskList { items } => {
             let tasks: Vec<String> = items
                 .iter()

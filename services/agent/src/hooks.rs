@@ -1,0 +1,276 @@
+//! Repository hooks, as OpenHands reads them from `.openhands/hooks.json`: for each hook event
+//! (`pre_tool_use`, `post_tool_use`, `user_prompt_submit`, `session_start`, `session_end`,
+//! `stop`; PascalCase keys and a `{"hooks": {...}}` wrapper are read too) a list of `{"matcher",
+//! "hooks": [{"type": "command", "command", "timeout"}]}`. The file is read from the workspace
+//! at the start of each run; a hook runs in the sandbox as its user (the executor's
+//! `/hooks/run`), its input as JSON on its standard input. Exit code 2, or `{"decision":
+//! "deny"}` or `{"continue": false}` on its standard output, blocks what it was asked about;
+//! another failure is reported and blocks nothing. Every execution is a `hook` event.
+//!
+//! When each runs here: `session_start` and `session_end` at a run's start and end (a run is
+//! what one message, confirmation or resume sets going); `user_prompt_submit` for each user
+//! message before the model first sees it; `pre_tool_use` before an action (not `finish`),
+//! `post_tool_use` after its result; `stop` when the agent calls `finish`.
+
+use std::collections::BTreeMap;
+
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_protocol::executor::HookRunRequest;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Where the hooks are, in the workspace.
+pub const FILE: &str = ".openhands/hooks.json";
+/// A hook's timeout when it names none, in seconds (OpenHands' default).
+const DEFAULT_TIMEOUT: f64 = 60.0;
+
+/// The moments a hook runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moment {
+    PreToolUse,
+    PostToolUse,
+    UserPromptSubmit,
+    SessionStart,
+    SessionEnd,
+    Stop,
+}
+
+impl Moment {
+    const ALL: [Moment; 6] =
+        [Self::PreToolUse, Self::PostToolUse, Self::UserPromptSubmit, Self::SessionStart, Self::SessionEnd, Self::Stop];
+
+    /// The key in the file (and the `event` of a `hook` event).
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::PreToolUse => "pre_tool_use",
+            Self::PostToolUse => "post_tool_use",
+            Self::UserPromptSubmit => "user_prompt_submit",
+            Self::SessionStart => "session_start",
+            Self::SessionEnd => "session_end",
+            Self::Stop => "stop",
+        }
+    }
+
+    /// The name hooks see in their input's `event_type` (OpenHands' PascalCase).
+    fn pascal(self) -> &'static str {
+        match self {
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::SessionStart => "SessionStart",
+            Self::SessionEnd => "SessionEnd",
+            Self::Stop => "Stop",
+        }
+    }
+
+    fn of_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.key() == key || m.pascal() == key)
+    }
+}
+
+/// One hook command.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Hook {
+    #[serde(default = "command_type", rename = "type")]
+    pub kind: String,
+    pub command: String,
+    #[serde(default = "default_timeout")]
+    pub timeout: f64,
+}
+
+fn command_type() -> String {
+    "command".into()
+}
+
+fn default_timeout() -> f64 {
+    DEFAULT_TIMEOUT
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct Matcher {
+    #[serde(default = "any")]
+    matcher: String,
+    #[serde(default)]
+    hooks: Vec<Hook>,
+}
+
+fn any() -> String {
+    "*".into()
+}
+
+impl Matcher {
+    /// OpenHands' rules: `*` or empty matches everything; `/re/` is a regular expression, as is
+    /// a matcher with regex characters in it (else the exact name); a hook without a tool
+    /// (prompts, sessions) only matches `*`.
+    fn matches(&self, tool: Option<&str>) -> bool {
+        let m = self.matcher.as_str();
+        if m.is_empty() || m == "*" {
+            return true;
+        }
+        let Some(tool) = tool else { return false };
+        let whole = |re: &str| regex::Regex::new(&format!("^(?:{re})$")).ok().map(|r| r.is_match(tool));
+        if m.len() > 2 && m.starts_with('/') && m.ends_with('/') {
+            return whole(&m[1..m.len() - 1]).unwrap_or(false);
+        }
+        if m.chars().any(|c| "|.*+?[]()^$\\".contains(c)) {
+            if let Some(hit) = whole(m) {
+                return hit;
+            }
+        }
+        m == tool
+    }
+}
+
+/// The hooks of a workspace.
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    by_moment: BTreeMap<&'static str, Vec<Matcher>>,
+}
+
+impl Hooks {
+    /// Reads the file's text; `Err` says in words what is wrong with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: Value = serde_json::from_str(text).map_err(|e| format!("{FILE} is not JSON: {e}"))?;
+        let mut map = match value {
+            Value::Object(m) => m,
+            _ => return Err(format!("{FILE} must hold an object of hook events")),
+        };
+        if let Some(Value::Object(inner)) = map.remove("hooks") {
+            map = inner;
+        }
+        let mut by_moment = BTreeMap::new();
+        for (key, list) in map {
+            let moment = Moment::of_key(&key).ok_or_else(|| {
+                format!("{FILE} names an unknown hook event `{key}`; the events are {}", Moment::ALL.map(Moment::key).join(", "))
+            })?;
+            let matchers: Vec<Matcher> =
+                serde_json::from_value(list).map_err(|e| format!("{FILE}: `{key}` must be a list of {{matcher, hooks}}: {e}"))?;
+            by_moment.entry(moment.key()).or_insert_with(Vec::new).extend(matchers);
+        }
+        Ok(Self { by_moment })
+    }
+
+    /// The hooks to run at `moment` for `tool`, in the file's order.
+    pub fn at(&self, moment: Moment, tool: Option<&str>) -> Vec<Hook> {
+        self.by_moment.get(moment.key()).into_iter().flatten().filter(|m| m.matches(tool)).flat_map(|m| m.hooks.iter().cloned()).collect()
+    }
+
+    pub fn has(&self, moment: Moment) -> bool {
+        self.by_moment.get(moment.key()).is_some_and(|m| !m.is_empty())
+    }
+}
+
+/// Reads the workspace's hooks: `Ok(None)` when there is no file.
+pub async fn load(exec: &ExecutorClient) -> Result<Option<Hooks>, String> {
+    match exec.files(FILE).await {
+        Ok(f) if f.kind == "file" => match f.content {
+            Some(text) if !f.truncated => Hooks::parse(&text).map(Some),
+            _ => Err(format!("{FILE} is too large or not text")),
+        },
+        Ok(_) => Err(format!("{FILE} is not a file")),
+        Err(halyard_platform::executor_client::ExecutorError::Rejected { status: 404, .. }) => Ok(None),
+        Err(e) => Err(format!("cannot read {FILE}: {e}")),
+    }
+}
+
+/// What one hook did, as its event records it.
+#[derive(Debug)]
+pub struct Ran {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub blocked: bool,
+    /// Why it blocked, for whoever is refused: its `reason`, its standard error, or its words.
+    pub reason: String,
+}
+
+/// Where hooks run: the conversation, its workspace, and the secrets its shell has (a hook runs
+/// with what the agent's commands run with).
+pub struct Scene<'a> {
+    pub conversation: &'a str,
+    pub workspace: &'a str,
+    pub secrets: &'a BTreeMap<String, String>,
+}
+
+/// Runs one hook with `input` (the moment's fields) on its standard input.
+pub async fn run(exec: &ExecutorClient, hook: &Hook, moment: Moment, tool: Option<&str>, mut input: Value, scene: &Scene<'_>) -> Ran {
+    let Scene { conversation, workspace, secrets } = *scene;
+    if hook.kind != "command" {
+        return Ran {
+            command: hook.command.clone(),
+            exit_code: None,
+            stdout: String::new(),
+            stderr: format!("hooks of type `{}` are not run; only `command`", hook.kind),
+            blocked: false,
+            reason: String::new(),
+        };
+    }
+    if let Value::Object(fields) = &mut input {
+        fields.insert("event_type".into(), json!(moment.pascal()));
+        fields.insert("session_id".into(), json!(conversation));
+        fields.insert("working_dir".into(), json!(workspace));
+    }
+    let mut env = secrets.clone();
+    env.insert("OPENHANDS_PROJECT_DIR".into(), workspace.into());
+    env.insert("OPENHANDS_SESSION_ID".into(), conversation.into());
+    env.insert("OPENHANDS_EVENT_TYPE".into(), moment.pascal().into());
+    if let Some(tool) = tool {
+        env.insert("OPENHANDS_TOOL_NAME".into(), tool.into());
+    }
+    let req = HookRunRequest { command: hook.command.clone(), stdin: input.to_string(), timeout_secs: hook.timeout, env };
+    match exec.run_hook(&req).await {
+        Ok(out) => {
+            let said: Option<Value> = serde_json::from_str(out.stdout.trim()).ok();
+            let deny = said
+                .as_ref()
+                .is_some_and(|v| v["decision"].as_str().is_some_and(|d| d.eq_ignore_ascii_case("deny")) || v["continue"] == json!(false));
+            let blocked = out.exit_code == Some(2) || deny;
+            let reason = said
+                .as_ref()
+                .and_then(|v| v["reason"].as_str().map(str::to_owned))
+                .or_else(|| Some(out.stderr.trim().to_owned()).filter(|s| !s.is_empty()))
+                .unwrap_or_else(|| format!("the {} hook `{}` said no", moment.key(), hook.command));
+            Ran { command: hook.command.clone(), exit_code: out.exit_code, stdout: out.stdout, stderr: out.stderr, blocked, reason }
+        }
+        Err(e) => Ran {
+            command: hook.command.clone(),
+            exit_code: None,
+            stdout: String::new(),
+            stderr: format!("the sandbox could not run the hook: {e}"),
+            blocked: false,
+            reason: String::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_is_read_as_openhands_reads_it() {
+        let hooks = Hooks::parse(
+            r#"{"hooks": {
+                "PreToolUse": [{"matcher": "terminal", "hooks": [{"type": "command", "command": "guard.sh", "timeout": 5}]}],
+                "post_tool_use": [{"matcher": "/file_.*/", "hooks": [{"command": "log.sh"}]}],
+                "stop": [{"hooks": [{"command": "check.sh"}]}]
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(hooks.at(Moment::PreToolUse, Some("terminal"))[0].timeout, 5.0);
+        assert!(hooks.at(Moment::PreToolUse, Some("file_editor")).is_empty());
+        assert_eq!(hooks.at(Moment::PostToolUse, Some("file_editor"))[0].command, "log.sh");
+        assert!(hooks.at(Moment::PostToolUse, Some("terminal")).is_empty());
+        assert_eq!(hooks.at(Moment::Stop, None)[0].timeout, DEFAULT_TIMEOUT, "no matcher matches everything");
+        assert!(hooks.has(Moment::Stop) && !hooks.has(Moment::SessionStart));
+        let m = |matcher: &str, tool: Option<&str>| Matcher { matcher: matcher.into(), hooks: Vec::new() }.matches(tool);
+        assert!(m("terminal|file_editor", Some("file_editor")) && !m("terminal|file_editor", Some("think")));
+        assert!(!m("term", Some("terminal")), "a plain matcher is the exact name");
+        assert!(!m("terminal", None) && m("*", None));
+        let err = Hooks::parse(r#"{"before_everything": []}"#).unwrap_err();
+        assert!(err.contains("unknown hook event `before_everything`") && err.contains("pre_tool_use"), "{err}");
+        assert!(Hooks::parse("not json").unwrap_err().contains("not JSON"));
+        assert!(Hooks::parse(r#"{"stop": [{"hooks": [{"timeout": 1}]}]}"#).unwrap_err().contains("command"));
+    }
+}
