@@ -353,6 +353,13 @@ pub enum EventBody {
     /// The agent's plan, whole, as its `task_tracker` tool set it last (it replaces the one
     /// before).
     TaskList { items: Vec<TaskItem> },
+    /// The agent opened a pull request with Halyard's own MCP tool (`create_pull_request`).
+    PullRequestOpened {
+        number: u64,
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+    },
     /// A repository hook ran (`.openhands/hooks.json`): on which `event` (`pre_tool_use`,
     /// `post_tool_use`, `user_prompt_submit`, `session_start`, `session_end`, `stop`), what it
     /// ran and said (each stream capped, masked like everything), and whether it blocked what
@@ -400,6 +407,7 @@ impl EventBody {
             Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::TaskList { .. } => "task_list",
             Self::Hook { .. } => "hook",
+            Self::PullRequestOpened { .. } => "pull_request_opened",
         }
     }
 }

@@ -196,6 +196,17 @@ fn events_are_stable() {
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
         (
+            "event_pull_request_opened",
+            event(
+                22,
+                EventBody::PullRequestOpened {
+                    number: 7,
+                    url: "https://github.com/alice/app/pull/7".into(),
+                    title: Some("Fix the typo".into()),
+                },
+            ),
+        ),
+        (
             "event_hook",
             event(
                 21,

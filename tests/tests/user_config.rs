@@ -483,6 +483,14 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     assert!(!observed("halyard__comment_on_pull_request")[0].1);
     // A request the forge refuses comes back to the model in words, as an error.
     assert!(made[1].1 && made[1].0.contains("422") && made[1].0.contains("never-pushed"), "{made:?}");
+    // The conversation remembers the pull request it opened (not the refused one).
+    let opened: Vec<&Value> = events.iter().filter(|e| e["kind"] == "pull_request_opened").collect();
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    let pr_url = format!("http://{}/alice/app/pull/1", github.host);
+    let (_, c) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(c["pull_requests"], json!([{"number": 1, "url": pr_url, "title": "Fix the typo"}]), "{c}");
+    let (_, listed) = alice.get("/api/v1/conversations").await;
+    assert_eq!(listed["items"][0]["pull_requests"][0]["number"], 1, "{listed}");
     assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
 
     // The token reached no event, no LLM request and no file in the sandbox or the data dir.

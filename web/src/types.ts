@@ -41,6 +41,8 @@ export interface Conversation {
   forked_from?: { conversation_id: string; at_seq: number };
   /** Labels the owner finds it by. */
   tags?: Record<string, string>;
+  /** Pull requests the agent opened with Halyard's own tool. */
+  pull_requests?: { number: number; url: string; title?: string }[];
 }
 
 export interface ConversationPage {
@@ -172,6 +174,7 @@ export type HalyardEvent = EventBase &
     | { kind: "terminal_opened"; by: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }
+    | { kind: "pull_request_opened"; number: number; url: string; title?: string }
     | {
         kind: "hook";
         event: string;

@@ -142,6 +142,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 let code = exit_code.map_or("-".into(), |c| c.to_string());
                 format!("HOOK {event} `{command}` exit code {code}{}", if *blocked { ", blocked" } else { "" })
             }
+            EventBody::PullRequestOpened { number, url, .. } => format!("PULL REQUEST OPENED: #{number} {url}"),
             EventBody::TaskList { items } => {
                 let tasks: Vec<String> = items.iter().map(|t| format!("[{}] {}", t.status.as_str(), t.title)).collect();
                 format!("PLAN: {}", tasks.join("; "))

@@ -269,7 +269,7 @@ impl History {
                     }
                 }
             }
-            EventBody::Hook { .. } => {}
+            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } => {}
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }
     }

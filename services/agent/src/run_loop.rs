@@ -619,6 +619,12 @@ impl Run {
                     if !changes_nothing {
                         checkpoint(exec, seq).await;
                     }
+                    // A pull request opened with Halyard's own tool is the conversation's to remember.
+                    if let Some(opened) = pull_request_opened(&name, &input, &response) {
+                        if !self.append(EventSource::System, opened).await {
+                            return Some(RunOutcome::Failed);
+                        }
+                    }
                     let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
                     let input = json!({"tool_name": name, "tool_input": input, "tool_response": response});
                     if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
@@ -848,6 +854,20 @@ fn system_prompt(log: &Log) -> String {
 pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::SandboxId) -> Result<ExecutorClient, String> {
     let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
     halyard_platform::executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, sandbox_id, patience).await
+}
+
+/// The `pull_request_opened` event of a successful call of Halyard's own `create_pull_request`
+/// (its result is `{number, url, head, base}`), if this was one.
+fn pull_request_opened(tool: &str, args: &Value, response: &Value) -> Option<EventBody> {
+    if tool != format!("{}__create_pull_request", halyard_protocol::user::HALYARD_MCP_SERVER) || response["is_error"] != json!(false) {
+        return None;
+    }
+    let made: Value = serde_json::from_str(response["content"].as_str()?).ok()?;
+    Some(EventBody::PullRequestOpened {
+        number: made["number"].as_u64()?,
+        url: made["url"].as_str()?.to_owned(),
+        title: args["title"].as_str().map(str::to_owned),
+    })
 }
 
 /// Longest a run waits for a checkpoint: one that takes longer is skipped (a restore point is

@@ -156,6 +156,10 @@ impl Pending<'_> {
                 }
                 EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
                 EventBody::TaskList { items } => view.tasks.clone_from(items),
+                // Once each, should a copy (a fork's) name it again.
+                EventBody::PullRequestOpened { number, url, title } if !view.pull_requests.iter().any(|p| p.url == *url) => {
+                    view.pull_requests.push(store::PullRequest { number: *number, url: url.clone(), title: title.clone() });
+                }
                 EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
                     m.llm_calls += 1;

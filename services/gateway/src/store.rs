@@ -75,9 +75,20 @@ pub struct ConversationView {
     /// `tags` were changed after the start (a creation record replayed later keeps them).
     #[serde(default)]
     pub tags_changed: bool,
+    /// The pull requests the agent opened with Halyard's own tool, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_requests: Vec<PullRequest>,
     /// The agent's plan, as its last `task_list` event holds it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<halyard_protocol::event::TaskItem>,
+}
+
+/// A pull request the agent opened.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PullRequest {
+    pub number: u64,
+    pub url: String,
+    pub title: Option<String>,
 }
 
 fn never() -> String {

@@ -249,6 +249,9 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             if let Some(detail) = v["error_detail"].as_str() {
                 println!("error: {detail}");
             }
+            for pr in v["pull_requests"].as_array().into_iter().flatten() {
+                println!("pull request #{} {}", pr["number"], pr["url"].as_str().unwrap_or_default());
+            }
             let tasks = c.get(&format!("/conversations/{conversation}/tasks")).await?;
             if tasks["items"].as_array().is_some_and(|t| !t.is_empty()) {
                 println!("{}", render::plan(&Style::detect(false), &tasks["items"]));

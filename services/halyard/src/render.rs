@@ -107,6 +107,7 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         "confirmation_policy" => style.paint("2", &format!("[confirmation policy: {}]", s("policy"))),
         "conversation_started" => style.paint("2", &format!("[started in {} with {}]", s("workspace"), s("model"))),
         "task_list" => plan(style, &ev["items"]),
+        "pull_request_opened" => style.paint("1;32", &format!("[pull request #{} opened: {}]", ev["number"], s("url"))),
         "hook" => {
             let code = ev["exit_code"].as_i64().map_or("no exit code".into(), |c| format!("exit {c}"));
             let verdict = if ev["blocked"] == true { ", blocked" } else { "" };

@@ -66,6 +66,9 @@ export function toItems(events: HalyardEvent[]): Item[] {
         items.push({ type: e.blocked || e.exit_code !== 0 ? "warning" : "note", seq: e.seq, text });
         break;
       }
+      case "pull_request_opened":
+        items.push({ type: "note", seq: e.seq, text: `Pull request #${e.number} opened${e.title ? `: ${e.title}` : ""} (${e.url}).` });
+        break;
       case "task_list": {
         const done = e.items.filter((t) => t.status === "done").length;
         items.push({ type: "note", seq: e.seq, text: `Plan updated: ${done} of ${e.items.length} tasks done.` });

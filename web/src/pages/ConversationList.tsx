@@ -125,6 +125,11 @@ export function ConversationList() {
               <span className="conv-meta">
                 <StatusBadge status={c.state} />
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
+                {(c.pull_requests ?? []).map((p) => (
+                  <span key={p.url} className="badge pr" title={p.title}>
+                    PR #{p.number}
+                  </span>
+                ))}
                 {Object.entries(c.tags ?? {}).map(([k, v]) => (
                   <span key={k} className="badge tag" data-testid="tag">
                     {k}: {v}

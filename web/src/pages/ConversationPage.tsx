@@ -195,6 +195,16 @@ export function ConversationPage({ id }: { id: string }) {
           <ShareControl id={id} />
         </div>
       </div>
+      {conv?.pull_requests && conv.pull_requests.length > 0 && (
+        <p className="muted small pull-requests">
+          Pull request{conv.pull_requests.length > 1 ? "s" : ""}:{" "}
+          {conv.pull_requests.map((p) => (
+            <a key={p.url} href={p.url} target="_blank" rel="noopener noreferrer" className="pr-link" title={p.title}>
+              #{p.number}
+            </a>
+          ))}
+        </p>
+      )}
       {conv?.forked_from && (
         <p className="muted small forked-from">
           Forked from <Link href={`/c/${conv.forked_from.conversation_id}`}>a conversation</Link> at event {conv.forked_from.at_seq}.

@@ -160,6 +160,10 @@ fn markdown(ev: &ConversationEvent) -> String {
             let said = if stderr.trim().is_empty() { String::new() } else { format!("\n\n{}", fence(stderr)) };
             format!("\n*Hook {event} `{command}`: {code}{verdict}*{said}\n")
         }
+        EventBody::PullRequestOpened { number, url, title } => {
+            let title = title.as_deref().map(|t| format!(" “{t}”")).unwrap_or_default();
+            format!("\n*Pull request [#{number}]({url}){title} opened ({time})*\n")
+        }
         EventBody::TaskList { items } => {
             let tasks: Vec<String> = items
                 .iter()

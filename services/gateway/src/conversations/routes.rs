@@ -121,6 +121,8 @@ pub struct Conversation {
     pub forked_from: Option<ForkedFrom>,
     /// Labels the owner finds it by.
     pub tags: BTreeMap<String, String>,
+    /// The pull requests the agent opened with Halyard's own tool, in order.
+    pub pull_requests: Vec<store::PullRequest>,
 }
 
 /// Where a fork comes from.
@@ -187,6 +189,7 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             .and_then(|r| r.fork.as_ref())
             .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
         tags: c.tags.clone(),
+        pull_requests: c.pull_requests.clone(),
     }
 }
 
