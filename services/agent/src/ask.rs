@@ -39,7 +39,7 @@ pub async fn serve_mcp_tests(ctx: Arc<Ctx>, shutdown: halyard_platform::Shutdown
         subjects::MCP_TEST_QUEUE,
         "MCP server tests",
         undecodable,
-        |ctx, r: McpTestRequest| async move { crate::mcp::test(&ctx, &r.owner, &r.server).await },
+        |ctx, r: McpTestRequest| async move { crate::tools::mcp::test(&ctx, &r.owner, &r.server).await },
     )
     .await
 }

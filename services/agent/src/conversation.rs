@@ -87,7 +87,7 @@ pub struct ConvState {
     /// again).
     secrets_read: bool,
     /// The conversation's MCP connections, kept between runs (each run checks them).
-    mcp: Arc<Mutex<Option<Arc<crate::mcp::McpHub>>>>,
+    mcp: Arc<Mutex<Option<Arc<crate::tools::mcp::McpHub>>>>,
     /// The run lease while this actor holds it (the live run's renewals move its revision).
     held: Arc<std::sync::Mutex<Option<Held>>>,
 }

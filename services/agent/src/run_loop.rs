@@ -17,11 +17,11 @@ use crate::Ctx;
 use crate::budget::{self, estimate_completion, estimate_tokens};
 use crate::condense;
 use crate::history::{MESSAGE_OVERHEAD, message_tokens, summary_message};
-use crate::hooks::Moment;
 use crate::log::Log;
-use crate::mcp::McpHub;
-use crate::risk;
 use crate::stuck;
+use crate::tools::hooks::Moment;
+use crate::tools::mcp::McpHub;
+use crate::tools::risk;
 use crate::tools::{self, ToolOutcome};
 use halyard_platform::llm::{ChatMessage, Completion, LlmClient, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
@@ -87,7 +87,7 @@ struct Setting {
     fixed_tokens: u64,
     mcp: Arc<McpHub>,
     /// The workspace's repository hooks (none: no `.openhands/hooks.json`).
-    hooks: Option<crate::hooks::Hooks>,
+    hooks: Option<crate::tools::hooks::Hooks>,
 }
 
 /// Everything one run needs.
@@ -237,7 +237,7 @@ impl Run {
         let Some(owner) = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone()) else {
             return Some(Arc::default());
         };
-        let mut configs = match crate::mcp::configs(&self.ctx, &owner).await {
+        let mut configs = match crate::tools::mcp::configs(&self.ctx, &owner).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the owner's MCP servers; the operator's are offered");
@@ -247,7 +247,7 @@ impl Run {
         let mut trusted = self.ctx.config.mcp.servers.clone();
         let conversation = self.log.lock().await.conversation();
         // Halyard's own tools act on the owner's forges: offered to those who have one.
-        if let Some((name, own)) = crate::mcp::halyard_server(&self.ctx.config, conversation).filter(|_| self.has_forge) {
+        if let Some((name, own)) = crate::tools::mcp::halyard_server(&self.ctx.config, conversation).filter(|_| self.has_forge) {
             configs.insert(name.clone(), own.clone());
             trusted.insert(name, own);
         }
@@ -339,7 +339,7 @@ impl Run {
             (Setting { workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None }, pending)
         };
         let mut setting = setting;
-        setting.hooks = match crate::hooks::load(&exec).await {
+        setting.hooks = match crate::tools::hooks::load(&exec).await {
             Ok(hooks) => hooks,
             Err(why) => {
                 let message = format!("The repository's hooks are not used this run: {why}.");
@@ -692,9 +692,9 @@ impl Run {
             return Ok(None);
         }
         let conversation = self.log.lock().await.conversation().to_string();
-        let scene = crate::hooks::Scene { conversation: &conversation, workspace: &setting.workspace, secrets: &self.env };
+        let scene = crate::tools::hooks::Scene { conversation: &conversation, workspace: &setting.workspace, secrets: &self.env };
         for hook in to_run {
-            let ran = crate::hooks::run(exec, &hook, moment, about.tool, input.clone(), &scene).await;
+            let ran = crate::tools::hooks::run(exec, &hook, moment, about.tool, input.clone(), &scene).await;
             let body = EventBody::Hook {
                 event: moment.key().into(),
                 command: ran.command,

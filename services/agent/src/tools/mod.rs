@@ -1,6 +1,12 @@
 //! The agent's tools, named and shaped as OpenHands names them (`terminal`, `file_editor`,
 //! `think`, `finish`, `task_tracker`), so models and prompts tuned for OpenHands carry over; and
 //! `load_skill`, which reads a folder skill's instructions when the conversation has any.
+//! Beside them: the tools of MCP servers ([`mcp`]), the risk of each action ([`risk`]), and the
+//! repository's hooks around them ([`hooks`]).
+
+pub mod hooks;
+pub mod mcp;
+pub mod risk;
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::event::TaskItem;
