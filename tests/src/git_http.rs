@@ -46,8 +46,15 @@ impl GitServer {
     }
 }
 
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("git").args(args).current_dir(dir).output().expect("git runs");
+/// Runs git in `dir` as a test author, new repositories on `main`; panics with its words if it
+/// fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -58,7 +65,7 @@ pub fn bare_repository(root: &std::path::Path, name: &str, (file, text): (&str, 
     git(&src, &["init", "-q", "-b", "main"]);
     std::fs::write(src.join(file), text).expect("write file");
     git(&src, &["add", "."]);
-    git(&src, &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "first"]);
+    git(&src, &["commit", "-qm", "first"]);
     git(root, &["clone", "-q", "--bare", &format!("{name}.src"), name]);
 }
 

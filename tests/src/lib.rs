@@ -18,7 +18,7 @@ pub mod llm;
 pub mod procs;
 pub mod receiver;
 
-pub use git_http::{GitServer, bare_repository};
+pub use git_http::{GitServer, bare_repository, git};
 pub use github::GithubServer;
 pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use llm::{Reply, ScriptedLlm};

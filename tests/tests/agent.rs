@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init, procs};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init, procs};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -186,18 +186,6 @@ async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
     api.wait_conversation(&conv, "a new executor", |c| c["sandbox_status"] == "RUNNING").await;
     let new_pid = procs::executor_pid(&workspace).expect("new executor");
     assert_ne!(new_pid, pid);
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git")
-        .status
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 fn make_repo(setup: &str) -> tempfile::TempDir {

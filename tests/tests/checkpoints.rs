@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -117,18 +117,6 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
     assert_eq!((s, err["error"]["code"].as_str()), (409, Some("conversation_running")), "{err}");
     alice.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
     tokio::time::timeout(Duration::from_secs(30), alice.wait_conversation(&conv, "interrupted", |c| c["state"] == "idle")).await.unwrap();
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git")
-        .status
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// An event as its content: what a copy must keep (its id, time and conversation are its own).

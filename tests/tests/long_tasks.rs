@@ -2,7 +2,7 @@
 //! Long tasks, as a user checks them: the agent's plan (`task_tracker`, OpenHands' tool) is the
 //! conversation's state, read back from `GET /conversations/{id}/tasks` and the event log.
 
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -150,18 +150,6 @@ async fn tags_are_given_at_start_changed_by_patch_and_found_by() {
     let task = alice.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
     let (_, fork) = alice.get(&format!("/api/v1/conversations/{}", task["conversation_id"].as_str().unwrap())).await;
     assert_eq!(fork["tags"], json!({"ticket": "ENG-44", "sprint": "12"}));
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git")
-        .status
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// A repository with OpenHands-style hooks: `rm -rf` refused, every tool logged, a message with

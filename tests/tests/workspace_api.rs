@@ -2,22 +2,11 @@
 //! What a client shows of a conversation beyond its events: the workspace's changes as diffs,
 //! its files, and the conversation list searched and filtered.
 
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
 use serde_json::json;
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
-
-fn git(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
 
 #[tokio::test]
 async fn changes_and_files_show_the_workspace_as_the_agent_left_it() {
