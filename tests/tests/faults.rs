@@ -367,3 +367,49 @@ mod two_replicas {
     use super::*;
     every_kind!(2);
 }
+
+/// A run never starts without its lease. While the lease bucket cannot be reached (here: it is
+/// gone, as a bucket's stream is to a node while its leader is elected), a message is appended
+/// and its command is tried again rather than answered by a run no other runner would know of;
+/// when the runner holding the command dies meanwhile, the other one answers it once the
+/// bucket is back. (A chaos run wedged so before: the run started leaseless, its runner died.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_waits_for_the_lease_bucket_and_outlives_its_runner() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    script(&llm);
+    let nats = NatsServer::start();
+    let serve = |name: &str| {
+        HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_LEASE_TTL_MS", "2000")
+            .set("HALYARD_COMMAND_ACK_WAIT_MS", "2000")
+    };
+    let _others: Vec<Halyard> = ["sandbox", "conversations"].into_iter().map(|s| Halyard::start(serve(s))).collect();
+    let mut agents: Vec<Halyard> = (0..2).map(|_| Halyard::start(serve("agent"))).collect();
+    let gateway = Halyard::start(serve("gateway"));
+    let api = gateway.api(ALICE);
+    let (conv, _) = api.start_ready(json!({})).await;
+    api.wait_events(&conv, "the start", |ev| ev.iter().any(status_is("idle"))).await;
+
+    let js = async_nats::jetstream::new(async_nats::connect(&nats.url).await.unwrap());
+    let bucket = halyard_protocol::subjects::AGENT_LEASE_BUCKET;
+    js.delete_key_value(bucket).await.unwrap();
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "hello"})).await;
+    assert_eq!(s, 202);
+    api.wait_events(&conv, "the message", |ev| ev.iter().any(|e| e["text"] == "hello")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = api.events(&conv).await;
+    assert_eq!(count(&events, status_is("running")), 0, "a run started without its lease: {events:?}");
+
+    // The runner that tried dies; the bucket comes back; the other runner answers.
+    let tried = agents.iter().position(|a| a.log().contains("cannot take the run lease")).expect("a runner tried to take the lease");
+    tokio::task::block_in_place(|| agents[tried].kill9());
+    js.create_key_value(async_nats::jetstream::kv::Config { bucket: bucket.into(), history: 1, ..Default::default() }).await.unwrap();
+    let events = api.wait_events(&conv, "the answer", |ev| ev.iter().any(status_is("finished"))).await;
+    assert_eq!(count(&events, |e| e["text"] == "hello"), 1, "the message is in the log once");
+    assert_eq!(count(&events, status_is("running")), 1, "one run answered it: {events:?}");
+    let survivor = &agents[1 - tried];
+    assert!(!survivor.log().contains("panicked"), "{}", survivor.log());
+}

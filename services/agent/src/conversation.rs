@@ -39,6 +39,11 @@ pub enum ConvMsg {
     },
     /// Stop if nothing happened for the idle period.
     IdleCheck,
+    /// Start the run that could not start because the lease bucket could not be reached
+    /// (`confirmed` as for [`ConvState::start_run_with`]); tried again until it can.
+    StartRun {
+        confirmed: bool,
+    },
 }
 
 pub struct ConversationActor;
@@ -178,13 +183,18 @@ impl Actor for ConversationActor {
                             _ => Ok(()),
                         };
                         match rejected {
-                            Ok(()) => st.start_run(&myself, None).await,
+                            Ok(()) => st.start_run_or_later(&myself, None, false).await,
                             Err(e) => tracing::error!(conversation_id = %st.id, error = %e, "cannot record the rejection"),
                         }
                     }
                 }
             }
             ConvMsg::TakeOver { revision } => st.take_over(&myself, revision).await,
+            ConvMsg::StartRun { confirmed } => {
+                if st.run.is_none() && !st.paused {
+                    st.start_run_or_later(&myself, None, confirmed).await;
+                }
+            }
             ConvMsg::IdleCheck => {
                 let idle = Duration::from_secs(st.ctx.config.agent.idle_evict_secs);
                 if st.run.is_none() && st.last_active.elapsed() >= idle {
@@ -362,7 +372,10 @@ impl ConvState {
             }
             AgentCommand::Confirm { .. } => {
                 if self.run.is_none() && !self.paused && self.waiting().await {
-                    self.start_run_with(myself, trace, true).await;
+                    if let Err(e) = self.start_run_with(myself, trace, true).await {
+                        delivery.retry(Duration::from_millis(500), &e).await;
+                        return;
+                    }
                 }
                 delivery.ack().await;
             }
@@ -373,7 +386,10 @@ impl ConvState {
                         return;
                     }
                     // The model reads the reason and chooses another way.
-                    self.start_run(myself, trace).await;
+                    if let Err(e) = self.start_run(myself, trace).await {
+                        delivery.retry(Duration::from_millis(500), &e).await;
+                        return;
+                    }
                 }
                 delivery.ack().await;
             }
@@ -508,7 +524,7 @@ impl ConvState {
                 drop(log);
                 if unanswered && self.run.is_none() && !self.paused {
                     tracing::info!(conversation_id = %self.id, "a redelivered message was never answered; running now");
-                    self.start_run(myself, trace).await;
+                    self.start_run(myself, trace).await?;
                 }
                 return Ok(());
             }
@@ -535,7 +551,10 @@ impl ConvState {
         if self.paused {
             self.owed = true;
         } else if self.run.is_none() {
-            self.start_run(myself, trace).await;
+            // Not without the lease: the command is tried again (the message is in the log
+            // once, and its redelivery starts the run), so a runner that dies meanwhile leaves
+            // it to another rather than running a run no other runner knows of.
+            self.start_run(myself, trace).await?;
         }
         // A run in progress picks the message up at its next step.
         Ok(())
@@ -590,15 +609,26 @@ impl ConvState {
         Ok(())
     }
 
-    async fn start_run(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>) {
+    async fn start_run(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>) -> Result<(), String> {
         self.start_run_with(myself, trace, false).await
     }
 
-    /// Starts a run; `confirmed`: the user confirmed the waiting actions, which run first.
-    async fn start_run_with(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>, confirmed: bool) {
-        let Some(log) = self.log.clone() else { return };
-        if !self.take_lease().await {
-            return;
+    /// Starts a run, or has it started when the lease bucket answers again (for starts no
+    /// command waits on).
+    async fn start_run_or_later(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>, confirmed: bool) {
+        if let Err(e) = self.start_run_with(myself, trace, confirmed).await {
+            tracing::warn!(conversation_id = %self.id, error = %e, "the run waits for the lease bucket");
+            myself.send_after(Duration::from_secs(1), move || ConvMsg::StartRun { confirmed });
+        }
+    }
+
+    /// Starts a run; `confirmed`: the user confirmed the waiting actions, which run first. No
+    /// run starts without the run lease: `Err` when the lease bucket cannot be reached (the
+    /// caller tries again), `Ok` without a run when another live runner runs the conversation.
+    async fn start_run_with(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>, confirmed: bool) -> Result<(), String> {
+        let Some(log) = self.log.clone() else { return Ok(()) };
+        if !self.take_lease().await? {
+            return Ok(());
         }
         self.runs += 1;
         let id = self.runs;
@@ -631,9 +661,8 @@ impl ConvState {
             async move {
                 // Renew the lease while the run lives. A renewal that does not get through (a
                 // NATS node is down) is tried again; one refused because another runner took
-                // the lease over ends this run at once, without another append. A run that
-                // started while the bucket could not be reached takes the lease as soon as it
-                // can.
+                // the lease over ends this run at once, without another append. (A run starts
+                // holding the lease; one that somehow has none takes it as soon as it can.)
                 let renew = async {
                     loop {
                         tokio::time::sleep(ctx.leases.renew_every()).await;
@@ -669,28 +698,29 @@ impl ConvState {
             span,
         ));
         self.run = Some(LiveRun::new(id, cancel_tx, interrupt_tx, join, read_upto));
+        Ok(())
     }
 
     /// Takes the run lease (unless this actor holds it already); false if another live runner
-    /// runs the conversation, which then answers what was appended.
-    async fn take_lease(&self) -> bool {
+    /// runs the conversation, which then answers what was appended. `Err` when the bucket
+    /// cannot be reached: a run without the lease is one no other runner could take over if
+    /// this one died (a chaos run wedged so), so none starts until the bucket answers.
+    async fn take_lease(&self) -> Result<bool, String> {
         if self.held.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-            return true;
+            return Ok(true);
         }
         match self.ctx.leases.acquire(self.id).await {
             Ok(Acquire::Held(h)) => {
                 *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
-                true
+                Ok(true)
             }
             Ok(Acquire::Busy { node }) => {
                 tracing::info!(conversation_id = %self.id, %node, "another runner runs this conversation; it answers");
-                false
+                Ok(false)
             }
-            // The bucket cannot be reached: run anyway (appends stay ordered by the log's
-            // own checks), as a single runner always could.
             Err(e) => {
                 tracing::warn!(conversation_id = %self.id, error = %e, "cannot take the run lease");
-                true
+                Err(format!("cannot take the run lease: {e}"))
             }
         }
     }
@@ -746,7 +776,7 @@ impl ConvState {
             }
         }
         if std::mem::take(&mut self.owed) {
-            self.start_run(myself, trace).await;
+            self.start_run_or_later(myself, trace, false).await;
         } else if let Some(log) = self.log.clone() {
             let _ = log
                 .lock()
@@ -843,7 +873,7 @@ impl ConvState {
                 self.owed = true;
                 self.release_lease().await;
             }
-            None => self.start_run(myself, None).await,
+            None => self.start_run_or_later(myself, None, false).await,
         }
     }
 
