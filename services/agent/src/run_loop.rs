@@ -538,7 +538,8 @@ impl Run {
             }
             let name = call.name.clone();
             // The repository's pre_tool_use hooks may refuse the action: the model reads why.
-            if let (Ok(args), false) = (&call.parsed, name == "finish" || self.interrupt_requested()) {
+            let pre = name != "finish" && !self.interrupt_requested() && wants(setting, Moment::PreToolUse, &name);
+            if let (Ok(args), true) = (&call.parsed, pre) {
                 let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
                 let input = json!({"tool_name": name, "tool_input": args});
                 match self.hooks_at(exec, setting, Moment::PreToolUse, about, input).await {
@@ -554,24 +555,23 @@ impl Run {
                     Err(()) => return Some(RunOutcome::Failed),
                 }
             }
-            let input = call.parsed.clone().unwrap_or(Value::Null);
-            let outcome = match call.parsed {
+            let outcome = match &call.parsed {
                 // An interrupt stops what is left of this answer too: each call still gets its
                 // observation, so the model sees a complete step next time.
                 _ if self.interrupt_requested() => {
                     ToolOutcome::Observation { content: "Not run: the user interrupted the agent.".into(), exit_code: None, is_error: true }
                 }
-                Err(msg) => ToolOutcome::Observation { content: msg, exit_code: None, is_error: true },
-                Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, &args),
-                Ok(args) if name == "task_tracker" => self.track(&args).await,
+                Err(msg) => ToolOutcome::Observation { content: msg.clone(), exit_code: None, is_error: true },
+                Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, args),
+                Ok(args) if name == "task_tracker" => self.track(args).await,
                 Ok(args) => {
                     let started = std::time::Instant::now();
                     let timeout = self.ctx.config.agent.command_timeout_secs;
                     let running: std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutcome> + Send + '_>> =
                         if setting.mcp.offers(&name) {
-                            Box::pin(setting.mcp.call(&name, &args, Duration::from_secs_f64(timeout.max(1.0))))
+                            Box::pin(setting.mcp.call(&name, args, Duration::from_secs_f64(timeout.max(1.0))))
                         } else {
-                            Box::pin(tools::execute(exec, &name, &args, &self.env, timeout))
+                            Box::pin(tools::execute(exec, &name, args, &self.env, timeout))
                         };
                     let mut running = running;
                     let outcome = tokio::select! {
@@ -610,7 +610,13 @@ impl Run {
                         is_error: is_error || exit_code.is_some_and(|c| c != 0),
                     });
                     let changes_nothing = matches!(name.as_str(), "load_skill" | "task_tracker" | "think");
-                    let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
+                    let args = call.parsed.as_ref().unwrap_or(&Value::Null);
+                    let opened = if is_error { None } else { pull_request_opened(&name, args, &content) };
+                    // What the post_tool_use hooks read, made only when one runs.
+                    let post = wants(setting, Moment::PostToolUse, &name).then(|| {
+                        let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
+                        json!({"tool_name": name, "tool_input": args, "tool_response": response})
+                    });
                     let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name.clone(), content, exit_code, is_error };
                     let Some(seq) = self.append_seq(EventSource::Environment, body).await else {
                         return Some(RunOutcome::Failed);
@@ -620,15 +626,16 @@ impl Run {
                         checkpoint(exec, seq).await;
                     }
                     // A pull request opened with Halyard's own tool is the conversation's to remember.
-                    if let Some(opened) = pull_request_opened(&name, &input, &response) {
+                    if let Some(opened) = opened {
                         if !self.append(EventSource::System, opened).await {
                             return Some(RunOutcome::Failed);
                         }
                     }
-                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
-                    let input = json!({"tool_name": name, "tool_input": input, "tool_response": response});
-                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
-                        return Some(RunOutcome::Failed);
+                    if let Some(input) = post {
+                        let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
+                        if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
+                            return Some(RunOutcome::Failed);
+                        }
                     }
                     if let Some(pattern) = stuck::detect(steps, thresholds) {
                         return Some(self.stuck(pattern).await);
@@ -856,13 +863,18 @@ pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::Sandbox
     halyard_platform::executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, sandbox_id, patience).await
 }
 
+/// Whether a hook of the workspace runs at `moment` for `tool`.
+fn wants(setting: &Setting, moment: Moment, tool: &str) -> bool {
+    setting.hooks.as_ref().is_some_and(|h| h.wants(moment, Some(tool)))
+}
+
 /// The `pull_request_opened` event of a successful call of Halyard's own `create_pull_request`
-/// (its result is `{number, url, head, base}`), if this was one.
-fn pull_request_opened(tool: &str, args: &Value, response: &Value) -> Option<EventBody> {
-    if tool != format!("{}__create_pull_request", halyard_protocol::user::HALYARD_MCP_SERVER) || response["is_error"] != json!(false) {
+/// (its result, `content`, is `{number, url, head, base}`), if this was one.
+fn pull_request_opened(tool: &str, args: &Value, content: &str) -> Option<EventBody> {
+    if tool.strip_suffix("__create_pull_request") != Some(halyard_protocol::user::HALYARD_MCP_SERVER) {
         return None;
     }
-    let made: Value = serde_json::from_str(response["content"].as_str()?).ok()?;
+    let made: Value = serde_json::from_str(content).ok()?;
     Some(EventBody::PullRequestOpened {
         number: made["number"].as_u64()?,
         url: made["url"].as_str()?.to_owned(),

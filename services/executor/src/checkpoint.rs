@@ -41,9 +41,9 @@ impl Checkpoints {
         Self { workspace, dir }
     }
 
-    /// Runs git on the store with the workspace as its work tree; its standard output, trimmed.
-    async fn git(&self, args: &[&str], input: Option<&str>) -> Result<String, ExecutorError> {
-        use tokio::io::AsyncWriteExt;
+    /// git on the store with the workspace as its work tree (its standard streams are the
+    /// caller's to set).
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("git");
         // The untracked cache spares re-reading directories whose mtime did not change.
         cmd.args(["-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "gc.auto=0", "-c", "core.untrackedCache=true"])
@@ -59,10 +59,17 @@ impl Checkpoints {
             .env("GIT_AUTHOR_EMAIL", "checkpoints@halyard.invalid")
             .env("GIT_COMMITTER_NAME", "Halyard")
             .env("GIT_COMMITTER_EMAIL", "checkpoints@halyard.invalid")
-            .stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs git on the store; its standard output, trimmed.
+    async fn git(&self, args: &[&str], input: Option<&str>) -> Result<String, ExecutorError> {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = self.command(args);
+        cmd.stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| ExecutorError::Internal(format!("cannot run git for a checkpoint: {e}")))?;
         if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
             stdin.write_all(text.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("git: {e}")))?;
@@ -156,19 +163,13 @@ impl Checkpoints {
     /// Starts writing a git bundle of the checkpoints taken at or before `seq` (they are one
     /// line of history, so the bundle holds each object once); its output is the bundle.
     pub async fn bundle(&self, seq: u64) -> Result<tokio::process::ChildStdout, ExecutorError> {
-        if !self.dir.join("HEAD").exists() {
-            return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
-        }
-        let refs = self.upto(seq).await?;
+        let refs = if self.dir.join("HEAD").exists() { self.upto(seq).await? } else { Vec::new() };
         if refs.is_empty() {
             return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
         }
         use tokio::io::AsyncWriteExt;
-        let mut child = tokio::process::Command::new("git")
-            .args(["bundle", "create", "-q", "-", "--stdin"])
-            .env("GIT_DIR", &self.dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        let mut child = self
+            .command(&["bundle", "create", "-q", "-", "--stdin"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())

@@ -334,7 +334,7 @@ async fn run_hook(
     State(state): State<AppState>,
     Json(req): Json<halyard_protocol::executor::HookRunRequest>,
 ) -> Result<Json<halyard_protocol::executor::HookRunResponse>, ExecutorError> {
-    let env: Vec<(String, String)> = state.git.as_ref().map(|g| g.shell_env()).unwrap_or_default().into_iter().collect();
+    let env = state.git.as_ref().map(|g| g.shell_env()).unwrap_or_default();
     Ok(Json(hooks::run(&state.config.workspace, &env, req).await?))
 }
 

@@ -86,8 +86,9 @@ fn default_timeout() -> f64 {
     DEFAULT_TIMEOUT
 }
 
-#[derive(Clone, Debug, Deserialize)]
-struct Matcher {
+/// A matcher as the file writes it.
+#[derive(Deserialize)]
+struct RawMatcher {
     #[serde(default = "any")]
     matcher: String,
     #[serde(default)]
@@ -98,27 +99,47 @@ fn any() -> String {
     "*".into()
 }
 
-impl Matcher {
+/// What a matcher matches, read once from the file (its regular expression compiled then).
+#[derive(Clone, Debug)]
+enum Pattern {
+    Any,
+    Name(String),
+    Regex(regex::Regex),
+    /// A `/.../` that is no regular expression: it matches nothing.
+    Nothing,
+}
+
+impl Pattern {
     /// OpenHands' rules: `*` or empty matches everything; `/re/` is a regular expression, as is
-    /// a matcher with regex characters in it (else the exact name); a hook without a tool
-    /// (prompts, sessions) only matches `*`.
-    fn matches(&self, tool: Option<&str>) -> bool {
-        let m = self.matcher.as_str();
+    /// a matcher with regex characters in it (else the exact name).
+    fn of(m: &str) -> Self {
+        let whole = |re: &str| regex::Regex::new(&format!("^(?:{re})$")).ok();
         if m.is_empty() || m == "*" {
-            return true;
+            Self::Any
+        } else if m.len() > 2 && m.starts_with('/') && m.ends_with('/') {
+            whole(&m[1..m.len() - 1]).map_or(Self::Nothing, Self::Regex)
+        } else if m.chars().any(|c| "|.*+?[]()^$\\".contains(c)) {
+            whole(m).map_or_else(|| Self::Name(m.to_owned()), Self::Regex)
+        } else {
+            Self::Name(m.to_owned())
         }
-        let Some(tool) = tool else { return false };
-        let whole = |re: &str| regex::Regex::new(&format!("^(?:{re})$")).ok().map(|r| r.is_match(tool));
-        if m.len() > 2 && m.starts_with('/') && m.ends_with('/') {
-            return whole(&m[1..m.len() - 1]).unwrap_or(false);
-        }
-        if m.chars().any(|c| "|.*+?[]()^$\\".contains(c)) {
-            if let Some(hit) = whole(m) {
-                return hit;
-            }
-        }
-        m == tool
     }
+
+    /// A hook without a tool (prompts, sessions) only matches `*`.
+    fn matches(&self, tool: Option<&str>) -> bool {
+        match (self, tool) {
+            (Self::Any, _) => true,
+            (Self::Name(name), Some(tool)) => name == tool,
+            (Self::Regex(re), Some(tool)) => re.is_match(tool),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Matcher {
+    pattern: Pattern,
+    hooks: Vec<Hook>,
 }
 
 /// The hooks of a workspace.
@@ -143,8 +164,9 @@ impl Hooks {
             let moment = Moment::of_key(&key).ok_or_else(|| {
                 format!("{FILE} names an unknown hook event `{key}`; the events are {}", Moment::ALL.map(Moment::key).join(", "))
             })?;
-            let matchers: Vec<Matcher> =
+            let matchers: Vec<RawMatcher> =
                 serde_json::from_value(list).map_err(|e| format!("{FILE}: `{key}` must be a list of {{matcher, hooks}}: {e}"))?;
+            let matchers = matchers.into_iter().map(|m| Matcher { pattern: Pattern::of(&m.matcher), hooks: m.hooks });
             by_moment.entry(moment.key()).or_insert_with(Vec::new).extend(matchers);
         }
         Ok(Self { by_moment })
@@ -152,7 +174,16 @@ impl Hooks {
 
     /// The hooks to run at `moment` for `tool`, in the file's order.
     pub fn at(&self, moment: Moment, tool: Option<&str>) -> Vec<Hook> {
-        self.by_moment.get(moment.key()).into_iter().flatten().filter(|m| m.matches(tool)).flat_map(|m| m.hooks.iter().cloned()).collect()
+        self.matching(moment, tool).flat_map(|m| m.hooks.iter().cloned()).collect()
+    }
+
+    /// Whether any hook runs at `moment` for `tool` (so that its input is made only then).
+    pub fn wants(&self, moment: Moment, tool: Option<&str>) -> bool {
+        self.matching(moment, tool).any(|m| !m.hooks.is_empty())
+    }
+
+    fn matching(&self, moment: Moment, tool: Option<&str>) -> impl Iterator<Item = &Matcher> {
+        self.by_moment.get(moment.key()).into_iter().flatten().filter(move |m| m.pattern.matches(tool))
     }
 
     pub fn has(&self, moment: Moment) -> bool {
@@ -264,10 +295,12 @@ mod tests {
         assert!(hooks.at(Moment::PostToolUse, Some("terminal")).is_empty());
         assert_eq!(hooks.at(Moment::Stop, None)[0].timeout, DEFAULT_TIMEOUT, "no matcher matches everything");
         assert!(hooks.has(Moment::Stop) && !hooks.has(Moment::SessionStart));
-        let m = |matcher: &str, tool: Option<&str>| Matcher { matcher: matcher.into(), hooks: Vec::new() }.matches(tool);
+        let m = |matcher: &str, tool: Option<&str>| Pattern::of(matcher).matches(tool);
         assert!(m("terminal|file_editor", Some("file_editor")) && !m("terminal|file_editor", Some("think")));
         assert!(!m("term", Some("terminal")), "a plain matcher is the exact name");
         assert!(!m("terminal", None) && m("*", None));
+        assert!(!m("/[/", Some("[")), "a /.../ that is no regular expression matches nothing");
+        assert!(m("a[", Some("a[")), "regex characters that make none are the exact name");
         let err = Hooks::parse(r#"{"before_everything": []}"#).unwrap_err();
         assert!(err.contains("unknown hook event `before_everything`") && err.contains("pre_tool_use"), "{err}");
         assert!(Hooks::parse("not json").unwrap_err().contains("not JSON"));

@@ -37,6 +37,12 @@ pub(crate) fn check_text(field: &str, text: &str, max: usize) -> Result<(), ApiE
     Ok(())
 }
 
+/// Refuses a title that is empty, too long, or holds control characters.
+pub(crate) fn check_title(title: &str) -> Result<(), ApiError> {
+    check_text("title", title, MAX_TITLE_CHARS)?;
+    crate::common::check_label("title", title)
+}
+
 /// A start task: how a conversation's start goes.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = StartTask)]
@@ -857,8 +863,7 @@ pub async fn patch_conversation(
         return Err(ApiError::bad_request("invalid_field", "say what changes: `title`, `tags`, or both"));
     }
     if let Some(title) = &body.title {
-        check_text("title", title, MAX_TITLE_CHARS)?;
-        crate::common::check_label("title", title)?;
+        check_title(title)?;
     }
     if let Some(tags) = &body.tags {
         for (k, v) in tags {

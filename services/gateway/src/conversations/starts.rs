@@ -25,7 +25,7 @@ use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::owned;
 use crate::conversations::routes::StartTask;
 use crate::conversations::routes::{
-    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, require_ready, require_sandbox, task_json,
+    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_ready, require_sandbox, task_json,
 };
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
@@ -94,8 +94,7 @@ pub async fn start_conversation(
         check_text("message", m, MAX_MESSAGE_CHARS)?;
     }
     if let Some(t) = &body.title {
-        check_text("title", t, MAX_TITLE_CHARS)?;
-        crate::common::check_label("title", t)?;
+        check_title(t)?;
     }
     if let Some(r) = &body.repository {
         check_text("repository.url", &r.url, 4096)?;
@@ -211,8 +210,7 @@ pub async fn fork_conversation(
         check_text("message", m, MAX_MESSAGE_CHARS)?;
     }
     if let Some(t) = &body.title {
-        check_text("title", t, MAX_TITLE_CHARS)?;
-        crate::common::check_label("title", t)?;
+        check_title(t)?;
     }
     let Some(sandbox_id) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) else {
         return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; fork it once it is READY"));
