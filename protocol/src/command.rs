@@ -46,6 +46,10 @@ pub enum ConversationCommand {
         /// source's events.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fork: Option<ForkSource>,
+        /// A helper: it works in its parent's sandbox, on the workspace as the parent left it
+        /// (no sandbox, clone or setup script of its own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<crate::system::ParentLink>,
         /// Labels the owner finds conversations by (`GET /conversations?tag=key:value`).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         tags: BTreeMap<String, String>,
@@ -153,6 +157,9 @@ pub enum AgentCommand {
         /// (its workspace is ready already).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fork: Option<ForkSource>,
+        /// A helper: the conversation that delegated it (it shares that one's sandbox).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<crate::system::ParentLink>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

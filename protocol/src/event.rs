@@ -263,6 +263,10 @@ pub enum EventBody {
         /// to `at_seq` are copies of that conversation's (absent: not a fork).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         forked_from: Option<crate::system::ForkSource>,
+        /// A helper: the conversation that delegated it, whose sandbox it works in (absent: a
+        /// conversation of its own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<crate::system::ParentLink>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.
@@ -382,6 +386,32 @@ pub enum EventBody {
         stderr: String,
         blocked: bool,
     },
+    /// The agent's `delegate` call started helpers: child conversations of the same user, in
+    /// this one's sandbox, one per task, running in parallel.
+    SubConversationsStarted { tool_call_id: String, children: Vec<SubConversation> },
+    /// A helper of a `delegate` call ended (finished, answered, failed or was stopped): what it
+    /// said last, and what its LLM calls used, which this conversation's budget covers.
+    SubConversationEnded {
+        tool_call_id: String,
+        #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+        conversation_id: crate::ConversationId,
+        /// Its execution status at the end (`finished`, `idle`, `error`, `stuck`), or `failed`
+        /// when it could not start.
+        status: String,
+        /// Its final message (its `finish` message or last answer), or why it ended.
+        message: String,
+        used_tokens: u64,
+        used_usd: f64,
+    },
+}
+
+/// A helper a `delegate` call started.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubConversation {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+    pub conversation_id: crate::ConversationId,
+    pub title: String,
 }
 
 impl EventBody {
@@ -408,6 +438,8 @@ impl EventBody {
             Self::TaskList { .. } => "task_list",
             Self::Hook { .. } => "hook",
             Self::PullRequestOpened { .. } => "pull_request_opened",
+            Self::SubConversationsStarted { .. } => "sub_conversations_started",
+            Self::SubConversationEnded { .. } => "sub_conversation_ended",
         }
     }
 }

@@ -34,6 +34,18 @@ pub struct ExecRequest {
     /// and nothing it exports or changes stays in the shell.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scoped: bool,
+    /// The shell session to use: each name its own persistent shell (a helper conversation's
+    /// commands run beside its parent's, in the same workspace); absent: the sandbox's main
+    /// shell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// `POST /shell/interrupt`: which session's running command to stop (absent: the main shell's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterruptRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// `POST /hooks/run`: one repository hook's command, run apart from the agent's shell (nothing

@@ -108,6 +108,22 @@ pub struct ForkSource {
     pub at_seq: u64,
 }
 
+/// A helper's parent: the conversation whose agent delegated the helper's task (with its
+/// `delegate` tool call), and whose sandbox, one workspace for both, the helper works in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ParentLink {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+    pub conversation_id: ConversationId,
+    /// The parent's sandbox, which the helper shares (and never deletes).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
+    pub sandbox_id: SandboxId,
+    /// The `delegate` call that made the helper.
+    pub tool_call_id: String,
+    /// How deep the helper is: 1 for a top-level conversation's helper.
+    pub depth: u32,
+}
+
 /// What a conversation's start asked for besides its title and repository.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StartRequest {
@@ -126,6 +142,9 @@ pub struct StartRequest {
     /// A fork: what it comes from (a retry forks again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkSource>,
+    /// A helper: the conversation that delegated it (absent: a conversation of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
     /// The conversation's tags as it was started (`PATCH` changes them later, see
     /// [`SystemRecord::ConversationTags`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

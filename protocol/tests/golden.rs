@@ -10,11 +10,11 @@ use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccoun
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
     Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
-    SkillKind, TaskItem, TaskStatus, TitleSource,
+    SkillKind, SubConversation, TaskItem, TaskStatus, TitleSource,
 };
 use halyard_protocol::system::{
-    ExposedUrl, ForkSource, ImageOutcome, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus,
-    StartTaskUpdate, SystemRecord,
+    ExposedUrl, ForkSource, ImageOutcome, ParentLink, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest,
+    StartTaskStatus, StartTaskUpdate, SystemRecord,
 };
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, SandboxId, TaskId, TraceContext, UserId, decode, encode};
 use serde::Serialize;
@@ -82,6 +82,7 @@ fn events_are_stable() {
                     secrets: None,
                     repository: None,
                     forked_from: None,
+                    parent: None,
                 },
             ),
         ),
@@ -101,6 +102,7 @@ fn events_are_stable() {
                     secrets: None,
                     repository: None,
                     forked_from: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
+                    parent: None,
                 },
             ),
         ),
@@ -120,6 +122,7 @@ fn events_are_stable() {
                     secrets: None,
                     repository: None,
                     forked_from: None,
+                    parent: None,
                 },
             ),
         ),
@@ -154,6 +157,7 @@ fn events_are_stable() {
                     secrets: None,
                     repository: None,
                     forked_from: None,
+                    parent: None,
                 },
             ),
         ),
@@ -233,6 +237,33 @@ fn events_are_stable() {
                         TaskItem { title: "Fix the parser".into(), notes: "src/parse.rs".into(), status: TaskStatus::InProgress },
                         TaskItem { title: "Run the suite".into(), notes: String::new(), status: TaskStatus::Todo },
                     ],
+                },
+            ),
+        ),
+        (
+            "event_sub_conversations_started",
+            event(
+                23,
+                EventBody::SubConversationsStarted {
+                    tool_call_id: "call_3".into(),
+                    children: vec![
+                        SubConversation { conversation_id: ConversationId(id(9)), title: "Tests".into() },
+                        SubConversation { conversation_id: ConversationId(id(10)), title: "Docs".into() },
+                    ],
+                },
+            ),
+        ),
+        (
+            "event_sub_conversation_ended",
+            event(
+                24,
+                EventBody::SubConversationEnded {
+                    tool_call_id: "call_3".into(),
+                    conversation_id: ConversationId(id(9)),
+                    status: "finished".into(),
+                    message: "Added 4 tests; all pass.".into(),
+                    used_tokens: 5400,
+                    used_usd: 0.0125,
                 },
             ),
         ),
@@ -511,6 +542,7 @@ fn records_are_stable() {
                     llm_profile: Some("fast".into()),
                     secrets: Some(vec!["GH_TOKEN".into()]),
                     fork: None,
+                    parent: None,
                     tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
                 }),
             },
@@ -539,6 +571,36 @@ fn commands_are_stable() {
                 llm_profile: None,
                 secrets: None,
                 fork: None,
+                parent: None,
+                tags: BTreeMap::new(),
+            },
+        ),
+    );
+    check(
+        "cmd_conversation_start_helper",
+        env(
+            5,
+            "cmd.conversation.start",
+            ConversationCommand::Start {
+                task_id: TaskId(id(3)),
+                conversation_id: ConversationId(id(1)),
+                owner: UserId("alice".into()),
+                message: Some("Write the tests of parse.rs".into()),
+                repository: None,
+                title: Some("Tests".into()),
+                created_ms: T,
+                spec: None,
+                budget: Some(Budget { max_budget_usd: Some(1.25), max_tokens: None }),
+                confirmation_policy: None,
+                llm_profile: None,
+                secrets: None,
+                fork: None,
+                parent: Some(ParentLink {
+                    conversation_id: ConversationId(id(7)),
+                    sandbox_id: SandboxId(id(8)),
+                    tool_call_id: "call_3".into(),
+                    depth: 1,
+                }),
                 tags: BTreeMap::new(),
             },
         ),
@@ -562,6 +624,7 @@ fn commands_are_stable() {
                 llm_profile: None,
                 secrets: None,
                 fork: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
+                parent: None,
                 tags: BTreeMap::from([("source".into(), "github".into()), ("issue".into(), "42".into())]),
             },
         ),

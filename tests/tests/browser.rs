@@ -70,6 +70,20 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("Ticked six times."),
         };
     }
+    // A parent hands out two tasks; each helper's task is its own first message.
+    if text.contains("hand out") {
+        let task = |title: &str, what: &str| json!({"title": title, "prompt": format!("as a helper, say {what}")});
+        return match step {
+            0 => Reply::tool("delegate", json!({"tasks": [task("First helper", "one"), task("Second helper", "two")]})),
+            _ => Reply::finish("Both helpers answered."),
+        };
+    }
+    if let Some(what) = text.strip_prefix("as a helper, say ") {
+        return match step {
+            0 => terminal(&format!("echo {what}")),
+            _ => Reply::finish(&format!("said {what}")),
+        };
+    }
     if text.contains("in steps") {
         let plan = |first: &str, second: &str| {
             Reply::tool(
@@ -268,7 +282,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 14, env).await;
+    playwright(h, "tests/workspace.spec.ts", 15, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

@@ -259,3 +259,191 @@ async fn repository_hooks_block_report_and_let_through() {
     assert_eq!(prompts.iter().map(|e| e["blocked"].as_bool().unwrap()).collect::<Vec<_>>(), [false, true, false]);
     assert_eq!(prompts[1]["message_seq"].as_u64(), judged.iter().find(|e| e["text"] == "say forbidden things").unwrap()["seq"].as_u64());
 }
+
+/// The first user message of an LLM request (which conversation is asking), and how many tool
+/// results it holds (how far that conversation is).
+fn asker(body: &Value) -> (String, usize, String) {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let first = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+    let results: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
+    let last = results.last().and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+    (first, results.len(), last)
+}
+
+fn offered(body: &Value) -> Vec<String> {
+    body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+}
+
+#[tokio::test]
+async fn helpers_work_in_parallel_in_the_parents_workspace() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // One script for every conversation, told apart by their first message: the parent writes a
+    // file, asks for three helpers (refused: two at most here), then two; each helper waits for
+    // the other to be working too (so they ran side by side, or neither finishes), reads the file
+    // and says what it found.
+    llm.fallback(|body| {
+        let (first, step, last) = asker(body);
+        let helper = |me: &str, other: &str| {
+            let wait = format!(
+                "touch {me}.ready; for i in $(seq 1 600); do [ -f {other}.ready ] && break; sleep 0.1; done; \
+                 [ -f {other}.ready ] && echo together; cat shared.txt"
+            );
+            match step {
+                0 => Reply::tool("terminal", json!({"command": wait, "timeout": 90, "security_risk": "low"})),
+                _ => {
+                    let with = if last.contains("together") { "together" } else { "alone" };
+                    let read = if last.contains("written-by-parent") { "written-by-parent" } else { "nothing" };
+                    Reply::finish(&format!("helper {me} read {read}, {with}"))
+                }
+            }
+        };
+        let task = |title: &str, who: &str| json!({"title": title, "prompt": format!("helper {who}: read shared.txt")});
+        match first.as_str() {
+            "split the work" => match step {
+                0 => Reply::tool("terminal", json!({"command": "echo written-by-parent > shared.txt", "security_risk": "low"})),
+                1 => Reply::tool("delegate", json!({"tasks": [task("A", "a"), task("B", "b"), task("C", "c")]})),
+                2 => Reply::tool("delegate", json!({"tasks": [task("Reader A", "a"), task("Reader B", "b")]})),
+                _ => Reply::finish(&format!("the helpers said: {last}")),
+            },
+            "helper a: read shared.txt" => helper("a", "b"),
+            "helper b: read shared.txt" => helper("b", "a"),
+            other => Reply::Text(format!("unexpected conversation {other}")),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_DELEGATES", "2").set("HALYARD_MAX_DELEGATION_DEPTH", "1"));
+    let alice = h.api(ALICE);
+    let (parent, _) = alice.start_ready(json!({"message": "split the work"})).await;
+    let events = alice.wait_events(&parent, "the parent's run", finished).await;
+
+    // Fan-out is limited by the setting: the model is told, and tries again.
+    let delegations: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "delegate").collect();
+    assert_eq!(delegations.len(), 2, "{delegations:?}");
+    assert_eq!(delegations[0]["is_error"], true);
+    assert!(delegations[0]["content"].as_str().unwrap().contains("At most 2 tasks"), "{}", delegations[0]);
+
+    // Two helpers, recorded in the parent's log and on the conversation.
+    let started: Vec<&Value> = events.iter().filter(|e| e["kind"] == "sub_conversations_started").collect();
+    assert_eq!(started.len(), 1);
+    let children: Vec<String> =
+        started[0]["children"].as_array().unwrap().iter().map(|c| c["conversation_id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(started[0]["children"][0]["title"], "Reader A");
+    let view = alice
+        .wait_conversation(&parent, "its helpers listed", |v| v["sub_conversation_ids"].as_array().is_some_and(|a| a.len() == 2))
+        .await;
+    assert_eq!(view["sub_conversation_ids"], json!(children));
+
+    // Each ran in the parent's sandbox, beside the other, read the parent's file, and said so;
+    // the parent's result holds both final messages.
+    let result = delegations[1]["content"].as_str().unwrap();
+    assert_eq!(delegations[1]["is_error"], false, "{result}");
+    for (child, me) in children.iter().zip(["a", "b"]) {
+        let said = format!("helper {me} read written-by-parent, together");
+        assert!(result.contains(&said), "{said} missing from: {result}");
+        let (s, c) = alice.get(&format!("/api/v1/conversations/{child}")).await;
+        assert_eq!(s, 200, "{c}");
+        assert_eq!(c["parent_conversation_id"], parent.as_str());
+        assert_eq!(c["sandbox_id"], view["sandbox_id"], "one sandbox, one workspace");
+        assert_eq!(c["state"], "finished");
+        // Its own log: its task as its first message, its own command.
+        let log = alice.events(child).await;
+        assert_eq!(log.iter().find(|e| e["kind"] == "user_message").unwrap()["text"], format!("helper {me}: read shared.txt"));
+        assert!(log.iter().any(|e| e["kind"] == "action" && e["tool"] == "terminal"));
+        assert!(log.iter().all(|e| e["kind"] != "sub_conversations_started"));
+    }
+    // What each helper used is in the parent's log, and its budget.
+    let ended: Vec<&Value> = events.iter().filter(|e| e["kind"] == "sub_conversation_ended").collect();
+    assert_eq!(ended.len(), 2);
+    assert!(ended.iter().all(|e| e["status"] == "finished" && e["used_tokens"].as_u64().unwrap() > 0), "{ended:?}");
+
+    // Depth is limited by the setting: helpers are not offered `delegate`, the parent was.
+    let requests = llm.requests();
+    for r in &requests {
+        let (first, _, _) = asker(r);
+        let can = offered(r).iter().any(|t| t == "delegate");
+        assert_eq!(can, first == "split the work", "{first}: {:?}", offered(r));
+    }
+
+    // The list has the helpers, each naming its parent.
+    let (_, list) = alice.get("/api/v1/conversations").await;
+    let items = list["items"].as_array().unwrap();
+    for child in &children {
+        let item = items.iter().find(|c| c["id"] == child.as_str()).expect("helper listed");
+        assert_eq!(item["parent_conversation_id"], parent.as_str());
+    }
+    // A helper's workspace is its parent's: restoring or forking it is refused with the way.
+    let (s, refused) = alice.post(&format!("/api/v1/conversations/{}/restore", children[0]), json!({"at_seq": 1})).await;
+    assert_eq!((s, refused["error"]["code"].as_str()), (409, Some("helper_conversation")), "{refused}");
+    let (s, _) = alice.post(&format!("/api/v1/conversations/{}/fork", children[0]), json!({"at_seq": 1})).await;
+    assert_eq!(s, 409);
+    // Nobody else sees them.
+    assert_eq!(h.api(BOB).get(&format!("/api/v1/conversations/{}", children[0])).await.0, 404);
+
+    // Deleting the parent deletes its helpers.
+    let (s, _) = alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{parent}"), None).await;
+    assert_eq!(s, 202);
+    for child in &children {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while alice.get(&format!("/api/v1/conversations/{child}")).await.0 != 404 {
+            assert!(std::time::Instant::now() < deadline, "helper {child} outlived its parent");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(h.service_permission_violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn pausing_resuming_and_interrupting_the_parent_reach_its_helper() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|body| {
+        let (first, step, last) = asker(body);
+        match (first.as_str(), step) {
+            ("delegate a long job", 0) => Reply::tool("delegate", json!({"tasks": [{"title": "Long job", "prompt": "run the long job"}]})),
+            ("delegate a long job", _) => Reply::finish(&format!("done: {last}")),
+            ("run the long job", 0) => {
+                Reply::tool("terminal", json!({"command": "echo started; sleep 300", "timeout": 600, "security_risk": "low"}))
+            }
+            ("run the long job", _) => Reply::Text("the long job was stopped".into()),
+            (other, _) => Reply::Text(format!("unexpected conversation {other}")),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (parent, _) = alice.start_ready(json!({"message": "delegate a long job"})).await;
+    let view = alice.wait_conversation(&parent, "a helper", |v| v["sub_conversation_ids"].as_array().is_some_and(|a| a.len() == 1)).await;
+    let child = view["sub_conversation_ids"][0].as_str().unwrap().to_owned();
+    alice.wait_events(&child, "the helper's command", |ev| ev.iter().any(|e| e["kind"] == "action" && e["tool"] == "terminal")).await;
+
+    // A pause of the parent pauses the helper; a resume resumes both, and the parent watches on.
+    let (s, body) = alice.post(&format!("/api/v1/conversations/{parent}/pause"), json!({})).await;
+    assert_eq!(s, 202, "{body}");
+    alice.wait_conversation(&child, "the helper paused", |v| v["execution_status"] == "paused").await;
+    let (s, body) = alice.post(&format!("/api/v1/conversations/{parent}/resume"), json!({})).await;
+    assert_eq!(s, 202, "{body}");
+    alice.wait_conversation(&child, "the helper running again", |v| v["execution_status"] == "running").await;
+    alice.wait_conversation(&parent, "the parent running again", |v| v["execution_status"] == "running").await;
+
+    // An interrupt of the parent stops the helper's command; the parent's result says so.
+    let (s, body) = alice.post(&format!("/api/v1/conversations/{parent}/interrupt"), json!({})).await;
+    assert_eq!(s, 202, "{body}");
+    let child_events = alice
+        .wait_events(&child, "the helper interrupted", |ev| {
+            ev.iter().any(|e| e["kind"] == "execution_status" && e["reason"] == "interrupted by the user")
+        })
+        .await;
+    let cut = child_events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").expect("the command's result");
+    assert!(cut["content"].as_str().unwrap().contains("started"), "{cut}");
+    let events = alice
+        .wait_events(&parent, "the parent interrupted", |ev| {
+            ev.iter().any(|e| e["kind"] == "execution_status" && e["reason"] == "interrupted by the user")
+        })
+        .await;
+    let result = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "delegate").expect("the delegate result");
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("Long job") && content.contains("[Interrupted by the user"), "{content}");
+    let ended = events.iter().find(|e| e["kind"] == "sub_conversation_ended").expect("the helper's end");
+    assert_eq!(ended["conversation_id"], child.as_str());
+    assert_eq!(ended["status"], "idle");
+    assert_eq!(h.service_permission_violations(), Vec::<String>::new());
+}

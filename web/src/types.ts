@@ -43,6 +43,10 @@ export interface Conversation {
   tags?: Record<string, string>;
   /** Pull requests the agent opened with Halyard's own tool. */
   pull_requests?: { number: number; url: string; title?: string }[];
+  /** A helper: the conversation whose agent started it (with `delegate`); they share a workspace. */
+  parent_conversation_id?: string;
+  /** The helpers its agent started, in order. */
+  sub_conversation_ids?: string[];
 }
 
 export interface ConversationPage {
@@ -175,6 +179,16 @@ export type HalyardEvent = EventBase &
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }
     | { kind: "pull_request_opened"; number: number; url: string; title?: string }
+    | { kind: "sub_conversations_started"; tool_call_id: string; children: { conversation_id: string; title: string }[] }
+    | {
+        kind: "sub_conversation_ended";
+        tool_call_id: string;
+        conversation_id: string;
+        status: string;
+        message: string;
+        used_tokens: number;
+        used_usd: number;
+      }
     | {
         kind: "hook";
         event: string;

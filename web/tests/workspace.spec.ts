@@ -530,3 +530,39 @@ test("14. the Plan tab shows the agent's plan as it changes", async ({ page }) =
   await expect(page.getByText("Done in steps.")).toBeVisible();
   await expect(page.getByText("Plan updated: 2 of 2 tasks done.")).toBeVisible();
 });
+
+test("15. helpers: the parent's timeline links to each, and the list nests them under it", async ({ page }) => {
+  await signIn(page, ALICE);
+  const id = await start(page, "hand out the work to helpers");
+  await expect(page.getByText("Both helpers answered.")).toBeVisible({ timeout: 30_000 });
+  // One card for the delegate call: each helper, how it ended and what it said.
+  const card = page.getByTestId("helpers");
+  await expect(card.getByRole("link")).toHaveCount(2);
+  await expect(card).toContainText("said one");
+  await expect(card).toContainText("said two");
+  await expect(page.locator(".helpers-line").getByRole("link")).toHaveCount(2);
+  await shot(page, "helpers");
+
+  // A helper's page: its own log, and the way back to its parent.
+  await card.getByRole("link", { name: "First helper" }).click();
+  await expect(page).not.toHaveURL(new RegExp(id));
+  await expect(page.locator(".helper-of")).toContainText("A helper of");
+  await expect(page.getByTestId("command-card").filter({ hasText: "echo one" })).toBeVisible({ timeout: 30_000 });
+  await expect(page.getByTestId("command-card").filter({ hasText: "echo two" })).toHaveCount(0);
+  await page.locator(".helper-of").getByRole("link").click();
+  await expect(page).toHaveURL(new RegExp(`/c/${id}`));
+
+  // The list: both helpers right under their parent, marked as helpers.
+  await page.goto("/");
+  const rows = page.locator("li.conv-row");
+  await expect(rows.filter({ hasText: "First helper" })).toHaveCount(1);
+  const texts = await rows.allInnerTexts();
+  const at = texts.findIndex((t) => t.includes("hand out the work to helpers"));
+  expect(at).toBeGreaterThanOrEqual(0);
+  const under = texts.slice(at + 1, at + 3).join("\n");
+  expect(under).toContain("First helper");
+  expect(under).toContain("Second helper");
+  await expect(rows.nth(at + 1)).toHaveClass(/helper-row/);
+  await expect(rows.nth(at + 2)).toHaveClass(/helper-row/);
+  await shot(page, "helpers-list");
+});

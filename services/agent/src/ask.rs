@@ -143,6 +143,11 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 format!("HOOK {event} `{command}` exit code {code}{}", if *blocked { ", blocked" } else { "" })
             }
             EventBody::PullRequestOpened { number, url, .. } => format!("PULL REQUEST OPENED: #{number} {url}"),
+            EventBody::SubConversationsStarted { children, .. } => {
+                let titles: Vec<&str> = children.iter().map(|c| c.title.as_str()).collect();
+                format!("HELPERS STARTED: {}", titles.join("; "))
+            }
+            EventBody::SubConversationEnded { status, message, .. } => format!("HELPER ENDED ({status}): {message}"),
             EventBody::TaskList { items } => {
                 let tasks: Vec<String> = items.iter().map(|t| format!("[{}] {}", t.status.as_str(), t.title)).collect();
                 format!("PLAN: {}", tasks.join("; "))

@@ -20,6 +20,7 @@ use crate::Ctx;
 use crate::lease::{Acquire, Held};
 use crate::log::Log;
 use crate::run_loop::{Run, RunOutcome};
+use crate::tools::delegate;
 use halyard_platform::route::Settle;
 
 /// Messages of a conversation actor.
@@ -288,6 +289,7 @@ impl ConvState {
                 secrets,
                 repository,
                 fork,
+                parent,
                 ..
             } => {
                 if !started {
@@ -315,6 +317,7 @@ impl ConvState {
                         secrets,
                         repository,
                         forked_from: fork.clone(),
+                        parent,
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;
@@ -355,11 +358,17 @@ impl ConvState {
                 Ok(()) => delivery.ack().await,
                 Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
             },
+            // Pausing, resuming or interrupting a conversation reaches the helpers it waits for
+            // (each told once per command, however often the command is handed out).
             AgentCommand::Pause { .. } => {
-                self.pause(derived(cmd_id, 0x50), trace).await;
+                let helpers = log.lock().await.history.live_helpers();
+                self.pause(derived(cmd_id, 0x50), trace.clone()).await;
+                delegate::tell(&self.ctx.js, &helpers, cmd_id, |c| AgentCommand::Pause { conversation_id: c }, trace).await;
                 delivery.ack().await;
             }
             AgentCommand::Resume { .. } => {
+                let helpers = log.lock().await.history.live_helpers();
+                delegate::tell(&self.ctx.js, &helpers, cmd_id, |c| AgentCommand::Resume { conversation_id: c }, trace.clone()).await;
                 self.resume(myself, derived(cmd_id, 0x52), trace).await;
                 delivery.ack().await;
             }
@@ -368,6 +377,8 @@ impl ConvState {
                 if let Some(run) = &self.run {
                     let _ = run.interrupt.send(true);
                 }
+                let helpers = log.lock().await.history.live_helpers();
+                delegate::tell(&self.ctx.js, &helpers, cmd_id, |c| AgentCommand::Interrupt { conversation_id: c }, trace).await;
                 delivery.ack().await;
             }
             AgentCommand::Confirm { .. } => {
@@ -748,11 +759,16 @@ impl ConvState {
         self.owed = self.owed || was_running;
         let Some(log) = self.log.clone() else { return };
         let reason = was_running.then(|| "paused during a run; resume continues it".to_owned());
-        let _ = log
-            .lock()
-            .await
-            .append(id, EventSource::User, EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason }, trace.clone())
-            .await;
+        let helper = {
+            let mut log = log.lock().await;
+            let status = EventBody::ExecutionStatus { status: ExecutionStatus::Paused, reason };
+            let _ = log.append(id, EventSource::User, status, trace.clone()).await;
+            log.history.started.as_ref().is_some_and(|s| s.parent.is_some())
+        };
+        // A helper's sandbox is its parent's, which works on (or is paused with the parent).
+        if helper {
+            return;
+        }
         if let Some(sandbox_id) = self.sandbox_id().await {
             if let Err(e) =
                 bus::send(&self.ctx.js, subjects::sandbox_command(sandbox_id), SandboxCommand::Pause { sandbox_id }, trace).await
@@ -840,7 +856,8 @@ impl ConvState {
                 // The tool calls that were cut off get a result that says so: the model
                 // decides whether to run them again (their effects may or may not have
                 // happened).
-                for p in log.history.pending.clone() {
+                // (A `delegate` call's helpers work on: the continued run watches them again.)
+                for p in log.history.pending.clone().into_iter().filter(|p| p.tool != "delegate") {
                     let body = EventBody::Observation {
                         tool_call_id: p.tool_call_id,
                         tool: p.tool,

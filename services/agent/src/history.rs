@@ -25,6 +25,8 @@ pub struct Started {
     pub repository: Option<halyard_protocol::system::Repository>,
     /// A fork: where its copied events come from.
     pub forked_from: Option<halyard_protocol::system::ForkSource>,
+    /// A helper: the conversation that delegated it, whose sandbox it shares.
+    pub parent: Option<halyard_protocol::system::ParentLink>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -114,9 +116,29 @@ pub struct History {
     /// User messages the model has not seen yet (since its last call) that no
     /// `user_prompt_submit` hook has judged: their seqs.
     pub unjudged: Vec<u64>,
+    /// The helpers each `delegate` call started, by its tool call id, and those that ended.
+    pub helpers: Vec<(String, Vec<halyard_protocol::event::SubConversation>)>,
+    /// What each ended helper used (tokens, US dollars), counted in `used_tokens`/`used_usd`.
+    pub helpers_ended: std::collections::HashMap<halyard_protocol::ConversationId, (u64, f64)>,
 }
 
 impl History {
+    /// The helpers still working for a `delegate` call that has no result yet: pausing,
+    /// resuming or interrupting this conversation reaches them.
+    pub fn live_helpers(&self) -> Vec<halyard_protocol::ConversationId> {
+        self.helpers
+            .iter()
+            .filter(|(call, _)| self.pending.iter().any(|p| p.tool_call_id == *call))
+            .flat_map(|(_, children)| children.iter().map(|c| c.conversation_id))
+            .filter(|c| !self.helpers_ended.contains_key(c))
+            .collect()
+    }
+
+    /// How deep this conversation is among helpers: 0 for one of its own.
+    pub fn depth(&self) -> u32 {
+        self.started.as_ref().and_then(|s| s.parent.as_ref()).map_or(0, |p| p.depth)
+    }
+
     /// A fork whose copy of its source's events is not complete yet (the copy ends with a status
     /// after the source's event `at_seq`, see the conversation's start).
     pub fn fork_unfinished(&self) -> Option<&halyard_protocol::system::ForkSource> {
@@ -158,6 +180,7 @@ impl History {
                 secrets,
                 repository,
                 forked_from,
+                parent,
                 ..
             } => {
                 self.started = Some(Started {
@@ -166,6 +189,7 @@ impl History {
                     workspace: workspace.clone(),
                     repository: repository.clone(),
                     forked_from: forked_from.clone(),
+                    parent: parent.clone(),
                 });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();
@@ -267,6 +291,17 @@ impl History {
                     if self.first_user_seq == Some(*seq) {
                         self.first_user_seq = None;
                     }
+                }
+            }
+            EventBody::SubConversationsStarted { tool_call_id, children } => {
+                self.helpers.retain(|(call, _)| call != tool_call_id);
+                self.helpers.push((tool_call_id.clone(), children.clone()));
+            }
+            // What a helper used is this conversation's to pay.
+            EventBody::SubConversationEnded { conversation_id, used_tokens, used_usd, .. } => {
+                if self.helpers_ended.insert(*conversation_id, (*used_tokens, *used_usd)).is_none() {
+                    self.used_tokens += used_tokens;
+                    self.used_usd += used_usd;
                 }
             }
             EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } => {}

@@ -116,9 +116,23 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                     bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::conversation_record(conversation_id))
                         .await?;
                 let sandbox = match record {
+                    // A helper's sandbox is its parent's, which goes with the parent.
+                    Some((_, Envelope { payload: SystemRecord::ConversationCreated { request: Some(r), .. }, .. }))
+                        if r.parent.is_some() =>
+                    {
+                        None
+                    }
                     Some((_, Envelope { payload: SystemRecord::ConversationCreated { sandbox_id, .. }, .. })) => Some(sandbox_id),
                     _ => None,
                 };
+                // Its helpers go with it (each deletes its own in turn), before its log does.
+                for helper in helpers(&ctx, conversation_id).await? {
+                    let delete = ConversationCommand::Delete { conversation_id: helper, owner: owner.clone() };
+                    let id = halyard_platform::keys::derived_uuid(&[b"halyard-delete-helper", env.id.0.as_bytes(), helper.as_bytes()]);
+                    let mut env = Envelope::with_id(halyard_protocol::CommandId(id), delete, halyard_platform::now_ms());
+                    env.trace = trace.clone();
+                    bus::publish(&ctx.js, subjects::conversation_command(helper), &env).await?;
+                }
                 bus::send(&ctx.js, subjects::agent_command(conversation_id), AgentCommand::Delete { conversation_id }, trace.clone())
                     .await?;
                 if let Some(sandbox_id) = sandbox {
@@ -144,6 +158,20 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
             }
         }
     }
+}
+
+/// The helpers a conversation's agent started (its `sub_conversations_started` events).
+async fn helpers(ctx: &Ctx, conversation_id: halyard_protocol::ConversationId) -> Result<Vec<halyard_protocol::ConversationId>, BusError> {
+    let events = bus::read_events(&ctx.js, conversation_id, 0).await?;
+    Ok(events
+        .into_iter()
+        .filter_map(|e| match e.body {
+            halyard_protocol::event::EventBody::SubConversationsStarted { children, .. } => Some(children),
+            _ => None,
+        })
+        .flatten()
+        .map(|c| c.conversation_id)
+        .collect())
 }
 
 /// Applies a change of tags to what the conversation has (its last tags record, else its

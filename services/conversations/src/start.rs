@@ -11,7 +11,9 @@ use halyard_platform::{git_proxy, skills};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
-use halyard_protocol::system::{ForkSource, Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord};
+use halyard_protocol::system::{
+    ForkSource, ParentLink, Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord,
+};
 use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
 
@@ -54,6 +56,8 @@ struct Task<'a> {
     secrets: Option<Vec<String>>,
     /// A fork: the source whose checkpoint the workspace is made from.
     fork: Option<ForkSource>,
+    /// A helper: the conversation whose sandbox it works in.
+    parent: Option<ParentLink>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -102,6 +106,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         llm_profile,
         secrets,
         fork,
+        parent,
         tags,
     } = env.payload
     else {
@@ -115,6 +120,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         llm_profile: llm_profile.clone(),
         secrets: secrets.clone(),
         fork: fork.clone(),
+        parent: parent.clone(),
         tags,
     };
     let task = Task {
@@ -122,7 +128,8 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         task_id,
         owner: owner.clone(),
         conversation_id,
-        sandbox_id: sandbox_for(task_id),
+        // A helper works in its parent's sandbox.
+        sandbox_id: parent.as_ref().map_or_else(|| sandbox_for(task_id), |p| p.sandbox_id),
         created_ms,
         trace: env.trace.clone(),
         from_pool: Default::default(),
@@ -132,6 +139,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         llm_profile,
         secrets,
         fork,
+        parent,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -155,11 +163,19 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
     let env_created = Envelope::with_id(CommandId(derived(task_id, 0xC0)), created, halyard_platform::now_ms());
     bus::publish(&ctx.js, subjects::conversation_record(conversation_id), &env_created).await?;
 
-    match prepare(&task, repository.as_ref(), message).await {
+    let prepared = match &task.parent {
+        Some(_) => prepare_helper(&task, message).await,
+        None => prepare(&task, repository.as_ref(), message).await,
+    };
+    match prepared {
         Ok(()) => task.status(StartTaskStatus::Ready, None).await,
         Err(PhaseError(detail)) => {
             tracing::warn!(task_id = %task_id, %detail, "start task failed");
             task.status(StartTaskStatus::Error, Some(detail)).await?;
+            if task.parent.is_some() {
+                // The sandbox is the parent's.
+                return Ok(());
+            }
             // Nothing runs in a failed start's sandbox, and it would count against the
             // user's sandbox quota until the conversation is deleted: it goes now (a retry
             // makes a new one).
@@ -250,7 +266,6 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let mut skills: Vec<Skill> = ctx.skills.as_ref().clone();
     skills.extend(repo_skills(&exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
 
-    task.status(StartTaskStatus::StartingConversation, None).await?;
     let start = AgentCommand::Start {
         conversation_id: task.conversation_id,
         owner: task.owner.clone(),
@@ -264,14 +279,54 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         secrets: task.secrets.clone(),
         repository: repository.cloned(),
         fork: task.fork.clone(),
+        parent: None,
     };
+    start_agent(task, start).await
+}
+
+/// Hands the conversation to the agent runners.
+async fn start_agent(task: &Task<'_>, start: AgentCommand) -> Result<(), PhaseError> {
+    task.status(StartTaskStatus::StartingConversation, None).await?;
     let mut env =
         Envelope::with_id(CommandId(derived(task.task_id, 0xA6)), start, halyard_platform::now_ms()).correlated(task.task_id.to_string());
     env.trace = task.trace.clone();
-    bus::publish(&ctx.js, subjects::agent_command(task.conversation_id), &env)
+    bus::publish(&task.ctx.js, subjects::agent_command(task.conversation_id), &env)
         .await
         .map_err(|e| PhaseError(format!("STARTING_CONVERSATION failed: {e}")))?;
     Ok(())
+}
+
+/// A helper's start: no sandbox, clone or setup of its own. It works in its parent's sandbox on
+/// the workspace as the parent left it (the parent's setup script ran there already), with the
+/// skills that workspace has now.
+async fn prepare_helper(task: &Task<'_>, message: Option<String>) -> Result<(), PhaseError> {
+    let ctx = task.ctx;
+    let Some(parent) = &task.parent else { return Err(PhaseError("not a helper".into())) };
+    task.status(StartTaskStatus::WaitingForSandbox, None).await?;
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
+    let exec = executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, parent.sandbox_id, patience)
+        .await
+        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: the sandbox of conversation {}: {e}", parent.conversation_id)))?;
+    let workspace = exec.health().await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?.workspace;
+    task.status(StartTaskStatus::SettingUpSkills, None).await?;
+    let mut skills: Vec<Skill> = ctx.skills.as_ref().clone();
+    skills.extend(repo_skills(&exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
+    let start = AgentCommand::Start {
+        conversation_id: task.conversation_id,
+        owner: task.owner.clone(),
+        sandbox_id: task.sandbox_id,
+        workspace,
+        skills,
+        message,
+        budget: task.budget.clone(),
+        confirmation_policy: task.confirmation_policy,
+        llm_profile: task.llm_profile.clone(),
+        secrets: task.secrets.clone(),
+        repository: None,
+        fork: None,
+        parent: Some(parent.clone()),
+    };
+    start_agent(task, start).await
 }
 
 /// Makes a fork's workspace as its source's was at the fork's event: the source's checkpoints up
@@ -323,7 +378,7 @@ async fn run_with(
 ) -> Result<String, String> {
     let scoped = !env.is_empty();
     let env = scoped.then_some(env);
-    let req = ExecRequest { command: script.to_owned(), is_input: false, timeout_secs: Some(timeout), env, scoped };
+    let req = ExecRequest { command: script.to_owned(), timeout_secs: Some(timeout), env, scoped, ..Default::default() };
     let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
     if resp.still_running {
         let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0), ..Default::default() }).await;

@@ -1,5 +1,6 @@
 //! The executor: a small HTTP server that runs inside a sandbox and carries out the agent's
-//! actions there. It owns one persistent shell session ([`shell`]) and a file editor
+//! actions there. It owns the agent's persistent shells (the main one, and one per helper
+//! conversation working beside it: [`shell`]) and a file editor
 //! ([`editor`]), and answers only requests that carry the sandbox's session key. It holds no
 //! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
 //!
@@ -20,7 +21,6 @@ pub mod git_proxy;
 pub mod hooks;
 pub mod limits;
 pub mod mcp;
-mod pty;
 pub mod shell;
 mod transfer;
 pub mod tunnel;
@@ -111,7 +111,8 @@ struct AppState {
     config: Arc<ExecutorConfig>,
     /// The key callers must present; replaced when a warm-pool sandbox is handed out.
     key: Arc<RwLock<String>>,
-    shell: Arc<shell::Shell>,
+    /// The agent's shells: the main one, and one per helper conversation.
+    shells: Arc<shell::sessions::Sessions>,
     editor: Arc<editor::Editor>,
     activity: Arc<Activity>,
     /// Passes git's requests for the conversation's repository on (`None`: no listener could
@@ -150,7 +151,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         }
     };
     let shell_env = git.as_ref().map(|g| g.shell_env()).unwrap_or_default();
-    let shell = shell::Shell::new(config.workspace.clone(), config.output_cap)?.with_env(shell_env);
+    let shells = shell::sessions::Sessions::new(config.workspace.clone(), config.output_cap, shell_env)?;
     let editor = editor::Editor::new(config.workspace.clone());
     let activity = Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last_end_ms: AtomicU64::new(0) };
     let key = Arc::new(RwLock::new(config.session_key.clone()));
@@ -160,7 +161,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let state = AppState {
         config: Arc::new(config),
         key,
-        shell: Arc::new(shell),
+        shells: Arc::new(shells),
         editor: Arc::new(editor),
         activity: Arc::new(activity),
         git,
@@ -200,7 +201,7 @@ async fn terminal(State(state): State<AppState>, ws: axum::extract::WebSocketUpg
     ws.on_upgrade(move |socket| async move {
         // A user at a terminal is using the sandbox: no idle pause while one is open.
         activity.in_flight.fetch_add(1, Ordering::SeqCst);
-        pty::bridge(socket, workspace, env).await;
+        shell::pty::bridge(socket, workspace, env).await;
         activity.last_end_ms.store(activity.started.elapsed().as_millis() as u64, Ordering::SeqCst);
         activity.in_flight.fetch_sub(1, Ordering::SeqCst);
     })
@@ -266,7 +267,11 @@ async fn track_activity(State(state): State<AppState>, req: Request, next: Next)
 }
 
 async fn health(State(state): State<AppState>) -> Json<Health> {
-    Json(Health { ok: state.shell.is_alive(), workspace: state.config.workspace.display().to_string(), idle_ms: state.activity.idle_ms() })
+    Json(Health {
+        ok: state.shells.main().is_alive(),
+        workspace: state.config.workspace.display().to_string(),
+        idle_ms: state.activity.idle_ms(),
+    })
 }
 
 /// `POST /session-key`: the caller proved it holds the current key; the new one replaces it.
@@ -283,15 +288,16 @@ async fn exec(
     State(state): State<AppState>,
     Json(req): Json<ExecRequest>,
 ) -> Result<Json<halyard_protocol::executor::ExecResponse>, ExecutorError> {
+    let shell = state.shells.get(req.session.as_deref())?;
     let before = limits::counters();
     let watch = match &state.disk {
         Some(disk) => {
-            let shell = state.shell.clone();
+            let shell = shell.clone();
             Some(disk.watch(move || drop(tokio::spawn(async move { shell.interrupt(std::time::Duration::from_secs(3)).await }))).await)
         }
         None => None,
     };
-    let mut res = state.shell.exec(req).await?;
+    let mut res = shell.exec(req).await?;
     if let Some(note) = limits::note(before, limits::counters()) {
         res.output.push_str(&note);
     }
@@ -304,9 +310,15 @@ async fn exec(
     Ok(Json(res))
 }
 
-/// `POST /shell/interrupt`: stops the running command now, without waiting for it.
-async fn interrupt(State(state): State<AppState>) -> Json<serde_json::Value> {
-    let signalled = state.shell.interrupt(std::time::Duration::from_secs(3)).await;
+/// `POST /shell/interrupt`: stops the running command of a session now, without waiting for it.
+async fn interrupt(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::InterruptRequest>,
+) -> Json<serde_json::Value> {
+    let signalled = match state.shells.existing(req.session.as_deref()) {
+        Some(shell) => shell.interrupt(std::time::Duration::from_secs(3)).await,
+        None => false,
+    };
     Json(serde_json::json!({ "interrupted": signalled }))
 }
 

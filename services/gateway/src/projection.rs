@@ -147,8 +147,11 @@ impl Pending<'_> {
                     view.execution_reason.clone_from(reason);
                 }
                 EventBody::AgentError { code, message } => view.agent_error = Some(format!("{message} ({code})")),
-                EventBody::ConversationStarted { confirmation_policy: policy, forked_from, .. } => {
+                EventBody::ConversationStarted { confirmation_policy: policy, forked_from, parent, .. } => {
                     view.confirmation_policy = policy.as_str().to_owned();
+                    if let Some(p) = parent {
+                        view.parent_conversation_id = Some(p.conversation_id.to_string());
+                    }
                     // (Its creation record says so too; this one cannot arrive after the copies.)
                     if let Some(f) = forked_from {
                         view.start_request.get_or_insert_default().fork.get_or_insert_with(|| f.clone());
@@ -156,6 +159,14 @@ impl Pending<'_> {
                 }
                 EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
                 EventBody::TaskList { items } => view.tasks.clone_from(items),
+                EventBody::SubConversationsStarted { children, .. } => {
+                    for c in children {
+                        let id = c.conversation_id.to_string();
+                        if !view.sub_conversation_ids.contains(&id) {
+                            view.sub_conversation_ids.push(id);
+                        }
+                    }
+                }
                 // Once each, should a copy (a fork's) name it again.
                 EventBody::PullRequestOpened { number, url, title } if !view.pull_requests.iter().any(|p| p.url == *url) => {
                     view.pull_requests.push(store::PullRequest { number: *number, url: url.clone(), title: title.clone() });
@@ -238,6 +249,9 @@ impl Pending<'_> {
                 view.sandbox_id = Some(sandbox_id.to_string());
                 if let Some(request) = request {
                     view.first_message.clone_from(&request.message);
+                    if let Some(p) = &request.parent {
+                        view.parent_conversation_id = Some(p.conversation_id.to_string());
+                    }
                     // Tags changed since (a record of their own) are newer than the start's.
                     if !view.tags_changed {
                         view.tags.clone_from(&request.tags);

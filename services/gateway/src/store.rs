@@ -81,6 +81,12 @@ pub struct ConversationView {
     /// The agent's plan, as its last `task_list` event holds it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<halyard_protocol::event::TaskItem>,
+    /// A helper: the conversation whose `delegate` call started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_conversation_id: Option<String>,
+    /// The helpers its agent started, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_conversation_ids: Vec<String>,
 }
 
 /// A pull request the agent opened.

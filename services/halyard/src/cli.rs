@@ -249,6 +249,12 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             if let Some(detail) = v["error_detail"].as_str() {
                 println!("error: {detail}");
             }
+            if let Some(parent) = v["parent_conversation_id"].as_str() {
+                println!("helper of {parent}");
+            }
+            for helper in v["sub_conversation_ids"].as_array().into_iter().flatten() {
+                println!("helper {}", helper.as_str().unwrap_or_default());
+            }
             for pr in v["pull_requests"].as_array().into_iter().flatten() {
                 println!("pull request #{} {}", pr["number"], pr["url"].as_str().unwrap_or_default());
             }

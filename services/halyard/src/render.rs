@@ -108,6 +108,21 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         "conversation_started" => style.paint("2", &format!("[started in {} with {}]", s("workspace"), s("model"))),
         "task_list" => plan(style, &ev["items"]),
         "pull_request_opened" => style.paint("1;32", &format!("[pull request #{} opened: {}]", ev["number"], s("url"))),
+        "sub_conversations_started" => {
+            let children = ev["children"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let mut out = style.paint("1", &format!("[{} helper{} started]", children.len(), if children.len() == 1 { "" } else { "s" }));
+            for c in children {
+                out.push_str(&format!(
+                    "\n  {} ({})",
+                    c["title"].as_str().unwrap_or_default(),
+                    c["conversation_id"].as_str().unwrap_or_default()
+                ));
+            }
+            out
+        }
+        "sub_conversation_ended" => {
+            style.paint("2", &format!("[helper {} ended, {}: {}]", s("conversation_id"), s("status"), s("message")))
+        }
         "hook" => {
             let code = ev["exit_code"].as_i64().map_or("no exit code".into(), |c| format!("exit {c}"));
             let verdict = if ev["blocked"] == true { ", blocked" } else { "" };
@@ -157,6 +172,8 @@ mod tests {
         assert!(event(&plain, &json!({"kind": "llm_call"})).is_none());
         let plan = json!({"kind": "task_list", "items": [{"title": "Read", "notes": "", "status": "done"}, {"title": "Fix", "notes": "a.rs", "status": "in_progress"}]});
         assert_eq!(event(&plain, &plan).unwrap(), "plan (1 of 2 done)\n  [x] Read\n  [~] Fix\n      a.rs");
+        let helpers = json!({"kind": "sub_conversations_started", "children": [{"title": "Tests", "conversation_id": "c1"}]});
+        assert_eq!(event(&plain, &helpers).unwrap(), "[1 helper started]\n  Tests (c1)");
         let json_style = Style { color: false, json: true };
         assert_eq!(event(&json_style, &json!({"kind": "llm_call", "seq": 3})).unwrap(), r#"{"kind":"llm_call","seq":3}"#);
         let red = Style { color: true, json: false };

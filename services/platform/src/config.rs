@@ -249,6 +249,11 @@ pub struct AgentConfig {
     /// Default limits of a conversation's LLM use, for conversations that name none (0: none).
     pub max_budget_usd: f64,
     pub max_tokens: u64,
+    /// How deep helpers may go: a conversation of its own is at depth 0, its helpers at 1; the
+    /// `delegate` tool is offered only below this depth (0: no delegation at all).
+    pub max_delegation_depth: u32,
+    /// Most helpers one `delegate` call may start.
+    pub max_delegates: usize,
 }
 
 /// Sandboxes.
@@ -466,6 +471,8 @@ impl Default for AgentConfig {
             stuck_alternations: 3,
             max_budget_usd: 0.0,
             max_tokens: 0,
+            max_delegation_depth: 2,
+            max_delegates: 4,
         }
     }
 }
@@ -588,6 +595,8 @@ pub const ENV_NAMES: &[&str] = &[
     "STUCK_ERRORS",
     "STUCK_MONOLOGUE",
     "STUCK_ALTERNATIONS",
+    "MAX_DELEGATION_DEPTH",
+    "MAX_DELEGATES",
     "LLM_PROVIDER",
     "LLM_CONTEXT_WINDOW",
     "LLM_CONTEXT_RESERVE",
@@ -846,6 +855,8 @@ impl Config {
                 "STUCK_ERRORS" => self.agent.stuck_errors = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_MONOLOGUE" => self.agent.stuck_monologue = v.parse().map_err(|_| bad("expected a count"))?,
                 "STUCK_ALTERNATIONS" => self.agent.stuck_alternations = v.parse().map_err(|_| bad("expected a count"))?,
+                "MAX_DELEGATION_DEPTH" => self.agent.max_delegation_depth = v.parse().map_err(|_| bad("expected a depth, like 2"))?,
+                "MAX_DELEGATES" => self.agent.max_delegates = v.parse().map_err(|_| bad("expected a count"))?,
                 "LLM_PROVIDER" => {
                     if !["openai", "anthropic"].contains(&v.as_str()) {
                         return Err(bad("expected `openai` or `anthropic`"));

@@ -71,10 +71,11 @@ impl ExecutorClient {
         self.post("/shell/exec", req, wait).await
     }
 
-    /// Interrupts the command the sandbox's shell runs now (SIGINT to its process group, SIGKILL
-    /// a few seconds later if it is still running).
-    pub async fn interrupt(&self) -> Result<(), ExecutorError> {
-        self.post_expecting_nothing("/shell/interrupt", &serde_json::json!({}), Duration::from_secs(10), "interrupt_failed").await
+    /// Interrupts the command the shell of `session` (the main one for `None`) runs now (SIGINT
+    /// to its process group, SIGKILL a few seconds later if it is still running).
+    pub async fn interrupt(&self, session: Option<&str>) -> Result<(), ExecutorError> {
+        let body = halyard_protocol::executor::InterruptRequest { session: session.map(str::to_owned) };
+        self.post_expecting_nothing("/shell/interrupt", &body, Duration::from_secs(10), "interrupt_failed").await
     }
 
     /// Replaces the executor's session key with `key` (this client keeps the old one).

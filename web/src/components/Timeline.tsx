@@ -7,6 +7,8 @@ import { useVirtualizer } from "@tanstack/react-virtual";
 import type { ActionEvent, HalyardEvent, ImageData, ObservationEvent } from "../types";
 import { Markdown } from "./Markdown";
 import { Diff, editLines } from "./Diff";
+import { Link } from "../router";
+import { StatusBadge } from "./Status";
 
 export type Item =
   | { type: "message"; seq: number; who: "user" | "agent"; text: string; images?: ImageData[] }
@@ -20,6 +22,8 @@ export type Item =
       stalled?: "waiting" | "paused" | "ended";
     }
   | { type: "error"; seq: number; code: string; message: string }
+  /** A `delegate` call's helpers, each a link to its conversation, with how it ended once it has. */
+  | { type: "helpers"; seq: number; helpers: { id: string; title: string; ended?: string; said?: string }[] }
   | { type: "note"; seq: number; text: string }
   | { type: "warning"; seq: number; text: string };
 
@@ -64,6 +68,20 @@ export function toItems(events: HalyardEvent[]): Item[] {
         const said = e.stderr.trim() ? `: ${e.stderr.trim()}` : "";
         const text = `Hook ${e.event}${e.tool ? ` (${e.tool})` : ""} \`${e.command}\` ${e.blocked ? "blocked it" : how}${said}`;
         items.push({ type: e.blocked || e.exit_code !== 0 ? "warning" : "note", seq: e.seq, text });
+        break;
+      }
+      case "sub_conversations_started":
+        byCall.set(`helpers:${e.tool_call_id}`, items.length);
+        items.push({ type: "helpers", seq: e.seq, helpers: e.children.map((c) => ({ id: c.conversation_id, title: c.title })) });
+        break;
+      case "sub_conversation_ended": {
+        const i = byCall.get(`helpers:${e.tool_call_id}`);
+        const it = i === undefined ? undefined : items[i];
+        if (it?.type === "helpers")
+          items[i!] = {
+            ...it,
+            helpers: it.helpers.map((h) => (h.id === e.conversation_id ? { ...h, ended: e.status, said: e.message } : h)),
+          };
         break;
       }
       case "pull_request_opened":
@@ -238,6 +256,23 @@ const Row = memo(function Row({ item }: { item: Item }) {
       );
     case "action":
       return <ActionCard item={item} />;
+    case "helpers":
+      return (
+        <div className="card helpers" data-testid="helpers">
+          <div className="edit-head">
+            <span className="tool">helpers</span> working in this workspace
+          </div>
+          <ul>
+            {item.helpers.map((h) => (
+              <li key={h.id}>
+                <Link href={`/c/${h.id}`}>{h.title}</Link>{" "}
+                <StatusBadge status={h.ended ?? "running"} />
+                {h.said && <div className="muted small helper-said">{h.said}</div>}
+              </li>
+            ))}
+          </ul>
+        </div>
+      );
     case "error":
       return (
         <div className="card error-card" role="alert">

@@ -1,11 +1,31 @@
 // The conversations, newest first: searched by title and first message and filtered by state on
 // the server (`GET /conversations?q=&state=`), loaded a page at a time as the list scrolls.
 
-import { useEffect, useRef, useState } from "react";
+import { useEffect, useMemo, useRef, useState } from "react";
 import { api, errorText } from "../api";
 import type { Conversation } from "../types";
 import { Link } from "../router";
 import { StatusBadge, ago, ErrorText } from "../components/Status";
+
+/** The list in the order it is shown: each helper right under its parent (when the parent is
+ * loaded too), indented by how deep it is. */
+function nest(items: Conversation[]): { c: Conversation; depth: number }[] {
+  const ids = new Set(items.map((c) => c.id));
+  const children = new Map<string, Conversation[]>();
+  for (const c of items) {
+    const p = c.parent_conversation_id;
+    if (p && ids.has(p)) children.set(p, [...(children.get(p) ?? []), c]);
+  }
+  const out: { c: Conversation; depth: number }[] = [];
+  const add = (c: Conversation, depth: number) => {
+    out.push({ c, depth });
+    // Helpers in the order they were asked for (the list itself is newest first).
+    const kids = [...(children.get(c.id) ?? [])].sort((a, b) => a.created_at.localeCompare(b.created_at));
+    for (const k of kids) add(k, depth + 1);
+  };
+  for (const c of items) if (!c.parent_conversation_id || !ids.has(c.parent_conversation_id)) add(c, 0);
+  return out;
+}
 
 const STATUSES = [
   "",
@@ -74,6 +94,8 @@ export function ConversationList() {
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [cursor, loading]);
 
+  const rows = useMemo(() => nest(items), [items]);
+
   const remove = async (id: string) => {
     try {
       await api.remove(id);
@@ -117,13 +139,14 @@ export function ConversationList() {
       </div>
       <ErrorText error={error} />
       <ul className="conv-list" aria-label="Conversations">
-        {items.map((c) => (
-          <li key={c.id} className="conv-row">
+        {rows.map(({ c, depth }) => (
+          <li key={c.id} className={`conv-row${depth ? " helper-row" : ""}`} style={depth ? { marginLeft: `${depth * 1.5}rem` } : undefined}>
             <Link href={`/c/${c.id}`} className="conv-link">
               <span className="conv-title">{c.title || c.message || "Untitled"}</span>
               {c.title && c.message && <span className="conv-first">{c.message}</span>}
               <span className="conv-meta">
                 <StatusBadge status={c.state} />
+                {c.parent_conversation_id && <span className="badge helper">helper</span>}
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
                 {(c.pull_requests ?? []).map((p) => (
                   <span key={p.url} className="badge pr" title={p.title}>

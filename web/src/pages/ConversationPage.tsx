@@ -205,6 +205,21 @@ export function ConversationPage({ id }: { id: string }) {
           ))}
         </p>
       )}
+      {conv?.parent_conversation_id && (
+        <p className="muted small helper-of">
+          A helper of <Link href={`/c/${conv.parent_conversation_id}`}>its parent conversation</Link>, working in the same workspace.
+        </p>
+      )}
+      {conv?.sub_conversation_ids && conv.sub_conversation_ids.length > 0 && (
+        <p className="muted small helpers-line">
+          Helpers:{" "}
+          {conv.sub_conversation_ids.map((h, i) => (
+            <Link key={h} href={`/c/${h}`} className="helper-link">
+              {i + 1}
+            </Link>
+          ))}
+        </p>
+      )}
       {conv?.forked_from && (
         <p className="muted small forked-from">
           Forked from <Link href={`/c/${conv.forked_from.conversation_id}`}>a conversation</Link> at event {conv.forked_from.at_seq}.

@@ -1,9 +1,10 @@
 //! The agent's tools, named and shaped as OpenHands names them (`terminal`, `file_editor`,
 //! `think`, `finish`, `task_tracker`), so models and prompts tuned for OpenHands carry over; and
 //! `load_skill`, which reads a folder skill's instructions when the conversation has any.
-//! Beside them: the tools of MCP servers ([`mcp`]), the risk of each action ([`risk`]), and the
-//! repository's hooks around them ([`hooks`]).
+//! Beside them: helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
+//! the risk of each action ([`risk`]), and the repository's hooks around them ([`hooks`]).
 
+pub mod delegate;
 pub mod hooks;
 pub mod mcp;
 pub mod risk;
@@ -204,13 +205,15 @@ pub fn task_tracker(current: &[TaskItem], args: &Value) -> (ToolOutcome, Option<
 }
 
 /// Executes one tool call in the sandbox.
-/// `env`: exported into the shell before a command (the owner's secrets).
+/// `env`: exported into the shell before a command (the owner's secrets); `session`: the shell
+/// session commands run in (none: the sandbox's main shell).
 pub async fn execute(
     exec: &ExecutorClient,
     tool: &str,
     args: &Value,
     env: &std::collections::BTreeMap<String, String>,
     default_timeout: f64,
+    session: Option<&str>,
 ) -> ToolOutcome {
     match tool {
         "terminal" => {
@@ -225,6 +228,7 @@ pub async fn execute(
                 timeout_secs: Some(timeout.unwrap_or(if is_input { 5.0 } else { default_timeout })),
                 env: (!is_input).then(|| env.clone()),
                 scoped: false,
+                session: session.map(str::to_owned),
             };
             match exec.exec(&req).await {
                 Ok(r) => {

@@ -160,6 +160,13 @@ fn markdown(ev: &ConversationEvent) -> String {
             let said = if stderr.trim().is_empty() { String::new() } else { format!("\n\n{}", fence(stderr)) };
             format!("\n*Hook {event} `{command}`: {code}{verdict}*{said}\n")
         }
+        EventBody::SubConversationsStarted { children, .. } => {
+            let each: Vec<String> = children.iter().map(|c| format!("- {} (conversation `{}`)", c.title, c.conversation_id)).collect();
+            format!("\n*Helpers started ({time}):*\n\n{}\n", each.join("\n"))
+        }
+        EventBody::SubConversationEnded { conversation_id, status, message, .. } => {
+            format!("\n*Helper `{conversation_id}` ended ({status}):*\n\n{}\n", quote(message))
+        }
         EventBody::PullRequestOpened { number, url, title } => {
             let title = title.as_deref().map(|t| format!(" “{t}”")).unwrap_or_default();
             format!("\n*Pull request [#{number}]({url}){title} opened ({time})*\n")

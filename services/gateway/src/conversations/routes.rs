@@ -129,6 +129,12 @@ pub struct Conversation {
     pub tags: BTreeMap<String, String>,
     /// The pull requests the agent opened with Halyard's own tool, in order.
     pub pull_requests: Vec<store::PullRequest>,
+    /// A helper: the conversation whose agent started it (with its `delegate` tool), whose
+    /// sandbox and workspace it shares.
+    #[schema(format = Uuid)]
+    pub parent_conversation_id: Option<String>,
+    /// The helpers its agent started, in order.
+    pub sub_conversation_ids: Vec<String>,
 }
 
 /// Where a fork comes from.
@@ -196,6 +202,8 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
         tags: c.tags.clone(),
         pull_requests: c.pull_requests.clone(),
+        parent_conversation_id: c.parent_conversation_id.clone(),
+        sub_conversation_ids: c.sub_conversation_ids.clone(),
     }
 }
 
@@ -428,6 +436,21 @@ pub(crate) fn require_sandbox(c: &ConversationView) -> Result<(), ApiError> {
 }
 
 /// A conversation that has finished starting.
+/// Restoring and forking go by a conversation's checkpoints, which a helper has none of: its
+/// workspace is its parent's, whose checkpoints hold what the helper did.
+pub(crate) fn require_own_workspace(c: &ConversationView) -> Result<(), ApiError> {
+    if let Some(parent) = &c.parent_conversation_id {
+        return Err(ApiError::conflict(
+            "helper_conversation",
+            format!(
+                "this conversation is a helper working in the workspace of conversation {parent}, which keeps the checkpoints: \
+                 restore or fork that one"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn require_ready(c: &ConversationView) -> Result<(), ApiError> {
     require_started(c)?;
     if c.status != "READY" {
@@ -586,6 +609,7 @@ pub async fn restore(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     require_sandbox(&c)?;
+    require_own_workspace(&c)?;
     check_at_seq(&c, body.at_seq)?;
     if matches!(c.execution_status.as_deref(), Some("running" | "waiting_for_confirmation")) {
         return Err(ApiError::conflict(

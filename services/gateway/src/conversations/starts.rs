@@ -25,7 +25,8 @@ use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::owned;
 use crate::conversations::routes::StartTask;
 use crate::conversations::routes::{
-    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_ready, require_sandbox, task_json,
+    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_own_workspace, require_ready, require_sandbox,
+    task_json,
 };
 use crate::error::{ApiError, ApiJson};
 use crate::projection::new_view;
@@ -133,6 +134,7 @@ pub async fn start_conversation(
         llm_profile: body.llm_profile.or(settings.llm_profile),
         secrets: body.secrets,
         fork: None,
+        parent: None,
         tags: body.tags,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
@@ -205,6 +207,7 @@ pub async fn fork_conversation(
     let (source, view) = owned(&state, &user, &id)?;
     require_ready(&view)?;
     require_sandbox(&view)?;
+    require_own_workspace(&view)?;
     check_at_seq(&view, body.at_seq)?;
     if let Some(m) = &body.message {
         check_text("message", m, MAX_MESSAGE_CHARS)?;
@@ -277,6 +280,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         llm_profile: request.llm_profile,
         secrets: request.secrets,
         fork: request.fork,
+        parent: request.parent,
         tags: request.tags.clone(),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());

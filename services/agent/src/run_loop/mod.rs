@@ -4,6 +4,8 @@
 //! would pass the model's budget ([`crate::condense`]); a context-length error from the
 //! provider condenses harder and tries again.
 
+mod delegating;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +90,12 @@ struct Setting {
     mcp: Arc<McpHub>,
     /// The workspace's repository hooks (none: no `.openhands/hooks.json`).
     hooks: Option<crate::tools::hooks::Hooks>,
+    /// The sandbox's shell session the commands run in: a helper's own (its conversation id),
+    /// else the main one.
+    session: Option<String>,
+    /// Whether the workspace is checkpointed after actions: a helper's workspace is its
+    /// parent's, whose checkpoints (under the parent's event numbers) cover what it did.
+    checkpoints: bool,
 }
 
 /// Everything one run needs.
@@ -316,11 +324,14 @@ impl Run {
         };
         // The workspace as the run finds it is a checkpoint too: before any action, it is how
         // the conversation started (seq 1); later, what the user changed between runs.
-        let at = {
+        let (at, helper) = {
             let log = self.log.lock().await;
-            if log.history.acted { log.history.last_seq } else { 1 }
+            let helper = log.history.started.as_ref().is_some_and(|s| s.parent.is_some());
+            (if log.history.acted { log.history.last_seq } else { 1 }, helper)
         };
-        checkpoint(&exec, at).await;
+        if !helper {
+            checkpoint(&exec, at).await;
+        }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream.
         let _git_proxy = self.git_proxy(&exec).await;
@@ -330,13 +341,19 @@ impl Run {
             let h = &log.history;
             let skills = h.skills.clone();
             let mut tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            // Helpers are offered while the deployment allows another level of them.
+            let agent = &self.ctx.config.agent;
+            if h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
+                tools.push(tools::delegate::spec(agent.max_delegates));
+            }
             tools.extend(mcp.specs());
             let counter = self.llm.token_counter();
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = h.pending.clone();
-            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None }, pending)
+            let session = helper.then(|| log.conversation().to_string());
+            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper }, pending)
         };
         let mut setting = setting;
         setting.hooks = match crate::tools::hooks::load(&exec).await {
@@ -366,8 +383,10 @@ impl Run {
         // Without a confirmation, what the log holds without a result was cut off by a pause:
         // its result is taken from the sandbox before the agent goes on.
         let (pending, cut_off) = if self.confirmed { (pending, Vec::new()) } else { (Vec::new(), pending) };
-        if !cut_off.is_empty() && !self.resume_cut_off(exec, cut_off).await {
-            return RunOutcome::Failed;
+        if !cut_off.is_empty() {
+            if let Err(outcome) = self.resume_cut_off(exec, setting, cut_off).await {
+                return outcome;
+            }
         }
         let max = self.max_iterations;
         let thresholds = stuck::Thresholds::from_config(&self.ctx.config.agent);
@@ -489,14 +508,45 @@ impl Run {
     /// command the sandbox was running is waited for again (the pause froze it, the resume let it
     /// go on, and the executor keeps its output for whoever asks), and its output is its result;
     /// a command the sandbox no longer has, or another tool, gets a result that says what is
-    /// known. False if the log failed.
-    async fn resume_cut_off(&self, exec: &ExecutorClient, cut_off: Vec<crate::history::Pending>) -> bool {
+    /// known. A `delegate` call goes on watching its helpers (they were paused with it, or work
+    /// on after the runner that watched them died). `Err` if the run ends here.
+    async fn resume_cut_off(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        cut_off: Vec<crate::history::Pending>,
+    ) -> Result<(), RunOutcome> {
         for p in cut_off {
+            if p.tool == "delegate" {
+                let args = tools::parse_arguments(&p.arguments).unwrap_or_default();
+                if let ToolOutcome::Observation { content, exit_code, is_error } = self.delegate(&p.tool_call_id, &args).await? {
+                    let body = EventBody::Observation { tool_call_id: p.tool_call_id, tool: p.tool, content, exit_code, is_error };
+                    if !self.append(EventSource::Environment, body).await {
+                        return Err(RunOutcome::Failed);
+                    }
+                }
+                continue;
+            }
             let waited = if p.tool == "terminal" {
                 let args = tools::parse_arguments(&p.arguments).unwrap_or_default();
                 let timeout = args.get("timeout").and_then(Value::as_f64).unwrap_or(self.ctx.config.agent.command_timeout_secs);
                 let again = serde_json::json!({"command": "", "is_input": true, "timeout": timeout});
-                match tools::execute(exec, "terminal", &again, &self.env, timeout).await {
+                let session = setting.session.as_deref();
+                let waiting = tools::execute(exec, "terminal", &again, &self.env, timeout, session);
+                tokio::pin!(waiting);
+                let outcome = tokio::select! {
+                    o = &mut waiting => o,
+                    _ = Self::until_set(self.cancel.clone()) => return Err(RunOutcome::Paused),
+                    // The command stops, and what it printed is its result; the run then ends
+                    // as interrupted.
+                    _ = Self::until_set(self.interrupt.clone()) => {
+                        if let Err(e) = exec.interrupt(session).await {
+                            tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
+                        }
+                        waiting.await
+                    }
+                };
+                match outcome {
                     ToolOutcome::Observation { is_error: true, .. } => None,
                     ToolOutcome::Observation { content, exit_code, is_error } => Some((content, exit_code, is_error)),
                     ToolOutcome::Finish { .. } => None,
@@ -514,10 +564,10 @@ impl Run {
             });
             let body = EventBody::Observation { tool_call_id: p.tool_call_id, tool: p.tool, content, exit_code, is_error };
             if !self.append(EventSource::Environment, body).await {
-                return false;
+                return Err(RunOutcome::Failed);
             }
         }
-        true
+        Ok(())
     }
 
     /// Runs the tool calls of one answer and records their observations; `Some` if the run
@@ -564,6 +614,10 @@ impl Run {
                 Err(msg) => ToolOutcome::Observation { content: msg.clone(), exit_code: None, is_error: true },
                 Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, args),
                 Ok(args) if name == "task_tracker" => self.track(args).await,
+                Ok(args) if name == "delegate" => match self.delegate(&call.id, args).await {
+                    Ok(outcome) => outcome,
+                    Err(outcome) => return Some(outcome),
+                },
                 Ok(args) => {
                     let started = std::time::Instant::now();
                     let timeout = self.ctx.config.agent.command_timeout_secs;
@@ -571,7 +625,7 @@ impl Run {
                         if setting.mcp.offers(&name) {
                             Box::pin(setting.mcp.call(&name, args, Duration::from_secs_f64(timeout.max(1.0))))
                         } else {
-                            Box::pin(tools::execute(exec, &name, args, &self.env, timeout))
+                            Box::pin(tools::execute(exec, &name, args, &self.env, timeout, setting.session.as_deref()))
                         };
                     let mut running = running;
                     let outcome = tokio::select! {
@@ -579,7 +633,7 @@ impl Run {
                         o = &mut running => o,
                         _ = Self::until_set(self.interrupt.clone()) => {
                             // Stop the command in the sandbox, then take what it printed.
-                            if let Err(e) = exec.interrupt().await {
+                            if let Err(e) = exec.interrupt(setting.session.as_deref()).await {
                                 tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
                             }
                             match tokio::time::timeout(Duration::from_secs(10), &mut running).await {
@@ -622,7 +676,7 @@ impl Run {
                         return Some(RunOutcome::Failed);
                     };
                     // What the action left in the workspace, kept under its observation's seq.
-                    if !changes_nothing {
+                    if !changes_nothing && setting.checkpoints {
                         checkpoint(exec, seq).await;
                     }
                     // A pull request opened with Halyard's own tool is the conversation's to remember.

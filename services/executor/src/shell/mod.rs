@@ -1,4 +1,5 @@
-//! One persistent bash session. Commands run in the same shell, so `cd` and `export` persist.
+//! One persistent bash session ([`sessions`] keeps the sandbox's several; [`pty`] is the user's
+//! own terminal, apart from them). Commands run in the same shell, so `cd` and `export` persist.
 //!
 //! How a command runs: its text is written to a script file, and the shell is sent one line,
 //! `. script; printf MARKER`. bash reads that whole line before running it, so a command that
@@ -10,6 +11,9 @@
 //! and prints the marker with code 130.
 //! Output is kept in memory as a head and a rolling tail, so a command printing gigabytes costs
 //! a bounded amount of memory; what was dropped is reported with a clear marker.
+
+pub(crate) mod pty;
+pub mod sessions;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
