@@ -42,6 +42,11 @@ impl Reply {
     }
 }
 
+/// The names of the tools a chat request offers, in order.
+pub fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+}
+
 type Fallback = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 struct Inner {

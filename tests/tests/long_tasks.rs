@@ -1,7 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Long tasks, as a user checks them: the agent's plan (`task_tracker`, OpenHands' tool) is the
-//! conversation's state, read back from `GET /conversations/{id}/tasks` and the event log.
+//! conversation's state, read back from `GET /conversations/{id}/tasks` and the event log; tags;
+//! repository hooks; and helpers (`delegate`): child conversations in the parent's workspace,
+//! side by side, reached by the parent's pause, resume, interrupt and deletion, paid from its
+//! budget.
 
+use halyard_tests::llm::tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
 use serde_json::{Value, json};
 
@@ -270,10 +274,6 @@ fn asker(body: &Value) -> (String, usize, String) {
     (first, results.len(), last)
 }
 
-fn offered(body: &Value) -> Vec<String> {
-    body["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
-}
-
 #[tokio::test]
 async fn helpers_work_in_parallel_in_the_parents_workspace() {
     init();
@@ -360,8 +360,8 @@ async fn helpers_work_in_parallel_in_the_parents_workspace() {
     let requests = llm.requests();
     for r in &requests {
         let (first, _, _) = asker(r);
-        let can = offered(r).iter().any(|t| t == "delegate");
-        assert_eq!(can, first == "split the work", "{first}: {:?}", offered(r));
+        let can = tool_names(r).iter().any(|t| t == "delegate");
+        assert_eq!(can, first == "split the work", "{first}: {:?}", tool_names(r));
     }
 
     // The list has the helpers, each naming its parent.
@@ -413,6 +413,8 @@ async fn pausing_resuming_and_interrupting_the_parent_reach_its_helper() {
     let (parent, _) = alice.start_ready(json!({"message": "delegate a long job"})).await;
     let view = alice.wait_conversation(&parent, "a helper", |v| v["sub_conversation_ids"].as_array().is_some_and(|a| a.len() == 1)).await;
     let child = view["sub_conversation_ids"][0].as_str().unwrap().to_owned();
+    // (The parent's log names the helper before the helper's own start is seen.)
+    alice.wait_conversation(&child, "the helper's start", |_| true).await;
     alice.wait_events(&child, "the helper's command", |ev| ev.iter().any(|e| e["kind"] == "action" && e["tool"] == "terminal")).await;
 
     // A pause of the parent pauses the helper; a resume resumes both, and the parent watches on.
@@ -446,4 +448,53 @@ async fn pausing_resuming_and_interrupting_the_parent_reach_its_helper() {
     assert_eq!(ended["conversation_id"], child.as_str());
     assert_eq!(ended["status"], "idle");
     assert_eq!(h.service_permission_violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn helpers_share_what_is_left_of_the_parents_budget() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // Helpers that never finish: only the budget stops them.
+    llm.fallback(|body| {
+        let (first, step, _) = asker(body);
+        match (first.starts_with("spend it"), step) {
+            (true, 0) => Reply::tool(
+                "delegate",
+                json!({"tasks": [{"title": "Spender 1", "prompt": "keep going, 1"}, {"title": "Spender 2", "prompt": "keep going, 2"}]}),
+            ),
+            (true, _) => Reply::finish("spent"),
+            _ => Reply::tool("terminal", json!({"command": format!("echo step {step}"), "security_risk": "low"})),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    // The parent's every prompt is long (its first message is), longer than what two helpers can
+    // leave unspent (less than each one's next prompt, a few hundred tokens).
+    let message = format!("spend it. {}", "Context the parent keeps. ".repeat(350));
+    let (parent, _) = alice.start_ready(json!({"message": message, "max_tokens": 8000})).await;
+    let events = alice
+        .wait_events(&parent, "both helpers' ends", |ev| ev.iter().filter(|e| e["kind"] == "sub_conversation_ended").count() == 2)
+        .await;
+    let own = events.iter().find(|e| e["kind"] == "llm_call").unwrap();
+    let spent_before = own["prompt_tokens"].as_u64().unwrap() + own["completion_tokens"].as_u64().unwrap();
+    let share = (8000 - spent_before) / 2;
+    for ended in events.iter().filter(|e| e["kind"] == "sub_conversation_ended") {
+        // Each helper had half of what the parent had left, and stopped at it.
+        let child = ended["conversation_id"].as_str().unwrap();
+        let log = alice.events(child).await;
+        assert_eq!(log[0]["budget"]["max_tokens"].as_u64(), Some(share), "{}", log[0]);
+        assert_eq!(ended["status"], "error", "{ended}");
+        assert!(ended["message"].as_str().unwrap().contains(&format!("token budget of {share}")), "{ended}");
+        let used: u64 = log
+            .iter()
+            .filter(|e| e["kind"] == "llm_call")
+            .map(|e| e["prompt_tokens"].as_u64().unwrap() + e["completion_tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(ended["used_tokens"].as_u64(), Some(used), "what the parent pays is what the helper used");
+        assert!(used > share / 2, "the helper worked until its share ran low: {used} of {share}");
+    }
+    // The parent counts what they used: its next call would pass its budget, so it ends there.
+    let events = alice.wait_events(&parent, "the parent's end", |ev| ev.iter().any(|e| e["kind"] == "agent_error")).await;
+    let error = events.iter().find(|e| e["kind"] == "agent_error").unwrap();
+    assert_eq!(error["code"], "budget_exceeded", "{error}");
 }

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use halyard_tests::llm::tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -47,10 +48,6 @@ impl Drop for NotesServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn tool_names(request: &Value) -> Vec<String> {
-    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
 }
 
 #[tokio::test]

@@ -414,4 +414,40 @@ mod tests {
         assert_eq!(h.status, Some(ExecutionStatus::Error));
         assert_eq!(h.last_seq, 6);
     }
+
+    #[test]
+    fn helpers_are_live_until_they_end_and_what_they_used_is_the_parents() {
+        use halyard_protocol::event::SubConversation;
+        let (a, b) = (halyard_protocol::ConversationId::new(), halyard_protocol::ConversationId::new());
+        let delegate = EventBody::Action {
+            tool_call_id: "d".into(),
+            tool: "delegate".into(),
+            arguments: serde_json::json!({}),
+            thought: None,
+            security_risk: None,
+        };
+        let children =
+            vec![SubConversation { conversation_id: a, title: "A".into() }, SubConversation { conversation_id: b, title: "B".into() }];
+        let ended = |c, tokens| EventBody::SubConversationEnded {
+            tool_call_id: "d".into(),
+            conversation_id: c,
+            status: "finished".into(),
+            message: String::new(),
+            used_tokens: tokens,
+            used_usd: 0.5,
+        };
+        let mut h = History::from_events(&[
+            ev(1, EventBody::UserMessage { text: "split".into(), images: vec![] }),
+            ev(2, delegate),
+            ev(3, EventBody::SubConversationsStarted { tool_call_id: "d".into(), children }),
+            ev(4, ended(a, 700)),
+        ]);
+        assert_eq!(h.live_helpers(), [b], "A ended; B works on");
+        assert_eq!((h.used_tokens, h.used_usd), (700, 0.5));
+        // The same end recorded twice (a repeated watch) is paid once.
+        h.apply(&ev(5, ended(a, 700)));
+        h.apply(&ev(6, ended(b, 300)));
+        assert_eq!((h.used_tokens, h.used_usd), (1000, 1.0));
+        assert!(h.live_helpers().is_empty());
+    }
 }

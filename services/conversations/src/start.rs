@@ -262,24 +262,34 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     .await
     .map_err(|e| PhaseError(format!("SETTING_UP_GIT_HOOKS failed: {e}")))?;
 
-    task.status(StartTaskStatus::SettingUpSkills, None).await?;
-    let mut skills: Vec<Skill> = ctx.skills.as_ref().clone();
-    skills.extend(repo_skills(&exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
+    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned()).await
+}
 
+/// Reads the workspace's skills and hands the conversation to the agent runners.
+async fn hand_over(
+    task: &Task<'_>,
+    exec: &ExecutorClient,
+    workspace: String,
+    message: Option<String>,
+    repository: Option<Repository>,
+) -> Result<(), PhaseError> {
+    task.status(StartTaskStatus::SettingUpSkills, None).await?;
+    let mut skills: Vec<Skill> = task.ctx.skills.as_ref().clone();
+    skills.extend(repo_skills(exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
     let start = AgentCommand::Start {
         conversation_id: task.conversation_id,
         owner: task.owner.clone(),
         sandbox_id: task.sandbox_id,
-        workspace: sandbox.workspace.clone(),
+        workspace,
         skills,
         message,
         budget: task.budget.clone(),
         confirmation_policy: task.confirmation_policy,
         llm_profile: task.llm_profile.clone(),
         secrets: task.secrets.clone(),
-        repository: repository.cloned(),
+        repository,
         fork: task.fork.clone(),
-        parent: None,
+        parent: task.parent.clone(),
     };
     start_agent(task, start).await
 }
@@ -308,25 +318,7 @@ async fn prepare_helper(task: &Task<'_>, message: Option<String>) -> Result<(), 
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: the sandbox of conversation {}: {e}", parent.conversation_id)))?;
     let workspace = exec.health().await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?.workspace;
-    task.status(StartTaskStatus::SettingUpSkills, None).await?;
-    let mut skills: Vec<Skill> = ctx.skills.as_ref().clone();
-    skills.extend(repo_skills(&exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
-    let start = AgentCommand::Start {
-        conversation_id: task.conversation_id,
-        owner: task.owner.clone(),
-        sandbox_id: task.sandbox_id,
-        workspace,
-        skills,
-        message,
-        budget: task.budget.clone(),
-        confirmation_policy: task.confirmation_policy,
-        llm_profile: task.llm_profile.clone(),
-        secrets: task.secrets.clone(),
-        repository: None,
-        fork: None,
-        parent: Some(parent.clone()),
-    };
-    start_agent(task, start).await
+    hand_over(task, &exec, workspace, message, None).await
 }
 
 /// Makes a fork's workspace as its source's was at the fork's event: the source's checkpoints up

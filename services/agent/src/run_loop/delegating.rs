@@ -52,11 +52,12 @@ impl Run {
             let mine: Vec<ConversationId> = (0..tasks.len()).map(|i| delegate::helper_id(me, call_id, i)).collect();
             let (t, u) = mine.iter().filter_map(|c| h.helpers_ended.get(c)).fold((0, 0.0), |(t, u), (ht, hu)| (t + ht, u + hu));
             let used_before = (h.used_tokens.saturating_sub(t), h.used_usd - u);
-            // A repeated call (a resumed or taken-over run) finds its helpers started already.
-            let budget = if recorded.is_some() { Ok(None) } else { delegate::remaining(&h.budget, h.used_tokens, h.used_usd) };
-            let budget = match budget {
+            // Each helper's share of what the parent had left when it called (the same for a
+            // repeated call: the parent makes no LLM call while it waits).
+            let budget = match delegate::shares(&h.budget, used_before.0, used_before.1, tasks.len()) {
                 Ok(b) => b,
-                Err(why) => return Ok(refused(why)),
+                Err(why) if recorded.is_none() => return Ok(refused(why)),
+                Err(_) => None,
             };
             let start = delegate::Start {
                 parent: me,

@@ -82,16 +82,19 @@ pub fn helper_id(parent: ConversationId, call: &str, index: usize) -> Conversati
     ConversationId(derived(parent, call, index, b"conversation"))
 }
 
-/// What the parent may still spend, which is what its helpers may spend (all of them together:
-/// the parent stops them when their sum passes it). `Err` when nothing is left.
-pub fn remaining(budget: &Budget, used_tokens: u64, used_usd: f64) -> Result<Option<Budget>, String> {
-    let tokens = budget.max_tokens.map(|max| max.saturating_sub(used_tokens));
-    let usd = budget.max_budget_usd.map(|max| max - used_usd);
+/// What each of `helpers` may spend: what the parent has left, in equal shares, so that together
+/// they never pass the parent's budget. `Err` when there is not enough left to share.
+pub fn shares(budget: &Budget, used_tokens: u64, used_usd: f64, helpers: usize) -> Result<Option<Budget>, String> {
+    let n = helpers.max(1);
+    let tokens = budget.max_tokens.map(|max| max.saturating_sub(used_tokens) / n as u64);
+    let usd = budget.max_budget_usd.map(|max| (max - used_usd) / n as f64);
     if tokens == Some(0) || usd.is_some_and(|u| u <= 0.0) {
-        return Err("This conversation's budget is spent: no helper can be started.".into());
+        return Err("This conversation's budget is spent: there is nothing left to give helpers. Do the work yourself, or \
+                    start a new conversation with a larger budget."
+            .into());
     }
-    let left = Budget { max_tokens: tokens, max_budget_usd: usd };
-    Ok((left != Budget::default()).then_some(left))
+    let share = Budget { max_tokens: tokens, max_budget_usd: usd };
+    Ok((share != Budget::default()).then_some(share))
 }
 
 /// What the parent hands the conversations service for each helper.
@@ -293,11 +296,12 @@ mod tests {
     }
 
     #[test]
-    fn helpers_get_what_is_left_of_the_budget() {
+    fn helpers_share_what_is_left_of_the_budget() {
         let budget = Budget { max_tokens: Some(1000), max_budget_usd: Some(1.0) };
-        assert_eq!(remaining(&budget, 400, 0.25).unwrap(), Some(Budget { max_tokens: Some(600), max_budget_usd: Some(0.75) }));
-        assert!(remaining(&budget, 1000, 0.0).is_err());
-        assert!(remaining(&budget, 0, 1.0).is_err());
-        assert_eq!(remaining(&Budget::default(), 5, 5.0).unwrap(), None, "no limit: none for the helpers");
+        assert_eq!(shares(&budget, 400, 0.25, 1).unwrap(), Some(Budget { max_tokens: Some(600), max_budget_usd: Some(0.75) }));
+        assert_eq!(shares(&budget, 400, 0.25, 3).unwrap(), Some(Budget { max_tokens: Some(200), max_budget_usd: Some(0.25) }));
+        assert!(shares(&budget, 1000, 0.0, 1).is_err());
+        assert!(shares(&budget, 0, 1.0, 2).is_err());
+        assert_eq!(shares(&Budget::default(), 5, 5.0, 2).unwrap(), None, "no limit: none for the helpers");
     }
 }
