@@ -11,6 +11,9 @@
 //! the crash) and with two (every service its own `halyard serve` process on one nats-server,
 //! two replicas of the faulted service, both given the fault with a shared once-file: whichever
 //! gets there first dies, and its peer must finish the job while it stays down).
+//!
+//! Beside them, runs cut off at the worst moment: a message while the lease bucket is gone, and
+//! a parent whose runner dies while it waits for its helpers.
 
 use std::time::Duration;
 
@@ -411,5 +414,67 @@ async fn a_message_waits_for_the_lease_bucket_and_outlives_its_runner() {
     assert_eq!(count(&events, |e| e["text"] == "hello"), 1, "the message is in the log once");
     assert_eq!(count(&events, status_is("running")), 1, "one run answered it: {events:?}");
     let survivor = &agents[1 - tried];
+    assert!(!survivor.log().contains("panicked"), "{}", survivor.log());
+}
+
+/// A parent waiting for its helpers loses its runner: the runner that takes it over watches the
+/// same helpers (none started twice, each end recorded once) and the parent finishes with what
+/// they said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_waiting_for_its_helpers_outlives_its_runner() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|req: &Value| {
+        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+        let first = messages.iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+        let results: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool").collect();
+        let last = results.last().and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+        let task = |who: &str| json!({"title": format!("Helper {who}"), "prompt": format!("helper {who}: wait, then answer")});
+        match (first.as_str(), results.len()) {
+            ("hand it out", 0) => Reply::tool("delegate", json!({"tasks": [task("a"), task("b")]})),
+            ("hand it out", _) => Reply::finish(&format!("they said: {last}")),
+            (helper, 0) if helper.starts_with("helper") => {
+                Reply::tool("terminal", json!({"command": "sleep 4; echo waited", "security_risk": "low"}))
+            }
+            (helper, _) => Reply::finish(&format!("{} is done", &helper[..8])),
+        }
+    });
+    let nats = NatsServer::start();
+    let serve = |name: &str| {
+        HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_LEASE_TTL_MS", "2000")
+            .set("HALYARD_COMMAND_ACK_WAIT_MS", "2000")
+    };
+    let _others: Vec<Halyard> = ["sandbox", "conversations"].into_iter().map(|s| Halyard::start(serve(s))).collect();
+    let mut agents: Vec<Halyard> = (0..2).map(|_| Halyard::start(serve("agent"))).collect();
+    let gateway = Halyard::start(serve("gateway"));
+    let api = gateway.api(ALICE);
+    let (parent, _) = api.start_ready(json!({"message": "hand it out"})).await;
+    api.wait_events(&parent, "the helpers' start", |ev| ev.iter().any(|e| e["kind"] == "sub_conversations_started")).await;
+
+    // The runner watching the helpers dies while they work.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let watching = loop {
+        if let Some(i) = agents.iter().position(|a| a.log().contains("helpers started")) {
+            break i;
+        }
+        assert!(std::time::Instant::now() < deadline, "no runner said it started the helpers");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::task::block_in_place(|| agents[watching].kill9());
+
+    let events = api.wait_events(&parent, "the parent's end", |ev| ev.iter().any(status_is("finished"))).await;
+    assert!(events.iter().any(|e| e["kind"] == "agent_error" && e["code"] == "run_interrupted"), "it was taken over: {events:?}");
+    assert_eq!(count(&events, |e| e["kind"] == "sub_conversations_started"), 1);
+    let ended: Vec<&Value> = events.iter().filter(|e| e["kind"] == "sub_conversation_ended").collect();
+    assert_eq!(ended.len(), 2, "each helper's end recorded once: {ended:?}");
+    let result = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "delegate").expect("the delegate result");
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("helper a is done") && content.contains("helper b is done"), "{content}");
+    let (_, list) = api.get("/api/v1/conversations").await;
+    assert_eq!(list["count"], 3, "no helper started twice: {list}");
+    let survivor = &agents[1 - watching];
     assert!(!survivor.log().contains("panicked"), "{}", survivor.log());
 }
