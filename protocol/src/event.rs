@@ -395,8 +395,9 @@ pub enum EventBody {
         tool_call_id: String,
         #[cfg_attr(feature = "openapi", schema(value_type = String, format = Uuid))]
         conversation_id: crate::ConversationId,
-        /// Its execution status at the end (`finished`, `idle`, `error`, `stuck`), or `failed`
-        /// when it could not start.
+        /// Its execution status at the end (`finished`, `idle`, `error`, `stuck`); `failed` when
+        /// it could not start, `deleted` when its owner deleted it, `stopped` when it did not stop
+        /// in time after an interrupt and the parent went on without it.
         status: String,
         /// Its final message (its `finish` message or last answer), or why it ended.
         message: String,

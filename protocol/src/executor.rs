@@ -46,6 +46,10 @@ pub struct ExecRequest {
 pub struct InterruptRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// End the named session instead: its shell and everything in its process group are killed
+    /// (a deleted helper's commands, background ones included).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub close: bool,
 }
 
 /// `POST /hooks/run`: one repository hook's command, run apart from the agent's shell (nothing

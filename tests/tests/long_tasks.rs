@@ -498,3 +498,56 @@ async fn helpers_share_what_is_left_of_the_parents_budget() {
     let error = events.iter().find(|e| e["kind"] == "agent_error").unwrap();
     assert_eq!(error["code"], "budget_exceeded", "{error}");
 }
+
+#[tokio::test]
+async fn a_deleted_helper_ends_its_part_and_leaves_the_parents_sandbox() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|body| {
+        let (first, step, last) = asker(body);
+        match (first.as_str(), step) {
+            ("delegate, then go on", 0) => Reply::tool("delegate", json!({"tasks": [{"title": "Slow", "prompt": "take your time"}]})),
+            ("delegate, then go on", 1) => Reply::tool("terminal", json!({"command": "echo still here", "security_risk": "low"})),
+            ("delegate, then go on", _) => Reply::finish(&format!("went on: {last}")),
+            _ => Reply::tool(
+                "terminal",
+                json!({"command": "sleep 300 & echo $! > slow.pid; wait $!", "timeout": 600, "security_risk": "low"}),
+            ),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (parent, _) = alice.start_ready(json!({"message": "delegate, then go on"})).await;
+    let view = alice.wait_conversation(&parent, "a helper", |v| v["sub_conversation_ids"].as_array().is_some_and(|a| a.len() == 1)).await;
+    let child = view["sub_conversation_ids"][0].as_str().unwrap().to_owned();
+    alice.wait_conversation(&child, "the helper's start", |_| true).await;
+    alice.wait_events(&child, "the helper's command", |ev| ev.iter().any(|e| e["kind"] == "action" && e["tool"] == "terminal")).await;
+    let workspace = h.workspace(view["sandbox_id"].as_str().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !workspace.join("slow.pid").exists() {
+        assert!(std::time::Instant::now() < deadline, "the helper's command never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let sleeper: u32 = std::fs::read_to_string(workspace.join("slow.pid")).unwrap().trim().parse().unwrap();
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    };
+    assert!(alive(sleeper), "the helper's command runs");
+
+    let (s, _) = alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{child}"), None).await;
+    assert_eq!(s, 202);
+    // The parent goes on without it, in its sandbox, which the helper's deletion left alone.
+    let events = alice.wait_events(&parent, "the parent's end", finished).await;
+    let ended = events.iter().find(|e| e["kind"] == "sub_conversation_ended").expect("the helper's end");
+    assert_eq!((ended["conversation_id"].as_str(), ended["status"].as_str()), (Some(child.as_str()), Some("deleted")));
+    let last = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(last["content"].as_str().unwrap().contains("still here"), "{last}");
+    assert_eq!(alice.get(&format!("/api/v1/conversations/{child}")).await.0, 404);
+    // What the helper ran in its shell was stopped with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alive(sleeper) {
+        assert!(std::time::Instant::now() < deadline, "the deleted helper's command still runs");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

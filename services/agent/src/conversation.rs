@@ -493,6 +493,21 @@ impl ConvState {
                     let _ = run.cancel.send(true);
                     run.join.abort();
                 }
+                // A helper's sandbox lives on with its parent: what the helper still runs in its
+                // shell session there is stopped.
+                let helper_in = log.lock().await.history.started.as_ref().filter(|s| s.parent.is_some()).map(|s| s.sandbox_id);
+                if let Some(sandbox_id) = helper_in {
+                    let session = self.id.to_string();
+                    let stop = async {
+                        let exec = crate::run_loop::executor_of(&self.ctx, sandbox_id).await?;
+                        exec.close_session(&session).await.map_err(|e| e.to_string())
+                    };
+                    match tokio::time::timeout(Duration::from_secs(10), stop).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!(conversation_id = %self.id, error = %e, "cannot stop the deleted helper's commands"),
+                        Err(_) => tracing::warn!(conversation_id = %self.id, "the deleted helper's commands did not stop in time"),
+                    }
+                }
                 self.release_lease().await;
                 delivery.ack().await;
                 myself.stop(Some("deleted".into()));

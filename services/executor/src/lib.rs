@@ -315,9 +315,12 @@ async fn interrupt(
     State(state): State<AppState>,
     Json(req): Json<halyard_protocol::executor::InterruptRequest>,
 ) -> Json<serde_json::Value> {
-    let signalled = match state.shells.existing(req.session.as_deref()) {
-        Some(shell) => shell.interrupt(std::time::Duration::from_secs(3)).await,
-        None => false,
+    let signalled = match (req.close, req.session.as_deref()) {
+        (true, Some(name)) => state.shells.close(name),
+        _ => match state.shells.existing(req.session.as_deref()) {
+            Some(shell) => shell.interrupt(std::time::Duration::from_secs(3)).await,
+            None => false,
+        },
     };
     Json(serde_json::json!({ "interrupted": signalled }))
 }

@@ -74,8 +74,14 @@ impl ExecutorClient {
     /// Interrupts the command the shell of `session` (the main one for `None`) runs now (SIGINT
     /// to its process group, SIGKILL a few seconds later if it is still running).
     pub async fn interrupt(&self, session: Option<&str>) -> Result<(), ExecutorError> {
-        let body = halyard_protocol::executor::InterruptRequest { session: session.map(str::to_owned) };
+        let body = halyard_protocol::executor::InterruptRequest { session: session.map(str::to_owned), close: false };
         self.post_expecting_nothing("/shell/interrupt", &body, Duration::from_secs(10), "interrupt_failed").await
+    }
+
+    /// Ends a named shell session: its shell and everything in its process group are killed.
+    pub async fn close_session(&self, session: &str) -> Result<(), ExecutorError> {
+        let body = halyard_protocol::executor::InterruptRequest { session: Some(session.to_owned()), close: true };
+        self.post_expecting_nothing("/shell/interrupt", &body, Duration::from_secs(10), "close_failed").await
     }
 
     /// Replaces the executor's session key with `key` (this client keeps the old one).

@@ -155,6 +155,15 @@ impl Run {
                 _ = tokio::time::sleep(delegate::POLL) => {}
             }
         }
+        // Helpers that did not stop in time are no longer waited for: what they used so far is
+        // paid now (and they are no longer reached by what reaches the parent).
+        for w in watched.iter_mut().filter(|w| w.ended.is_none()) {
+            w.ended = Some("stopped".into());
+            w.last_error.get_or_insert_with(|| "It did not stop in time; the parent stopped waiting for it.".into());
+            if !self.append(EventSource::System, w.ended_event(call_id)).await {
+                return Err(RunOutcome::Failed);
+            }
+        }
         let mut content = String::from("The helpers ended:\n\n");
         content.push_str(&watched.iter().enumerate().map(|(i, w)| w.report(i)).collect::<Vec<_>>().join("\n\n"));
         if let Some(note) = over_budget {

@@ -171,14 +171,19 @@ pub struct Watched {
     /// What it said last: its `finish` message or last answer.
     pub last_message: Option<String>,
     pub last_error: Option<String>,
-    /// How it ended (`finished`, `idle`, `error`, `stuck`, or `failed` to start); `None` while
-    /// it works.
+    /// How it ended (`finished`, `idle`, `error`, `stuck`, `failed` to start, or `deleted`);
+    /// `None` while it works.
     pub ended: Option<String>,
+    /// Looks in a row that found nothing new (now and then one checks it was not deleted).
+    quiet: u32,
 }
+
+/// Every this many quiet looks, whether a helper was deleted is checked.
+const DELETED_CHECK: u32 = 10;
 
 impl Watched {
     pub fn new(child: SubConversation, task: TaskId) -> Self {
-        Self { child, task, from: 1, used_tokens: 0, used_usd: 0.0, last_message: None, last_error: None, ended: None }
+        Self { child, task, from: 1, used_tokens: 0, used_usd: 0.0, last_message: None, last_error: None, ended: None, quiet: 0 }
     }
 
     /// Whether anything of its log was read (its start reached its agent).
@@ -212,9 +217,10 @@ impl Watched {
     }
 
     /// Reads what the helper appended since the last look; a helper whose start failed ends
-    /// with the reason.
+    /// with the reason, and one its owner deleted ends so.
     pub async fn look(&mut self, js: &async_nats::jetstream::Context) -> Result<(), BusError> {
         let filter = subjects::conversation_events(self.child.conversation_id);
+        let before = self.from;
         loop {
             let batch = bus::direct_batch(js, subjects::EVENTS_STREAM, &filter, self.from, 256).await?;
             let got = batch.len();
@@ -227,6 +233,17 @@ impl Watched {
             }
             if got < 256 {
                 break;
+            }
+        }
+        self.quiet = if self.from == before { self.quiet + 1 } else { 0 };
+        if self.ended.is_none() && self.quiet % DELETED_CHECK == DELETED_CHECK - 1 {
+            let record = subjects::conversation_record(self.child.conversation_id);
+            if let Some((_, env)) = bus::last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &record).await? {
+                if matches!(env.payload, SystemRecord::ConversationDeleted { .. }) {
+                    self.last_error = Some("It was deleted.".into());
+                    self.ended = Some("deleted".into());
+                    return Ok(());
+                }
             }
         }
         if self.ended.is_none() && self.from == 1 {
@@ -247,7 +264,7 @@ impl Watched {
     /// The helper's part of the parent's result.
     pub fn report(&self, index: usize) -> String {
         let said = match (&self.ended, &self.last_message, &self.last_error) {
-            (Some(s), _, Some(e)) if s == "error" || s == "failed" || s == "stuck" => e.clone(),
+            (Some(s), _, Some(e)) if ["error", "failed", "stuck", "deleted"].contains(&s.as_str()) => e.clone(),
             (_, Some(m), _) => m.clone(),
             (_, None, Some(e)) => e.clone(),
             (_, None, None) => "(it said nothing)".into(),

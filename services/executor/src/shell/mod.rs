@@ -270,6 +270,13 @@ impl Shell {
         true
     }
 
+    /// Kills the shell's process group (the shell, what it runs, what that started in the
+    /// background): the session is over. Whether there was a shell.
+    pub fn kill(&self) -> bool {
+        let pgid = self.pgid.load(std::sync::atomic::Ordering::SeqCst);
+        pgid > 0 && crate_signal(-pgid, libc::SIGKILL)
+    }
+
     /// Runs a command or sends input, per [`ExecRequest`].
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, ExecutorError> {
         loop {

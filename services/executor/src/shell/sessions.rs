@@ -65,6 +65,20 @@ impl Sessions {
         Ok(shell)
     }
 
+    /// Ends the named session: its shell's process group is killed and the name forgotten (a
+    /// later command under it gets a fresh shell). Whether there was one.
+    pub fn close(&self, name: &str) -> bool {
+        let closed = self.named.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        match closed {
+            Some((shell, _)) => {
+                shell.kill();
+                tracing::info!(session = name, "shell session closed");
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The shell of `session` if it exists (interrupting a session never opens one).
     pub fn existing(&self, session: Option<&str>) -> Option<Arc<Shell>> {
         match session {
@@ -96,6 +110,22 @@ mod tests {
         assert_eq!(run(Some("helper-2"), "echo ${WHO:-nobody}").await, "nobody");
         assert!(sessions.get(Some("../x")).is_err());
         assert!(sessions.existing(Some("helper-3")).is_none(), "asking about a session does not open it");
+        // Closing a session kills what it started, in the background too.
+        run(Some("helper-1"), "sleep 300 & echo $! > bg.pid").await;
+        let pid: i32 = std::fs::read_to_string(dir.join("bg.pid")).unwrap().trim().parse().unwrap();
+        assert!(sessions.close("helper-1"));
+        let gone = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        };
+        for _ in 0..50 {
+            if gone(pid) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(gone(pid), "the session's background command was killed");
+        assert_eq!(run(Some("helper-1"), "echo ${WHO:-fresh}").await, "fresh", "a closed name starts over");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
