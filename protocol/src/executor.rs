@@ -315,3 +315,58 @@ pub struct RestoreResponse {
     pub checkpoint_seq: u64,
     pub commit: String,
 }
+
+/// Most paths `glob` and `grep` answer (more are cut, and `truncated` says so).
+pub const SEARCH_RESULTS_CAP: usize = 100;
+
+/// `POST /files/glob`: the files whose path matches a glob pattern (`**/*.rs`, `src/**/*.{ts,tsx}`;
+/// a pattern without `/` matches file names at any depth), as ripgrep lists files: ignored files
+/// (`.gitignore` in a repository) and hidden ones left out.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GlobRequest {
+    pub pattern: String,
+    /// The directory to search (absolute, or relative to the workspace); the workspace if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `POST /files/grep`: the files whose content matches a regular expression (case-insensitive,
+/// `^` and `$` at line ends, binary files skipped), as `rg -li` lists them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GrepRequest {
+    pub pattern: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Only files whose name (or path, for a pattern with `/`) matches this glob (`*.{ts,tsx}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<String>,
+}
+
+/// What `glob` or `grep` found: absolute paths, the most recently modified first, at most
+/// [`SEARCH_RESULTS_CAP`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchResponse {
+    pub files: Vec<String>,
+    /// The directory searched, absolute.
+    pub search_path: String,
+    /// More matched than were answered (or the search ran out of time).
+    pub truncated: bool,
+}
+
+/// `POST /files/patch`: a patch in the V4A format (`*** Begin Patch` ... `*** End Patch`, with
+/// `*** Add File:`, `*** Update File:` (and `*** Move to:`), `*** Delete File:` sections; paths
+/// relative to the workspace), applied whole or not at all.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatchRequest {
+    pub patch: String,
+}
+
+/// What a patch changed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatchResponse {
+    /// One line a file: `A path`, `M path` (`M old -> new` when moved), `D path`.
+    pub message: String,
+    /// How loosely context lines had to be matched (0: exactly; trailing or surrounding
+    /// whitespace ignored otherwise).
+    pub fuzz: u32,
+}

@@ -54,8 +54,56 @@ pub struct LlmProfile {
     pub max_output_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// The tools conversations of this profile offer the model (absent: `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolSet>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
+}
+
+/// The built-in tools a conversation offers its model: one of OpenHands' presets by name
+/// (`default`: `file_editor` for edits; `gpt5`: `apply_patch` instead, the format OpenAI's GPT-5
+/// models are trained on), or a list of [`BUILT_IN_TOOLS`]. `finish` is always offered;
+/// `load_skill` when the conversation has folder skills; `delegate` only while helpers may go
+/// deeper; MCP servers' tools besides.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum ToolSet {
+    Preset(String),
+    Names(Vec<String>),
+}
+
+/// The built-in tools a [`ToolSet`] may name.
+pub const BUILT_IN_TOOLS: &[&str] = &["terminal", "file_editor", "apply_patch", "glob", "grep", "think", "task_tracker", "delegate"];
+
+impl ToolSet {
+    /// The built-in tools it offers (besides `finish` and `load_skill`), in the order offered;
+    /// `Err` names what is wrong.
+    pub fn names(&self) -> Result<Vec<&'static str>, String> {
+        match self {
+            Self::Preset(p) if p == "default" => Ok(vec!["terminal", "file_editor", "think", "task_tracker", "glob", "grep", "delegate"]),
+            Self::Preset(p) if p == "gpt5" => Ok(vec!["terminal", "apply_patch", "think", "task_tracker", "glob", "grep", "delegate"]),
+            Self::Preset(p) => Err(format!("unknown tool set {p:?}: use \"default\", \"gpt5\" or a list of tool names")),
+            Self::Names(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    match BUILT_IN_TOOLS.iter().find(|b| **b == n.as_str()) {
+                        Some(b) if !out.contains(b) => out.push(*b),
+                        Some(_) => {}
+                        None => return Err(format!("unknown tool {n:?}: the built-in tools are {}", BUILT_IN_TOOLS.join(", "))),
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+impl Default for ToolSet {
+    fn default() -> Self {
+        Self::Preset("default".into())
+    }
 }
 
 /// All LLM profiles of one user, by name.

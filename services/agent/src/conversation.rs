@@ -675,6 +675,7 @@ impl ConvState {
             has_forge: false,
             max_iterations: self.ctx.config.agent.max_iterations,
             mcp: self.mcp.clone(),
+            tool_set: Default::default(),
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

@@ -45,6 +45,16 @@ pub async fn settings(ctx: &Ctx, owner: &UserId) -> Result<UserSettings, String>
     read(ctx, &subjects::user_settings_key(owner)).await
 }
 
+/// The tools the owner's profile `name` offers (the default set for the operator's LLM, or a
+/// profile that cannot be read: the run reports that profile's trouble itself).
+pub async fn tool_set(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> halyard_protocol::user::ToolSet {
+    let Some(name) = name else { return Default::default() };
+    match read::<UserLlmProfiles>(ctx, &subjects::user_llm_key(owner)).await {
+        Ok(profiles) => profiles.profiles.get(name).and_then(|p| p.tools.clone()).unwrap_or_default(),
+        Err(_) => Default::default(),
+    }
+}
+
 /// The LLM client of the owner's profile `name` (none: the operator's default).
 pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmClient, String> {
     let Some(name) = name else { return Ok(ctx.llm.clone()) };

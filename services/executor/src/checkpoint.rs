@@ -252,7 +252,7 @@ pub(crate) async fn bundle_route(
     // Listing the refs is what must not overlap a checkpoint being taken; reading the objects
     // may.
     let stdout = state.checkpoints.lock().await.bundle(q.seq).await?;
-    Ok(crate::transfer::body_of(stdout).into_response())
+    Ok(crate::files::transfer::body_of(stdout).into_response())
 }
 
 /// `POST /checkpoint/unbundle?seq=` (the body: a bundle from [`bundle_route`]).
@@ -264,7 +264,7 @@ pub(crate) async fn unbundle_route(
     let store = state.checkpoints.lock().await;
     tokio::fs::create_dir_all(&store.dir).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
     let file = store.dir.join(format!("incoming-{}.bundle", uuid::Uuid::new_v4()));
-    let made = match crate::transfer::write_limited(&file, body, u64::MAX).await {
+    let made = match crate::files::transfer::write_limited(&file, body, u64::MAX).await {
         Ok(_) => store.unbundle(q.seq, &file).await,
         Err(e) => Err(e),
     };

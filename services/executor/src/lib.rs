@@ -6,6 +6,7 @@
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
+//! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
@@ -16,13 +17,12 @@
 
 pub mod checkpoint;
 pub mod disk;
-pub mod editor;
+pub mod files;
 pub mod git_proxy;
 pub mod hooks;
 pub mod limits;
 pub mod mcp;
 pub mod shell;
-mod transfer;
 pub mod tunnel;
 pub mod workspace;
 
@@ -113,7 +113,7 @@ struct AppState {
     key: Arc<RwLock<String>>,
     /// The agent's shells: the main one, and one per helper conversation.
     shells: Arc<shell::sessions::Sessions>,
-    editor: Arc<editor::Editor>,
+    editor: Arc<files::editor::Editor>,
     activity: Arc<Activity>,
     /// Passes git's requests for the conversation's repository on (`None`: no listener could
     /// be made).
@@ -152,7 +152,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     };
     let shell_env = git.as_ref().map(|g| g.shell_env()).unwrap_or_default();
     let shells = shell::sessions::Sessions::new(config.workspace.clone(), config.output_cap, shell_env)?;
-    let editor = editor::Editor::new(config.workspace.clone());
+    let editor = files::editor::Editor::new(config.workspace.clone());
     let activity = Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last_end_ms: AtomicU64::new(0) };
     let key = Arc::new(RwLock::new(config.session_key.clone()));
     let roots = [Some(config.workspace.clone()), std::env::var_os("HOME").map(PathBuf::from), Some(std::env::temp_dir())];
@@ -172,14 +172,17 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/shell/exec", post(exec))
         .route("/shell/interrupt", post(interrupt))
         .route("/files/edit", post(edit))
+        .route("/files/glob", post(glob))
+        .route("/files/grep", post(grep))
+        .route("/files/patch", post(patch))
         .route("/hooks/run", post(run_hook))
         .route("/checkpoint", post(take_checkpoint))
         .route("/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
         // Looking is not activity: a user browsing files does not keep a sandbox awake.
         .route("/files", get(files))
-        .route("/files/raw", get(transfer::download).put(transfer::upload))
-        .route("/archive", get(transfer::archive))
+        .route("/files/raw", get(files::transfer::download).put(files::transfer::upload))
+        .route("/archive", get(files::transfer::archive))
         .route("/checkpoint/bundle", get(checkpoint::bundle_route))
         .route("/checkpoint/unbundle", post(checkpoint::unbundle_route))
         .route("/changes", get(changes))
@@ -384,4 +387,36 @@ async fn edit(
     // File I/O is blocking; keep it off the async workers.
     let out = tokio::task::spawn_blocking(move || editor.run(&req)).await.map_err(|e| ExecutorError::Internal(e.to_string()))??;
     Ok(Json(halyard_protocol::executor::EditResponse { output: out }))
+}
+
+/// Runs one of the file tools off the async workers (file I/O blocks).
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ExecutorError> + Send + 'static) -> Result<Json<T>, ExecutorError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| ExecutorError::Internal(e.to_string()))?.map(Json)
+}
+
+/// `POST /files/glob`: files by name ([`files::search`]).
+async fn glob(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::GlobRequest>,
+) -> Result<Json<halyard_protocol::executor::SearchResponse>, ExecutorError> {
+    let workspace = state.config.workspace.clone();
+    blocking(move || files::search::glob(&workspace, &req)).await
+}
+
+/// `POST /files/grep`: files by content ([`files::search`]).
+async fn grep(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::GrepRequest>,
+) -> Result<Json<halyard_protocol::executor::SearchResponse>, ExecutorError> {
+    let workspace = state.config.workspace.clone();
+    blocking(move || files::search::grep(&workspace, &req)).await
+}
+
+/// `POST /files/patch`: a V4A patch, applied whole or not at all ([`files::patch`]).
+async fn patch(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::PatchRequest>,
+) -> Result<Json<halyard_protocol::executor::PatchResponse>, ExecutorError> {
+    let workspace = state.config.workspace.clone();
+    blocking(move || files::patch::apply(&workspace, &req.patch)).await
 }

@@ -122,6 +122,30 @@ impl ExecutorClient {
         self.post("/hooks/run", req, Duration::from_secs_f64(req.timeout_secs.clamp(1.0, 600.0) + 10.0)).await
     }
 
+    /// `glob`: files by name.
+    pub async fn glob(
+        &self,
+        req: &halyard_protocol::executor::GlobRequest,
+    ) -> Result<halyard_protocol::executor::SearchResponse, ExecutorError> {
+        self.post("/files/glob", req, Duration::from_secs(60)).await
+    }
+
+    /// `grep`: files by content.
+    pub async fn grep(
+        &self,
+        req: &halyard_protocol::executor::GrepRequest,
+    ) -> Result<halyard_protocol::executor::SearchResponse, ExecutorError> {
+        self.post("/files/grep", req, Duration::from_secs(60)).await
+    }
+
+    /// `apply_patch`: a V4A patch, whole or not at all.
+    pub async fn patch(
+        &self,
+        req: &halyard_protocol::executor::PatchRequest,
+    ) -> Result<halyard_protocol::executor::PatchResponse, ExecutorError> {
+        self.post("/files/patch", req, Duration::from_secs(60)).await
+    }
+
     /// Runs one `file_editor` command.
     pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
         self.post("/files/edit", req, Duration::from_secs(60)).await

@@ -121,6 +121,9 @@ pub struct Run {
     pub max_iterations: u32,
     /// The conversation's MCP connections (checked, and made again if stale, at run start).
     pub mcp: Arc<Mutex<Option<Arc<McpHub>>>>,
+    /// The built-in tools offered, as the conversation's LLM profile says (set when the run
+    /// starts).
+    pub tool_set: halyard_protocol::user::ToolSet,
 }
 
 impl Run {
@@ -285,6 +288,7 @@ impl Run {
         };
         let Some(owner) = owner else { return Ok(()) };
         self.llm = crate::user::llm(&self.ctx, &owner, profile.as_deref()).await?;
+        self.tool_set = crate::user::tool_set(&self.ctx, &owner, profile.as_deref()).await;
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
         // was given before.
         match crate::user::secrets(&self.ctx, &owner).await {
@@ -340,10 +344,12 @@ impl Run {
             let log = self.log.lock().await;
             let h = &log.history;
             let skills = h.skills.clone();
-            let mut tools = tools::specs(skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            // (A set stored before a tool was renamed falls back to the default one.)
+            let offered = self.tool_set.names().unwrap_or_else(|_| halyard_protocol::user::ToolSet::default().names().unwrap_or_default());
+            let mut tools = tools::specs(&offered, skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
             // Helpers are offered while the deployment allows another level of them.
             let agent = &self.ctx.config.agent;
-            if h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
+            if offered.contains(&"delegate") && h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
                 tools.push(tools::delegate::spec(agent.max_delegates));
             }
             tools.extend(mcp.specs());
@@ -663,7 +669,7 @@ impl Run {
                         observation: content.clone(),
                         is_error: is_error || exit_code.is_some_and(|c| c != 0),
                     });
-                    let changes_nothing = matches!(name.as_str(), "load_skill" | "task_tracker" | "think");
+                    let changes_nothing = matches!(name.as_str(), "load_skill" | "task_tracker" | "think" | "glob" | "grep");
                     let args = call.parsed.as_ref().unwrap_or(&Value::Null);
                     let opened = if is_error { None } else { pull_request_opened(&name, args, &content) };
                     // What the post_tool_use hooks read, made only when one runs.

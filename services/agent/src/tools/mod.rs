@@ -1,5 +1,6 @@
 //! The agent's tools, named and shaped as OpenHands names them (`terminal`, `file_editor`,
-//! `think`, `finish`, `task_tracker`), so models and prompts tuned for OpenHands carry over; and
+//! `apply_patch`, `glob`, `grep`, `think`, `finish`, `task_tracker`), so models and prompts tuned
+//! for OpenHands carry over; which of them a conversation offers is its LLM profile's tool set; and
 //! `load_skill`, which reads a folder skill's instructions when the conversation has any.
 //! Beside them: helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
 //! the risk of each action ([`risk`]), and the repository's hooks around them ([`hooks`]).
@@ -11,7 +12,7 @@ pub mod risk;
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::event::TaskItem;
-use halyard_protocol::executor::{EditRequest, ExecRequest};
+use halyard_protocol::executor::{EditRequest, ExecRequest, GlobRequest, GrepRequest, PatchRequest};
 use serde_json::{Value, json};
 
 /// The `security_risk` argument of the tools that act (OpenHands' wording).
@@ -21,10 +22,75 @@ fn security_risk() -> Value {
         destructive or irreversible actions or anything touching credentials."})
 }
 
-/// Tool definitions in the chat-completions `tools` format; `load_skill` only when the
-/// conversation has folder skills to load.
-pub fn specs(with_load_skill: bool) -> Vec<Value> {
-    let mut specs = vec![
+/// Tool definitions in the chat-completions `tools` format: the built-in tools `offered` (a
+/// [`halyard_protocol::user::ToolSet`]'s names; `delegate` is added by the run, which knows how
+/// deep it is), `finish` always, and `load_skill` when the conversation has folder skills.
+pub fn specs(offered: &[&str], with_load_skill: bool) -> Vec<Value> {
+    let all = [
+        ("terminal", None),
+        ("file_editor", None),
+        ("apply_patch", Some(apply_patch_spec())),
+        ("glob", Some(glob_spec())),
+        ("grep", Some(grep_spec())),
+    ];
+    let mut specs: Vec<Value> = classic()
+        .into_iter()
+        .filter(|s| {
+            let name = s["function"]["name"].as_str().unwrap_or_default();
+            name == "finish" || offered.contains(&name)
+        })
+        .collect();
+    // The file tools go after the editor's place, before `think`.
+    let at = specs.iter().position(|s| s["function"]["name"] == "think").unwrap_or(specs.len());
+    let extra: Vec<Value> = all.into_iter().filter(|(n, _)| offered.contains(n)).filter_map(|(_, s)| s).collect();
+    specs.splice(at..at, extra);
+    if with_load_skill {
+        specs.push(json!({"type": "function", "function": {
+            "name": "load_skill",
+            "description": "Load the full instructions of one of the available skills, by name, before you use it.",
+            "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        }}));
+    }
+    specs
+}
+
+fn glob_spec() -> Value {
+    json!({"type": "function", "function": {
+        "name": "glob",
+        "description": "Fast file pattern matching tool.\n* Supports glob patterns like \"**/*.js\" or \"src/**/*.ts\"\n* Use this tool when you need to find files by name patterns\n* Returns matching file paths sorted by modification time\n* Only the first 100 results are returned. Consider narrowing your search with stricter glob patterns or provide path parameter if you need more results.",
+        "parameters": {"type": "object", "properties": {
+            "pattern": {"type": "string", "description": "The glob pattern to match files (e.g., \"**/*.js\", \"src/**/*.ts\")"},
+            "path": {"type": "string", "description": "The directory (absolute path) to search in. Defaults to the current working directory."}
+        }, "required": ["pattern"]}
+    }})
+}
+
+fn grep_spec() -> Value {
+    json!({"type": "function", "function": {
+        "name": "grep",
+        "description": "Fast content search tool.\n* Searches file contents using regular expressions\n* Supports full regex syntax (eg. \"log.*Error\", \"function\\s+\\w+\", etc.)\n* Filter files by pattern with the include parameter (eg. \"*.js\", \"*.{ts,tsx}\")\n* Returns matching file paths sorted by modification time.\n* Only the first 100 results are returned. Consider narrowing your search with stricter regex patterns or provide path parameter if you need more results.",
+        "parameters": {"type": "object", "properties": {
+            "pattern": {"type": "string", "description": "The regex pattern to search for in file contents"},
+            "path": {"type": "string", "description": "The directory (absolute path) to search in. Defaults to the current working directory."},
+            "include": {"type": "string", "description": "Optional file pattern to filter which files to search (e.g., \"*.js\", \"*.{ts,tsx}\")"}
+        }, "required": ["pattern"]}
+    }})
+}
+
+fn apply_patch_spec() -> Value {
+    json!({"type": "function", "function": {
+        "name": "apply_patch",
+        "description": "Apply a patch to files in the workspace, in the V4A format: it starts with `*** Begin Patch` and ends with `*** End Patch`; between them, sections `*** Add File: <path>` (every line after it starts with `+`), `*** Delete File: <path>`, and `*** Update File: <path>` (optionally followed by `*** Move to: <new path>`) with hunks: `@@` and optionally a line to find first, then lines starting with ` ` (context, about three around each change), `-` (removed) or `+` (added). Paths are relative to the workspace. The patch applies whole or not at all.",
+        "parameters": {"type": "object", "properties": {
+            "patch": {"type": "string", "description": "Patch content following the '*** Begin Patch' ... '*** End Patch' format."},
+            "security_risk": security_risk()
+        }, "required": ["patch", "security_risk"]}
+    }})
+}
+
+/// OpenHands' classic tools, in the order they are offered.
+fn classic() -> Vec<Value> {
+    vec![
         json!({"type": "function", "function": {
             "name": "terminal",
             "description": "Execute a bash command in the persistent shell of the sandbox. The working directory and environment persist between calls. A command that runs longer than `timeout` seconds keeps running: send `is_input` true with an empty command to keep waiting, with text to give it input, or with `C-c` to interrupt it. Output longer than the cap is cut in the middle.",
@@ -71,15 +137,7 @@ pub fn specs(with_load_skill: bool) -> Vec<Value> {
             "description": "Finish the task when it is done, or when it cannot be done, with a message for the user.",
             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
         }}),
-    ];
-    if with_load_skill {
-        specs.push(json!({"type": "function", "function": {
-            "name": "load_skill",
-            "description": "Load the full instructions of one of the available skills, by name, before you use it.",
-            "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-        }}));
-    }
-    specs
+    ]
 }
 
 /// What a tool call produced.
@@ -268,12 +326,54 @@ pub async fn execute(
                 Err(e) => error(format!("The sandbox could not edit the file: {e}")),
             }
         }
+        "glob" | "grep" => {
+            let Some(pattern) = str_arg(args, "pattern") else {
+                return error("Missing required argument `pattern`.");
+            };
+            let path = str_arg(args, "path");
+            let found = if tool == "glob" {
+                exec.glob(&GlobRequest { pattern: pattern.clone(), path }).await
+            } else {
+                exec.grep(&GrepRequest { pattern: pattern.clone(), path, include: str_arg(args, "include") }).await
+            };
+            match found {
+                Ok(r) => ToolOutcome::Observation {
+                    content: search_result(tool, &pattern, str_arg(args, "include"), &r),
+                    exit_code: None,
+                    is_error: false,
+                },
+                Err(ExecutorError::Rejected { message, .. }) => error(format!("Error: {message}")),
+                Err(e) => error(format!("The sandbox could not search: {e}")),
+            }
+        }
+        "apply_patch" => {
+            let Some(patch) = str_arg(args, "patch") else {
+                return error("Missing required argument `patch`.");
+            };
+            match exec.patch(&PatchRequest { patch }).await {
+                Ok(r) => ToolOutcome::Observation { content: r.message, exit_code: None, is_error: false },
+                Err(ExecutorError::Rejected { message, .. }) => error(message),
+                Err(e) => error(format!("The sandbox could not apply the patch: {e}")),
+            }
+        }
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
-        other => error(format!(
-            "Unknown tool `{other}`. The tools are: terminal, file_editor, think, task_tracker, finish, and load_skill when skills are offered."
-        )),
+        other => error(format!("Unknown tool `{other}`. Use one of the tools you are offered.")),
     }
+}
+
+/// A `glob` or `grep` result as OpenHands' tools word it.
+fn search_result(tool: &str, pattern: &str, include: Option<String>, r: &halyard_protocol::executor::SearchResponse) -> String {
+    let filtered = include.map(|i| format!(" (filtered by '{i}')")).unwrap_or_default();
+    let what = if tool == "glob" { "matching pattern" } else { "containing pattern" };
+    if r.files.is_empty() {
+        return format!("No files found {what} '{pattern}' in directory '{}'{filtered}", r.search_path);
+    }
+    let mut out = format!("Found {} file(s) {what} '{pattern}' in '{}'{filtered}:\n{}", r.files.len(), r.search_path, r.files.join("\n"));
+    if r.truncated {
+        out.push_str("\n\n[Results truncated to first 100 files. Consider using a more specific pattern.]");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -288,8 +388,14 @@ mod tests {
         assert!(parse_arguments("[1]").is_err());
         assert!(bool_arg(&json!({"is_input": "true"}), "is_input"));
         assert!(!bool_arg(&json!({"is_input": "false"}), "is_input"));
-        let names: Vec<String> = specs(false).iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect();
-        assert_eq!(names, ["terminal", "file_editor", "think", "task_tracker", "finish"]);
+        let names = |set: &str| -> Vec<String> {
+            let set = halyard_protocol::user::ToolSet::Preset(set.into());
+            specs(&set.names().unwrap(), false).iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect()
+        };
+        assert_eq!(names("default"), ["terminal", "file_editor", "glob", "grep", "think", "task_tracker", "finish"]);
+        assert_eq!(names("gpt5"), ["terminal", "apply_patch", "glob", "grep", "think", "task_tracker", "finish"]);
+        let only = specs(&["terminal"], true);
+        assert_eq!(only.iter().map(|s| s["function"]["name"].as_str().unwrap()).collect::<Vec<_>>(), ["terminal", "finish", "load_skill"]);
     }
 
     #[test]

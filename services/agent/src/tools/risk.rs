@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Tools that change nothing outside the conversation.
 fn is_inert(tool: &str) -> bool {
-    matches!(tool, "think" | "finish" | "load_skill" | "task_tracker")
+    matches!(tool, "think" | "finish" | "load_skill" | "task_tracker" | "glob" | "grep")
 }
 
 /// The risk the model stated (`low`/`medium`/`high`, any case).
@@ -35,6 +35,7 @@ pub fn assess(tool: &str, args: &Value, workspace: &str) -> Option<SecurityRisk>
     let found = match tool {
         "terminal" => Some(command_risk(args.get("command").and_then(Value::as_str).unwrap_or_default(), workspace)),
         "file_editor" => Some(edit_risk(args, workspace)),
+        "apply_patch" => Some(patch_risk(args, workspace)),
         _ => None,
     };
     match (stated(args), found) {
@@ -126,6 +127,20 @@ fn edit_risk(args: &Value, workspace: &str) -> SecurityRisk {
     } else {
         SecurityRisk::Low
     }
+}
+
+/// A patch is as risky as the riskiest file it writes (its paths are the workspace's; one that
+/// names credentials is high).
+fn patch_risk(args: &Value, workspace: &str) -> SecurityRisk {
+    let patch = args.get("patch").and_then(Value::as_str).unwrap_or_default();
+    patch
+        .lines()
+        .filter_map(|l| {
+            ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "].iter().find_map(|h| l.strip_prefix(h))
+        })
+        .map(|path| edit_risk(&serde_json::json!({"path": path.trim(), "command": "create"}), workspace))
+        .max()
+        .unwrap_or(SecurityRisk::Low)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::event::{Budget, ConfirmationPolicy};
 use halyard_protocol::subjects;
-use halyard_protocol::user::{LlmProfile, UserLlmProfiles, UserSettings};
+use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles, UserSettings};
 
 use crate::AppState;
 use crate::accounts::auth::User;
@@ -152,6 +152,9 @@ pub struct ProfileView {
     pub temperature: Option<f32>,
     pub max_output_tokens: Option<u64>,
     pub context_window: Option<u64>,
+    /// The tools its conversations offer: `"default"`, `"gpt5"` (`apply_patch` instead of
+    /// `file_editor`), or a list of built-in tool names.
+    pub tools: ToolSet,
     /// The user's default (`PUT /settings`).
     pub default: bool,
     pub created_at: String,
@@ -191,6 +194,7 @@ fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
         temperature: p.temperature,
         max_output_tokens: p.max_output_tokens,
         context_window: p.context_window,
+        tools: p.tools.clone().unwrap_or_default(),
         default,
         created_at: rfc3339(p.created_ms),
         updated_at: rfc3339(p.updated_ms),
@@ -240,6 +244,12 @@ pub struct ProfileBody {
     #[serde(default)]
     #[schema(minimum = 1024)]
     pub context_window: Option<u64>,
+    /// The tools its conversations offer: `"default"` (absent), `"gpt5"` (`apply_patch` instead
+    /// of `file_editor`, the edit format OpenAI's GPT-5 models are trained on), or a list of
+    /// built-in tool names (`terminal`, `file_editor`, `apply_patch`, `glob`, `grep`, `think`,
+    /// `task_tracker`, `delegate`; `finish` is always offered).
+    #[serde(default)]
+    pub tools: Option<ToolSet>,
 }
 
 fn check_profile_body(state: &AppState, body: &ProfileBody) -> Result<String, ApiError> {
@@ -259,6 +269,9 @@ fn check_profile_body(state: &AppState, body: &ProfileBody) -> Result<String, Ap
     }
     if body.max_output_tokens == Some(0) || body.context_window.is_some_and(|w| w < 1024) {
         return Err(ApiError::bad_request("invalid_field", "`max_output_tokens` must be at least 1 and `context_window` at least 1024"));
+    }
+    if let Some(tools) = &body.tools {
+        tools.names().map_err(|e| ApiError::bad_request("invalid_field", format!("`tools`: {e}")))?;
     }
     Ok(provider)
 }
@@ -300,6 +313,7 @@ pub async fn put_profile(
             temperature: body.temperature,
             max_output_tokens: body.max_output_tokens,
             context_window: body.context_window,
+            tools: body.tools.clone(),
             created_ms: old.map_or(now, |o| o.created_ms),
             updated_ms: now,
         };
