@@ -147,6 +147,19 @@ impl McpHub {
         self.by_name.contains_key(tool)
     }
 
+    /// Whether the server of `tool` says it only reads (its `readOnlyHint` annotation): the
+    /// run may call it beside other such calls.
+    pub fn reads_only(&self, tool: &str) -> bool {
+        let Some((index, _)) = self.by_name.get(tool) else { return false };
+        self.servers[*index]
+            .tools
+            .iter()
+            .find(|(exposed, _)| exposed == tool)
+            .and_then(|(_, t)| t.annotations.as_ref())
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false)
+    }
+
     /// Calls `tool` with `args`; the result (or the failure) as an observation.
     pub async fn call(&self, tool: &str, args: &Value, timeout: Duration) -> ToolOutcome {
         let Some((index, own_name)) = self.by_name.get(tool) else {

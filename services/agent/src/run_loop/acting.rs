@@ -1,0 +1,238 @@
+//! The tool calls of one answer, run and recorded. Calls that only read (`glob`, `grep`,
+//! `file_editor view`, `think`, `load_skill`, an MCP tool its server marks `readOnlyHint`) run
+//! at once when they come together; any other call runs alone, after what came before it and
+//! before what comes after. Observations are recorded in the calls' order whatever order the
+//! calls end in, so the log reads as if they ran one by one.
+
+use std::time::{Duration, Instant};
+
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_protocol::event::{EventBody, EventSource};
+use serde_json::{Value, json};
+
+use super::{Call, HookSubject, Run, RunOutcome, Setting, checkpoint, pull_request_opened, wants};
+use crate::stuck;
+use crate::tools::hooks::Moment;
+use crate::tools::{self, ToolOutcome};
+
+/// Whether `call` only reads: it may overlap other such calls.
+fn reads_only(setting: &Setting, call: &Call) -> bool {
+    let Ok(args) = &call.parsed else { return false };
+    match call.name.as_str() {
+        "glob" | "grep" | "think" | "load_skill" => true,
+        "file_editor" => args.get("command").and_then(Value::as_str) == Some("view"),
+        name => setting.mcp.reads_only(name),
+    }
+}
+
+/// What happened to a call its hooks let through.
+enum Ran {
+    Done(ToolOutcome),
+    /// The run ends here (paused, or the log failed).
+    Ended(RunOutcome),
+}
+
+impl Run {
+    /// Runs the tool calls of one answer and records their observations; `Some` if the run
+    /// ends here (finished, paused, stuck, or the log failed). The tools' time is added to
+    /// `elsewhere`.
+    pub(super) async fn execute(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        calls: Vec<Call>,
+        steps: &mut Vec<stuck::Step>,
+        thresholds: stuck::Thresholds,
+        elsewhere: &mut Duration,
+    ) -> Option<RunOutcome> {
+        let mut at = 0;
+        while at < calls.len() {
+            if self.cancelled() {
+                return Some(RunOutcome::Paused);
+            }
+            let together = match reads_only(setting, &calls[at]) {
+                true => calls[at..].iter().take_while(|c| reads_only(setting, c)).count(),
+                false => 1,
+            };
+            let batch = &calls[at..at + together];
+            at += together;
+            // The repository's pre_tool_use hooks judge each call, in order, before any runs.
+            let mut admitted = Vec::with_capacity(batch.len());
+            for call in batch {
+                match self.admit(exec, setting, call).await {
+                    Ok(true) => admitted.push(call),
+                    Ok(false) => {}
+                    Err(()) => return Some(RunOutcome::Failed),
+                }
+            }
+            let ran = futures::future::join_all(admitted.iter().map(|call| self.run_call(exec, setting, call))).await;
+            // They overlapped: the longest is the time they took.
+            *elsewhere += ran.iter().map(|(_, took)| *took).max().unwrap_or_default();
+            for (call, (ran, _)) in admitted.into_iter().zip(ran) {
+                let outcome = match ran {
+                    Ran::Done(outcome) => outcome,
+                    Ran::Ended(end) => return Some(end),
+                };
+                if let Some(end) = self.record(exec, setting, call, outcome, steps, thresholds).await {
+                    return Some(end);
+                }
+            }
+        }
+        if self.interrupt_requested() {
+            return Some(self.interrupted().await);
+        }
+        None
+    }
+
+    /// Puts `call` to the repository's `pre_tool_use` hooks: `Ok(false)` if one refused it (the
+    /// refusal is recorded, and the model reads why), `Err` if the log failed.
+    async fn admit(&self, exec: &ExecutorClient, setting: &Setting, call: &Call) -> Result<bool, ()> {
+        let name = call.name.as_str();
+        let pre = name != "finish" && !self.interrupt_requested() && wants(setting, Moment::PreToolUse, name);
+        let (Ok(args), true) = (&call.parsed, pre) else { return Ok(true) };
+        let about = HookSubject { tool: Some(name), tool_call_id: Some(&call.id), message_seq: None };
+        let input = json!({"tool_name": name, "tool_input": args});
+        match self.hooks_at(exec, setting, Moment::PreToolUse, about, input).await? {
+            None => Ok(true),
+            Some(reason) => {
+                let reason = format!("a repository hook refused it: {reason}");
+                let body = EventBody::ActionRejected { tool_call_id: call.id.clone(), tool: name.to_owned(), reason };
+                if self.append(EventSource::Environment, body).await { Ok(false) } else { Err(()) }
+            }
+        }
+    }
+
+    /// Runs one call: its outcome, and how long the sandbox or an MCP server took with it.
+    async fn run_call(&self, exec: &ExecutorClient, setting: &Setting, call: &Call) -> (Ran, Duration) {
+        let name = call.name.as_str();
+        let outcome = match &call.parsed {
+            // An interrupt stops what is left of this answer too: each call still gets its
+            // observation, so the model sees a complete step next time.
+            _ if self.interrupt_requested() => {
+                ToolOutcome::Observation { content: "Not run: the user interrupted the agent.".into(), exit_code: None, is_error: true }
+            }
+            Err(msg) => ToolOutcome::Observation { content: msg.clone(), exit_code: None, is_error: true },
+            Ok(args) if name == "load_skill" => tools::load_skill(&setting.skills, args),
+            Ok(args) if name == "task_tracker" => self.track(args).await,
+            Ok(args) if name == "delegate" => match self.delegate(&call.id, args).await {
+                Ok(outcome) => outcome,
+                Err(end) => return (Ran::Ended(end), Duration::ZERO),
+            },
+            Ok(args) => {
+                let started = Instant::now();
+                let ran = self.in_sandbox(exec, setting, name, args).await;
+                return (ran, started.elapsed());
+            }
+        };
+        (Ran::Done(outcome), Duration::ZERO)
+    }
+
+    /// Runs a call of the sandbox's tools or an MCP server's, until it ends, the run is paused,
+    /// or the user interrupts it (the sandbox's command is stopped, and what it printed is its
+    /// result).
+    async fn in_sandbox(&self, exec: &ExecutorClient, setting: &Setting, name: &str, args: &Value) -> Ran {
+        let timeout = self.ctx.config.agent.command_timeout_secs;
+        let mut running: std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutcome> + Send + '_>> = if setting.mcp.offers(name) {
+            Box::pin(setting.mcp.call(name, args, Duration::from_secs_f64(timeout.max(1.0))))
+        } else {
+            Box::pin(tools::execute(exec, name, args, &self.env, timeout, setting.session.as_deref()))
+        };
+        tokio::select! {
+            _ = Self::until_set(self.cancel.clone()) => Ran::Ended(RunOutcome::Paused),
+            o = &mut running => Ran::Done(o),
+            _ = Self::until_set(self.interrupt.clone()) => {
+                if let Err(e) = exec.interrupt(setting.session.as_deref()).await {
+                    tracing::warn!(error = %e, "cannot interrupt the sandbox's command");
+                }
+                Ran::Done(match tokio::time::timeout(Duration::from_secs(10), &mut running).await {
+                    Ok(ToolOutcome::Observation { content, exit_code, is_error }) => ToolOutcome::Observation {
+                        content: format!("{content}\n[Interrupted by the user.]"),
+                        exit_code,
+                        is_error,
+                    },
+                    Ok(other) => other,
+                    Err(_) => ToolOutcome::Observation {
+                        content: "[Interrupted by the user; the command did not stop within 10 s.]".into(),
+                        exit_code: None,
+                        is_error: true,
+                    },
+                })
+            }
+        }
+    }
+
+    /// Records a call's outcome: its observation (with the workspace's checkpoint after it, a
+    /// pull request it opened, and the `post_tool_use` hooks), or the end of the task. `Some` if
+    /// the run ends here.
+    async fn record(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        call: &Call,
+        outcome: ToolOutcome,
+        steps: &mut Vec<stuck::Step>,
+        thresholds: stuck::Thresholds,
+    ) -> Option<RunOutcome> {
+        let name = call.name.clone();
+        match outcome {
+            ToolOutcome::Observation { content, exit_code, is_error } => {
+                steps.push(stuck::Step {
+                    action: format!("{name} {}", call.raw),
+                    tool: name.clone(),
+                    observation: content.clone(),
+                    is_error: is_error || exit_code.is_some_and(|c| c != 0),
+                });
+                let changes_nothing = reads_only(setting, call) || name == "task_tracker";
+                let args = call.parsed.as_ref().unwrap_or(&Value::Null);
+                let opened = if is_error { None } else { pull_request_opened(&name, args, &content) };
+                // What the post_tool_use hooks read, made only when one runs.
+                let post = wants(setting, Moment::PostToolUse, &name).then(|| {
+                    let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
+                    json!({"tool_name": name, "tool_input": args, "tool_response": response})
+                });
+                let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name.clone(), content, exit_code, is_error };
+                let seq = self.append_seq(EventSource::Environment, body).await?;
+                // What the action left in the workspace, kept under its observation's seq.
+                if !changes_nothing && setting.checkpoints {
+                    checkpoint(exec, seq).await;
+                }
+                // A pull request opened with Halyard's own tool is the conversation's to remember.
+                if let Some(opened) = opened {
+                    if !self.append(EventSource::System, opened).await {
+                        return Some(RunOutcome::Failed);
+                    }
+                }
+                if let Some(input) = post {
+                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
+                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
+                        return Some(RunOutcome::Failed);
+                    }
+                }
+                match stuck::detect(steps, thresholds) {
+                    Some(pattern) => Some(self.stuck(pattern).await),
+                    None => None,
+                }
+            }
+            ToolOutcome::Finish { message } => {
+                // The repository's stop hooks may send the agent back to work.
+                let about = HookSubject { tool: Some("finish"), tool_call_id: Some(&call.id), message_seq: None };
+                let (content, is_error, finished) =
+                    match self.hooks_at(exec, setting, Moment::Stop, about, json!({"message": message})).await {
+                        Ok(None) => (message.clone(), false, true),
+                        Ok(Some(reason)) => (format!("You cannot finish yet: a repository hook said: {reason}"), true, false),
+                        Err(()) => return Some(RunOutcome::Failed),
+                    };
+                let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code: None, is_error };
+                if !self.append(EventSource::Environment, body).await {
+                    return Some(RunOutcome::Failed);
+                }
+                if !finished {
+                    return None;
+                }
+                self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
+                self.status(halyard_protocol::event::ExecutionStatus::Finished, None).await;
+                Some(RunOutcome::Finished)
+            }
+        }
+    }
+}
