@@ -329,7 +329,11 @@ pub enum EventBody {
     },
     /// One LLM call: what it used and cost (cost only where the model has a price).
     LlmCall {
+        /// The model that answered (a fallback's, when the profile's own server failed).
         model: String,
+        /// The user's LLM profile that answered (absent: the operator's default model).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
         prompt_tokens: u64,
         completion_tokens: u64,
         /// Prompt tokens the provider served from its cache (part of `prompt_tokens`).

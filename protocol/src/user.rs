@@ -57,6 +57,10 @@ pub struct LlmProfile {
     /// The tools conversations of this profile offer the model (absent: `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<ToolSet>,
+    /// Other profiles of the same user that take a call this one's server cannot answer, in
+    /// order (see `halyard_platform::llm::fallback`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
 }
@@ -104,6 +108,17 @@ impl Default for ToolSet {
     fn default() -> Self {
         Self::Preset("default".into())
     }
+}
+
+/// One model a provider offers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelInfo {
+    /// What a profile's `model` names.
+    pub id: String,
+    /// A name for people, where the provider gives one (Anthropic's `display_name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
 }
 
 /// All LLM profiles of one user, by name.

@@ -296,6 +296,7 @@ fn events_are_stable() {
                 10,
                 EventBody::LlmCall {
                     model: "gpt-4o".into(),
+                    profile: Some("fast".into()),
                     prompt_tokens: 1200,
                     completion_tokens: 85,
                     cached_tokens: 1024,

@@ -1,6 +1,8 @@
 //! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions` and
 //! Anthropic's `POST /v1/messages` (plain and streamed, each as its provider writes it),
-//! answering from one script of [`Reply`]s, and recording every request it gets.
+//! answering from one script of [`Reply`]s, and recording every request it gets; its `GET
+//! /v1/models` lists [`OPENAI_MODELS`] or, asked as Anthropic asks, [`ANTHROPIC_MODELS`] a page
+//! of two at a time.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -8,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -80,8 +83,11 @@ impl ScriptedLlm {
             usages: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
         });
-        let app =
-            Router::new().route("/v1/chat/completions", post(complete)).route("/v1/messages", post(messages)).with_state(inner.clone());
+        let app = Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", get(models))
+            .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
@@ -352,4 +358,38 @@ fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, us
     }
     text.push_str("data: [DONE]\n\n");
     stream_body(text)
+}
+
+/// What `GET /v1/models` lists to an OpenAI client.
+pub const OPENAI_MODELS: &[&str] = &["scripted-large", "scripted-small"];
+/// What it lists to an Anthropic client: (id, display name).
+pub const ANTHROPIC_MODELS: &[(&str, &str)] = &[
+    ("claude-scripted-haiku", "Claude Scripted Haiku"),
+    ("claude-scripted-opus", "Claude Scripted Opus"),
+    ("claude-scripted-sonnet", "Claude Scripted Sonnet"),
+];
+
+/// `GET /v1/models`, as each provider answers it: OpenAI's one list, or Anthropic's pages
+/// (`after_id`, `has_more`, `last_id`; two a page here so that a client must follow them), each
+/// wanting its own key header.
+async fn models(headers: HeaderMap, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    if headers.get("anthropic-version").is_some() {
+        if headers.get("x-api-key").is_none() {
+            let error = json!({"type": "error", "error": {"type": "authentication_error", "message": "x-api-key header is required"}});
+            return (StatusCode::UNAUTHORIZED, Json(error)).into_response();
+        }
+        let start = q.get("after_id").and_then(|after| ANTHROPIC_MODELS.iter().position(|(id, _)| id == after)).map_or(0, |i| i + 1);
+        let page: Vec<&(&str, &str)> = ANTHROPIC_MODELS.iter().skip(start).take(2).collect();
+        let data: Vec<Value> = page
+            .iter()
+            .map(|(id, name)| json!({"type": "model", "id": id, "display_name": name, "created_at": "2026-01-01T00:00:00Z"}))
+            .collect();
+        let has_more = start + page.len() < ANTHROPIC_MODELS.len();
+        let first = page.first().map(|m| m.0);
+        let last = page.last().map(|m| m.0);
+        return Json(json!({"data": data, "has_more": has_more, "first_id": first, "last_id": last})).into_response();
+    }
+    let data: Vec<Value> =
+        OPENAI_MODELS.iter().map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "scripted"})).collect();
+    Json(json!({"object": "list", "data": data})).into_response()
 }

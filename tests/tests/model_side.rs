@@ -102,3 +102,112 @@ async fn calls_that_only_read_overlap_and_one_that_changes_runs_alone() {
     assert!(mark.1 >= reads_end, "the changing call overlapped the reads before it: {times:?}");
     assert!(after.1 >= mark.2, "the read after the changing call began before it ended: {times:?}");
 }
+
+#[tokio::test]
+async fn a_failing_provider_hands_the_call_to_its_fallbacks_and_each_answer_is_counted_by_model() {
+    init();
+    let (main, backup, big) = (ScriptedLlm::start().await, ScriptedLlm::start().await, ScriptedLlm::start().await);
+    let h = Halyard::start(
+        HalyardOptions::new(&main.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback").set("HALYARD_LLM_MAX_RETRIES", "1"),
+    );
+    let alice = h.api(ALICE);
+    let put = |name: &str, body: Value| {
+        let alice = &alice;
+        let path = format!("/api/v1/llm-profiles/{name}");
+        async move { alice.call(Method::PUT, &path, Some(body)).await }
+    };
+    // A fallback is another profile, named once, never the profile itself.
+    let (s, e) = put("main", json!({"base_url": main.base_url, "model": "model-a", "fallbacks": ["main"]})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = put("main", json!({"base_url": main.base_url, "model": "model-a", "fallbacks": ["x", "x"]})).await;
+    assert_eq!(s, 400, "{e}");
+    let (s, p) =
+        put("main", json!({"base_url": main.base_url, "model": "model-a", "context_window": 8192, "fallbacks": ["backup", "gone", "big"]}))
+            .await;
+    assert_eq!((s, &p["fallbacks"]), (201, &json!(["backup", "gone", "big"])), "{p}");
+    let (s, p) = put(
+        "backup",
+        json!({"provider": "anthropic", "base_url": backup.base_url, "model": "claude-b", "api_key": "sk-ant-b", "context_window": 8192}),
+    )
+    .await;
+    assert_eq!(s, 201, "{p}");
+    let (s, p) = put("big", json!({"base_url": big.base_url, "model": "model-c", "context_window": 200000})).await;
+    assert_eq!(s, 201, "{p}");
+
+    // First call: the primary answers 503 through its retry, and the Anthropic fallback answers
+    // (the profile `gone` does not exist and is passed over). Second call: the primary says the
+    // prompt is too long, and the first fallback with a larger window takes it.
+    main.push([Reply::Status(503), Reply::Status(503), Reply::ContextTooLong]);
+    backup.push([Reply::tool("terminal", json!({"command": "echo from-backup", "security_risk": "low"}))]);
+    big.push([Reply::finish("finished by the big one")]);
+    let (conv, _) = alice.start_ready(json!({"message": "do it", "llm_profile": "main"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let all = Value::Array(events.clone()).to_string();
+    assert!(all.contains("\"finished\"") && all.contains("finished by the big one"), "the run did not finish: {all}");
+    assert_eq!(main.requests().len(), 3, "two tries of the first call, one of the second");
+    assert_eq!((backup.requests().len(), big.requests().len()), (1, 1));
+    assert_eq!(backup.headers("x-api-key"), [Some("sk-ant-b".to_owned())], "the fallback's own key went to its own server");
+    // The fallback got the same call: the user's message, in its own wire's shape.
+    assert!(backup.requests()[0]["messages"].to_string().contains("do it"), "{}", backup.requests()[0]);
+    let calls: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["kind"] == "llm_call")
+        .map(|e| (e["profile"].as_str().unwrap_or("-"), e["model"].as_str().unwrap_or("-")))
+        .collect();
+    assert_eq!(calls, [("backup", "claude-b"), ("big", "model-c")], "{all}");
+    // The output of the fallback's command is there: the run went on as usual.
+    assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().contains("from-backup")));
+
+    let (_, c) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+    let by_model = &c["metrics"]["by_model"];
+    assert_eq!(by_model["claude-b"]["llm_calls"], 1, "{c}");
+    assert_eq!(by_model["model-c"]["llm_calls"], 1, "{c}");
+    assert!(by_model.get("model-a").is_none(), "the primary answered nothing: {c}");
+    assert_eq!(c["metrics"]["llm_calls"], 2);
+
+    // When every profile fails, the run fails with each one's trouble named.
+    main.push([Reply::Status(503), Reply::Status(503)]);
+    backup.push([Reply::Status(429), Reply::Status(429)]);
+    big.push([Reply::Status(502), Reply::Status(502)]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await;
+    let events = alice
+        .wait_events(&conv, "the failure", |ev| ev.iter().any(|e| e["kind"] == "agent_error" && e["code"] == "llm_server_error"))
+        .await;
+    let error = events.iter().rev().find(|e| e["kind"] == "agent_error").unwrap();
+    let message = error["message"].as_str().unwrap();
+    for named in ["profile `main` (model-a)", "profile `backup` (claude-b)", "profile `big` (model-c)", "HTTP 429", "HTTP 502"] {
+        assert!(message.contains(named), "{named} is not named: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_profile_lists_the_models_its_provider_offers() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let bob = h.api("bob-secret-key");
+    let body = |provider: &str| json!({"provider": provider, "base_url": llm.base_url, "model": "m", "api_key": "sk-test"});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/llm-profiles/oa", Some(body("openai"))).await.0, 201);
+    assert_eq!(alice.call(Method::PUT, "/api/v1/llm-profiles/an", Some(body("anthropic"))).await.0, 201);
+
+    let (s, v) = alice.get("/api/v1/llm-profiles/oa/models").await;
+    assert_eq!(s, 200, "{v}");
+    let ids: Vec<&str> = v["items"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, halyard_tests::llm::OPENAI_MODELS);
+
+    // Anthropic's list comes two a page: all of its pages, with names for people.
+    let (s, v) = alice.get("/api/v1/llm-profiles/an/models").await;
+    assert_eq!(s, 200, "{v}");
+    let got: Vec<(&str, &str)> =
+        v["items"].as_array().unwrap().iter().map(|m| (m["id"].as_str().unwrap(), m["display_name"].as_str().unwrap())).collect();
+    assert_eq!(got, halyard_tests::llm::ANTHROPIC_MODELS);
+
+    // Someone else's profile is not found; a server that cannot say is a 502 in words.
+    assert_eq!(bob.get("/api/v1/llm-profiles/oa/models").await.0, 404);
+    let dead = json!({"base_url": "http://127.0.0.1:9/v1", "model": "m"});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/llm-profiles/dead", Some(dead)).await.0, 201);
+    let (s, e) = alice.get("/api/v1/llm-profiles/dead/models").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (502, Some("llm_models_unavailable")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("dead"), "{e}");
+}

@@ -53,12 +53,29 @@ test("1. an LLM profile: added with a key never shown, tested with a real call, 
   await expect(row).toContainText("scripted-model-2");
   // The key was kept: the field was left empty.
   await expect(row).toContainText("key stored");
+
+  // The models the server lists (the scripted LLM's GET /v1/models) fill a picker; the one picked
+  // is the profile's model. Fallbacks and the tool set are kept with it.
+  await row.getByRole("button", { name: "Edit" }).click();
+  await edit.getByRole("button", { name: "List models" }).click();
+  await expect(edit.getByTestId("models-note")).toHaveText("2 models offered.");
+  await edit.getByLabel("Models the server offers").selectOption("scripted-small");
+  await expect(edit.getByLabel("Model", { exact: true })).toHaveValue("scripted-small");
+  await edit.getByLabel("Fallbacks").fill("nowhere");
+  await edit.getByLabel("Tools").selectOption("gpt5");
+  await edit.getByRole("button", { name: "Save profile" }).click();
+  await expect(row).toContainText("scripted-small");
+  await expect(row).toContainText("falls back to nowhere");
+  await expect(row).toContainText("tools: gpt5");
+  const saved = await (await page.request.get("/api/v1/llm-profiles/scripted")).json();
+  expect([saved.model, saved.fallbacks, saved.tools, saved.has_api_key]).toEqual(["scripted-small", ["nowhere"], "gpt5", true]);
   await shot(page, "settings-profiles");
 
-  const gone = s.getByRole("listitem").filter({ hasText: "nowhere" });
+  // (The profile `scripted` names it as a fallback: its row is found by its name alone.)
+  const gone = s.getByRole("listitem").filter({ has: page.locator("strong").getByText("nowhere", { exact: true }) });
   await gone.getByRole("button", { name: "Delete LLM profile nowhere" }).click();
   await gone.getByRole("button", { name: "Delete", exact: true }).click();
-  await expect(s.getByRole("listitem").filter({ hasText: "nowhere" })).toHaveCount(0);
+  await expect(gone).toHaveCount(0);
 });
 
 test("2. a secret: stored, never shown, replaced, deleted", async ({ page }) => {

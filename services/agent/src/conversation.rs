@@ -297,8 +297,8 @@ impl ConvState {
                     let budget = budget.or_else(|| self.ctx.default_budget());
                     // A profile that went away since the start was asked for is reported by
                     // the first run, which cannot call it.
-                    let model = match crate::user::llm(&self.ctx, &owner, llm_profile.as_deref()).await {
-                        Ok(llm) => llm.model().to_owned(),
+                    let model = match crate::user::profile(&self.ctx, &owner, llm_profile.as_deref()).await {
+                        Ok(p) => p.llm.primary().model().to_owned(),
                         Err(e) => {
                             tracing::warn!(conversation_id = %self.id, error = %e, "the conversation's LLM profile is not usable");
                             self.ctx.llm.model().to_owned()
@@ -421,9 +421,9 @@ impl ConvState {
                 let mut log = log.lock().await;
                 let owner = log.history.started.as_ref().map(|s| s.owner.clone());
                 if let (Some(owner), true) = (owner, log.history.llm_profile != profile) {
-                    match crate::user::llm(&self.ctx, &owner, profile.as_deref()).await {
-                        Ok(llm) => {
-                            let body = EventBody::LlmProfile { profile, model: llm.model().to_owned() };
+                    match crate::user::profile(&self.ctx, &owner, profile.as_deref()).await {
+                        Ok(p) => {
+                            let body = EventBody::LlmProfile { profile, model: p.llm.primary().model().to_owned() };
                             if let Err(e) = log.append(EventId(cmd_id.0), EventSource::User, body, trace).await {
                                 drop(log);
                                 delivery.retry(Duration::from_millis(500), &e.to_string()).await;
@@ -670,7 +670,7 @@ impl ConvState {
             trace: trace.clone(),
             read_upto: read_upto.clone(),
             confirmed,
-            llm: self.ctx.llm.clone(),
+            llm: halyard_platform::llm::fallback::LlmChain::single(self.ctx.llm.clone()),
             env: Default::default(),
             has_forge: false,
             max_iterations: self.ctx.config.agent.max_iterations,

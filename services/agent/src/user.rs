@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use halyard_platform::llm::fallback::{Link, LlmChain};
 use halyard_platform::llm::{LlmClient, ProfileTarget};
 use halyard_platform::redact::Redactor;
 use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
-use halyard_protocol::user::{UserLlmProfiles, UserSettings};
+use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles, UserSettings};
 use serde::de::DeserializeOwned;
 
 use crate::Ctx;
@@ -45,19 +46,17 @@ pub async fn settings(ctx: &Ctx, owner: &UserId) -> Result<UserSettings, String>
     read(ctx, &subjects::user_settings_key(owner)).await
 }
 
-/// The tools the owner's profile `name` offers (the default set for the operator's LLM, or a
-/// profile that cannot be read: the run reports that profile's trouble itself).
-pub async fn tool_set(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> halyard_protocol::user::ToolSet {
-    let Some(name) = name else { return Default::default() };
-    match read::<UserLlmProfiles>(ctx, &subjects::user_llm_key(owner)).await {
-        Ok(profiles) => profiles.profiles.get(name).and_then(|p| p.tools.clone()).unwrap_or_default(),
-        Err(_) => Default::default(),
-    }
+/// What a run takes from the owner's LLM profile.
+pub struct Profile {
+    /// Its client, then its fallbacks' (those that exist and can be opened).
+    pub llm: LlmChain,
+    /// The tools its conversations offer.
+    pub tools: ToolSet,
 }
 
-/// The LLM client of the owner's profile `name` (none: the operator's default).
-pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmClient, String> {
-    let Some(name) = name else { return Ok(ctx.llm.clone()) };
+/// The owner's profile `name` (none: the operator's default model, with the default tools).
+pub async fn profile(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<Profile, String> {
+    let Some(name) = name else { return Ok(Profile { llm: LlmChain::single(ctx.llm.clone()), tools: ToolSet::default() }) };
     let profiles: UserLlmProfiles = read(ctx, &subjects::user_llm_key(owner)).await?;
     let Some(p) = profiles.profiles.get(name) else {
         return Err(format!(
@@ -65,6 +64,26 @@ pub async fn llm(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<LlmCli
              conversation to another (PUT /api/v1/conversations/{{id}}/llm-profile)"
         ));
     };
+    let primary = Link { profile: Some(name.to_owned()), client: client(ctx, owner, name, p)? };
+    // A fallback that is gone or cannot be opened is passed over: the others still stand in.
+    let fallbacks = p
+        .fallbacks
+        .iter()
+        .filter_map(|f| {
+            match profiles.profiles.get(f).ok_or_else(|| format!("no profile `{f}`")).and_then(|fp| client(ctx, owner, f, fp)) {
+                Ok(client) => Some(Link { profile: Some(f.clone()), client }),
+                Err(why) => {
+                    tracing::warn!(%owner, profile = %name, fallback = %f, %why, "an LLM fallback is passed over");
+                    None
+                }
+            }
+        })
+        .collect();
+    Ok(Profile { llm: LlmChain::new(primary, fallbacks), tools: p.tools.clone().unwrap_or_default() })
+}
+
+/// The LLM client of the owner's profile `name` (`p`).
+fn client(ctx: &Ctx, owner: &UserId, name: &str, p: &LlmProfile) -> Result<LlmClient, String> {
     let api_key = match &p.api_key_sealed {
         Some(sealed) => ctx
             .vault

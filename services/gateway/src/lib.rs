@@ -30,7 +30,7 @@ pub mod workspace;
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
 use conversations::{export, plan, routes, share, starts, ws};
-use settings::{defaults, git_providers, mcp_servers, repositories, secrets};
+use settings::{defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
 
 use std::sync::Arc;
@@ -131,9 +131,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(routes::restore))
         .routes(routes!(plan::get_tasks))
         .routes(routes!(defaults::get_settings, defaults::put_settings))
-        .routes(routes!(defaults::list_profiles))
-        .routes(routes!(defaults::get_profile, defaults::put_profile, defaults::delete_profile))
-        .routes(routes!(defaults::test_profile))
+        .routes(routes!(llm_profiles::list_profiles))
+        .routes(routes!(llm_profiles::get_profile, llm_profiles::put_profile, llm_profiles::delete_profile))
+        .routes(routes!(llm_profiles::test_profile, llm_profiles::list_models))
         .routes(routes!(git_providers::list))
         .routes(routes!(git_providers::get_one, git_providers::put, git_providers::delete))
         .routes(routes!(repositories::list))

@@ -171,7 +171,7 @@ impl Pending<'_> {
                 EventBody::PullRequestOpened { number, url, title } if !view.pull_requests.iter().any(|p| p.url == *url) => {
                     view.pull_requests.push(store::PullRequest { number: *number, url: url.clone(), title: title.clone() });
                 }
-                EventBody::LlmCall { prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
+                EventBody::LlmCall { model, prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
                     let m = &mut view.metrics;
                     m.llm_calls += 1;
                     m.prompt_tokens += prompt_tokens;
@@ -179,6 +179,12 @@ impl Pending<'_> {
                     m.cached_tokens += cached_tokens;
                     m.latency_ms += latency_ms;
                     m.cost_usd += cost_usd.unwrap_or(0.0);
+                    let per = m.by_model.entry(model.clone()).or_default();
+                    per.llm_calls += 1;
+                    per.prompt_tokens += prompt_tokens;
+                    per.completion_tokens += completion_tokens;
+                    per.cached_tokens += cached_tokens;
+                    per.cost_usd += cost_usd.unwrap_or(0.0);
                 }
                 EventBody::Title { title, set_by } => {
                     // A user's title wins over a generated one, whichever came first; a fork's

@@ -111,6 +111,19 @@ pub struct LlmTotals {
     /// Sum of the calls whose model has a price.
     pub cost_usd: f64,
     pub latency_ms: u64,
+    /// The same, per model that answered (a profile's fallbacks answer with theirs).
+    #[serde(default)]
+    pub by_model: std::collections::BTreeMap<String, ModelTotals>,
+}
+
+/// What one model's calls used in a conversation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelTotals {
+    pub llm_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    pub cost_usd: f64,
 }
 
 /// A start task as the API shows it.

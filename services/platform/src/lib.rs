@@ -2,14 +2,13 @@
 //! ([`telemetry`]), NATS bootstrap and the embedded nats-server ([`nats`]), who may do what on
 //! the bus ([`bus_auth`]), bus helpers that
 //! every service uses the same way ([`bus`]), graceful shutdown ([`shutdown`]), and the two
-//! HTTP clients more than one service needs: the LLM client ([`llm`], with the Anthropic wire
-//! in [`anthropic`] and token counting in [`tokens`]) and the executor client
+//! HTTP clients more than one service needs: the LLM client ([`llm`], with the Anthropic wire,
+//! fallback chains and model lists in it, and token counting in [`tokens`]) and the executor client
 //! ([`executor_client`]); and reading skill files ([`skills`]).
 //!
 //! Nothing here knows what a service does; services never depend on each other, only on this
 //! crate and on `halyard-protocol`.
 
-pub mod anthropic;
 pub mod bus;
 pub mod bus_auth;
 pub mod config;

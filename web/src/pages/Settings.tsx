@@ -1,5 +1,5 @@
 // Settings: everything a user sets up, in sections — LLM profiles (with a Test that makes one
-// real call), secrets (write-only: a value is sent, never shown), git providers (with the
+// real call, a picker of the models the server lists, fallbacks and the tool set), secrets (write-only: a value is sent, never shown), git providers (with the
 // repositories their token reaches), MCP servers, defaults for new conversations, and the
 // user's own API keys (a new key is shown once). Each section creates, edits and deletes through
 // the same API a script would use. A change that needs a recent sign-in asks for the API key
@@ -126,17 +126,35 @@ function DeleteButton({ what, onDelete }: { what: string; onDelete: () => void }
 function Profiles() {
   const { items, loadError, reload } = useList("/llm-profiles");
   const { error, run, prompt } = useChange(reload);
-  const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "" };
+  const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "", fallbacks: "", tools: "default" };
   const [form, setForm] = useState(empty);
-  const [editing, setEditing] = useState(false);
+  const [editing, setEditing] = useState<Row>();
   const [tested, setTested] = useState<Record<string, string>>({});
+  // What the edited profile's server offers (`GET /llm-profiles/{name}/models`), for the picker.
+  const [models, setModels] = useState<{ id: string; display_name?: string }[]>();
+  const [modelsNote, setModelsNote] = useState<string>();
   const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
+  const done = () => (setForm(empty), setEditing(undefined), setModels(undefined), setModelsNote(undefined));
   const save = async (e: FormEvent) => {
     e.preventDefault();
-    const body: Record<string, string> = { provider: form.provider, base_url: form.base_url.trim(), model: form.model.trim() };
+    // A PUT replaces the profile whole: what this form does not show is sent back as it was.
+    const kept = editing ? { temperature: editing.temperature, max_output_tokens: editing.max_output_tokens, context_window: editing.context_window } : {};
+    const fallbacks = form.fallbacks.split(",").map((f) => f.trim()).filter(Boolean);
+    const body: Record<string, unknown> = { ...kept, provider: form.provider, base_url: form.base_url.trim(), model: form.model.trim(), fallbacks, tools: form.tools };
     // Write-only: an empty field keeps the stored key.
     if (form.api_key) body.api_key = form.api_key;
-    if (await run(() => call("PUT", `/llm-profiles/${enc(form.name.trim())}`, body))) (setForm(empty), setEditing(false));
+    if (await run(() => call("PUT", `/llm-profiles/${enc(form.name.trim())}`, body))) done();
+  };
+  const listModels = async () => {
+    setModelsNote("Asking the server…");
+    try {
+      const r = await call<{ items: { id: string; display_name?: string }[] }>("GET", `/llm-profiles/${enc(form.name)}/models`);
+      setModels(r.items);
+      setModelsNote(`${r.items.length} model${r.items.length === 1 ? "" : "s"} offered.`);
+    } catch (e) {
+      setModels(undefined);
+      setModelsNote(`Failed: ${errorText(e)}`);
+    }
   };
   const test = async (name: string) => {
     setTested({ ...tested, [name]: "Testing…" });
@@ -148,6 +166,14 @@ function Profiles() {
       setTested((t) => ({ ...t, [name]: `Failed: ${errorText(e)}` }));
     }
   };
+  const edit = (p: Row) => {
+    const fallbacks = Array.isArray(p.fallbacks) ? p.fallbacks.join(", ") : "";
+    const tools = typeof p.tools === "string" ? p.tools : "default";
+    setForm({ name: p.name, provider: str(p.provider), base_url: str(p.base_url), model: str(p.model), api_key: "", fallbacks, tools });
+    setEditing(p);
+    setModels(undefined);
+    setModelsNote(undefined);
+  };
   return (
     <Section id="llm-profiles" title="LLM profiles">
       <ul className="settings-list" aria-label="Your LLM profiles">
@@ -155,13 +181,12 @@ function Profiles() {
           <li key={p.name}>
             <strong>{p.name}</strong> <span className="muted">{str(p.provider)} · {str(p.model)} · {str(p.base_url)}</span>
             {p.has_api_key ? <span className="badge">key stored</span> : <span className="badge">no key</span>}
+            {typeof p.tools === "string" && p.tools !== "default" && <span className="badge">tools: {p.tools}</span>}
+            {Array.isArray(p.fallbacks) && p.fallbacks.length > 0 && <span className="muted small"> falls back to {p.fallbacks.join(", ")}</span>}
             <button className="ghost" onClick={() => test(p.name)}>
               Test
             </button>
-            <button
-              className="ghost"
-              onClick={() => (setForm({ name: p.name, provider: str(p.provider), base_url: str(p.base_url), model: str(p.model), api_key: "" }), setEditing(true))}
-            >
+            <button className="ghost" onClick={() => edit(p)}>
               Edit
             </button>
             <DeleteButton what={`LLM profile ${p.name}`} onDelete={() => run(() => call("DELETE", `/llm-profiles/${enc(p.name)}`))} />
@@ -176,7 +201,7 @@ function Profiles() {
       </ul>
       <form onSubmit={save} className="settings-form" aria-label={editing ? `Edit LLM profile ${form.name}` : "New LLM profile"}>
         <Field label="Name">
-          <input value={form.name} onChange={set("name")} readOnly={editing} required pattern="[A-Za-z0-9_-]+" />
+          <input value={form.name} onChange={set("name")} readOnly={!!editing} required pattern="[A-Za-z0-9_-]+" />
         </Field>
         <Field label="Provider">
           <select value={form.provider} onChange={set("provider")}>
@@ -190,12 +215,43 @@ function Profiles() {
         <Field label="Model">
           <input value={form.model} onChange={set("model")} placeholder="gpt-4o" required />
         </Field>
+        {editing && (
+          <div className="model-picker">
+            <button type="button" className="ghost" onClick={listModels}>
+              List models
+            </button>
+            {models && models.length > 0 && (
+              <select aria-label="Models the server offers" value="" onChange={(e) => setForm({ ...form, model: e.target.value })}>
+                <option value="">Pick one…</option>
+                {models.map((m) => (
+                  <option key={m.id} value={m.id}>
+                    {m.display_name ? `${m.display_name} (${m.id})` : m.id}
+                  </option>
+                ))}
+              </select>
+            )}
+            {modelsNote && (
+              <span className="small" role="status" data-testid="models-note">
+                {modelsNote}
+              </span>
+            )}
+          </div>
+        )}
         <Field label="API key">
           <input type="password" value={form.api_key} onChange={set("api_key")} autoComplete="off" placeholder={editing ? "leave empty to keep the stored key" : ""} />
         </Field>
+        <Field label="Fallbacks">
+          <input value={form.fallbacks} onChange={set("fallbacks")} placeholder="other profiles, in order: backup, local" />
+        </Field>
+        <Field label="Tools">
+          <select value={form.tools} onChange={set("tools")}>
+            <option value="default">Default (file_editor)</option>
+            <option value="gpt5">GPT-5 (apply_patch)</option>
+          </select>
+        </Field>
         <button type="submit">{editing ? "Save profile" : "Add profile"}</button>
         {editing && (
-          <button type="button" className="ghost" onClick={() => (setForm(empty), setEditing(false))}>
+          <button type="button" className="ghost" onClick={done}>
             Cancel
           </button>
         )}

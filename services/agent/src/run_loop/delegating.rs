@@ -93,7 +93,7 @@ impl Run {
             children.into_iter().enumerate().map(|(i, c)| Watched::new(c, delegate::task_of(me, call_id, i))).collect();
         let already_ended = self.log.lock().await.history.helpers_ended.clone();
         let budget = self.log.lock().await.history.budget.clone();
-        let price = self.llm.price().is_some();
+        let price = self.llm.primary().price().is_some();
         let mut stopping: Option<Instant> = None;
         let mut over_budget: Option<String> = None;
         let mut unstarted_since = Instant::now();

@@ -26,7 +26,8 @@ use crate::tools::hooks::Moment;
 use crate::tools::mcp::McpHub;
 use crate::tools::risk;
 use crate::tools::{self, ToolOutcome};
-use halyard_platform::llm::{ChatMessage, Completion, LlmClient, LlmError, Usage};
+use halyard_platform::llm::fallback::{Link, LlmChain};
+use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Skill, SkillKind};
 use serde_json::{Value, json};
@@ -112,8 +113,8 @@ pub struct Run {
     pub read_upto: Arc<std::sync::atomic::AtomicU64>,
     /// The user confirmed the waiting actions: run them first.
     pub confirmed: bool,
-    /// The LLM of the conversation's profile (set when the run starts).
-    pub llm: LlmClient,
+    /// The LLM of the conversation's profile and its fallbacks (set when the run starts).
+    pub llm: LlmChain,
     /// The owner's secrets, exported into the sandbox's shell (set when the run starts).
     pub env: BTreeMap<String, String>,
     /// The owner has a forge Halyard's own MCP tools act on (set when the run starts).
@@ -160,28 +161,6 @@ impl Run {
         self.append(EventSource::System, EventBody::AgentError { code: "stuck".into(), message }).await;
         self.status(ExecutionStatus::Stuck, Some(pattern)).await;
         RunOutcome::Failed
-    }
-
-    /// The record of one LLM call: the provider's token counts (estimated from the text where
-    /// it reports none), latency, and cost where the model has a price.
-    fn llm_call(&self, messages: &[ChatMessage], completion: &Completion, latency: Duration) -> EventBody {
-        let usage = completion.usage.unwrap_or_else(|| Usage {
-            prompt_tokens: estimate_tokens(messages),
-            completion_tokens: estimate_completion(completion),
-            cached_tokens: 0,
-        });
-        metrics::counter!("halyard_llm_calls_total").increment(1);
-        metrics::counter!("halyard_llm_tokens_total", "kind" => "prompt").increment(usage.prompt_tokens);
-        metrics::counter!("halyard_llm_tokens_total", "kind" => "completion").increment(usage.completion_tokens);
-        metrics::histogram!("halyard_llm_call_seconds").record(latency.as_secs_f64());
-        EventBody::LlmCall {
-            model: self.llm.model().to_owned(),
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-            cached_tokens: usage.cached_tokens,
-            latency_ms: latency.as_millis() as u64,
-            cost_usd: self.llm.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
-        }
     }
 
     /// Ends the run because the user interrupted it.
@@ -288,8 +267,8 @@ impl Run {
             (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone(), log.history.secrets.clone())
         };
         let Some(owner) = owner else { return Ok(()) };
-        self.llm = crate::user::llm(&self.ctx, &owner, profile.as_deref()).await?;
-        self.tool_set = crate::user::tool_set(&self.ctx, &owner, profile.as_deref()).await;
+        let profile = crate::user::profile(&self.ctx, &owner, profile.as_deref()).await?;
+        (self.llm, self.tool_set) = (profile.llm, profile.tools);
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
         // was given before.
         match crate::user::secrets(&self.ctx, &owner).await {
@@ -354,7 +333,7 @@ impl Run {
                 tools.push(tools::delegate::spec(agent.max_delegates));
             }
             tools.extend(mcp.specs());
-            let counter = self.llm.token_counter();
+            let counter = self.llm.primary().token_counter();
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
@@ -431,7 +410,7 @@ impl Run {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
                 let messages = log.history.for_llm(&system_prompt(&log));
-                let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.llm.price());
+                let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.llm.primary().price());
                 (messages, over)
             };
             if let Some(why) = over_budget {
@@ -444,10 +423,10 @@ impl Run {
                 c = self.llm.complete(&messages, &setting.tools) => c,
             };
             elsewhere += asked_at.elapsed();
-            let completion = match completion {
-                Ok(c) => {
+            let (completion, by) = match completion {
+                Ok(answer) => {
                     context_retries = 0;
-                    c
+                    (answer.completion, answer.by)
                 }
                 // The provider counts differently, or the window is smaller than configured:
                 // condense harder and ask again.
@@ -461,7 +440,7 @@ impl Run {
                 }
                 Err(e) => return self.fail(e.code(), format!("The LLM call failed: {e}")).await,
             };
-            if !self.append(EventSource::System, self.llm_call(&messages, &completion, asked_at.elapsed())).await {
+            if !self.append(EventSource::System, llm_call(by, &messages, &completion, asked_at.elapsed())).await {
                 return RunOutcome::Failed;
             }
             if completion.tool_calls.is_empty() {
@@ -668,7 +647,7 @@ impl Run {
     /// provider said it did, whatever our count says). `Err` if the run ends here. The
     /// summarizer's time is added to `elsewhere`.
     async fn condense(&self, setting: &Setting, force: bool, elsewhere: &mut Duration) -> Result<(), RunOutcome> {
-        let budget = self.llm.prompt_budget();
+        let budget = self.llm.primary().prompt_budget();
         let counter = &setting.counter;
         let planned = {
             let mut log = self.log.lock().await;
@@ -701,11 +680,11 @@ impl Run {
             c = self.llm.complete(&request, &[]) => c,
         };
         *elsewhere += asked_at.elapsed();
-        let completion = match completion {
-            Ok(c) => c,
+        let (completion, by) = match completion {
+            Ok(answer) => (answer.completion, answer.by),
             Err(e) => return Err(self.fail(e.code(), format!("Condensing the history failed: the LLM call failed: {e}")).await),
         };
-        if !self.append(EventSource::System, self.llm_call(&request, &completion, asked_at.elapsed())).await {
+        if !self.append(EventSource::System, llm_call(by, &request, &completion, asked_at.elapsed())).await {
             return Err(RunOutcome::Failed);
         }
         let summary = completion.content.unwrap_or_default().trim().to_owned();
@@ -725,6 +704,29 @@ impl Run {
             return Err(RunOutcome::Failed);
         }
         Ok(())
+    }
+}
+
+/// The record of one LLM call that `by` answered: the provider's token counts (estimated from
+/// the text where it reports none), latency, and cost where its model has a price.
+fn llm_call(by: &Link, messages: &[ChatMessage], completion: &Completion, latency: Duration) -> EventBody {
+    let usage = completion.usage.unwrap_or_else(|| Usage {
+        prompt_tokens: estimate_tokens(messages),
+        completion_tokens: estimate_completion(completion),
+        cached_tokens: 0,
+    });
+    metrics::counter!("halyard_llm_calls_total").increment(1);
+    metrics::counter!("halyard_llm_tokens_total", "kind" => "prompt").increment(usage.prompt_tokens);
+    metrics::counter!("halyard_llm_tokens_total", "kind" => "completion").increment(usage.completion_tokens);
+    metrics::histogram!("halyard_llm_call_seconds").record(latency.as_secs_f64());
+    EventBody::LlmCall {
+        model: by.client.model().to_owned(),
+        profile: by.profile.clone(),
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        cached_tokens: usage.cached_tokens,
+        latency_ms: latency.as_millis() as u64,
+        cost_usd: by.client.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
     }
 }
 

@@ -155,6 +155,18 @@ pub struct Metrics {
     /// The calls whose model has a price, in US dollars.
     pub cost_usd: f64,
     pub latency_ms: u64,
+    /// The same per model that answered (a profile's fallbacks answer with their own).
+    pub by_model: std::collections::BTreeMap<String, ModelMetrics>,
+}
+
+/// What one model's calls used.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelMetrics {
+    pub llm_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    pub cost_usd: f64,
 }
 
 /// A page of conversations, newest first.
@@ -194,6 +206,21 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             cached_tokens: c.metrics.cached_tokens,
             cost_usd: (c.metrics.cost_usd * 1e6).round() / 1e6,
             latency_ms: c.metrics.latency_ms,
+            by_model: c
+                .metrics
+                .by_model
+                .iter()
+                .map(|(model, m)| {
+                    let per = ModelMetrics {
+                        llm_calls: m.llm_calls,
+                        prompt_tokens: m.prompt_tokens,
+                        completion_tokens: m.completion_tokens,
+                        cached_tokens: m.cached_tokens,
+                        cost_usd: (m.cost_usd * 1e6).round() / 1e6,
+                    };
+                    (model.clone(), per)
+                })
+                .collect(),
         },
         forked_from: c
             .start_request
@@ -579,7 +606,7 @@ pub async fn set_llm_profile(
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
     if let Some(p) = &body.profile {
-        crate::settings::defaults::check_profile(&state, &user, "profile", p).await?;
+        crate::settings::llm_profiles::check_profile(&state, &user, "profile", p).await?;
     }
     agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: body.profile.clone() }).await?;
     Ok((StatusCode::ACCEPTED, Json(ProfileAccepted { accepted: true, profile: body.profile })))

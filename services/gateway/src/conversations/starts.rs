@@ -115,7 +115,7 @@ pub async fn start_conversation(
         crate::common::check_tag(k, Some(v))?;
     }
     if let Some(p) = &body.llm_profile {
-        crate::settings::defaults::check_profile(&state, &user, "llm_profile", p).await?;
+        crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
     }
     if let Some(names) = &body.secrets {
         crate::settings::secrets::check_chosen(&state, &user, names).await?;

@@ -5,6 +5,7 @@
 pub mod defaults;
 pub mod forge;
 pub mod git_providers;
+pub mod llm_profiles;
 pub mod mcp_servers;
 pub mod repositories;
 pub mod secrets;

@@ -1,7 +1,13 @@
 //! The LLM client: OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp
-//! server, Ollama, LiteLLM...) and Anthropic's Messages API ([`crate::anthropic`]), chosen by
-//! `provider`, with native tool calling, streaming (server-sent events) and plain responses. Timeouts, 429 and 5xx are retried with exponential backoff (honouring
-//! `Retry-After`); a bounded number of calls is in flight per process.
+//! server, Ollama, LiteLLM...) and Anthropic's Messages API ([`anthropic`]), chosen by
+//! `provider`, with native tool calling, streaming (server-sent events) and plain responses.
+//! Timeouts, 429 and 5xx are retried with exponential backoff (honouring `Retry-After`); a
+//! bounded number of calls is in flight per process. A profile's fallbacks take the calls its
+//! provider cannot answer ([`fallback`]); [`models`] lists what a provider offers.
+
+pub mod anthropic;
+pub mod fallback;
+pub mod models;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +133,9 @@ pub enum LlmError {
     /// The prompt does not fit the model's context window (the agent condenses and retries).
     #[error("the prompt is longer than the model's context window: {body}")]
     ContextWindow { body: String },
+    /// A profile and every one of its fallbacks failed ([`fallback`]); `each` names them.
+    #[error("every LLM profile tried failed: {each}")]
+    Exhausted { each: String, last: Box<LlmError> },
 }
 
 /// Whether an error body says the prompt was too long, in the words OpenAI, Anthropic, vLLM,
@@ -164,6 +173,7 @@ impl LlmError {
             Self::Transport(_) => "llm_unreachable",
             Self::Malformed(_) => "llm_malformed",
             Self::ContextWindow { .. } => "llm_context_window",
+            Self::Exhausted { last, .. } => last.code(),
         }
     }
 }
@@ -299,7 +309,7 @@ impl LlmClient {
         let anthropic = self.config.provider == "anthropic";
         let base = self.config.base_url.trim_end_matches('/');
         let request = if anthropic {
-            let body = crate::anthropic::request(
+            let body = anthropic::request(
                 &self.config.model,
                 self.config.max_output_tokens,
                 messages,
@@ -311,7 +321,7 @@ impl LlmClient {
                 .post(format!("{base}/messages"))
                 .json(&body)
                 .header("x-api-key", &self.config.api_key)
-                .header("anthropic-version", crate::anthropic::VERSION)
+                .header("anthropic-version", anthropic::VERSION)
         } else {
             self.openai_request(base, messages, tools)
         };
@@ -335,9 +345,9 @@ impl LlmClient {
         }
         match (anthropic, self.config.stream) {
             (false, true) => read_stream(response, StreamAccumulator::default()).await,
-            (true, true) => read_stream(response, crate::anthropic::StreamAccumulator::default()).await,
+            (true, true) => read_stream(response, anthropic::StreamAccumulator::default()).await,
             (false, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
-            (true, false) => crate::anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
+            (true, false) => anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
         }
     }
 
@@ -409,15 +419,15 @@ impl Accumulate for StreamAccumulator {
     }
 }
 
-impl Accumulate for crate::anthropic::StreamAccumulator {
+impl Accumulate for anthropic::StreamAccumulator {
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        crate::anthropic::StreamAccumulator::line(self, line)
+        anthropic::StreamAccumulator::line(self, line)
     }
     fn saw_data(&self) -> bool {
         self.saw_data
     }
     fn finish(self) -> Result<Completion, LlmError> {
-        crate::anthropic::StreamAccumulator::finish(self)
+        anthropic::StreamAccumulator::finish(self)
     }
 }
 
