@@ -93,6 +93,22 @@ impl SkillKind {
     }
 }
 
+/// One block of the model's reasoning: its text and the provider's signature over it
+/// (Anthropic's extended thinking), or a block the provider redacted, kept only as the opaque
+/// data it must be given back as.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ThinkingBlock {
+    /// What the model reasoned (empty for a redacted block).
+    #[serde(default)]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// A redacted block's encrypted data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<String>,
+}
+
 /// One task of the agent's plan (OpenHands' `task_tracker` item).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -361,6 +377,10 @@ pub enum EventBody {
     /// The agent's plan, whole, as its `task_tracker` tool set it last (it replaces the one
     /// before).
     TaskList { items: Vec<TaskItem> },
+    /// The model's reasoning before the answer that follows it (the actions or the message
+    /// after it): Anthropic's thinking blocks, or the reasoning text OpenAI-compatible servers
+    /// send as `reasoning_content`. Given back to the model with that answer.
+    Thinking { blocks: Vec<ThinkingBlock> },
     /// The agent opened a pull request with Halyard's own MCP tool (`create_pull_request`).
     PullRequestOpened {
         number: u64,
@@ -441,6 +461,7 @@ impl EventBody {
             Self::TerminalOpened { .. } => "terminal_opened",
             Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::TaskList { .. } => "task_list",
+            Self::Thinking { .. } => "thinking",
             Self::Hook { .. } => "hook",
             Self::PullRequestOpened { .. } => "pull_request_opened",
             Self::SubConversationsStarted { .. } => "sub_conversations_started",

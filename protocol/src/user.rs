@@ -61,6 +61,12 @@ pub struct LlmProfile {
     /// order (see `halyard_platform::llm::fallback`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<String>,
+    /// `low`, `medium` or `high`: OpenAI-compatible reasoning models' `reasoning_effort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// Tokens of Anthropic's extended thinking per answer (at least 1,024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget_tokens: Option<u64>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
 }

@@ -10,7 +10,7 @@ use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccoun
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
     Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
-    SkillKind, SubConversation, TaskItem, TaskStatus, TitleSource,
+    SkillKind, SubConversation, TaskItem, TaskStatus, ThinkingBlock, TitleSource,
 };
 use halyard_protocol::system::{
     ExposedUrl, ForkSource, ImageOutcome, ParentLink, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest,
@@ -236,6 +236,22 @@ fn events_are_stable() {
                         TaskItem { title: "Read the failing test".into(), notes: String::new(), status: TaskStatus::Done },
                         TaskItem { title: "Fix the parser".into(), notes: "src/parse.rs".into(), status: TaskStatus::InProgress },
                         TaskItem { title: "Run the suite".into(), notes: String::new(), status: TaskStatus::Todo },
+                    ],
+                },
+            ),
+        ),
+        (
+            "event_thinking",
+            event(
+                21,
+                EventBody::Thinking {
+                    blocks: vec![
+                        ThinkingBlock {
+                            text: "The test fails on empty input.".into(),
+                            signature: Some("EqQBCgIYAhIM".into()),
+                            redacted: None,
+                        },
+                        ThinkingBlock { text: String::new(), signature: None, redacted: Some("EmwKAhgBEgy3va3p".into()) },
                     ],
                 },
             ),

@@ -34,6 +34,10 @@ pub enum Reply {
     Hang,
     /// HTTP 400: the prompt is longer than the context window (in the provider's words).
     ContextTooLong,
+    /// The model's reasoning, then the answer: on Anthropic's wire a signed `thinking` block and
+    /// a `redacted_thinking` one (streamed as `thinking_delta` and `signature_delta`), on
+    /// OpenAI's `reasoning_content`.
+    Thinking(String, Box<Reply>),
 }
 
 impl Reply {
@@ -155,7 +159,39 @@ impl ScriptedLlm {
 
 /// What the script says to answer: `(n, content, calls as (id, name, arguments), usage as
 /// (prompt, completion, cached))`, or an error response already made.
-type Answer = (u64, Option<String>, Vec<(String, String, String)>, (u64, u64, u64));
+type Answer = (u64, Option<String>, Vec<(String, String, String)>, (u64, u64, u64), Option<String>);
+
+/// The signature this server gives a thinking block's text (and checks when it comes back).
+pub fn signature(text: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    format!("EqsB{:016x}", h.finish())
+}
+
+/// What Anthropic's API says of a request with thinking on whose last assistant turn, with tool
+/// use, does not start with its thinking exactly as given (none: the request is right).
+fn thinking_refusal(body: &Value) -> Option<String> {
+    body.get("thinking")?;
+    let messages = body["messages"].as_array()?;
+    let (i, last) = messages.iter().enumerate().rev().find(|(_, m)| m["role"] == "assistant")?;
+    let blocks = last["content"].as_array()?;
+    if !blocks.iter().any(|b| b["type"] == "tool_use") {
+        return None;
+    }
+    let first = blocks.first()?;
+    if first["type"] != "thinking" && first["type"] != "redacted_thinking" {
+        return Some(format!(
+            "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{}`. When `thinking` is enabled, a final \
+             `assistant` message must start with a thinking block.",
+            first["type"].as_str().unwrap_or_default()
+        ));
+    }
+    blocks.iter().filter(|b| b["type"] == "thinking").find_map(|b| {
+        (b["signature"].as_str() != Some(signature(b["thinking"].as_str().unwrap_or_default()).as_str()))
+            .then(|| format!("messages.{i}.content: Invalid `signature` in `thinking` block"))
+    })
+}
 
 /// Records when an answered request arrived and when its answer was ready.
 fn answered(inner: &Inner, arrived: Instant, response: Response) -> Response {
@@ -173,8 +209,19 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
             None => Reply::Text("done".into()),
         },
     };
+    if anthropic {
+        if let Some(message) = thinking_refusal(body) {
+            let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+            return Err((StatusCode::BAD_REQUEST, Json(error)).into_response());
+        }
+    }
+    let mut thinking = None;
     loop {
         match reply {
+            Reply::Thinking(text, r) => {
+                thinking = Some(text);
+                reply = *r;
+            }
             Reply::Delay(d, r) => {
                 tokio::time::sleep(d).await;
                 reply = *r;
@@ -221,7 +268,7 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
     let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
     inner.usages.lock().expect("lock").push(usage);
-    Ok((n, content, calls, usage))
+    Ok((n, content, calls, usage, thinking))
 }
 
 /// `POST /v1/messages`, as Anthropic answers it.
@@ -231,11 +278,15 @@ async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
         let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "anthropic-version and max_tokens are required"}});
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
-    let (n, content, calls, (prompt, completion, cached)) = match next_answer(&inner, headers, &body, true).await {
+    let (n, content, calls, (prompt, completion, cached), thinking) = match next_answer(&inner, headers, &body, true).await {
         Ok(a) => a,
         Err(response) => return response,
     };
     let mut blocks: Vec<Value> = Vec::new();
+    if let Some(text) = &thinking {
+        blocks.push(json!({"type": "thinking", "thinking": text, "signature": signature(text)}));
+        blocks.push(json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}));
+    }
     if let Some(text) = &content {
         blocks.push(json!({"type": "text", "text": text}));
     }
@@ -255,7 +306,18 @@ async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
         "role": "assistant", "content": [], "model": body["model"], "usage": {"input_tokens": prompt - cached,
         "cache_read_input_tokens": cached, "output_tokens": 1}}})];
     for (i, block) in blocks.iter().enumerate() {
-        if block["type"] == "text" {
+        if block["type"] == "thinking" {
+            events.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": ""}}));
+            let chars: Vec<char> = block["thinking"].as_str().unwrap_or_default().chars().collect();
+            for piece in chars.chunks(7) {
+                events.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": piece.iter().collect::<String>()}}));
+            }
+            events.push(
+                json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": block["signature"]}}),
+            );
+        } else if block["type"] == "redacted_thinking" {
+            events.push(json!({"type": "content_block_start", "index": i, "content_block": block}));
+        } else if block["type"] == "text" {
             events.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
             let chars: Vec<char> = block["text"].as_str().unwrap_or_default().chars().collect();
             for piece in chars.chunks(7) {
@@ -295,7 +357,7 @@ fn stream_body(text: String) -> Response {
 
 async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     let arrived = Instant::now();
-    let (n, content, calls, (prompt, completion, cached)) = match next_answer(&inner, headers, &body, false).await {
+    let (n, content, calls, (prompt, completion, cached), thinking) = match next_answer(&inner, headers, &body, false).await {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -306,14 +368,17 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     // Streams carry usage only when asked (`stream_options.include_usage`), as OpenAI's do.
     let stream_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false).then(|| usage.clone());
-    let response = if stream { sse(n, content, calls, stream_usage) } else { plain(n, content, calls, usage) };
+    let response = if stream { sse(n, content, calls, stream_usage, thinking) } else { plain(n, content, calls, usage, thinking) };
     answered(&inner, arrived, response)
 }
 
-fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Value) -> Response {
+fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Value, thinking: Option<String>) -> Response {
     let tool_calls: Vec<Value> =
         calls.iter().map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})).collect();
     let mut message = json!({"role": "assistant", "content": content});
+    if let Some(text) = thinking {
+        message["reasoning_content"] = text.into();
+    }
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);
     }
@@ -328,8 +393,14 @@ fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, 
 
 /// Server-sent events, with content and arguments split into small fragments as real
 /// servers do.
-fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Option<Value>) -> Response {
+fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Option<Value>, thinking: Option<String>) -> Response {
     let mut chunks: Vec<Value> = vec![json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})];
+    if let Some(text) = thinking {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(7) {
+            chunks.push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": piece.iter().collect::<String>()}}]}));
+        }
+    }
     if let Some(text) = content {
         let chars: Vec<char> = text.chars().collect();
         for piece in chars.chunks(7) {

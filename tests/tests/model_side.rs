@@ -211,3 +211,67 @@ async fn a_profile_lists_the_models_its_provider_offers() {
     assert_eq!((s, e["error"]["code"].as_str()), (502, Some("llm_models_unavailable")), "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("dead"), "{e}");
 }
+
+#[tokio::test]
+async fn thinking_is_asked_for_recorded_and_given_back_and_effort_is_sent() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let put = |name: &str, body: Value| {
+        let alice = &alice;
+        let path = format!("/api/v1/llm-profiles/{name}");
+        async move { alice.call(Method::PUT, &path, Some(body)).await }
+    };
+    let deep = |budget: u64| {
+        json!({"provider": "anthropic", "base_url": llm.base_url, "model": "claude-deep", "api_key": "sk-ant", "temperature": 0.2,
+               "max_output_tokens": 1024, "thinking_budget_tokens": budget})
+    };
+    let (s, e) = put("deep", deep(100)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = put("effort", json!({"base_url": llm.base_url, "model": "o-scripted", "reasoning_effort": "extreme"})).await;
+    assert_eq!(s, 400, "{e}");
+    let (s, p) = put("deep", deep(2048)).await;
+    assert_eq!((s, p["thinking_budget_tokens"].as_u64()), (201, Some(2048)), "{p}");
+    let (s, p) = put("effort", json!({"base_url": llm.base_url, "model": "o-scripted", "reasoning_effort": "high"})).await;
+    assert_eq!((s, p["reasoning_effort"].as_str()), (201, Some("high")), "{p}");
+
+    // Anthropic: the scripted server refuses, as the API does, a next turn whose assistant
+    // message with tool use does not start with its thinking exactly as it was signed.
+    let first = "The user wants a listing: I should run ls first.";
+    llm.push([
+        Reply::Thinking(first.into(), Box::new(Reply::tool("terminal", json!({"command": "ls", "security_risk": "low"})))),
+        Reply::Thinking("The listing is there; I can finish.".into(), Box::new(Reply::finish("done thinking"))),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "list the files", "llm_profile": "deep"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let all = Value::Array(events.clone()).to_string();
+    assert!(all.contains("done thinking") && all.contains("\"finished\""), "the run did not finish: {all}");
+    let requests = llm.requests();
+    assert_eq!(requests[0]["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+    assert!(requests[0].get("temperature").is_none(), "no temperature with thinking: {}", requests[0]);
+    assert!(requests[0]["max_tokens"].as_u64().unwrap() > 2048, "{}", requests[0]);
+    let given_back = requests[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        given_back["content"][0],
+        json!({"type": "thinking", "thinking": first, "signature": halyard_tests::llm::signature(first)}),
+        "{given_back}"
+    );
+    assert_eq!(given_back["content"][1]["type"], "redacted_thinking", "{given_back}");
+    assert!(given_back["content"][1]["data"].as_str().is_some_and(|d| d.starts_with("Emw")), "{given_back}");
+    // Each answer's thinking is an event of its own, right before the answer it led to.
+    let at = events.iter().position(|e| e["kind"] == "thinking").expect("a thinking event");
+    assert_eq!(events[at]["blocks"][0]["text"], first);
+    assert!(events[at]["blocks"][1]["redacted"].is_string(), "{}", events[at]);
+    assert_eq!(events[at + 1]["kind"], "action", "{all}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "thinking").count(), 2);
+
+    // OpenAI-compatible: the effort is sent, and the reasoning the server streams is kept.
+    llm.push([Reply::Thinking("Short and sweet.".into(), Box::new(Reply::finish("effortless")))]);
+    let (conv, _) = alice.start_ready(json!({"message": "think hard", "llm_profile": "effort"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let asked = llm.requests().last().cloned().unwrap();
+    assert_eq!(asked["reasoning_effort"], "high", "{asked}");
+    let thought = events.iter().find(|e| e["kind"] == "thinking").expect("a thinking event");
+    assert_eq!(thought["blocks"][0]["text"], "Short and sweet.");
+}

@@ -169,7 +169,7 @@ export type HalyardEvent = EventBase &
     | { kind: "agent_error"; code: string; message: string }
     | { kind: "execution_status"; status: ExecutionStatus; reason?: string }
     | { kind: "title"; title: string; set_by: string }
-    | { kind: "llm_call"; model: string; prompt_tokens: number; completion_tokens: number; latency_ms: number }
+    | { kind: "llm_call"; model: string; profile?: string; prompt_tokens: number; completion_tokens: number; latency_ms: number }
     | { kind: "condensation"; from_seq: number; upto_seq: number; summary: string }
     | { kind: "skill_activated"; name: string; trigger: string }
     | { kind: "confirmation_policy"; policy: string }
@@ -178,6 +178,7 @@ export type HalyardEvent = EventBase &
     | { kind: "terminal_opened"; by: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }
+    | { kind: "thinking"; blocks: { text: string; signature?: string; redacted?: string }[] }
     | { kind: "pull_request_opened"; number: number; url: string; title?: string }
     | { kind: "sub_conversations_started"; tool_call_id: string; children: { conversation_id: string; title: string }[] }
     | {

@@ -162,6 +162,9 @@ fn transcript(events: &[ConversationEvent]) -> String {
                     .collect();
                 format!("MCP SERVERS: {}", each.join(", "))
             }
+            EventBody::Thinking { blocks } => {
+                format!("AGENT THOUGHT: {}", blocks.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join(" "))
+            }
             EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } | EventBody::TerminalOpened { .. } => continue,
         };
         out.push_str(&line);

@@ -113,6 +113,8 @@ pub struct History {
     pub pending: Vec<Pending>,
     /// The agent's plan, as its last `task_list` event holds it.
     pub tasks: Vec<halyard_protocol::event::TaskItem>,
+    /// The model's reasoning (a `thinking` event) waiting for the answer it came with.
+    pub thinking: Vec<halyard_protocol::event::ThinkingBlock>,
     /// User messages the model has not seen yet (since its last call) that no
     /// `user_prompt_submit` hook has judged: their seqs.
     pub unjudged: Vec<u64>,
@@ -212,7 +214,11 @@ impl History {
                 let images = images.iter().map(|i| ImagePart { media_type: i.media_type.clone(), data: i.data.clone() }).collect();
                 self.push(ChatMessage { images, ..ChatMessage::text("user", text.clone()) }, ev.seq)
             }
-            EventBody::AgentMessage { text } => self.push(ChatMessage::text("assistant", text.clone()), ev.seq),
+            EventBody::Thinking { blocks } => self.thinking = blocks.clone(),
+            EventBody::AgentMessage { text } => {
+                let thinking = std::mem::take(&mut self.thinking);
+                self.push(ChatMessage { thinking, ..ChatMessage::text("assistant", text.clone()) }, ev.seq)
+            }
             EventBody::Action { tool_call_id, tool, arguments, thought, security_risk } => {
                 let arguments = match arguments {
                     serde_json::Value::String(raw) => raw.clone(),
@@ -239,10 +245,17 @@ impl History {
                         );
                         *last = grown;
                     }
-                    _ => self.push(
-                        ChatMessage { role: "assistant".into(), content: thought.clone(), tool_calls: vec![call], ..Default::default() },
-                        ev.seq,
-                    ),
+                    _ => {
+                        let thinking = std::mem::take(&mut self.thinking);
+                        let msg = ChatMessage {
+                            role: "assistant".into(),
+                            content: thought.clone(),
+                            tool_calls: vec![call],
+                            thinking,
+                            ..Default::default()
+                        };
+                        self.push(msg, ev.seq)
+                    }
                 }
             }
             EventBody::Observation { tool_call_id, content, .. } => {

@@ -101,6 +101,8 @@ fn client(ctx: &Ctx, owner: &UserId, name: &str, p: &LlmProfile) -> Result<LlmCl
                 temperature: p.temperature,
                 max_output_tokens: p.max_output_tokens,
                 context_window: p.context_window,
+                reasoning_effort: p.reasoning_effort.clone(),
+                thinking_budget_tokens: p.thinking_budget_tokens,
             },
             &ctx.config.llm.profile_allow,
         )

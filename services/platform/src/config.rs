@@ -148,6 +148,9 @@ impl TitleConfig {
             retry_base_ms: agent.retry_base_ms,
             max_concurrent: 8,
             temperature: None,
+            // A title needs no deliberation.
+            reasoning_effort: None,
+            thinking_budget_tokens: 0,
             prices: agent.prices.clone(),
             provider: agent.provider.clone(),
             context_window: agent.context_window,
@@ -187,6 +190,11 @@ pub struct LlmConfig {
     /// LLM calls in flight at once, across all conversations of this process.
     pub max_concurrent: usize,
     pub temperature: Option<f32>,
+    /// How hard a reasoning model thinks (`low`, `medium`, `high`): OpenAI-compatible servers'
+    /// `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
+    /// Tokens Anthropic's extended thinking may use per answer (0: off; at least 1,024).
+    pub thinking_budget_tokens: u64,
     /// USD per million tokens, by model name (`[llm.prices."gpt-4o-mini"]`): what an LLM call
     /// costs. A model without a price has token counts and no cost.
     pub prices: BTreeMap<String, Price>,
@@ -448,6 +456,8 @@ impl Default for LlmConfig {
             retry_base_ms: 1000,
             max_concurrent: 64,
             temperature: None,
+            reasoning_effort: None,
+            thinking_budget_tokens: 0,
             prices: BTreeMap::new(),
             provider: "openai".into(),
             context_window: 0,

@@ -25,6 +25,8 @@ export type Item =
   /** A `delegate` call's helpers, each a link to its conversation, with how it ended once it has. */
   | { type: "helpers"; seq: number; helpers: { id: string; title: string; ended?: string; said?: string }[] }
   | { type: "note"; seq: number; text: string }
+  /** The model's reasoning before its answer, folded (redacted blocks are only counted). */
+  | { type: "thinking"; seq: number; text: string; redacted: number }
   | { type: "warning"; seq: number; text: string };
 
 /** Events to items; an observation joins its action's card. */
@@ -86,6 +88,14 @@ export function toItems(events: HalyardEvent[]): Item[] {
       }
       case "pull_request_opened":
         items.push({ type: "note", seq: e.seq, text: `Pull request #${e.number} opened${e.title ? `: ${e.title}` : ""} (${e.url}).` });
+        break;
+      case "thinking":
+        items.push({
+          type: "thinking",
+          seq: e.seq,
+          text: e.blocks.map((b) => b.text).filter((t) => t.trim()).join("\n\n"),
+          redacted: e.blocks.filter((b) => b.redacted).length,
+        });
         break;
       case "task_list": {
         const done = e.items.filter((t) => t.status === "done").length;
@@ -281,6 +291,14 @@ const Row = memo(function Row({ item }: { item: Item }) {
       );
     case "note":
       return <div className="note">{item.text}</div>;
+    case "thinking":
+      return (
+        <details className="card think" data-testid="thinking">
+          <summary>Thinking</summary>
+          <Markdown text={item.text} />
+          {item.redacted > 0 && <p className="muted small">{item.redacted} block(s) redacted by the provider.</p>}
+        </details>
+      );
     case "warning":
       return (
         <div className="note warning" role="status">

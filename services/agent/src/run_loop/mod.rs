@@ -443,6 +443,13 @@ impl Run {
             if !self.append(EventSource::System, llm_call(by, &messages, &completion, asked_at.elapsed())).await {
                 return RunOutcome::Failed;
             }
+            // The model's reasoning comes before the answer it led to, which takes it back to
+            // the model with it.
+            if !completion.thinking.is_empty()
+                && !self.append(EventSource::Agent, EventBody::Thinking { blocks: completion.thinking.clone() }).await
+            {
+                return RunOutcome::Failed;
+            }
             if completion.tool_calls.is_empty() {
                 let text = completion.content.unwrap_or_default();
                 self.append(EventSource::Agent, EventBody::AgentMessage { text }).await;

@@ -121,6 +121,13 @@ fn markdown(ev: &ConversationEvent) -> String {
             format!("\n## User ({time})\n\n{text}\n{attached}")
         }
         EventBody::AgentMessage { text } => format!("\n## Agent ({time})\n\n{text}\n"),
+        EventBody::Thinking { blocks } => {
+            let text: Vec<&str> = blocks.iter().map(|b| b.text.as_str()).filter(|t| !t.trim().is_empty()).collect();
+            let redacted = blocks.iter().filter(|b| b.redacted.is_some()).count();
+            let hidden =
+                if redacted > 0 { format!("\n*({redacted} reasoning block(s) redacted by the provider)*\n") } else { String::new() };
+            format!("\n*Thinking ({time}):*\n\n{}\n{hidden}", quote(&text.join("\n\n")))
+        }
         EventBody::Action { tool, arguments, thought, .. } => {
             let thought = thought.as_deref().map(|t| format!("{}\n\n", quote(t))).unwrap_or_default();
             let shown = match (tool.as_str(), arguments.get("command").and_then(|c| c.as_str())) {

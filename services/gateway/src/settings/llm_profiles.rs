@@ -58,6 +58,8 @@ pub struct ProfileView {
     pub tools: ToolSet,
     /// Profiles that take a call this one's server cannot answer, in order.
     pub fallbacks: Vec<String>,
+    pub reasoning_effort: Option<String>,
+    pub thinking_budget_tokens: Option<u64>,
     /// The user's default (`PUT /settings`).
     pub default: bool,
     pub created_at: String,
@@ -99,6 +101,8 @@ fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
         context_window: p.context_window,
         tools: p.tools.clone().unwrap_or_default(),
         fallbacks: p.fallbacks.clone(),
+        reasoning_effort: p.reasoning_effort.clone(),
+        thinking_budget_tokens: p.thinking_budget_tokens,
         default,
         created_at: rfc3339(p.created_ms),
         updated_at: rfc3339(p.updated_ms),
@@ -161,6 +165,15 @@ pub struct ProfileBody {
     #[serde(default)]
     #[schema(max_items = 5)]
     pub fallbacks: Vec<String>,
+    /// `low`, `medium` or `high`: how hard an OpenAI-compatible reasoning model thinks (sent as
+    /// `reasoning_effort`).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// Anthropic's extended thinking: tokens it may use per answer (at least 1,024). Its
+    /// thinking is recorded as `thinking` events and given back to the model as the API wants.
+    #[serde(default)]
+    #[schema(minimum = 1024)]
+    pub thinking_budget_tokens: Option<u64>,
 }
 
 /// Fallbacks a profile may name.
@@ -186,6 +199,12 @@ fn check_profile_body(state: &AppState, name: &str, body: &ProfileBody) -> Resul
     }
     if let Some(tools) = &body.tools {
         tools.names().map_err(|e| ApiError::bad_request("invalid_field", format!("`tools`: {e}")))?;
+    }
+    if body.reasoning_effort.as_deref().is_some_and(|e| !["low", "medium", "high"].contains(&e)) {
+        return Err(ApiError::bad_request("invalid_field", "`reasoning_effort` must be `low`, `medium` or `high`"));
+    }
+    if body.thinking_budget_tokens.is_some_and(|t| t < 1024) {
+        return Err(ApiError::bad_request("invalid_field", "`thinking_budget_tokens` must be at least 1024"));
     }
     if body.fallbacks.len() > MAX_FALLBACKS {
         return Err(ApiError::bad_request("invalid_field", format!("`fallbacks`: at most {MAX_FALLBACKS} profiles")));
@@ -241,6 +260,8 @@ pub async fn put_profile(
             context_window: body.context_window,
             tools: body.tools.clone(),
             fallbacks: body.fallbacks.clone(),
+            reasoning_effort: body.reasoning_effort.clone(),
+            thinking_budget_tokens: body.thinking_budget_tokens,
             created_ms: old.map_or(now, |o| o.created_ms),
             updated_ms: now,
         };
@@ -317,6 +338,8 @@ fn client_of(state: &AppState, user: &UserId, name: &str, p: &LlmProfile, max_ou
         temperature: p.temperature,
         max_output_tokens,
         context_window: p.context_window,
+        reasoning_effort: p.reasoning_effort.clone(),
+        thinking_budget_tokens: p.thinking_budget_tokens,
     };
     LlmClient::new(state.config.llm.clone())
         .and_then(|base| base.for_profile(target, &state.config.llm.profile_allow))

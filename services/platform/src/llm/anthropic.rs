@@ -8,10 +8,13 @@
 //! alternating); `max_tokens` is required; and prompt caching is asked for with
 //! `cache_control` marks at the end of the stable prefix (system prompt, tools) and at the end
 //! of the history, so each step reads everything before its new events from the cache.
+//! Extended thinking (a profile's `thinking_budget_tokens`) is asked for with `thinking`; the
+//! answer's thinking blocks, signed or redacted, are given back unchanged at the start of the
+//! assistant message they came with, as the API requires while tools are in use.
 
 use serde_json::{Value, json};
 
-use crate::llm::{ChatMessage, Completion, FunctionCall, LlmError, ToolCall, Usage};
+use crate::llm::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
 
 /// The API version this client speaks.
 pub const VERSION: &str = "2023-06-01";
@@ -20,8 +23,16 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
-/// The request body.
-pub fn request(model: &str, max_tokens: u64, messages: &[ChatMessage], tools: &[Value], stream: bool, temperature: Option<f32>) -> Value {
+/// The request body (`thinking_budget`: tokens of extended thinking, 0 for none).
+pub fn request(
+    model: &str,
+    max_tokens: u64,
+    messages: &[ChatMessage],
+    tools: &[Value],
+    stream: bool,
+    temperature: Option<f32>,
+    thinking_budget: u64,
+) -> Value {
     let mut system: Vec<Value> = Vec::new();
     let mut out: Vec<Value> = Vec::new();
     for m in messages {
@@ -39,7 +50,15 @@ pub fn request(model: &str, max_tokens: u64, messages: &[ChatMessage], tools: &[
                 })],
             ),
             "assistant" => {
-                let mut blocks = Vec::new();
+                // Thinking first, exactly as it came (the signature covers it).
+                let mut blocks: Vec<Value> = m
+                    .thinking
+                    .iter()
+                    .map(|t| match &t.redacted {
+                        Some(data) => json!({"type": "redacted_thinking", "data": data}),
+                        None => json!({"type": "thinking", "thinking": t.text, "signature": t.signature.clone().unwrap_or_default()}),
+                    })
+                    .collect();
                 if let Some(text) = m.content.as_deref().filter(|t| !t.trim().is_empty()) {
                     blocks.push(json!({"type": "text", "text": text}));
                 }
@@ -96,6 +115,8 @@ pub fn request(model: &str, max_tokens: u64, messages: &[ChatMessage], tools: &[
     if let Some(last) = tools.last_mut() {
         last["cache_control"] = ephemeral();
     }
+    // The answer's room is on top of the thinking's: `max_tokens` must pass the budget.
+    let max_tokens = if thinking_budget > 0 && max_tokens <= thinking_budget { thinking_budget + max_tokens } else { max_tokens };
     let mut body = json!({"model": model, "max_tokens": max_tokens, "messages": out, "stream": stream});
     if !system.is_empty() {
         body["system"] = Value::Array(system);
@@ -103,7 +124,10 @@ pub fn request(model: &str, max_tokens: u64, messages: &[ChatMessage], tools: &[
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
     }
-    if let Some(t) = temperature {
+    if thinking_budget > 0 {
+        // (The API takes no temperature with thinking on.)
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": thinking_budget});
+    } else if let Some(t) = temperature {
         body["temperature"] = t.into();
     }
     body
@@ -122,12 +146,18 @@ fn usage(v: &Value) -> Option<Usage> {
     })
 }
 
-/// Reads a content block list into text and tool calls.
-fn fold_blocks(blocks: &[Value]) -> (Option<String>, Vec<ToolCall>) {
+/// Reads a content block list into text, tool calls and thinking.
+fn fold_blocks(blocks: &[Value]) -> (Option<String>, Vec<ToolCall>, Vec<ThinkingBlock>) {
     let mut text: Option<String> = None;
     let mut calls = Vec::new();
+    let mut thinking = Vec::new();
     for b in blocks {
+        let s = |k: &str| b[k].as_str().map(str::to_owned);
         match b["type"].as_str() {
+            Some("thinking") => {
+                thinking.push(ThinkingBlock { text: s("thinking").unwrap_or_default(), signature: s("signature"), redacted: None })
+            }
+            Some("redacted_thinking") => thinking.push(ThinkingBlock { redacted: s("data"), ..Default::default() }),
             Some("text") => text.get_or_insert_default().push_str(b["text"].as_str().unwrap_or_default()),
             Some("tool_use") => calls.push(ToolCall {
                 id: b["id"].as_str().unwrap_or_default().to_owned(),
@@ -137,7 +167,7 @@ fn fold_blocks(blocks: &[Value]) -> (Option<String>, Vec<ToolCall>) {
             _ => {}
         }
     }
-    (text, calls)
+    (text, calls, thinking)
 }
 
 /// `end_turn`/`tool_use`/`max_tokens` in the chat-completions words the agent reads.
@@ -156,12 +186,13 @@ pub fn parse(v: &Value) -> Result<Completion, LlmError> {
         return Err(stream_error(&v["error"]));
     }
     let blocks = v.get("content").and_then(Value::as_array).ok_or_else(|| LlmError::Malformed("no content".into()))?;
-    let (content, tool_calls) = fold_blocks(blocks);
+    let (content, tool_calls, thinking) = fold_blocks(blocks);
     Ok(Completion {
         content,
         tool_calls,
         finish_reason: finish_reason(v.get("stop_reason").and_then(Value::as_str)),
         usage: v.get("usage").and_then(usage),
+        thinking,
     })
 }
 
@@ -218,6 +249,11 @@ impl StreamAccumulator {
                         block["text"] = text.into();
                     }
                     Some("input_json_delta") => self.partial_json[index].push_str(delta["partial_json"].as_str().unwrap_or_default()),
+                    Some(kind @ ("thinking_delta" | "signature_delta")) => {
+                        let key = if kind == "thinking_delta" { "thinking" } else { "signature" };
+                        let grown = format!("{}{}", block[key].as_str().unwrap_or_default(), delta[key].as_str().unwrap_or_default());
+                        block[key] = grown.into();
+                    }
                     _ => {}
                 }
             }
@@ -242,8 +278,8 @@ impl StreamAccumulator {
                 block["input"] = serde_json::from_str(json).map_err(|e| LlmError::Malformed(format!("tool input: {e}")))?;
             }
         }
-        let (content, tool_calls) = fold_blocks(&self.blocks);
-        Ok(Completion { content, tool_calls, finish_reason: finish_reason(self.stop_reason.as_deref()), usage: self.usage })
+        let (content, tool_calls, thinking) = fold_blocks(&self.blocks);
+        Ok(Completion { content, tool_calls, finish_reason: finish_reason(self.stop_reason.as_deref()), usage: self.usage, thinking })
     }
 }
 
@@ -267,7 +303,7 @@ mod tests {
             ChatMessage::text("user", "and now?"),
         ];
         let tools = [json!({"type": "function", "function": {"name": "finish", "description": "d", "parameters": {"type": "object"}}})];
-        let body = request("claude-x", 1000, &messages, &tools, true, None);
+        let body = request("claude-x", 1000, &messages, &tools, true, None, 0);
         assert_eq!(body["system"][0]["text"], "sys");
         assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
         let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();

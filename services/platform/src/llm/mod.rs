@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::config::LlmConfig;
+pub use halyard_protocol::event::ThinkingBlock;
 
 /// One chat message.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -33,6 +34,10 @@ pub struct ChatMessage {
     /// shape (OpenAI's `image_url` parts, Anthropic's `image` blocks).
     #[serde(skip)]
     pub images: Vec<ImagePart>,
+    /// The model's reasoning before an assistant message, given back with it where the wire
+    /// wants it (Anthropic's thinking blocks, signatures and all).
+    #[serde(skip)]
+    pub thinking: Vec<ThinkingBlock>,
 }
 
 /// An image for the model: its media type and its bytes in base64.
@@ -92,6 +97,8 @@ pub struct Completion {
     pub finish_reason: Option<String>,
     /// What the call used, as the provider reported it (some servers report nothing).
     pub usage: Option<Usage>,
+    /// The model's reasoning, where the provider shows it.
+    pub thinking: Vec<ThinkingBlock>,
 }
 
 /// Tokens one call used.
@@ -187,6 +194,8 @@ pub struct ProfileTarget {
     pub temperature: Option<f32>,
     pub max_output_tokens: Option<u64>,
     pub context_window: Option<u64>,
+    pub reasoning_effort: Option<String>,
+    pub thinking_budget_tokens: Option<u64>,
 }
 
 /// The client. Cheap to clone.
@@ -252,6 +261,8 @@ impl LlmClient {
         config.max_output_tokens = profile.max_output_tokens.unwrap_or(config.max_output_tokens);
         config.context_window = profile.context_window.unwrap_or(0);
         config.context_reserve = 0;
+        config.reasoning_effort = profile.reasoning_effort;
+        config.thinking_budget_tokens = profile.thinking_budget_tokens.unwrap_or(0);
         Ok(Self { http, config: Arc::new(config), permits: self.permits.clone(), users: true })
     }
 
@@ -316,6 +327,7 @@ impl LlmClient {
                 tools,
                 self.config.stream,
                 self.config.temperature,
+                self.config.thinking_budget_tokens,
             );
             self.http
                 .post(format!("{base}/messages"))
@@ -368,6 +380,9 @@ impl LlmClient {
         if let Some(t) = self.config.temperature {
             body["temperature"] = t.into();
         }
+        if let Some(effort) = &self.config.reasoning_effort {
+            body["reasoning_effort"] = effort.as_str().into();
+        }
         let mut request = self.http.post(format!("{base}/chat/completions")).json(&body);
         if !self.config.api_key.is_empty() {
             request = request.bearer_auth(&self.config.api_key);
@@ -396,7 +411,17 @@ pub fn parse_completion(v: &Value) -> Result<Completion, LlmError> {
         tool_calls,
         finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(str::to_owned),
         usage: v.get("usage").and_then(Usage::from_openai),
+        thinking: reasoning_text(message.get("reasoning_content").and_then(Value::as_str).unwrap_or_default()),
     })
+}
+
+/// The reasoning text OpenAI-compatible servers (vLLM, DeepSeek, LiteLLM...) send as
+/// `reasoning_content`, as a block of its own (none when there is none).
+fn reasoning_text(text: &str) -> Vec<ThinkingBlock> {
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    vec![ThinkingBlock { text: text.to_owned(), ..Default::default() }]
 }
 
 /// A wire's stream reader: fed one server-sent-event line at a time.
@@ -464,6 +489,7 @@ pub struct StreamAccumulator {
     finish_reason: Option<String>,
     saw_data: bool,
     usage: Option<Usage>,
+    reasoning: String,
 }
 
 impl StreamAccumulator {
@@ -494,6 +520,9 @@ impl StreamAccumulator {
             self.content.push_str(text);
             self.has_content = true;
         }
+        if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
+            self.reasoning.push_str(text);
+        }
         if let Some(Value::Array(calls)) = delta.get("tool_calls") {
             for call in calls {
                 let index = call.get("index").and_then(Value::as_u64).unwrap_or(self.calls.len() as u64) as usize;
@@ -523,6 +552,7 @@ impl StreamAccumulator {
             tool_calls: self.calls.into_iter().filter(|c| !c.function.name.is_empty()).collect(),
             finish_reason: self.finish_reason,
             usage: self.usage,
+            thinking: reasoning_text(&self.reasoning),
         }
     }
 }
