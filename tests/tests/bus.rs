@@ -282,7 +282,9 @@ async fn the_bus_asks_who_you_are_and_each_role_keeps_to_its_subjects() {
         ("gateway", format!("halyard.events.{conv}.user_message")),
         ("gateway", format!("halyard.sys.sandbox.{sandbox}")),
         ("agent", format!("halyard.sys.sandbox.{sandbox}")),
-        ("agent", format!("halyard.cmd.conversation.{conv}")),
+        // (The agent runner starts helpers through conversation commands, but never writes the
+        // conversations' records.)
+        ("agent", format!("halyard.sys.conversation.{conv}")),
         ("titles", format!("halyard.events.{conv}.user_message")),
         ("sandbox", format!("halyard.events.{conv}.action")),
         ("sandbox", format!("halyard.cmd.agent.{conv}")),
