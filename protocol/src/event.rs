@@ -223,6 +223,32 @@ pub struct Budget {
     pub max_tokens: Option<u64>,
 }
 
+/// A piece of an answer the model is still writing: published on core NATS
+/// ([`crate::subjects::answer_deltas`]) as the provider streams it, never appended to the log,
+/// which gets the finished answer as usual. Pieces are numbered per answer; a reader keeps the
+/// text and the number of pieces it holds (`have`): a piece with `from == have` is appended
+/// (then `have = to`), a whole text so far (`from == 0`, from
+/// [`crate::subjects::answer_so_far`] or after a retried call) replaces what it holds when its
+/// `to` is past `have`; anything else is stale. A reader drops the text when an event after
+/// `after_seq` arrives (the finished answer's `llm_call` comes first).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AnswerDelta {
+    /// The log's last seq when the LLM call began: the answer's events come after it.
+    pub after_seq: u64,
+    /// Pieces of this answer before `text`.
+    pub from: u64,
+    /// Pieces of this answer up to the end of `text`.
+    pub to: u64,
+    pub text: String,
+}
+
+impl crate::envelope::Payload for AnswerDelta {
+    fn kind(&self) -> String {
+        "answer_delta".into()
+    }
+}
+
 /// One entry in a conversation's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConversationEvent {

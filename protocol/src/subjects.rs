@@ -136,6 +136,21 @@ pub fn ask(id: ConversationId) -> String {
     format!("halyard.ask.{id}")
 }
 
+/// Where the agent runner publishes the pieces of conversation `id`'s answer as the model writes
+/// them (core NATS, nothing stored: [`crate::event::AnswerDelta`]).
+pub fn answer_deltas(id: ConversationId) -> String {
+    format!("halyard.delta.{id}")
+}
+
+/// Where the text so far of conversation `id`'s answer is asked for (core request/reply; the
+/// runner that holds the run answers, others stay silent; no answer: none is being written).
+pub fn answer_so_far(id: ConversationId) -> String {
+    format!("halyard.sofar.{id}")
+}
+
+/// Every conversation's [`answer_so_far`] subject, which each agent runner listens on.
+pub const ALL_ANSWERS_SO_FAR: &str = "halyard.sofar.*";
+
 /// One conversation's event log: the filter for all of its events, whatever their kind.
 pub fn conversation_events(id: ConversationId) -> String {
     format!("halyard.events.{id}.*")

@@ -666,8 +666,20 @@ pub struct EventSocket {
 }
 
 impl EventSocket {
-    /// The next event, or None if none comes within `wait`.
+    /// The next event (pieces of an answer being written are passed over), or None if none
+    /// comes within `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<Value> {
+        loop {
+            let frame = self.next_frame(wait).await?;
+            if frame["kind"] != "answer_delta" {
+                return Some(frame);
+            }
+        }
+    }
+
+    /// The next frame, an event or a piece of an answer (`answer_delta`), or None if none comes
+    /// within `wait`.
+    pub async fn next_frame(&mut self, wait: Duration) -> Option<Value> {
         loop {
             let msg = tokio::time::timeout(wait, self.socket.next()).await.ok()??.ok()?;
             match msg {

@@ -34,6 +34,9 @@ pub enum Reply {
     Hang,
     /// HTTP 400: the prompt is longer than the context window (in the provider's words).
     ContextTooLong,
+    /// The answer streamed one server-sent event at a time, this long apart (when the request
+    /// asks for a stream); when each piece of text went out is kept ([`ScriptedLlm::pieces`]).
+    Paced(Duration, Box<Reply>),
     /// The model's reasoning, then the answer: on Anthropic's wire a signed `thinking` block and
     /// a `redacted_thinking` one (streamed as `thinking_delta` and `signature_delta`), on
     /// OpenAI's `reasoning_content`.
@@ -66,6 +69,8 @@ struct Inner {
     usages: Mutex<Vec<(u64, u64, u64)>>,
     /// When each answered request arrived and when its answer was ready.
     timings: Mutex<Vec<(Instant, Instant)>>,
+    /// Each piece of text a paced stream sent, and when.
+    pieces: Mutex<Vec<(String, Instant)>>,
 }
 
 /// The scripted server. Cheap to clone.
@@ -86,6 +91,7 @@ impl ScriptedLlm {
             counter: Mutex::new(0),
             usages: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
+            pieces: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
@@ -140,6 +146,11 @@ impl ScriptedLlm {
         self.inner.timings.lock().expect("lock").clone()
     }
 
+    /// Each piece of text paced streams sent ([`Reply::Paced`]), and when it went out.
+    pub fn pieces(&self) -> Vec<(String, Instant)> {
+        self.inner.pieces.lock().expect("lock").clone()
+    }
+
     /// Every request's `Authorization` header.
     pub fn auth_headers(&self) -> Vec<Option<String>> {
         self.headers("authorization")
@@ -159,7 +170,7 @@ impl ScriptedLlm {
 
 /// What the script says to answer: `(n, content, calls as (id, name, arguments), usage as
 /// (prompt, completion, cached))`, or an error response already made.
-type Answer = (u64, Option<String>, Vec<(String, String, String)>, (u64, u64, u64), Option<String>);
+type Answer = (u64, Option<String>, Vec<(String, String, String)>, (u64, u64, u64), Option<String>, Option<Duration>);
 
 /// The signature this server gives a thinking block's text (and checks when it comes back).
 pub fn signature(text: &str) -> String {
@@ -216,10 +227,15 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
         }
     }
     let mut thinking = None;
+    let mut pace = None;
     loop {
         match reply {
             Reply::Thinking(text, r) => {
                 thinking = Some(text);
+                reply = *r;
+            }
+            Reply::Paced(d, r) => {
+                pace = Some(d);
                 reply = *r;
             }
             Reply::Delay(d, r) => {
@@ -268,7 +284,7 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
     let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
     inner.usages.lock().expect("lock").push(usage);
-    Ok((n, content, calls, usage, thinking))
+    Ok((n, content, calls, usage, thinking, pace))
 }
 
 /// `POST /v1/messages`, as Anthropic answers it.
@@ -278,7 +294,7 @@ async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
         let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "anthropic-version and max_tokens are required"}});
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
-    let (n, content, calls, (prompt, completion, cached), thinking) = match next_answer(&inner, headers, &body, true).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, true).await {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -339,11 +355,36 @@ async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
         json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": completion}}),
     );
     events.push(json!({"type": "message_stop"}));
-    let mut text = String::new();
-    for e in events {
-        text.push_str(&format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()));
-    }
-    answered(&inner, arrived, stream_body(text))
+    let events: Vec<(String, Option<String>)> = events
+        .into_iter()
+        .map(|e| {
+            let piece = (e["delta"]["type"] == "text_delta").then(|| e["delta"]["text"].as_str().unwrap_or_default().to_owned());
+            (format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()), piece)
+        })
+        .collect();
+    answered(&inner, arrived, stream_events(&inner, events, pace))
+}
+
+/// A stream's events as the body: all at once in small chunks, or one event at a time `pace`
+/// apart, noting when each piece of text went out.
+fn stream_events(inner: &Arc<Inner>, events: Vec<(String, Option<String>)>, pace: Option<Duration>) -> Response {
+    let Some(pace) = pace else { return stream_body(events.into_iter().map(|(e, _)| e).collect()) };
+    let inner = inner.clone();
+    let body = Body::from_stream(futures::stream::unfold(events.into_iter(), move |mut events| {
+        let inner = inner.clone();
+        async move {
+            let (event, piece) = events.next()?;
+            tokio::time::sleep(pace).await;
+            if let Some(piece) = piece {
+                inner.pieces.lock().expect("lock").push((piece, Instant::now()));
+            }
+            Some((Ok::<_, Infallible>(event.into_bytes()), events))
+        }
+    }));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 fn stream_body(text: String) -> Response {
@@ -357,7 +398,7 @@ fn stream_body(text: String) -> Response {
 
 async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     let arrived = Instant::now();
-    let (n, content, calls, (prompt, completion, cached), thinking) = match next_answer(&inner, headers, &body, false).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, false).await {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -368,7 +409,11 @@ async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     // Streams carry usage only when asked (`stream_options.include_usage`), as OpenAI's do.
     let stream_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false).then(|| usage.clone());
-    let response = if stream { sse(n, content, calls, stream_usage, thinking) } else { plain(n, content, calls, usage, thinking) };
+    let response = if stream {
+        stream_events(&inner, sse(n, content, calls, stream_usage, thinking), pace)
+    } else {
+        plain(n, content, calls, usage, thinking)
+    };
     answered(&inner, arrived, response)
 }
 
@@ -393,7 +438,13 @@ fn plain(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, 
 
 /// Server-sent events, with content and arguments split into small fragments as real
 /// servers do.
-fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, usage: Option<Value>, thinking: Option<String>) -> Response {
+fn sse(
+    n: u64,
+    content: Option<String>,
+    calls: Vec<(String, String, String)>,
+    usage: Option<Value>,
+    thinking: Option<String>,
+) -> Vec<(String, Option<String>)> {
     let mut chunks: Vec<Value> = vec![json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})];
     if let Some(text) = thinking {
         let chars: Vec<char> = text.chars().collect();
@@ -421,14 +472,17 @@ fn sse(n: u64, content: Option<String>, calls: Vec<(String, String, String)>, us
     if let Some(usage) = usage {
         chunks.push(json!({"choices": [], "usage": usage}));
     }
-    let mut text = String::new();
-    for mut c in chunks {
-        c["id"] = json!(format!("chatcmpl-{n}"));
-        c["object"] = json!("chat.completion.chunk");
-        text.push_str(&format!("data: {c}\n\n"));
-    }
-    text.push_str("data: [DONE]\n\n");
-    stream_body(text)
+    let mut events: Vec<(String, Option<String>)> = chunks
+        .into_iter()
+        .map(|mut c| {
+            c["id"] = json!(format!("chatcmpl-{n}"));
+            c["object"] = json!("chat.completion.chunk");
+            let piece = c["choices"][0]["delta"]["content"].as_str().map(str::to_owned);
+            (format!("data: {c}\n\n"), piece)
+        })
+        .collect();
+    events.push(("data: [DONE]\n\n".to_owned(), None));
+    events
 }
 
 /// What `GET /v1/models` lists to an OpenAI client.

@@ -275,3 +275,88 @@ async fn thinking_is_asked_for_recorded_and_given_back_and_effort_is_sent() {
     let thought = events.iter().find(|e| e["kind"] == "thinking").expect("a thinking event");
     assert_eq!(thought["blocks"][0]["text"], "Short and sweet.");
 }
+
+/// Folds `answer_delta` frames as `AnswerDelta`'s documentation says a reader does.
+#[derive(Default)]
+struct Folded {
+    text: String,
+    have: u64,
+    frames: usize,
+}
+
+impl Folded {
+    fn fold(&mut self, d: &Value) {
+        let (from, to, text) = (d["from"].as_u64().unwrap(), d["to"].as_u64().unwrap(), d["text"].as_str().unwrap());
+        self.frames += 1;
+        if from == self.have {
+            self.text.push_str(text);
+            self.have = to;
+        } else if from == 0 && to > self.have {
+            self.text = text.to_owned();
+            self.have = to;
+        }
+    }
+}
+
+/// Reads a socket until the agent's message: the folded deltas, the first delta frame, and
+/// whether every delta came before that message.
+async fn watch(mut socket: halyard_tests::harness::EventSocket) -> (Folded, Option<Value>, Vec<Value>) {
+    let mut folded = Folded::default();
+    let (mut first, mut events) = (None, Vec::new());
+    while let Some(frame) = socket.next_frame(Duration::from_secs(20)).await {
+        if frame["kind"] == "answer_delta" {
+            assert!(frame.get("seq").is_none(), "a delta is no event: {frame}");
+            assert!(!events.iter().any(|e: &Value| e["kind"] == "agent_message"), "a delta after the message: {frame}");
+            first.get_or_insert(frame.clone());
+            folded.fold(&frame);
+            continue;
+        }
+        let done = frame["kind"] == "agent_message";
+        events.push(frame);
+        if done {
+            break;
+        }
+    }
+    (folded, first, events)
+}
+
+#[tokio::test]
+async fn the_answer_streams_to_watchers_as_it_is_written_and_only_the_whole_reaches_the_log() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let answer: String = (1..=40).map(|i| format!("word{i} ")).collect::<String>().trim_end().to_owned();
+    llm.push([Reply::Paced(Duration::from_millis(40), Box::new(Reply::Text(answer.clone())))]);
+    let (conv, _) = alice.start_ready(json!({})).await;
+    let early = alice.ws(&conv, 0).await;
+    let watching = tokio::spawn(watch(early));
+    let (s, _) = alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "say many words"})).await;
+    assert_eq!(s, 202);
+    // A second reader comes in the middle of the answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while llm.pieces().len() < 10 {
+        assert!(std::time::Instant::now() < deadline, "the answer did not start streaming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let late = tokio::spawn(watch(alice.ws(&conv, 0).await));
+
+    let (folded, _, events) = watching.await.unwrap();
+    assert_eq!(folded.text, answer, "the deltas make up the answer");
+    assert!(folded.frames >= 10, "the answer came in pieces: {} frames", folded.frames);
+    assert_eq!(events.last().unwrap()["text"], answer.as_str());
+    // The late reader got the text so far first, then the rest.
+    let (folded, first, _) = late.await.unwrap();
+    let first = first.expect("the late reader got deltas");
+    assert_eq!(first["from"], 0, "the first frame is the text so far: {first}");
+    assert!(first["to"].as_u64().unwrap() >= 10 && answer.starts_with(first["text"].as_str().unwrap()), "{first}");
+    assert!(!first["text"].as_str().unwrap().is_empty(), "{first}");
+    assert_eq!(folded.text, answer);
+
+    // The log has the one whole message, and no delta.
+    let logged = alice.events(&conv).await;
+    assert!(!logged.iter().any(|e| e["kind"] == "answer_delta"), "a delta reached the log");
+    let messages: Vec<&Value> = logged.iter().filter(|e| e["kind"] == "agent_message").collect();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["text"], answer.as_str());
+}

@@ -85,12 +85,16 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
         // Into a file of the workspace.
         terminal("printf 'key=%s\\n' \"$API_TOKEN\" > leaked.txt && echo wrote"),
         // A hostile model repeats what it somehow learned: masked too.
-        Reply::finish(&format!("I found {VALUE}")),
+        // (Its words before the call are streamed to the watchers piece by piece: masked too.)
+        Reply::Tools(
+            Some(format!("Found it: {VALUE}, which I now repeat: {VALUE}.")),
+            vec![("finish".into(), json!({"message": format!("I found {VALUE}")}))],
+        ),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "use the token", "title": "secrets"})).await;
     let mut ws = alice.ws(&conv, 0).await;
     let mut frames = Vec::new();
-    while let Some(ev) = ws.next(Duration::from_secs(30)).await {
+    while let Some(ev) = ws.next_frame(Duration::from_secs(30)).await {
         let done = ev["kind"] == "execution_status" && ev["status"] == "finished";
         frames.push(ev.to_string());
         if done {
@@ -98,6 +102,7 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
         }
     }
     assert!(frames.iter().any(|f| f.contains("finished")), "the run did not finish: {frames:?}");
+    assert!(frames.iter().any(|f| f.contains("answer_delta") && f.contains("<secret:API_TOKEN>")), "no masked delta: {frames:?}");
     let events = alice.get(&format!("/api/v1/conversations/{conv}/events?limit=1000")).await.1.to_string();
 
     let b64 = base64::engine::general_purpose::STANDARD.encode(VALUE);

@@ -61,6 +61,8 @@ pub struct Ctx {
     pub user_kv: jetstream::kv::Store,
     /// Opens users' sealed secrets and API keys.
     pub vault: halyard_platform::vault::Vault,
+    /// The answers being written on this runner, for readers who come in the middle.
+    pub answers: run_loop::streaming::Answers,
 }
 
 impl Ctx {

@@ -43,6 +43,11 @@ impl Log {
         self.redactor = redactor;
     }
 
+    /// What masks the owner's secrets (for what leaves the runner beside the log).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        self.redactor.clone()
+    }
+
     /// `body` with the owner's secret values masked (observations also at their edges and
     /// around a cut in the middle: output may have been cut mid-value). Every field is masked,
     /// whatever the kind, through the body's JSON form. It fails closed: a body that cannot be

@@ -35,6 +35,8 @@ pub struct Redactor {
     replacements: Vec<String>,
     /// (name, value) of every secret, for the edges.
     secrets: Vec<(String, String)>,
+    /// The longest form looked for, in bytes.
+    longest: usize,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -106,11 +108,18 @@ impl Redactor {
                 }
             }
         };
-        Self { automaton, replacements, secrets }
+        let longest = patterns.iter().map(String::len).max().unwrap_or(0);
+        Self { automaton, replacements, secrets, longest }
     }
 
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
+    }
+
+    /// The longest form of a value looked for, in bytes: a text's last `longest() - 1` bytes
+    /// may hold the start of one that more text would complete.
+    pub fn longest(&self) -> usize {
+        self.longest
     }
 
     /// `text` with every value (in any of its forms) replaced by `<secret:NAME>`.

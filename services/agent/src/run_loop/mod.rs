@@ -6,6 +6,7 @@
 
 mod acting;
 mod delegating;
+pub mod streaming;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -83,6 +84,7 @@ struct Call {
 
 /// What a run reads once from the conversation.
 struct Setting {
+    conversation: halyard_protocol::ConversationId,
     workspace: String,
     skills: Vec<Skill>,
     counter: TokenCounter,
@@ -339,7 +341,11 @@ impl Run {
             let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
             let pending = h.pending.clone();
             let session = helper.then(|| log.conversation().to_string());
-            (Setting { workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper }, pending)
+            let conversation = log.conversation();
+            (
+                Setting { conversation, workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper },
+                pending,
+            )
         };
         let mut setting = setting;
         setting.hooks = match crate::tools::hooks::load(&exec).await {
@@ -406,22 +412,27 @@ impl Run {
             if let Err(outcome) = self.condense(setting, false, &mut elsewhere).await {
                 return outcome;
             }
-            let (messages, over_budget) = {
+            let (messages, over_budget, redactor) = {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
                 let messages = log.history.for_llm(&system_prompt(&log));
                 let over = budget::exceeded(&log.history, estimate_tokens(&messages), self.llm.primary().price());
-                (messages, over)
+                (messages, over, log.redactor())
             };
             if let Some(why) = over_budget {
                 return self.fail("budget_exceeded", why).await;
             }
             let asked_at = std::time::Instant::now();
+            // Its text goes to the people watching as it comes.
+            let after_seq = self.read_upto.load(std::sync::atomic::Ordering::SeqCst);
+            let (deltas, publishing) = streaming::publish(&self.ctx, setting.conversation, after_seq, redactor);
             let completion = tokio::select! {
                 _ = Self::until_set(self.cancel.clone()) => return RunOutcome::Paused,
                 _ = Self::until_set(self.interrupt.clone()) => return self.interrupted().await,
-                c = self.llm.complete(&messages, &setting.tools) => c,
+                c = self.llm.complete(&messages, &setting.tools, Some(&deltas)) => c,
             };
+            drop(deltas);
+            let _ = publishing.await;
             elsewhere += asked_at.elapsed();
             let (completion, by) = match completion {
                 Ok(answer) => {
@@ -684,7 +695,7 @@ impl Run {
         let completion = tokio::select! {
             _ = Self::until_set(self.cancel.clone()) => return Err(RunOutcome::Paused),
             _ = Self::until_set(self.interrupt.clone()) => return Err(self.interrupted().await),
-            c = self.llm.complete(&request, &[]) => c,
+            c = self.llm.complete(&request, &[], None) => c,
         };
         *elsewhere += asked_at.elapsed();
         let (completion, by) = match completion {

@@ -7,6 +7,11 @@
 //! in the log read or arrives live (or both, and `seq <= sent` drops the copy). Should the live
 //! channel lag or skip, the gap is refilled from the log.
 //!
+//! Beside the events, the text of an answer the model is still writing arrives as it comes, in
+//! frames of their own (`{"kind": "answer_delta", "after_seq", "from", "to", "text"}`, no
+//! `seq`: they are not events and never in the log; see [`AnswerDelta`] for how a reader folds
+//! them). A socket that opens mid-answer gets the text so far first, from the runner writing it.
+//!
 //! The socket is pinged every [`PING_EVERY`]; a client that has not answered for
 //! [`PONG_DEADLINE`] is gone (a laptop closed, a network dropped) and its socket is closed
 //! rather than held open forever.
@@ -19,7 +24,8 @@ use futures::SinkExt;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use halyard_protocol::ConversationId;
+use halyard_protocol::event::AnswerDelta;
+use halyard_protocol::{ConversationId, subjects};
 
 use crate::AppState;
 use crate::accounts::auth::User;
@@ -100,6 +106,20 @@ async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &m
 /// goes (or stops answering pings).
 pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: WebSocket) {
     let mut live = state.live.subscribe(id);
+    // Pieces from now on, then the text so far (whichever arrives first, a reader folds both).
+    let mut deltas = match state.nats.subscribe(subjects::answer_deltas(id)).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(conversation_id = %id, error = %e, "cannot follow answers as they are written");
+            None
+        }
+    };
+    let so_far = {
+        let nats = state.nats.clone();
+        async move { tokio::time::timeout(SO_FAR_PATIENCE, nats.request(subjects::answer_so_far(id), Default::default())).await }
+    };
+    tokio::pin!(so_far);
+    let mut asked_so_far = false;
     let mut sent = after;
     if !refill(&state, id, &mut sent, &mut socket).await {
         return;
@@ -116,6 +136,19 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
                 }
                 if socket.send(Message::Ping(Default::default())).await.is_err() {
                     return;
+                }
+            }
+            Some(msg) = next_delta(&mut deltas) => {
+                if !send_delta(&mut socket, &msg.payload).await {
+                    return;
+                }
+            }
+            asked = &mut so_far, if !asked_so_far => {
+                asked_so_far = true;
+                if let Ok(Ok(msg)) = asked {
+                    if !send_delta(&mut socket, &msg.payload).await {
+                        return;
+                    }
                 }
             }
             incoming = socket.recv() => match incoming {
@@ -162,5 +195,33 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
                 Err(RecvError::Closed) => return,
             },
         }
+    }
+}
+
+/// How long a new socket waits for the text so far of an answer being written (no runner
+/// answers when none is).
+const SO_FAR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The next piece of an answer, if the socket follows them.
+async fn next_delta(deltas: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    match deltas {
+        Some(s) => futures::StreamExt::next(s).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One piece of an answer as its JSON frame; false if the client is gone. A piece that cannot
+/// be read is dropped (the finished answer follows in the log all the same).
+async fn send_delta(socket: &mut WebSocket, payload: &[u8]) -> bool {
+    #[derive(serde::Serialize)]
+    struct Frame<'a> {
+        kind: &'static str,
+        #[serde(flatten)]
+        delta: &'a AnswerDelta,
+    }
+    let Ok(env) = halyard_protocol::decode::<AnswerDelta>(payload) else { return true };
+    match serde_json::to_string(&Frame { kind: "answer_delta", delta: &env.payload }) {
+        Ok(json) => socket.send(Message::Text(json.into())).await.is_ok(),
+        Err(_) => true,
     }
 }

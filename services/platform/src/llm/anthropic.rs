@@ -216,6 +216,8 @@ pub struct StreamAccumulator {
     stop_reason: Option<String>,
     usage: Option<Usage>,
     pub(crate) saw_data: bool,
+    /// Text not yet taken as a delta.
+    pub(crate) fresh: String,
 }
 
 impl StreamAccumulator {
@@ -245,7 +247,9 @@ impl StreamAccumulator {
                 let delta = &v["delta"];
                 match delta["type"].as_str() {
                     Some("text_delta") => {
-                        let text = format!("{}{}", block["text"].as_str().unwrap_or_default(), delta["text"].as_str().unwrap_or_default());
+                        let piece = delta["text"].as_str().unwrap_or_default();
+                        self.fresh.push_str(piece);
+                        let text = format!("{}{}", block["text"].as_str().unwrap_or_default(), piece);
                         block["text"] = text.into();
                     }
                     Some("input_json_delta") => self.partial_json[index].push_str(delta["partial_json"].as_str().unwrap_or_default()),

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::{ChatMessage, Completion, LlmClient, LlmError};
+use super::{ChatMessage, Completion, Deltas, LlmClient, LlmError};
 
 /// One client of a chain and the profile it was made from (none: the operator's default).
 #[derive(Clone, Debug)]
@@ -59,13 +59,17 @@ impl LlmChain {
         self.links[1..].iter().filter_map(|l| l.profile.as_deref())
     }
 
-    /// One completion: the primary's, or the first fallback's that answers.
-    pub async fn complete(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Answer<'_>, LlmError> {
+    /// One completion: the primary's, or the first fallback's that answers; its text goes to
+    /// `deltas` as it is streamed (a fallback starts it again from nothing).
+    pub async fn complete(&self, messages: &[ChatMessage], tools: &[Value], deltas: Option<&Deltas>) -> Result<Answer<'_>, LlmError> {
         let mut failed: Vec<(usize, LlmError)> = Vec::new();
         let mut at = 0;
         loop {
             let link = &self.links[at];
-            match link.client.complete(messages, tools).await {
+            if let (Some(d), false) = (deltas, failed.is_empty()) {
+                let _ = d.send(None);
+            }
+            match link.client.complete_streaming(messages, tools, deltas).await {
                 Ok(completion) => {
                     if !failed.is_empty() {
                         metrics::counter!("halyard_llm_fallbacks_total").increment(1);

@@ -20,6 +20,10 @@ use tokio::sync::Semaphore;
 use crate::config::LlmConfig;
 pub use halyard_protocol::event::ThinkingBlock;
 
+/// Where the text of a streamed answer goes as it arrives: `Some(piece)`, or `None` when a call
+/// starts again from nothing (a retry, a fallback) and what was sent before is void.
+pub type Deltas = tokio::sync::mpsc::UnboundedSender<Option<String>>;
+
 /// One chat message.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -296,10 +300,26 @@ impl LlmClient {
 
     /// One completion, retried as configured.
     pub async fn complete(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
+        self.complete_streaming(messages, tools, None).await
+    }
+
+    /// One completion, retried as configured, its text sent to `deltas` as the provider streams
+    /// it (where the client streams).
+    pub async fn complete_streaming(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Value],
+        deltas: Option<&Deltas>,
+    ) -> Result<Completion, LlmError> {
         let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
         let mut attempt = 0u32;
         loop {
-            match self.attempt(messages, tools).await {
+            if attempt > 0 {
+                if let Some(d) = deltas {
+                    let _ = d.send(None);
+                }
+            }
+            match self.attempt(messages, tools, deltas).await {
                 Ok(c) => return Ok(c),
                 Err(e) if e.is_retryable() && attempt < self.config.max_retries => {
                     let backoff = Duration::from_millis(self.config.retry_base_ms.saturating_mul(1 << attempt.min(10)));
@@ -316,7 +336,7 @@ impl LlmClient {
         }
     }
 
-    async fn attempt(&self, messages: &[ChatMessage], tools: &[Value]) -> Result<Completion, LlmError> {
+    async fn attempt(&self, messages: &[ChatMessage], tools: &[Value], deltas: Option<&Deltas>) -> Result<Completion, LlmError> {
         let anthropic = self.config.provider == "anthropic";
         let base = self.config.base_url.trim_end_matches('/');
         let request = if anthropic {
@@ -356,8 +376,8 @@ impl LlmClient {
             });
         }
         match (anthropic, self.config.stream) {
-            (false, true) => read_stream(response, StreamAccumulator::default()).await,
-            (true, true) => read_stream(response, anthropic::StreamAccumulator::default()).await,
+            (false, true) => read_stream(response, StreamAccumulator::default(), deltas).await,
+            (true, true) => read_stream(response, anthropic::StreamAccumulator::default(), deltas).await,
             (false, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
             (true, false) => anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
         }
@@ -429,6 +449,8 @@ trait Accumulate {
     /// Feeds a line; true at the end of the answer.
     fn line(&mut self, line: &str) -> Result<bool, LlmError>;
     fn saw_data(&self) -> bool;
+    /// The answer's text that arrived since the last call.
+    fn fresh(&mut self) -> String;
     fn finish(self) -> Result<Completion, LlmError>;
 }
 
@@ -438,6 +460,9 @@ impl Accumulate for StreamAccumulator {
     }
     fn saw_data(&self) -> bool {
         self.saw_data
+    }
+    fn fresh(&mut self) -> String {
+        std::mem::take(&mut self.fresh)
     }
     fn finish(self) -> Result<Completion, LlmError> {
         Ok(StreamAccumulator::finish(self))
@@ -451,23 +476,39 @@ impl Accumulate for anthropic::StreamAccumulator {
     fn saw_data(&self) -> bool {
         self.saw_data
     }
+    fn fresh(&mut self) -> String {
+        std::mem::take(&mut self.fresh)
+    }
     fn finish(self) -> Result<Completion, LlmError> {
         anthropic::StreamAccumulator::finish(self)
     }
 }
 
-/// Reads a server-sent-event stream into a completion.
-async fn read_stream(response: reqwest::Response, mut acc: impl Accumulate) -> Result<Completion, LlmError> {
+/// Reads a server-sent-event stream into a completion, passing its text to `deltas` as each
+/// chunk of the body brings some.
+async fn read_stream(response: reqwest::Response, mut acc: impl Accumulate, deltas: Option<&Deltas>) -> Result<Completion, LlmError> {
     let mut buf = Vec::<u8>::new();
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         buf.extend_from_slice(&chunk.map_err(transport)?);
+        let mut ended = false;
         while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=pos).collect();
             let line = String::from_utf8_lossy(&line);
             if acc.line(line.trim_end())? {
-                return acc.finish();
+                ended = true;
+                break;
             }
+        }
+        // One piece per chunk of the body: what its lines added.
+        if let Some(d) = deltas {
+            let fresh = acc.fresh();
+            if !fresh.is_empty() {
+                let _ = d.send(Some(fresh));
+            }
+        }
+        if ended {
+            return acc.finish();
         }
     }
     if !buf.is_empty() {
@@ -490,6 +531,8 @@ pub struct StreamAccumulator {
     saw_data: bool,
     usage: Option<Usage>,
     reasoning: String,
+    /// Text not yet taken as a delta.
+    fresh: String,
 }
 
 impl StreamAccumulator {
@@ -518,6 +561,7 @@ impl StreamAccumulator {
         let Some(delta) = choice.get("delta") else { return Ok(false) };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.content.push_str(text);
+            self.fresh.push_str(text);
             self.has_content = true;
         }
         if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
