@@ -229,8 +229,9 @@ pub struct Budget {
 /// text and the number of pieces it holds (`have`): a piece with `from == have` is appended
 /// (then `have = to`), a whole text so far (`from == 0`, from
 /// [`crate::subjects::answer_so_far`] or after a retried call) replaces what it holds when its
-/// `to` is past `have`; anything else is stale. A reader drops the text when an event after
-/// `after_seq` arrives (the finished answer's `llm_call` comes first).
+/// `to` is past `have`; anything else is stale. A reader drops the text when the answer's
+/// `llm_call` event arrives (seq past `after_seq`; the finished message follows it), or the run
+/// ends without one (an `agent_error`, an `execution_status` other than `running`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AnswerDelta {

@@ -57,6 +57,14 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("`hello.py` prints **hello from halyard**."),
         };
     }
+    // An answer written slowly, a word at a time, for the timeline to show as it grows.
+    if text.contains("write slowly") {
+        let words: String = (1..=50).map(|i| format!("word{i} ")).collect();
+        return Reply::Paced(
+            std::time::Duration::from_millis(80),
+            Box::new(Reply::Text(format!("Here is the slow answer: {words}and that is the end of the slow answer."))),
+        );
+    }
     if text.contains("careful") {
         // No `security_risk`: the model did not say.
         return match step {
@@ -282,7 +290,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 15, env).await;
+    playwright(h, "tests/workspace.spec.ts", 16, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

@@ -10,10 +10,16 @@
 //
 // Frames are gathered and handed to React once per animation frame: a replay of thousands of
 // events is a few renders, not thousands.
+//
+// Beside the events come the pieces of the answer the model is still writing (`answer_delta`
+// frames, no seq): they are folded into `writing` (a piece that continues what is held is
+// appended, a whole text so far replaces it, anything else is stale), which is dropped when the
+// answer's `llm_call` event arrives (the finished message follows it) or the run ends without it
+// (an `agent_error`, an `execution_status` other than running).
 
 import { useEffect, useRef, useState } from "react";
 import { api } from "./api";
-import type { HalyardEvent } from "./types";
+import type { AnswerDelta, HalyardEvent } from "./types";
 
 export type Connection = "connecting" | "live" | "reconnecting";
 
@@ -25,6 +31,7 @@ const PAGE = 1000;
 export function useEventStream(conversationId: string | undefined, enabled: boolean, lastSeq?: number, shareToken?: string) {
   const [events, setEvents] = useState<HalyardEvent[]>([]);
   const [connection, setConnection] = useState<Connection>("connecting");
+  const [writing, setWriting] = useState<string>();
   const last = useRef(0);
   const hint = useRef(lastSeq);
   hint.current ??= lastSeq;
@@ -48,13 +55,29 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
     let delay = 250;
     let pending: HalyardEvent[] = [];
     let frame: number | undefined;
+    // The answer being written: the log's seq when it began, its text and how many pieces.
+    let answer: { after: number; text: string; have: number } | undefined;
+    let answerChanged = false;
+    // The start of the last answer dropped: pieces of it or of one before it are stale.
+    let doneAfter = -1;
 
     const flush = () => {
       frame = undefined;
+      if (answerChanged) {
+        answerChanged = false;
+        setWriting(answer?.text || undefined);
+      }
       if (pending.length === 0) return;
       const batch = pending;
       pending = [];
       setEvents((prev) => prev.concat(batch));
+    };
+    const fold = (d: AnswerDelta) => {
+      if (!answer || answer.after !== d.after_seq) answer = { after: d.after_seq, text: "", have: 0 };
+      if (d.from === answer.have) answer = { ...answer, text: answer.text + d.text, have: d.to };
+      else if (d.from === 0 && d.to > answer.have) answer = { ...answer, text: d.text, have: d.to };
+      else return;
+      answerChanged = true;
     };
 
     // Where the socket starts, the first time: the tail of a long log. Everything before it
@@ -117,9 +140,21 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
         } catch {
           return;
         }
+        if ((e as unknown as AnswerDelta).kind === "answer_delta") {
+          const d = e as unknown as AnswerDelta;
+          if (d.after_seq > doneAfter) fold(d);
+          if (frame === undefined) frame = requestAnimationFrame(flush);
+          return;
+        }
         // The one place that keeps the log exact: contiguous seqs only, each once.
         if (typeof e.seq !== "number" || e.seq <= last.current) return;
         last.current = e.seq;
+        const ends = e.kind === "llm_call" || e.kind === "agent_error" || (e.kind === "execution_status" && e.status !== "running");
+        if (answer && ends && e.seq > answer.after) {
+          doneAfter = answer.after;
+          answer = undefined;
+          answerChanged = true;
+        }
         pending.push(e);
         if (frame === undefined) frame = requestAnimationFrame(flush);
       };
@@ -149,5 +184,5 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
     };
   }, [conversationId, enabled, shareToken]);
 
-  return { events, connection };
+  return { events, connection, writing };
 }

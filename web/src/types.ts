@@ -234,3 +234,13 @@ export interface SharedConversation {
   created_at: string;
   last_event_seq: number;
 }
+
+/** A piece of the answer the model is still writing: a WebSocket frame of its own, never an
+ * event (no seq). See `AnswerDelta` in protocol/README.md for how pieces fold. */
+export interface AnswerDelta {
+  kind: "answer_delta";
+  after_seq: number;
+  from: number;
+  to: number;
+  text: string;
+}

@@ -566,3 +566,18 @@ test("15. helpers: the parent's timeline links to each, and the list nests them 
   await expect(rows.nth(at + 2)).toHaveClass(/helper-row/);
   await shot(page, "helpers-list");
 });
+
+test("16. an answer shows as the model writes it, then once as the agent's message", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "write slowly");
+  const writing = page.getByTestId("writing");
+  await expect(writing).toBeVisible({ timeout: 30_000 });
+  await expect(writing).toContainText("Here is the slow answer");
+  // It grows while the model writes (the whole of it is not there yet).
+  await expect(writing).toContainText("word10", { timeout: 30_000 });
+  await expect(writing).not.toContainText("end of the slow answer");
+  await shot(page, "streaming");
+  // The finished message replaces it, once.
+  await expect(page.getByText("and that is the end of the slow answer.")).toHaveCount(1, { timeout: 30_000 });
+  await expect(writing).toHaveCount(0);
+});

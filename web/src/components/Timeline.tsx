@@ -25,6 +25,8 @@ export type Item =
   /** A `delegate` call's helpers, each a link to its conversation, with how it ended once it has. */
   | { type: "helpers"; seq: number; helpers: { id: string; title: string; ended?: string; said?: string }[] }
   | { type: "note"; seq: number; text: string }
+  /** The answer the model is still writing, as its pieces arrive (not an event: `seq` -1). */
+  | { type: "writing"; seq: number; text: string }
   /** The model's reasoning before its answer, folded (redacted blocks are only counted). */
   | { type: "thinking"; seq: number; text: string; redacted: number }
   | { type: "warning"; seq: number; text: string };
@@ -291,6 +293,13 @@ const Row = memo(function Row({ item }: { item: Item }) {
       );
     case "note":
       return <div className="note">{item.text}</div>;
+    case "writing":
+      return (
+        <div className="msg agent writing" data-testid="writing" aria-live="polite">
+          <div className="who">Agent, writing…</div>
+          <Markdown text={item.text} />
+        </div>
+      );
     case "thinking":
       return (
         <details className="card think" data-testid="thinking">
@@ -332,8 +341,10 @@ function AtMenu({ seq, at }: { seq: number; at: AtActions }) {
   );
 }
 
-export function Timeline({ events, at }: { events: HalyardEvent[]; at?: AtActions }) {
-  const items = useMemo(() => toItems(events), [events]);
+/** `writing`: the text of the answer the model is still writing, shown after the events. */
+export function Timeline({ events, at, writing }: { events: HalyardEvent[]; at?: AtActions; writing?: string }) {
+  const logged = useMemo(() => toItems(events), [events]);
+  const items = useMemo(() => (writing ? [...logged, { type: "writing" as const, seq: -1, text: writing }] : logged), [logged, writing]);
   const parent = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
   const virtualizer = useVirtualizer({
@@ -347,7 +358,7 @@ export function Timeline({ events, at }: { events: HalyardEvent[]; at?: AtAction
   // Follow the end while the reader is at the end; leave them be once they scroll up.
   useEffect(() => {
     if (stick.current && items.length > 0) virtualizer.scrollToIndex(items.length - 1, { align: "end" });
-  }, [items.length, virtualizer]);
+  }, [items.length, writing, virtualizer]);
 
   return (
     <div
@@ -371,7 +382,7 @@ export function Timeline({ events, at }: { events: HalyardEvent[]; at?: AtAction
             style={{ position: "absolute", top: 0, left: 0, width: "100%", transform: `translateY(${v.start}px)` }}
           >
             <Row item={items[v.index]} />
-            {at && <AtMenu seq={atSeq(items[v.index])} at={at} />}
+            {at && items[v.index].type !== "writing" && <AtMenu seq={atSeq(items[v.index])} at={at} />}
           </div>
         ))}
       </div>

@@ -40,7 +40,7 @@ export function ConversationPage({ id }: { id: string }) {
   const [actionError, setActionError] = useState<string>();
   const taskId = new URLSearchParams(location.search).get("task") ?? conv?.start_task_id;
   const starting = !conv || conv.status === "STARTING";
-  const { events, connection } = useEventStream(id, !!conv && conv.status !== "STARTING", conv?.last_event_seq);
+  const { events, connection, writing } = useEventStream(id, !!conv && conv.status !== "STARTING", conv?.last_event_seq);
 
   // The conversation record: at once (the request the page made while it loaded, if any),
   // then now and then (status, sandbox).
@@ -249,7 +249,7 @@ export function ConversationPage({ id }: { id: string }) {
           <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="panel">
             {tab === "Chat" && (
               <>
-                <EventFilter id={id} events={events} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
+                <EventFilter id={id} events={events} writing={writing} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
                 {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
                 <Composer id={id} />
               </>
@@ -476,7 +476,19 @@ const KINDS = [
 
 /** The timeline, or, while a filter is set, the events the server finds for it
  * (`GET .../events?q=&kind=` and `.../events/count`), searched again as new events arrive. */
-function EventFilter({ id, events, lastSeq, at }: { id: string; events: HalyardEvent[]; lastSeq: number; at?: AtActions }) {
+function EventFilter({
+  id,
+  events,
+  writing,
+  lastSeq,
+  at,
+}: {
+  id: string;
+  events: HalyardEvent[];
+  writing?: string;
+  lastSeq: number;
+  at?: AtActions;
+}) {
   const [text, setText] = useState("");
   const [words, setWords] = useState("");
   const [kind, setKind] = useState("");
@@ -517,7 +529,7 @@ function EventFilter({ id, events, lastSeq, at }: { id: string; events: HalyardE
         )}
       </div>
       <ErrorText error={error} />
-      <Timeline events={filtering ? (found?.items ?? []) : events} at={at} />
+      <Timeline events={filtering ? (found?.items ?? []) : events} at={at} writing={filtering ? undefined : writing} />
     </>
   );
 }

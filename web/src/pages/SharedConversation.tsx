@@ -18,7 +18,7 @@ export function SharedConversation({ token }: { token: string }) {
   const [error, setError] = useState<string>();
   const [revoked, setRevoked] = useState(false);
   const [tab, setTab] = useState<Tab>("Chat");
-  const { events, connection } = useEventStream(conv?.id, !!conv && !revoked, conv?.last_event_seq, token);
+  const { events, connection, writing } = useEventStream(conv?.id, !!conv && !revoked, conv?.last_event_seq, token);
 
   useEffect(() => {
     let stop = false;
@@ -91,7 +91,7 @@ export function SharedConversation({ token }: { token: string }) {
               </div>
               <div role="tabpanel" aria-labelledby={`tab-${tab}`} className="panel">
                 {tab === "Chat" ? (
-                  <Timeline events={events} />
+                  <Timeline events={events} writing={writing} />
                 ) : (
                   <ChangesView id={conv.id} version={observations} shareToken={token} />
                 )}
