@@ -84,8 +84,10 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     let out = halyard(home.path(), &url, Some(ALICE), &["show", &conv]);
     assert!(text(&out.stdout).contains("llm calls 3"), "{}", text(&out.stdout));
 
-    // `chat`: a line is a message; the answer is shown; end of input ends it.
-    llm.push([Reply::Text("It says goodbye.".into())]);
+    // `chat`: a line is a message; the answer is shown as it is written (streamed a piece at a
+    // time), once; end of input ends it.
+    let answer = "It says goodbye, word by word: one two three four five six seven.";
+    llm.push([Reply::Paced(std::time::Duration::from_millis(30), Box::new(Reply::Text(answer.into())))]);
     let mut child = Command::new(halyard_bin())
         .args(["chat", &conv])
         .env_clear()
@@ -102,7 +104,9 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
     let chat = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{chat}\n{}", text(&out.stderr));
-    assert!(chat.contains("you › what does it say?") && chat.contains("agent › It says goodbye."), "{chat}");
+    assert!(chat.contains("you › what does it say?") && chat.contains(&format!("agent › {answer}\n")), "{chat}");
+    assert_eq!(chat.matches("word by word").count(), 1, "the answer is shown once: {chat}");
+    assert!(llm.pieces().len() > 5, "the answer was streamed in pieces");
 
     // A prefix names the conversation, as git names commits; `send` follows the run it starts.
     let short = &conv[..13];

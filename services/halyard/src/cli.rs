@@ -443,8 +443,19 @@ async fn print_events(c: &Client, conv: &str, mut after: u64, style: &Style) -> 
 /// for confirmation, 130 when paused) and the last seq shown.
 async fn follow_run(c: &Client, conv: &str, after: u64, style: Style) -> Result<(i32, u64)> {
     let follow = async {
-        let mut after = after;
+        // Over the event WebSocket, with the answer as it is written; by polling where no socket
+        // opens.
         let mut running = false;
+        let followed = crate::follow::run(c, conv, after, &style, |s| {
+            running |= s == "running";
+            running && RUN_ENDS.contains(&s)
+        })
+        .await?;
+        let mut after = match followed {
+            Some((status, last)) if status != "closed" => return Ok((status, last)),
+            Some((_, last)) => last,
+            None => after,
+        };
         loop {
             let (last, statuses) = print_events(c, conv, after, &style).await?;
             after = last;

@@ -59,6 +59,19 @@ impl Client {
         Self { http: reqwest::Client::new(), url: url.trim_end_matches('/').to_owned(), key }
     }
 
+    /// The WebSocket at `/api/v1{path}` (ws:// or wss:// as the gateway's URL says), with the key.
+    pub async fn websocket(
+        &self,
+        path: &str,
+    ) -> Result<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = format!("{}/api/v1{path}", self.url.replacen("http", "ws", 1));
+        let mut request = url.into_client_request()?;
+        request.headers_mut().insert("authorization", format!("Bearer {}", self.key).parse()?);
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        Ok(socket)
+    }
+
     /// One call to `/api/v1{path}`: the JSON answer, or the API's error in words.
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
         let mut req = self.http.request(method, format!("{}/api/v1{path}", self.url)).bearer_auth(&self.key);

@@ -14,6 +14,7 @@ use std::time::Duration;
 mod admin;
 mod cli;
 mod client;
+mod follow;
 mod observe;
 mod render;
 

@@ -19,7 +19,7 @@ impl Style {
         Self { color: !json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(), json }
     }
 
-    fn paint(&self, code: &str, text: &str) -> String {
+    pub fn paint(&self, code: &str, text: &str) -> String {
         if self.color { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
     }
 }
