@@ -33,6 +33,7 @@ mod checkpoint;
 mod cluster;
 mod docker;
 mod record;
+mod stream;
 mod ui;
 mod webhooks;
 
@@ -40,7 +41,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), or `all`.
+    /// 24), `stream` (issue 31), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -141,6 +142,11 @@ async fn main() -> Result<()> {
             throughput_reps: args.chaos_throughput_reps,
         };
         let r = chaos::suite(&plan, &args.out).await?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "stream" || args.suite == "all" {
+        let r = stream::run().await?;
+        std::fs::write(args.out.join("stream.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "checkpoint" || args.suite == "all" {
