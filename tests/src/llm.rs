@@ -1,5 +1,6 @@
-//! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions` and
-//! Anthropic's `POST /v1/messages` (plain and streamed, each as its provider writes it),
+//! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions`, OpenAI's
+//! `POST /v1/responses` and Anthropic's `POST /v1/messages` (plain and streamed, each as its
+//! provider writes it),
 //! answering from one script of [`Reply`]s, and recording every request it gets; its `GET
 //! /v1/models` lists [`OPENAI_MODELS`] or, asked as Anthropic asks, [`ANTHROPIC_MODELS`] a page
 //! of two at a time.
@@ -96,6 +97,7 @@ impl ScriptedLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
             .route("/v1/messages", post(messages))
+            .route("/v1/responses", post(responses))
             .route("/v1/models", get(models))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
@@ -280,7 +282,8 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
     };
     // Usage as a provider reports it: a prompt that grows with the conversation, a quarter of it
     // from the prompt cache.
-    let prompt = (body["messages"].to_string().len() as u64).div_ceil(4);
+    let history = body.get("messages").or_else(|| body.get("input")).map(Value::to_string).unwrap_or_default();
+    let prompt = (history.len() as u64).div_ceil(4);
     let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
     inner.usages.lock().expect("lock").push(usage);
@@ -517,4 +520,104 @@ async fn models(headers: HeaderMap, Query(q): Query<std::collections::HashMap<St
     let data: Vec<Value> =
         OPENAI_MODELS.iter().map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "scripted"})).collect();
     Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// What OpenAI's Responses API says of a request whose `function_call` item has no
+/// `function_call_output` after it (none: the request is right).
+fn responses_refusal(body: &Value) -> Option<String> {
+    let items = body["input"].as_array()?;
+    items.iter().enumerate().filter(|(_, i)| i["type"] == "function_call").find_map(|(at, call)| {
+        let id = call["call_id"].as_str().unwrap_or_default();
+        let answered = items[at..].iter().any(|i| i["type"] == "function_call_output" && i["call_id"] == id);
+        (!answered).then(|| format!("No tool output found for function call {id}."))
+    })
+}
+
+/// `POST /v1/responses`, as OpenAI's Responses API answers it.
+async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
+    let arrived = Instant::now();
+    if let Some(message) = responses_refusal(&body) {
+        let error = json!({"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": null}});
+        return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+    }
+    // The history in chat terms, for the scripted replies that read it.
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, false).await {
+        Ok(a) => a,
+        Err(response) => return response,
+    };
+    let mut output: Vec<Value> = Vec::new();
+    if let Some(text) = &thinking {
+        output.push(json!({"type": "reasoning", "id": format!("rs_{n}"), "summary": [{"type": "summary_text", "text": text}]}));
+    }
+    if let Some(text) = &content {
+        output.push(json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+    }
+    for (id, name, args) in &calls {
+        output.push(json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id, "name": name, "arguments": args, "status": "completed"}));
+    }
+    let usage = json!({"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion});
+    let response = json!({"id": format!("resp_{n}"), "object": "response", "status": "completed", "model": body["model"],
+        "output": output, "usage": usage});
+    if !body.get("stream").and_then(Value::as_bool).unwrap_or(false) {
+        return answered(&inner, arrived, Json(response).into_response());
+    }
+    let mut events: Vec<(Value, Option<String>)> =
+        vec![(json!({"type": "response.created", "response": {"id": format!("resp_{n}"), "status": "in_progress", "output": []}}), None)];
+    for (i, item) in output.iter().enumerate() {
+        let mut added = item.clone();
+        match item["type"].as_str() {
+            Some("message") => {
+                added["content"] = json!([]);
+                events.push((json!({"type": "response.output_item.added", "output_index": i, "item": added}), None));
+                let chars: Vec<char> = item["content"][0]["text"].as_str().unwrap_or_default().chars().collect();
+                for piece in chars.chunks(7) {
+                    let piece: String = piece.iter().collect();
+                    events.push((
+                        json!({"type": "response.output_text.delta", "item_id": item["id"], "output_index": i, "content_index": 0, "delta": piece}),
+                        Some(piece),
+                    ));
+                }
+                events.push((
+                    json!({"type": "response.output_text.done", "item_id": item["id"], "output_index": i, "content_index": 0,
+                    "text": item["content"][0]["text"]}),
+                    None,
+                ));
+            }
+            Some("function_call") => {
+                added["arguments"] = json!("");
+                events.push((json!({"type": "response.output_item.added", "output_index": i, "item": added}), None));
+                let chars: Vec<char> = item["arguments"].as_str().unwrap_or_default().chars().collect();
+                for piece in chars.chunks(9) {
+                    events.push((
+                        json!({"type": "response.function_call_arguments.delta", "item_id": item["id"], "output_index": i,
+                            "delta": piece.iter().collect::<String>()}),
+                        None,
+                    ));
+                }
+                events.push((
+                    json!({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": i,
+                    "arguments": item["arguments"]}),
+                    None,
+                ));
+            }
+            _ => {
+                let text = item["summary"][0]["text"].clone();
+                events.push((json!({"type": "response.output_item.added", "output_index": i, "item": {"type": "reasoning", "id": item["id"], "summary": []}}), None));
+                events.push((json!({"type": "response.reasoning_summary_text.delta", "item_id": item["id"], "output_index": i, "summary_index": 0, "delta": text}), None));
+            }
+        }
+        events.push((json!({"type": "response.output_item.done", "output_index": i, "item": item}), None));
+    }
+    events.push((json!({"type": "response.completed", "response": response}), None));
+    let events: Vec<(String, Option<String>)> = events
+        .into_iter()
+        .enumerate()
+        .map(|(seq, (mut e, piece))| {
+            e["sequence_number"] = json!(seq);
+            (format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()), piece)
+        })
+        .collect();
+    answered(&inner, arrived, stream_events(&inner, events, pace))
 }

@@ -360,3 +360,56 @@ async fn the_answer_streams_to_watchers_as_it_is_written_and_only_the_whole_reac
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0]["text"], answer.as_str());
 }
+
+#[tokio::test]
+async fn a_model_that_speaks_only_the_responses_api_runs_a_task() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let profile = json!({"provider": "openai-responses", "base_url": llm.base_url, "model": "gpt-5.1-codex", "api_key": "sk-resp",
+                         "reasoning_effort": "medium", "tools": "gpt5"});
+    let (s, p) = alice.call(Method::PUT, "/api/v1/llm-profiles/codex", Some(profile)).await;
+    assert_eq!((s, p["provider"].as_str()), (201, Some("openai-responses")), "{p}");
+    let (s, e) = alice
+        .call(Method::PUT, "/api/v1/llm-profiles/bad", Some(json!({"provider": "responses", "base_url": llm.base_url, "model": "m"})))
+        .await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("openai-responses"), "{e}");
+
+    // The scripted server refuses, as the API does, a history whose function call has no output.
+    llm.push([
+        Reply::Thinking(
+            "Check the directory first.".into(),
+            Box::new(Reply::Tools(
+                Some("Looking.".into()),
+                vec![("terminal".into(), json!({"command": "echo from-responses", "security_risk": "low"}))],
+            )),
+        ),
+        Reply::finish("responded"),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "use the responses api", "llm_profile": "codex"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let all = Value::Array(events.clone()).to_string();
+    assert!(all.contains("responded") && all.contains("\"finished\""), "the run did not finish: {all}");
+    let requests = llm.requests();
+    let first = &requests[0];
+    assert_eq!(llm.auth_headers()[0].as_deref(), Some("Bearer sk-resp"));
+    assert!(first["instructions"].as_str().is_some_and(|i| !i.is_empty()), "the system prompt is the instructions: {first}");
+    assert_eq!(first["input"][0]["role"], "user", "{first}");
+    assert_eq!(first["input"][0]["content"][0]["type"], "input_text");
+    assert!(first["tools"].as_array().unwrap().iter().any(|t| t["type"] == "function" && t["name"] == "apply_patch"), "{first}");
+    assert_eq!(first["reasoning"]["effort"], "medium");
+    assert_eq!(first["store"], false);
+    // The next turn carries the call and its output, paired by call_id.
+    let items = requests[1]["input"].as_array().unwrap();
+    let call = items.iter().find(|i| i["type"] == "function_call").expect("the function call went back");
+    let output = items.iter().find(|i| i["type"] == "function_call_output").expect("its output went back");
+    assert_eq!(call["call_id"], output["call_id"]);
+    assert!(output["output"].as_str().unwrap().contains("from-responses"), "{output}");
+    // The reasoning summary is a thinking event; the call is counted with its usage.
+    let thought = events.iter().find(|e| e["kind"] == "thinking").expect("a thinking event");
+    assert_eq!(thought["blocks"][0]["text"], "Check the directory first.");
+    let call = events.iter().find(|e| e["kind"] == "llm_call").unwrap();
+    assert_eq!((call["model"].as_str(), call["profile"].as_str()), (Some("gpt-5.1-codex"), Some("codex")));
+    assert!(call["prompt_tokens"].as_u64().unwrap() > 10, "{call}");
+}

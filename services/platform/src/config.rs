@@ -868,8 +868,8 @@ impl Config {
                 "MAX_DELEGATION_DEPTH" => self.agent.max_delegation_depth = v.parse().map_err(|_| bad("expected a depth, like 2"))?,
                 "MAX_DELEGATES" => self.agent.max_delegates = v.parse().map_err(|_| bad("expected a count"))?,
                 "LLM_PROVIDER" => {
-                    if !["openai", "anthropic"].contains(&v.as_str()) {
-                        return Err(bad("expected `openai` or `anthropic`"));
+                    if !crate::llm::PROVIDERS.contains(&v.as_str()) {
+                        return Err(bad("expected `openai`, `anthropic` or `openai-responses`"));
                     }
                     self.llm.provider = v
                 }

@@ -45,7 +45,7 @@ pub async fn check_profile(state: &AppState, user: &UserId, field: &str, name: &
 #[schema(as = LlmProfile)]
 pub struct ProfileView {
     pub name: String,
-    /// `openai` or `anthropic`: the wire the server speaks.
+    /// `openai`, `anthropic` or `openai-responses`: the wire the server speaks.
     pub provider: String,
     pub base_url: String,
     pub model: String,
@@ -133,7 +133,9 @@ pub async fn get_profile(State(state): State<AppState>, User(user): User, Path(n
 #[schema(as = LlmProfileUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileBody {
-    /// `openai` (default) or `anthropic`.
+    /// `openai` (default: chat completions, which most servers speak), `anthropic` (the
+    /// Messages API) or `openai-responses` (OpenAI's Responses API, for models that speak only
+    /// it).
     #[serde(default)]
     pub provider: Option<String>,
     /// The server's API root (`https://api.openai.com/v1`, ...).
@@ -181,9 +183,11 @@ const MAX_FALLBACKS: usize = 5;
 
 fn check_profile_body(state: &AppState, name: &str, body: &ProfileBody) -> Result<String, ApiError> {
     let provider = body.provider.clone().unwrap_or_else(|| "openai".into());
-    if !["openai", "anthropic"].contains(&provider.as_str()) {
-        return Err(ApiError::bad_request("invalid_field", format!("`provider` {provider:?}: use `openai` or `anthropic`")));
+    if !halyard_platform::llm::PROVIDERS.contains(&provider.as_str()) {
+        let each = halyard_platform::llm::PROVIDERS.join("`, `");
+        return Err(ApiError::bad_request("invalid_field", format!("`provider` {provider:?}: use `{each}`")));
     }
+
     crate::error::check_destination("base_url", &body.base_url, &state.config.llm.profile_allow, "HALYARD_LLM_PROFILE_ALLOW")?;
     if body.model.trim().is_empty() || body.model.len() > 200 {
         return Err(ApiError::bad_request("invalid_field", "`model` must be a model name of at most 200 characters"));

@@ -51,12 +51,15 @@ pub fn request(
             ),
             "assistant" => {
                 // Thinking first, exactly as it came (the signature covers it).
+                // (Reasoning without a signature came from another provider, a fallback's: this
+                // API would refuse it.)
                 let mut blocks: Vec<Value> = m
                     .thinking
                     .iter()
-                    .map(|t| match &t.redacted {
-                        Some(data) => json!({"type": "redacted_thinking", "data": data}),
-                        None => json!({"type": "thinking", "thinking": t.text, "signature": t.signature.clone().unwrap_or_default()}),
+                    .filter_map(|t| match (&t.redacted, &t.signature) {
+                        (Some(data), _) => Some(json!({"type": "redacted_thinking", "data": data})),
+                        (None, Some(signature)) => Some(json!({"type": "thinking", "thinking": t.text, "signature": signature})),
+                        (None, None) => None,
                     })
                     .collect();
                 if let Some(text) = m.content.as_deref().filter(|t| !t.trim().is_empty()) {

@@ -1,6 +1,7 @@
 //! The LLM client: OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp
 //! server, Ollama, LiteLLM...) and Anthropic's Messages API ([`anthropic`]), chosen by
-//! `provider`, with native tool calling, streaming (server-sent events) and plain responses.
+//! `provider`, with native tool calling, streaming (server-sent events) and plain responses; and
+//! OpenAI's Responses API ([`responses`]) for models that speak only it.
 //! Timeouts, 429 and 5xx are retried with exponential backoff (honouring `Retry-After`); a
 //! bounded number of calls is in flight per process. A profile's fallbacks take the calls its
 //! provider cannot answer ([`fallback`]); [`models`] lists what a provider offers.
@@ -8,6 +9,18 @@
 pub mod anthropic;
 pub mod fallback;
 pub mod models;
+pub mod responses;
+
+/// The wires a profile's `provider` may name: OpenAI-compatible chat completions, Anthropic's
+/// Messages API, and OpenAI's Responses API.
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER];
+
+fn check_provider(provider: &str) -> Result<(), LlmError> {
+    if PROVIDERS.contains(&provider) {
+        return Ok(());
+    }
+    Err(LlmError::Transport(format!("unknown LLM provider `{provider}`: use {}", PROVIDERS.join(", "))))
+}
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -222,9 +235,7 @@ impl std::fmt::Debug for LlmClient {
 
 impl LlmClient {
     pub fn new(config: LlmConfig) -> Result<Self, LlmError> {
-        if !["openai", "anthropic"].contains(&config.provider.as_str()) {
-            return Err(LlmError::Transport(format!("unknown LLM provider `{}`: use `openai` or `anthropic`", config.provider)));
-        }
+        check_provider(&config.provider)?;
         let http =
             reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().map_err(|e| LlmError::Transport(e.to_string()))?;
         let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
@@ -240,9 +251,7 @@ impl LlmClient {
     /// what the process sends at once), through the outbound client that checks every address
     /// against `allow` ([`crate::outbound`]).
     pub fn for_profile(&self, profile: ProfileTarget, allow: &[String]) -> Result<Self, LlmError> {
-        if !["openai", "anthropic"].contains(&profile.provider.as_str()) {
-            return Err(LlmError::Transport(format!("unknown LLM provider `{}`: use `openai` or `anthropic`", profile.provider)));
-        }
+        check_provider(&profile.provider)?;
         crate::net::check_url(&profile.base_url, allow).map_err(|e| LlmError::Transport(format!("{}: {e}", profile.base_url)))?;
         static USERS: std::sync::OnceLock<(Vec<String>, reqwest::Client)> = std::sync::OnceLock::new();
         let http = match USERS.get() {
@@ -337,9 +346,21 @@ impl LlmClient {
     }
 
     async fn attempt(&self, messages: &[ChatMessage], tools: &[Value], deltas: Option<&Deltas>) -> Result<Completion, LlmError> {
-        let anthropic = self.config.provider == "anthropic";
+        let wire = self.config.provider.as_str();
         let base = self.config.base_url.trim_end_matches('/');
-        let request = if anthropic {
+        let request = if wire == responses::PROVIDER {
+            let body = responses::request(
+                &self.config.model,
+                self.config.max_output_tokens,
+                messages,
+                tools,
+                self.config.stream,
+                self.config.temperature,
+                self.config.reasoning_effort.as_deref(),
+            );
+            let request = self.http.post(format!("{base}/responses")).json(&body);
+            if self.config.api_key.is_empty() { request } else { request.bearer_auth(&self.config.api_key) }
+        } else if wire == "anthropic" {
             let body = anthropic::request(
                 &self.config.model,
                 self.config.max_output_tokens,
@@ -375,11 +396,13 @@ impl LlmClient {
                 s => LlmError::Rejected { status: s, body },
             });
         }
-        match (anthropic, self.config.stream) {
-            (false, true) => read_stream(response, StreamAccumulator::default(), deltas).await,
-            (true, true) => read_stream(response, anthropic::StreamAccumulator::default(), deltas).await,
-            (false, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
-            (true, false) => anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
+        match (wire, self.config.stream) {
+            ("anthropic", true) => read_stream(response, anthropic::StreamAccumulator::default(), deltas).await,
+            ("anthropic", false) => anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
+            (responses::PROVIDER, true) => read_stream(response, responses::StreamAccumulator::default(), deltas).await,
+            (responses::PROVIDER, false) => responses::parse(&response.json::<Value>().await.map_err(transport)?),
+            (_, true) => read_stream(response, StreamAccumulator::default(), deltas).await,
+            (_, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
         }
     }
 
@@ -481,6 +504,21 @@ impl Accumulate for anthropic::StreamAccumulator {
     }
     fn finish(self) -> Result<Completion, LlmError> {
         anthropic::StreamAccumulator::finish(self)
+    }
+}
+
+impl Accumulate for responses::StreamAccumulator {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+        responses::StreamAccumulator::line(self, line)
+    }
+    fn saw_data(&self) -> bool {
+        self.saw_data
+    }
+    fn fresh(&mut self) -> String {
+        std::mem::take(&mut self.fresh)
+    }
+    fn finish(self) -> Result<Completion, LlmError> {
+        responses::StreamAccumulator::finish(self)
     }
 }
 
