@@ -63,12 +63,19 @@ test("1. an LLM profile: added with a key never shown, tested with a real call, 
   await expect(edit.getByLabel("Model", { exact: true })).toHaveValue("scripted-small");
   await edit.getByLabel("Fallbacks").fill("nowhere");
   await edit.getByLabel("Tools").selectOption("gpt5");
+  await edit.getByLabel("Reasoning effort").selectOption("high");
   await edit.getByRole("button", { name: "Save profile" }).click();
   await expect(row).toContainText("scripted-small");
   await expect(row).toContainText("falls back to nowhere");
   await expect(row).toContainText("tools: gpt5");
   const saved = await (await page.request.get("/api/v1/llm-profiles/scripted")).json();
-  expect([saved.model, saved.fallbacks, saved.tools, saved.has_api_key]).toEqual(["scripted-small", ["nowhere"], "gpt5", true]);
+  expect([saved.model, saved.fallbacks, saved.tools, saved.reasoning_effort, saved.has_api_key]).toEqual([
+    "scripted-small",
+    ["nowhere"],
+    "gpt5",
+    "high",
+    true,
+  ]);
   await shot(page, "settings-profiles");
 
   // (The profile `scripted` names it as a fallback: its row is found by its name alone.)

@@ -126,7 +126,7 @@ function DeleteButton({ what, onDelete }: { what: string; onDelete: () => void }
 function Profiles() {
   const { items, loadError, reload } = useList("/llm-profiles");
   const { error, run, prompt } = useChange(reload);
-  const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "", fallbacks: "", tools: "default" };
+  const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "", fallbacks: "", tools: "default", reasoning_effort: "", thinking_budget_tokens: "" };
   const [form, setForm] = useState(empty);
   const [editing, setEditing] = useState<Row>();
   const [tested, setTested] = useState<Record<string, string>>({});
@@ -140,7 +140,17 @@ function Profiles() {
     // A PUT replaces the profile whole: what this form does not show is sent back as it was.
     const kept = editing ? { temperature: editing.temperature, max_output_tokens: editing.max_output_tokens, context_window: editing.context_window } : {};
     const fallbacks = form.fallbacks.split(",").map((f) => f.trim()).filter(Boolean);
-    const body: Record<string, unknown> = { ...kept, provider: form.provider, base_url: form.base_url.trim(), model: form.model.trim(), fallbacks, tools: form.tools };
+    const body: Record<string, unknown> = {
+      ...kept,
+      provider: form.provider,
+      base_url: form.base_url.trim(),
+      model: form.model.trim(),
+      fallbacks,
+      tools: form.tools,
+      // Each wire's own way to ask for more thinking.
+      reasoning_effort: form.provider !== "anthropic" && form.reasoning_effort ? form.reasoning_effort : null,
+      thinking_budget_tokens: form.provider === "anthropic" && form.thinking_budget_tokens ? Number(form.thinking_budget_tokens) : null,
+    };
     // Write-only: an empty field keeps the stored key.
     if (form.api_key) body.api_key = form.api_key;
     if (await run(() => call("PUT", `/llm-profiles/${enc(form.name.trim())}`, body))) done();
@@ -169,7 +179,17 @@ function Profiles() {
   const edit = (p: Row) => {
     const fallbacks = Array.isArray(p.fallbacks) ? p.fallbacks.join(", ") : "";
     const tools = typeof p.tools === "string" ? p.tools : "default";
-    setForm({ name: p.name, provider: str(p.provider), base_url: str(p.base_url), model: str(p.model), api_key: "", fallbacks, tools });
+    setForm({
+      name: p.name,
+      provider: str(p.provider),
+      base_url: str(p.base_url),
+      model: str(p.model),
+      api_key: "",
+      fallbacks,
+      tools,
+      reasoning_effort: str(p.reasoning_effort),
+      thinking_budget_tokens: str(p.thinking_budget_tokens),
+    });
     setEditing(p);
     setModels(undefined);
     setModelsNote(undefined);
@@ -207,6 +227,7 @@ function Profiles() {
           <select value={form.provider} onChange={set("provider")}>
             <option value="openai">OpenAI-compatible</option>
             <option value="anthropic">Anthropic</option>
+            <option value="openai-responses">OpenAI Responses API</option>
           </select>
         </Field>
         <Field label="Base URL">
@@ -243,6 +264,20 @@ function Profiles() {
         <Field label="Fallbacks">
           <input value={form.fallbacks} onChange={set("fallbacks")} placeholder="other profiles, in order: backup, local" />
         </Field>
+        {form.provider === "anthropic" ? (
+          <Field label="Thinking budget (tokens)">
+            <input type="number" min={1024} value={form.thinking_budget_tokens} onChange={set("thinking_budget_tokens")} placeholder="off" />
+          </Field>
+        ) : (
+          <Field label="Reasoning effort">
+            <select value={form.reasoning_effort} onChange={set("reasoning_effort")}>
+              <option value="">Model's default</option>
+              <option value="low">Low</option>
+              <option value="medium">Medium</option>
+              <option value="high">High</option>
+            </select>
+          </Field>
+        )}
         <Field label="Tools">
           <select value={form.tools} onChange={set("tools")}>
             <option value="default">Default (file_editor)</option>
