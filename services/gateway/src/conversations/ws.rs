@@ -49,8 +49,11 @@ pub struct WsQuery {
     pub access_token: Option<String>,
 }
 
-/// WebSocket: replay after `after_seq`, then live events. Each text frame is one Event (JSON).
-/// Reconnect with the last seq you saw to get exactly the missing events. Authenticate with
+/// WebSocket: replay after `after_seq`, then live events. Each text frame is one Event (JSON),
+/// or, while the model writes an answer, a piece of it: `{"kind": "answer_delta", "after_seq",
+/// "from", "to", "text"}` (no `seq`; not an event, never in the log; the text so far comes first
+/// on a socket that opens mid-answer). Reconnect with the last seq you saw to get exactly the
+/// missing events. Authenticate with
 /// `Authorization: Bearer <key>`, the session cookie, or (where a client cannot set a header)
 /// a single-use ticket as `access_token`. The server pings every 20 s and closes a socket whose
 /// client has not answered for 45 s.
