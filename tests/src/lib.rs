@@ -16,6 +16,7 @@ pub mod github;
 pub mod harness;
 pub mod llm;
 pub mod procs;
+pub mod python;
 pub mod receiver;
 
 pub use git_http::{GitServer, bare_repository, git};

@@ -5,8 +5,6 @@
 //! user keeps as a secret. A server that cannot start is reported in words and does not stop
 //! the conversation; another user is offered none of it.
 
-use std::time::Duration;
-
 use halyard_tests::llm::tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use reqwest::Method;
@@ -19,41 +17,14 @@ const TOKEN: &str = "notes-token-8c1d5e";
 const TIME_SERVER: &str = "/opt/halyard-mcp/bin/mcp-server-time";
 
 /// The Python SDK's server on a free port, refusing requests without `Bearer TOKEN`.
-struct NotesServer {
-    url: String,
-    child: std::process::Child,
-}
-
-impl NotesServer {
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/servers/mcp_notes.py");
-        let child = std::process::Command::new("python3")
-            .args([script, &port.to_string(), TOKEN])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3 runs the MCP notes server (infra/install-deps.sh installs the `mcp` package)");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(std::time::Instant::now() < deadline, "the MCP notes server did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Self { url: format!("http://127.0.0.1:{port}/mcp"), child }
-    }
-}
-
-impl Drop for NotesServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn notes_server() -> halyard_tests::python::PythonServer {
+    halyard_tests::python::PythonServer::start("mcp_notes.py", &[TOKEN]).await
 }
 
 #[tokio::test]
 async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_reported() {
     init();
-    let notes = NotesServer::start().await;
+    let notes = notes_server().await;
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MCP_ALLOW", "loopback"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
@@ -64,7 +35,7 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     let time = json!({"transport": "stdio", "command": format!("{TIME_SERVER} --local-timezone UTC")});
     let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/time", Some(time)).await;
     assert_eq!((s, v["transport"].as_str(), v["enabled"].as_bool()), (201, Some("stdio"), Some(true)), "{v}");
-    let http = json!({"transport": "http", "url": notes.url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}});
+    let http = json!({"transport": "http", "url": notes.mcp_url(), "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}});
     let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/notes", Some(http)).await;
     assert_eq!(s, 201, "{v}");
     let broken = json!({"transport": "stdio", "command": "echo 'mcp-broken: no such thing' >&2; exit 3"});
@@ -74,7 +45,7 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
     let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/x", Some(json!({"transport": "http", "url": "ftp://x"}))).await;
     assert_eq!(s, 400, "{e}");
-    let bad_ref = json!({"transport": "http", "url": notes.url, "headers": {"Authorization": "Bearer ${NOTES_TOKEN"}});
+    let bad_ref = json!({"transport": "http", "url": notes.mcp_url(), "headers": {"Authorization": "Bearer ${NOTES_TOKEN"}});
     let (s, e) = alice.call(Method::PUT, "/api/v1/mcp-servers/x", Some(bad_ref)).await;
     assert!(s == 400 && e["error"]["message"].as_str().unwrap_or_default().contains("${NAME}"), "{e}");
     let (_, listed) = alice.get("/api/v1/mcp-servers").await;

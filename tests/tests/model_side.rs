@@ -16,46 +16,14 @@ fn finished(ev: &[Value]) -> bool {
     ev.iter().any(|e| e["kind"] == "execution_status" && (e["status"] == "finished" || e["status"] == "error"))
 }
 
-/// `tests/servers/mcp_clock.py` on a free port.
-struct ClockServer {
-    url: String,
-    child: std::process::Child,
-}
-
-impl ClockServer {
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/servers/mcp_clock.py");
-        let child = std::process::Command::new("python3")
-            .args([script, &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3 runs the MCP clock server (tests/install-deps.sh installs the `mcp` package)");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(std::time::Instant::now() < deadline, "the MCP clock server did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Self { url: format!("http://127.0.0.1:{port}/mcp"), child }
-    }
-}
-
-impl Drop for ClockServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn calls_that_only_read_overlap_and_one_that_changes_runs_alone() {
     init();
-    let clock = ClockServer::start().await;
+    let clock = halyard_tests::python::PythonServer::start("mcp_clock.py", &[]).await;
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MCP_ALLOW", "loopback"));
     let alice = h.api(ALICE);
-    let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/clock", Some(json!({"transport": "http", "url": clock.url}))).await;
+    let (s, v) = alice.call(Method::PUT, "/api/v1/mcp-servers/clock", Some(json!({"transport": "http", "url": clock.mcp_url()}))).await;
     assert_eq!(s, 201, "{v}");
     let look = |name: &str, seconds: f64| ("clock__look".to_owned(), json!({"name": name, "seconds": seconds}));
     llm.push([
