@@ -204,8 +204,10 @@ impl History {
                 self.unjudged.clear();
                 self.used_tokens += prompt_tokens + completion_tokens;
                 self.used_usd += cost_usd.unwrap_or(0.0);
-                // A new answer follows: what the previous one left without a result never gets one.
+                // A new answer follows: what the previous one left without a result never gets one,
+                // and reasoning left without its answer belongs to none.
                 self.pending.clear();
+                self.thinking.clear();
             }
             EventBody::UserMessage { text, images } => {
                 self.last_user_seq = ev.seq;

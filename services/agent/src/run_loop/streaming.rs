@@ -74,10 +74,14 @@ pub(super) fn publish(
                     Some(text) => (text, false),
                     None => continue,
                 },
-                // Started again from nothing: the whole text so far is now empty.
+                // Started again from nothing: the whole text so far is now empty (said only if
+                // some of it went out).
                 Some(None) => {
                     answer.raw.clear();
                     answer.sent = 0;
+                    if pieces == 0 {
+                        continue;
+                    }
                     (String::new(), true)
                 }
                 None => match answer.rest() {
@@ -103,8 +107,11 @@ pub(super) fn publish(
             }
         }
         ctx.answers.with(|a| a.remove(&id));
-        // Out before the finished answer is appended, so readers see the pieces first.
-        let _ = ctx.nats.flush().await;
+        // Out before the finished answer is appended, so readers see the pieces first (an
+        // answer that sent none costs no round trip).
+        if pieces > 0 {
+            let _ = ctx.nats.flush().await;
+        }
     });
     (tx, task)
 }
