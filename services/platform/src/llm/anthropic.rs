@@ -14,7 +14,7 @@
 
 use serde_json::{Value, json};
 
-use crate::llm::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
+use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
 
 /// The API version this client speaks.
 pub const VERSION: &str = "2023-06-01";
@@ -218,20 +218,18 @@ pub struct StreamAccumulator {
     partial_json: Vec<String>,
     stop_reason: Option<String>,
     usage: Option<Usage>,
-    pub(crate) saw_data: bool,
-    /// Text not yet taken as a delta.
-    pub(crate) fresh: String,
+    state: StreamState,
 }
 
-impl StreamAccumulator {
+impl Accumulate for StreamAccumulator {
     /// Feeds one SSE line; returns true at `message_stop`.
-    pub fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
         let data = data.trim();
         if data.is_empty() {
             return Ok(false);
         }
-        self.saw_data = true;
+        self.state.saw_data = true;
         let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream event: {e}")))?;
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
         match v["type"].as_str() {
@@ -251,7 +249,7 @@ impl StreamAccumulator {
                 match delta["type"].as_str() {
                     Some("text_delta") => {
                         let piece = delta["text"].as_str().unwrap_or_default();
-                        self.fresh.push_str(piece);
+                        self.state.fresh.push_str(piece);
                         let text = format!("{}{}", block["text"].as_str().unwrap_or_default(), piece);
                         block["text"] = text.into();
                     }
@@ -279,7 +277,11 @@ impl StreamAccumulator {
         Ok(false)
     }
 
-    pub fn finish(mut self) -> Result<Completion, LlmError> {
+    fn state(&mut self) -> &mut StreamState {
+        &mut self.state
+    }
+
+    fn finish(mut self) -> Result<Completion, LlmError> {
         for (block, json) in self.blocks.iter_mut().zip(&self.partial_json) {
             if block["type"] == "tool_use" && !json.is_empty() {
                 block["input"] = serde_json::from_str(json).map_err(|e| LlmError::Malformed(format!("tool input: {e}")))?;

@@ -467,59 +467,20 @@ fn reasoning_text(text: &str) -> Vec<ThinkingBlock> {
     vec![ThinkingBlock { text: text.to_owned(), ..Default::default() }]
 }
 
+/// What every wire's stream reader keeps besides its own fold: whether any data came, and the
+/// answer's text not yet taken as a delta.
+#[derive(Default, Debug)]
+pub(crate) struct StreamState {
+    pub(crate) saw_data: bool,
+    pub(crate) fresh: String,
+}
+
 /// A wire's stream reader: fed one server-sent-event line at a time.
-trait Accumulate {
+pub(crate) trait Accumulate {
     /// Feeds a line; true at the end of the answer.
     fn line(&mut self, line: &str) -> Result<bool, LlmError>;
-    fn saw_data(&self) -> bool;
-    /// The answer's text that arrived since the last call.
-    fn fresh(&mut self) -> String;
+    fn state(&mut self) -> &mut StreamState;
     fn finish(self) -> Result<Completion, LlmError>;
-}
-
-impl Accumulate for StreamAccumulator {
-    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        StreamAccumulator::line(self, line)
-    }
-    fn saw_data(&self) -> bool {
-        self.saw_data
-    }
-    fn fresh(&mut self) -> String {
-        std::mem::take(&mut self.fresh)
-    }
-    fn finish(self) -> Result<Completion, LlmError> {
-        Ok(StreamAccumulator::finish(self))
-    }
-}
-
-impl Accumulate for anthropic::StreamAccumulator {
-    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        anthropic::StreamAccumulator::line(self, line)
-    }
-    fn saw_data(&self) -> bool {
-        self.saw_data
-    }
-    fn fresh(&mut self) -> String {
-        std::mem::take(&mut self.fresh)
-    }
-    fn finish(self) -> Result<Completion, LlmError> {
-        anthropic::StreamAccumulator::finish(self)
-    }
-}
-
-impl Accumulate for responses::StreamAccumulator {
-    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        responses::StreamAccumulator::line(self, line)
-    }
-    fn saw_data(&self) -> bool {
-        self.saw_data
-    }
-    fn fresh(&mut self) -> String {
-        std::mem::take(&mut self.fresh)
-    }
-    fn finish(self) -> Result<Completion, LlmError> {
-        responses::StreamAccumulator::finish(self)
-    }
 }
 
 /// Reads a server-sent-event stream into a completion, passing its text to `deltas` as each
@@ -540,7 +501,7 @@ async fn read_stream(response: reqwest::Response, mut acc: impl Accumulate, delt
         }
         // One piece per chunk of the body: what its lines added.
         if let Some(d) = deltas {
-            let fresh = acc.fresh();
+            let fresh = std::mem::take(&mut acc.state().fresh);
             if !fresh.is_empty() {
                 let _ = d.send(Some(fresh));
             }
@@ -553,7 +514,7 @@ async fn read_stream(response: reqwest::Response, mut acc: impl Accumulate, delt
         let line = String::from_utf8_lossy(&buf).to_string();
         acc.line(line.trim_end())?;
     }
-    if !acc.saw_data() {
+    if !acc.state().saw_data {
         return Err(LlmError::Malformed("stream ended without data".into()));
     }
     acc.finish()
@@ -566,16 +527,14 @@ pub struct StreamAccumulator {
     has_content: bool,
     calls: Vec<ToolCall>,
     finish_reason: Option<String>,
-    saw_data: bool,
     usage: Option<Usage>,
     reasoning: String,
-    /// Text not yet taken as a delta.
-    fresh: String,
+    state: StreamState,
 }
 
-impl StreamAccumulator {
+impl Accumulate for StreamAccumulator {
     /// Feeds one SSE line; returns true at `data: [DONE]`.
-    pub fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
         let data = data.trim();
         if data == "[DONE]" {
@@ -584,7 +543,7 @@ impl StreamAccumulator {
         if data.is_empty() {
             return Ok(false);
         }
-        self.saw_data = true;
+        self.state.saw_data = true;
         let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream chunk: {e}")))?;
         if let Some(err) = v.get("error") {
             return Err(LlmError::Server { status: 200, body: err.to_string() });
@@ -599,7 +558,7 @@ impl StreamAccumulator {
         let Some(delta) = choice.get("delta") else { return Ok(false) };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             self.content.push_str(text);
-            self.fresh.push_str(text);
+            self.state.fresh.push_str(text);
             self.has_content = true;
         }
         if let Some(text) = delta.get("reasoning_content").and_then(Value::as_str) {
@@ -628,14 +587,18 @@ impl StreamAccumulator {
         Ok(false)
     }
 
-    pub fn finish(self) -> Completion {
-        Completion {
+    fn state(&mut self) -> &mut StreamState {
+        &mut self.state
+    }
+
+    fn finish(self) -> Result<Completion, LlmError> {
+        Ok(Completion {
             content: self.has_content.then_some(self.content),
             tool_calls: self.calls.into_iter().filter(|c| !c.function.name.is_empty()).collect(),
             finish_reason: self.finish_reason,
             usage: self.usage,
             thinking: reasoning_text(&self.reasoning),
-        }
+        })
     }
 }
 
@@ -656,7 +619,7 @@ mod tests {
             assert!(!acc.line(line).unwrap());
         }
         assert!(acc.line("data: [DONE]").unwrap());
-        let c = acc.finish();
+        let c = acc.finish().unwrap();
         assert_eq!(c.content.as_deref(), Some("Let me check."));
         assert_eq!(c.tool_calls.len(), 1);
         assert_eq!(c.tool_calls[0].id, "call_1");

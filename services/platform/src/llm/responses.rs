@@ -13,7 +13,7 @@
 
 use serde_json::{Value, json};
 
-use crate::llm::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
+use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
 
 /// The provider name of this wire.
 pub const PROVIDER: &str = "openai-responses";
@@ -150,23 +150,21 @@ fn error(e: &Value) -> LlmError {
 #[derive(Default, Debug)]
 pub struct StreamAccumulator {
     done: Option<Value>,
-    pub(crate) saw_data: bool,
-    /// Text not yet taken as a delta.
-    pub(crate) fresh: String,
+    state: StreamState,
 }
 
-impl StreamAccumulator {
+impl Accumulate for StreamAccumulator {
     /// Feeds one SSE line; returns true at `response.completed` (or `response.incomplete`).
-    pub fn line(&mut self, line: &str) -> Result<bool, LlmError> {
+    fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
         let data = data.trim();
         if data.is_empty() || data == "[DONE]" {
             return Ok(data == "[DONE]" && self.done.is_some());
         }
-        self.saw_data = true;
+        self.state.saw_data = true;
         let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream event: {e}")))?;
         match v["type"].as_str() {
-            Some("response.output_text.delta") => self.fresh.push_str(v["delta"].as_str().unwrap_or_default()),
+            Some("response.output_text.delta") => self.state.fresh.push_str(v["delta"].as_str().unwrap_or_default()),
             Some("response.completed" | "response.incomplete") => {
                 self.done = Some(v["response"].clone());
                 return Ok(true);
@@ -178,7 +176,11 @@ impl StreamAccumulator {
         Ok(false)
     }
 
-    pub fn finish(self) -> Result<Completion, LlmError> {
+    fn state(&mut self) -> &mut StreamState {
+        &mut self.state
+    }
+
+    fn finish(self) -> Result<Completion, LlmError> {
         match self.done {
             Some(response) => parse(&response),
             None => Err(LlmError::Malformed("the stream ended before response.completed".into())),
