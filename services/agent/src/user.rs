@@ -91,20 +91,5 @@ fn client(ctx: &Ctx, owner: &UserId, name: &str, p: &LlmProfile) -> Result<LlmCl
             .map_err(|e| format!("the API key of LLM profile `{name}` cannot be read: {e}; store it again"))?,
         None => String::new(),
     };
-    ctx.llm
-        .for_profile(
-            ProfileTarget {
-                provider: p.provider.clone(),
-                base_url: p.base_url.clone(),
-                model: p.model.clone(),
-                api_key,
-                temperature: p.temperature,
-                max_output_tokens: p.max_output_tokens,
-                context_window: p.context_window,
-                reasoning_effort: p.reasoning_effort.clone(),
-                thinking_budget_tokens: p.thinking_budget_tokens,
-            },
-            &ctx.config.llm.profile_allow,
-        )
-        .map_err(|e| format!("LLM profile `{name}`: {e}"))
+    ctx.llm.for_profile(ProfileTarget::of(p, api_key), &ctx.config.llm.profile_allow).map_err(|e| format!("LLM profile `{name}`: {e}"))
 }

@@ -334,17 +334,7 @@ fn client_of(state: &AppState, user: &UserId, name: &str, p: &LlmProfile, max_ou
         })?,
         None => String::new(),
     };
-    let target = halyard_platform::llm::ProfileTarget {
-        provider: p.provider.clone(),
-        base_url: p.base_url.clone(),
-        model: p.model.clone(),
-        api_key,
-        temperature: p.temperature,
-        max_output_tokens,
-        context_window: p.context_window,
-        reasoning_effort: p.reasoning_effort.clone(),
-        thinking_budget_tokens: p.thinking_budget_tokens,
-    };
+    let target = halyard_platform::llm::ProfileTarget { max_output_tokens, ..halyard_platform::llm::ProfileTarget::of(p, api_key) };
     LlmClient::new(state.config.llm.clone())
         .and_then(|base| base.for_profile(target, &state.config.llm.profile_allow))
         .map_err(|e| ApiError::bad_request("invalid_llm_profile", e.to_string()))

@@ -215,6 +215,23 @@ pub struct ProfileTarget {
     pub thinking_budget_tokens: Option<u64>,
 }
 
+impl ProfileTarget {
+    /// Where a stored profile points, with its API key opened.
+    pub fn of(p: &halyard_protocol::user::LlmProfile, api_key: String) -> Self {
+        Self {
+            provider: p.provider.clone(),
+            base_url: p.base_url.clone(),
+            model: p.model.clone(),
+            api_key,
+            temperature: p.temperature,
+            max_output_tokens: p.max_output_tokens,
+            context_window: p.context_window,
+            reasoning_effort: p.reasoning_effort.clone(),
+            thinking_budget_tokens: p.thinking_budget_tokens,
+        }
+    }
+}
+
 /// The client. Cheap to clone.
 #[derive(Clone)]
 pub struct LlmClient {
@@ -358,8 +375,7 @@ impl LlmClient {
                 self.config.temperature,
                 self.config.reasoning_effort.as_deref(),
             );
-            let request = self.http.post(format!("{base}/responses")).json(&body);
-            if self.config.api_key.is_empty() { request } else { request.bearer_auth(&self.config.api_key) }
+            self.authorized(self.http.post(format!("{base}/responses")).json(&body))
         } else if wire == "anthropic" {
             let body = anthropic::request(
                 &self.config.model,
@@ -370,31 +386,13 @@ impl LlmClient {
                 self.config.temperature,
                 self.config.thinking_budget_tokens,
             );
-            self.http
-                .post(format!("{base}/messages"))
-                .json(&body)
-                .header("x-api-key", &self.config.api_key)
-                .header("anthropic-version", anthropic::VERSION)
+            self.authorized(self.http.post(format!("{base}/messages")).json(&body))
         } else {
             self.openai_request(base, messages, tools)
         };
         let response = request.timeout(Duration::from_secs(self.config.timeout_secs)).send().await.map_err(transport)?;
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let text = response.text().await.unwrap_or_default();
-            let body: String = if self.users { crate::outbound::status_line(status) } else { text.chars().take(500).collect() };
-            return Err(match status.as_u16() {
-                429 => LlmError::RateLimited { retry_after },
-                s if s >= 500 => LlmError::Server { status: s, body },
-                400 | 413 if is_context_error(&text) => LlmError::ContextWindow { body },
-                s => LlmError::Rejected { status: s, body },
-            });
+        if !response.status().is_success() {
+            return Err(self.refusal(response).await);
         }
         match (wire, self.config.stream) {
             ("anthropic", true) => read_stream(response, anthropic::StreamAccumulator::default(), deltas).await,
@@ -426,11 +424,36 @@ impl LlmClient {
         if let Some(effort) = &self.config.reasoning_effort {
             body["reasoning_effort"] = effort.as_str().into();
         }
-        let mut request = self.http.post(format!("{base}/chat/completions")).json(&body);
-        if !self.config.api_key.is_empty() {
-            request = request.bearer_auth(&self.config.api_key);
+        self.authorized(self.http.post(format!("{base}/chat/completions")).json(&body))
+    }
+
+    /// `request` with the key as this client's wire sends it: Anthropic's `x-api-key` (and its
+    /// version), else a bearer token (none when there is no key).
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if self.config.provider == "anthropic" {
+            return request.header("x-api-key", &self.config.api_key).header("anthropic-version", anthropic::VERSION);
         }
-        request
+        if self.config.api_key.is_empty() { request } else { request.bearer_auth(&self.config.api_key) }
+    }
+
+    /// The error a response that is no success stands for. A user's profile's error says the
+    /// status line only (the body could be an internal service's answer, see [`crate::outbound`]).
+    async fn refusal(&self, response: reqwest::Response) -> LlmError {
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = response.text().await.unwrap_or_default();
+        let body: String = if self.users { crate::outbound::status_line(status) } else { text.chars().take(500).collect() };
+        match status.as_u16() {
+            429 => LlmError::RateLimited { retry_after },
+            s if s >= 500 => LlmError::Server { status: s, body },
+            400 | 413 if is_context_error(&text) => LlmError::ContextWindow { body },
+            s => LlmError::Rejected { status: s, body },
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use halyard_protocol::user::ModelInfo;
 use serde_json::Value;
 use std::time::Duration;
 
-use super::{LlmClient, LlmError, anthropic, transport};
+use super::{LlmClient, LlmError, transport};
 
 /// Pages of Anthropic's list read at most (1,000 models each).
 const MAX_PAGES: usize = 10;
@@ -28,22 +28,10 @@ impl LlmClient {
             }
             let url = reqwest::Url::parse_with_params(&format!("{base}/models"), &params)
                 .map_err(|e| LlmError::Transport(format!("{base}/models: {e}")))?;
-            let mut request = self.http.get(url).timeout(Duration::from_secs(self.config.timeout_secs.min(30)));
-            if anthropic {
-                request = request.header("x-api-key", &self.config.api_key).header("anthropic-version", anthropic::VERSION);
-            } else if !self.config.api_key.is_empty() {
-                request = request.bearer_auth(&self.config.api_key);
-            }
+            let request = self.authorized(self.http.get(url).timeout(Duration::from_secs(self.config.timeout_secs.min(30))));
             let response = request.send().await.map_err(transport)?;
-            let status = response.status();
-            if !status.is_success() {
-                let text = response.text().await.unwrap_or_default();
-                let body: String = if self.users { crate::outbound::status_line(status) } else { text.chars().take(500).collect() };
-                return Err(match status.as_u16() {
-                    429 => LlmError::RateLimited { retry_after: None },
-                    s if s >= 500 => LlmError::Server { status: s, body },
-                    s => LlmError::Rejected { status: s, body },
-                });
+            if !response.status().is_success() {
+                return Err(self.refusal(response).await);
             }
             let page: Value = response.json().await.map_err(transport)?;
             let Some(Value::Array(data)) = page.get("data") else {
