@@ -369,6 +369,13 @@ pub enum EventBody {
         exit_code: Option<i32>,
         #[serde(default)]
         is_error: bool,
+        /// A browser tool's page afterwards: its URL...
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        /// ...and a PNG of it, kept outside the log in the conversation's screenshots (served at
+        /// `GET /conversations/{id}/screenshots/{screenshot_id}`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        screenshot_id: Option<String>,
     },
     /// One LLM call: what it used and cost (cost only where the model has a price).
     LlmCall {

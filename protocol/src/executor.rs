@@ -126,6 +126,10 @@ pub struct Health {
     /// Milliseconds since the last shell or file request ended (0 while one runs).
     #[serde(default)]
     pub idle_ms: u64,
+    /// The sandbox's browser is running (it starts on the first browser call and stops after a
+    /// while unused).
+    #[serde(default)]
+    pub browser: bool,
 }
 
 /// `POST /session-key`: replaces the executor's session key (a warm-pool sandbox gets the key
@@ -369,4 +373,41 @@ pub struct PatchResponse {
     /// How loosely context lines had to be matched (0: exactly; trailing or surrounding
     /// whitespace ignored otherwise).
     pub fuzz: u32,
+}
+
+/// The agent's browser tools, as OpenHands names them; `POST /browser` carries one of them.
+pub const BROWSER_TOOLS: &[&str] = &[
+    "browser_navigate",
+    "browser_click",
+    "browser_type",
+    "browser_get_state",
+    "browser_get_content",
+    "browser_scroll",
+    "browser_go_back",
+    "browser_list_tabs",
+    "browser_switch_tab",
+    "browser_close_tab",
+];
+
+/// `POST /browser`: one browser action in the sandbox's headless Chromium (started by the first
+/// one), `tool` one of [`BROWSER_TOOLS`] and `arguments` as the model wrote them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BrowserRequest {
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: serde_json::Value,
+}
+
+/// What a browser action did, and the page after it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BrowserResponse {
+    /// What the agent reads.
+    pub output: String,
+    /// The current tab's URL and title afterwards.
+    pub url: String,
+    pub title: String,
+    /// A PNG of the current tab's viewport afterwards, in standard base64 (absent: none could be
+    /// taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screenshot_png: Option<String>,
 }

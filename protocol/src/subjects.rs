@@ -151,6 +151,16 @@ pub fn answer_so_far(id: ConversationId) -> String {
 /// Every conversation's [`answer_so_far`] subject, which each agent runner listens on.
 pub const ALL_ANSWERS_SO_FAR: &str = "halyard.sofar.*";
 
+/// The object store bucket of the browser's screenshots (PNG), outside the event log: an
+/// observation carries only a [`screenshot_object`]'s id.
+pub const SCREENSHOT_BUCKET: &str = "halyard_screenshots";
+
+/// The name of one screenshot in [`SCREENSHOT_BUCKET`]: under its conversation, which deletes
+/// it with itself.
+pub fn screenshot_object(conversation: ConversationId, screenshot_id: &str) -> String {
+    format!("{conversation}/{screenshot_id}")
+}
+
 /// One conversation's event log: the filter for all of its events, whatever their kind.
 pub fn conversation_events(id: ConversationId) -> String {
     format!("halyard.events.{id}.*")

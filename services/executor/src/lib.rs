@@ -6,7 +6,8 @@
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
-//! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST
+//! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
+//! agent's browser tools, [`browser`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
@@ -15,6 +16,7 @@
 //! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
 //! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
+pub mod browser;
 pub mod checkpoint;
 pub mod disk;
 pub mod files;
@@ -52,6 +54,8 @@ pub struct ExecutorConfig {
     /// What the workspace, home and temporary directory may hold together, in bytes (0: no
     /// limit); see [`disk`].
     pub disk_limit: u64,
+    /// How long the browser may stay unused before it is stopped; see [`browser`].
+    pub browser_idle: std::time::Duration,
 }
 
 impl std::fmt::Debug for ExecutorConfig {
@@ -122,6 +126,8 @@ struct AppState {
     disk: Option<Arc<disk::Disk>>,
     /// The workspace's checkpoints; one taken or restored at a time.
     checkpoints: Arc<tokio::sync::Mutex<checkpoint::Checkpoints>>,
+    /// The sandbox's browser, started by the first browser call.
+    browser: Arc<browser::Browser>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -158,6 +164,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let roots = [Some(config.workspace.clone()), std::env::var_os("HOME").map(PathBuf::from), Some(std::env::temp_dir())];
     let disk = disk::Disk::new(config.disk_limit, roots.into_iter().flatten().collect());
     let workspace = config.workspace.clone();
+    let config_idle = config.browser_idle;
     let state = AppState {
         config: Arc::new(config),
         key,
@@ -167,6 +174,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         git,
         disk,
         checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
+        browser: browser::Browser::new(config_idle),
     };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
@@ -176,6 +184,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/files/grep", post(grep))
         .route("/files/patch", post(patch))
         .route("/hooks/run", post(run_hook))
+        .route("/browser", post(browse))
         .route("/checkpoint", post(take_checkpoint))
         .route("/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
@@ -274,7 +283,16 @@ async fn health(State(state): State<AppState>) -> Json<Health> {
         ok: state.shells.main().is_alive(),
         workspace: state.config.workspace.display().to_string(),
         idle_ms: state.activity.idle_ms(),
+        browser: state.browser.running(),
     })
+}
+
+/// `POST /browser`: one of the agent's browser tools ([`browser`]).
+async fn browse(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::BrowserRequest>,
+) -> Result<Json<halyard_protocol::executor::BrowserResponse>, ExecutorError> {
+    state.browser.act(&req).await.map(Json)
 }
 
 /// `POST /session-key`: the caller proved it holds the current key; the new one replaces it.

@@ -126,6 +126,10 @@ struct ExecutorArgs {
     /// limit; see `halyard_executor::disk`).
     #[arg(long, default_value_t = 0)]
     disk_limit_mb: u64,
+    /// Stop the sandbox's browser after this many seconds unused (it starts again on the next
+    /// browser call).
+    #[arg(long, default_value_t = 600)]
+    browser_idle_secs: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -462,7 +466,8 @@ async fn wait_for_signal() {
 }
 
 async fn executor(args: &ExecutorArgs) -> Result<()> {
-    let ExecutorArgs { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd, disk_limit_mb } = *args;
+    let ExecutorArgs { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd, disk_limit_mb, browser_idle_secs } =
+        *args;
     // The session key comes on stdin (or in a file deleted once read), never in the environment
     // or on the command line, where other processes of the sandbox could read it.
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -492,8 +497,13 @@ async fn executor(args: &ExecutorArgs) -> Result<()> {
         });
     }
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
-    let config =
-        halyard_executor::ExecutorConfig { workspace: workspace.clone(), session_key, output_cap, disk_limit: disk_limit_mb << 20 };
+    let config = halyard_executor::ExecutorConfig {
+        workspace: workspace.clone(),
+        session_key,
+        output_cap,
+        disk_limit: disk_limit_mb << 20,
+        browser_idle: std::time::Duration::from_secs(browser_idle_secs),
+    };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is
     // gone (stopped or crashed), and a sandbox nobody supervises must not linger.
     let lifeline = key_file.is_none() && !outlive_supervisor;
