@@ -6,6 +6,8 @@
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 #   - slirp4netns (Debian): the way out of a process sandbox's own network namespace, and
 #     iptables, which filters it for egress `internet`
+#   - chromium (Debian): the agent's browser in process sandboxes (Docker sandboxes have their
+#     image's, see build-base-image.sh)
 #   - the MCP time server in a venv of the system's Python at /opt/halyard-mcp, which process
 #     sandboxes can run (they see /usr and /opt, not root's home): the README's MCP example
 # Idempotent: re-running it changes nothing once everything is there.
@@ -47,6 +49,12 @@ fi
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+fi
+# The agent's browser tools run the host's Chromium in process sandboxes.
+if ! [ -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  echo "installing: chromium" >&2
+  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

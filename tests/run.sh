@@ -11,12 +11,9 @@ bash infra/install-deps.sh
 bash tests/install-deps.sh
 bash infra/docker-up.sh
 bash infra/build-base-image.sh
-# The browser tests: the built web app and Debian's Chromium (Playwright cannot download one).
+# The browser tests: the built web app, and Debian's Chromium (infra/install-deps.sh installs
+# it: the agent's browser in process sandboxes; Playwright cannot download one).
 bash infra/build-web.sh --require
-if ! command -v chromium >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
-fi
 if [ -z "${HALYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
   export HALYARD_NATS_SERVER="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/nats-server"
 fi

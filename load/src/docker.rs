@@ -101,6 +101,7 @@ pub async fn run(n: usize) -> Result<Value> {
             spec: &spec,
             labels: docker::labels(&engine.naming, "default", &id, None, None, false),
             output_cap: 30_000,
+            browser_idle_secs: 600,
         };
         engine.ensure_volume(&plan.volume, &plan.labels).await?;
         let t0 = Instant::now();

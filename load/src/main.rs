@@ -301,6 +301,8 @@ async fn core(args: &Args) -> Result<()> {
                     content: "x".repeat(160),
                     exit_code: Some(0),
                     is_error: false,
+                    url: None,
+                    screenshot_id: None,
                 };
                 appender.append(EventId::new(), EventSource::Environment, body, None).await?;
             }
@@ -437,6 +439,8 @@ pub(crate) fn bytes_of_event() -> Vec<u8> {
             content: "x".repeat(160),
             exit_code: Some(0),
             is_error: false,
+            url: None,
+            screenshot_id: None,
         },
     };
     halyard_protocol::encode(&halyard_protocol::Envelope::new(ev, 0)).unwrap_or_default()

@@ -42,6 +42,8 @@ async fn fill(js: &async_nats::jetstream::Context, id: ConversationId, total: u6
                 content: format!("total 24\n-rw-r--r-- 1 u u 4096 lib.rs\n  {i} src/module_{i}/lib.rs\n"),
                 exit_code: Some(0),
                 is_error: false,
+                url: None,
+                screenshot_id: None,
             }
         };
         let source = if matches!(body, EventBody::Observation { .. }) { EventSource::Environment } else { EventSource::Agent };

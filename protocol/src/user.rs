@@ -67,6 +67,10 @@ pub struct LlmProfile {
     /// Tokens of Anthropic's extended thinking per answer (at least 1,024).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking_budget_tokens: Option<u64>,
+    /// Whether the model reads images (absent: it does): when it does not, the browser's
+    /// screenshots are not sent to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<bool>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
 }
@@ -85,15 +89,21 @@ pub enum ToolSet {
 }
 
 /// The built-in tools a [`ToolSet`] may name.
-pub const BUILT_IN_TOOLS: &[&str] = &["terminal", "file_editor", "apply_patch", "glob", "grep", "think", "task_tracker", "delegate"];
+/// (`browser` stands for the ten `browser_*` tools.)
+pub const BUILT_IN_TOOLS: &[&str] =
+    &["terminal", "file_editor", "apply_patch", "glob", "grep", "think", "task_tracker", "browser", "delegate"];
 
 impl ToolSet {
     /// The built-in tools it offers (besides `finish` and `load_skill`), in the order offered;
     /// `Err` names what is wrong.
     pub fn names(&self) -> Result<Vec<&'static str>, String> {
         match self {
-            Self::Preset(p) if p == "default" => Ok(vec!["terminal", "file_editor", "think", "task_tracker", "glob", "grep", "delegate"]),
-            Self::Preset(p) if p == "gpt5" => Ok(vec!["terminal", "apply_patch", "think", "task_tracker", "glob", "grep", "delegate"]),
+            Self::Preset(p) if p == "default" => {
+                Ok(vec!["terminal", "file_editor", "think", "task_tracker", "glob", "grep", "browser", "delegate"])
+            }
+            Self::Preset(p) if p == "gpt5" => {
+                Ok(vec!["terminal", "apply_patch", "think", "task_tracker", "glob", "grep", "browser", "delegate"])
+            }
             Self::Preset(p) => Err(format!("unknown tool set {p:?}: use \"default\", \"gpt5\" or a list of tool names")),
             Self::Names(names) => {
                 let mut out = Vec::new();

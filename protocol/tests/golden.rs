@@ -355,6 +355,8 @@ fn events_are_stable() {
                     content: "total 0".into(),
                     exit_code: Some(0),
                     is_error: false,
+                    url: None,
+                    screenshot_id: None,
                 },
             ),
         ),

@@ -150,6 +150,8 @@ mod tests {
                     content: "x".repeat(400),
                     exit_code: Some(0),
                     is_error: false,
+                    url: None,
+                    screenshot_id: None,
                 },
             ),
         ]

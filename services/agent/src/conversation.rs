@@ -676,6 +676,7 @@ impl ConvState {
             max_iterations: self.ctx.config.agent.max_iterations,
             mcp: self.mcp.clone(),
             tool_set: Default::default(),
+            vision: true,
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();
@@ -882,6 +883,8 @@ impl ConvState {
                             .into(),
                         exit_code: None,
                         is_error: true,
+                        url: None,
+                        screenshot_id: None,
                     };
                     let _ = log.append(EventId::new(), EventSource::System, body, None).await;
                 }

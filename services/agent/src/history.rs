@@ -43,7 +43,8 @@ pub struct Entry {
 impl Entry {
     fn new(msg: ChatMessage, seq: u64) -> Self {
         let bytes = msg.content.as_deref().map_or(0, str::len)
-            + msg.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum::<usize>();
+            + msg.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum::<usize>()
+            + msg.images.len() * IMAGE_TOKENS as usize;
         Self { msg, seq, bytes: bytes as u64 + MESSAGE_OVERHEAD, tokens: None }
     }
 
@@ -56,10 +57,15 @@ impl Entry {
 /// What every message costs beyond its text (role and separators, as OpenAI counts them).
 pub const MESSAGE_OVERHEAD: u64 = 4;
 
+/// What an image costs the prompt, about: a 1280x800 screenshot is four 512-pixel tiles at 170
+/// tokens and a base of 85 for OpenAI, (1280 * 800) / 750 = 1,365 for Anthropic.
+pub const IMAGE_TOKENS: u64 = 1_400;
+
 /// Tokens of one message.
 pub fn message_tokens(m: &ChatMessage, counter: &TokenCounter) -> u64 {
     m.content.as_deref().map_or(0, |c| counter.count(c))
         + m.tool_calls.iter().map(|c| counter.count(&c.function.name) + counter.count(&c.function.arguments)).sum::<u64>()
+        + m.images.len() as u64 * IMAGE_TOKENS
         + MESSAGE_OVERHEAD
 }
 
@@ -157,6 +163,23 @@ impl History {
 
     fn push(&mut self, msg: ChatMessage, seq: u64) {
         self.entries.push(Entry::new(msg, seq));
+    }
+
+    /// Shows the model `image` with the tool result of event `seq` (a screenshot it asked for).
+    /// Only the newest such image stays: the ones before it leave the prompt, their results
+    /// saying so. A replay (a run taken over) shows none of them: the agent asks again.
+    pub fn show_image(&mut self, seq: u64, image: ImagePart) {
+        for e in self.entries.iter_mut().filter(|e| e.msg.role == "tool" && !e.msg.images.is_empty()) {
+            e.msg.images.clear();
+            if let Some(c) = e.msg.content.as_mut() {
+                c.push_str("\n[Its screenshot is no longer shown.]");
+            }
+            *e = Entry::new(e.msg.clone(), e.seq);
+        }
+        if let Some(e) = self.entries.iter_mut().rev().find(|e| e.seq == seq && e.msg.role == "tool") {
+            e.msg.images = vec![image];
+            *e = Entry::new(e.msg.clone(), e.seq);
+        }
     }
 
     fn close_pending(&mut self, tool_call_id: &str) {
@@ -415,6 +438,8 @@ mod tests {
                     content: "x".into(),
                     exit_code: Some(0),
                     is_error: false,
+                    url: None,
+                    screenshot_id: None,
                 },
             ),
             ev(5, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: None }),

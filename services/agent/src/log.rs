@@ -146,7 +146,7 @@ fn mask_body(redactor: &Redactor, mut body: EventBody) -> EventBody {
         (Some(m), _) => m,
         // Withheld, keeping what pairs an action with its result.
         (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => {
-            EventBody::Observation { tool_call_id, tool, content: WITHHELD.into(), exit_code, is_error }
+            EventBody::Observation { tool_call_id, tool, content: WITHHELD.into(), exit_code, is_error, url: None, screenshot_id: None }
         }
         (None, EventBody::Action { tool_call_id, tool, security_risk, .. }) => {
             EventBody::Action { tool_call_id, tool, arguments: serde_json::json!({"withheld": WITHHELD}), thought: None, security_risk }
@@ -178,6 +178,8 @@ mod tests {
             content: "finished".into(),
             exit_code: Some(0),
             is_error: false,
+            url: None,
+            screenshot_id: None,
         };
         match mask_body(&r, obs) {
             EventBody::Observation { tool_call_id, content, .. } => {

@@ -52,11 +52,13 @@ pub struct Profile {
     pub llm: LlmChain,
     /// The tools its conversations offer.
     pub tools: ToolSet,
+    /// The model reads images (the browser's screenshots are sent to it).
+    pub vision: bool,
 }
 
 /// The owner's profile `name` (none: the operator's default model, with the default tools).
 pub async fn profile(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<Profile, String> {
-    let Some(name) = name else { return Ok(Profile { llm: LlmChain::single(ctx.llm.clone()), tools: ToolSet::default() }) };
+    let Some(name) = name else { return Ok(Profile { llm: LlmChain::single(ctx.llm.clone()), tools: ToolSet::default(), vision: true }) };
     let profiles: UserLlmProfiles = read(ctx, &subjects::user_llm_key(owner)).await?;
     let Some(p) = profiles.profiles.get(name) else {
         return Err(format!(
@@ -79,7 +81,7 @@ pub async fn profile(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<Pr
             }
         })
         .collect();
-    Ok(Profile { llm: LlmChain::new(primary, fallbacks), tools: p.tools.clone().unwrap_or_default() })
+    Ok(Profile { llm: LlmChain::new(primary, fallbacks), tools: p.tools.clone().unwrap_or_default(), vision: p.vision.unwrap_or(true) })
 }
 
 /// The LLM client of the owner's profile `name` (`p`).

@@ -125,8 +125,11 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                     Some((_, Envelope { payload: SystemRecord::ConversationCreated { sandbox_id, .. }, .. })) => Some(sandbox_id),
                     _ => None,
                 };
-                // Its helpers go with it (each deletes its own in turn), before its log does.
-                for helper in helpers(&ctx, conversation_id).await? {
+                // Its helpers go with it (each deletes its own in turn), before its log does; so
+                // do its browser's screenshots, which the log names.
+                let (helpers, screenshots) = owned_by_log(&ctx, conversation_id).await?;
+                halyard_platform::screenshots::delete(&ctx.js, conversation_id, &screenshots).await?;
+                for helper in helpers {
                     let delete = ConversationCommand::Delete { conversation_id: helper, owner: owner.clone() };
                     let id = halyard_platform::keys::derived_uuid(&[b"halyard-delete-helper", env.id.0.as_bytes(), helper.as_bytes()]);
                     let mut env = Envelope::with_id(halyard_protocol::CommandId(id), delete, halyard_platform::now_ms());
@@ -160,18 +163,22 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
     }
 }
 
-/// The helpers a conversation's agent started (its `sub_conversations_started` events).
-async fn helpers(ctx: &Ctx, conversation_id: halyard_protocol::ConversationId) -> Result<Vec<halyard_protocol::ConversationId>, BusError> {
-    let events = bus::read_events(&ctx.js, conversation_id, 0).await?;
-    Ok(events
-        .into_iter()
-        .filter_map(|e| match e.body {
-            halyard_protocol::event::EventBody::SubConversationsStarted { children, .. } => Some(children),
-            _ => None,
-        })
-        .flatten()
-        .map(|c| c.conversation_id)
-        .collect())
+/// What a conversation's log names that goes with it: the helpers its agent started (its
+/// `sub_conversations_started` events) and its browser's screenshots (its observations').
+async fn owned_by_log(
+    ctx: &Ctx,
+    conversation_id: halyard_protocol::ConversationId,
+) -> Result<(Vec<halyard_protocol::ConversationId>, Vec<String>), BusError> {
+    use halyard_protocol::event::EventBody;
+    let (mut helpers, mut screenshots) = (Vec::new(), Vec::new());
+    for e in bus::read_events(&ctx.js, conversation_id, 0).await? {
+        match e.body {
+            EventBody::SubConversationsStarted { children, .. } => helpers.extend(children.into_iter().map(|c| c.conversation_id)),
+            EventBody::Observation { screenshot_id: Some(id), .. } => screenshots.push(id),
+            _ => {}
+        }
+    }
+    Ok((helpers, screenshots))
 }
 
 /// Applies a change of tags to what the conversation has (its last tags record, else its

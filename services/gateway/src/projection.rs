@@ -159,6 +159,9 @@ impl Pending<'_> {
                 }
                 EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
                 EventBody::TaskList { items } => view.tasks.clone_from(items),
+                EventBody::Observation { url: Some(url), screenshot_id, .. } => {
+                    view.browser = Some(store::BrowserView { url: url.clone(), screenshot_id: screenshot_id.clone() });
+                }
                 EventBody::SubConversationsStarted { children, .. } => {
                     for c in children {
                         let id = c.conversation_id.to_string();

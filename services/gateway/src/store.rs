@@ -87,6 +87,17 @@ pub struct ConversationView {
     /// The helpers its agent started, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_conversation_ids: Vec<String>,
+    /// Where the agent's browser is, as its last browser tool left it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub browser: Option<BrowserView>,
+}
+
+/// The agent's browser: its page, and the latest screenshot of it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BrowserView {
+    pub url: String,
+    /// Served at `GET /conversations/{id}/screenshots/{screenshot_id}`.
+    pub screenshot_id: Option<String>,
 }
 
 /// A pull request the agent opened.

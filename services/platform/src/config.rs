@@ -278,6 +278,9 @@ pub struct SandboxConfig {
     pub start_timeout_secs: u64,
     /// Cap on one command's output returned to the agent, in bytes.
     pub output_cap_bytes: usize,
+    /// How long a sandbox's browser may stay unused before it is stopped (it starts again with
+    /// the next browser call).
+    pub browser_idle_secs: u64,
     /// Running sandboxes per user (0: unlimited).
     pub max_running_per_user: usize,
     /// Running sandboxes in total (0: unlimited).
@@ -494,6 +497,7 @@ impl Default for SandboxConfig {
             executor_command: Vec::new(),
             start_timeout_secs: 30,
             output_cap_bytes: 30_000,
+            browser_idle_secs: 600,
             max_running_per_user: 0,
             max_running_total: 0,
             env: std::collections::BTreeMap::new(),
@@ -843,6 +847,7 @@ impl Config {
                 "IDLE_EVICT_SECS" => self.agent.idle_evict_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "COMMAND_TIMEOUT_SECS" => self.agent.command_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "OUTPUT_CAP_BYTES" => self.sandbox.output_cap_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
+                "SANDBOX_BROWSER_IDLE_SECS" => self.sandbox.browser_idle_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "PROCESS_UID_COUNT" => self.sandbox.process_uid_count = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_DEFAULT_SPEC" => self.sandbox.default_spec = v,
                 "MAX_BUDGET_USD" => self.agent.max_budget_usd = v.parse().map_err(|_| bad("expected US dollars, like 2.5"))?,

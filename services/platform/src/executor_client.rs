@@ -146,6 +146,15 @@ impl ExecutorClient {
         self.post("/files/patch", req, Duration::from_secs(60)).await
     }
 
+    /// One of the agent's browser tools (the browser starts with the first; a page may take up
+    /// to 20 s to load, and a cold start a few more).
+    pub async fn browser(
+        &self,
+        req: &halyard_protocol::executor::BrowserRequest,
+    ) -> Result<halyard_protocol::executor::BrowserResponse, ExecutorError> {
+        self.post("/browser", req, Duration::from_secs(90)).await
+    }
+
     /// Runs one `file_editor` command.
     pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
         self.post("/files/edit", req, Duration::from_secs(60)).await

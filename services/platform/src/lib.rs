@@ -24,6 +24,7 @@ pub mod netaddr;
 pub mod outbound;
 pub mod redact;
 pub mod route;
+pub mod screenshots;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;

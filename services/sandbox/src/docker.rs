@@ -122,6 +122,8 @@ pub struct ContainerPlan<'a> {
     pub spec: &'a SandboxSpec,
     pub labels: HashMap<String, String>,
     pub output_cap: usize,
+    /// Seconds the sandbox's browser may stay unused.
+    pub browser_idle_secs: u64,
 }
 
 /// A container's state as the supervisor needs it.
@@ -185,6 +187,8 @@ impl Engine {
                 plan.output_cap.to_string(),
                 "--disk-limit-mb".into(),
                 spec.disk_mb.to_string(),
+                "--browser-idle-secs".into(),
+                plan.browser_idle_secs.to_string(),
                 "--key-file".into(),
                 format!("{KEY_DIR}/key"),
             ]),

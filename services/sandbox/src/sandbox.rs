@@ -397,6 +397,7 @@ impl SandboxState {
                 layout: &self.layout,
                 key: &key,
                 output_cap: cfg.output_cap_bytes,
+                browser_idle_secs: cfg.browser_idle_secs,
                 disk_mb: spec.disk_mb,
                 apps: &apps,
                 egress,
@@ -498,6 +499,7 @@ impl SandboxState {
             spec: &spec,
             labels,
             output_cap: self.ctx.config.sandbox.output_cap_bytes,
+            browser_idle_secs: self.ctx.config.sandbox.browser_idle_secs,
         };
         let timeout = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs);
         self.volume = Some(volume);

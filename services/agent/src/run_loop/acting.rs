@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_protocol::event::{EventBody, EventSource};
 use serde_json::{Value, json};
@@ -33,6 +34,19 @@ enum Ran {
 }
 
 impl Run {
+    /// Keeps a screenshot of the browser in the conversation's screenshots; its id, or `None`
+    /// if it could not be kept (the observation then names none).
+    async fn keep_screenshot(&self, png: &[u8]) -> Option<String> {
+        let conversation = self.log.lock().await.conversation();
+        match halyard_platform::screenshots::put(&self.ctx.js, conversation, png).await {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!(%conversation, error = %e, "cannot keep the browser's screenshot");
+                None
+            }
+        }
+    }
+
     /// Runs the tool calls of one answer and records their observations; `Some` if the run
     /// ends here (finished, paused, stuck, or the log failed). The tools' time is added to
     /// `elsewhere`.
@@ -190,7 +204,15 @@ impl Run {
                     let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
                     json!({"tool_name": name, "tool_input": args, "tool_response": response})
                 });
-                let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name.clone(), content, exit_code, is_error };
+                let body = EventBody::Observation {
+                    tool_call_id: call.id.clone(),
+                    tool: name.clone(),
+                    content,
+                    exit_code,
+                    is_error,
+                    url: None,
+                    screenshot_id: None,
+                };
                 let seq = self.append_seq(EventSource::Environment, body).await?;
                 // What the action left in the workspace, kept under its observation's seq.
                 if !changes_nothing && setting.checkpoints {
@@ -213,6 +235,66 @@ impl Run {
                     None => None,
                 }
             }
+            ToolOutcome::Page(page) => {
+                steps.push(stuck::Step {
+                    action: format!("{name} {}", call.raw),
+                    tool: name.clone(),
+                    observation: page.content.clone(),
+                    is_error: false,
+                });
+                let png = page.screenshot_png.as_deref().and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+                let screenshot_id = match &png {
+                    Some(png) => self.keep_screenshot(png).await,
+                    None => None,
+                };
+                let mut content = page.content;
+                let shown = match (page.show, &screenshot_id, &page.screenshot_png) {
+                    (true, Some(_), Some(png)) if self.vision => Some(png.clone()),
+                    (true, Some(_), Some(_)) => {
+                        content.push_str("\n[A screenshot was taken, but this model does not read images.]");
+                        None
+                    }
+                    (true, ..) => {
+                        content.push_str("\n[No screenshot could be taken.]");
+                        None
+                    }
+                    _ => None,
+                };
+                let args = call.parsed.as_ref().unwrap_or(&Value::Null);
+                let post = wants(setting, Moment::PostToolUse, &name).then(|| {
+                    let response = json!({"content": content, "url": page.url, "is_error": false});
+                    json!({"tool_name": name, "tool_input": args, "tool_response": response})
+                });
+                let body = EventBody::Observation {
+                    tool_call_id: call.id.clone(),
+                    tool: name.clone(),
+                    content,
+                    exit_code: None,
+                    is_error: false,
+                    url: Some(page.url),
+                    screenshot_id,
+                };
+                let seq = self.append_seq(EventSource::Environment, body).await?;
+                // The model sees the screenshot it asked for with this result (the newest only:
+                // older ones leave its prompt).
+                if let Some(data) = shown {
+                    self.log
+                        .lock()
+                        .await
+                        .history
+                        .show_image(seq, halyard_platform::llm::ImagePart { media_type: "image/png".into(), data });
+                }
+                if let Some(input) = post {
+                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
+                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
+                        return Some(RunOutcome::Failed);
+                    }
+                }
+                match stuck::detect(steps, thresholds) {
+                    Some(pattern) => Some(self.stuck(pattern).await),
+                    None => None,
+                }
+            }
             ToolOutcome::Finish { message } => {
                 // The repository's stop hooks may send the agent back to work.
                 let about = HookSubject { tool: Some("finish"), tool_call_id: Some(&call.id), message_seq: None };
@@ -222,7 +304,15 @@ impl Run {
                         Ok(Some(reason)) => (format!("You cannot finish yet: a repository hook said: {reason}"), true, false),
                         Err(()) => return Some(RunOutcome::Failed),
                     };
-                let body = EventBody::Observation { tool_call_id: call.id.clone(), tool: name, content, exit_code: None, is_error };
+                let body = EventBody::Observation {
+                    tool_call_id: call.id.clone(),
+                    tool: name,
+                    content,
+                    exit_code: None,
+                    is_error,
+                    url: None,
+                    screenshot_id: None,
+                };
                 if !self.append(EventSource::Environment, body).await {
                     return Some(RunOutcome::Failed);
                 }

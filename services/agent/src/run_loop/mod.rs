@@ -128,6 +128,9 @@ pub struct Run {
     /// The built-in tools offered, as the conversation's LLM profile says (set when the run
     /// starts).
     pub tool_set: halyard_protocol::user::ToolSet,
+    /// The model reads images: the browser's screenshots it asks for are sent to it (set when
+    /// the run starts).
+    pub vision: bool,
 }
 
 impl Run {
@@ -270,7 +273,7 @@ impl Run {
         };
         let Some(owner) = owner else { return Ok(()) };
         let profile = crate::user::profile(&self.ctx, &owner, profile.as_deref()).await?;
-        (self.llm, self.tool_set) = (profile.llm, profile.tools);
+        (self.llm, self.tool_set, self.vision) = (profile.llm, profile.tools, profile.vision);
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
         // was given before.
         match crate::user::secrets(&self.ctx, &owner).await {
@@ -524,7 +527,15 @@ impl Run {
             if p.tool == "delegate" {
                 let args = tools::parse_arguments(&p.arguments).unwrap_or_default();
                 if let ToolOutcome::Observation { content, exit_code, is_error } = self.delegate(&p.tool_call_id, &args).await? {
-                    let body = EventBody::Observation { tool_call_id: p.tool_call_id, tool: p.tool, content, exit_code, is_error };
+                    let body = EventBody::Observation {
+                        tool_call_id: p.tool_call_id,
+                        tool: p.tool,
+                        content,
+                        exit_code,
+                        is_error,
+                        url: None,
+                        screenshot_id: None,
+                    };
                     if !self.append(EventSource::Environment, body).await {
                         return Err(RunOutcome::Failed);
                     }
@@ -553,6 +564,7 @@ impl Run {
                 match outcome {
                     ToolOutcome::Observation { is_error: true, .. } => None,
                     ToolOutcome::Observation { content, exit_code, is_error } => Some((content, exit_code, is_error)),
+                    ToolOutcome::Page(page) => Some((page.content, None, false)),
                     ToolOutcome::Finish { .. } => None,
                 }
             } else {
@@ -566,7 +578,15 @@ impl Run {
                 };
                 (format!("[Paused while it ran, and {what}: it may or may not have taken effect; check before repeating it.]"), None, true)
             });
-            let body = EventBody::Observation { tool_call_id: p.tool_call_id, tool: p.tool, content, exit_code, is_error };
+            let body = EventBody::Observation {
+                tool_call_id: p.tool_call_id,
+                tool: p.tool,
+                content,
+                exit_code,
+                is_error,
+                url: None,
+                screenshot_id: None,
+            };
             if !self.append(EventSource::Environment, body).await {
                 return Err(RunOutcome::Failed);
             }

@@ -2,9 +2,10 @@
 //! `apply_patch`, `glob`, `grep`, `think`, `finish`, `task_tracker`), so models and prompts tuned
 //! for OpenHands carry over; which of them a conversation offers is its LLM profile's tool set; and
 //! `load_skill`, which reads a folder skill's instructions when the conversation has any.
-//! Beside them: helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
+//! Beside them: the sandbox's browser ([`browser`]), helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
 //! the risk of each action ([`risk`]), and the repository's hooks around them ([`hooks`]).
 
+pub mod browser;
 pub mod delegate;
 pub mod hooks;
 pub mod mcp;
@@ -42,7 +43,10 @@ pub fn specs(offered: &[&str], with_load_skill: bool) -> Vec<Value> {
         .collect();
     // The file tools go after the editor's place, before `think`.
     let at = specs.iter().position(|s| s["function"]["name"] == "think").unwrap_or(specs.len());
-    let extra: Vec<Value> = all.into_iter().filter(|(n, _)| offered.contains(n)).filter_map(|(_, s)| s).collect();
+    let mut extra: Vec<Value> = all.into_iter().filter(|(n, _)| offered.contains(n)).filter_map(|(_, s)| s).collect();
+    if offered.contains(&"browser") {
+        extra.extend(browser::specs());
+    }
     specs.splice(at..at, extra);
     if with_load_skill {
         specs.push(json!({"type": "function", "function": {
@@ -143,8 +147,16 @@ fn classic() -> Vec<Value> {
 /// What a tool call produced.
 #[derive(Debug, PartialEq)]
 pub enum ToolOutcome {
-    Observation { content: String, exit_code: Option<i32>, is_error: bool },
-    Finish { message: String },
+    Observation {
+        content: String,
+        exit_code: Option<i32>,
+        is_error: bool,
+    },
+    /// A browser tool's result, with the page it left.
+    Page(browser::Page),
+    Finish {
+        message: String,
+    },
 }
 
 fn error(content: impl Into<String>) -> ToolOutcome {
@@ -356,6 +368,7 @@ pub async fn execute(
                 Err(e) => error(format!("The sandbox could not apply the patch: {e}")),
             }
         }
+        name if browser::is_browser(name) => browser::execute(exec, name, args).await,
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
         other => error(format!("Unknown tool `{other}`. Use one of the tools you are offered.")),
@@ -392,8 +405,13 @@ mod tests {
             let set = halyard_protocol::user::ToolSet::Preset(set.into());
             specs(&set.names().unwrap(), false).iter().map(|s| s["function"]["name"].as_str().unwrap_or_default().to_owned()).collect()
         };
-        assert_eq!(names("default"), ["terminal", "file_editor", "glob", "grep", "think", "task_tracker", "finish"]);
-        assert_eq!(names("gpt5"), ["terminal", "apply_patch", "glob", "grep", "think", "task_tracker", "finish"]);
+        let browsing = halyard_protocol::executor::BROWSER_TOOLS;
+        let with = |tools: &[&str]| -> Vec<String> {
+            let (before, after) = tools.split_at(4);
+            before.iter().chain(browsing).chain(after).map(|s| s.to_string()).collect()
+        };
+        assert_eq!(names("default"), with(&["terminal", "file_editor", "glob", "grep", "think", "task_tracker", "finish"]));
+        assert_eq!(names("gpt5"), with(&["terminal", "apply_patch", "glob", "grep", "think", "task_tracker", "finish"]));
         let only = specs(&["terminal"], true);
         assert_eq!(only.iter().map(|s| s["function"]["name"].as_str().unwrap()).collect::<Vec<_>>(), ["terminal", "finish", "load_skill"]);
     }

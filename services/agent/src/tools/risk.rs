@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Tools that change nothing outside the conversation.
 fn is_inert(tool: &str) -> bool {
-    matches!(tool, "think" | "finish" | "load_skill" | "task_tracker" | "glob" | "grep")
+    matches!(tool, "think" | "finish" | "load_skill" | "task_tracker" | "glob" | "grep") || super::browser::is_inert(tool)
 }
 
 /// The risk the model stated (`low`/`medium`/`high`, any case).

@@ -65,6 +65,8 @@ struct Live {
     child: tokio::process::Child,
     cdp: Cdp,
     profile: PathBuf,
+    /// The short way to the temporary directory Chromium was given, removed with it.
+    link: Option<PathBuf>,
     current: Tab,
     /// Tabs attached so far: their CDP sessions by target.
     sessions: std::collections::HashMap<String, String>,
@@ -141,7 +143,9 @@ impl Browser {
             .map(PathBuf::from)
             .find(|p| p.exists())
             .ok_or_else(|| ExecutorError::Tool("This sandbox has no browser: its image needs Debian's `chromium` package.".into()))?;
-        let profile = std::env::temp_dir().join(format!("halyard-browser-{}", uuid::Uuid::new_v4().simple()));
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let profile = std::env::temp_dir().join(format!("halyard-browser-{id}"));
+        let (tmp, link) = short_tmp(&id[..16]);
         let internal = |what: &str, e: std::io::Error| ExecutorError::Internal(format!("cannot start the browser: {what}: {e}"));
         let (commands_in, commands_out) = pipe().map_err(|e| internal("pipe", e))?;
         let (answers_in, answers_out) = pipe().map_err(|e| internal("pipe", e))?;
@@ -168,10 +172,11 @@ impl Browser {
             "--disable-features=Translate,MediaRouter,OptimizationHints",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
+        .env("TMPDIR", &tmp)
         .arg("about:blank")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
         let (theirs_in, theirs_out) = (commands_in.as_raw_fd(), answers_out.as_raw_fd());
         // SAFETY: between fork and exec only async-signal-safe calls (fcntl, dup2) on fds this
@@ -187,23 +192,34 @@ impl Browser {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| internal(&program.display().to_string(), e))?;
+        let mut child = cmd.spawn().map_err(|e| internal(&program.display().to_string(), e))?;
         drop((commands_in, answers_out));
+        let said = Said::default();
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(said.clone().keep(stderr));
+        }
+        let failed = |e: String| ExecutorError::Internal(format!("the browser did not start ({e}); it said: {}", said.tail()));
         let cdp = Cdp::new(commands_out.into(), answers_in.into()).map_err(|e| internal("pipe", e))?;
         let started = Instant::now();
-        let targets = cdp.call(None, "Target.getTargets", json!({})).await.map_err(ExecutorError::Internal)?;
+        let targets = cdp.call(None, "Target.getTargets", json!({})).await.map_err(failed)?;
         let page = pages(&targets).into_iter().next().map(|t| t.0);
         let target = match page {
             Some(t) => t,
             None => {
-                let made = cdp.call(None, "Target.createTarget", json!({"url": "about:blank"})).await.map_err(ExecutorError::Internal)?;
+                let made = cdp.call(None, "Target.createTarget", json!({"url": "about:blank"})).await.map_err(failed)?;
                 made["targetId"].as_str().unwrap_or_default().to_owned()
             }
         };
-        let mut live =
-            Live { child, cdp, profile, current: Tab { target: String::new(), session: String::new() }, sessions: Default::default() };
+        let mut live = Live {
+            child,
+            cdp,
+            profile,
+            link,
+            current: Tab { target: String::new(), session: String::new() },
+            sessions: Default::default(),
+        };
         live.switch_to(&target).await.map_err(|e| match e {
-            Fault::Usage(m) | Fault::Broken(m) => ExecutorError::Internal(m),
+            Fault::Usage(m) | Fault::Broken(m) => failed(m),
         })?;
         tracing::info!(took_ms = started.elapsed().as_millis() as u64, pid = live.child.id(), "browser started");
         self.running.store(true, Ordering::SeqCst);
@@ -244,6 +260,53 @@ impl Browser {
             let _ = live.child.kill().await;
         }
         let _ = tokio::fs::remove_dir_all(&live.profile).await;
+        if let Some(link) = &live.link {
+            let _ = tokio::fs::remove_file(link).await;
+        }
+    }
+}
+
+/// The last lines Chromium wrote to its standard error, for the error of a browser that fails.
+#[derive(Clone, Default)]
+struct Said(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl Said {
+    async fn keep(self, stderr: tokio::process::ChildStderr) {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() == 8 {
+                kept.pop_front();
+            }
+            kept.push_back(line.chars().take(300).collect());
+        }
+    }
+
+    fn tail(&self) -> String {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_empty() { "nothing".into() } else { kept.iter().cloned().collect::<Vec<_>>().join(" | ") }
+    }
+}
+
+/// The temporary directory to give Chromium, which makes its singleton's Unix socket there: a
+/// socket's path has at most 107 bytes, and a process sandbox's own temporary directory lies
+/// deep in the supervisor's data directory. Then a link with a short name in `/tmp` leads to it
+/// (the directory stays the sandbox's: counted in its disk, deleted with it); the link is
+/// returned to be removed when the browser stops.
+fn short_tmp(name: &str) -> (PathBuf, Option<PathBuf>) {
+    let tmp = std::env::temp_dir();
+    // `<tmp>/org.chromium.Chromium.XXXXXX/SingletonSocket`
+    if tmp.as_os_str().len() + 48 <= 107 {
+        return (tmp, None);
+    }
+    let link = PathBuf::from(format!("/tmp/halyard-{name}"));
+    match std::os::unix::fs::symlink(&tmp, &link) {
+        Ok(()) => (link.clone(), Some(link)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no short path to the temporary directory; the browser may not start");
+            (tmp, None)
+        }
     }
 }
 
@@ -413,13 +476,21 @@ impl Live {
                 Ok(format!("Switched to tab {}: {now}{}", tab_id(&target), titled(&title)))
             }
             "browser_close_tab" => {
-                let closing = self.current.target.clone();
+                let tabs = pages(&self.cdp.call(None, "Target.getTargets", json!({})).await?);
+                let closing = match args.get("tab_id").and_then(Value::as_str).map(str::trim).filter(|t| !t.is_empty()) {
+                    None => self.current.target.clone(),
+                    Some(wanted) => match tabs.iter().find(|(t, ..)| tab_id(t).eq_ignore_ascii_case(wanted)) {
+                        Some((t, ..)) => t.clone(),
+                        None => return usage(format!("There is no tab `{wanted}`: browser_list_tabs lists them.")),
+                    },
+                };
                 self.cdp.call(None, "Target.closeTarget", json!({"targetId": closing})).await?;
                 self.sessions.remove(&closing);
-                let tabs = pages(&self.cdp.call(None, "Target.getTargets", json!({})).await?);
-                match tabs.into_iter().find(|(t, ..)| *t != closing) {
-                    Some((next, ..)) => self.switch_to(&next).await?,
-                    None => self.new_tab().await?,
+                if closing == self.current.target {
+                    match tabs.into_iter().find(|(t, ..)| *t != closing) {
+                        Some((next, ..)) => self.switch_to(&next).await?,
+                        None => self.new_tab().await?,
+                    }
                 }
                 let (now, title) = self.location().await?;
                 Ok(format!("Closed tab {}; now in tab {}: {now}{}", tab_id(&closing), tab_id(&self.current.target), titled(&title)))

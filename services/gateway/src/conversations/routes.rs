@@ -129,6 +129,9 @@ pub struct Conversation {
     pub tags: BTreeMap<String, String>,
     /// The pull requests the agent opened with Halyard's own tool, in order.
     pub pull_requests: Vec<store::PullRequest>,
+    /// Where the agent's browser is and its latest screenshot (absent: it has not browsed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub browser: Option<store::BrowserView>,
     /// A helper: the conversation whose agent started it (with its `delegate` tool), whose
     /// sandbox and workspace it shares.
     #[schema(format = Uuid)]
@@ -229,6 +232,7 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
         tags: c.tags.clone(),
         pull_requests: c.pull_requests.clone(),
+        browser: c.browser.clone(),
         parent_conversation_id: c.parent_conversation_id.clone(),
         sub_conversation_ids: c.sub_conversation_ids.clone(),
     }

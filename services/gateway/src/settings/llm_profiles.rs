@@ -60,6 +60,7 @@ pub struct ProfileView {
     pub fallbacks: Vec<String>,
     pub reasoning_effort: Option<String>,
     pub thinking_budget_tokens: Option<u64>,
+    pub vision: Option<bool>,
     /// The user's default (`PUT /settings`).
     pub default: bool,
     pub created_at: String,
@@ -103,6 +104,7 @@ fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
         fallbacks: p.fallbacks.clone(),
         reasoning_effort: p.reasoning_effort.clone(),
         thinking_budget_tokens: p.thinking_budget_tokens,
+        vision: p.vision,
         default,
         created_at: rfc3339(p.created_ms),
         updated_at: rfc3339(p.updated_ms),
@@ -176,6 +178,10 @@ pub struct ProfileBody {
     #[serde(default)]
     #[schema(minimum = 1024)]
     pub thinking_budget_tokens: Option<u64>,
+    /// Whether the model reads images (absent: it does). When it does not, the browser's
+    /// screenshots are not sent to it (the user still sees them).
+    #[serde(default)]
+    pub vision: Option<bool>,
 }
 
 /// Fallbacks a profile may name.
@@ -266,6 +272,7 @@ pub async fn put_profile(
             fallbacks: body.fallbacks.clone(),
             reasoning_effort: body.reasoning_effort.clone(),
             thinking_budget_tokens: body.thinking_budget_tokens,
+            vision: body.vision,
             created_ms: old.map_or(now, |o| o.created_ms),
             updated_ms: now,
         };

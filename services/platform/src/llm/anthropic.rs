@@ -41,14 +41,25 @@ pub fn request(
                 system.push(json!({"type": "text", "text": m.content.clone().unwrap_or_default()}));
                 continue;
             }
-            "tool" => (
-                "user",
-                vec![json!({
-                    "type": "tool_result",
-                    "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
-                    "content": m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| "(no output)".into()),
-                })],
-            ),
+            "tool" => {
+                let text = m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| "(no output)".into());
+                // A screenshot the tool took goes in its result, as the API allows.
+                let content =
+                    match m.images.is_empty() {
+                        true => json!(text),
+                        false => {
+                            let mut blocks = vec![json!({"type": "text", "text": text})];
+                            blocks.extend(m.images.iter().map(
+                                |i| json!({"type": "image", "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}),
+                            ));
+                            Value::Array(blocks)
+                        }
+                    };
+                (
+                    "user",
+                    vec![json!({"type": "tool_result", "tool_use_id": m.tool_call_id.clone().unwrap_or_default(), "content": content})],
+                )
+            }
             "assistant" => {
                 // Thinking first, exactly as it came (the signature covers it).
                 // (Reasoning without a signature came from another provider, a fallback's: this

@@ -79,6 +79,39 @@ fn openai_message(m: &ChatMessage) -> Value {
     v
 }
 
+/// `messages` for a wire whose tool results hold only text (chat completions, the Responses
+/// API): the images of a run of tool results (the browser's screenshots) come in a user message
+/// right after it, which says which call took them.
+pub(crate) fn images_after_tool_results(messages: &[ChatMessage]) -> std::borrow::Cow<'_, [ChatMessage]> {
+    if !messages.iter().any(|m| m.role == "tool" && !m.images.is_empty()) {
+        return std::borrow::Cow::Borrowed(messages);
+    }
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut held: Vec<(String, ImagePart)> = Vec::new();
+    let flush = |held: &mut Vec<(String, ImagePart)>, out: &mut Vec<ChatMessage>| {
+        if held.is_empty() {
+            return;
+        }
+        let calls: Vec<&str> = held.iter().map(|(c, _)| c.as_str()).collect();
+        let text = format!("The screenshot of the page after tool call {} (as it asked):", calls.join(", "));
+        out.push(ChatMessage { images: held.drain(..).map(|(_, i)| i).collect(), ..ChatMessage::text("user", text) });
+    };
+    for m in messages {
+        if m.role == "tool" && !m.images.is_empty() {
+            let call = m.tool_call_id.clone().unwrap_or_default();
+            held.extend(m.images.iter().map(|i| (call.clone(), i.clone())));
+            out.push(ChatMessage { images: Vec::new(), ..m.clone() });
+            continue;
+        }
+        if m.role != "tool" {
+            flush(&mut held, &mut out);
+        }
+        out.push(m.clone());
+    }
+    flush(&mut held, &mut out);
+    std::borrow::Cow::Owned(out)
+}
+
 impl ChatMessage {
     pub fn text(role: &str, content: impl Into<String>) -> Self {
         Self { role: role.into(), content: Some(content.into()), ..Default::default() }
@@ -407,7 +440,7 @@ impl LlmClient {
     fn openai_request(&self, base: &str, messages: &[ChatMessage], tools: &[Value]) -> reqwest::RequestBuilder {
         let mut body = serde_json::json!({
             "model": self.config.model,
-            "messages": messages.iter().map(openai_message).collect::<Vec<_>>(),
+            "messages": images_after_tool_results(messages).iter().map(openai_message).collect::<Vec<_>>(),
             "stream": self.config.stream,
         });
         if self.config.stream {

@@ -30,7 +30,7 @@ pub fn request(
 ) -> Value {
     let mut instructions: Vec<String> = Vec::new();
     let mut input: Vec<Value> = Vec::new();
-    for m in messages {
+    for m in super::images_after_tool_results(messages).iter() {
         match m.role.as_str() {
             "system" => instructions.push(m.content.clone().unwrap_or_default()),
             "tool" => input.push(json!({

@@ -1,0 +1,88 @@
+//! The browser's screenshots: PNGs kept outside the event log, in JetStream's object store
+//! ([`subjects::SCREENSHOT_BUCKET`]), each named under its conversation
+//! ([`subjects::screenshot_object`]). The agent runner puts them, an observation carries only
+//! the id, the gateway serves them to the conversation's owner, and the conversation manager
+//! deletes them with the conversation (it reads their ids from the log it is about to purge).
+
+use async_nats::jetstream::{self, object_store};
+use halyard_protocol::{ConversationId, subjects};
+
+use crate::error::{BusError, BusErrorKind};
+
+/// What the bucket may hold in all; past it, new screenshots are refused (the observation then
+/// has none) rather than old ones dropped from under the events that name them.
+pub const MAX_BYTES: i64 = 4 << 30;
+
+/// The largest screenshot kept.
+pub const MAX_SCREENSHOT: usize = 8 << 20;
+
+/// Declares the bucket (idempotent; at start-up, with the rest of the topology).
+pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
+    js.create_object_store(object_store::Config {
+        bucket: subjects::SCREENSHOT_BUCKET.to_owned(),
+        description: Some("The browser's screenshots (PNG): <conversation>/<screenshot id>".into()),
+        max_bytes: MAX_BYTES,
+        num_replicas: replicas,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+    .map_err(|e| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::SCREENSHOT_BUCKET)))
+}
+
+async fn bucket(js: &jetstream::Context) -> Result<object_store::ObjectStore, BusError> {
+    js.get_object_store(subjects::SCREENSHOT_BUCKET).await.map_err(|e| BusError::new(BusErrorKind::Read, format!("screenshots: {e}")))
+}
+
+/// Stores a PNG of `conversation`'s browser; its new id.
+pub async fn put(js: &jetstream::Context, conversation: ConversationId, png: &[u8]) -> Result<String, BusError> {
+    if png.len() > MAX_SCREENSHOT {
+        return Err(BusError::new(BusErrorKind::Publish, format!("a screenshot of {} bytes is over the limit", png.len())));
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let store = bucket(js).await?;
+    let mut data = png;
+    store
+        .put(subjects::screenshot_object(conversation, &id).as_str(), &mut data)
+        .await
+        .map_err(|e| BusError::new(BusErrorKind::Publish, format!("screenshot: {e}")))?;
+    Ok(id)
+}
+
+/// Whether `id` may name a screenshot (what [`put`] makes: 32 hex digits).
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A screenshot's bytes (`None`: there is no such screenshot).
+pub async fn get(js: &jetstream::Context, conversation: ConversationId, id: &str) -> Result<Option<Vec<u8>>, BusError> {
+    use tokio::io::AsyncReadExt;
+    if !valid_id(id) {
+        return Ok(None);
+    }
+    let store = bucket(js).await?;
+    let mut object = match store.get(subjects::screenshot_object(conversation, id)).await {
+        Ok(o) => o,
+        Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(BusError::new(BusErrorKind::Read, format!("screenshot {id}: {e}"))),
+    };
+    let mut bytes = Vec::new();
+    object.read_to_end(&mut bytes).await.map_err(|e| BusError::new(BusErrorKind::Read, format!("screenshot {id}: {e}")))?;
+    Ok(Some(bytes))
+}
+
+/// Deletes `conversation`'s screenshots `ids` (those already gone are passed over).
+pub async fn delete(js: &jetstream::Context, conversation: ConversationId, ids: &[String]) -> Result<(), BusError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let store = bucket(js).await?;
+    for id in ids.iter().filter(|id| valid_id(id)) {
+        match store.delete(subjects::screenshot_object(conversation, id)).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => {}
+            Err(e) => return Err(BusError::new(BusErrorKind::Publish, format!("screenshot {id}: {e}"))),
+        }
+    }
+    Ok(())
+}
