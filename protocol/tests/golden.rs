@@ -360,6 +360,21 @@ fn events_are_stable() {
                 },
             ),
         ),
+        (
+            "event_observation_browser",
+            event(
+                4,
+                EventBody::Observation {
+                    tool_call_id: "call_2".into(),
+                    tool: "browser_navigate".into(),
+                    content: "Navigated to http://localhost:8000/ (Sign up)".into(),
+                    exit_code: None,
+                    is_error: false,
+                    url: Some("http://localhost:8000/".into()),
+                    screenshot_id: Some("0f5b3c2a9d8e4f6a8b7c6d5e4f3a2b1c".into()),
+                },
+            ),
+        ),
         ("event_agent_message", event(5, EventBody::AgentMessage { text: "Done.".into() })),
         ("event_agent_error", event(6, EventBody::AgentError { code: "llm_timeout".into(), message: "timed out".into() })),
         ("event_execution_status", event(7, EventBody::ExecutionStatus { status: ExecutionStatus::Finished, reason: None })),

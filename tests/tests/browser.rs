@@ -92,6 +92,26 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish(&format!("said {what}")),
         };
     }
+    if text.contains("browse the form") {
+        // A form served in the sandbox, filled in and sent by the agent's browser.
+        const PAGES: &str = "mkdir -p site && cd site && cat > index.html <<'EOF'\n\
+            <html><head><title>Sign up</title></head><body><h1>Sign up</h1><form action=\"next.html\">\
+            <input name=\"who\" placeholder=\"Your name\"><button type=\"submit\">Send</button></form></body></html>\n\
+            EOF\n\
+            cat > next.html <<'EOF'\n\
+            <html><head><title>Welcome</title></head><body><h1>Welcome aboard</h1></body></html>\n\
+            EOF\n\
+            (nohup python3 -m http.server 8125 --bind 127.0.0.1 >/dev/null 2>&1 &) && sleep 1";
+        let browse = |tool: &str, args: Value| Reply::tool(tool, args);
+        return match step {
+            0 => terminal(PAGES),
+            1 => browse("browser_navigate", json!({"url": "http://localhost:8125/index.html", "security_risk": "low"})),
+            2 => terminal("sleep 2"),
+            3 => browse("browser_type", json!({"index": 0, "text": "Ada", "security_risk": "low"})),
+            4 => browse("browser_click", json!({"index": 1, "security_risk": "low"})),
+            _ => Reply::finish("Signed up as Ada."),
+        };
+    }
     if text.contains("in steps") {
         let plan = |first: &str, second: &str| {
             Reply::tool(
@@ -290,7 +310,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 16, env).await;
+    playwright(h, "tests/workspace.spec.ts", 17, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

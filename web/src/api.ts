@@ -112,6 +112,8 @@ export const api = {
   /** Where the browser downloads one file, or the whole workspace (with the session cookie). */
   rawUrl: (id: string, path: string) => `/api/v1/conversations/${id}/files/raw${q({ path })}`,
   archiveUrl: (id: string) => `/api/v1/conversations/${id}/archive`,
+  /** A screenshot of the agent's browser (an image the browser loads with the session cookie). */
+  screenshotUrl: (id: string, screenshotId: string) => `/api/v1/conversations/${id}/screenshots/${screenshotId}`,
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
   share: (id: string) => call<ShareLink>("POST", `/conversations/${id}/share`),

@@ -43,6 +43,8 @@ export interface Conversation {
   tags?: Record<string, string>;
   /** Pull requests the agent opened with Halyard's own tool. */
   pull_requests?: { number: number; url: string; title?: string }[];
+  /** Where the agent's browser is, and its latest screenshot (absent: it has not browsed). */
+  browser?: BrowserPage;
   /** A helper: the conversation whose agent started it (with `delegate`); they share a workspace. */
   parent_conversation_id?: string;
   /** The helpers its agent started, in order. */
@@ -165,7 +167,17 @@ export type HalyardEvent = EventBase &
     | { kind: "agent_message"; text: string }
     | { kind: "action"; tool_call_id: string; tool: string; arguments: ToolArguments; thought?: string; security_risk?: string }
     | { kind: "action_rejected"; tool_call_id: string; tool: string; reason: string }
-    | { kind: "observation"; tool_call_id: string; tool: string; content: string; exit_code?: number; is_error: boolean }
+    | {
+        kind: "observation";
+        tool_call_id: string;
+        tool: string;
+        content: string;
+        exit_code?: number;
+        is_error: boolean;
+        /** A browser tool's page afterwards, and its screenshot's id. */
+        url?: string;
+        screenshot_id?: string;
+      }
     | { kind: "agent_error"; code: string; message: string }
     | { kind: "execution_status"; status: ExecutionStatus; reason?: string }
     | { kind: "title"; title: string; set_by: string }
@@ -243,4 +255,10 @@ export interface AnswerDelta {
   from: number;
   to: number;
   text: string;
+}
+
+/** The page the agent's browser is on, and the latest screenshot of it. */
+export interface BrowserPage {
+  url: string;
+  screenshot_id?: string | null;
 }

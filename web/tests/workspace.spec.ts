@@ -581,3 +581,22 @@ test("16. an answer shows as the model writes it, then once as the agent's messa
   await expect(page.getByText("and that is the end of the slow answer.")).toHaveCount(1, { timeout: 30_000 });
   await expect(writing).toHaveCount(0);
 });
+
+test("17. the Browser tab shows the page the agent browses, live", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "browse the form");
+  await page.getByRole("tab", { name: "Browser" }).click();
+  const url = page.getByTestId("browser-url");
+  const shotImg = page.getByTestId("browser-screenshot");
+  // First the form, with a screenshot the browser really loads (the browser's window size)...
+  await expect(url).toHaveText(/^http:\/\/localhost:8125\/index\.html$/, { timeout: 30_000 });
+  await expect.poll(() => shotImg.evaluate((i: HTMLImageElement) => i.naturalWidth), { timeout: 10_000 }).toBe(1280);
+  const first = await shotImg.getAttribute("src");
+  await shot(page, "browser");
+  // ...then, without a reload, the page the form led to, and a new screenshot of it.
+  await expect(url).toHaveText(/next\.html\?who=Ada$/, { timeout: 30_000 });
+  await expect(shotImg).not.toHaveAttribute("src", first ?? "");
+  await expect.poll(() => shotImg.evaluate((i: HTMLImageElement) => i.complete && i.naturalWidth > 0), { timeout: 10_000 }).toBe(true);
+  await page.getByRole("tab", { name: "Chat" }).click();
+  await expect(page.getByText("Signed up as Ada.")).toBeVisible({ timeout: 30_000 });
+});

@@ -418,6 +418,32 @@ mod tests {
     use test_event as ev;
 
     #[test]
+    fn only_the_newest_screenshot_stays_in_the_prompt() {
+        let obs = |id: &str| EventBody::Observation {
+            tool_call_id: id.into(),
+            tool: "browser_get_state".into(),
+            content: format!("state {id}"),
+            exit_code: None,
+            is_error: false,
+            url: Some("http://localhost/".into()),
+            screenshot_id: Some(format!("shot-{id}")),
+        };
+        let mut h = History::default();
+        h.apply(&ev(1, EventBody::UserMessage { text: "look".into(), images: vec![] }));
+        h.apply(&ev(2, obs("a")));
+        let png = ImagePart { media_type: "image/png".into(), data: "AAA".into() };
+        let before = h.entries[1].bytes;
+        h.show_image(2, png.clone());
+        assert_eq!(h.entries[1].msg.images, vec![png.clone()]);
+        assert!(h.entries[1].bytes > before + 1000, "an image costs the prompt");
+        h.apply(&ev(3, obs("b")));
+        h.show_image(3, png.clone());
+        assert!(h.entries[1].msg.images.is_empty(), "the older screenshot left the prompt");
+        assert!(h.entries[1].msg.content.as_deref().unwrap_or_default().ends_with("[Its screenshot is no longer shown.]"));
+        assert_eq!(h.entries[2].msg.images.len(), 1);
+    }
+
+    #[test]
     fn groups_actions_and_closes_interrupted_calls() {
         let action = |id: &str| EventBody::Action {
             tool_call_id: id.into(),

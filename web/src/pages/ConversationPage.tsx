@@ -13,6 +13,7 @@ import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
 import { PlanView } from "../components/PlanView";
+import { BrowserView } from "../components/BrowserView";
 
 const PHASES = [
   ["WORKING", "Queued"],
@@ -29,7 +30,7 @@ const PHASES = [
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
 const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Apps"] as const;
+const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Browser", "Apps"] as const;
 type Tab = (typeof TABS)[number];
 
 export function ConversationPage({ id }: { id: string }) {
@@ -266,6 +267,7 @@ export function ConversationPage({ id }: { id: string }) {
               </Suspense>
             )}
             {tab === "Changes" && <ChangesView id={id} version={observations} />}
+            {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser} />}
             {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id} />}
           </div>
         </>

@@ -306,6 +306,7 @@ impl Accumulate for StreamAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::ImagePart;
 
     #[test]
     fn the_request_alternates_roles_and_marks_the_cacheable_prefix() {
@@ -334,6 +335,27 @@ mod tests {
         assert_eq!(body["messages"][2]["content"][1]["cache_control"]["type"], "ephemeral");
         assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
         assert_eq!(body["tools"][0]["cache_control"]["type"], "ephemeral");
+    }
+
+    #[test]
+    fn a_screenshot_goes_inside_its_tool_result() {
+        let png = ImagePart { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() };
+        let messages = [
+            ChatMessage::text("user", "look"),
+            ChatMessage {
+                role: "tool".into(),
+                content: Some("URL: http://localhost/".into()),
+                tool_call_id: Some("toolu_1".into()),
+                images: vec![png],
+                ..Default::default()
+            },
+        ];
+        let body = request("claude-x", 1000, &messages, &[], false, None, 0);
+        let result = &body["messages"][0]["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert_eq!(result["content"][0], json!({"type": "text", "text": "URL: http://localhost/"}));
+        assert_eq!(result["content"][1]["type"], "image");
+        assert_eq!(result["content"][1]["source"], json!({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}));
     }
 
     #[test]

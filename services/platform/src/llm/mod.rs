@@ -663,6 +663,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn screenshots_follow_the_tool_results_that_took_them() {
+        let png = |d: &str| ImagePart { media_type: "image/png".into(), data: d.into() };
+        let tool = |id: &str, images| ChatMessage {
+            role: "tool".into(),
+            content: Some(format!("result {id}")),
+            tool_call_id: Some(id.into()),
+            images,
+            ..Default::default()
+        };
+        let plain = [ChatMessage::text("user", "hi"), tool("a", vec![])];
+        assert!(matches!(images_after_tool_results(&plain), std::borrow::Cow::Borrowed(_)), "nothing to move, nothing copied");
+        let messages =
+            [ChatMessage::text("user", "look"), tool("a", vec![png("AAA")]), tool("b", vec![]), ChatMessage::text("user", "go on")];
+        let out = images_after_tool_results(&messages);
+        let roles: Vec<&str> = out.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "tool", "tool", "user", "user"], "after the run of results, before the next message");
+        assert!(out[1].images.is_empty() && out[1].content.as_deref() == Some("result a"));
+        assert_eq!(out[3].images, vec![png("AAA")]);
+        assert!(out[3].content.as_deref().unwrap_or_default().contains("tool call a"));
+        let wire = openai_message(&out[3]);
+        assert_eq!(wire["content"][1]["image_url"]["url"], "data:image/png;base64,AAA");
+        // At the end of the history too.
+        let last = images_after_tool_results(&messages[..2]);
+        assert_eq!(last.len(), 3);
+        assert_eq!(last[2].images.len(), 1);
+        let body = responses::request("gpt-x", 100, &messages, &[], false, None, None);
+        assert_eq!(body["input"][1]["type"], "function_call_output");
+        assert_eq!(body["input"][3]["content"][1]["type"], "input_image");
+    }
+
+    #[test]
     fn accumulates_streamed_tool_calls() {
         let mut acc = StreamAccumulator::default();
         for line in [
