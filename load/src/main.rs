@@ -28,6 +28,7 @@ use serde_json::json;
 
 mod agent;
 mod auth;
+mod browser;
 mod chaos;
 mod checkpoint;
 mod cluster;
@@ -41,7 +42,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), or `all`.
+    /// 24), `stream` (issue 31), `browser` (issue 25), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -147,6 +148,11 @@ async fn main() -> Result<()> {
     if args.suite == "stream" || args.suite == "all" {
         let r = stream::run().await?;
         std::fs::write(args.out.join("stream.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "browser" || args.suite == "all" {
+        let r = browser::run().await?;
+        std::fs::write(args.out.join("browser.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "checkpoint" || args.suite == "all" {

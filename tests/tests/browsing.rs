@@ -180,13 +180,18 @@ async fn the_agent_browses_in_a_container() {
     assert!(status == 200 && png.starts_with(PNG));
 }
 
-/// The browser's processes in the sandbox (its user's) and the memory they hold, as the agent's
-/// shell sees them: `<count> <KiB>`.
+/// The browser's processes in the sandbox (those under its executor: other sandboxes of other
+/// test deployments may share its uid) and the memory they hold, as the agent's shell sees them:
+/// `<count> <KiB>`.
 fn chromium_memory() -> Reply {
-    Reply::tool(
-        "terminal",
-        json!({"command": "ps -U \"$(id -u)\" -o rss=,comm= | awk '$2 ~ /chrom/ {n++; kb += $1} END {print n+0, kb+0}'", "security_risk": "low"}),
-    )
+    let command = r#"ps -U "$(id -u)" -o pid=,ppid=,rss=,comm= | awk -v me=$$ '
+        { up[$1] = $2; rss[$1] = $3; comm[$1] = $4 }
+        END {
+          e = me; while ((e in up) && comm[e] != "halyard") e = up[e]
+          for (p in up) { q = p; while ((q in up) && q != e) q = up[q]; if (q == e && comm[p] ~ /chrom/) { n++; kb += rss[p] } }
+          print n + 0, kb + 0
+        }'"#;
+    Reply::tool("terminal", json!({"command": command, "security_risk": "low"}))
 }
 
 #[tokio::test]
@@ -222,4 +227,48 @@ async fn an_unused_browser_stops_and_its_memory_is_freed() {
     let nav = browser_results(&events)[0];
     assert_eq!(nav["is_error"], true, "{nav}");
     assert!(content(nav).contains("ERR_CONNECTION_REFUSED"), "{nav}");
+}
+
+/// What the model is shown of a screenshot it asked for: inside the tool's result on Anthropic's
+/// wire (its requests' `tool_result` content), and nothing on a profile whose model reads no
+/// images (the user still gets it).
+#[tokio::test]
+async fn a_screenshot_reaches_an_anthropic_model_in_its_tool_result_and_no_model_that_reads_none() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let port = 8126;
+    let steps = || {
+        [
+            serve_pages(port),
+            Reply::tool("browser_navigate", json!({"url": format!("http://localhost:{port}/index.html"), "security_risk": "low"})),
+            Reply::tool("browser_get_state", json!({"include_screenshot": true})),
+            Reply::finish("seen"),
+        ]
+    };
+    llm.push(steps());
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let profile = |provider: &str, vision: bool| json!({"provider": provider, "base_url": llm.base_url, "model": "m", "api_key": "sk-test", "vision": vision});
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/llm-profiles/claude", Some(profile("anthropic", true))).await.0, 201);
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/llm-profiles/blind", Some(profile("openai", false))).await.0, 201);
+    let (conv, _) = alice.start_ready(json!({"message": "look at the page", "llm_profile": "claude"})).await;
+    alice.wait_events(&conv, "the run", finished).await;
+    let after = &llm.requests()[3];
+    let last = after["messages"].as_array().unwrap().last().unwrap();
+    let result = last["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_result").expect("a tool result");
+    assert_eq!(result["content"][0]["type"], "text", "{result}");
+    assert!(result["content"][0]["text"].as_str().unwrap().starts_with("URL: http://localhost:"), "{result}");
+    assert_eq!(result["content"][1]["type"], "image", "{result}");
+    assert_eq!(result["content"][1]["source"]["media_type"], "image/png");
+    assert!(result["content"][1]["source"]["data"].as_str().unwrap().starts_with("iVBORw0KGgo"));
+
+    llm.push(steps());
+    let (blind, _) = alice.start_ready(json!({"message": "look at the page", "llm_profile": "blind"})).await;
+    let events = alice.wait_events(&blind, "the run", finished).await;
+    let state = browser_results(&events)[1];
+    assert!(content(state).ends_with("[A screenshot was taken, but this model does not read images.]"), "{state}");
+    assert!(state["screenshot_id"].is_string(), "the user still gets the screenshot");
+    assert!(!llm.requests()[7].to_string().contains("data:image/png"), "no image went to a model that reads none");
+    let p = alice.get("/api/v1/llm-profiles/blind").await.1;
+    assert_eq!(p["vision"], false, "{p}");
 }

@@ -99,7 +99,13 @@ async fn write_run_finish(stream: bool) {
     let requests = llm.requests();
     assert_eq!(requests.len(), 3);
     let tools: Vec<&str> = requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert_eq!(tools, ["terminal", "file_editor", "glob", "grep", "think", "task_tracker", "finish", "delegate"]);
+    let browser = halyard_protocol::executor::BROWSER_TOOLS.iter().copied();
+    let expected: Vec<&str> = ["terminal", "file_editor", "glob", "grep"]
+        .into_iter()
+        .chain(browser)
+        .chain(["think", "task_tracker", "finish", "delegate"])
+        .collect();
+    assert_eq!(tools, expected);
     assert_eq!(requests[0]["stream"], stream);
     assert_eq!(requests[0]["model"], "scripted-model");
     let last = requests[2]["messages"].as_array().unwrap();

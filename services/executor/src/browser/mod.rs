@@ -201,15 +201,6 @@ impl Browser {
         let failed = |e: String| ExecutorError::Internal(format!("the browser did not start ({e}); it said: {}", said.tail()));
         let cdp = Cdp::new(commands_out.into(), answers_in.into()).map_err(|e| internal("pipe", e))?;
         let started = Instant::now();
-        let targets = cdp.call(None, "Target.getTargets", json!({})).await.map_err(failed)?;
-        let page = pages(&targets).into_iter().next().map(|t| t.0);
-        let target = match page {
-            Some(t) => t,
-            None => {
-                let made = cdp.call(None, "Target.createTarget", json!({"url": "about:blank"})).await.map_err(failed)?;
-                made["targetId"].as_str().unwrap_or_default().to_owned()
-            }
-        };
         let mut live = Live {
             child,
             cdp,
@@ -218,9 +209,11 @@ impl Browser {
             current: Tab { target: String::new(), session: String::new() },
             sessions: Default::default(),
         };
-        live.switch_to(&target).await.map_err(|e| match e {
-            Fault::Usage(m) | Fault::Broken(m) => failed(m),
-        })?;
+        // Its first tab; a browser that cannot give one goes, profile and all.
+        if let Err(Fault::Usage(e) | Fault::Broken(e)) = live.first_tab().await {
+            self.stopped(live).await;
+            return Err(failed(e));
+        }
         tracing::info!(took_ms = started.elapsed().as_millis() as u64, pid = live.child.id(), "browser started");
         self.running.store(true, Ordering::SeqCst);
         self.reap_when_idle();
@@ -375,6 +368,15 @@ fn check_url(url: &str) -> Result<(), Fault> {
 }
 
 impl Live {
+    /// Attaches to the tab a new browser opened (or opens one).
+    async fn first_tab(&mut self) -> Result<(), Fault> {
+        let targets = self.cdp.call(None, "Target.getTargets", json!({})).await?;
+        match pages(&targets).into_iter().next() {
+            Some((target, ..)) => self.switch_to(&target).await,
+            None => self.new_tab().await,
+        }
+    }
+
     /// Runs one tool; what the agent reads.
     async fn run(&mut self, tool: &str, args: &Value) -> Result<String, Fault> {
         match tool {
