@@ -46,9 +46,11 @@ fn cpu() -> f64 {
 
 /// Whether any Chromium process runs on this machine.
 fn chromium_running() -> bool {
-    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
-        std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(chromium)"))
-    })
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(chromium)")))
 }
 
 /// The time from each action to its observation, in ms, in the log's order.
