@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
 # Builds the Debian base image for Docker sandboxes without an image registry (none is
 # reachable here): debootstrap a minimal bookworm with bash, git, python3 and CA certificates,
-# add Debian's Chromium (the agent's browser) and the MCP time server (the README's example MCP
+# add Debian's Chromium (the agent's browser), its IPython kernel with matplotlib (the agent's
+# Python cells) and the MCP time server (the README's example MCP
 # server) in a venv at /opt/halyard-mcp, as process sandboxes have them, then `docker import` it
 # as halyard-base:bookworm. Skips the work if the image exists with all of that.
 set -euo pipefail
 IMAGE=${1:-halyard-base:bookworm}
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium' >/dev/null 2>&1; then
+  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib"' >/dev/null 2>&1; then
     echo "$IMAGE already exists" >&2
     exit 0
   fi
-  echo "$IMAGE lacks /opt/halyard-mcp or Chromium; building it again" >&2
+  echo "$IMAGE lacks /opt/halyard-mcp, Chromium or the IPython kernel; building it again" >&2
 fi
 root=$(mktemp -d /var/tmp/halyard-rootfs.XXXXXX)
 trap 'umount "$root/proc" 2>/dev/null || true; rm -rf "$root"' EXIT
 debootstrap --variant=minbase --include=bash,git,python3,python3-venv,ca-certificates,procps bookworm "$root" >/var/log/halyard-debootstrap.log 2>&1 \
   || { echo "debootstrap failed; see /var/log/halyard-debootstrap.log" >&2; exit 1; }
 # Chromium for the agent's browser tools (with the security archive's updates, as the host
-# gets them), and fonts for the pages it renders.
+# gets them), fonts for the pages it renders, and the IPython kernel with matplotlib for its
+# Python cells.
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 echo "deb http://deb.debian.org/debian-security bookworm-security main" >>"$root/etc/apt/sources.list"
 mount -t proc proc "$root/proc"
-if ! { chroot "$root" apt-get update -qq && chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation; } \
+if ! { chroot "$root" apt-get update -qq && chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation python3-ipykernel python3-matplotlib; } \
      >>/var/log/halyard-debootstrap.log 2>&1; then
-  echo "Chromium could not be installed in the image; see /var/log/halyard-debootstrap.log" >&2
+  echo "Chromium or the IPython kernel could not be installed in the image; see /var/log/halyard-debootstrap.log" >&2
   exit 1
 fi
 umount "$root/proc"

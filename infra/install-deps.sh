@@ -6,8 +6,9 @@
 #   - bubblewrap (Debian), which isolates process sandboxes when Halyard does not run as root
 #   - slirp4netns (Debian): the way out of a process sandbox's own network namespace, and
 #     iptables, which filters it for egress `internet`
-#   - chromium (Debian): the agent's browser in process sandboxes (Docker sandboxes have their
-#     image's, see build-base-image.sh)
+#   - chromium (Debian): the agent's browser in process sandboxes, and python3-ipykernel with
+#     python3-matplotlib: its Python cells (Docker sandboxes have their image's, see
+#     build-base-image.sh)
 #   - the MCP time server in a venv of the system's Python at /opt/halyard-mcp, which process
 #     sandboxes can run (they see /usr and /opt, not root's home): the README's MCP example
 # Idempotent: re-running it changes nothing once everything is there.
@@ -55,6 +56,13 @@ if ! [ -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
   export DEBIAN_FRONTEND=noninteractive
   echo "installing: chromium" >&2
   apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+fi
+# The agent's Python cells run Debian's IPython kernel (with matplotlib) in process sandboxes.
+if ! /usr/bin/python3 -c 'import ipykernel, matplotlib' >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  echo "installing: python3-ipykernel python3-matplotlib" >&2
+  apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib >/dev/null; }
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

@@ -309,6 +309,7 @@ async fn core(args: &Args) -> Result<()> {
                     is_error: false,
                     url: None,
                     screenshot_id: None,
+                    image_ids: Vec::new(),
                 };
                 appender.append(EventId::new(), EventSource::Environment, body, None).await?;
             }
@@ -447,6 +448,7 @@ pub(crate) fn bytes_of_event() -> Vec<u8> {
             is_error: false,
             url: None,
             screenshot_id: None,
+            image_ids: Vec::new(),
         },
     };
     halyard_protocol::encode(&halyard_protocol::Envelope::new(ev, 0)).unwrap_or_default()

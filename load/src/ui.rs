@@ -44,6 +44,7 @@ async fn fill(js: &async_nats::jetstream::Context, id: ConversationId, total: u6
                 is_error: false,
                 url: None,
                 screenshot_id: None,
+                image_ids: Vec::new(),
             }
         };
         let source = if matches!(body, EventBody::Observation { .. }) { EventSource::Environment } else { EventSource::Agent };

@@ -376,6 +376,10 @@ pub enum EventBody {
         /// `GET /conversations/{id}/screenshots/{screenshot_id}`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         screenshot_id: Option<String>,
+        /// Images a Python cell displayed (`execute_ipython_cell`'s plots), kept like
+        /// screenshots and served at `GET /conversations/{id}/images/{image_id}`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        image_ids: Vec<String>,
     },
     /// One LLM call: what it used and cost (cost only where the model has a price).
     LlmCall {

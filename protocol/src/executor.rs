@@ -411,3 +411,32 @@ pub struct BrowserResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screenshot_png: Option<String>,
 }
+
+/// `POST /ipython`: one cell of Python in the IPython kernel of a shell session (started by the
+/// first cell, kept between cells), run in that shell's working directory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CellRequest {
+    pub code: String,
+    /// Seconds before the cell is interrupted (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<f64>,
+    /// The shell session whose kernel and directory it uses (absent: the main one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// What a cell did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CellResponse {
+    /// What it printed and returned, and the traceback of an error, without ANSI codes.
+    pub output: String,
+    /// The PNGs it displayed (matplotlib's plots), in standard base64.
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// It raised.
+    pub error: bool,
+    /// It ran past its timeout and was interrupted.
+    pub timed_out: bool,
+    /// The kernel was started for this cell: nothing earlier cells defined is in it.
+    pub new_kernel: bool,
+}

@@ -152,12 +152,12 @@ pub fn answer_so_far(id: ConversationId) -> String {
 pub const ALL_ANSWERS_SO_FAR: &str = "halyard.sofar.*";
 
 /// The object store bucket of the browser's screenshots (PNG), outside the event log: an
-/// observation carries only a [`screenshot_object`]'s id.
-pub const SCREENSHOT_BUCKET: &str = "halyard_screenshots";
+/// observation carries only a [`image_object`]'s id.
+pub const IMAGE_BUCKET: &str = "halyard_images";
 
-/// The name of one screenshot in [`SCREENSHOT_BUCKET`]: under its conversation, which deletes
+/// The name of one screenshot in [`IMAGE_BUCKET`]: under its conversation, which deletes
 /// it with itself.
-pub fn screenshot_object(conversation: ConversationId, screenshot_id: &str) -> String {
+pub fn image_object(conversation: ConversationId, screenshot_id: &str) -> String {
     format!("{conversation}/{screenshot_id}")
 }
 

@@ -91,7 +91,7 @@ pub enum ToolSet {
 /// The built-in tools a [`ToolSet`] may name.
 /// (`browser` stands for the ten `browser_*` tools.)
 pub const BUILT_IN_TOOLS: &[&str] =
-    &["terminal", "file_editor", "apply_patch", "glob", "grep", "think", "task_tracker", "browser", "delegate"];
+    &["terminal", "file_editor", "apply_patch", "glob", "grep", "execute_ipython_cell", "think", "task_tracker", "browser", "delegate"];
 
 impl ToolSet {
     /// The built-in tools it offers (besides `finish` and `load_skill`), in the order offered;
@@ -99,10 +99,10 @@ impl ToolSet {
     pub fn names(&self) -> Result<Vec<&'static str>, String> {
         match self {
             Self::Preset(p) if p == "default" => {
-                Ok(vec!["terminal", "file_editor", "think", "task_tracker", "glob", "grep", "browser", "delegate"])
+                Ok(vec!["terminal", "file_editor", "think", "task_tracker", "glob", "grep", "execute_ipython_cell", "browser", "delegate"])
             }
             Self::Preset(p) if p == "gpt5" => {
-                Ok(vec!["terminal", "apply_patch", "think", "task_tracker", "glob", "grep", "browser", "delegate"])
+                Ok(vec!["terminal", "apply_patch", "think", "task_tracker", "glob", "grep", "execute_ipython_cell", "browser", "delegate"])
             }
             Self::Preset(p) => Err(format!("unknown tool set {p:?}: use \"default\", \"gpt5\" or a list of tool names")),
             Self::Names(names) => {

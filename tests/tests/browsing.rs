@@ -150,7 +150,7 @@ async fn the_agent_browses_a_form_it_serves_in_its_sandbox() {
 
     // The screenshots go with their conversation.
     let js = async_nats::jetstream::new(h.nats_client("admin").await);
-    let store = js.get_object_store("halyard_screenshots").await.unwrap();
+    let store = js.get_object_store("halyard_images").await.unwrap();
     let name = format!("{conv}/{first}");
     assert!(store.info(&name).await.is_ok_and(|i| !i.deleted));
     assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await.0, 202);
@@ -266,7 +266,7 @@ async fn a_screenshot_reaches_an_anthropic_model_in_its_tool_result_and_no_model
     let (blind, _) = alice.start_ready(json!({"message": "look at the page", "llm_profile": "blind"})).await;
     let events = alice.wait_events(&blind, "the run", finished).await;
     let state = browser_results(&events)[1];
-    assert!(content(state).ends_with("[A screenshot was taken, but this model does not read images.]"), "{state}");
+    assert!(content(state).ends_with("[An image was made, but this model does not read images.]"), "{state}");
     assert!(state["screenshot_id"].is_string(), "the user still gets the screenshot");
     assert!(!llm.requests()[7].to_string().contains("data:image/png"), "no image went to a model that reads none");
     let p = alice.get("/api/v1/llm-profiles/blind").await.1;

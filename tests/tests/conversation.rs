@@ -100,7 +100,7 @@ async fn write_run_finish(stream: bool) {
     assert_eq!(requests.len(), 3);
     let tools: Vec<&str> = requests[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     let browser = halyard_protocol::executor::BROWSER_TOOLS.iter().copied();
-    let expected: Vec<&str> = ["terminal", "file_editor", "glob", "grep"]
+    let expected: Vec<&str> = ["terminal", "file_editor", "glob", "grep", "execute_ipython_cell"]
         .into_iter()
         .chain(browser)
         .chain(["think", "task_tracker", "finish", "delegate"])

@@ -152,6 +152,7 @@ mod tests {
                     is_error: false,
                     url: None,
                     screenshot_id: None,
+                    image_ids: Vec::new(),
                 },
             ),
         ]

@@ -885,6 +885,7 @@ impl ConvState {
                         is_error: true,
                         url: None,
                         screenshot_id: None,
+                        image_ids: Vec::new(),
                     };
                     let _ = log.append(EventId::new(), EventSource::System, body, None).await;
                 }

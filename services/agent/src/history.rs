@@ -165,19 +165,19 @@ impl History {
         self.entries.push(Entry::new(msg, seq));
     }
 
-    /// Shows the model `image` with the tool result of event `seq` (a screenshot it asked for).
-    /// Only the newest such image stays: the ones before it leave the prompt, their results
-    /// saying so. A replay (a run taken over) shows none of them: the agent asks again.
-    pub fn show_image(&mut self, seq: u64, image: ImagePart) {
+    /// Shows the model `images` with the tool result of event `seq` (a screenshot it asked for,
+    /// a cell's plots). Only the newest result's images stay: the ones before leave the prompt,
+    /// their results saying so. A replay (a run taken over) shows none of them.
+    pub fn show_images(&mut self, seq: u64, images: Vec<ImagePart>) {
         for e in self.entries.iter_mut().filter(|e| e.msg.role == "tool" && !e.msg.images.is_empty()) {
             e.msg.images.clear();
             if let Some(c) = e.msg.content.as_mut() {
-                c.push_str("\n[Its screenshot is no longer shown.]");
+                c.push_str("\n[Its images are no longer shown.]");
             }
             *e = Entry::new(e.msg.clone(), e.seq);
         }
         if let Some(e) = self.entries.iter_mut().rev().find(|e| e.seq == seq && e.msg.role == "tool") {
-            e.msg.images = vec![image];
+            e.msg.images = images;
             *e = Entry::new(e.msg.clone(), e.seq);
         }
     }
@@ -427,19 +427,20 @@ mod tests {
             is_error: false,
             url: Some("http://localhost/".into()),
             screenshot_id: Some(format!("shot-{id}")),
+            image_ids: Vec::new(),
         };
         let mut h = History::default();
         h.apply(&ev(1, EventBody::UserMessage { text: "look".into(), images: vec![] }));
         h.apply(&ev(2, obs("a")));
         let png = ImagePart { media_type: "image/png".into(), data: "AAA".into() };
         let before = h.entries[1].bytes;
-        h.show_image(2, png.clone());
+        h.show_images(2, vec![png.clone()]);
         assert_eq!(h.entries[1].msg.images, vec![png.clone()]);
         assert!(h.entries[1].bytes > before + 1000, "an image costs the prompt");
         h.apply(&ev(3, obs("b")));
-        h.show_image(3, png.clone());
+        h.show_images(3, vec![png.clone()]);
         assert!(h.entries[1].msg.images.is_empty(), "the older screenshot left the prompt");
-        assert!(h.entries[1].msg.content.as_deref().unwrap_or_default().ends_with("[Its screenshot is no longer shown.]"));
+        assert!(h.entries[1].msg.content.as_deref().unwrap_or_default().ends_with("[Its images are no longer shown.]"));
         assert_eq!(h.entries[2].msg.images.len(), 1);
     }
 
@@ -466,6 +467,7 @@ mod tests {
                     is_error: false,
                     url: None,
                     screenshot_id: None,
+                    image_ids: Vec::new(),
                 },
             ),
             ev(5, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: None }),

@@ -145,9 +145,16 @@ fn mask_body(redactor: &Redactor, mut body: EventBody) -> EventBody {
     match (masked, body) {
         (Some(m), _) => m,
         // Withheld, keeping what pairs an action with its result.
-        (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => {
-            EventBody::Observation { tool_call_id, tool, content: WITHHELD.into(), exit_code, is_error, url: None, screenshot_id: None }
-        }
+        (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => EventBody::Observation {
+            tool_call_id,
+            tool,
+            content: WITHHELD.into(),
+            exit_code,
+            is_error,
+            url: None,
+            screenshot_id: None,
+            image_ids: Vec::new(),
+        },
         (None, EventBody::Action { tool_call_id, tool, security_risk, .. }) => {
             EventBody::Action { tool_call_id, tool, arguments: serde_json::json!({"withheld": WITHHELD}), thought: None, security_risk }
         }
@@ -180,6 +187,7 @@ mod tests {
             is_error: false,
             url: None,
             screenshot_id: None,
+            image_ids: Vec::new(),
         };
         match mask_body(&r, obs) {
             EventBody::Observation { tool_call_id, content, .. } => {

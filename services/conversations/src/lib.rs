@@ -126,9 +126,9 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                     _ => None,
                 };
                 // Its helpers go with it (each deletes its own in turn), before its log does; so
-                // do its browser's screenshots, which the log names.
+                // do the images its tools made (screenshots, plots), which the log names.
                 let (helpers, screenshots) = owned_by_log(&ctx, conversation_id).await?;
-                halyard_platform::screenshots::delete(&ctx.js, conversation_id, &screenshots).await?;
+                halyard_platform::images::delete(&ctx.js, conversation_id, &screenshots).await?;
                 for helper in helpers {
                     let delete = ConversationCommand::Delete { conversation_id: helper, owner: owner.clone() };
                     let id = halyard_platform::keys::derived_uuid(&[b"halyard-delete-helper", env.id.0.as_bytes(), helper.as_bytes()]);
@@ -164,7 +164,8 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
 }
 
 /// What a conversation's log names that goes with it: the helpers its agent started (its
-/// `sub_conversations_started` events) and its browser's screenshots (its observations').
+/// `sub_conversations_started` events) and the images its tools made (its observations'
+/// screenshots and plots).
 async fn owned_by_log(
     ctx: &Ctx,
     conversation_id: halyard_protocol::ConversationId,
@@ -174,7 +175,7 @@ async fn owned_by_log(
     for e in bus::read_events(&ctx.js, conversation_id, 0).await? {
         match e.body {
             EventBody::SubConversationsStarted { children, .. } => helpers.extend(children.into_iter().map(|c| c.conversation_id)),
-            EventBody::Observation { screenshot_id: Some(id), .. } => screenshots.push(id),
+            EventBody::Observation { screenshot_id, image_ids, .. } => screenshots.extend(screenshot_id.into_iter().chain(image_ids)),
             _ => {}
         }
     }

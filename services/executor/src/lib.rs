@@ -7,7 +7,8 @@
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
 //! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
-//! agent's browser tools, [`browser`]), `POST
+//! agent's browser tools, [`browser`]), `POST /ipython` (a cell in the Python kernel,
+//! [`kernel`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
@@ -22,6 +23,7 @@ pub mod disk;
 pub mod files;
 pub mod git_proxy;
 pub mod hooks;
+pub mod kernel;
 pub mod limits;
 pub mod mcp;
 pub mod shell;
@@ -128,6 +130,8 @@ struct AppState {
     checkpoints: Arc<tokio::sync::Mutex<checkpoint::Checkpoints>>,
     /// The sandbox's browser, started by the first browser call.
     browser: Arc<browser::Browser>,
+    /// The shell sessions' Python kernels, each started by its first cell.
+    kernels: Arc<kernel::Kernels>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -175,6 +179,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         disk,
         checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
         browser: browser::Browser::new(config_idle),
+        kernels: Arc::default(),
     };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
@@ -185,6 +190,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/files/patch", post(patch))
         .route("/hooks/run", post(run_hook))
         .route("/browser", post(browse))
+        .route("/ipython", post(ipython))
         .route("/checkpoint", post(take_checkpoint))
         .route("/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
@@ -285,6 +291,16 @@ async fn health(State(state): State<AppState>) -> Json<Health> {
         idle_ms: state.activity.idle_ms(),
         browser: state.browser.running(),
     })
+}
+
+/// `POST /ipython`: one cell in the session's Python kernel ([`kernel`]), in its shell's working
+/// directory.
+async fn ipython(
+    State(state): State<AppState>,
+    Json(req): Json<halyard_protocol::executor::CellRequest>,
+) -> Result<Json<halyard_protocol::executor::CellResponse>, ExecutorError> {
+    let cwd = state.shells.existing(req.session.as_deref()).and_then(|s| s.cwd());
+    state.kernels.run(&req, &state.config.workspace, cwd, state.config.output_cap).await.map(Json)
 }
 
 /// `POST /browser`: one of the agent's browser tools ([`browser`]).

@@ -29,7 +29,7 @@ pub mod workspace;
 
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
-use conversations::{browser, export, plan, routes, share, starts, ws};
+use conversations::{export, images, plan, routes, share, starts, ws};
 use settings::{defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
 
@@ -130,8 +130,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(routes::set_llm_profile))
         .routes(routes!(routes::restore))
         .routes(routes!(plan::get_tasks))
-        .routes(routes!(browser::screenshot))
-        .routes(routes!(browser::latest))
+        .routes(routes!(images::screenshot))
+        .routes(routes!(images::latest))
+        .routes(routes!(images::image))
         .routes(routes!(defaults::get_settings, defaults::put_settings))
         .routes(routes!(llm_profiles::list_profiles))
         .routes(routes!(llm_profiles::get_profile, llm_profiles::put_profile, llm_profiles::delete_profile))

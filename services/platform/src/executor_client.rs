@@ -155,6 +155,16 @@ impl ExecutorClient {
         self.post("/browser", req, Duration::from_secs(90)).await
     }
 
+    /// One cell in the Python kernel (which starts with the first; the cell's own timeout is in
+    /// the request, and an interrupted cell takes a few seconds more to stop).
+    pub async fn ipython(
+        &self,
+        req: &halyard_protocol::executor::CellRequest,
+    ) -> Result<halyard_protocol::executor::CellResponse, ExecutorError> {
+        let wait = Duration::from_secs_f64(req.timeout_secs.unwrap_or(120.0).max(0.0) + 90.0);
+        self.post("/ipython", req, wait).await
+    }
+
     /// Runs one `file_editor` command.
     pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
         self.post("/files/edit", req, Duration::from_secs(60)).await

@@ -204,8 +204,8 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
     })
     .await
     .map_err(|e| topo(&format!("kv {}: {e}", subjects::AGENT_LEASE_BUCKET)))?;
-    let stream = format!("OBJ_{}", subjects::SCREENSHOT_BUCKET);
-    crate::screenshots::declare(js, kept_replicas(js, &stream, replicas).await).await?;
+    let stream = format!("OBJ_{}", subjects::IMAGE_BUCKET);
+    crate::images::declare(js, kept_replicas(js, &stream, replicas).await).await?;
     Ok(())
 }
 

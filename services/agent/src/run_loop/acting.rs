@@ -34,14 +34,15 @@ enum Ran {
 }
 
 impl Run {
-    /// Keeps a screenshot of the browser in the conversation's screenshots; its id, or `None`
-    /// if it could not be kept (the observation then names none).
-    async fn keep_screenshot(&self, png: &[u8]) -> Option<String> {
+    /// Keeps an image a tool made (a PNG in base64) in the conversation's images; its id, or
+    /// `None` if it could not be kept (the observation then names none).
+    async fn keep_image(&self, png_base64: &str) -> Option<String> {
         let conversation = self.log.lock().await.conversation();
-        match halyard_platform::screenshots::put(&self.ctx.js, conversation, png).await {
+        let png = base64::engine::general_purpose::STANDARD.decode(png_base64).ok()?;
+        match halyard_platform::images::put(&self.ctx.js, conversation, &png).await {
             Ok(id) => Some(id),
             Err(e) => {
-                tracing::warn!(%conversation, error = %e, "cannot keep the browser's screenshot");
+                tracing::warn!(%conversation, error = %e, "cannot keep a tool's image");
                 None
             }
         }
@@ -212,6 +213,7 @@ impl Run {
                     is_error,
                     url: None,
                     screenshot_id: None,
+                    image_ids: Vec::new(),
                 };
                 let seq = self.append_seq(EventSource::Environment, body).await?;
                 // What the action left in the workspace, kept under its observation's seq.
@@ -235,34 +237,43 @@ impl Run {
                     None => None,
                 }
             }
-            ToolOutcome::Page(page) => {
+            ToolOutcome::Rich(rich) => {
                 steps.push(stuck::Step {
                     action: format!("{name} {}", call.raw),
                     tool: name.clone(),
-                    observation: page.content.clone(),
-                    is_error: false,
+                    observation: rich.content.clone(),
+                    is_error: rich.is_error,
                 });
-                let png = page.screenshot_png.as_deref().and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-                let screenshot_id = match &png {
-                    Some(png) => self.keep_screenshot(png).await,
+                let (mut content, url) = (rich.content, rich.url);
+                // Kept outside the log: a browser step's screenshot and a cell's images.
+                let screenshot = match rich.screenshot_png {
+                    Some(png) => self.keep_image(&png).await.map(|id| (id, png)),
                     None => None,
                 };
-                let mut content = page.content;
-                let shown = match (page.show, &screenshot_id, &page.screenshot_png) {
-                    (true, Some(_), Some(png)) if self.vision => Some(png.clone()),
-                    (true, Some(_), Some(_)) => {
-                        content.push_str("\n[A screenshot was taken, but this model does not read images.]");
-                        None
+                let mut images = Vec::new();
+                for png in rich.images {
+                    if let Some(id) = self.keep_image(&png).await {
+                        images.push((id, png));
                     }
-                    (true, ..) => {
+                }
+                let mut shown: Vec<String> = match (rich.show, &screenshot) {
+                    (true, Some((_, png))) => vec![png.clone()],
+                    (true, None) if url.is_some() => {
                         content.push_str("\n[No screenshot could be taken.]");
-                        None
+                        Vec::new()
                     }
-                    _ => None,
+                    _ => Vec::new(),
                 };
+                if rich.show {
+                    shown.extend(images.iter().map(|(_, png)| png.clone()));
+                }
+                if !shown.is_empty() && !self.vision {
+                    content.push_str("\n[An image was made, but this model does not read images.]");
+                    shown.clear();
+                }
                 let args = call.parsed.as_ref().unwrap_or(&Value::Null);
                 let post = wants(setting, Moment::PostToolUse, &name).then(|| {
-                    let response = json!({"content": content, "url": page.url, "is_error": false});
+                    let response = json!({"content": content, "url": url, "is_error": rich.is_error});
                     json!({"tool_name": name, "tool_input": args, "tool_response": response})
                 });
                 let body = EventBody::Observation {
@@ -270,19 +281,21 @@ impl Run {
                     tool: name.clone(),
                     content,
                     exit_code: None,
-                    is_error: false,
-                    url: Some(page.url),
-                    screenshot_id,
+                    is_error: rich.is_error,
+                    url,
+                    screenshot_id: screenshot.map(|(id, _)| id),
+                    image_ids: images.into_iter().map(|(id, _)| id).collect(),
                 };
                 let seq = self.append_seq(EventSource::Environment, body).await?;
-                // The model sees the screenshot it asked for with this result (the newest only:
-                // older ones leave its prompt).
-                if let Some(data) = shown {
-                    self.log
-                        .lock()
-                        .await
-                        .history
-                        .show_image(seq, halyard_platform::llm::ImagePart { media_type: "image/png".into(), data });
+                // The model sees what it was to see with this result (the newest only: older
+                // images leave its prompt).
+                if !shown.is_empty() {
+                    let parts = shown.into_iter().map(|data| halyard_platform::llm::ImagePart { media_type: "image/png".into(), data });
+                    self.log.lock().await.history.show_images(seq, parts.collect());
+                }
+                // A cell may have changed the workspace.
+                if name == crate::tools::kernel::TOOL && setting.checkpoints {
+                    checkpoint(exec, seq).await;
                 }
                 if let Some(input) = post {
                     let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
@@ -312,6 +325,7 @@ impl Run {
                     is_error,
                     url: None,
                     screenshot_id: None,
+                    image_ids: Vec::new(),
                 };
                 if !self.append(EventSource::Environment, body).await {
                     return Some(RunOutcome::Failed);

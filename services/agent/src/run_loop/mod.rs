@@ -535,6 +535,7 @@ impl Run {
                         is_error,
                         url: None,
                         screenshot_id: None,
+                        image_ids: Vec::new(),
                     };
                     if !self.append(EventSource::Environment, body).await {
                         return Err(RunOutcome::Failed);
@@ -564,7 +565,7 @@ impl Run {
                 match outcome {
                     ToolOutcome::Observation { is_error: true, .. } => None,
                     ToolOutcome::Observation { content, exit_code, is_error } => Some((content, exit_code, is_error)),
-                    ToolOutcome::Page(page) => Some((page.content, None, false)),
+                    ToolOutcome::Rich(rich) => Some((rich.content, None, rich.is_error)),
                     ToolOutcome::Finish { .. } => None,
                 }
             } else {
@@ -586,6 +587,7 @@ impl Run {
                 is_error,
                 url: None,
                 screenshot_id: None,
+                image_ids: Vec::new(),
             };
             if !self.append(EventSource::Environment, body).await {
                 return Err(RunOutcome::Failed);

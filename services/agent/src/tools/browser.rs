@@ -9,18 +9,7 @@ use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::{BROWSER_TOOLS, BrowserRequest};
 use serde_json::{Value, json};
 
-use super::{ToolOutcome, bool_arg, error, security_risk};
-
-/// A page a browser tool left: what the agent reads, where the page is, and its screenshot.
-#[derive(Debug, PartialEq)]
-pub struct Page {
-    pub content: String,
-    pub url: String,
-    /// A PNG in base64.
-    pub screenshot_png: Option<String>,
-    /// The agent asked to see the screenshot.
-    pub show: bool,
-}
+use super::{Rich, ToolOutcome, bool_arg, error, security_risk};
 
 pub fn is_browser(tool: &str) -> bool {
     BROWSER_TOOLS.contains(&tool)
@@ -127,10 +116,12 @@ pub fn specs() -> Vec<Value> {
 pub async fn execute(exec: &ExecutorClient, tool: &str, args: &Value) -> ToolOutcome {
     let req = BrowserRequest { tool: tool.to_owned(), arguments: args.clone() };
     match exec.browser(&req).await {
-        Ok(r) => ToolOutcome::Page(Page {
+        Ok(r) => ToolOutcome::Rich(Rich {
             content: r.output,
-            url: r.url,
+            is_error: false,
+            url: Some(r.url),
             screenshot_png: r.screenshot_png,
+            images: Vec::new(),
             show: tool == "browser_get_state" && bool_arg(args, "include_screenshot"),
         }),
         Err(ExecutorError::Rejected { message, .. }) => error(message),

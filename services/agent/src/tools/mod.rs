@@ -2,12 +2,13 @@
 //! `apply_patch`, `glob`, `grep`, `think`, `finish`, `task_tracker`), so models and prompts tuned
 //! for OpenHands carry over; which of them a conversation offers is its LLM profile's tool set; and
 //! `load_skill`, which reads a folder skill's instructions when the conversation has any.
-//! Beside them: the sandbox's browser ([`browser`]), helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
+//! Beside them: the sandbox's browser ([`browser`]) and Python kernel ([`kernel`]), helpers working in parallel ([`delegate`]), the tools of MCP servers ([`mcp`]),
 //! the risk of each action ([`risk`]), and the repository's hooks around them ([`hooks`]).
 
 pub mod browser;
 pub mod delegate;
 pub mod hooks;
+pub mod kernel;
 pub mod mcp;
 pub mod risk;
 
@@ -33,6 +34,7 @@ pub fn specs(offered: &[&str], with_load_skill: bool) -> Vec<Value> {
         ("apply_patch", Some(apply_patch_spec())),
         ("glob", Some(glob_spec())),
         ("grep", Some(grep_spec())),
+        (kernel::TOOL, Some(kernel::spec())),
     ];
     let mut specs: Vec<Value> = classic()
         .into_iter()
@@ -144,6 +146,21 @@ fn classic() -> Vec<Value> {
     ]
 }
 
+/// A result with pictures: a browser step's page and screenshot, or a Python cell's plots.
+#[derive(Debug, Default, PartialEq)]
+pub struct Rich {
+    pub content: String,
+    pub is_error: bool,
+    /// A browser step's page afterwards.
+    pub url: Option<String>,
+    /// A browser step's screenshot, a PNG in base64.
+    pub screenshot_png: Option<String>,
+    /// A cell's images, PNGs in base64.
+    pub images: Vec<String>,
+    /// The model is to see them (the screenshot it asked for; a cell's plots).
+    pub show: bool,
+}
+
 /// What a tool call produced.
 #[derive(Debug, PartialEq)]
 pub enum ToolOutcome {
@@ -152,8 +169,8 @@ pub enum ToolOutcome {
         exit_code: Option<i32>,
         is_error: bool,
     },
-    /// A browser tool's result, with the page it left.
-    Page(browser::Page),
+    /// A result with pictures: a browser step's, or a Python cell's.
+    Rich(Rich),
     Finish {
         message: String,
     },
@@ -369,6 +386,7 @@ pub async fn execute(
             }
         }
         name if browser::is_browser(name) => browser::execute(exec, name, args).await,
+        kernel::TOOL => kernel::execute(exec, args, session).await,
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
         other => error(format!("Unknown tool `{other}`. Use one of the tools you are offered.")),
@@ -407,11 +425,17 @@ mod tests {
         };
         let browsing = halyard_protocol::executor::BROWSER_TOOLS;
         let with = |tools: &[&str]| -> Vec<String> {
-            let (before, after) = tools.split_at(4);
+            let (before, after) = tools.split_at(5);
             before.iter().chain(browsing).chain(after).map(|s| s.to_string()).collect()
         };
-        assert_eq!(names("default"), with(&["terminal", "file_editor", "glob", "grep", "think", "task_tracker", "finish"]));
-        assert_eq!(names("gpt5"), with(&["terminal", "apply_patch", "glob", "grep", "think", "task_tracker", "finish"]));
+        assert_eq!(
+            names("default"),
+            with(&["terminal", "file_editor", "glob", "grep", "execute_ipython_cell", "think", "task_tracker", "finish"])
+        );
+        assert_eq!(
+            names("gpt5"),
+            with(&["terminal", "apply_patch", "glob", "grep", "execute_ipython_cell", "think", "task_tracker", "finish"])
+        );
         let only = specs(&["terminal"], true);
         assert_eq!(only.iter().map(|s| s["function"]["name"].as_str().unwrap()).collect::<Vec<_>>(), ["terminal", "finish", "load_skill"]);
     }

@@ -261,10 +261,10 @@ impl Browser {
 
 /// The last lines Chromium wrote to its standard error, for the error of a browser that fails.
 #[derive(Clone, Default)]
-struct Said(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+pub(crate) struct Said(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
 
 impl Said {
-    async fn keep(self, stderr: tokio::process::ChildStderr) {
+    pub(crate) async fn keep(self, stderr: impl tokio::io::AsyncRead + Unpin) {
         use tokio::io::AsyncBufReadExt;
         let mut lines = tokio::io::BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -276,18 +276,19 @@ impl Said {
         }
     }
 
-    fn tail(&self) -> String {
+    pub(crate) fn tail(&self) -> String {
         let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if kept.is_empty() { "nothing".into() } else { kept.iter().cloned().collect::<Vec<_>>().join(" | ") }
     }
 }
 
-/// The temporary directory to give Chromium, which makes its singleton's Unix socket there: a
+/// The temporary directory to give Chromium, which makes its singleton's Unix socket there (the
+/// Python kernel's sockets go the same way, see [`crate::kernel`]): a
 /// socket's path has at most 107 bytes, and a process sandbox's own temporary directory lies
 /// deep in the supervisor's data directory. Then a link with a short name in `/tmp` leads to it
 /// (the directory stays the sandbox's: counted in its disk, deleted with it); the link is
 /// returned to be removed when the browser stops.
-fn short_tmp(name: &str) -> (PathBuf, Option<PathBuf>) {
+pub(crate) fn short_tmp(name: &str) -> (PathBuf, Option<PathBuf>) {
     let tmp = std::env::temp_dir();
     // `<tmp>/org.chromium.Chromium.XXXXXX/SingletonSocket`
     if tmp.as_os_str().len() + 48 <= 107 {

@@ -200,6 +200,12 @@ impl Shell {
         self
     }
 
+    /// The shell's working directory now (its process's, as the kernel reads it).
+    pub fn cwd(&self) -> Option<PathBuf> {
+        let pid = self.pgid.load(std::sync::atomic::Ordering::SeqCst);
+        (pid > 0).then(|| std::fs::read_link(format!("/proc/{pid}/cwd")).ok()).flatten()
+    }
+
     pub fn is_alive(&self) -> bool {
         self.alive.load(std::sync::atomic::Ordering::Relaxed)
     }

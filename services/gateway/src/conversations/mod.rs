@@ -4,8 +4,8 @@
 //! the agent's plan ([`plan`]), and read-only share links that show it live to people without
 //! an account ([`share`]).
 
-pub mod browser;
 pub mod export;
+pub mod images;
 pub mod plan;
 pub mod routes;
 pub mod share;

@@ -1,6 +1,6 @@
 //! The browser's screenshots: PNGs kept outside the event log, in JetStream's object store
-//! ([`subjects::SCREENSHOT_BUCKET`]), each named under its conversation
-//! ([`subjects::screenshot_object`]). The agent runner puts them, an observation carries only
+//! ([`subjects::IMAGE_BUCKET`]), each named under its conversation
+//! ([`subjects::image_object`]). The agent runner puts them, an observation carries only
 //! the id, the gateway serves them to the conversation's owner, and the conversation manager
 //! deletes them with the conversation (it reads their ids from the log it is about to purge).
 
@@ -19,7 +19,7 @@ pub const MAX_SCREENSHOT: usize = 8 << 20;
 /// Declares the bucket (idempotent; at start-up, with the rest of the topology).
 pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
     js.create_object_store(object_store::Config {
-        bucket: subjects::SCREENSHOT_BUCKET.to_owned(),
+        bucket: subjects::IMAGE_BUCKET.to_owned(),
         description: Some("The browser's screenshots (PNG): <conversation>/<screenshot id>".into()),
         max_bytes: MAX_BYTES,
         num_replicas: replicas,
@@ -27,11 +27,11 @@ pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), Bus
     })
     .await
     .map(|_| ())
-    .map_err(|e| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::SCREENSHOT_BUCKET)))
+    .map_err(|e| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::IMAGE_BUCKET)))
 }
 
 async fn bucket(js: &jetstream::Context) -> Result<object_store::ObjectStore, BusError> {
-    js.get_object_store(subjects::SCREENSHOT_BUCKET).await.map_err(|e| BusError::new(BusErrorKind::Read, format!("screenshots: {e}")))
+    js.get_object_store(subjects::IMAGE_BUCKET).await.map_err(|e| BusError::new(BusErrorKind::Read, format!("screenshots: {e}")))
 }
 
 /// Stores a PNG of `conversation`'s browser; its new id.
@@ -43,7 +43,7 @@ pub async fn put(js: &jetstream::Context, conversation: ConversationId, png: &[u
     let store = bucket(js).await?;
     let mut data = png;
     store
-        .put(subjects::screenshot_object(conversation, &id).as_str(), &mut data)
+        .put(subjects::image_object(conversation, &id).as_str(), &mut data)
         .await
         .map_err(|e| BusError::new(BusErrorKind::Publish, format!("screenshot: {e}")))?;
     Ok(id)
@@ -61,7 +61,7 @@ pub async fn get(js: &jetstream::Context, conversation: ConversationId, id: &str
         return Ok(None);
     }
     let store = bucket(js).await?;
-    let mut object = match store.get(subjects::screenshot_object(conversation, id)).await {
+    let mut object = match store.get(subjects::image_object(conversation, id)).await {
         Ok(o) => o,
         Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(BusError::new(BusErrorKind::Read, format!("screenshot {id}: {e}"))),
@@ -78,7 +78,7 @@ pub async fn delete(js: &jetstream::Context, conversation: ConversationId, ids: 
     }
     let store = bucket(js).await?;
     for id in ids.iter().filter(|id| valid_id(id)) {
-        match store.delete(subjects::screenshot_object(conversation, id)).await {
+        match store.delete(subjects::image_object(conversation, id)).await {
             Ok(()) => {}
             Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => {}
             Err(e) => return Err(BusError::new(BusErrorKind::Publish, format!("screenshot {id}: {e}"))),

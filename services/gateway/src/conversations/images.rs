@@ -1,8 +1,9 @@
-//! The browser's screenshots, to the conversation's owner: one by id
-//! (`GET /conversations/{id}/screenshots/{screenshot_id}`, the id an observation names) and the
-//! latest (`GET /conversations/{id}/browser/screenshot`, which the projection follows from the
-//! observations). The bytes live in the object store, never in the log
-//! (`halyard_platform::screenshots`).
+//! The images the agent's tools made, to the conversation's owner: the browser's screenshots,
+//! one by id (`GET /conversations/{id}/screenshots/{screenshot_id}`, the id an observation
+//! names) and the latest (`GET /conversations/{id}/browser/screenshot`, which the projection
+//! follows from the observations), and the plots of Python cells
+//! (`GET /conversations/{id}/images/{image_id}`). The bytes live in the object store, never in
+//! the log (`halyard_platform::images`).
 
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -32,6 +33,21 @@ pub async fn screenshot(
     Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=31536000, immutable")], png).into_response())
 }
 
+/// An image a Python cell of the conversation displayed (an observation's `image_ids`), as a
+/// PNG.
+#[utoipa::path(get, path = "/conversations/{id}/images/{image_id}", tag = "conversations",
+    params(("id" = String, Path, format = Uuid), ("image_id" = String, Path, description = "one of an observation's `image_ids`")),
+    responses((status = 200, description = "the image", content_type = "image/png", body = Vec<u8>), Refusals))]
+pub async fn image(
+    State(state): State<AppState>,
+    User(user): User,
+    Path((id, image_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (cid, view) = owned(&state, &user, &id)?;
+    let png = find(&state, cid, &view, &image_id).await?.ok_or_else(|| ApiError::not_found("image"))?;
+    Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=31536000, immutable")], png).into_response())
+}
+
 /// The latest screenshot of the conversation's browser, as a PNG; `Content-Location` names it
 /// by id and `X-Browser-Url` says which page it shows. 404 `no_screenshot` before the agent
 /// browses.
@@ -55,10 +71,10 @@ pub async fn latest(State(state): State<AppState>, User(user): User, Path(id): P
     Ok(response)
 }
 
-/// The screenshot `screenshot_id` of conversation `cid`: its own, or for a fork, one of the
-/// events it copied from its source.
+/// The image `screenshot_id` of conversation `cid`: its own, or for a fork, one of the events
+/// it copied from its source.
 async fn find(state: &AppState, cid: ConversationId, view: &ConversationView, screenshot_id: &str) -> Result<Option<Vec<u8>>, ApiError> {
-    let read = |owner: ConversationId| halyard_platform::screenshots::get(&state.js, owner, screenshot_id);
+    let read = |owner: ConversationId| halyard_platform::images::get(&state.js, owner, screenshot_id);
     if let Some(png) = read(cid).await.map_err(ApiError::internal)? {
         return Ok(Some(png));
     }
