@@ -54,7 +54,7 @@ fn chromium_running() -> bool {
 }
 
 /// The time from each action to its observation, in ms, in the log's order.
-fn step_ms(events: &[Value]) -> Vec<(String, f64)> {
+pub(crate) fn step_ms(events: &[Value]) -> Vec<(String, f64)> {
     let at = |e: &Value| -> Option<f64> {
         let t = e["timestamp"].as_str()?;
         let parsed = time_ms(t)?;

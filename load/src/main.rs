@@ -33,6 +33,7 @@ mod chaos;
 mod checkpoint;
 mod cluster;
 mod docker;
+mod kernel;
 mod record;
 mod stream;
 mod ui;
@@ -42,7 +43,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `browser` (issue 25), or `all`.
+    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` (issue 32), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -153,6 +154,11 @@ async fn main() -> Result<()> {
     if args.suite == "browser" || args.suite == "all" {
         let r = browser::run().await?;
         std::fs::write(args.out.join("browser.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "kernel" || args.suite == "all" {
+        let r = kernel::run().await?;
+        std::fs::write(args.out.join("kernel.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "checkpoint" || args.suite == "all" {

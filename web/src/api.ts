@@ -114,6 +114,8 @@ export const api = {
   archiveUrl: (id: string) => `/api/v1/conversations/${id}/archive`,
   /** A screenshot of the agent's browser (an image the browser loads with the session cookie). */
   screenshotUrl: (id: string, screenshotId: string) => `/api/v1/conversations/${id}/screenshots/${screenshotId}`,
+  /** A plot a Python cell displayed. */
+  imageUrl: (id: string, imageId: string) => `/api/v1/conversations/${id}/images/${imageId}`,
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
   share: (id: string) => call<ShareLink>("POST", `/conversations/${id}/share`),

@@ -177,6 +177,8 @@ export type HalyardEvent = EventBase &
         /** A browser tool's page afterwards, and its screenshot's id. */
         url?: string;
         screenshot_id?: string;
+        /** The plots a Python cell displayed. */
+        image_ids?: string[];
       }
     | { kind: "agent_error"; code: string; message: string }
     | { kind: "execution_status"; status: ExecutionStatus; reason?: string }

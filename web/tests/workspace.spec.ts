@@ -599,4 +599,8 @@ test("17. the Browser tab shows the page the agent browses, live", async ({ page
   await expect.poll(() => shotImg.evaluate((i: HTMLImageElement) => i.complete && i.naturalWidth > 0), { timeout: 10_000 }).toBe(true);
   await page.getByRole("tab", { name: "Chat" }).click();
   await expect(page.getByText("Signed up as Ada.")).toBeVisible({ timeout: 30_000 });
+  // Each browser step's card shows its screenshot, small, linked to the whole.
+  const pictures = page.getByTestId("picture");
+  await expect(pictures).toHaveCount(3);
+  await expect.poll(() => pictures.last().evaluate((i: HTMLImageElement) => i.naturalWidth), { timeout: 10_000 }).toBe(1280);
 });

@@ -2,7 +2,7 @@
 // card (a command and its output, an edit as a diff, a thought folded). The list is
 // virtualized: only the rows on screen are in the DOM, so 10,000 events scroll smoothly.
 
-import { memo, useEffect, useMemo, useRef } from "react";
+import { createContext, memo, useContext, useEffect, useMemo, useRef } from "react";
 import { useVirtualizer } from "@tanstack/react-virtual";
 import type { ActionEvent, HalyardEvent, ImageData, ObservationEvent } from "../types";
 import { Markdown } from "./Markdown";
@@ -158,6 +158,30 @@ export function toItems(events: HalyardEvent[]): Item[] {
   return items;
 }
 
+/** Where the timeline's pictures load from: given on the owner's page only (a shared view may
+ * not fetch them). */
+export const PictureLinks = createContext<((kind: "screenshot" | "image", id: string) => string) | undefined>(undefined);
+
+/** A browser step's screenshot and a Python cell's plots, small, each a link to itself. */
+function Pictures({ observation }: { observation?: ObservationEvent }) {
+  const link = useContext(PictureLinks);
+  if (!link || !observation) return null;
+  const srcs = [
+    ...(observation.screenshot_id ? [link("screenshot", observation.screenshot_id)] : []),
+    ...(observation.image_ids ?? []).map((id) => link("image", id)),
+  ];
+  if (srcs.length === 0) return null;
+  return (
+    <div className="pictures">
+      {srcs.map((src, i) => (
+        <a key={src} href={src} target="_blank" rel="noreferrer">
+          <img className="thumb" src={src} alt={`Picture ${i + 1} of ${observation.tool}`} loading="lazy" data-testid="picture" />
+        </a>
+      ))}
+    </div>
+  );
+}
+
 const str = (v: unknown) => (typeof v === "string" ? v : v === undefined ? "" : JSON.stringify(v));
 
 function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
@@ -244,6 +268,7 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
         <span className="tool">{action.tool}</span> <code>{JSON.stringify(args)}</code>
       </div>
       {output}
+      <Pictures observation={observation} />
       {pending}
       {refused}
     </div>

@@ -8,7 +8,7 @@ import { Link, navigate } from "../router";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask } from "../types";
-import { Timeline, type AtActions } from "../components/Timeline";
+import { PictureLinks, Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
@@ -496,6 +496,10 @@ function EventFilter({
   const [kind, setKind] = useState("");
   const [found, setFound] = useState<{ items: HalyardEvent[]; count: number }>();
   const [error, setError] = useState<string>();
+  const pictures = useMemo(
+    () => (kind: "screenshot" | "image", pic: string) => (kind === "screenshot" ? api.screenshotUrl(id, pic) : api.imageUrl(id, pic)),
+    [id],
+  );
   useEffect(() => {
     const t = window.setTimeout(() => setWords(text.trim()), 250);
     return () => window.clearTimeout(t);
@@ -531,7 +535,9 @@ function EventFilter({
         )}
       </div>
       <ErrorText error={error} />
-      <Timeline events={filtering ? (found?.items ?? []) : events} at={at} writing={filtering ? undefined : writing} />
+      <PictureLinks.Provider value={pictures}>
+        <Timeline events={filtering ? (found?.items ?? []) : events} at={at} writing={filtering ? undefined : writing} />
+      </PictureLinks.Provider>
     </>
   );
 }
