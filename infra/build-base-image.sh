@@ -20,11 +20,12 @@ debootstrap --variant=minbase --include=bash,git,python3,python3-venv,ca-certifi
   || { echo "debootstrap failed; see /var/log/halyard-debootstrap.log" >&2; exit 1; }
 # Chromium for the agent's browser tools (with the security archive's updates, as the host
 # gets them), fonts for the pages it renders, and the IPython kernel with matplotlib for its
-# Python cells.
+# Python cells (python3-munkres answers fonttools' "scipy or munkres": scipy would bring a C++
+# compiler and Boost's headers, half a gigabyte).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 echo "deb http://deb.debian.org/debian-security bookworm-security main" >>"$root/etc/apt/sources.list"
 mount -t proc proc "$root/proc"
-if ! { chroot "$root" apt-get update -qq && chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation python3-ipykernel python3-matplotlib; } \
+if ! { chroot "$root" apt-get update -qq && chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation python3-ipykernel python3-matplotlib python3-munkres; } \
      >>/var/log/halyard-debootstrap.log 2>&1; then
   echo "Chromium or the IPython kernel could not be installed in the image; see /var/log/halyard-debootstrap.log" >&2
   exit 1

@@ -60,9 +60,9 @@ fi
 # The agent's Python cells run Debian's IPython kernel (with matplotlib) in process sandboxes.
 if ! /usr/bin/python3 -c 'import ipykernel, matplotlib' >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  echo "installing: python3-ipykernel python3-matplotlib" >&2
-  apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib >/dev/null 2>&1 \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib >/dev/null; }
+  echo "installing: python3-ipykernel python3-matplotlib python3-munkres" >&2
+  apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null; }
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

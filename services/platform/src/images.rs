@@ -16,8 +16,19 @@ pub const MAX_BYTES: i64 = 4 << 30;
 /// The largest screenshot kept.
 pub const MAX_SCREENSHOT: usize = 8 << 20;
 
-/// Declares the bucket (idempotent; at start-up, with the rest of the topology).
+/// Declares the bucket (idempotent; at start-up, with the rest of the topology). One that
+/// exists keeps its stream, its replicas and size brought to these (the object store has no
+/// create-or-update, and a create whose defaults differ from the stored stream's is refused).
 pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
+    let topo = |e: String| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::IMAGE_BUCKET));
+    if let Ok(stream) = js.get_stream(format!("OBJ_{}", subjects::IMAGE_BUCKET)).await {
+        let mut config = stream.cached_info().config.clone();
+        if config.num_replicas != replicas || config.max_bytes != MAX_BYTES {
+            (config.num_replicas, config.max_bytes) = (replicas, MAX_BYTES);
+            js.update_stream(config).await.map_err(|e| topo(e.to_string()))?;
+        }
+        return Ok(());
+    }
     js.create_object_store(object_store::Config {
         bucket: subjects::IMAGE_BUCKET.to_owned(),
         description: Some("The browser's screenshots (PNG): <conversation>/<screenshot id>".into()),
@@ -27,7 +38,7 @@ pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), Bus
     })
     .await
     .map(|_| ())
-    .map_err(|e| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::IMAGE_BUCKET)))
+    .map_err(|e| topo(e.to_string()))
 }
 
 async fn bucket(js: &jetstream::Context) -> Result<object_store::ObjectStore, BusError> {
