@@ -84,36 +84,49 @@ fn time_ms(t: &str) -> Option<f64> {
 /// One conversation: the step times, and the CPU of the whole run (from the message to the
 /// finish).
 async fn once(h: &Halyard, llm: &ScriptedLlm, browsing: bool) -> Result<(Vec<(String, f64)>, f64)> {
-    let api = h.api(KEY);
     let steps = if browsing {
         vec![pages(), terminal("true"), navigate("one"), navigate("two"), Reply::tool("browser_get_state", json!({}))]
     } else {
         // (Each a little different: the same action four times is a stuck agent.)
         vec![pages(), terminal("true"), terminal("true # 2"), terminal("true # 3"), terminal("true # 4")]
     };
+    let (events, spent) = conversation(h, llm, steps, cpu, chromium_running).await?;
+    Ok((step_ms(&events), spent))
+}
+
+/// A conversation of `steps` then a finish, from its first message: its events and the CPU
+/// `cpu` counted over the run. Then it is deleted, and the next waits until what its sandbox
+/// ran is gone (`still_running`), whose CPU would otherwise leave a later reading as it ends.
+pub(crate) async fn conversation(
+    h: &Halyard,
+    llm: &ScriptedLlm,
+    steps: Vec<Reply>,
+    cpu: fn() -> f64,
+    still_running: fn() -> bool,
+) -> Result<(Vec<Value>, f64)> {
+    let api = h.api(KEY);
     llm.push(steps.into_iter().chain([Reply::finish("done")]));
     let (conv, _) = api.start_ready(json!({})).await;
     let cpu0 = cpu();
-    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "browse"})).await;
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go"})).await;
     ensure!(s == 202, "the message was refused: {s}");
     let events =
         api.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")).await;
     let spent = cpu() - cpu0;
     let errors: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["is_error"] == true).collect();
     ensure!(errors.is_empty(), "a step failed: {errors:?}");
-    // Let the sandbox go, and its browser (whose CPU would otherwise leave the next reading as
-    // its processes end), before the next conversation.
     api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while chromium_running() && std::time::Instant::now() < deadline {
+    while still_running() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    ensure!(!chromium_running(), "the deleted sandbox's browser still runs 20 s later");
-    Ok((step_ms(&events), spent))
+    ensure!(!still_running(), "what the deleted sandbox ran still runs 20 s later");
+    Ok((events, spent))
 }
 
-pub async fn run() -> Result<Value> {
-    let context = Context::now();
+/// A `halyard up` with process sandboxes and no warm pool (each conversation's sandbox is new),
+/// its LLM the scripted one.
+pub(crate) async fn process_halyard() -> (ScriptedLlm, Halyard) {
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
@@ -121,6 +134,12 @@ pub async fn run() -> Result<Value> {
             .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
             .set("HALYARD_SANDBOX_POOL_SIZE", "0"),
     );
+    (llm, h)
+}
+
+pub async fn run() -> Result<Value> {
+    let context = Context::now();
+    let (llm, h) = process_halyard().await;
     let mut runs = Vec::new();
     for rep in 0..REPS {
         // Interleaved, so that a slow patch of the machine hits both series alike.

@@ -7,15 +7,13 @@
 //! and the kernel. CPU is that of Halyard's processes, nats-server and the kernel (python3)
 //! over the whole run. A benchmark reports; it does not assert.
 
-use std::time::Duration;
-
 use anyhow::{Result, ensure};
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm};
+use halyard_tests::{Halyard, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
-use crate::browser::step_ms;
+use crate::browser::{conversation, process_halyard, step_ms};
+use crate::cpu_seconds;
 use crate::record::{Context, spread};
-use crate::{KEY, cpu_seconds};
 
 const REPS: usize = 7;
 
@@ -31,43 +29,25 @@ fn python_running() -> bool {
         .any(|e| std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|s| s.contains("ipykernel_launcher")))
 }
 
+fn cpu() -> f64 {
+    cpu_seconds("halyard") + cpu_seconds("nats-server") + cpu_seconds("python3")
+}
+
 async fn once(h: &Halyard, llm: &ScriptedLlm) -> Result<(Vec<(String, f64)>, f64)> {
-    let api = h.api(KEY);
-    llm.push([
+    let steps = vec![
         Reply::tool("terminal", json!({"command": "true", "security_risk": "low"})),
         cell("import math\nx = math.pi"),
         cell("round(x * 2, 3)"),
-        Reply::finish("done"),
-    ]);
-    let (conv, _) = api.start_ready(json!({})).await;
-    let cpu0 = cpu_seconds("halyard") + cpu_seconds("nats-server") + cpu_seconds("python3");
-    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "compute"})).await;
-    ensure!(s == 202, "the message was refused: {s}");
-    let events =
-        api.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")).await;
-    let spent = cpu_seconds("halyard") + cpu_seconds("nats-server") + cpu_seconds("python3") - cpu0;
-    let errors: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["is_error"] == true).collect();
-    ensure!(errors.is_empty(), "a step failed: {errors:?}");
+    ];
+    let (events, spent) = conversation(h, llm, steps, cpu, python_running).await?;
     let second = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "execute_ipython_cell");
     ensure!(second.is_some_and(|e| e["content"] == "6.283"), "the second cell did not see the first's x: {second:?}");
-    api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while python_running() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(!python_running(), "the deleted sandbox's kernel still runs 20 s later");
     Ok((step_ms(&events), spent))
 }
 
 pub async fn run() -> Result<Value> {
     let context = Context::now();
-    let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LOG", "warn")
-            .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0"),
-    );
+    let (llm, h) = process_halyard().await;
     let mut runs = Vec::new();
     for rep in 0..REPS {
         let (steps, cpu_s) = once(&h, &llm).await?;

@@ -478,6 +478,11 @@ pub struct SubConversation {
 }
 
 impl EventBody {
+    /// A tool's plain result: no page, no pictures.
+    pub fn observation(tool_call_id: String, tool: String, content: String, exit_code: Option<i32>, is_error: bool) -> Self {
+        Self::Observation { tool_call_id, tool, content, exit_code, is_error, url: None, screenshot_id: None, image_ids: Vec::new() }
+    }
+
     /// The `kind` tag as a string.
     pub fn kind(&self) -> &'static str {
         match self {

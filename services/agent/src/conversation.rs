@@ -875,18 +875,15 @@ impl ConvState {
                 // happened).
                 // (A `delegate` call's helpers work on: the continued run watches them again.)
                 for p in log.history.pending.clone().into_iter().filter(|p| p.tool != "delegate") {
-                    let body = EventBody::Observation {
-                        tool_call_id: p.tool_call_id,
-                        tool: p.tool,
-                        content: "[Interrupted: the agent runner executing this action stopped before it reported a \
+                    let body = EventBody::observation(
+                        p.tool_call_id,
+                        p.tool,
+                        "[Interrupted: the agent runner executing this action stopped before it reported a \
                                   result. The action may or may not have taken effect; check before repeating it.]"
                             .into(),
-                        exit_code: None,
-                        is_error: true,
-                        url: None,
-                        screenshot_id: None,
-                        image_ids: Vec::new(),
-                    };
+                        None,
+                        true,
+                    );
                     let _ = log.append(EventId::new(), EventSource::System, body, None).await;
                 }
             }

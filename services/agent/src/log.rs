@@ -145,16 +145,9 @@ fn mask_body(redactor: &Redactor, mut body: EventBody) -> EventBody {
     match (masked, body) {
         (Some(m), _) => m,
         // Withheld, keeping what pairs an action with its result.
-        (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => EventBody::Observation {
-            tool_call_id,
-            tool,
-            content: WITHHELD.into(),
-            exit_code,
-            is_error,
-            url: None,
-            screenshot_id: None,
-            image_ids: Vec::new(),
-        },
+        (None, EventBody::Observation { tool_call_id, tool, exit_code, is_error, .. }) => {
+            EventBody::observation(tool_call_id, tool, WITHHELD.into(), exit_code, is_error)
+        }
         (None, EventBody::Action { tool_call_id, tool, security_risk, .. }) => {
             EventBody::Action { tool_call_id, tool, arguments: serde_json::json!({"withheld": WITHHELD}), thought: None, security_risk }
         }
@@ -179,16 +172,7 @@ mod tests {
             EventBody::AgentError { code, message } => assert!(code == "withheld" && !message.contains("finished"), "{message}"),
             other => panic!("appended as it was: {other:?}"),
         }
-        let obs = EventBody::Observation {
-            tool_call_id: "c1".into(),
-            tool: "terminal".into(),
-            content: "finished".into(),
-            exit_code: Some(0),
-            is_error: false,
-            url: None,
-            screenshot_id: None,
-            image_ids: Vec::new(),
-        };
+        let obs = EventBody::observation("c1".into(), "terminal".into(), "finished".into(), Some(0), false);
         match mask_body(&r, obs) {
             EventBody::Observation { tool_call_id, content, .. } => {
                 assert_eq!((tool_call_id.as_str(), content.as_str()), ("c1", "<secret:WORD>"))

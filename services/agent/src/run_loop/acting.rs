@@ -34,6 +34,29 @@ enum Ran {
 }
 
 impl Run {
+    /// What follows a recorded result: the `post_tool_use` hooks (`post`: what they read, when
+    /// one runs), then whether the agent repeats itself. `Some` if the run ends here.
+    async fn after_result(
+        &self,
+        exec: &ExecutorClient,
+        setting: &Setting,
+        call: &Call,
+        post: Option<Value>,
+        steps: &[stuck::Step],
+        thresholds: stuck::Thresholds,
+    ) -> Option<RunOutcome> {
+        if let Some(input) = post {
+            let about = HookSubject { tool: Some(&call.name), tool_call_id: Some(&call.id), message_seq: None };
+            if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
+                return Some(RunOutcome::Failed);
+            }
+        }
+        match stuck::detect(steps, thresholds) {
+            Some(pattern) => Some(self.stuck(pattern).await),
+            None => None,
+        }
+    }
+
     /// Keeps an image a tool made (a PNG in base64) in the conversation's images; its id, or
     /// `None` if it could not be kept (the observation then names none).
     async fn keep_image(&self, png_base64: &str) -> Option<String> {
@@ -205,16 +228,7 @@ impl Run {
                     let response = json!({"content": content, "exit_code": exit_code, "is_error": is_error});
                     json!({"tool_name": name, "tool_input": args, "tool_response": response})
                 });
-                let body = EventBody::Observation {
-                    tool_call_id: call.id.clone(),
-                    tool: name.clone(),
-                    content,
-                    exit_code,
-                    is_error,
-                    url: None,
-                    screenshot_id: None,
-                    image_ids: Vec::new(),
-                };
+                let body = EventBody::observation(call.id.clone(), name.clone(), content, exit_code, is_error);
                 let seq = self.append_seq(EventSource::Environment, body).await?;
                 // What the action left in the workspace, kept under its observation's seq.
                 if !changes_nothing && setting.checkpoints {
@@ -226,16 +240,7 @@ impl Run {
                         return Some(RunOutcome::Failed);
                     }
                 }
-                if let Some(input) = post {
-                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
-                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
-                        return Some(RunOutcome::Failed);
-                    }
-                }
-                match stuck::detect(steps, thresholds) {
-                    Some(pattern) => Some(self.stuck(pattern).await),
-                    None => None,
-                }
+                self.after_result(exec, setting, call, post, steps, thresholds).await
             }
             ToolOutcome::Rich(rich) => {
                 steps.push(stuck::Step {
@@ -297,16 +302,7 @@ impl Run {
                 if name == crate::tools::kernel::TOOL && setting.checkpoints {
                     checkpoint(exec, seq).await;
                 }
-                if let Some(input) = post {
-                    let about = HookSubject { tool: Some(&name), tool_call_id: Some(&call.id), message_seq: None };
-                    if self.hooks_at(exec, setting, Moment::PostToolUse, about, input).await.is_err() {
-                        return Some(RunOutcome::Failed);
-                    }
-                }
-                match stuck::detect(steps, thresholds) {
-                    Some(pattern) => Some(self.stuck(pattern).await),
-                    None => None,
-                }
+                self.after_result(exec, setting, call, post, steps, thresholds).await
             }
             ToolOutcome::Finish { message } => {
                 // The repository's stop hooks may send the agent back to work.
@@ -317,16 +313,7 @@ impl Run {
                         Ok(Some(reason)) => (format!("You cannot finish yet: a repository hook said: {reason}"), true, false),
                         Err(()) => return Some(RunOutcome::Failed),
                     };
-                let body = EventBody::Observation {
-                    tool_call_id: call.id.clone(),
-                    tool: name,
-                    content,
-                    exit_code: None,
-                    is_error,
-                    url: None,
-                    screenshot_id: None,
-                    image_ids: Vec::new(),
-                };
+                let body = EventBody::observation(call.id.clone(), name, content, None, is_error);
                 if !self.append(EventSource::Environment, body).await {
                     return Some(RunOutcome::Failed);
                 }

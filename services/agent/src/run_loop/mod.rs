@@ -527,16 +527,7 @@ impl Run {
             if p.tool == "delegate" {
                 let args = tools::parse_arguments(&p.arguments).unwrap_or_default();
                 if let ToolOutcome::Observation { content, exit_code, is_error } = self.delegate(&p.tool_call_id, &args).await? {
-                    let body = EventBody::Observation {
-                        tool_call_id: p.tool_call_id,
-                        tool: p.tool,
-                        content,
-                        exit_code,
-                        is_error,
-                        url: None,
-                        screenshot_id: None,
-                        image_ids: Vec::new(),
-                    };
+                    let body = EventBody::observation(p.tool_call_id, p.tool, content, exit_code, is_error);
                     if !self.append(EventSource::Environment, body).await {
                         return Err(RunOutcome::Failed);
                     }
@@ -579,16 +570,7 @@ impl Run {
                 };
                 (format!("[Paused while it ran, and {what}: it may or may not have taken effect; check before repeating it.]"), None, true)
             });
-            let body = EventBody::Observation {
-                tool_call_id: p.tool_call_id,
-                tool: p.tool,
-                content,
-                exit_code,
-                is_error,
-                url: None,
-                screenshot_id: None,
-                image_ids: Vec::new(),
-            };
+            let body = EventBody::observation(p.tool_call_id, p.tool, content, exit_code, is_error);
             if !self.append(EventSource::Environment, body).await {
                 return Err(RunOutcome::Failed);
             }

@@ -91,12 +91,12 @@ impl Kernels {
         if let Some(dir) = cwd {
             // Quietly, so the cell's own output is all the agent reads.
             let code = format!("import os as __halyard_os; __halyard_os.chdir({})", python_str(&dir.display().to_string()));
-            if let Err(e) = k.execute(&code, true, Duration::from_secs(10)).await {
+            if let Err(e) = k.execute(&code, true, Duration::from_secs(10)).await.map(|_| ()) {
                 tracing::warn!(error = %e, "cannot move the kernel to the shell's directory");
             }
         }
         let timeout = Duration::from_secs_f64(req.timeout_secs.unwrap_or(120.0).clamp(1.0, 3600.0));
-        let ran = match k.execute(&req.code, false, timeout).await {
+        let (request, mut ran) = match k.execute(&req.code, false, timeout).await {
             Ok(ran) => ran,
             Err(e) => {
                 let said = k.said.tail();
@@ -106,15 +106,16 @@ impl Kernels {
                 )));
             }
         };
-        let mut timed_out = false;
-        let mut ran = ran;
-        if !ran.ended {
-            timed_out = true;
-            // Interrupted: what it printed, its KeyboardInterrupt, and a word on why.
+        let timed_out = !ran.ended;
+        if timed_out {
+            // Interrupted: what it printed, and its KeyboardInterrupt.
             if let Some(pid) = k.child.id() {
                 halyard_platform_signal(pid as i32, libc::SIGINT);
             }
-            let rest = k.until_idle(&mut ran, INTERRUPT_GRACE).await;
+            let rest = k.follow(&request, &mut ran, INTERRUPT_GRACE).await;
+            if ran.ended {
+                let _ = tokio::time::timeout(Duration::from_secs(2), k.shell.recv()).await;
+            }
             if rest.is_err() || !ran.ended {
                 *kernel = None;
                 ran.text.push_str("\n[The kernel did not stop when interrupted: it was replaced, and what earlier cells defined is gone.]");
@@ -273,9 +274,9 @@ impl Kernel {
         Ok(kernel)
     }
 
-    /// Runs `code`; what it said until the kernel went idle or `timeout` passed (`ended`
-    /// false).
-    async fn execute(&mut self, code: &str, silent: bool, timeout: Duration) -> Result<Ran, String> {
+    /// Runs `code`: its request's id, and what it said until the kernel went idle or `timeout`
+    /// passed (`ended` false).
+    async fn execute(&mut self, code: &str, silent: bool, timeout: Duration) -> Result<(String, Ran), String> {
         let content = json!({
             "code": code, "silent": silent, "store_history": !silent,
             "user_expressions": {}, "allow_stdin": false, "stop_on_error": true,
@@ -288,7 +289,7 @@ impl Kernel {
             // Its reply on the shell socket (read, so replies do not pile up).
             let _ = tokio::time::timeout(Duration::from_secs(2), self.shell.recv()).await;
         }
-        Ok(ran)
+        Ok((id, ran))
     }
 
     /// Reads what request `id` says on iopub until the kernel is idle or `timeout` passes.
@@ -326,34 +327,6 @@ impl Kernel {
                 }
                 "status" if c["execution_state"] == "idle" => {
                     ran.ended = true;
-                    return Ok(());
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// After an interrupt: what the request still says until idle.
-    async fn until_idle(&mut self, ran: &mut Ran, grace: Duration) -> Result<(), String> {
-        // The request's id is not needed: after an interrupt, the next idle is its end.
-        let until = Instant::now() + grace;
-        loop {
-            let Some(left) = until.checked_duration_since(Instant::now()) else { return Ok(()) };
-            let m = match tokio::time::timeout(left, self.iopub.recv()).await {
-                Err(_) => return Ok(()),
-                Ok(Err(e)) => return Err(e.to_string()),
-                Ok(Ok(m)) => m,
-            };
-            let Some(m) = wire::read(&self.key, m) else { continue };
-            match m.msg_type.as_str() {
-                "stream" => ran.text.push_str(m.content["text"].as_str().unwrap_or_default()),
-                "error" => {
-                    let name = m.content["ename"].as_str().unwrap_or("KeyboardInterrupt");
-                    ran.text.push_str(&format!("{name}\n"));
-                }
-                "status" if m.content["execution_state"] == "idle" => {
-                    ran.ended = true;
-                    let _ = tokio::time::timeout(Duration::from_secs(2), self.shell.recv()).await;
                     return Ok(());
                 }
                 _ => {}
