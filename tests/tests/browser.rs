@@ -25,7 +25,9 @@ const BOB: &str = "bob-secret-key";
 /// The text of the last user message in a chat request, and how many tool results follow it.
 fn turn(request: &Value) -> (String, usize) {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
-    let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+    // (Not the message that carries tool results' images after them: the model's own.)
+    let carries_images = |m: &Value| m["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("Images from tool call"));
+    let last_user = messages.iter().rposition(|m| m["role"] == "user" && !carries_images(m)).unwrap_or(0);
     let text = match &messages.get(last_user).map(|m| m["content"].clone()).unwrap_or_default() {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
@@ -90,6 +92,15 @@ fn script(request: &Value) -> Reply {
         return match step {
             0 => terminal(&format!("echo {what}")),
             _ => Reply::finish(&format!("said {what}")),
+        };
+    }
+    if text.contains("plot the squares") {
+        return match step {
+            0 => Reply::tool(
+                "execute_ipython_cell",
+                json!({"code": "import matplotlib.pyplot as plt\nsquares = [n * n for n in range(6)]\nprint(squares)\nplt.plot(squares)\nplt.show()", "security_risk": "low"}),
+            ),
+            _ => Reply::finish("Plotted the squares."),
         };
     }
     if text.contains("browse the form") {
@@ -310,7 +321,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
     let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 17, env).await;
+    playwright(h, "tests/workspace.spec.ts", 18, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

@@ -2,8 +2,8 @@
 //! The agent's Python cells (`execute_ipython_cell`), as a user checks them: a variable kept
 //! from one cell to the next, printing, an error's traceback, a matplotlib plot kept outside
 //! the log (the event names it; the owner gets the PNG; the model sees it as an image), in a
-//! process sandbox and in a container. (The executor's own tests interrupt a cell at its
-//! timeout.)
+//! process sandbox and in a container; and a cell interrupted at its timeout, the kernel still
+//! there after.
 
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
@@ -66,4 +66,26 @@ async fn python_cells_keep_state_and_plot_in_a_container() {
     halyard_tests::docker::require_engine();
     let llm = ScriptedLlm::start().await;
     cells_in(HalyardOptions::new(&llm.base_url).set("HALYARD_SANDBOX", "docker").set("HALYARD_SANDBOX_POOL_SIZE", "0"), &llm).await;
+}
+
+#[tokio::test]
+async fn a_cell_past_its_timeout_is_interrupted_and_the_kernel_goes_on() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        cell("n = 7"),
+        cell("import time\nprint('working', flush=True)\ntime.sleep(60)"),
+        cell("print(n * 6)"),
+        Reply::finish("done"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CELL_TIMEOUT_SECS", "2"));
+    let alice = h.api(ALICE);
+    let (conv, _) = alice.start_ready(json!({"message": "wait a while"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let cells: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "execute_ipython_cell").collect();
+    let slow = cells[1]["content"].as_str().unwrap();
+    assert!(cells[1]["is_error"] == true, "{}", cells[1]);
+    assert!(slow.contains("working") && slow.contains("KeyboardInterrupt"), "{slow}");
+    assert!(slow.ends_with("[The cell ran longer than 2 seconds and was interrupted.]"), "{slow}");
+    assert_eq!(cells[2]["content"], "42", "the kernel kept n through the interrupt");
 }

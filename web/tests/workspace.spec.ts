@@ -604,3 +604,15 @@ test("17. the Browser tab shows the page the agent browses, live", async ({ page
   await expect(pictures).toHaveCount(3);
   await expect.poll(() => pictures.last().evaluate((i: HTMLImageElement) => i.naturalWidth), { timeout: 10_000 }).toBe(1280);
 });
+
+test("18. a Python cell shows its code, what it printed and its plot", async ({ page }) => {
+  await signIn(page, ALICE);
+  await start(page, "plot the squares");
+  await expect(page.getByText("Plotted the squares.")).toBeVisible({ timeout: 30_000 });
+  const card = page.getByTestId("cell-card");
+  await expect(card).toContainText("In: import matplotlib.pyplot as plt");
+  await expect(card.getByTestId("observation")).toContainText("[0, 1, 4, 9, 16, 25]");
+  const plot = card.getByTestId("picture");
+  await expect.poll(() => plot.evaluate((i: HTMLImageElement) => i.naturalWidth), { timeout: 10_000 }).toBeGreaterThan(100);
+  await shot(page, "cell");
+});

@@ -245,6 +245,8 @@ pub struct AgentConfig {
     pub idle_evict_secs: u64,
     /// Default per-command timeout for the `terminal` tool.
     pub command_timeout_secs: f64,
+    /// How long a Python cell may run before it is interrupted.
+    pub cell_timeout_secs: f64,
     /// Stuck detection (0 turns a pattern off): the same action with the same observation this
     /// many times in a row...
     pub stuck_repeats: usize,
@@ -478,6 +480,7 @@ impl Default for AgentConfig {
             lease_ttl_ms: 2_000,
             idle_evict_secs: 300,
             command_timeout_secs: 30.0,
+            cell_timeout_secs: 120.0,
             stuck_repeats: 4,
             stuck_errors: 3,
             stuck_monologue: 8,
@@ -846,6 +849,7 @@ impl Config {
                 "LLM_MAX_CONCURRENT" => self.llm.max_concurrent = v.parse().map_err(|_| bad("expected a count"))?,
                 "IDLE_EVICT_SECS" => self.agent.idle_evict_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "COMMAND_TIMEOUT_SECS" => self.agent.command_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "CELL_TIMEOUT_SECS" => self.agent.cell_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "OUTPUT_CAP_BYTES" => self.sandbox.output_cap_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "SANDBOX_BROWSER_IDLE_SECS" => self.sandbox.browser_idle_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "PROCESS_UID_COUNT" => self.sandbox.process_uid_count = v.parse().map_err(|_| bad("expected a count"))?,

@@ -237,6 +237,22 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
       </div>
     );
   }
+  if (action.tool === "execute_ipython_cell") {
+    return (
+      <div className="card cmd" data-testid="cell-card">
+        {action.thought && <div className="thought">{action.thought}</div>}
+        <pre className="command">
+          <span className="prompt">In: </span>
+          {str(args.code)}
+          {risk}
+        </pre>
+        {output}
+        <Pictures observation={observation} />
+        {pending}
+        {refused}
+      </div>
+    );
+  }
   if (action.tool === "file_editor") {
     const command = str(args.command);
     const path = str(args.path);

@@ -169,7 +169,8 @@ impl Run {
     /// or the user interrupts it (the sandbox's command is stopped, and what it printed is its
     /// result).
     async fn in_sandbox(&self, exec: &ExecutorClient, setting: &Setting, name: &str, args: &Value) -> Ran {
-        let timeout = self.ctx.config.agent.command_timeout_secs;
+        let agent = &self.ctx.config.agent;
+        let timeout = if name == tools::kernel::TOOL { agent.cell_timeout_secs } else { agent.command_timeout_secs };
         let mut running: std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutcome> + Send + '_>> = if setting.mcp.offers(name) {
             Box::pin(setting.mcp.call(name, args, Duration::from_secs_f64(timeout.max(1.0))))
         } else {

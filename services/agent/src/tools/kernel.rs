@@ -11,13 +11,10 @@ use super::{Rich, ToolOutcome, error, security_risk, str_arg};
 
 pub const TOOL: &str = "execute_ipython_cell";
 
-/// Seconds a cell may run before it is interrupted.
-pub const CELL_TIMEOUT_SECS: f64 = 120.0;
-
 pub fn spec() -> Value {
     json!({"type": "function", "function": {
         "name": TOOL,
-        "description": "Run a cell of Python code in an IPython environment.\n* The assistant should define variables and import packages before using them.\n* The variable defined in the IPython environment will not be available outside the IPython environment (e.g., in terminal).\n* The cell runs in the terminal's current working directory; figures it displays (matplotlib) are shown to you as images.\n* A cell that runs longer than 120 seconds is interrupted.",
+        "description": "Run a cell of Python code in an IPython environment.\n* The assistant should define variables and import packages before using them.\n* The variable defined in the IPython environment will not be available outside the IPython environment (e.g., in terminal).\n* The cell runs in the terminal's current working directory; figures it displays (matplotlib) are shown to you as images.\n* A cell that runs too long (two minutes, unless the operator says otherwise) is interrupted.",
         "parameters": {"type": "object", "properties": {
             "code": {"type": "string", "description": "The Python code to execute. Supports magic commands like %pip."},
             "security_risk": security_risk()
@@ -25,12 +22,12 @@ pub fn spec() -> Value {
     }})
 }
 
-/// Runs one cell.
-pub async fn execute(exec: &ExecutorClient, args: &Value, session: Option<&str>) -> ToolOutcome {
+/// Runs one cell, interrupted after `timeout` seconds.
+pub async fn execute(exec: &ExecutorClient, args: &Value, session: Option<&str>, timeout: f64) -> ToolOutcome {
     let Some(code) = str_arg(args, "code") else {
         return error("Missing required argument `code`.");
     };
-    let req = CellRequest { code, timeout_secs: Some(CELL_TIMEOUT_SECS), session: session.map(str::to_owned) };
+    let req = CellRequest { code, timeout_secs: Some(timeout), session: session.map(str::to_owned) };
     match exec.ipython(&req).await {
         Ok(r) => {
             let mut content = String::new();
@@ -45,7 +42,7 @@ pub async fn execute(exec: &ExecutorClient, args: &Value, session: Option<&str>)
                 content.push_str(&format!("\n[{} image{} displayed]", r.images.len(), if r.images.len() == 1 { "" } else { "s" }));
             }
             if r.timed_out {
-                content.push_str(&format!("\n[The cell ran longer than {CELL_TIMEOUT_SECS} seconds and was interrupted.]"));
+                content.push_str(&format!("\n[The cell ran longer than {timeout} seconds and was interrupted.]"));
             }
             ToolOutcome::Rich(Rich {
                 content,

@@ -292,8 +292,9 @@ pub fn task_tracker(current: &[TaskItem], args: &Value) -> (ToolOutcome, Option<
 }
 
 /// Executes one tool call in the sandbox.
-/// `env`: exported into the shell before a command (the owner's secrets); `session`: the shell
-/// session commands run in (none: the sandbox's main shell).
+/// `env`: exported into the shell before a command (the owner's secrets); `default_timeout`: a
+/// command's when it names none, or a Python cell's; `session`: the shell session commands run
+/// in (none: the sandbox's main shell).
 pub async fn execute(
     exec: &ExecutorClient,
     tool: &str,
@@ -386,7 +387,7 @@ pub async fn execute(
             }
         }
         name if browser::is_browser(name) => browser::execute(exec, name, args).await,
-        kernel::TOOL => kernel::execute(exec, args, session).await,
+        kernel::TOOL => kernel::execute(exec, args, session, default_timeout).await,
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
         "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
         other => error(format!("Unknown tool `{other}`. Use one of the tools you are offered.")),

@@ -79,6 +79,9 @@ fn openai_message(m: &ChatMessage) -> Value {
     v
 }
 
+/// How the user message that carries tool results' images begins (the rest names the calls).
+pub const IMAGES_FROM: &str = "Images from tool call";
+
 /// `messages` for a wire whose tool results hold only text (chat completions, the Responses
 /// API): the images of a run of tool results (the browser's screenshots) come in a user message
 /// right after it, which says which call took them.
@@ -93,7 +96,7 @@ pub(crate) fn images_after_tool_results(messages: &[ChatMessage]) -> std::borrow
             return;
         }
         let calls: Vec<&str> = held.iter().map(|(c, _)| c.as_str()).collect();
-        let text = format!("The screenshot of the page after tool call {} (as it asked):", calls.join(", "));
+        let text = format!("{IMAGES_FROM} {}:", calls.join(", "));
         out.push(ChatMessage { images: held.drain(..).map(|(_, i)| i).collect(), ..ChatMessage::text("user", text) });
     };
     for m in messages {
