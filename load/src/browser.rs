@@ -44,6 +44,15 @@ fn cpu() -> f64 {
     cpu_seconds("halyard") + cpu_seconds("chromium") + cpu_seconds("nats-server")
 }
 
+/// Whether a sandbox's executor (`halyard executor`) runs on this machine.
+fn executor_running() -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.windows(9).any(|w| w == b"\0executor")))
+}
+
 /// Whether any Chromium process runs on this machine.
 fn chromium_running() -> bool {
     std::fs::read_dir("/proc")
@@ -95,8 +104,9 @@ async fn once(h: &Halyard, llm: &ScriptedLlm, browsing: bool) -> Result<(Vec<(St
 }
 
 /// A conversation of `steps` then a finish, from its first message: its events and the CPU
-/// `cpu` counted over the run. Then it is deleted, and the next waits until what its sandbox
-/// ran is gone (`still_running`), whose CPU would otherwise leave a later reading as it ends.
+/// `cpu` counted over the run. Then it is deleted, and the next waits until its executor and
+/// what its sandbox ran (`still_running`) are gone: their CPU would otherwise leave a later
+/// reading as they end (the readings sum live processes).
 pub(crate) async fn conversation(
     h: &Halyard,
     llm: &ScriptedLlm,
@@ -116,11 +126,13 @@ pub(crate) async fn conversation(
     let errors: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["is_error"] == true).collect();
     ensure!(errors.is_empty(), "a step failed: {errors:?}");
     api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;
+    // Its executor too: a `halyard` process whose CPU the next reading counts.
+    let gone = || !still_running() && !executor_running();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while still_running() && std::time::Instant::now() < deadline {
+    while !gone() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    ensure!(!still_running(), "what the deleted sandbox ran still runs 20 s later");
+    ensure!(gone(), "what the deleted sandbox ran still runs 20 s later");
     Ok((events, spent))
 }
 
