@@ -44,13 +44,13 @@ fn cpu() -> f64 {
     cpu_seconds("halyard") + cpu_seconds("chromium") + cpu_seconds("nats-server")
 }
 
-/// Whether a sandbox's executor (`halyard executor`) runs on this machine.
-fn executor_running() -> bool {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.windows(9).any(|w| w == b"\0executor")))
+/// Whether a `halyard` process other than `main` (Halyard's own) runs on this machine: a
+/// sandbox's executor, or its network forwarder.
+fn sandbox_halyard_running(main: u32) -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        let pid = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok());
+        pid.is_some_and(|p| p != main) && std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(halyard)"))
+    })
 }
 
 /// Whether any Chromium process runs on this machine.
@@ -126,8 +126,9 @@ pub(crate) async fn conversation(
     let errors: Vec<&Value> = events.iter().filter(|e| e["kind"] == "observation" && e["is_error"] == true).collect();
     ensure!(errors.is_empty(), "a step failed: {errors:?}");
     api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}"), None).await;
-    // Its executor too: a `halyard` process whose CPU the next reading counts.
-    let gone = || !still_running() && !executor_running();
+    // Its executor and helpers too: `halyard` processes whose CPU the next reading counts.
+    let main = h.pid();
+    let gone = || !still_running() && !sandbox_halyard_running(main);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !gone() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
