@@ -19,7 +19,7 @@ use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 use crate::record::{Context, spread};
-use crate::{KEY, cpu_seconds};
+use crate::{KEY, cpu_seconds, cpu_seconds_with_children};
 
 const REPS: usize = 7;
 const PORT: u16 = 8131;
@@ -41,7 +41,7 @@ fn navigate(page: &str) -> Reply {
 
 /// CPU seconds of Halyard's processes and Chromium's, now.
 fn cpu() -> f64 {
-    cpu_seconds("halyard") + cpu_seconds("chromium") + cpu_seconds("nats-server")
+    cpu_seconds_with_children("halyard") + cpu_seconds_with_children("chromium") + cpu_seconds("nats-server")
 }
 
 /// Whether a `halyard` process other than `main` (Halyard's own) runs on this machine: a
@@ -201,7 +201,7 @@ pub async fn run() -> Result<Value> {
         "runs": runs,
         "notes": "Process sandboxes; between conversations the benchmark waits until no Chromium runs. Each browser step also takes a PNG screenshot and stores it in the object store. \
                   Step times are the log's millisecond timestamps; CPU is /proc's 10 ms ticks of halyard, chromium and \
-                  nats-server over the whole run divided by three (the pages' server and the shell are not counted); \
+                  nats-server over the whole run (with the children they waited for) divided by three (the pages' server and the shell are not counted); \
                   browser_step_beyond_baseline is what a browser step costs beyond a `terminal true`, averaged over \
                   one cold and two warm steps.",
         "reproduce": "cargo run --release -p halyard-load -- --suite browser (writes load/results/browser.json)",

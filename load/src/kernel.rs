@@ -12,8 +12,8 @@ use halyard_tests::{Halyard, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 use crate::browser::{conversation, process_halyard, step_ms};
-use crate::cpu_seconds;
 use crate::record::{Context, spread};
+use crate::{cpu_seconds, cpu_seconds_with_children};
 
 const REPS: usize = 7;
 
@@ -30,7 +30,7 @@ fn python_running() -> bool {
 }
 
 fn cpu() -> f64 {
-    cpu_seconds("halyard") + cpu_seconds("nats-server") + cpu_seconds("python3")
+    cpu_seconds_with_children("halyard") + cpu_seconds("nats-server") + cpu_seconds_with_children("python3")
 }
 
 async fn once(h: &Halyard, llm: &ScriptedLlm) -> Result<(Vec<(String, f64)>, f64)> {
@@ -77,7 +77,7 @@ pub async fn run() -> Result<Value> {
         "runs": runs,
         "notes": "Process sandboxes; between conversations the benchmark waits until no kernel runs. Step times are the log's \
                   millisecond timestamps; CPU is /proc's 10 ms ticks of halyard, nats-server and python3 over the whole run \
-                  (a terminal step, two cells, the finish).",
+                  (a terminal step, two cells, the finish), with the children they waited for (cutime).",
         "reproduce": "cargo run --release -p halyard-load -- --suite kernel (writes load/results/kernel.json)",
     }))
 }

@@ -406,11 +406,24 @@ async fn core(args: &Args) -> Result<()> {
 /// CPU time (user + system) used so far by every process named `comm` (`self` for this one),
 /// in seconds, from /proc. Where the CPU goes says more than a rate on a shared, noisy machine.
 pub(crate) fn cpu_seconds(comm: &str) -> f64 {
+    cpu_of(comm, false)
+}
+
+/// As [`cpu_seconds`], with the CPU of the processes' children that ended and were waited for
+/// (`cutime`, `cstime`): a sum that does not drop when a sandbox's processes end, as long as
+/// their parents are counted.
+pub(crate) fn cpu_seconds_with_children(comm: &str) -> f64 {
+    cpu_of(comm, true)
+}
+
+fn cpu_of(comm: &str, children: bool) -> f64 {
     let ticks = |stat: &str| -> Option<u64> {
         // The command name is in parentheses and may contain spaces: fields start after ')'.
         let rest = &stat[stat.rfind(')')? + 2..];
         let fields: Vec<&str> = rest.split(' ').collect();
-        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        let own = field(11)? + field(12)?;
+        Some(if children { own + field(13)? + field(14)? } else { own })
     };
     let hz = 100.0; // USER_HZ on Linux
     if comm == "self" {
