@@ -77,7 +77,9 @@ pub async fn run() -> Result<Value> {
         "runs": runs,
         "notes": "Process sandboxes; between conversations the benchmark waits until no kernel runs. Step times are the log's \
                   millisecond timestamps; CPU is /proc's 10 ms ticks of halyard, nats-server and python3 over the whole run \
-                  (a terminal step, two cells, the finish), with the children they waited for (cutime).",
+                  (a terminal step, two cells, the finish), with the children they waited for (cutime). That sum is \
+                  not trustworthy here: some runs read negative, so a process that held CPU ended inside the reading \
+                  without a counted parent waiting for it (not found this session); the step times are the figures.",
         "reproduce": "cargo run --release -p halyard-load -- --suite kernel (writes load/results/kernel.json)",
     }))
 }
