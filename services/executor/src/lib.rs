@@ -355,7 +355,8 @@ async fn interrupt(
     let signalled = match (req.close, req.session.as_deref()) {
         (true, Some(name)) => state.shells.close(name),
         _ => match state.shells.existing(req.session.as_deref()) {
-            Some(shell) => shell.interrupt(std::time::Duration::from_secs(3)).await,
+            // A Python cell running in the session's kernel is interrupted too.
+            Some(shell) => state.kernels.interrupt(req.session.as_deref()) | shell.interrupt(std::time::Duration::from_secs(3)).await,
             None => false,
         },
     };

@@ -81,4 +81,16 @@ async fn cells_keep_their_state_print_raise_plot_and_time_out() {
     );
     let quiet = cell("y = 1", 60.0).await;
     assert_eq!(quiet["output"], "");
+
+    // The user's interrupt reaches a running cell, whose result says so at once.
+    let slow = cell("import time\ntime.sleep(60)", 60.0);
+    let interrupt = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        post(&http, &base, "/shell/interrupt", json!({})).await
+    };
+    let began = std::time::Instant::now();
+    let (stopped, _) = tokio::join!(slow, interrupt);
+    assert!(stopped["error"] == true && stopped["output"].as_str().unwrap().contains("KeyboardInterrupt"), "{stopped}");
+    assert!(began.elapsed() < Duration::from_secs(30), "the cell stopped at the interrupt, not its timeout");
+    assert_eq!(cell("print(x)", 60.0).await["output"], "42\n", "the kernel goes on");
 }

@@ -50,10 +50,18 @@ impl Drop for Kernel {
     }
 }
 
+/// One session's kernel, and its process id readable while a cell holds the kernel (for an
+/// interrupt; 0: none).
+#[derive(Default)]
+struct Slot {
+    kernel: tokio::sync::Mutex<Option<Kernel>>,
+    pid: std::sync::atomic::AtomicU32,
+}
+
 /// The kernels of the sandbox's shell sessions.
 #[derive(Default)]
 pub struct Kernels {
-    by_session: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Kernel>>>>>,
+    by_session: std::sync::Mutex<HashMap<String, Arc<Slot>>>,
 }
 
 /// What one cell did, before it is put in words.
@@ -79,13 +87,15 @@ impl Kernels {
             let mut map = self.by_session.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(req.session.clone().unwrap_or_default()).or_default().clone()
         };
-        let mut kernel = slot.lock().await;
+        let mut kernel = slot.kernel.lock().await;
         if kernel.as_mut().is_some_and(|k| !matches!(k.child.try_wait(), Ok(None))) {
             *kernel = None;
         }
         let new_kernel = kernel.is_none();
         if new_kernel {
-            *kernel = Some(Kernel::start(workspace).await?);
+            let started = Kernel::start(workspace).await?;
+            slot.pid.store(started.child.id().unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+            *kernel = Some(started);
         }
         let Some(k) = kernel.as_mut() else { return Err(ExecutorError::Internal("no kernel".into())) };
         if let Some(dir) = cwd {
@@ -110,7 +120,7 @@ impl Kernels {
         if timed_out {
             // Interrupted: what it printed, and its KeyboardInterrupt.
             if let Some(pid) = k.child.id() {
-                halyard_platform_signal(pid as i32, libc::SIGINT);
+                sigint(pid);
             }
             let rest = k.follow(&request, &mut ran, INTERRUPT_GRACE).await;
             if ran.ended {
@@ -134,12 +144,27 @@ impl Kernels {
     }
 }
 
-/// Sends `signal` to process `pid`.
+impl Kernels {
+    /// Interrupts the cell `session`'s kernel runs now, if any (the user's interrupt: the kernel
+    /// ignores SIGINT between cells).
+    pub fn interrupt(&self, session: Option<&str>) -> bool {
+        let slot = self.by_session.lock().unwrap_or_else(|e| e.into_inner()).get(session.unwrap_or_default()).cloned();
+        match slot.map(|s| s.pid.load(std::sync::atomic::Ordering::SeqCst)) {
+            Some(pid) if pid > 0 => {
+                sigint(pid);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Sends SIGINT to process `pid` (a kernel this executor started).
 #[allow(unsafe_code)]
-fn halyard_platform_signal(pid: i32, signal: i32) {
+fn sigint(pid: u32) {
     // SAFETY: kill(2) with a pid this executor started.
     unsafe {
-        libc::kill(pid, signal);
+        libc::kill(pid as i32, libc::SIGINT);
     }
 }
 
