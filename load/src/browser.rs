@@ -47,19 +47,20 @@ fn cpu() -> f64 {
 /// Whether a `halyard` process other than `main` (Halyard's own) runs on this machine: a
 /// sandbox's executor, or its network forwarder.
 fn sandbox_halyard_running(main: u32) -> bool {
-    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
-        let pid = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok());
-        pid.is_some_and(|p| p != main) && std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(halyard)"))
-    })
+    any_process(|pid, dir| pid != main && std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| s.contains("(halyard)")))
 }
 
 /// Whether any Chromium process runs on this machine.
 fn chromium_running() -> bool {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| s.contains("(chromium)")))
+    any_process(|_, dir| std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| s.contains("(chromium)")))
+}
+
+/// Whether a process of this machine is one `is` (given its pid and `/proc` directory) says.
+pub(crate) fn any_process(is: impl Fn(u32, &std::path::Path) -> bool) -> bool {
+    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
+        let pid = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok());
+        pid.is_some_and(|pid| is(pid, &e.path()))
+    })
 }
 
 /// The time from each action to its observation, in ms, in the log's order.

@@ -11,7 +11,7 @@ use anyhow::{Result, ensure};
 use halyard_tests::{Halyard, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
-use crate::browser::{conversation, process_halyard, step_ms};
+use crate::browser::{any_process, conversation, process_halyard, step_ms};
 use crate::record::{Context, spread};
 use crate::{cpu_seconds, cpu_seconds_with_children};
 
@@ -22,11 +22,7 @@ fn cell(code: &str) -> Reply {
 }
 
 fn python_running() -> bool {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| std::fs::read_to_string(e.path().join("cmdline")).is_ok_and(|s| s.contains("ipykernel_launcher")))
+    any_process(|_, dir| std::fs::read_to_string(dir.join("cmdline")).is_ok_and(|s| s.contains("ipykernel_launcher")))
 }
 
 fn cpu() -> f64 {

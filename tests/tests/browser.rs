@@ -26,7 +26,7 @@ const BOB: &str = "bob-secret-key";
 fn turn(request: &Value) -> (String, usize) {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     // (Not the message that carries tool results' images after them: the model's own.)
-    let carries_images = |m: &Value| m["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("Images from tool call"));
+    let carries_images = |m: &Value| m["content"][0]["text"].as_str().is_some_and(|t| t.starts_with(halyard_platform::llm::IMAGES_FROM));
     let last_user = messages.iter().rposition(|m| m["role"] == "user" && !carries_images(m)).unwrap_or(0);
     let text = match &messages.get(last_user).map(|m| m["content"].clone()).unwrap_or_default() {
         Value::String(s) => s.clone(),

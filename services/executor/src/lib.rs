@@ -7,8 +7,8 @@
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
 //! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
-//! agent's browser tools, [`browser`]), `POST /ipython` (a cell in the Python kernel,
-//! [`kernel`]), `POST
+//! agent's browser tools, [`runtimes::browser`]), `POST /ipython` (a cell in the Python kernel,
+//! [`runtimes::kernel`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
@@ -17,15 +17,14 @@
 //! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
 //! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
-pub mod browser;
 pub mod checkpoint;
 pub mod disk;
 pub mod files;
 pub mod git_proxy;
 pub mod hooks;
-pub mod kernel;
 pub mod limits;
 pub mod mcp;
+pub mod runtimes;
 pub mod shell;
 pub mod tunnel;
 pub mod workspace;
@@ -56,7 +55,7 @@ pub struct ExecutorConfig {
     /// What the workspace, home and temporary directory may hold together, in bytes (0: no
     /// limit); see [`disk`].
     pub disk_limit: u64,
-    /// How long the browser may stay unused before it is stopped; see [`browser`].
+    /// How long the browser may stay unused before it is stopped; see [`runtimes::browser`].
     pub browser_idle: std::time::Duration,
 }
 
@@ -129,9 +128,9 @@ struct AppState {
     /// The workspace's checkpoints; one taken or restored at a time.
     checkpoints: Arc<tokio::sync::Mutex<checkpoint::Checkpoints>>,
     /// The sandbox's browser, started by the first browser call.
-    browser: Arc<browser::Browser>,
+    browser: Arc<runtimes::browser::Browser>,
     /// The shell sessions' Python kernels, each started by its first cell.
-    kernels: Arc<kernel::Kernels>,
+    kernels: Arc<runtimes::kernel::Kernels>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -178,7 +177,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         git,
         disk,
         checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
-        browser: browser::Browser::new(config_idle),
+        browser: runtimes::browser::Browser::new(config_idle),
         kernels: Arc::default(),
     };
     let guarded = Router::new()
@@ -293,7 +292,7 @@ async fn health(State(state): State<AppState>) -> Json<Health> {
     })
 }
 
-/// `POST /ipython`: one cell in the session's Python kernel ([`kernel`]), in its shell's working
+/// `POST /ipython`: one cell in the session's Python kernel ([`runtimes::kernel`]), in its shell's working
 /// directory.
 async fn ipython(
     State(state): State<AppState>,
@@ -303,7 +302,7 @@ async fn ipython(
     state.kernels.run(&req, &state.config.workspace, cwd, state.config.output_cap).await.map(Json)
 }
 
-/// `POST /browser`: one of the agent's browser tools ([`browser`]).
+/// `POST /browser`: one of the agent's browser tools ([`runtimes::browser`]).
 async fn browse(
     State(state): State<AppState>,
     Json(req): Json<halyard_protocol::executor::BrowserRequest>,

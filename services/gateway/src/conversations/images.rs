@@ -27,10 +27,7 @@ pub async fn screenshot(
     User(user): User,
     Path((id, screenshot_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (cid, view) = owned(&state, &user, &id)?;
-    let png = find(&state, cid, &view, &screenshot_id).await?.ok_or_else(|| ApiError::not_found("screenshot"))?;
-    // A screenshot never changes: the browser may keep it.
-    Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=31536000, immutable")], png).into_response())
+    by_id(&state, &user, &id, &screenshot_id, "screenshot").await
 }
 
 /// An image a Python cell of the conversation displayed (an observation's `image_ids`), as a
@@ -43,8 +40,14 @@ pub async fn image(
     User(user): User,
     Path((id, image_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (cid, view) = owned(&state, &user, &id)?;
-    let png = find(&state, cid, &view, &image_id).await?.ok_or_else(|| ApiError::not_found("image"))?;
+    by_id(&state, &user, &id, &image_id, "image").await
+}
+
+/// The owner's image `pic` of conversation `id` (`what` names it in a 404). An image never
+/// changes: the browser may keep it.
+async fn by_id(state: &AppState, user: &halyard_protocol::UserId, id: &str, pic: &str, what: &str) -> Result<Response, ApiError> {
+    let (cid, view) = owned(state, user, id)?;
+    let png = find(state, cid, &view, pic).await?.ok_or_else(|| ApiError::not_found(what))?;
     Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=31536000, immutable")], png).into_response())
 }
 

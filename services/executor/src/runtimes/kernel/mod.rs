@@ -20,8 +20,8 @@ use halyard_protocol::executor::{CellRequest, CellResponse};
 use serde_json::{Value, json};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket};
 
+use super::{Said, short_tmp};
 use crate::ExecutorError;
-use crate::browser::{Said, short_tmp};
 
 /// How long a kernel may take to start and answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -21,6 +21,7 @@ use halyard_protocol::executor::{BROWSER_TOOLS, BrowserRequest, BrowserResponse}
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::{Said, short_tmp};
 use crate::ExecutorError;
 use cdp::{Cdp, Event};
 
@@ -255,51 +256,6 @@ impl Browser {
         let _ = tokio::fs::remove_dir_all(&live.profile).await;
         if let Some(link) = &live.link {
             let _ = tokio::fs::remove_file(link).await;
-        }
-    }
-}
-
-/// The last lines Chromium wrote to its standard error, for the error of a browser that fails.
-#[derive(Clone, Default)]
-pub(crate) struct Said(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
-
-impl Said {
-    pub(crate) async fn keep(self, stderr: impl tokio::io::AsyncRead + Unpin) {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.len() == 8 {
-                kept.pop_front();
-            }
-            kept.push_back(line.chars().take(300).collect());
-        }
-    }
-
-    pub(crate) fn tail(&self) -> String {
-        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.is_empty() { "nothing".into() } else { kept.iter().cloned().collect::<Vec<_>>().join(" | ") }
-    }
-}
-
-/// The temporary directory to give Chromium, which makes its singleton's Unix socket there (the
-/// Python kernel's sockets go the same way, see [`crate::kernel`]): a
-/// socket's path has at most 107 bytes, and a process sandbox's own temporary directory lies
-/// deep in the supervisor's data directory. Then a link with a short name in `/tmp` leads to it
-/// (the directory stays the sandbox's: counted in its disk, deleted with it); the link is
-/// returned to be removed when the browser stops.
-pub(crate) fn short_tmp(name: &str) -> (PathBuf, Option<PathBuf>) {
-    let tmp = std::env::temp_dir();
-    // `<tmp>/org.chromium.Chromium.XXXXXX/SingletonSocket`
-    if tmp.as_os_str().len() + 48 <= 107 {
-        return (tmp, None);
-    }
-    let link = PathBuf::from(format!("/tmp/halyard-{name}"));
-    match std::os::unix::fs::symlink(&tmp, &link) {
-        Ok(()) => (link.clone(), Some(link)),
-        Err(e) => {
-            tracing::warn!(error = %e, "no short path to the temporary directory; the browser may not start");
-            (tmp, None)
         }
     }
 }
