@@ -2,17 +2,19 @@
 # Builds the Debian base image for Docker sandboxes without an image registry (none is
 # reachable here): debootstrap a minimal bookworm with bash, git, python3 and CA certificates,
 # add Debian's Chromium (the agent's browser), its IPython kernel with matplotlib (the agent's
-# Python cells) and the MCP time server (the README's example MCP
-# server) in a venv at /opt/halyard-mcp, as process sandboxes have them, then `docker import` it
+# Python cells), code-server (the user's VS Code; copied from the host's
+# /opt/halyard-code-server, which infra/install-code-server.sh fills) and the MCP time server
+# (the README's example MCP server) in a venv at /opt/halyard-mcp, as process sandboxes have
+# them, then `docker import` it
 # as halyard-base:bookworm. Skips the work if the image exists with all of that.
 set -euo pipefail
 IMAGE=${1:-halyard-base:bookworm}
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib"' >/dev/null 2>&1; then
+  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && /opt/halyard-code-server/bin/code-server --version' >/dev/null 2>&1; then
     echo "$IMAGE already exists" >&2
     exit 0
   fi
-  echo "$IMAGE lacks /opt/halyard-mcp, Chromium or the IPython kernel; building it again" >&2
+  echo "$IMAGE lacks /opt/halyard-mcp, Chromium, the IPython kernel or code-server; building it again" >&2
 fi
 root=$(mktemp -d /var/tmp/halyard-rootfs.XXXXXX)
 trap 'umount "$root/proc" 2>/dev/null || true; rm -rf "$root"' EXIT
@@ -46,6 +48,9 @@ else
   rm -rf "$root/opt/halyard-mcp"
   touch "$root/etc/halyard-no-mcp"
 fi
+# code-server as the host built it (same Debian, same architecture: its native modules load).
+bash "$(dirname "$0")/install-code-server.sh"
+cp -a /opt/halyard-code-server "$root/opt/halyard-code-server"
 rm -rf "$root/tmp/wheels" "$root/root/.cache"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null

@@ -9,6 +9,9 @@
 #   - chromium (Debian): the agent's browser in process sandboxes, and python3-ipykernel with
 #     python3-matplotlib: its Python cells (Docker sandboxes have their image's, see
 #     build-base-image.sh)
+#   - code-server (VS Code in the browser) in /opt/halyard-code-server, by
+#     install-code-server.sh: the user's VS Code tab in process sandboxes (and the source of the
+#     Docker base image's copy)
 #   - the MCP time server in a venv of the system's Python at /opt/halyard-mcp, which process
 #     sandboxes can run (they see /usr and /opt, not root's home): the README's MCP example
 # Idempotent: re-running it changes nothing once everything is there.
@@ -63,6 +66,12 @@ if ! /usr/bin/python3 -c 'import ipykernel, matplotlib' >/dev/null 2>&1 && [ "$(
   echo "installing: python3-ipykernel python3-matplotlib python3-munkres" >&2
   apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null 2>&1 \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null; }
+fi
+# The user's VS Code: code-server with its own Node, where process sandboxes read it.
+if [ "$(id -u)" = 0 ] && command -v npm >/dev/null 2>&1; then
+  bash "$(dirname "$0")/install-code-server.sh"
+elif ! [ -x /opt/halyard-code-server/bin/code-server ]; then
+  echo "code-server is not installed (run infra/install-code-server.sh as root, with npm): the VS Code tab will say so" >&2
 fi
 MCP_VENV=/opt/halyard-mcp
 if [ ! -x "$MCP_VENV/bin/mcp-server-time" ] && [ "$(id -u)" = 0 ] && [ -x /usr/bin/python3 ]; then

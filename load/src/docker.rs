@@ -102,6 +102,7 @@ pub async fn run(n: usize) -> Result<Value> {
             labels: docker::labels(&engine.naming, "default", &id, None, None, false),
             output_cap: 30_000,
             browser_idle_secs: 600,
+            vscode_idle_secs: 600,
         };
         engine.ensure_volume(&plan.volume, &plan.labels).await?;
         let t0 = Instant::now();

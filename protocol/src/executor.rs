@@ -130,6 +130,10 @@ pub struct Health {
     /// while unused).
     #[serde(default)]
     pub browser: bool,
+    /// The sandbox's VS Code (code-server) is running (it starts on the first request for it
+    /// and stops after a while unused).
+    #[serde(default)]
+    pub vscode: bool,
 }
 
 /// `POST /session-key`: replaces the executor's session key (a warm-pool sandbox gets the key

@@ -118,6 +118,8 @@ export const api = {
   imageUrl: (id: string, imageId: string) => `/api/v1/conversations/${id}/images/${imageId}`,
   files: (id: string, path: string) => call<Files>("GET", `/conversations/${id}/files${q({ path })}`),
   openApp: (id: string, name: string) => call<{ url: string }>("POST", `/conversations/${id}/apps/${name}`),
+  /** A single-use link to the sandbox's VS Code, on the apps proxy's origin (it starts it). */
+  vscode: (id: string) => call<{ url: string }>("GET", `/conversations/${id}/vscode`),
   share: (id: string) => call<ShareLink>("POST", `/conversations/${id}/share`),
   shareState: (id: string) => call<{ shared: boolean; created_at: string | null }>("GET", `/conversations/${id}/share`),
   unshare: (id: string) => call<void>("DELETE", `/conversations/${id}/share`),

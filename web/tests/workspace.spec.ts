@@ -616,3 +616,41 @@ test("18. a Python cell shows its code, what it printed and its plot", async ({ 
   await expect.poll(() => plot.evaluate((i: HTMLImageElement) => i.naturalWidth), { timeout: 10_000 }).toBeGreaterThan(100);
   await shot(page, "cell");
 });
+
+test("19. VS Code opens in its tab on the sandbox's files; a file saved there shows in Changes", async ({ page, browser }) => {
+  await signIn(page, ALICE);
+  const id = await start(page, "Write hello.py that prints hello, and run it");
+  await expect(status(page)).toContainText("finished");
+  await page.getByRole("tab", { name: "VS Code" }).click();
+  const frameEl = page.getByTestId("vscode-frame");
+  await expect(frameEl).toBeVisible({ timeout: 60_000 });
+  const link = (await frameEl.getAttribute("src"))!;
+  // Never the workspace's origin: the proxy's, a host of its own for this sandbox's VS Code.
+  expect(new URL(link).hostname).toMatch(/^[0-9a-f]{32}-vscode\.localhost$/);
+  const vscode = page.frameLocator('[data-testid="vscode-frame"]');
+  await expect(vscode.locator(".monaco-workbench")).toBeVisible({ timeout: 60_000 });
+  // The workspace's files, over the workbench's own WebSocket to the sandbox.
+  const file = vscode.getByRole("treeitem", { name: "hello.py" });
+  await expect(file).toBeVisible({ timeout: 60_000 });
+  await file.dblclick();
+  const editor = vscode.locator(".monaco-editor .view-lines").first();
+  await expect(editor).toContainText("hello from halyard", { timeout: 30_000 });
+  await editor.click();
+  await page.keyboard.press("Control+End");
+  await page.keyboard.type("# edited in VS Code\n");
+  await page.keyboard.press("Control+s");
+  await expect(vscode.locator(".tab.active.dirty")).toHaveCount(0, { timeout: 20_000 });
+  await shot(page, "vscode");
+  // Saved in the sandbox: the Changes tab shows the line.
+  await page.getByRole("tab", { name: "Changes" }).click();
+  await expect(page.getByText("# edited in VS Code").first()).toBeVisible({ timeout: 30_000 });
+
+  // The link the frame used opens nothing a second time, nor for anyone else.
+  const stranger = await browser.newContext();
+  const s = await stranger.newPage();
+  const replayed = await s.goto(link);
+  expect(replayed?.status()).toBe(403);
+  await signIn(s, BOB);
+  expect((await s.request.get(`/api/v1/conversations/${id}/vscode`)).status()).toBe(404);
+  await stranger.close();
+});

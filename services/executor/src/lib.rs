@@ -8,7 +8,8 @@
 //! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
 //! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
 //! agent's browser tools, [`runtimes::browser`]), `POST /ipython` (a cell in the Python kernel,
-//! [`runtimes::kernel`]), `POST
+//! [`runtimes::kernel`]), `POST /vscode` and `/vscode/…` (the user's VS Code, started and reached,
+//! [`runtimes::vscode`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
@@ -39,7 +40,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use halyard_protocol::executor::{EditRequest, ErrorBody, ErrorDetail, ExecRequest, Health, RotateKey, SESSION_KEY_HEADER};
 
@@ -57,6 +58,8 @@ pub struct ExecutorConfig {
     pub disk_limit: u64,
     /// How long the browser may stay unused before it is stopped; see [`runtimes::browser`].
     pub browser_idle: std::time::Duration,
+    /// How long VS Code may stay unused before it is stopped; see [`runtimes::vscode`].
+    pub vscode_idle: std::time::Duration,
 }
 
 impl std::fmt::Debug for ExecutorConfig {
@@ -85,6 +88,9 @@ pub enum ExecutorError {
     /// An upload over the size limit.
     #[error("{0}")]
     TooLarge(String),
+    /// What was asked for is not in this sandbox (its image lacks the program).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("executor failure: {0}")]
     Internal(String),
 }
@@ -104,6 +110,7 @@ impl IntoResponse for ExecutorError {
             Self::Outside(_) => (StatusCode::BAD_REQUEST, "path_outside_workspace"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_installed"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = ErrorBody { error: ErrorDetail { code: code.into(), message: self.to_string() } };
@@ -131,6 +138,8 @@ struct AppState {
     browser: Arc<runtimes::browser::Browser>,
     /// The shell sessions' Python kernels, each started by its first cell.
     kernels: Arc<runtimes::kernel::Kernels>,
+    /// The sandbox's VS Code, started by the first request for it.
+    vscode: Arc<runtimes::vscode::VsCode>,
 }
 
 /// Whether the agent is using this sandbox, for the supervisor's idle pause.
@@ -167,7 +176,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
     let roots = [Some(config.workspace.clone()), std::env::var_os("HOME").map(PathBuf::from), Some(std::env::temp_dir())];
     let disk = disk::Disk::new(config.disk_limit, roots.into_iter().flatten().collect());
     let workspace = config.workspace.clone();
-    let config_idle = config.browser_idle;
+    let (config_idle, vscode_idle) = (config.browser_idle, config.vscode_idle);
     let state = AppState {
         config: Arc::new(config),
         key,
@@ -179,6 +188,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
         browser: runtimes::browser::Browser::new(config_idle),
         kernels: Arc::default(),
+        vscode: runtimes::vscode::VsCode::new(workspace.clone(), vscode_idle),
     };
     let guarded = Router::new()
         .route("/shell/exec", post(exec))
@@ -206,6 +216,11 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // The user's own terminal counts as activity while it is open (below), not per request.
         .route("/terminal/ws", get(terminal))
         .route("/git/proxy", get(git_proxy))
+        // The user's VS Code: started here, and reached below (see [`runtimes::vscode`]). Its
+        // own idle timer decides when it stops; using it is not the agent's activity.
+        .route("/vscode", post(start_vscode))
+        .route("/vscode/", any(vscode))
+        .route("/vscode/{*rest}", any(vscode))
         .route("/session-key", post(rotate_key))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
@@ -289,7 +304,19 @@ async fn health(State(state): State<AppState>) -> Json<Health> {
         workspace: state.config.workspace.display().to_string(),
         idle_ms: state.activity.idle_ms(),
         browser: state.browser.running(),
+        vscode: state.vscode.running(),
     })
+}
+
+/// `POST /vscode`: starts VS Code if it is not running, and answers once it listens.
+async fn start_vscode(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ExecutorError> {
+    state.vscode.ensure().await?;
+    Ok(Json(serde_json::json!({ "running": true })))
+}
+
+/// `/vscode/…`: a request for VS Code, passed to it.
+async fn vscode(State(state): State<AppState>, req: Request) -> Response {
+    state.vscode.clone().forward(req).await
 }
 
 /// `POST /ipython`: one cell in the session's Python kernel ([`runtimes::kernel`]), in its shell's working

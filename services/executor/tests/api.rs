@@ -24,6 +24,7 @@ async fn start(workspace: &std::path::Path) -> String {
         output_cap: 10_000,
         disk_limit: 0,
         browser_idle: std::time::Duration::from_secs(600),
+        vscode_idle: std::time::Duration::from_secs(600),
     };
     tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
     format!("http://{addr}")

@@ -48,8 +48,14 @@ async fn site() -> String {
 async fn executor(workspace: &std::path::Path, idle: Duration) -> String {
     let listener = halyard_executor::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config =
-        ExecutorConfig { workspace: workspace.to_owned(), session_key: KEY.into(), output_cap: 10_000, disk_limit: 0, browser_idle: idle };
+    let config = ExecutorConfig {
+        workspace: workspace.to_owned(),
+        session_key: KEY.into(),
+        output_cap: 10_000,
+        disk_limit: 0,
+        browser_idle: idle,
+        vscode_idle: Duration::from_secs(600),
+    };
     tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
     format!("http://{addr}")
 }

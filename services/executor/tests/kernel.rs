@@ -19,6 +19,7 @@ async fn executor(workspace: &std::path::Path) -> String {
         output_cap: 10_000,
         disk_limit: 0,
         browser_idle: Duration::from_secs(600),
+        vscode_idle: Duration::from_secs(600),
     };
     tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
     format!("http://{addr}")

@@ -56,6 +56,16 @@ pub fn running_sandbox(
     Ok((sandbox_id, sandbox))
 }
 
+/// Where the web workspace is (a share link's origin, the one page that may frame VS Code): the
+/// operator's public URL, else the host this request came to.
+pub fn workspace_origin(state: &AppState, headers: &HeaderMap) -> String {
+    if !state.config.gateway.public_url.is_empty() {
+        return state.config.gateway.public_url.clone();
+    }
+    let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    format!("http://{host}")
+}
+
 /// A page of a list: `limit` items after `cursor`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

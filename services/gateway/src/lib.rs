@@ -153,6 +153,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(files::archive))
         .routes(routes!(terminal::terminal_ws))
         .routes(routes!(apps::open))
+        .routes(routes!(apps::vscode))
         .routes(routes!(routes::list_events))
         .routes(routes!(routes::count_events))
         .routes(routes!(export::export))

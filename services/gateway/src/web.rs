@@ -75,7 +75,9 @@ pub async fn serve(State(state): State<AppState>, uri: Uri) -> Response {
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert("referrer-policy", HeaderValue::from_static("same-origin"));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    if let Ok(csp) = HeaderValue::from_str(&format!("{CSP}; frame-src {}", frames(&state))) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, csp);
+    }
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     response
 }
@@ -84,8 +86,22 @@ pub async fn serve(State(state): State<AppState>, uri: Uri) -> Response {
 /// words are shown in it, and the agent is assumed hostile: should text ever slip through as
 /// markup, it can neither run a script nor send anything to another host (an image URL would
 /// be a way out of a sandbox with no egress). Styles may be inline (the terminal sets its own).
+/// What it may frame is [`frames`].
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
                    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'";
+
+/// The origins the page may show in a frame: the apps proxy's hosts, where VS Code is served
+/// (each sandbox's on a host of its own), and nothing when there is no proxy.
+fn frames(state: &AppState) -> String {
+    if state.config.apps_url.is_empty() {
+        return match state.apps_port {
+            Some(port) => format!("http://*.localhost:{port}"),
+            None => "'none'".into(),
+        };
+    }
+    let (scheme, host) = state.config.apps_url.split_once("://").unwrap_or(("http", state.config.apps_url.as_str()));
+    format!("{scheme}://*.{}", host.trim_end_matches('/'))
+}
 
 #[cfg(test)]
 mod tests {

@@ -130,6 +130,10 @@ struct ExecutorArgs {
     /// browser call).
     #[arg(long, default_value_t = 600)]
     browser_idle_secs: u64,
+    /// Stop the sandbox's VS Code (code-server) after this many seconds without a request or an
+    /// open connection (it starts again on the next request for it).
+    #[arg(long, default_value_t = 600)]
+    vscode_idle_secs: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -466,8 +470,17 @@ async fn wait_for_signal() {
 }
 
 async fn executor(args: &ExecutorArgs) -> Result<()> {
-    let ExecutorArgs { ref workspace, listen, output_cap, ref key_file, outlive_supervisor, tunnel_fd, disk_limit_mb, browser_idle_secs } =
-        *args;
+    let ExecutorArgs {
+        ref workspace,
+        listen,
+        output_cap,
+        ref key_file,
+        outlive_supervisor,
+        tunnel_fd,
+        disk_limit_mb,
+        browser_idle_secs,
+        vscode_idle_secs,
+    } = *args;
     // The session key comes on stdin (or in a file deleted once read), never in the environment
     // or on the command line, where other processes of the sandbox could read it.
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -503,6 +516,7 @@ async fn executor(args: &ExecutorArgs) -> Result<()> {
         output_cap,
         disk_limit: disk_limit_mb << 20,
         browser_idle: std::time::Duration::from_secs(browser_idle_secs),
+        vscode_idle: std::time::Duration::from_secs(vscode_idle_secs),
     };
     // The supervisor keeps our standard input open while it lives: end-of-file means it is
     // gone (stopped or crashed), and a sandbox nobody supervises must not linger.

@@ -283,6 +283,9 @@ pub struct SandboxConfig {
     /// How long a sandbox's browser may stay unused before it is stopped (it starts again with
     /// the next browser call).
     pub browser_idle_secs: u64,
+    /// How long a sandbox's VS Code (code-server) may stay without a request or an open
+    /// connection before it is stopped (it starts again with the next request for it).
+    pub vscode_idle_secs: u64,
     /// Running sandboxes per user (0: unlimited).
     pub max_running_per_user: usize,
     /// Running sandboxes in total (0: unlimited).
@@ -501,6 +504,7 @@ impl Default for SandboxConfig {
             start_timeout_secs: 30,
             output_cap_bytes: 30_000,
             browser_idle_secs: 600,
+            vscode_idle_secs: 600,
             max_running_per_user: 0,
             max_running_total: 0,
             env: std::collections::BTreeMap::new(),
@@ -852,6 +856,7 @@ impl Config {
                 "CELL_TIMEOUT_SECS" => self.agent.cell_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "OUTPUT_CAP_BYTES" => self.sandbox.output_cap_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "SANDBOX_BROWSER_IDLE_SECS" => self.sandbox.browser_idle_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "SANDBOX_VSCODE_IDLE_SECS" => self.sandbox.vscode_idle_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "PROCESS_UID_COUNT" => self.sandbox.process_uid_count = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_DEFAULT_SPEC" => self.sandbox.default_spec = v,
                 "MAX_BUDGET_USD" => self.agent.max_budget_usd = v.parse().map_err(|_| bad("expected US dollars, like 2.5"))?,

@@ -165,6 +165,12 @@ impl ExecutorClient {
         self.post("/ipython", req, wait).await
     }
 
+    /// Starts the sandbox's VS Code if it is not running; returns once it listens (a cold start
+    /// takes a second or a few).
+    pub async fn start_vscode(&self) -> Result<serde_json::Value, ExecutorError> {
+        self.post("/vscode", &serde_json::json!({}), Duration::from_secs(90)).await
+    }
+
     /// Runs one `file_editor` command.
     pub async fn edit(&self, req: &EditRequest) -> Result<EditResponse, ExecutorError> {
         self.post("/files/edit", req, Duration::from_secs(60)).await

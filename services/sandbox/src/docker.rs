@@ -124,6 +124,8 @@ pub struct ContainerPlan<'a> {
     pub output_cap: usize,
     /// Seconds the sandbox's browser may stay unused.
     pub browser_idle_secs: u64,
+    /// Seconds the sandbox's VS Code may stay unused.
+    pub vscode_idle_secs: u64,
 }
 
 /// A container's state as the supervisor needs it.
@@ -189,6 +191,8 @@ impl Engine {
                 spec.disk_mb.to_string(),
                 "--browser-idle-secs".into(),
                 plan.browser_idle_secs.to_string(),
+                "--vscode-idle-secs".into(),
+                plan.vscode_idle_secs.to_string(),
                 "--key-file".into(),
                 format!("{KEY_DIR}/key"),
             ]),

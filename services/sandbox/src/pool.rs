@@ -152,6 +152,7 @@ async fn start_entry(ctx: &Ctx, spec: &halyard_platform::config::SandboxSpec) ->
         labels,
         output_cap: ctx.config.sandbox.output_cap_bytes,
         browser_idle_secs: ctx.config.sandbox.browser_idle_secs,
+        vscode_idle_secs: ctx.config.sandbox.vscode_idle_secs,
     };
     let key = keys::session_key(&ctx.config.secret, slot);
     let timeout = Duration::from_secs(ctx.config.sandbox.start_timeout_secs);

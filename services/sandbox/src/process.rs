@@ -83,6 +83,8 @@ pub struct Launch<'a> {
     pub output_cap: usize,
     /// Seconds the sandbox's browser may stay unused.
     pub browser_idle_secs: u64,
+    /// Seconds the sandbox's VS Code may stay unused.
+    pub vscode_idle_secs: u64,
     /// The spec's disk limit, in MiB (0: none).
     pub disk_mb: u64,
     /// The apps' names and their ports (inside the sandbox's network when it has its own,
@@ -100,8 +102,22 @@ pub struct Launch<'a> {
 /// most `launch.timeout`.
 #[allow(unsafe_code)]
 pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started, String> {
-    let Launch { command, host, confinement, env, layout, key, output_cap, browser_idle_secs, disk_mb, apps, egress, group, timeout } =
-        launch;
+    let Launch {
+        command,
+        host,
+        confinement,
+        env,
+        layout,
+        key,
+        output_cap,
+        browser_idle_secs,
+        vscode_idle_secs,
+        disk_mb,
+        apps,
+        egress,
+        group,
+        timeout,
+    } = launch;
     let full: Vec<String> = confinement.wrapper.iter().chain(command).cloned().collect();
     let (program, args) = full.split_first().ok_or("no executor command configured")?;
     let log = layout.open_log()?;
@@ -118,7 +134,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
         .arg("--listen")
         .arg(listen.to_string())
         .args(["--output-cap", &output_cap.to_string(), "--disk-limit-mb", &disk_mb.to_string(), "--outlive-supervisor"])
-        .args(["--browser-idle-secs", &browser_idle_secs.to_string()])
+        .args(["--browser-idle-secs", &browser_idle_secs.to_string(), "--vscode-idle-secs", &vscode_idle_secs.to_string()])
         .current_dir(layout.workspace())
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
         .env_clear()

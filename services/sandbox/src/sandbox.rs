@@ -398,6 +398,7 @@ impl SandboxState {
                 key: &key,
                 output_cap: cfg.output_cap_bytes,
                 browser_idle_secs: cfg.browser_idle_secs,
+                vscode_idle_secs: cfg.vscode_idle_secs,
                 disk_mb: spec.disk_mb,
                 apps: &apps,
                 egress,
@@ -500,6 +501,7 @@ impl SandboxState {
             labels,
             output_cap: self.ctx.config.sandbox.output_cap_bytes,
             browser_idle_secs: self.ctx.config.sandbox.browser_idle_secs,
+            vscode_idle_secs: self.ctx.config.sandbox.vscode_idle_secs,
         };
         let timeout = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs);
         self.volume = Some(volume);

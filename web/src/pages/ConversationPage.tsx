@@ -14,6 +14,7 @@ import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
 import { PlanView } from "../components/PlanView";
 import { BrowserView } from "../components/BrowserView";
+import { VsCodeView } from "../components/VsCodeView";
 
 const PHASES = [
   ["WORKING", "Queued"],
@@ -30,8 +31,10 @@ const PHASES = [
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
 const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Browser", "Apps"] as const;
+const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Browser", "VS Code", "Apps"] as const;
 type Tab = (typeof TABS)[number];
+/** A tab's name as an element id ("VS Code" has a space). */
+const slug = (t: Tab) => t.replace(/ /g, "-");
 
 export function ConversationPage({ id }: { id: string }) {
   const [conv, setConv] = useState<Conversation>();
@@ -150,7 +153,7 @@ export function ConversationPage({ id }: { id: string }) {
     if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
       const next = TABS[(i + (e.key === "ArrowRight" ? 1 : TABS.length - 1)) % TABS.length];
       setTab(next);
-      document.getElementById(`tab-${next}`)?.focus();
+      document.getElementById(`tab-${slug(next)}`)?.focus();
     }
   };
 
@@ -236,10 +239,10 @@ export function ConversationPage({ id }: { id: string }) {
             {TABS.map((t) => (
               <button
                 key={t}
-                id={`tab-${t}`}
+                id={`tab-${slug(t)}`}
                 role="tab"
                 aria-selected={tab === t}
-                aria-controls={`panel-${t}`}
+                aria-controls={`panel-${slug(t)}`}
                 tabIndex={tab === t ? 0 : -1}
                 onClick={() => setTab(t)}
               >
@@ -247,7 +250,7 @@ export function ConversationPage({ id }: { id: string }) {
               </button>
             ))}
           </div>
-          <div role="tabpanel" id={`panel-${tab}`} aria-labelledby={`tab-${tab}`} className="panel">
+          <div role="tabpanel" id={`panel-${slug(tab)}`} aria-labelledby={`tab-${slug(tab)}`} className="panel">
             {tab === "Chat" && (
               <>
                 <EventFilter id={id} events={events} writing={writing} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
@@ -268,6 +271,7 @@ export function ConversationPage({ id }: { id: string }) {
             )}
             {tab === "Changes" && <ChangesView id={id} version={observations} />}
             {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser} />}
+            {tab === "VS Code" && <VsCodeView id={id} />}
             {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id} />}
           </div>
         </>

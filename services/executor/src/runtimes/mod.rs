@@ -1,9 +1,11 @@
-//! What the executor starts on demand for the agent's tools, in the sandbox as itself: the
-//! browser ([`browser`]) and the Python kernels ([`kernel`]); and what both need from a child
-//! program: the tail of what it said, and a temporary directory short enough for its sockets.
+//! What the executor starts on demand, in the sandbox as itself: for the agent's tools the
+//! browser ([`browser`]) and the Python kernels ([`kernel`]), for the user VS Code ([`vscode`]);
+//! and what they need from a child program: the tail of what it said, and a temporary directory
+//! short enough for its sockets.
 
 pub mod browser;
 pub mod kernel;
+pub mod vscode;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -81,16 +81,6 @@ fn kv_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable("share links cannot be read now; try again")
 }
 
-/// Where the web workspace is, for the link: the operator's public URL, else the host this
-/// request came to.
-fn origin(state: &AppState, headers: &HeaderMap) -> String {
-    if !state.config.gateway.public_url.is_empty() {
-        return state.config.gateway.public_url.clone();
-    }
-    let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
-    format!("http://{host}")
-}
-
 /// Gives the conversation a share link, replacing any it had (the old one stops working).
 #[utoipa::path(post, path = "/conversations/{id}/share", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     responses((status = 201, body = ShareLink), Refusals))]
@@ -109,7 +99,7 @@ pub async fn share(
     state.user_kv.put(subjects::share_key(id), bytes.into()).await.map_err(kv_error)?;
     tracing::info!(user = %user, conversation_id = %id, "conversation shared");
     let token = format!("{id}.{secret}");
-    let url = format!("{}/shared/{token}", origin(&state, &headers));
+    let url = format!("{}/shared/{token}", crate::common::workspace_origin(&state, &headers));
     Ok((StatusCode::CREATED, Json(ShareLink { url, token, created_at: rfc3339(record.created_ms) })))
 }
 

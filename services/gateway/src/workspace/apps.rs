@@ -17,6 +17,16 @@
 //! What the app receives is the browser's request less everything of Halyard's: no
 //! `Authorization`, none of Halyard's cookies, and its own public host as `Host` (never its
 //! upstream address, which would tell it where to send the browser to reach it directly).
+//! A WebSocket whose `Origin` is another site's is refused: a page elsewhere must not drive an
+//! app (or VS Code's terminals) with the user's cookie.
+//!
+//! VS Code is served the same way, as the app `VSCODE` (`<sandbox>-vscode.<apps host>`):
+//! `GET /conversations/{id}/vscode` starts the sandbox's code-server and answers a link; the
+//! proxy passes its requests to the executor's `/vscode/…` with the session key (see the
+//! executor's `runtimes::vscode`). Its cookie is `Partitioned` (and so `Secure`, which Chromium
+//! allows on `localhost` over HTTP): the workspace shows VS Code in an iframe, where a
+//! third-party cookie is refused and a partitioned one is kept. Its answers may be framed by the
+//! workspace's origin only (`frame-ancestors`), which the link names.
 
 use std::time::Duration;
 
@@ -30,6 +40,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::SandboxId;
+use halyard_protocol::executor::SESSION_KEY_HEADER;
 use halyard_protocol::system::AGENT_SERVER;
 use hyper_util::rt::TokioIo;
 
@@ -45,6 +56,8 @@ const OPEN_PATH: &str = "/_halyard/open";
 const LINK_MS: i64 = 60_000;
 const COOKIE_MS: i64 = 12 * 3600 * 1000;
 const PURPOSE: &str = "app-grant";
+/// The app name VS Code is served under.
+pub const VSCODE: &str = "VSCODE";
 
 /// What a link or a cookie lets its holder do: reach one app of one sandbox, as its owner, until
 /// `expires_ms`.
@@ -58,11 +71,16 @@ struct Grant {
     credential: String,
     /// Makes a link usable once.
     nonce: String,
+    /// The origin that may show it in a frame (VS Code's: the workspace's); empty for apps.
+    frame: String,
 }
 
 impl Grant {
     fn encode(&self, secret: &str) -> String {
-        let payload = format!("{}\n{}\n{}\n{}\n{}\n{}", self.sandbox, self.name, self.user, self.expires_ms, self.credential, self.nonce);
+        let payload = format!(
+            "{}\n{}\n{}\n{}\n{}\n{}\n{}",
+            self.sandbox, self.name, self.user, self.expires_ms, self.credential, self.nonce, self.frame
+        );
         let sig = keys::sign(secret, PURPOSE, payload.as_bytes());
         format!("{}.{sig}", URL_SAFE_NO_PAD.encode(payload))
     }
@@ -84,6 +102,7 @@ impl Grant {
             expires_ms: parts.next()?.parse().ok()?,
             credential: parts.next()?.to_owned(),
             nonce: parts.next()?.to_owned(),
+            frame: parts.next()?.to_owned(),
         };
         (parts.next().is_none() && grant.expires_ms > now).then_some(grant)
     }
@@ -102,7 +121,7 @@ fn app_of(headers: &HeaderMap) -> Option<(SandboxId, String)> {
     let (id, name) = first.split_once('-')?;
     let sandbox = SandboxId(uuid::Uuid::try_parse(id).ok()?);
     let name = name.to_ascii_uppercase().replace('-', "_");
-    name.starts_with("WORKER_").then_some((sandbox, name))
+    (name.starts_with("WORKER_") || name == VSCODE).then_some((sandbox, name))
 }
 
 /// The base URL an app's label goes in front of.
@@ -149,8 +168,60 @@ pub async fn open(
         expires_ms: now_ms() + LINK_MS,
         credential: principal.credential,
         nonce: keys::random_secret(),
+        frame: String::new(),
     };
     let origin = app_origin(&state, &label(sandbox_id, &name))?;
+    Ok(Json(AppLink { url: format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret)) }))
+}
+
+/// A link that opens the conversation's VS Code in the sandbox (code-server, started now if it
+/// is not running), good once, for a minute, on the apps proxy's origin: never the API's, since
+/// what runs there is the agent's to change. The workspace's origin may show it in a frame.
+#[utoipa::path(get, path = "/conversations/{id}/vscode", tag = "workspace",
+    params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = AppLink), Refusals, crate::api_doc::Conflict,
+        (status = 503, description = "the sandbox has no VS Code (its image lacks code-server) or did not start it", body = crate::api_doc::ErrorBody)))]
+pub async fn vscode(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<AppLink>, ApiError> {
+    // VS Code writes files and opens terminals: no read-only key opens it.
+    if principal.scope != halyard_protocol::accounts::KeyScope::Full {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only_key",
+            "a read-only key cannot open VS Code; use a full key or sign in",
+        ));
+    }
+    let user = principal.user;
+    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open VS Code")?;
+    let url = sandbox.url_of(AGENT_SERVER).ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
+    let executor = halyard_platform::executor_client::ExecutorClient::new(
+        state.http.clone(),
+        url,
+        keys::session_key(&state.config.secret, sandbox_id),
+    );
+    executor.start_vscode().await.map_err(|e| match e {
+        halyard_platform::executor_client::ExecutorError::Rejected { status: 503, message, .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", message)
+        }
+        other => {
+            tracing::warn!(%sandbox_id, error = %other, "VS Code did not start");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", format!("VS Code did not start in the sandbox: {other}"))
+        }
+    })?;
+    let grant = Grant {
+        sandbox: sandbox_id,
+        name: VSCODE.to_owned(),
+        user: user.0.clone(),
+        expires_ms: now_ms() + LINK_MS,
+        credential: principal.credential,
+        nonce: keys::random_secret(),
+        frame: crate::common::workspace_origin(&state, &headers),
+    };
+    let origin = app_origin(&state, &label(sandbox_id, VSCODE))?;
     Ok(Json(AppLink { url: format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret)) }))
 }
 
@@ -190,8 +261,10 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
         res.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/"));
         res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         // Host-only (no Domain): this app's origin and no other. Lax, so the redirect that
-        // follows from Halyard's page carries it.
-        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}")) {
+        // follows from Halyard's page carries it; VS Code's is partitioned, for its iframe.
+        let kind =
+            if name == VSCODE && secure_origin(&state, req.headers()) { "SameSite=None; Secure; Partitioned" } else { "SameSite=Lax" };
+        if let Ok(v) = HeaderValue::from_str(&format!("{COOKIE}={cookie}; Path=/; HttpOnly; {kind}; Max-Age={max_age}")) {
             res.headers_mut().insert(header::SET_COOKIE, v);
         }
         return res;
@@ -220,19 +293,60 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     if sandbox.status != "RUNNING" {
         return page(StatusCode::CONFLICT, &format!("The sandbox is {}; resume the conversation in Halyard.", sandbox.status));
     }
-    let Some(upstream) = sandbox.url_of(&name) else {
+    let scheme = public_scheme(&state);
+    if req.headers().contains_key(header::UPGRADE) && !same_origin(req.headers(), scheme) {
+        return page(StatusCode::FORBIDDEN, "A WebSocket from another site is refused here.");
+    }
+    // VS Code is reached through the executor (its `/vscode/…`, with the session key).
+    let (upstream, via) = if name == VSCODE {
+        (sandbox.url_of(AGENT_SERVER), Some(keys::session_key(secret, sandbox_id)))
+    } else {
+        (sandbox.url_of(&name), None)
+    };
+    let Some(upstream) = upstream else {
         return page(StatusCode::NOT_FOUND, "This sandbox serves no such app.");
     };
     let Some(authority) = upstream.strip_prefix("http://").map(|a| a.trim_end_matches('/').to_owned()) else {
         return page(StatusCode::BAD_GATEWAY, "The app's address is not plain HTTP.");
     };
-    match forward(&authority, req).await {
+    let frame = grant.frame.clone();
+    match forward(&authority, req, scheme, via.as_deref()).await {
+        Ok(mut res) if name == VSCODE => {
+            // Only the workspace may frame it (clickjacking by any other page is not possible).
+            let ancestors = if frame.is_empty() { "'none'".to_owned() } else { frame };
+            if let Ok(v) = HeaderValue::from_str(&format!("frame-ancestors {ancestors}")) {
+                res.headers_mut().append(header::CONTENT_SECURITY_POLICY, v);
+            }
+            res.headers_mut().remove(header::X_FRAME_OPTIONS);
+            res
+        }
         Ok(res) => res,
         Err(e) => {
             tracing::debug!(sandbox_id = %sandbox_id, app = %name, error = %e, "app unreachable");
             page(StatusCode::BAD_GATEWAY, &format!("Nothing answers on {name} in the sandbox yet ({e}). Start the app, then reload."))
         }
     }
+}
+
+/// The scheme the apps are served with to browsers.
+fn public_scheme(state: &AppState) -> &'static str {
+    if state.config.apps_url.starts_with("https://") { "https" } else { "http" }
+}
+
+/// Whether a browser keeps a `Secure` cookie from this origin: HTTPS, or `localhost` and its
+/// subdomains (which Chromium treats as secure over plain HTTP).
+fn secure_origin(state: &AppState, headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
+    public_scheme(state) == "https" || name == "localhost" || name.ends_with(".localhost")
+}
+
+/// Whether the request's `Origin`, if it has one, is its own host's: a browser always sends one
+/// with a WebSocket, and another site's page must not open one with the user's cookie.
+fn same_origin(headers: &HeaderMap, scheme: &str) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else { return true };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    origin.to_str().is_ok_and(|o| o.eq_ignore_ascii_case(&format!("{scheme}://{host}")))
 }
 
 /// Hop-by-hop headers, which belong to one connection and are not forwarded (RFC 9110 7.6.1).
@@ -256,21 +370,36 @@ fn app_cookies(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Sends `req` to the app at `authority` over a connection of its own, and relays the answer;
-/// a `101 Switching Protocols` joins the two upgraded connections.
-async fn forward(authority: &str, mut req: Request) -> Result<Response, String> {
+/// a `101 Switching Protocols` joins the two upgraded connections. `via_executor` (VS Code's):
+/// the sandbox's session key, and the path goes under the executor's `/vscode`.
+async fn forward(authority: &str, mut req: Request, scheme: &str, via_executor: Option<&str>) -> Result<Response, String> {
     let upgrade = req.headers().get(header::UPGRADE).cloned();
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
 
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let path = match via_executor {
+        Some(_) => format!("/vscode{path}"),
+        None => path.to_owned(),
+    };
     let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
     let headers = out.headers_mut().ok_or("bad request")?;
     for (k, v) in &parts.headers {
-        // The user's credentials are Halyard's, never the app's.
-        if HOP.contains(&k.as_str()) || k == header::COOKIE || k == header::HOST || k == header::AUTHORIZATION {
+        // The user's credentials are Halyard's, never the app's; nor is the session key a
+        // browser's to send.
+        if HOP.contains(&k.as_str())
+            || k == header::COOKIE
+            || k == header::HOST
+            || k == header::AUTHORIZATION
+            || k.as_str().starts_with("x-forwarded-")
+            || k.as_str() == SESSION_KEY_HEADER
+        {
             continue;
         }
         headers.append(k, v.clone());
+    }
+    if let Some(key) = via_executor {
+        headers.insert(SESSION_KEY_HEADER, HeaderValue::from_str(key).map_err(|e| e.to_string())?);
     }
     if let Some(c) = app_cookies(&parts.headers).and_then(|c| HeaderValue::from_str(&c).ok()) {
         headers.insert(header::COOKIE, c);
@@ -279,6 +408,7 @@ async fn forward(authority: &str, mut req: Request) -> Result<Response, String> 
     // app told where it listens could send the browser there, past the proxy.
     let public = parts.headers.get(header::HOST).cloned().ok_or("no Host")?;
     headers.insert("x-forwarded-host", public.clone());
+    headers.insert("x-forwarded-proto", HeaderValue::from_str(scheme).map_err(|e| e.to_string())?);
     headers.insert(header::HOST, public);
     if let Some(u) = &upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -338,6 +468,7 @@ mod tests {
             expires_ms: 2_000,
             credential: "key:abc".into(),
             nonce: "n1".into(),
+            frame: "http://localhost:3000".into(),
         };
         let t = g.encode("secret");
         assert_eq!(Grant::decode("secret", &t, 1_000), Some(g));
@@ -354,6 +485,8 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_str(&format!("{}.localhost:3001", label(id, "WORKER_2"))).unwrap());
         assert_eq!(app_of(&h), Some((id, "WORKER_2".to_owned())));
+        h.insert(header::HOST, HeaderValue::from_str(&format!("{}.apps.example.com", label(id, VSCODE))).unwrap());
+        assert_eq!(app_of(&h), Some((id, VSCODE.to_owned())));
         h.insert(header::HOST, HeaderValue::from_str(&format!("{}-agent-server.localhost", id.0.simple())).unwrap());
         assert_eq!(app_of(&h), None, "the executor is no app");
         h.insert(header::HOST, HeaderValue::from_static("localhost:3001"));
