@@ -46,7 +46,7 @@ fn cpu() -> f64 {
 
 /// Whether a `halyard` process other than `main` (Halyard's own) runs on this machine: a
 /// sandbox's executor, or its network forwarder.
-fn sandbox_halyard_running(main: u32) -> bool {
+pub(crate) fn sandbox_halyard_running(main: u32) -> bool {
     any_process(|pid, dir| pid != main && std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| s.contains("(halyard)")))
 }
 

@@ -37,13 +37,14 @@ mod kernel;
 mod record;
 mod stream;
 mod ui;
+mod vscode;
 mod webhooks;
 
 #[derive(Parser, Debug)]
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` (issue 32), or `all`.
+    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` and `vscode` (issue 32), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -159,6 +160,11 @@ async fn main() -> Result<()> {
     if args.suite == "kernel" || args.suite == "all" {
         let r = kernel::run().await?;
         std::fs::write(args.out.join("kernel.json"), serde_json::to_string_pretty(&r)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if args.suite == "vscode" || args.suite == "all" {
+        let r = vscode::run().await?;
+        std::fs::write(args.out.join("vscode.json"), serde_json::to_string_pretty(&r)? + "\n")?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
     if args.suite == "checkpoint" || args.suite == "all" {
