@@ -123,7 +123,8 @@ pub struct EditResponse {
 pub struct Health {
     pub ok: bool,
     pub workspace: String,
-    /// Milliseconds since the last shell or file request ended (0 while one runs).
+    /// Milliseconds since the last shell or file request ended (0 while one runs, or while the
+    /// user's terminal or VS Code is open).
     #[serde(default)]
     pub idle_ms: u64,
     /// The sandbox's browser is running (it starts on the first browser call and stops after a

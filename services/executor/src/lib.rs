@@ -217,7 +217,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/terminal/ws", get(terminal))
         .route("/git/proxy", get(git_proxy))
         // The user's VS Code: started here, and reached below (see [`runtimes::vscode`]). Its
-        // own idle timer decides when it stops; using it is not the agent's activity.
+        // own idle timer decides when it stops; while it is open, the sandbox is not idle.
         .route("/vscode", post(start_vscode))
         .route("/vscode/", any(vscode))
         .route("/vscode/{*rest}", any(vscode))
@@ -302,7 +302,9 @@ async fn health(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
         ok: state.shells.main().is_alive(),
         workspace: state.config.workspace.display().to_string(),
-        idle_ms: state.activity.idle_ms(),
+        // A user in VS Code (its tab open: the workbench's connection) is using the sandbox,
+        // as at a terminal.
+        idle_ms: if state.vscode.in_use() { 0 } else { state.activity.idle_ms() },
         browser: state.browser.running(),
         vscode: state.vscode.running(),
     })

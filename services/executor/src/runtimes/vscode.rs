@@ -87,6 +87,11 @@ impl VsCode {
         self.running.load(Ordering::SeqCst)
     }
 
+    /// A request is being answered or a connection (the workbench's, a terminal's) is open.
+    pub fn in_use(&self) -> bool {
+        self.open.load(Ordering::SeqCst) > 0
+    }
+
     fn touch(&self) {
         *self.last_use.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
