@@ -157,6 +157,29 @@ impl Cgroups {
         Ok(Group { procs })
     }
 
+    /// Kills every process still in `sandbox`'s groups: what left the executor's process
+    /// groups (a server the agent started with `setsid`, code-server's terminals) and would
+    /// otherwise outlive its deleted sandbox.
+    pub fn kill_all(&self, sandbox: SandboxId) {
+        let name = sandbox.to_string();
+        let dir = match self {
+            // cgroup.kill (Linux 5.14) takes the whole group at once, forks in flight included.
+            Self::V2 { base } => {
+                let dir = base.join(&name);
+                if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                    return;
+                }
+                dir
+            }
+            Self::V1 { memory, .. } => memory.join(&name),
+            Self::Rlimits => return,
+        };
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|p| *p > 1) {
+            halyard_platform::signal(pid, libc::SIGKILL);
+        }
+    }
+
     /// Removes `sandbox`'s groups (once its processes are gone; a group still in use stays and
     /// is reused by the next start).
     pub fn remove(&self, sandbox: SandboxId) {

@@ -592,11 +592,14 @@ impl SandboxState {
             if let Some(isolation) = &self.ctx.isolation {
                 isolation.release(&self.layout);
             }
-            // Its groups go once its processes have (they get two seconds to end).
+            // Its groups go once its processes have (they get two seconds to end; what is left
+            // in them then, having left the executor's process groups, is killed).
             let (ctx, id) = (self.ctx.clone(), self.id);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 if let Some(cgroups) = &ctx.cgroups {
+                    cgroups.kill_all(id);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                     cgroups.remove(id);
                 }
             });

@@ -50,10 +50,26 @@ const HOP: [&str; 8] =
 
 /// A running code-server.
 struct Live {
+    /// Its process group (it leads it).
+    group: Option<i32>,
     child: tokio::process::Child,
     socket: PathBuf,
     /// The short way to the temporary directory the socket is in, removed with it.
     link: Option<PathBuf>,
+}
+
+impl Drop for Live {
+    /// With the executor (its graceful end drops it), code-server's whole group goes: its
+    /// leader alone (`kill_on_drop`) would leave the server process it forks.
+    fn drop(&mut self) {
+        if let Some(pid) = self.group {
+            // SAFETY: signals the process group the child leads.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// The sandbox's VS Code, running or not.
@@ -125,6 +141,10 @@ impl VsCode {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let (tmp, link) = short_tmp(&id[..16]);
         let socket = tmp.join(format!("vscode-{}.sock", &id[..8]));
+        let data = user_data_dir();
+        if let Err(e) = machine_settings(&data) {
+            tracing::warn!(error = %e, "cannot write VS Code's machine settings");
+        }
         let mut cmd = tokio::process::Command::new(&program);
         cmd.arg("--socket")
             .arg(&socket)
@@ -136,6 +156,8 @@ impl VsCode {
             .args(["--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override"])
             // Its port-forwarding proxy would be a way to the sandbox's ports past the apps proxy.
             .arg("--disable-proxy")
+            .arg("--user-data-dir")
+            .arg(&data)
             .arg(&self.workspace)
             .current_dir(&self.workspace)
             .env("TMPDIR", &tmp)
@@ -152,7 +174,8 @@ impl VsCode {
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(said.clone().keep(stderr));
         }
-        let mut live = Live { child, socket, link };
+        let group = child.id().and_then(|p| i32::try_from(p).ok());
+        let mut live = Live { group, child, socket, link };
         loop {
             if tokio::net::UnixStream::connect(&live.socket).await.is_ok() {
                 break;
@@ -205,7 +228,7 @@ impl VsCode {
     /// killed.
     async fn stopped(&self, mut live: Live) {
         self.running.store(false, Ordering::SeqCst);
-        if let Some(pid) = live.child.id().and_then(|p| i32::try_from(p).ok()) {
+        if let Some(pid) = live.group {
             // SAFETY: signals the process group the child leads (made with `process_group(0)`).
             #[allow(unsafe_code)]
             unsafe {
@@ -219,6 +242,8 @@ impl VsCode {
             unsafe {
                 libc::kill(-pid, libc::SIGKILL);
             }
+            // Done: the drop must not signal a number another group may have by then.
+            live.group = None;
         }
         let _ = tokio::fs::remove_file(&live.socket).await;
         if let Some(link) = &live.link {
@@ -309,6 +334,32 @@ impl VsCode {
         }
         Ok(Response::from_parts(parts, Body::new(body)))
     }
+}
+
+/// Where code-server keeps the user's settings and extensions: its usual place in the sandbox's
+/// home (counted in the sandbox's disk, kept with it).
+fn user_data_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    home.join(".local/share/code-server")
+}
+
+/// The machine's settings, written when there are none (the user's own settings override them):
+/// no AI chat (its agent runtime would be a second agent in the sandbox, with nothing to talk
+/// to), no telemetry or update checks, no welcome page.
+fn machine_settings(data: &Path) -> std::io::Result<()> {
+    let path = data.join("Machine/settings.json");
+    if path.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(data.join("Machine"))?;
+    let settings = serde_json::json!({
+        "chat.disableAIFeatures": true,
+        "telemetry.telemetryLevel": "off",
+        "update.mode": "none",
+        "extensions.autoCheckUpdates": false,
+        "workbench.startupEditor": "none",
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&settings).unwrap_or_default())
 }
 
 /// `page` with [`STORAGE_JS`] loaded first in its head (unchanged if it has no `<head>`).
