@@ -161,16 +161,29 @@ pub async fn open(
     if name == AGENT_SERVER || sandbox.url_of(&name).is_none() {
         return Err(ApiError::not_found("app"));
     }
+    link(&state, sandbox_id, &name, &user, principal.credential, String::new())
+}
+
+/// A single-use link to app `name` of the sandbox, good for a minute, for `user` as
+/// `credential` authenticated them; `frame` may show it in a frame.
+fn link(
+    state: &AppState,
+    sandbox: SandboxId,
+    name: &str,
+    user: &halyard_protocol::UserId,
+    credential: String,
+    frame: String,
+) -> Result<Json<AppLink>, ApiError> {
     let grant = Grant {
-        sandbox: sandbox_id,
-        name: name.clone(),
+        sandbox,
+        name: name.to_owned(),
         user: user.0.clone(),
         expires_ms: now_ms() + LINK_MS,
-        credential: principal.credential,
+        credential,
         nonce: keys::random_secret(),
-        frame: String::new(),
+        frame,
     };
-    let origin = app_origin(&state, &label(sandbox_id, &name))?;
+    let origin = app_origin(state, &label(sandbox, name))?;
     Ok(Json(AppLink { url: format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret)) }))
 }
 
@@ -212,17 +225,7 @@ pub async fn vscode(
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", format!("VS Code did not start in the sandbox: {other}"))
         }
     })?;
-    let grant = Grant {
-        sandbox: sandbox_id,
-        name: VSCODE.to_owned(),
-        user: user.0.clone(),
-        expires_ms: now_ms() + LINK_MS,
-        credential: principal.credential,
-        nonce: keys::random_secret(),
-        frame: crate::common::workspace_origin(&state, &headers),
-    };
-    let origin = app_origin(&state, &label(sandbox_id, VSCODE))?;
-    Ok(Json(AppLink { url: format!("{origin}{OPEN_PATH}?grant={}", grant.encode(&state.config.secret)) }))
+    link(&state, sandbox_id, VSCODE, &user, principal.credential, crate::common::workspace_origin(&state, &headers))
 }
 
 /// A plain page for a person who reached the proxy without the right to.
