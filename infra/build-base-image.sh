@@ -10,7 +10,7 @@
 set -euo pipefail
 IMAGE=${1:-halyard-base:bookworm}
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
-  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && /opt/halyard-code-server/bin/code-server --version' >/dev/null 2>&1; then
+  if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && (/opt/halyard-code-server/bin/code-server --version || test -e /etc/halyard-no-code-server)' >/dev/null 2>&1; then
     echo "$IMAGE already exists" >&2
     exit 0
   fi
@@ -49,8 +49,13 @@ else
   touch "$root/etc/halyard-no-mcp"
 fi
 # code-server as the host built it (same Debian, same architecture: its native modules load).
-bash "$(dirname "$0")/install-code-server.sh"
-cp -a /opt/halyard-code-server "$root/opt/halyard-code-server"
+if bash "$(dirname "$0")/install-code-server.sh"; then
+  cp -a /opt/halyard-code-server "$root/opt/halyard-code-server"
+else
+  # Without it the image still serves; its VS Code tab then says code-server is missing.
+  echo "code-server could not be installed (needs npm); the image goes without it" >&2
+  touch "$root/etc/halyard-no-code-server"
+fi
 rm -rf "$root/tmp/wheels" "$root/root/.cache"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
