@@ -422,15 +422,35 @@ pub(crate) fn cpu_seconds_with_children(comm: &str) -> f64 {
     cpu_of(comm, true)
 }
 
+/// A process's CPU ticks from its `stat` line: its own, and with `children` those of the
+/// children it waited for.
+fn stat_ticks(stat: &str, children: bool) -> Option<u64> {
+    // The command name is in parentheses and may contain spaces: fields start after ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let own = field(11)? + field(12)?;
+    Some(if children { own + field(13)? + field(14)? } else { own })
+}
+
+/// CPU seconds, with their waited-for children's, of the processes whose command line contains
+/// `needle`, now (for programs whose command name says nothing: Node names itself
+/// `MainThread`).
+pub(crate) fn cpu_seconds_of_command(needle: &str) -> f64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+                total += stat_ticks(&stat, true).unwrap_or(0);
+            }
+        }
+    }
+    total as f64 / 100.0
+}
+
 fn cpu_of(comm: &str, children: bool) -> f64 {
-    let ticks = |stat: &str| -> Option<u64> {
-        // The command name is in parentheses and may contain spaces: fields start after ')'.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-        let own = field(11)? + field(12)?;
-        Some(if children { own + field(13)? + field(14)? } else { own })
-    };
+    let ticks = |stat: &str| stat_ticks(stat, children);
     let hz = 100.0; // USER_HZ on Linux
     if comm == "self" {
         return std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| ticks(&s)).unwrap_or(0) as f64 / hz;
