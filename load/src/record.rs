@@ -1,5 +1,5 @@
-//! What every result file records beside its figures: the commit, the machine's load, and
-//! figures as the median with min and max of their repetitions.
+//! What every result file records beside its figures: the commit, the date, the machine's
+//! load, and figures as the median with min and max of their repetitions.
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 #[derive(Serialize)]
 pub struct Context {
     pub commit: String,
+    /// When the suite began (UTC, RFC 3339).
+    pub date: String,
     /// `/proc/loadavg`'s 1, 5 and 15 minute figures when the suite began.
     pub load_average: Vec<f64>,
     pub cores: usize,
@@ -23,7 +25,8 @@ impl Context {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_else(|| "unknown".into());
         let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
-        Self { commit, load_average: Self::load_average(), cores }
+        let date = halyard_protocol::rfc3339(halyard_platform::now_ms());
+        Self { commit, date, load_average: Self::load_average(), cores }
     }
 
     pub fn load_average() -> Vec<f64> {

@@ -225,7 +225,11 @@ pub async fn vscode(
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", format!("VS Code did not start in the sandbox: {other}"))
         }
     })?;
-    link(&state, sandbox_id, VSCODE, &user, principal.credential, crate::common::workspace_origin(&state, &headers))
+    // The workspace's origin goes into a header: nothing but an origin's characters.
+    let frame = Some(crate::common::workspace_origin(&state, &headers))
+        .filter(|o| o.chars().all(|c| c.is_ascii_alphanumeric() || ".:/-[]".contains(c)))
+        .unwrap_or_default();
+    link(&state, sandbox_id, VSCODE, &user, principal.credential, frame)
 }
 
 /// A plain page for a person who reached the proxy without the right to.
