@@ -207,7 +207,10 @@ async fn the_cluster_script_starts_a_working_cluster_and_stops_it() {
     let llm = ScriptedLlm::start().await;
     llm.push([Reply::tool("terminal", json!({"command": "echo clustered"})), Reply::finish("done")]);
     let dir = tempfile::tempdir().unwrap();
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    // The script uses this port and the 112 above it: all below the kernel's ephemeral range
+    // (32768 up), where any test's outgoing connection or `:0` listener may hold one (a CI run
+    // failed on "cannot listen" so).
+    let port = 20_000 + (std::process::id() % 12_000) as u16;
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let script = |name: &str| {
         let mut cmd = std::process::Command::new("bash");
