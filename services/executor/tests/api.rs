@@ -2,9 +2,10 @@
 //! The executor's HTTP API on a real port: the session key (and its hand-over to a warm-pool
 //! sandbox's new owner), and the idle time the supervisor's idle pause reads.
 
+mod common;
+
 use std::time::Duration;
 
-use halyard_executor::ExecutorConfig;
 use serde_json::{Value, json};
 
 const KEY: &str = "pool-slot-key-0123456789abcdef0123456789";
@@ -16,18 +17,7 @@ fn client() -> reqwest::Client {
 }
 
 async fn start(workspace: &std::path::Path) -> String {
-    let listener = halyard_executor::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = ExecutorConfig {
-        workspace: workspace.to_owned(),
-        session_key: KEY.into(),
-        output_cap: 10_000,
-        disk_limit: 0,
-        browser_idle: std::time::Duration::from_secs(600),
-        vscode_idle: std::time::Duration::from_secs(600),
-    };
-    tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
-    format!("http://{addr}")
+    common::serve(common::config(workspace, KEY)).await
 }
 
 async fn exec(http: &reqwest::Client, base: &str, key: &str, command: &str) -> (u16, Value) {

@@ -3,6 +3,8 @@
 //! indexed elements, type, click, read the next page as Markdown, go back, tabs; `file://`
 //! refused; and the browser gone after its idle time.
 
+mod common;
+
 use std::time::Duration;
 
 use axum::extract::Query;
@@ -46,18 +48,7 @@ async fn site() -> String {
 }
 
 async fn executor(workspace: &std::path::Path, idle: Duration) -> String {
-    let listener = halyard_executor::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = ExecutorConfig {
-        workspace: workspace.to_owned(),
-        session_key: KEY.into(),
-        output_cap: 10_000,
-        disk_limit: 0,
-        browser_idle: idle,
-        vscode_idle: Duration::from_secs(600),
-    };
-    tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
-    format!("http://{addr}")
+    common::serve(ExecutorConfig { browser_idle: idle, ..common::config(workspace, KEY) }).await
 }
 
 struct Driver {

@@ -3,26 +3,16 @@
 //! an error's traceback, a matplotlib plot as a PNG, the shell's working directory, a cell
 //! interrupted at its timeout with the kernel still there after.
 
+mod common;
+
 use std::time::Duration;
 
-use halyard_executor::ExecutorConfig;
 use serde_json::{Value, json};
 
 const KEY: &str = "kernel-test-key-0123456789abcdef0123456789";
 
 async fn executor(workspace: &std::path::Path) -> String {
-    let listener = halyard_executor::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = ExecutorConfig {
-        workspace: workspace.to_owned(),
-        session_key: KEY.into(),
-        output_cap: 10_000,
-        disk_limit: 0,
-        browser_idle: Duration::from_secs(600),
-        vscode_idle: Duration::from_secs(600),
-    };
-    tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
-    format!("http://{addr}")
+    common::serve(common::config(workspace, KEY)).await
 }
 
 async fn post(http: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {

@@ -3,6 +3,8 @@
 //! reached only with the session key, started by the first request, serving its workbench on
 //! the workspace through `/vscode/…`, and stopped (its processes gone) once unused.
 
+mod common;
+
 use std::time::Duration;
 
 use halyard_executor::ExecutorConfig;
@@ -11,18 +13,7 @@ use halyard_protocol::executor::SESSION_KEY_HEADER;
 const KEY: &str = "vscode-test-key-0123456789abcdef0123456789";
 
 async fn executor(workspace: &std::path::Path, idle: Duration) -> String {
-    let listener = halyard_executor::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = ExecutorConfig {
-        workspace: workspace.to_owned(),
-        session_key: KEY.into(),
-        output_cap: 10_000,
-        disk_limit: 0,
-        browser_idle: Duration::from_secs(600),
-        vscode_idle: idle,
-    };
-    tokio::spawn(halyard_executor::serve(config, listener, std::future::pending()));
-    format!("http://{addr}")
+    common::serve(ExecutorConfig { vscode_idle: idle, ..common::config(workspace, KEY) }).await
 }
 
 /// Processes whose command line names code-server and `dir`.

@@ -1,14 +1,36 @@
 //! What the executor starts on demand, in the sandbox as itself: for the agent's tools the
 //! browser ([`browser`]) and the Python kernels ([`kernel`]), for the user VS Code ([`vscode`]);
-//! and what they need from a child program: the tail of what it said, and a temporary directory
-//! short enough for its sockets.
+//! and what they need from a child program: the tail of what it said, a temporary directory
+//! short enough for its sockets, and a watch that stops it once unused ([`watch_idle`]).
 
 pub mod browser;
 pub mod kernel;
 pub mod vscode;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A program started on demand that stops once unused; [`watch_idle`] asks it.
+pub(crate) trait Reap: Send + Sync + 'static {
+    /// Stops the program if it has been unused long enough; whether there is still one to watch.
+    fn reap(&self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// Asks `this` (while it lives) every quarter of `idle` (between 100 ms and 5 s) to stop if
+/// unused, until it says there is nothing left to watch.
+pub(crate) fn watch_idle<T: Reap>(this: Weak<T>, idle: Duration) {
+    let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(tick).await;
+            let Some(it) = this.upgrade() else { return };
+            if !it.reap().await {
+                return;
+            }
+        }
+    });
+}
 
 /// The last lines a program wrote (Chromium's standard error, the kernel's output), for the
 /// error of one that fails.

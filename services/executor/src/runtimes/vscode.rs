@@ -193,35 +193,8 @@ impl VsCode {
         }
         tracing::info!(took_ms = started.elapsed().as_millis() as u64, pid = live.child.id(), "code-server started");
         self.running.store(true, Ordering::SeqCst);
-        self.reap_when_idle();
+        super::watch_idle(self.this.clone(), self.idle);
         Ok(live)
-    }
-
-    /// Watches the running code-server and stops it once nothing has used it for `idle`.
-    fn reap_when_idle(&self) {
-        let this = self.this.clone();
-        let tick = (self.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(tick).await;
-                let Some(vscode) = this.upgrade() else { return };
-                let Ok(mut live) = vscode.live.try_lock() else { continue };
-                if live.is_none() {
-                    return;
-                }
-                if vscode.open.load(Ordering::SeqCst) > 0 {
-                    continue;
-                }
-                let unused = vscode.last_use.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-                if unused >= vscode.idle {
-                    if let Some(l) = live.take() {
-                        tracing::info!(unused_s = unused.as_secs(), "stopping the idle code-server");
-                        vscode.stopped(l).await;
-                    }
-                    return;
-                }
-            }
-        });
     }
 
     /// Stops code-server and everything it started (its process group): asked first, then
@@ -333,6 +306,26 @@ impl VsCode {
             return Ok(Response::from_parts(parts, Body::from(page)));
         }
         Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+impl super::Reap for VsCode {
+    /// Stops the running code-server once nothing has used it for `idle`.
+    async fn reap(&self) -> bool {
+        // Starting, or a request or connection open: not idle.
+        let Ok(mut live) = self.live.try_lock() else { return true };
+        if live.is_none() {
+            return false;
+        }
+        let unused = self.last_use.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        if self.in_use() || unused < self.idle {
+            return true;
+        }
+        if let Some(l) = live.take() {
+            tracing::info!(unused_s = unused.as_secs(), "stopping the idle code-server");
+            self.stopped(l).await;
+        }
+        false
     }
 }
 

@@ -217,33 +217,8 @@ impl Browser {
         }
         tracing::info!(took_ms = started.elapsed().as_millis() as u64, pid = live.child.id(), "browser started");
         self.running.store(true, Ordering::SeqCst);
-        self.reap_when_idle();
+        super::watch_idle(self.this.clone(), self.idle);
         Ok(live)
-    }
-
-    /// Watches the running browser and stops it once unused for `idle`.
-    fn reap_when_idle(&self) {
-        let this = self.this.clone();
-        let tick = (self.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(tick).await;
-                let Some(browser) = this.upgrade() else { return };
-                // Busy (an action runs): not idle.
-                let Ok(mut live) = browser.live.try_lock() else { continue };
-                if live.is_none() {
-                    return;
-                }
-                let unused = browser.last_use.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-                if unused >= browser.idle {
-                    if let Some(l) = live.take() {
-                        tracing::info!(unused_s = unused.as_secs(), "stopping the idle browser");
-                        browser.stopped(l).await;
-                    }
-                    return;
-                }
-            }
-        });
     }
 
     /// Stops a browser: closed politely, killed if it does not go, its profile removed.
@@ -257,6 +232,26 @@ impl Browser {
         if let Some(link) = &live.link {
             let _ = tokio::fs::remove_file(link).await;
         }
+    }
+}
+
+impl super::Reap for Browser {
+    /// Stops the running browser once unused for `idle`.
+    async fn reap(&self) -> bool {
+        // Busy (an action runs): not idle.
+        let Ok(mut live) = self.live.try_lock() else { return true };
+        if live.is_none() {
+            return false;
+        }
+        let unused = self.last_use.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        if unused < self.idle {
+            return true;
+        }
+        if let Some(l) = live.take() {
+            tracing::info!(unused_s = unused.as_secs(), "stopping the idle browser");
+            self.stopped(l).await;
+        }
+        false
     }
 }
 
