@@ -658,6 +658,10 @@ test("19. VS Code opens in its tab on the sandbox's files; a file saved there sh
   // And the Changes tab shows the line.
   await page.getByRole("tab", { name: "Changes" }).click();
   await expect(page.getByText("# edited in VS Code").first()).toBeVisible({ timeout: 30_000 });
+  // Back in VS Code: the same workbench, not reloaded (its open editor is still there).
+  await page.getByRole("tab", { name: "VS Code" }).click();
+  await expect(frameEl).toHaveAttribute("src", link);
+  await expect(editor).toContainText("# edited in VS Code");
 
   // The link the frame used opens nothing a second time, nor for anyone else.
   const stranger = await browser.newContext();

@@ -41,6 +41,15 @@ export function ConversationPage({ id }: { id: string }) {
   const [loadError, setLoadError] = useState<string>();
   const [task, setTask] = useState<StartTask>();
   const [tab, setTab] = useState<Tab>("Chat");
+  // VS Code stays loaded once opened (hidden on other tabs): its unsaved edits and open editors
+  // live in the page, and a reload would lose them.
+  const [vscodeOpened, setVscodeOpened] = useState(false);
+  useEffect(() => {
+    if (tab === "VS Code") setVscodeOpened(true);
+  }, [tab]);
+  // Another conversation's page has not opened its VS Code yet (unless its tab is showing).
+  // eslint-disable-next-line react-hooks/exhaustive-deps -- on a new conversation only
+  useEffect(() => setVscodeOpened(tab === "VS Code"), [id]);
   const [actionError, setActionError] = useState<string>();
   const taskId = new URLSearchParams(location.search).get("task") ?? conv?.start_task_id;
   const starting = !conv || conv.status === "STARTING";
@@ -271,7 +280,11 @@ export function ConversationPage({ id }: { id: string }) {
             )}
             {tab === "Changes" && <ChangesView id={id} version={observations} />}
             {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser} />}
-            {tab === "VS Code" && <VsCodeView id={id} />}
+            {vscodeOpened && (
+              <div hidden={tab !== "VS Code"}>
+                <VsCodeView id={id} />
+              </div>
+            )}
             {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id} />}
           </div>
         </>
