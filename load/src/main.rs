@@ -111,31 +111,26 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
     if args.suite == "webhooks" || args.suite == "all" {
         let r = webhooks::run(args.conversations, args.steps, args.think_ms).await?;
-        std::fs::write(args.out.join("webhooks.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "webhooks", &r)?;
     }
     if args.suite == "core" || args.suite == "all" {
         core(&args).await?;
     }
     if args.suite == "auth" || args.suite == "all" {
         let r = auth::run(args.conversations, 2_000).await?;
-        std::fs::write(args.out.join("auth.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "auth", &r)?;
     }
     if args.suite == "agent" || args.suite == "all" {
         let r = agent::run().await?;
-        std::fs::write(args.out.join("agent.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "agent", &r)?;
     }
     if args.suite == "ui" || args.suite == "all" {
         let r = ui::run().await?;
-        std::fs::write(args.out.join("ui.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "ui", &r)?;
     }
     if args.suite == "cluster" || args.suite == "all" {
         let r = cluster::run(args.takeovers).await?;
-        std::fs::write(args.out.join("cluster.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "cluster", &r)?;
     }
     if args.suite == "chaos" || args.suite == "all" {
         let plan = chaos::Plan {
@@ -149,34 +144,36 @@ async fn main() -> Result<()> {
     }
     if args.suite == "stream" || args.suite == "all" {
         let r = stream::run().await?;
-        std::fs::write(args.out.join("stream.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "stream", &r)?;
     }
     if args.suite == "browser" || args.suite == "all" {
         let r = browser::run().await?;
-        std::fs::write(args.out.join("browser.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "browser", &r)?;
     }
     if args.suite == "kernel" || args.suite == "all" {
         let r = kernel::run().await?;
-        std::fs::write(args.out.join("kernel.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "kernel", &r)?;
     }
     if args.suite == "vscode" || args.suite == "all" {
         let r = vscode::run().await?;
-        std::fs::write(args.out.join("vscode.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "vscode", &r)?;
     }
     if args.suite == "checkpoint" || args.suite == "all" {
         let r = checkpoint::run(args.checkpoint_reps).await?;
-        std::fs::write(args.out.join("checkpoint.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "checkpoint", &r)?;
     }
     if args.suite == "docker" || args.suite == "all" {
         let r = docker::run(args.docker_starts).await?;
-        std::fs::write(args.out.join("docker.json"), serde_json::to_string_pretty(&r)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        record(&args.out, "docker", &r)?;
     }
+    Ok(())
+}
+
+/// Writes a suite's result to `<out>/<suite>.json` and prints it.
+fn record(out: &std::path::Path, suite: &str, result: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(result)?;
+    std::fs::write(out.join(format!("{suite}.json")), text.clone() + "\n")?;
+    println!("{text}");
     Ok(())
 }
 

@@ -17,10 +17,9 @@ use serde_json::{Value, json};
 
 use crate::browser::{any_process, process_halyard, sandbox_halyard_running};
 use crate::record::{Context, spread};
-use crate::{cpu_seconds, cpu_seconds_of_command, cpu_seconds_with_children};
+use crate::{KEY, cpu_seconds, cpu_seconds_of_command, cpu_seconds_with_children};
 
 const REPS: usize = 7;
-const KEY: &str = "alice-secret-key";
 
 fn code_server_running() -> bool {
     any_process(|_, dir| std::fs::read_to_string(dir.join("cmdline")).is_ok_and(|s| s.contains("code-server")))

@@ -25,6 +25,11 @@ pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;
 
+/// Whether a conversation's events hold its run's end: an `execution_status` of `finished`.
+pub fn finished(events: &[serde_json::Value]) -> bool {
+    events.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
+}
+
 /// Installs the TLS crypto provider reqwest needs (once per process).
 pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();

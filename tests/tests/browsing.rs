@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, finished, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -85,10 +85,6 @@ async fn get_bytes(api: &Api, path: &str) -> (u16, reqwest::header::HeaderMap, V
     let resp = api.http.get(format!("{}{path}", api.base)).bearer_auth(&api.key).send().await.unwrap();
     let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
     (status, headers, resp.bytes().await.unwrap().to_vec())
-}
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
 }
 
 #[tokio::test]

@@ -4,15 +4,11 @@
 //! set is `gpt5`) adds, changes, moves and deletes files with one V4A patch, or none of them.
 
 use halyard_tests::llm::tool_names;
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, finished, init};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
-}
 
 fn results<'a>(events: &'a [Value], tool: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == tool).collect()

@@ -6,15 +6,11 @@
 //! budget.
 
 use halyard_tests::llm::tool_names;
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, finished, git, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
-}
 
 #[tokio::test]
 async fn the_agents_plan_is_the_conversations_state() {

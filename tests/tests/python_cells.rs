@@ -5,17 +5,13 @@
 //! process sandbox and in a container; and a cell interrupted at its timeout, the kernel still
 //! there after.
 
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, finished, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 
 fn cell(code: &str) -> Reply {
     Reply::tool("execute_ipython_cell", json!({"code": code, "security_risk": "low"}))
-}
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
 }
 
 async fn cells_in(opts: HalyardOptions, llm: &ScriptedLlm) {

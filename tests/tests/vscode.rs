@@ -8,7 +8,7 @@
 //! web/tests/workspace.spec.ts, test 19.)
 
 use futures::StreamExt;
-use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, finished, init};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -87,10 +87,6 @@ async fn check_vscode(h: &Halyard, alice: &Api, conv: &str) {
     // code-server speaks first on its management connection (its handshake message).
     let first = tokio::time::timeout(std::time::Duration::from_secs(20), ws.next()).await;
     assert!(matches!(first, Ok(Some(Ok(_)))), "code-server answered on the socket: {first:?}");
-}
-
-fn finished(ev: &[serde_json::Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
 }
 
 #[tokio::test]

@@ -227,7 +227,7 @@ impl VsCode {
     /// Passes a request under [`PREFIX`] to code-server (starting it if needed), and its answer
     /// back; a `101 Switching Protocols` joins the two upgraded connections.
     pub async fn forward(self: Arc<Self>, req: Request) -> Response {
-        if req.uri().path() == format!("{PREFIX}{STORAGE_PATH}") {
+        if req.uri().path().strip_prefix(PREFIX) == Some(STORAGE_PATH) {
             return ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], STORAGE_JS)
                 .into_response();
         }

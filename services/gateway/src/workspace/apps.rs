@@ -210,13 +210,7 @@ pub async fn vscode(
     }
     let user = principal.user;
     let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open VS Code")?;
-    let url = sandbox.url_of(AGENT_SERVER).ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
-    let executor = halyard_platform::executor_client::ExecutorClient::new(
-        state.http.clone(),
-        url,
-        keys::session_key(&state.config.secret, sandbox_id),
-    );
-    executor.start_vscode().await.map_err(|e| match e {
+    crate::workspace::files::executor_of(&state, sandbox_id, &sandbox)?.start_vscode().await.map_err(|e| match e {
         halyard_platform::executor_client::ExecutorError::Rejected { status: 503, message, .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", message)
         }

@@ -25,10 +25,17 @@ use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals};
 use crate::common::running_sandbox;
 use crate::error::ApiError;
+use crate::store::SandboxView;
+use halyard_protocol::SandboxId;
 
 /// The executor of the conversation's sandbox, if it runs.
 pub fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
     let (sandbox_id, sandbox) = running_sandbox(state, user, id, "look into its workspace")?;
+    executor_of(state, sandbox_id, &sandbox)
+}
+
+/// The executor of a running sandbox, with its session key.
+pub fn executor_of(state: &AppState, sandbox_id: SandboxId, sandbox: &SandboxView) -> Result<ExecutorClient, ApiError> {
     let url = sandbox.url_of(AGENT_SERVER).ok_or_else(|| ApiError::unavailable("the sandbox exposes no executor; try again shortly"))?;
     Ok(ExecutorClient::new(state.http.clone(), url, keys::session_key(&state.config.secret, sandbox_id)))
 }
