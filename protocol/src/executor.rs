@@ -92,6 +92,11 @@ pub struct ExecResponse {
     pub truncated: bool,
     /// Working directory after the command.
     pub cwd: String,
+    /// The shell is new since this session's last command: the sandbox's processes ended in
+    /// between (it hibernated while idle, or was restarted). It started in the directory the
+    /// last command ended in; exported variables and background processes are gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarted: bool,
 }
 
 /// `POST /files/edit`: the OpenHands `file_editor` tool.

@@ -53,6 +53,9 @@ pub enum SandboxStatus {
     Starting,
     Running,
     Paused,
+    /// Stopped while idle (its processes ended, its workspace kept); the next message, file,
+    /// terminal or app request starts it again on the same workspace.
+    Hibernated,
     Error,
     Missing,
     Deleted,
@@ -64,6 +67,7 @@ impl SandboxStatus {
             Self::Starting => "STARTING",
             Self::Running => "RUNNING",
             Self::Paused => "PAUSED",
+            Self::Hibernated => "HIBERNATED",
             Self::Error => "ERROR",
             Self::Missing => "MISSING",
             Self::Deleted => "DELETED",

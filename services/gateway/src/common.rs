@@ -1,5 +1,5 @@
 //! Helpers the handlers of several modules share: ids from paths, the conversation (and its
-//! running sandbox) a user may act on, pages, commands to a conversation's agent, the checks of
+//! running sandbox, woken from hibernation) a user may act on, the running limits, pages, commands to a conversation's agent, the checks of
 //! a start's spec, budget and labels, a delivery attempt as the API shows it, and the client's
 //! address and the pause before a refusal past a limit. Kept apart from any one handler's file
 //! so that handler modules never import each other.
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use halyard_platform::{bus, netaddr, telemetry};
 use halyard_protocol::command::AgentCommand;
 use halyard_protocol::webhook::DeliveryAttempt;
-use halyard_protocol::{ConversationId, Envelope, SandboxId, subjects};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -33,9 +33,11 @@ pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Re
     }
 }
 
-/// The sandbox of the user's conversation `id`, which must be running for what the caller
-/// means `to` do (in words, for the error).
-pub fn running_sandbox(
+/// The sandbox of the user's conversation `id`, running, for what the caller means `to` do (in
+/// words, for the error). A hibernated sandbox is woken first (within the running limits: 429
+/// past one), so the request is answered as if it had never stopped; a paused one (a user's
+/// choice) is not: 409 `sandbox_not_running`.
+pub async fn running_sandbox(
     state: &AppState,
     user: &halyard_protocol::UserId,
     id: &str,
@@ -47,13 +49,36 @@ pub fn running_sandbox(
         None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
     };
     let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
-    if sandbox.status != "RUNNING" {
-        return Err(ApiError::conflict(
+    match sandbox.status.as_str() {
+        "RUNNING" => Ok((sandbox_id, sandbox)),
+        "HIBERNATED" => {
+            check_quota(state, user)?;
+            Ok((sandbox_id, wake(state, sandbox_id, sandbox).await?))
+        }
+        other => Err(ApiError::conflict(
             "sandbox_not_running",
-            format!("the conversation's sandbox is {}; resume the conversation to {to}", sandbox.status),
-        ));
+            format!("the conversation's sandbox is {other}; resume the conversation to {to}"),
+        )),
     }
-    Ok((sandbox_id, sandbox))
+}
+
+/// Starts a hibernated sandbox again and waits until it runs; the view as it is then (its
+/// executor's new address), ahead of the projection.
+pub async fn wake(state: &AppState, id: SandboxId, mut view: store::SandboxView) -> Result<store::SandboxView, ApiError> {
+    let mut resume = Envelope::new(halyard_protocol::command::SandboxCommand::Resume { sandbox_id: id }, halyard_platform::now_ms());
+    resume.trace = Some(telemetry::new_trace());
+    let patience = Duration::from_secs(state.config.sandbox.start_timeout_secs + 10);
+    let woke = bus::await_sandbox(&state.nats, &state.js, id, Some(resume), patience).await.map_err(|why| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox_wake_failed",
+            format!("the hibernated sandbox did not start again: {why}; retry"),
+        )
+    })?;
+    view.status = woke.status.as_str().to_owned();
+    view.detail = woke.detail;
+    view.exposed_urls = woke.exposed_urls.iter().map(|u| serde_json::json!({"name": u.name, "url": u.url})).collect();
+    Ok(view)
 }
 
 /// Where the web workspace is (a share link's origin, the one page that may frame VS Code): the
@@ -254,4 +279,52 @@ pub async fn slow_down(e: ApiError) -> ApiError {
         tokio::time::sleep(PENALTY).await;
     }
     e
+}
+
+/// Refuses with 429 if one more running sandbox for `user` would exceed a limit. Sandboxes
+/// still being started for a conversation count too, so a burst of starts cannot slip past.
+pub fn check_quota(state: &AppState, user: &UserId) -> Result<(), ApiError> {
+    let limits = &state.config.sandbox;
+    if limits.max_running_per_user == 0 && limits.max_running_total == 0 {
+        return Ok(());
+    }
+    let (mut mine, mut total) = state.store.running_sandboxes(&user.0)?;
+    let starting: Vec<(String, TaskId)> = {
+        let starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
+        starting.iter().flat_map(|(owner, tasks)| tasks.iter().map(move |t| (owner.clone(), *t))).collect()
+    };
+    for (owner, task) in starting {
+        // A task whose sandbox already runs is counted above.
+        let counted = state
+            .store
+            .task(task)?
+            .and_then(|t| t.sandbox_id)
+            .and_then(|s| s.parse().ok())
+            .and_then(|s| state.store.sandbox(s).ok().flatten())
+            .is_some_and(|s| s.is_running());
+        if !counted {
+            total += 1;
+            if owner == user.0 {
+                mine += 1;
+            }
+        }
+    }
+    let refuse = |code: &'static str, message: String| {
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
+        e.retry_after = Some(10);
+        Err(e)
+    };
+    if limits.max_running_per_user > 0 && mine >= limits.max_running_per_user {
+        return refuse(
+            "sandbox_quota_user",
+            format!("you have {mine} running sandboxes (limit {}); pause or delete one, then retry", limits.max_running_per_user),
+        );
+    }
+    if limits.max_running_total > 0 && total >= limits.max_running_total {
+        return refuse(
+            "sandbox_quota_total",
+            format!("this deployment runs {total} sandboxes (limit {}); retry later", limits.max_running_total),
+        );
+    }
+    Ok(())
 }

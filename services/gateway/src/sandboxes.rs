@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use halyard_platform::{bus, telemetry};
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{Envelope, SandboxId, TaskId, UserId, subjects};
+use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
 
 use crate::AppState;
 use crate::accounts::auth::User;
@@ -30,7 +30,7 @@ pub struct Sandbox {
     /// `process` or `docker`.
     pub kind: String,
     pub spec: Option<String>,
-    /// `STARTING`, `RUNNING`, `PAUSED`, `ERROR`, `DELETED`, ...
+    /// `STARTING`, `RUNNING`, `PAUSED`, `HIBERNATED`, `ERROR`, `MISSING`, `DELETED`
     pub status: String,
     pub detail: Option<String>,
     /// What the sandbox serves: `{"name", "url"}` each.
@@ -77,6 +77,9 @@ pub struct SandboxSpecs {
     pub pool_size: usize,
     /// Seconds without activity before a sandbox is paused (0: never).
     pub idle_pause_secs: u64,
+    /// Seconds without activity before a sandbox hibernates: its processes end, its files stay,
+    /// and the next message or look at it starts it again (0: never).
+    pub idle_stop_secs: u64,
     pub items: Vec<SandboxSpec>,
 }
 
@@ -128,54 +131,6 @@ fn owned(state: &AppState, user: &UserId, raw: &str) -> Result<(SandboxId, Sandb
     }
 }
 
-/// Refuses with 429 if one more running sandbox for `user` would exceed a limit. Sandboxes
-/// still being started for a conversation count too, so a burst of starts cannot slip past.
-pub fn check_quota(state: &AppState, user: &UserId) -> Result<(), ApiError> {
-    let limits = &state.config.sandbox;
-    if limits.max_running_per_user == 0 && limits.max_running_total == 0 {
-        return Ok(());
-    }
-    let (mut mine, mut total) = state.store.running_sandboxes(&user.0)?;
-    let starting: Vec<(String, TaskId)> = {
-        let starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
-        starting.iter().flat_map(|(owner, tasks)| tasks.iter().map(move |t| (owner.clone(), *t))).collect()
-    };
-    for (owner, task) in starting {
-        // A task whose sandbox already runs is counted above.
-        let counted = state
-            .store
-            .task(task)?
-            .and_then(|t| t.sandbox_id)
-            .and_then(|s| s.parse().ok())
-            .and_then(|s| state.store.sandbox(s).ok().flatten())
-            .is_some_and(|s| s.is_running());
-        if !counted {
-            total += 1;
-            if owner == user.0 {
-                mine += 1;
-            }
-        }
-    }
-    let refuse = |code: &'static str, message: String| {
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message);
-        e.retry_after = Some(10);
-        Err(e)
-    };
-    if limits.max_running_per_user > 0 && mine >= limits.max_running_per_user {
-        return refuse(
-            "sandbox_quota_user",
-            format!("you have {mine} running sandboxes (limit {}); pause or delete one, then retry", limits.max_running_per_user),
-        );
-    }
-    if limits.max_running_total > 0 && total >= limits.max_running_total {
-        return refuse(
-            "sandbox_quota_total",
-            format!("this deployment runs {total} sandboxes (limit {}); retry later", limits.max_running_total),
-        );
-    }
-    Ok(())
-}
-
 /// The caller's sandboxes, newest first.
 #[utoipa::path(get, path = "/sandboxes", tag = "sandboxes", params(PageQuery), responses((status = 200, body = SandboxPage), Refusals))]
 pub async fn list(
@@ -220,7 +175,7 @@ pub async fn pause(State(state): State<AppState>, User(user): User, Path(id): Pa
 pub async fn resume(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
     let (id, s) = owned(&state, &user, &id)?;
     if !s.is_running() {
-        check_quota(&state, &user)?;
+        crate::common::check_quota(&state, &user)?;
     }
     command(&state, SandboxCommand::Resume { sandbox_id: id }).await
 }
@@ -266,5 +221,11 @@ pub async fn specs(State(state): State<AppState>, User(_): User) -> Result<Json<
             pool,
         });
     }
-    Ok(Json(SandboxSpecs { kind: cfg.kind.clone(), pool_size: cfg.pool_size, idle_pause_secs: cfg.idle_pause_secs, items }))
+    Ok(Json(SandboxSpecs {
+        kind: cfg.kind.clone(),
+        pool_size: cfg.pool_size,
+        idle_pause_secs: cfg.idle_pause_secs,
+        idle_stop_secs: cfg.idle_stop_secs,
+        items,
+    }))
 }

@@ -309,8 +309,12 @@ pub struct SandboxConfig {
     pub specs: Vec<SandboxSpec>,
     /// Pre-started docker sandboxes kept ready per spec.
     pub pool_size: usize,
-    /// Pause a running sandbox after this long without shell or file activity (0: never).
+    /// Pause (freeze) a running sandbox after this long without activity (0: never, the
+    /// default: hibernation frees what a pause would hold).
     pub idle_pause_secs: u64,
+    /// Hibernate a sandbox after this long without activity (0: never): its processes end (a
+    /// container is stopped), its workspace stays, and the next request starts it again.
+    pub idle_stop_secs: u64,
     /// How process sandboxes are isolated: `auto` (`uid` as root, else `bwrap` where bubblewrap
     /// works, else `none`), `uid`, `bwrap` or `none` (one user's sandboxes only).
     pub process_isolation: String,
@@ -514,7 +518,8 @@ impl Default for SandboxConfig {
             default_spec: "default".into(),
             specs: Vec::new(),
             pool_size: 1,
-            idle_pause_secs: 1800,
+            idle_pause_secs: 0,
+            idle_stop_secs: 600,
             process_isolation: "auto".into(),
             process_network: "own".into(),
             process_uid_base: 200_000,
@@ -584,6 +589,7 @@ pub const ENV_NAMES: &[&str] = &[
     "SANDBOX_PUBLISH_HOST",
     "SANDBOX_POOL_SIZE",
     "SANDBOX_IDLE_PAUSE_SECS",
+    "SANDBOX_IDLE_STOP_SECS",
     "SANDBOX_START_TIMEOUT_SECS",
     "SANDBOX_BASE_IMAGE",
     "EXECUTOR_COMMAND",
@@ -789,6 +795,7 @@ impl Config {
                 "SANDBOX_PUBLISH_HOST" => self.sandbox.publish_host = v.parse().map_err(|_| bad("expected an IP address"))?,
                 "SANDBOX_POOL_SIZE" => self.sandbox.pool_size = v.parse().map_err(|_| bad("expected a count"))?,
                 "SANDBOX_IDLE_PAUSE_SECS" => self.sandbox.idle_pause_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "SANDBOX_IDLE_STOP_SECS" => self.sandbox.idle_stop_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "SANDBOX_START_TIMEOUT_SECS" => self.sandbox.start_timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "SANDBOX_BASE_IMAGE" => {
                     // Shorthand for the default spec's base image.

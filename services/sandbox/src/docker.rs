@@ -316,6 +316,24 @@ impl Engine {
         self.docker.unpause_container(container).await.map_err(|e| DockerError::from_engine("unpause container", e))
     }
 
+    /// Stops a container (its processes get two seconds after SIGTERM), keeping it and its
+    /// writable layer for the next start; a paused one is thawed first, as a frozen process
+    /// takes no signal. A missing or already stopped one is fine.
+    pub async fn stop(&self, container: &str) -> Result<(), DockerError> {
+        match self.inspect(container).await? {
+            (Found::Paused, _) => self.unpause(container).await?,
+            (Found::Stopped { .. } | Found::Gone, _) => return Ok(()),
+            _ => {}
+        }
+        match self.docker.stop_container(container, Some(StopContainerOptions { t: Some(2), ..Default::default() })).await {
+            Ok(()) => Ok(()),
+            Err(e) => match DockerError::from_engine("stop container", e) {
+                DockerError::NotFound { .. } => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+
     /// Stops and removes a container; a missing one is fine.
     pub async fn remove(&self, container: &str) -> Result<(), DockerError> {
         // A paused container cannot take a signal; force removal kills it anyway.

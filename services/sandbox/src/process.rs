@@ -354,6 +354,16 @@ pub fn continue_group(pid: u32) -> bool {
     halyard_platform::signal(-(pid as i32), libc::SIGCONT)
 }
 
+/// Ends an executor and everything below it at once (SIGKILL to its group and to every group
+/// below it, frozen or not): a hibernating sandbox keeps nothing running, and there is nothing
+/// to save (the workspace is on disk; an idle shell holds no work).
+pub fn end_tree(pid: u32) {
+    for group in groups_below(pid) {
+        halyard_platform::signal(-group, libc::SIGKILL);
+    }
+    halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+}
+
 /// The process groups of `pid`'s descendants other than its own, read from `/proc`.
 fn groups_below(pid: u32) -> Vec<i32> {
     // (pid, ppid, pgrp) of every process; `stat`'s command name may hold spaces and

@@ -71,6 +71,8 @@ pub struct SandboxState {
     spec: String,
     from_pool: bool,
     oom: bool,
+    /// When the idle check paused it (a sandbox paused by a user is never hibernated).
+    idle_paused_at: Option<std::time::Instant>,
 }
 
 impl Actor for SandboxActor {
@@ -97,6 +99,7 @@ impl Actor for SandboxActor {
             spec: default_spec,
             from_pool: false,
             oom: false,
+            idle_paused_at: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec } => {
@@ -175,7 +178,13 @@ impl Actor for SandboxActor {
                 }
             }
             SandboxMsg::Engine { container, action, exit_code } => st.engine_event(&container, &action, exit_code).await,
-            SandboxMsg::Tick => st.check_idle().await,
+            SandboxMsg::Tick => {
+                if st.check_idle().await {
+                    // Nothing of a hibernated sandbox stays in memory: its next command
+                    // brings the actor back from its record.
+                    myself.stop(Some("hibernated".into()));
+                }
+            }
         }
         Ok(())
     }
@@ -300,7 +309,11 @@ impl SandboxState {
             host: Some(self.ctx.config.node_id.clone()),
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
-            reg.insert(self.id, (self.owner.clone(), status));
+            if matches!(status, SandboxStatus::Hibernated | SandboxStatus::Deleted) {
+                reg.remove(&self.id);
+            } else {
+                reg.insert(self.id, (self.owner.clone(), status));
+            }
         }
         // Records are the truth other services act on: retry until stored.
         let mut delay = Duration::from_millis(50);
@@ -532,7 +545,10 @@ impl SandboxState {
             _ => Err("the sandbox is not running".to_owned()),
         };
         match frozen {
-            Ok(()) => self.publish(SandboxStatus::Paused, why).await,
+            Ok(()) => {
+                self.idle_paused_at = why.is_some().then(std::time::Instant::now);
+                self.publish(SandboxStatus::Paused, why).await
+            }
             Err(e) => {
                 // Nothing could be frozen; the sandbox stays as it is, visibly.
                 let status = self.status;
@@ -646,20 +662,64 @@ impl SandboxState {
         }
     }
 
-    /// Pauses a running sandbox whose executor has been idle too long.
-    async fn check_idle(&mut self) {
-        let limit = self.ctx.config.sandbox.idle_pause_secs;
-        if limit == 0 || self.status != SandboxStatus::Running {
-            return;
+    /// Hibernates (or, if only that is configured, pauses) a sandbox idle too long; whether it
+    /// hibernated. Idle means the executor saw no request and holds no open terminal or VS
+    /// Code connection (its `idle_ms`); a sandbox the idle check paused counts its paused time.
+    async fn check_idle(&mut self) -> bool {
+        let cfg = &self.ctx.config.sandbox;
+        let (stop, pause) = (cfg.idle_stop_secs, cfg.idle_pause_secs);
+        let idle_ms = match self.status {
+            SandboxStatus::Running => {
+                let Some(url) = self.agent_url() else { return false };
+                let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
+                match client.health().await {
+                    Ok(h) => h.idle_ms,
+                    Err(_) => return false,
+                }
+            }
+            SandboxStatus::Paused => match self.idle_paused_at {
+                Some(at) => pause * 1000 + at.elapsed().as_millis() as u64,
+                None => return false,
+            },
+            _ => return false,
+        };
+        if stop > 0 && idle_ms >= stop * 1000 {
+            tracing::info!(sandbox_id = %self.id, idle_ms, "hibernating idle sandbox");
+            return self.hibernate(format!("hibernated after {} s without activity", idle_ms / 1000)).await;
         }
-        let Some(url) = self.agent_url() else { return };
-        let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
-        if let Ok(h) = client.health().await {
-            if h.idle_ms >= limit * 1000 {
-                tracing::info!(sandbox_id = %self.id, idle_ms = h.idle_ms, "pausing idle sandbox");
-                self.pause(Some(format!("paused after {} s without activity", h.idle_ms / 1000))).await;
+        if pause > 0 && idle_ms >= pause * 1000 && self.status == SandboxStatus::Running {
+            tracing::info!(sandbox_id = %self.id, idle_ms, "pausing idle sandbox");
+            self.pause(Some(format!("paused after {} s without activity", idle_ms / 1000))).await;
+        }
+        false
+    }
+
+    /// Ends the sandbox's processes and keeps its workspace (a container is stopped, not
+    /// removed: its writable layer keeps what was installed); `why` goes in the record.
+    /// Whether it hibernated.
+    async fn hibernate(&mut self, why: String) -> bool {
+        if let Some(d) = self.ctx.docker.clone() {
+            let Some(container) = self.container.clone() else { return false };
+            // Its own `die` is no crash to report.
+            self.untrack_container();
+            if let Err(e) = d.engine.stop(&container).await {
+                tracing::warn!(sandbox_id = %self.id, error = %e, "cannot stop the idle sandbox's container; it keeps running");
+                self.track_container();
+                return false;
+            }
+        } else {
+            let Some(pid) = self.pid.take() else { return false };
+            // Its exit is expected: the watcher's report of it is ignored.
+            self.generation += 1;
+            process::end_tree(pid);
+            // What left its process groups (a server started with `setsid`) too.
+            if let Some(cgroups) = &self.ctx.cgroups {
+                cgroups.kill_all(self.id);
             }
         }
+        self.idle_paused_at = None;
+        self.publish(SandboxStatus::Hibernated, Some(why)).await;
+        true
     }
 
     /// After a supervisor restart (docker): adopt the container if it is there, otherwise say

@@ -482,8 +482,9 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             let _ = supervisor.send_message(SupervisorMsg::Adopt(record));
         }
     }
-    let idle = config.sandbox.idle_pause_secs;
-    if idle > 0 {
+    // The idle check runs a few times within the shorter idle limit (hibernation, pause).
+    let idle = [config.sandbox.idle_stop_secs, config.sandbox.idle_pause_secs].into_iter().filter(|s| *s > 0).min();
+    if let Some(idle) = idle {
         let every = Duration::from_secs((idle / 4).clamp(1, 30));
         let (supervisor, mut shutdown) = (supervisor.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {

@@ -41,7 +41,12 @@ export function AppsView({ id, sandboxId }: { id: string; sandboxId?: string }) 
         Ports the agent can serve on: <code>$WORKER_1_PORT</code> and <code>$WORKER_2_PORT</code> inside the sandbox.
       </p>
       <ErrorText error={error} />
-      {sandbox && sandbox.status !== "RUNNING" && <p className="muted">The sandbox is {sandbox.status.toLowerCase()}; resume the conversation to reach its apps.</p>}
+      {sandbox?.status === "HIBERNATED" && (
+        <p className="muted">The sandbox is hibernating (stopped while idle, its files kept); a message, the terminal or the files start it again. The agent starts its apps again when asked.</p>
+      )}
+      {sandbox && sandbox.status !== "RUNNING" && sandbox.status !== "HIBERNATED" && (
+        <p className="muted">The sandbox is {sandbox.status.toLowerCase()}; resume the conversation to reach its apps.</p>
+      )}
       <ul className="app-list">
         {apps.map((a) => (
           <li key={a.name}>

@@ -65,7 +65,7 @@ export function Sandboxes() {
                     Pause
                   </button>
                 )}
-                {(s.status === "PAUSED" || s.status === "MISSING" || s.status === "ERROR") && (
+                {(s.status === "PAUSED" || s.status === "HIBERNATED" || s.status === "MISSING" || s.status === "ERROR") && (
                   <button className="ghost" onClick={() => run(() => api.resumeSandbox(s.id))}>
                     Resume
                   </button>

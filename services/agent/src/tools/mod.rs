@@ -291,6 +291,14 @@ pub fn task_tracker(current: &[TaskItem], args: &Value) -> (ToolOutcome, Option<
     }
 }
 
+/// The line before a command's output when its shell is new since the last command (the
+/// sandbox hibernated while idle, or its processes were restarted): the model must not count on
+/// what only the old shell had.
+pub const NEW_SHELL: &str = "[This is a new shell: the sandbox's processes were stopped since your last command (it \
+     hibernated while idle, or was restarted). It started in the directory your last command ended in (the workspace if that is gone), and your \
+     secrets are set again; files are as you left them, but variables you exported and processes you left running \
+     (servers, background jobs) are gone: start them again if you need them.]";
+
 /// Executes one tool call in the sandbox.
 /// `env`: exported into the shell before a command (the owner's secrets); `default_timeout`: a
 /// command's when it names none, or a Python cell's; `session`: the shell session commands run
@@ -320,7 +328,7 @@ pub async fn execute(
             };
             match exec.exec(&req).await {
                 Ok(r) => {
-                    let mut content = r.output;
+                    let mut content = if r.restarted { format!("{NEW_SHELL}\n{}", r.output) } else { r.output };
                     if let Some(code) = r.exit_code {
                         content.push_str(&format!("\n[The command completed with exit code {code}.]"));
                         if !r.cwd.is_empty() {

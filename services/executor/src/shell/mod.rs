@@ -16,7 +16,7 @@ pub(crate) mod pty;
 pub mod sessions;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -175,6 +175,15 @@ pub struct Shell {
     pgid: std::sync::atomic::AtomicI32,
     /// Set in every shell started (see [`Shell::with_env`]).
     env: Vec<(String, String)>,
+    /// Where this session's working directory is kept between executors (see
+    /// [`Shell::remembered`]), and what was written there last.
+    memo: Option<PathBuf>,
+    saved: Mutex<String>,
+    /// Where the first shell starts: the directory a shell of the same session was in when the
+    /// sandbox's processes last ended (a hibernation, a crash), else the workspace.
+    start: Mutex<Option<PathBuf>>,
+    /// The next answer says the shell is new to its caller (set when `start` was remembered).
+    restarted: std::sync::atomic::AtomicBool,
 }
 
 impl Shell {
@@ -191,7 +200,43 @@ impl Shell {
             alive: std::sync::atomic::AtomicBool::new(true),
             pgid: std::sync::atomic::AtomicI32::new(0),
             env: Vec::new(),
+            memo: None,
+            saved: Mutex::new(String::new()),
+            start: Mutex::new(None),
+            restarted: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Keeps the session's working directory in `memo` after each command, and, if an earlier
+    /// executor left one there, starts the shell in it (if it still exists) and says in its
+    /// first answer that the shell is new ([`ExecResponse::restarted`]). This is what lets a sandbox
+    /// that hibernated carry on where the agent was.
+    pub fn remembered(mut self, memo: PathBuf) -> Self {
+        let previous = std::fs::read_to_string(&memo).ok().map(|s| s.trim_end_matches('\n').to_owned());
+        if let Some(dir) = previous.filter(|d| !d.is_empty()) {
+            // A directory removed since: the workspace (the shell is new all the same).
+            if Path::new(&dir).is_dir() {
+                *self.start.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(PathBuf::from(&dir));
+            }
+            *self.saved.get_mut().unwrap_or_else(|p| p.into_inner()) = dir;
+            *self.restarted.get_mut() = true;
+        }
+        self.memo = Some(memo);
+        self
+    }
+
+    /// Writes `cwd` to the memo if it changed (a small write, once per `cd`, not per command).
+    fn remember(&self, cwd: &str) {
+        let Some(memo) = &self.memo else { return };
+        let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
+        if cwd.is_empty() || *saved == cwd {
+            return;
+        }
+        let written = memo.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(memo, cwd));
+        match written {
+            Ok(()) => *saved = cwd.to_owned(),
+            Err(e) => tracing::warn!(memo = %memo.display(), error = %e, "cannot keep the shell's working directory"),
+        }
     }
 
     /// Variables every shell this session starts has (git's credential helper).
@@ -212,9 +257,12 @@ impl Shell {
 
     fn spawn(&self) -> Result<Session, ExecutorError> {
         let internal = |e: std::io::Error| ExecutorError::Internal(format!("cannot start bash: {e}"));
+        // Only the first shell starts where an earlier executor's was; one after `exit` starts
+        // in the workspace, as its notice says.
+        let dir = self.start.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_else(|| self.workspace.clone());
         let mut child = Command::new("bash")
             .args(["--noprofile", "--norc"])
-            .current_dir(&self.workspace)
+            .current_dir(&dir)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -286,7 +334,11 @@ impl Shell {
     /// Runs a command or sends input, per [`ExecRequest`].
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, ExecutorError> {
         loop {
-            if let Some(done) = self.exec_once(&req).await? {
+            if let Some(mut done) = self.exec_once(&req).await? {
+                if done.exit_code.is_some() {
+                    self.remember(&done.cwd);
+                }
+                done.restarted = self.restarted.swap(false, std::sync::atomic::Ordering::SeqCst);
                 return Ok(done);
             }
         }
@@ -396,7 +448,7 @@ impl Shell {
             if let Some((code, cwd)) = found {
                 session.running = None;
                 let (output, truncated) = take_output(session);
-                return Ok(ExecResponse { output, exit_code: Some(code), still_running: false, truncated, cwd });
+                return Ok(ExecResponse { output, exit_code: Some(code), still_running: false, truncated, cwd, restarted: false });
             }
             if let Ok(Some(status)) = session.child.try_wait() {
                 // The command ended the shell (`exit`, or it was killed). Report what it
@@ -411,6 +463,7 @@ impl Shell {
                     still_running: false,
                     truncated,
                     cwd: self.workspace.display().to_string(),
+                    restarted: false,
                 });
             }
             tokio::select! {
@@ -433,6 +486,7 @@ impl Shell {
                         still_running: true,
                         truncated,
                         cwd: String::new(),
+                        restarted: false,
                     });
                 }
             }

@@ -10,6 +10,21 @@ use std::time::Instant;
 use crate::ExecutorError;
 use crate::shell::Shell;
 
+/// Where the shells' working directories are kept between executors, under the workspace
+/// (beside the checkpoints, out of listings and changes): it outlives the sandbox's processes,
+/// in both kinds.
+const MEMOS: &str = ".halyard/shells";
+
+/// The file a shell keeps its working directory in: `main` the main shell's, a named
+/// session's under its name.
+fn memo(workspace: &std::path::Path, session: Option<&str>) -> PathBuf {
+    let file = match session {
+        None => "main.cwd".to_owned(),
+        Some(name) => format!("session-{name}.cwd"),
+    };
+    workspace.join(MEMOS).join(file)
+}
+
 /// Most named shells kept; past it the one unused longest, if idle, makes room.
 const MAX_NAMED: usize = 32;
 /// Longest session name.
@@ -25,7 +40,7 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn new(workspace: PathBuf, cap: usize, env: Vec<(String, String)>) -> Result<Self, ExecutorError> {
-        let main = Arc::new(Shell::new(workspace.clone(), cap)?.with_env(env.clone()));
+        let main = Arc::new(Shell::new(workspace.clone(), cap)?.with_env(env.clone()).remembered(memo(&workspace, None)));
         Ok(Self { main, named: Mutex::new(HashMap::new()), workspace, cap, env })
     }
 
@@ -59,7 +74,9 @@ impl Sessions {
                 }
             }
         }
-        let shell = Arc::new(Shell::new(self.workspace.clone(), self.cap)?.with_env(self.env.clone()));
+        let shell = Arc::new(
+            Shell::new(self.workspace.clone(), self.cap)?.with_env(self.env.clone()).remembered(memo(&self.workspace, Some(name))),
+        );
         named.insert(name.to_owned(), (shell.clone(), Instant::now()));
         tracing::info!(session = name, "shell session opened");
         Ok(shell)
@@ -69,6 +86,8 @@ impl Sessions {
     /// later command under it gets a fresh shell). Whether there was one.
     pub fn close(&self, name: &str) -> bool {
         let closed = self.named.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        // A later command under the name starts over, in the workspace.
+        let _ = std::fs::remove_file(memo(&self.workspace, Some(name)));
         match closed {
             Some((shell, _)) => {
                 shell.kill();
@@ -126,6 +145,32 @@ mod tests {
         }
         assert!(gone(pid), "the session's background command was killed");
         assert_eq!(run(Some("helper-1"), "echo ${WHO:-fresh}").await, "fresh", "a closed name starts over");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_new_executor_starts_each_shell_where_the_last_one_was_and_says_it_is_new() {
+        let dir = std::env::temp_dir().join(format!("halyard-memo-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(dir.join("app/src")).unwrap();
+        let req = |command: &str| ExecRequest { command: command.into(), timeout_secs: Some(10.0), ..Default::default() };
+        let before = Sessions::new(dir.clone(), 10_000, Vec::new()).unwrap();
+        let first = before.main().exec(req("cd app/src && export LEFT=1")).await.unwrap();
+        assert!(!first.restarted, "the first shell of a new sandbox is no restart");
+        before.get(Some("helper")).unwrap().exec(req("cd app")).await.unwrap();
+        drop(before);
+        // The sandbox's processes end (hibernation); a new executor on the same workspace.
+        let after = Sessions::new(dir.clone(), 10_000, Vec::new()).unwrap();
+        let woke = after.main().exec(req("pwd; echo ${LEFT:-unset}")).await.unwrap();
+        assert!(woke.restarted, "{woke:?}");
+        assert_eq!(woke.output, format!("{}\nunset", dir.join("app/src").display()));
+        assert!(!after.main().exec(req("true")).await.unwrap().restarted, "said once");
+        let helper = after.get(Some("helper")).unwrap().exec(req("pwd")).await.unwrap();
+        assert_eq!((helper.restarted, helper.output), (true, dir.join("app").display().to_string()));
+        // A directory that is gone since: the workspace.
+        std::fs::remove_dir_all(dir.join("app")).unwrap();
+        let again = Sessions::new(dir.clone(), 10_000, Vec::new()).unwrap();
+        let r = again.main().exec(req("pwd")).await.unwrap();
+        assert_eq!((r.restarted, r.output), (true, dir.display().to_string()));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

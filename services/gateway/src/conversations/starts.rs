@@ -247,7 +247,7 @@ struct Start {
 /// known now, so that the next GET finds it (the projection of the lifecycle records
 /// overwrites it with the same facts and more). `created_ms`: when the conversation was made.
 async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -> Result<TaskView, ApiError> {
-    crate::sandboxes::check_quota(state, user)?;
+    crate::common::check_quota(state, user)?;
     let task_id = TaskId::new();
     {
         let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());

@@ -156,7 +156,7 @@ pub async fn open(
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Json<AppLink>, ApiError> {
     let user = principal.user;
-    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open its apps")?;
+    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open its apps").await?;
     // The executor is Halyard's, not an app: its port is never proxied.
     if name == AGENT_SERVER || sandbox.url_of(&name).is_none() {
         return Err(ApiError::not_found("app"));
@@ -209,7 +209,7 @@ pub async fn vscode(
         ));
     }
     let user = principal.user;
-    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open VS Code")?;
+    let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open VS Code").await?;
     crate::workspace::files::executor_of(&state, sandbox_id, &sandbox)?.start_vscode().await.map_err(|e| match e {
         halyard_platform::executor_client::ExecutorError::Rejected { status: 503, message, .. } => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "vscode_unavailable", message)
@@ -283,7 +283,7 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     if let Err(refusal) = state.accounts.principal(&user, halyard_protocol::accounts::KeyScope::ReadOnly, &grant.credential, now) {
         return page(StatusCode::UNAUTHORIZED, &format!("{} Open the app again from Halyard.", refusal.message()));
     }
-    let sandbox = match state.store.sandbox(sandbox_id) {
+    let mut sandbox = match state.store.sandbox(sandbox_id) {
         Ok(Some(s)) if s.owner == grant.user => s,
         Ok(_) => return page(StatusCode::NOT_FOUND, "This app's sandbox is gone."),
         Err(e) => {
@@ -291,6 +291,16 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
             return page(StatusCode::SERVICE_UNAVAILABLE, "Try again shortly.");
         }
     };
+    if sandbox.status == "HIBERNATED" {
+        let woke = match crate::common::check_quota(&state, &user) {
+            Ok(()) => crate::common::wake(&state, sandbox_id, sandbox).await,
+            Err(e) => Err(e),
+        };
+        sandbox = match woke {
+            Ok(s) => s,
+            Err(e) => return page(e.status, &format!("{} Reload to try again.", e.message)),
+        };
+    }
     if sandbox.status != "RUNNING" {
         return page(StatusCode::CONFLICT, &format!("The sandbox is {}; resume the conversation in Halyard.", sandbox.status));
     }

@@ -29,8 +29,8 @@ use crate::store::SandboxView;
 use halyard_protocol::SandboxId;
 
 /// The executor of the conversation's sandbox, if it runs.
-pub fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
-    let (sandbox_id, sandbox) = running_sandbox(state, user, id, "look into its workspace")?;
+pub async fn executor(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<ExecutorClient, ApiError> {
+    let (sandbox_id, sandbox) = running_sandbox(state, user, id, "look into its workspace").await?;
     executor_of(state, sandbox_id, &sandbox)
 }
 
@@ -89,7 +89,7 @@ pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): 
 
 /// What changed in `user`'s conversation `id`, masked with `user`'s secrets.
 pub(crate) async fn changes_of(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<Json<ChangesResponse>, ApiError> {
-    let exec = executor(state, user, id)?;
+    let exec = executor(state, user, id).await?;
     let changes = exec.changes().await.map_err(executor_error)?;
     masked(state, user, changes).await
 }
@@ -123,7 +123,7 @@ pub async fn files(
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
     check_path(&path)?;
-    let exec = executor(&state, &user, &id)?;
+    let exec = executor(&state, &user, &id).await?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
     masked(&state, &user, listing).await
 }
@@ -184,7 +184,7 @@ pub async fn download(
     let Query(q) = query?;
     let path = q.path.unwrap_or_default();
     check_path(&path)?;
-    let resp = executor(&state, &user, &id)?.download(&path).await.map_err(executor_error)?;
+    let resp = executor(&state, &user, &id).await?.download(&path).await.map_err(executor_error)?;
     let headers = vec![
         (axum::http::header::CONTENT_TYPE, "application/octet-stream".to_owned()),
         (axum::http::header::CONTENT_DISPOSITION, attachment(&path)),
@@ -201,7 +201,7 @@ pub async fn archive(
     Path(id): Path<String>,
 ) -> Result<axum::response::Response, ApiError> {
     let (conversation, _) = crate::common::owned(&state, &user, &id)?;
-    let resp = executor(&state, &user, &id)?.archive().await.map_err(executor_error)?;
+    let resp = executor(&state, &user, &id).await?.archive().await.map_err(executor_error)?;
     let headers = vec![
         (axum::http::header::CONTENT_TYPE, "application/gzip".to_owned()),
         (axum::http::header::CONTENT_DISPOSITION, format!("attachment; filename=\"workspace-{conversation}.tar.gz\"")),
@@ -232,7 +232,7 @@ pub async fn upload(
     if declared.is_some_and(|n| n > MAX_UPLOAD_BYTES) {
         return Err(too_large("this file is too large"));
     }
-    let client = executor(&state, &user, &id)?;
+    let client = executor(&state, &user, &id).await?;
     // Counted as it passes: a body longer than it said (or that said nothing) is cut off at the
     // limit, and the sandbox discards what it got.
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));

@@ -32,7 +32,7 @@ pub async fn terminal_ws(
 ) -> Result<Response, ApiError> {
     let (conversation_id, _) = owned(&state, &user, &id)?;
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
-    let executor = crate::workspace::files::executor(&state, &user, &id)?;
+    let executor = crate::workspace::files::executor(&state, &user, &id).await?;
     let upstream = executor.socket("/terminal/ws").await.map_err(|e| {
         tracing::warn!(%conversation_id, error = %e, "the sandbox's terminal cannot be reached");
         ApiError::unavailable("the sandbox's terminal did not answer; try again shortly")
