@@ -28,3 +28,8 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast "$@"
 fi
+# The load suites' smoke run (every suite once, small; about three minutes), so they cannot rot
+# between the runs that measure. Its figures mean nothing and go to target/, not load/results.
+if [ $# -eq 0 ]; then
+  cargo run -q -p halyard-load -- --smoke --out target/load-smoke
+fi

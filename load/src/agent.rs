@@ -135,16 +135,17 @@ fn halyard(llm: &ScriptedLlm, window: Option<u64>) -> Halyard {
 /// One long conversation; the gaps of steps 334-450 (past 1,000 events).
 async fn long_run(window: Option<u64>) -> Result<Value> {
     let llm = ScriptedLlm::start().await;
-    script(&llm, 450);
+    let steps = crate::scaled(450, 20);
+    script(&llm, steps);
     let h = halyard(&llm, window);
     let api = h.api(crate::KEY);
     let cpu0 = cpu_now();
     let (conv, _) = api.start_ready(json!({"message": "Think through a long plan.", "title": "long"})).await;
     wait_finished(&h, &conv).await?;
-    let cpu = cpu_per_item(cpu0, cpu_now(), 450);
+    let cpu = cpu_per_item(cpu0, cpu_now(), steps as usize);
     let events = api.events(&conv).await.len();
     let condensations = api.events(&conv).await.iter().filter(|e| e["kind"] == "condensation").count();
-    let mut r = figures(gaps(&llm, 334, 451), own(&h, 1000..u64::MAX));
+    let mut r = figures(gaps(&llm, crate::scaled(334, 10), steps as usize + 1), own(&h, crate::scaled(1000, 30)..u64::MAX));
     r["events_in_log"] = json!(events);
     r["condensations"] = json!(condensations);
     r["cpu_per_step"] = cpu;
@@ -158,14 +159,15 @@ pub async fn run() -> Result<Value> {
     let h = halyard(&llm, None);
     let api = h.api(crate::KEY);
     let cpu0 = cpu_now();
-    for i in 0..40 {
+    let short_n = crate::scaled(40, 3);
+    for i in 0..short_n {
         script(&llm, 3);
         let (conv, _) = api.start_ready(json!({"message": format!("Short task {i}."), "title": "short"})).await;
         wait_finished(&h, &conv).await.context("short run")?;
     }
     // Each of these conversations is mostly its start (sandbox, start task): CPU per
     // conversation, not per step.
-    let short_cpu = cpu_per_item(cpu0, cpu_now(), 40);
+    let short_cpu = cpu_per_item(cpu0, cpu_now(), short_n);
     let mut short = figures(gaps(&llm, 1, 4), own(&h, 0..20));
     short["cpu_per_conversation_of_4_llm_calls"] = short_cpu;
     drop(h);

@@ -21,7 +21,6 @@ use serde_json::{Value, json};
 use crate::record::{Context, spread};
 use crate::{KEY, cpu_seconds, cpu_seconds_with_children};
 
-const REPS: usize = 7;
 const PORT: u16 = 8131;
 
 fn terminal(command: &str) -> Reply {
@@ -151,11 +150,11 @@ pub(crate) async fn process_halyard() -> (ScriptedLlm, Halyard) {
     (llm, h)
 }
 
-pub async fn run() -> Result<Value> {
+pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
     let (llm, h) = process_halyard().await;
     let mut runs = Vec::new();
-    for rep in 0..REPS {
+    for rep in 0..reps {
         // Interleaved, so that a slow patch of the machine hits both series alike.
         for browsing in [true, false] {
             let (steps, cpu_s) = once(&h, &llm, browsing).await?;
@@ -187,7 +186,7 @@ pub async fn run() -> Result<Value> {
     Ok(json!({
         "suite": "browser",
         "context": context,
-        "repetitions": REPS,
+        "repetitions": reps,
         "cold_first_browser_call_ms": of("browser", "cold_navigate_ms"),
         "warm_navigate_and_get_state_ms": of("browser", "warm_navigate_and_get_state_ms"),
         "warm_navigate_ms": of("browser", "warm_navigate_ms"),

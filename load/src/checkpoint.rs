@@ -14,9 +14,6 @@ use serde_json::{Value, json};
 
 use crate::record::{Context, spread};
 
-const DIRS: usize = 100;
-const FILES_PER_DIR: usize = 100;
-
 /// CPU seconds (user and system) of this process's finished children so far (`cutime` and
 /// `cstime` of /proc/self/stat: in ticks of 10 ms, so one checkpoint's is read as a sum over all).
 fn children_cpu() -> f64 {
@@ -34,12 +31,14 @@ fn du(path: &Path) -> u64 {
 
 pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
+    // The workspace: 100 packages of 100 files (5 of 5 in a smoke run).
+    let (dirs, files_per_dir) = (crate::scaled(100, 5), crate::scaled(100, 5));
     let root = tempfile::tempdir()?;
     let ws = root.path().join("workspace");
-    for d in 0..DIRS {
+    for d in 0..dirs {
         let dir = ws.join(format!("pkg{d:03}"));
         std::fs::create_dir_all(&dir)?;
-        for f in 0..FILES_PER_DIR {
+        for f in 0..files_per_dir {
             let text = format!("// file {d}/{f}\n{}\n", "x".repeat(1000));
             std::fs::write(dir.join(format!("mod{f:03}.rs")), text)?;
         }
@@ -55,7 +54,7 @@ pub async fn run(reps: usize) -> Result<Value> {
     for rep in 0..reps {
         let seq = 2 + 2 * rep as u64;
         // One file changed.
-        let file = ws.join(format!("pkg{:03}/mod{:03}.rs", rep % DIRS, rep % FILES_PER_DIR));
+        let file = ws.join(format!("pkg{:03}/mod{:03}.rs", rep % dirs, rep % files_per_dir));
         let mut text = std::fs::read_to_string(&file)?;
         text.push_str(&format!("// change {rep}\n"));
         std::fs::write(&file, text)?;
@@ -102,7 +101,7 @@ pub async fn run(reps: usize) -> Result<Value> {
     Ok(json!({
         "suite": "checkpoint",
         "context": context,
-        "workspace": {"files": DIRS * FILES_PER_DIR, "bytes": workspace_bytes},
+        "workspace": {"files": dirs * files_per_dir, "bytes": workspace_bytes},
         "first_checkpoint": {"ms": first_ms, "store_bytes": first_bytes, "commit": first.commit},
         "one_file_changed": {"ms": changed_ms, "cpu_ms_each": cpu_each("one_file_changed"), "bytes": pick("one_file_changed", "bytes")},
         "nothing_changed": {"ms": pick("nothing_changed", "ms"), "cpu_ms_each": cpu_each("nothing_changed"), "bytes": pick("nothing_changed", "bytes")},

@@ -15,8 +15,6 @@ use crate::browser::{any_process, conversation, process_halyard, step_ms};
 use crate::record::{Context, spread};
 use crate::{cpu_seconds, cpu_seconds_with_children};
 
-const REPS: usize = 7;
-
 fn cell(code: &str) -> Reply {
     Reply::tool("execute_ipython_cell", json!({"code": code, "security_risk": "low"}))
 }
@@ -41,11 +39,11 @@ async fn once(h: &Halyard, llm: &ScriptedLlm) -> Result<(Vec<(String, f64)>, f64
     Ok((step_ms(&events), spent))
 }
 
-pub async fn run() -> Result<Value> {
+pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
     let (llm, h) = process_halyard().await;
     let mut runs = Vec::new();
-    for rep in 0..REPS {
+    for rep in 0..reps {
         let (steps, cpu_s) = once(&h, &llm).await?;
         let ms = |i: usize| steps.get(i).map(|s| s.1);
         let run = json!({
@@ -64,7 +62,7 @@ pub async fn run() -> Result<Value> {
     Ok(json!({
         "suite": "kernel",
         "context": context,
-        "repetitions": REPS,
+        "repetitions": reps,
         "cold_first_cell_ms": of("cold_first_cell_ms"),
         "warm_cell_ms": warm,
         "baseline_step_ms": base,

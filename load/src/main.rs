@@ -33,7 +33,9 @@ mod chaos;
 mod checkpoint;
 mod cluster;
 mod docker;
+mod hibernation;
 mod kernel;
+mod memory;
 mod record;
 mod stream;
 mod ui;
@@ -89,9 +91,24 @@ struct Args {
     /// them.
     #[arg(long, default_value_t = 5)]
     chaos_throughput_reps: usize,
+    /// Repetitions of each suite (or of each figure within one), all kept in its file with the
+    /// median, min and max of every figure.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// A short run of every suite chosen (one repetition, small sizes), so that CI sees the
+    /// suites still work; its figures mean nothing. Needs `--out` elsewhere than load/results.
+    #[arg(long)]
+    smoke: bool,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
+}
+
+static SMOKE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `full` in a measured run, `small` in a smoke run.
+pub(crate) fn scaled<T>(full: T, small: T) -> T {
+    if SMOKE.load(std::sync::atomic::Ordering::Relaxed) { small } else { full }
 }
 
 const KEY: &str = "alice-secret-key";
@@ -106,33 +123,52 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
     halyard_tests::init();
+    if args.smoke {
+        anyhow::ensure!(!args.out.ends_with("load/results"), "a smoke run's figures mean nothing: give --out a scratch directory");
+        SMOKE.store(true, std::sync::atomic::Ordering::Relaxed);
+        args.reps = 1;
+        args.steps = 2;
+        args.think_ms = 10;
+        args.raw_messages = 2_000;
+        args.conversations = 4;
+        args.events_per_conversation = 50;
+        args.starts = 3;
+        args.docker_starts = 2;
+        args.checkpoint_reps = 1;
+        args.takeovers = 1;
+        args.chaos_rounds = 1;
+        args.chaos_throughput_reps = 0;
+    }
     std::fs::create_dir_all(&args.out)?;
-    if args.suite == "webhooks" || args.suite == "all" {
-        let r = webhooks::run(args.conversations, args.steps, args.think_ms).await?;
+    let wants = |suite: &str| args.suite == suite || args.suite == "all";
+    let reps = args.reps;
+    if wants("webhooks") {
+        let r = record::repeated("webhooks", reps, |_| webhooks::run(args.conversations, args.steps, args.think_ms)).await?;
         record(&args.out, "webhooks", &r)?;
     }
-    if args.suite == "core" || args.suite == "all" {
-        core(&args).await?;
+    if wants("core") {
+        let r = record::repeated("core", reps, |_| core(&args)).await?;
+        record(&args.out, "core", &r)?;
     }
-    if args.suite == "auth" || args.suite == "all" {
-        let r = auth::run(args.conversations, 2_000).await?;
+    if wants("auth") {
+        let r = record::repeated("auth", reps, |_| auth::run(args.conversations, scaled(2_000, 50))).await?;
         record(&args.out, "auth", &r)?;
     }
-    if args.suite == "agent" || args.suite == "all" {
-        let r = agent::run().await?;
+    if wants("agent") {
+        let r = record::repeated("agent", reps, |_| agent::run()).await?;
         record(&args.out, "agent", &r)?;
     }
-    if args.suite == "ui" || args.suite == "all" {
-        let r = ui::run().await?;
+    if wants("ui") {
+        let r = record::repeated("ui", reps, |_| ui::run()).await?;
         record(&args.out, "ui", &r)?;
     }
-    if args.suite == "cluster" || args.suite == "all" {
-        let r = cluster::run(args.takeovers).await?;
+    if wants("cluster") {
+        let r = record::repeated("cluster", reps, |_| cluster::run(args.takeovers)).await?;
         record(&args.out, "cluster", &r)?;
     }
-    if args.suite == "chaos" || args.suite == "all" {
+    if wants("chaos") {
         let plan = chaos::Plan {
             rounds: args.chaos_rounds,
             seeds: args.chaos_seeds,
@@ -142,28 +178,36 @@ async fn main() -> Result<()> {
         let r = chaos::suite(&plan, &args.out).await?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
-    if args.suite == "stream" || args.suite == "all" {
-        let r = stream::run().await?;
+    if wants("stream") {
+        let r = stream::run(reps).await?;
         record(&args.out, "stream", &r)?;
     }
-    if args.suite == "browser" || args.suite == "all" {
-        let r = browser::run().await?;
+    if wants("browser") {
+        let r = browser::run(reps).await?;
         record(&args.out, "browser", &r)?;
     }
-    if args.suite == "kernel" || args.suite == "all" {
-        let r = kernel::run().await?;
+    if wants("kernel") {
+        let r = kernel::run(reps).await?;
         record(&args.out, "kernel", &r)?;
     }
-    if args.suite == "vscode" || args.suite == "all" {
-        let r = vscode::run().await?;
+    if wants("vscode") {
+        let r = vscode::run(reps).await?;
         record(&args.out, "vscode", &r)?;
     }
-    if args.suite == "checkpoint" || args.suite == "all" {
-        let r = checkpoint::run(args.checkpoint_reps).await?;
+    if wants("hibernation") {
+        let r = hibernation::run(reps).await?;
+        record(&args.out, "hibernation", &r)?;
+    }
+    if wants("memory") {
+        let r = memory::run(reps).await?;
+        record(&args.out, "memory", &r)?;
+    }
+    if wants("checkpoint") {
+        let r = checkpoint::run(args.checkpoint_reps.max(reps)).await?;
         record(&args.out, "checkpoint", &r)?;
     }
-    if args.suite == "docker" || args.suite == "all" {
-        let r = docker::run(args.docker_starts).await?;
+    if wants("docker") {
+        let r = record::repeated("docker", reps, |_| docker::run(args.docker_starts)).await?;
         record(&args.out, "docker", &r)?;
     }
     Ok(())
@@ -177,7 +221,8 @@ fn record(out: &std::path::Path, suite: &str, result: &impl serde::Serialize) ->
     Ok(())
 }
 
-async fn core(args: &Args) -> Result<()> {
+/// One repetition of the core suite, with its own `halyard up`.
+async fn core(args: &Args) -> Result<serde_json::Value> {
     let llm = ScriptedLlm::start().await;
     let opts = HalyardOptions::new(&llm.base_url)
         .set("HALYARD_LOG", "warn")
@@ -365,45 +410,8 @@ async fn core(args: &Args) -> Result<()> {
         },
         "c_start_to_ready_ms": {"samples": starts.len(), "p50": (start_p50 * 10.0).round() / 10.0, "p99": (start_p99 * 10.0).round() / 10.0, "target_p50": 50.0, "isolation": "uid"},
     });
-    std::fs::create_dir_all(&args.out)?;
-    std::fs::write(args.out.join("core.json"), serde_json::to_string_pretty(&results)? + "\n")?;
-    let cpu =
-        |v: &serde_json::Value| format!("{} | {} | {} | {}", v["nats_server_us"], v["halyard_us"], v["benchmark_client_us"], v["total_us"]);
-    let md = format!(
-        "# Core benchmark (issue 2)\n\nOne run, one machine ({} cores shared by nats-server, Halyard and the benchmark client), \
-         `halyard up` release build with its embedded nats-server.\n\n\
-         | figure | value | target |\n|---|---|---|\n\
-         | (a) raw JetStream async publish with acks (256 in flight) | {raw_rate:.0} msg/s | baseline |\n\
-         | (a2) the same, as {} sequential writers with expected-last-subject-sequence checks | {checked_rate:.0} msg/s | (what one-writer logs allow) |\n\
-         | (b) events appended via the agent runner's appender, {} conversations | {append_rate:.0} ev/s | |\n\
-         | (b) ... delivered to WebSocket clients | {delivered_rate:.0} ev/s ({:.2} x (a)) | >= 0.5 x (a) |\n\
-         | (c) POST /conversations to READY (process sandbox, isolated under its own uid), p50 | {start_p50:.1} ms | < 50 ms |\n\
-         | (c) ... p99 ({} starts) | {start_p99:.1} ms | |\n\n\
-         CPU time per message (microseconds, from /proc, same run):\n\n\
-         | path | nats-server | halyard | benchmark client | total |\n|---|---|---|---|---|\n\
-         | (a) raw publish | {} |\n\
-         | (a2) sequential checked writers | {} |\n\
-         | (b) event path, appended to delivered | {} |\n\n\
-         On two shared cores a rate is CPU per message in disguise: (b) reaches 0.5 x (a) only if the whole event path \
-         costs at most twice a bare publish. Appending the way a conversation log must be appended (one sequential, \
-         checked writer per log, (a2)) costs {:.1} x a bare publish by itself, before anything reads an event; the \
-         event path as a whole costs {:.1} x.\n\n\
-         Reproduce: `cargo run --release -p halyard-load -- --suite core` (writes this file and core.json).\n",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        checked_writers,
-        args.conversations,
-        ratio,
-        starts.len(),
-        cpu(&raw_cpu),
-        cpu(&checked_cpu),
-        cpu(&path_cpu),
-        checked_cpu["total_us"].as_f64().unwrap_or(0.0) / raw_cpu["total_us"].as_f64().unwrap_or(1.0).max(0.1),
-        path_cpu["total_us"].as_f64().unwrap_or(0.0) / raw_cpu["total_us"].as_f64().unwrap_or(1.0).max(0.1),
-    );
-    std::fs::write(args.out.join("core.md"), md)?;
-    println!("{}", serde_json::to_string_pretty(&results)?);
     drop(h);
-    Ok(())
+    Ok(results)
 }
 
 /// CPU time (user + system) used so far by every process named `comm` (`self` for this one),

@@ -45,3 +45,46 @@ pub fn spread(values: impl IntoIterator<Item = f64>) -> Value {
     }
     json!({"median": v[v.len() / 2], "min": v[0], "max": v[v.len() - 1], "n": v.len()})
 }
+
+/// Runs one repetition of a suite `reps` times in this invocation and keeps them all, with the
+/// median, min and max of every figure they share (see [`figures`]).
+pub async fn repeated<F, Fut>(suite: &str, reps: usize, mut once: F) -> anyhow::Result<Value>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let context = Context::now();
+    let mut runs = Vec::new();
+    for rep in 0..reps {
+        let run = once(rep).await?;
+        eprintln!("{suite} rep {rep}: {run}");
+        runs.push(run);
+    }
+    Ok(json!({"suite": suite, "context": context, "repetitions": reps, "figures": figures(&runs), "runs": runs}))
+}
+
+/// Every number of the first run, by its path (`a.b.c`), as the spread of that number over the
+/// runs that have it. Text and lists (samples, notes) stay in the runs only.
+pub fn figures(runs: &[Value]) -> Value {
+    fn leaves(v: &Value, path: String, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    leaves(x, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out);
+                }
+            }
+            Value::Number(_) => out.push(path),
+            _ => {}
+        }
+    }
+    let at = |v: &Value, path: &str| path.split('.').try_fold(v, |v, k| v.get(k)).and_then(Value::as_f64);
+    let mut paths = Vec::new();
+    if let Some(first) = runs.first() {
+        leaves(first, String::new(), &mut paths);
+    }
+    let mut out = serde_json::Map::new();
+    for path in paths {
+        out.insert(path.clone(), spread(runs.iter().filter_map(|r| at(r, &path))));
+    }
+    Value::Object(out)
+}

@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 use crate::record::{Context, spread};
 use crate::{KEY, cpu_now, percentile};
 
-const REPS: usize = 5;
 const PIECES: usize = 300;
 const PACE: Duration = Duration::from_millis(5);
 
@@ -61,8 +60,8 @@ async fn once(h: &Halyard, llm: &ScriptedLlm, streaming: bool) -> Result<(Vec<f6
     Ok((delays, cpu, wall))
 }
 
-/// `REPS` answers through a Halyard with streaming on or off.
-async fn series(streaming: bool) -> Result<Vec<Value>> {
+/// `reps` answers through a Halyard with streaming on or off.
+async fn series(streaming: bool, reps: usize) -> Result<Vec<Value>> {
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
@@ -71,7 +70,7 @@ async fn series(streaming: bool) -> Result<Vec<Value>> {
             .set("HALYARD_LLM_STREAM", if streaming { "true" } else { "false" }),
     );
     let mut runs = Vec::new();
-    for rep in 0..REPS {
+    for rep in 0..reps {
         let (mut delays, cpu, wall) = once(&h, &llm, streaming).await?;
         delays.sort_by(f64::total_cmp);
         eprintln!("stream={streaming} rep {rep}: {} frames, p50 {:.2} ms, cpu {cpu}", delays.len(), percentile(&delays, 50.0));
@@ -87,10 +86,10 @@ async fn series(streaming: bool) -> Result<Vec<Value>> {
     Ok(runs)
 }
 
-pub async fn run() -> Result<Value> {
+pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
-    let streamed = series(true).await?;
-    let plain = series(false).await?;
+    let streamed = series(true, reps).await?;
+    let plain = series(false, reps).await?;
     let pick = |runs: &[Value], f: &dyn Fn(&Value) -> Option<f64>| spread(runs.iter().filter_map(f));
     let halyard_cpu = |r: &Value| r["cpu_us_per_piece"]["halyard_us"].as_f64();
     let total_cpu = |r: &Value| r["cpu_us_per_piece"]["total_us"].as_f64();
@@ -100,7 +99,7 @@ pub async fn run() -> Result<Value> {
     Ok(json!({
         "suite": "stream",
         "context": context,
-        "answer": {"pieces": PIECES, "chars_per_piece": 7, "pace_ms": PACE.as_millis() as u64, "repetitions": REPS},
+        "answer": {"pieces": PIECES, "chars_per_piece": 7, "pace_ms": PACE.as_millis() as u64, "repetitions": reps},
         "delay_ms_p50": pick(&streamed, &|r| r["delay_ms_p50"].as_f64()),
         "delay_ms_p99": pick(&streamed, &|r| r["delay_ms_p99"].as_f64()),
         "halyard_cpu_us_per_piece": {"streamed": streamed_cpu, "not_streamed_baseline": plain_cpu, "ratio": ratio},

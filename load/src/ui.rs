@@ -17,8 +17,6 @@ use serde_json::{Value, json};
 
 use crate::{KEY, cpu_now, percentile};
 
-const RUNS: usize = 5;
-
 /// Fills a conversation up to `total` events: commands and their outputs, with a message now
 /// and then, as a long agent run looks.
 async fn fill(js: &async_nats::jetstream::Context, id: ConversationId, total: u64, have: u64) -> Result<()> {
@@ -66,8 +64,10 @@ pub async fn run() -> Result<Value> {
     let api = h.api(KEY);
     let js = async_nats::jetstream::new(h.nats_client("admin").await);
 
+    // Page loads per conversation in one repetition.
+    let runs = crate::scaled(5, 1);
     let mut convs = Vec::new();
-    for total in [10u64, 10_000] {
+    for total in [10u64, crate::scaled(10_000, 200)] {
         let (id, _) = api.start_ready(json!({})).await;
         let conv: ConversationId = id.parse()?;
         let have = api.get(&format!("/api/v1/conversations/{id}")).await.1["last_event_seq"].as_u64().unwrap_or(0);
@@ -79,13 +79,13 @@ pub async fn run() -> Result<Value> {
         convs.push((id, total));
     }
 
-    let mut out = json!({"runs_per_conversation": RUNS});
+    let mut out = json!({"runs_per_conversation": runs});
     let mut sizes = Value::Null;
     for (id, total) in &convs {
         let cpu0 = cpu_now();
         let node = Command::new("node")
             .arg(web.join("../load/ui-first-event.mjs"))
-            .args([web.display().to_string(), h.http.clone(), KEY.to_owned(), RUNS.to_string(), format!("{id}={total}")])
+            .args([web.display().to_string(), h.http.clone(), KEY.to_owned(), runs.to_string(), format!("{id}={total}")])
             .output()
             .context("run node")?;
         let cpu1 = cpu_now();
@@ -93,18 +93,18 @@ pub async fn run() -> Result<Value> {
         let r: Value = serde_json::from_slice(&node.stdout)?;
         sizes = json!({"js_gzip_kb_initial": r["js_gzip_bytes_initial"].as_f64().unwrap_or(0.0) / 1024.0,
                        "js_gzip_kb_all": r["js_gzip_bytes_all"].as_f64().unwrap_or(0.0) / 1024.0});
-        let runs = r["runs"][total.to_string()].as_array().cloned().unwrap_or_default();
-        let mut first: Vec<f64> = runs.iter().filter_map(|x| x["first_event_ms"].as_f64()).collect();
-        let mut whole: Vec<f64> = runs.iter().filter_map(|x| x["all_events_ms"].as_f64()).collect();
+        let loads = r["runs"][total.to_string()].as_array().cloned().unwrap_or_default();
+        let mut first: Vec<f64> = loads.iter().filter_map(|x| x["first_event_ms"].as_f64()).collect();
+        let mut whole: Vec<f64> = loads.iter().filter_map(|x| x["all_events_ms"].as_f64()).collect();
         first.sort_by(f64::total_cmp);
         whole.sort_by(f64::total_cmp);
         out[format!("events_{total}")] = json!({
             "first_event_ms_p50": percentile(&first, 50.0),
             "first_event_ms_max": first.last().copied().unwrap_or(0.0),
             "all_events_held_ms_p50": percentile(&whole, 50.0),
-            "halyard_cpu_ms_per_page_load": ((cpu1[1] - cpu0[1]) * 1000.0 / RUNS as f64 * 10.0).round() / 10.0,
+            "halyard_cpu_ms_per_page_load": ((cpu1[1] - cpu0[1]) * 1000.0 / runs as f64 * 10.0).round() / 10.0,
             // Milliseconds from navigation start: the document, each request, the first paint.
-            "timeline_of_first_run": runs.first().map(|r| r["timeline"].clone()).unwrap_or_default(),
+            "timeline_of_first_run": loads.first().map(|r| r["timeline"].clone()).unwrap_or_default(),
         });
     }
     out["bundle"] = sizes;

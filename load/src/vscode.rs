@@ -19,8 +19,6 @@ use crate::browser::{any_process, process_halyard, sandbox_halyard_running};
 use crate::record::{Context, spread};
 use crate::{KEY, cpu_seconds, cpu_seconds_of_command, cpu_seconds_with_children};
 
-const REPS: usize = 7;
-
 fn code_server_running() -> bool {
     any_process(|_, dir| std::fs::read_to_string(dir.join("cmdline")).is_ok_and(|s| s.contains("code-server")))
 }
@@ -88,12 +86,12 @@ async fn once(h: &Halyard) -> Result<Value> {
     }))
 }
 
-pub async fn run() -> Result<Value> {
+pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
     let (_llm, h) = process_halyard().await;
     ensure!(!code_server_running(), "a code-server already runs on this machine: its CPU would be counted");
     let mut runs = Vec::new();
-    for rep in 0..REPS {
+    for rep in 0..reps {
         let run = once(&h).await?;
         eprintln!("rep {rep}: {run}");
         runs.push(run);
@@ -104,7 +102,7 @@ pub async fn run() -> Result<Value> {
     Ok(json!({
         "suite": "vscode",
         "context": context,
-        "repetitions": REPS,
+        "repetitions": reps,
         "cold_to_workbench_ms": of("cold_to_workbench_ms"),
         "warm_to_workbench_ms": warm,
         "baseline_files_ms": base,

@@ -69,6 +69,9 @@ pub struct Kill {
     pub what: String,
     pub at_s: f64,
     pub back_after_s: f64,
+    /// For an agent runner: the conversations whose runs it held when it was killed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_runs: Vec<String>,
 }
 
 /// What a run did.
@@ -85,11 +88,44 @@ pub struct ChaosReport {
     pub run_s: f64,
     /// Runs taken over from a dead runner (`run_interrupted` events).
     pub takeovers: usize,
+    /// Runs a killed agent runner held that had not finished when it died: each was taken
+    /// over (the run asserts it), so `takeovers` is at least this.
+    pub runs_cut: usize,
     /// Messages handed out again (a handler died, was too slow or asked to retry), as those alive at
     /// the end counted them: a lower bound, since a killed process takes its counts with it.
     pub redeliveries_at_least: usize,
     /// From an event's append to its first arrival at the webhook receiver: p50, p99, max.
     pub webhook_latency_ms: [f64; 3],
+}
+
+/// Node id prefix of the agent runners (`agent-runner-0`, ...).
+const AGENT_NODE: &str = "agent-runner-";
+
+/// The runs each agent runner (by index) holds now, read from the lease bucket: a lease written
+/// and not handed over. Waits up to `patience` for any to hold one.
+async fn runs_held(js: &async_nats::jetstream::Context, patience: Duration) -> HashMap<usize, Vec<String>> {
+    use futures::StreamExt;
+    let deadline = Instant::now() + patience;
+    loop {
+        let mut held: HashMap<usize, Vec<String>> = HashMap::new();
+        if let Ok(kv) = js.get_key_value(halyard_protocol::subjects::AGENT_LEASE_BUCKET).await {
+            if let Ok(mut keys) = kv.keys().await {
+                while let Some(Ok(key)) = keys.next().await {
+                    let Ok(Some(value)) = kv.get(&key).await else { continue };
+                    let text = String::from_utf8_lossy(&value).into_owned();
+                    let Some((node, at)) = text.split_once(' ') else { continue };
+                    let runner = node.strip_prefix(AGENT_NODE).and_then(|i| i.parse().ok());
+                    if let (Some(i), false) = (runner, at == "0") {
+                        held.entry(i).or_default().push(key);
+                    }
+                }
+            }
+        }
+        if !held.is_empty() || Instant::now() >= deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A tiny xorshift generator: the run is repeatable from its seed.
@@ -231,7 +267,9 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
 
     let nats = NatsCluster::start(3).await;
     say(t0, "three NATS nodes formed a cluster");
-    let service = |name: &str| {
+    // Agent runners get node ids of their own (kept across a restart), so that the lease
+    // bucket says which of them holds which run.
+    let service = |name: &str, node: Option<String>| {
         let mut opts = HalyardOptions::new(&llm.base_url)
             .serve(&nats.url, &[name])
             .set("HALYARD_SECRET", "a-shared-deployment-secret")
@@ -244,16 +282,22 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         if let Ok(filter) = std::env::var("CHAOS_LOG") {
             opts = opts.set("HALYARD_LOG", &filter);
         }
+        if let Some(node) = node {
+            opts = opts.set("HALYARD_NODE_ID", &node);
+        }
         Halyard::start(opts)
     };
     // The sandbox supervisor first (it declares nothing the others wait for, and owns the
     // host's sandboxes), then two of everything else.
-    let sandbox = service("sandbox");
+    let sandbox = service("sandbox", None);
     let n = opts.replicas.max(1);
-    let agents = (0..n).map(|_| service("agent")).collect();
-    let callbacks = (0..n).map(|_| service("callbacks")).collect();
-    let others = (0..n).flat_map(|_| [service("conversations"), service("titles")]).collect();
-    let gateways = (0..n).map(|_| service("gateway")).collect();
+    let agents = (0..n).map(|i| service("agent", Some(format!("{AGENT_NODE}{i}")))).collect();
+    let callbacks = (0..n).map(|_| service("callbacks", None)).collect();
+    let others = (0..n).flat_map(|_| [service("conversations", None), service("titles", None)]).collect();
+    let gateways = (0..n).map(|_| service("gateway", None)).collect();
+    // Every node's address, so that reading the leases survives a node's kill.
+    let nodes: Vec<async_nats::ServerAddr> = nats.url.split(',').filter_map(|u| u.parse().ok()).collect();
+    let leases = async_nats::jetstream::new(async_nats::connect(nodes).await.expect("connect to the cluster"));
     let mut c = Cluster { gateways, agents, callbacks, sandbox, others, nats };
     say(t0, &format!("{n} replica(s) of every service up (one sandbox supervisor)"));
 
@@ -294,10 +338,13 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         plan.swap(i, rng.below(i + 1));
     }
     let mut kills = Vec::new();
+    // Runs a killed runner held, with when it died.
+    let mut cut: Vec<(String, std::time::SystemTime)> = Vec::new();
     for kind in plan {
         tokio::time::sleep(Duration::from_millis(1000 + rng.below(1000) as u64)).await;
         let at = t0.elapsed().as_secs_f64();
         let back = Instant::now();
+        let (mut held_runs, mut killed_at) = (Vec::new(), std::time::SystemTime::now());
         let what = if kind == "NATS node" {
             let i = rng.below(3);
             c.nats.kill_node(i);
@@ -306,7 +353,12 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
             c.nats.start_node(i);
             format!("{kind} {i}")
         } else {
+            // An agent runner that holds runs now, so the kill cuts runs off and tests their
+            // takeover (any runner if none holds one within five seconds).
+            let holding = if kind == "agent runner" { runs_held(&leases, Duration::from_secs(5)).await } else { HashMap::new() };
+            let runners: Vec<usize> = holding.keys().copied().collect();
             let (i, h): (usize, &mut [Halyard]) = match kind {
+                "agent runner" if !runners.is_empty() => (runners[rng.below(runners.len())], &mut c.agents),
                 "agent runner" => (rng.below(n), &mut c.agents),
                 "gateway" => (rng.below(n), &mut c.gateways),
                 "dispatcher" => (rng.below(n), &mut c.callbacks),
@@ -315,7 +367,9 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
             let h = &mut h[i];
             let pid = h.pid();
             h.kill9();
-            say(t0, &format!("SIGKILL {kind} {i} (pid {pid})"));
+            held_runs = holding.get(&i).cloned().unwrap_or_default();
+            killed_at = std::time::SystemTime::now();
+            say(t0, &format!("SIGKILL {kind} {i} (pid {pid}, holding {} runs)", held_runs.len()));
             tokio::time::sleep(opts.down).await;
             h.restart();
             if kind == "gateway" {
@@ -325,7 +379,8 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         };
         let back_after_s = back.elapsed().as_secs_f64();
         say(t0, &format!("{what} is back ({back_after_s:.1} s after the kill)"));
-        kills.push(Kill { what, at_s: at, back_after_s });
+        cut.extend(held_runs.iter().map(|conv| (conv.clone(), killed_at)));
+        kills.push(Kill { what, at_s: at, back_after_s, held_runs });
     }
     starter.await.expect("every conversation started");
     say(t0, &format!("{} conversations started; the chaos is over, checking", opts.conversations));
@@ -382,7 +437,29 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
     };
     let events: usize = logs.values().map(Vec::len).sum();
     let takeovers = logs.values().flatten().filter(|e| e["code"] == "run_interrupted").count();
-    say(t0, &format!("{} conversations finished, {events} events, logs contiguous, {takeovers} runs taken over", convs.len()));
+    // A run a killed runner held and that had not finished by then was taken over by another
+    // runner, which says so in its log (one that finished before the kill owes nothing).
+    let mut runs_cut = 0;
+    for (conv, killed_at) in &cut {
+        let Some(events) = logs.get(conv) else { continue };
+        let finished = events.iter().find(|e| e["status"] == "finished");
+        let finished_at = finished.and_then(|e| crate::receiver::appended_at(e["id"].as_str().unwrap_or_default()));
+        if finished_at.is_some_and(|f| f > *killed_at) {
+            runs_cut += 1;
+            assert!(
+                events.iter().any(|e| e["code"] == "run_interrupted"),
+                "{conv}: its runner was killed mid-run, yet no runner took the run over; its log: {}",
+                Value::Array(events.clone())
+            );
+        }
+    }
+    say(
+        t0,
+        &format!(
+            "{} conversations finished, {events} events, logs contiguous, {takeovers} runs taken over ({runs_cut} cut by kills)",
+            convs.len()
+        ),
+    );
 
     // Every receiver has every event of its user's conversations, in each one's order, and none
     // of the other user's.
@@ -493,6 +570,7 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
         delivery_attempts_accepted,
         run_s,
         takeovers,
+        runs_cut,
         redeliveries_at_least,
         webhook_latency_ms,
     }
