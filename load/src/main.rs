@@ -37,6 +37,7 @@ mod hibernation;
 mod kernel;
 mod memory;
 mod record;
+mod step;
 mod stream;
 mod ui;
 mod vscode;
@@ -99,6 +100,9 @@ struct Args {
     /// suites still work; its figures mean nothing. Needs `--out` elsewhere than load/results.
     #[arg(long)]
     smoke: bool,
+    /// Memory suite: idle conversations per repetition.
+    #[arg(long, default_value_t = 200)]
+    idle_conversations: usize,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -178,6 +182,10 @@ async fn main() -> Result<()> {
         let r = chaos::suite(&plan, &args.out).await?;
         println!("{}", serde_json::to_string_pretty(&r)?);
     }
+    if wants("step") {
+        let r = step::run(reps).await?;
+        record(&args.out, "step", &r)?;
+    }
     if wants("stream") {
         let r = stream::run(reps).await?;
         record(&args.out, "stream", &r)?;
@@ -199,7 +207,7 @@ async fn main() -> Result<()> {
         record(&args.out, "hibernation", &r)?;
     }
     if wants("memory") {
-        let r = memory::run(reps).await?;
+        let r = memory::run(reps, crate::scaled(args.idle_conversations, 10)).await?;
         record(&args.out, "memory", &r)?;
     }
     if wants("checkpoint") {

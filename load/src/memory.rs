@@ -25,35 +25,58 @@ use crate::record::{Context, spread};
 
 const WARM: usize = 10;
 
-/// Resident memory of `pid` in KiB (VmRSS).
-fn rss_kib(pid: u32) -> u64 {
+/// Resident memory of `pid` in KiB: (all of it, VmRSS; its anonymous part, RssAnon: what the
+/// process allocated, not the pages of its program file, which the kernel can drop and share).
+fn rss_kib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
+    };
+    (field("VmRSS:"), field("RssAnon:"))
 }
 
-/// The nats-server `halyard up` started (its child).
-fn nats_pid(parent: u32) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|pid| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let after = stat.rsplit(')').next().unwrap_or("");
-        stat.contains("(nats-server)") && after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent)
-    })
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn script(llm: &ScriptedLlm, i: usize) {
-    llm.push([
-        Reply::tool("terminal", json!({"command": format!("echo conversation {i} > note.txt"), "security_risk": "low"})),
-        Reply::finish("noted"),
-    ]);
+/// The process named `comm` below `ancestor` (the nats-server `halyard up` started).
+fn descendant(ancestor: u32, comm: &str) -> Option<u32> {
+    let below = |mut pid: u32| {
+        while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
+            if parent == ancestor {
+                return true;
+            }
+            pid = parent;
+        }
+        false
+    };
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm) && below(*pid))
+}
+
+/// The scripted LLM for every conversation at once (they run side by side, so answers are
+/// chosen by what each request holds): a note written, then done; asked to read it, it reads.
+fn script(llm: &ScriptedLlm) {
+    llm.fallback(|req| {
+        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+        let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
+        let answered = messages[last_user..].iter().any(|m| m["role"] == "tool");
+        let command =
+            if messages[last_user]["content"].to_string().contains("read your note") { "cat note.txt" } else { "echo noted > note.txt" };
+        if answered { Reply::finish("done") } else { Reply::tool("terminal", json!({"command": command, "security_risk": "low"})) }
+    });
 }
 
 /// Runs `n` conversations to their end, at most eight at once.
-async fn converse(h: &Halyard, llm: &ScriptedLlm, first: usize, n: usize) -> Result<Vec<String>> {
+async fn converse(h: &Halyard, first: usize, n: usize) -> Result<Vec<String>> {
     let api = h.api(KEY);
     let mut convs = Vec::new();
     let mut running = futures::stream::FuturesUnordered::new();
     for i in first..first + n {
-        script(llm, i);
         let api = api.clone();
         running.push(async move {
             let (conv, _) = api.start_ready(json!({"message": format!("note {i}"), "title": format!("memory {i}")})).await;
@@ -70,11 +93,27 @@ async fn converse(h: &Halyard, llm: &ScriptedLlm, first: usize, n: usize) -> Res
     Ok(convs)
 }
 
-/// Waits until nothing is left to settle: every sandbox hibernated, the runs evicted, then a
-/// few seconds more for the services' own idle sweeps.
-async fn settle(h: &Halyard, convs: &[String]) -> Result<()> {
+/// What each service holds in memory for conversations, by its own gauges.
+const IN_MEMORY: [&str; 5] = [
+    "halyard_agent_conversations_in_memory",
+    "halyard_sandbox_actors_in_memory",
+    "halyard_gateway_views_in_memory",
+    "halyard_gateway_live_channels",
+    "halyard_webhook_conversations_in_memory",
+];
+
+async fn in_memory(h: &Halyard) -> Value {
+    let m = h.scrape().await;
+    Value::Object(IN_MEMORY.iter().map(|g| ((*g).to_owned(), json!(m.sum(g, &[])))).collect())
+}
+
+/// Waits until nothing is left to settle: every sandbox hibernated and every service's gauge of
+/// what it holds for conversations at zero (runs evicted, views and webhook lanes forgotten),
+/// then a few seconds more for the allocator's trim. How long that took, in seconds.
+async fn settle(h: &Halyard, convs: &[String]) -> Result<f64> {
     let api = h.api(KEY);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let t = Instant::now();
+    let deadline = t + Duration::from_secs(300);
     loop {
         let mut busy = 0;
         let mut cursor = String::new();
@@ -86,14 +125,17 @@ async fn settle(h: &Halyard, convs: &[String]) -> Result<()> {
                 None => break,
             }
         }
-        if busy == 0 {
+        let held = in_memory(h).await;
+        let holding = held.as_object().is_some_and(|m| m.values().any(|v| v.as_f64().unwrap_or(0.0) > 0.0));
+        if busy == 0 && !holding {
             break;
         }
-        ensure!(Instant::now() < deadline, "{busy} sandboxes still not hibernated ({} conversations)", convs.len());
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        ensure!(Instant::now() < deadline, "not settled after 5 minutes ({} conversations): {busy} sandboxes running, {held}", convs.len());
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    Ok(())
+    let took = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    Ok(took)
 }
 
 async fn once(n: usize) -> Result<Value> {
@@ -109,52 +151,65 @@ async fn once(n: usize) -> Result<Value> {
             .set("HALYARD_WEBHOOK_ALLOW", "loopback")
             .set("HALYARD_LLM_STREAM", "false"),
     );
+    script(&llm);
     let api = h.api(KEY);
     let (s, w) = api.post("/api/v1/webhooks", json!({"url": receiver.url})).await;
     ensure!(s == 201, "subscribe: {w}");
     let main = h.pid();
-    let nats = nats_pid(main).context("no nats-server under halyard up")?;
+    let nats = descendant(main, "nats-server").context("no nats-server under halyard up")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let empty = (rss_kib(main), rss_kib(nats));
+    let js = async_nats::jetstream::new(h.nats_client("admin").await);
 
-    let warm = converse(&h, &llm, 0, WARM).await?;
+    let warm = converse(&h, 0, WARM).await?;
     settle(&h, &warm).await?;
     let before = (rss_kib(main), rss_kib(nats));
     let t = Instant::now();
-    let convs = converse(&h, &llm, WARM, n).await?;
+    let convs = converse(&h, WARM, n).await?;
     let run_s = t.elapsed().as_secs_f64();
-    settle(&h, &convs).await?;
+    let settled_s = settle(&h, &convs).await?;
     let after = (rss_kib(main), rss_kib(nats));
+    let account = js.query_account().await?;
+    let mut streams = serde_json::Map::new();
+    let mut names = js.stream_names();
+    while let Some(name) = names.next().await {
+        let name = name?;
+        let info = js.get_stream(&name).await?.info().await?.clone();
+        streams.insert(name, json!({"messages": info.state.messages, "subjects": info.state.subjects_count, "consumers": info.state.consumer_count, "bytes": info.state.bytes}));
+    }
 
     // An idle conversation comes back from the log when asked.
-    llm.push([Reply::tool("terminal", json!({"command": "cat note.txt", "security_risk": "low"})), Reply::finish("read")]);
     let back = &convs[0];
     let (s, v) = api.post(&format!("/api/v1/conversations/{back}/messages"), json!({"text": "read your note"})).await;
     ensure!(s == 202, "message to an idle conversation: {v}");
     let events =
         api.wait_events(back, "the idle conversation's answer", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
-    let read = events.iter().rev().find(|e| e["kind"] == "observation").and_then(|e| e["content"].as_str()).unwrap_or_default();
-    ensure!(read.contains(&format!("conversation {WARM}")), "the woken conversation read the wrong note: {read}");
+    let read = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal");
+    let read = read.and_then(|e| e["content"].as_str()).unwrap_or_default();
+    ensure!(read.contains("\nnoted\n"), "the woken conversation did not read its note: {read}");
 
     let per = |a: u64, b: u64| (a as f64 - b as f64) / n as f64;
+    let kib = |m: (u64, u64)| json!({"rss": m.0, "anon": m.1});
     Ok(json!({
         "conversations": n,
-        "empty_kib": {"halyard": empty.0, "nats_server": empty.1},
-        "baseline_kib": {"halyard": before.0, "nats_server": before.1},
-        "after_kib": {"halyard": after.0, "nats_server": after.1},
+        "empty_kib": {"halyard": kib(empty.0), "nats_server": kib(empty.1)},
+        "baseline_kib": {"halyard": kib(before.0), "nats_server": kib(before.1)},
+        "after_kib": {"halyard": kib(after.0), "nats_server": kib(after.1)},
         "kib_per_idle_conversation": {
-            "halyard": per(after.0, before.0),
-            "nats_server": per(after.1, before.1),
-            "total": per(after.0 + after.1, before.0 + before.1),
-            "total_over_empty": per(after.0 + after.1, empty.0 + empty.1),
+            "halyard": per(after.0.0, before.0.0),
+            "halyard_anon": per(after.0.1, before.0.1),
+            "nats_server": per(after.1.0, before.1.0),
+            "total": per(after.0.0 + after.1.0, before.0.0 + before.1.0),
+            "total_over_empty": per(after.0.0 + after.1.0, empty.0.0 + empty.1.0),
         },
         "run_s": run_s,
+        "settled_after_s": settled_s,
+        "jetstream_after": {"memory_bytes": account.memory, "storage_bytes": account.storage, "streams": streams, "consumers": account.consumers},
     }))
 }
 
-pub async fn run(reps: usize) -> Result<Value> {
+pub async fn run(reps: usize, n: usize) -> Result<Value> {
     let context = Context::now();
-    let n = crate::scaled(200, 10);
     let mut runs = Vec::new();
     for rep in 0..reps {
         let run = once(n).await?;

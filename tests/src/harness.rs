@@ -16,6 +16,10 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 pub fn halyard_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        // Another binary in its place (Halyard under a profiler, say: a script that runs it so).
+        if let Ok(bin) = std::env::var("HALYARD_TEST_BIN") {
+            return PathBuf::from(bin);
+        }
         let exe = std::env::current_exe().expect("test exe");
         // target/<profile>/deps/<test>, or target/<profile>/<bench binary> -> target/<profile>
         let profile_dir = exe

@@ -182,7 +182,9 @@ async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "is it still there?"})).await;
     let events = api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
     let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
-    assert!(cat["content"].as_str().unwrap().starts_with("precious"), "{cat}");
+    // The agent is told its shell is new (a restart, as after a hibernation).
+    let content = cat["content"].as_str().unwrap();
+    assert!(content.starts_with("[This is a new shell") && content.contains("\nprecious\n"), "{cat}");
     api.wait_conversation(&conv, "a new executor", |c| c["sandbox_status"] == "RUNNING").await;
     let new_pid = procs::executor_pid(&workspace).expect("new executor");
     assert_ne!(new_pid, pid);

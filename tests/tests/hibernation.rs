@@ -165,3 +165,70 @@ async fn an_idle_container_is_stopped_not_paused_and_a_message_starts_it_again()
     let (s, file) = api.get(&format!("/api/v1/conversations/{conv}/files?path=app/server.pid")).await;
     assert_eq!(s, 200, "{file}");
 }
+
+/// What every service holds for a conversation, by its own gauges.
+const IN_MEMORY: [&str; 5] = [
+    "halyard_agent_conversations_in_memory",
+    "halyard_sandbox_actors_in_memory",
+    "halyard_gateway_views_in_memory",
+    "halyard_gateway_live_channels",
+    "halyard_webhook_conversations_in_memory",
+];
+
+#[tokio::test]
+async fn idle_conversations_leave_every_services_memory_and_come_back_from_the_log() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let receiver = halyard_tests::Receiver::start().await;
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "2")
+            .set("HALYARD_IDLE_EVICT_SECS", "3")
+            .set("HALYARD_WEBHOOK_ALLOW", "loopback"),
+    );
+    let api = h.api(ALICE);
+    assert_eq!(api.post("/api/v1/webhooks", json!({"url": receiver.url})).await.0, 201);
+    let mut convs = Vec::new();
+    for i in 0..3 {
+        llm.push([
+            Reply::tool("terminal", json!({"command": format!("echo note {i} > note.txt"), "security_risk": "low"})),
+            Reply::finish("noted"),
+        ]);
+        let (conv, _) = api.start_ready(json!({"message": format!("remember the number {i}")})).await;
+        api.wait_events(&conv, "the run", |ev| finished_runs(ev) == 1).await;
+        convs.push(conv);
+    }
+    // A client watched one of them, and left.
+    api.ws(&convs[0], 0).await.close().await;
+    // In use, every service holds something of them...
+    let held = h.scrape().await;
+    for gauge in ["halyard_agent_conversations_in_memory", "halyard_gateway_views_in_memory", "halyard_webhook_conversations_in_memory"] {
+        assert!(held.sum(gauge, &[]) >= 1.0, "{gauge} counts the conversations in use");
+    }
+    // ...and idle, nothing: runs evicted, sandboxes hibernated, views and webhook lanes
+    // forgotten, the client's channel gone.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let m = h.scrape().await;
+        let left: Vec<(&str, f64)> = IN_MEMORY.iter().map(|g| (*g, m.sum(g, &[]))).filter(|(_, v)| *v > 0.0).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "idle conversations are still held in memory: {left:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    for conv in &convs {
+        api.wait_conversation(conv, "its sandbox to hibernate", |c| c["sandbox_status"] == "HIBERNATED").await;
+    }
+    // Asked again, a conversation comes back from the log whole: the model sees what was said
+    // and done before, and the sandbox wakes with its files.
+    llm.push([Reply::tool("terminal", json!({"command": "cat note.txt", "security_risk": "low"})), Reply::finish("read")]);
+    let (s, v) = api.post(&format!("/api/v1/conversations/{}/messages", convs[1]), json!({"text": "which number was it?"})).await;
+    assert_eq!(s, 202, "{v}");
+    let events = api.wait_events(&convs[1], "the answer", |ev| finished_runs(ev) == 2).await;
+    let prompt = llm.requests().iter().rev().find(|r| r.to_string().contains("which number was it?")).cloned().unwrap_or_default();
+    assert!(prompt.to_string().contains("remember the number 1"), "the history came back from the log: {prompt}");
+    let obs = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(obs["content"].as_str().unwrap().contains("note 1\n"), "{obs}");
+    halyard_tests::harness::assert_log_is_contiguous(&events);
+}

@@ -89,6 +89,8 @@ pub struct ConvState {
     /// A run is owed once resumed (paused mid-run, or messages arrived while paused).
     owed: bool,
     last_active: Instant,
+    /// An [`ConvMsg::IdleCheck`] is on its way.
+    check_pending: bool,
     /// The owner's secrets were read into the log's mask (once per actor; each run reads them
     /// again).
     secrets_read: bool,
@@ -132,6 +134,7 @@ impl Actor for ConversationActor {
             paused: false,
             owed: false,
             last_active: Instant::now(),
+            check_pending: false,
             secrets_read: false,
             mcp: Default::default(),
             held: Default::default(),
@@ -139,7 +142,18 @@ impl Actor for ConversationActor {
     }
 
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        st.last_active = Instant::now();
+        // One idle check is pending at a time; the check itself is no activity (counting it as
+        // one kept every conversation in memory for good).
+        let idle = Duration::from_secs(st.ctx.config.agent.idle_evict_secs.max(1));
+        if matches!(msg, ConvMsg::IdleCheck) {
+            st.check_pending = false;
+        } else {
+            st.last_active = Instant::now();
+        }
+        if !st.check_pending {
+            st.check_pending = true;
+            myself.send_after(idle, || ConvMsg::IdleCheck);
+        }
         match msg {
             ConvMsg::Command(env, delivery) => {
                 use tracing::Instrument;
@@ -197,16 +211,12 @@ impl Actor for ConversationActor {
                 }
             }
             ConvMsg::IdleCheck => {
-                let idle = Duration::from_secs(st.ctx.config.agent.idle_evict_secs);
                 if st.run.is_none() && st.last_active.elapsed() >= idle {
                     tracing::debug!(conversation_id = %st.id, "evicting idle conversation");
                     myself.stop(Some("idle".into()));
-                    return Ok(());
                 }
             }
         }
-        let idle = Duration::from_secs(st.ctx.config.agent.idle_evict_secs.max(1));
-        myself.send_after(idle, || ConvMsg::IdleCheck);
         Ok(())
     }
 

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::kv;
 use halyard_protocol::ConversationId;
 
+/// How long the marker of a released lease stays (then its key is gone from the bucket).
+const MARKER_TTL: Duration = Duration::from_secs(60);
+
 /// A lease's value: `<node> <ms>`; `<ms>` is 0 once the holder handed the run over.
 fn value(node: &str, handed_over: bool) -> bytes::Bytes {
     let at = if handed_over { 0 } else { halyard_platform::now_ms() };
@@ -115,9 +118,10 @@ impl Leases {
         self.take(conv, held.0).await
     }
 
-    /// Lets go of a held lease: the run ended.
+    /// Lets go of a held lease: the run ended. The key is purged with a marker that expires
+    /// ([`MARKER_TTL`]), so the bucket keeps no trace of runs long over.
     pub async fn release(&self, conv: ConversationId, held: Held) {
-        if let Err(e) = self.kv.delete_expect_revision(conv.to_string(), Some(held.0)).await {
+        if let Err(e) = self.kv.purge_expect_revision_with_ttl(conv.to_string(), held.0, MARKER_TTL).await {
             tracing::debug!(conversation_id = %conv, error = %e, "lease already gone or taken over");
         }
     }
@@ -135,12 +139,15 @@ impl Leases {
         holding(&entry).filter(|(_, handed_over)| !handed_over).map(|(node, _)| node)
     }
 
-    /// Every lease with its holder and revision.
+    /// Every lease with its holder and revision. The keys come from the stream's subjects (one
+    /// request), not from a consumer: a sweep every few seconds would otherwise leave a trail
+    /// of ephemeral consumers in the server.
     pub async fn all(&self) -> Vec<Seen> {
+        use futures::TryStreamExt;
         let mut out = Vec::new();
-        let Ok(keys) = self.kv.keys().await else { return out };
-        use futures::StreamExt;
-        let keys: Vec<String> = keys.filter_map(|k| async move { k.ok() }).collect().await;
+        let Ok(subjects) = self.kv.stream.info_with_subjects(format!("{}>", self.kv.prefix)).await else { return out };
+        let Ok(subjects) = subjects.try_collect::<Vec<(String, usize)>>().await else { return out };
+        let keys = subjects.into_iter().filter_map(|(subject, _)| subject.strip_prefix(&self.kv.prefix).map(str::to_owned));
         for key in keys {
             let Ok(id) = key.parse::<ConversationId>() else { continue };
             let Ok(Some(entry)) = self.kv.entry(&key).await else { continue };

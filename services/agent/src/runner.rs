@@ -50,6 +50,7 @@ impl RunnerState {
         let (child, _) = Actor::spawn_linked(None, ConversationActor, (self.ctx.clone(), id), myself.get_cell()).await?;
         self.by_actor.insert(child.get_id(), id);
         self.children.insert(id, child.clone());
+        metrics::gauge!("halyard_agent_conversations_in_memory").set(self.children.len() as f64);
         Ok(child)
     }
 
@@ -57,6 +58,7 @@ impl RunnerState {
         if let Some(id) = self.by_actor.remove(&actor) {
             self.children.remove(&id);
         }
+        metrics::gauge!("halyard_agent_conversations_in_memory").set(self.children.len() as f64);
     }
 
     async fn send(&mut self, myself: &ActorRef<RunnerMsg>, id: ConversationId, msg: ConvMsg) -> Result<(), ActorProcessingErr> {

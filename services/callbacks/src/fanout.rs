@@ -33,9 +33,23 @@ pub struct Memory {
     /// Per conversation, the seq up to which every matching event's jobs are known to be stored:
     /// this process stored them itself, in order, or filled the gap before them.
     stored_up_to: HashMap<ConversationId, u64>,
+    /// When each conversation last had an event here.
+    used: HashMap<ConversationId, std::time::Instant>,
 }
 
 impl Memory {
+    /// Forgets the conversations without an event for `idle` (`HALYARD_IDLE_EVICT_SECS`): an
+    /// idle conversation holds nothing here. Safe at any age: its next event then fills the
+    /// gap before it from the log's last [`GAP_WINDOW_MS`], and a job stored again within the
+    /// deliveries stream's duplicate window is dropped by the server.
+    pub fn forget_idle(&mut self, idle: Duration) {
+        self.used.retain(|_, at| at.elapsed() < idle);
+        let used = &self.used;
+        self.owners.retain(|id, _| used.contains_key(id));
+        self.stored_up_to.retain(|id, _| used.contains_key(id));
+        metrics::gauge!("halyard_webhook_conversations_in_memory").set(self.used.len() as f64);
+    }
+
     fn bounded(&mut self) {
         if self.owners.len() >= CACHE {
             self.owners.clear();
@@ -43,14 +57,28 @@ impl Memory {
         if self.stored_up_to.len() >= CACHE {
             self.stored_up_to.clear();
         }
+        if self.used.len() >= CACHE {
+            self.used.clear();
+        }
     }
 }
 
 /// Consumes every event until `shutdown`.
 pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
     let memory: Arc<Mutex<Memory>> = Arc::default();
+    let sweeper = tokio::spawn({
+        let memory = memory.clone();
+        let idle = Duration::from_secs(ctx.config.agent.idle_evict_secs.max(1));
+        async move {
+            let mut every = tokio::time::interval((idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)));
+            loop {
+                every.tick().await;
+                memory.lock().await.forget_idle(idle);
+            }
+        }
+    });
     let js = ctx.js.clone();
-    bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
+    let result = bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
         let ctx = ctx.clone();
         let memory = memory.clone();
         async move {
@@ -80,7 +108,9 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
             }
         }
     })
-    .await
+    .await;
+    sweeper.abort();
+    result
 }
 
 fn any_enabled(ctx: &Ctx) -> bool {
@@ -126,6 +156,11 @@ fn matching(ctx: &Ctx, owner: &UserId, ev: &ConversationEvent) -> Vec<String> {
 /// event), and every job follows its predecessors.
 pub async fn fan_out(ctx: &Ctx, memory: &Mutex<Memory>, ev: ConversationEvent) -> Result<(), BusError> {
     let conv = ev.conversation_id;
+    {
+        let mut memory = memory.lock().await;
+        memory.used.insert(conv, std::time::Instant::now());
+        metrics::gauge!("halyard_webhook_conversations_in_memory").set(memory.used.len() as f64);
+    }
     let Some(owner) = owner_of(ctx, memory, conv).await? else { return Ok(()) };
     let to = matching(ctx, &owner, &ev);
     let known = memory.lock().await.stored_up_to.get(&conv).copied();

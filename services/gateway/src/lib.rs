@@ -331,7 +331,8 @@ pub async fn serve(
 
     let limits = server::Limits::from_config(&state.config.gateway);
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
-    let mut projection = tokio::spawn(projection::run(js, store.clone(), live, caught_up, shutdown.clone()));
+    let view_idle = std::time::Duration::from_secs(state.config.agent.idle_evict_secs.max(1));
+    let mut projection = tokio::spawn(projection::run(js, store.clone(), live, view_idle, caught_up, shutdown.clone()));
     // Serve once the read models have caught up with the bus (after a crash, sled may be a
     // moment behind), so a restart never shows older state than before it. Connections wait
     // in the listener's backlog meanwhile. A long backlog is served from anyway after a while.

@@ -63,6 +63,14 @@ impl Live {
         }
     }
 
+    /// Drops the channels nobody listens to any more (a client that left a quiet
+    /// conversation leaves one behind, as nothing was published to notice).
+    fn forget_unwatched(&self) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        channels.retain(|_, tx| tx.receiver_count() > 0);
+        metrics::gauge!("halyard_gateway_live_channels").set(channels.len() as f64);
+    }
+
     fn task_settled(&self, owner: &str, task: TaskId) {
         let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(set) = starting.get_mut(owner) {
@@ -447,13 +455,16 @@ async fn unstall(js: &jetstream::Context, stream: &str, filter: &str, at: u64) -
 const EVENTS_CURSOR: &str = "cursor/events";
 const SYSTEM_CURSOR: &str = "cursor/system";
 
-/// Projects until `shutdown`. `caught_up` turns true once the read models have caught up with
+/// Projects until `shutdown`. A view untouched by any batch for `view_idle`
+/// (`HALYARD_IDLE_EVICT_SECS`) leaves the cache: an idle conversation holds nothing here (its
+/// view is read from sled again when it next changes). `caught_up` turns true once the read models have caught up with
 /// the streams as they were at start (a restart after a crash replays what sled had not yet
 /// flushed; the API waits for that, so that nothing it shows goes backwards).
 pub async fn run(
     js: jetstream::Context,
     store: Store,
     live: Arc<Live>,
+    view_idle: std::time::Duration,
     caught_up: tokio::sync::watch::Sender<bool>,
     mut shutdown: Shutdown,
 ) -> Result<(), BusError> {
@@ -463,6 +474,8 @@ pub async fn run(
     let (mut events, mut events_left) = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
     let (mut system, mut system_left) = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
     let mut views = HashMap::new();
+    // When each cached view was last part of a batch.
+    let mut touched: HashMap<ConversationId, tokio::time::Instant> = HashMap::new();
     let mut stall_check = tokio::time::interval(STALL_CHECK);
     // When each consumer last delivered (or was made).
     let (mut events_heard, mut system_heard) = (tokio::time::Instant::now(), tokio::time::Instant::now());
@@ -476,6 +489,11 @@ pub async fn run(
             m = system.next() => (false, m),
             m = events.next() => (true, m),
             _ = stall_check.tick() => {
+                // What idle conversations held here leaves memory.
+                views.retain(|id, _| touched.get(id).is_some_and(|t| t.elapsed() < view_idle));
+                touched.retain(|_, t| t.elapsed() < view_idle);
+                metrics::gauge!("halyard_gateway_views_in_memory").set(views.len() as f64);
+                live.forget_unwatched();
                 if events_heard.elapsed() >= STALL_CHECK {
                     if let Some(again) = unstall(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await {
                         (events, events_left) = again;
@@ -493,6 +511,7 @@ pub async fn run(
         };
         if views.len() > VIEW_CACHE {
             views.clear();
+            touched.clear();
         }
         let mut pending = Pending {
             store: &store,
@@ -555,6 +574,9 @@ pub async fn run(
             // System records first: an event's conversation view is then already there.
             next = system.next().now_or_never().map(|m| (false, m)).or_else(|| events.next().now_or_never().map(|m| (true, m)));
         }
+        let now = tokio::time::Instant::now();
+        touched.extend(pending.dirty.iter().map(|id| (*id, now)));
         pending.commit(&[(EVENTS_CURSOR, events_at), (SYSTEM_CURSOR, system_at)], &live)?;
+        metrics::gauge!("halyard_gateway_views_in_memory").set(views.len() as f64);
     }
 }

@@ -355,6 +355,8 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
 
     let config = Arc::new(config);
     let (trigger, shutdown) = shutdown::channel();
+    // What idle conversations' state freed goes back to the system.
+    let _trim = halyard_platform::memory::trim_every(Duration::from_secs(10), shutdown.clone());
     let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
     for (service, client) in clients.iter().cloned() {
         let (config, shutdown) = (config.clone(), shutdown.clone());

@@ -19,6 +19,7 @@ pub mod git_proxy;
 pub mod images;
 pub mod keys;
 pub mod llm;
+pub mod memory;
 pub mod nats;
 pub mod net;
 pub mod netaddr;

@@ -200,6 +200,9 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
         description: "Agent run leases: conversation id -> owning runner and heartbeat".into(),
         history: 1,
         num_replicas: kept_replicas(js, &format!("KV_{}", subjects::AGENT_LEASE_BUCKET), replicas).await,
+        // An ended run's lease is purged with a marker that expires: the bucket holds live runs
+        // only, not a key per conversation ever run (which the server would index forever).
+        limit_markers: Some(Duration::from_secs(60)),
         ..Default::default()
     })
     .await
@@ -242,6 +245,10 @@ impl EmbeddedNats {
         let conf_path = store_dir.join("nats-server.conf");
         bus_auth::write_private(&conf_path, &conf.to_string()).map_err(|e| server(&format!("{}: {e}", conf_path.display())))?;
         let mut cmd = Command::new(binary);
+        // Collect garbage at half the default heap growth: an idle server then holds less
+        // above what it really uses (its block caches and the like are garbage once they
+        // expire), for a little more collecting while busy.
+        cmd.env("GOGC", "50");
         cmd.arg("-c").arg(&conf_path).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
         let child = cmd.spawn().map_err(|e| {
             server(&format!(

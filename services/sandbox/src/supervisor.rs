@@ -152,6 +152,7 @@ impl SupervisorState {
         let (child, _) = Actor::spawn_linked(None, SandboxActor, (self.ctx.clone(), init), myself.get_cell()).await?;
         self.by_actor.insert(child.get_id(), id);
         self.children.insert(id, child.clone());
+        metrics::gauge!("halyard_sandbox_actors_in_memory").set(self.children.len() as f64);
         Ok(child)
     }
 }
@@ -281,6 +282,7 @@ impl Actor for Supervisor {
             }
             _ => {}
         }
+        metrics::gauge!("halyard_sandbox_actors_in_memory").set(state.children.len() as f64);
         Ok(())
     }
 }
