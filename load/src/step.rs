@@ -59,8 +59,13 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
     let mut ws = api.ws(&conv, have).await;
     let cpu0 = cpu_now();
     let mut ms = Vec::new();
+    // Wall-clock instants (ms since the epoch) each message was sent and its end seen, to place
+    // the log's own timestamps between them.
+    let mut sent_at = Vec::new();
+    let mut seen_at = Vec::new();
     for i in 0..messages {
         let t = Instant::now();
+        sent_at.push(halyard_platform::now_ms());
         let (s, v) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": format!("message {i}")})).await;
         ensure!(s == 202, "message refused: {v}");
         loop {
@@ -70,6 +75,7 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
             }
         }
         ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        seen_at.push(halyard_platform::now_ms());
     }
     let cpu = cpu_per_item(cpu0, cpu_now(), messages);
     ws.close().await;
@@ -78,12 +84,48 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
         events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "terminal").count() == messages,
         "a run did not run its command"
     );
+    // Where the time goes: the mean gap before each event of a run, by the event (and status)
+    // before it, from the log's millisecond timestamps; the first from the client's send, the
+    // last to the client's receipt of `finished`.
+    let mut gaps: std::collections::BTreeMap<String, (f64, usize)> = std::collections::BTreeMap::new();
+    let label = |e: &Value| match e["kind"].as_str() {
+        Some("execution_status") => format!("status {}", e["status"].as_str().unwrap_or("")),
+        Some("action") | Some("observation") => format!("{} {}", e["kind"].as_str().unwrap_or(""), e["tool"].as_str().unwrap_or("")),
+        other => other.unwrap_or("").to_owned(),
+    };
+    let stamp = |e: &Value| e["timestamp"].as_str().and_then(epoch_ms);
+    let mut run = 0usize;
+    let mut before: Option<(String, i64)> = None;
+    for e in events.iter().filter(|e| e["seq"].as_u64().unwrap_or(0) > have) {
+        let Some(at) = stamp(e) else { continue };
+        if e["kind"] == "user_message" {
+            before = Some(("sent".into(), sent_at.get(run).copied().unwrap_or(at)));
+        }
+        if let Some((prev, prev_at)) = &before {
+            let slot = gaps.entry(format!("{prev} -> {}", label(e))).or_insert((0.0, 0));
+            slot.0 += (at - prev_at) as f64;
+            slot.1 += 1;
+        }
+        before = Some((label(e), at));
+        if e["kind"] == "execution_status" && e["status"] == "finished" {
+            if let Some(seen) = seen_at.get(run) {
+                let slot = gaps.entry("status finished -> seen by the client".into()).or_insert((0.0, 0));
+                slot.0 += (seen - at) as f64;
+                slot.1 += 1;
+            }
+            run += 1;
+            before = None;
+        }
+    }
+    let gaps: serde_json::Map<String, Value> =
+        gaps.into_iter().map(|(k, (sum, n))| (k, json!((sum / n.max(1) as f64 * 100.0).round() / 100.0))).collect();
     let mut sorted = ms.clone();
     sorted.sort_by(f64::total_cmp);
     Ok(json!({
         "message_to_finished_ms_p50": percentile(&sorted, 50.0),
         "message_to_finished_ms_p99": percentile(&sorted, 99.0),
         "cpu_us_per_message": cpu,
+        "mean_ms_before_each_event": gaps,
         "samples_ms": ms.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>(),
     }))
 }
@@ -128,4 +170,24 @@ pub async fn run(reps: usize) -> Result<Value> {
         "runs": runs,
         "reproduce": "cargo run --release -p halyard-load -- --suite step (writes load/results/step.json)",
     }))
+}
+
+/// Milliseconds since the epoch of an RFC 3339 timestamp as the API writes them
+/// (`2026-11-26T06:35:28.970Z`).
+fn epoch_ms(t: &str) -> Option<i64> {
+    let (date, time) = t.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut h = hms.split(':').map(|x| x.parse::<i64>());
+    let (hh, mm, ss) = (h.next()?.ok()?, h.next()?.ok()?, h.next()?.ok()?);
+    let ms: i64 = format!("{frac:0<3}")[..3].parse().ok()?;
+    // Days since the epoch (civil calendar, Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
 }

@@ -687,6 +687,7 @@ impl ConvState {
             mcp: self.mcp.clone(),
             tool_set: Default::default(),
             vision: true,
+            checkpointing: Default::default(),
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

@@ -11,7 +11,7 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_protocol::event::{EventBody, EventSource};
 use serde_json::{Value, json};
 
-use super::{Call, HookSubject, Run, RunOutcome, Setting, checkpoint, pull_request_opened, wants};
+use super::{Call, HookSubject, Run, RunOutcome, Setting, pull_request_opened, wants};
 use crate::stuck;
 use crate::tools::hooks::Moment;
 use crate::tools::{self, ToolOutcome};
@@ -88,6 +88,8 @@ impl Run {
             if self.cancelled() {
                 return Some(RunOutcome::Paused);
             }
+            // Nothing runs in the sandbox (hooks included) while a checkpoint is being taken.
+            self.checkpoint_settled().await;
             let together = match reads_only(setting, &calls[at]) {
                 true => calls[at..].iter().take_while(|c| reads_only(setting, c)).count(),
                 false => 1,
@@ -233,7 +235,7 @@ impl Run {
                 let seq = self.append_seq(EventSource::Environment, body).await?;
                 // What the action left in the workspace, kept under its observation's seq.
                 if !changes_nothing && setting.checkpoints {
-                    checkpoint(exec, seq).await;
+                    self.checkpoint_behind(exec, seq).await;
                 }
                 // A pull request opened with Halyard's own tool is the conversation's to remember.
                 if let Some(opened) = opened {
@@ -301,7 +303,7 @@ impl Run {
                 }
                 // A cell may have changed the workspace.
                 if name == crate::tools::kernel::TOOL && setting.checkpoints {
-                    checkpoint(exec, seq).await;
+                    self.checkpoint_behind(exec, seq).await;
                 }
                 self.after_result(exec, setting, call, post, steps, thresholds).await
             }

@@ -131,6 +131,8 @@ pub struct Run {
     /// The model reads images: the browser's screenshots it asks for are sent to it (set when
     /// the run starts).
     pub vision: bool,
+    /// The checkpoint being taken behind the run, if one is ([`Self::checkpoint_behind`]).
+    pub checkpointing: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Run {
@@ -151,6 +153,9 @@ impl Run {
     }
 
     async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
+        // A status is where a client may look at (or fork from) the workspace's checkpoints:
+        // the last one is taken by then.
+        self.checkpoint_settled().await;
         self.append(EventSource::System, EventBody::ExecutionStatus { status, reason }).await
     }
 
@@ -185,15 +190,6 @@ impl Run {
     /// Waits until `flag` (the cancel or the interrupt signal) is set.
     async fn until_set(mut flag: watch::Receiver<bool>) {
         let _ = flag.wait_for(|set| *set).await;
-    }
-
-    /// The executor of the conversation's sandbox, answering (see [`executor_of`]).
-    async fn executor(&self) -> Result<ExecutorClient, String> {
-        let sandbox_id = {
-            let log = self.log.lock().await;
-            log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?
-        };
-        executor_of(&self.ctx, sandbox_id).await
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
@@ -299,16 +295,57 @@ impl Run {
         Ok(())
     }
 
-    /// Runs the agent loop.
-    pub async fn run(mut self) -> RunOutcome {
+    /// Runs the agent loop; the run ends once its last checkpoint is taken.
+    pub async fn run(self) -> RunOutcome {
+        let mut run = self;
+        let outcome = run.run_loop().await;
+        run.checkpoint_settled().await;
+        outcome
+    }
+
+    /// Keeps what the workspace holds now under `seq`, while the run goes on to its next LLM
+    /// call (git's work overlaps the model's thinking instead of coming before it). Checkpoints
+    /// are taken one at a time, in order, and nothing runs in the sandbox before the last one
+    /// is taken ([`Self::checkpoint_settled`]): each still shows the workspace exactly as the
+    /// action before it left it.
+    pub(super) async fn checkpoint_behind(&self, exec: &ExecutorClient, seq: u64) {
+        self.checkpoint_settled().await;
+        let exec = exec.clone();
+        let taking = tokio::spawn(async move { checkpoint(&exec, seq).await });
+        *self.checkpointing.lock().unwrap_or_else(|p| p.into_inner()) = Some(taking);
+    }
+
+    /// Waits for the checkpoint being taken, if one is.
+    pub(super) async fn checkpoint_settled(&self) {
+        let taking = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(taking) = taking {
+            let _ = taking.await;
+        }
+    }
+
+    async fn run_loop(&mut self) -> RunOutcome {
         if !self.status(ExecutionStatus::Running, None).await {
             return RunOutcome::Failed;
         }
+        // The sandbox is reached (woken, if it hibernated) while the owner's configuration is
+        // read: neither waits for the other.
+        let reaching = {
+            let sandbox_id = self.log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
+            let ctx = self.ctx.clone();
+            tokio::spawn(async move {
+                match sandbox_id {
+                    Some(id) => executor_of(&ctx, id).await,
+                    None => Err("the conversation has no sandbox".to_owned()),
+                }
+            })
+        };
         if let Err(e) = self.configure().await {
+            reaching.abort();
             return self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await;
         }
-        let exec = match self.executor().await {
-            Ok(e) => e,
+        let exec = match reaching.await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
         // The workspace as the run finds it is a checkpoint too: before any action, it is how
@@ -319,7 +356,7 @@ impl Run {
             (if log.history.acted { log.history.last_seq } else { 1 }, helper)
         };
         if !helper {
-            checkpoint(&exec, at).await;
+            self.checkpoint_behind(&exec, at).await;
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream.
