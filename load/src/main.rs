@@ -10,7 +10,7 @@
 //!     process sandbox, isolated under a uid of its own (the benchmark runs as root), p50 and
 //!     p99.
 //!
-//! Figures go to `load/results/core.json` and `core.md`. Targets: (b) >= 0.5 x (a); (c) p50 <
+//! Figures go to `load/results/core.json`, every repetition kept. Targets: (b) >= 0.5 x (a); (c) p50 <
 //! 50 ms. A benchmark reports; it does not assert.
 
 use std::sync::Arc;
