@@ -79,12 +79,7 @@ async fn kind(kind: &str, reps: usize) -> Result<Value> {
             .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "1"),
     );
     let api = h.api(KEY);
-    let mut runs = Vec::new();
-    for rep in 0..reps {
-        let run = once(&api).await?;
-        eprintln!("{kind} rep {rep}: {run}");
-        runs.push(run);
-    }
+    let runs = crate::record::collect(&format!("hibernation ({kind})"), reps, |_| once(&api)).await?;
     drop(h);
     let of = |key: &str| spread(runs.iter().filter_map(|r| r[key].as_f64()));
     let (wake, start, base) = (of("wake_to_ready_ms"), of("start_ms"), of("baseline_files_ms"));

@@ -93,18 +93,9 @@ async fn converse(h: &Halyard, first: usize, n: usize) -> Result<Vec<String>> {
     Ok(convs)
 }
 
-/// What each service holds in memory for conversations, by its own gauges.
-const IN_MEMORY: [&str; 5] = [
-    "halyard_agent_conversations_in_memory",
-    "halyard_sandbox_actors_in_memory",
-    "halyard_gateway_views_in_memory",
-    "halyard_gateway_live_channels",
-    "halyard_webhook_conversations_in_memory",
-];
-
 async fn in_memory(h: &Halyard) -> Value {
     let m = h.scrape().await;
-    Value::Object(IN_MEMORY.iter().map(|g| ((*g).to_owned(), json!(m.sum(g, &[])))).collect())
+    Value::Object(halyard_tests::IN_MEMORY_GAUGES.iter().map(|g| ((*g).to_owned(), json!(m.sum(g, &[])))).collect())
 }
 
 /// Waits until nothing is left to settle: every sandbox hibernated and every service's gauge of
@@ -210,12 +201,7 @@ async fn once(n: usize) -> Result<Value> {
 
 pub async fn run(reps: usize, n: usize) -> Result<Value> {
     let context = Context::now();
-    let mut runs = Vec::new();
-    for rep in 0..reps {
-        let run = once(n).await?;
-        eprintln!("memory rep {rep}: {run}");
-        runs.push(run);
-    }
+    let runs = crate::record::collect("memory", reps, |_| once(n)).await?;
     let of = |key: &str| spread(runs.iter().filter_map(|r| r["kib_per_idle_conversation"][key].as_f64()));
     let total = of("total");
     Ok(json!({

@@ -48,19 +48,29 @@ pub fn spread(values: impl IntoIterator<Item = f64>) -> Value {
 
 /// Runs one repetition of a suite `reps` times in this invocation and keeps them all, with the
 /// median, min and max of every figure they share (see [`figures`]).
-pub async fn repeated<F, Fut>(suite: &str, reps: usize, mut once: F) -> anyhow::Result<Value>
+pub async fn repeated<F, Fut>(suite: &str, reps: usize, once: F) -> anyhow::Result<Value>
 where
     F: FnMut(usize) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Value>>,
 {
     let context = Context::now();
+    let runs = collect(suite, reps, once).await?;
+    Ok(json!({"suite": suite, "context": context, "repetitions": reps, "figures": figures(&runs), "runs": runs}))
+}
+
+/// Runs one repetition of a suite `reps` times, saying each as it ends; all of them.
+pub async fn collect<F, Fut>(suite: &str, reps: usize, mut once: F) -> anyhow::Result<Vec<Value>>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
     let mut runs = Vec::new();
     for rep in 0..reps {
         let run = once(rep).await?;
         eprintln!("{suite} rep {rep}: {run}");
         runs.push(run);
     }
-    Ok(json!({"suite": suite, "context": context, "repetitions": reps, "figures": figures(&runs), "runs": runs}))
+    Ok(runs)
 }
 
 /// Every number of the first run, by its path (`a.b.c`), as the spread of that number over the

@@ -34,3 +34,13 @@ pub fn finished(events: &[serde_json::Value]) -> bool {
 pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// The gauges by which each service says what it holds in memory for conversations (all zero
+/// once every conversation is idle).
+pub const IN_MEMORY_GAUGES: [&str; 5] = [
+    "halyard_agent_conversations_in_memory",
+    "halyard_sandbox_actors_in_memory",
+    "halyard_gateway_views_in_memory",
+    "halyard_gateway_live_channels",
+    "halyard_webhook_conversations_in_memory",
+];

@@ -166,15 +166,6 @@ async fn an_idle_container_is_stopped_not_paused_and_a_message_starts_it_again()
     assert_eq!(s, 200, "{file}");
 }
 
-/// What every service holds for a conversation, by its own gauges.
-const IN_MEMORY: [&str; 5] = [
-    "halyard_agent_conversations_in_memory",
-    "halyard_sandbox_actors_in_memory",
-    "halyard_gateway_views_in_memory",
-    "halyard_gateway_live_channels",
-    "halyard_webhook_conversations_in_memory",
-];
-
 #[tokio::test]
 async fn idle_conversations_leave_every_services_memory_and_come_back_from_the_log() {
     init();
@@ -210,7 +201,8 @@ async fn idle_conversations_leave_every_services_memory_and_come_back_from_the_l
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let m = h.scrape().await;
-        let left: Vec<(&str, f64)> = IN_MEMORY.iter().map(|g| (*g, m.sum(g, &[]))).filter(|(_, v)| *v > 0.0).collect();
+        let left: Vec<(&str, f64)> =
+            halyard_tests::IN_MEMORY_GAUGES.iter().map(|g| (*g, m.sum(g, &[]))).filter(|(_, v)| *v > 0.0).collect();
         if left.is_empty() {
             break;
         }

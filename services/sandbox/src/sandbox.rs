@@ -179,9 +179,10 @@ impl Actor for SandboxActor {
             }
             SandboxMsg::Engine { container, action, exit_code } => st.engine_event(&container, &action, exit_code).await,
             SandboxMsg::Tick => {
-                if st.check_idle().await {
-                    // Nothing of a hibernated sandbox stays in memory: its next command
-                    // brings the actor back from its record.
+                // Nothing of a hibernated sandbox stays in memory (one brought back by a
+                // command that did not wake it included): its next command brings the actor
+                // back from its record.
+                if st.check_idle().await || st.status == SandboxStatus::Hibernated {
                     myself.stop(Some("hibernated".into()));
                 }
             }
