@@ -86,13 +86,15 @@ async fn a_300_step_run_condenses_its_history_and_finishes_within_the_window() {
     let log = std::fs::read_to_string(h.workspace(task["sandbox_id"].as_str().unwrap()).join("steps.log")).unwrap();
     assert_eq!(log.lines().count(), 300, "every step ran");
 
-    // It condensed, each time from a prompt over the budget to one well under it.
+    // It condensed, each time from a prompt over the budget to one well under it. (It keeps
+    // half of the room the system prompt and tools leave, plus the summary: about 4,500 tokens
+    // of this 6,000, give or take what the random paths in the observations tokenize to.)
     let condensations: Vec<&Value> = events.iter().filter(|e| e["kind"] == "condensation").collect();
     assert!(condensations.len() >= 5, "{} condensations", condensations.len());
     let budget = (window - reserve) as u64;
     for c in &condensations {
         let (before, after) = (c["tokens_before"].as_u64().unwrap(), c["tokens_after"].as_u64().unwrap());
-        assert!(before > budget && after < budget * 3 / 4, "{c}");
+        assert!(before > budget && after < budget * 4 / 5, "{c}");
         assert!(c["from_seq"].as_u64().unwrap() <= c["upto_seq"].as_u64().unwrap());
     }
     // The log keeps everything: 300 actions and their observations.

@@ -135,7 +135,10 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     llm.push([Reply::tool("terminal", json!({"command": "cat notes.txt"})), Reply::finish("read it")]);
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "read your notes"})).await.0, 202);
     let events = finished_runs(&api, &conv, 2).await;
-    assert_eq!(last_terminal_output(&events).lines().next(), Some("kept"));
+    // A new container process: the agent is told its shell is new.
+    let output = last_terminal_output(&events);
+    assert!(output.starts_with("[This is a new shell"), "{output}");
+    assert_eq!(output.lines().nth(1), Some("kept"));
 
     // Removed behind Halyard's back: MISSING, then re-provisioned on the same volume.
     docker(&["rm", "-f", &c1]);
@@ -144,7 +147,9 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     llm.push([Reply::tool("terminal", json!({"command": "cat notes.txt"})), Reply::finish("still there")]);
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await.0, 202);
     let events = finished_runs(&api, &conv, 3).await;
-    assert_eq!(last_terminal_output(&events).lines().next(), Some("kept"));
+    let output = last_terminal_output(&events);
+    assert!(output.starts_with("[This is a new shell"), "{output}");
+    assert_eq!(output.lines().nth(1), Some("kept"));
     assert_log_is_contiguous(&events);
     let c2 = container_of(&h, &sandbox);
     assert_ne!(c1, c2, "a new container");
