@@ -5,7 +5,7 @@
 //! other secret and talks to nothing but its caller: it never sees the bus or an LLM key.
 //!
 //! Routes: `GET /health` (open: liveness, workspace, and `idle_ms` since the last shell or file
-//! request, for the supervisor's idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
+//! request, for the supervisor's hibernation and idle pause), `POST /shell/exec`, `POST /files/edit`, `POST
 //! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
 //! agent's browser tools, [`runtimes::browser`]), `POST /ipython` (a cell in the Python kernel,
 //! [`runtimes::kernel`]), `POST /vscode` and `/vscode/…` (the user's VS Code, started and reached,
@@ -142,7 +142,7 @@ struct AppState {
     vscode: Arc<runtimes::vscode::VsCode>,
 }
 
-/// Whether the agent is using this sandbox, for the supervisor's idle pause.
+/// Whether the agent is using this sandbox, for the supervisor's hibernation (and idle pause).
 struct Activity {
     started: Instant,
     in_flight: AtomicUsize,

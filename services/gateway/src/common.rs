@@ -1,8 +1,9 @@
 //! Helpers the handlers of several modules share: ids from paths, the conversation (and its
-//! running sandbox, woken from hibernation) a user may act on, the running limits, pages, commands to a conversation's agent, the checks of
-//! a start's spec, budget and labels, a delivery attempt as the API shows it, and the client's
-//! address and the pause before a refusal past a limit. Kept apart from any one handler's file
-//! so that handler modules never import each other.
+//! running sandbox, woken from hibernation) a user may act on, the running limits, pages,
+//! commands to a conversation's agent, the checks of a start's spec, budget and labels, a
+//! delivery attempt as the API shows it, and the client's address and the pause before a
+//! refusal past a limit. Kept apart from any one handler's file so that handler modules never
+//! import each other.
 
 use std::net::IpAddr;
 use std::time::Duration;
