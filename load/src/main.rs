@@ -266,14 +266,7 @@ async fn core(args: &Args) -> Result<serde_json::Value> {
     eprintln!("(c) start to READY: p50 {start_p50:.1} ms, p99 {start_p99:.1} ms over {}", starts.len());
 
     // (a) raw JetStream publish with acks, 256 in flight, file storage like the event stream.
-    let _ = js.delete_stream("BENCH_RAW").await;
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "BENCH_RAW".into(),
-        subjects: vec!["bench.raw.>".into()],
-        storage: async_nats::jetstream::stream::StorageType::File,
-        ..Default::default()
-    })
-    .await?;
+    bench_stream(&js, "BENCH_RAW", "bench.raw.>").await?;
     let payload = bytes_of_event();
     let cpu0 = cpu_now();
     let t0 = Instant::now();
@@ -420,6 +413,20 @@ async fn core(args: &Args) -> Result<serde_json::Value> {
     });
     drop(h);
     Ok(results)
+}
+
+/// A file stream of the benchmark's own on `subjects`, made afresh (one left by an interrupted
+/// run is removed first), as the event stream is stored.
+pub(crate) async fn bench_stream(js: &async_nats::jetstream::Context, name: &str, subjects: &str) -> Result<()> {
+    let _ = js.delete_stream(name).await;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: name.into(),
+        subjects: vec![subjects.into()],
+        storage: async_nats::jetstream::stream::StorageType::File,
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
 }
 
 /// CPU time (user + system) used so far by every process named `comm` (`self` for this one),

@@ -62,11 +62,10 @@ fn descendant(ancestor: u32, comm: &str) -> Option<u32> {
 /// chosen by what each request holds): a note written, then done; asked to read it, it reads.
 fn script(llm: &ScriptedLlm) {
     llm.fallback(|req| {
-        let messages = req["messages"].as_array().cloned().unwrap_or_default();
-        let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
-        let answered = messages[last_user..].iter().any(|m| m["role"] == "tool");
-        let command =
-            if messages[last_user]["content"].to_string().contains("read your note") { "cat note.txt" } else { "echo noted > note.txt" };
+        let turn = halyard_tests::llm::latest_turn(req);
+        let answered = turn.iter().any(|m| m["role"] == "tool");
+        let asked_to_read = turn.first().is_some_and(|m| m["content"].to_string().contains("read your note"));
+        let command = if asked_to_read { "cat note.txt" } else { "echo noted > note.txt" };
         if answered { Reply::finish("done") } else { Reply::tool("terminal", json!({"command": command, "security_risk": "low"})) }
     });
 }

@@ -21,9 +21,7 @@ use crate::{KEY, cpu_now, cpu_per_item, percentile};
 /// Two LLM steps and a command per message: a command first, then finish once it answered.
 fn script(llm: &ScriptedLlm) {
     llm.fallback(|req| {
-        let messages = req["messages"].as_array().cloned().unwrap_or_default();
-        let last_user = messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0);
-        if messages[last_user..].iter().any(|m| m["role"] == "tool") {
+        if halyard_tests::llm::latest_turn(req).iter().any(|m| m["role"] == "tool") {
             Reply::finish("done")
         } else {
             Reply::tool("terminal", json!({"command": "echo hi", "security_risk": "low"}))
@@ -33,14 +31,7 @@ fn script(llm: &ScriptedLlm) {
 
 /// One bare publish with its acknowledgement, `n` times in a row; the median in ms.
 async fn bus_round_trip(js: &async_nats::jetstream::Context, n: usize) -> Result<f64> {
-    let _ = js.delete_stream("BENCH_STEP").await;
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "BENCH_STEP".into(),
-        subjects: vec!["bench.step".into()],
-        storage: async_nats::jetstream::stream::StorageType::File,
-        ..Default::default()
-    })
-    .await?;
+    crate::bench_stream(js, "BENCH_STEP", "bench.step").await?;
     let mut ms = Vec::new();
     for _ in 0..n {
         let t = Instant::now();

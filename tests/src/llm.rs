@@ -621,3 +621,10 @@ async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(bod
         .collect();
     answered(&inner, arrived, stream_events(&inner, events, pace))
 }
+
+/// The messages of a chat-completions request from its last user message on: that message,
+/// then what the agent did about it (a `tool` message among them: a tool has answered).
+pub fn latest_turn(request: &Value) -> &[Value] {
+    let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    &messages[messages.iter().rposition(|m| m["role"] == "user").unwrap_or(0)..]
+}

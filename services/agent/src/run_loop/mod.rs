@@ -296,10 +296,9 @@ impl Run {
     }
 
     /// Runs the agent loop; the run ends once its last checkpoint is taken.
-    pub async fn run(self) -> RunOutcome {
-        let mut run = self;
-        let outcome = run.run_loop().await;
-        run.checkpoint_settled().await;
+    pub async fn run(mut self) -> RunOutcome {
+        let outcome = self.run_loop().await;
+        self.checkpoint_settled().await;
         outcome
     }
 

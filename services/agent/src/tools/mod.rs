@@ -295,9 +295,9 @@ pub fn task_tracker(current: &[TaskItem], args: &Value) -> (ToolOutcome, Option<
 /// sandbox hibernated while idle, or its processes were restarted): the model must not count on
 /// what only the old shell had.
 pub const NEW_SHELL: &str = "[This is a new shell: the sandbox's processes were stopped since your last command (it \
-     hibernated while idle, or was restarted). It started in the directory your last command ended in (the workspace if that is gone), and your \
-     secrets are set again; files are as you left them, but variables you exported and processes you left running \
-     (servers, background jobs) are gone: start them again if you need them.]";
+     hibernated while idle, or was restarted). It started in the directory your last command ended in (the workspace if \
+     that is gone), and your secrets are set again; files are as you left them, but variables you exported and processes \
+     you left running (servers, background jobs) are gone: start them again if you need them.]";
 
 /// Executes one tool call in the sandbox.
 /// `env`: exported into the shell before a command (the owner's secrets); `default_timeout`: a
