@@ -402,6 +402,21 @@ impl NatsServer {
         Self::launch(dir, port, &args, &[])
     }
 
+    /// A nats-server with JetStream on a free port whose store may hold `max_file_store` in all
+    /// (nats-server syntax, `256MB`), as on a small disk: what JetStream has then is all a
+    /// stream's `max_bytes` may reserve.
+    pub fn start_with_store_limit(max_file_store: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let conf = format!(
+            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n",
+            dir.path().join("js").display().to_string()
+        );
+        std::fs::write(dir.path().join("server.conf"), conf).expect("server.conf");
+        let args = ["-c".into(), dir.path().join("server.conf").into_os_string()];
+        Self::launch(dir, port, &args, &[])
+    }
+
     /// A nats-server with JetStream on a free port whose configuration `include`s `accounts`
     /// (nats-server syntax), with `env` in its environment (for variable references).
     pub fn start_with_accounts(accounts: &str, env: &[(String, String)]) -> Self {

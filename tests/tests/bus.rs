@@ -60,6 +60,23 @@ async fn each_service_can_run_as_its_own_process() {
     assert_eq!(m.sum("halyard_http_request_seconds_count", &[("route", "/api/v1/conversations/{id}/events")]), reads);
 }
 
+/// CI once had about 5 GB free: the screenshots' bucket then reserved 4 GiB of a store that
+/// JetStream sizes at 75% of the free disk, and no Halyard started. Nothing is reserved now.
+#[tokio::test]
+async fn halyard_starts_and_runs_on_a_small_jetstream_store() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::tool("terminal", json!({"command": "echo small"})), Reply::finish("done")]);
+    let nats = NatsServer::start_with_store_limit("256MB");
+    let all = ["sandbox", "agent", "conversations", "gateway", "callbacks"];
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).serve(&nats.url, &all).set("HALYARD_SECRET", "a-shared-deployment-secret"));
+    let api = h.api(ALICE);
+    let (conv, _) = api.start_ready(json!({"message": "go"})).await;
+    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let obs = events.iter().find(|e| e["tool"] == "terminal" && e["kind"] == "observation").unwrap();
+    assert!(obs["content"].as_str().unwrap().starts_with("small"), "{obs}");
+}
+
 #[tokio::test]
 async fn poison_messages_are_parked_and_the_service_carries_on() {
     init();

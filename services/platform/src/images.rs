@@ -11,20 +11,30 @@ use crate::error::{BusError, BusErrorKind};
 
 /// What the bucket may hold in all; past it, new screenshots are refused (the observation then
 /// has none) rather than old ones dropped from under the events that name them.
-pub const MAX_BYTES: i64 = 4 << 30;
+///
+/// Checked by [`put`], not set as the stream's `max_bytes`: JetStream reserves a stream's
+/// `max_bytes` out of its store at creation, so 4 GiB of screenshots no one has taken yet would
+/// refuse to start on a disk with less than about 5.3 GiB free (its store is 75% of what is free).
+pub const MAX_BYTES: u64 = 4 << 30;
 
 /// The largest screenshot kept.
 pub const MAX_SCREENSHOT: usize = 8 << 20;
 
+/// The bucket's stream.
+fn stream_name() -> String {
+    format!("OBJ_{}", subjects::IMAGE_BUCKET)
+}
+
 /// Declares the bucket (idempotent; at start-up, with the rest of the topology). One that
-/// exists keeps its stream, its replicas and size brought to these (the object store has no
-/// create-or-update, and a create whose defaults differ from the stored stream's is refused).
+/// exists keeps its stream, its replicas brought to these and no reserved size (the object
+/// store has no create-or-update, and a create whose defaults differ from the stored stream's
+/// is refused).
 pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), BusError> {
     let topo = |e: String| BusError::new(BusErrorKind::Topology, format!("object store {}: {e}", subjects::IMAGE_BUCKET));
-    if let Ok(stream) = js.get_stream(format!("OBJ_{}", subjects::IMAGE_BUCKET)).await {
+    if let Ok(stream) = js.get_stream(stream_name()).await {
         let mut config = stream.cached_info().config.clone();
-        if config.num_replicas != replicas || config.max_bytes != MAX_BYTES {
-            (config.num_replicas, config.max_bytes) = (replicas, MAX_BYTES);
+        if config.num_replicas != replicas || config.max_bytes != -1 {
+            (config.num_replicas, config.max_bytes) = (replicas, -1);
             js.update_stream(config).await.map_err(|e| topo(e.to_string()))?;
         }
         return Ok(());
@@ -32,7 +42,6 @@ pub async fn declare(js: &jetstream::Context, replicas: usize) -> Result<(), Bus
     js.create_object_store(object_store::Config {
         bucket: subjects::IMAGE_BUCKET.to_owned(),
         description: Some("The browser's screenshots (PNG): <conversation>/<screenshot id>".into()),
-        max_bytes: MAX_BYTES,
         num_replicas: replicas,
         ..Default::default()
     })
@@ -49,6 +58,18 @@ async fn bucket(js: &jetstream::Context) -> Result<object_store::ObjectStore, Bu
 pub async fn put(js: &jetstream::Context, conversation: ConversationId, png: &[u8]) -> Result<String, BusError> {
     if png.len() > MAX_SCREENSHOT {
         return Err(BusError::new(BusErrorKind::Publish, format!("a screenshot of {} bytes is over the limit", png.len())));
+    }
+    // Two puts at once may both pass this and go over by a screenshot each: the limit keeps the
+    // store from growing without end, it is not an exact quota.
+    let held = js
+        .get_stream(stream_name())
+        .await
+        .map_err(|e| BusError::new(BusErrorKind::Read, format!("screenshots: {e}")))?
+        .cached_info()
+        .state
+        .bytes;
+    if held + png.len() as u64 > MAX_BYTES {
+        return Err(BusError::new(BusErrorKind::Publish, format!("the screenshots' store is full ({held} bytes held)")));
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let store = bucket(js).await?;

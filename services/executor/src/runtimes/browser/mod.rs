@@ -228,9 +228,18 @@ impl Browser {
         if tokio::time::timeout(Duration::from_secs(3), live.child.wait()).await.is_err() {
             let _ = live.child.kill().await;
         }
-        let _ = tokio::fs::remove_dir_all(&live.profile).await;
-        if let Some(link) = &live.link {
-            let _ = tokio::fs::remove_file(link).await;
+        // The profile and the link go with `live` (its `Drop`).
+    }
+}
+
+impl Drop for Live {
+    /// However the browser ends (stopped, or its executor's runtime dropped with it), its
+    /// profile and link do not outlive it: a profile is a few MB, and a left one is never read.
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.profile);
+        if let Some(link) = &self.link {
+            let _ = std::fs::remove_file(link);
         }
     }
 }
