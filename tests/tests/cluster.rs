@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Halyard as a cluster: every service its own process, two agent runners, over a three-node
 //! JetStream cluster. A killed runner's runs are taken over by the other and finish; commands
-//! reach a run whichever runner pulled them; a killed NATS node stops nothing.
+//! reach a run whichever runner pulled them; a killed NATS node stops nothing, with the
+//! services as processes and as the Compose file's containers.
 
 use std::time::{Duration, Instant};
 
@@ -318,6 +319,123 @@ fn the_compose_file_is_valid_and_runs_every_service() {
     }
     want.sort_unstable();
     assert_eq!(services, want);
+}
+
+/// `docker-compose up` of infra/cluster/compose.yaml, for real: an image made around this
+/// build's binary by infra/build-local-image.sh (NATS nodes from it too: no registry here), a
+/// three-node JetStream with three copies of every stream, and a conversation run through the
+/// containers while the node leading the event log is killed. Nothing is lost and the other
+/// gateway reads the same log.
+#[tokio::test]
+async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (tag, project, user) =
+        (format!("halyard:compose-{}", &id[..12]), format!("halyardtest{}", &id[..12]), format!("compose{}", &id[..8]));
+    let key = format!("{user}-secret-key");
+    let built = std::process::Command::new("bash")
+        .arg(format!("{root}/infra/build-local-image.sh"))
+        .args([halyard_tests::harness::halyard_bin().as_os_str(), std::ffi::OsStr::new(&tag)])
+        .output()
+        .expect("bash");
+    assert!(built.status.success(), "build-local-image.sh: {}", String::from_utf8_lossy(&built.stderr));
+    let compose = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("docker-compose");
+        cmd.args(["-f", &format!("{root}/infra/cluster/compose.yaml"), "-p", &project])
+            .args(args)
+            .env("HALYARD_IMAGE", &tag)
+            .env("HALYARD_NATS_IMAGE", &tag)
+            .env("HALYARD_SECRET", "a-shared-deployment-secret-for-compose")
+            .env("HALYARD_API_KEYS", format!("{user}:{key}"))
+            .env("HALYARD_ADMINS", &user)
+            .env("HALYARD_LLM_BASE_URL", &llm.base_url)
+            .env("HALYARD_LLM_MODEL", "scripted-model")
+            .env("HALYARD_LLM_API_KEY", halyard_tests::harness::LLM_KEY)
+            .env("HALYARD_TITLE_USE_LLM", "false");
+        cmd
+    };
+    // Everything goes, passed or failed: the project's containers and volumes, the sandboxes
+    // its supervisor started (labelled with their owner), the image.
+    struct Down(std::process::Command, String, String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = self.0.output();
+            let docker = |args: &[&str]| std::process::Command::new("docker").args(args).output().map(|o| o.stdout).unwrap_or_default();
+            let owned = format!("label=dev.halyard.owner={}", self.1);
+            for c in String::from_utf8_lossy(&docker(&["ps", "-aq", "--filter", &owned])).split_whitespace() {
+                docker(&["rm", "-f", "-v", c]);
+            }
+            for v in String::from_utf8_lossy(&docker(&["volume", "ls", "-q", "--filter", &owned])).split_whitespace() {
+                docker(&["volume", "rm", "-f", v]);
+            }
+            docker(&["rmi", "-f", &self.2]);
+        }
+    }
+    let mut down = compose(&["down", "-v", "--timeout", "5"]);
+    down.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let _down = Down(down, user.clone(), format!("halyard:compose-{}", &id[..12]));
+    let logs = |service: &str| {
+        String::from_utf8_lossy(&compose(&["logs", "--no-color", "--tail", "40", service]).output().unwrap().stdout).to_string()
+    };
+    let up = compose(&["up", "-d"]).output().expect("docker-compose (apt-get install docker-compose)");
+    assert!(up.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&up.stderr));
+
+    let gateway =
+        |port: u16| halyard_tests::Api { base: format!("http://127.0.0.1:{port}"), key: key.clone(), http: reqwest::Client::new() };
+    let (one, two) = (gateway(3001), gateway(3002));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for api in [&one, &two] {
+        loop {
+            if let Ok(r) = api.http.get(format!("{}/api/v1/conversations", api.base)).bearer_auth(&api.key).send().await {
+                if r.status() == 200 {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "the gateways never answered:\n{}\n{}", logs("setup-bus"), logs("gateway-1"));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    // Three copies of the log on three nodes; the node leading it is the one to kill.
+    let nodes: Vec<String> = (14222..=14224).map(|p| format!("nats://127.0.0.1:{p}")).collect();
+    let js = async_nats::jetstream::new(async_nats::connect(nodes).await.unwrap());
+    let info = js.get_stream("HALYARD_EVENTS").await.unwrap().get_info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3);
+    let leader = info.cluster.and_then(|c| c.leader).expect("the event log has a leader");
+    assert!(["nats-1", "nats-2", "nats-3"].contains(&leader.as_str()), "{leader}");
+
+    // The run writes, then waits on the model while the leader dies, then writes again.
+    llm.push([Reply::tool("terminal", json!({"command": "echo before > trail.txt"})), Reply::Hang]);
+    let (conv, task) = one.start_ready(json!({"message": "keep a trail"})).await;
+    llm.wait_requests(2).await;
+    let killed = compose(&["kill", &leader]).output().unwrap();
+    assert!(killed.status.success(), "docker-compose kill: {}", String::from_utf8_lossy(&killed.stderr));
+    llm.push([Reply::tool("terminal", json!({"command": "echo after >> trail.txt && cat trail.txt"})), Reply::finish("done")]);
+    llm.release();
+    let events = one.wait_events(&conv, "the run to finish", finished).await;
+    assert_log_is_contiguous(&events);
+    assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 1);
+    let last = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "terminal").last().unwrap();
+    assert!(last["content"].as_str().unwrap().starts_with("before\nafter\n"), "{last}");
+    let theirs = two.wait_events(&conv, "the other gateway to catch up", |ev| ev.len() >= events.len()).await;
+    assert_eq!(theirs[..events.len()], events[..]);
+    // The stream still asks for three copies; a new conversation runs on two nodes.
+    let info = js.get_stream("HALYARD_EVENTS").await.unwrap().get_info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3);
+    assert_ne!(info.cluster.and_then(|c| c.leader).as_deref(), Some(leader.as_str()));
+    llm.push([Reply::finish("still here")]);
+    let (conv, _) = two.start_ready(json!({"message": "and now?"})).await;
+    let events = two.wait_events(&conv, "the second run to finish", finished).await;
+    assert_log_is_contiguous(&events);
+    // The sandbox was a container on this engine, started by the supervisor's container.
+    let sandbox = task["sandbox_id"].as_str().unwrap();
+    let listed = std::process::Command::new("docker")
+        .args(["ps", "-q", "--filter", &format!("label=dev.halyard.sandbox={sandbox}")])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&listed.stdout).trim().is_empty(), "no container for {sandbox}");
 }
 
 /// The Grafana dashboard charts only metrics the README documents (the bus and webhook tests
