@@ -417,7 +417,7 @@ async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
     let events = one.wait_events(&conv, "the run to finish", finished).await;
     assert_log_is_contiguous(&events);
     assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 1);
-    let last = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "terminal").last().unwrap();
+    let last = events.iter().rfind(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(last["content"].as_str().unwrap().starts_with("before\nafter\n"), "{last}");
     let theirs = two.wait_events(&conv, "the other gateway to catch up", |ev| ev.len() >= events.len()).await;
     assert_eq!(theirs[..events.len()], events[..]);
