@@ -400,7 +400,9 @@ async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
 
     // Three copies of the log on three nodes; the node leading it is the one to kill.
     let nodes: Vec<String> = (14222..=14224).map(|p| format!("nats://127.0.0.1:{p}")).collect();
-    let js = async_nats::jetstream::new(async_nats::connect(nodes).await.unwrap());
+    let client = async_nats::connect(nodes).await.unwrap();
+    assert_eq!(client.server_info().max_payload, 8 << 20, "the nodes did not take infra/cluster/nats.conf");
+    let js = async_nats::jetstream::new(client);
     let info = js.get_stream("HALYARD_EVENTS").await.unwrap().get_info().await.unwrap();
     assert_eq!(info.config.num_replicas, 3);
     let leader = info.cluster.and_then(|c| c.leader).expect("the event log has a leader");
