@@ -143,7 +143,7 @@ impl Actor for Runner {
 /// Serves agent commands until `shutdown`.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), AgentError> {
     let js = jetstream::new(nats.clone());
-    let http = reqwest::Client::builder().build().map_err(|e| AgentError::Setup(e.to_string()))?;
+    let http = halyard_platform::executor_client::http_client().build().map_err(|e| AgentError::Setup(e.to_string()))?;
     let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
     let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
     let node_id = config.node_id_or_random();

@@ -56,7 +56,7 @@ pub struct Ctx {
 /// Serves conversation commands until `shutdown`.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), ConversationError> {
     let js = jetstream::new(nats.clone());
-    let http = reqwest::Client::builder().build().map_err(|e| ConversationError::Http(e.to_string()))?;
+    let http = halyard_platform::executor_client::http_client().build().map_err(|e| ConversationError::Http(e.to_string()))?;
     let skills = Arc::new(start::global_skills(config.skills_dir.as_deref()));
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| ConversationError::Http(format!("user bucket: {e}")))?;
     let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| ConversationError::Http(e.to_string()))?);

@@ -320,7 +320,7 @@ pub async fn serve(
         accounts,
         webhooks,
         skills,
-        http: reqwest::Client::new(),
+        http: halyard_platform::executor_client::http_client().build().map_err(|e| GatewayError::Http(format!("http client: {e}")))?,
         apps_port: apps_listener.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()),
         user_kv,
         vault,

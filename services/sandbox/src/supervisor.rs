@@ -442,7 +442,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         )));
     }
     let js = jetstream::new(nats);
-    let http = reqwest::Client::builder().build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    let http = halyard_platform::executor_client::http_client().build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
     let docker = match config.sandbox.kind.as_str() {
         "docker" => Some(Arc::new(docker_ctx(&config, &js).await?)),
         _ => None,
