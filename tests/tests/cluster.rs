@@ -353,11 +353,13 @@ async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
             .env("HALYARD_LLM_BASE_URL", &llm.base_url)
             .env("HALYARD_LLM_MODEL", "scripted-model")
             .env("HALYARD_LLM_API_KEY", halyard_tests::harness::LLM_KEY)
-            .env("HALYARD_TITLE_USE_LLM", "false");
+            .env("HALYARD_TITLE_USE_LLM", "false")
+            // A warm container belongs to no owner, so the clean-up below would not find it.
+            .env("HALYARD_SANDBOX_POOL_SIZE", "0");
         cmd
     };
     // Everything goes, passed or failed: the project's containers and volumes, the sandboxes
-    // its supervisor started (labelled with their owner), the image.
+    // its supervisor started (labelled with their owner; no warm pool), the image.
     struct Down(std::process::Command, String, String);
     impl Drop for Down {
         fn drop(&mut self) {
@@ -375,7 +377,7 @@ async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
     }
     let mut down = compose(&["down", "-v", "--timeout", "5"]);
     down.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    let _down = Down(down, user.clone(), format!("halyard:compose-{}", &id[..12]));
+    let _down = Down(down, user.clone(), tag.clone());
     let logs = |service: &str| {
         String::from_utf8_lossy(&compose(&["logs", "--no-color", "--tail", "40", service]).output().unwrap().stdout).to_string()
     };
