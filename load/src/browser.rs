@@ -43,10 +43,31 @@ fn cpu() -> f64 {
     cpu_seconds_with_children("halyard") + cpu_seconds_with_children("chromium") + cpu_seconds("nats-server")
 }
 
-/// Whether a `halyard` process other than `main` (Halyard's own) runs on this machine: a
-/// sandbox's executor, or its network forwarder.
+/// Whether a `halyard` process under `main` (Halyard's own) runs: a sandbox's executor, or its
+/// network forwarder. Only `main`'s descendants: an executor another Halyard left behind when
+/// it was killed (a crash test's, say) is no sandbox of this one.
 pub(crate) fn sandbox_halyard_running(main: u32) -> bool {
-    any_process(|pid, dir| pid != main && std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| s.contains("(halyard)")))
+    any_process(|pid, dir| {
+        pid != main && std::fs::read_to_string(dir.join("stat")).is_ok_and(|s| s.contains("(halyard)")) && descends_from(pid, main)
+    })
+}
+
+/// Whether `ancestor` is `pid`'s parent, or its parent's, and so on.
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; the name may hold spaces and parentheses.
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut at = pid;
+    for _ in 0..64 {
+        match parent(at) {
+            Some(p) if p == ancestor => return true,
+            Some(p) if p > 1 => at = p,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Whether any Chromium process runs on this machine.
