@@ -46,7 +46,12 @@ async fn fill(js: &async_nats::jetstream::Context, id: ConversationId, total: u6
             }
         };
         let source = if matches!(body, EventBody::Observation { .. }) { EventSource::Environment } else { EventSource::Agent };
-        appender.append(EventId::new(), source, body, None).await?;
+        if appender.append(EventId::new(), source, body.clone(), None).await.is_err() {
+            // The conversation's own opening events may land meanwhile (another writer, and a
+            // conflict here): go on after them, once.
+            appender = EventAppender::open(js.clone(), id).await?;
+            appender.append(EventId::new(), source, body, None).await?;
+        }
     }
     Ok(())
 }
