@@ -52,20 +52,20 @@ pub(crate) fn sandbox_halyard_running(main: u32) -> bool {
     })
 }
 
-/// Whether `ancestor` is `pid`'s parent, or its parent's, and so on.
-fn descends_from(pid: u32, ancestor: u32) -> bool {
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // `pid (comm) state ppid ...`; the name may hold spaces and parentheses.
-        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-    };
-    let mut at = pid;
-    for _ in 0..64 {
-        match parent(at) {
-            Some(p) if p == ancestor => return true,
-            Some(p) if p > 1 => at = p,
-            _ => return false,
+/// `pid`'s parent, from `/proc/<pid>/stat` (`pid (comm) state ppid ...`; the name may hold
+/// spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `ancestor` is `pid`'s parent, or its parent's, and so on (up to init).
+pub(crate) fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
+        if parent == ancestor {
+            return true;
         }
+        pid = parent;
     }
     false
 }

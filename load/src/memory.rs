@@ -23,6 +23,7 @@ use halyard_tests::{Halyard, HalyardOptions, Receiver, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 use crate::KEY;
+use crate::browser::descends_from;
 use crate::record::{Context, spread};
 
 const WARM: usize = 10;
@@ -37,27 +38,13 @@ fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("RssAnon:"))
 }
 
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The process named `comm` below `ancestor` (the nats-server `halyard up` started).
 fn descendant(ancestor: u32, comm: &str) -> Option<u32> {
-    let below = |mut pid: u32| {
-        while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
-            if parent == ancestor {
-                return true;
-            }
-            pid = parent;
-        }
-        false
-    };
     std::fs::read_dir("/proc")
         .ok()?
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm) && below(*pid))
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm) && descends_from(*pid, ancestor))
 }
 
 /// The scripted LLM for every conversation at once (they run side by side, so answers are
