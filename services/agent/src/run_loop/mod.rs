@@ -268,11 +268,17 @@ impl Run {
             (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone(), log.history.secrets.clone())
         };
         let Some(owner) = owner else { return Ok(()) };
-        let profile = crate::user::profile(&self.ctx, &owner, profile.as_deref()).await?;
+        // Three reads of the owner's bucket, at once: each is a bus round trip.
+        let (profile, secrets, settings) = tokio::join!(
+            crate::user::profile(&self.ctx, &owner, profile.as_deref()),
+            crate::user::secrets(&self.ctx, &owner),
+            crate::user::settings(&self.ctx, &owner)
+        );
+        let profile = profile?;
         (self.llm, self.tool_set, self.vision) = (profile.llm, profile.tools, profile.vision);
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
         // was given before.
-        match crate::user::secrets(&self.ctx, &owner).await {
+        match secrets {
             Ok(mut secrets) => {
                 // Every secret is masked; the shell gets those the conversation was given.
                 self.log.lock().await.set_redactor(secrets.redactor);
@@ -284,7 +290,7 @@ impl Run {
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the owner's secrets; the shell gets none this run"),
         }
-        match crate::user::settings(&self.ctx, &owner).await {
+        match settings {
             Ok(settings) => {
                 if let Some(n) = settings.max_iterations.filter(|n| *n > 0) {
                     self.max_iterations = self.max_iterations.min(n);
@@ -359,8 +365,9 @@ impl Run {
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream.
-        let _git_proxy = self.git_proxy(&exec).await;
-        let Some(mcp) = self.mcp(&exec).await else { return RunOutcome::Failed };
+        // The proxy, the MCP servers and the repository's hooks are set up at once.
+        let (_git_proxy, mcp, hooks) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec), crate::tools::hooks::load(&exec));
+        let Some(mcp) = mcp else { return RunOutcome::Failed };
         let (setting, pending) = {
             let log = self.log.lock().await;
             let h = &log.history;
@@ -387,7 +394,7 @@ impl Run {
             )
         };
         let mut setting = setting;
-        setting.hooks = match crate::tools::hooks::load(&exec).await {
+        setting.hooks = match hooks {
             Ok(hooks) => hooks,
             Err(why) => {
                 let message = format!("The repository's hooks are not used this run: {why}.");

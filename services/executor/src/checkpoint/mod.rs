@@ -25,6 +25,9 @@ use halyard_protocol::executor::{CheckpointResponse, RestoreResponse};
 
 use crate::ExecutorError;
 
+mod unchanged;
+use unchanged::Snapshot;
+
 /// Where the store is, under the workspace.
 pub const STORE: &str = ".halyard/checkpoints";
 
@@ -36,12 +39,15 @@ pub struct Checkpoints {
     /// The last checkpoint's commit and tree, as this executor last wrote or read them (none
     /// until then): spares a `git log` per checkpoint, a process less on every step.
     last: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>>,
+    /// The workspace's files as the last checkpoint found them: when a walk finds them the
+    /// same, the checkpoint needs no git at all ([`unchanged`]).
+    seen: std::sync::Arc<std::sync::Mutex<Option<Snapshot>>>,
 }
 
 impl Checkpoints {
     pub fn new(workspace: PathBuf) -> Self {
         let dir = workspace.join(STORE);
-        Self { workspace, dir, last: Default::default() }
+        Self { workspace, dir, last: Default::default(), seen: Default::default() }
     }
 
     /// git on the store with the workspace as its work tree (its standard streams are the
@@ -115,12 +121,23 @@ impl Checkpoints {
     pub async fn take(&self, seq: u64) -> Result<CheckpointResponse, ExecutorError> {
         let started = Instant::now();
         self.ensure().await?;
+        // Walked before `git add`, so that a file changing meanwhile shows at the next walk.
+        let workspace = self.workspace.clone();
+        let now = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await.unwrap_or_default();
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some((commit, _)), Some(seen)) = (&last, seen)
+            && seen.unchanged(&now)
+        {
+            let commit = commit.clone();
+            *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
+            return Ok(CheckpointResponse { seq, commit, changed: false, ms: started.elapsed().as_millis() as u64 });
+        }
         self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
         let tree = self.git(&["write-tree"], None).await?;
         // The last checkpoint and its tree: remembered, or read in one call (none before the
         // first).
-        let remembered = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (head, head_tree) = match remembered {
+        let (head, head_tree) = match last {
             Some((h, t)) => (Some(h), Some(t)),
             None => {
                 let last = self.git(&["log", "-1", "--format=%H %T"], None).await.ok();
@@ -148,6 +165,7 @@ impl Checkpoints {
             }
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((commit.clone(), tree));
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.checked_against(&self.dir.join("index")));
         Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
     }
 
@@ -217,6 +235,7 @@ impl Checkpoints {
         self.git(&["symbolic-ref", "HEAD", "refs/heads/main"], None).await?;
         // The last checkpoint is the bundle's now: read again at the next one.
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
         Ok(RestoreResponse { seq, checkpoint_seq: at, commit })
     }
 
@@ -230,6 +249,7 @@ impl Checkpoints {
         };
         // The index holds the workspace as it was last checkpointed: `-u` makes the work tree go
         // from that to the target, removing what the target lacks.
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.git(&["read-tree", "--reset", "-u", &commit], None).await?;
         Ok(RestoreResponse { seq, checkpoint_seq: at, commit })
     }
@@ -321,6 +341,10 @@ mod tests {
         let first = c.take(1).await.unwrap();
         assert!(first.changed);
         assert!(!c.take(2).await.unwrap().changed, "nothing changed, nothing new");
+        // Once the files are older than the file clock's tick, without git (the same answer).
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        c.take(3).await.unwrap();
+        assert!(!c.take(3).await.unwrap().changed);
         std::fs::write(ws.path().join("a.txt"), "two\n").unwrap();
         std::fs::create_dir(ws.path().join("src")).unwrap();
         std::fs::write(ws.path().join("src/b.txt"), "new\n").unwrap();
@@ -335,6 +359,21 @@ mod tests {
         c.restore(5).await.unwrap();
         assert_eq!(std::fs::read_to_string(ws.path().join("src/b.txt")).unwrap(), "new\n");
         assert!(matches!(c.restore(0).await, Err(ExecutorError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn a_file_kept_then_ignored_is_still_kept_when_it_changes() {
+        let ws = tempfile::tempdir().unwrap();
+        let c = Checkpoints::new(ws.path().to_path_buf());
+        std::fs::write(ws.path().join("build.log"), "one\n").unwrap();
+        c.take(1).await.unwrap();
+        std::fs::write(ws.path().join(".gitignore"), "*.log\n").unwrap();
+        assert!(c.take(2).await.unwrap().changed);
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        assert!(!c.take(3).await.unwrap().changed);
+        // git still keeps build.log (it was kept before it was ignored): so must the walk.
+        std::fs::write(ws.path().join("build.log"), "two\n").unwrap();
+        assert!(c.take(4).await.unwrap().changed);
     }
 
     #[tokio::test]
