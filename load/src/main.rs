@@ -486,6 +486,29 @@ fn cpu_of(comm: &str, children: bool) -> f64 {
     total as f64 / hz
 }
 
+/// CPU seconds, now, of the process `root` and every process below it (with the children they
+/// waited for, so that a sandbox's command that ended still counts): nats-server's, then the
+/// rest's. Unlike [`cpu_now`], nothing outside this Halyard counts, so a process of an earlier
+/// suite that ends meanwhile cannot take its CPU out of the sum.
+pub(crate) fn cpu_of_tree(root: u32) -> [f64; 2] {
+    let mut nats = 0;
+    let mut rest = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != root && !browser::descends_from(pid, root) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let ticks = stat_ticks(&stat, true).unwrap_or(0);
+        if stat.contains("(nats-server)") {
+            nats += ticks;
+        } else {
+            rest += ticks;
+        }
+    }
+    [nats as f64 / 100.0, rest as f64 / 100.0]
+}
+
 /// CPU seconds of nats-server, halyard and this process, now.
 pub(crate) fn cpu_now() -> [f64; 3] {
     [cpu_seconds("nats-server"), cpu_seconds("halyard"), cpu_seconds("self")]

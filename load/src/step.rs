@@ -16,7 +16,14 @@ use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm};
 use serde_json::{Value, json};
 
 use crate::record::{Context, spread};
-use crate::{KEY, cpu_now, cpu_per_item, percentile};
+use crate::{KEY, cpu_per_item, percentile};
+
+/// CPU seconds of this Halyard's nats-server, the rest of this Halyard (its sandboxes too), and
+/// this process.
+fn cpu_now(h: &Halyard) -> [f64; 3] {
+    let [nats, halyard] = crate::cpu_of_tree(h.pid());
+    [nats, halyard, crate::cpu_seconds("self")]
+}
 
 /// Two LLM steps and a command per message: a command first, then finish once it answered.
 fn script(llm: &ScriptedLlm) {
@@ -48,7 +55,7 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
     let (conv, _) = api.start_ready(json!({})).await;
     let have = api.get(&format!("/api/v1/conversations/{conv}")).await.1["last_event_seq"].as_u64().unwrap_or(0);
     let mut ws = api.ws(&conv, have).await;
-    let cpu0 = cpu_now();
+    let cpu0 = cpu_now(h);
     let mut ms = Vec::new();
     // Wall-clock instants (ms since the epoch) each message was sent and its end seen, to place
     // the log's own timestamps between them.
@@ -68,7 +75,7 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
         ms.push(t.elapsed().as_secs_f64() * 1000.0);
         seen_at.push(halyard_platform::now_ms());
     }
-    let cpu = cpu_per_item(cpu0, cpu_now(), messages);
+    let cpu = cpu_per_item(cpu0, cpu_now(h), messages);
     ws.close().await;
     let events = api.events(&conv).await;
     ensure!(
