@@ -2,8 +2,9 @@
 //! /checkpoint {"seq"}`), and a git object store beside the workspace's files keeps what changed
 //! as a commit, with a ref per event seq (`refs/seq/<seq>`). Only changed files cost anything: a
 //! step that changed one file adds its blob and the trees above it, and a step that changed
-//! nothing adds nothing. `POST /restore {"seq"}` puts the workspace back as the newest checkpoint
-//! at or before `seq` left it.
+//! nothing adds nothing, and runs no git either: a walk in this process finds it unchanged
+//! ([`unchanged`]). `POST /restore {"seq"}` puts the workspace back as the newest checkpoint at or
+//! before `seq` left it.
 //!
 //! A fork moves checkpoints from one sandbox to another: `GET /checkpoint/bundle?seq=` streams
 //! a git bundle of those taken at or before `seq` (404 when there are none), and `POST

@@ -302,9 +302,12 @@ impl Kernel {
     /// Runs `code`: its request's id, and what it said until the kernel went idle or `timeout`
     /// passed (`ended` false).
     async fn execute(&mut self, code: &str, silent: bool, timeout: Duration) -> Result<(String, Ran), String> {
+        // Not `stop_on_error`: cells go one at a time, so there is never a queue to stop, and with it
+        // ipykernel aborts (busy, idle, nothing run) a request that reaches it while it still
+        // clears its queue after an error: on a loaded machine, the cell after a failed one.
         let content = json!({
             "code": code, "silent": silent, "store_history": !silent,
-            "user_expressions": {}, "allow_stdin": false, "stop_on_error": true,
+            "user_expressions": {}, "allow_stdin": false, "stop_on_error": false,
         });
         let (id, msg) = wire::request(&self.key, &self.session, "execute_request", &content);
         self.shell.send(msg).await.map_err(|e| e.to_string())?;
