@@ -457,33 +457,31 @@ fn stat_ticks(stat: &str, children: bool) -> Option<u64> {
 /// `needle`, now (for programs whose command name says nothing: Node names itself
 /// `MainThread`).
 pub(crate) fn cpu_seconds_of_command(needle: &str) -> f64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
-            if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
-                total += stat_ticks(&stat, true).unwrap_or(0);
-            }
-        }
-    }
-    total as f64 / 100.0
+    let named = |dir: &std::path::Path| String::from_utf8_lossy(&std::fs::read(dir.join("cmdline")).unwrap_or_default()).contains(needle);
+    ticks_of(true, |_, dir, _| named(dir)) as f64 / 100.0
 }
 
 fn cpu_of(comm: &str, children: bool) -> f64 {
-    let ticks = |stat: &str| stat_ticks(stat, children);
     let hz = 100.0; // USER_HZ on Linux
     if comm == "self" {
-        return std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| ticks(&s)).unwrap_or(0) as f64 / hz;
+        return std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| stat_ticks(&s, children)).unwrap_or(0) as f64 / hz;
     }
+    let name = format!("({comm})");
+    ticks_of(children, |_, _, stat| stat.contains(&name)) as f64 / hz
+}
+
+/// CPU ticks, now, of the processes `which` picks (given each one's pid, `/proc` directory and
+/// `stat` line), with those of the children they waited for if `children`.
+fn ticks_of(children: bool, which: impl Fn(u32, &std::path::Path, &str) -> bool) -> u64 {
     let mut total = 0;
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
-            if stat.contains(&format!("({comm})")) {
-                total += ticks(&stat).unwrap_or(0);
-            }
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        if which(pid, &entry.path(), &stat) {
+            total += stat_ticks(&stat, children).unwrap_or(0);
         }
     }
-    total as f64 / hz
+    total
 }
 
 /// CPU seconds, now, of the process `root` and every process below it (with the children they
@@ -491,21 +489,9 @@ fn cpu_of(comm: &str, children: bool) -> f64 {
 /// rest's. Unlike [`cpu_now`], nothing outside this Halyard counts, so a process of an earlier
 /// suite that ends meanwhile cannot take its CPU out of the sum.
 pub(crate) fn cpu_of_tree(root: u32) -> [f64; 2] {
-    let mut nats = 0;
-    let mut rest = 0;
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != root && !browser::descends_from(pid, root) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let ticks = stat_ticks(&stat, true).unwrap_or(0);
-        if stat.contains("(nats-server)") {
-            nats += ticks;
-        } else {
-            rest += ticks;
-        }
-    }
+    let in_tree = |pid: u32| pid == root || browser::descends_from(pid, root);
+    let nats = ticks_of(true, |pid, _, stat| stat.contains("(nats-server)") && in_tree(pid));
+    let rest = ticks_of(true, |pid, _, stat| !stat.contains("(nats-server)") && in_tree(pid));
     [nats as f64 / 100.0, rest as f64 / 100.0]
 }
 
