@@ -98,6 +98,28 @@ pub struct ConvState {
     mcp: Arc<Mutex<Option<Arc<crate::tools::mcp::McpHub>>>>,
     /// The run lease while this actor holds it (the live run's renewals move its revision).
     held: Arc<std::sync::Mutex<Option<Held>>>,
+    /// The revision of the marker this actor's last release left, which the next run's lease
+    /// is taken over in one write ([`crate::lease::Leases::acquire`]).
+    released: Option<u64>,
+}
+
+/// Appends a user's message, and the knowledge skills it triggers (once per conversation).
+async fn append_message(log: &mut Log, id: EventId, text: String, images: Vec<Image>, trace: Option<TraceContext>) -> Result<(), String> {
+    log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone(), images }, trace.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let triggered: Vec<(String, String)> = log
+        .history
+        .skills
+        .iter()
+        .filter(|s| s.kind == SkillKind::Knowledge && !log.history.activated.contains(&s.name))
+        .filter_map(|s| skills::trigger_in(s, &text).map(|t| (s.name.clone(), t.to_owned())))
+        .collect();
+    for (name, trigger) in triggered {
+        let body = EventBody::SkillActivated { name, trigger };
+        log.append(EventId::new(), EventSource::System, body, trace.clone()).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The id of a fork's copy of its source's event `seq`, derived from the fork's start command
@@ -138,6 +160,7 @@ impl Actor for ConversationActor {
             secrets_read: false,
             mcp: Default::default(),
             held: Default::default(),
+            released: None,
         })
     }
 
@@ -551,35 +574,46 @@ impl ConvState {
         trace: Option<TraceContext>,
     ) -> Result<(), String> {
         let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
-        {
-            let mut log = log.lock().await;
-            if log.history.seen.contains(&id) {
-                // Appended before, by a handler that died before its run began (or before it
-                // acknowledged): the message is answered if nothing has answered it yet.
-                let unanswered = log.history.last_user_seq > log.history.status_seq;
-                drop(log);
-                if unanswered && self.run.is_none() && !self.paused {
-                    tracing::info!(conversation_id = %self.id, "a redelivered message was never answered; running now");
-                    self.start_run(myself, trace).await?;
-                }
-                return Ok(());
+        let mut log = log.lock().await;
+        if log.history.seen.contains(&id) {
+            // Appended before, by a handler that died before its run began (or before it
+            // acknowledged): the message is answered if nothing has answered it yet.
+            let unanswered = log.history.last_user_seq > log.history.status_seq;
+            drop(log);
+            if unanswered && self.run.is_none() && !self.paused {
+                tracing::info!(conversation_id = %self.id, "a redelivered message was never answered; running now");
+                self.start_run(myself, trace).await?;
             }
-            log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone(), images }, trace.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            // Knowledge skills the message triggers enter the context, once per conversation.
-            let triggered: Vec<(String, String)> = log
-                .history
-                .skills
-                .iter()
-                .filter(|s| s.kind == SkillKind::Knowledge && !log.history.activated.contains(&s.name))
-                .filter_map(|s| skills::trigger_in(s, &text).map(|t| (s.name.clone(), t.to_owned())))
-                .collect();
-            for (name, trigger) in triggered {
-                let body = EventBody::SkillActivated { name, trigger };
-                log.append(EventId::new(), EventSource::System, body, trace.clone()).await.map_err(|e| e.to_string())?;
-            }
+            return Ok(());
         }
+        // The run this message starts needs the lease: it is taken while the message is
+        // appended, two writes at once. Holding it early is safe; what must not happen early is
+        // giving up: a runner that finds the lease held leaves its message to the holder's run,
+        // so it may only look once its message is in the log (see `ConvMsg::RunEnded`). A
+        // `Busy` here is therefore looked at again after the append, by `start_run`.
+        let ahead = self.run.is_none() && !self.paused && self.held.lock().unwrap_or_else(|p| p.into_inner()).is_none();
+        let released = if ahead { self.released.take() } else { None };
+        let (appended, leased) = tokio::join!(append_message(&mut log, id, text, images, trace.clone()), async {
+            if ahead { Some(self.ctx.leases.acquire(self.id, released).await) } else { None }
+        });
+        drop(log);
+        if let Some(Ok(Acquire::Held(h))) = leased {
+            *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+        }
+        let answered = match appended {
+            Ok(()) => self.answer_message(myself, trace).await,
+            Err(e) => Err(e),
+        };
+        // A lease taken for a run that did not start is let go at once.
+        if answered.is_err() && self.run.is_none() {
+            self.release_lease().await;
+        }
+        answered
+    }
+
+    /// Starts the run that answers an appended message, unless one is live or the
+    /// conversation is paused.
+    async fn answer_message(&mut self, myself: &ActorRef<ConvMsg>, trace: Option<TraceContext>) -> Result<(), String> {
         // A message instead of a confirmation refuses the waiting actions.
         if self.run.is_none() && self.waiting().await {
             self.reject_pending("The user sent a new message instead of confirming this action.", trace.clone()).await?;
@@ -707,7 +741,7 @@ impl ConvState {
                         tokio::time::sleep(ctx.leases.renew_every()).await;
                         let current = *held.lock().unwrap_or_else(|p| p.into_inner());
                         let Some(current) = current else {
-                            match ctx.leases.acquire(conv).await {
+                            match ctx.leases.acquire(conv, None).await {
                                 Ok(Acquire::Held(h)) => *held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
                                 Ok(Acquire::Busy { node }) => {
                                     tracing::warn!(conversation_id = %conv, %node, "another runner runs this conversation");
@@ -744,11 +778,11 @@ impl ConvState {
     /// runs the conversation, which then answers what was appended. `Err` when the bucket
     /// cannot be reached: a run without the lease is one no other runner could take over if
     /// this one died (a chaos run wedged so), so none starts until the bucket answers.
-    async fn take_lease(&self) -> Result<bool, String> {
+    async fn take_lease(&mut self) -> Result<bool, String> {
         if self.held.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
             return Ok(true);
         }
-        match self.ctx.leases.acquire(self.id).await {
+        match self.ctx.leases.acquire(self.id, self.released.take()).await {
             Ok(Acquire::Held(h)) => {
                 *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
                 Ok(true)
@@ -764,10 +798,10 @@ impl ConvState {
         }
     }
 
-    async fn release_lease(&self) {
+    async fn release_lease(&mut self) {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(held) = held {
-            self.ctx.leases.release(self.id, held).await;
+            self.released = self.ctx.leases.release(self.id, held).await;
         }
     }
 

@@ -60,14 +60,15 @@ pub enum Acquire {
 
 /// The lease bucket as one runner uses it.
 pub struct Leases {
+    js: async_nats::jetstream::Context,
     kv: kv::Store,
     node: String,
     ttl: Duration,
 }
 
 impl Leases {
-    pub fn new(kv: kv::Store, node: String, ttl: Duration) -> Self {
-        Self { kv, node, ttl }
+    pub fn new(js: async_nats::jetstream::Context, kv: kv::Store, node: String, ttl: Duration) -> Self {
+        Self { js, kv, node, ttl }
     }
 
     pub fn node(&self) -> &str {
@@ -85,9 +86,17 @@ impl Leases {
     }
 
     /// Takes the lease unless a live runner holds it. A lease of this node's (left by its
-    /// previous life, or by a run of this actor) is taken back.
-    pub async fn acquire(&self, conv: ConversationId) -> Result<Acquire, kv::UpdateError> {
+    /// previous life, or by a run of this actor) is taken back. `released`: the revision of the
+    /// marker this node's last [`release`](Self::release) left, if it knows one: while nobody
+    /// wrote the key since, the lease is taken in one write (a create over a marker is a failed
+    /// create, a read and an update: three round trips a message otherwise).
+    pub async fn acquire(&self, conv: ConversationId, released: Option<u64>) -> Result<Acquire, kv::UpdateError> {
         let key = conv.to_string();
+        if let Some(marker) = released {
+            if let Ok(held) = self.take(conv, marker).await {
+                return Ok(Acquire::Held(held));
+            }
+        }
         for _ in 0..4 {
             match self.kv.create(&key, value(&self.node, false)).await {
                 Ok(rev) => return Ok(Acquire::Held(Held(rev))),
@@ -119,10 +128,36 @@ impl Leases {
     }
 
     /// Lets go of a held lease: the run ended. The key is purged with a marker that expires
-    /// ([`MARKER_TTL`]), so the bucket keeps no trace of runs long over.
-    pub async fn release(&self, conv: ConversationId, held: Held) {
-        if let Err(e) = self.kv.purge_expect_revision_with_ttl(conv.to_string(), held.0, MARKER_TTL).await {
-            tracing::debug!(conversation_id = %conv, error = %e, "lease already gone or taken over");
+    /// ([`MARKER_TTL`]), so the bucket keeps no trace of runs long over. The marker's revision,
+    /// for the next [`acquire`](Self::acquire); `None` if the lease was gone or taken over.
+    /// (The purge is the client's `purge_expect_revision_with_ttl`, written out for the
+    /// revision it does not return.)
+    pub async fn release(&self, conv: ConversationId, held: Held) -> Option<u64> {
+        use async_nats::HeaderValue;
+        use async_nats::header::{NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MESSAGE_TTL, NATS_ROLLUP};
+        if self.kv.use_jetstream_prefix {
+            // (A bucket reached through another domain: the client's own purge, no revision.)
+            if let Err(e) = self.kv.purge_expect_revision_with_ttl(conv.to_string(), held.0, MARKER_TTL).await {
+                tracing::debug!(conversation_id = %conv, error = %e, "lease already gone or taken over");
+            }
+            return None;
+        }
+        let subject = format!("{}{conv}", self.kv.put_prefix.as_ref().unwrap_or(&self.kv.prefix));
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "PURGE");
+        headers.insert(NATS_ROLLUP, "sub");
+        headers.insert(NATS_MESSAGE_TTL, HeaderValue::from(MARKER_TTL.as_secs()));
+        headers.insert(NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, HeaderValue::from(held.0));
+        let purged = match self.js.publish_with_headers(subject, headers, bytes::Bytes::new()).await {
+            Ok(ack) => ack.await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match purged {
+            Ok(ack) => Some(ack.sequence),
+            Err(e) => {
+                tracing::debug!(conversation_id = %conv, error = %e, "lease already gone or taken over");
+                None
+            }
         }
     }
 

@@ -147,7 +147,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let llm = LlmClient::new(config.llm.clone()).map_err(|e| AgentError::Setup(e.to_string()))?;
     let leases = js.get_key_value(subjects::AGENT_LEASE_BUCKET).await.map_err(|e| AgentError::Setup(format!("lease bucket: {e}")))?;
     let node_id = config.node_id_or_random();
-    let leases = Leases::new(leases, node_id.clone(), Duration::from_millis(config.agent.lease_ttl_ms.max(100)));
+    let leases = Leases::new(js.clone(), leases, node_id.clone(), Duration::from_millis(config.agent.lease_ttl_ms.max(100)));
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| AgentError::Setup(format!("user bucket: {e}")))?;
     let vault = halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?;
     let ctx = Arc::new(Ctx { config, nats: nats.clone(), js: js.clone(), http, llm, leases, user_kv, vault, answers: Default::default() });

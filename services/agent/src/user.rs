@@ -29,9 +29,65 @@ pub struct Secrets {
 
 async fn read<T: DeserializeOwned + Default>(ctx: &Ctx, key: &str) -> Result<T, String> {
     match ctx.user_kv.get(key).await {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}")),
+        Ok(Some(bytes)) => parse(key, &bytes),
         Ok(None) => Ok(T::default()),
         Err(e) => Err(format!("{key}: {e}")),
+    }
+}
+
+fn parse<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("{key}: {e}"))
+}
+
+/// Everything of the owner's a run reads as it starts (settings, LLM profiles, secrets, git
+/// providers, MCP servers), read in one request to the bucket rather than one each.
+pub struct Snapshot {
+    owner: UserId,
+    values: std::collections::HashMap<String, bytes::Bytes>,
+}
+
+impl Snapshot {
+    pub async fn read(ctx: &Ctx, owner: &UserId) -> Result<Self, String> {
+        let keys = [
+            subjects::user_settings_key(owner),
+            subjects::user_llm_key(owner),
+            subjects::user_secrets_key(owner),
+            subjects::user_git_key(owner),
+            subjects::user_mcp_key(owner),
+        ];
+        let kv = &ctx.user_kv;
+        let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
+        let values = halyard_platform::bus::direct_last_of(&ctx.js, &kv.stream_name, &wanted).await.map_err(|e| e.to_string())?;
+        // By key, as the bucket names them.
+        let values = values.into_iter().filter_map(|(subject, v)| subject.strip_prefix(&kv.prefix).map(|k| (k.to_owned(), v))).collect();
+        Ok(Self { owner: owner.clone(), values })
+    }
+
+    /// The value under `key` (the default when there is none).
+    pub fn get<T: DeserializeOwned + Default>(&self, key: &str) -> Result<T, String> {
+        self.values.get(key).map_or_else(|| Ok(T::default()), |v| parse(key, v))
+    }
+
+    pub fn owner(&self) -> &UserId {
+        &self.owner
+    }
+
+    /// The owner's secrets, opened.
+    pub fn secrets(&self, ctx: &Ctx) -> Result<Secrets, String> {
+        let stored = self.get(&subjects::user_secrets_key(&self.owner))?;
+        let git = self.get(&subjects::user_git_key(&self.owner))?;
+        let opened = halyard_platform::user_secrets::open_stored(&ctx.vault, &self.owner, stored, git);
+        Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
+    }
+
+    pub fn settings(&self) -> Result<UserSettings, String> {
+        self.get(&subjects::user_settings_key(&self.owner))
+    }
+
+    /// The owner's profile `name` (see [`profile`]).
+    pub fn profile(&self, ctx: &Ctx, name: Option<&str>) -> Result<Profile, String> {
+        let Some(name) = name else { return Ok(default_profile(ctx)) };
+        profile_of(ctx, &self.owner, name, self.get(&subjects::user_llm_key(&self.owner))?)
     }
 }
 
@@ -58,8 +114,17 @@ pub struct Profile {
 
 /// The owner's profile `name` (none: the operator's default model, with the default tools).
 pub async fn profile(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<Profile, String> {
-    let Some(name) = name else { return Ok(Profile { llm: LlmChain::single(ctx.llm.clone()), tools: ToolSet::default(), vision: true }) };
-    let profiles: UserLlmProfiles = read(ctx, &subjects::user_llm_key(owner)).await?;
+    let Some(name) = name else { return Ok(default_profile(ctx)) };
+    profile_of(ctx, owner, name, read(ctx, &subjects::user_llm_key(owner)).await?)
+}
+
+/// The deployment's model, with the default tools.
+pub fn default_profile(ctx: &Ctx) -> Profile {
+    Profile { llm: LlmChain::single(ctx.llm.clone()), tools: ToolSet::default(), vision: true }
+}
+
+/// The owner's profile `name` among their `profiles`.
+fn profile_of(ctx: &Ctx, owner: &UserId, name: &str, profiles: UserLlmProfiles) -> Result<Profile, String> {
     let Some(p) = profiles.profiles.get(name) else {
         return Err(format!(
             "the LLM profile `{name}` no longer exists; create it again (PUT /api/v1/llm-profiles/{name}) or switch the \

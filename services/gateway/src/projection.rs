@@ -1,6 +1,6 @@
 //! Projects the bus into the read models: every conversation event and lifecycle record, in
 //! stream order, from where the last run stopped. Each batch of messages is written to sled
-//! atomically with the stream cursors, then its events are fanned out to live WebSocket
+//! with the stream cursors, all or nothing ([`store::batch`]), then its events are fanned out to live WebSocket
 //! subscribers. An event is in its JetStream log before the projection sees it, so a
 //! subscriber that reads the log after subscribing misses nothing.
 
@@ -89,7 +89,7 @@ impl LiveEvent {
 /// Views touched by the batch being built (None: deleted).
 struct Pending<'a> {
     store: &'a Store,
-    batch: sled::Batch,
+    batch: store::batch::Batch,
     /// Conversation views as of this batch (the cache, carried from batch to batch).
     views: &'a mut HashMap<ConversationId, Option<ConversationView>>,
     /// The views this batch changed (or may have: every mutable access counts).
@@ -376,7 +376,7 @@ impl Pending<'_> {
         for (name, seq) in cursors {
             self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
         }
-        self.store.tree().apply_batch(self.batch).map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
+        self.batch.apply(self.store.tree()).map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
         for (owner, task) in self.settled {
             live.task_settled(&owner, task);
         }
@@ -388,7 +388,7 @@ impl Pending<'_> {
 }
 
 /// Writes a view as JSON, or removes it (`None`: deleted).
-fn put_or_remove<T: serde::Serialize>(batch: &mut sled::Batch, key: Vec<u8>, view: Option<&T>) {
+fn put_or_remove<T: serde::Serialize>(batch: &mut store::batch::Batch, key: Vec<u8>, view: Option<&T>) {
     match view.map(serde_json::to_vec) {
         Some(Ok(bytes)) => batch.insert(key, bytes),
         Some(Err(e)) => tracing::error!(error = %e, "cannot encode a view"),
@@ -515,7 +515,7 @@ pub async fn run(
         }
         let mut pending = Pending {
             store: &store,
-            batch: sled::Batch::default(),
+            batch: store::batch::Batch::default(),
             views: &mut views,
             dirty: HashSet::new(),
             sandboxes: HashMap::new(),

@@ -284,6 +284,45 @@ async fn direct_batch_request(
     Ok(out)
 }
 
+/// The last message on each of `subjects` in `stream` that has one, by subject: one batched
+/// direct get (`multi_last`, nats-server 2.11+) for what would be a read per subject. A key-value
+/// bucket's delete and purge markers count as no message (the key has no value).
+pub async fn direct_last_of(
+    js: &jetstream::Context,
+    stream: &str,
+    subjects: &[String],
+) -> Result<std::collections::HashMap<String, bytes::Bytes>, BusError> {
+    let read = err(BusErrorKind::Read);
+    let mut out = std::collections::HashMap::new();
+    if subjects.is_empty() {
+        return Ok(out);
+    }
+    let client = js.client();
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
+    let request = serde_json::json!({ "multi_last": subjects, "batch": subjects.len() });
+    client.publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into()).await.map_err(|e| read(&e))?;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .map_err(|_| BusError::new(BusErrorKind::Read, format!("direct get on {stream} timed out")))?
+            .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get subscription closed"))?;
+        let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
+        let (subject, operation) = (header("Nats-Subject"), header("KV-Operation"));
+        let Some((_, payload)) = direct_answer(msg, stream)? else { break };
+        let subject = subject.ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Subject"))?;
+        if operation.is_none_or(|op| op == "PUT") {
+            out.insert(subject, payload);
+        }
+        // The server ends the batch itself (an end-of-batch status); this is a guard.
+        if out.len() > subjects.len() {
+            break;
+        }
+    }
+    let _ = replies.unsubscribe().await;
+    Ok(out)
+}
+
 /// Every event of a conversation with `seq > after`, in order, to the end of the log: batched
 /// direct gets, so no consumer is created for a replay.
 pub async fn read_events(js: &jetstream::Context, conversation: ConversationId, after: u64) -> Result<Vec<ConversationEvent>, BusError> {

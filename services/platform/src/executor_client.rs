@@ -311,6 +311,27 @@ pub async fn reach(
     sandbox_id: halyard_protocol::SandboxId,
     patience: Duration,
 ) -> Result<ExecutorClient, String> {
+    let health = |exec: ExecutorClient| async move { exec.health().await.map(drop) };
+    reach_probing(nats, js, http, secret, sandbox_id, patience, health).await.map(|(exec, _)| exec)
+}
+
+/// [`reach`], with the first request the caller has for the executor as its health check:
+/// one request fewer when it is answered (a success, or a 404). The request's result comes
+/// back with the client; a request that got no answer is followed by the health check, and
+/// comes back as it failed if the executor is healthy.
+pub async fn reach_probing<T, F, Fut>(
+    nats: &async_nats::Client,
+    js: &async_nats::jetstream::Context,
+    http: &reqwest::Client,
+    secret: &str,
+    sandbox_id: halyard_protocol::SandboxId,
+    patience: Duration,
+    probe: F,
+) -> Result<(ExecutorClient, Result<T, ExecutorError>), String>
+where
+    F: Fn(ExecutorClient) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ExecutorError>>,
+{
     use halyard_protocol::command::SandboxCommand;
     use halyard_protocol::system::{SandboxStatus, SystemRecord};
     use halyard_protocol::{Envelope, subjects};
@@ -328,8 +349,13 @@ pub async fn reach(
         };
         if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
             let exec = ExecutorClient::new(http.clone(), url, key.clone());
-            if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) {
-                return Ok(exec);
+            let probed = tokio::time::timeout(Duration::from_secs(3), probe(exec.clone())).await;
+            match probed {
+                Ok(answered @ (Ok(_) | Err(ExecutorError::Rejected { status: 404, .. }))) => return Ok((exec, answered)),
+                Ok(failed) if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) => {
+                    return Ok((exec, failed));
+                }
+                _ => {}
             }
         }
         if !resumed {

@@ -42,7 +42,14 @@ async fn read<T: DeserializeOwned + Default>(user_kv: &kv::Store, key: &str) -> 
 /// `owner`'s secrets and git tokens. A value that does not open (the deployment secret
 /// changed) is left out, and said in the log by name.
 pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId) -> Result<Opened, String> {
-    let stored: UserSecrets = read(user_kv, &subjects::user_secrets_key(owner)).await?;
+    // Two reads of the bucket, at once.
+    let (secrets_key, git_key) = (subjects::user_secrets_key(owner), subjects::user_git_key(owner));
+    let (stored, git) = tokio::join!(read(user_kv, &secrets_key), read(user_kv, &git_key));
+    Ok(open_stored(vault, owner, stored?, git?))
+}
+
+/// [`open`] for what was read already.
+pub fn open_stored(vault: &Vault, owner: &UserId, stored: UserSecrets, git: UserGitProviders) -> Opened {
     let mut env = BTreeMap::new();
     for (name, s) in stored.secrets {
         match vault.open(&vault::secret_slot(&owner.0, &name), &s.value_sealed) {
@@ -53,12 +60,11 @@ pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId) -> Result<
         }
     }
     let mut masked: Vec<(String, String)> = env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    let git: UserGitProviders = read(user_kv, &subjects::user_git_key(owner)).await?;
     let has_forge = git.providers.values().any(|p| p.api_url.is_some() || matches!(p.kind.as_str(), "github" | "gitlab"));
     for (name, p) in git.providers {
         if let Ok(token) = vault.open(&vault::git_token_slot(&owner.0, &name), &p.token_sealed) {
             masked.push((format!("git/{name}"), token));
         }
     }
-    Ok(Opened { env, masked, has_forge })
+    Opened { env, masked, has_forge }
 }

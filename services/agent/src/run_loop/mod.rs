@@ -65,6 +65,17 @@ impl RunOutcome {
     }
 }
 
+/// The MCP servers a run may connect, by name.
+type McpConfigs = BTreeMap<String, halyard_protocol::user::McpServerConfig>;
+
+/// What a run reads of its owner's configuration as it starts ([`Run::read_configuration`]).
+struct Owned {
+    profile: Result<crate::user::Profile, String>,
+    secrets: Result<crate::user::Secrets, String>,
+    settings: Result<halyard_protocol::user::UserSettings, String>,
+    mcp: Result<McpConfigs, String>,
+}
+
 /// What a hook runs for: the tool call, or the user message, it judges (neither for sessions).
 #[derive(Clone, Copy, Default)]
 struct HookSubject<'a> {
@@ -225,11 +236,9 @@ impl Run {
     /// The conversation's MCP servers, connected: the hub of an earlier run while it still
     /// serves the owner's configuration and secrets, else a new one, recorded in an
     /// `mcp_servers` event when what it offers changed. `None` if the log failed.
-    async fn mcp(&self, exec: &ExecutorClient) -> Option<Arc<McpHub>> {
-        let Some(owner) = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone()) else {
-            return Some(Arc::default());
-        };
-        let mut configs = match crate::tools::mcp::configs(&self.ctx, &owner).await {
+    async fn mcp(&self, exec: &ExecutorClient, configs: Option<Result<McpConfigs, String>>) -> Option<Arc<McpHub>> {
+        let Some(configs) = configs else { return Some(Arc::default()) };
+        let mut configs = match configs {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the owner's MCP servers; the operator's are offered");
@@ -260,20 +269,38 @@ impl Run {
     }
 
     /// Reads what the run takes from the owner's configuration: the profile's LLM, the
-    /// secrets (into the shell's environment and the log's mask) and the settings. `Err` is the
-    /// message of a run that cannot call its LLM.
-    async fn configure(&mut self) -> Result<(), String> {
-        let (owner, profile, chosen) = {
+    /// secrets, the settings and the MCP servers, in one request to the owner's bucket. `None`
+    /// for a conversation without an owner.
+    async fn read_configuration(&self) -> Option<Owned> {
+        let (owner, profile) = {
             let log = self.log.lock().await;
-            (log.history.started.as_ref().map(|s| s.owner.clone()), log.history.llm_profile.clone(), log.history.secrets.clone())
+            (log.history.started.as_ref().map(|s| s.owner.clone())?, log.history.llm_profile.clone())
         };
-        let Some(owner) = owner else { return Ok(()) };
-        // Three reads of the owner's bucket, at once: each is a bus round trip.
-        let (profile, secrets, settings) = tokio::join!(
-            crate::user::profile(&self.ctx, &owner, profile.as_deref()),
-            crate::user::secrets(&self.ctx, &owner),
-            crate::user::settings(&self.ctx, &owner)
-        );
+        let snapshot = crate::user::Snapshot::read(&self.ctx, &owner).await;
+        let read = |e: &String| format!("your configuration could not be read: {e}");
+        Some(match snapshot {
+            Ok(s) => Owned {
+                profile: s.profile(&self.ctx, profile.as_deref()),
+                secrets: s.secrets(&self.ctx),
+                settings: s.settings(),
+                mcp: s.get(&halyard_protocol::subjects::user_mcp_key(&owner)).map(|m| crate::tools::mcp::configs_of(&self.ctx, m)),
+            },
+            // (The deployment's model needs nothing of the owner's.)
+            Err(e) => Owned {
+                profile: if profile.is_some() { Err(read(&e)) } else { Ok(crate::user::default_profile(&self.ctx)) },
+                secrets: Err(read(&e)),
+                settings: Err(read(&e)),
+                mcp: Err(read(&e)),
+            },
+        })
+    }
+
+    /// Takes in what [`Self::read_configuration`] read: the profile's LLM, the secrets (into the
+    /// shell's environment and the log's mask) and the settings; the MCP servers are handed
+    /// back, to be connected once the sandbox is reached. `Err` is the message of a run that
+    /// cannot call its LLM.
+    async fn configure(&mut self, owned: Owned) -> Result<Result<McpConfigs, String>, String> {
+        let Owned { profile, secrets, settings, mcp } = owned;
         let profile = profile?;
         (self.llm, self.tool_set, self.vision) = (profile.llm, profile.tools, profile.vision);
         // Unreadable secrets keep the mask the log has: the shell may still hold values it
@@ -281,10 +308,12 @@ impl Run {
         match secrets {
             Ok(mut secrets) => {
                 // Every secret is masked; the shell gets those the conversation was given.
-                self.log.lock().await.set_redactor(secrets.redactor);
-                if let Some(chosen) = &chosen {
+                let mut log = self.log.lock().await;
+                log.set_redactor(secrets.redactor);
+                if let Some(chosen) = &log.history.secrets {
                     secrets.env.retain(|name, _| chosen.contains(name));
                 }
+                drop(log);
                 self.env = secrets.env;
                 self.has_forge = secrets.has_forge;
             }
@@ -298,7 +327,7 @@ impl Run {
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the owner's settings; the deployment's apply"),
         }
-        Ok(())
+        Ok(mcp)
     }
 
     /// Runs the agent loop; the run ends once its last checkpoint is taken.
@@ -329,27 +358,40 @@ impl Run {
     }
 
     async fn run_loop(&mut self) -> RunOutcome {
-        if !self.status(ExecutionStatus::Running, None).await {
-            return RunOutcome::Failed;
-        }
-        // The sandbox is reached (woken, if it hibernated) while the owner's configuration is
-        // read: neither waits for the other.
+        // Three things at once, none waiting for another: the sandbox is reached (woken, if
+        // it hibernated) and its hooks file read; the owner's configuration is read; `running`
+        // is appended.
         let reaching = {
             let sandbox_id = self.log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
             let ctx = self.ctx.clone();
             tokio::spawn(async move {
-                match sandbox_id {
-                    Some(id) => executor_of(&ctx, id).await,
-                    None => Err("the conversation has no sandbox".to_owned()),
-                }
+                let Some(id) = sandbox_id else { return Err("the conversation has no sandbox".to_owned()) };
+                // The hooks file's read is the executor's health check.
+                let read_hooks = |exec: ExecutorClient| async move { exec.files(crate::tools::hooks::FILE).await };
+                let (c, patience) = (&ctx, reach_patience(&ctx));
+                let (exec, hooks) =
+                    halyard_platform::executor_client::reach_probing(&c.nats, &c.js, &c.http, &c.config.secret, id, patience, read_hooks)
+                        .await?;
+                Ok((exec, crate::tools::hooks::from_answer(hooks)))
             })
         };
-        if let Err(e) = self.configure().await {
+        let (running, owned) = tokio::join!(self.status(ExecutionStatus::Running, None), self.read_configuration());
+        if !running {
             reaching.abort();
-            return self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await;
+            return RunOutcome::Failed;
         }
-        let exec = match reaching.await {
-            Ok(Ok(e)) => e,
+        let mcp_configs = match owned {
+            Some(owned) => match self.configure(owned).await {
+                Ok(mcp) => Some(mcp),
+                Err(e) => {
+                    reaching.abort();
+                    return self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await;
+                }
+            },
+            None => None,
+        };
+        let (exec, hooks) = match reaching.await {
+            Ok(Ok(reached)) => reached,
             Ok(Err(e)) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
             Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
         };
@@ -364,9 +406,9 @@ impl Run {
             self.checkpoint_behind(&exec, at).await;
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
-        // the run lasts, which adds the owner's token upstream.
-        // The proxy, the MCP servers and the repository's hooks are set up at once.
-        let (_git_proxy, mcp, hooks) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec), crate::tools::hooks::load(&exec));
+        // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
+        // are set up at once.
+        let (_git_proxy, mcp) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec, mcp_configs));
         let Some(mcp) = mcp else { return RunOutcome::Failed };
         let (setting, pending) = {
             let log = self.log.lock().await;
@@ -821,8 +863,12 @@ fn system_prompt(log: &Log) -> String {
 
 /// The executor of `sandbox_id`, answering (see [`halyard_platform::executor_client::reach`]).
 pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::SandboxId) -> Result<ExecutorClient, String> {
-    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
-    halyard_platform::executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, sandbox_id, patience).await
+    halyard_platform::executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, sandbox_id, reach_patience(ctx)).await
+}
+
+/// How long a run waits for its sandbox to answer (it may be starting, or waking).
+fn reach_patience(ctx: &Ctx) -> Duration {
+    Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10)
 }
 
 /// Whether a hook of the workspace runs at `moment` for `tool`.

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::HookRunRequest;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -191,15 +191,17 @@ impl Hooks {
     }
 }
 
-/// Reads the workspace's hooks: `Ok(None)` when there is no file.
-pub async fn load(exec: &ExecutorClient) -> Result<Option<Hooks>, String> {
-    match exec.files(FILE).await {
+/// The workspace's hooks, from the executor's answer to a read of [`FILE`]: `Ok(None)` when
+/// there is no file. (The read is the run's first request to its executor, see
+/// `executor_of`.)
+pub fn from_answer(answer: Result<halyard_protocol::executor::FilesResponse, ExecutorError>) -> Result<Option<Hooks>, String> {
+    match answer {
         Ok(f) if f.kind == "file" => match f.content {
             Some(text) if !f.truncated => Hooks::parse(&text).map(Some),
             _ => Err(format!("{FILE} is too large or not text")),
         },
         Ok(_) => Err(format!("{FILE} is not a file")),
-        Err(halyard_platform::executor_client::ExecutorError::Rejected { status: 404, .. }) => Ok(None),
+        Err(ExecutorError::Rejected { status: 404, .. }) => Ok(None),
         Err(e) => Err(format!("cannot read {FILE}: {e}")),
     }
 }

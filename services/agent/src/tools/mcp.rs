@@ -358,12 +358,17 @@ pub fn halyard_server(config: &halyard_platform::Config, conversation: Conversat
 /// The servers of `owner`'s conversations: the operator's, and theirs in place of one of the
 /// same name (disabled ones left out).
 pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpServerConfig>, String> {
-    let mut configs = ctx.config.mcp.servers.clone();
     let stored: UserMcpServers = match ctx.user_kv.get(subjects::user_mcp_key(owner)).await {
         Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("your MCP servers: {e}"))?,
         Ok(None) => UserMcpServers::default(),
         Err(e) => return Err(format!("your MCP servers could not be read: {e}")),
     };
+    Ok(configs_of(ctx, stored))
+}
+
+/// [`configs`] from what was read of the owner's bucket.
+pub fn configs_of(ctx: &Ctx, stored: UserMcpServers) -> BTreeMap<String, McpServerConfig> {
+    let mut configs = ctx.config.mcp.servers.clone();
     for (name, server) in stored.servers {
         if server.enabled {
             configs.insert(name, server.config);
@@ -371,7 +376,7 @@ pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpSe
             configs.remove(&name);
         }
     }
-    Ok(configs)
+    configs
 }
 
 /// Connects once to `owner`'s server `name` and lists its tools, for the Settings page's Test

@@ -79,6 +79,40 @@ fn openai_message(m: &ChatMessage) -> Value {
     v
 }
 
+/// A chat completions request, written as it is sent: the history and the tools are not
+/// copied into a JSON tree first (with a long conversation, that copy was most of the cost of
+/// an LLM call's request).
+#[derive(Serialize)]
+struct OpenAiBody<'a> {
+    model: &'a str,
+    messages: Vec<OpenAiMessage<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+    tools: &'a [Value],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// A message as chat completions takes it ([`openai_message`]; one without images as it is).
+struct OpenAiMessage<'a>(&'a ChatMessage);
+
+impl Serialize for OpenAiMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.images.is_empty() { self.0.serialize(serializer) } else { openai_message(self.0).serialize(serializer) }
+    }
+}
+
 /// How the user message that carries tool results' images begins (the rest names the calls).
 pub const IMAGES_FROM: &str = "Images from tool call";
 
@@ -441,25 +475,18 @@ impl LlmClient {
     }
 
     fn openai_request(&self, base: &str, messages: &[ChatMessage], tools: &[Value]) -> reqwest::RequestBuilder {
-        let mut body = serde_json::json!({
-            "model": self.config.model,
-            "messages": images_after_tool_results(messages).iter().map(openai_message).collect::<Vec<_>>(),
-            "stream": self.config.stream,
-        });
-        if self.config.stream {
+        let messages = images_after_tool_results(messages);
+        let body = OpenAiBody {
+            model: &self.config.model,
+            messages: messages.iter().map(OpenAiMessage).collect(),
+            stream: self.config.stream,
             // Streams report usage only when asked, in a last chunk.
-            body["stream_options"] = serde_json::json!({"include_usage": true});
-        }
-        if !tools.is_empty() {
-            body["tools"] = Value::Array(tools.to_vec());
-            body["tool_choice"] = "auto".into();
-        }
-        if let Some(t) = self.config.temperature {
-            body["temperature"] = t.into();
-        }
-        if let Some(effort) = &self.config.reasoning_effort {
-            body["reasoning_effort"] = effort.as_str().into();
-        }
+            stream_options: self.config.stream.then_some(StreamOptions { include_usage: true }),
+            tools,
+            tool_choice: (!tools.is_empty()).then_some("auto"),
+            temperature: self.config.temperature,
+            reasoning_effort: self.config.reasoning_effort.as_deref(),
+        };
         self.authorized(self.http.post(format!("{base}/chat/completions")).json(&body))
     }
 

@@ -2,7 +2,8 @@
 //! rebuildable by deleting them and replaying.
 //!
 //! One tree with key prefixes, so that a projected batch (views, log index and the stream
-//! cursors) is written atomically: after a crash the cursors and the views always agree.
+//! cursors) is written all or nothing ([`batch`]): after a crash the cursors and the views
+//! always agree.
 //!
 //! Events themselves are not copied here: they are read from their log in JetStream (see
 //! [`crate::events`]). Copying each one into sled cost more CPU than everything else the
@@ -19,6 +20,8 @@
 //! | `m` | name | cursor (big-endian u64) |
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
+
+pub mod batch;
 
 use std::collections::BTreeMap;
 
@@ -315,6 +318,7 @@ impl Store {
     pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
         let db = sled::Config::new().path(path).flush_every_ms(Some(200)).open()?;
         let tree = db.open_tree("read_models")?;
+        batch::replay(&tree)?;
         for key in tree.scan_prefix([LEGACY_EVENT_PREFIX]).keys() {
             tree.remove(key?)?;
         }
