@@ -19,7 +19,7 @@ use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
 
 use crate::store::{self, ConversationView, SandboxView, Store, TaskView, rfc3339};
 
-/// Most messages folded into one sled batch.
+/// Most messages folded into one batch of writes ([`store::batch`]).
 const MAX_BATCH: usize = 1024;
 
 /// How long the projection hears nothing before it checks that the streams have nothing new
