@@ -41,6 +41,9 @@ impl ExecutorError {
     }
 }
 
+/// The code of a refusal whose body is not the executor's JSON error.
+const FOREIGN_ERROR: &str = "executor_error";
+
 /// A client for one sandbox's executor.
 #[derive(Clone, Debug)]
 pub struct ExecutorClient {
@@ -270,7 +273,7 @@ impl ExecutorClient {
         let text = resp.text().await.unwrap_or_default();
         match serde_json::from_str::<ErrorBody>(&text) {
             Ok(b) => ExecutorError::Rejected { status, code: b.error.code, message: b.error.message },
-            Err(_) => ExecutorError::Rejected { status, code: "executor_error".into(), message: text },
+            Err(_) => ExecutorError::Rejected { status, code: FOREIGN_ERROR.into(), message: text },
         }
     }
 
@@ -350,8 +353,15 @@ where
         if let Some(url) = running.as_ref().and_then(|u| u.agent_server_url()) {
             let exec = ExecutorClient::new(http.clone(), url, key.clone());
             let probed = tokio::time::timeout(Duration::from_secs(3), probe(exec.clone())).await;
+            // (A 404 counts when the executor said it, in its own words: not some other server
+            // on a port a gone executor left.)
+            let answered = |r: &Result<T, ExecutorError>| match r {
+                Ok(_) => true,
+                Err(ExecutorError::Rejected { status, code, .. }) => *status == 404 && code != FOREIGN_ERROR,
+                Err(_) => false,
+            };
             match probed {
-                Ok(answered @ (Ok(_) | Err(ExecutorError::Rejected { status: 404, .. }))) => return Ok((exec, answered)),
+                Ok(result) if answered(&result) => return Ok((exec, result)),
                 Ok(failed) if matches!(tokio::time::timeout(Duration::from_secs(3), exec.health()).await, Ok(Ok(_))) => {
                     return Ok((exec, failed));
                 }
