@@ -465,7 +465,17 @@ pub struct NatsCluster {
 
 impl NatsCluster {
     pub async fn start(size: usize) -> Self {
-        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        // Every port distinct: a port is only free until someone binds it, and two asked for
+        // before either node started can be the same one (a node then failed to listen on its
+        // route port, which was its own client port).
+        let mut taken = std::collections::HashSet::new();
+        let mut distinct = || loop {
+            let port = free_port();
+            if taken.insert(port) {
+                return port;
+            }
+        };
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (distinct(), distinct())).collect();
         let dirs: Vec<tempfile::TempDir> = (0..size).map(|_| tempfile::tempdir().expect("tempdir")).collect();
         let url = ports.iter().map(|(c, _)| format!("nats://127.0.0.1:{c}")).collect::<Vec<_>>().join(",");
         let mut cluster = Self { nodes: (0..size).map(|_| None).collect(), dirs, ports, url };
