@@ -146,7 +146,14 @@ async fn main() -> Result<()> {
         args.chaos_throughput_reps = 0;
     }
     std::fs::create_dir_all(&args.out)?;
-    let wants = |suite: &str| args.suite == suite || args.suite == "all";
+    // Each suite chosen starts on a machine the previous one has left quiet.
+    let wants = |suite: &str| {
+        let chosen = args.suite == suite || args.suite == "all";
+        if chosen {
+            record::settle(std::time::Duration::from_secs(30));
+        }
+        chosen
+    };
     let reps = args.reps;
     if wants("webhooks") {
         let r = record::repeated("webhooks", reps, |_| webhooks::run(args.conversations, args.steps, args.think_ms)).await?;

@@ -13,6 +13,50 @@ pub struct Context {
     /// `/proc/loadavg`'s 1, 5 and 15 minute figures when the suite began.
     pub load_average: Vec<f64>,
     pub cores: usize,
+    /// How the machine was settled before the suite began ([`settle`]).
+    pub settled: Settled,
+}
+
+/// The wait before a suite for what the previous one left running (containers stopping,
+/// processes exiting, files being removed) to finish, and how busy the CPUs still were.
+#[derive(Serialize, Clone, Copy, Default)]
+pub struct Settled {
+    pub waited_s: u64,
+    /// The share of CPU time busy in the last second before the suite began (0 to 1).
+    pub cpu_busy: f64,
+}
+
+/// The last [`settle`]'s reading, for the next [`Context::now`].
+static SETTLED: std::sync::Mutex<Settled> = std::sync::Mutex::new(Settled { waited_s: 0, cpu_busy: 0.0 });
+
+/// Waits (one second at a time, up to `patience`) until the CPUs are at most 15% busy, so that
+/// a suite does not measure the previous one's teardown. The reading goes into the next
+/// suite's [`Context`]; a machine that never settles is measured anyway, and says so there.
+pub fn settle(patience: std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut busy = 1.0;
+    while busy > 0.15 {
+        let before = cpu_ticks();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let after = cpu_ticks();
+        let (total, idle) = (after.0.saturating_sub(before.0), after.1.saturating_sub(before.1));
+        busy = if total == 0 { 0.0 } else { 1.0 - idle as f64 / total as f64 };
+        if started.elapsed() >= patience {
+            break;
+        }
+    }
+    let reading = Settled { waited_s: started.elapsed().as_secs(), cpu_busy: (busy * 100.0).round() / 100.0 };
+    if let Ok(mut last) = SETTLED.lock() {
+        *last = reading;
+    }
+}
+
+/// All CPUs' ticks since boot, in all and idle (with I/O wait), from `/proc/stat`.
+fn cpu_ticks() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = text.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (ticks.iter().take(8).sum(), idle)
 }
 
 impl Context {
@@ -26,7 +70,8 @@ impl Context {
             .unwrap_or_else(|| "unknown".into());
         let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
         let date = halyard_protocol::rfc3339(halyard_platform::now_ms());
-        Self { commit, date, load_average: Self::load_average(), cores }
+        let settled = SETTLED.lock().map(|s| *s).unwrap_or_default();
+        Self { commit, date, load_average: Self::load_average(), cores, settled }
     }
 
     pub fn load_average() -> Vec<f64> {

@@ -50,12 +50,13 @@ async fn bus_round_trip(js: &async_nats::jetstream::Context, n: usize) -> Result
     Ok(percentile(&ms, 50.0))
 }
 
-async fn once(h: &Halyard, messages: usize) -> Result<Value> {
+async fn once(h: &Halyard, llm: &ScriptedLlm, messages: usize) -> Result<Value> {
     let api = h.api(KEY);
     let (conv, _) = api.start_ready(json!({})).await;
     let have = api.get(&format!("/api/v1/conversations/{conv}")).await.1["last_event_seq"].as_u64().unwrap_or(0);
     let mut ws = api.ws(&conv, have).await;
     let cpu0 = cpu_now(h);
+    let calls_before = llm.timings().len();
     let mut ms = Vec::new();
     // Wall-clock instants (ms since the epoch) each message was sent and its end seen, to place
     // the log's own timestamps between them.
@@ -76,6 +77,10 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
         seen_at.push(halyard_platform::now_ms());
     }
     let cpu = cpu_per_item(cpu0, cpu_now(h), messages);
+    // The stand-in's own share of each LLM call: from the request's arrival to its answer.
+    let mut llm_ms: Vec<f64> =
+        llm.timings()[calls_before..].iter().map(|(arrived, ready)| (*ready - *arrived).as_secs_f64() * 1000.0).collect();
+    llm_ms.sort_by(f64::total_cmp);
     ws.close().await;
     let events = api.events(&conv).await;
     ensure!(
@@ -123,6 +128,7 @@ async fn once(h: &Halyard, messages: usize) -> Result<Value> {
         "message_to_finished_ms_p50": percentile(&sorted, 50.0),
         "message_to_finished_ms_p99": percentile(&sorted, 99.0),
         "cpu_us_per_message": cpu,
+        "scripted_llm_ms_per_call_p50": percentile(&llm_ms, 50.0),
         "mean_ms_before_each_event": gaps,
         "samples_ms": ms.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>(),
     }))
@@ -143,7 +149,7 @@ pub async fn run(reps: usize) -> Result<Value> {
     let js = async_nats::jetstream::new(h.nats_client("admin").await);
     let mut runs = Vec::new();
     for rep in 0..reps {
-        let mut run = once(&h, messages).await?;
+        let mut run = once(&h, &llm, messages).await?;
         run["bus_round_trip_ms_p50"] = json!(bus_round_trip(&js, crate::scaled(200, 20)).await?);
         eprintln!("step rep {rep}: p50 {} ms, bus {} ms", run["message_to_finished_ms_p50"], run["bus_round_trip_ms_p50"]);
         runs.push(run);
@@ -163,6 +169,7 @@ pub async fn run(reps: usize) -> Result<Value> {
         "bus_round_trip_ms": bus,
         "step_in_bus_round_trips": ratio,
         "cpu_us_per_message": spread(runs.iter().filter_map(total)),
+        "scripted_llm_ms_per_call": of("scripted_llm_ms_per_call_p50"),
         "target_ms": 8.0,
         "meets_target": step["median"].as_f64().map(|m| m <= 8.0),
         "runs": runs,

@@ -10,7 +10,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
+use axum::extract::FromRequest;
 use axum::extract::Query;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -62,7 +63,9 @@ type Fallback = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 struct Inner {
     script: Mutex<VecDeque<Reply>>,
-    requests: Mutex<Vec<(HeaderMap, Value)>>,
+    /// Each request's headers and body as it came (parsed again when asked for: copying every
+    /// growing history as it arrives was a fifth of this server's time in the step benchmark).
+    requests: Mutex<Vec<(HeaderMap, Bytes)>>,
     fallback: Mutex<Option<Fallback>>,
     release: Notify,
     counter: Mutex<u64>,
@@ -125,15 +128,17 @@ impl ScriptedLlm {
 
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
-        self.inner.requests.lock().expect("lock").iter().map(|(_, b)| b.clone()).collect()
+        let raw: Vec<Bytes> = self.inner.requests.lock().expect("lock").iter().map(|(_, b)| b.clone()).collect();
+        raw.iter().map(|b| serde_json::from_slice(b).expect("a recorded request is JSON")).collect()
     }
 
     /// The token usage reported with every answer so far: (prompt, completion, cached).
     /// Waits (up to 30 s) until the server has been asked `n` times in all.
     pub async fn wait_requests(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while self.requests().len() < n {
-            assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", self.requests().len());
+        let count = || self.inner.requests.lock().expect("lock").len();
+        while count() < n {
+            assert!(Instant::now() < deadline, "the LLM got {} requests, expected {n}", count());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -168,6 +173,40 @@ impl ScriptedLlm {
             .map(|(h, _)| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned))
             .collect()
     }
+}
+
+/// A request's body, parsed and as it came. A body that is not JSON is refused as the
+/// providers refuse it: 400 with an `invalid_request_error`.
+/// The instant is when the body had arrived, before it was parsed.
+struct Request(Value, Bytes, Instant);
+
+impl<S: Send + Sync> FromRequest<S> for Request {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        let raw = Bytes::from_request(req, state).await.map_err(IntoResponse::into_response)?;
+        let arrived = Instant::now();
+        match serde_json::from_slice(&raw) {
+            Ok(value) => Ok(Request(value, raw, arrived)),
+            Err(e) => {
+                let error = json!({"error": {"message": format!("We could not parse the JSON body of your request: {e}"), "type": "invalid_request_error"}});
+                Err((StatusCode::BAD_REQUEST, Json(error)).into_response())
+            }
+        }
+    }
+}
+
+/// The length of a request's history (`messages`, or the Responses API's `input`) as it was
+/// sent, the basis of the usage this server reports.
+fn history_len(raw: &[u8]) -> usize {
+    #[derive(serde::Deserialize)]
+    struct History<'a> {
+        #[serde(borrow)]
+        messages: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        input: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_slice::<History>(raw).ok().and_then(|h| h.messages.or(h.input)).map_or(0, |v| v.get().len())
 }
 
 /// What the script says to answer: `(n, content, calls as (id, name, arguments), usage as
@@ -212,8 +251,8 @@ fn answered(inner: &Inner, arrived: Instant, response: Response) -> Response {
     response
 }
 
-async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic: bool) -> Result<Answer, Response> {
-    inner.requests.lock().expect("lock").push((headers, body.clone()));
+async fn next_answer(inner: &Inner, headers: HeaderMap, Request(body, raw, _): &Request, anthropic: bool) -> Result<Answer, Response> {
+    inner.requests.lock().expect("lock").push((headers, raw.clone()));
     let next = inner.script.lock().expect("lock").pop_front();
     let mut reply = match next {
         Some(r) => r,
@@ -282,8 +321,7 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
     };
     // Usage as a provider reports it: a prompt that grows with the conversation, a quarter of it
     // from the prompt cache.
-    let history = body.get("messages").or_else(|| body.get("input")).map(Value::to_string).unwrap_or_default();
-    let prompt = (history.len() as u64).div_ceil(4);
+    let prompt = (history_len(raw) as u64).div_ceil(4);
     let answer = content.as_deref().map_or(0, str::len) + calls.iter().map(|(_, name, args)| name.len() + args.len()).sum::<usize>();
     let usage = (prompt, (answer as u64).div_ceil(4).max(1), prompt / 4);
     inner.usages.lock().expect("lock").push(usage);
@@ -291,13 +329,13 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, body: &Value, anthropic:
 }
 
 /// `POST /v1/messages`, as Anthropic answers it.
-async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    let arrived = Instant::now();
+async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, request: Request) -> Response {
+    let (body, arrived) = (&request.0, request.2);
     if headers.get("anthropic-version").is_none() || body.get("max_tokens").and_then(Value::as_u64).is_none() {
         let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "anthropic-version and max_tokens are required"}});
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, true).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, true).await {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -399,9 +437,9 @@ fn stream_body(text: String) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    let arrived = Instant::now();
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, false).await {
+async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, request: Request) -> Response {
+    let (body, arrived) = (&request.0, request.2);
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, false).await {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -534,14 +572,14 @@ fn responses_refusal(body: &Value) -> Option<String> {
 }
 
 /// `POST /v1/responses`, as OpenAI's Responses API answers it.
-async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    let arrived = Instant::now();
-    if let Some(message) = responses_refusal(&body) {
+async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, request: Request) -> Response {
+    let (body, arrived) = (&request.0, request.2);
+    if let Some(message) = responses_refusal(body) {
         let error = json!({"error": {"message": message, "type": "invalid_request_error", "param": "input", "code": null}});
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
     // The history in chat terms, for the scripted replies that read it.
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &body, false).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, false).await {
         Ok(a) => a,
         Err(response) => return response,
     };
