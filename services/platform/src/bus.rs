@@ -260,27 +260,15 @@ async fn direct_batch_request(
     request: serde_json::Value,
     batch: usize,
 ) -> Result<Vec<(u64, bytes::Bytes)>, BusError> {
-    let read = err(BusErrorKind::Read);
-    let client = js.client();
-    let inbox = client.new_inbox();
-    // Subscribed before the request goes out (same connection, in order), so no reply is lost.
-    let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
-    client.publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into()).await.map_err(|e| read(&e))?;
     let mut out = Vec::with_capacity(batch.min(1024));
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
-            .await
-            .map_err(|_| BusError::new(BusErrorKind::Read, format!("direct get on {stream} timed out")))?
-            .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get subscription closed"))?;
-        match direct_answer(msg, stream)? {
-            Some(answer) => out.push(answer),
-            None => break,
+    direct_get_each(js, stream, request, |msg| match direct_answer(msg, stream)? {
+        Some(answer) => {
+            out.push(answer);
+            Ok(out.len() < batch)
         }
-        if out.len() >= batch {
-            break;
-        }
-    }
-    let _ = replies.unsubscribe().await;
+        None => Ok(false),
+    })
+    .await?;
     Ok(out)
 }
 
@@ -292,35 +280,53 @@ pub async fn direct_last_of(
     stream: &str,
     subjects: &[String],
 ) -> Result<std::collections::HashMap<String, bytes::Bytes>, BusError> {
-    let read = err(BusErrorKind::Read);
     let mut out = std::collections::HashMap::new();
     if subjects.is_empty() {
         return Ok(out);
     }
+    let request = serde_json::json!({ "multi_last": subjects, "batch": subjects.len() });
+    let mut answers = 0;
+    direct_get_each(js, stream, request, |msg| {
+        let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
+        let (subject, operation) = (header("Nats-Subject"), header("KV-Operation"));
+        let Some((_, payload)) = direct_answer(msg, stream)? else { return Ok(false) };
+        let subject = subject.ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Subject"))?;
+        if operation.is_none_or(|op| op == "PUT") {
+            out.insert(subject, payload);
+        }
+        // The server ends the batch itself (an end-of-batch status); this is a guard.
+        answers += 1;
+        Ok(answers <= subjects.len())
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Sends one batched direct get of `stream` and hands each answer to `each`, in order, until
+/// `each` says it has had enough (false): at the server's end-of-batch status, or at a limit.
+async fn direct_get_each(
+    js: &jetstream::Context,
+    stream: &str,
+    request: serde_json::Value,
+    mut each: impl FnMut(async_nats::Message) -> Result<bool, BusError>,
+) -> Result<(), BusError> {
+    let read = err(BusErrorKind::Read);
     let client = js.client();
     let inbox = client.new_inbox();
+    // Subscribed before the request goes out (same connection, in order), so no reply is lost.
     let mut replies = client.subscribe(inbox.clone()).await.map_err(|e| read(&e))?;
-    let request = serde_json::json!({ "multi_last": subjects, "batch": subjects.len() });
     client.publish_with_reply(format!("$JS.API.DIRECT.GET.{stream}"), inbox, request.to_string().into()).await.map_err(|e| read(&e))?;
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(10), replies.next())
             .await
             .map_err(|_| BusError::new(BusErrorKind::Read, format!("direct get on {stream} timed out")))?
             .ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get subscription closed"))?;
-        let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
-        let (subject, operation) = (header("Nats-Subject"), header("KV-Operation"));
-        let Some((_, payload)) = direct_answer(msg, stream)? else { break };
-        let subject = subject.ok_or_else(|| BusError::new(BusErrorKind::Read, "direct get answer without Nats-Subject"))?;
-        if operation.is_none_or(|op| op == "PUT") {
-            out.insert(subject, payload);
-        }
-        // The server ends the batch itself (an end-of-batch status); this is a guard.
-        if out.len() > subjects.len() {
+        if !each(msg)? {
             break;
         }
     }
     let _ = replies.unsubscribe().await;
-    Ok(out)
+    Ok(())
 }
 
 /// Every event of a conversation with `seq > after`, in order, to the end of the log: batched
