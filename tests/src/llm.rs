@@ -132,7 +132,6 @@ impl ScriptedLlm {
         raw.iter().map(|b| serde_json::from_slice(b).expect("a recorded request is JSON")).collect()
     }
 
-    /// The token usage reported with every answer so far: (prompt, completion, cached).
     /// Waits (up to 30 s) until the server has been asked `n` times in all.
     pub async fn wait_requests(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -143,6 +142,7 @@ impl ScriptedLlm {
         }
     }
 
+    /// The token usage reported with every answer so far: (prompt, completion, cached).
     pub fn usages(&self) -> Vec<(u64, u64, u64)> {
         self.inner.usages.lock().expect("lock").clone()
     }
