@@ -12,11 +12,13 @@
 //! * [`webhook`]: webhook subscriptions, delivery jobs and attempts.
 //! * [`accounts`]: users, API keys (as salted hashes) and the audit record of admin actions.
 //! * [`user`]: each user's own settings, LLM profiles and (sealed) secrets.
+//! * [`automation`]: automations (hooks and schedules), their commands and run records.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
 
 pub mod accounts;
+pub mod automation;
 pub mod command;
 pub mod envelope;
 pub mod event;

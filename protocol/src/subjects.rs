@@ -38,6 +38,8 @@ pub const SANDBOX_COMMANDS: &str = "halyard.cmd.sandbox.>";
 pub const AGENT_COMMANDS: &str = "halyard.cmd.agent.>";
 /// Commands for the title setter.
 pub const TITLE_COMMANDS: &str = "halyard.cmd.title.>";
+/// Commands for the automation service.
+pub const AUTOMATION_COMMANDS: &str = "halyard.cmd.automation.>";
 /// All delivery jobs.
 pub const ALL_DELIVERIES: &str = "halyard.dlv.>";
 /// All webhook delivery records.
@@ -50,6 +52,8 @@ pub const SANDBOX_CONSUMER: &str = "sandbox-supervisor";
 /// Durable consumer of the agent runner.
 pub const AGENT_CONSUMER: &str = "agent-runner";
 
+/// Durable consumer of the automation service's commands.
+pub const AUTOMATION_CONSUMER: &str = "automations";
 /// Durable consumer of the title setter's commands.
 pub const TITLE_COMMAND_CONSUMER: &str = "title-setter-commands";
 /// Durable consumer of the title setter on the event log.
@@ -59,6 +63,39 @@ pub const CALLBACK_FANOUT_CONSUMER: &str = "callback-fanout";
 
 /// Key-value bucket of the title setter: conversations it has named (or found named).
 pub const TITLE_BUCKET: &str = "halyard_titles";
+
+/// Key-value bucket of automations: `def.<id>` (the definition, its hook secret sealed) and
+/// `tick.<id>` (the last schedule tick claimed, written with an expected revision so that one
+/// automation service of many runs it).
+pub const AUTOMATION_BUCKET: &str = "halyard_automations";
+
+/// Key-value bucket of the hook requests already taken (`<automation id>.<hash of the delivery
+/// id>`): a forge's retry of one is answered and starts nothing for as long as the bucket keeps
+/// keys ([`HOOK_DELIVERY_DAYS`]).
+pub const HOOK_DELIVERY_BUCKET: &str = "halyard_hook_deliveries";
+
+/// How long a hook delivery id is remembered: longer than any forge retries.
+pub const HOOK_DELIVERY_DAYS: u64 = 14;
+
+/// The key of automation `id`'s definition in [`AUTOMATION_BUCKET`].
+pub fn automation_key(id: &str) -> String {
+    format!("def.{id}")
+}
+
+/// The key of automation `id`'s last claimed tick in [`AUTOMATION_BUCKET`].
+pub fn automation_tick_key(id: &str) -> String {
+    format!("tick.{id}")
+}
+
+/// A command for the automation service about automation `id`.
+pub fn automation_command(id: &str) -> String {
+    format!("halyard.cmd.automation.{id}")
+}
+
+/// Automation `id`'s run records.
+pub fn automation_record(id: &str) -> String {
+    format!("halyard.sys.automation.{id}")
+}
 
 /// Key-value bucket of webhook subscriptions (with their signing secrets).
 pub const WEBHOOK_BUCKET: &str = "halyard_webhooks";

@@ -268,6 +268,9 @@ pub enum SystemRecord {
     },
     /// An administrative action (`halyard.sys.audit.<user|key>`).
     Audit(crate::accounts::AuditRecord),
+    /// What an automation did with a request to its hook or a tick of its schedule
+    /// (`halyard.sys.automation.<id>`).
+    AutomationRun(crate::automation::AutomationRun),
 }
 
 /// How a spec's runtime image was obtained at supervisor start-up.
@@ -308,6 +311,7 @@ impl Payload for SystemRecord {
             Self::SandboxImage(_) => "sys.sandbox_image",
             Self::SandboxPool { .. } => "sys.sandbox_pool",
             Self::Audit(_) => "sys.audit",
+            Self::AutomationRun(_) => "sys.automation_run",
         }
         .to_owned()
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
+use halyard_protocol::automation::{AutomationCommand, AutomationRun, RunOutcome};
 use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, ConversationCommand, SandboxCommand};
 use halyard_protocol::event::{
     Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
@@ -412,6 +413,60 @@ fn events_are_stable() {
         let kind = format!("event.{}", ev.body.kind());
         check(name, env(1, &kind, ev));
     }
+}
+
+#[test]
+fn automations_are_stable() {
+    check(
+        "cmd_automation_hook",
+        env(
+            30,
+            "cmd.automation.hook",
+            AutomationCommand::Hook {
+                automation_id: id(31).to_string(),
+                delivery_id: "msg_p5jXN8AQM9LWM0D4loKWxJek".into(),
+                received_ms: T,
+                body: r#"{"title":"Flaky test"}"#.into(),
+            },
+        ),
+    );
+    check("cmd_automation_tick", env(32, "cmd.automation.tick", AutomationCommand::Tick { automation_id: id(31).to_string(), tick_ms: T }));
+    check(
+        "sys_automation_run",
+        env(
+            33,
+            "sys.automation_run",
+            SystemRecord::AutomationRun(AutomationRun {
+                run_id: id(34).to_string(),
+                automation_id: id(31).to_string(),
+                owner: UserId("alice".into()),
+                time_ms: T,
+                source: "webhook".into(),
+                trigger: "delivery msg_p5jXN8AQM9LWM0D4loKWxJek".into(),
+                outcome: RunOutcome::Started,
+                conversation_id: Some(ConversationId(id(1))),
+                reason: None,
+            }),
+        ),
+    );
+    check(
+        "sys_automation_run_ignored",
+        env(
+            35,
+            "sys.automation_run",
+            SystemRecord::AutomationRun(AutomationRun {
+                run_id: id(36).to_string(),
+                automation_id: id(31).to_string(),
+                owner: UserId("alice".into()),
+                time_ms: T,
+                source: "schedule".into(),
+                trigger: "tick 2026-11-19T19:33:20.000Z".into(),
+                outcome: RunOutcome::Ignored,
+                conversation_id: None,
+                reason: Some("the automation is disabled".into()),
+            }),
+        ),
+    );
 }
 
 #[test]

@@ -103,6 +103,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
         "halyard.cmd.agent.01900000-0000-7000-8000-000000000001",
         "halyard.cmd.sandbox.01900000-0000-7000-8000-000000000002",
         "halyard.cmd.conversation.01900000-0000-7000-8000-000000000003",
+        "halyard.cmd.automation.01900000-0000-7000-8000-000000000005",
     ] {
         js.publish(subject, "this is not msgpack".into()).await.unwrap().await.unwrap();
     }
@@ -112,11 +113,11 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
     let dlq = js.get_stream("HALYARD_DEAD_LETTERS").await.unwrap();
     let consumer = dlq.create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig::default()).await.unwrap();
     let mut messages = consumer.messages().await.unwrap();
-    // Every consumer parks what it cannot read: the three command handlers, and the title
+    // Every consumer parks what it cannot read: the four command handlers, and the title
     // setter and webhook fan-out for the garbage event.
     let mut parked: Vec<(String, String)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while parked.len() < 5 {
+    while parked.len() < 6 {
         assert!(Instant::now() < deadline, "only parked {parked:?}");
         if let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
             let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.to_string()).unwrap_or_default();
@@ -132,7 +133,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
     }
     parked.sort();
     let services: Vec<&str> = parked.iter().map(|(_, s)| s.as_str()).collect();
-    for svc in ["agent", "sandbox", "conversations", "callbacks", "titles"] {
+    for svc in ["agent", "sandbox", "conversations", "callbacks", "titles", "automations"] {
         assert!(services.contains(&svc), "{svc} parked nothing: {parked:?}");
     }
     // Nothing is left to be retried forever: the command queue drains (the warm-up

@@ -7,11 +7,12 @@
 //! `/api/v1/openapi.json`. The handlers
 //! are grouped by what they serve: [`conversations`], [`workspace`] (a conversation's sandbox as
 //! its owner reaches it), [`settings`] (what a user sets up), [`accounts`] (who is calling),
-//! [`webhooks`], [`sandboxes`] and [`mcp`]; what several of them share is in [`common`], and the
+//! [`webhooks`], [`automations`] (and their public hooks), [`sandboxes`] and [`mcp`]; what several of them share is in [`common`], and the
 //! event log's reader in [`events`]. No module imports another that imports it back.
 
 pub mod accounts;
 pub mod api_doc;
+pub mod automations;
 pub mod common;
 pub mod conversations;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod workspace;
 
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
+use automations::{hooks, routes as automation_routes};
 use conversations::{export, images, plan, routes, share, starts, ws};
 use settings::{defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
@@ -105,6 +107,12 @@ pub struct AppState {
     pub used_tickets: Arc<tickets::UsedTickets>,
     /// App links used on this gateway (each opens its app once).
     pub used_app_links: Arc<tickets::UsedTickets>,
+    /// Automations (`def.<id>`) and their schedules' claimed ticks.
+    pub automation_kv: jetstream::kv::Store,
+    /// Every automation, followed: hooks are verified without a round trip.
+    pub automations: halyard_platform::kv_mirror::Mirror<halyard_protocol::automation::Automation>,
+    /// Hook deliveries already taken.
+    pub hook_deliveries: jetstream::kv::Store,
 }
 
 /// The routes of `/api/v1`, each registered from its handler's `#[utoipa::path]`: the router and
@@ -175,6 +183,10 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::rotate))
         .routes(routes!(webhooks::deliveries))
         .routes(routes!(webhooks::retry))
+        .routes(routes!(automation_routes::create, automation_routes::list))
+        .routes(routes!(automation_routes::get_one, automation_routes::patch, automation_routes::delete))
+        .routes(routes!(automation_routes::runs))
+        .routes(routes!(hooks::receive))
         .routes(routes!(admin::me))
         .routes(routes!(admin::my_keys, admin::create_my_key))
         .routes(routes!(admin::revoke_my_key))
@@ -307,6 +319,13 @@ pub async fn serve(
         .map_err(|e| GatewayError::Http(format!("webhook bucket: {e}")))?;
     let user_kv =
         js.get_key_value(halyard_protocol::subjects::USER_BUCKET).await.map_err(|e| GatewayError::Http(format!("user bucket: {e}")))?;
+    let bucket = |name: &'static str| {
+        let js = js.clone();
+        async move { js.get_key_value(name).await.map_err(|e| GatewayError::Http(format!("{name} bucket: {e}"))) }
+    };
+    let automation_kv = bucket(halyard_protocol::subjects::AUTOMATION_BUCKET).await?;
+    let hook_deliveries = bucket(halyard_protocol::subjects::HOOK_DELIVERY_BUCKET).await?;
+    let automations = halyard_platform::kv_mirror::Mirror::follow(automation_kv.clone(), "def.", shutdown.clone()).await?;
     let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| GatewayError::Http(e.to_string()))?);
     let skills = Arc::new(config.skills_dir.as_deref().map(halyard_platform::skills::load_dir).unwrap_or_default());
     let state = AppState {
@@ -327,6 +346,9 @@ pub async fn serve(
         trusted_proxies: Arc::new(config_proxies.iter().filter_map(|c| halyard_platform::netaddr::Cidr::parse(c)).collect()),
         used_tickets: Arc::default(),
         used_app_links: Arc::default(),
+        automation_kv,
+        automations,
+        hook_deliveries,
     };
 
     let limits = server::Limits::from_config(&state.config.gateway);

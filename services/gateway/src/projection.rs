@@ -294,6 +294,12 @@ impl Pending<'_> {
                     self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }
             }
+            SystemRecord::AutomationRun(r) => {
+                if let Ok(bytes) = serde_json::to_vec(&crate::automations::routes::RunView::from(&r)) {
+                    self.batch.insert(store::run_key(&r.automation_id, r.time_ms, &r.run_id), bytes.clone());
+                    self.batch.insert(store::last_run_key(&r.automation_id), bytes);
+                }
+            }
             SystemRecord::ConversationTags { conversation_id, tags } => {
                 if let Some(view) = self.view(conversation_id) {
                     view.tags = tags;

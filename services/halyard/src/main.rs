@@ -144,6 +144,7 @@ enum Service {
     Agent,
     Callbacks,
     Titles,
+    Automations,
 }
 
 impl Service {
@@ -156,11 +157,13 @@ impl Service {
             Self::Agent => "agent",
             Self::Callbacks => "callbacks",
             Self::Titles => "titles",
+            Self::Automations => "automations",
         }
     }
 }
 
-const ALL: [Service; 6] = [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles];
+const ALL: [Service; 7] =
+    [Service::Gateway, Service::Conversations, Service::Sandbox, Service::Agent, Service::Callbacks, Service::Titles, Service::Automations];
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -381,6 +384,9 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
             }
             Service::Titles => {
                 tasks.spawn(async move { (service, halyard_titles::run(config, client, shutdown).await.map_err(Into::into)) });
+            }
+            Service::Automations => {
+                tasks.spawn(async move { (service, halyard_automations::run(config, client, shutdown).await.map_err(Into::into)) });
             }
         }
     }

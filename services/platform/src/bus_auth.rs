@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn every_service_role_is_declared_and_none_but_admin_has_everything() {
         let roles = role_decls().unwrap();
-        for role in ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "reader"] {
+        for role in ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "automations", "reader"] {
             assert!(roles.contains_key(role), "{role} missing");
         }
         for (name, decl) in &roles {

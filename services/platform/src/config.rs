@@ -69,6 +69,23 @@ pub struct Config {
     pub webhooks: WebhookConfig,
     pub titles: TitleConfig,
     pub mcp: McpConfig,
+    pub automations: AutomationConfig,
+}
+
+/// The automation service.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutomationConfig {
+    /// A schedule's tick missed while no automation service ran is run once at start-up if it
+    /// is at most this old (`HALYARD_AUTOMATION_TICK_GRACE_SECS`); older ones are skipped, and
+    /// never more than the latest of them runs.
+    pub tick_grace_secs: u64,
+}
+
+impl Default for AutomationConfig {
+    fn default() -> Self {
+        Self { tick_grace_secs: 900 }
+    }
 }
 
 /// MCP servers.
@@ -452,6 +469,7 @@ impl Default for Config {
             webhooks: WebhookConfig::default(),
             titles: TitleConfig::default(),
             mcp: McpConfig::default(),
+            automations: AutomationConfig::default(),
         }
     }
 }
@@ -853,6 +871,7 @@ impl Config {
                 "WEBHOOK_RETRY_MAX_MS" => self.webhooks.retry_max_ms = v.parse().map_err(|_| bad("expected milliseconds"))?,
                 "WEBHOOK_TIMEOUT_SECS" => self.webhooks.timeout_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "WEBHOOK_DISABLE_AFTER_SECS" => self.webhooks.disable_after_secs = v.parse().map_err(|_| bad("expected seconds"))?,
+                "AUTOMATION_TICK_GRACE_SECS" => self.automations.tick_grace_secs = v.parse().map_err(|_| bad("expected seconds"))?,
                 "TITLE_USE_LLM" => self.titles.use_llm = parse_bool(&v).ok_or_else(|| bad("expected true or false"))?,
                 "TITLE_MODEL" => self.titles.model = Some(v),
                 "TITLE_BASE_URL" => self.titles.base_url = Some(v),

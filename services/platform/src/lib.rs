@@ -4,7 +4,8 @@
 //! every service uses the same way ([`bus`]), graceful shutdown ([`shutdown`]), and the two
 //! HTTP clients more than one service needs: the LLM client ([`llm`], with the Anthropic wire,
 //! fallback chains and model lists in it, and token counting in [`tokens`]) and the executor client
-//! ([`executor_client`]); and reading skill files ([`skills`]).
+//! ([`executor_client`]); reading skill files ([`skills`]); and a bucket's entries kept in memory
+//! and followed ([`kv_mirror`]); cron schedules in time zones ([`schedule`]).
 //!
 //! Nothing here knows what a service does; services never depend on each other, only on this
 //! crate and on `halyard-protocol`.
@@ -18,6 +19,7 @@ pub mod fault;
 pub mod git_proxy;
 pub mod images;
 pub mod keys;
+pub mod kv_mirror;
 pub mod llm;
 pub mod memory;
 pub mod nats;
@@ -26,6 +28,7 @@ pub mod netaddr;
 pub mod outbound;
 pub mod redact;
 pub mod route;
+pub mod schedule;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;

@@ -184,6 +184,7 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
         (subjects::TITLE_BUCKET, "Conversations the title setter has handled"),
         (subjects::AUTH_BUCKET, "Users (user.<name>) and API keys as salted hashes (key.<id>)"),
         (subjects::USER_BUCKET, "Each user's settings, LLM profiles and sealed secrets (settings|llm|secrets.<user>)"),
+        (subjects::AUTOMATION_BUCKET, "Automations (def.<id>, hook secrets sealed) and their schedules' last claimed ticks (tick.<id>)"),
     ] {
         js.create_or_update_key_value(kv::Config {
             bucket: bucket.to_owned(),
@@ -207,6 +208,16 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
     })
     .await
     .map_err(|e| topo(&format!("kv {}: {e}", subjects::AGENT_LEASE_BUCKET)))?;
+    js.create_or_update_key_value(kv::Config {
+        bucket: subjects::HOOK_DELIVERY_BUCKET.to_owned(),
+        description: "Hook requests already taken, by automation and delivery id; kept as long as forges retry".into(),
+        history: 1,
+        max_age: Duration::from_secs(subjects::HOOK_DELIVERY_DAYS * 86_400),
+        num_replicas: kept_replicas(js, &format!("KV_{}", subjects::HOOK_DELIVERY_BUCKET), replicas).await,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| topo(&format!("kv {}: {e}", subjects::HOOK_DELIVERY_BUCKET)))?;
     let stream = format!("OBJ_{}", subjects::IMAGE_BUCKET);
     crate::images::declare(js, kept_replicas(js, &stream, replicas).await).await?;
     Ok(())
@@ -380,6 +391,8 @@ mod tests {
             (subjects::CONVERSATION_CONSUMER, subjects::CONVERSATION_COMMANDS),
             (subjects::SANDBOX_CONSUMER, subjects::SANDBOX_COMMANDS),
             (subjects::AGENT_CONSUMER, subjects::AGENT_COMMANDS),
+            (subjects::TITLE_COMMAND_CONSUMER, subjects::TITLE_COMMANDS),
+            (subjects::AUTOMATION_CONSUMER, subjects::AUTOMATION_COMMANDS),
         ] {
             let c = consumers
                 .iter()

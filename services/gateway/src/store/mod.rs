@@ -280,6 +280,28 @@ pub fn attempt_key(webhook: &str, time_ms: i64, delivery: halyard_protocol::Comm
     k
 }
 
+/// Runs of an automation, newest first.
+pub fn run_prefix(automation: &str) -> Vec<u8> {
+    let mut k = vec![b'r'];
+    k.extend_from_slice(automation.as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn run_key(automation: &str, time_ms: i64, run: &str) -> Vec<u8> {
+    let mut k = run_prefix(automation);
+    k.extend_from_slice(&(u64::MAX - time_ms.max(0) as u64).to_be_bytes());
+    k.extend_from_slice(run.as_bytes());
+    k
+}
+
+/// The latest run of an automation.
+pub fn last_run_key(automation: &str) -> Vec<u8> {
+    let mut k = vec![b'q'];
+    k.extend_from_slice(automation.as_bytes());
+    k
+}
+
 /// The latest attempt of one delivery.
 pub fn last_attempt_key(webhook: &str, delivery: halyard_protocol::CommandId) -> Vec<u8> {
     let mut k = vec![b'x'];

@@ -1,0 +1,153 @@
+//! Automations: work that starts without a user at the keyboard. An automation belongs to a
+//! user and names a trigger (a request to its hook, a schedule); the gateway verifies what
+//! reaches its hook and hands it on as an [`AutomationCommand`], the automation service decides
+//! and starts conversations as any client would, and records each decision as an
+//! [`AutomationRun`] (`halyard.sys.automation.<id>`).
+//!
+//! Definitions live in the `halyard_automations` bucket (`def.<id>`), which the gateways and the
+//! automation service keep in memory and watch; a hook's secret is sealed there, never stored open.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ConversationId, UnixMillis, UserId};
+
+/// One automation, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Automation {
+    /// A UUID; also the last segment of its hook URL.
+    pub id: String,
+    pub owner: UserId,
+    pub name: String,
+    pub trigger: Trigger,
+    /// Where its conversations work (cloned through the owner's git provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<AutomationRepository>,
+    /// A template over the triggering event (`{{title}}`, `{{body}}`, `{{comment}}`, `{{url}}`,
+    /// `{{payload}}`); the kind's default if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// One of the owner's LLM profiles; the owner's default if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+    pub enabled: bool,
+    /// The hook's verification secret, sealed with the deployment's vault (slot
+    /// [`secret_slot`]); kinds without a secret have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_sealed: Option<String>,
+    pub created_ms: UnixMillis,
+    pub updated_ms: UnixMillis,
+}
+
+/// The vault slot of an automation's hook secret (binds the sealed value to its automation).
+pub fn secret_slot(id: &str) -> String {
+    format!("automation:{id}")
+}
+
+/// What starts an automation's runs. Internally tagged by `kind`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Trigger {
+    /// Any program posting JSON to the hook, signed as Standard Webhooks with the automation's
+    /// secret (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    Webhook {},
+    /// Every tick of a five-field cron expression, in an IANA time zone.
+    Schedule { cron: String, timezone: String },
+}
+
+impl Trigger {
+    /// The kind's name, as in the JSON (`webhook`, `schedule`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Webhook {} => "webhook",
+            Self::Schedule { .. } => "schedule",
+        }
+    }
+
+    /// Whether the kind receives requests at a hook URL.
+    pub fn has_hook(&self) -> bool {
+        !matches!(self, Self::Schedule { .. })
+    }
+}
+
+/// The repository an automation's conversations clone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutomationRepository {
+    /// One of the owner's git providers, by name.
+    pub provider: String,
+    /// `owner/name`.
+    pub full_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// Work for the automation service (`halyard.cmd.automation.<id>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AutomationCommand {
+    /// A request to the hook whose signature checked out, as it came (the body is the raw text
+    /// that was verified; it is parsed only now).
+    Hook {
+        automation_id: String,
+        /// The request's own id (`webhook-id`, `X-GitHub-Delivery`, ...), already deduplicated.
+        delivery_id: String,
+        received_ms: UnixMillis,
+        body: String,
+    },
+    /// A schedule's tick, claimed by one automation service (see `AutomationRun`).
+    Tick {
+        automation_id: String,
+        /// The instant of the tick.
+        tick_ms: UnixMillis,
+    },
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// A conversation was started.
+    Started,
+    /// Nothing was started; `reason` says why.
+    Ignored,
+    /// A conversation should have started and did not; `reason` says why.
+    Failed,
+}
+
+impl RunOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::Ignored => "ignored",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// One decision of an automation (`halyard.sys.automation.<id>`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AutomationRun {
+    /// A UUID derived from what triggered it, so a redelivered command records the same run.
+    pub run_id: String,
+    pub automation_id: String,
+    pub owner: UserId,
+    pub time_ms: UnixMillis,
+    /// The trigger's kind (`webhook`, `schedule`).
+    pub source: String,
+    /// What triggered it, for people: `delivery <id>`, `tick 2026-11-26T23:00:00Z`.
+    pub trigger: String,
+    pub outcome: RunOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl crate::envelope::Payload for AutomationCommand {
+    fn kind(&self) -> String {
+        match self {
+            Self::Hook { .. } => "cmd.automation.hook",
+            Self::Tick { .. } => "cmd.automation.tick",
+        }
+        .to_owned()
+    }
+}

@@ -1,0 +1,73 @@
+//! The automation service: work that starts without a user at the keyboard. It follows the
+//! automations (the `halyard_automations` bucket, in memory), takes the verified hook requests
+//! the gateways hand on and the schedule ticks it claims ([`schedules`]), decides what each one
+//! starts ([`runs`]), starts conversations through the conversation manager as any client does,
+//! and records every decision as a run (`halyard.sys.automation.<id>`), so that a user can see
+//! why a request started nothing.
+//!
+//! Every step is a durable command: a request the gateway took is on the bus before the forge
+//! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
+//! what triggered a run make a redelivered command start nothing twice.
+
+pub mod prompt;
+pub mod runs;
+pub mod schedules;
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use halyard_platform::bus;
+use halyard_platform::kv_mirror::Mirror;
+use halyard_platform::{BusError, Config, Shutdown};
+use halyard_protocol::automation::{Automation, AutomationCommand};
+use halyard_protocol::subjects;
+
+/// Why the automation service failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AutomationError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot start the automation service: {0}")]
+    Setup(String),
+}
+
+/// What the service's tasks share.
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Arc<Config>,
+    pub js: jetstream::Context,
+    /// `def.<id>` and `tick.<id>`.
+    pub bucket: jetstream::kv::Store,
+    /// Owners' settings and git providers (read, never opened).
+    pub user_kv: jetstream::kv::Store,
+    /// The automations, followed.
+    pub automations: Mirror<Automation>,
+}
+
+/// Serves until `shutdown`.
+pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), AutomationError> {
+    let js = jetstream::new(nats);
+    let setup = |e: &dyn std::fmt::Display| AutomationError::Setup(e.to_string());
+    let bucket = js.get_key_value(subjects::AUTOMATION_BUCKET).await.map_err(|e| setup(&e))?;
+    let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| setup(&e))?;
+    let automations = Mirror::follow(bucket.clone(), "def.", shutdown.clone()).await?;
+    let ctx = Ctx { config, js: js.clone(), bucket, user_kv, automations };
+
+    let ticks = tokio::spawn(schedules::run(ctx.clone(), shutdown.clone()));
+    let served = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AUTOMATION_CONSUMER, "automations", shutdown, |d| {
+        let ctx = ctx.clone();
+        async move {
+            let Some((env, d)) = d.decode::<AutomationCommand>().await else { return };
+            // Each command on its own task: one slow owner's start does not hold the others.
+            tokio::spawn(async move {
+                match runs::handle(&ctx, env).await {
+                    Ok(()) => d.ack().await,
+                    Err(e) => d.retry(std::time::Duration::from_secs(1), &e.to_string()).await,
+                }
+            });
+        }
+    })
+    .await;
+    ticks.abort();
+    served.map_err(AutomationError::from)
+}

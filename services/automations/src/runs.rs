@@ -1,0 +1,213 @@
+//! One run: what a verified hook request or a claimed tick starts. The decision is made here,
+//! never in the gateway that took the request, so that the gateway answers the forge at once;
+//! it is recorded whatever it is (started, ignored and why, failed and why).
+//!
+//! Every id of a run (its own, its start task's, its conversation's, its messages') is derived
+//! from what triggered it, so a command delivered twice publishes the same messages twice, which
+//! the bus stores once.
+
+use std::collections::BTreeMap;
+
+use halyard_platform::bus;
+use halyard_platform::{BusError, BusErrorKind};
+use halyard_protocol::automation::{Automation, AutomationCommand, AutomationRun, RunOutcome, Trigger};
+use halyard_protocol::command::ConversationCommand;
+use halyard_protocol::system::{Repository, SystemRecord};
+use halyard_protocol::user::{UserGitProviders, UserSettings};
+use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, subjects};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::Ctx;
+use crate::prompt::{self, Fields};
+
+/// Longest title a conversation gets from its automation's name.
+const MAX_TITLE_CHARS: usize = 60;
+
+/// A UUID from `parts` (SHA-256, version 8): the same parts, the same id.
+pub fn derived(parts: &[&str]) -> Uuid {
+    let mut hash = Sha256::new();
+    for p in parts {
+        hash.update(p.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x80;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    Uuid::from_bytes(bytes)
+}
+
+/// What a command asks of an automation.
+struct Cause {
+    automation_id: String,
+    /// What makes this run this run (the delivery id, the tick).
+    key: String,
+    /// For people.
+    summary: String,
+    /// Tags naming it on the conversation.
+    tags: BTreeMap<String, String>,
+}
+
+fn what(cmd: &AutomationCommand) -> Cause {
+    match cmd {
+        AutomationCommand::Hook { automation_id, delivery_id, .. } => Cause {
+            automation_id: automation_id.clone(),
+            key: format!("hook:{delivery_id}"),
+            summary: format!("delivery {delivery_id}"),
+            tags: BTreeMap::from([("delivery".to_owned(), one_line(delivery_id, 200))]),
+        },
+        AutomationCommand::Tick { automation_id, tick_ms } => Cause {
+            automation_id: automation_id.clone(),
+            key: format!("tick:{tick_ms}"),
+            summary: format!("tick {}", halyard_protocol::rfc3339(*tick_ms)),
+            tags: BTreeMap::from([("tick".to_owned(), halyard_protocol::rfc3339(*tick_ms))]),
+        },
+    }
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
+}
+
+/// Handles one command. `Err` only where trying again may help (the bus).
+pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), BusError> {
+    let t = what(&env.payload);
+    let Some(automation) = read::<Automation>(&ctx.bucket, &subjects::automation_key(&t.automation_id)).await? else {
+        // Deleted since: nobody is left to show a run to.
+        tracing::info!(automation_id = %t.automation_id, "a command for a deleted automation starts nothing");
+        return Ok(());
+    };
+    let run_id = derived(&["run", &automation.id, &t.key]);
+    let decided = decide(ctx, &automation, &env.payload).await?;
+    let mut run = AutomationRun {
+        run_id: run_id.to_string(),
+        automation_id: automation.id.clone(),
+        owner: automation.owner.clone(),
+        time_ms: halyard_platform::now_ms(),
+        source: automation.trigger.kind().to_owned(),
+        trigger: t.summary.clone(),
+        outcome: RunOutcome::Ignored,
+        conversation_id: None,
+        reason: None,
+    };
+    match decided {
+        Decision::Skip(outcome, reason) => {
+            run.outcome = outcome;
+            run.reason = Some(reason);
+        }
+        Decision::Start { message, repository } => {
+            let conversation_id = start(ctx, &automation, &run_id, &t, message, repository).await?;
+            run.outcome = RunOutcome::Started;
+            run.conversation_id = Some(conversation_id);
+        }
+    }
+    tracing::info!(automation_id = %automation.id, run_id = %run.run_id, outcome = run.outcome.as_str(), reason = ?run.reason, "automation run");
+    let id = CommandId(derived(&["record", &run.run_id]));
+    let record = Envelope::with_id(id, SystemRecord::AutomationRun(run), halyard_platform::now_ms()).correlated(run_id.to_string());
+    bus::publish(&ctx.js, subjects::automation_record(&automation.id), &record).await?;
+    Ok(())
+}
+
+/// What a run does.
+enum Decision {
+    Start { message: String, repository: Option<Repository> },
+    Skip(RunOutcome, String),
+}
+
+async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<Decision, BusError> {
+    if !a.enabled {
+        return Ok(Decision::Skip(RunOutcome::Ignored, "the automation is disabled".into()));
+    }
+    let fields = match (&a.trigger, cmd) {
+        (Trigger::Webhook {}, AutomationCommand::Hook { body, .. }) => match serde_json::from_str::<serde_json::Value>(body) {
+            Ok(payload) => Fields::of_json(&payload),
+            Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
+        },
+        (Trigger::Schedule { .. }, AutomationCommand::Tick { .. }) => Fields::default(),
+        (trigger, _) => {
+            return Ok(Decision::Skip(RunOutcome::Ignored, format!("a {} automation does not take this kind of request", trigger.kind())));
+        }
+    };
+    let template = a.prompt.as_deref().unwrap_or_else(|| prompt::default_template(a.trigger.kind()));
+    let message = prompt::render(template, &fields);
+    let repository = match &a.repository {
+        None => None,
+        Some(r) => {
+            let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
+            let Some(provider) = git.providers.get(&r.provider) else {
+                return Ok(Decision::Skip(
+                    RunOutcome::Failed,
+                    format!("the git provider {:?} no longer exists; add it again or edit the automation's repository", r.provider),
+                ));
+            };
+            // A forge whose API is plain HTTP (a test's, a LAN's) serves its repositories so too.
+            let scheme = if provider.api_url.as_deref().is_some_and(|u| u.starts_with("http://")) { "http" } else { "https" };
+            Some(Repository { url: format!("{scheme}://{}/{}.git", provider.host, r.full_name), branch: r.branch.clone() })
+        }
+    };
+    Ok(Decision::Start { message, repository })
+}
+
+/// Sends the start of the run's conversation to the conversation manager, with the owner's
+/// defaults as a start from the API would have them.
+async fn start(
+    ctx: &Ctx,
+    a: &Automation,
+    run_id: &Uuid,
+    t: &Cause,
+    message: String,
+    repository: Option<Repository>,
+) -> Result<ConversationId, BusError> {
+    let run = run_id.to_string();
+    let task_id = TaskId(derived(&["task", &run]));
+    let conversation_id = ConversationId(derived(&["conversation", &run]));
+    let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&a.owner)).await?.unwrap_or_default();
+    let mut tags = t.tags.clone();
+    tags.insert("automation".into(), a.id.clone());
+    tags.insert("source".into(), a.trigger.kind().to_owned());
+    let now = halyard_platform::now_ms();
+    let cmd = ConversationCommand::Start {
+        task_id,
+        conversation_id,
+        owner: a.owner.clone(),
+        message: Some(message),
+        repository,
+        title: Some(a.name.chars().take(MAX_TITLE_CHARS).collect()),
+        created_ms: now,
+        spec: settings.sandbox_spec.filter(|s| ctx.config.sandbox.spec(s).is_some()),
+        budget: settings.budget,
+        confirmation_policy: settings.confirmation_policy,
+        llm_profile: a.llm_profile.clone().or(settings.llm_profile),
+        secrets: None,
+        fork: None,
+        parent: None,
+        tags,
+    };
+    let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
+    bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;
+    Ok(conversation_id)
+}
+
+/// A JSON value of a bucket, if there is one.
+pub async fn read<T: DeserializeOwned>(kv: &async_nats::jetstream::kv::Store, key: &str) -> Result<Option<T>, BusError> {
+    match kv.get(key).await {
+        Ok(Some(bytes)) => Ok(serde_json::from_slice(&bytes).ok()),
+        Ok(None) => Ok(None),
+        Err(e) => Err(BusError::new(BusErrorKind::Read, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn derived_ids_are_stable_and_distinct() {
+        let a = super::derived(&["run", "x", "hook:1"]);
+        assert_eq!(a, super::derived(&["run", "x", "hook:1"]));
+        assert_ne!(a, super::derived(&["run", "x", "hook:2"]));
+        assert_ne!(super::derived(&["ab", "c"]), super::derived(&["a", "bc"]));
+        assert_eq!(a.get_version_num(), 8);
+    }
+}

@@ -1,0 +1,99 @@
+//! `POST /api/v1/hooks/{id}`: the one route that takes no key. A request is authenticated by its
+//! automation's own scheme ([`super::verify`]) on the raw body, before anything is parsed;
+//! a delivery already taken is answered 200 and starts nothing (its id is kept in the bus for as
+//! long as forges retry); anything else is handed to the automation service as a durable
+//! command and answered 202 at once. Deciding what it starts is not done here: a slow forge,
+//! a slow start or a restart can then lose nothing and hold nobody.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use halyard_platform::{bus, keys};
+use halyard_protocol::automation::{self as proto, AutomationCommand};
+use halyard_protocol::{CommandId, Envelope, subjects};
+
+use crate::AppState;
+use crate::api_doc::Refusals;
+use crate::automations::verify::{self, Refusal};
+use crate::error::ApiError;
+
+/// What a hook answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HookAnswer {
+    /// `accepted` (handed on: the automation's runs say what it started) or `duplicate` (this
+    /// delivery was taken before; nothing more happens).
+    pub status: &'static str,
+    pub delivery_id: String,
+}
+
+fn refused(kind: &'static str, why: Refusal) -> ApiError {
+    metrics::counter!("halyard_hook_refused_total", "kind" => kind, "reason" => why.as_str()).increment(1);
+    tracing::info!(kind, reason = why.as_str(), "hook request refused");
+    // No detail: a sender guessing at signatures learns nothing from the answer.
+    ApiError::new(StatusCode::UNAUTHORIZED, "invalid_signature", "the request is not signed with this hook's secret")
+}
+
+/// The key of a taken delivery: the automation, then a digest of the sender's id (any bytes
+/// the sender chose become a valid, fixed-length key).
+fn delivery_key(automation: &str, delivery: &str) -> String {
+    format!("{automation}.{}", &keys::to_hex(&Sha256::digest(delivery.as_bytes()))[..40])
+}
+
+/// Takes a request for an automation: verified on its raw bytes, answered 202 once it is on
+/// the bus (200 for a delivery taken before, 401 with no detail when it does not verify).
+#[utoipa::path(post, path = "/hooks/{id}", tag = "automations", security(()), params(("id" = String, Path, format = Uuid)),
+    request_body(content = Object, description = "what the sender sends, signed with the automation's scheme"),
+    responses(
+        (status = 202, body = HookAnswer, description = "handed on to the automation"),
+        (status = 200, body = HookAnswer, description = "a delivery taken before: nothing more happens"),
+        Refusals))]
+pub async fn receive(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<HookAnswer>), ApiError> {
+    let Some(a) = state.automations.get(&id).filter(|a| a.trigger.has_hook()) else {
+        return Err(ApiError::not_found("hook"));
+    };
+    let kind = a.trigger.kind();
+    let now = halyard_platform::now_ms();
+    let delivery_id = match &a.trigger {
+        proto::Trigger::Webhook {} => {
+            let sealed = a.secret_sealed.as_deref().ok_or_else(|| ApiError::internal("a webhook automation without a secret"))?;
+            let secret = state.vault.open(&proto::secret_slot(&a.id), sealed).map_err(ApiError::internal)?;
+            verify::standard_webhooks(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?
+        }
+        proto::Trigger::Schedule { .. } => return Err(ApiError::not_found("hook")),
+    };
+    let Ok(text) = String::from_utf8(body.to_vec()) else {
+        return Err(ApiError::bad_request("invalid_body", "the request's body is not UTF-8 text"));
+    };
+    let key = delivery_key(&a.id, &delivery_id);
+    match state.hook_deliveries.create(&key, now.to_string().into_bytes().into()).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {
+            metrics::counter!("halyard_hook_duplicates_total", "kind" => kind).increment(1);
+            return Ok((StatusCode::OK, Json(HookAnswer { status: "duplicate", delivery_id })));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "hook delivery store");
+            return Err(ApiError::unavailable("the hook could not record the request; send it again"));
+        }
+    }
+    let cmd = AutomationCommand::Hook { automation_id: a.id.clone(), delivery_id: delivery_id.clone(), received_ms: now, body: text };
+    let command_id = CommandId(uuid::Uuid::from_slice(&Sha256::digest(key.as_bytes())[..16]).map_err(ApiError::internal)?);
+    if let Err(e) = bus::publish(&state.js, subjects::automation_command(&a.id), &Envelope::with_id(command_id, cmd, now)).await {
+        // Not taken after all: the sender's retry must get through.
+        let _ = state.hook_deliveries.delete(&key).await;
+        tracing::error!(error = %e, "hook command");
+        return Err(ApiError::unavailable("the hook could not hand the request on; send it again"));
+    }
+    metrics::counter!("halyard_hook_accepted_total", "kind" => kind).increment(1);
+    Ok((StatusCode::ACCEPTED, Json(HookAnswer { status: "accepted", delivery_id })))
+}

@@ -1,0 +1,474 @@
+//! `/api/v1/automations`: create, list, read, change and delete a user's automations, and read
+//! their runs. A hook's secret is made here, shown once, and sealed before it is stored.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use halyard_platform::keys;
+use halyard_platform::schedule::Schedule;
+use halyard_protocol::automation::{self as proto, Automation, AutomationRepository, AutomationRun};
+use halyard_protocol::user::UserGitProviders;
+use halyard_protocol::{UserId, subjects};
+
+use crate::AppState;
+use crate::accounts::auth::User;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
+use crate::common::parse_id;
+use crate::error::{ApiError, ApiJson};
+use crate::settings::user_store;
+use crate::store::{self, rfc3339};
+
+/// Automations one user may keep.
+pub const MAX_AUTOMATIONS: usize = 50;
+/// Longest prompt template.
+const MAX_PROMPT_CHARS: usize = 100_000;
+
+/// What starts an automation's runs, by `kind`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = AutomationTrigger)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TriggerBody {
+    /// Any program posting JSON to the hook URL, signed as Standard Webhooks with the
+    /// automation's `secret` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    Webhook {},
+    /// Each tick of a five-field cron expression (`minute hour day month weekday`) in an IANA
+    /// time zone (`UTC` if absent), exactly once however many Halyard processes run.
+    Schedule {
+        cron: String,
+        #[serde(default)]
+        timezone: Option<String>,
+    },
+}
+
+impl TriggerBody {
+    fn into_trigger(self) -> Result<proto::Trigger, ApiError> {
+        Ok(match self {
+            Self::Webhook {} => proto::Trigger::Webhook {},
+            Self::Schedule { cron, timezone } => {
+                let timezone = timezone.unwrap_or_else(|| "UTC".into());
+                Schedule::parse(&cron, &timezone).map_err(|e| ApiError::bad_request("invalid_schedule", format!("`trigger`: {e}")))?;
+                proto::Trigger::Schedule { cron: cron.split_whitespace().collect::<Vec<_>>().join(" "), timezone }
+            }
+        })
+    }
+
+    fn of(t: &proto::Trigger) -> Self {
+        match t {
+            proto::Trigger::Webhook {} => Self::Webhook {},
+            proto::Trigger::Schedule { cron, timezone } => Self::Schedule { cron: cron.clone(), timezone: Some(timezone.clone()) },
+        }
+    }
+}
+
+/// The repository an automation's conversations clone.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = AutomationRepository)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryBody {
+    /// One of the user's git providers (`GET /git-providers`), by name.
+    pub provider: String,
+    /// `owner/name` (a GitLab group path may have more segments).
+    pub full_name: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+/// A new automation.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = AutomationCreate)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    /// Up to 100 characters, one line.
+    pub name: String,
+    pub trigger: TriggerBody,
+    #[serde(default)]
+    pub repository: Option<RepositoryBody>,
+    /// The first message of each run's conversation: a template over the triggering event
+    /// (`{{title}}`, `{{body}}`, `{{comment}}`, `{{url}}`, `{{payload}}`); the kind's default
+    /// if absent (a schedule needs one).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// One of the user's LLM profiles; the user's default if absent.
+    #[serde(default)]
+    pub llm_profile: Option<String>,
+    /// `true` if absent.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// What to change of an automation; absent fields stay, `null` clears the optional ones.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(as = AutomationUpdate)]
+#[serde(deny_unknown_fields)]
+pub struct PatchBody {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Of the same kind (another kind is another automation).
+    #[serde(default)]
+    pub trigger: Option<TriggerBody>,
+    #[serde(default)]
+    #[schema(value_type = Option<RepositoryBody>)]
+    pub repository: Option<Option<RepositoryBody>>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub prompt: Option<Option<String>>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub llm_profile: Option<Option<String>>,
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// One run of an automation: when, what triggered it, and what it started or why nothing.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = AutomationRun)]
+pub struct RunView {
+    pub id: String,
+    pub time: String,
+    /// The trigger's kind.
+    pub source: String,
+    /// What triggered it (`delivery <id>`, `tick <time>`).
+    pub trigger: String,
+    /// `started`, `ignored` or `failed`.
+    pub outcome: String,
+    /// The conversation it started.
+    pub conversation_id: Option<String>,
+    /// Why it started nothing.
+    pub reason: Option<String>,
+}
+
+impl From<&AutomationRun> for RunView {
+    fn from(r: &AutomationRun) -> Self {
+        Self {
+            id: r.run_id.clone(),
+            time: rfc3339(r.time_ms),
+            source: r.source.clone(),
+            trigger: r.trigger.clone(),
+            outcome: r.outcome.as_str().to_owned(),
+            conversation_id: r.conversation_id.map(|c| c.to_string()),
+            reason: r.reason.clone(),
+        }
+    }
+}
+
+/// An automation as the API shows it; `secret` only when created.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Automation)]
+pub struct AutomationView {
+    pub id: String,
+    pub name: String,
+    pub trigger: TriggerBody,
+    pub repository: Option<RepositoryBody>,
+    pub prompt: Option<String>,
+    pub llm_profile: Option<String>,
+    pub enabled: bool,
+    /// Where the sender posts (kinds that receive requests): the one route that takes no key.
+    pub hook_url: Option<String>,
+    /// The hook's signing secret: shown once, when the automation is created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// A schedule's next tick.
+    pub next_run_at: Option<String>,
+    pub last_run: Option<RunView>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The user's automations, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AutomationList)]
+pub struct AutomationList {
+    pub items: Vec<AutomationView>,
+}
+
+/// An automation's runs, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AutomationRunList)]
+pub struct RunList {
+    pub items: Vec<RunView>,
+}
+
+/// How many runs.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RunsQuery {
+    /// 1 to 1000 (100 by default).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+fn view(state: &AppState, headers: &HeaderMap, a: &Automation, secret: Option<String>) -> AutomationView {
+    let hook_url = a
+        .trigger
+        .has_hook()
+        .then(|| format!("{}/api/v1/hooks/{}", crate::common::workspace_origin(state, headers).trim_end_matches('/'), a.id));
+    let next_run_at = match &a.trigger {
+        proto::Trigger::Schedule { cron, timezone } if a.enabled => {
+            Schedule::parse(cron, timezone).ok().and_then(|s| s.next_after(halyard_platform::now_ms())).map(rfc3339)
+        }
+        _ => None,
+    };
+    let last_run = state.store.tree().get(store::last_run_key(&a.id)).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok());
+    AutomationView {
+        id: a.id.clone(),
+        name: a.name.clone(),
+        trigger: TriggerBody::of(&a.trigger),
+        repository: a.repository.as_ref().map(|r| RepositoryBody {
+            provider: r.provider.clone(),
+            full_name: r.full_name.clone(),
+            branch: r.branch.clone(),
+        }),
+        prompt: a.prompt.clone(),
+        llm_profile: a.llm_profile.clone(),
+        enabled: a.enabled,
+        hook_url,
+        secret,
+        next_run_at,
+        last_run,
+        created_at: rfc3339(a.created_ms),
+        updated_at: rfc3339(a.updated_ms),
+    }
+}
+
+fn kv_err(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "automation store");
+    ApiError::unavailable("the automation store did not answer; try again")
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let n = name.trim().chars().count();
+    if n == 0 || n > 100 || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request("invalid_field", "`name`: 1 to 100 characters on one line"));
+    }
+    Ok(())
+}
+
+fn check_prompt(prompt: Option<&str>, trigger: &proto::Trigger) -> Result<(), ApiError> {
+    match prompt {
+        Some(p) if p.chars().count() > MAX_PROMPT_CHARS || p.trim().is_empty() => {
+            Err(ApiError::bad_request("invalid_field", format!("`prompt`: 1 to {MAX_PROMPT_CHARS} characters")))
+        }
+        None if matches!(trigger, proto::Trigger::Schedule { .. }) => Err(ApiError::bad_request(
+            "invalid_field",
+            "`prompt`: a schedule has no event to make a message of; say what each run should do",
+        )),
+        _ => Ok(()),
+    }
+}
+
+async fn check_repository(state: &AppState, user: &UserId, r: &RepositoryBody) -> Result<AutomationRepository, ApiError> {
+    let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
+    if !git.providers.contains_key(&r.provider) {
+        return Err(ApiError::bad_request(
+            "unknown_git_provider",
+            format!("`repository.provider`: you have no git provider {:?} (see GET /api/v1/git-providers)", r.provider),
+        ));
+    }
+    let segment_ok = |s: &str| {
+        !s.is_empty() && s != "." && s != ".." && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) && !s.starts_with('-')
+    };
+    let parts: Vec<&str> = r.full_name.split('/').collect();
+    if parts.len() < 2 || parts.len() > 10 || !parts.iter().all(|p| segment_ok(p)) {
+        return Err(ApiError::bad_request("invalid_field", "`repository.full_name`: `owner/name`, as the forge spells it"));
+    }
+    if let Some(b) = &r.branch {
+        if b.is_empty() || b.len() > 255 || b.starts_with('-') || b.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(ApiError::bad_request("invalid_field", "`repository.branch`: a branch name"));
+        }
+    }
+    Ok(AutomationRepository { provider: r.provider.clone(), full_name: r.full_name.clone(), branch: r.branch.clone() })
+}
+
+/// The automation `id` of `user` and its revision in the bucket.
+async fn load(state: &AppState, user: &UserId, id: &str) -> Result<(Automation, u64), ApiError> {
+    let _: uuid::Uuid = parse_id(id, "id")?;
+    match state.automation_kv.entry(subjects::automation_key(id)).await.map_err(kv_err)? {
+        Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
+            let a: Automation = serde_json::from_slice(&e.value).map_err(ApiError::internal)?;
+            if &a.owner != user {
+                return Err(ApiError::not_found("automation"));
+            }
+            Ok((a, e.revision))
+        }
+        _ => Err(ApiError::not_found("automation")),
+    }
+}
+
+/// Stores `a` (created when `revision` is `None`) and takes it in at once, so this gateway's
+/// next answer has it before the watch brings it.
+async fn save(state: &AppState, a: &Automation, revision: Option<u64>) -> Result<(), ApiError> {
+    let key = subjects::automation_key(&a.id);
+    let bytes = serde_json::to_vec(a).map_err(ApiError::internal)?;
+    let revision = match revision {
+        None => state.automation_kv.create(&key, bytes.clone().into()).await.map_err(kv_err)?,
+        Some(r) => state.automation_kv.update(&key, bytes.clone().into(), r).await.map_err(|_| {
+            ApiError::conflict("concurrent_update", "the automation changed while you were updating it; read it again and retry")
+        })?,
+    };
+    state.automations.apply_value(&key, revision, false, &bytes);
+    Ok(())
+}
+
+/// Creates an automation: 201 with its `id`, its `hook_url` for kinds that receive requests,
+/// and the hook's `secret` (shown once) for kinds whose requests Halyard verifies with one.
+#[utoipa::path(post, path = "/automations", tag = "automations", request_body = CreateBody,
+    responses((status = 201, body = AutomationView), Refusals, BodyRefusals, Conflict))]
+pub async fn create(
+    State(state): State<AppState>,
+    User(user): User,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name(&body.name)?;
+    let trigger = body.trigger.into_trigger()?;
+    check_prompt(body.prompt.as_deref(), &trigger)?;
+    let repository = match &body.repository {
+        Some(r) => Some(check_repository(&state, &user, r).await?),
+        None => None,
+    };
+    if let Some(p) = &body.llm_profile {
+        crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+    }
+    let mine = state.automations.values().iter().filter(|a| a.owner == user).count();
+    if mine >= MAX_AUTOMATIONS {
+        return Err(ApiError::conflict("too_many_automations", format!("you have {mine} automations (the limit); delete one first")));
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    let secret = matches!(trigger, proto::Trigger::Webhook {}).then(keys::new_webhook_secret);
+    let secret_sealed = match &secret {
+        Some(s) => Some(state.vault.seal(&proto::secret_slot(&id), s).map_err(ApiError::internal)?),
+        None => None,
+    };
+    let now = halyard_platform::now_ms();
+    let a = Automation {
+        id,
+        owner: user,
+        name: body.name.trim().to_owned(),
+        trigger,
+        repository,
+        prompt: body.prompt,
+        llm_profile: body.llm_profile,
+        enabled: body.enabled.unwrap_or(true),
+        secret_sealed,
+        created_ms: now,
+        updated_ms: now,
+    };
+    save(&state, &a, None).await?;
+    tracing::info!(automation_id = %a.id, user = %a.owner, kind = a.trigger.kind(), "automation created");
+    Ok((StatusCode::CREATED, Json(view(&state, &headers, &a, secret))))
+}
+
+/// The user's automations, newest first, each with its last run.
+#[utoipa::path(get, path = "/automations", tag = "automations", responses((status = 200, body = AutomationList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User, headers: HeaderMap) -> Json<AutomationList> {
+    let mut mine: Vec<_> = state.automations.values().into_iter().filter(|a| a.owner == user).collect();
+    mine.sort_by_key(|a| std::cmp::Reverse(a.created_ms));
+    Json(AutomationList { items: mine.iter().map(|a| view(&state, &headers, a, None)).collect() })
+}
+
+/// One automation (never its secret).
+#[utoipa::path(get, path = "/automations/{id}", tag = "automations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 200, body = AutomationView), Refusals))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    User(user): User,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<AutomationView>, ApiError> {
+    let (a, _) = load(&state, &user, &id).await?;
+    Ok(Json(view(&state, &headers, &a, None)))
+}
+
+/// Changes an automation (409 `concurrent_update` if it changed meanwhile).
+#[utoipa::path(patch, path = "/automations/{id}", tag = "automations", params(("id" = String, Path, format = Uuid)),
+    request_body = PatchBody, responses((status = 200, body = AutomationView), Refusals, BodyRefusals, Conflict))]
+pub async fn patch(
+    State(state): State<AppState>,
+    User(user): User,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PatchBody>,
+) -> Result<Json<AutomationView>, ApiError> {
+    let (mut a, revision) = load(&state, &user, &id).await?;
+    if let Some(name) = body.name {
+        check_name(&name)?;
+        a.name = name.trim().to_owned();
+    }
+    if let Some(t) = body.trigger {
+        let t = t.into_trigger()?;
+        if t.kind() != a.trigger.kind() {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                format!("`trigger`: this automation is a {} one; create another automation for a {} trigger", a.trigger.kind(), t.kind()),
+            ));
+        }
+        a.trigger = t;
+    }
+    if let Some(r) = body.repository {
+        a.repository = match r {
+            Some(r) => Some(check_repository(&state, &user, &r).await?),
+            None => None,
+        };
+    }
+    if let Some(p) = body.prompt {
+        a.prompt = p;
+    }
+    check_prompt(a.prompt.as_deref(), &a.trigger)?;
+    if let Some(p) = body.llm_profile {
+        if let Some(p) = &p {
+            crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+        }
+        a.llm_profile = p;
+    }
+    if let Some(e) = body.enabled {
+        a.enabled = e;
+    }
+    a.updated_ms = halyard_platform::now_ms();
+    save(&state, &a, Some(revision)).await?;
+    Ok(Json(view(&state, &headers, &a, None)))
+}
+
+/// Deletes an automation: its hook refuses requests and its schedule stops.
+#[utoipa::path(delete, path = "/automations/{id}", tag = "automations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 204, description = "deleted"), Refusals))]
+pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let (a, _) = load(&state, &user, &id).await?;
+    let key = subjects::automation_key(&a.id);
+    state.automation_kv.delete(&key).await.map_err(kv_err)?;
+    // Ids are never used again: the deletion outranks any value of the key still on its way.
+    state.automations.apply_value(&key, u64::MAX, true, &[]);
+    if let Err(e) = state.automation_kv.delete(subjects::automation_tick_key(&a.id)).await {
+        tracing::warn!(automation_id = %a.id, error = %e, "the deleted automation's tick record stays");
+    }
+    tracing::info!(automation_id = %a.id, user = %a.owner, "automation deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// An automation's runs, newest first: what each request or tick started, or why nothing.
+#[utoipa::path(get, path = "/automations/{id}/runs", tag = "automations", params(("id" = String, Path, format = Uuid), RunsQuery),
+    responses((status = 200, body = RunList), Refusals))]
+pub async fn runs(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RunList>, ApiError> {
+    let Query(q) = query?;
+    let (a, _) = load(&state, &user, &id).await?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
+    }
+    let mut items = Vec::new();
+    for entry in state.store.tree().scan_prefix(store::run_prefix(&a.id)).take(limit) {
+        let (_, v) = entry.map_err(ApiError::internal)?;
+        if let Ok(item) = serde_json::from_slice::<RunView>(&v) {
+            items.push(item);
+        }
+    }
+    Ok(Json(RunList { items }))
+}

@@ -1,0 +1,244 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Automations: a `webhook` automation's hook takes requests signed by the Standard Webhooks
+//! reference library and starts one conversation per delivery (a replay, a bad signature, a
+//! stale timestamp, a disabled automation or a body that is not JSON start nothing, each for a
+//! reason a user can read); a `schedule` automation fires exactly once per tick with two
+//! automation services racing for it.
+
+use std::time::{Duration, Instant};
+
+use halyard_tests::{Api, Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const BOB: &str = "bob-secret-key";
+
+/// The headers the Standard Webhooks reference library signs `body` with.
+async fn signed(secret: &str, msg_id: &str, timestamp: i64, body: &str) -> Vec<(String, String)> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol/examples/sign_hook_request.py");
+    let mut child = tokio::process::Command::new("python3")
+        .args([script, secret, msg_id, &timestamp.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    child.stdin.take().unwrap().write_all(body.as_bytes()).await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "signer failed (pip install standardwebhooks): {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().filter_map(|l| l.split_once(": ").map(|(k, v)| (k.to_owned(), v.to_owned()))).collect()
+}
+
+/// Posts `body` to `url` with `headers` and no key; the status and the JSON answer.
+async fn hook(url: &str, headers: &[(String, String)], body: &str) -> (u16, Value) {
+    let mut req = reqwest::Client::new().post(url).header("content-type", "application/json").body(body.to_owned());
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// Waits until the automation has `n` runs; returns them, newest first.
+async fn runs(api: &Api, id: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, r) = api.get(&format!("/api/v1/automations/{id}/runs")).await;
+        assert_eq!(s, 200, "{r}");
+        let items = r["items"].as_array().unwrap().clone();
+        if items.len() >= n {
+            assert_eq!(items.len(), n, "more runs than requests: {items:?}");
+            return items;
+        }
+        assert!(Instant::now() < deadline, "{} runs of {n}: {items:?}", items.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_signed_request_to_a_webhook_automation_starts_one_conversation_and_nothing_else_does() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+
+    // Bad definitions are refused, each saying what to fix.
+    for (body, code) in [
+        (json!({"name": "x", "trigger": {"kind": "schedule", "cron": "0 9 * * *"}}), "invalid_field"),
+        (json!({"name": "x", "trigger": {"kind": "schedule", "cron": "0 9 * *"}, "prompt": "p"}), "invalid_schedule"),
+        (
+            json!({"name": "x", "trigger": {"kind": "schedule", "cron": "0 9 * * *", "timezone": "Mars/Base"}, "prompt": "p"}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"name": "x", "trigger": {"kind": "webhook"}, "repository": {"provider": "nope", "full_name": "a/b"}}),
+            "unknown_git_provider",
+        ),
+        (json!({"name": "x", "trigger": {"kind": "webhook"}, "llm_profile": "nope"}), "unknown_llm_profile"),
+        (json!({"name": "", "trigger": {"kind": "webhook"}}), "invalid_field"),
+    ] {
+        let (s, e) = api.post("/api/v1/automations", body.clone()).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (400, Some(code)), "{body}: {e}");
+    }
+    let (s, e) = api.post("/api/v1/automations", json!({"name": "x", "trigger": {"kind": "telepathy"}})).await;
+    assert_eq!(s, 400, "{e}");
+
+    let (s, a) = api
+        .post(
+            "/api/v1/automations",
+            json!({"name": "Triage", "trigger": {"kind": "webhook"}, "prompt": "Triage this: {{title}}\n\n{{body}}"}),
+        )
+        .await;
+    assert_eq!(s, 201, "{a}");
+    let id = a["id"].as_str().unwrap().to_owned();
+    let secret = a["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{a}");
+    let hook_url = a["hook_url"].as_str().unwrap().to_owned();
+    assert_eq!(hook_url, format!("{}/api/v1/hooks/{id}", h.http));
+    assert_eq!(a["enabled"], true);
+    // Shown once: never again, to anyone.
+    let (_, list) = api.get("/api/v1/automations").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    assert!(!list.to_string().contains(&secret) && list["items"][0].get("secret").is_none(), "{list}");
+    let (_, one) = api.get(&format!("/api/v1/automations/{id}")).await;
+    assert!(!one.to_string().contains(&secret), "{one}");
+    let bob = h.api(BOB);
+    assert_eq!(bob.get(&format!("/api/v1/automations/{id}")).await.0, 404);
+    assert_eq!(bob.get("/api/v1/automations").await.1["items"], json!([]));
+    assert_eq!(bob.call(reqwest::Method::DELETE, &format!("/api/v1/automations/{id}"), None).await.0, 404);
+
+    // A signed request: accepted at once, one conversation with the request in its message.
+    llm.push([Reply::finish("triaged")]);
+    let body = json!({"title": "Flaky test", "body": "test_login fails one run in ten"}).to_string();
+    let headers = signed(&secret, "msg_first", now_s(), &body).await;
+    let (s, answer) = hook(&hook_url, &headers, &body).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    assert_eq!(answer["delivery_id"], "msg_first");
+    let run = &runs(&api, &id, 1).await[0];
+    assert_eq!(run["outcome"], "started", "{run}");
+    assert_eq!(run["source"], "webhook");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let c = api.wait_conversation(&conv, "the run's conversation", |c| c["status"] == "READY").await;
+    assert_eq!(c["tags"], json!({"automation": id, "source": "webhook", "delivery": "msg_first"}), "{c}");
+    assert_eq!(c["title"], "Triage");
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let first = events.iter().find(|e| e["kind"] == "user_message").unwrap();
+    assert_eq!(first["text"], "Triage this: Flaky test\n\ntest_login fails one run in ten", "{first}");
+    let (_, found) = api.get(&format!("/api/v1/conversations?tag=automation:{id}")).await;
+    assert_eq!(found["items"].as_array().unwrap().len(), 1, "{found}");
+
+    // The same delivery again (a forge retrying): answered, nothing started.
+    let (s, answer) = hook(&hook_url, &headers, &body).await;
+    assert_eq!((s, answer["status"].as_str()), (200, Some("duplicate")), "{answer}");
+
+    // Refused with no detail: a tampered body, another secret, a stale request, no headers.
+    let tampered = body.replace("ten", "two");
+    let (s, e) = hook(&hook_url, &headers, &tampered).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (401, Some("invalid_signature")), "{e}");
+    let other = signed("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_other", now_s(), &body).await;
+    assert_eq!(hook(&hook_url, &other, &body).await.0, 401);
+    let stale = signed(&secret, "msg_stale", now_s() - 600, &body).await;
+    assert_eq!(hook(&hook_url, &stale, &body).await.0, 401);
+    assert_eq!(hook(&hook_url, &[], &body).await.0, 401);
+    let metrics = h.scrape().await;
+    for reason in ["bad_signature", "stale", "missing_header"] {
+        let n = metrics.sum("halyard_hook_refused_total", &[("kind", "webhook"), ("reason", reason)]);
+        assert_eq!(n, if reason == "bad_signature" { 2.0 } else { 1.0 }, "{reason}");
+    }
+
+    // Signed but not JSON: taken, and the run says why it started nothing.
+    let text = "this is not JSON";
+    let (s, _) = hook(&hook_url, &signed(&secret, "msg_text", now_s(), text).await, text).await;
+    assert_eq!(s, 202);
+    let latest = runs(&api, &id, 2).await.remove(0);
+    assert_eq!(latest["outcome"], "ignored", "{latest}");
+    assert!(latest["reason"].as_str().unwrap().contains("not JSON"), "{latest}");
+    assert!(latest["conversation_id"].is_null(), "{latest}");
+
+    // Disabled: taken, recorded, nothing started.
+    let (s, p) = api.call(reqwest::Method::PATCH, &format!("/api/v1/automations/{id}"), Some(json!({"enabled": false}))).await;
+    assert_eq!((s, &p["enabled"]), (200, &json!(false)), "{p}");
+    let (s, _) = hook(&hook_url, &signed(&secret, "msg_off", now_s(), &body).await, &body).await;
+    assert_eq!(s, 202);
+    let latest = runs(&api, &id, 3).await.remove(0);
+    assert_eq!((latest["outcome"].as_str(), latest["reason"].as_str()), (Some("ignored"), Some("the automation is disabled")));
+    let (_, one) = api.get(&format!("/api/v1/automations/{id}")).await;
+    assert_eq!(one["last_run"]["id"], latest["id"], "{one}");
+    let (_, found) = api.get(&format!("/api/v1/conversations?tag=automation:{id}")).await;
+    assert_eq!(found["items"].as_array().unwrap().len(), 1, "only the first request started one: {found}");
+
+    // Another kind is another automation; a schedule has no hook.
+    let (s, e) = api
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/automations/{id}"),
+            Some(json!({"trigger": {"kind": "schedule", "cron": "* * * * *"}})),
+        )
+        .await;
+    assert_eq!(s, 400, "{e}");
+
+    // Deleted: its hook is gone.
+    assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/automations/{id}"), None).await.0, 204);
+    let (s, _) = hook(&hook_url, &signed(&secret, "msg_gone", now_s(), &body).await, &body).await;
+    assert_eq!(s, 404);
+    assert_eq!(api.get(&format!("/api/v1/automations/{id}")).await.0, 404);
+    assert_eq!(api.get("/api/v1/automations").await.1["items"], json!([]));
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}
+
+#[tokio::test]
+async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = NatsServer::start();
+    let opts = |services: &[&str]| {
+        HalyardOptions::new(&llm.base_url).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret")
+    };
+    let h = Halyard::start(opts(&["gateway", "conversations", "sandbox", "agent", "titles", "automations"]));
+    let _second = Halyard::start(opts(&["automations"]));
+    let api = h.api(ALICE);
+    llm.push([Reply::finish("updated")]);
+
+    let (s, a) = api
+        .post(
+            "/api/v1/automations",
+            json!({"name": "Nightly", "trigger": {"kind": "schedule", "cron": "* * * * *", "timezone": "Europe/Paris"},
+                   "prompt": "Update the dependencies."}),
+        )
+        .await;
+    assert_eq!(s, 201, "{a}");
+    let id = a["id"].as_str().unwrap().to_owned();
+    assert!(a["hook_url"].is_null() && a.get("secret").is_none(), "a schedule has no hook: {a}");
+    let next = a["next_run_at"].as_str().unwrap().to_owned();
+    assert!(next.ends_with(":00.000Z"), "ticks are on the minute: {next}");
+
+    // The next minute: one run, one conversation, whichever service claimed the tick.
+    let deadline = Instant::now() + Duration::from_secs(75);
+    let run = loop {
+        let (_, r) = api.get(&format!("/api/v1/automations/{id}/runs")).await;
+        if let Some(run) = r["items"].as_array().unwrap().first() {
+            break run.clone();
+        }
+        assert!(Instant::now() < deadline, "no tick within a minute");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(run["outcome"], "started", "{run}");
+    assert_eq!(run["trigger"], format!("tick {next}"), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let first = events.iter().find(|e| e["kind"] == "user_message").unwrap();
+    assert_eq!(first["text"], "Update the dependencies.");
+    // Both services saw the tick come; one sent it. Nothing else arrives for it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, r) = api.get(&format!("/api/v1/automations/{id}/runs")).await;
+    assert_eq!(r["items"].as_array().unwrap().len(), 1, "{r}");
+    let (_, found) = api.get(&format!("/api/v1/conversations?tag=automation:{id}")).await;
+    assert_eq!(found["items"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(found["items"][0]["tags"]["tick"], next, "{found}");
+}
