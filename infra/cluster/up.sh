@@ -85,7 +85,7 @@ fi
 start sandbox 1
 for n in 1 2; do
   start gateway "$n" $((PORT + 100 + n))
-  for s in conversations agent callbacks titles; do start "$s" "$n"; done
+  for s in conversations agent callbacks titles automations; do start "$s" "$n"; done
 done
 
 # Ready once every process said so (each waits for JetStream to be up).

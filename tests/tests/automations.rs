@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use halyard_tests::harness::halyard_bin;
 use halyard_tests::{Api, Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
@@ -182,6 +183,37 @@ async fn a_signed_request_to_a_webhook_automation_starts_one_conversation_and_no
         )
         .await;
     assert_eq!(s, 400, "{e}");
+
+    // The command line sees the same, and makes and removes automations too.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(halyard_bin())
+            .arg("automations")
+            .args(args)
+            .env("HALYARD_URL", &h.http)
+            .env("HALYARD_API_KEY", ALICE)
+            .env("HOME", h.data.path())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (code, out) = cli(&["ls"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&id) && out.contains("Triage  webhook  disabled  last: ignored"), "{out}");
+    let (code, out) = cli(&["runs", &id[..13]]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.lines().next().unwrap().contains("ignored  delivery msg_off  the automation is disabled"), "{out}");
+    assert!(out.contains(&format!("started  delivery msg_first  conversation {conv}")), "{out}");
+    let (code, out) = cli(&["add", "Weekly", "--schedule", "0 9 * * 1", "--timezone", "Europe/Paris", "--prompt", "Review open issues."]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("Weekly  schedule 0 9 * * 1 Europe/Paris  enabled  never run  next: "), "{out}");
+    let weekly = out.split_whitespace().next().unwrap().to_owned();
+    let (code, out) = cli(&["add", "Nope", "--schedule", "0 9 * *", "--prompt", "p"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("invalid_schedule") && out.contains("five-field"), "{out}");
+    let (code, out) = cli(&["rm", &weekly]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(api.get(&format!("/api/v1/automations/{weekly}")).await.0, 404);
 
     // Deleted: its hook is gone.
     assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/automations/{id}"), None).await.0, 204);

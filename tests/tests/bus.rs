@@ -198,7 +198,7 @@ async fn services_run_against_an_operators_nats_with_one_user_per_role() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../nats/accounts-from-roles.py");
     let out = std::process::Command::new("python3").arg(script).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let roles = ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "reader"];
+    let roles = ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "automations", "reader"];
     let passwords: Vec<(String, String)> =
         roles.iter().map(|r| (format!("HALYARD_{}_PASSWORD", r.to_uppercase()), format!("pw-{r}-{}", std::process::id()))).collect();
     let nats = NatsServer::start_with_accounts(&String::from_utf8_lossy(&out.stdout), &passwords);
@@ -230,6 +230,7 @@ async fn services_run_against_an_operators_nats_with_one_user_per_role() {
     let _conversations = Halyard::start(service("conversations"));
     let _titles = Halyard::start(service("titles"));
     let _callbacks = Halyard::start(service("callbacks"));
+    let _automations = Halyard::start(service("automations"));
     let gateway = Halyard::start(service("gateway"));
     let api = gateway.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "go"})).await;

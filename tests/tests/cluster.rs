@@ -287,10 +287,10 @@ fn the_kubernetes_manifests_pass_the_api_schemas() {
         .expect("python3 (pip install kubernetes-validate)");
     assert!(out.status.success(), "kubernetes-validate: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(manifests).unwrap();
-    for service in ["gateway", "conversations", "agent", "callbacks", "titles", "sandbox"] {
+    for service in ["gateway", "conversations", "agent", "callbacks", "titles", "automations", "sandbox"] {
         assert!(text.contains(&format!("- serve\n        - {service}\n")), "no workload runs {service}");
     }
-    assert_eq!(text.matches("path: /readyz").count(), 6, "every workload has a readiness probe");
+    assert_eq!(text.matches("path: /readyz").count(), 7, "every workload has a readiness probe");
 }
 
 /// The Compose file passes docker-compose's own validation, refuses to start without the
@@ -314,7 +314,7 @@ fn the_compose_file_is_valid_and_runs_every_service() {
         String::from_utf8_lossy(&compose(&["config", "--services"], true).stdout).lines().map(str::to_owned).collect();
     services.sort_unstable();
     let mut want: Vec<String> = ["nats-1", "nats-2", "nats-3", "setup-bus", "sandbox"].map(String::from).to_vec();
-    for s in ["gateway", "conversations", "agent", "callbacks", "titles"] {
+    for s in ["gateway", "conversations", "agent", "callbacks", "titles", "automations"] {
         want.extend([format!("{s}-1"), format!("{s}-2")]);
     }
     want.sort_unstable();

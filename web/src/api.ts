@@ -3,6 +3,8 @@
 // thrown as an `ApiError` carrying the gateway's stable code and its message in words.
 
 import type {
+  Automation,
+  AutomationRun,
   Changes,
   Conversation,
   ConversationPage,
@@ -11,6 +13,7 @@ import type {
   HalyardEvent,
   ImageData,
   Me,
+  NewAutomation,
   Sandbox,
   SandboxSpecs,
   ShareLink,
@@ -142,6 +145,11 @@ export const api = {
   patchWebhook: (id: string, body: { enabled?: boolean }) => call<Webhook>("PATCH", `/webhooks/${id}`, body),
   rotateWebhook: (id: string) => call<Webhook>("POST", `/webhooks/${id}/rotate-secret`),
   deleteWebhook: (id: string) => call<void>("DELETE", `/webhooks/${id}`),
+  automations: () => call<{ items: Automation[] }>("GET", "/automations"),
+  createAutomation: (body: NewAutomation) => call<Automation>("POST", "/automations", body),
+  patchAutomation: (id: string, body: { enabled?: boolean }) => call<Automation>("PATCH", `/automations/${id}`, body),
+  deleteAutomation: (id: string) => call<void>("DELETE", `/automations/${id}`),
+  automationRuns: (id: string) => call<{ items: AutomationRun[] }>("GET", `/automations/${id}/runs?limit=50`),
   deliveries: (id: string) => call<{ items: DeliveryAttempt[] }>("GET", `/webhooks/${id}/deliveries?limit=50`),
   retryDelivery: (id: string, delivery: string) => call<unknown>("POST", `/webhooks/${id}/deliveries/${delivery}/retry`),
 };

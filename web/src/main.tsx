@@ -1,5 +1,5 @@
 // The web workspace: signs in with an API key (exchanged for an HttpOnly session cookie; the key
-// is not kept), then the conversations, one conversation, webhooks and sandboxes.
+// is not kept), then the conversations, one conversation, automations, webhooks and sandboxes.
 
 import { StrictMode, useCallback, useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
@@ -13,6 +13,7 @@ import { ConversationList } from "./pages/ConversationList";
 import { NewConversation } from "./pages/NewConversation";
 import { ConversationPage } from "./pages/ConversationPage";
 import { Webhooks } from "./pages/Webhooks";
+import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
@@ -66,6 +67,7 @@ function App() {
   if (conv) page = <ConversationPage key={conv[1]} id={conv[1]} />;
   else if (pathname === "/new") page = <NewConversation />;
   else if (pathname === "/webhooks") page = <Webhooks />;
+  else if (pathname === "/automations") page = <Automations />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
@@ -84,6 +86,7 @@ function App() {
         </Link>
         <nav aria-label="Main">
           {nav("/", "Conversations")}
+          {nav("/automations", "Automations")}
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
           {nav("/settings", "Settings")}

@@ -104,6 +104,44 @@ export interface Webhook {
   secret?: string;
 }
 
+export type AutomationTrigger = { kind: "webhook" } | { kind: "schedule"; cron: string; timezone?: string };
+
+export interface AutomationRun {
+  id: string;
+  time: string;
+  source: string;
+  trigger: string;
+  outcome: "started" | "ignored" | "failed";
+  conversation_id?: string;
+  reason?: string;
+}
+
+export interface Automation {
+  id: string;
+  name: string;
+  trigger: AutomationTrigger;
+  repository?: { provider: string; full_name: string; branch?: string };
+  prompt?: string;
+  llm_profile?: string;
+  enabled: boolean;
+  /** Where senders post, for kinds that receive requests. */
+  hook_url?: string;
+  /** Only in the answer that created it. */
+  secret?: string;
+  next_run_at?: string;
+  last_run?: AutomationRun;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface NewAutomation {
+  name: string;
+  trigger: AutomationTrigger;
+  repository?: { provider: string; full_name: string; branch?: string };
+  prompt?: string;
+  enabled?: boolean;
+}
+
 export interface DeliveryAttempt {
   delivery_id: string;
   event_id: string;

@@ -1,7 +1,7 @@
 //! The `halyard` binary: every service in one process with an embedded nats-server
 //! (`halyard up`), chosen services against an external NATS (`halyard serve gateway agent ...`),
 //! the in-sandbox executor (`halyard executor`, started by the sandbox supervisor), and the
-//! command-line client of a running gateway (`halyard run`, `chat`, `ls`, ..., `admin`).
+//! command-line client of a running gateway (`halyard run`, `chat`, `ls`, ..., `automations`, `admin`).
 //!
 //! Configuration is loaded here, once: defaults, then the TOML file, then `HALYARD_*`
 //! environment variables, then flags; the services receive it ready-made.
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod admin;
+mod automations;
 mod cli;
 mod client;
 mod follow;
@@ -77,6 +78,11 @@ enum Command {
     },
     #[command(flatten)]
     Client(cli::ClientCommand),
+    /// Your automations: work started by signed requests or on a schedule.
+    Automations {
+        #[command(subcommand)]
+        command: automations::AutomationCommand,
+    },
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
@@ -188,6 +194,11 @@ fn main() -> Result<()> {
             let code = runtime.block_on(cli::run(command))?;
             // Dropping the runtime would wait for the blocked stdin reader of `chat`.
             runtime.shutdown_background();
+            std::process::exit(code)
+        }
+        Command::Automations { command } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(automations::run(command))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

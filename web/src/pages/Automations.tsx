@@ -1,0 +1,185 @@
+// Automations: work that starts by itself. Create one per kind (a hook that programs post signed
+// requests to, or a schedule), see the hook URL and secret once with what to set up on the
+// sender's side, enable or disable, delete, and each one's runs linked to their conversations.
+
+import { useEffect, useState, type FormEvent } from "react";
+import { api, errorText } from "../api";
+import type { Automation, AutomationRun, NewAutomation } from "../types";
+import { ErrorText } from "../components/Status";
+import { Link } from "../router";
+
+type Kind = "webhook" | "schedule";
+
+export function Automations() {
+  const [items, setItems] = useState<Automation[]>([]);
+  const [error, setError] = useState<string>();
+  const [created, setCreated] = useState<Automation>();
+  const [open, setOpen] = useState<string>();
+  const [kind, setKind] = useState<Kind>("webhook");
+  const [name, setName] = useState("");
+  const [cron, setCron] = useState("0 3 * * *");
+  const [timezone, setTimezone] = useState(Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC");
+  const [prompt, setPrompt] = useState("");
+  const [provider, setProvider] = useState("");
+  const [repo, setRepo] = useState("");
+
+  const load = () => api.automations().then((r) => setItems(r.items), (e) => setError(errorText(e)));
+  useEffect(() => {
+    load();
+  }, []);
+
+  const run = async (f: () => Promise<unknown>) => {
+    try {
+      await f();
+      setError(undefined);
+      await load();
+    } catch (e) {
+      setError(errorText(e));
+    }
+  };
+
+  const create = (e: FormEvent) => {
+    e.preventDefault();
+    run(async () => {
+      const body: NewAutomation = {
+        name: name.trim(),
+        trigger: kind === "schedule" ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined } : { kind },
+        prompt: prompt.trim() || undefined,
+      };
+      if (provider.trim() && repo.trim()) body.repository = { provider: provider.trim(), full_name: repo.trim() };
+      const a = await api.createAutomation(body);
+      if (a.hook_url) setCreated(a);
+      setName("");
+      setPrompt("");
+    });
+  };
+
+  return (
+    <section className="page">
+      <h1>Automations</h1>
+      <form onSubmit={create} className="stack-form" aria-label="New automation">
+        <div className="inline-form">
+          <select aria-label="Kind" value={kind} onChange={(e) => setKind(e.target.value as Kind)}>
+            <option value="webhook">Webhook: a program posts signed JSON</option>
+            <option value="schedule">Schedule: at fixed times</option>
+          </select>
+          <input aria-label="Name" placeholder="Name" value={name} onChange={(e) => setName(e.target.value)} required />
+        </div>
+        {kind === "schedule" && (
+          <div className="inline-form">
+            <input aria-label="Cron" placeholder="minute hour day month weekday" value={cron} onChange={(e) => setCron(e.target.value)} required />
+            <input aria-label="Time zone" placeholder="Europe/Paris" value={timezone} onChange={(e) => setTimezone(e.target.value)} />
+          </div>
+        )}
+        <textarea
+          aria-label="Prompt"
+          placeholder={
+            kind === "schedule"
+              ? "What each run should do"
+              : "The first message ({{title}}, {{body}}, {{payload}}...); the request itself if empty"
+          }
+          value={prompt}
+          onChange={(e) => setPrompt(e.target.value)}
+          rows={3}
+          required={kind === "schedule"}
+        />
+        <div className="inline-form">
+          <input aria-label="Git provider" placeholder="Git provider (optional)" value={provider} onChange={(e) => setProvider(e.target.value)} />
+          <input aria-label="Repository" placeholder="owner/name" value={repo} onChange={(e) => setRepo(e.target.value)} />
+          <button type="submit">Create automation</button>
+        </div>
+      </form>
+      <ErrorText error={error} />
+      {created && <HookSetup automation={created} onDone={() => setCreated(undefined)} />}
+      <ul className="hook-list" aria-label="Automations">
+        {items.map((a) => (
+          <li key={a.id} className="card">
+            <div className="hook-head">
+              <strong>{a.name}</strong>
+              <span className="muted small">{describe(a)}</span>
+              <span className={`badge ${a.enabled ? "s-running" : "s-paused"}`}>{a.enabled ? "enabled" : "disabled"}</span>
+            </div>
+            <p className="muted small">
+              {a.last_run ? `Last run ${new Date(a.last_run.time).toLocaleString()}: ${a.last_run.outcome}` : "Never run"}
+              {a.next_run_at && ` · next ${new Date(a.next_run_at).toLocaleString()}`}
+            </p>
+            {a.hook_url && <code className="hook-url">{a.hook_url}</code>}
+            <div className="row-buttons">
+              <button className="ghost" onClick={() => run(() => api.patchAutomation(a.id, { enabled: !a.enabled }))}>
+                {a.enabled ? "Disable" : "Enable"}
+              </button>
+              <button className="ghost" onClick={() => setOpen(open === a.id ? undefined : a.id)} aria-expanded={open === a.id}>
+                Runs
+              </button>
+              <button className="danger" onClick={() => confirm(`Delete the automation ${a.name}?`) && run(() => api.deleteAutomation(a.id))}>
+                Delete
+              </button>
+            </div>
+            {open === a.id && <Runs id={a.id} />}
+          </li>
+        ))}
+      </ul>
+      {items.length === 0 && <p className="empty">No automations. A program's request or a schedule can start conversations for you.</p>}
+    </section>
+  );
+}
+
+function describe(a: Automation): string {
+  const t = a.trigger;
+  const on = a.repository ? ` on ${a.repository.full_name}` : "";
+  return t.kind === "schedule" ? `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}` : `webhook${on}`;
+}
+
+/** The hook URL and secret, shown once, and what to set on the sender's side. */
+function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
+  return (
+    <div className="card secret" role="status" aria-label="Hook setup">
+      <p>
+        Post JSON to this URL, signed as <a href="https://www.standardwebhooks.com/">Standard Webhooks</a> with the secret below
+        (headers <code>webhook-id</code>, <code>webhook-timestamp</code>, <code>webhook-signature</code>; any Standard Webhooks
+        library signs them). The secret is shown this once.
+      </p>
+      <code data-testid="hook-url">{automation.hook_url}</code>
+      <code data-testid="automation-secret">{automation.secret}</code>
+      <button className="ghost" onClick={() => navigator.clipboard?.writeText(automation.secret ?? "")}>
+        Copy secret
+      </button>
+      <button className="ghost" onClick={onDone}>
+        Done
+      </button>
+    </div>
+  );
+}
+
+function Runs({ id }: { id: string }) {
+  const [items, setItems] = useState<AutomationRun[]>();
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    api.automationRuns(id).then((r) => setItems(r.items), (e) => setError(errorText(e)));
+  }, [id]);
+  if (error) return <p className="error">{error}</p>;
+  if (!items) return <p className="muted">Loading…</p>;
+  if (items.length === 0) return <p className="muted">No runs yet.</p>;
+  return (
+    <table className="deliveries" aria-label="Runs">
+      <thead>
+        <tr>
+          <th>Time</th>
+          <th>Trigger</th>
+          <th>Outcome</th>
+          <th />
+        </tr>
+      </thead>
+      <tbody>
+        {items.map((r) => (
+          <tr key={r.id}>
+            <td>{new Date(r.time).toLocaleString()}</td>
+            <td>{r.trigger}</td>
+            <td>{r.outcome}</td>
+            <td>{r.conversation_id ? <Link href={`/c/${r.conversation_id}`}>Conversation</Link> : <span className="muted small">{r.reason}</span>}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
