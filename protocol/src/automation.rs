@@ -52,6 +52,11 @@ pub enum Trigger {
     Webhook {},
     /// Every tick of a five-field cron expression, in an IANA time zone.
     Schedule { cron: String, timezone: String },
+    /// GitHub's webhooks (`X-Hub-Signature-256` with the automation's secret): an issue or pull
+    /// request labelled `label`, or a comment or review that mentions `mention`, by someone with
+    /// write access. `provider` is one of the owner's git providers: Halyard answers on the
+    /// forge with its token.
+    Github { provider: String, label: String, mention: String },
 }
 
 impl Trigger {
@@ -60,6 +65,7 @@ impl Trigger {
         match self {
             Self::Webhook {} => "webhook",
             Self::Schedule { .. } => "schedule",
+            Self::Github { .. } => "github",
         }
     }
 
@@ -91,6 +97,9 @@ pub enum AutomationCommand {
         /// The request's own id (`webhook-id`, `X-GitHub-Delivery`, ...), already deduplicated.
         delivery_id: String,
         received_ms: UnixMillis,
+        /// What the sender says the request is about, where its scheme says (`X-GitHub-Event`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        event: Option<String>,
         body: String,
     },
     /// A schedule's tick, claimed by one automation service (see `AutomationRun`).
@@ -107,6 +116,8 @@ pub enum AutomationCommand {
 pub enum RunOutcome {
     /// A conversation was started.
     Started,
+    /// The request went to the conversation already working on its thread, as a message.
+    Continued,
     /// Nothing was started; `reason` says why.
     Ignored,
     /// A conversation should have started and did not; `reason` says why.
@@ -117,6 +128,7 @@ impl RunOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Started => "started",
+            Self::Continued => "continued",
             Self::Ignored => "ignored",
             Self::Failed => "failed",
         }
@@ -131,7 +143,7 @@ pub struct AutomationRun {
     pub automation_id: String,
     pub owner: UserId,
     pub time_ms: UnixMillis,
-    /// The trigger's kind (`webhook`, `schedule`).
+    /// The trigger's kind (`webhook`, `schedule`, `github`).
     pub source: String,
     /// What triggered it, for people: `delivery <id>`, `tick 2026-11-26T23:00:00Z`.
     pub trigger: String,
@@ -150,4 +162,17 @@ impl crate::envelope::Payload for AutomationCommand {
         }
         .to_owned()
     }
+}
+
+/// Where a run's conversation answers on a forge (`thread.<automation id>.<digest>` and
+/// `conv.<conversation id>` in the automations bucket): later mentions in the same issue or pull
+/// request go to the same conversation, and its summary goes back there when a run ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thread {
+    pub automation_id: String,
+    pub conversation_id: ConversationId,
+    /// `owner/name`.
+    pub repository: String,
+    /// The issue or pull request.
+    pub number: u64,
 }

@@ -54,6 +54,11 @@ pub const AGENT_CONSUMER: &str = "agent-runner";
 
 /// Durable consumer of the automation service's commands.
 pub const AUTOMATION_CONSUMER: &str = "automations";
+/// Durable consumer of the automation service on the event log: runs that end, whose summary goes
+/// back to the forge thread that asked.
+pub const AUTOMATION_SUMMARY_CONSUMER: &str = "automation-summaries";
+/// Every conversation's run status changes (what the automation service reads).
+pub const ALL_EXECUTION_STATUSES: &str = "halyard.events.*.execution_status";
 /// Durable consumer of the title setter's commands.
 pub const TITLE_COMMAND_CONSUMER: &str = "title-setter-commands";
 /// Durable consumer of the title setter on the event log.
@@ -85,6 +90,17 @@ pub fn automation_key(id: &str) -> String {
 /// The key of automation `id`'s last claimed tick in [`AUTOMATION_BUCKET`].
 pub fn automation_tick_key(id: &str) -> String {
     format!("tick.{id}")
+}
+
+/// The key of the conversation answering on one forge thread (`repository#number`) of automation
+/// `id` in [`AUTOMATION_BUCKET`] (a digest: any repository name makes a valid key).
+pub fn automation_thread_key(id: &str, thread_digest: &str) -> String {
+    format!("thread.{id}.{thread_digest}")
+}
+
+/// The key of the forge thread conversation `conversation` answers on, in [`AUTOMATION_BUCKET`].
+pub fn automation_conversation_key(conversation: crate::ConversationId) -> String {
+    format!("conv.{conversation}")
 }
 
 /// A command for the automation service about automation `id`.

@@ -426,7 +426,22 @@ fn automations_are_stable() {
                 automation_id: id(31).to_string(),
                 delivery_id: "msg_p5jXN8AQM9LWM0D4loKWxJek".into(),
                 received_ms: T,
+                event: None,
                 body: r#"{"title":"Flaky test"}"#.into(),
+            },
+        ),
+    );
+    check(
+        "cmd_automation_hook_github",
+        env(
+            37,
+            "cmd.automation.hook",
+            AutomationCommand::Hook {
+                automation_id: id(31).to_string(),
+                delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
+                received_ms: T,
+                event: Some("issue_comment".into()),
+                body: r#"{"action":"created"}"#.into(),
             },
         ),
     );

@@ -27,6 +27,12 @@ struct Inner {
     pulls: Mutex<Vec<(String, Value)>>,
     /// Comments made: the repository's full name, the number, the request body.
     comments: Mutex<Vec<(String, u64, Value)>>,
+    /// Issues that exist besides the pull requests: repository and number.
+    issues: Mutex<Vec<(String, u64)>>,
+    /// Each collaborator's permission (`admin`, `write`, `read`...); others have `read`.
+    permissions: Mutex<std::collections::HashMap<String, String>>,
+    /// Reactions made: the path they were made on and the request body.
+    reactions: Mutex<Vec<(String, Value)>>,
 }
 
 /// A running server.
@@ -69,6 +75,9 @@ impl GithubServer {
             seen: Mutex::new(Vec::new()),
             pulls: Mutex::new(Vec::new()),
             comments: Mutex::new(Vec::new()),
+            issues: Mutex::new(Vec::new()),
+            permissions: Mutex::new(std::collections::HashMap::new()),
+            reactions: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/api/v3/user/repos", get(user_repos))
@@ -76,6 +85,11 @@ impl GithubServer {
             .route("/api/v3/repos/{owner}/{name}/branches", get(branches))
             .route("/api/v3/repos/{owner}/{name}/pulls", post(create_pull))
             .route("/api/v3/repos/{owner}/{name}/issues/{number}/comments", post(create_comment))
+            .route("/api/v3/repos/{owner}/{name}/pulls/{number}", get(get_pull))
+            .route("/api/v3/repos/{owner}/{name}/collaborators/{login}/permission", get(permission))
+            .route("/api/v3/repos/{owner}/{name}/issues/{number}/reactions", post(react))
+            .route("/api/v3/repos/{owner}/{name}/issues/comments/{number}/reactions", post(react))
+            .route("/api/v3/repos/{owner}/{name}/pulls/comments/{number}/reactions", post(react))
             .with_state(inner.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -96,6 +110,21 @@ impl GithubServer {
     /// The comments made: repository, number and the body sent.
     pub fn comments(&self) -> Vec<(String, u64, Value)> {
         self.inner.comments.lock().expect("lock").clone()
+    }
+
+    /// Makes issue `number` of `full_name` exist (comments on it are then taken).
+    pub fn open_issue(&self, full_name: &str, number: u64) {
+        self.inner.issues.lock().expect("lock").push((full_name.to_owned(), number));
+    }
+
+    /// Gives `login` `permission` on every repository (`read` otherwise).
+    pub fn set_permission(&self, login: &str, permission: &str) {
+        self.inner.permissions.lock().expect("lock").insert(login.to_owned(), permission.to_owned());
+    }
+
+    /// The reactions made: the path and the body sent.
+    pub fn reactions(&self) -> Vec<(String, Value)> {
+        self.inner.reactions.lock().expect("lock").clone()
     }
 }
 
@@ -217,7 +246,8 @@ async fn create_comment(
     if let Err(refused) = admit(&inner, format!("POST /api/v3/repos/{full}/issues/{number}/comments"), &headers) {
         return *refused;
     }
-    let exists = inner.pulls.lock().expect("lock").iter().filter(|(r, _)| *r == full).count() as u64 >= number;
+    let exists = inner.pulls.lock().expect("lock").iter().filter(|(r, _)| *r == full).count() as u64 >= number
+        || inner.issues.lock().expect("lock").iter().any(|(r, n)| *r == full && *n == number);
     if inner.find(&full).is_none() || !exists || number == 0 {
         return not_found();
     }
@@ -233,6 +263,53 @@ async fn create_comment(
     let made =
         json!({"id": id, "body": comment["body"], "html_url": format!("http://{}/{full}/pull/{number}#issuecomment-{id}", inner.host)});
     (StatusCode::CREATED, Json(made)).into_response()
+}
+
+async fn get_pull(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, name, number)): Path<(String, String, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    let full = format!("{owner}/{name}");
+    if let Err(refused) = admit(&inner, format!("GET /api/v3/repos/{full}/pulls/{number}"), &headers) {
+        return *refused;
+    }
+    let pulls = inner.pulls.lock().expect("lock");
+    let Some((_, pr)) = pulls.iter().filter(|(r, _)| *r == full).nth(number.saturating_sub(1) as usize) else { return not_found() };
+    Json(json!({"number": number, "state": "open", "title": pr["title"], "head": {"ref": pr["head"]}, "base": {"ref": pr["base"]}}))
+        .into_response()
+}
+
+/// GitHub's "get repository permissions for a user".
+async fn permission(
+    State(inner): State<Arc<Inner>>,
+    Path((owner, name, login)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let full = format!("{owner}/{name}");
+    if let Err(refused) = admit(&inner, format!("GET /api/v3/repos/{full}/collaborators/{login}/permission"), &headers) {
+        return *refused;
+    }
+    if inner.find(&full).is_none() {
+        return not_found();
+    }
+    let permission = inner.permissions.lock().expect("lock").get(&login).cloned().unwrap_or_else(|| "read".into());
+    Json(json!({"permission": permission, "role_name": permission, "user": {"login": login}})).into_response()
+}
+
+/// A reaction, of the kinds GitHub takes (422 for others).
+async fn react(State(inner): State<Arc<Inner>>, uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let path = uri.path().to_owned();
+    if let Err(refused) = admit(&inner, format!("POST {path}"), &headers) {
+        return *refused;
+    }
+    let reaction: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let kinds = ["+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"];
+    if !kinds.contains(&reaction["content"].as_str().unwrap_or_default()) {
+        return invalid("content", "content is not a valid reaction");
+    }
+    inner.reactions.lock().expect("lock").push((path, reaction.clone()));
+    (StatusCode::CREATED, Json(json!({"id": 1, "content": reaction["content"]}))).into_response()
 }
 
 async fn user_repos(State(inner): State<Arc<Inner>>, Query(query): Query<Vec<(String, String)>>, headers: HeaderMap) -> Response {

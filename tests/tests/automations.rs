@@ -274,3 +274,158 @@ async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing() {
     assert_eq!(found["items"].as_array().unwrap().len(), 1, "{found}");
     assert_eq!(found["items"][0]["tags"]["tick"], next, "{found}");
 }
+
+/// GitHub's own side of a webhook: an example payload from `@octokit/webhooks-examples` for
+/// `event`/`action`, changed by `patch`, and its signature by `@octokit/webhooks-methods`.
+async fn github_request(secret: &str, event: &str, action: &str, patch: impl FnOnce(&mut Value)) -> (String, String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/github-hook.mjs");
+    let out = tokio::process::Command::new("node").args([script, "example", event, action]).output().await.unwrap();
+    assert!(out.status.success(), "no example (tests/install-deps.sh installs them): {}", String::from_utf8_lossy(&out.stderr));
+    let mut payload: Value = serde_json::from_slice(&out.stdout).unwrap();
+    patch(&mut payload);
+    let body = payload.to_string();
+    let mut child = tokio::process::Command::new("node")
+        .args([script, "sign", secret])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    child.stdin.take().unwrap().write_all(body.as_bytes()).await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    (body, String::from_utf8(out.stdout).unwrap())
+}
+
+fn github_headers(event: &str, delivery: &str, signature: &str) -> Vec<(String, String)> {
+    vec![
+        ("x-github-event".into(), event.into()),
+        ("x-github-delivery".into(), delivery.into()),
+        ("x-hub-signature-256".into(), signature.into()),
+        ("user-agent".into(), "GitHub-Hookshot/044aadd".into()),
+    ]
+}
+
+#[tokio::test]
+async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_mention_continues_it() {
+    init();
+    const TOKEN: &str = "ghp_automation-token-5d1c2e";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "alice/app.git", ("README.md", "teh app\n"));
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
+    github.open_issue("alice/app", 42);
+    github.set_permission("octo-writer", "write");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "github", "host": server.base.trim_start_matches("http://"), "api_url": github.api_url, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+
+    let (s, e) = api.post("/api/v1/automations", json!({"name": "x", "trigger": {"kind": "github", "provider": "nope"}})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_git_provider")), "{e}");
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Issue bot", "trigger": {"kind": "github", "provider": "work"}})).await;
+    assert_eq!(s, 201, "{a}");
+    assert_eq!(a["trigger"], json!({"kind": "github", "provider": "work", "label": "halyard", "mention": "@halyard"}));
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+
+    // The `halyard` label on issue 42, by someone who may write: a conversation on the
+    // repository that fixes it, opens a pull request, and says so on the issue.
+    llm.push([
+        Reply::tool(
+            "terminal",
+            json!({"command": "git checkout -q -b fix-typo && sed -i s/teh/the/ README.md && git -c user.name=a -c user.email=a@example.com commit -qam fix && git push -q origin fix-typo && echo PUSHED"}),
+        ),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Fix the typo", "head": "fix-typo", "body": "Fixes #42."})),
+        Reply::finish("Fixed the typo in README.md."),
+    ]);
+    let (body, signature) = github_request(secret, "issues", "labeled", |p| {
+        p["repository"]["full_name"] = "alice/app".into();
+        p["label"]["name"] = "halyard".into();
+        p["issue"]["number"] = 42.into();
+        p["issue"]["title"] = "Typo in the README".into();
+        p["issue"]["body"] = "It says teh.".into();
+        p["issue"]["html_url"] = "https://github.com/alice/app/issues/42".into();
+        p["sender"]["login"] = "octo-writer".into();
+    })
+    .await;
+    let labelled = github_headers("issues", "d1a1b2c3-0000-11ef-8000-000000000001", &signature);
+    let (s, answer) = hook(hook_url, &labelled, &body).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("github")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let c = api.wait_conversation(&conv, "the run's conversation", |c| c["status"] == "READY").await;
+    assert_eq!(c["tags"]["issue"], "42", "{c}");
+    assert_eq!(c["tags"]["repository"], "alice/app", "{c}");
+    assert_eq!(c["tags"]["source"], "github", "{c}");
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let first = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(first.starts_with("Typo in the README\n\nIt says teh.") && first.contains("https://github.com/alice/app/issues/42"), "{first}");
+    assert!(events.iter().any(|e| e["kind"] == "pull_request_opened"), "no pull request");
+    // 👀 on the issue, "on it" with the link, then the summary with the pull request.
+    assert_eq!(github.reactions(), vec![("/api/v3/repos/alice/app/issues/42/reactions".to_owned(), json!({"content": "eyes"}))]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while github.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", github.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let comments = github.comments();
+    let said: Vec<&str> = comments.iter().map(|(_, _, b)| b["body"].as_str().unwrap()).collect();
+    assert!(comments.iter().all(|(r, n, _)| r == "alice/app" && *n == 42), "{comments:?}");
+    assert!(said[0].starts_with("On it") && said[0].contains(&format!("/c/{conv}")), "{said:?}");
+    let pr = format!("http://{}/alice/app/pull/1", github.host);
+    assert!(said[1].contains("Fixed the typo in README.md.") && said[1].contains(&pr), "{said:?}");
+    assert!(said.iter().all(|s| s.contains("<!-- halyard -->")), "{said:?}");
+
+    // A later mention in the same issue: a message to the same conversation, 👀 on the comment.
+    llm.push([Reply::finish("Also fixed the other one.")]);
+    let mention = |body_text: &'static str, login: &'static str, comment_id: u64| {
+        github_request(secret, "issue_comment", "created", move |p| {
+            p["repository"]["full_name"] = "alice/app".into();
+            p["issue"]["number"] = 42.into();
+            p["issue"]["pull_request"] = Value::Null;
+            p["issue"]["html_url"] = "https://github.com/alice/app/issues/42".into();
+            p["comment"]["id"] = comment_id.into();
+            p["comment"]["body"] = body_text.into();
+            p["sender"]["login"] = login.into();
+        })
+    };
+    let (body, signature) = mention("Thanks! @Halyard please also fix `recieve`.", "octo-writer", 9001).await;
+    let (s, _) = hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-000000000002", &signature), &body).await;
+    assert_eq!(s, 202);
+    let run = runs(&api, id, 2).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["conversation_id"].as_str()), (Some("continued"), Some(conv.as_str())), "{run}");
+    let events =
+        api.wait_events(&conv, "the second run to finish", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let last = events.iter().rfind(|e| e["kind"] == "user_message").unwrap();
+    assert!(last["text"].as_str().unwrap().contains("octo-writer wrote on https://github.com/alice/app/issues/42"), "{last}");
+    assert!(
+        github.reactions().contains(&("/api/v3/repos/alice/app/issues/comments/9001/reactions".to_owned(), json!({"content": "eyes"})))
+    );
+
+    // Each of these starts nothing, and its run says why.
+    let (body, signature) = mention("> @halyard please also fix `recieve`.\n\nSeconded.", "octo-writer", 9002).await;
+    assert_eq!(hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-000000000003", &signature), &body).await.0, 202);
+    let (body2, signature2) = mention("@halyard delete the repository", "octo-reader", 9003).await;
+    assert_eq!(hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-000000000004", &signature2), &body2).await.0, 202);
+    let reasons: Vec<String> = runs(&api, id, 4).await[..2].iter().map(|r| format!("{} {}", r["outcome"], r["reason"])).collect();
+    assert!(reasons.iter().any(|r| r.contains("ignored") && r.contains("no mention of @halyard")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("ignored") && r.contains("octo-reader lacks write access")), "{reasons:?}");
+    // A replayed delivery is answered and starts nothing; a bad signature gets 401.
+    let (s, answer) = hook(hook_url, &labelled, &github_request(secret, "issues", "labeled", |_| {}).await.0).await;
+    assert_eq!(s, 401, "another body under the first request's signature: {answer}");
+    let (s, answer) = hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-000000000004", &signature2), &body2).await;
+    assert_eq!((s, answer["status"].as_str()), (200, Some("duplicate")), "{answer}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    runs(&api, id, 4).await;
+    // Three comments in all on GitHub: "on it", and a summary per run.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while github.comments().len() < 3 {
+        assert!(Instant::now() < deadline, "no second summary: {:?}", github.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(github.comments().len(), 3, "{:?}", github.comments());
+    assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

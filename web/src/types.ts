@@ -104,14 +104,17 @@ export interface Webhook {
   secret?: string;
 }
 
-export type AutomationTrigger = { kind: "webhook" } | { kind: "schedule"; cron: string; timezone?: string };
+export type AutomationTrigger =
+  | { kind: "webhook" }
+  | { kind: "schedule"; cron: string; timezone?: string }
+  | { kind: "github"; provider: string; label?: string; mention?: string };
 
 export interface AutomationRun {
   id: string;
   time: string;
   source: string;
   trigger: string;
-  outcome: "started" | "ignored" | "failed";
+  outcome: "started" | "continued" | "ignored" | "failed";
   conversation_id?: string;
   reason?: string;
 }

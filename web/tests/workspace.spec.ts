@@ -2,6 +2,7 @@
 // LLM (tests/tests/browser.rs starts both; the LLM's steps follow the task's keyword). Each test
 // saves screenshots under test-results/screenshots/.
 
+import { createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { expect, test, type Page } from "@playwright/test";
 
@@ -671,4 +672,76 @@ test("19. VS Code opens in its tab on the sandbox's files; a file saved there sh
   await signIn(s, BOB);
   expect((await s.request.get(`/api/v1/conversations/${id}/vscode`)).status()).toBe(404);
   await stranger.close();
+});
+
+test("20. automations: a hook shown once with its setup, a signed request's run linked to its conversation, a schedule's next tick", async ({
+  page,
+}) => {
+  await signIn(page, ALICE);
+  await page.getByRole("link", { name: "Automations" }).click();
+  await expect(page.getByText("No automations")).toBeVisible();
+  await page.getByLabel("Name").fill("Triage bot");
+  await page.getByLabel("Prompt").fill("Triage: {{title}}");
+  await page.getByRole("button", { name: "Create automation" }).click();
+  const setup = page.getByRole("status", { name: "Hook setup" });
+  await expect(setup).toContainText("webhook-signature");
+  const hookUrl = (await page.getByTestId("hook-url").textContent())!;
+  const secret = (await page.getByTestId("automation-secret").textContent())!;
+  expect(hookUrl).toMatch(/\/api\/v1\/hooks\/[0-9a-f-]{36}$/);
+  expect(secret).toMatch(/^whsec_/);
+  await shot(page, "automation-created");
+
+  // A program posts a request signed as Standard Webhooks: a run starts a conversation.
+  const body = JSON.stringify({ title: "the login page is slow" });
+  const id = "msg_from_the_browser_test";
+  const ts = Math.floor(Date.now() / 1000);
+  const key = Buffer.from(secret.slice("whsec_".length), "base64");
+  const signature = "v1," + createHmac("sha256", key).update(`${id}.${ts}.${body}`).digest("base64");
+  const res = await page.request.post(hookUrl, {
+    headers: { "content-type": "application/json", "webhook-id": id, "webhook-timestamp": String(ts), "webhook-signature": signature },
+    data: body,
+  });
+  expect(res.status()).toBe(202);
+
+  await page.getByRole("button", { name: "Done" }).click();
+  await expect(page.getByTestId("automation-secret")).toHaveCount(0);
+  const item = page.getByRole("listitem").filter({ hasText: "Triage bot" });
+  await expect(item).toContainText("enabled");
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByRole("listitem").filter({ hasText: "Triage bot" })).toContainText("Last run", { timeout: 1000 });
+  }).toPass({ timeout: 20_000 });
+  await item.getByRole("button", { name: "Runs" }).click();
+  const runs = item.getByRole("table", { name: "Runs" });
+  await expect(runs).toContainText(`delivery ${id}`);
+  await expect(runs).toContainText("started");
+  await shot(page, "automation-runs");
+  await runs.getByRole("link", { name: "Conversation" }).click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
+  await expect(page.getByText("Triage: the login page is slow")).toBeVisible();
+
+  // A schedule: its next tick is shown; it can be disabled and deleted.
+  await page.getByRole("link", { name: "Automations" }).click();
+  await page.getByLabel("Kind").selectOption("schedule");
+  await page.getByLabel("Name").fill("Nightly deps");
+  await page.getByLabel("Cron").fill("0 3 * * *");
+  await page.getByLabel("Time zone").fill("Europe/Paris");
+  await page.getByLabel("Prompt").fill("Update the dependencies.");
+  await page.getByRole("button", { name: "Create automation" }).click();
+  const nightly = page.getByRole("listitem").filter({ hasText: "Nightly deps" });
+  await expect(nightly).toContainText("schedule 0 3 * * * (Europe/Paris)");
+  await expect(nightly).toContainText("next");
+  await nightly.getByRole("button", { name: "Disable" }).click();
+  await expect(nightly).toContainText("disabled");
+  await expect(nightly).not.toContainText("next");
+  // A bad schedule is refused in words.
+  await page.getByLabel("Name").fill("Broken");
+  await page.getByLabel("Cron").fill("0 3 * *");
+  await page.getByLabel("Prompt").fill("x");
+  await page.getByRole("button", { name: "Create automation" }).click();
+  await expect(page.getByText("five-field")).toBeVisible();
+  page.once("dialog", (d) => d.accept());
+  await nightly.getByRole("button", { name: "Delete" }).click();
+  await expect(page.getByRole("listitem").filter({ hasText: "Nightly deps" })).toHaveCount(0);
+  await shot(page, "automations");
 });

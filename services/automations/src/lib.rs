@@ -9,15 +9,19 @@
 //! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
 //! what triggered a run make a redelivered command start nothing twice.
 
+pub mod github;
+pub mod github_runs;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;
+pub mod summaries;
 
 use std::sync::Arc;
 
 use async_nats::jetstream;
 use halyard_platform::bus;
 use halyard_platform::kv_mirror::Mirror;
+use halyard_platform::vault::Vault;
 use halyard_platform::{BusError, Config, Shutdown};
 use halyard_protocol::automation::{Automation, AutomationCommand};
 use halyard_protocol::subjects;
@@ -42,6 +46,15 @@ pub struct Ctx {
     pub user_kv: jetstream::kv::Store,
     /// The automations, followed.
     pub automations: Mirror<Automation>,
+    /// Opens owners' git provider tokens, to answer on their forges.
+    pub vault: Arc<Vault>,
+}
+
+/// Where a person sees conversation `id` in the web workspace.
+pub fn conversation_link(config: &Config, id: halyard_protocol::ConversationId) -> String {
+    let base =
+        if config.gateway.public_url.is_empty() { format!("http://{}", config.http_addr) } else { config.gateway.public_url.clone() };
+    format!("{}/c/{id}", base.trim_end_matches('/'))
 }
 
 /// Serves until `shutdown`.
@@ -51,9 +64,11 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let bucket = js.get_key_value(subjects::AUTOMATION_BUCKET).await.map_err(|e| setup(&e))?;
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| setup(&e))?;
     let automations = Mirror::follow(bucket.clone(), "def.", shutdown.clone()).await?;
-    let ctx = Ctx { config, js: js.clone(), bucket, user_kv, automations };
+    let vault = Arc::new(Vault::new(&config.secret).map_err(|e| setup(&e))?);
+    let ctx = Ctx { config, js: js.clone(), bucket, user_kv, automations, vault };
 
     let ticks = tokio::spawn(schedules::run(ctx.clone(), shutdown.clone()));
+    let summaries = tokio::spawn(summaries::run(ctx.clone(), shutdown.clone()));
     let served = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AUTOMATION_CONSUMER, "automations", shutdown, |d| {
         let ctx = ctx.clone();
         async move {
@@ -69,5 +84,6 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     })
     .await;
     ticks.abort();
+    summaries.abort();
     served.map_err(AutomationError::from)
 }

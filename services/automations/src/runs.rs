@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use halyard_platform::bus;
 use halyard_platform::{BusError, BusErrorKind};
 use halyard_protocol::automation::{Automation, AutomationCommand, AutomationRun, RunOutcome, Trigger};
-use halyard_protocol::command::ConversationCommand;
+use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::system::{Repository, SystemRecord};
 use halyard_protocol::user::{UserGitProviders, UserSettings};
 use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, subjects};
@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::Ctx;
 use crate::prompt::{self, Fields};
+use crate::{Ctx, github_runs};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -98,10 +98,21 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
             run.outcome = outcome;
             run.reason = Some(reason);
         }
-        Decision::Start { message, repository } => {
-            let conversation_id = start(ctx, &automation, &run_id, &t, message, repository).await?;
+        Decision::Start { message, repository, tags, answer } => {
+            let conversation_id = start(ctx, &automation, &run_id, &t, message, repository, tags).await?;
             run.outcome = RunOutcome::Started;
             run.conversation_id = Some(conversation_id);
+            if let Some(answer) = answer {
+                answer.on_start(ctx, &automation, conversation_id).await?;
+            }
+        }
+        Decision::Continue { conversation_id, message, answer } => {
+            let cmd = AgentCommand::UserMessage { conversation_id, text: message, images: Vec::new() };
+            let env = Envelope::with_id(CommandId(derived(&["message", &run_id.to_string()])), cmd, halyard_platform::now_ms());
+            bus::publish(&ctx.js, subjects::agent_command(conversation_id), &env).await?;
+            run.outcome = RunOutcome::Continued;
+            run.conversation_id = Some(conversation_id);
+            answer.on_continue().await;
         }
     }
     tracing::info!(automation_id = %automation.id, run_id = %run.run_id, outcome = run.outcome.as_str(), reason = ?run.reason, "automation run");
@@ -112,9 +123,26 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
 }
 
 /// What a run does.
-enum Decision {
-    Start { message: String, repository: Option<Repository> },
+pub enum Decision {
+    /// A new conversation, answering on the forge thread that asked, if one did.
+    Start {
+        message: String,
+        repository: Option<Repository>,
+        tags: BTreeMap<String, String>,
+        answer: Option<github_runs::Answer>,
+    },
+    /// A message to the conversation already answering on the thread.
+    Continue {
+        conversation_id: ConversationId,
+        message: String,
+        answer: github_runs::Answer,
+    },
     Skip(RunOutcome, String),
+}
+
+/// The conversation a run starts (derived from the run, so a redelivered command names the same).
+pub fn conversation_of(run_id: &Uuid) -> ConversationId {
+    ConversationId(derived(&["conversation", &run_id.to_string()]))
 }
 
 async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<Decision, BusError> {
@@ -127,6 +155,9 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
             Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
         },
         (Trigger::Schedule { .. }, AutomationCommand::Tick { .. }) => Fields::default(),
+        (Trigger::Github { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
+            return github_runs::decide(ctx, a, provider, label, mention, event.as_deref().unwrap_or_default(), body).await;
+        }
         (trigger, _) => {
             return Ok(Decision::Skip(RunOutcome::Ignored, format!("a {} automation does not take this kind of request", trigger.kind())));
         }
@@ -143,12 +174,17 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
                     format!("the git provider {:?} no longer exists; add it again or edit the automation's repository", r.provider),
                 ));
             };
-            // A forge whose API is plain HTTP (a test's, a LAN's) serves its repositories so too.
-            let scheme = if provider.api_url.as_deref().is_some_and(|u| u.starts_with("http://")) { "http" } else { "https" };
-            Some(Repository { url: format!("{scheme}://{}/{}.git", provider.host, r.full_name), branch: r.branch.clone() })
+            Some(Repository { url: clone_url(provider, &r.full_name), branch: r.branch.clone() })
         }
     };
-    Ok(Decision::Start { message, repository })
+    Ok(Decision::Start { message, repository, tags: BTreeMap::new(), answer: None })
+}
+
+/// Where `full_name` is cloned from on `provider`'s host.
+pub fn clone_url(provider: &halyard_protocol::user::GitProvider, full_name: &str) -> String {
+    // A forge whose API is plain HTTP (a test's, a LAN's) serves its repositories so too.
+    let scheme = if provider.api_url.as_deref().is_some_and(|u| u.starts_with("http://")) { "http" } else { "https" };
+    format!("{scheme}://{}/{full_name}.git", provider.host)
 }
 
 /// Sends the start of the run's conversation to the conversation manager, with the owner's
@@ -160,12 +196,14 @@ async fn start(
     t: &Cause,
     message: String,
     repository: Option<Repository>,
+    extra_tags: BTreeMap<String, String>,
 ) -> Result<ConversationId, BusError> {
     let run = run_id.to_string();
     let task_id = TaskId(derived(&["task", &run]));
-    let conversation_id = ConversationId(derived(&["conversation", &run]));
+    let conversation_id = conversation_of(run_id);
     let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&a.owner)).await?.unwrap_or_default();
     let mut tags = t.tags.clone();
+    tags.extend(extra_tags);
     tags.insert("automation".into(), a.id.clone());
     tags.insert("source".into(), a.trigger.kind().to_owned());
     let now = halyard_platform::now_ms();

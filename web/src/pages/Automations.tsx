@@ -8,7 +8,7 @@ import type { Automation, AutomationRun, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
-type Kind = "webhook" | "schedule";
+type Kind = "webhook" | "schedule" | "github";
 
 export function Automations() {
   const [items, setItems] = useState<Automation[]>([]);
@@ -22,6 +22,8 @@ export function Automations() {
   const [prompt, setPrompt] = useState("");
   const [provider, setProvider] = useState("");
   const [repo, setRepo] = useState("");
+  const [label, setLabel] = useState("halyard");
+  const [mention, setMention] = useState("@halyard");
 
   const load = () => api.automations().then((r) => setItems(r.items), (e) => setError(errorText(e)));
   useEffect(() => {
@@ -43,7 +45,12 @@ export function Automations() {
     run(async () => {
       const body: NewAutomation = {
         name: name.trim(),
-        trigger: kind === "schedule" ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined } : { kind },
+        trigger:
+          kind === "schedule"
+            ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined }
+            : kind === "github"
+              ? { kind, provider: provider.trim(), label: label.trim() || undefined, mention: mention.trim() || undefined }
+              : { kind },
         prompt: prompt.trim() || undefined,
       };
       if (provider.trim() && repo.trim()) body.repository = { provider: provider.trim(), full_name: repo.trim() };
@@ -62,9 +69,16 @@ export function Automations() {
           <select aria-label="Kind" value={kind} onChange={(e) => setKind(e.target.value as Kind)}>
             <option value="webhook">Webhook: a program posts signed JSON</option>
             <option value="schedule">Schedule: at fixed times</option>
+            <option value="github">GitHub: a label or a mention</option>
           </select>
           <input aria-label="Name" placeholder="Name" value={name} onChange={(e) => setName(e.target.value)} required />
         </div>
+        {kind === "github" && (
+          <div className="inline-form">
+            <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />
+            <input aria-label="Mention" placeholder="@halyard" value={mention} onChange={(e) => setMention(e.target.value)} />
+          </div>
+        )}
         {kind === "schedule" && (
           <div className="inline-form">
             <input aria-label="Cron" placeholder="minute hour day month weekday" value={cron} onChange={(e) => setCron(e.target.value)} required />
@@ -84,7 +98,13 @@ export function Automations() {
           required={kind === "schedule"}
         />
         <div className="inline-form">
-          <input aria-label="Git provider" placeholder="Git provider (optional)" value={provider} onChange={(e) => setProvider(e.target.value)} />
+          <input
+            aria-label="Git provider"
+            placeholder={kind === "github" ? "Git provider (a github one)" : "Git provider (optional)"}
+            value={provider}
+            onChange={(e) => setProvider(e.target.value)}
+            required={kind === "github"}
+          />
           <input aria-label="Repository" placeholder="owner/name" value={repo} onChange={(e) => setRepo(e.target.value)} />
           <button type="submit">Create automation</button>
         </div>
@@ -127,18 +147,28 @@ export function Automations() {
 function describe(a: Automation): string {
   const t = a.trigger;
   const on = a.repository ? ` on ${a.repository.full_name}` : "";
-  return t.kind === "schedule" ? `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}` : `webhook${on}`;
+  if (t.kind === "schedule") return `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}`;
+  if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
+  return `webhook${on}`;
 }
 
 /** The hook URL and secret, shown once, and what to set on the sender's side. */
 function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
   return (
     <div className="card secret" role="status" aria-label="Hook setup">
-      <p>
-        Post JSON to this URL, signed as <a href="https://www.standardwebhooks.com/">Standard Webhooks</a> with the secret below
-        (headers <code>webhook-id</code>, <code>webhook-timestamp</code>, <code>webhook-signature</code>; any Standard Webhooks
-        library signs them). The secret is shown this once.
-      </p>
+      {automation.trigger.kind === "github" ? (
+        <p>
+          In the repository's Settings → Webhooks → Add webhook: paste this URL as the Payload URL, choose{" "}
+          <code>application/json</code>, paste the secret below as the Secret, and pick the events Issues, Issue comments, Pull
+          requests, Pull request reviews and Pull request review comments. The secret is shown this once.
+        </p>
+      ) : (
+        <p>
+          Post JSON to this URL, signed as <a href="https://www.standardwebhooks.com/">Standard Webhooks</a> with the secret below
+          (headers <code>webhook-id</code>, <code>webhook-timestamp</code>, <code>webhook-signature</code>; any Standard Webhooks
+          library signs them). The secret is shown this once.
+        </p>
+      )}
       <code data-testid="hook-url">{automation.hook_url}</code>
       <code data-testid="automation-secret">{automation.secret}</code>
       <button className="ghost" onClick={() => navigator.clipboard?.writeText(automation.secret ?? "")}>

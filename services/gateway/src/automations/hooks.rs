@@ -63,11 +63,15 @@ pub async fn receive(
     };
     let kind = a.trigger.kind();
     let now = halyard_platform::now_ms();
-    let delivery_id = match &a.trigger {
+    let sealed = a.secret_sealed.as_deref().ok_or_else(|| ApiError::internal("an automation with a hook but no secret"))?;
+    let secret = state.vault.open(&proto::secret_slot(&a.id), sealed).map_err(ApiError::internal)?;
+    let (delivery_id, event) = match &a.trigger {
         proto::Trigger::Webhook {} => {
-            let sealed = a.secret_sealed.as_deref().ok_or_else(|| ApiError::internal("a webhook automation without a secret"))?;
-            let secret = state.vault.open(&proto::secret_slot(&a.id), sealed).map_err(ApiError::internal)?;
-            verify::standard_webhooks(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?
+            (verify::standard_webhooks(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?, None)
+        }
+        proto::Trigger::Github { .. } => {
+            let (delivery, event) = verify::github(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
+            (delivery, Some(event))
         }
         proto::Trigger::Schedule { .. } => return Err(ApiError::not_found("hook")),
     };
@@ -86,7 +90,8 @@ pub async fn receive(
             return Err(ApiError::unavailable("the hook could not record the request; send it again"));
         }
     }
-    let cmd = AutomationCommand::Hook { automation_id: a.id.clone(), delivery_id: delivery_id.clone(), received_ms: now, body: text };
+    let cmd =
+        AutomationCommand::Hook { automation_id: a.id.clone(), delivery_id: delivery_id.clone(), received_ms: now, event, body: text };
     let command_id = CommandId(uuid::Uuid::from_slice(&Sha256::digest(key.as_bytes())[..16]).map_err(ApiError::internal)?);
     if let Err(e) = bus::publish(&state.js, subjects::automation_command(&a.id), &Envelope::with_id(command_id, cmd, now)).await {
         // Not taken after all: the sender's retry must get through.

@@ -42,11 +42,56 @@ pub enum TriggerBody {
         #[serde(default)]
         timezone: Option<String>,
     },
+    /// GitHub's webhooks, signed with the automation's `secret` (paste it, and the hook URL, in
+    /// the repository's Settings → Webhooks, content type `application/json`, events: issues,
+    /// issue comments, pull requests, pull request reviews and review comments). An issue or
+    /// pull request labelled `label` (default `halyard`), or a comment or review mentioning
+    /// `mention` (default `@halyard`) by someone with write access, starts a conversation on the
+    /// repository; later mentions in the same thread continue it. `provider`: one of your git
+    /// providers of kind `github`, whose token Halyard answers on GitHub with.
+    Github {
+        provider: String,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        mention: Option<String>,
+    },
 }
 
 impl TriggerBody {
-    fn into_trigger(self) -> Result<proto::Trigger, ApiError> {
+    async fn into_trigger(self, state: &AppState, user: &UserId) -> Result<proto::Trigger, ApiError> {
         Ok(match self {
+            Self::Github { provider, label, mention } => {
+                let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
+                match git.providers.get(&provider) {
+                    Some(p) if p.kind == "github" => {}
+                    Some(p) => {
+                        return Err(ApiError::bad_request(
+                            "invalid_field",
+                            format!(
+                                "`trigger.provider`: {provider:?} is a {} provider; a github trigger answers with a github one",
+                                p.kind
+                            ),
+                        ));
+                    }
+                    None => {
+                        return Err(ApiError::bad_request(
+                            "unknown_git_provider",
+                            format!("`trigger.provider`: you have no git provider {provider:?} (see GET /api/v1/git-providers)"),
+                        ));
+                    }
+                }
+                let label = label.unwrap_or_else(|| "halyard".into());
+                let mention = mention.unwrap_or_else(|| "@halyard".into());
+                if label.trim().is_empty() || label.len() > 50 {
+                    return Err(ApiError::bad_request("invalid_field", "`trigger.label`: 1 to 50 characters"));
+                }
+                let name = mention.strip_prefix('@').unwrap_or_default();
+                if name.is_empty() || name.len() > 39 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_[]".contains(c)) {
+                    return Err(ApiError::bad_request("invalid_field", "`trigger.mention`: `@` and a GitHub login (`@halyard`)"));
+                }
+                proto::Trigger::Github { provider, label, mention }
+            }
             Self::Webhook {} => proto::Trigger::Webhook {},
             Self::Schedule { cron, timezone } => {
                 let timezone = timezone.unwrap_or_else(|| "UTC".into());
@@ -60,6 +105,9 @@ impl TriggerBody {
         match t {
             proto::Trigger::Webhook {} => Self::Webhook {},
             proto::Trigger::Schedule { cron, timezone } => Self::Schedule { cron: cron.clone(), timezone: Some(timezone.clone()) },
+            proto::Trigger::Github { provider, label, mention } => {
+                Self::Github { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
+            }
         }
     }
 }
@@ -324,7 +372,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_name(&body.name)?;
-    let trigger = body.trigger.into_trigger()?;
+    let trigger = body.trigger.into_trigger(&state, &user).await?;
     check_prompt(body.prompt.as_deref(), &trigger)?;
     let repository = match &body.repository {
         Some(r) => Some(check_repository(&state, &user, r).await?),
@@ -338,7 +386,7 @@ pub async fn create(
         return Err(ApiError::conflict("too_many_automations", format!("you have {mine} automations (the limit); delete one first")));
     }
     let id = uuid::Uuid::now_v7().to_string();
-    let secret = matches!(trigger, proto::Trigger::Webhook {}).then(keys::new_webhook_secret);
+    let secret = trigger.has_hook().then(keys::new_webhook_secret);
     let secret_sealed = match &secret {
         Some(s) => Some(state.vault.seal(&proto::secret_slot(&id), s).map_err(ApiError::internal)?),
         None => None,
@@ -399,7 +447,7 @@ pub async fn patch(
         a.name = name.trim().to_owned();
     }
     if let Some(t) = body.trigger {
-        let t = t.into_trigger()?;
+        let t = t.into_trigger(&state, &user).await?;
         if t.kind() != a.trigger.kind() {
             return Err(ApiError::bad_request(
                 "invalid_field",

@@ -4,7 +4,7 @@
 //! is what replays within the window are recognised by.
 
 use axum::http::HeaderMap;
-use halyard_platform::keys::{constant_time_eq, webhook_signature};
+use halyard_platform::keys::{constant_time_eq, to_hex, webhook_signature};
 
 /// How far a Standard Webhooks timestamp may be from now.
 pub const STANDARD_WEBHOOKS_WINDOW_SECS: i64 = 300;
@@ -56,6 +56,27 @@ pub fn standard_webhooks(secret: &str, headers: &HeaderMap, body: &[u8], now_s: 
     Ok(id.to_owned())
 }
 
+/// GitHub (`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`, `X-GitHub-Delivery`,
+/// `X-GitHub-Event`): the delivery id and the event. GitHub's scheme has no timestamp; its
+/// delivery ids are what replays are recognised by.
+pub fn github(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Refusal> {
+    let given = header(headers, "x-hub-signature-256")?;
+    let delivery = header(headers, "x-github-delivery")?;
+    let event = header(headers, "x-github-event")?;
+    let expected = format!("sha256={}", to_hex(&hmac_sha256(secret.as_bytes(), body).ok_or(Refusal::BadSignature)?));
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(Refusal::BadSignature);
+    }
+    Ok((delivery.to_owned(), event.to_owned()))
+}
+
+fn hmac_sha256(key: &[u8], body: &[u8]) -> Option<Vec<u8>> {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(key).ok()?;
+    mac.update(body);
+    Some(mac.finalize().into_bytes().to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +109,21 @@ mod tests {
         assert_eq!(refused(headers("msg_other", ts, good), body, ts), Refusal::BadSignature);
         assert_eq!(refused(headers("msg_p5jXN8AQM9LWM0D4loKWxJek", ts, good), body, ts + 301), Refusal::Stale);
         assert_eq!(refused(HeaderMap::new(), body, ts), Refusal::Missing);
+    }
+
+    #[test]
+    fn github_accepts_its_documented_example_and_refuses_the_rest() {
+        // GitHub's documentation: secret "It's a Secret to Everybody", payload "Hello, World!".
+        let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        let mut h = HeaderMap::new();
+        h.insert("x-hub-signature-256", sig.parse().unwrap());
+        h.insert("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958".parse().unwrap());
+        h.insert("x-github-event", "issues".parse().unwrap());
+        let (delivery, event) = github("It's a Secret to Everybody", &h, b"Hello, World!").unwrap();
+        assert_eq!((delivery.as_str(), event.as_str()), ("72d3162e-cc78-11e3-81ab-4c9367dc0958", "issues"));
+        assert_eq!(github("It's a Secret to Everybody", &h, b"Hello, World?").unwrap_err(), Refusal::BadSignature);
+        assert_eq!(github("another secret", &h, b"Hello, World!").unwrap_err(), Refusal::BadSignature);
+        h.remove("x-github-delivery");
+        assert_eq!(github("It's a Secret to Everybody", &h, b"Hello, World!").unwrap_err(), Refusal::Missing);
     }
 }

@@ -1,0 +1,133 @@
+//! A `github` automation's run: whether a webhook asks for work (and from someone who may ask),
+//! whether its issue or pull request already has a conversation (then the request is a message to
+//! it), and what Halyard says on GitHub once the conversation is started or told.
+
+use std::collections::BTreeMap;
+
+use halyard_platform::BusError;
+use halyard_platform::keys::to_hex;
+use halyard_protocol::automation::{Automation, RunOutcome, Thread};
+use halyard_protocol::system::Repository;
+use halyard_protocol::user::UserGitProviders;
+use halyard_protocol::{ConversationId, subjects};
+use sha2::{Digest, Sha256};
+
+use crate::github::{self, Ask, Forge};
+use crate::prompt::{self, Fields};
+use crate::runs::{Decision, clone_url, read};
+use crate::{Ctx, conversation_link};
+
+/// What a conversation started from GitHub is first told when the automation says nothing.
+const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis comes from {{url}}. Do what it asks in the repository. When the \
+                                work is done, open a pull request (or, for a pull request, push to its branch) and say what you did.";
+
+/// Where a run answers on GitHub, and with what.
+pub struct Answer {
+    forge: Forge,
+    ask: Ask,
+    thread_key: String,
+}
+
+impl Answer {
+    /// 👀 and "on it" with the conversation's link; the thread remembered for later mentions and
+    /// for the summary. A command delivered again finds the thread and says nothing twice.
+    pub async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
+        let conv_key = subjects::automation_conversation_key(conversation_id);
+        if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
+            return Ok(());
+        }
+        let Ask { repository, number, react_to, .. } = &self.ask;
+        if let Err(e) = self.forge.react(repository, *react_to).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no reaction on GitHub");
+        }
+        let link = conversation_link(&ctx.config, conversation_id);
+        if let Err(e) = self.forge.comment(repository, *number, &format!("On it: [the conversation]({link}).")).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no comment on GitHub");
+        }
+        let thread = Thread { automation_id: a.id.clone(), conversation_id, repository: repository.clone(), number: *number };
+        let bytes = serde_json::to_vec(&thread).unwrap_or_default();
+        let put = |key: String, bytes: Vec<u8>| {
+            let bucket = ctx.bucket.clone();
+            async move { bucket.put(key, bytes.into()).await.map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e)) }
+        };
+        put(self.thread_key.clone(), bytes.clone()).await?;
+        put(conv_key, bytes).await?;
+        Ok(())
+    }
+
+    /// 👀 on the later mention.
+    pub async fn on_continue(self) {
+        if let Err(e) = self.forge.react(&self.ask.repository, self.ask.react_to).await {
+            tracing::warn!(error = %e, "no reaction on GitHub");
+        }
+    }
+}
+
+/// What a GitHub webhook starts, continues, or why nothing.
+pub async fn decide(
+    ctx: &Ctx,
+    a: &Automation,
+    provider: &str,
+    label: &str,
+    mention: &str,
+    event: &str,
+    body: &str,
+) -> Result<Decision, BusError> {
+    let skip = |outcome, why: String| Ok(Decision::Skip(outcome, why));
+    let payload: serde_json::Value = match serde_json::from_str(body) {
+        Ok(p) => p,
+        Err(e) => return skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})")),
+    };
+    let mut ask = match github::read(event, &payload, label, mention) {
+        Ok(ask) => ask,
+        Err(why) => return skip(RunOutcome::Ignored, why),
+    };
+    if let Some(r) = a.repository.as_ref().filter(|r| !r.full_name.eq_ignore_ascii_case(&ask.repository)) {
+        return skip(RunOutcome::Ignored, format!("about {}, not the automation's repository {}", ask.repository, r.full_name));
+    }
+    let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
+    let Some(p) = git.providers.get(provider) else {
+        return skip(RunOutcome::Failed, format!("the git provider {provider:?} no longer exists; add it again or edit the automation"));
+    };
+    let token = match ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) {
+        Ok(t) => t,
+        Err(e) => return skip(RunOutcome::Failed, format!("the git provider's token does not open ({e}); store it again")),
+    };
+    let forge = match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
+        Ok(f) => f,
+        Err(e) => return skip(RunOutcome::Failed, e),
+    };
+    match forge.can_write(&ask.repository, &ask.sender).await {
+        Ok(true) => {}
+        Ok(false) => return skip(RunOutcome::Ignored, format!("sender {} lacks write access to {}", ask.sender, ask.repository)),
+        Err(e) => return skip(RunOutcome::Failed, format!("cannot ask GitHub whether {} may write: {e}", ask.sender)),
+    }
+    let digest = to_hex(&Sha256::digest(format!("{}#{}", ask.repository.to_lowercase(), ask.number).as_bytes()));
+    let thread_key = subjects::automation_thread_key(&a.id, &digest[..40]);
+    if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
+        let said = ask.comment.clone().unwrap_or_else(|| ask.title.clone());
+        let message = format!("{} wrote on {}:\n\n{said}", ask.sender, ask.url);
+        return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer: Answer { forge, ask, thread_key } });
+    }
+    let branch = match (ask.is_pull, ask.head.clone()) {
+        (true, Some(head)) => Some(head),
+        (true, None) => match forge.head(&ask.repository, ask.number).await {
+            Ok(head) => Some(head),
+            Err(e) => return skip(RunOutcome::Failed, format!("cannot read the pull request's branch: {e}")),
+        },
+        (false, _) => a.repository.as_ref().and_then(|r| r.branch.clone()),
+    };
+    ask.head = branch.clone();
+    let fields = Fields {
+        title: ask.title.clone(),
+        body: ask.body.clone(),
+        comment: ask.comment.clone().unwrap_or_default(),
+        url: ask.url.clone(),
+        payload: serde_json::to_string_pretty(&payload).unwrap_or_default(),
+    };
+    let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
+    let repository = Some(Repository { url: clone_url(p, &ask.repository), branch });
+    let kind = if ask.is_pull { "pull_request" } else { "issue" };
+    let tags = BTreeMap::from([(kind.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
+    Ok(Decision::Start { message, repository, tags, answer: Some(Answer { forge, ask, thread_key }) })
+}

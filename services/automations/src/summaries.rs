@@ -1,0 +1,107 @@
+//! Summaries: when a conversation that answers on a forge thread ends a run (finished, failed or
+//! stuck), its last message, with the pull requests it opened, goes back to the thread as a
+//! comment. The service reads the end of runs from the event log (`execution_status` events only,
+//! which the server filters) through a durable consumer, so a restart misses none.
+
+use std::time::Duration;
+
+use halyard_platform::bus::{self, Delivery};
+use halyard_platform::{BusError, BusErrorKind, Shutdown};
+use halyard_protocol::automation::{Automation, Thread};
+use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
+use halyard_protocol::user::UserGitProviders;
+use halyard_protocol::{ConversationId, subjects};
+
+use crate::github::Forge;
+use crate::runs::read;
+use crate::{Ctx, conversation_link};
+
+/// Serves until `shutdown`.
+pub async fn run(ctx: Ctx, shutdown: Shutdown) {
+    let result =
+        bus::consume(ctx.js.clone(), subjects::EVENTS_STREAM, subjects::AUTOMATION_SUMMARY_CONSUMER, "automations", shutdown, |d| {
+            let ctx = ctx.clone();
+            async move {
+                let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
+                let ev = env.payload;
+                let EventBody::ExecutionStatus {
+                    status: ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck, ..
+                } = ev.body
+                else {
+                    d.ack().await;
+                    return;
+                };
+                tokio::spawn(async move { settle(d, summarize(&ctx, ev.conversation_id, ev.seq).await).await });
+            }
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "the automation summaries stopped");
+    }
+}
+
+async fn settle(d: Delivery, result: Result<(), BusError>) {
+    match result {
+        Ok(()) => d.ack().await,
+        Err(e) => d.retry(Duration::from_secs(2), &e.to_string()).await,
+    }
+}
+
+/// Comments the run's summary on the conversation's thread, if it has one.
+async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Result<(), BusError> {
+    let Some(thread) = read::<Thread>(&ctx.bucket, &subjects::automation_conversation_key(conversation_id)).await? else {
+        return Ok(());
+    };
+    let done_key = format!("summary.{conversation_id}.{seq}");
+    if ctx.bucket.get(&done_key).await.map_err(|e| BusError::new(BusErrorKind::Read, e))?.is_some() {
+        return Ok(());
+    }
+    let Some(a) = read::<Automation>(&ctx.bucket, &subjects::automation_key(&thread.automation_id)).await? else { return Ok(()) };
+    let halyard_protocol::automation::Trigger::Github { provider, .. } = &a.trigger else { return Ok(()) };
+    let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
+    let Some(p) = git.providers.get(provider) else { return Ok(()) };
+    let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {
+        tracing::warn!(automation_id = %a.id, "the git provider's token does not open; no summary");
+        return Ok(());
+    };
+    let events = bus::read_events(&ctx.js, conversation_id, 0).await?;
+    let upto: Vec<&ConversationEvent> = events.iter().filter(|e| e.seq <= seq).collect();
+    let mut text = String::new();
+    let mut pulls = Vec::new();
+    let mut outcome = "finished";
+    for e in &upto {
+        match &e.body {
+            EventBody::AgentMessage { text: t } => text.clone_from(t),
+            EventBody::PullRequestOpened { url, .. } => pulls.push(url.clone()),
+            EventBody::ExecutionStatus { status, .. } if e.seq == seq => outcome = status.as_str(),
+            _ => {}
+        }
+    }
+    let link = conversation_link(&ctx.config, conversation_id);
+    let mut comment = match outcome {
+        "finished" => "Done.".to_owned(),
+        "stuck" => "I stopped: I was going round in circles.".to_owned(),
+        _ => "The run failed.".to_owned(),
+    };
+    if !text.trim().is_empty() {
+        comment.push_str("\n\n");
+        comment.push_str(text.trim());
+    }
+    for url in &pulls {
+        comment.push_str(&format!("\n\nPull request: {url}"));
+    }
+    comment.push_str(&format!("\n\n[The conversation]({link})"));
+    let forge = match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(automation_id = %a.id, error = %e, "no summary");
+            return Ok(());
+        }
+    };
+    if let Err(e) = forge.comment(&thread.repository, thread.number, &comment).await {
+        tracing::warn!(automation_id = %a.id, error = %e, "the summary was not commented; trying again");
+        return Err(BusError::new(BusErrorKind::Publish, e));
+    }
+    let _ = ctx.bucket.put(done_key, Vec::new().into()).await;
+    Ok(())
+}
