@@ -225,17 +225,18 @@ async fn a_signed_request_to_a_webhook_automation_starts_one_conversation_and_no
 }
 
 #[tokio::test]
-async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing() {
+async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing_and_once_for_a_tick_missed_while_down() {
     init();
     let llm = ScriptedLlm::start().await;
     let nats = NatsServer::start();
     let opts = |services: &[&str]| {
         HalyardOptions::new(&llm.base_url).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret")
     };
-    let h = Halyard::start(opts(&["gateway", "conversations", "sandbox", "agent", "titles", "automations"]));
-    let _second = Halyard::start(opts(&["automations"]));
+    let h = Halyard::start(opts(&["gateway", "conversations", "sandbox", "agent", "titles"]));
+    let mut one = Halyard::start(opts(&["automations"]));
+    let mut two = Halyard::start(opts(&["automations"]));
     let api = h.api(ALICE);
-    llm.push([Reply::finish("updated")]);
+    llm.push([Reply::finish("updated"), Reply::finish("updated again")]);
 
     let (s, a) = api
         .post(
@@ -273,6 +274,41 @@ async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing() {
     let (_, found) = api.get(&format!("/api/v1/conversations?tag=automation:{id}")).await;
     assert_eq!(found["items"].as_array().unwrap().len(), 1, "{found}");
     assert_eq!(found["items"][0]["tags"]["tick"], next, "{found}");
+    let ticked = (one.log() + &two.log()).matches("schedule tick").count();
+    assert_eq!(ticked, 1, "one service sent the tick");
+
+    // No automation service runs over the next tick: the first to come back runs it once, late.
+    one.stop();
+    two.stop();
+    let missed = api.get(&format!("/api/v1/automations/{id}")).await.1["next_run_at"].as_str().unwrap().to_owned();
+    assert_ne!(missed, next);
+    let at: std::time::SystemTime = httpdate_free_parse(&missed);
+    while std::time::SystemTime::now() < at + Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(api.get(&format!("/api/v1/automations/{id}/runs")).await.1["items"].as_array().unwrap().len(), 1, "nobody ran it");
+    one.restart();
+    let late = runs(&api, &id, 2).await.remove(0);
+    assert_eq!(late["trigger"], format!("tick {missed}"), "{late}");
+    assert_eq!(late["outcome"], "started", "{late}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    runs(&api, &id, 2).await;
+}
+
+/// `2026-11-26T23:02:00.000Z` as a time.
+fn httpdate_free_parse(rfc3339: &str) -> std::time::SystemTime {
+    let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
+    let t: Vec<f64> = time.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 { (d[0] - 1, d[1] + 9) } else { (d[0], d[1] - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days as f64 * 86_400.0 + t[0] * 3600.0 + t[1] * 60.0 + t[2];
+    std::time::UNIX_EPOCH + Duration::from_secs_f64(secs)
 }
 
 /// GitHub's own side of a webhook: an example payload from `@octokit/webhooks-examples` for
