@@ -57,6 +57,10 @@ pub enum Trigger {
     /// write access. `provider` is one of the owner's git providers: Halyard answers on the
     /// forge with its token.
     Github { provider: String, label: String, mention: String },
+    /// GitLab's webhooks (`X-Gitlab-Token`: the automation's secret): issue and merge request
+    /// hooks that add `label`, note hooks that mention `mention`, by a member with Developer
+    /// access or more; replies go in the same discussion.
+    Gitlab { provider: String, label: String, mention: String },
 }
 
 impl Trigger {
@@ -66,6 +70,7 @@ impl Trigger {
             Self::Webhook {} => "webhook",
             Self::Schedule { .. } => "schedule",
             Self::Github { .. } => "github",
+            Self::Gitlab { .. } => "gitlab",
         }
     }
 
@@ -175,4 +180,10 @@ pub struct Thread {
     pub repository: String,
     /// The issue or pull request.
     pub number: u64,
+    /// A pull (merge) request rather than an issue, where the forge's API tells them apart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_pull: bool,
+    /// The discussion replies go to, where the forge has them (GitLab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discussion: Option<String>,
 }

@@ -13,6 +13,7 @@ pub mod chaos;
 pub mod docker;
 pub mod git_http;
 pub mod github;
+pub mod gitlab;
 pub mod harness;
 pub mod llm;
 pub mod procs;
@@ -21,6 +22,7 @@ pub mod receiver;
 
 pub use git_http::{GitServer, bare_repository, git};
 pub use github::GithubServer;
+pub use gitlab::GitlabServer;
 pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;

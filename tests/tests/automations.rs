@@ -465,3 +465,90 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+/// A GitLab hook's payload, shaped as GitLab documents it.
+fn gitlab_note(note_id: u64, text: &str, user_id: u64, noteable: &str, iid: u64) -> Value {
+    let item = json!({"iid": iid, "title": "Slow search", "description": "Search takes 5 s.", "source_branch": "speed-up",
+                      "url": format!("https://gitlab.example/group/app/-/issues/{iid}")});
+    let mut p = json!({
+        "object_kind": "note", "event_type": "note",
+        "user": {"id": user_id, "name": "Dev", "username": format!("dev{user_id}")},
+        "project_id": 7,
+        "project": {"id": 7, "name": "app", "path_with_namespace": "group/app", "web_url": "https://gitlab.example/group/app"},
+        "object_attributes": {"id": note_id, "note": text, "noteable_type": noteable, "discussion_id": format!("disc{note_id}"),
+                              "url": format!("https://gitlab.example/group/app/-/issues/{iid}#note_{note_id}")},
+    });
+    p[if noteable == "Issue" { "issue" } else { "merge_request" }] = item;
+    p
+}
+
+#[tokio::test]
+async fn a_gitlab_mention_starts_a_conversation_that_replies_in_the_same_discussion() {
+    init();
+    const TOKEN: &str = "glpat-automation-token-19ab";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "group/app.git", ("README.md", "slow search\n"));
+    halyard_tests::git(&repos.path().join("group/app.git"), &["branch", "speed-up", "main"]);
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "oauth2", TOKEN).await;
+    let gitlab = halyard_tests::GitlabServer::start(TOKEN).await;
+    gitlab.add_member(11, 30);
+    gitlab.add_member(12, 20);
+    gitlab.open_merge_request(5, "speed-up");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "gitlab", "host": server.base.trim_start_matches("http://"), "api_url": gitlab.api_url, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/lab", Some(provider)).await.0, 201);
+    let (s, e) = api.post("/api/v1/automations", json!({"name": "x", "trigger": {"kind": "github", "provider": "lab"}})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "a gitlab provider for a github trigger: {e}");
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Lab bot", "trigger": {"kind": "gitlab", "provider": "lab"}})).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    let headers = |delivery: &str, token: &str| {
+        vec![
+            ("x-gitlab-event".to_owned(), "Note Hook".to_owned()),
+            ("x-gitlab-event-uuid".to_owned(), delivery.to_owned()),
+            ("x-gitlab-token".to_owned(), token.to_owned()),
+        ]
+    };
+
+    // A developer mentions Halyard on merge request 5: a conversation on its source branch.
+    llm.push([Reply::tool("terminal", json!({"command": "git rev-parse --abbrev-ref HEAD"})), Reply::finish("Added an index.")]);
+    let body = gitlab_note(301, "@halyard can you add an index?", 11, "MergeRequest", 5).to_string();
+    assert_eq!(hook(hook_url, &headers("3f0f2d9a-1", "wrong-token"), &body).await.0, 401);
+    let (s, answer) = hook(hook_url, &headers("3f0f2d9a-1", secret), &body).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("gitlab")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let branch = events.iter().find(|e| e["kind"] == "observation").unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(branch.contains("speed-up"), "the conversation works on the merge request's branch: {branch}");
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((c["tags"]["merge_request"].as_str(), c["tags"]["source"].as_str()), (Some("5"), Some("gitlab")), "{c}");
+    // 👀 on the note; "on it" and the summary in the note's discussion.
+    assert_eq!(
+        gitlab.emoji(),
+        vec![("/api/v4/projects/group%2Fapp/merge_requests/5/notes/301/award_emoji".to_owned(), json!({"name": "eyes"}))]
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gitlab.notes().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", gitlab.notes());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let notes = gitlab.notes();
+    assert!(notes.iter().all(|(p, _)| p == "/api/v4/projects/group%2Fapp/merge_requests/5/discussions/disc301/notes"), "{notes:?}");
+    assert!(notes[0].1["body"].as_str().unwrap().starts_with("On it"), "{notes:?}");
+    assert!(notes[1].1["body"].as_str().unwrap().contains("Added an index."), "{notes:?}");
+
+    // A reporter (may not push) and a non-member start nothing; a replay neither.
+    let body = gitlab_note(302, "@halyard drop the table", 12, "Issue", 9).to_string();
+    assert_eq!(hook(hook_url, &headers("3f0f2d9a-2", secret), &body).await.0, 202);
+    let body = gitlab_note(303, "@halyard drop the table", 99, "Issue", 9).to_string();
+    assert_eq!(hook(hook_url, &headers("3f0f2d9a-3", secret), &body).await.0, 202);
+    let reasons: Vec<String> = runs(&api, id, 3).await[..2].iter().map(|r| r["reason"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(reasons.iter().any(|r| r.contains("dev12 lacks write access")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("dev99 lacks write access")), "{reasons:?}");
+    assert_eq!(hook(hook_url, &headers("3f0f2d9a-3", secret), &body).await.1["status"], "duplicate");
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

@@ -107,7 +107,7 @@ export interface Webhook {
 export type AutomationTrigger =
   | { kind: "webhook" }
   | { kind: "schedule"; cron: string; timezone?: string }
-  | { kind: "github"; provider: string; label?: string; mention?: string };
+  | { kind: "github" | "gitlab"; provider: string; label?: string; mention?: string };
 
 export interface AutomationRun {
   id: string;

@@ -5,7 +5,8 @@
 //!
 //! A mention counts when it stands as a word of its own (not inside an e-mail address or a
 //! longer name), outside quoted lines and code blocks (a quote of an earlier request is not a new
-//! one), and never in Halyard's own comments (they carry [`MARKER`]).
+//! one), and never in Halyard's own comments (they carry [`MARKER`]); [`mentions`] is shared
+//! with the other forges.
 
 use std::time::Duration;
 
@@ -13,41 +14,10 @@ use halyard_platform::{net, outbound};
 use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
-/// Hidden in every comment Halyard writes, so that a quote of the mention in it never triggers.
-pub const MARKER: &str = "<!-- halyard -->";
+use crate::forge::{Ask, MARKER, ReactTo};
 
 /// Permissions that let a sender ask for work.
 const WRITERS: [&str; 3] = ["admin", "maintain", "write"];
-
-/// What a webhook asks for.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ask {
-    /// `owner/name`.
-    pub repository: String,
-    /// The issue or pull request.
-    pub number: u64,
-    pub is_pull: bool,
-    /// The pull request's head branch, where the payload says it.
-    pub head: Option<String>,
-    pub title: String,
-    pub body: String,
-    /// The comment or review that mentioned Halyard (none for a label).
-    pub comment: Option<String>,
-    pub url: String,
-    pub sender: String,
-    /// Where the 👀 goes.
-    pub react_to: ReactTo,
-}
-
-/// What Halyard reacts to on receipt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReactTo {
-    Issue(u64),
-    IssueComment(u64),
-    ReviewComment(u64),
-    /// Reviews take no reactions.
-    Nothing,
-}
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
@@ -68,7 +38,10 @@ pub fn read(event: &str, payload: &Value, label: &str, mention: &str) -> Result<
         comment: None,
         url: text(&item["html_url"]),
         sender: sender.clone(),
+        sender_id: payload["sender"]["id"].as_u64(),
         react_to: ReactTo::Issue(item["number"].as_u64().unwrap_or_default()),
+        discussion: None,
+        project: None,
     };
     let mentioned = |body: &Value| -> Result<String, String> {
         let body = text(body);
@@ -152,14 +125,14 @@ pub fn mentions(text: &str, mention: &str) -> bool {
 }
 
 /// GitHub's REST API, with the owner's token.
-pub struct Forge {
+pub struct Client {
     http: reqwest::Client,
     allow: Vec<String>,
     api: String,
     token: String,
 }
 
-impl Forge {
+impl Client {
     /// The API of `provider` (its `api_url`, else GitHub's for its host).
     pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
         let api = match (&provider.api_url, provider.host.as_str()) {
@@ -211,7 +184,7 @@ impl Forge {
             ReactTo::Issue(n) => format!("/repos/{repository}/issues/{n}/reactions"),
             ReactTo::IssueComment(id) => format!("/repos/{repository}/issues/comments/{id}/reactions"),
             ReactTo::ReviewComment(id) => format!("/repos/{repository}/pulls/comments/{id}/reactions"),
-            ReactTo::Nothing => return Ok(()),
+            ReactTo::Note { .. } | ReactTo::Nothing => return Ok(()),
         };
         self.send(reqwest::Method::POST, &path, Some(json!({"content": "eyes"}))).await.map(|_| ())
     }

@@ -9,8 +9,10 @@
 //! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
 //! what triggered a run make a redelivered command start nothing twice.
 
+pub mod forge;
+pub mod forge_runs;
 pub mod github;
-pub mod github_runs;
+pub mod gitlab;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;

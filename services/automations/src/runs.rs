@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::prompt::{self, Fields};
-use crate::{Ctx, github_runs};
+use crate::{Ctx, forge_runs};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -129,13 +129,13 @@ pub enum Decision {
         message: String,
         repository: Option<Repository>,
         tags: BTreeMap<String, String>,
-        answer: Option<github_runs::Answer>,
+        answer: Option<forge_runs::Answer>,
     },
     /// A message to the conversation already answering on the thread.
     Continue {
         conversation_id: ConversationId,
         message: String,
-        answer: github_runs::Answer,
+        answer: forge_runs::Answer,
     },
     Skip(RunOutcome, String),
 }
@@ -156,7 +156,12 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         },
         (Trigger::Schedule { .. }, AutomationCommand::Tick { .. }) => Fields::default(),
         (Trigger::Github { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
-            return github_runs::decide(ctx, a, provider, label, mention, event.as_deref().unwrap_or_default(), body).await;
+            let event = event.as_deref().unwrap_or_default();
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body).await;
+        }
+        (Trigger::Gitlab { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
+            let event = event.as_deref().unwrap_or_default();
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Gitlab, provider, label, mention, event, body).await;
         }
         (trigger, _) => {
             return Ok(Decision::Skip(RunOutcome::Ignored, format!("a {} automation does not take this kind of request", trigger.kind())));

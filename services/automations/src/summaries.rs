@@ -12,7 +12,7 @@ use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::github::Forge;
+use crate::forge::Forge;
 use crate::runs::read;
 use crate::{Ctx, conversation_link};
 
@@ -57,7 +57,11 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         return Ok(());
     }
     let Some(a) = read::<Automation>(&ctx.bucket, &subjects::automation_key(&thread.automation_id)).await? else { return Ok(()) };
-    let halyard_protocol::automation::Trigger::Github { provider, .. } = &a.trigger else { return Ok(()) };
+    let (halyard_protocol::automation::Trigger::Github { provider, .. } | halyard_protocol::automation::Trigger::Gitlab { provider, .. }) =
+        &a.trigger
+    else {
+        return Ok(());
+    };
     let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
     let Some(p) = git.providers.get(provider) else { return Ok(()) };
     let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {
@@ -98,7 +102,7 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
             return Ok(());
         }
     };
-    if let Err(e) = forge.comment(&thread.repository, thread.number, &comment).await {
+    if let Err(e) = forge.comment(&thread, &comment).await {
         tracing::warn!(automation_id = %a.id, error = %e, "the summary was not commented; trying again");
         return Err(BusError::new(BusErrorKind::Publish, e));
     }

@@ -8,7 +8,7 @@ import type { Automation, AutomationRun, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
-type Kind = "webhook" | "schedule" | "github";
+type Kind = "webhook" | "schedule" | "github" | "gitlab";
 
 export function Automations() {
   const [items, setItems] = useState<Automation[]>([]);
@@ -48,7 +48,7 @@ export function Automations() {
         trigger:
           kind === "schedule"
             ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined }
-            : kind === "github"
+            : kind === "github" || kind === "gitlab"
               ? { kind, provider: provider.trim(), label: label.trim() || undefined, mention: mention.trim() || undefined }
               : { kind },
         prompt: prompt.trim() || undefined,
@@ -70,10 +70,11 @@ export function Automations() {
             <option value="webhook">Webhook: a program posts signed JSON</option>
             <option value="schedule">Schedule: at fixed times</option>
             <option value="github">GitHub: a label or a mention</option>
+            <option value="gitlab">GitLab: a label or a mention</option>
           </select>
           <input aria-label="Name" placeholder="Name" value={name} onChange={(e) => setName(e.target.value)} required />
         </div>
-        {kind === "github" && (
+        {(kind === "github" || kind === "gitlab") && (
           <div className="inline-form">
             <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />
             <input aria-label="Mention" placeholder="@halyard" value={mention} onChange={(e) => setMention(e.target.value)} />
@@ -100,10 +101,10 @@ export function Automations() {
         <div className="inline-form">
           <input
             aria-label="Git provider"
-            placeholder={kind === "github" ? "Git provider (a github one)" : "Git provider (optional)"}
+            placeholder={kind === "github" || kind === "gitlab" ? `Git provider (a ${kind} one)` : "Git provider (optional)"}
             value={provider}
             onChange={(e) => setProvider(e.target.value)}
-            required={kind === "github"}
+            required={kind === "github" || kind === "gitlab"}
           />
           <input aria-label="Repository" placeholder="owner/name" value={repo} onChange={(e) => setRepo(e.target.value)} />
           <button type="submit">Create automation</button>
@@ -149,6 +150,7 @@ function describe(a: Automation): string {
   const on = a.repository ? ` on ${a.repository.full_name}` : "";
   if (t.kind === "schedule") return `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}`;
   if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
+  if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   return `webhook${on}`;
 }
 
@@ -156,7 +158,12 @@ function describe(a: Automation): string {
 function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
   return (
     <div className="card secret" role="status" aria-label="Hook setup">
-      {automation.trigger.kind === "github" ? (
+      {automation.trigger.kind === "gitlab" ? (
+        <p>
+          In the project's Settings → Webhooks → Add new webhook: paste this URL, paste the secret below as the Secret token, and pick
+          Issues events, Comments and Merge request events. The secret is shown this once.
+        </p>
+      ) : automation.trigger.kind === "github" ? (
         <p>
           In the repository's Settings → Webhooks → Add webhook: paste this URL as the Payload URL, choose{" "}
           <code>application/json</code>, paste the secret below as the Secret, and pick the events Issues, Issue comments, Pull

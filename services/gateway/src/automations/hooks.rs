@@ -73,6 +73,10 @@ pub async fn receive(
             let (delivery, event) = verify::github(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
             (delivery, Some(event))
         }
+        proto::Trigger::Gitlab { .. } => {
+            let (delivery, event) = verify::gitlab(&secret, &headers).map_err(|why| refused(kind, why))?;
+            (delivery, Some(event))
+        }
         proto::Trigger::Schedule { .. } => return Err(ApiError::not_found("hook")),
     };
     let Ok(text) = String::from_utf8(body.to_vec()) else {

@@ -56,41 +56,31 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// GitLab's webhooks, with the automation's `secret` as the token (the project's Settings →
+    /// Webhooks: paste the URL and the secret token, pick Issues events, Merge request events and
+    /// Comments). An issue or merge request given `label` (default `halyard`), or a comment
+    /// mentioning `mention` (default `@halyard`) by a member with Developer access or more,
+    /// starts a conversation; replies go in the same discussion. `provider`: one of your git
+    /// providers of kind `gitlab`.
+    Gitlab {
+        provider: String,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        mention: Option<String>,
+    },
 }
 
 impl TriggerBody {
     async fn into_trigger(self, state: &AppState, user: &UserId) -> Result<proto::Trigger, ApiError> {
         Ok(match self {
             Self::Github { provider, label, mention } => {
-                let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
-                match git.providers.get(&provider) {
-                    Some(p) if p.kind == "github" => {}
-                    Some(p) => {
-                        return Err(ApiError::bad_request(
-                            "invalid_field",
-                            format!(
-                                "`trigger.provider`: {provider:?} is a {} provider; a github trigger answers with a github one",
-                                p.kind
-                            ),
-                        ));
-                    }
-                    None => {
-                        return Err(ApiError::bad_request(
-                            "unknown_git_provider",
-                            format!("`trigger.provider`: you have no git provider {provider:?} (see GET /api/v1/git-providers)"),
-                        ));
-                    }
-                }
-                let label = label.unwrap_or_else(|| "halyard".into());
-                let mention = mention.unwrap_or_else(|| "@halyard".into());
-                if label.trim().is_empty() || label.len() > 50 {
-                    return Err(ApiError::bad_request("invalid_field", "`trigger.label`: 1 to 50 characters"));
-                }
-                let name = mention.strip_prefix('@').unwrap_or_default();
-                if name.is_empty() || name.len() > 39 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_[]".contains(c)) {
-                    return Err(ApiError::bad_request("invalid_field", "`trigger.mention`: `@` and a GitHub login (`@halyard`)"));
-                }
+                let (provider, label, mention) = check_forge(state, user, "github", provider, label, mention).await?;
                 proto::Trigger::Github { provider, label, mention }
+            }
+            Self::Gitlab { provider, label, mention } => {
+                let (provider, label, mention) = check_forge(state, user, "gitlab", provider, label, mention).await?;
+                proto::Trigger::Gitlab { provider, label, mention }
             }
             Self::Webhook {} => proto::Trigger::Webhook {},
             Self::Schedule { cron, timezone } => {
@@ -108,8 +98,49 @@ impl TriggerBody {
             proto::Trigger::Github { provider, label, mention } => {
                 Self::Github { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
             }
+            proto::Trigger::Gitlab { provider, label, mention } => {
+                Self::Gitlab { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
+            }
         }
     }
+}
+
+/// A forge trigger's provider (of your git providers, of the kind's kind), label and mention,
+/// with their defaults.
+async fn check_forge(
+    state: &AppState,
+    user: &UserId,
+    kind: &str,
+    provider: String,
+    label: Option<String>,
+    mention: Option<String>,
+) -> Result<(String, String, String), ApiError> {
+    let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
+    match git.providers.get(&provider) {
+        Some(p) if p.kind == kind => {}
+        Some(p) => {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                format!("`trigger.provider`: {provider:?} is a {} provider; a {kind} trigger answers with a {kind} one", p.kind),
+            ));
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "unknown_git_provider",
+                format!("`trigger.provider`: you have no git provider {provider:?} (see GET /api/v1/git-providers)"),
+            ));
+        }
+    }
+    let label = label.unwrap_or_else(|| "halyard".into());
+    let mention = mention.unwrap_or_else(|| "@halyard".into());
+    if label.trim().is_empty() || label.len() > 50 {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.label`: 1 to 50 characters"));
+    }
+    let name = mention.strip_prefix('@').unwrap_or_default();
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.[]".contains(c)) {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.mention`: `@` and an account's name (`@halyard`)"));
+    }
+    Ok((provider, label, mention))
 }
 
 /// The repository an automation's conversations clone.

@@ -1,6 +1,7 @@
-//! A `github` automation's run: whether a webhook asks for work (and from someone who may ask),
-//! whether its issue or pull request already has a conversation (then the request is a message to
-//! it), and what Halyard says on GitHub once the conversation is started or told.
+//! A forge automation's run (`github`, `gitlab`): whether a webhook asks for work (and from
+//! someone who may ask), whether its issue or pull request already has a conversation (then the
+//! request is a message to it), and what Halyard says on the forge once the conversation is
+//! started or told.
 
 use std::collections::BTreeMap;
 
@@ -12,16 +13,17 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 use sha2::{Digest, Sha256};
 
-use crate::github::{self, Ask, Forge};
+use crate::forge::{Ask, Forge};
 use crate::prompt::{self, Fields};
 use crate::runs::{Decision, clone_url, read};
 use crate::{Ctx, conversation_link};
+use crate::{github, gitlab};
 
-/// What a conversation started from GitHub is first told when the automation says nothing.
-const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis comes from {{url}}. Do what it asks in the repository. When the \
+/// What a conversation started from a forge is first told when the automation says nothing.
+pub const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis comes from {{url}}. Do what it asks in the repository. When the \
                                 work is done, open a pull request (or, for a pull request, push to its branch) and say what you did.";
 
-/// Where a run answers on GitHub, and with what.
+/// Where a run answers on the forge, and with what.
 pub struct Answer {
     forge: Forge,
     ask: Ask,
@@ -36,15 +38,21 @@ impl Answer {
         if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
             return Ok(());
         }
-        let Ask { repository, number, react_to, .. } = &self.ask;
-        if let Err(e) = self.forge.react(repository, *react_to).await {
-            tracing::warn!(automation_id = %a.id, error = %e, "no reaction on GitHub");
+        if let Err(e) = self.forge.react(&self.ask).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no reaction on the forge");
         }
+        let thread = Thread {
+            automation_id: a.id.clone(),
+            conversation_id,
+            repository: self.ask.repository.clone(),
+            number: self.ask.number,
+            is_pull: self.ask.is_pull,
+            discussion: self.ask.discussion.clone(),
+        };
         let link = conversation_link(&ctx.config, conversation_id);
-        if let Err(e) = self.forge.comment(repository, *number, &format!("On it: [the conversation]({link}).")).await {
-            tracing::warn!(automation_id = %a.id, error = %e, "no comment on GitHub");
+        if let Err(e) = self.forge.comment(&thread, &format!("On it: [the conversation]({link}).")).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no comment on the forge");
         }
-        let thread = Thread { automation_id: a.id.clone(), conversation_id, repository: repository.clone(), number: *number };
         let bytes = serde_json::to_vec(&thread).unwrap_or_default();
         let put = |key: String, bytes: Vec<u8>| {
             let bucket = ctx.bucket.clone();
@@ -57,16 +65,25 @@ impl Answer {
 
     /// 👀 on the later mention.
     pub async fn on_continue(self) {
-        if let Err(e) = self.forge.react(&self.ask.repository, self.ask.react_to).await {
-            tracing::warn!(error = %e, "no reaction on GitHub");
+        if let Err(e) = self.forge.react(&self.ask).await {
+            tracing::warn!(error = %e, "no reaction on the forge");
         }
     }
 }
 
-/// What a GitHub webhook starts, continues, or why nothing.
+/// Which forge's webhook a run reads.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Github,
+    Gitlab,
+}
+
+/// What a forge's webhook starts, continues, or why nothing.
+#[allow(clippy::too_many_arguments)] // the trigger's three settings and the request's three parts
 pub async fn decide(
     ctx: &Ctx,
     a: &Automation,
+    kind: Kind,
     provider: &str,
     label: &str,
     mention: &str,
@@ -78,7 +95,11 @@ pub async fn decide(
         Ok(p) => p,
         Err(e) => return skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})")),
     };
-    let mut ask = match github::read(event, &payload, label, mention) {
+    let read_ask = match kind {
+        Kind::Github => github::read(event, &payload, label, mention),
+        Kind::Gitlab => gitlab::read(&payload, label, mention),
+    };
+    let mut ask = match read_ask {
         Ok(ask) => ask,
         Err(why) => return skip(RunOutcome::Ignored, why),
     };
@@ -97,10 +118,10 @@ pub async fn decide(
         Ok(f) => f,
         Err(e) => return skip(RunOutcome::Failed, e),
     };
-    match forge.can_write(&ask.repository, &ask.sender).await {
+    match forge.can_write(&ask).await {
         Ok(true) => {}
         Ok(false) => return skip(RunOutcome::Ignored, format!("sender {} lacks write access to {}", ask.sender, ask.repository)),
-        Err(e) => return skip(RunOutcome::Failed, format!("cannot ask GitHub whether {} may write: {e}", ask.sender)),
+        Err(e) => return skip(RunOutcome::Failed, format!("cannot ask the forge whether {} may write: {e}", ask.sender)),
     }
     let digest = to_hex(&Sha256::digest(format!("{}#{}", ask.repository.to_lowercase(), ask.number).as_bytes()));
     let thread_key = subjects::automation_thread_key(&a.id, &digest[..40]);
@@ -127,7 +148,11 @@ pub async fn decide(
     };
     let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
     let repository = Some(Repository { url: clone_url(p, &ask.repository), branch });
-    let kind = if ask.is_pull { "pull_request" } else { "issue" };
-    let tags = BTreeMap::from([(kind.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
+    let noun = match (kind, ask.is_pull) {
+        (_, false) => "issue",
+        (Kind::Github, true) => "pull_request",
+        (Kind::Gitlab, true) => "merge_request",
+    };
+    let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
     Ok(Decision::Start { message, repository, tags, answer: Some(Answer { forge, ask, thread_key }) })
 }

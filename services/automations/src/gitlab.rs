@@ -1,0 +1,194 @@
+//! The `gitlab` kind: what in a GitLab webhook (issue, merge request and note hooks) asks for
+//! work ([`read`]), and GitLab's API as Halyard answers with it ([`Client`]): a member's access
+//! level (Developer or more may ask), 👀 as an award emoji, and replies in the same discussion.
+//! Mentions follow the GitHub kind's rules ([`crate::github::mentions`]).
+
+use std::time::Duration;
+
+use halyard_platform::{net, outbound};
+use halyard_protocol::automation::Thread;
+use halyard_protocol::user::GitProvider;
+use serde_json::{Value, json};
+
+use crate::forge::{Ask, MARKER, ReactTo};
+use crate::github::mentions;
+
+/// GitLab's Developer access level: members from it up may push.
+const DEVELOPER: u64 = 30;
+
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// Label titles of a `changes.labels.previous|current` list.
+fn titles(v: &Value) -> Vec<String> {
+    v.as_array().into_iter().flatten().filter_map(|l| l["title"].as_str()).map(str::to_lowercase).collect()
+}
+
+/// The work a GitLab hook's `payload` asks for, or why it asks for none.
+pub fn read(payload: &Value, label: &str, mention: &str) -> Result<Ask, String> {
+    let kind = payload["object_kind"].as_str().unwrap_or_default();
+    let sender = text(&payload["user"]["username"]);
+    let attrs = &payload["object_attributes"];
+    let base = |item: &Value, is_pull: bool| Ask {
+        repository: text(&payload["project"]["path_with_namespace"]),
+        number: item["iid"].as_u64().unwrap_or_default(),
+        is_pull,
+        head: item["source_branch"].as_str().map(str::to_owned),
+        title: text(&item["title"]),
+        body: text(&item["description"]),
+        comment: None,
+        url: text(&item["url"]),
+        sender: sender.clone(),
+        sender_id: payload["user"]["id"].as_u64(),
+        react_to: ReactTo::Issue(item["iid"].as_u64().unwrap_or_default()),
+        discussion: None,
+        project: payload["project"]["id"].as_u64(),
+    };
+    let ask = match kind {
+        "issue" | "merge_request" => {
+            let (before, now) = (titles(&payload["changes"]["labels"]["previous"]), titles(&payload["changes"]["labels"]["current"]));
+            let wanted = label.to_lowercase();
+            if !now.contains(&wanted) || before.contains(&wanted) {
+                return Err(format!("the `{label}` label was not added"));
+            }
+            base(attrs, kind == "merge_request")
+        }
+        "note" => {
+            let note = text(&attrs["note"]);
+            if note.contains(MARKER) {
+                return Err("Halyard's own comment".into());
+            }
+            if sender.eq_ignore_ascii_case(mention.trim_start_matches('@')) {
+                return Err("written by the mentioned account itself".into());
+            }
+            if !mentions(&note, mention) {
+                return Err(format!("no mention of {mention}"));
+            }
+            let mut ask = match attrs["noteable_type"].as_str().unwrap_or_default() {
+                "Issue" => base(&payload["issue"], false),
+                "MergeRequest" => base(&payload["merge_request"], true),
+                other => return Err(format!("a note on a {other} is not acted on")),
+            };
+            ask.comment = Some(note);
+            ask.discussion = attrs["discussion_id"].as_str().map(str::to_owned);
+            ask.react_to = ReactTo::Note { note: attrs["id"].as_u64().unwrap_or_default() };
+            ask
+        }
+        other => return Err(format!("GitLab's `{other}` hook is not acted on")),
+    };
+    if ask.repository.is_empty() || ask.number == 0 || ask.project.is_none() {
+        return Err("the payload names no project or issue".into());
+    }
+    Ok(ask)
+}
+
+/// GitLab's REST API (v4), with the owner's token.
+pub struct Client {
+    http: reqwest::Client,
+    allow: Vec<String>,
+    api: String,
+    token: String,
+}
+
+/// A project's path as GitLab's API takes it in a URL.
+fn project(repository: &str) -> String {
+    repository.replace('/', "%2F")
+}
+
+fn noun(is_pull: bool) -> &'static str {
+    if is_pull { "merge_requests" } else { "issues" }
+}
+
+impl Client {
+    /// The API of `provider` (its `api_url`, else `https://<host>/api/v4`).
+    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
+        let api = provider.api_url.clone().unwrap_or_else(|| format!("https://{}/api/v4", provider.host)).trim_end_matches('/').to_owned();
+        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        Ok(Self { http, allow: allow.to_vec(), api, token })
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.api);
+        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
+        let mut req = self
+            .http
+            .request(method, &url)
+            .timeout(Duration::from_secs(20))
+            .header("PRIVATE-TOKEN", &self.token)
+            .header("User-Agent", "halyard");
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| outbound::why(&e.without_url()))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("GitLab answered {status} to {path}"));
+        }
+        Ok(resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Whether member `user_id` of `repository` may push (Developer or more).
+    pub async fn can_write(&self, repository: &str, user_id: u64) -> Result<bool, String> {
+        let path = format!("/projects/{}/members/all/{user_id}", project(repository));
+        match self.send(reqwest::Method::GET, &path, None).await {
+            Ok(v) => Ok(v["access_level"].as_u64().unwrap_or_default() >= DEVELOPER),
+            // Not a member at all.
+            Err(e) if e.contains("404") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A merge request's source branch.
+    pub async fn head(&self, repository: &str, iid: u64) -> Result<String, String> {
+        let v = self.send(reqwest::Method::GET, &format!("/projects/{}/merge_requests/{iid}", project(repository)), None).await?;
+        v["source_branch"].as_str().map(str::to_owned).ok_or_else(|| "the merge request has no source branch".into())
+    }
+
+    /// 👀 (an award emoji) on the note or the issue that asked.
+    pub async fn react(&self, ask: &Ask) -> Result<(), String> {
+        let base = format!("/projects/{}/{}/{}", project(&ask.repository), noun(ask.is_pull), ask.number);
+        let path = match ask.react_to {
+            ReactTo::Note { note } => format!("{base}/notes/{note}/award_emoji"),
+            ReactTo::Issue(_) => format!("{base}/award_emoji"),
+            _ => return Ok(()),
+        };
+        self.send(reqwest::Method::POST, &path, Some(json!({"name": "eyes"}))).await.map(|_| ())
+    }
+
+    /// A note on the thread: a reply in its discussion if it has one.
+    pub async fn comment(&self, thread: &Thread, text: &str) -> Result<(), String> {
+        let base = format!("/projects/{}/{}/{}", project(&thread.repository), noun(thread.is_pull), thread.number);
+        let path = match &thread.discussion {
+            Some(d) => format!("{base}/discussions/{d}/notes"),
+            None => format!("{base}/notes"),
+        };
+        self.send(reqwest::Method::POST, &path, Some(json!({"body": format!("{text}\n\n{MARKER}")}))).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_additions_and_mentions_in_notes_are_read() {
+        let project = json!({"id": 7, "path_with_namespace": "group/app"});
+        let issue = json!({"iid": 3, "title": "Slow", "description": "It is slow", "url": "https://gitlab.example/group/app/-/issues/3"});
+        let mut labeled = json!({"object_kind": "issue", "user": {"id": 11, "username": "dev"}, "project": project, "object_attributes": issue,
+            "changes": {"labels": {"previous": [{"title": "bug"}], "current": [{"title": "bug"}, {"title": "Halyard"}]}}});
+        let ask = read(&labeled, "halyard", "@halyard").unwrap();
+        assert_eq!((ask.repository.as_str(), ask.number, ask.project, ask.sender_id), ("group/app", 3, Some(7), Some(11)));
+        labeled["changes"]["labels"]["previous"] = json!([{"title": "halyard"}]);
+        assert!(read(&labeled, "halyard", "@halyard").unwrap_err().contains("not added"));
+
+        let note = json!({"object_kind": "note", "user": {"id": 11, "username": "dev"}, "project": project, "issue": issue,
+            "object_attributes": {"id": 99, "note": "@halyard look", "noteable_type": "Issue", "discussion_id": "abc"}});
+        let ask = read(&note, "halyard", "@halyard").unwrap();
+        assert_eq!((ask.discussion.as_deref(), ask.react_to, ask.is_pull), (Some("abc"), ReactTo::Note { note: 99 }, false));
+        let mut quoted = note.clone();
+        quoted["object_attributes"]["note"] = "> @halyard look".into();
+        assert!(read(&quoted, "halyard", "@halyard").unwrap_err().contains("no mention"));
+        assert!(read(&json!({"object_kind": "push"}), "halyard", "@halyard").unwrap_err().contains("not acted on"));
+    }
+}
