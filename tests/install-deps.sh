@@ -2,6 +2,7 @@
 # Installs what only the tests need, if it is missing (infra/install-deps.sh installs what
 # running needs):
 #   - standardwebhooks, the reference library the webhook tests verify signatures with
+#   - slack_sdk, Slack's own library, whose SignatureVerifier signs the Slack automation tests' requests
 #   - schemathesis, the fuzzer the tests run against the served OpenAPI document
 #   - mcp (the Python MCP SDK) and mcp-server-time, the MCP servers the tests connect to
 #   - opentelemetry-proto, which decodes the traces Halyard exports over OTLP in the tests
@@ -16,6 +17,9 @@ PY=${PYTHON:-python3}
 need_pip=()
 if ! "$PY" -c 'import standardwebhooks' >/dev/null 2>&1; then
   need_pip+=(standardwebhooks)
+fi
+if ! "$PY" -c 'import slack_sdk' >/dev/null 2>&1; then
+  need_pip+=(slack_sdk)
 fi
 if ! command -v schemathesis >/dev/null 2>&1 && ! "$PY" -c 'import schemathesis' >/dev/null 2>&1; then
   need_pip+=(schemathesis)

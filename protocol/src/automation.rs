@@ -34,6 +34,9 @@ pub struct Automation {
     /// [`secret_slot`]); kinds without a secret have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_sealed: Option<String>,
+    /// A token Halyard answers with (Slack's bot token), sealed (slot [`token_slot`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sealed: Option<String>,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
 }
@@ -41,6 +44,11 @@ pub struct Automation {
 /// The vault slot of an automation's hook secret (binds the sealed value to its automation).
 pub fn secret_slot(id: &str) -> String {
     format!("automation:{id}")
+}
+
+/// The vault slot of an automation's outbound token (Slack's bot token).
+pub fn token_slot(id: &str) -> String {
+    format!("automation:{id}:token")
 }
 
 /// What starts an automation's runs. Internally tagged by `kind`.
@@ -61,6 +69,19 @@ pub enum Trigger {
     /// hooks that add `label`, note hooks that mention `mention`, by a member with Developer
     /// access or more; replies go in the same discussion.
     Gitlab { provider: String, label: String, mention: String },
+    /// Slack's Events API (`X-Slack-Signature` with the app's signing secret, sealed in
+    /// `secret_sealed`; the bot token sealed in `token_sealed`): an `app_mention` in one of
+    /// `channels` (channel id to `owner/name` on `provider`, or none) by a Slack user linked in
+    /// `users` (Slack user id to Halyard user) starts a conversation, answered in the thread.
+    Slack {
+        channels: std::collections::BTreeMap<String, Option<String>>,
+        users: std::collections::BTreeMap<String, String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        /// Slack's Web API (`https://slack.com/api` if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_url: Option<String>,
+    },
 }
 
 impl Trigger {
@@ -71,6 +92,7 @@ impl Trigger {
             Self::Schedule { .. } => "schedule",
             Self::Github { .. } => "github",
             Self::Gitlab { .. } => "gitlab",
+            Self::Slack { .. } => "slack",
         }
     }
 
@@ -186,4 +208,10 @@ pub struct Thread {
     /// The discussion replies go to, where the forge has them (GitLab).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discussion: Option<String>,
+    /// A chat thread instead (Slack): the channel and the thread's first message's `ts`
+    /// (`repository` and `number` are then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_ts: Option<String>,
 }

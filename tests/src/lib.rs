@@ -19,6 +19,7 @@ pub mod llm;
 pub mod procs;
 pub mod python;
 pub mod receiver;
+pub mod slack;
 
 pub use git_http::{GitServer, bare_repository, git};
 pub use github::GithubServer;
@@ -26,6 +27,7 @@ pub use gitlab::GitlabServer;
 pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use llm::{Reply, ScriptedLlm};
 pub use receiver::Receiver;
+pub use slack::SlackServer;
 
 /// Whether a conversation's events hold its run's end: an `execution_status` of `finished`.
 pub fn finished(events: &[serde_json::Value]) -> bool {

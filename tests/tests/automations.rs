@@ -552,3 +552,109 @@ async fn a_gitlab_mention_starts_a_conversation_that_replies_in_the_same_discuss
     assert_eq!(hook(hook_url, &headers("3f0f2d9a-3", secret), &body).await.1["status"], "duplicate");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+/// The headers Slack signs `body` with, made by Slack's own SDK (`SignatureVerifier`).
+async fn slack_signed(secret: &str, timestamp: i64, body: &str) -> Vec<(String, String)> {
+    let code = "import sys\nfrom slack_sdk.signature import SignatureVerifier\nprint(SignatureVerifier(sys.argv[1]).generate_signature(timestamp=sys.argv[2], body=sys.stdin.read()))";
+    let mut child = tokio::process::Command::new("python3")
+        .args(["-c", code, secret, &timestamp.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncWriteExt;
+    child.stdin.take().unwrap().write_all(body.as_bytes()).await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "slack_sdk (pip install slack_sdk): {}", String::from_utf8_lossy(&out.stderr));
+    let signature = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    vec![("x-slack-signature".into(), signature), ("x-slack-request-timestamp".into(), timestamp.to_string())]
+}
+
+/// An Events API `app_mention`, shaped as Slack sends it.
+fn app_mention(event_id: &str, user: &str, channel: &str, text: &str, ts: &str, thread_ts: Option<&str>) -> String {
+    let mut event =
+        json!({"type": "app_mention", "user": user, "text": text, "ts": ts, "channel": channel, "event_ts": ts, "team": "T0001"});
+    if let Some(t) = thread_ts {
+        event["thread_ts"] = t.into();
+    }
+    json!({"token": "legacy-verification-token", "team_id": "T0001", "api_app_id": "A0001", "event": event, "type": "event_callback",
+           "event_id": event_id, "event_time": now_s(), "authorizations": [{"team_id": "T0001", "user_id": "U0BOT", "is_bot": true}]})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
+    init();
+    const SIGNING: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+    const BOT: &str = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy";
+    let slack = halyard_tests::SlackServer::start(BOT).await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let trigger = |users: Value| {
+        json!({"kind": "slack", "signing_secret": SIGNING, "bot_token": BOT, "channels": {"C0123ABC": null}, "users": users,
+               "api_url": slack.api_url})
+    };
+    let (s, e) = api.post("/api/v1/automations", json!({"name": "x", "trigger": trigger(json!({"U0456DEF": "bob"}))})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "a Slack user linked to someone else: {e}");
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Slack bot", "trigger": trigger(json!({"U0456DEF": "alice"}))})).await;
+    assert_eq!(s, 201, "{a}");
+    assert!(!a.to_string().contains(SIGNING) && !a.to_string().contains(BOT) && a.get("secret").is_none(), "{a}");
+    let (id, hook_url) = (a["id"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+
+    // Slack's handshake when the Request URL is saved.
+    let challenge =
+        json!({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}).to_string();
+    let (s, answer) = hook(hook_url, &slack_signed(SIGNING, now_s(), &challenge).await, &challenge).await;
+    assert_eq!((s, answer["challenge"].as_str()), (200, Some("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P")), "{answer}");
+
+    // A linked user mentions the bot: a conversation, 👀, "on it" in the thread, then the summary.
+    llm.push([Reply::finish("The login page loads in 300 ms now.")]);
+    let body = app_mention("Ev0001", "U0456DEF", "C0123ABC", "<@U0BOT> why is the login page slow?", "1700000000.000100", None);
+    let headers = slack_signed(SIGNING, now_s(), &body).await;
+    let (s, answer) = hook(hook_url, &headers, &body).await;
+    assert_eq!((s, answer["delivery_id"].as_str()), (202, Some("Ev0001")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("slack")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert_eq!(events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"], "why is the login page slow?");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while slack.calls_of("chat.postMessage").len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", slack.calls());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(slack.calls_of("reactions.add"), vec![json!({"channel": "C0123ABC", "timestamp": "1700000000.000100", "name": "eyes"})]);
+    let posts = slack.calls_of("chat.postMessage");
+    assert!(posts.iter().all(|p| p["channel"] == "C0123ABC" && p["thread_ts"] == "1700000000.000100"), "{posts:?}");
+    assert!(posts[0]["text"].as_str().unwrap().starts_with("On it") && posts[0]["text"].as_str().unwrap().contains(&conv), "{posts:?}");
+    assert!(posts[1]["text"].as_str().unwrap().contains("300 ms"), "{posts:?}");
+
+    // Slack retries the same event: answered, nothing more. A stale one is refused.
+    let mut retry = slack_signed(SIGNING, now_s(), &body).await;
+    retry.push(("x-slack-retry-num".into(), "1".into()));
+    assert_eq!(hook(hook_url, &retry, &body).await.1["status"], "duplicate");
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s() - 400, &body).await, &body).await.0, 401);
+
+    // A reply in the thread continues the conversation.
+    llm.push([Reply::finish("And the signup page too.")]);
+    let body = app_mention("Ev0002", "U0456DEF", "C0123ABC", "<@U0BOT> and signup?", "1700000050.000300", Some("1700000000.000100"));
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let run = runs(&api, id, 2).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["conversation_id"].as_str()), (Some("continued"), Some(conv.as_str())), "{run}");
+    api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+
+    // An unlinked user is told privately and starts nothing; another channel is not the bot's.
+    let body = app_mention("Ev0003", "U0999XYZ", "C0123ABC", "<@U0BOT> delete prod", "1700000100.000400", None);
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let body = app_mention("Ev0004", "U0456DEF", "C0OTHER1", "<@U0BOT> hello", "1700000200.000500", None);
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let reasons: Vec<String> = runs(&api, id, 4).await[..2].iter().map(|r| r["reason"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(reasons.iter().any(|r| r.contains("U0999XYZ is not linked")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("channel C0OTHER1 is not one of the automation's")), "{reasons:?}");
+    let told = slack.calls_of("chat.postEphemeral");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0]["user"] == "U0999XYZ" && told[0]["text"].as_str().unwrap().contains("not linked"), "{told:?}");
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

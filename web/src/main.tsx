@@ -67,7 +67,7 @@ function App() {
   if (conv) page = <ConversationPage key={conv[1]} id={conv[1]} />;
   else if (pathname === "/new") page = <NewConversation />;
   else if (pathname === "/webhooks") page = <Webhooks />;
-  else if (pathname === "/automations") page = <Automations />;
+  else if (pathname === "/automations") page = <Automations me={me.user} />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;

@@ -107,7 +107,18 @@ export interface Webhook {
 export type AutomationTrigger =
   | { kind: "webhook" }
   | { kind: "schedule"; cron: string; timezone?: string }
-  | { kind: "github" | "gitlab"; provider: string; label?: string; mention?: string };
+  | { kind: "github" | "gitlab"; provider: string; label?: string; mention?: string }
+  | {
+      kind: "slack";
+      /** Write-only. */
+      signing_secret?: string;
+      /** Write-only. */
+      bot_token?: string;
+      channels: Record<string, string | null>;
+      users: Record<string, string>;
+      provider?: string;
+      api_url?: string;
+    };
 
 export interface AutomationRun {
   id: string;

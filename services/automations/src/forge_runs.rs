@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::forge::{Ask, Forge};
 use crate::prompt::{self, Fields};
-use crate::runs::{Decision, clone_url, read};
+use crate::runs::{self, Decision, clone_url, read};
 use crate::{Ctx, conversation_link};
 use crate::{github, gitlab};
 
@@ -48,6 +48,8 @@ impl Answer {
             number: self.ask.number,
             is_pull: self.ask.is_pull,
             discussion: self.ask.discussion.clone(),
+            channel: None,
+            thread_ts: None,
         };
         let link = conversation_link(&ctx.config, conversation_id);
         if let Err(e) = self.forge.comment(&thread, &format!("On it: [the conversation]({link}).")).await {
@@ -128,7 +130,8 @@ pub async fn decide(
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
         let said = ask.comment.clone().unwrap_or_else(|| ask.title.clone());
         let message = format!("{} wrote on {}:\n\n{said}", ask.sender, ask.url);
-        return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer: Answer { forge, ask, thread_key } });
+        let answer = runs::Answer::Forge(Answer { forge, ask, thread_key });
+        return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
     }
     let branch = match (ask.is_pull, ask.head.clone()) {
         (true, Some(head)) => Some(head),
@@ -154,5 +157,5 @@ pub async fn decide(
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
-    Ok(Decision::Start { message, repository, tags, answer: Some(Answer { forge, ask, thread_key }) })
+    Ok(Decision::Start { message, repository, tags, answer: Some(runs::Answer::Forge(Answer { forge, ask, thread_key })) })
 }

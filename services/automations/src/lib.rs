@@ -16,6 +16,7 @@ pub mod gitlab;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;
+pub mod slack;
 pub mod summaries;
 
 use std::sync::Arc;

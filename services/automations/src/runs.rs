@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::prompt::{self, Fields};
-use crate::{Ctx, forge_runs};
+use crate::{Ctx, forge_runs, slack};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -124,20 +124,42 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
 
 /// What a run does.
 pub enum Decision {
-    /// A new conversation, answering on the forge thread that asked, if one did.
+    /// A new conversation, answering on the thread that asked, if one did.
     Start {
         message: String,
         repository: Option<Repository>,
         tags: BTreeMap<String, String>,
-        answer: Option<forge_runs::Answer>,
+        answer: Option<Answer>,
     },
     /// A message to the conversation already answering on the thread.
     Continue {
         conversation_id: ConversationId,
         message: String,
-        answer: forge_runs::Answer,
+        answer: Answer,
     },
     Skip(RunOutcome, String),
+}
+
+/// Where a run answers: a forge's issue or pull request, or a chat thread.
+pub enum Answer {
+    Forge(forge_runs::Answer),
+    Slack(slack::SlackAnswer),
+}
+
+impl Answer {
+    async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
+        match self {
+            Self::Forge(f) => f.on_start(ctx, a, conversation_id).await,
+            Self::Slack(s) => s.on_start(ctx, a, conversation_id).await,
+        }
+    }
+
+    async fn on_continue(self) {
+        match self {
+            Self::Forge(f) => f.on_continue().await,
+            Self::Slack(s) => s.on_continue().await,
+        }
+    }
 }
 
 /// The conversation a run starts (derived from the run, so a redelivered command names the same).
@@ -158,6 +180,9 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         (Trigger::Github { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
             return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body).await;
+        }
+        (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
+            return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;
         }
         (Trigger::Gitlab { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();

@@ -1,19 +1,20 @@
-//! Summaries: when a conversation that answers on a forge thread ends a run (finished, failed or
-//! stuck), its last message, with the pull requests it opened, goes back to the thread as a
-//! comment. The service reads the end of runs from the event log (`execution_status` events only,
+//! Summaries: when a conversation that answers on a forge or chat thread ends a run (finished,
+//! failed or stuck), its last message, with the pull requests it opened, goes back to the thread
+//! as a comment or a reply. The service reads the end of runs from the event log (`execution_status` events only,
 //! which the server filters) through a durable consumer, so a restart misses none.
 
 use std::time::Duration;
 
 use halyard_platform::bus::{self, Delivery};
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
-use halyard_protocol::automation::{Automation, Thread};
+use halyard_protocol::automation::{Automation, Thread, Trigger};
 use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
 use crate::forge::Forge;
 use crate::runs::read;
+use crate::slack;
 use crate::{Ctx, conversation_link};
 
 /// Serves until `shutdown`.
@@ -57,17 +58,6 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         return Ok(());
     }
     let Some(a) = read::<Automation>(&ctx.bucket, &subjects::automation_key(&thread.automation_id)).await? else { return Ok(()) };
-    let (halyard_protocol::automation::Trigger::Github { provider, .. } | halyard_protocol::automation::Trigger::Gitlab { provider, .. }) =
-        &a.trigger
-    else {
-        return Ok(());
-    };
-    let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
-    let Some(p) = git.providers.get(provider) else { return Ok(()) };
-    let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {
-        tracing::warn!(automation_id = %a.id, "the git provider's token does not open; no summary");
-        return Ok(());
-    };
     let events = bus::read_events(&ctx.js, conversation_id, 0).await?;
     let upto: Vec<&ConversationEvent> = events.iter().filter(|e| e.seq <= seq).collect();
     let mut text = String::new();
@@ -82,28 +72,44 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         }
     }
     let link = conversation_link(&ctx.config, conversation_id);
-    let mut comment = match outcome {
+    let mut summary = match outcome {
         "finished" => "Done.".to_owned(),
         "stuck" => "I stopped: I was going round in circles.".to_owned(),
         _ => "The run failed.".to_owned(),
     };
     if !text.trim().is_empty() {
-        comment.push_str("\n\n");
-        comment.push_str(text.trim());
+        summary.push_str("\n\n");
+        summary.push_str(text.trim());
     }
     for url in &pulls {
-        comment.push_str(&format!("\n\nPull request: {url}"));
+        summary.push_str(&format!("\n\nPull request: {url}"));
     }
-    comment.push_str(&format!("\n\n[The conversation]({link})"));
-    let forge = match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(automation_id = %a.id, error = %e, "no summary");
-            return Ok(());
+    let said = match &a.trigger {
+        Trigger::Github { provider, .. } | Trigger::Gitlab { provider, .. } => {
+            let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
+            let Some(p) = git.providers.get(provider) else { return Ok(()) };
+            let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {
+                tracing::warn!(automation_id = %a.id, "the git provider's token does not open; no summary");
+                return Ok(());
+            };
+            summary.push_str(&format!("\n\n[The conversation]({link})"));
+            match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
+                Ok(forge) => forge.comment(&thread, &summary).await,
+                Err(e) => Err(e),
+            }
         }
+        Trigger::Slack { api_url, .. } => {
+            let (Some(channel), Some(thread_ts)) = (&thread.channel, &thread.thread_ts) else { return Ok(()) };
+            summary.push_str(&format!("\n\n<{link}|The conversation>"));
+            match slack::client(ctx, &a, api_url.as_deref()) {
+                Ok(client) => client.post(channel, thread_ts, &summary).await,
+                Err(e) => Err(e),
+            }
+        }
+        Trigger::Webhook {} | Trigger::Schedule { .. } => return Ok(()),
     };
-    if let Err(e) = forge.comment(&thread, &comment).await {
-        tracing::warn!(automation_id = %a.id, error = %e, "the summary was not commented; trying again");
+    if let Err(e) = said {
+        tracing::warn!(automation_id = %a.id, error = %e, "the summary was not said; trying again");
         return Err(BusError::new(BusErrorKind::Publish, e));
     }
     let _ = ctx.bucket.put(done_key, Vec::new().into()).await;

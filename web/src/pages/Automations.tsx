@@ -8,9 +8,19 @@ import type { Automation, AutomationRun, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
-type Kind = "webhook" | "schedule" | "github" | "gitlab";
+type Kind = "webhook" | "schedule" | "github" | "gitlab" | "slack";
 
-export function Automations() {
+/** `C0123=owner/name` (or a bare channel id) a line, as the trigger's `channels`. */
+function parseChannels(text: string): Record<string, string | null> {
+  const out: Record<string, string | null> = {};
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const [channel, repo] = line.split("=").map((x) => x.trim());
+    out[channel] = repo || null;
+  }
+  return out;
+}
+
+export function Automations({ me }: { me: string }) {
   const [items, setItems] = useState<Automation[]>([]);
   const [error, setError] = useState<string>();
   const [created, setCreated] = useState<Automation>();
@@ -22,6 +32,10 @@ export function Automations() {
   const [prompt, setPrompt] = useState("");
   const [provider, setProvider] = useState("");
   const [repo, setRepo] = useState("");
+  const [signingSecret, setSigningSecret] = useState("");
+  const [botToken, setBotToken] = useState("");
+  const [channels, setChannels] = useState("");
+  const [slackUsers, setSlackUsers] = useState("");
   const [label, setLabel] = useState("halyard");
   const [mention, setMention] = useState("@halyard");
 
@@ -48,7 +62,21 @@ export function Automations() {
         trigger:
           kind === "schedule"
             ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined }
-            : kind === "github" || kind === "gitlab"
+            : kind === "slack"
+              ? {
+                  kind,
+                  signing_secret: signingSecret.trim(),
+                  bot_token: botToken.trim(),
+                  channels: parseChannels(channels),
+                  users: Object.fromEntries(
+                    slackUsers
+                      .split(/[\s,]+/)
+                      .filter(Boolean)
+                      .map((u) => [u, me]),
+                  ),
+                  provider: provider.trim() || undefined,
+                }
+              : kind === "github" || kind === "gitlab"
               ? { kind, provider: provider.trim(), label: label.trim() || undefined, mention: mention.trim() || undefined }
               : { kind },
         prompt: prompt.trim() || undefined,
@@ -71,9 +99,20 @@ export function Automations() {
             <option value="schedule">Schedule: at fixed times</option>
             <option value="github">GitHub: a label or a mention</option>
             <option value="gitlab">GitLab: a label or a mention</option>
+            <option value="slack">Slack: a mention of the bot</option>
           </select>
           <input aria-label="Name" placeholder="Name" value={name} onChange={(e) => setName(e.target.value)} required />
         </div>
+        {kind === "slack" && (
+          <>
+            <div className="inline-form">
+              <input aria-label="Signing secret" type="password" placeholder="Signing secret" value={signingSecret} onChange={(e) => setSigningSecret(e.target.value)} required />
+              <input aria-label="Bot token" type="password" placeholder="xoxb-..." value={botToken} onChange={(e) => setBotToken(e.target.value)} required />
+            </div>
+            <textarea aria-label="Channels" placeholder={"C0123ABC=owner/repo\nC0456DEF"} value={channels} onChange={(e) => setChannels(e.target.value)} rows={2} required />
+            <input aria-label="Slack users" placeholder="Your Slack user ids (U0456DEF), separated by spaces" value={slackUsers} onChange={(e) => setSlackUsers(e.target.value)} required />
+          </>
+        )}
         {(kind === "github" || kind === "gitlab") && (
           <div className="inline-form">
             <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />
@@ -151,6 +190,7 @@ function describe(a: Automation): string {
   if (t.kind === "schedule") return `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}`;
   if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
+  if (t.kind === "slack") return `Slack: channels ${Object.keys(t.channels).join(", ")}`;
   return `webhook${on}`;
 }
 
@@ -158,7 +198,12 @@ function describe(a: Automation): string {
 function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
   return (
     <div className="card secret" role="status" aria-label="Hook setup">
-      {automation.trigger.kind === "gitlab" ? (
+      {automation.trigger.kind === "slack" ? (
+        <p>
+          In the Slack app's settings: Event Subscriptions → Request URL: this URL; subscribe to the bot event <code>app_mention</code>;
+          OAuth scopes <code>app_mentions:read</code>, <code>chat:write</code>, <code>reactions:write</code>.
+        </p>
+      ) : automation.trigger.kind === "gitlab" ? (
         <p>
           In the project's Settings → Webhooks → Add new webhook: paste this URL, paste the secret below as the Secret token, and pick
           Issues events, Comments and Merge request events. The secret is shown this once.
@@ -177,10 +222,14 @@ function HookSetup({ automation, onDone }: { automation: Automation; onDone: () 
         </p>
       )}
       <code data-testid="hook-url">{automation.hook_url}</code>
-      <code data-testid="automation-secret">{automation.secret}</code>
-      <button className="ghost" onClick={() => navigator.clipboard?.writeText(automation.secret ?? "")}>
-        Copy secret
-      </button>
+      {automation.secret && (
+        <>
+          <code data-testid="automation-secret">{automation.secret}</code>
+          <button className="ghost" onClick={() => navigator.clipboard?.writeText(automation.secret ?? "")}>
+            Copy secret
+          </button>
+        </>
+      )}
       <button className="ghost" onClick={onDone}>
         Done
       </button>

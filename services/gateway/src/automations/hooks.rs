@@ -29,6 +29,9 @@ pub struct HookAnswer {
     /// delivery was taken before; nothing more happens).
     pub status: &'static str,
     pub delivery_id: String,
+    /// Slack's `url_verification` challenge, answered back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<String>,
 }
 
 fn refused(kind: &'static str, why: Refusal) -> ApiError {
@@ -77,6 +80,23 @@ pub async fn receive(
             let (delivery, event) = verify::gitlab(&secret, &headers).map_err(|why| refused(kind, why))?;
             (delivery, Some(event))
         }
+        proto::Trigger::Slack { .. } => {
+            verify::slack(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?;
+            let payload: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            // Slack's handshake when the Request URL is set: the challenge back, nothing started.
+            if payload["type"] == "url_verification" {
+                let challenge = payload["challenge"].as_str().unwrap_or_default().to_owned();
+                return Ok((
+                    StatusCode::OK,
+                    Json(HookAnswer { status: "challenge", delivery_id: String::new(), challenge: Some(challenge) }),
+                ));
+            }
+            let delivery = payload["event_id"].as_str().map(str::to_owned);
+            (
+                delivery.unwrap_or_else(|| keys::to_hex(&Sha256::digest(&body))),
+                Some(payload["type"].as_str().unwrap_or_default().to_owned()),
+            )
+        }
         proto::Trigger::Schedule { .. } => return Err(ApiError::not_found("hook")),
     };
     let Ok(text) = String::from_utf8(body.to_vec()) else {
@@ -87,7 +107,7 @@ pub async fn receive(
         Ok(_) => {}
         Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {
             metrics::counter!("halyard_hook_duplicates_total", "kind" => kind).increment(1);
-            return Ok((StatusCode::OK, Json(HookAnswer { status: "duplicate", delivery_id })));
+            return Ok((StatusCode::OK, Json(HookAnswer { status: "duplicate", delivery_id, challenge: None })));
         }
         Err(e) => {
             tracing::error!(error = %e, "hook delivery store");
@@ -104,5 +124,5 @@ pub async fn receive(
         return Err(ApiError::unavailable("the hook could not hand the request on; send it again"));
     }
     metrics::counter!("halyard_hook_accepted_total", "kind" => kind).increment(1);
-    Ok((StatusCode::ACCEPTED, Json(HookAnswer { status: "accepted", delivery_id })))
+    Ok((StatusCode::ACCEPTED, Json(HookAnswer { status: "accepted", delivery_id, challenge: None })))
 }

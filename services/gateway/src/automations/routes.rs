@@ -1,6 +1,8 @@
 //! `/api/v1/automations`: create, list, read, change and delete a user's automations, and read
 //! their runs. A hook's secret is made here, shown once, and sealed before it is stored.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -69,6 +71,44 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Slack's Events API. In the Slack app's settings: Event Subscriptions → Request URL: the
+    /// hook URL (Halyard answers Slack's challenge); subscribe to the bot event `app_mention`;
+    /// OAuth scopes `app_mentions:read`, `chat:write`, `reactions:write`. An `app_mention` in one
+    /// of `channels` (channel id to `owner/name` on `provider`, or `null` for no repository; a
+    /// repository named in the message as `owner/name` wins) by a Slack user linked in `users`
+    /// starts a conversation, answered in the thread; a later mention in the thread continues it.
+    Slack {
+        /// The app's signing secret (Basic Information → App Credentials); write-only, required
+        /// when created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signing_secret: Option<String>,
+        /// The bot's token (`xoxb-...`); write-only, required when created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bot_token: Option<String>,
+        #[serde(default)]
+        #[schema(value_type = Object)]
+        channels: BTreeMap<String, Option<String>>,
+        /// Slack user id to Halyard user: you (conversations run as the automation's owner; an
+        /// unlinked user's mention starts nothing and is told so privately).
+        #[serde(default)]
+        users: BTreeMap<String, String>,
+        /// The git provider the channels' repositories are on.
+        #[serde(default)]
+        provider: Option<String>,
+        /// Slack's Web API (`https://slack.com/api` if absent).
+        #[serde(default)]
+        api_url: Option<String>,
+    },
+}
+
+impl TriggerBody {
+    /// The write-only credentials a Slack trigger carries, taken out of it.
+    fn take_credentials(&mut self) -> (Option<String>, Option<String>) {
+        match self {
+            Self::Slack { signing_secret, bot_token, .. } => (signing_secret.take(), bot_token.take()),
+            _ => (None, None),
+        }
+    }
 }
 
 impl TriggerBody {
@@ -81,6 +121,10 @@ impl TriggerBody {
             Self::Gitlab { provider, label, mention } => {
                 let (provider, label, mention) = check_forge(state, user, "gitlab", provider, label, mention).await?;
                 proto::Trigger::Gitlab { provider, label, mention }
+            }
+            Self::Slack { channels, users, provider, api_url, .. } => {
+                check_slack(state, user, &channels, &users, provider.as_deref(), api_url.as_deref()).await?;
+                proto::Trigger::Slack { channels, users, provider, api_url }
             }
             Self::Webhook {} => proto::Trigger::Webhook {},
             Self::Schedule { cron, timezone } => {
@@ -101,8 +145,67 @@ impl TriggerBody {
             proto::Trigger::Gitlab { provider, label, mention } => {
                 Self::Gitlab { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
             }
+            proto::Trigger::Slack { channels, users, provider, api_url } => Self::Slack {
+                signing_secret: None,
+                bot_token: None,
+                channels: channels.clone(),
+                users: users.clone(),
+                provider: provider.clone(),
+                api_url: api_url.clone(),
+            },
         }
     }
+}
+
+/// A Slack trigger's channels, users, provider and API.
+async fn check_slack(
+    state: &AppState,
+    user: &UserId,
+    channels: &BTreeMap<String, Option<String>>,
+    users: &BTreeMap<String, String>,
+    provider: Option<&str>,
+    api_url: Option<&str>,
+) -> Result<(), ApiError> {
+    let slack_id = |s: &str| (2..=32).contains(&s.len()) && s.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    if channels.is_empty() || channels.len() > 100 {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.channels`: 1 to 100 channel ids (`C0123ABC`) the bot answers in"));
+    }
+    if let Some(bad) = channels.keys().chain(users.keys()).find(|k| !slack_id(k)) {
+        return Err(ApiError::bad_request("invalid_field", format!("`trigger`: {bad:?} is not a Slack id (`C0123ABC`, `U0456DEF`)")));
+    }
+    if let Some((slack, halyard)) = users.iter().find(|(_, u)| *u != &user.0) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!(
+                "`trigger.users`: {slack} is linked to {halyard:?}; an automation's conversations run as its owner, so link Slack users to \
+                 yourself ({user})"
+            ),
+        ));
+    }
+    if channels.values().flatten().any(|r| !r.contains('/')) {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.channels`: each repository is `owner/name` (or null for none)"));
+    }
+    match provider {
+        Some(p) => {
+            let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
+            if !git.providers.contains_key(p) {
+                return Err(ApiError::bad_request(
+                    "unknown_git_provider",
+                    format!("`trigger.provider`: you have no git provider {p:?} (see GET /api/v1/git-providers)"),
+                ));
+            }
+        }
+        None if channels.values().any(Option::is_some) => {
+            return Err(ApiError::bad_request("invalid_field", "`trigger.provider`: the git provider the channels' repositories are on"));
+        }
+        None => {}
+    }
+    if let Some(url) = api_url {
+        halyard_platform::net::check_url(url, &state.config.gateway.git_api_allow).map_err(|e| {
+            ApiError::bad_request("destination_not_allowed", format!("`trigger.api_url`: {e} (the operator allows HALYARD_GIT_API_ALLOW)"))
+        })?;
+    }
+    Ok(())
 }
 
 /// A forge trigger's provider (of your git providers, of the kind's kind), label and mention,
@@ -403,7 +506,14 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_name(&body.name)?;
+    let mut body = body;
+    let (signing_secret, bot_token) = body.trigger.take_credentials();
     let trigger = body.trigger.into_trigger(&state, &user).await?;
+    if matches!(trigger, proto::Trigger::Slack { .. })
+        && (signing_secret.as_deref().is_none_or(str::is_empty) || bot_token.as_deref().is_none_or(str::is_empty))
+    {
+        return Err(ApiError::bad_request("invalid_field", "`trigger`: a slack trigger needs the app's `signing_secret` and `bot_token`"));
+    }
     check_prompt(body.prompt.as_deref(), &trigger)?;
     let repository = match &body.repository {
         Some(r) => Some(check_repository(&state, &user, r).await?),
@@ -417,9 +527,14 @@ pub async fn create(
         return Err(ApiError::conflict("too_many_automations", format!("you have {mine} automations (the limit); delete one first")));
     }
     let id = uuid::Uuid::now_v7().to_string();
-    let secret = trigger.has_hook().then(keys::new_webhook_secret);
-    let secret_sealed = match &secret {
+    // Halyard makes the hook's secret, except where the sender's platform made its own (Slack).
+    let secret = (trigger.has_hook() && signing_secret.is_none()).then(keys::new_webhook_secret);
+    let secret_sealed = match secret.as_ref().or(signing_secret.as_ref()) {
         Some(s) => Some(state.vault.seal(&proto::secret_slot(&id), s).map_err(ApiError::internal)?),
+        None => None,
+    };
+    let token_sealed = match &bot_token {
+        Some(t) => Some(state.vault.seal(&proto::token_slot(&id), t).map_err(ApiError::internal)?),
         None => None,
     };
     let now = halyard_platform::now_ms();
@@ -433,6 +548,7 @@ pub async fn create(
         llm_profile: body.llm_profile,
         enabled: body.enabled.unwrap_or(true),
         secret_sealed,
+        token_sealed,
         created_ms: now,
         updated_ms: now,
     };
@@ -477,7 +593,8 @@ pub async fn patch(
         check_name(&name)?;
         a.name = name.trim().to_owned();
     }
-    if let Some(t) = body.trigger {
+    if let Some(mut t) = body.trigger {
+        let (signing_secret, bot_token) = t.take_credentials();
         let t = t.into_trigger(&state, &user).await?;
         if t.kind() != a.trigger.kind() {
             return Err(ApiError::bad_request(
@@ -486,6 +603,13 @@ pub async fn patch(
             ));
         }
         a.trigger = t;
+        // New credentials replace the stored ones; absent, those stay.
+        if let Some(s) = signing_secret.filter(|s| !s.is_empty()) {
+            a.secret_sealed = Some(state.vault.seal(&proto::secret_slot(&a.id), &s).map_err(ApiError::internal)?);
+        }
+        if let Some(t) = bot_token.filter(|t| !t.is_empty()) {
+            a.token_sealed = Some(state.vault.seal(&proto::token_slot(&a.id), &t).map_err(ApiError::internal)?);
+        }
     }
     if let Some(r) = body.repository {
         a.repository = match r {

@@ -1,0 +1,280 @@
+//! The `slack` kind: an `app_mention` from Slack's Events API starts a conversation on the
+//! channel's repository (or one the message names as `owner/name`), answered in the message's
+//! thread; a later mention in the thread is a message to the same conversation. Only Slack users
+//! linked in the automation may ask; anyone else is told so privately (an ephemeral message) and
+//! nothing starts. Halyard answers with the app's bot token through Slack's Web API.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use halyard_platform::{BusError, BusErrorKind, net, outbound};
+use halyard_protocol::automation::{Automation, RunOutcome, Thread};
+use halyard_protocol::system::Repository;
+use halyard_protocol::user::UserGitProviders;
+use halyard_protocol::{ConversationId, subjects};
+use serde_json::{Value, json};
+
+use crate::prompt::{self, Fields};
+use crate::runs::{Answer, Decision, clone_url, read};
+use crate::{Ctx, conversation_link};
+
+/// What a conversation started from Slack is first told when the automation says nothing.
+const DEFAULT_TEMPLATE: &str = "{{body}}";
+
+/// What an `app_mention` asks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mention {
+    pub channel: String,
+    pub user: String,
+    /// The message, its mentions of users (`<@U123>`) taken out.
+    pub text: String,
+    /// The message's own `ts` (what the 👀 goes on).
+    pub ts: String,
+    /// The thread's first message's `ts` (the message's own if it starts one).
+    pub thread_ts: String,
+}
+
+/// The mention in an Events API `payload`, or why there is none to act on.
+pub fn read_mention(payload: &Value) -> Result<Mention, String> {
+    if payload["type"] != "event_callback" {
+        return Err(format!("Slack's `{}` request is not acted on", payload["type"].as_str().unwrap_or_default()));
+    }
+    let event = &payload["event"];
+    if event["type"] != "app_mention" {
+        return Err(format!("Slack's `{}` event is not acted on", event["type"].as_str().unwrap_or_default()));
+    }
+    if event.get("bot_id").is_some_and(|b| !b.is_null()) {
+        return Err("written by a bot".into());
+    }
+    let text = event["text"].as_str().unwrap_or_default();
+    let mut clean = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<@") {
+        clean.push_str(&rest[..start]);
+        match rest[start..].find('>') {
+            Some(end) => rest = &rest[start + end + 1..],
+            None => {
+                rest = &rest[start..];
+                break;
+            }
+        }
+    }
+    clean.push_str(rest);
+    let ts = event["ts"].as_str().unwrap_or_default().to_owned();
+    let mention = Mention {
+        channel: event["channel"].as_str().unwrap_or_default().to_owned(),
+        user: event["user"].as_str().unwrap_or_default().to_owned(),
+        text: clean.trim().to_owned(),
+        thread_ts: event["thread_ts"].as_str().map(str::to_owned).unwrap_or_else(|| ts.clone()),
+        ts,
+    };
+    if mention.channel.is_empty() || mention.user.is_empty() || mention.ts.is_empty() {
+        return Err("the event names no channel, user or message".into());
+    }
+    Ok(mention)
+}
+
+/// A repository the message names as `owner/name` (a word of its own), if any.
+pub fn named_repository(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "`*_<>()[]{},.;:!?\"'".contains(c)))
+        .find(|w| {
+            let parts: Vec<&str> = w.split('/').collect();
+            parts.len() == 2
+                && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+                && !w.contains("//")
+        })
+        .map(str::to_owned)
+}
+
+/// Slack's Web API, with the app's bot token.
+pub struct Client {
+    http: reqwest::Client,
+    allow: Vec<String>,
+    api: String,
+    token: String,
+}
+
+impl Client {
+    pub fn new(api_url: Option<&str>, token: String, allow: &[String]) -> Result<Self, String> {
+        let api = api_url.unwrap_or("https://slack.com/api").trim_end_matches('/').to_owned();
+        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        Ok(Self { http, allow: allow.to_vec(), api, token })
+    }
+
+    async fn call(&self, method: &str, body: Value) -> Result<Value, String> {
+        let url = format!("{}/{method}", self.api);
+        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
+        let resp = self
+            .http
+            .post(&url)
+            .timeout(Duration::from_secs(20))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| outbound::why(&e.without_url()))?;
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or_default();
+        if !status.is_success() || v["ok"] != true {
+            return Err(format!("Slack's {method} answered {status}: {}", v["error"].as_str().unwrap_or("no error given")));
+        }
+        Ok(v)
+    }
+
+    /// A message in a thread.
+    pub async fn post(&self, channel: &str, thread_ts: &str, text: &str) -> Result<(), String> {
+        self.call("chat.postMessage", json!({"channel": channel, "thread_ts": thread_ts, "text": text})).await.map(|_| ())
+    }
+
+    /// 👀 on a message.
+    pub async fn react(&self, channel: &str, ts: &str) -> Result<(), String> {
+        self.call("reactions.add", json!({"channel": channel, "timestamp": ts, "name": "eyes"})).await.map(|_| ())
+    }
+
+    /// A message only `user` sees.
+    pub async fn tell(&self, channel: &str, user: &str, text: &str) -> Result<(), String> {
+        self.call("chat.postEphemeral", json!({"channel": channel, "user": user, "text": text})).await.map(|_| ())
+    }
+}
+
+/// The automation's Slack client (its bot token opened).
+pub fn client(ctx: &Ctx, a: &Automation, api_url: Option<&str>) -> Result<Client, String> {
+    let sealed = a.token_sealed.as_deref().ok_or("the automation has no bot token; set it again")?;
+    let token = ctx
+        .vault
+        .open(&halyard_protocol::automation::token_slot(&a.id), sealed)
+        .map_err(|e| format!("the bot token does not open ({e}); set it again"))?;
+    Client::new(api_url, token, &ctx.config.gateway.git_api_allow)
+}
+
+/// Where a run answers in Slack.
+pub struct SlackAnswer {
+    client: Client,
+    mention: Mention,
+    thread_key: String,
+}
+
+impl SlackAnswer {
+    /// 👀 and "on it" in the thread; the thread remembered.
+    pub async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
+        let conv_key = subjects::automation_conversation_key(conversation_id);
+        if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
+            return Ok(());
+        }
+        let m = &self.mention;
+        if let Err(e) = self.client.react(&m.channel, &m.ts).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no reaction in Slack");
+        }
+        let link = conversation_link(&ctx.config, conversation_id);
+        if let Err(e) = self.client.post(&m.channel, &m.thread_ts, &format!("On it: <{link}|the conversation>.")).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "no answer in Slack");
+        }
+        let thread = Thread {
+            automation_id: a.id.clone(),
+            conversation_id,
+            repository: String::new(),
+            number: 0,
+            is_pull: false,
+            discussion: None,
+            channel: Some(m.channel.clone()),
+            thread_ts: Some(m.thread_ts.clone()),
+        };
+        let bytes = serde_json::to_vec(&thread).unwrap_or_default();
+        for key in [self.thread_key.clone(), conv_key] {
+            ctx.bucket.put(key, bytes.clone().into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))?;
+        }
+        Ok(())
+    }
+
+    /// 👀 on the later mention.
+    pub async fn on_continue(self) {
+        if let Err(e) = self.client.react(&self.mention.channel, &self.mention.ts).await {
+            tracing::warn!(error = %e, "no reaction in Slack");
+        }
+    }
+}
+
+/// What an Events API request starts, continues, or why nothing.
+pub async fn decide(
+    ctx: &Ctx,
+    a: &Automation,
+    channels: &BTreeMap<String, Option<String>>,
+    users: &BTreeMap<String, String>,
+    provider: Option<&str>,
+    api_url: Option<&str>,
+    body: &str,
+) -> Result<Decision, BusError> {
+    let skip = |outcome, why: String| Ok(Decision::Skip(outcome, why));
+    let payload: Value = match serde_json::from_str(body) {
+        Ok(p) => p,
+        Err(e) => return skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})")),
+    };
+    let m = match read_mention(&payload) {
+        Ok(m) => m,
+        Err(why) => return skip(RunOutcome::Ignored, why),
+    };
+    let Some(channel_repo) = channels.get(&m.channel) else {
+        return skip(RunOutcome::Ignored, format!("channel {} is not one of the automation's", m.channel));
+    };
+    let client = match client(ctx, a, api_url) {
+        Ok(c) => c,
+        Err(e) => return skip(RunOutcome::Failed, e),
+    };
+    if !users.contains_key(&m.user) {
+        let note = format!(
+            "You are not linked to a Halyard user, so I started nothing. Ask {} to add your Slack id ({}) to the automation \"{}\".",
+            a.owner, m.user, a.name
+        );
+        if let Err(e) = client.tell(&m.channel, &m.user, &note).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "the unlinked user was not told");
+        }
+        return skip(RunOutcome::Ignored, format!("Slack user {} is not linked to a Halyard user", m.user));
+    }
+    let thread_key =
+        subjects::automation_thread_key(&a.id, &halyard_platform::keys::to_hex(format!("{}-{}", m.channel, m.thread_ts).as_bytes()));
+    if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
+        let message = format!("{} wrote in Slack:\n\n{}", m.user, m.text);
+        let answer = Answer::Slack(SlackAnswer { client, mention: m, thread_key });
+        return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
+    }
+    let repository = match named_repository(&m.text).or_else(|| channel_repo.clone()) {
+        None => None,
+        Some(full_name) => {
+            let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
+            match provider.and_then(|p| git.providers.get(p)) {
+                Some(p) => Some(Repository { url: clone_url(p, &full_name), branch: None }),
+                None => return skip(RunOutcome::Failed, "the automation's git provider no longer exists; edit the automation".into()),
+            }
+        }
+    };
+    let fields = Fields {
+        body: m.text.clone(),
+        comment: m.text.clone(),
+        payload: serde_json::to_string_pretty(&payload).unwrap_or_default(),
+        ..Default::default()
+    };
+    let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
+    let tags = BTreeMap::from([("channel".to_owned(), m.channel.clone()), ("thread".to_owned(), m.thread_ts.clone())]);
+    Ok(Decision::Start { message, repository, tags, answer: Some(Answer::Slack(SlackAnswer { client, mention: m, thread_key })) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mention_is_read_without_its_user_tokens() {
+        let p = json!({"type": "event_callback", "event_id": "Ev1", "event": {"type": "app_mention", "user": "U0456", "channel": "C0123",
+            "text": "<@U0BOT> please fix acme/app's login", "ts": "1700000000.000100"}});
+        let m = read_mention(&p).unwrap();
+        assert_eq!((m.text.as_str(), m.thread_ts.as_str()), ("please fix acme/app's login", "1700000000.000100"));
+        assert_eq!(named_repository("look at `acme/app` please"), Some("acme/app".into()));
+        assert_eq!(named_repository("see https://example.com/x"), None);
+        assert_eq!(named_repository("nothing here"), None);
+        let mut bot = p.clone();
+        bot["event"]["bot_id"] = "B1".into();
+        assert_eq!(read_mention(&bot).unwrap_err(), "written by a bot");
+        assert!(read_mention(&json!({"type": "event_callback", "event": {"type": "message"}})).unwrap_err().contains("not acted on"));
+    }
+}
