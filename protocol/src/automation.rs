@@ -69,6 +69,9 @@ pub enum Trigger {
     /// hooks that add `label`, note hooks that mention `mention`, by a member with Developer
     /// access or more; replies go in the same discussion.
     Gitlab { provider: String, label: String, mention: String },
+    /// Forgejo's and Gitea's webhooks (`X-Forgejo-Signature` or `X-Gitea-Signature`: hex HMAC of
+    /// the body with the automation's secret), acted on as GitHub's; `provider` of kind `forgejo`.
+    Forgejo { provider: String, label: String, mention: String },
     /// Slack's Events API (`X-Slack-Signature` with the app's signing secret, sealed in
     /// `secret_sealed`; the bot token sealed in `token_sealed`): an `app_mention` in one of
     /// `channels` (channel id to `owner/name` on `provider`, or none) by a Slack user linked in
@@ -92,6 +95,7 @@ impl Trigger {
             Self::Schedule { .. } => "schedule",
             Self::Github { .. } => "github",
             Self::Gitlab { .. } => "gitlab",
+            Self::Forgejo { .. } => "forgejo",
             Self::Slack { .. } => "slack",
         }
     }

@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 struct Inner {
     host: String,
     token: String,
+    /// How the token is sent: `Bearer` (GitHub) or `token` (Forgejo and Gitea).
+    scheme: &'static str,
     repos: Vec<Value>,
     /// Where `owner/name` is the bare repository `owner/name.git`, if anywhere.
     git_root: Option<PathBuf>,
@@ -54,6 +56,16 @@ impl GithubServer {
     /// As [`GithubServer::start`], with the repositories' branches in the bare repositories under
     /// `git_root` (`owner/name.git`), as a git server serves them.
     pub async fn start_with_git(token: &str, names: &[&str], git_root: Option<PathBuf>) -> Self {
+        Self::serve(token, "Bearer", names, git_root).await
+    }
+
+    /// As [`GithubServer::start_with_git`], as Forgejo and Gitea serve GitHub's paths: the token
+    /// comes as `Authorization: token <token>`.
+    pub async fn start_forgejo(token: &str, names: &[&str], git_root: Option<PathBuf>) -> Self {
+        Self::serve(token, "token", names, git_root).await
+    }
+
+    async fn serve(token: &str, scheme: &'static str, names: &[&str], git_root: Option<PathBuf>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind github server");
         let host = listener.local_addr().expect("addr").to_string();
         let repos = names
@@ -70,6 +82,7 @@ impl GithubServer {
         let inner = Arc::new(Inner {
             host: host.clone(),
             token: token.to_owned(),
+            scheme,
             repos,
             git_root,
             seen: Mutex::new(Vec::new()),
@@ -132,7 +145,7 @@ impl GithubServer {
 fn admit(inner: &Inner, what: String, headers: &HeaderMap) -> Result<(), Box<Response>> {
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
     inner.seen.lock().expect("lock").push((what, auth.clone()));
-    if auth.as_deref() != Some(&format!("Bearer {}", inner.token)) {
+    if auth.as_deref() != Some(&format!("{} {}", inner.scheme, inner.token)) {
         let body = json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest", "status": "401"});
         return Err(Box::new((StatusCode::UNAUTHORIZED, Json(body)).into_response()));
     }

@@ -658,3 +658,100 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     assert!(told[0]["user"] == "U0999XYZ" && told[0]["text"].as_str().unwrap().contains("not linked"), "{told:?}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+/// Forgejo's and Gitea's signature: hex HMAC-SHA256 of the body (Python's own hmac: no library of
+/// Forgejo's exists for it).
+fn forgejo_signature(secret: &str, body: &str) -> String {
+    let code = "import hmac, hashlib, sys\nprint(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", code, secret])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_forgejo_provider_lists_clones_and_opens_pull_requests_and_its_mentions_start_work() {
+    init();
+    const TOKEN: &str = "forgejo-token-8c21f0";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "team/site.git", ("index.html", "<h1>Helo</h1>\n"));
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let forgejo = halyard_tests::GithubServer::start_forgejo(TOKEN, &["team/site"], Some(repos.path().to_path_buf())).await;
+    forgejo.open_issue("team/site", 7);
+    forgejo.set_permission("frodo", "write");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider =
+        json!({"kind": "forgejo", "host": server.base.trim_start_matches("http://"), "api_url": forgejo.api_url, "token": TOKEN});
+    let (s, p) = api.call(reqwest::Method::PUT, "/api/v1/git-providers/codeberg", Some(provider)).await;
+    assert_eq!(s, 201, "{p}");
+    // The provider lists the token's repositories and their branches, as GitHub's does.
+    let (s, listed) = api.get("/api/v1/repositories?provider=codeberg").await;
+    assert_eq!(s, 200, "{listed}");
+    assert!(listed.to_string().contains("team/site"), "{listed}");
+
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Site bot", "trigger": {"kind": "forgejo", "provider": "codeberg"}})).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+
+    // A mention in an issue comment, Gitea-shaped: the conversation clones through the git proxy
+    // and opens a pull request with Halyard's forge tool, on Forgejo.
+    llm.push([
+        Reply::tool(
+            "terminal",
+            json!({"command": "git checkout -q -b fix-helo && sed -i s/Helo/Hello/ index.html && git -c user.name=a -c user.email=a@example.com commit -qam fix && git push -q origin fix-helo && echo PUSHED"}),
+        ),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Fix the heading", "head": "fix-helo", "body": "Fixes #7."})),
+        Reply::finish("Fixed the heading."),
+    ]);
+    let payload = json!({
+        "action": "created",
+        "issue": {"id": 70, "number": 7, "title": "Typo on the home page", "body": "It says Helo.", "html_url": "https://codeberg.example/team/site/issues/7",
+                  "labels": [], "pull_request": null, "user": {"login": "frodo", "username": "frodo"}},
+        "comment": {"id": 4242, "body": "@halyard can you fix it?", "html_url": "https://codeberg.example/team/site/issues/7#issuecomment-4242",
+                    "user": {"login": "frodo", "username": "frodo"}},
+        "repository": {"id": 1, "name": "site", "full_name": "team/site", "html_url": "https://codeberg.example/team/site"},
+        "sender": {"id": 3, "login": "frodo", "username": "frodo"},
+        "is_pull": false,
+    })
+    .to_string();
+    let headers = |delivery: &str, signature: String| {
+        vec![
+            ("x-forgejo-event".to_owned(), "issue_comment".to_owned()),
+            ("x-forgejo-delivery".to_owned(), delivery.to_owned()),
+            ("x-forgejo-signature".to_owned(), signature),
+        ]
+    };
+    assert_eq!(hook(hook_url, &headers("b7e1-1", forgejo_signature("not the secret", &payload)), &payload).await.0, 401);
+    let (s, answer) = hook(hook_url, &headers("b7e1-1", forgejo_signature(secret, &payload)), &payload).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("forgejo")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events =
+        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let pushed =
+        events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(pushed.contains("PUSHED"), "{pushed}");
+    assert_eq!(forgejo.pulls().len(), 1, "{:?}", forgejo.pulls());
+    assert_eq!(forgejo.pulls()[0].1["head"], "fix-helo");
+    assert!(
+        forgejo.reactions().contains(&("/api/v3/repos/team/site/issues/comments/4242/reactions".to_owned(), json!({"content": "eyes"})))
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while forgejo.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", forgejo.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<String> = forgejo.comments().iter().map(|(_, n, b)| format!("#{n} {}", b["body"].as_str().unwrap())).collect();
+    assert!(said[0].starts_with("#7 On it") && said[1].starts_with("#7 Done.") && said[1].contains("Fixed the heading."), "{said:?}");
+    // Every call carried the token as Forgejo wants it.
+    assert!(forgejo.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("token {TOKEN}"))), "{:?}", forgejo.seen());
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

@@ -78,6 +78,7 @@ impl Answer {
 pub enum Kind {
     Github,
     Gitlab,
+    Forgejo,
 }
 
 /// What a forge's webhook starts, continues, or why nothing.
@@ -100,6 +101,7 @@ pub async fn decide(
     let read_ask = match kind {
         Kind::Github => github::read(event, &payload, label, mention),
         Kind::Gitlab => gitlab::read(&payload, label, mention),
+        Kind::Forgejo => github::read_forgejo(event, &payload, label, mention),
     };
     let mut ask = match read_ask {
         Ok(ask) => ask,
@@ -153,7 +155,7 @@ pub async fn decide(
     let repository = Some(Repository { url: clone_url(p, &ask.repository), branch });
     let noun = match (kind, ask.is_pull) {
         (_, false) => "issue",
-        (Kind::Github, true) => "pull_request",
+        (Kind::Github | Kind::Forgejo, true) => "pull_request",
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);

@@ -92,6 +92,37 @@ pub fn read(event: &str, payload: &Value, label: &str, mention: &str) -> Result<
     Ok(ask)
 }
 
+/// The work a Forgejo or Gitea webhook asks for: GitHub's payloads but for labels (`label_updated`
+/// with the issue's labels as they are now: the label must be among them) and comments on pull
+/// requests (their own event, `pull_request_comment`).
+pub fn read_forgejo(event: &str, payload: &Value, label: &str, mention: &str) -> Result<Ask, String> {
+    let action = payload["action"].as_str().unwrap_or_default();
+    match (event, action) {
+        ("issues" | "pull_request", "label_updated") => {
+            let item = if event == "issues" { &payload["issue"] } else { &payload["pull_request"] };
+            let has =
+                item["labels"].as_array().into_iter().flatten().any(|l| l["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(label)));
+            if !has {
+                return Err(format!("the labels do not include `{label}`"));
+            }
+            let mut as_github = payload.clone();
+            as_github["action"] = "labeled".into();
+            as_github["label"] = json!({"name": label});
+            read(event, &as_github, label, mention)
+        }
+        ("pull_request_comment", _) => {
+            let mut ask = read("issue_comment", payload, label, mention)?;
+            ask.is_pull = true;
+            Ok(ask)
+        }
+        _ => {
+            let mut ask = read(event, payload, label, mention)?;
+            ask.is_pull |= payload["is_pull"] == true;
+            Ok(ask)
+        }
+    }
+}
+
 /// Whether `text` mentions `mention` (`@name`), case-insensitive, as a word of its own, outside
 /// quoted lines and fenced code.
 pub fn mentions(text: &str, mention: &str) -> bool {
@@ -124,24 +155,29 @@ pub fn mentions(text: &str, mention: &str) -> bool {
     false
 }
 
-/// GitHub's REST API, with the owner's token.
+/// GitHub's REST API (or Forgejo's, which has GitHub's paths), with the owner's token.
 pub struct Client {
     http: reqwest::Client,
     allow: Vec<String>,
     api: String,
-    token: String,
+    /// The `Authorization` header's value.
+    authorization: String,
 }
 
 impl Client {
-    /// The API of `provider` (its `api_url`, else GitHub's for its host).
+    /// The API of `provider` (its `api_url`, else GitHub's for its host, or Forgejo's).
     pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
+        let forgejo = provider.kind == "forgejo";
         let api = match (&provider.api_url, provider.host.as_str()) {
             (Some(url), _) => url.trim_end_matches('/').to_owned(),
+            (None, host) if forgejo => format!("https://{host}/api/v1"),
             (None, "github.com") => "https://api.github.com".to_owned(),
             (None, host) => format!("https://{host}/api/v3"),
         };
+        // Forgejo and Gitea take `token <t>`; GitHub a bearer token.
+        let authorization = if forgejo { format!("token {token}") } else { format!("Bearer {token}") };
         let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
-        Ok(Self { http, allow: allow.to_vec(), api, token })
+        Ok(Self { http, allow: allow.to_vec(), api, authorization })
     }
 
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
@@ -151,7 +187,7 @@ impl Client {
             .http
             .request(method, &url)
             .timeout(Duration::from_secs(20))
-            .bearer_auth(&self.token)
+            .header("Authorization", &self.authorization)
             .header("User-Agent", "halyard")
             .header("Accept", "application/vnd.github+json")
             .header("X-GitHub-Api-Version", "2022-11-28");

@@ -184,6 +184,10 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
             return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;
         }
+        (Trigger::Forgejo { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
+            let event = event.as_deref().unwrap_or_default();
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Forgejo, provider, label, mention, event, body).await;
+        }
         (Trigger::Gitlab { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
             return forge_runs::decide(ctx, a, forge_runs::Kind::Gitlab, provider, label, mention, event, body).await;

@@ -71,6 +71,17 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Forgejo's or Gitea's webhooks (the repository's Settings → Webhooks → Add webhook →
+    /// Forgejo/Gitea: the URL, `application/json`, the secret; events: Issues, Issue comments, Pull
+    /// requests and their comments). Acted on as the `github` kind; `provider`: one of your git
+    /// providers of kind `forgejo`.
+    Forgejo {
+        provider: String,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        mention: Option<String>,
+    },
     /// Slack's Events API. In the Slack app's settings: Event Subscriptions → Request URL: the
     /// hook URL (Halyard answers Slack's challenge); subscribe to the bot event `app_mention`;
     /// OAuth scopes `app_mentions:read`, `chat:write`, `reactions:write`. An `app_mention` in one
@@ -122,6 +133,10 @@ impl TriggerBody {
                 let (provider, label, mention) = check_forge(state, user, "gitlab", provider, label, mention).await?;
                 proto::Trigger::Gitlab { provider, label, mention }
             }
+            Self::Forgejo { provider, label, mention } => {
+                let (provider, label, mention) = check_forge(state, user, "forgejo", provider, label, mention).await?;
+                proto::Trigger::Forgejo { provider, label, mention }
+            }
             Self::Slack { channels, users, provider, api_url, .. } => {
                 check_slack(state, user, &channels, &users, provider.as_deref(), api_url.as_deref()).await?;
                 proto::Trigger::Slack { channels, users, provider, api_url }
@@ -144,6 +159,9 @@ impl TriggerBody {
             }
             proto::Trigger::Gitlab { provider, label, mention } => {
                 Self::Gitlab { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
+            }
+            proto::Trigger::Forgejo { provider, label, mention } => {
+                Self::Forgejo { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
             }
             proto::Trigger::Slack { channels, users, provider, api_url } => Self::Slack {
                 signing_secret: None,

@@ -83,6 +83,21 @@ pub fn gitlab(secret: &str, headers: &HeaderMap) -> Result<(String, String), Ref
     Ok((delivery.to_owned(), event.to_owned()))
 }
 
+/// Forgejo and Gitea (`X-Forgejo-Signature` or `X-Gitea-Signature`: hex HMAC-SHA256 of the body;
+/// `X-Forgejo-Delivery`/`X-Gitea-Delivery`, `X-Forgejo-Event`/`X-Gitea-Event`): the delivery id
+/// and the event.
+pub fn forgejo(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Refusal> {
+    let either = |a: &str, b: &str| header(headers, a).or_else(|_| header(headers, b));
+    let given = either("x-forgejo-signature", "x-gitea-signature")?;
+    let delivery = either("x-forgejo-delivery", "x-gitea-delivery")?;
+    let event = either("x-forgejo-event", "x-gitea-event")?;
+    let expected = to_hex(&hmac_sha256(secret.as_bytes(), body).ok_or(Refusal::BadSignature)?);
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(Refusal::BadSignature);
+    }
+    Ok((delivery.to_owned(), event.to_owned()))
+}
+
 /// How far a Slack request's timestamp may be from now.
 pub const SLACK_WINDOW_SECS: i64 = 300;
 

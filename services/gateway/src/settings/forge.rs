@@ -45,6 +45,8 @@ pub fn api_base(p: &GitProvider) -> Option<String> {
         ("github", "github.com") => Some("https://api.github.com".into()),
         ("github", host) => Some(format!("https://{host}/api/v3")),
         ("gitlab", host) => Some(format!("https://{host}/api/v4")),
+        // Forgejo and Gitea: GitHub's paths, under their own base.
+        ("forgejo", host) => Some(format!("https://{host}/api/v1")),
         _ => None,
     }
 }
@@ -162,6 +164,8 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
 fn auth_headers(kind: &str, token: &str) -> Vec<(&'static str, String)> {
     if kind == "gitlab" {
         vec![("PRIVATE-TOKEN", token.to_owned())]
+    } else if kind == "forgejo" {
+        vec![("Authorization", format!("token {token}")), ("Accept", "application/json".into())]
     } else {
         vec![
             ("Authorization", format!("Bearer {token}")),
@@ -363,6 +367,7 @@ mod tests {
         assert_eq!(api_base(&provider("github", "github.com", None)).as_deref(), Some("https://api.github.com"));
         assert_eq!(api_base(&provider("github", "ghe.corp.example", None)).as_deref(), Some("https://ghe.corp.example/api/v3"));
         assert_eq!(api_base(&provider("gitlab", "gitlab.com", None)).as_deref(), Some("https://gitlab.com/api/v4"));
+        assert_eq!(api_base(&provider("forgejo", "codeberg.org", None)).as_deref(), Some("https://codeberg.org/api/v1"));
         assert_eq!(api_base(&provider("generic", "git.example", None)), None);
         assert_eq!(api_base(&provider("github", "x", Some("http://forge.example/api/"))).as_deref(), Some("http://forge.example/api"));
         assert_eq!(percent("a b/c"), "a%20b%2Fc");

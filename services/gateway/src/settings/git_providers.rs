@@ -29,7 +29,7 @@ pub const MAX_PROVIDERS: usize = 20;
 #[schema(as = GitProviderUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
-    /// `github` (default), `gitlab` or `generic`.
+    /// `github` (default), `gitlab`, `forgejo` (Forgejo or Gitea, any host) or `generic`.
     #[serde(default)]
     pub kind: Option<String>,
     /// `host` or `host:port` of the repositories' URLs (`github.com` for GitHub's kind).
@@ -51,7 +51,7 @@ pub struct PutBody {
 #[schema(as = GitProvider)]
 pub struct ProviderView {
     pub name: String,
-    /// `github`, `gitlab` or `generic`.
+    /// `github`, `gitlab`, `forgejo` or `generic`.
     pub kind: String,
     pub host: String,
     pub username: String,
@@ -138,8 +138,11 @@ pub async fn put(
 ) -> Result<impl IntoResponse, ApiError> {
     check_name("name", &name)?;
     let kind = body.kind.clone().unwrap_or_else(|| "github".into());
-    if !["github", "gitlab", "generic"].contains(&kind.as_str()) {
-        return Err(ApiError::bad_request("invalid_field", format!("`kind` {kind:?}: use github, gitlab or generic")));
+    if !["github", "gitlab", "forgejo", "generic"].contains(&kind.as_str()) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea) or generic"),
+        ));
     }
     let host = match (body.host.as_deref(), default_host(&kind)) {
         (Some(h), _) => h.to_ascii_lowercase(),
