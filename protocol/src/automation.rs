@@ -72,6 +72,20 @@ pub enum Trigger {
     /// Forgejo's and Gitea's webhooks (`X-Forgejo-Signature` or `X-Gitea-Signature`: hex HMAC of
     /// the body with the automation's secret), acted on as GitHub's; `provider` of kind `forgejo`.
     Forgejo { provider: String, label: String, mention: String },
+    /// Jira's webhooks (`X-Hub-Signature: sha256=` HMAC of the body with the automation's
+    /// secret): a comment mentioning `mention`, or `label` added to an issue, in one of
+    /// `projects` (project key to `owner/name` on `provider`, or none) starts a conversation;
+    /// Halyard comments back through Jira's REST API at `api_url` as `email` with an API token
+    /// (sealed in `token_sealed`).
+    Jira {
+        api_url: String,
+        email: String,
+        projects: std::collections::BTreeMap<String, Option<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        label: String,
+        mention: String,
+    },
     /// Slack's Events API (`X-Slack-Signature` with the app's signing secret, sealed in
     /// `secret_sealed`; the bot token sealed in `token_sealed`): an `app_mention` in one of
     /// `channels` (channel id to `owner/name` on `provider`, or none) by a Slack user linked in
@@ -96,6 +110,7 @@ impl Trigger {
             Self::Github { .. } => "github",
             Self::Gitlab { .. } => "gitlab",
             Self::Forgejo { .. } => "forgejo",
+            Self::Jira { .. } => "jira",
             Self::Slack { .. } => "slack",
         }
     }
@@ -218,4 +233,7 @@ pub struct Thread {
     pub channel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_ts: Option<String>,
+    /// An issue tracker's issue instead (Jira: `PROJ-12`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue_key: Option<String>,
 }

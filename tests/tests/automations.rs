@@ -755,3 +755,85 @@ async fn a_forgejo_provider_lists_clones_and_opens_pull_requests_and_its_mention
     assert!(forgejo.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("token {TOKEN}"))), "{:?}", forgejo.seen());
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+/// A Jira webhook's payload, shaped as Jira Cloud sends it.
+fn jira_event(event: &str, key: &str, extra: Value) -> String {
+    let mut p = json!({
+        "timestamp": 1_700_000_000_000u64, "webhookEvent": event,
+        "user": {"accountId": "5b10ac8d82e05b22cc7d4ef5", "displayName": "Ann Lee"},
+        "issue": {"id": "10002", "key": key, "fields": {"summary": "Search is slow", "description": "It takes 5 s.",
+                  "project": {"id": "10000", "key": key.split('-').next().unwrap(), "name": "Project"}, "labels": ["halyard"]}},
+    });
+    if let (Some(p), Some(e)) = (p.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    p.to_string()
+}
+
+#[tokio::test]
+async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_continues_it() {
+    init();
+    let jira = halyard_tests::JiraServer::start("bot@acme.example", "jira-api-token-77").await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let trigger = json!({"kind": "jira", "api_url": jira.site, "email": "bot@acme.example", "api_token": "jira-api-token-77",
+                         "projects": {"PROJ": null}});
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Jira bot", "trigger": trigger})).await;
+    assert_eq!(s, 201, "{a}");
+    assert!(!a.to_string().contains("jira-api-token-77"), "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    let send = |body: String, delivery: &'static str| {
+        let sig = format!("sha256={}", forgejo_signature(secret, &body));
+        async move {
+            let headers = vec![("x-hub-signature".to_owned(), sig), ("x-atlassian-webhook-identifier".to_owned(), delivery.to_owned())];
+            hook(hook_url, &headers, &body).await
+        }
+    };
+
+    llm.push([Reply::finish("Added an index on the search table.")]);
+    let labelled = jira_event(
+        "jira:issue_updated",
+        "PROJ-12",
+        json!({"changelog": {"items": [{"field": "labels", "fromString": "", "toString": "halyard"}]}}),
+    );
+    let forged = vec![
+        ("x-hub-signature".to_owned(), format!("sha256={}", forgejo_signature(secret, &labelled))),
+        ("x-atlassian-webhook-identifier".to_owned(), "wh-1".to_owned()),
+    ];
+    assert_eq!(hook(hook_url, &forged, &labelled.replace("Search", "Serch")).await.0, 401, "a body other than the signed one");
+    let (s, answer) = send(labelled, "wh-1").await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("jira")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let first = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(first.starts_with("Search is slow\n\nIt takes 5 s.") && first.contains(&format!("{}/browse/PROJ-12", jira.site)), "{first}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while jira.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", jira.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<String> = jira.comments().iter().map(|(k, b)| format!("{k} {}", b["body"].as_str().unwrap())).collect();
+    assert!(said[0].starts_with("PROJ-12 On it") && said[0].contains(&conv), "{said:?}");
+    assert!(said[1].starts_with("PROJ-12 Done.") && said[1].contains("Added an index"), "{said:?}");
+
+    // A mention on the same issue continues; Halyard's own comment (quoting the mention) and
+    // another project start nothing.
+    llm.push([Reply::finish("Also cached it.")]);
+    let mention = |text: &str, key: &str| {
+        jira_event("comment_created", key, json!({"comment": {"id": "10050", "body": text, "author": {"displayName": "Ann Lee"}}}))
+    };
+    assert_eq!(send(mention("@halyard can you also cache it?", "PROJ-12"), "wh-2").await.0, 202);
+    let run = runs(&api, id, 2).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["conversation_id"].as_str()), (Some("continued"), Some(conv.as_str())), "{run}");
+    assert_eq!(send(mention(&said[1][8..], "PROJ-12"), "wh-3").await.0, 202);
+    assert_eq!(send(mention("@halyard hi", "OTHER-1"), "wh-4").await.0, 202);
+    let reasons: Vec<String> = runs(&api, id, 4).await[..2].iter().map(|r| r["reason"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(reasons.iter().any(|r| r == "Halyard's own comment" || r.starts_with("no mention")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("project OTHER is not one of the automation's")), "{reasons:?}");
+    assert_eq!(send(mention("@halyard hi", "OTHER-1"), "wh-4").await.1["status"], "duplicate");
+    api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

@@ -245,7 +245,7 @@ async fn the_cluster_script_starts_a_working_cluster_and_stops_it() {
     }
     let down = Down(script("down.sh"));
     assert!(up.status.success(), "up.sh: {said}\n{}", String::from_utf8_lossy(&up.stderr));
-    assert_eq!(pids.lines().count(), 3 + 1 + 2 * 5, "{pids}");
+    assert_eq!(pids.lines().count(), 3 + 1 + 2 * 6, "{pids}");
     assert!(said.contains("Halyard cluster up"), "{said}");
 
     let gateway = |n: u16| halyard_tests::Api {

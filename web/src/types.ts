@@ -109,6 +109,17 @@ export type AutomationTrigger =
   | { kind: "schedule"; cron: string; timezone?: string }
   | { kind: "github" | "gitlab"; provider: string; label?: string; mention?: string }
   | {
+      kind: "jira";
+      api_url: string;
+      email: string;
+      /** Write-only. */
+      api_token?: string;
+      projects: Record<string, string | null>;
+      provider?: string;
+      label?: string;
+      mention?: string;
+    }
+  | {
       kind: "slack";
       /** Write-only. */
       signing_secret?: string;

@@ -50,6 +50,7 @@ impl Answer {
             discussion: self.ask.discussion.clone(),
             channel: None,
             thread_ts: None,
+            issue_key: None,
         };
         let link = conversation_link(&ctx.config, conversation_id);
         if let Err(e) = self.forge.comment(&thread, &format!("On it: [the conversation]({link}).")).await {

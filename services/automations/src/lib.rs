@@ -13,6 +13,7 @@ pub mod forge;
 pub mod forge_runs;
 pub mod github;
 pub mod gitlab;
+pub mod jira;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::prompt::{self, Fields};
-use crate::{Ctx, forge_runs, slack};
+use crate::{Ctx, forge_runs, jira, slack};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -144,6 +144,7 @@ pub enum Decision {
 pub enum Answer {
     Forge(forge_runs::Answer),
     Slack(slack::SlackAnswer),
+    Jira(jira::JiraAnswer),
 }
 
 impl Answer {
@@ -151,6 +152,7 @@ impl Answer {
         match self {
             Self::Forge(f) => f.on_start(ctx, a, conversation_id).await,
             Self::Slack(s) => s.on_start(ctx, a, conversation_id).await,
+            Self::Jira(j) => j.on_start(ctx, a, conversation_id).await,
         }
     }
 
@@ -158,6 +160,8 @@ impl Answer {
         match self {
             Self::Forge(f) => f.on_continue().await,
             Self::Slack(s) => s.on_continue().await,
+            // Jira has no reactions: the run record and the next summary say it was heard.
+            Self::Jira(_) => {}
         }
     }
 }
@@ -180,6 +184,9 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         (Trigger::Github { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
             return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body).await;
+        }
+        (Trigger::Jira { api_url, email, projects, provider, label, mention }, AutomationCommand::Hook { body, .. }) => {
+            return jira::decide(ctx, a, api_url, email, projects, provider.as_deref(), label, mention, body).await;
         }
         (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
             return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;

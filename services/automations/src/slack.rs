@@ -179,6 +179,7 @@ impl SlackAnswer {
             discussion: None,
             channel: Some(m.channel.clone()),
             thread_ts: Some(m.thread_ts.clone()),
+            issue_key: None,
         };
         let bytes = serde_json::to_vec(&thread).unwrap_or_default();
         for key in [self.thread_key.clone(), conv_key] {

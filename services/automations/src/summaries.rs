@@ -14,8 +14,8 @@ use halyard_protocol::{ConversationId, subjects};
 
 use crate::forge::Forge;
 use crate::runs::read;
-use crate::slack;
 use crate::{Ctx, conversation_link};
+use crate::{jira, slack};
 
 /// Serves until `shutdown`.
 pub async fn run(ctx: Ctx, shutdown: Shutdown) {
@@ -103,6 +103,14 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
             summary.push_str(&format!("\n\n<{link}|The conversation>"));
             match slack::client(ctx, &a, api_url.as_deref()) {
                 Ok(client) => client.post(channel, thread_ts, &summary).await,
+                Err(e) => Err(e),
+            }
+        }
+        Trigger::Jira { api_url, email, .. } => {
+            let Some(key) = &thread.issue_key else { return Ok(()) };
+            summary.push_str(&format!("\n\n[The conversation|{link}]"));
+            match jira::client(ctx, &a, api_url, email) {
+                Ok(client) => client.comment(key, &summary).await,
                 Err(e) => Err(e),
             }
         }

@@ -570,6 +570,7 @@ impl Default for GatewayConfig {
 /// that each is accepted; any other is refused with the nearest of these.
 pub const ENV_NAMES: &[&str] = &[
     "HTTP_ADDR",
+    "AUTOMATION_TICK_GRACE_SECS",
     "METRICS_ADDR",
     "DATA_DIR",
     "NATS_URL",

@@ -84,6 +84,10 @@ pub async fn receive(
             let (delivery, event) = verify::forgejo(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
             (delivery, Some(event))
         }
+        proto::Trigger::Jira { .. } => {
+            let delivery = verify::jira(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
+            (delivery, None)
+        }
         proto::Trigger::Slack { .. } => {
             verify::slack(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?;
             let payload: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

@@ -82,6 +82,26 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Jira's webhooks (Settings → System → WebHooks → Create: the URL, the secret; events:
+    /// Issue updated, Comment created). A comment mentioning `mention` (default `@halyard`), or
+    /// `label` (default `halyard`) added to an issue, in one of `projects` (project key to
+    /// `owner/name` on `provider`, or `null` for none) starts a conversation; Halyard comments
+    /// back as `email` with `api_token` (write-only, required when created) at `api_url`
+    /// (`https://<site>.atlassian.net`).
+    Jira {
+        api_url: String,
+        email: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_token: Option<String>,
+        #[schema(value_type = Object)]
+        projects: BTreeMap<String, Option<String>>,
+        #[serde(default)]
+        provider: Option<String>,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        mention: Option<String>,
+    },
     /// Slack's Events API. In the Slack app's settings: Event Subscriptions → Request URL: the
     /// hook URL (Halyard answers Slack's challenge); subscribe to the bot event `app_mention`;
     /// OAuth scopes `app_mentions:read`, `chat:write`, `reactions:write`. An `app_mention` in one
@@ -117,6 +137,7 @@ impl TriggerBody {
     fn take_credentials(&mut self) -> (Option<String>, Option<String>) {
         match self {
             Self::Slack { signing_secret, bot_token, .. } => (signing_secret.take(), bot_token.take()),
+            Self::Jira { api_token, .. } => (None, api_token.take()),
             _ => (None, None),
         }
     }
@@ -136,6 +157,12 @@ impl TriggerBody {
             Self::Forgejo { provider, label, mention } => {
                 let (provider, label, mention) = check_forge(state, user, "forgejo", provider, label, mention).await?;
                 proto::Trigger::Forgejo { provider, label, mention }
+            }
+            Self::Jira { api_url, email, projects, provider, label, mention, .. } => {
+                let label = label.unwrap_or_else(|| "halyard".into());
+                let mention = mention.unwrap_or_else(|| "@halyard".into());
+                check_jira(state, user, &api_url, &email, &projects, provider.as_deref(), &label, &mention).await?;
+                proto::Trigger::Jira { api_url: api_url.trim_end_matches('/').to_owned(), email, projects, provider, label, mention }
             }
             Self::Slack { channels, users, provider, api_url, .. } => {
                 check_slack(state, user, &channels, &users, provider.as_deref(), api_url.as_deref()).await?;
@@ -163,6 +190,15 @@ impl TriggerBody {
             proto::Trigger::Forgejo { provider, label, mention } => {
                 Self::Forgejo { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
             }
+            proto::Trigger::Jira { api_url, email, projects, provider, label, mention } => Self::Jira {
+                api_url: api_url.clone(),
+                email: email.clone(),
+                api_token: None,
+                projects: projects.clone(),
+                provider: provider.clone(),
+                label: Some(label.clone()),
+                mention: Some(mention.clone()),
+            },
             proto::Trigger::Slack { channels, users, provider, api_url } => Self::Slack {
                 signing_secret: None,
                 bot_token: None,
@@ -172,6 +208,55 @@ impl TriggerBody {
                 api_url: api_url.clone(),
             },
         }
+    }
+}
+
+/// A Jira trigger's site, account, projects, provider, label and mention.
+#[allow(clippy::too_many_arguments)] // the trigger's fields, each checked
+async fn check_jira(
+    state: &AppState,
+    user: &UserId,
+    api_url: &str,
+    email: &str,
+    projects: &BTreeMap<String, Option<String>>,
+    provider: Option<&str>,
+    label: &str,
+    mention: &str,
+) -> Result<(), ApiError> {
+    halyard_platform::net::check_url(api_url, &state.config.gateway.git_api_allow).map_err(|e| {
+        ApiError::bad_request("destination_not_allowed", format!("`trigger.api_url`: {e} (the operator allows HALYARD_GIT_API_ALLOW)"))
+    })?;
+    if !email.contains('@') || email.len() > 254 {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.email`: the Jira account's e-mail address the API token belongs to"));
+    }
+    let key_ok = |k: &str| (1..=32).contains(&k.len()) && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if projects.is_empty() || projects.keys().any(|k| !key_ok(k)) {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.projects`: project keys (`PROJ`) to `owner/name` or null"));
+    }
+    if projects.values().flatten().any(|r| !r.contains('/')) {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.projects`: each repository is `owner/name` (or null for none)"));
+    }
+    if label.trim().is_empty() || mention.trim().is_empty() {
+        return Err(ApiError::bad_request("invalid_field", "`trigger.label` and `trigger.mention` may not be empty"));
+    }
+    check_repository_provider(state, user, provider, projects.values().any(Option::is_some)).await
+}
+
+/// The provider a chat's or tracker's repositories are on: required once a repository is named.
+async fn check_repository_provider(state: &AppState, user: &UserId, provider: Option<&str>, needed: bool) -> Result<(), ApiError> {
+    match provider {
+        Some(p) => {
+            let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
+            if !git.providers.contains_key(p) {
+                return Err(ApiError::bad_request(
+                    "unknown_git_provider",
+                    format!("`trigger.provider`: you have no git provider {p:?} (see GET /api/v1/git-providers)"),
+                ));
+            }
+            Ok(())
+        }
+        None if needed => Err(ApiError::bad_request("invalid_field", "`trigger.provider`: the git provider the repositories are on")),
+        None => Ok(()),
     }
 }
 
@@ -203,21 +288,7 @@ async fn check_slack(
     if channels.values().flatten().any(|r| !r.contains('/')) {
         return Err(ApiError::bad_request("invalid_field", "`trigger.channels`: each repository is `owner/name` (or null for none)"));
     }
-    match provider {
-        Some(p) => {
-            let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
-            if !git.providers.contains_key(p) {
-                return Err(ApiError::bad_request(
-                    "unknown_git_provider",
-                    format!("`trigger.provider`: you have no git provider {p:?} (see GET /api/v1/git-providers)"),
-                ));
-            }
-        }
-        None if channels.values().any(Option::is_some) => {
-            return Err(ApiError::bad_request("invalid_field", "`trigger.provider`: the git provider the channels' repositories are on"));
-        }
-        None => {}
-    }
+    check_repository_provider(state, user, provider, channels.values().any(Option::is_some)).await?;
     if let Some(url) = api_url {
         halyard_platform::net::check_url(url, &state.config.gateway.git_api_allow).map_err(|e| {
             ApiError::bad_request("destination_not_allowed", format!("`trigger.api_url`: {e} (the operator allows HALYARD_GIT_API_ALLOW)"))

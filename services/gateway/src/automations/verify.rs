@@ -98,6 +98,18 @@ pub fn forgejo(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String
     Ok((delivery.to_owned(), event.to_owned()))
 }
 
+/// Jira (`X-Hub-Signature: sha256=<hex HMAC-SHA256 of the body>`; the delivery id
+/// `X-Atlassian-Webhook-Identifier`, the same on Jira's retries of one delivery).
+pub fn jira(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<String, Refusal> {
+    let given = header(headers, "x-hub-signature")?;
+    let delivery = header(headers, "x-atlassian-webhook-identifier")?;
+    let expected = format!("sha256={}", to_hex(&hmac_sha256(secret.as_bytes(), body).ok_or(Refusal::BadSignature)?));
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(Refusal::BadSignature);
+    }
+    Ok(delivery.to_owned())
+}
+
 /// How far a Slack request's timestamp may be from now.
 pub const SLACK_WINDOW_SECS: i64 = 300;
 
