@@ -86,6 +86,21 @@ pub enum Trigger {
         label: String,
         mention: String,
     },
+    /// Linear's webhooks (`Linear-Signature`: hex HMAC of the body with the webhook's signing
+    /// secret, sealed in `secret_sealed`; `webhookTimestamp` at most a minute old): a comment
+    /// mentioning `mention`, or `label` added to an issue, of one of `teams` (team key to
+    /// `owner/name` on `provider`, or none) starts a conversation; Halyard comments back through
+    /// Linear's GraphQL API with an API key (sealed in `token_sealed`).
+    Linear {
+        teams: std::collections::BTreeMap<String, Option<String>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        /// Linear's GraphQL endpoint (`https://api.linear.app/graphql` if absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_url: Option<String>,
+        label: String,
+        mention: String,
+    },
     /// Slack's Events API (`X-Slack-Signature` with the app's signing secret, sealed in
     /// `secret_sealed`; the bot token sealed in `token_sealed`): an `app_mention` in one of
     /// `channels` (channel id to `owner/name` on `provider`, or none) by a Slack user linked in
@@ -111,6 +126,7 @@ impl Trigger {
             Self::Gitlab { .. } => "gitlab",
             Self::Forgejo { .. } => "forgejo",
             Self::Jira { .. } => "jira",
+            Self::Linear { .. } => "linear",
             Self::Slack { .. } => "slack",
         }
     }
@@ -233,7 +249,7 @@ pub struct Thread {
     pub channel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_ts: Option<String>,
-    /// An issue tracker's issue instead (Jira: `PROJ-12`).
+    /// An issue tracker's issue instead (Jira: `PROJ-12`; Linear: the issue's id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issue_key: Option<String>,
 }

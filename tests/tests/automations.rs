@@ -659,9 +659,9 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
 
-/// Forgejo's and Gitea's signature: hex HMAC-SHA256 of the body (Python's own hmac: no library of
-/// Forgejo's exists for it).
-fn forgejo_signature(secret: &str, body: &str) -> String {
+/// Hex HMAC-SHA256 of the body: Forgejo's, Gitea's, Jira's and Linear's signatures (Python's own
+/// hmac: none of them has a signing library of its own to test with).
+fn hex_hmac(secret: &str, body: &str) -> String {
     let code = "import hmac, hashlib, sys\nprint(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())";
     let mut child = std::process::Command::new("python3")
         .args(["-c", code, secret])
@@ -728,8 +728,8 @@ async fn a_forgejo_provider_lists_clones_and_opens_pull_requests_and_its_mention
             ("x-forgejo-signature".to_owned(), signature),
         ]
     };
-    assert_eq!(hook(hook_url, &headers("b7e1-1", forgejo_signature("not the secret", &payload)), &payload).await.0, 401);
-    let (s, answer) = hook(hook_url, &headers("b7e1-1", forgejo_signature(secret, &payload)), &payload).await;
+    assert_eq!(hook(hook_url, &headers("b7e1-1", hex_hmac("not the secret", &payload)), &payload).await.0, 401);
+    let (s, answer) = hook(hook_url, &headers("b7e1-1", hex_hmac(secret, &payload)), &payload).await;
     assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("forgejo")), "{run}");
@@ -784,7 +784,7 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     assert!(!a.to_string().contains("jira-api-token-77"), "{a}");
     let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
     let send = |body: String, delivery: &'static str| {
-        let sig = format!("sha256={}", forgejo_signature(secret, &body));
+        let sig = format!("sha256={}", hex_hmac(secret, &body));
         async move {
             let headers = vec![("x-hub-signature".to_owned(), sig), ("x-atlassian-webhook-identifier".to_owned(), delivery.to_owned())];
             hook(hook_url, &headers, &body).await
@@ -798,7 +798,7 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
         json!({"changelog": {"items": [{"field": "labels", "fromString": "", "toString": "halyard"}]}}),
     );
     let forged = vec![
-        ("x-hub-signature".to_owned(), format!("sha256={}", forgejo_signature(secret, &labelled))),
+        ("x-hub-signature".to_owned(), format!("sha256={}", hex_hmac(secret, &labelled))),
         ("x-atlassian-webhook-identifier".to_owned(), "wh-1".to_owned()),
     ];
     assert_eq!(hook(hook_url, &forged, &labelled.replace("Search", "Serch")).await.0, 401, "a body other than the signed one");
@@ -832,8 +832,64 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     assert_eq!(send(mention("@halyard hi", "OTHER-1"), "wh-4").await.0, 202);
     let reasons: Vec<String> = runs(&api, id, 4).await[..2].iter().map(|r| r["reason"].as_str().unwrap_or_default().to_owned()).collect();
     assert!(reasons.iter().any(|r| r == "Halyard's own comment" || r.starts_with("no mention")), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r.contains("project OTHER is not one of the automation's")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("OTHER is not one of the automation's")), "{reasons:?}");
     assert_eq!(send(mention("@halyard hi", "OTHER-1"), "wh-4").await.1["status"], "duplicate");
     api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}
+
+#[tokio::test]
+async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_start_nothing() {
+    init();
+    const SIGNING: &str = "lin_wh_signing_secret_5b8e";
+    let linear = halyard_tests::LinearServer::start("lin_api_key_2c9d").await;
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let trigger = json!({"kind": "linear", "signing_secret": SIGNING, "api_key": "lin_api_key_2c9d", "teams": {"ENG": null}, "api_url": linear.api_url});
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Linear bot", "trigger": trigger})).await;
+    assert_eq!(s, 201, "{a}");
+    assert!(!a.to_string().contains(SIGNING) && !a.to_string().contains("lin_api_key_2c9d") && a.get("secret").is_none(), "{a}");
+    let (id, hook_url) = (a["id"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    let comment = |text: &str, identifier: &str, at_ms: i64| {
+        json!({"action": "create", "type": "Comment", "createdAt": "2026-11-26T23:00:00.000Z", "organizationId": "org-1",
+               "url": format!("https://linear.app/acme/issue/{identifier}#comment-1"), "webhookId": "wh-lin-1", "webhookTimestamp": at_ms,
+               "data": {"id": "cmt-1", "body": text, "issueId": "iss-42", "userId": "usr-1", "user": {"id": "usr-1", "name": "Kim"},
+                        "issue": {"id": "iss-42", "identifier": identifier, "title": "Crash on save"}}})
+        .to_string()
+    };
+    let signed = |body: &str, delivery: &str| {
+        vec![("linear-signature".to_owned(), hex_hmac(SIGNING, body)), ("linear-delivery".to_owned(), delivery.to_owned())]
+    };
+    let now_ms = || now_s() * 1000;
+
+    llm.push([Reply::finish("Fixed the crash.")]);
+    let body = comment("@halyard can you take this?", "ENG-42", now_ms());
+    let (s, answer) = hook(hook_url, &signed(&body, "d-1"), &body).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("linear")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while linear.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", linear.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said = linear.comments();
+    assert!(said.iter().all(|c| c["issueId"] == "iss-42"), "{said:?}");
+    assert!(
+        said[0]["body"].as_str().unwrap().starts_with("On it") && said[1]["body"].as_str().unwrap().contains("Fixed the crash."),
+        "{said:?}"
+    );
+
+    // A request over a minute old is refused; another team's issue starts nothing.
+    let stale = comment("@halyard again", "ENG-42", now_ms() - 120_000);
+    assert_eq!(hook(hook_url, &signed(&stale, "d-2"), &stale).await.0, 401);
+    let other = comment("@halyard hi", "OPS-1", now_ms());
+    assert_eq!(hook(hook_url, &signed(&other, "d-3"), &other).await.0, 202);
+    let latest = runs(&api, id, 2).await.remove(0);
+    assert!(latest["reason"].as_str().unwrap().contains("OPS is not one of the automation's"), "{latest}");
+    assert_eq!(hook(hook_url, &signed(&other, "d-3"), &other).await.1["status"], "duplicate");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }

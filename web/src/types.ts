@@ -120,6 +120,18 @@ export type AutomationTrigger =
       mention?: string;
     }
   | {
+      kind: "linear";
+      /** Write-only. */
+      signing_secret?: string;
+      /** Write-only. */
+      api_key?: string;
+      teams: Record<string, string | null>;
+      provider?: string;
+      api_url?: string;
+      label?: string;
+      mention?: string;
+    }
+  | {
       kind: "slack";
       /** Write-only. */
       signing_secret?: string;

@@ -14,11 +14,13 @@ pub mod forge_runs;
 pub mod github;
 pub mod gitlab;
 pub mod jira;
+pub mod linear;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;
 pub mod slack;
 pub mod summaries;
+pub mod tracker;
 
 use std::sync::Arc;
 

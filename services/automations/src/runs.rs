@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::prompt::{self, Fields};
-use crate::{Ctx, forge_runs, jira, slack};
+use crate::{Ctx, forge_runs, jira, linear, slack, tracker};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -144,7 +144,7 @@ pub enum Decision {
 pub enum Answer {
     Forge(forge_runs::Answer),
     Slack(slack::SlackAnswer),
-    Jira(jira::JiraAnswer),
+    Tracker(tracker::TrackerAnswer),
 }
 
 impl Answer {
@@ -152,7 +152,7 @@ impl Answer {
         match self {
             Self::Forge(f) => f.on_start(ctx, a, conversation_id).await,
             Self::Slack(s) => s.on_start(ctx, a, conversation_id).await,
-            Self::Jira(j) => j.on_start(ctx, a, conversation_id).await,
+            Self::Tracker(t) => t.on_start(ctx, a, conversation_id).await,
         }
     }
 
@@ -160,8 +160,8 @@ impl Answer {
         match self {
             Self::Forge(f) => f.on_continue().await,
             Self::Slack(s) => s.on_continue().await,
-            // Jira has no reactions: the run record and the next summary say it was heard.
-            Self::Jira(_) => {}
+            // Trackers take no reactions: the run record and the next summary say it was heard.
+            Self::Tracker(_) => {}
         }
     }
 }
@@ -186,7 +186,22 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
             return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body).await;
         }
         (Trigger::Jira { api_url, email, projects, provider, label, mention }, AutomationCommand::Hook { body, .. }) => {
-            return jira::decide(ctx, a, api_url, email, projects, provider.as_deref(), label, mention, body).await;
+            let payload = match serde_json::from_str::<serde_json::Value>(body) {
+                Ok(p) => p,
+                Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
+            };
+            let ask = jira::read_ask(&payload, api_url, label, mention);
+            let client = jira::client(ctx, a, api_url, email).map(tracker::Client::Jira);
+            return tracker::decide(ctx, a, &payload, ask, projects, provider.as_deref(), client).await;
+        }
+        (Trigger::Linear { teams, provider, api_url, label, mention }, AutomationCommand::Hook { body, .. }) => {
+            let payload = match serde_json::from_str::<serde_json::Value>(body) {
+                Ok(p) => p,
+                Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
+            };
+            let ask = linear::read_ask(&payload, label, mention);
+            let client = linear::client(ctx, a, api_url.as_deref()).map(tracker::Client::Linear);
+            return tracker::decide(ctx, a, &payload, ask, teams, provider.as_deref(), client).await;
         }
         (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
             return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;

@@ -15,7 +15,7 @@ use halyard_protocol::{ConversationId, subjects};
 use crate::forge::Forge;
 use crate::runs::read;
 use crate::{Ctx, conversation_link};
-use crate::{jira, slack};
+use crate::{jira, linear, slack, tracker};
 
 /// Serves until `shutdown`.
 pub async fn run(ctx: Ctx, shutdown: Shutdown) {
@@ -106,11 +106,18 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
                 Err(e) => Err(e),
             }
         }
-        Trigger::Jira { api_url, email, .. } => {
+        Trigger::Jira { .. } | Trigger::Linear { .. } => {
             let Some(key) = &thread.issue_key else { return Ok(()) };
-            summary.push_str(&format!("\n\n[The conversation|{link}]"));
-            match jira::client(ctx, &a, api_url, email) {
-                Ok(client) => client.comment(key, &summary).await,
+            let client = match &a.trigger {
+                Trigger::Jira { api_url, email, .. } => jira::client(ctx, &a, api_url, email).map(tracker::Client::Jira),
+                Trigger::Linear { api_url, .. } => linear::client(ctx, &a, api_url.as_deref()).map(tracker::Client::Linear),
+                _ => return Ok(()),
+            };
+            match client {
+                Ok(client) => {
+                    summary.push_str(&format!("\n\n{}", client.link(&link, "The conversation")));
+                    client.comment(key, &summary).await
+                }
                 Err(e) => Err(e),
             }
         }

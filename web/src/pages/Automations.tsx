@@ -191,6 +191,7 @@ function describe(a: Automation): string {
   if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "slack") return `Slack: channels ${Object.keys(t.channels).join(", ")}`;
+  if (t.kind === "linear") return `Linear: teams ${Object.keys(t.teams).join(", ")}, label ${t.label}, mention ${t.mention}`;
   if (t.kind === "jira") return `Jira: projects ${Object.keys(t.projects).join(", ")}, label ${t.label}, mention ${t.mention}`;
   return `webhook${on}`;
 }

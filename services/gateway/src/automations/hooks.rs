@@ -84,6 +84,7 @@ pub async fn receive(
             let (delivery, event) = verify::forgejo(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
             (delivery, Some(event))
         }
+        proto::Trigger::Linear { .. } => (verify::linear(&secret, &headers, &body, now).map_err(|why| refused(kind, why))?, None),
         proto::Trigger::Jira { .. } => {
             let delivery = verify::jira(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
             (delivery, None)

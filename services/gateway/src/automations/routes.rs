@@ -102,6 +102,28 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Linear's webhooks (Settings → API → Webhooks → New webhook: the URL; data change events
+    /// Issues and Comments; copy its signing secret here). A comment mentioning `mention`
+    /// (default `@halyard`), or `label` (default `halyard`) added to an issue, of one of `teams`
+    /// (team key to `owner/name` on `provider`, or `null`) starts a conversation; Halyard comments
+    /// back with `api_key` (a Linear API key; write-only, required when created).
+    Linear {
+        /// The webhook's signing secret; write-only, required when created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signing_secret: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key: Option<String>,
+        #[schema(value_type = Object)]
+        teams: BTreeMap<String, Option<String>>,
+        #[serde(default)]
+        provider: Option<String>,
+        #[serde(default)]
+        api_url: Option<String>,
+        #[serde(default)]
+        label: Option<String>,
+        #[serde(default)]
+        mention: Option<String>,
+    },
     /// Slack's Events API. In the Slack app's settings: Event Subscriptions → Request URL: the
     /// hook URL (Halyard answers Slack's challenge); subscribe to the bot event `app_mention`;
     /// OAuth scopes `app_mentions:read`, `chat:write`, `reactions:write`. An `app_mention` in one
@@ -138,6 +160,7 @@ impl TriggerBody {
         match self {
             Self::Slack { signing_secret, bot_token, .. } => (signing_secret.take(), bot_token.take()),
             Self::Jira { api_token, .. } => (None, api_token.take()),
+            Self::Linear { signing_secret, api_key, .. } => (signing_secret.take(), api_key.take()),
             _ => (None, None),
         }
     }
@@ -163,6 +186,24 @@ impl TriggerBody {
                 let mention = mention.unwrap_or_else(|| "@halyard".into());
                 check_jira(state, user, &api_url, &email, &projects, provider.as_deref(), &label, &mention).await?;
                 proto::Trigger::Jira { api_url: api_url.trim_end_matches('/').to_owned(), email, projects, provider, label, mention }
+            }
+            Self::Linear { teams, provider, api_url, label, mention, .. } => {
+                let label = label.unwrap_or_else(|| "halyard".into());
+                let mention = mention.unwrap_or_else(|| "@halyard".into());
+                let key_ok = |k: &str| (1..=10).contains(&k.len()) && k.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+                if teams.is_empty() || teams.keys().any(|k| !key_ok(k)) || teams.values().flatten().any(|r| !r.contains('/')) {
+                    return Err(ApiError::bad_request("invalid_field", "`trigger.teams`: team keys (`ENG`) to `owner/name` or null"));
+                }
+                check_repository_provider(state, user, provider.as_deref(), teams.values().any(Option::is_some)).await?;
+                if let Some(url) = &api_url {
+                    halyard_platform::net::check_url(url, &state.config.gateway.git_api_allow).map_err(|e| {
+                        ApiError::bad_request(
+                            "destination_not_allowed",
+                            format!("`trigger.api_url`: {e} (the operator allows HALYARD_GIT_API_ALLOW)"),
+                        )
+                    })?;
+                }
+                proto::Trigger::Linear { teams, provider, api_url, label, mention }
             }
             Self::Slack { channels, users, provider, api_url, .. } => {
                 check_slack(state, user, &channels, &users, provider.as_deref(), api_url.as_deref()).await?;
@@ -196,6 +237,15 @@ impl TriggerBody {
                 api_token: None,
                 projects: projects.clone(),
                 provider: provider.clone(),
+                label: Some(label.clone()),
+                mention: Some(mention.clone()),
+            },
+            proto::Trigger::Linear { teams, provider, api_url, label, mention } => Self::Linear {
+                signing_secret: None,
+                api_key: None,
+                teams: teams.clone(),
+                provider: provider.clone(),
+                api_url: api_url.clone(),
                 label: Some(label.clone()),
                 mention: Some(mention.clone()),
             },

@@ -110,6 +110,26 @@ pub fn jira(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<String, Re
     Ok(delivery.to_owned())
 }
 
+/// How far a Linear request's `webhookTimestamp` may be from now (its SDK's own window).
+pub const LINEAR_WINDOW_MS: i64 = 60_000;
+
+/// Linear (`Linear-Signature`: hex HMAC-SHA256 of the body; `Linear-Delivery`): refuses a request
+/// whose `webhookTimestamp` (read once the signature checked out) is more than a minute off.
+pub fn linear(secret: &str, headers: &HeaderMap, body: &[u8], now_ms: i64) -> Result<String, Refusal> {
+    let given = header(headers, "linear-signature")?;
+    let expected = to_hex(&hmac_sha256(secret.as_bytes(), body).ok_or(Refusal::BadSignature)?);
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(Refusal::BadSignature);
+    }
+    let payload: serde_json::Value = serde_json::from_slice(body).map_err(|_| Refusal::Missing)?;
+    let ts = payload["webhookTimestamp"].as_i64().ok_or(Refusal::Missing)?;
+    if (now_ms - ts).abs() > LINEAR_WINDOW_MS {
+        return Err(Refusal::Stale);
+    }
+    let delivery = header(headers, "linear-delivery").map(str::to_owned);
+    Ok(delivery.unwrap_or_else(|_| format!("{}-{ts}", payload["webhookId"].as_str().unwrap_or_default())))
+}
+
 /// How far a Slack request's timestamp may be from now.
 pub const SLACK_WINDOW_SECS: i64 = 300;
 
