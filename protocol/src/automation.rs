@@ -253,3 +253,20 @@ pub struct Thread {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issue_key: Option<String>,
 }
+
+impl Thread {
+    /// A thread of `automation_id` answered by `conversation_id`, where yet to be said.
+    pub fn new(automation_id: &str, conversation_id: ConversationId) -> Self {
+        Self {
+            automation_id: automation_id.to_owned(),
+            conversation_id,
+            repository: String::new(),
+            number: 0,
+            is_pull: false,
+            discussion: None,
+            channel: None,
+            thread_ts: None,
+            issue_key: None,
+        }
+    }
+}

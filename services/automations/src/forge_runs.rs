@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::forge::{Ask, Forge};
 use crate::prompt::{self, Fields};
 use crate::runs::{self, Decision, clone_url, read};
-use crate::{Ctx, conversation_link};
+use crate::{Ctx, conversation_link, threads};
 use crate::{github, gitlab};
 
 /// What a conversation started from a forge is first told when the automation says nothing.
@@ -34,36 +34,24 @@ impl Answer {
     /// 👀 and "on it" with the conversation's link; the thread remembered for later mentions and
     /// for the summary. A command delivered again finds the thread and says nothing twice.
     pub async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
-        let conv_key = subjects::automation_conversation_key(conversation_id);
-        if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
+        if threads::acknowledged(ctx, conversation_id).await? {
             return Ok(());
         }
         if let Err(e) = self.forge.react(&self.ask).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no reaction on the forge");
         }
         let thread = Thread {
-            automation_id: a.id.clone(),
-            conversation_id,
             repository: self.ask.repository.clone(),
             number: self.ask.number,
             is_pull: self.ask.is_pull,
             discussion: self.ask.discussion.clone(),
-            channel: None,
-            thread_ts: None,
-            issue_key: None,
+            ..Thread::new(&a.id, conversation_id)
         };
         let link = conversation_link(&ctx.config, conversation_id);
         if let Err(e) = self.forge.comment(&thread, &format!("On it: [the conversation]({link}).")).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no comment on the forge");
         }
-        let bytes = serde_json::to_vec(&thread).unwrap_or_default();
-        let put = |key: String, bytes: Vec<u8>| {
-            let bucket = ctx.bucket.clone();
-            async move { bucket.put(key, bytes.into()).await.map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e)) }
-        };
-        put(self.thread_key.clone(), bytes.clone()).await?;
-        put(conv_key, bytes).await?;
-        Ok(())
+        threads::remember(ctx, &self.thread_key, &thread).await
     }
 
     /// 👀 on the later mention.

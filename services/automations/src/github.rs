@@ -176,7 +176,7 @@ impl Client {
         };
         // Forgejo and Gitea take `token <t>`; GitHub a bearer token.
         let authorization = if forgejo { format!("token {token}") } else { format!("Bearer {token}") };
-        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        let http = crate::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), api, authorization })
     }
 

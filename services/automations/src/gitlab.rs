@@ -104,7 +104,7 @@ impl Client {
     /// The API of `provider` (its `api_url`, else `https://<host>/api/v4`).
     pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
         let api = provider.api_url.clone().unwrap_or_else(|| format!("https://{}/api/v4", provider.host)).trim_end_matches('/').to_owned();
-        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        let http = crate::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), api, token })
     }
 

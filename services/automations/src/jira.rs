@@ -68,7 +68,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(site: &str, email: &str, token: String, allow: &[String]) -> Result<Self, String> {
-        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        let http = crate::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), site: site.trim_end_matches('/').to_owned(), email: email.to_owned(), token })
     }
 

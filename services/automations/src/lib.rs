@@ -20,6 +20,7 @@ pub mod runs;
 pub mod schedules;
 pub mod slack;
 pub mod summaries;
+pub mod threads;
 pub mod tracker;
 
 use std::sync::Arc;
@@ -54,6 +55,19 @@ pub struct Ctx {
     pub automations: Mirror<Automation>,
     /// Opens owners' git provider tokens, to answer on their forges.
     pub vault: Arc<Vault>,
+}
+
+/// The client every call on a user's behalf goes through (the checked resolver, no redirects).
+pub fn http(allow: &[String]) -> Result<reqwest::Client, String> {
+    halyard_platform::outbound::builder(allow).connect_timeout(std::time::Duration::from_secs(5)).build().map_err(|e| e.to_string())
+}
+
+/// The automation's own outbound credential (`what`: a bot token, an API key), opened.
+pub fn open_token(ctx: &Ctx, a: &Automation, what: &str) -> Result<String, String> {
+    let sealed = a.token_sealed.as_deref().ok_or_else(|| format!("the automation has no {what}; set it again"))?;
+    ctx.vault
+        .open(&halyard_protocol::automation::token_slot(&a.id), sealed)
+        .map_err(|e| format!("the {what} does not open ({e}); set it again"))
 }
 
 /// Where a person sees conversation `id` in the web workspace.

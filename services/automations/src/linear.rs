@@ -75,7 +75,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(api_url: Option<&str>, key: String, allow: &[String]) -> Result<Self, String> {
-        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
+        let http = crate::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), api: api_url.unwrap_or("https://api.linear.app/graphql").to_owned(), key })
     }
 

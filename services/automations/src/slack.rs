@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use halyard_platform::{BusError, BusErrorKind, net, outbound};
+use halyard_platform::{BusError, net, outbound};
 use halyard_protocol::automation::{Automation, RunOutcome, Thread};
 use halyard_protocol::system::Repository;
 use halyard_protocol::user::UserGitProviders;
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::prompt::{self, Fields};
 use crate::runs::{Answer, Decision, clone_url, read};
-use crate::{Ctx, conversation_link};
+use crate::{Ctx, conversation_link, threads};
 
 /// What a conversation started from Slack is first told when the automation says nothing.
 const DEFAULT_TEMPLATE: &str = "{{body}}";
@@ -98,8 +98,7 @@ pub struct Client {
 impl Client {
     pub fn new(api_url: Option<&str>, token: String, allow: &[String]) -> Result<Self, String> {
         let api = api_url.unwrap_or("https://slack.com/api").trim_end_matches('/').to_owned();
-        let http = outbound::builder(allow).connect_timeout(Duration::from_secs(5)).build().map_err(|e| e.to_string())?;
-        Ok(Self { http, allow: allow.to_vec(), api, token })
+        Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), api, token })
     }
 
     async fn call(&self, method: &str, body: Value) -> Result<Value, String> {
@@ -140,12 +139,7 @@ impl Client {
 
 /// The automation's Slack client (its bot token opened).
 pub fn client(ctx: &Ctx, a: &Automation, api_url: Option<&str>) -> Result<Client, String> {
-    let sealed = a.token_sealed.as_deref().ok_or("the automation has no bot token; set it again")?;
-    let token = ctx
-        .vault
-        .open(&halyard_protocol::automation::token_slot(&a.id), sealed)
-        .map_err(|e| format!("the bot token does not open ({e}); set it again"))?;
-    Client::new(api_url, token, &ctx.config.gateway.git_api_allow)
+    Client::new(api_url, crate::open_token(ctx, a, "Slack bot token")?, &ctx.config.gateway.git_api_allow)
 }
 
 /// Where a run answers in Slack.
@@ -158,8 +152,7 @@ pub struct SlackAnswer {
 impl SlackAnswer {
     /// 👀 and "on it" in the thread; the thread remembered.
     pub async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
-        let conv_key = subjects::automation_conversation_key(conversation_id);
-        if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
+        if threads::acknowledged(ctx, conversation_id).await? {
             return Ok(());
         }
         let m = &self.mention;
@@ -170,22 +163,9 @@ impl SlackAnswer {
         if let Err(e) = self.client.post(&m.channel, &m.thread_ts, &format!("On it: <{link}|the conversation>.")).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no answer in Slack");
         }
-        let thread = Thread {
-            automation_id: a.id.clone(),
-            conversation_id,
-            repository: String::new(),
-            number: 0,
-            is_pull: false,
-            discussion: None,
-            channel: Some(m.channel.clone()),
-            thread_ts: Some(m.thread_ts.clone()),
-            issue_key: None,
-        };
-        let bytes = serde_json::to_vec(&thread).unwrap_or_default();
-        for key in [self.thread_key.clone(), conv_key] {
-            ctx.bucket.put(key, bytes.clone().into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))?;
-        }
-        Ok(())
+        let thread =
+            Thread { channel: Some(m.channel.clone()), thread_ts: Some(m.thread_ts.clone()), ..Thread::new(&a.id, conversation_id) };
+        threads::remember(ctx, &self.thread_key, &thread).await
     }
 
     /// 👀 on the later mention.

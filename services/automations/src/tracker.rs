@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use halyard_platform::{BusError, BusErrorKind};
+use halyard_platform::BusError;
 use halyard_protocol::automation::{Automation, RunOutcome, Thread};
 use halyard_protocol::system::Repository;
 use halyard_protocol::user::UserGitProviders;
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::prompt::{self, Fields};
 use crate::runs::{Answer, Decision, clone_url, read};
-use crate::{Ctx, conversation_link, jira, linear};
+use crate::{Ctx, conversation_link, jira, linear, threads};
 
 /// What a conversation started from a tracker is first told when the automation says nothing.
 const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis is the issue {{url}}. Do what it asks; when the work is done, open a \
@@ -69,30 +69,15 @@ pub struct TrackerAnswer {
 impl TrackerAnswer {
     /// "On it" with the link; the issue remembered.
     pub async fn on_start(self, ctx: &Ctx, a: &Automation, conversation_id: ConversationId) -> Result<(), BusError> {
-        let conv_key = subjects::automation_conversation_key(conversation_id);
-        if read::<Thread>(&ctx.bucket, &conv_key).await?.is_some() {
+        if threads::acknowledged(ctx, conversation_id).await? {
             return Ok(());
         }
         let link = self.client.link(&conversation_link(&ctx.config, conversation_id), "the conversation");
         if let Err(e) = self.client.comment(&self.key, &format!("On it: {link}.")).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no comment on the tracker");
         }
-        let thread = Thread {
-            automation_id: a.id.clone(),
-            conversation_id,
-            repository: String::new(),
-            number: 0,
-            is_pull: false,
-            discussion: None,
-            channel: None,
-            thread_ts: None,
-            issue_key: Some(self.key.clone()),
-        };
-        let bytes = serde_json::to_vec(&thread).unwrap_or_default();
-        for key in [self.thread_key.clone(), conv_key] {
-            ctx.bucket.put(key, bytes.clone().into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))?;
-        }
-        Ok(())
+        let thread = Thread { issue_key: Some(self.key.clone()), ..Thread::new(&a.id, conversation_id) };
+        threads::remember(ctx, &self.thread_key, &thread).await
     }
 }
 
