@@ -69,6 +69,10 @@ pub enum Trigger {
     /// hooks that add `label`, note hooks that mention `mention`, by a member with Developer
     /// access or more; replies go in the same discussion.
     Gitlab { provider: String, label: String, mention: String },
+    /// Bitbucket Cloud's webhooks (`X-Hub-Signature: sha256=` HMAC of the body with the
+    /// automation's secret): a pull request comment mentioning `mention` by someone with write
+    /// access starts a conversation on the pull request's branch; replies go under the comment.
+    Bitbucket { provider: String, mention: String },
     /// Forgejo's and Gitea's webhooks (`X-Forgejo-Signature` or `X-Gitea-Signature`: hex HMAC of
     /// the body with the automation's secret), acted on as GitHub's; `provider` of kind `forgejo`.
     Forgejo { provider: String, label: String, mention: String },
@@ -125,6 +129,7 @@ impl Trigger {
             Self::Github { .. } => "github",
             Self::Gitlab { .. } => "gitlab",
             Self::Forgejo { .. } => "forgejo",
+            Self::Bitbucket { .. } => "bitbucket",
             Self::Jira { .. } => "jira",
             Self::Linear { .. } => "linear",
             Self::Slack { .. } => "slack",

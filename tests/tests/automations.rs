@@ -893,3 +893,81 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
     assert_eq!(hook(hook_url, &signed(&other, "d-3"), &other).await.1["status"], "duplicate");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+#[tokio::test]
+async fn a_bitbucket_provider_and_a_pull_request_comment_that_mentions_halyard() {
+    init();
+    const PASSWORD: &str = "ATBB-app-password-31c7";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "ws/app.git", ("README.md", "hello\n"));
+    halyard_tests::git(&repos.path().join("ws/app.git"), &["branch", "feature", "main"]);
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "halyard-bot", PASSWORD).await;
+    let bitbucket = halyard_tests::BitbucketServer::start("halyard-bot", PASSWORD, "ws/app", repos.path().to_path_buf()).await;
+    bitbucket.set_permission("557058:sam", "write");
+    let pr = bitbucket.open_pull("feature");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "bitbucket", "host": server.base.trim_start_matches("http://"), "username": "halyard-bot",
+                          "api_url": bitbucket.api_url, "token": PASSWORD});
+    let (s, p) = api.call(reqwest::Method::PUT, "/api/v1/git-providers/bb", Some(provider)).await;
+    assert_eq!(s, 201, "{p}");
+    let (s, listed) = api.get("/api/v1/repositories?provider=bb").await;
+    assert!(s == 200 && listed.to_string().contains("ws/app"), "{listed}");
+    let (s, branches) = api.get("/api/v1/repositories/branches?provider=bb&repository=ws/app").await;
+    assert!(s == 200 && branches["default_branch"] == "main" && branches.to_string().contains("feature"), "{branches}");
+
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "BB bot", "trigger": {"kind": "bitbucket", "provider": "bb"}})).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    llm.push([
+        Reply::tool("terminal", json!({"command": "git rev-parse --abbrev-ref HEAD"})),
+        Reply::tool("halyard__comment_on_pull_request", json!({"number": pr, "body": "Reviewed: looks good."})),
+        Reply::finish("Reviewed it."),
+    ]);
+    let event = |text: &str, account: &str, comment_id: u64| {
+        json!({"actor": {"display_name": "Sam", "nickname": "sam", "account_id": account, "type": "user"},
+               "repository": {"full_name": "ws/app", "name": "app", "type": "repository"},
+               "pullrequest": {"id": pr, "title": "Feature", "description": "Adds the feature.", "source": {"branch": {"name": "feature"}},
+                               "destination": {"branch": {"name": "main"}}, "links": {"html": {"href": "https://bitbucket.org/ws/app/pull-requests/1"}}},
+               "comment": {"id": comment_id, "content": {"raw": text, "markup": "markdown"}}})
+        .to_string()
+    };
+    let headers = |body: &str, delivery: &str| {
+        vec![
+            ("x-hub-signature".to_owned(), format!("sha256={}", hex_hmac(secret, body))),
+            ("x-request-uuid".to_owned(), delivery.to_owned()),
+            ("x-event-key".to_owned(), "pullrequest:comment_created".to_owned()),
+        ]
+    };
+    let body = event("@halyard please review this", "557058:sam", 91);
+    let (s, answer) = hook(hook_url, &headers(&body, "bb-1"), &body).await;
+    assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("bitbucket")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events =
+        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let head =
+        events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(head.contains("feature"), "the conversation works on the pull request's branch: {head}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bitbucket.comments().len() < 3 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", bitbucket.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let comments = bitbucket.comments();
+    // "On it" under the comment that asked, the agent's own comment through the MCP tool, then
+    // the summary under the comment.
+    assert!(comments.iter().all(|(n, _)| *n == pr), "{comments:?}");
+    let texts: Vec<&str> = comments.iter().map(|(_, c)| c["content"]["raw"].as_str().unwrap()).collect();
+    assert!(texts[0].starts_with("On it") && comments[0].1["parent"]["id"] == 91, "{comments:?}");
+    assert!(texts.contains(&"Reviewed: looks good."), "{texts:?}");
+    assert!(texts[2].contains("Reviewed it.") && comments[2].1["parent"]["id"] == 91, "{comments:?}");
+    // Someone without write access starts nothing.
+    let body = event("@halyard merge it", "557058:eve", 92);
+    assert_eq!(hook(hook_url, &headers(&body, "bb-2"), &body).await.0, 202);
+    let latest = runs(&api, id, 2).await.remove(0);
+    assert!(latest["reason"].as_str().unwrap().contains("lacks write access to ws/app"), "{latest}");
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

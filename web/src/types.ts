@@ -107,7 +107,8 @@ export interface Webhook {
 export type AutomationTrigger =
   | { kind: "webhook" }
   | { kind: "schedule"; cron: string; timezone?: string }
-  | { kind: "github" | "gitlab"; provider: string; label?: string; mention?: string }
+  | { kind: "github" | "gitlab" | "forgejo"; provider: string; label?: string; mention?: string }
+  | { kind: "bitbucket"; provider: string; mention?: string }
   | {
       kind: "jira";
       api_url: string;

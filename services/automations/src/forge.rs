@@ -4,7 +4,7 @@
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 
-use crate::{github, gitlab};
+use crate::kinds::{bitbucket, github, gitlab};
 
 /// Hidden in every comment Halyard writes, so that a quote of the mention in it never triggers.
 pub const MARKER: &str = "<!-- halyard -->";
@@ -27,6 +27,8 @@ pub struct Ask {
     pub sender: String,
     /// The sender's numeric id, where the forge asks by it (GitLab).
     pub sender_id: Option<u64>,
+    /// The sender's account id, where the forge asks by it (Bitbucket).
+    pub sender_account: Option<String>,
     /// Where the 👀 goes.
     pub react_to: ReactTo,
     /// The discussion the mention is in, where the forge threads replies (GitLab).
@@ -53,6 +55,7 @@ pub enum ReactTo {
 pub enum Forge {
     Github(github::Client),
     Gitlab(gitlab::Client),
+    Bitbucket(bitbucket::Client),
 }
 
 impl Forge {
@@ -60,6 +63,7 @@ impl Forge {
     pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
         match provider.kind.as_str() {
             "gitlab" => gitlab::Client::new(provider, token, allow).map(Self::Gitlab),
+            "bitbucket" => bitbucket::Client::new(provider, token, allow).map(Self::Bitbucket),
             _ => github::Client::new(provider, token, allow).map(Self::Github),
         }
     }
@@ -69,6 +73,7 @@ impl Forge {
         match self {
             Self::Github(c) => c.can_write(&ask.repository, &ask.sender).await,
             Self::Gitlab(c) => c.can_write(&ask.repository, ask.sender_id.unwrap_or_default()).await,
+            Self::Bitbucket(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
         }
     }
 
@@ -77,6 +82,7 @@ impl Forge {
         match self {
             Self::Github(c) => c.head(repository, number).await,
             Self::Gitlab(c) => c.head(repository, number).await,
+            Self::Bitbucket(c) => c.head(repository, number).await,
         }
     }
 
@@ -85,6 +91,8 @@ impl Forge {
         match self {
             Self::Github(c) => c.react(&ask.repository, ask.react_to).await,
             Self::Gitlab(c) => c.react(ask).await,
+            // Bitbucket takes no reactions: the reply is the acknowledgement.
+            Self::Bitbucket(_) => Ok(()),
         }
     }
 
@@ -93,6 +101,7 @@ impl Forge {
         match self {
             Self::Github(c) => c.comment(&thread.repository, thread.number, text).await,
             Self::Gitlab(c) => c.comment(thread, text).await,
+            Self::Bitbucket(c) => c.comment(thread, text).await,
         }
     }
 }

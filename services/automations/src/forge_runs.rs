@@ -14,10 +14,10 @@ use halyard_protocol::{ConversationId, subjects};
 use sha2::{Digest, Sha256};
 
 use crate::forge::{Ask, Forge};
+use crate::kinds::{bitbucket, github, gitlab};
 use crate::prompt::{self, Fields};
 use crate::runs::{self, Decision, clone_url, read};
 use crate::{Ctx, conversation_link, threads};
-use crate::{github, gitlab};
 
 /// What a conversation started from a forge is first told when the automation says nothing.
 pub const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis comes from {{url}}. Do what it asks in the repository. When the \
@@ -68,6 +68,7 @@ pub enum Kind {
     Github,
     Gitlab,
     Forgejo,
+    Bitbucket,
 }
 
 /// What a forge's webhook starts, continues, or why nothing.
@@ -91,6 +92,7 @@ pub async fn decide(
         Kind::Github => github::read(event, &payload, label, mention),
         Kind::Gitlab => gitlab::read(&payload, label, mention),
         Kind::Forgejo => github::read_forgejo(event, &payload, label, mention),
+        Kind::Bitbucket => bitbucket::read(event, &payload, mention),
     };
     let mut ask = match read_ask {
         Ok(ask) => ask,
@@ -144,7 +146,7 @@ pub async fn decide(
     let repository = Some(Repository { url: clone_url(p, &ask.repository), branch });
     let noun = match (kind, ask.is_pull) {
         (_, false) => "issue",
-        (Kind::Github | Kind::Forgejo, true) => "pull_request",
+        (Kind::Github | Kind::Forgejo | Kind::Bitbucket, true) => "pull_request",
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);

@@ -11,14 +11,10 @@
 
 pub mod forge;
 pub mod forge_runs;
-pub mod github;
-pub mod gitlab;
-pub mod jira;
-pub mod linear;
+pub mod kinds;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;
-pub mod slack;
 pub mod summaries;
 pub mod threads;
 pub mod tracker;

@@ -19,8 +19,9 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::kinds::{jira, linear, slack};
 use crate::prompt::{self, Fields};
-use crate::{Ctx, forge_runs, jira, linear, slack, tracker};
+use crate::{Ctx, forge_runs, tracker};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
@@ -205,6 +206,10 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         }
         (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
             return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;
+        }
+        (Trigger::Bitbucket { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
+            let event = event.as_deref().unwrap_or_default();
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Bitbucket, provider, "", mention, event, body).await;
         }
         (Trigger::Forgejo { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();

@@ -13,9 +13,10 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
 use crate::forge::Forge;
+use crate::kinds::{jira, linear, slack};
 use crate::runs::read;
+use crate::tracker;
 use crate::{Ctx, conversation_link};
-use crate::{jira, linear, slack, tracker};
 
 /// Serves until `shutdown`.
 pub async fn run(ctx: Ctx, shutdown: Shutdown) {
@@ -85,7 +86,10 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         summary.push_str(&format!("\n\nPull request: {url}"));
     }
     let said = match &a.trigger {
-        Trigger::Github { provider, .. } | Trigger::Gitlab { provider, .. } | Trigger::Forgejo { provider, .. } => {
+        Trigger::Github { provider, .. }
+        | Trigger::Gitlab { provider, .. }
+        | Trigger::Forgejo { provider, .. }
+        | Trigger::Bitbucket { provider, .. } => {
             let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
             let Some(p) = git.providers.get(provider) else { return Ok(()) };
             let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {

@@ -13,9 +13,10 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 use serde_json::Value;
 
+use crate::kinds::{jira, linear};
 use crate::prompt::{self, Fields};
 use crate::runs::{Answer, Decision, clone_url, read};
-use crate::{Ctx, conversation_link, jira, linear, threads};
+use crate::{Ctx, conversation_link, threads};
 
 /// What a conversation started from a tracker is first told when the automation says nothing.
 const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis is the issue {{url}}. Do what it asks; when the work is done, open a \

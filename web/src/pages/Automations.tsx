@@ -189,6 +189,8 @@ function describe(a: Automation): string {
   const on = a.repository ? ` on ${a.repository.full_name}` : "";
   if (t.kind === "schedule") return `schedule ${t.cron} (${t.timezone ?? "UTC"})${on}`;
   if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
+  if (t.kind === "forgejo") return `Forgejo: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
+  if (t.kind === "bitbucket") return `Bitbucket: mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "slack") return `Slack: channels ${Object.keys(t.channels).join(", ")}`;
   if (t.kind === "linear") return `Linear: teams ${Object.keys(t.teams).join(", ")}, label ${t.label}, mention ${t.mention}`;

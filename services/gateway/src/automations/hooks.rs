@@ -86,8 +86,14 @@ pub async fn receive(
         }
         proto::Trigger::Linear { .. } => (verify::linear(&secret, &headers, &body, now).map_err(|why| refused(kind, why))?, None),
         proto::Trigger::Jira { .. } => {
-            let delivery = verify::jira(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
+            let delivery =
+                verify::hub_signature(&secret, &headers, &body, "x-atlassian-webhook-identifier").map_err(|why| refused(kind, why))?;
             (delivery, None)
+        }
+        proto::Trigger::Bitbucket { .. } => {
+            let delivery = verify::hub_signature(&secret, &headers, &body, "x-request-uuid").map_err(|why| refused(kind, why))?;
+            let event = headers.get("x-event-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            (delivery, event)
         }
         proto::Trigger::Slack { .. } => {
             verify::slack(&secret, &headers, &body, now / 1000).map_err(|why| refused(kind, why))?;

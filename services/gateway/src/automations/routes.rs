@@ -71,6 +71,16 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Bitbucket Cloud's webhooks (the repository's Repository settings → Webhooks → Add webhook:
+    /// the URL, the secret; trigger Pull request: Comment created). A pull request comment
+    /// mentioning `mention` (default `@halyard`) by someone with write access starts a
+    /// conversation on the pull request's branch; replies go under the comment. `provider`: one of
+    /// your git providers of kind `bitbucket`.
+    Bitbucket {
+        provider: String,
+        #[serde(default)]
+        mention: Option<String>,
+    },
     /// Forgejo's or Gitea's webhooks (the repository's Settings → Webhooks → Add webhook →
     /// Forgejo/Gitea: the URL, `application/json`, the secret; events: Issues, Issue comments, Pull
     /// requests and their comments). Acted on as the `github` kind; `provider`: one of your git
@@ -177,6 +187,10 @@ impl TriggerBody {
                 let (provider, label, mention) = check_forge(state, user, "gitlab", provider, label, mention).await?;
                 proto::Trigger::Gitlab { provider, label, mention }
             }
+            Self::Bitbucket { provider, mention } => {
+                let (provider, _, mention) = check_forge(state, user, "bitbucket", provider, None, mention).await?;
+                proto::Trigger::Bitbucket { provider, mention }
+            }
             Self::Forgejo { provider, label, mention } => {
                 let (provider, label, mention) = check_forge(state, user, "forgejo", provider, label, mention).await?;
                 proto::Trigger::Forgejo { provider, label, mention }
@@ -227,6 +241,9 @@ impl TriggerBody {
             }
             proto::Trigger::Gitlab { provider, label, mention } => {
                 Self::Gitlab { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
+            }
+            proto::Trigger::Bitbucket { provider, mention } => {
+                Self::Bitbucket { provider: provider.clone(), mention: Some(mention.clone()) }
             }
             proto::Trigger::Forgejo { provider, label, mention } => {
                 Self::Forgejo { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }

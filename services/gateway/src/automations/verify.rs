@@ -98,11 +98,12 @@ pub fn forgejo(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String
     Ok((delivery.to_owned(), event.to_owned()))
 }
 
-/// Jira (`X-Hub-Signature: sha256=<hex HMAC-SHA256 of the body>`; the delivery id
-/// `X-Atlassian-Webhook-Identifier`, the same on Jira's retries of one delivery).
-pub fn jira(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<String, Refusal> {
+/// `X-Hub-Signature: sha256=<hex HMAC-SHA256 of the body>`, as Jira and Bitbucket sign, with the
+/// delivery id in `delivery_header` (Jira's `X-Atlassian-Webhook-Identifier`, Bitbucket's
+/// `X-Request-UUID`: the same on the sender's retries of one delivery).
+pub fn hub_signature(secret: &str, headers: &HeaderMap, body: &[u8], delivery_header: &str) -> Result<String, Refusal> {
     let given = header(headers, "x-hub-signature")?;
-    let delivery = header(headers, "x-atlassian-webhook-identifier")?;
+    let delivery = header(headers, delivery_header)?;
     let expected = format!("sha256={}", to_hex(&hmac_sha256(secret.as_bytes(), body).ok_or(Refusal::BadSignature)?));
     if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         return Err(Refusal::BadSignature);

@@ -47,6 +47,9 @@ pub fn api_base(p: &GitProvider) -> Option<String> {
         ("gitlab", host) => Some(format!("https://{host}/api/v4")),
         // Forgejo and Gitea: GitHub's paths, under their own base.
         ("forgejo", host) => Some(format!("https://{host}/api/v1")),
+        // Bitbucket Cloud's API is on its own host.
+        ("bitbucket", "bitbucket.org") => Some("https://api.bitbucket.org/2.0".into()),
+        ("bitbucket", host) => Some(format!("https://api.{host}/2.0")),
         _ => None,
     }
 }
@@ -111,6 +114,42 @@ struct GithubRepo {
     description: Option<String>,
 }
 
+/// A page of Bitbucket's API.
+#[derive(Deserialize)]
+struct BitbucketPage<T> {
+    values: Vec<T>,
+}
+
+#[derive(Deserialize)]
+struct BitbucketRepo {
+    full_name: String,
+    #[serde(default)]
+    is_private: bool,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    mainbranch: Option<BitbucketBranch>,
+    links: BitbucketLinks,
+}
+
+#[derive(Deserialize)]
+struct BitbucketBranch {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct BitbucketLinks {
+    #[serde(default)]
+    clone: Vec<BitbucketHref>,
+}
+
+#[derive(Deserialize)]
+struct BitbucketHref {
+    #[serde(default)]
+    name: String,
+    href: String,
+}
+
 #[derive(Deserialize)]
 struct GitlabProject {
     path_with_namespace: String,
@@ -128,9 +167,23 @@ struct GitlabProject {
 pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Repository>, ForgeError> {
     let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
     let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
-    let headers = auth_headers(&p.kind, token);
+    let headers = provider_headers(p, token);
     let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     match p.kind.as_str() {
+        "bitbucket" => {
+            let url = format!("{base}/repositories?role=member&sort=-updated_on&pagelen={PAGE}");
+            let page: BitbucketPage<BitbucketRepo> = get(allow, &url, &headers).await?;
+            Ok(page
+                .values
+                .iter()
+                .filter(|r| wanted(&r.full_name))
+                .map(|r| {
+                    let clone = r.links.clone.iter().find(|c| c.name == "https").map(|c| c.href.as_str()).unwrap_or_default();
+                    let branch = r.mainbranch.as_ref().map_or("main", |b| b.name.as_str());
+                    repository(name, &r.full_name, clone, branch, r.is_private, r.description.as_deref())
+                })
+                .collect())
+        }
         "gitlab" => {
             let url = format!("{base}/projects?membership=true&simple=true&order_by=last_activity_at&per_page={PAGE}");
             let url = if q.is_empty() { url } else { format!("{url}&search={}", percent(q)) };
@@ -159,6 +212,24 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
         }
     }
 }
+
+/// The headers that carry `p`'s token, as its forge wants them.
+fn provider_headers(p: &GitProvider, token: &str) -> Vec<(&'static str, String)> {
+    if p.kind == "bitbucket" {
+        // An app password or API token goes with the account's name as basic auth; a workspace or
+        // repository access token (no name given) as a bearer token.
+        if p.username.is_empty() || p.username == BITBUCKET_TOKEN_USER {
+            return vec![("Authorization", format!("Bearer {token}"))];
+        }
+        use base64::Engine;
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{}:{token}", p.username));
+        return vec![("Authorization", format!("Basic {basic}"))];
+    }
+    auth_headers(&p.kind, token)
+}
+
+/// The name git sends with a Bitbucket access token (and the API's sign that none was given).
+pub const BITBUCKET_TOKEN_USER: &str = "x-token-auth";
 
 /// The headers that carry `token` to a forge of `kind`, as it wants them.
 fn auth_headers(kind: &str, token: &str) -> Vec<(&'static str, String)> {
@@ -242,11 +313,17 @@ impl Target<'_> {
         self.provider.kind == "gitlab"
     }
 
+    fn is_bitbucket(&self) -> bool {
+        self.provider.kind == "bitbucket"
+    }
+
     /// The repository's own API URL.
     fn url(&self) -> Result<String, ForgeError> {
         let base = api_base(self.provider).ok_or_else(|| ForgeError::NoApi(self.provider.kind.clone()))?;
         Ok(if self.is_gitlab() {
             format!("{base}/projects/{}", percent(self.full_name))
+        } else if self.is_bitbucket() {
+            format!("{base}/repositories/{}", self.full_name)
         } else {
             format!("{base}/repos/{}", self.full_name)
         })
@@ -258,7 +335,7 @@ impl Target<'_> {
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, ForgeError> {
-        let headers = auth_headers(&self.provider.kind, self.token);
+        let headers = provider_headers(self.provider, self.token);
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         send(self.allow, method, &format!("{}{path}", self.url()?), &headers, body).await
     }
@@ -274,6 +351,12 @@ struct Branch {
 /// The repository's branches (the first hundred), each `{name, protected}`, and which is the
 /// default.
 pub async fn branches(t: Target<'_>) -> Result<Branches, ForgeError> {
+    if t.is_bitbucket() {
+        let (found, default): (BitbucketPage<Branch>, _) =
+            futures::try_join!(t.call(reqwest::Method::GET, "/refs/branches?pagelen=100", None), default_branch(t))?;
+        let branches = found.values.into_iter().map(|b| BranchView { name: b.name, protected: b.protected }).collect();
+        return Ok(Branches { repository: t.full_name.to_owned(), default_branch: default, branches });
+    }
     let path = if t.is_gitlab() { "/repository/branches?per_page=100" } else { "/branches?per_page=100" };
     let (found, default): (Vec<Branch>, _) = futures::try_join!(t.call(reqwest::Method::GET, path, None), default_branch(t))?;
     let branches = found.into_iter().map(|b| BranchView { name: b.name, protected: b.protected }).collect();
@@ -285,9 +368,12 @@ async fn default_branch(t: Target<'_>) -> Result<String, ForgeError> {
     struct Repo {
         #[serde(default)]
         default_branch: Option<String>,
+        /// Bitbucket's name for it.
+        #[serde(default)]
+        mainbranch: Option<BitbucketBranch>,
     }
     let repo: Repo = t.call(reqwest::Method::GET, "", None).await?;
-    Ok(repo.default_branch.unwrap_or_else(|| "main".into()))
+    Ok(repo.default_branch.or(repo.mainbranch.map(|b| b.name)).unwrap_or_else(|| "main".into()))
 }
 
 /// A pull (merge) request to open.
@@ -323,6 +409,21 @@ pub async fn create_pull_request(t: Target<'_>, pr: &NewPullRequest) -> Result<V
         let made: Made = t.call(reqwest::Method::POST, "/merge_requests", Some(&request)).await?;
         return Ok(json!({"number": made.iid, "url": made.web_url, "head": pr.head, "base": base}));
     }
+    if t.is_bitbucket() {
+        #[derive(Deserialize)]
+        struct Made {
+            id: u64,
+            links: MadeLinks,
+        }
+        #[derive(Deserialize)]
+        struct MadeLinks {
+            html: BitbucketHref,
+        }
+        let request = json!({"title": pr.title, "description": body, "draft": pr.draft,
+                             "source": {"branch": {"name": pr.head}}, "destination": {"branch": {"name": base}}});
+        let made: Made = t.call(reqwest::Method::POST, "/pullrequests", Some(&request)).await?;
+        return Ok(json!({"number": made.id, "url": made.links.html.href, "head": pr.head, "base": base}));
+    }
     #[derive(Deserialize)]
     struct Made {
         number: u64,
@@ -340,6 +441,11 @@ pub async fn comment(t: Target<'_>, number: u64, body: &str) -> Result<Value, Fo
         id: u64,
         #[serde(default)]
         html_url: Option<String>,
+    }
+    if t.is_bitbucket() {
+        let made: Made =
+            t.call(reqwest::Method::POST, &format!("/pullrequests/{number}/comments"), Some(&json!({"content": {"raw": body}}))).await?;
+        return Ok(json!({"id": made.id, "url": made.html_url}));
     }
     let path = if t.is_gitlab() { format!("/merge_requests/{number}/notes") } else { format!("/issues/{number}/comments") };
     let made: Made = t.call(reqwest::Method::POST, &path, Some(&json!({"body": body}))).await?;
@@ -368,6 +474,7 @@ mod tests {
         assert_eq!(api_base(&provider("github", "ghe.corp.example", None)).as_deref(), Some("https://ghe.corp.example/api/v3"));
         assert_eq!(api_base(&provider("gitlab", "gitlab.com", None)).as_deref(), Some("https://gitlab.com/api/v4"));
         assert_eq!(api_base(&provider("forgejo", "codeberg.org", None)).as_deref(), Some("https://codeberg.org/api/v1"));
+        assert_eq!(api_base(&provider("bitbucket", "bitbucket.org", None)).as_deref(), Some("https://api.bitbucket.org/2.0"));
         assert_eq!(api_base(&provider("generic", "git.example", None)), None);
         assert_eq!(api_base(&provider("github", "x", Some("http://forge.example/api/"))).as_deref(), Some("http://forge.example/api"));
         assert_eq!(percent("a b/c"), "a%20b%2Fc");

@@ -29,7 +29,9 @@ pub const MAX_PROVIDERS: usize = 20;
 #[schema(as = GitProviderUpdate)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
-    /// `github` (default), `gitlab`, `forgejo` (Forgejo or Gitea, any host) or `generic`.
+    /// `github` (default), `gitlab`, `forgejo` (Forgejo or Gitea, any host), `bitbucket`
+    /// (Bitbucket Cloud: an app password or API token with `username`, or a workspace or
+    /// repository access token without) or `generic`.
     #[serde(default)]
     pub kind: Option<String>,
     /// `host` or `host:port` of the repositories' URLs (`github.com` for GitHub's kind).
@@ -51,7 +53,7 @@ pub struct PutBody {
 #[schema(as = GitProvider)]
 pub struct ProviderView {
     pub name: String,
-    /// `github`, `gitlab`, `forgejo` or `generic`.
+    /// `github`, `gitlab`, `forgejo`, `bitbucket` or `generic`.
     pub kind: String,
     pub host: String,
     pub username: String,
@@ -86,6 +88,7 @@ fn default_host(kind: &str) -> Option<&'static str> {
     match kind {
         "github" => Some("github.com"),
         "gitlab" => Some("gitlab.com"),
+        "bitbucket" => Some("bitbucket.org"),
         _ => None,
     }
 }
@@ -93,6 +96,8 @@ fn default_host(kind: &str) -> Option<&'static str> {
 fn default_username(kind: &str) -> &'static str {
     match kind {
         "gitlab" => "oauth2",
+        // An access token's name; an app password goes with the account's own (give `username`).
+        "bitbucket" => forge::BITBUCKET_TOKEN_USER,
         _ => "x-access-token",
     }
 }
@@ -138,10 +143,10 @@ pub async fn put(
 ) -> Result<impl IntoResponse, ApiError> {
     check_name("name", &name)?;
     let kind = body.kind.clone().unwrap_or_else(|| "github".into());
-    if !["github", "gitlab", "forgejo", "generic"].contains(&kind.as_str()) {
+    if !["github", "gitlab", "forgejo", "bitbucket", "generic"].contains(&kind.as_str()) {
         return Err(ApiError::bad_request(
             "invalid_field",
-            format!("`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea) or generic"),
+            format!("`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea), bitbucket (Bitbucket Cloud) or generic"),
         ));
     }
     let host = match (body.host.as_deref(), default_host(&kind)) {

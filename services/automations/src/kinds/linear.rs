@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::Ctx;
 use crate::forge::MARKER;
-use crate::github::mentions;
+use crate::kinds::github::mentions;
 use crate::tracker::Ask;
 
 /// The work a Linear webhook's `payload` asks for, or why none.

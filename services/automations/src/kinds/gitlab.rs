@@ -1,7 +1,7 @@
 //! The `gitlab` kind: what in a GitLab webhook (issue, merge request and note hooks) asks for
 //! work ([`read`]), and GitLab's API as Halyard answers with it ([`Client`]): a member's access
 //! level (Developer or more may ask), 👀 as an award emoji, and replies in the same discussion.
-//! Mentions follow the GitHub kind's rules ([`crate::github::mentions`]).
+//! Mentions follow the GitHub kind's rules ([`crate::kinds::github::mentions`]).
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
 use crate::forge::{Ask, MARKER, ReactTo};
-use crate::github::mentions;
+use crate::kinds::github::mentions;
 
 /// GitLab's Developer access level: members from it up may push.
 const DEVELOPER: u64 = 30;
@@ -41,6 +41,7 @@ pub fn read(payload: &Value, label: &str, mention: &str) -> Result<Ask, String> 
         url: text(&item["url"]),
         sender: sender.clone(),
         sender_id: payload["user"]["id"].as_u64(),
+        sender_account: None,
         react_to: ReactTo::Issue(item["iid"].as_u64().unwrap_or_default()),
         discussion: None,
         project: payload["project"]["id"].as_u64(),

@@ -39,6 +39,7 @@ pub fn read(event: &str, payload: &Value, label: &str, mention: &str) -> Result<
         url: text(&item["html_url"]),
         sender: sender.clone(),
         sender_id: payload["sender"]["id"].as_u64(),
+        sender_account: None,
         react_to: ReactTo::Issue(item["number"].as_u64().unwrap_or_default()),
         discussion: None,
         project: None,
