@@ -4,11 +4,14 @@
 
 import { useEffect, useState, type FormEvent } from "react";
 import { api, errorText } from "../api";
-import type { Automation, AutomationRun, NewAutomation } from "../types";
+import type { Automation, AutomationRun, AutomationTrigger, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
-type Kind = "webhook" | "schedule" | "github" | "gitlab" | "slack";
+type Kind = "webhook" | "schedule" | "github" | "gitlab" | "forgejo" | "bitbucket" | "slack" | "jira" | "linear";
+
+/** Kinds answered through one of the user's git providers, with a label (but Bitbucket) and a mention. */
+const FORGES: Kind[] = ["github", "gitlab", "forgejo", "bitbucket"];
 
 /** `C0123=owner/name` (or a bare channel id) a line, as the trigger's `channels`. */
 function parseChannels(text: string): Record<string, string | null> {
@@ -36,6 +39,8 @@ export function Automations({ me }: { me: string }) {
   const [botToken, setBotToken] = useState("");
   const [channels, setChannels] = useState("");
   const [slackUsers, setSlackUsers] = useState("");
+  const [site, setSite] = useState("");
+  const [email, setEmail] = useState("");
   const [label, setLabel] = useState("halyard");
   const [mention, setMention] = useState("@halyard");
 
@@ -54,31 +59,36 @@ export function Automations({ me }: { me: string }) {
     }
   };
 
+  const optional = (v: string) => v.trim() || undefined;
+  const trigger = (): AutomationTrigger => {
+    switch (kind) {
+      case "schedule":
+        return { kind, cron: cron.trim(), timezone: optional(timezone) };
+      case "slack": {
+        const users = Object.fromEntries(slackUsers.split(/[\s,]+/).filter(Boolean).map((u) => [u, me]));
+        return { kind, signing_secret: signingSecret.trim(), bot_token: botToken.trim(), channels: parseChannels(channels), users, provider: optional(provider) };
+      }
+      case "jira":
+        return { kind, api_url: site.trim(), email: email.trim(), api_token: botToken.trim(), projects: parseChannels(channels), provider: optional(provider), label: optional(label), mention: optional(mention) };
+      case "linear":
+        return { kind, signing_secret: signingSecret.trim(), api_key: botToken.trim(), teams: parseChannels(channels), provider: optional(provider), label: optional(label), mention: optional(mention) };
+      case "bitbucket":
+        return { kind, provider: provider.trim(), mention: optional(mention) };
+      case "github":
+      case "gitlab":
+      case "forgejo":
+        return { kind, provider: provider.trim(), label: optional(label), mention: optional(mention) };
+      default:
+        return { kind: "webhook" };
+    }
+  };
+
   const create = (e: FormEvent) => {
     e.preventDefault();
     run(async () => {
       const body: NewAutomation = {
         name: name.trim(),
-        trigger:
-          kind === "schedule"
-            ? { kind, cron: cron.trim(), timezone: timezone.trim() || undefined }
-            : kind === "slack"
-              ? {
-                  kind,
-                  signing_secret: signingSecret.trim(),
-                  bot_token: botToken.trim(),
-                  channels: parseChannels(channels),
-                  users: Object.fromEntries(
-                    slackUsers
-                      .split(/[\s,]+/)
-                      .filter(Boolean)
-                      .map((u) => [u, me]),
-                  ),
-                  provider: provider.trim() || undefined,
-                }
-              : kind === "github" || kind === "gitlab"
-              ? { kind, provider: provider.trim(), label: label.trim() || undefined, mention: mention.trim() || undefined }
-              : { kind },
+        trigger: trigger(),
         prompt: prompt.trim() || undefined,
       };
       if (provider.trim() && repo.trim()) body.repository = { provider: provider.trim(), full_name: repo.trim() };
@@ -99,7 +109,11 @@ export function Automations({ me }: { me: string }) {
             <option value="schedule">Schedule: at fixed times</option>
             <option value="github">GitHub: a label or a mention</option>
             <option value="gitlab">GitLab: a label or a mention</option>
+            <option value="forgejo">Forgejo or Gitea: a label or a mention</option>
+            <option value="bitbucket">Bitbucket: a mention in a pull request</option>
             <option value="slack">Slack: a mention of the bot</option>
+            <option value="jira">Jira: a label or a mention</option>
+            <option value="linear">Linear: a label or a mention</option>
           </select>
           <input aria-label="Name" placeholder="Name" value={name} onChange={(e) => setName(e.target.value)} required />
         </div>
@@ -113,11 +127,34 @@ export function Automations({ me }: { me: string }) {
             <input aria-label="Slack users" placeholder="Your Slack user ids (U0456DEF), separated by spaces" value={slackUsers} onChange={(e) => setSlackUsers(e.target.value)} required />
           </>
         )}
-        {(kind === "github" || kind === "gitlab") && (
+        {(FORGES.includes(kind) || kind === "jira" || kind === "linear") && (
           <div className="inline-form">
-            <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />
+            {kind !== "bitbucket" && <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />}
             <input aria-label="Mention" placeholder="@halyard" value={mention} onChange={(e) => setMention(e.target.value)} />
           </div>
+        )}
+        {(kind === "jira" || kind === "linear") && (
+          <>
+            <div className="inline-form">
+              {kind === "jira" ? (
+                <>
+                  <input aria-label="Jira site" placeholder="https://acme.atlassian.net" value={site} onChange={(e) => setSite(e.target.value)} required />
+                  <input aria-label="Jira account e-mail" placeholder="bot@acme.com" value={email} onChange={(e) => setEmail(e.target.value)} required />
+                </>
+              ) : (
+                <input aria-label="Signing secret" type="password" placeholder="The webhook's signing secret" value={signingSecret} onChange={(e) => setSigningSecret(e.target.value)} required />
+              )}
+              <input aria-label="API token" type="password" placeholder={kind === "jira" ? "Jira API token" : "lin_api_..."} value={botToken} onChange={(e) => setBotToken(e.target.value)} required />
+            </div>
+            <textarea
+              aria-label={kind === "jira" ? "Projects" : "Teams"}
+              placeholder={"KEY=owner/repo\nOTHER"}
+              value={channels}
+              onChange={(e) => setChannels(e.target.value)}
+              rows={2}
+              required
+            />
+          </>
         )}
         {kind === "schedule" && (
           <div className="inline-form">
@@ -140,10 +177,10 @@ export function Automations({ me }: { me: string }) {
         <div className="inline-form">
           <input
             aria-label="Git provider"
-            placeholder={kind === "github" || kind === "gitlab" ? `Git provider (a ${kind} one)` : "Git provider (optional)"}
+            placeholder={FORGES.includes(kind) ? `Git provider (a ${kind} one)` : "Git provider (optional)"}
             value={provider}
             onChange={(e) => setProvider(e.target.value)}
-            required={kind === "github" || kind === "gitlab"}
+            required={FORGES.includes(kind)}
           />
           <input aria-label="Repository" placeholder="owner/name" value={repo} onChange={(e) => setRepo(e.target.value)} />
           <button type="submit">Create automation</button>
@@ -202,7 +239,19 @@ function describe(a: Automation): string {
 function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
   return (
     <div className="card secret" role="status" aria-label="Hook setup">
-      {automation.trigger.kind === "slack" ? (
+      {automation.trigger.kind === "bitbucket" ? (
+        <p>
+          In the repository's Repository settings → Webhooks → Add webhook: paste this URL and the secret below; trigger Pull request →
+          Comment created. The secret is shown this once.
+        </p>
+      ) : automation.trigger.kind === "jira" ? (
+        <p>
+          In Jira's Settings → System → WebHooks → Create a WebHook: paste this URL and the secret below; events Issue updated and
+          Comment created. The secret is shown this once.
+        </p>
+      ) : automation.trigger.kind === "linear" ? (
+        <p>In Linear's Settings → API → Webhooks → New webhook: paste this URL; data change events Issues and Comments.</p>
+      ) : automation.trigger.kind === "slack" ? (
         <p>
           In the Slack app's settings: Event Subscriptions → Request URL: this URL; subscribe to the bot event <code>app_mention</code>;
           OAuth scopes <code>app_mentions:read</code>, <code>chat:write</code>, <code>reactions:write</code>.
@@ -212,7 +261,7 @@ function HookSetup({ automation, onDone }: { automation: Automation; onDone: () 
           In the project's Settings → Webhooks → Add new webhook: paste this URL, paste the secret below as the Secret token, and pick
           Issues events, Comments and Merge request events. The secret is shown this once.
         </p>
-      ) : automation.trigger.kind === "github" ? (
+      ) : automation.trigger.kind === "github" || automation.trigger.kind === "forgejo" ? (
         <p>
           In the repository's Settings → Webhooks → Add webhook: paste this URL as the Payload URL, choose{" "}
           <code>application/json</code>, paste the secret below as the Secret, and pick the events Issues, Issue comments, Pull
