@@ -462,6 +462,19 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(github.comments().len(), 3, "{:?}", github.comments());
+    // The command line makes the same kind of automation.
+    let out = std::process::Command::new(halyard_bin())
+        .args(["automations", "add", "CLI bot", "--github", "work", "--mention", "@ship-it"])
+        .env("HALYARD_URL", &h.http)
+        .env("HALYARD_API_KEY", ALICE)
+        .env("HOME", h.data.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains("CLI bot  github  enabled") && said.contains("secret (shown once): whsec_"), "{said}");
+    let (_, list) = api.get("/api/v1/automations").await;
+    let made = list["items"].as_array().unwrap().iter().find(|a| a["name"] == "CLI bot").cloned().unwrap();
+    assert_eq!(made["trigger"], json!({"kind": "github", "provider": "work", "label": "halyard", "mention": "@ship-it"}));
     assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }

@@ -22,11 +22,29 @@ pub enum AutomationCommand {
         /// Its name.
         name: String,
         /// Started by requests signed as Standard Webhooks, posted to its hook URL.
-        #[arg(long, conflicts_with = "schedule", required_unless_present = "schedule")]
+        #[arg(long, group = "trigger")]
         webhook: bool,
         /// Started at each tick of this five-field cron expression (`"0 3 * * 1-5"`).
-        #[arg(long)]
+        #[arg(long, group = "trigger")]
         schedule: Option<String>,
+        /// Started by a label or a mention on GitHub; answered with this git provider of yours.
+        #[arg(long, group = "trigger", value_name = "PROVIDER")]
+        github: Option<String>,
+        /// Started by a label or a mention on GitLab; answered with this git provider of yours.
+        #[arg(long, group = "trigger", value_name = "PROVIDER")]
+        gitlab: Option<String>,
+        /// Started by a label or a mention on Forgejo or Gitea; answered with this git provider.
+        #[arg(long, group = "trigger", value_name = "PROVIDER")]
+        forgejo: Option<String>,
+        /// Started by a mention in a Bitbucket pull request; answered with this git provider.
+        #[arg(long, group = "trigger", value_name = "PROVIDER")]
+        bitbucket: Option<String>,
+        /// The label that starts work on a forge (`halyard` if absent).
+        #[arg(long)]
+        label: Option<String>,
+        /// The mention that starts work on a forge (`@halyard` if absent).
+        #[arg(long)]
+        mention: Option<String>,
         /// The schedule's IANA time zone (UTC if absent).
         #[arg(long, requires = "schedule")]
         timezone: Option<String>,
@@ -75,11 +93,34 @@ pub async fn run(command: AutomationCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        AutomationCommand::Add { name, webhook, schedule, timezone, prompt, repo, branch, llm_profile, disabled, conn } => {
+        AutomationCommand::Add {
+            name,
+            webhook,
+            schedule,
+            github,
+            gitlab,
+            forgejo,
+            bitbucket,
+            label,
+            mention,
+            timezone,
+            prompt,
+            repo,
+            branch,
+            llm_profile,
+            disabled,
+            conn,
+        } => {
             let c = Client::new(conn.url, conn.api_key)?;
-            let trigger = match schedule {
-                Some(cron) if !webhook => json!({"kind": "schedule", "cron": cron, "timezone": timezone}),
-                _ => json!({"kind": "webhook"}),
+            let forge = [("github", github), ("gitlab", gitlab), ("forgejo", forgejo), ("bitbucket", bitbucket)]
+                .into_iter()
+                .find_map(|(kind, provider)| provider.map(|p| (kind, p)));
+            let trigger = match (schedule, forge) {
+                (Some(cron), _) => json!({"kind": "schedule", "cron": cron, "timezone": timezone}),
+                (None, Some(("bitbucket", provider))) => json!({"kind": "bitbucket", "provider": provider, "mention": mention}),
+                (None, Some((kind, provider))) => json!({"kind": kind, "provider": provider, "label": label, "mention": mention}),
+                (None, None) if webhook => json!({"kind": "webhook"}),
+                (None, None) => bail!("say what starts it: --webhook, --schedule CRON, --github/--gitlab/--forgejo/--bitbucket PROVIDER"),
             };
             let mut body = json!({"name": name, "trigger": trigger, "prompt": prompt, "llm_profile": llm_profile, "enabled": !disabled});
             if let Some(r) = repo {
