@@ -10,6 +10,8 @@ use crate::client::Client;
 
 /// The automation commands.
 #[derive(Subcommand, Debug)]
+// Parsed once per process: the size of the one value made does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum AutomationCommand {
     /// Your automations: kind, state, last run and next tick.
     Ls {
