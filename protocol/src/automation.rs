@@ -73,6 +73,11 @@ pub enum Trigger {
     /// automation's secret): a pull request comment mentioning `mention` by someone with write
     /// access starts a conversation on the pull request's branch; replies go under the comment.
     Bitbucket { provider: String, mention: String },
+    /// Azure DevOps service hooks (basic auth with the credentials Halyard made: `halyard` and
+    /// the automation's secret): a pull request comment or a work item comment mentioning
+    /// `mention` starts a conversation (a pull request's on its source branch, a work item's on the
+    /// automation's repository); replies go in the pull request's thread or on the work item.
+    AzureDevops { provider: String, mention: String },
     /// Forgejo's and Gitea's webhooks (`X-Forgejo-Signature` or `X-Gitea-Signature`: hex HMAC of
     /// the body with the automation's secret), acted on as GitHub's; `provider` of kind `forgejo`.
     Forgejo { provider: String, label: String, mention: String },
@@ -130,6 +135,7 @@ impl Trigger {
             Self::Gitlab { .. } => "gitlab",
             Self::Forgejo { .. } => "forgejo",
             Self::Bitbucket { .. } => "bitbucket",
+            Self::AzureDevops { .. } => "azure_devops",
             Self::Jira { .. } => "jira",
             Self::Linear { .. } => "linear",
             Self::Slack { .. } => "slack",

@@ -9,6 +9,7 @@
 //! * [`github`]: a scripted GitHub REST server that checks the token it is sent;
 //! * [`chaos`]: conversations and webhooks through a cluster while its processes are killed.
 
+pub mod azure;
 pub mod bitbucket;
 pub mod chaos;
 pub mod docker;
@@ -24,6 +25,7 @@ pub mod python;
 pub mod receiver;
 pub mod slack;
 
+pub use azure::AzureServer;
 pub use bitbucket::BitbucketServer;
 pub use git_http::{GitServer, bare_repository, git};
 pub use github::GithubServer;

@@ -984,3 +984,95 @@ async fn a_bitbucket_provider_and_a_pull_request_comment_that_mentions_halyard()
     assert!(latest["reason"].as_str().unwrap().contains("lacks write access to ws/app"), "{latest}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+#[tokio::test]
+async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items() {
+    init();
+    const PAT: &str = "azdo-pat-4f1e9";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "acme/web/_git/site", ("README.md", "site\n"));
+    let bare = repos.path().join("acme/web/_git/site");
+    halyard_tests::git(&bare, &["branch", "ci", "main"]);
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "pat", PAT).await;
+    let azure = halyard_tests::AzureServer::start(PAT, "acme", bare).await;
+    let pr = azure.open_pull("ci");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider =
+        json!({"kind": "azure_devops", "host": server.base.trim_start_matches("http://"), "api_url": azure.org_url, "token": PAT});
+    let (s, p) = api.call(reqwest::Method::PUT, "/api/v1/git-providers/az", Some(provider)).await;
+    assert_eq!(s, 201, "{p}");
+    let (s, listed) = api.get("/api/v1/repositories?provider=az").await;
+    assert!(s == 200 && listed["items"][0]["full_name"] == "acme/web/site", "{listed}");
+    let (s, branches) = api.get("/api/v1/repositories/branches?provider=az&repository=acme/web/site").await;
+    assert!(s == 200 && branches["default_branch"] == "main" && branches.to_string().contains("\"ci\""), "{branches}");
+
+    let body = json!({"name": "AzDO bot", "trigger": {"kind": "azure_devops", "provider": "az"},
+                      "repository": {"provider": "az", "full_name": "acme/web/site"}});
+    let (s, a) = api.post("/api/v1/automations", body).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    use base64::Engine;
+    let auth = |password: &str| {
+        vec![(
+            "authorization".to_owned(),
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("halyard:{password}"))),
+        )]
+    };
+
+    // A pull request comment: a conversation on its source branch; replies in its thread.
+    llm.push([
+        Reply::tool("terminal", json!({"command": "git rev-parse --abbrev-ref HEAD"})),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Follow-up", "head": "ci"})),
+        Reply::finish("Fixed the build."),
+    ]);
+    let event = json!({"id": "9a1c-01", "eventType": "ms.vss-code.git-pullrequest-comment-event", "publisherId": "tfs",
+        "resource": {
+            "comment": {"id": 2, "content": "@halyard the build is red", "author": {"displayName": "Dana", "id": "u-1"},
+                        "_links": {"threads": {"href": format!("{}/_apis/git/repositories/r-1/pullRequests/{pr}/threads/77", azure.org_url)}}},
+            "pullRequest": {"pullRequestId": pr, "title": "CI", "description": "Make CI green", "sourceRefName": "refs/heads/ci",
+                            "repository": {"id": "r-1", "name": "site", "url": format!("{}/_apis/git/repositories/r-1", azure.org_url),
+                                           "webUrl": format!("{}/web/_git/site", azure.org_url), "project": {"name": "web"}}}},
+        "resourceContainers": {"account": {"baseUrl": format!("{}/", azure.org_url)}}})
+    .to_string();
+    assert_eq!(hook(hook_url, &auth("wrong"), &event).await.0, 401);
+    let (s, answer) = hook(hook_url, &auth(secret), &event).await;
+    assert_eq!((s, answer["delivery_id"].as_str()), (202, Some("9a1c-01")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("azure_devops")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events =
+        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let head =
+        events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(head.contains("ci"), "{head}");
+    assert_eq!(azure.pulls().len(), 2, "the agent's pull request through the MCP tool: {:?}", azure.pulls());
+    assert_eq!(azure.pulls()[1]["sourceRefName"], "refs/heads/ci");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while azure.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", azure.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let comments = azure.comments();
+    let thread = format!("/acme/web/_apis/git/repositories/site/pullRequests/{pr}/threads/77/comments");
+    assert!(comments.iter().all(|(p, _)| *p == thread), "{comments:?}");
+    assert!(comments[0].1["content"].as_str().unwrap().starts_with("On it"), "{comments:?}");
+    assert!(comments[1].1["content"].as_str().unwrap().contains("Fixed the build."), "{comments:?}");
+
+    // A work item comment: a conversation on the automation's repository; comments on the item.
+    llm.push([Reply::finish("Looked into it.")]);
+    let item = json!({"id": "9a1c-02", "eventType": "workitem.commented", "resource": {"id": 12, "rev": 3,
+        "fields": {"System.Title": "Slow page", "System.History": "<div>@halyard&nbsp;why is it slow?</div>", "System.ChangedBy": "Dana"},
+        "_links": {"html": {"href": format!("{}/web/_workitems/edit/12", azure.org_url)}}}})
+    .to_string();
+    assert_eq!(hook(hook_url, &auth(secret), &item).await.0, 202);
+    let run = runs(&api, id, 2).await.remove(0);
+    assert_eq!(run["outcome"], "started", "{run}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while azure.comments().iter().filter(|(p, _)| p.contains("/workItems/12/comments")).count() < 2 {
+        assert!(Instant::now() < deadline, "no work item summary: {:?}", azure.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

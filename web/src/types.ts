@@ -108,7 +108,7 @@ export type AutomationTrigger =
   | { kind: "webhook" }
   | { kind: "schedule"; cron: string; timezone?: string }
   | { kind: "github" | "gitlab" | "forgejo"; provider: string; label?: string; mention?: string }
-  | { kind: "bitbucket"; provider: string; mention?: string }
+  | { kind: "bitbucket" | "azure_devops"; provider: string; mention?: string }
   | {
       kind: "jira";
       api_url: string;

@@ -4,7 +4,7 @@
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 
-use crate::kinds::{bitbucket, github, gitlab};
+use crate::kinds::{azure_devops, bitbucket, github, gitlab};
 
 /// Hidden in every comment Halyard writes, so that a quote of the mention in it never triggers.
 pub const MARKER: &str = "<!-- halyard -->";
@@ -56,6 +56,7 @@ pub enum Forge {
     Github(github::Client),
     Gitlab(gitlab::Client),
     Bitbucket(bitbucket::Client),
+    AzureDevops(azure_devops::Client),
 }
 
 impl Forge {
@@ -64,6 +65,7 @@ impl Forge {
         match provider.kind.as_str() {
             "gitlab" => gitlab::Client::new(provider, token, allow).map(Self::Gitlab),
             "bitbucket" => bitbucket::Client::new(provider, token, allow).map(Self::Bitbucket),
+            "azure_devops" => azure_devops::Client::new(provider, token, allow).map(Self::AzureDevops),
             _ => github::Client::new(provider, token, allow).map(Self::Github),
         }
     }
@@ -74,6 +76,8 @@ impl Forge {
             Self::Github(c) => c.can_write(&ask.repository, &ask.sender).await,
             Self::Gitlab(c) => c.can_write(&ask.repository, ask.sender_id.unwrap_or_default()).await,
             Self::Bitbucket(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
+            // Not asked: Azure DevOps' permissions are per security namespace (see the kind).
+            Self::AzureDevops(_) => Ok(true),
         }
     }
 
@@ -83,6 +87,7 @@ impl Forge {
             Self::Github(c) => c.head(repository, number).await,
             Self::Gitlab(c) => c.head(repository, number).await,
             Self::Bitbucket(c) => c.head(repository, number).await,
+            Self::AzureDevops(c) => c.head(repository, number).await,
         }
     }
 
@@ -92,7 +97,7 @@ impl Forge {
             Self::Github(c) => c.react(&ask.repository, ask.react_to).await,
             Self::Gitlab(c) => c.react(ask).await,
             // Bitbucket takes no reactions: the reply is the acknowledgement.
-            Self::Bitbucket(_) => Ok(()),
+            Self::Bitbucket(_) | Self::AzureDevops(_) => Ok(()),
         }
     }
 
@@ -102,6 +107,7 @@ impl Forge {
             Self::Github(c) => c.comment(&thread.repository, thread.number, text).await,
             Self::Gitlab(c) => c.comment(thread, text).await,
             Self::Bitbucket(c) => c.comment(thread, text).await,
+            Self::AzureDevops(c) => c.comment(thread, text).await,
         }
     }
 }

@@ -14,7 +14,7 @@ use halyard_protocol::{ConversationId, subjects};
 use sha2::{Digest, Sha256};
 
 use crate::forge::{Ask, Forge};
-use crate::kinds::{bitbucket, github, gitlab};
+use crate::kinds::{azure_devops, bitbucket, github, gitlab};
 use crate::prompt::{self, Fields};
 use crate::runs::{self, Decision, clone_url, read};
 use crate::{Ctx, conversation_link, threads};
@@ -69,6 +69,7 @@ pub enum Kind {
     Gitlab,
     Forgejo,
     Bitbucket,
+    AzureDevops,
 }
 
 /// What a forge's webhook starts, continues, or why nothing.
@@ -93,6 +94,7 @@ pub async fn decide(
         Kind::Gitlab => gitlab::read(&payload, label, mention),
         Kind::Forgejo => github::read_forgejo(event, &payload, label, mention),
         Kind::Bitbucket => bitbucket::read(event, &payload, mention),
+        Kind::AzureDevops => azure_devops::read(&payload, mention, a.repository.as_ref().map(|r| r.full_name.as_str())),
     };
     let mut ask = match read_ask {
         Ok(ask) => ask,
@@ -146,7 +148,7 @@ pub async fn decide(
     let repository = Some(Repository { url: clone_url(p, &ask.repository), branch });
     let noun = match (kind, ask.is_pull) {
         (_, false) => "issue",
-        (Kind::Github | Kind::Forgejo | Kind::Bitbucket, true) => "pull_request",
+        (Kind::Github | Kind::Forgejo | Kind::Bitbucket | Kind::AzureDevops, true) => "pull_request",
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);

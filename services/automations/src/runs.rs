@@ -207,6 +207,10 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
             return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;
         }
+        (Trigger::AzureDevops { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
+            let event = event.as_deref().unwrap_or_default();
+            return forge_runs::decide(ctx, a, forge_runs::Kind::AzureDevops, provider, "", mention, event, body).await;
+        }
         (Trigger::Bitbucket { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
             return forge_runs::decide(ctx, a, forge_runs::Kind::Bitbucket, provider, "", mention, event, body).await;
@@ -245,6 +249,12 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
 pub fn clone_url(provider: &halyard_protocol::user::GitProvider, full_name: &str) -> String {
     // A forge whose API is plain HTTP (a test's, a LAN's) serves its repositories so too.
     let scheme = if provider.api_url.as_deref().is_some_and(|u| u.starts_with("http://")) { "http" } else { "https" };
+    if provider.kind == "azure_devops" {
+        // `organization/project/repository` is `organization/project/_git/repository` in git.
+        if let [org, project, repo] = full_name.splitn(3, '/').collect::<Vec<_>>()[..] {
+            return format!("{scheme}://{}/{org}/{project}/_git/{repo}", provider.host);
+        }
+    }
     format!("{scheme}://{}/{full_name}.git", provider.host)
 }
 

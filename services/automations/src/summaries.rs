@@ -89,7 +89,8 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         Trigger::Github { provider, .. }
         | Trigger::Gitlab { provider, .. }
         | Trigger::Forgejo { provider, .. }
-        | Trigger::Bitbucket { provider, .. } => {
+        | Trigger::Bitbucket { provider, .. }
+        | Trigger::AzureDevops { provider, .. } => {
             let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
             let Some(p) = git.providers.get(provider) else { return Ok(()) };
             let Ok(token) = ctx.vault.open(&halyard_platform::vault::git_token_slot(&a.owner.0, provider), &p.token_sealed) else {

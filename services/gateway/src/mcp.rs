@@ -286,8 +286,9 @@ impl Tools {
 /// `owner/name` of a repository's http(s) URL.
 fn repository_path(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url).ok()?;
-    let path = parsed.path().trim_matches('/').trim_end_matches(".git");
-    (path.contains('/')).then(|| path.to_owned())
+    // Azure DevOps names `organization/project/repository` `organization/project/_git/repository`.
+    let path = parsed.path().trim_matches('/').trim_end_matches(".git").replacen("/_git/", "/", 1);
+    (path.contains('/')).then_some(path)
 }
 
 #[cfg(test)]
@@ -299,6 +300,7 @@ mod tests {
         assert_eq!(repository_path("https://github.com/acme/app.git").as_deref(), Some("acme/app"));
         assert_eq!(repository_path("https://gitlab.com/group/sub/app").as_deref(), Some("group/sub/app"));
         assert_eq!(repository_path("https://github.com/app.git"), None);
+        assert_eq!(repository_path("https://dev.azure.com/acme/web/_git/site").as_deref(), Some("acme/web/site"));
     }
 
     #[test]

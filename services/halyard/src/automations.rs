@@ -41,6 +41,10 @@ pub enum AutomationCommand {
         /// Started by a mention in a Bitbucket pull request; answered with this git provider.
         #[arg(long, group = "trigger", value_name = "PROVIDER")]
         bitbucket: Option<String>,
+        /// Started by a mention in an Azure DevOps pull request or work item; answered with this
+        /// git provider.
+        #[arg(long, group = "trigger", value_name = "PROVIDER")]
+        azure_devops: Option<String>,
         /// The label that starts work on a forge (`halyard` if absent).
         #[arg(long)]
         label: Option<String>,
@@ -103,6 +107,7 @@ pub async fn run(command: AutomationCommand) -> Result<i32> {
             gitlab,
             forgejo,
             bitbucket,
+            azure_devops,
             label,
             mention,
             timezone,
@@ -114,15 +119,20 @@ pub async fn run(command: AutomationCommand) -> Result<i32> {
             conn,
         } => {
             let c = Client::new(conn.url, conn.api_key)?;
-            let forge = [("github", github), ("gitlab", gitlab), ("forgejo", forgejo), ("bitbucket", bitbucket)]
-                .into_iter()
-                .find_map(|(kind, provider)| provider.map(|p| (kind, p)));
+            let forge =
+                [("github", github), ("gitlab", gitlab), ("forgejo", forgejo), ("bitbucket", bitbucket), ("azure_devops", azure_devops)]
+                    .into_iter()
+                    .find_map(|(kind, provider)| provider.map(|p| (kind, p)));
             let trigger = match (schedule, forge) {
                 (Some(cron), _) => json!({"kind": "schedule", "cron": cron, "timezone": timezone}),
-                (None, Some(("bitbucket", provider))) => json!({"kind": "bitbucket", "provider": provider, "mention": mention}),
+                (None, Some((kind @ ("bitbucket" | "azure_devops"), provider))) => {
+                    json!({"kind": kind, "provider": provider, "mention": mention})
+                }
                 (None, Some((kind, provider))) => json!({"kind": kind, "provider": provider, "label": label, "mention": mention}),
                 (None, None) if webhook => json!({"kind": "webhook"}),
-                (None, None) => bail!("say what starts it: --webhook, --schedule CRON, --github/--gitlab/--forgejo/--bitbucket PROVIDER"),
+                (None, None) => {
+                    bail!("say what starts it: --webhook, --schedule CRON, --github/--gitlab/--forgejo/--bitbucket/--azure-devops PROVIDER")
+                }
             };
             let mut body = json!({"name": name, "trigger": trigger, "prompt": prompt, "llm_profile": llm_profile, "enabled": !disabled});
             if let Some(r) = repo {

@@ -81,7 +81,7 @@ enum Command {
     /// Your automations: work started by signed requests or on a schedule.
     Automations {
         #[command(subcommand)]
-        command: automations::AutomationCommand,
+        command: Box<automations::AutomationCommand>,
     },
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
@@ -198,7 +198,7 @@ fn main() -> Result<()> {
         }
         Command::Automations { command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
-            let code = runtime.block_on(automations::run(command))?;
+            let code = runtime.block_on(automations::run(*command))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

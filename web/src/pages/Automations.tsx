@@ -8,10 +8,10 @@ import type { Automation, AutomationRun, AutomationTrigger, NewAutomation } from
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
-type Kind = "webhook" | "schedule" | "github" | "gitlab" | "forgejo" | "bitbucket" | "slack" | "jira" | "linear";
+type Kind = "webhook" | "schedule" | "github" | "gitlab" | "forgejo" | "bitbucket" | "azure_devops" | "slack" | "jira" | "linear";
 
 /** Kinds answered through one of the user's git providers, with a label (but Bitbucket) and a mention. */
-const FORGES: Kind[] = ["github", "gitlab", "forgejo", "bitbucket"];
+const FORGES: Kind[] = ["github", "gitlab", "forgejo", "bitbucket", "azure_devops"];
 
 /** `C0123=owner/name` (or a bare channel id) a line, as the trigger's `channels`. */
 function parseChannels(text: string): Record<string, string | null> {
@@ -73,6 +73,7 @@ export function Automations({ me }: { me: string }) {
       case "linear":
         return { kind, signing_secret: signingSecret.trim(), api_key: botToken.trim(), teams: parseChannels(channels), provider: optional(provider), label: optional(label), mention: optional(mention) };
       case "bitbucket":
+      case "azure_devops":
         return { kind, provider: provider.trim(), mention: optional(mention) };
       case "github":
       case "gitlab":
@@ -111,6 +112,7 @@ export function Automations({ me }: { me: string }) {
             <option value="gitlab">GitLab: a label or a mention</option>
             <option value="forgejo">Forgejo or Gitea: a label or a mention</option>
             <option value="bitbucket">Bitbucket: a mention in a pull request</option>
+            <option value="azure_devops">Azure DevOps: a mention in a pull request or work item</option>
             <option value="slack">Slack: a mention of the bot</option>
             <option value="jira">Jira: a label or a mention</option>
             <option value="linear">Linear: a label or a mention</option>
@@ -129,7 +131,7 @@ export function Automations({ me }: { me: string }) {
         )}
         {(FORGES.includes(kind) || kind === "jira" || kind === "linear") && (
           <div className="inline-form">
-            {kind !== "bitbucket" && <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />}
+            {kind !== "bitbucket" && kind !== "azure_devops" && <input aria-label="Label" placeholder="halyard" value={label} onChange={(e) => setLabel(e.target.value)} />}
             <input aria-label="Mention" placeholder="@halyard" value={mention} onChange={(e) => setMention(e.target.value)} />
           </div>
         )}
@@ -228,6 +230,7 @@ function describe(a: Automation): string {
   if (t.kind === "github") return `GitHub: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "forgejo") return `Forgejo: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "bitbucket") return `Bitbucket: mention ${t.mention}, via ${t.provider}${on}`;
+  if (t.kind === "azure_devops") return `Azure DevOps: mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "slack") return `Slack: channels ${Object.keys(t.channels).join(", ")}`;
   if (t.kind === "linear") return `Linear: teams ${Object.keys(t.teams).join(", ")}, label ${t.label}, mention ${t.mention}`;
@@ -239,7 +242,13 @@ function describe(a: Automation): string {
 function HookSetup({ automation, onDone }: { automation: Automation; onDone: () => void }) {
   return (
     <div className="card secret" role="status" aria-label="Hook setup">
-      {automation.trigger.kind === "bitbucket" ? (
+      {automation.trigger.kind === "azure_devops" ? (
+        <p>
+          In the project's Project settings → Service hooks → Web Hooks, for "Pull request commented on" and "Work item commented on":
+          paste this URL, basic authentication with the user name <code>halyard</code> and the secret below as the password. The
+          secret is shown this once.
+        </p>
+      ) : automation.trigger.kind === "bitbucket" ? (
         <p>
           In the repository's Repository settings → Webhooks → Add webhook: paste this URL and the secret below; trigger Pull request →
           Comment created. The secret is shown this once.

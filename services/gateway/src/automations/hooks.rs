@@ -90,6 +90,10 @@ pub async fn receive(
                 verify::hub_signature(&secret, &headers, &body, "x-atlassian-webhook-identifier").map_err(|why| refused(kind, why))?;
             (delivery, None)
         }
+        proto::Trigger::AzureDevops { .. } => {
+            let (delivery, event) = verify::azure_devops(&secret, &headers, &body).map_err(|why| refused(kind, why))?;
+            (delivery, Some(event))
+        }
         proto::Trigger::Bitbucket { .. } => {
             let delivery = verify::hub_signature(&secret, &headers, &body, "x-request-uuid").map_err(|why| refused(kind, why))?;
             let event = headers.get("x-event-key").and_then(|v| v.to_str().ok()).map(str::to_owned);

@@ -81,6 +81,17 @@ pub enum TriggerBody {
         #[serde(default)]
         mention: Option<String>,
     },
+    /// Azure DevOps service hooks (Project settings → Service hooks → Web Hooks, events "Pull
+    /// request commented on" and "Work item commented on": the URL, basic authentication with the
+    /// user name `halyard` and the `secret` as the password, resource details to send: All). A
+    /// comment mentioning `mention` (default `@halyard`) starts a conversation; replies go in the
+    /// pull request's thread or on the work item. `provider`: one of your `azure_devops` git
+    /// providers.
+    AzureDevops {
+        provider: String,
+        #[serde(default)]
+        mention: Option<String>,
+    },
     /// Forgejo's or Gitea's webhooks (the repository's Settings → Webhooks → Add webhook →
     /// Forgejo/Gitea: the URL, `application/json`, the secret; events: Issues, Issue comments, Pull
     /// requests and their comments). Acted on as the `github` kind; `provider`: one of your git
@@ -187,6 +198,10 @@ impl TriggerBody {
                 let (provider, label, mention) = check_forge(state, user, "gitlab", provider, label, mention).await?;
                 proto::Trigger::Gitlab { provider, label, mention }
             }
+            Self::AzureDevops { provider, mention } => {
+                let (provider, _, mention) = check_forge(state, user, "azure_devops", provider, None, mention).await?;
+                proto::Trigger::AzureDevops { provider, mention }
+            }
             Self::Bitbucket { provider, mention } => {
                 let (provider, _, mention) = check_forge(state, user, "bitbucket", provider, None, mention).await?;
                 proto::Trigger::Bitbucket { provider, mention }
@@ -241,6 +256,9 @@ impl TriggerBody {
             }
             proto::Trigger::Gitlab { provider, label, mention } => {
                 Self::Gitlab { provider: provider.clone(), label: Some(label.clone()), mention: Some(mention.clone()) }
+            }
+            proto::Trigger::AzureDevops { provider, mention } => {
+                Self::AzureDevops { provider: provider.clone(), mention: Some(mention.clone()) }
             }
             proto::Trigger::Bitbucket { provider, mention } => {
                 Self::Bitbucket { provider: provider.clone(), mention: Some(mention.clone()) }

@@ -111,6 +111,24 @@ pub fn hub_signature(secret: &str, headers: &HeaderMap, body: &[u8], delivery_he
     Ok(delivery.to_owned())
 }
 
+/// The user name of the basic-auth credentials Halyard makes for Azure DevOps service hooks.
+pub const AZURE_USER: &str = "halyard";
+
+/// Azure DevOps service hooks: `Authorization: Basic` with [`AZURE_USER`] and the automation's
+/// secret, compared in constant time; the delivery id is the notification's `id` in the body
+/// (the same on the service's retries), read once the credentials checked out.
+pub fn azure_devops(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Refusal> {
+    use base64::Engine;
+    let given = header(headers, "authorization")?;
+    let expected = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{AZURE_USER}:{secret}")));
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(Refusal::BadSignature);
+    }
+    let payload: serde_json::Value = serde_json::from_slice(body).map_err(|_| Refusal::Missing)?;
+    let id = payload["id"].as_str().ok_or(Refusal::Missing)?;
+    Ok((id.to_owned(), payload["eventType"].as_str().unwrap_or_default().to_owned()))
+}
+
 /// How far a Linear request's `webhookTimestamp` may be from now (its SDK's own window).
 pub const LINEAR_WINDOW_MS: i64 = 60_000;
 

@@ -50,6 +50,9 @@ pub fn api_base(p: &GitProvider) -> Option<String> {
         // Bitbucket Cloud's API is on its own host.
         ("bitbucket", "bitbucket.org") => Some("https://api.bitbucket.org/2.0".into()),
         ("bitbucket", host) => Some(format!("https://api.{host}/2.0")),
+        // Azure DevOps: the host; an `api_url` may name the organization whose repositories
+        // the picker lists (`https://dev.azure.com/<organization>`).
+        ("azure_devops", host) => Some(format!("https://{host}")),
         _ => None,
     }
 }
@@ -165,6 +168,9 @@ struct GitlabProject {
 /// The repositories `name`'s token reaches whose full name contains `q` (any case), most
 /// recently updated first.
 pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Repository>, ForgeError> {
+    if p.kind == "azure_devops" {
+        return crate::settings::azure_devops::repositories(allow, name, p, token, q).await;
+    }
     let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
     let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
     let headers = provider_headers(p, token);
@@ -270,7 +276,7 @@ async fn get<T: serde::de::DeserializeOwned>(allow: &[String], url: &str, header
     send(allow, reqwest::Method::GET, url, headers, None).await
 }
 
-async fn send<T: serde::de::DeserializeOwned>(
+pub(crate) async fn send<T: serde::de::DeserializeOwned>(
     allow: &[String],
     method: reqwest::Method,
     url: &str,
@@ -351,6 +357,9 @@ struct Branch {
 /// The repository's branches (the first hundred), each `{name, protected}`, and which is the
 /// default.
 pub async fn branches(t: Target<'_>) -> Result<Branches, ForgeError> {
+    if t.provider.kind == "azure_devops" {
+        return crate::settings::azure_devops::branches(t).await;
+    }
     if t.is_bitbucket() {
         let (found, default): (BitbucketPage<Branch>, _) =
             futures::try_join!(t.call(reqwest::Method::GET, "/refs/branches?pagelen=100", None), default_branch(t))?;
@@ -393,6 +402,9 @@ pub struct NewPullRequest {
 
 /// Opens `pr`; what the forge made: `{number, url, head, base}`.
 pub async fn create_pull_request(t: Target<'_>, pr: &NewPullRequest) -> Result<Value, ForgeError> {
+    if t.provider.kind == "azure_devops" {
+        return crate::settings::azure_devops::create_pull_request(t, pr).await;
+    }
     let base = match &pr.base {
         Some(b) => b.clone(),
         None => default_branch(t).await?,
@@ -436,6 +448,9 @@ pub async fn create_pull_request(t: Target<'_>, pr: &NewPullRequest) -> Result<V
 
 /// Comments `body` on pull (merge) request `number`; `{id, url}` of the comment.
 pub async fn comment(t: Target<'_>, number: u64, body: &str) -> Result<Value, ForgeError> {
+    if t.provider.kind == "azure_devops" {
+        return crate::settings::azure_devops::comment(t, number, body).await;
+    }
     #[derive(Deserialize)]
     struct Made {
         id: u64,

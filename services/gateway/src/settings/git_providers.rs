@@ -89,6 +89,7 @@ fn default_host(kind: &str) -> Option<&'static str> {
         "github" => Some("github.com"),
         "gitlab" => Some("gitlab.com"),
         "bitbucket" => Some("bitbucket.org"),
+        "azure_devops" => Some("dev.azure.com"),
         _ => None,
     }
 }
@@ -98,6 +99,8 @@ fn default_username(kind: &str) -> &'static str {
         "gitlab" => "oauth2",
         // An access token's name; an app password goes with the account's own (give `username`).
         "bitbucket" => forge::BITBUCKET_TOKEN_USER,
+        // Azure DevOps takes a personal access token with any name.
+        "azure_devops" => "pat",
         _ => "x-access-token",
     }
 }
@@ -143,10 +146,12 @@ pub async fn put(
 ) -> Result<impl IntoResponse, ApiError> {
     check_name("name", &name)?;
     let kind = body.kind.clone().unwrap_or_else(|| "github".into());
-    if !["github", "gitlab", "forgejo", "bitbucket", "generic"].contains(&kind.as_str()) {
+    if !["github", "gitlab", "forgejo", "bitbucket", "azure_devops", "generic"].contains(&kind.as_str()) {
         return Err(ApiError::bad_request(
             "invalid_field",
-            format!("`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea), bitbucket (Bitbucket Cloud) or generic"),
+            format!(
+                "`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea), bitbucket (Bitbucket Cloud), azure_devops or generic"
+            ),
         ));
     }
     let host = match (body.host.as_deref(), default_host(&kind)) {

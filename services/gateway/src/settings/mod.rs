@@ -2,6 +2,7 @@
 //! providers (and what their forges answer: repositories, branches), MCP servers; all kept in
 //! the user's key-value store ([`user_store`]).
 
+pub mod azure_devops;
 pub mod defaults;
 pub mod forge;
 pub mod git_providers;

@@ -1,0 +1,208 @@
+//! The `azure_devops` kind: a pull request comment or a work item comment (Azure DevOps service
+//! hooks) that mentions Halyard starts work ([`read`]); Halyard answers through Azure DevOps'
+//! REST API (7.1, a personal access token as basic auth): in the pull request's thread, or as a
+//! comment on the work item. Azure DevOps has no reactions and its permissions are not asked:
+//! anyone who may comment where the service hook listens may start work (see the README).
+
+use std::time::Duration;
+
+use halyard_platform::net;
+use halyard_protocol::automation::Thread;
+use halyard_protocol::user::GitProvider;
+use serde_json::{Value, json};
+
+use crate::forge::{Ask, MARKER, ReactTo};
+use crate::kinds::github::mentions;
+
+const VERSION: &str = "api-version=7.1";
+
+/// The organization in an Azure DevOps URL (`https://dev.azure.com/<org>/...`).
+fn organization(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    rest.split('/').nth(1).filter(|o| !o.is_empty() && !o.starts_with('_')).map(str::to_owned)
+}
+
+/// Text from Azure DevOps' HTML (work item comments come as HTML): tags dropped, entities of
+/// the common kinds put back.
+fn text_of(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&nbsp;", " ").replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&")
+}
+
+/// The work a service hook's payload asks for, or why it asks for none. `repository` is the
+/// automation's (`organization/project/repository`), where work item comments go.
+pub fn read(payload: &Value, mention: &str, repository: Option<&str>) -> Result<Ask, String> {
+    let r = &payload["resource"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match payload["eventType"].as_str().unwrap_or_default() {
+        "ms.vss-code.git-pullrequest-comment-event" => {
+            let comment = text(&r["comment"]["content"]);
+            check(&comment, mention)?;
+            let pr = &r["pullRequest"];
+            let repo = &pr["repository"];
+            let org = organization(repo["url"].as_str().or(repo["webUrl"].as_str()).unwrap_or_default()).unwrap_or_default();
+            let thread = r["comment"]["_links"]["threads"]["href"].as_str().and_then(|h| h.rsplit('/').next()).map(str::to_owned);
+            let ask = Ask {
+                repository: format!("{org}/{}/{}", text(&repo["project"]["name"]), text(&repo["name"])),
+                number: pr["pullRequestId"].as_u64().unwrap_or_default(),
+                is_pull: true,
+                head: pr["sourceRefName"].as_str().map(|b| b.strip_prefix("refs/heads/").unwrap_or(b).to_owned()),
+                title: text(&pr["title"]),
+                body: text(&pr["description"]),
+                comment: Some(comment),
+                url: format!("{}/pullrequest/{}", text(&repo["webUrl"]), pr["pullRequestId"]),
+                sender: text(&r["comment"]["author"]["displayName"]),
+                sender_id: None,
+                sender_account: r["comment"]["author"]["id"].as_str().map(str::to_owned),
+                react_to: ReactTo::Nothing,
+                discussion: thread,
+                project: None,
+            };
+            if org.is_empty() || ask.number == 0 {
+                return Err("the payload names no pull request".into());
+            }
+            Ok(ask)
+        }
+        "workitem.commented" => {
+            let comment = text_of(r["fields"]["System.History"].as_str().unwrap_or_default());
+            check(&comment, mention)?;
+            let Some(repository) = repository else {
+                return Err("a work item's comment needs the automation's repository to work in".into());
+            };
+            let id = r["id"].as_u64().unwrap_or_default();
+            Ok(Ask {
+                repository: repository.to_owned(),
+                number: id,
+                is_pull: false,
+                head: None,
+                title: text(&r["fields"]["System.Title"]),
+                body: text_of(r["fields"]["System.Description"].as_str().unwrap_or_default()),
+                comment: Some(comment),
+                url: text(&r["_links"]["html"]["href"]),
+                sender: text(&r["fields"]["System.ChangedBy"]),
+                sender_id: None,
+                sender_account: None,
+                react_to: ReactTo::Nothing,
+                discussion: None,
+                project: None,
+            })
+        }
+        other => Err(format!("Azure DevOps' `{other}` is not acted on")),
+    }
+}
+
+fn check(comment: &str, mention: &str) -> Result<(), String> {
+    if comment.contains(MARKER) || comment.contains("halyard-marker") {
+        return Err("Halyard's own comment".into());
+    }
+    if !mentions(comment, mention) {
+        return Err(format!("no mention of {mention}"));
+    }
+    Ok(())
+}
+
+/// Azure DevOps' REST API, with the owner's personal access token.
+pub struct Client {
+    http: reqwest::Client,
+    allow: Vec<String>,
+    host: String,
+    authorization: String,
+}
+
+impl Client {
+    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
+        use base64::Engine;
+        let url = provider.api_url.clone().unwrap_or_else(|| format!("https://{}", provider.host));
+        let (scheme, rest) = url.split_once("://").unwrap_or(("https", url.as_str()));
+        let host = format!("{scheme}://{}", rest.split('/').next().unwrap_or_default());
+        let user = if provider.username.is_empty() { "pat" } else { provider.username.as_str() };
+        let authorization = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}")));
+        Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), host, authorization })
+    }
+
+    async fn send(&self, method: reqwest::Method, url: &str, body: Option<Value>) -> Result<Value, String> {
+        net::check_destination(url, &self.allow).await.map_err(|e| e.to_string())?;
+        let mut req = self.http.request(method, url).timeout(Duration::from_secs(20)).header("Authorization", &self.authorization);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| halyard_platform::outbound::why(&e.without_url()))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("Azure DevOps answered {status}"));
+        }
+        Ok(resp.json().await.unwrap_or(Value::Null))
+    }
+
+    fn repo_url(&self, repository: &str) -> Result<String, String> {
+        let mut it = repository.splitn(3, '/');
+        match (it.next(), it.next(), it.next()) {
+            (Some(o), Some(p), Some(r)) => Ok(format!("{}/{o}/{p}/_apis/git/repositories/{r}", self.host)),
+            _ => Err(format!("{repository:?} is not `organization/project/repository`")),
+        }
+    }
+
+    /// A pull request's source branch.
+    pub async fn head(&self, repository: &str, id: u64) -> Result<String, String> {
+        let v = self.send(reqwest::Method::GET, &format!("{}/pullrequests/{id}?{VERSION}", self.repo_url(repository)?), None).await?;
+        let name = v["sourceRefName"].as_str().ok_or("the pull request has no source branch")?;
+        Ok(name.strip_prefix("refs/heads/").unwrap_or(name).to_owned())
+    }
+
+    /// A reply in the pull request's thread (a new thread without one), or a comment on the work
+    /// item.
+    pub async fn comment(&self, thread: &Thread, text: &str) -> Result<(), String> {
+        let marked = format!("{text}\n\n{MARKER}");
+        if !thread.is_pull {
+            let mut it = thread.repository.splitn(3, '/');
+            let (Some(org), Some(project)) = (it.next(), it.next()) else { return Err("no organization and project".into()) };
+            let url = format!("{}/{org}/{project}/_apis/wit/workItems/{}/comments?api-version=7.1-preview.4", self.host, thread.number);
+            return self.send(reqwest::Method::POST, &url, Some(json!({"text": marked}))).await.map(|_| ());
+        }
+        let base = format!("{}/pullRequests/{}/threads", self.repo_url(&thread.repository)?, thread.number);
+        match &thread.discussion {
+            Some(id) => {
+                let body = json!({"content": marked, "parentCommentId": 1, "commentType": 1});
+                self.send(reqwest::Method::POST, &format!("{base}/{id}/comments?{VERSION}"), Some(body)).await.map(|_| ())
+            }
+            None => {
+                let body = json!({"comments": [{"parentCommentId": 0, "content": marked, "commentType": 1}], "status": "active"});
+                self.send(reqwest::Method::POST, &format!("{base}?{VERSION}"), Some(body)).await.map(|_| ())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_request_and_work_item_comments_are_read() {
+        let pr = json!({"eventType": "ms.vss-code.git-pullrequest-comment-event", "id": "n1", "resource": {
+            "comment": {"id": 2, "content": "@halyard fix the build", "author": {"displayName": "Dana", "id": "u-1"},
+                        "_links": {"threads": {"href": "https://dev.azure.com/acme/_apis/git/repositories/r/pullRequests/4/threads/77"}}},
+            "pullRequest": {"pullRequestId": 4, "title": "Build", "sourceRefName": "refs/heads/ci",
+                            "repository": {"name": "site", "url": "https://dev.azure.com/acme/_apis/git/repositories/r",
+                                           "webUrl": "https://dev.azure.com/acme/web/_git/site", "project": {"name": "web"}}}}});
+        let ask = read(&pr, "@halyard", None).unwrap();
+        assert_eq!(
+            (ask.repository.as_str(), ask.number, ask.head.as_deref(), ask.discussion.as_deref()),
+            ("acme/web/site", 4, Some("ci"), Some("77"))
+        );
+        let wi = json!({"eventType": "workitem.commented", "resource": {"id": 12, "fields": {"System.Title": "Slow",
+            "System.History": "<div>@halyard&nbsp;please look</div>", "System.ChangedBy": "Dana"}}});
+        let ask = read(&wi, "@halyard", Some("acme/web/site")).unwrap();
+        assert_eq!((ask.number, ask.is_pull, ask.comment.as_deref()), (12, false, Some("@halyard please look")));
+        assert!(read(&wi, "@halyard", None).unwrap_err().contains("repository"));
+    }
+}
