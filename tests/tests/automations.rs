@@ -225,7 +225,7 @@ async fn a_signed_request_to_a_webhook_automation_starts_one_conversation_and_no
 }
 
 #[tokio::test]
-async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing_and_once_for_a_tick_missed_while_down() {
+async fn a_schedule_fires_once_per_tick_with_two_replicas_racing_and_once_for_a_tick_missed_while_down() {
     init();
     let llm = ScriptedLlm::start().await;
     let nats = NatsServer::start();
@@ -233,8 +233,9 @@ async fn a_schedule_fires_once_per_tick_with_two_automation_services_racing_and_
         HalyardOptions::new(&llm.base_url).serve(&nats.url, services).set("HALYARD_SECRET", "a-shared-deployment-secret")
     };
     let h = Halyard::start(opts(&["gateway", "conversations", "sandbox", "agent", "titles"]));
-    let mut one = Halyard::start(opts(&["automations"]));
-    let mut two = Halyard::start(opts(&["automations"]));
+    // Two more replicas of the front: each a gateway with an automation service beside it.
+    let mut one = Halyard::start(opts(&["gateway", "automations"]));
+    let mut two = Halyard::start(opts(&["gateway", "automations"]));
     let api = h.api(ALICE);
     llm.push([Reply::finish("updated"), Reply::finish("updated again")]);
 

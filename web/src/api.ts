@@ -5,6 +5,7 @@
 import type {
   Automation,
   AutomationRun,
+  AutomationTrigger,
   Changes,
   Conversation,
   ConversationPage,
@@ -147,7 +148,8 @@ export const api = {
   deleteWebhook: (id: string) => call<void>("DELETE", `/webhooks/${id}`),
   automations: () => call<{ items: Automation[] }>("GET", "/automations"),
   createAutomation: (body: NewAutomation) => call<Automation>("POST", "/automations", body),
-  patchAutomation: (id: string, body: { enabled?: boolean }) => call<Automation>("PATCH", `/automations/${id}`, body),
+  patchAutomation: (id: string, body: { enabled?: boolean; name?: string; prompt?: string | null; trigger?: AutomationTrigger }) =>
+    call<Automation>("PATCH", `/automations/${id}`, body),
   deleteAutomation: (id: string) => call<void>("DELETE", `/automations/${id}`),
   automationRuns: (id: string) => call<{ items: AutomationRun[] }>("GET", `/automations/${id}/runs?limit=50`),
   deliveries: (id: string) => call<{ items: DeliveryAttempt[] }>("GET", `/webhooks/${id}/deliveries?limit=50`),

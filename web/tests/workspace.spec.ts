@@ -731,6 +731,14 @@ test("20. automations: a hook shown once with its setup, a signed request's run 
   const nightly = page.getByRole("listitem").filter({ hasText: "Nightly deps" });
   await expect(nightly).toContainText("schedule 0 3 * * * (Europe/Paris)");
   await expect(nightly).toContainText("next");
+  // Edited in place: another time, another prompt.
+  await nightly.getByRole("button", { name: "Edit" }).click();
+  await nightly.getByLabel("New cron").fill("30 4 * * 1-5");
+  await nightly.getByLabel("New prompt").fill("Update the dependencies, then run the tests.");
+  await nightly.getByRole("button", { name: "Save" }).click();
+  await expect(nightly).toContainText("schedule 30 4 * * 1-5 (Europe/Paris)");
+  const listed = await (await page.request.get("/api/v1/automations")).json();
+  expect(listed.items.find((a: { name: string }) => a.name === "Nightly deps").prompt).toBe("Update the dependencies, then run the tests.");
   await nightly.getByRole("button", { name: "Disable" }).click();
   await expect(nightly).toContainText("disabled");
   await expect(nightly).not.toContainText("next");

@@ -28,6 +28,7 @@ export function Automations({ me }: { me: string }) {
   const [error, setError] = useState<string>();
   const [created, setCreated] = useState<Automation>();
   const [open, setOpen] = useState<string>();
+  const [editing, setEditing] = useState<string>();
   const [kind, setKind] = useState<Kind>("webhook");
   const [name, setName] = useState("");
   const [cron, setCron] = useState("0 3 * * *");
@@ -210,11 +211,25 @@ export function Automations({ me }: { me: string }) {
               <button className="ghost" onClick={() => setOpen(open === a.id ? undefined : a.id)} aria-expanded={open === a.id}>
                 Runs
               </button>
+              <button className="ghost" onClick={() => setEditing(editing === a.id ? undefined : a.id)} aria-expanded={editing === a.id}>
+                Edit
+              </button>
               <button className="danger" onClick={() => confirm(`Delete the automation ${a.name}?`) && run(() => api.deleteAutomation(a.id))}>
                 Delete
               </button>
             </div>
             {open === a.id && <Runs id={a.id} />}
+            {editing === a.id && (
+              <Editor
+                automation={a}
+                onSave={(body) =>
+                  run(async () => {
+                    await api.patchAutomation(a.id, body);
+                    setEditing(undefined);
+                  })
+                }
+              />
+            )}
           </li>
         ))}
       </ul>
@@ -236,6 +251,45 @@ function describe(a: Automation): string {
   if (t.kind === "linear") return `Linear: teams ${Object.keys(t.teams).join(", ")}, label ${t.label}, mention ${t.mention}`;
   if (t.kind === "jira") return `Jira: projects ${Object.keys(t.projects).join(", ")}, label ${t.label}, mention ${t.mention}`;
   return `webhook${on}`;
+}
+
+/** What can be changed of an automation in place: its name, its prompt, and its schedule's or
+ * forge trigger's settings (another kind, or a chat's or tracker's credentials, is a new one). */
+function Editor({ automation, onSave }: { automation: Automation; onSave: (body: { name: string; prompt: string | null; trigger?: AutomationTrigger }) => void }) {
+  const t = automation.trigger;
+  const [name, setName] = useState(automation.name);
+  const [prompt, setPrompt] = useState(automation.prompt ?? "");
+  const [cron, setCron] = useState(t.kind === "schedule" ? t.cron : "");
+  const [timezone, setTimezone] = useState(t.kind === "schedule" ? (t.timezone ?? "UTC") : "");
+  const [label, setLabel] = useState("label" in t ? (t.label ?? "") : "");
+  const [mention, setMention] = useState("mention" in t ? (t.mention ?? "") : "");
+  const save = (e: FormEvent) => {
+    e.preventDefault();
+    let trigger: AutomationTrigger | undefined;
+    if (t.kind === "schedule") trigger = { kind: "schedule", cron: cron.trim(), timezone: timezone.trim() || undefined };
+    else if (t.kind === "github" || t.kind === "gitlab" || t.kind === "forgejo") trigger = { ...t, label: label.trim() || undefined, mention: mention.trim() || undefined };
+    else if (t.kind === "bitbucket" || t.kind === "azure_devops") trigger = { ...t, mention: mention.trim() || undefined };
+    onSave({ name: name.trim(), prompt: prompt.trim() || null, trigger });
+  };
+  return (
+    <form onSubmit={save} className="stack-form" aria-label={`Edit ${automation.name}`}>
+      <input aria-label="New name" value={name} onChange={(e) => setName(e.target.value)} required />
+      {t.kind === "schedule" && (
+        <div className="inline-form">
+          <input aria-label="New cron" value={cron} onChange={(e) => setCron(e.target.value)} required />
+          <input aria-label="New time zone" value={timezone} onChange={(e) => setTimezone(e.target.value)} />
+        </div>
+      )}
+      {FORGES.includes(t.kind) && "mention" in t && (
+        <div className="inline-form">
+          {"label" in t && <input aria-label="New label" value={label} onChange={(e) => setLabel(e.target.value)} />}
+          <input aria-label="New mention" value={mention} onChange={(e) => setMention(e.target.value)} />
+        </div>
+      )}
+      <textarea aria-label="New prompt" value={prompt} onChange={(e) => setPrompt(e.target.value)} rows={3} />
+      <button type="submit">Save</button>
+    </form>
+  );
 }
 
 /** The hook URL and secret, shown once, and what to set on the sender's side. */
