@@ -9,7 +9,7 @@
 #   - kubernetes-validate, which checks the manifests under infra/k8s against the API's schemas
 #   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
 #   - @octokit/webhooks-methods and @octokit/webhooks-examples (npm, tests/js): GitHub's own
-#     signer and example payloads, for the automation tests
+#     signer and example payloads, and @linear/sdk, Linear's own verifier, for the automation tests
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -43,7 +43,8 @@ if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command 
   apt-get install -y -qq docker-compose >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq docker-compose >/dev/null; }
 fi
 JS="$(dirname "$0")/js"
-if [ ! -d "$JS/node_modules/@octokit/webhooks-methods" ] || [ ! -d "$JS/node_modules/@octokit/webhooks-examples" ]; then
-  echo "installing for the tests: GitHub's webhook libraries (npm, tests/js)" >&2
+if [ ! -d "$JS/node_modules/@octokit/webhooks-methods" ] || [ ! -d "$JS/node_modules/@octokit/webhooks-examples" ] \
+  || [ ! -d "$JS/node_modules/@linear/sdk" ]; then
+  echo "installing for the tests: GitHub's and Linear's webhook libraries (npm, tests/js)" >&2
   (cd "$JS" && npm ci --no-audit --no-fund --silent)
 fi

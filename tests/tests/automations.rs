@@ -877,8 +877,23 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
     };
     let now_ms = || now_s() * 1000;
 
+    // What Linear's own SDK accepts is what Halyard accepts, and refuses what it refuses.
+    let linear_says = |body: &str| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/linear-verify.mjs");
+        let mut child = std::process::Command::new("node")
+            .args([script, SIGNING, &hex_hmac(SIGNING, body)])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+    };
+
     llm.push([Reply::finish("Fixed the crash.")]);
     let body = comment("@halyard can you take this?", "ENG-42", now_ms());
+    assert_eq!(linear_says(&body), "verified");
     let (s, answer) = hook(hook_url, &signed(&body, "d-1"), &body).await;
     assert_eq!((s, answer["status"].as_str()), (202, Some("accepted")), "{answer}");
     let run = runs(&api, id, 1).await.remove(0);
@@ -899,6 +914,7 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
 
     // A request over a minute old is refused; another team's issue starts nothing.
     let stale = comment("@halyard again", "ENG-42", now_ms() - 120_000);
+    assert_eq!(linear_says(&stale), "refused: Invalid webhook timestamp");
     assert_eq!(hook(hook_url, &signed(&stale, "d-2"), &stale).await.0, 401);
     let other = comment("@halyard hi", "OPS-1", now_ms());
     assert_eq!(hook(hook_url, &signed(&other, "d-3"), &other).await.0, 202);
