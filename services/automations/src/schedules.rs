@@ -3,7 +3,8 @@
 //! last claimed tick, written with the revision it was read at, so of two services that race
 //! one wins) and only the winner sends it. After a stop, the latest tick missed is run once if
 //! it is younger than the grace period (`HALYARD_AUTOMATION_TICK_GRACE_SECS`), never a burst
-//! of old ones: only the latest due tick is ever looked at.
+//! of old ones: only the latest due tick is ever looked at, and never one from before the
+//! automation last changed (a tick missed while it was disabled is not owed when it is enabled).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -42,7 +43,8 @@ pub async fn run(ctx: Ctx, mut shutdown: Shutdown) {
                     continue;
                 }
             };
-            let due = schedule.last_at_or_before(now).filter(|due| *due >= a.created_ms && now - due <= grace_ms);
+            // A tick from before the last change (a new schedule, enabled again) is not owed.
+            let due = schedule.last_at_or_before(now).filter(|due| *due >= a.updated_ms && now - due <= grace_ms);
             if let Some(due) = due.filter(|due| claimed.get(&a.id).is_none_or(|c| c < due)) {
                 match claim(&ctx.bucket, &a.id, due).await {
                     Ok(Claim::Won) => match send(&ctx, &a.id, due).await {
