@@ -385,6 +385,10 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/mcp-servers/alice", Some(own_server)).await;
     assert_eq!(s, 201);
 
+    let (s, made) = alice.post("/api/v1/automations", json!({"name": "Alice's automation", "trigger": {"kind": "webhook"}})).await;
+    assert_eq!(s, 201, "{made}");
+    let automation = made["id"].as_str().unwrap().to_owned();
+
     let (_, doc) = bob.get("/api/v1/openapi.json").await;
     let mut walked = 0;
     for (path, ops) in doc["paths"].as_object().unwrap() {
@@ -399,6 +403,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             &sandbox
         } else if path.starts_with("/api/v1/webhooks/") {
             &webhook
+        } else if path.starts_with("/api/v1/automations/") {
+            &automation
         } else {
             "alice"
         };
@@ -421,7 +427,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 ("put", p) if p.ends_with("/confirmation-policy") => Some(json!({"policy": "never"})),
                 ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
                 ("patch", p) if p.starts_with("/api/v1/conversations/") => Some(json!({"title": "Bob's now"})),
-                ("patch", p) if p.starts_with("/api/v1/webhooks/") => Some(json!({"enabled": false})),
+                ("patch", p) if p.starts_with("/api/v1/webhooks/") || p.starts_with("/api/v1/automations/") => {
+                    Some(json!({"enabled": false}))
+                }
                 ("patch", _) => Some(json!({"disabled": true})),
                 _ => None,
             };
