@@ -75,7 +75,9 @@ pub async fn run(writers: usize, per: usize) -> Result<Value> {
 
     let accounts = std::process::Command::new("python3").arg("nats/accounts-from-roles.py").output()?;
     anyhow::ensure!(accounts.status.success(), "nats/accounts-from-roles.py failed (run from the repository root)");
-    let roles = ["admin", "gateway", "conversations", "sandbox", "agent", "callbacks", "titles", "reader"];
+    // Every role the accounts file names, read from the same place it was made from.
+    let declared: serde_json::Map<String, Value> = serde_json::from_str(&std::fs::read_to_string("nats/roles.json")?)?;
+    let roles: Vec<&str> = declared.keys().map(String::as_str).collect();
     let password = |role: &str| format!("bench-{role}-password");
     let env: Vec<(String, String)> = roles.iter().map(|r| (format!("HALYARD_{}_PASSWORD", r.to_uppercase()), password(r))).collect();
     let secured = NatsServer::start_with_accounts(&String::from_utf8_lossy(&accounts.stdout), &env);
