@@ -4,13 +4,11 @@
 //! comment on the work item. Azure DevOps has no reactions and its permissions are not asked:
 //! anyone who may comment where the service hook listens may start work (see the README).
 
-use std::time::Duration;
-
-use halyard_platform::net;
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
+use crate::api::Api;
 use crate::forge::{Ask, MARKER, ReactTo};
 use crate::kinds::github::mentions;
 
@@ -112,10 +110,8 @@ fn check(comment: &str, mention: &str) -> Result<(), String> {
 
 /// Azure DevOps' REST API, with the owner's personal access token.
 pub struct Client {
-    http: reqwest::Client,
-    allow: Vec<String>,
-    host: String,
-    authorization: String,
+    /// Paths under `scheme://host`.
+    api: Api,
 }
 
 impl Client {
@@ -126,34 +122,21 @@ impl Client {
         let host = format!("{scheme}://{}", rest.split('/').next().unwrap_or_default());
         let user = if provider.username.is_empty() { "pat" } else { provider.username.as_str() };
         let authorization = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}")));
-        Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), host, authorization })
+        Ok(Self { api: Api::new("Azure DevOps", host, vec![("Authorization", authorization)], allow)? })
     }
 
-    async fn send(&self, method: reqwest::Method, url: &str, body: Option<Value>) -> Result<Value, String> {
-        net::check_destination(url, &self.allow).await.map_err(|e| e.to_string())?;
-        let mut req = self.http.request(method, url).timeout(Duration::from_secs(20)).header("Authorization", &self.authorization);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| halyard_platform::outbound::why(&e.without_url()))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(format!("Azure DevOps answered {status}"));
-        }
-        Ok(resp.json().await.unwrap_or(Value::Null))
-    }
-
+    /// The repository's path under the host.
     fn repo_url(&self, repository: &str) -> Result<String, String> {
         let mut it = repository.splitn(3, '/');
         match (it.next(), it.next(), it.next()) {
-            (Some(o), Some(p), Some(r)) => Ok(format!("{}/{o}/{p}/_apis/git/repositories/{r}", self.host)),
+            (Some(o), Some(p), Some(r)) => Ok(format!("/{o}/{p}/_apis/git/repositories/{r}")),
             _ => Err(format!("{repository:?} is not `organization/project/repository`")),
         }
     }
 
     /// A pull request's source branch.
     pub async fn head(&self, repository: &str, id: u64) -> Result<String, String> {
-        let v = self.send(reqwest::Method::GET, &format!("{}/pullrequests/{id}?{VERSION}", self.repo_url(repository)?), None).await?;
+        let v = self.api.send(reqwest::Method::GET, &format!("{}/pullrequests/{id}?{VERSION}", self.repo_url(repository)?), None).await?;
         let name = v["sourceRefName"].as_str().ok_or("the pull request has no source branch")?;
         Ok(name.strip_prefix("refs/heads/").unwrap_or(name).to_owned())
     }
@@ -165,18 +148,18 @@ impl Client {
         if !thread.is_pull {
             let mut it = thread.repository.splitn(3, '/');
             let (Some(org), Some(project)) = (it.next(), it.next()) else { return Err("no organization and project".into()) };
-            let url = format!("{}/{org}/{project}/_apis/wit/workItems/{}/comments?api-version=7.1-preview.4", self.host, thread.number);
-            return self.send(reqwest::Method::POST, &url, Some(json!({"text": marked}))).await.map(|_| ());
+            let url = format!("/{org}/{project}/_apis/wit/workItems/{}/comments?api-version=7.1-preview.4", thread.number);
+            return self.api.send(reqwest::Method::POST, &url, Some(json!({"text": marked}))).await.map(|_| ());
         }
         let base = format!("{}/pullRequests/{}/threads", self.repo_url(&thread.repository)?, thread.number);
         match &thread.discussion {
             Some(id) => {
                 let body = json!({"content": marked, "parentCommentId": 1, "commentType": 1});
-                self.send(reqwest::Method::POST, &format!("{base}/{id}/comments?{VERSION}"), Some(body)).await.map(|_| ())
+                self.api.send(reqwest::Method::POST, &format!("{base}/{id}/comments?{VERSION}"), Some(body)).await.map(|_| ())
             }
             None => {
                 let body = json!({"comments": [{"parentCommentId": 0, "content": marked, "commentType": 1}], "status": "active"});
-                self.send(reqwest::Method::POST, &format!("{base}?{VERSION}"), Some(body)).await.map(|_| ())
+                self.api.send(reqwest::Method::POST, &format!("{base}?{VERSION}"), Some(body)).await.map(|_| ())
             }
         }
     }

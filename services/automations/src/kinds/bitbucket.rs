@@ -3,13 +3,11 @@
 //! answers under that comment through Bitbucket's API (version 2.0). Bitbucket has no reactions:
 //! the reply is the acknowledgement. Mentions follow the GitHub kind's rules.
 
-use std::time::Duration;
-
-use halyard_platform::net;
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
+use crate::api::Api;
 use crate::forge::{Ask, MARKER, ReactTo};
 use crate::kinds::github::mentions;
 
@@ -55,10 +53,7 @@ pub fn read(event: &str, payload: &Value, mention: &str) -> Result<Ask, String> 
 
 /// Bitbucket Cloud's API (2.0), with the owner's credentials.
 pub struct Client {
-    http: reqwest::Client,
-    allow: Vec<String>,
-    api: String,
-    authorization: String,
+    api: Api,
 }
 
 impl Client {
@@ -72,27 +67,12 @@ impl Client {
             use base64::Engine;
             format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{token}", provider.username)))
         };
-        Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), api, authorization })
-    }
-
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
-        let url = format!("{}{path}", self.api);
-        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
-        let mut req = self.http.request(method, &url).timeout(Duration::from_secs(20)).header("Authorization", &self.authorization);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| halyard_platform::outbound::why(&e.without_url()))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(format!("Bitbucket answered {status} to {path}"));
-        }
-        Ok(resp.json().await.unwrap_or(Value::Null))
+        Ok(Self { api: Api::new("Bitbucket", api, vec![("Authorization", authorization)], allow)? })
     }
 
     /// Whether account `account` may write to `repository`.
     pub async fn can_write(&self, repository: &str, account: &str) -> Result<bool, String> {
-        match self.send(reqwest::Method::GET, &format!("/repositories/{repository}/permissions-config/users/{account}"), None).await {
+        match self.api.send(reqwest::Method::GET, &format!("/repositories/{repository}/permissions-config/users/{account}"), None).await {
             Ok(v) => Ok(["write", "admin"].contains(&v["permission"].as_str().unwrap_or_default())),
             Err(e) if e.contains("404") => Ok(false),
             Err(e) => Err(e),
@@ -101,7 +81,7 @@ impl Client {
 
     /// A pull request's source branch.
     pub async fn head(&self, repository: &str, id: u64) -> Result<String, String> {
-        let v = self.send(reqwest::Method::GET, &format!("/repositories/{repository}/pullrequests/{id}"), None).await?;
+        let v = self.api.send(reqwest::Method::GET, &format!("/repositories/{repository}/pullrequests/{id}"), None).await?;
         v["source"]["branch"]["name"].as_str().map(str::to_owned).ok_or_else(|| "the pull request has no source branch".into())
     }
 
@@ -112,7 +92,7 @@ impl Client {
             body["parent"] = json!({"id": parent});
         }
         let path = format!("/repositories/{}/pullrequests/{}/comments", thread.repository, thread.number);
-        self.send(reqwest::Method::POST, &path, Some(body)).await.map(|_| ())
+        self.api.send(reqwest::Method::POST, &path, Some(body)).await.map(|_| ())
     }
 }
 

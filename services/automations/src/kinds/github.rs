@@ -8,12 +8,10 @@
 //! one), and never in Halyard's own comments (they carry [`MARKER`]); [`mentions`] is shared
 //! with the other forges.
 
-use std::time::Duration;
-
-use halyard_platform::{net, outbound};
 use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
+use crate::api::Api;
 use crate::forge::{Ask, MARKER, ReactTo};
 
 /// Permissions that let a sender ask for work.
@@ -158,11 +156,7 @@ pub fn mentions(text: &str, mention: &str) -> bool {
 
 /// GitHub's REST API (or Forgejo's, which has GitHub's paths), with the owner's token.
 pub struct Client {
-    http: reqwest::Client,
-    allow: Vec<String>,
-    api: String,
-    /// The `Authorization` header's value.
-    authorization: String,
+    api: Api,
 }
 
 impl Client {
@@ -177,41 +171,23 @@ impl Client {
         };
         // Forgejo and Gitea take `token <t>`; GitHub a bearer token.
         let authorization = if forgejo { format!("token {token}") } else { format!("Bearer {token}") };
-        let http = crate::http(allow)?;
-        Ok(Self { http, allow: allow.to_vec(), api, authorization })
-    }
-
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
-        let url = format!("{}{path}", self.api);
-        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
-        let mut req = self
-            .http
-            .request(method, &url)
-            .timeout(Duration::from_secs(20))
-            .header("Authorization", &self.authorization)
-            .header("User-Agent", "halyard")
-            .header("Accept", "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", "2022-11-28");
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| outbound::why(&e.without_url()))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(format!("GitHub answered {status} to {path}"));
-        }
-        Ok(resp.json().await.unwrap_or(Value::Null))
+        let headers = vec![
+            ("Authorization", authorization),
+            ("Accept", "application/vnd.github+json".into()),
+            ("X-GitHub-Api-Version", "2022-11-28".into()),
+        ];
+        Ok(Self { api: Api::new(if forgejo { "Forgejo" } else { "GitHub" }, api, headers, allow)? })
     }
 
     /// Whether `login` may write to `repository`.
     pub async fn can_write(&self, repository: &str, login: &str) -> Result<bool, String> {
-        let v = self.send(reqwest::Method::GET, &format!("/repos/{repository}/collaborators/{login}/permission"), None).await?;
+        let v = self.api.send(reqwest::Method::GET, &format!("/repos/{repository}/collaborators/{login}/permission"), None).await?;
         Ok(WRITERS.contains(&v["permission"].as_str().unwrap_or_default()) || v["role_name"] == "maintain")
     }
 
     /// A pull request's head branch.
     pub async fn head(&self, repository: &str, number: u64) -> Result<String, String> {
-        let v = self.send(reqwest::Method::GET, &format!("/repos/{repository}/pulls/{number}"), None).await?;
+        let v = self.api.send(reqwest::Method::GET, &format!("/repos/{repository}/pulls/{number}"), None).await?;
         v["head"]["ref"].as_str().map(str::to_owned).ok_or_else(|| "the pull request has no head branch".into())
     }
 
@@ -223,13 +199,13 @@ impl Client {
             ReactTo::ReviewComment(id) => format!("/repos/{repository}/pulls/comments/{id}/reactions"),
             ReactTo::Note { .. } | ReactTo::Nothing => return Ok(()),
         };
-        self.send(reqwest::Method::POST, &path, Some(json!({"content": "eyes"}))).await.map(|_| ())
+        self.api.send(reqwest::Method::POST, &path, Some(json!({"content": "eyes"}))).await.map(|_| ())
     }
 
     /// A comment on the issue or pull request (marked as Halyard's).
     pub async fn comment(&self, repository: &str, number: u64, text: &str) -> Result<(), String> {
         let body = json!({"body": format!("{text}\n\n{MARKER}")});
-        self.send(reqwest::Method::POST, &format!("/repos/{repository}/issues/{number}/comments"), Some(body)).await.map(|_| ())
+        self.api.send(reqwest::Method::POST, &format!("/repos/{repository}/issues/{number}/comments"), Some(body)).await.map(|_| ())
     }
 }
 

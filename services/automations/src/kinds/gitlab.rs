@@ -3,13 +3,11 @@
 //! level (Developer or more may ask), 👀 as an award emoji, and replies in the same discussion.
 //! Mentions follow the GitHub kind's rules ([`crate::kinds::github::mentions`]).
 
-use std::time::Duration;
-
-use halyard_platform::{net, outbound};
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
+use crate::api::Api;
 use crate::forge::{Ask, MARKER, ReactTo};
 use crate::kinds::github::mentions;
 
@@ -86,10 +84,7 @@ pub fn read(payload: &Value, label: &str, mention: &str) -> Result<Ask, String> 
 
 /// GitLab's REST API (v4), with the owner's token.
 pub struct Client {
-    http: reqwest::Client,
-    allow: Vec<String>,
-    api: String,
-    token: String,
+    api: Api,
 }
 
 /// A project's path as GitLab's API takes it in a URL.
@@ -105,34 +100,13 @@ impl Client {
     /// The API of `provider` (its `api_url`, else `https://<host>/api/v4`).
     pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
         let api = provider.api_url.clone().unwrap_or_else(|| format!("https://{}/api/v4", provider.host)).trim_end_matches('/').to_owned();
-        let http = crate::http(allow)?;
-        Ok(Self { http, allow: allow.to_vec(), api, token })
-    }
-
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
-        let url = format!("{}{path}", self.api);
-        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
-        let mut req = self
-            .http
-            .request(method, &url)
-            .timeout(Duration::from_secs(20))
-            .header("PRIVATE-TOKEN", &self.token)
-            .header("User-Agent", "halyard");
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.map_err(|e| outbound::why(&e.without_url()))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(format!("GitLab answered {status} to {path}"));
-        }
-        Ok(resp.json().await.unwrap_or(Value::Null))
+        Ok(Self { api: Api::new("GitLab", api, vec![("PRIVATE-TOKEN", token)], allow)? })
     }
 
     /// Whether member `user_id` of `repository` may push (Developer or more).
     pub async fn can_write(&self, repository: &str, user_id: u64) -> Result<bool, String> {
         let path = format!("/projects/{}/members/all/{user_id}", project(repository));
-        match self.send(reqwest::Method::GET, &path, None).await {
+        match self.api.send(reqwest::Method::GET, &path, None).await {
             Ok(v) => Ok(v["access_level"].as_u64().unwrap_or_default() >= DEVELOPER),
             // Not a member at all.
             Err(e) if e.contains("404") => Ok(false),
@@ -142,7 +116,7 @@ impl Client {
 
     /// A merge request's source branch.
     pub async fn head(&self, repository: &str, iid: u64) -> Result<String, String> {
-        let v = self.send(reqwest::Method::GET, &format!("/projects/{}/merge_requests/{iid}", project(repository)), None).await?;
+        let v = self.api.send(reqwest::Method::GET, &format!("/projects/{}/merge_requests/{iid}", project(repository)), None).await?;
         v["source_branch"].as_str().map(str::to_owned).ok_or_else(|| "the merge request has no source branch".into())
     }
 
@@ -154,7 +128,7 @@ impl Client {
             ReactTo::Issue(_) => format!("{base}/award_emoji"),
             _ => return Ok(()),
         };
-        self.send(reqwest::Method::POST, &path, Some(json!({"name": "eyes"}))).await.map(|_| ())
+        self.api.send(reqwest::Method::POST, &path, Some(json!({"name": "eyes"}))).await.map(|_| ())
     }
 
     /// A note on the thread: a reply in its discussion if it has one.
@@ -164,7 +138,7 @@ impl Client {
             Some(d) => format!("{base}/discussions/{d}/notes"),
             None => format!("{base}/notes"),
         };
-        self.send(reqwest::Method::POST, &path, Some(json!({"body": format!("{text}\n\n{MARKER}")}))).await.map(|_| ())
+        self.api.send(reqwest::Method::POST, &path, Some(json!({"body": format!("{text}\n\n{MARKER}")}))).await.map(|_| ())
     }
 }
 
