@@ -28,6 +28,14 @@ test("an app the agent serves never receives the session cookie, wherever it sen
   await page.getByRole("tab", { name: "Apps" }).click();
   const [app] = await Promise.all([context.waitForEvent("page"), page.getByRole("button", { name: "Open WORKER_1" }).click()]);
   await app.waitForLoadState("domcontentloaded").catch(() => {});
+  // A popup's first load state can be its about:blank; the app has been opened through the proxy
+  // once it wrote that visit down (read as the owner reads a file), and only then is the popup
+  // sent elsewhere (a goto before that would cancel the proxied visit).
+  const stolen = async () => {
+    const file = await page.request.get(`/api/v1/conversations/${conversation}/files?path=stolen.log`);
+    return file.ok() ? ((await file.json()).content as string) : "";
+  };
+  await expect.poll(stolen, { timeout: 15_000 }).toContain("-worker-1.localhost:");
 
   // Every address the app can name, followed as links a person clicks.
   const view = await (await page.request.get(`/api/v1/conversations/${conversation}`)).json();
