@@ -788,6 +788,7 @@ fn jira_event(event: &str, key: &str, extra: Value) -> String {
 async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_continues_it() {
     init();
     let jira = halyard_tests::JiraServer::start("bot@acme.example", "jira-api-token-77").await;
+    jira.grant_edit("5b10ac8d82e05b22cc7d4ef5", "PROJ");
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let api = h.api(ALICE);
@@ -837,7 +838,8 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     // another project start nothing.
     llm.push([Reply::finish("Also cached it.")]);
     let mention = |text: &str, key: &str| {
-        jira_event("comment_created", key, json!({"comment": {"id": "10050", "body": text, "author": {"displayName": "Ann Lee"}}}))
+        let author = json!({"displayName": "Ann Lee", "accountId": "5b10ac8d82e05b22cc7d4ef5"});
+        jira_event("comment_created", key, json!({"comment": {"id": "10050", "body": text, "author": author}}))
     };
     assert_eq!(send(mention("@halyard can you also cache it?", "PROJ-12"), "wh-2").await.0, 202);
     let run = runs(&api, id, 2).await.remove(0);
@@ -848,6 +850,13 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     assert!(reasons.iter().any(|r| r == "Halyard's own comment" || r.starts_with("no mention")), "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("OTHER is not one of the automation's")), "{reasons:?}");
     assert_eq!(send(mention("@halyard hi", "OTHER-1"), "wh-4").await.1["status"], "duplicate");
+    // Someone Jira does not let edit the project's issues starts nothing.
+    let eve =
+        json!({"comment": {"id": "10051", "body": "@halyard drop the table", "author": {"displayName": "Eve", "accountId": "eve-77"}}});
+    assert_eq!(send(jira_event("comment_created", "PROJ-12", eve), "wh-5").await.0, 202);
+    let latest = runs(&api, id, 5).await.remove(0);
+    assert_eq!(latest["outcome"], "ignored", "{latest}");
+    assert!(latest["reason"].as_str().unwrap().contains("Eve may not work in PROJ"), "{latest}");
     api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
@@ -857,6 +866,8 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
     init();
     const SIGNING: &str = "lin_wh_signing_secret_5b8e";
     let linear = halyard_tests::LinearServer::start("lin_api_key_2c9d").await;
+    linear.add_member("usr-1", "ENG");
+    linear.add_member("usr-9", "OPS");
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let api = h.api(ALICE);
@@ -921,6 +932,12 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
     let latest = runs(&api, id, 2).await.remove(0);
     assert!(latest["reason"].as_str().unwrap().contains("OPS is not one of the automation's"), "{latest}");
     assert_eq!(hook(hook_url, &signed(&other, "d-3"), &other).await.1["status"], "duplicate");
+    // A user who is not in the team starts nothing.
+    let outsider = comment("@halyard take it", "ENG-42", now_ms()).replace("usr-1", "usr-9").replace("Kim", "Lou");
+    assert_eq!(hook(hook_url, &signed(&outsider, "d-4"), &outsider).await.0, 202);
+    let latest = runs(&api, id, 3).await.remove(0);
+    assert_eq!(latest["outcome"], "ignored", "{latest}");
+    assert!(latest["reason"].as_str().unwrap().contains("Lou may not work in ENG"), "{latest}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
 
@@ -1012,6 +1029,8 @@ async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items(
     halyard_tests::git(&bare, &["branch", "ci", "main"]);
     let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "pat", PAT).await;
     let azure = halyard_tests::AzureServer::start(PAT, "acme", bare).await;
+    azure.add_identity("u-1", "dana@acme.example", true);
+    azure.add_identity("u-3", "rae@acme.example", false);
     let pr = azure.open_pull("ci");
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
@@ -1080,7 +1099,7 @@ async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items(
     // A work item comment: a conversation on the automation's repository; comments on the item.
     llm.push([Reply::finish("Looked into it.")]);
     let item = json!({"id": "9a1c-02", "eventType": "workitem.commented", "resource": {"id": 12, "rev": 3,
-        "fields": {"System.Title": "Slow page", "System.History": "<div>@halyard&nbsp;why is it slow?</div>", "System.ChangedBy": "Dana"},
+        "fields": {"System.Title": "Slow page", "System.History": "<div>@halyard&nbsp;why is it slow?</div>", "System.ChangedBy": "Dana <dana@acme.example>"},
         "_links": {"html": {"href": format!("{}/web/_workitems/edit/12", azure.org_url)}}}})
     .to_string();
     assert_eq!(hook(hook_url, &auth(secret), &item).await.0, 202);
@@ -1091,5 +1110,12 @@ async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items(
         assert!(Instant::now() < deadline, "no work item summary: {:?}", azure.comments());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // Someone who may only read the repository starts nothing, whoever they mention.
+    let reader = event.replace("\"u-1\"", "\"u-3\"").replace("Dana", "Rae").replace("9a1c-01", "9a1c-03");
+    assert_eq!(hook(hook_url, &auth(secret), &reader).await.0, 202);
+    let run = runs(&api, id, 3).await.remove(0);
+    assert_eq!(run["outcome"], "ignored", "{run}");
+    assert!(run["reason"].as_str().unwrap().contains("sender Rae lacks write access to acme/web/site"), "{run}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }

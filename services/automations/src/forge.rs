@@ -27,7 +27,7 @@ pub struct Ask {
     pub sender: String,
     /// The sender's numeric id, where the forge asks by it (GitLab).
     pub sender_id: Option<u64>,
-    /// The sender's account id, where the forge asks by it (Bitbucket).
+    /// The sender's account id, where the forge asks by it (Bitbucket, Azure DevOps).
     pub sender_account: Option<String>,
     /// Where the 👀 goes.
     pub react_to: ReactTo,
@@ -76,8 +76,7 @@ impl Forge {
             Self::Github(c) => c.can_write(&ask.repository, &ask.sender).await,
             Self::Gitlab(c) => c.can_write(&ask.repository, ask.sender_id.unwrap_or_default()).await,
             Self::Bitbucket(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
-            // Not asked: Azure DevOps' permissions are per security namespace (see the kind).
-            Self::AzureDevops(_) => Ok(true),
+            Self::AzureDevops(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
         }
     }
 

@@ -125,7 +125,7 @@ pub async fn decide(
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
         let said = ask.comment.clone().unwrap_or_else(|| ask.title.clone());
         let message = format!("{} wrote on {}:\n\n{said}", ask.sender, ask.url);
-        let answer = runs::Answer::Forge(Answer { forge, ask, thread_key });
+        let answer = runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }));
         return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
     }
     let branch = match (ask.is_pull, ask.head.clone()) {
@@ -152,5 +152,5 @@ pub async fn decide(
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
-    Ok(Decision::Start { message, repository, tags, answer: Some(runs::Answer::Forge(Answer { forge, ask, thread_key })) })
+    Ok(Decision::Start { message, repository, tags, answer: Some(runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }))) })
 }

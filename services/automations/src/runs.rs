@@ -143,7 +143,8 @@ pub enum Decision {
 
 /// Where a run answers: a forge's issue or pull request, or a chat thread.
 pub enum Answer {
-    Forge(forge_runs::Answer),
+    /// Boxed: a forge client (Azure DevOps holds two APIs) outweighs the others.
+    Forge(Box<forge_runs::Answer>),
     Slack(slack::SlackAnswer),
     Tracker(tracker::TrackerAnswer),
 }

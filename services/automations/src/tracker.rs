@@ -2,7 +2,7 @@
 //! to an issue, in one of the automation's projects (Jira) or teams (Linear) starts a
 //! conversation on the repository mapped to it; Halyard comments back on the issue with the link,
 //! then each run's summary; a later mention on the same issue is a message to the same
-//! conversation.
+//! conversation. Only someone who may work in the project or team starts or continues anything.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +33,10 @@ pub struct Ask {
     pub body: String,
     pub comment: Option<String>,
     pub author: String,
+    /// The author as the tracker's API asks about people: the query parameter's name and value
+    /// (Jira Cloud `accountId`, Jira Data Center `username`, Linear the user's `id`); none when
+    /// the payload names no person (an integration's change), which starts nothing.
+    pub author_id: Option<(&'static str, String)>,
     pub url: String,
 }
 
@@ -48,6 +52,16 @@ impl Client {
         match self {
             Self::Jira(c) => c.comment(key, text).await,
             Self::Linear(c) => c.comment(key, text).await,
+        }
+    }
+
+    /// Whether the author of `ask` may work in its project (Jira: may edit its issues) or team
+    /// (Linear: an active member), asked of the tracker, never assumed.
+    pub async fn may_work(&self, ask: &Ask) -> Result<bool, String> {
+        let Some((param, id)) = &ask.author_id else { return Ok(false) };
+        match self {
+            Self::Jira(c) => c.may_edit(param, id, &ask.team).await,
+            Self::Linear(c) => c.is_member(id, &ask.team).await,
         }
     }
 
@@ -105,6 +119,11 @@ pub async fn decide(
         Ok(c) => c,
         Err(e) => return skip(RunOutcome::Failed, e),
     };
+    match client.may_work(&ask).await {
+        Ok(true) => {}
+        Ok(false) => return skip(RunOutcome::Ignored, format!("{} may not work in {} (asked of the tracker)", ask.author, ask.team)),
+        Err(e) => return skip(RunOutcome::Failed, format!("cannot ask the tracker whether {} may work in {}: {e}", ask.author, ask.team)),
+    }
     let thread_key = subjects::automation_thread_key(&a.id, &halyard_platform::keys::to_hex(ask.key.as_bytes()));
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
         let said = ask.comment.clone().unwrap_or_else(|| "added the label again".into());

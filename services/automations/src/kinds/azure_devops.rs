@@ -1,8 +1,8 @@
 //! The `azure_devops` kind: a pull request comment or a work item comment (Azure DevOps service
 //! hooks) that mentions Halyard starts work ([`read`]); Halyard answers through Azure DevOps'
 //! REST API (7.1, a personal access token as basic auth): in the pull request's thread, or as a
-//! comment on the work item. Azure DevOps has no reactions and its permissions are not asked:
-//! anyone who may comment where the service hook listens may start work (see the README).
+//! comment on the work item. Azure DevOps has no reactions; whether the commenter may contribute
+//! to the repository is asked of its security service ([`Client::can_write`]).
 
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
@@ -13,6 +13,12 @@ use crate::forge::{Ask, MARKER, ReactTo};
 use crate::kinds::github::mentions;
 
 const VERSION: &str = "api-version=7.1";
+
+/// The security namespace of Git repositories, the same in every organization.
+const GIT_NAMESPACE: &str = "2e9eb7ed-3c0a-47d4-87c1-0ffdd275fd87";
+
+/// Its `GenericContribute` bit: push to the repository.
+const CONTRIBUTE: u64 = 4;
 
 /// The organization in an Azure DevOps URL (`https://dev.azure.com/<org>/...`).
 fn organization(url: &str) -> Option<String> {
@@ -77,6 +83,7 @@ pub fn read(payload: &Value, mention: &str, repository: Option<&str>) -> Result<
                 return Err("a work item's comment needs the automation's repository to work in".into());
             };
             let id = r["id"].as_u64().unwrap_or_default();
+            let changed_by = &r["fields"]["System.ChangedBy"];
             Ok(Ask {
                 repository: repository.to_owned(),
                 number: id,
@@ -86,9 +93,9 @@ pub fn read(payload: &Value, mention: &str, repository: Option<&str>) -> Result<
                 body: text_of(r["fields"]["System.Description"].as_str().unwrap_or_default()),
                 comment: Some(comment),
                 url: text(&r["_links"]["html"]["href"]),
-                sender: text(&r["fields"]["System.ChangedBy"]),
+                sender: changed_by["displayName"].as_str().map(str::to_owned).unwrap_or_else(|| text(changed_by)),
                 sender_id: None,
-                sender_account: None,
+                sender_account: changer(changed_by, &r["revisedBy"]),
                 react_to: ReactTo::Nothing,
                 discussion: None,
                 project: None,
@@ -96,6 +103,17 @@ pub fn read(payload: &Value, mention: &str, repository: Option<&str>) -> Result<
         }
         other => Err(format!("Azure DevOps' `{other}` is not acted on")),
     }
+}
+
+/// Who changed a work item, as the identities API finds them: the identity's id where the payload
+/// has it (an identity object, or the revision's `revisedBy`), else the e-mail of the
+/// `Name <e-mail>` that older payloads give.
+fn changer(changed_by: &Value, revised_by: &Value) -> Option<String> {
+    let id = changed_by["id"].as_str().or(revised_by["id"].as_str()).map(str::to_owned);
+    id.or_else(|| {
+        let (_, mail) = changed_by.as_str()?.rsplit_once('<')?;
+        mail.strip_suffix('>').filter(|m| m.contains('@')).map(str::to_owned)
+    })
 }
 
 fn check(comment: &str, mention: &str) -> Result<(), String> {
@@ -112,6 +130,9 @@ fn check(comment: &str, mention: &str) -> Result<(), String> {
 pub struct Client {
     /// Paths under `scheme://host`.
     api: Api,
+    /// Where identities are looked up: `vssps.dev.azure.com` for Azure DevOps Services, the
+    /// same host for a server.
+    identities: Api,
 }
 
 impl Client {
@@ -122,7 +143,46 @@ impl Client {
         let host = format!("{scheme}://{}", rest.split('/').next().unwrap_or_default());
         let user = if provider.username.is_empty() { "pat" } else { provider.username.as_str() };
         let authorization = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}")));
-        Ok(Self { api: Api::new("Azure DevOps", host, vec![("Authorization", authorization)], allow)? })
+        let identities = match host.strip_prefix("https://dev.azure.com") {
+            Some("") => "https://vssps.dev.azure.com".to_owned(),
+            _ => host.clone(),
+        };
+        let headers = vec![("Authorization", authorization)];
+        Ok(Self {
+            api: Api::new("Azure DevOps", host, headers.clone(), allow)?,
+            identities: Api::new("Azure DevOps identities", identities, headers, allow)?,
+        })
+    }
+
+    /// Whether the identity `id` (a comment's author, or their e-mail) may contribute (push) to `repository`:
+    /// its descriptor, then the effective permission that the repository's access control list
+    /// gives it, groups included.
+    pub async fn can_write(&self, repository: &str, id: &str) -> Result<bool, String> {
+        if id.is_empty() {
+            return Ok(false);
+        }
+        let organization = repository.split('/').next().unwrap_or_default();
+        let repo = self.api.send(reqwest::Method::GET, &format!("{}?{VERSION}", self.repo_url(repository)?), None).await?;
+        let (Some(repo_id), Some(project_id)) = (repo["id"].as_str(), repo["project"]["id"].as_str()) else {
+            return Err("the repository has no id or project id".into());
+        };
+        let escape = |v: &str| percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string();
+        // Identity ids are GUIDs; an e-mail is searched for.
+        let by = if id.contains('@') { "searchFilter=General&filterValue" } else { "identityIds" };
+        let path = format!("/{organization}/_apis/identities?{by}={}&{VERSION}", escape(id));
+        let found = self.identities.send(reqwest::Method::GET, &path, None).await?;
+        let Some(descriptor) = found["value"][0]["descriptor"].as_str() else { return Ok(false) };
+        let token = format!("repoV2/{project_id}/{repo_id}");
+        let query = format!("token={}&descriptors={}&includeExtendedInfo=true", escape(&token), escape(descriptor));
+        let acl = self
+            .api
+            .send(reqwest::Method::GET, &format!("/{organization}/_apis/accesscontrollists/{GIT_NAMESPACE}?{query}&{VERSION}"), None)
+            .await?;
+        let allowed = acl["value"].as_array().into_iter().flatten().filter_map(|list| list["acesDictionary"].as_object()).any(|aces| {
+            aces.values()
+                .any(|ace| ace["descriptor"] == descriptor && ace["extendedInfo"]["effectiveAllow"].as_u64().unwrap_or(0) & CONTRIBUTE != 0)
+        });
+        Ok(allowed)
     }
 
     /// The repository's path under the host.
@@ -182,10 +242,16 @@ mod tests {
             (ask.repository.as_str(), ask.number, ask.head.as_deref(), ask.discussion.as_deref()),
             ("acme/web/site", 4, Some("ci"), Some("77"))
         );
-        let wi = json!({"eventType": "workitem.commented", "resource": {"id": 12, "fields": {"System.Title": "Slow",
+        let wi = json!({"eventType": "workitem.commented", "resource": {"id": 12, "revisedBy": {"id": "u-2"}, "fields": {"System.Title": "Slow",
             "System.History": "<div>@halyard&nbsp;please look</div>", "System.ChangedBy": "Dana"}}});
         let ask = read(&wi, "@halyard", Some("acme/web/site")).unwrap();
         assert_eq!((ask.number, ask.is_pull, ask.comment.as_deref()), (12, false, Some("@halyard please look")));
+        assert_eq!(ask.sender_account.as_deref(), Some("u-2"));
+        let mut older = wi.clone();
+        older["resource"]["revisedBy"] = Value::Null;
+        older["resource"]["fields"]["System.ChangedBy"] = "Dana Lee <dana@acme.example>".into();
+        let ask = read(&older, "@halyard", Some("acme/web/site")).unwrap();
+        assert_eq!((ask.sender.as_str(), ask.sender_account.as_deref()), ("Dana Lee <dana@acme.example>", Some("dana@acme.example")));
         assert!(read(&wi, "@halyard", None).unwrap_err().contains("repository"));
     }
 }

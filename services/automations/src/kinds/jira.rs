@@ -27,6 +27,7 @@ pub fn read_ask(payload: &Value, site: &str, label: &str, mention: &str) -> Resu
         body: text(&issue["fields"]["description"]),
         comment: None,
         author: text(&payload["user"]["displayName"]),
+        author_id: person(&payload["user"]),
     };
     match payload["webhookEvent"].as_str().unwrap_or_default() {
         "comment_created" => {
@@ -38,6 +39,7 @@ pub fn read_ask(payload: &Value, site: &str, label: &str, mention: &str) -> Resu
                 return Err(format!("no mention of {mention}"));
             }
             ask.author = text(&payload["comment"]["author"]["displayName"]);
+            ask.author_id = person(&payload["comment"]["author"]);
             ask.comment = Some(body);
         }
         "jira:issue_updated" => {
@@ -57,6 +59,13 @@ pub fn read_ask(payload: &Value, site: &str, label: &str, mention: &str) -> Resu
     Ok(ask)
 }
 
+/// How Jira's API asks about `user`: by `accountId` (Cloud) or by `username` (Data Center,
+/// whose users have no account id).
+fn person(user: &Value) -> Option<(&'static str, String)> {
+    let some = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    some(&user["accountId"]).map(|id| ("accountId", id)).or_else(|| some(&user["name"]).map(|name| ("username", name)))
+}
+
 /// Jira's REST API (version 2), as the automation's account.
 pub struct Client {
     http: reqwest::Client,
@@ -70,6 +79,33 @@ impl Client {
     pub fn new(site: &str, email: &str, token: String, allow: &[String]) -> Result<Self, String> {
         let http = crate::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), site: site.trim_end_matches('/').to_owned(), email: email.to_owned(), token })
+    }
+
+    /// Whether the person Jira knows by `param` = `id` may edit issues in project `project`
+    /// (Jira's permission search answers the people who have the permission, of those named).
+    pub async fn may_edit(&self, param: &str, id: &str, project: &str) -> Result<bool, String> {
+        let escape = |v: &str| percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let url = format!(
+            "{}/rest/api/2/user/permission/search?{param}={}&permissions=EDIT_ISSUES&projectKey={}",
+            self.site,
+            escape(id),
+            escape(project)
+        );
+        net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
+        let resp = self
+            .http
+            .get(&url)
+            .timeout(Duration::from_secs(20))
+            .basic_auth(&self.email, Some(&self.token))
+            .send()
+            .await
+            .map_err(|e| outbound::why(&e.without_url()))?;
+        if !resp.status().is_success() {
+            return Err(format!("Jira answered {} to the permission search", resp.status()));
+        }
+        let users: Vec<Value> = resp.json().await.map_err(|e| format!("Jira's permission search is not a list of users ({e})"))?;
+        let key = if param == "accountId" { "accountId" } else { "name" };
+        Ok(users.iter().any(|u| u[key] == id))
     }
 
     /// A comment on issue `key` (Jira's wiki text; marked as Halyard's).
@@ -112,13 +148,19 @@ mod tests {
     fn comments_and_label_changes_are_read() {
         let issue = json!({"key": "PROJ-12", "fields": {"summary": "Slow", "description": "d", "project": {"key": "PROJ"}}});
         let comment = json!({"webhookEvent": "comment_created", "issue": issue,
-            "comment": {"body": "@halyard please look", "author": {"displayName": "Ann"}}});
+            "comment": {"body": "@halyard please look", "author": {"displayName": "Ann", "accountId": "5b10"}}});
         let ask = read_ask(&comment, "https://acme.atlassian.net", "halyard", "@halyard").unwrap();
         assert_eq!((ask.key.as_str(), ask.team.as_str(), ask.author.as_str()), ("PROJ-12", "PROJ", "Ann"));
         assert_eq!(ask.url, "https://acme.atlassian.net/browse/PROJ-12");
+        assert_eq!(ask.author_id, Some(("accountId", "5b10".to_owned())));
         let labelled = json!({"webhookEvent": "jira:issue_updated", "issue": issue, "user": {"displayName": "Ann"},
             "changelog": {"items": [{"field": "labels", "fromString": "bug", "toString": "bug halyard"}]}});
-        assert!(read_ask(&labelled, "", "halyard", "@halyard").is_ok());
+        // Data Center names its users, with no account id.
+        let ask = read_ask(&labelled, "", "halyard", "@halyard").unwrap();
+        assert_eq!(ask.author_id, None, "the labelling user has no id in this payload");
+        let mut dc = labelled.clone();
+        dc["user"]["name"] = "ann".into();
+        assert_eq!(read_ask(&dc, "", "halyard", "@halyard").unwrap().author_id, Some(("username", "ann".to_owned())));
         let mut again = labelled.clone();
         again["changelog"]["items"][0]["fromString"] = "halyard".into();
         assert!(read_ask(&again, "", "halyard", "@halyard").unwrap_err().contains("not added"));

@@ -36,6 +36,7 @@ pub fn read_ask(payload: &Value, label: &str, mention: &str) -> Result<Ask, Stri
                 body: String::new(),
                 comment: Some(body),
                 author: text(&data["user"]["name"]),
+                author_id: data["userId"].as_str().or(data["user"]["id"].as_str()).map(|id| ("id", id.to_owned())),
                 url: text(&payload["url"]),
             }
         }
@@ -54,6 +55,11 @@ pub fn read_ask(payload: &Value, label: &str, mention: &str) -> Result<Ask, Stri
                 body: text(&data["description"]),
                 comment: None,
                 author: text(&payload["actor"]["name"]),
+                // An integration's change names an actor that is not a user: nobody to ask.
+                author_id: payload["actor"]["id"]
+                    .as_str()
+                    .filter(|_| payload["actor"]["type"].as_str().is_none_or(|t| t == "user"))
+                    .map(|id| ("id", id.to_owned())),
                 url: text(&payload["url"]),
             }
         }
@@ -79,11 +85,18 @@ impl Client {
         Ok(Self { http, allow: allow.to_vec(), api: api_url.unwrap_or("https://api.linear.app/graphql").to_owned(), key })
     }
 
-    /// A comment on issue `id` (Markdown; marked as Halyard's).
-    pub async fn comment(&self, id: &str, text: &str) -> Result<(), String> {
+    /// Whether user `id` is an active member of the team whose key is `team`.
+    pub async fn is_member(&self, id: &str, team: &str) -> Result<bool, String> {
+        let query = "query Member($id: String!) { user(id: $id) { active teams { nodes { key } } } }";
+        let v = self.call(json!({"query": query, "variables": {"id": id}})).await?;
+        let user = &v["data"]["user"];
+        let teams = user["teams"]["nodes"].as_array().into_iter().flatten();
+        Ok(user["active"] == true && teams.filter_map(|t| t["key"].as_str()).any(|k| k == team))
+    }
+
+    /// One GraphQL request; Linear's first error is the failure.
+    async fn call(&self, body: Value) -> Result<Value, String> {
         net::check_destination(&self.api, &self.allow).await.map_err(|e| e.to_string())?;
-        let query = "mutation Comment($input: CommentCreateInput!) { commentCreate(input: $input) { success } }";
-        let body = json!({"query": query, "variables": {"input": {"issueId": id, "body": format!("{text}\n\n{MARKER}")}}});
         let resp = self
             .http
             .post(&self.api)
@@ -95,8 +108,18 @@ impl Client {
             .map_err(|e| outbound::why(&e.without_url()))?;
         let status = resp.status();
         let v: Value = resp.json().await.unwrap_or_default();
-        if !status.is_success() || v["data"]["commentCreate"]["success"] != true {
-            return Err(format!("Linear answered {status}: {}", v["errors"][0]["message"].as_str().unwrap_or("no success")));
+        if !status.is_success() || v["errors"].is_array() {
+            return Err(format!("Linear answered {status}: {}", v["errors"][0]["message"].as_str().unwrap_or("no data")));
+        }
+        Ok(v)
+    }
+
+    /// A comment on issue `id` (Markdown; marked as Halyard's).
+    pub async fn comment(&self, id: &str, text: &str) -> Result<(), String> {
+        let query = "mutation Comment($input: CommentCreateInput!) { commentCreate(input: $input) { success } }";
+        let v = self.call(json!({"query": query, "variables": {"input": {"issueId": id, "body": format!("{text}\n\n{MARKER}")}}})).await?;
+        if v["data"]["commentCreate"]["success"] != true {
+            return Err("Linear did not create the comment".into());
         }
         Ok(())
     }
@@ -122,6 +145,7 @@ mod tests {
             "data": {"body": "@halyard take it", "issueId": "iss-1", "user": {"name": "Kim"}, "issue": {"id": "iss-1", "identifier": "ENG-7", "title": "Crash"}}});
         let ask = read_ask(&comment, "halyard", "@halyard").unwrap();
         assert_eq!((ask.key.as_str(), ask.team.as_str(), ask.author.as_str()), ("iss-1", "ENG", "Kim"));
+        assert_eq!(ask.author_id, None, "the comment names no user id");
         let labelled = json!({"type": "Issue", "action": "update", "url": "https://linear.app/acme/issue/ENG-7",
             "data": {"id": "iss-1", "identifier": "ENG-7", "title": "Crash", "labels": [{"id": "l1", "name": "Halyard"}]},
             "updatedFrom": {"labelIds": []}});
