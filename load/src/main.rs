@@ -34,6 +34,7 @@ mod checkpoint;
 mod cluster;
 mod docker;
 mod hibernation;
+mod hooks;
 mod kernel;
 mod memory;
 mod record;
@@ -47,7 +48,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` and `vscode` (issue 32), or `all`.
+    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -188,6 +189,10 @@ async fn main() -> Result<()> {
         };
         let r = chaos::suite(&plan, &args.out).await?;
         println!("{}", serde_json::to_string_pretty(&r)?);
+    }
+    if wants("hooks") {
+        let r = hooks::run(reps).await?;
+        record(&args.out, "hooks", &r)?;
     }
     if wants("step") {
         let r = step::run(reps).await?;
