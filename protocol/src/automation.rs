@@ -263,6 +263,20 @@ pub struct Thread {
     /// An issue tracker's issue instead (Jira: `PROJ-12`; Linear: the issue's id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issue_key: Option<String>,
+    /// The user the conversation runs as, where not the automation's owner (a Slack user linked
+    /// to another Halyard user): only they continue it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as: Option<crate::UserId>,
+}
+
+/// A sign-in link Halyard sent privately to a Slack user no Halyard user is linked to (stored
+/// at `slacklink.<code>` in the automations bucket until it is used or expires): whoever signs
+/// in and follows it before `expires_ms` becomes the Halyard user that Slack user is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlackLink {
+    pub automation_id: String,
+    pub slack_user: String,
+    pub expires_ms: i64,
 }
 
 impl Thread {
@@ -278,6 +292,7 @@ impl Thread {
             channel: None,
             thread_ts: None,
             issue_key: None,
+            runs_as: None,
         }
     }
 }

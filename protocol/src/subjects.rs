@@ -98,6 +98,11 @@ pub fn automation_thread_key(id: &str, thread_digest: &str) -> String {
     format!("thread.{id}.{thread_digest}")
 }
 
+/// The key of a Slack sign-in link's code (a random hex string), in [`AUTOMATION_BUCKET`].
+pub fn automation_slack_link_key(code: &str) -> String {
+    format!("slacklink.{code}")
+}
+
 /// The key of the forge thread conversation `conversation` answers on, in [`AUTOMATION_BUCKET`].
 pub fn automation_conversation_key(conversation: crate::ConversationId) -> String {
     format!("conv.{conversation}")

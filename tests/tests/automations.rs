@@ -669,7 +669,44 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     assert!(reasons.iter().any(|r| r.contains("channel C0OTHER1 is not one of the automation's")), "{reasons:?}");
     let told = slack.calls_of("chat.postEphemeral");
     assert_eq!(told.len(), 1, "{told:?}");
-    assert!(told[0]["user"] == "U0999XYZ" && told[0]["text"].as_str().unwrap().contains("not linked"), "{told:?}");
+    let note = told[0]["text"].as_str().unwrap().to_owned();
+    assert!(told[0]["user"] == "U0999XYZ" && note.contains("not linked"), "{told:?}");
+
+    // The note carries a sign-in link; Bob follows it signed in, and that Slack user is Bob.
+    let code = note.split("/link/slack/").nth(1).unwrap().chars().take_while(char::is_ascii_hexdigit).collect::<String>();
+    assert_eq!(code.len(), 64, "{note}");
+    let bob = h.api(BOB);
+    let (s, shown) = bob.get(&format!("/api/v1/slack-links/{code}")).await;
+    assert_eq!((s, shown["automation"].as_str(), shown["slack_user"].as_str()), (200, Some("Slack bot"), Some("U0999XYZ")), "{shown}");
+    let (s, linked) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
+    assert_eq!((s, linked["linked_to"].as_str()), (200, Some("bob")), "{linked}");
+    let (s, again) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
+    assert_eq!((s, again["error"]["code"].as_str()), (404, Some("link_not_found")), "a link works once: {again}");
+    let (_, a) = api.get(&format!("/api/v1/automations/{id}")).await;
+    assert_eq!(a["trigger"]["users"], json!({"U0456DEF": "alice", "U0999XYZ": "bob"}), "{a}");
+    // The owner may keep or drop that link, never make one for someone else.
+    let patch =
+        |users: Value| json!({"trigger": {"kind": "slack", "channels": {"C0123ABC": null}, "users": users, "api_url": slack.api_url}});
+    let url = format!("/api/v1/automations/{id}");
+    let (s, e) = api.call(reqwest::Method::PATCH, &url, Some(patch(json!({"U0456DEF": "alice", "U0777AAA": "bob"})))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, kept) = api.call(reqwest::Method::PATCH, &url, Some(patch(json!({"U0456DEF": "alice", "U0999XYZ": "bob"})))).await;
+    assert_eq!(s, 200, "{kept}");
+
+    // Bob's mention now starts a conversation that is his, not Alice's.
+    llm.push([Reply::finish("Prod is fine; I deleted nothing.")]);
+    let body = app_mention("Ev0005", "U0999XYZ", "C0123ABC", "<@U0BOT> check prod", "1700000300.000600", None);
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let run = runs(&api, id, 5).await.remove(0);
+    assert_eq!(run["outcome"], "started", "{run}");
+    let bobs = run["conversation_id"].as_str().unwrap().to_owned();
+    bob.wait_events(&bobs, "Bob's run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert_eq!(api.get(&format!("/api/v1/conversations/{bobs}")).await.0, 404, "Alice does not see Bob's conversation");
+    // Alice, in Bob's thread, is told it is Bob's and starts nothing.
+    let body = app_mention("Ev0006", "U0456DEF", "C0123ABC", "<@U0BOT> also this", "1700000400.000700", Some("1700000300.000600"));
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let run = runs(&api, id, 6).await.remove(0);
+    assert!(run["outcome"] == "ignored" && run["reason"].as_str().unwrap().contains("conversation is bob's"), "{run}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
 

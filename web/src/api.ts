@@ -19,6 +19,7 @@ import type {
   SandboxSpecs,
   ShareLink,
   SharedConversation,
+  SlackLinkInfo,
   StartTask,
   Webhook,
 } from "./types";
@@ -151,6 +152,8 @@ export const api = {
   patchAutomation: (id: string, body: { enabled?: boolean; name?: string; prompt?: string | null; trigger?: AutomationTrigger }) =>
     call<Automation>("PATCH", `/automations/${id}`, body),
   deleteAutomation: (id: string) => call<void>("DELETE", `/automations/${id}`),
+  slackLink: (code: string) => call<SlackLinkInfo>("GET", `/slack-links/${code}`),
+  linkSlack: (code: string) => call<SlackLinkInfo>("POST", `/slack-links/${code}`, {}),
   automationRuns: (id: string) => call<{ items: AutomationRun[] }>("GET", `/automations/${id}/runs?limit=50`),
   deliveries: (id: string) => call<{ items: DeliveryAttempt[] }>("GET", `/webhooks/${id}/deliveries?limit=50`),
   retryDelivery: (id: string, delivery: string) => call<unknown>("POST", `/webhooks/${id}/deliveries/${delivery}/retry`),

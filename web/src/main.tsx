@@ -18,6 +18,7 @@ import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { SharedConversation } from "./pages/SharedConversation";
+import { SlackLink } from "./pages/SlackLink";
 
 type Theme = "light" | "dark";
 
@@ -63,8 +64,10 @@ function App() {
 
   const pathname = path.split("?")[0];
   const conv = pathname.match(/^\/c\/([0-9a-f-]{36})$/);
+  const slackLink = pathname.match(/^\/link\/slack\/([0-9a-f]{64})$/);
   let page;
   if (conv) page = <ConversationPage key={conv[1]} id={conv[1]} />;
+  else if (slackLink) page = <SlackLink code={slackLink[1]} me={me.user} />;
   else if (pathname === "/new") page = <NewConversation />;
   else if (pathname === "/webhooks") page = <Webhooks />;
   else if (pathname === "/automations") page = <Automations me={me.user} />;

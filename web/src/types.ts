@@ -172,6 +172,15 @@ export interface Automation {
   updated_at: string;
 }
 
+/** What a Slack sign-in link links (GET and POST /slack-links/{code}). */
+export interface SlackLinkInfo {
+  automation: string;
+  owner: string;
+  slack_user: string;
+  expires_at: string;
+  linked_to?: string;
+}
+
 export interface NewAutomation {
   name: string;
   trigger: AutomationTrigger;

@@ -152,5 +152,11 @@ pub async fn decide(
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
-    Ok(Decision::Start { message, repository, tags, answer: Some(runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }))) })
+    Ok(Decision::Start {
+        message,
+        repository,
+        tags,
+        runs_as: None,
+        answer: Some(runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }))),
+    })
 }

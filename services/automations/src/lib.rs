@@ -69,9 +69,14 @@ pub fn open_token(ctx: &Ctx, a: &Automation, what: &str) -> Result<String, Strin
 
 /// Where a person sees conversation `id` in the web workspace.
 pub fn conversation_link(config: &Config, id: halyard_protocol::ConversationId) -> String {
+    web_link(config, &format!("/c/{id}"))
+}
+
+/// `path` on the web app, as a person opens it.
+pub fn web_link(config: &Config, path: &str) -> String {
     let base =
         if config.gateway.public_url.is_empty() { format!("http://{}", config.http_addr) } else { config.gateway.public_url.clone() };
-    format!("{}/c/{id}", base.trim_end_matches('/'))
+    format!("{}{path}", base.trim_end_matches('/'))
 }
 
 /// Serves until `shutdown`.

@@ -14,7 +14,7 @@ use halyard_protocol::automation::{Automation, AutomationCommand, AutomationRun,
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::system::{Repository, SystemRecord};
 use halyard_protocol::user::{UserGitProviders, UserSettings};
-use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, subjects};
+use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, UserId, subjects};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -99,8 +99,8 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
             run.outcome = outcome;
             run.reason = Some(reason);
         }
-        Decision::Start { message, repository, tags, answer } => {
-            let conversation_id = start(ctx, &automation, &run_id, &t, message, repository, tags).await?;
+        Decision::Start { message, repository, tags, runs_as, answer } => {
+            let conversation_id = start(ctx, &automation, &run_id, &t, Begin { message, repository, tags, runs_as }).await?;
             run.outcome = RunOutcome::Started;
             run.conversation_id = Some(conversation_id);
             if let Some(answer) = answer {
@@ -130,6 +130,9 @@ pub enum Decision {
         message: String,
         repository: Option<Repository>,
         tags: BTreeMap<String, String>,
+        /// The user it runs as, where not the automation's owner (a Slack user linked to
+        /// another Halyard user).
+        runs_as: Option<UserId>,
         answer: Option<Answer>,
     },
     /// A message to the conversation already answering on the thread.
@@ -243,7 +246,7 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
             Some(Repository { url: clone_url(provider, &r.full_name), branch: r.branch.clone() })
         }
     };
-    Ok(Decision::Start { message, repository, tags: BTreeMap::new(), answer: None })
+    Ok(Decision::Start { message, repository, tags: BTreeMap::new(), runs_as: None, answer: None })
 }
 
 /// Where `full_name` is cloned from on `provider`'s host.
@@ -259,38 +262,41 @@ pub fn clone_url(provider: &halyard_protocol::user::GitProvider, full_name: &str
     format!("{scheme}://{}/{full_name}.git", provider.host)
 }
 
-/// Sends the start of the run's conversation to the conversation manager, with the owner's
-/// defaults as a start from the API would have them.
-async fn start(
-    ctx: &Ctx,
-    a: &Automation,
-    run_id: &Uuid,
-    t: &Cause,
+/// What a run's conversation starts with.
+struct Begin {
     message: String,
     repository: Option<Repository>,
-    extra_tags: BTreeMap<String, String>,
-) -> Result<ConversationId, BusError> {
+    tags: BTreeMap<String, String>,
+    runs_as: Option<UserId>,
+}
+
+/// Sends the start of the run's conversation to the conversation manager, with its user's
+/// defaults as a start from the API would have them (the automation's LLM profile is its
+/// owner's, so it applies only to conversations that run as the owner).
+async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin) -> Result<ConversationId, BusError> {
     let run = run_id.to_string();
     let task_id = TaskId(derived(&["task", &run]));
     let conversation_id = conversation_of(run_id);
-    let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&a.owner)).await?.unwrap_or_default();
+    let owner = begin.runs_as.unwrap_or_else(|| a.owner.clone());
+    let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&owner)).await?.unwrap_or_default();
+    let profile = if owner == a.owner { a.llm_profile.clone().or(settings.llm_profile) } else { settings.llm_profile };
     let mut tags = t.tags.clone();
-    tags.extend(extra_tags);
+    tags.extend(begin.tags);
     tags.insert("automation".into(), a.id.clone());
     tags.insert("source".into(), a.trigger.kind().to_owned());
     let now = halyard_platform::now_ms();
     let cmd = ConversationCommand::Start {
         task_id,
         conversation_id,
-        owner: a.owner.clone(),
-        message: Some(message),
-        repository,
+        owner,
+        message: Some(begin.message),
+        repository: begin.repository,
         title: Some(a.name.chars().take(MAX_TITLE_CHARS).collect()),
         created_ms: now,
         spec: settings.sandbox_spec.filter(|s| ctx.config.sandbox.spec(s).is_some()),
         budget: settings.budget,
         confirmation_policy: settings.confirmation_policy,
-        llm_profile: a.llm_profile.clone().or(settings.llm_profile),
+        llm_profile: profile,
         secrets: None,
         fork: None,
         parent: None,

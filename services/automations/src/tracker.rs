@@ -150,5 +150,11 @@ pub async fn decide(
     };
     let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
     let tags = BTreeMap::from([("issue".to_owned(), ask.url.rsplit('/').next().unwrap_or_default().to_owned())]);
-    Ok(Decision::Start { message, repository, tags, answer: Some(Answer::Tracker(TrackerAnswer { client, key: ask.key, thread_key })) })
+    Ok(Decision::Start {
+        message,
+        repository,
+        tags,
+        runs_as: None,
+        answer: Some(Answer::Tracker(TrackerAnswer { client, key: ask.key, thread_key })),
+    })
 }

@@ -30,7 +30,7 @@ pub mod workspace;
 
 // The handlers' modules, by the short names the route table uses.
 use accounts::{admin, session, tickets};
-use automations::{hooks, routes as automation_routes};
+use automations::{hooks, routes as automation_routes, slack_links};
 use conversations::{export, images, plan, routes, share, starts, ws};
 use settings::{defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
@@ -187,6 +187,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(automation_routes::get_one, automation_routes::patch, automation_routes::delete))
         .routes(routes!(automation_routes::runs))
         .routes(routes!(hooks::receive))
+        .routes(routes!(slack_links::get_one, slack_links::link))
         .routes(routes!(admin::me))
         .routes(routes!(admin::my_keys, admin::create_my_key))
         .routes(routes!(admin::revoke_my_key))

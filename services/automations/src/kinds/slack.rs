@@ -1,22 +1,27 @@
 //! The `slack` kind: an `app_mention` from Slack's Events API starts a conversation on the
 //! channel's repository (or one the message names as `owner/name`), answered in the message's
 //! thread; a later mention in the thread is a message to the same conversation. Only Slack users
-//! linked in the automation may ask; anyone else is told so privately (an ephemeral message) and
-//! nothing starts. Halyard answers with the app's bot token through Slack's Web API.
+//! linked in the automation may ask, and a conversation runs as the Halyard user they are
+//! linked to (the owner, or someone who linked themselves). Anyone else is sent a sign-in link
+//! privately (an ephemeral message) and nothing starts. Halyard answers with the app's bot token
+//! through Slack's Web API.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use halyard_platform::{BusError, net, outbound};
-use halyard_protocol::automation::{Automation, RunOutcome, Thread};
+use halyard_protocol::automation::{Automation, RunOutcome, SlackLink, Thread};
 use halyard_protocol::system::Repository;
 use halyard_protocol::user::UserGitProviders;
-use halyard_protocol::{ConversationId, subjects};
+use halyard_protocol::{ConversationId, UserId, subjects};
 use serde_json::{Value, json};
 
 use crate::prompt::{self, Fields};
 use crate::runs::{Answer, Decision, clone_url, read};
-use crate::{Ctx, conversation_link, threads};
+use crate::{Ctx, conversation_link, threads, web_link};
+
+/// How long a sign-in link sent to an unlinked Slack user works.
+const LINK_LIFETIME_MS: i64 = 60 * 60 * 1000;
 
 /// What a conversation started from Slack is first told when the automation says nothing.
 const DEFAULT_TEMPLATE: &str = "{{body}}";
@@ -147,6 +152,8 @@ pub struct SlackAnswer {
     client: Client,
     mention: Mention,
     thread_key: String,
+    /// Who the conversation runs as, where not the automation's owner.
+    runs_as: Option<UserId>,
 }
 
 impl SlackAnswer {
@@ -163,8 +170,12 @@ impl SlackAnswer {
         if let Err(e) = self.client.post(&m.channel, &m.thread_ts, &format!("On it: <{link}|the conversation>.")).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no answer in Slack");
         }
-        let thread =
-            Thread { channel: Some(m.channel.clone()), thread_ts: Some(m.thread_ts.clone()), ..Thread::new(&a.id, conversation_id) };
+        let thread = Thread {
+            channel: Some(m.channel.clone()),
+            thread_ts: Some(m.thread_ts.clone()),
+            runs_as: self.runs_as.clone(),
+            ..Thread::new(&a.id, conversation_id)
+        };
         threads::remember(ctx, &self.thread_key, &thread).await
     }
 
@@ -202,30 +213,58 @@ pub async fn decide(
         Ok(c) => c,
         Err(e) => return skip(RunOutcome::Failed, e),
     };
-    if !users.contains_key(&m.user) {
+    let Some(runs_as) = users.get(&m.user).map(|u| UserId(u.clone())) else {
+        let link = offer_link(ctx, a, &m.user).await?;
         let note = format!(
-            "You are not linked to a Halyard user, so I started nothing. Ask {} to add your Slack id ({}) to the automation \"{}\".",
-            a.owner, m.user, a.name
+            "You are not linked to a Halyard user, so I started nothing. <{link}|Sign in to Halyard to link your Slack account> \
+             (the link works once, for an hour), then mention me again."
         );
         if let Err(e) = client.tell(&m.channel, &m.user, &note).await {
             tracing::warn!(automation_id = %a.id, error = %e, "the unlinked user was not told");
         }
-        return skip(RunOutcome::Ignored, format!("Slack user {} is not linked to a Halyard user", m.user));
-    }
+        return skip(RunOutcome::Ignored, format!("Slack user {} is not linked to a Halyard user; sent a sign-in link privately", m.user));
+    };
     let thread_key =
         subjects::automation_thread_key(&a.id, &halyard_platform::keys::to_hex(format!("{}-{}", m.channel, m.thread_ts).as_bytes()));
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
+        // A conversation is one person's: someone else in the thread starts their own.
+        let owner = thread.runs_as.clone().unwrap_or_else(|| a.owner.clone());
+        if owner != runs_as {
+            let note = format!(
+                "This thread's conversation is {owner}'s, so only they continue it; mention me in a new message to start your own."
+            );
+            if let Err(e) = client.tell(&m.channel, &m.user, &note).await {
+                tracing::warn!(automation_id = %a.id, error = %e, "the Slack user was not told");
+            }
+            return skip(RunOutcome::Ignored, format!("Slack user {} is {runs_as}, and the thread's conversation is {owner}'s", m.user));
+        }
         let message = format!("{} wrote in Slack:\n\n{}", m.user, m.text);
-        let answer = Answer::Slack(SlackAnswer { client, mention: m, thread_key });
+        let answer = Answer::Slack(SlackAnswer { client, mention: m, thread_key, runs_as: thread.runs_as });
         return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
     }
     let repository = match named_repository(&m.text).or_else(|| channel_repo.clone()) {
         None => None,
         Some(full_name) => {
             let git: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&a.owner)).await?.unwrap_or_default();
-            match provider.and_then(|p| git.providers.get(p)) {
-                Some(p) => Some(Repository { url: clone_url(p, &full_name), branch: None }),
-                None => return skip(RunOutcome::Failed, "the automation's git provider no longer exists; edit the automation".into()),
+            let Some(p) = provider.and_then(|p| git.providers.get(p)) else {
+                return skip(RunOutcome::Failed, "the automation's git provider no longer exists; edit the automation".into());
+            };
+            if runs_as == a.owner {
+                Some(Repository { url: clone_url(p, &full_name), branch: None })
+            } else {
+                // Someone else's conversation clones with their own provider for the same forge.
+                let theirs: UserGitProviders = read(&ctx.user_kv, &subjects::user_git_key(&runs_as)).await?.unwrap_or_default();
+                match theirs.providers.values().find(|q| q.kind == p.kind && q.host.eq_ignore_ascii_case(&p.host)) {
+                    Some(q) => Some(Repository { url: clone_url(q, &full_name), branch: None }),
+                    None => {
+                        let note =
+                            format!("You have no git provider for {} in Halyard; add one in Settings, then mention me again.", p.host);
+                        if let Err(e) = client.tell(&m.channel, &m.user, &note).await {
+                            tracing::warn!(automation_id = %a.id, error = %e, "the Slack user was not told");
+                        }
+                        return skip(RunOutcome::Failed, format!("{runs_as} has no git provider for {}", p.host));
+                    }
+                }
             }
         }
     };
@@ -237,7 +276,26 @@ pub async fn decide(
     };
     let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
     let tags = BTreeMap::from([("channel".to_owned(), m.channel.clone()), ("thread".to_owned(), m.thread_ts.clone())]);
-    Ok(Decision::Start { message, repository, tags, answer: Some(Answer::Slack(SlackAnswer { client, mention: m, thread_key })) })
+    let runs_as = (runs_as != a.owner).then_some(runs_as);
+    let answer = Some(Answer::Slack(SlackAnswer { client, mention: m, thread_key, runs_as: runs_as.clone() }));
+    Ok(Decision::Start { message, repository, tags, runs_as, answer })
+}
+
+/// A sign-in link for `slack_user` (a code of its own, stored for an hour): the URL of the web
+/// page that links whoever is signed in.
+async fn offer_link(ctx: &Ctx, a: &Automation, slack_user: &str) -> Result<String, BusError> {
+    let code = halyard_platform::keys::random_secret();
+    let link = SlackLink {
+        automation_id: a.id.clone(),
+        slack_user: slack_user.to_owned(),
+        expires_ms: halyard_platform::now_ms() + LINK_LIFETIME_MS,
+    };
+    let bytes = serde_json::to_vec(&link).unwrap_or_default();
+    ctx.bucket
+        .put(subjects::automation_slack_link_key(&code), bytes.into())
+        .await
+        .map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e))?;
+    Ok(web_link(&ctx.config, &format!("/link/slack/{code}")))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `/api/v1/automations` and `/api/v1/hooks/{id}`: users' automations, and the one public
-//! inbound route, where what a forge, a chat or a program sends is verified and handed on.
+//! inbound route, where what a forge, a chat or a program sends is verified and handed on; and
+//! `/api/v1/slack-links/{code}`, where a Slack user links themselves to their Halyard account.
 //!
 //! The definitions live in the `halyard_automations` bucket, which every gateway keeps in memory
 //! ([`halyard_platform::kv_mirror`]) so that a hook is verified without asking the server; the
@@ -7,4 +8,5 @@
 
 pub mod hooks;
 pub mod routes;
+pub mod slack_links;
 pub mod verify;

@@ -162,8 +162,9 @@ pub enum TriggerBody {
         #[serde(default)]
         #[schema(value_type = Object)]
         channels: BTreeMap<String, Option<String>>,
-        /// Slack user id to Halyard user: you (conversations run as the automation's owner; an
-        /// unlinked user's mention starts nothing and is told so privately).
+        /// Slack user id to Halyard user: you, or someone who linked themselves through the
+        /// sign-in link an unlinked Slack user is sent privately (their mentions start
+        /// conversations that run as them; an unlinked user's mention starts nothing).
         #[serde(default)]
         users: BTreeMap<String, String>,
         /// The git provider the channels' repositories are on.
@@ -188,7 +189,9 @@ impl TriggerBody {
 }
 
 impl TriggerBody {
-    async fn into_trigger(self, state: &AppState, user: &UserId) -> Result<proto::Trigger, ApiError> {
+    /// The trigger this body describes, checked; `previous` is the automation's trigger before
+    /// (a change keeps what only others may add: Slack users who linked themselves).
+    async fn into_trigger(self, state: &AppState, user: &UserId, previous: Option<&proto::Trigger>) -> Result<proto::Trigger, ApiError> {
         Ok(match self {
             Self::Github { provider, label, mention } => {
                 let (provider, label, mention) = check_forge(state, user, "github", provider, label, mention).await?;
@@ -235,7 +238,11 @@ impl TriggerBody {
                 proto::Trigger::Linear { teams, provider, api_url, label, mention }
             }
             Self::Slack { channels, users, provider, api_url, .. } => {
-                check_slack(state, user, &channels, &users, provider.as_deref(), api_url.as_deref()).await?;
+                let linked = match previous {
+                    Some(proto::Trigger::Slack { users, .. }) => users.clone(),
+                    _ => BTreeMap::new(),
+                };
+                check_slack(state, user, &channels, &users, &linked, provider.as_deref(), api_url.as_deref()).await?;
                 proto::Trigger::Slack { channels, users, provider, api_url }
             }
             Self::Webhook {} => proto::Trigger::Webhook {},
@@ -345,12 +352,15 @@ async fn check_repository_provider(state: &AppState, user: &UserId, provider: Op
     }
 }
 
-/// A Slack trigger's channels, users, provider and API.
+/// A Slack trigger's channels, users, provider and API. Its owner links Slack users to
+/// themselves; a link to anyone else is one that person made (`linked`, the links before).
+#[allow(clippy::too_many_arguments)] // the trigger's fields, each checked, and the links before
 async fn check_slack(
     state: &AppState,
     user: &UserId,
     channels: &BTreeMap<String, Option<String>>,
     users: &BTreeMap<String, String>,
+    linked: &BTreeMap<String, String>,
     provider: Option<&str>,
     api_url: Option<&str>,
 ) -> Result<(), ApiError> {
@@ -361,12 +371,12 @@ async fn check_slack(
     if let Some(bad) = channels.keys().chain(users.keys()).find(|k| !slack_id(k)) {
         return Err(ApiError::bad_request("invalid_field", format!("`trigger`: {bad:?} is not a Slack id (`C0123ABC`, `U0456DEF`)")));
     }
-    if let Some((slack, halyard)) = users.iter().find(|(_, u)| *u != &user.0) {
+    if let Some((slack, halyard)) = users.iter().find(|(k, u)| *u != &user.0 && linked.get(*k) != Some(u)) {
         return Err(ApiError::bad_request(
             "invalid_field",
             format!(
-                "`trigger.users`: {slack} is linked to {halyard:?}; an automation's conversations run as its owner, so link Slack users to \
-                 yourself ({user})"
+                "`trigger.users`: {slack} is linked to {halyard:?}; you may link Slack users to yourself ({user}), and others link \
+                 themselves with the sign-in link Halyard sends them privately in Slack"
             ),
         ));
     }
@@ -682,7 +692,7 @@ pub async fn create(
     check_name(&body.name)?;
     let mut body = body;
     let (signing_secret, bot_token) = body.trigger.take_credentials();
-    let trigger = body.trigger.into_trigger(&state, &user).await?;
+    let trigger = body.trigger.into_trigger(&state, &user, None).await?;
     if matches!(trigger, proto::Trigger::Slack { .. })
         && (signing_secret.as_deref().is_none_or(str::is_empty) || bot_token.as_deref().is_none_or(str::is_empty))
     {
@@ -769,7 +779,7 @@ pub async fn patch(
     }
     if let Some(mut t) = body.trigger {
         let (signing_secret, bot_token) = t.take_credentials();
-        let t = t.into_trigger(&state, &user).await?;
+        let t = t.into_trigger(&state, &user, Some(&a.trigger)).await?;
         if t.kind() != a.trigger.kind() {
             return Err(ApiError::bad_request(
                 "invalid_field",

@@ -1,0 +1,123 @@
+//! `/api/v1/slack-links/{code}`: a Slack user no Halyard user is linked to gets a sign-in link
+//! privately from the automations service (the code is stored in the automations bucket for an
+//! hour); whoever signs in and follows it becomes the Halyard user that Slack user is, in that
+//! automation's `users`. Their mentions then start conversations that run as them. A code works
+//! once: it is taken with the bucket's expected revision before the automation changes, so two
+//! tabs racing link once.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use halyard_protocol::automation::{Automation, SlackLink, Trigger};
+use halyard_protocol::subjects;
+
+use crate::AppState;
+use crate::accounts::auth::User;
+use crate::api_doc::{Conflict, Refusals};
+use crate::error::ApiError;
+
+/// What a sign-in link links.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SlackLinkView {
+    /// The automation's name, and whose it is.
+    pub automation: String,
+    pub owner: String,
+    /// The Slack user the link was sent to.
+    pub slack_user: String,
+    /// When the link stops working (RFC 3339).
+    pub expires_at: String,
+    /// Who that Slack user now is, once linked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub linked_to: Option<String>,
+}
+
+fn gone() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "link_not_found",
+        "this sign-in link is unknown, used or expired; mention the bot in Slack again for a new one",
+    )
+}
+
+/// The link's code, its record and the record's revision, if it still works.
+async fn code_of(state: &AppState, code: &str) -> Result<(SlackLink, u64), ApiError> {
+    if code.len() != 64 || !code.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(gone());
+    }
+    let entry = state.automation_kv.entry(subjects::automation_slack_link_key(code)).await.map_err(ApiError::internal)?;
+    let Some(entry) = entry.filter(|e| e.operation == async_nats::jetstream::kv::Operation::Put) else { return Err(gone()) };
+    let link: SlackLink = serde_json::from_slice(&entry.value).map_err(|_| gone())?;
+    if link.expires_ms <= halyard_platform::now_ms() {
+        return Err(gone());
+    }
+    Ok((link, entry.revision))
+}
+
+/// The automation a link belongs to, whoever owns it, with its revision.
+async fn automation_of(state: &AppState, link: &SlackLink) -> Result<(Automation, u64), ApiError> {
+    let entry = state.automation_kv.entry(subjects::automation_key(&link.automation_id)).await.map_err(ApiError::internal)?;
+    match entry.filter(|e| e.operation == async_nats::jetstream::kv::Operation::Put) {
+        Some(e) => Ok((serde_json::from_slice(&e.value).map_err(ApiError::internal)?, e.revision)),
+        None => Err(gone()),
+    }
+}
+
+fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLinkView {
+    SlackLinkView {
+        automation: a.name.clone(),
+        owner: a.owner.0.clone(),
+        slack_user: link.slack_user.clone(),
+        expires_at: halyard_protocol::rfc3339(link.expires_ms),
+        linked_to,
+    }
+}
+
+/// What the link would link (for the page that asks before linking).
+#[utoipa::path(get, path = "/slack-links/{code}", tag = "automations", params(("code" = String, Path)),
+    responses((status = 200, body = SlackLinkView), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(_user): User, Path(code): Path<String>) -> Result<Json<SlackLinkView>, ApiError> {
+    let (link, _) = code_of(&state, &code).await?;
+    let (a, _) = automation_of(&state, &link).await?;
+    Ok(Json(view(&a, &link, None)))
+}
+
+/// Links the Slack user the link was sent to to the signed-in user, in the automation's `users`
+/// (409 `already_linked` if someone linked them meanwhile); the code stops working.
+#[utoipa::path(post, path = "/slack-links/{code}", tag = "automations", params(("code" = String, Path)),
+    responses((status = 200, body = SlackLinkView), Refusals, Conflict))]
+pub async fn link(State(state): State<AppState>, User(user): User, Path(code): Path<String>) -> Result<Json<SlackLinkView>, ApiError> {
+    let (link, code_revision) = code_of(&state, &code).await?;
+    // Taken first, with its revision: of two racing requests one gets on.
+    let key = subjects::automation_slack_link_key(&code);
+    state.automation_kv.update(&key, "used".into(), code_revision).await.map_err(|_| gone())?;
+    if let Err(e) = state.automation_kv.delete(&key).await {
+        tracing::warn!(error = %e, "a used sign-in link's record stays");
+    }
+    // The automation may change meanwhile (its owner editing it): read again and retry.
+    for _ in 0..5 {
+        let (mut a, revision) = automation_of(&state, &link).await?;
+        let Trigger::Slack { users, .. } = &mut a.trigger else { return Err(gone()) };
+        match users.get(&link.slack_user) {
+            Some(who) if *who == user.0 => return Ok(Json(view(&a, &link, Some(user.0.clone())))),
+            Some(_) => {
+                return Err(ApiError::conflict(
+                    "already_linked",
+                    "that Slack user is linked to another Halyard user; ask the automation's owner",
+                ));
+            }
+            None => {}
+        }
+        users.insert(link.slack_user.clone(), user.0.clone());
+        a.updated_ms = halyard_platform::now_ms();
+        let bytes = serde_json::to_vec(&a).map_err(ApiError::internal)?;
+        let akey = subjects::automation_key(&a.id);
+        if let Ok(r) = state.automation_kv.update(&akey, bytes.clone().into(), revision).await {
+            state.automations.apply_value(&akey, r, false, &bytes);
+            tracing::info!(automation_id = %a.id, user = %user, slack_user = %link.slack_user, "slack user linked");
+            return Ok(Json(view(&a, &link, Some(user.0.clone()))));
+        }
+    }
+    Err(ApiError::conflict("concurrent_update", "the automation kept changing; follow the link again"))
+}
