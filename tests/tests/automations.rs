@@ -681,7 +681,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let (s, linked) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
     assert_eq!((s, linked["linked_to"].as_str()), (200, Some("bob")), "{linked}");
     let (s, again) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
-    assert_eq!((s, again["error"]["code"].as_str()), (404, Some("link_not_found")), "a link works once: {again}");
+    assert_eq!((s, again["error"]["code"].as_str()), (404, Some("not_found")), "a link works once: {again}");
     let (_, a) = api.get(&format!("/api/v1/automations/{id}")).await;
     assert_eq!(a["trigger"]["users"], json!({"U0456DEF": "alice", "U0999XYZ": "bob"}), "{a}");
     // The owner may keep or drop that link, never make one for someone else.

@@ -36,7 +36,7 @@ pub struct SlackLinkView {
 fn gone() -> ApiError {
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
-        "link_not_found",
+        "not_found",
         "this sign-in link is unknown, used or expired; mention the bot in Slack again for a new one",
     )
 }
