@@ -182,6 +182,18 @@ pub struct GitProvider {
     pub updated_ms: UnixMillis,
 }
 
+impl GitProvider {
+    /// A `bitbucket` provider on a host of its own is a Bitbucket Data Center (REST 1.0 under
+    /// `/rest/api/1.0`, repositories cloned from `/scm/`); on `bitbucket.org` it is Cloud.
+    pub fn is_bitbucket_data_center(&self) -> bool {
+        self.kind == "bitbucket"
+            && match &self.api_url {
+                Some(url) => url.trim_end_matches('/').ends_with("/rest/api/1.0"),
+                None => self.host != "bitbucket.org",
+            }
+    }
+}
+
 /// All git providers of one user, by name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UserGitProviders {

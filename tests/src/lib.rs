@@ -11,6 +11,7 @@
 
 pub mod azure;
 pub mod bitbucket;
+pub mod bitbucket_dc;
 pub mod chaos;
 pub mod docker;
 pub mod git_http;
@@ -27,6 +28,7 @@ pub mod slack;
 
 pub use azure::AzureServer;
 pub use bitbucket::BitbucketServer;
+pub use bitbucket_dc::BitbucketDcServer;
 pub use git_http::{GitServer, bare_repository, git};
 pub use github::GithubServer;
 pub use gitlab::GitlabServer;

@@ -1057,6 +1057,99 @@ async fn a_bitbucket_provider_and_a_pull_request_comment_that_mentions_halyard()
 }
 
 #[tokio::test]
+async fn a_bitbucket_data_center_provider_and_a_pull_request_comment_that_mentions_halyard() {
+    init();
+    const TOKEN: &str = "BBDC-NjY4MzQ0MzI1OTE2Ok3x";
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "scm/APP/site.git", ("README.md", "hello\n"));
+    halyard_tests::git(&repos.path().join("scm/APP/site.git"), &["branch", "feature", "main"]);
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "halyard-bot", TOKEN).await;
+    let git_host = server.base.trim_start_matches("http://").to_owned();
+    let dc = halyard_tests::BitbucketDcServer::start("halyard-bot", TOKEN, "APP/site", repos.path().to_path_buf(), &git_host).await;
+    dc.grant_write("sam");
+    let pr = dc.open_pull("feature");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    // A `bitbucket` provider whose API is a Data Center's REST 1.0.
+    let provider = json!({"kind": "bitbucket", "host": git_host, "username": "halyard-bot", "api_url": dc.api_url, "token": TOKEN});
+    let (s, p) = api.call(reqwest::Method::PUT, "/api/v1/git-providers/dc", Some(provider)).await;
+    assert_eq!(s, 201, "{p}");
+    let (s, listed) = api.get("/api/v1/repositories?provider=dc").await;
+    assert_eq!(s, 200, "{listed}");
+    let repo = &listed["items"][0];
+    assert_eq!((repo["full_name"].as_str(), repo["default_branch"].as_str()), (Some("APP/site"), Some("main")), "{listed}");
+    assert_eq!(repo["clone_url"], format!("http://{git_host}/scm/APP/site.git"), "the user name is not in the clone URL: {listed}");
+    let (s, branches) = api.get("/api/v1/repositories/branches?provider=dc&repository=APP/site").await;
+    assert!(s == 200 && branches["default_branch"] == "main" && branches.to_string().contains("\"feature\""), "{branches}");
+
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "DC bot", "trigger": {"kind": "bitbucket", "provider": "dc"}})).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+    llm.push([
+        Reply::tool(
+            "terminal",
+            json!({"command": "git rev-parse --abbrev-ref HEAD && git push -q origin HEAD:refs/heads/reviewed && echo pushed"}),
+        ),
+        Reply::tool("halyard__comment_on_pull_request", json!({"number": pr, "body": "Reviewed: looks good."})),
+        Reply::tool("halyard__create_pull_request", json!({"title": "Follow-up", "head": "reviewed", "base": "main"})),
+        Reply::finish("Reviewed it."),
+    ]);
+    // Data Center's `pr:comment:added`, as it sends it.
+    let event = |text: &str, user: &str, comment_id: u64| {
+        let repository =
+            json!({"slug": "site", "id": 84, "name": "site", "scmId": "git", "project": {"key": "APP", "id": 3, "name": "App"}});
+        json!({"eventKey": "pr:comment:added", "date": "2026-11-27T03:00:00+0000",
+               "actor": {"name": user, "emailAddress": format!("{user}@acme.example"), "id": 7, "displayName": user, "active": true, "slug": user, "type": "NORMAL"},
+               "pullRequest": {"id": pr, "version": 1, "title": "Feature", "description": "Adds the feature.", "state": "OPEN", "open": true,
+                               "fromRef": {"id": "refs/heads/feature", "displayId": "feature", "repository": repository},
+                               "toRef": {"id": "refs/heads/main", "displayId": "main", "repository": repository},
+                               "links": {"self": [{"href": format!("https://git.acme.example/projects/APP/repos/site/pull-requests/{pr}")}]}},
+               "comment": {"properties": {"repositoryId": 84}, "id": comment_id, "version": 0, "text": text, "comments": [], "tasks": []}})
+        .to_string()
+    };
+    let headers = |body: &str, delivery: &str| {
+        vec![
+            ("x-hub-signature".to_owned(), format!("sha256={}", hex_hmac(secret, body))),
+            ("x-request-id".to_owned(), delivery.to_owned()),
+            ("x-event-key".to_owned(), "pr:comment:added".to_owned()),
+        ]
+    };
+    let body = event("@halyard please review this", "sam", 62);
+    let (s, answer) = hook(hook_url, &headers(&body, "dc-1"), &body).await;
+    assert_eq!((s, answer["delivery_id"].as_str()), (202, Some("dc-1")), "{answer}");
+    let run = runs(&api, id, 1).await.remove(0);
+    assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("bitbucket")), "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events =
+        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let head =
+        events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(head.contains("feature") && head.contains("pushed"), "cloned from /scm/ on the pull request's branch and pushed: {head}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dc.comments().len() < 3 {
+        assert!(Instant::now() < deadline, "no summary: {:?}", dc.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // "On it" under the comment that asked, the agent's comment and pull request through the MCP
+    // tools, then the summary under the comment.
+    let comments = dc.comments();
+    assert!(comments.iter().all(|(n, _)| *n == pr), "{comments:?}");
+    let texts: Vec<&str> = comments.iter().map(|(_, c)| c["text"].as_str().unwrap()).collect();
+    assert!(texts[0].starts_with("On it") && comments[0].1["parent"]["id"] == 62, "{comments:?}");
+    assert!(texts.contains(&"Reviewed: looks good."), "{texts:?}");
+    assert!(texts[2].contains("Reviewed it.") && comments[2].1["parent"]["id"] == 62, "{comments:?}");
+    let pulls = dc.pulls();
+    assert_eq!((pulls.len(), &pulls[1]["fromRef"]["id"]), (2, &json!("refs/heads/reviewed")), "{pulls:?}");
+    // Someone Data Center does not let write starts nothing.
+    let body = event("@halyard merge it", "eve", 63);
+    assert_eq!(hook(hook_url, &headers(&body, "dc-2"), &body).await.0, 202);
+    let latest = runs(&api, id, 2).await.remove(0);
+    assert!(latest["reason"].as_str().unwrap().contains("lacks write access to APP/site"), "{latest}");
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}
+
+#[tokio::test]
 async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items() {
     init();
     const PAT: &str = "azdo-pat-4f1e9";

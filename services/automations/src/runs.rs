@@ -259,6 +259,10 @@ pub fn clone_url(provider: &halyard_protocol::user::GitProvider, full_name: &str
             return format!("{scheme}://{}/{org}/{project}/_git/{repo}", provider.host);
         }
     }
+    if provider.is_bitbucket_data_center() {
+        // `PROJECT/repository` is served under `/scm/`.
+        return format!("{scheme}://{}/scm/{full_name}.git", provider.host);
+    }
     format!("{scheme}://{}/{full_name}.git", provider.host)
 }
 

@@ -265,7 +265,7 @@ impl Tools {
         };
         let full_name = match (&place.repository, from_conversation) {
             (Some(r), _) => r.trim().trim_matches('/').trim_end_matches(".git").to_owned(),
-            (None, Some((_, path))) => path,
+            (None, Some((_, path))) => forge::repository_name(&provider, path),
             (None, None) => return Err("name the `repository` (`owner/name`): this conversation was not started from one".into()),
         };
         let well_formed = full_name.split('/').count() >= 2

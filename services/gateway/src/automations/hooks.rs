@@ -95,7 +95,9 @@ pub async fn receive(
             (delivery, Some(event))
         }
         proto::Trigger::Bitbucket { .. } => {
-            let delivery = verify::hub_signature(&secret, &headers, &body, "x-request-uuid").map_err(|why| refused(kind, why))?;
+            // Bitbucket Cloud names a delivery `X-Request-UUID`; Data Center `X-Request-Id`.
+            let id_header = if headers.contains_key("x-request-uuid") { "x-request-uuid" } else { "x-request-id" };
+            let delivery = verify::hub_signature(&secret, &headers, &body, id_header).map_err(|why| refused(kind, why))?;
             let event = headers.get("x-event-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
             (delivery, event)
         }

@@ -47,13 +47,27 @@ pub fn api_base(p: &GitProvider) -> Option<String> {
         ("gitlab", host) => Some(format!("https://{host}/api/v4")),
         // Forgejo and Gitea: GitHub's paths, under their own base.
         ("forgejo", host) => Some(format!("https://{host}/api/v1")),
-        // Bitbucket Cloud's API is on its own host.
+        // Bitbucket Cloud's API is on its own host; any other host is a Data Center's.
         ("bitbucket", "bitbucket.org") => Some("https://api.bitbucket.org/2.0".into()),
-        ("bitbucket", host) => Some(format!("https://api.{host}/2.0")),
+        ("bitbucket", host) => Some(format!("https://{host}/rest/api/1.0")),
         // Azure DevOps: the host; an `api_url` may name the organization whose repositories
         // the picker lists (`https://dev.azure.com/<organization>`).
         ("azure_devops", host) => Some(format!("https://{host}")),
         _ => None,
+    }
+}
+
+/// Whether `p` is a Bitbucket Data Center (its API is REST 1.0, not Cloud's 2.0).
+pub fn is_bitbucket_data_center(p: &GitProvider) -> bool {
+    p.is_bitbucket_data_center()
+}
+
+/// The repository a clone URL's `path` names on `p`: Data Center serves `PROJECT/repository`
+/// under `/scm/`.
+pub fn repository_name(p: &GitProvider, path: String) -> String {
+    match path.strip_prefix("scm/") {
+        Some(rest) if is_bitbucket_data_center(p) => rest.to_owned(),
+        _ => path,
     }
 }
 
@@ -170,6 +184,9 @@ struct GitlabProject {
 pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: &str, q: &str) -> Result<Vec<Repository>, ForgeError> {
     if p.kind == "azure_devops" {
         return crate::settings::azure_devops::repositories(allow, name, p, token, q).await;
+    }
+    if is_bitbucket_data_center(p) {
+        return crate::settings::bitbucket_dc::repositories(allow, name, p, token, q).await;
     }
     let base = api_base(p).ok_or_else(|| ForgeError::NoApi(p.kind.clone()))?;
     let wanted = |full_name: &str| q.is_empty() || full_name.to_lowercase().contains(&q.to_lowercase());
@@ -360,6 +377,9 @@ pub async fn branches(t: Target<'_>) -> Result<Branches, ForgeError> {
     if t.provider.kind == "azure_devops" {
         return crate::settings::azure_devops::branches(t).await;
     }
+    if is_bitbucket_data_center(t.provider) {
+        return crate::settings::bitbucket_dc::branches(t).await;
+    }
     if t.is_bitbucket() {
         let (found, default): (BitbucketPage<Branch>, _) =
             futures::try_join!(t.call(reqwest::Method::GET, "/refs/branches?pagelen=100", None), default_branch(t))?;
@@ -404,6 +424,9 @@ pub struct NewPullRequest {
 pub async fn create_pull_request(t: Target<'_>, pr: &NewPullRequest) -> Result<Value, ForgeError> {
     if t.provider.kind == "azure_devops" {
         return crate::settings::azure_devops::create_pull_request(t, pr).await;
+    }
+    if is_bitbucket_data_center(t.provider) {
+        return crate::settings::bitbucket_dc::create_pull_request(t, pr).await;
     }
     let base = match &pr.base {
         Some(b) => b.clone(),
@@ -451,6 +474,9 @@ pub async fn comment(t: Target<'_>, number: u64, body: &str) -> Result<Value, Fo
     if t.provider.kind == "azure_devops" {
         return crate::settings::azure_devops::comment(t, number, body).await;
     }
+    if is_bitbucket_data_center(t.provider) {
+        return crate::settings::bitbucket_dc::comment(t, number, body).await;
+    }
     #[derive(Deserialize)]
     struct Made {
         id: u64,
@@ -490,6 +516,11 @@ mod tests {
         assert_eq!(api_base(&provider("gitlab", "gitlab.com", None)).as_deref(), Some("https://gitlab.com/api/v4"));
         assert_eq!(api_base(&provider("forgejo", "codeberg.org", None)).as_deref(), Some("https://codeberg.org/api/v1"));
         assert_eq!(api_base(&provider("bitbucket", "bitbucket.org", None)).as_deref(), Some("https://api.bitbucket.org/2.0"));
+        let dc = provider("bitbucket", "git.acme.com", None);
+        assert_eq!(api_base(&dc).as_deref(), Some("https://git.acme.com/rest/api/1.0"));
+        assert!(is_bitbucket_data_center(&dc) && !is_bitbucket_data_center(&provider("bitbucket", "bitbucket.org", None)));
+        assert_eq!(repository_name(&dc, "scm/APP/site".into()), "APP/site");
+        assert_eq!(repository_name(&provider("gitlab", "gitlab.com", None), "scm/sub/app".into()), "scm/sub/app");
         assert_eq!(api_base(&provider("generic", "git.example", None)), None);
         assert_eq!(api_base(&provider("github", "x", Some("http://forge.example/api/"))).as_deref(), Some("http://forge.example/api"));
         assert_eq!(percent("a b/c"), "a%20b%2Fc");

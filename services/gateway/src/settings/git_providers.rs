@@ -30,8 +30,9 @@ pub const MAX_PROVIDERS: usize = 20;
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
     /// `github` (default), `gitlab`, `forgejo` (Forgejo or Gitea, any host), `bitbucket`
-    /// (Bitbucket Cloud: an app password or API token with `username`, or a workspace or
-    /// repository access token without) or `generic`.
+    /// (Bitbucket Cloud on `bitbucket.org`: an app password or API token with `username`, or a
+    /// workspace or repository access token without; Bitbucket Data Center on any other host: an
+    /// HTTP access token, with your `username`), `azure_devops` or `generic`.
     #[serde(default)]
     pub kind: Option<String>,
     /// `host` or `host:port` of the repositories' URLs (`github.com` for GitHub's kind).
@@ -150,7 +151,7 @@ pub async fn put(
         return Err(ApiError::bad_request(
             "invalid_field",
             format!(
-                "`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea), bitbucket (Bitbucket Cloud), azure_devops or generic"
+                "`kind` {kind:?}: use github, gitlab, forgejo (Forgejo or Gitea), bitbucket (Bitbucket Cloud or Data Center), azure_devops or generic"
             ),
         ));
     }

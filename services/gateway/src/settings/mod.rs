@@ -3,6 +3,7 @@
 //! the user's key-value store ([`user_store`]).
 
 pub mod azure_devops;
+pub mod bitbucket_dc;
 pub mod defaults;
 pub mod forge;
 pub mod git_providers;
