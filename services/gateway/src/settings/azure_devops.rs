@@ -8,7 +8,7 @@ use halyard_protocol::user::GitProvider;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::settings::forge::{BranchView, Branches, ForgeError, NewPullRequest, Repository, Target, repository, send};
+use crate::settings::forge::{BranchView, Branches, ForgeError, NewPullRequest, Repository, Target, repository, send_with};
 
 /// The API version every call names.
 const VERSION: &str = "api-version=7.1";
@@ -36,9 +36,7 @@ async fn call<T: serde::de::DeserializeOwned>(
     url: &str,
     body: Option<&Value>,
 ) -> Result<T, ForgeError> {
-    let h = headers(p, token);
-    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    send(allow, method, url, &h, body).await
+    send_with(allow, headers(p, token), method, url, body).await
 }
 
 /// `organization/project/repository`, split.

@@ -10,19 +10,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::settings::forge::{
-    BITBUCKET_TOKEN_USER, BranchView, Branches, ForgeError, NewPullRequest, Repository, Target, api_base, repository, send,
+    BranchView, Branches, ForgeError, NewPullRequest, Repository, Target, api_base, provider_headers, repository, send_with,
 };
 
 /// Repositories and branches asked for (one page).
 const PAGE: usize = 100;
-
-fn headers(p: &GitProvider, token: &str) -> Vec<(&'static str, String)> {
-    if p.username.is_empty() || p.username == BITBUCKET_TOKEN_USER {
-        return vec![("Authorization", format!("Bearer {token}"))];
-    }
-    use base64::Engine;
-    vec![("Authorization", format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{token}", p.username))))]
-}
 
 async fn call<T: serde::de::DeserializeOwned>(
     allow: &[String],
@@ -32,9 +24,8 @@ async fn call<T: serde::de::DeserializeOwned>(
     url: &str,
     body: Option<&Value>,
 ) -> Result<T, ForgeError> {
-    let h = headers(p, token);
-    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    send(allow, method, url, &h, body).await
+    // Bitbucket's credentials go as Cloud's do.
+    send_with(allow, provider_headers(p, token), method, url, body).await
 }
 
 /// The repository's API URL (`.../projects/KEY/repos/slug`).

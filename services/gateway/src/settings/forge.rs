@@ -237,7 +237,7 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
 }
 
 /// The headers that carry `p`'s token, as its forge wants them.
-fn provider_headers(p: &GitProvider, token: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn provider_headers(p: &GitProvider, token: &str) -> Vec<(&'static str, String)> {
     if p.kind == "bitbucket" {
         // An app password or API token goes with the account's name as basic auth; a workspace or
         // repository access token (no name given) as a bearer token.
@@ -291,6 +291,18 @@ fn client(allow: &[String]) -> Result<&'static reqwest::Client, ForgeError> {
 
 async fn get<T: serde::de::DeserializeOwned>(allow: &[String], url: &str, headers: &[(&str, &str)]) -> Result<T, ForgeError> {
     send(allow, reqwest::Method::GET, url, headers, None).await
+}
+
+/// [`send`] with owned headers (what a provider's credentials make).
+pub(crate) async fn send_with<T: serde::de::DeserializeOwned>(
+    allow: &[String],
+    headers: Vec<(&'static str, String)>,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> Result<T, ForgeError> {
+    let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    send(allow, method, url, &h, body).await
 }
 
 pub(crate) async fn send<T: serde::de::DeserializeOwned>(
