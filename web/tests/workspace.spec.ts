@@ -3,6 +3,7 @@
 // saves screenshots under test-results/screenshots/.
 
 import { createHmac } from "node:crypto";
+import { createServer } from "node:http";
 import { readFileSync } from "node:fs";
 import { expect, test, type Page } from "@playwright/test";
 
@@ -752,4 +753,60 @@ test("20. automations: a hook shown once with its setup, a signed request's run 
   await nightly.getByRole("button", { name: "Delete" }).click();
   await expect(page.getByRole("listitem").filter({ hasText: "Nightly deps" })).toHaveCount(0);
   await shot(page, "automations");
+});
+
+test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows it, confirms, and is that Slack user", async ({ page, browser }) => {
+  // Slack's Web API as the automation calls it: every method answers ok; the private messages are kept.
+  const told: { user: string; text: string }[] = [];
+  const slack = createServer((req, res) => {
+    let raw = "";
+    req.on("data", (c) => (raw += c));
+    req.on("end", () => {
+      if (req.url === "/chat.postEphemeral") told.push(JSON.parse(raw));
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ ok: true }));
+    });
+  });
+  await new Promise<void>((r) => slack.listen(0, "127.0.0.1", r));
+  const port = (slack.address() as { port: number }).port;
+  try {
+    await signIn(page, ALICE);
+    const signing = "8f742231b10e8888abcd99yyyzzz85a5";
+    const made = await page.request.post("/api/v1/automations", {
+      data: { name: "Team bot", trigger: { kind: "slack", signing_secret: signing, bot_token: "xoxb-1-2-3", channels: { C0123ABC: null }, users: {}, api_url: `http://127.0.0.1:${port}` } },
+    });
+    expect(made.status()).toBe(201);
+    const automation = await made.json();
+    // Slack posts a mention by a user nobody linked, signed with the app's signing secret.
+    const body = JSON.stringify({ type: "event_callback", event_id: "Ev0LINK1", event: { type: "app_mention", user: "U0999XYZ", channel: "C0123ABC", text: "<@U0BOT> help", ts: "1700000000.000100" } });
+    const ts = Math.floor(Date.now() / 1000);
+    const signature = "v0=" + createHmac("sha256", signing).update(`v0:${ts}:${body}`).digest("hex");
+    const res = await page.request.post(automation.hook_url, {
+      headers: { "content-type": "application/json", "x-slack-request-timestamp": String(ts), "x-slack-signature": signature },
+      data: body,
+    });
+    expect(res.status()).toBe(202);
+    await expect.poll(() => told.length, { timeout: 20_000 }).toBe(1);
+    expect(told[0].user).toBe("U0999XYZ");
+    const link = told[0].text.match(/\/link\/slack\/[0-9a-f]{64}/)![0];
+
+    // Bob, signed in, follows the link: it says what it links, and links when he confirms.
+    const bob = await (await browser.newContext()).newPage();
+    await signIn(bob, BOB);
+    await bob.goto(link);
+    await expect(bob.getByRole("heading", { name: "Link your Slack account" })).toBeVisible();
+    await expect(bob.getByText("U0999XYZ")).toBeVisible();
+    await expect(bob.getByText("Team bot")).toBeVisible();
+    await shot(bob, "slack-link");
+    await bob.getByRole("button", { name: "Link my Slack account" }).click();
+    await expect(bob.getByRole("status")).toContainText("is bob");
+    // The link worked once.
+    await bob.reload();
+    await expect(bob.getByText("unknown, used or expired")).toBeVisible();
+    // Alice's page shows who is linked.
+    await page.getByRole("link", { name: "Automations" }).click();
+    await expect(page.getByRole("listitem").filter({ hasText: "Team bot" })).toContainText("U0999XYZ → bob");
+  } finally {
+    slack.close();
+  }
 });
