@@ -773,10 +773,11 @@ test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows 
     await signIn(page, ALICE);
     const signing = "8f742231b10e8888abcd99yyyzzz85a5";
     const made = await page.request.post("/api/v1/automations", {
+      headers: { "x-halyard-csrf": "1" },
       data: { name: "Team bot", trigger: { kind: "slack", signing_secret: signing, bot_token: "xoxb-1-2-3", channels: { C0123ABC: null }, users: {}, api_url: `http://127.0.0.1:${port}` } },
     });
-    expect(made.status()).toBe(201);
     const automation = await made.json();
+    expect(made.status(), JSON.stringify(automation)).toBe(201);
     // Slack posts a mention by a user nobody linked, signed with the app's signing secret.
     const body = JSON.stringify({ type: "event_callback", event_id: "Ev0LINK1", event: { type: "app_mention", user: "U0999XYZ", channel: "C0123ABC", text: "<@U0BOT> help", ts: "1700000000.000100" } });
     const ts = Math.floor(Date.now() / 1000);
