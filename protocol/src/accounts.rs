@@ -87,16 +87,25 @@ impl Payload for ApiKeyRecord {
     }
 }
 
-/// One administrative action, by whom, on what.
+/// One security-relevant action, by whom, on what: sign-ins and their failures, keys issued
+/// and revoked, changes to users, secrets, settings and automations (names, never values), share
+/// links, terminals opened. Records are only ever appended; the API reads them, never changes
+/// them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
+    /// Who acted (`-` when nobody could be told, as for a refused sign-in).
     pub actor: UserId,
-    /// `user.create`, `user.update`, `key.create`, `key.revoke`.
+    /// `<what>.<verb>`: `user.create`, `key.revoke`, `session.create`, `secret.put`...
     pub action: String,
-    /// The user name or key id acted on.
+    /// What was acted on: a user name, a key id, a secret's name, a conversation id.
     pub target: String,
+    /// More about it: an object of names and values that are never secrets (older records
+    /// carry a string).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+    pub detail: Option<serde_json::Value>,
+    /// The organization it happened in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// The client address the request came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,

@@ -507,6 +507,7 @@ fn records_are_stable() {
                 action: "key.revoke".into(),
                 target: "3f9c2a7b1d0e".into(),
                 detail: Some("user alice".into()),
+                org: None,
                 client: Some("127.0.0.1".into()),
                 at_ms: T,
             }),

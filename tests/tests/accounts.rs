@@ -256,3 +256,153 @@ async fn failed_authentications_slow_the_guesser_and_never_refuse_a_valid_key() 
     let (s, me) = h.api(&real).get("/api/v1/me").await;
     assert_eq!((s, me["user"].as_str()), (200, Some("alice")), "{me}");
 }
+
+#[tokio::test]
+async fn every_security_relevant_action_is_in_the_audit_trail_and_no_secret_is() {
+    init();
+    const SECRET: &str = "s3cr3t-audit-value-8842";
+    const LLM_KEY: &str = "sk-audit-llm-key-1177";
+    const GIT_TOKEN: &str = "ghp_audit_git_token_5521";
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| halyard_tests::Reply::finish("ready"));
+    let h = Halyard::start(opts(&llm).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let (root, alice) = (h.api(ROOT), h.api(ALICE));
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", h.http);
+
+    // Sign-ins: a refused one (what was typed is not kept), one that works, and its end.
+    let typed = "hal_0123456789abcdef_not-the-secret-typed-9931";
+    let refused = http.post(url("/api/v1/session")).json(&json!({"api_key": typed})).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let signed = http.post(url("/api/v1/session")).json(&json!({"api_key": ALICE})).send().await.unwrap();
+    assert_eq!(signed.status(), 200);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let out = http
+        .delete(url("/api/v1/session"))
+        .header("cookie", &cookie)
+        .header("origin", &h.http)
+        .header("x-halyard-csrf", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
+
+    // Keys, users, secrets, settings, providers, servers, a share link, a terminal, automations.
+    let (s, key) = alice.post("/api/v1/me/keys", json!({"name": "laptop"})).await;
+    assert_eq!(s, 201, "{key}");
+    let issued = key["key"].as_str().unwrap().to_owned();
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/me/keys/{}", key["id"].as_str().unwrap()), None).await.0, 200);
+    assert_eq!(root.post("/api/v1/admin/users", json!({"name": "erin"})).await.0, 201);
+    assert_eq!(root.call(reqwest::Method::PATCH, "/api/v1/admin/users/erin", Some(json!({"disabled": true}))).await.0, 200);
+    let put = |path: &'static str, body: Value| {
+        let alice = h.api(ALICE);
+        async move { alice.call(reqwest::Method::PUT, path, Some(body)).await }
+    };
+    assert_eq!(put("/api/v1/secrets/DB_PASSWORD", json!({"value": SECRET})).await.0, 201);
+    let (s, p) = put("/api/v1/llm-profiles/mine", json!({"base_url": llm.base_url, "model": "m1", "api_key": LLM_KEY})).await;
+    assert_eq!(s, 201, "{p}");
+    let (s, p) = put("/api/v1/git-providers/work", json!({"kind": "generic", "host": "git.example.com", "token": GIT_TOKEN})).await;
+    assert_eq!(s, 201, "{p}");
+    assert_eq!(put("/api/v1/mcp-servers/tools", json!({"transport": "stdio", "command": "true"})).await.0, 201);
+    assert_eq!(put("/api/v1/settings", json!({"llm_profile": "mine", "confirmation_policy": "never"})).await.0, 200);
+    for path in ["/api/v1/secrets/DB_PASSWORD", "/api/v1/mcp-servers/tools", "/api/v1/git-providers/work"] {
+        assert_eq!(alice.call(reqwest::Method::DELETE, path, None).await.0, 204, "{path}");
+    }
+    let (conv, _) = alice.start_ready(json!({"message": "hello"})).await;
+    assert_eq!(alice.post(&format!("/api/v1/conversations/{conv}/share"), json!({})).await.0, 201);
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv}/share"), None).await.0, 204);
+    let ws = format!("{}/api/v1/conversations/{conv}/terminal/ws", h.http.replacen("http", "ws", 1));
+    let mut request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws.as_str()).unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {ALICE}").parse().unwrap());
+    let (terminal, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    drop(terminal);
+    let (s, a) = alice
+        .post("/api/v1/automations", json!({"name": "Nightly", "trigger": {"kind": "schedule", "cron": "0 3 * * *"}, "prompt": "x"}))
+        .await;
+    assert_eq!(s, 201, "{a}");
+    let automation = format!("/api/v1/automations/{}", a["id"].as_str().unwrap());
+    assert_eq!(alice.call(reqwest::Method::PATCH, &automation, Some(json!({"enabled": false}))).await.0, 200);
+    assert_eq!(alice.call(reqwest::Method::DELETE, &automation, None).await.0, 204);
+
+    let expected = [
+        "session.refused",
+        "session.create",
+        "session.end",
+        "key.create",
+        "key.revoke",
+        "user.create",
+        "user.update",
+        "secret.put",
+        "llm_profile.put",
+        "git_provider.put",
+        "mcp_server.put",
+        "settings.update",
+        "secret.delete",
+        "mcp_server.delete",
+        "git_provider.delete",
+        "share.create",
+        "share.revoke",
+        "terminal.open",
+        "automation.create",
+        "automation.update",
+        "automation.delete",
+    ];
+    // The trail, as an operator exports it (the projection may be a moment behind).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let export = loop {
+        let text = http.get(url("/api/v1/admin/audit?format=jsonl")).bearer_auth(ROOT).send().await.unwrap().text().await.unwrap();
+        if expected.iter().all(|a| text.contains(&format!("\"action\":\"{a}\""))) || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let records: Vec<Value> = export.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    for a in expected {
+        assert!(actions.contains(&a), "no {a} in {actions:?}");
+    }
+    for secret in [SECRET, LLM_KEY, GIT_TOKEN, ALICE, ROOT, issued.as_str(), "not-the-secret-typed", cookie.as_str()] {
+        assert!(!export.contains(secret), "the audit trail holds a secret ({secret})");
+    }
+    let find = |action: &str| records.iter().find(|r| r["action"] == action).unwrap().clone();
+    assert_eq!(
+        (find("session.refused")["actor"].as_str(), find("session.refused")["target"].as_str()),
+        (Some("-"), Some("0123456789abcdef"))
+    );
+    assert_eq!(find("secret.put")["target"], "DB_PASSWORD");
+    assert_eq!(find("terminal.open")["target"], conv.as_str());
+    assert_eq!(find("user.update")["detail"], json!({"disabled": true}));
+    assert!(find("session.create")["client"].as_str().is_some_and(|c| c.starts_with("127.")), "{:?}", find("session.create"));
+    // Newest first, and the time is RFC 3339.
+    let times: Vec<&str> = records.iter().map(|r| r["time"].as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+
+    // Pages by cursor cover the trail once; filters by actor and kind of action.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (s, page) = root.get(&format!("/api/v1/admin/audit?limit=4{cursor}")).await;
+        assert_eq!(s, 200, "{page}");
+        seen.extend(page["items"].as_array().unwrap().iter().map(|r| r.to_string()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), records.len());
+    assert_eq!(seen.iter().collect::<std::collections::BTreeSet<_>>().len(), records.len(), "a record came twice");
+    let (_, mine) = root.get("/api/v1/admin/audit?actor=alice&action=secret.").await;
+    let got: Vec<&str> = mine["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(got, vec!["secret.delete", "secret.put"], "{mine}");
+    let (_, later) = root.get(&format!("/api/v1/admin/audit?from={}", times[0].replace('+', "%2B"))).await;
+    assert!(!later["items"].as_array().unwrap().is_empty() && later["items"].as_array().unwrap().len() < records.len(), "{later}");
+    let (s, e) = root.get("/api/v1/admin/audit?from=yesterday").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_query")), "{e}");
+
+    // Only operators read it; nobody changes or removes it.
+    assert_eq!(alice.get("/api/v1/admin/audit").await.0, 403);
+    for method in [reqwest::Method::DELETE, reqwest::Method::PUT, reqwest::Method::PATCH, reqwest::Method::POST] {
+        let s = root.call(method.clone(), "/api/v1/admin/audit", Some(json!({}))).await.0;
+        assert_eq!(s, 405, "{method} /admin/audit");
+    }
+}

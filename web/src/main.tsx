@@ -17,6 +17,7 @@ import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
+import { Audit } from "./pages/Audit";
 import { SharedConversation } from "./pages/SharedConversation";
 import { SlackLink } from "./pages/SlackLink";
 
@@ -74,6 +75,7 @@ function App() {
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
+  else if (pathname === "/audit" && me.admin) page = <Audit />;
   else page = <ConversationList />;
 
   const nav = (href: string, label: string) => (
@@ -94,6 +96,7 @@ function App() {
           {nav("/sandboxes", "Sandboxes")}
           {nav("/settings", "Settings")}
           {me.admin && nav("/admin", "Users")}
+          {me.admin && nav("/audit", "Audit")}
         </nav>
         <span className="spacer" />
         <button

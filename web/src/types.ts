@@ -349,3 +349,19 @@ export interface BrowserPage {
   url: string;
   screenshot_id?: string | null;
 }
+
+/** One record of the audit trail (GET /admin/audit). */
+export interface AuditRecord {
+  time: string;
+  actor: string;
+  action: string;
+  target: string;
+  org?: string | null;
+  detail: Record<string, unknown>;
+  client?: string | null;
+}
+
+export interface AuditPage {
+  items: AuditRecord[];
+  next_cursor?: string;
+}

@@ -289,5 +289,36 @@ test("9. an administrator adds a user, issues a key, disables and enables, revok
   await page.getByRole("button", { name: "Sign in" }).click();
   await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
   await expect(page.getByRole("link", { name: "Users" })).toHaveCount(0);
+  await expect(page.getByRole("link", { name: "Audit" })).toHaveCount(0);
   expect((await page.request.get("/api/v1/admin/users")).status()).toBe(403);
+  expect((await page.request.get("/api/v1/admin/audit")).status()).toBe(403);
+});
+
+test("10. an administrator reads the audit trail: what everyone did, filtered, exported, with no secret in it", async ({ page }) => {
+  await settings(page);
+  // Something worth recording: a secret stored (its value must never show).
+  const stored = await page.request.put("/api/v1/secrets/AUDITED_TOKEN", { headers: { "x-halyard-csrf": "1" }, data: { value: "tok-never-shown-4471" } });
+  expect(stored.status()).toBe(201);
+  await page.getByRole("link", { name: "Audit" }).click();
+  await expect(page.getByRole("heading", { name: "Audit" })).toBeVisible();
+  const trail = page.getByRole("table", { name: "Audit trail" });
+  // Newest first: the secret, and the sign-ins and users of the tests before.
+  await expect(trail.getByRole("row").nth(1)).toContainText("secret.put");
+  await expect(trail.getByRole("row").nth(1)).toContainText("AUDITED_TOKEN");
+  await expect(trail).toContainText("session.create");
+  await expect(trail).toContainText("user.create");
+  await page.getByLabel("Action").fill("secret.");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await expect(trail).not.toContainText("session.create");
+  for (const row of await trail.getByRole("row").all()) await expect(row).toContainText(/Action|secret\./);
+  await shot(page, "audit");
+  const href = (await page.getByRole("link", { name: "Export JSON Lines" }).getAttribute("href"))!;
+  expect(href).toContain("format=jsonl");
+  const exported = await (await page.request.get(href)).text();
+  const lines = exported.trim().split("\n").map((l) => JSON.parse(l));
+  // Test 2's secret and this one, nothing else, newest first.
+  expect(lines.every((l) => l.action.startsWith("secret."))).toBe(true);
+  expect([lines[0].action, lines[0].target]).toEqual(["secret.put", "AUDITED_TOKEN"]);
+  expect(await page.content()).not.toContain("tok-never-shown-4471");
+  expect(exported).not.toContain("tok-never-shown-4471");
 });

@@ -198,6 +198,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(admin::get_user, admin::patch_user))
         .routes(routes!(admin::create_key, admin::list_keys))
         .routes(routes!(admin::revoke_key))
+        .routes(routes!(accounts::audit::list))
         .routes(routes!(openapi))
 }
 
@@ -366,6 +367,7 @@ pub async fn serve(
         }
         ended = &mut projection => return projection_outcome(ended),
     }
+    tokio::spawn(accounts::audit::keep(store.clone(), state.config.gateway.audit_retention_days, shutdown.clone()));
     let apps = apps_listener.map(|l| {
         let router = Router::new().fallback(apps::proxy).with_state(state.clone());
         tokio::spawn(server::serve(l, router, limits, shutdown.clone()))

@@ -307,7 +307,12 @@ impl Pending<'_> {
                     view.updated_at = at;
                 }
             }
-            SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } | SystemRecord::Audit(_) => {}
+            SystemRecord::Audit(a) => {
+                if let Ok(bytes) = serde_json::to_vec(&crate::accounts::audit::AuditView::from(&a)) {
+                    self.batch.insert(store::audit_key(a.at_ms, env.id.0.as_bytes()), bytes);
+                }
+            }
+            SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
             SystemRecord::WebhookDisabled { webhook_id, reason, .. } => {
                 tracing::warn!(%webhook_id, %reason, "webhook disabled by the dispatcher");
             }

@@ -436,6 +436,8 @@ pub struct GatewayConfig {
     /// The URL people open the web workspace at (for the check that apps are served from
     /// another site); empty: the `http_addr`.
     pub public_url: String,
+    /// Days the audit trail keeps a record readable (`HALYARD_AUDIT_RETENTION_DAYS`).
+    pub audit_retention_days: u64,
 }
 
 impl Default for Config {
@@ -562,6 +564,7 @@ impl Default for GatewayConfig {
             http_max_connections_per_client: 256,
             step_up_secs: 300,
             public_url: String::new(),
+            audit_retention_days: 400,
         }
     }
 }
@@ -659,6 +662,7 @@ pub const ENV_NAMES: &[&str] = &[
     "HTTP_MAX_CONNECTIONS_PER_CLIENT",
     "STEP_UP_SECS",
     "PUBLIC_URL",
+    "AUDIT_RETENTION_DAYS",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -856,6 +860,9 @@ impl Config {
                     return Err(bad("expected the http:// or https:// URL people open the web workspace at"));
                 }
                 "PUBLIC_URL" => self.gateway.public_url = v.trim_end_matches('/').to_owned(),
+                "AUDIT_RETENTION_DAYS" => {
+                    self.gateway.audit_retention_days = v.parse().ok().filter(|d| *d > 0).ok_or_else(|| bad("expected days, at least 1"))?
+                }
                 "RATE_LIMIT_PER_MINUTE" => self.gateway.rate_limit_per_minute = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_BODY_BYTES" => self.gateway.max_body_bytes = v.parse().map_err(|_| bad("expected bytes"))?,
                 "WEBHOOK_ALLOW" => self.webhooks.allow = network_classes(&v).map_err(|e| bad(&e))?,

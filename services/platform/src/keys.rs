@@ -77,6 +77,14 @@ pub fn to_hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The bytes of lowercase or uppercase hex `s`, if it is hex.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
 /// A random secret (32 bytes as hex), from two v4 UUIDs' worth of OS randomness.
 pub fn random_secret() -> String {
     let a = uuid::Uuid::new_v4();

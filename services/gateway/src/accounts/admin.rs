@@ -13,10 +13,9 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use halyard_platform::{bus, keys, now_ms};
-use halyard_protocol::accounts::{ApiKeyRecord, AuditRecord, KeyScope, UserAccount};
-use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{UserId, subjects};
+use halyard_platform::{keys, now_ms};
+use halyard_protocol::UserId;
+use halyard_protocol::accounts::{ApiKeyRecord, KeyScope, UserAccount};
 
 use crate::AppState;
 use crate::accounts::auth::{Admin, Recent, User};
@@ -158,20 +157,10 @@ fn store_err(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable("the accounts store did not answer; try again")
 }
 
-/// Records an admin action on the bus. The change is made already: a lost audit record is
-/// logged loudly rather than undoing it.
-async fn audit(state: &AppState, actor: &UserId, client: SocketAddr, kind: &str, action: &str, target: &str, detail: Option<String>) {
-    let record = SystemRecord::Audit(AuditRecord {
-        actor: actor.clone(),
-        action: action.into(),
-        target: target.into(),
-        detail,
-        client: Some(client.ip().to_string()),
-        at_ms: now_ms(),
-    });
-    if let Err(e) = bus::send(&state.js, subjects::audit_record(kind), record, None).await {
-        tracing::error!(error = %e, %action, %target, "audit record lost");
-    }
+/// Records an action on users and keys ([`crate::accounts::audit`]).
+async fn audit(state: &AppState, actor: &UserId, client: SocketAddr, action: &str, target: &str, detail: serde_json::Value) {
+    let a = crate::accounts::audit::Action::new(actor, action, target).detail(detail);
+    crate::accounts::audit::record(state, a, Some(client.ip())).await;
 }
 
 /// Who this key is.
@@ -204,7 +193,7 @@ pub async fn create_user(
     let now = now_ms();
     let account = UserAccount { user: UserId(body.name.clone()), admin: body.admin, disabled: false, created_ms: now, updated_ms: now };
     state.accounts.put_user(account.clone()).await.map_err(store_err)?;
-    audit(&state, &actor, client, "user", "user.create", &body.name, body.admin.then(|| "admin".to_owned())).await;
+    audit(&state, &actor, client, "user.create", &body.name, serde_json::json!({"admin": body.admin})).await;
     Ok((StatusCode::CREATED, Json(user_json(&state, &body.name, Some(&account)))))
 }
 
@@ -242,18 +231,18 @@ pub async fn patch_user(
         created_ms: now,
         updated_ms: now,
     });
-    let mut changes = Vec::new();
+    let mut changes = serde_json::Map::new();
     if let Some(admin) = body.admin {
         account.admin = admin;
-        changes.push(format!("admin={admin}"));
+        changes.insert("admin".into(), admin.into());
     }
     if let Some(disabled) = body.disabled {
         account.disabled = disabled;
-        changes.push(format!("disabled={disabled}"));
+        changes.insert("disabled".into(), disabled.into());
     }
     account.updated_ms = now;
     state.accounts.put_user(account.clone()).await.map_err(store_err)?;
-    audit(&state, &actor, client, "user", "user.update", &name, Some(changes.join(","))).await;
+    audit(&state, &actor, client, "user.update", &name, serde_json::Value::Object(changes)).await;
     Ok(Json(user_json(&state, &name, Some(&account))))
 }
 
@@ -327,7 +316,7 @@ async fn issue_key(
         verified_ms: None,
     };
     state.accounts.put_key(record.clone()).await.map_err(store_err)?;
-    audit(state, actor, client, "key", "key.create", &id, Some(format!("user={name} scope={}", scope.as_str()))).await;
+    audit(state, actor, client, "key.create", &id, serde_json::json!({"user": name, "scope": scope.as_str()})).await;
     Ok((StatusCode::CREATED, Json(ApiKey { key: Some(key), ..key_json(&record) })))
 }
 
@@ -382,7 +371,7 @@ async fn revoke(state: &AppState, actor: &UserId, client: SocketAddr, mut record
     if record.revoked_ms.is_none() {
         record.revoked_ms = Some(now_ms());
         state.accounts.put_key(record.clone()).await.map_err(store_err)?;
-        audit(state, actor, client, "key", "key.revoke", &record.id, Some(format!("user={}", record.user.0))).await;
+        audit(state, actor, client, "key.revoke", &record.id, serde_json::json!({"user": record.user.0})).await;
     }
     Ok(Json(key_json(&record)))
 }

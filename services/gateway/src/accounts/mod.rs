@@ -1,8 +1,9 @@
 //! Who is calling: users and API keys ([`registry`]), how a request proves it ([`auth`]), the
-//! web workspace's sessions and WebSocket tickets, and the administrators' and users' own key
-//! management ([`admin`]).
+//! web workspace's sessions and WebSocket tickets, the administrators' and users' own key
+//! management ([`admin`]), and the audit trail of what everyone did ([`audit`]).
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod registry;
 pub mod session;

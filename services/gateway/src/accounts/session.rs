@@ -21,10 +21,12 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use halyard_platform::{keys, now_ms};
+use halyard_protocol::UserId;
 use halyard_protocol::accounts::ApiKeyRecord;
 use serde::Deserialize;
 
 use crate::AppState;
+use crate::accounts::audit;
 use crate::accounts::registry::Principal;
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
@@ -174,7 +176,19 @@ pub async fn sign_in(
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => return Err(crate::common::slow_down(e).await),
+        Err(e) => {
+            // Refused sign-ins are recorded (not those past the limit, which only say so): the
+            // key's id when the key names one, never any of what was typed.
+            if e.status != StatusCode::TOO_MANY_REQUESTS {
+                let id = keys::parse_api_key(&body.api_key)
+                    .map(|(id, _)| id)
+                    .filter(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()));
+                let nobody = UserId("-".into());
+                let a = audit::Action::new(&nobody, "session.refused", id.unwrap_or("-")).detail(serde_json::json!({"reason": e.code}));
+                audit::record(&state, a, Some(client)).await;
+            }
+            return Err(crate::common::slow_down(e).await);
+        }
     };
     let now = now_ms();
     let (id, secret, token) = keys::new_api_key();
@@ -182,7 +196,7 @@ pub async fn sign_in(
     // Never past the key's own expiry.
     let expires_ms = (now + SESSION_SECS * 1000).min(state.accounts.credential_expiry(&principal.credential).unwrap_or(i64::MAX));
     let record = ApiKeyRecord {
-        id,
+        id: id.clone(),
         user: principal.user.clone(),
         name: "web session".into(),
         hash: keys::api_key_hash(&salt, &secret),
@@ -203,6 +217,8 @@ pub async fn sign_in(
     if let Err(e) = state.accounts.prune_sessions(&principal.user.0, now, MAX_SESSIONS_PER_USER).await {
         tracing::warn!(error = %e, "cannot prune sessions; the next sign-in tries again");
     }
+    let a = audit::Action::new(&principal.user, "session.create", &id).detail(serde_json::json!({"credential": principal.credential}));
+    audit::record(&state, a, Some(client)).await;
     let max_age = ((expires_ms - now) / 1000).max(1);
     let body = SessionStarted {
         user: principal.user.0,
@@ -229,13 +245,15 @@ fn cookie_session(state: &AppState, headers: &HeaderMap) -> Result<ApiKeyRecord,
 /// every app cookie the session opened).
 #[utoipa::path(delete, path = "/session", tag = "accounts", security(("session" = [])),
     responses((status = 204, description = "signed out"), Refusals))]
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn sign_out(State(state): State<AppState>, client: audit::Client, headers: HeaderMap) -> Result<Response, ApiError> {
     let mut record = cookie_session(&state, &headers)?;
     record.revoked_ms = Some(now_ms());
+    let (user, id) = (record.user.clone(), record.id.clone());
     state.accounts.put_key(record).await.map_err(|e| {
         tracing::error!(error = %e, "cannot end a session");
         ApiError::unavailable("cannot end the session now; try again")
     })?;
+    audit::Action::new(&user, "session.end", &id).send(&state, client).await;
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, cookie(&headers, "", 0)?)]).into_response())
 }
 
@@ -253,7 +271,19 @@ pub async fn step_up(
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => return Err(crate::common::slow_down(e).await),
+        Err(e) => {
+            // Refused sign-ins are recorded (not those past the limit, which only say so): the
+            // key's id when the key names one, never any of what was typed.
+            if e.status != StatusCode::TOO_MANY_REQUESTS {
+                let id = keys::parse_api_key(&body.api_key)
+                    .map(|(id, _)| id)
+                    .filter(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()));
+                let nobody = UserId("-".into());
+                let a = audit::Action::new(&nobody, "session.refused", id.unwrap_or("-")).detail(serde_json::json!({"reason": e.code}));
+                audit::record(&state, a, Some(client)).await;
+            }
+            return Err(crate::common::slow_down(e).await);
+        }
     };
     if principal.user != record.user {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "wrong_user", "that key belongs to another user; sign in as that user instead"));

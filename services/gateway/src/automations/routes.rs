@@ -17,6 +17,7 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::parse_id;
@@ -686,6 +687,7 @@ async fn save(state: &AppState, a: &Automation, revision: Option<u64>) -> Result
 pub async fn create(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -738,6 +740,8 @@ pub async fn create(
     };
     save(&state, &a, None).await?;
     tracing::info!(automation_id = %a.id, user = %a.owner, kind = a.trigger.kind(), "automation created");
+    let detail = serde_json::json!({"name": a.name, "kind": a.trigger.kind(), "enabled": a.enabled});
+    audit::Action::new(&a.owner, "automation.create", &a.id).detail(detail).send(&state, client).await;
     Ok((StatusCode::CREATED, Json(view(&state, &headers, &a, secret))))
 }
 
@@ -768,11 +772,24 @@ pub async fn get_one(
 pub async fn patch(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     headers: HeaderMap,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<PatchBody>,
 ) -> Result<Json<AutomationView>, ApiError> {
     let (mut a, revision) = load(&state, &user, &id).await?;
+    // The names of the fields the change sets (values may be credentials: never recorded).
+    let changed: Vec<&str> = [
+        ("name", body.name.is_some()),
+        ("trigger", body.trigger.is_some()),
+        ("repository", body.repository.is_some()),
+        ("prompt", body.prompt.is_some()),
+        ("llm_profile", body.llm_profile.is_some()),
+        ("enabled", body.enabled.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, on)| on.then_some(n))
+    .collect();
     if let Some(name) = body.name {
         check_name(&name)?;
         a.name = name.trim().to_owned();
@@ -816,13 +833,20 @@ pub async fn patch(
     }
     a.updated_ms = halyard_platform::now_ms();
     save(&state, &a, Some(revision)).await?;
+    let detail = serde_json::json!({"name": a.name, "kind": a.trigger.kind(), "enabled": a.enabled, "changed": changed});
+    audit::Action::new(&user, "automation.update", &a.id).detail(detail).send(&state, client).await;
     Ok(Json(view(&state, &headers, &a, None)))
 }
 
 /// Deletes an automation: its hook refuses requests and its schedule stops.
 #[utoipa::path(delete, path = "/automations/{id}", tag = "automations", params(("id" = String, Path, format = Uuid)),
     responses((status = 204, description = "deleted"), Refusals))]
-pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let (a, _) = load(&state, &user, &id).await?;
     let key = subjects::automation_key(&a.id);
     state.automation_kv.delete(&key).await.map_err(kv_err)?;
@@ -832,6 +856,7 @@ pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): P
         tracing::warn!(automation_id = %a.id, error = %e, "the deleted automation's tick record stays");
     }
     tracing::info!(automation_id = %a.id, user = %a.owner, "automation deleted");
+    audit::Action::new(&user, "automation.delete", &a.id).detail(serde_json::json!({"name": a.name})).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -87,7 +87,12 @@ pub async fn get_one(State(state): State<AppState>, User(_user): User, Path(code
 /// (409 `already_linked` if someone linked them meanwhile); the code stops working.
 #[utoipa::path(post, path = "/slack-links/{code}", tag = "automations", params(("code" = String, Path)),
     responses((status = 200, body = SlackLinkView), Refusals, Conflict))]
-pub async fn link(State(state): State<AppState>, User(user): User, Path(code): Path<String>) -> Result<Json<SlackLinkView>, ApiError> {
+pub async fn link(
+    State(state): State<AppState>,
+    User(user): User,
+    client: crate::accounts::audit::Client,
+    Path(code): Path<String>,
+) -> Result<Json<SlackLinkView>, ApiError> {
     let (link, code_revision) = code_of(&state, &code).await?;
     // Taken first, with its revision: of two racing requests one gets on.
     let key = subjects::automation_slack_link_key(&code);
@@ -116,6 +121,8 @@ pub async fn link(State(state): State<AppState>, User(user): User, Path(code): P
         if let Ok(r) = state.automation_kv.update(&akey, bytes.clone().into(), revision).await {
             state.automations.apply_value(&akey, r, false, &bytes);
             tracing::info!(automation_id = %a.id, user = %user, slack_user = %link.slack_user, "slack user linked");
+            let detail = serde_json::json!({"slack_user": link.slack_user, "owner": a.owner.0});
+            crate::accounts::audit::Action::new(&user, "automation.slack_link", &a.id).detail(detail).send(&state, client).await;
             return Ok(Json(view(&a, &link, Some(user.0.clone()))));
         }
     }

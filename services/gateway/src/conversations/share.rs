@@ -28,6 +28,7 @@ use halyard_platform::keys;
 use halyard_protocol::{ConversationId, subjects};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals};
 use crate::common::{owned, parse_id};
@@ -87,6 +88,7 @@ fn kv_error(e: impl std::fmt::Display) -> ApiError {
 pub async fn share(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<(StatusCode, Json<ShareLink>), ApiError> {
@@ -98,6 +100,7 @@ pub async fn share(
     let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
     state.user_kv.put(subjects::share_key(id), bytes.into()).await.map_err(kv_error)?;
     tracing::info!(user = %user, conversation_id = %id, "conversation shared");
+    audit::Action::new(&user, "share.create", &id.to_string()).send(&state, client).await;
     let token = format!("{id}.{secret}");
     let url = format!("{}/shared/{token}", crate::common::workspace_origin(&state, &headers));
     Ok((StatusCode::CREATED, Json(ShareLink { url, token, created_at: rfc3339(record.created_ms) })))
@@ -115,13 +118,19 @@ pub async fn share_state(State(state): State<AppState>, User(user): User, Path(i
 /// Revokes the conversation's share link at once (open shared pages stop within a second).
 #[utoipa::path(delete, path = "/conversations/{id}/share", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     responses((status = 204, description = "revoked"), Refusals))]
-pub async fn unshare(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn unshare(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let (id, _) = owned(&state, &user, &id)?;
     if load(&state, id).await?.is_none() {
         return Err(ApiError::not_found("share link"));
     }
     state.user_kv.purge(subjects::share_key(id)).await.map_err(kv_error)?;
     tracing::info!(user = %user, conversation_id = %id, "share link revoked");
+    audit::Action::new(&user, "share.revoke", &id.to_string()).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

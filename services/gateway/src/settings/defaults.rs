@@ -13,6 +13,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::UserSettings;
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -89,6 +90,7 @@ pub struct SettingsBody {
 pub async fn put_settings(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     ApiJson(body): ApiJson<SettingsBody>,
 ) -> Result<Json<Settings>, ApiError> {
     if let Some(p) = &body.llm_profile {
@@ -117,5 +119,18 @@ pub async fn put_settings(
         Ok(())
     })
     .await?;
+    // The names of what is set, and the profile's name (settings hold no secret).
+    let set: Vec<&str> = [
+        ("llm_profile", settings.llm_profile.is_some()),
+        ("confirmation_policy", settings.confirmation_policy.is_some()),
+        ("budget", settings.budget.is_some()),
+        ("max_iterations", settings.max_iterations.is_some()),
+        ("sandbox_spec", settings.sandbox_spec.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, on)| on.then_some(n))
+    .collect();
+    let detail = serde_json::json!({"set": set, "llm_profile": settings.llm_profile});
+    audit::Action::new(&user, "settings.update", &user.0).detail(detail).send(&state, client).await;
     Ok(Json(settings_json(&settings)))
 }

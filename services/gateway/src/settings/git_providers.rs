@@ -14,6 +14,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -142,6 +143,7 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -167,6 +169,7 @@ pub async fn put(
     if let Some(url) = &body.api_url {
         crate::error::check_destination("api_url", url, &state.config.gateway.git_api_allow, "HALYARD_GIT_API_ALLOW")?;
     }
+    let body_token_given = body.token.is_some();
     let sealed = match body.token.as_deref() {
         Some(t) if t.len() < 4 || t.len() > 4096 || t.contains(['\n', '\r', '\0']) => {
             return Err(ApiError::bad_request("invalid_field", "`token` must be one line of 4 to 4096 characters"));
@@ -207,14 +210,22 @@ pub async fn put(
     })
     .await?;
     tracing::info!(user = %user, provider = %name, created, "git provider stored");
+    let detail = serde_json::json!({"created": created, "kind": kind, "token_changed": body_token_given});
+    audit::Action::new(&user, "git_provider.put", &name).detail(detail).send(&state, client).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
 /// Deletes a git provider.
 #[utoipa::path(delete, path = "/git-providers/{name}", tag = "settings", params(("name" = String, Path)),
     responses((status = 204, description = "deleted"), Refusals, Conflict))]
-pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let key = subjects::user_git_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserGitProviders| &mut s.providers, &name, "git provider").await?;
+    audit::Action::new(&user, "git_provider.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }

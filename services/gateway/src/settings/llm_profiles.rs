@@ -17,6 +17,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BadGateway, BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -237,6 +238,7 @@ fn check_profile_body(state: &AppState, name: &str, body: &ProfileBody) -> Resul
 pub async fn put_profile(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ProfileBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -285,13 +287,20 @@ pub async fn put_profile(
     let mut view = view;
     view.default = load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str());
     tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
+    let detail = serde_json::json!({"created": created, "provider": provider, "model": body.model, "key_changed": body.api_key.is_some()});
+    audit::Action::new(&user, "llm_profile.put", &name).detail(detail).send(&state, client).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
 /// Deletes an LLM profile; the default of the user's settings cannot go (409 `profile_in_use`).
 #[utoipa::path(delete, path = "/llm-profiles/{name}", tag = "settings", params(("name" = String, Path)),
     responses((status = 204, description = "deleted"), Refusals, Conflict))]
-pub async fn delete_profile(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete_profile(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     if load(&state, &user).await?.llm_profile.as_deref() == Some(&name) {
         return Err(ApiError::conflict(
             "profile_in_use",
@@ -300,6 +309,7 @@ pub async fn delete_profile(State(state): State<AppState>, User(user): User, Pat
     }
     let key = subjects::user_llm_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserLlmProfiles| &mut s.profiles, &name, "LLM profile").await?;
+    audit::Action::new(&user, "llm_profile.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -17,6 +17,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -205,6 +206,7 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -232,15 +234,22 @@ pub async fn put(
     })
     .await?;
     tracing::info!(user = %user, server = %name, created, "MCP server stored");
+    audit::Action::new(&user, "mcp_server.put", &name).detail(serde_json::json!({"created": created})).send(&state, client).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
 /// Deletes an MCP server.
 #[utoipa::path(delete, path = "/mcp-servers/{name}", tag = "settings", params(("name" = String, Path)),
     responses((status = 204, description = "deleted"), Refusals, Conflict))]
-pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let key = subjects::user_mcp_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &name, "MCP server").await?;
+    audit::Action::new(&user, "mcp_server.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

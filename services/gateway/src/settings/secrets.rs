@@ -16,6 +16,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{SealedSecret, UserSecrets};
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -145,6 +146,7 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
 pub async fn put(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     _: Recent,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
@@ -186,15 +188,24 @@ pub async fn put(
     })
     .await?;
     tracing::info!(user = %user, secret = %name, created, "secret stored");
+    let detail = serde_json::json!({"created": created, "value_changed": body.value.is_some()});
+    audit::Action::new(&user, "secret.put", &name).detail(detail).send(&state, client).await;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
 }
 
 /// Deletes a secret: conversations stop getting it from their next run.
 #[utoipa::path(delete, path = "/secrets/{name}", tag = "settings", params(("name" = String, Path)),
     responses((status = 204, description = "deleted"), Refusals, Conflict))]
-pub async fn delete(State(state): State<AppState>, User(user): User, _: Recent, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    _: Recent,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     user_store::remove_named(&state, &subjects::user_secrets_key(&user), |s: &mut UserSecrets| &mut s.secrets, &name, "secret").await?;
     tracing::info!(user = %user, secret = %name, "secret deleted");
+    audit::Action::new(&user, "secret.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

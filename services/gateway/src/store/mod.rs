@@ -20,6 +20,7 @@
 //! | `m` | name | cursor (big-endian u64) |
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
+//! | `A` | inverted time, record id | [`crate::accounts::audit::AuditView`] (JSON) |
 
 pub mod batch;
 
@@ -295,6 +296,45 @@ pub fn run_key(automation: &str, time_ms: i64, run: &str) -> Vec<u8> {
     k
 }
 
+/// Audit records, newest first.
+pub const AUDIT_PREFIX: &[u8] = b"A";
+
+/// Just past the last audit record (the prefix's successor: times inverted begin with 0xff).
+pub const AUDIT_END: &[u8] = b"B";
+
+/// Where the audit records of `time_ms` and before begin.
+pub fn audit_time_prefix(time_ms: i64) -> Vec<u8> {
+    let mut k = AUDIT_PREFIX.to_vec();
+    k.extend_from_slice(&(u64::MAX - time_ms.max(0) as u64).to_be_bytes());
+    k
+}
+
+pub fn audit_key(time_ms: i64, id: &[u8]) -> Vec<u8> {
+    let mut k = audit_time_prefix(time_ms);
+    k.extend_from_slice(id);
+    k
+}
+
+/// The time of an audit record's key.
+pub fn audit_time(key: &[u8]) -> i64 {
+    let mut inverted = [0u8; 8];
+    if let Some(b) = key.get(AUDIT_PREFIX.len()..AUDIT_PREFIX.len() + 8) {
+        inverted.copy_from_slice(b);
+    }
+    (u64::MAX - u64::from_be_bytes(inverted)) as i64
+}
+
+/// Removes the audit records from before `cutoff_ms` (the oldest are last); how many.
+pub fn prune_audit(tree: &sled::Tree, cutoff_ms: i64) -> Result<usize, sled::Error> {
+    let mut removed = 0;
+    // Keys from the last millisecond before the cutoff on are all older.
+    for key in tree.range(audit_time_prefix(cutoff_ms - 1)..AUDIT_END.to_vec()).keys() {
+        tree.remove(key?)?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
 /// The latest run of an automation.
 pub fn last_run_key(automation: &str) -> Vec<u8> {
     let mut k = vec![b'q'];
@@ -502,3 +542,24 @@ impl Store {
 }
 
 pub use halyard_protocol::rfc3339;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_records_read_newest_first_and_the_old_ones_are_pruned() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        for (t, id) in [(1_000, b"a"), (3_000, b"b"), (2_000, b"c"), (2_000, b"d")] {
+            tree.insert(audit_key(t, id), &id[..]).unwrap();
+        }
+        tree.insert(b"B-other", &b"x"[..]).unwrap();
+        let times: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
+        assert_eq!(times, vec![3_000, 2_000, 2_000, 1_000]);
+        assert_eq!(prune_audit(&tree, 2_000).unwrap(), 1, "only the record before the cutoff");
+        let left: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
+        assert_eq!(left, vec![3_000, 2_000, 2_000]);
+        assert!(tree.contains_key(b"B-other").unwrap());
+    }
+}

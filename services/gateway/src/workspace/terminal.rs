@@ -14,6 +14,7 @@ use halyard_platform::executor_client::{ExecutorSocket, SocketMessage};
 use halyard_protocol::command::AgentCommand;
 
 use crate::AppState;
+use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals};
 use crate::common::{agent_command, owned};
@@ -27,6 +28,7 @@ use crate::error::ApiError;
 pub async fn terminal_ws(
     State(state): State<AppState>,
     User(user): User,
+    client: Client,
     Path(id): Path<String>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -38,6 +40,7 @@ pub async fn terminal_ws(
         ApiError::unavailable("the sandbox's terminal did not answer; try again shortly")
     })?;
     agent_command(&state, conversation_id, AgentCommand::RecordTerminalOpened { conversation_id, by: user.clone() }).await?;
+    audit::Action::new(&user, "terminal.open", &conversation_id.to_string()).send(&state, client).await;
     Ok(ws.on_upgrade(move |socket| pass_through(socket, upstream)))
 }
 

@@ -1,0 +1,97 @@
+// The audit trail, for administrators only (the API refuses anyone else): who did what, newest
+// first, filtered by actor and action, older pages on demand, and the whole of it (with the
+// filters) as JSON Lines. Nothing here changes a record: the API has no way to.
+
+import { useCallback, useEffect, useState, type FormEvent } from "react";
+import { call, errorText } from "../api";
+import type { AuditPage, AuditRecord } from "../types";
+import { ErrorText } from "../components/Status";
+
+function query(actor: string, action: string, extra: Record<string, string> = {}) {
+  const q = new URLSearchParams(extra);
+  if (actor.trim()) q.set("actor", actor.trim());
+  if (action.trim()) q.set("action", action.trim());
+  return q.toString();
+}
+
+export function Audit() {
+  const [items, setItems] = useState<AuditRecord[]>([]);
+  const [next, setNext] = useState<string>();
+  const [error, setError] = useState<string>();
+  const [actor, setActor] = useState("");
+  const [action, setAction] = useState("");
+  const [applied, setApplied] = useState({ actor: "", action: "" });
+
+  const load = useCallback(
+    async (cursor?: string) => {
+      try {
+        const page = await call<AuditPage>("GET", `/admin/audit?${query(applied.actor, applied.action, cursor ? { cursor, limit: "50" } : { limit: "50" })}`);
+        setItems((old) => (cursor ? [...old, ...page.items] : page.items));
+        setNext(page.next_cursor);
+        setError(undefined);
+      } catch (e) {
+        setError(errorText(e));
+      }
+    },
+    [applied],
+  );
+  useEffect(() => {
+    load();
+  }, [load]);
+
+  const filter = (e: FormEvent) => {
+    e.preventDefault();
+    setApplied({ actor, action });
+  };
+
+  return (
+    <section className="page">
+      <h1>Audit</h1>
+      <form onSubmit={filter} className="inline-form" aria-label="Filter the audit trail">
+        <input aria-label="Actor" placeholder="Actor (a user name)" value={actor} onChange={(e) => setActor(e.target.value)} />
+        <input aria-label="Action" placeholder="Action (secret.put, or secret. for all)" value={action} onChange={(e) => setAction(e.target.value)} />
+        <button type="submit">Filter</button>
+        <a className="button ghost" href={`/api/v1/admin/audit?${query(applied.actor, applied.action, { format: "jsonl" })}`} download="halyard-audit.jsonl">
+          Export JSON Lines
+        </a>
+      </form>
+      <ErrorText error={error} />
+      <table className="audit" aria-label="Audit trail">
+        <thead>
+          <tr>
+            <th>Time</th>
+            <th>Actor</th>
+            <th>Action</th>
+            <th>Target</th>
+            <th>Detail</th>
+            <th>Client</th>
+          </tr>
+        </thead>
+        <tbody>
+          {items.map((r, i) => (
+            <tr key={`${r.time}-${i}`}>
+              <td>
+                <time dateTime={r.time}>{new Date(r.time).toLocaleString()}</time>
+              </td>
+              <td>{r.actor}</td>
+              <td>
+                <code>{r.action}</code>
+              </td>
+              <td>{r.target}</td>
+              <td>
+                <code>{Object.keys(r.detail).length ? JSON.stringify(r.detail) : ""}</code>
+              </td>
+              <td>{r.client ?? ""}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {items.length === 0 && !error && <p className="empty">Nothing recorded that matches.</p>}
+      {next && (
+        <button className="ghost" onClick={() => load(next)}>
+          Older
+        </button>
+      )}
+    </section>
+  );
+}
