@@ -163,6 +163,18 @@ fn check_key(state: &AppState, client: std::net::IpAddr, key: &str) -> Result<Pr
     Ok(principal)
 }
 
+/// Records a refused key (not one past the limit, which only says so): the key's id when the
+/// key names one, never any of what was typed. The refusal, held a moment if it is a limit's.
+async fn refused(state: &AppState, client: std::net::IpAddr, typed: &str, action: &str, e: ApiError) -> ApiError {
+    if e.status != StatusCode::TOO_MANY_REQUESTS {
+        let id = keys::parse_api_key(typed).map(|(id, _)| id).filter(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()));
+        let nobody = UserId("-".into());
+        let a = audit::Action::new(&nobody, action, id.unwrap_or("-")).detail(serde_json::json!({"reason": e.code}));
+        audit::record(state, a, Some(client)).await;
+    }
+    crate::common::slow_down(e).await
+}
+
 /// Signs in the web workspace: checks the key and answers with the session cookie
 /// (`halyard_session`, HttpOnly, SameSite=Strict).
 #[utoipa::path(post, path = "/session", tag = "accounts", security(()), request_body = SignIn,
@@ -176,19 +188,7 @@ pub async fn sign_in(
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => {
-            // Refused sign-ins are recorded (not those past the limit, which only say so): the
-            // key's id when the key names one, never any of what was typed.
-            if e.status != StatusCode::TOO_MANY_REQUESTS {
-                let id = keys::parse_api_key(&body.api_key)
-                    .map(|(id, _)| id)
-                    .filter(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()));
-                let nobody = UserId("-".into());
-                let a = audit::Action::new(&nobody, "session.refused", id.unwrap_or("-")).detail(serde_json::json!({"reason": e.code}));
-                audit::record(&state, a, Some(client)).await;
-            }
-            return Err(crate::common::slow_down(e).await);
-        }
+        Err(e) => return Err(refused(&state, client, &body.api_key, "session.refused", e).await),
     };
     let now = now_ms();
     let (id, secret, token) = keys::new_api_key();
@@ -271,19 +271,7 @@ pub async fn step_up(
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
     let principal = match check_key(&state, client, &body.api_key) {
         Ok(p) => p,
-        Err(e) => {
-            // Refused sign-ins are recorded (not those past the limit, which only say so): the
-            // key's id when the key names one, never any of what was typed.
-            if e.status != StatusCode::TOO_MANY_REQUESTS {
-                let id = keys::parse_api_key(&body.api_key)
-                    .map(|(id, _)| id)
-                    .filter(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()));
-                let nobody = UserId("-".into());
-                let a = audit::Action::new(&nobody, "session.refused", id.unwrap_or("-")).detail(serde_json::json!({"reason": e.code}));
-                audit::record(&state, a, Some(client)).await;
-            }
-            return Err(crate::common::slow_down(e).await);
-        }
+        Err(e) => return Err(refused(&state, client, &body.api_key, "session.step_up_refused", e).await),
     };
     if principal.user != record.user {
         return Err(ApiError::new(StatusCode::FORBIDDEN, "wrong_user", "that key belongs to another user; sign in as that user instead"));
