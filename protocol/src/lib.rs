@@ -24,6 +24,7 @@ pub mod envelope;
 pub mod event;
 pub mod executor;
 pub mod ids;
+pub mod org;
 pub mod subjects;
 pub mod system;
 pub mod user;

@@ -406,3 +406,128 @@ async fn every_security_relevant_action_is_in_the_audit_trail_and_no_secret_is()
         assert_eq!(s, 405, "{method} /admin/audit");
     }
 }
+
+#[tokio::test]
+async fn organizations_have_members_with_roles_and_never_lose_their_last_owner() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key,dave:dave-secret-key".into();
+    let h = Halyard::start(o);
+    let (alice, bob, carol, dave) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"), h.api("dave-secret-key"));
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+    let patch = reqwest::Method::PATCH;
+    let delete = reqwest::Method::DELETE;
+
+    let (s, org) = alice.post("/api/v1/orgs", json!({"name": "acme"})).await;
+    assert_eq!((s, org["role"].as_str(), org["members"].as_u64()), (201, Some("owner"), Some(1)), "{org}");
+    let (s, e) = bob.post("/api/v1/orgs", json!({"name": "acme"})).await;
+    assert_eq!((s, code(&e)), (409, "org_exists".into()), "{e}");
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "a b"})).await.0, 400);
+    // To anyone outside, it does not exist.
+    assert_eq!(bob.get("/api/v1/orgs/acme").await.0, 404);
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 404);
+
+    // Members: added by owners and admins; roles given and changed by owners only.
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    let (s, e) = alice.post("/api/v1/orgs/acme/members", json!({"user": "nobody"})).await;
+    assert_eq!((s, code(&e)), (400, "unknown_user".into()), "{e}");
+    let (s, e) = alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await;
+    assert_eq!((s, code(&e)), (409, "already_member".into()), "{e}");
+    let (_, mine) = bob.get("/api/v1/orgs").await;
+    assert_eq!(mine["items"], json!([{"name": "acme", "role": "member", "members": 2, "created_at": org["created_at"]}]), "{mine}");
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 403, "a member adds nobody");
+    assert_eq!(alice.call(patch.clone(), "/api/v1/orgs/acme/members/bob", Some(json!({"role": "admin"}))).await.0, 200);
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 201, "an admin adds members");
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "dave", "role": "admin"})).await.0, 403, "only owners give roles");
+    assert_eq!(bob.call(patch.clone(), "/api/v1/orgs/acme/members/carol", Some(json!({"role": "admin"}))).await.0, 403);
+    assert_eq!(alice.call(patch.clone(), "/api/v1/orgs/acme/members/carol", Some(json!({"role": "chief"}))).await.0, 400);
+    let (_, listed) = carol.get("/api/v1/orgs/acme/members").await;
+    assert_eq!(
+        listed["items"],
+        json!([{"user": "alice", "role": "owner"}, {"user": "bob", "role": "admin"}, {"user": "carol", "role": "member"}]),
+        "{listed}"
+    );
+    // Admins remove members, not owners; anyone leaves.
+    assert_eq!(bob.call(delete.clone(), "/api/v1/orgs/acme/members/alice", None).await.0, 403);
+    assert_eq!(bob.call(delete.clone(), "/api/v1/orgs/acme/members/carol", None).await.0, 204);
+    assert_eq!(carol.get("/api/v1/orgs/acme").await.0, 404, "a removed member no longer sees it");
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "dave"})).await.0, 201);
+    assert_eq!(dave.call(delete.clone(), "/api/v1/orgs/acme/members/dave", None).await.0, 204);
+
+    // The last owner can neither leave nor step down; with another owner, they can.
+    let (s, e) = alice.call(delete.clone(), "/api/v1/orgs/acme/members/alice", None).await;
+    assert_eq!((s, code(&e)), (409, "last_owner".into()), "{e}");
+    let (s, e) = alice.call(patch.clone(), "/api/v1/orgs/acme/members/alice", Some(json!({"role": "member"}))).await;
+    assert_eq!((s, code(&e)), (409, "last_owner".into()), "{e}");
+    assert_eq!(alice.call(patch.clone(), "/api/v1/orgs/acme/members/bob", Some(json!({"role": "owner"}))).await.0, 200);
+    assert_eq!(alice.call(delete.clone(), "/api/v1/orgs/acme/members/alice", None).await.0, 204);
+    // A user in several organizations.
+    assert_eq!(bob.post("/api/v1/orgs", json!({"name": "beta"})).await.0, 201);
+    let (_, mine) = bob.get("/api/v1/orgs").await;
+    let names: Vec<(&str, &str)> =
+        mine["items"].as_array().unwrap().iter().map(|o| (o["name"].as_str().unwrap(), o["role"].as_str().unwrap())).collect();
+    assert_eq!(names, vec![("acme", "owner"), ("beta", "owner")]);
+
+    // The organization's audit trail: its owners and admins read what happened in it, only that.
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 201);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let trail = loop {
+        let (s, page) = bob.get("/api/v1/orgs/acme/audit?limit=100").await;
+        assert_eq!(s, 200, "{page}");
+        let actions: Vec<String> = page["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap().to_owned()).collect();
+        if actions.len() >= 10 || Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let items = trail["items"].as_array().unwrap();
+    assert!(items.iter().all(|r| r["org"] == "acme"), "{trail}");
+    let said: Vec<String> = items
+        .iter()
+        .rev()
+        .map(|r| format!("{} {} {}", r["actor"].as_str().unwrap(), r["action"].as_str().unwrap(), r["target"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "alice org.create acme",
+            "alice org.member_add bob",
+            "alice org.member_role bob",
+            "bob org.member_add carol",
+            "bob org.member_remove carol",
+            "alice org.member_add dave",
+            "dave org.member_leave dave",
+            "alice org.member_role bob",
+            "alice org.member_leave alice",
+            "bob org.member_add carol",
+        ],
+        "{trail}"
+    );
+    assert_eq!(carol.get("/api/v1/orgs/acme/audit").await.0, 403, "a member does not read it");
+    assert_eq!(dave.get("/api/v1/orgs/acme/audit").await.0, 404);
+
+    // The CLI says the same.
+    let org_cli = |key: &str, args: &[&str]| {
+        let out = std::process::Command::new(halyard_bin())
+            .arg("org")
+            .args(args)
+            .env_clear()
+            .env("HALYARD_URL", &h.http)
+            .env("HALYARD_API_KEY", key)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = org_cli("bob-secret-key", &["add", "acme", "dave", "--role", "admin"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "bob  owner\ncarol  member\ndave  admin\n");
+    let (code, out, _) = org_cli("dave-secret-key", &["ls"]);
+    assert_eq!((code, out.as_str()), (0, "acme  admin  3 members\n"));
+    let (code, _, err) = org_cli("carol-secret-key", &["role", "acme", "carol", "owner"]);
+    assert!(code != 0 && err.contains("only the organization's owners change roles"), "{err}");
+}

@@ -199,6 +199,11 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(admin::create_key, admin::list_keys))
         .routes(routes!(admin::revoke_key))
         .routes(routes!(accounts::audit::list))
+        .routes(routes!(accounts::orgs::create, accounts::orgs::list))
+        .routes(routes!(accounts::orgs::get_one))
+        .routes(routes!(accounts::orgs::list_members, accounts::orgs::add_member))
+        .routes(routes!(accounts::orgs::set_role, accounts::orgs::remove_member))
+        .routes(routes!(accounts::orgs::audit_trail))
         .routes(routes!(openapi))
 }
 

@@ -213,7 +213,8 @@ impl Pending<'_> {
         self.live.push((id, live));
     }
 
-    fn record(&mut self, env: Envelope<SystemRecord>) {
+    /// Takes in one system record, the `seq`-th of its stream.
+    fn record(&mut self, env: Envelope<SystemRecord>, seq: u64) {
         let at = rfc3339(env.time_ms);
         match env.payload {
             SystemRecord::StartTask(u) => {
@@ -309,7 +310,7 @@ impl Pending<'_> {
             }
             SystemRecord::Audit(a) => {
                 if let Ok(bytes) = serde_json::to_vec(&crate::accounts::audit::AuditView::from(&a)) {
-                    self.batch.insert(store::audit_key(a.at_ms, env.id.0.as_bytes()), bytes);
+                    self.batch.insert(store::audit_key(a.at_ms, seq), bytes);
                 }
             }
             SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
@@ -555,9 +556,9 @@ pub async fn run(
                                     let created =
                                         bus::last_record::<SystemRecord>(&js, subjects::SYSTEM_STREAM, &subjects::conversation_record(id))
                                             .await;
-                                    if let Ok(Some((_, env))) = created {
+                                    if let Ok(Some((created_seq, env))) = created {
                                         if matches!(env.payload, SystemRecord::ConversationCreated { .. }) {
-                                            pending.record(env);
+                                            pending.record(env, created_seq);
                                         }
                                     }
                                 }
@@ -570,7 +571,7 @@ pub async fn run(
                         system_at = system_at.max(seq);
                         system_left = left;
                         match halyard_protocol::decode::<SystemRecord>(&msg.payload) {
-                            Ok(env) => pending.record(env),
+                            Ok(env) => pending.record(env, seq),
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable record"),
                         }
                     }

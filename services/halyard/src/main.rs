@@ -1,7 +1,7 @@
 //! The `halyard` binary: every service in one process with an embedded nats-server
 //! (`halyard up`), chosen services against an external NATS (`halyard serve gateway agent ...`),
 //! the in-sandbox executor (`halyard executor`, started by the sandbox supervisor), and the
-//! command-line client of a running gateway (`halyard run`, `chat`, `ls`, ..., `automations`, `admin`).
+//! command-line client of a running gateway (`halyard run`, `chat`, `ls`, ..., `automations`, `org`, `admin`).
 //!
 //! Configuration is loaded here, once: defaults, then the TOML file, then `HALYARD_*`
 //! environment variables, then flags; the services receive it ready-made.
@@ -17,6 +17,7 @@ mod cli;
 mod client;
 mod follow;
 mod observe;
+mod orgs;
 mod render;
 
 use anyhow::{Context, Result, bail};
@@ -82,6 +83,11 @@ enum Command {
     Automations {
         #[command(subcommand)]
         command: Box<automations::AutomationCommand>,
+    },
+    /// Organizations you are in, and their members.
+    Org {
+        #[command(subcommand)]
+        command: orgs::OrgCommand,
     },
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
@@ -199,6 +205,11 @@ fn main() -> Result<()> {
         Command::Automations { command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let code = runtime.block_on(automations::run(*command))?;
+            std::process::exit(code)
+        }
+        Command::Org { command } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(orgs::run(command))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

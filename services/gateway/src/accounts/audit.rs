@@ -51,11 +51,19 @@ pub struct Action<'a> {
     pub action: &'a str,
     pub target: &'a str,
     pub detail: Value,
+    /// The organization it happened in.
+    pub org: Option<&'a str>,
 }
 
 impl<'a> Action<'a> {
     pub fn new(actor: &'a UserId, action: &'a str, target: &'a str) -> Self {
-        Self { actor, action, target, detail: Value::Null }
+        Self { actor, action, target, detail: Value::Null, org: None }
+    }
+
+    /// In organization `org`.
+    pub fn org(mut self, org: &'a str) -> Self {
+        self.org = Some(org);
+        self
     }
 
     /// With `detail` (an object of names and outcomes, never a secret's value).
@@ -79,7 +87,7 @@ pub async fn record(state: &AppState, a: Action<'_>, client: Option<IpAddr>) {
         action: a.action.to_owned(),
         target: a.target.to_owned(),
         detail: (!a.detail.is_null()).then_some(a.detail),
-        org: None,
+        org: a.org.map(str::to_owned),
         client: client.map(|c| c.to_string()),
         at_ms: halyard_platform::now_ms(),
     });
@@ -174,6 +182,11 @@ pub async fn list(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
+    read(&state, q, None)
+}
+
+/// What `q` asks of the audit trail (only organization `org`'s records, if given).
+pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Response, ApiError> {
     let jsonl = match q.format.as_deref() {
         None | Some("json") => false,
         Some("jsonl") => true,
@@ -193,7 +206,8 @@ pub async fn list(
         None => None,
     };
     let matches = |v: &AuditView, at_ms: i64| {
-        q.actor.as_deref().is_none_or(|a| v.actor == a)
+        org.is_none_or(|o| v.org.as_deref() == Some(o))
+            && q.actor.as_deref().is_none_or(|a| v.actor == a)
             && q.action.as_deref().is_none_or(|a| if a.ends_with('.') { v.action.starts_with(a) } else { v.action == a })
             && from.is_none_or(|f| at_ms >= f)
     };

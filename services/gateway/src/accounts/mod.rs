@@ -1,10 +1,12 @@
 //! Who is calling: users and API keys ([`registry`]), how a request proves it ([`auth`]), the
 //! web workspace's sessions and WebSocket tickets, the administrators' and users' own key
-//! management ([`admin`]), and the audit trail of what everyone did ([`audit`]).
+//! management ([`admin`]), organizations and their members ([`orgs`]), and the audit trail of
+//! what everyone did ([`audit`]).
 
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod orgs;
 pub mod registry;
 pub mod session;
 pub mod tickets;

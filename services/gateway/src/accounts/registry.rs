@@ -2,8 +2,9 @@
 //!
 //! Two sources. The operator's bootstrap keys (`HALYARD_API_KEYS`, with `HALYARD_ADMINS` naming
 //! the admins among their users) start a deployment and serve tests. Everything else is managed
-//! through the admin API and kept in the `halyard_auth` bucket: user accounts (admin, disabled)
-//! and issued keys as salted hashes, with a scope, an expiry and a revocation time.
+//! through the admin API and kept in the `halyard_auth` bucket: user accounts (admin, disabled),
+//! issued keys as salted hashes, with a scope, an expiry and a revocation time, and
+//! organizations with their members' roles.
 //!
 //! Every gateway keeps the bucket in memory and watches it, so a change made through one
 //! gateway (a revoked key, a disabled user) is refused by every other as soon as the change
@@ -19,6 +20,7 @@ use halyard_platform::config::ApiKey;
 use halyard_platform::keys::{self, constant_time_eq};
 use halyard_platform::{BusError, BusErrorKind, Config, Shutdown};
 use halyard_protocol::accounts::{ApiKeyRecord, KeyScope, UserAccount};
+use halyard_protocol::org::Org;
 use halyard_protocol::{Envelope, UserId, subjects};
 
 /// Who a request is, once its key checked out.
@@ -82,11 +84,21 @@ pub struct Accounts {
     bootstrap_admins: HashSet<String>,
     users: RwLock<HashMap<String, (u64, UserAccount)>>,
     keys: RwLock<HashMap<String, (u64, ApiKeyRecord)>>,
+    orgs: RwLock<HashMap<String, (u64, Org)>>,
     pub kv: kv::Store,
 }
 
 const USER_PREFIX: &str = "user.";
 const KEY_PREFIX: &str = "key.";
+const ORG_PREFIX: &str = "org.";
+
+/// Why an organization could not be stored.
+#[derive(Debug)]
+pub enum OrgWrite {
+    /// Another change came first (or, creating, the name is taken).
+    Conflict,
+    Bus(BusError),
+}
 
 impl Accounts {
     /// Loads the bucket and keeps following it until `shutdown`.
@@ -98,6 +110,7 @@ impl Accounts {
             bootstrap_admins: config.gateway.admins.iter().cloned().collect(),
             users: RwLock::new(HashMap::new()),
             keys: RwLock::new(HashMap::new()),
+            orgs: RwLock::new(HashMap::new()),
             kv: kv.clone(),
         });
         let watch = me.follow().await.map_err(|e| bus(&e))?;
@@ -161,6 +174,8 @@ impl Accounts {
             apply_to(&self.users, name, revision, deleted, value);
         } else if let Some(id) = key.strip_prefix(KEY_PREFIX) {
             apply_to(&self.keys, id, revision, deleted, value);
+        } else if let Some(name) = key.strip_prefix(ORG_PREFIX) {
+            apply_to(&self.orgs, name, revision, deleted, value);
         }
     }
 
@@ -287,6 +302,40 @@ impl Accounts {
     pub async fn put_key(&self, record: ApiKeyRecord) -> Result<(), BusError> {
         let name = format!("{KEY_PREFIX}{}", record.id);
         self.put(name, Envelope::new(record, halyard_platform::now_ms())).await
+    }
+
+    /// Organization `name` and its revision.
+    pub fn org(&self, name: &str) -> Option<(u64, Org)> {
+        self.orgs.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    /// The organizations `user` is a member of, by name.
+    pub fn orgs_of(&self, user: &UserId) -> Vec<Org> {
+        let orgs = self.orgs.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<Org> = orgs.values().filter(|(_, o)| o.members.contains_key(user)).map(|(_, o)| o.clone()).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Stores `org`: created when `revision` is `None` (its name must be free), else only over
+    /// that revision; applied here before returning.
+    pub async fn save_org(&self, org: Org, revision: Option<u64>) -> Result<(), OrgWrite> {
+        let name = format!("{ORG_PREFIX}{}", org.name);
+        let bytes = halyard_protocol::encode(&Envelope::new(org, halyard_platform::now_ms())).map_err(|e| OrgWrite::Bus(e.into()))?;
+        let bus =
+            |e: &dyn std::fmt::Display| OrgWrite::Bus(BusError::new(BusErrorKind::Publish, format!("{}: {e}", subjects::AUTH_BUCKET)));
+        let written = match revision {
+            None => self.kv.create(&name, bytes.clone().into()).await.map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => OrgWrite::Conflict,
+                _ => bus(&e),
+            })?,
+            Some(r) => self.kv.update(&name, bytes.clone().into(), r).await.map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => OrgWrite::Conflict,
+                _ => bus(&e),
+            })?,
+        };
+        self.apply_value(&name, written, false, &bytes);
+        Ok(())
     }
 
     /// Forgets `user`'s sessions that have ended (expired or signed out), and ends the oldest

@@ -20,7 +20,7 @@
 //! | `m` | name | cursor (big-endian u64) |
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
-//! | `A` | inverted time, record id | [`crate::accounts::audit::AuditView`] (JSON) |
+//! | `A` | inverted time, inverted stream sequence | [`crate::accounts::audit::AuditView`] (JSON) |
 
 pub mod batch;
 
@@ -309,9 +309,10 @@ pub fn audit_time_prefix(time_ms: i64) -> Vec<u8> {
     k
 }
 
-pub fn audit_key(time_ms: i64, id: &[u8]) -> Vec<u8> {
+/// An audit record's key: newest first by time, then by the stream's order within a millisecond.
+pub fn audit_key(time_ms: i64, seq: u64) -> Vec<u8> {
     let mut k = audit_time_prefix(time_ms);
-    k.extend_from_slice(id);
+    k.extend_from_slice(&(u64::MAX - seq).to_be_bytes());
     k
 }
 
@@ -551,12 +552,15 @@ mod tests {
     fn audit_records_read_newest_first_and_the_old_ones_are_pruned() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = db.open_tree("t").unwrap();
-        for (t, id) in [(1_000, b"a"), (3_000, b"b"), (2_000, b"c"), (2_000, b"d")] {
-            tree.insert(audit_key(t, id), &id[..]).unwrap();
+        for (t, seq) in [(1_000, 1), (3_000, 4), (2_000, 2), (2_000, 3)] {
+            tree.insert(audit_key(t, seq), &seq.to_be_bytes()[..]).unwrap();
         }
         tree.insert(b"B-other", &b"x"[..]).unwrap();
         let times: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
         assert_eq!(times, vec![3_000, 2_000, 2_000, 1_000]);
+        // Within a millisecond, the later in the stream first.
+        let seqs: Vec<Vec<u8>> = tree.scan_prefix(AUDIT_PREFIX).values().map(|v| v.unwrap().to_vec()).collect();
+        assert_eq!(seqs[1..3], [3u64.to_be_bytes().to_vec(), 2u64.to_be_bytes().to_vec()]);
         assert_eq!(prune_audit(&tree, 2_000).unwrap(), 1, "only the record before the cutoff");
         let left: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
         assert_eq!(left, vec![3_000, 2_000, 2_000]);

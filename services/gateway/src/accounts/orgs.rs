@@ -1,0 +1,296 @@
+//! `/api/v1/orgs`: organizations and their members. Anyone may create one (and is its first
+//! owner); owners and admins add and remove members; only owners change roles; an organization
+//! never loses its last owner. To anyone not in it, an organization does not exist (404).
+//! Every change is an audit record carrying the organization's name, and its owners and admins
+//! read those at `GET /orgs/{org}/audit`.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use halyard_protocol::UserId;
+use halyard_protocol::org::{Org, Role};
+
+use crate::AppState;
+use crate::accounts::audit::{self, AuditQuery, Client};
+use crate::accounts::auth::User;
+use crate::accounts::registry::OrgWrite;
+use crate::api_doc::{BodyRefusals, Conflict, Refusals};
+use crate::error::{ApiError, ApiJson};
+use crate::store::rfc3339;
+
+/// Organizations a user may be in at once.
+const MAX_ORGS_PER_USER: usize = 50;
+/// Members an organization may have.
+const MAX_MEMBERS: usize = 1000;
+
+/// An organization as one of its members sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrgView {
+    pub name: String,
+    /// The caller's role in it: `owner`, `admin` or `member`.
+    pub role: String,
+    pub members: usize,
+    pub created_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrgList {
+    pub items: Vec<OrgView>,
+}
+
+/// One member and their role.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberView {
+    pub user: String,
+    pub role: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberList {
+    pub items: Vec<MemberView>,
+}
+
+/// A new organization.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrg {
+    /// 1 to 64 letters, digits, `-` or `_`.
+    pub name: String,
+}
+
+/// A member to add, and their role (default `member`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    pub user: String,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub role: Option<Role>,
+}
+
+/// A member's new role.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetRole {
+    #[schema(value_type = String)]
+    pub role: Role,
+}
+
+fn view(org: &Org, user: &UserId) -> OrgView {
+    OrgView {
+        name: org.name.clone(),
+        role: org.role_of(user).map_or("", Role::as_str).to_owned(),
+        members: org.members.len(),
+        created_at: rfc3339(org.created_ms),
+    }
+}
+
+fn members(org: &Org) -> MemberList {
+    MemberList { items: org.members.iter().map(|(u, r)| MemberView { user: u.0.clone(), role: r.as_str().to_owned() }).collect() }
+}
+
+/// `org` with its revision, if `user` is in it (else 404, as if it did not exist).
+fn load(state: &AppState, user: &UserId, name: &str) -> Result<(u64, Org, Role), ApiError> {
+    let (revision, org) = state.accounts.org(name).ok_or_else(|| ApiError::not_found("organization"))?;
+    let role = org.role_of(user).ok_or_else(|| ApiError::not_found("organization"))?;
+    Ok((revision, org, role))
+}
+
+fn forbidden(what: &str) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", what.to_owned())
+}
+
+fn last_owner() -> ApiError {
+    ApiError::conflict("last_owner", "an organization keeps at least one owner: make another member an owner first")
+}
+
+fn saved(e: OrgWrite) -> ApiError {
+    match e {
+        OrgWrite::Conflict => ApiError::conflict("concurrent_update", "the organization changed meanwhile; read it again and retry"),
+        OrgWrite::Bus(e) => {
+            tracing::error!(error = %e, "organizations store");
+            ApiError::unavailable("the accounts store did not answer; try again")
+        }
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok { Ok(()) } else { Err(ApiError::bad_request("invalid_field", "`name`: 1 to 64 letters, digits, `-` or `_`")) }
+}
+
+/// Records `action` on `target` in `org`.
+async fn record(state: &AppState, actor: &UserId, client: Client, org: &str, action: &str, target: &str, detail: serde_json::Value) {
+    audit::Action::new(actor, action, target).detail(detail).org(org).send(state, client).await;
+}
+
+/// Creates an organization, with the caller as its owner (409 `org_exists` if the name is
+/// taken).
+#[utoipa::path(post, path = "/orgs", tag = "orgs", request_body = CreateOrg,
+    responses((status = 201, body = OrgView), Refusals, BodyRefusals, Conflict))]
+pub async fn create(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    ApiJson(body): ApiJson<CreateOrg>,
+) -> Result<impl IntoResponse, ApiError> {
+    check_name(&body.name)?;
+    if state.accounts.orgs_of(&user).len() >= MAX_ORGS_PER_USER {
+        return Err(ApiError::conflict("too_many_orgs", format!("you are in {MAX_ORGS_PER_USER} organizations (the limit)")));
+    }
+    let now = halyard_platform::now_ms();
+    let org = Org {
+        name: body.name.clone(),
+        members: [(user.clone(), Role::Owner)].into(),
+        created_by: user.clone(),
+        created_ms: now,
+        updated_ms: now,
+    };
+    state.accounts.save_org(org.clone(), None).await.map_err(|e| match e {
+        OrgWrite::Conflict => {
+            ApiError::conflict("org_exists", format!("an organization `{}` exists already; choose another name", body.name))
+        }
+        e => saved(e),
+    })?;
+    record(&state, &user, client, &org.name, "org.create", &org.name, serde_json::Value::Null).await;
+    Ok((StatusCode::CREATED, Json(view(&org, &user))))
+}
+
+/// The organizations the caller is in, with their role in each.
+#[utoipa::path(get, path = "/orgs", tag = "orgs", responses((status = 200, body = OrgList), Refusals))]
+pub async fn list(State(state): State<AppState>, User(user): User) -> Json<OrgList> {
+    Json(OrgList { items: state.accounts.orgs_of(&user).iter().map(|o| view(o, &user)).collect() })
+}
+
+/// One organization the caller is in.
+#[utoipa::path(get, path = "/orgs/{org}", tag = "orgs", params(("org" = String, Path)), responses((status = 200, body = OrgView), Refusals))]
+pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<OrgView>, ApiError> {
+    let (_, org, _) = load(&state, &user, &name)?;
+    Ok(Json(view(&org, &user)))
+}
+
+/// The organization's members and their roles.
+#[utoipa::path(get, path = "/orgs/{org}/members", tag = "orgs", params(("org" = String, Path)),
+    responses((status = 200, body = MemberList), Refusals))]
+pub async fn list_members(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<MemberList>, ApiError> {
+    let (_, org, _) = load(&state, &user, &name)?;
+    Ok(Json(members(&org)))
+}
+
+/// Adds a user (owners and admins; only owners add owners or admins).
+#[utoipa::path(post, path = "/orgs/{org}/members", tag = "orgs", params(("org" = String, Path)), request_body = AddMember,
+    responses((status = 201, body = MemberList), Refusals, BodyRefusals, Conflict))]
+pub async fn add_member(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<AddMember>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (revision, mut org, mine) = load(&state, &user, &name)?;
+    let role = body.role.unwrap_or(Role::Member);
+    if !mine.manages() {
+        return Err(forbidden("only the organization's owners and admins add members"));
+    }
+    if role > Role::Member && mine != Role::Owner {
+        return Err(forbidden("only owners give the owner or admin role"));
+    }
+    let added = UserId(body.user.clone());
+    if !state.accounts.exists(&body.user) {
+        return Err(ApiError::bad_request("unknown_user", format!("there is no user `{}`", body.user)));
+    }
+    if org.members.contains_key(&added) {
+        return Err(ApiError::conflict(
+            "already_member",
+            format!("`{}` is a member already; PATCH the member to change the role", body.user),
+        ));
+    }
+    if org.members.len() >= MAX_MEMBERS {
+        return Err(ApiError::conflict("too_many_members", format!("the organization has {MAX_MEMBERS} members (the limit)")));
+    }
+    if state.accounts.orgs_of(&added).len() >= MAX_ORGS_PER_USER {
+        return Err(ApiError::conflict("too_many_orgs", format!("`{}` is in {MAX_ORGS_PER_USER} organizations (the limit)", body.user)));
+    }
+    org.members.insert(added.clone(), role);
+    org.updated_ms = halyard_platform::now_ms();
+    state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
+    record(&state, &user, client, &org.name, "org.member_add", &added.0, serde_json::json!({"role": role.as_str()})).await;
+    Ok((StatusCode::CREATED, Json(members(&org))))
+}
+
+/// Changes a member's role (owners only; never the last owner's).
+#[utoipa::path(patch, path = "/orgs/{org}/members/{user}", tag = "orgs", params(("org" = String, Path), ("user" = String, Path)),
+    request_body = SetRole, responses((status = 200, body = MemberList), Refusals, BodyRefusals, Conflict))]
+pub async fn set_role(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path((name, member)): Path<(String, String)>,
+    ApiJson(body): ApiJson<SetRole>,
+) -> Result<Json<MemberList>, ApiError> {
+    let (revision, mut org, mine) = load(&state, &user, &name)?;
+    if mine != Role::Owner {
+        return Err(forbidden("only the organization's owners change roles"));
+    }
+    let target = UserId(member.clone());
+    let before = org.role_of(&target).ok_or_else(|| ApiError::not_found("member"))?;
+    if before == Role::Owner && body.role != Role::Owner && org.owners() == 1 {
+        return Err(last_owner());
+    }
+    org.members.insert(target.clone(), body.role);
+    org.updated_ms = halyard_platform::now_ms();
+    state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
+    let detail = serde_json::json!({"from": before.as_str(), "to": body.role.as_str()});
+    record(&state, &user, client, &org.name, "org.member_role", &target.0, detail).await;
+    Ok(Json(members(&org)))
+}
+
+/// Removes a member: owners remove anyone, admins remove members, anyone leaves; never the last
+/// owner.
+#[utoipa::path(delete, path = "/orgs/{org}/members/{user}", tag = "orgs", params(("org" = String, Path), ("user" = String, Path)),
+    responses((status = 204, description = "removed"), Refusals, Conflict))]
+pub async fn remove_member(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path((name, member)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (revision, mut org, mine) = load(&state, &user, &name)?;
+    let target = UserId(member.clone());
+    let theirs = org.role_of(&target).ok_or_else(|| ApiError::not_found("member"))?;
+    let allowed = target == user || mine == Role::Owner || (mine == Role::Admin && theirs == Role::Member);
+    if !allowed {
+        return Err(forbidden("owners remove anyone, admins remove members, and anyone may leave"));
+    }
+    if theirs == Role::Owner && org.owners() == 1 {
+        return Err(last_owner());
+    }
+    org.members.remove(&target);
+    org.updated_ms = halyard_platform::now_ms();
+    state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
+    let action = if target == user { "org.member_leave" } else { "org.member_remove" };
+    record(&state, &user, client, &org.name, action, &target.0, serde_json::json!({"role": theirs.as_str()})).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The organization's audit trail (owners and admins): what happened in it, as
+/// `GET /admin/audit` pages and filters it.
+#[utoipa::path(get, path = "/orgs/{org}/audit", tag = "orgs", params(("org" = String, Path), AuditQuery),
+    responses((status = 200, body = audit::AuditPage), Refusals))]
+pub async fn audit_trail(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (_, org, mine) = load(&state, &user, &name)?;
+    if !mine.manages() {
+        return Err(forbidden("the organization's owners and admins read its audit trail"));
+    }
+    let Query(q) = query?;
+    audit::read(&state, q, Some(&org.name))
+}
