@@ -18,6 +18,7 @@ import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { Audit } from "./pages/Audit";
+import { Orgs } from "./pages/Orgs";
 import { SharedConversation } from "./pages/SharedConversation";
 import { SlackLink } from "./pages/SlackLink";
 
@@ -76,6 +77,7 @@ function App() {
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;
+  else if (pathname === "/orgs") page = <Orgs me={me.user} />;
   else page = <ConversationList />;
 
   const nav = (href: string, label: string) => (
@@ -94,6 +96,7 @@ function App() {
           {nav("/automations", "Automations")}
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
+          {nav("/orgs", "Organizations")}
           {nav("/settings", "Settings")}
           {me.admin && nav("/admin", "Users")}
           {me.admin && nav("/audit", "Audit")}

@@ -365,3 +365,16 @@ export interface AuditPage {
   items: AuditRecord[];
   next_cursor?: string;
 }
+
+/** An organization you are in (GET /orgs). */
+export interface Org {
+  name: string;
+  role: "owner" | "admin" | "member";
+  members: number;
+  created_at: string;
+}
+
+export interface Member {
+  user: string;
+  role: "owner" | "admin" | "member";
+}

@@ -322,3 +322,34 @@ test("10. an administrator reads the audit trail: what everyone did, filtered, e
   expect(await page.content()).not.toContain("tok-never-shown-4471");
   expect(exported).not.toContain("tok-never-shown-4471");
 });
+
+test("11. an organization: created, a member added and made an admin, the last owner cannot leave, what happened is shown", async ({ page }) => {
+  await settings(page);
+  await page.getByRole("link", { name: "Organizations" }).click();
+  await expect(page.getByText("You are in no organization.")).toBeVisible();
+  await page.getByLabel("Organization name").fill("acme");
+  await page.getByRole("button", { name: "Create organization" }).click();
+  const members = page.getByRole("region", { name: "Members of acme" });
+  const table = members.getByRole("table", { name: "Members" });
+  await expect(table.getByRole("row").filter({ hasText: "alice" })).toContainText("owner");
+  await members.getByLabel("User").fill("bob");
+  await members.getByRole("button", { name: "Add member" }).click();
+  await expect(members.getByLabel("Role of bob")).toHaveValue("member");
+  await members.getByLabel("Role of bob").selectOption("admin");
+  await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 2 members");
+  // The last owner stays, and says why.
+  await members.getByRole("button", { name: "Leave acme" }).click();
+  await expect(members.getByText("keeps at least one owner")).toBeVisible();
+  // What happened in it, newest first.
+  const trail = members.getByRole("table", { name: "Audit trail" });
+  await expect(async () => {
+    await members.getByRole("button", { name: "Filter" }).click();
+    await expect(trail.getByRole("row").nth(1)).toContainText("org.member_role", { timeout: 1000 });
+  }).toPass({ timeout: 15_000 });
+  await expect(trail).toContainText("org.member_add");
+  await expect(trail).toContainText("org.create");
+  await shot(page, "organization");
+  await members.getByRole("button", { name: "Remove bob" }).click();
+  await expect(table.getByRole("row").filter({ hasText: "bob" })).toHaveCount(0);
+  await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 1 member");
+});

@@ -14,7 +14,8 @@ function query(actor: string, action: string, extra: Record<string, string> = {}
   return q.toString();
 }
 
-export function Audit() {
+/** The trail at `base` (`/admin/audit`, or an organization's `/orgs/<org>/audit`). */
+export function Audit({ base = "/admin/audit", title = "Audit" }: { base?: string; title?: string }) {
   const [items, setItems] = useState<AuditRecord[]>([]);
   const [next, setNext] = useState<string>();
   const [error, setError] = useState<string>();
@@ -25,7 +26,7 @@ export function Audit() {
   const load = useCallback(
     async (cursor?: string) => {
       try {
-        const page = await call<AuditPage>("GET", `/admin/audit?${query(applied.actor, applied.action, cursor ? { cursor, limit: "50" } : { limit: "50" })}`);
+        const page = await call<AuditPage>("GET", `${base}?${query(applied.actor, applied.action, cursor ? { cursor, limit: "50" } : { limit: "50" })}`);
         setItems((old) => (cursor ? [...old, ...page.items] : page.items));
         setNext(page.next_cursor);
         setError(undefined);
@@ -33,7 +34,7 @@ export function Audit() {
         setError(errorText(e));
       }
     },
-    [applied],
+    [applied, base],
   );
   useEffect(() => {
     load();
@@ -46,12 +47,12 @@ export function Audit() {
 
   return (
     <section className="page">
-      <h1>Audit</h1>
+      {base === "/admin/audit" ? <h1>{title}</h1> : <h2>{title}</h2>}
       <form onSubmit={filter} className="inline-form" aria-label="Filter the audit trail">
         <input aria-label="Actor" placeholder="Actor (a user name)" value={actor} onChange={(e) => setActor(e.target.value)} />
         <input aria-label="Action" placeholder="Action (secret.put, or secret. for all)" value={action} onChange={(e) => setAction(e.target.value)} />
         <button type="submit">Filter</button>
-        <a className="button ghost" href={`/api/v1/admin/audit?${query(applied.actor, applied.action, { format: "jsonl" })}`} download="halyard-audit.jsonl">
+        <a className="button ghost" href={`/api/v1${base}?${query(applied.actor, applied.action, { format: "jsonl" })}`} download="halyard-audit.jsonl">
           Export JSON Lines
         </a>
       </form>
