@@ -531,3 +531,90 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
     let (code, _, err) = org_cli("carol-secret-key", &["role", "acme", "carol", "owner"]);
     assert!(code != 0 && err.contains("only the organization's owners change roles"), "{err}");
 }
+
+#[tokio::test]
+async fn usage_reports_add_up_to_the_conversations_own_metrics() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| halyard_tests::Reply::finish("Done, with a few words of answer."));
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root").set("HALYARD_LLM_PRICE", "1.5,6,0.75");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key".into();
+    let h = Halyard::start(o);
+    let (root, alice, bob) = (h.api(ROOT), h.api(ALICE), h.api("bob-secret-key"));
+    let mut convs = Vec::new();
+    for (api, text) in [(&alice, "write the first thing"), (&alice, "and a second, longer thing to do"), (&bob, "bob's")] {
+        let (conv, _) = api.start_ready(json!({"message": text})).await;
+        api.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+        convs.push(conv);
+    }
+    // Alice's first sandbox runs a second or more, then pauses: its time counts.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (_, c) = alice.get(&format!("/api/v1/conversations/{}", convs[0])).await;
+    let sandbox = c["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(alice.post(&format!("/api/v1/sandboxes/{sandbox}/pause"), json!({})).await.0, 202);
+
+    // What the conversations say they used.
+    let mut own = json!({"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "llm_calls": 0});
+    for conv in &convs[..2] {
+        let (_, c) = alice.get(&format!("/api/v1/conversations/{conv}")).await;
+        let m = &c["metrics"];
+        assert!(m["llm_calls"].as_u64().unwrap() >= 1 && m["cost_usd"].as_f64().unwrap() > 0.0, "{c}");
+        own["tokens_in"] = (own["tokens_in"].as_u64().unwrap() + m["prompt_tokens"].as_u64().unwrap()).into();
+        own["tokens_out"] = (own["tokens_out"].as_u64().unwrap() + m["completion_tokens"].as_u64().unwrap()).into();
+        own["cost_usd"] = (own["cost_usd"].as_f64().unwrap() + m["cost_usd"].as_f64().unwrap()).into();
+        own["llm_calls"] = (own["llm_calls"].as_u64().unwrap() + m["llm_calls"].as_u64().unwrap()).into();
+    }
+    // The report, once the projection has the pause.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let report = loop {
+        let (s, r) = alice.get("/api/v1/me/usage").await;
+        assert_eq!(s, 200, "{r}");
+        if r["total"]["sandbox_seconds"].as_u64().unwrap_or(0) >= 1 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let total = &report["total"];
+    assert_eq!(
+        (&total["tokens_in"], &total["tokens_out"], &total["llm_calls"], &total["conversations"]),
+        (&own["tokens_in"], &own["tokens_out"], &own["llm_calls"], &json!(2)),
+        "{report}"
+    );
+    assert!((total["cost_usd"].as_f64().unwrap() - own["cost_usd"].as_f64().unwrap()).abs() < 1e-5, "{report} vs {own}");
+    assert!(total["sandbox_seconds"].as_u64().unwrap() >= 1, "{report}");
+    let today = &report["rows"][0];
+    assert_eq!((report["rows"].as_array().unwrap().len(), today["day"].as_str().map(str::len)), (1, Some(10)), "{report}");
+    // By model: the calls under the model, starts and sandbox time under no model.
+    let (_, by_model) = alice.get("/api/v1/me/usage?group_by=model").await;
+    let rows = by_model["rows"].as_array().unwrap();
+    let none = rows.iter().find(|r| r["model"] == "").unwrap();
+    let model = rows.iter().find(|r| r["model"] != "").unwrap();
+    assert_eq!((&none["conversations"], &none["llm_calls"], &model["tokens_in"]), (&json!(2), &json!(0), &own["tokens_in"]), "{by_model}");
+    // CSV, and a window that holds nothing.
+    let csv = reqwest::Client::new()
+        .get(format!("{}/api/v1/me/usage?format=csv", h.http))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("day,tokens_in,tokens_out,cached_tokens,cost_usd,conversations,llm_calls,sandbox_seconds"));
+    assert!(lines.next().unwrap().contains(&format!(",{},{},", own["tokens_in"], own["tokens_out"])), "{csv}");
+    let (_, old) = alice.get("/api/v1/me/usage?from=2020-01-01&to=2020-02-01").await;
+    assert_eq!((old["rows"].as_array().unwrap().len(), &old["total"]["llm_calls"]), (0, &json!(0)), "{old}");
+
+    // Bob sees his own; an operator sees everyone's by user.
+    let (_, bobs) = bob.get("/api/v1/me/usage").await;
+    assert_eq!(bobs["total"]["conversations"], 1, "{bobs}");
+    let (_, everyone) = root.get("/api/v1/admin/usage?group_by=user").await;
+    let users: Vec<(&str, u64)> =
+        everyone["rows"].as_array().unwrap().iter().map(|r| (r["user"].as_str().unwrap(), r["conversations"].as_u64().unwrap())).collect();
+    assert_eq!(users, vec![("alice", 2), ("bob", 1)], "{everyone}");
+    assert_eq!(bob.get("/api/v1/admin/usage").await.0, 403);
+    let (s, e) = bob.get("/api/v1/me/usage?group_by=user").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_query")), "{e}");
+    assert_eq!(bob.get("/api/v1/me/usage?from=last-week").await.0, 400);
+}

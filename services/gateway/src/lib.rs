@@ -199,6 +199,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(admin::create_key, admin::list_keys))
         .routes(routes!(admin::revoke_key))
         .routes(routes!(accounts::audit::list))
+        .routes(routes!(accounts::usage::mine))
+        .routes(routes!(accounts::usage::all))
         .routes(routes!(accounts::orgs::create, accounts::orgs::list))
         .routes(routes!(accounts::orgs::get_one))
         .routes(routes!(accounts::orgs::list_members, accounts::orgs::add_member))

@@ -98,6 +98,8 @@ struct Pending<'a> {
     live: Vec<(ConversationId, LiveEvent)>,
     settled: Vec<(String, TaskId)>,
     tomb_checked: HashMap<ConversationId, bool>,
+    /// Usage rows this batch changed, by key.
+    usage: HashMap<Vec<u8>, store::UsageRow>,
 }
 
 fn tomb_key(id: ConversationId) -> Vec<u8> {
@@ -107,6 +109,15 @@ fn tomb_key(id: ConversationId) -> Vec<u8> {
 }
 
 impl Pending<'_> {
+    /// `user`'s usage row for the day of `time_ms` and `model`, as of this batch.
+    fn usage(&mut self, user: &str, time_ms: i64, model: &str) -> &mut store::UsageRow {
+        let key = store::usage_key(user, time_ms, model);
+        let store = self.store;
+        self.usage
+            .entry(key)
+            .or_insert_with_key(|k| store.tree().get(k).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok()).unwrap_or_default())
+    }
+
     fn view(&mut self, id: ConversationId) -> Option<&mut ConversationView> {
         if !self.views.contains_key(&id) {
             let v = self.store.conversation(id).ok().flatten();
@@ -143,6 +154,8 @@ impl Pending<'_> {
         }
         let live = LiveEvent::of(&ev);
         let now = rfc3339(ev.timestamp_ms);
+        // What the event adds to its owner's usage, taken in once the view is done with.
+        let mut usage_calls = Vec::new();
         if let Some(view) = self.view(id) {
             view.last_event_seq = view.last_event_seq.max(ev.seq);
             view.updated_at = now;
@@ -183,6 +196,18 @@ impl Pending<'_> {
                     view.pull_requests.push(store::PullRequest { number: *number, url: url.clone(), title: title.clone() });
                 }
                 EventBody::LlmCall { model, prompt_tokens, completion_tokens, cached_tokens, latency_ms, cost_usd, .. } => {
+                    // A fork's copies of its source's calls cost nothing again.
+                    let copied = view.start_request.as_ref().and_then(|r| r.fork.as_ref()).is_some_and(|f| ev.seq <= f.at_seq);
+                    if !copied {
+                        usage_calls.push((
+                            view.owner.clone(),
+                            model.clone(),
+                            *prompt_tokens,
+                            *completion_tokens,
+                            *cached_tokens,
+                            cost_usd.unwrap_or(0.0),
+                        ));
+                    }
                     let m = &mut view.metrics;
                     m.llm_calls += 1;
                     m.prompt_tokens += prompt_tokens;
@@ -209,6 +234,14 @@ impl Pending<'_> {
                 }
                 _ => {}
             }
+        }
+        for (owner, model, tokens_in, tokens_out, cached, cost) in usage_calls {
+            let row = self.usage(&owner, ev.timestamp_ms, &model);
+            row.llm_calls += 1;
+            row.tokens_in += tokens_in;
+            row.tokens_out += tokens_out;
+            row.cached_tokens += cached;
+            row.cost_usd += cost;
         }
         self.live.push((id, live));
     }
@@ -276,6 +309,10 @@ impl Pending<'_> {
                     }
                     view.start_request = Some(request);
                 }
+                if !view.usage_counted {
+                    view.usage_counted = true;
+                    self.usage(&owner.0, created_ms, "").conversations += 1;
+                }
             }
             SystemRecord::Sandbox(u) => {
                 self.sandbox(&u, env.time_ms);
@@ -341,6 +378,15 @@ impl Pending<'_> {
             self.sandboxes.insert(id, v);
         }
         let at = rfc3339(time_ms);
+        // Seconds run end when it stops running (paused, stopped, gone): its owner's usage.
+        let running = matches!(u.status, SandboxStatus::Running | SandboxStatus::Starting);
+        let ran = self.sandboxes.get_mut(&id).and_then(Option::as_mut).and_then(|v| {
+            let since = if running { None } else { v.running_since_ms.take() };
+            since.map(|t| (v.owner.clone(), ((time_ms - t).max(0) / 1000) as u64))
+        });
+        if let Some((owner, secs)) = ran {
+            self.usage(&owner, time_ms, "").sandbox_seconds += secs;
+        }
         let slot = self.sandboxes.entry(id).or_insert(None);
         if u.status == SandboxStatus::Deleted {
             if let Some(old) = slot.take() {
@@ -362,6 +408,9 @@ impl Pending<'_> {
         view.kind = u.sandbox_kind.clone();
         view.spec = u.spec.clone();
         view.status = u.status.as_str().to_owned();
+        if running && view.running_since_ms.is_none() {
+            view.running_since_ms = Some(time_ms);
+        }
         view.detail = u.detail.clone();
         view.exposed_urls = u.exposed_urls.iter().map(|e| serde_json::json!({"name": e.name, "url": e.url})).collect();
         view.workspace = u.workspace.clone();
@@ -384,6 +433,9 @@ impl Pending<'_> {
         }
         for (id, view) in self.sandboxes.drain() {
             put_or_remove(&mut self.batch, store::sandbox_key(id), view.as_ref());
+        }
+        for (key, row) in self.usage.drain() {
+            put_or_remove(&mut self.batch, key, Some(&row));
         }
         for (name, seq) in cursors {
             self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
@@ -534,6 +586,7 @@ pub async fn run(
             live: Vec::new(),
             settled: Vec::new(),
             tomb_checked: HashMap::new(),
+            usage: HashMap::new(),
         };
         let mut next = Some(first);
         let mut count = 0;

@@ -1,7 +1,7 @@
 //! Who is calling: users and API keys ([`registry`]), how a request proves it ([`auth`]), the
 //! web workspace's sessions and WebSocket tickets, the administrators' and users' own key
-//! management ([`admin`]), organizations and their members ([`orgs`]), and the audit trail of
-//! what everyone did ([`audit`]).
+//! management ([`admin`]), organizations and their members ([`orgs`]), the audit trail of what
+//! everyone did ([`audit`]) and what they spent ([`usage`]).
 
 pub mod admin;
 pub mod audit;
@@ -10,3 +10,4 @@ pub mod orgs;
 pub mod registry;
 pub mod session;
 pub mod tickets;
+pub mod usage;

@@ -21,6 +21,7 @@
 //! | `s` | sandbox id | [`SandboxView`] (JSON) |
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
 //! | `A` | inverted time, inverted stream sequence | [`crate::accounts::audit::AuditView`] (JSON) |
+//! | `V` | user, 0, day (days since the epoch, big-endian), model | [`UsageRow`] (JSON) |
 
 pub mod batch;
 
@@ -79,6 +80,9 @@ pub struct ConversationView {
     /// `tags` were changed after the start (a creation record replayed later keeps them).
     #[serde(default)]
     pub tags_changed: bool,
+    /// Its creation is counted in its owner's usage (a creation record read twice counts once).
+    #[serde(default)]
+    pub usage_counted: bool,
     /// The pull requests the agent opened with Halyard's own tool, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pull_requests: Vec<PullRequest>,
@@ -172,6 +176,9 @@ pub struct SandboxView {
     pub created_at: String,
     pub updated_at: String,
     pub created_ms: i64,
+    /// Since when it has been running (for usage reports' sandbox seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since_ms: Option<i64>,
 }
 
 impl SandboxView {
@@ -294,6 +301,59 @@ pub fn run_key(automation: &str, time_ms: i64, run: &str) -> Vec<u8> {
     k.extend_from_slice(&(u64::MAX - time_ms.max(0) as u64).to_be_bytes());
     k.extend_from_slice(run.as_bytes());
     k
+}
+
+/// What one user used on one day with one model (`""`: what belongs to no model, such as
+/// conversations started and sandbox seconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cached_tokens: u64,
+    pub cost_usd: f64,
+    pub llm_calls: u64,
+    pub conversations: u64,
+    pub sandbox_seconds: u64,
+}
+
+impl UsageRow {
+    pub fn add(&mut self, o: &UsageRow) {
+        self.tokens_in += o.tokens_in;
+        self.tokens_out += o.tokens_out;
+        self.cached_tokens += o.cached_tokens;
+        self.cost_usd += o.cost_usd;
+        self.llm_calls += o.llm_calls;
+        self.conversations += o.conversations;
+        self.sandbox_seconds += o.sandbox_seconds;
+    }
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// The usage rows of `user`.
+pub fn usage_prefix(user: &str) -> Vec<u8> {
+    let mut k = vec![b'V'];
+    k.extend_from_slice(user.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The usage row of `user` on the day of `time_ms` for `model`.
+pub fn usage_key(user: &str, time_ms: i64, model: &str) -> Vec<u8> {
+    let mut k = usage_prefix(user);
+    k.extend_from_slice(&(time_ms.div_euclid(DAY_MS).max(0) as u32).to_be_bytes());
+    k.extend_from_slice(model.as_bytes());
+    k
+}
+
+/// A usage key's user, day (the millisecond it begins) and model.
+pub fn usage_parts(key: &[u8]) -> Option<(String, i64, String)> {
+    let rest = key.strip_prefix(b"V")?;
+    let zero = rest.iter().position(|b| *b == 0)?;
+    let user = String::from_utf8(rest[..zero].to_vec()).ok()?;
+    let day = u32::from_be_bytes(rest.get(zero + 1..zero + 5)?.try_into().ok()?);
+    let model = String::from_utf8(rest[zero + 5..].to_vec()).ok()?;
+    Some((user, i64::from(day) * DAY_MS, model))
 }
 
 /// Audit records, newest first.
@@ -565,5 +625,14 @@ mod tests {
         let left: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
         assert_eq!(left, vec![3_000, 2_000, 2_000]);
         assert!(tree.contains_key(b"B-other").unwrap());
+    }
+
+    #[test]
+    fn usage_keys_name_their_user_day_and_model() {
+        let day = 20_419 * DAY_MS;
+        let k = usage_key("alice", day + 5_000, "gpt-4o");
+        assert_eq!(usage_parts(&k), Some(("alice".to_owned(), day, "gpt-4o".to_owned())));
+        assert!(k.starts_with(&usage_prefix("alice")) && !k.starts_with(&usage_prefix("alic")));
+        assert!(usage_key("alice", day, "") < usage_key("alice", day + DAY_MS, ""), "days sort in order");
     }
 }
