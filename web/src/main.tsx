@@ -19,6 +19,7 @@ import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { Audit } from "./pages/Audit";
 import { Orgs } from "./pages/Orgs";
+import { Usage } from "./pages/Usage";
 import { SharedConversation } from "./pages/SharedConversation";
 import { SlackLink } from "./pages/SlackLink";
 
@@ -78,6 +79,7 @@ function App() {
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;
   else if (pathname === "/orgs") page = <Orgs me={me.user} />;
+  else if (pathname === "/usage") page = <Usage admin={me.admin} />;
   else page = <ConversationList />;
 
   const nav = (href: string, label: string) => (
@@ -97,6 +99,7 @@ function App() {
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
           {nav("/orgs", "Organizations")}
+          {nav("/usage", "Usage")}
           {nav("/settings", "Settings")}
           {me.admin && nav("/admin", "Users")}
           {me.admin && nav("/audit", "Audit")}

@@ -378,3 +378,25 @@ export interface Member {
   user: string;
   role: "owner" | "admin" | "member";
 }
+
+/** One group of a usage report (GET /me/usage, /admin/usage). */
+export interface UsageLine {
+  user?: string;
+  model?: string;
+  day?: string;
+  tokens_in: number;
+  tokens_out: number;
+  cached_tokens: number;
+  cost_usd: number;
+  conversations: number;
+  llm_calls: number;
+  sandbox_seconds: number;
+}
+
+export interface UsageReport {
+  from: string;
+  to: string;
+  group_by: string;
+  rows: UsageLine[];
+  total: UsageLine;
+}

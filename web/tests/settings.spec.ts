@@ -353,3 +353,28 @@ test("11. an organization: created, a member added and made an admin, the last o
   await expect(table.getByRole("row").filter({ hasText: "bob" })).toHaveCount(0);
   await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 1 member");
 });
+
+test("12. usage: this month's spend by day, by model and, for an administrator, by member", async ({ page }) => {
+  await settings(page);
+  // A conversation that makes an LLM call today.
+  const started = await page.request.post("/api/v1/conversations", { headers: { "x-halyard-csrf": "1" }, data: { message: "say hello" } });
+  expect(started.status()).toBe(202);
+  const today = new Date().toISOString().slice(0, 10);
+  await expect
+    .poll(async () => ((await (await page.request.get("/api/v1/me/usage")).json()).total.tokens_in as number), { timeout: 20_000 })
+    .toBeGreaterThan(0);
+  await page.getByRole("link", { name: "Usage" }).click();
+  await expect(page.getByRole("heading", { name: "Usage" })).toBeVisible();
+  const byDay = page.getByRole("table", { name: "Your usage by day" });
+  const row = byDay.getByRole("row").filter({ hasText: today });
+  await expect(row).toBeVisible();
+  const tokensIn = Number(await row.getByRole("cell").nth(1).textContent());
+  expect(tokensIn).toBeGreaterThan(0);
+  await expect(page.getByRole("status", { name: "Total" })).toContainText("LLM calls");
+  await expect(page.getByRole("img", { name: "Cost by day" })).toBeVisible();
+  await expect(page.getByRole("table", { name: "Usage by member" }).getByRole("row").filter({ hasText: "alice" })).toBeVisible();
+  // The page's numbers are the API's.
+  const report = await (await page.request.get("/api/v1/me/usage?group_by=day")).json();
+  expect(report.rows.find((r: { day: string }) => r.day === today).tokens_in).toBe(tokensIn);
+  await shot(page, "usage");
+});
