@@ -53,6 +53,9 @@ pub enum ConversationCommand {
         /// Labels the owner finds conversations by (`GET /conversations?tag=key:value`).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         tags: BTreeMap<String, String>,
+        /// The organization it is started in (its LLM profile is then named `@org/name`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        org: Option<String>,
     },
     Delete {
         conversation_id: ConversationId,

@@ -46,6 +46,19 @@ pub struct Org {
     pub created_by: UserId,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
+    #[serde(default)]
+    pub settings: OrgSettings,
+}
+
+/// What an organization's owners and admins set for its conversations.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgSettings {
+    /// The organization's LLM profile its conversations use when they name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_llm_profile: Option<String>,
+    /// Its conversations may use no other profile.
+    #[serde(default)]
+    pub enforce_llm_profile: bool,
 }
 
 impl Org {

@@ -134,6 +134,12 @@ pub fn audit_record(target_kind: &str) -> String {
 /// `llm.<user>`, `secrets.<user>`. Written by the gateways, read by the agent runner.
 pub const USER_BUCKET: &str = "halyard_user";
 
+/// The key of organization `org`'s LLM profiles ([`crate::user::UserLlmProfiles`]) in
+/// [`USER_BUCKET`]; conversations name them [`crate::user::org_profile`].
+pub fn org_llm_key(org: &str) -> String {
+    format!("orgllm.{org}")
+}
+
 /// The key of conversation `id`'s share link (a salted hash of its secret) in [`USER_BUCKET`].
 pub fn share_key(id: crate::ConversationId) -> String {
     format!("share.{id}")

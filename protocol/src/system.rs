@@ -153,6 +153,9 @@ pub struct StartRequest {
     /// [`SystemRecord::ConversationTags`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The organization it was started in, whose settings applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
 }
 
 /// A start task's state after a transition.

@@ -194,6 +194,22 @@ impl GitProvider {
     }
 }
 
+/// How a conversation names organization `org`'s LLM profile `name`: `@org/name` (a user's own
+/// profiles have no `@`, which names may not hold).
+pub fn org_profile(org: &str, name: &str) -> String {
+    format!("@{org}/{name}")
+}
+
+/// The organization and profile an [`org_profile`] name names.
+pub fn parse_org_profile(s: &str) -> Option<(&str, &str)> {
+    s.strip_prefix('@')?.split_once('/').filter(|(o, n)| !o.is_empty() && !n.is_empty())
+}
+
+/// Whose vault slot an organization's profile keys are sealed in: `@org` (no user is named so).
+pub fn org_slot_owner(org: &str) -> String {
+    format!("@{org}")
+}
+
 /// All git providers of one user, by name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UserGitProviders {

@@ -667,6 +667,7 @@ fn records_are_stable() {
                     fork: None,
                     parent: None,
                     tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
+                    org: None,
                 }),
             },
         ),
@@ -696,6 +697,7 @@ fn commands_are_stable() {
                 fork: None,
                 parent: None,
                 tags: BTreeMap::new(),
+                org: None,
             },
         ),
     );
@@ -725,6 +727,7 @@ fn commands_are_stable() {
                     depth: 1,
                 }),
                 tags: BTreeMap::new(),
+                org: None,
             },
         ),
     );
@@ -749,6 +752,7 @@ fn commands_are_stable() {
                 fork: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
                 parent: None,
                 tags: BTreeMap::from([("source".into(), "github".into()), ("issue".into(), "42".into())]),
+                org: None,
             },
         ),
     );

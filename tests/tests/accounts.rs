@@ -618,3 +618,69 @@ async fn usage_reports_add_up_to_the_conversations_own_metrics() {
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_query")), "{e}");
     assert_eq!(bob.get("/api/v1/me/usage?from=last-week").await.0, 400);
 }
+
+#[tokio::test]
+async fn an_organizations_enforced_profile_is_what_its_members_conversations_use() {
+    init();
+    const ORG_KEY: &str = "sk-org-team-key-7781";
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| halyard_tests::Reply::finish("from the operator's or bob's own model"));
+    let team = ScriptedLlm::start().await;
+    team.fallback(|_| halyard_tests::Reply::finish("from the team's model"));
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root").set("HALYARD_LLM_PROFILE_ALLOW", "loopback");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key".into();
+    let h = Halyard::start(o);
+    let (alice, bob, carol) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"));
+    let put = reqwest::Method::PUT;
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+
+    // The organization's profile: set up by its owner, its key never shown to anyone.
+    let profile = json!({"base_url": team.base_url, "model": "team-model", "api_key": ORG_KEY});
+    let (s, p) = alice.call(put.clone(), "/api/v1/orgs/acme/llm-profiles/team", Some(profile.clone())).await;
+    assert_eq!((s, p["has_api_key"].as_bool()), (201, Some(true)), "{p}");
+    assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/llm-profiles/mine", Some(profile)).await.0, 403, "a member sets none up");
+    let (s, listed) = bob.get("/api/v1/orgs/acme/llm-profiles").await;
+    assert_eq!(
+        (s, listed["items"][0]["name"].as_str(), listed["items"][0]["model"].as_str()),
+        (200, Some("team"), Some("team-model")),
+        "{listed}"
+    );
+    assert!(!listed.to_string().contains(ORG_KEY), "{listed}");
+    assert_eq!(carol.get("/api/v1/orgs/acme/llm-profiles").await.0, 404);
+    let (s, e) = alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"enforce_llm_profile": true}))).await;
+    assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+    let (s, e) = alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"default_llm_profile": "nope"}))).await;
+    assert_eq!((s, code(&e)), (400, "unknown_llm_profile".into()), "{e}");
+    let (s, st) = alice
+        .call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"default_llm_profile": "team", "enforce_llm_profile": true})))
+        .await;
+    assert_eq!((s, &st), (200, &json!({"default_llm_profile": "team", "enforce_llm_profile": true})), "{st}");
+    assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({}))).await.0, 403);
+
+    // Bob's conversation in the organization runs on its profile, with its key.
+    let bobs = json!({"base_url": llm.base_url, "model": "bob-model", "api_key": "sk-bob-own"});
+    assert_eq!(bob.call(put.clone(), "/api/v1/llm-profiles/mine", Some(bobs)).await.0, 201);
+    let (conv, _) = bob.start_ready(json!({"message": "hello team", "org": "acme"})).await;
+    bob.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let (_, c) = bob.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!(c["org"], "acme", "{c}");
+    assert!(team.requests().iter().any(|r| r["model"] == "team-model"), "the team's server was not asked");
+    assert!(team.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {ORG_KEY}"))), "{:?}", team.auth_headers());
+    // Another profile is refused while the organization enforces its own, at the start and later.
+    let (s, e) = bob.post("/api/v1/conversations", json!({"message": "x", "org": "acme", "llm_profile": "mine"})).await;
+    assert_eq!((s, code(&e)), (403, "llm_profile_enforced".into()), "{e}");
+    let (s, e) = bob.call(put.clone(), &format!("/api/v1/conversations/{conv}/llm-profile"), Some(json!({"profile": "mine"}))).await;
+    assert_eq!((s, code(&e)), (403, "llm_profile_enforced".into()), "{e}");
+    // Outside it, nothing; not in it, nothing at all.
+    assert_eq!(carol.post("/api/v1/conversations", json!({"message": "x", "org": "acme"})).await.0, 404);
+    let (own, _) = bob.start_ready(json!({"message": "my own", "llm_profile": "mine"})).await;
+    bob.wait_events(&own, "his own run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    assert!(llm.requests().iter().any(|r| r["model"] == "bob-model"));
+    // Not enforced: a member may use their own in the organization too.
+    assert_eq!(alice.call(put, "/api/v1/orgs/acme/settings", Some(json!({"default_llm_profile": "team"}))).await.0, 200);
+    assert_eq!(bob.post("/api/v1/conversations", json!({"message": "x", "org": "acme", "llm_profile": "mine"})).await.0, 202);
+    let (_, trail) = alice.get("/api/v1/orgs/acme/audit").await;
+    assert!(!trail.to_string().contains(ORG_KEY) && trail.to_string().contains("org.llm_profile.put"), "{trail}");
+}

@@ -12,7 +12,7 @@ use halyard_platform::redact::Redactor;
 use halyard_platform::vault;
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
-use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles, UserSettings};
+use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles, UserSettings, org_slot_owner, parse_org_profile};
 use serde::de::DeserializeOwned;
 
 use crate::Ctx;
@@ -47,14 +47,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub async fn read(ctx: &Ctx, owner: &UserId) -> Result<Self, String> {
-        let keys = [
+    /// Reads the owner's configuration, and the organization's profiles when `profile` is an
+    /// organization's (`@org/name`).
+    pub async fn read(ctx: &Ctx, owner: &UserId, profile: Option<&str>) -> Result<Self, String> {
+        let mut keys = vec![
             subjects::user_settings_key(owner),
             subjects::user_llm_key(owner),
             subjects::user_secrets_key(owner),
             subjects::user_git_key(owner),
             subjects::user_mcp_key(owner),
         ];
+        if let Some((org, _)) = profile.and_then(parse_org_profile) {
+            keys.push(subjects::org_llm_key(org));
+        }
         let kv = &ctx.user_kv;
         let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
         let values = halyard_platform::bus::direct_last_of(&ctx.js, &kv.stream_name, &wanted).await.map_err(|e| e.to_string())?;
@@ -84,9 +89,12 @@ impl Snapshot {
         self.get(&subjects::user_settings_key(&self.owner))
     }
 
-    /// The owner's profile `name` (see [`profile`]).
+    /// The owner's profile `name`, or their organization's (see [`profile`]).
     pub fn profile(&self, ctx: &Ctx, name: Option<&str>) -> Result<Profile, String> {
         let Some(name) = name else { return Ok(default_profile(ctx)) };
+        if let Some((org, profile)) = parse_org_profile(name) {
+            return profile_of(ctx, &UserId(org_slot_owner(org)), profile, self.get(&subjects::org_llm_key(org))?);
+        }
         profile_of(ctx, &self.owner, name, self.get(&subjects::user_llm_key(&self.owner))?)
     }
 }
@@ -115,6 +123,10 @@ pub struct Profile {
 /// The owner's profile `name` (none: the operator's default model, with the default tools).
 pub async fn profile(ctx: &Ctx, owner: &UserId, name: Option<&str>) -> Result<Profile, String> {
     let Some(name) = name else { return Ok(default_profile(ctx)) };
+    // An organization's profile: its key is sealed for the organization, not the owner.
+    if let Some((org, profile)) = parse_org_profile(name) {
+        return profile_of(ctx, &UserId(org_slot_owner(org)), profile, read(ctx, &subjects::org_llm_key(org)).await?);
+    }
     profile_of(ctx, owner, name, read(ctx, &subjects::user_llm_key(owner)).await?)
 }
 

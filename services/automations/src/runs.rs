@@ -305,6 +305,7 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         fork: None,
         parent: None,
         tags,
+        org: None,
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

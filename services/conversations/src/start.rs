@@ -108,6 +108,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         fork,
         parent,
         tags,
+        org,
     } = env.payload
     else {
         return Ok(());
@@ -122,6 +123,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         fork: fork.clone(),
         parent: parent.clone(),
         tags,
+        org,
     };
     let task = Task {
         ctx,

@@ -206,6 +206,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::orgs::list_members, accounts::orgs::add_member))
         .routes(routes!(accounts::orgs::set_role, accounts::orgs::remove_member))
         .routes(routes!(accounts::orgs::audit_trail))
+        .routes(routes!(accounts::org_profiles::get_settings, accounts::org_profiles::put_settings))
+        .routes(routes!(accounts::org_profiles::list_profiles))
+        .routes(routes!(accounts::org_profiles::put_profile, accounts::org_profiles::delete_profile))
         .routes(routes!(openapi))
 }
 

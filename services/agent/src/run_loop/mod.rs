@@ -276,7 +276,7 @@ impl Run {
             let log = self.log.lock().await;
             (log.history.started.as_ref().map(|s| s.owner.clone())?, log.history.llm_profile.clone())
         };
-        let snapshot = crate::user::Snapshot::read(&self.ctx, &owner).await;
+        let snapshot = crate::user::Snapshot::read(&self.ctx, &owner, profile.as_deref()).await;
         let read = |e: &String| format!("your configuration could not be read: {e}");
         Some(match snapshot {
             Ok(s) => Owned {

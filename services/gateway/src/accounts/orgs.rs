@@ -149,6 +149,7 @@ pub async fn create(
         created_by: user.clone(),
         created_ms: now,
         updated_ms: now,
+        settings: Default::default(),
     };
     state.accounts.save_org(org.clone(), None).await.map_err(|e| match e {
         OrgWrite::Conflict => {

@@ -127,6 +127,9 @@ pub struct Conversation {
     pub forked_from: Option<ForkedFrom>,
     /// Labels the owner finds it by.
     pub tags: BTreeMap<String, String>,
+    /// The organization it was started in (its settings applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// The pull requests the agent opened with Halyard's own tool, in order.
     pub pull_requests: Vec<store::PullRequest>,
     /// Where the agent's browser is and its latest screenshot (absent: it has not browsed).
@@ -231,6 +234,7 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
             .and_then(|r| r.fork.as_ref())
             .map(|f| ForkedFrom { conversation_id: f.conversation_id.to_string(), at_seq: f.at_seq }),
         tags: c.tags.clone(),
+        org: c.start_request.as_ref().and_then(|r| r.org.clone()),
         pull_requests: c.pull_requests.clone(),
         browser: c.browser.clone(),
         parent_conversation_id: c.parent_conversation_id.clone(),
@@ -609,11 +613,18 @@ pub async fn set_llm_profile(
 ) -> Result<impl IntoResponse, ApiError> {
     let (cid, c) = owned(&state, &user, &id)?;
     require_ready(&c)?;
-    if let Some(p) = &body.profile {
-        crate::settings::llm_profiles::check_profile(&state, &user, "profile", p).await?;
-    }
-    agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: body.profile.clone() }).await?;
-    Ok((StatusCode::ACCEPTED, Json(ProfileAccepted { accepted: true, profile: body.profile })))
+    // In an organization, its rules as at a start (its profiles by name, an enforced one only).
+    let profile = match c.start_request.as_ref().and_then(|r| r.org.as_deref()) {
+        Some(org) => crate::accounts::org_profiles::profile_for_start(&state, &user, org, body.profile.as_deref()).await?,
+        None => {
+            if let Some(p) = &body.profile {
+                crate::settings::llm_profiles::check_profile(&state, &user, "profile", p).await?;
+            }
+            body.profile.clone()
+        }
+    };
+    agent_command(&state, cid, AgentCommand::SetLlmProfile { conversation_id: cid, profile: profile.clone() }).await?;
+    Ok((StatusCode::ACCEPTED, Json(ProfileAccepted { accepted: true, profile })))
 }
 
 /// The event whose workspace to go back to.

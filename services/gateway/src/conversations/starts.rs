@@ -79,6 +79,10 @@ pub struct StartBody {
     /// of letters, digits, `_`, `-`, `.` or `/`, values of one line.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// An organization you are in: its settings apply (its default LLM profile, or only it when
+    /// enforced; `llm_profile` may name one of its profiles).
+    #[serde(default)]
+    pub org: Option<String>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -114,9 +118,15 @@ pub async fn start_conversation(
     for (k, v) in &body.tags {
         crate::common::check_tag(k, Some(v))?;
     }
-    if let Some(p) = &body.llm_profile {
-        crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
-    }
+    let llm_profile = match &body.org {
+        Some(org) => crate::accounts::org_profiles::profile_for_start(&state, &user, org, body.llm_profile.as_deref()).await?,
+        None => {
+            if let Some(p) = &body.llm_profile {
+                crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+            }
+            body.llm_profile.clone()
+        }
+    };
     if let Some(names) = &body.secrets {
         crate::settings::secrets::check_chosen(&state, &user, names).await?;
     }
@@ -131,11 +141,12 @@ pub async fn start_conversation(
         spec,
         budget,
         confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
-        llm_profile: body.llm_profile.or(settings.llm_profile),
+        llm_profile: llm_profile.or(settings.llm_profile),
         secrets: body.secrets,
         fork: None,
         parent: None,
         tags: body.tags,
+        org: body.org,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
     let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
@@ -282,6 +293,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         fork: request.fork,
         parent: request.parent,
         tags: request.tags.clone(),
+        org: request.org.clone(),
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

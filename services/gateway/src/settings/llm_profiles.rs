@@ -91,7 +91,7 @@ pub struct ProfileTest {
     pub latency_ms: u64,
 }
 
-fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
+pub(crate) fn profile_json(name: &str, p: &LlmProfile, default: bool) -> ProfileView {
     ProfileView {
         name: name.to_owned(),
         provider: p.provider.clone(),
@@ -242,19 +242,37 @@ pub async fn put_profile(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ProfileBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_name("name", &name)?;
-    let provider = check_profile_body(&state, &name, &body)?;
+    let (created, mut view, provider) = store_profile(&state, &subjects::user_llm_key(&user), &user.0, &name, &body).await?;
+    view.default = load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str());
+    tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
+    let detail = serde_json::json!({"created": created, "provider": provider, "model": body.model, "key_changed": body.api_key.is_some()});
+    audit::Action::new(&user, "llm_profile.put", &name).detail(detail).send(&state, client).await;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// Stores profile `name` of `body` under `key` (a user's profiles or an organization's), its
+/// API key sealed for `slot_owner` (the user, or `@<org>`): whether it was created, its view and
+/// its provider.
+pub(crate) async fn store_profile(
+    state: &AppState,
+    key: &str,
+    slot_owner: &str,
+    name: &str,
+    body: &ProfileBody,
+) -> Result<(bool, ProfileView, String), ApiError> {
+    check_name("name", name)?;
+    let provider = check_profile_body(state, name, body)?;
     let sealed = match body.api_key.as_deref() {
         Some("") | None => None,
-        Some(key) => Some(state.vault.seal(&vault::llm_key_slot(&user.0, &name), key).map_err(ApiError::internal)?),
+        Some(key) => Some(state.vault.seal(&vault::llm_key_slot(slot_owner, name), key).map_err(ApiError::internal)?),
     };
     let now = halyard_platform::now_ms();
-    let (created, view) = user_store::modify(&state, &subjects::user_llm_key(&user), |stored: &mut UserLlmProfiles| {
-        let old = stored.profiles.get(&name);
+    let (created, view) = user_store::modify(state, key, |stored: &mut UserLlmProfiles| {
+        let old = stored.profiles.get(name);
         if old.is_none() && stored.profiles.len() >= MAX_PROFILES {
             return Err(ApiError::conflict(
                 "too_many_llm_profiles",
-                format!("you have {MAX_PROFILES} LLM profiles already; delete one first"),
+                format!("there are {MAX_PROFILES} LLM profiles already; delete one first"),
             ));
         }
         let api_key_sealed = match body.api_key.as_deref() {
@@ -279,17 +297,12 @@ pub async fn put_profile(
             updated_ms: now,
         };
         let created = old.is_none();
-        let view = profile_json(&name, &profile, false);
-        stored.profiles.insert(name.clone(), profile);
+        let view = profile_json(name, &profile, false);
+        stored.profiles.insert(name.to_owned(), profile);
         Ok((created, view))
     })
     .await?;
-    let mut view = view;
-    view.default = load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str());
-    tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
-    let detail = serde_json::json!({"created": created, "provider": provider, "model": body.model, "key_changed": body.api_key.is_some()});
-    audit::Action::new(&user, "llm_profile.put", &name).detail(detail).send(&state, client).await;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+    Ok((created, view, provider))
 }
 
 /// Deletes an LLM profile; the default of the user's settings cannot go (409 `profile_in_use`).
