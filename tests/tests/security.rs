@@ -388,6 +388,10 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     let (s, made) = alice.post("/api/v1/automations", json!({"name": "Alice's automation", "trigger": {"kind": "webhook"}})).await;
     assert_eq!(s, 201, "{made}");
     let automation = made["id"].as_str().unwrap().to_owned();
+    // An organization of Alice's (Bob is not in it), with a profile of its own.
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "alices-org"})).await.0, 201);
+    let org_profile = json!({"base_url": "https://llm.example.com/v1", "model": "alices-org-model"});
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/orgs/alices-org/llm-profiles/alice", Some(org_profile.clone())).await.0, 201);
 
     let (_, doc) = bob.get("/api/v1/openapi.json").await;
     let mut walked = 0;
@@ -410,7 +414,13 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
         };
         // A share link's token names Alice's conversation; Bob has no secret of it.
         let guess = format!("{conv}.{}", "0".repeat(64));
-        let url = path.replace("{id}", id).replace("{delivery_id}", &delivery).replace("{name}", "alice").replace("{token}", &guess);
+        let url = path
+            .replace("{id}", id)
+            .replace("{delivery_id}", &delivery)
+            .replace("{name}", "alice")
+            .replace("{token}", &guess)
+            .replace("{org}", "alices-org")
+            .replace("{user}", "alice");
         for (method, _) in ops.as_object().unwrap() {
             let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
                 .iter()
@@ -419,6 +429,10 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 continue;
             }
             let body = match (method.as_str(), path.as_str()) {
+                ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/llm-profiles/") => Some(org_profile.clone()),
+                ("put", p) if p.starts_with("/api/v1/orgs/") => Some(json!({})),
+                ("post", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"user": "bob"})),
+                ("patch", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"role": "owner"})),
                 ("put", p) if p.ends_with("/llm-profile") => Some(json!({"profile": null})),
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
                 ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
@@ -467,6 +481,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
     assert_eq!(alice.get("/api/v1/llm-profiles/alice").await.1["model"], "alices-model");
     assert_eq!(alice.get("/api/v1/git-providers/alice").await.1["host"], "github.com");
     assert_eq!(alice.get("/api/v1/mcp-servers/alice").await.1["command"], "alices-mcp-server");
+    let (_, members) = alice.get("/api/v1/orgs/alices-org/members").await;
+    assert_eq!(members["items"], json!([{"user": "alice", "role": "owner"}]), "Bob got into Alice's organization");
+    assert_eq!(alice.get("/api/v1/orgs/alices-org/llm-profiles").await.1["items"][0]["model"], "alices-org-model");
 }
 
 /// A process sandbox's resource limits (its spec's, as a container's): a memory hog, a fork bomb
