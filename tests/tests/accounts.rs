@@ -683,4 +683,26 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     assert_eq!(bob.post("/api/v1/conversations", json!({"message": "x", "org": "acme", "llm_profile": "mine"})).await.0, 202);
     let (_, trail) = alice.get("/api/v1/orgs/acme/audit").await;
     assert!(!trail.to_string().contains(ORG_KEY) && trail.to_string().contains("org.llm_profile.put"), "{trail}");
+
+    // The organization's usage: its conversations only (not Bob's own), read by its owner.
+    let (_, c) = bob.get(&format!("/api/v1/conversations/{conv}")).await;
+    let metrics = c["metrics"].clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let usage = loop {
+        let (s, u) = alice.get("/api/v1/orgs/acme/usage?group_by=user").await;
+        assert_eq!(s, 200, "{u}");
+        if u["total"]["conversations"] == 2 || Instant::now() > deadline {
+            break u;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let row = &usage["rows"][0];
+    assert_eq!((usage["rows"].as_array().unwrap().len(), row["user"].as_str()), (1, Some("bob")), "{usage}");
+    // Two conversations started in it; the one that finished made its calls there.
+    assert_eq!(row["conversations"], 2, "{usage}");
+    assert!(row["llm_calls"].as_u64().unwrap() >= metrics["llm_calls"].as_u64().unwrap(), "{usage} {metrics}");
+    let (_, mine) = bob.get("/api/v1/me/usage").await;
+    assert_eq!(mine["total"]["conversations"], 3, "Bob's own report counts all of his: {mine}");
+    assert_eq!(bob.get("/api/v1/orgs/acme/usage").await.0, 403, "a member does not read it");
+    assert_eq!(carol.get("/api/v1/orgs/acme/usage").await.0, 404);
 }

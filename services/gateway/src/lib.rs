@@ -201,6 +201,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::audit::list))
         .routes(routes!(accounts::usage::mine))
         .routes(routes!(accounts::usage::all))
+        .routes(routes!(accounts::usage::org))
         .routes(routes!(accounts::orgs::create, accounts::orgs::list))
         .routes(routes!(accounts::orgs::get_one))
         .routes(routes!(accounts::orgs::list_members, accounts::orgs::add_member))

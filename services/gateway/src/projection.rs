@@ -111,7 +111,19 @@ fn tomb_key(id: ConversationId) -> Vec<u8> {
 impl Pending<'_> {
     /// `user`'s usage row for the day of `time_ms` and `model`, as of this batch.
     fn usage(&mut self, user: &str, time_ms: i64, model: &str) -> &mut store::UsageRow {
-        let key = store::usage_key(user, time_ms, model);
+        self.usage_at(store::usage_key(user, time_ms, model))
+    }
+
+    /// `f` applied to `user`'s row, and to their row in `org` if the conversation is in one.
+    fn use_up(&mut self, user: &str, org: Option<&str>, time_ms: i64, model: &str, f: impl Fn(&mut store::UsageRow)) {
+        f(self.usage(user, time_ms, model));
+        if let Some(org) = org {
+            f(self.usage_at(store::org_usage_key(org, user, time_ms, model)));
+        }
+    }
+
+    /// The usage row at `key`, as of this batch.
+    fn usage_at(&mut self, key: Vec<u8>) -> &mut store::UsageRow {
         let store = self.store;
         self.usage
             .entry(key)
@@ -199,12 +211,12 @@ impl Pending<'_> {
                     // A fork's copies of its source's calls cost nothing again.
                     let copied = view.start_request.as_ref().and_then(|r| r.fork.as_ref()).is_some_and(|f| ev.seq <= f.at_seq);
                     if !copied {
+                        let org = view.start_request.as_ref().and_then(|r| r.org.clone());
                         usage_calls.push((
                             view.owner.clone(),
+                            org,
                             model.clone(),
-                            *prompt_tokens,
-                            *completion_tokens,
-                            *cached_tokens,
+                            (*prompt_tokens, *completion_tokens, *cached_tokens),
                             cost_usd.unwrap_or(0.0),
                         ));
                     }
@@ -235,13 +247,14 @@ impl Pending<'_> {
                 _ => {}
             }
         }
-        for (owner, model, tokens_in, tokens_out, cached, cost) in usage_calls {
-            let row = self.usage(&owner, ev.timestamp_ms, &model);
-            row.llm_calls += 1;
-            row.tokens_in += tokens_in;
-            row.tokens_out += tokens_out;
-            row.cached_tokens += cached;
-            row.cost_usd += cost;
+        for (owner, org, model, (tokens_in, tokens_out, cached), cost) in usage_calls {
+            self.use_up(&owner, org.as_deref(), ev.timestamp_ms, &model, |row| {
+                row.llm_calls += 1;
+                row.tokens_in += tokens_in;
+                row.tokens_out += tokens_out;
+                row.cached_tokens += cached;
+                row.cost_usd += cost;
+            });
         }
         self.live.push((id, live));
     }
@@ -311,7 +324,8 @@ impl Pending<'_> {
                 }
                 if !view.usage_counted {
                     view.usage_counted = true;
-                    self.usage(&owner.0, created_ms, "").conversations += 1;
+                    let org = view.start_request.as_ref().and_then(|r| r.org.clone());
+                    self.use_up(&owner.0, org.as_deref(), created_ms, "", |row| row.conversations += 1);
                 }
             }
             SystemRecord::Sandbox(u) => {
@@ -385,7 +399,9 @@ impl Pending<'_> {
             since.map(|t| (v.owner.clone(), ((time_ms - t).max(0) / 1000) as u64))
         });
         if let Some((owner, secs)) = ran {
-            self.usage(&owner, time_ms, "").sandbox_seconds += secs;
+            // In its conversation's organization too, if it is in one.
+            let org = u.conversation_id.and_then(|c| self.view(c)).and_then(|v| v.start_request.as_ref()).and_then(|r| r.org.clone());
+            self.use_up(&owner, org.as_deref(), time_ms, "", |row| row.sandbox_seconds += secs);
         }
         let slot = self.sandboxes.entry(id).or_insert(None);
         if u.status == SandboxStatus::Deleted {

@@ -1,12 +1,14 @@
 //! Usage reports: what users spent, from the read model's daily rows (one per user, day and
 //! model, kept by the projection as LLM calls, starts and sandbox runs are read from the bus, so
-//! a report never scans a log). `GET /api/v1/me/usage` for one's own, `GET /api/v1/admin/usage`
-//! for operators; grouped by user, model or day, between two times, as JSON or CSV.
+//! a report never scans a log; and the same per organization for its conversations). `GET
+//! /api/v1/me/usage` for one's own, `GET /api/v1/orgs/{org}/usage` for an organization's owners
+//! and admins, `GET /api/v1/admin/usage` for operators; grouped by user, model or day, between
+//! two times, as JSON or CSV.
 
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -94,8 +96,8 @@ fn line(group: Group, key: &str, r: &UsageRow) -> UsageLine {
     }
 }
 
-/// The report of `user`'s rows (every user's with `None`).
-fn report(state: &AppState, user: Option<&str>, q: UsageQuery, may_group_by_user: bool) -> Result<Response, ApiError> {
+/// The report of the rows under `prefix` (a user's, an organization's, or all users').
+fn report(state: &AppState, prefix: Vec<u8>, q: UsageQuery, may_group_by_user: bool) -> Result<Response, ApiError> {
     let group = match q.group_by.as_deref().unwrap_or("day") {
         "day" => Group::Day,
         "model" => Group::Model,
@@ -119,11 +121,10 @@ fn report(state: &AppState, user: Option<&str>, q: UsageQuery, may_group_by_user
     }
     // Whole days: a day counts if it begins before `to` and ends after `from`.
     const DAY: i64 = 86_400_000;
-    let prefix = user.map_or_else(|| b"V".to_vec(), store::usage_prefix);
     let mut groups: BTreeMap<String, UsageRow> = BTreeMap::new();
     for entry in state.store.tree().scan_prefix(prefix) {
         let (k, v) = entry.map_err(ApiError::internal)?;
-        let Some((who, day, model)) = store::usage_parts(&k) else { continue };
+        let Some((who, day, model)) = store::any_usage_parts(&k) else { continue };
         if day >= to || day + DAY <= from {
             continue;
         }
@@ -172,7 +173,7 @@ pub async fn mine(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    report(&state, Some(&user.0), q, false)
+    report(&state, store::usage_prefix(&user.0), q, false)
 }
 
 /// Every user's usage (administrators only), by user, model or day.
@@ -184,5 +185,23 @@ pub async fn all(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    report(&state, None, q, true)
+    report(&state, b"V".to_vec(), q, true)
+}
+
+/// What the organization's conversations used (its owners and admins), by member, model or day.
+#[utoipa::path(get, path = "/orgs/{org}/usage", tag = "orgs", params(("org" = String, Path), UsageQuery),
+    responses((status = 200, body = UsageReport, description = "the report (or, with `format=csv`, the same as CSV)"), Refusals))]
+pub async fn org(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(name): Path<String>,
+    query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (_, org) = state.accounts.org(&name).ok_or_else(|| ApiError::not_found("organization"))?;
+    let role = org.role_of(&user).ok_or_else(|| ApiError::not_found("organization"))?;
+    if !role.manages() {
+        return Err(ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", "the organization's owners and admins read its usage"));
+    }
+    let Query(q) = query?;
+    report(&state, store::org_usage_prefix(&org.name), q, true)
 }

@@ -22,6 +22,7 @@
 //! | `u` | owner, 0, inverted creation time, sandbox id | sandbox id |
 //! | `A` | inverted time, inverted stream sequence | [`crate::accounts::audit::AuditView`] (JSON) |
 //! | `V` | user, 0, day (days since the epoch, big-endian), model | [`UsageRow`] (JSON) |
+//! | `W` | organization, 0, user, 0, day, model | [`UsageRow`] of the organization's conversations (JSON) |
 
 pub mod batch;
 
@@ -346,6 +347,36 @@ pub fn usage_key(user: &str, time_ms: i64, model: &str) -> Vec<u8> {
     k
 }
 
+/// The usage rows of organization `org`'s conversations.
+pub fn org_usage_prefix(org: &str) -> Vec<u8> {
+    let mut k = vec![b'W'];
+    k.extend_from_slice(org.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The row of `user`'s conversations in `org` on the day of `time_ms` for `model`.
+pub fn org_usage_key(org: &str, user: &str, time_ms: i64, model: &str) -> Vec<u8> {
+    let mut k = org_usage_prefix(org);
+    k.extend_from_slice(&usage_key(user, time_ms, model)[1..]);
+    k
+}
+
+/// A usage key's user, day (the millisecond it begins) and model, whether a user's (`V`) or an
+/// organization's (`W`).
+pub fn any_usage_parts(key: &[u8]) -> Option<(String, i64, String)> {
+    match key.first() {
+        Some(b'V') => usage_parts(key),
+        Some(b'W') => {
+            let zero = key.iter().position(|b| *b == 0)?;
+            let mut rest = vec![b'V'];
+            rest.extend_from_slice(&key[zero + 1..]);
+            usage_parts(&rest)
+        }
+        _ => None,
+    }
+}
+
 /// A usage key's user, day (the millisecond it begins) and model.
 pub fn usage_parts(key: &[u8]) -> Option<(String, i64, String)> {
     let rest = key.strip_prefix(b"V")?;
@@ -634,5 +665,8 @@ mod tests {
         assert_eq!(usage_parts(&k), Some(("alice".to_owned(), day, "gpt-4o".to_owned())));
         assert!(k.starts_with(&usage_prefix("alice")) && !k.starts_with(&usage_prefix("alic")));
         assert!(usage_key("alice", day, "") < usage_key("alice", day + DAY_MS, ""), "days sort in order");
+        let o = org_usage_key("acme", "bob", day, "m");
+        assert!(o.starts_with(&org_usage_prefix("acme")) && !o.starts_with(&org_usage_prefix("acm")));
+        assert_eq!(any_usage_parts(&o), Some(("bob".to_owned(), day, "m".to_owned())));
     }
 }
