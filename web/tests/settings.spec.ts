@@ -352,6 +352,21 @@ test("11. an organization: created, a member added and made an admin, the last o
   await members.getByRole("button", { name: "Remove bob" }).click();
   await expect(table.getByRole("row").filter({ hasText: "bob" })).toHaveCount(0);
   await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 1 member");
+
+  // A conversation started in it, on its profile.
+  const profile = { base_url: process.env.HALYARD_LLM_URL, model: "team-model" };
+  const made = await page.request.put("/api/v1/orgs/acme/llm-profiles/team", { headers: { "x-halyard-csrf": "1" }, data: profile });
+  expect(made.status()).toBe(201);
+  await page.getByRole("link", { name: "Conversations" }).click();
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill("hello from the team");
+  await page.getByLabel("Organization").selectOption("acme");
+  await page.getByLabel("LLM").selectOption("team");
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
+  const id = page.url().match(/\/c\/([0-9a-f-]{36})/)![1];
+  const started = await (await page.request.get(`/api/v1/conversations/${id}`)).json();
+  expect(started.org).toBe("acme");
 });
 
 test("12. usage: this month's spend by day, by model and, for an administrator, by member", async ({ page }) => {
@@ -373,8 +388,13 @@ test("12. usage: this month's spend by day, by model and, for an administrator, 
   await expect(page.getByRole("status", { name: "Total" })).toContainText("LLM calls");
   await expect(page.getByRole("img", { name: "Cost by day" })).toBeVisible();
   await expect(page.getByRole("table", { name: "Usage by member" }).getByRole("row").filter({ hasText: "alice" })).toBeVisible();
-  // The page's numbers are the API's.
-  const report = await (await page.request.get("/api/v1/me/usage?group_by=day")).json();
-  expect(report.rows.find((r: { day: string }) => r.day === today).tokens_in).toBe(tokensIn);
+  // The page's numbers are the API's (read again together: calls of test 11's conversation may
+  // still be coming in).
+  await expect(async () => {
+    const report = await (await page.request.get("/api/v1/me/usage?group_by=day")).json();
+    await page.reload();
+    const shown = page.getByRole("table", { name: "Your usage by day" }).getByRole("row").filter({ hasText: today }).getByRole("cell").nth(1);
+    await expect(shown).toHaveText(String(report.rows.find((r: { day: string }) => r.day === today).tokens_in), { timeout: 1000 });
+  }).toPass({ timeout: 15_000 });
   await shot(page, "usage");
 });

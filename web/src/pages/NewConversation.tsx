@@ -17,6 +17,9 @@ export function NewConversation() {
   const [busy, setBusy] = useState(false);
   const [profile, setProfile] = useState("");
   const [profiles, setProfiles] = useState<string[]>([]);
+  const [org, setOrg] = useState("");
+  const [orgs, setOrgs] = useState<string[]>([]);
+  const [orgProfiles, setOrgProfiles] = useState<string[]>([]);
   const [repos, setRepos] = useState<Repo[]>([]);
   const [branches, setBranches] = useState<string[]>([]);
 
@@ -29,7 +32,21 @@ export function NewConversation() {
       (r) => setProfiles(r.items.map((p) => p.name)),
       () => {},
     );
+    call<{ items: { name: string }[] }>("GET", "/orgs").then(
+      (r) => setOrgs(r.items.map((o) => o.name)),
+      () => {},
+    );
   }, []);
+
+  // In an organization, its profiles come first (its default, or only it, is the server's rule).
+  useEffect(() => {
+    setOrgProfiles([]);
+    if (!org) return;
+    call<{ items: { name: string }[] }>("GET", `/orgs/${encodeURIComponent(org)}/llm-profiles`).then(
+      (r) => setOrgProfiles(r.items.map((p) => p.name)),
+      () => {},
+    );
+  }, [org]);
 
   // What the user's git providers reach, narrowed by what is typed (asked for after a pause).
   useEffect(() => {
@@ -71,6 +88,7 @@ export function NewConversation() {
         repository: repo.trim() ? { url: repo.trim(), branch: branch.trim() || undefined } : undefined,
         sandbox_spec: spec || undefined,
         llm_profile: profile || undefined,
+        org: org || undefined,
       });
       navigate(`/c/${task.conversation_id}?task=${task.id}`);
     } catch (err) {
@@ -114,12 +132,28 @@ export function NewConversation() {
             ))}
           </datalist>
         </fieldset>
-        {profiles.length > 0 && (
+        {orgs.length > 0 && (
+          <>
+            <label htmlFor="org">Organization</label>
+            <select id="org" value={org} onChange={(e) => (setOrg(e.target.value), setProfile(""))}>
+              <option value="">None (your own)</option>
+              {orgs.map((o) => (
+                <option key={o}>{o}</option>
+              ))}
+            </select>
+          </>
+        )}
+        {(profiles.length > 0 || orgProfiles.length > 0) && (
           <>
             <label htmlFor="profile">LLM</label>
             <select id="profile" value={profile} onChange={(e) => setProfile(e.target.value)}>
-              <option value="">Your default</option>
-              {profiles.map((p) => (
+              <option value="">{org ? "The organization's default" : "Your default"}</option>
+              {orgProfiles.map((p) => (
+                <option key={`org-${p}`} value={p}>
+                  {p} ({org})
+                </option>
+              ))}
+              {profiles.filter((p) => !orgProfiles.includes(p)).map((p) => (
                 <option key={p}>{p}</option>
               ))}
             </select>
