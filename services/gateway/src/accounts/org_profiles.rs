@@ -12,33 +12,23 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use halyard_protocol::org::{Org, OrgSettings, Role};
+use halyard_protocol::org::{Org, OrgSettings};
 use halyard_protocol::user::{UserLlmProfiles, org_profile, org_slot_owner};
 use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
+use crate::accounts::orgs::{load, load_managed};
 use crate::accounts::registry::OrgWrite;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::llm_profiles::{ProfileBody, ProfileList, ProfileView, profile_json, store_profile};
 use crate::settings::user_store;
 
-/// `org` with its revision and the caller's role, if the caller is in it (else 404).
-fn member(state: &AppState, user: &UserId, name: &str) -> Result<(u64, Org, Role), ApiError> {
-    let (revision, org) = state.accounts.org(name).ok_or_else(|| ApiError::not_found("organization"))?;
-    let role = org.role_of(user).ok_or_else(|| ApiError::not_found("organization"))?;
-    Ok((revision, org, role))
-}
-
-/// Like [`member`], for owners and admins only (403 otherwise).
+/// Owners and admins only.
 fn manager(state: &AppState, user: &UserId, name: &str) -> Result<(u64, Org), ApiError> {
-    let (revision, org, role) = member(state, user, name)?;
-    if !role.manages() {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "only the organization's owners and admins change what it offers"));
-    }
-    Ok((revision, org))
+    load_managed(state, user, name, "only the organization's owners and admins change what it offers")
 }
 
 /// The organization's profiles.
@@ -70,7 +60,7 @@ pub async fn get_settings(
     User(user): User,
     Path(name): Path<String>,
 ) -> Result<Json<OrgSettingsBody>, ApiError> {
-    let (_, org, _) = member(&state, &user, &name)?;
+    let (_, org, _) = load(&state, &user, &name)?;
     Ok(Json(settings_view(&org.settings)))
 }
 
@@ -120,7 +110,7 @@ pub async fn list_profiles(
     User(user): User,
     Path(name): Path<String>,
 ) -> Result<Json<ProfileList>, ApiError> {
-    let (_, org, _) = member(&state, &user, &name)?;
+    let (_, org, _) = load(&state, &user, &name)?;
     let default = org.settings.default_llm_profile.as_deref();
     let items = profiles(&state, &org.name).await?.profiles.iter().map(|(n, p)| profile_json(n, p, default == Some(n.as_str()))).collect();
     Ok(Json(ProfileList { items, operator_model: state.config.llm.model.clone() }))
@@ -177,7 +167,7 @@ pub async fn delete_profile(
 /// organization's profile of that name, else the user's own; an enforced default allows no
 /// other (403 `llm_profile_enforced`). `Ok(None)`: the caller decides (the user's settings).
 pub async fn profile_for_start(state: &AppState, user: &UserId, name: &str, asked: Option<&str>) -> Result<Option<String>, ApiError> {
-    let (_, org, _) = member(state, user, name)?;
+    let (_, org, _) = load(state, user, name)?;
     let default = org.settings.default_llm_profile.as_deref();
     if org.settings.enforce_llm_profile
         && asked.is_some_and(|a| Some(a) != default && a != org_profile(&org.name, default.unwrap_or_default()))

@@ -93,11 +93,21 @@ fn members(org: &Org) -> MemberList {
     MemberList { items: org.members.iter().map(|(u, r)| MemberView { user: u.0.clone(), role: r.as_str().to_owned() }).collect() }
 }
 
-/// `org` with its revision, if `user` is in it (else 404, as if it did not exist).
-fn load(state: &AppState, user: &UserId, name: &str) -> Result<(u64, Org, Role), ApiError> {
+/// `org` with its revision and `user`'s role, if `user` is in it (else 404, as if it did not
+/// exist). Shared by every handler under `/orgs/{org}`.
+pub(crate) fn load(state: &AppState, user: &UserId, name: &str) -> Result<(u64, Org, Role), ApiError> {
     let (revision, org) = state.accounts.org(name).ok_or_else(|| ApiError::not_found("organization"))?;
     let role = org.role_of(user).ok_or_else(|| ApiError::not_found("organization"))?;
     Ok((revision, org, role))
+}
+
+/// Like [`load`], for the organization's owners and admins only (403 saying `why` otherwise).
+pub(crate) fn load_managed(state: &AppState, user: &UserId, name: &str, why: &str) -> Result<(u64, Org), ApiError> {
+    let (revision, org, role) = load(state, user, name)?;
+    if !role.manages() {
+        return Err(forbidden(why));
+    }
+    Ok((revision, org))
 }
 
 fn forbidden(what: &str) -> ApiError {
@@ -288,10 +298,7 @@ pub async fn audit_trail(
     Path(name): Path<String>,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (_, org, mine) = load(&state, &user, &name)?;
-    if !mine.manages() {
-        return Err(forbidden("the organization's owners and admins read its audit trail"));
-    }
+    let (_, org) = load_managed(&state, &user, &name, "the organization's owners and admins read its audit trail")?;
     let Query(q) = query?;
     audit::read(&state, q, Some(&org.name))
 }

@@ -197,11 +197,7 @@ pub async fn org(
     Path(name): Path<String>,
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (_, org) = state.accounts.org(&name).ok_or_else(|| ApiError::not_found("organization"))?;
-    let role = org.role_of(&user).ok_or_else(|| ApiError::not_found("organization"))?;
-    if !role.manages() {
-        return Err(ApiError::new(axum::http::StatusCode::FORBIDDEN, "forbidden", "the organization's owners and admins read its usage"));
-    }
+    let (_, org) = crate::accounts::orgs::load_managed(&state, &user, &name, "the organization's owners and admins read its usage")?;
     let Query(q) = query?;
     report(&state, store::org_usage_prefix(&org.name), q, true)
 }
