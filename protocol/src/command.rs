@@ -163,6 +163,9 @@ pub enum AgentCommand {
         /// A helper: the conversation that delegated it (it shares that one's sandbox).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent: Option<crate::system::ParentLink>,
+        /// The organization it was started in.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        org: Option<String>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

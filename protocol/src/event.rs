@@ -272,6 +272,9 @@ pub struct Image {
 }
 
 /// What happened. Internally tagged by `kind` so that a reader sees one flat map.
+// The start is the largest variant, one per conversation; events are read, applied and dropped
+// (the log is what keeps them), so boxing its fields would cost every reader for no memory won.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -310,6 +313,10 @@ pub enum EventBody {
         /// conversation of its own).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent: Option<crate::system::ParentLink>,
+        /// The organization it was started in: its prices, budgets and secrets apply (absent:
+        /// the owner's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        org: Option<String>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.
@@ -466,6 +473,20 @@ pub enum EventBody {
         used_tokens: u64,
         used_usd: f64,
     },
+    /// The organization's spending this month passed `percent` (80, 90 or 100) of a monthly
+    /// budget: the organization's (`user` absent) or one member's (`user`). Appended by the
+    /// conversation whose LLM call passed it; at 100 % the organization's conversations (or that
+    /// member's) make no further LLM call this month.
+    BudgetAlert {
+        org: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<UserId>,
+        percent: u8,
+        spent_usd: f64,
+        budget_usd: f64,
+        /// The month the budget is for, `YYYY-MM` (UTC).
+        month: String,
+    },
 }
 
 /// A helper a `delegate` call started.
@@ -509,6 +530,7 @@ impl EventBody {
             Self::PullRequestOpened { .. } => "pull_request_opened",
             Self::SubConversationsStarted { .. } => "sub_conversations_started",
             Self::SubConversationEnded { .. } => "sub_conversation_ended",
+            Self::BudgetAlert { .. } => "budget_alert",
         }
     }
 }

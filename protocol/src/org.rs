@@ -59,6 +59,162 @@ pub struct OrgSettings {
     /// Its conversations may use no other profile.
     #[serde(default)]
     pub enforce_llm_profile: bool,
+    /// Its members sign in to the web app only through the identity provider.
+    #[serde(default)]
+    pub require_sso: bool,
+    /// Users who sign in through the identity provider with an e-mail address at one of these
+    /// domains become members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sso_domains: Vec<String>,
+    /// Users whose identity provider's `groups` claim names one of these become members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sso_groups: Vec<String>,
+    /// What its conversations may spend on LLM calls in a calendar month (UTC), in US dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_budget_usd: Option<f64>,
+    /// What each member's conversations in it may spend in a month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_monthly_budget_usd: Option<f64>,
+}
+
+impl OrgSettings {
+    /// The budgets, as the agent runner reads them.
+    pub fn budget(&self) -> OrgBudget {
+        OrgBudget { monthly_budget_usd: self.monthly_budget_usd, member_monthly_budget_usd: self.member_monthly_budget_usd }
+    }
+}
+
+/// One model's price in US dollars per million tokens, as an organization sets it
+/// (`PUT /orgs/{org}/prices/{model}`) over the built-in table.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelPrice {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    /// Prompt tokens served from the provider's cache (the input price if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_per_million: Option<f64>,
+}
+
+/// An organization's prices by model (`orgprice.<org>` in the user bucket).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgPrices {
+    #[serde(default)]
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+/// An organization's monthly budgets (`orgbudget.<org>` in the user bucket), copied from its
+/// settings for the agent runner, which checks them before every LLM call.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgBudget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_budget_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_monthly_budget_usd: Option<f64>,
+}
+
+/// The shares of a budget at which an alert is given, once each a month.
+pub const ALERT_PERCENTS: [u8; 3] = [80, 90, 100];
+
+/// What an organization's conversations spent in one month (`orgspend.<org>.<YYYY-MM>` in the
+/// user bucket): added to by the agent runner after each priced LLM call, with an expected
+/// revision, so concurrent runs never lose each other's spending.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgSpend {
+    #[serde(default)]
+    pub total_usd: f64,
+    /// By member.
+    #[serde(default)]
+    pub members: BTreeMap<UserId, f64>,
+    /// The highest alert given so far, by budget: `org` for the organization's, the user id for
+    /// a member's.
+    #[serde(default)]
+    pub alerted: BTreeMap<String, u8>,
+}
+
+/// A budget passed a share ([`ALERT_PERCENTS`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetCrossing {
+    /// The member whose budget it is (absent: the organization's).
+    pub user: Option<UserId>,
+    pub percent: u8,
+    pub spent_usd: f64,
+    pub budget_usd: f64,
+}
+
+/// A budget that is spent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exhausted {
+    pub user: Option<UserId>,
+    pub spent_usd: f64,
+    pub budget_usd: f64,
+}
+
+impl Exhausted {
+    /// What a refused run or start tells the user.
+    pub fn message(&self, org: &str) -> String {
+        let whose = match &self.user {
+            Some(u) => format!("{u}'s monthly budget in organization {org}"),
+            None => format!("organization {org}'s monthly budget"),
+        };
+        format!(
+            "{whose} of ${:.2} is spent (${:.2} this month): no LLM call is made until next month or until an owner or admin \
+             raises it (PUT /api/v1/orgs/{org}/settings)",
+            self.budget_usd, self.spent_usd
+        )
+    }
+}
+
+impl OrgSpend {
+    /// What `user` spent.
+    pub fn of(&self, user: &UserId) -> f64 {
+        self.members.get(user).copied().unwrap_or(0.0)
+    }
+
+    /// Adds `usd` that `user`'s conversation spent; the alerts now due, each given once.
+    pub fn add(&mut self, user: &UserId, usd: f64, budget: &OrgBudget) -> Vec<BudgetCrossing> {
+        self.total_usd += usd;
+        *self.members.entry(user.clone()).or_default() += usd;
+        let mut due = Vec::new();
+        let scopes = [
+            ("org".to_owned(), None, self.total_usd, budget.monthly_budget_usd),
+            (user.0.clone(), Some(user.clone()), self.of(user), budget.member_monthly_budget_usd),
+        ];
+        for (key, who, spent, limit) in scopes {
+            let Some(limit) = limit else { continue };
+            let given = self.alerted.get(&key).copied().unwrap_or(0);
+            let reached =
+                ALERT_PERCENTS.iter().copied().filter(|p| spent >= limit * f64::from(*p) / 100.0 && *p > given).collect::<Vec<_>>();
+            if let Some(top) = reached.last() {
+                self.alerted.insert(key, *top);
+            }
+            due.extend(reached.into_iter().map(|percent| BudgetCrossing {
+                user: who.clone(),
+                percent,
+                spent_usd: spent,
+                budget_usd: limit,
+            }));
+        }
+        due
+    }
+
+    /// Why `user`'s conversations in the organization may make no further LLM call this month.
+    pub fn exhausted(&self, user: &UserId, budget: &OrgBudget) -> Option<Exhausted> {
+        if let Some(limit) = budget.monthly_budget_usd.filter(|l| self.total_usd >= *l) {
+            return Some(Exhausted { user: None, spent_usd: self.total_usd, budget_usd: limit });
+        }
+        let spent = self.of(user);
+        budget.member_monthly_budget_usd.filter(|l| spent >= *l).map(|limit| Exhausted {
+            user: Some(user.clone()),
+            spent_usd: spent,
+            budget_usd: limit,
+        })
+    }
+}
+
+/// The budget month of `ms`: `YYYY-MM`, UTC.
+pub fn budget_month(ms: UnixMillis) -> String {
+    crate::rfc3339(ms)[..7].to_owned()
 }
 
 impl Org {
@@ -88,5 +244,27 @@ mod tests {
         assert!(Role::Owner > Role::Admin && Role::Admin > Role::Member);
         assert!(Role::Owner.manages() && Role::Admin.manages() && !Role::Member.manages());
         assert_eq!(serde_json::to_string(&Role::Admin).unwrap_or_default(), "\"admin\"");
+    }
+
+    #[test]
+    fn each_alert_is_given_once_and_a_spent_budget_stops_spending() {
+        let (alice, bob) = (UserId("alice".into()), UserId("bob".into()));
+        let budget = OrgBudget { monthly_budget_usd: Some(10.0), member_monthly_budget_usd: Some(5.0) };
+        let mut spend = OrgSpend::default();
+        assert!(spend.add(&alice, 3.0, &budget).is_empty());
+        let due = spend.add(&alice, 1.5, &budget);
+        assert_eq!(due.iter().map(|c| (c.user.is_some(), c.percent)).collect::<Vec<_>>(), vec![(true, 80), (true, 90)]);
+        assert!(spend.add(&alice, 0.1, &budget).is_empty(), "given once");
+        assert!(spend.exhausted(&alice, &budget).is_none() && spend.exhausted(&bob, &budget).is_none());
+        let due = spend.add(&bob, 4.0, &budget);
+        assert_eq!(due.iter().map(|c| (c.user.clone(), c.percent)).collect::<Vec<_>>(), vec![(None, 80), (Some(bob.clone()), 80)]);
+        assert!(spend.add(&alice, 0.5, &budget).iter().any(|c| c.user.is_none() && c.percent == 90));
+        assert_eq!(spend.exhausted(&alice, &budget).map(|e| e.user), Some(Some(alice.clone())), "her 5.1 of 5");
+        assert!(spend.exhausted(&bob, &budget).is_none());
+        spend.add(&bob, 1.0, &budget);
+        let e = spend.exhausted(&bob, &budget).expect("the organization's 10.1 of 10");
+        assert_eq!(e.user, None);
+        assert!(e.message("acme").contains("organization acme's monthly budget of $10.00"), "{}", e.message("acme"));
+        assert_eq!(budget_month(0), "1970-01");
     }
 }

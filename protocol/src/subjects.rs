@@ -140,6 +140,23 @@ pub fn org_llm_key(org: &str) -> String {
     format!("orgllm.{org}")
 }
 
+/// The key of organization `org`'s prices ([`crate::org::OrgPrices`]) in [`USER_BUCKET`].
+pub fn org_price_key(org: &str) -> String {
+    format!("orgprice.{org}")
+}
+
+/// The key of organization `org`'s monthly budgets ([`crate::org::OrgBudget`]) in
+/// [`USER_BUCKET`]: what its settings say, kept where the agent runner reads.
+pub fn org_budget_key(org: &str) -> String {
+    format!("orgbudget.{org}")
+}
+
+/// The key of what organization `org` spent in `month` (`YYYY-MM`, [`crate::org::OrgSpend`]) in
+/// [`USER_BUCKET`].
+pub fn org_spend_key(org: &str, month: &str) -> String {
+    format!("orgspend.{org}.{month}")
+}
+
 /// The key of conversation `id`'s share link (a salted hash of its secret) in [`USER_BUCKET`].
 pub fn share_key(id: crate::ConversationId) -> String {
     format!("share.{id}")

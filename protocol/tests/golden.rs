@@ -84,6 +84,7 @@ fn events_are_stable() {
                     repository: None,
                     forked_from: None,
                     parent: None,
+                    org: None,
                 },
             ),
         ),
@@ -104,6 +105,7 @@ fn events_are_stable() {
                     repository: None,
                     forked_from: Some(ForkSource { conversation_id: ConversationId(id(7)), sandbox_id: SandboxId(id(8)), at_seq: 12 }),
                     parent: None,
+                    org: None,
                 },
             ),
         ),
@@ -124,6 +126,7 @@ fn events_are_stable() {
                     repository: None,
                     forked_from: None,
                     parent: None,
+                    org: None,
                 },
             ),
         ),
@@ -159,6 +162,7 @@ fn events_are_stable() {
                     repository: None,
                     forked_from: None,
                     parent: None,
+                    org: None,
                 },
             ),
         ),
@@ -285,6 +289,20 @@ fn events_are_stable() {
             ),
         ),
         ("event_workspace_restored", event(20, EventBody::WorkspaceRestored { at_seq: 7, checkpoint_seq: 6 })),
+        (
+            "event_budget_alert",
+            event(
+                21,
+                EventBody::BudgetAlert {
+                    org: "acme".into(),
+                    user: Some(UserId("alice".into())),
+                    percent: 80,
+                    spent_usd: 40.5,
+                    budget_usd: 50.0,
+                    month: "2026-11".into(),
+                },
+            ),
+        ),
         (
             "event_mcp_servers",
             event(

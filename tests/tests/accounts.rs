@@ -656,7 +656,11 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     let (s, st) = alice
         .call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"default_llm_profile": "team", "enforce_llm_profile": true})))
         .await;
-    assert_eq!((s, &st), (200, &json!({"default_llm_profile": "team", "enforce_llm_profile": true})), "{st}");
+    assert_eq!(
+        (s, &st["default_llm_profile"], &st["enforce_llm_profile"], &st["require_sso"]),
+        (200, &json!("team"), &json!(true), &json!(false)),
+        "{st}"
+    );
     assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({}))).await.0, 403);
 
     // Bob's conversation in the organization runs on its profile, with its key.
@@ -705,4 +709,133 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     assert_eq!(mine["total"]["conversations"], 3, "Bob's own report counts all of his: {mine}");
     assert_eq!(bob.get("/api/v1/orgs/acme/usage").await.0, 403, "a member does not read it");
     assert_eq!(carol.get("/api/v1/orgs/acme/usage").await.0, 404);
+}
+
+/// The text of a chat request's latest user message, and whether a tool answered since.
+fn latest(req: &Value) -> (String, bool) {
+    let turn = halyard_tests::llm::latest_turn(req);
+    (turn.first().map(|m| m["content"].to_string()).unwrap_or_default(), turn.iter().any(|m| m["role"] == "tool"))
+}
+
+#[tokio::test]
+async fn an_organizations_budget_alerts_then_stops_its_runs_and_refuses_new_ones() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // Output tokens are what cost here (a cent each, below); an answer's tokens are its length
+    // over four, so each conversation's spending is known in advance.
+    llm.fallback(|req| match latest(req) {
+        (t, false) if t.contains("please hold") => halyard_tests::Reply::tool("terminal", json!({"command": "echo held"})),
+        (t, true) if t.contains("please hold") => halyard_tests::Reply::finish("after the hold"),
+        (t, _) if t.contains("something big") => halyard_tests::Reply::Text("x".repeat(680)),
+        (t, _) if t.contains("one more") => halyard_tests::Reply::Text("y".repeat(120)),
+        _ => halyard_tests::Reply::Text("ok".into()),
+    });
+    let receiver = halyard_tests::Receiver::start().await;
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root").set("HALYARD_WEBHOOK_ALLOW", "loopback");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key".into();
+    let h = Halyard::start(o);
+    let (alice, bob) = (h.api(ALICE), h.api("bob-secret-key"));
+    let put = reqwest::Method::PUT;
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+
+    // The organization's price for the model, over a built-in table that knows the usual ones.
+    let price = json!({"input_per_million": 0.0, "output_per_million": 10000.0, "cached_per_million": 0.0});
+    assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/prices/scripted-model", Some(price.clone())).await.0, 403);
+    let (s, e) = alice
+        .call(put.clone(), "/api/v1/orgs/acme/prices/scripted-model", Some(json!({"input_per_million": -1.0, "output_per_million": 1.0})))
+        .await;
+    assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+    let (s, p) = alice.call(put.clone(), "/api/v1/orgs/acme/prices/scripted-model", Some(price)).await;
+    assert_eq!((s, p["source"].as_str()), (201, Some("org")), "{p}");
+    let (_, prices) = bob.get("/api/v1/orgs/acme/prices").await;
+    let row = |m: &str| prices["items"].as_array().unwrap().iter().find(|r| r["model"] == m).cloned().unwrap_or_default();
+    assert_eq!((row("scripted-model")["output_per_million"].as_f64(), row("gpt-4o")["source"].as_str()), (Some(10000.0), Some("builtin")));
+    let (s, e) = alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"monthly_budget_usd": -5}))).await;
+    assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+    let (s, st) = alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"monthly_budget_usd": 2.0}))).await;
+    assert_eq!((s, st["monthly_budget_usd"].as_f64()), (200, Some(2.0)), "{st}");
+    let (s, w) = bob.post("/api/v1/webhooks", json!({"url": receiver.url, "event_kinds": ["budget_alert"]})).await;
+    assert_eq!(s, 201, "{w}");
+
+    // Bob's first conversation asks to run a command ($0.08) and waits for his consent.
+    let start = json!({"message": "please hold", "title": "held", "org": "acme", "confirmation_policy": "always"});
+    let (held, _) = bob.start_ready(start).await;
+    bob.wait_events(&held, "the wait", |ev| ev.iter().any(|e| e["status"] == "waiting_for_confirmation")).await;
+    // Alice's answer costs $1.70: past 80 % of $2.
+    let (big, _) = alice.start_ready(json!({"message": "something big", "title": "big", "org": "acme"})).await;
+    let ev = alice.wait_events(&big, "the alert", |ev| ev.iter().any(|e| e["kind"] == "budget_alert")).await;
+    let alert = ev.iter().find(|e| e["kind"] == "budget_alert").unwrap();
+    assert_eq!((&alert["org"], &alert["percent"], &alert["budget_usd"]), (&json!("acme"), &json!(80), &json!(2.0)), "{alert}");
+    assert!((alert["spent_usd"].as_f64().unwrap() - 1.78).abs() < 1e-6, "{alert}");
+    // Bob's second, $0.30 more: 90 and 100 % at once.
+    let (more, _) = bob.start_ready(json!({"message": "one more", "title": "more", "org": "acme"})).await;
+    let ev = bob.wait_events(&more, "the alerts", |ev| ev.iter().filter(|e| e["kind"] == "budget_alert").count() == 2).await;
+    let percents: Vec<&Value> = ev.iter().filter(|e| e["kind"] == "budget_alert").map(|e| &e["percent"]).collect();
+    assert_eq!(percents, [&json!(90), &json!(100)]);
+
+    // Spent: no new run in the organization, for anyone; Bob's own still start.
+    for api in [&alice, &bob] {
+        let (s, e) = api.post("/api/v1/conversations", json!({"message": "x", "org": "acme"})).await;
+        assert_eq!((s, code(&e)), (402, "budget_exhausted".into()), "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("organization acme's monthly budget of $2.00"), "{e}");
+    }
+    let (s, e) = bob.post(&format!("/api/v1/conversations/{more}/messages"), json!({"text": "and again"})).await;
+    assert_eq!((s, code(&e)), (402, "budget_exhausted".into()), "{e}");
+    assert_eq!(bob.post("/api/v1/conversations", json!({"message": "x", "title": "own"})).await.0, 202);
+    // The held run goes on once Bob consents, and stops before its next call, saying why.
+    assert_eq!(bob.post(&format!("/api/v1/conversations/{held}/confirm"), json!({})).await.0, 202);
+    let ev = bob.wait_events(&held, "the stop", |ev| ev.iter().any(|e| e["kind"] == "agent_error")).await;
+    let stop = ev.iter().find(|e| e["kind"] == "agent_error").unwrap();
+    assert_eq!(stop["code"], "budget_exhausted", "{stop}");
+    assert!(ev.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.contains("held"))), "the command ran");
+    assert!(!llm.requests().iter().any(|r| latest(r).0.contains("please hold") && latest(r).1), "no call after the budget was spent");
+
+    // Bob's webhook had his conversation's alerts, signed like every delivery.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receiver.accepted().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let delivered: Vec<Value> = receiver.accepted().iter().map(|r| r.json()).collect();
+    assert_eq!(delivered.iter().map(|d| d["percent"].clone()).collect::<Vec<_>>(), [json!(90), json!(100)], "{delivered:?}");
+    assert!(receiver.accepted().iter().all(|r| r.header("webhook-signature").is_some_and(|s| s.starts_with("v1,"))));
+
+    // The page's banner reads the state: all of it for owners, their own for members.
+    let (_, st) = alice.get("/api/v1/orgs/acme/budget").await;
+    assert_eq!(
+        (&st["org_budget"]["exhausted"], &st["org_budget"]["spent_usd"], st["members"].as_array().map(Vec::len)),
+        (&json!(true), &json!(2.08), Some(2)),
+        "{st}"
+    );
+    let (_, st) = bob.get("/api/v1/orgs/acme/budget").await;
+    assert_eq!((&st["you"]["spent_usd"], st["members"].as_array().map(Vec::len)), (&json!(0.38), Some(0)), "{st}");
+
+    // A larger budget for the organization, and one per member that Alice passed already.
+    let (s, _) =
+        alice.call(put, "/api/v1/orgs/acme/settings", Some(json!({"monthly_budget_usd": 100.0, "member_monthly_budget_usd": 1.0}))).await;
+    assert_eq!(s, 200);
+    let (s, e) = alice.post("/api/v1/conversations", json!({"message": "x", "org": "acme"})).await;
+    assert_eq!((s, code(&e)), (402, "budget_exhausted".into()), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("alice's monthly budget in organization acme"), "{e}");
+    assert_eq!(bob.post("/api/v1/conversations", json!({"message": "x", "title": "t", "org": "acme"})).await.0, 202);
+
+    // The usage report prices the calls as the conversations did.
+    let mut own = 0.0;
+    for (api, conv) in [(&bob, &held), (&alice, &big), (&bob, &more)] {
+        own += api.get(&format!("/api/v1/conversations/{conv}")).await.1["metrics"]["cost_usd"].as_f64().unwrap();
+    }
+    assert!((own - 2.08).abs() < 1e-6, "{own}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, u) = alice.get("/api/v1/orgs/acme/usage").await;
+        let cost = u["total"]["cost_usd"].as_f64().unwrap_or(0.0);
+        if (cost - own).abs() < 1e-6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{u}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, trail) = alice.get("/api/v1/orgs/acme/audit?action=org.").await;
+    assert!(trail.to_string().contains("org.price.put") && trail.to_string().contains("\"monthly_budget_usd\":100.0"), "{trail}");
 }

@@ -420,7 +420,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             .replace("{name}", "alice")
             .replace("{token}", &guess)
             .replace("{org}", "alices-org")
-            .replace("{user}", "alice");
+            .replace("{user}", "alice")
+            .replace("{model}", "scripted-model");
         for (method, _) in ops.as_object().unwrap() {
             let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
                 .iter()
@@ -430,6 +431,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             }
             let body = match (method.as_str(), path.as_str()) {
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/llm-profiles/") => Some(org_profile.clone()),
+                ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/prices/") => {
+                    Some(json!({"input_per_million": 0.0, "output_per_million": 0.0}))
+                }
                 ("put", p) if p.starts_with("/api/v1/orgs/") => Some(json!({})),
                 ("post", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"user": "bob"})),
                 ("patch", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"role": "owner"})),

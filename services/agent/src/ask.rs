@@ -165,7 +165,12 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::Thinking { blocks } => {
                 format!("AGENT THOUGHT: {}", blocks.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join(" "))
             }
-            EventBody::ConversationStarted { .. } | EventBody::LlmCall { .. } | EventBody::TerminalOpened { .. } => continue,
+            EventBody::ConversationStarted { .. }
+            | EventBody::LlmCall { .. }
+            | EventBody::TerminalOpened { .. }
+            | EventBody::BudgetAlert { .. } => {
+                continue;
+            }
         };
         out.push_str(&line);
         out.push('\n');

@@ -323,6 +323,7 @@ impl ConvState {
                 repository,
                 fork,
                 parent,
+                org,
                 ..
             } => {
                 if !started {
@@ -351,6 +352,7 @@ impl ConvState {
                         repository,
                         forked_from: fork.clone(),
                         parent,
+                        org,
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;

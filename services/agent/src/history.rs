@@ -27,6 +27,8 @@ pub struct Started {
     pub forked_from: Option<halyard_protocol::system::ForkSource>,
     /// A helper: the conversation that delegated it, whose sandbox it shares.
     pub parent: Option<halyard_protocol::system::ParentLink>,
+    /// The organization it was started in: its prices and budgets apply.
+    pub org: Option<String>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -206,6 +208,7 @@ impl History {
                 repository,
                 forked_from,
                 parent,
+                org,
                 ..
             } => {
                 self.started = Some(Started {
@@ -215,6 +218,7 @@ impl History {
                     repository: repository.clone(),
                     forked_from: forked_from.clone(),
                     parent: parent.clone(),
+                    org: org.clone(),
                 });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();
@@ -342,7 +346,7 @@ impl History {
                     self.used_usd += used_usd;
                 }
             }
-            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } => {}
+            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } => {}
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
         }
     }

@@ -43,13 +43,15 @@ fn parse<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, String> {
 /// providers, MCP servers), read in one request to the bucket rather than one each.
 pub struct Snapshot {
     owner: UserId,
+    /// The organization the conversation is in, whose prices apply.
+    org: Option<String>,
     values: std::collections::HashMap<String, bytes::Bytes>,
 }
 
 impl Snapshot {
-    /// Reads the owner's configuration, and the organization's profiles when `profile` is an
-    /// organization's (`@org/name`).
-    pub async fn read(ctx: &Ctx, owner: &UserId, profile: Option<&str>) -> Result<Self, String> {
+    /// Reads the owner's configuration, the organization's prices when the conversation is in
+    /// `org`, and its profiles when `profile` is an organization's (`@org/name`).
+    pub async fn read(ctx: &Ctx, owner: &UserId, profile: Option<&str>, org: Option<&str>) -> Result<Self, String> {
         let mut keys = vec![
             subjects::user_settings_key(owner),
             subjects::user_llm_key(owner),
@@ -60,12 +62,15 @@ impl Snapshot {
         if let Some((org, _)) = profile.and_then(parse_org_profile) {
             keys.push(subjects::org_llm_key(org));
         }
+        if let Some(org) = org {
+            keys.push(subjects::org_price_key(org));
+        }
         let kv = &ctx.user_kv;
         let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
         let values = halyard_platform::bus::direct_last_of(&ctx.js, &kv.stream_name, &wanted).await.map_err(|e| e.to_string())?;
         // By key, as the bucket names them.
         let values = values.into_iter().filter_map(|(subject, v)| subject.strip_prefix(&kv.prefix).map(|k| (k.to_owned(), v))).collect();
-        Ok(Self { owner: owner.clone(), values })
+        Ok(Self { owner: owner.clone(), org: org.map(str::to_owned), values })
     }
 
     /// The value under `key` (the default when there is none).
@@ -89,13 +94,21 @@ impl Snapshot {
         self.get(&subjects::user_settings_key(&self.owner))
     }
 
-    /// The owner's profile `name`, or their organization's (see [`profile`]).
+    /// The owner's profile `name`, or their organization's (see [`profile`]), priced as the
+    /// conversation's organization says.
     pub fn profile(&self, ctx: &Ctx, name: Option<&str>) -> Result<Profile, String> {
-        let Some(name) = name else { return Ok(default_profile(ctx)) };
-        if let Some((org, profile)) = parse_org_profile(name) {
-            return profile_of(ctx, &UserId(org_slot_owner(org)), profile, self.get(&subjects::org_llm_key(org))?);
+        let mut profile = match name {
+            None => default_profile(ctx),
+            Some(name) => match parse_org_profile(name) {
+                Some((org, profile)) => profile_of(ctx, &UserId(org_slot_owner(org)), profile, self.get(&subjects::org_llm_key(org))?)?,
+                None => profile_of(ctx, &self.owner, name, self.get(&subjects::user_llm_key(&self.owner))?)?,
+            },
+        };
+        if let Some(org) = &self.org {
+            let prices = crate::org_budget::prices_of(self.get(&subjects::org_price_key(org))?);
+            profile.llm = profile.llm.with_prices(&prices);
         }
-        profile_of(ctx, &self.owner, name, self.get(&subjects::user_llm_key(&self.owner))?)
+        Ok(profile)
     }
 }
 

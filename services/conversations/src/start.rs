@@ -58,6 +58,8 @@ struct Task<'a> {
     fork: Option<ForkSource>,
     /// A helper: the conversation whose sandbox it works in.
     parent: Option<ParentLink>,
+    /// The organization it is started in.
+    org: Option<String>,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -123,7 +125,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         fork: fork.clone(),
         parent: parent.clone(),
         tags,
-        org,
+        org: org.clone(),
     };
     let task = Task {
         ctx,
@@ -142,6 +144,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         secrets,
         fork,
         parent,
+        org,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -292,6 +295,7 @@ async fn hand_over(
         repository,
         fork: task.fork.clone(),
         parent: task.parent.clone(),
+        org: task.org.clone(),
     };
     start_agent(task, start).await
 }

@@ -209,6 +209,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::orgs::audit_trail))
         .routes(routes!(accounts::org_profiles::get_settings, accounts::org_profiles::put_settings))
         .routes(routes!(accounts::org_profiles::list_profiles))
+        .routes(routes!(accounts::org_budgets::list_prices))
+        .routes(routes!(accounts::org_budgets::put_price, accounts::org_budgets::delete_price))
+        .routes(routes!(accounts::org_budgets::status))
         .routes(routes!(accounts::org_profiles::put_profile, accounts::org_profiles::delete_profile))
         .routes(routes!(openapi))
 }

@@ -22,7 +22,7 @@ use crate::error::{ApiError, ApiJson};
 use crate::store;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 17] = [
+pub const EVENT_KINDS: [&str; 18] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -40,6 +40,7 @@ pub const EVENT_KINDS: [&str; 17] = [
     "mcp_servers",
     "terminal_opened",
     "workspace_restored",
+    "budget_alert",
 ];
 
 /// A webhook subscription as the API shows it; `secret` only when created or rotated.

@@ -26,6 +26,7 @@ pub mod nats;
 pub mod net;
 pub mod netaddr;
 pub mod outbound;
+pub mod prices;
 pub mod redact;
 pub mod route;
 pub mod schedule;

@@ -67,6 +67,7 @@ impl Run {
                 llm_profile: h.llm_profile.clone(),
                 secrets: h.secrets.clone(),
                 confirmation_policy: h.policy,
+                org: started.org.clone(),
                 trace: self.trace.clone(),
             };
             (me, start, recorded, used_before)

@@ -163,6 +163,62 @@ impl Run {
         }
     }
 
+    /// Appends an `llm_call` and, in an organization, adds its cost to the month's spending,
+    /// with an alert for each share of a budget it passed.
+    async fn append_llm_call(&self, body: EventBody) -> bool {
+        let cost = match &body {
+            EventBody::LlmCall { cost_usd: Some(c), .. } if *c > 0.0 => *c,
+            _ => 0.0,
+        };
+        if !self.append(EventSource::System, body).await {
+            return false;
+        }
+        let Some((org, owner)) = self.org_and_owner().await else { return true };
+        if cost == 0.0 {
+            return true;
+        }
+        match crate::org_budget::spend(&self.ctx, &org, &owner, cost).await {
+            Ok((month, due)) => {
+                for c in due {
+                    let alert = EventBody::BudgetAlert {
+                        org: org.clone(),
+                        user: c.user,
+                        percent: c.percent,
+                        spent_usd: (c.spent_usd * 1e6).round() / 1e6,
+                        budget_usd: c.budget_usd,
+                        month: month.clone(),
+                    };
+                    if !self.append(EventSource::System, alert).await {
+                        return false;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(org, error = %e, "the organization's spending could not be recorded"),
+        }
+        true
+    }
+
+    /// The conversation's organization and owner, if it is in one.
+    async fn org_and_owner(&self) -> Option<(String, halyard_protocol::UserId)> {
+        let log = self.log.lock().await;
+        let started = log.history.started.as_ref()?;
+        Some((started.org.clone()?, started.owner.clone()))
+    }
+
+    /// Why the organization's budgets allow no further LLM call (`None`: they allow it, or
+    /// the conversation is in no organization). A budget that cannot be read does not stop
+    /// the run.
+    async fn org_budget_refusal(&self) -> Option<String> {
+        let (org, owner) = self.org_and_owner().await?;
+        match crate::org_budget::refused(&self.ctx, &org, &owner).await {
+            Ok(why) => why,
+            Err(e) => {
+                tracing::warn!(org, error = %e, "the organization's budget could not be read; the run goes on");
+                None
+            }
+        }
+    }
+
     async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
         // A status is where a client may look at (or fork from) the workspace's checkpoints:
         // the last one is taken by then.
@@ -272,11 +328,12 @@ impl Run {
     /// secrets, the settings and the MCP servers, in one request to the owner's bucket. `None`
     /// for a conversation without an owner.
     async fn read_configuration(&self) -> Option<Owned> {
-        let (owner, profile) = {
+        let (owner, org, profile) = {
             let log = self.log.lock().await;
-            (log.history.started.as_ref().map(|s| s.owner.clone())?, log.history.llm_profile.clone())
+            let started = log.history.started.as_ref()?;
+            (started.owner.clone(), started.org.clone(), log.history.llm_profile.clone())
         };
-        let snapshot = crate::user::Snapshot::read(&self.ctx, &owner, profile.as_deref()).await;
+        let snapshot = crate::user::Snapshot::read(&self.ctx, &owner, profile.as_deref(), org.as_deref()).await;
         let read = |e: &String| format!("your configuration could not be read: {e}");
         Some(match snapshot {
             Ok(s) => Owned {
@@ -497,6 +554,10 @@ impl Run {
                 Ok(Some(outcome)) => return outcome,
                 Err(()) => return RunOutcome::Failed,
             }
+            // The organization's budgets, before any call of this step (condensing is one).
+            if let Some(why) = self.org_budget_refusal().await {
+                return self.fail("budget_exhausted", why).await;
+            }
             if let Err(outcome) = self.condense(setting, false, &mut elsewhere).await {
                 return outcome;
             }
@@ -539,7 +600,7 @@ impl Run {
                 }
                 Err(e) => return self.fail(e.code(), format!("The LLM call failed: {e}")).await,
             };
-            if !self.append(EventSource::System, llm_call(by, &messages, &completion, asked_at.elapsed())).await {
+            if !self.append_llm_call(llm_call(by, &messages, &completion, asked_at.elapsed())).await {
                 return RunOutcome::Failed;
             }
             // The model's reasoning comes before the answer it led to, which takes it back to
@@ -791,7 +852,7 @@ impl Run {
             Ok(answer) => (answer.completion, answer.by),
             Err(e) => return Err(self.fail(e.code(), format!("Condensing the history failed: the LLM call failed: {e}")).await),
         };
-        if !self.append(EventSource::System, llm_call(by, &request, &completion, asked_at.elapsed())).await {
+        if !self.append_llm_call(llm_call(by, &request, &completion, asked_at.elapsed())).await {
             return Err(RunOutcome::Failed);
         }
         let summary = completion.content.unwrap_or_default().trim().to_owned();

@@ -106,6 +106,8 @@ pub struct Start {
     pub llm_profile: Option<String>,
     pub secrets: Option<Vec<String>>,
     pub confirmation_policy: halyard_protocol::event::ConfirmationPolicy,
+    /// The parent's organization, whose budgets also cover the helper.
+    pub org: Option<String>,
     pub trace: Option<TraceContext>,
 }
 
@@ -129,8 +131,8 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         fork: None,
         parent: Some(s.link.clone()),
         tags: Default::default(),
-        // A helper is in its parent's organization, whose profile it uses.
-        org: s.llm_profile.as_deref().and_then(halyard_protocol::user::parse_org_profile).map(|(org, _)| org.to_owned()),
+        // A helper is in its parent's organization.
+        org: s.org.clone(),
     };
     let mut env = Envelope::with_id(CommandId(derived(s.parent, call, index, b"start")), cmd, halyard_platform::now_ms());
     env.trace = s.trace.clone();

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod org_budgets;
 pub mod org_profiles;
 pub mod orgs;
 pub mod registry;

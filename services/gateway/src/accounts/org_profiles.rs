@@ -46,10 +46,63 @@ pub struct OrgSettingsBody {
     /// Members' conversations in the organization may use no other profile.
     #[serde(default)]
     pub enforce_llm_profile: bool,
+    /// Members sign in to the web app only through the identity provider (their API keys keep
+    /// working for programs).
+    #[serde(default)]
+    pub require_sso: bool,
+    /// Who signs in through the identity provider with an e-mail address at one of these
+    /// domains joins as a member.
+    #[serde(default)]
+    pub sso_domains: Vec<String>,
+    /// Who signs in with one of these in the `groups` claim joins as a member.
+    #[serde(default)]
+    pub sso_groups: Vec<String>,
+    /// What the organization's conversations may spend on LLM calls in a month (UTC), in US
+    /// dollars; at 80, 90 and 100 % a `budget_alert`, and at 100 % no further call.
+    #[serde(default)]
+    pub monthly_budget_usd: Option<f64>,
+    /// The same, for each member's conversations in it.
+    #[serde(default)]
+    pub member_monthly_budget_usd: Option<f64>,
 }
 
 fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
-    OrgSettingsBody { default_llm_profile: s.default_llm_profile.clone(), enforce_llm_profile: s.enforce_llm_profile }
+    OrgSettingsBody {
+        default_llm_profile: s.default_llm_profile.clone(),
+        enforce_llm_profile: s.enforce_llm_profile,
+        require_sso: s.require_sso,
+        sso_domains: s.sso_domains.clone(),
+        sso_groups: s.sso_groups.clone(),
+        monthly_budget_usd: s.monthly_budget_usd,
+        member_monthly_budget_usd: s.member_monthly_budget_usd,
+    }
+}
+
+/// Checks the settings' single sign-on and budget fields.
+fn check_settings(body: &OrgSettingsBody) -> Result<(), ApiError> {
+    for (field, v) in [("monthly_budget_usd", body.monthly_budget_usd), ("member_monthly_budget_usd", body.member_monthly_budget_usd)] {
+        if v.is_some_and(|v| !v.is_finite() || !(0.0..=1e9).contains(&v)) {
+            return Err(ApiError::bad_request("invalid_field", format!("`{field}`: US dollars, from 0 up")));
+        }
+    }
+    let domain = |d: &String| {
+        (1..=253).contains(&d.len())
+            && d.contains('.')
+            && d.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+    };
+    if body.sso_domains.len() > 50 || !body.sso_domains.iter().all(domain) {
+        return Err(ApiError::bad_request("invalid_field", "`sso_domains`: up to 50 domain names in lower case, like example.com"));
+    }
+    if body.sso_groups.len() > 50 || body.sso_groups.iter().any(|g| g.is_empty() || g.len() > 256 || g.chars().any(char::is_control)) {
+        return Err(ApiError::bad_request("invalid_field", "`sso_groups`: up to 50 group names, each 1 to 256 characters"));
+    }
+    if body.require_sso && !body.sso_domains.iter().chain(&body.sso_groups).any(|_| true) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            "`require_sso` needs `sso_domains` or `sso_groups`: the identity provider must know who the organization's members are",
+        ));
+    }
+    Ok(())
 }
 
 /// The organization's settings (any member).
@@ -76,6 +129,7 @@ pub async fn put_settings(
     ApiJson(body): ApiJson<OrgSettingsBody>,
 ) -> Result<Json<OrgSettingsBody>, ApiError> {
     let (revision, mut org) = manager(&state, &user, &name)?;
+    check_settings(&body)?;
     match &body.default_llm_profile {
         Some(p) if !profiles(&state, &org.name).await?.profiles.contains_key(p) => {
             return Err(ApiError::bad_request(
@@ -91,13 +145,23 @@ pub async fn put_settings(
         }
         _ => {}
     }
-    org.settings = OrgSettings { default_llm_profile: body.default_llm_profile.clone(), enforce_llm_profile: body.enforce_llm_profile };
+    org.settings = OrgSettings {
+        default_llm_profile: body.default_llm_profile.clone(),
+        enforce_llm_profile: body.enforce_llm_profile,
+        require_sso: body.require_sso,
+        sso_domains: body.sso_domains.clone(),
+        sso_groups: body.sso_groups.clone(),
+        monthly_budget_usd: body.monthly_budget_usd,
+        member_monthly_budget_usd: body.member_monthly_budget_usd,
+    };
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(|e| match e {
         OrgWrite::Conflict => ApiError::conflict("concurrent_update", "the organization changed meanwhile; read it again and retry"),
         OrgWrite::Bus(e) => ApiError::unavailable(format!("the accounts store did not answer ({e}); try again")),
     })?;
-    let detail = serde_json::json!({"default_llm_profile": body.default_llm_profile, "enforce_llm_profile": body.enforce_llm_profile});
+    // The agent runner reads the budgets from the users' bucket (it does not follow accounts).
+    crate::accounts::org_budgets::mirror_budget(&state, &org).await?;
+    let detail = serde_json::to_value(&body).unwrap_or_default();
     audit::Action::new(&user, "org.settings", &org.name).detail(detail).org(&org.name).send(&state, client).await;
     Ok(Json(settings_view(&org.settings)))
 }
@@ -168,6 +232,7 @@ pub async fn delete_profile(
 /// other (403 `llm_profile_enforced`). `Ok(None)`: the caller decides (the user's settings).
 pub async fn profile_for_start(state: &AppState, user: &UserId, name: &str, asked: Option<&str>) -> Result<Option<String>, ApiError> {
     let (_, org, _) = load(state, user, name)?;
+    crate::accounts::org_budgets::check_start(state, &org, user).await?;
     let default = org.settings.default_llm_profile.as_deref();
     if org.settings.enforce_llm_profile
         && asked.is_some_and(|a| Some(a) != default && a != org_profile(&org.name, default.unwrap_or_default()))

@@ -161,6 +161,10 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
         EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),
+        EventBody::BudgetAlert { org, user, percent, spent_usd, budget_usd, .. } => {
+            let whose = user.as_ref().map_or_else(|| format!("Organization {org}'s"), |u| format!("{u}'s {org}"));
+            format!("\n*{whose} monthly budget is {percent} % spent (${spent_usd:.2} of ${budget_usd:.2}, {time})*\n")
+        }
         EventBody::Hook { event, command, exit_code, blocked, stderr, .. } => {
             let code = exit_code.map_or("no exit code".into(), |c| format!("exit code {c}"));
             let verdict = if *blocked { ", blocked" } else { "" };

@@ -435,6 +435,12 @@ pub async fn send_message(
     check_images(&body.images)?;
     require_started(&c)?;
     require_sandbox(&c)?;
+    // A spent budget of its organization would stop the run before its first call.
+    if let Some(org) = c.start_request.as_ref().and_then(|r| r.org.as_deref()) {
+        if let Some((_, o)) = state.accounts.org(org) {
+            crate::accounts::org_budgets::check_start(&state, &o, &user).await?;
+        }
+    }
     // The command carries the images: it must fit in one message of the bus.
     let fits =
         body.images.iter().map(|i| i.data.len()).sum::<usize>() + body.text.len() + 4096 <= state.js.client().server_info().max_payload;

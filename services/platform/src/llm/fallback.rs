@@ -49,6 +49,12 @@ impl LlmChain {
         Self::new(Link { profile: None, client }, Vec::new())
     }
 
+    /// The same chain with `prices` over its clients' own ([`LlmClient::with_prices`]).
+    pub fn with_prices(&self, prices: &std::collections::BTreeMap<String, crate::config::Price>) -> Self {
+        let links = self.links.iter().map(|l| Link { profile: l.profile.clone(), client: l.client.with_prices(prices) }).collect();
+        Self { links }
+    }
+
     /// The primary: its model's window, tokens and price are what the run plans with.
     pub fn primary(&self) -> &LlmClient {
         &self.links[0].client

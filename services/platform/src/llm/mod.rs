@@ -389,9 +389,19 @@ impl LlmClient {
         crate::tokens::TokenCounter::for_model(&self.config.model)
     }
 
-    /// The configured price of this client's model, if any.
+    /// The price of this client's model: configured, else built in ([`crate::prices`]), if any.
     pub fn price(&self) -> Option<&crate::config::Price> {
-        self.config.prices.get(&self.config.model)
+        self.config.prices.get(&self.config.model).or_else(|| crate::prices::builtin(&self.config.model))
+    }
+
+    /// The same client with `prices` over its own (an organization's, for its conversations).
+    pub fn with_prices(&self, prices: &std::collections::BTreeMap<String, crate::config::Price>) -> Self {
+        if prices.is_empty() {
+            return self.clone();
+        }
+        let mut config = (*self.config).clone();
+        config.prices.extend(prices.iter().map(|(m, p)| (m.clone(), p.clone())));
+        Self { http: self.http.clone(), config: Arc::new(config), permits: self.permits.clone(), users: self.users }
     }
 
     /// One completion, retried as configured.
