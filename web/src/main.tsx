@@ -22,6 +22,7 @@ import { Orgs } from "./pages/Orgs";
 import { Usage } from "./pages/Usage";
 import { SharedConversation } from "./pages/SharedConversation";
 import { SlackLink } from "./pages/SlackLink";
+import { BudgetBanner } from "./components/BudgetBanner";
 
 type Theme = "light" | "dark";
 
@@ -119,6 +120,7 @@ function App() {
           Sign out
         </button>
       </header>
+      <BudgetBanner path={pathname} />
       <main>{page}</main>
     </div>
   );

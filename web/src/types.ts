@@ -275,6 +275,7 @@ export type HalyardEvent = EventBase &
     | { kind: "llm_profile"; profile?: string; model: string }
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
     | { kind: "terminal_opened"; by: string }
+    | { kind: "budget_alert"; org: string; user?: string; percent: number; spent_usd: number; budget_usd: number; month: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }
     | { kind: "thinking"; blocks: { text: string; signature?: string; redacted?: string }[] }
@@ -377,6 +378,43 @@ export interface Org {
 export interface Member {
   user: string;
   role: "owner" | "admin" | "member";
+}
+
+/** An organization's settings (GET/PUT /orgs/{org}/settings). */
+export interface OrgSettings {
+  default_llm_profile?: string | null;
+  enforce_llm_profile: boolean;
+  require_sso: boolean;
+  sso_domains: string[];
+  sso_groups: string[];
+  monthly_budget_usd?: number | null;
+  member_monthly_budget_usd?: number | null;
+}
+
+/** A model's price in an organization (GET /orgs/{org}/prices). */
+export interface PriceRow {
+  model: string;
+  input_per_million: number;
+  output_per_million: number;
+  cached_per_million?: number | null;
+  source: "org" | "operator" | "builtin";
+}
+
+/** This month's spending against one budget. */
+export interface BudgetUse {
+  budget_usd?: number | null;
+  spent_usd: number;
+  percent?: number | null;
+  exhausted: boolean;
+}
+
+/** GET /orgs/{org}/budget. */
+export interface BudgetStatus {
+  org: string;
+  month: string;
+  org_budget: BudgetUse;
+  you: BudgetUse;
+  members: (BudgetUse & { user: string })[];
 }
 
 /** One group of a usage report (GET /me/usage, /admin/usage). */

@@ -398,3 +398,54 @@ test("12. usage: this month's spend by day, by model and, for an administrator, 
   }).toPass({ timeout: 15_000 });
   await shot(page, "usage");
 });
+
+test("13. an organization's prices and budget: set on its page, the banner at 80 % and when it is spent", async ({ page }) => {
+  await settings(page);
+  await page.getByRole("link", { name: "Organizations" }).click();
+  await page.getByRole("button", { name: "Members of acme" }).click();
+  const card = page.getByRole("region", { name: "Settings of acme" });
+  const prices = card.getByRole("table", { name: "Prices of acme" });
+  await expect(prices.getByRole("row").filter({ hasText: /^gpt-4o-mini/ })).toContainText("builtin");
+  await card.getByLabel("Model").fill("team-model");
+  await card.getByLabel("Input per million").fill("100000");
+  await card.getByLabel("Output per million").fill("100000");
+  await card.getByRole("button", { name: "Set price" }).click();
+  await expect(prices.getByRole("row").filter({ hasText: "team-model" })).toContainText("org");
+
+  // A conversation in it on its profile, at that price; what it spent is the month's.
+  const csrf = { "x-halyard-csrf": "1" };
+  const started = await page.request.post("/api/v1/conversations", { headers: csrf, data: { message: "say hello", title: "priced", org: "acme", llm_profile: "team" } });
+  expect(started.status()).toBe(202);
+  const id = (await started.json()).conversation_id;
+  await expect
+    .poll(async () => (await (await page.request.get(`/api/v1/conversations/${id}`)).json()).execution_status, { timeout: 30_000 })
+    .toBe("finished");
+  const spent: number = (await (await page.request.get("/api/v1/orgs/acme/budget")).json()).org_budget.spent_usd;
+  expect(spent).toBeGreaterThan(0);
+
+  // A budget it is 85 % of: the banner says so on every page.
+  await card.getByLabel("Monthly budget (USD)").fill((spent / 0.85).toFixed(6));
+  await card.getByRole("button", { name: "Save settings of acme" }).click();
+  await expect(card.getByText("Saved.")).toBeVisible();
+  await expect(card.getByLabel("This month's spending")).toContainText("(85 %)");
+  await page.getByRole("link", { name: "Conversations" }).click();
+  const banner = page.getByRole("status", { name: "Budgets" });
+  await expect(banner).toContainText(/Organization acme's monthly budget for \d{4}-\d{2} is 8[45] % spent/);
+
+  // Half of it: spent. The banner says what that means, and a new conversation there is refused.
+  await page.getByRole("link", { name: "Organizations" }).click();
+  await page.getByRole("button", { name: "Members of acme" }).click();
+  await card.getByLabel("Monthly budget (USD)").fill((spent / 2).toFixed(6));
+  await card.getByRole("button", { name: "Save settings of acme" }).click();
+  await expect(banner).toContainText("new conversations in acme are refused");
+  await shot(page, "budget-banner");
+  await page.getByRole("link", { name: "Conversations" }).click();
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill("one more");
+  await page.getByLabel("Organization").selectOption("acme");
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page.getByText("monthly budget of $")).toBeVisible();
+  // Without a budget again, for the tests after this one.
+  const off = await page.request.put("/api/v1/orgs/acme/settings", { headers: csrf, data: {} });
+  expect(off.status()).toBe(200);
+});

@@ -66,6 +66,14 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "terminal_opened":
         items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
         break;
+      case "budget_alert": {
+        const whose = e.user ? `${e.user}'s budget in ${e.org}` : `${e.org}'s budget`;
+        const text = `${whose} for ${e.month} is ${e.percent} % spent ($${e.spent_usd.toFixed(2)} of $${e.budget_usd.toFixed(2)})${
+          e.percent >= 100 ? ": no further LLM call this month" : ""
+        }.`;
+        items.push({ type: "warning", seq: e.seq, text });
+        break;
+      }
       case "hook": {
         // A hook that blocked, or failed, is worth a look; one that let things be is a note.
         const how = e.exit_code === undefined ? "did not finish" : `exited ${e.exit_code}`;

@@ -1,6 +1,7 @@
 // Organizations: the ones you are in (with your role), a new one (you own it), and one's
-// members: added by owners and admins, roles changed by owners, removed (or left). Owners and
-// admins also read what happened in it (its audit trail). The API enforces every rule; the page
+// members: added by owners and admins, roles changed by owners, removed (or left), then its
+// settings, prices and budgets ([`OrgSettings`]). Owners and admins also read what happened in
+// it (its audit trail). The API enforces every rule; the page
 // offers what your role may do.
 
 import { useEffect, useState, type FormEvent } from "react";
@@ -8,6 +9,7 @@ import { call, errorText } from "../api";
 import type { Member, Org } from "../types";
 import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
+import { OrgSettings } from "./OrgSettings";
 
 const enc = encodeURIComponent;
 const ROLES = ["member", "admin", "owner"] as const;
@@ -56,6 +58,7 @@ export function Orgs({ me }: { me: string }) {
       </ul>
       {orgs.length === 0 && <p className="empty">You are in no organization.</p>}
       {current && <Members key={current.name} org={current} me={me} onChange={load} onGone={() => (setOpen(undefined), load())} />}
+      {current && <OrgSettings key={`settings-${current.name}`} org={current} />}
     </section>
   );
 }
