@@ -811,6 +811,29 @@ async fn an_organizations_budget_alerts_then_stops_its_runs_and_refuses_new_ones
     let (_, st) = bob.get("/api/v1/orgs/acme/budget").await;
     assert_eq!((&st["you"]["spent_usd"], st["members"].as_array().map(Vec::len)), (&json!(0.38), Some(0)), "{st}");
 
+    // The CLI says the same.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(halyard_bin())
+            .args(args)
+            .env_clear()
+            .env("HALYARD_URL", &h.http)
+            .env("HALYARD_API_KEY", ALICE)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = cli(&["org", "budget", "acme"]);
+    assert!(out.contains("organization: $2.08 of $2.00 (104 %), spent") && out.contains("bob: $0.38"), "{out}");
+    assert!(cli(&["org", "prices", "acme"]).contains("scripted-model  in 0  out 10000  cached 0  (org)"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cli(&["usage", "--org", "acme", "--group-by", "user"]).contains("2.0800") {
+        assert!(Instant::now() < deadline, "{}", cli(&["usage", "--org", "acme", "--group-by", "user"]));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let csv = cli(&["usage", "--org", "acme", "--group-by", "user", "--csv"]);
+    assert!(csv.starts_with("user,tokens_in,") && csv.contains("\nalice,") && csv.contains("\nbob,"), "{csv}");
+
     // A larger budget for the organization, and one per member that Alice passed already.
     let (s, _) =
         alice.call(put, "/api/v1/orgs/acme/settings", Some(json!({"monthly_budget_usd": 100.0, "member_monthly_budget_usd": 1.0}))).await;

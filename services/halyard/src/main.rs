@@ -19,6 +19,7 @@ mod follow;
 mod observe;
 mod orgs;
 mod render;
+mod usage;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -84,11 +85,14 @@ enum Command {
         #[command(subcommand)]
         command: Box<automations::AutomationCommand>,
     },
-    /// Organizations you are in, and their members.
+    /// Organizations you are in, their members, budgets and prices.
     Org {
         #[command(subcommand)]
         command: orgs::OrgCommand,
     },
+    /// What your conversations used (tokens, cost, LLM calls, sandbox time), or an
+    /// organization's (--org), or everyone's (--all).
+    Usage(usage::UsageArgs),
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
@@ -210,6 +214,11 @@ fn main() -> Result<()> {
         Command::Org { command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let code = runtime.block_on(orgs::run(command))?;
+            std::process::exit(code)
+        }
+        Command::Usage(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(usage::run(args))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

@@ -1,5 +1,6 @@
-//! `halyard org ls|create|members|add|role|rm`: the organizations you are in and their members,
-//! through the gateway's public API (every change is audited there).
+//! `halyard org ls|create|members|add|role|rm|budget|prices|price`: the organizations you are in,
+//! their members, this month's spending against their budgets and their prices, through the
+//! gateway's public API (every change is audited there).
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -53,6 +54,39 @@ pub enum OrgCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// This month's spending against the organization's budgets (and, for owners and admins,
+    /// each member's).
+    Budget {
+        org: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The prices its conversations' calls are charged at (USD per million tokens).
+    Prices {
+        org: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Set a model's price in the organization (owners and admins).
+    Price {
+        org: String,
+        model: String,
+        #[arg(long)]
+        input: f64,
+        #[arg(long)]
+        output: f64,
+        #[arg(long)]
+        cached: Option<f64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+fn budget_line(what: &str, b: &Value) {
+    let budget = b["budget_usd"].as_f64().map_or("no budget".to_owned(), |v| format!("of ${v:.2}"));
+    let percent = b["percent"].as_f64().map_or(String::new(), |p| format!(" ({p:.0} %)"));
+    let spent = if b["exhausted"] == true { ", spent" } else { "" };
+    println!("{what}: ${:.2} {budget}{percent}{spent}", b["spent_usd"].as_f64().unwrap_or(0.0));
 }
 
 fn print_members(v: &Value) {
@@ -95,12 +129,41 @@ pub async fn run(command: OrgCommand) -> Result<i32> {
             c.call(reqwest::Method::DELETE, &format!("{}/members/{}", path(&org), urlencode(&user)), None).await?;
             println!("removed {user} from {org}");
         }
+        OrgCommand::Budget { org, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let b = c.get(&format!("{}/budget", path(&org))).await?;
+            println!("{} {}", b["org"].as_str().unwrap_or_default(), b["month"].as_str().unwrap_or_default());
+            budget_line("organization", &b["org_budget"]);
+            budget_line("you", &b["you"]);
+            for m in b["members"].as_array().into_iter().flatten() {
+                budget_line(m["user"].as_str().unwrap_or_default(), m);
+            }
+        }
+        OrgCommand::Prices { org, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            for p in c.get(&format!("{}/prices", path(&org))).await?["items"].as_array().into_iter().flatten() {
+                let cached = p["cached_per_million"].as_f64().map_or("-".to_owned(), |v| v.to_string());
+                println!(
+                    "{}  in {}  out {}  cached {cached}  ({})",
+                    p["model"].as_str().unwrap_or_default(),
+                    p["input_per_million"].as_f64().unwrap_or_default(),
+                    p["output_per_million"].as_f64().unwrap_or_default(),
+                    p["source"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        OrgCommand::Price { org, model, input, output, cached, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let body = json!({"input_per_million": input, "output_per_million": output, "cached_per_million": cached});
+            c.call(reqwest::Method::PUT, &format!("{}/prices/{}", path(&org), urlencode(&model)), Some(body)).await?;
+            println!("{model} in {org}: ${input} in, ${output} out per million tokens");
+        }
     }
     Ok(0)
 }
 
 /// A path segment, escaped.
-fn urlencode(s: &str) -> String {
+pub fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
         .collect()
