@@ -140,6 +140,12 @@ pub fn org_llm_key(org: &str) -> String {
     format!("orgllm.{org}")
 }
 
+/// The key of organization `org`'s secrets ([`crate::user::UserSecrets`], sealed for the
+/// organization) in [`USER_BUCKET`]: its members' conversations in it get them, masked.
+pub fn org_secrets_key(org: &str) -> String {
+    format!("orgsecrets.{org}")
+}
+
 /// The key of organization `org`'s prices ([`crate::org::OrgPrices`]) in [`USER_BUCKET`].
 pub fn org_price_key(org: &str) -> String {
     format!("orgprice.{org}")

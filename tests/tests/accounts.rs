@@ -862,3 +862,55 @@ async fn an_organizations_budget_alerts_then_stops_its_runs_and_refuses_new_ones
     let (_, trail) = alice.get("/api/v1/orgs/acme/audit?action=org.").await;
     assert!(trail.to_string().contains("org.price.put") && trail.to_string().contains("\"monthly_budget_usd\":100.0"), "{trail}");
 }
+
+#[tokio::test]
+async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_read_back() {
+    init();
+    const VALUE: &str = "team-token-value-9931";
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|req| match latest(req) {
+        (t, false) if t.contains("show the token") => {
+            halyard_tests::Reply::tool("terminal", json!({"command": "echo \"token=$TEAM_TOKEN\" && echo \"$TEAM_TOKEN\" > t.txt"}))
+        }
+        _ => halyard_tests::Reply::finish("shown"),
+    });
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key".into();
+    let h = Halyard::start(o);
+    let (alice, bob, carol) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"));
+    let put = reqwest::Method::PUT;
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+
+    // Set by its owner; a member neither sets nor reads one; an outsider sees no organization.
+    let (s, v) = alice.call(put.clone(), "/api/v1/orgs/acme/secrets/TEAM_TOKEN", Some(json!({"value": VALUE, "description": "CI"}))).await;
+    assert_eq!((s, v["name"].as_str()), (201, Some("TEAM_TOKEN")), "{v}");
+    assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/secrets/MINE", Some(json!({"value": "bobs-value-12345"}))).await.0, 403);
+    assert_eq!(bob.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/secrets/TEAM_TOKEN", None).await.0, 403);
+    let (s, listed) = bob.get("/api/v1/orgs/acme/secrets").await;
+    assert_eq!((s, listed["items"][0]["name"].as_str(), listed["items"][0]["description"].as_str()), (200, Some("TEAM_TOKEN"), Some("CI")));
+    assert!(!listed.to_string().contains(VALUE), "{listed}");
+    assert_eq!(carol.get("/api/v1/orgs/acme/secrets").await.0, 404);
+    let (s, e) = alice.call(put, "/api/v1/orgs/acme/secrets/PATH", Some(json!({"value": "xxxxxxxxxxxxxxxx"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("reserved_name")), "{e}");
+
+    // Bob's conversation in the organization has it in its shell, and shows it masked.
+    let (conv, _) = bob.start_ready(json!({"message": "show the token", "title": "t", "org": "acme"})).await;
+    let events = bob.wait_events(&conv, "the run", halyard_tests::finished).await;
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(text.contains("token=<secret:TEAM_TOKEN>") && !text.contains(VALUE), "{text}");
+    let (s, file) = bob.get(&format!("/api/v1/conversations/{conv}/files?path=t.txt")).await;
+    assert_eq!((s, file["content"].as_str().map(str::trim)), (200, Some("<secret:TEAM_TOKEN>")), "{file}");
+    // His own conversation, outside it, does not.
+    let (own, _) = bob.start_ready(json!({"message": "show the token", "title": "own"})).await;
+    let events = bob.wait_events(&own, "his own run", halyard_tests::finished).await;
+    assert!(
+        events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.starts_with("token=\n"))),
+        "{events:?}"
+    );
+
+    // Recorded by name, never by value; nowhere in the log either.
+    let (_, trail) = alice.get("/api/v1/orgs/acme/audit?action=org.").await;
+    assert!(trail.to_string().contains("acme/TEAM_TOKEN") && !trail.to_string().contains(VALUE), "{trail}");
+    assert!(!h.log().contains(VALUE));
+}

@@ -291,11 +291,11 @@ impl ConvState {
         // Before anything of the owner's is appended, their secrets must be masked.
         if !self.secrets_read {
             let owner = match &env.payload {
-                AgentCommand::Start { owner, .. } => Some(owner.clone()),
-                _ => log.lock().await.history.started.as_ref().map(|s| s.owner.clone()),
+                AgentCommand::Start { owner, org, .. } => Some((owner.clone(), org.clone())),
+                _ => log.lock().await.history.started.as_ref().map(|s| (s.owner.clone(), s.org.clone())),
             };
-            if let Some(owner) = owner {
-                match crate::user::secrets(&self.ctx, &owner).await {
+            if let Some((owner, org)) = owner {
+                match crate::user::secrets(&self.ctx, &owner, org.as_deref()).await {
                     Ok(secrets) => {
                         log.lock().await.set_redactor(secrets.redactor);
                         self.secrets_read = true;

@@ -1,7 +1,8 @@
-//! What a conversation takes from its owner's own configuration (the `halyard_user` bucket):
-//! the secrets its shell gets as environment variables and its log has masked
-//! ([`halyard_platform::user_secrets`]), the LLM profile its calls go to, and the settings that
-//! bound a run. Read when a run starts, so a change applies from the next run on.
+//! What a conversation takes from its owner's own configuration (the `halyard_user` bucket), and
+//! from its organization's when it is in one: the secrets its shell gets as environment variables
+//! and its log has masked ([`halyard_platform::user_secrets`]), the LLM profile its calls go to,
+//! the prices they are charged at, and the settings that bound a run. Read when a run starts, so
+//! a change applies from the next run on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -64,6 +65,7 @@ impl Snapshot {
         }
         if let Some(org) = org {
             keys.push(subjects::org_price_key(org));
+            keys.push(subjects::org_secrets_key(org));
         }
         let kv = &ctx.user_kv;
         let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
@@ -82,11 +84,15 @@ impl Snapshot {
         &self.owner
     }
 
-    /// The owner's secrets, opened.
+    /// The owner's secrets, over the organization's, opened.
     pub fn secrets(&self, ctx: &Ctx) -> Result<Secrets, String> {
         let stored = self.get(&subjects::user_secrets_key(&self.owner))?;
         let git = self.get(&subjects::user_git_key(&self.owner))?;
-        let opened = halyard_platform::user_secrets::open_stored(&ctx.vault, &self.owner, stored, git);
+        let mut opened = halyard_platform::user_secrets::open_stored(&ctx.vault, &self.owner, stored, git);
+        if let Some(org) = &self.org {
+            let org_secrets = self.get(&subjects::org_secrets_key(org))?;
+            opened = opened.over(halyard_platform::user_secrets::open_org(&ctx.vault, org, org_secrets));
+        }
         Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
     }
 
@@ -112,9 +118,10 @@ impl Snapshot {
     }
 }
 
-/// The owner's secrets (and, for the mask only, their git tokens).
-pub async fn secrets(ctx: &Ctx, owner: &UserId) -> Result<Secrets, String> {
-    let opened = halyard_platform::user_secrets::open(&ctx.user_kv, &ctx.vault, owner).await?;
+/// The owner's secrets (and, for the mask only, their git tokens), over those of the
+/// organization `org` the conversation is in.
+pub async fn secrets(ctx: &Ctx, owner: &UserId, org: Option<&str>) -> Result<Secrets, String> {
+    let opened = halyard_platform::user_secrets::open(&ctx.user_kv, &ctx.vault, owner, org).await?;
     Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
 }
 

@@ -29,6 +29,16 @@ impl Opened {
     pub fn redactor(&self) -> Redactor {
         Redactor::new(self.masked.clone())
     }
+
+    /// These secrets over the organization's: the shell gets both (the owner's own where a
+    /// name is in both), and both are masked.
+    pub fn over(mut self, org: Opened) -> Opened {
+        for (name, value) in org.env {
+            self.env.entry(name).or_insert(value);
+        }
+        self.masked.extend(org.masked);
+        self
+    }
 }
 
 async fn read<T: DeserializeOwned + Default>(user_kv: &kv::Store, key: &str) -> Result<T, String> {
@@ -39,13 +49,30 @@ async fn read<T: DeserializeOwned + Default>(user_kv: &kv::Store, key: &str) -> 
     }
 }
 
-/// `owner`'s secrets and git tokens. A value that does not open (the deployment secret
-/// changed) is left out, and said in the log by name.
-pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId) -> Result<Opened, String> {
-    // Two reads of the bucket, at once.
+/// `owner`'s secrets and git tokens, over those of the organization `org` the conversation is
+/// in. A value that does not open (the deployment secret changed) is left out, and said in the
+/// log by name.
+pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId, org: Option<&str>) -> Result<Opened, String> {
+    // The reads of the bucket, at once.
     let (secrets_key, git_key) = (subjects::user_secrets_key(owner), subjects::user_git_key(owner));
-    let (stored, git) = tokio::join!(read(user_kv, &secrets_key), read(user_kv, &git_key));
-    Ok(open_stored(vault, owner, stored?, git?))
+    let org_key = org.map(subjects::org_secrets_key);
+    let org_read = async {
+        match &org_key {
+            Some(k) => read::<UserSecrets>(user_kv, k).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (stored, git, org_stored) = tokio::join!(read(user_kv, &secrets_key), read(user_kv, &git_key), org_read);
+    let own = open_stored(vault, owner, stored?, git?);
+    Ok(match (org, org_stored?) {
+        (Some(org), Some(s)) => own.over(open_org(vault, org, s)),
+        _ => own,
+    })
+}
+
+/// Organization `org`'s secrets, opened (sealed for the organization, not for a member).
+pub fn open_org(vault: &Vault, org: &str, stored: UserSecrets) -> Opened {
+    open_stored(vault, &UserId(halyard_protocol::user::org_slot_owner(org)), stored, UserGitProviders::default())
 }
 
 /// [`open`] for what was read already.

@@ -405,7 +405,7 @@ pub async fn test(ctx: &Ctx, owner: &UserId, name: &str) -> McpTestAnswer {
             return fail(format!("{url}: {e}"));
         }
     }
-    let secrets = match crate::user::secrets(ctx, owner).await {
+    let secrets = match crate::user::secrets(ctx, owner, None).await {
         Ok(s) => s.env,
         Err(e) => return fail(e),
     };

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod org_budgets;
 pub mod org_profiles;
+pub mod org_secrets;
 pub mod orgs;
 pub mod registry;
 pub mod session;

@@ -128,7 +128,7 @@ pub async fn start_conversation(
         }
     };
     if let Some(names) = &body.secrets {
-        crate::settings::secrets::check_chosen(&state, &user, names).await?;
+        crate::settings::secrets::check_chosen(&state, &user, body.org.as_deref(), names).await?;
     }
     // What the start leaves out, the user's settings say (and the deployment past them).
     let settings = crate::settings::defaults::load(&state, &user).await?;

@@ -80,7 +80,7 @@ pub struct SecretList {
     pub items: Vec<SecretView>,
 }
 
-fn public(name: &str, s: &SealedSecret) -> SecretView {
+pub(crate) fn public(name: &str, s: &SealedSecret) -> SecretView {
     SecretView {
         name: name.to_owned(),
         description: s.description.clone(),
@@ -151,22 +151,38 @@ pub async fn put(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_secret_name(&name)?;
+    let (created, view) = store_secret(&state, &subjects::user_secrets_key(&user), &user.0, &name, &body).await?;
+    tracing::info!(user = %user, secret = %name, created, "secret stored");
+    let detail = serde_json::json!({"created": created, "value_changed": body.value.is_some()});
+    audit::Action::new(&user, "secret.put", &name).detail(detail).send(&state, client).await;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// Stores secret `name` (sealed for `slot_owner`: a user, or `@org`) in the bucket entry `key`:
+/// whether it is new, and how the API shows it. Shared by users' and organizations' secrets.
+pub(crate) async fn store_secret(
+    state: &AppState,
+    key: &str,
+    slot_owner: &str,
+    name: &str,
+    body: &PutBody,
+) -> Result<(bool, SecretView), ApiError> {
+    check_secret_name(name)?;
     user_store::check_description(body.description.as_deref())?;
     let sealed = match &body.value {
         Some(v) => {
             check_value(v)?;
-            Some(state.vault.seal(&vault::secret_slot(&user.0, &name), v).map_err(ApiError::internal)?)
+            Some(state.vault.seal(&vault::secret_slot(slot_owner, name), v).map_err(ApiError::internal)?)
         }
         None => None,
     };
     let now = halyard_platform::now_ms();
-    let (created, view) = user_store::modify(&state, &subjects::user_secrets_key(&user), |stored: &mut UserSecrets| {
-        let created = !stored.secrets.contains_key(&name);
+    user_store::modify(state, key, |stored: &mut UserSecrets| {
+        let created = !stored.secrets.contains_key(name);
         if created && stored.secrets.len() >= MAX_SECRETS {
-            return Err(ApiError::conflict("too_many_secrets", format!("you have {MAX_SECRETS} secrets already; delete one first")));
+            return Err(ApiError::conflict("too_many_secrets", format!("there are {MAX_SECRETS} secrets already; delete one first")));
         }
-        let secret = match (stored.secrets.remove(&name), &sealed) {
+        let secret = match (stored.secrets.remove(name), &sealed) {
             (Some(mut old), _) => {
                 if let Some(s) = &sealed {
                     old.value_sealed = s.clone();
@@ -182,15 +198,11 @@ pub async fn put(
             }
             (None, None) => return Err(ApiError::bad_request("invalid_field", "`value` is required for a new secret")),
         };
-        let view = public(&name, &secret);
-        stored.secrets.insert(name.clone(), secret);
+        let view = public(name, &secret);
+        stored.secrets.insert(name.to_owned(), secret);
         Ok((created, view))
     })
-    .await?;
-    tracing::info!(user = %user, secret = %name, created, "secret stored");
-    let detail = serde_json::json!({"created": created, "value_changed": body.value.is_some()});
-    audit::Action::new(&user, "secret.put", &name).detail(detail).send(&state, client).await;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+    .await
 }
 
 /// Deletes a secret: conversations stop getting it from their next run.
@@ -209,9 +221,13 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Checks a start's choice of secrets: each a secret the user has.
-pub async fn check_chosen(state: &AppState, user: &halyard_protocol::UserId, names: &[String]) -> Result<(), ApiError> {
-    let (stored, _) = user_store::load::<UserSecrets>(state, &subjects::user_secrets_key(user)).await?;
+/// Checks a start's choice of secrets: each a secret the user has, or the organization the
+/// conversation is started in.
+pub async fn check_chosen(state: &AppState, user: &halyard_protocol::UserId, org: Option<&str>, names: &[String]) -> Result<(), ApiError> {
+    let (mut stored, _) = user_store::load::<UserSecrets>(state, &subjects::user_secrets_key(user)).await?;
+    if let Some(org) = org {
+        stored.secrets.extend(user_store::load::<UserSecrets>(state, &subjects::org_secrets_key(org)).await?.0.secrets);
+    }
     if let Some(missing) = names.iter().find(|n| !stored.secrets.contains_key(n.as_str())) {
         let known: Vec<&String> = stored.secrets.keys().collect();
         return Err(ApiError::bad_request(

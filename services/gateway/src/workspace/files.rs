@@ -60,11 +60,17 @@ fn executor_error(e: ExecutorError) -> ApiError {
     }
 }
 
-/// `shown` with `user`'s secret values masked; an error (and nothing shown) if they cannot be
-/// read.
-async fn masked<T: Serialize + DeserializeOwned>(state: &AppState, user: &halyard_protocol::UserId, shown: T) -> Result<Json<T>, ApiError> {
+/// `shown` with `user`'s secret values masked, and those of the organization conversation `id`
+/// is in; an error (and nothing shown) if they cannot be read.
+async fn masked<T: Serialize + DeserializeOwned>(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    shown: T,
+) -> Result<Json<T>, ApiError> {
     let mut value = serde_json::to_value(shown).map_err(ApiError::internal)?;
-    let opened = halyard_platform::user_secrets::open(&state.user_kv, &state.vault, user).await.map_err(|e| {
+    let org = crate::common::owned(state, user, id)?.1.start_request.and_then(|r| r.org);
+    let opened = halyard_platform::user_secrets::open(&state.user_kv, &state.vault, user, org.as_deref()).await.map_err(|e| {
         tracing::error!(user = %user, error = %e, "cannot read a user's secrets to mask the workspace");
         ApiError::unavailable("cannot mask this view now; try again shortly")
     })?;
@@ -91,7 +97,7 @@ pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): 
 pub(crate) async fn changes_of(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<Json<ChangesResponse>, ApiError> {
     let exec = executor(state, user, id).await?;
     let changes = exec.changes().await.map_err(executor_error)?;
-    masked(state, user, changes).await
+    masked(state, user, id, changes).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -125,7 +131,7 @@ pub async fn files(
     check_path(&path)?;
     let exec = executor(&state, &user, &id).await?;
     let listing = exec.files(&path).await.map_err(executor_error)?;
-    masked(&state, &user, listing).await
+    masked(&state, &user, &id, listing).await
 }
 
 /// A path the filesystem can take: at most 4096 bytes, no part over 255, no NUL (refused here in
