@@ -56,6 +56,9 @@ pub enum ConversationCommand {
         /// The organization it is started in (its LLM profile is then named `@org/name`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         org: Option<String>,
+        /// Who reads it besides its owner.
+        #[serde(default, skip_serializing_if = "crate::org::Visibility::is_private")]
+        visibility: crate::org::Visibility,
     },
     Delete {
         conversation_id: ConversationId,
@@ -67,6 +70,12 @@ pub enum ConversationCommand {
         conversation_id: ConversationId,
         tags: BTreeMap<String, Option<String>>,
     },
+    /// Change who reads a conversation besides its owner; recorded as a
+    /// `ConversationVisibility` record.
+    SetVisibility {
+        conversation_id: ConversationId,
+        visibility: crate::org::Visibility,
+    },
 }
 
 impl Payload for ConversationCommand {
@@ -75,6 +84,7 @@ impl Payload for ConversationCommand {
             Self::Start { .. } => "cmd.conversation.start",
             Self::Delete { .. } => "cmd.conversation.delete",
             Self::SetTags { .. } => "cmd.conversation.set_tags",
+            Self::SetVisibility { .. } => "cmd.conversation.set_visibility",
         }
         .to_owned()
     }

@@ -37,6 +37,24 @@ impl Role {
     }
 }
 
+/// Who reads a conversation besides its owner.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Visibility {
+    /// Its owner only.
+    #[default]
+    Private,
+    /// Also the members of the organization it was started in: read-only, live.
+    Org,
+}
+
+impl Visibility {
+    pub fn is_private(&self) -> bool {
+        *self == Self::Private
+    }
+}
+
 /// One organization and its members.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Org {

@@ -290,6 +290,11 @@ pub fn conversation_tags(id: ConversationId) -> String {
     format!("halyard.sys.conversation.{id}.tags")
 }
 
+/// Who may read a conversation besides its owner, as its owner last set it.
+pub fn conversation_visibility(id: ConversationId) -> String {
+    format!("halyard.sys.conversation.{id}.visibility")
+}
+
 /// A command for the conversation manager about one conversation.
 pub fn conversation_command(id: ConversationId) -> String {
     format!("halyard.cmd.conversation.{id}")

@@ -156,6 +156,10 @@ pub struct StartRequest {
     /// The organization it was started in, whose settings applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub org: Option<String>,
+    /// Who reads it besides its owner as it was started (`PATCH` changes it later, see
+    /// [`SystemRecord::ConversationVisibility`]).
+    #[serde(default, skip_serializing_if = "crate::org::Visibility::is_private")]
+    pub visibility: crate::org::Visibility,
 }
 
 /// A start task's state after a transition.
@@ -253,6 +257,12 @@ pub enum SystemRecord {
         conversation_id: ConversationId,
         tags: BTreeMap<String, String>,
     },
+    /// Who reads a conversation besides its owner, after its owner changed it
+    /// (`halyard.sys.conversation.<id>.visibility`).
+    ConversationVisibility {
+        conversation_id: ConversationId,
+        visibility: crate::org::Visibility,
+    },
     /// One attempt to deliver an event to a webhook.
     DeliveryAttempt(crate::webhook::DeliveryAttempt),
     /// The dispatcher disabled a subscription that kept failing.
@@ -309,6 +319,7 @@ impl Payload for SystemRecord {
             Self::ConversationCreated { .. } => "sys.conversation_created",
             Self::ConversationDeleted { .. } => "sys.conversation_deleted",
             Self::ConversationTags { .. } => "sys.conversation_tags",
+            Self::ConversationVisibility { .. } => "sys.conversation_visibility",
             Self::DeliveryAttempt(_) => "sys.delivery_attempt",
             Self::WebhookDisabled { .. } => "sys.webhook_disabled",
             Self::SandboxImage(_) => "sys.sandbox_image",

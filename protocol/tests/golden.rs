@@ -686,6 +686,7 @@ fn records_are_stable() {
                     parent: None,
                     tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
                     org: None,
+                    visibility: Default::default(),
                 }),
             },
         ),
@@ -716,6 +717,7 @@ fn commands_are_stable() {
                 parent: None,
                 tags: BTreeMap::new(),
                 org: None,
+                visibility: Default::default(),
             },
         ),
     );
@@ -746,6 +748,7 @@ fn commands_are_stable() {
                 }),
                 tags: BTreeMap::new(),
                 org: None,
+                visibility: Default::default(),
             },
         ),
     );
@@ -771,6 +774,7 @@ fn commands_are_stable() {
                 parent: None,
                 tags: BTreeMap::from([("source".into(), "github".into()), ("issue".into(), "42".into())]),
                 org: None,
+                visibility: Default::default(),
             },
         ),
     );

@@ -914,3 +914,71 @@ async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_re
     assert!(trail.to_string().contains("acme/TEAM_TOKEN") && !trail.to_string().contains(VALUE), "{trail}");
     assert!(!h.log().contains(VALUE));
 }
+
+#[tokio::test]
+async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_owner_alone() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| halyard_tests::Reply::finish("Done for the team."));
+    let mut o = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    o.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key,dave:dave-secret-key".into();
+    let h = Halyard::start(o);
+    let (alice, bob, carol, dave) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"), h.api("dave-secret-key"));
+    let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    assert_eq!(dave.post("/api/v1/orgs", json!({"name": "globex"})).await.0, 201);
+
+    let (s, e) = bob.post("/api/v1/conversations", json!({"message": "x", "visibility": "org"})).await;
+    assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+    let (shared, _) = bob.start_ready(json!({"message": "for the team", "title": "shared", "org": "acme", "visibility": "org"})).await;
+    bob.wait_events(&shared, "the run", halyard_tests::finished).await;
+    let (private, _) = bob.start_ready(json!({"message": "mine", "title": "private", "org": "acme"})).await;
+
+    // Alice, in the organization, reads it, its events, and live.
+    let (s, c) = alice.get(&format!("/api/v1/conversations/{shared}")).await;
+    assert_eq!((s, &c["owner"], &c["visibility"], &c["org"]), (200, &json!("bob"), &json!("org"), &json!("acme")), "{c}");
+    let (s, ev) = alice.get(&format!("/api/v1/conversations/{shared}/events")).await;
+    assert!(s == 200 && ev.to_string().contains("Done for the team."), "{ev}");
+    let (_, t) = alice.post("/api/v1/ws-tickets", json!({})).await;
+    let ws = format!(
+        "{}/api/v1/conversations/{shared}/events/ws?after_seq=0&access_token={}",
+        h.http.replacen("http", "ws", 1),
+        t["ticket"].as_str().unwrap()
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(ws).await.expect("Alice follows it live");
+    let first = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
+    assert!(first.to_text().unwrap().contains("conversation_started"), "{first:?}");
+    let (_, listed) = alice.get("/api/v1/orgs/acme/conversations").await;
+    let ids: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [shared.as_str()], "the private one is not shared: {listed}");
+
+    // Nobody but Bob acts on it: Alice is told why; others see nothing at all.
+    let (s, e) = alice.post(&format!("/api/v1/conversations/{shared}/messages"), json!({"text": "alice was here"})).await;
+    assert_eq!((s, code(&e)), (403, "read_only".into()), "{e}");
+    assert_eq!(
+        alice.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{shared}"), Some(json!({"title": "mine now"}))).await.0,
+        403
+    );
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{shared}"), None).await.0, 403);
+    assert_eq!(alice.get(&format!("/api/v1/conversations/{private}")).await.0, 404);
+    for outsider in [&carol, &dave] {
+        assert_eq!(outsider.get(&format!("/api/v1/conversations/{shared}")).await.0, 404);
+        assert_eq!(outsider.get(&format!("/api/v1/conversations/{shared}/events")).await.0, 404);
+        assert_eq!(outsider.get("/api/v1/orgs/acme/conversations").await.0, 404);
+    }
+    let (_, c) = bob.get(&format!("/api/v1/conversations/{shared}")).await;
+    assert_eq!(c["title"], "shared", "unchanged: {c}");
+
+    // Bob makes it his alone again.
+    let (s, _) = bob.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{shared}"), Some(json!({"visibility": "private"}))).await;
+    assert_eq!(s, 202);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alice.get(&format!("/api/v1/conversations/{shared}")).await.0 != 404 {
+        assert!(Instant::now() < deadline, "still shared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (own, _) = bob.start_ready(json!({"message": "own", "title": "own"})).await;
+    let (s, e) = bob.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{own}"), Some(json!({"visibility": "org"}))).await;
+    assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+}

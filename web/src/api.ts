@@ -88,7 +88,14 @@ export const api = {
   conversations: (p: { q?: string; state?: string; cursor?: string; limit?: number }) =>
     call<ConversationPage>("GET", `/conversations${q(p)}`),
   conversation: (id: string) => call<Conversation>("GET", `/conversations/${id}`),
-  start: (body: { message: string; repository?: { url: string; branch?: string }; sandbox_spec?: string; llm_profile?: string; org?: string }) =>
+  start: (body: {
+    message: string;
+    repository?: { url: string; branch?: string };
+    sandbox_spec?: string;
+    llm_profile?: string;
+    org?: string;
+    visibility?: "private" | "org";
+  }) =>
     call<StartTask>("POST", "/conversations", body),
   task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
   retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),

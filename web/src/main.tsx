@@ -11,7 +11,7 @@ import { Link, navigate, usePath } from "./router";
 import { SignIn } from "./pages/SignIn";
 import { ConversationList } from "./pages/ConversationList";
 import { NewConversation } from "./pages/NewConversation";
-import { ConversationPage } from "./pages/ConversationPage";
+import { ConversationRoute } from "./pages/OrgConversation";
 import { Webhooks } from "./pages/Webhooks";
 import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
@@ -70,7 +70,7 @@ function App() {
   const conv = pathname.match(/^\/c\/([0-9a-f-]{36})$/);
   const slackLink = pathname.match(/^\/link\/slack\/([0-9a-f]{64})$/);
   let page;
-  if (conv) page = <ConversationPage key={conv[1]} id={conv[1]} />;
+  if (conv) page = <ConversationRoute key={conv[1]} id={conv[1]} me={me.user} />;
   else if (slackLink) page = <SlackLink code={slackLink[1]} me={me.user} />;
   else if (pathname === "/new") page = <NewConversation />;
   else if (pathname === "/webhooks") page = <Webhooks />;

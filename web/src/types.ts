@@ -19,6 +19,12 @@ export interface TaskItem {
 
 export interface Conversation {
   id: string;
+  /** Who started it: yourself, unless an organization you are in reads it. */
+  owner: string;
+  /** `org`: the members of its organization read it too (read-only, live). */
+  visibility: "private" | "org";
+  /** The organization it was started in. */
+  org?: string;
   title?: string;
   /** The message it was started with. */
   message?: string;

@@ -449,3 +449,43 @@ test("13. an organization's prices and budget: set on its page, the banner at 80
   const off = await page.request.put("/api/v1/orgs/acme/settings", { headers: csrf, data: {} });
   expect(off.status()).toBe(200);
 });
+
+test("14. a conversation shared with the organization: a member finds it, follows it read-only, and cannot act on it", async ({ page, browser }) => {
+  await settings(page);
+  const csrf = { "x-halyard-csrf": "1" };
+  expect((await page.request.post("/api/v1/orgs/acme/members", { headers: csrf, data: { user: "bob" } })).status()).toBe(201);
+  // Alice starts it in acme, shared.
+  await page.getByRole("link", { name: "Conversations" }).click();
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill("say hello to the team");
+  await page.getByLabel("Organization").selectOption("acme");
+  await page.getByLabel("Share with acme: its members follow it, read-only").check();
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
+  const id = page.url().match(/\/c\/([0-9a-f-]{36})/)![1];
+  await expect(page.getByLabel("Shared with acme")).toBeChecked();
+
+  // Bob, signed in elsewhere, finds it on the organization's page and opens it.
+  const bob = await (await browser.newContext()).newPage();
+  await bob.goto("/");
+  await bob.getByLabel("API key").fill(process.env.HALYARD_BOB_KEY ?? "bob-secret-key");
+  await bob.getByRole("button", { name: "Sign in" }).click();
+  await bob.getByRole("link", { name: "Organizations" }).click();
+  await bob.getByRole("button", { name: "Members of acme" }).click();
+  await bob.getByRole("region", { name: "Shared with acme" }).getByRole("link").first().click();
+  await expect(bob).toHaveURL(new RegExp(`/c/${id}$`));
+  await expect(bob.getByLabel("Shared by")).toContainText("alice's conversation, shared with acme · read only");
+  await expect(bob.getByRole("status", { name: "Execution status" })).toContainText(/finished|idle/, { timeout: 30_000 });
+  await expect(bob.locator(".msg.user .who").first()).toHaveText("alice");
+  await expect(bob.getByRole("textbox", { name: /message/i })).toHaveCount(0);
+  await shot(bob, "org-shared-conversation");
+  // The API says the same: he reads, he does not act.
+  const said = await bob.request.post(`/api/v1/conversations/${id}/messages`, { headers: csrf, data: { text: "bob was here" } });
+  expect(said.status()).toBe(403);
+  expect((await said.json()).error.code).toBe("read_only");
+
+  // Alice stops sharing it: Bob's view says it is gone.
+  await page.getByLabel("Shared with acme").uncheck();
+  await expect.poll(async () => (await bob.request.get(`/api/v1/conversations/${id}`)).status(), { timeout: 10_000 }).toBe(404);
+  await expect(bob.getByText("conversation not found")).toBeVisible({ timeout: 10_000 });
+});

@@ -103,6 +103,13 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                 }
             }
         }
+        ConversationCommand::SetVisibility { conversation_id, visibility } => {
+            let record = SystemRecord::ConversationVisibility { conversation_id, visibility };
+            match bus::send(&ctx.js, subjects::conversation_visibility(conversation_id), record, trace).await {
+                Ok(_) => delivery.ack().await,
+                Err(e) => delivery.retry(Duration::from_secs(1), &e.to_string()).await,
+            }
+        }
         ConversationCommand::SetTags { conversation_id, tags } => {
             let result = set_tags(&ctx, conversation_id, tags, trace).await;
             match result {

@@ -111,6 +111,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         parent,
         tags,
         org,
+        visibility,
     } = env.payload
     else {
         return Ok(());
@@ -126,6 +127,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         parent: parent.clone(),
         tags,
         org: org.clone(),
+        visibility,
     };
     let task = Task {
         ctx,

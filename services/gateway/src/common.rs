@@ -25,13 +25,40 @@ pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiErr
     raw.parse().map_err(|_| ApiError::bad_request("invalid_id", format!("`{what}` must be a UUID, got {raw:?}")))
 }
 
-/// A conversation of this user, or 404.
+/// A conversation of this user, to act on, or 404. One its organization reads, and the user is
+/// in, is 403 `read_only`: they see it, so they are told why they cannot act.
 pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
     let id: ConversationId = parse_id(raw, "id")?;
     match state.store.conversation(id)? {
         Some(c) if c.owner == user.0 => Ok((id, c)),
+        Some(c) if org_reads(state, user, &c) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "read_only",
+            format!("{}'s conversation is shared with your organization to read; only its owner acts on it", c.owner),
+        )),
         _ => Err(ApiError::not_found("conversation")),
     }
+}
+
+/// A conversation this user may read: theirs, or one shared with an organization they are in
+/// (`visibility: org`); 404 otherwise.
+pub fn readable(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
+    let id: ConversationId = parse_id(raw, "id")?;
+    match state.store.conversation(id)? {
+        Some(c) if c.owner == user.0 || org_reads(state, user, &c) => Ok((id, c)),
+        _ => Err(ApiError::not_found("conversation")),
+    }
+}
+
+/// Whether `user` reads `c` as a member of the organization it is shared with (membership as of
+/// now: a member who leaves stops reading it).
+pub fn org_reads(state: &AppState, user: &halyard_protocol::UserId, c: &ConversationView) -> bool {
+    c.visibility == halyard_protocol::org::Visibility::Org
+        && c.start_request
+            .as_ref()
+            .and_then(|r| r.org.as_deref())
+            .and_then(|org| state.accounts.org(org))
+            .is_some_and(|(_, o)| o.role_of(user).is_some())
 }
 
 /// The sandbox of the user's conversation `id`, running, for what the caller means `to` do (in

@@ -320,6 +320,9 @@ impl Pending<'_> {
                     if !view.tags_changed {
                         view.tags.clone_from(&request.tags);
                     }
+                    if !view.visibility_changed {
+                        view.visibility = request.visibility;
+                    }
                     view.start_request = Some(request);
                 }
                 if !view.usage_counted {
@@ -350,6 +353,13 @@ impl Pending<'_> {
                 if let Ok(bytes) = serde_json::to_vec(&crate::automations::routes::RunView::from(&r)) {
                     self.batch.insert(store::run_key(&r.automation_id, r.time_ms, &r.run_id), bytes.clone());
                     self.batch.insert(store::last_run_key(&r.automation_id), bytes);
+                }
+            }
+            SystemRecord::ConversationVisibility { conversation_id, visibility } => {
+                if let Some(view) = self.view(conversation_id) {
+                    view.visibility = visibility;
+                    view.visibility_changed = true;
+                    view.updated_at = at;
                 }
             }
             SystemRecord::ConversationTags { conversation_id, tags } => {

@@ -299,12 +299,16 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
   );
 }
 
+/** Who the user's messages are shown as: "You", or the owner's name where another reads them. */
+export const UserLabel = createContext("You");
+
 const Row = memo(function Row({ item }: { item: Item }) {
+  const you = useContext(UserLabel);
   switch (item.type) {
     case "message":
       return (
         <div className={`msg ${item.who}`}>
-          <div className="who">{item.who === "user" ? "You" : "Agent"}</div>
+          <div className="who">{item.who === "user" ? you : "Agent"}</div>
           <Markdown text={item.text} />
           {item.images && item.images.length > 0 && (
             <div className="attached">

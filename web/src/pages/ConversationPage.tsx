@@ -3,7 +3,7 @@
 // user's own terminal, the agent's commands, the changes and files, and the served apps.
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
-import { api, errorText } from "../api";
+import { api, call, errorText } from "../api";
 import { Link, navigate } from "../router";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
@@ -206,6 +206,7 @@ export function ConversationPage({ id }: { id: string }) {
             Export JSON lines
           </a>
           <ShareControl id={id} />
+          {conv?.org && <OrgShareControl conv={conv} onChange={setConv} />}
         </div>
       </div>
       {conv?.pull_requests && conv.pull_requests.length > 0 && (
@@ -573,6 +574,32 @@ function Usage({ metrics }: { metrics: NonNullable<Conversation["metrics"]> }) {
 
 /** A read-only link to the conversation for people without an account: made (shown this once),
  * copied, replaced or revoked here. */
+/** Whether the members of the conversation's organization follow it (read-only). */
+function OrgShareControl({ conv, onChange }: { conv: Conversation; onChange: (c: Conversation) => void }) {
+  const [error, setError] = useState<string>();
+  // Shown as asked at once; put back if the gateway refuses.
+  const [shared, setShared] = useState(conv.visibility === "org");
+  useEffect(() => setShared(conv.visibility === "org"), [conv.visibility]);
+  const toggle = async (on: boolean) => {
+    setError(undefined);
+    setShared(on);
+    try {
+      await call("PATCH", `/conversations/${conv.id}`, { visibility: on ? "org" : "private" });
+      onChange({ ...conv, visibility: on ? "org" : "private" });
+    } catch (e) {
+      setShared(!on);
+      setError(errorText(e));
+    }
+  };
+  return (
+    <label className="small check">
+      <input type="checkbox" checked={shared} onChange={(e) => toggle(e.target.checked)} />
+      Shared with {conv.org}
+      {error && <span className="error small"> {error}</span>}
+    </label>
+  );
+}
+
 function ShareControl({ id }: { id: string }) {
   const [shared, setShared] = useState<boolean>();
   const [url, setUrl] = useState<string>();

@@ -18,6 +18,7 @@ export function NewConversation() {
   const [profile, setProfile] = useState("");
   const [profiles, setProfiles] = useState<string[]>([]);
   const [org, setOrg] = useState("");
+  const [shared, setShared] = useState(false);
   const [orgs, setOrgs] = useState<string[]>([]);
   const [orgProfiles, setOrgProfiles] = useState<string[]>([]);
   const [repos, setRepos] = useState<Repo[]>([]);
@@ -89,6 +90,7 @@ export function NewConversation() {
         sandbox_spec: spec || undefined,
         llm_profile: profile || undefined,
         org: org || undefined,
+        visibility: org && shared ? "org" : undefined,
       });
       navigate(`/c/${task.conversation_id}?task=${task.id}`);
     } catch (err) {
@@ -141,6 +143,12 @@ export function NewConversation() {
                 <option key={o}>{o}</option>
               ))}
             </select>
+            {org && (
+              <label className="check">
+                <input type="checkbox" checked={shared} onChange={(e) => setShared(e.target.checked)} />
+                Share with {org}: its members follow it, read-only
+              </label>
+            )}
           </>
         )}
         {(profiles.length > 0 || orgProfiles.length > 0) && (

@@ -6,7 +6,8 @@
 
 import { useEffect, useState, type FormEvent } from "react";
 import { call, errorText } from "../api";
-import type { Member, Org } from "../types";
+import type { Conversation, Member, Org } from "../types";
+import { Link } from "../router";
 import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
 import { OrgSettings } from "./OrgSettings";
@@ -58,6 +59,7 @@ export function Orgs({ me }: { me: string }) {
       </ul>
       {orgs.length === 0 && <p className="empty">You are in no organization.</p>}
       {current && <Members key={current.name} org={current} me={me} onChange={load} onGone={() => (setOpen(undefined), load())} />}
+      {current && <Shared key={`shared-${current.name}`} org={current.name} />}
       {current && <OrgSettings key={`settings-${current.name}`} org={current} />}
     </section>
   );
@@ -144,6 +146,35 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
         </form>
       )}
       {manages && <Audit key={`audit-${members.length}`} base={`/orgs/${enc(org.name)}/audit`} title={`What happened in ${org.name}`} />}
+    </div>
+  );
+}
+
+/** The conversations members share with the organization, to open read-only. */
+function Shared({ org }: { org: string }) {
+  const [items, setItems] = useState<Conversation[]>([]);
+  const [error, setError] = useState<string>();
+  useEffect(() => {
+    call<{ items: Conversation[] }>("GET", `/orgs/${enc(org)}/conversations`).then(
+      (r) => setItems(r.items),
+      (e) => setError(errorText(e)),
+    );
+  }, [org]);
+  return (
+    <div className="card" role="region" aria-label={`Shared with ${org}`}>
+      <h2>Shared with {org}</h2>
+      <ErrorText error={error} />
+      {items.length === 0 ? (
+        <p className="empty">No conversation is shared with {org} yet.</p>
+      ) : (
+        <ul className="settings-list">
+          {items.map((c) => (
+            <li key={c.id}>
+              <Link href={`/c/${c.id}`}>{c.title ?? c.message ?? "Untitled conversation"}</Link> <span className="muted">{c.owner}, {c.state}</span>
+            </li>
+          ))}
+        </ul>
+      )}
     </div>
   );
 }

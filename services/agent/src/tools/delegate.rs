@@ -131,8 +131,10 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         fork: None,
         parent: Some(s.link.clone()),
         tags: Default::default(),
-        // A helper is in its parent's organization.
+        // A helper is in its parent's organization (and private: its parent's log shows what
+        // it did).
         org: s.org.clone(),
+        visibility: Default::default(),
     };
     let mut env = Envelope::with_id(CommandId(derived(s.parent, call, index, b"start")), cmd, halyard_platform::now_ms());
     env.trace = s.trace.clone();

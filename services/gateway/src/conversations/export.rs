@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::AppState;
 use crate::accounts::auth::User;
-use crate::common::owned;
+use crate::common::readable;
 use crate::error::ApiError;
 
 /// Events read per page of the stream.
@@ -53,7 +53,7 @@ pub async fn export(
         "md" => Format::Markdown,
         other => return Err(ApiError::bad_request("invalid_query", format!("`format` must be jsonl or md, not `{other}`"))),
     };
-    let (id, view) = owned(&state, &user, &id)?;
+    let (id, view) = readable(&state, &user, &id)?;
     let title = view.title.clone().unwrap_or_else(|| "Untitled conversation".into());
     let head = match format {
         Format::Markdown => format!("# {}\n\nConversation `{id}`, started {}.\n", title, view.created_at),

@@ -14,7 +14,7 @@ use halyard_protocol::ConversationId;
 use crate::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
-use crate::common::owned;
+use crate::common::readable;
 use crate::error::ApiError;
 use crate::store::ConversationView;
 
@@ -46,7 +46,7 @@ pub async fn image(
 /// The owner's image `pic` of conversation `id` (`what` names it in a 404). An image never
 /// changes: the browser may keep it.
 async fn by_id(state: &AppState, user: &halyard_protocol::UserId, id: &str, pic: &str, what: &str) -> Result<Response, ApiError> {
-    let (cid, view) = owned(state, user, id)?;
+    let (cid, view) = readable(state, user, id)?;
     let png = find(state, cid, &view, pic).await?.ok_or_else(|| ApiError::not_found(what))?;
     Ok(([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "private, max-age=31536000, immutable")], png).into_response())
 }
@@ -57,7 +57,7 @@ async fn by_id(state: &AppState, user: &halyard_protocol::UserId, id: &str, pic:
 #[utoipa::path(get, path = "/conversations/{id}/browser/screenshot", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, description = "the latest screenshot", content_type = "image/png", body = Vec<u8>), Refusals))]
 pub async fn latest(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let (cid, view) = owned(&state, &user, &id)?;
+    let (cid, view) = readable(&state, &user, &id)?;
     let none = || ApiError::new(axum::http::StatusCode::NOT_FOUND, "no_screenshot", "the agent has not browsed in this conversation yet");
     let Some(shot) = view.browser.as_ref().and_then(|b| b.screenshot_id.clone()) else { return Err(none()) };
     let png = find(&state, cid, &view, &shot).await?.ok_or_else(none)?;

@@ -6,6 +6,7 @@
 
 pub mod export;
 pub mod images;
+pub mod org_shared;
 pub mod plan;
 pub mod routes;
 pub mod share;

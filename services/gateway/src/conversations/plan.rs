@@ -11,7 +11,7 @@ use halyard_protocol::event::TaskItem;
 use crate::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
-use crate::common::owned;
+use crate::common::readable;
 use crate::error::ApiError;
 
 /// The agent's plan, in order.
@@ -26,6 +26,6 @@ pub struct TaskList {
 #[utoipa::path(get, path = "/conversations/{id}/tasks", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     responses((status = 200, body = TaskList), Refusals))]
 pub async fn get_tasks(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<TaskList>, ApiError> {
-    let (_, view) = owned(&state, &user, &id)?;
+    let (_, view) = readable(&state, &user, &id)?;
     Ok(Json(TaskList { items: view.tasks }))
 }

@@ -96,6 +96,10 @@ pub(crate) const STATES: &[&str] =
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Conversation {
     pub id: String,
+    /// Who started it (yourself, unless an organization you are in reads it).
+    pub owner: String,
+    /// `private`: its owner's alone; `org`: the members of `org` read it too.
+    pub visibility: halyard_protocol::org::Visibility,
     pub title: Option<String>,
     /// The message it was started with.
     pub message: Option<String>,
@@ -189,6 +193,8 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
     let (state, state_detail) = state_of(c);
     Conversation {
         id: c.id.clone(),
+        owner: c.owner.clone(),
+        visibility: c.visibility,
         title: c.title.clone(),
         message: c.first_message.clone(),
         state: state.to_owned(),
@@ -357,7 +363,7 @@ pub async fn get_conversation(
     User(user): User,
     Path(id): Path<String>,
 ) -> Result<Json<Conversation>, ApiError> {
-    let (_, c) = owned(&state, &user, &id)?;
+    let (_, c) = crate::common::readable(&state, &user, &id)?;
     Ok(Json(conversation_json(&c)))
 }
 
@@ -845,7 +851,7 @@ pub async fn list_events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::response::Response, ApiError> {
     let Query(q) = query?;
-    let (id, _) = owned(&state, &user, &id)?;
+    let (id, _) = crate::common::readable(&state, &user, &id)?;
     list_events_of(&state, id, q).await
 }
 
@@ -876,7 +882,7 @@ pub async fn count_events(
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Count>, ApiError> {
     let Query(q) = query?;
-    let (id, _) = owned(&state, &user, &id)?;
+    let (id, _) = crate::common::readable(&state, &user, &id)?;
     let filter = q.filter()?;
     let found = crate::events::search(&state.js, &state.store, id, q.after_seq.unwrap_or(0), None, &filter).await?;
     Ok(Json(Count { count: found.events.len() }))
@@ -891,7 +897,7 @@ pub async fn get_event(
     User(user): User,
     Path((id, seq)): Path<(String, String)>,
 ) -> Result<axum::response::Response, ApiError> {
-    let (id, _) = owned(&state, &user, &id)?;
+    let (id, _) = crate::common::readable(&state, &user, &id)?;
     let seq: u64 = seq
         .parse()
         .ok()
@@ -918,6 +924,10 @@ pub struct PatchConversation {
     /// patch: tags not named stay as they are).
     #[serde(default)]
     pub tags: Option<BTreeMap<String, Option<String>>>,
+    /// `org`: the members of the organization it was started in read it too (live, read-only);
+    /// `private`: yours alone again.
+    #[serde(default)]
+    pub visibility: Option<halyard_protocol::org::Visibility>,
 }
 
 /// The user names the conversation (this wins over a generated title even if that arrives
@@ -931,8 +941,15 @@ pub async fn patch_conversation(
     ApiJson(body): ApiJson<PatchConversation>,
 ) -> Result<impl IntoResponse, ApiError> {
     let (id, view) = owned(&state, &user, &id)?;
-    if body.title.is_none() && body.tags.is_none() {
-        return Err(ApiError::bad_request("invalid_field", "say what changes: `title`, `tags`, or both"));
+    if body.title.is_none() && body.tags.is_none() && body.visibility.is_none() {
+        return Err(ApiError::bad_request("invalid_field", "say what changes: `title`, `tags` or `visibility`"));
+    }
+    let in_org = view.start_request.as_ref().is_some_and(|r| r.org.is_some());
+    if body.visibility == Some(halyard_protocol::org::Visibility::Org) && !in_org {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            "`visibility: org` is for a conversation started in an organization (`org` at its start); share this one with a link instead (POST /api/v1/conversations/{id}/share)",
+        ));
     }
     if let Some(title) = &body.title {
         check_title(title)?;
@@ -958,6 +975,11 @@ pub async fn patch_conversation(
     }
     if let Some(tags) = body.tags {
         let mut env = Envelope::new(ConversationCommand::SetTags { conversation_id: id, tags }, halyard_platform::now_ms());
+        env.trace = Some(telemetry::new_trace());
+        bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
+    }
+    if let Some(visibility) = body.visibility {
+        let mut env = Envelope::new(ConversationCommand::SetVisibility { conversation_id: id, visibility }, halyard_platform::now_ms());
         env.trace = Some(telemetry::new_trace());
         bus::publish(&state.js, subjects::conversation_command(id), &env).await?;
     }

@@ -83,6 +83,10 @@ pub struct StartBody {
     /// enforced; `llm_profile` may name one of its profiles).
     #[serde(default)]
     pub org: Option<String>,
+    /// `private` (default): yours only; `org`: the members of `org` read it too, live, and
+    /// nobody but you acts on it.
+    #[serde(default)]
+    pub visibility: halyard_protocol::org::Visibility,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -118,6 +122,9 @@ pub async fn start_conversation(
     for (k, v) in &body.tags {
         crate::common::check_tag(k, Some(v))?;
     }
+    if body.visibility == halyard_protocol::org::Visibility::Org && body.org.is_none() {
+        return Err(ApiError::bad_request("invalid_field", "`visibility: org` needs `org`: the organization whose members read it"));
+    }
     let llm_profile = match &body.org {
         Some(org) => crate::accounts::org_profiles::profile_for_start(&state, &user, org, body.llm_profile.as_deref()).await?,
         None => {
@@ -147,6 +154,7 @@ pub async fn start_conversation(
         parent: None,
         tags: body.tags,
         org: body.org,
+        visibility: body.visibility,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
     let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
@@ -294,6 +302,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         parent: request.parent,
         tags: request.tags.clone(),
         org: request.org.clone(),
+        visibility: request.visibility,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

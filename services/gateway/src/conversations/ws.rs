@@ -29,7 +29,7 @@ use halyard_protocol::{ConversationId, subjects};
 
 use crate::AppState;
 use crate::accounts::auth::User;
-use crate::common::owned;
+use crate::common::readable;
 use crate::error::ApiError;
 
 /// How often the socket is pinged.
@@ -67,7 +67,9 @@ pub async fn events_ws(
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let (id, _) = owned(&state, &user, &id)?;
+    // Its owner's, or one shared with an organization the user is in (read-only: the socket
+    // only sends).
+    let (id, _) = readable(&state, &user, &id)?;
     // Errors are JSON here too, after the ownership check: another user's id is 404 however
     // it is asked for.
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;

@@ -81,6 +81,12 @@ pub struct ConversationView {
     /// `tags` were changed after the start (a creation record replayed later keeps them).
     #[serde(default)]
     pub tags_changed: bool,
+    /// Who reads it besides its owner (the members of its organization, or nobody).
+    #[serde(default)]
+    pub visibility: halyard_protocol::org::Visibility,
+    /// `visibility` was changed after the start.
+    #[serde(default)]
+    pub visibility_changed: bool,
     /// Its creation is counted in its owner's usage (a creation record read twice counts once).
     #[serde(default)]
     pub usage_counted: bool,
