@@ -50,7 +50,7 @@ pub async fn list(
     for member in org.members.keys() {
         found.extend(state.store.conversations_matching(&member.0, None, limit, shared)?.items);
     }
-    found.sort_by(|a, b| b.created_ms.cmp(&a.created_ms));
+    found.sort_by_key(|c| std::cmp::Reverse(c.created_ms));
     found.truncate(limit);
     Ok(Json(OrgConversations { items: found.iter().map(conversation_json).collect() }))
 }
