@@ -146,6 +146,12 @@ pub fn org_secrets_key(org: &str) -> String {
     format!("orgsecrets.{org}")
 }
 
+/// The key of organization `org`'s MCP servers ([`crate::user::UserMcpServers`]) in
+/// [`USER_BUCKET`]: offered to its members' conversations in it.
+pub fn org_mcp_key(org: &str) -> String {
+    format!("orgmcp.{org}")
+}
+
 /// The key of organization `org`'s prices ([`crate::org::OrgPrices`]) in [`USER_BUCKET`].
 pub fn org_price_key(org: &str) -> String {
     format!("orgprice.{org}")

@@ -891,19 +891,30 @@ async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_re
     assert_eq!((s, listed["items"][0]["name"].as_str(), listed["items"][0]["description"].as_str()), (200, Some("TEAM_TOKEN"), Some("CI")));
     assert!(!listed.to_string().contains(VALUE), "{listed}");
     assert_eq!(carol.get("/api/v1/orgs/acme/secrets").await.0, 404);
-    let (s, e) = alice.call(put, "/api/v1/orgs/acme/secrets/PATH", Some(json!({"value": "xxxxxxxxxxxxxxxx"}))).await;
+    let (s, e) = alice.call(put.clone(), "/api/v1/orgs/acme/secrets/PATH", Some(json!({"value": "xxxxxxxxxxxxxxxx"}))).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("reserved_name")), "{e}");
+    // And an MCP server of the team's, whose credential is the organization's secret.
+    let time = json!({"transport": "stdio", "command": "/opt/halyard-mcp/bin/mcp-server-time --local-timezone UTC",
+        "env": {"TIME_TOKEN": "${TEAM_TOKEN}"}});
+    assert_eq!(bob.call(put.clone(), "/api/v1/orgs/acme/mcp-servers/time", Some(time.clone())).await.0, 403);
+    assert_eq!(alice.call(put, "/api/v1/orgs/acme/mcp-servers/time", Some(time)).await.0, 201);
+    let (s, servers) = bob.get("/api/v1/orgs/acme/mcp-servers").await;
+    assert_eq!((s, servers["items"][0]["name"].as_str()), (200, Some("time")), "{servers}");
+    assert_eq!(carol.get("/api/v1/orgs/acme/mcp-servers").await.0, 404);
 
     // Bob's conversation in the organization has it in its shell, and shows it masked.
     let (conv, _) = bob.start_ready(json!({"message": "show the token", "title": "t", "org": "acme"})).await;
     let events = bob.wait_events(&conv, "the run", halyard_tests::finished).await;
     let text = serde_json::to_string(&events).unwrap();
     assert!(text.contains("token=<secret:TEAM_TOKEN>") && !text.contains(VALUE), "{text}");
+    let mcp = |events: &[Value]| events.iter().find(|e| e["kind"] == "mcp_servers").map(|e| e["servers"].to_string()).unwrap_or_default();
+    assert!(mcp(&events).contains("time__get_current_time"), "the team's server is offered: {}", mcp(&events));
     let (s, file) = bob.get(&format!("/api/v1/conversations/{conv}/files?path=t.txt")).await;
     assert_eq!((s, file["content"].as_str().map(str::trim)), (200, Some("<secret:TEAM_TOKEN>")), "{file}");
     // His own conversation, outside it, does not.
     let (own, _) = bob.start_ready(json!({"message": "show the token", "title": "own"})).await;
     let events = bob.wait_events(&own, "his own run", halyard_tests::finished).await;
+    assert!(!mcp(&events).contains("time__"), "not outside it: {}", mcp(&events));
     assert!(
         events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.starts_with("token=\n"))),
         "{events:?}"

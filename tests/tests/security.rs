@@ -431,6 +431,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             }
             let body = match (method.as_str(), path.as_str()) {
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/llm-profiles/") => Some(org_profile.clone()),
+                ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/mcp-servers/") => {
+                    Some(json!({"transport": "http", "url": "http://127.0.0.1:9/mcp"}))
+                }
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/prices/") => {
                     Some(json!({"input_per_million": 0.0, "output_per_million": 0.0}))
                 }

@@ -66,6 +66,7 @@ impl Snapshot {
         if let Some(org) = org {
             keys.push(subjects::org_price_key(org));
             keys.push(subjects::org_secrets_key(org));
+            keys.push(subjects::org_mcp_key(org));
         }
         let kv = &ctx.user_kv;
         let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
@@ -94,6 +95,16 @@ impl Snapshot {
             opened = opened.over(halyard_platform::user_secrets::open_org(&ctx.vault, org, org_secrets));
         }
         Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
+    }
+
+    /// The MCP servers the run may connect: the operator's, the organization's, then the
+    /// owner's own (each over the one before, by name).
+    pub fn mcp(&self, ctx: &Ctx) -> Result<std::collections::BTreeMap<String, halyard_protocol::user::McpServerConfig>, String> {
+        let org = match &self.org {
+            Some(org) => self.get(&subjects::org_mcp_key(org))?,
+            None => Default::default(),
+        };
+        Ok(crate::tools::mcp::configs_of(ctx, org, self.get(&subjects::user_mcp_key(&self.owner))?))
     }
 
     pub fn settings(&self) -> Result<UserSettings, String> {

@@ -213,6 +213,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::org_budgets::put_price, accounts::org_budgets::delete_price))
         .routes(routes!(accounts::org_budgets::status))
         .routes(routes!(accounts::org_secrets::list))
+        .routes(routes!(accounts::org_mcp::list))
+        .routes(routes!(accounts::org_mcp::put, accounts::org_mcp::delete))
         .routes(routes!(conversations::org_shared::list))
         .routes(routes!(accounts::org_secrets::put, accounts::org_secrets::delete))
         .routes(routes!(accounts::org_profiles::put_profile, accounts::org_profiles::delete_profile))

@@ -340,7 +340,7 @@ impl Run {
                 profile: s.profile(&self.ctx, profile.as_deref()),
                 secrets: s.secrets(&self.ctx),
                 settings: s.settings(),
-                mcp: s.get(&halyard_protocol::subjects::user_mcp_key(&owner)).map(|m| crate::tools::mcp::configs_of(&self.ctx, m)),
+                mcp: s.mcp(&self.ctx),
             },
             // (The deployment's model needs nothing of the owner's.)
             Err(e) => Owned {

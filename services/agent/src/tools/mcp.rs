@@ -363,13 +363,14 @@ pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpSe
         Ok(None) => UserMcpServers::default(),
         Err(e) => return Err(format!("your MCP servers could not be read: {e}")),
     };
-    Ok(configs_of(ctx, stored))
+    Ok(configs_of(ctx, UserMcpServers::default(), stored))
 }
 
-/// [`configs`] from what was read of the owner's bucket.
-pub fn configs_of(ctx: &Ctx, stored: UserMcpServers) -> BTreeMap<String, McpServerConfig> {
+/// The MCP servers a run may connect: the operator's, then the organization's (`org`), then
+/// the owner's own (`stored`), each over the one before by name (a disabled one removes it).
+pub fn configs_of(ctx: &Ctx, org: UserMcpServers, stored: UserMcpServers) -> BTreeMap<String, McpServerConfig> {
     let mut configs = ctx.config.mcp.servers.clone();
-    for (name, server) in stored.servers {
+    for (name, server) in org.servers.into_iter().chain(stored.servers) {
         if server.enabled {
             configs.insert(name, server.config);
         } else {

@@ -99,7 +99,7 @@ pub struct McpServerTest {
     pub error: Option<String>,
 }
 
-fn public(name: &str, s: &McpServer) -> ServerView {
+pub(crate) fn public(name: &str, s: &McpServer) -> ServerView {
     let (transport, command, env, url, headers) = match &s.config {
         McpServerConfig::Stdio { command, env } => ("stdio", Some(command.clone()), env.clone(), None, BTreeMap::new()),
         McpServerConfig::Http { url, headers } => ("http", None, BTreeMap::new(), Some(url.clone()), headers.clone()),
@@ -210,7 +210,16 @@ pub async fn put(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_name("name", &name)?;
+    let (created, view) = store_server(&state, &subjects::user_mcp_key(&user), &name, body).await?;
+    tracing::info!(user = %user, server = %name, created, "MCP server stored");
+    audit::Action::new(&user, "mcp_server.put", &name).detail(serde_json::json!({"created": created})).send(&state, client).await;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// Stores MCP server `name` in the bucket entry `key`: whether it is new, and how the API shows
+/// it. Shared by users' and organizations' servers.
+pub(crate) async fn store_server(state: &AppState, key: &str, name: &str, body: PutBody) -> Result<(bool, ServerView), ApiError> {
+    check_name("name", name)?;
     if name.eq_ignore_ascii_case(halyard_protocol::user::HALYARD_MCP_SERVER) {
         return Err(ApiError::bad_request(
             "invalid_field",
@@ -218,24 +227,21 @@ pub async fn put(
         ));
     }
     let enabled = body.enabled.unwrap_or(true);
-    let config = config(&state, body)?;
+    let config = config(state, body)?;
     let server = McpServer { config, enabled, updated_ms: halyard_platform::now_ms() };
-    let (created, view) = user_store::modify(&state, &subjects::user_mcp_key(&user), |stored: &mut UserMcpServers| {
-        let created = !stored.servers.contains_key(&name);
+    user_store::modify(state, key, |stored: &mut UserMcpServers| {
+        let created = !stored.servers.contains_key(name);
         if created && stored.servers.len() >= MAX_SERVERS {
             return Err(ApiError::conflict(
                 "too_many_mcp_servers",
-                format!("you have {MAX_SERVERS} MCP servers already; delete one first"),
+                format!("there are {MAX_SERVERS} MCP servers already; delete one first"),
             ));
         }
-        let view = public(&name, &server);
-        stored.servers.insert(name.clone(), server.clone());
+        let view = public(name, &server);
+        stored.servers.insert(name.to_owned(), server.clone());
         Ok((created, view))
     })
-    .await?;
-    tracing::info!(user = %user, server = %name, created, "MCP server stored");
-    audit::Action::new(&user, "mcp_server.put", &name).detail(serde_json::json!({"created": created})).send(&state, client).await;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+    .await
 }
 
 /// Deletes an MCP server.
