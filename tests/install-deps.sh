@@ -9,7 +9,8 @@
 #   - kubernetes-validate, which checks the manifests under infra/k8s against the API's schemas
 #   - docker-compose (Debian), whose validation the tests run on infra/cluster/compose.yaml
 #   - @octokit/webhooks-methods and @octokit/webhooks-examples (npm, tests/js): GitHub's own
-#     signer and example payloads, and @linear/sdk, Linear's own verifier, for the automation tests
+#     signer and example payloads, and @linear/sdk, Linear's own verifier, for the automation tests;
+#     oidc-provider, a certified OpenID provider, for the single sign-on tests
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -44,7 +45,7 @@ if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command 
 fi
 JS="$(dirname "$0")/js"
 if [ ! -d "$JS/node_modules/@octokit/webhooks-methods" ] || [ ! -d "$JS/node_modules/@octokit/webhooks-examples" ] \
-  || [ ! -d "$JS/node_modules/@linear/sdk" ]; then
-  echo "installing for the tests: GitHub's and Linear's webhook libraries (npm, tests/js)" >&2
+  || [ ! -d "$JS/node_modules/@linear/sdk" ] || [ ! -d "$JS/node_modules/oidc-provider" ]; then
+  echo "installing for the tests: GitHub's and Linear's webhook libraries and an OpenID provider (npm, tests/js)" >&2
   (cd "$JS" && npm ci --no-audit --no-fund --silent)
 fi

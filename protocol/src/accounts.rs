@@ -22,6 +22,13 @@ pub struct UserAccount {
     pub disabled: bool,
     pub created_ms: UnixMillis,
     pub updated_ms: UnixMillis,
+    /// Who the identity provider says this user is (`<issuer>#<sub>`), for a user made or
+    /// claimed by single sign-on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sso_subject: Option<String>,
+    /// The e-mail address the identity provider gave, verified there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 impl Payload for UserAccount {

@@ -533,7 +533,19 @@ fn records_are_stable() {
     );
     check(
         "auth_user",
-        env(12, "auth.user", UserAccount { user: UserId("alice".into()), admin: false, disabled: true, created_ms: T, updated_ms: T + 1 }),
+        env(
+            12,
+            "auth.user",
+            UserAccount {
+                user: UserId("alice".into()),
+                admin: false,
+                disabled: true,
+                created_ms: T,
+                updated_ms: T + 1,
+                sso_subject: None,
+                email: None,
+            },
+        ),
     );
     check(
         "auth_key",

@@ -21,6 +21,7 @@ pub mod harness;
 pub mod jira;
 pub mod linear;
 pub mod llm;
+pub mod oidc;
 pub mod procs;
 pub mod python;
 pub mod receiver;
@@ -36,6 +37,7 @@ pub use harness::{Api, Halyard, HalyardOptions, NatsCluster, NatsServer};
 pub use jira::JiraServer;
 pub use linear::LinearServer;
 pub use llm::{Reply, ScriptedLlm};
+pub use oidc::OidcProvider;
 pub use receiver::Receiver;
 pub use slack::SlackServer;
 

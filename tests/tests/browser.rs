@@ -396,3 +396,56 @@ async fn an_app_in_a_docker_sandbox_never_receives_the_session_cookie() {
     halyard_tests::docker::require_engine();
     thief_gets_no_session("docker").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_sign_on_goes_through_a_real_openid_provider() {
+    const SECRET: &str = "halyard-oidc-client-secret-5521";
+    init();
+    // The provider must know where to send people back before Halyard starts: its port first.
+    let port = halyard_tests::oidc::free_port();
+    let provider =
+        halyard_tests::OidcProvider::start("halyard", SECRET, &format!("http://127.0.0.1:{port}/api/v1/auth/sso/callback")).await;
+    let addr = format!("127.0.0.1:{port}");
+    let settings = [
+        ("HALYARD_HTTP_ADDR", addr.as_str()),
+        ("HALYARD_OIDC_ISSUER", provider.issuer.as_str()),
+        ("HALYARD_OIDC_CLIENT_ID", "halyard"),
+        ("HALYARD_OIDC_CLIENT_SECRET", SECRET),
+        ("HALYARD_ADMINS", "alice"),
+    ];
+    let (_llm, h) = with_web(&settings).await;
+    let alice = h.api(ALICE);
+    let put = reqwest::Method::PUT;
+    // acme takes everyone at acme.test and signs its members in through the provider only;
+    // platform takes the provider's platform-team group.
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "platform"})).await.0, 201);
+    let (s, e) = alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(json!({"require_sso": true}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let acme = json!({"require_sso": true, "sso_domains": ["acme.test"]});
+    assert_eq!(alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(acme)).await.0, 200);
+    assert_eq!(alice.call(put, "/api/v1/orgs/platform/settings", Some(json!({"sso_groups": ["platform-team"]}))).await.0, 200);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "alice"})).await.0, 409, "she owns it already");
+    // Alice owns acme, so it would refuse her page sign-in too: she leaves it to Bob.
+    let (s, _) = alice.call(reqwest::Method::PATCH, "/api/v1/orgs/acme/members/bob", Some(json!({"role": "owner"}))).await;
+    assert_eq!(s, 200);
+    assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/alice", None).await.0, 204);
+
+    let env = vec![("HALYARD_OIDC_URL", provider.issuer.clone())];
+    let (_, h) = playwright(h, "tests/sso.spec.ts", 5, env).await;
+
+    // Bob's key still works for programs.
+    assert_eq!(h.api(BOB).get("/api/v1/me").await.0, 200);
+    // What happened is in the audit trail: the users made, placed and refused, and no secret.
+    let (_, trail) = h.api(ALICE).get("/api/v1/admin/audit?limit=1000").await;
+    let text = trail.to_string();
+    let has = |action: &str, needle: &str| {
+        trail["items"].as_array().unwrap().iter().any(|r| r["action"] == action && r.to_string().contains(needle))
+    };
+    assert!(has("user.create", "carol") && has("org.member_add", "\"sso\""), "{trail}");
+    assert!(has("session.create", "\"via\":\"sso\""), "{trail}");
+    assert!(has("session.refused", "audience") && has("session.refused", "sso_required"), "{trail}");
+    assert!(!text.contains(SECRET), "the client secret reached the audit trail");
+    assert!(!h.log().contains(SECRET), "the client secret reached the log");
+}

@@ -438,6 +438,12 @@ pub struct GatewayConfig {
     pub public_url: String,
     /// Days the audit trail keeps a record readable (`HALYARD_AUDIT_RETENTION_DAYS`).
     pub audit_retention_days: u64,
+    /// Single sign-on to the web workspace through this OpenID Connect provider (its issuer
+    /// URL; empty: none). Its redirect URL is `<public_url>/api/v1/auth/sso/callback`.
+    pub oidc_issuer: String,
+    pub oidc_client_id: String,
+    /// Never logged.
+    pub oidc_client_secret: String,
 }
 
 impl Default for Config {
@@ -565,6 +571,9 @@ impl Default for GatewayConfig {
             step_up_secs: 300,
             public_url: String::new(),
             audit_retention_days: 400,
+            oidc_issuer: String::new(),
+            oidc_client_id: String::new(),
+            oidc_client_secret: String::new(),
         }
     }
 }
@@ -663,6 +672,9 @@ pub const ENV_NAMES: &[&str] = &[
     "STEP_UP_SECS",
     "PUBLIC_URL",
     "AUDIT_RETENTION_DAYS",
+    "OIDC_ISSUER",
+    "OIDC_CLIENT_ID",
+    "OIDC_CLIENT_SECRET",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -860,6 +872,12 @@ impl Config {
                     return Err(bad("expected the http:// or https:// URL people open the web workspace at"));
                 }
                 "PUBLIC_URL" => self.gateway.public_url = v.trim_end_matches('/').to_owned(),
+                "OIDC_ISSUER" if !(v.is_empty() || v.starts_with("http://") || v.starts_with("https://")) => {
+                    return Err(bad("expected the identity provider's issuer URL (https://...)"));
+                }
+                "OIDC_ISSUER" => self.gateway.oidc_issuer = v.trim_end_matches('/').to_owned(),
+                "OIDC_CLIENT_ID" => self.gateway.oidc_client_id = v,
+                "OIDC_CLIENT_SECRET" => self.gateway.oidc_client_secret = v,
                 "AUDIT_RETENTION_DAYS" => {
                     self.gateway.audit_retention_days = v.parse().ok().filter(|d| *d > 0).ok_or_else(|| bad("expected days, at least 1"))?
                 }

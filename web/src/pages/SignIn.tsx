@@ -1,14 +1,22 @@
 // Sign-in: the API key goes to `POST /session` once and is forgotten; the gateway answers with
-// an HttpOnly cookie the page cannot read.
+// an HttpOnly cookie the page cannot read. Where the deployment has an identity provider, single
+// sign-on goes there and comes back signed in (or with `?sso_error=` saying why not).
 
-import { useState, type FormEvent } from "react";
-import { api, errorText } from "../api";
+import { useEffect, useState, type FormEvent } from "react";
+import { api, call, errorText } from "../api";
 import { ErrorText } from "../components/Status";
 
 export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
   const [key, setKey] = useState("");
-  const [error, setError] = useState<string>();
+  const [error, setError] = useState<string | undefined>(() => new URLSearchParams(location.search).get("sso_error") ?? undefined);
   const [busy, setBusy] = useState(false);
+  const [sso, setSso] = useState(false);
+  useEffect(() => {
+    call<{ enabled: boolean }>("GET", "/auth/sso").then(
+      (s) => setSso(s.enabled),
+      () => setSso(false),
+    );
+  }, []);
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
@@ -44,6 +52,11 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
         <button type="submit" disabled={busy || !key.trim()}>
           {busy ? "Signing in…" : "Sign in"}
         </button>
+        {sso && (
+          <a className="button" href={`/api/v1/auth/sso/start?return_to=${encodeURIComponent(location.pathname === "/" ? "/" : location.pathname)}`}>
+            Sign in with single sign-on
+          </a>
+        )}
       </form>
     </main>
   );

@@ -191,7 +191,15 @@ pub async fn create_user(
         return Err(ApiError::conflict("user_exists", format!("user `{}` exists already; PATCH it to change it", body.name)));
     }
     let now = now_ms();
-    let account = UserAccount { user: UserId(body.name.clone()), admin: body.admin, disabled: false, created_ms: now, updated_ms: now };
+    let account = UserAccount {
+        user: UserId(body.name.clone()),
+        admin: body.admin,
+        disabled: false,
+        created_ms: now,
+        updated_ms: now,
+        sso_subject: None,
+        email: None,
+    };
     state.accounts.put_user(account.clone()).await.map_err(store_err)?;
     audit(&state, &actor, client, "user.create", &body.name, serde_json::json!({"admin": body.admin})).await;
     Ok((StatusCode::CREATED, Json(user_json(&state, &body.name, Some(&account)))))
@@ -230,6 +238,8 @@ pub async fn patch_user(
         disabled: false,
         created_ms: now,
         updated_ms: now,
+        sso_subject: None,
+        email: None,
     });
     let mut changes = serde_json::Map::new();
     if let Some(admin) = body.admin {

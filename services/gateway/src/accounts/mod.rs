@@ -13,5 +13,6 @@ pub mod org_secrets;
 pub mod orgs;
 pub mod registry;
 pub mod session;
+pub mod sso;
 pub mod tickets;
 pub mod usage;

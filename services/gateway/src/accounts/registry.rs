@@ -230,6 +230,11 @@ impl Accounts {
                 Err(Refusal::Revoked)
             };
         }
+        // A sign-in through the identity provider: good while the user is (the provider said
+        // who they were when the session began; the session's own expiry bounds it).
+        if credential.starts_with("sso:") {
+            return Ok(None);
+        }
         let id = credential.strip_prefix("key:").ok_or(Refusal::Unknown)?;
         let record = self.key(id).ok_or(Refusal::Unknown)?;
         if record.revoked_ms.is_some() {
@@ -307,6 +312,21 @@ impl Accounts {
     /// Organization `name` and its revision.
     pub fn org(&self, name: &str) -> Option<(u64, Org)> {
         self.orgs.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    /// Every organization, by name.
+    pub fn all_orgs(&self) -> Vec<(u64, Org)> {
+        self.orgs.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// The user single sign-on made or claimed for `subject` (`<issuer>#<sub>`), if any.
+    pub fn by_sso_subject(&self, subject: &str) -> Option<UserAccount> {
+        self.users
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find(|(_, a)| a.sso_subject.as_deref() == Some(subject))
+            .map(|(_, a)| a.clone())
     }
 
     /// The organizations `user` is a member of, by name.

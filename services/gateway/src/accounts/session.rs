@@ -186,10 +186,40 @@ pub async fn sign_in(
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Response, ApiError> {
     let client = crate::common::client_ip(&state, peer.ip(), &headers);
-    let principal = match check_key(&state, client, &body.api_key) {
+    let principal = match check_key(&state, client, &body.api_key).and_then(|p| require_no_sso(&state, p)) {
         Ok(p) => p,
         Err(e) => return Err(refused(&state, client, &body.api_key, "session.refused", e).await),
     };
+    let detail = serde_json::json!({"credential": principal.credential});
+    let (cookie, body) = open_session(&state, &principal, &headers, client, detail).await?;
+    Ok(([(header::SET_COOKIE, cookie)], Json(body)).into_response())
+}
+
+/// The principal, unless an organization they are in signs its members in through the identity
+/// provider only (403 `sso_required`; their keys keep working for programs).
+fn require_no_sso(state: &AppState, principal: Principal) -> Result<Principal, ApiError> {
+    match state.accounts.orgs_of(&principal.user).into_iter().find(|o| o.settings.require_sso) {
+        Some(org) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "sso_required",
+            format!(
+                "organization {} signs its members in through single sign-on: use \"Sign in with single sign-on\" (API keys still work for programs)",
+                org.name
+            ),
+        )),
+        None => Ok(principal),
+    }
+}
+
+/// Opens a session for `principal` (as a key's, or a sign-in through the identity provider's):
+/// its cookie and what the sign-in answers. Recorded as `session.create` with `detail`.
+pub(crate) async fn open_session(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+    client: std::net::IpAddr,
+    detail: serde_json::Value,
+) -> Result<(HeaderValue, SessionStarted), ApiError> {
     let now = now_ms();
     let (id, secret, token) = keys::new_api_key();
     let salt = keys::random_secret();
@@ -217,17 +247,17 @@ pub async fn sign_in(
     if let Err(e) = state.accounts.prune_sessions(&principal.user.0, now, MAX_SESSIONS_PER_USER).await {
         tracing::warn!(error = %e, "cannot prune sessions; the next sign-in tries again");
     }
-    let a = audit::Action::new(&principal.user, "session.create", &id).detail(serde_json::json!({"credential": principal.credential}));
-    audit::record(&state, a, Some(client)).await;
+    let a = audit::Action::new(&principal.user, "session.create", &id).detail(detail);
+    audit::record(state, a, Some(client)).await;
     let max_age = ((expires_ms - now) / 1000).max(1);
     let body = SessionStarted {
-        user: principal.user.0,
+        user: principal.user.0.clone(),
         admin: principal.admin,
         scope: principal.scope.as_str().to_owned(),
         expires_at: rfc3339(expires_ms),
         csrf_header: CSRF_HEADER.to_owned(),
     };
-    Ok(([(header::SET_COOKIE, cookie(&headers, &token, max_age)?)], Json(body)).into_response())
+    Ok((cookie(headers, &token, max_age)?, body))
 }
 
 /// The cookie's live session record, or 401.
