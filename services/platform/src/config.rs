@@ -1047,6 +1047,7 @@ mod tests {
                 "SANDBOX_PUBLISH_HOST" => "10.1.2.3",
                 "TRUSTED_PROXIES" => "10.0.0.0/8,::1",
                 "PUBLIC_URL" => "https://halyard.example.com",
+                "OIDC_ISSUER" => "https://login.example.com",
                 "COMMAND_ACK_WAIT_MS" => "5000",
                 "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"
@@ -1073,7 +1074,9 @@ mod tests {
                 | "ADMINS"
                 | "TITLE_MODEL"
                 | "TITLE_BASE_URL"
-                | "SANDBOX_DEFAULT_SPEC" => "x",
+                | "SANDBOX_DEFAULT_SPEC"
+                | "OIDC_CLIENT_ID"
+                | "OIDC_CLIENT_SECRET" => "x",
                 _ => "7",
             };
             let var = format!("HALYARD_{name}");
