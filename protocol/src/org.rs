@@ -93,6 +93,27 @@ pub struct OrgSettings {
     /// What each member's conversations in it may spend in a month.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_monthly_budget_usd: Option<f64>,
+    /// Who of its members may issue API keys of their own.
+    #[serde(default, skip_serializing_if = "KeyIssuers::is_everyone")]
+    pub key_issuers: KeyIssuers,
+}
+
+/// Who of an organization's members may issue API keys of their own (`POST /me/keys`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum KeyIssuers {
+    #[default]
+    Everyone,
+    /// Its owners and admins only: a member signs in (through single sign-on, where it is
+    /// required) and asks them, or an operator, for a key.
+    Admins,
+}
+
+impl KeyIssuers {
+    pub fn is_everyone(&self) -> bool {
+        *self == Self::Everyone
+    }
 }
 
 impl OrgSettings {

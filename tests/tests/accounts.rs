@@ -920,6 +920,14 @@ async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_re
         "{events:?}"
     );
 
+    // The organization keeps key issuance to its owners and admins: Bob asks, Alice issues.
+    let settings = json!({"key_issuers": "admins"});
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/orgs/acme/settings", Some(settings)).await.0, 200);
+    let (s, e) = bob.post("/api/v1/me/keys", json!({"name": "laptop"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("key_issuance_restricted")), "{e}");
+    assert_eq!(carol.post("/api/v1/me/keys", json!({"name": "laptop"})).await.0, 201, "not hers to restrict");
+    assert_eq!(alice.post("/api/v1/me/keys", json!({"name": "laptop"})).await.0, 201);
+
     // Recorded by name, never by value; nowhere in the log either.
     let (_, trail) = alice.get("/api/v1/orgs/acme/audit?action=org.").await;
     assert!(trail.to_string().contains("acme/TEAM_TOKEN") && !trail.to_string().contains(VALUE), "{trail}");

@@ -347,7 +347,7 @@ async fn the_settings_set_up_everything_without_curl() {
         ("HALYARD_GITHUB_API", github.api_url.clone()),
         ("HALYARD_GITHUB_TOKEN", "ghp_picker-token-0042".to_owned()),
     ];
-    let (_, h) = playwright(h, "tests/settings.spec.ts", 14, env).await;
+    let (_, h) = playwright(h, "tests/settings.spec.ts", 15, env).await;
     // Nothing the spec typed as a secret reached the log.
     assert!(!h.log().contains("s3cr3t-value-xyz") && !h.log().contains("sk-profile-secret"), "a secret value was logged");
 }

@@ -395,6 +395,7 @@ export interface OrgSettings {
   sso_groups: string[];
   monthly_budget_usd?: number | null;
   member_monthly_budget_usd?: number | null;
+  key_issuers: "everyone" | "admins";
 }
 
 /** A model's price in an organization (GET /orgs/{org}/prices). */

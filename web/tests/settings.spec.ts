@@ -489,3 +489,43 @@ test("14. a conversation shared with the organization: a member finds it, follow
   await expect.poll(async () => (await bob.request.get(`/api/v1/conversations/${id}`)).status(), { timeout: 10_000 }).toBe(404);
   await expect(bob.getByText("conversation not found")).toBeVisible({ timeout: 10_000 });
 });
+
+test("15. what an organization offers: a profile, a secret never shown again, an MCP server; who may issue keys", async ({ page }) => {
+  await settings(page);
+  await page.getByRole("link", { name: "Organizations" }).click();
+  await page.getByRole("button", { name: "Members of acme" }).click();
+  const offers = page.getByRole("region", { name: "What acme offers" });
+  const secrets = offers.getByRole("region", { name: "Secrets of acme" });
+  await secrets.getByLabel("Secret name").fill("TEAM_TOKEN");
+  await secrets.getByLabel("Secret value").fill("team-secret-value-7781");
+  await secrets.getByLabel("Description").fill("the team's CI token");
+  await secrets.getByRole("button", { name: "Store a secret" }).click();
+  await expect(secrets.getByRole("listitem").filter({ hasText: "TEAM_TOKEN" })).toContainText("the team's CI token");
+  const mcp = offers.getByRole("region", { name: "MCP servers of acme" });
+  await mcp.getByLabel("Server name").fill("docs");
+  await mcp.getByLabel("Server URL").fill("https://mcp.example.com/mcp");
+  await mcp.getByRole("button", { name: "Add an MCP server" }).click();
+  await expect(mcp.getByRole("listitem").filter({ hasText: "docs" })).toContainText("https://mcp.example.com/mcp");
+  const profiles = offers.getByRole("region", { name: "LLM profiles of acme" });
+  await expect(profiles.getByRole("listitem").filter({ hasText: "team" })).toContainText("team-model");
+  await profiles.getByLabel("Profile name").fill("second");
+  await profiles.getByLabel("Base URL").fill(process.env.HALYARD_LLM_URL!);
+  await profiles.getByLabel("Model").fill("second-model");
+  await profiles.getByRole("button", { name: "Add an LLM profile" }).click();
+  await expect(profiles.getByRole("listitem").filter({ hasText: "second" })).toContainText("second-model");
+  // The value is nowhere on the page, nor in what the API answers.
+  await page.reload();
+  await page.getByRole("button", { name: "Members of acme" }).click();
+  await expect(page.getByRole("region", { name: "Secrets of acme" })).toContainText("TEAM_TOKEN");
+  expect(await page.content()).not.toContain("team-secret-value-7781");
+  expect(await (await page.request.get("/api/v1/orgs/acme/secrets")).text()).not.toContain("team-secret-value-7781");
+  // Keys: owners and admins only.
+  const card = page.getByRole("region", { name: "Settings of acme" });
+  await card.getByLabel("Who may issue API keys").selectOption("admins");
+  await card.getByRole("button", { name: "Save settings of acme" }).click();
+  await expect(card.getByText("Saved.")).toBeVisible();
+  expect((await (await page.request.get("/api/v1/orgs/acme/settings")).json()).key_issuers).toBe("admins");
+  await shot(page, "organization-offers");
+  await page.getByRole("region", { name: "Secrets of acme" }).getByRole("button", { name: "Remove TEAM_TOKEN" }).click();
+  await expect(page.getByRole("region", { name: "Secrets of acme" }).getByRole("listitem").filter({ hasText: "TEAM_TOKEN" })).toHaveCount(0);
+});

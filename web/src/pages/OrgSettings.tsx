@@ -148,6 +148,17 @@ export function OrgSettings({ org }: { org: Org }) {
           Single sign-on groups
           <input placeholder="engineering" value={form.groups} disabled={!manages} onChange={(e) => setForm({ ...form, groups: e.target.value })} />
         </label>
+        <label>
+          Who may issue API keys
+          <select
+            value={settings.key_issuers}
+            disabled={!manages}
+            onChange={(e) => setSettings({ ...settings, key_issuers: e.target.value as Settings["key_issuers"] })}
+          >
+            <option value="everyone">Every member</option>
+            <option value="admins">Owners and admins only</option>
+          </select>
+        </label>
         <label className="check">
           <input
             type="checkbox"

@@ -11,6 +11,7 @@ import { Link } from "../router";
 import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
 import { OrgSettings } from "./OrgSettings";
+import { OrgResources } from "./OrgResources";
 
 const enc = encodeURIComponent;
 const ROLES = ["member", "admin", "owner"] as const;
@@ -61,6 +62,7 @@ export function Orgs({ me }: { me: string }) {
       {current && <Members key={current.name} org={current} me={me} onChange={load} onGone={() => (setOpen(undefined), load())} />}
       {current && <Shared key={`shared-${current.name}`} org={current.name} />}
       {current && <OrgSettings key={`settings-${current.name}`} org={current} />}
+      {current && <OrgResources key={`offers-${current.name}`} org={current} />}
     </section>
   );
 }

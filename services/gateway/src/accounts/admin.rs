@@ -347,6 +347,19 @@ pub async fn create_my_key(
     ConnectInfo(client): ConnectInfo<SocketAddr>,
     ApiJson(body): ApiJson<CreateKeyBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    // An organization may keep key issuance to its owners and admins.
+    let restricted = state
+        .accounts
+        .orgs_of(&user)
+        .into_iter()
+        .find(|o| o.settings.key_issuers == halyard_protocol::org::KeyIssuers::Admins && o.role_of(&user).is_some_and(|r| !r.manages()));
+    if let Some(org) = restricted {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "key_issuance_restricted",
+            format!("organization {} lets only its owners and admins issue API keys; ask one of them, or an operator, for one", org.name),
+        ));
+    }
     let name = user.0.clone();
     issue_key(&state, &user, client, &name, body).await
 }

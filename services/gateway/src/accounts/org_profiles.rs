@@ -64,6 +64,9 @@ pub struct OrgSettingsBody {
     /// The same, for each member's conversations in it.
     #[serde(default)]
     pub member_monthly_budget_usd: Option<f64>,
+    /// `everyone` (default) or `admins`: who of its members may issue API keys of their own.
+    #[serde(default)]
+    pub key_issuers: halyard_protocol::org::KeyIssuers,
 }
 
 fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
@@ -75,6 +78,7 @@ fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
         sso_groups: s.sso_groups.clone(),
         monthly_budget_usd: s.monthly_budget_usd,
         member_monthly_budget_usd: s.member_monthly_budget_usd,
+        key_issuers: s.key_issuers,
     }
 }
 
@@ -153,6 +157,7 @@ pub async fn put_settings(
         sso_groups: body.sso_groups.clone(),
         monthly_budget_usd: body.monthly_budget_usd,
         member_monthly_budget_usd: body.member_monthly_budget_usd,
+        key_issuers: body.key_issuers,
     };
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(|e| match e {
