@@ -348,11 +348,10 @@ pub async fn create_my_key(
     ApiJson(body): ApiJson<CreateKeyBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     // An organization may keep key issuance to its owners and admins.
-    let restricted = state
-        .accounts
-        .orgs_of(&user)
-        .into_iter()
-        .find(|o| o.settings.key_issuers == halyard_protocol::org::KeyIssuers::Admins && o.role_of(&user).is_some_and(|r| !r.manages()));
+    let restricted =
+        state.accounts.orgs_of(&user).into_iter().find(|o| {
+            o.settings.key_issuers == halyard_protocol::org::KeyIssuers::Admins && o.role_of(&user).is_some_and(|r| !r.manages())
+        });
     if let Some(org) = restricted {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
