@@ -146,6 +146,13 @@ pub fn org_secrets_key(org: &str) -> String {
     format!("orgsecrets.{org}")
 }
 
+/// The key of organization `org`'s git providers ([`crate::user::UserGitProviders`], tokens
+/// sealed for the organization) in [`USER_BUCKET`]: a team's bot account, used where a member
+/// has no provider of their own for the host.
+pub fn org_git_key(org: &str) -> String {
+    format!("orggit.{org}")
+}
+
 /// The key of organization `org`'s MCP servers ([`crate::user::UserMcpServers`]) in
 /// [`USER_BUCKET`]: offered to its members' conversations in it.
 pub fn org_mcp_key(org: &str) -> String {

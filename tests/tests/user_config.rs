@@ -604,3 +604,46 @@ async fn a_profile_named_to_resolve_to_the_host_reaches_nothing_and_echoes_nothi
     }
     assert!(internal.requests().is_empty(), "the internal service was called: {:?}", internal.requests());
 }
+
+#[tokio::test]
+async fn an_organizations_bot_account_clones_for_its_members_in_it_and_for_nothing_else() {
+    init();
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "team.git", ("TEAM.md", "the team's code\n"));
+    const TOKEN: &str = "ghp_team-bot-token-77c1d0";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "team-bot", TOKEN).await;
+    let url = format!("{}/team.git", server.base);
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+
+    // The team's bot account: set up by its owner, its token never shown, not Bob's to change.
+    let bot = json!({"kind": "generic", "host": host, "username": "team-bot", "token": TOKEN});
+    assert_eq!(bob.call(Method::PUT, "/api/v1/orgs/acme/git-providers/bot", Some(bot.clone())).await.0, 403);
+    let (s, p) = alice.call(Method::PUT, "/api/v1/orgs/acme/git-providers/bot", Some(bot)).await;
+    assert_eq!((s, p["has_token"].as_bool()), (201, Some(true)), "{p}");
+    let (s, listed) = bob.get("/api/v1/orgs/acme/git-providers").await;
+    assert_eq!((s, listed["items"][0]["name"].as_str()), (200, Some("bot")), "{listed}");
+    assert!(!listed.to_string().contains(TOKEN));
+
+    // Outside the organization Bob has no way in.
+    let (_, task) = bob.post("/api/v1/conversations", json!({"message": "hi", "repository": {"url": url}})).await;
+    let failed = bob.wait_task(task["id"].as_str().unwrap(), &["ERROR"]).await;
+    assert!(failed["detail"].as_str().unwrap_or_default().contains("PREPARING_REPOSITORY"), "{failed}");
+    // In it, the clone and the agent's own fetch go through the git proxy with the bot's token.
+    llm.push([terminal("cat TEAM.md; git fetch -q origin && echo FETCHED; env | grep -c team-bot-token"), Reply::finish("done")]);
+    let (conv, task) = bob.start_ready(json!({"message": "read it", "org": "acme", "repository": {"url": url}})).await;
+    let events = bob.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let seen = events.iter().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
+    assert!(seen.contains("the team's code") && seen.contains("FETCHED"), "{seen}");
+    assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");
+    assert!(!serde_json::to_string(&events).unwrap().contains(TOKEN));
+    for (path, bytes) in files(h.data.path()).into_iter().chain(files(&h.workspace(task["sandbox_id"].as_str().unwrap()))) {
+        assert!(!contains(&bytes, TOKEN), "{} holds the token", path.display());
+    }
+    let (_, trail) = alice.get("/api/v1/orgs/acme/audit?action=org.").await;
+    assert!(trail.to_string().contains("org.git_provider.put") && !trail.to_string().contains(TOKEN), "{trail}");
+}

@@ -67,6 +67,7 @@ impl Snapshot {
             keys.push(subjects::org_price_key(org));
             keys.push(subjects::org_secrets_key(org));
             keys.push(subjects::org_mcp_key(org));
+            keys.push(subjects::org_git_key(org));
         }
         let kv = &ctx.user_kv;
         let wanted: Vec<String> = keys.iter().map(|k| format!("{}{k}", kv.prefix)).collect();
@@ -92,7 +93,8 @@ impl Snapshot {
         let mut opened = halyard_platform::user_secrets::open_stored(&ctx.vault, &self.owner, stored, git);
         if let Some(org) = &self.org {
             let org_secrets = self.get(&subjects::org_secrets_key(org))?;
-            opened = opened.over(halyard_platform::user_secrets::open_org(&ctx.vault, org, org_secrets));
+            let org_git = self.get(&subjects::org_git_key(org))?;
+            opened = opened.over(halyard_platform::user_secrets::open_org(&ctx.vault, org, org_secrets, org_git));
         }
         Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
     }

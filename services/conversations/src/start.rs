@@ -226,7 +226,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         );
         // A repository of one of the owner's git providers is cloned through the sandbox's git
         // proxy, served from here for the clone, which adds the token upstream.
-        let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, &repo.url)
+        let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, task.org.as_deref(), &repo.url)
             .await
             .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
         let _proxy = match remote {

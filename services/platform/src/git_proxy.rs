@@ -80,26 +80,65 @@ impl Remote {
     }
 }
 
-/// The remote for `url` when one of `owner`'s git providers serves its host; `None` when none
-/// does (git then reaches it directly, as any public repository), `Err` when their providers or
-/// the token cannot be read.
+/// The remote for `url` when one of `owner`'s git providers serves its host, else one of the
+/// organization `org`'s (a team's bot account) for a conversation in it; `None` when none does
+/// (git then reaches it directly, as any public repository), `Err` when the providers or the
+/// token cannot be read.
 pub async fn remote_for(
     user_kv: &async_nats::jetstream::kv::Store,
     vault: &Vault,
     owner: &UserId,
+    org: Option<&str>,
     url: &str,
 ) -> Result<Option<Remote>, String> {
     let Some(host) = url_host(url) else { return Ok(None) };
-    let stored: UserGitProviders = match user_kv.get(subjects::user_git_key(owner)).await {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("your git providers cannot be read: {e}"))?,
-        Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("your git providers cannot be read: {e}")),
+    let own = Providers {
+        key: subjects::user_git_key(owner),
+        slot_owner: owner.0.clone(),
+        whose: "your".into(),
+        api: "/api/v1/git-providers".into(),
     };
-    let Some((name, provider)) = stored.providers.iter().find(|(_, p)| p.host.eq_ignore_ascii_case(&host)) else { return Ok(None) };
-    let token = vault
-        .open(&vault::git_token_slot(&owner.0, name), &provider.token_sealed)
-        .map_err(|_| format!("the token of git provider `{name}` cannot be read; store it again with PUT /api/v1/git-providers/{name}"))?;
-    Ok(Remote::new(url, name, &provider.username, &token))
+    if let Some(r) = own.remote(user_kv, vault, &host, url).await? {
+        return Ok(Some(r));
+    }
+    let Some(org) = org else { return Ok(None) };
+    let theirs = Providers {
+        key: subjects::org_git_key(org),
+        slot_owner: halyard_protocol::user::org_slot_owner(org),
+        whose: format!("organization {org}'s"),
+        api: format!("/api/v1/orgs/{org}/git-providers"),
+    };
+    theirs.remote(user_kv, vault, &host, url).await
+}
+
+/// One set of git providers (a user's or an organization's), and how to speak of it.
+struct Providers {
+    key: String,
+    slot_owner: String,
+    whose: String,
+    api: String,
+}
+
+impl Providers {
+    async fn remote(
+        &self,
+        user_kv: &async_nats::jetstream::kv::Store,
+        vault: &Vault,
+        host: &str,
+        url: &str,
+    ) -> Result<Option<Remote>, String> {
+        let whose = &self.whose;
+        let stored: UserGitProviders = match user_kv.get(&self.key).await {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{whose} git providers cannot be read: {e}"))?,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(format!("{whose} git providers cannot be read: {e}")),
+        };
+        let Some((name, provider)) = stored.providers.iter().find(|(_, p)| p.host.eq_ignore_ascii_case(host)) else { return Ok(None) };
+        let token = vault.open(&vault::git_token_slot(&self.slot_owner, name), &provider.token_sealed).map_err(|_| {
+            format!("the token of {whose} git provider `{name}` cannot be read; store it again with PUT {}/{name}", self.api)
+        })?;
+        Ok(Remote::new(url, name, &provider.username, &token))
+    }
 }
 
 /// The upstream URL of a request git made for `target` (`<host>/<path>`), or why it is refused.

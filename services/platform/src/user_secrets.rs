@@ -55,24 +55,31 @@ async fn read<T: DeserializeOwned + Default>(user_kv: &kv::Store, key: &str) -> 
 pub async fn open(user_kv: &kv::Store, vault: &Vault, owner: &UserId, org: Option<&str>) -> Result<Opened, String> {
     // The reads of the bucket, at once.
     let (secrets_key, git_key) = (subjects::user_secrets_key(owner), subjects::user_git_key(owner));
-    let org_key = org.map(subjects::org_secrets_key);
     let org_read = async {
-        match &org_key {
-            Some(k) => read::<UserSecrets>(user_kv, k).await.map(Some),
+        match org {
+            Some(o) => {
+                let (secrets_key, git_key) = (subjects::org_secrets_key(o), subjects::org_git_key(o));
+                let (s, g) = tokio::join!(read::<UserSecrets>(user_kv, &secrets_key), read(user_kv, &git_key));
+                Ok::<_, String>(Some((s?, g?)))
+            }
             None => Ok(None),
         }
     };
     let (stored, git, org_stored) = tokio::join!(read(user_kv, &secrets_key), read(user_kv, &git_key), org_read);
     let own = open_stored(vault, owner, stored?, git?);
     Ok(match (org, org_stored?) {
-        (Some(org), Some(s)) => own.over(open_org(vault, org, s)),
+        (Some(org), Some((s, g))) => own.over(open_org(vault, org, s, g)),
         _ => own,
     })
 }
 
-/// Organization `org`'s secrets, opened (sealed for the organization, not for a member).
-pub fn open_org(vault: &Vault, org: &str, stored: UserSecrets) -> Opened {
-    open_stored(vault, &UserId(halyard_protocol::user::org_slot_owner(org)), stored, UserGitProviders::default())
+/// Organization `org`'s secrets and (for the mask only) its git tokens, opened: sealed for the
+/// organization, not for a member.
+pub fn open_org(vault: &Vault, org: &str, stored: UserSecrets, git: UserGitProviders) -> Opened {
+    let mut opened = open_stored(vault, &UserId(halyard_protocol::user::org_slot_owner(org)), stored, git);
+    // Halyard's own forge tools act with the member's providers, not the organization's.
+    opened.has_forge = false;
+    opened
 }
 
 /// [`open`] for what was read already.

@@ -260,16 +260,16 @@ impl Run {
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
-    /// git providers serves it (`None`: nothing to serve, or it could not be; git then fails
+    /// git providers serves it (or, in an organization, one of its) (`None`: nothing to serve, or it could not be; git then fails
     /// upstream with the provider's refusal, which the agent sees).
     async fn git_proxy(&self, exec: &ExecutorClient) -> Option<halyard_platform::git_proxy::Serving> {
-        let (owner, url, conversation) = {
+        let (owner, org, url, conversation) = {
             let log = self.log.lock().await;
             let started = log.history.started.as_ref()?;
-            (started.owner.clone(), started.repository.as_ref()?.url.clone(), log.conversation())
+            (started.owner.clone(), started.org.clone(), started.repository.as_ref()?.url.clone(), log.conversation())
         };
         let ctx = &self.ctx;
-        let remote = match halyard_platform::git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &owner, &url).await {
+        let remote = match halyard_platform::git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &owner, org.as_deref(), &url).await {
             Ok(remote) => remote?,
             Err(e) => {
                 tracing::warn!(%conversation, error = %e, "no git proxy for the run");

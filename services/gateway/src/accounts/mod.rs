@@ -7,6 +7,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod org_budgets;
+pub mod org_git;
 pub mod org_mcp;
 pub mod org_profiles;
 pub mod org_secrets;

@@ -73,7 +73,7 @@ pub struct ProviderList {
     pub items: Vec<ProviderView>,
 }
 
-fn public(name: &str, p: &GitProvider) -> ProviderView {
+pub(crate) fn public(name: &str, p: &GitProvider) -> ProviderView {
     ProviderView {
         name: name.to_owned(),
         kind: p.kind.clone(),
@@ -147,7 +147,26 @@ pub async fn put(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_name("name", &name)?;
+    let (created, view) = store_provider(&state, &subjects::user_git_key(&user), &user.0, &name, &body).await?;
+    let kind = view.kind.clone();
+    let body_token_given = body.token.is_some();
+    tracing::info!(user = %user, provider = %name, created, "git provider stored");
+    let detail = serde_json::json!({"created": created, "kind": kind, "token_changed": body_token_given});
+    audit::Action::new(&user, "git_provider.put", &name).detail(detail).send(&state, client).await;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+}
+
+/// Stores git provider `name` (its token sealed for `slot_owner`: a user, or `@org`) in the
+/// bucket entry `key`: whether it is new, and how the API shows it. Shared by users' and
+/// organizations' providers.
+pub(crate) async fn store_provider(
+    state: &AppState,
+    key: &str,
+    slot_owner: &str,
+    name: &str,
+    body: &PutBody,
+) -> Result<(bool, ProviderView), ApiError> {
+    check_name("name", name)?;
     let kind = body.kind.clone().unwrap_or_else(|| "github".into());
     if !["github", "gitlab", "forgejo", "bitbucket", "azure_devops", "generic"].contains(&kind.as_str()) {
         return Err(ApiError::bad_request(
@@ -169,25 +188,24 @@ pub async fn put(
     if let Some(url) = &body.api_url {
         crate::error::check_destination("api_url", url, &state.config.gateway.git_api_allow, "HALYARD_GIT_API_ALLOW")?;
     }
-    let body_token_given = body.token.is_some();
     let sealed = match body.token.as_deref() {
         Some(t) if t.len() < 4 || t.len() > 4096 || t.contains(['\n', '\r', '\0']) => {
             return Err(ApiError::bad_request("invalid_field", "`token` must be one line of 4 to 4096 characters"));
         }
-        Some(t) => Some(state.vault.seal(&vault::git_token_slot(&user.0, &name), t).map_err(ApiError::internal)?),
+        Some(t) => Some(state.vault.seal(&vault::git_token_slot(slot_owner, name), t).map_err(ApiError::internal)?),
         None => None,
     };
     let now = halyard_platform::now_ms();
-    let (created, view) = user_store::modify(&state, &subjects::user_git_key(&user), |stored: &mut UserGitProviders| {
-        let old = stored.providers.get(&name);
+    user_store::modify(state, key, |stored: &mut UserGitProviders| {
+        let old = stored.providers.get(name);
         if old.is_none() && stored.providers.len() >= MAX_PROVIDERS {
             return Err(ApiError::conflict(
                 "too_many_git_providers",
-                format!("you have {MAX_PROVIDERS} git providers already; delete one first"),
+                format!("there are {MAX_PROVIDERS} git providers already; delete one first"),
             ));
         }
-        if stored.providers.iter().any(|(n, p)| n != &name && p.host == host) {
-            return Err(ApiError::conflict("host_taken", format!("another of your git providers serves {host}; change that one instead")));
+        if stored.providers.iter().any(|(n, p)| n != name && p.host == host) {
+            return Err(ApiError::conflict("host_taken", format!("another git provider here serves {host}; change that one instead")));
         }
         let token_sealed = match (&sealed, old) {
             (Some(s), _) => s.clone(),
@@ -204,15 +222,11 @@ pub async fn put(
             updated_ms: now,
         };
         let created = old.is_none();
-        let view = public(&name, &provider);
-        stored.providers.insert(name.clone(), provider);
+        let view = public(name, &provider);
+        stored.providers.insert(name.to_owned(), provider);
         Ok((created, view))
     })
-    .await?;
-    tracing::info!(user = %user, provider = %name, created, "git provider stored");
-    let detail = serde_json::json!({"created": created, "kind": kind, "token_changed": body_token_given});
-    audit::Action::new(&user, "git_provider.put", &name).detail(detail).send(&state, client).await;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(view)))
+    .await
 }
 
 /// Deletes a git provider.
