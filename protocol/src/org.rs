@@ -135,6 +135,13 @@ pub struct ModelPrice {
     pub cached_per_million: Option<f64>,
 }
 
+/// An organization's skills by name (`orgskills.<org>` in the user bucket).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgSkills {
+    #[serde(default)]
+    pub skills: BTreeMap<String, crate::event::Skill>,
+}
+
 /// An organization's prices by model (`orgprice.<org>` in the user bucket).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OrgPrices {

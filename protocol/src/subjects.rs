@@ -153,6 +153,12 @@ pub fn org_git_key(org: &str) -> String {
     format!("orggit.{org}")
 }
 
+/// The key of organization `org`'s skills ([`crate::org::OrgSkills`]) in [`USER_BUCKET`]: loaded
+/// into its members' conversations in it, after the deployment's and before the repository's.
+pub fn org_skills_key(org: &str) -> String {
+    format!("orgskills.{org}")
+}
+
 /// The key of organization `org`'s MCP servers ([`crate::user::UserMcpServers`]) in
 /// [`USER_BUCKET`]: offered to its members' conversations in it.
 pub fn org_mcp_key(org: &str) -> String {

@@ -864,7 +864,7 @@ async fn an_organizations_budget_alerts_then_stops_its_runs_and_refuses_new_ones
 }
 
 #[tokio::test]
-async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_read_back() {
+async fn what_an_organization_offers_reaches_its_members_runs_and_its_secrets_are_never_read_back() {
     init();
     const VALUE: &str = "team-token-value-9931";
     let llm = ScriptedLlm::start().await;
@@ -901,6 +901,15 @@ async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_re
     let (s, servers) = bob.get("/api/v1/orgs/acme/mcp-servers").await;
     assert_eq!((s, servers["items"][0]["name"].as_str()), (200, Some("time")), "{servers}");
     assert_eq!(carol.get("/api/v1/orgs/acme/mcp-servers").await.0, 404);
+    // And its skills: one always in the prompt, one the word `deploy` brings in.
+    let style = json!({"content": "Sign every answer ACME-HOUSE-STYLE."});
+    assert_eq!(bob.call(reqwest::Method::PUT, "/api/v1/orgs/acme/skills/house-style", Some(style.clone())).await.0, 403);
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/orgs/acme/skills/house-style", Some(style)).await.0, 201);
+    let deploy = json!({"content": "---\ntriggers: [deploy]\n---\nDeploy with ./ship.sh only."});
+    let (s, k) = alice.call(reqwest::Method::PUT, "/api/v1/orgs/acme/skills/deploying", Some(deploy)).await;
+    assert_eq!((s, k["kind"].as_str(), &k["triggers"]), (201, Some("knowledge"), &json!(["deploy"])), "{k}");
+    let (_, skills) = bob.get("/api/v1/orgs/acme/skills").await;
+    assert_eq!(skills["items"].as_array().map(Vec::len), Some(2), "{skills}");
 
     // Bob's conversation in the organization has it in its shell, and shows it masked.
     let (conv, _) = bob.start_ready(json!({"message": "show the token", "title": "t", "org": "acme"})).await;
@@ -909,12 +918,18 @@ async fn an_organizations_secrets_reach_its_members_runs_masked_and_are_never_re
     assert!(text.contains("token=<secret:TEAM_TOKEN>") && !text.contains(VALUE), "{text}");
     let mcp = |events: &[Value]| events.iter().find(|e| e["kind"] == "mcp_servers").map(|e| e["servers"].to_string()).unwrap_or_default();
     assert!(mcp(&events).contains("time__get_current_time"), "the team's server is offered: {}", mcp(&events));
+    let skill_names = |events: &[Value]| {
+        events[0]["skills"].as_array().into_iter().flatten().map(|s| s["name"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(skill_names(&events), ["deploying", "house-style"], "{:?}", events[0]);
+    assert!(llm.requests().iter().any(|r| r["messages"][0]["content"].as_str().is_some_and(|c| c.contains("ACME-HOUSE-STYLE"))));
     let (s, file) = bob.get(&format!("/api/v1/conversations/{conv}/files?path=t.txt")).await;
     assert_eq!((s, file["content"].as_str().map(str::trim)), (200, Some("<secret:TEAM_TOKEN>")), "{file}");
     // His own conversation, outside it, does not.
     let (own, _) = bob.start_ready(json!({"message": "show the token", "title": "own"})).await;
     let events = bob.wait_events(&own, "his own run", halyard_tests::finished).await;
     assert!(!mcp(&events).contains("time__"), "not outside it: {}", mcp(&events));
+    assert!(skill_names(&events).is_empty(), "{:?}", events[0]);
     assert!(
         events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().is_some_and(|c| c.starts_with("token=\n"))),
         "{events:?}"

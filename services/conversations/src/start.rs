@@ -282,6 +282,9 @@ async fn hand_over(
 ) -> Result<(), PhaseError> {
     task.status(StartTaskStatus::SettingUpSkills, None).await?;
     let mut skills: Vec<Skill> = task.ctx.skills.as_ref().clone();
+    if let Some(org) = &task.org {
+        skills.extend(org_skills(task.ctx, org).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
+    }
     skills.extend(repo_skills(exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
     let start = AgentCommand::Start {
         conversation_id: task.conversation_id,
@@ -394,6 +397,19 @@ async fn run_with(
 }
 
 const SKILL_MARK: &str = "__HALYARD_SKILL__ ";
+
+/// The skills organization `org` gives its conversations.
+async fn org_skills(ctx: &Ctx, org: &str) -> Result<Vec<Skill>, String> {
+    let key = halyard_protocol::subjects::org_skills_key(org);
+    match ctx.user_kv.get(&key).await {
+        Ok(Some(bytes)) => {
+            let stored: halyard_protocol::org::OrgSkills = serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}"))?;
+            Ok(stored.skills.into_values().collect())
+        }
+        Ok(None) => Ok(Vec::new()),
+        Err(e) => Err(format!("organization {org}'s skills cannot be read: {e}")),
+    }
+}
 
 /// Skills the repository brings: `.openhands/microagents/*.md`, `.openhands/skills/*.md`,
 /// `.openhands/skills/<name>/SKILL.md`, `AGENTS.md`.

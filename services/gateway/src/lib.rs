@@ -218,6 +218,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::org_secrets::list))
         .routes(routes!(accounts::org_mcp::list))
         .routes(routes!(accounts::org_git::list))
+        .routes(routes!(accounts::org_skills::list))
+        .routes(routes!(accounts::org_skills::put, accounts::org_skills::delete))
         .routes(routes!(accounts::org_git::put, accounts::org_git::delete))
         .routes(routes!(accounts::org_mcp::put, accounts::org_mcp::delete))
         .routes(routes!(conversations::org_shared::list))

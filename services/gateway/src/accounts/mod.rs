@@ -11,6 +11,7 @@ pub mod org_git;
 pub mod org_mcp;
 pub mod org_profiles;
 pub mod org_secrets;
+pub mod org_skills;
 pub mod orgs;
 pub mod registry;
 pub mod session;
