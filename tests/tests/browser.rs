@@ -444,7 +444,7 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
         trail["items"].as_array().unwrap().iter().any(|r| r["action"] == action && r.to_string().contains(needle))
     };
     assert!(has("user.create", "carol") && has("org.member_add", "\"sso\""), "{trail}");
-    assert!(has("session.create", "\"via\":\"sso\""), "{trail}");
+    assert!(has("session.create", "\"via\":\"sso\"") && has("org.settings", "\"sso_domains\":[\"acme.test\"]"), "{trail}");
     assert!(has("session.refused", "audience") && has("session.refused", "sso_required"), "{trail}");
     assert!(!text.contains(SECRET), "the client secret reached the audit trail");
     assert!(!h.log().contains(SECRET), "the client secret reached the log");
