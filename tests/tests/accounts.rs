@@ -1012,6 +1012,16 @@ async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_
         assert!(Instant::now() < deadline, "still shared");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Her open socket closes too.
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = socket.next().await {
+            if m.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "Alice's WebSocket stayed open after Bob stopped sharing");
     let (own, _) = bob.start_ready(json!({"message": "own", "title": "own"})).await;
     let (s, e) = bob.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{own}"), Some(json!({"visibility": "org"}))).await;
     assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");

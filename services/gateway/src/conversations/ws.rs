@@ -69,7 +69,9 @@ pub async fn events_ws(
     let Query(q) = query?;
     // Its owner's, or one shared with an organization the user is in (read-only: the socket
     // only sends).
-    let (id, _) = readable(&state, &user, &id)?;
+    let (id, view) = readable(&state, &user, &id)?;
+    let reader = view.owner != user.0;
+    let raw = id.to_string();
     // Errors are JSON here too, after the ownership check: another user's id is 404 however
     // it is asked for.
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
@@ -77,10 +79,30 @@ pub async fn events_ws(
     // Clients send next to nothing: a small read buffer saves zeroing a large one per read.
     Ok(ws.read_buffer_size(4096).on_upgrade(move |socket| async move {
         metrics::gauge!("halyard_ws_clients").increment(1.0);
-        stream(state, id, after, socket).await;
+        // A member of its organization reads it while it is shared and they are in it: the
+        // socket closes within a second of either ending, as a revoked share link's does.
+        let standing = async {
+            loop {
+                tokio::time::sleep(RECHECK).await;
+                if readable(&state, &user, &raw).is_err() {
+                    return;
+                }
+            }
+        };
+        if reader {
+            tokio::select! {
+                _ = stream(state.clone(), id, after, socket) => {}
+                _ = standing => tracing::debug!(conversation_id = %id, user = %user, "no longer shared with this reader; closing its WebSocket"),
+            }
+        } else {
+            stream(state.clone(), id, after, socket).await;
+        }
         metrics::gauge!("halyard_ws_clients").decrement(1.0);
     }))
 }
+
+/// How often an organization member's socket checks that they may still read.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Sends stored events with `seq > *sent`; returns false if the client is gone.
 async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &mut WebSocket) -> bool {
