@@ -6,6 +6,8 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
+use halyard_platform::net::percent_encode;
+
 use crate::cli::Conn;
 use crate::client::Client;
 
@@ -97,7 +99,7 @@ fn print_members(v: &Value) {
 
 /// Runs `command`; the process's exit code.
 pub async fn run(command: OrgCommand) -> Result<i32> {
-    let path = |org: &str| format!("/orgs/{}", urlencode(org));
+    let path = |org: &str| format!("/orgs/{}", percent_encode(org));
     match command {
         OrgCommand::Ls { conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
@@ -121,12 +123,12 @@ pub async fn run(command: OrgCommand) -> Result<i32> {
         }
         OrgCommand::Role { org, user, role, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
-            let url = format!("{}/members/{}", path(&org), urlencode(&user));
+            let url = format!("{}/members/{}", path(&org), percent_encode(&user));
             print_members(&c.call(reqwest::Method::PATCH, &url, Some(json!({"role": role}))).await?);
         }
         OrgCommand::Rm { org, user, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
-            c.call(reqwest::Method::DELETE, &format!("{}/members/{}", path(&org), urlencode(&user)), None).await?;
+            c.call(reqwest::Method::DELETE, &format!("{}/members/{}", path(&org), percent_encode(&user)), None).await?;
             println!("removed {user} from {org}");
         }
         OrgCommand::Budget { org, conn } => {
@@ -155,16 +157,9 @@ pub async fn run(command: OrgCommand) -> Result<i32> {
         OrgCommand::Price { org, model, input, output, cached, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             let body = json!({"input_per_million": input, "output_per_million": output, "cached_per_million": cached});
-            c.call(reqwest::Method::PUT, &format!("{}/prices/{}", path(&org), urlencode(&model)), Some(body)).await?;
+            c.call(reqwest::Method::PUT, &format!("{}/prices/{}", path(&org), percent_encode(&model)), Some(body)).await?;
             println!("{model} in {org}: ${input} in, ${output} out per million tokens");
         }
     }
     Ok(0)
-}
-
-/// A path segment, escaped.
-pub fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
 }

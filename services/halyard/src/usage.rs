@@ -36,13 +36,13 @@ pub struct UsageArgs {
 pub async fn run(args: UsageArgs) -> Result<i32> {
     let c = Client::new(args.conn.url, args.conn.api_key)?;
     let base = match (&args.org, args.all) {
-        (Some(org), _) => format!("/orgs/{}/usage", crate::orgs::urlencode(org)),
+        (Some(org), _) => format!("/orgs/{}/usage", halyard_platform::net::percent_encode(org)),
         (None, true) => "/admin/usage".to_owned(),
         (None, false) => "/me/usage".to_owned(),
     };
     let mut query = vec![format!("group_by={}", args.group_by)];
-    query.extend(args.from.iter().map(|f| format!("from={}", crate::orgs::urlencode(f))));
-    query.extend(args.to.iter().map(|t| format!("to={}", crate::orgs::urlencode(t))));
+    query.extend(args.from.iter().map(|f| format!("from={}", halyard_platform::net::percent_encode(f))));
+    query.extend(args.to.iter().map(|t| format!("to={}", halyard_platform::net::percent_encode(t))));
     if args.csv {
         query.push("format=csv".into());
         c.download(&format!("{base}?{}", query.join("&")), &mut std::io::stdout()).await?;

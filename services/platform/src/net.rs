@@ -81,6 +81,14 @@ pub fn check_url(url: &str, allow: &[String]) -> Result<reqwest::Url, Destinatio
     Ok(parsed)
 }
 
+/// `s` as one component of a URL (a path segment or a query value): every byte but RFC 3986's
+/// unreserved characters percent-encoded.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
 /// `host` or `host:port` of an http(s) URL, lower-case (`None` for anything else: a path, an
 /// scp-like `git@host:path`).
 pub fn url_host(url: &str) -> Option<String> {
@@ -111,6 +119,13 @@ pub async fn check_destination(url: &str, allow: &[String]) -> Result<reqwest::U
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_component_keeps_only_unreserved_characters() {
+        assert_eq!(percent_encode("a b/c"), "a%20b%2Fc");
+        assert_eq!(percent_encode("gpt-4o_mini.2~x"), "gpt-4o_mini.2~x");
+        assert_eq!(percent_encode("é?&="), "%C3%A9%3F%26%3D");
+    }
 
     #[test]
     fn hosts_of_repository_urls() {

@@ -316,7 +316,7 @@ pub async fn callback(
             let nobody = UserId("-".into());
             let a = audit::Action::new(&nobody, "session.refused", "sso").detail(serde_json::json!({"via": "sso", "reason": why.0}));
             audit::record(&state, a, Some(ip)).await;
-            let to = format!("/?sso_error={}", urlencode(&why.0));
+            let to = format!("/?sso_error={}", halyard_platform::net::percent_encode(&why.0));
             return Ok(found(&to, vec![clear]));
         }
     };
@@ -456,10 +456,4 @@ fn free_name(state: &AppState, id: &Identity) -> String {
         n += 1;
     }
     name
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
 }

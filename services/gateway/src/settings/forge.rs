@@ -209,7 +209,7 @@ pub async fn repositories(allow: &[String], name: &str, p: &GitProvider, token: 
         }
         "gitlab" => {
             let url = format!("{base}/projects?membership=true&simple=true&order_by=last_activity_at&per_page={PAGE}");
-            let url = if q.is_empty() { url } else { format!("{url}&search={}", percent(q)) };
+            let url = if q.is_empty() { url } else { format!("{url}&search={}", halyard_platform::net::percent_encode(q)) };
             let projects: Vec<GitlabProject> = get(allow, &url, &headers).await?;
             Ok(projects
                 .iter()
@@ -267,12 +267,6 @@ fn auth_headers(kind: &str, token: &str) -> Vec<(&'static str, String)> {
             ("X-GitHub-Api-Version", "2022-11-28".into()),
         ]
     }
-}
-
-fn percent(q: &str) -> String {
-    q.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
 }
 
 /// The client forge calls go through: it follows no redirect, which could lead past the
@@ -356,7 +350,7 @@ impl Target<'_> {
     fn url(&self) -> Result<String, ForgeError> {
         let base = api_base(self.provider).ok_or_else(|| ForgeError::NoApi(self.provider.kind.clone()))?;
         Ok(if self.is_gitlab() {
-            format!("{base}/projects/{}", percent(self.full_name))
+            format!("{base}/projects/{}", halyard_platform::net::percent_encode(self.full_name))
         } else if self.is_bitbucket() {
             format!("{base}/repositories/{}", self.full_name)
         } else {
@@ -535,6 +529,5 @@ mod tests {
         assert_eq!(repository_name(&provider("gitlab", "gitlab.com", None), "scm/sub/app".into()), "scm/sub/app");
         assert_eq!(api_base(&provider("generic", "git.example", None)), None);
         assert_eq!(api_base(&provider("github", "x", Some("http://forge.example/api/"))).as_deref(), Some("http://forge.example/api"));
-        assert_eq!(percent("a b/c"), "a%20b%2Fc");
     }
 }
