@@ -6,18 +6,12 @@ import { useEffect, useState } from "react";
 import { api, ApiError, errorText } from "../api";
 import { useEventStream } from "../events";
 import type { SharedConversation as Shared } from "../types";
-import { Timeline } from "../components/Timeline";
-import { ChangesView } from "../components/ChangesView";
-import { StatusBadge } from "../components/Status";
-
-const TABS = ["Chat", "Changes"] as const;
-type Tab = (typeof TABS)[number];
+import { ReadOnlyView } from "../components/ReadOnlyView";
 
 export function SharedConversation({ token }: { token: string }) {
   const [conv, setConv] = useState<Shared>();
   const [error, setError] = useState<string>();
   const [revoked, setRevoked] = useState(false);
-  const [tab, setTab] = useState<Tab>("Chat");
   const { events, connection, writing } = useEventStream(conv?.id, !!conv && !revoked, conv?.last_event_seq, token);
 
   useEffect(() => {
@@ -43,14 +37,6 @@ export function SharedConversation({ token }: { token: string }) {
     };
   }, [token]);
 
-  const observations = events.filter((e) => e.kind === "observation").length;
-  // The log is newer than the summary (read every few seconds): its last status and title win.
-  let status = conv?.state;
-  let title = conv?.title;
-  for (const e of events) {
-    if (e.kind === "execution_status") status = e.status;
-    if (e.kind === "title") title = e.title;
-  }
   return (
     <div className="app">
       <header className="topbar">
@@ -72,31 +58,15 @@ export function SharedConversation({ token }: { token: string }) {
               <p className="muted">Opening…</p>
             )
           ) : (
-            <>
-              <div className="conv-head">
-                <h1>{title ?? "Untitled conversation"}</h1>
-                <div className="conv-controls">
-                  <span role="status" aria-label="Execution status">
-                    <StatusBadge status={status ?? "starting"} />
-                  </span>
-                  <span className="muted small">{connection === "live" ? "live" : connection}</span>
-                </div>
-              </div>
-              <div role="tablist" aria-label="Views" className="tabs">
-                {TABS.map((t) => (
-                  <button key={t} role="tab" id={`tab-${t}`} aria-selected={tab === t} onClick={() => setTab(t)}>
-                    {t}
-                  </button>
-                ))}
-              </div>
-              <div role="tabpanel" aria-labelledby={`tab-${tab}`} className="panel">
-                {tab === "Chat" ? (
-                  <Timeline events={events} writing={writing} />
-                ) : (
-                  <ChangesView id={conv.id} version={observations} shareToken={token} />
-                )}
-              </div>
-            </>
+            <ReadOnlyView
+              id={conv.id}
+              title={conv.title}
+              state={conv.state}
+              events={events}
+              connection={connection}
+              writing={writing}
+              shareToken={token}
+            />
           )}
         </section>
       </main>
