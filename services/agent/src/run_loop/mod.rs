@@ -260,8 +260,8 @@ impl Run {
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
-    /// git providers serves it (or, in an organization, one of its) (`None`: nothing to serve, or it could not be; git then fails
-    /// upstream with the provider's refusal, which the agent sees).
+    /// git providers serves it, or one of its organization's (`None`: nothing to serve, or it
+    /// could not be; git then fails upstream with the provider's refusal, which the agent sees).
     async fn git_proxy(&self, exec: &ExecutorClient) -> Option<halyard_platform::git_proxy::Serving> {
         let (owner, org, url, conversation) = {
             let log = self.log.lock().await;
