@@ -23,11 +23,25 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Same package selection for the build and the tests, so the binary the end-to-end tests run
 # is built once, with the same features.
 cargo build --workspace --all-targets
+# Every test that starts sandboxes ends them, pass or fail: processes of sandbox uids
+# (HALYARD_PROCESS_UID_BASE, 200000 and up) left running are a failure of the run. Ones that
+# were there before the run are not this run's doing.
+sandbox_procs() { ps -eo pid=,uid=,args= | awk '$2 >= 200000 && $2 < 250000'; }
+before=$(sandbox_procs | awk '{print $1}' | sort)
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast "$@"
+  cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 else
-  cargo test --workspace --no-fail-fast "$@"
+  cargo test --workspace --no-fail-fast "$@" || status=$?
 fi
+sleep 1
+left=$(sandbox_procs | awk -v before="$before" 'BEGIN { n = split(before, b, "\n"); for (i = 1; i <= n; i++) old[b[i]] = 1 } !($1 in old)')
+if [ -n "$left" ]; then
+  echo "sandbox processes left running after the tests (pid uid command):" >&2
+  echo "$left" >&2
+  status=1
+fi
+[ "$status" = 0 ] || exit "$status"
 # The load suites' smoke run (every suite once, small; about three minutes), so they cannot rot
 # between the runs that measure. Its figures mean nothing and go to target/, not load/results.
 if [ $# -eq 0 ]; then

@@ -122,6 +122,13 @@ pub enum Trigger {
         /// Slack's Web API (`https://slack.com/api` if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_url: Option<String>,
+        /// The linked Halyard users (other than the owner) who let this automation run agents as
+        /// them: set only by each of them (the sign-in link's `run_as_me`), never by the owner,
+        /// and dropped with the links when the owner changes the signing secret, `api_url` or
+        /// prompt. A mention by a linked user who is not here starts nothing as them: whoever
+        /// holds the signing secret can claim any Slack user mentioned the bot.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+        consented: std::collections::BTreeSet<String>,
     },
 }
 
@@ -267,6 +274,10 @@ pub struct Thread {
     /// to another Halyard user): only they continue it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_as: Option<crate::UserId>,
+    /// The key the thread is remembered under for later mentions (`thread.<automation>.<digest>`):
+    /// forgotten when the conversation's start fails, so that the next mention starts afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_key: Option<String>,
 }
 
 /// A sign-in link Halyard sent privately to a Slack user no Halyard user is linked to (stored
@@ -293,6 +304,7 @@ impl Thread {
             thread_ts: None,
             issue_key: None,
             runs_as: None,
+            thread_key: None,
         }
     }
 }

@@ -8,6 +8,9 @@ pub const SESSION_KEY_HEADER: &str = "x-session-key";
 
 /// The largest file a user may upload into a workspace (`PUT .../files`), in bytes.
 pub const MAX_UPLOAD_BYTES: u64 = 100 << 20;
+/// The largest checkpoint bundle a sandbox takes in for a fork (2 GiB): a body past it is cut
+/// off and refused, never written to the disk whole.
+pub const MAX_CHECKPOINT_BUNDLE_BYTES: u64 = 2 << 30;
 
 /// Marker inserted where output was cut.
 pub const TRUNCATION_MARKER: &str = "[... output truncated by Halyard:";

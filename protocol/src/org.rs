@@ -2,7 +2,7 @@
 //! (`halyard_auth`), which every gateway follows, so a membership change is known everywhere as
 //! soon as it reaches each gateway.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +66,22 @@ pub struct Org {
     pub updated_ms: UnixMillis,
     #[serde(default)]
     pub settings: OrgSettings,
+    /// Users who left or were removed: joining by e-mail domain or group does not add them back
+    /// (an invitation they accept does).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub left: BTreeSet<UserId>,
+    /// Invitations not yet answered, by invitee: nobody is a member without saying yes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub invitations: BTreeMap<UserId, Invitation>,
+}
+
+/// An invitation to join an organization.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invitation {
+    /// The role the invitee gets on accepting.
+    pub role: Role,
+    pub invited_by: UserId,
+    pub invited_ms: UnixMillis,
 }
 
 /// What an organization's owners and admins set for its conversations.
@@ -147,6 +163,14 @@ pub struct OrgSkills {
 pub struct OrgPrices {
     #[serde(default)]
     pub prices: BTreeMap<String, ModelPrice>,
+}
+
+/// An organization's members (`orgmembers.<org>` in the user bucket), copied from the accounts
+/// bucket on every change of membership: a run in the organization whose owner is not among
+/// them gets nothing of the organization's and stops.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrgMembers {
+    pub members: BTreeSet<UserId>,
 }
 
 /// An organization's monthly budgets (`orgbudget.<org>` in the user bucket), copied from its

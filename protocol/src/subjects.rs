@@ -57,6 +57,9 @@ pub const AUTOMATION_CONSUMER: &str = "automations";
 /// Durable consumer of the automation service on the event log: runs that end, whose summary goes
 /// back to the forge thread that asked.
 pub const AUTOMATION_SUMMARY_CONSUMER: &str = "automation-summaries";
+/// Durable consumer of the automation service on the system stream: start tasks that failed,
+/// whose thread hears why.
+pub const AUTOMATION_START_FAILURE_CONSUMER: &str = "automation-start-failures";
 /// Every conversation's run status changes (what the automation service reads).
 pub const ALL_EXECUTION_STATUSES: &str = "halyard.events.*.execution_status";
 /// Durable consumer of the title setter's commands.
@@ -174,6 +177,13 @@ pub fn org_price_key(org: &str) -> String {
 /// [`USER_BUCKET`]: what its settings say, kept where the agent runner reads.
 pub fn org_budget_key(org: &str) -> String {
     format!("orgbudget.{org}")
+}
+
+/// The key of organization `org`'s members ([`crate::org::OrgMembers`]) in [`USER_BUCKET`]:
+/// copied from the accounts bucket on every change, where the agent runner and the conversation
+/// manager read it to stop giving the organization's things to someone who left.
+pub fn org_members_key(org: &str) -> String {
+    format!("orgmembers.{org}")
 }
 
 /// The key of what organization `org` spent in `month` (`YYYY-MM`, [`crate::org::OrgSpend`]) in

@@ -1,7 +1,8 @@
 // A real OpenID provider for the single sign-on tests: npm's oidc-provider (an OpenID-certified
 // implementation), unchanged but for its configuration. One confidential client (Halyard) that
 // must use PKCE; accounts are whoever signs in at its development login form (any password),
-// with the login as the e-mail address (verified) and, for a few names, a `groups` claim.
+// with the login as the e-mail address (verified, unless the login starts with `unverified:`)
+// and, for a few names, a `groups` claim.
 //
 // `POST /__mode?to=wrong-audience|expired|ok` has the token endpoint hand out, until told
 // otherwise, an ID token with one claim altered and signed again with the provider's own key: a
@@ -18,7 +19,7 @@ const { privateKey } = await jose.generateKeyPair("RS256", { extractable: true }
 const jwk = { ...(await jose.exportJWK(privateKey)), kid: "halyard-test", alg: "RS256", use: "sig" };
 
 // Who is in which group at the provider.
-const GROUPS = { "erin@contractors.test": ["platform-team"] };
+const GROUPS = { "erin@contractors.test": ["platform-team"], "unverified:root@contractors.test": ["platform-team"] };
 
 const provider = new Provider(issuer, {
   clients: [
@@ -40,7 +41,10 @@ const provider = new Provider(issuer, {
   features: { devInteractions: { enabled: true } },
   findAccount: async (_ctx, id) => ({
     accountId: id,
-    claims: async () => ({ sub: id, email: id, email_verified: true, name: id.split("@")[0], groups: GROUPS[id] ?? [] }),
+    claims: async () => {
+      const email = id.replace(/^unverified:/, "");
+      return { sub: id, email, email_verified: email === id, name: email.split("@")[0], groups: GROUPS[id] ?? [] };
+    },
   }),
   // Consent is the user's business at a real provider; here every sign-in grants what it asks.
   loadExistingGrant: async (ctx) => {

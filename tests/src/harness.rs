@@ -324,6 +324,12 @@ impl Halyard {
 impl Drop for Halyard {
     fn drop(&mut self) {
         self.stop();
+        // Process sandboxes outlive Halyard by design too (a restart adopts them, and what the
+        // agent started in them keeps running); a test's are ended with it, pass or fail.
+        let node = self.opts.env.get("HALYARD_NODE_ID").cloned().unwrap_or_else(|| self.deployment());
+        if !node.is_empty() {
+            crate::procs::end_sandboxes(&node);
+        }
         // Docker sandboxes outlive Halyard by design (the next start adopts them); a test's
         // deployment is gone for good, so are its containers and volumes.
         if self.opts.env.get("HALYARD_SANDBOX").is_some_and(|k| k == "docker") {
@@ -587,6 +593,21 @@ impl Api {
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Invites `who` to organization `org` (with `role`, or as a member) and has them accept, as
+    /// joining takes both; panics if either is refused.
+    pub async fn add_to_org(&self, org: &str, who: &Api, role: Option<&str>) {
+        let (_, me) = who.get("/api/v1/me").await;
+        let name = me["user"].as_str().expect("the invitee's name").to_owned();
+        let mut body = serde_json::json!({"user": name});
+        if let Some(role) = role {
+            body["role"] = role.into();
+        }
+        let (s, v) = self.post(&format!("/api/v1/orgs/{org}/members"), body).await;
+        assert_eq!(s, 202, "invite {name} to {org}: {v}");
+        let (s, v) = who.post(&format!("/api/v1/me/invitations/{org}/accept"), serde_json::json!({})).await;
+        assert_eq!(s, 200, "{name} accepts {org}'s invitation: {v}");
     }
 
     /// Starts a conversation and waits for its start task to be READY; returns

@@ -537,8 +537,13 @@ pub const ANTHROPIC_MODELS: &[(&str, &str)] = &[
 
 /// `GET /v1/models`, as each provider answers it: OpenAI's one list, or Anthropic's pages
 /// (`after_id`, `has_more`, `last_id`; two a page here so that a client must follow them), each
-/// wanting its own key header.
-async fn models(headers: HeaderMap, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+/// wanting its own key header. Strict, as some servers are: a stray empty query string (`?` with
+/// nothing after it) is a path it does not know.
+async fn models(uri: axum::http::Uri, headers: HeaderMap, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    if uri.query() == Some("") {
+        let error = json!({"error": {"message": format!("Invalid URL (GET {uri})"), "type": "invalid_request_error", "code": "not_found"}});
+        return (StatusCode::NOT_FOUND, Json(error)).into_response();
+    }
     if headers.get("anthropic-version").is_some() {
         if headers.get("x-api-key").is_none() {
             let error = json!({"type": "error", "error": {"type": "authentication_error", "message": "x-api-key header is required"}});

@@ -428,17 +428,28 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
     assert_eq!(bob.get("/api/v1/orgs/acme").await.0, 404);
     assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 404);
 
-    // Members: added by owners and admins; roles given and changed by owners only.
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    // Members: invited by owners and admins, members once they accept; roles given and changed
+    // by owners only.
+    let (s, invited) = alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await;
+    assert_eq!((s, &invited["invited"]), (202, &json!([{"user": "bob", "role": "member"}])), "{invited}");
+    assert_eq!(bob.get("/api/v1/orgs/acme").await.0, 404, "not a member before saying yes");
+    let (_, waiting) = bob.get("/api/v1/me/invitations").await;
+    assert_eq!(waiting["items"][0]["org"], "acme", "{waiting}");
+    assert_eq!((waiting["items"][0]["role"].as_str(), waiting["items"][0]["invited_by"].as_str()), (Some("member"), Some("alice")));
+    assert_eq!(carol.get("/api/v1/me/invitations").await.1["items"], json!([]), "only the invitee sees it");
+    assert_eq!(carol.post("/api/v1/me/invitations/acme/accept", json!({})).await.0, 404, "nobody accepts another's invitation");
+    let (s, joined) = bob.post("/api/v1/me/invitations/acme/accept", json!({})).await;
+    assert_eq!((s, joined["role"].as_str()), (200, Some("member")), "{joined}");
+    // A name nobody has is answered like any other: the answer tells no one who has an account.
     let (s, e) = alice.post("/api/v1/orgs/acme/members", json!({"user": "nobody"})).await;
-    assert_eq!((s, code(&e)), (400, "unknown_user".into()), "{e}");
+    assert_eq!(s, 202, "{e}");
     let (s, e) = alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await;
     assert_eq!((s, code(&e)), (409, "already_member".into()), "{e}");
     let (_, mine) = bob.get("/api/v1/orgs").await;
     assert_eq!(mine["items"], json!([{"name": "acme", "role": "member", "members": 2, "created_at": org["created_at"]}]), "{mine}");
-    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 403, "a member adds nobody");
+    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 403, "a member invites nobody");
     assert_eq!(alice.call(patch.clone(), "/api/v1/orgs/acme/members/bob", Some(json!({"role": "admin"}))).await.0, 200);
-    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 201, "an admin adds members");
+    bob.add_to_org("acme", &carol, None).await;
     assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "dave", "role": "admin"})).await.0, 403, "only owners give roles");
     assert_eq!(bob.call(patch.clone(), "/api/v1/orgs/acme/members/carol", Some(json!({"role": "admin"}))).await.0, 403);
     assert_eq!(alice.call(patch.clone(), "/api/v1/orgs/acme/members/carol", Some(json!({"role": "chief"}))).await.0, 400);
@@ -448,11 +459,18 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
         json!([{"user": "alice", "role": "owner"}, {"user": "bob", "role": "admin"}, {"user": "carol", "role": "member"}]),
         "{listed}"
     );
+    // An invitation declined is gone; one withdrawn too.
+    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "dave"})).await.0, 202);
+    assert_eq!(dave.post("/api/v1/me/invitations/acme/decline", json!({})).await.0, 204);
+    assert_eq!(dave.post("/api/v1/me/invitations/acme/accept", json!({})).await.0, 404, "declined is declined");
+    assert_eq!(dave.get("/api/v1/orgs/acme").await.0, 404);
+    assert_eq!(alice.call(delete.clone(), "/api/v1/orgs/acme/members/nobody", None).await.0, 204, "withdrawn");
+    assert_eq!(carol.get("/api/v1/orgs/acme/members").await.1["invited"], json!([]));
     // Admins remove members, not owners; anyone leaves.
     assert_eq!(bob.call(delete.clone(), "/api/v1/orgs/acme/members/alice", None).await.0, 403);
     assert_eq!(bob.call(delete.clone(), "/api/v1/orgs/acme/members/carol", None).await.0, 204);
     assert_eq!(carol.get("/api/v1/orgs/acme").await.0, 404, "a removed member no longer sees it");
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "dave"})).await.0, 201);
+    alice.add_to_org("acme", &dave, None).await;
     assert_eq!(dave.call(delete.clone(), "/api/v1/orgs/acme/members/dave", None).await.0, 204);
 
     // The last owner can neither leave nor step down; with another owner, they can.
@@ -470,13 +488,13 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
     assert_eq!(names, vec![("acme", "owner"), ("beta", "owner")]);
 
     // The organization's audit trail: its owners and admins read what happened in it, only that.
-    assert_eq!(bob.post("/api/v1/orgs/acme/members", json!({"user": "carol"})).await.0, 201);
+    bob.add_to_org("acme", &carol, None).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let trail = loop {
         let (s, page) = bob.get("/api/v1/orgs/acme/audit?limit=100").await;
         assert_eq!(s, 200, "{page}");
         let actions: Vec<String> = page["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap().to_owned()).collect();
-        if actions.len() >= 10 || Instant::now() > deadline {
+        if actions.len() >= 18 || Instant::now() > deadline {
             break page;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -492,15 +510,23 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
         said,
         [
             "alice org.create acme",
-            "alice org.member_add bob",
+            "alice org.member_invite bob",
+            "bob org.member_add bob",
+            "alice org.member_invite nobody",
             "alice org.member_role bob",
-            "bob org.member_add carol",
+            "bob org.member_invite carol",
+            "carol org.member_add carol",
+            "alice org.member_invite dave",
+            "dave org.invite_decline dave",
+            "alice org.invite_withdraw nobody",
             "bob org.member_remove carol",
-            "alice org.member_add dave",
+            "alice org.member_invite dave",
+            "dave org.member_add dave",
             "dave org.member_leave dave",
             "alice org.member_role bob",
             "alice org.member_leave alice",
-            "bob org.member_add carol",
+            "bob org.member_invite carol",
+            "carol org.member_add carol",
         ],
         "{trail}"
     );
@@ -525,7 +551,14 @@ async fn organizations_have_members_with_roles_and_never_lose_their_last_owner()
     };
     let (code, out, err) = org_cli("bob-secret-key", &["add", "acme", "dave", "--role", "admin"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out, "bob  owner\ncarol  member\ndave  admin\n");
+    assert_eq!(
+        out,
+        "bob  owner\ncarol  member\ndave  admin (invited)\ninvited dave to acme: they join when they accept (halyard org accept acme)\n"
+    );
+    let (code, out, _) = org_cli("dave-secret-key", &["invitations"]);
+    assert!(code == 0 && out.starts_with("acme  as admin  from bob  "), "{out}");
+    let (code, out, err) = org_cli("dave-secret-key", &["accept", "acme"]);
+    assert_eq!((code, out.as_str()), (0, "joined acme as admin\n"), "{err}");
     let (code, out, _) = org_cli("dave-secret-key", &["ls"]);
     assert_eq!((code, out.as_str()), (0, "acme  admin  3 members\n"));
     let (code, _, err) = org_cli("carol-secret-key", &["role", "acme", "carol", "owner"]);
@@ -634,7 +667,7 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     let put = reqwest::Method::PUT;
     let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
 
     // The organization's profile: set up by its owner, its key never shown to anyone.
     let profile = json!({"base_url": team.base_url, "model": "team-model", "api_key": ORG_KEY});
@@ -738,7 +771,7 @@ async fn an_organizations_budget_alerts_then_stops_its_runs_and_refuses_new_ones
     let put = reqwest::Method::PUT;
     let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
 
     // The organization's price for the model, over a built-in table that knows the usual ones.
     let price = json!({"input_per_million": 0.0, "output_per_million": 10000.0, "cached_per_million": 0.0});
@@ -880,7 +913,7 @@ async fn what_an_organization_offers_reaches_its_members_runs_and_its_secrets_ar
     let (alice, bob, carol) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"));
     let put = reqwest::Method::PUT;
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
 
     // Set by its owner; a member neither sets nor reads one; an outsider sees no organization.
     let (s, v) = alice.call(put.clone(), "/api/v1/orgs/acme/secrets/TEAM_TOKEN", Some(json!({"value": VALUE, "description": "CI"}))).await;
@@ -960,7 +993,7 @@ async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_
     let (alice, bob, carol, dave) = (h.api(ALICE), h.api("bob-secret-key"), h.api("carol-secret-key"), h.api("dave-secret-key"));
     let code = |v: &Value| v["error"]["code"].as_str().unwrap_or_default().to_owned();
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
     assert_eq!(dave.post("/api/v1/orgs", json!({"name": "globex"})).await.0, 201);
 
     let (s, e) = bob.post("/api/v1/conversations", json!({"message": "x", "visibility": "org"})).await;

@@ -453,6 +453,10 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     assert_eq!(s, 401, "another body under the first request's signature: {answer}");
     let (s, answer) = hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-000000000004", &signature2), &body2).await;
     assert_eq!((s, answer["status"].as_str()), (200, Some("duplicate")), "{answer}");
+    // The delivery id is a header the signature does not cover: a captured delivery sent again
+    // under a fresh id is the same delivery.
+    let (s, answer) = hook(hook_url, &github_headers("issue_comment", "d1a1b2c3-0000-11ef-8000-0000000000ff", &signature2), &body2).await;
+    assert_eq!((s, answer["status"].as_str()), (200, Some("duplicate")), "a replay under a fresh id: {answer}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     runs(&api, id, 4).await;
     // Three comments in all on GitHub: "on it", and a summary per run.
@@ -478,6 +482,78 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     assert_eq!(made["trigger"], json!({"kind": "github", "provider": "work", "label": "halyard", "mention": "@ship-it"}));
     assert!(github.seen().iter().all(|(_, auth)| auth.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{:?}", github.seen());
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}
+
+#[tokio::test]
+async fn a_github_run_whose_start_fails_says_why_on_the_issue_and_the_next_mention_starts_afresh() {
+    init();
+    const TOKEN: &str = "ghp_automation-token-start-fails";
+    let repos = tempfile::tempdir().unwrap();
+    // The forge knows alice/widget, but its git server has no such repository (yet): the clone
+    // through the git proxy fails.
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/widget"], Some(repos.path().to_path_buf())).await;
+    github.open_issue("alice/widget", 7);
+    github.set_permission("octo-writer", "write");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "github", "host": server.base.trim_start_matches("http://"), "api_url": github.api_url, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Issue bot", "trigger": {"kind": "github", "provider": "work"}})).await;
+    assert_eq!(s, 201, "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+
+    let mention = |comment_id: u64, text: &'static str| {
+        github_request(secret, "issue_comment", "created", move |p| {
+            p["repository"]["full_name"] = "alice/widget".into();
+            p["issue"]["number"] = 7.into();
+            p["issue"]["pull_request"] = Value::Null;
+            p["issue"]["html_url"] = "https://github.com/alice/widget/issues/7".into();
+            p["comment"]["id"] = comment_id.into();
+            p["comment"]["body"] = text.into();
+            p["sender"]["login"] = "octo-writer".into();
+        })
+    };
+    let (body, signature) = mention(7001, "@halyard fix the build").await;
+    assert_eq!(hook(hook_url, &github_headers("issue_comment", "e1a1b2c3-0000-11ef-8000-000000000001", &signature), &body).await.0, 202);
+    let run = runs(&api, id, 1).await.remove(0);
+    let first = run["conversation_id"].as_str().unwrap().to_owned();
+    api.wait_conversation(&first, "the start to fail", |c| c["status"] == "ERROR").await;
+    // "On it", then how it ended, in words: what failed and what to do.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while github.comments().len() < 2 {
+        assert!(Instant::now() < deadline, "the issue never heard how the start ended: {:?}", github.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let comments = github.comments();
+    let said: Vec<&str> = comments.iter().map(|(_, _, b)| b["body"].as_str().unwrap()).collect();
+    assert!(said[0].starts_with("On it"), "{said:?}");
+    assert!(said[1].contains("I could not get the repository") && said[1].contains("alice/widget"), "{said:?}");
+    assert!(said[1].contains("mention me again") && said[1].contains(&format!("/c/{first}")), "{said:?}");
+    assert!(!said[1].contains(TOKEN), "{said:?}");
+
+    // The repository is fixed; the next mention starts a new conversation that runs.
+    halyard_tests::bare_repository(repos.path(), "alice/widget.git", ("README.md", "widget\n"));
+    llm.push([Reply::finish("The build is fixed.")]);
+    let (body, signature) = mention(7002, "@halyard try again please").await;
+    assert_eq!(hook(hook_url, &github_headers("issue_comment", "e1a1b2c3-0000-11ef-8000-000000000002", &signature), &body).await.0, 202);
+    let run = runs(&api, id, 2).await.remove(0);
+    assert_eq!(run["outcome"], "started", "{run}");
+    let second = run["conversation_id"].as_str().unwrap().to_owned();
+    assert_ne!(second, first, "the mention went to the conversation that never started");
+    let events = api.wait_events(&second, "the new run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let asked = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(asked.contains("try again please"), "{asked}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !github.comments().iter().any(|(_, _, b)| b["body"].as_str().unwrap_or_default().contains("The build is fixed.")) {
+        assert!(Instant::now() < deadline, "no summary for the new run: {:?}", github.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The failure was said once.
+    let failures =
+        github.comments().iter().filter(|(_, _, b)| b["body"].as_str().unwrap_or_default().contains("could not work on this")).count();
+    assert_eq!(failures, 1, "{:?}", github.comments());
 }
 
 /// A GitLab hook's payload, shaped as GitLab documents it.
@@ -678,10 +754,23 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let bob = h.api(BOB);
     let (s, shown) = bob.get(&format!("/api/v1/slack-links/{code}")).await;
     assert_eq!((s, shown["automation"].as_str(), shown["slack_user"].as_str()), (200, Some("Slack bot"), Some("U0999XYZ")), "{shown}");
+    // Linked, without letting the automation run as him.
     let (s, linked) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
-    assert_eq!((s, linked["linked_to"].as_str()), (200, Some("bob")), "{linked}");
+    assert_eq!((s, linked["linked_to"].as_str(), linked["runs_as_linked_user"].as_bool()), (200, Some("bob"), Some(false)), "{linked}");
     let (s, again) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
     assert_eq!((s, again["error"]["code"].as_str()), (404, Some("not_found")), "a link works once: {again}");
+    // A mention "by" Bob's Slack id (the owner holds the signing secret: it may be forged)
+    // starts nothing as Bob, who is told privately how to allow it.
+    let body = app_mention("Ev0010", "U0999XYZ", "C0123ABC", "<@U0BOT> spend bob's budget", "1700000250.000550", None);
+    assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
+    let run = runs(&api, id, 5).await.remove(0);
+    assert!(run["outcome"] == "ignored" && run["reason"].as_str().unwrap().contains("has not let this automation run as them"), "{run}");
+    let told = slack.calls_of("chat.postEphemeral");
+    let note = told.last().unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(note.contains("has not let this automation"), "{note}");
+    let code = note.split("/link/slack/").nth(1).unwrap().chars().take_while(char::is_ascii_hexdigit).collect::<String>();
+    let (s, allowed) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({"run_as_me": true})).await;
+    assert_eq!((s, allowed["runs_as_linked_user"].as_bool()), (200, Some(true)), "{allowed}");
     let (_, a) = api.get(&format!("/api/v1/automations/{id}")).await;
     assert_eq!(a["trigger"]["users"], json!({"U0456DEF": "alice", "U0999XYZ": "bob"}), "{a}");
     // The owner may keep or drop that link, never make one for someone else.
@@ -697,7 +786,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     llm.push([Reply::finish("Prod is fine; I deleted nothing.")]);
     let body = app_mention("Ev0005", "U0999XYZ", "C0123ABC", "<@U0BOT> check prod", "1700000300.000600", None);
     assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
-    let run = runs(&api, id, 5).await.remove(0);
+    let run = runs(&api, id, 6).await.remove(0);
     assert_eq!(run["outcome"], "started", "{run}");
     let bobs = run["conversation_id"].as_str().unwrap().to_owned();
     bob.wait_events(&bobs, "Bob's run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
@@ -705,8 +794,13 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     // Alice, in Bob's thread, is told it is Bob's and starts nothing.
     let body = app_mention("Ev0006", "U0456DEF", "C0123ABC", "<@U0BOT> also this", "1700000400.000700", Some("1700000300.000600"));
     assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
-    let run = runs(&api, id, 6).await.remove(0);
+    let run = runs(&api, id, 7).await.remove(0);
     assert!(run["outcome"] == "ignored" && run["reason"].as_str().unwrap().contains("conversation is bob's"), "{run}");
+    // The owner changing the prompt drops the links to others: Bob's word was given for the
+    // automation as it was.
+    let (s, changed) = api.call(reqwest::Method::PATCH, &url, Some(json!({"prompt": "Do whatever this says: {{body}}"}))).await;
+    assert_eq!(s, 200, "{changed}");
+    assert_eq!(changed["trigger"]["users"], json!({"U0456DEF": "alice"}), "{changed}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
 

@@ -411,10 +411,19 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
         ("HALYARD_OIDC_ISSUER", provider.issuer.as_str()),
         ("HALYARD_OIDC_CLIENT_ID", "halyard"),
         ("HALYARD_OIDC_CLIENT_SECRET", SECRET),
-        ("HALYARD_ADMINS", "alice"),
+        // root is an administrator by name, with no key of the operator's: nobody's sign-in
+        // may become root.
+        ("HALYARD_ADMINS", "alice,root"),
+        // New users come from these domains (a verified address) or the provider's group.
+        ("HALYARD_OIDC_ALLOWED_DOMAINS", "acme.test"),
+        ("HALYARD_OIDC_REQUIRED_GROUP", "platform-team"),
     ];
     let (_llm, h) = with_web(&settings).await;
     let alice = h.api(ALICE);
+    let bob = h.api(BOB);
+    // A user an administrator made with their address signs in as that user.
+    let (s, made) = alice.post("/api/v1/admin/users", json!({"name": "frank", "email": "frank@partner.test"})).await;
+    assert_eq!(s, 201, "{made}");
     let put = reqwest::Method::PUT;
     // acme takes everyone at acme.test and signs its members in through the provider only;
     // platform takes the provider's platform-team group.
@@ -425,7 +434,12 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
     let acme = json!({"require_sso": true, "sso_domains": ["acme.test"]});
     assert_eq!(alice.call(put.clone(), "/api/v1/orgs/acme/settings", Some(acme)).await.0, 200);
     assert_eq!(alice.call(put, "/api/v1/orgs/platform/settings", Some(json!({"sso_groups": ["platform-team"]}))).await.0, 200);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    // Joining by domain reaches people outside the organization: not an owner's to set.
+    assert_eq!(bob.post("/api/v1/orgs", json!({"name": "bobs"})).await.0, 201);
+    let grab = json!({"sso_domains": ["acme.test"], "require_sso": true});
+    let (s, e) = bob.call(reqwest::Method::PUT, "/api/v1/orgs/bobs/settings", Some(grab)).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("admin_only")), "{e}");
+    alice.add_to_org("acme", &bob, None).await;
     assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "alice"})).await.0, 409, "she owns it already");
     // Alice owns acme, so it would refuse her page sign-in too: she leaves it to Bob.
     let (s, _) = alice.call(reqwest::Method::PATCH, "/api/v1/orgs/acme/members/bob", Some(json!({"role": "owner"}))).await;
@@ -433,7 +447,7 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
     assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/alice", None).await.0, 204);
 
     let env = vec![("HALYARD_OIDC_URL", provider.issuer.clone())];
-    let (_, h) = playwright(h, "tests/sso.spec.ts", 5, env).await;
+    let (_, h) = playwright(h, "tests/sso.spec.ts", 9, env).await;
 
     // Bob's key still works for programs.
     assert_eq!(h.api(BOB).get("/api/v1/me").await.0, 200);
@@ -446,6 +460,16 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
     assert!(has("user.create", "carol") && has("org.member_add", "\"sso\""), "{trail}");
     assert!(has("session.create", "\"via\":\"sso\"") && has("org.settings", "\"sso_domains\":[\"acme.test\"]"), "{trail}");
     assert!(has("session.refused", "audience") && has("session.refused", "sso_required"), "{trail}");
+    assert!(has("session.refused", "not among those this deployment admits"), "{trail}");
+    assert!(has("user.sso_bound", "frank@partner.test"), "{trail}");
+    // A stranger's callback (no sign-in of this browser's) is neither shown nor recorded.
+    assert!(!text.contains("evil-description"), "an anonymous callback's text reached the audit trail");
+    // root stays the administrator the operator named, with no account a sign-in made.
+    let (_, users) = h.api(ALICE).get("/api/v1/admin/users").await;
+    let names: Vec<&str> = users["items"].as_array().unwrap().iter().filter_map(|u| u["name"].as_str()).collect();
+    assert!(names.contains(&"root-2") && names.iter().any(|n| n.starts_with("sso-")), "{users}");
+    let root2 = users["items"].as_array().unwrap().iter().find(|u| u["name"] == "root-2").unwrap();
+    assert_eq!(root2["admin"], false, "{root2}");
     assert!(!text.contains(SECRET), "the client secret reached the audit trail");
     assert!(!h.log().contains(SECRET), "the client secret reached the log");
 }

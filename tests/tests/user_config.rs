@@ -618,7 +618,7 @@ async fn an_organizations_bot_account_clones_for_its_members_in_it_and_for_nothi
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
-    assert_eq!(alice.post("/api/v1/orgs/acme/members", json!({"user": "bob"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
 
     // The team's bot account: set up by its owner, its token never shown, not Bob's to change.
     let bot = json!({"kind": "generic", "host": host, "username": "team-bot", "token": TOKEN});

@@ -107,7 +107,7 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     init();
     let llm = ScriptedLlm::start().await;
     llm.push([
-        Reply::tool("terminal", json!({"command": "mkdir -p data && echo kept > data/old.txt", "security_risk": "low"})),
+        Reply::tool("terminal", json!({"command": "mkdir -p data && echo kept > data/old.txt && ln -s /etc out", "security_risk": "low"})),
         Reply::finish("ready"),
     ]);
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
@@ -153,11 +153,23 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     let old = http.get(format!("{base}/files/raw?path=data/old.txt")).bearer_auth(ALICE).send().await.unwrap();
     assert_eq!(old.text().await.unwrap(), "kept\n");
 
-    // Paths are the workspace's only: out of it, into a directory that is not there, a directory.
+    // Into folders that are not there yet: made, as `mkdir -p` would, and the file is where it
+    // was asked to be.
+    let resp = http.put(format!("{base}/files?path=reports/today/out.csv")).bearer_auth(ALICE).body("a,b\n").send().await.unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+    let stored: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(stored["path"], "reports/today/out.csv", "{stored}");
+    let got = http.get(format!("{base}/files/raw?path=reports/today/out.csv")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(got.text().await.unwrap(), "a,b\n");
+
+    // Paths are the workspace's only: out of it (also by making folders), under a file, a
+    // directory; each refusal says what failed.
     for (path, status, code) in [
         ("../../etc/passwd", 400, "path_outside_workspace"),
         ("/etc/hosts", 400, "path_outside_workspace"),
-        ("nowhere/x.txt", 404, "not_found"),
+        ("new/../../../etc/x.txt", 400, "path_outside_workspace"),
+        ("out/made/x.txt", 400, "path_outside_workspace"),
+        ("data/old.txt/x.txt", 400, "invalid_path"),
         ("data", 400, "invalid_path"),
     ] {
         let resp = http.put(format!("{base}/files?path={path}")).bearer_auth(ALICE).body("x").send().await.unwrap();
@@ -217,6 +229,18 @@ async fn the_owner_types_in_a_terminal_of_their_own() {
     // Another user cannot open it.
     let refused = open(BOB).await.unwrap_err();
     assert!(refused.to_string().contains("404"), "{refused}");
+    // Nor can the owner's read-only key (a dashboard's, a CI job's): a shell acts.
+    let (s, ro) = alice.post("/api/v1/me/keys", json!({"scope": "read_only", "name": "dashboard"})).await;
+    assert_eq!(s, 201, "{ro}");
+    let ro_key = ro["key"].as_str().unwrap().to_owned();
+    match open(&ro_key).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 403);
+            let body: serde_json::Value = serde_json::from_slice(resp.body().as_deref().unwrap_or_default()).unwrap();
+            assert_eq!(body["error"]["code"], "read_only_key", "{body}");
+        }
+        other => panic!("a read-only key opened the terminal: {:?}", other.map(|_| ())),
+    }
 
     let (mut term, _) = open(ALICE).await.unwrap();
     term.send(Message::Text(r#"{"type": "resize", "cols": 100, "rows": 30}"#.into())).await.unwrap();
@@ -247,6 +271,7 @@ async fn the_owner_types_in_a_terminal_of_their_own() {
 
     // The log says it was opened, by whom; not what was typed.
     let events = alice.wait_events(&conv, "the record", |ev| ev.iter().any(|e| e["kind"] == "terminal_opened")).await;
+    // Once: the read-only key's attempt left no trace.
     let opened: Vec<_> = events.iter().filter(|e| e["kind"] == "terminal_opened").collect();
     assert_eq!(opened.len(), 1, "{opened:?}");
     assert_eq!((opened[0]["by"].as_str(), opened[0]["source"].as_str()), (Some("alice"), Some("user")));

@@ -160,7 +160,7 @@ export const api = {
     call<Automation>("PATCH", `/automations/${id}`, body),
   deleteAutomation: (id: string) => call<void>("DELETE", `/automations/${id}`),
   slackLink: (code: string) => call<SlackLinkInfo>("GET", `/slack-links/${code}`),
-  linkSlack: (code: string) => call<SlackLinkInfo>("POST", `/slack-links/${code}`, {}),
+  linkSlack: (code: string, runAsMe: boolean) => call<SlackLinkInfo>("POST", `/slack-links/${code}`, { run_as_me: runAsMe }),
   automationRuns: (id: string) => call<{ items: AutomationRun[] }>("GET", `/automations/${id}/runs?limit=50`),
   deliveries: (id: string) => call<{ items: DeliveryAttempt[] }>("GET", `/webhooks/${id}/deliveries?limit=50`),
   retryDelivery: (id: string, delivery: string) => call<unknown>("POST", `/webhooks/${id}/deliveries/${delivery}/retry`),

@@ -185,6 +185,8 @@ export interface SlackLinkInfo {
   slack_user: string;
   expires_at: string;
   linked_to?: string;
+  /** Whether the linked user lets the automation run agents as them. */
+  runs_as_linked_user: boolean;
 }
 
 export interface NewAutomation {
@@ -384,6 +386,20 @@ export interface Org {
 export interface Member {
   user: string;
   role: "owner" | "admin" | "member";
+}
+
+/** `GET /orgs/{org}/members`: the members, and those invited who have not answered yet. */
+export interface MemberList {
+  items: Member[];
+  invited: Member[];
+}
+
+/** An invitation waiting for your answer (`GET /me/invitations`). */
+export interface Invitation {
+  org: string;
+  role: Member["role"];
+  invited_by: string;
+  invited_at: string;
 }
 
 /** An organization's settings (GET/PUT /orgs/{org}/settings). */

@@ -5,7 +5,7 @@
 // this spec, and reads what the app received (HALYARD_REPORT says where to find it).
 
 import { writeFileSync } from "node:fs";
-import { expect, test } from "@playwright/test";
+import { expect, test } from "./fixtures";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
 

@@ -3,7 +3,7 @@
 // a key's value is never shown back, a profile's Test makes a real call, a new API key works
 // once made and stops working when revoked. The tests run in order, in one signed-in page each.
 
-import { expect, test, type Page } from "@playwright/test";
+import { expect, test, type Page } from "./fixtures";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
 const shot = (page: Page, name: string) => page.screenshot({ path: `test-results/screenshots/${name}.png`, fullPage: true });
@@ -323,7 +323,7 @@ test("10. an administrator reads the audit trail: what everyone did, filtered, e
   expect(exported).not.toContain("tok-never-shown-4471");
 });
 
-test("11. an organization: created, a member added and made an admin, the last owner cannot leave, what happened is shown", async ({ page }) => {
+test("11. an organization: created, a member invited who accepts and is made an admin, the last owner cannot leave, what happened is shown", async ({ page, browser }) => {
   await settings(page);
   await page.getByRole("link", { name: "Organizations" }).click();
   await expect(page.getByText("You are in no organization.")).toBeVisible();
@@ -333,7 +333,24 @@ test("11. an organization: created, a member added and made an admin, the last o
   const table = members.getByRole("table", { name: "Members" });
   await expect(table.getByRole("row").filter({ hasText: "alice" })).toContainText("owner");
   await members.getByLabel("User").fill("bob");
-  await members.getByRole("button", { name: "Add member" }).click();
+  await members.getByRole("button", { name: "Invite" }).click();
+  // Invited, not a member: Bob says yes on his own page, told what joining exposes.
+  await expect(table.getByRole("row").filter({ hasText: "bob" })).toContainText("invited as member");
+  await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 1 member");
+  const bob = await (await browser.newContext()).newPage();
+  await bob.goto("/");
+  await bob.getByLabel("API key").fill(process.env.HALYARD_BOB_KEY ?? "bob-secret-key");
+  await bob.getByRole("button", { name: "Sign in" }).click();
+  await bob.getByRole("link", { name: "Organizations" }).click();
+  const invitations = bob.getByRole("region", { name: "Invitations" });
+  await expect(invitations).toContainText("acme as member, from alice");
+  await expect(invitations).toContainText("its owners and admins read");
+  await shot(bob, "invitation");
+  await invitations.getByRole("button", { name: "Accept acme" }).click();
+  await expect(bob.getByRole("list", { name: "Your organizations" })).toContainText("member, 2 members");
+  await bob.close();
+  await page.reload();
+  await page.getByRole("button", { name: "Members of acme" }).click();
   await expect(members.getByLabel("Role of bob")).toHaveValue("member");
   await members.getByLabel("Role of bob").selectOption("admin");
   await expect(page.getByRole("list", { name: "Your organizations" })).toContainText("owner, 2 members");
@@ -361,6 +378,8 @@ test("11. an organization: created, a member added and made an admin, the last o
   await page.getByRole("link", { name: "New conversation" }).click();
   await page.getByLabel("What should the agent do?").fill("hello from the team");
   await page.getByLabel("Organization").selectOption("acme");
+  // Said where the choice is made: what a conversation in the organization exposes to it.
+  await expect(page.getByTestId("org-exposure")).toContainText("its owners and admins read");
   await page.getByLabel("LLM").selectOption("team");
   await page.getByRole("button", { name: "Start" }).click();
   await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
@@ -453,7 +472,7 @@ test("13. an organization's prices and budget: set on its page, the banner at 80
 test("14. a conversation shared with the organization: a member finds it, follows it read-only, and cannot act on it", async ({ page, browser }) => {
   await settings(page);
   const csrf = { "x-halyard-csrf": "1" };
-  expect((await page.request.post("/api/v1/orgs/acme/members", { headers: csrf, data: { user: "bob" } })).status()).toBe(201);
+  expect((await page.request.post("/api/v1/orgs/acme/members", { headers: csrf, data: { user: "bob" } })).status()).toBe(202);
   // Alice starts it in acme, shared.
   await page.getByRole("link", { name: "Conversations" }).click();
   await page.getByRole("link", { name: "New conversation" }).click();
@@ -471,7 +490,8 @@ test("14. a conversation shared with the organization: a member finds it, follow
   await bob.getByLabel("API key").fill(process.env.HALYARD_BOB_KEY ?? "bob-secret-key");
   await bob.getByRole("button", { name: "Sign in" }).click();
   await bob.getByRole("link", { name: "Organizations" }).click();
-  await bob.getByRole("button", { name: "Members of acme" }).click();
+  // Accepting opens the organization.
+  await bob.getByRole("region", { name: "Invitations" }).getByRole("button", { name: "Accept acme" }).click();
   await bob.getByRole("region", { name: "Shared with acme" }).getByRole("link").first().click();
   await expect(bob).toHaveURL(new RegExp(`/c/${id}$`));
   await expect(bob.getByLabel("Shared by")).toContainText("alice's conversation, shared with acme · read only");

@@ -2,9 +2,12 @@
 // which tests/tests/browser.rs starts with Halyard): a first sign-in makes the user and places
 // them in the organizations their e-mail domain or groups claim say; an ID token for another
 // audience, or an expired one, is refused with the reason on the sign-in page; an organization
-// that requires single sign-on refuses its members' API-key sign-in to the page.
+// that requires single sign-on refuses its members' API-key sign-in to the page; a sign-in never
+// takes a name that is someone's (an administrator's by configuration) nor one from an address
+// the provider did not verify; strangers the deployment does not admit are refused; a callback
+// this browser did not start shows nothing of what it carries; `return_to` stays on this site.
 
-import { expect, test, type Page } from "@playwright/test";
+import { expect, test, type Page } from "./fixtures";
 
 const PROVIDER = process.env.HALYARD_OIDC_URL!;
 const shot = (page: Page, name: string) => page.screenshot({ path: `test-results/screenshots/${name}.png`, fullPage: true });
@@ -13,6 +16,11 @@ const shot = (page: Page, name: string) => page.screenshot({ path: `test-results
 async function viaProvider(page: Page, login: string) {
   await page.goto("/");
   await page.getByRole("link", { name: "Sign in with single sign-on" }).click();
+  await atProvider(page, login);
+}
+
+/** Signs in at the provider's login form the browser is on. */
+async function atProvider(page: Page, login: string) {
   await expect(page).toHaveURL(new RegExp(`^${PROVIDER}/`));
   await page.locator('input[name="login"]').fill(login);
   await page.locator('input[name="password"]').fill("any password");
@@ -77,4 +85,42 @@ test("5. an organization that requires single sign-on refuses its member's API k
   await page.getByLabel("API key").fill(process.env.HALYARD_ALICE_KEY ?? "alice-secret-key");
   await page.getByRole("button", { name: "Sign in", exact: true }).click();
   await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+});
+
+test("6. a verified root@ at an admitted domain is not root: the name is taken, by an administrator", async ({ page }) => {
+  await viaProvider(page, "root@acme.test");
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  await expect(page.locator(".who")).toHaveText("root-2");
+  const me = await (await page.request.get("/api/v1/me")).json();
+  expect([me.user, me.admin]).toEqual(["root-2", false]);
+  expect((await page.request.get("/api/v1/admin/users")).status()).toBe(403);
+});
+
+test("7. an unverified address names nobody: admitted by its group, named after the identity", async ({ page }) => {
+  await viaProvider(page, "unverified:root@contractors.test");
+  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
+  const me = await (await page.request.get("/api/v1/me")).json();
+  expect(me.user).toMatch(/^sso-[0-9a-f]{10}$/);
+  expect(me.admin).toBe(false);
+});
+
+test("8. a stranger the deployment does not admit is refused; a user made for their address signs in", async ({ page }) => {
+  await viaProvider(page, "mallory@elsewhere.test");
+  await expect(page.getByText(/not among those this deployment admits/)).toBeVisible();
+  expect((await page.request.get("/api/v1/me")).status()).toBe(401);
+  await shot(page, "sso-not-admitted");
+  await viaProvider(page, "frank@partner.test");
+  await expect(page.locator(".who")).toHaveText("frank");
+});
+
+test("9. a callback this browser did not start shows nothing of its query, and return_to stays on this site", async ({ page }) => {
+  await page.goto("/api/v1/auth/sso/callback?error=access_denied&error_description=evil-description%20visit%20evil.example");
+  await expect(page.getByText(/this sign-in expired or was not started here/)).toBeVisible();
+  await expect(page.getByText(/evil/)).toHaveCount(0);
+  // A return path a browser would read as another site's is home instead.
+  await page.goto("/api/v1/auth/sso/start?return_to=/%09/evil.example");
+  await atProvider(page, "carol@acme.test");
+  await expect(page.locator(".who")).toHaveText("carol");
+  expect(new URL(page.url()).origin).toBe(new URL(process.env.HALYARD_URL ?? "http://127.0.0.1:3000").origin);
+  expect(new URL(page.url()).pathname).toBe("/");
 });

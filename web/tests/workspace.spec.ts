@@ -5,7 +5,7 @@
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
 import { readFileSync } from "node:fs";
-import { expect, test, type Page } from "@playwright/test";
+import { expect, test, type Page } from "./fixtures";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
 const BOB = process.env.HALYARD_BOB_KEY ?? "bob-secret-key";
@@ -80,12 +80,14 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   const diff = page.getByTestId("file-diff").filter({ hasText: "hello.py" });
   await expect(diff).toContainText("untracked");
   await expect(diff.locator("tr.add")).toContainText('print("hello from halyard")');
-  // The file browser lists the workspace and opens a file.
+  await shot(page, "changes");
+  // The Files tab lists the whole workspace and opens a file.
+  await page.getByRole("tab", { name: "Files" }).click();
   await page.getByRole("region", { name: "Files" }).getByRole("button", { name: /hello\.py/ }).click();
   await expect(page.getByTestId("file-content")).toHaveAttribute("data-path", "hello.py");
   await expect(page.getByRole("region", { name: "Files" }).locator("code.path")).toHaveText("/hello.py");
   await expect(page.getByTestId("file-content")).toContainText('print("hello from halyard")');
-  await shot(page, "changes");
+  await shot(page, "files");
 
   // Edited in place and saved (Ctrl-S): the sandbox has the new text.
   const files = page.getByRole("region", { name: "Files", exact: true });
@@ -103,9 +105,12 @@ test("1. sign in, start from a repository, watch the phases, see the command, it
   expect(saved.content).toBe('print("hello from halyard")\n# edited in the browser\n');
   await files.getByRole("button", { name: "Close" }).click();
   await expect(page.getByTestId("file-content")).toContainText("# edited in the browser");
-  // What changed shows the edit too.
-  await expect(page.getByTestId("file-diff").filter({ hasText: "hello.py" }).locator("tr.add").filter({ hasText: "# edited in the browser" })).toHaveCount(1);
   await shot(page, "edited");
+  // What changed shows the edit too.
+  await page.getByRole("tab", { name: "Changes" }).click();
+  await expect(page.getByTestId("file-diff").filter({ hasText: "hello.py" }).locator("tr.add").filter({ hasText: "# edited in the browser" })).toHaveCount(1);
+  await page.getByRole("tab", { name: "Files" }).click();
+  await files.getByRole("button", { name: /hello\.py/ }).click();
 
   // A file downloaded as it is.
   const [one] = await Promise.all([page.waitForEvent("download"), files.getByRole("link", { name: "Download", exact: true }).click()]);

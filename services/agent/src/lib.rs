@@ -19,6 +19,7 @@ pub mod conversation;
 pub mod history;
 pub mod lease;
 pub mod log;
+pub mod membership;
 pub mod org_budget;
 pub mod run_loop;
 pub mod runner;

@@ -18,6 +18,9 @@ use serde::de::DeserializeOwned;
 
 use crate::Ctx;
 
+/// MCP servers by name.
+pub type McpConfigs = BTreeMap<String, halyard_protocol::user::McpServerConfig>;
+
 /// A user's secrets, opened: the shell's environment and the log's mask.
 #[derive(Debug, Default, Clone)]
 pub struct Secrets {
@@ -100,13 +103,23 @@ impl Snapshot {
     }
 
     /// The MCP servers the run may connect: the operator's, the organization's, then the
-    /// owner's own (each over the one before, by name).
-    pub fn mcp(&self, ctx: &Ctx) -> Result<std::collections::BTreeMap<String, halyard_protocol::user::McpServerConfig>, String> {
-        let org = match &self.org {
-            Some(org) => self.get(&subjects::org_mcp_key(org))?,
-            None => Default::default(),
+    /// owner's own (each over the one before, by name); and which are the organization's, with
+    /// the organization's secrets, which alone fill them.
+    pub fn mcp(&self, ctx: &Ctx) -> Result<(McpConfigs, crate::tools::mcp::OrgServers), String> {
+        let stored: halyard_protocol::user::UserMcpServers = self.get(&subjects::user_mcp_key(&self.owner))?;
+        let Some(org) = &self.org else {
+            return Ok((crate::tools::mcp::configs_of(ctx, Default::default(), stored), Default::default()));
         };
-        Ok(crate::tools::mcp::configs_of(ctx, org, self.get(&subjects::user_mcp_key(&self.owner))?))
+        let servers: halyard_protocol::user::UserMcpServers = self.get(&subjects::org_mcp_key(org))?;
+        let names = crate::tools::mcp::org_names(&servers, &stored);
+        let opened = halyard_platform::user_secrets::open_org(
+            &ctx.vault,
+            org,
+            self.get(&subjects::org_secrets_key(org))?,
+            self.get(&subjects::org_git_key(org))?,
+        );
+        let org_servers = crate::tools::mcp::OrgServers { names, secrets: opened.env };
+        Ok((crate::tools::mcp::configs_of(ctx, servers, stored), org_servers))
     }
 
     pub fn settings(&self) -> Result<UserSettings, String> {

@@ -16,6 +16,7 @@ pub mod kinds;
 pub mod prompt;
 pub mod runs;
 pub mod schedules;
+pub mod start_failures;
 pub mod summaries;
 pub mod threads;
 pub mod tracker;
@@ -91,6 +92,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
 
     let ticks = tokio::spawn(schedules::run(ctx.clone(), shutdown.clone()));
     let summaries = tokio::spawn(summaries::run(ctx.clone(), shutdown.clone()));
+    let start_failures = tokio::spawn(start_failures::run(ctx.clone(), shutdown.clone()));
     let served = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AUTOMATION_CONSUMER, "automations", shutdown, |d| {
         let ctx = ctx.clone();
         async move {
@@ -107,5 +109,6 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     .await;
     ticks.abort();
     summaries.abort();
+    start_failures.abort();
     served.map_err(AutomationError::from)
 }

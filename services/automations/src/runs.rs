@@ -105,6 +105,8 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
             run.conversation_id = Some(conversation_id);
             if let Some(answer) = answer {
                 answer.on_start(ctx, &automation, conversation_id).await?;
+                // A start that failed before its thread was remembered is told there now.
+                crate::start_failures::check(ctx, TaskId(derived(&["task", &run_id.to_string()]))).await?;
             }
         }
         Decision::Continue { conversation_id, message, answer } => {
@@ -208,8 +210,9 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
             let client = linear::client(ctx, a, api_url.as_deref()).map(tracker::Client::Linear);
             return tracker::decide(ctx, a, &payload, ask, teams, provider.as_deref(), client).await;
         }
-        (Trigger::Slack { channels, users, provider, api_url }, AutomationCommand::Hook { body, .. }) => {
-            return slack::decide(ctx, a, channels, users, provider.as_deref(), api_url.as_deref(), body).await;
+        (Trigger::Slack { channels, users, provider, api_url, consented }, AutomationCommand::Hook { body, .. }) => {
+            let who = slack::Who { users, consented };
+            return slack::decide(ctx, a, channels, who, provider.as_deref(), api_url.as_deref(), body).await;
         }
         (Trigger::AzureDevops { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();

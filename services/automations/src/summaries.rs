@@ -72,7 +72,6 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
             _ => {}
         }
     }
-    let link = conversation_link(&ctx.config, conversation_id);
     let mut summary = match outcome {
         "finished" => "Done.".to_owned(),
         "stuck" => "I stopped: I was going round in circles.".to_owned(),
@@ -85,6 +84,16 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     for url in &pulls {
         summary.push_str(&format!("\n\nPull request: {url}"));
     }
+    say(ctx, &a, &thread, summary).await?;
+    let _ = ctx.bucket.put(done_key, Vec::new().into()).await;
+    Ok(())
+}
+
+/// Says `text` on `thread`, as `a` answers there: a comment on the forge's issue or pull
+/// request, a reply in the Slack thread, a comment on the tracker's issue, each followed by the
+/// conversation's link in the place's own markup. `Err` where trying again may help.
+pub(crate) async fn say(ctx: &Ctx, a: &Automation, thread: &Thread, mut summary: String) -> Result<(), BusError> {
+    let link = conversation_link(&ctx.config, thread.conversation_id);
     let said = match &a.trigger {
         Trigger::Github { provider, .. }
         | Trigger::Gitlab { provider, .. }
@@ -99,14 +108,14 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
             };
             summary.push_str(&format!("\n\n[The conversation]({link})"));
             match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
-                Ok(forge) => forge.comment(&thread, &summary).await,
+                Ok(forge) => forge.comment(thread, &summary).await,
                 Err(e) => Err(e),
             }
         }
         Trigger::Slack { api_url, .. } => {
             let (Some(channel), Some(thread_ts)) = (&thread.channel, &thread.thread_ts) else { return Ok(()) };
             summary.push_str(&format!("\n\n<{link}|The conversation>"));
-            match slack::client(ctx, &a, api_url.as_deref()) {
+            match slack::client(ctx, a, api_url.as_deref()) {
                 Ok(client) => client.post(channel, thread_ts, &summary).await,
                 Err(e) => Err(e),
             }
@@ -114,8 +123,8 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         Trigger::Jira { .. } | Trigger::Linear { .. } => {
             let Some(key) = &thread.issue_key else { return Ok(()) };
             let client = match &a.trigger {
-                Trigger::Jira { api_url, email, .. } => jira::client(ctx, &a, api_url, email).map(tracker::Client::Jira),
-                Trigger::Linear { api_url, .. } => linear::client(ctx, &a, api_url.as_deref()).map(tracker::Client::Linear),
+                Trigger::Jira { api_url, email, .. } => jira::client(ctx, a, api_url, email).map(tracker::Client::Jira),
+                Trigger::Linear { api_url, .. } => linear::client(ctx, a, api_url.as_deref()).map(tracker::Client::Linear),
                 _ => return Ok(()),
             };
             match client {
@@ -132,6 +141,5 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         tracing::warn!(automation_id = %a.id, error = %e, "the summary was not said; trying again");
         return Err(BusError::new(BusErrorKind::Publish, e));
     }
-    let _ = ctx.bucket.put(done_key, Vec::new().into()).await;
     Ok(())
 }

@@ -106,6 +106,15 @@ impl IntoResponses for BodyRefusals {
     }
 }
 
+/// The sandbox answered that it could not do it (502 `sandbox_error`, its reason in words).
+pub struct SandboxFailure;
+
+impl IntoResponses for SandboxFailure {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        refusals(&[502])
+    }
+}
+
 /// Not now, in this state (409): the code says why.
 pub struct Conflict;
 

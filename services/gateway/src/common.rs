@@ -28,6 +28,29 @@ pub fn parse_id<T: std::str::FromStr>(raw: &str, what: &str) -> Result<T, ApiErr
 /// A conversation of this user, to act on, or 404. One its organization reads, and the user is
 /// in, is 403 `read_only`: they see it, so they are told why they cannot act.
 pub fn owned(state: &AppState, user: &halyard_protocol::UserId, raw: &str) -> Result<(ConversationId, ConversationView), ApiError> {
+    let (id, c) = owned_even_if_left(state, user, raw)?;
+    // A conversation in an organization runs on the organization's secrets, profiles, providers,
+    // MCP servers and skills: acting on it (a message, a resume, a retry, a restore, a fork, its
+    // sandbox) needs current membership, not only the membership it was started with.
+    if let Some(org) = c.start_request.as_ref().and_then(|r| r.org.as_deref()) {
+        if state.accounts.org(org).is_none_or(|(_, o)| o.role_of(user).is_none()) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_a_member",
+                format!("this conversation is organization {org}'s, and you are no longer a member: read it, or delete it"),
+            ));
+        }
+    }
+    Ok((id, c))
+}
+
+/// Like [`owned`], whether or not the owner is still in the conversation's organization: for
+/// what touches nothing of the organization's (deleting the conversation).
+pub fn owned_even_if_left(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    raw: &str,
+) -> Result<(ConversationId, ConversationView), ApiError> {
     let id: ConversationId = parse_id(raw, "id")?;
     match state.store.conversation(id)? {
         Some(c) if c.owner == user.0 => Ok((id, c)),
@@ -71,6 +94,19 @@ pub async fn running_sandbox(
     id: &str,
     to: &str,
 ) -> Result<(SandboxId, store::SandboxView), ApiError> {
+    running_sandbox_waking(state, user, id, to, true).await
+}
+
+/// Like [`running_sandbox`]; with `wake` false, a hibernated sandbox stays asleep (409
+/// `sandbox_hibernated`): what someone other than the owner reads (an organization's reader, a
+/// share link) never starts the owner's sandbox on the owner's quota.
+pub async fn running_sandbox_waking(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    to: &str,
+    wake_it: bool,
+) -> Result<(SandboxId, store::SandboxView), ApiError> {
     let (_, c) = owned(state, user, id)?;
     let sandbox_id: SandboxId = match &c.sandbox_id {
         Some(s) => parse_id(s, "sandbox_id")?,
@@ -79,6 +115,10 @@ pub async fn running_sandbox(
     let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
     match sandbox.status.as_str() {
         "RUNNING" => Ok((sandbox_id, sandbox)),
+        "HIBERNATED" if !wake_it => Err(ApiError::conflict(
+            "sandbox_hibernated",
+            "the conversation's sandbox is hibernating to save resources; it wakes when its owner opens it",
+        )),
         "HIBERNATED" => {
             check_quota(state, user)?;
             Ok((sandbox_id, wake(state, sandbox_id, sandbox).await?))

@@ -207,6 +207,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::orgs::list_members, accounts::orgs::add_member))
         .routes(routes!(accounts::orgs::set_role, accounts::orgs::remove_member))
         .routes(routes!(accounts::orgs::audit_trail))
+        .routes(routes!(accounts::invitations::mine))
+        .routes(routes!(accounts::invitations::accept))
+        .routes(routes!(accounts::invitations::decline))
         .routes(routes!(accounts::org_profiles::get_settings, accounts::org_profiles::put_settings))
         .routes(routes!(accounts::org_profiles::list_profiles))
         .routes(routes!(accounts::org_budgets::list_prices))
@@ -394,6 +397,15 @@ pub async fn serve(
         ended = &mut projection => return projection_outcome(ended),
     }
     tokio::spawn(accounts::audit::keep(store.clone(), state.config.gateway.audit_retention_days, shutdown.clone()));
+    // Organizations made before their members were copied for the agent runner get theirs now.
+    let mirrored = state.clone();
+    tokio::spawn(async move {
+        for (_, org) in mirrored.accounts.all_orgs() {
+            if let Err(e) = accounts::org_budgets::mirror_members(&mirrored, &org).await {
+                tracing::warn!(org = %org.name, error = ?e, "the organization's members could not be copied for the agent runner");
+            }
+        }
+    });
     let apps = apps_listener.map(|l| {
         let router = Router::new().fallback(apps::proxy).with_state(state.clone());
         tokio::spawn(server::serve(l, router, limits, shutdown.clone()))

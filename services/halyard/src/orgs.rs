@@ -1,5 +1,5 @@
-//! `halyard org ls|create|members|add|role|rm|budget|prices|price`: the organizations you are in,
-//! their members, this month's spending against their budgets and their prices, through the
+//! `halyard org ls|create|members|add|invitations|accept|decline|role|rm|budget|prices|price`:
+//! the organizations you are in, their members and invitations, this month's spending against their budgets and their prices, through the
 //! gateway's public API (every change is audited there).
 
 use anyhow::Result;
@@ -31,12 +31,30 @@ pub enum OrgCommand {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Add a user (as `member` unless `--role admin` or `owner`, which only owners give).
+    /// Invite a user (as `member` unless `--role admin` or `owner`, which only owners give); they
+    /// join when they accept.
     Add {
         org: String,
         user: String,
         #[arg(long, default_value = "member", value_parser = ["member", "admin", "owner"])]
         role: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The invitations waiting for your answer.
+    Invitations {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Join an organization that invited you.
+    Accept {
+        org: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Decline an organization's invitation.
+    Decline {
+        org: String,
         #[command(flatten)]
         conn: Conn,
     },
@@ -95,6 +113,9 @@ fn print_members(v: &Value) {
     for m in v["items"].as_array().into_iter().flatten() {
         println!("{}  {}", m["user"].as_str().unwrap_or_default(), m["role"].as_str().unwrap_or_default());
     }
+    for m in v["invited"].as_array().into_iter().flatten() {
+        println!("{}  {} (invited)", m["user"].as_str().unwrap_or_default(), m["role"].as_str().unwrap_or_default());
+    }
 }
 
 /// Runs `command`; the process's exit code.
@@ -120,6 +141,24 @@ pub async fn run(command: OrgCommand) -> Result<i32> {
         OrgCommand::Add { org, user, role, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             print_members(&c.post(&format!("{}/members", path(&org)), json!({"user": user, "role": role})).await?);
+            println!("invited {user} to {org}: they join when they accept (halyard org accept {org})");
+        }
+        OrgCommand::Invitations { conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            for i in c.get("/me/invitations").await?["items"].as_array().into_iter().flatten() {
+                let s = |k: &str| i[k].as_str().unwrap_or_default().to_owned();
+                println!("{}  as {}  from {}  {}", s("org"), s("role"), s("invited_by"), s("invited_at"));
+            }
+        }
+        OrgCommand::Accept { org, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            let o = c.post(&format!("/me/invitations/{}/accept", percent_encode(&org)), json!({})).await?;
+            println!("joined {org} as {}", o["role"].as_str().unwrap_or_default());
+        }
+        OrgCommand::Decline { org, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            c.post(&format!("/me/invitations/{}/decline", percent_encode(&org)), json!({})).await?;
+            println!("declined {org}'s invitation");
         }
         OrgCommand::Role { org, user, role, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;

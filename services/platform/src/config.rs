@@ -444,6 +444,14 @@ pub struct GatewayConfig {
     pub oidc_client_id: String,
     /// Never logged.
     pub oidc_client_secret: String,
+    /// Who single sign-on admits as a new user (`HALYARD_OIDC_ALLOWED_DOMAINS`, comma-separated):
+    /// identities whose verified e-mail address is in one of these domains. With this and
+    /// `oidc_required_group` both empty, only users an administrator made first (with their
+    /// e-mail address) sign in that way.
+    pub oidc_allowed_domains: Vec<String>,
+    /// A group the identity's `groups` claim must hold to be admitted as a new user
+    /// (`HALYARD_OIDC_REQUIRED_GROUP`); with allowed domains too, either admits.
+    pub oidc_required_group: String,
 }
 
 impl Default for Config {
@@ -574,6 +582,8 @@ impl Default for GatewayConfig {
             oidc_issuer: String::new(),
             oidc_client_id: String::new(),
             oidc_client_secret: String::new(),
+            oidc_allowed_domains: Vec::new(),
+            oidc_required_group: String::new(),
         }
     }
 }
@@ -675,6 +685,8 @@ pub const ENV_NAMES: &[&str] = &[
     "OIDC_ISSUER",
     "OIDC_CLIENT_ID",
     "OIDC_CLIENT_SECRET",
+    "OIDC_ALLOWED_DOMAINS",
+    "OIDC_REQUIRED_GROUP",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -878,6 +890,11 @@ impl Config {
                 "OIDC_ISSUER" => self.gateway.oidc_issuer = v.trim_end_matches('/').to_owned(),
                 "OIDC_CLIENT_ID" => self.gateway.oidc_client_id = v,
                 "OIDC_CLIENT_SECRET" => self.gateway.oidc_client_secret = v,
+                "OIDC_ALLOWED_DOMAINS" => {
+                    self.gateway.oidc_allowed_domains =
+                        v.split(',').map(|d| d.trim().trim_start_matches('@').to_lowercase()).filter(|d| !d.is_empty()).collect();
+                }
+                "OIDC_REQUIRED_GROUP" => self.gateway.oidc_required_group = v.trim().to_owned(),
                 "AUDIT_RETENTION_DAYS" => {
                     self.gateway.audit_retention_days = v.parse().ok().filter(|d| *d > 0).ok_or_else(|| bad("expected days, at least 1"))?
                 }
@@ -1076,7 +1093,9 @@ mod tests {
                 | "TITLE_BASE_URL"
                 | "SANDBOX_DEFAULT_SPEC"
                 | "OIDC_CLIENT_ID"
-                | "OIDC_CLIENT_SECRET" => "x",
+                | "OIDC_CLIENT_SECRET"
+                | "OIDC_ALLOWED_DOMAINS"
+                | "OIDC_REQUIRED_GROUP" => "x",
                 _ => "7",
             };
             let var = format!("HALYARD_{name}");

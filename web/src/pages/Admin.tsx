@@ -74,7 +74,7 @@ export function Admin() {
       <form onSubmit={create} className="settings-form" aria-label="New user">
         <div className="field">
           <label htmlFor="new-user">Name</label>
-          <input id="new-user" value={name} onChange={(e) => setName(e.target.value)} required pattern="[A-Za-z0-9_-]+" />
+          <input id="new-user" value={name} onChange={(e) => setName(e.target.value)} required pattern="[A-Za-z0-9_\-]+" />
         </div>
         <div className="field">
           <label htmlFor="new-admin">Administrator</label>

@@ -1,6 +1,7 @@
 // One conversation: its start (the start task's phases, live, until READY), its title (editable
-// in place), its execution status with pause, resume and interrupt, and five tabs: the chat, the
-// user's own terminal, the agent's commands, the changes and files, and the served apps.
+// in place), its execution status with pause, resume and interrupt, and its tabs: the chat, the
+// plan, the user's own terminal, the agent's commands, what changed, the workspace's files, the
+// agent's browser, VS Code and the served apps.
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { api, call, errorText } from "../api";
@@ -10,6 +11,7 @@ import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask } from "../types";
 import { PictureLinks, Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
+import { FilesView } from "../components/FilesView";
 import { StatusBadge, ErrorText } from "../components/Status";
 import { AppsView } from "../components/AppsView";
 import { PlanView } from "../components/PlanView";
@@ -31,7 +33,7 @@ const PHASES = [
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
 const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Browser", "VS Code", "Apps"] as const;
+const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Files", "Browser", "VS Code", "Apps"] as const;
 type Tab = (typeof TABS)[number];
 /** A tab's name as an element id ("VS Code" has a space). */
 const slug = (t: Tab) => t.replace(/ /g, "-");
@@ -280,6 +282,7 @@ export function ConversationPage({ id }: { id: string }) {
               </Suspense>
             )}
             {tab === "Changes" && <ChangesView id={id} version={observations} />}
+            {tab === "Files" && <FilesView id={id} version={observations} />}
             {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser} />}
             {vscodeOpened && (
               <div hidden={tab !== "VS Code"}>

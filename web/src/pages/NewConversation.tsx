@@ -6,6 +6,7 @@ import { useEffect, useState, type FormEvent } from "react";
 import { api, call, errorText } from "../api";
 import { navigate } from "../router";
 import { ErrorText } from "../components/Status";
+import { ORG_EXPOSURE } from "./Orgs";
 
 export function NewConversation() {
   const [message, setMessage] = useState("");
@@ -143,6 +144,11 @@ export function NewConversation() {
                 <option key={o}>{o}</option>
               ))}
             </select>
+            {org && (
+              <p className="muted small" data-testid="org-exposure">
+                In {org}: {ORG_EXPOSURE}
+              </p>
+            )}
             {org && (
               <label className="check">
                 <input type="checkbox" checked={shared} onChange={(e) => setShared(e.target.checked)} />

@@ -1,12 +1,13 @@
-// Organizations: the ones you are in (with your role), a new one (you own it), and one's
-// members: added by owners and admins, roles changed by owners, removed (or left), then its
+// Organizations: the invitations waiting for your answer (accept or decline: nobody is a member
+// without saying yes), the ones you are in (with your role), a new one (you own it), and one's
+// members: invited by owners and admins, roles changed by owners, removed (or left), then its
 // settings, prices and budgets ([`OrgSettings`]). Owners and admins also read what happened in
-// it (its audit trail). The API enforces every rule; the page
-// offers what your role may do.
+// it (its audit trail). The API enforces every rule; the page offers what your role may do, and
+// says what joining exposes.
 
 import { useEffect, useState, type FormEvent } from "react";
 import { call, errorText } from "../api";
-import type { Conversation, Member, Org } from "../types";
+import type { Conversation, Invitation, Member, MemberList, Org } from "../types";
 import { Link } from "../router";
 import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
@@ -46,6 +47,7 @@ export function Orgs({ me }: { me: string }) {
         <button type="submit">Create organization</button>
       </form>
       <ErrorText error={error} />
+      <Invitations onJoined={(org) => (setOpen(org), load())} />
       <ul className="settings-list" aria-label="Your organizations">
         {orgs.map((o) => (
           <li key={o.name}>
@@ -67,13 +69,60 @@ export function Orgs({ me }: { me: string }) {
   );
 }
 
+/** What joining an organization exposes to it, in words, where a member decides. */
+export const ORG_EXPOSURE =
+  "Conversations you start in an organization run on its secrets, LLM profiles, git providers and MCP servers, are counted in its usage and budgets, and are recorded in its audit trail, which its owners and admins read. Your own secrets are not given to its MCP servers.";
+
+function Invitations({ onJoined }: { onJoined: (org: string) => void }) {
+  const [items, setItems] = useState<Invitation[]>([]);
+  const [error, setError] = useState<string>();
+  const load = () => call<{ items: Invitation[] }>("GET", "/me/invitations").then((r) => setItems(r.items), (e) => setError(errorText(e)));
+  useEffect(() => {
+    load();
+  }, []);
+  const answer = async (org: string, how: "accept" | "decline") => {
+    try {
+      await call("POST", `/me/invitations/${enc(org)}/${how}`, {});
+      setError(undefined);
+      await load();
+      if (how === "accept") onJoined(org);
+    } catch (e) {
+      setError(errorText(e));
+    }
+  };
+  if (items.length === 0 && !error) return null;
+  return (
+    <div className="card" role="region" aria-label="Invitations">
+      <h2>Invitations</h2>
+      <ErrorText error={error} />
+      <p className="muted small">{ORG_EXPOSURE}</p>
+      <ul className="settings-list">
+        {items.map((i) => (
+          <li key={i.org}>
+            <strong>{i.org}</strong> <span className="muted">as {i.role}, from {i.invited_by}</span>{" "}
+            <button onClick={() => answer(i.org, "accept")}>Accept {i.org}</button>{" "}
+            <button className="ghost" onClick={() => answer(i.org, "decline")}>
+              Decline {i.org}
+            </button>
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
 function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange: () => void; onGone: () => void }) {
   const [members, setMembers] = useState<Member[]>([]);
+  const [invited, setInvited] = useState<Member[]>([]);
   const [error, setError] = useState<string>();
   const [user, setUser] = useState("");
   const [role, setRole] = useState<Member["role"]>("member");
   const path = `/orgs/${enc(org.name)}/members`;
-  const load = () => call<{ items: Member[] }>("GET", path).then((r) => setMembers(r.items), (e) => setError(errorText(e)));
+  const load = () =>
+    call<MemberList>("GET", path).then(
+      (r) => (setMembers(r.items), setInvited(r.invited ?? [])),
+      (e) => setError(errorText(e)),
+    );
   useEffect(() => {
     load();
   }, [path]);
@@ -134,17 +183,30 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               </td>
             </tr>
           ))}
+          {invited.map((m) => (
+            <tr key={`invited-${m.user}`} className="muted">
+              <td>{m.user}</td>
+              <td>invited as {m.role}</td>
+              <td className="row-actions">
+                {manages && (
+                  <button className="ghost" onClick={() => run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
+                    Withdraw the invitation to {m.user}
+                  </button>
+                )}
+              </td>
+            </tr>
+          ))}
         </tbody>
       </table>
       {manages && (
-        <form onSubmit={add} className="inline-form" aria-label="Add a member">
+        <form onSubmit={add} className="inline-form" aria-label="Invite a member">
           <input aria-label="User" placeholder="A user name" value={user} onChange={(e) => setUser(e.target.value)} required />
           <select aria-label="Role" value={role} onChange={(e) => setRole(e.target.value as Member["role"])}>
             {(org.role === "owner" ? ROLES : (["member"] as const)).map((r) => (
               <option key={r}>{r}</option>
             ))}
           </select>
-          <button type="submit">Add member</button>
+          <button type="submit">Invite</button>
         </form>
       )}
       {manages && <Audit key={`audit-${members.length}`} base={`/orgs/${enc(org.name)}/audit`} title={`What happened in ${org.name}`} />}

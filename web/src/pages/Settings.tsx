@@ -221,7 +221,7 @@ function Profiles() {
       </ul>
       <form onSubmit={save} className="settings-form" aria-label={editing ? `Edit LLM profile ${form.name}` : "New LLM profile"}>
         <Field label="Name">
-          <input value={form.name} onChange={set("name")} readOnly={!!editing} required pattern="[A-Za-z0-9_-]+" />
+          <input value={form.name} onChange={set("name")} readOnly={!!editing} required pattern="[A-Za-z0-9_\-]+" />
         </Field>
         <Field label="Provider">
           <select value={form.provider} onChange={set("provider")}>

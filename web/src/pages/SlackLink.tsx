@@ -1,5 +1,7 @@
-// The page a Slack sign-in link opens (`/link/slack/<code>`): says which automation and Slack
-// user it links to the signed-in account, and links them when asked. A link works once.
+// The page a Slack sign-in link opens (`/link/slack/<code>`): says which automation (and whose)
+// and which Slack user it links to the signed-in account, and links them when asked; whether the
+// automation may also run agents as you is a choice of its own, off unless ticked (its owner
+// holds its signing secret, so a mention "by" you is their word). A link works once.
 
 import { useEffect, useState } from "react";
 import { api, errorText } from "../api";
@@ -10,6 +12,7 @@ export function SlackLink({ code, me }: { code: string; me: string }) {
   const [info, setInfo] = useState<SlackLinkInfo>();
   const [done, setDone] = useState<SlackLinkInfo>();
   const [error, setError] = useState<string>();
+  const [runAsMe, setRunAsMe] = useState(false);
 
   useEffect(() => {
     api.slackLink(code).then(setInfo, (e) => setError(errorText(e)));
@@ -17,7 +20,7 @@ export function SlackLink({ code, me }: { code: string; me: string }) {
 
   const link = async () => {
     try {
-      setDone(await api.linkSlack(code));
+      setDone(await api.linkSlack(code, runAsMe));
       setError(undefined);
     } catch (e) {
       setError(errorText(e));
@@ -32,15 +35,23 @@ export function SlackLink({ code, me }: { code: string; me: string }) {
         <div className="card">
           <p>
             Slack user <code>{info.slack_user}</code> asked the automation <strong>{info.automation}</strong> (of {info.owner}) for
-            work. Link that Slack account to your Halyard account, <strong>{me}</strong>? Its mentions will then start conversations
-            that run as you, with your settings.
+            work. Link that Slack account to your Halyard account, <strong>{me}</strong>?
           </p>
+          <label className="check">
+            <input type="checkbox" checked={runAsMe} onChange={(e) => setRunAsMe(e.target.checked)} />
+            Let this automation run agents as me, with my secrets, git providers and LLM profile, when that Slack user mentions
+            it. {info.owner} holds its signing secret and can make any mention look like it came from that Slack user: tick this
+            only if you trust {info.owner}.
+          </label>
           <button onClick={link}>Link my Slack account</button>
         </div>
       )}
       {done && (
         <p role="status">
-          Linked: Slack user <code>{done.slack_user}</code> is {done.linked_to}. Mention the bot in Slack again.
+          Linked: Slack user <code>{done.slack_user}</code> is {done.linked_to}.{" "}
+          {done.runs_as_linked_user
+            ? "Mention the bot in Slack again: it runs as you."
+            : "Nothing will run as you until you allow it (follow a new link from the bot and tick the box)."}
         </p>
       )}
     </section>

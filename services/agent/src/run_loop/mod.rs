@@ -66,7 +66,7 @@ impl RunOutcome {
 }
 
 /// The MCP servers a run may connect, by name.
-type McpConfigs = BTreeMap<String, halyard_protocol::user::McpServerConfig>;
+type McpConfigs = (crate::user::McpConfigs, crate::tools::mcp::OrgServers);
 
 /// What a run reads of its owner's configuration as it starts ([`Run::read_configuration`]).
 struct Owned {
@@ -219,6 +219,19 @@ impl Run {
         }
     }
 
+    /// Why the conversation's owner may no longer use its organization's things (`None`: they
+    /// may, or it is in no organization). Membership that cannot be read does not stop the run.
+    async fn org_membership_refusal(&self) -> Option<String> {
+        let (org, owner) = self.org_and_owner().await?;
+        match crate::membership::refused(&self.ctx, &org, &owner).await {
+            Ok(why) => why,
+            Err(e) => {
+                tracing::warn!(org, error = %e, "the organization's members could not be read; the run goes on");
+                None
+            }
+        }
+    }
+
     async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
         // A status is where a client may look at (or fork from) the workspace's checkpoints:
         // the last one is taken by then.
@@ -294,11 +307,11 @@ impl Run {
     /// `mcp_servers` event when what it offers changed. `None` if the log failed.
     async fn mcp(&self, exec: &ExecutorClient, configs: Option<Result<McpConfigs, String>>) -> Option<Arc<McpHub>> {
         let Some(configs) = configs else { return Some(Arc::default()) };
-        let mut configs = match configs {
+        let (mut configs, org) = match configs {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the owner's MCP servers; the operator's are offered");
-                self.ctx.config.mcp.servers.clone()
+                (self.ctx.config.mcp.servers.clone(), Default::default())
             }
         };
         let mut trusted = self.ctx.config.mcp.servers.clone();
@@ -309,11 +322,11 @@ impl Run {
             trusted.insert(name, own);
         }
         let mut slot = self.mcp.lock().await;
-        if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env)) {
+        if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env, &org)) {
             return Some(hub.clone());
         }
         let policy = (&trusted, self.ctx.config.mcp.allow.as_slice());
-        let hub = Arc::new(McpHub::connect(configs, &self.env, exec, policy).await);
+        let hub = Arc::new(McpHub::connect(configs, &self.env, &org, exec, policy).await);
         *slot = Some(hub.clone());
         drop(slot);
         let recorded = self.log.lock().await.history.mcp_servers.clone();
@@ -437,6 +450,12 @@ impl Run {
             reaching.abort();
             return RunOutcome::Failed;
         }
+        // Nothing of the organization's (its secrets in a hook, its MCP servers) for an owner
+        // who left it.
+        if let Some(why) = self.org_membership_refusal().await {
+            reaching.abort();
+            return self.fail("not_a_member", why).await;
+        }
         let mcp_configs = match owned {
             Some(owned) => match self.configure(owned).await {
                 Ok(mcp) => Some(mcp),
@@ -554,7 +573,11 @@ impl Run {
                 Ok(Some(outcome)) => return outcome,
                 Err(()) => return RunOutcome::Failed,
             }
-            // The organization's budgets, before any call of this step (condensing is one).
+            // The organization's membership and budgets, before any call of this step
+            // (condensing is one).
+            if let Some(why) = self.org_membership_refusal().await {
+                return self.fail("not_a_member", why).await;
+            }
             if let Some(why) = self.org_budget_refusal().await {
                 return self.fail("budget_exhausted", why).await;
             }

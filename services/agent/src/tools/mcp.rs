@@ -10,8 +10,12 @@
 //! (the gateway's `/mcp`, see [`halyard_server`]) is offered in every conversation too. Their tools are offered
 //! as `<server>__<tool>`; a server that cannot be reached offers nothing, and says why in the
 //! `mcp_servers` event: it never fails the run.
+//!
+//! An organization's servers (defined by its admins) are filled from the organization's secrets
+//! only ([`OrgServers`]): a member's own secrets never reach a server the member did not define,
+//! in a header or in a stdio server's environment.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +48,22 @@ const MAX_RESULT_CHARS: usize = 30_000;
 /// A hub with an unreachable server tries it again after this long (at a run's start).
 const RETRY_AFTER: Duration = Duration::from_secs(300);
 
+/// The organization's servers of a run (by name: those of the organization's the owner did not
+/// replace with one of their own), and the organization's secrets they are filled from.
+#[derive(Clone, Debug, Default)]
+pub struct OrgServers {
+    pub names: BTreeSet<String>,
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl OrgServers {
+    /// The secrets server `name` is filled from: the organization's for its servers, the
+    /// owner's for the rest.
+    fn secrets_for<'a>(&'a self, name: &str, owners: &'a BTreeMap<String, String>) -> &'a BTreeMap<String, String> {
+        if self.names.contains(name) { &self.secrets } else { owners }
+    }
+}
+
 /// The MCP servers of one conversation, connected.
 #[derive(Default)]
 pub struct McpHub {
@@ -66,10 +86,10 @@ struct Server {
 impl McpHub {
     /// Whether this hub still serves `configs` (with `secrets`): all its connections live, and
     /// a server that could not be reached was tried lately.
-    pub fn serves(&self, configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>) -> bool {
+    pub fn serves(&self, configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>, org: &OrgServers) -> bool {
         let failed = self.status.iter().any(|s| s.error.is_some());
         let lately = self.connected_at.is_some_and(|t| t.elapsed() < RETRY_AFTER);
-        self.fingerprint == fingerprint(configs, secrets) && self.servers.iter().all(|s| !s.client.is_closed()) && (!failed || lately)
+        self.fingerprint == fingerprint(configs, secrets, org) && self.servers.iter().all(|s| !s.client.is_closed()) && (!failed || lately)
     }
 
     /// Connects to every server of `configs` at once; a failing one is recorded in `status`.
@@ -78,10 +98,11 @@ impl McpHub {
     pub async fn connect(
         configs: BTreeMap<String, McpServerConfig>,
         secrets: &BTreeMap<String, String>,
+        org: &OrgServers,
         exec: &ExecutorClient,
         (trusted, allow): (&BTreeMap<String, McpServerConfig>, &[String]),
     ) -> Self {
-        let fingerprint = fingerprint(&configs, secrets);
+        let fingerprint = fingerprint(&configs, secrets, org);
         let attempts = configs.iter().map(|(name, config)| async move {
             let checked = match config {
                 McpServerConfig::Http { url, .. } if trusted.get(name) != Some(config) => {
@@ -90,6 +111,7 @@ impl McpHub {
                 _ => Ok(()),
             };
             let users = trusted.get(name) != Some(config);
+            let secrets = org.secrets_for(name, secrets);
             let connect = async {
                 checked?;
                 connect_one(config, secrets, exec, users.then_some(allow)).await
@@ -223,10 +245,12 @@ fn exposed_name(server: &str, tool: &str) -> String {
     name
 }
 
-fn fingerprint(configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>) -> u64 {
+fn fingerprint(configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>, org: &OrgServers) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(configs).unwrap_or_default().hash(&mut h);
     secrets.hash(&mut h);
+    org.names.hash(&mut h);
+    org.secrets.hash(&mut h);
     h.finish()
 }
 
@@ -364,6 +388,12 @@ pub async fn configs(ctx: &Ctx, owner: &UserId) -> Result<BTreeMap<String, McpSe
         Err(e) => return Err(format!("your MCP servers could not be read: {e}")),
     };
     Ok(configs_of(ctx, UserMcpServers::default(), stored))
+}
+
+/// The names of the organization's servers (`org`) a run connects: those the owner's own
+/// (`stored`) do not replace, and enabled.
+pub fn org_names(org: &UserMcpServers, stored: &UserMcpServers) -> BTreeSet<String> {
+    org.servers.iter().filter(|(name, s)| s.enabled && !stored.servers.contains_key(*name)).map(|(name, _)| name.clone()).collect()
 }
 
 /// The MCP servers a run may connect: the operator's, then the organization's (`org`), then

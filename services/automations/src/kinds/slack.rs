@@ -2,8 +2,9 @@
 //! channel's repository (or one the message names as `owner/name`), answered in the message's
 //! thread; a later mention in the thread is a message to the same conversation. Only Slack users
 //! linked in the automation may ask, and a conversation runs as the Halyard user they are
-//! linked to (the owner, or someone who linked themselves). Anyone else is sent a sign-in link
-//! privately (an ephemeral message) and nothing starts. Halyard answers with the app's bot token
+//! linked to (the owner, or someone who linked themselves and let the automation run as them:
+//! the owner holds the signing secret, so a mention "by" someone is only the owner's word).
+//! Anyone else is sent a sign-in link privately (an ephemeral message) and nothing starts. Halyard answers with the app's bot token
 //! through Slack's Web API.
 
 use std::collections::BTreeMap;
@@ -187,12 +188,19 @@ impl SlackAnswer {
     }
 }
 
+/// Who the automation's Slack users are: Slack id → Halyard user, and the Halyard users who let
+/// it run as them.
+pub struct Who<'a> {
+    pub users: &'a BTreeMap<String, String>,
+    pub consented: &'a std::collections::BTreeSet<String>,
+}
+
 /// What an Events API request starts, continues, or why nothing.
 pub async fn decide(
     ctx: &Ctx,
     a: &Automation,
     channels: &BTreeMap<String, Option<String>>,
-    users: &BTreeMap<String, String>,
+    who: Who<'_>,
     provider: Option<&str>,
     api_url: Option<&str>,
     body: &str,
@@ -213,7 +221,7 @@ pub async fn decide(
         Ok(c) => c,
         Err(e) => return skip(RunOutcome::Failed, e),
     };
-    let Some(runs_as) = users.get(&m.user).map(|u| UserId(u.clone())) else {
+    let Some(runs_as) = who.users.get(&m.user).map(|u| UserId(u.clone())) else {
         let link = offer_link(ctx, a, &m.user).await?;
         let note = format!(
             "You are not linked to a Halyard user, so I started nothing. <{link}|Sign in to Halyard to link your Slack account> \
@@ -224,6 +232,20 @@ pub async fn decide(
         }
         return skip(RunOutcome::Ignored, format!("Slack user {} is not linked to a Halyard user; sent a sign-in link privately", m.user));
     };
+    if runs_as != a.owner && !who.consented.contains(&runs_as.0) {
+        // The automation's owner holds the signing secret, so "a mention by this Slack user" is
+        // only the owner's word: nothing runs as someone else without their say.
+        let link = offer_link(ctx, a, &m.user).await?;
+        let note = format!(
+            "You are linked to Halyard user {runs_as}, who has not let this automation (of {}) run agents as them, so I started \
+             nothing. <{link}|Allow it in Halyard> (the link works once, for an hour), then mention me again.",
+            a.owner
+        );
+        if let Err(e) = client.tell(&m.channel, &m.user, &note).await {
+            tracing::warn!(automation_id = %a.id, error = %e, "the Slack user was not told");
+        }
+        return skip(RunOutcome::Ignored, format!("Slack user {} is {runs_as}, who has not let this automation run as them", m.user));
+    }
     let thread_key =
         subjects::automation_thread_key(&a.id, &halyard_platform::keys::to_hex(format!("{}-{}", m.channel, m.thread_ts).as_bytes()));
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {

@@ -298,7 +298,8 @@ pub(crate) async fn unbundle_route(
     let store = state.checkpoints.lock().await;
     tokio::fs::create_dir_all(&store.dir).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
     let file = store.dir.join(format!("incoming-{}.bundle", uuid::Uuid::new_v4()));
-    let made = match crate::files::transfer::write_limited(&file, body, u64::MAX).await {
+    let limit = halyard_protocol::executor::MAX_CHECKPOINT_BUNDLE_BYTES;
+    let made = match crate::files::transfer::write_limited(&file, body, limit).await {
         Ok(_) => store.unbundle(q.seq, &file).await,
         Err(e) => Err(e),
     };

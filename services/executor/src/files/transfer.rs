@@ -62,9 +62,14 @@ fn target(workspace: &Path, asked: &str) -> Result<PathBuf, ExecutorError> {
         _ => return Err(ExecutorError::Tool(format!("`{asked}` names no file; give the file's path, like src/data.csv"))),
     };
     let parent = as_path.parent().map(|p| p.to_string_lossy().into_owned()).filter(|p| !p.is_empty()).unwrap_or_else(|| ".".into());
-    let dir = confine(workspace, &parent)?;
+    let dir = match confine(workspace, &parent) {
+        Ok(dir) => dir,
+        // A folder that is not there yet is made, as `mkdir -p` would, inside the workspace only.
+        Err(ExecutorError::NotFound(_)) => make_folders(workspace, &parent)?,
+        Err(e) => return Err(e),
+    };
     if !dir.is_dir() {
-        return Err(ExecutorError::Tool(format!("{parent} is not a directory")));
+        return Err(ExecutorError::Tool(format!("{parent} is a file, not a folder; upload under another path")));
     }
     let path = dir.join(&name);
     if path.exists() || path.is_symlink() {
@@ -75,6 +80,41 @@ fn target(workspace: &Path, asked: &str) -> Result<PathBuf, ExecutorError> {
         }
     }
     Ok(path)
+}
+
+/// Makes the folders of `parent` that are missing, one at a time from the workspace's root: each
+/// one that exists must itself be a folder inside (a link out is refused, as `confine` refuses
+/// it), and each one made is made where the last checked one is, so nothing is made outside.
+fn make_folders(workspace: &Path, parent: &str) -> Result<PathBuf, ExecutorError> {
+    let root = std::fs::canonicalize(workspace).map_err(|e| ExecutorError::Internal(format!("the workspace: {e}")))?;
+    let outside = || ExecutorError::Outside(format!("{parent} is outside the workspace; give a path inside {}", root.display()));
+    let asked = Path::new(parent.trim());
+    let joined = if asked.is_absolute() { asked.to_owned() } else { root.join(asked) };
+    let mut lexical = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir if !lexical.pop() => return Err(outside()),
+            std::path::Component::ParentDir | std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let relative = lexical.strip_prefix(&root).or_else(|_| lexical.strip_prefix(workspace)).map_err(|_| outside())?.to_owned();
+    let mut dir = root.clone();
+    for part in relative.components() {
+        let next = dir.join(part);
+        match std::fs::create_dir(&next) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(ExecutorError::Tool(format!("cannot make the folder {}: {e}", next.display()))),
+        }
+        // What is there now (made here, or there before, perhaps a link) must be a folder inside.
+        dir = confine(workspace, &next.to_string_lossy())?;
+        if !dir.is_dir() {
+            let shown = dir.strip_prefix(&root).unwrap_or(&dir).display().to_string();
+            return Err(ExecutorError::Tool(format!("{shown} is a file, not a folder; upload under another path")));
+        }
+    }
+    Ok(dir)
 }
 
 /// `PUT /files/raw?path=`: the body becomes the file (written beside it, then renamed over

@@ -36,6 +36,11 @@ pub struct CreateUserBody {
     pub name: String,
     #[serde(default)]
     pub admin: bool,
+    /// Their e-mail address: the first single sign-on whose identity provider verified this
+    /// address signs in as this user (a deployment that admits no one else by domain or group
+    /// signs in only users made so).
+    #[serde(default)]
+    pub email: Option<String>,
 }
 
 /// What to change of a user; absent fields stay.
@@ -187,6 +192,16 @@ pub async fn create_user(
     ApiJson(body): ApiJson<CreateUserBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     check_name(&body.name)?;
+    let email = body.email.as_deref().map(str::trim).map(str::to_lowercase);
+    if email.as_deref().is_some_and(|e| {
+        e.len() > 254
+            || e.chars().filter(|c| *c == '@').count() != 1
+            || e.starts_with('@')
+            || e.ends_with('@')
+            || e.chars().any(|c| c.is_whitespace() || c.is_control())
+    }) {
+        return Err(ApiError::bad_request("invalid_field", "`email`: an e-mail address, like ada@example.com"));
+    }
     if state.accounts.exists(&body.name) {
         return Err(ApiError::conflict("user_exists", format!("user `{}` exists already; PATCH it to change it", body.name)));
     }
@@ -198,7 +213,7 @@ pub async fn create_user(
         created_ms: now,
         updated_ms: now,
         sso_subject: None,
-        email: None,
+        email,
     };
     state.accounts.put_user(account.clone()).await.map_err(store_err)?;
     audit(&state, &actor, client, "user.create", &body.name, serde_json::json!({"admin": body.admin})).await;

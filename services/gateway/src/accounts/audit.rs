@@ -158,8 +158,9 @@ pub struct AuditQuery {
     pub cursor: Option<String>,
     /// Records per page: 1 to 1000 (default 100).
     pub limit: Option<usize>,
-    /// `json` (default) or `jsonl`: one record per line, every record that matches (an export;
-    /// no pages).
+    /// `json` (default) or `jsonl`: one record per line, every record that matches, streamed
+    /// (an export; no pages), up to 100,000: past that a last line `{"truncated": true,
+    /// "next_to": <time>}` says where the next export starts.
     pub format: Option<String>,
 }
 
@@ -205,13 +206,7 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
         ),
         None => None,
     };
-    let matches = |v: &AuditView, at_ms: i64| {
-        org.is_none_or(|o| v.org.as_deref() == Some(o))
-            && q.actor.as_deref().is_none_or(|a| v.actor == a)
-            && q.action.as_deref().is_none_or(|a| if a.ends_with('.') { v.action.starts_with(a) } else { v.action == a })
-            && from.is_none_or(|f| at_ms >= f)
-    };
-    let tree = state.store.tree();
+    let filter = Filter { org: org.map(str::to_owned), actor: q.actor.clone(), action: q.action.clone(), from };
     // Newest first: keys carry the inverted time, so `to` is where the scan begins.
     let begin = match (&start, to) {
         (Some(c), _) => {
@@ -222,23 +217,19 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
         (None, Some(t)) => store::audit_time_prefix(t - 1),
         (None, None) => store::AUDIT_PREFIX.to_vec(),
     };
-    let end = store::AUDIT_END.to_vec();
+    if jsonl {
+        return Ok(export(state.store.tree().clone(), begin, filter));
+    }
     let mut items = Vec::new();
-    let mut lines = String::new();
     let mut last_key = None;
-    for entry in tree.range(begin..end) {
+    for entry in state.store.tree().range(begin..store::AUDIT_END.to_vec()) {
         let (k, v) = entry.map_err(ApiError::internal)?;
         let at_ms = store::audit_time(&k);
         if from.is_some_and(|f| at_ms < f) {
             break;
         }
         let Ok(view) = serde_json::from_slice::<AuditView>(&v) else { continue };
-        if !matches(&view, at_ms) {
-            continue;
-        }
-        if jsonl {
-            lines.push_str(&serde_json::to_string(&view).map_err(ApiError::internal)?);
-            lines.push('\n');
+        if !filter.matches(&view, at_ms) {
             continue;
         }
         if items.len() == limit {
@@ -247,11 +238,69 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
         items.push(view);
         last_key = Some(k.to_vec());
     }
-    if jsonl {
-        return Ok(([(header::CONTENT_TYPE, "application/jsonl")], lines).into_response());
-    }
     let next_cursor = (items.len() == limit).then(|| last_key.map(|k| keys::to_hex(&k))).flatten();
     Ok((StatusCode::OK, Json(AuditPage { items, next_cursor })).into_response())
+}
+
+/// Records past this in one export end it with a line saying where to go on from.
+const MAX_EXPORT_RECORDS: usize = 100_000;
+
+/// What a read keeps.
+struct Filter {
+    org: Option<String>,
+    actor: Option<String>,
+    action: Option<String>,
+    from: Option<i64>,
+}
+
+impl Filter {
+    fn matches(&self, v: &AuditView, at_ms: i64) -> bool {
+        self.org.as_deref().is_none_or(|o| v.org.as_deref() == Some(o))
+            && self.actor.as_deref().is_none_or(|a| v.actor == a)
+            && self.action.as_deref().is_none_or(|a| if a.ends_with('.') { v.action.starts_with(a) } else { v.action == a })
+            && self.from.is_none_or(|f| at_ms >= f)
+    }
+}
+
+/// Every record from `begin` that `filter` keeps, as JSON Lines, streamed as it is read (never
+/// whole in memory) and at most [`MAX_EXPORT_RECORDS`] of them: past that, a last line
+/// `{"truncated": true, "next_to": <time>}` says where the next export starts (`to=`).
+fn export(tree: sled::Tree, begin: Vec<u8>, filter: Filter) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        let mut chunk = String::new();
+        let mut sent = 0usize;
+        let send = |chunk: &mut String| tx.blocking_send(Ok(axum::body::Bytes::from(std::mem::take(chunk)))).is_ok();
+        for entry in tree.range(begin..store::AUDIT_END.to_vec()) {
+            let Ok((k, v)) = entry else { break };
+            let at_ms = store::audit_time(&k);
+            if filter.from.is_some_and(|f| at_ms < f) {
+                break;
+            }
+            let Ok(view) = serde_json::from_slice::<AuditView>(&v) else { continue };
+            if !filter.matches(&view, at_ms) {
+                continue;
+            }
+            if sent == MAX_EXPORT_RECORDS {
+                chunk.push_str(&serde_json::json!({"truncated": true, "next_to": view.time}).to_string());
+                chunk.push('\n');
+                break;
+            }
+            chunk.push_str(&serde_json::to_string(&view).unwrap_or_default());
+            chunk.push('\n');
+            sent += 1;
+            // The reader went away: stop reading.
+            if chunk.len() >= 64 * 1024 && !send(&mut chunk) {
+                return;
+            }
+        }
+        if !chunk.is_empty() {
+            send(&mut chunk);
+        }
+    });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let body = axum::body::Body::from_stream(chunks);
+    ([(header::CONTENT_TYPE, "application/jsonl")], body).into_response()
 }
 
 /// Drops the audit records older than `retention_days` from the read model, now and hourly,

@@ -39,6 +39,28 @@ pub struct User(pub UserId);
 #[derive(Clone, Debug)]
 pub struct Admin(pub UserId);
 
+/// The authenticated user of a request that acts whatever its method (a WebSocket that types
+/// into a shell, a GET that starts a program): refused to a read-only key, and to a session or
+/// WebSocket ticket opened with one (403 `read_only_key`), which other GETs let through.
+#[derive(Clone, Debug)]
+pub struct Acting(pub Principal);
+
+impl FromRequestParts<AppState> for Acting {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        if principal.scope != KeyScope::Full {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "read_only_key",
+                "this acts in the sandbox, which a read-only key cannot do; use a full key or sign in with one",
+            ));
+        }
+        Ok(Acting(principal))
+    }
+}
+
 /// A request allowed to make a sensitive change (issue keys, change roles or secrets): with an
 /// API key, or a session that has shown its key in the last few minutes
 /// ([`crate::accounts::session::require_recent_proof`]).

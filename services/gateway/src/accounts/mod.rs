@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod invitations;
 pub mod org_budgets;
 pub mod org_git;
 pub mod org_mcp;
@@ -16,5 +17,6 @@ pub mod orgs;
 pub mod registry;
 pub mod session;
 pub mod sso;
+pub mod sso_users;
 pub mod tickets;
 pub mod usage;

@@ -206,6 +206,17 @@ pub async fn mirror_budget(state: &AppState, org: &Org) -> Result<(), ApiError> 
     .await
 }
 
+/// Copies `org`'s members where the agent runner and the conversation manager read them (they
+/// do not follow the accounts bucket): called on every change of membership.
+pub async fn mirror_members(state: &AppState, org: &Org) -> Result<(), ApiError> {
+    let members: std::collections::BTreeSet<UserId> = org.members.keys().cloned().collect();
+    user_store::modify(state, &subjects::org_members_key(&org.name), |m: &mut halyard_protocol::org::OrgMembers| {
+        m.members = members.clone();
+        Ok(())
+    })
+    .await
+}
+
 /// 402 `budget_exhausted` when a budget of `org` that covers `user` is spent this month.
 pub async fn check_start(state: &AppState, org: &Org, user: &UserId) -> Result<(), ApiError> {
     let budget = org.settings.budget();

@@ -14,7 +14,7 @@ use halyard_protocol::user::{UserGitProviders, org_slot_owner};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::{Recent, User};
 use crate::accounts::orgs::{load, load_managed};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
@@ -37,11 +37,12 @@ pub async fn list(State(state): State<AppState>, User(user): User, Path(name): P
     request_body = PutBody, responses((status = 200, body = ProviderView), (status = 201, body = ProviderView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path((name, provider)): Path<(String, String)>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (_, org) = load_managed(&state, &user, &name, MANAGERS)?;
     let key = subjects::org_git_key(&org.name);
     let (created, view) = store_provider(&state, &key, &org_slot_owner(&org.name), &provider, &body).await?;

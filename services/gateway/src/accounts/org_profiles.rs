@@ -18,7 +18,7 @@ use halyard_protocol::{UserId, subjects};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::{Recent, User};
 use crate::accounts::orgs::{load, load_managed};
 use crate::accounts::registry::OrgWrite;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
@@ -109,6 +109,35 @@ fn check_settings(body: &OrgSettingsBody) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Who may change the single sign-on settings: joining by e-mail domain or group reaches users
+/// outside the organization (any organization could otherwise claim `gmail.com`), and
+/// `require_sso` locks members out of the page, so these are a deployment administrator's to
+/// set (403 `admin_only`); `require_sso` also needs single sign-on configured (400
+/// `sso_not_configured`), or members could not sign in to the page at all.
+fn check_sso_settings(
+    state: &AppState,
+    principal: &crate::accounts::registry::Principal,
+    now: &OrgSettings,
+    body: &OrgSettingsBody,
+) -> Result<(), ApiError> {
+    let changed = body.require_sso != now.require_sso || body.sso_domains != now.sso_domains || body.sso_groups != now.sso_groups;
+    if changed && !principal.admin {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "admin_only",
+            "`require_sso`, `sso_domains` and `sso_groups` reach beyond the organization: ask a deployment administrator to set them",
+        ));
+    }
+    let g = &state.config.gateway;
+    if body.require_sso && !now.require_sso && (g.oidc_issuer.is_empty() || g.oidc_client_id.is_empty()) {
+        return Err(ApiError::bad_request(
+            "sso_not_configured",
+            "`require_sso`: this deployment has no single sign-on (HALYARD_OIDC_ISSUER), so members could not sign in to the page",
+        ));
+    }
+    Ok(())
+}
+
 /// The organization's settings (any member).
 #[utoipa::path(get, path = "/orgs/{org}/settings", tag = "orgs", params(("org" = String, Path)),
     responses((status = 200, body = OrgSettingsBody), Refusals))]
@@ -127,13 +156,15 @@ pub async fn get_settings(
     responses((status = 200, body = OrgSettingsBody), Refusals, BodyRefusals, Conflict))]
 pub async fn put_settings(
     State(state): State<AppState>,
-    User(user): User,
+    principal: crate::accounts::registry::Principal,
     client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<OrgSettingsBody>,
 ) -> Result<Json<OrgSettingsBody>, ApiError> {
+    let user = principal.user.clone();
     let (revision, mut org) = manager(&state, &user, &name)?;
     check_settings(&body)?;
+    check_sso_settings(&state, &principal, &org.settings, &body)?;
     match &body.default_llm_profile {
         Some(p) if !profiles(&state, &org.name).await?.profiles.contains_key(p) => {
             return Err(ApiError::bad_request(
@@ -190,11 +221,12 @@ pub async fn list_profiles(
     request_body = ProfileBody, responses((status = 200, body = ProfileView), (status = 201, body = ProfileView), Refusals, BodyRefusals, Conflict))]
 pub async fn put_profile(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path((name, profile)): Path<(String, String)>,
     ApiJson(body): ApiJson<ProfileBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (_, org) = manager(&state, &user, &name)?;
     let key = subjects::org_llm_key(&org.name);
     let (created, mut view, provider) = store_profile(&state, &key, &org_slot_owner(&org.name), &profile, &body).await?;

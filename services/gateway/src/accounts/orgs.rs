@@ -1,6 +1,8 @@
 //! `/api/v1/orgs`: organizations and their members. Anyone may create one (and is its first
-//! owner); owners and admins add and remove members; only owners change roles; an organization
-//! never loses its last owner. To anyone not in it, an organization does not exist (404).
+//! owner); owners and admins invite members (who join only by accepting, see
+//! [`crate::accounts::invitations`]) and remove them; only owners change roles; an organization
+//! never loses its last owner; whoever leaves or is removed is not added back by e-mail domain
+//! or group. To anyone not in it, an organization does not exist (404).
 //! Every change is an audit record carrying the organization's name, and its owners and admins
 //! read those at `GET /orgs/{org}/audit`.
 
@@ -12,18 +14,18 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use halyard_protocol::UserId;
-use halyard_protocol::org::{Org, Role};
+use halyard_protocol::org::{Invitation, Org, Role};
 
 use crate::AppState;
 use crate::accounts::audit::{self, AuditQuery, Client};
-use crate::accounts::auth::User;
-use crate::accounts::registry::OrgWrite;
+use crate::accounts::auth::{Recent, User};
+use crate::accounts::registry::{OrgWrite, Principal};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::store::rfc3339;
 
 /// Organizations a user may be in at once.
-const MAX_ORGS_PER_USER: usize = 50;
+pub(crate) const MAX_ORGS_PER_USER: usize = 50;
 /// Members an organization may have.
 const MAX_MEMBERS: usize = 1000;
 
@@ -52,6 +54,8 @@ pub struct MemberView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MemberList {
     pub items: Vec<MemberView>,
+    /// Invited, not yet answered: the role each gets on accepting.
+    pub invited: Vec<MemberView>,
 }
 
 /// A new organization.
@@ -80,7 +84,7 @@ pub struct SetRole {
     pub role: Role,
 }
 
-fn view(org: &Org, user: &UserId) -> OrgView {
+pub(crate) fn view(org: &Org, user: &UserId) -> OrgView {
     OrgView {
         name: org.name.clone(),
         role: org.role_of(user).map_or("", Role::as_str).to_owned(),
@@ -90,7 +94,11 @@ fn view(org: &Org, user: &UserId) -> OrgView {
 }
 
 fn members(org: &Org) -> MemberList {
-    MemberList { items: org.members.iter().map(|(u, r)| MemberView { user: u.0.clone(), role: r.as_str().to_owned() }).collect() }
+    let view = |u: &UserId, r: Role| MemberView { user: u.0.clone(), role: r.as_str().to_owned() };
+    MemberList {
+        items: org.members.iter().map(|(u, r)| view(u, *r)).collect(),
+        invited: org.invitations.iter().map(|(u, i)| view(u, i.role)).collect(),
+    }
 }
 
 /// `org` with its revision and `user`'s role, if `user` is in it (else 404, as if it did not
@@ -118,7 +126,7 @@ fn last_owner() -> ApiError {
     ApiError::conflict("last_owner", "an organization keeps at least one owner: make another member an owner first")
 }
 
-fn saved(e: OrgWrite) -> ApiError {
+pub(crate) fn saved(e: OrgWrite) -> ApiError {
     match e {
         OrgWrite::Conflict => ApiError::conflict("concurrent_update", "the organization changed meanwhile; read it again and retry"),
         OrgWrite::Bus(e) => {
@@ -134,7 +142,15 @@ fn check_name(name: &str) -> Result<(), ApiError> {
 }
 
 /// Records `action` on `target` in `org`.
-async fn record(state: &AppState, actor: &UserId, client: Client, org: &str, action: &str, target: &str, detail: serde_json::Value) {
+pub(crate) async fn record(
+    state: &AppState,
+    actor: &UserId,
+    client: Client,
+    org: &str,
+    action: &str,
+    target: &str,
+    detail: serde_json::Value,
+) {
     audit::Action::new(actor, action, target).detail(detail).org(org).send(state, client).await;
 }
 
@@ -160,6 +176,8 @@ pub async fn create(
         created_ms: now,
         updated_ms: now,
         settings: Default::default(),
+        left: Default::default(),
+        invitations: Default::default(),
     };
     state.accounts.save_org(org.clone(), None).await.map_err(|e| match e {
         OrgWrite::Conflict => {
@@ -167,6 +185,7 @@ pub async fn create(
         }
         e => saved(e),
     })?;
+    crate::accounts::org_budgets::mirror_members(&state, &org).await?;
     record(&state, &user, client, &org.name, "org.create", &org.name, serde_json::Value::Null).await;
     Ok((StatusCode::CREATED, Json(view(&org, &user))))
 }
@@ -192,45 +211,50 @@ pub async fn list_members(State(state): State<AppState>, User(user): User, Path(
     Ok(Json(members(&org)))
 }
 
-/// Adds a user (owners and admins; only owners add owners or admins).
+/// Invites a user (owners and admins; only owners invite owners or admins): 202 with the
+/// invitation pending. They become a member when they accept it (`POST
+/// /me/invitations/{org}/accept`). The answer is the same whether or not such a user exists, so
+/// it tells nobody who has an account here.
 #[utoipa::path(post, path = "/orgs/{org}/members", tag = "orgs", params(("org" = String, Path)), request_body = AddMember,
-    responses((status = 201, body = MemberList), Refusals, BodyRefusals, Conflict))]
+    responses((status = 202, body = MemberList, description = "invited; a member once they accept"), Refusals, BodyRefusals, Conflict))]
 pub async fn add_member(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<AddMember>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (revision, mut org, mine) = load(&state, &user, &name)?;
     let role = body.role.unwrap_or(Role::Member);
     if !mine.manages() {
-        return Err(forbidden("only the organization's owners and admins add members"));
+        return Err(forbidden("only the organization's owners and admins invite members"));
     }
     if role > Role::Member && mine != Role::Owner {
         return Err(forbidden("only owners give the owner or admin role"));
     }
-    let added = UserId(body.user.clone());
-    if !state.accounts.exists(&body.user) {
-        return Err(ApiError::bad_request("unknown_user", format!("there is no user `{}`", body.user)));
+    let invited = UserId(body.user.clone());
+    if check_name(&body.user).is_err() {
+        return Err(ApiError::bad_request("invalid_field", "`user`: a user name, 1 to 64 letters, digits, `-` or `_`"));
     }
-    if org.members.contains_key(&added) {
+    if org.members.contains_key(&invited) {
         return Err(ApiError::conflict(
             "already_member",
             format!("`{}` is a member already; PATCH the member to change the role", body.user),
         ));
     }
-    if org.members.len() >= MAX_MEMBERS {
-        return Err(ApiError::conflict("too_many_members", format!("the organization has {MAX_MEMBERS} members (the limit)")));
+    if org.members.len() + org.invitations.len() >= MAX_MEMBERS {
+        return Err(ApiError::conflict(
+            "too_many_members",
+            format!("the organization has {MAX_MEMBERS} members and invitations (the limit)"),
+        ));
     }
-    if state.accounts.orgs_of(&added).len() >= MAX_ORGS_PER_USER {
-        return Err(ApiError::conflict("too_many_orgs", format!("`{}` is in {MAX_ORGS_PER_USER} organizations (the limit)", body.user)));
-    }
-    org.members.insert(added.clone(), role);
+    let invitation = Invitation { role, invited_by: user.clone(), invited_ms: halyard_platform::now_ms() };
+    org.invitations.insert(invited.clone(), invitation);
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
-    record(&state, &user, client, &org.name, "org.member_add", &added.0, serde_json::json!({"role": role.as_str()})).await;
-    Ok((StatusCode::CREATED, Json(members(&org))))
+    record(&state, &user, client, &org.name, "org.member_invite", &invited.0, serde_json::json!({"role": role.as_str()})).await;
+    Ok((StatusCode::ACCEPTED, Json(members(&org))))
 }
 
 /// Changes a member's role (owners only; never the last owner's).
@@ -238,11 +262,12 @@ pub async fn add_member(
     request_body = SetRole, responses((status = 200, body = MemberList), Refusals, BodyRefusals, Conflict))]
 pub async fn set_role(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path((name, member)): Path<(String, String)>,
     ApiJson(body): ApiJson<SetRole>,
 ) -> Result<Json<MemberList>, ApiError> {
+    let user = principal.user;
     let (revision, mut org, mine) = load(&state, &user, &name)?;
     if mine != Role::Owner {
         return Err(forbidden("only the organization's owners change roles"));
@@ -260,18 +285,31 @@ pub async fn set_role(
     Ok(Json(members(&org)))
 }
 
-/// Removes a member: owners remove anyone, admins remove members, anyone leaves; never the last
-/// owner.
+/// Removes a member (or withdraws an invitation): owners remove anyone, admins remove members,
+/// anyone leaves; never the last owner. Removing someone else from a session needs a recent
+/// sign-in (403 `step_up_required`).
 #[utoipa::path(delete, path = "/orgs/{org}/members/{user}", tag = "orgs", params(("org" = String, Path), ("user" = String, Path)),
     responses((status = 204, description = "removed"), Refusals, Conflict))]
 pub async fn remove_member(
     State(state): State<AppState>,
-    User(user): User,
+    principal: Principal,
     client: Client,
     Path((name, member)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
+    let user = principal.user.clone();
     let (revision, mut org, mine) = load(&state, &user, &name)?;
     let target = UserId(member.clone());
+    if target != user {
+        // Removing someone else is a change of rights: a session shows its key again.
+        crate::accounts::session::require_recent_proof(&state, &principal)?;
+    }
+    if !org.members.contains_key(&target) && mine.manages() && org.invitations.remove(&target).is_some() {
+        // An invitation withdrawn.
+        org.updated_ms = halyard_platform::now_ms();
+        state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
+        record(&state, &user, client, &org.name, "org.invite_withdraw", &target.0, serde_json::Value::Null).await;
+        return Ok(StatusCode::NO_CONTENT);
+    }
     let theirs = org.role_of(&target).ok_or_else(|| ApiError::not_found("member"))?;
     let allowed = target == user || mine == Role::Owner || (mine == Role::Admin && theirs == Role::Member);
     if !allowed {
@@ -281,8 +319,12 @@ pub async fn remove_member(
         return Err(last_owner());
     }
     org.members.remove(&target);
+    // Gone for good: signing in again does not put them back by domain or group.
+    org.left.insert(target.clone());
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(saved)?;
+    // Running work in the organization stops getting its things within a step.
+    crate::accounts::org_budgets::mirror_members(&state, &org).await?;
     let action = if target == user { "org.member_leave" } else { "org.member_remove" };
     record(&state, &user, client, &org.name, action, &target.0, serde_json::json!({"role": theirs.as_str()})).await;
     Ok(StatusCode::NO_CONTENT)

@@ -320,6 +320,16 @@ impl Accounts {
     }
 
     /// The user single sign-on made or claimed for `subject` (`<issuer>#<sub>`), if any.
+    /// The account an administrator made for `email` that no identity is bound to yet.
+    pub fn by_email_unbound(&self, email: &str) -> Option<UserAccount> {
+        self.users
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find(|(_, a)| a.sso_subject.is_none() && a.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(email)))
+            .map(|(_, a)| a.clone())
+    }
+
     pub fn by_sso_subject(&self, subject: &str) -> Option<UserAccount> {
         self.users
             .read()

@@ -32,8 +32,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::UserId;
-use halyard_protocol::accounts::{KeyScope, UserAccount};
-use halyard_protocol::org::Role;
+use halyard_protocol::accounts::KeyScope;
 
 use crate::AppState;
 use crate::accounts::audit;
@@ -78,7 +77,7 @@ fn redirect_url(state: &AppState) -> String {
 /// What the provider's side of the flow failed at, in words for the sign-in page.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct SsoError(String);
+pub struct SsoError(pub(crate) String);
 
 /// One HTTP exchange with the provider (discovery, keys, token), through a client that follows
 /// no redirect: the provider answers for itself.
@@ -186,9 +185,15 @@ pub struct StartQuery {
 }
 
 /// A path of this site to come back to: never another site's.
+/// Only visible ASCII without a backslash counts: a browser drops tabs and line breaks from a URL
+/// and reads a backslash as `/`, so `/%09/evil.example` would lead to another site.
 fn local_path(p: Option<&str>) -> String {
     match p {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && p.len() <= 2048 => p.to_owned(),
+        Some(p)
+            if p.starts_with('/') && !p.starts_with("//") && p.len() <= 2048 && p.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
+            p.to_owned()
+        }
         _ => "/".to_owned(),
     }
 }
@@ -285,12 +290,12 @@ pub struct CallbackQuery {
 }
 
 /// Who the provider says signed in.
-struct Identity {
-    subject: String,
-    email: Option<String>,
-    email_verified: bool,
-    name: Option<String>,
-    groups: Vec<String>,
+pub(crate) struct Identity {
+    pub subject: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub name: Option<String>,
+    pub groups: Vec<String>,
 }
 
 /// The provider's answer (303): a session and home, or home with `?sso_error=` saying why not.
@@ -309,37 +314,51 @@ pub async fn callback(
     let ip = crate::common::client_ip(&state, peer.ip(), &headers);
     let clear = state_cookie(&headers, "", 0)?;
     let pending = crate::accounts::session::named_cookie(&headers, STATE_COOKIE).and_then(|v| unseal(&state, &v));
-    let identity = match verify(&state, &q, pending.as_ref()).await {
-        Ok(i) => i,
-        Err(why) => {
-            tracing::warn!(reason = %why, "a single sign-on was refused");
-            let nobody = UserId("-".into());
-            let a = audit::Action::new(&nobody, "session.refused", "sso").detail(serde_json::json!({"via": "sso", "reason": why.0}));
-            audit::record(&state, a, Some(ip)).await;
-            let to = format!("/?sso_error={}", halyard_platform::net::percent_encode(&why.0));
-            return Ok(found(&to, vec![clear]));
-        }
+    // Anyone can send a browser here with any query: until the sign-in's own state is shown,
+    // nothing of the query is shown or recorded (an audit trail or a sign-in page that repeated
+    // `error_description` would say what a stranger wrote).
+    let Some(pending) = pending.filter(|p| keys::constant_time_eq(q.state.as_deref().unwrap_or_default().as_bytes(), p.state.as_bytes()))
+    else {
+        tracing::info!("a single sign-on callback without this browser's sign-in state");
+        let to =
+            format!("/?sso_error={}", halyard_platform::net::percent_encode("this sign-in expired or was not started here; start again"));
+        return Ok(found(&to, vec![clear]));
     };
-    let user = provision(&state, &identity, ip).await?;
+    let identity = match verify(&state, &q, &pending).await {
+        Ok(i) => i,
+        Err(why) => return Ok(refused(&state, ip, why, clear).await),
+    };
+    let user = match crate::accounts::sso_users::provision(&state, &identity, ip).await? {
+        Ok(user) => user,
+        Err(why) => return Ok(refused(&state, ip, why, clear).await),
+    };
     let principal = state
         .accounts
         .principal(&user, KeyScope::Full, &format!("sso:{}", identity.subject), now_ms())
         .map_err(|r| ApiError::new(StatusCode::FORBIDDEN, "user_disabled", format!("you cannot sign in: {}", r.message())))?;
     let detail = serde_json::json!({"via": "sso", "issuer": state.config.gateway.oidc_issuer});
     let (session, _) = open_session(&state, &principal, &headers, ip, detail).await?;
-    let to = pending.map(|p| p.return_to).unwrap_or_else(|| "/".into());
-    Ok(found(&to, vec![clear, session]))
+    Ok(found(&local_path(Some(&pending.return_to)), vec![clear, session]))
+}
+
+/// A sign-in of this browser's refused: recorded, and home saying why.
+async fn refused(state: &AppState, ip: std::net::IpAddr, why: SsoError, clear: HeaderValue) -> Response {
+    tracing::warn!(reason = %why, "a single sign-on was refused");
+    let nobody = UserId("-".into());
+    let a = audit::Action::new(&nobody, "session.refused", "sso").detail(serde_json::json!({"via": "sso", "reason": why.0}));
+    audit::record(state, a, Some(ip)).await;
+    let to = format!("/?sso_error={}", halyard_platform::net::percent_encode(&why.0));
+    found(&to, vec![clear])
 }
 
 /// Everything the callback checks, in order; the identity, or why not.
-async fn verify(state: &AppState, q: &CallbackQuery, pending: Option<&Pending>) -> Result<Identity, SsoError> {
+async fn verify(state: &AppState, q: &CallbackQuery, pending: &Pending) -> Result<Identity, SsoError> {
     if let Some(e) = &q.error {
-        return Err(SsoError(format!("the identity provider refused: {e} {}", q.error_description.as_deref().unwrap_or_default())));
-    }
-    let pending = pending.ok_or_else(|| SsoError("this sign-in expired or was not started here; start again".into()))?;
-    let given = q.state.as_deref().unwrap_or_default();
-    if !keys::constant_time_eq(given.as_bytes(), pending.state.as_bytes()) {
-        return Err(SsoError("the sign-in's state does not match; start again".into()));
+        // OAuth's error codes are a few lower-case words; the description is free text from
+        // the provider, kept to the log.
+        tracing::info!(error = %e.chars().take(64).collect::<String>(), description = %q.error_description.as_deref().unwrap_or_default().chars().take(200).collect::<String>(), "the identity provider refused a sign-in");
+        let code: String = e.chars().filter(|c| c.is_ascii_lowercase() || *c == '_').take(40).collect();
+        return Err(SsoError(format!("the identity provider refused the sign-in ({code})")));
     }
     let code = q.code.clone().ok_or_else(|| SsoError("the identity provider sent no code".into()))?;
     let client = client(state).await?;
@@ -378,82 +397,17 @@ async fn verify(state: &AppState, q: &CallbackQuery, pending: Option<&Pending>) 
     })
 }
 
-/// The user the identity names: the one made or claimed for it before, else a new one named
-/// after the e-mail address (or the subject); then placed in the organizations it belongs to.
-async fn provision(state: &AppState, id: &Identity, ip: std::net::IpAddr) -> Result<UserId, ApiError> {
-    let store_err = |e: halyard_platform::BusError| {
-        tracing::error!(error = %e, "cannot store a user made by single sign-on");
-        ApiError::unavailable("the accounts store did not answer; try again")
-    };
-    let user = match state.accounts.by_sso_subject(&id.subject) {
-        Some(a) => a.user,
-        None => {
-            let name = free_name(state, id);
-            let now = now_ms();
-            let account = UserAccount {
-                user: UserId(name.clone()),
-                admin: false,
-                disabled: false,
-                created_ms: now,
-                updated_ms: now,
-                sso_subject: Some(id.subject.clone()),
-                email: id.email.clone().filter(|_| id.email_verified),
-            };
-            state.accounts.put_user(account).await.map_err(store_err)?;
-            let detail = serde_json::json!({"via": "sso", "email": id.email, "name": id.name});
-            audit::record(state, audit::Action::new(&UserId(name.clone()), "user.create", &name).detail(detail), Some(ip)).await;
-            UserId(name)
-        }
-    };
-    let domain = id.email.as_deref().filter(|_| id.email_verified).and_then(|e| e.rsplit_once('@')).map(|(_, d)| d.to_owned());
-    for (_, org) in state.accounts.all_orgs() {
-        let by_domain = domain.as_ref().is_some_and(|d| org.settings.sso_domains.iter().any(|s| s == d));
-        let by_group = id.groups.iter().any(|g| org.settings.sso_groups.contains(g));
-        if (by_domain || by_group) && org.role_of(&user).is_none() {
-            join(state, &org.name, &user, ip, if by_domain { "domain" } else { "group" }).await;
-        }
-    }
-    Ok(user)
-}
+#[cfg(test)]
+mod tests {
+    use super::local_path;
 
-/// Adds `user` to `org` as a member (again from a fresh read if it changed meanwhile).
-async fn join(state: &AppState, org: &str, user: &UserId, ip: std::net::IpAddr, by: &str) {
-    for _ in 0..3 {
-        let Some((revision, mut o)) = state.accounts.org(org) else { return };
-        if o.role_of(user).is_some() {
-            return;
+    #[test]
+    fn only_this_sites_paths_come_back() {
+        for ok in ["/", "/c/123?tab=files", "/settings#profiles"] {
+            assert_eq!(local_path(Some(ok)), ok);
         }
-        o.members.insert(user.clone(), Role::Member);
-        o.updated_ms = now_ms();
-        if state.accounts.save_org(o, Some(revision)).await.is_ok() {
-            let target = format!("{org}/{user}");
-            let a = audit::Action::new(user, "org.member_add", &target)
-                .detail(serde_json::json!({"via": "sso", "by": by, "role": "member"}))
-                .org(org);
-            audit::record(state, a, Some(ip)).await;
-            return;
+        for bad in ["//evil.example", "/\t/evil.example", "/\\evil.example", "/\n/evil", "https://evil.example", "/ x", "evil"] {
+            assert_eq!(local_path(Some(bad)), "/", "{bad:?}");
         }
     }
-    tracing::warn!(org, user = %user, "could not add a single sign-on user to an organization; the next sign-in tries again");
-}
-
-/// A user name for a new identity: the e-mail address's local part (else the subject), in the
-/// letters user names take, made unique with a number.
-fn free_name(state: &AppState, id: &Identity) -> String {
-    let seed = id.email.as_deref().and_then(|e| e.split('@').next()).unwrap_or(id.subject.rsplit('#').next().unwrap_or("user"));
-    let mut base: String = seed
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c.to_ascii_lowercase() } else { '-' })
-        .take(48)
-        .collect();
-    if base.trim_matches('-').is_empty() {
-        base = "user".into();
-    }
-    let mut name = base.clone();
-    let mut n = 2;
-    while state.accounts.exists(&name) {
-        name = format!("{base}-{n}");
-        n += 1;
-    }
-    name
 }

@@ -150,8 +150,7 @@ fn report(state: &AppState, prefix: Vec<u8>, q: UsageQuery, may_group_by_user: b
         let mut out = format!("{group_name},tokens_in,tokens_out,cached_tokens,cost_usd,conversations,llm_calls,sandbox_seconds\n");
         for (k, r) in &groups {
             let l = line(group, k, r);
-            // Names are user names, model ids and days: quoted should one hold a comma.
-            let name = if k.contains([',', '"']) { format!("\"{}\"", k.replace('"', "\"\"")) } else { k.clone() };
+            let name = csv_cell(k);
             out.push_str(&format!(
                 "{name},{},{},{},{},{},{},{}\n",
                 l.tokens_in, l.tokens_out, l.cached_tokens, l.cost_usd, l.conversations, l.llm_calls, l.sandbox_seconds
@@ -200,4 +199,32 @@ pub async fn org(
     let (_, org) = crate::accounts::orgs::load_managed(&state, &user, &name, "the organization's owners and admins read its usage")?;
     let Query(q) = query?;
     report(&state, store::org_usage_prefix(&org.name), q, true)
+}
+
+/// `value` as one CSV cell a spreadsheet shows as text: a model id is whatever a provider or an
+/// organization's price table says, so one starting with `=`, `+`, `-`, `@` (or a tab or carriage
+/// return) would be run as a formula when the file is opened; it is given a leading `'`
+/// (OWASP's advice), and quoted when it holds a comma, a quote or a line break.
+pub(crate) fn csv_cell(value: &str) -> String {
+    let mut cell = value.to_owned();
+    if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        cell.insert(0, '\'');
+    }
+    if cell.contains([',', '"', '\n', '\r']) { format!("\"{}\"", cell.replace('"', "\"\"")) } else { cell }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_cell;
+
+    #[test]
+    fn formulas_are_text_and_commas_are_quoted() {
+        assert_eq!(csv_cell("gpt-4o"), "gpt-4o");
+        assert_eq!(csv_cell("=HYPERLINK(\"http://x\")"), "\"'=HYPERLINK(\"\"http://x\"\")\"");
+        assert_eq!(csv_cell("+1"), "'+1");
+        assert_eq!(csv_cell("-2+3"), "'-2+3");
+        assert_eq!(csv_cell("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_cell("a,b"), "\"a,b\"");
+        assert_eq!(csv_cell("2026-11-27"), "2026-11-27");
+    }
 }

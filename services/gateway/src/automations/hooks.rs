@@ -1,7 +1,7 @@
 //! `POST /api/v1/hooks/{id}`: the one route that takes no key. A request is authenticated by its
 //! automation's own scheme ([`super::verify`]) on the raw body, before anything is parsed;
-//! a delivery already taken is answered 200 and starts nothing (its id is kept in the bus for as
-//! long as forges retry); anything else is handed to the automation service as a durable
+//! a delivery already taken is answered 200 and starts nothing (what it is known by, always
+//! something the signature covers, is kept in the bus for as long as forges retry); anything else is handed to the automation service as a durable
 //! command and answered 202 at once. Deciding what it starts is not done here: a slow forge,
 //! a slow start or a restart can then lose nothing and hold nobody.
 
@@ -123,7 +123,13 @@ pub async fn receive(
     let Ok(text) = String::from_utf8(body.to_vec()) else {
         return Err(ApiError::bad_request("invalid_body", "the request's body is not UTF-8 text"));
     };
-    let key = delivery_key(&a.id, &delivery_id);
+    // What a replay is known by must be covered by the signature. Standard Webhooks sign their
+    // id, Slack and Linear their timestamp (and are refused past a few minutes); the forges and
+    // Jira sign only the body, so a captured delivery sent again under a fresh id header would
+    // pass as new: for them the signed body itself is the delivery.
+    let signed_id = matches!(a.trigger, proto::Trigger::Webhook {} | proto::Trigger::Slack { .. } | proto::Trigger::Linear { .. });
+    let replay_id = if signed_id { delivery_id.clone() } else { format!("body:{}", keys::to_hex(&Sha256::digest(&body))) };
+    let key = delivery_key(&a.id, &replay_id);
     match state.hook_deliveries.create(&key, now.to_string().into_bytes().into()).await {
         Ok(_) => {}
         Err(e) if e.kind() == async_nats::jetstream::kv::CreateErrorKind::AlreadyExists => {

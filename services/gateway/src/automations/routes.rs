@@ -239,12 +239,14 @@ impl TriggerBody {
                 proto::Trigger::Linear { teams, provider, api_url, label, mention }
             }
             Self::Slack { channels, users, provider, api_url, .. } => {
-                let linked = match previous {
-                    Some(proto::Trigger::Slack { users, .. }) => users.clone(),
-                    _ => BTreeMap::new(),
+                let (linked, consented) = match previous {
+                    Some(proto::Trigger::Slack { users, consented, .. }) => (users.clone(), consented.clone()),
+                    _ => Default::default(),
                 };
                 check_slack(state, user, &channels, &users, &linked, provider.as_deref(), api_url.as_deref()).await?;
-                proto::Trigger::Slack { channels, users, provider, api_url }
+                // Consent is each linked user's own: kept for those still linked, never given here.
+                let consented = consented.into_iter().filter(|u| users.values().any(|v| v == u)).collect();
+                proto::Trigger::Slack { channels, users, provider, api_url, consented }
             }
             Self::Webhook {} => proto::Trigger::Webhook {},
             Self::Schedule { cron, timezone } => {
@@ -292,7 +294,7 @@ impl TriggerBody {
                 label: Some(label.clone()),
                 mention: Some(mention.clone()),
             },
-            proto::Trigger::Slack { channels, users, provider, api_url } => Self::Slack {
+            proto::Trigger::Slack { channels, users, provider, api_url, .. } => Self::Slack {
                 signing_secret: None,
                 bot_token: None,
                 channels: channels.clone(),
@@ -794,8 +796,11 @@ pub async fn patch(
         check_name(&name)?;
         a.name = name.trim().to_owned();
     }
+    let (slack_api_before, prompt_before) = (slack_api_url(&a.trigger), a.prompt.clone());
+    let mut new_secret = false;
     if let Some(mut t) = body.trigger {
         let (signing_secret, bot_token) = t.take_credentials();
+        new_secret = signing_secret.as_ref().is_some_and(|s| !s.is_empty());
         let t = t.into_trigger(&state, &user, Some(&a.trigger)).await?;
         if t.kind() != a.trigger.kind() {
             return Err(ApiError::bad_request(
@@ -831,11 +836,27 @@ pub async fn patch(
     if let Some(e) = body.enabled {
         a.enabled = e;
     }
+    // Who a Slack user is, and whether they let it run as them, was said of this secret, this
+    // Slack and this prompt: a change to any of them drops the links to other users.
+    if new_secret || slack_api_url(&a.trigger) != slack_api_before || a.prompt != prompt_before {
+        if let proto::Trigger::Slack { users, consented, .. } = &mut a.trigger {
+            users.retain(|_, u| *u == user.0);
+            consented.clear();
+        }
+    }
     a.updated_ms = halyard_platform::now_ms();
     save(&state, &a, Some(revision)).await?;
     let detail = serde_json::json!({"name": a.name, "kind": a.trigger.kind(), "enabled": a.enabled, "changed": changed});
     audit::Action::new(&user, "automation.update", &a.id).detail(detail).send(&state, client).await;
     Ok(Json(view(&state, &headers, &a, None)))
+}
+
+/// A Slack trigger's Web API (`None` for other kinds, or Slack's own).
+fn slack_api_url(t: &proto::Trigger) -> Option<String> {
+    match t {
+        proto::Trigger::Slack { api_url, .. } => api_url.clone(),
+        _ => None,
+    }
 }
 
 /// Deletes an automation: its hook refuses requests and its schedule stops.

@@ -1,13 +1,16 @@
 //! `/api/v1/slack-links/{code}`: a Slack user no Halyard user is linked to gets a sign-in link
 //! privately from the automations service (the code is stored in the automations bucket for an
 //! hour); whoever signs in and follows it becomes the Halyard user that Slack user is, in that
-//! automation's `users`. Their mentions then start conversations that run as them. A code works
-//! once: it is taken with the bucket's expected revision before the automation changes, so two
-//! tabs racing link once.
+//! automation's `users`. Their mentions then start conversations that run as them only if they
+//! also say so (`run_as_me`): the automation's owner holds its signing secret, so a mention "by"
+//! a Slack user is only the owner's word, and nothing may run as someone else, on their secrets
+//! and LLM keys, without their say. A code works once (it is removed when used, and is good for
+//! an hour): it is taken with the bucket's expected revision before the automation changes, so
+//! two tabs racing link once.
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use halyard_protocol::automation::{Automation, SlackLink, Trigger};
@@ -31,6 +34,18 @@ pub struct SlackLinkView {
     /// Who that Slack user now is, once linked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub linked_to: Option<String>,
+    /// Whether the linked user lets the automation run agents as them.
+    pub runs_as_linked_user: bool,
+}
+
+/// How to link.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinkBody {
+    /// Let the automation run agents as you (with your secrets, git providers and LLM profile)
+    /// when this Slack user mentions it. Without it, the link is made and nothing runs as you.
+    #[serde(default)]
+    pub run_as_me: bool,
 }
 
 fn gone() -> ApiError {
@@ -65,12 +80,17 @@ async fn automation_of(state: &AppState, link: &SlackLink) -> Result<(Automation
 }
 
 fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLinkView {
+    let runs_as_linked_user = match (&a.trigger, &linked_to) {
+        (Trigger::Slack { consented, .. }, Some(u)) => consented.contains(u),
+        _ => false,
+    };
     SlackLinkView {
         automation: a.name.clone(),
         owner: a.owner.0.clone(),
         slack_user: link.slack_user.clone(),
         expires_at: halyard_protocol::rfc3339(link.expires_ms),
         linked_to,
+        runs_as_linked_user,
     }
 }
 
@@ -84,15 +104,18 @@ pub async fn get_one(State(state): State<AppState>, User(_user): User, Path(code
 }
 
 /// Links the Slack user the link was sent to to the signed-in user, in the automation's `users`
-/// (409 `already_linked` if someone linked them meanwhile); the code stops working.
+/// (409 `already_linked` if someone linked them meanwhile), and with `run_as_me` lets the
+/// automation run as them; the code stops working.
 #[utoipa::path(post, path = "/slack-links/{code}", tag = "automations", params(("code" = String, Path)),
-    responses((status = 200, body = SlackLinkView), Refusals, Conflict))]
+    request_body = LinkBody, responses((status = 200, body = SlackLinkView), Refusals, crate::api_doc::BodyRefusals, Conflict))]
 pub async fn link(
     State(state): State<AppState>,
     User(user): User,
     client: crate::accounts::audit::Client,
     Path(code): Path<String>,
+    crate::error::ApiJson(body): crate::error::ApiJson<LinkBody>,
 ) -> Result<Json<SlackLinkView>, ApiError> {
+    let run_as_me = body.run_as_me;
     let (link, code_revision) = code_of(&state, &code).await?;
     // Taken first, with its revision: of two racing requests one gets on.
     let key = subjects::automation_slack_link_key(&code);
@@ -103,9 +126,11 @@ pub async fn link(
     // The automation may change meanwhile (its owner editing it): read again and retry.
     for _ in 0..5 {
         let (mut a, revision) = automation_of(&state, &link).await?;
-        let Trigger::Slack { users, .. } = &mut a.trigger else { return Err(gone()) };
+        let Trigger::Slack { users, consented, .. } = &mut a.trigger else { return Err(gone()) };
+        let allowed = consented.contains(&user.0);
         match users.get(&link.slack_user) {
-            Some(who) if *who == user.0 => return Ok(Json(view(&a, &link, Some(user.0.clone())))),
+            Some(who) if *who == user.0 && (allowed || !run_as_me) => return Ok(Json(view(&a, &link, Some(user.0.clone())))),
+            Some(who) if *who == user.0 => {}
             Some(_) => {
                 return Err(ApiError::conflict(
                     "already_linked",
@@ -115,13 +140,16 @@ pub async fn link(
             None => {}
         }
         users.insert(link.slack_user.clone(), user.0.clone());
+        if run_as_me && user != a.owner {
+            consented.insert(user.0.clone());
+        }
         a.updated_ms = halyard_platform::now_ms();
         let bytes = serde_json::to_vec(&a).map_err(ApiError::internal)?;
         let akey = subjects::automation_key(&a.id);
         if let Ok(r) = state.automation_kv.update(&akey, bytes.clone().into(), revision).await {
             state.automations.apply_value(&akey, r, false, &bytes);
             tracing::info!(automation_id = %a.id, user = %user, slack_user = %link.slack_user, "slack user linked");
-            let detail = serde_json::json!({"slack_user": link.slack_user, "owner": a.owner.0});
+            let detail = serde_json::json!({"slack_user": link.slack_user, "owner": a.owner.0, "run_as_me": run_as_me});
             crate::accounts::audit::Action::new(&user, "automation.slack_link", &a.id).detail(detail).send(&state, client).await;
             return Ok(Json(view(&a, &link, Some(user.0.clone()))));
         }

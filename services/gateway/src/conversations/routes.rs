@@ -772,7 +772,7 @@ pub async fn resume(State(state): State<AppState>, User(user): User, Path(id): P
 #[utoipa::path(delete, path = "/conversations/{id}", tag = "conversations", params(("id" = String, Path, format = Uuid)),
     responses((status = 202, body = Accepted), Refusals))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
-    let (id, _) = owned(&state, &user, &id)?;
+    let (id, _) = crate::common::owned_even_if_left(&state, &user, &id)?;
     let mut env = Envelope::new(ConversationCommand::Delete { conversation_id: id, owner: user.clone() }, halyard_platform::now_ms());
     env.trace = Some(telemetry::new_trace());
     bus::publish(&state.js, subjects::conversation_command(id), &env).await?;

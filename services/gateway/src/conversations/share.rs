@@ -257,5 +257,5 @@ pub async fn shared_changes(
     link: SharedLink,
 ) -> Result<Json<halyard_protocol::executor::ChangesResponse>, ApiError> {
     let owner = halyard_protocol::UserId(link.view.owner.clone());
-    crate::workspace::files::changes_of(&state, &owner, &link.id.to_string()).await
+    crate::workspace::files::changes_of(&state, &owner, &link.id.to_string(), false).await
 }

@@ -15,7 +15,7 @@ use halyard_protocol::user::{GitProvider, UserGitProviders};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::forge;
@@ -142,11 +142,12 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
     responses((status = 200, body = ProviderView), (status = 201, body = ProviderView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (created, view) = store_provider(&state, &subjects::user_git_key(&user), &user.0, &name, &body).await?;
     let kind = view.kind.clone();
     let body_token_given = body.token.is_some();
@@ -207,8 +208,18 @@ pub(crate) async fn store_provider(
         if stored.providers.iter().any(|(n, p)| n != name && p.host == host) {
             return Err(ApiError::conflict("host_taken", format!("another git provider here serves {host}; change that one instead")));
         }
+        // A token goes only where it was given for: moving the provider to another host, API
+        // or kind of forge needs the token sent again.
+        let moved = old.is_some_and(|o| o.host != host || o.kind != kind || o.api_url != body.api_url);
         let token_sealed = match (&sealed, old) {
             (Some(s), _) => s.clone(),
+            (None, Some(_)) if moved => {
+                return Err(ApiError::bad_request(
+                    "token_required",
+                    "`token`: the provider now points elsewhere (host, api_url or kind), and its stored token was given for the old \
+                     place; send the token again",
+                ));
+            }
             (None, Some(o)) => o.token_sealed.clone(),
             (None, None) => return Err(ApiError::bad_request("invalid_field", "`token` is required for a new git provider")),
         };

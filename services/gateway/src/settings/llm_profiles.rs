@@ -18,7 +18,7 @@ use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BadGateway, BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::defaults::load;
@@ -145,7 +145,8 @@ pub struct ProfileBody {
     pub base_url: String,
     /// 1 to 200 characters.
     pub model: String,
-    /// Write-only. Absent keeps the stored key; `""` removes it.
+    /// Write-only. Absent keeps the stored key, unless `base_url` or `provider` changes (then
+    /// the stored key is dropped: it was given for the old server); `""` removes it.
     #[serde(default)]
     pub api_key: Option<String>,
     #[serde(default)]
@@ -237,11 +238,12 @@ fn check_profile_body(state: &AppState, name: &str, body: &ProfileBody) -> Resul
     responses((status = 200, body = ProfileView), (status = 201, body = ProfileView), Refusals, BodyRefusals, Conflict))]
 pub async fn put_profile(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<ProfileBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (created, mut view, provider) = store_profile(&state, &subjects::user_llm_key(&user), &user.0, &name, &body).await?;
     view.default = load(&state, &user).await?.llm_profile.as_deref() == Some(name.as_str());
     tracing::info!(user = %user, profile = %name, created, "LLM profile stored");
@@ -275,9 +277,13 @@ pub(crate) async fn store_profile(
                 format!("there are {MAX_PROFILES} LLM profiles already; delete one first"),
             ));
         }
+        // A key goes only where it was given for: a profile moved to another server (or
+        // provider) keeps no key unless a new one comes with the move.
+        let moved = old.is_some_and(|o| o.base_url != body.base_url.trim_end_matches('/') || o.provider != provider);
         let api_key_sealed = match body.api_key.as_deref() {
             Some("") => None,
             Some(_) => sealed.clone(),
+            None if moved => None,
             None => old.and_then(|o| o.api_key_sealed.clone()),
         };
         let profile = LlmProfile {

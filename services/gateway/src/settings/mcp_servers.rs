@@ -18,7 +18,7 @@ use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::error::{ApiError, ApiJson};
 use crate::settings::user_store::{self, check_name};
@@ -205,11 +205,12 @@ pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name)
     responses((status = 200, body = ServerView), (status = 201, body = ServerView), Refusals, BodyRefusals, Conflict))]
 pub async fn put(
     State(state): State<AppState>,
-    User(user): User,
+    Recent(principal): Recent,
     client: Client,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<PutBody>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let user = principal.user;
     let (created, view) = store_server(&state, &subjects::user_mcp_key(&user), &name, body).await?;
     tracing::info!(user = %user, server = %name, created, "MCP server stored");
     audit::Action::new(&user, "mcp_server.put", &name).detail(serde_json::json!({"created": created})).send(&state, client).await;

@@ -538,6 +538,17 @@ impl Store {
         self.page(sandbox_owner_prefix(owner), cursor, limit, |id| self.sandbox(SandboxId(id)))
     }
 
+    /// Whether `owner` owns anything here: a conversation, a sandbox or usage (a name with data
+    /// is not free to give a new user).
+    pub fn owns_anything(&self, owner: &str) -> Result<bool, StoreError> {
+        for prefix in [owner_prefix(owner), sandbox_owner_prefix(owner), usage_prefix(owner)] {
+            if self.tree.scan_prefix(&prefix).next().transpose()?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// A page of one owner's conversations, newest first, after `cursor` (an opaque key
     /// suffix from a previous page).
     pub fn conversations_of(

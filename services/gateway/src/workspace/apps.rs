@@ -45,6 +45,7 @@ use halyard_protocol::system::AGENT_SERVER;
 use hyper_util::rt::TokioIo;
 
 use crate::AppState;
+use crate::accounts::auth::Acting;
 use crate::accounts::registry::Principal;
 use crate::common::running_sandbox;
 use crate::error::ApiError;
@@ -196,19 +197,12 @@ fn link(
         (status = 503, description = "the sandbox has no VS Code (its image lacks code-server) or did not start it", body = crate::api_doc::ErrorBody)))]
 pub async fn vscode(
     State(state): State<AppState>,
-    principal: Principal,
+    // VS Code writes files and opens terminals: no read-only key opens it.
+    Acting(principal): Acting,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<AppLink>, ApiError> {
-    // VS Code writes files and opens terminals: no read-only key opens it.
-    if principal.scope != halyard_protocol::accounts::KeyScope::Full {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "read_only_key",
-            "a read-only key cannot open VS Code; use a full key or sign in",
-        ));
-    }
-    let user = principal.user;
+    let user = principal.user.clone();
     let (sandbox_id, sandbox) = running_sandbox(&state, &user, &id, "open VS Code").await?;
     crate::workspace::files::executor_of(&state, sandbox_id, &sandbox)?.start_vscode().await.map_err(|e| match e {
         halyard_platform::executor_client::ExecutorError::Rejected { status: 503, message, .. } => {

@@ -22,7 +22,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::accounts::auth::User;
-use crate::api_doc::{Conflict, Refusals};
+use crate::api_doc::{Conflict, Refusals, SandboxFailure};
 use crate::common::running_sandbox;
 use crate::error::ApiError;
 use crate::store::SandboxView;
@@ -53,6 +53,12 @@ fn executor_error(e: ExecutorError) -> ApiError {
         }
         ExecutorError::Rejected { code, message, .. } if code == "file_too_large" => too_large(message),
         ExecutorError::Rejected { status, message, .. } if status < 500 && status != 401 => ApiError::bad_request("invalid_path", message),
+        // It answered and said what failed: that is for the user to read, and trying again will
+        // not change it.
+        ExecutorError::Rejected { status, code, message } if status >= 500 && code != "executor_error" => {
+            tracing::warn!(status, code, error = %message, "the sandbox's executor failed");
+            ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "sandbox_error", format!("the sandbox could not do it: {message}"))
+        }
         other => {
             tracing::warn!(error = %other, "the sandbox's executor failed");
             ApiError::unavailable("the sandbox did not answer; try again shortly")
@@ -88,16 +94,24 @@ async fn masked<T: Serialize + DeserializeOwned>(
 /// What changed in the workspace: `git status` and `git diff` where it is a repository, else
 /// the files the agent's editor changed (masked; the sandbox must be running: 409 otherwise).
 #[utoipa::path(get, path = "/conversations/{id}/changes", tag = "workspace", params(("id" = String, Path, format = Uuid)),
-    responses((status = 200, body = ChangesResponse), Refusals, Conflict))]
+    responses((status = 200, body = ChangesResponse), Refusals, Conflict, SandboxFailure))]
 pub async fn changes(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<ChangesResponse>, ApiError> {
     // Its owner's, or one shared with an organization the user is in: masked as its owner's.
     let (_, c) = crate::common::readable(&state, &user, &id)?;
-    changes_of(&state, &halyard_protocol::UserId(c.owner), &id).await
+    let theirs = c.owner == user.0;
+    changes_of(&state, &halyard_protocol::UserId(c.owner), &id, theirs).await
 }
 
-/// What changed in `user`'s conversation `id`, masked with `user`'s secrets.
-pub(crate) async fn changes_of(state: &AppState, user: &halyard_protocol::UserId, id: &str) -> Result<Json<ChangesResponse>, ApiError> {
-    let exec = executor(state, user, id).await?;
+/// What changed in `user`'s conversation `id`, masked with `user`'s secrets; a hibernated
+/// sandbox is woken only when `wake` (its owner is the one asking).
+pub(crate) async fn changes_of(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    wake: bool,
+) -> Result<Json<ChangesResponse>, ApiError> {
+    let (sandbox_id, sandbox) = crate::common::running_sandbox_waking(state, user, id, "look into its workspace", wake).await?;
+    let exec = executor_of(state, sandbox_id, &sandbox)?;
     let changes = exec.changes().await.map_err(executor_error)?;
     masked(state, user, id, changes).await
 }
@@ -121,7 +135,7 @@ pub struct Uploaded {
 
 /// A directory's entries or a file's content (capped, masked), as the agent sees them.
 #[utoipa::path(get, path = "/conversations/{id}/files", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
-    responses((status = 200, body = FilesResponse), Refusals, Conflict))]
+    responses((status = 200, body = FilesResponse), Refusals, Conflict, SandboxFailure))]
 pub async fn files(
     State(state): State<AppState>,
     User(user): User,
@@ -181,7 +195,7 @@ fn streamed(resp: reqwest::Response, headers: Vec<(axum::http::HeaderName, Strin
 
 /// One file, as it is, streamed.
 #[utoipa::path(get, path = "/conversations/{id}/files/raw", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
-    responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream", body = Vec<u8>), Refusals, Conflict))]
+    responses((status = 200, description = "the file's bytes", content_type = "application/octet-stream", body = Vec<u8>), Refusals, Conflict, SandboxFailure))]
 pub async fn download(
     State(state): State<AppState>,
     User(user): User,
@@ -202,7 +216,7 @@ pub async fn download(
 
 /// The whole workspace as a gzipped tar, made as it is sent (never whole in memory).
 #[utoipa::path(get, path = "/conversations/{id}/archive", tag = "workspace", params(("id" = String, Path, format = Uuid)),
-    responses((status = 200, description = "the workspace as a tar.gz", content_type = "application/gzip", body = Vec<u8>), Refusals, Conflict))]
+    responses((status = 200, description = "the workspace as a tar.gz", content_type = "application/gzip", body = Vec<u8>), Refusals, Conflict, SandboxFailure))]
 pub async fn archive(
     State(state): State<AppState>,
     User(user): User,
@@ -217,11 +231,11 @@ pub async fn archive(
     Ok(streamed(resp, headers))
 }
 
-/// The raw body becomes the file at `path` (its directory must exist), streamed to the
-/// sandbox; over 100 MiB, 413 `file_too_large` and nothing changes.
+/// The raw body becomes the file at `path` (missing folders are made, inside the workspace
+/// only), streamed to the sandbox; over 100 MiB, 413 `file_too_large` and nothing changes.
 #[utoipa::path(put, path = "/conversations/{id}/files", tag = "workspace", params(("id" = String, Path, format = Uuid), FilesQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the file's bytes"),
-    responses((status = 201, body = Uploaded), (status = 413, description = "larger than 100 MiB", body = crate::api_doc::ErrorBody), Refusals, Conflict))]
+    responses((status = 201, body = Uploaded), (status = 413, description = "larger than 100 MiB", body = crate::api_doc::ErrorBody), Refusals, Conflict, SandboxFailure))]
 pub async fn upload(
     State(state): State<AppState>,
     User(user): User,

@@ -3,7 +3,7 @@
 //! in a pseudo-terminal, apart from the agent's shell). Bytes go through as they are, binary
 //! frames both ways, and the client's resize messages (`{"type": "resize", "cols", "rows"}`,
 //! text) with them. Opening it is recorded in the conversation's log (`terminal_opened`: who,
-//! when); what is typed is not.
+//! when); what is typed is not. Typing in a shell acts: read-only credentials cannot open it.
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -15,23 +15,25 @@ use halyard_protocol::command::AgentCommand;
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
-use crate::accounts::auth::User;
+use crate::accounts::auth::Acting;
 use crate::api_doc::{Conflict, Refusals};
 use crate::common::{agent_command, owned};
 use crate::error::ApiError;
 
 /// The owner's own terminal in the sandbox, as a WebSocket: binary frames both ways, and
 /// `{"type": "resize", "cols", "rows"}` text frames from the client. Opening it is recorded as
-/// a `terminal_opened` event; what is typed is not. The sandbox must be running (409).
+/// a `terminal_opened` event; what is typed is not. The sandbox must be running (409); a
+/// read-only key, or a session or ticket opened with one, is refused (403 `read_only_key`).
 #[utoipa::path(get, path = "/conversations/{id}/terminal/ws", tag = "workspace", params(("id" = String, Path, format = Uuid)),
     responses((status = 101, description = "switching protocols"), Refusals, Conflict))]
 pub async fn terminal_ws(
     State(state): State<AppState>,
-    User(user): User,
+    Acting(principal): Acting,
     client: Client,
     Path(id): Path<String>,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    let user = principal.user;
     let (conversation_id, _) = owned(&state, &user, &id)?;
     let ws = ws.map_err(|r| ApiError::bad_request("websocket_required", format!("open this URL as a WebSocket ({})", r.body_text())))?;
     let executor = crate::workspace::files::executor(&state, &user, &id).await?;
