@@ -145,3 +145,99 @@ async fn a_stored_key_or_token_does_not_follow_its_profile_or_provider_elsewhere
     let (s, e) = alice.call(Method::PUT, "/api/v1/orgs/acme/settings", Some(sso)).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("sso_not_configured")), "{e}");
 }
+
+/// What a walk can see of what a request did: the conversation's events and the deployment's
+/// audit trail, counted.
+async fn traces(alice: &halyard_tests::Api, conv: &str) -> (usize, usize) {
+    let (_, events) = alice.get(&format!("/api/v1/conversations/{conv}/events?limit=1000")).await;
+    let (_, audit) = alice.get("/api/v1/admin/audit?limit=1000").await;
+    (events["items"].as_array().map_or(0, Vec::len), audit["items"].as_array().map_or(0, Vec::len))
+}
+
+#[tokio::test]
+async fn a_read_only_key_and_a_read_only_session_act_on_nothing_walked_from_the_openapi_document() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ready")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "alice"));
+    let alice = h.api(ALICE);
+    let (conv, task) = alice.start_ready(json!({"message": "hello"})).await;
+    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    let (_, ro) = alice.post("/api/v1/me/keys", json!({"scope": "read_only", "name": "dashboard"})).await;
+    let ro_key = ro["key"].as_str().unwrap().to_owned();
+    // A session opened with the read-only key, as the page opens one.
+    let http = reqwest::Client::new();
+    let resp = http.post(format!("{}/api/v1/session", h.http)).json(&json!({"api_key": ro_key})).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    // What these left (the key's issue, the sign-in) is recorded before the walk counts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while traces(&alice, &conv).await.1 < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (_, doc) = alice.get("/api/v1/openapi.json").await;
+    let fill = |path: &str| {
+        path.replace("{id}", if path.starts_with("/api/v1/sandboxes/") { &sandbox } else { &conv })
+            .replace("{org}", "acme")
+            .replace(['{', '}'], "")
+    };
+    let mut walked = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            // Public routes take no key at all (hooks, single sign-on, share links, sign-in).
+            if op.get("security").and_then(Value::as_array).is_some_and(|s| s.iter().all(|x| x.as_object().is_some_and(|o| o.is_empty())))
+                || !path.starts_with("/api/v1/")
+            {
+                continue;
+            }
+            // Signing out ends only the caller's own session, which any credential may do (and
+            // would end the session this walk uses).
+            if path == "/api/v1/session" && method == "delete" {
+                continue;
+            }
+            let url = format!("{}{}", h.http, fill(path));
+            for (who, auth) in
+                [("a read-only key", ("authorization", format!("Bearer {ro_key}"))), ("a read-only session", ("cookie", cookie.clone()))]
+            {
+                let before = traces(&alice, &conv).await;
+                let status = if path.ends_with("/ws") {
+                    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+                    let mut request = url.replacen("http", "ws", 1).into_client_request().unwrap();
+                    request.headers_mut().insert(auth.0, auth.1.parse().unwrap());
+                    match tokio_tungstenite::connect_async(request).await {
+                        Ok((mut socket, _)) => {
+                            // Whatever the socket takes, it must not act: type into it.
+                            use futures::SinkExt;
+                            let _ = socket.send(tokio_tungstenite::tungstenite::Message::Binary(b"touch pwned\r".to_vec().into())).await;
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            101
+                        }
+                        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+                        Err(e) => panic!("{method} {path} as {who}: {e}"),
+                    }
+                } else {
+                    let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                    let mut req = http.request(m.clone(), &url).header(auth.0, &auth.1).header("x-halyard-csrf", "1");
+                    if m != Method::GET && m != Method::DELETE {
+                        req = req.json(&json!({}));
+                    }
+                    req.send().await.unwrap().status().as_u16()
+                };
+                if method != "get" {
+                    // Refused: as read-only (403), as no credential of theirs (401: routes that
+                    // take only a conversation's own key), or for the body (400): never done.
+                    assert!((400..500).contains(&status), "{method} {path} as {who} answered {status}");
+                }
+                assert_eq!(traces(&alice, &conv).await, before, "{method} {path} as {who} (answered {status}) left a trace: it acted");
+                walked += 1;
+            }
+        }
+    }
+    assert!(walked > 150, "walked only {walked} operations");
+    let workspace = h.workspace(&sandbox);
+    assert!(!workspace.join("pwned").exists(), "a read-only credential typed into a shell");
+}

@@ -64,9 +64,13 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     let mut text = String::new();
     let mut pulls = Vec::new();
     let mut outcome = "finished";
+    // Why a run that failed failed (a spent budget, a profile that cannot be used...), in the
+    // agent runner's words.
+    let mut failure: Option<String> = None;
     for e in &upto {
         match &e.body {
             EventBody::AgentMessage { text: t } => text.clone_from(t),
+            EventBody::AgentError { message, .. } => failure = Some(message.clone()),
             EventBody::PullRequestOpened { url, .. } => pulls.push(url.clone()),
             EventBody::ExecutionStatus { status, .. } if e.seq == seq => outcome = status.as_str(),
             _ => {}
@@ -75,7 +79,10 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     let mut summary = match outcome {
         "finished" => "Done.".to_owned(),
         "stuck" => "I stopped: I was going round in circles.".to_owned(),
-        _ => "The run failed.".to_owned(),
+        _ => match &failure {
+            Some(why) => format!("The run failed: {}", why.trim()),
+            None => "The run failed.".to_owned(),
+        },
     };
     if !text.trim().is_empty() {
         summary.push_str("\n\n");
