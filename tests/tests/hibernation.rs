@@ -224,3 +224,32 @@ async fn idle_conversations_leave_every_services_memory_and_come_back_from_the_l
     assert!(obs["content"].as_str().unwrap().contains("note 1\n"), "{obs}");
     halyard_tests::harness::assert_log_is_contiguous(&events);
 }
+
+#[tokio::test]
+async fn a_share_link_never_wakes_a_hibernated_sandbox_on_its_owners_quota() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    first_run(&llm);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_SANDBOX_IDLE_STOP_SECS", "2"));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "set up"})).await;
+    let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+    api.wait_events(&conv, "the first run", |ev| finished_runs(ev) == 1).await;
+    let (s, link) = api.post(&format!("/api/v1/conversations/{conv}/share"), json!({})).await;
+    assert_eq!(s, 201, "{link}");
+    let token = link["token"].as_str().unwrap().to_owned();
+    hibernated(&api, &sandbox).await;
+
+    // Whoever holds the link reads what changed only while the sandbox runs: asleep, it stays
+    // asleep, and the link says why.
+    let resp = reqwest::Client::new().get(format!("{}/api/v1/shared/{token}/changes", h.http)).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!((status, e["error"]["code"].as_str()), (409, Some("sandbox_hibernated")), "{e}");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(api.get(&format!("/api/v1/sandboxes/{sandbox}")).await.1["status"], "HIBERNATED", "the link woke it");
+    // Its owner's own look wakes it.
+    let (s, _) = api.get(&format!("/api/v1/conversations/{conv}/changes")).await;
+    assert_eq!(s, 200);
+    assert_eq!(api.get(&format!("/api/v1/sandboxes/{sandbox}")).await.1["status"], "RUNNING");
+}

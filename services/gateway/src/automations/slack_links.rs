@@ -113,10 +113,17 @@ pub async fn link(
     User(user): User,
     client: crate::accounts::audit::Client,
     Path(code): Path<String>,
-    crate::error::ApiJson(body): crate::error::ApiJson<LinkBody>,
+    body: axum::body::Bytes,
 ) -> Result<Json<SlackLinkView>, ApiError> {
-    let run_as_me = body.run_as_me;
+    // The link first: an unknown code is 404 whatever the body.
     let (link, code_revision) = code_of(&state, &code).await?;
+    // No body is `{}`.
+    let body: LinkBody = if body.iter().all(u8::is_ascii_whitespace) {
+        LinkBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_body", format!("the body is not a link request: {e}")))?
+    };
+    let run_as_me = body.run_as_me;
     // Taken first, with its revision: of two racing requests one gets on.
     let key = subjects::automation_slack_link_key(&code);
     state.automation_kv.update(&key, "used".into(), code_revision).await.map_err(|_| gone())?;
