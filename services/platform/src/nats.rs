@@ -191,6 +191,9 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
             description: description.into(),
             history: 1,
             num_replicas: kept_replicas(js, &format!("KV_{bucket}"), replicas).await,
+            // Entries that live only a while (a Slack sign-in link's code) carry a TTL of their
+            // own and are removed by the server when it passes.
+            limit_markers: (bucket == subjects::AUTOMATION_BUCKET).then_some(Duration::from_secs(60)),
             ..Default::default()
         })
         .await

@@ -313,8 +313,10 @@ async fn offer_link(ctx: &Ctx, a: &Automation, slack_user: &str) -> Result<Strin
         expires_ms: halyard_platform::now_ms() + LINK_LIFETIME_MS,
     };
     let bytes = serde_json::to_vec(&link).unwrap_or_default();
+    // Removed by the server when the hour is up, used or not.
+    let ttl = Duration::from_millis(u64::try_from(LINK_LIFETIME_MS).unwrap_or(3_600_000));
     ctx.bucket
-        .put(subjects::automation_slack_link_key(&code), bytes.into())
+        .create_with_ttl(subjects::automation_slack_link_key(&code), bytes.into(), ttl)
         .await
         .map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e))?;
     Ok(web_link(&ctx.config, &format!("/link/slack/{code}")))
