@@ -26,7 +26,8 @@ cargo build --workspace --all-targets
 # Every test that starts sandboxes ends them, pass or fail: processes of sandbox uids
 # (HALYARD_PROCESS_UID_BASE, 200000 and up) left running are a failure of the run. Ones that
 # were there before the run are not this run's doing.
-sandbox_procs() { ps -eo pid=,uid=,args= | awk '$2 >= 200000 && $2 < 250000'; }
+# (Zombies are not counted: they hold nothing, and init reaps them.)
+sandbox_procs() { ps -eo pid=,uid=,stat=,args= | awk '$2 >= 200000 && $2 < 250000 && $3 !~ /^Z/'; }
 before=$(sandbox_procs | awk '{print $1}' | sort)
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
@@ -37,7 +38,7 @@ fi
 sleep 1
 left=$(sandbox_procs | awk -v before="$before" 'BEGIN { n = split(before, b, "\n"); for (i = 1; i <= n; i++) old[b[i]] = 1 } !($1 in old)')
 if [ -n "$left" ]; then
-  echo "sandbox processes left running after the tests (pid uid command):" >&2
+  echo "sandbox processes left running after the tests (pid uid state command):" >&2
   echo "$left" >&2
   status=1
 fi

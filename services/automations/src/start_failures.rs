@@ -9,9 +9,7 @@
 //! its start task once more after remembering it ([`check`]), and whichever comes second says it.
 //! A key per conversation in the automations bucket keeps it to once.
 
-use std::time::Duration;
-
-use halyard_platform::bus::{self, Delivery};
+use halyard_platform::bus;
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
 use halyard_protocol::automation::{Automation, Thread};
 use halyard_protocol::system::{StartTaskStatus, StartTaskUpdate, SystemRecord};
@@ -19,7 +17,7 @@ use halyard_protocol::{TaskId, subjects};
 
 use crate::Ctx;
 use crate::runs::read;
-use crate::summaries::say;
+use crate::summaries::{say, settle};
 use crate::threads;
 
 /// Serves until `shutdown`.
@@ -40,13 +38,6 @@ pub async fn run(ctx: Ctx, shutdown: Shutdown) {
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "the automation start failures stopped");
-    }
-}
-
-async fn settle(d: Delivery, result: Result<(), BusError>) {
-    match result {
-        Ok(()) => d.ack().await,
-        Err(e) => d.retry(Duration::from_secs(2), &e.to_string()).await,
     }
 }
 

@@ -42,7 +42,8 @@ pub async fn run(ctx: Ctx, shutdown: Shutdown) {
     }
 }
 
-async fn settle(d: Delivery, result: Result<(), BusError>) {
+/// Acks what was done; what may go better later comes back in two seconds.
+pub(crate) async fn settle(d: Delivery, result: Result<(), BusError>) {
     match result {
         Ok(()) => d.ack().await,
         Err(e) => d.retry(Duration::from_secs(2), &e.to_string()).await,

@@ -21,26 +21,8 @@ fn tool(msg: impl Into<String>) -> ExecutorError {
 /// followed, `..` resolved. A path that leads out is refused the same way whether or not
 /// anything is there, so the refusal tells nothing about the rest of the machine.
 pub fn confine(workspace: &Path, path: &str) -> Result<PathBuf, ExecutorError> {
-    let root = std::fs::canonicalize(workspace).map_err(|e| ExecutorError::Internal(format!("the workspace: {e}")))?;
+    let (root, joined, _) = by_words(workspace, path)?;
     let outside = || ExecutorError::Outside(format!("{path} is outside the workspace; give a path inside {}", root.display()));
-    let asked = Path::new(path.trim());
-    let joined = if asked.is_absolute() { asked.to_owned() } else { root.join(asked) };
-    // First by the words alone: `..` that climbs out, or an absolute path elsewhere.
-    let mut lexical = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                if !lexical.pop() {
-                    return Err(outside());
-                }
-            }
-            std::path::Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
-    if !lexical.starts_with(&root) && !lexical.starts_with(workspace) {
-        return Err(outside());
-    }
     // Then by what is there: a link inside that points out leads out.
     match std::fs::canonicalize(&joined) {
         Ok(real) if real.starts_with(&root) => Ok(real),
@@ -50,6 +32,26 @@ pub fn confine(workspace: &Path, path: &str) -> Result<PathBuf, ExecutorError> {
         }
         Err(e) => Err(tool(format!("Cannot read {path}: {e}"))),
     }
+}
+
+/// `path` judged by its words alone (`..` that climbs out, or an absolute path elsewhere is
+/// refused): the workspace's real root, the path joined to it, and the path relative to the root
+/// with `.` and `..` resolved.
+pub fn by_words(workspace: &Path, path: &str) -> Result<(PathBuf, PathBuf, PathBuf), ExecutorError> {
+    let root = std::fs::canonicalize(workspace).map_err(|e| ExecutorError::Internal(format!("the workspace: {e}")))?;
+    let outside = || ExecutorError::Outside(format!("{path} is outside the workspace; give a path inside {}", root.display()));
+    let asked = Path::new(path.trim());
+    let joined = if asked.is_absolute() { asked.to_owned() } else { root.join(asked) };
+    let mut lexical = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir if !lexical.pop() => return Err(outside()),
+            std::path::Component::ParentDir | std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let relative = lexical.strip_prefix(&root).or_else(|_| lexical.strip_prefix(workspace)).map_err(|_| outside())?.to_owned();
+    Ok((root, joined, relative))
 }
 
 /// A directory's entries or a file's content, inside the workspace.

@@ -13,6 +13,7 @@ import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
 import { OrgSettings } from "./OrgSettings";
 import { OrgResources } from "./OrgResources";
+import { useChange } from "./Settings";
 
 const enc = encodeURIComponent;
 const ROLES = ["member", "admin", "owner"] as const;
@@ -136,15 +137,18 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
       setError(errorText(e));
     }
   };
+  // Rights change here: from a session older than a few minutes, the key is asked for again.
+  const change = useChange(() => (load(), onChange()));
   const add = (e: FormEvent) => {
     e.preventDefault();
-    run(() => call("POST", path, { user: user.trim(), role })).then(() => setUser(""));
+    change.run(() => call("POST", path, { user: user.trim(), role })).then((ok) => ok && setUser(""));
   };
   const manages = org.role === "owner" || org.role === "admin";
   return (
     <div className="card" role="region" aria-label={`Members of ${org.name}`}>
       <h2>Members of {org.name}</h2>
-      <ErrorText error={error} />
+      <ErrorText error={error ?? change.error} />
+      {change.prompt}
       <table className="admin-users" aria-label="Members">
         <thead>
           <tr>
@@ -159,7 +163,7 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               <td>{m.user}</td>
               <td>
                 {org.role === "owner" ? (
-                  <select aria-label={`Role of ${m.user}`} value={m.role} onChange={(e) => run(() => call("PATCH", `${path}/${enc(m.user)}`, { role: e.target.value }))}>
+                  <select aria-label={`Role of ${m.user}`} value={m.role} onChange={(e) => change.run(() => call("PATCH", `${path}/${enc(m.user)}`, { role: e.target.value }))}>
                     {ROLES.map((r) => (
                       <option key={r}>{r}</option>
                     ))}
@@ -175,7 +179,7 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
                   </button>
                 ) : (
                   (org.role === "owner" || (org.role === "admin" && m.role === "member")) && (
-                    <button className="ghost" onClick={() => run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
+                    <button className="ghost" onClick={() => change.run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
                       Remove {m.user}
                     </button>
                   )
@@ -189,7 +193,7 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               <td>invited as {m.role}</td>
               <td className="row-actions">
                 {manages && (
-                  <button className="ghost" onClick={() => run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
+                  <button className="ghost" onClick={() => change.run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
                     Withdraw the invitation to {m.user}
                   </button>
                 )}

@@ -14,7 +14,7 @@ const str = (v: unknown) => (v === undefined || v === null ? "" : String(v));
 const enc = encodeURIComponent;
 
 /** Runs a change; a `step_up_required` answer asks for the key, then runs it again. */
-function useChange(reload: () => void) {
+export function useChange(reload: () => void) {
   const [error, setError] = useState<string>();
   const [stepUp, setStepUp] = useState<() => Promise<unknown>>();
   const run = async (f: () => Promise<unknown>) => {

@@ -86,19 +86,7 @@ fn target(workspace: &Path, asked: &str) -> Result<PathBuf, ExecutorError> {
 /// one that exists must itself be a folder inside (a link out is refused, as `confine` refuses
 /// it), and each one made is made where the last checked one is, so nothing is made outside.
 fn make_folders(workspace: &Path, parent: &str) -> Result<PathBuf, ExecutorError> {
-    let root = std::fs::canonicalize(workspace).map_err(|e| ExecutorError::Internal(format!("the workspace: {e}")))?;
-    let outside = || ExecutorError::Outside(format!("{parent} is outside the workspace; give a path inside {}", root.display()));
-    let asked = Path::new(parent.trim());
-    let joined = if asked.is_absolute() { asked.to_owned() } else { root.join(asked) };
-    let mut lexical = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            std::path::Component::ParentDir if !lexical.pop() => return Err(outside()),
-            std::path::Component::ParentDir | std::path::Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
-    let relative = lexical.strip_prefix(&root).or_else(|_| lexical.strip_prefix(workspace)).map_err(|_| outside())?.to_owned();
+    let (root, _, relative) = crate::workspace::by_words(workspace, parent)?;
     let mut dir = root.clone();
     for part in relative.components() {
         let next = dir.join(part);
