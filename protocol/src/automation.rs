@@ -288,6 +288,12 @@ pub struct SlackLink {
     pub automation_id: String,
     pub slack_user: String,
     pub expires_ms: i64,
+    /// The Slack user in words, as the app's `users.info` named them (`Ada Lovelace (@ada)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack_name: Option<String>,
+    /// Their Slack workspace, as the app's `team.info` named it (`Acme (acme.slack.com)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl Thread {

@@ -679,6 +679,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     const SIGNING: &str = "8f742231b10e8888abcd99yyyzzz85a5";
     const BOT: &str = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy";
     let slack = halyard_tests::SlackServer::start(BOT).await;
+    slack.add_user("U0999XYZ", "bob.b", "Bob Builder");
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let api = h.api(ALICE);
@@ -754,6 +755,12 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let bob = h.api(BOB);
     let (s, shown) = bob.get(&format!("/api/v1/slack-links/{code}")).await;
     assert_eq!((s, shown["automation"].as_str(), shown["slack_user"].as_str()), (200, Some("Slack bot"), Some("U0999XYZ")), "{shown}");
+    // Named as the app's Slack names them: who, and in which workspace.
+    assert_eq!(
+        (shown["slack_name"].as_str(), shown["workspace"].as_str()),
+        (Some("Bob Builder (@bob.b)"), Some("Acme (acme-corp.slack.com)")),
+        "{shown}"
+    );
     // Linked, without letting the automation run as him.
     let (s, linked) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
     assert_eq!((s, linked["linked_to"].as_str(), linked["runs_as_linked_user"].as_bool()), (200, Some("bob"), Some(false)), "{linked}");

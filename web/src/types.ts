@@ -184,6 +184,9 @@ export interface SlackLinkInfo {
   owner: string;
   slack_user: string;
   expires_at: string;
+  /** The Slack user in words and their workspace, as the automation's Slack app named them. */
+  slack_name?: string | null;
+  workspace?: string | null;
   linked_to?: string;
   /** Whether the linked user lets the automation run agents as them. */
   runs_as_linked_user: boolean;

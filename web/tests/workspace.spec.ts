@@ -769,15 +769,19 @@ test("20. automations: a hook shown once with its setup, a signed request's run 
 });
 
 test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows it, confirms, and is that Slack user", async ({ page, browser }) => {
-  // Slack's Web API as the automation calls it: every method answers ok; the private messages are kept.
+  // Slack's Web API as the automation calls it: every method answers ok; the private messages
+  // are kept; who the user is and their workspace are told as users.info and team.info tell.
   const told: { user: string; text: string }[] = [];
   const slack = createServer((req, res) => {
     let raw = "";
     req.on("data", (c) => (raw += c));
     req.on("end", () => {
       if (req.url === "/chat.postEphemeral") told.push(JSON.parse(raw));
+      let answer: object = { ok: true };
+      if (req.url?.startsWith("/users.info?user=U0999XYZ")) answer = { ok: true, user: { id: "U0999XYZ", name: "bob.b", real_name: "Bob Builder" } };
+      if (req.url?.startsWith("/team.info")) answer = { ok: true, team: { id: "T0ACME01", name: "Acme", domain: "acme-corp" } };
       res.setHeader("content-type", "application/json");
-      res.end(JSON.stringify({ ok: true }));
+      res.end(JSON.stringify(answer));
     });
   });
   await new Promise<void>((r) => slack.listen(0, "127.0.0.1", r));
@@ -811,9 +815,15 @@ test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows 
     await expect(bob.getByRole("heading", { name: "Link your Slack account" })).toBeVisible();
     await expect(bob.getByText("U0999XYZ")).toBeVisible();
     await expect(bob.getByText("Team bot")).toBeVisible();
+    // Who and where, in words, as the app's Slack names them.
+    await expect(bob.getByText("Bob Builder (@bob.b)")).toBeVisible();
+    await expect(bob.getByText("Acme (acme-corp.slack.com)")).toBeVisible();
     await shot(bob, "slack-link");
+    // Running as Bob is a choice of its own.
+    await bob.getByLabel(/Let this automation run agents as me/).check();
     await bob.getByRole("button", { name: "Link my Slack account" }).click();
     await expect(bob.getByRole("status")).toContainText("is bob");
+    await expect(bob.getByRole("status")).toContainText("it runs as you");
     // The link worked once.
     await bob.reload();
     await expect(bob.getByText("unknown, used or expired")).toBeVisible();

@@ -34,8 +34,10 @@ export function SlackLink({ code, me }: { code: string; me: string }) {
       {info && !done && (
         <div className="card">
           <p>
-            Slack user <code>{info.slack_user}</code> asked the automation <strong>{info.automation}</strong> (of {info.owner}) for
-            work. Link that Slack account to your Halyard account, <strong>{me}</strong>?
+            Slack user <strong>{info.slack_name ?? "(unnamed)"}</strong> <code>{info.slack_user}</code>
+            {info.workspace ? <> of the workspace <strong>{info.workspace}</strong></> : null} asked the automation{" "}
+            <strong>{info.automation}</strong> (of {info.owner}) for work. Link that Slack account to your Halyard account,{" "}
+            <strong>{me}</strong>? Link it only if that is you: the names are what {info.owner}'s Slack app says.
           </p>
           <label className="check">
             <input type="checkbox" checked={runAsMe} onChange={(e) => setRunAsMe(e.target.checked)} />

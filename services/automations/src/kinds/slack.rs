@@ -141,6 +141,52 @@ impl Client {
     pub async fn tell(&self, channel: &str, user: &str, text: &str) -> Result<(), String> {
         self.call("chat.postEphemeral", json!({"channel": channel, "user": user, "text": text})).await.map(|_| ())
     }
+
+    /// A read method (`users.info`, `team.info`): Slack takes their arguments as a query, not as
+    /// JSON.
+    async fn read(&self, method: &str, query: &[(&str, &str)]) -> Result<Value, String> {
+        let mut url = reqwest::Url::parse(&format!("{}/{method}", self.api)).map_err(|e| format!("Slack's {method}: {e}"))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        net::check_destination(url.as_str(), &self.allow).await.map_err(|e| e.to_string())?;
+        let resp = self
+            .http
+            .get(url)
+            .timeout(Duration::from_secs(20))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| outbound::why(&e.without_url()))?;
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or_default();
+        if !status.is_success() || v["ok"] != true {
+            return Err(format!("Slack's {method} answered {status}: {}", v["error"].as_str().unwrap_or("no error given")));
+        }
+        Ok(v)
+    }
+
+    /// Who Slack user `user` is, in words (`Ada Lovelace (@ada)`), and their workspace's name.
+    pub async fn who(&self, user: &str) -> (Option<String>, Option<String>) {
+        let person = self.read("users.info", &[("user", user)]).await.ok().and_then(|v| {
+            let u = &v["user"];
+            let handle = u["name"].as_str().filter(|s| !s.is_empty());
+            let name = u["real_name"].as_str().or_else(|| u["profile"]["real_name"].as_str()).filter(|s| !s.is_empty());
+            match (name, handle) {
+                (Some(n), Some(h)) => Some(format!("{n} (@{h})")),
+                (n, h) => n.or(h).map(str::to_owned),
+            }
+        });
+        let team = self.read("team.info", &[]).await.ok().and_then(|v| {
+            let t = &v["team"];
+            let name = t["name"].as_str().filter(|s| !s.is_empty())?;
+            Some(match t["domain"].as_str().filter(|s| !s.is_empty()) {
+                Some(d) => format!("{name} ({d}.slack.com)"),
+                None => name.to_owned(),
+            })
+        });
+        (person, team)
+    }
 }
 
 /// The automation's Slack client (its bot token opened).
@@ -222,7 +268,7 @@ pub async fn decide(
         Err(e) => return skip(RunOutcome::Failed, e),
     };
     let Some(runs_as) = who.users.get(&m.user).map(|u| UserId(u.clone())) else {
-        let link = offer_link(ctx, a, &m.user).await?;
+        let link = offer_link(ctx, a, &client, &m.user).await?;
         let note = format!(
             "You are not linked to a Halyard user, so I started nothing. <{link}|Sign in to Halyard to link your Slack account> \
              (the link works once, for an hour), then mention me again."
@@ -235,7 +281,7 @@ pub async fn decide(
     if runs_as != a.owner && !who.consented.contains(&runs_as.0) {
         // The automation's owner holds the signing secret, so "a mention by this Slack user" is
         // only the owner's word: nothing runs as someone else without their say.
-        let link = offer_link(ctx, a, &m.user).await?;
+        let link = offer_link(ctx, a, &client, &m.user).await?;
         let note = format!(
             "You are linked to Halyard user {runs_as}, who has not let this automation (of {}) run agents as them, so I started \
              nothing. <{link}|Allow it in Halyard> (the link works once, for an hour), then mention me again.",
@@ -305,12 +351,17 @@ pub async fn decide(
 
 /// A sign-in link for `slack_user` (a code of its own, stored for an hour): the URL of the web
 /// page that links whoever is signed in.
-async fn offer_link(ctx: &Ctx, a: &Automation, slack_user: &str) -> Result<String, BusError> {
+async fn offer_link(ctx: &Ctx, a: &Automation, client: &Client, slack_user: &str) -> Result<String, BusError> {
     let code = halyard_platform::keys::random_secret();
+    // Named for the page that asks whoever follows it, as the app's Slack says (unnamed if it
+    // cannot say).
+    let (slack_name, workspace) = client.who(slack_user).await;
     let link = SlackLink {
         automation_id: a.id.clone(),
         slack_user: slack_user.to_owned(),
         expires_ms: halyard_platform::now_ms() + LINK_LIFETIME_MS,
+        slack_name,
+        workspace,
     };
     let bytes = serde_json::to_vec(&link).unwrap_or_default();
     // Removed by the server when the hour is up, used or not.

@@ -27,8 +27,12 @@ pub struct SlackLinkView {
     /// The automation's name, and whose it is.
     pub automation: String,
     pub owner: String,
-    /// The Slack user the link was sent to.
+    /// The Slack user the link was sent to, by id.
     pub slack_user: String,
+    /// That Slack user in words, and their workspace, as the automation's Slack app named them
+    /// (absent when it could not say).
+    pub slack_name: Option<String>,
+    pub workspace: Option<String>,
     /// When the link stops working (RFC 3339).
     pub expires_at: String,
     /// Who that Slack user now is, once linked.
@@ -88,6 +92,8 @@ fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLin
         automation: a.name.clone(),
         owner: a.owner.0.clone(),
         slack_user: link.slack_user.clone(),
+        slack_name: link.slack_name.clone(),
+        workspace: link.workspace.clone(),
         expires_at: halyard_protocol::rfc3339(link.expires_ms),
         linked_to,
         runs_as_linked_user,
