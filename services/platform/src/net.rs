@@ -89,6 +89,17 @@ pub fn percent_encode(s: &str) -> String {
         .collect()
 }
 
+/// `url` with `params` as its query, and no query at all when there are none:
+/// `Url::parse_with_params` (and `query_pairs_mut`) leave a bare `?` for none, which strict
+/// servers answer with 404.
+pub fn with_query(url: &str, params: &[(&str, &str)]) -> Result<reqwest::Url, url::ParseError> {
+    let mut url = reqwest::Url::parse(url)?;
+    if !params.is_empty() {
+        url.query_pairs_mut().extend_pairs(params);
+    }
+    Ok(url)
+}
+
 /// `host` or `host:port` of an http(s) URL, lower-case (`None` for anything else: a path, an
 /// scp-like `git@host:path`).
 pub fn url_host(url: &str) -> Option<String> {
@@ -125,6 +136,13 @@ mod tests {
         assert_eq!(percent_encode("a b/c"), "a%20b%2Fc");
         assert_eq!(percent_encode("gpt-4o_mini.2~x"), "gpt-4o_mini.2~x");
         assert_eq!(percent_encode("é?&="), "%C3%A9%3F%26%3D");
+    }
+
+    #[test]
+    fn no_parameters_no_question_mark() {
+        assert_eq!(with_query("http://127.0.0.1:9/v1/models", &[]).unwrap().as_str(), "http://127.0.0.1:9/v1/models");
+        let url = with_query("http://127.0.0.1:9/v1/models", &[("limit", "1000")]).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/models?limit=1000");
     }
 
     #[test]

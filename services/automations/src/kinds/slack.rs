@@ -107,18 +107,17 @@ impl Client {
         Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), api, token })
     }
 
+    /// A write method: its arguments as JSON.
     async fn call(&self, method: &str, body: Value) -> Result<Value, String> {
         let url = format!("{}/{method}", self.api);
         net::check_destination(&url, &self.allow).await.map_err(|e| e.to_string())?;
-        let resp = self
-            .http
-            .post(&url)
-            .timeout(Duration::from_secs(20))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| outbound::why(&e.without_url()))?;
+        self.send(method, self.http.post(&url).json(&body)).await
+    }
+
+    /// `request` to Slack with the bot token: its answer, or why Slack said no.
+    async fn send(&self, method: &str, request: reqwest::RequestBuilder) -> Result<Value, String> {
+        let resp =
+            request.timeout(Duration::from_secs(20)).bearer_auth(&self.token).send().await.map_err(|e| outbound::why(&e.without_url()))?;
         let status = resp.status();
         let v: Value = resp.json().await.unwrap_or_default();
         if !status.is_success() || v["ok"] != true {
@@ -145,25 +144,9 @@ impl Client {
     /// A read method (`users.info`, `team.info`): Slack takes their arguments as a query, not as
     /// JSON.
     async fn read(&self, method: &str, query: &[(&str, &str)]) -> Result<Value, String> {
-        let mut url = reqwest::Url::parse(&format!("{}/{method}", self.api)).map_err(|e| format!("Slack's {method}: {e}"))?;
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
+        let url = net::with_query(&format!("{}/{method}", self.api), query).map_err(|e| format!("Slack's {method}: {e}"))?;
         net::check_destination(url.as_str(), &self.allow).await.map_err(|e| e.to_string())?;
-        let resp = self
-            .http
-            .get(url)
-            .timeout(Duration::from_secs(20))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| outbound::why(&e.without_url()))?;
-        let status = resp.status();
-        let v: Value = resp.json().await.unwrap_or_default();
-        if !status.is_success() || v["ok"] != true {
-            return Err(format!("Slack's {method} answered {status}: {}", v["error"].as_str().unwrap_or("no error given")));
-        }
-        Ok(v)
+        self.send(method, self.http.get(url)).await
     }
 
     /// Who Slack user `user` is, in words (`Ada Lovelace (@ada)`), and their workspace's name.

@@ -26,7 +26,8 @@ impl LlmClient {
                     params.push(("after_id", after.as_str()));
                 }
             }
-            let url = models_url(base, &params)?;
+            let url = crate::net::with_query(&format!("{base}/models"), &params)
+                .map_err(|e| LlmError::Transport(format!("{base}/models: {e}")))?;
             let request = self.authorized(self.http.get(url).timeout(Duration::from_secs(self.config.timeout_secs.min(30))));
             let response = request.send().await.map_err(transport)?;
             if !response.status().is_success() {
@@ -52,28 +53,5 @@ impl LlmClient {
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out.dedup_by(|a, b| a.id == b.id);
         Ok(out)
-    }
-}
-
-/// `{base}/models`, with a query only when there are parameters: `Url::parse_with_params`
-/// leaves a bare `?` for none, which strict servers answer with 404.
-fn models_url(base: &str, params: &[(&str, &str)]) -> Result<reqwest::Url, LlmError> {
-    let mut url = reqwest::Url::parse(&format!("{base}/models")).map_err(|e| LlmError::Transport(format!("{base}/models: {e}")))?;
-    if !params.is_empty() {
-        url.query_pairs_mut().extend_pairs(params);
-    }
-    Ok(url)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::models_url;
-
-    #[test]
-    fn no_parameters_no_question_mark() {
-        let url = models_url("http://127.0.0.1:9/v1", &[]).unwrap();
-        assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/models");
-        let url = models_url("http://127.0.0.1:9/v1", &[("limit", "1000")]).unwrap();
-        assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/models?limit=1000");
     }
 }
