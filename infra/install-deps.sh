@@ -67,6 +67,13 @@ if ! /usr/bin/python3 -c 'import ipykernel, matplotlib' >/dev/null 2>&1 && [ "$(
   apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null 2>&1 \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-ipykernel python3-matplotlib python3-munkres >/dev/null; }
 fi
+# Third-party agents (Claude Code over ACP), where process sandboxes read them.
+if [ "$(id -u)" = 0 ] && command -v npm >/dev/null 2>&1; then
+  bash "$(dirname "$0")/install-agents.sh"
+elif ! [ -x /opt/halyard-agents/bin/claude-agent-acp ]; then
+  echo "third-party agents are not installed (run infra/install-agents.sh as root, with npm): GET /agents will say so" >&2
+fi
+
 # The user's VS Code: code-server with its own Node, where process sandboxes read it.
 if [ "$(id -u)" = 0 ] && command -v npm >/dev/null 2>&1; then
   bash "$(dirname "$0")/install-code-server.sh"

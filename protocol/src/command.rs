@@ -39,6 +39,10 @@ pub enum ConversationCommand {
         /// The owner's LLM profile to use (the operator's default if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_profile: Option<String>,
+        /// The agent that works in the conversation: `halyard` (absent) or a third-party agent
+        /// spoken to over ACP (`claude-code`, `codex`, `gemini`, `opencode`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
         /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secrets: Option<Vec<String>>,
@@ -159,6 +163,9 @@ pub enum AgentCommand {
         confirmation_policy: Option<ConfirmationPolicy>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         llm_profile: Option<String>,
+        /// The agent that works in it (absent: Halyard's own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
         /// The owner's secrets the conversation's shell gets, by name (all of them if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secrets: Option<Vec<String>>,

@@ -317,6 +317,11 @@ pub enum EventBody {
         /// the owner's own).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         org: Option<String>,
+        /// The agent that works in it: absent for Halyard's own, else a third-party agent's
+        /// kind (`claude-code`, `codex`, `gemini`, `opencode` or a registered one), spoken to
+        /// over the Agent Client Protocol.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.
@@ -404,6 +409,18 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
+    /// A third-party agent's ACP session was opened (or loaded again after its process was
+    /// started anew): later runs continue it.
+    AgentSession {
+        agent: String,
+        session_id: String,
+        /// What the agent said of itself in `initialize` (`agentInfo`), if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent_info: Option<serde_json::Value>,
+    },
+    /// An update from a third-party agent that no other event stands for (its `sessionUpdate`
+    /// kind, and the update as it came, masked): kept, not dropped.
+    AgentUpdate { update_kind: String, update: serde_json::Value },
     /// Something went wrong in the agent loop (LLM failure, iteration limit, interrupted run).
     AgentError { code: String, message: String },
     /// The agent's execution status changed.
@@ -513,6 +530,8 @@ impl EventBody {
             Self::AgentMessage { .. } => "agent_message",
             Self::Action { .. } => "action",
             Self::Observation { .. } => "observation",
+            Self::AgentSession { .. } => "agent_session",
+            Self::AgentUpdate { .. } => "agent_update",
             Self::AgentError { .. } => "agent_error",
             Self::ExecutionStatus { .. } => "execution_status",
             Self::Title { .. } => "title",

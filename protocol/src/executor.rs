@@ -250,6 +250,48 @@ pub struct McpStdioSpawn {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
+/// The first message on `GET /acp/stdio`: the third-party agent (an ACP agent on stdio) the
+/// socket speaks to. The executor keeps one process per `name` for the sandbox's life (not the
+/// socket's): a second socket with the same name attaches to the live process, so a runner that
+/// takes a run over finds the agent where the last one left it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AcpSpawn {
+    /// Which process: the conversation's id.
+    pub name: String,
+    /// A shell command line, run in the workspace (only when no process of `name` lives).
+    pub command: String,
+    /// The process's environment on top of the executor's.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// A text frame of `GET /acp/stdio` after [`AcpSpawn`]. Every line the agent writes is kept,
+/// numbered, until the holder acknowledges it: a holder that dies before it has dealt with a
+/// line (a permission request it never answered, an update it never recorded) leaves it for
+/// the next one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AcpFrame {
+    /// Executor to holder, first: whether the process was started for this socket (`fresh`:
+    /// it knows nothing yet) and the ids of the holder's requests it has not answered yet
+    /// (a prompt still running). The lines not acknowledged follow.
+    Attached {
+        fresh: bool,
+        #[serde(default)]
+        unanswered: Vec<serde_json::Value>,
+    },
+    /// Executor to holder: one line of the agent's standard output (a JSON-RPC message).
+    Line { seq: u64, line: String },
+    /// Executor to holder: the agent's process ended (its last words on standard error).
+    Exited { message: String },
+    /// Holder to executor: a line for the agent's standard input.
+    Send { line: String },
+    /// Holder to executor: line `seq` is dealt with.
+    Ack { seq: u64 },
+    /// Holder to executor: end the agent's process.
+    Stop,
+}
+
 /// A text frame of the git proxy's WebSocket (`GET /git/proxy`), which the agent runner (or,
 /// for the clone at start, the conversations service) holds open to the executor. Git in the
 /// sandbox talks smart HTTP to the executor's loopback listener; the executor passes each

@@ -18,6 +18,7 @@
 //! crate documents it for clients in other languages.
 
 pub mod accounts;
+pub mod agents;
 pub mod automation;
 pub mod command;
 pub mod envelope;

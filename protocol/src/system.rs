@@ -141,6 +141,9 @@ pub struct StartRequest {
     pub confirmation_policy: Option<crate::event::ConfirmationPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_profile: Option<String>,
+    /// The agent that works in it (absent: Halyard's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
     /// A fork: what it comes from (a retry forks again).
@@ -245,7 +248,7 @@ pub enum SystemRecord {
         /// The rest of what the start asked for, so that a failed start can be tried again as
         /// it was asked (absent in records older than retries).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        request: Option<StartRequest>,
+        request: Option<Box<StartRequest>>,
     },
     ConversationDeleted {
         conversation_id: ConversationId,

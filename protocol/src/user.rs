@@ -33,6 +33,9 @@ pub struct UserSettings {
     /// The sandbox spec of a conversation whose start names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_spec: Option<String>,
+    /// The agent a conversation has when its start names none (none: Halyard's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     #[serde(default)]
     pub updated_ms: UnixMillis,
 }

@@ -72,6 +72,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    agent: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -93,6 +94,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    agent: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -114,6 +116,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    agent: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -135,6 +138,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    agent: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -687,7 +691,8 @@ fn records_are_stable() {
                 title: None,
                 repository: None,
                 created_ms: T,
-                request: Some(StartRequest {
+                request: Some(Box::new(StartRequest {
+                    agent: None,
                     message: Some("hi".into()),
                     spec: Some("small".into()),
                     budget: None,
@@ -699,7 +704,7 @@ fn records_are_stable() {
                     tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
                     org: None,
                     visibility: Default::default(),
-                }),
+                })),
             },
         ),
     );
@@ -713,6 +718,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                agent: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),
@@ -739,6 +745,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                agent: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),
@@ -770,6 +777,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                agent: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),

@@ -324,6 +324,7 @@ impl ConvState {
                 fork,
                 parent,
                 org,
+                agent,
                 ..
             } => {
                 if !started {
@@ -353,6 +354,7 @@ impl ConvState {
                         forked_from: fork.clone(),
                         parent,
                         org,
+                        agent,
                     };
                     if let Err(e) = log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await {
                         delivery.retry(Duration::from_millis(500), &e.to_string()).await;

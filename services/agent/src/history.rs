@@ -29,6 +29,8 @@ pub struct Started {
     pub parent: Option<halyard_protocol::system::ParentLink>,
     /// The organization it was started in: its prices and budgets apply.
     pub org: Option<String>,
+    /// The third-party agent that works in it (none: Halyard's own).
+    pub agent: Option<String>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -130,6 +132,14 @@ pub struct History {
     pub helpers: Vec<(String, Vec<halyard_protocol::event::SubConversation>)>,
     /// What each ended helper used (tokens, US dollars), counted in `used_tokens`/`used_usd`.
     pub helpers_ended: std::collections::HashMap<halyard_protocol::ConversationId, (u64, f64)>,
+    /// The tool calls whose actions the user rejected (a third-party agent's permission
+    /// request is answered so).
+    pub rejected: HashSet<String>,
+    /// A third-party agent's ACP session, as its last `agent_session` event names it.
+    pub agent_session: Option<String>,
+    /// `seq` of the last status that ended a turn (idle, finished, error, stuck): the user
+    /// messages after it are what the next turn is about.
+    pub turn_ended_seq: u64,
 }
 
 impl History {
@@ -209,6 +219,7 @@ impl History {
                 forked_from,
                 parent,
                 org,
+                agent,
                 ..
             } => {
                 self.started = Some(Started {
@@ -219,6 +230,7 @@ impl History {
                     forked_from: forked_from.clone(),
                     parent: parent.clone(),
                     org: org.clone(),
+                    agent: agent.clone(),
                 });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();
@@ -294,6 +306,7 @@ impl History {
             }
             EventBody::ActionRejected { tool_call_id, reason, .. } => {
                 self.close_pending(tool_call_id);
+                self.rejected.insert(tool_call_id.clone());
                 self.push(tool_result(tool_call_id, format!("The user rejected this action. Their reason: {reason}")), ev.seq)
             }
             EventBody::ConfirmationPolicy { policy } => self.policy = *policy,
@@ -312,6 +325,9 @@ impl History {
                 }
             }
             EventBody::ExecutionStatus { status, reason } => {
+                if matches!(status, ExecutionStatus::Idle | ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck) {
+                    self.turn_ended_seq = ev.seq;
+                }
                 self.status = Some(*status);
                 self.status_reason.clone_from(reason);
                 self.status_seq = ev.seq;
@@ -347,7 +363,8 @@ impl History {
                 }
             }
             EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } => {}
-            EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } => {}
+            EventBody::AgentSession { session_id, .. } => self.agent_session = Some(session_id.clone()),
+            EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } | EventBody::AgentUpdate { .. } => {}
         }
     }
 

@@ -12,6 +12,7 @@
 //! two writers never interleave blindly: a conflicting append first folds in what the other
 //! wrote.
 
+pub mod acp;
 pub mod ask;
 pub mod budget;
 pub mod condense;

@@ -293,6 +293,7 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
     tags.insert("source".into(), a.trigger.kind().to_owned());
     let now = halyard_platform::now_ms();
     let cmd = ConversationCommand::Start {
+        agent: None,
         task_id,
         conversation_id,
         owner,

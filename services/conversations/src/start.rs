@@ -53,6 +53,7 @@ struct Task<'a> {
     budget: Option<halyard_protocol::event::Budget>,
     confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
     llm_profile: Option<String>,
+    agent: Option<String>,
     secrets: Option<Vec<String>>,
     /// A fork: the source whose checkpoint the workspace is made from.
     fork: Option<ForkSource>,
@@ -106,6 +107,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         budget,
         confirmation_policy,
         llm_profile,
+        agent,
         secrets,
         fork,
         parent,
@@ -122,6 +124,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         budget: budget.clone(),
         confirmation_policy,
         llm_profile: llm_profile.clone(),
+        agent: agent.clone(),
         secrets: secrets.clone(),
         fork: fork.clone(),
         parent: parent.clone(),
@@ -143,6 +146,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         budget,
         confirmation_policy,
         llm_profile,
+        agent,
         secrets,
         fork,
         parent,
@@ -165,7 +169,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         title,
         repository: repository.clone(),
         created_ms,
-        request: Some(request),
+        request: Some(Box::new(request)),
     };
     let env_created = Envelope::with_id(CommandId(derived(task_id, 0xC0)), created, halyard_platform::now_ms());
     bus::publish(&ctx.js, subjects::conversation_record(conversation_id), &env_created).await?;
@@ -296,6 +300,7 @@ async fn hand_over(
         budget: task.budget.clone(),
         confirmation_policy: task.confirmation_policy,
         llm_profile: task.llm_profile.clone(),
+        agent: task.agent.clone(),
         secrets: task.secrets.clone(),
         repository,
         fork: task.fork.clone(),

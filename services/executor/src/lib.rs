@@ -15,9 +15,11 @@
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET
 //! /checkpoint/bundle` and `POST /checkpoint/unbundle` (checkpoints carried to a fork), `GET /mcp/stdio` (a
 //! WebSocket to an MCP server run in the sandbox, [`mcp`]), `GET /git/proxy` (a WebSocket
-//! git's requests for the conversation's repository travel over, [`git_proxy`]) and `POST
-//! /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
+//! git's requests for the conversation's repository travel over, [`git_proxy`]), `GET
+//! /acp/stdio` and `GET /llm/relay` (a third-party agent's stdio and its LLM calls, [`acp`])
+//! and `POST /session-key` (replaces the key; a warm-pool sandbox is handed to its new owner so).
 
+pub mod acp;
 pub mod checkpoint;
 pub mod disk;
 pub mod files;
@@ -25,6 +27,7 @@ pub mod git_proxy;
 pub mod hooks;
 pub mod limits;
 pub mod mcp;
+pub mod relay;
 pub mod runtimes;
 pub mod shell;
 pub mod tunnel;
@@ -130,6 +133,8 @@ struct AppState {
     /// Passes git's requests for the conversation's repository on (`None`: no listener could
     /// be made).
     git: Option<Arc<git_proxy::GitProxy>>,
+    /// Third-party agents' processes and their LLM relay.
+    acp: Arc<acp::AcpHost>,
     /// The disk limit commands are watched against (`None`: none).
     disk: Option<Arc<disk::Disk>>,
     /// The workspace's checkpoints; one taken or restored at a time.
@@ -184,6 +189,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         editor: Arc::new(editor),
         activity: Arc::new(activity),
         git,
+        acp: acp::AcpHost::new(workspace.clone()),
         disk,
         checkpoints: Arc::new(tokio::sync::Mutex::new(checkpoint::Checkpoints::new(workspace.clone()))),
         browser: runtimes::browser::Browser::new(config_idle),
@@ -216,6 +222,8 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         // The user's own terminal counts as activity while it is open (below), not per request.
         .route("/terminal/ws", get(terminal))
         .route("/git/proxy", get(git_proxy))
+        .route("/acp/stdio", get(acp_stdio))
+        .route("/llm/relay", get(llm_relay))
         // The user's VS Code: started here, and reached below (see [`runtimes::vscode`]). Its
         // own idle timer decides when it stops; while it is open, the sandbox is not idle.
         .route("/vscode", post(start_vscode))
@@ -243,6 +251,25 @@ async fn git_proxy(State(state): State<AppState>, ws: axum::extract::WebSocketUp
     match state.git.clone() {
         Some(proxy) => ws.on_upgrade(move |socket| proxy.serve_holder(socket)),
         None => ExecutorError::Internal("this sandbox has no git proxy".into()).into_response(),
+    }
+}
+
+/// A third-party agent's socket: the sandbox counts as busy while its driver is attached (a
+/// turn in progress), so it is not hibernated under the agent.
+async fn acp_stdio(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+    let (host, activity) = (state.acp.clone(), state.activity.clone());
+    activity.in_flight.fetch_add(1, Ordering::SeqCst);
+    ws.on_upgrade(move |socket| async move {
+        host.attach(socket).await;
+        activity.last_end_ms.store(activity.started.elapsed().as_millis() as u64, Ordering::SeqCst);
+        activity.in_flight.fetch_sub(1, Ordering::SeqCst);
+    })
+}
+
+async fn llm_relay(State(state): State<AppState>, ws: axum::extract::WebSocketUpgrade) -> Response {
+    match state.acp.llm_relay() {
+        Some(relay) => ws.on_upgrade(move |socket| relay.serve_holder(socket, |_| Ok(()))),
+        None => ExecutorError::Internal("this sandbox has no LLM relay".into()).into_response(),
     }
 }
 

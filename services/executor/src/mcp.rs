@@ -47,24 +47,11 @@ pub async fn bridge(mut socket: WebSocket, workspace: PathBuf) {
         Err(e) => return close(socket, 1011, &format!("cannot start: {e}")).await,
     };
     let pgid = child.id().map(|p| p as i32);
-    let (Some(mut stdin), Some(stdout), Some(mut stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
+    let (Some(mut stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
         return close(socket, 1011, "cannot start: no pipes").await;
     };
     // Standard error is kept (its tail) for the reason a dead server gives.
-    let stderr_tail = tokio::spawn(async move {
-        let mut tail = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 8192 {
-                tail.drain(..tail.len() - 4096);
-            }
-        }
-        String::from_utf8_lossy(&tail).into_owned()
-    });
+    let stderr_tail = tokio::spawn(stderr_tail(stderr));
     let mut lines = BufReader::new(stdout);
     let mut line = Vec::new();
     let ended = loop {
@@ -119,7 +106,24 @@ async fn read_line(reader: &mut BufReader<tokio::process::ChildStdout>, line: &m
     Ok(n > 0)
 }
 
-async fn close(mut socket: WebSocket, code: u16, reason: &str) {
+/// The last 4 KiB or so of what a process wrote on standard error (kept for the reason a dead
+/// process gives).
+pub(crate) async fn stderr_tail(mut stderr: tokio::process::ChildStderr) -> String {
+    let mut tail = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 8192 {
+            tail.drain(..tail.len() - 4096);
+        }
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+pub(crate) async fn close(mut socket: WebSocket, code: u16, reason: &str) {
     let mut cut = reason.len().min(REASON_BYTES);
     while !reason.is_char_boundary(cut) {
         cut -= 1;

@@ -124,6 +124,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(starts::start_conversation, routes::list_conversations))
         .routes(routes!(routes::count_conversations))
+        .routes(routes!(crate::conversations::agents::list_agents))
         .routes(routes!(starts::retry_start))
         .routes(routes!(starts::fork_conversation))
         .routes(routes!(routes::get_conversation, routes::delete, routes::patch_conversation))

@@ -323,7 +323,7 @@ impl Pending<'_> {
                     if !view.visibility_changed {
                         view.visibility = request.visibility;
                     }
-                    view.start_request = Some(request);
+                    view.start_request = Some(*request);
                 }
                 if !view.usage_counted {
                     view.usage_counted = true;

@@ -281,6 +281,9 @@ pub struct AgentConfig {
     pub max_delegation_depth: u32,
     /// Most helpers one `delegate` call may start.
     pub max_delegates: usize,
+    /// Where third-party agents are installed, as sandboxes see it (`infra/install-agents.sh`
+    /// fills it; process sandboxes read the host's, the base image holds a copy).
+    pub agents_dir: String,
 }
 
 /// Sandboxes.
@@ -530,6 +533,7 @@ impl Default for AgentConfig {
             max_tokens: 0,
             max_delegation_depth: 2,
             max_delegates: 4,
+            agents_dir: "/opt/halyard-agents".into(),
         }
     }
 }
@@ -665,6 +669,7 @@ pub const ENV_NAMES: &[&str] = &[
     "STUCK_ALTERNATIONS",
     "MAX_DELEGATION_DEPTH",
     "MAX_DELEGATES",
+    "AGENTS_DIR",
     "LLM_PROVIDER",
     "LLM_CONTEXT_WINDOW",
     "LLM_CONTEXT_RESERVE",
@@ -950,6 +955,7 @@ impl Config {
                 "STUCK_ALTERNATIONS" => self.agent.stuck_alternations = v.parse().map_err(|_| bad("expected a count"))?,
                 "MAX_DELEGATION_DEPTH" => self.agent.max_delegation_depth = v.parse().map_err(|_| bad("expected a depth, like 2"))?,
                 "MAX_DELEGATES" => self.agent.max_delegates = v.parse().map_err(|_| bad("expected a count"))?,
+                "AGENTS_DIR" => self.agent.agents_dir = v.clone(),
                 "LLM_PROVIDER" => {
                     if !crate::llm::PROVIDERS.contains(&v.as_str()) {
                         return Err(bad("expected `openai`, `anthropic` or `openai-responses`"));

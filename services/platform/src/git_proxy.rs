@@ -1,6 +1,6 @@
 //! The outer half of the git proxy: git in the sandbox talks smart HTTP to the executor's
 //! loopback listener, the executor passes every request over its `GET /git/proxy` WebSocket
-//! (frames: [`GitProxyFrame`]), and whoever holds that socket (the agent runner while a run
+//! ([`crate::relay`]), and whoever holds that socket (the agent runner while a run
 //! lasts, the conversations service for the clone at start) makes the request upstream with the
 //! user's token added. The token never enters the sandbox: no helper hands it out, no header or
 //! file carries it there.
@@ -11,24 +11,20 @@
 //! outbound client ([`crate::outbound`]), so a provider host that resolves to the deployment's
 //! own addresses is refused unless the operator allows it (`HALYARD_GIT_API_ALLOW`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use futures::{SinkExt, StreamExt};
-use halyard_protocol::executor::GitProxyFrame;
+use futures::StreamExt;
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{UserId, subjects};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message;
 
 use crate::executor_client::ExecutorClient;
 use crate::net::url_host;
+use crate::relay::{self, Answer, Refusal};
 use crate::vault::{self, Vault};
 
-/// How long the executor may take to switch git over to the proxy.
-const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// Request headers git's requests keep upstream (never `Authorization`: that one is ours).
 const REQUEST_HEADERS: [&str; 5] = ["content-type", "accept", "git-protocol", "content-encoding", "user-agent"];
 /// Answer headers passed back to git.
@@ -167,120 +163,37 @@ fn route<'a>(remotes: &'a [Remote], method: &str, target: &str, query: Option<&s
     Ok((remote, format!("{}://{}/{rest}{query}", remote.scheme, remote.host)))
 }
 
-/// Serving the proxy for one sandbox; it stops when this is dropped.
-#[derive(Debug)]
-pub struct Serving(tokio::task::JoinHandle<()>);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+pub use crate::relay::Serving;
 
 /// Opens the executor's proxy socket, hands it `remotes` and returns once git in the sandbox
 /// uses the proxy for them; serving goes on until the handle is dropped. Requests leave through
 /// an outbound client allowed the address classes in `allow`.
 pub async fn serve(exec: &ExecutorClient, remotes: Vec<Remote>, allow: &[String]) -> Result<Serving, String> {
-    let mut socket = exec.socket("/git/proxy").await.map_err(|e| format!("the sandbox's git proxy cannot be reached: {e}"))?;
-    let hello = GitProxyFrame::Remotes { urls: remotes.iter().map(|r| r.url.clone()).collect() };
-    socket.send(Message::Text(serde_json::to_string(&hello).map_err(|e| e.to_string())?.into())).await.map_err(|e| e.to_string())?;
-    let ready = tokio::time::timeout(READY_TIMEOUT, async {
-        while let Some(frame) = socket.next().await {
-            match frame {
-                Ok(Message::Text(text)) if serde_json::from_str::<GitProxyFrame>(&text).is_ok_and(|f| f == hello) => return Ok(()),
-                Ok(Message::Close(_)) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
-        Err("the sandbox closed its git proxy".to_owned())
-    });
-    ready.await.map_err(|_| "the sandbox did not switch git to the proxy in time".to_owned())??;
     let client = crate::outbound::builder(allow)
         .connect_timeout(Duration::from_secs(30))
         .build()
         .map_err(|e| format!("the git proxy's HTTP client: {e}"))?;
+    let urls = remotes.iter().map(|r| r.url.clone()).collect();
     let remotes = Arc::new(remotes);
-    Ok(Serving(tokio::spawn(async move {
-        if let Err(e) = relay(socket, remotes, client).await {
-            tracing::debug!(error = %e, "git proxy socket closed");
-        }
-    })))
-}
-
-type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// Carries requests until the socket closes: heads and bodies in, answers out.
-async fn relay(socket: Socket, remotes: Arc<Vec<Remote>>, client: reqwest::Client) -> Result<(), String> {
-    let (mut sink, mut stream) = socket.split();
-    let (out, mut outgoing) = mpsc::channel::<Message>(64);
-    let writer = tokio::spawn(async move {
-        while let Some(message) = outgoing.recv().await {
-            if sink.send(message).await.is_err() {
-                break;
-            }
-        }
+    let handler: relay::Handler = Arc::new(move |request: relay::Request| {
+        let (remotes, client) = (remotes.clone(), client.clone());
+        Box::pin(async move {
+            let (remote, upstream) = route(&remotes, &request.method, &request.target, request.query.as_deref()).map_err(|why| {
+                tracing::info!(target = %request.target, %why, "git proxy request refused");
+                Refusal::Words(403, why)
+            })?;
+            let call = Call { method: request.method, upstream, headers: request.headers, remote: remote.clone() };
+            call.answer(&client, request.body).await.map_err(|why| {
+                tracing::info!(provider = %call.remote.provider, upstream = %call.upstream, %why, "git proxy request failed");
+                Refusal::Words(502, why)
+            })
+        }) as futures::future::BoxFuture<'static, Result<Answer, Refusal>>
     });
-    // The request bodies still coming in, by request id.
-    let mut bodies: HashMap<u64, mpsc::Sender<bytes::Bytes>> = HashMap::new();
-    while let Some(frame) = stream.next().await {
-        match frame.map_err(|e| e.to_string())? {
-            Message::Text(text) => match serde_json::from_str::<GitProxyFrame>(&text) {
-                Ok(GitProxyFrame::Request { id, method, target, query, headers }) => {
-                    match route(&remotes, &method, &target, query.as_deref()) {
-                        Ok((remote, upstream)) => {
-                            let (tx, rx) = mpsc::channel(16);
-                            bodies.insert(id, tx);
-                            let call = Call { id, method, upstream, headers, remote: remote.clone() };
-                            tokio::spawn(call.run(client.clone(), rx, out.clone()));
-                        }
-                        Err(why) => {
-                            tracing::info!(%target, %why, "git proxy request refused");
-                            // Its body frames find no taker and are dropped.
-                            for message in refusal(id, 403, &why) {
-                                let _ = out.send(message).await;
-                            }
-                        }
-                    }
-                }
-                Ok(GitProxyFrame::End { id }) => {
-                    bodies.remove(&id);
-                }
-                _ => {}
-            },
-            Message::Binary(data) => {
-                if let Some((id, bytes)) = GitProxyFrame::split_chunk(&data) {
-                    if let Some(body) = bodies.get(&id) {
-                        if body.send(bytes::Bytes::copy_from_slice(bytes)).await.is_err() {
-                            bodies.remove(&id);
-                        }
-                    }
-                }
-            }
-            Message::Close(_) => break,
-            _ => {}
-        }
-    }
-    writer.abort();
-    Ok(())
-}
-
-fn frame_text(frame: &GitProxyFrame) -> Message {
-    Message::Text(serde_json::to_string(frame).unwrap_or_default().into())
-}
-
-/// A whole answer git shows in words: `text/plain`, which git prints as `remote: ...`.
-fn refusal(id: u64, status: u16, why: &str) -> [Message; 3] {
-    let head = GitProxyFrame::Response { id, status, headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())] };
-    [
-        frame_text(&head),
-        Message::Binary(GitProxyFrame::body_chunk(id, format!("{why}\n").as_bytes()).into()),
-        frame_text(&GitProxyFrame::End { id }),
-    ]
+    relay::serve(exec, "/git/proxy", urls, handler).await
 }
 
 /// One request made upstream for git.
 struct Call {
-    id: u64,
     method: String,
     upstream: String,
     headers: Vec<(String, String)>,
@@ -288,46 +201,8 @@ struct Call {
 }
 
 impl Call {
-    async fn run(self, client: reqwest::Client, body: mpsc::Receiver<bytes::Bytes>, out: mpsc::Sender<Message>) {
-        let id = self.id;
-        let frames = match self.answer(&client, body).await {
-            Ok(frames) => frames,
-            Err(why) => {
-                tracing::info!(provider = %self.remote.provider, upstream = %self.upstream, %why, "git proxy request failed");
-                for message in refusal(id, 502, &why) {
-                    let _ = out.send(message).await;
-                }
-                return;
-            }
-        };
-        let (head, mut upstream) = frames;
-        if out.send(frame_text(&head)).await.is_err() {
-            return;
-        }
-        while let Some(chunk) = upstream.next().await {
-            match chunk {
-                Ok(bytes) => {
-                    if out.send(Message::Binary(GitProxyFrame::body_chunk(id, &bytes).into())).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    // Mid-body: git sees a short answer and says so; the head is already sent.
-                    let why = crate::outbound::why(&e);
-                    let _ = out.send(frame_text(&GitProxyFrame::Error { id, message: why })).await;
-                    return;
-                }
-            }
-        }
-        let _ = out.send(frame_text(&GitProxyFrame::End { id })).await;
-    }
-
     /// The head for git and the upstream's body, or why there is none.
-    async fn answer(
-        &self,
-        client: &reqwest::Client,
-        body: mpsc::Receiver<bytes::Bytes>,
-    ) -> Result<(GitProxyFrame, futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>), String> {
+    async fn answer(&self, client: &reqwest::Client, body: mpsc::Receiver<bytes::Bytes>) -> Result<Answer, String> {
         let method = reqwest::Method::from_bytes(self.method.as_bytes()).map_err(|_| format!("no HTTP method: {}", self.method))?;
         let mut request = client.request(method, &self.upstream).header("authorization", &self.remote.authorization);
         for (name, value) in &self.headers {
@@ -336,7 +211,7 @@ impl Call {
             }
         }
         if self.method == "POST" {
-            let chunks = tokio_stream_from(body).map(Ok::<_, std::io::Error>);
+            let chunks = relay::stream_of(body).map(Ok::<_, std::io::Error>);
             request = request.body(reqwest::Body::wrap_stream(chunks));
         }
         let response = request.send().await.map_err(|e| format!("{} cannot be reached: {}", self.remote.host, crate::outbound::why(&e)))?;
@@ -353,14 +228,9 @@ impl Call {
             .iter()
             .filter_map(|name| Some(((*name).to_owned(), response.headers().get(*name)?.to_str().ok()?.to_owned())))
             .collect();
-        let head = GitProxyFrame::Response { id: self.id, status: status.as_u16(), headers };
-        Ok((head, response.bytes_stream().boxed()))
+        let body = response.bytes_stream().map(|chunk| chunk.map_err(|e| crate::outbound::why(&e))).boxed();
+        Ok(Answer { status: status.as_u16(), headers, body })
     }
-}
-
-/// A receiver as a stream (tokio-stream's wrapper, without the crate).
-fn tokio_stream_from(mut rx: mpsc::Receiver<bytes::Bytes>) -> impl futures::Stream<Item = bytes::Bytes> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 #[cfg(test)]

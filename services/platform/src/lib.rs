@@ -28,6 +28,7 @@ pub mod netaddr;
 pub mod outbound;
 pub mod prices;
 pub mod redact;
+pub mod relay;
 pub mod route;
 pub mod schedule;
 pub mod shutdown;

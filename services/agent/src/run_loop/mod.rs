@@ -147,12 +147,12 @@ pub struct Run {
 }
 
 impl Run {
-    async fn append(&self, source: EventSource, body: EventBody) -> bool {
+    pub(crate) async fn append(&self, source: EventSource, body: EventBody) -> bool {
         self.append_seq(source, body).await.is_some()
     }
 
     /// Appends an event; its seq, or `None` if the log failed (the run then ends).
-    async fn append_seq(&self, source: EventSource, body: EventBody) -> Option<u64> {
+    pub(crate) async fn append_seq(&self, source: EventSource, body: EventBody) -> Option<u64> {
         let mut log = self.log.lock().await;
         match log.append(EventId::new(), source, body, self.trace.clone()).await {
             Ok(ev) => Some(ev.seq),
@@ -163,39 +163,10 @@ impl Run {
         }
     }
 
-    /// Appends an `llm_call` and, in an organization, adds its cost to the month's spending,
-    /// with an alert for each share of a budget it passed.
+    /// Appends an `llm_call` and, in an organization, adds its cost to the month's spending
+    /// ([`record_llm_call`]).
     async fn append_llm_call(&self, body: EventBody) -> bool {
-        let cost = match &body {
-            EventBody::LlmCall { cost_usd: Some(c), .. } if *c > 0.0 => *c,
-            _ => 0.0,
-        };
-        if !self.append(EventSource::System, body).await {
-            return false;
-        }
-        let Some((org, owner)) = self.org_and_owner().await else { return true };
-        if cost == 0.0 {
-            return true;
-        }
-        match crate::org_budget::spend(&self.ctx, &org, &owner, cost).await {
-            Ok((month, due)) => {
-                for c in due {
-                    let alert = EventBody::BudgetAlert {
-                        org: org.clone(),
-                        user: c.user,
-                        percent: c.percent,
-                        spent_usd: (c.spent_usd * 1e6).round() / 1e6,
-                        budget_usd: c.budget_usd,
-                        month: month.clone(),
-                    };
-                    if !self.append(EventSource::System, alert).await {
-                        return false;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(org, error = %e, "the organization's spending could not be recorded"),
-        }
-        true
+        record_llm_call(&self.ctx, &self.log, self.trace.clone(), body).await
     }
 
     /// The conversation's organization and owner, if it is in one.
@@ -208,7 +179,7 @@ impl Run {
     /// Why the organization's budgets allow no further LLM call (`None`: they allow it, or
     /// the conversation is in no organization). A budget that cannot be read does not stop
     /// the run.
-    async fn org_budget_refusal(&self) -> Option<String> {
+    pub(crate) async fn org_budget_refusal(&self) -> Option<String> {
         let (org, owner) = self.org_and_owner().await?;
         match crate::org_budget::refused(&self.ctx, &org, &owner).await {
             Ok(why) => why,
@@ -221,7 +192,7 @@ impl Run {
 
     /// Why the conversation's owner may no longer use its organization's things (`None`: they
     /// may, or it is in no organization). Membership that cannot be read does not stop the run.
-    async fn org_membership_refusal(&self) -> Option<String> {
+    pub(crate) async fn org_membership_refusal(&self) -> Option<String> {
         let (org, owner) = self.org_and_owner().await?;
         match crate::membership::refused(&self.ctx, &org, &owner).await {
             Ok(why) => why,
@@ -232,14 +203,14 @@ impl Run {
         }
     }
 
-    async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
+    pub(crate) async fn status(&self, status: ExecutionStatus, reason: Option<String>) -> bool {
         // A status is where a client may look at (or fork from) the workspace's checkpoints:
         // the last one is taken by then.
         self.checkpoint_settled().await;
         self.append(EventSource::System, EventBody::ExecutionStatus { status, reason }).await
     }
 
-    async fn fail(&self, code: &str, message: String) -> RunOutcome {
+    pub(crate) async fn fail(&self, code: &str, message: String) -> RunOutcome {
         self.append(EventSource::System, EventBody::AgentError { code: code.into(), message: message.clone() }).await;
         self.status(ExecutionStatus::Error, Some(message)).await;
         RunOutcome::Failed
@@ -254,7 +225,7 @@ impl Run {
     }
 
     /// Ends the run because the user interrupted it.
-    async fn interrupted(&self) -> RunOutcome {
+    pub(crate) async fn interrupted(&self) -> RunOutcome {
         self.status(ExecutionStatus::Idle, Some("interrupted by the user".into())).await;
         RunOutcome::AwaitingUser
     }
@@ -268,14 +239,14 @@ impl Run {
     }
 
     /// Waits until `flag` (the cancel or the interrupt signal) is set.
-    async fn until_set(mut flag: watch::Receiver<bool>) {
+    pub(crate) async fn until_set(mut flag: watch::Receiver<bool>) {
         let _ = flag.wait_for(|set| *set).await;
     }
 
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
     /// git providers serves it, or one of its organization's (`None`: nothing to serve, or it
     /// could not be; git then fails upstream with the provider's refusal, which the agent sees).
-    async fn git_proxy(&self, exec: &ExecutorClient) -> Option<halyard_platform::git_proxy::Serving> {
+    pub(crate) async fn git_proxy(&self, exec: &ExecutorClient) -> Option<halyard_platform::git_proxy::Serving> {
         let (owner, org, url, conversation) = {
             let log = self.log.lock().await;
             let started = log.history.started.as_ref()?;
@@ -412,7 +383,7 @@ impl Run {
     /// are taken one at a time, in order, and nothing runs in the sandbox before the last one
     /// is taken ([`Self::checkpoint_settled`]): each still shows the workspace exactly as the
     /// action before it left it.
-    pub(super) async fn checkpoint_behind(&self, exec: &ExecutorClient, seq: u64) {
+    pub(crate) async fn checkpoint_behind(&self, exec: &ExecutorClient, seq: u64) {
         self.checkpoint_settled().await;
         let exec = exec.clone();
         let taking = tokio::spawn(async move { checkpoint(&exec, seq).await });
@@ -420,7 +391,7 @@ impl Run {
     }
 
     /// Waits for the checkpoint being taken, if one is.
-    pub(super) async fn checkpoint_settled(&self) {
+    pub(crate) async fn checkpoint_settled(&self) {
         let taking = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(taking) = taking {
             let _ = taking.await;
@@ -480,6 +451,11 @@ impl Run {
         };
         if !helper {
             self.checkpoint_behind(&exec, at).await;
+        }
+        // A third-party agent works its own way: this runner is its ACP client.
+        let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
+        if let Some(kind) = crate::acp::kind_of(agent.as_deref()) {
+            return crate::acp::drive(self, &exec, kind).await;
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
@@ -896,6 +872,43 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// Appends an `llm_call` and, in an organization, adds its cost to the month's spending, with an
+/// alert for each share of a budget it passed. `false` if the log failed.
+pub(crate) async fn record_llm_call(ctx: &Ctx, log: &Mutex<Log>, trace: Option<TraceContext>, body: EventBody) -> bool {
+    let cost = match &body {
+        EventBody::LlmCall { cost_usd: Some(c), .. } if *c > 0.0 => *c,
+        _ => 0.0,
+    };
+    let mut log = log.lock().await;
+    if let Err(e) = log.append(EventId::new(), EventSource::System, body, trace.clone()).await {
+        tracing::error!(conversation_id = %log.conversation(), error = %e, "cannot append event; ending run");
+        return false;
+    }
+    let Some((org, owner)) = log.history.started.as_ref().and_then(|s| Some((s.org.clone()?, s.owner.clone()))) else { return true };
+    if cost == 0.0 {
+        return true;
+    }
+    match crate::org_budget::spend(ctx, &org, &owner, cost).await {
+        Ok((month, due)) => {
+            for c in due {
+                let alert = EventBody::BudgetAlert {
+                    org: org.clone(),
+                    user: c.user,
+                    percent: c.percent,
+                    spent_usd: (c.spent_usd * 1e6).round() / 1e6,
+                    budget_usd: c.budget_usd,
+                    month: month.clone(),
+                };
+                if log.append(EventId::new(), EventSource::System, alert, trace.clone()).await.is_err() {
+                    return false;
+                }
+            }
+        }
+        Err(e) => tracing::warn!(org, error = %e, "the organization's spending could not be recorded"),
+    }
+    true
 }
 
 /// The record of one LLM call that `by` answered: the provider's token counts (estimated from

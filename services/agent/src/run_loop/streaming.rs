@@ -56,7 +56,7 @@ pub async fn serve_so_far(ctx: Arc<Ctx>, mut shutdown: halyard_platform::Shutdow
 /// Publishes one answer of conversation `id` (begun when the log ended at `after_seq`), masked
 /// by `redactor`, as the LLM call sends its pieces to the returned sender; the task ends, and
 /// the answer is forgotten, once the call has dropped the sender and every piece is out.
-pub(super) fn publish(
+pub(crate) fn publish(
     ctx: &Arc<Ctx>,
     id: ConversationId,
     after_seq: u64,

@@ -116,6 +116,7 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
     let call = &s.link.tool_call_id;
     let conversation_id = helper_id(s.parent, call, index);
     let cmd = ConversationCommand::Start {
+        agent: None,
         task_id: TaskId(derived(s.parent, call, index, b"task")),
         conversation_id,
         owner: s.owner.clone(),

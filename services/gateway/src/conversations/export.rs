@@ -146,6 +146,8 @@ fn markdown(ev: &ConversationEvent) -> String {
         }
         EventBody::ActionRejected { tool, reason, .. } => format!("\n**Rejected** `{tool}`: {reason}\n"),
         EventBody::AgentError { code, message } => format!("\n**Error** `{code}`: {message}\n"),
+        EventBody::AgentSession { agent, session_id, .. } => format!("\n*{agent} session `{session_id}`*\n"),
+        EventBody::AgentUpdate { .. } => String::new(),
         EventBody::ExecutionStatus { status, reason } => {
             let status = serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
             match reason {

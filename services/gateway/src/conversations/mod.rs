@@ -4,6 +4,7 @@
 //! the agent's plan ([`plan`]), and read-only share links that show it live to people without
 //! an account ([`share`]).
 
+pub mod agents;
 pub mod export;
 pub mod images;
 pub mod org_shared;

@@ -87,6 +87,10 @@ pub struct StartBody {
     /// nobody but you acts on it.
     #[serde(default)]
     pub visibility: halyard_protocol::org::Visibility,
+    /// The agent that works in it (`GET /agents`): `halyard` (Halyard's own), `claude-code`,
+    /// `codex`, `gemini` or `opencode`; the settings' default, else `halyard`, if absent.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -122,6 +126,9 @@ pub async fn start_conversation(
     for (k, v) in &body.tags {
         crate::common::check_tag(k, Some(v))?;
     }
+    if let Some(agent) = &body.agent {
+        crate::conversations::agents::check_agent(agent)?;
+    }
     if body.visibility == halyard_protocol::org::Visibility::Org && body.org.is_none() {
         return Err(ApiError::bad_request("invalid_field", "`visibility: org` needs `org`: the organization whose members read it"));
     }
@@ -149,6 +156,7 @@ pub async fn start_conversation(
         budget,
         confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
         llm_profile: llm_profile.or(settings.llm_profile),
+        agent: body.agent.or(settings.agent).filter(|a| a != halyard_protocol::agents::HALYARD),
         secrets: body.secrets,
         fork: None,
         parent: None,
@@ -297,6 +305,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         budget: request.budget,
         confirmation_policy: request.confirmation_policy,
         llm_profile: request.llm_profile,
+        agent: request.agent,
         secrets: request.secrets,
         fork: request.fork,
         parent: request.parent,

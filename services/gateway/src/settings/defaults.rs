@@ -31,6 +31,8 @@ pub struct Settings {
     pub max_tokens: Option<u64>,
     pub max_iterations: Option<u32>,
     pub sandbox_spec: Option<String>,
+    /// The agent new conversations have (Halyard's own when absent; `GET /agents`).
+    pub agent: Option<String>,
     /// Absent until first saved.
     pub updated_at: Option<String>,
 }
@@ -44,6 +46,7 @@ fn settings_json(s: &UserSettings) -> Settings {
         max_tokens: budget.max_tokens,
         max_iterations: s.max_iterations,
         sandbox_spec: s.sandbox_spec.clone(),
+        agent: s.agent.clone(),
         updated_at: (s.updated_ms > 0).then(|| rfc3339(s.updated_ms)),
     }
 }
@@ -82,6 +85,9 @@ pub struct SettingsBody {
     /// One of `GET /sandbox-specs`.
     #[serde(default)]
     pub sandbox_spec: Option<String>,
+    /// One of `GET /agents` (`halyard`, `claude-code`, `codex`, `gemini`, `opencode`).
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// Replaces the user's defaults (an absent field: the deployment's default).
@@ -100,6 +106,9 @@ pub async fn put_settings(
         crate::common::check_spec(&state, spec)?;
     }
     crate::common::check_budget(body.max_budget_usd, body.max_tokens)?;
+    if let Some(agent) = &body.agent {
+        crate::conversations::agents::check_agent(agent)?;
+    }
     if body.max_iterations == Some(0) {
         return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));
     }
@@ -111,6 +120,7 @@ pub async fn put_settings(
         budget,
         max_iterations: body.max_iterations,
         sandbox_spec: body.sandbox_spec,
+        agent: body.agent.filter(|a| a != halyard_protocol::agents::HALYARD),
         updated_ms: halyard_platform::now_ms(),
     };
     let saved = settings.clone();
@@ -126,6 +136,7 @@ pub async fn put_settings(
         ("budget", settings.budget.is_some()),
         ("max_iterations", settings.max_iterations.is_some()),
         ("sandbox_spec", settings.sandbox_spec.is_some()),
+        ("agent", settings.agent.is_some()),
     ]
     .into_iter()
     .filter_map(|(n, on)| on.then_some(n))

@@ -233,6 +233,10 @@ pub struct StreamAccumulator {
 }
 
 impl Accumulate for StreamAccumulator {
+    fn finish_boxed(self: Box<Self>) -> Result<Completion, LlmError> {
+        (*self).finish()
+    }
+
     /// Feeds one SSE line; returns true at `message_stop`.
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };

@@ -60,6 +60,11 @@ impl LlmChain {
         &self.links[0].client
     }
 
+    /// Every link, the primary first.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
     /// The fallbacks' profiles, in order.
     pub fn fallbacks(&self) -> impl Iterator<Item = &str> {
         self.links[1..].iter().filter_map(|l| l.profile.as_deref())

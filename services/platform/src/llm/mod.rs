@@ -9,6 +9,7 @@
 pub mod anthropic;
 pub mod fallback;
 pub mod models;
+pub mod passthrough;
 pub mod responses;
 
 /// The wires a profile's `provider` may name: OpenAI-compatible chat completions, Anthropic's
@@ -577,6 +578,8 @@ pub(crate) trait Accumulate {
     fn line(&mut self, line: &str) -> Result<bool, LlmError>;
     fn state(&mut self) -> &mut StreamState;
     fn finish(self) -> Result<Completion, LlmError>;
+    /// [`Self::finish`] for a boxed reader ([`passthrough::UsageReader`]).
+    fn finish_boxed(self: Box<Self>) -> Result<Completion, LlmError>;
 }
 
 /// Reads a server-sent-event stream into a completion, passing its text to `deltas` as each
@@ -629,6 +632,10 @@ pub struct StreamAccumulator {
 }
 
 impl Accumulate for StreamAccumulator {
+    fn finish_boxed(self: Box<Self>) -> Result<Completion, LlmError> {
+        (*self).finish()
+    }
+
     /// Feeds one SSE line; returns true at `data: [DONE]`.
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };

@@ -154,6 +154,10 @@ pub struct StreamAccumulator {
 }
 
 impl Accumulate for StreamAccumulator {
+    fn finish_boxed(self: Box<Self>) -> Result<Completion, LlmError> {
+        (*self).finish()
+    }
+
     /// Feeds one SSE line; returns true at `response.completed` (or `response.incomplete`).
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
         let Some(data) = line.strip_prefix("data:") else { return Ok(false) };

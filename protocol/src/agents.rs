@@ -1,0 +1,85 @@
+//! The agents a conversation can have: Halyard's own (`halyard`, the default) and third-party
+//! agents that speak the Agent Client Protocol (ACP) on stdio, run in the sandbox and driven by
+//! the agent runner. Each third-party kind names its launcher (installed under the deployment's
+//! agents directory by `infra/install-agents.sh`), the LLM wires it can speak, and how its
+//! environment points it at the LLM relay (`${HALYARD_LLM_BASE}`, filled in by the executor)
+//! with a per-run token that is worth nothing outside that relay.
+
+use std::collections::BTreeMap;
+
+/// Halyard's own agent.
+pub const HALYARD: &str = "halyard";
+
+/// A third-party agent kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentKind {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// The npm packages it is installed from (pinned by the install script).
+    pub packages: &'static [&'static str],
+    /// Its launcher, relative to the agents directory.
+    pub launcher: &'static str,
+    /// The LLM profile providers it can be pointed at.
+    pub wires: &'static [&'static str],
+}
+
+/// The third-party agents Halyard knows how to run.
+pub const KINDS: &[AgentKind] = &[
+    AgentKind {
+        name: "claude-code",
+        title: "Claude Code",
+        packages: &["@zed-industries/claude-agent-acp", "@anthropic-ai/claude-code"],
+        launcher: "bin/claude-agent-acp",
+        wires: &["anthropic"],
+    },
+    AgentKind {
+        name: "codex",
+        title: "Codex",
+        packages: &["@zed-industries/codex-acp"],
+        launcher: "bin/codex-acp",
+        wires: &["openai-responses", "openai"],
+    },
+    AgentKind { name: "gemini", title: "Gemini CLI", packages: &["@google/gemini-cli"], launcher: "bin/gemini-acp", wires: &["gemini"] },
+    AgentKind { name: "opencode", title: "OpenCode", packages: &["opencode-ai"], launcher: "bin/opencode-acp", wires: &["openai"] },
+];
+
+/// The kind named `name` (`None`: Halyard's own, or no such kind).
+pub fn kind(name: &str) -> Option<&'static AgentKind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// The names a conversation's `agent` may take.
+pub fn names() -> Vec<&'static str> {
+    std::iter::once(HALYARD).chain(KINDS.iter().map(|k| k.name)).collect()
+}
+
+impl AgentKind {
+    /// The command line that starts it, under `dir` (the agents directory).
+    pub fn command(&self, dir: &str) -> String {
+        format!("exec '{}/{}'", dir.trim_end_matches('/').replace('\'', ""), self.launcher)
+    }
+
+    /// Its environment: where its LLM calls go (the relay, `${HALYARD_LLM_BASE}`), the token
+    /// they carry, and the model the profile names (the relay sends that one whatever the
+    /// agent asks for).
+    pub fn env(&self, token: &str, model: &str) -> BTreeMap<String, String> {
+        let base = "${HALYARD_LLM_BASE}";
+        let pairs: Vec<(&str, String)> = match self.name {
+            "claude-code" => vec![
+                ("ANTHROPIC_BASE_URL", base.into()),
+                ("ANTHROPIC_API_KEY", token.into()),
+                ("ANTHROPIC_MODEL", model.into()),
+                ("ANTHROPIC_SMALL_FAST_MODEL", model.into()),
+                // Nothing but the LLM calls: no telemetry, updates or error reports.
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+                ("DISABLE_AUTOUPDATER", "1".into()),
+                // It is one (claude-agent-acp refuses to start as root otherwise).
+                ("IS_SANDBOX", "1".into()),
+            ],
+            "codex" => vec![("OPENAI_BASE_URL", format!("{base}/v1")), ("OPENAI_API_KEY", token.into()), ("CODEX_API_KEY", token.into())],
+            "gemini" => vec![("GOOGLE_GEMINI_BASE_URL", base.into()), ("GEMINI_API_KEY", token.into())],
+            _ => vec![("OPENAI_BASE_URL", format!("{base}/v1")), ("OPENAI_API_KEY", token.into())],
+        };
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+}
