@@ -6,12 +6,32 @@
 # /opt/halyard-code-server, which infra/install-code-server.sh fills) and the MCP time server
 # (the README's example MCP server) in a venv at /opt/halyard-mcp, as process sandboxes have
 # them, then `docker import` it
-# as halyard-base:bookworm. Skips the work if the image exists with all of that.
+# as halyard-base:bookworm, with the third-party agents (/opt/halyard-agents, which
+# infra/install-agents.sh fills; they run on code-server's Node) on top. Skips the work if the
+# image exists with all of that, and adds only the agents' layer when they are what it lacks.
 set -euo pipefail
 IMAGE=${1:-halyard-base:bookworm}
+# The agents as a layer of their own on `image` (they change more often than the rest).
+add_agents() {
+  local image=$1
+  if ! bash "$(dirname "$0")/install-agents.sh" || ! [ -x /opt/halyard-agents/bin/claude-agent-acp ]; then
+    echo "the third-party agents could not be installed (needs npm); $image goes without them" >&2
+    return 0
+  fi
+  local c
+  c=$(docker create "$image" /bin/true)
+  docker cp -a /opt/halyard-agents "$c:/opt/halyard-agents"
+  docker commit -c 'CMD ["/bin/bash"]' "$c" "$image" >/dev/null
+  docker rm "$c" >/dev/null
+  echo "added the third-party agents to $image" >&2
+}
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && (/opt/halyard-code-server/bin/code-server --version || test -e /etc/halyard-no-code-server)' >/dev/null 2>&1; then
-    echo "$IMAGE already exists" >&2
+    if docker run --rm --network none "$IMAGE" sh -c 'test -x /opt/halyard-agents/bin/claude-agent-acp || test -e /etc/halyard-no-agents' >/dev/null 2>&1; then
+      echo "$IMAGE already exists" >&2
+      exit 0
+    fi
+    add_agents "$IMAGE"
     exit 0
   fi
   echo "$IMAGE lacks /opt/halyard-mcp, Chromium, the IPython kernel or code-server; building it again" >&2
@@ -59,4 +79,5 @@ fi
 rm -rf "$root/tmp/wheels" "$root/root/.cache"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - "$IMAGE" >/dev/null
+add_agents "$IMAGE"
 echo "built $IMAGE" >&2

@@ -26,6 +26,7 @@ use halyard_protocol::{ConversationId, EventId};
 use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm};
 use serde_json::json;
 
+mod acp;
 mod agent;
 mod auth;
 mod browser;
@@ -48,7 +49,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -197,6 +198,10 @@ async fn main() -> Result<()> {
     if wants("step") {
         let r = step::run(reps).await?;
         record(&args.out, "step", &r)?;
+    }
+    if wants("acp") {
+        let r = acp::run(reps).await?;
+        record(&args.out, "acp", &r)?;
     }
     if wants("stream") {
         let r = stream::run(reps).await?;

@@ -13,14 +13,16 @@ fn last_status(events: &[Value]) -> Option<String> {
     events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str().map(str::to_owned))
 }
 
-/// The environments of the processes whose command line mentions `needle`.
-fn environments_of(needle: &str) -> Vec<String> {
+/// The processes working in `dir` whose command line mentions `needle`: their ids and
+/// environments.
+fn processes(needle: &str, dir: &std::path::Path) -> Vec<(String, String)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(needle) {
+        let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
+        if String::from_utf8_lossy(&cmdline).contains(needle) && cwd.as_deref() == Some(dir) {
             let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-            found.push(String::from_utf8_lossy(&environ).replace('\0', "\n"));
+            found.push((entry.file_name().to_string_lossy().into_owned(), String::from_utf8_lossy(&environ).replace('\0', "\n")));
         }
     }
     found
@@ -100,9 +102,9 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
     assert!(!h.workspace(&sandbox).join("hello.txt").exists(), "nothing ran before Confirm");
 
     // The sandbox never holds the real key: not in the agent's environment, not in a file.
-    let envs = environments_of("claude-agent-acp");
+    let envs = processes("claude", &h.workspace(&sandbox));
     assert!(!envs.is_empty(), "the agent runs");
-    for env in &envs {
+    for (_, env) in &envs {
         assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
         assert!(env.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"), "its LLM calls go to the relay: {env}");
     }
@@ -142,4 +144,218 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
     assert!(calls.iter().all(|c| c["prompt_tokens"].as_u64().unwrap() > 0 && c["cost_usd"].as_f64().unwrap() > 0.0), "{calls:?}");
     let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
     assert_eq!(c["metrics"]["llm_calls"].as_u64().unwrap() as usize, requests.len(), "{c}");
+    assert_eq!(c["agent"], "claude-code", "{c}");
+}
+
+#[tokio::test]
+async fn an_interrupt_cancels_claude_codes_turn_and_a_spent_budget_stops_it() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let thinking = |reply: Reply| Reply::Thinking("Let me do it.".into(), Box::new(reply));
+    llm.push([thinking(Reply::tool("Bash", json!({"command": "echo started > s.txt && sleep 60", "description": "A long job"})))]);
+    llm.fallback(move |_| Reply::Thinking("Fine.".into(), Box::new(Reply::Text("Stopped, as you asked.".into()))));
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_LLM_PROVIDER", "anthropic")
+            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5")
+            .set("HALYARD_LLM_PRICE", "3,15,0.3"),
+    );
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Run the long job"})).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !workspace.join("s.txt").exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The interrupt reaches the agent as session/cancel: its command stops and the turn ends.
+    let interrupted = std::time::Instant::now();
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
+    assert!(interrupted.elapsed() < std::time::Duration::from_secs(30), "the 60 s command was not stopped");
+    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
+    assert_eq!(status["reason"], "interrupted by the user", "{status}");
+    // (The agent ends its command as it answers the cancel: give it a moment.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !processes("sleep 60", &workspace).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command still runs 10 s after the interrupt");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // The same session goes on with the next message.
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "Are you there?"})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the next turn", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    assert_eq!(events.iter().filter(|e| e["kind"] == "agent_session").count(), 1, "one session throughout");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").unwrap_or_else(|| panic!("no answer: {events:?}"));
+    assert_eq!(answer["text"], "Stopped, as you asked.");
+    let prompt = llm.requests().last().unwrap().to_string();
+    assert!(prompt.contains("Run the long job") && prompt.contains("Are you there?"), "the session kept its history");
+
+    // A budget the first call spent: the agent's next call is refused and the run stops, in words.
+    llm.push([thinking(Reply::tool("Bash", json!({"command": "echo one > one.txt", "description": "One"})))]);
+    let start = json!({"agent": "claude-code", "message": "Do two things", "max_budget_usd": 0.000001});
+    let (conv, _) = api.start_ready(start).await;
+    let events = api.wait_events(&conv, "the budget's stop", |ev| last_status(ev).as_deref() == Some("error")).await;
+    let error = events.iter().rev().find(|e| e["kind"] == "agent_error").unwrap();
+    assert_eq!(error["code"], "budget_exceeded", "{error}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "llm_call").count(), 1, "the refused call is no call");
+}
+
+#[tokio::test]
+async fn a_runner_killed_mid_turn_leaves_claude_code_to_the_other_runner_with_the_same_process() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = halyard_tests::NatsServer::start();
+    let service = |name: &str| {
+        let options = HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_LLM_PROVIDER", "anthropic")
+            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5");
+        Halyard::start(options)
+    };
+    let sandbox = service("sandbox");
+    let mut agents = [service("agent"), service("agent")];
+    let _others = [service("conversations"), service("titles")];
+    let gateway = service("gateway");
+    let api = gateway.api(ALICE);
+
+    let thinking = |reply: Reply| Reply::Thinking("On it.".into(), Box::new(reply));
+    // The second call hangs: the runner holding the run dies while the agent waits for it.
+    llm.push([thinking(Reply::tool("Bash", json!({"command": "echo one >> trail.txt", "description": "Trail"}))), Reply::Hang]);
+    let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write the trail"})).await;
+    let workspace = sandbox.workspace(task["sandbox_id"].as_str().unwrap());
+    llm.wait_requests(2).await;
+    let before: Vec<String> = processes("claude-agent-acp", &workspace).into_iter().map(|(pid, _)| pid).collect();
+    assert_eq!(before.len(), 1, "one agent process");
+    let holder = {
+        let client = async_nats::connect(nats.url.as_str()).await.unwrap();
+        let kv = async_nats::jetstream::new(client).get_key_value("halyard_agent_leases").await.unwrap();
+        let value = kv.get(&conv).await.unwrap().expect("a runner holds the run");
+        let node = String::from_utf8_lossy(&value).split(' ').next().unwrap_or_default().to_owned();
+        agents.iter().position(|a| a.deployment() == node).expect("one of the two")
+    };
+    llm.push([thinking(Reply::Text("The trail is written.".into()))]);
+    agents[holder].kill9();
+    llm.release();
+
+    // The agent asks again (its call failed with the runner); the other runner answers it and
+    // records the end of the turn, from the same ACP process.
+    let events = api.wait_events(&conv, "the turn's end", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").unwrap();
+    assert_eq!(answer["text"], "The trail is written.");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "agent_session").count(), 1, "no second session");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "observation").count(), 1, "the command ran once");
+    let after: Vec<String> = processes("claude-agent-acp", &workspace).into_iter().map(|(pid, _)| pid).collect();
+    assert_eq!(after, before, "the same agent process finished the turn");
+    assert_eq!(std::fs::read_to_string(workspace.join("trail.txt")).unwrap(), "one\n");
+    halyard_tests::harness::assert_log_is_contiguous(&events);
+}
+
+#[tokio::test]
+async fn claude_code_works_in_a_container_and_the_container_never_holds_the_key() {
+    init();
+    halyard_tests::docker::require_engine();
+    let llm = ScriptedLlm::start().await;
+    let thinking = |reply: Reply| Reply::Thinking("Writing it.".into(), Box::new(reply));
+    llm.push([
+        thinking(Reply::tool("Bash", json!({"command": "echo from the container > c.txt && cat c.txt", "description": "Write c.txt"}))),
+        thinking(Reply::Text("Done in the container.".into())),
+    ]);
+    llm.fallback(|_| Reply::Text("ok".into()));
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_LLM_PROVIDER", "anthropic")
+            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5"),
+    );
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write c.txt"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| last_status(ev).as_deref() == Some("finished")).await;
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").unwrap();
+    assert_eq!(answer["text"], "Done in the container.");
+    let observation = events.iter().find(|e| e["kind"] == "observation").unwrap();
+    assert!(observation["content"].as_str().unwrap().contains("from the container"), "{observation}");
+
+    let sandbox = task["sandbox_id"].as_str().unwrap();
+    let found = halyard_tests::docker::containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={sandbox}")));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let workspace = events[0]["workspace"].as_str().unwrap().to_owned();
+    let exec = |script: &str| {
+        let out = std::process::Command::new("docker").args(["exec", &found[0], "sh", "-c", script]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(exec(&format!("cat {workspace}/c.txt")), "from the container\n");
+    // Every process's environment and every file the agent could write: no key.
+    let environments = exec("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null");
+    assert!(environments.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"), "the agent's environment is read");
+    assert!(!environments.contains(LLM_KEY), "a process in the container holds the LLM key");
+    let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
+    assert_eq!(holders, "", "files in the container hold the LLM key");
+    assert!(llm.headers("x-api-key").iter().all(|k| k.as_deref() == Some(LLM_KEY)), "upstream it is there");
+}
+
+/// The Halyard agent's steps for `halyard acp`'s session: by the last user message, a command
+/// and then the answer.
+fn editor_script(request: &Value) -> Reply {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    if messages.last().is_some_and(|m| m["role"] == "tool") {
+        return Reply::finish("done.txt is written.");
+    }
+    let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(|m| m["content"].to_string()).unwrap_or_default();
+    if last_user.contains("long job") {
+        return Reply::tool("terminal", json!({"command": "sleep 60", "timeout": 120, "security_risk": "low"}));
+    }
+    if last_user.contains("done.txt") {
+        return Reply::tool("terminal", json!({"command": "echo done > done.txt", "security_risk": "low"}));
+    }
+    Reply::Text("ok".into())
+}
+
+#[tokio::test]
+async fn halyard_acp_serves_the_reference_acp_client_through_a_whole_session() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(editor_script);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/acp-client.mjs");
+    let out = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(halyard_tests::harness::halyard_bin())
+        .env("HALYARD_URL", &h.http)
+        .env("HALYARD_API_KEY", ALICE)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/js"))
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+
+    assert_eq!(seen["init"]["agentInfo"]["name"], "halyard");
+    assert_eq!(seen["init"]["agentCapabilities"]["loadSession"], true);
+    let session = seen["sessionId"].as_str().unwrap();
+    // The first prompt: its command asked permission, ran, and the answer came as chunks.
+    assert_eq!(seen["done"]["stopReason"], "end_turn", "{seen}");
+    let permissions = seen["permissions"].as_array().unwrap();
+    assert_eq!((permissions[0]["kind"].as_str(), permissions[0]["title"].as_str()), (Some("execute"), Some("echo done > done.txt")));
+    let updates = seen["updates"].as_array().unwrap();
+    let kinds: Vec<&str> = updates.iter().filter_map(|u| u["sessionUpdate"].as_str()).collect();
+    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_call_update") && kinds.contains(&"agent_message_chunk"), "{kinds:?}");
+    let answer: String =
+        updates.iter().filter(|u| u["sessionUpdate"] == "agent_message_chunk").filter_map(|u| u["content"]["text"].as_str()).collect();
+    assert!(answer.contains("done.txt is written."), "{answer}");
+    let (_, conversation) = h.api(ALICE).get(&format!("/api/v1/conversations/{session}")).await;
+    let sandbox = conversation["sandbox_id"].as_str().unwrap();
+    assert_eq!(std::fs::read_to_string(h.workspace(sandbox).join("done.txt")).unwrap(), "done\n");
+    // The second, cancelled mid-command.
+    assert_eq!(seen["cancelled"]["stopReason"], "cancelled", "{seen}");
+    // A new connection loads the session by id: its history comes back as updates.
+    let loaded = seen["loaded"].as_array().unwrap();
+    let said: Vec<&str> =
+        loaded.iter().filter(|u| u["sessionUpdate"] == "user_message_chunk").filter_map(|u| u["content"]["text"].as_str()).collect();
+    assert_eq!(said, ["Write done.txt", "Run the long job"], "{loaded:?}");
+    assert!(loaded.iter().any(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "echo done > done.txt"));
 }

@@ -43,6 +43,17 @@ fn terminal(command: &str) -> Reply {
 
 /// The agent's steps for each task the specs ask for.
 fn script(request: &Value) -> Reply {
+    // Claude Code (spec 22), on Anthropic's wire with its own tools and thinking on: a command,
+    // then the answer, each after its thinking as Anthropic sends them.
+    if request["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "Bash")) {
+        let answered = request["messages"].to_string().contains("tool_result");
+        let reply = if answered {
+            Reply::Text("Claude wrote **claude.txt**.".into())
+        } else {
+            Reply::tool("Bash", json!({"command": "echo from claude | tee claude.txt", "description": "Write claude.txt"}))
+        };
+        return Reply::Thinking("Writing claude.txt.".into(), Box::new(reply));
+    }
     // A call without tools is an LLM profile's Test: it answers in words.
     if request["tools"].as_array().is_none_or(Vec::is_empty) {
         return Reply::Text("OK".into());
@@ -316,13 +327,19 @@ async fn with_web(settings: &[(&str, &str)]) -> (ScriptedLlm, Halyard) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
     // Loopback outbound calls: spec 21's Slack Web API is a server of its own on this machine.
-    let (llm, h) = with_web(&[("HALYARD_GIT_API_ALLOW", "loopback")]).await;
+    // (LLM profiles on loopback: spec 22's Anthropic profile is the scripted LLM.)
+    let (llm, h) = with_web(&[("HALYARD_GIT_API_ALLOW", "loopback"), ("HALYARD_LLM_PROFILE_ALLOW", "loopback")]).await;
     let scratch = tempfile::tempdir().unwrap();
     let repo = slow_repository(scratch.path());
     let (via_relay, relay_control) = relay(h.http.trim_start_matches("http://").to_owned()).await;
     // The browser reaches Halyard through the relay; the specs may call it directly.
-    let env = vec![("HALYARD_URL", via_relay), ("HALYARD_RELAY_CONTROL", relay_control), ("HALYARD_SLOW_REPO", repo.display().to_string())];
-    playwright(h, "tests/workspace.spec.ts", 21, env).await;
+    let env = vec![
+        ("HALYARD_URL", via_relay),
+        ("HALYARD_RELAY_CONTROL", relay_control),
+        ("HALYARD_SLOW_REPO", repo.display().to_string()),
+        ("HALYARD_LLM_URL", llm.base_url.clone()),
+    ];
+    playwright(h, "tests/workspace.spec.ts", 22, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

@@ -93,6 +93,7 @@ export const api = {
     repository?: { url: string; branch?: string };
     sandbox_spec?: string;
     llm_profile?: string;
+    agent?: string;
     org?: string;
     visibility?: "private" | "org";
   }) =>

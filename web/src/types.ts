@@ -19,6 +19,8 @@ export interface TaskItem {
 
 export interface Conversation {
   id: string;
+  /** The agent that works in it: `halyard`, or a third-party agent (`claude-code`...). */
+  agent?: string;
   /** Who started it: yourself, unless an organization you are in reads it. */
   owner: string;
   /** `org`: the members of its organization read it too (read-only, live). */
@@ -258,7 +260,9 @@ export type ToolArguments = Record<string, unknown> | string;
 
 export type HalyardEvent = EventBase &
   (
-    | { kind: "conversation_started"; model?: string; workspace?: string; llm_profile?: string }
+    | { kind: "conversation_started"; model?: string; workspace?: string; llm_profile?: string; agent?: string }
+    | { kind: "agent_session"; agent: string; session_id: string; agent_info?: { name?: string; title?: string; version?: string } }
+    | { kind: "agent_update"; update_kind: string; update: Record<string, unknown> }
     | { kind: "user_message"; text: string; images?: ImageData[] }
     | { kind: "agent_message"; text: string }
     | { kind: "action"; tool_call_id: string; tool: string; arguments: ToolArguments; thought?: string; security_risk?: string }

@@ -834,3 +834,29 @@ test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows 
     slack.close();
   }
 });
+
+test("22. a Claude Code conversation started from the page: its command and answer in the timeline like Halyard's own", async ({ page }) => {
+  // Claude Code speaks Anthropic's wire: an Anthropic profile (the scripted LLM) for it.
+  const profile = { provider: "anthropic", base_url: process.env.HALYARD_LLM_URL, model: "claude-scripted", api_key: "sk-ant-scripted" };
+  const put = await fetch(`${process.env.HALYARD_DIRECT_URL}/api/v1/llm-profiles/claude`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${ALICE}`, "content-type": "application/json" },
+    body: JSON.stringify(profile),
+  });
+  expect([200, 201]).toContain(put.status);
+  await signIn(page, ALICE);
+  await page.getByRole("link", { name: "New conversation" }).click();
+  await page.getByLabel("What should the agent do?").fill("Use Claude to write claude.txt");
+  await page.getByLabel("Agent").selectOption({ label: "Claude Code" });
+  await expect(page.getByTestId("agent-note")).toContainText("anthropic");
+  await page.getByLabel("LLM").selectOption("claude");
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
+
+  await expect(status(page)).toContainText("finished", { timeout: 60_000 });
+  await expect(page.getByText(/Claude Agent .* works in this conversation/)).toBeVisible();
+  const command = page.getByTestId("command-card").filter({ hasText: "echo from claude | tee claude.txt" });
+  await expect(command.getByTestId("observation")).toContainText("from claude");
+  await expect(page.locator(".msg.agent strong")).toHaveText("claude.txt");
+  await shot(page, "claude-code");
+});

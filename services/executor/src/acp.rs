@@ -153,6 +153,10 @@ impl AcpHost {
                             State::lock(&proc_.state).kept.remove(&seq);
                         }
                         Ok(AcpFrame::Stop) => {
+                            // Forgotten at once: the next holder starts the agent anew even if
+                            // this one has not quite ended yet.
+                            State::lock(&proc_.state).exited.get_or_insert_with(|| "stopped by its driver".into());
+                            self.forget(&spawn.name, &proc_);
                             proc_.kill();
                         }
                         _ => {}
@@ -165,6 +169,14 @@ impl AcpHost {
         let mut st = State::lock(&proc_.state);
         if st.holder.as_ref().is_some_and(|(g, _)| *g == generation) {
             st.holder = None;
+        }
+    }
+
+    /// Lets go of `name`'s process if it is still `proc_`.
+    fn forget(&self, name: &str, proc_: &Arc<Proc>) {
+        let mut procs = self.procs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if procs.get(name).is_some_and(|p| Arc::ptr_eq(p, proc_)) {
+            procs.remove(name);
         }
     }
 
@@ -210,12 +222,9 @@ impl AcpHost {
             if let Some((_, tx)) = &st.holder {
                 let _ = tx.send(AcpFrame::Exited { message: message.clone() });
             }
-            st.exited = Some(message);
+            st.exited.get_or_insert(message);
             drop(st);
-            let mut procs = host.procs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if procs.get(&name).is_some_and(|p| Arc::ptr_eq(p, &reading)) {
-                procs.remove(&name);
-            }
+            host.forget(&name, &reading);
         });
         Ok((proc_, true))
     }
@@ -272,12 +281,38 @@ impl Proc {
         stdin.flush().await
     }
 
-    /// Ends the process and whatever it started.
+    /// Ends the process and whatever it started, also what left its process group (an agent's
+    /// shell runs commands in groups of their own).
     fn kill(&self) {
-        if let Some(pgid) = self.pgid {
-            crate::shell::crate_signal(-pgid, libc::SIGKILL);
+        let Some(pgid) = self.pgid else { return };
+        for pid in descendants(pgid) {
+            crate::shell::crate_signal(pid, libc::SIGKILL);
+        }
+        crate::shell::crate_signal(-pgid, libc::SIGKILL);
+    }
+}
+
+/// Every process descended from `root`, from `/proc` (children before it is gone).
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`: the name may hold spaces and parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
         }
     }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(pid, _)| *pid));
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// The id of a response (a message with an id and no method), as JSON text.

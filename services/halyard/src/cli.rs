@@ -157,6 +157,27 @@ pub enum ClientCommand {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Serve an editor over the Agent Client Protocol on standard input and output (Zed,
+    /// JetBrains, Neovim): each session is a conversation started with these settings.
+    Acp {
+        /// Start sessions from this repository (URL or path).
+        #[arg(long)]
+        repo: Option<String>,
+        /// The branch of `--repo`.
+        #[arg(long)]
+        branch: Option<String>,
+        /// The agent that works in them (`halyard`, `claude-code`, ...; GET /api/v1/agents).
+        #[arg(long)]
+        agent: Option<String>,
+        /// One of your LLM profiles.
+        #[arg(long)]
+        llm_profile: Option<String>,
+        /// When actions wait for the editor's permission: `never`, `always` or `risky`.
+        #[arg(long)]
+        confirmation_policy: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Delete a conversation and its sandbox.
     Rm {
         /// The conversation's id, or a prefix only it has.
@@ -188,6 +209,10 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             let path = client::save_login(&c.url, &key)?;
             println!("logged in to {} as {} (saved in {})", c.url, me["user"].as_str().unwrap_or("?"), path.display());
             Ok(0)
+        }
+        ClientCommand::Acp { repo, branch, agent, llm_profile, confirmation_policy, conn } => {
+            let c = Client::new(conn.url, conn.api_key)?;
+            crate::acp::serve(c, crate::acp::Defaults { repo, branch, agent, llm_profile, confirmation_policy }).await
         }
         ClientCommand::Run { task, repo, branch, spec, title, json, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;

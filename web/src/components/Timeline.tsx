@@ -115,6 +115,12 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "workspace_restored":
         items.push({ type: "note", seq: e.seq, text: `The workspace was put back as it was at event ${e.at_seq}.` });
         break;
+      case "agent_session": {
+        const who = e.agent_info?.title ?? e.agent;
+        const version = e.agent_info?.version ? ` ${e.agent_info.version}` : "";
+        items.push({ type: "note", seq: e.seq, text: `${who}${version} works in this conversation (session ${e.session_id}).` });
+        break;
+      }
       case "skill_activated":
         items.push({ type: "note", seq: e.seq, text: `Skill ${e.name} activated by “${e.trigger}”.` });
         break;
@@ -228,6 +234,35 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
         <summary>Thought</summary>
         <Markdown text={str(args.thought)} />
       </details>
+    );
+  }
+  // A third-party agent's tool call (its own tool's name; `kind`, `title` and `input` as the
+  // Agent Client Protocol describes it): a command like Halyard's own, anything else by its title.
+  if (typeof args.kind === "string" && "input" in args) {
+    const input = (args.input ?? {}) as Record<string, unknown>;
+    if (args.kind === "execute")
+      return (
+        <div className="card cmd" data-testid="command-card">
+          <pre className="command">
+            <span className="prompt">$ </span>
+            {str(input.command ?? args.title)}
+            {risk}
+          </pre>
+          {output}
+          {pending}
+          {refused}
+        </div>
+      );
+    return (
+      <div className="card" data-testid="agent-tool-card">
+        <div className="edit-head">
+          <span className="tool">{action.tool}</span> <code>{str(args.title)}</code>
+          {risk}
+        </div>
+        {output}
+        {pending}
+        {refused}
+      </div>
     );
   }
   if (action.tool === "terminal") {

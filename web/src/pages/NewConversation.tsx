@@ -1,5 +1,6 @@
 // Start a conversation: a message, optionally a repository (picked from what the user's git
-// providers reach, with its branches, or any URL typed in), an LLM profile and a sandbox spec.
+// providers reach, with its branches, or any URL typed in), the agent (Halyard's own or a
+// third-party one, as `GET /agents` offers them), an LLM profile and a sandbox spec.
 // The start task itself is followed on the conversation's page.
 
 import { useEffect, useState, type FormEvent } from "react";
@@ -24,8 +25,17 @@ export function NewConversation() {
   const [orgProfiles, setOrgProfiles] = useState<string[]>([]);
   const [repos, setRepos] = useState<Repo[]>([]);
   const [branches, setBranches] = useState<string[]>([]);
+  const [agent, setAgent] = useState("");
+  const [agents, setAgents] = useState<AgentView[]>([]);
 
   useEffect(() => {
+    call<{ items: AgentView[] }>("GET", "/agents").then(
+      (r) => {
+        setAgents(r.items);
+        setAgent(r.items.find((a) => a.default)?.name ?? "");
+      },
+      () => {},
+    );
     api.specs().then(
       (s) => setSpecs(s.items.map((i) => i.name)),
       () => setSpecs([]),
@@ -90,6 +100,7 @@ export function NewConversation() {
         repository: repo.trim() ? { url: repo.trim(), branch: branch.trim() || undefined } : undefined,
         sandbox_spec: spec || undefined,
         llm_profile: profile || undefined,
+        agent: agent || undefined,
         org: org || undefined,
         visibility: org && shared ? "org" : undefined,
       });
@@ -157,6 +168,25 @@ export function NewConversation() {
             )}
           </>
         )}
+        {agents.length > 1 && (
+          <>
+            <label htmlFor="agent">Agent</label>
+            <select id="agent" value={agent} onChange={(e) => setAgent(e.target.value)}>
+              {agents.map((a) => (
+                <option key={a.name} value={a.name} disabled={!a.available} title={a.why}>
+                  {a.title}
+                  {a.available ? "" : ` (${a.why})`}
+                </option>
+              ))}
+            </select>
+            {agents.find((a) => a.name === agent && a.wires.length > 0) && (
+              <p className="muted small" data-testid="agent-note">
+                Runs in the sandbox; its LLM calls go through Halyard with your profile's key, which it never holds. It speaks{" "}
+                {agents.find((a) => a.name === agent)?.wires.join(" or ")}: choose a profile that does.
+              </p>
+            )}
+          </>
+        )}
         {(profiles.length > 0 || orgProfiles.length > 0) && (
           <>
             <label htmlFor="profile">LLM</label>
@@ -193,4 +223,5 @@ export function NewConversation() {
   );
 }
 
+type AgentView = { name: string; title: string; wires: string[]; available: boolean; why?: string; default: boolean };
 type Repo = { provider: string; full_name: string; clone_url: string; default_branch?: string };

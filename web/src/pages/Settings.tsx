@@ -504,7 +504,8 @@ function McpServers() {
 
 function Defaults() {
   const profiles = useList("/llm-profiles");
-  const [form, setForm] = useState({ llm_profile: "", confirmation_policy: "never", max_budget_usd: "", max_iterations: "" });
+  const agents = useList("/agents");
+  const [form, setForm] = useState({ llm_profile: "", confirmation_policy: "never", max_budget_usd: "", max_iterations: "", agent: "" });
   const [saved, setSaved] = useState<string>();
   // What the page does not show is sent back as it was: the API replaces the whole settings.
   const [kept, setKept] = useState<Record<string, unknown>>({});
@@ -516,6 +517,7 @@ function Defaults() {
         confirmation_policy: str(s.confirmation_policy) || "never",
         max_budget_usd: str(s.max_budget_usd),
         max_iterations: str(s.max_iterations),
+        agent: str(s.agent),
       });
     });
   const { error, run, prompt } = useChange(() => {});
@@ -531,6 +533,7 @@ function Defaults() {
       confirmation_policy: form.confirmation_policy,
       max_budget_usd: form.max_budget_usd ? Number(form.max_budget_usd) : null,
       max_iterations: form.max_iterations ? Number(form.max_iterations) : null,
+      agent: form.agent || null,
     };
     if (await run(() => call("PUT", "/settings", body))) setSaved("Saved.");
   };
@@ -545,6 +548,19 @@ function Defaults() {
                 {p.name}
               </option>
             ))}
+          </select>
+        </Field>
+        <Field label="Agent">
+          <select value={form.agent} onChange={set("agent")}>
+            <option value="">Halyard</option>
+            {agents.items
+              .filter((a) => a.name !== "halyard")
+              .map((a) => (
+                <option key={a.name} value={a.name} disabled={!a.available} title={str(a.why)}>
+                  {str(a.title)}
+                  {a.available ? "" : ` (${str(a.why)})`}
+                </option>
+              ))}
           </select>
         </Field>
         <Field label="Confirmation policy">

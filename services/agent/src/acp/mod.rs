@@ -183,7 +183,8 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, kind: &'static Agent
             Err(e) => return run.fail("agent_unavailable", e).await,
         },
     };
-    let mut turn = Turn { run, exec, conn, updates: Updates::default(), prompt_id, workspace, deltas: None, interrupted: false, spent };
+    let (updates, deltas, interrupted) = (Updates::default(), None, false);
+    let mut turn = Turn { run, exec, conn, updates, prompt_id, workspace, deltas, interrupted, spent };
     turn.follow().await
 }
 

@@ -161,6 +161,8 @@ impl Turn<'_> {
         }
         let flushed = self.updates.flush();
         self.steps(flushed).await?;
+        // An action recorded by an earlier run is the one the user's Confirm was about.
+        let confirmed = self.run.confirmed && self.run.log.lock().await.history.pending.iter().any(|p| p.tool_call_id == call_id);
         let risk = {
             let log = self.run.log.lock().await;
             let pending = |id: &str| log.history.pending.iter().any(|p| p.tool_call_id == id);
@@ -175,10 +177,9 @@ impl Turn<'_> {
             }
             risk
         };
-        let (policy, rejected, waiting) = {
+        let (policy, rejected) = {
             let log = self.run.log.lock().await;
-            let h = &log.history;
-            (h.policy, h.rejected.contains(&call_id), h.pending.iter().any(|p| p.tool_call_id == call_id))
+            (log.history.policy, log.history.rejected.contains(&call_id))
         };
         let allow = || option(&["allow_once", "allow_always"]).map(|id| json!({"outcome": "selected", "optionId": id}));
         let reject = || option(&["reject_once", "reject_always"]).map(|id| json!({"outcome": "selected", "optionId": id}));
@@ -186,7 +187,7 @@ impl Turn<'_> {
             return Ok(Some(reject().unwrap_or(json!({"outcome": "cancelled"}))));
         }
         let tool = self.updates_tool(&call);
-        if (self.run.confirmed && waiting) || !crate::tools::risk::needs_confirmation(policy, &tool, risk.or(Some(SecurityRisk::Medium))) {
+        if confirmed || !crate::tools::risk::needs_confirmation(policy, &tool, risk.or(Some(SecurityRisk::Medium))) {
             return Ok(Some(allow().unwrap_or(json!({"outcome": "cancelled"}))));
         }
         self.run.status(ExecutionStatus::WaitingForConfirmation, None).await;
@@ -230,17 +231,29 @@ impl Turn<'_> {
         if self.steps(flushed).await.is_err() {
             return RunOutcome::Failed;
         }
-        if let Some(e) = response.get("error") {
-            let message = e.get("message").and_then(Value::as_str).unwrap_or("an error").to_owned();
-            return self.run.fail("agent_error", format!("The agent failed: {message}")).await;
+        let reason = response.pointer("/result/stopReason").and_then(Value::as_str).unwrap_or("end_turn");
+        if reason == "cancelled" {
+            // After a cancelled turn, claude-agent-acp (0.23) answers the next prompt at once
+            // with `end_turn`, having done nothing (the cancelled query's leftover result), and
+            // only then takes it up. The process is ended instead: the next turn starts it
+            // again and loads the session, whose history the agent keeps on disk.
+            let _ = self.conn.frame(&halyard_protocol::executor::AcpFrame::Stop).await;
         }
+        self.outcome(response, reason).await
+    }
+
+    async fn outcome(&mut self, response: &Value, reason: &str) -> RunOutcome {
+        // (The agent reports the refused call as its own failure: the budget is the reason.)
         if self.spent.load(Ordering::SeqCst) {
             return self
                 .run
                 .fail("budget_exceeded", "The conversation's budget is spent: the agent's next LLM call was refused".into())
                 .await;
         }
-        let reason = response.pointer("/result/stopReason").and_then(Value::as_str).unwrap_or("end_turn");
+        if let Some(e) = response.get("error") {
+            let message = e.get("message").and_then(Value::as_str).unwrap_or("an error").to_owned();
+            return self.run.fail("agent_error", format!("The agent failed: {message}")).await;
+        }
         match reason {
             "end_turn" => {
                 self.run.status(ExecutionStatus::Finished, None).await;

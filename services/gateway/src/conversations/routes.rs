@@ -126,6 +126,8 @@ pub struct Conversation {
     pub last_event_seq: u64,
     /// When actions wait for the user's consent: `never`, `always` or `risky`.
     pub confirmation_policy: String,
+    /// The agent that works in it (`GET /agents`): `halyard`, or a third-party agent's name.
+    pub agent: String,
     pub metrics: Metrics,
     /// A fork: the conversation and event it was forked from.
     pub forked_from: Option<ForkedFrom>,
@@ -211,6 +213,7 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
         updated_at: c.updated_at.clone(),
         last_event_seq: c.last_event_seq,
         confirmation_policy: if c.confirmation_policy.is_empty() { "never".into() } else { c.confirmation_policy.clone() },
+        agent: c.start_request.as_ref().and_then(|r| r.agent.clone()).unwrap_or_else(|| halyard_protocol::agents::HALYARD.into()),
         metrics: Metrics {
             llm_calls: c.metrics.llm_calls,
             prompt_tokens: c.metrics.prompt_tokens,
