@@ -3,15 +3,16 @@
 # versions) into /opt/halyard-agents, where process sandboxes read them (they see /usr and /opt)
 # and from where build-base-image.sh copies them into the Docker base image. Each gets a
 # launcher in bin/ that the agent runner starts in the sandbox (protocol/src/agents.rs names
-# them). HALYARD_AGENTS chooses which (default: claude-code; the others are
-# `codex gemini opencode`).
+# them). HALYARD_AGENTS chooses which (default: `claude-code opencode`; `codex` and `gemini`
+# install too, but are not wired up yet).
 #
 # Sizes on disk, measured here: claude-code 480 MB (claude-agent-acp 0.23.1 with Claude Code
-# 2.1.332, whose native binary is most of it).
+# 2.1.332, whose native binary is most of it), opencode 354 MB (opencode-ai 1.18.33, a native
+# binary).
 # Idempotent: an agent whose launcher answers is not installed again.
 set -euo pipefail
 DIR=${HALYARD_AGENTS_DIR:-/opt/halyard-agents}
-AGENTS=${HALYARD_AGENTS:-claude-code}
+AGENTS=${HALYARD_AGENTS:-claude-code opencode}
 CLAUDE_ACP=0.23.1
 CLAUDE_CODE=2.1.332
 CODEX_ACP=0.16.0

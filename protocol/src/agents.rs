@@ -40,7 +40,14 @@ pub const KINDS: &[AgentKind] = &[
         wires: &["openai-responses", "openai"],
     },
     AgentKind { name: "gemini", title: "Gemini CLI", packages: &["@google/gemini-cli"], launcher: "bin/gemini-acp", wires: &["gemini"] },
-    AgentKind { name: "opencode", title: "OpenCode", packages: &["opencode-ai"], launcher: "bin/opencode-acp", wires: &["openai"] },
+    // Its `openai` provider speaks the Responses API.
+    AgentKind {
+        name: "opencode",
+        title: "OpenCode",
+        packages: &["opencode-ai"],
+        launcher: "bin/opencode-acp",
+        wires: &["openai-responses"],
+    },
 ];
 
 /// The kind named `name` (`None`: Halyard's own, or no such kind).
@@ -78,6 +85,23 @@ impl AgentKind {
             ],
             "codex" => vec![("OPENAI_BASE_URL", format!("{base}/v1")), ("OPENAI_API_KEY", token.into()), ("CODEX_API_KEY", token.into())],
             "gemini" => vec![("GOOGLE_GEMINI_BASE_URL", base.into()), ("GEMINI_API_KEY", token.into())],
+            "opencode" => {
+                // Its configuration, whole, in one variable: the `openai` provider (bundled,
+                // nothing fetched at run time) pointed at the relay.
+                let config = serde_json::json!({
+                    "provider": {"openai": {"options": {"baseURL": format!("{base}/v1"), "apiKey": token}}},
+                    "model": format!("openai/{model}"),
+                    "small_model": format!("openai/{model}"),
+                    "autoupdate": false,
+                    "share": "disabled",
+                });
+                vec![
+                    ("OPENCODE_CONFIG_CONTENT", config.to_string()),
+                    ("OPENCODE_DISABLE_AUTOUPDATE", "1".into()),
+                    ("OPENCODE_DISABLE_MODELS_FETCH", "1".into()),
+                    ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1".into()),
+                ]
+            }
             _ => vec![("OPENAI_BASE_URL", format!("{base}/v1")), ("OPENAI_API_KEY", token.into())],
         };
         pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()

@@ -359,3 +359,48 @@ async fn halyard_acp_serves_the_reference_acp_client_through_a_whole_session() {
     assert_eq!(said, ["Write done.txt", "Run the long job"], "{loaded:?}");
     assert!(loaded.iter().any(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "echo done > done.txt"));
 }
+
+/// OpenCode's steps, by what its request holds: its title requests (no tools) get a title, its
+/// turn a command and then the answer.
+fn opencode_script(request: &Value) -> Reply {
+    if request["tools"].as_array().is_none_or(Vec::is_empty) {
+        return Reply::Text("Writing a file".into());
+    }
+    if request["input"].to_string().contains("function_call_output") {
+        return Reply::Text("OpenCode wrote oc.txt.".into());
+    }
+    Reply::tool("bash", json!({"command": "echo from opencode > oc.txt && cat oc.txt", "description": "Write oc.txt"}))
+}
+
+#[tokio::test]
+async fn opencode_runs_a_command_on_the_responses_wire_without_holding_the_key() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(opencode_script);
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_LLM_PROVIDER", "openai-responses")
+            .set("HALYARD_LLM_MODEL", "gpt-4o")
+            .set("HALYARD_LLM_PRICE", "2.5,10,1.25"),
+    );
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "opencode", "message": "Write oc.txt"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(workspace.join("oc.txt")).unwrap(), "from opencode\n");
+    let action = events.iter().find(|e| e["kind"] == "action").expect("the command is an action");
+    assert_eq!(action["arguments"]["kind"], "execute", "{action}");
+    let observation = events.iter().find(|e| e["kind"] == "observation").expect("its result");
+    assert!(observation["content"].as_str().unwrap().contains("from opencode"), "{observation}");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the answer");
+    assert_eq!(answer["text"], "OpenCode wrote oc.txt.");
+    // Upstream: the Responses API with the real key and the profile's model; every call counted.
+    let requests = llm.requests();
+    assert!(requests.iter().all(|r| r["model"] == "gpt-4o"), "the relay sends the profile's model");
+    assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))));
+    assert_eq!(events.iter().filter(|e| e["kind"] == "llm_call").count(), requests.len());
+    for (_, env) in processes("opencode", &workspace) {
+        assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
+    }
+}

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 /// Settings read outside the server's configuration: by the binary before it, the CLI, the
 /// scripts and the tests.
-const READ_ELSEWHERE: &[&str] = &["HALYARD_CONFIG", "HALYARD_URL", "HALYARD_API_KEY", "HALYARD_NATS_SERVER", "HALYARD_BLESS"];
+const READ_ELSEWHERE: &[&str] =
+    &["HALYARD_CONFIG", "HALYARD_URL", "HALYARD_API_KEY", "HALYARD_NATS_SERVER", "HALYARD_BLESS", "HALYARD_AGENTS"];
 /// Words that look like settings and are not: a constant's name, lines a process prints.
 const NOT_SETTINGS: &[&str] = &[
     // The placeholder for the LLM relay's URL in a third-party agent's environment.

@@ -19,6 +19,7 @@ pub mod condense;
 pub mod conversation;
 pub mod history;
 pub mod lease;
+pub mod llm_calls;
 pub mod log;
 pub mod membership;
 pub mod org_budget;

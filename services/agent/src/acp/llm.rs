@@ -16,7 +16,6 @@ use halyard_platform::llm::fallback::LlmChain;
 use halyard_platform::llm::passthrough::{UsageReader, endpoint, error_body};
 use halyard_platform::relay::{self, Answer, Refusal};
 use halyard_protocol::TraceContext;
-use halyard_protocol::event::EventBody;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
@@ -177,20 +176,8 @@ impl Relay {
 
     /// Appends the `llm_call` of one relayed call (tokens as the provider reported them).
     async fn record(&self, link: &halyard_platform::llm::fallback::Link, usage: Option<halyard_platform::llm::Usage>, latency: Duration) {
-        let usage = usage.unwrap_or_default();
-        metrics::counter!("halyard_llm_calls_total").increment(1);
-        metrics::counter!("halyard_llm_tokens_total", "kind" => "prompt").increment(usage.prompt_tokens);
-        metrics::counter!("halyard_llm_tokens_total", "kind" => "completion").increment(usage.completion_tokens);
-        let body = EventBody::LlmCall {
-            model: link.client.model().to_owned(),
-            profile: link.profile.clone(),
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-            cached_tokens: usage.cached_tokens,
-            latency_ms: latency.as_millis() as u64,
-            cost_usd: link.client.price().map(|p| p.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)),
-        };
-        crate::run_loop::record_llm_call(&self.ctx, &self.log, self.trace.clone(), body).await;
+        let body = crate::llm_calls::of(link, usage.unwrap_or_default(), latency);
+        crate::llm_calls::record(&self.ctx, &self.log, self.trace.clone(), body).await;
     }
 }
 
