@@ -27,7 +27,7 @@ add_agents() {
 }
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && (/opt/halyard-code-server/bin/code-server --version || test -e /etc/halyard-no-code-server)' >/dev/null 2>&1; then
-    if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-agents/bin/claude-agent-acp && test -x /opt/halyard-agents/bin/opencode-acp) || test -e /etc/halyard-no-agents' >/dev/null 2>&1; then
+    if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-agents/bin/claude-agent-acp && test -x /opt/halyard-agents/bin/opencode-acp && test -x /opt/halyard-agents/bin/codex-acp) || test -e /etc/halyard-no-agents' >/dev/null 2>&1; then
       echo "$IMAGE already exists" >&2
       exit 0
     fi

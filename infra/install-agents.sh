@@ -3,16 +3,16 @@
 # versions) into /opt/halyard-agents, where process sandboxes read them (they see /usr and /opt)
 # and from where build-base-image.sh copies them into the Docker base image. Each gets a
 # launcher in bin/ that the agent runner starts in the sandbox (protocol/src/agents.rs names
-# them). HALYARD_AGENTS chooses which (default: `claude-code opencode`; `codex` and `gemini`
-# install too, but are not wired up yet).
+# them). HALYARD_AGENTS chooses which (default: `claude-code opencode codex`; `gemini` installs
+# too, but is not wired up: Halyard's profiles do not speak Gemini's wire).
 #
 # Sizes on disk, measured here: claude-code 480 MB (claude-agent-acp 0.23.1 with Claude Code
 # 2.1.332, whose native binary is most of it), opencode 354 MB (opencode-ai 1.18.33, a native
-# binary).
+# binary), codex 223 MB (codex-acp 0.16.0, a native binary).
 # Idempotent: an agent whose launcher answers is not installed again.
 set -euo pipefail
 DIR=${HALYARD_AGENTS_DIR:-/opt/halyard-agents}
-AGENTS=${HALYARD_AGENTS:-claude-code opencode}
+AGENTS=${HALYARD_AGENTS:-claude-code opencode codex}
 CLAUDE_ACP=0.23.1
 CLAUDE_CODE=2.1.332
 CODEX_ACP=0.16.0
@@ -56,7 +56,12 @@ exec \"\$node\" \"\$here/claude-code/node_modules/@zed-industries/claude-agent-a
     codex)
       if [ -x "$DIR/bin/codex-acp" ]; then continue; fi
       install codex "@zed-industries/codex-acp@$CODEX_ACP"
-      launcher codex-acp "exec \"\$here/codex/node_modules/.bin/codex-acp\" \"\$@\""
+      # A provider of its own at the relay (HALYARD_LLM_BASE, which the executor sets), on the
+      # Responses API, its key from CODEX_API_KEY. Its own sandbox is off (Halyard's is the
+      # sandbox) and it asks before anything but reading, so Halyard's confirmation policy decides.
+      launcher codex-acp "exec \"\$here/codex/node_modules/.bin/codex-acp\" -c 'model_provider=\"halyard\"' \\
+  -c 'sandbox_mode=\"danger-full-access\"' -c 'approval_policy=\"untrusted\"' \\
+  -c \"model_providers.halyard={name=\\\"Halyard\\\",base_url=\\\"\$HALYARD_LLM_BASE/v1\\\",env_key=\\\"CODEX_API_KEY\\\",wire_api=\\\"responses\\\"}\" \"\$@\""
       ;;
     gemini)
       if [ -x "$DIR/bin/gemini-acp" ]; then continue; fi

@@ -37,7 +37,7 @@ pub const KINDS: &[AgentKind] = &[
         title: "Codex",
         packages: &["@zed-industries/codex-acp"],
         launcher: "bin/codex-acp",
-        wires: &["openai-responses", "openai"],
+        wires: &["openai-responses"],
     },
     AgentKind { name: "gemini", title: "Gemini CLI", packages: &["@google/gemini-cli"], launcher: "bin/gemini-acp", wires: &["gemini"] },
     // Its `openai` provider speaks the Responses API.
@@ -83,7 +83,8 @@ impl AgentKind {
                 // It is one (claude-agent-acp refuses to start as root otherwise).
                 ("IS_SANDBOX", "1".into()),
             ],
-            "codex" => vec![("OPENAI_BASE_URL", format!("{base}/v1")), ("OPENAI_API_KEY", token.into()), ("CODEX_API_KEY", token.into())],
+            // Its launcher names a provider of its own, at the relay, whose key is this.
+            "codex" => vec![("CODEX_API_KEY", token.into())],
             "gemini" => vec![("GOOGLE_GEMINI_BASE_URL", base.into()), ("GEMINI_API_KEY", token.into())],
             "opencode" => {
                 // Its configuration, whole, in one variable: the `openai` provider (bundled,

@@ -404,3 +404,43 @@ async fn opencode_runs_a_command_on_the_responses_wire_without_holding_the_key()
         assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
     }
 }
+
+/// Codex's steps: its shell tool (whichever of its names the request offers, with the arguments
+/// that one takes), then the answer.
+fn codex_script(request: &Value) -> Reply {
+    let tools: Vec<String> =
+        request["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
+    if request["input"].to_string().contains("function_call_output") || tools.is_empty() {
+        return Reply::Text("Codex wrote cx.txt.".into());
+    }
+    let command = "echo from codex > cx.txt && cat cx.txt";
+    match tools.iter().find(|t| matches!(t.as_str(), "exec_command" | "shell" | "shell_command")).map(String::as_str) {
+        Some("exec_command") => Reply::tool("exec_command", json!({"cmd": command})),
+        Some("shell_command") => Reply::tool("shell_command", json!({"command": command})),
+        _ => Reply::tool("shell", json!({"command": ["bash", "-lc", command]})),
+    }
+}
+
+#[tokio::test]
+async fn codex_runs_a_command_on_the_responses_wire_without_holding_the_key() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(codex_script);
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROVIDER", "openai-responses").set("HALYARD_LLM_MODEL", "gpt-5-codex"),
+    );
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "codex", "message": "Write cx.txt"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}\n{:?}", llm.requests().first().map(|r| r["tools"].clone()));
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(workspace.join("cx.txt")).unwrap(), "from codex\n");
+    assert!(events.iter().any(|e| e["kind"] == "action" && e["arguments"]["kind"] == "execute"), "{events:?}");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the answer");
+    assert_eq!(answer["text"], "Codex wrote cx.txt.");
+    assert!(llm.requests().iter().all(|r| r["model"] == "gpt-5-codex"));
+    assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))));
+    for (_, env) in processes("codex", &workspace) {
+        assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
+    }
+}

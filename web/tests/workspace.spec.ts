@@ -847,9 +847,9 @@ test("22. a Claude Code conversation started from the page: its command and answ
   await signIn(page, ALICE);
   await page.getByRole("link", { name: "New conversation" }).click();
   await page.getByLabel("What should the agent do?").fill("Use Claude to write claude.txt");
-  await page.getByLabel("Agent").selectOption({ label: "Claude Code" });
+  await page.getByLabel("Agent", { exact: true }).selectOption({ label: "Claude Code" });
   await expect(page.getByTestId("agent-note")).toContainText("anthropic");
-  await page.getByLabel("LLM").selectOption("claude");
+  await page.getByLabel("LLM", { exact: true }).selectOption("claude");
   await page.getByRole("button", { name: "Start" }).click();
   await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}/);
 

@@ -189,7 +189,9 @@ impl AcpHost {
             }
         }
         let base = self.llm.as_ref().map(|r| r.base().to_owned()).unwrap_or_default();
-        let env = spawn.env.iter().map(|(k, v)| (k.clone(), v.replace(LLM_BASE, &base)));
+        // (And as a variable of its own, for launchers that pass it on the command line.)
+        let env =
+            spawn.env.iter().map(|(k, v)| (k.clone(), v.replace(LLM_BASE, &base))).chain([("HALYARD_LLM_BASE".to_owned(), base.clone())]);
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(&spawn.command)
