@@ -20,14 +20,17 @@ add_agents() {
   fi
   local c
   c=$(docker create "$image" /bin/true)
-  docker cp -a /opt/halyard-agents "$c:/opt/halyard-agents"
+  # (Its contents: a layer over an older copy replaces that one instead of nesting in it.)
+  docker cp -a /opt/halyard-agents/. "$c:/opt/halyard-agents"
   docker commit -c 'CMD ["/bin/bash"]' "$c" "$image" >/dev/null
   docker rm "$c" >/dev/null
   echo "added the third-party agents to $image" >&2
 }
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-mcp/bin/mcp-server-time || test -e /etc/halyard-no-mcp) && test -x /usr/bin/chromium && python3 -c "import ipykernel, matplotlib" && (/opt/halyard-code-server/bin/code-server --version || test -e /etc/halyard-no-code-server)' >/dev/null 2>&1; then
-    if docker run --rm --network none "$IMAGE" sh -c '(test -x /opt/halyard-agents/bin/claude-agent-acp && test -x /opt/halyard-agents/bin/opencode-acp && test -x /opt/halyard-agents/bin/codex-acp) || test -e /etc/halyard-no-agents' >/dev/null 2>&1; then
+    bash "$(dirname "$0")/install-agents.sh" >/dev/null 2>&1 || true
+    stamp=$(cat /opt/halyard-agents/.stamp 2>/dev/null || echo none)
+    if docker run --rm --network none "$IMAGE" sh -c "test \"\$(cat /opt/halyard-agents/.stamp 2>/dev/null)\" = '$stamp' || test -e /etc/halyard-no-agents" >/dev/null 2>&1; then
       echo "$IMAGE already exists" >&2
       exit 0
     fi

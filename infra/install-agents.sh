@@ -59,7 +59,8 @@ exec \"\$node\" \"\$here/claude-code/node_modules/@zed-industries/claude-agent-a
       # A provider of its own at the relay (HALYARD_LLM_BASE, which the executor sets), on the
       # Responses API, its key from CODEX_API_KEY. Its own sandbox is off (Halyard's is the
       # sandbox) and it asks before anything but reading, so Halyard's confirmation policy decides.
-      launcher codex-acp "exec \"\$here/codex/node_modules/.bin/codex-acp\" -c 'model_provider=\"halyard\"' \\
+      # (Its native binary: no Node needed.)
+      launcher codex-acp "exec \"\$here/codex/node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp\" -c 'model_provider=\"halyard\"' \\
   -c 'sandbox_mode=\"danger-full-access\"' -c 'approval_policy=\"untrusted\"' \\
   -c \"model_providers.halyard={name=\\\"Halyard\\\",base_url=\\\"\$HALYARD_LLM_BASE/v1\\\",env_key=\\\"CODEX_API_KEY\\\",wire_api=\\\"responses\\\"}\" \"\$@\""
       ;;
@@ -71,9 +72,12 @@ exec \"\$node\" \"\$here/claude-code/node_modules/@zed-industries/claude-agent-a
     opencode)
       if [ -x "$DIR/bin/opencode-acp" ]; then continue; fi
       install opencode "opencode-ai@$OPENCODE"
-      launcher opencode-acp "exec \"\$here/opencode/node_modules/.bin/opencode\" acp \"\$@\""
+      # (Its native binary: no Node needed.)
+      launcher opencode-acp "exec \"\$here/opencode/node_modules/opencode-linux-x64/bin/opencode\" acp \"\$@\""
       ;;
     *) echo "unknown agent $agent (claude-code, codex, gemini, opencode)" >&2; exit 1 ;;
   esac
 done
+# What is installed, in one line: build-base-image.sh copies the agents again when it changed.
+(cd "$DIR" && cat bin/* | sha256sum | cut -d' ' -f1) >"$DIR/.stamp"
 chmod -R a+rX "$DIR"

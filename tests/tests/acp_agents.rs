@@ -444,3 +444,85 @@ async fn codex_runs_a_command_on_the_responses_wire_without_holding_the_key() {
         assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
     }
 }
+
+#[tokio::test]
+async fn claude_codes_file_write_is_an_edit_in_the_timeline_and_lands_in_the_workspace() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // Its file tools: Claude Code's own, or the ones it routes through the client (`mcp__acp__`)
+    // where the client offers to read and write files (Halyard does; claude-agent-acp 0.23 still
+    // uses its own).
+    llm.fallback(|request| {
+        let tools: Vec<String> =
+            request["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
+        if tools.is_empty() {
+            return Reply::Text("Notes".into());
+        }
+        let thinking = |r: Reply| Reply::Thinking("Writing the note.".into(), Box::new(r));
+        if request["messages"].to_string().contains("tool_result") {
+            return thinking(Reply::Text("The note is written.".into()));
+        }
+        let write = tools.iter().find(|t| t.as_str() == "mcp__acp__Write").cloned().unwrap_or_else(|| "Write".into());
+        let path = request["system"]
+            .to_string()
+            .split("Primary working directory: ")
+            .nth(1)
+            .and_then(|s| s.split("\\n").next())
+            .unwrap_or(".")
+            .to_owned();
+        thinking(Reply::tool(&write, json!({"file_path": format!("{path}/note.md"), "content": "# A note\nwritten through Halyard\n"})))
+    });
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROVIDER", "anthropic").set("HALYARD_LLM_MODEL", "claude-sonnet-4-5"),
+    );
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write note.md"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(workspace.join("note.md")).unwrap(), "# A note\nwritten through Halyard\n");
+    let action = events.iter().find(|e| e["kind"] == "action").expect("the write is an action");
+    assert_eq!(action["arguments"]["kind"], "edit", "{action}");
+    let observation = events.iter().find(|e| e["kind"] == "observation" && e["tool_call_id"] == action["tool_call_id"]);
+    assert!(observation.is_some_and(|o| o["is_error"] == false), "{events:?}");
+}
+
+#[tokio::test]
+async fn codex_and_opencode_work_in_containers_that_never_hold_the_key() {
+    init();
+    halyard_tests::docker::require_engine();
+    let llm = ScriptedLlm::start().await;
+    // Either agent, by the tools it offers (OpenCode's `bash`, Codex's shell).
+    llm.fallback(|request| {
+        let offers_bash = request["tools"].as_array().into_iter().flatten().any(|t| t["name"] == "bash");
+        if offers_bash { opencode_script(request) } else { codex_script(request) }
+    });
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_LLM_PROVIDER", "openai-responses")
+            .set("HALYARD_LLM_MODEL", "gpt-4o"),
+    );
+    let api = h.api(ALICE);
+    for (agent, file, said) in [("codex", "cx.txt", "from codex\n"), ("opencode", "oc.txt", "from opencode\n")] {
+        let (conv, task) = api.start_ready(json!({"agent": agent, "message": format!("Write {file}")})).await;
+        let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+        assert_eq!(last_status(&events).as_deref(), Some("finished"), "{agent}: {events:?}");
+        let sandbox = task["sandbox_id"].as_str().unwrap();
+        let found = halyard_tests::docker::containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={sandbox}")));
+        assert_eq!(found.len(), 1, "{found:?}");
+        let workspace = events[0]["workspace"].as_str().unwrap().to_owned();
+        let exec = |script: &str| {
+            let out = std::process::Command::new("docker").args(["exec", &found[0], "sh", "-c", script]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(exec(&format!("cat {workspace}/{file}")), said, "{agent}");
+        let environments = exec("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null");
+        assert!(environments.contains("HALYARD_LLM_BASE=http://127.0.0.1:"), "{agent}: the agent's environment is read");
+        assert!(!environments.contains(LLM_KEY), "{agent}: a process in the container holds the LLM key");
+        let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
+        assert_eq!(holders, "", "{agent}: files in the container hold the LLM key");
+    }
+    assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))), "upstream it is there");
+}
