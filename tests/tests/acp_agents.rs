@@ -77,6 +77,10 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
     assert_eq!((claude["available"].as_bool(), claude["profiles"].clone()), (Some(true), json!(["default"])), "{claude}");
     let (s, bad) = api.post("/api/v1/conversations", json!({"agent": "clippy", "message": "hi"})).await;
     assert_eq!((s, bad["error"]["code"].as_str()), (400, Some("unknown_agent")), "{bad}");
+    // Codex cannot speak Anthropic's wire, the deployment's default here: refused at the start, in words.
+    let (s, bad) = api.post("/api/v1/conversations", json!({"agent": "codex", "message": "hi"})).await;
+    assert_eq!((s, bad["error"]["code"].as_str()), (400, Some("agent_profile_mismatch")), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("`anthropic`"), "{bad}");
 
     // A repository, so Changes shows what the agent changed in it.
     let repo = tempfile::tempdir().unwrap();

@@ -244,9 +244,13 @@ impl History {
                 self.used_tokens += prompt_tokens + completion_tokens;
                 self.used_usd += cost_usd.unwrap_or(0.0);
                 // A new answer follows: what the previous one left without a result never gets one,
-                // and reasoning left without its answer belongs to none.
-                self.pending.clear();
-                self.thinking.clear();
+                // and reasoning left without its answer belongs to none. (Not so for a third-party
+                // agent, whose calls the relay records whenever the agent makes them, a background
+                // one while a permission waits included.)
+                if self.started.as_ref().is_none_or(|s| s.agent.is_none()) {
+                    self.pending.clear();
+                    self.thinking.clear();
+                }
             }
             EventBody::UserMessage { text, images } => {
                 self.last_user_seq = ev.seq;

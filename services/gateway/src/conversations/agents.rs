@@ -51,6 +51,39 @@ pub fn check_agent(name: &str) -> Result<(), ApiError> {
     ))
 }
 
+/// A start with third-party agent `name` and LLM profile `profile` can run: the agent is
+/// installed, and the profile (one of the user's; the deployment's default when absent) speaks a
+/// wire the agent speaks. An organization's profile (`@org/name`) is checked by the run.
+pub async fn check_runnable(state: &AppState, user: &halyard_protocol::UserId, name: &str, profile: Option<&str>) -> Result<(), ApiError> {
+    let Some(kind) = agents::kind(name) else { return check_agent(name) };
+    let dir = state.config.agent.agents_dir.trim_end_matches('/');
+    if !std::path::Path::new(&format!("{dir}/{}", kind.launcher)).exists() {
+        let message =
+            format!("{} is not installed on this deployment (infra/install-agents.sh installs it): see GET /api/v1/agents", kind.title);
+        return Err(ApiError::bad_request("agent_not_installed", message));
+    }
+    let wire = match profile {
+        Some(p) if p.starts_with('@') => return Ok(()),
+        Some(p) => crate::settings::llm_profiles::profiles(state, user).await?.profiles.get(p).map(|p| p.provider.clone()),
+        None => Some(state.config.llm.provider.clone()),
+    };
+    match wire {
+        Some(w) if !kind.wires.contains(&w.as_str()) => {
+            let which = profile.map_or("the deployment's default LLM".to_owned(), |p| format!("LLM profile `{p}`"));
+            Err(ApiError::bad_request(
+                "agent_profile_mismatch",
+                format!(
+                    "{} speaks {}; {which} speaks `{w}`: name a profile whose provider is {} in `llm_profile`",
+                    kind.title,
+                    kind.wires.join(" or "),
+                    kind.wires.join(" or ")
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What this deployment can run, and why an agent cannot.
 #[utoipa::path(get, path = "/agents", tag = "conversations", responses((status = 200, body = AgentList), Refusals))]
 pub async fn list_agents(State(state): State<AppState>, User(user): User) -> Result<Json<AgentList>, ApiError> {

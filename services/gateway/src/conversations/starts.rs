@@ -150,13 +150,18 @@ pub async fn start_conversation(
         .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
         .or(settings.budget);
     let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+    let (llm_profile, agent) = (llm_profile.or(settings.llm_profile), body.agent.or(settings.agent));
+    let agent = agent.filter(|a| a != halyard_protocol::agents::HALYARD);
+    if let Some(agent) = &agent {
+        crate::conversations::agents::check_runnable(&state, &user, agent, llm_profile.as_deref()).await?;
+    }
     let request = StartRequest {
         message: body.message,
         spec,
         budget,
         confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
-        llm_profile: llm_profile.or(settings.llm_profile),
-        agent: body.agent.or(settings.agent).filter(|a| a != halyard_protocol::agents::HALYARD),
+        llm_profile,
+        agent,
         secrets: body.secrets,
         fork: None,
         parent: None,
