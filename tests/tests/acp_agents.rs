@@ -48,26 +48,50 @@ fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> Option<std::path::Pat
     None
 }
 
+/// Options of a deployment whose default LLM speaks `wire` with `model`, priced.
+fn speaking(llm: &ScriptedLlm, wire: &str, model: &str) -> HalyardOptions {
+    HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_LLM_PROVIDER", wire)
+        .set("HALYARD_LLM_MODEL", model)
+        .set("HALYARD_LLM_PRICE", "3,15,0.3")
+}
+
+/// `reply` after a thinking block, as Anthropic answers with extended thinking on (Claude Code
+/// asks so, and wants the block back before the tool result).
+fn thinking(reply: Reply) -> Reply {
+    Reply::Thinking("On it.".into(), Box::new(reply))
+}
+
+/// In the container of `sandbox`: `file` of the workspace holds `said`, and no process's
+/// environment and no file the agent could write holds the LLM key (`relay_var` shows that the
+/// agent's environment was read at all).
+fn container_holds_no_key(h: &Halyard, sandbox: &str, workspace: &str, (file, said): (&str, &str), relay_var: &str) {
+    let found = halyard_tests::docker::containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={sandbox}")));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let exec = |script: &str| {
+        let out = std::process::Command::new("docker").args(["exec", &found[0], "sh", "-c", script]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(exec(&format!("cat {workspace}/{file}")), said);
+    let environments = exec("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null");
+    assert!(environments.contains(&format!("{relay_var}=http://127.0.0.1:")), "the agent's environment is read");
+    assert!(!environments.contains(LLM_KEY), "a process in the container holds the LLM key");
+    let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
+    assert_eq!(holders, "", "files in the container hold the LLM key");
+}
+
 #[tokio::test]
 async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding_the_key() {
     init();
     let llm = ScriptedLlm::start().await;
     let command = "echo hello from claude > hello.txt && cat hello.txt";
-    // Claude Code asks with extended thinking on, and Anthropic then answers with a thinking
-    // block first (and wants it back before the tool result).
-    let thinking = |reply: Reply| Reply::Thinking("The user wants hello.txt.".into(), Box::new(reply));
     llm.push([
         thinking(Reply::tool("Bash", json!({"command": command, "description": "Write hello.txt"}))),
         thinking(Reply::Text("I wrote hello.txt.".into())),
     ]);
     // Whatever else Claude Code asks (a title, a summary) is answered plainly.
     llm.fallback(|_| Reply::Text("ok".into()));
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LLM_PROVIDER", "anthropic")
-            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5")
-            .set("HALYARD_LLM_PRICE", "3,15,0.3"),
-    );
+    let h = Halyard::start(speaking(&llm, "anthropic", "claude-sonnet-4-5"));
     let api = h.api(ALICE);
 
     // The deployment says what it can run.
@@ -155,15 +179,9 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
 async fn an_interrupt_cancels_claude_codes_turn_and_a_spent_budget_stops_it() {
     init();
     let llm = ScriptedLlm::start().await;
-    let thinking = |reply: Reply| Reply::Thinking("Let me do it.".into(), Box::new(reply));
     llm.push([thinking(Reply::tool("Bash", json!({"command": "echo started > s.txt && sleep 60", "description": "A long job"})))]);
-    llm.fallback(move |_| Reply::Thinking("Fine.".into(), Box::new(Reply::Text("Stopped, as you asked.".into()))));
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LLM_PROVIDER", "anthropic")
-            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5")
-            .set("HALYARD_LLM_PRICE", "3,15,0.3"),
-    );
+    llm.fallback(move |_| thinking(Reply::Text("Stopped, as you asked.".into())));
+    let h = Halyard::start(speaking(&llm, "anthropic", "claude-sonnet-4-5"));
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Run the long job"})).await;
     let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
@@ -213,11 +231,8 @@ async fn a_runner_killed_mid_turn_leaves_claude_code_to_the_other_runner_with_th
     let llm = ScriptedLlm::start().await;
     let nats = halyard_tests::NatsServer::start();
     let service = |name: &str| {
-        let options = HalyardOptions::new(&llm.base_url)
-            .serve(&nats.url, &[name])
-            .set("HALYARD_SECRET", "a-shared-deployment-secret")
-            .set("HALYARD_LLM_PROVIDER", "anthropic")
-            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5");
+        let options =
+            speaking(&llm, "anthropic", "claude-sonnet-4-5").serve(&nats.url, &[name]).set("HALYARD_SECRET", "a-shared-deployment-secret");
         Halyard::start(options)
     };
     let sandbox = service("sandbox");
@@ -226,7 +241,6 @@ async fn a_runner_killed_mid_turn_leaves_claude_code_to_the_other_runner_with_th
     let gateway = service("gateway");
     let api = gateway.api(ALICE);
 
-    let thinking = |reply: Reply| Reply::Thinking("On it.".into(), Box::new(reply));
     // The second call hangs: the runner holding the run dies while the agent waits for it.
     llm.push([thinking(Reply::tool("Bash", json!({"command": "echo one >> trail.txt", "description": "Trail"}))), Reply::Hang]);
     let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write the trail"})).await;
@@ -263,18 +277,13 @@ async fn claude_code_works_in_a_container_and_the_container_never_holds_the_key(
     init();
     halyard_tests::docker::require_engine();
     let llm = ScriptedLlm::start().await;
-    let thinking = |reply: Reply| Reply::Thinking("Writing it.".into(), Box::new(reply));
     llm.push([
         thinking(Reply::tool("Bash", json!({"command": "echo from the container > c.txt && cat c.txt", "description": "Write c.txt"}))),
         thinking(Reply::Text("Done in the container.".into())),
     ]);
     llm.fallback(|_| Reply::Text("ok".into()));
     let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_SANDBOX", "docker")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_LLM_PROVIDER", "anthropic")
-            .set("HALYARD_LLM_MODEL", "claude-sonnet-4-5"),
+        speaking(&llm, "anthropic", "claude-sonnet-4-5").set("HALYARD_SANDBOX", "docker").set("HALYARD_SANDBOX_POOL_SIZE", "0"),
     );
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write c.txt"})).await;
@@ -284,21 +293,8 @@ async fn claude_code_works_in_a_container_and_the_container_never_holds_the_key(
     let observation = events.iter().find(|e| e["kind"] == "observation").unwrap();
     assert!(observation["content"].as_str().unwrap().contains("from the container"), "{observation}");
 
-    let sandbox = task["sandbox_id"].as_str().unwrap();
-    let found = halyard_tests::docker::containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={sandbox}")));
-    assert_eq!(found.len(), 1, "{found:?}");
-    let workspace = events[0]["workspace"].as_str().unwrap().to_owned();
-    let exec = |script: &str| {
-        let out = std::process::Command::new("docker").args(["exec", &found[0], "sh", "-c", script]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    assert_eq!(exec(&format!("cat {workspace}/c.txt")), "from the container\n");
-    // Every process's environment and every file the agent could write: no key.
-    let environments = exec("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null");
-    assert!(environments.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"), "the agent's environment is read");
-    assert!(!environments.contains(LLM_KEY), "a process in the container holds the LLM key");
-    let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
-    assert_eq!(holders, "", "files in the container hold the LLM key");
+    let (sandbox, workspace) = (task["sandbox_id"].as_str().unwrap(), events[0]["workspace"].as_str().unwrap());
+    container_holds_no_key(&h, sandbox, workspace, ("c.txt", "from the container\n"), "ANTHROPIC_BASE_URL");
     assert!(llm.headers("x-api-key").iter().all(|k| k.as_deref() == Some(LLM_KEY)), "upstream it is there");
 }
 
@@ -381,12 +377,7 @@ async fn opencode_runs_a_command_on_the_responses_wire_without_holding_the_key()
     init();
     let llm = ScriptedLlm::start().await;
     llm.fallback(opencode_script);
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LLM_PROVIDER", "openai-responses")
-            .set("HALYARD_LLM_MODEL", "gpt-4o")
-            .set("HALYARD_LLM_PRICE", "2.5,10,1.25"),
-    );
+    let h = Halyard::start(speaking(&llm, "openai-responses", "gpt-4o"));
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "opencode", "message": "Write oc.txt"})).await;
     let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
@@ -430,9 +421,7 @@ async fn codex_runs_a_command_on_the_responses_wire_without_holding_the_key() {
     init();
     let llm = ScriptedLlm::start().await;
     llm.fallback(codex_script);
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROVIDER", "openai-responses").set("HALYARD_LLM_MODEL", "gpt-5-codex"),
-    );
+    let h = Halyard::start(speaking(&llm, "openai-responses", "gpt-5-codex"));
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "codex", "message": "Write cx.txt"})).await;
     let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
@@ -462,7 +451,6 @@ async fn claude_codes_file_write_is_an_edit_in_the_timeline_and_lands_in_the_wor
         if tools.is_empty() {
             return Reply::Text("Notes".into());
         }
-        let thinking = |r: Reply| Reply::Thinking("Writing the note.".into(), Box::new(r));
         if request["messages"].to_string().contains("tool_result") {
             return thinking(Reply::Text("The note is written.".into()));
         }
@@ -476,9 +464,7 @@ async fn claude_codes_file_write_is_an_edit_in_the_timeline_and_lands_in_the_wor
             .to_owned();
         thinking(Reply::tool(&write, json!({"file_path": format!("{path}/note.md"), "content": "# A note\nwritten through Halyard\n"})))
     });
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROVIDER", "anthropic").set("HALYARD_LLM_MODEL", "claude-sonnet-4-5"),
-    );
+    let h = Halyard::start(speaking(&llm, "anthropic", "claude-sonnet-4-5"));
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Write note.md"})).await;
     let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
@@ -501,32 +487,15 @@ async fn codex_and_opencode_work_in_containers_that_never_hold_the_key() {
         let offers_bash = request["tools"].as_array().into_iter().flatten().any(|t| t["name"] == "bash");
         if offers_bash { opencode_script(request) } else { codex_script(request) }
     });
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_SANDBOX", "docker")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_LLM_PROVIDER", "openai-responses")
-            .set("HALYARD_LLM_MODEL", "gpt-4o"),
-    );
+    let h =
+        Halyard::start(speaking(&llm, "openai-responses", "gpt-4o").set("HALYARD_SANDBOX", "docker").set("HALYARD_SANDBOX_POOL_SIZE", "0"));
     let api = h.api(ALICE);
     for (agent, file, said) in [("codex", "cx.txt", "from codex\n"), ("opencode", "oc.txt", "from opencode\n")] {
         let (conv, task) = api.start_ready(json!({"agent": agent, "message": format!("Write {file}")})).await;
         let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
         assert_eq!(last_status(&events).as_deref(), Some("finished"), "{agent}: {events:?}");
-        let sandbox = task["sandbox_id"].as_str().unwrap();
-        let found = halyard_tests::docker::containers(&h.deployment(), Some(&format!("dev.halyard.sandbox={sandbox}")));
-        assert_eq!(found.len(), 1, "{found:?}");
-        let workspace = events[0]["workspace"].as_str().unwrap().to_owned();
-        let exec = |script: &str| {
-            let out = std::process::Command::new("docker").args(["exec", &found[0], "sh", "-c", script]).output().unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        assert_eq!(exec(&format!("cat {workspace}/{file}")), said, "{agent}");
-        let environments = exec("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null");
-        assert!(environments.contains("HALYARD_LLM_BASE=http://127.0.0.1:"), "{agent}: the agent's environment is read");
-        assert!(!environments.contains(LLM_KEY), "{agent}: a process in the container holds the LLM key");
-        let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
-        assert_eq!(holders, "", "{agent}: files in the container hold the LLM key");
+        let (sandbox, workspace) = (task["sandbox_id"].as_str().unwrap(), events[0]["workspace"].as_str().unwrap());
+        container_holds_no_key(&h, sandbox, workspace, (file, said), "HALYARD_LLM_BASE");
     }
     assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))), "upstream it is there");
 }
