@@ -9,8 +9,10 @@
 //!   output, read by this process): agent stdout → executor → runner → NATS → gateway → frame.
 //! - Per LLM call: the turn's wall time through Halyard less the bare turn's, over the calls
 //!   (the relay's round trip: sandbox loopback → executor → WebSocket → runner → provider, and
-//!   back; the per-update overhead of the turn's other updates is in it too, so it is an upper
-//!   bound).
+//!   back; the per-update overhead of the turn's other updates, the run's own start (status,
+//!   configuration, relay and socket set up, the first checkpoint) and the commands' checkpoints
+//!   are in it too, so it is an upper bound). Both turns are a session's second: the agent and
+//!   its session are started before the clock, through Halyard by a first message.
 //!
 //! The bare agent runs on the host in a temporary directory, not in a sandbox (its process
 //! sandbox would add nothing to a process that reads stdin and calls a loopback port).
@@ -42,6 +44,10 @@ fn turn(llm: &ScriptedLlm, rep: usize) {
     llm.push([thinking(Reply::Paced(PACE, Box::new(Reply::Text(text))))]);
 }
 
+fn thinking_text(text: &str) -> Reply {
+    Reply::Thinking("Next.".into(), Box::new(Reply::Text(text.into())))
+}
+
 /// Each piece's delay (ms) from when the server sent it to `arrivals` (by the piece's index).
 fn delays(llm: &ScriptedLlm, sent_before: usize, arrivals: &[(usize, Instant)]) -> Vec<f64> {
     let sent: Vec<Instant> = llm.pieces()[sent_before..].iter().map(|(_, at)| *at).collect();
@@ -54,8 +60,13 @@ fn delays(llm: &ScriptedLlm, sent_before: usize, arrivals: &[(usize, Instant)]) 
 /// One turn through Halyard: (wall seconds, piece delays).
 async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>)> {
     let api = h.api(KEY);
-    let (conv, _) = api.start_ready(json!({"agent": "claude-code"})).await;
-    let mut ws = api.ws(&conv, 0).await;
+    // The agent is started (and its session opened) by a first turn, as the bare run starts it
+    // before its clock: the measured turn is the second.
+    llm.push([thinking_text("Ready.")]);
+    let (conv, _) = api.start_ready(json!({"agent": "claude-code", "message": "warm up"})).await;
+    api.wait_events(&conv, "the first turn", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")).await;
+    let after = api.get(&format!("/api/v1/conversations/{conv}")).await.1["last_event_seq"].as_u64().unwrap_or(0);
+    let mut ws = api.ws(&conv, after).await;
     turn(llm, rep);
     let sent_before = llm.pieces().len();
     let began = Instant::now();
