@@ -57,8 +57,9 @@ fn delays(llm: &ScriptedLlm, sent_before: usize, arrivals: &[(usize, Instant)]) 
     d
 }
 
-/// One turn through Halyard: (wall seconds, piece delays).
-async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>)> {
+/// One turn through Halyard: (wall seconds, piece delays, CPU of Halyard, nats-server and this
+/// client per LLM call of the turn).
+async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>, Value)> {
     let api = h.api(KEY);
     // The agent is started (and its session opened) by a first turn, as the bare run starts it
     // before its clock: the measured turn is the second.
@@ -69,6 +70,7 @@ async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(
     let mut ws = api.ws(&conv, after).await;
     turn(llm, rep);
     let sent_before = llm.pieces().len();
+    let cpu0 = crate::cpu_now();
     let began = Instant::now();
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go"})).await;
     ensure!(s == 202, "the message was refused: {s}");
@@ -89,9 +91,10 @@ async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(
         }
     }
     let wall = began.elapsed().as_secs_f64();
+    let cpu = crate::cpu_per_item(cpu0, crate::cpu_now(), CALLS);
     ws.close().await;
     ensure!(pieces >= PIECES, "{pieces} of {PIECES} pieces arrived");
-    Ok((wall, delays(llm, sent_before, &arrivals)))
+    Ok((wall, delays(llm, sent_before, &arrivals), cpu))
 }
 
 /// One turn of the agent run bare, driven by this process over its stdio: (wall, delays).
@@ -169,7 +172,7 @@ pub async fn run(reps: usize) -> Result<Value> {
     let mut runs = Vec::new();
     for rep in 0..reps {
         let (bare_wall, bare_d) = bare(&llm, rep).await?;
-        let (wall, d) = through_halyard(&h, &llm, rep).await?;
+        let (wall, d, cpu) = through_halyard(&h, &llm, rep).await?;
         let update = percentile(&d, 50.0) - percentile(&bare_d, 50.0);
         let per_call = (wall - bare_wall) * 1000.0 / CALLS as f64;
         eprintln!("acp rep {rep}: update overhead p50 {update:.2} ms, per call {per_call:.2} ms (turn {wall:.3} s, bare {bare_wall:.3} s)");
@@ -178,6 +181,7 @@ pub async fn run(reps: usize) -> Result<Value> {
             "bare": summary(bare_wall, &bare_d),
             "update_overhead_ms_p50": update,
             "llm_call_overhead_ms": per_call,
+            "cpu_us_per_llm_call": cpu,
         }));
     }
     let pick = |f: &dyn Fn(&Value) -> Option<f64>| spread(runs.iter().filter_map(f));
@@ -189,12 +193,16 @@ pub async fn run(reps: usize) -> Result<Value> {
         "llm_call_overhead_ms": pick(&|r| r["llm_call_overhead_ms"].as_f64()),
         "piece_delay_ms_p50": {"halyard": pick(&|r| r["halyard"]["piece_delay_ms_p50"].as_f64()), "bare": pick(&|r| r["bare"]["piece_delay_ms_p50"].as_f64())},
         "turn_wall_s": {"halyard": pick(&|r| r["halyard"]["wall_s"].as_f64()), "bare": pick(&|r| r["bare"]["wall_s"].as_f64())},
+        "halyard_cpu_us_per_llm_call": pick(&|r| r["cpu_us_per_llm_call"]["halyard_us"].as_f64()),
+        "nats_cpu_us_per_llm_call": pick(&|r| r["cpu_us_per_llm_call"]["nats_server_us"].as_f64()),
         "targets": {"update_overhead_ms_p50_under": 2, "llm_call_overhead_ms_under": 1},
         "runs": runs,
         "notes": "Claude Code (claude-agent-acp 0.23.1, Claude Code 2.1.332) in a process sandbox through Halyard, and bare on the host, \
                   against the same scripted Anthropic server; the watcher is a Rust WebSocket client, not a browser. The per-call \
                   figure is the turn's wall-time difference over its calls, so it also holds the other updates' overhead and \
-                  Halyard's own per-turn work (the relay and the agent's socket set up, the first checkpoint).",
+                  Halyard's own per-turn work (the relay and the agent's socket set up, the first checkpoint). \
+                  CPU is Halyard's processes (the agent runner, gateway, executor: everything named halyard) and nats-server over \
+                  the whole turn, per LLM call; the agent's own CPU is in neither run's figures.",
         "reproduce": "cargo run --release -p halyard-load -- --suite acp (writes load/results/acp.json)",
     }))
 }
