@@ -137,9 +137,11 @@ pub struct History {
     pub rejected: HashSet<String>,
     /// A third-party agent's ACP session, as its last `agent_session` event names it.
     pub agent_session: Option<String>,
-    /// `seq` of the last status that ended a turn (idle, finished, error, stuck): the user
-    /// messages after it are what the next turn is about.
-    pub turn_ended_seq: u64,
+    /// `seq` of the first `running` status of the turn under way (none between turns).
+    pub turn_started_seq: Option<u64>,
+    /// The user messages a third-party agent was given: those before the last ended turn began
+    /// (one sent while a turn ran is after it, and goes with the next prompt).
+    pub prompted_upto: u64,
 }
 
 impl History {
@@ -330,7 +332,9 @@ impl History {
             }
             EventBody::ExecutionStatus { status, reason } => {
                 if matches!(status, ExecutionStatus::Idle | ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck) {
-                    self.turn_ended_seq = ev.seq;
+                    self.prompted_upto = self.turn_started_seq.take().unwrap_or(ev.seq);
+                } else if *status == ExecutionStatus::Running {
+                    self.turn_started_seq.get_or_insert(ev.seq);
                 }
                 self.status = Some(*status);
                 self.status_reason.clone_from(reason);
@@ -441,6 +445,23 @@ mod tests {
     use super::*;
 
     use test_event as ev;
+
+    #[test]
+    fn a_message_sent_while_a_turn_runs_is_for_the_next_prompt() {
+        let status = |status| EventBody::ExecutionStatus { status, reason: None };
+        let said = |text: &str| EventBody::UserMessage { text: text.into(), images: vec![] };
+        let mut h = History::default();
+        h.apply(&ev(1, said("first")));
+        h.apply(&ev(2, status(ExecutionStatus::Running)));
+        h.apply(&ev(3, said("while it works")));
+        // A confirmation's run is the same turn.
+        h.apply(&ev(4, status(ExecutionStatus::WaitingForConfirmation)));
+        h.apply(&ev(5, status(ExecutionStatus::Running)));
+        h.apply(&ev(6, status(ExecutionStatus::Finished)));
+        assert_eq!(h.prompted_upto, 2, "only what came before the turn began was given");
+        let next: Vec<u64> = h.entries.iter().filter(|e| e.seq > h.prompted_upto && e.msg.role == "user").map(|e| e.seq).collect();
+        assert_eq!(next, [3]);
+    }
 
     #[test]
     fn only_the_newest_screenshot_stays_in_the_prompt() {

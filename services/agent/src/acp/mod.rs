@@ -243,7 +243,7 @@ async fn send_prompt(run: &Run, conn: &mut Conn) -> Result<Option<String>, Strin
         let texts: Vec<(u64, String)> = h
             .entries
             .iter()
-            .filter(|e| e.seq > h.turn_ended_seq && e.msg.role == "user")
+            .filter(|e| e.seq > h.prompted_upto && e.msg.role == "user")
             .filter_map(|e| Some((e.seq, e.msg.content.clone()?)))
             .collect();
         (texts, h.last_seq)
