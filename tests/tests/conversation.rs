@@ -134,8 +134,13 @@ async fn write_run_finish(stream: bool) {
     llm.push([Reply::tool("terminal", json!({"command": "cat hello.py | wc -l"})), Reply::Text("One line.".into())]);
     let (status, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "How long is it?"})).await;
     assert_eq!(status, 202);
-    let events =
-        api.wait_events(&conv, "the second run", |ev| ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line.")).await;
+    // (Until the run's end: its answer is appended a moment before its status.)
+    let events = api
+        .wait_events(&conv, "the second run", |ev| {
+            ev.iter().any(|e| e["kind"] == "agent_message" && e["text"] == "One line.")
+                && ev.last().is_some_and(|e| e["kind"] == "execution_status")
+        })
+        .await;
     assert_log_is_contiguous(&events);
     let obs = events.iter().rev().find(|e| e["kind"] == "observation").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with('1'), "{obs}");
