@@ -238,42 +238,31 @@ function ActionCard({ item }: { item: Extract<Item, { type: "action" }> }) {
   }
   // A third-party agent's tool call (its own tool's name; `kind`, `title` and `input` as the
   // Agent Client Protocol describes it): a command like Halyard's own, anything else by its title.
-  if (typeof args.kind === "string" && "input" in args) {
-    const input = (args.input ?? {}) as Record<string, unknown>;
-    if (args.kind === "execute")
-      return (
-        <div className="card cmd" data-testid="command-card">
-          <pre className="command">
-            <span className="prompt">$ </span>
-            {str(input.command ?? args.title)}
-            {risk}
-          </pre>
-          {output}
-          {pending}
-          {refused}
-        </div>
-      );
+  const acp = typeof args.kind === "string" && "input" in args;
+  const acpInput = (acp ? (args.input ?? {}) : {}) as Record<string, unknown>;
+  if (action.tool === "terminal" || (acp && args.kind === "execute")) {
+    const command = acp ? (acpInput.command ?? args.title) : args.command;
     return (
-      <div className="card" data-testid="agent-tool-card">
-        <div className="edit-head">
-          <span className="tool">{action.tool}</span> <code>{str(args.title)}</code>
+      <div className="card cmd" data-testid="command-card">
+        {action.thought && <div className="thought">{action.thought}</div>}
+        <pre className="command">
+          <span className="prompt">$ </span>
+          {str(command)}
           {risk}
-        </div>
+        </pre>
         {output}
         {pending}
         {refused}
       </div>
     );
   }
-  if (action.tool === "terminal") {
+  if (acp) {
     return (
-      <div className="card cmd" data-testid="command-card">
-        {action.thought && <div className="thought">{action.thought}</div>}
-        <pre className="command">
-          <span className="prompt">$ </span>
-          {str(args.command)}
+      <div className="card" data-testid="agent-tool-card">
+        <div className="edit-head">
+          <span className="tool">{action.tool}</span> <code>{str(args.title)}</code>
           {risk}
-        </pre>
+        </div>
         {output}
         {pending}
         {refused}

@@ -186,16 +186,12 @@ impl Turn<'_> {
         if rejected {
             return Ok(Some(reject().unwrap_or(json!({"outcome": "cancelled"}))));
         }
-        let tool = self.updates_tool(&call);
+        let tool = self.updates.tool(&call_id);
         if confirmed || !crate::tools::risk::needs_confirmation(policy, &tool, risk.or(Some(SecurityRisk::Medium))) {
             return Ok(Some(allow().unwrap_or(json!({"outcome": "cancelled"}))));
         }
         self.run.status(ExecutionStatus::WaitingForConfirmation, None).await;
         Ok(None)
-    }
-
-    fn updates_tool(&self, call: &Value) -> String {
-        call.pointer("/_meta/claudeCode/toolName").or_else(|| call.get("kind")).and_then(Value::as_str).unwrap_or("tool").to_owned()
     }
 
     async fn read_file(&self, params: &Value) -> Result<Value, (i64, String)> {

@@ -110,6 +110,11 @@ impl Updates {
         Some(action_of(id, call))
     }
 
+    /// The agent's name of tool call `id`'s tool, as its updates said it.
+    pub fn tool(&self, id: &str) -> String {
+        self.calls.get(id).map_or_else(|| "tool".to_owned(), |c| c.tool.clone())
+    }
+
     /// The risk of tool call `id`, as Halyard's rules judge its kind and command.
     pub fn risk(&self, id: &str, workspace: &str) -> Option<SecurityRisk> {
         let call = self.calls.get(id)?;
