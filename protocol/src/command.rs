@@ -234,6 +234,13 @@ pub enum AgentCommand {
         conversation_id: ConversationId,
         by: crate::UserId,
     },
+    /// The owner's answer about the workspace's hooks file `sha256` (a `hooks_consent` event
+    /// records it; the run that waited for it starts).
+    AnswerHooks {
+        conversation_id: ConversationId,
+        sha256: String,
+        allow: bool,
+    },
     /// Put the workspace back as it was at event `at_seq` (its checkpoint then); recorded as a
     /// `workspace_restored` event whose id is the envelope's. The log is never rewritten.
     Restore {
@@ -256,6 +263,7 @@ impl AgentCommand {
             | Self::SetLlmProfile { conversation_id, .. }
             | Self::RecordTerminalOpened { conversation_id, .. }
             | Self::Restore { conversation_id, .. }
+            | Self::AnswerHooks { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
         }
     }
@@ -276,6 +284,7 @@ impl Payload for AgentCommand {
             Self::Delete { .. } => "cmd.agent.delete",
             Self::RecordTerminalOpened { .. } => "cmd.agent.record_terminal_opened",
             Self::Restore { .. } => "cmd.agent.restore",
+            Self::AnswerHooks { .. } => "cmd.agent.answer_hooks",
         }
         .to_owned()
     }

@@ -472,6 +472,24 @@ pub enum EventBody {
         stderr: String,
         blocked: bool,
     },
+    /// The workspace's `.openhands/hooks.json` asks to run commands (with the conversation's
+    /// secrets in their environment) that its owner has not consented to for this repository
+    /// and this content: nothing of it ran, and the run waits for the owner's answer
+    /// (`POST /conversations/{id}/hooks-consent`).
+    HooksConsentRequired {
+        file: String,
+        /// The SHA-256 of the file's bytes (hex): what a consent is given to.
+        sha256: String,
+        /// The file as it is (masked like everything).
+        content: String,
+        /// The repository the workspace came from (absent: none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repository: Option<String>,
+    },
+    /// The owner's answer about hooks file `sha256`: allowed (for every conversation of theirs on
+    /// this repository while the file is unchanged) or declined (this conversation goes on
+    /// without them).
+    HooksConsent { sha256: String, allowed: bool },
     /// The agent's `delegate` call started helpers: child conversations of the same user, in
     /// this one's sandbox, one per task, running in parallel.
     SubConversationsStarted { tool_call_id: String, children: Vec<SubConversation> },
@@ -546,6 +564,8 @@ impl EventBody {
             Self::TaskList { .. } => "task_list",
             Self::Thinking { .. } => "thinking",
             Self::Hook { .. } => "hook",
+            Self::HooksConsentRequired { .. } => "hooks_consent_required",
+            Self::HooksConsent { .. } => "hooks_consent",
             Self::PullRequestOpened { .. } => "pull_request_opened",
             Self::SubConversationsStarted { .. } => "sub_conversations_started",
             Self::SubConversationEnded { .. } => "sub_conversation_ended",

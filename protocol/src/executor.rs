@@ -348,6 +348,10 @@ impl GitProxyFrame {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointRequest {
     pub seq: u64,
+    /// The last checkpoint's commit as the agent runner kept it (outside the sandbox): the new
+    /// one follows it, whatever the store's own refs say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// A checkpoint taken: its commit in the store, and whether anything had changed since the one
@@ -365,6 +369,11 @@ pub struct CheckpointResponse {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RestoreRequest {
     pub seq: u64,
+    /// The last checkpoint's commit as the agent runner kept it: the checkpoint restored is
+    /// found from it, in a store whose every object is checked first (refused, 409
+    /// `checkpoints_tampered`, when something in the sandbox changed them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 /// A restore done: the checkpoint used (the newest at or before `seq`).

@@ -197,6 +197,12 @@ pub fn share_key(id: crate::ConversationId) -> String {
     format!("share.{id}")
 }
 
+/// The key of conversation `id`'s last checkpoint commit in [`USER_BUCKET`] (written by the
+/// agent runner, outside the sandbox whose store the commit is in).
+pub fn checkpoint_head_key(id: crate::ConversationId) -> String {
+    format!("ckpt.{id}")
+}
+
 /// The key of `user`'s settings in [`USER_BUCKET`].
 pub fn user_settings_key(user: &crate::UserId) -> String {
     format!("settings.{user}")
@@ -215,6 +221,12 @@ pub fn user_secrets_key(user: &crate::UserId) -> String {
 /// The key of `user`'s git providers in [`USER_BUCKET`].
 pub fn user_git_key(user: &crate::UserId) -> String {
     format!("git.{user}")
+}
+
+/// The key of `user`'s consents to repository hooks ([`crate::user::HookConsents`]) in
+/// [`USER_BUCKET`].
+pub fn user_hooks_key(user: &crate::UserId) -> String {
+    format!("hooks.{user}")
 }
 
 /// The key of `user`'s MCP servers in [`USER_BUCKET`].

@@ -1,7 +1,7 @@
 //! A user's own configuration: settings, LLM profiles and secrets, as the gateways keep them in
 //! the `halyard_user` key-value bucket ([`crate::subjects::USER_BUCKET`]) and the agent runner
 //! reads them when a run starts. One JSON entry per user and kind (`settings.<user>`,
-//! `llm.<user>`, `secrets.<user>`, `git.<user>`, `mcp.<user>`), updated with the bucket's
+//! `llm.<user>`, `secrets.<user>`, `git.<user>`, `mcp.<user>`, `hooks.<user>`), updated with the bucket's
 //! revision check.
 //!
 //! Secret values and LLM API keys travel and rest only sealed (`v1.…`, ChaCha20-Poly1305 under
@@ -311,6 +311,41 @@ fn enabled() -> bool {
 pub struct UserMcpServers {
     #[serde(default)]
     pub servers: BTreeMap<String, McpServer>,
+}
+
+/// One consent to a repository's hooks file: its commands may run in this user's conversations
+/// on `repository` (empty: a workspace with none) while the file's SHA-256 is `sha256`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HookConsent {
+    pub repository: String,
+    pub sha256: String,
+    /// When it was given (Unix milliseconds).
+    pub at_ms: UnixMillis,
+}
+
+/// A user's consents to repository hooks (`hooks.<user>`), newest last; the oldest go past
+/// [`HookConsents::MAX`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookConsents {
+    #[serde(default)]
+    pub consents: Vec<HookConsent>,
+}
+
+impl HookConsents {
+    pub const MAX: usize = 500;
+
+    pub fn allows(&self, repository: &str, sha256: &str) -> bool {
+        self.consents.iter().any(|c| c.repository == repository && c.sha256 == sha256)
+    }
+
+    /// Adds a consent (once), dropping the oldest past [`Self::MAX`].
+    pub fn allow(&mut self, repository: &str, sha256: &str, at_ms: UnixMillis) {
+        self.consents.retain(|c| !(c.repository == repository && c.sha256 == sha256));
+        self.consents.push(HookConsent { repository: repository.to_owned(), sha256: sha256.to_owned(), at_ms });
+        let over = self.consents.len().saturating_sub(Self::MAX);
+        self.consents.drain(..over);
+    }
 }
 
 #[cfg(test)]

@@ -339,7 +339,7 @@ async fn the_web_workspace_works_in_chromium_as_a_person_uses_it() {
         ("HALYARD_SLOW_REPO", repo.display().to_string()),
         ("HALYARD_LLM_URL", llm.base_url.clone()),
     ];
-    playwright(h, "tests/workspace.spec.ts", 22, env).await;
+    playwright(h, "tests/workspace.spec.ts", 23, env).await;
     // The pasted image reached the model as an image part of the message.
     let pasted = llm.requests().iter().flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default()).any(|m| {
         m["content"].as_array().is_some_and(|parts| {

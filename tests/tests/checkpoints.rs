@@ -119,6 +119,74 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
     tokio::time::timeout(Duration::from_secs(30), alice.wait_conversation(&conv, "interrupted", |c| c["state"] == "idle")).await.unwrap();
 }
 
+/// What a hostile agent does to the checkpoint store in its workspace: a checkpoint of its own
+/// (`notes.txt` saying "evil"), and every checkpoint's ref (and the branch) pointed at it.
+const REPOINT: &str = "export GIT_DIR=.halyard/checkpoints GIT_WORK_TREE=. GIT_INDEX_FILE=/tmp/evil-index && \
+    echo evil > notes.txt && git add -A . && t=$(git write-tree) && \
+    c=$(git -c user.name=x -c user.email=x@x.invalid commit-tree $t -m 'seq 1') && \
+    for r in $(git for-each-ref --format='%(refname)' refs/seq/); do git update-ref $r $c; done && \
+    git update-ref refs/heads/main $c && echo damaged > notes.txt && echo repointed";
+
+/// And then the objects themselves: the blob of "honest" rewritten with the one of "evil".
+const REWRITE: &str = "export GIT_DIR=.halyard/checkpoints && h=$(printf 'honest\\n' | git hash-object --stdin) && \
+    e=$(printf 'evil\\n' | git hash-object -w --stdin) && f=$GIT_DIR/objects/$(echo $h | cut -c1-2)/$(echo $h | cut -c3-) && \
+    chmod u+w $f && cp $GIT_DIR/objects/$(echo $e | cut -c1-2)/$(echo $e | cut -c3-) $f && echo rewritten";
+
+#[tokio::test]
+async fn what_a_restore_brings_back_is_what_was_kept_not_what_the_agent_wrote_into_the_store() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([
+        Reply::tool("file_editor", json!({"command": "create", "path": "notes.txt", "file_text": "honest\n", "security_risk": "low"})),
+        Reply::finish("wrote notes"),
+    ]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let alice = h.api(ALICE);
+    let (conv, _) = alice.start_ready(json!({"message": "write notes"})).await;
+    let runs =
+        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
+    let events = alice.wait_events(&conv, "the first run", runs(1)).await;
+    let after_notes = observed(&events, "notes.txt");
+
+    // The agent damages the file and repoints the store's refs at a checkpoint of its own.
+    llm.push([Reply::tool("terminal", json!({"command": REPOINT, "security_risk": "low"})), Reply::finish("done")]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on"})).await;
+    let events = alice.wait_events(&conv, "the second run", runs(2)).await;
+    let said = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(said["content"].as_str().unwrap().contains("repointed"), "{said}");
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("damaged\n"));
+
+    // The user restores: what was kept at that event, not what the agent put in the store.
+    let restore = |n: usize| {
+        let alice = &alice;
+        let conv = conv.clone();
+        async move {
+            let (s, answer) = alice.post(&format!("/api/v1/conversations/{conv}/restore"), json!({"at_seq": after_notes})).await;
+            assert_eq!(s, 202, "{answer}");
+            alice
+                .wait_events(&conv, "the restore's answer", |ev| {
+                    ev.iter().filter(|e| e["kind"] == "workspace_restored" || e["code"] == "restore_failed").count() == n
+                })
+                .await
+        }
+    };
+    let events = restore(1).await;
+    assert!(events.iter().any(|e| e["kind"] == "workspace_restored"), "restored");
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("honest\n"));
+
+    // The agent rewrites the kept objects themselves: the restore is refused, in words, and
+    // the workspace is left as it was.
+    llm.push([Reply::tool("terminal", json!({"command": REWRITE, "security_risk": "low"})), Reply::finish("done")]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on again"})).await;
+    let events = alice.wait_events(&conv, "the third run", runs(3)).await;
+    let said = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
+    assert!(said["content"].as_str().unwrap().contains("rewritten"), "{said}");
+    let events = restore(2).await;
+    let refused = events.iter().find(|e| e["code"] == "restore_failed").unwrap();
+    assert!(refused["message"].as_str().unwrap().contains("changed from inside the sandbox"), "{refused}");
+    assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("honest\n"));
+}
+
 /// An event as its content: what a copy must keep (its id, time and conversation are its own).
 fn content(e: &Value) -> Value {
     let mut e = e.clone();

@@ -1,12 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Long tasks, as a user checks them: the agent's plan (`task_tracker`, OpenHands' tool) is the
 //! conversation's state, read back from `GET /conversations/{id}/tasks` and the event log; tags;
-//! repository hooks; and helpers (`delegate`): child conversations in the parent's workspace,
+//! and helpers (`delegate`): child conversations in the parent's workspace,
 //! side by side, reached by the parent's pause, resume, interrupt and deletion, paid from its
 //! budget.
 
 use halyard_tests::llm::tool_names;
-use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, finished, git, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, finished, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
@@ -150,114 +150,6 @@ async fn tags_are_given_at_start_changed_by_patch_and_found_by() {
     let task = alice.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
     let (_, fork) = alice.get(&format!("/api/v1/conversations/{}", task["conversation_id"].as_str().unwrap())).await;
     assert_eq!(fork["tags"], json!({"ticket": "ENG-44", "sprint": "12"}));
-}
-
-/// A repository with OpenHands-style hooks: `rm -rf` refused, every tool logged, a message with
-/// a forbidden word refused, no finishing without a summary, sessions counted, and one hook that
-/// fails without blocking.
-fn repository_with_hooks() -> tempfile::TempDir {
-    let repo = tempfile::tempdir().unwrap();
-    let p = repo.path();
-    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::create_dir_all(p.join(".openhands")).unwrap();
-    std::fs::write(
-        p.join(".openhands/guard.sh"),
-        "input=$(cat)\ncase \"$input\" in *'rm -rf'*) echo \"no rm -rf in $OPENHANDS_TOOL_NAME here\" >&2; exit 2;; esac\n",
-    )
-    .unwrap();
-    let hooks = json!({"hooks": {
-        "PreToolUse": [{"matcher": "terminal", "hooks": [{"type": "command", "command": "bash .openhands/guard.sh", "timeout": 10}]}],
-        "post_tool_use": [{"matcher": "*", "hooks": [
-            {"type": "command", "command": "cat >> hooks.log; echo >> hooks.log"},
-            {"type": "command", "command": "echo flaky >&2; exit 1"}
-        ]}],
-        "user_prompt_submit": [{"hooks": [{"command": "if grep -q forbidden; then echo 'no forbidden words, please' >&2; exit 2; fi"}]}],
-        "stop": [{"hooks": [{"command": "test -f summary.txt || { echo 'write summary.txt first' >&2; exit 2; }"}]}],
-        "SessionStart": [{"hooks": [{"command": "echo \"$OPENHANDS_EVENT_TYPE $OPENHANDS_SESSION_ID\" >> sessions.log"}]}]
-    }});
-    std::fs::write(p.join(".openhands/hooks.json"), serde_json::to_string_pretty(&hooks).unwrap()).unwrap();
-    git(p, &["init", "-q", "-b", "main"]);
-    git(p, &["add", "."]);
-    git(p, &["commit", "-qm", "hooks"]);
-    repo
-}
-
-#[tokio::test]
-async fn repository_hooks_block_report_and_let_through() {
-    init();
-    let repo = repository_with_hooks();
-    let llm = ScriptedLlm::start().await;
-    llm.push([
-        Reply::tool("terminal", json!({"command": "rm -rf build", "security_risk": "low"})),
-        Reply::tool("terminal", json!({"command": "echo safe", "security_risk": "low"})),
-        Reply::finish("all clean"),
-        Reply::tool("terminal", json!({"command": "echo done > summary.txt", "security_risk": "low"})),
-        Reply::finish("all clean, with a summary"),
-    ]);
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
-    let alice = h.api(ALICE);
-    let url = repo.path().to_string_lossy().to_string();
-    let (conv, _) = alice.start_ready(json!({"message": "clean up", "repository": {"url": url}})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
-    let hooks: Vec<&Value> = events.iter().filter(|e| e["kind"] == "hook").collect();
-
-    // The guard refused `rm -rf`: the action was rejected with its words, and the model read them.
-    let guard: Vec<&&Value> = hooks.iter().filter(|e| e["event"] == "pre_tool_use").collect();
-    assert_eq!(guard.len(), 3, "once per terminal command: {guard:?}");
-    assert_eq!((guard[0]["exit_code"].as_i64(), guard[0]["blocked"].as_bool()), (Some(2), Some(true)), "{}", guard[0]);
-    assert_eq!(guard[0]["tool"], "terminal");
-    assert_eq!((guard[1]["exit_code"].as_i64(), guard[1]["blocked"].as_bool()), (Some(0), Some(false)));
-    let rejected = events.iter().find(|e| e["kind"] == "action_rejected").expect("the rm -rf was rejected");
-    assert!(rejected["reason"].as_str().unwrap().contains("no rm -rf in terminal here"), "{rejected}");
-    assert!(!events.iter().any(|e| e["kind"] == "observation" && e["tool_call_id"] == rejected["tool_call_id"]), "it never ran");
-    let second = llm.requests()[1]["messages"].to_string();
-    assert!(second.contains("no rm -rf in terminal here"), "the model was told why: {second}");
-
-    // The stop hook sent the agent back until summary.txt existed.
-    let stops: Vec<&&Value> = hooks.iter().filter(|e| e["event"] == "stop").collect();
-    assert_eq!(stops.iter().map(|e| e["blocked"].as_bool().unwrap()).collect::<Vec<_>>(), [true, false]);
-    let refused_finish = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "finish" && e["is_error"] == true).unwrap();
-    assert!(refused_finish["content"].as_str().unwrap().contains("write summary.txt first"), "{refused_finish}");
-    assert_eq!(events.iter().filter(|e| e["kind"] == "agent_message").count(), 1, "one answer, after the summary");
-
-    // Post-tool hooks saw each result on their input; a failing one is reported, not blocking.
-    let (_, log) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=hooks.log")).await;
-    let log = log["content"].as_str().unwrap().to_owned();
-    let inputs: Vec<Value> = log.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(inputs.len(), 2, "the two commands that ran: {log}");
-    assert_eq!(inputs[0]["event_type"], "PostToolUse");
-    assert_eq!(inputs[0]["tool_name"], "terminal");
-    assert_eq!(inputs[0]["tool_input"]["command"], "echo safe");
-    assert!(inputs[0]["tool_response"]["content"].as_str().unwrap().contains("safe"), "{}", inputs[0]);
-    assert_eq!(inputs[0]["session_id"], conv.as_str());
-    let flaky: Vec<&&Value> = hooks.iter().filter(|e| e["command"] == "echo flaky >&2; exit 1").collect();
-    assert_eq!(flaky.len(), 2);
-    assert!(flaky.iter().all(|e| e["exit_code"] == 1 && e["blocked"] == false && e["stderr"] == "flaky\n"));
-    let (_, sessions) = alice.get(&format!("/api/v1/conversations/{conv}/files?path=sessions.log")).await;
-    assert_eq!(sessions["content"].as_str().unwrap(), format!("SessionStart {conv}\n"));
-
-    // A message the user_prompt_submit hook refuses never reaches the model.
-    let asked = llm.requests().len();
-    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "say forbidden things"})).await;
-    let events = alice
-        .wait_events(&conv, "the refusal", |ev| {
-            ev.iter().any(|e| e["kind"] == "execution_status" && e["reason"].as_str().is_some_and(|r| r.contains("refused the message")))
-        })
-        .await;
-    let idle = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
-    assert_eq!(idle["status"], "idle");
-    assert!(idle["reason"].as_str().unwrap().contains("no forbidden words, please"), "{idle}");
-    assert_eq!(llm.requests().len(), asked, "no LLM call for a refused message");
-    llm.push([Reply::finish("hello to you")]);
-    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "hello"})).await;
-    alice.wait_events(&conv, "the next run", |ev| ev.iter().filter(|e| e["kind"] == "agent_message").count() == 2).await;
-    let seen = llm.requests().last().unwrap()["messages"].to_string();
-    assert!(seen.contains("hello") && !seen.contains("say forbidden things"), "{seen}");
-    let judged = alice.events(&conv).await;
-    let prompts: Vec<&Value> = judged.iter().filter(|e| e["kind"] == "hook" && e["event"] == "user_prompt_submit").collect();
-    // One judgment per message: "clean up", the refused one, "hello".
-    assert_eq!(prompts.iter().map(|e| e["blocked"].as_bool().unwrap()).collect::<Vec<_>>(), [false, true, false]);
-    assert_eq!(prompts[1]["message_seq"].as_u64(), judged.iter().find(|e| e["text"] == "say forbidden things").unwrap()["seq"].as_u64());
 }
 
 /// The first user message of an LLM request (which conversation is asking), and how many tool

@@ -111,6 +111,7 @@ export const api = {
   interrupt: (id: string) => call<unknown>("POST", `/conversations/${id}/interrupt`),
   confirm: (id: string) => call<unknown>("POST", `/conversations/${id}/confirm`),
   reject: (id: string, reason: string) => call<unknown>("POST", `/conversations/${id}/reject`, { reason }),
+  hooksConsent: (id: string, sha256: string, allow: boolean) => call<unknown>("POST", `/conversations/${id}/hooks-consent`, { sha256, allow }),
   events: (id: string, afterSeq: number, limit = 1000) =>
     call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/conversations/${id}/events${q({ after_seq: afterSeq, limit })}`),
   findEvents: (id: string, p: { q?: string; kind?: string; source?: string; after_seq?: number; limit?: number }) =>

@@ -305,6 +305,8 @@ export type HalyardEvent = EventBase &
         used_tokens: number;
         used_usd: number;
       }
+    | { kind: "hooks_consent_required"; file: string; sha256: string; content: string; repository?: string }
+    | { kind: "hooks_consent"; sha256: string; allowed: boolean }
     | {
         kind: "hook";
         event: string;

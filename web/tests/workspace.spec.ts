@@ -4,7 +4,10 @@
 
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
-import { readFileSync } from "node:fs";
+import { execSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { expect, expectConsoleError, test, type Page } from "./fixtures";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
@@ -859,4 +862,25 @@ test("22. a Claude Code conversation started from the page: its command and answ
   await expect(command.getByTestId("observation")).toContainText("from claude");
   await expect(page.locator(".msg.agent strong")).toHaveText("claude.txt");
   await shot(page, "claude-code");
+});
+
+test("23. a repository's hooks wait for the owner: the file is shown, and once allowed the agent goes on", async ({ page }) => {
+  // A repository whose hooks file runs a command at every session's start.
+  const dir = mkdtempSync(join(tmpdir(), "hooks-"));
+  chmodSync(dir, 0o755);
+  mkdirSync(join(dir, ".openhands"));
+  writeFileSync(join(dir, ".openhands/hooks.json"), JSON.stringify({ session_start: [{ hooks: [{ command: "echo started > started.txt" }] }] }));
+  execSync("git init -q -b main && git add . && git -c user.name=t -c user.email=t@example.com commit -qm hooks", { cwd: dir });
+  await signIn(page, ALICE);
+  await start(page, "look at the hooks", dir);
+  const bar = page.getByRole("region", { name: "Repository hooks waiting for your consent" });
+  await expect(bar.getByLabel("The hooks file")).toContainText("echo started > started.txt");
+  await expect(bar).toContainText("with this conversation's secrets");
+  await expect(status(page)).toContainText("idle");
+  await shot(page, "hooks-consent");
+  await bar.getByRole("button", { name: "Allow these hooks" }).click();
+  await expect(status(page)).toContainText("finished");
+  await expect(bar).toHaveCount(0);
+  await expect(page.getByText("You allowed the repository's hooks.")).toBeVisible();
+  await expect(page.getByText(/Hook session_start `echo started > started.txt` exited 0/)).toBeVisible();
 });

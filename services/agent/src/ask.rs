@@ -128,7 +128,10 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 format!("RESULT of {tool} (exit code {}): {content}", exit_code.map_or("-".into(), |c| c.to_string()))
             }
             EventBody::AgentError { code, message } => format!("ERROR {code}: {message}"),
-            EventBody::AgentSession { .. } | EventBody::AgentUpdate { .. } => continue,
+            EventBody::AgentSession { .. }
+            | EventBody::AgentUpdate { .. }
+            | EventBody::HooksConsentRequired { .. }
+            | EventBody::HooksConsent { .. } => continue,
             EventBody::ExecutionStatus { status, reason } => {
                 format!("STATUS: {}{}", status.as_str(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
             }

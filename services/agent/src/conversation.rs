@@ -427,6 +427,10 @@ impl ConvState {
                 }
                 delivery.ack().await;
             }
+            AgentCommand::AnswerHooks { sha256, allow, .. } => match self.answer_hooks(myself, cmd_id, sha256, allow, trace).await {
+                Ok(()) => delivery.ack().await,
+                Err(e) => delivery.retry(Duration::from_millis(500), &e).await,
+            },
             AgentCommand::Reject { reason, .. } => {
                 if self.run.is_none() && !self.paused && self.waiting().await {
                     if let Err(e) = self.reject_pending(&reason, trace.clone()).await {
@@ -515,7 +519,7 @@ impl ConvState {
                     let appended = log.lock().await.append(id, EventSource::User, body, trace).await;
                     match (appended, exec) {
                         // The restored workspace is the checkpoint of its own event too.
-                        (Ok(ev), Some(exec)) => crate::run_loop::checkpoint(&exec, ev.seq).await,
+                        (Ok(ev), Some(exec)) => crate::checkpoints::take(&self.ctx, self.id, &exec, ev.seq).await,
                         (Ok(_), None) => {}
                         (Err(e), _) => {
                             delivery.retry(Duration::from_millis(500), &e.to_string()).await;
@@ -545,6 +549,7 @@ impl ConvState {
                         Err(_) => tracing::warn!(conversation_id = %self.id, "the deleted helper's commands did not stop in time"),
                     }
                 }
+                crate::checkpoints::forget(&self.ctx, self.id).await;
                 self.release_lease().await;
                 delivery.ack().await;
                 myself.stop(Some("deleted".into()));
@@ -561,8 +566,9 @@ impl ConvState {
             (log.history.started.as_ref().map(|s| s.sandbox_id).ok_or("the conversation has no sandbox")?, log.history.last_seq)
         };
         let exec = crate::run_loop::executor_of(&self.ctx, sandbox_id).await?;
-        crate::run_loop::checkpoint(&exec, last).await;
-        let done = exec.restore(at_seq).await.map_err(|e| e.to_string())?;
+        crate::checkpoints::take(&self.ctx, self.id, &exec, last).await;
+        let head = crate::checkpoints::head(&self.ctx, self.id).await;
+        let done = exec.restore(at_seq, head.as_deref()).await.map_err(|e| e.to_string())?;
         tracing::info!(conversation_id = %self.id, at_seq, checkpoint_seq = done.checkpoint_seq, "workspace restored");
         Ok((EventBody::WorkspaceRestored { at_seq, checkpoint_seq: done.checkpoint_seq }, exec))
     }
@@ -631,6 +637,36 @@ impl ConvState {
             self.start_run(myself, trace).await?;
         }
         // A run in progress picks the message up at its next step.
+        Ok(())
+    }
+
+    /// Records the owner's answer about a hooks file (once, however often the command is handed
+    /// out) and starts the run that waited for it.
+    async fn answer_hooks(
+        &mut self,
+        myself: &ActorRef<ConvMsg>,
+        cmd_id: CommandId,
+        sha256: String,
+        allowed: bool,
+        trace: Option<TraceContext>,
+    ) -> Result<(), String> {
+        let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
+        let id = EventId(cmd_id.0);
+        let waited = {
+            let mut log = log.lock().await;
+            // (A redelivery after the answer was recorded starts the run its first delivery
+            // may not have started.)
+            let recorded = log.history.seen.contains(&id);
+            let waited = recorded || log.history.hooks_asked.as_deref() == Some(sha256.as_str());
+            if !recorded {
+                let body = EventBody::HooksConsent { sha256, allowed };
+                log.append(id, EventSource::User, body, trace.clone()).await.map_err(|e| e.to_string())?;
+            }
+            waited
+        };
+        if waited && self.run.is_none() && !self.paused {
+            self.start_run(myself, trace).await?;
+        }
         Ok(())
     }
 

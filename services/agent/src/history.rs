@@ -142,6 +142,10 @@ pub struct History {
     /// The user messages a third-party agent was given: those before the last ended turn began
     /// (one sent while a turn ran is after it, and goes with the next prompt).
     pub prompted_upto: u64,
+    /// The owner's answers about hooks files in this conversation, by the file's SHA-256.
+    pub hooks_answers: std::collections::HashMap<String, bool>,
+    /// The hooks file a run waits for the owner's answer about (asked, not answered yet).
+    pub hooks_asked: Option<String>,
 }
 
 impl History {
@@ -372,6 +376,11 @@ impl History {
             }
             EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } => {}
             EventBody::AgentSession { session_id, .. } => self.agent_session = Some(session_id.clone()),
+            EventBody::HooksConsentRequired { sha256, .. } => self.hooks_asked = Some(sha256.clone()),
+            EventBody::HooksConsent { sha256, allowed } => {
+                self.hooks_answers.insert(sha256.clone(), *allowed);
+                self.hooks_asked = None;
+            }
             EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } | EventBody::AgentUpdate { .. } => {}
         }
     }

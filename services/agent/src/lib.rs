@@ -15,6 +15,7 @@
 pub mod acp;
 pub mod ask;
 pub mod budget;
+pub mod checkpoints;
 pub mod condense;
 pub mod conversation;
 pub mod history;

@@ -344,7 +344,13 @@ async fn prepare_helper(task: &Task<'_>, message: Option<String>) -> Result<(), 
 async fn copy_checkpoint(ctx: &Ctx, exec: &ExecutorClient, fork: &ForkSource) -> Result<(), String> {
     let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10);
     let source = executor_client::reach(&ctx.nats, &ctx.js, &ctx.http, &ctx.config.secret, fork.sandbox_id, patience).await?;
-    let bundle = match source.checkpoint_bundle(fork.at_seq).await {
+    // From the source's last checkpoint as its runner kept it: what the source's agent changed
+    // in its store does not travel.
+    let head = match ctx.user_kv.get(&subjects::checkpoint_head_key(fork.conversation_id)).await {
+        Ok(v) => v.and_then(|b| String::from_utf8(b.to_vec()).ok()),
+        Err(e) => return Err(format!("cannot read the source's last checkpoint: {e}")),
+    };
+    let bundle = match source.checkpoint_bundle(fork.at_seq, head.as_deref()).await {
         Ok(bundle) => bundle,
         Err(ExecutorError::Rejected { status: 404, .. }) => {
             tracing::info!(source = %fork.conversation_id, at_seq = fork.at_seq, "no checkpoint to fork from: the workspace as it started");

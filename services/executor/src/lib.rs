@@ -94,6 +94,10 @@ pub enum ExecutorError {
     /// What was asked for is not in this sandbox (its image lacks the program).
     #[error("{0}")]
     Unavailable(String),
+    /// The checkpoint store does not match what the agent runner kept of it: something in the
+    /// sandbox changed it.
+    #[error("{0}")]
+    Tampered(String),
     #[error("executor failure: {0}")]
     Internal(String),
 }
@@ -114,6 +118,7 @@ impl IntoResponse for ExecutorError {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_installed"),
+            Self::Tampered(_) => (StatusCode::CONFLICT, "checkpoints_tampered"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let body = ErrorBody { error: ErrorDetail { code: code.into(), message: self.to_string() } };
@@ -452,7 +457,7 @@ async fn take_checkpoint(
     Json(req): Json<halyard_protocol::executor::CheckpointRequest>,
 ) -> Result<Json<halyard_protocol::executor::CheckpointResponse>, ExecutorError> {
     let store = state.checkpoints.lock().await;
-    Ok(Json(store.take(req.seq).await?))
+    Ok(Json(store.take(req.seq, req.parent.as_deref()).await?))
 }
 
 /// `POST /restore` (see [`checkpoint`]).
@@ -461,7 +466,7 @@ async fn restore(
     Json(req): Json<halyard_protocol::executor::RestoreRequest>,
 ) -> Result<Json<halyard_protocol::executor::RestoreResponse>, ExecutorError> {
     let store = state.checkpoints.lock().await;
-    Ok(Json(store.restore(req.seq).await?))
+    Ok(Json(store.restore(req.seq, req.head.as_deref()).await?))
 }
 
 /// `GET /changes`: what changed in the workspace.

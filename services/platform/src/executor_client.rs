@@ -201,21 +201,29 @@ impl ExecutorClient {
 
     /// What changed in the workspace (`git status`/`git diff`, or the editor's record).
     /// Keeps the workspace as it is now as the checkpoint of event `seq`.
-    pub async fn checkpoint(&self, seq: u64) -> Result<halyard_protocol::executor::CheckpointResponse, ExecutorError> {
-        let body = halyard_protocol::executor::CheckpointRequest { seq };
+    /// It follows `parent`, the last checkpoint as the caller kept it, when given.
+    pub async fn checkpoint(
+        &self,
+        seq: u64,
+        parent: Option<&str>,
+    ) -> Result<halyard_protocol::executor::CheckpointResponse, ExecutorError> {
+        let body = halyard_protocol::executor::CheckpointRequest { seq, parent: parent.map(str::to_owned) };
         self.send(self.http.post(format!("{}/checkpoint", self.base)).json(&body), Duration::from_secs(120)).await
     }
 
-    /// Puts the workspace back as it was at event `seq`.
-    pub async fn restore(&self, seq: u64) -> Result<halyard_protocol::executor::RestoreResponse, ExecutorError> {
-        let body = halyard_protocol::executor::RestoreRequest { seq };
+    /// Puts the workspace back as it was at event `seq`, found from `head` (the last checkpoint
+    /// as the caller kept it) when given.
+    pub async fn restore(&self, seq: u64, head: Option<&str>) -> Result<halyard_protocol::executor::RestoreResponse, ExecutorError> {
+        let body = halyard_protocol::executor::RestoreRequest { seq, head: head.map(str::to_owned) };
         self.send(self.http.post(format!("{}/restore", self.base)).json(&body), Duration::from_secs(120)).await
     }
 
     /// The checkpoints taken at or before event `seq`, as a git bundle the caller streams on
     /// (404 `not_found`: none was taken).
-    pub async fn checkpoint_bundle(&self, seq: u64) -> Result<reqwest::Response, ExecutorError> {
-        self.open(self.http.get(format!("{}/checkpoint/bundle?seq={seq}", self.base))).await
+    pub async fn checkpoint_bundle(&self, seq: u64, head: Option<&str>) -> Result<reqwest::Response, ExecutorError> {
+        // (A commit id is hex: nothing to escape.)
+        let head = head.filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit())).map(|h| format!("&head={h}")).unwrap_or_default();
+        self.open(self.http.get(format!("{}/checkpoint/bundle?seq={seq}{head}", self.base))).await
     }
 
     /// Makes this (new) workspace as the checkpoint at `seq` of the bundle in `body` left it.

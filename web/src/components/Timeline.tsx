@@ -82,6 +82,12 @@ export function toItems(events: HalyardEvent[]): Item[] {
         items.push({ type: e.blocked || e.exit_code !== 0 ? "warning" : "note", seq: e.seq, text });
         break;
       }
+      case "hooks_consent_required":
+        items.push({ type: "warning", seq: e.seq, text: `${e.file} asks to run commands with this conversation's secrets; the agent waits for your answer.` });
+        break;
+      case "hooks_consent":
+        items.push({ type: "note", seq: e.seq, text: e.allowed ? "You allowed the repository's hooks." : "You declined the repository's hooks: this conversation goes on without them." });
+        break;
       case "sub_conversations_started":
         byCall.set(`helpers:${e.tool_call_id}`, items.length);
         items.push({ type: "helpers", seq: e.seq, helpers: e.children.map((c) => ({ id: c.conversation_id, title: c.title })) });

@@ -17,6 +17,7 @@ import { AppsView } from "../components/AppsView";
 import { PlanView } from "../components/PlanView";
 import { BrowserView } from "../components/BrowserView";
 import { VsCodeView } from "../components/VsCodeView";
+import { HooksBar, pendingHooks } from "../components/HooksConsent";
 
 const PHASES = [
   ["WORKING", "Queued"],
@@ -119,6 +120,7 @@ export function ConversationPage({ id }: { id: string }) {
     return conv?.title;
   }, [events, conv]);
   const observations = useMemo(() => events.filter((e) => e.kind === "observation").length, [events]);
+  const hooksAsked = useMemo(() => pendingHooks(events), [events]);
   const dark = document.documentElement.dataset.theme === "dark";
 
   const act = async (f: () => Promise<unknown>) => {
@@ -267,6 +269,7 @@ export function ConversationPage({ id }: { id: string }) {
               <>
                 <EventFilter id={id} events={events} writing={writing} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
                 {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
+                {hooksAsked && conv?.status === "READY" && <HooksBar key={hooksAsked.sha256} id={id} asked={hooksAsked} />}
                 <Composer id={id} />
               </>
             )}

@@ -11,7 +11,8 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_protocol::event::{EventBody, EventSource};
 use serde_json::{Value, json};
 
-use super::{Call, HookSubject, Run, RunOutcome, Setting, pull_request_opened, wants};
+use super::hooking::HookSubject;
+use super::{Call, Run, RunOutcome, Setting, pull_request_opened, wants};
 use crate::stuck;
 use crate::tools::hooks::Moment;
 use crate::tools::{self, ToolOutcome};

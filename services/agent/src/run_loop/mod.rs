@@ -6,6 +6,7 @@
 
 mod acting;
 mod delegating;
+mod hooking;
 pub mod streaming;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use halyard_platform::llm::fallback::{Link, LlmChain};
 use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Skill, SkillKind};
+use hooking::HookSubject;
 use serde_json::{Value, json};
 
 /// How a run ended.
@@ -74,14 +76,6 @@ struct Owned {
     secrets: Result<crate::user::Secrets, String>,
     settings: Result<halyard_protocol::user::UserSettings, String>,
     mcp: Result<McpConfigs, String>,
-}
-
-/// What a hook runs for: the tool call, or the user message, it judges (neither for sessions).
-#[derive(Clone, Copy, Default)]
-struct HookSubject<'a> {
-    tool: Option<&'a str>,
-    tool_call_id: Option<&'a str>,
-    message_seq: Option<u64>,
 }
 
 /// One tool call to run.
@@ -385,8 +379,9 @@ impl Run {
     /// action before it left it.
     pub(crate) async fn checkpoint_behind(&self, exec: &ExecutorClient, seq: u64) {
         self.checkpoint_settled().await;
-        let exec = exec.clone();
-        let taking = tokio::spawn(async move { checkpoint(&exec, seq).await });
+        let (exec, ctx) = (exec.clone(), self.ctx.clone());
+        let conversation = self.log.lock().await.conversation();
+        let taking = tokio::spawn(async move { crate::checkpoints::take(&ctx, conversation, &exec, seq).await });
         *self.checkpointing.lock().unwrap_or_else(|p| p.into_inner()) = Some(taking);
     }
 
@@ -488,7 +483,7 @@ impl Run {
             )
         };
         let mut setting = setting;
-        setting.hooks = match hooks {
+        let hooks = match hooks {
             Ok(hooks) => hooks,
             Err(why) => {
                 let message = format!("The repository's hooks are not used this run: {why}.");
@@ -497,6 +492,11 @@ impl Run {
                 }
                 None
             }
+        };
+        // Nothing of the file runs (its commands get the secrets) before the owner allowed it.
+        setting.hooks = match self.admit_hooks(hooks, helper).await {
+            Ok(hooks) => hooks,
+            Err(outcome) => return outcome,
         };
         if self.hooks_at(&exec, &setting, Moment::SessionStart, HookSubject::default(), json!({})).await.is_err() {
             return RunOutcome::Failed;
@@ -723,81 +723,6 @@ impl Run {
         Ok(())
     }
 
-    /// Runs the workspace's hooks of `moment` that match, in order, each recorded as a `hook`
-    /// event; the first that blocks ends them. `Ok(Some(reason))`: one blocked; `Err`: the log
-    /// failed.
-    async fn hooks_at(
-        &self,
-        exec: &ExecutorClient,
-        setting: &Setting,
-        moment: Moment,
-        about: HookSubject<'_>,
-        input: Value,
-    ) -> Result<Option<String>, ()> {
-        let Some(hooks) = &setting.hooks else { return Ok(None) };
-        let to_run = hooks.at(moment, about.tool);
-        if to_run.is_empty() {
-            return Ok(None);
-        }
-        let conversation = self.log.lock().await.conversation().to_string();
-        let scene = crate::tools::hooks::Scene { conversation: &conversation, workspace: &setting.workspace, secrets: &self.env };
-        for hook in to_run {
-            let ran = crate::tools::hooks::run(exec, &hook, moment, about.tool, input.clone(), &scene).await;
-            let body = EventBody::Hook {
-                event: moment.key().into(),
-                command: ran.command,
-                tool_call_id: about.tool_call_id.map(str::to_owned),
-                tool: about.tool.map(str::to_owned),
-                message_seq: about.message_seq,
-                exit_code: ran.exit_code,
-                stdout: ran.stdout,
-                stderr: ran.stderr,
-                blocked: ran.blocked,
-            };
-            if !self.append(EventSource::System, body).await {
-                return Err(());
-            }
-            if ran.blocked {
-                return Ok(Some(ran.reason));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Puts each user message the model has not seen to the `user_prompt_submit` hooks; a
-    /// refused one never reaches the model. `Ok(Some)`: the run ends here (the latest message
-    /// was refused, and the user is told why).
-    async fn judge_prompts(&self, exec: &ExecutorClient, setting: &Setting) -> Result<Option<RunOutcome>, ()> {
-        if !setting.hooks.as_ref().is_some_and(|h| h.has(Moment::UserPromptSubmit)) {
-            return Ok(None);
-        }
-        let waiting: Vec<(u64, String)> = {
-            let log = self.log.lock().await;
-            let h = &log.history;
-            h.unjudged
-                .iter()
-                .filter_map(|seq| h.entries.iter().find(|e| e.seq == *seq && e.msg.role == "user"))
-                .map(|e| (e.seq, e.msg.content.clone().unwrap_or_default()))
-                .collect()
-        };
-        let mut refused_last = None;
-        let last = waiting.last().map(|(seq, _)| *seq);
-        for (seq, text) in waiting {
-            let about = HookSubject { message_seq: Some(seq), ..Default::default() };
-            if let Some(reason) = self.hooks_at(exec, setting, Moment::UserPromptSubmit, about, json!({"message": text})).await? {
-                if Some(seq) == last {
-                    refused_last = Some(reason);
-                }
-            }
-        }
-        let Some(reason) = refused_last else { return Ok(None) };
-        let said = format!("the repository's user_prompt_submit hook refused the message: {reason}");
-        if !self.status(ExecutionStatus::Idle, Some(said)).await {
-            return Err(());
-        }
-        Ok(Some(RunOutcome::AwaitingUser))
-    }
-
     /// `task_tracker`: a new plan is recorded (a `task_list` event, before the tool's result)
     /// as the conversation's state.
     async fn track(&self, args: &serde_json::Value) -> ToolOutcome {
@@ -936,25 +861,4 @@ fn pull_request_opened(tool: &str, args: &Value, content: &str) -> Option<EventB
         url: made["url"].as_str()?.to_owned(),
         title: args["title"].as_str().map(str::to_owned),
     })
-}
-
-/// Longest a run waits for a checkpoint: one that takes longer is skipped (a restore point is
-/// lost, the run goes on), never a stalled run.
-const CHECKPOINT_PATIENCE: Duration = Duration::from_secs(10);
-
-/// Keeps the workspace as it is after event `seq` (see the executor's checkpoints); a failure,
-/// or one slower than [`CHECKPOINT_PATIENCE`], is logged and the run goes on: it costs a restore
-/// point, not work.
-pub(crate) async fn checkpoint(exec: &ExecutorClient, seq: u64) {
-    let Ok(taken) = tokio::time::timeout(CHECKPOINT_PATIENCE, exec.checkpoint(seq)).await else {
-        tracing::warn!(seq, "the workspace's checkpoint took too long; skipped");
-        return;
-    };
-    match taken {
-        Ok(c) => {
-            metrics::histogram!("halyard_checkpoint_seconds").record(c.ms as f64 / 1000.0);
-            tracing::debug!(seq, changed = c.changed, ms = c.ms, "checkpoint");
-        }
-        Err(e) => tracing::warn!(seq, error = %e, "cannot checkpoint the workspace"),
-    }
 }

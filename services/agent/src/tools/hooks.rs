@@ -146,6 +146,9 @@ struct Matcher {
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
     by_moment: BTreeMap<&'static str, Vec<Matcher>>,
+    /// The file as read, and its SHA-256 (hex): what the owner consents to.
+    pub text: String,
+    pub sha256: String,
 }
 
 impl Hooks {
@@ -169,7 +172,12 @@ impl Hooks {
             let matchers = matchers.into_iter().map(|m| Matcher { pattern: Pattern::of(&m.matcher), hooks: m.hooks });
             by_moment.entry(moment.key()).or_insert_with(Vec::new).extend(matchers);
         }
-        Ok(Self { by_moment })
+        Ok(Self { by_moment, text: text.to_owned(), sha256: sha256_hex(text.as_bytes()) })
+    }
+
+    /// Whether the file names any command at all (one that names none needs no consent).
+    pub fn is_empty(&self) -> bool {
+        self.by_moment.values().flatten().all(|m| m.hooks.is_empty())
     }
 
     /// The hooks to run at `moment` for `tool`, in the file's order.
@@ -189,6 +197,11 @@ impl Hooks {
     pub fn has(&self, moment: Moment) -> bool {
         self.by_moment.get(moment.key()).is_some_and(|m| !m.is_empty())
     }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The workspace's hooks, from the executor's answer to a read of [`FILE`]: `Ok(None)` when

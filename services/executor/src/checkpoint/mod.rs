@@ -12,6 +12,14 @@
 //! the checkpoint at `seq` left it. The fork keeps the earlier ones too, so it can be restored to
 //! any event it shares with its source.
 //!
+//! The store sits where the agent's commands can write (see below), so its own refs are only
+//! hints: the agent runner keeps the last checkpoint's commit outside the sandbox and sends it
+//! with each request. A checkpoint follows that commit (`parent`), and a restore or a bundle
+//! (`head`) first checks every object of the store against its hash (`git fsck`) and then takes
+//! the checkpoints from the chain of commits ending at `head`, whose ids vouch for everything
+//! under them: refs the agent repointed are put back, and objects it rewrote make the restore
+//! fail with `checkpoints_tampered` instead of bringing back what the agent wrote.
+//!
 //! The store is `.halyard/checkpoints` in the workspace, so it lives (and goes) with the
 //! workspace's own volume in either kind of sandbox. It is a repository of its own (its own
 //! index, `GIT_DIR`), never the workspace's: the agent's `.git` is neither read nor changed, and
@@ -118,10 +126,13 @@ impl Checkpoints {
     }
 
     /// Keeps the workspace as it is now as the checkpoint of `seq`; a new commit only if
-    /// something changed since the last one.
-    pub async fn take(&self, seq: u64) -> Result<CheckpointResponse, ExecutorError> {
+    /// something changed since the last one, which is `parent` when the caller kept it.
+    pub async fn take(&self, seq: u64, parent: Option<&str>) -> Result<CheckpointResponse, ExecutorError> {
         let started = Instant::now();
         self.ensure().await?;
+        if let Some(parent) = parent {
+            self.follow(parent).await;
+        }
         // Walked before `git add`, so that a file changing meanwhile shows at the next walk.
         let workspace = self.workspace.clone();
         let now = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await.unwrap_or_default();
@@ -170,6 +181,67 @@ impl Checkpoints {
         Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
     }
 
+    /// Makes `parent` the last checkpoint, if this executor remembers another (it restarted, or
+    /// the store's refs were changed): the next one follows it. A parent the store no longer
+    /// has (the agent removed it) leaves the store as it is: the chain starts again there, and
+    /// restores before it are refused.
+    async fn follow(&self, parent: &str) {
+        let known = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|(c, _)| c == parent);
+        if known || !is_commit_id(parent) {
+            return;
+        }
+        match self.git(&["rev-parse", "--verify", "--quiet", &format!("{parent}^{{tree}}")], None).await {
+            Ok(tree) => {
+                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((parent.to_owned(), tree));
+                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+            Err(e) => tracing::warn!(parent, error = %e, "the last checkpoint is gone from the store; a new chain starts"),
+        }
+    }
+
+    /// Puts the store's refs back as the chain of checkpoints ending at `head` has them, once
+    /// every object in the store has been checked against its hash; `Tampered` if one does not
+    /// match or the chain is incomplete.
+    async fn trust(&self, head: &str) -> Result<(), ExecutorError> {
+        if !is_commit_id(head) {
+            return Err(ExecutorError::Tool(format!("`head` must be a commit id, not {head:?}")));
+        }
+        let tampered = |e: ExecutorError| {
+            ExecutorError::Tampered(format!(
+                "the workspace's checkpoint store was changed from inside the sandbox, so its checkpoints are not \
+                 restored ({e}); the workspace is as it was"
+            ))
+        };
+        self.git(&["fsck", "--no-dangling", "--no-progress", "--no-reflogs", head], None).await.map_err(tampered)?;
+        let chain = self.git(&["log", "--first-parent", "--format=%H %T %s", head], None).await.map_err(tampered)?;
+        let mut wanted = std::collections::BTreeMap::new();
+        for line in chain.lines() {
+            let mut parts = line.splitn(3, ' ');
+            let (Some(commit), Some(_tree), Some(subject)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            if let Some(seq) = subject.strip_prefix("seq ").and_then(|n| n.parse::<u64>().ok()) {
+                wanted.entry(seq_ref(seq)).or_insert_with(|| commit.to_owned());
+            }
+        }
+        let listed = self.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/seq/"], None).await?;
+        let mut edits = format!("update refs/heads/main {head}\n");
+        for (name, commit) in listed.lines().filter_map(|l| l.split_once(' ')) {
+            match wanted.get(name) {
+                Some(c) if c == commit => {
+                    wanted.remove(name);
+                }
+                Some(_) => {}
+                None => edits.push_str(&format!("delete {name}\n")),
+            }
+        }
+        for (name, commit) in &wanted {
+            edits.push_str(&format!("update {name} {commit}\n"));
+        }
+        self.git(&["update-ref", "--stdin"], Some(&edits)).await?;
+        let tree = self.git(&["rev-parse", &format!("{head}^{{tree}}")], None).await?;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((head.to_owned(), tree));
+        Ok(())
+    }
+
     /// The checkpoints taken at or before `seq`, as (seq, commit), oldest first.
     async fn upto(&self, seq: u64) -> Result<Vec<(u64, String)>, ExecutorError> {
         let listed = self.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/seq/"], None).await?;
@@ -192,8 +264,12 @@ impl Checkpoints {
 
     /// Starts writing a git bundle of the checkpoints taken at or before `seq` (they are one
     /// line of history, so the bundle holds each object once); its output is the bundle.
-    pub async fn bundle(&self, seq: u64) -> Result<tokio::process::ChildStdout, ExecutorError> {
-        let refs = if self.dir.join("HEAD").exists() { self.upto(seq).await? } else { Vec::new() };
+    pub async fn bundle(&self, seq: u64, head: Option<&str>) -> Result<tokio::process::ChildStdout, ExecutorError> {
+        let exists = self.dir.join("HEAD").exists();
+        if let (true, Some(head)) = (exists, head) {
+            self.trust(head).await?;
+        }
+        let refs = if exists { self.upto(seq).await? } else { Vec::new() };
         if refs.is_empty() {
             return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
         }
@@ -243,8 +319,11 @@ impl Checkpoints {
     /// Puts the workspace back as the checkpoint at `seq` left it: files it had are written
     /// back, files made since are removed (ignored ones stay). The caller takes a checkpoint
     /// first, so that what is undone can be had back too.
-    pub async fn restore(&self, seq: u64) -> Result<RestoreResponse, ExecutorError> {
+    pub async fn restore(&self, seq: u64, head: Option<&str>) -> Result<RestoreResponse, ExecutorError> {
         self.ensure().await?;
+        if let Some(head) = head {
+            self.trust(head).await?;
+        }
         let Some((at, commit)) = self.at(seq).await? else {
             return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
         };
@@ -275,6 +354,9 @@ impl Checkpoints {
 #[derive(serde::Deserialize)]
 pub(crate) struct SeqQuery {
     seq: u64,
+    /// (Bundles) the last checkpoint as the agent runner kept it (see [`Checkpoints::trust`]).
+    #[serde(default)]
+    head: Option<String>,
 }
 
 /// `GET /checkpoint/bundle?seq=`: the checkpoints at or before `seq`, as a git bundle.
@@ -285,7 +367,7 @@ pub(crate) async fn bundle_route(
     use axum::response::IntoResponse;
     // Listing the refs is what must not overlap a checkpoint being taken; reading the objects
     // may.
-    let stdout = state.checkpoints.lock().await.bundle(q.seq).await?;
+    let stdout = state.checkpoints.lock().await.bundle(q.seq, q.head.as_deref()).await?;
     Ok(crate::files::transfer::body_of(stdout).into_response())
 }
 
@@ -305,6 +387,11 @@ pub(crate) async fn unbundle_route(
     };
     let _ = tokio::fs::remove_file(&file).await;
     Ok(axum::Json(made?))
+}
+
+/// A full commit id (SHA-1, hex): nothing else is passed to git as one.
+fn is_commit_id(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn seq_ref(seq: u64) -> String {
@@ -340,27 +427,72 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let c = Checkpoints::new(ws.path().to_path_buf());
         std::fs::write(ws.path().join("a.txt"), "one\n").unwrap();
-        let first = c.take(1).await.unwrap();
+        let first = c.take(1, None).await.unwrap();
         assert!(first.changed);
-        assert!(!c.take(2).await.unwrap().changed, "nothing changed, nothing new");
+        assert!(!c.take(2, None).await.unwrap().changed, "nothing changed, nothing new");
         // Once the files are older than the file clock's tick, without git (the same answer).
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        c.take(3).await.unwrap();
-        assert!(!c.take(3).await.unwrap().changed);
+        c.take(3, None).await.unwrap();
+        assert!(!c.take(3, None).await.unwrap().changed);
         std::fs::write(ws.path().join("a.txt"), "two\n").unwrap();
         std::fs::create_dir(ws.path().join("src")).unwrap();
         std::fs::write(ws.path().join("src/b.txt"), "new\n").unwrap();
-        assert!(c.take(5).await.unwrap().changed);
+        assert!(c.take(5, None).await.unwrap().changed);
 
-        let back = c.restore(4).await.unwrap();
+        let back = c.restore(4, None).await.unwrap();
         assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
         assert_eq!(std::fs::read_to_string(ws.path().join("a.txt")).unwrap(), "one\n");
         assert!(!ws.path().join("src/b.txt").exists(), "a file made after the checkpoint is gone");
         // What was undone can be had back.
-        c.take(6).await.unwrap();
-        c.restore(5).await.unwrap();
+        c.take(6, None).await.unwrap();
+        c.restore(5, None).await.unwrap();
         assert_eq!(std::fs::read_to_string(ws.path().join("src/b.txt")).unwrap(), "new\n");
-        assert!(matches!(c.restore(0).await, Err(ExecutorError::NotFound(_))));
+        assert!(matches!(c.restore(0, None).await, Err(ExecutorError::NotFound(_))));
+    }
+
+    #[tokio::test]
+    async fn a_store_changed_from_inside_the_sandbox_is_put_back_or_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        let a = ws.path().join("a.txt");
+        let c = Checkpoints::new(ws.path().to_path_buf());
+        std::fs::write(&a, "one\n").unwrap();
+        let first = c.take(1, None).await.unwrap();
+        std::fs::write(&a, "two\n").unwrap();
+        let head = c.take(2, Some(&first.commit)).await.unwrap().commit;
+
+        // The agent makes a checkpoint of its own and points seq 1 (and main) at it.
+        std::fs::write(&a, "evil\n").unwrap();
+        c.git(&["add", "-A", "."], None).await.unwrap();
+        let tree = c.git(&["write-tree"], None).await.unwrap();
+        let evil = c.git(&["commit-tree", &tree, "-m", "seq 1", "-p", &first.commit], None).await.unwrap();
+        let refs = format!("update {} {evil}\nupdate refs/heads/main {evil}\n", seq_ref(1));
+        c.git(&["update-ref", "--stdin"], Some(&refs)).await.unwrap();
+        c.restore(1, None).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "evil\n", "the store's own refs are the agent's to change");
+        // From the kept head, seq 1 is what it was.
+        let back = c.restore(1, Some(&head)).await.unwrap();
+        assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "one\n");
+
+        // An executor started again follows the kept parent, not the store's main.
+        c.git(&["update-ref", "refs/heads/main", &evil], None).await.unwrap();
+        let again = Checkpoints::new(ws.path().to_path_buf());
+        std::fs::write(&a, "three\n").unwrap();
+        let third = again.take(3, Some(&head)).await.unwrap();
+        assert_eq!(again.git(&["rev-parse", &format!("{}^", third.commit)], None).await.unwrap(), head);
+
+        // Objects rewritten in place: refused, and the workspace is left as it is.
+        let blob = again.git(&["rev-parse", &format!("{}:a.txt", first.commit)], None).await.unwrap();
+        let object = again.dir.join("objects").join(&blob[..2]).join(&blob[2..]);
+        let mut perms = std::fs::metadata(&object).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+        std::fs::set_permissions(&object, perms).unwrap();
+        let evil_blob = again.git(&["hash-object", "-w", "--stdin"], Some("evil\n")).await.unwrap();
+        let evil_object = again.dir.join("objects").join(&evil_blob[..2]).join(&evil_blob[2..]);
+        std::fs::copy(&evil_object, &object).unwrap();
+        let refused = again.restore(1, Some(&third.commit)).await.unwrap_err();
+        assert!(matches!(&refused, ExecutorError::Tampered(m) if m.contains("changed from inside the sandbox")), "{refused:?}");
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "three\n");
     }
 
     #[tokio::test]
@@ -368,14 +500,14 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let c = Checkpoints::new(ws.path().to_path_buf());
         std::fs::write(ws.path().join("build.log"), "one\n").unwrap();
-        c.take(1).await.unwrap();
+        c.take(1, None).await.unwrap();
         std::fs::write(ws.path().join(".gitignore"), "*.log\n").unwrap();
-        assert!(c.take(2).await.unwrap().changed);
+        assert!(c.take(2, None).await.unwrap().changed);
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        assert!(!c.take(3).await.unwrap().changed);
+        assert!(!c.take(3, None).await.unwrap().changed);
         // git still keeps build.log (it was kept before it was ignored): so must the walk.
         std::fs::write(ws.path().join("build.log"), "two\n").unwrap();
-        assert!(c.take(4).await.unwrap().changed);
+        assert!(c.take(4, None).await.unwrap().changed);
     }
 
     #[tokio::test]
@@ -383,17 +515,17 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let source = tempfile::tempdir().unwrap();
         let from = Checkpoints::new(source.path().to_path_buf());
-        assert!(matches!(from.bundle(3).await, Err(ExecutorError::NotFound(_))), "nothing taken yet");
+        assert!(matches!(from.bundle(3, None).await, Err(ExecutorError::NotFound(_))), "nothing taken yet");
         std::fs::write(source.path().join("a.txt"), "one\n").unwrap();
-        from.take(2).await.unwrap();
+        from.take(2, None).await.unwrap();
         std::fs::write(source.path().join("a.txt"), "two\n").unwrap();
         std::fs::write(source.path().join("b.txt"), "b\n").unwrap();
-        from.take(4).await.unwrap();
+        from.take(4, None).await.unwrap();
         std::fs::write(source.path().join("a.txt"), "three\n").unwrap();
-        from.take(6).await.unwrap();
+        from.take(6, None).await.unwrap();
 
         let mut bytes = Vec::new();
-        from.bundle(5).await.unwrap().read_to_end(&mut bytes).await.unwrap();
+        from.bundle(5, None).await.unwrap().read_to_end(&mut bytes).await.unwrap();
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &bytes).unwrap();
 
@@ -409,11 +541,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(fork.path().join("b.txt")).unwrap(), "b\n");
         assert!(!fork.path().join("stale.txt").exists());
         // The checkpoint after 5 is not the fork's; the earlier ones are.
-        to.restore(3).await.unwrap();
+        to.restore(3, None).await.unwrap();
         assert_eq!(std::fs::read_to_string(fork.path().join("a.txt")).unwrap(), "one\n");
-        assert!(to.restore(9).await.unwrap().checkpoint_seq == 4);
+        assert!(to.restore(9, None).await.unwrap().checkpoint_seq == 4);
         // And it goes on from there: nothing changed, nothing new.
-        assert!(!to.take(7).await.unwrap().changed);
+        assert!(!to.take(7, None).await.unwrap().changed);
         // The source is as it was.
         assert_eq!(std::fs::read_to_string(source.path().join("a.txt")).unwrap(), "three\n");
     }

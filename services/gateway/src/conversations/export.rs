@@ -148,6 +148,8 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::AgentError { code, message } => format!("\n**Error** `{code}`: {message}\n"),
         EventBody::AgentSession { agent, session_id, .. } => format!("\n*{agent} session `{session_id}`*\n"),
         EventBody::AgentUpdate { .. } => String::new(),
+        EventBody::HooksConsentRequired { file, sha256, .. } => format!("\n*`{file}` (sha256 `{sha256}`) waits for consent*\n"),
+        EventBody::HooksConsent { allowed, .. } => format!("\n*Repository hooks {}*\n", if *allowed { "allowed" } else { "declined" }),
         EventBody::ExecutionStatus { status, reason } => {
             let status = serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
             match reason {

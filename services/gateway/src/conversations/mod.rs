@@ -6,6 +6,7 @@
 
 pub mod agents;
 pub mod export;
+pub mod hooks;
 pub mod images;
 pub mod org_shared;
 pub mod plan;
