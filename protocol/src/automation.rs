@@ -294,6 +294,10 @@ pub struct SlackLink {
     /// Their Slack workspace, as the app's `team.info` named it (`Acme (acme.slack.com)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// The workspace's id, as the mention's request named it: Sign in with Slack must name the
+    /// same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
 }
 
 impl Thread {

@@ -8,12 +8,17 @@
 // otherwise, an ID token with one claim altered and signed again with the provider's own key: a
 // token only the relying party's claim checks can refuse.
 //
-//   node oidc-provider.mjs <port> <client id> <client secret> <redirect uri>
+// With a fifth argument `slack` it stands in for Sign in with Slack instead: the login is
+// `<team id>/<user id>` (`T0ACME01/U0999XYZ`), and the ID token names them as Slack's does, in
+// `https://slack.com/team_id` and `https://slack.com/user_id` (the subject is the user id).
+//
+//   node oidc-provider.mjs <port> <client id> <client secret> <redirect uri> [slack]
 
 import Provider from "oidc-provider";
 import * as jose from "jose";
 
-const [port, clientId, clientSecret, redirectUri] = process.argv.slice(2);
+const [port, clientId, clientSecret, redirectUri, kind] = process.argv.slice(2);
+const slack = kind === "slack";
 const issuer = `http://127.0.0.1:${port}`;
 const { privateKey } = await jose.generateKeyPair("RS256", { extractable: true });
 const jwk = { ...(await jose.exportJWK(privateKey)), kid: "halyard-test", alg: "RS256", use: "sig" };
@@ -35,13 +40,19 @@ const provider = new Provider(issuer, {
   jwks: { keys: [jwk] },
   pkce: { required: () => true },
   scopes: ["openid", "email", "profile", "groups", "offline_access"],
-  claims: { openid: ["sub"], email: ["email", "email_verified"], profile: ["name"], groups: ["groups"] },
+  claims: slack
+    ? { openid: ["sub", "https://slack.com/user_id", "https://slack.com/team_id"] }
+    : { openid: ["sub"], email: ["email", "email_verified"], profile: ["name"], groups: ["groups"] },
   // The claims of the scopes asked for go in the ID token itself.
   conformIdTokenClaims: false,
   features: { devInteractions: { enabled: true } },
   findAccount: async (_ctx, id) => ({
     accountId: id,
     claims: async () => {
+      if (slack) {
+        const [team, user] = id.includes("/") ? id.split("/", 2) : ["", id];
+        return { sub: user, "https://slack.com/user_id": user, "https://slack.com/team_id": team };
+      }
       const email = id.replace(/^unverified:/, "");
       return { sub: id, email, email_verified: email === id, name: email.split("@")[0], groups: GROUPS[id] ?? [] };
     },
@@ -58,6 +69,9 @@ provider.proxy = false;
 
 let mode = "ok";
 provider.use(async (ctx, next) => {
+  // As Slack's sign-in for a link, every authorization asks who is signing in (a browser that
+  // signed in as one Slack user tries another next).
+  if (slack && ctx.path === "/auth" && ctx.method === "GET" && !ctx.query.prompt) ctx.query = { ...ctx.query, prompt: "login" };
   if (ctx.path === "/__mode") {
     mode = ctx.query.to ?? "ok";
     ctx.body = { mode };

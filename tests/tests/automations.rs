@@ -678,10 +678,23 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     init();
     const SIGNING: &str = "8f742231b10e8888abcd99yyyzzz85a5";
     const BOT: &str = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy";
+    const SLACK_APP_SECRET: &str = "operator-slack-app-secret-0042";
     let slack = halyard_tests::SlackServer::start(BOT).await;
     slack.add_user("U0999XYZ", "bob.b", "Bob Builder");
     let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
+    // The operator's Sign in with Slack (a stand-in for slack.com's OpenID provider), which must
+    // know where to send people back before Halyard starts.
+    let port = halyard_tests::oidc::free_port();
+    let callback = format!("http://127.0.0.1:{port}/api/v1/auth/slack/callback");
+    let slack_id = halyard_tests::OidcProvider::start_slack("halyard-slack-app", SLACK_APP_SECRET, &callback).await;
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_GIT_API_ALLOW", "loopback")
+            .set("HALYARD_HTTP_ADDR", &format!("127.0.0.1:{port}"))
+            .set("HALYARD_SLACK_OIDC_ISSUER", &slack_id.issuer)
+            .set("HALYARD_SLACK_OIDC_CLIENT_ID", "halyard-slack-app")
+            .set("HALYARD_SLACK_OIDC_CLIENT_SECRET", SLACK_APP_SECRET),
+    );
     let api = h.api(ALICE);
     let trigger = |users: Value| {
         json!({"kind": "slack", "signing_secret": SIGNING, "bot_token": BOT, "channels": {"C0123ABC": null}, "users": users,
@@ -761,10 +774,23 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
         (Some("Bob Builder (@bob.b)"), Some("Acme (acme-corp.slack.com)")),
         "{shown}"
     );
-    // Linked, without letting the automation run as him.
-    let (s, linked) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
-    assert_eq!((s, linked["linked_to"].as_str(), linked["runs_as_linked_user"].as_bool()), (200, Some("bob"), Some(false)), "{linked}");
-    let (s, again) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
+    assert_eq!(shown["slack_sign_in"], true, "{shown}");
+    // Only Slack's word links him: his own request is sent to Slack.
+    let (s, e) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("slack_sign_in_required")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains(&format!("/api/v1/auth/slack/start?link={code}")), "{e}");
+    let start = format!("{}/api/v1/auth/slack/start?link={code}", h.http);
+    // Signed in to Slack as someone else, or as that id in another workspace: refused, in words,
+    // and the link still works.
+    for (login, named) in [("T0001/U0777AAA", "U0777AAA"), ("T0666/U0999XYZ", "T0666")] {
+        let page = halyard_tests::oidc::sign_in_through(&start, BOB, login).await;
+        assert!(page.contains(&format!("/link/slack/{code}?slack_error=")) && page.contains(named), "{page}");
+        assert_eq!(bob.get(&format!("/api/v1/slack-links/{code}")).await.0, 200, "{page}");
+    }
+    // As that Slack user: linked, without letting the automation run as him.
+    let page = halyard_tests::oidc::sign_in_through(&start, BOB, "T0001/U0999XYZ").await;
+    assert!(page.contains("linked=U0999XYZ&as=bob&runs_as_you=false"), "{page}");
+    let (s, again) = bob.get(&format!("/api/v1/slack-links/{code}")).await;
     assert_eq!((s, again["error"]["code"].as_str()), (404, Some("not_found")), "a link works once: {again}");
     // A mention "by" Bob's Slack id (the owner holds the signing secret: it may be forged)
     // starts nothing as Bob, who is told privately how to allow it.
@@ -776,8 +802,9 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let note = told.last().unwrap()["text"].as_str().unwrap().to_owned();
     assert!(note.contains("has not let this automation"), "{note}");
     let code = note.split("/link/slack/").nth(1).unwrap().chars().take_while(char::is_ascii_hexdigit).collect::<String>();
-    let (s, allowed) = bob.post(&format!("/api/v1/slack-links/{code}"), json!({"run_as_me": true})).await;
-    assert_eq!((s, allowed["runs_as_linked_user"].as_bool()), (200, Some(true)), "{allowed}");
+    let start = format!("{}/api/v1/auth/slack/start?link={code}&run_as_me=true", h.http);
+    let page = halyard_tests::oidc::sign_in_through(&start, BOB, "T0001/U0999XYZ").await;
+    assert!(page.contains("linked=U0999XYZ&as=bob&runs_as_you=true"), "{page}");
     let (_, a) = api.get(&format!("/api/v1/automations/{id}")).await;
     assert_eq!(a["trigger"]["users"], json!({"U0456DEF": "alice", "U0999XYZ": "bob"}), "{a}");
     // The owner may keep or drop that link, never make one for someone else.

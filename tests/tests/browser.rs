@@ -422,6 +422,9 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
     let port = halyard_tests::oidc::free_port();
     let provider =
         halyard_tests::OidcProvider::start("halyard", SECRET, &format!("http://127.0.0.1:{port}/api/v1/auth/sso/callback")).await;
+    // And Sign in with Slack (spec 10), standing in for slack.com.
+    let slack_callback = format!("http://127.0.0.1:{port}/api/v1/auth/slack/callback");
+    let slack = halyard_tests::OidcProvider::start_slack("halyard-slack-app", SECRET, &slack_callback).await;
     let addr = format!("127.0.0.1:{port}");
     let settings = [
         ("HALYARD_HTTP_ADDR", addr.as_str()),
@@ -434,6 +437,11 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
         // New users come from these domains (a verified address) or the provider's group.
         ("HALYARD_OIDC_ALLOWED_DOMAINS", "acme.test"),
         ("HALYARD_OIDC_REQUIRED_GROUP", "platform-team"),
+        ("HALYARD_SLACK_OIDC_ISSUER", slack.issuer.as_str()),
+        ("HALYARD_SLACK_OIDC_CLIENT_ID", "halyard-slack-app"),
+        ("HALYARD_SLACK_OIDC_CLIENT_SECRET", SECRET),
+        // Spec 10's Slack Web API is a server of its own on this machine.
+        ("HALYARD_GIT_API_ALLOW", "loopback"),
     ];
     let (_llm, h) = with_web(&settings).await;
     let alice = h.api(ALICE);
@@ -463,8 +471,8 @@ async fn single_sign_on_goes_through_a_real_openid_provider() {
     assert_eq!(s, 200);
     assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/alice", None).await.0, 204);
 
-    let env = vec![("HALYARD_OIDC_URL", provider.issuer.clone())];
-    let (_, h) = playwright(h, "tests/sso.spec.ts", 9, env).await;
+    let env = vec![("HALYARD_OIDC_URL", provider.issuer.clone()), ("HALYARD_SLACK_OIDC_URL", slack.issuer.clone())];
+    let (_, h) = playwright(h, "tests/sso.spec.ts", 10, env).await;
 
     // Bob's key still works for programs.
     assert_eq!(h.api(BOB).get("/api/v1/me").await.0, 200);

@@ -192,6 +192,8 @@ export interface SlackLinkInfo {
   linked_to?: string;
   /** Whether the linked user lets the automation run agents as them. */
   runs_as_linked_user: boolean;
+  /** Whether the deployment proves Slack users with Sign in with Slack (then anyone but the owner links through it). */
+  slack_sign_in: boolean;
 }
 
 export interface NewAutomation {

@@ -6,10 +6,14 @@
 // takes a name that is someone's (an administrator's by configuration) nor one from an address
 // the provider did not verify; strangers the deployment does not admit are refused; a callback
 // this browser did not start shows nothing of what it carries; `return_to` stays on this site.
+// And Sign in with Slack: a Slack sign-in link is made only when Slack names its Slack user.
 
 import { expect, test, type Page } from "./fixtures";
+import { mentionFrom, slackWebApi } from "./slack";
 
 const PROVIDER = process.env.HALYARD_OIDC_URL!;
+/** The stand-in for Sign in with Slack (the same provider, naming Slack users as Slack does). */
+const SLACK = process.env.HALYARD_SLACK_OIDC_URL!;
 const shot = (page: Page, name: string) => page.screenshot({ path: `test-results/screenshots/${name}.png`, fullPage: true });
 
 /** Signs in at the provider as `login` (its development login form takes any password). */
@@ -19,9 +23,9 @@ async function viaProvider(page: Page, login: string) {
   await atProvider(page, login);
 }
 
-/** Signs in at the provider's login form the browser is on. */
-async function atProvider(page: Page, login: string) {
-  await expect(page).toHaveURL(new RegExp(`^${PROVIDER}/`));
+/** Signs in at the login form of the provider (`at`) the browser is on. */
+async function atProvider(page: Page, login: string, at = PROVIDER) {
+  await expect(page).toHaveURL(new RegExp(`^${at}/`));
   await page.locator('input[name="login"]').fill(login);
   await page.locator('input[name="password"]').fill("any password");
   await page.getByRole("button", { name: "Sign-in" }).click();
@@ -126,4 +130,40 @@ test("9. a callback this browser did not start shows nothing of its query, and r
   await expect(page.locator(".who")).toHaveText("carol");
   expect(new URL(page.url()).origin).toBe(new URL(process.env.HALYARD_URL ?? "http://127.0.0.1:3000").origin);
   expect(new URL(page.url()).pathname).toBe("/");
+});
+
+test("10. a Slack link is made on Slack's word: signed in to Slack as someone else, nothing is linked; as that user, it is", async ({ page }) => {
+  const slack = await slackWebApi();
+  try {
+    // Alice's Slack automation (with her key, through the API).
+    const signing = "8f742231b10e8888abcd99yyyzzz85a5";
+    const trigger = { kind: "slack", signing_secret: signing, bot_token: "xoxb-1-2-3", channels: { C0123ABC: null }, users: {}, api_url: slack.url };
+    const alice = { authorization: `Bearer ${process.env.HALYARD_ALICE_KEY ?? "alice-secret-key"}`, "content-type": "application/json" };
+    const made = await fetch(`${process.env.HALYARD_DIRECT_URL}/api/v1/automations`, { method: "POST", headers: alice, body: JSON.stringify({ name: "Team bot", trigger }) });
+    const automation = await made.json();
+    expect(made.status, JSON.stringify(automation)).toBe(201);
+    const link = await mentionFrom(slack, automation.hook_url, signing, "U0999XYZ", "T0001");
+
+    // Carol follows it: she links by signing in to Slack.
+    await viaProvider(page, "carol@acme.test");
+    await expect(page.locator(".who")).toHaveText("carol");
+    await page.goto(link);
+    await expect(page.getByText("You will sign in to Slack to prove it")).toBeVisible();
+    await page.getByLabel(/Let this automation run agents as me/).check();
+    await page.getByRole("button", { name: "Sign in with Slack and link" }).click();
+    await atProvider(page, "T0001/U0777AAA", SLACK);
+    await expect(page.getByText(/you signed in to Slack as U0777AAA of workspace T0001, but this link is for U0999XYZ/)).toBeVisible();
+    await shot(page, "slack-link-refused");
+    // As that Slack user: linked, and the automation runs as her.
+    await page.getByLabel(/Let this automation run agents as me/).check();
+    await page.getByRole("button", { name: "Sign in with Slack and link" }).click();
+    await atProvider(page, "T0001/U0999XYZ", SLACK);
+    await expect(page.getByRole("status")).toContainText("is carol");
+    await expect(page.getByRole("status")).toContainText("it runs as you");
+    await shot(page, "slack-linked");
+    const shown = await (await fetch(`${process.env.HALYARD_DIRECT_URL}/api/v1/automations/${automation.id}`, { headers: alice })).json();
+    expect(shown.trigger.users).toEqual({ U0999XYZ: "carol" });
+  } finally {
+    slack.close();
+  }
 });

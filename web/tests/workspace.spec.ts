@@ -3,12 +3,12 @@
 // saves screenshots under test-results/screenshots/.
 
 import { createHmac } from "node:crypto";
-import { createServer } from "node:http";
 import { execSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect, expectConsoleError, test, type Page } from "./fixtures";
+import { mentionFrom, slackWebApi } from "./slack";
 
 const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
 const BOB = process.env.HALYARD_BOB_KEY ?? "bob-secret-key";
@@ -771,45 +771,19 @@ test("20. automations: a hook shown once with its setup, a signed request's run 
   await shot(page, "automations");
 });
 
-test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows it, confirms, and is that Slack user", async ({ page, browser }) => {
-  // Slack's Web API as the automation calls it: every method answers ok; the private messages
-  // are kept; who the user is and their workspace are told as users.info and team.info tell.
-  const told: { user: string; text: string }[] = [];
-  const slack = createServer((req, res) => {
-    let raw = "";
-    req.on("data", (c) => (raw += c));
-    req.on("end", () => {
-      if (req.url === "/chat.postEphemeral") told.push(JSON.parse(raw));
-      let answer: object = { ok: true };
-      if (req.url?.startsWith("/users.info?user=U0999XYZ")) answer = { ok: true, user: { id: "U0999XYZ", name: "bob.b", real_name: "Bob Builder" } };
-      if (req.url?.startsWith("/team.info")) answer = { ok: true, team: { id: "T0ACME01", name: "Acme", domain: "acme-corp" } };
-      res.setHeader("content-type", "application/json");
-      res.end(JSON.stringify(answer));
-    });
-  });
-  await new Promise<void>((r) => slack.listen(0, "127.0.0.1", r));
-  const port = (slack.address() as { port: number }).port;
+test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows it and links it, and with no Sign in with Slack nothing runs as him", async ({ page, browser }) => {
+  const slack = await slackWebApi();
   try {
     await signIn(page, ALICE);
     const signing = "8f742231b10e8888abcd99yyyzzz85a5";
     const made = await page.request.post("/api/v1/automations", {
       headers: { "x-halyard-csrf": "1" },
-      data: { name: "Team bot", trigger: { kind: "slack", signing_secret: signing, bot_token: "xoxb-1-2-3", channels: { C0123ABC: null }, users: {}, api_url: `http://127.0.0.1:${port}` } },
+      data: { name: "Team bot", trigger: { kind: "slack", signing_secret: signing, bot_token: "xoxb-1-2-3", channels: { C0123ABC: null }, users: {}, api_url: slack.url } },
     });
     const automation = await made.json();
     expect(made.status(), JSON.stringify(automation)).toBe(201);
     // Slack posts a mention by a user nobody linked, signed with the app's signing secret.
-    const body = JSON.stringify({ type: "event_callback", event_id: "Ev0LINK1", event: { type: "app_mention", user: "U0999XYZ", channel: "C0123ABC", text: "<@U0BOT> help", ts: "1700000000.000100" } });
-    const ts = Math.floor(Date.now() / 1000);
-    const signature = "v0=" + createHmac("sha256", signing).update(`v0:${ts}:${body}`).digest("hex");
-    const res = await page.request.post(automation.hook_url, {
-      headers: { "content-type": "application/json", "x-slack-request-timestamp": String(ts), "x-slack-signature": signature },
-      data: body,
-    });
-    expect(res.status()).toBe(202);
-    await expect.poll(() => told.length, { timeout: 20_000 }).toBe(1);
-    expect(told[0].user).toBe("U0999XYZ");
-    const link = told[0].text.match(/\/link\/slack\/[0-9a-f]{64}/)![0];
+    const link = await mentionFrom(slack, automation.hook_url, signing, "U0999XYZ");
 
     // Bob, signed in, follows the link: it says what it links, and links when he confirms.
     const bob = await (await browser.newContext()).newPage();
@@ -821,12 +795,17 @@ test("21. a Slack user nobody linked gets a sign-in link privately; Bob follows 
     // Who and where, in words, as the app's Slack names them.
     await expect(bob.getByText("Bob Builder (@bob.b)")).toBeVisible();
     await expect(bob.getByText("Acme (acme-corp.slack.com)")).toBeVisible();
+    // Nothing here can ask Slack who Bob is: the automation may not run as him.
+    await expect(bob.getByTestId("no-slack-sign-in")).toBeVisible();
+    await expect(bob.getByLabel(/Let this automation run agents as me/)).toBeDisabled();
+    const code = link.split("/").pop();
+    const refused = await bob.request.post(`/api/v1/slack-links/${code}`, { headers: { "x-halyard-csrf": "1" }, data: { run_as_me: true } });
+    expect(refused.status()).toBe(403);
+    expect((await refused.json()).error.code).toBe("slack_sign_in_not_configured");
     await shot(bob, "slack-link");
-    // Running as Bob is a choice of its own.
-    await bob.getByLabel(/Let this automation run agents as me/).check();
     await bob.getByRole("button", { name: "Link my Slack account" }).click();
     await expect(bob.getByRole("status")).toContainText("is bob");
-    await expect(bob.getByRole("status")).toContainText("it runs as you");
+    await expect(bob.getByRole("status")).toContainText("Nothing will run as you");
     // The link worked once.
     await bob.reload();
     await expect(bob.getByText("unknown, used or expired")).toBeVisible();

@@ -192,6 +192,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(automation_routes::runs))
         .routes(routes!(hooks::receive))
         .routes(routes!(slack_links::get_one, slack_links::link))
+        .routes(routes!(crate::automations::slack_sign_in::start))
+        .routes(routes!(crate::automations::slack_sign_in::callback))
         .routes(routes!(admin::me))
         .routes(routes!(admin::my_keys, admin::create_my_key))
         .routes(routes!(admin::revoke_my_key))
@@ -461,7 +463,8 @@ mod tests {
                 // (A redirect is the answer of the sign-in's steps through the identity provider.)
                 assert!(responses.keys().any(|s| s.starts_with(['1', '2', '3'])), "{method} {path}: no success answer");
                 let public = ["/healthz", "/readyz", "/api/v1/openapi.json", "/api/v1/session"].contains(&path.as_str())
-                    || path.starts_with("/api/v1/auth/sso");
+                    || path.starts_with("/api/v1/auth/sso")
+                    || path == "/api/v1/auth/slack/callback";
                 assert!(public || responses.contains_key("401"), "{method} {path}: 401 not documented");
                 assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{method} {path}: no summary");
             }

@@ -455,6 +455,15 @@ pub struct GatewayConfig {
     /// A group the identity's `groups` claim must hold to be admitted as a new user
     /// (`HALYARD_OIDC_REQUIRED_GROUP`); with allowed domains too, either admits.
     pub oidc_required_group: String,
+    /// "Sign in with Slack" (OpenID Connect against Slack with the operator's own Slack app):
+    /// what proves a Slack user is who a Slack sign-in link says before an automation may run as
+    /// them. The issuer is `https://slack.com` unless set (`HALYARD_SLACK_OIDC_ISSUER`); without
+    /// a client id, nothing runs as a linked Slack user but the automation's owner. Its redirect
+    /// URL is `<public_url>/api/v1/auth/slack/callback`.
+    pub slack_oidc_issuer: String,
+    pub slack_oidc_client_id: String,
+    /// Never logged.
+    pub slack_oidc_client_secret: String,
 }
 
 impl Default for Config {
@@ -588,6 +597,9 @@ impl Default for GatewayConfig {
             oidc_client_secret: String::new(),
             oidc_allowed_domains: Vec::new(),
             oidc_required_group: String::new(),
+            slack_oidc_issuer: "https://slack.com".into(),
+            slack_oidc_client_id: String::new(),
+            slack_oidc_client_secret: String::new(),
         }
     }
 }
@@ -692,6 +704,9 @@ pub const ENV_NAMES: &[&str] = &[
     "OIDC_CLIENT_SECRET",
     "OIDC_ALLOWED_DOMAINS",
     "OIDC_REQUIRED_GROUP",
+    "SLACK_OIDC_ISSUER",
+    "SLACK_OIDC_CLIENT_ID",
+    "SLACK_OIDC_CLIENT_SECRET",
 ];
 
 /// `HALYARD_*` variables read by other parts of the binary (the file name, the CLI's gateway and
@@ -900,6 +915,12 @@ impl Config {
                         v.split(',').map(|d| d.trim().trim_start_matches('@').to_lowercase()).filter(|d| !d.is_empty()).collect();
                 }
                 "OIDC_REQUIRED_GROUP" => self.gateway.oidc_required_group = v.trim().to_owned(),
+                "SLACK_OIDC_ISSUER" if !(v.starts_with("http://") || v.starts_with("https://")) => {
+                    return Err(bad("expected Slack's issuer URL (https://slack.com)"));
+                }
+                "SLACK_OIDC_ISSUER" => self.gateway.slack_oidc_issuer = v.trim_end_matches('/').to_owned(),
+                "SLACK_OIDC_CLIENT_ID" => self.gateway.slack_oidc_client_id = v,
+                "SLACK_OIDC_CLIENT_SECRET" => self.gateway.slack_oidc_client_secret = v,
                 "AUDIT_RETENTION_DAYS" => {
                     self.gateway.audit_retention_days = v.parse().ok().filter(|d| *d > 0).ok_or_else(|| bad("expected days, at least 1"))?
                 }
@@ -1071,6 +1092,7 @@ mod tests {
                 "TRUSTED_PROXIES" => "10.0.0.0/8,::1",
                 "PUBLIC_URL" => "https://halyard.example.com",
                 "OIDC_ISSUER" => "https://login.example.com",
+                "SLACK_OIDC_ISSUER" => "https://slack.com",
                 "COMMAND_ACK_WAIT_MS" => "5000",
                 "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"

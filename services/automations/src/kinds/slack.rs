@@ -38,6 +38,8 @@ pub struct Mention {
     pub ts: String,
     /// The thread's first message's `ts` (the message's own if it starts one).
     pub thread_ts: String,
+    /// The Slack workspace (team) it came from, as the request names it.
+    pub team: Option<String>,
 }
 
 /// The mention in an Events API `payload`, or why there is none to act on.
@@ -73,6 +75,7 @@ pub fn read_mention(payload: &Value) -> Result<Mention, String> {
         text: clean.trim().to_owned(),
         thread_ts: event["thread_ts"].as_str().map(str::to_owned).unwrap_or_else(|| ts.clone()),
         ts,
+        team: payload["team_id"].as_str().or_else(|| event["team"].as_str()).filter(|t| !t.is_empty()).map(str::to_owned),
     };
     if mention.channel.is_empty() || mention.user.is_empty() || mention.ts.is_empty() {
         return Err("the event names no channel, user or message".into());
@@ -251,7 +254,7 @@ pub async fn decide(
         Err(e) => return skip(RunOutcome::Failed, e),
     };
     let Some(runs_as) = who.users.get(&m.user).map(|u| UserId(u.clone())) else {
-        let link = offer_link(ctx, a, &client, &m.user).await?;
+        let link = offer_link(ctx, a, &client, &m.user, m.team.as_deref()).await?;
         let note = format!(
             "You are not linked to a Halyard user, so I started nothing. <{link}|Sign in to Halyard to link your Slack account> \
              (the link works once, for an hour), then mention me again."
@@ -264,7 +267,7 @@ pub async fn decide(
     if runs_as != a.owner && !who.consented.contains(&runs_as.0) {
         // The automation's owner holds the signing secret, so "a mention by this Slack user" is
         // only the owner's word: nothing runs as someone else without their say.
-        let link = offer_link(ctx, a, &client, &m.user).await?;
+        let link = offer_link(ctx, a, &client, &m.user, m.team.as_deref()).await?;
         let note = format!(
             "You are linked to Halyard user {runs_as}, who has not let this automation (of {}) run agents as them, so I started \
              nothing. <{link}|Allow it in Halyard> (the link works once, for an hour), then mention me again.",
@@ -334,7 +337,7 @@ pub async fn decide(
 
 /// A sign-in link for `slack_user` (a code of its own, stored for an hour): the URL of the web
 /// page that links whoever is signed in.
-async fn offer_link(ctx: &Ctx, a: &Automation, client: &Client, slack_user: &str) -> Result<String, BusError> {
+async fn offer_link(ctx: &Ctx, a: &Automation, client: &Client, slack_user: &str, team: Option<&str>) -> Result<String, BusError> {
     let code = halyard_platform::keys::random_secret();
     // Named for the page that asks whoever follows it, as the app's Slack says (unnamed if it
     // cannot say).
@@ -345,6 +348,7 @@ async fn offer_link(ctx: &Ctx, a: &Automation, client: &Client, slack_user: &str
         expires_ms: halyard_platform::now_ms() + LINK_LIFETIME_MS,
         slack_name,
         workspace,
+        team_id: team.map(str::to_owned),
     };
     let bytes = serde_json::to_vec(&link).unwrap_or_default();
     // Removed by the server when the hour is up, used or not.

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod invitations;
+pub mod oidc;
 pub mod org_budgets;
 pub mod org_git;
 pub mod org_mcp;

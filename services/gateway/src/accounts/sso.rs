@@ -1,8 +1,6 @@
 //! Single sign-on to the web workspace: OpenID Connect's authorization code flow with PKCE
-//! against the operator's identity provider (`HALYARD_OIDC_ISSUER`, client id and secret), by
-//! the `openidconnect` crate: discovery, the code exchanged with the client secret and the PKCE
-//! verifier, the ID token's signature checked against the provider's JWKS and its `iss`, `aud`,
-//! `exp` and `nonce` against what this sign-in expects.
+//! against the operator's identity provider (`HALYARD_OIDC_ISSUER`, client id and secret), as
+//! [`super::oidc`] runs it.
 //!
 //! `GET /auth/sso/start` sends the browser to the provider with a fresh state, nonce and PKCE
 //! challenge, kept until it comes back in a short-lived cookie signed with the deployment's
@@ -14,19 +12,11 @@
 //! home. A refused sign-in goes home with `?sso_error=` saying why, and is an audit record.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
-use openidconnect::{
-    AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
-    TokenResponse,
-};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -34,9 +24,11 @@ use halyard_platform::{keys, now_ms};
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
+pub use super::oidc::OidcError as SsoError;
+use super::oidc::{self, Provider, found};
 use crate::AppState;
 use crate::accounts::audit;
-use crate::accounts::session::{https, open_session};
+use crate::accounts::session::open_session;
 use crate::api_doc::Refusals;
 use crate::error::ApiError;
 
@@ -44,8 +36,6 @@ use crate::error::ApiError;
 const STATE_COOKIE: &str = "halyard_sso";
 /// How long a sign-in may take at the provider.
 const STATE_SECS: i64 = 600;
-/// How long the provider's metadata and keys are kept before they are read again.
-const METADATA_TTL: Duration = Duration::from_secs(600);
 
 /// Whether the web workspace offers single sign-on.
 #[derive(Debug, Serialize, ToSchema)]
@@ -64,84 +54,10 @@ fn configured(state: &AppState) -> bool {
     !g.oidc_issuer.is_empty() && !g.oidc_client_id.is_empty()
 }
 
-/// Where the provider sends the browser back to.
-fn redirect_url(state: &AppState) -> String {
-    let base = if state.config.gateway.public_url.is_empty() {
-        format!("http://{}", state.config.http_addr)
-    } else {
-        state.config.gateway.public_url.clone()
-    };
-    format!("{base}/api/v1/auth/sso/callback")
-}
-
-/// What the provider's side of the flow failed at, in words for the sign-in page.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SsoError(pub(crate) String);
-
-/// One HTTP exchange with the provider (discovery, keys, token), through a client that follows
-/// no redirect: the provider answers for itself.
-async fn send(http: reqwest::Client, request: openidconnect::HttpRequest) -> Result<openidconnect::HttpResponse, SsoError> {
-    let (parts, body) = request.into_parts();
-    let response = http
-        .request(parts.method, parts.uri.to_string())
-        .headers(parts.headers)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| SsoError(format!("the identity provider did not answer: {e}")))?;
-    let mut out = openidconnect::http::Response::builder().status(response.status());
-    for (name, value) in response.headers() {
-        out = out.header(name, value);
-    }
-    let bytes = response.bytes().await.map_err(|e| SsoError(format!("the identity provider's answer broke off: {e}")))?;
-    out.body(bytes.to_vec()).map_err(|e| SsoError(e.to_string()))
-}
-
-fn http_client() -> reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap_or_default()
-        })
-        .clone()
-}
-
-/// The provider's metadata and signing keys, read at most every ten minutes (a key the provider
-/// rotated in is read at the next sign-in after that).
-async fn metadata(state: &AppState) -> Result<CoreProviderMetadata, SsoError> {
-    static CACHE: tokio::sync::Mutex<Option<(Instant, String, CoreProviderMetadata)>> = tokio::sync::Mutex::const_new(None);
-    let issuer = &state.config.gateway.oidc_issuer;
-    let mut cache = CACHE.lock().await;
-    if let Some((at, cached_issuer, m)) = cache.as_ref() {
-        if at.elapsed() < METADATA_TTL && cached_issuer == issuer {
-            return Ok(m.clone());
-        }
-    }
-    let url = IssuerUrl::new(issuer.clone()).map_err(|e| SsoError(format!("HALYARD_OIDC_ISSUER: {e}")))?;
-    let http = http_client();
-    let client = |r| send(http.clone(), r);
-    let m = CoreProviderMetadata::discover_async(url, &client)
-        .await
-        .map_err(|e| SsoError(format!("the identity provider's discovery failed: {}", chain(&e))))?;
-    *cache = Some((Instant::now(), issuer.clone(), m.clone()));
-    Ok(m)
-}
-
-/// An error and its causes, in one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
+/// The operator's identity provider, as this relying party uses it.
+fn provider(state: &AppState) -> Provider<'_> {
+    let g = &state.config.gateway;
+    Provider { issuer: &g.oidc_issuer, client_id: &g.oidc_client_id, client_secret: &g.oidc_client_secret, callback: "/auth/sso/callback" }
 }
 
 /// What a sign-in keeps between its start and its callback.
@@ -155,25 +71,15 @@ struct Pending {
 }
 
 fn seal(state: &AppState, p: &Pending) -> String {
-    let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(p).unwrap_or_default());
-    let mac = keys::sign(&state.config.secret, "sso-state", body.as_bytes());
-    format!("{body}.{mac}")
+    oidc::seal(state, "sso-state", p)
 }
 
 fn unseal(state: &AppState, value: &str) -> Option<Pending> {
-    let (body, mac) = value.split_once('.')?;
-    let expected = keys::sign(&state.config.secret, "sso-state", body.as_bytes());
-    if !keys::constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
-        return None;
-    }
-    let p: Pending = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
-    (now_ms() - p.at_ms <= STATE_SECS * 1000).then_some(p)
+    oidc::unseal(state, "sso-state", value, STATE_SECS, |p: &Pending| p.at_ms)
 }
 
 fn state_cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
-    let secure = if https(headers) { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!("{STATE_COOKIE}={value}; HttpOnly; SameSite=Lax; Path=/api/v1/auth/sso; Max-Age={max_age}{secure}"))
-        .map_err(ApiError::internal)
+    oidc::state_cookie(headers, STATE_COOKIE, "/api/v1/auth/sso", value, max_age)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -198,15 +104,6 @@ fn local_path(p: Option<&str>) -> String {
     }
 }
 
-fn found(to: &str, cookies: Vec<HeaderValue>) -> Response {
-    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_owned())]).into_response();
-    for c in cookies {
-        r.headers_mut().append(header::SET_COOKIE, c);
-    }
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
 /// Sends the browser to the identity provider (303), to sign in and come back to
 /// `/auth/sso/callback`; 404 `sso_not_configured` without one.
 #[utoipa::path(get, path = "/auth/sso/start", tag = "accounts", security(()), params(StartQuery),
@@ -220,23 +117,15 @@ pub async fn start(
     if !configured(&state) {
         return Err(not_configured());
     }
-    let client = client(&state).await.map_err(|e| ApiError::unavailable(e.0))?;
-    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
-    let (url, csrf, nonce) = client
-        .authorize_url(CoreAuthenticationFlow::AuthorizationCode, CsrfToken::new_random, Nonce::new_random)
-        .add_scope(Scope::new("email".into()))
-        .add_scope(Scope::new("profile".into()))
-        .add_scope(Scope::new("groups".into()))
-        .set_pkce_challenge(challenge)
-        .url();
+    let started = oidc::start(&state, &provider(&state), &["email", "profile", "groups"]).await.map_err(|e| ApiError::unavailable(e.0))?;
     let pending = Pending {
-        state: csrf.secret().clone(),
-        nonce: nonce.secret().clone(),
-        verifier: verifier.secret().clone(),
+        state: started.state,
+        nonce: started.nonce,
+        verifier: started.verifier,
         return_to: local_path(q.return_to.as_deref()),
         at_ms: now_ms(),
     };
-    Ok(found(url.as_str(), vec![state_cookie(&headers, &seal(&state, &pending), STATE_SECS)?]))
+    Ok(found(&started.url, vec![state_cookie(&headers, &seal(&state, &pending), STATE_SECS)?]))
 }
 
 fn not_configured() -> ApiError {
@@ -245,34 +134,6 @@ fn not_configured() -> ApiError {
         "sso_not_configured",
         "this deployment has no identity provider (HALYARD_OIDC_ISSUER, HALYARD_OIDC_CLIENT_ID, HALYARD_OIDC_CLIENT_SECRET); sign in with an API key",
     )
-}
-
-type Client = openidconnect::Client<
-    openidconnect::EmptyAdditionalClaims,
-    openidconnect::core::CoreAuthDisplay,
-    openidconnect::core::CoreGenderClaim,
-    openidconnect::core::CoreJweContentEncryptionAlgorithm,
-    openidconnect::core::CoreJsonWebKey,
-    openidconnect::core::CoreAuthPrompt,
-    openidconnect::StandardErrorResponse<openidconnect::core::CoreErrorResponseType>,
-    openidconnect::core::CoreTokenResponse,
-    openidconnect::core::CoreTokenIntrospectionResponse,
-    openidconnect::core::CoreRevocableToken,
-    openidconnect::core::CoreRevocationErrorResponse,
-    openidconnect::EndpointSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointNotSet,
-    openidconnect::EndpointMaybeSet,
-    openidconnect::EndpointMaybeSet,
->;
-
-async fn client(state: &AppState) -> Result<Client, SsoError> {
-    let g = &state.config.gateway;
-    let redirect = RedirectUrl::new(redirect_url(state)).map_err(|e| SsoError(format!("the redirect URL: {e}")))?;
-    let secret = (!g.oidc_client_secret.is_empty()).then(|| ClientSecret::new(g.oidc_client_secret.clone()));
-    Ok(CoreClient::from_provider_metadata(metadata(state).await?, ClientId::new(g.oidc_client_id.clone()), secret)
-        .set_redirect_uri(redirect))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -354,40 +215,12 @@ async fn refused(state: &AppState, ip: std::net::IpAddr, why: SsoError, clear: H
 /// Everything the callback checks, in order; the identity, or why not.
 async fn verify(state: &AppState, q: &CallbackQuery, pending: &Pending) -> Result<Identity, SsoError> {
     if let Some(e) = &q.error {
-        // OAuth's error codes are a few lower-case words; the description is free text from
-        // the provider, kept to the log.
-        tracing::info!(error = %e.chars().take(64).collect::<String>(), description = %q.error_description.as_deref().unwrap_or_default().chars().take(200).collect::<String>(), "the identity provider refused a sign-in");
-        let code: String = e.chars().filter(|c| c.is_ascii_lowercase() || *c == '_').take(40).collect();
-        return Err(SsoError(format!("the identity provider refused the sign-in ({code})")));
+        return Err(oidc::refusal(e, q.error_description.as_deref()));
     }
     let code = q.code.clone().ok_or_else(|| SsoError("the identity provider sent no code".into()))?;
-    let client = client(state).await?;
-    let http = http_client();
-    let send_with = |r| send(http.clone(), r);
-    let token = client
-        .exchange_code(AuthorizationCode::new(code))
-        .map_err(|e| SsoError(format!("the identity provider has no token endpoint: {e}")))?
-        .set_pkce_verifier(PkceCodeVerifier::new(pending.verifier.clone()))
-        .request_async(&send_with)
-        .await
-        .map_err(|e| SsoError(format!("the code exchange failed: {}", chain(&e))))?;
-    let id_token = token.id_token().ok_or_else(|| SsoError("the identity provider sent no ID token".into()))?;
-    // Signature (the provider's keys), issuer, audience, expiry and nonce.
-    let claims = id_token
-        .claims(&client.id_token_verifier(), &Nonce::new(pending.nonce.clone()))
-        .map_err(|e| SsoError(format!("the ID token was refused: {}", chain(&e))))?;
-    // `groups` is no standard claim: read from the token just verified.
-    let groups = id_token
-        .to_string()
-        .split('.')
-        .nth(1)
-        .and_then(|p| URL_SAFE_NO_PAD.decode(p).ok())
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["groups"].as_array().cloned())
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|g| g.as_str().map(str::to_owned))
-        .collect();
+    let (claims, all) = oidc::finish(state, &provider(state), code, &pending.verifier, &pending.nonce).await?;
+    // `groups` is no standard claim.
+    let groups = all["groups"].as_array().into_iter().flatten().filter_map(|g| g.as_str().map(str::to_owned)).collect();
     Ok(Identity {
         subject: format!("{}#{}", claims.issuer().as_str(), claims.subject().as_str()),
         email: claims.email().map(|e| e.as_str().to_lowercase()),

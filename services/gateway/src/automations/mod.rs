@@ -9,4 +9,5 @@
 pub mod hooks;
 pub mod routes;
 pub mod slack_links;
+pub mod slack_sign_in;
 pub mod verify;

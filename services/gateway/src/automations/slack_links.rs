@@ -40,6 +40,10 @@ pub struct SlackLinkView {
     pub linked_to: Option<String>,
     /// Whether the linked user lets the automation run agents as them.
     pub runs_as_linked_user: bool,
+    /// Whether this deployment proves Slack users with "Sign in with Slack": then anyone but the
+    /// automation's owner links at `GET /auth/slack/start?link=<code>`; without it, only the
+    /// owner may let the automation run as them.
+    pub slack_sign_in: bool,
 }
 
 /// How to link.
@@ -52,7 +56,7 @@ pub struct LinkBody {
     pub run_as_me: bool,
 }
 
-fn gone() -> ApiError {
+pub(crate) fn gone() -> ApiError {
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
@@ -61,7 +65,7 @@ fn gone() -> ApiError {
 }
 
 /// The link's code, its record and the record's revision, if it still works.
-async fn code_of(state: &AppState, code: &str) -> Result<(SlackLink, u64), ApiError> {
+pub(crate) async fn code_of(state: &AppState, code: &str) -> Result<(SlackLink, u64), ApiError> {
     if code.len() != 64 || !code.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(gone());
     }
@@ -75,7 +79,7 @@ async fn code_of(state: &AppState, code: &str) -> Result<(SlackLink, u64), ApiEr
 }
 
 /// The automation a link belongs to, whoever owns it, with its revision.
-async fn automation_of(state: &AppState, link: &SlackLink) -> Result<(Automation, u64), ApiError> {
+pub(crate) async fn automation_of(state: &AppState, link: &SlackLink) -> Result<(Automation, u64), ApiError> {
     let entry = state.automation_kv.entry(subjects::automation_key(&link.automation_id)).await.map_err(ApiError::internal)?;
     match entry.filter(|e| e.operation == async_nats::jetstream::kv::Operation::Put) {
         Some(e) => Ok((serde_json::from_slice(&e.value).map_err(ApiError::internal)?, e.revision)),
@@ -83,7 +87,7 @@ async fn automation_of(state: &AppState, link: &SlackLink) -> Result<(Automation
     }
 }
 
-fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLinkView {
+pub(crate) fn view(state: &AppState, a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLinkView {
     let runs_as_linked_user = match (&a.trigger, &linked_to) {
         (Trigger::Slack { consented, .. }, Some(u)) => consented.contains(u),
         _ => false,
@@ -97,6 +101,7 @@ fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLin
         expires_at: halyard_protocol::rfc3339(link.expires_ms),
         linked_to,
         runs_as_linked_user,
+        slack_sign_in: super::slack_sign_in::configured(state),
     }
 }
 
@@ -106,12 +111,14 @@ fn view(a: &Automation, link: &SlackLink, linked_to: Option<String>) -> SlackLin
 pub async fn get_one(State(state): State<AppState>, User(_user): User, Path(code): Path<String>) -> Result<Json<SlackLinkView>, ApiError> {
     let (link, _) = code_of(&state, &code).await?;
     let (a, _) = automation_of(&state, &link).await?;
-    Ok(Json(view(&a, &link, None)))
+    Ok(Json(view(&state, &a, &link, None)))
 }
 
 /// Links the Slack user the link was sent to to the signed-in user, in the automation's `users`
 /// (409 `already_linked` if someone linked them meanwhile), and with `run_as_me` lets the
-/// automation run as them; the code stops working.
+/// automation run as them; the code stops working. Anyone but the automation's owner gets 403
+/// `slack_sign_in_required` where the deployment has Sign in with Slack (they link through it),
+/// and `slack_sign_in_not_configured` for `run_as_me` where it has not.
 #[utoipa::path(post, path = "/slack-links/{code}", tag = "automations", params(("code" = String, Path)),
     request_body = LinkBody, responses((status = 200, body = SlackLinkView), Refusals, crate::api_doc::BodyRefusals, Conflict))]
 pub async fn link(
@@ -129,20 +136,59 @@ pub async fn link(
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_body", format!("the body is not a link request: {e}")))?
     };
-    let run_as_me = body.run_as_me;
-    // Taken first, with its revision: of two racing requests one gets on.
-    let key = subjects::automation_slack_link_key(&code);
-    state.automation_kv.update(&key, "used".into(), code_revision).await.map_err(|_| gone())?;
+    // Slack's word, not the owner's, for anyone but the owner.
+    let (a, _) = automation_of(&state, &link).await?;
+    if a.owner != user {
+        if super::slack_sign_in::configured(&state) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "slack_sign_in_required",
+                format!(
+                    "confirm with Slack that you are {}: open /api/v1/auth/slack/start?link={code} in your browser and sign in to \
+                     Slack as that user",
+                    link.slack_user
+                ),
+            ));
+        }
+        if body.run_as_me {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "slack_sign_in_not_configured",
+                "nothing can prove here that you are that Slack user (this deployment has no Sign in with Slack: \
+                 HALYARD_SLACK_OIDC_CLIENT_ID), so the automation may not run as you; link without it, or ask the operator",
+            ));
+        }
+    }
+    take(&state, &code, code_revision).await?;
+    Ok(Json(bind(&state, &user, &link, body.run_as_me, client).await?))
+}
+
+/// Uses up code `code` (at `revision`: of two racing requests one gets on).
+pub(crate) async fn take(state: &AppState, code: &str, revision: u64) -> Result<(), ApiError> {
+    let key = subjects::automation_slack_link_key(code);
+    state.automation_kv.update(&key, "used".into(), revision).await.map_err(|_| gone())?;
     if let Err(e) = state.automation_kv.delete(&key).await {
         tracing::warn!(error = %e, "a used sign-in link's record stays");
     }
+    Ok(())
+}
+
+/// Links the link's Slack user to `user` in its automation's `users` (409 `already_linked` if
+/// someone linked them meanwhile), and with `run_as_me` lets the automation run as them.
+pub(crate) async fn bind(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    link: &SlackLink,
+    run_as_me: bool,
+    client: crate::accounts::audit::Client,
+) -> Result<SlackLinkView, ApiError> {
     // The automation may change meanwhile (its owner editing it): read again and retry.
     for _ in 0..5 {
-        let (mut a, revision) = automation_of(&state, &link).await?;
+        let (mut a, revision) = automation_of(state, link).await?;
         let Trigger::Slack { users, consented, .. } = &mut a.trigger else { return Err(gone()) };
         let allowed = consented.contains(&user.0);
         match users.get(&link.slack_user) {
-            Some(who) if *who == user.0 && (allowed || !run_as_me) => return Ok(Json(view(&a, &link, Some(user.0.clone())))),
+            Some(who) if *who == user.0 && (allowed || !run_as_me) => return Ok(view(state, &a, link, Some(user.0.clone()))),
             Some(who) if *who == user.0 => {}
             Some(_) => {
                 return Err(ApiError::conflict(
@@ -153,7 +199,7 @@ pub async fn link(
             None => {}
         }
         users.insert(link.slack_user.clone(), user.0.clone());
-        if run_as_me && user != a.owner {
+        if run_as_me && *user != a.owner {
             consented.insert(user.0.clone());
         }
         a.updated_ms = halyard_platform::now_ms();
@@ -163,8 +209,8 @@ pub async fn link(
             state.automations.apply_value(&akey, r, false, &bytes);
             tracing::info!(automation_id = %a.id, user = %user, slack_user = %link.slack_user, "slack user linked");
             let detail = serde_json::json!({"slack_user": link.slack_user, "owner": a.owner.0, "run_as_me": run_as_me});
-            crate::accounts::audit::Action::new(&user, "automation.slack_link", &a.id).detail(detail).send(&state, client).await;
-            return Ok(Json(view(&a, &link, Some(user.0.clone()))));
+            crate::accounts::audit::Action::new(user, "automation.slack_link", &a.id).detail(detail).send(state, client).await;
+            return Ok(view(state, &a, link, Some(user.0.clone())));
         }
     }
     Err(ApiError::conflict("concurrent_update", "the automation kept changing; follow the link again"))
