@@ -19,8 +19,9 @@ use openidconnect::{
     AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
     TokenResponse,
 };
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
 
 use halyard_platform::{keys, now_ms};
 
@@ -220,16 +221,56 @@ pub fn seal<T: Serialize>(state: &AppState, purpose: &str, value: &T) -> String 
     format!("{body}.{mac}")
 }
 
-/// What [`seal`] sealed for `purpose`, if the signature holds and `at_ms(value)` is no older
-/// than `max_secs`.
-pub fn unseal<T: DeserializeOwned>(state: &AppState, purpose: &str, sealed: &str, max_secs: i64, at_ms: fn(&T) -> i64) -> Option<T> {
+/// What a flow keeps from its start for its callback (each relying party adds its own fields).
+pub trait Kept: Serialize + DeserializeOwned {
+    /// The state sent to the provider, which must come back with the browser.
+    fn state(&self) -> &str;
+    /// When the flow started (Unix milliseconds).
+    fn at_ms(&self) -> i64;
+}
+
+/// What [`seal`] sealed for `purpose`, if the signature holds and it is no older than
+/// `max_secs`.
+fn unseal<T: Kept>(state: &AppState, purpose: &str, sealed: &str, max_secs: i64) -> Option<T> {
     let (body, mac) = sealed.split_once('.')?;
     let expected = keys::sign(&state.config.secret, purpose, body.as_bytes());
     if !keys::constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
         return None;
     }
     let value: T = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(body).ok()?).ok()?;
-    (now_ms() - at_ms(&value) <= max_secs * 1000).then_some(value)
+    (now_ms() - value.at_ms() <= max_secs * 1000).then_some(value)
+}
+
+/// The provider's redirect back.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CallbackQuery {
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub state: Option<String>,
+    /// The provider's refusal, if it refused.
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub error_description: Option<String>,
+}
+
+/// The flow this browser started (sealed for `purpose` in cookie `cookie`), if the callback's
+/// `state` is that flow's. Anyone can send a browser to a callback with any query: until its
+/// own state is shown, nothing of the query may be shown or recorded (an audit trail or a page
+/// that repeated `error_description` would say what a stranger wrote).
+pub fn returning<T: Kept>(
+    state: &AppState,
+    headers: &HeaderMap,
+    cookie: &str,
+    purpose: &str,
+    max_secs: i64,
+    q: &CallbackQuery,
+) -> Option<T> {
+    let sealed = crate::accounts::session::named_cookie(headers, cookie)?;
+    let kept: T = unseal(state, purpose, &sealed, max_secs)?;
+    keys::constant_time_eq(q.state.as_deref().unwrap_or_default().as_bytes(), kept.state().as_bytes()).then_some(kept)
 }
 
 /// The flow's cookie (HttpOnly, SameSite=Lax: the provider's redirect back is a cross-site

@@ -20,12 +20,13 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use halyard_platform::{keys, now_ms};
+use halyard_platform::now_ms;
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
+pub use super::oidc::CallbackQuery;
 pub use super::oidc::OidcError as SsoError;
-use super::oidc::{self, Provider, found};
+use super::oidc::{self, Kept, Provider, found};
 use crate::AppState;
 use crate::accounts::audit;
 use crate::accounts::session::open_session;
@@ -70,12 +71,17 @@ struct Pending {
     at_ms: i64,
 }
 
-fn seal(state: &AppState, p: &Pending) -> String {
-    oidc::seal(state, "sso-state", p)
+impl Kept for Pending {
+    fn state(&self) -> &str {
+        &self.state
+    }
+    fn at_ms(&self) -> i64 {
+        self.at_ms
+    }
 }
 
-fn unseal(state: &AppState, value: &str) -> Option<Pending> {
-    oidc::unseal(state, "sso-state", value, STATE_SECS, |p: &Pending| p.at_ms)
+fn seal(state: &AppState, p: &Pending) -> String {
+    oidc::seal(state, "sso-state", p)
 }
 
 fn state_cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
@@ -136,20 +142,6 @@ fn not_configured() -> ApiError {
     )
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct CallbackQuery {
-    #[serde(default)]
-    pub code: Option<String>,
-    #[serde(default)]
-    pub state: Option<String>,
-    /// The provider's refusal, if it refused.
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub error_description: Option<String>,
-}
-
 /// Who the provider says signed in.
 pub(crate) struct Identity {
     pub subject: String,
@@ -174,12 +166,7 @@ pub async fn callback(
     }
     let ip = crate::common::client_ip(&state, peer.ip(), &headers);
     let clear = state_cookie(&headers, "", 0)?;
-    let pending = crate::accounts::session::named_cookie(&headers, STATE_COOKIE).and_then(|v| unseal(&state, &v));
-    // Anyone can send a browser here with any query: until the sign-in's own state is shown,
-    // nothing of the query is shown or recorded (an audit trail or a sign-in page that repeated
-    // `error_description` would say what a stranger wrote).
-    let Some(pending) = pending.filter(|p| keys::constant_time_eq(q.state.as_deref().unwrap_or_default().as_bytes(), p.state.as_bytes()))
-    else {
+    let Some(pending) = oidc::returning::<Pending>(&state, &headers, STATE_COOKIE, "sso-state", STATE_SECS, &q) else {
         tracing::info!("a single sign-on callback without this browser's sign-in state");
         let to =
             format!("/?sso_error={}", halyard_platform::net::percent_encode("this sign-in expired or was not started here; start again"));

@@ -18,13 +18,13 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
-use halyard_platform::{keys, net::percent_encode, now_ms};
+use halyard_platform::{net::percent_encode, now_ms};
 use halyard_protocol::UserId;
 
 use crate::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
-use crate::accounts::oidc::{self, OidcError, Provider, found};
+use crate::accounts::oidc::{self, CallbackQuery, Kept, OidcError, Provider, found};
 use crate::api_doc::Refusals;
 use crate::error::ApiError;
 
@@ -62,6 +62,15 @@ struct Pending {
     code: String,
     run_as_me: bool,
     at_ms: i64,
+}
+
+impl Kept for Pending {
+    fn state(&self) -> &str {
+        &self.state
+    }
+    fn at_ms(&self) -> i64 {
+        self.at_ms
+    }
 }
 
 fn state_cookie(headers: &HeaderMap, value: &str, max_age: i64) -> Result<HeaderValue, ApiError> {
@@ -116,19 +125,6 @@ fn not_configured() -> ApiError {
     )
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct CallbackQuery {
-    #[serde(default)]
-    pub code: Option<String>,
-    #[serde(default)]
-    pub state: Option<String>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub error_description: Option<String>,
-}
-
 /// Slack's answer (303): the link made and its page saying so, or its page saying why not.
 #[utoipa::path(get, path = "/auth/slack/callback", tag = "automations", security(()), params(CallbackQuery),
     responses((status = 303, description = "to the link's page, linked or saying why not"), Refusals))]
@@ -143,10 +139,7 @@ pub async fn callback(
         return Err(not_configured());
     }
     let clear = state_cookie(&headers, "", 0)?;
-    let sealed = crate::accounts::session::named_cookie(&headers, STATE_COOKIE);
-    let pending = sealed.and_then(|v| oidc::unseal(&state, "slack-state", &v, STATE_SECS, |p: &Pending| p.at_ms));
-    // Until this browser's own state is shown, nothing of the query is shown or recorded.
-    let Some(p) = pending.filter(|p| keys::constant_time_eq(q.state.as_deref().unwrap_or_default().as_bytes(), p.state.as_bytes())) else {
+    let Some(p) = oidc::returning::<Pending>(&state, &headers, STATE_COOKIE, "slack-state", STATE_SECS, &q) else {
         tracing::info!("a Slack sign-in callback without this browser's state");
         let to = format!("/?slack_error={}", percent_encode("this Slack sign-in expired or was not started here; follow the link again"));
         return Ok(found(&to, vec![clear]));
