@@ -4,8 +4,15 @@
 //! agents directory by `infra/install-agents.sh`), the LLM wires it can speak, and how its
 //! environment points it at the LLM relay (`${HALYARD_LLM_BASE}`, filled in by the executor)
 //! with a per-run token that is worth nothing outside that relay.
+//!
+//! Beside them, agents a deployment's administrators register (`agents` in the user bucket) or
+//! an organization does for its conversations (`orgagents.<org>`, named `@<org>/<name>`): any
+//! program that speaks ACP on stdio, a command line and an environment ([`CustomAgent`]). Either
+//! way a run starts what [`Launch`] says.
 
 use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// Halyard's own agent.
 pub const HALYARD: &str = "halyard";
@@ -60,7 +67,76 @@ pub fn names() -> Vec<&'static str> {
     std::iter::once(HALYARD).chain(KINDS.iter().map(|k| k.name)).collect()
 }
 
+/// How to start one agent in a sandbox, whichever kind it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// What the conversation's `agent` names it by.
+    pub name: String,
+    pub title: String,
+    /// A shell command line, run in the workspace as the sandbox's user.
+    pub command: String,
+    /// Its environment (`${HALYARD_LLM_BASE}` is the executor's to fill in).
+    pub env: BTreeMap<String, String>,
+    /// The LLM profile providers it can be pointed at.
+    pub wires: Vec<String>,
+}
+
+/// An agent an administrator or an organization registered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomAgent {
+    pub title: String,
+    /// A shell command line, run in the workspace as the sandbox's user; it speaks ACP on its
+    /// standard input and output.
+    pub command: String,
+    /// Its environment. In values, `${HALYARD_LLM_BASE}` (the relay's base URL),
+    /// `${HALYARD_LLM_TOKEN}` (the run's token for it) and `${HALYARD_LLM_MODEL}` (the profile's
+    /// model) are filled in.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The LLM wire it speaks (an LLM profile provider: `openai`, `anthropic`, `openai-responses`).
+    pub wire: String,
+    /// Who registered or last changed it, and when (Unix milliseconds).
+    pub updated_by: String,
+    pub updated_ms: i64,
+}
+
+/// The custom agents of a deployment or an organization, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CustomAgents {
+    #[serde(default)]
+    pub agents: BTreeMap<String, CustomAgent>,
+}
+
+/// The organization and name of an organization's agent (`@acme/reviewer`).
+pub fn org_agent(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix('@')?.split_once('/')
+}
+
+impl CustomAgent {
+    /// How to start it as `name`, its LLM calls carrying `token` and the profile naming `model`.
+    pub fn launch(&self, name: &str, token: &str, model: &str) -> Launch {
+        let env = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.replace("${HALYARD_LLM_TOKEN}", token).replace("${HALYARD_LLM_MODEL}", model)))
+            .collect();
+        Launch { name: name.to_owned(), title: self.title.clone(), command: self.command.clone(), env, wires: vec![self.wire.clone()] }
+    }
+}
+
 impl AgentKind {
+    /// How to start it from `dir` (the agents directory), its LLM calls carrying `token` and the
+    /// profile naming `model`.
+    pub fn launch(&self, dir: &str, token: &str, model: &str) -> Launch {
+        Launch {
+            name: self.name.to_owned(),
+            title: self.title.to_owned(),
+            command: self.command(dir),
+            env: self.env(token, model),
+            wires: self.wires.iter().map(|w| (*w).to_owned()).collect(),
+        }
+    }
+
     /// The command line that starts it, under `dir` (the agents directory).
     pub fn command(&self, dir: &str) -> String {
         format!("exec '{}/{}'", dir.trim_end_matches('/').replace('\'', ""), self.launcher)

@@ -203,6 +203,16 @@ pub fn checkpoint_head_key(id: crate::ConversationId) -> String {
     format!("ckpt.{id}")
 }
 
+/// The key of the deployment's custom agents ([`crate::agents::CustomAgents`]) in
+/// [`USER_BUCKET`], registered by its administrators.
+pub const CUSTOM_AGENTS_KEY: &str = "agents";
+
+/// The key of organization `org`'s custom agents ([`crate::agents::CustomAgents`]) in
+/// [`USER_BUCKET`]: its members' conversations in it may have them (as `@<org>/<name>`).
+pub fn org_agents_key(org: &str) -> String {
+    format!("orgagents.{org}")
+}
+
 /// The key of `user`'s settings in [`USER_BUCKET`].
 pub fn user_settings_key(user: &crate::UserId) -> String {
     format!("settings.{user}")

@@ -499,3 +499,88 @@ async fn codex_and_opencode_work_in_containers_that_never_hold_the_key() {
     }
     assert!(llm.auth_headers().iter().all(|a| a.as_deref() == Some(&format!("Bearer {LLM_KEY}"))), "upstream it is there");
 }
+
+/// An agent the deployment's administrator registered: OpenCode's launcher under a name of the
+/// deployment's, its environment written with the run's placeholders.
+fn registered_opencode() -> Value {
+    let config = json!({
+        "provider": {"openai": {"options": {"baseURL": "${HALYARD_LLM_BASE}/v1", "apiKey": "${HALYARD_LLM_TOKEN}"}}},
+        "model": "openai/${HALYARD_LLM_MODEL}", "small_model": "openai/${HALYARD_LLM_MODEL}", "autoupdate": false, "share": "disabled",
+    });
+    json!({
+        "title": "Team OpenCode",
+        "command": "exec /opt/halyard-agents/bin/opencode-acp",
+        "env": {"OPENCODE_CONFIG_CONTENT": config.to_string(), "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+                "TEAM_NOTE": "registered-by-root"},
+        "wire": "openai-responses",
+    })
+}
+
+#[tokio::test]
+async fn an_agent_an_administrator_or_an_organization_registered_runs_like_the_installed_ones() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(opencode_script);
+    let mut opts = speaking(&llm, "openai-responses", "gpt-4o").set("HALYARD_ADMINS", "root");
+    opts.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key".into();
+    let h = Halyard::start(opts);
+    let (root, alice) = (h.api("root-admin-key"), h.api(ALICE));
+    let put = |api: &halyard_tests::Api, path: &str, body: Value| {
+        let (api, path) = (api.clone(), path.to_owned());
+        async move { api.call(reqwest::Method::PUT, &path, Some(body)).await }
+    };
+
+    // Only administrators register the deployment's; not under a name of Halyard's own; a wire
+    // Halyard speaks.
+    let (s, e) = put(&alice, "/api/v1/agents/team-opencode", registered_opencode()).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("admin_only")), "{e}");
+    let (s, e) = put(&root, "/api/v1/agents/claude-code", registered_opencode()).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let mut wrong = registered_opencode();
+    wrong["wire"] = "carrier-pigeon".into();
+    let (s, e) = put(&root, "/api/v1/agents/team-opencode", wrong).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, made) = put(&root, "/api/v1/agents/team-opencode", registered_opencode()).await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(
+        made["env"],
+        json!(["OPENCODE_CONFIG_CONTENT", "OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_MODELS_FETCH", "TEAM_NOTE"])
+    );
+    // Listed for everyone, values of its environment for nobody.
+    let (_, listed) = alice.get("/api/v1/agents").await;
+    let shown = listed["items"].as_array().unwrap().iter().find(|a| a["name"] == "team-opencode").expect("listed").clone();
+    assert_eq!(
+        (shown["custom"].as_bool(), shown["available"].as_bool(), shown["title"].as_str()),
+        (Some(true), Some(true), Some("Team OpenCode"))
+    );
+    assert!(!listed.to_string().contains("registered-by-root"), "{listed}");
+
+    // A conversation has it: its process is started from the registration, its calls relayed.
+    let (conv, task) = alice.start_ready(json!({"agent": "team-opencode", "message": "Write oc.txt"})).await;
+    let events = alice.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let session = events.iter().find(|e| e["kind"] == "agent_session").expect("its session");
+    assert_eq!(session["agent"], "team-opencode");
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(workspace.join("oc.txt")).unwrap(), "from opencode\n");
+    assert!(llm.requests().iter().all(|r| r["model"] == "gpt-4o"), "the placeholders named the profile's model");
+    let ran = processes("opencode", &workspace);
+    assert!(ran.iter().any(|(_, env)| env.contains("TEAM_NOTE=registered-by-root")), "its environment is the registration's");
+    assert!(ran.iter().all(|(_, env)| !env.contains(LLM_KEY) && !env.contains("${HALYARD_LLM_TOKEN}")), "a token, not the key");
+
+    // An organization's agent, for its conversations only.
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    let (s, made) = put(&alice, "/api/v1/orgs/acme/agents/reviewer", registered_opencode()).await;
+    assert_eq!((s, made["name"].as_str()), (201, Some("@acme/reviewer")), "{made}");
+    let (s, e) = alice.post("/api/v1/conversations", json!({"agent": "@acme/reviewer", "message": "review"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("agent_not_in_org")), "{e}");
+    let (_, bobs) = h.api("bob-secret-key").get("/api/v1/agents").await;
+    assert!(!bobs.to_string().contains("@acme/reviewer"), "not a member: {bobs}");
+    let (s, started) = alice.post("/api/v1/conversations", json!({"agent": "@acme/reviewer", "org": "acme", "message": "review"})).await;
+    assert_eq!(s, 202, "{started}");
+
+    // Removed: no new conversation has it.
+    assert_eq!(root.call(reqwest::Method::DELETE, "/api/v1/agents/team-opencode", None).await.0, 204);
+    let (s, e) = alice.post("/api/v1/conversations", json!({"agent": "team-opencode", "message": "again"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_agent")), "{e}");
+}

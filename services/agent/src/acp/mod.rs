@@ -20,12 +20,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::{ExecutorClient, ExecutorSocket};
-use halyard_protocol::agents::AgentKind;
+use halyard_protocol::agents::{self, CustomAgents, Launch};
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
 use halyard_protocol::executor::{AcpFrame, AcpSpawn};
+use halyard_protocol::subjects;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::Ctx;
 use crate::run_loop::{Run, RunOutcome};
 use updates::{Step, Updates};
 
@@ -111,17 +113,49 @@ impl Conn {
     }
 }
 
-/// The kind of agent a conversation has, if a third-party one.
-pub fn kind_of(agent: Option<&str>) -> Option<&'static AgentKind> {
-    agent.and_then(halyard_protocol::agents::kind)
+/// Whether a conversation's agent is a third-party one (Halyard's own when absent).
+pub fn is_third_party(agent: Option<&str>) -> bool {
+    agent.is_some_and(|a| a != halyard_protocol::agents::HALYARD)
+}
+
+/// How to start agent `name` with the run's relay `token` and the profile's `model`: a kind the
+/// deployment installs, or one its administrators or the conversation's organization registered
+/// (read as the run starts: a change applies to the next process).
+async fn launch(ctx: &Ctx, name: &str, org: Option<&str>, token: &str, model: &str) -> Result<Launch, String> {
+    if let Some(kind) = agents::kind(name) {
+        return Ok(kind.launch(&ctx.config.agent.agents_dir, token, model));
+    }
+    let (key, short) = match agents::org_agent(name) {
+        Some((o, short)) if Some(o) == org => (subjects::org_agents_key(o), short),
+        Some((o, _)) => return Err(format!("agent {name} is organization {o}'s, for its conversations only")),
+        None => (subjects::CUSTOM_AGENTS_KEY.to_owned(), name),
+    };
+    let registered: CustomAgents = match ctx.user_kv.get(&key).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}"))?,
+        Ok(None) => CustomAgents::default(),
+        Err(e) => return Err(format!("cannot read the registered agents: {e}")),
+    };
+    let agent = registered.agents.get(short).ok_or_else(|| format!("agent {name} is no longer registered"))?;
+    Ok(agent.launch(name, token, model))
 }
 
 /// Drives one run of a third-party agent: sets up its LLM relay and git proxy, attaches to its
 /// process (starting it, and its session, if there is none), sends the user's new messages, and
 /// records what it does until the turn ends, a permission waits, or the run is stopped.
-pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, kind: &'static AgentKind) -> RunOutcome {
+pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOutcome {
+    let (conversation, workspace, org) = {
+        let log = run.log.lock().await;
+        let started = log.history.started.as_ref();
+        (log.conversation(), started.map(|s| s.workspace.clone()).unwrap_or_default(), started.and_then(|s| s.org.clone()))
+    };
+    // One token for the process's life (a process outlives runs, its environment with it).
+    let token = halyard_platform::keys::sign(&run.ctx.config.secret, "acp-llm-relay", conversation.to_string().as_bytes());
+    let kind = match launch(&run.ctx, name, org.as_deref(), &token, run.llm.primary().model()).await {
+        Ok(kind) => kind,
+        Err(e) => return run.fail("agent_unavailable", format!("The conversation's agent cannot be started: {e}.")).await,
+    };
     let wire = run.llm.primary().wire().to_owned();
-    if !kind.wires.contains(&wire.as_str()) {
+    if !kind.wires.contains(&wire) {
         let message = format!(
             "{} speaks {}; the conversation's LLM profile speaks `{wire}`: choose a profile whose provider is {}",
             kind.title,
@@ -130,12 +164,6 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, kind: &'static Agent
         );
         return run.fail("agent_profile_mismatch", message).await;
     }
-    let (conversation, workspace) = {
-        let log = run.log.lock().await;
-        (log.conversation(), log.history.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default())
-    };
-    // One token for the process's life (a process outlives runs, its environment with it).
-    let token = halyard_platform::keys::sign(&run.ctx.config.secret, "acp-llm-relay", conversation.to_string().as_bytes());
     let spent = Arc::new(AtomicBool::new(false));
     let relay = llm::Relay {
         ctx: run.ctx.clone(),
@@ -151,8 +179,8 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, kind: &'static Agent
     };
     let _git = run.git_proxy(exec).await;
     let mut env = run.env.clone();
-    env.extend(kind.env(&token, run.llm.primary().model()));
-    let spawn = AcpSpawn { name: conversation.to_string(), command: kind.command(&run.ctx.config.agent.agents_dir), env };
+    env.extend(kind.env.clone());
+    let spawn = AcpSpawn { name: conversation.to_string(), command: kind.command.clone(), env };
     let (mut conn, fresh, unanswered) = match attach(exec, &spawn).await {
         Ok(c) => c,
         Err(e) => return run.fail("agent_unavailable", format!("{} could not be started: {e}", kind.title)).await,
@@ -161,7 +189,7 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, kind: &'static Agent
     if let Some(id) = known.clone().filter(|_| !fresh) {
         conn.session = id;
     } else {
-        match open_session(&mut conn, &workspace, known, kind).await {
+        match open_session(&mut conn, &workspace, known, &kind).await {
             Ok(Some(record)) => {
                 if !run.append(EventSource::System, record).await {
                     return RunOutcome::Failed;
@@ -211,7 +239,7 @@ async fn attach(exec: &ExecutorClient, spawn: &AcpSpawn) -> Result<(Conn, bool, 
 
 /// `initialize`, then the session: the log's own loaded again where the agent can, else a new
 /// one, whose `agent_session` event is handed back to be appended.
-async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, kind: &AgentKind) -> Result<Option<EventBody>, String> {
+async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, kind: &Launch) -> Result<Option<EventBody>, String> {
     let capabilities = json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false});
     let init = conn
         .request(
@@ -232,7 +260,7 @@ async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, k
     let created = conn.request("halyard-new", "session/new", json!({"cwd": workspace, "mcpServers": []})).await?;
     let id = created.get("sessionId").and_then(Value::as_str).ok_or("session/new answered no sessionId")?.to_owned();
     conn.session = id.clone();
-    Ok(Some(EventBody::AgentSession { agent: kind.name.to_owned(), session_id: id, agent_info: init.get("agentInfo").cloned() }))
+    Ok(Some(EventBody::AgentSession { agent: kind.name.clone(), session_id: id, agent_info: init.get("agentInfo").cloned() }))
 }
 
 /// Sends the user's messages since the last turn as one prompt; its id (`None`: nothing new).

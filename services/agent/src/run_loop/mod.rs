@@ -449,8 +449,8 @@ impl Run {
         }
         // A third-party agent works its own way: this runner is its ACP client.
         let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
-        if let Some(kind) = crate::acp::kind_of(agent.as_deref()) {
-            return crate::acp::drive(self, &exec, kind).await;
+        if let Some(name) = agent.filter(|a| crate::acp::is_third_party(Some(a))) {
+            return crate::acp::drive(self, &exec, &name).await;
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers

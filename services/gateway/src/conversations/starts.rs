@@ -88,7 +88,9 @@ pub struct StartBody {
     #[serde(default)]
     pub visibility: halyard_protocol::org::Visibility,
     /// The agent that works in it (`GET /agents`): `halyard` (Halyard's own), `claude-code`,
-    /// `codex`, `gemini` or `opencode`; the settings' default, else `halyard`, if absent.
+    /// `codex`, `gemini`, `opencode`, an agent the deployment registered, or (in an
+    /// organization's conversation) `@<org>/<name>`; the settings' default, else `halyard`, if
+    /// absent.
     #[serde(default)]
     pub agent: Option<String>,
 }
@@ -126,9 +128,6 @@ pub async fn start_conversation(
     for (k, v) in &body.tags {
         crate::common::check_tag(k, Some(v))?;
     }
-    if let Some(agent) = &body.agent {
-        crate::conversations::agents::check_agent(agent)?;
-    }
     if body.visibility == halyard_protocol::org::Visibility::Org && body.org.is_none() {
         return Err(ApiError::bad_request("invalid_field", "`visibility: org` needs `org`: the organization whose members read it"));
     }
@@ -153,7 +152,7 @@ pub async fn start_conversation(
     let (llm_profile, agent) = (llm_profile.or(settings.llm_profile), body.agent.or(settings.agent));
     let agent = agent.filter(|a| a != halyard_protocol::agents::HALYARD);
     if let Some(agent) = &agent {
-        crate::conversations::agents::check_runnable(&state, &user, agent, llm_profile.as_deref()).await?;
+        crate::conversations::agents::check_runnable(&state, &user, agent, llm_profile.as_deref(), body.org.as_deref()).await?;
     }
     let request = StartRequest {
         message: body.message,

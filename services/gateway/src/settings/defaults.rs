@@ -107,7 +107,7 @@ pub async fn put_settings(
     }
     crate::common::check_budget(body.max_budget_usd, body.max_tokens)?;
     if let Some(agent) = &body.agent {
-        crate::conversations::agents::check_agent(agent)?;
+        crate::conversations::agents::check_default(&state, agent).await?;
     }
     if body.max_iterations == Some(0) {
         return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));

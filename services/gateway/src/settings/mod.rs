@@ -4,6 +4,7 @@
 
 pub mod azure_devops;
 pub mod bitbucket_dc;
+pub mod custom_agents;
 pub mod defaults;
 pub mod forge;
 pub mod git_providers;
