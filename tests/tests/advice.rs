@@ -14,8 +14,11 @@ const READ_ELSEWHERE: &[&str] =
     &["HALYARD_CONFIG", "HALYARD_URL", "HALYARD_API_KEY", "HALYARD_NATS_SERVER", "HALYARD_BLESS", "HALYARD_AGENTS"];
 /// Words that look like settings and are not: a constant's name, lines a process prints.
 const NOT_SETTINGS: &[&str] = &[
-    // The placeholder for the LLM relay's URL in a third-party agent's environment.
+    // The placeholders for the LLM relay's URL, the run's token and the profile's model in a
+    // third-party agent's environment.
     "HALYARD_LLM_BASE",
+    "HALYARD_LLM_TOKEN",
+    "HALYARD_LLM_MODEL",
     "HALYARD_MCP_SERVER",
     "HALYARD_READY",
     "HALYARD_EXECUTOR_LISTENING",

@@ -164,7 +164,12 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
     // Only the command of `kind` trips it: the others before it go through.
     let mut d = Deployment::start(base, service, &fault, replicas);
     let api = d.api();
-    let start = json!({"message": first, "confirmation_policy": policy});
+    let mut start = json!({"message": first, "confirmation_policy": policy});
+    // A repository whose hooks wait for the answer the command carries.
+    let hooked = (kind == "cmd.agent.answer_hooks").then(repository_with_a_hook);
+    if let Some(repo) = &hooked {
+        start["repository"] = json!({"url": repo.path().to_string_lossy()});
+    }
 
     if starts {
         fire(&api, reqwest::Method::POST, "/api/v1/conversations", start).await;
@@ -192,6 +197,12 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
         }
         "cmd.agent.confirm" | "cmd.agent.reject" => {
             api.wait_events(&conv, "the wait", |ev| count(ev, status_is("waiting_for_confirmation")) == 1).await;
+        }
+        "cmd.agent.answer_hooks" => {
+            let asked = |ev: &[Value]| {
+                ev.iter().rposition(|e| e["kind"] == "hooks_consent_required").is_some_and(|at| ev[at..].iter().any(status_is("idle")))
+            };
+            api.wait_events(&conv, "the hooks question", asked).await;
         }
         _ => {
             api.wait_events(&conv, "the first run", |ev| count(ev, status_is("finished")) == 1).await;
@@ -225,6 +236,11 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             }
         }
         "cmd.agent.restore" => fire(&api, reqwest::Method::POST, &format!("{path}/restore"), json!({"at_seq": 1})).await,
+        "cmd.agent.answer_hooks" => {
+            let events = api.events(&conv).await;
+            let sha = events.iter().find(|e| e["kind"] == "hooks_consent_required").unwrap()["sha256"].clone();
+            fire(&api, reqwest::Method::POST, &format!("{path}/hooks-consent"), json!({"sha256": sha, "allow": true})).await
+        }
         other => panic!("no case for {other}"),
     }
     d.crash(&fault);
@@ -301,6 +317,12 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             assert_eq!(count(&events, restored), 1, "{fault}: {}", all(&events));
             assert_eq!(count(&events, |e| e["kind"] == "agent_error"), 0, "{fault}: {}", all(&events));
         }
+        "cmd.agent.answer_hooks" => {
+            // Answered once, and the run that waited for it ran the hook once.
+            let events = api.wait_events(&conv, &format!("{fault}: the run"), |ev| count(ev, status_is("finished")) >= 1).await;
+            assert_eq!(count(&events, |e| e["kind"] == "hooks_consent"), 1, "{fault}: {}", all(&events));
+            assert_eq!(count(&events, |e| e["kind"] == "hook" && e["event"] == "session_start"), 1, "{fault}: {}", all(&events));
+        }
         "cmd.agent.set_llm_profile" => {
             api.wait_events(&conv, &format!("{fault}: the profile"), |ev| ev.iter().any(|e| e["kind"] == "llm_profile")).await;
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -324,6 +346,20 @@ async fn case(service: &str, kind: &str, point: &str, replicas: usize) {
             }
         }
     }
+}
+
+/// A repository with a hooks file (one `session_start` command), which its owner must allow.
+fn repository_with_a_hook() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let p = repo.path();
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(p.join(".openhands")).unwrap();
+    let hooks = json!({"session_start": [{"hooks": [{"command": "echo started >> started.log"}]}]});
+    std::fs::write(p.join(".openhands/hooks.json"), hooks.to_string()).unwrap();
+    halyard_tests::git(p, &["init", "-q", "-b", "main"]);
+    halyard_tests::git(p, &["add", "."]);
+    halyard_tests::git(p, &["commit", "-qm", "a hook"]);
+    repo
 }
 
 macro_rules! cases {
@@ -357,6 +393,7 @@ macro_rules! every_kind {
             agent_delete: "agent", "cmd.agent.delete";
             agent_record_terminal_opened: "agent", "cmd.agent.record_terminal_opened";
             agent_restore: "agent", "cmd.agent.restore";
+            agent_answer_hooks: "agent", "cmd.agent.answer_hooks";
         }
     };
 }

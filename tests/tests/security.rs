@@ -421,7 +421,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             .replace("{token}", &guess)
             .replace("{org}", "alices-org")
             .replace("{user}", "alice")
-            .replace("{model}", "scripted-model");
+            .replace("{model}", "scripted-model")
+            .replace("{sha256}", &"0".repeat(64));
         for (method, _) in ops.as_object().unwrap() {
             let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
                 .iter()
@@ -435,6 +436,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                     Some(json!({"transport": "http", "url": "http://127.0.0.1:9/mcp"}))
                 }
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/skills/") => Some(json!({"content": "Bob's rules."})),
+                ("put", p) if p.contains("/agents/") => Some(json!({"title": "Bob's", "command": "true", "wire": "openai"})),
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/prices/") => {
                     Some(json!({"input_per_million": 0.0, "output_per_million": 0.0}))
                 }
@@ -445,6 +447,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 ("post", p) if p.ends_with("/messages") => Some(json!({"text": "bob was here"})),
                 ("post", p) if p.ends_with("/ask") => Some(json!({"question": "what is Alice doing?"})),
                 ("post", p) if p.ends_with("/reject") => Some(json!({"reason": "bob says no"})),
+                ("post", p) if p.ends_with("/hooks-consent") => Some(json!({"sha256": "0".repeat(64), "allow": true})),
                 ("post", p) if p.ends_with("/restore") || p.ends_with("/fork") => Some(json!({"at_seq": 1})),
                 ("put", p) if p.ends_with("/confirmation-policy") => Some(json!({"policy": "never"})),
                 ("post", p) if p.ends_with("/keys") => Some(json!({"name": "bob's"})),
@@ -456,7 +459,14 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 _ => None,
             };
             let (status, answer) = bob.call(method.to_uppercase().parse().unwrap(), &url, body).await;
-            let (want, code) = if path.starts_with("/api/v1/admin/") { (403, "forbidden") } else { (404, "not_found") };
+            // The deployment's own settings are its administrators', not a user's to find.
+            let (want, code) = if path.starts_with("/api/v1/admin/") {
+                (403, "forbidden")
+            } else if path.starts_with("/api/v1/agents/") {
+                (403, "admin_only")
+            } else {
+                (404, "not_found")
+            };
             assert_eq!((status, answer["error"]["code"].as_str()), (want, Some(code)), "{method} {url}: {answer}");
             assert!(!answer.to_string().contains("Alice's") && !answer.to_string().contains(&receiver.url), "{method} {url}: {answer}");
             walked += 1;

@@ -130,9 +130,11 @@ impl Checkpoints {
     pub async fn take(&self, seq: u64, parent: Option<&str>) -> Result<CheckpointResponse, ExecutorError> {
         let started = Instant::now();
         self.ensure().await?;
-        if let Some(parent) = parent {
-            self.follow(parent).await;
-        }
+        // Whether the kept parent is in the store (`None`: none was kept).
+        let follows = match parent {
+            Some(parent) => Some(self.follow(parent).await),
+            None => None,
+        };
         // Walked before `git add`, so that a file changing meanwhile shows at the next walk.
         let workspace = self.workspace.clone();
         let now = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await.unwrap_or_default();
@@ -151,6 +153,9 @@ impl Checkpoints {
         // first).
         let (head, head_tree) = match last {
             Some((h, t)) => (Some(h), Some(t)),
+            // The kept parent is gone: a chain of its own, nothing of what the store's refs say
+            // (the agent's to write) under it.
+            None if follows == Some(false) => (None, None),
             None => {
                 let last = self.git(&["log", "-1", "--format=%H %T"], None).await.ok();
                 match last.as_deref().and_then(|l| l.split_once(' ')) {
@@ -182,21 +187,26 @@ impl Checkpoints {
     }
 
     /// Makes `parent` the last checkpoint, if this executor remembers another (it restarted, or
-    /// the store's refs were changed): the next one follows it. A parent the store no longer
-    /// has (the agent removed it) leaves the store as it is: the chain starts again there, and
-    /// restores before it are refused.
-    async fn follow(&self, parent: &str) {
+    /// the store's refs were changed): the next one follows it. `false`: the store no longer has
+    /// it (the agent removed it), so the next checkpoint starts a chain of its own (restores
+    /// before it are refused), never one under whatever the store's refs name.
+    async fn follow(&self, parent: &str) -> bool {
         let known = self.last.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|(c, _)| c == parent);
-        if known || !is_commit_id(parent) {
-            return;
+        if known {
+            return true;
         }
-        match self.git(&["rev-parse", "--verify", "--quiet", &format!("{parent}^{{tree}}")], None).await {
-            Ok(tree) => {
-                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((parent.to_owned(), tree));
-                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-            Err(e) => tracing::warn!(parent, error = %e, "the last checkpoint is gone from the store; a new chain starts"),
+        let tree = if is_commit_id(parent) {
+            self.git(&["rev-parse", "--verify", "--quiet", &format!("{parent}^{{tree}}")], None).await.ok()
+        } else {
+            None
+        };
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let found = tree.is_some();
+        if !found {
+            tracing::warn!(parent, "the last checkpoint is gone from the store; a new chain starts");
         }
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = tree.map(|t| (parent.to_owned(), t));
+        found
     }
 
     /// Puts the store's refs back as the chain of checkpoints ending at `head` has them, once
@@ -480,6 +490,27 @@ mod tests {
         std::fs::write(&a, "three\n").unwrap();
         let third = again.take(3, Some(&head)).await.unwrap();
         assert_eq!(again.git(&["rev-parse", &format!("{}^", third.commit)], None).await.unwrap(), head);
+
+        // The kept parent removed from the store, the agent's own chain under main: the next
+        // checkpoint starts a chain of its own, so nothing of the agent's is ever under the head.
+        let gone = tempfile::tempdir().unwrap();
+        let g = Checkpoints::new(gone.path().to_path_buf());
+        std::fs::write(gone.path().join("a.txt"), "one\n").unwrap();
+        let kept = g.take(1, None).await.unwrap().commit;
+        let object = g.dir.join("objects").join(&kept[..2]).join(&kept[2..]);
+        std::fs::remove_file(&object).unwrap();
+        std::fs::write(gone.path().join("a.txt"), "evil\n").unwrap();
+        g.git(&["add", "-A", "."], None).await.unwrap();
+        let tree = g.git(&["write-tree"], None).await.unwrap();
+        let forged = g.git(&["commit-tree", &tree, "-m", "seq 1"], None).await.unwrap();
+        g.git(&["update-ref", "refs/heads/main", &forged], None).await.unwrap();
+        let fresh = Checkpoints::new(gone.path().to_path_buf());
+        std::fs::write(gone.path().join("a.txt"), "two\n").unwrap();
+        let next = fresh.take(2, Some(&kept)).await.unwrap();
+        let parents = fresh.git(&["log", "--format=%P", "-1", &next.commit], None).await.unwrap();
+        assert_eq!(parents, "", "an orphan, not a child of the agent's commit");
+        let refused = fresh.restore(1, Some(&next.commit)).await.unwrap_err();
+        assert!(matches!(refused, ExecutorError::NotFound(_)), "seq 1 is not in the kept chain: {refused:?}");
 
         // Objects rewritten in place: refused, and the workspace is left as it is.
         let blob = again.git(&["rev-parse", &format!("{}:a.txt", first.commit)], None).await.unwrap();

@@ -1,7 +1,8 @@
 //! "Sign in with Slack" for a Slack sign-in link: the proof that whoever links a Slack user to
 //! their Halyard account is that Slack user, from Slack itself (OpenID Connect against Slack with
-//! the operator's own Slack app, `HALYARD_SLACK_OIDC_*`), not from the automation's owner, who
-//! holds the signing secret and the app that names users on the link page.
+//! the operator's own Slack app: `HALYARD_SLACK_OIDC_CLIENT_ID` and `HALYARD_SLACK_OIDC_CLIENT_SECRET`),
+//! not from the automation's owner, who holds the signing secret and the app that names users on
+//! the link page.
 //!
 //! `GET /auth/slack/start?link=<code>&run_as_me=` (signed in) sends the browser to Slack with a
 //! fresh state, nonce and PKCE challenge, kept with who is linking and what in a short-lived
