@@ -107,9 +107,15 @@ pub struct CustomAgents {
     pub agents: BTreeMap<String, CustomAgent>,
 }
 
-/// The organization and name of an organization's agent (`@acme/reviewer`).
-pub fn org_agent(name: &str) -> Option<(&str, &str)> {
-    name.strip_prefix('@')?.split_once('/')
+/// Where registered agent `name` is kept, for a conversation in organization `org` (none:
+/// outside one): the user bucket's key and its name there. An organization's agent
+/// (`@acme/reviewer`) is for its own conversations only: `Err` names the organization it is.
+pub fn registration<'a>(name: &'a str, org: Option<&str>) -> Result<(String, &'a str), &'a str> {
+    match name.strip_prefix('@').and_then(|n| n.split_once('/')) {
+        Some((o, short)) if Some(o) == org => Ok((crate::subjects::org_agents_key(o), short)),
+        Some((o, _)) => Err(o),
+        None => Ok((crate::subjects::CUSTOM_AGENTS_KEY.to_owned(), name)),
+    }
 }
 
 impl CustomAgent {

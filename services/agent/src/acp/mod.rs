@@ -23,7 +23,6 @@ use halyard_platform::executor_client::{ExecutorClient, ExecutorSocket};
 use halyard_protocol::agents::{self, CustomAgents, Launch};
 use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
 use halyard_protocol::executor::{AcpFrame, AcpSpawn};
-use halyard_protocol::subjects;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -125,11 +124,8 @@ async fn launch(ctx: &Ctx, name: &str, org: Option<&str>, token: &str, model: &s
     if let Some(kind) = agents::kind(name) {
         return Ok(kind.launch(&ctx.config.agent.agents_dir, token, model));
     }
-    let (key, short) = match agents::org_agent(name) {
-        Some((o, short)) if Some(o) == org => (subjects::org_agents_key(o), short),
-        Some((o, _)) => return Err(format!("agent {name} is organization {o}'s, for its conversations only")),
-        None => (subjects::CUSTOM_AGENTS_KEY.to_owned(), name),
-    };
+    let (key, short) =
+        agents::registration(name, org).map_err(|o| format!("agent {name} is organization {o}'s, for its conversations only"))?;
     let registered: CustomAgents = match ctx.user_kv.get(&key).await {
         Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("{key}: {e}"))?,
         Ok(None) => CustomAgents::default(),

@@ -68,16 +68,12 @@ pub async fn resolve(state: &AppState, name: &str, org: Option<&str>) -> Result<
     if let Some(kind) = agents::kind(name) {
         return Ok(Resolved::Kind(kind));
     }
-    let (key, short) = match agents::org_agent(name) {
-        Some((o, short)) if Some(o) == org => (subjects::org_agents_key(o), short),
-        Some((o, _)) => {
-            return Err(ApiError::bad_request(
-                "agent_not_in_org",
-                format!("agent {name} is organization {o}'s: start the conversation in it (`\"org\": \"{o}\"`)"),
-            ));
-        }
-        None => (subjects::CUSTOM_AGENTS_KEY.to_owned(), name),
-    };
+    let (key, short) = agents::registration(name, org).map_err(|o| {
+        ApiError::bad_request(
+            "agent_not_in_org",
+            format!("agent {name} is organization {o}'s: start the conversation in it (`\"org\": \"{o}\"`)"),
+        )
+    })?;
     let registered = crate::settings::custom_agents::registered(state, &key).await?;
     registered.agents.get(short).cloned().map(Resolved::Custom).ok_or_else(|| unknown(name))
 }
