@@ -3,16 +3,16 @@
 # versions) into /opt/halyard-agents, where process sandboxes read them (they see /usr and /opt)
 # and from where build-base-image.sh copies them into the Docker base image. Each gets a
 # launcher in bin/ that the agent runner starts in the sandbox (protocol/src/agents.rs names
-# them). HALYARD_AGENTS chooses which (default: `claude-code opencode codex`; `gemini` installs
-# too, but is not wired up: Halyard's profiles do not speak Gemini's wire).
+# them). HALYARD_AGENTS chooses which (default: all four, `claude-code opencode codex gemini`).
 #
 # Sizes on disk, measured here: claude-code 480 MB (claude-agent-acp 0.23.1 with Claude Code
 # 2.1.332, whose native binary is most of it), opencode 354 MB (opencode-ai 1.18.33, a native
-# binary), codex 223 MB (codex-acp 0.16.0, a native binary).
+# binary), codex 223 MB (codex-acp 0.16.0, a native binary), gemini 100 MB (@google/gemini-cli
+# 0.61.0, one JavaScript bundle on Node 20 or later).
 # Idempotent: an agent whose launcher answers is not installed again.
 set -euo pipefail
 DIR=${HALYARD_AGENTS_DIR:-/opt/halyard-agents}
-AGENTS=${HALYARD_AGENTS:-claude-code opencode codex}
+AGENTS=${HALYARD_AGENTS:-claude-code opencode codex gemini}
 CLAUDE_ACP=0.23.1
 CLAUDE_CODE=2.1.332
 CODEX_ACP=0.16.0
@@ -67,7 +67,7 @@ exec \"\$node\" \"\$here/claude-code/node_modules/@zed-industries/claude-agent-a
     gemini)
       if [ -x "$DIR/bin/gemini-acp" ]; then continue; fi
       install gemini "@google/gemini-cli@$GEMINI_CLI"
-      launcher gemini-acp "exec \"\$node\" \"\$here/gemini/node_modules/@google/gemini-cli/dist/index.js\" --experimental-acp \"\$@\""
+      launcher gemini-acp "exec \"\$node\" \"\$here/gemini/node_modules/@google/gemini-cli/bundle/gemini.js\" --acp \"\$@\""
       ;;
     opencode)
       if [ -x "$DIR/bin/opencode-acp" ]; then continue; fi

@@ -28,6 +28,9 @@ pub struct AgentKind {
     pub launcher: &'static str,
     /// The LLM profile providers it can be pointed at.
     pub wires: &'static [&'static str],
+    /// The ACP authentication method that has it read its key from its environment, where it
+    /// wants one chosen (`authenticate` after `initialize`).
+    pub auth: Option<&'static str>,
 }
 
 /// The third-party agents Halyard knows how to run.
@@ -38,6 +41,7 @@ pub const KINDS: &[AgentKind] = &[
         packages: &["@zed-industries/claude-agent-acp", "@anthropic-ai/claude-code"],
         launcher: "bin/claude-agent-acp",
         wires: &["anthropic"],
+        auth: None,
     },
     AgentKind {
         name: "codex",
@@ -45,8 +49,17 @@ pub const KINDS: &[AgentKind] = &[
         packages: &["@zed-industries/codex-acp"],
         launcher: "bin/codex-acp",
         wires: &["openai-responses"],
+        auth: None,
     },
-    AgentKind { name: "gemini", title: "Gemini CLI", packages: &["@google/gemini-cli"], launcher: "bin/gemini-acp", wires: &["gemini"] },
+    // Its key from GEMINI_API_KEY once told so.
+    AgentKind {
+        name: "gemini",
+        title: "Gemini CLI",
+        packages: &["@google/gemini-cli"],
+        launcher: "bin/gemini-acp",
+        wires: &["gemini"],
+        auth: Some("gemini-api-key"),
+    },
     // Its `openai` provider speaks the Responses API.
     AgentKind {
         name: "opencode",
@@ -54,6 +67,7 @@ pub const KINDS: &[AgentKind] = &[
         packages: &["opencode-ai"],
         launcher: "bin/opencode-acp",
         wires: &["openai-responses"],
+        auth: None,
     },
 ];
 
@@ -79,6 +93,8 @@ pub struct Launch {
     pub env: BTreeMap<String, String>,
     /// The LLM profile providers it can be pointed at.
     pub wires: Vec<String>,
+    /// The ACP authentication method to choose after `initialize`, if any.
+    pub auth: Option<String>,
 }
 
 /// An agent an administrator or an organization registered.
@@ -93,7 +109,8 @@ pub struct CustomAgent {
     /// model) are filled in.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// The LLM wire it speaks (an LLM profile provider: `openai`, `anthropic`, `openai-responses`).
+    /// The LLM wire it speaks (an LLM profile provider: `openai`, `anthropic`, `openai-responses`,
+    /// `gemini`).
     pub wire: String,
     /// Who registered or last changed it, and when (Unix milliseconds).
     pub updated_by: String,
@@ -126,7 +143,14 @@ impl CustomAgent {
             .iter()
             .map(|(k, v)| (k.clone(), v.replace("${HALYARD_LLM_TOKEN}", token).replace("${HALYARD_LLM_MODEL}", model)))
             .collect();
-        Launch { name: name.to_owned(), title: self.title.clone(), command: self.command.clone(), env, wires: vec![self.wire.clone()] }
+        Launch {
+            name: name.to_owned(),
+            title: self.title.clone(),
+            command: self.command.clone(),
+            env,
+            wires: vec![self.wire.clone()],
+            auth: None,
+        }
     }
 }
 
@@ -140,6 +164,7 @@ impl AgentKind {
             command: self.command(dir),
             env: self.env(token, model),
             wires: self.wires.iter().map(|w| (*w).to_owned()).collect(),
+            auth: self.auth.map(str::to_owned),
         }
     }
 
@@ -167,7 +192,14 @@ impl AgentKind {
             ],
             // Its launcher names a provider of its own, at the relay, whose key is this.
             "codex" => vec![("CODEX_API_KEY", token.into())],
-            "gemini" => vec![("GOOGLE_GEMINI_BASE_URL", base.into()), ("GEMINI_API_KEY", token.into())],
+            "gemini" => vec![
+                ("GOOGLE_GEMINI_BASE_URL", base.into()),
+                ("GEMINI_API_KEY", token.into()),
+                ("GEMINI_MODEL", model.into()),
+                // Nothing but the LLM calls: no usage statistics, no update checks.
+                ("GEMINI_TELEMETRY_ENABLED", "false".into()),
+                ("GEMINI_CLI_DISABLE_AUTOUPDATER", "1".into()),
+            ],
             "opencode" => {
                 // Its configuration, whole, in one variable: the `openai` provider (bundled,
                 // nothing fetched at run time) pointed at the relay.

@@ -1,9 +1,12 @@
 //! A scripted LLM: an HTTP server speaking OpenAI's `POST /v1/chat/completions`, OpenAI's
-//! `POST /v1/responses` and Anthropic's `POST /v1/messages` (plain and streamed, each as its
+//! `POST /v1/responses`, Anthropic's `POST /v1/messages` and Gemini's `POST
+//! /v1beta/models/{model}:generateContent` ([`gemini`]) (plain and streamed, each as its
 //! provider writes it),
 //! answering from one script of [`Reply`]s, and recording every request it gets; its `GET
 //! /v1/models` lists [`OPENAI_MODELS`] or, asked as Anthropic asks, [`ANTHROPIC_MODELS`] a page
-//! of two at a time.
+//! of two at a time. Its Gemini base URL is [`ScriptedLlm::gemini_base`].
+
+pub mod gemini;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -75,6 +78,8 @@ struct Inner {
     timings: Mutex<Vec<(Instant, Instant)>>,
     /// Each piece of text a paced stream sent, and when.
     pieces: Mutex<Vec<(String, Instant)>>,
+    /// The path of every call of the Gemini API (its model and method are there).
+    paths: Mutex<Vec<String>>,
 }
 
 /// The scripted server. Cheap to clone.
@@ -96,12 +101,15 @@ impl ScriptedLlm {
             usages: Mutex::new(Vec::new()),
             timings: Mutex::new(Vec::new()),
             pieces: Mutex::new(Vec::new()),
+            paths: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
             .route("/v1/messages", post(messages))
             .route("/v1/responses", post(responses))
             .route("/v1/models", get(models))
+            .route("/v1beta/models", get(gemini::models))
+            .route("/v1beta/models/{call}", post(gemini::generate))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
         let addr = listener.local_addr().expect("addr");
@@ -109,6 +117,11 @@ impl ScriptedLlm {
             let _ = axum::serve(listener, app).await;
         });
         Self { inner, base_url: format!("http://{addr}/v1") }
+    }
+
+    /// The base URL of its Gemini API (a `gemini` profile's).
+    pub fn gemini_base(&self) -> String {
+        format!("{}beta", self.base_url)
     }
 
     /// Appends replies to the script.
@@ -158,6 +171,11 @@ impl ScriptedLlm {
         self.inner.pieces.lock().expect("lock").clone()
     }
 
+    /// The path of every call of its Gemini API so far (`/v1beta/models/{model}:{method}`).
+    pub fn paths(&self) -> Vec<String> {
+        self.inner.paths.lock().expect("lock").clone()
+    }
+
     /// Every request's `Authorization` header.
     pub fn auth_headers(&self) -> Vec<Option<String>> {
         self.headers("authorization")
@@ -196,7 +214,8 @@ impl<S: Send + Sync> FromRequest<S> for Request {
     }
 }
 
-/// The length of a request's history (`messages`, or the Responses API's `input`) as it was
+/// The length of a request's history (`messages`, the Responses API's `input`, Gemini's
+/// `contents`) as it was
 /// sent, the basis of the usage this server reports.
 fn history_len(raw: &[u8]) -> usize {
     #[derive(serde::Deserialize)]
@@ -205,8 +224,10 @@ fn history_len(raw: &[u8]) -> usize {
         messages: Option<&'a serde_json::value::RawValue>,
         #[serde(borrow)]
         input: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        contents: Option<&'a serde_json::value::RawValue>,
     }
-    serde_json::from_slice::<History>(raw).ok().and_then(|h| h.messages.or(h.input)).map_or(0, |v| v.get().len())
+    serde_json::from_slice::<History>(raw).ok().and_then(|h| h.messages.or(h.input).or(h.contents)).map_or(0, |v| v.get().len())
 }
 
 /// What the script says to answer: `(n, content, calls as (id, name, arguments), usage as
@@ -251,7 +272,16 @@ fn answered(inner: &Inner, arrived: Instant, response: Response) -> Response {
     response
 }
 
-async fn next_answer(inner: &Inner, headers: HeaderMap, Request(body, raw, _): &Request, anthropic: bool) -> Result<Answer, Response> {
+/// Whose words a scripted error is in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+async fn next_answer(inner: &Inner, headers: HeaderMap, Request(body, raw, _): &Request, wire: Wire) -> Result<Answer, Response> {
+    let anthropic = wire == Wire::Anthropic;
     inner.requests.lock().expect("lock").push((headers, raw.clone()));
     let next = inner.script.lock().expect("lock").pop_front();
     let mut reply = match next {
@@ -289,9 +319,16 @@ async fn next_answer(inner: &Inner, headers: HeaderMap, Request(body, raw, _): &
             }
             Reply::Status(code) => {
                 let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                if wire == Wire::Gemini {
+                    return Err(gemini::error(status, "scripted failure"));
+                }
                 return Err((status, Json(json!({"error": {"message": "scripted failure", "type": "server_error"}}))).into_response());
             }
             Reply::ContextTooLong => {
+                if wire == Wire::Gemini {
+                    let message = "The input token count (250000) exceeds the maximum number of tokens allowed (1048576).";
+                    return Err(gemini::error(StatusCode::BAD_REQUEST, message));
+                }
                 let body = if anthropic {
                     json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}})
                 } else {
@@ -335,10 +372,11 @@ async fn messages(State(inner): State<Arc<Inner>>, headers: HeaderMap, request: 
         let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "anthropic-version and max_tokens are required"}});
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, true).await {
-        Ok(a) => a,
-        Err(response) => return response,
-    };
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) =
+        match next_answer(&inner, headers, &request, Wire::Anthropic).await {
+            Ok(a) => a,
+            Err(response) => return response,
+        };
     let mut blocks: Vec<Value> = Vec::new();
     if let Some(text) = &thinking {
         blocks.push(json!({"type": "thinking", "thinking": text, "signature": signature(text)}));
@@ -439,7 +477,8 @@ fn stream_body(text: String) -> Response {
 
 async fn complete(State(inner): State<Arc<Inner>>, headers: HeaderMap, request: Request) -> Response {
     let (body, arrived) = (&request.0, request.2);
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, false).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, Wire::OpenAi).await
+    {
         Ok(a) => a,
         Err(response) => return response,
     };
@@ -584,7 +623,8 @@ async fn responses(State(inner): State<Arc<Inner>>, headers: HeaderMap, request:
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
     }
     // The history in chat terms, for the scripted replies that read it.
-    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, false).await {
+    let (n, content, calls, (prompt, completion, cached), thinking, pace) = match next_answer(&inner, headers, &request, Wire::OpenAi).await
+    {
         Ok(a) => a,
         Err(response) => return response,
     };

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! Third-party agents as a conversation's agent, run for real from their npm packages
 //! (`infra/install-agents.sh`) in the conversation's sandbox, against the scripted LLM speaking
-//! their provider's wire: Claude Code (claude-agent-acp) over the Agent Client Protocol.
+//! their provider's wire: Claude Code (claude-agent-acp, Anthropic's), Codex and OpenCode (the
+//! Responses API) and Gemini CLI (Gemini's), over the Agent Client Protocol.
 
 use halyard_tests::harness::LLM_KEY;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
@@ -50,10 +51,8 @@ fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> Option<std::path::Pat
 
 /// Options of a deployment whose default LLM speaks `wire` with `model`, priced.
 fn speaking(llm: &ScriptedLlm, wire: &str, model: &str) -> HalyardOptions {
-    HalyardOptions::new(&llm.base_url)
-        .set("HALYARD_LLM_PROVIDER", wire)
-        .set("HALYARD_LLM_MODEL", model)
-        .set("HALYARD_LLM_PRICE", "3,15,0.3")
+    let base = if wire == "gemini" { llm.gemini_base() } else { llm.base_url.clone() };
+    HalyardOptions::new(&base).set("HALYARD_LLM_PROVIDER", wire).set("HALYARD_LLM_MODEL", model).set("HALYARD_LLM_PRICE", "3,15,0.3")
 }
 
 /// `reply` after a thinking block, as Anthropic answers with extended thinking on (Claude Code
@@ -78,6 +77,18 @@ fn container_holds_no_key(h: &Halyard, sandbox: &str, workspace: &str, (file, sa
     assert!(!environments.contains(LLM_KEY), "a process in the container holds the LLM key");
     let holders = exec(&format!("grep -rl '{LLM_KEY}' {workspace} /root /tmp /home 2>/dev/null"));
     assert_eq!(holders, "", "files in the container hold the LLM key");
+}
+
+/// A repository with one commit, to clone from its path.
+fn git_repository() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(repo.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(repo.path().join("README.md"), "# demo\n").unwrap();
+    for args in [&["init", "-q", "-b", "main"][..], &["add", "."], &["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "init"]]
+    {
+        assert!(std::process::Command::new("git").args(args).current_dir(repo.path()).status().unwrap().success());
+    }
+    repo
 }
 
 #[tokio::test]
@@ -107,13 +118,7 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
     assert!(bad["error"]["message"].as_str().unwrap().contains("`anthropic`"), "{bad}");
 
     // A repository, so Changes shows what the agent changed in it.
-    let repo = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(repo.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(repo.path().join("README.md"), "# demo\n").unwrap();
-    for args in [&["init", "-q", "-b", "main"][..], &["add", "."], &["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "init"]]
-    {
-        assert!(std::process::Command::new("git").args(args).current_dir(repo.path()).status().unwrap().success());
-    }
+    let repo = git_repository();
     let url = repo.path().to_string_lossy().to_string();
     let start = json!({"agent": "claude-code", "message": "Write hello.txt", "confirmation_policy": "always", "repository": {"url": url}});
     let (conv, task) = api.start_ready(start).await;
@@ -583,4 +588,107 @@ async fn an_agent_an_administrator_or_an_organization_registered_runs_like_the_i
     assert_eq!(root.call(reqwest::Method::DELETE, "/api/v1/agents/team-opencode", None).await.0, 204);
     let (s, e) = alice.post("/api/v1/conversations", json!({"agent": "team-opencode", "message": "again"})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_agent")), "{e}");
+}
+
+/// Gemini CLI's steps, by what its request holds: its checks (a JSON answer to a schema: who
+/// speaks next) answered as asked, its turn a shell command and then the answer.
+fn gemini_script(request: &Value) -> Reply {
+    let config = &request["generationConfig"];
+    if config["responseMimeType"] == "application/json" {
+        let schema = config["responseJsonSchema"].to_string() + &config["responseSchema"].to_string();
+        if schema.contains("next_speaker") {
+            return Reply::Text(json!({"reasoning": "The answer is complete.", "next_speaker": "user"}).to_string());
+        }
+        return Reply::Text("{}".into());
+    }
+    if request["tools"].as_array().is_none_or(Vec::is_empty) {
+        return Reply::Text("ok".into());
+    }
+    if request["contents"].to_string().contains("functionResponse") {
+        return Reply::Text("Gemini wrote gm.txt.".into());
+    }
+    Reply::tool("run_shell_command", json!({"command": "echo from gemini > gm.txt && cat gm.txt", "description": "Write gm.txt"}))
+}
+
+#[tokio::test]
+async fn gemini_cli_runs_a_command_after_confirm_on_geminis_wire_without_holding_the_key() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(gemini_script);
+    let h = Halyard::start(speaking(&llm, "gemini", "gemini-2.5-pro"));
+    let api = h.api(ALICE);
+    let (s, agents) = api.get("/api/v1/agents").await;
+    let gemini = agents["items"].as_array().unwrap().iter().find(|a| a["name"] == "gemini").cloned().unwrap_or_default();
+    assert_eq!((s, gemini["available"].as_bool()), (200, Some(true)), "{agents}");
+    // Claude Code cannot speak Gemini's wire: refused at the start, naming both.
+    let (s, bad) = api.post("/api/v1/conversations", json!({"agent": "claude-code", "message": "hi"})).await;
+    assert_eq!((s, bad["error"]["code"].as_str()), (400, Some("agent_profile_mismatch")), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("`gemini`"), "{bad}");
+
+    let repo = git_repository();
+    let repository = json!({"url": repo.path().to_string_lossy()});
+    let start = json!({"agent": "gemini", "message": "Write gm.txt", "confirmation_policy": "always", "repository": repository});
+    let (conv, task) = api.start_ready(start).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let events = api
+        .wait_events(&conv, "the permission request", |ev| {
+            matches!(last_status(ev).as_deref(), Some("waiting_for_confirmation" | "error" | "finished"))
+        })
+        .await;
+    assert_eq!(last_status(&events).as_deref(), Some("waiting_for_confirmation"), "{events:?}");
+    let action = events.iter().find(|e| e["kind"] == "action").expect("the command is an action");
+    assert_eq!(action["arguments"]["kind"], "execute", "{action}");
+    assert!(!workspace.join("gm.txt").exists(), "nothing ran before Confirm");
+    let envs = processes("gemini", &workspace);
+    assert!(!envs.is_empty(), "the agent runs");
+    for (_, env) in &envs {
+        assert!(!env.contains(LLM_KEY), "the agent's environment holds the LLM key");
+        assert!(env.contains("GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:"), "its LLM calls go to the relay: {env}");
+    }
+    assert_eq!(any_file_holds(&workspace, LLM_KEY.as_bytes()), None);
+
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/confirm"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    assert_eq!(std::fs::read_to_string(workspace.join("gm.txt")).unwrap(), "from gemini\n");
+    // Its result is an observation (Gemini CLI 0.61 shows a command's output to its model only,
+    // not over ACP: the model's next request has it).
+    let observation = events.iter().find(|e| e["kind"] == "observation" && e["tool_call_id"] == action["tool_call_id"]);
+    assert!(observation.is_some_and(|o| o["is_error"] == false), "{events:?}");
+    let told = llm.requests().iter().flat_map(|r| r["contents"].as_array().cloned().unwrap_or_default()).any(|c| {
+        c["parts"].as_array().into_iter().flatten().any(|p| p["functionResponse"]["response"].to_string().contains("from gemini"))
+    });
+    assert!(told, "the command's output went back to the model as a function response");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the answer");
+    assert_eq!(answer["text"], "Gemini wrote gm.txt.");
+    let (s, changes) = api.get(&format!("/api/v1/conversations/{conv}/changes")).await;
+    assert!(s == 200 && changes["files"].to_string().contains("gm.txt"), "{changes}");
+
+    // Upstream: Gemini's API with the real key, the profile's model in the path; every model
+    // call counted, with the tokens the server reported.
+    let paths = llm.paths();
+    assert!(!paths.is_empty() && paths.iter().all(|p| p.starts_with("/v1beta/models/gemini-2.5-pro:")), "{paths:?}");
+    assert!(llm.headers("x-goog-api-key").iter().all(|k| k.as_deref() == Some(LLM_KEY)));
+    let generated = paths.iter().filter(|p| !p.ends_with(":countTokens")).count();
+    let calls: Vec<&Value> = events.iter().filter(|e| e["kind"] == "llm_call").collect();
+    assert_eq!(calls.len(), generated, "one llm_call a model call: {paths:?}");
+    assert!(calls.iter().all(|c| c["prompt_tokens"].as_u64().unwrap() > 0 && c["cost_usd"].as_f64().unwrap() > 0.0), "{calls:?}");
+}
+
+#[tokio::test]
+async fn gemini_cli_works_in_a_container_that_never_holds_the_key() {
+    init();
+    halyard_tests::docker::require_engine();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(gemini_script);
+    let h =
+        Halyard::start(speaking(&llm, "gemini", "gemini-2.5-flash").set("HALYARD_SANDBOX", "docker").set("HALYARD_SANDBOX_POOL_SIZE", "0"));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "gemini", "message": "Write gm.txt"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let (sandbox, workspace) = (task["sandbox_id"].as_str().unwrap(), events[0]["workspace"].as_str().unwrap());
+    container_holds_no_key(&h, sandbox, workspace, ("gm.txt", "from gemini\n"), "GOOGLE_GEMINI_BASE_URL");
+    assert!(llm.headers("x-goog-api-key").iter().all(|k| k.as_deref() == Some(LLM_KEY)), "upstream it is there");
 }

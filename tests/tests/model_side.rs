@@ -381,3 +381,61 @@ async fn a_model_that_speaks_only_the_responses_api_runs_a_task() {
     assert_eq!((call["model"].as_str(), call["profile"].as_str()), (Some("gpt-5.1-codex"), Some("codex")));
     assert!(call["prompt_tokens"].as_u64().unwrap() > 10, "{call}");
 }
+
+#[tokio::test]
+async fn a_gemini_profile_is_tested_lists_its_models_and_runs_a_task_with_its_thinking_signed() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROFILE_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let profile = json!({"provider": "gemini", "base_url": llm.gemini_base(), "model": "gemini-2.5-pro", "api_key": "AIza-gemini",
+                         "thinking_budget_tokens": 2048});
+    let (s, p) = alice.call(Method::PUT, "/api/v1/llm-profiles/gem", Some(profile)).await;
+    assert_eq!((s, p["provider"].as_str()), (201, Some("gemini")), "{p}");
+    // Its server's models, every page, without the ones that do not generate content.
+    let (s, models) = alice.get("/api/v1/llm-profiles/gem/models").await;
+    let ids: Vec<&str> = models["items"].as_array().map(|m| m.iter().filter_map(|m| m["id"].as_str()).collect()).unwrap_or_default();
+    assert_eq!((s, ids), (200, vec!["gemini-scripted-flash", "gemini-scripted-pro"]), "{models}");
+    llm.push([Reply::Text("OK".into())]);
+    let (s, tested) = alice.post("/api/v1/llm-profiles/gem/test", json!({})).await;
+    assert_eq!((s, tested["ok"].as_bool()), (200, Some(true)), "{tested}");
+
+    llm.push([
+        Reply::Thinking(
+            "List it first.".into(),
+            Box::new(Reply::Tools(
+                Some("Looking.".into()),
+                vec![("terminal".into(), json!({"command": "echo from-gemini", "security_risk": "low"}))],
+            )),
+        ),
+        Reply::finish("gemini done"),
+    ]);
+    let (conv, _) = alice.start_ready(json!({"message": "use gemini", "llm_profile": "gem"})).await;
+    let events = alice.wait_events(&conv, "the run", finished).await;
+    let all = Value::Array(events.clone()).to_string();
+    assert!(all.contains("gemini done") && all.contains("\"finished\""), "the run did not finish: {all}");
+    // Gemini's wire: the model in the path, the key in x-goog-api-key, the system prompt apart.
+    let paths = llm.paths();
+    assert!(paths.iter().all(|p| p.starts_with("/v1beta/models/gemini-2.5-pro:")), "{paths:?}");
+    assert!(llm.headers("x-goog-api-key").iter().all(|k| k.as_deref() == Some("AIza-gemini")));
+    let requests = llm.requests();
+    let first = &requests[1];
+    assert!(first["systemInstruction"]["parts"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{first}");
+    assert_eq!(first["contents"][0]["role"], "user", "{first}");
+    let declared = first["tools"][0]["functionDeclarations"].as_array().unwrap();
+    assert!(declared.iter().any(|d| d["name"] == "terminal" && d["parametersJsonSchema"]["type"] == "object"), "{first}");
+    assert_eq!(first["generationConfig"]["thinkingConfig"]["thinkingBudget"], 2048);
+    // The next turn: the call, signed as it came, and its result naming its function.
+    let contents = requests[2]["contents"].as_array().unwrap();
+    let model = contents.iter().find(|c| c["role"] == "model").expect("the model's turn went back");
+    let call = model["parts"].as_array().unwrap().iter().find(|p| p.get("functionCall").is_some()).unwrap();
+    assert_eq!(call["thoughtSignature"].as_str(), Some(halyard_tests::llm::signature("List it first.").as_str()), "{model}");
+    let result = contents.last().unwrap()["parts"][0]["functionResponse"].clone();
+    assert_eq!(result["name"], "terminal", "{result}");
+    assert!(result["response"]["output"].as_str().unwrap().contains("from-gemini"), "{result}");
+    let thought = events.iter().find(|e| e["kind"] == "thinking").expect("a thinking event");
+    assert_eq!(thought["blocks"][0]["text"], "List it first.");
+    let call = events.iter().find(|e| e["kind"] == "llm_call").unwrap();
+    assert_eq!((call["model"].as_str(), call["profile"].as_str()), (Some("gemini-2.5-pro"), Some("gem")));
+    assert!(call["prompt_tokens"].as_u64().unwrap() > 10, "{call}");
+}

@@ -979,7 +979,7 @@ impl Config {
                 "AGENTS_DIR" => self.agent.agents_dir = v.clone(),
                 "LLM_PROVIDER" => {
                     if !crate::llm::PROVIDERS.contains(&v.as_str()) {
-                        return Err(bad("expected `openai`, `anthropic` or `openai-responses`"));
+                        return Err(bad("expected `openai`, `anthropic`, `openai-responses` or `gemini`"));
                     }
                     self.llm.provider = v
                 }

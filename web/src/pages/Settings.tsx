@@ -123,6 +123,16 @@ function DeleteButton({ what, onDelete }: { what: string; onDelete: () => void }
   );
 }
 
+/// Where each wire's provider is, as the base URL's placeholder.
+const BASE_URLS: Record<string, string> = {
+  openai: "https://api.openai.com/v1",
+  anthropic: "https://api.anthropic.com/v1",
+  "openai-responses": "https://api.openai.com/v1",
+  gemini: "https://generativelanguage.googleapis.com/v1beta",
+};
+/// The wires that ask for more thinking with a budget of tokens (the others with an effort).
+const budgeted = (provider: string) => provider === "anthropic" || provider === "gemini";
+
 function Profiles() {
   const { items, loadError, reload } = useList("/llm-profiles");
   const { error, run, prompt } = useChange(reload);
@@ -148,8 +158,8 @@ function Profiles() {
       fallbacks,
       tools: form.tools,
       // Each wire's own way to ask for more thinking.
-      reasoning_effort: form.provider !== "anthropic" && form.reasoning_effort ? form.reasoning_effort : null,
-      thinking_budget_tokens: form.provider === "anthropic" && form.thinking_budget_tokens ? Number(form.thinking_budget_tokens) : null,
+      reasoning_effort: !budgeted(form.provider) && form.reasoning_effort ? form.reasoning_effort : null,
+      thinking_budget_tokens: budgeted(form.provider) && form.thinking_budget_tokens ? Number(form.thinking_budget_tokens) : null,
     };
     // Write-only: an empty field keeps the stored key.
     if (form.api_key) body.api_key = form.api_key;
@@ -228,10 +238,11 @@ function Profiles() {
             <option value="openai">OpenAI-compatible</option>
             <option value="anthropic">Anthropic</option>
             <option value="openai-responses">OpenAI Responses API</option>
+            <option value="gemini">Google Gemini</option>
           </select>
         </Field>
         <Field label="Base URL">
-          <input value={form.base_url} onChange={set("base_url")} placeholder="https://api.openai.com/v1" required />
+          <input value={form.base_url} onChange={set("base_url")} placeholder={BASE_URLS[form.provider] ?? BASE_URLS.openai} required />
         </Field>
         <Field label="Model">
           <input value={form.model} onChange={set("model")} placeholder="gpt-4o" required />
@@ -264,7 +275,7 @@ function Profiles() {
         <Field label="Fallbacks">
           <input value={form.fallbacks} onChange={set("fallbacks")} placeholder="other profiles, in order: backup, local" />
         </Field>
-        {form.provider === "anthropic" ? (
+        {budgeted(form.provider) ? (
           <Field label="Thinking budget (tokens)">
             <input type="number" min={1024} value={form.thinking_budget_tokens} onChange={set("thinking_budget_tokens")} placeholder="off" />
           </Field>

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use halyard_platform::llm::fallback::LlmChain;
-use halyard_platform::llm::passthrough::{UsageReader, endpoint, error_body};
+use halyard_platform::llm::passthrough::{UsageReader, error_body, route};
 use halyard_platform::relay::{self, Answer, Refusal};
 use halyard_protocol::TraceContext;
 use serde_json::Value;
@@ -51,26 +51,18 @@ impl Relay {
 
     async fn answer(self: Arc<Self>, request: relay::Request) -> Result<Answer, Refusal> {
         let wire = self.chain.primary().wire().to_owned();
-        let refuse = |status: u16, kind: &str, message: &str| Refusal::Answer(json_answer(status, &error_body(&wire, kind, message)));
+        let refuse =
+            |status: u16, kind: &str, message: &str| Refusal::Answer(json_answer(status, &error_body(&wire, status, kind, message)));
         let presented = request.headers.iter().find_map(|(name, value)| match name.to_ascii_lowercase().as_str() {
-            "x-api-key" => Some(value.clone()),
+            "x-api-key" | "x-goog-api-key" => Some(value.clone()),
             "authorization" => value.strip_prefix("Bearer ").map(str::to_owned),
             _ => None,
         });
         if presented.as_deref() != Some(self.token.as_str()) {
             return Err(refuse(401, "authentication_error", "this relay answers its own agent's calls only"));
         }
-        let path = request.target.trim_start_matches('/');
-        let path = path.strip_prefix("v1/").unwrap_or(path);
-        if request.method != "POST" || path != endpoint(&wire) {
-            let message = format!(
-                "the conversation's LLM profile speaks `{wire}`: its agent may call POST /v1/{} only, not {} /{}",
-                endpoint(&wire),
-                request.method,
-                request.target
-            );
-            return Err(refuse(404, "not_found_error", &message));
-        }
+        let call =
+            route(&wire, &request.method, &request.target, self.chain.primary().model()).map_err(|m| refuse(404, "not_found_error", &m))?;
         let mut body = Vec::new();
         let mut chunks = relay::stream_of(request.body);
         while let Some(chunk) = chunks.next().await {
@@ -90,14 +82,16 @@ impl Relay {
             Ok(v) => v,
             Err(e) => return Err(refuse(400, "invalid_request_error", &format!("the body is no JSON: {e}"))),
         };
-        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        let stream = call.stream.unwrap_or_else(|| body.get("stream").and_then(Value::as_bool).unwrap_or(false));
         let asked = Instant::now();
-        // The profile, then each fallback that speaks the same wire, until one answers.
+        // The profile, then each fallback that speaks the same wire, until one answers (each
+        // with its own model, which Gemini names in the path).
         let mut last = None;
         for link in self.chain.links().iter().filter(|l| l.client.wire() == wire) {
-            match link.client.pass_through(body.clone(), &request.headers).await {
+            let path = route(&wire, &request.method, &request.target, link.client.model()).map_or_else(|_| call.path.clone(), |r| r.path);
+            match link.client.pass_through(body.clone(), &request.headers, &path).await {
                 Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => last = Some(Ok(r)),
-                Ok(r) => return Ok(self.clone().relayed(r, link.clone(), &wire, stream, asked)),
+                Ok(r) => return Ok(self.clone().relayed(r, link.clone(), &wire, stream, asked, call.counted)),
                 Err(e) => last = Some(Err(e)),
             }
         }
@@ -133,10 +127,11 @@ impl Relay {
         wire: &str,
         stream: bool,
         asked: Instant,
+        counted: bool,
     ) -> Answer {
         let status = response.status().as_u16();
         let headers = answer_headers(&response);
-        if status >= 400 {
+        if status >= 400 || !counted {
             return Answer { status, headers, body: response.bytes_stream().map(|c| c.map_err(|e| e.to_string())).boxed() };
         }
         let reader = UsageReader::new(wire, stream);

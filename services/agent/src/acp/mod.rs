@@ -245,6 +245,13 @@ async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, k
             "clientInfo": {"name": "halyard", "version": env!("CARGO_PKG_VERSION")}}),
         )
         .await?;
+    // An agent that wants its way of reading the key chosen (Gemini CLI's `gemini-api-key`).
+    if let Some(method) = kind.auth.as_deref() {
+        let offered = init["authMethods"].as_array().into_iter().flatten().any(|m| m["id"] == method);
+        if offered {
+            conn.request("halyard-auth", "authenticate", json!({"methodId": method})).await?;
+        }
+    }
     let loads = init.pointer("/agentCapabilities/loadSession").and_then(Value::as_bool).unwrap_or(false);
     if let Some(id) = known.filter(|_| loads) {
         let params = json!({"sessionId": id, "cwd": workspace, "mcpServers": []});

@@ -46,7 +46,7 @@ pub async fn check_profile(state: &AppState, user: &UserId, field: &str, name: &
 #[schema(as = LlmProfile)]
 pub struct ProfileView {
     pub name: String,
-    /// `openai`, `anthropic` or `openai-responses`: the wire the server speaks.
+    /// `openai`, `anthropic`, `openai-responses` or `gemini`: the wire the server speaks.
     pub provider: String,
     pub base_url: String,
     pub model: String,
@@ -137,8 +137,8 @@ pub async fn get_profile(State(state): State<AppState>, User(user): User, Path(n
 #[serde(deny_unknown_fields)]
 pub struct ProfileBody {
     /// `openai` (default: chat completions, which most servers speak), `anthropic` (the
-    /// Messages API) or `openai-responses` (OpenAI's Responses API, for models that speak only
-    /// it).
+    /// Messages API), `openai-responses` (OpenAI's Responses API, for models that speak only
+    /// it) or `gemini` (Google's Gemini API, base URL `https://generativelanguage.googleapis.com/v1beta`).
     #[serde(default)]
     pub provider: Option<String>,
     /// The server's API root (`https://api.openai.com/v1`, ...).
@@ -175,7 +175,7 @@ pub struct ProfileBody {
     /// `reasoning_effort`).
     #[serde(default)]
     pub reasoning_effort: Option<String>,
-    /// Anthropic's extended thinking: tokens it may use per answer (at least 1,024). Its
+    /// Anthropic's extended thinking (Gemini's `thinkingBudget`): tokens it may use per answer (at least 1,024). Its
     /// thinking is recorded as `thinking` events and given back to the model as the API wants.
     #[serde(default)]
     #[schema(minimum = 1024)]

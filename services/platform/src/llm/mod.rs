@@ -1,20 +1,22 @@
 //! The LLM client: OpenAI-compatible chat-completions endpoints (OpenAI, vLLM, llama.cpp
 //! server, Ollama, LiteLLM...) and Anthropic's Messages API ([`anthropic`]), chosen by
 //! `provider`, with native tool calling, streaming (server-sent events) and plain responses; and
-//! OpenAI's Responses API ([`responses`]) for models that speak only it.
+//! OpenAI's Responses API ([`responses`]) for models that speak only it, and Google's Gemini API
+//! ([`gemini`]).
 //! Timeouts, 429 and 5xx are retried with exponential backoff (honouring `Retry-After`); a
 //! bounded number of calls is in flight per process. A profile's fallbacks take the calls its
 //! provider cannot answer ([`fallback`]); [`models`] lists what a provider offers.
 
 pub mod anthropic;
 pub mod fallback;
+pub mod gemini;
 pub mod models;
 pub mod passthrough;
 pub mod responses;
 
 /// The wires a profile's `provider` may name: OpenAI-compatible chat completions, Anthropic's
-/// Messages API, and OpenAI's Responses API.
-pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER];
+/// Messages API, OpenAI's Responses API and Google's Gemini API.
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER, gemini::PROVIDER];
 
 fn check_provider(provider: &str) -> Result<(), LlmError> {
     if PROVIDERS.contains(&provider) {
@@ -247,6 +249,7 @@ pub fn is_context_error(body: &str) -> bool {
         "exceeds the context",
         "exceed_context_size",
         "request_too_large",
+        "input token count",
     ]
     .iter()
     .any(|p| b.contains(p))
@@ -468,6 +471,16 @@ impl LlmClient {
                 self.config.thinking_budget_tokens,
             );
             self.authorized(self.http.post(format!("{base}/messages")).json(&body))
+        } else if wire == gemini::PROVIDER {
+            let body = gemini::request(
+                self.config.max_output_tokens,
+                messages,
+                tools,
+                self.config.temperature,
+                self.config.thinking_budget_tokens,
+            );
+            let method = if self.config.stream { "streamGenerateContent" } else { "generateContent" };
+            self.authorized(self.http.post(format!("{base}/{}", gemini::path(&self.config.model, method))).json(&body))
         } else {
             self.openai_request(base, messages, tools)
         };
@@ -480,6 +493,8 @@ impl LlmClient {
             ("anthropic", false) => anthropic::parse(&response.json::<Value>().await.map_err(transport)?),
             (responses::PROVIDER, true) => read_stream(response, responses::StreamAccumulator::default(), deltas).await,
             (responses::PROVIDER, false) => responses::parse(&response.json::<Value>().await.map_err(transport)?),
+            (gemini::PROVIDER, true) => read_stream(response, gemini::StreamAccumulator::default(), deltas).await,
+            (gemini::PROVIDER, false) => gemini::parse(&response.json::<Value>().await.map_err(transport)?),
             (_, true) => read_stream(response, StreamAccumulator::default(), deltas).await,
             (_, false) => parse_completion(&response.json::<Value>().await.map_err(transport)?),
         }
@@ -502,10 +517,13 @@ impl LlmClient {
     }
 
     /// `request` with the key as this client's wire sends it: Anthropic's `x-api-key` (and its
-    /// version), else a bearer token (none when there is no key).
+    /// version), Gemini's `x-goog-api-key`, else a bearer token (none when there is no key).
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if self.config.provider == "anthropic" {
             return request.header("x-api-key", &self.config.api_key).header("anthropic-version", anthropic::VERSION);
+        }
+        if self.config.provider == gemini::PROVIDER {
+            return request.header("x-goog-api-key", &self.config.api_key);
         }
         if self.config.api_key.is_empty() { request } else { request.bearer_auth(&self.config.api_key) }
     }

@@ -7,10 +7,10 @@
 
 use serde_json::Value;
 
-use super::{Accumulate, LlmClient, LlmError, Usage, anthropic, responses};
+use super::{Accumulate, LlmClient, LlmError, Usage, anthropic, gemini, responses};
 
-/// The endpoint (after the base URL's `/v1`) each wire serves.
-pub fn endpoint(wire: &str) -> &'static str {
+/// The endpoint (after the base URL's `/v1`) each wire but Gemini's serves.
+fn endpoint(wire: &str) -> &'static str {
     match wire {
         "anthropic" => "messages",
         responses::PROVIDER => "responses",
@@ -18,20 +18,60 @@ pub fn endpoint(wire: &str) -> &'static str {
     }
 }
 
+/// Where one call of an agent goes, after the profile's base URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub path: String,
+    /// Whether the answer streams, when the path says so (Gemini's); else the body's `stream`.
+    pub stream: Option<bool>,
+    /// Whether it is an LLM call, counted in usage and budgets (Gemini's `countTokens` is not).
+    pub counted: bool,
+}
+
+/// The route of an agent's call `method target` (as it reached the relay, `/v1/...` or
+/// Gemini's `/v1beta/...`) on `wire`, for the profile's `model`; `Err` says what may be called.
+pub fn route(wire: &str, method: &str, target: &str, model: &str) -> Result<Route, String> {
+    let refused = || {
+        let allowed = match wire {
+            gemini::PROVIDER => "POST /v1beta/models/{model}:generateContent, :streamGenerateContent or :countTokens".to_owned(),
+            _ => format!("POST /v1/{}", endpoint(wire)),
+        };
+        Err(format!("the conversation's LLM profile speaks `{wire}`: its agent may call {allowed} only, not {method} {target}"))
+    };
+    let path = target.trim_start_matches('/');
+    if method != "POST" {
+        return refused();
+    }
+    if wire != gemini::PROVIDER {
+        return match path.strip_prefix("v1/").unwrap_or(path) == endpoint(wire) {
+            true => Ok(Route { path: endpoint(wire).to_owned(), stream: None, counted: true }),
+            false => refused(),
+        };
+    }
+    let path = path.split('?').next().unwrap_or_default();
+    let path = path.strip_prefix("v1beta/").or_else(|| path.strip_prefix("v1/")).unwrap_or(path);
+    let Some((_, call)) = path.strip_prefix("models/").and_then(|p| p.rsplit_once(':')) else { return refused() };
+    match gemini::METHODS.iter().find(|(m, _)| *m == call) {
+        Some((m, counted)) => Ok(Route { path: gemini::path(model, m), stream: Some(*m == "streamGenerateContent"), counted: *counted }),
+        None => refused(),
+    }
+}
+
 impl LlmClient {
-    /// The wire this client speaks (`openai`, `anthropic`, `openai-responses`).
+    /// The wire this client speaks (`openai`, `anthropic`, `openai-responses`, `gemini`).
     pub fn wire(&self) -> &str {
         &self.config.provider
     }
 
-    /// Sends an agent's request `body` to this client's server at its wire's endpoint, with this
-    /// client's model and key; a stream of chat completions is asked for its usage too. The
+    /// Sends an agent's request `body` to this client's server at `path` ([`route`]), with
+    /// this client's model and key; a stream of chat completions is asked for its usage too. The
     /// response is the server's, whatever its status (the agent reads its errors itself), but
     /// for a failure to reach the server at all.
-    pub async fn pass_through(&self, mut body: Value, headers: &[(String, String)]) -> Result<reqwest::Response, LlmError> {
+    pub async fn pass_through(&self, mut body: Value, headers: &[(String, String)], path: &str) -> Result<reqwest::Response, LlmError> {
         let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
         let wire = self.wire();
-        if let Some(o) = body.as_object_mut() {
+        // (Gemini names the model in the path.)
+        if let Some(o) = body.as_object_mut().filter(|_| wire != gemini::PROVIDER) {
             o.insert("model".into(), Value::String(self.config.model.clone()));
             if wire == "openai" && o.get("stream").and_then(Value::as_bool) == Some(true) {
                 let options = o.entry("stream_options").or_insert_with(|| Value::Object(Default::default()));
@@ -41,7 +81,7 @@ impl LlmClient {
             }
         }
         let base = self.config.base_url.trim_end_matches('/');
-        let mut request = self.http.post(format!("{base}/{}", endpoint(wire))).json(&body);
+        let mut request = self.http.post(format!("{base}/{path}")).json(&body);
         // What the agent says of its request that servers read (never its credentials: the key
         // is the profile's).
         for (name, value) in headers {
@@ -55,6 +95,8 @@ impl LlmClient {
         }
         let request = if wire == "anthropic" {
             request.header("x-api-key", &self.config.api_key)
+        } else if wire == gemini::PROVIDER {
+            request.header("x-goog-api-key", &self.config.api_key)
         } else if self.config.api_key.is_empty() {
             request
         } else {
@@ -79,6 +121,7 @@ impl UsageReader {
         let acc: Box<dyn Accumulate + Send> = match wire {
             "anthropic" => Box::new(anthropic::StreamAccumulator::default()),
             responses::PROVIDER => Box::new(responses::StreamAccumulator::default()),
+            gemini::PROVIDER => Box::new(gemini::StreamAccumulator::default()),
             _ => Box::new(super::StreamAccumulator::default()),
         };
         Self { wire: wire.to_owned(), stream, buf: Vec::new(), acc, whole: Vec::new() }
@@ -105,6 +148,7 @@ impl UsageReader {
             let completion = match self.wire.as_str() {
                 "anthropic" => anthropic::parse(&v),
                 responses::PROVIDER => responses::parse(&v),
+                gemini::PROVIDER => gemini::parse(&v),
                 _ => super::parse_completion(&v),
             };
             return completion.ok()?.usage;
@@ -123,10 +167,41 @@ impl std::fmt::Debug for UsageReader {
     }
 }
 
-/// An error answer in `wire`'s own shape, for an agent that reads its provider's errors.
-pub fn error_body(wire: &str, kind: &str, message: &str) -> Value {
+/// An error answer of HTTP `status` in `wire`'s own shape, for an agent that reads its
+/// provider's errors.
+pub fn error_body(wire: &str, status: u16, kind: &str, message: &str) -> Value {
     match wire {
         "anthropic" => serde_json::json!({"type": "error", "error": {"type": kind, "message": message}}),
+        // Google's status names for the relay's refusals.
+        gemini::PROVIDER => {
+            let name = match status {
+                401 => "UNAUTHENTICATED",
+                402 | 429 => "RESOURCE_EXHAUSTED",
+                404 => "NOT_FOUND",
+                400 | 413 => "INVALID_ARGUMENT",
+                _ => "INTERNAL",
+            };
+            serde_json::json!({"error": {"code": status, "message": message, "status": name}})
+        }
         _ => serde_json::json!({"error": {"type": kind, "code": kind, "message": message}}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_call_is_routed_by_its_wire() {
+        let r = route("anthropic", "POST", "/v1/messages", "claude-x").unwrap();
+        assert_eq!((r.path.as_str(), r.stream, r.counted), ("messages", None, true));
+        assert!(route("anthropic", "POST", "/v1/chat/completions", "m").unwrap_err().contains("POST /v1/messages only"));
+        assert!(route("openai", "GET", "/v1/chat/completions", "m").is_err());
+        let r = route("gemini", "POST", "/v1beta/models/gemini-asked:streamGenerateContent?alt=sse", "gemini-profile").unwrap();
+        assert_eq!(r, Route { path: "models/gemini-profile:streamGenerateContent?alt=sse".into(), stream: Some(true), counted: true });
+        let r = route("gemini", "POST", "/v1beta/models/x:countTokens", "g").unwrap();
+        assert_eq!((r.path.as_str(), r.stream, r.counted), ("models/g:countTokens", Some(false), false));
+        assert!(route("gemini", "POST", "/v1beta/models/x:embedContent", "g").unwrap_err().contains(":generateContent"));
+        assert!(route("gemini", "POST", "/v1beta/files", "g").is_err());
     }
 }
