@@ -189,6 +189,10 @@ impl AgentKind {
                 ("DISABLE_AUTOUPDATER", "1".into()),
                 // It is one (claude-agent-acp refuses to start as root otherwise).
                 ("IS_SANDBOX", "1".into()),
+                // MCP tools offered whole, not deferred behind its tool search: the profile's
+                // server may be any Anthropic-compatible one, which need not know the
+                // `tool_reference` blocks that search answers with.
+                ("ENABLE_TOOL_SEARCH", "false".into()),
             ],
             // Its launcher names a provider of its own, at the relay, whose key is this.
             "codex" => vec![("CODEX_API_KEY", token.into())],

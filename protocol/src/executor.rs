@@ -279,6 +279,10 @@ pub enum AcpFrame {
         fresh: bool,
         #[serde(default)]
         unanswered: Vec<serde_json::Value>,
+        /// The relay's base URL as the agent reaches it (what `${HALYARD_LLM_BASE}` stands for),
+        /// where the holder also serves the conversation's MCP tools (`<relay>/mcp`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relay: Option<String>,
     },
     /// Executor to holder: one line of the agent's standard output (a JSON-RPC message).
     Line { seq: u64, line: String },

@@ -62,6 +62,12 @@ pub fn tool_names(request: &Value) -> Vec<String> {
     request["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
 }
 
+/// The names of the tools an Anthropic or Responses API request offers (flat: `{name, ...}`),
+/// in order.
+pub fn flat_tool_names(request: &Value) -> Vec<String> {
+    request["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
+}
+
 type Fallback = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 struct Inner {

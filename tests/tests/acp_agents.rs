@@ -5,6 +5,7 @@
 //! Responses API) and Gemini CLI (Gemini's), over the Agent Client Protocol.
 
 use halyard_tests::harness::LLM_KEY;
+use halyard_tests::llm::flat_tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
@@ -408,8 +409,7 @@ async fn opencode_runs_a_command_on_the_responses_wire_without_holding_the_key()
 /// Codex's steps: its shell tool (whichever of its names the request offers, with the arguments
 /// that one takes), then the answer.
 fn codex_script(request: &Value) -> Reply {
-    let tools: Vec<String> =
-        request["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
+    let tools = flat_tool_names(request);
     if request["input"].to_string().contains("function_call_output") || tools.is_empty() {
         return Reply::Text("Codex wrote cx.txt.".into());
     }
@@ -451,8 +451,7 @@ async fn claude_codes_file_write_is_an_edit_in_the_timeline_and_lands_in_the_wor
     // where the client offers to read and write files (Halyard does; claude-agent-acp 0.23 still
     // uses its own).
     llm.fallback(|request| {
-        let tools: Vec<String> =
-            request["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect();
+        let tools = flat_tool_names(request);
         if tools.is_empty() {
             return Reply::Text("Notes".into());
         }
@@ -691,4 +690,49 @@ async fn gemini_cli_works_in_a_container_that_never_holds_the_key() {
     let (sandbox, workspace) = (task["sandbox_id"].as_str().unwrap(), events[0]["workspace"].as_str().unwrap());
     container_holds_no_key(&h, sandbox, workspace, ("gm.txt", "from gemini\n"), "GOOGLE_GEMINI_BASE_URL");
     assert!(llm.headers("x-goog-api-key").iter().all(|k| k.as_deref() == Some(LLM_KEY)), "upstream it is there");
+}
+
+#[tokio::test]
+async fn claude_code_calls_the_conversations_mcp_tools_through_halyard() {
+    init();
+    const TOKEN: &str = "notes-token-acp-41f";
+    let notes = halyard_tests::python::PythonServer::start("mcp_notes.py", &[TOKEN]).await;
+    let llm = ScriptedLlm::start().await;
+    // The notes tool as Claude Code names the conversation's tools (Halyard's server `halyard`,
+    // the user's server `notes`), then the answer.
+    llm.fallback(|request| {
+        let tools = flat_tool_names(request);
+        let Some(add) = tools.iter().find(|t| t.ends_with("notes__add_note")) else { return Reply::Text("ok".into()) };
+        if request["messages"].to_string().contains("tool_result") {
+            return thinking(Reply::Text("The note is kept.".into()));
+        }
+        thinking(Reply::tool(add, json!({"text": "from claude"})))
+    });
+    let h = Halyard::start(speaking(&llm, "anthropic", "claude-sonnet-4-5").set("HALYARD_MCP_ALLOW", "loopback"));
+    let api = h.api(ALICE);
+    let (s, _) = api.call(reqwest::Method::PUT, "/api/v1/secrets/NOTES_TOKEN", Some(json!({"value": TOKEN}))).await;
+    assert_eq!(s, 201);
+    let server = json!({"transport": "http", "url": notes.mcp_url(), "headers": {"Authorization": "Bearer ${NOTES_TOKEN}"}});
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/mcp-servers/notes", Some(server)).await;
+    assert_eq!(s, 201, "{v}");
+
+    let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Keep a note"})).await;
+    let events = api.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    // The tool is offered to the agent under the conversation's name for it, and its call is an
+    // action whose result the server gave.
+    let offered = llm.requests().iter().any(|r| r["tools"].to_string().contains("mcp__halyard__notes__add_note"));
+    let names: Vec<Vec<String>> = llm.requests().iter().map(flat_tool_names).collect();
+    assert!(offered, "Claude Code was offered the notes tool through Halyard's MCP server: {names:?} {events:?}");
+    let action = events.iter().find(|e| e["kind"] == "action").expect("the tool call is an action");
+    let observation = events.iter().find(|e| e["kind"] == "observation" && e["tool_call_id"] == action["tool_call_id"]);
+    assert!(observation.is_some_and(|o| o["content"].to_string().contains("noted: from claude (1 kept)")), "{events:?}");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the answer");
+    assert_eq!(answer["text"], "The note is kept.");
+    // The server's address is nowhere in the sandbox: the agent knows Halyard's relay only.
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    assert_eq!(any_file_holds(&workspace, notes.mcp_url().as_bytes()), None);
+    for (_, env) in processes("claude", &workspace) {
+        assert!(!env.contains(&notes.mcp_url()), "the agent's environment names the MCP server");
+    }
 }

@@ -119,7 +119,8 @@ impl AcpHost {
             st.holders += 1;
             let generation = st.holders;
             let unanswered = st.unanswered.iter().filter_map(|id| serde_json::from_str(id).ok()).collect();
-            let _ = tx.send(AcpFrame::Attached { fresh, unanswered });
+            let relay = self.llm.as_ref().map(|r| r.base().to_owned());
+            let _ = tx.send(AcpFrame::Attached { fresh, unanswered, relay });
             for (seq, line) in &st.kept {
                 let _ = tx.send(AcpFrame::Line { seq: *seq, line: line.clone() });
             }

@@ -4,7 +4,8 @@
 //! made here, to the conversation's LLM profile (its fallbacks after it), with the profile's
 //! real key and model. The owner's secrets are masked in what is sent; the budget is checked
 //! before and the call recorded (an `llm_call` event, counted in usage, budgets and the
-//! organization's spending) after, before the agent sees the end of the answer.
+//! organization's spending) after, before the agent sees the end of the answer. Requests for
+//! `<relay>/mcp`, with the same token, go to the conversation's MCP server ([`super::mcp`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +38,8 @@ pub struct Relay {
     pub token: String,
     /// Set when a call was refused because a budget is spent: the run ends.
     pub spent: Arc<AtomicBool>,
+    /// The conversation's MCP tools, served at `<relay>/mcp` ([`super::mcp`]).
+    pub mcp: Option<super::mcp::Server>,
 }
 
 impl Relay {
@@ -61,16 +64,15 @@ impl Relay {
         if presented.as_deref() != Some(self.token.as_str()) {
             return Err(refuse(401, "authentication_error", "this relay answers its own agent's calls only"));
         }
+        // The conversation's MCP tools share the listener (and the token).
+        if let Some(server) = self.mcp.clone().filter(|_| request.target.trim_matches('/') == super::mcp::PATH) {
+            let relay::Request { method, headers, body, .. } = request;
+            let body = read(body).await.map_err(|m| refuse(413, "request_too_large", m))?;
+            return Ok(server.answer(&method, &headers, body.into()).await);
+        }
         let call =
             route(&wire, &request.method, &request.target, self.chain.primary().model()).map_err(|m| refuse(404, "not_found_error", &m))?;
-        let mut body = Vec::new();
-        let mut chunks = relay::stream_of(request.body);
-        while let Some(chunk) = chunks.next().await {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_BODY {
-                return Err(refuse(413, "request_too_large", "the request is over 64 MiB"));
-            }
-        }
+        let body = read(request.body).await.map_err(|m| refuse(413, "request_too_large", m))?;
         if let Some(why) = self.refusal().await {
             self.spent.store(true, Ordering::SeqCst);
             return Err(refuse(402, "budget_exceeded", &why));
@@ -174,6 +176,19 @@ impl Relay {
         let body = crate::llm_calls::of(link, usage.unwrap_or_default(), latency);
         crate::llm_calls::record(&self.ctx, &self.log, self.trace.clone(), body).await;
     }
+}
+
+/// A request's whole body, up to [`MAX_BODY`].
+async fn read(body: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Result<Vec<u8>, &'static str> {
+    let mut out = Vec::new();
+    let mut chunks = relay::stream_of(body);
+    while let Some(chunk) = chunks.next().await {
+        out.extend_from_slice(&chunk);
+        if out.len() > MAX_BODY {
+            return Err("the request is over 64 MiB");
+        }
+    }
+    Ok(out)
 }
 
 fn answer_headers(response: &reqwest::Response) -> Vec<(String, String)> {

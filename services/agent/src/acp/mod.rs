@@ -5,7 +5,8 @@
 //! become events ([`updates`]), its permission requests the conversation's confirmations (the
 //! policy applies; Confirm and Reject answer them), its file reads and writes go to the
 //! executor, and its LLM calls come back out through the relay ([`llm`]) to the profile's
-//! server with the real key.
+//! server with the real key, as do its calls of the conversation's MCP tools ([`mcp`]), offered
+//! in `session/new` to an agent that takes HTTP MCP servers.
 //!
 //! The process outlives runs: a run that ends waiting for a confirmation, or a runner that
 //! dies mid-turn, leaves it where it is; the next run attaches to it and is handed the lines
@@ -13,6 +14,7 @@
 //! for (`halyard-prompt-<seq>`: the prompt with the user's messages up to `seq`).
 
 pub mod llm;
+pub mod mcp;
 pub mod updates;
 
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::Ctx;
-use crate::run_loop::{Run, RunOutcome};
+use crate::run_loop::{McpConfigs, Run, RunOutcome};
 use updates::{Step, Updates};
 
 /// The ACP version this client speaks.
@@ -138,7 +140,7 @@ async fn launch(ctx: &Ctx, name: &str, org: Option<&str>, token: &str, model: &s
 /// Drives one run of a third-party agent: sets up its LLM relay and git proxy, attaches to its
 /// process (starting it, and its session, if there is none), sends the user's new messages, and
 /// records what it does until the turn ends, a permission waits, or the run is stopped.
-pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOutcome {
+pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_configs: Option<Result<McpConfigs, String>>) -> RunOutcome {
     let (conversation, workspace, org) = {
         let log = run.log.lock().await;
         let started = log.history.started.as_ref();
@@ -160,6 +162,10 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOu
         );
         return run.fail("agent_profile_mismatch", message).await;
     }
+    // The conversation's MCP servers, connected here and offered to the agent through the relay.
+    let Some(hub) = run.mcp(exec, mcp_configs).await else { return RunOutcome::Failed };
+    let timeout = std::time::Duration::from_secs_f64(run.ctx.config.agent.command_timeout_secs.max(1.0));
+    let mcp = mcp::Server::offers_any(&hub).then(|| mcp::Server::new(hub, timeout));
     let spent = Arc::new(AtomicBool::new(false));
     let relay = llm::Relay {
         ctx: run.ctx.clone(),
@@ -168,6 +174,7 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOu
         chain: run.llm.clone(),
         token: token.clone(),
         spent: spent.clone(),
+        mcp: mcp.clone(),
     };
     let _relay = match halyard_platform::relay::serve(exec, "/llm/relay", Vec::new(), relay.handler()).await {
         Ok(serving) => serving,
@@ -177,7 +184,7 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOu
     let mut env = run.env.clone();
     env.extend(kind.env.clone());
     let spawn = AcpSpawn { name: conversation.to_string(), command: kind.command.clone(), env };
-    let (mut conn, fresh, unanswered) = match attach(exec, &spawn).await {
+    let (mut conn, fresh, unanswered, relay_base) = match attach(exec, &spawn).await {
         Ok(c) => c,
         Err(e) => return run.fail("agent_unavailable", format!("{} could not be started: {e}", kind.title)).await,
     };
@@ -185,7 +192,9 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOu
     if let Some(id) = known.clone().filter(|_| !fresh) {
         conn.session = id;
     } else {
-        match open_session(&mut conn, &workspace, known, &kind).await {
+        // Halyard's MCP server, for an agent that takes HTTP ones.
+        let offered = mcp.and(relay_base).map(|base| mcp::Server::descriptor(&base, &token));
+        match open_session(&mut conn, &workspace, known, &kind, offered).await {
             Ok(Some(record)) => {
                 if !run.append(EventSource::System, record).await {
                     return RunOutcome::Failed;
@@ -213,8 +222,8 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str) -> RunOu
 }
 
 /// Attaches to the conversation's agent process: the connection, whether the process was
-/// started for it, and its requests not answered yet.
-async fn attach(exec: &ExecutorClient, spawn: &AcpSpawn) -> Result<(Conn, bool, Vec<Value>), String> {
+/// started for it, its requests not answered yet, and the relay's base URL in the sandbox.
+async fn attach(exec: &ExecutorClient, spawn: &AcpSpawn) -> Result<(Conn, bool, Vec<Value>, Option<String>), String> {
     let mut socket = exec.socket("/acp/stdio").await.map_err(|e| e.to_string())?;
     let first = serde_json::to_string(spawn).map_err(|e| e.to_string())?;
     socket.send(Message::Text(first.into())).await.map_err(|e| e.to_string())?;
@@ -223,8 +232,8 @@ async fn attach(exec: &ExecutorClient, spawn: &AcpSpawn) -> Result<(Conn, bool, 
         let Some(message) = conn.socket.next().await else { return Err("the sandbox closed the socket".into()) };
         match message.map_err(|e| e.to_string())? {
             Message::Text(text) => {
-                if let Ok(AcpFrame::Attached { fresh, unanswered }) = serde_json::from_str(&text) {
-                    return Ok((conn, fresh, unanswered));
+                if let Ok(AcpFrame::Attached { fresh, unanswered, relay }) = serde_json::from_str(&text) {
+                    return Ok((conn, fresh, unanswered, relay));
                 }
             }
             Message::Close(frame) => return Err(frame.map(|f| f.reason.to_string()).unwrap_or_else(|| "refused".into())),
@@ -234,8 +243,15 @@ async fn attach(exec: &ExecutorClient, spawn: &AcpSpawn) -> Result<(Conn, bool, 
 }
 
 /// `initialize`, then the session: the log's own loaded again where the agent can, else a new
-/// one, whose `agent_session` event is handed back to be appended.
-async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, kind: &Launch) -> Result<Option<EventBody>, String> {
+/// one, whose `agent_session` event is handed back to be appended. `mcp`: Halyard's MCP server,
+/// named to an agent that takes HTTP servers.
+async fn open_session(
+    conn: &mut Conn,
+    workspace: &str,
+    known: Option<String>,
+    kind: &Launch,
+    mcp: Option<Value>,
+) -> Result<Option<EventBody>, String> {
     let capabilities = json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false});
     let init = conn
         .request(
@@ -253,14 +269,19 @@ async fn open_session(conn: &mut Conn, workspace: &str, known: Option<String>, k
         }
     }
     let loads = init.pointer("/agentCapabilities/loadSession").and_then(Value::as_bool).unwrap_or(false);
+    let takes_http = init.pointer("/agentCapabilities/mcpCapabilities/http").and_then(Value::as_bool).unwrap_or(false);
+    if mcp.is_some() && !takes_http {
+        tracing::warn!(agent = %kind.name, "the agent takes no HTTP MCP server: the conversation's MCP tools are not offered to it");
+    }
+    let servers: Vec<Value> = mcp.filter(|_| takes_http).into_iter().collect();
     if let Some(id) = known.filter(|_| loads) {
-        let params = json!({"sessionId": id, "cwd": workspace, "mcpServers": []});
+        let params = json!({"sessionId": id, "cwd": workspace, "mcpServers": servers});
         if conn.request("halyard-load", "session/load", params).await.is_ok() {
             conn.session = id;
             return Ok(None);
         }
     }
-    let created = conn.request("halyard-new", "session/new", json!({"cwd": workspace, "mcpServers": []})).await?;
+    let created = conn.request("halyard-new", "session/new", json!({"cwd": workspace, "mcpServers": servers})).await?;
     let id = created.get("sessionId").and_then(Value::as_str).ok_or("session/new answered no sessionId")?.to_owned();
     conn.session = id.clone();
     Ok(Some(EventBody::AgentSession { agent: kind.name.clone(), session_id: id, agent_info: init.get("agentInfo").cloned() }))

@@ -68,7 +68,7 @@ impl RunOutcome {
 }
 
 /// The MCP servers a run may connect, by name.
-type McpConfigs = (crate::user::McpConfigs, crate::tools::mcp::OrgServers);
+pub(crate) type McpConfigs = (crate::user::McpConfigs, crate::tools::mcp::OrgServers);
 
 /// What a run reads of its owner's configuration as it starts ([`Run::read_configuration`]).
 struct Owned {
@@ -270,7 +270,7 @@ impl Run {
     /// The conversation's MCP servers, connected: the hub of an earlier run while it still
     /// serves the owner's configuration and secrets, else a new one, recorded in an
     /// `mcp_servers` event when what it offers changed. `None` if the log failed.
-    async fn mcp(&self, exec: &ExecutorClient, configs: Option<Result<McpConfigs, String>>) -> Option<Arc<McpHub>> {
+    pub(crate) async fn mcp(&self, exec: &ExecutorClient, configs: Option<Result<McpConfigs, String>>) -> Option<Arc<McpHub>> {
         let Some(configs) = configs else { return Some(Arc::default()) };
         let (mut configs, org) = match configs {
             Ok(c) => c,
@@ -450,7 +450,7 @@ impl Run {
         // A third-party agent works its own way: this runner is its ACP client.
         let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
         if let Some(name) = agent.filter(|a| crate::acp::is_third_party(Some(a))) {
-            return crate::acp::drive(self, &exec, &name).await;
+            return crate::acp::drive(self, &exec, &name, mcp_configs).await;
         }
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers

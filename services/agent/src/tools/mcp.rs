@@ -28,7 +28,7 @@ use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::McpStdioSpawn;
 use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers, ValuePart};
 use halyard_protocol::{ConversationId, UserId, subjects};
-use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents, Tool};
 use rmcp::service::{RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -164,6 +164,17 @@ impl McpHub {
             .collect()
     }
 
+    /// The servers' tools as MCP tools under their offered names (`<server>__<tool>`), for an
+    /// agent that is offered them over MCP ([`crate::acp::mcp`]).
+    pub fn tools(&self) -> Vec<Tool> {
+        let renamed = |(name, tool): &(String, Tool)| {
+            let mut tool = tool.clone();
+            tool.name = name.clone().into();
+            tool
+        };
+        self.servers.iter().flat_map(|s| &s.tools).map(renamed).collect()
+    }
+
     /// Whether `tool` is one of the servers' tools.
     pub fn offers(&self, tool: &str) -> bool {
         self.by_name.contains_key(tool)
@@ -184,25 +195,9 @@ impl McpHub {
 
     /// Calls `tool` with `args`; the result (or the failure) as an observation.
     pub async fn call(&self, tool: &str, args: &Value, timeout: Duration) -> ToolOutcome {
-        let Some((index, own_name)) = self.by_name.get(tool) else {
-            return observation(format!("There is no MCP tool named `{tool}`."), true);
-        };
-        let arguments = match args {
-            Value::Object(map) => {
-                let mut map = map.clone();
-                // The risk argument is ours, not the server's.
-                map.remove("security_risk");
-                Some(map)
-            }
-            Value::Null => None,
-            _ => return observation("The arguments of an MCP tool must be a JSON object.".into(), true),
-        };
-        let mut params = CallToolRequestParams::new(own_name.clone());
-        params.arguments = arguments;
-        match tokio::time::timeout(timeout, self.servers[*index].client.call_tool(params)).await {
-            Err(_) => observation(format!("The MCP tool `{tool}` did not answer within {} s.", timeout.as_secs()), true),
-            Ok(Err(e)) => observation(format!("The MCP tool `{tool}` failed: {e}"), true),
-            Ok(Ok(result)) => {
+        match self.call_whole(tool, args, timeout).await {
+            Err(message) => observation(message, true),
+            Ok(result) => {
                 let mut text = result.content.iter().map(content_text).collect::<Vec<_>>().join("\n");
                 if text.is_empty() {
                     text = result.structured_content.map(|v| v.to_string()).unwrap_or_default();
@@ -212,6 +207,30 @@ impl McpHub {
                 }
                 observation(text, result.is_error.unwrap_or(false))
             }
+        }
+    }
+
+    /// Calls `tool` with `args`: the server's result as it gave it, or why there is none.
+    pub async fn call_whole(&self, tool: &str, args: &Value, timeout: Duration) -> Result<CallToolResult, String> {
+        let Some((index, own_name)) = self.by_name.get(tool) else {
+            return Err(format!("There is no MCP tool named `{tool}`."));
+        };
+        let arguments = match args {
+            Value::Object(map) => {
+                let mut map = map.clone();
+                // The risk argument is ours, not the server's.
+                map.remove("security_risk");
+                Some(map)
+            }
+            Value::Null => None,
+            _ => return Err("The arguments of an MCP tool must be a JSON object.".into()),
+        };
+        let mut params = CallToolRequestParams::new(own_name.clone());
+        params.arguments = arguments;
+        match tokio::time::timeout(timeout, self.servers[*index].client.call_tool(params)).await {
+            Err(_) => Err(format!("The MCP tool `{tool}` did not answer within {} s.", timeout.as_secs())),
+            Ok(Err(e)) => Err(format!("The MCP tool `{tool}` failed: {e}")),
+            Ok(Ok(result)) => Ok(result),
         }
     }
 }

@@ -42,7 +42,7 @@ pub struct AgentBody {
     /// `${HALYARD_LLM_MODEL}` are the run's LLM relay, its token and the profile's model.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// The LLM wire it speaks: `openai`, `anthropic` or `openai-responses`.
+    /// The LLM wire it speaks: `openai`, `anthropic`, `openai-responses` or `gemini`.
     pub wire: String,
 }
 
