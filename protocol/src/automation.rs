@@ -29,6 +29,10 @@ pub struct Automation {
     /// One of the owner's LLM profiles; the owner's default if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_profile: Option<String>,
+    /// The agent its conversations have (`halyard`, `claude-code`, a registered one...); the
+    /// default of whoever a run runs as if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     pub enabled: bool,
     /// The hook's verification secret, sealed with the deployment's vault (slot
     /// [`secret_slot`]); kinds without a secret have none.

@@ -3,7 +3,7 @@
 //! reference library and starts one conversation per delivery (a replay, a bad signature, a
 //! stale timestamp, a disabled automation or a body that is not JSON start nothing, each for a
 //! reason a user can read); a `schedule` automation fires exactly once per tick with two
-//! automation services racing for it.
+//! automation services racing for it; an automation names the agent its conversations have.
 
 use std::time::{Duration, Instant};
 
@@ -1376,4 +1376,49 @@ async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items(
     assert_eq!(run["outcome"], "ignored", "{run}");
     assert!(run["reason"].as_str().unwrap().contains("sender Rae lacks write access to acme/web/site"), "{run}");
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}
+
+#[tokio::test]
+async fn an_automation_runs_its_conversations_with_the_agent_it_names() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // OpenCode's steps: a title when it asks for one (no tools), its command, then its answer.
+    llm.fallback(|request| {
+        if request["tools"].as_array().is_none_or(Vec::is_empty) {
+            return Reply::Text("Night job".into());
+        }
+        if request["input"].to_string().contains("function_call_output") {
+            return Reply::Text("OpenCode ran the job.".into());
+        }
+        Reply::tool("bash", json!({"command": "echo nightly > job.txt", "description": "Run the job"}))
+    });
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url).set("HALYARD_LLM_PROVIDER", "openai-responses").set("HALYARD_LLM_MODEL", "gpt-4o"),
+    );
+    let api = h.api(ALICE);
+    // An agent that is unknown, or cannot speak the profile's wire, is refused when saved.
+    for (agent, code) in [("clippy", "unknown_agent"), ("claude-code", "agent_profile_mismatch")] {
+        let body = json!({"name": "x", "trigger": {"kind": "webhook"}, "agent": agent});
+        let (s, e) = api.post("/api/v1/automations", body).await;
+        assert_eq!((s, e["error"]["code"].as_str()), (400, Some(code)), "{agent}: {e}");
+    }
+    let (s, a) = api.post("/api/v1/automations", json!({"name": "Nightly", "trigger": {"kind": "webhook"}, "agent": "opencode"})).await;
+    assert_eq!((s, a["agent"].as_str()), (201, Some("opencode")), "{a}");
+    let id = a["id"].as_str().unwrap().to_owned();
+    let (s, e) = api.call(reqwest::Method::PATCH, &format!("/api/v1/automations/{id}"), Some(json!({"agent": "claude-code"}))).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("agent_profile_mismatch")), "{e}");
+
+    let body = json!({"title": "nightly"}).to_string();
+    let headers = signed(a["secret"].as_str().unwrap(), "msg_agent", now_s(), &body).await;
+    let (s, answer) = hook(a["hook_url"].as_str().unwrap(), &headers, &body).await;
+    assert_eq!(s, 202, "{answer}");
+    let run = &runs(&api, &id, 1).await[0];
+    assert_eq!(run["outcome"], "started", "{run}");
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let c =
+        api.wait_conversation(&conv, "the run's end", |c| c["execution_status"] == "finished" || c["execution_status"] == "error").await;
+    assert_eq!((c["agent"].as_str(), c["execution_status"].as_str()), (Some("opencode"), Some("finished")), "{c}");
+    let events = api.events(&conv).await;
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the agent's answer");
+    assert_eq!(answer["text"], "OpenCode ran the job.");
 }

@@ -286,14 +286,18 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
     let conversation_id = conversation_of(run_id);
     let owner = begin.runs_as.unwrap_or_else(|| a.owner.clone());
     let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&owner)).await?.unwrap_or_default();
-    let profile = if owner == a.owner { a.llm_profile.clone().or(settings.llm_profile) } else { settings.llm_profile };
+    // (The automation's choices are its owner's: a run as someone else has theirs.)
+    let (profile, agent) = match owner == a.owner {
+        true => (a.llm_profile.clone().or(settings.llm_profile), a.agent.clone().or(settings.agent)),
+        false => (settings.llm_profile, settings.agent),
+    };
     let mut tags = t.tags.clone();
     tags.extend(begin.tags);
     tags.insert("automation".into(), a.id.clone());
     tags.insert("source".into(), a.trigger.kind().to_owned());
     let now = halyard_platform::now_ms();
     let cmd = ConversationCommand::Start {
-        agent: None,
+        agent,
         task_id,
         conversation_id,
         owner,

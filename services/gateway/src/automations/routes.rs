@@ -464,6 +464,10 @@ pub struct CreateBody {
     /// One of the user's LLM profiles; the user's default if absent.
     #[serde(default)]
     pub llm_profile: Option<String>,
+    /// The agent of its conversations (one of `GET /agents`); the default of whoever a run runs
+    /// as if absent. Its LLM profile must speak a wire the agent speaks.
+    #[serde(default)]
+    pub agent: Option<String>,
     /// `true` if absent.
     #[serde(default)]
     pub enabled: Option<bool>,
@@ -488,6 +492,9 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub llm_profile: Option<Option<String>>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub agent: Option<Option<String>>,
     #[serde(default)]
     pub enabled: Option<bool>,
 }
@@ -534,6 +541,7 @@ pub struct AutomationView {
     pub repository: Option<RepositoryBody>,
     pub prompt: Option<String>,
     pub llm_profile: Option<String>,
+    pub agent: Option<String>,
     pub enabled: bool,
     /// Where the sender posts (kinds that receive requests): the one route that takes no key.
     pub hook_url: Option<String>,
@@ -593,6 +601,7 @@ fn view(state: &AppState, headers: &HeaderMap, a: &Automation, secret: Option<St
         }),
         prompt: a.prompt.clone(),
         llm_profile: a.llm_profile.clone(),
+        agent: a.agent.clone(),
         enabled: a.enabled,
         hook_url,
         secret,
@@ -710,6 +719,9 @@ pub async fn create(
     if let Some(p) = &body.llm_profile {
         crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
     }
+    if let Some(agent) = &body.agent {
+        check_agent(&state, &user, agent, body.llm_profile.as_deref()).await?;
+    }
     let mine = state.automations.values().iter().filter(|a| a.owner == user).count();
     if mine >= MAX_AUTOMATIONS {
         return Err(ApiError::conflict("too_many_automations", format!("you have {mine} automations (the limit); delete one first")));
@@ -734,6 +746,7 @@ pub async fn create(
         repository,
         prompt: body.prompt,
         llm_profile: body.llm_profile,
+        agent: body.agent,
         enabled: body.enabled.unwrap_or(true),
         secret_sealed,
         token_sealed,
@@ -787,6 +800,7 @@ pub async fn patch(
         ("repository", body.repository.is_some()),
         ("prompt", body.prompt.is_some()),
         ("llm_profile", body.llm_profile.is_some()),
+        ("agent", body.agent.is_some()),
         ("enabled", body.enabled.is_some()),
     ]
     .into_iter()
@@ -832,6 +846,13 @@ pub async fn patch(
             crate::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
         }
         a.llm_profile = p;
+    }
+    if let Some(agent) = body.agent {
+        a.agent = agent;
+    }
+    // (Checked whenever either changed: the two must fit each other.)
+    if let Some(agent) = a.agent.as_deref().filter(|_| changed.contains(&"agent") || changed.contains(&"llm_profile")) {
+        check_agent(&state, &user, agent, a.llm_profile.as_deref()).await?;
     }
     if let Some(e) = body.enabled {
         a.enabled = e;
@@ -904,4 +925,19 @@ pub async fn runs(
         }
     }
     Ok(Json(RunList { items }))
+}
+
+/// An automation's agent can run its owner's conversations: known, installed, and speaking the
+/// wire of `profile` (the owner's default when absent), as a start would check it.
+async fn check_agent(state: &AppState, user: &UserId, agent: &str, profile: Option<&str>) -> Result<(), ApiError> {
+    let profile = match profile {
+        Some(p) => Some(p.to_owned()),
+        None => {
+            crate::settings::user_store::load::<halyard_protocol::user::UserSettings>(state, &subjects::user_settings_key(user))
+                .await?
+                .0
+                .llm_profile
+        }
+    };
+    crate::conversations::agents::check_runnable(state, user, agent, profile.as_deref(), None).await
 }
