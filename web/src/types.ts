@@ -169,6 +169,7 @@ export interface Automation {
   repository?: { provider: string; full_name: string; branch?: string };
   prompt?: string;
   llm_profile?: string;
+  agent?: string;
   enabled: boolean;
   /** Where senders post, for kinds that receive requests. */
   hook_url?: string;
@@ -201,8 +202,13 @@ export interface NewAutomation {
   trigger: AutomationTrigger;
   repository?: { provider: string; full_name: string; branch?: string };
   prompt?: string;
+  llm_profile?: string;
+  agent?: string;
   enabled?: boolean;
 }
+
+/** One of `GET /agents`: what a conversation's agent can be, and why one cannot run. */
+export type AgentView = { name: string; title: string; wires: string[]; available: boolean; why?: string; default: boolean };
 
 export interface DeliveryAttempt {
   delivery_id: string;

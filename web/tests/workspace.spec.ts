@@ -765,6 +765,12 @@ test("20. automations: a hook shown once with its setup, a signed request's run 
   await page.getByLabel("Prompt").fill("x");
   await page.getByRole("button", { name: "Create automation" }).click();
   await expect(page.getByText("five-field")).toBeVisible();
+  // An agent that cannot speak the LLM's wire is refused in words, naming both.
+  await page.getByLabel("Cron").fill("0 3 * * *");
+  await page.getByLabel("Agent", { exact: true }).selectOption({ label: "Claude Code" });
+  await page.getByRole("button", { name: "Create automation" }).click();
+  await expect(page.getByText(/Claude Code speaks `?anthropic/)).toBeVisible();
+  await page.getByLabel("Agent", { exact: true }).selectOption({ label: "Your default agent" });
   page.once("dialog", (d) => d.accept());
   await nightly.getByRole("button", { name: "Delete" }).click();
   await expect(page.getByRole("listitem").filter({ hasText: "Nightly deps" })).toHaveCount(0);
@@ -841,6 +847,21 @@ test("22. a Claude Code conversation started from the page: its command and answ
   await expect(command.getByTestId("observation")).toContainText("from claude");
   await expect(page.locator(".msg.agent strong")).toHaveText("claude.txt");
   await shot(page, "claude-code");
+
+  // Automations can have it too: every run of this one is a Claude Code conversation.
+  await page.getByRole("link", { name: "Automations" }).click();
+  await page.getByLabel("Kind").selectOption("schedule");
+  await page.getByLabel("Name").fill("Claude nightly");
+  await page.getByLabel("Cron").fill("0 2 * * *");
+  await page.getByLabel("Prompt").fill("Review yesterday's changes.");
+  await page.getByLabel("Agent", { exact: true }).selectOption({ label: "Claude Code" });
+  await page.getByLabel("LLM", { exact: true }).selectOption("claude");
+  await page.getByRole("button", { name: "Create automation" }).click();
+  const nightly = page.getByRole("listitem").filter({ hasText: "Claude nightly" });
+  await expect(nightly).toContainText("agent Claude Code · LLM claude");
+  page.once("dialog", (d) => d.accept());
+  await nightly.getByRole("button", { name: "Delete" }).click();
+  await expect(nightly).toHaveCount(0);
 });
 
 test("23. a repository's hooks wait for the owner: the file is shown, and once allowed the agent goes on", async ({ page }) => {

@@ -1,10 +1,12 @@
 // Automations: work that starts by itself. Create one per kind (a hook that programs post signed
 // requests to, or a schedule), see the hook URL and secret once with what to set up on the
 // sender's side, enable or disable, delete, and each one's runs linked to their conversations.
+// Each can name the LLM profile and the agent its conversations have (the server checks that
+// the two fit).
 
 import { useEffect, useState, type FormEvent } from "react";
-import { api, errorText } from "../api";
-import type { Automation, AutomationRun, AutomationTrigger, NewAutomation } from "../types";
+import { api, call, errorText } from "../api";
+import type { AgentView, Automation, AutomationRun, AutomationTrigger, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
@@ -44,6 +46,21 @@ export function Automations({ me }: { me: string }) {
   const [email, setEmail] = useState("");
   const [label, setLabel] = useState("halyard");
   const [mention, setMention] = useState("@halyard");
+  const [agent, setAgent] = useState("");
+  const [agents, setAgents] = useState<AgentView[]>([]);
+  const [profile, setProfile] = useState("");
+  const [profiles, setProfiles] = useState<string[]>([]);
+
+  useEffect(() => {
+    call<{ items: AgentView[] }>("GET", "/agents").then(
+      (r) => setAgents(r.items),
+      () => {},
+    );
+    call<{ items: { name: string }[] }>("GET", "/llm-profiles").then(
+      (r) => setProfiles(r.items.map((p) => p.name)),
+      () => {},
+    );
+  }, []);
 
   const load = () => api.automations().then((r) => setItems(r.items), (e) => setError(errorText(e)));
   useEffect(() => {
@@ -92,6 +109,8 @@ export function Automations({ me }: { me: string }) {
         name: name.trim(),
         trigger: trigger(),
         prompt: prompt.trim() || undefined,
+        llm_profile: profile || undefined,
+        agent: agent || undefined,
       };
       if (provider.trim() && repo.trim()) body.repository = { provider: provider.trim(), full_name: repo.trim() };
       const a = await api.createAutomation(body);
@@ -178,6 +197,24 @@ export function Automations({ me }: { me: string }) {
           required={kind === "schedule"}
         />
         <div className="inline-form">
+          <select aria-label="Agent" value={agent} onChange={(e) => setAgent(e.target.value)}>
+            <option value="">Your default agent</option>
+            {agents.map((a) => (
+              <option key={a.name} value={a.name}>
+                {a.title}
+              </option>
+            ))}
+          </select>
+          <select aria-label="LLM" value={profile} onChange={(e) => setProfile(e.target.value)}>
+            <option value="">Your default LLM</option>
+            {profiles.map((p) => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div className="inline-form">
           <input
             aria-label="Git provider"
             placeholder={FORGES.includes(kind) ? `Git provider (a ${kind} one)` : "Git provider (optional)"}
@@ -196,7 +233,11 @@ export function Automations({ me }: { me: string }) {
           <li key={a.id} className="card">
             <div className="hook-head">
               <strong>{a.name}</strong>
-              <span className="muted small">{describe(a)}</span>
+              <span className="muted small">
+                {describe(a)}
+                {a.agent && ` · agent ${agents.find((x) => x.name === a.agent)?.title ?? a.agent}`}
+                {a.llm_profile && ` · LLM ${a.llm_profile}`}
+              </span>
               <span className={`badge ${a.enabled ? "s-running" : "s-paused"}`}>{a.enabled ? "enabled" : "disabled"}</span>
             </div>
             <p className="muted small">

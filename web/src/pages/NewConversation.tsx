@@ -8,6 +8,7 @@ import { api, call, errorText } from "../api";
 import { navigate } from "../router";
 import { ErrorText } from "../components/Status";
 import { ORG_EXPOSURE } from "./Orgs";
+import type { AgentView } from "../types";
 
 export function NewConversation() {
   const [message, setMessage] = useState("");
@@ -223,5 +224,4 @@ export function NewConversation() {
   );
 }
 
-type AgentView = { name: string; title: string; wires: string[]; available: boolean; why?: string; default: boolean };
 type Repo = { provider: string; full_name: string; clone_url: string; default_branch?: string };
