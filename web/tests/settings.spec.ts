@@ -518,7 +518,7 @@ test("14. a conversation shared with the organization: a member finds it, follow
   await expect(bob.getByText("conversation not found")).toBeVisible({ timeout: 10_000 });
 });
 
-test("15. what an organization offers: a profile, a secret never shown again, an MCP server; who may issue keys", async ({ page }) => {
+test("15. what an organization offers: a profile, a secret never shown again, an MCP server, an agent of its own; who may issue keys", async ({ page }) => {
   await settings(page);
   await page.getByRole("link", { name: "Organizations" }).click();
   await page.getByRole("button", { name: "Members of acme" }).click();
@@ -541,6 +541,24 @@ test("15. what an organization offers: a profile, a secret never shown again, an
   await profiles.getByLabel("Model").fill("second-model");
   await profiles.getByRole("button", { name: "Add an LLM profile" }).click();
   await expect(profiles.getByRole("listitem").filter({ hasText: "second" })).toContainText("second-model");
+  // An agent of its own: conversations in acme name it @acme/reviewer; its environment's values
+  // are shown to nobody, and a wire no profile speaks is refused in words.
+  const agents = offers.getByRole("region", { name: "Agents of acme" });
+  await agents.getByLabel("Agent name").fill("reviewer");
+  await agents.getByLabel("Title").fill("Team reviewer");
+  await agents.getByLabel("Command line").fill("exec /opt/halyard-agents/bin/opencode-acp");
+  await agents.getByLabel(/LLM wire/).fill("telepathy");
+  await agents.getByLabel(/Environment/).fill("REVIEW_TOKEN=agent-env-value-5521\nOPENAI_BASE_URL=${HALYARD_LLM_BASE}/v1");
+  await agents.getByRole("button", { name: "Register an agent" }).click();
+  await expect(agents.getByText(/`wire`/)).toBeVisible();
+  await agents.getByLabel(/LLM wire/).fill("openai-responses");
+  await agents.getByRole("button", { name: "Register an agent" }).click();
+  const reviewer = agents.getByRole("listitem").filter({ hasText: "@acme/reviewer" });
+  await expect(reviewer).toContainText("Team reviewer · speaks openai-responses");
+  await expect(reviewer).toContainText("env OPENAI_BASE_URL, REVIEW_TOKEN");
+  expect(await (await page.request.get("/api/v1/orgs/acme/agents")).text()).not.toContain("agent-env-value-5521");
+  await reviewer.getByRole("button", { name: "Remove @acme/reviewer" }).click();
+  await expect(reviewer).toHaveCount(0);
   // The value is nowhere on the page, nor in what the API answers.
   await page.reload();
   await page.getByRole("button", { name: "Members of acme" }).click();

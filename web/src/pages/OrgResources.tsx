@@ -1,6 +1,7 @@
 // What an organization offers its members' conversations, under its settings on the
-// Organizations page: LLM profiles (keys never shown), secrets (values never shown) and MCP
-// servers. Everyone in it sees the lists; owners and admins add and remove (the API refuses
+// Organizations page: LLM profiles (keys never shown), secrets (values never shown), MCP
+// servers and ACP agents of its own (`@org/name`: a command line, an environment whose values are
+// never shown, the LLM wire it speaks). Everyone in it sees the lists; owners and admins add and remove (the API refuses
 // anyone else, and says why).
 
 import { useEffect, useState, type FormEvent, type ReactNode } from "react";
@@ -17,9 +18,12 @@ interface Named {
   transport?: string;
   url?: string;
   command?: string;
+  title?: string;
+  wire?: string;
+  env?: string[];
 }
 
-/** One list of the organization's (`kind`: `llm-profiles`, `secrets`, `mcp-servers`). */
+/** One list of the organization's (`kind`: `llm-profiles`, `secrets`, `mcp-servers`, `agents`). */
 function Section({
   org,
   kind,
@@ -33,6 +37,8 @@ function Section({
   describe: (n: Named) => string;
   form: (save: (name: string, body: unknown) => Promise<void>) => ReactNode;
 }) {
+  // (An agent is listed by what conversations name it, `@org/name`; its route has the name.)
+  const key = (name: string) => name.replace(`@${org.name}/`, "");
   const base = `/orgs/${enc(org.name)}/${kind}`;
   const manages = org.role === "owner" || org.role === "admin";
   const [items, setItems] = useState<Named[]>([]);
@@ -64,7 +70,7 @@ function Section({
             <li key={i.name}>
               <strong>{i.name}</strong> <span className="muted">{describe(i)}</span>{" "}
               {manages && (
-                <button className="ghost" onClick={() => run(() => call("DELETE", `${base}/${enc(i.name)}`)).catch(() => {})}>
+                <button className="ghost" onClick={() => run(() => call("DELETE", `${base}/${enc(key(i.name))}`)).catch(() => {})}>
                   Remove {i.name}
                 </button>
               )}
@@ -78,7 +84,15 @@ function Section({
 }
 
 /** A form of named text fields that saves once all are filled, then empties. */
-function Fields({ label, fields, onSave }: { label: string; fields: { key: string; label: string; secret?: boolean; optional?: boolean }[]; onSave: (v: Record<string, string>) => Promise<void> }) {
+function Fields({
+  label,
+  fields,
+  onSave,
+}: {
+  label: string;
+  fields: { key: string; label: string; secret?: boolean; optional?: boolean; lines?: boolean }[];
+  onSave: (v: Record<string, string>) => Promise<void>;
+}) {
   const empty = Object.fromEntries(fields.map((f) => [f.key, ""]));
   const [v, setV] = useState<Record<string, string>>(empty);
   const submit = async (e: FormEvent) => {
@@ -92,7 +106,18 @@ function Fields({ label, fields, onSave }: { label: string; fields: { key: strin
   };
   return (
     <form onSubmit={submit} className="inline-form" aria-label={label}>
-      {fields.map((f) => (
+      {fields.map((f) =>
+        f.lines ? (
+          <textarea
+            key={f.key}
+            aria-label={f.label}
+            placeholder={f.label}
+            value={v[f.key]}
+            required={!f.optional}
+            rows={2}
+            onChange={(e) => setV({ ...v, [f.key]: e.target.value })}
+          />
+        ) : (
         <input
           key={f.key}
           aria-label={f.label}
@@ -103,10 +128,21 @@ function Fields({ label, fields, onSave }: { label: string; fields: { key: strin
           required={!f.optional}
           onChange={(e) => setV({ ...v, [f.key]: e.target.value })}
         />
-      ))}
+        ),
+      )}
       <button type="submit">{label}</button>
     </form>
   );
+}
+
+/** `NAME=value` lines as an environment (the first `=` splits; blank lines are skipped). */
+function environment(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const at = line.indexOf("=");
+    if (at > 0) out[line.slice(0, at).trim()] = line.slice(at + 1);
+  }
+  return out;
 }
 
 export function OrgResources({ org }: { org: Org }) {
@@ -161,6 +197,25 @@ export function OrgResources({ org }: { org: Org }) {
               { key: "url", label: "Server URL" },
             ]}
             onSave={({ name, url }) => save(name, { transport: "http", url })}
+          />
+        )}
+      />
+      <Section
+        org={org}
+        kind="agents"
+        title="Agents"
+        describe={(a) => `${a.title} · speaks ${a.wire} · ${a.command}${a.env?.length ? ` · env ${a.env.join(", ")}` : ""}`}
+        form={(save) => (
+          <Fields
+            label="Register an agent"
+            fields={[
+              { key: "name", label: "Agent name" },
+              { key: "title", label: "Title" },
+              { key: "command", label: "Command line" },
+              { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
+              { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
+            ]}
+            onSave={({ name, env, ...rest }) => save(name, { ...rest, env: environment(env) })}
           />
         )}
       />
