@@ -239,13 +239,7 @@ impl Accumulate for StreamAccumulator {
 
     /// Feeds one SSE line; returns true at `message_stop`.
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
-        let data = data.trim();
-        if data.is_empty() {
-            return Ok(false);
-        }
-        self.state.saw_data = true;
-        let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream event: {e}")))?;
+        let Some(v) = self.state.data(line)? else { return Ok(false) };
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
         match v["type"].as_str() {
             Some("message_start") => self.usage = usage(&v["message"]["usage"]),

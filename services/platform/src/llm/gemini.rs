@@ -251,13 +251,7 @@ impl Accumulate for StreamAccumulator {
 
     /// Feeds one SSE line; the stream ends with the body, so this never says it is over.
     fn line(&mut self, line: &str) -> Result<bool, LlmError> {
-        let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
-        let data = data.trim();
-        if data.is_empty() {
-            return Ok(false);
-        }
-        self.state.saw_data = true;
-        let v: Value = serde_json::from_str(data).map_err(|e| LlmError::Malformed(format!("stream chunk: {e}")))?;
+        let Some(v) = self.state.data(line)? else { return Ok(false) };
         let fresh = self.fold.add(&v)?;
         self.state.fresh.push_str(&fresh);
         Ok(false)

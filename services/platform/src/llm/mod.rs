@@ -590,6 +590,16 @@ pub(crate) struct StreamState {
     pub(crate) fresh: String,
 }
 
+impl StreamState {
+    /// The JSON of a server-sent event's `data:` line, noting that data came (none: another
+    /// field's line, or an empty one).
+    pub(crate) fn data(&mut self, line: &str) -> Result<Option<Value>, LlmError> {
+        let Some(data) = line.strip_prefix("data:").map(str::trim).filter(|d| !d.is_empty()) else { return Ok(None) };
+        self.saw_data = true;
+        serde_json::from_str(data).map(Some).map_err(|e| LlmError::Malformed(format!("stream event: {e}")))
+    }
+}
+
 /// A wire's stream reader: fed one server-sent-event line at a time.
 pub(crate) trait Accumulate {
     /// Feeds a line; true at the end of the answer.
