@@ -736,3 +736,53 @@ async fn claude_code_calls_the_conversations_mcp_tools_through_halyard() {
         assert!(!env.contains(&notes.mcp_url()), "the agent's environment names the MCP server");
     }
 }
+
+#[tokio::test]
+async fn an_interrupt_cancels_gemini_clis_turn_and_its_session_goes_on() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // A long command first; after the interrupt, the next message gets an answer.
+    llm.fallback(|request| {
+        let contents = request["contents"].to_string();
+        if request["generationConfig"]["responseMimeType"] == "application/json" {
+            return gemini_script(request);
+        }
+        if contents.contains("Are you there?") {
+            return Reply::Text("Stopped, as you asked.".into());
+        }
+        if request["tools"].as_array().is_none_or(Vec::is_empty) || contents.contains("functionResponse") {
+            return Reply::Text("ok".into());
+        }
+        Reply::tool("run_shell_command", json!({"command": "touch s.txt && sleep 60", "description": "The long job"}))
+    });
+    let h = Halyard::start(speaking(&llm, "gemini", "gemini-2.5-pro"));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"agent": "gemini", "message": "Run the long job"})).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !workspace.join("s.txt").exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let interrupted = std::time::Instant::now();
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
+    assert!(interrupted.elapsed() < std::time::Duration::from_secs(30), "the 60 s command was not stopped");
+    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
+    assert_eq!(status["reason"], "interrupted by the user", "{status}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !processes("sleep 60", &workspace).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command still runs 10 s after the interrupt");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "Are you there?"})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(&conv, "the next turn", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "agent_session").count(), 1, "one session throughout");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").unwrap_or_else(|| panic!("no answer: {events:?}"));
+    assert_eq!(answer["text"], "Stopped, as you asked.");
+    let last = llm.requests().iter().rev().find(|r| r["contents"].to_string().contains("Are you there?")).cloned().unwrap();
+    assert!(last["contents"].to_string().contains("Run the long job"), "the session kept its history");
+}
