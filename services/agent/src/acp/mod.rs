@@ -98,7 +98,12 @@ impl Conn {
                     let _ = self.ack(seq).await;
                     if v.get("id").and_then(Value::as_str) == Some(id) && v.get("method").is_none() {
                         if let Some(e) = v.get("error") {
-                            return Err(e.get("message").and_then(Value::as_str).unwrap_or("an error").to_owned());
+                            // (Its details, where the agent gives them: "Internal error" alone says little.)
+                            let message = e.get("message").and_then(Value::as_str).unwrap_or("an error");
+                            return Err(match e.pointer("/data/details").and_then(Value::as_str) {
+                                Some(details) => format!("{message}: {details}"),
+                                None => message.to_owned(),
+                            });
                         }
                         return Ok(v.get("result").cloned().unwrap_or(Value::Null));
                     }
@@ -276,9 +281,13 @@ async fn open_session(
     let servers: Vec<Value> = mcp.filter(|_| takes_http).into_iter().collect();
     if let Some(id) = known.filter(|_| loads) {
         let params = json!({"sessionId": id, "cwd": workspace, "mcpServers": servers});
-        if conn.request("halyard-load", "session/load", params).await.is_ok() {
-            conn.session = id;
-            return Ok(None);
+        match conn.request("halyard-load", "session/load", params).await {
+            Ok(_) => {
+                conn.session = id;
+                return Ok(None);
+            }
+            // A new session, then: the agent says why in the log.
+            Err(e) => tracing::warn!(agent = %kind.name, session = %id, error = %e, "the agent could not load its session"),
         }
     }
     let created = conn.request("halyard-new", "session/new", json!({"cwd": workspace, "mcpServers": servers})).await?;
