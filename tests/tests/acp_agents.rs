@@ -181,6 +181,30 @@ async fn claude_code_edits_and_runs_a_command_after_confirm_without_ever_holding
     assert_eq!(c["agent"], "claude-code", "{c}");
 }
 
+/// Once the agent's long command (`... s.txt ... sleep 60`) has started, interrupts the turn:
+/// it ends `idle` at once, saying why, and the command is stopped.
+async fn interrupt_the_long_job(api: &halyard_tests::Api, conv: &str, workspace: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !workspace.join("s.txt").exists() {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The interrupt reaches the agent as session/cancel: its command stops and the turn ends.
+    let interrupted = std::time::Instant::now();
+    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
+    assert_eq!(s, 202);
+    let events = api.wait_events(conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
+    assert!(interrupted.elapsed() < std::time::Duration::from_secs(30), "the 60 s command was not stopped");
+    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
+    assert_eq!(status["reason"], "interrupted by the user", "{status}");
+    // (The agent ends its command as it answers the cancel: give it a moment.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !processes("sleep 60", workspace).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command still runs 10 s after the interrupt");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_interrupt_cancels_claude_codes_turn_and_a_spent_budget_stops_it() {
     init();
@@ -191,25 +215,7 @@ async fn an_interrupt_cancels_claude_codes_turn_and_a_spent_budget_stops_it() {
     let api = h.api(ALICE);
     let (conv, task) = api.start_ready(json!({"agent": "claude-code", "message": "Run the long job"})).await;
     let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !workspace.join("s.txt").exists() {
-        assert!(std::time::Instant::now() < deadline, "the command never started");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    // The interrupt reaches the agent as session/cancel: its command stops and the turn ends.
-    let interrupted = std::time::Instant::now();
-    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
-    assert_eq!(s, 202);
-    let events = api.wait_events(&conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
-    assert!(interrupted.elapsed() < std::time::Duration::from_secs(30), "the 60 s command was not stopped");
-    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
-    assert_eq!(status["reason"], "interrupted by the user", "{status}");
-    // (The agent ends its command as it answers the cancel: give it a moment.)
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !processes("sleep 60", &workspace).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the command still runs 10 s after the interrupt");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    interrupt_the_long_job(&api, &conv, &workspace).await;
 
     // The same session goes on with the next message.
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "Are you there?"})).await;
@@ -766,23 +772,7 @@ async fn an_interrupt_cancels_gemini_clis_turn_and_its_session_goes_on() {
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "Run the long job"})).await;
     assert_eq!(s, 202);
     let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !workspace.join("s.txt").exists() {
-        assert!(std::time::Instant::now() < deadline, "the command never started");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let interrupted = std::time::Instant::now();
-    let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await;
-    assert_eq!(s, 202);
-    let events = api.wait_events(&conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
-    assert!(interrupted.elapsed() < std::time::Duration::from_secs(30), "the 60 s command was not stopped");
-    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
-    assert_eq!(status["reason"], "interrupted by the user", "{status}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !processes("sleep 60", &workspace).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the command still runs 10 s after the interrupt");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    interrupt_the_long_job(&api, &conv, &workspace).await;
     let (s, _) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "Are you there?"})).await;
     assert_eq!(s, 202);
     let events = api.wait_events(&conv, "the next turn", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
