@@ -70,8 +70,7 @@ impl Relay {
             let body = read(body).await.map_err(|m| refuse(413, "request_too_large", m))?;
             return Ok(server.answer(&method, &headers, body.into()).await);
         }
-        let call =
-            route(&wire, &request.method, &request.target, self.chain.primary().model()).map_err(|m| refuse(404, "not_found_error", &m))?;
+        let call = route(&wire, &request.method, &request.target).map_err(|m| refuse(404, "not_found_error", &m))?;
         let body = read(request.body).await.map_err(|m| refuse(413, "request_too_large", m))?;
         if let Some(why) = self.refusal().await {
             self.spent.store(true, Ordering::SeqCst);
@@ -90,8 +89,7 @@ impl Relay {
         // with its own model, which Gemini names in the path).
         let mut last = None;
         for link in self.chain.links().iter().filter(|l| l.client.wire() == wire) {
-            let path = route(&wire, &request.method, &request.target, link.client.model()).map_or_else(|_| call.path.clone(), |r| r.path);
-            match link.client.pass_through(body.clone(), &request.headers, &path).await {
+            match link.client.pass_through(body.clone(), &request.headers, &call).await {
                 Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => last = Some(Ok(r)),
                 Ok(r) => return Ok(self.clone().relayed(r, link.clone(), &wire, stream, asked, call.counted)),
                 Err(e) => last = Some(Err(e)),

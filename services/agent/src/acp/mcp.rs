@@ -76,11 +76,6 @@ impl Server {
         Self(Arc::new(StreamableHttpService::new(move || Ok(offered.clone()), Arc::new(NeverSessionManager::default()), config)))
     }
 
-    /// Whether the hub has any tool to offer (an agent is told of the server only then).
-    pub fn offers_any(hub: &McpHub) -> bool {
-        !hub.tools().is_empty()
-    }
-
     /// How `session/new` names it: at `relay` (the relay's base URL), with `token`.
     pub fn descriptor(relay: &str, token: &str) -> Value {
         json!({"type": "http", "name": NAME, "url": format!("{}/{PATH}", relay.trim_end_matches('/')),

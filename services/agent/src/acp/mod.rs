@@ -167,10 +167,12 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
         );
         return run.fail("agent_profile_mismatch", message).await;
     }
-    // The conversation's MCP servers, connected here and offered to the agent through the relay.
-    let Some(hub) = run.mcp(exec, mcp_configs).await else { return RunOutcome::Failed };
+    // The conversation's MCP servers, connected here (at once with the git proxy's setting up)
+    // and offered to the agent through the relay.
+    let (hub, _git) = tokio::join!(run.mcp(exec, mcp_configs), run.git_proxy(exec));
+    let Some(hub) = hub else { return RunOutcome::Failed };
     let timeout = std::time::Duration::from_secs_f64(run.ctx.config.agent.command_timeout_secs.max(1.0));
-    let mcp = mcp::Server::offers_any(&hub).then(|| mcp::Server::new(hub, timeout));
+    let mcp = hub.offers_any().then(|| mcp::Server::new(hub, timeout));
     let spent = Arc::new(AtomicBool::new(false));
     let relay = llm::Relay {
         ctx: run.ctx.clone(),
@@ -185,7 +187,6 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
         Ok(serving) => serving,
         Err(e) => return run.fail("sandbox_unavailable", format!("The agent's LLM relay could not be set up: {e}")).await,
     };
-    let _git = run.git_proxy(exec).await;
     let mut env = run.env.clone();
     env.extend(kind.env.clone());
     let spawn = AcpSpawn { name: conversation.to_string(), command: kind.command.clone(), env };

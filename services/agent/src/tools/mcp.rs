@@ -175,6 +175,11 @@ impl McpHub {
         self.servers.iter().flat_map(|s| &s.tools).map(renamed).collect()
     }
 
+    /// Whether the servers offer any tool.
+    pub fn offers_any(&self) -> bool {
+        !self.by_name.is_empty()
+    }
+
     /// Whether `tool` is one of the servers' tools.
     pub fn offers(&self, tool: &str) -> bool {
         self.by_name.contains_key(tool)

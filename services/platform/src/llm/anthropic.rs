@@ -98,14 +98,7 @@ pub fn request(
                 ("user", blocks)
             }
         };
-        match out.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(content) = last["content"].as_array_mut() {
-                    content.extend(blocks);
-                }
-            }
-            _ => out.push(json!({"role": role, "content": blocks})),
-        }
+        crate::llm::push_turn(&mut out, role, "content", blocks);
     }
     // Tool results must come first in a user message that has them.
     for m in &mut out {

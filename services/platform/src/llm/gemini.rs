@@ -14,6 +14,8 @@
 //! (`thoughtSignature` on a part): the signature is kept as a [`ThinkingBlock`] and given back on
 //! the first part of that turn, as the API asks while tools are in use.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
@@ -39,13 +41,16 @@ pub fn path(model: &str, method: &str) -> String {
 pub fn request(max_output_tokens: u64, messages: &[ChatMessage], tools: &[Value], temperature: Option<f32>, thinking_budget: u64) -> Value {
     let mut system: Vec<Value> = Vec::new();
     let mut contents: Vec<Value> = Vec::new();
+    // Each call's function, by id, for its result to name (once: histories are long).
+    let names: HashMap<&str, &str> =
+        messages.iter().flat_map(|m| &m.tool_calls).map(|c| (c.id.as_str(), c.function.name.as_str())).collect();
     for m in messages {
         let (role, parts) = match m.role.as_str() {
             "system" => {
                 system.push(json!({"text": m.content.clone().unwrap_or_default()}));
                 continue;
             }
-            "tool" => ("user", tool_result(m, messages)),
+            "tool" => ("user", tool_result(m, &names)),
             "assistant" => ("model", model_parts(m)),
             _ => {
                 let mut parts = vec![json!({"text": m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| " ".into())})];
@@ -54,14 +59,7 @@ pub fn request(max_output_tokens: u64, messages: &[ChatMessage], tools: &[Value]
             }
         };
         // One content per turn: the results of parallel calls go together, as the API wants.
-        match contents.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(p) = last["parts"].as_array_mut() {
-                    p.extend(parts);
-                }
-            }
-            _ => contents.push(json!({"role": role, "parts": parts})),
-        }
+        crate::llm::push_turn(&mut contents, role, "parts", parts);
     }
     let mut config = json!({"maxOutputTokens": max_output_tokens});
     if let Some(t) = temperature {
@@ -113,12 +111,11 @@ fn model_parts(m: &ChatMessage) -> Vec<Value> {
     parts
 }
 
-/// A tool's result: a `functionResponse` naming the call's function (found in the history),
-/// then the images it took.
-fn tool_result(m: &ChatMessage, messages: &[ChatMessage]) -> Vec<Value> {
+/// A tool's result: a `functionResponse` naming the call's function (`names`: by call id, from
+/// the history), then the images it took.
+fn tool_result(m: &ChatMessage, names: &HashMap<&str, &str>) -> Vec<Value> {
     let id = m.tool_call_id.clone().unwrap_or_default();
-    let name =
-        messages.iter().flat_map(|a| &a.tool_calls).find(|c| c.id == id).map(|c| c.function.name.clone()).unwrap_or_else(|| "tool".into());
+    let name = names.get(id.as_str()).copied().unwrap_or("tool");
     let output = m.content.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| "(no output)".into());
     let mut parts = vec![json!({"functionResponse": {"id": id, "name": name, "response": {"output": output}}})];
     parts.extend(m.images.iter().map(inline));

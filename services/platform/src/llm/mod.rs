@@ -590,6 +590,19 @@ pub(crate) struct StreamState {
     pub(crate) fresh: String,
 }
 
+/// Adds `items` to the last message of `out` when it is `role`'s (its `field` array), else as a
+/// message of their own: for wires that want roles alternating (Anthropic's, Gemini's).
+pub(crate) fn push_turn(out: &mut Vec<Value>, role: &str, field: &str, items: Vec<Value>) {
+    match out.last_mut() {
+        Some(last) if last["role"] == role => {
+            if let Some(existing) = last[field].as_array_mut() {
+                existing.extend(items);
+            }
+        }
+        _ => out.push(serde_json::json!({"role": role, field: items})),
+    }
+}
+
 impl StreamState {
     /// The JSON of a server-sent event's `data:` line, noting that data came (none: another
     /// field's line, or an empty one).

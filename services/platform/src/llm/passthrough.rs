@@ -21,16 +21,25 @@ fn endpoint(wire: &str) -> &'static str {
 /// Where one call of an agent goes, after the profile's base URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Route {
-    pub path: String,
+    /// The wire's endpoint, or the Gemini method (whose path names the model).
+    endpoint: &'static str,
+    gemini: bool,
     /// Whether the answer streams, when the path says so (Gemini's); else the body's `stream`.
     pub stream: Option<bool>,
     /// Whether it is an LLM call, counted in usage and budgets (Gemini's `countTokens` is not).
     pub counted: bool,
 }
 
+impl Route {
+    /// The path after the base URL, for a client of `model`.
+    pub fn path(&self, model: &str) -> String {
+        if self.gemini { gemini::path(model, self.endpoint) } else { self.endpoint.to_owned() }
+    }
+}
+
 /// The route of an agent's call `method target` (as it reached the relay, `/v1/...` or
-/// Gemini's `/v1beta/...`) on `wire`, for the profile's `model`; `Err` says what may be called.
-pub fn route(wire: &str, method: &str, target: &str, model: &str) -> Result<Route, String> {
+/// Gemini's `/v1beta/...`) on `wire`; `Err` says what may be called.
+pub fn route(wire: &str, method: &str, target: &str) -> Result<Route, String> {
     let refused = || {
         let allowed = match wire {
             gemini::PROVIDER => "POST /v1beta/models/{model}:generateContent, :streamGenerateContent or :countTokens".to_owned(),
@@ -44,7 +53,7 @@ pub fn route(wire: &str, method: &str, target: &str, model: &str) -> Result<Rout
     }
     if wire != gemini::PROVIDER {
         return match path.strip_prefix("v1/").unwrap_or(path) == endpoint(wire) {
-            true => Ok(Route { path: endpoint(wire).to_owned(), stream: None, counted: true }),
+            true => Ok(Route { endpoint: endpoint(wire), gemini: false, stream: None, counted: true }),
             false => refused(),
         };
     }
@@ -52,7 +61,7 @@ pub fn route(wire: &str, method: &str, target: &str, model: &str) -> Result<Rout
     let path = path.strip_prefix("v1beta/").or_else(|| path.strip_prefix("v1/")).unwrap_or(path);
     let Some((_, call)) = path.strip_prefix("models/").and_then(|p| p.rsplit_once(':')) else { return refused() };
     match gemini::METHODS.iter().find(|(m, _)| *m == call) {
-        Some((m, counted)) => Ok(Route { path: gemini::path(model, m), stream: Some(*m == "streamGenerateContent"), counted: *counted }),
+        Some((m, counted)) => Ok(Route { endpoint: m, gemini: true, stream: Some(*m == "streamGenerateContent"), counted: *counted }),
         None => refused(),
     }
 }
@@ -63,11 +72,11 @@ impl LlmClient {
         &self.config.provider
     }
 
-    /// Sends an agent's request `body` to this client's server at `path` ([`route`]), with
-    /// this client's model and key; a stream of chat completions is asked for its usage too. The
-    /// response is the server's, whatever its status (the agent reads its errors itself), but
-    /// for a failure to reach the server at all.
-    pub async fn pass_through(&self, mut body: Value, headers: &[(String, String)], path: &str) -> Result<reqwest::Response, LlmError> {
+    /// Sends an agent's request `body` to this client's server on `route`, with this client's
+    /// model (in the body, or in Gemini's path) and key; a stream of chat completions is asked
+    /// for its usage too. The response is the server's, whatever its status (the agent reads its
+    /// errors itself), but for a failure to reach the server at all.
+    pub async fn pass_through(&self, mut body: Value, headers: &[(String, String)], route: &Route) -> Result<reqwest::Response, LlmError> {
         let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
         let wire = self.wire();
         // (Gemini names the model in the path.)
@@ -81,7 +90,7 @@ impl LlmClient {
             }
         }
         let base = self.config.base_url.trim_end_matches('/');
-        let mut request = self.http.post(format!("{base}/{path}")).json(&body);
+        let mut request = self.http.post(format!("{base}/{}", route.path(&self.config.model))).json(&body);
         // What the agent says of its request that servers read (never its credentials: the key
         // is the profile's).
         for (name, value) in headers {
@@ -193,15 +202,16 @@ mod tests {
 
     #[test]
     fn an_agents_call_is_routed_by_its_wire() {
-        let r = route("anthropic", "POST", "/v1/messages", "claude-x").unwrap();
-        assert_eq!((r.path.as_str(), r.stream, r.counted), ("messages", None, true));
-        assert!(route("anthropic", "POST", "/v1/chat/completions", "m").unwrap_err().contains("POST /v1/messages only"));
-        assert!(route("openai", "GET", "/v1/chat/completions", "m").is_err());
-        let r = route("gemini", "POST", "/v1beta/models/gemini-asked:streamGenerateContent?alt=sse", "gemini-profile").unwrap();
-        assert_eq!(r, Route { path: "models/gemini-profile:streamGenerateContent?alt=sse".into(), stream: Some(true), counted: true });
-        let r = route("gemini", "POST", "/v1beta/models/x:countTokens", "g").unwrap();
-        assert_eq!((r.path.as_str(), r.stream, r.counted), ("models/g:countTokens", Some(false), false));
-        assert!(route("gemini", "POST", "/v1beta/models/x:embedContent", "g").unwrap_err().contains(":generateContent"));
-        assert!(route("gemini", "POST", "/v1beta/files", "g").is_err());
+        let r = route("anthropic", "POST", "/v1/messages").unwrap();
+        assert_eq!((r.path("claude-x").as_str(), r.stream, r.counted), ("messages", None, true));
+        assert!(route("anthropic", "POST", "/v1/chat/completions").unwrap_err().contains("POST /v1/messages only"));
+        assert!(route("openai", "GET", "/v1/chat/completions").is_err());
+        let r = route("gemini", "POST", "/v1beta/models/gemini-asked:streamGenerateContent?alt=sse").unwrap();
+        assert_eq!(r.path("gemini-profile"), "models/gemini-profile:streamGenerateContent?alt=sse");
+        assert_eq!((r.stream, r.counted), (Some(true), true));
+        let r = route("gemini", "POST", "/v1beta/models/x:countTokens").unwrap();
+        assert_eq!((r.path("g").as_str(), r.stream, r.counted), ("models/g:countTokens", Some(false), false));
+        assert!(route("gemini", "POST", "/v1beta/models/x:embedContent").unwrap_err().contains(":generateContent"));
+        assert!(route("gemini", "POST", "/v1beta/files").is_err());
     }
 }
