@@ -791,3 +791,68 @@ async fn an_interrupt_cancels_gemini_clis_turn_and_its_session_goes_on() {
         assert!(last["contents"].to_string().contains("Run the long job"), "the session kept its history");
     }
 }
+
+/// A custom agent built on ACP's reference SDK that runs its commands in the client's terminals
+/// (`tests/js/terminal-agent.mjs`), registered as the deployment's.
+fn terminal_agent() -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/terminal-agent.mjs");
+    json!({"title": "Terminal agent", "command": format!("exec node {script}"), "env": {}, "wire": "openai"})
+}
+
+#[tokio::test]
+async fn an_agents_terminals_are_halyards_shells_with_the_users_secrets_masked_and_stopped_by_an_interrupt() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    opts.api_keys = "root:root-admin-key,alice:alice-secret-key".into();
+    let h = Halyard::start(opts);
+    let (root, alice) = (h.api("root-admin-key"), h.api(ALICE));
+    let (s, made) = root.call(reqwest::Method::PUT, "/api/v1/agents/terminal-agent", Some(terminal_agent())).await;
+    assert_eq!(s, 201, "{made}");
+    const SECRET: &str = "tok-9f8e7d6c5b4a3921";
+    let (s, _) = alice.call(reqwest::Method::PUT, "/api/v1/secrets/DEPLOY_TOKEN", Some(json!({"value": SECRET}))).await;
+    assert_eq!(s, 201);
+
+    // The command asks first, as every action does under the policy.
+    let command = r#"echo "$AGENT_GREETING in $(pwd)" > greeting.txt; cat greeting.txt; echo "token=$DEPLOY_TOKEN""#;
+    let start = json!({"agent": "terminal-agent", "message": format!("run: {command}"), "confirmation_policy": "always"});
+    let (conv, task) = alice.start_ready(start).await;
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let events = alice.wait_events(&conv, "the permission", |ev| last_status(ev).as_deref() == Some("waiting_for_confirmation")).await;
+    let action = events.iter().find(|e| e["kind"] == "action").expect("the tool call is an action");
+    assert_eq!((action["arguments"]["kind"].as_str(), action["arguments"]["input"]["command"].as_str()), (Some("execute"), Some(command)));
+    assert!(!workspace.join("greeting.txt").exists(), "nothing ran before Confirm");
+    assert_eq!(alice.post(&format!("/api/v1/conversations/{conv}/confirm"), json!({})).await.0, 202);
+
+    // It ran in the sandbox's shell, in the workspace, with the agent's variable and the user's
+    // secrets; its output reached the agent and the timeline, the secret masked there.
+    let events = alice.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let said = format!("hello from the agent in {}", workspace.display());
+    assert_eq!(std::fs::read_to_string(workspace.join("greeting.txt")).unwrap(), format!("{said}\n"));
+    let observation = events.iter().find(|e| e["kind"] == "observation").expect("its result");
+    let output = observation["content"].as_str().unwrap();
+    assert!(output.contains(&said) && output.contains("exit code 0"), "the terminal's output is the observation: {output}");
+    let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(answer.starts_with("exit 0: ") && answer.contains(&said), "terminal/output reached the agent: {answer}");
+    assert!(!serde_json::to_string(&events).unwrap().contains(SECRET), "the secret is masked in every event");
+    assert!(answer.contains("token=") && !answer.ends_with("token="), "the command had the secret: {answer}");
+
+    // A long command, interrupted: the turn ends, the command stops, the terminal is released.
+    let policy = json!({"policy": "never"});
+    assert_eq!(alice.call(reqwest::Method::PUT, &format!("/api/v1/conversations/{conv}/confirmation-policy"), Some(policy)).await.0, 202);
+    let long = "echo started > long.txt; sleep 60; echo finished >> long.txt";
+    assert_eq!(alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": format!("run: {long}")})).await.0, 202);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !workspace.join("long.txt").exists() {
+        assert!(std::time::Instant::now() < deadline, "the long command never started");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(alice.post(&format!("/api/v1/conversations/{conv}/interrupt"), json!({})).await.0, 202);
+    let events = alice.wait_events(&conv, "the interrupted turn", |ev| last_status(ev).as_deref() == Some("idle")).await;
+    let status = events.iter().rev().find(|e| e["kind"] == "execution_status").unwrap();
+    assert_eq!(status["reason"], "interrupted by the user", "{status}");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(processes("sleep 60", &workspace).is_empty(), "the terminal's command is stopped");
+    assert_eq!(std::fs::read_to_string(workspace.join("long.txt")).unwrap(), "started\n");
+}

@@ -4,7 +4,7 @@
 //! `session/prompt` with the user's messages, `session/cancel` on an interrupt. Its updates
 //! become events ([`updates`]), its permission requests the conversation's confirmations (the
 //! policy applies; Confirm and Reject answer them), its file reads and writes go to the
-//! executor, and its LLM calls come back out through the relay ([`llm`]) to the profile's
+//! executor, its terminals are the executor's shell sessions ([`terminal`]), and its LLM calls come back out through the relay ([`llm`]) to the profile's
 //! server with the real key, as do its calls of the conversation's MCP tools ([`mcp`]), offered
 //! in `session/new` to an agent that takes HTTP MCP servers.
 //!
@@ -15,6 +15,7 @@
 
 pub mod llm;
 pub mod mcp;
+pub mod terminal;
 pub mod updates;
 
 use std::sync::Arc;
@@ -223,7 +224,8 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
         },
     };
     let (updates, deltas, interrupted) = (Updates::default(), None, false);
-    let mut turn = Turn { run, exec, conn, updates, prompt_id, workspace, deltas, interrupted, spent };
+    let terminals = terminal::Terminals::default();
+    let mut turn = Turn { run, exec, conn, updates, prompt_id, workspace, deltas, interrupted, spent, terminals };
     turn.follow().await
 }
 
@@ -258,7 +260,7 @@ async fn open_session(
     kind: &Launch,
     mcp: Option<Value>,
 ) -> Result<Option<EventBody>, String> {
-    let capabilities = json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false});
+    let capabilities = json!({"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true});
     let init = conn
         .request(
             "halyard-init",
@@ -332,6 +334,8 @@ struct Turn<'a> {
     interrupted: bool,
     /// A budget refused a call: the turn is cancelled.
     spent: Arc<AtomicBool>,
+    /// The terminals the agent made (ACP's `terminal/*`).
+    terminals: terminal::Terminals,
 }
 
 mod turn;

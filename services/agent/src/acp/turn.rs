@@ -27,8 +27,7 @@ impl Turn<'_> {
             let incoming = tokio::select! {
                 _ = Run::until_set(self.run.cancel.clone()) => return RunOutcome::Paused,
                 _ = Run::until_set(self.run.interrupt.clone()), if !self.interrupted => {
-                    self.interrupted = true;
-                    self.cancel_turn().await;
+                    self.interrupt().await;
                     continue;
                 }
                 incoming = self.conn.next() => incoming,
@@ -52,10 +51,16 @@ impl Turn<'_> {
             }
             let _ = self.conn.ack(seq).await;
             if self.spent.load(Ordering::SeqCst) && !self.interrupted {
-                self.interrupted = true;
-                self.cancel_turn().await;
+                self.interrupt().await;
             }
         }
+    }
+
+    /// The turn is cancelled: the agent is told, and the commands its terminals run stop.
+    async fn interrupt(&mut self) {
+        self.interrupted = true;
+        self.cancel_turn().await;
+        self.terminals.interrupt_all(self.exec).await;
     }
 
     async fn cancel_turn(&mut self) {
@@ -68,7 +73,8 @@ impl Turn<'_> {
         let id = message.get("id");
         match (method, id) {
             (Some("session/update"), None) => {
-                let update = message.pointer("/params/update").cloned().unwrap_or(Value::Null);
+                let mut update = message.pointer("/params/update").cloned().unwrap_or(Value::Null);
+                self.terminals.inline(&mut update);
                 let steps = {
                     let log = self.run.log.lock().await;
                     let pending = |id: &str| log.history.pending.iter().any(|p| p.tool_call_id == id);
@@ -131,6 +137,14 @@ impl Turn<'_> {
             },
             "fs/read_text_file" => self.read_file(&params).await,
             "fs/write_text_file" => self.write_file(&params).await,
+            "terminal/create" => self.terminals.create(self.exec, &params, &self.run.env).await,
+            "terminal/output" => self.terminals.output(self.exec, &params).await,
+            "terminal/kill" => self.terminals.kill(self.exec, &params).await,
+            "terminal/release" => self.terminals.release(self.exec, &params).await,
+            "terminal/wait_for_exit" => match self.wait_for_exit(&params).await {
+                Some(answer) => answer,
+                None => return Ok(Dealt::Leave(RunOutcome::Paused)),
+            },
             other => Err((-32601, format!("Halyard does not offer `{other}`"))),
         };
         let reply = match answer {
@@ -139,6 +153,23 @@ impl Turn<'_> {
         };
         self.conn.send(&reply).await?;
         Ok(Dealt::Next)
+    }
+
+    /// Waits for a terminal's command to end, seeing an interrupt (which stops it) and a
+    /// stopped run (`None`: the request is left for the next run) while it runs.
+    async fn wait_for_exit(&mut self, params: &Value) -> Option<Result<Value, (i64, String)>> {
+        loop {
+            if *self.run.cancel.borrow() {
+                return None;
+            }
+            if *self.run.interrupt.borrow() && !self.interrupted {
+                self.interrupt().await;
+            }
+            match self.terminals.wait_slice(self.exec, params).await {
+                Ok(None) => {}
+                done => return done.transpose(),
+            }
+        }
     }
 
     /// The answer to a permission request (`None`: it waits for the user). The conversation's
