@@ -314,10 +314,16 @@ async fn claude_code_works_in_a_container_and_the_container_never_holds_the_key(
 /// and then the answer.
 fn editor_script(request: &Value) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
-    if messages.last().is_some_and(|m| m["role"] == "tool") {
-        return Reply::finish("done.txt is written.");
-    }
     let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(|m| m["content"].to_string()).unwrap_or_default();
+    if messages.last().is_some_and(|m| m["role"] == "tool") {
+        return Reply::finish(if last_user.contains("notes.md") { "notes.md is edited." } else { "done.txt is written." });
+    }
+    if last_user.contains("notes.md") {
+        // The editor's unsaved text is what the workspace holds: the edit fails otherwise.
+        let edit = json!({"command": "str_replace", "path": "notes.md", "old_str": "unsaved editor text", "new_str": "edited by halyard",
+            "security_risk": "low"});
+        return Reply::tool("file_editor", edit);
+    }
     if last_user.contains("long job") {
         return Reply::tool("terminal", json!({"command": "sleep 60", "timeout": 120, "security_risk": "low"}));
     }
@@ -362,13 +368,27 @@ async fn halyard_acp_serves_the_reference_acp_client_through_a_whole_session() {
     let (_, conversation) = h.api(ALICE).get(&format!("/api/v1/conversations/{session}")).await;
     let sandbox = conversation["sandbox_id"].as_str().unwrap();
     assert_eq!(std::fs::read_to_string(h.workspace(sandbox).join("done.txt")).unwrap(), "done\n");
-    // The second, cancelled mid-command.
+    // The second links a file the editor holds unsaved: read from the editor, edited in the
+    // workspace, written back to the editor (once: its content is then the editor's).
+    assert_eq!(seen["edited"]["stopReason"], "end_turn", "{seen}");
+    let notes = format!("{}/js/notes.md", env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(seen["reads"], json!([notes]), "{seen}");
+    let writes = seen["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!((writes[0]["path"].as_str(), writes[0]["content"].as_str()), (Some(notes.as_str()), Some("edited by halyard\n")));
+    assert!(!std::path::Path::new(&notes).exists(), "the editor's disk is the editor's to write");
+    // The third, cancelled mid-command.
     assert_eq!(seen["cancelled"]["stopReason"], "cancelled", "{seen}");
     // A new connection loads the session by id: its history comes back as updates.
     let loaded = seen["loaded"].as_array().unwrap();
     let said: Vec<&str> =
         loaded.iter().filter(|u| u["sessionUpdate"] == "user_message_chunk").filter_map(|u| u["content"]["text"].as_str()).collect();
-    assert_eq!(said, ["Write done.txt", "Run the long job"], "{loaded:?}");
+    assert_eq!(said.len(), 3, "{loaded:?}");
+    assert_eq!((said[0], said[2]), ("Write done.txt", "Run the long job"), "{loaded:?}");
+    assert!(
+        said[1].starts_with("Edit notes.md") && said[1].contains("(see notes.md, in the workspace as the editor holds it)"),
+        "{said:?}"
+    );
     assert!(loaded.iter().any(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "echo done > done.txt"));
 }
 

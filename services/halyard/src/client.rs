@@ -116,6 +116,26 @@ impl Client {
         Ok(written)
     }
 
+    /// `bytes` sent raw to `/api/v1{path}` with PUT (a file upload): the JSON answer.
+    pub async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<Value> {
+        let resp = self
+            .http
+            .put(format!("{}/api/v1{path}", self.url))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach Halyard at {}: is it running? (HALYARD_URL) ({e})", self.url))?;
+        let status = resp.status();
+        let value: Value = resp.json().await.unwrap_or_default();
+        if !status.is_success() {
+            let code = value["error"]["code"].as_str().unwrap_or("error");
+            bail!("{code} ({status}): {}", value["error"]["message"].as_str().unwrap_or("no message"));
+        }
+        Ok(value)
+    }
+
     pub async fn get(&self, path: &str) -> Result<Value> {
         self.call(reqwest::Method::GET, path, None).await
     }

@@ -7,8 +7,11 @@
 //! interrupts it. An action that waits for confirmation becomes `session/request_permission`:
 //! the editor's answer confirms or rejects it.
 //!
-//! The conversation works in its sandbox, as every conversation does; the editor's own files
-//! are not offered to it.
+//! The conversation works in its sandbox, as every conversation does; the files the editor
+//! holds stay the editor's ([`editor`]): those a prompt names are read from it, those the
+//! conversation changes are written back to it.
+
+mod editor;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +42,7 @@ struct Server {
     out: mpsc::UnboundedSender<Value>,
     waiting: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     next: std::sync::atomic::AtomicU64,
+    editor: Mutex<editor::Editor>,
 }
 
 /// Serves the editor on standard input and output until it closes them.
@@ -54,7 +58,7 @@ pub async fn serve(client: Client, defaults: Defaults) -> Result<i32> {
             }
         }
     });
-    let server = Arc::new(Server { client, defaults, out, waiting: Mutex::default(), next: 1.into() });
+    let server = Arc::new(Server { client, defaults, out, waiting: Mutex::default(), next: 1.into(), editor: Mutex::default() });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
@@ -118,13 +122,22 @@ impl Server {
 
     async fn handle(&self, method: &str, params: Value) -> Answer {
         match method {
-            "initialize" => Ok(json!({
+            "initialize" => {
+                let offered = params.get("clientCapabilities").cloned().unwrap_or_default();
+                self.editor().offered(&offered);
+                Ok(json!({
                 "protocolVersion": 1,
                 "agentCapabilities": {"loadSession": true, "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true}},
                 "agentInfo": {"name": "halyard", "title": "Halyard", "version": env!("CARGO_PKG_VERSION")},
                 "authMethods": [],
-            })),
-            "session/new" => self.new_session().await,
+                }))
+            }
+            "session/new" => {
+                let answer = self.new_session().await?;
+                let session = answer["sessionId"].as_str().unwrap_or_default();
+                self.editor().opened(session, params.get("cwd").and_then(Value::as_str));
+                Ok(answer)
+            }
             "session/load" => self.load_session(&params).await,
             "session/prompt" => self.prompt(&params).await,
             "session/cancel" => {
@@ -163,6 +176,7 @@ impl Server {
     /// Replays a conversation's events as updates, then answers.
     async fn load_session(&self, params: &Value) -> Answer {
         let session = params.get("sessionId").and_then(Value::as_str).ok_or((-32602, "`sessionId` is required".to_owned()))?;
+        self.editor().opened(session, params.get("cwd").and_then(Value::as_str));
         let mut after = 0;
         loop {
             let page = self.client.get(&format!("/conversations/{session}/events?after_seq={after}&limit=1000")).await.map_err(failed)?;
@@ -182,10 +196,11 @@ impl Server {
     /// Sends the prompt as a message and streams the run it starts until it ends.
     async fn prompt(&self, params: &Value) -> Answer {
         let session = params.get("sessionId").and_then(Value::as_str).ok_or((-32602, "`sessionId` is required".to_owned()))?.to_owned();
-        let text = prompt_text(params.get("prompt"));
+        let text = prompt_text(params.get("prompt"), &|uri| self.editor().relative(&session, uri));
         if text.trim().is_empty() {
             return Err((-32602, "the prompt has no text".into()));
         }
+        self.bring_files(&session, params.get("prompt")).await?;
         let conversation = self.client.get(&format!("/conversations/{session}")).await.map_err(failed)?;
         let after = conversation["last_event_seq"].as_u64().unwrap_or(0);
         // Following starts before the message goes, so nothing of the run is missed.
@@ -218,7 +233,14 @@ impl Server {
             }
             match event["kind"].as_str() {
                 Some("action") => open.push(event.clone()),
-                Some("observation" | "action_rejected") => open.retain(|a| a["tool_call_id"] != event["tool_call_id"]),
+                Some("observation") => {
+                    let edited = open.iter().any(|a| a["tool_call_id"] == event["tool_call_id"] && edits(a));
+                    open.retain(|a| a["tool_call_id"] != event["tool_call_id"]);
+                    if edited {
+                        self.send_changes(&session).await;
+                    }
+                }
+                Some("action_rejected") => open.retain(|a| a["tool_call_id"] != event["tool_call_id"]),
                 _ => {}
             }
             for update in updates_of(&event, true) {
@@ -227,7 +249,12 @@ impl Server {
             if event["kind"] != "execution_status" {
                 continue;
             }
-            match event["status"].as_str().unwrap_or_default() {
+            let status = event["status"].as_str().unwrap_or_default();
+            if matches!(status, "finished" | "idle" | "paused" | "error" | "stuck") {
+                // What commands changed too.
+                self.send_changes(&session).await;
+            }
+            match status {
                 "finished" => return Ok(json!({"stopReason": "end_turn"})),
                 "idle" if event["reason"] == "interrupted by the user" => return Ok(json!({"stopReason": "cancelled"})),
                 "idle" => return Ok(json!({"stopReason": "end_turn"})),
@@ -259,8 +286,18 @@ impl Server {
     }
 }
 
-/// The text of a prompt's content blocks (text, and embedded resources' text).
-fn prompt_text(prompt: Option<&Value>) -> String {
+/// Whether an action changes files (a file editor's write, a patch).
+fn edits(action: &Value) -> bool {
+    match action["tool"].as_str() {
+        Some("file_editor") => !matches!(action["arguments"]["command"].as_str(), Some("view")),
+        Some("apply_patch") => true,
+        _ => false,
+    }
+}
+
+/// The text of a prompt's content blocks (text, and embedded resources' text); `relative` names
+/// a file of the editor's folder by its path in the workspace.
+fn prompt_text(prompt: Option<&Value>, relative: &dyn Fn(&str) -> Option<String>) -> String {
     let mut parts = Vec::new();
     for block in prompt.and_then(Value::as_array).into_iter().flatten() {
         match block["type"].as_str() {
@@ -273,7 +310,13 @@ fn prompt_text(prompt: Option<&Value>) -> String {
                     r["text"].as_str().unwrap_or_default()
                 ));
             }
-            Some("resource_link") => parts.push(format!("(see {})", block["uri"].as_str().unwrap_or_default())),
+            Some("resource_link") => {
+                let uri = block["uri"].as_str().unwrap_or_default();
+                parts.push(match relative(uri) {
+                    Some(rel) => format!("(see {rel}, in the workspace as the editor holds it)"),
+                    None => format!("(see {uri})"),
+                });
+            }
             _ => {}
         }
     }
