@@ -31,6 +31,9 @@ pub struct AgentKind {
     /// The ACP authentication method that has it read its key from its environment, where it
     /// wants one chosen (`authenticate` after `initialize`).
     pub auth: Option<&'static str>,
+    /// The subscription login a user may hand to it (what the credential is), where Halyard
+    /// can use one: see [`AgentLogin`].
+    pub login: Option<&'static str>,
 }
 
 /// The third-party agents Halyard knows how to run.
@@ -42,6 +45,7 @@ pub const KINDS: &[AgentKind] = &[
         launcher: "bin/claude-agent-acp",
         wires: &["anthropic"],
         auth: None,
+        login: Some("the OAuth token of a Claude subscription (`claude setup-token` prints one)"),
     },
     AgentKind {
         name: "codex",
@@ -50,6 +54,7 @@ pub const KINDS: &[AgentKind] = &[
         launcher: "bin/codex-acp",
         wires: &["openai-responses"],
         auth: None,
+        login: None,
     },
     // Its key from GEMINI_API_KEY once told so.
     AgentKind {
@@ -59,6 +64,7 @@ pub const KINDS: &[AgentKind] = &[
         launcher: "bin/gemini-acp",
         wires: &["gemini"],
         auth: Some("gemini-api-key"),
+        login: None,
     },
     // Its `openai` provider speaks the Responses API.
     AgentKind {
@@ -68,6 +74,7 @@ pub const KINDS: &[AgentKind] = &[
         launcher: "bin/opencode-acp",
         wires: &["openai-responses"],
         auth: None,
+        login: None,
     },
 ];
 
@@ -115,6 +122,26 @@ pub struct CustomAgent {
     /// Who registered or last changed it, and when (Unix milliseconds).
     pub updated_by: String,
     pub updated_ms: i64,
+}
+
+/// A subscription login a user handed to one agent kind: the agent's own credential (a Claude
+/// subscription's OAuth token), sealed in the vault. The relay sends it upstream in place of the
+/// LLM profile's key for that kind's calls in the user's conversations; it never enters the
+/// sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentLogin {
+    pub credential_sealed: String,
+    /// Its last four characters, to tell logins apart.
+    pub hint: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// A user's subscription logins, by agent kind (`agentlogins.<user>` in the user bucket).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentLogins {
+    #[serde(default)]
+    pub logins: BTreeMap<String, AgentLogin>,
 }
 
 /// The custom agents of a deployment or an organization, by name.

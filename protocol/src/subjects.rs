@@ -239,6 +239,11 @@ pub fn user_hooks_key(user: &crate::UserId) -> String {
     format!("hooks.{user}")
 }
 
+/// The key of `user`'s subscription logins ([`crate::agents::AgentLogins`]) in [`USER_BUCKET`].
+pub fn user_agent_logins_key(user: &crate::UserId) -> String {
+    format!("agentlogins.{user}")
+}
+
 /// The key of `user`'s MCP servers in [`USER_BUCKET`].
 pub fn user_mcp_key(user: &crate::UserId) -> String {
     format!("mcp.{user}")

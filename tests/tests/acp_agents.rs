@@ -876,3 +876,61 @@ async fn an_agents_terminals_are_halyards_shells_with_the_users_secrets_masked_a
     assert!(processes("sleep 60", &workspace).is_empty(), "the terminal's command is stopped");
     assert_eq!(std::fs::read_to_string(workspace.join("long.txt")).unwrap(), "started\n");
 }
+
+#[tokio::test]
+async fn a_subscription_login_handed_to_claude_code_replaces_the_profiles_key_and_never_enters_the_sandbox() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|_| thinking(Reply::Text("Hello from the subscription.".into())));
+    let mut opts = speaking(&llm, "anthropic", "claude-sonnet-4-5");
+    opts.api_keys = "alice:alice-secret-key,bob:bob-secret-key".into();
+    let h = Halyard::start(opts);
+    let (alice, bob) = (h.api(ALICE), h.api("bob-secret-key"));
+    let put = |api: &halyard_tests::Api, agent: &str, credential: &str| {
+        let (api, path, body) = (api.clone(), format!("/api/v1/me/agent-logins/{agent}"), json!({"credential": credential}));
+        async move { api.call(reqwest::Method::PUT, &path, Some(body)).await }
+    };
+    const TOKEN: &str = "sk-ant-oat01-subscription-token-of-alice-7f3k";
+
+    // Only a kind whose login Halyard can relay takes one; a credential is one token.
+    let (s, e) = put(&alice, "codex", TOKEN).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("login_not_supported")), "{e}");
+    let (s, e) = put(&alice, "claude-code", "short").await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, made) = put(&alice, "claude-code", TOKEN).await;
+    assert_eq!((s, made["agent"].as_str(), made["hint"].as_str()), (201, Some("claude-code"), Some("7f3k")), "{made}");
+    let (_, listed) = alice.get("/api/v1/me/agent-logins").await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    assert!(!listed.to_string().contains(TOKEN) && !made.to_string().contains(TOKEN), "never answered again");
+    let (_, agents) = alice.get("/api/v1/agents").await;
+    let claude = agents["items"].as_array().unwrap().iter().find(|a| a["name"] == "claude-code").unwrap().clone();
+    assert_eq!(claude["logged_in"], true, "{claude}");
+    assert!(claude["login"].as_str().unwrap().contains("claude setup-token"), "{claude}");
+    let (_, bobs) = bob.get("/api/v1/me/agent-logins").await;
+    assert_eq!(bobs["items"], json!([]), "Alice's login is hers");
+
+    // Alice's Claude Code calls carry her login upstream, not the profile's key.
+    let (conv, task) = alice.start_ready(json!({"agent": "claude-code", "message": "Say hello"})).await;
+    let events = alice.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
+    let auth = llm.auth_headers();
+    assert!(!auth.is_empty() && auth.iter().all(|a| a.as_deref() == Some(&format!("Bearer {TOKEN}"))), "{auth:?}");
+    assert!(llm.headers("x-api-key").iter().all(Option::is_none), "no profile key beside the login");
+    let betas = llm.headers("anthropic-beta");
+    assert!(betas.iter().all(|b| b.as_deref().is_some_and(|b| b.split(',').any(|x| x == "oauth-2025-04-20"))), "{betas:?}");
+    assert!(events.iter().any(|e| e["kind"] == "llm_call" && e["prompt_tokens"].as_u64() > Some(0)), "its calls are counted");
+    let workspace = h.workspace(task["sandbox_id"].as_str().unwrap());
+    let envs = processes("claude", &workspace);
+    assert!(!envs.is_empty(), "the agent runs");
+    assert!(envs.iter().all(|(_, env)| !env.contains(TOKEN) && !env.contains(LLM_KEY)), "the sandbox holds neither");
+    assert_eq!(any_file_holds(&workspace, TOKEN.as_bytes()), None);
+
+    // Taken back: the next conversation's calls carry the profile's key again.
+    assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/me/agent-logins/claude-code", None).await.0, 204);
+    assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/me/agent-logins/claude-code", None).await.0, 404);
+    let before = llm.requests().len();
+    let (conv, _) = alice.start_ready(json!({"agent": "claude-code", "message": "Say hello again"})).await;
+    alice.wait_events(&conv, "the second turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
+    let keys = llm.headers("x-api-key");
+    assert!(keys.len() > before && keys[before..].iter().all(|k| k.as_deref() == Some(LLM_KEY)), "{keys:?}");
+}

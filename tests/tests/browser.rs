@@ -364,9 +364,11 @@ async fn the_settings_set_up_everything_without_curl() {
         ("HALYARD_GITHUB_API", github.api_url.clone()),
         ("HALYARD_GITHUB_TOKEN", "ghp_picker-token-0042".to_owned()),
     ];
-    let (_, h) = playwright(h, "tests/settings.spec.ts", 15, env).await;
+    let (_, h) = playwright(h, "tests/settings.spec.ts", 16, env).await;
     // Nothing the spec typed as a secret reached the log.
-    assert!(!h.log().contains("s3cr3t-value-xyz") && !h.log().contains("sk-profile-secret"), "a secret value was logged");
+    let log = h.log();
+    assert!(!log.contains("s3cr3t-value-xyz") && !log.contains("sk-profile-secret"), "a secret value was logged");
+    assert!(!log.contains("sk-ant-oat01-browser-login-token-9k2q"), "a subscription login was logged");
 }
 
 /// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is

@@ -422,11 +422,13 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             .replace("{org}", "alices-org")
             .replace("{user}", "alice")
             .replace("{model}", "scripted-model")
-            .replace("{sha256}", &"0".repeat(64));
+            .replace("{sha256}", &"0".repeat(64))
+            .replace("{agent}", "claude-code");
         for (method, _) in ops.as_object().unwrap() {
-            let per_user_name = ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/"]
-                .iter()
-                .any(|p| path.starts_with(p));
+            let per_user_name =
+                ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/", "/api/v1/me/agent-logins/"]
+                    .iter()
+                    .any(|p| path.starts_with(p));
             if per_user_name && method == "put" {
                 continue;
             }

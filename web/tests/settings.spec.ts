@@ -575,3 +575,29 @@ test("15. what an organization offers: a profile, a secret never shown again, an
   await page.getByRole("region", { name: "Secrets of acme" }).getByRole("button", { name: "Remove TEAM_TOKEN" }).click();
   await expect(page.getByRole("region", { name: "Secrets of acme" }).getByRole("listitem").filter({ hasText: "TEAM_TOKEN" })).toHaveCount(0);
 });
+
+test("16. a subscription login: handed to Claude Code with what that means said, never shown, taken back", async ({ page }) => {
+  const token = "sk-ant-oat01-browser-login-token-9k2q";
+  await settings(page);
+  const s = section(page, "Subscription logins");
+  const claude = s.getByRole("listitem").filter({ hasText: "Claude Code" });
+  await expect(claude).toContainText("none");
+  await expect(claude).toContainText("It never enters the sandbox");
+  const form = claude.getByRole("form", { name: "Claude Code login" });
+  await form.getByLabel("Claude Code credential").fill(token);
+  await form.getByRole("button", { name: "Hand over login" }).click();
+  await expect(claude).toContainText("handed over · ends in …9k2q");
+  await expect(form.getByLabel("Claude Code credential")).toHaveValue("");
+  expect(await page.content()).not.toContain(token);
+  await page.reload();
+  await expect(claude).toContainText("handed over");
+  expect(await page.content()).not.toContain(token);
+  // The API says the same: Claude Code's calls carry it now.
+  const agents = await (await page.request.get("/api/v1/agents")).json();
+  expect(agents.items.find((a: { name: string }) => a.name === "claude-code").logged_in).toBe(true);
+  await shot(page, "settings-agent-login");
+
+  await claude.getByRole("button", { name: "Delete Claude Code login" }).click();
+  await claude.getByRole("button", { name: "Delete", exact: true }).click();
+  await expect(claude).toContainText("none");
+});

@@ -151,6 +151,15 @@ pub async fn secrets(ctx: &Ctx, owner: &UserId, org: Option<&str>) -> Result<Sec
     Ok(Secrets { redactor: Arc::new(opened.redactor()), env: opened.env, has_forge: opened.has_forge })
 }
 
+/// The subscription login `owner` handed to agent kind `agent`, opened (`None`: they handed it
+/// none).
+pub async fn agent_login(ctx: &Ctx, owner: &UserId, agent: &str) -> Result<Option<String>, String> {
+    let logins: halyard_protocol::agents::AgentLogins = read(ctx, &subjects::user_agent_logins_key(owner)).await?;
+    let Some(login) = logins.logins.get(agent) else { return Ok(None) };
+    let slot = vault::agent_login_slot(&owner.0, agent);
+    ctx.vault.open(&slot, &login.credential_sealed).map(Some).map_err(|e| format!("the login for {agent} cannot be opened: {e}"))
+}
+
 /// The owner's settings.
 pub async fn settings(ctx: &Ctx, owner: &UserId) -> Result<UserSettings, String> {
     read(ctx, &subjects::user_settings_key(owner)).await

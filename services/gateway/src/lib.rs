@@ -32,7 +32,7 @@ pub mod workspace;
 use accounts::{admin, session, tickets};
 use automations::{hooks, routes as automation_routes, slack_links};
 use conversations::{export, images, plan, routes, share, starts, ws};
-use settings::{defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
+use settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use workspace::{apps, files, terminal};
 
 use std::sync::Arc;
@@ -161,6 +161,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(mcp_servers::test))
         .routes(routes!(secrets::list))
         .routes(routes!(secrets::get_one, secrets::put, secrets::delete))
+        .routes(routes!(agent_logins::list))
+        .routes(routes!(agent_logins::put, agent_logins::delete))
         .routes(routes!(routes::list_skills))
         .routes(routes!(files::changes))
         .routes(routes!(files::files, files::upload))

@@ -91,6 +91,11 @@ pub fn secret_slot(user: &str, name: &str) -> String {
     format!("{user}/secret/{name}")
 }
 
+/// The slot of the subscription login `user` handed to agent kind `agent`.
+pub fn agent_login_slot(user: &str, agent: &str) -> String {
+    format!("{user}/agent-login/{agent}")
+}
+
 /// The slot of the API key of a user's LLM profile.
 pub fn llm_key_slot(user: &str, profile: &str) -> String {
     format!("{user}/llm/{profile}")

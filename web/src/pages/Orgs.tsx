@@ -13,7 +13,7 @@ import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
 import { OrgSettings } from "./OrgSettings";
 import { OrgResources } from "./OrgResources";
-import { useChange } from "./Settings";
+import { useChange } from "../components/SettingsParts";
 
 const enc = encodeURIComponent;
 const ROLES = ["member", "admin", "owner"] as const;

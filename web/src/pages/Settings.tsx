@@ -2,126 +2,15 @@
 // real call, a picker of the models the server lists, fallbacks and the tool set), secrets (write-only: a value is sent, never shown), git providers (with the
 // repositories their token reaches), MCP servers, defaults for new conversations, and the
 // user's own API keys (a new key is shown once). Each section creates, edits and deletes through
-// the same API a script would use. A change that needs a recent sign-in asks for the API key
-// again (`POST /session/step-up`) and is then made.
+// the same API a script would use, and subscription logins handed to agents that take one
+// (../components/AgentLogins). A change that needs a recent sign-in asks for the API key again
+// (`POST /session/step-up`) and is then made.
 
-import { cloneElement, useEffect, useId, useState, type FormEvent, type ReactElement, type ReactNode } from "react";
-import { ApiError, call, errorText } from "../api";
+import { useEffect, useState, type FormEvent } from "react";
+import { call, errorText } from "../api";
+import { AgentLogins } from "../components/AgentLogins";
+import { DeleteButton, Field, Section, enc, str, useChange, useList, type Row } from "../components/SettingsParts";
 import { ErrorText } from "../components/Status";
-
-type Row = Record<string, unknown> & { name: string };
-const str = (v: unknown) => (v === undefined || v === null ? "" : String(v));
-const enc = encodeURIComponent;
-
-/** Runs a change; a `step_up_required` answer asks for the key, then runs it again. */
-export function useChange(reload: () => void) {
-  const [error, setError] = useState<string>();
-  const [stepUp, setStepUp] = useState<() => Promise<unknown>>();
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      reload();
-      return true;
-    } catch (e) {
-      if (e instanceof ApiError && e.code === "step_up_required") setStepUp(() => f);
-      else setError(errorText(e));
-      return false;
-    }
-  };
-  const prompt = stepUp && (
-    <StepUp
-      onDone={async (key) => {
-        try {
-          await call("POST", "/session/step-up", { api_key: key });
-          const f = stepUp;
-          setStepUp(undefined);
-          await run(f);
-        } catch (e) {
-          setError(errorText(e));
-        }
-      }}
-      onCancel={() => setStepUp(undefined)}
-    />
-  );
-  return { error, run, prompt, setError };
-}
-
-function StepUp({ onDone, onCancel }: { onDone: (key: string) => void; onCancel: () => void }) {
-  const [key, setKey] = useState("");
-  return (
-    <form
-      className="card step-up"
-      aria-label="Confirm it is you"
-      onSubmit={(e) => {
-        e.preventDefault();
-        onDone(key);
-      }}
-    >
-      <p>This change needs a recent sign-in. Enter your API key to go on.</p>
-      <Field label="API key">
-        <input type="password" value={key} onChange={(e) => setKey(e.target.value)} autoComplete="off" required />
-      </Field>
-      <button type="submit">Confirm</button>
-      <button type="button" className="ghost" onClick={onCancel}>
-        Cancel
-      </button>
-    </form>
-  );
-}
-
-/** A labelled control: the label names the control alone (not its options). */
-function Field({ label, children }: { label: string; children: ReactElement<{ id?: string }> }) {
-  const id = useId();
-  return (
-    <div className="field">
-      <label htmlFor={id}>{label}</label>
-      {cloneElement(children, { id })}
-    </div>
-  );
-}
-
-function useList(path: string) {
-  const [items, setItems] = useState<Row[]>([]);
-  const [loadError, setLoadError] = useState<string>();
-  const reload = () =>
-    call<{ items: Row[] }>("GET", path).then(
-      (r) => (setItems(r.items), setLoadError(undefined)),
-      (e) => setLoadError(errorText(e)),
-    );
-  useEffect(() => {
-    reload();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [path]);
-  return { items, loadError, reload };
-}
-
-function Section({ id, title, children }: { id: string; title: string; children: ReactNode }) {
-  return (
-    <section className="card settings-section" aria-labelledby={`h-${id}`} id={id}>
-      <h2 id={`h-${id}`}>{title}</h2>
-      {children}
-    </section>
-  );
-}
-
-function DeleteButton({ what, onDelete }: { what: string; onDelete: () => void }) {
-  const [asking, setAsking] = useState(false);
-  return asking ? (
-    <span role="group" aria-label={`Confirm deleting ${what}`}>
-      <button className="danger" onClick={onDelete}>
-        Delete
-      </button>
-      <button className="ghost" onClick={() => setAsking(false)}>
-        Keep
-      </button>
-    </span>
-  ) : (
-    <button className="ghost" aria-label={`Delete ${what}`} onClick={() => setAsking(true)}>
-      Delete
-    </button>
-  );
-}
 
 /// Where each wire's provider is, as the base URL's placeholder.
 const BASE_URLS: Record<string, string> = {
@@ -666,6 +555,7 @@ export function Settings() {
           ["git-providers", "Git providers"],
           ["mcp-servers", "MCP servers"],
           ["defaults", "Defaults"],
+          ["agent-logins", "Subscription logins"],
           ["api-keys", "API keys"],
         ].map(([id, label]) => (
           <a key={id} href={`#${id}`}>
@@ -678,6 +568,7 @@ export function Settings() {
       <GitProviders />
       <McpServers />
       <Defaults />
+      <AgentLogins />
       <ApiKeys />
     </section>
   );

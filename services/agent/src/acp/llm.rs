@@ -2,7 +2,8 @@
 //! provider's API at the executor's loopback listener with a per-run token; the call reaches
 //! this runner over the executor's `GET /llm/relay` socket ([`halyard_platform::relay`]) and is
 //! made here, to the conversation's LLM profile (its fallbacks after it), with the profile's
-//! real key and model. The owner's secrets are masked in what is sent; the budget is checked
+//! real key and model (or the subscription login the owner handed to the agent's kind, in
+//! place of the key). The owner's secrets are masked in what is sent; the budget is checked
 //! before and the call recorded (an `llm_call` event, counted in usage, budgets and the
 //! organization's spending) after, before the agent sees the end of the answer. Requests for
 //! `<relay>/mcp`, with the same token, go to the conversation's MCP server ([`super::mcp`]).
@@ -40,6 +41,9 @@ pub struct Relay {
     pub spent: Arc<AtomicBool>,
     /// The conversation's MCP tools, served at `<relay>/mcp` ([`super::mcp`]).
     pub mcp: Option<super::mcp::Server>,
+    /// The subscription login the owner handed to this agent's kind, opened: sent to the
+    /// profile's server in place of its key (a fallback's calls carry the fallback's key).
+    pub login: Option<String>,
 }
 
 impl Relay {
@@ -88,8 +92,9 @@ impl Relay {
         // The profile, then each fallback that speaks the same wire, until one answers (each
         // with its own model, which Gemini names in the path).
         let mut last = None;
-        for link in self.chain.links().iter().filter(|l| l.client.wire() == wire) {
-            match link.client.pass_through(body.clone(), &request.headers, &call).await {
+        for (i, link) in self.chain.links().iter().filter(|l| l.client.wire() == wire).enumerate() {
+            let login = self.login.as_deref().filter(|_| i == 0);
+            match link.client.pass_through(body.clone(), &request.headers, &call, login).await {
                 Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => last = Some(Ok(r)),
                 Ok(r) => return Ok(self.clone().relayed(r, link.clone(), &wire, stream, asked, call.counted)),
                 Err(e) => last = Some(Err(e)),

@@ -147,10 +147,11 @@ async fn launch(ctx: &Ctx, name: &str, org: Option<&str>, token: &str, model: &s
 /// process (starting it, and its session, if there is none), sends the user's new messages, and
 /// records what it does until the turn ends, a permission waits, or the run is stopped.
 pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_configs: Option<Result<McpConfigs, String>>) -> RunOutcome {
-    let (conversation, workspace, org) = {
+    let (conversation, workspace, org, owner) = {
         let log = run.log.lock().await;
         let started = log.history.started.as_ref();
-        (log.conversation(), started.map(|s| s.workspace.clone()).unwrap_or_default(), started.and_then(|s| s.org.clone()))
+        let owner = started.map(|s| s.owner.clone());
+        (log.conversation(), started.map(|s| s.workspace.clone()).unwrap_or_default(), started.and_then(|s| s.org.clone()), owner)
     };
     // One token for the process's life (a process outlives runs, its environment with it).
     let token = halyard_platform::keys::sign(&run.ctx.config.secret, "acp-llm-relay", conversation.to_string().as_bytes());
@@ -174,6 +175,14 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
     let Some(hub) = hub else { return RunOutcome::Failed };
     let timeout = std::time::Duration::from_secs_f64(run.ctx.config.agent.command_timeout_secs.max(1.0));
     let mcp = hub.offers_any().then(|| mcp::Server::new(hub, timeout));
+    // The owner's subscription login for this kind, where they handed it one.
+    let login = match (agents::kind(name).and_then(|k| k.login), &owner) {
+        (Some(_), Some(owner)) => match crate::user::agent_login(&run.ctx, owner, name).await {
+            Ok(login) => login,
+            Err(e) => return run.fail("agent_unavailable", format!("{} cannot be started: {e}", kind.title)).await,
+        },
+        _ => None,
+    };
     let spent = Arc::new(AtomicBool::new(false));
     let relay = llm::Relay {
         ctx: run.ctx.clone(),
@@ -183,6 +192,7 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
         token: token.clone(),
         spent: spent.clone(),
         mcp: mcp.clone(),
+        login,
     };
     let _relay = match halyard_platform::relay::serve(exec, "/llm/relay", Vec::new(), relay.handler()).await {
         Ok(serving) => serving,

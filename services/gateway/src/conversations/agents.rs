@@ -37,6 +37,12 @@ pub struct AgentView {
     /// Registered by the deployment's administrators or an organization (`@<org>/<name>`, for
     /// that organization's conversations only), not installed by Halyard.
     pub custom: bool,
+    /// The subscription login you may hand to it (what the credential is), where it takes one
+    /// (`PUT /api/v1/me/agent-logins/{agent}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+    /// You handed it one: its calls carry your login instead of the profile's key.
+    pub logged_in: bool,
 }
 
 /// The agents.
@@ -145,7 +151,10 @@ pub async fn list_agents(State(state): State<AppState>, User(user): User) -> Res
         profiles: wired.iter().map(|(n, _)| n.clone()).collect(),
         default: default == HALYARD,
         custom: false,
+        login: None,
+        logged_in: false,
     }];
+    let (logins, _) = crate::settings::user_store::load::<agents::AgentLogins>(&state, &subjects::user_agent_logins_key(&user)).await?;
     let dir = state.config.agent.agents_dir.trim_end_matches('/');
     for kind in agents::KINDS {
         let usable: Vec<String> = wired.iter().filter(|(_, w)| kind.wires.contains(&w.as_str())).map(|(n, _)| n.clone()).collect();
@@ -166,6 +175,8 @@ pub async fn list_agents(State(state): State<AppState>, User(user): User) -> Res
             profiles: usable,
             default: default == kind.name,
             custom: false,
+            login: kind.login.map(str::to_owned),
+            logged_in: logins.logins.contains_key(kind.name),
         });
     }
     // The deployment's registered agents, then those of each organization of the user's.
@@ -191,6 +202,8 @@ pub async fn list_agents(State(state): State<AppState>, User(user): User) -> Res
                 profiles: usable,
                 default,
                 custom: true,
+                login: None,
+                logged_in: false,
             });
         }
     }

@@ -2,6 +2,7 @@
 //! providers (and what their forges answer: repositories, branches), MCP servers; all kept in
 //! the user's key-value store ([`user_store`]).
 
+pub mod agent_logins;
 pub mod azure_devops;
 pub mod bitbucket_dc;
 pub mod custom_agents;

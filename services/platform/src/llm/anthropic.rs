@@ -18,6 +18,9 @@ use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, St
 
 /// The API version this client speaks.
 pub const VERSION: &str = "2023-06-01";
+/// The beta that admits a Claude subscription's OAuth token (sent as a bearer token) in place of
+/// an API key.
+pub const OAUTH_BETA: &str = "oauth-2025-04-20";
 
 fn ephemeral() -> Value {
     json!({"type": "ephemeral"})

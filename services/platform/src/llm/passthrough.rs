@@ -76,7 +76,16 @@ impl LlmClient {
     /// model (in the body, or in Gemini's path) and key; a stream of chat completions is asked
     /// for its usage too. The response is the server's, whatever its status (the agent reads its
     /// errors itself), but for a failure to reach the server at all.
-    pub async fn pass_through(&self, mut body: Value, headers: &[(String, String)], route: &Route) -> Result<reqwest::Response, LlmError> {
+    ///
+    /// `login`: a subscription login the user handed to the agent, sent in place of the
+    /// profile's key (Anthropic's OAuth token: a bearer token, with the beta that admits it).
+    pub async fn pass_through(
+        &self,
+        mut body: Value,
+        headers: &[(String, String)],
+        route: &Route,
+        login: Option<&str>,
+    ) -> Result<reqwest::Response, LlmError> {
         let _permit = self.permits.acquire().await.map_err(|e| LlmError::Transport(e.to_string()))?;
         let wire = self.wire();
         // (Gemini names the model in the path.)
@@ -93,16 +102,28 @@ impl LlmClient {
         let mut request = self.http.post(format!("{base}/{}", route.path(&self.config.model))).json(&body);
         // What the agent says of its request that servers read (never its credentials: the key
         // is the profile's).
+        let login = login.filter(|_| wire == "anthropic");
+        let mut betas: Vec<&str> = Vec::new();
         for (name, value) in headers {
             let name = name.to_ascii_lowercase();
-            if name == "anthropic-beta" || (name == "anthropic-version" && wire == "anthropic") || name == "accept" {
+            if name == "anthropic-beta" {
+                betas.extend(value.split(',').map(str::trim).filter(|b| !b.is_empty()));
+            } else if (name == "anthropic-version" && wire == "anthropic") || name == "accept" {
                 request = request.header(name, value);
             }
+        }
+        if login.is_some() && !betas.contains(&anthropic::OAUTH_BETA) {
+            betas.push(anthropic::OAUTH_BETA);
+        }
+        if !betas.is_empty() {
+            request = request.header("anthropic-beta", betas.join(","));
         }
         if wire == "anthropic" && !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version")) {
             request = request.header("anthropic-version", anthropic::VERSION);
         }
-        let request = if wire == "anthropic" {
+        let request = if let Some(token) = login {
+            request.bearer_auth(token)
+        } else if wire == "anthropic" {
             request.header("x-api-key", &self.config.api_key)
         } else if wire == gemini::PROVIDER {
             request.header("x-goog-api-key", &self.config.api_key)
