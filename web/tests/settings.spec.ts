@@ -253,7 +253,7 @@ test("8. a new conversation picks a repository the token reaches, its branch and
   });
 });
 
-test("9. an administrator adds a user, issues a key, disables and enables, revokes; others see no Users page", async ({ page, playwright }) => {
+test("9. an administrator adds a user, issues a key, disables and enables, revokes, registers an agent for everyone; others see no Users page", async ({ page, playwright }) => {
   await settings(page);
   await page.getByRole("link", { name: "Users" }).click();
   await expect(page.getByRole("heading", { name: "Users" })).toBeVisible();
@@ -287,6 +287,25 @@ test("9. an administrator adds a user, issues a key, disables and enables, revok
   await expect(keys).toContainText("revoked");
   expect((await me()).status()).toBe(401);
   await shot(page, "admin-users");
+
+  // An agent for everyone's conversations: registered with its environment, whose value is never
+  // shown again, then removed.
+  const agents = page.getByRole("region", { name: "Registered agents" });
+  const register = agents.getByRole("form", { name: "Register an agent" });
+  await register.getByLabel("Agent name").fill("team-shell");
+  await register.getByLabel("Title").fill("Team shell");
+  await register.getByLabel("Command line").fill("exec /opt/team/agent --acp");
+  await register.getByLabel(/^LLM wire/).fill("openai");
+  await register.getByLabel(/^Environment/).fill("TEAM_TOKEN=never-shown-value-77");
+  await register.getByRole("button", { name: "Register an agent" }).click();
+  const agent = agents.getByRole("listitem").filter({ hasText: "team-shell" });
+  await expect(agent).toContainText("Team shell · speaks openai");
+  const listed = await (await page.request.get("/api/v1/agents")).json();
+  expect(listed.items.find((a: { name: string }) => a.name === "team-shell").custom).toBe(true);
+  expect(JSON.stringify(listed)).not.toContain("never-shown-value-77");
+  expect(await page.content()).not.toContain("never-shown-value-77");
+  await agent.getByRole("button", { name: "Remove team-shell" }).click();
+  await expect(agents.getByRole("listitem").filter({ hasText: "team-shell" })).toHaveCount(0);
 
   // Bob is no administrator: no Users link, and the API refuses him.
   await page.getByRole("button", { name: "Sign out" }).click();

@@ -1,9 +1,11 @@
 // Administration, for administrators only (the API refuses anyone else): users (made, made
-// administrators or not, disabled and enabled again) and each user's API keys (issued with the
-// key shown once, revoked).
+// administrators or not, disabled and enabled again), each user's API keys (issued with the
+// key shown once, revoked), and the ACP agents the deployment registers for everyone (a command
+// line, an environment whose values are never shown, the LLM wire it speaks).
 
 import { useEffect, useState, type FormEvent } from "react";
 import { ApiError, call, errorText } from "../api";
+import { Fields, environment } from "../components/InlineForm";
 import { ErrorText } from "../components/Status";
 
 type User = { name: string; admin: boolean; disabled: boolean; managed: boolean; keys: number };
@@ -83,6 +85,61 @@ export function Admin() {
         <button type="submit">Add user</button>
       </form>
       {open && <Keys key={open} user={open} onChange={load} />}
+      <Agents />
+    </section>
+  );
+}
+
+type Agent = { name: string; title: string; wires: string[]; custom: boolean; available: boolean; why?: string };
+
+/** The deployment's registered agents: listed from `GET /agents` (those of no organization). */
+function Agents() {
+  const [agents, setAgents] = useState<Agent[]>([]);
+  const [error, setError] = useState<string>();
+  const load = () =>
+    call<{ items: Agent[] }>("GET", "/agents").then(
+      (r) => setAgents(r.items.filter((a) => a.custom && !a.name.startsWith("@"))),
+      (e) => setError(errorText(e)),
+    );
+  useEffect(() => {
+    load();
+  }, []);
+  const run = async (f: () => Promise<unknown>) => {
+    try {
+      await f();
+      setError(undefined);
+      await load();
+    } catch (e) {
+      setError(errorText(e));
+      throw e;
+    }
+  };
+  return (
+    <section className="card" aria-label="Registered agents">
+      <h2>Registered agents</h2>
+      <p className="muted small">Any program that speaks ACP on stdio, for every user's conversations (besides the installed ones).</p>
+      <ErrorText error={error} />
+      <ul className="settings-list">
+        {agents.map((a) => (
+          <li key={a.name}>
+            <strong>{a.name}</strong> <span className="muted">{`${a.title} · speaks ${a.wires.join(", ")}`}</span>{" "}
+            <button className="ghost" onClick={() => run(() => call("DELETE", `/agents/${enc(a.name)}`)).catch(() => {})}>
+              {`Remove ${a.name}`}
+            </button>
+          </li>
+        ))}
+      </ul>
+      <Fields
+        label="Register an agent"
+        fields={[
+          { key: "name", label: "Agent name" },
+          { key: "title", label: "Title" },
+          { key: "command", label: "Command line" },
+          { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
+          { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
+        ]}
+        onSave={({ name, env, ...rest }) => run(() => call("PUT", `/agents/${enc(name)}`, { ...rest, env: environment(env) }))}
+      />
     </section>
   );
 }

@@ -4,9 +4,10 @@
 // never shown, the LLM wire it speaks). Everyone in it sees the lists; owners and admins add and remove (the API refuses
 // anyone else, and says why).
 
-import { useEffect, useState, type FormEvent, type ReactNode } from "react";
+import { useEffect, useState, type ReactNode } from "react";
 import { call, errorText } from "../api";
 import type { Org } from "../types";
+import { Fields, environment } from "../components/InlineForm";
 import { ErrorText } from "../components/Status";
 
 const enc = encodeURIComponent;
@@ -81,68 +82,6 @@ function Section({
       {manages && form(save)}
     </section>
   );
-}
-
-/** A form of named text fields that saves once all are filled, then empties. */
-function Fields({
-  label,
-  fields,
-  onSave,
-}: {
-  label: string;
-  fields: { key: string; label: string; secret?: boolean; optional?: boolean; lines?: boolean }[];
-  onSave: (v: Record<string, string>) => Promise<void>;
-}) {
-  const empty = Object.fromEntries(fields.map((f) => [f.key, ""]));
-  const [v, setV] = useState<Record<string, string>>(empty);
-  const submit = async (e: FormEvent) => {
-    e.preventDefault();
-    try {
-      await onSave(v);
-      setV(empty);
-    } catch {
-      // Said above the form.
-    }
-  };
-  return (
-    <form onSubmit={submit} className="inline-form" aria-label={label}>
-      {fields.map((f) =>
-        f.lines ? (
-          <textarea
-            key={f.key}
-            aria-label={f.label}
-            placeholder={f.label}
-            value={v[f.key]}
-            required={!f.optional}
-            rows={2}
-            onChange={(e) => setV({ ...v, [f.key]: e.target.value })}
-          />
-        ) : (
-        <input
-          key={f.key}
-          aria-label={f.label}
-          placeholder={f.label}
-          type={f.secret ? "password" : "text"}
-          autoComplete="off"
-          value={v[f.key]}
-          required={!f.optional}
-          onChange={(e) => setV({ ...v, [f.key]: e.target.value })}
-        />
-        ),
-      )}
-      <button type="submit">{label}</button>
-    </form>
-  );
-}
-
-/** `NAME=value` lines as an environment (the first `=` splits; blank lines are skipped). */
-function environment(text: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
-    const at = line.indexOf("=");
-    if (at > 0) out[line.slice(0, at).trim()] = line.slice(at + 1);
-  }
-  return out;
 }
 
 export function OrgResources({ org }: { org: Org }) {
