@@ -298,6 +298,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ExecutorError> {
     let app = app(config)?;
+    // Small frames (an agent's line, a command's output) go out at once, not after the peer's
+    // delayed acknowledgement of the one before (Nagle's algorithm held them up to 40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(|e| ExecutorError::Internal(e.to_string()))
 }
 

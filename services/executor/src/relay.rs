@@ -79,6 +79,10 @@ impl Relay {
             next_id: AtomicU64::new(0),
         });
         let app = axum::Router::new().fallback(forward).with_state(relay.clone());
+        // (Each piece of a streamed answer goes out as it comes: no Nagle.)
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

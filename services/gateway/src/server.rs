@@ -108,6 +108,8 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, mut sh
                 }
             },
         };
+        // An event frame or an answer's piece goes out at once, not behind Nagle's algorithm.
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = total.clone().try_acquire_owned() else {
             metrics::counter!("halyard_http_connections_refused_total", "reason" => "listener_full").increment(1);
             continue;

@@ -244,7 +244,11 @@ impl ExecutorClient {
         let mut request = url.into_client_request().map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
         let key = self.key.parse().map_err(|_| ExecutorError::Unreachable("the session key is no header value".into()))?;
         request.headers_mut().insert(SESSION_KEY_HEADER, key);
-        let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
+        // Nagle off: the frames are small and each is waited for (an agent's acknowledgement, a
+        // relayed request's piece).
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
+            .await
+            .map_err(|e| ExecutorError::Unreachable(e.to_string()))?;
         Ok(socket)
     }
 
