@@ -124,7 +124,9 @@ impl Relay {
     }
 
     /// The provider's answer on its way to the agent: its usage read as it passes, and the call
-    /// recorded before the last piece goes out (so the log has it before the agent goes on).
+    /// recorded before the last piece goes out (so the log has it before the agent goes on). A
+    /// stream's pieces pass at once up to its closing event (holding each back until the next
+    /// came delayed every piece by the gap between two).
     fn relayed(
         self: Arc<Self>,
         response: reqwest::Response,
@@ -152,10 +154,22 @@ impl Relay {
                 loop {
                     match upstream.next().await {
                         Some(Ok(chunk)) => {
-                            if let Some(r) = reader.as_mut() {
+                            let ending = reader.as_mut().is_some_and(|r| {
                                 r.feed(&chunk);
+                                r.ending()
+                            });
+                            // A stream's pieces go on as they come; from its closing event on
+                            // they wait for the call's record. A whole answer keeps back its
+                            // last piece.
+                            if stream && !ending && held.is_none() {
+                                return Some((Ok(chunk), (upstream, held, reader, false)));
                             }
-                            if let Some(previous) = held.replace(chunk) {
+                            if stream {
+                                held = Some(match held.take() {
+                                    Some(h) => [h, chunk].concat().into(),
+                                    None => chunk,
+                                });
+                            } else if let Some(previous) = held.replace(chunk) {
                                 return Some((Ok(previous), (upstream, held, reader, false)));
                             }
                         }

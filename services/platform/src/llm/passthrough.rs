@@ -143,6 +143,24 @@ pub struct UsageReader {
     buf: Vec<u8>,
     acc: Box<dyn Accumulate + Send>,
     whole: Vec<u8>,
+    ending: bool,
+}
+
+/// Whether an event-stream line is its stream's closing event (after it, only the end of the
+/// body): Anthropic's `message_stop`, the chat wire's `[DONE]`, the Responses API's
+/// `response.completed` (or `.incomplete`, `.failed`), Gemini's chunk with a `finishReason`.
+fn closing(line: &str) -> bool {
+    let Some(data) = line.strip_prefix("data:").map(str::trim_start) else {
+        return matches!(
+            line.strip_prefix("event:").map(str::trim),
+            Some("message_stop" | "response.completed" | "response.incomplete" | "response.failed")
+        );
+    };
+    data == "[DONE]"
+        || data.contains("\"finishReason\"")
+        || ["\"message_stop\"", "\"response.completed\"", "\"response.incomplete\"", "\"response.failed\""]
+            .iter()
+            .any(|t| data.contains(&format!("\"type\":{t}")))
 }
 
 impl UsageReader {
@@ -154,7 +172,12 @@ impl UsageReader {
             gemini::PROVIDER => Box::new(gemini::StreamAccumulator::default()),
             _ => Box::new(super::StreamAccumulator::default()),
         };
-        Self { wire: wire.to_owned(), stream, buf: Vec::new(), acc, whole: Vec::new() }
+        Self { wire: wire.to_owned(), stream, buf: Vec::new(), acc, whole: Vec::new(), ending: false }
+    }
+
+    /// The stream's closing event has been fed: what is left is the end of the body.
+    pub fn ending(&self) -> bool {
+        self.ending
     }
 
     /// Takes in the next bytes of the answer.
@@ -166,8 +189,10 @@ impl UsageReader {
         self.buf.extend_from_slice(bytes);
         while let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            self.ending |= closing(line.trim_end());
             // A line the reader cannot make sense of says nothing of usage; the agent judges it.
-            let _ = self.acc.line(String::from_utf8_lossy(&line).trim_end());
+            let _ = self.acc.line(line.trim_end());
         }
     }
 
@@ -234,5 +259,27 @@ mod tests {
         assert_eq!((r.path("g").as_str(), r.stream, r.counted), ("models/g:countTokens", Some(false), false));
         assert!(route("gemini", "POST", "/v1beta/models/x:embedContent").unwrap_err().contains(":generateContent"));
         assert!(route("gemini", "POST", "/v1beta/files").is_err());
+    }
+
+    #[test]
+    fn each_wires_closing_event_is_known_and_nothing_before_it() {
+        for line in [
+            "event: message_stop",
+            r#"data: {"type":"message_stop"}"#,
+            "data: [DONE]",
+            r#"data: {"type":"response.completed","response":{}}"#,
+            r#"data: {"candidates":[{"content":{},"finishReason":"STOP"}],"usageMetadata":{}}"#,
+        ] {
+            assert!(closing(line), "{line}");
+        }
+        for line in [
+            "event: content_block_delta",
+            r#"data: {"type":"content_block_delta","delta":{"text":"message_stop"}}"#,
+            r#"data: {"choices":[{"delta":{"content":"[DONE]"}}]}"#,
+            r#"data: {"type":"response.output_text.delta","delta":"x"}"#,
+            "",
+        ] {
+            assert!(!closing(line), "{line}");
+        }
     }
 }
