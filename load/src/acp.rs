@@ -7,12 +7,14 @@
 //!   arrived as a frame (`answer_delta`) on a WebSocket watching the conversation, less the same
 //!   delay for the agent run bare (the piece's `agent_message_chunk` line on its standard
 //!   output, read by this process): agent stdout → executor → runner → NATS → gateway → frame.
-//! - Per LLM call: the turn's wall time through Halyard less the bare turn's, over the calls
-//!   (the relay's round trip: sandbox loopback → executor → WebSocket → runner → provider, and
-//!   back; the per-update overhead of the turn's other updates, the run's own start (status,
-//!   configuration, relay and socket set up, the first checkpoint) and the commands' checkpoints
-//!   are in it too, so it is an upper bound). Both turns are a session's second: the agent and
-//!   its session are started before the clock, through Halyard by a first message.
+//! - Per LLM call: the median gap, at the scripted server, between one answer's end and the next
+//!   request's arrival (the answer's last piece reaching the agent, the agent's work and its
+//!   command, the next request reaching the server), through Halyard less bare: the relay's
+//!   round trip (sandbox loopback → executor → WebSocket → runner → provider, and back) and
+//!   whatever Halyard does between two calls (the updates, the checkpoint after the command).
+//!   Beside it, the turn's wall time through Halyard less the bare turn's, over the calls (the
+//!   run's own start is in that one too). Both turns are a session's second: the agent and its
+//!   session are started before the clock, through Halyard by a first message.
 //!
 //! The bare agent runs on the host in a temporary directory, not in a sandbox (its process
 //! sandbox would add nothing to a process that reads stdin and calls a loopback port).
@@ -57,9 +59,18 @@ fn delays(llm: &ScriptedLlm, sent_before: usize, arrivals: &[(usize, Instant)]) 
     d
 }
 
+/// The gaps (ms) between one answer's end and the next request's arrival at the server, among
+/// the requests that arrived after `since` (the measured turn's).
+fn call_gaps(llm: &ScriptedLlm, since: Instant) -> Vec<f64> {
+    let timings: Vec<(Instant, Instant)> = llm.timings().into_iter().filter(|(arrived, _)| *arrived >= since).collect();
+    let mut gaps: Vec<f64> = timings.windows(2).map(|w| w[1].0.saturating_duration_since(w[0].1).as_secs_f64() * 1000.0).collect();
+    gaps.sort_by(f64::total_cmp);
+    gaps
+}
+
 /// One turn through Halyard: (wall seconds, piece delays, CPU of Halyard, nats-server and this
-/// client per LLM call of the turn).
-async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>, Value)> {
+/// client per LLM call of the turn, when it began).
+async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>, Value, Instant)> {
     let api = h.api(KEY);
     // The agent is started (and its session opened) by a first turn, as the bare run starts it
     // before its clock: the measured turn is the second.
@@ -94,11 +105,12 @@ async fn through_halyard(h: &Halyard, llm: &ScriptedLlm, rep: usize) -> Result<(
     let cpu = crate::cpu_per_item(cpu0, crate::cpu_now(), CALLS);
     ws.close().await;
     ensure!(pieces >= PIECES, "{pieces} of {PIECES} pieces arrived");
-    Ok((wall, delays(llm, sent_before, &arrivals), cpu))
+    Ok((wall, delays(llm, sent_before, &arrivals), cpu, began))
 }
 
-/// One turn of the agent run bare, driven by this process over its stdio: (wall, delays).
-async fn bare(llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>)> {
+/// One turn of the agent run bare, driven by this process over its stdio: (wall, delays, when
+/// it began).
+async fn bare(llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>, Instant)> {
     let dir = tempfile::tempdir()?;
     let base = llm.base_url.trim_end_matches("/v1");
     let mut child = tokio::process::Command::new(LAUNCHER)
@@ -151,7 +163,7 @@ async fn bare(llm: &ScriptedLlm, rep: usize) -> Result<(f64, Vec<f64>)> {
         }
     }
     let wall = began.elapsed().as_secs_f64();
-    Ok((wall, delays(llm, sent_before, &arrivals)))
+    Ok((wall, delays(llm, sent_before, &arrivals), began))
 }
 
 fn summary(wall: f64, d: &[f64]) -> Value {
@@ -171,16 +183,23 @@ pub async fn run(reps: usize) -> Result<Value> {
     );
     let mut runs = Vec::new();
     for rep in 0..reps {
-        let (bare_wall, bare_d) = bare(&llm, rep).await?;
-        let (wall, d, cpu) = through_halyard(&h, &llm, rep).await?;
+        let (bare_wall, bare_d, bare_began) = bare(&llm, rep).await?;
+        let bare_gaps = call_gaps(&llm, bare_began);
+        let (wall, d, cpu, began) = through_halyard(&h, &llm, rep).await?;
+        let gaps = call_gaps(&llm, began);
         let update = percentile(&d, 50.0) - percentile(&bare_d, 50.0);
-        let per_call = (wall - bare_wall) * 1000.0 / CALLS as f64;
-        eprintln!("acp rep {rep}: update overhead p50 {update:.2} ms, per call {per_call:.2} ms (turn {wall:.3} s, bare {bare_wall:.3} s)");
+        let per_call = percentile(&gaps, 50.0) - percentile(&bare_gaps, 50.0);
+        let per_call_wall = (wall - bare_wall) * 1000.0 / CALLS as f64;
+        eprintln!(
+            "acp rep {rep}: update overhead p50 {update:.2} ms, per call {per_call:.2} ms (gaps {gaps:?} vs bare {bare_gaps:?}; turn {wall:.3} s, bare {bare_wall:.3} s)"
+        );
         runs.push(json!({
             "halyard": summary(wall, &d),
             "bare": summary(bare_wall, &bare_d),
+            "call_gaps_ms": {"halyard": gaps, "bare": bare_gaps},
             "update_overhead_ms_p50": update,
             "llm_call_overhead_ms": per_call,
+            "turn_overhead_ms_per_call": per_call_wall,
             "cpu_us_per_llm_call": cpu,
         }));
     }
@@ -191,6 +210,7 @@ pub async fn run(reps: usize) -> Result<Value> {
         "turn": {"llm_calls": CALLS, "commands": CALLS - 1, "answer_pieces": PIECES, "pace_ms": PACE.as_millis() as u64, "repetitions": reps},
         "update_overhead_ms_p50": pick(&|r| r["update_overhead_ms_p50"].as_f64()),
         "llm_call_overhead_ms": pick(&|r| r["llm_call_overhead_ms"].as_f64()),
+        "turn_overhead_ms_per_call": pick(&|r| r["turn_overhead_ms_per_call"].as_f64()),
         "piece_delay_ms_p50": {"halyard": pick(&|r| r["halyard"]["piece_delay_ms_p50"].as_f64()), "bare": pick(&|r| r["bare"]["piece_delay_ms_p50"].as_f64())},
         "turn_wall_s": {"halyard": pick(&|r| r["halyard"]["wall_s"].as_f64()), "bare": pick(&|r| r["bare"]["wall_s"].as_f64())},
         "halyard_cpu_us_per_llm_call": pick(&|r| r["cpu_us_per_llm_call"]["halyard_us"].as_f64()),
@@ -199,8 +219,9 @@ pub async fn run(reps: usize) -> Result<Value> {
         "runs": runs,
         "notes": "Claude Code (claude-agent-acp 0.23.1, Claude Code 2.1.332) in a process sandbox through Halyard, and bare on the host, \
                   against the same scripted Anthropic server; the watcher is a Rust WebSocket client, not a browser. The per-call \
-                  figure is the turn's wall-time difference over its calls, so it also holds the other updates' overhead and \
-                  Halyard's own per-turn work (the relay and the agent's socket set up, the first checkpoint). \
+                  figure is the median gap between one answer's end and the next request at the server, through Halyard less \
+                  bare: the relay both ways and Halyard's work between two calls; turn_overhead_ms_per_call is the turn's wall-time \
+                  difference over its calls (the run's start too; noisy: the agent's own turn varies by tens of ms). \
                   CPU is Halyard's processes (the agent runner, gateway, executor: everything named halyard) and nats-server over \
                   the whole turn, per LLM call; the agent's own CPU is in neither run's figures.",
         "reproduce": "cargo run --release -p halyard-load -- --suite acp (writes load/results/acp.json)",
