@@ -6,6 +6,7 @@
 import { useEffect, useState, type FormEvent } from "react";
 import { ApiError, call, errorText } from "../api";
 import { Fields, environment } from "../components/InlineForm";
+import { str, useChange, useList } from "../components/SettingsParts";
 import { ErrorText } from "../components/Status";
 
 type User = { name: string; admin: boolean; disabled: boolean; managed: boolean; keys: number };
@@ -90,40 +91,24 @@ export function Admin() {
   );
 }
 
-type Agent = { name: string; title: string; wires: string[]; custom: boolean; available: boolean; why?: string };
-
 /** The deployment's registered agents: listed from `GET /agents` (those of no organization). */
 function Agents() {
-  const [agents, setAgents] = useState<Agent[]>([]);
-  const [error, setError] = useState<string>();
-  const load = () =>
-    call<{ items: Agent[] }>("GET", "/agents").then(
-      (r) => setAgents(r.items.filter((a) => a.custom && !a.name.startsWith("@"))),
-      (e) => setError(errorText(e)),
-    );
-  useEffect(() => {
-    load();
-  }, []);
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-    } catch (e) {
-      setError(errorText(e));
-      throw e;
-    }
+  const listed = useList("/agents");
+  const { error, run, prompt } = useChange(listed.reload);
+  const agents = listed.items.filter((a) => a.custom && !a.name.startsWith("@"));
+  // (The form keeps what was typed when the change fails: the error says why.)
+  const save = async (name: string, body: unknown) => {
+    if (!(await run(() => call("PUT", `/agents/${enc(name)}`, body)))) throw new Error("refused");
   };
   return (
     <section className="card" aria-label="Registered agents">
       <h2>Registered agents</h2>
       <p className="muted small">Any program that speaks ACP on stdio, for every user's conversations (besides the installed ones).</p>
-      <ErrorText error={error} />
       <ul className="settings-list">
         {agents.map((a) => (
           <li key={a.name}>
-            <strong>{a.name}</strong> <span className="muted">{`${a.title} · speaks ${a.wires.join(", ")}`}</span>{" "}
-            <button className="ghost" onClick={() => run(() => call("DELETE", `/agents/${enc(a.name)}`)).catch(() => {})}>
+            <strong>{a.name}</strong> <span className="muted">{`${str(a.title)} · speaks ${(a.wires as string[]).join(", ")}`}</span>{" "}
+            <button className="ghost" onClick={() => run(() => call("DELETE", `/agents/${enc(a.name)}`))}>
               {`Remove ${a.name}`}
             </button>
           </li>
@@ -138,8 +123,10 @@ function Agents() {
           { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
           { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
         ]}
-        onSave={({ name, env, ...rest }) => run(() => call("PUT", `/agents/${enc(name)}`, { ...rest, env: environment(env) }))}
+        onSave={({ name, env, ...rest }) => save(name, { ...rest, env: environment(env) })}
       />
+      {prompt}
+      <ErrorText error={error ?? listed.loadError} />
     </section>
   );
 }
