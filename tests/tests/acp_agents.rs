@@ -882,8 +882,8 @@ async fn a_subscription_login_handed_to_claude_code_replaces_the_profiles_key_an
     init();
     let llm = ScriptedLlm::start().await;
     llm.fallback(|_| thinking(Reply::Text("Hello from the subscription.".into())));
-    let mut opts = speaking(&llm, "anthropic", "claude-sonnet-4-5");
-    opts.api_keys = "alice:alice-secret-key,bob:bob-secret-key".into();
+    let mut opts = speaking(&llm, "anthropic", "claude-sonnet-4-5").set("HALYARD_ADMINS", "root");
+    opts.api_keys = "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key".into();
     let h = Halyard::start(opts);
     let (alice, bob) = (h.api(ALICE), h.api("bob-secret-key"));
     let put = |api: &halyard_tests::Api, agent: &str, credential: &str| {
@@ -933,4 +933,10 @@ async fn a_subscription_login_handed_to_claude_code_replaces_the_profiles_key_an
     alice.wait_events(&conv, "the second turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
     let keys = llm.headers("x-api-key");
     assert!(keys.len() > before && keys[before..].iter().all(|k| k.as_deref() == Some(LLM_KEY)), "{keys:?}");
+
+    // Handing over and taking back are audited, without the credential.
+    let (_, trail) = h.api("root-admin-key").get("/api/v1/admin/audit?actor=alice&action=agent_login.").await;
+    let actions: Vec<&str> = trail["items"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["agent_login.delete", "agent_login.put"], "{trail}");
+    assert!(!trail.to_string().contains(TOKEN), "{trail}");
 }
