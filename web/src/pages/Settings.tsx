@@ -1,11 +1,11 @@
 // Settings: everything a user sets up, in sections — LLM profiles (with a Test that makes one
-// real call, a picker of the models the server lists, fallbacks and the tool set), secrets (write-only: a value is sent, never shown), git providers (with the
-// repositories their token reaches), MCP servers, defaults for new conversations, and the
-// user's own API keys (a new key is shown once). Each section creates, edits and deletes through
-// the same API a script would use, and subscription logins handed to agents that take one
-// (../components/AgentLogins). A change that needs a recent sign-in asks for the API key again
-// (`POST /session/step-up`) and is then made.
-
+// real call, a picker of the models the server lists, fallbacks and the tool set), secrets
+// (write-only: a value is sent, never shown), git providers (with the repositories their token
+// reaches), MCP servers, defaults for new conversations, subscription logins handed to agents
+// that take one (../components/AgentLogins), and the user's own API keys (a new key is shown
+// once). Each section creates, edits and deletes through the same API a script would use. A
+// change that needs a recent sign-in asks for the API key again (`POST /session/step-up`) and is
+// then made.
 import { useEffect, useState, type FormEvent } from "react";
 import { call, errorText } from "../api";
 import { AgentLogins } from "../components/AgentLogins";
