@@ -6,6 +6,7 @@
 // once). Each section creates, edits and deletes through the same API a script would use. A
 // change that needs a recent sign-in asks for the API key again (`POST /session/step-up`) and is
 // then made.
+
 import { useEffect, useState, type FormEvent } from "react";
 import { call, errorText } from "../api";
 import { AgentLogins } from "../components/AgentLogins";
