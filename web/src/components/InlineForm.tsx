@@ -1,6 +1,6 @@
 // A row of named text fields that saves once all are filled, then empties (what an
-// organization's and the deployment's registrations are added with), and the `NAME=value` lines
-// an agent's environment is written in.
+// organization's and the deployment's registrations are added with), and the one form an ACP
+// agent is registered with, its environment written as `NAME=value` lines.
 
 import { useState, type FormEvent } from "react";
 
@@ -57,11 +57,28 @@ export function Fields({
 }
 
 /** `NAME=value` lines as an environment (the first `=` splits; blank lines are skipped). */
-export function environment(text: string): Record<string, string> {
+function environment(text: string): Record<string, string> {
   const out: Record<string, string> = {};
   for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
     const at = line.indexOf("=");
     if (at > 0) out[line.slice(0, at).trim()] = line.slice(at + 1);
   }
   return out;
+}
+
+/** Registers an ACP agent: its name, title, command line, LLM wire and environment. */
+export function AgentFields({ onSave }: { onSave: (name: string, body: unknown) => Promise<void> }) {
+  return (
+    <Fields
+      label="Register an agent"
+      fields={[
+        { key: "name", label: "Agent name" },
+        { key: "title", label: "Title" },
+        { key: "command", label: "Command line" },
+        { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
+        { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
+      ]}
+      onSave={({ name, env, ...rest }) => onSave(name, { ...rest, env: environment(env) })}
+    />
+  );
 }

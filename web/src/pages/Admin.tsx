@@ -5,7 +5,7 @@
 
 import { useEffect, useState, type FormEvent } from "react";
 import { ApiError, call, errorText } from "../api";
-import { Fields, environment } from "../components/InlineForm";
+import { AgentFields } from "../components/InlineForm";
 import { str, useChange, useList } from "../components/SettingsParts";
 import { ErrorText } from "../components/Status";
 
@@ -114,17 +114,7 @@ function Agents() {
           </li>
         ))}
       </ul>
-      <Fields
-        label="Register an agent"
-        fields={[
-          { key: "name", label: "Agent name" },
-          { key: "title", label: "Title" },
-          { key: "command", label: "Command line" },
-          { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
-          { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
-        ]}
-        onSave={({ name, env, ...rest }) => save(name, { ...rest, env: environment(env) })}
-      />
+      <AgentFields onSave={save} />
       {prompt}
       <ErrorText error={error ?? listed.loadError} />
     </section>

@@ -7,7 +7,7 @@
 import { useEffect, useState, type ReactNode } from "react";
 import { call, errorText } from "../api";
 import type { Org } from "../types";
-import { Fields, environment } from "../components/InlineForm";
+import { AgentFields, Fields } from "../components/InlineForm";
 import { ErrorText } from "../components/Status";
 
 const enc = encodeURIComponent;
@@ -144,19 +144,7 @@ export function OrgResources({ org }: { org: Org }) {
         kind="agents"
         title="Agents"
         describe={(a) => `${a.title} · speaks ${a.wire} · ${a.command}${a.env?.length ? ` · env ${a.env.join(", ")}` : ""}`}
-        form={(save) => (
-          <Fields
-            label="Register an agent"
-            fields={[
-              { key: "name", label: "Agent name" },
-              { key: "title", label: "Title" },
-              { key: "command", label: "Command line" },
-              { key: "wire", label: "LLM wire (openai, anthropic, openai-responses, gemini)" },
-              { key: "env", label: "Environment, a NAME=value a line (${HALYARD_LLM_BASE}, ${HALYARD_LLM_TOKEN}, ${HALYARD_LLM_MODEL})", optional: true, lines: true },
-            ]}
-            onSave={({ name, env, ...rest }) => save(name, { ...rest, env: environment(env) })}
-          />
-        )}
+        form={(save) => <AgentFields onSave={save} />}
       />
     </div>
   );
