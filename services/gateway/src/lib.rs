@@ -483,6 +483,20 @@ mod tests {
         }
     }
 
+    /// The web app's types are generated from its copy of this document: a handler's type that
+    /// changed without the copy (and so the web app's types) following fails here.
+    #[test]
+    fn the_web_apps_copy_of_the_document_is_this_one() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web/openapi.json");
+        let copy = std::fs::read_to_string(path).unwrap_or_default();
+        let doc = openapi_document().to_pretty_json().unwrap();
+        assert!(
+            copy.trim_end() == doc,
+            "web/openapi.json is not the gateway's OpenAPI document: run `cargo run -q -p halyard -- openapi > web/openapi.json` \
+             and `bash infra/build-web.sh` (which regenerates web/src/api-schema.ts), then commit both"
+        );
+    }
+
     #[test]
     fn apps_may_not_share_a_site_with_the_web_workspace() {
         let mut c = Config::default();

@@ -98,6 +98,9 @@ enum Command {
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
     SetupBus(ServerArgs),
+    /// Print the gateway's OpenAPI document (generated from its handlers; the web app's
+    /// `web/openapi.json` and its types are made from it).
+    Openapi,
     /// The executor inside a sandbox (started by the sandbox supervisor; reads its session key
     /// from the first line of standard input).
     #[command(hide = true)]
@@ -196,6 +199,10 @@ fn main() -> Result<()> {
         }
         Command::Up(ref server) => runtime.block_on(up_or_serve(server, &env, &ALL, true)),
         Command::SetupBus(ref server) => runtime.block_on(setup_bus(server, &env)),
+        Command::Openapi => {
+            println!("{}", halyard_gateway::openapi_document().to_pretty_json()?);
+            Ok(())
+        }
         Command::Admin { url, api_key, command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(admin::run(&url, api_key.as_deref(), command))
