@@ -16,7 +16,7 @@ use halyard_protocol::command::AgentCommand;
 use halyard_protocol::webhook::DeliveryAttempt;
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::error::ApiError;
 use crate::store::{self, ConversationView};
 

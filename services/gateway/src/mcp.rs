@@ -30,7 +30,7 @@ use halyard_platform::{keys, net, vault};
 use halyard_protocol::user::{GitProvider, HALYARD_MCP_SERVER, UserGitProviders};
 use halyard_protocol::{ConversationId, UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::error::ApiError;
 use crate::settings::forge::{self, NewPullRequest, Target};
 use crate::settings::user_store;

@@ -15,7 +15,7 @@ use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::SystemRecord;
 use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{Accepted, Refusals};
 use crate::common::{PageQuery, page_params, parse_id};

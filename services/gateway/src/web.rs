@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::error::ApiError;
 
 /// What `/` says when there is no build.

@@ -14,7 +14,7 @@ use halyard_platform::{bus, keys};
 use halyard_protocol::webhook::{DeliveryJob, WebhookSubscription};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{Accepted, BodyRefusals, Conflict, Refusals};
 use crate::common::{AttemptView, owned, parse_id};

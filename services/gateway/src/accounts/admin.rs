@@ -17,7 +17,7 @@ use halyard_platform::{keys, now_ms};
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::{ApiKeyRecord, KeyScope, UserAccount};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::{Admin, Recent, User};
 use crate::accounts::registry::Principal;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

@@ -24,7 +24,7 @@ use halyard_protocol::accounts::AuditRecord;
 use halyard_protocol::subjects;
 use halyard_protocol::system::SystemRecord;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::Admin;
 use crate::api_doc::Refusals;
 use crate::error::ApiError;

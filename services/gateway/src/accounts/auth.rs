@@ -27,7 +27,7 @@ use halyard_platform::netaddr;
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::registry::Principal;
 use crate::error::ApiError;
 

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use halyard_protocol::UserId;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::Client;
 use crate::accounts::auth::User;
 use crate::accounts::orgs::{MAX_ORGS_PER_USER, record, saved};

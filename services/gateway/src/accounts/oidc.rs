@@ -25,7 +25,7 @@ use utoipa::IntoParams;
 
 use halyard_platform::{keys, now_ms};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::session::https;
 use crate::error::ApiError;
 

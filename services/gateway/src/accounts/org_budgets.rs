@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use halyard_protocol::org::{ModelPrice, Org, OrgBudget, OrgPrices, OrgSpend, budget_month};
 use halyard_protocol::{UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::accounts::orgs::{load, load_managed};

@@ -16,7 +16,7 @@ use halyard_protocol::org::{Org, OrgSettings};
 use halyard_protocol::user::{UserLlmProfiles, org_profile, org_slot_owner};
 use halyard_protocol::{UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::accounts::orgs::{load, load_managed};

@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{UserSecrets, org_slot_owner};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::accounts::orgs::{load, load_managed};

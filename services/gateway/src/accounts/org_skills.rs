@@ -14,7 +14,7 @@ use halyard_protocol::event::Skill;
 use halyard_protocol::org::OrgSkills;
 use halyard_protocol::subjects;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::accounts::orgs::{load, load_managed};

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use halyard_protocol::UserId;
 use halyard_protocol::org::{Invitation, Org, Role};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, AuditQuery, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::accounts::registry::{OrgWrite, Principal};

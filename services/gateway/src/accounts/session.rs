@@ -25,7 +25,7 @@ use halyard_protocol::UserId;
 use halyard_protocol::accounts::ApiKeyRecord;
 use serde::Deserialize;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit;
 use crate::accounts::registry::Principal;
 use crate::error::{ApiError, ApiJson};

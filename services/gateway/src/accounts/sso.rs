@@ -27,7 +27,7 @@ use halyard_protocol::accounts::KeyScope;
 pub use super::oidc::CallbackQuery;
 pub use super::oidc::OidcError as SsoError;
 use super::oidc::{self, Kept, Provider, found};
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit;
 use crate::accounts::session::open_session;
 use crate::api_doc::Refusals;

@@ -20,7 +20,7 @@ use halyard_protocol::accounts::UserAccount;
 use halyard_protocol::org::Role;
 use sha2::{Digest, Sha256};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit;
 use crate::accounts::sso::{Identity, SsoError};
 use crate::error::ApiError;

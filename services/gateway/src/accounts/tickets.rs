@@ -21,7 +21,7 @@ use halyard_platform::{keys, now_ms};
 use halyard_protocol::UserId;
 use halyard_protocol::accounts::KeyScope;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::registry::{Principal, Refusal};
 use crate::error::ApiError;
 use crate::store::rfc3339;

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::{Admin, User};
 use crate::api_doc::Refusals;
 use crate::error::ApiError;

@@ -17,7 +17,7 @@ use halyard_platform::{bus, keys};
 use halyard_protocol::automation::{self as proto, AutomationCommand};
 use halyard_protocol::{CommandId, Envelope, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::api_doc::Refusals;
 use crate::automations::verify::{self, Refusal};
 use crate::error::ApiError;

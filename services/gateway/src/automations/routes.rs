@@ -16,7 +16,7 @@ use halyard_protocol::automation::{self as proto, Automation, AutomationReposito
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

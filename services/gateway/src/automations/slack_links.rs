@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use halyard_protocol::automation::{Automation, SlackLink, Trigger};
 use halyard_protocol::subjects;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals};
 use crate::error::ApiError;

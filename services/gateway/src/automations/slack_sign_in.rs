@@ -22,7 +22,7 @@ use utoipa::IntoParams;
 use halyard_platform::{net::percent_encode, now_ms};
 use halyard_protocol::UserId;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::accounts::oidc::{self, CallbackQuery, Kept, OidcError, Provider, found};

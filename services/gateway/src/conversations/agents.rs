@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use halyard_protocol::agents::{self, AgentKind, CustomAgent, HALYARD};
 use halyard_protocol::subjects;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
 use crate::error::ApiError;

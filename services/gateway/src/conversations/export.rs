@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use halyard_protocol::event::{ConversationEvent, EventBody};
 use serde::Deserialize;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::common::readable;
 use crate::error::ApiError;

@@ -16,7 +16,7 @@ use halyard_protocol::command::AgentCommand;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{HookConsent, HookConsents};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{Accepted, BodyRefusals, Conflict, Refusals};

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use halyard_protocol::ConversationId;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
 use crate::common::readable;

@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use halyard_protocol::org::Visibility;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
 use crate::conversations::routes::{Conversation, conversation_json};

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use halyard_protocol::event::TaskItem;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::Refusals;
 use crate::common::readable;

@@ -17,7 +17,7 @@ use halyard_protocol::command::{AgentCommand, AskAnswer, AskRequest, Conversatio
 use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::{ConversationId, Envelope, TaskId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{Accepted, BadGateway, BodyRefusals, Conflict, Count, Refusals};
 use crate::common::{PageQuery, agent_command, owned, page_params, parse_id};

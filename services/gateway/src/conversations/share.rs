@@ -27,7 +27,7 @@ use utoipa::ToSchema;
 use halyard_platform::keys;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals};

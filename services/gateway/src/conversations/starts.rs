@@ -19,7 +19,7 @@ use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::common::owned;

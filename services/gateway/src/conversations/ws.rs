@@ -27,7 +27,7 @@ use tokio::sync::broadcast::error::RecvError;
 use halyard_protocol::event::AnswerDelta;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::common::readable;
 use crate::error::ApiError;

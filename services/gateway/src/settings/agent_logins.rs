@@ -15,7 +15,7 @@ use halyard_platform::vault;
 use halyard_protocol::agents::{self, AgentLogin, AgentLogins};
 use halyard_protocol::subjects;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use halyard_protocol::agents::{self, CustomAgent, CustomAgents};
 use halyard_protocol::subjects;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::accounts::orgs::{load, load_managed};

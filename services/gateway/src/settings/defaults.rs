@@ -12,7 +12,7 @@ use halyard_protocol::event::{Budget, ConfirmationPolicy};
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserSettings;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::User;
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

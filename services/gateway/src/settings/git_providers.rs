@@ -13,7 +13,7 @@ use halyard_platform::vault;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

@@ -16,7 +16,7 @@ use halyard_protocol::UserId;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BadGateway, BodyRefusals, Conflict, Refusals};

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::{Recent, User};
 use crate::api_doc::{BodyRefusals, Conflict, Refusals};

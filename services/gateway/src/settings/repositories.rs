@@ -14,7 +14,7 @@ use halyard_platform::vault;
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserGitProviders;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{BadGateway, Conflict, Refusals};
 use crate::error::ApiError;

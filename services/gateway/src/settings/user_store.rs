@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::error::ApiError;
 
 /// Tries of a read-modify-write before answering 409.

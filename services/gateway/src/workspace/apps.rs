@@ -44,7 +44,7 @@ use halyard_protocol::executor::SESSION_KEY_HEADER;
 use halyard_protocol::system::AGENT_SERVER;
 use hyper_util::rt::TokioIo;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::Acting;
 use crate::accounts::registry::Principal;
 use crate::common::running_sandbox;

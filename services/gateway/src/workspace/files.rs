@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::auth::User;
 use crate::api_doc::{Conflict, Refusals, SandboxFailure};
 use crate::common::running_sandbox;

@@ -13,7 +13,7 @@ use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::{ExecutorSocket, SocketMessage};
 use halyard_protocol::command::AgentCommand;
 
-use crate::AppState;
+use crate::state::AppState;
 use crate::accounts::audit::{self, Client};
 use crate::accounts::auth::Acting;
 use crate::api_doc::{Conflict, Refusals};
