@@ -2,33 +2,30 @@
 //! to its user, turns writes into durable commands on the bus, and serves reads from sled read
 //! models that it derives from the bus ([`projection`]) and could rebuild by replay.
 //!
-//! Routes are in [`app`]; errors become responses in one place ([`error`]); the OpenAPI
-//! document is generated from the handlers as [`app`] registers them ([`api_doc`]) and served at
-//! `/api/v1/openapi.json`. The handlers
-//! are grouped by what they serve: [`conversations`], [`workspace`] (a conversation's sandbox as
-//! its owner reaches it), [`settings`] (what a user sets up), [`accounts`] (who is calling),
-//! [`webhooks`], [`automations`] (and their public hooks), [`sandboxes`] and [`mcp`]; what several of them share is in [`common`], and the
-//! event log's reader in [`events`]. No module imports another that imports it back.
+//! In layers, each importing only those below it (a test, `layers`, checks the imports):
+//!
+//! - [`router`]: the route table, the only importer of handlers; the OpenAPI document is
+//!   generated from the same list and served at `/api/v1/openapi.json`;
+//! - [`api`]: thin handlers and their request and response types;
+//! - [`domain`]: what handlers of several kinds do with Halyard's state;
+//! - [`audit`] (the trail of what everyone did) and [`auth`] (who is calling, what they may
+//!   reach, the running limits);
+//! - [`state`]: what a request may reach ([`state::AppState`]) and the counters one gateway keeps;
+//! - [`projection`]: the fold of the bus into the read models, and its live fan-out;
+//! - [`read_model`]: the stored rows and the event log's reader;
+//! - [`http`]: errors as responses (in one place), OpenAPI parts, the server, pages, field checks.
+//!
+//! This file starts it all: [`serve`] and [`run`].
 
-pub mod accounts;
-pub mod api_doc;
-pub mod automations;
-pub mod common;
-pub mod conversations;
-pub mod error;
-pub mod events;
-pub mod http_metrics;
-pub mod mcp;
+pub mod api;
+pub mod audit;
+pub mod auth;
+pub mod domain;
+pub mod http;
 pub mod projection;
+pub mod read_model;
 pub mod router;
-pub mod sandboxes;
-pub mod server;
-pub mod settings;
 pub mod state;
-pub mod store;
-pub mod web;
-pub mod webhooks;
-pub mod workspace;
 
 use std::sync::Arc;
 
@@ -37,13 +34,15 @@ use axum::Router;
 
 use halyard_platform::{Config, Shutdown};
 
-use crate::accounts::auth::{AuthFailures, RateLimiter};
-use crate::accounts::registry::Accounts;
+use crate::api::workspace::apps;
 use crate::projection::Live;
-pub use crate::router::{app, openapi_document};
-pub use crate::state::{AppState, GatewayError};
-use crate::store::Store;
-use crate::workspace::apps;
+use crate::read_model::store::Store;
+pub use crate::router::app;
+pub use crate::router::openapi_document;
+pub use crate::state::AppState;
+pub use crate::state::GatewayError;
+use crate::state::limits::{AuthFailures, RateLimiter};
+use crate::state::registry::Accounts;
 
 /// Refuses a configuration that would let an agent's app share a site with the web workspace:
 /// apps served from a host of the same registrable domain can be sent the workspace's
@@ -121,7 +120,7 @@ pub async fn serve(
         hook_deliveries,
     };
 
-    let limits = server::Limits::from_config(&state.config.gateway);
+    let limits = crate::http::server::Limits::from_config(&state.config.gateway);
     let (caught_up, mut until_caught_up) = tokio::sync::watch::channel(false);
     let view_idle = std::time::Duration::from_secs(state.config.agent.idle_evict_secs.max(1));
     let mut projection = tokio::spawn(projection::run(js, store.clone(), live, view_idle, caught_up, shutdown.clone()));
@@ -135,21 +134,21 @@ pub async fn serve(
         }
         ended = &mut projection => return projection_outcome(ended),
     }
-    tokio::spawn(accounts::audit::keep(store.clone(), state.config.gateway.audit_retention_days, shutdown.clone()));
+    tokio::spawn(crate::audit::keep(store.clone(), state.config.gateway.audit_retention_days, shutdown.clone()));
     // Organizations made before their members were copied for the agent runner get theirs now.
     let mirrored = state.clone();
     tokio::spawn(async move {
         for (_, org) in mirrored.accounts.all_orgs() {
-            if let Err(e) = accounts::org_budgets::mirror_members(&mirrored, &org).await {
+            if let Err(e) = crate::api::accounts::org_budgets::mirror_members(&mirrored, &org).await {
                 tracing::warn!(org = %org.name, error = ?e, "the organization's members could not be copied for the agent runner");
             }
         }
     });
     let apps = apps_listener.map(|l| {
         let router = Router::new().fallback(apps::proxy).with_state(state.clone());
-        tokio::spawn(server::serve(l, router, limits, shutdown.clone()))
+        tokio::spawn(crate::http::server::serve(l, router, limits, shutdown.clone()))
     });
-    server::serve(listener, app(state.clone()), limits, shutdown.clone()).await;
+    crate::http::server::serve(listener, app(state.clone()), limits, shutdown.clone()).await;
     if let Some(apps) = apps {
         let _ = apps.await;
     }
@@ -177,4 +176,3 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
 pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, GatewayError> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Http(format!("cannot listen on {addr}: {e}")))
 }
-

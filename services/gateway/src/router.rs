@@ -13,14 +13,15 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 // The handlers' modules, by the short names the route table uses.
-use crate::accounts::{self, admin, session, tickets};
-use crate::automations::{hooks, routes as automation_routes, slack_links};
-use crate::conversations::{self, export, images, plan, routes, share, starts, ws};
-use crate::error::ApiError;
-use crate::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
+use crate::api::accounts::{self, admin, session, tickets};
+use crate::api::automations::{hooks, routes as automation_routes, slack_links};
+use crate::api::conversations::{self, export, images, plan, routes, share, starts, ws};
+use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
+use crate::api::workspace::{apps, files, terminal};
+use crate::api::{mcp, sandboxes, web, webhooks};
+use crate::http::api_doc;
+use crate::http::error::ApiError;
 use crate::state::AppState;
-use crate::workspace::{apps, files, terminal};
-use crate::{api_doc, http_metrics, mcp, sandboxes, web, webhooks};
 
 /// The routes of `/api/v1`, each registered from its handler's `#[utoipa::path]`: the router and
 /// the OpenAPI document come from the same list, so neither can name a route the other lacks.
@@ -31,10 +32,10 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(starts::start_conversation, routes::list_conversations))
         .routes(routes!(routes::count_conversations))
-        .routes(routes!(crate::conversations::agents::list_agents))
-        .routes(routes!(crate::settings::custom_agents::put, crate::settings::custom_agents::delete))
-        .routes(routes!(crate::settings::custom_agents::list_org))
-        .routes(routes!(crate::settings::custom_agents::put_org, crate::settings::custom_agents::delete_org))
+        .routes(routes!(crate::api::conversations::agents::list_agents))
+        .routes(routes!(crate::api::settings::custom_agents::put, crate::api::settings::custom_agents::delete))
+        .routes(routes!(crate::api::settings::custom_agents::list_org))
+        .routes(routes!(crate::api::settings::custom_agents::put_org, crate::api::settings::custom_agents::delete_org))
         .routes(routes!(starts::retry_start))
         .routes(routes!(starts::fork_conversation))
         .routes(routes!(routes::get_conversation, routes::delete, routes::patch_conversation))
@@ -48,9 +49,9 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(routes::set_confirmation_policy))
         .routes(routes!(routes::set_llm_profile))
         .routes(routes!(routes::restore))
-        .routes(routes!(crate::conversations::hooks::hooks_consent))
-        .routes(routes!(crate::conversations::hooks::list_hook_consents))
-        .routes(routes!(crate::conversations::hooks::delete_hook_consent))
+        .routes(routes!(crate::api::conversations::hooks::hooks_consent))
+        .routes(routes!(crate::api::conversations::hooks::list_hook_consents))
+        .routes(routes!(crate::api::conversations::hooks::delete_hook_consent))
         .routes(routes!(plan::get_tasks))
         .routes(routes!(images::screenshot))
         .routes(routes!(images::latest))
@@ -104,8 +105,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(automation_routes::runs))
         .routes(routes!(hooks::receive))
         .routes(routes!(slack_links::get_one, slack_links::link))
-        .routes(routes!(crate::automations::slack_sign_in::start))
-        .routes(routes!(crate::automations::slack_sign_in::callback))
+        .routes(routes!(crate::api::automations::slack_sign_in::start))
+        .routes(routes!(crate::api::automations::slack_sign_in::callback))
         .routes(routes!(admin::me))
         .routes(routes!(admin::my_keys, admin::create_my_key))
         .routes(routes!(admin::revoke_my_key))
@@ -116,7 +117,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(admin::get_user, admin::patch_user))
         .routes(routes!(admin::create_key, admin::list_keys))
         .routes(routes!(admin::revoke_key))
-        .routes(routes!(accounts::audit::list))
+        .routes(routes!(crate::audit::list))
         .routes(routes!(accounts::usage::mine))
         .routes(routes!(accounts::usage::all))
         .routes(routes!(accounts::usage::org))
@@ -181,7 +182,7 @@ pub fn app(state: AppState) -> Router {
     api
         // Halyard's own MCP server, for agent runners (a conversation's key, not a user's).
         .route("/mcp", mcp::service(state.clone()))
-        .route_layer(axum::middleware::from_fn(http_metrics::track))
+        .route_layer(axum::middleware::from_fn(crate::http::metrics::track))
         // The web workspace, and its routes (any other path) that the browser app handles.
         .fallback(web::serve)
         .layer(DefaultBodyLimit::max(max_body))
@@ -224,12 +225,11 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
     Ok(Json(Health { status: "ready" }))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halyard_platform::Config;
     use crate::check_sites;
+    use halyard_platform::Config;
 
     #[test]
     fn every_operation_says_what_it_answers_and_refuses() {

@@ -1,0 +1,16 @@
+//! Conversations: starting them (and trying a failed start again), what the user does to one
+//! (messages, pause, resume, interrupt, confirm, delete...), its events (read, searched,
+//! counted, one by one, followed over a WebSocket; read through [`crate::read_model::events`]), its export,
+//! the agent's plan ([`plan`]), and read-only share links that show it live to people without
+//! an account ([`share`]).
+
+pub mod agents;
+pub mod export;
+pub mod hooks;
+pub mod images;
+pub mod org_shared;
+pub mod plan;
+pub mod routes;
+pub mod share;
+pub mod starts;
+pub mod ws;

@@ -1,0 +1,362 @@
+//! Starting a conversation (`POST /conversations`), trying a failed start again (`POST
+//! /conversations/{id}/retry`) and forking one at an event (`POST /conversations/{id}/fork`).
+//! Each becomes a `ConversationCommand::Start` for the conversations service; a retry repeats
+//! what the failed start asked for, which the conversation's creation record keeps
+//! ([`StartRequest`]), a fork included.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::Deserialize;
+
+use halyard_platform::bus;
+use halyard_platform::telemetry;
+use halyard_protocol::command::{ConversationCommand, SandboxCommand};
+use halyard_protocol::event::ConfirmationPolicy;
+use halyard_protocol::system::{ForkSource, Repository, StartRequest};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
+
+use crate::api::conversations::routes::{
+    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, StartTask, check_at_seq, check_text, check_title, require_own_workspace, require_ready,
+    require_sandbox, task_json,
+};
+use crate::auth::User;
+use crate::auth::access::owned;
+use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
+use crate::http::error::{ApiError, ApiJson};
+use crate::projection::new_view;
+use crate::read_model::store::{self, TaskView, rfc3339};
+use crate::state::AppState;
+
+/// The repository cloned into the workspace.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryBody {
+    /// A git URL (of one of the user's git providers' hosts, for a private one).
+    pub url: String,
+    #[serde(default)]
+    pub branch: Option<String>,
+}
+
+/// A new conversation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = StartConversation)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    /// The first message to the agent (up to 200,000 characters).
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub repository: Option<RepositoryBody>,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// A sandbox spec by name (`GET /sandbox-specs`); the default if absent.
+    #[serde(default)]
+    pub sandbox_spec: Option<String>,
+    /// Limits on the conversation's LLM use (the deployment's defaults if absent).
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
+    pub max_budget_usd: Option<f64>,
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_tokens: Option<u64>,
+    /// When actions wait for the user's consent: `never` (default), `always` or `risky`.
+    #[serde(default)]
+    pub confirmation_policy: Option<ConfirmationPolicy>,
+    /// One of the user's LLM profiles (`GET /llm-profiles`); the settings' default, else the
+    /// operator's, if absent.
+    #[serde(default)]
+    pub llm_profile: Option<String>,
+    /// The user's secrets (`GET /secrets`) the conversation's shell gets, by name; all of them
+    /// if absent, none if empty. Every one is masked in what the conversation shows either way.
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
+    /// Labels to find the conversation by (`GET /conversations?tag=key:value`): up to 20, keys
+    /// of letters, digits, `_`, `-`, `.` or `/`, values of one line.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// An organization you are in: its settings apply (its default LLM profile, or only it when
+    /// enforced; `llm_profile` may name one of its profiles).
+    #[serde(default)]
+    pub org: Option<String>,
+    /// `private` (default): yours only; `org`: the members of `org` read it too, live, and
+    /// nobody but you acts on it.
+    #[serde(default)]
+    pub visibility: halyard_protocol::org::Visibility,
+    /// The agent that works in it (`GET /agents`): `halyard` (Halyard's own), `claude-code`,
+    /// `codex`, `gemini`, `opencode`, an agent the deployment registered, or (in an
+    /// organization's conversation) `@<org>/<name>`; the settings' default, else `halyard`, if
+    /// absent.
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// Starts a conversation: answers 202 with its start task (follow it with `GET
+/// /api/v1/start-tasks/{id}`), or 429 `sandbox_quota_user` / `sandbox_quota_total` when a
+/// running-sandbox limit is reached.
+#[utoipa::path(post, path = "/conversations", tag = "conversations", request_body = StartBody,
+    responses((status = 202, body = StartTask), Refusals, BodyRefusals))]
+pub async fn start_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    ApiJson(body): ApiJson<StartBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(m) = &body.message {
+        check_text("message", m, MAX_MESSAGE_CHARS)?;
+    }
+    if let Some(t) = &body.title {
+        check_title(t)?;
+    }
+    if let Some(r) = &body.repository {
+        check_text("repository.url", &r.url, 4096)?;
+        if r.url.trim_start().starts_with('-') {
+            return Err(ApiError::bad_request("invalid_field", "`repository.url` must be a git URL or a path"));
+        }
+        if let Some(b) = &r.branch {
+            check_text("repository.branch", b, 255)?;
+        }
+    }
+    if let Some(spec) = &body.sandbox_spec {
+        crate::domain::sandbox::check_spec(&state, spec)?;
+    }
+    crate::http::checks::check_budget(body.max_budget_usd, body.max_tokens)?;
+    crate::http::checks::check_tag_count(body.tags.len())?;
+    for (k, v) in &body.tags {
+        crate::http::checks::check_tag(k, Some(v))?;
+    }
+    if body.visibility == halyard_protocol::org::Visibility::Org && body.org.is_none() {
+        return Err(ApiError::bad_request("invalid_field", "`visibility: org` needs `org`: the organization whose members read it"));
+    }
+    let llm_profile = match &body.org {
+        Some(org) => crate::api::accounts::org_profiles::profile_for_start(&state, &user, org, body.llm_profile.as_deref()).await?,
+        None => {
+            if let Some(p) = &body.llm_profile {
+                crate::api::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+            }
+            body.llm_profile.clone()
+        }
+    };
+    if let Some(names) = &body.secrets {
+        crate::api::settings::secrets::check_chosen(&state, &user, body.org.as_deref(), names).await?;
+    }
+    // What the start leaves out, the user's settings say (and the deployment past them).
+    let settings = crate::api::settings::defaults::load(&state, &user).await?;
+    let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
+        .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
+        .or(settings.budget);
+    let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+    let (llm_profile, agent) = (llm_profile.or(settings.llm_profile), body.agent.or(settings.agent));
+    let agent = agent.filter(|a| a != halyard_protocol::agents::HALYARD);
+    if let Some(agent) = &agent {
+        crate::api::conversations::agents::check_runnable(&state, &user, agent, llm_profile.as_deref(), body.org.as_deref()).await?;
+    }
+    let request = StartRequest {
+        message: body.message,
+        spec,
+        budget,
+        confirmation_policy: body.confirmation_policy.or(settings.confirmation_policy),
+        llm_profile,
+        agent,
+        secrets: body.secrets,
+        fork: None,
+        parent: None,
+        tags: body.tags,
+        org: body.org,
+        visibility: body.visibility,
+    };
+    let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
+    let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
+    let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// Starts a conversation whose start failed again, as it was asked, in a new sandbox (the failed
+/// start's is deleted); 409 `start_not_failed` otherwise. Answers with the new start task.
+#[utoipa::path(post, path = "/conversations/{id}/retry", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    responses((status = 202, body = StartTask), Refusals, Conflict))]
+pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<impl IntoResponse, ApiError> {
+    let (conversation_id, view) = owned(&state, &user, &id)?;
+    if view.status != "ERROR" {
+        return Err(ApiError::conflict(
+            "start_not_failed",
+            format!("only a conversation whose start failed can be retried; this one is {}", view.status),
+        ));
+    }
+    let Some(request) = view.start_request.clone() else {
+        return Err(ApiError::conflict(
+            "cannot_retry",
+            "this conversation was started before starts could be retried; start a new one with POST /api/v1/conversations",
+        ));
+    };
+    let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
+    let title = view.title.clone().filter(|_| view.title_set_by.as_deref() == Some("user"));
+    let start = Start { conversation_id, title, repository, request };
+    let task = begin(&state, &user, start, view.created_ms).await?;
+    if let Some(old) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) {
+        // The failed start's sandbox holds nothing the new one needs.
+        let delete = Envelope::new(SandboxCommand::Delete { sandbox_id: old }, halyard_platform::now_ms());
+        if let Err(e) = bus::publish(&state.js, subjects::sandbox_command(old), &delete).await {
+            tracing::warn!(sandbox_id = %old, error = %e, "the failed start's sandbox was not deleted");
+        }
+    }
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// A fork of a conversation.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = ForkConversation)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    /// The last event the fork keeps (1 to the conversation's `last_event_seq`).
+    #[schema(minimum = 1)]
+    pub at_seq: u64,
+    /// A message to the fork's agent (it waits for one if absent).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The fork's title (the conversation's, marked as a fork, if absent).
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// Forks a conversation at one of its events: a new conversation of the same user whose log is
+/// this one's up to `at_seq` (after its own `conversation_started`, which names its source) and
+/// whose workspace is this one's checkpoint at that event, in a sandbox of its own, started as
+/// this one was (repository, limits, profile, secrets). It runs like any other; this one is not
+/// touched. Answers 202 with the fork's start task.
+#[utoipa::path(post, path = "/conversations/{id}/fork", tag = "conversations", params(("id" = String, Path, format = Uuid)),
+    request_body = ForkBody, responses((status = 202, body = StartTask), Refusals, BodyRefusals, Conflict))]
+pub async fn fork_conversation(
+    State(state): State<AppState>,
+    User(user): User,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ForkBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let (source, view) = owned(&state, &user, &id)?;
+    require_ready(&view)?;
+    require_sandbox(&view)?;
+    require_own_workspace(&view)?;
+    check_at_seq(&view, body.at_seq)?;
+    if let Some(m) = &body.message {
+        check_text("message", m, MAX_MESSAGE_CHARS)?;
+    }
+    if let Some(t) = &body.title {
+        check_title(t)?;
+    }
+    let Some(sandbox_id) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) else {
+        return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; fork it once it is READY"));
+    };
+    let mut request = view.start_request.clone().unwrap_or_default();
+    request.message = body.message;
+    request.fork = Some(ForkSource { conversation_id: source, sandbox_id, at_seq: body.at_seq });
+    // The source's tags as they are now.
+    request.tags = view.tags.clone();
+    let title = body.title.unwrap_or_else(|| {
+        let base = view.title.clone().unwrap_or_else(|| "Conversation".into());
+        let base: String = base.chars().take(MAX_TITLE_CHARS.saturating_sub(7)).collect();
+        format!("{base} (fork)")
+    });
+    let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
+    let start = Start { conversation_id: ConversationId::new(), title: Some(title), repository, request };
+    let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
+    tracing::info!(%source, fork = %task.conversation_id, at_seq = body.at_seq, "conversation forked");
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+}
+
+/// A start to make: a new conversation, or a failed one again.
+struct Start {
+    conversation_id: ConversationId,
+    title: Option<String>,
+    repository: Option<Repository>,
+    request: StartRequest,
+}
+
+/// Checks the user's quotas, sends the start to the conversations service and records what is
+/// known now, so that the next GET finds it (the projection of the lifecycle records
+/// overwrites it with the same facts and more). `created_ms`: when the conversation was made.
+async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -> Result<TaskView, ApiError> {
+    crate::auth::quota::check_quota(state, user)?;
+    let task_id = TaskId::new();
+    {
+        let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = starting.entry(user.0.clone()).or_default();
+        let limit = state.config.gateway.max_starting_per_user;
+        if limit > 0 && mine.len() >= limit {
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_starting",
+                format!("you already have {} conversations starting (limit {limit}); wait for one to be READY", mine.len()),
+            );
+            e.retry_after = Some(2);
+            return Err(e);
+        }
+        mine.insert(task_id);
+    }
+    let Start { conversation_id, title, repository, request } = start;
+    let now = halyard_platform::now_ms();
+    let cmd = ConversationCommand::Start {
+        task_id,
+        conversation_id,
+        owner: user.clone(),
+        message: request.message.clone(),
+        repository,
+        title: title.clone(),
+        created_ms,
+        spec: request.spec,
+        budget: request.budget,
+        confirmation_policy: request.confirmation_policy,
+        llm_profile: request.llm_profile,
+        agent: request.agent,
+        secrets: request.secrets,
+        fork: request.fork,
+        parent: request.parent,
+        tags: request.tags.clone(),
+        org: request.org.clone(),
+        visibility: request.visibility,
+    };
+    let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
+    env.trace = Some(telemetry::new_trace());
+    if let Err(e) = bus::publish(&state.js, subjects::conversation_command(conversation_id), &env).await {
+        state.live.starting.lock().unwrap_or_else(|e| e.into_inner()).entry(user.0.clone()).or_default().remove(&task_id);
+        return Err(e.into());
+    }
+    tracing::info!(%task_id, %conversation_id, user = %user, "conversation start accepted");
+    let task = TaskView {
+        id: task_id.to_string(),
+        owner: user.0.clone(),
+        conversation_id: conversation_id.to_string(),
+        status: "WORKING".into(),
+        created_at: rfc3339(now),
+        updated_at: rfc3339(now),
+        ..Default::default()
+    };
+    if state.store.task(task_id)?.is_none() {
+        state.store.put_json(&store::task_key(task_id), &task)?;
+    }
+    match state.store.conversation(conversation_id)? {
+        None => {
+            let mut view = new_view(conversation_id, &user.0, task_id, created_ms);
+            view.title_set_by = title.as_ref().map(|_| "user".to_owned());
+            view.title = title;
+            view.first_message = request.message;
+            view.tags = request.tags;
+            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+            state
+                .store
+                .tree()
+                .insert(store::owner_key(&user.0, created_ms, conversation_id), &conversation_id.as_bytes()[..])
+                .map_err(store::StoreError::from)?;
+        }
+        Some(mut view) => {
+            // A retry: starting again, no longer failed.
+            view.status = "STARTING".into();
+            view.start_task_id = task_id.to_string();
+            view.start_task_status = "WORKING".into();
+            view.error_detail = None;
+            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+        }
+    }
+    Ok(task)
+}

@@ -1,0 +1,15 @@
+//! What each user sets up for their conversations: defaults and LLM profiles, secrets, git
+//! providers (and what their forges answer: repositories, branches), MCP servers; all kept in
+//! the user's key-value store ([`user_store`]).
+
+pub mod agent_logins;
+pub mod azure_devops;
+pub mod bitbucket_dc;
+pub mod custom_agents;
+pub mod defaults;
+pub mod forge;
+pub mod git_providers;
+pub mod llm_profiles;
+pub mod mcp_servers;
+pub mod repositories;
+pub mod secrets;

@@ -1,0 +1,7 @@
+//! What handlers of several kinds do with Halyard's state, apart from HTTP: a user's configuration
+//! in the key-value store ([`user_store`]), a conversation's sandbox woken for a request
+//! ([`sandbox`]), commands and questions to the agent runners ([`commands`]).
+
+pub mod commands;
+pub mod sandbox;
+pub mod user_store;

@@ -1,0 +1,93 @@
+//! A conversation's sandbox as a request needs it: running (woken from hibernation within the
+//! running limits), and the spec names a start may ask for.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use halyard_platform::{bus, telemetry};
+use halyard_protocol::{Envelope, SandboxId};
+
+use crate::auth::access::owned;
+use crate::auth::quota::check_quota;
+use crate::http::checks::parse_id;
+use crate::http::error::ApiError;
+use crate::read_model::store::{self};
+use crate::state::AppState;
+
+/// The sandbox of the user's conversation `id`, running, for what the caller means `to` do (in
+/// words, for the error). A hibernated sandbox is woken first (within the running limits: 429
+/// past one), so the request is answered as if it had never stopped; a paused one (a user's
+/// choice) is not: 409 `sandbox_not_running`.
+pub async fn running_sandbox(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    to: &str,
+) -> Result<(SandboxId, store::SandboxView), ApiError> {
+    running_sandbox_waking(state, user, id, to, true).await
+}
+
+/// Like [`running_sandbox`]; with `wake` false, a hibernated sandbox stays asleep (409
+/// `sandbox_hibernated`): what someone other than the owner reads (an organization's reader, a
+/// share link) never starts the owner's sandbox on the owner's quota.
+pub async fn running_sandbox_waking(
+    state: &AppState,
+    user: &halyard_protocol::UserId,
+    id: &str,
+    to: &str,
+    wake_it: bool,
+) -> Result<(SandboxId, store::SandboxView), ApiError> {
+    let (_, c) = owned(state, user, id)?;
+    let sandbox_id: SandboxId = match &c.sandbox_id {
+        Some(s) => parse_id(s, "sandbox_id")?,
+        None => return Err(ApiError::conflict("conversation_not_ready", "the conversation has no sandbox yet; wait until it is READY")),
+    };
+    let sandbox = state.store.sandbox(sandbox_id)?.ok_or_else(|| ApiError::not_found("sandbox"))?;
+    match sandbox.status.as_str() {
+        "RUNNING" => Ok((sandbox_id, sandbox)),
+        "HIBERNATED" if !wake_it => Err(ApiError::conflict(
+            "sandbox_hibernated",
+            "the conversation's sandbox is hibernating to save resources; it wakes when its owner opens it",
+        )),
+        "HIBERNATED" => {
+            check_quota(state, user)?;
+            Ok((sandbox_id, wake(state, sandbox_id, sandbox).await?))
+        }
+        other => Err(ApiError::conflict(
+            "sandbox_not_running",
+            format!("the conversation's sandbox is {other}; resume the conversation to {to}"),
+        )),
+    }
+}
+
+/// Starts a hibernated sandbox again and waits until it runs; the view as it is then (its
+/// executor's new address), ahead of the projection.
+pub async fn wake(state: &AppState, id: SandboxId, mut view: store::SandboxView) -> Result<store::SandboxView, ApiError> {
+    let mut resume = Envelope::new(halyard_protocol::command::SandboxCommand::Resume { sandbox_id: id }, halyard_platform::now_ms());
+    resume.trace = Some(telemetry::new_trace());
+    let patience = Duration::from_secs(state.config.sandbox.start_timeout_secs + 10);
+    let woke = bus::await_sandbox(&state.nats, &state.js, id, Some(resume), patience).await.map_err(|why| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox_wake_failed",
+            format!("the hibernated sandbox did not start again: {why}; retry"),
+        )
+    })?;
+    view.status = woke.status.as_str().to_owned();
+    view.detail = woke.detail;
+    view.exposed_urls = woke.exposed_urls.iter().map(|u| serde_json::json!({"name": u.name, "url": u.url})).collect();
+    Ok(view)
+}
+
+/// Checks a sandbox spec's name.
+pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
+    if state.config.sandbox.spec(spec).is_none() {
+        let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("`sandbox_spec` {spec:?} is not one of {known:?} (see GET /api/v1/sandbox-specs)"),
+        ));
+    }
+    Ok(())
+}
