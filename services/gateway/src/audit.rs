@@ -27,7 +27,9 @@ use halyard_protocol::system::SystemRecord;
 use crate::auth::Admin;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
-use crate::read_model::store::{self, rfc3339};
+use crate::read_model::layout;
+use crate::read_model::rows::AuditRow;
+use crate::read_model::store::{self};
 use crate::state::AppState;
 
 /// The client address of a request (behind a trusted proxy, the one it forwards), for the
@@ -97,7 +99,7 @@ pub async fn record(state: &AppState, a: Action<'_>, client: Option<IpAddr>) {
 }
 
 /// An audit record as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AuditView {
     /// When (RFC 3339).
     pub time: String,
@@ -113,22 +115,10 @@ pub struct AuditView {
     pub client: Option<String>,
 }
 
-impl From<&AuditRecord> for AuditView {
-    fn from(r: &AuditRecord) -> Self {
-        let detail = match &r.detail {
-            None => Value::Object(Default::default()),
-            Some(Value::String(s)) => serde_json::json!({ "note": s }),
-            Some(v) => v.clone(),
-        };
-        Self {
-            time: rfc3339(r.at_ms),
-            actor: r.actor.0.clone(),
-            action: r.action.clone(),
-            target: r.target.clone(),
-            org: r.org.clone(),
-            detail,
-            client: r.client.clone(),
-        }
+impl From<AuditRow> for AuditView {
+    fn from(r: AuditRow) -> Self {
+        let AuditRow { time, actor, action, target, org, detail, client } = r;
+        Self { time, actor, action, target, org, detail, client }
     }
 }
 
@@ -201,7 +191,7 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
     let start = match &q.cursor {
         Some(c) => Some(
             keys::from_hex(c)
-                .filter(|k| k.starts_with(store::AUDIT_PREFIX))
+                .filter(|k| k.starts_with(layout::AUDIT_PREFIX))
                 .ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave; start again without it"))?,
         ),
         None => None,
@@ -214,28 +204,28 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
             after.push(0);
             after
         }
-        (None, Some(t)) => store::audit_time_prefix(t - 1),
-        (None, None) => store::AUDIT_PREFIX.to_vec(),
+        (None, Some(t)) => layout::audit_time_prefix(t - 1),
+        (None, None) => layout::AUDIT_PREFIX.to_vec(),
     };
     if jsonl {
         return Ok(export(state.store.tree().clone(), begin, filter));
     }
     let mut items = Vec::new();
     let mut last_key = None;
-    for entry in state.store.tree().range(begin..store::AUDIT_END.to_vec()) {
+    for entry in state.store.tree().range(begin..layout::AUDIT_END.to_vec()) {
         let (k, v) = entry.map_err(ApiError::internal)?;
-        let at_ms = store::audit_time(&k);
+        let at_ms = layout::audit_time(&k);
         if from.is_some_and(|f| at_ms < f) {
             break;
         }
-        let Ok(view) = serde_json::from_slice::<AuditView>(&v) else { continue };
-        if !filter.matches(&view, at_ms) {
+        let Ok(row) = serde_json::from_slice::<AuditRow>(&v) else { continue };
+        if !filter.matches(&row, at_ms) {
             continue;
         }
         if items.len() == limit {
             break;
         }
-        items.push(view);
+        items.push(AuditView::from(row));
         last_key = Some(k.to_vec());
     }
     let next_cursor = (items.len() == limit).then(|| last_key.map(|k| keys::to_hex(&k))).flatten();
@@ -254,7 +244,7 @@ struct Filter {
 }
 
 impl Filter {
-    fn matches(&self, v: &AuditView, at_ms: i64) -> bool {
+    fn matches(&self, v: &AuditRow, at_ms: i64) -> bool {
         self.org.as_deref().is_none_or(|o| v.org.as_deref() == Some(o))
             && self.actor.as_deref().is_none_or(|a| v.actor == a)
             && self.action.as_deref().is_none_or(|a| if a.ends_with('.') { v.action.starts_with(a) } else { v.action == a })
@@ -271,22 +261,22 @@ fn export(tree: sled::Tree, begin: Vec<u8>, filter: Filter) -> Response {
         let mut chunk = String::new();
         let mut sent = 0usize;
         let send = |chunk: &mut String| tx.blocking_send(Ok(axum::body::Bytes::from(std::mem::take(chunk)))).is_ok();
-        for entry in tree.range(begin..store::AUDIT_END.to_vec()) {
+        for entry in tree.range(begin..layout::AUDIT_END.to_vec()) {
             let Ok((k, v)) = entry else { break };
-            let at_ms = store::audit_time(&k);
+            let at_ms = layout::audit_time(&k);
             if filter.from.is_some_and(|f| at_ms < f) {
                 break;
             }
-            let Ok(view) = serde_json::from_slice::<AuditView>(&v) else { continue };
-            if !filter.matches(&view, at_ms) {
+            let Ok(row) = serde_json::from_slice::<AuditRow>(&v) else { continue };
+            if !filter.matches(&row, at_ms) {
                 continue;
             }
             if sent == MAX_EXPORT_RECORDS {
-                chunk.push_str(&serde_json::json!({"truncated": true, "next_to": view.time}).to_string());
+                chunk.push_str(&serde_json::json!({"truncated": true, "next_to": row.time}).to_string());
                 chunk.push('\n');
                 break;
             }
-            chunk.push_str(&serde_json::to_string(&view).unwrap_or_default());
+            chunk.push_str(&serde_json::to_string(&AuditView::from(row)).unwrap_or_default());
             chunk.push('\n');
             sent += 1;
             // The reader went away: stop reading.

@@ -19,7 +19,8 @@ use crate::auth::access::owned;
 use crate::http::api_doc::{Accepted, BodyRefusals, Conflict, Refusals};
 use crate::http::checks::parse_id;
 use crate::http::error::{ApiError, ApiJson};
-use crate::read_model::rows::AttemptView;
+use crate::read_model::layout;
+use crate::read_model::rows::AttemptRow;
 use crate::read_model::store;
 use crate::state::AppState;
 
@@ -329,9 +330,9 @@ pub async fn deliveries(
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
     }
     let mut items = Vec::new();
-    for entry in state.store.tree().scan_prefix(store::attempt_prefix(&w.id)).take(limit) {
+    for entry in state.store.tree().scan_prefix(layout::attempt_prefix(&w.id)).take(limit) {
         let (_, v) = entry.map_err(ApiError::internal)?;
-        if let Ok(item) = serde_json::from_slice::<AttemptView>(&v) {
+        if let Ok(item) = serde_json::from_slice::<AttemptRow>(&v).map(AttemptView::from) {
             items.push(item);
         }
     }
@@ -352,7 +353,7 @@ pub async fn retry(
     let last = state
         .store
         .tree()
-        .get(store::last_attempt_key(&w.id, delivery_id))
+        .get(layout::last_attempt_key(&w.id, delivery_id))
         .map_err(ApiError::internal)?
         .ok_or_else(|| ApiError::not_found("delivery"))?;
     let last: Value = serde_json::from_slice(&last).map_err(ApiError::internal)?;
@@ -386,4 +387,31 @@ pub async fn retry(
     // A fresh message id: the original job's id is still in the de-duplication window.
     bus::publish(&state.js, subjects::delivery_job(&w.id, conversation_id), &Envelope::new(job, halyard_platform::now_ms())).await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted::yes())))
+}
+
+/// A delivery attempt as the API shows it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = DeliveryAttempt)]
+pub struct AttemptView {
+    pub delivery_id: String,
+    pub event_id: String,
+    pub conversation_id: String,
+    pub seq: u64,
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// The receiver's HTTP status, if it answered.
+    pub status_code: Option<u16>,
+    /// Why the attempt failed, if it did.
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    /// `succeeded`, `retrying` or `failed` (for good; `POST .../retry` tries again).
+    pub outcome: String,
+    pub time: String,
+}
+
+impl From<AttemptRow> for AttemptView {
+    fn from(r: AttemptRow) -> Self {
+        let AttemptRow { delivery_id, event_id, conversation_id, seq, attempt, status_code, error, duration_ms, outcome, time } = r;
+        Self { delivery_id, event_id, conversation_id, seq, attempt, status_code, error, duration_ms, outcome, time }
+    }
 }

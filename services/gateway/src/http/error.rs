@@ -72,12 +72,6 @@ impl From<halyard_platform::BusError> for ApiError {
     }
 }
 
-impl From<crate::read_model::store::StoreError> for ApiError {
-    fn from(e: crate::read_model::store::StoreError) -> Self {
-        Self::internal(e)
-    }
-}
-
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         match r.status() {

@@ -17,6 +17,8 @@ use halyard_protocol::system::{SandboxStatus, SandboxUpdate};
 use halyard_protocol::system::{StartTaskStatus, SystemRecord};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, subjects};
 
+use crate::read_model::events::LiveEvent;
+use crate::read_model::layout;
 use crate::read_model::store::{self, ConversationView, SandboxView, Store, TaskView, rfc3339};
 
 /// Most messages folded into one batch of writes ([`store::batch`]).
@@ -31,13 +33,6 @@ const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 /// of views, so its copies never go stale; it saves reading and parsing a view from sled for
 /// every batch that touches its conversation. Past the limit the cache starts over.
 const VIEW_CACHE: usize = 10_000;
-
-/// One event as sent to clients: its seq and its JSON text (shared, never copied per client).
-#[derive(Clone, Debug)]
-pub struct LiveEvent {
-    pub seq: u64,
-    pub json: axum::extract::ws::Utf8Bytes,
-}
 
 /// Live state shared by the projection and the API: per-conversation broadcast channels, and
 /// the start tasks in flight per user (for the starting limit).
@@ -79,13 +74,6 @@ impl Live {
     }
 }
 
-impl LiveEvent {
-    /// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
-    pub fn of(ev: &ConversationEvent) -> Self {
-        Self { seq: ev.seq, json: axum::extract::ws::Utf8Bytes::from(halyard_protocol::event::to_json_string(ev)) }
-    }
-}
-
 /// Views touched by the batch being built (None: deleted).
 struct Pending<'a> {
     store: &'a Store,
@@ -111,14 +99,14 @@ fn tomb_key(id: ConversationId) -> Vec<u8> {
 impl Pending<'_> {
     /// `user`'s usage row for the day of `time_ms` and `model`, as of this batch.
     fn usage(&mut self, user: &str, time_ms: i64, model: &str) -> &mut store::UsageRow {
-        self.usage_at(store::usage_key(user, time_ms, model))
+        self.usage_at(layout::usage_key(user, time_ms, model))
     }
 
     /// `f` applied to `user`'s row, and to their row in `org` if the conversation is in one.
     fn use_up(&mut self, user: &str, org: Option<&str>, time_ms: i64, model: &str, f: impl Fn(&mut store::UsageRow)) {
         f(self.usage(user, time_ms, model));
         if let Some(org) = org {
-            f(self.usage_at(store::org_usage_key(org, user, time_ms, model)));
+            f(self.usage_at(layout::org_usage_key(org, user, time_ms, model)));
         }
     }
 
@@ -161,8 +149,8 @@ impl Pending<'_> {
         if self.deleted(id) {
             return;
         }
-        if ev.seq % store::LOG_INDEX_STRIDE == 1 {
-            self.batch.insert(store::log_index_key(id, ev.seq), &stream_seq.to_be_bytes()[..]);
+        if ev.seq % layout::LOG_INDEX_STRIDE == 1 {
+            self.batch.insert(layout::log_index_key(id, ev.seq), &stream_seq.to_be_bytes()[..]);
         }
         let live = LiveEvent::of(&ev);
         let now = rfc3339(ev.timestamp_ms);
@@ -276,7 +264,7 @@ impl Pending<'_> {
                     updated_at: at.clone(),
                 };
                 if let Ok(bytes) = serde_json::to_vec(&task) {
-                    self.batch.insert(store::task_key(u.task_id), bytes);
+                    self.batch.insert(layout::task_key(u.task_id), bytes);
                 }
                 if u.status.is_final() {
                     self.settled.push((u.owner.0.clone(), u.task_id));
@@ -344,15 +332,15 @@ impl Pending<'_> {
                 }
             }
             SystemRecord::DeliveryAttempt(a) => {
-                if let Ok(bytes) = serde_json::to_vec(&crate::read_model::rows::AttemptView::from(&a)) {
-                    self.batch.insert(store::attempt_key(&a.webhook_id, a.time_ms, a.delivery_id, a.attempt), bytes.clone());
-                    self.batch.insert(store::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
+                if let Ok(bytes) = serde_json::to_vec(&crate::read_model::rows::AttemptRow::from(&a)) {
+                    self.batch.insert(layout::attempt_key(&a.webhook_id, a.time_ms, a.delivery_id, a.attempt), bytes.clone());
+                    self.batch.insert(layout::last_attempt_key(&a.webhook_id, a.delivery_id), bytes);
                 }
             }
             SystemRecord::AutomationRun(r) => {
-                if let Ok(bytes) = serde_json::to_vec(&crate::api::automations::routes::RunView::from(&r)) {
-                    self.batch.insert(store::run_key(&r.automation_id, r.time_ms, &r.run_id), bytes.clone());
-                    self.batch.insert(store::last_run_key(&r.automation_id), bytes);
+                if let Ok(bytes) = serde_json::to_vec(&crate::read_model::rows::RunRow::from(&r)) {
+                    self.batch.insert(layout::run_key(&r.automation_id, r.time_ms, &r.run_id), bytes.clone());
+                    self.batch.insert(layout::last_run_key(&r.automation_id), bytes);
                 }
             }
             SystemRecord::ConversationVisibility { conversation_id, visibility } => {
@@ -370,8 +358,8 @@ impl Pending<'_> {
                 }
             }
             SystemRecord::Audit(a) => {
-                if let Ok(bytes) = serde_json::to_vec(&crate::audit::AuditView::from(&a)) {
-                    self.batch.insert(store::audit_key(a.at_ms, seq), bytes);
+                if let Ok(bytes) = serde_json::to_vec(&crate::read_model::rows::AuditRow::from(&a)) {
+                    self.batch.insert(layout::audit_key(a.at_ms, seq), bytes);
                 }
             }
             SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
@@ -381,13 +369,13 @@ impl Pending<'_> {
             SystemRecord::ConversationDeleted { conversation_id, owner } => {
                 if let Some(view) = self.view(conversation_id) {
                     let created = view.created_ms;
-                    self.batch.remove(store::owner_key(&owner.0, created, conversation_id));
+                    self.batch.remove(layout::owner_key(&owner.0, created, conversation_id));
                 }
                 self.views.insert(conversation_id, None);
                 self.dirty.insert(conversation_id);
                 self.tomb_checked.insert(conversation_id, true);
                 self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
-                for key in self.store.tree().scan_prefix(store::log_index_prefix(conversation_id)).keys().flatten() {
+                for key in self.store.tree().scan_prefix(layout::log_index_prefix(conversation_id)).keys().flatten() {
                     self.batch.remove(key);
                 }
             }
@@ -416,12 +404,12 @@ impl Pending<'_> {
         let slot = self.sandboxes.entry(id).or_insert(None);
         if u.status == SandboxStatus::Deleted {
             if let Some(old) = slot.take() {
-                self.batch.remove(store::sandbox_owner_key(&old.owner, old.created_ms, id));
+                self.batch.remove(layout::sandbox_owner_key(&old.owner, old.created_ms, id));
             }
             return;
         }
         if slot.is_none() {
-            self.batch.insert(store::sandbox_owner_key(&u.owner.0, time_ms, id), &id.as_bytes()[..]);
+            self.batch.insert(layout::sandbox_owner_key(&u.owner.0, time_ms, id), &id.as_bytes()[..]);
         }
         let view = slot.get_or_insert_with(|| SandboxView {
             id: id.to_string(),
@@ -446,7 +434,7 @@ impl Pending<'_> {
 
     fn ensure_view(&mut self, id: ConversationId, owner: &str, task: TaskId, created_ms: i64) -> &mut ConversationView {
         if self.view(id).is_none() {
-            self.batch.insert(store::owner_key(owner, created_ms, id), &id.as_bytes()[..]);
+            self.batch.insert(layout::owner_key(owner, created_ms, id), &id.as_bytes()[..]);
         }
         self.dirty.insert(id);
         self.views.entry(id).or_insert(None).get_or_insert_with(|| new_view(id, owner, task, created_ms))
@@ -455,16 +443,16 @@ impl Pending<'_> {
     fn commit(mut self, cursors: &[(&str, u64)], live: &Live) -> Result<(), BusError> {
         for id in self.dirty.drain() {
             let view = self.views.get(&id).and_then(Option::as_ref);
-            put_or_remove(&mut self.batch, store::conv_key(id), view);
+            put_or_remove(&mut self.batch, layout::conv_key(id), view);
         }
         for (id, view) in self.sandboxes.drain() {
-            put_or_remove(&mut self.batch, store::sandbox_key(id), view.as_ref());
+            put_or_remove(&mut self.batch, layout::sandbox_key(id), view.as_ref());
         }
         for (key, row) in self.usage.drain() {
             put_or_remove(&mut self.batch, key, Some(&row));
         }
         for (name, seq) in cursors {
-            self.batch.insert(store::meta_key(name), &seq.to_be_bytes()[..]);
+            self.batch.insert(layout::meta_key(name), &seq.to_be_bytes()[..]);
         }
         self.batch.apply(self.store.tree()).map_err(|e| BusError::new(BusErrorKind::Consume, format!("read model write: {e}")))?;
         for (owner, task) in self.settled {

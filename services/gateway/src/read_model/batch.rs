@@ -10,7 +10,7 @@
 //! it, or it is there and [`replay`] writes it again on open (every write holds a whole value,
 //! so writing one twice changes nothing). Either way the cursors and the views agree.
 
-use super::store::{StoreError, meta_key};
+use super::layout::meta_key;
 
 /// The key of the last batch's redo record.
 fn record_key() -> Vec<u8> {
@@ -75,12 +75,12 @@ impl Batch {
     }
 
     /// Writes the batch: its record, then each write.
-    pub fn apply(self, tree: &sled::Tree) -> Result<(), StoreError> {
+    pub fn apply(self, tree: &sled::Tree) -> Result<(), sled::Error> {
         tree.insert(record_key(), self.encode())?;
         self.write(tree)
     }
 
-    fn write(self, tree: &sled::Tree) -> Result<(), StoreError> {
+    fn write(self, tree: &sled::Tree) -> Result<(), sled::Error> {
         for (key, value) in self.writes {
             match value {
                 Some(v) => tree.insert(key, v)?,
@@ -92,7 +92,7 @@ impl Batch {
 }
 
 /// Writes the last batch again (on open: a crash may have cut it short).
-pub fn replay(tree: &sled::Tree) -> Result<(), StoreError> {
+pub fn replay(tree: &sled::Tree) -> Result<(), sled::Error> {
     let Some(record) = tree.get(record_key())? else { return Ok(()) };
     match Batch::decode(&record) {
         Some(batch) => batch.write(tree),

@@ -8,8 +8,21 @@ use halyard_platform::{BusError, BusErrorKind, bus};
 use halyard_protocol::event::{ConversationEvent, EventSource};
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::projection::LiveEvent;
 use crate::read_model::store::{self, Store};
+
+/// One event as sent to clients: its seq and its JSON text (shared, never copied per client).
+#[derive(Clone, Debug)]
+pub struct LiveEvent {
+    pub seq: u64,
+    pub json: axum::extract::ws::Utf8Bytes,
+}
+
+impl LiveEvent {
+    /// An event as the API serves it (see [`halyard_protocol::event::to_json`]).
+    pub fn of(ev: &ConversationEvent) -> Self {
+        Self { seq: ev.seq, json: axum::extract::ws::Utf8Bytes::from(halyard_protocol::event::to_json_string(ev)) }
+    }
+}
 
 /// Up to `limit` events of conversation `id` with `seq > after`, in order, up to the last one
 /// the read models have projected (its view's `last_event_seq`): what this returns agrees with

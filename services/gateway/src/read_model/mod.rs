@@ -5,5 +5,6 @@
 
 pub mod batch;
 pub mod events;
+pub mod layout;
 pub mod rows;
 pub mod store;

@@ -17,7 +17,8 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::{Admin, User};
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
-use crate::read_model::store::{self, UsageRow, rfc3339};
+use crate::read_model::layout;
+use crate::read_model::store::{UsageRow, rfc3339};
 use crate::state::AppState;
 
 /// What to report.
@@ -124,7 +125,7 @@ fn report(state: &AppState, prefix: Vec<u8>, q: UsageQuery, may_group_by_user: b
     let mut groups: BTreeMap<String, UsageRow> = BTreeMap::new();
     for entry in state.store.tree().scan_prefix(prefix) {
         let (k, v) = entry.map_err(ApiError::internal)?;
-        let Some((who, day, model)) = store::any_usage_parts(&k) else { continue };
+        let Some((who, day, model)) = layout::any_usage_parts(&k) else { continue };
         if day >= to || day + DAY <= from {
             continue;
         }
@@ -172,7 +173,7 @@ pub async fn mine(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    report(&state, store::usage_prefix(&user.0), q, false)
+    report(&state, layout::usage_prefix(&user.0), q, false)
 }
 
 /// Every user's usage (administrators only), by user, model or day.
@@ -198,7 +199,7 @@ pub async fn org(
 ) -> Result<Response, ApiError> {
     let (_, org) = crate::auth::access::load_managed(&state, &user, &name, "the organization's owners and admins read its usage")?;
     let Query(q) = query?;
-    report(&state, store::org_usage_prefix(&org.name), q, true)
+    report(&state, layout::org_usage_prefix(&org.name), q, true)
 }
 
 /// `value` as one CSV cell a spreadsheet shows as text: a model id is whatever a provider or an

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use halyard_platform::keys;
 use halyard_platform::schedule::Schedule;
-use halyard_protocol::automation::{self as proto, Automation, AutomationRepository, AutomationRun};
+use halyard_protocol::automation::{self as proto, Automation, AutomationRepository};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{UserId, subjects};
 
@@ -22,7 +22,9 @@ use crate::domain::user_store;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::checks::parse_id;
 use crate::http::error::{ApiError, ApiJson};
-use crate::read_model::store::{self, rfc3339};
+use crate::read_model::layout;
+use crate::read_model::rows::RunRow;
+use crate::read_model::store::rfc3339;
 use crate::state::AppState;
 
 /// Automations one user may keep.
@@ -500,7 +502,7 @@ pub struct PatchBody {
 }
 
 /// One run of an automation: when, what triggered it, and what it started or why nothing.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 #[schema(as = AutomationRun)]
 pub struct RunView {
     pub id: String,
@@ -517,17 +519,10 @@ pub struct RunView {
     pub reason: Option<String>,
 }
 
-impl From<&AutomationRun> for RunView {
-    fn from(r: &AutomationRun) -> Self {
-        Self {
-            id: r.run_id.clone(),
-            time: rfc3339(r.time_ms),
-            source: r.source.clone(),
-            trigger: r.trigger.clone(),
-            outcome: r.outcome.as_str().to_owned(),
-            conversation_id: r.conversation_id.map(|c| c.to_string()),
-            reason: r.reason.clone(),
-        }
+impl From<RunRow> for RunView {
+    fn from(r: RunRow) -> Self {
+        let RunRow { id, time, source, trigger, outcome, conversation_id, reason } = r;
+        Self { id, time, source, trigger, outcome, conversation_id, reason }
     }
 }
 
@@ -589,7 +584,14 @@ fn view(state: &AppState, headers: &HeaderMap, a: &Automation, secret: Option<St
         }
         _ => None,
     };
-    let last_run = state.store.tree().get(store::last_run_key(&a.id)).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok());
+    let last_run = state
+        .store
+        .tree()
+        .get(layout::last_run_key(&a.id))
+        .ok()
+        .flatten()
+        .and_then(|v| serde_json::from_slice::<RunRow>(&v).ok())
+        .map(RunView::from);
     AutomationView {
         id: a.id.clone(),
         name: a.name.clone(),
@@ -918,9 +920,9 @@ pub async fn runs(
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
     }
     let mut items = Vec::new();
-    for entry in state.store.tree().scan_prefix(store::run_prefix(&a.id)).take(limit) {
+    for entry in state.store.tree().scan_prefix(layout::run_prefix(&a.id)).take(limit) {
         let (_, v) = entry.map_err(ApiError::internal)?;
-        if let Ok(item) = serde_json::from_slice::<RunView>(&v) {
+        if let Ok(item) = serde_json::from_slice::<RunRow>(&v).map(RunView::from) {
             items.push(item);
         }
     }

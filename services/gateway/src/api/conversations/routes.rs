@@ -819,7 +819,7 @@ impl EventsQuery {
 
 /// A page of events, written around their JSON as rendered once (the same text the WebSocket
 /// sends), not parsed back and re-serialized.
-fn events_page(events: &[crate::projection::LiveEvent], has_more: bool) -> axum::response::Response {
+fn events_page(events: &[crate::read_model::events::LiveEvent], has_more: bool) -> axum::response::Response {
     let next = match events.last() {
         Some(e) if has_more => e.seq.to_string(),
         _ => "null".to_owned(),

@@ -28,6 +28,7 @@ use crate::auth::access::owned;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
 use crate::projection::new_view;
+use crate::read_model::layout;
 use crate::read_model::store::{self, TaskView, rfc3339};
 use crate::state::AppState;
 
@@ -333,7 +334,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         ..Default::default()
     };
     if state.store.task(task_id)?.is_none() {
-        state.store.put_json(&store::task_key(task_id), &task)?;
+        state.store.put_json(&layout::task_key(task_id), &task)?;
     }
     match state.store.conversation(conversation_id)? {
         None => {
@@ -342,11 +343,11 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
             view.title = title;
             view.first_message = request.message;
             view.tags = request.tags;
-            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+            state.store.put_json(&layout::conv_key(conversation_id), &view)?;
             state
                 .store
                 .tree()
-                .insert(store::owner_key(&user.0, created_ms, conversation_id), &conversation_id.as_bytes()[..])
+                .insert(layout::owner_key(&user.0, created_ms, conversation_id), &conversation_id.as_bytes()[..])
                 .map_err(store::StoreError::from)?;
         }
         Some(mut view) => {
@@ -355,7 +356,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
             view.start_task_id = task_id.to_string();
             view.start_task_status = "WORKING".into();
             view.error_detail = None;
-            state.store.put_json(&store::conv_key(conversation_id), &view)?;
+            state.store.put_json(&layout::conv_key(conversation_id), &view)?;
         }
     }
     Ok(task)
