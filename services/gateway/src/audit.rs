@@ -27,9 +27,8 @@ use halyard_protocol::system::SystemRecord;
 use crate::auth::Admin;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
-use crate::read_model::layout;
 use crate::read_model::rows::AuditRow;
-use crate::read_model::store::{self};
+use crate::read_model::{layout, store};
 use crate::state::AppState;
 
 /// The client address of a request (behind a trusted proxy, the one it forwards), for the

@@ -19,9 +19,8 @@ use crate::auth::access::owned;
 use crate::http::api_doc::{Accepted, BodyRefusals, Conflict, Refusals};
 use crate::http::checks::parse_id;
 use crate::http::error::{ApiError, ApiJson};
-use crate::read_model::layout;
 use crate::read_model::rows::AttemptRow;
-use crate::read_model::store;
+use crate::read_model::{layout, store};
 use crate::state::AppState;
 
 /// Event kinds a subscription may filter on.

@@ -2,6 +2,8 @@
 //! in the key-value store ([`user_store`]), a conversation's sandbox woken for a request
 //! ([`sandbox`]), commands and questions to the agent runners ([`commands`]).
 
+pub mod agents;
 pub mod commands;
 pub mod sandbox;
+pub mod user_config;
 pub mod user_store;

@@ -12,7 +12,7 @@ use crate::auth::access::owned;
 use crate::auth::quota::check_quota;
 use crate::http::checks::parse_id;
 use crate::http::error::ApiError;
-use crate::read_model::store::{self};
+use crate::read_model::store;
 use crate::state::AppState;
 
 /// The sandbox of the user's conversation `id`, running, for what the caller means `to` do (in

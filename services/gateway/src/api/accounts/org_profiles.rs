@@ -287,7 +287,7 @@ pub async fn profile_for_start(state: &AppState, user: &UserId, name: &str, aske
         None => default.map(|d| org_profile(&org.name, d)),
         Some(a) if offered.profiles.contains_key(a) => Some(org_profile(&org.name, a)),
         Some(a) => {
-            crate::api::settings::llm_profiles::check_profile(state, user, "llm_profile", a).await?;
+            crate::domain::user_config::check_profile(state, user, "llm_profile", a).await?;
             Some(a.to_owned())
         }
     })

@@ -28,6 +28,7 @@ pub use super::oidc::CallbackQuery;
 pub use super::oidc::OidcError as SsoError;
 use super::oidc::{self, Kept, Provider, found};
 use crate::api::accounts::session::open_session;
+use crate::api::accounts::sso_users::Identity;
 use crate::audit;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
@@ -140,15 +141,6 @@ fn not_configured() -> ApiError {
         "sso_not_configured",
         "this deployment has no identity provider (HALYARD_OIDC_ISSUER, HALYARD_OIDC_CLIENT_ID, HALYARD_OIDC_CLIENT_SECRET); sign in with an API key",
     )
-}
-
-/// Who the provider says signed in.
-pub(crate) struct Identity {
-    pub subject: String,
-    pub email: Option<String>,
-    pub email_verified: bool,
-    pub name: Option<String>,
-    pub groups: Vec<String>,
 }
 
 /// The provider's answer (303): a session and home, or home with `?sso_error=` saying why not.

@@ -20,10 +20,19 @@ use halyard_protocol::accounts::UserAccount;
 use halyard_protocol::org::Role;
 use sha2::{Digest, Sha256};
 
-use crate::api::accounts::sso::{Identity, SsoError};
+use crate::api::accounts::oidc::OidcError as SsoError;
 use crate::audit;
 use crate::http::error::ApiError;
 use crate::state::AppState;
+
+/// Who the provider says signed in.
+pub(crate) struct Identity {
+    pub subject: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub name: Option<String>,
+    pub groups: Vec<String>,
+}
 
 /// The user `id` signs in as; `Ok(Err(why))` when it may not sign in here.
 pub(crate) async fn provision(state: &AppState, id: &Identity, ip: std::net::IpAddr) -> Result<Result<UserId, SsoError>, ApiError> {

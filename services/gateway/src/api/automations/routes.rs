@@ -719,7 +719,7 @@ pub async fn create(
         None => None,
     };
     if let Some(p) = &body.llm_profile {
-        crate::api::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+        crate::domain::user_config::check_profile(&state, &user, "llm_profile", p).await?;
     }
     if let Some(agent) = &body.agent {
         check_agent(&state, &user, agent, body.llm_profile.as_deref()).await?;
@@ -845,7 +845,7 @@ pub async fn patch(
     check_prompt(a.prompt.as_deref(), &a.trigger)?;
     if let Some(p) = body.llm_profile {
         if let Some(p) = &p {
-            crate::api::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+            crate::domain::user_config::check_profile(&state, &user, "llm_profile", p).await?;
         }
         a.llm_profile = p;
     }
@@ -941,5 +941,5 @@ async fn check_agent(state: &AppState, user: &UserId, agent: &str, profile: Opti
                 .llm_profile
         }
     };
-    crate::api::conversations::agents::check_runnable(state, user, agent, profile.as_deref(), None).await
+    crate::domain::agents::check_runnable(state, user, agent, profile.as_deref(), None).await
 }

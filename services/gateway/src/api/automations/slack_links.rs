@@ -101,7 +101,7 @@ pub(crate) fn view(state: &AppState, a: &Automation, link: &SlackLink, linked_to
         expires_at: halyard_protocol::rfc3339(link.expires_ms),
         linked_to,
         runs_as_linked_user,
-        slack_sign_in: super::slack_sign_in::configured(state),
+        slack_sign_in: configured(state),
     }
 }
 
@@ -139,7 +139,7 @@ pub async fn link(
     // Slack's word, not the owner's, for anyone but the owner.
     let (a, _) = automation_of(&state, &link).await?;
     if a.owner != user {
-        if super::slack_sign_in::configured(&state) {
+        if configured(&state) {
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
                 "slack_sign_in_required",
@@ -214,4 +214,10 @@ pub(crate) async fn bind(
         }
     }
     Err(ApiError::conflict("concurrent_update", "the automation kept changing; follow the link again"))
+}
+
+/// Whether the deployment has Sign in with Slack.
+pub fn configured(state: &AppState) -> bool {
+    let g = &state.config.gateway;
+    !g.slack_oidc_client_id.is_empty() && !g.slack_oidc_issuer.is_empty()
 }

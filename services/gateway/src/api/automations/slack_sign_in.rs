@@ -37,12 +37,6 @@ const STATE_SECS: i64 = 600;
 const USER_CLAIM: &str = "https://slack.com/user_id";
 const TEAM_CLAIM: &str = "https://slack.com/team_id";
 
-/// Whether the deployment has Sign in with Slack.
-pub fn configured(state: &AppState) -> bool {
-    let g = &state.config.gateway;
-    !g.slack_oidc_client_id.is_empty() && !g.slack_oidc_issuer.is_empty()
-}
-
 fn provider(state: &AppState) -> Provider<'_> {
     let g = &state.config.gateway;
     Provider {
@@ -99,7 +93,7 @@ pub async fn start(
     query: Result<Query<StartQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    if !configured(&state) {
+    if !super::slack_links::configured(&state) {
         return Err(not_configured());
     }
     // A link that no longer works says so here, before Slack is asked.
@@ -136,7 +130,7 @@ pub async fn callback(
     query: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    if !configured(&state) {
+    if !super::slack_links::configured(&state) {
         return Err(not_configured());
     }
     let clear = state_cookie(&headers, "", 0)?;

@@ -636,7 +636,7 @@ pub async fn set_llm_profile(
         Some(org) => crate::api::accounts::org_profiles::profile_for_start(&state, &user, org, body.profile.as_deref()).await?,
         None => {
             if let Some(p) = &body.profile {
-                crate::api::settings::llm_profiles::check_profile(&state, &user, "profile", p).await?;
+                crate::domain::user_config::check_profile(&state, &user, "profile", p).await?;
             }
             body.profile.clone()
         }

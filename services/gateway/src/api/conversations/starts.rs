@@ -135,7 +135,7 @@ pub async fn start_conversation(
         Some(org) => crate::api::accounts::org_profiles::profile_for_start(&state, &user, org, body.llm_profile.as_deref()).await?,
         None => {
             if let Some(p) = &body.llm_profile {
-                crate::api::settings::llm_profiles::check_profile(&state, &user, "llm_profile", p).await?;
+                crate::domain::user_config::check_profile(&state, &user, "llm_profile", p).await?;
             }
             body.llm_profile.clone()
         }
@@ -144,7 +144,7 @@ pub async fn start_conversation(
         crate::api::settings::secrets::check_chosen(&state, &user, body.org.as_deref(), names).await?;
     }
     // What the start leaves out, the user's settings say (and the deployment past them).
-    let settings = crate::api::settings::defaults::load(&state, &user).await?;
+    let settings = crate::domain::user_config::load(&state, &user).await?;
     let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
         .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
         .or(settings.budget);
@@ -152,7 +152,7 @@ pub async fn start_conversation(
     let (llm_profile, agent) = (llm_profile.or(settings.llm_profile), body.agent.or(settings.agent));
     let agent = agent.filter(|a| a != halyard_protocol::agents::HALYARD);
     if let Some(agent) = &agent {
-        crate::api::conversations::agents::check_runnable(&state, &user, agent, llm_profile.as_deref(), body.org.as_deref()).await?;
+        crate::domain::agents::check_runnable(&state, &user, agent, llm_profile.as_deref(), body.org.as_deref()).await?;
     }
     let request = StartRequest {
         message: body.message,

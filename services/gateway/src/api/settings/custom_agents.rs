@@ -20,6 +20,7 @@ use halyard_protocol::subjects;
 use crate::audit::{self, Client};
 use crate::auth::access::{load, load_managed};
 use crate::auth::{Recent, User};
+use crate::domain::user_config::registered;
 use crate::domain::user_store::{self, check_name};
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
@@ -77,11 +78,6 @@ pub fn view(name: &str, a: &CustomAgent) -> AgentView {
         updated_by: a.updated_by.clone(),
         updated_at: halyard_protocol::rfc3339(a.updated_ms),
     }
-}
-
-/// The registered agents under `key` (the deployment's, or an organization's).
-pub async fn registered(state: &AppState, key: &str) -> Result<CustomAgents, ApiError> {
-    Ok(user_store::load::<CustomAgents>(state, key).await?.0)
 }
 
 fn checked(name: &str, body: AgentBody, by: &str) -> Result<CustomAgent, ApiError> {

@@ -7,14 +7,14 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use halyard_protocol::UserId;
 use halyard_protocol::event::{Budget, ConfirmationPolicy};
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserSettings;
 
-use crate::api::settings::llm_profiles::check_profile;
 use crate::audit::{self, Client};
 use crate::auth::User;
+use crate::domain::user_config::check_profile;
+use crate::domain::user_config::load;
 use crate::domain::user_store;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
@@ -49,11 +49,6 @@ fn settings_json(s: &UserSettings) -> Settings {
         agent: s.agent.clone(),
         updated_at: (s.updated_ms > 0).then(|| rfc3339(s.updated_ms)),
     }
-}
-
-/// A user's settings (defaults if they never saved any).
-pub async fn load(state: &AppState, user: &UserId) -> Result<UserSettings, ApiError> {
-    Ok(user_store::load::<UserSettings>(state, &subjects::user_settings_key(user)).await?.0)
 }
 
 /// The user's defaults for new conversations.
@@ -107,7 +102,7 @@ pub async fn put_settings(
     }
     crate::http::checks::check_budget(body.max_budget_usd, body.max_tokens)?;
     if let Some(agent) = &body.agent {
-        crate::api::conversations::agents::check_default(&state, agent).await?;
+        crate::domain::agents::check_default(&state, agent).await?;
     }
     if body.max_iterations == Some(0) {
         return Err(ApiError::bad_request("invalid_field", "`max_iterations` must be at least 1"));

@@ -16,9 +16,10 @@ use halyard_protocol::UserId;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles};
 
-use crate::api::settings::defaults::load;
 use crate::audit::{self, Client};
 use crate::auth::{Recent, User};
+use crate::domain::user_config::load;
+use crate::domain::user_config::profiles;
 use crate::domain::user_store::{self, check_name};
 use crate::http::api_doc::{BadGateway, BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
@@ -27,19 +28,6 @@ use crate::state::AppState;
 
 /// LLM profiles one user may keep.
 pub const MAX_PROFILES: usize = 20;
-
-/// A user's LLM profiles.
-pub async fn profiles(state: &AppState, user: &UserId) -> Result<UserLlmProfiles, ApiError> {
-    Ok(user_store::load::<UserLlmProfiles>(state, &subjects::user_llm_key(user)).await?.0)
-}
-
-/// Checks that `name` is one of the user's profiles (for a start or a switch).
-pub async fn check_profile(state: &AppState, user: &UserId, field: &str, name: &str) -> Result<(), ApiError> {
-    if profiles(state, user).await?.profiles.contains_key(name) {
-        return Ok(());
-    }
-    Err(ApiError::bad_request("unknown_llm_profile", format!("`{field}`: you have no LLM profile {name:?} (see GET /api/v1/llm-profiles)")))
-}
 
 /// An LLM profile as the API shows it: never its key, only whether one is stored.
 #[derive(Debug, Serialize, ToSchema)]
