@@ -1,13 +1,9 @@
-//! What every forge kind shares: what a forge's webhook asks for ([`Ask`]), and the calls
-//! Halyard makes back on the forge ([`Forge`]), whichever forge it is.
+//! What every forge kind's webhook is read into ([`Ask`]): the repository, the issue or pull
+//! request, who asked and where to react and reply. The calls Halyard makes back on the forge
+//! are the platform's forge client's ([`halyard_platform::forge::Forge`]), shared with the
+//! gateway.
 
-use halyard_protocol::automation::Thread;
-use halyard_protocol::user::GitProvider;
-
-use crate::kinds::{azure_devops, bitbucket, github, gitlab};
-
-/// Hidden in every comment Halyard writes, so that a quote of the mention in it never triggers.
-pub const MARKER: &str = "<!-- halyard -->";
+use halyard_platform::forge::{Forge, ForgeError, ReactTo, Sender};
 
 /// What a webhook asks for.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,76 +33,14 @@ pub struct Ask {
     pub project: Option<u64>,
 }
 
-/// What Halyard reacts to on receipt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReactTo {
-    Issue(u64),
-    IssueComment(u64),
-    ReviewComment(u64),
-    /// A GitLab note (its award emoji).
-    Note {
-        note: u64,
-    },
-    /// Reviews take no reactions.
-    Nothing,
-}
-
-/// A forge's API, with the owner's token.
-pub enum Forge {
-    Github(github::Client),
-    Gitlab(gitlab::Client),
-    Bitbucket(bitbucket::Client),
-    AzureDevops(azure_devops::Client),
-}
-
-impl Forge {
-    /// The client of `provider`'s kind.
-    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
-        match provider.kind.as_str() {
-            "gitlab" => gitlab::Client::new(provider, token, allow).map(Self::Gitlab),
-            "bitbucket" => bitbucket::Client::new(provider, token, allow).map(Self::Bitbucket),
-            "azure_devops" => azure_devops::Client::new(provider, token, allow).map(Self::AzureDevops),
-            _ => github::Client::new(provider, token, allow).map(Self::Github),
-        }
-    }
-
-    /// Whether the sender of `ask` may write to its repository.
-    pub async fn can_write(&self, ask: &Ask) -> Result<bool, String> {
-        match self {
-            Self::Github(c) => c.can_write(&ask.repository, &ask.sender).await,
-            Self::Gitlab(c) => c.can_write(&ask.repository, ask.sender_id.unwrap_or_default()).await,
-            Self::Bitbucket(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
-            Self::AzureDevops(c) => c.can_write(&ask.repository, ask.sender_account.as_deref().unwrap_or_default()).await,
-        }
-    }
-
-    /// A pull (merge) request's head branch.
-    pub async fn head(&self, repository: &str, number: u64) -> Result<String, String> {
-        match self {
-            Self::Github(c) => c.head(repository, number).await,
-            Self::Gitlab(c) => c.head(repository, number).await,
-            Self::Bitbucket(c) => c.head(repository, number).await,
-            Self::AzureDevops(c) => c.head(repository, number).await,
-        }
+impl Ask {
+    /// Who asked, as the forge asks about people.
+    pub fn sender(&self) -> Sender<'_> {
+        Sender { login: &self.sender, id: self.sender_id, account: self.sender_account.as_deref() }
     }
 
     /// 👀 on what asked.
-    pub async fn react(&self, ask: &Ask) -> Result<(), String> {
-        match self {
-            Self::Github(c) => c.react(&ask.repository, ask.react_to).await,
-            Self::Gitlab(c) => c.react(ask).await,
-            // Bitbucket takes no reactions: the reply is the acknowledgement.
-            Self::Bitbucket(_) | Self::AzureDevops(_) => Ok(()),
-        }
-    }
-
-    /// A comment on the thread (in its discussion, where the forge has them).
-    pub async fn comment(&self, thread: &Thread, text: &str) -> Result<(), String> {
-        match self {
-            Self::Github(c) => c.comment(&thread.repository, thread.number, text).await,
-            Self::Gitlab(c) => c.comment(thread, text).await,
-            Self::Bitbucket(c) => c.comment(thread, text).await,
-            Self::AzureDevops(c) => c.comment(thread, text).await,
-        }
+    pub async fn react(&self, forge: &Forge) -> Result<(), ForgeError> {
+        forge.react(&self.repository, self.number, self.is_pull, self.react_to).await
     }
 }

@@ -13,7 +13,9 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 use sha2::{Digest, Sha256};
 
-use crate::forge::{Ask, Forge};
+use halyard_platform::forge::Forge;
+
+use crate::forge::Ask;
 use crate::kinds::{azure_devops, bitbucket, github, gitlab};
 use crate::prompt::{self, Fields};
 use crate::runs::{self, Decision, clone_url, read};
@@ -37,7 +39,7 @@ impl Answer {
         if threads::acknowledged(ctx, conversation_id).await? {
             return Ok(());
         }
-        if let Err(e) = self.forge.react(&self.ask).await {
+        if let Err(e) = self.ask.react(&self.forge).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no reaction on the forge");
         }
         let thread = Thread {
@@ -48,7 +50,7 @@ impl Answer {
             ..Thread::new(&a.id, conversation_id)
         };
         let link = conversation_link(&ctx.config, conversation_id);
-        if let Err(e) = self.forge.comment(&thread, &format!("On it: [the conversation]({link}).")).await {
+        if let Err(e) = self.forge.reply(&thread, &format!("On it: [the conversation]({link}).")).await {
             tracing::warn!(automation_id = %a.id, error = %e, "no comment on the forge");
         }
         threads::remember(ctx, &self.thread_key, &thread).await
@@ -56,7 +58,7 @@ impl Answer {
 
     /// 👀 on the later mention.
     pub async fn on_continue(self) {
-        if let Err(e) = self.forge.react(&self.ask).await {
+        if let Err(e) = self.ask.react(&self.forge).await {
             tracing::warn!(error = %e, "no reaction on the forge");
         }
     }
@@ -111,11 +113,11 @@ pub async fn decide(
         Ok(t) => t,
         Err(e) => return skip(RunOutcome::Failed, format!("the git provider's token does not open ({e}); store it again")),
     };
-    let forge = match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
+    let forge = match Forge::new(p, &token, &ctx.config.gateway.git_api_allow) {
         Ok(f) => f,
-        Err(e) => return skip(RunOutcome::Failed, e),
+        Err(e) => return skip(RunOutcome::Failed, e.to_string()),
     };
-    match forge.can_write(&ask).await {
+    match forge.can_write(&ask.repository, ask.sender()).await {
         Ok(true) => {}
         Ok(false) => return skip(RunOutcome::Ignored, format!("sender {} lacks write access to {}", ask.sender, ask.repository)),
         Err(e) => return skip(RunOutcome::Failed, format!("cannot ask the forge whether {} may write: {e}", ask.sender)),

@@ -9,7 +9,6 @@
 //! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
 //! what triggered a run make a redelivered command start nothing twice.
 
-pub mod api;
 pub mod forge;
 pub mod forge_runs;
 pub mod kinds;

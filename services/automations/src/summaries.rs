@@ -12,11 +12,11 @@ use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::forge::Forge;
 use crate::kinds::{jira, linear, slack};
 use crate::runs::read;
 use crate::tracker;
 use crate::{Ctx, conversation_link};
+use halyard_platform::forge::Forge;
 
 /// Serves until `shutdown`.
 pub async fn run(ctx: Ctx, shutdown: Shutdown) {
@@ -115,9 +115,9 @@ pub(crate) async fn say(ctx: &Ctx, a: &Automation, thread: &Thread, mut summary:
                 return Ok(());
             };
             summary.push_str(&format!("\n\n[The conversation]({link})"));
-            match Forge::new(p, token, &ctx.config.gateway.git_api_allow) {
-                Ok(forge) => forge.comment(thread, &summary).await,
-                Err(e) => Err(e),
+            match Forge::new(p, &token, &ctx.config.gateway.git_api_allow) {
+                Ok(forge) => forge.reply(thread, &summary).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             }
         }
         Trigger::Slack { api_url, .. } => {

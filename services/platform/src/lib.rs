@@ -16,6 +16,7 @@ pub mod config;
 pub mod error;
 pub mod executor_client;
 pub mod fault;
+pub mod forge;
 pub mod git_proxy;
 pub mod images;
 pub mod keys;

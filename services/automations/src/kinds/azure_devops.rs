@@ -1,24 +1,13 @@
 //! The `azure_devops` kind: a pull request comment or a work item comment (Azure DevOps service
-//! hooks) that mentions Halyard starts work ([`read`]); Halyard answers through Azure DevOps'
-//! REST API (7.1, a personal access token as basic auth): in the pull request's thread, or as a
-//! comment on the work item. Azure DevOps has no reactions; whether the commenter may contribute
-//! to the repository is asked of its security service ([`Client::can_write`]).
+//! hooks) that mentions Halyard starts work ([`read`]); Halyard answers through the platform's
+//! forge client (Azure DevOps' REST API 7.1, a personal access token as basic auth): in the pull
+//! request's thread, or as a comment on the work item. Azure DevOps has no reactions.
 
-use halyard_protocol::automation::Thread;
-use halyard_protocol::user::GitProvider;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::api::Api;
-use crate::forge::{Ask, MARKER, ReactTo};
-use crate::kinds::github::mentions;
+use halyard_platform::forge::{MARKER, ReactTo, mentions};
 
-const VERSION: &str = "api-version=7.1";
-
-/// The security namespace of Git repositories, the same in every organization.
-const GIT_NAMESPACE: &str = "2e9eb7ed-3c0a-47d4-87c1-0ffdd275fd87";
-
-/// Its `GenericContribute` bit: push to the repository.
-const CONTRIBUTE: u64 = 4;
+use crate::forge::Ask;
 
 /// The organization in an Azure DevOps URL (`https://dev.azure.com/<org>/...`).
 fn organization(url: &str) -> Option<String> {
@@ -126,108 +115,10 @@ fn check(comment: &str, mention: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Azure DevOps' REST API, with the owner's personal access token.
-pub struct Client {
-    /// Paths under `scheme://host`.
-    api: Api,
-    /// Where identities are looked up: `vssps.dev.azure.com` for Azure DevOps Services, the
-    /// same host for a server.
-    identities: Api,
-}
-
-impl Client {
-    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
-        use base64::Engine;
-        let url = provider.api_url.clone().unwrap_or_else(|| format!("https://{}", provider.host));
-        let (scheme, rest) = url.split_once("://").unwrap_or(("https", url.as_str()));
-        let host = format!("{scheme}://{}", rest.split('/').next().unwrap_or_default());
-        let user = if provider.username.is_empty() { "pat" } else { provider.username.as_str() };
-        let authorization = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}")));
-        let identities = match host.strip_prefix("https://dev.azure.com") {
-            Some("") => "https://vssps.dev.azure.com".to_owned(),
-            _ => host.clone(),
-        };
-        let headers = vec![("Authorization", authorization)];
-        Ok(Self {
-            api: Api::new("Azure DevOps", host, headers.clone(), allow)?,
-            identities: Api::new("Azure DevOps identities", identities, headers, allow)?,
-        })
-    }
-
-    /// Whether the identity `id` (a comment's author, or their e-mail) may contribute (push) to `repository`:
-    /// its descriptor, then the effective permission that the repository's access control list
-    /// gives it, groups included.
-    pub async fn can_write(&self, repository: &str, id: &str) -> Result<bool, String> {
-        if id.is_empty() {
-            return Ok(false);
-        }
-        let organization = repository.split('/').next().unwrap_or_default();
-        let repo = self.api.send(reqwest::Method::GET, &format!("{}?{VERSION}", self.repo_url(repository)?), None).await?;
-        let (Some(repo_id), Some(project_id)) = (repo["id"].as_str(), repo["project"]["id"].as_str()) else {
-            return Err("the repository has no id or project id".into());
-        };
-        let escape = |v: &str| percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string();
-        // Identity ids are GUIDs; an e-mail is searched for.
-        let by = if id.contains('@') { "searchFilter=General&filterValue" } else { "identityIds" };
-        let path = format!("/{organization}/_apis/identities?{by}={}&{VERSION}", escape(id));
-        let found = self.identities.send(reqwest::Method::GET, &path, None).await?;
-        let Some(descriptor) = found["value"][0]["descriptor"].as_str() else { return Ok(false) };
-        let token = format!("repoV2/{project_id}/{repo_id}");
-        let query = format!("token={}&descriptors={}&includeExtendedInfo=true", escape(&token), escape(descriptor));
-        let acl = self
-            .api
-            .send(reqwest::Method::GET, &format!("/{organization}/_apis/accesscontrollists/{GIT_NAMESPACE}?{query}&{VERSION}"), None)
-            .await?;
-        let allowed = acl["value"].as_array().into_iter().flatten().filter_map(|list| list["acesDictionary"].as_object()).any(|aces| {
-            aces.values()
-                .any(|ace| ace["descriptor"] == descriptor && ace["extendedInfo"]["effectiveAllow"].as_u64().unwrap_or(0) & CONTRIBUTE != 0)
-        });
-        Ok(allowed)
-    }
-
-    /// The repository's path under the host.
-    fn repo_url(&self, repository: &str) -> Result<String, String> {
-        let mut it = repository.splitn(3, '/');
-        match (it.next(), it.next(), it.next()) {
-            (Some(o), Some(p), Some(r)) => Ok(format!("/{o}/{p}/_apis/git/repositories/{r}")),
-            _ => Err(format!("{repository:?} is not `organization/project/repository`")),
-        }
-    }
-
-    /// A pull request's source branch.
-    pub async fn head(&self, repository: &str, id: u64) -> Result<String, String> {
-        let v = self.api.send(reqwest::Method::GET, &format!("{}/pullrequests/{id}?{VERSION}", self.repo_url(repository)?), None).await?;
-        let name = v["sourceRefName"].as_str().ok_or("the pull request has no source branch")?;
-        Ok(name.strip_prefix("refs/heads/").unwrap_or(name).to_owned())
-    }
-
-    /// A reply in the pull request's thread (a new thread without one), or a comment on the work
-    /// item.
-    pub async fn comment(&self, thread: &Thread, text: &str) -> Result<(), String> {
-        let marked = format!("{text}\n\n{MARKER}");
-        if !thread.is_pull {
-            let mut it = thread.repository.splitn(3, '/');
-            let (Some(org), Some(project)) = (it.next(), it.next()) else { return Err("no organization and project".into()) };
-            let url = format!("/{org}/{project}/_apis/wit/workItems/{}/comments?api-version=7.1-preview.4", thread.number);
-            return self.api.send(reqwest::Method::POST, &url, Some(json!({"text": marked}))).await.map(|_| ());
-        }
-        let base = format!("{}/pullRequests/{}/threads", self.repo_url(&thread.repository)?, thread.number);
-        match &thread.discussion {
-            Some(id) => {
-                let body = json!({"content": marked, "parentCommentId": 1, "commentType": 1});
-                self.api.send(reqwest::Method::POST, &format!("{base}/{id}/comments?{VERSION}"), Some(body)).await.map(|_| ())
-            }
-            None => {
-                let body = json!({"comments": [{"parentCommentId": 0, "content": marked, "commentType": 1}], "status": "active"});
-                self.api.send(reqwest::Method::POST, &format!("{base}?{VERSION}"), Some(body)).await.map(|_| ())
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn pull_request_and_work_item_comments_are_read() {

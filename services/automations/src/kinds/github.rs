@@ -1,21 +1,14 @@
-//! The `github` kind: what in a GitHub webhook asks for work ([`read`]), and the calls Halyard
-//! makes back on the forge with the owner's git provider token ([`Forge`]): asking whether the
-//! sender may write to the repository (never assumed), 👀 on what asked, "on it" with a link to
-//! the conversation, and the summary when a run ends.
-//!
-//! A mention counts when it stands as a word of its own (not inside an e-mail address or a
-//! longer name), outside quoted lines and code blocks (a quote of an earlier request is not a new
-//! one), and never in Halyard's own comments (they carry [`MARKER`]); [`mentions`] is shared
-//! with the other forges.
+//! The `github` kind (and `forgejo`, whose payloads are GitHub's but for labels and pull request
+//! comments): what in a webhook asks for work ([`read`], [`read_forgejo`]). A mention counts as
+//! [`mentions`] says, and never in Halyard's own comments (they carry [`MARKER`]). The calls
+//! back on the forge (may the sender write, 👀, "on it", the summary) are the platform's
+//! [`halyard_platform::forge::Forge`]'s.
 
-use halyard_protocol::user::GitProvider;
 use serde_json::{Value, json};
 
-use crate::api::Api;
-use crate::forge::{Ask, MARKER, ReactTo};
+use halyard_platform::forge::{MARKER, ReactTo, mentions};
 
-/// Permissions that let a sender ask for work.
-const WRITERS: [&str; 3] = ["admin", "maintain", "write"];
+use crate::forge::Ask;
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
@@ -122,114 +115,9 @@ pub fn read_forgejo(event: &str, payload: &Value, label: &str, mention: &str) ->
     }
 }
 
-/// Whether `text` mentions `mention` (`@name`), case-insensitive, as a word of its own, outside
-/// quoted lines and fenced code.
-pub fn mentions(text: &str, mention: &str) -> bool {
-    let wanted = mention.to_lowercase();
-    let mut fenced = false;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced || trimmed.starts_with('>') {
-            continue;
-        }
-        let lower = line.to_lowercase();
-        let mut from = 0;
-        while let Some(i) = lower[from..].find(&wanted) {
-            let at = from + i;
-            let before = lower[..at].chars().next_back();
-            let after = lower[at + wanted.len()..].chars().next();
-            // `a@halyard.dev` is an address, `@halyard-bot` another name, `` `@halyard` `` code.
-            let free_before = before.is_none_or(|c| !(c.is_alphanumeric() || "._-+/`@".contains(c)));
-            let free_after = after.is_none_or(|c| !(c.is_alphanumeric() || "-_/`".contains(c)));
-            if free_before && free_after {
-                return true;
-            }
-            from = at + wanted.len();
-        }
-    }
-    false
-}
-
-/// GitHub's REST API (or Forgejo's, which has GitHub's paths), with the owner's token.
-pub struct Client {
-    api: Api,
-}
-
-impl Client {
-    /// The API of `provider` (its `api_url`, else GitHub's for its host, or Forgejo's).
-    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
-        let forgejo = provider.kind == "forgejo";
-        let api = match (&provider.api_url, provider.host.as_str()) {
-            (Some(url), _) => url.trim_end_matches('/').to_owned(),
-            (None, host) if forgejo => format!("https://{host}/api/v1"),
-            (None, "github.com") => "https://api.github.com".to_owned(),
-            (None, host) => format!("https://{host}/api/v3"),
-        };
-        // Forgejo and Gitea take `token <t>`; GitHub a bearer token.
-        let authorization = if forgejo { format!("token {token}") } else { format!("Bearer {token}") };
-        let headers = vec![
-            ("Authorization", authorization),
-            ("Accept", "application/vnd.github+json".into()),
-            ("X-GitHub-Api-Version", "2022-11-28".into()),
-        ];
-        Ok(Self { api: Api::new(if forgejo { "Forgejo" } else { "GitHub" }, api, headers, allow)? })
-    }
-
-    /// Whether `login` may write to `repository`.
-    pub async fn can_write(&self, repository: &str, login: &str) -> Result<bool, String> {
-        let v = self.api.send(reqwest::Method::GET, &format!("/repos/{repository}/collaborators/{login}/permission"), None).await?;
-        Ok(WRITERS.contains(&v["permission"].as_str().unwrap_or_default()) || v["role_name"] == "maintain")
-    }
-
-    /// A pull request's head branch.
-    pub async fn head(&self, repository: &str, number: u64) -> Result<String, String> {
-        let v = self.api.send(reqwest::Method::GET, &format!("/repos/{repository}/pulls/{number}"), None).await?;
-        v["head"]["ref"].as_str().map(str::to_owned).ok_or_else(|| "the pull request has no head branch".into())
-    }
-
-    /// 👀 on what asked.
-    pub async fn react(&self, repository: &str, to: ReactTo) -> Result<(), String> {
-        let path = match to {
-            ReactTo::Issue(n) => format!("/repos/{repository}/issues/{n}/reactions"),
-            ReactTo::IssueComment(id) => format!("/repos/{repository}/issues/comments/{id}/reactions"),
-            ReactTo::ReviewComment(id) => format!("/repos/{repository}/pulls/comments/{id}/reactions"),
-            ReactTo::Note { .. } | ReactTo::Nothing => return Ok(()),
-        };
-        self.api.send(reqwest::Method::POST, &path, Some(json!({"content": "eyes"}))).await.map(|_| ())
-    }
-
-    /// A comment on the issue or pull request (marked as Halyard's).
-    pub async fn comment(&self, repository: &str, number: u64, text: &str) -> Result<(), String> {
-        let body = json!({"body": format!("{text}\n\n{MARKER}")});
-        self.api.send(reqwest::Method::POST, &format!("/repos/{repository}/issues/{number}/comments"), Some(body)).await.map(|_| ())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_mention_counts_only_as_a_word_of_its_own_outside_quotes_and_code() {
-        for yes in ["@halyard fix this", "Hey @Halyard, please", "(@halyard)", "please\n@HALYARD: go", "cc @halyard."] {
-            assert!(mentions(yes, "@halyard"), "{yes:?}");
-        }
-        for no in [
-            "write to ops@halyard.dev",
-            "@halyard-bot did it",
-            "@halyardx",
-            "> @halyard fix this\nthanks",
-            "```\n@halyard\n```",
-            "`@halyard` is the name",
-            "nothing here",
-        ] {
-            assert!(!mentions(no, "@halyard"), "{no:?}");
-        }
-    }
 
     #[test]
     fn labels_and_comments_are_read_and_the_rest_is_said_why() {

@@ -1,18 +1,13 @@
 //! The `gitlab` kind: what in a GitLab webhook (issue, merge request and note hooks) asks for
-//! work ([`read`]), and GitLab's API as Halyard answers with it ([`Client`]): a member's access
-//! level (Developer or more may ask), 👀 as an award emoji, and replies in the same discussion.
-//! Mentions follow the GitHub kind's rules ([`crate::kinds::github::mentions`]).
+//! work ([`read`]): a label added, or a note that mentions Halyard (the mention's rules are
+//! [`halyard_platform::forge::mentions`]), with the discussion to reply in. GitLab's API (access
+//! levels, award emoji, replies) is the platform's forge client's.
 
-use halyard_protocol::automation::Thread;
-use halyard_protocol::user::GitProvider;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::api::Api;
-use crate::forge::{Ask, MARKER, ReactTo};
-use crate::kinds::github::mentions;
+use halyard_platform::forge::{MARKER, ReactTo, mentions};
 
-/// GitLab's Developer access level: members from it up may push.
-const DEVELOPER: u64 = 30;
+use crate::forge::Ask;
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
@@ -82,69 +77,10 @@ pub fn read(payload: &Value, label: &str, mention: &str) -> Result<Ask, String> 
     Ok(ask)
 }
 
-/// GitLab's REST API (v4), with the owner's token.
-pub struct Client {
-    api: Api,
-}
-
-/// A project's path as GitLab's API takes it in a URL.
-fn project(repository: &str) -> String {
-    repository.replace('/', "%2F")
-}
-
-fn noun(is_pull: bool) -> &'static str {
-    if is_pull { "merge_requests" } else { "issues" }
-}
-
-impl Client {
-    /// The API of `provider` (its `api_url`, else `https://<host>/api/v4`).
-    pub fn new(provider: &GitProvider, token: String, allow: &[String]) -> Result<Self, String> {
-        let api = provider.api_url.clone().unwrap_or_else(|| format!("https://{}/api/v4", provider.host)).trim_end_matches('/').to_owned();
-        Ok(Self { api: Api::new("GitLab", api, vec![("PRIVATE-TOKEN", token)], allow)? })
-    }
-
-    /// Whether member `user_id` of `repository` may push (Developer or more).
-    pub async fn can_write(&self, repository: &str, user_id: u64) -> Result<bool, String> {
-        let path = format!("/projects/{}/members/all/{user_id}", project(repository));
-        match self.api.send(reqwest::Method::GET, &path, None).await {
-            Ok(v) => Ok(v["access_level"].as_u64().unwrap_or_default() >= DEVELOPER),
-            // Not a member at all.
-            Err(e) if e.contains("404") => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// A merge request's source branch.
-    pub async fn head(&self, repository: &str, iid: u64) -> Result<String, String> {
-        let v = self.api.send(reqwest::Method::GET, &format!("/projects/{}/merge_requests/{iid}", project(repository)), None).await?;
-        v["source_branch"].as_str().map(str::to_owned).ok_or_else(|| "the merge request has no source branch".into())
-    }
-
-    /// 👀 (an award emoji) on the note or the issue that asked.
-    pub async fn react(&self, ask: &Ask) -> Result<(), String> {
-        let base = format!("/projects/{}/{}/{}", project(&ask.repository), noun(ask.is_pull), ask.number);
-        let path = match ask.react_to {
-            ReactTo::Note { note } => format!("{base}/notes/{note}/award_emoji"),
-            ReactTo::Issue(_) => format!("{base}/award_emoji"),
-            _ => return Ok(()),
-        };
-        self.api.send(reqwest::Method::POST, &path, Some(json!({"name": "eyes"}))).await.map(|_| ())
-    }
-
-    /// A note on the thread: a reply in its discussion if it has one.
-    pub async fn comment(&self, thread: &Thread, text: &str) -> Result<(), String> {
-        let base = format!("/projects/{}/{}/{}", project(&thread.repository), noun(thread.is_pull), thread.number);
-        let path = match &thread.discussion {
-            Some(d) => format!("{base}/discussions/{d}/notes"),
-            None => format!("{base}/notes"),
-        };
-        self.api.send(reqwest::Method::POST, &path, Some(json!({"body": format!("{text}\n\n{MARKER}")}))).await.map(|_| ())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn label_additions_and_mentions_in_notes_are_read() {

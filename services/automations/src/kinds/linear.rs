@@ -10,9 +10,8 @@ use halyard_protocol::automation::Automation;
 use serde_json::{Value, json};
 
 use crate::Ctx;
-use crate::forge::MARKER;
-use crate::kinds::github::mentions;
 use crate::tracker::Ask;
+use halyard_platform::forge::{MARKER, mentions};
 
 /// The work a Linear webhook's `payload` asks for, or why none.
 pub fn read_ask(payload: &Value, label: &str, mention: &str) -> Result<Ask, String> {

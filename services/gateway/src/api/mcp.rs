@@ -2,7 +2,7 @@
 //! agent needs its user's forge credentials for, performed here so that the credentials never
 //! reach the sandbox or the model. `list_branches`, `create_pull_request` and
 //! `comment_on_pull_request` act on a repository of one of the user's git providers
-//! ([`crate::api::settings::forge`]: GitHub's REST API, its Enterprise and compatible forges, and GitLab's).
+//! ([`halyard_platform::forge`]: GitHub's REST API and the forges that speak it, GitLab's, Bitbucket's and Azure DevOps').
 //!
 //! Callers are agent runners, one key per conversation ([`keys::mcp_key`], derived from the
 //! deployment secret, so no sandbox and no user holds one). The key names the conversation;
@@ -30,10 +30,10 @@ use halyard_platform::{keys, net, vault};
 use halyard_protocol::user::{GitProvider, HALYARD_MCP_SERVER, UserGitProviders};
 use halyard_protocol::{ConversationId, UserId, subjects};
 
-use crate::api::settings::forge::{self, NewPullRequest, Target};
 use crate::domain::user_store;
 use crate::http::error::ApiError;
 use crate::state::AppState;
+use halyard_platform::forge::{self, Forge, NewPullRequest};
 
 /// Who a request acts for, found by [`authenticate`].
 #[derive(Clone, Debug)]
@@ -207,22 +207,22 @@ impl Tools {
         let parse = |e: serde_json::Error| format!("the arguments of `{tool}` are wrong: {e}");
         let place: Where = serde_json::from_value(args.clone()).map_err(parse)?;
         let (name, provider, token, full_name) = self.resolve(caller, &place).await?;
-        let target = Target { allow: &self.state.config.gateway.git_api_allow, provider: &provider, token: &token, full_name: &full_name };
+        let forge = Forge::new(&provider, &token, &self.state.config.gateway.git_api_allow).map_err(|e| e.to_string())?;
         let answered = match tool {
-            "list_branches" => forge::branches(target).await.map(|b| serde_json::to_value(b).unwrap_or_default()),
+            "list_branches" => forge.branches(&full_name).await.map(|b| serde_json::to_value(b).unwrap_or_default()),
             "create_pull_request" => {
                 let pr: NewPullRequest = serde_json::from_value(args).map_err(parse)?;
                 if pr.title.trim().is_empty() || pr.head.trim().is_empty() {
                     return Err("`title` and `head` must not be empty".into());
                 }
-                forge::create_pull_request(target, &pr).await
+                forge.create_pull_request(&full_name, &pr).await
             }
             "comment_on_pull_request" => {
                 let c: CommentArgs = serde_json::from_value(args).map_err(parse)?;
                 if c.body.trim().is_empty() {
                     return Err("`body` must not be empty".into());
                 }
-                forge::comment(target, c.number, &c.body).await
+                forge.comment_on_pull(&full_name, c.number, &c.body).await
             }
             other => {
                 return Err(format!(

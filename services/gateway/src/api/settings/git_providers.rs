@@ -9,11 +9,11 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use halyard_platform::forge;
 use halyard_platform::vault;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{GitProvider, UserGitProviders};
 
-use crate::api::settings::forge;
 use crate::audit::{self, Client};
 use crate::auth::{Recent, User};
 use crate::domain::user_store::{self, check_name};

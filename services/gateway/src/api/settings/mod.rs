@@ -3,11 +3,8 @@
 //! the user's key-value store ([`user_store`]).
 
 pub mod agent_logins;
-pub mod azure_devops;
-pub mod bitbucket_dc;
 pub mod custom_agents;
 pub mod defaults;
-pub mod forge;
 pub mod git_providers;
 pub mod llm_profiles;
 pub mod mcp_servers;

@@ -10,11 +10,11 @@ use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use halyard_platform::forge::{self, Forge};
 use halyard_platform::vault;
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserGitProviders;
 
-use crate::api::settings::forge::{self, Branches, Repository};
 use crate::auth::User;
 use crate::domain::user_store;
 use crate::http::api_doc::{BadGateway, Conflict, Refusals};
@@ -79,7 +79,8 @@ pub async fn list(
         let token = state.vault.open(&vault::git_token_slot(&user.0, name), &p.token_sealed);
         async move {
             let token = token.map_err(|_| format!("the token of git provider `{name}` cannot be read; store it again"))?;
-            forge::repositories(&state.config.gateway.git_api_allow, name, p, &token, q).await.map_err(|e| e.to_string())
+            let forge = Forge::new(p, &token, &state.config.gateway.git_api_allow).map_err(|e| e.to_string())?;
+            forge.repositories(name, q).await.map_err(|e| e.to_string())
         }
     });
     let answers = futures::future::join_all(asks).await;
@@ -87,7 +88,7 @@ pub async fn list(
     let mut errors = Vec::new();
     for ((name, _), answer) in selected.iter().zip(answers) {
         match answer {
-            Ok(found) => items.extend(found),
+            Ok(found) => items.extend(found.into_iter().map(Repository::from)),
             Err(message) => {
                 tracing::info!(user = %user, provider = %name, error = %message, "repository listing failed");
                 errors.push(ProviderError { provider: (*name).clone(), message });
@@ -132,6 +133,50 @@ pub async fn branches(
     let token = state.vault.open(&vault::git_token_slot(&user.0, &query.provider), &provider.token_sealed).map_err(|_| {
         ApiError::conflict("git_token_unreadable", format!("the token of git provider `{}` cannot be read; store it again", query.provider))
     })?;
-    let target = forge::Target { allow: &state.config.gateway.git_api_allow, provider, token: &token, full_name: &full_name };
-    forge::branches(target).await.map(Json).map_err(|e| ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "forge_error", e.to_string()))
+    let forge_error = |e: forge::ForgeError| ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "forge_error", e.to_string());
+    let forge = Forge::new(provider, &token, &state.config.gateway.git_api_allow).map_err(forge_error)?;
+    forge.branches(&full_name).await.map(|b| Json(Branches::from(b))).map_err(forge_error)
+}
+
+/// A repository a git provider's token reaches.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Repository {
+    /// The user's git provider that reaches it.
+    pub provider: String,
+    /// `owner/name` (GitLab: `group/subgroup/name`).
+    pub full_name: String,
+    /// What a conversation's `repository.url` takes.
+    pub clone_url: String,
+    pub default_branch: String,
+    pub private: bool,
+    pub description: Option<String>,
+}
+
+impl From<forge::Repository> for Repository {
+    fn from(r: forge::Repository) -> Self {
+        let forge::Repository { provider, full_name, clone_url, default_branch, private, description } = r;
+        Self { provider, full_name, clone_url, default_branch, private, description }
+    }
+}
+
+/// A repository's branches and which is the default.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Branches {
+    pub repository: String,
+    pub default_branch: String,
+    /// The first hundred.
+    pub branches: Vec<BranchView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BranchView {
+    pub name: String,
+    pub protected: bool,
+}
+
+impl From<forge::Branches> for Branches {
+    fn from(b: forge::Branches) -> Self {
+        let branches = b.branches.into_iter().map(|b| BranchView { name: b.name, protected: b.protected }).collect();
+        Self { repository: b.repository, default_branch: b.default_branch, branches }
+    }
 }
