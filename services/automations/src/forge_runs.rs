@@ -15,11 +15,12 @@ use sha2::{Digest, Sha256};
 
 use halyard_platform::forge::Forge;
 
+use crate::ctx::{Ctx, conversation_link};
+use crate::decision::{Decision, clone_url, read};
 use crate::forge::Ask;
 use crate::kinds::{azure_devops, bitbucket, github, gitlab};
 use crate::prompt::{self, Fields};
-use crate::runs::{self, Decision, clone_url, read};
-use crate::{Ctx, conversation_link, threads};
+use crate::threads;
 
 /// What a conversation started from a forge is first told when the automation says nothing.
 pub const DEFAULT_TEMPLATE: &str = "{{title}}\n\n{{body}}\n\n{{comment}}\n\nThis comes from {{url}}. Do what it asks in the repository. When the \
@@ -85,7 +86,7 @@ pub async fn decide(
     mention: &str,
     event: &str,
     body: &str,
-) -> Result<Decision, BusError> {
+) -> Result<Decision<Answer>, BusError> {
     let skip = |outcome, why: String| Ok(Decision::Skip(outcome, why));
     let payload: serde_json::Value = match serde_json::from_str(body) {
         Ok(p) => p,
@@ -127,7 +128,7 @@ pub async fn decide(
     if let Some(thread) = read::<Thread>(&ctx.bucket, &thread_key).await? {
         let said = ask.comment.clone().unwrap_or_else(|| ask.title.clone());
         let message = format!("{} wrote on {}:\n\n{said}", ask.sender, ask.url);
-        let answer = runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }));
+        let answer = Answer { forge, ask, thread_key };
         return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
     }
     let branch = match (ask.is_pull, ask.head.clone()) {
@@ -154,11 +155,5 @@ pub async fn decide(
         (Kind::Gitlab, true) => "merge_request",
     };
     let tags = BTreeMap::from([(noun.to_owned(), ask.number.to_string()), ("repository".to_owned(), ask.repository.clone())]);
-    Ok(Decision::Start {
-        message,
-        repository,
-        tags,
-        runs_as: None,
-        answer: Some(runs::Answer::Forge(Box::new(Answer { forge, ask, thread_key }))),
-    })
+    Ok(Decision::Start { message, repository, tags, runs_as: None, answer: Some(Answer { forge, ask, thread_key }) })
 }

@@ -9,6 +9,8 @@
 //! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
 //! what triggered a run make a redelivered command start nothing twice.
 
+pub mod ctx;
+pub mod decision;
 pub mod forge;
 pub mod forge_runs;
 pub mod kinds;
@@ -19,6 +21,7 @@ pub mod start_failures;
 pub mod summaries;
 pub mod threads;
 pub mod tracker;
+pub mod tracker_runs;
 
 use std::sync::Arc;
 
@@ -26,8 +29,10 @@ use async_nats::jetstream;
 use halyard_platform::bus;
 use halyard_platform::kv_mirror::Mirror;
 use halyard_platform::vault::Vault;
+
+use crate::ctx::Ctx;
 use halyard_platform::{BusError, Config, Shutdown};
-use halyard_protocol::automation::{Automation, AutomationCommand};
+use halyard_protocol::automation::AutomationCommand;
 use halyard_protocol::subjects;
 
 /// Why the automation service failed.
@@ -37,46 +42,6 @@ pub enum AutomationError {
     Bus(#[from] BusError),
     #[error("cannot start the automation service: {0}")]
     Setup(String),
-}
-
-/// What the service's tasks share.
-#[derive(Clone)]
-pub struct Ctx {
-    pub config: Arc<Config>,
-    pub js: jetstream::Context,
-    /// `def.<id>` and `tick.<id>`.
-    pub bucket: jetstream::kv::Store,
-    /// Owners' settings and git providers (read, never opened).
-    pub user_kv: jetstream::kv::Store,
-    /// The automations, followed.
-    pub automations: Mirror<Automation>,
-    /// Opens owners' git provider tokens, to answer on their forges.
-    pub vault: Arc<Vault>,
-}
-
-/// The client every call on a user's behalf goes through (the checked resolver, no redirects).
-pub fn http(allow: &[String]) -> Result<reqwest::Client, String> {
-    halyard_platform::outbound::builder(allow).connect_timeout(std::time::Duration::from_secs(5)).build().map_err(|e| e.to_string())
-}
-
-/// The automation's own outbound credential (`what`: a bot token, an API key), opened.
-pub fn open_token(ctx: &Ctx, a: &Automation, what: &str) -> Result<String, String> {
-    let sealed = a.token_sealed.as_deref().ok_or_else(|| format!("the automation has no {what}; set it again"))?;
-    ctx.vault
-        .open(&halyard_protocol::automation::token_slot(&a.id), sealed)
-        .map_err(|e| format!("the {what} does not open ({e}); set it again"))
-}
-
-/// Where a person sees conversation `id` in the web workspace.
-pub fn conversation_link(config: &Config, id: halyard_protocol::ConversationId) -> String {
-    web_link(config, &format!("/c/{id}"))
-}
-
-/// `path` on the web app, as a person opens it.
-pub fn web_link(config: &Config, path: &str) -> String {
-    let base =
-        if config.gateway.public_url.is_empty() { format!("http://{}", config.http_addr) } else { config.gateway.public_url.clone() };
-    format!("{}{path}", base.trim_end_matches('/'))
 }
 
 /// Serves until `shutdown`.

@@ -8,38 +8,23 @@
 
 use std::collections::BTreeMap;
 
+use halyard_platform::BusError;
 use halyard_platform::bus;
-use halyard_platform::{BusError, BusErrorKind};
 use halyard_protocol::automation::{Automation, AutomationCommand, AutomationRun, RunOutcome, Trigger};
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::system::{Repository, SystemRecord};
 use halyard_protocol::user::{UserGitProviders, UserSettings};
 use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, UserId, subjects};
-use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::ctx::Ctx;
+use crate::decision::{self, clone_url, conversation_of, derived, read};
 use crate::kinds::{jira, linear, slack};
 use crate::prompt::{self, Fields};
-use crate::{Ctx, forge_runs, tracker};
+use crate::{forge_runs, tracker_runs};
 
 /// Longest title a conversation gets from its automation's name.
 const MAX_TITLE_CHARS: usize = 60;
-
-/// A UUID from `parts` (SHA-256, version 8): the same parts, the same id.
-pub fn derived(parts: &[&str]) -> Uuid {
-    let mut hash = Sha256::new();
-    for p in parts {
-        hash.update(p.as_bytes());
-        hash.update([0]);
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x80;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    Uuid::from_bytes(bytes)
-}
 
 /// What a command asks of an automation.
 struct Cause {
@@ -125,33 +110,15 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
     Ok(())
 }
 
-/// What a run does.
-pub enum Decision {
-    /// A new conversation, answering on the thread that asked, if one did.
-    Start {
-        message: String,
-        repository: Option<Repository>,
-        tags: BTreeMap<String, String>,
-        /// The user it runs as, where not the automation's owner (a Slack user linked to
-        /// another Halyard user).
-        runs_as: Option<UserId>,
-        answer: Option<Answer>,
-    },
-    /// A message to the conversation already answering on the thread.
-    Continue {
-        conversation_id: ConversationId,
-        message: String,
-        answer: Answer,
-    },
-    Skip(RunOutcome, String),
-}
+/// The decisions the dispatcher acts on.
+pub type Decision = decision::Decision<Answer>;
 
-/// Where a run answers: a forge's issue or pull request, or a chat thread.
+/// Where a run answers: a forge's issue or pull request, a chat thread, or a tracker's issue.
 pub enum Answer {
     /// Boxed: a forge client (Azure DevOps holds two APIs) outweighs the others.
     Forge(Box<forge_runs::Answer>),
     Slack(slack::SlackAnswer),
-    Tracker(tracker::TrackerAnswer),
+    Tracker(tracker_runs::TrackerAnswer),
 }
 
 impl Answer {
@@ -173,11 +140,6 @@ impl Answer {
     }
 }
 
-/// The conversation a run starts (derived from the run, so a redelivered command names the same).
-pub fn conversation_of(run_id: &Uuid) -> ConversationId {
-    ConversationId(derived(&["conversation", &run_id.to_string()]))
-}
-
 async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<Decision, BusError> {
     if !a.enabled {
         return Ok(Decision::Skip(RunOutcome::Ignored, "the automation is disabled".into()));
@@ -190,7 +152,9 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         (Trigger::Schedule { .. }, AutomationCommand::Tick { .. }) => Fields::default(),
         (Trigger::Github { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
-            return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body).await;
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Github, provider, label, mention, event, body)
+                .await
+                .map(|d| d.map_answer(|a| Answer::Forge(Box::new(a))));
         }
         (Trigger::Jira { api_url, email, projects, provider, label, mention }, AutomationCommand::Hook { body, .. }) => {
             let payload = match serde_json::from_str::<serde_json::Value>(body) {
@@ -198,8 +162,10 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
                 Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
             };
             let ask = jira::read_ask(&payload, api_url, label, mention);
-            let client = jira::client(ctx, a, api_url, email).map(tracker::Client::Jira);
-            return tracker::decide(ctx, a, &payload, ask, projects, provider.as_deref(), client).await;
+            let client = jira::client(ctx, a, api_url, email).map(tracker_runs::Client::Jira);
+            return tracker_runs::decide(ctx, a, &payload, ask, projects, provider.as_deref(), client)
+                .await
+                .map(|d| d.map_answer(Answer::Tracker));
         }
         (Trigger::Linear { teams, provider, api_url, label, mention }, AutomationCommand::Hook { body, .. }) => {
             let payload = match serde_json::from_str::<serde_json::Value>(body) {
@@ -207,28 +173,40 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
                 Err(e) => return Ok(Decision::Skip(RunOutcome::Ignored, format!("the request's body is not JSON ({e})"))),
             };
             let ask = linear::read_ask(&payload, label, mention);
-            let client = linear::client(ctx, a, api_url.as_deref()).map(tracker::Client::Linear);
-            return tracker::decide(ctx, a, &payload, ask, teams, provider.as_deref(), client).await;
+            let client = linear::client(ctx, a, api_url.as_deref()).map(tracker_runs::Client::Linear);
+            return tracker_runs::decide(ctx, a, &payload, ask, teams, provider.as_deref(), client)
+                .await
+                .map(|d| d.map_answer(Answer::Tracker));
         }
         (Trigger::Slack { channels, users, provider, api_url, consented }, AutomationCommand::Hook { body, .. }) => {
             let who = slack::Who { users, consented };
-            return slack::decide(ctx, a, channels, who, provider.as_deref(), api_url.as_deref(), body).await;
+            return slack::decide(ctx, a, channels, who, provider.as_deref(), api_url.as_deref(), body)
+                .await
+                .map(|d| d.map_answer(Answer::Slack));
         }
         (Trigger::AzureDevops { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
-            return forge_runs::decide(ctx, a, forge_runs::Kind::AzureDevops, provider, "", mention, event, body).await;
+            return forge_runs::decide(ctx, a, forge_runs::Kind::AzureDevops, provider, "", mention, event, body)
+                .await
+                .map(|d| d.map_answer(|a| Answer::Forge(Box::new(a))));
         }
         (Trigger::Bitbucket { provider, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
-            return forge_runs::decide(ctx, a, forge_runs::Kind::Bitbucket, provider, "", mention, event, body).await;
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Bitbucket, provider, "", mention, event, body)
+                .await
+                .map(|d| d.map_answer(|a| Answer::Forge(Box::new(a))));
         }
         (Trigger::Forgejo { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
-            return forge_runs::decide(ctx, a, forge_runs::Kind::Forgejo, provider, label, mention, event, body).await;
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Forgejo, provider, label, mention, event, body)
+                .await
+                .map(|d| d.map_answer(|a| Answer::Forge(Box::new(a))));
         }
         (Trigger::Gitlab { provider, label, mention }, AutomationCommand::Hook { event, body, .. }) => {
             let event = event.as_deref().unwrap_or_default();
-            return forge_runs::decide(ctx, a, forge_runs::Kind::Gitlab, provider, label, mention, event, body).await;
+            return forge_runs::decide(ctx, a, forge_runs::Kind::Gitlab, provider, label, mention, event, body)
+                .await
+                .map(|d| d.map_answer(|a| Answer::Forge(Box::new(a))));
         }
         (trigger, _) => {
             return Ok(Decision::Skip(RunOutcome::Ignored, format!("a {} automation does not take this kind of request", trigger.kind())));
@@ -250,23 +228,6 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
         }
     };
     Ok(Decision::Start { message, repository, tags: BTreeMap::new(), runs_as: None, answer: None })
-}
-
-/// Where `full_name` is cloned from on `provider`'s host.
-pub fn clone_url(provider: &halyard_protocol::user::GitProvider, full_name: &str) -> String {
-    // A forge whose API is plain HTTP (a test's, a LAN's) serves its repositories so too.
-    let scheme = if provider.api_url.as_deref().is_some_and(|u| u.starts_with("http://")) { "http" } else { "https" };
-    if provider.kind == "azure_devops" {
-        // `organization/project/repository` is `organization/project/_git/repository` in git.
-        if let [org, project, repo] = full_name.splitn(3, '/').collect::<Vec<_>>()[..] {
-            return format!("{scheme}://{}/{org}/{project}/_git/{repo}", provider.host);
-        }
-    }
-    if provider.is_bitbucket_data_center() {
-        // `PROJECT/repository` is served under `/scm/`.
-        return format!("{scheme}://{}/scm/{full_name}.git", provider.host);
-    }
-    format!("{scheme}://{}/{full_name}.git", provider.host)
 }
 
 /// What a run's conversation starts with.
@@ -319,15 +280,6 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;
     Ok(conversation_id)
-}
-
-/// A JSON value of a bucket, if there is one.
-pub async fn read<T: DeserializeOwned>(kv: &async_nats::jetstream::kv::Store, key: &str) -> Result<Option<T>, BusError> {
-    match kv.get(key).await {
-        Ok(Some(bytes)) => Ok(serde_json::from_slice(&bytes).ok()),
-        Ok(None) => Ok(None),
-        Err(e) => Err(BusError::new(BusErrorKind::Read, e)),
-    }
 }
 
 #[cfg(test)]

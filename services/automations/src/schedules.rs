@@ -16,8 +16,8 @@ use halyard_platform::{BusError, BusErrorKind, Shutdown};
 use halyard_protocol::automation::{AutomationCommand, Trigger};
 use halyard_protocol::{CommandId, Envelope, subjects};
 
-use crate::Ctx;
-use crate::runs::derived;
+use crate::ctx::Ctx;
+use crate::decision::derived;
 
 /// The longest sleep between looks at the schedules (a clock that jumps is noticed by then).
 const MAX_SLEEP_MS: i64 = 30_000;

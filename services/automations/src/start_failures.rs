@@ -15,8 +15,8 @@ use halyard_protocol::automation::{Automation, Thread};
 use halyard_protocol::system::{StartTaskStatus, StartTaskUpdate, SystemRecord};
 use halyard_protocol::{TaskId, subjects};
 
-use crate::Ctx;
-use crate::runs::read;
+use crate::ctx::Ctx;
+use crate::decision::read;
 use crate::summaries::{say, settle};
 use crate::threads;
 

@@ -12,10 +12,10 @@ use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
+use crate::ctx::{Ctx, conversation_link};
+use crate::decision::read;
 use crate::kinds::{jira, linear, slack};
-use crate::runs::read;
-use crate::tracker;
-use crate::{Ctx, conversation_link};
+use crate::tracker_runs;
 use halyard_platform::forge::Forge;
 
 /// Serves until `shutdown`.
@@ -131,8 +131,8 @@ pub(crate) async fn say(ctx: &Ctx, a: &Automation, thread: &Thread, mut summary:
         Trigger::Jira { .. } | Trigger::Linear { .. } => {
             let Some(key) = &thread.issue_key else { return Ok(()) };
             let client = match &a.trigger {
-                Trigger::Jira { api_url, email, .. } => jira::client(ctx, a, api_url, email).map(tracker::Client::Jira),
-                Trigger::Linear { api_url, .. } => linear::client(ctx, a, api_url.as_deref()).map(tracker::Client::Linear),
+                Trigger::Jira { api_url, email, .. } => jira::client(ctx, a, api_url, email).map(tracker_runs::Client::Jira),
+                Trigger::Linear { api_url, .. } => linear::client(ctx, a, api_url.as_deref()).map(tracker_runs::Client::Linear),
                 _ => return Ok(()),
             };
             match client {

@@ -8,8 +8,8 @@ use halyard_platform::{BusError, BusErrorKind};
 use halyard_protocol::automation::Thread;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::Ctx;
-use crate::runs::read;
+use crate::ctx::Ctx;
+use crate::decision::read;
 
 /// Whether the start of `conversation_id` was acknowledged on its thread already.
 pub async fn acknowledged(ctx: &Ctx, conversation_id: ConversationId) -> Result<bool, BusError> {

@@ -9,7 +9,7 @@ use halyard_platform::{net, outbound};
 use halyard_protocol::automation::Automation;
 use serde_json::{Value, json};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::tracker::Ask;
 use halyard_platform::forge::{MARKER, mentions};
 
@@ -76,7 +76,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(site: &str, email: &str, token: String, allow: &[String]) -> Result<Self, String> {
-        let http = crate::http(allow)?;
+        let http = crate::ctx::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), site: site.trim_end_matches('/').to_owned(), email: email.to_owned(), token })
     }
 

@@ -9,7 +9,7 @@ use halyard_platform::{net, outbound};
 use halyard_protocol::automation::Automation;
 use serde_json::{Value, json};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::tracker::Ask;
 use halyard_platform::forge::{MARKER, mentions};
 
@@ -80,7 +80,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(api_url: Option<&str>, key: String, allow: &[String]) -> Result<Self, String> {
-        let http = crate::http(allow)?;
+        let http = crate::ctx::http(allow)?;
         Ok(Self { http, allow: allow.to_vec(), api: api_url.unwrap_or("https://api.linear.app/graphql").to_owned(), key })
     }
 

@@ -17,9 +17,10 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, UserId, subjects};
 use serde_json::{Value, json};
 
+use crate::ctx::{Ctx, conversation_link, web_link};
+use crate::decision::{Decision, clone_url, read};
 use crate::prompt::{self, Fields};
-use crate::runs::{Answer, Decision, clone_url, read};
-use crate::{Ctx, conversation_link, threads, web_link};
+use crate::threads;
 
 /// How long a sign-in link sent to an unlinked Slack user works.
 const LINK_LIFETIME_MS: i64 = 60 * 60 * 1000;
@@ -107,7 +108,7 @@ pub struct Client {
 impl Client {
     pub fn new(api_url: Option<&str>, token: String, allow: &[String]) -> Result<Self, String> {
         let api = api_url.unwrap_or("https://slack.com/api").trim_end_matches('/').to_owned();
-        Ok(Self { http: crate::http(allow)?, allow: allow.to_vec(), api, token })
+        Ok(Self { http: crate::ctx::http(allow)?, allow: allow.to_vec(), api, token })
     }
 
     /// A write method: its arguments as JSON.
@@ -177,7 +178,7 @@ impl Client {
 
 /// The automation's Slack client (its bot token opened).
 pub fn client(ctx: &Ctx, a: &Automation, api_url: Option<&str>) -> Result<Client, String> {
-    Client::new(api_url, crate::open_token(ctx, a, "Slack bot token")?, &ctx.config.gateway.git_api_allow)
+    Client::new(api_url, crate::ctx::open_token(ctx, a, "Slack bot token")?, &ctx.config.gateway.git_api_allow)
 }
 
 /// Where a run answers in Slack.
@@ -236,7 +237,7 @@ pub async fn decide(
     provider: Option<&str>,
     api_url: Option<&str>,
     body: &str,
-) -> Result<Decision, BusError> {
+) -> Result<Decision<SlackAnswer>, BusError> {
     let skip = |outcome, why: String| Ok(Decision::Skip(outcome, why));
     let payload: Value = match serde_json::from_str(body) {
         Ok(p) => p,
@@ -293,7 +294,7 @@ pub async fn decide(
             return skip(RunOutcome::Ignored, format!("Slack user {} is {runs_as}, and the thread's conversation is {owner}'s", m.user));
         }
         let message = format!("{} wrote in Slack:\n\n{}", m.user, m.text);
-        let answer = Answer::Slack(SlackAnswer { client, mention: m, thread_key, runs_as: thread.runs_as });
+        let answer = SlackAnswer { client, mention: m, thread_key, runs_as: thread.runs_as };
         return Ok(Decision::Continue { conversation_id: thread.conversation_id, message, answer });
     }
     let repository = match named_repository(&m.text).or_else(|| channel_repo.clone()) {
@@ -331,7 +332,7 @@ pub async fn decide(
     let message = prompt::render(a.prompt.as_deref().unwrap_or(DEFAULT_TEMPLATE), &fields);
     let tags = BTreeMap::from([("channel".to_owned(), m.channel.clone()), ("thread".to_owned(), m.thread_ts.clone())]);
     let runs_as = (runs_as != a.owner).then_some(runs_as);
-    let answer = Some(Answer::Slack(SlackAnswer { client, mention: m, thread_key, runs_as: runs_as.clone() }));
+    let answer = Some(SlackAnswer { client, mention: m, thread_key, runs_as: runs_as.clone() });
     Ok(Decision::Start { message, repository, tags, runs_as, answer })
 }
 
