@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 //! The shape of the code, read from its imports: no service crate's modules import each other
 //! in a circle, and the gateway's layers import only downwards. What a newcomer would draw from
 //! `use crate::...` lines (and paths written inline, and `super::`), one module per file.
