@@ -3,7 +3,7 @@
 //! the next one, so a run ends with `budget_exceeded` before a call would pass a limit, not
 //! after.
 
-use halyard_platform::config::Price;
+use halyard_platform::llm::Price;
 use halyard_platform::llm::{ChatMessage, Completion};
 
 use crate::history::History;

@@ -71,12 +71,12 @@ pub async fn spend(ctx: &Ctx, org: &str, user: &UserId, usd: f64) -> Result<(Str
 }
 
 /// The organization's prices, as the LLM clients take them.
-pub fn prices_of(prices: OrgPrices) -> std::collections::BTreeMap<String, halyard_platform::config::Price> {
+pub fn prices_of(prices: OrgPrices) -> std::collections::BTreeMap<String, halyard_platform::llm::Price> {
     prices
         .prices
         .into_iter()
         .map(|(model, p)| {
-            let price = halyard_platform::config::Price {
+            let price = halyard_platform::llm::Price {
                 prompt: p.input_per_million,
                 completion: p.output_per_million,
                 cached: p.cached_per_million,

@@ -27,7 +27,6 @@ pub mod nats;
 pub mod net;
 pub mod netaddr;
 pub mod outbound;
-pub mod prices;
 pub mod redact;
 pub mod relay;
 pub mod route;

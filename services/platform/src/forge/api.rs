@@ -8,13 +8,31 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::ForgeError;
 use crate::net;
 
 /// Longest a forge may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// How much of a refusal's body an error keeps (the forge's own words on what was wrong).
 const BODY_CHARS: usize = 300;
+
+/// An error calling a forge, in words for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("`{0}` providers have no repository API; use a github or gitlab provider")]
+    NoApi(String),
+    #[error("the API cannot be called: {0}")]
+    Destination(#[from] crate::net::DestinationError),
+    #[error("the API could not be reached: {0}")]
+    Unreachable(String),
+    #[error("the API refused the token (HTTP {0}); store a valid one with PUT /api/v1/git-providers/<name>")]
+    Refused(u16),
+    #[error("the API found no such thing (HTTP 404: {0}); check the repository's name and that the token reaches it")]
+    NotFound(String),
+    #[error("the API answered HTTP {0}: {1}")]
+    Status(u16, String),
+    #[error("the API answered something else than expected: {0}")]
+    Malformed(String),
+}
 
 /// A forge's REST API, with the owner's credentials.
 pub struct Api {

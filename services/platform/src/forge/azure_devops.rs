@@ -5,7 +5,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Branch, Forge, ForgeError, NewPullRequest, Place, Repository, escape};
+use super::api::ForgeError;
+use super::types::{Branch, Forge, NewPullRequest, Place, Repository, escape};
 
 const VERSION: &str = "api-version=7.1";
 /// The Git security namespace (its ACL tokens are `repoV2/<project>/<repository>`).

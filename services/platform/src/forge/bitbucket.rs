@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Branch, Forge, ForgeError, ForgeKind, NewPullRequest, Place, Repository, escape};
+use super::api::ForgeError;
+use super::types::{Branch, Forge, ForgeKind, NewPullRequest, Place, Repository, escape};
 
 fn data_center(f: &Forge) -> bool {
     f.kind == ForgeKind::BitbucketDataCenter

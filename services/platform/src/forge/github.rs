@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Branch, Forge, ForgeError, NewPullRequest, Place, ReactTo, Repository};
+use super::api::ForgeError;
+use super::types::{Branch, Forge, NewPullRequest, Place, ReactTo, Repository};
 
 /// Permissions that let a sender ask for work.
 const WRITERS: [&str; 3] = ["admin", "maintain", "write"];

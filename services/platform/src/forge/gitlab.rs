@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Branch, Forge, ForgeError, NewPullRequest, Place, ReactTo, Repository};
+use super::api::ForgeError;
+use super::types::{Branch, Forge, NewPullRequest, Place, ReactTo, Repository};
 use crate::net::percent_encode;
 
 /// Developer access: who may push.

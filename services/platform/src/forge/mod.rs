@@ -17,66 +17,17 @@ mod azure_devops;
 mod bitbucket;
 mod github;
 mod gitlab;
+mod types;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use halyard_protocol::automation::Thread;
 use halyard_protocol::user::GitProvider;
 
-pub use api::Api;
+pub use api::{Api, ForgeError};
+pub use types::{BITBUCKET_TOKEN_USER, Branch, Branches, Forge, ForgeKind, MARKER, NewPullRequest, ReactTo, Repository, Sender};
 
-/// Hidden in every comment Halyard writes, so that a quote of the mention in it never triggers.
-pub const MARKER: &str = "<!-- halyard -->";
-
-/// The name git sends with a Bitbucket access token (and the API's sign that none was given).
-pub const BITBUCKET_TOKEN_USER: &str = "x-token-auth";
-
-/// An error calling a forge, in words for the user.
-#[derive(Debug, thiserror::Error)]
-pub enum ForgeError {
-    #[error("`{0}` providers have no repository API; use a github or gitlab provider")]
-    NoApi(String),
-    #[error("the API cannot be called: {0}")]
-    Destination(#[from] crate::net::DestinationError),
-    #[error("the API could not be reached: {0}")]
-    Unreachable(String),
-    #[error("the API refused the token (HTTP {0}); store a valid one with PUT /api/v1/git-providers/<name>")]
-    Refused(u16),
-    #[error("the API found no such thing (HTTP 404: {0}); check the repository's name and that the token reaches it")]
-    NotFound(String),
-    #[error("the API answered HTTP {0}: {1}")]
-    Status(u16, String),
-    #[error("the API answered something else than expected: {0}")]
-    Malformed(String),
-}
-
-/// The kinds of forge Halyard speaks to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ForgeKind {
-    Github,
-    /// Forgejo and Gitea: GitHub's paths under their own base, `token` authorization.
-    Forgejo,
-    Gitlab,
-    BitbucketCloud,
-    BitbucketDataCenter,
-    AzureDevops,
-}
-
-impl ForgeKind {
-    /// The kind of `p`'s forge; none for a provider kind without a repository API (`generic`).
-    pub fn of(p: &GitProvider) -> Option<Self> {
-        match p.kind.as_str() {
-            "github" => Some(Self::Github),
-            "forgejo" => Some(Self::Forgejo),
-            "gitlab" => Some(Self::Gitlab),
-            "bitbucket" if p.is_bitbucket_data_center() => Some(Self::BitbucketDataCenter),
-            "bitbucket" => Some(Self::BitbucketCloud),
-            "azure_devops" => Some(Self::AzureDevops),
-            _ => None,
-        }
-    }
-}
+use types::Place;
 
 /// The REST API base URL of `p`, if its kind has one.
 pub fn api_base(p: &GitProvider) -> Option<String> {
@@ -105,92 +56,6 @@ pub fn repository_name(p: &GitProvider, path: String) -> String {
         Some(rest) if ForgeKind::of(p) == Some(ForgeKind::BitbucketDataCenter) => rest.to_owned(),
         _ => path,
     }
-}
-
-/// A repository a git provider's token reaches.
-#[derive(Clone, Debug, Serialize)]
-pub struct Repository {
-    /// The user's git provider that reaches it.
-    pub provider: String,
-    /// `owner/name` (GitLab: `group/subgroup/name`).
-    pub full_name: String,
-    /// What a conversation's `repository.url` takes.
-    pub clone_url: String,
-    pub default_branch: String,
-    pub private: bool,
-    pub description: Option<String>,
-}
-
-/// A repository's branches and which is the default.
-#[derive(Clone, Debug, Serialize)]
-pub struct Branches {
-    pub repository: String,
-    pub default_branch: String,
-    /// The first hundred.
-    pub branches: Vec<Branch>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Branch {
-    pub name: String,
-    pub protected: bool,
-}
-
-/// A pull (merge) request to open.
-#[derive(Debug, Deserialize)]
-pub struct NewPullRequest {
-    pub title: String,
-    /// The branch with the changes.
-    pub head: String,
-    /// The branch to merge into (default: the repository's default branch).
-    #[serde(default)]
-    pub base: Option<String>,
-    #[serde(default)]
-    pub body: Option<String>,
-    #[serde(default)]
-    pub draft: bool,
-}
-
-/// Who asked, as each forge asks about people: a login (GitHub), a numeric id (GitLab), an
-/// account id or user name (Bitbucket, Azure DevOps).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Sender<'a> {
-    pub login: &'a str,
-    pub id: Option<u64>,
-    pub account: Option<&'a str>,
-}
-
-/// What Halyard reacts to on receipt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReactTo {
-    Issue(u64),
-    IssueComment(u64),
-    ReviewComment(u64),
-    /// A GitLab note (its award emoji).
-    Note {
-        note: u64,
-    },
-    /// Reviews take no reactions.
-    Nothing,
-}
-
-/// Where a comment goes: an issue or pull request, and the discussion in it where the forge
-/// threads replies.
-#[derive(Clone, Copy)]
-struct Place<'a> {
-    repository: &'a str,
-    number: u64,
-    is_pull: bool,
-    discussion: Option<&'a str>,
-}
-
-/// One forge's API, with a user's token.
-pub struct Forge {
-    kind: ForgeKind,
-    api: Api,
-    /// Azure DevOps answers who people are from another host.
-    identities: Option<Api>,
-    provider: GitProvider,
 }
 
 impl Forge {
@@ -350,11 +215,6 @@ fn auth_headers(kind: ForgeKind, p: &GitProvider, token: &str) -> Vec<(&'static 
             ("X-GitHub-Api-Version", "2022-11-28".into()),
         ],
     }
-}
-
-/// A component of a URL path, escaped.
-fn escape(v: &str) -> String {
-    percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// Whether `text` mentions `mention` (`@name`), case-insensitive, as a word of its own (not

@@ -14,7 +14,8 @@
 
 use serde_json::{Value, json};
 
-use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
+use super::message::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
+use super::stream::{Accumulate, StreamState};
 
 /// The API version this client speaks.
 pub const VERSION: &str = "2023-06-01";
@@ -101,7 +102,7 @@ pub fn request(
                 ("user", blocks)
             }
         };
-        crate::llm::push_turn(&mut out, role, "content", blocks);
+        super::stream::push_turn(&mut out, role, "content", blocks);
     }
     // Tool results must come first in a user message that has them.
     for m in &mut out {
@@ -212,7 +213,7 @@ fn stream_error(e: &Value) -> LlmError {
     match e["type"].as_str() {
         Some("overloaded_error" | "api_error") => LlmError::Server { status: 529, body },
         Some("rate_limit_error") => LlmError::RateLimited { retry_after: None },
-        Some("invalid_request_error") if crate::llm::is_context_error(&body) => LlmError::ContextWindow { body },
+        Some("invalid_request_error") if super::message::is_context_error(&body) => LlmError::ContextWindow { body },
         _ => LlmError::Server { status: 200, body },
     }
 }
@@ -299,8 +300,8 @@ impl Accumulate for StreamAccumulator {
 
 #[cfg(test)]
 mod tests {
+    use super::message::ImagePart;
     use super::*;
-    use crate::llm::ImagePart;
 
     #[test]
     fn the_request_alternates_roles_and_marks_the_cacheable_prefix() {

@@ -7,7 +7,8 @@
 
 use serde_json::Value;
 
-use super::{ChatMessage, Completion, Deltas, LlmClient, LlmError};
+use super::client::LlmClient;
+use super::message::{ChatMessage, Completion, Deltas, LlmError};
 
 /// One client of a chain and the profile it was made from (none: the operator's default).
 #[derive(Clone, Debug)]
@@ -50,7 +51,7 @@ impl LlmChain {
     }
 
     /// The same chain with `prices` over its clients' own ([`LlmClient::with_prices`]).
-    pub fn with_prices(&self, prices: &std::collections::BTreeMap<String, crate::config::Price>) -> Self {
+    pub fn with_prices(&self, prices: &std::collections::BTreeMap<String, super::config::Price>) -> Self {
         let links = self.links.iter().map(|l| Link { profile: l.profile.clone(), client: l.client.with_prices(prices) }).collect();
         Self { links }
     }

@@ -18,7 +18,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
+use super::message::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
+use super::stream::{Accumulate, StreamState};
 
 /// The provider name of this wire.
 pub const PROVIDER: &str = "gemini";
@@ -59,7 +60,7 @@ pub fn request(max_output_tokens: u64, messages: &[ChatMessage], tools: &[Value]
             }
         };
         // One content per turn: the results of parallel calls go together, as the API wants.
-        crate::llm::push_turn(&mut contents, role, "parts", parts);
+        super::stream::push_turn(&mut contents, role, "parts", parts);
     }
     let mut config = json!({"maxOutputTokens": max_output_tokens});
     if let Some(t) = temperature {
@@ -85,7 +86,7 @@ pub fn request(max_output_tokens: u64, messages: &[ChatMessage], tools: &[Value]
     body
 }
 
-fn inline(i: &crate::llm::ImagePart) -> Value {
+fn inline(i: &super::message::ImagePart) -> Value {
     json!({"inlineData": {"mimeType": i.media_type, "data": i.data}})
 }
 
@@ -149,7 +150,7 @@ fn error(e: &Value) -> LlmError {
     let body = e.to_string();
     match e["status"].as_str() {
         Some("RESOURCE_EXHAUSTED") => LlmError::RateLimited { retry_after: None },
-        _ if crate::llm::is_context_error(&body) => LlmError::ContextWindow { body },
+        _ if super::message::is_context_error(&body) => LlmError::ContextWindow { body },
         Some("INTERNAL" | "UNAVAILABLE" | "DEADLINE_EXCEEDED") => LlmError::Server { status: 500, body },
         _ => LlmError::Server { status: 200, body },
     }

@@ -8,7 +8,8 @@ use halyard_protocol::user::ModelInfo;
 use serde_json::Value;
 use std::time::Duration;
 
-use super::{LlmClient, LlmError, transport};
+use super::client::LlmClient;
+use super::message::{LlmError, transport};
 
 /// Pages of Anthropic's list read at most (1,000 models each).
 const MAX_PAGES: usize = 10;

@@ -7,7 +7,10 @@
 
 use serde_json::Value;
 
-use super::{Accumulate, LlmClient, LlmError, Usage, anthropic, gemini, responses};
+use super::client::LlmClient;
+use super::message::{LlmError, Usage};
+use super::stream::Accumulate;
+use super::{anthropic, gemini, responses};
 
 /// The endpoint (after the base URL's `/v1`) each wire but Gemini's serves.
 fn endpoint(wire: &str) -> &'static str {
@@ -132,7 +135,7 @@ impl LlmClient {
         } else {
             request.bearer_auth(&self.config.api_key)
         };
-        request.timeout(std::time::Duration::from_secs(self.config.timeout_secs)).send().await.map_err(super::transport)
+        request.timeout(std::time::Duration::from_secs(self.config.timeout_secs)).send().await.map_err(super::message::transport)
     }
 }
 
@@ -170,7 +173,7 @@ impl UsageReader {
             "anthropic" => Box::new(anthropic::StreamAccumulator::default()),
             responses::PROVIDER => Box::new(responses::StreamAccumulator::default()),
             gemini::PROVIDER => Box::new(gemini::StreamAccumulator::default()),
-            _ => Box::new(super::StreamAccumulator::default()),
+            _ => Box::new(super::openai::StreamAccumulator::default()),
         };
         Self { wire: wire.to_owned(), stream, buf: Vec::new(), acc, whole: Vec::new(), ending: false }
     }
@@ -204,7 +207,7 @@ impl UsageReader {
                 "anthropic" => anthropic::parse(&v),
                 responses::PROVIDER => responses::parse(&v),
                 gemini::PROVIDER => gemini::parse(&v),
-                _ => super::parse_completion(&v),
+                _ => super::openai::parse_completion(&v),
             };
             return completion.ok()?.usage;
         }

@@ -13,7 +13,8 @@
 
 use serde_json::{Value, json};
 
-use crate::llm::{Accumulate, ChatMessage, Completion, FunctionCall, LlmError, StreamState, ThinkingBlock, ToolCall, Usage};
+use super::message::{ChatMessage, Completion, FunctionCall, LlmError, ThinkingBlock, ToolCall, Usage};
+use super::stream::{Accumulate, StreamState};
 
 /// The provider name of this wire.
 pub const PROVIDER: &str = "openai-responses";
@@ -30,7 +31,7 @@ pub fn request(
 ) -> Value {
     let mut instructions: Vec<String> = Vec::new();
     let mut input: Vec<Value> = Vec::new();
-    for m in super::images_after_tool_results(messages).iter() {
+    for m in super::message::images_after_tool_results(messages).iter() {
         match m.role.as_str() {
             "system" => instructions.push(m.content.clone().unwrap_or_default()),
             "tool" => input.push(json!({
@@ -140,7 +141,7 @@ fn error(e: &Value) -> LlmError {
     match e["code"].as_str().or(e["type"].as_str()) {
         Some("rate_limit_exceeded") => LlmError::RateLimited { retry_after: None },
         Some("context_length_exceeded") => LlmError::ContextWindow { body },
-        _ if crate::llm::is_context_error(&body) => LlmError::ContextWindow { body },
+        _ if super::message::is_context_error(&body) => LlmError::ContextWindow { body },
         Some("server_error" | "server_is_overloaded") => LlmError::Server { status: 500, body },
         _ => LlmError::Server { status: 200, body },
     }

@@ -50,7 +50,7 @@ fn view(model: &str, p: &ModelPrice, source: &'static str) -> PriceView {
     }
 }
 
-fn from_config(p: &halyard_platform::config::Price) -> ModelPrice {
+fn from_config(p: &halyard_platform::llm::Price) -> ModelPrice {
     ModelPrice { input_per_million: p.prompt, output_per_million: p.completion, cached_per_million: p.cached }
 }
 
@@ -62,7 +62,7 @@ pub async fn list_prices(State(state): State<AppState>, User(user): User, Path(n
     let (_, org, _) = load(&state, &user, &name)?;
     let (own, _) = user_store::load::<OrgPrices>(&state, &subjects::org_price_key(&org.name)).await?;
     let mut rows: std::collections::BTreeMap<String, PriceView> = std::collections::BTreeMap::new();
-    for (model, p) in halyard_platform::prices::BUILTIN {
+    for (model, p) in halyard_platform::llm::prices::BUILTIN {
         rows.insert((*model).to_owned(), view(model, &from_config(p), "builtin"));
     }
     for (model, p) in &state.config.llm.prices {

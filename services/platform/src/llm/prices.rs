@@ -6,7 +6,7 @@
 //! A dated snapshot (`gpt-4o-2024-08-06`, `claude-sonnet-4-20250514`) or a provider prefix
 //! (`openai/gpt-4o`) costs what its model does.
 
-use crate::config::Price;
+use super::config::Price;
 
 const fn p(prompt: f64, completion: f64, cached: f64) -> Price {
     Price { prompt, completion, cached: Some(cached) }
