@@ -300,7 +300,7 @@ impl Accumulate for StreamAccumulator {
 
 #[cfg(test)]
 mod tests {
-    use super::message::ImagePart;
+    use crate::llm::message::ImagePart;
     use super::*;
 
     #[test]
