@@ -90,7 +90,7 @@ pub async fn run(n: usize) -> Result<Value> {
     };
     let spec = SandboxSpec::default();
     // The same network a sandbox of the default spec joins.
-    let network = engine.ensure_network(halyard_sandbox::network::Egress::Open).await?;
+    let network = engine.ensure_network(halyard_sandbox::egress::Egress::Open).await?;
     let mut raw = Vec::new();
     for i in 0..=n {
         let id = format!("raw-{i}");

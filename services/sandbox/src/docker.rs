@@ -24,7 +24,7 @@ use futures::{Stream, StreamExt};
 
 use halyard_platform::config::SandboxSpec;
 
-use crate::network::Egress;
+use crate::egress::Egress;
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl};
 
 /// Port of the executor inside every container.

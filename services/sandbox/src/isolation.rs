@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use halyard_platform::config::SandboxConfig;
 use halyard_protocol::UserId;
 
-use crate::process::Layout;
+use crate::layout::Layout;
 
 /// The isolation of this supervisor's process sandboxes.
 #[derive(Debug)]

@@ -11,10 +11,20 @@
 //! see [`isolation`]; the embedded default) and `docker`
 //! (a container per sandbox through bollard, from a runtime image built locally, with the
 //! workspace on a named volume, a warm pool, and engine events watched).
+//!
+//! What the actors share is [`ctx`]; a container is started in [`container`], the warm pool is
+//! [`pool`] (kept full by [`warm`]); a process sandbox's files are laid out by [`layout`], its
+//! network class is an [`egress`] for both kinds. No module imports another that imports it
+//! back (the `architecture` test reads the imports).
 
+pub mod container;
+pub mod ctx;
 pub mod docker;
+pub mod egress;
+pub mod error;
 pub mod image;
 pub mod isolation;
+pub mod layout;
 pub mod limits;
 pub mod netns;
 pub mod network;
@@ -22,28 +32,13 @@ pub mod pool;
 pub mod process;
 pub mod sandbox;
 pub mod supervisor;
+pub mod warm;
 
 use std::sync::Arc;
 
-use halyard_platform::{BusError, Config, Shutdown};
+use halyard_platform::{Config, Shutdown};
 
-/// Why the sandbox service failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error(transparent)]
-    Bus(#[from] BusError),
-    #[error("cannot start the sandbox supervisor: {0}")]
-    Spawn(String),
-}
-
-impl SandboxError {
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Bus(e) => e.is_retryable(),
-            Self::Spawn(_) => false,
-        }
-    }
-}
+pub use error::SandboxError;
 
 /// Whether a Docker engine answers at `host` and has `image` (the default spec's base image):
 /// what `auto` needs to choose the docker kind.

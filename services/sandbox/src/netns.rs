@@ -241,7 +241,7 @@ fn owning_userns(pid: u32) -> io::Result<std::os::fd::OwnedFd> {
 
 /// Egress `internet` for the sandbox whose executor is `pid` (Halyard as root): an iptables
 /// table in its network refuses the private, shared, loopback, link-local and multicast ranges
-/// ([`crate::network::BLOCKED_FOR_INTERNET`]; the host's own addresses are among them), allowing
+/// ([`crate::egress::BLOCKED_FOR_INTERNET`]; the host's own addresses are among them), allowing
 /// its own loopback and slirp4netns' DNS. Docker's `internet` networks drop the same ranges.
 pub async fn internet_only(pid: u32) -> Result<(), String> {
     let netns = format!("--net=/proc/{pid}/ns/net");
@@ -250,7 +250,7 @@ pub async fn internet_only(pid: u32) -> Result<(), String> {
         vec!["-d".into(), SLIRP_DNS.into(), "-p".into(), "udp".into(), "--dport".into(), "53".into(), "-j".into(), "ACCEPT".into()],
         vec!["-d".into(), SLIRP_DNS.into(), "-p".into(), "tcp".into(), "--dport".into(), "53".into(), "-j".into(), "ACCEPT".into()],
     ];
-    rules.extend(crate::network::BLOCKED_FOR_INTERNET.iter().map(|range| vec!["-d".into(), (*range).into(), "-j".into(), "REJECT".into()]));
+    rules.extend(crate::egress::BLOCKED_FOR_INTERNET.iter().map(|range| vec!["-d".into(), (*range).into(), "-j".into(), "REJECT".into()]));
     for rule in rules {
         let out = tokio::process::Command::new("nsenter")
             .arg(&netns)

@@ -1,13 +1,12 @@
 //! Starting, signalling and checking executor processes.
 
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use halyard_platform::executor_client::ExecutorClient;
 
 use crate::isolation::Confinement;
+use crate::layout::Layout;
 use crate::netns;
 use halyard_protocol::system::AGENT_SERVER;
 use std::os::fd::AsRawFd;
@@ -26,49 +25,6 @@ pub struct Started {
     /// The executor's URL, and each app's (`WORKER_1`, ...), as the host reaches them.
     pub url: String,
     pub apps: Vec<(String, String)>,
-}
-
-/// Directory layout of one process sandbox.
-#[derive(Clone, Debug)]
-pub struct Layout {
-    pub root: PathBuf,
-}
-
-impl Layout {
-    /// Absolute, so the same path names it inside a bubblewrap namespace.
-    pub fn new(data_dir: &Path, id: halyard_protocol::SandboxId) -> Self {
-        let root = data_dir.join("sandboxes").join(id.to_string());
-        Self { root: std::path::absolute(&root).unwrap_or(root) }
-    }
-    pub fn workspace(&self) -> PathBuf {
-        self.root.join("workspace")
-    }
-    pub fn home(&self) -> PathBuf {
-        self.root.join("home")
-    }
-    /// The sandbox's own temporary directory (`TMPDIR`).
-    pub fn tmp(&self) -> PathBuf {
-        self.root.join("tmp")
-    }
-    /// Written by the supervisor, outside the directories the sandbox owns.
-    pub fn log(&self) -> PathBuf {
-        self.root.join("executor.log")
-    }
-    /// The log, opened to append (by the executor and the helpers of its sandbox). Never
-    /// following a link planted where it goes: it is opened with Halyard's privileges.
-    pub fn open_log(&self) -> Result<std::fs::File, String> {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(self.log())
-            .map_err(|e| format!("cannot open {}: {e}", self.log().display()))
-    }
-    /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
-    pub fn tunnel(&self) -> PathBuf {
-        self.root.join("tunnel.sock")
-    }
 }
 
 /// How a process sandbox is started.
@@ -90,8 +46,8 @@ pub struct Launch<'a> {
     /// The apps' names and their ports (inside the sandbox's network when it has its own,
     /// else on `host`).
     pub apps: &'a [(String, u16)],
-    /// With a network of its own, where it may connect (see [`crate::network::Egress`]).
-    pub egress: crate::network::Egress,
+    /// With a network of its own, where it may connect (see [`crate::egress::Egress`]).
+    pub egress: crate::egress::Egress,
     /// The resource limits it joins before it runs.
     pub group: &'a crate::limits::Group,
     pub timeout: Duration,
@@ -194,7 +150,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             let mut at = forward(layout, host, &wanted, pid, deadline).await?;
             let url = at.remove(0).1;
             let bwrap = !confinement.wrapper.is_empty();
-            if egress == crate::network::Egress::Internet {
+            if egress == crate::egress::Egress::Internet {
                 // The filter goes in before the way out opens.
                 if bwrap {
                     return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
@@ -203,7 +159,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                 }
                 netns::internet_only(pid).await?;
             }
-            if egress != crate::network::Egress::None {
+            if egress != crate::egress::Egress::None {
                 connect_out(pid, bwrap, layout.open_log()?).await?;
             }
             (url, at)

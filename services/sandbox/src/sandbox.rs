@@ -14,9 +14,11 @@ use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{ConversationId, SandboxId, UserId, subjects};
 
+use crate::container::start_container;
+use crate::ctx::{Ctx, quota_refusal};
 use crate::docker::{self, ContainerPlan, Found};
-use crate::process::{self, Layout};
-use crate::supervisor::{Ctx, quota_refusal};
+use crate::layout::Layout;
+use crate::process;
 
 /// How a sandbox actor comes to life.
 pub enum Init {
@@ -203,50 +205,6 @@ impl Actor for SandboxActor {
     }
 }
 
-/// Creates (if `existing` is none) and starts a container for `plan`, hands it `key`, and waits
-/// for its executor. On failure, returns the container (if one was made) with the reason.
-pub async fn start_container(
-    ctx: &Ctx,
-    plan: &ContainerPlan<'_>,
-    existing: Option<String>,
-    key: &str,
-    timeout: Duration,
-) -> Result<(String, Vec<ExposedUrl>), (Option<String>, String)> {
-    let Some(dctx) = ctx.docker.as_ref() else { return Err((None, "no Docker engine".into())) };
-    let engine = &dctx.engine;
-    let deadline = tokio::time::Instant::now() + timeout;
-    engine.ensure_volume(&plan.volume, &plan.labels).await.map_err(|e| (existing.clone(), e.to_string()))?;
-    let container = match existing {
-        Some(c) => c,
-        None => match engine.create(plan).await {
-            Ok(c) => c,
-            // A leftover of an attempt that failed half-way holds the name: replace it.
-            Err(docker::DockerError::Conflict { .. }) => {
-                let _ = engine.remove(&plan.name).await;
-                engine.create(plan).await.map_err(|e| (None, e.to_string()))?
-            }
-            Err(e) => return Err((None, e.to_string())),
-        },
-    };
-    let fail = |e: String| (Some(container.clone()), e);
-    engine.upload_key(&container, key, &plan.spec.user).await.map_err(|e| fail(e.to_string()))?;
-    engine.start(&container).await.map_err(|e| fail(e.to_string()))?;
-    let (_, urls) = engine.inspect(&container).await.map_err(|e| fail(e.to_string()))?;
-    let url = urls.iter().find(|u| u.name == AGENT_SERVER).ok_or_else(|| fail("the container publishes no executor port".into()))?;
-    let client = ExecutorClient::new(ctx.http.clone(), url.url.clone(), key.to_owned());
-    if let Err(e) = process::wait_healthy(&client, deadline).await {
-        // Say why, if the container already ended.
-        let reason = match engine.inspect(&container).await {
-            Ok((Found::Stopped { exit_code, .. }, _)) => {
-                format!("the executor exited with code {exit_code} (see `docker logs {container}`)")
-            }
-            _ => e,
-        };
-        return Err(fail(reason));
-    }
-    Ok((container, urls))
-}
-
 impl SandboxState {
     fn key(&self) -> String {
         keys::session_key(&self.ctx.config.secret, self.id)
@@ -379,7 +337,7 @@ impl SandboxState {
             env.insert(format!("{name}_PORT"), port.to_string());
         }
         let spec = cfg.spec(&self.spec).unwrap_or_default();
-        let egress = match crate::network::Egress::parse(&spec.egress) {
+        let egress = match crate::egress::Egress::parse(&spec.egress) {
             Ok(e) => e,
             Err(e) => {
                 self.publish(SandboxStatus::Error, Some(format!("start failed: spec {}: {e}", spec.name))).await;
@@ -454,7 +412,7 @@ impl SandboxState {
         let Some(dctx) = self.ctx.docker.clone() else { return };
         if may_use_pool && self.container.is_none() && self.volume.is_none() {
             if let Some(entry) = dctx.pool.take(&self.spec) {
-                match crate::pool::hand_over(&self.ctx, &entry, self.id).await {
+                match crate::warm::hand_over(&self.ctx, &entry, self.id).await {
                     Ok(()) => {
                         self.container = Some(entry.container.clone());
                         self.volume = Some(entry.volume.clone());

@@ -24,60 +24,12 @@ use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
 
-use crate::SandboxError;
+use crate::ctx::{Ctx, DockerCtx, quota_refusal};
 use crate::docker::Engine;
+use crate::error::SandboxError;
 use crate::isolation::Isolation;
 use crate::pool::Pool;
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
-
-/// What every sandbox actor shares.
-pub struct Ctx {
-    pub config: Arc<Config>,
-    pub js: jetstream::Context,
-    pub http: reqwest::Client,
-    /// Current status of every sandbox this process knows, for quotas.
-    pub registry: Mutex<HashMap<SandboxId, (UserId, SandboxStatus)>>,
-    /// The engine and what goes with it, for the docker kind.
-    pub docker: Option<Arc<DockerCtx>>,
-    /// How process sandboxes are kept apart, for the process kind.
-    pub isolation: Option<Isolation>,
-    /// How process sandboxes' resources are limited, for the process kind.
-    pub cgroups: Option<crate::limits::Cgroups>,
-}
-
-/// Docker-kind state shared by the sandbox actors.
-pub struct DockerCtx {
-    pub engine: Engine,
-    /// Runtime image per spec name.
-    pub images: HashMap<String, String>,
-    pub pool: Pool,
-    /// Which sandbox a container belongs to, for routing engine events.
-    pub containers: Mutex<HashMap<String, SandboxId>>,
-}
-
-impl Ctx {
-    /// Why `owner` may not have a process sandbox now (no isolation, another user has one).
-    pub fn isolation_refusal(&self, owner: &UserId) -> Option<String> {
-        let isolation = self.isolation.as_ref()?;
-        let reg = self.registry.lock().ok()?;
-        isolation.refusal(owner, reg.values().filter(|(_, s)| *s != SandboxStatus::Deleted).map(|(o, _)| o))
-    }
-
-    /// Sandboxes running now: (of this user, in total). Paused ones do not count.
-    fn running(&self, owner: &UserId) -> (usize, usize) {
-        let Ok(reg) = self.registry.lock() else { return (0, 0) };
-        let running = reg.values().filter(|(_, s)| matches!(s, SandboxStatus::Running | SandboxStatus::Starting));
-        let mut mine = 0;
-        let mut total = 0;
-        for (o, _) in running {
-            total += 1;
-            if o == owner {
-                mine += 1;
-            }
-        }
-        (mine, total)
-    }
-}
 
 /// Messages of the supervisor.
 // Each message is moved once, into the mailbox; boxing the large variant would only add an
@@ -287,19 +239,6 @@ impl Actor for Supervisor {
     }
 }
 
-/// Why starting one more sandbox for `owner` would exceed a limit, if it would.
-pub fn quota_refusal(ctx: &Ctx, owner: &UserId) -> Option<String> {
-    let (mine, total) = ctx.running(owner);
-    let limits = &ctx.config.sandbox;
-    if limits.max_running_per_user > 0 && mine >= limits.max_running_per_user {
-        return Some(format!("quota_exceeded_user: {owner} already has {mine} running sandboxes (limit {})", limits.max_running_per_user));
-    }
-    if limits.max_running_total > 0 && total >= limits.max_running_total {
-        return Some(format!("quota_exceeded_total: {total} sandboxes are running (limit {})", limits.max_running_total));
-    }
-    None
-}
-
 async fn refuse(ctx: &Ctx, id: SandboxId, owner: &UserId, conversation: halyard_protocol::ConversationId, reason: &str) {
     let record = SystemRecord::Sandbox(SandboxUpdate {
         sandbox_id: id,
@@ -372,7 +311,7 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
     let engine = Engine { docker, naming, publish_host: sandbox.publish_host };
     // Each spec's network, before any container needs it.
     for spec in sandbox.specs() {
-        let egress = crate::network::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
+        let egress = crate::egress::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
     }
@@ -472,7 +411,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         // Subscribe before looking, so nothing that happens during reconciliation is missed.
         tasks.push(tokio::spawn(watch_engine(d.engine.clone(), supervisor.clone(), shutdown.clone())));
         remove_orphans(d, &records).await?;
-        tasks.push(tokio::spawn(crate::pool::refill(ctx.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(crate::warm::refill(ctx.clone(), shutdown.clone())));
     }
     let mine = |r: &SandboxUpdate| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id);
     for record in records.into_iter().filter(mine) {

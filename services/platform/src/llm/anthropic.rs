@@ -300,8 +300,8 @@ impl Accumulate for StreamAccumulator {
 
 #[cfg(test)]
 mod tests {
-    use crate::llm::message::ImagePart;
     use super::*;
+    use crate::llm::message::ImagePart;
 
     #[test]
     fn the_request_alternates_roles_and_marks_the_cacheable_prefix() {

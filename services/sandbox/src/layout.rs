@@ -1,0 +1,47 @@
+//! Where a process sandbox's files are: its root, workspace, home, temporary directory and log.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Directory layout of one process sandbox.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub root: PathBuf,
+}
+
+impl Layout {
+    /// Absolute, so the same path names it inside a bubblewrap namespace.
+    pub fn new(data_dir: &Path, id: halyard_protocol::SandboxId) -> Self {
+        let root = data_dir.join("sandboxes").join(id.to_string());
+        Self { root: std::path::absolute(&root).unwrap_or(root) }
+    }
+    pub fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+    /// The sandbox's own temporary directory (`TMPDIR`).
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+    /// Written by the supervisor, outside the directories the sandbox owns.
+    pub fn log(&self) -> PathBuf {
+        self.root.join("executor.log")
+    }
+    /// The log, opened to append (by the executor and the helpers of its sandbox). Never
+    /// following a link planted where it goes: it is opened with Halyard's privileges.
+    pub fn open_log(&self) -> Result<std::fs::File, String> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.log())
+            .map_err(|e| format!("cannot open {}: {e}", self.log().display()))
+    }
+    /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
+    pub fn tunnel(&self) -> PathBuf {
+        self.root.join("tunnel.sock")
+    }
+}
