@@ -16,7 +16,7 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
-if [ ! -f dist/index.html ] || [ -n "$(find src index.html package-lock.json vite.config.ts tsconfig.json -newer dist/index.html -print -quit)" ]; then
+if [ ! -f dist/index.html ] || [ -n "$(find src scripts openapi.json index.html package-lock.json vite.config.ts tsconfig.json -newer dist/index.html -print -quit)" ]; then
   npm run --silent build >/dev/null
   echo "built the web workspace in web/dist" >&2
 fi

@@ -1,260 +1,64 @@
-// The gateway's JSON, as its OpenAPI document (`GET /api/v1/openapi.json`, generated from the handlers' types) and `protocol/README.md` describe it.
+// The gateway's JSON. The API's types are generated from its OpenAPI document (`api-schema.ts`,
+// written from `openapi.json` by every build: a type the handlers changed fails `tsc` where the
+// app uses it); here they get the names the app uses, and the string fields the document
+// describes in words get their values as types ([`Narrow`]). The event log's types follow
+// `protocol/README.md`.
+
+import type * as S from "./api-schema";
+
+/** `A` with some of its fields' types narrowed to `B`'s; `B` may only name fields `A` has, so a
+ * field the API dropped fails here. */
+type Narrow<A, B extends { [K in keyof B]: K extends keyof A ? unknown : never }> = Omit<A, keyof B> & B;
 
 export type ExecutionStatus = "idle" | "running" | "paused" | "finished" | "error" | "stuck" | "waiting_for_confirmation";
 export type ConversationStatus = "STARTING" | "READY" | "ERROR";
 /** The one status a person reads (`status` and `execution_status` are what it is made of). */
 export type ConversationState = "starting" | "start_failed" | ExecutionStatus | "sandbox_deleted";
 
+/** A conversation's repository: where it was cloned from. */
 export interface Repository {
   url: string;
-  branch?: string;
+  branch?: string | null;
 }
 
-/** One task of the agent's plan. */
-export interface TaskItem {
-  title: string;
-  notes: string;
-  status: "todo" | "in_progress" | "done";
-}
+/** One task of the agent's plan (its status is always sent). */
+export type TaskItem = Narrow<S.TaskItem, { status: S.TaskStatus }>;
 
-export interface Conversation {
-  id: string;
-  /** The agent that works in it: `halyard`, or a third-party agent (`claude-code`...). */
-  agent?: string;
-  /** Who started it: yourself, unless an organization you are in reads it. */
-  owner: string;
-  /** `org`: the members of its organization read it too (read-only, live). */
-  visibility: "private" | "org";
-  /** The organization it was started in. */
-  org?: string;
-  title?: string;
-  /** The message it was started with. */
-  message?: string;
-  state: ConversationState;
-  /** Why, when the state is an error (or says more). */
-  state_detail?: string;
-  status: ConversationStatus;
-  start_task_id?: string;
-  start_task_status?: string;
-  error_detail?: string;
-  execution_status?: ExecutionStatus;
-  sandbox_id?: string;
-  sandbox_status?: string;
-  repository?: Repository;
-  created_at: string;
-  updated_at: string;
-  last_event_seq?: number;
-  metrics?: { llm_calls?: number; prompt_tokens?: number; completion_tokens?: number; cost_usd?: number };
-  /** A fork: the conversation and event it was forked from. */
-  forked_from?: { conversation_id: string; at_seq: number };
-  /** Labels the owner finds it by. */
-  tags?: Record<string, string>;
-  /** Pull requests the agent opened with Halyard's own tool. */
-  pull_requests?: { number: number; url: string; title?: string }[];
-  /** Where the agent's browser is, and its latest screenshot (absent: it has not browsed). */
-  browser?: BrowserPage;
-  /** A helper: the conversation whose agent started it (with `delegate`); they share a workspace. */
-  parent_conversation_id?: string;
-  /** The helpers its agent started, in order. */
-  sub_conversation_ids?: string[];
-}
+export type Conversation = Narrow<
+  S.Conversation,
+  {
+    state: ConversationState;
+    status: ConversationStatus;
+    execution_status?: ExecutionStatus | null;
+    repository?: Repository | null;
+  }
+>;
 
-export interface ConversationPage {
-  items: Conversation[];
-  next_cursor?: string;
-  count: number;
-}
-
-export interface StartTask {
-  id: string;
-  conversation_id?: string;
-  status: string;
-  detail?: string;
-  sandbox_id?: string;
-  created_at: string;
-  updated_at: string;
-}
-
+export type ConversationPage = Narrow<S.ConversationPage, { items: Conversation[] }>;
+export type StartTask = S.StartTask;
+/** A URL a sandbox serves (`exposed_urls`: the executor, VS Code, an app). */
 export interface ExposedUrl {
   name: string;
   url: string;
 }
 
-export interface Sandbox {
-  id: string;
-  conversation_id: string | null;
-  kind: string;
-  spec: string | null;
-  status: string;
-  detail: string | null;
-  exposed_urls: ExposedUrl[];
-  workspace: string;
-  created_at: string;
-  updated_at: string;
-}
-
-export interface SandboxSpecs {
-  kind: string;
-  items: { name: string }[];
-}
-
-export interface Webhook {
-  id: string;
-  url: string;
-  event_kinds?: string[];
-  conversation_id?: string;
-  description?: string;
-  enabled: boolean;
-  disabled_reason?: string;
-  created_at: string;
-  updated_at: string;
-  /** Only in the answer that created or rotated it. */
-  secret?: string;
-}
-
-export type AutomationTrigger =
-  | { kind: "webhook" }
-  | { kind: "schedule"; cron: string; timezone?: string }
-  | { kind: "github" | "gitlab" | "forgejo"; provider: string; label?: string; mention?: string }
-  | { kind: "bitbucket" | "azure_devops"; provider: string; mention?: string }
-  | {
-      kind: "jira";
-      api_url: string;
-      email: string;
-      /** Write-only. */
-      api_token?: string;
-      projects: Record<string, string | null>;
-      provider?: string;
-      label?: string;
-      mention?: string;
-    }
-  | {
-      kind: "linear";
-      /** Write-only. */
-      signing_secret?: string;
-      /** Write-only. */
-      api_key?: string;
-      teams: Record<string, string | null>;
-      provider?: string;
-      api_url?: string;
-      label?: string;
-      mention?: string;
-    }
-  | {
-      kind: "slack";
-      /** Write-only. */
-      signing_secret?: string;
-      /** Write-only. */
-      bot_token?: string;
-      channels: Record<string, string | null>;
-      users: Record<string, string>;
-      provider?: string;
-      api_url?: string;
-    };
-
-export interface AutomationRun {
-  id: string;
-  time: string;
-  source: string;
-  trigger: string;
-  outcome: "started" | "continued" | "ignored" | "failed";
-  conversation_id?: string;
-  reason?: string;
-}
-
-export interface Automation {
-  id: string;
-  name: string;
-  trigger: AutomationTrigger;
-  repository?: { provider: string; full_name: string; branch?: string };
-  prompt?: string;
-  llm_profile?: string;
-  agent?: string;
-  enabled: boolean;
-  /** Where senders post, for kinds that receive requests. */
-  hook_url?: string;
-  /** Only in the answer that created it. */
-  secret?: string;
-  next_run_at?: string;
-  last_run?: AutomationRun;
-  created_at: string;
-  updated_at: string;
-}
-
+export type Sandbox = Narrow<S.Sandbox, { exposed_urls: ExposedUrl[] }>;
+export type SandboxSpecs = S.SandboxSpecs;
+export type Webhook = S.Webhook;
+export type AutomationTrigger = S.AutomationTrigger;
+export type AutomationRun = Narrow<S.AutomationRun, { outcome: "started" | "continued" | "ignored" | "failed" }>;
+export type Automation = Narrow<S.Automation, { last_run?: AutomationRun | null }>;
 /** What a Slack sign-in link links (GET and POST /slack-links/{code}). */
-export interface SlackLinkInfo {
-  automation: string;
-  owner: string;
-  slack_user: string;
-  expires_at: string;
-  /** The Slack user in words and their workspace, as the automation's Slack app named them. */
-  slack_name?: string | null;
-  workspace?: string | null;
-  linked_to?: string;
-  /** Whether the linked user lets the automation run agents as them. */
-  runs_as_linked_user: boolean;
-  /** Whether the deployment proves Slack users with Sign in with Slack (then anyone but the owner links through it). */
-  slack_sign_in: boolean;
-}
-
-export interface NewAutomation {
-  name: string;
-  trigger: AutomationTrigger;
-  repository?: { provider: string; full_name: string; branch?: string };
-  prompt?: string;
-  llm_profile?: string;
-  agent?: string;
-  enabled?: boolean;
-}
-
+export type SlackLinkInfo = S.SlackLinkView;
+export type NewAutomation = S.AutomationCreate;
 /** One of `GET /agents`: what a conversation's agent can be, and why one cannot run. */
-export type AgentView = { name: string; title: string; wires: string[]; available: boolean; why?: string; default: boolean };
-
-export interface DeliveryAttempt {
-  delivery_id: string;
-  event_id: string;
-  conversation_id: string;
-  seq: number;
-  attempt: number;
-  status_code?: number;
-  error?: string;
-  duration_ms: number;
-  outcome: string;
-  time: string;
-}
-
-export interface ChangedFile {
-  path: string;
-  status: "added" | "modified" | "deleted" | "renamed" | "untracked";
-  diff: string;
-  truncated: boolean;
-}
-
-export interface Changes {
-  repository: boolean;
-  files: ChangedFile[];
-}
-
-export interface FileEntry {
-  name: string;
-  kind: "file" | "directory" | "symlink";
-  size: number;
-}
-
-export interface Files {
-  path: string;
-  kind: "directory" | "file";
-  entries?: FileEntry[];
-  size?: number;
-  content?: string;
-  truncated: boolean;
-  binary: boolean;
-}
-
-export interface Me {
-  user: string;
-  admin: boolean;
-}
+export type AgentView = S.AgentView;
+export type DeliveryAttempt = S.DeliveryAttempt;
+export type ChangedFile = Narrow<S.ChangedFile, { status: "added" | "modified" | "deleted" | "renamed" | "untracked" }>;
+export type Changes = Narrow<S.Changes, { files: ChangedFile[] }>;
+export type FileEntry = Narrow<S.FileEntry, { kind: "file" | "directory" | "symlink" }>;
+export type Files = Narrow<S.Files, { kind: "directory" | "file"; entries?: FileEntry[] | null }>;
+export type Me = S.Me;
 
 interface EventBase {
   seq: number;
@@ -331,34 +135,13 @@ export type ActionEvent = Extract<HalyardEvent, { kind: "action" }>;
 export type ObservationEvent = Extract<HalyardEvent, { kind: "observation" }>;
 
 /** One MCP server as a run found it: the tools it offers, or why it offers none. */
-export interface McpServerStatus {
-  name: string;
-  transport: "stdio" | "http";
-  tools: string[];
-  error?: string;
-}
-
+export type McpServerStatus = Narrow<S.McpServerStatus, { transport: "stdio" | "http" }>;
 /** An image attached to a message: its media type and bytes in base64. */
-export interface ImageData {
-  media_type: string;
-  data: string;
-}
-
+export type ImageData = S.Image;
 /** A share link, as its owner gets it once (`POST /conversations/{id}/share`). */
-export interface ShareLink {
-  url: string;
-  token: string;
-  created_at: string;
-}
-
+export type ShareLink = S.ShareLink;
 /** What a share link shows of its conversation (`GET /shared/{token}`). */
-export interface SharedConversation {
-  id: string;
-  title: string | null;
-  state: string;
-  created_at: string;
-  last_event_seq: number;
-}
+export type SharedConversation = S.SharedConversation;
 
 /** A piece of the answer the model is still writing: a WebSocket frame of its own, never an
  * event (no seq). See `AnswerDelta` in protocol/README.md for how pieces fold. */
@@ -371,110 +154,26 @@ export interface AnswerDelta {
 }
 
 /** The page the agent's browser is on, and the latest screenshot of it. */
-export interface BrowserPage {
-  url: string;
-  screenshot_id?: string | null;
-}
-
+export type BrowserPage = S.BrowserView;
 /** One record of the audit trail (GET /admin/audit). */
-export interface AuditRecord {
-  time: string;
-  actor: string;
-  action: string;
-  target: string;
-  org?: string | null;
-  detail: Record<string, unknown>;
-  client?: string | null;
-}
-
-export interface AuditPage {
-  items: AuditRecord[];
-  next_cursor?: string;
-}
-
+export type AuditRecord = S.AuditView;
+export type AuditPage = S.AuditPage;
+export type Role = "owner" | "admin" | "member";
 /** An organization you are in (GET /orgs). */
-export interface Org {
-  name: string;
-  role: "owner" | "admin" | "member";
-  members: number;
-  created_at: string;
-}
-
-export interface Member {
-  user: string;
-  role: "owner" | "admin" | "member";
-}
-
+export type Org = Narrow<S.OrgView, { role: Role }>;
+export type Member = Narrow<S.MemberView, { role: Role }>;
 /** `GET /orgs/{org}/members`: the members, and those invited who have not answered yet. */
-export interface MemberList {
-  items: Member[];
-  invited: Member[];
-}
-
+export type MemberList = Narrow<S.MemberList, { items: Member[]; invited: Member[] }>;
 /** An invitation waiting for your answer (`GET /me/invitations`). */
-export interface Invitation {
-  org: string;
-  role: Member["role"];
-  invited_by: string;
-  invited_at: string;
-}
-
+export type Invitation = Narrow<S.InvitationView, { role: Role }>;
 /** An organization's settings (GET/PUT /orgs/{org}/settings). */
-export interface OrgSettings {
-  default_llm_profile?: string | null;
-  enforce_llm_profile: boolean;
-  require_sso: boolean;
-  sso_domains: string[];
-  sso_groups: string[];
-  monthly_budget_usd?: number | null;
-  member_monthly_budget_usd?: number | null;
-  key_issuers: "everyone" | "admins";
-}
-
+export type OrgSettings = Narrow<S.OrgSettingsBody, { key_issuers: "everyone" | "admins" }>;
 /** A model's price in an organization (GET /orgs/{org}/prices). */
-export interface PriceRow {
-  model: string;
-  input_per_million: number;
-  output_per_million: number;
-  cached_per_million?: number | null;
-  source: "org" | "operator" | "builtin";
-}
-
+export type PriceRow = Narrow<S.PriceView, { source: "org" | "operator" | "builtin" }>;
 /** This month's spending against one budget. */
-export interface BudgetUse {
-  budget_usd?: number | null;
-  spent_usd: number;
-  percent?: number | null;
-  exhausted: boolean;
-}
-
+export type BudgetUse = S.BudgetUse;
 /** GET /orgs/{org}/budget. */
-export interface BudgetStatus {
-  org: string;
-  month: string;
-  org_budget: BudgetUse;
-  you: BudgetUse;
-  members: (BudgetUse & { user: string })[];
-}
-
+export type BudgetStatus = S.BudgetStatus;
 /** One group of a usage report (GET /me/usage, /admin/usage). */
-export interface UsageLine {
-  user?: string;
-  model?: string;
-  day?: string;
-  tokens_in: number;
-  tokens_out: number;
-  cached_tokens: number;
-  cost_usd: number;
-  conversations: number;
-  llm_calls: number;
-  sandbox_seconds: number;
-}
-
-export interface UsageReport {
-  from: string;
-  to: string;
-  group_by: string;
-  rows: UsageLine[];
-  total: UsageLine;
-}
+export type UsageLine = S.UsageLine;
+export type UsageReport = S.UsageReport;

@@ -136,7 +136,7 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "mcp_servers": {
         // One line for all of them: a server that cannot be reached is a warning (the
         // conversation goes on without it), not an error per server.
-        const up = e.servers.filter((s) => !s.error).map((s) => `${s.name} (${s.tools.length} tools)`);
+        const up = e.servers.filter((s) => !s.error).map((s) => `${s.name} (${(s.tools ?? []).length} tools)`);
         const down = e.servers.filter((s) => s.error).map((s) => `${s.name}: ${s.error}`);
         if (down.length)
           items.push({

@@ -28,7 +28,7 @@ export function Audit({ base = "/admin/audit", title = "Audit" }: { base?: strin
       try {
         const page = await call<AuditPage>("GET", `${base}?${query(applied.actor, applied.action, cursor ? { cursor, limit: "50" } : { limit: "50" })}`);
         setItems((old) => (cursor ? [...old, ...page.items] : page.items));
-        setNext(page.next_cursor);
+        setNext(page.next_cursor ?? undefined);
         setError(undefined);
       } catch (e) {
         setError(errorText(e));

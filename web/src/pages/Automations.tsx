@@ -289,8 +289,8 @@ function describe(a: Automation): string {
   if (t.kind === "azure_devops") return `Azure DevOps: mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "gitlab") return `GitLab: label ${t.label}, mention ${t.mention}, via ${t.provider}${on}`;
   if (t.kind === "slack") {
-    const linked = Object.entries(t.users).map(([slack, user]) => `${slack} → ${user}`);
-    return `Slack: channels ${Object.keys(t.channels).join(", ")}${linked.length ? `; linked ${linked.join(", ")}` : ""}`;
+    const linked = Object.entries(t.users ?? {}).map(([slack, user]) => `${slack} → ${user}`);
+    return `Slack: channels ${Object.keys(t.channels ?? {}).join(", ")}${linked.length ? `; linked ${linked.join(", ")}` : ""}`;
   }
   if (t.kind === "linear") return `Linear: teams ${Object.keys(t.teams).join(", ")}, label ${t.label}, mention ${t.mention}`;
   if (t.kind === "jira") return `Jira: projects ${Object.keys(t.projects).join(", ")}, label ${t.label}, mention ${t.mention}`;

@@ -149,7 +149,7 @@ export function ConversationList() {
                 {c.parent_conversation_id && <span className="badge helper">helper</span>}
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
                 {(c.pull_requests ?? []).map((p) => (
-                  <span key={p.url} className="badge pr" title={p.title}>
+                  <span key={p.url} className="badge pr" title={p.title ?? undefined}>
                     PR #{p.number}
                   </span>
                 ))}

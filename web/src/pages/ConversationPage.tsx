@@ -107,7 +107,7 @@ export function ConversationPage({ id }: { id: string }) {
       const e = events[i];
       if (e.kind === "execution_status") return e.status;
     }
-    return conv?.execution_status;
+    return conv?.execution_status ?? undefined;
   }, [events, conv]);
   // The newest title event, unless it is a fork's copy of its source's (the fork's own title is
   // on its record).
@@ -117,7 +117,7 @@ export function ConversationPage({ id }: { id: string }) {
       const e = events[i];
       if (e.kind === "title") return e.title;
     }
-    return conv?.title;
+    return conv?.title ?? undefined;
   }, [events, conv]);
   const observations = useMemo(() => events.filter((e) => e.kind === "observation").length, [events]);
   const hooksAsked = useMemo(() => pendingHooks(events), [events]);
@@ -217,7 +217,7 @@ export function ConversationPage({ id }: { id: string }) {
         <p className="muted small pull-requests">
           Pull request{conv.pull_requests.length > 1 ? "s" : ""}:{" "}
           {conv.pull_requests.map((p) => (
-            <a key={p.url} href={p.url} target="_blank" rel="noopener noreferrer" className="pr-link" title={p.title}>
+            <a key={p.url} href={p.url} target="_blank" rel="noopener noreferrer" className="pr-link" title={p.title ?? undefined}>
               #{p.number}
             </a>
           ))}
@@ -286,13 +286,13 @@ export function ConversationPage({ id }: { id: string }) {
             )}
             {tab === "Changes" && <ChangesView id={id} version={observations} />}
             {tab === "Files" && <FilesView id={id} version={observations} />}
-            {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser} />}
+            {tab === "Browser" && <BrowserView id={id} events={events} known={conv?.browser ?? undefined} />}
             {vscodeOpened && (
               <div hidden={tab !== "VS Code"}>
                 <VsCodeView id={id} />
               </div>
             )}
-            {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id} />}
+            {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id ?? undefined} />}
           </div>
         </>
       )}

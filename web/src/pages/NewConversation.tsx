@@ -174,7 +174,7 @@ export function NewConversation() {
             <label htmlFor="agent">Agent</label>
             <select id="agent" value={agent} onChange={(e) => setAgent(e.target.value)}>
               {agents.map((a) => (
-                <option key={a.name} value={a.name} disabled={!a.available} title={a.why}>
+                <option key={a.name} value={a.name} disabled={!a.available} title={a.why ?? undefined}>
                   {a.title}
                   {a.available ? "" : ` (${a.why})`}
                 </option>

@@ -45,8 +45,8 @@ export function OrgSettings({ org }: { org: Org }) {
       setForm({
         monthly: s.monthly_budget_usd?.toString() ?? "",
         member: s.member_monthly_budget_usd?.toString() ?? "",
-        domains: s.sso_domains.join(", "),
-        groups: s.sso_groups.join(", "),
+        domains: (s.sso_domains ?? []).join(", "),
+        groups: (s.sso_groups ?? []).join(", "),
       });
     } catch (e) {
       setError(errorText(e));
