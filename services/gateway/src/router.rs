@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 // The handlers' modules, by the short names the route table uses.
 use crate::api::accounts::{self, admin, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
-use crate::api::conversations::{self, export, images, plan, routes, share, starts, ws};
+use crate::api::conversations::{self, control, events, export, images, list, plan, share, starts, ws};
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{mcp, sandboxes, web, webhooks};
@@ -27,28 +27,28 @@ use crate::state::AppState;
 /// the OpenAPI document come from the same list, so neither can name a route the other lacks.
 fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
     // A message may carry images: the body limit and room for them.
-    let (schemas, paths, send_message) = routes!(routes::send_message);
-    let message_limit = DefaultBodyLimit::max(max_body.saturating_add(routes::IMAGE_ALLOWANCE));
+    let (schemas, paths, send_message) = routes!(control::send_message);
+    let message_limit = DefaultBodyLimit::max(max_body.saturating_add(control::IMAGE_ALLOWANCE));
     OpenApiRouter::new()
-        .routes(routes!(starts::start_conversation, routes::list_conversations))
-        .routes(routes!(routes::count_conversations))
+        .routes(routes!(starts::start_conversation, list::list_conversations))
+        .routes(routes!(list::count_conversations))
         .routes(routes!(crate::api::conversations::agents::list_agents))
         .routes(routes!(crate::api::settings::custom_agents::put, crate::api::settings::custom_agents::delete))
         .routes(routes!(crate::api::settings::custom_agents::list_org))
         .routes(routes!(crate::api::settings::custom_agents::put_org, crate::api::settings::custom_agents::delete_org))
         .routes(routes!(starts::retry_start))
         .routes(routes!(starts::fork_conversation))
-        .routes(routes!(routes::get_conversation, routes::delete, routes::patch_conversation))
+        .routes(routes!(list::get_conversation, list::delete, list::patch_conversation))
         .routes((schemas, paths, send_message.layer(message_limit)))
-        .routes(routes!(routes::pause))
-        .routes(routes!(routes::resume))
-        .routes(routes!(routes::interrupt))
-        .routes(routes!(routes::ask))
-        .routes(routes!(routes::confirm))
-        .routes(routes!(routes::reject))
-        .routes(routes!(routes::set_confirmation_policy))
-        .routes(routes!(routes::set_llm_profile))
-        .routes(routes!(routes::restore))
+        .routes(routes!(control::pause))
+        .routes(routes!(control::resume))
+        .routes(routes!(control::interrupt))
+        .routes(routes!(control::ask))
+        .routes(routes!(control::confirm))
+        .routes(routes!(control::reject))
+        .routes(routes!(control::set_confirmation_policy))
+        .routes(routes!(control::set_llm_profile))
+        .routes(routes!(control::restore))
         .routes(routes!(crate::api::conversations::hooks::hooks_consent))
         .routes(routes!(crate::api::conversations::hooks::list_hook_consents))
         .routes(routes!(crate::api::conversations::hooks::delete_hook_consent))
@@ -71,7 +71,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(secrets::get_one, secrets::put, secrets::delete))
         .routes(routes!(agent_logins::list))
         .routes(routes!(agent_logins::put, agent_logins::delete))
-        .routes(routes!(routes::list_skills))
+        .routes(routes!(list::list_skills))
         .routes(routes!(files::changes))
         .routes(routes!(files::files, files::upload))
         .routes(routes!(files::download))
@@ -79,17 +79,17 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(terminal::terminal_ws))
         .routes(routes!(apps::open))
         .routes(routes!(apps::vscode))
-        .routes(routes!(routes::list_events))
-        .routes(routes!(routes::count_events))
+        .routes(routes!(events::list_events))
+        .routes(routes!(events::count_events))
         .routes(routes!(export::export))
-        .routes(routes!(routes::get_event))
+        .routes(routes!(events::get_event))
         .routes(routes!(ws::events_ws))
         .routes(routes!(share::share, share::share_state, share::unshare))
         .routes(routes!(share::shared))
         .routes(routes!(share::shared_events))
         .routes(routes!(share::shared_events_ws))
         .routes(routes!(share::shared_changes))
-        .routes(routes!(routes::get_task))
+        .routes(routes!(list::get_task))
         .routes(routes!(sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::pause))

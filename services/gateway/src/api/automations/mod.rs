@@ -10,4 +10,6 @@ pub mod hooks;
 pub mod routes;
 pub mod slack_links;
 pub mod slack_sign_in;
+pub mod triggers;
 pub mod verify;
+pub mod views;

@@ -5,12 +5,15 @@
 //! an account ([`share`]).
 
 pub mod agents;
+pub mod control;
+pub mod events;
 pub mod export;
 pub mod hooks;
 pub mod images;
+pub mod list;
 pub mod org_shared;
 pub mod plan;
-pub mod routes;
 pub mod share;
 pub mod starts;
+pub mod views;
 pub mod ws;

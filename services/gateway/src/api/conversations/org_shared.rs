@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use halyard_protocol::org::Visibility;
 
-use crate::api::conversations::routes::{Conversation, conversation_json};
+use crate::api::conversations::views::{Conversation, conversation_json};
 use crate::auth::User;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;

@@ -27,7 +27,8 @@ use utoipa::ToSchema;
 use halyard_platform::keys;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::api::conversations::routes::{EventPage, EventsQuery, list_events_of, state_of};
+use crate::api::conversations::events::{EventPage, EventsQuery, list_events_of};
+use crate::api::conversations::views::state_of;
 use crate::api::conversations::ws::{WsQuery, stream};
 use crate::audit::{self, Client};
 use crate::auth::User;

@@ -19,10 +19,10 @@ use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
-use crate::api::conversations::routes::{
-    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, StartTask, check_at_seq, check_text, check_title, require_own_workspace, require_ready,
-    require_sandbox, task_json,
+use crate::api::conversations::control::{
+    MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_own_workspace, require_ready, require_sandbox,
 };
+use crate::api::conversations::views::{StartTask, task_json};
 use crate::auth::User;
 use crate::auth::access::owned;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};

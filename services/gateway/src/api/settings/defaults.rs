@@ -13,8 +13,7 @@ use halyard_protocol::user::UserSettings;
 
 use crate::audit::{self, Client};
 use crate::auth::User;
-use crate::domain::user_config::check_profile;
-use crate::domain::user_config::load;
+use crate::domain::user_config::{check_profile, load};
 use crate::domain::user_store;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};

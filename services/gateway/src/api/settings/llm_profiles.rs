@@ -18,8 +18,7 @@ use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles};
 
 use crate::audit::{self, Client};
 use crate::auth::{Recent, User};
-use crate::domain::user_config::load;
-use crate::domain::user_config::profiles;
+use crate::domain::user_config::{load, profiles};
 use crate::domain::user_store::{self, check_name};
 use crate::http::api_doc::{BadGateway, BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
