@@ -4,7 +4,7 @@
 # add Debian's Chromium (the agent's browser), its IPython kernel with matplotlib (the agent's
 # Python cells), code-server (the user's VS Code; copied from the host's
 # /opt/halyard-code-server, which infra/install-code-server.sh fills) and the MCP time server
-# (the README's example MCP server) in a venv at /opt/halyard-mcp, as process sandboxes have
+# (the example MCP server of services/gateway/README.md) in a venv at /opt/halyard-mcp, as process sandboxes have
 # them, then `docker import` it
 # as halyard-base:bookworm, with the third-party agents (/opt/halyard-agents, which
 # infra/install-agents.sh fills; they run on code-server's Node) on top. Skips the work if the
@@ -66,7 +66,7 @@ if "${PYTHON:-python3}" -m pip download --quiet --disable-pip-version-check --de
      >>/var/log/halyard-debootstrap.log 2>&1; then
   :
 else
-  # Without it the image still serves; the README's MCP example then says the command is missing.
+  # Without it the image still serves; the MCP example in services/gateway/README.md then says the command is missing.
   echo "mcp-server-time could not be installed in the image (see /var/log/halyard-debootstrap.log); going on without it" >&2
   rm -rf "$root/opt/halyard-mcp"
   touch "$root/etc/halyard-no-mcp"

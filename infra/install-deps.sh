@@ -13,7 +13,7 @@
 #     install-code-server.sh: the user's VS Code tab in process sandboxes (and the source of the
 #     Docker base image's copy)
 #   - the MCP time server in a venv of the system's Python at /opt/halyard-mcp, which process
-#     sandboxes can run (they see /usr and /opt, not root's home): the README's MCP example
+#     sandboxes can run (they see /usr and /opt, not root's home): the MCP example in services/gateway/README.md
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 

@@ -442,20 +442,24 @@ async fn compose_up_runs_a_conversation_while_a_nats_node_is_killed() {
     assert!(!String::from_utf8_lossy(&listed.stdout).trim().is_empty(), "no container for {sandbox}");
 }
 
-/// The Grafana dashboard charts only metrics the README documents (the bus and webhook tests
+/// The Grafana dashboard charts only metrics `infra/README.md` documents (the bus and webhook tests
 /// check the processes export them).
 #[test]
 fn the_dashboard_charts_documented_metrics() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(format!("{root}/infra/grafana/halyard.json")).unwrap()).unwrap();
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/infra/README.md")).unwrap();
     let mut charted = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
             for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("halyard_")) {
                 let base = word.trim_end_matches("_bucket").trim_end_matches("_count").trim_end_matches("_sum");
-                assert!(readme.contains(&format!("`{base}")), "{base} (panel {}) is not in the README's metrics table", panel["title"]);
+                assert!(
+                    readme.contains(&format!("`{base}")),
+                    "{base} (panel {}) is not in the metrics table of infra/README.md",
+                    panel["title"]
+                );
                 charted += 1;
             }
         }

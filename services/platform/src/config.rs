@@ -902,7 +902,7 @@ impl Config {
                 other if USED_ELSEWHERE.contains(&other) => {}
                 other => {
                     let hint = nearest(other).map(|n| format!("; did you mean HALYARD_{n}?")).unwrap_or_default();
-                    return Err(bad(&format!("no such setting{hint} (README.md lists them)")));
+                    return Err(bad(&format!("no such setting{hint} (services/platform/README.md lists them)")));
                 }
             }
         }

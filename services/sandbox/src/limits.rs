@@ -10,7 +10,7 @@
 //!   `cpu.cfs_quota_us`.
 //! - **rlimits** where neither can be used (Halyard not root): per process only, the address
 //!   space (`RLIMIT_AS`) and CPU time are not set, since they break ordinary programs; what is set
-//!   is the largest file (`RLIMIT_FSIZE`) and core dumps. The README says what each mode gives.
+//!   is the largest file (`RLIMIT_FSIZE`) and core dumps. `services/sandbox/README.md` says what each mode gives.
 //!
 //! Every mode also caps the largest file a sandbox may write. The executor joins the groups
 //! before it runs (between fork and exec), so everything it starts is inside them. Hitting a
