@@ -654,6 +654,12 @@ impl Api {
         }
     }
 
+    /// Waits until `runs` of the conversation's runs have finished; returns its events.
+    pub async fn wait_finished(&self, conv: &str, runs: usize) -> Vec<Value> {
+        let what = if runs == 1 { "the run to finish".to_owned() } else { format!("{runs} runs to finish") };
+        self.wait_events(conv, &what, |ev| crate::events::finished_runs(ev) >= runs).await
+    }
+
     /// Waits until `GET path` answers 200 with a body satisfying `pred`; returns the body.
     pub async fn wait_for(&self, path: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);

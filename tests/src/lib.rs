@@ -14,6 +14,7 @@ pub mod bitbucket;
 pub mod bitbucket_dc;
 pub mod chaos;
 pub mod docker;
+pub mod events;
 pub mod git_http;
 pub mod github;
 pub mod gitlab;
@@ -41,10 +42,7 @@ pub use oidc::OidcProvider;
 pub use receiver::Receiver;
 pub use slack::SlackServer;
 
-/// Whether a conversation's events hold its run's end: an `execution_status` of `finished`.
-pub fn finished(events: &[serde_json::Value]) -> bool {
-    events.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")
-}
+pub use events::finished;
 
 /// Installs the TLS crypto provider reqwest needs (once per process).
 pub fn init() {

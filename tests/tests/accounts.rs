@@ -577,7 +577,7 @@ async fn usage_reports_add_up_to_the_conversations_own_metrics() {
     let mut convs = Vec::new();
     for (api, text) in [(&alice, "write the first thing"), (&alice, "and a second, longer thing to do"), (&bob, "bob's")] {
         let (conv, _) = api.start_ready(json!({"message": text})).await;
-        api.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+        api.wait_finished(&conv, 1).await;
         convs.push(conv);
     }
     // Alice's first sandbox runs a second or more, then pauses: its time counts.
@@ -700,7 +700,7 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     let bobs = json!({"base_url": llm.base_url, "model": "bob-model", "api_key": "sk-bob-own"});
     assert_eq!(bob.call(put.clone(), "/api/v1/llm-profiles/mine", Some(bobs)).await.0, 201);
     let (conv, _) = bob.start_ready(json!({"message": "hello team", "org": "acme"})).await;
-    bob.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    bob.wait_finished(&conv, 1).await;
     let (_, c) = bob.get(&format!("/api/v1/conversations/{conv}")).await;
     assert_eq!(c["org"], "acme", "{c}");
     assert!(team.requests().iter().any(|r| r["model"] == "team-model"), "the team's server was not asked");
@@ -713,7 +713,7 @@ async fn an_organizations_enforced_profile_is_what_its_members_conversations_use
     // Outside it, nothing; not in it, nothing at all.
     assert_eq!(carol.post("/api/v1/conversations", json!({"message": "x", "org": "acme"})).await.0, 404);
     let (own, _) = bob.start_ready(json!({"message": "my own", "llm_profile": "mine"})).await;
-    bob.wait_events(&own, "his own run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    bob.wait_finished(&own, 1).await;
     assert!(llm.requests().iter().any(|r| r["model"] == "bob-model"));
     // Not enforced: a member may use their own in the organization too.
     assert_eq!(alice.call(put, "/api/v1/orgs/acme/settings", Some(json!({"default_llm_profile": "team"}))).await.0, 200);
@@ -946,7 +946,7 @@ async fn what_an_organization_offers_reaches_its_members_runs_and_its_secrets_ar
 
     // Bob's conversation in the organization has it in its shell, and shows it masked.
     let (conv, _) = bob.start_ready(json!({"message": "show the token", "title": "t", "org": "acme"})).await;
-    let events = bob.wait_events(&conv, "the run", halyard_tests::finished).await;
+    let events = bob.wait_finished(&conv, 1).await;
     let text = serde_json::to_string(&events).unwrap();
     assert!(text.contains("token=<secret:TEAM_TOKEN>") && !text.contains(VALUE), "{text}");
     let mcp = |events: &[Value]| events.iter().find(|e| e["kind"] == "mcp_servers").map(|e| e["servers"].to_string()).unwrap_or_default();
@@ -960,7 +960,7 @@ async fn what_an_organization_offers_reaches_its_members_runs_and_its_secrets_ar
     assert_eq!((s, file["content"].as_str().map(str::trim)), (200, Some("<secret:TEAM_TOKEN>")), "{file}");
     // His own conversation, outside it, does not.
     let (own, _) = bob.start_ready(json!({"message": "show the token", "title": "own"})).await;
-    let events = bob.wait_events(&own, "his own run", halyard_tests::finished).await;
+    let events = bob.wait_finished(&own, 1).await;
     assert!(!mcp(&events).contains("time__"), "not outside it: {}", mcp(&events));
     assert!(skill_names(&events).is_empty(), "{:?}", events[0]);
     assert!(
@@ -999,7 +999,7 @@ async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_
     let (s, e) = bob.post("/api/v1/conversations", json!({"message": "x", "visibility": "org"})).await;
     assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
     let (shared, _) = bob.start_ready(json!({"message": "for the team", "title": "shared", "org": "acme", "visibility": "org"})).await;
-    bob.wait_events(&shared, "the run", halyard_tests::finished).await;
+    bob.wait_finished(&shared, 1).await;
     let (private, _) = bob.start_ready(json!({"message": "mine", "title": "private", "org": "acme"})).await;
 
     // Alice, in the organization, reads it, its events, and live.

@@ -4,16 +4,13 @@
 //! their provider's wire: Claude Code (claude-agent-acp, Anthropic's), Codex and OpenCode (the
 //! Responses API) and Gemini CLI (Gemini's), over the Agent Client Protocol.
 
+use halyard_tests::events::last_status;
 use halyard_tests::harness::LLM_KEY;
 use halyard_tests::llm::flat_tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
-
-fn last_status(events: &[Value]) -> Option<String> {
-    events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str().map(str::to_owned))
-}
 
 /// The processes working in `dir` whose command line mentions `needle`: their ids and
 /// environments.

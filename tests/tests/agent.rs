@@ -4,15 +4,12 @@
 
 use std::time::Duration;
 
+use halyard_tests::events::last_status;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, git, init, procs};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
-
-fn last_status(events: &[Value]) -> Option<String> {
-    events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str()).map(str::to_owned)
-}
 
 #[tokio::test]
 async fn llm_failures_are_retried_then_reported_and_the_conversation_goes_on() {
@@ -180,7 +177,7 @@ async fn a_killed_sandbox_is_reported_and_reprovisioned_with_its_files() {
 
     llm.push([Reply::tool("terminal", json!({"command": "cat keep.txt"})), Reply::finish("still there")]);
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "is it still there?"})).await;
-    let events = api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     let cat = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     // The agent is told its shell is new (a restart, as after a hibernation).
     let content = cat["content"].as_str().unwrap();
@@ -335,7 +332,7 @@ async fn an_idle_sandbox_is_paused_with_a_reason_and_a_message_resumes_it() {
     let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
     // A command running longer than the idle limit is activity: the sandbox is not paused
     // under it, and the run finishes.
-    api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    api.wait_finished(&conv, 1).await;
     assert!(h.workspace(&sandbox).join("s.txt").exists());
     // Then, idle: paused, saying why.
     let s = api.wait_sandbox(&sandbox, "the idle pause", |s| s["status"] == "PAUSED").await;
@@ -344,7 +341,7 @@ async fn an_idle_sandbox_is_paused_with_a_reason_and_a_message_resumes_it() {
     // A new message resumes it.
     llm.push([Reply::tool("terminal", json!({"command": "cat s.txt"})), Reply::finish("read")]);
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "read it"})).await.0, 202);
-    let events = api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     let obs = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with("slept"), "{obs}");
 }
@@ -410,7 +407,7 @@ async fn a_repeating_agent_is_stopped_as_stuck_and_a_loop_that_makes_progress_is
     assert_eq!(view["execution_status"], "stuck", "{view}");
     llm.push([Reply::finish("unstuck")]);
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "try something else"})).await;
-    api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    api.wait_finished(&conv, 1).await;
 }
 
 /// Whether a process whose command line contains `needle` runs on this machine.
@@ -455,7 +452,7 @@ async fn interrupt_stops_a_long_command_now_and_the_conversation_goes_on() {
 
     llm.push([Reply::tool("terminal", json!({"command": "echo still here"})), Reply::finish("back")]);
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on"})).await;
-    let events = api.wait_events(&conv, "the next run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("still here")));
     // Interrupting a conversation with no run is accepted and changes nothing.
     let before = api.events(&conv).await.len();
@@ -479,7 +476,7 @@ async fn llm_calls_are_metered_and_a_budget_stops_a_run_before_it_is_passed() {
 
     llm.push([Reply::tool("terminal", json!({"command": "echo one"})), Reply::finish("done")]);
     let (conv, _) = api.start_ready(json!({"message": "count"})).await;
-    let events = api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let mut total = 0.0;
     for (call, (prompt, completion, cached)) in events.iter().filter(|e| e["kind"] == "llm_call").zip(llm.usages()) {
         let want = price(prompt, completion, cached);
@@ -536,7 +533,7 @@ async fn ask_answers_from_the_history_without_touching_the_log_or_the_run() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "write some notes"})).await;
-    let before = api.wait_events(&conv, "finished", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let before = api.wait_finished(&conv, 1).await;
 
     llm.push([Reply::Text("You wrote notes.txt with the word made-a-change.".into())]);
     let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": "What did you write?"})).await;
@@ -561,7 +558,7 @@ async fn ask_answers_from_the_history_without_touching_the_log_or_the_run() {
     );
     let (s, answer) = api.post(&format!("/api/v1/conversations/{conv}/ask"), json!({"question": "What are you doing?"})).await;
     assert_eq!(s, 200, "{answer}");
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("step")));
     assert!(events.iter().all(|e| !e.to_string().contains("What are you doing?")), "the question is not in the log");
 

@@ -6,14 +6,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use halyard_tests::events::last_status;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
-
-fn last_status(events: &[Value]) -> Option<String> {
-    events.iter().rev().find(|e| e["kind"] == "execution_status").and_then(|e| e["status"].as_str()).map(str::to_owned)
-}
 
 /// Whether an LLM request is the condenser's (its system prompt), in either wire.
 fn is_summary_request(body: &Value) -> bool {
@@ -263,7 +260,7 @@ async fn risky_actions_wait_for_confirmation_across_a_restart_and_rejections_rea
     api.wait_conversation(&conv, "a wait for ls", |c| c["execution_status"] == "waiting_for_confirmation").await;
     llm.push([Reply::finish("ok, not listing")]);
     api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "never mind"})).await;
-    let events = api.wait_events(&conv, "the second finish", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     let refused = events.iter().rev().find(|e| e["kind"] == "action_rejected").unwrap();
     assert!(refused["reason"].as_str().unwrap().contains("new message"), "{refused}");
     assert!(events.iter().any(|e| e["kind"] == "confirmation_policy" && e["policy"] == "always"));

@@ -25,7 +25,7 @@ async fn a_user_cannot_see_or_touch_another_users_conversation() {
     let task_id = task["id"].as_str().unwrap();
     let task = alice.wait_task(task_id, &["READY"]).await;
     let conv = task["conversation_id"].as_str().unwrap();
-    alice.wait_events(conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    alice.wait_finished(conv, 1).await;
 
     // Bob sees none of it, and cannot tell it exists.
     for path in

@@ -128,7 +128,7 @@ async fn a_signed_request_to_a_webhook_automation_starts_one_conversation_and_no
     let c = api.wait_conversation(&conv, "the run's conversation", |c| c["status"] == "READY").await;
     assert_eq!(c["tags"], json!({"automation": id, "source": "webhook", "delivery": "msg_first"}), "{c}");
     assert_eq!(c["title"], "Triage");
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let first = events.iter().find(|e| e["kind"] == "user_message").unwrap();
     assert_eq!(first["text"], "Triage this: Flaky test\n\ntest_login fails one run in ten", "{first}");
     let (_, found) = api.get(&format!("/api/v1/conversations?tag=automation:{id}")).await;
@@ -265,7 +265,7 @@ async fn a_schedule_fires_once_per_tick_with_two_replicas_racing_and_once_for_a_
     assert_eq!(run["outcome"], "started", "{run}");
     assert_eq!(run["trigger"], format!("tick {next}"), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let first = events.iter().find(|e| e["kind"] == "user_message").unwrap();
     assert_eq!(first["text"], "Update the dependencies.");
     // Both services saw the tick come; one sent it. Nothing else arrives for it.
@@ -395,7 +395,7 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     assert_eq!(c["tags"]["issue"], "42", "{c}");
     assert_eq!(c["tags"]["repository"], "alice/app", "{c}");
     assert_eq!(c["tags"]["source"], "github", "{c}");
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let first = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
     assert!(first.starts_with("Typo in the README\n\nIt says teh.") && first.contains("https://github.com/alice/app/issues/42"), "{first}");
     assert!(events.iter().any(|e| e["kind"] == "pull_request_opened"), "no pull request");
@@ -432,8 +432,7 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
     assert_eq!(s, 202);
     let run = runs(&api, id, 2).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["conversation_id"].as_str()), (Some("continued"), Some(conv.as_str())), "{run}");
-    let events =
-        api.wait_events(&conv, "the second run to finish", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     let last = events.iter().rfind(|e| e["kind"] == "user_message").unwrap();
     assert!(last["text"].as_str().unwrap().contains("octo-writer wrote on https://github.com/alice/app/issues/42"), "{last}");
     assert!(
@@ -542,7 +541,7 @@ async fn a_github_run_whose_start_fails_says_why_on_the_issue_and_the_next_menti
     assert_eq!(run["outcome"], "started", "{run}");
     let second = run["conversation_id"].as_str().unwrap().to_owned();
     assert_ne!(second, first, "the mention went to the conversation that never started");
-    let events = api.wait_events(&second, "the new run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&second, 1).await;
     let asked = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
     assert!(asked.contains("try again please"), "{asked}");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -611,7 +610,7 @@ async fn a_gitlab_mention_starts_a_conversation_that_replies_in_the_same_discuss
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("gitlab")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let branch = events.iter().find(|e| e["kind"] == "observation").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(branch.contains("speed-up"), "the conversation works on the merge request's branch: {branch}");
     let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
@@ -722,7 +721,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("slack")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     assert_eq!(events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"], "why is the login page slow?");
     let deadline = Instant::now() + Duration::from_secs(20);
     while slack.calls_of("chat.postMessage").len() < 2 {
@@ -747,7 +746,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     assert_eq!(hook(hook_url, &slack_signed(SIGNING, now_s(), &body).await, &body).await.0, 202);
     let run = runs(&api, id, 2).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["conversation_id"].as_str()), (Some("continued"), Some(conv.as_str())), "{run}");
-    api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    api.wait_finished(&conv, 2).await;
 
     // An unlinked user is told privately and starts nothing; another channel is not the bot's.
     let body = app_mention("Ev0003", "U0999XYZ", "C0123ABC", "<@U0BOT> delete prod", "1700000100.000400", None);
@@ -823,7 +822,7 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     let run = runs(&api, id, 6).await.remove(0);
     assert_eq!(run["outcome"], "started", "{run}");
     let bobs = run["conversation_id"].as_str().unwrap().to_owned();
-    bob.wait_events(&bobs, "Bob's run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    bob.wait_finished(&bobs, 1).await;
     assert_eq!(api.get(&format!("/api/v1/conversations/{bobs}")).await.0, 404, "Alice does not see Bob's conversation");
     // Alice, in Bob's thread, is told it is Bob's and starts nothing.
     let body = app_mention("Ev0006", "U0456DEF", "C0123ABC", "<@U0BOT> also this", "1700000400.000700", Some("1700000300.000600"));
@@ -913,8 +912,7 @@ async fn a_forgejo_provider_lists_clones_and_opens_pull_requests_and_its_mention
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("forgejo")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events =
-        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = api.wait_events(&conv, "the run to finish", halyard_tests::events::ended).await;
     let pushed =
         events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(pushed.contains("PUSHED"), "{pushed}");
@@ -987,7 +985,7 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("jira")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let first = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
     assert!(first.starts_with("Search is slow\n\nIt takes 5 s.") && first.contains(&format!("{}/browse/PROJ-12", jira.site)), "{first}");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1022,7 +1020,7 @@ async fn a_jira_label_starts_a_conversation_that_comments_back_and_a_mention_con
     let latest = runs(&api, id, 5).await.remove(0);
     assert_eq!(latest["outcome"], "ignored", "{latest}");
     assert!(latest["reason"].as_str().unwrap().contains("Eve may not work in PROJ"), "{latest}");
-    api.wait_events(&conv, "the second run", |ev| ev.iter().filter(|e| e["status"] == "finished").count() == 2).await;
+    api.wait_finished(&conv, 2).await;
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
 
@@ -1075,7 +1073,7 @@ async fn a_linear_mention_starts_a_conversation_and_stale_or_foreign_requests_st
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("linear")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    api.wait_finished(&conv, 1).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while linear.comments().len() < 2 {
         assert!(Instant::now() < deadline, "no summary: {:?}", linear.comments());
@@ -1158,8 +1156,7 @@ async fn a_bitbucket_provider_and_a_pull_request_comment_that_mentions_halyard()
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("bitbucket")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events =
-        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = api.wait_events(&conv, "the run to finish", halyard_tests::events::ended).await;
     let head =
         events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(head.contains("feature"), "the conversation works on the pull request's branch: {head}");
@@ -1249,8 +1246,7 @@ async fn a_bitbucket_data_center_provider_and_a_pull_request_comment_that_mentio
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("bitbucket")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events =
-        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = api.wait_events(&conv, "the run to finish", halyard_tests::events::ended).await;
     let head =
         events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(head.contains("feature") && head.contains("pushed"), "cloned from /scm/ on the pull request's branch and pushed: {head}");
@@ -1336,8 +1332,7 @@ async fn azure_devops_repositories_and_comments_on_pull_requests_and_work_items(
     let run = runs(&api, id, 1).await.remove(0);
     assert_eq!((run["outcome"].as_str(), run["source"].as_str()), (Some("started"), Some("azure_devops")), "{run}");
     let conv = run["conversation_id"].as_str().unwrap().to_owned();
-    let events =
-        api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = api.wait_events(&conv, "the run to finish", halyard_tests::events::ended).await;
     let head =
         events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap().to_owned();
     assert!(head.contains("ci"), "{head}");

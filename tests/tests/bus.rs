@@ -26,7 +26,7 @@ async fn each_service_can_run_as_its_own_process() {
     let gateway = Halyard::start(shared(&["gateway"]).set("HALYARD_LOG_FORMAT", "json"));
     let api = gateway.api(ALICE);
     let (conv, task) = api.start_ready(json!({"message": "go"})).await;
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let obs = events.iter().find(|e| e["tool"] == "terminal" && e["kind"] == "observation").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with("split"));
     // The workspace lives with the sandbox service.
@@ -72,7 +72,7 @@ async fn halyard_starts_and_runs_on_a_small_jetstream_store() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).serve(&nats.url, &all).set("HALYARD_SECRET", "a-shared-deployment-secret"));
     let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "go"})).await;
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let obs = events.iter().find(|e| e["tool"] == "terminal" && e["kind"] == "observation").unwrap();
     assert!(obs["content"].as_str().unwrap().starts_with("small"), "{obs}");
 }
@@ -98,7 +98,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
         assert!(Instant::now() < deadline, "the webhook got nothing");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    api.wait_events(&warm, "the warm-up to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    api.wait_finished(&warm, 1).await;
     for subject in [
         "halyard.cmd.agent.01900000-0000-7000-8000-000000000001",
         "halyard.cmd.sandbox.01900000-0000-7000-8000-000000000002",
@@ -151,7 +151,7 @@ async fn poison_messages_are_parked_and_the_service_carries_on() {
     // Every service still works.
     llm.push([Reply::finish("still alive")]);
     let (conv, _) = api.start_ready(json!({"message": "are you ok?"})).await;
-    api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    api.wait_finished(&conv, 1).await;
 }
 
 /// A bus holding conversation logs in the layout before the event kind went into the subject
@@ -234,7 +234,7 @@ async fn services_run_against_an_operators_nats_with_one_user_per_role() {
     let gateway = Halyard::start(service("gateway"));
     let api = gateway.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "go"})).await;
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().starts_with("secured")));
 
     // A service with the wrong password is told so, at once.

@@ -44,9 +44,7 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let alice = h.api(ALICE);
     let (conv, _) = alice.start_ready(json!({"message": "make files"})).await;
-    let finished =
-        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
-    let events = alice.wait_events(&conv, "the first run", finished(1)).await;
+    let events = alice.wait_finished(&conv, 1).await;
     let after_notes = observed(&events, "notes.txt");
     let after_app = observed(&events, "src/app.py");
     assert!(after_notes < after_app);
@@ -61,7 +59,7 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
         Reply::finish("changed them"),
     ]);
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "change them"})).await;
-    let events = alice.wait_events(&conv, "the second run", finished(2)).await;
+    let events = alice.wait_finished(&conv, 2).await;
     let before_restore = events.last().unwrap()["seq"].as_u64().unwrap();
     assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("three\n"));
 
@@ -105,7 +103,7 @@ async fn a_workspace_goes_back_to_any_event_and_the_log_only_grows() {
     // The model is told: its next request says the files were put back.
     llm.push([Reply::finish("noted")]);
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "what now?"})).await;
-    alice.wait_events(&conv, "the third run", finished(3)).await;
+    alice.wait_finished(&conv, 3).await;
     let told = llm.requests().last().unwrap()["messages"].to_string();
     assert!(told.contains("put the workspace's files back as they were at event"), "{told}");
 
@@ -143,15 +141,13 @@ async fn what_a_restore_brings_back_is_what_was_kept_not_what_the_agent_wrote_in
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let alice = h.api(ALICE);
     let (conv, _) = alice.start_ready(json!({"message": "write notes"})).await;
-    let runs =
-        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
-    let events = alice.wait_events(&conv, "the first run", runs(1)).await;
+    let events = alice.wait_finished(&conv, 1).await;
     let after_notes = observed(&events, "notes.txt");
 
     // The agent damages the file and repoints the store's refs at a checkpoint of its own.
     llm.push([Reply::tool("terminal", json!({"command": REPOINT, "security_risk": "low"})), Reply::finish("done")]);
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on"})).await;
-    let events = alice.wait_events(&conv, "the second run", runs(2)).await;
+    let events = alice.wait_finished(&conv, 2).await;
     let said = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(said["content"].as_str().unwrap().contains("repointed"), "{said}");
     assert_eq!(file(&alice, &conv, "notes.txt").await.as_deref(), Some("damaged\n"));
@@ -178,7 +174,7 @@ async fn what_a_restore_brings_back_is_what_was_kept_not_what_the_agent_wrote_in
     // the workspace is left as it was.
     llm.push([Reply::tool("terminal", json!({"command": REWRITE, "security_risk": "low"})), Reply::finish("done")]);
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "go on again"})).await;
-    let events = alice.wait_events(&conv, "the third run", runs(3)).await;
+    let events = alice.wait_finished(&conv, 3).await;
     let said = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap();
     assert!(said["content"].as_str().unwrap().contains("rewritten"), "{said}");
     let events = restore(2).await;
@@ -218,9 +214,7 @@ async fn a_fork_has_the_log_up_to_its_event_and_the_workspace_as_it_was_then_and
     let alice = h.api(ALICE);
     let url = repo.path().to_string_lossy().to_string();
     let (source, _) = alice.start_ready(json!({"message": "make files", "repository": {"url": url}, "title": "Demo"})).await;
-    let finished =
-        |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= n;
-    let events = alice.wait_events(&source, "the first run", finished(1)).await;
+    let events = alice.wait_finished(&source, 1).await;
     let after_notes = observed(&events, "notes.txt");
     let fork_at = events.iter().find(|e| e["kind"] == "execution_status" && e["status"] == "finished").unwrap()["seq"].as_u64().unwrap();
 
@@ -230,7 +224,7 @@ async fn a_fork_has_the_log_up_to_its_event_and_the_workspace_as_it_was_then_and
         Reply::finish("second run done"),
     ]);
     alice.post(&format!("/api/v1/conversations/{source}/messages"), json!({"text": "change them"})).await;
-    let source_events = alice.wait_events(&source, "the second run", finished(2)).await;
+    let source_events = alice.wait_finished(&source, 2).await;
 
     // Refused in words: no such event, another user's conversation.
     for at in [0, source_events.len() as u64 + 5] {
@@ -282,7 +276,7 @@ async fn a_fork_has_the_log_up_to_its_event_and_the_workspace_as_it_was_then_and
     let (s, _) = alice.post(&format!("/api/v1/conversations/{fork}/messages"), json!({"text": "go on in the fork"})).await;
     assert_eq!(s, 202);
     // (Its log has two finished runs already: the copied one and its own status.)
-    let forked = alice.wait_events(&fork, "the fork's run", finished(3)).await;
+    let forked = alice.wait_finished(&fork, 3).await;
     let seen = llm.requests().last().unwrap()["messages"].to_string();
     assert!(seen.contains("make files") && seen.contains("first run done") && seen.contains("go on in the fork"), "{seen}");
     assert!(!seen.contains("change them"), "the source's later message reached the fork: {seen}");

@@ -73,7 +73,7 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e["seq"].as_u64(), Some(i as u64 + 1));
     }
-    assert!(events.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished"));
+    assert!(halyard_tests::events::finished(&events), "the run finished");
     let out = halyard(home.path(), &url, Some(ALICE), &["events", &conv, "--json", "--after-seq", "3"]);
     assert_eq!(text(&out.stdout).lines().next().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].clone()), Some(json!(4)));
 
@@ -125,14 +125,13 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let out = halyard(home.path(), &url, Some(ALICE), &["confirm", short]);
     assert_eq!(text(&out.stdout).trim(), format!("confirmed the actions of {conv}"), "{}", text(&out.stderr));
-    let finished_runs = |n: usize| move |ev: &[Value]| ev.iter().filter(|e| e["status"] == "finished").count() >= n;
-    let events = api.wait_events(&conv, "the confirmed run", finished_runs(2)).await;
+    let events = api.wait_finished(&conv, 2).await;
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"].as_str().unwrap_or_default().contains("confirmed-run")));
     llm.push([Reply::tool("terminal", json!({"command": "echo refused-run", "security_risk": "low"})), Reply::finish("fine")]);
     assert_eq!(send(home.path(), &url, &["send", short, "run it again"]).await.status.code(), Some(2));
     let out = halyard(home.path(), &url, Some(ALICE), &["reject", short, "--reason", "not today"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let events = api.wait_events(&conv, "the rejected run", finished_runs(3)).await;
+    let events = api.wait_finished(&conv, 3).await;
     assert!(events.iter().any(|e| e["kind"] == "action_rejected" && e.to_string().contains("not today")), "{}", Value::Array(events));
     let policy = json!({"policy": "never"});
     assert_eq!(api.call(reqwest::Method::PUT, &format!("/api/v1/conversations/{conv}/confirmation-policy"), Some(policy)).await.0, 202);

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use halyard_tests::events::finished;
 use halyard_tests::harness::assert_log_is_contiguous;
 use halyard_tests::{Halyard, HalyardOptions, NatsCluster, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
@@ -56,10 +57,6 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["status"] == "finished")
 }
 
 #[tokio::test]

@@ -37,9 +37,7 @@ async fn write_run_finish(stream: bool) {
     let conv = task["conversation_id"].as_str().unwrap().to_owned();
     let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
 
-    let events = api
-        .wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished"))
-        .await;
+    let events = api.wait_finished(&conv, 1).await;
     assert_log_is_contiguous(&events);
     let k = kinds(&events);
     assert_eq!(
@@ -214,7 +212,7 @@ async fn a_long_log_reads_exactly_from_anywhere() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_ITERATIONS", "200").set("HALYARD_STUCK_MONOLOGUE", "0"));
     let api = h.api(ALICE);
     let (conv, _) = api.start_ready(json!({"message": "think for a long time"})).await;
-    let all = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let all = api.wait_finished(&conv, 1).await;
     assert_log_is_contiguous(&all);
     let n = all.len() as u64;
     assert!(n > 300, "only {n} events");

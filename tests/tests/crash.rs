@@ -37,7 +37,7 @@ async fn sigkill_while_the_llm_thinks_then_restart() {
     assert_eq!(list["items"].as_array().unwrap().len(), 1);
     let (_, t) = api.get(&format!("/api/v1/start-tasks/{}", task["id"].as_str().unwrap())).await;
     assert_eq!(t["status"], "READY");
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     assert_eq!(&events[..before.len()], &before[..], "history changed across the restart");
     assert_log_is_contiguous(&events);
     assert!(events.iter().any(|e| e["code"] == "run_interrupted"), "the cut-off run was not reported");

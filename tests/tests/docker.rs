@@ -34,10 +34,6 @@ async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-async fn finished_runs(api: &Api, conv: &str, n: usize) -> Vec<Value> {
-    api.wait_events(conv, &format!("{n} finished runs"), |ev| ev.iter().filter(|e| e["status"] == "finished").count() >= n).await
-}
-
 fn last_terminal_output(events: &[Value]) -> String {
     let obs = events.iter().rev().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").expect("a terminal observation");
     obs["content"].as_str().unwrap_or_default().to_owned()
@@ -70,7 +66,7 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
     let (conv, task) = api.start_ready(json!({"message": "look around", "repository": {"url": format!("{}/app.git", server.base)}})).await;
     assert_eq!(task["from_pool"], false);
-    let events = finished_runs(&api, &conv, 1).await;
+    let events = api.wait_finished(&conv, 1).await;
     let out = last_terminal_output(&events);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "1000", "the agent runs as the spec's user: {out}");
@@ -134,7 +130,7 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     api.wait_conversation(&conv, "the conversation to show it", |c| c["sandbox_status"] == "ERROR").await;
     llm.push([Reply::tool("terminal", json!({"command": "cat notes.txt"})), Reply::finish("read it")]);
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "read your notes"})).await.0, 202);
-    let events = finished_runs(&api, &conv, 2).await;
+    let events = api.wait_finished(&conv, 2).await;
     // A new container process: the agent is told its shell is new.
     let output = last_terminal_output(&events);
     assert!(output.starts_with("[This is a new shell"), "{output}");
@@ -146,7 +142,7 @@ async fn agent_works_in_a_container_that_survives_pause_kill_and_removal() {
     assert!(s["detail"].as_str().unwrap().contains("removed"), "{s}");
     llm.push([Reply::tool("terminal", json!({"command": "cat notes.txt"})), Reply::finish("still there")]);
     assert_eq!(api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await.0, 202);
-    let events = finished_runs(&api, &conv, 3).await;
+    let events = api.wait_finished(&conv, 3).await;
     let output = last_terminal_output(&events);
     assert!(output.starts_with("[This is a new shell"), "{output}");
     assert_eq!(output.lines().nth(1), Some("kept"));

@@ -25,8 +25,7 @@ async fn events_are_found_counted_and_exported() {
         Reply::finish("All done with the Zebra."),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "find the zebra", "title": "Zebra hunt"})).await;
-    let events =
-        alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["kind"] == "execution_status" && e["status"] == "finished")).await;
+    let events = alice.wait_finished(&conv, 1).await;
     let base = format!("/api/v1/conversations/{conv}");
     let expect = |pred: &dyn Fn(&Value) -> bool| events.iter().filter(|e| pred(e)).map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<_>>();
 

@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use halyard_tests::docker::{containers, inspect, require_engine};
+use halyard_tests::events::finished_runs;
 use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
@@ -48,10 +49,6 @@ fn second_run(llm: &ScriptedLlm) {
         ),
         Reply::finish("looked"),
     ]);
-}
-
-fn finished_runs(events: &[Value]) -> usize {
-    events.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count()
 }
 
 async fn hibernated(api: &Api, sandbox: &str) -> Value {

@@ -69,7 +69,7 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
         Reply::finish("done"),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "what time is it in Tokyo?"})).await;
-    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = alice.wait_events(&conv, "finish", halyard_tests::events::ended).await;
     let all = Value::Array(events.clone()).to_string();
 
     // The servers as the run found them: two with their tools, the broken one in its words.
@@ -103,11 +103,7 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     // A second run reuses the connections (no new mcp_servers event: nothing changed).
     llm.push([Reply::tool("notes__add_note", json!({"text": "and eggs"})), Reply::finish("done again")]);
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "one more"})).await;
-    let events = alice
-        .wait_events(&conv, "second finish", |ev| {
-            ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= 2
-        })
-        .await;
+    let events = alice.wait_finished(&conv, 2).await;
     assert!(events.iter().any(|e| e["kind"] == "observation" && e["content"] == "noted: and eggs (2 kept)"), "{events:?}");
     assert_eq!(events.iter().filter(|e| e["kind"] == "mcp_servers").count(), 1);
 
@@ -115,7 +111,7 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     let before = llm.requests().len();
     llm.push([Reply::finish("hello bob")]);
     let (bconv, _) = bob.start_ready(json!({"message": "hi"})).await;
-    bob.wait_events(&bconv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    bob.wait_finished(&bconv, 1).await;
     let bobs = tool_names(&llm.requests()[before]);
     assert!(bobs.iter().any(|n| n == "terminal") && !bobs.iter().any(|n| n.contains("__")), "{bobs:?}");
     assert!(!bob.events(&bconv).await.iter().any(|e| e["kind"] == "mcp_servers"));

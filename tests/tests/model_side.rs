@@ -6,15 +6,12 @@
 
 use std::time::Duration;
 
+use halyard_tests::events::ended;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["kind"] == "execution_status" && (e["status"] == "finished" || e["status"] == "error"))
-}
 
 #[tokio::test]
 async fn calls_that_only_read_overlap_and_one_that_changes_runs_alone() {
@@ -41,7 +38,7 @@ async fn calls_that_only_read_overlap_and_one_that_changes_runs_alone() {
         Reply::finish("looked"),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "look around"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(all.contains("\"finished\""), "{all}");
 
@@ -109,7 +106,7 @@ async fn a_failing_provider_hands_the_call_to_its_fallbacks_and_each_answer_is_c
     backup.push([Reply::tool("terminal", json!({"command": "echo from-backup", "security_risk": "low"}))]);
     big.push([Reply::finish("finished by the big one")]);
     let (conv, _) = alice.start_ready(json!({"message": "do it", "llm_profile": "main"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(all.contains("\"finished\"") && all.contains("finished by the big one"), "the run did not finish: {all}");
     assert_eq!(main.requests().len(), 3, "two tries of the first call, one of the second");
@@ -212,7 +209,7 @@ async fn thinking_is_asked_for_recorded_and_given_back_and_effort_is_sent() {
         Reply::Thinking("The listing is there; I can finish.".into(), Box::new(Reply::finish("done thinking"))),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "list the files", "llm_profile": "deep"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(all.contains("done thinking") && all.contains("\"finished\""), "the run did not finish: {all}");
     let requests = llm.requests();
@@ -237,7 +234,7 @@ async fn thinking_is_asked_for_recorded_and_given_back_and_effort_is_sent() {
     // OpenAI-compatible: the effort is sent, and the reasoning the server streams is kept.
     llm.push([Reply::Thinking("Short and sweet.".into(), Box::new(Reply::finish("effortless")))]);
     let (conv, _) = alice.start_ready(json!({"message": "think hard", "llm_profile": "effort"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let asked = llm.requests().last().cloned().unwrap();
     assert_eq!(asked["reasoning_effort"], "high", "{asked}");
     let thought = events.iter().find(|e| e["kind"] == "thinking").expect("a thinking event");
@@ -356,7 +353,7 @@ async fn a_model_that_speaks_only_the_responses_api_runs_a_task() {
         Reply::finish("responded"),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "use the responses api", "llm_profile": "codex"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(all.contains("responded") && all.contains("\"finished\""), "the run did not finish: {all}");
     let requests = llm.requests();
@@ -411,7 +408,7 @@ async fn a_gemini_profile_is_tested_lists_its_models_and_runs_a_task_with_its_th
         Reply::finish("gemini done"),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "use gemini", "llm_profile": "gem"})).await;
-    let events = alice.wait_events(&conv, "the run", finished).await;
+    let events = alice.wait_events(&conv, "the run", ended).await;
     let all = Value::Array(events.clone()).to_string();
     assert!(all.contains("gemini done") && all.contains("\"finished\""), "the run did not finish: {all}");
     // Gemini's wire: the model in the path, the key in x-goog-api-key, the system prompt apart.

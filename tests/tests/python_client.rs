@@ -13,7 +13,7 @@ async fn python_decodes_events_from_nats() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let api = h.api("alice-secret-key");
     let (conv, _) = api.start_ready(json!({"message": "hi from rust"})).await;
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol/examples/follow_events.py");
     // As an external program would: with the read-only role's credentials.

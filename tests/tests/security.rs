@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use halyard_tests::docker::{containers, docker, require_engine};
+use halyard_tests::events::finished;
 use halyard_tests::harness::LLM_KEY;
 use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
@@ -28,7 +29,7 @@ async fn run_commands(llm: &ScriptedLlm, api: &Api, spec: Option<&str>, commands
         body["sandbox_spec"] = spec.into();
     }
     let (conv, task) = api.start_ready(body).await;
-    let events = api.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     let outputs: Vec<String> = events
         .iter()
         .filter(|e| e["kind"] == "observation" && e["tool"] == "terminal")
@@ -550,7 +551,6 @@ PY"#;
         "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"small\"\nmemory_mb = 200\npids_limit = 64\ncpus = 0.5\ndisk_mb = 64\n",
     );
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_CONFIG", &config.path().display().to_string()));
-    let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
     let (alice, bob) = (h.api(ALICE), h.api(BOB));
     let (alice_events, bob_events) = tokio::join!(
         async {

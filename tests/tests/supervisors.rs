@@ -6,16 +6,13 @@
 
 use std::time::{Duration, Instant};
 
+use halyard_tests::events::finished;
 use halyard_tests::harness::assert_log_is_contiguous;
 use halyard_tests::procs;
 use halyard_tests::{Halyard, HalyardOptions, NatsServer, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ALICE: &str = "alice-secret-key";
-
-fn finished(ev: &[Value]) -> bool {
-    ev.iter().any(|e| e["status"] == "finished")
-}
 
 /// The supervisor (index) whose data dir holds the sandbox's workspace.
 fn host_of(supervisors: &[Halyard], sandbox: &str) -> usize {

@@ -162,7 +162,7 @@ async fn a_read_only_key_and_a_read_only_session_act_on_nothing_walked_from_the_
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "alice"));
     let alice = h.api(ALICE);
     let (conv, task) = alice.start_ready(json!({"message": "hello"})).await;
-    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    alice.wait_finished(&conv, 1).await;
     let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
     let (_, ro) = alice.post("/api/v1/me/keys", json!({"scope": "read_only", "name": "dashboard"})).await;

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use base64::Engine;
+use halyard_tests::events::finished;
 use halyard_tests::{Halyard, HalyardOptions, Receiver, Reply, ScriptedLlm, init};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -175,11 +176,7 @@ async fn a_secret_reaches_the_shell_and_is_masked_everywhere_else() {
     llm.push([terminal("echo \"now [${API_TOKEN-unset}]\""), Reply::finish("done")]);
     let (s, _) = alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "again"})).await;
     assert_eq!(s, 202);
-    let events = alice
-        .wait_events(&conv, "second finish", |ev| {
-            ev.iter().filter(|e| e["kind"] == "execution_status" && e["status"] == "finished").count() >= 2
-        })
-        .await;
+    let events = alice.wait_finished(&conv, 2).await;
     let seen: Vec<String> = events.iter().filter(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).collect();
     assert!(seen.iter().any(|o| o.contains("now [unset]")), "{seen:?}");
 }
@@ -214,7 +211,6 @@ async fn each_user_reaches_their_own_llm_with_their_own_key_and_can_switch() {
 
     alices.push([terminal("echo from alice"), Reply::finish("alice done")]);
     bobs.push([terminal("echo from bob"), Reply::finish("bob done")]);
-    let finished = |ev: &[Value]| ev.iter().any(|e| e["status"] == "finished");
     let ((a_conv, _), (b_conv, _)) = tokio::join!(
         alice.start_ready(json!({"message": "task for alice"})),
         bob.start_ready(json!({"message": "task for bob", "llm_profile": "mine"})),
@@ -314,7 +310,7 @@ async fn a_private_repository_is_cloned_with_the_stored_token_which_stays_out_of
         Reply::finish("done"),
     ]);
     let (conv, task) = alice.start_ready(json!({"message": "read it", "repository": {"url": url}})).await;
-    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = alice.wait_finished(&conv, 1).await;
     let seen = events.iter().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
     assert!(seen.contains("only for alice"), "the clone did not happen: {seen}");
     assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");
@@ -434,7 +430,7 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     ]);
     let url = format!("{}/alice/app.git", server.base);
     let (conv, task) = alice.start_ready(json!({"message": "fix the typo and open a PR", "repository": {"url": url}})).await;
-    let events = alice.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished" || e["status"] == "error")).await;
+    let events = alice.wait_events(&conv, "finish", halyard_tests::events::ended).await;
     let all = Value::Array(events.clone()).to_string();
     let observed = |tool: &str| -> Vec<(String, bool)> {
         events
@@ -524,7 +520,7 @@ async fn the_agent_pushes_a_branch_and_opens_a_pull_request_without_holding_the_
     let before = llm.requests().len();
     llm.push([Reply::finish("hello bob")]);
     let (bconv, _) = bob.start_ready(json!({"message": "hi"})).await;
-    bob.wait_events(&bconv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    bob.wait_finished(&bconv, 1).await;
     let offered = llm.requests()[before]["tools"].to_string();
     assert!(offered.contains("\"terminal\"") && !offered.contains("halyard__"), "{offered}");
 }
@@ -550,7 +546,7 @@ async fn a_conversation_gets_only_the_secrets_it_names_and_all_are_masked() {
         Reply::finish("the database password is db-not-chosen-987654"),
     ]);
     let (conv, _) = alice.start_ready(json!({"message": "use the token", "secrets": ["GH_TOKEN"]})).await;
-    let events = alice.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = alice.wait_finished(&conv, 1).await;
     let text = Value::Array(events).to_string();
     assert!(text.contains("gh=[<secret:GH_TOKEN>] db=[unset]"), "{text}");
     assert!(text.contains("the database password is <secret:DB_PASSWORD>"), "{text}");
@@ -559,7 +555,7 @@ async fn a_conversation_gets_only_the_secrets_it_names_and_all_are_masked() {
     // Without the field, all of them, as before.
     llm.push([terminal("echo \"db=[${DB_PASSWORD-unset}]\""), Reply::finish("done")]);
     let (conv, _) = alice.start_ready(json!({"message": "again"})).await;
-    let events = alice.wait_events(&conv, "the run to finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = alice.wait_finished(&conv, 1).await;
     assert!(Value::Array(events).to_string().contains("db=[<secret:DB_PASSWORD>]"));
 }
 
@@ -636,7 +632,7 @@ async fn an_organizations_bot_account_clones_for_its_members_in_it_and_for_nothi
     // In it, the clone and the agent's own fetch go through the git proxy with the bot's token.
     llm.push([terminal("cat TEAM.md; git fetch -q origin && echo FETCHED; env | grep -c team-bot-token"), Reply::finish("done")]);
     let (conv, task) = bob.start_ready(json!({"message": "read it", "org": "acme", "repository": {"url": url}})).await;
-    let events = bob.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = bob.wait_finished(&conv, 1).await;
     let seen = events.iter().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
     assert!(seen.contains("the team's code") && seen.contains("FETCHED"), "{seen}");
     assert!(server.authorizations().iter().flatten().any(|a| a.starts_with("Basic ")), "the clone sent no credentials");

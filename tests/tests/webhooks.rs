@@ -33,7 +33,7 @@ async fn run_conversation(api: &Api, llm: &ScriptedLlm, text: &str) -> (String, 
     llm.push([Reply::tool("terminal", json!({"command": "echo hook"})), Reply::finish("done")]);
     // Titled at start, so no generated title event arrives after the run is over.
     let (conv, _) = api.start_ready(json!({"message": text, "title": "webhook test"})).await;
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     (conv, events)
 }
 
@@ -208,7 +208,7 @@ async fn one_subscription_delivers_conversations_side_by_side_each_in_order() {
     }
     let mut logs = Vec::new();
     for conv in &convs {
-        logs.push(api.wait_events(conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await);
+        logs.push(api.wait_finished(conv, 1).await);
     }
     for (conv, events) in convs.iter().zip(&logs) {
         wait_for("every event", 60, || delivered_seqs(&receiver, conv).len() >= events.len()).await;
@@ -303,7 +303,7 @@ async fn a_killed_dispatcher_loses_no_event() {
     let (conv, _) = api.start_ready(json!({"message": "many events", "title": "many events"})).await;
     wait_for("the first deliveries", 20, || receiver.received().len() >= 3).await;
     callbacks.kill9();
-    let events = api.wait_events(&conv, "finish", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    let events = api.wait_finished(&conv, 1).await;
     callbacks.restart();
     wait_for("every event after the restart", 30, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
     assert_eq!(delivered_seqs(&receiver, &conv), (1..=events.len() as u64).collect::<Vec<_>>());

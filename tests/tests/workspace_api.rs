@@ -113,7 +113,7 @@ async fn files_go_up_and_down_and_the_workspace_comes_as_an_archive() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let alice = h.api(ALICE);
     let (conv, _) = alice.start_ready(json!({"message": "make a data directory"})).await;
-    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    alice.wait_finished(&conv, 1).await;
     let base = format!("{}/api/v1/conversations/{conv}", alice.base);
     let http = &alice.http;
 
@@ -218,7 +218,7 @@ async fn the_owner_types_in_a_terminal_of_their_own() {
     let h = Halyard::start(HalyardOptions::new(&llm.base_url));
     let alice = h.api(ALICE);
     let (conv, _) = alice.start_ready(json!({"message": "nothing much"})).await;
-    alice.wait_events(&conv, "the run", |ev| ev.iter().any(|e| e["status"] == "finished")).await;
+    alice.wait_finished(&conv, 1).await;
     let url = format!("{}/api/v1/conversations/{conv}/terminal/ws", alice.base.replacen("http", "ws", 1));
     let open = |key: &str| {
         let mut request = url.as_str().into_client_request().unwrap();
