@@ -31,6 +31,7 @@ pub mod redact;
 pub mod relay;
 pub mod route;
 pub mod schedule;
+pub mod settings;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;

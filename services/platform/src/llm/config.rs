@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::set;
+use crate::settings::{Setting, boolean, network_classes, number};
+
 /// The LLM endpoint of the agent runner.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -92,3 +95,36 @@ impl Default for LlmConfig {
         }
     }
 }
+
+/// `HALYARD_*` settings of the deployment's LLM endpoint.
+pub(crate) const SETTINGS: &[Setting<LlmConfig>] = &[
+    set!("LLM_BASE_URL", |c, v| c.base_url = v.to_owned()),
+    set!("LLM_MODEL", |c, v| c.model = v.to_owned()),
+    set!("LLM_API_KEY", |c, v| c.api_key = v.to_owned()),
+    set!("LLM_STREAM", |c, v| c.stream = boolean(v)?),
+    set!("LLM_TIMEOUT_SECS", |c, v| c.timeout_secs = number(v, "seconds")?),
+    set!("LLM_MAX_RETRIES", |c, v| c.max_retries = number(v, "a count")?),
+    set!("LLM_RETRY_BASE_MS", |c, v| c.retry_base_ms = number(v, "milliseconds")?),
+    set!("LLM_MAX_CONCURRENT", |c, v| c.max_concurrent = number(v, "a count")?),
+    set!("LLM_PROFILE_ALLOW", |c, v| c.profile_allow = network_classes(v)?),
+    set!("LLM_PROVIDER", |c, v| {
+        if !super::PROVIDERS.contains(&v) {
+            return Err("expected `openai`, `anthropic`, `openai-responses` or `gemini`".into());
+        }
+        c.provider = v.to_owned()
+    }),
+    set!("LLM_CONTEXT_WINDOW", |c, v| c.context_window = number(v, "tokens")?),
+    set!("LLM_CONTEXT_RESERVE", |c, v| c.context_reserve = number(v, "tokens")?),
+    set!("LLM_MAX_OUTPUT_TOKENS", |c, v| c.max_output_tokens = number(v, "tokens")?),
+    // `prompt,completion[,cached]` for the configured model.
+    set!("LLM_PRICE", |c, v| {
+        const EXPECTED: &str = "expected `prompt,completion[,cached]` in USD per million tokens, like 0.15,0.6,0.075";
+        let parts: Vec<f64> = v.split(',').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| EXPECTED)?;
+        let price = match parts[..] {
+            [prompt, completion] => Price { prompt, completion, cached: None },
+            [prompt, completion, cached] => Price { prompt, completion, cached: Some(cached) },
+            _ => return Err(EXPECTED.into()),
+        };
+        c.prices.insert(c.model.clone(), price);
+    }),
+];

@@ -1,0 +1,182 @@
+//! The sandbox supervisor's settings: the kind, process isolation, Docker, specs and their
+//! images, the pool, idle pause and stop, running limits.
+
+use serde::{Deserialize, Serialize};
+
+use crate::set;
+use crate::settings::{Setting, number, one_of};
+
+/// Sandboxes.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `auto` (default: `docker` when a Docker engine answers and the default spec's base
+    /// image is there, else `process`), `process` or `docker`. `halyard` resolves `auto` once at
+    /// start-up; services only ever see `process` or `docker`.
+    pub kind: String,
+    /// Command that starts an executor; empty means "this binary, `executor` subcommand".
+    pub executor_command: Vec<String>,
+    /// How long to wait for a new sandbox's health endpoint.
+    pub start_timeout_secs: u64,
+    /// Cap on one command's output returned to the agent, in bytes.
+    pub output_cap_bytes: usize,
+    /// How long a sandbox's browser may stay unused before it is stopped (it starts again with
+    /// the next browser call).
+    pub browser_idle_secs: u64,
+    /// How long a sandbox's VS Code (code-server) may stay without a request or an open
+    /// connection before it is stopped (it starts again with the next request for it).
+    pub vscode_idle_secs: u64,
+    /// Running sandboxes per user (0: unlimited).
+    pub max_running_per_user: usize,
+    /// Running sandboxes in total (0: unlimited).
+    pub max_running_total: usize,
+    /// Environment given to process sandboxes (nothing else of Halyard's environment is).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Docker engine address (`unix:///path` or `tcp://host:port`).
+    pub docker_host: String,
+    /// Where sandboxes' ports are published (Docker) or forwarded from (process), and the host
+    /// of their URLs: `127.0.0.2` by default, a loopback address that only this host reaches
+    /// and that is not the web workspace's (`127.0.0.1`: a browser sends the workspace's
+    /// cookies to every port of the host it was opened at, so an agent's app must never
+    /// listen there); the host's own address where agent runners run elsewhere (a Kubernetes
+    /// pod's IP). Refused when it is the address the gateway serves the web workspace on.
+    pub publish_host: std::net::IpAddr,
+    /// Repository of the runtime images Halyard builds (tags say what they hold).
+    pub image_repository: String,
+    /// The spec new conversations get.
+    pub default_spec: String,
+    /// Docker sandbox specs; empty means one spec, `default`, on `halyard-base:bookworm`.
+    pub specs: Vec<SandboxSpec>,
+    /// Pre-started docker sandboxes kept ready per spec.
+    pub pool_size: usize,
+    /// Pause (freeze) a running sandbox after this long without activity (0: never, the
+    /// default: hibernation frees what a pause would hold).
+    pub idle_pause_secs: u64,
+    /// Hibernate a sandbox after this long without activity (0: never): its processes end (a
+    /// container is stopped), its workspace stays, and the next request starts it again.
+    pub idle_stop_secs: u64,
+    /// How process sandboxes are isolated: `auto` (`uid` as root, else `bwrap` where bubblewrap
+    /// works, else `none`), `uid`, `bwrap` or `none` (one user's sandboxes only).
+    pub process_isolation: String,
+    /// Process sandboxes' network: `own` (a network namespace each, in modes `uid` and
+    /// `bwrap`; the default) or `host` (the host's own network and loopback: for a single
+    /// developer whose agent must reach services on the host; an agent's app then listens where
+    /// the web workspace is served, so never on a shared deployment).
+    pub process_network: String,
+    /// First uid (and gid) given to process sandboxes with `uid` isolation.
+    pub process_uid_base: u32,
+    /// How many uids from `process_uid_base` sandboxes may use (one each at a time).
+    pub process_uid_count: u32,
+}
+
+/// What a docker sandbox is made from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSpec {
+    pub name: String,
+    /// Any image with a shell; Halyard adds its executor in a runtime image built from it.
+    pub base_image: String,
+    pub working_dir: String,
+    /// `uid:gid` the executor and the agent's commands run as.
+    pub user: String,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids_limit: i64,
+    /// What the workspace (with the sandbox's home and temporary directory) may hold, in MiB
+    /// (0: no limit).
+    pub disk_mb: u64,
+    /// Where the sandbox may connect: `open` (default: anywhere but other sandboxes),
+    /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`.
+    pub egress: String,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            base_image: "halyard-base:bookworm".into(),
+            working_dir: "/workspace".into(),
+            user: "1000:1000".into(),
+            env: std::collections::BTreeMap::from([
+                ("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+            ]),
+            memory_mb: 2048,
+            cpus: 1.0,
+            pids_limit: 512,
+            disk_mb: 10 * 1024,
+            egress: "open".into(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The configured specs (the built-in default if none).
+    pub fn specs(&self) -> Vec<SandboxSpec> {
+        if self.specs.is_empty() { vec![SandboxSpec::default()] } else { self.specs.clone() }
+    }
+
+    /// The spec called `name`.
+    pub fn spec(&self, name: &str) -> Option<SandboxSpec> {
+        self.specs().into_iter().find(|s| s.name == name)
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            kind: "auto".into(),
+            executor_command: Vec::new(),
+            start_timeout_secs: 30,
+            output_cap_bytes: 30_000,
+            browser_idle_secs: 600,
+            vscode_idle_secs: 600,
+            max_running_per_user: 0,
+            max_running_total: 0,
+            env: std::collections::BTreeMap::new(),
+            docker_host: "unix:///var/run/docker.sock".into(),
+            publish_host: std::net::Ipv4Addr::new(127, 0, 0, 2).into(),
+            image_repository: "halyard-runtime".into(),
+            default_spec: "default".into(),
+            specs: Vec::new(),
+            pool_size: 1,
+            idle_pause_secs: 0,
+            idle_stop_secs: 600,
+            process_isolation: "auto".into(),
+            process_network: "own".into(),
+            process_uid_base: 200_000,
+            process_uid_count: 50_000,
+        }
+    }
+}
+
+/// `HALYARD_*` settings of the sandbox supervisor.
+pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
+    set!("SANDBOX", |c, v| c.kind = one_of(v, &["auto", "process", "docker"])?),
+    set!("PROCESS_ISOLATION", |c, v| c.process_isolation = one_of(v, &["auto", "uid", "bwrap", "none"])?),
+    set!("PROCESS_NETWORK", |c, v| c.process_network = one_of(v, &["own", "host"])?),
+    set!("PROCESS_UID_BASE", |c, v| c.process_uid_base = number(v, "a uid")?),
+    set!("PROCESS_UID_COUNT", |c, v| c.process_uid_count = number(v, "a count")?),
+    set!("DOCKER_HOST", |c, v| c.docker_host = v.to_owned()),
+    set!("SANDBOX_PUBLISH_HOST", |c, v| c.publish_host = number(v, "an IP address")?),
+    set!("SANDBOX_POOL_SIZE", |c, v| c.pool_size = number(v, "a count")?),
+    set!("SANDBOX_IDLE_PAUSE_SECS", |c, v| c.idle_pause_secs = number(v, "seconds")?),
+    set!("SANDBOX_IDLE_STOP_SECS", |c, v| c.idle_stop_secs = number(v, "seconds")?),
+    set!("SANDBOX_START_TIMEOUT_SECS", |c, v| c.start_timeout_secs = number(v, "seconds")?),
+    // Shorthand for the default spec's base image.
+    set!("SANDBOX_BASE_IMAGE", |c, v| {
+        let mut specs = c.specs();
+        if let Some(s) = specs.iter_mut().find(|s| s.name == c.default_spec) {
+            s.base_image = v.to_owned();
+        }
+        c.specs = specs
+    }),
+    set!("SANDBOX_DEFAULT_SPEC", |c, v| c.default_spec = v.to_owned()),
+    set!("SANDBOX_BROWSER_IDLE_SECS", |c, v| c.browser_idle_secs = number(v, "seconds")?),
+    set!("SANDBOX_VSCODE_IDLE_SECS", |c, v| c.vscode_idle_secs = number(v, "seconds")?),
+    set!("EXECUTOR_COMMAND", |c, v| c.executor_command = v.split_whitespace().map(str::to_owned).collect()),
+    set!("MAX_RUNNING_PER_USER", |c, v| c.max_running_per_user = number(v, "a count")?),
+    set!("MAX_RUNNING_TOTAL", |c, v| c.max_running_total = number(v, "a count")?),
+    set!("OUTPUT_CAP_BYTES", |c, v| c.output_cap_bytes = number(v, "bytes")?),
+];

@@ -1,0 +1,48 @@
+//! The webhook dispatcher's settings: where deliveries may go, retries, timeouts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::set;
+use crate::settings::{Setting, network_classes, number};
+
+/// Webhook delivery.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Destinations otherwise refused that are allowed: any of `loopback`, `private`,
+    /// `link-local`.
+    pub allow: Vec<String>,
+    /// Attempts per delivery before it is parked.
+    pub max_attempts: u32,
+    /// First retry delay; doubles each attempt, with jitter.
+    pub retry_base_ms: u64,
+    /// Longest retry delay.
+    pub retry_max_ms: u64,
+    /// Timeout of one delivery request.
+    pub timeout_secs: u64,
+    /// A subscription failing without a single success for this long is disabled.
+    pub disable_after_secs: u64,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            max_attempts: 8,
+            retry_base_ms: 1000,
+            retry_max_ms: 300_000,
+            timeout_secs: 10,
+            disable_after_secs: 3 * 24 * 3600,
+        }
+    }
+}
+
+/// `HALYARD_*` settings of webhook deliveries.
+pub(crate) const SETTINGS: &[Setting<WebhookConfig>] = &[
+    set!("WEBHOOK_ALLOW", |c, v| c.allow = network_classes(v)?),
+    set!("WEBHOOK_MAX_ATTEMPTS", |c, v| c.max_attempts = number(v, "a count")?),
+    set!("WEBHOOK_RETRY_BASE_MS", |c, v| c.retry_base_ms = number(v, "milliseconds")?),
+    set!("WEBHOOK_RETRY_MAX_MS", |c, v| c.retry_max_ms = number(v, "milliseconds")?),
+    set!("WEBHOOK_TIMEOUT_SECS", |c, v| c.timeout_secs = number(v, "seconds")?),
+    set!("WEBHOOK_DISABLE_AFTER_SECS", |c, v| c.disable_after_secs = number(v, "seconds")?),
+];
