@@ -22,7 +22,6 @@ pub fn apply<T>(table: &[Setting<T>], target: &mut T, name: &str, value: &str) -
 }
 
 /// A setting in a table: `set!("NAME", |c, v| c.field = number(v, "seconds")?)`.
-#[macro_export]
 macro_rules! set {
     ($name:literal, |$c:ident, $v:ident| $body:expr) => {
         $crate::settings::Setting {
@@ -34,6 +33,7 @@ macro_rules! set {
         }
     };
 }
+pub(crate) use set;
 
 /// A number, or what was expected (`seconds`, `a count`...).
 pub fn number<N: FromStr>(v: &str, what: &str) -> Result<N, String> {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::set;
+use crate::settings::set;
 use crate::settings::{Setting, list, network_classes, number, positive, url};
 
 /// The HTTP API.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::set;
+use crate::settings::set;
 use crate::settings::{Setting, network_classes};
 
 /// MCP servers.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::llm::LlmConfig;
-use crate::set;
+use crate::settings::set;
 use crate::settings::{self, Setting, number};
 
 mod agent;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::llm::LlmConfig;
-use crate::set;
+use crate::settings::set;
 use crate::settings::{Setting, boolean};
 
 /// The title setter's LLM (defaults to the agent's endpoint and model).

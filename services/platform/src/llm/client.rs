@@ -7,15 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use super::config::LlmConfig;
+use super::config::{LlmConfig, PROVIDERS};
 use super::message::*;
 use super::openai::*;
 use super::stream::*;
 use super::{anthropic, gemini, responses};
-
-/// The wires a profile's `provider` may name: OpenAI-compatible chat completions, Anthropic's
-/// Messages API, OpenAI's Responses API and Google's Gemini API.
-pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER, gemini::PROVIDER];
 
 pub(crate) fn check_provider(provider: &str) -> Result<(), LlmError> {
     if PROVIDERS.contains(&provider) {

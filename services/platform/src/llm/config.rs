@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::set;
+use super::{gemini, responses};
+use crate::settings::set;
 use crate::settings::{Setting, boolean, network_classes, number};
 
 /// The LLM endpoint of the agent runner.
@@ -96,6 +97,10 @@ impl Default for LlmConfig {
     }
 }
 
+/// The wires a profile's `provider` may name: OpenAI-compatible chat completions, Anthropic's
+/// Messages API, OpenAI's Responses API and Google's Gemini API.
+pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER, gemini::PROVIDER];
+
 /// `HALYARD_*` settings of the deployment's LLM endpoint.
 pub(crate) const SETTINGS: &[Setting<LlmConfig>] = &[
     set!("LLM_BASE_URL", |c, v| c.base_url = v.to_owned()),
@@ -108,7 +113,7 @@ pub(crate) const SETTINGS: &[Setting<LlmConfig>] = &[
     set!("LLM_MAX_CONCURRENT", |c, v| c.max_concurrent = number(v, "a count")?),
     set!("LLM_PROFILE_ALLOW", |c, v| c.profile_allow = network_classes(v)?),
     set!("LLM_PROVIDER", |c, v| {
-        if !super::PROVIDERS.contains(&v) {
+        if !PROVIDERS.contains(&v) {
             return Err("expected `openai`, `anthropic`, `openai-responses` or `gemini`".into());
         }
         c.provider = v.to_owned()

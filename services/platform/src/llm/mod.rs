@@ -24,8 +24,8 @@ pub mod prices;
 pub mod responses;
 pub mod stream;
 
-pub use client::{LlmClient, PROVIDERS, ProfileTarget};
-pub use config::{LlmConfig, Price};
+pub use client::{LlmClient, ProfileTarget};
+pub use config::{LlmConfig, PROVIDERS, Price};
 pub use message::{
     ChatMessage, Completion, Deltas, FunctionCall, IMAGES_FROM, ImagePart, LlmError, ThinkingBlock, ToolCall, Usage, is_context_error,
 };
