@@ -281,6 +281,9 @@ fn persistent(data_dir: &Path, name: &str, make: impl FnOnce() -> String) -> Res
     Ok(v)
 }
 
+/// Runs `services` in this process until a signal or until one of them stops: the configuration
+/// prepared, the bus connected (an embedded nats-server when `embedded`), the gateway's
+/// listeners bound, metrics served, then each service on its own task.
 async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services: &[Service], embedded: bool) -> Result<()> {
     let mut config = load_config(cli, env)?;
     // Kept to the end: dropping it exports the spans still buffered.
@@ -294,6 +297,46 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
     let _traces = telemetry::init_with(&config.log, config.log_format == "json", otlp);
     halyard_platform::fault::install(&config.fault);
     let _ = rustls::crypto::ring::default_provider().install_default();
+    prepare(&mut config, services).await?;
+    let (server, clients) = connect_bus(&mut config, services, embedded).await?;
+    let (mut listeners, http, apps) = bind_gateway(&mut config, services).await?;
+    let failed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let metrics_at = serve_metrics(&config, &clients, failed_flag.clone()).await?;
+
+    let config = Arc::new(config);
+    let (trigger, shutdown) = shutdown::channel();
+    // What idle conversations' state freed goes back to the system.
+    let _trim = halyard_platform::memory::trim_every(Duration::from_secs(10), shutdown.clone());
+    let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
+    for (service, client) in clients.iter().cloned() {
+        spawn_service(&mut tasks, service, client, config.clone(), shutdown.clone(), &mut listeners);
+    }
+    tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
+    // One machine-readable line for scripts and tests.
+    println!("HALYARD_READY http={http} nats={} sandbox={} apps={apps} metrics={metrics_at}", config.nats_url, config.sandbox.kind);
+
+    let mut failed = None;
+    tokio::select! {
+        _ = wait_for_signal() => tracing::info!("stopping"),
+        Some(done) = tasks.join_next() => {
+            if let Ok((service, result)) = done {
+                tracing::error!(?service, result = ?result, "service stopped unexpectedly");
+                failed_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                failed = Some(service);
+            }
+        }
+    }
+    trigger.trigger();
+    stop(tasks, clients, server).await;
+    match failed {
+        Some(service) => bail!("service {service:?} stopped unexpectedly"),
+        None => Ok(()),
+    }
+}
+
+/// The data directory made private, the deployment secret and node id kept in it, and the
+/// sandbox kind chosen.
+async fn prepare(config: &mut Config, services: &[Service]) -> Result<()> {
     // Everything Halyard writes (bus store, read models, secrets, credentials) is its own: a
     // process sandbox running under another uid must not read any of it. The sandbox
     // supervisor opens exactly the paths its sandboxes need.
@@ -325,12 +368,20 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
     if services.contains(&Service::Gateway) && config.api_keys.is_empty() {
         tracing::warn!("no API keys configured (HALYARD_API_KEYS=user:key,...): every request will be refused");
     }
+    Ok(())
+}
 
-    // Every connection authenticates, one NATS user per service role (`nats/roles.json`).
-    // Embedded: Halyard makes the users, declares the topology as `admin`, and gives each
-    // service its role. External: the operator's credentials, one identity per process (or
-    // per role from a directory of `.creds` files); an open server gets the topology declared
-    // by whoever connects, a secured one by `halyard setup-bus` with admin credentials.
+/// The bus, and one connection per service. Every connection authenticates, one NATS user per
+/// service role (`nats/roles.json`). Embedded: Halyard makes the users, declares the topology
+/// as `admin`, and gives each service its role. External: the operator's credentials, one
+/// identity per process (or per role from a directory of `.creds` files); an open server gets
+/// the topology declared by whoever connects, a secured one by `halyard setup-bus` with admin
+/// credentials.
+async fn connect_bus(
+    config: &mut Config,
+    services: &[Service],
+    embedded: bool,
+) -> Result<(Option<nats::EmbeddedNats>, Vec<(Service, async_nats::Client)>)> {
     let patience = Duration::from_secs(30);
     let (server, bus_creds) = if embedded {
         let roles = bus_auth::role_decls()?;
@@ -361,9 +412,13 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
     for &service in services {
         clients.push((service, nats::connect(&config.nats_url, service.role(), &auth_of(service.role()), patience).await?));
     }
+    Ok((server, clients))
+}
 
-    // The gateway's listeners first: their addresses are known (a port of 0 chosen) before
-    // the agent runner is told where Halyard's own MCP server is.
+/// The gateway's listeners, and their addresses (the API's, the apps'). They are bound first:
+/// their addresses are known (a port of 0 chosen) before the agent runner is told where
+/// Halyard's own MCP server is.
+async fn bind_gateway(config: &mut Config, services: &[Service]) -> Result<(Option<GatewayListeners>, String, String)> {
     let mut listeners = None;
     let mut http = String::new();
     let mut apps = String::new();
@@ -381,70 +436,72 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
         let addr = if http.is_empty() { config.http_addr.clone() } else { http.clone() };
         config.mcp.halyard_url = format!("http://{}/mcp", addr.replacen("0.0.0.0", "127.0.0.1", 1).replacen("[::]", "[::1]", 1));
     }
+    Ok((listeners, http, apps))
+}
 
-    // Metrics, health and readiness for operators, on their own address.
-    let failed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut metrics_at = String::new();
-    if !config.metrics_addr.is_empty() {
-        let handle = observe::install()?;
-        let listener = tokio::net::TcpListener::bind(&config.metrics_addr)
-            .await
-            .with_context(|| format!("cannot listen on {} (HALYARD_METRICS_ADDR)", config.metrics_addr))?;
-        metrics_at = listener.local_addr()?.to_string();
-        let ready = observe::Readiness { clients: clients.iter().map(|(_, c)| c.clone()).collect(), failed: failed_flag.clone() };
-        tokio::spawn(observe::serve(listener, handle, ready));
+/// The gateway's API listener and its apps listener, if it serves apps.
+type GatewayListeners = (tokio::net::TcpListener, Option<tokio::net::TcpListener>);
+
+/// Metrics, health and readiness for operators, on their own address (none when unset); the
+/// address served.
+async fn serve_metrics(
+    config: &Config,
+    clients: &[(Service, async_nats::Client)],
+    failed: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<String> {
+    if config.metrics_addr.is_empty() {
+        return Ok(String::new());
     }
+    let handle = observe::install()?;
+    let listener = tokio::net::TcpListener::bind(&config.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on {} (HALYARD_METRICS_ADDR)", config.metrics_addr))?;
+    let at = listener.local_addr()?.to_string();
+    let ready = observe::Readiness { clients: clients.iter().map(|(_, c)| c.clone()).collect(), failed };
+    tokio::spawn(observe::serve(listener, handle, ready));
+    Ok(at)
+}
 
-    let config = Arc::new(config);
-    let (trigger, shutdown) = shutdown::channel();
-    // What idle conversations' state freed goes back to the system.
-    let _trim = halyard_platform::memory::trim_every(Duration::from_secs(10), shutdown.clone());
-    let mut tasks: JoinSet<(Service, Result<()>)> = JoinSet::new();
-    for (service, client) in clients.iter().cloned() {
-        let (config, shutdown) = (config.clone(), shutdown.clone());
-        match service {
-            Service::Gateway => {
-                let Some((listener, apps_listener)) = listeners.take() else { continue };
-                tasks.spawn(async move {
-                    (service, halyard_gateway::serve(config, client, listener, apps_listener, shutdown).await.map_err(Into::into))
-                });
-            }
-            Service::Conversations => {
-                tasks.spawn(async move { (service, halyard_conversations::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
-            Service::Sandbox => {
-                tasks.spawn(async move { (service, halyard_sandbox::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
-            Service::Agent => {
-                tasks.spawn(async move { (service, halyard_agent::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
-            Service::Callbacks => {
-                tasks.spawn(async move { (service, halyard_callbacks::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
-            Service::Titles => {
-                tasks.spawn(async move { (service, halyard_titles::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
-            Service::Automations => {
-                tasks.spawn(async move { (service, halyard_automations::run(config, client, shutdown).await.map_err(Into::into)) });
-            }
+/// One service on a task of its own, with its bus connection.
+fn spawn_service(
+    tasks: &mut JoinSet<(Service, Result<()>)>,
+    service: Service,
+    client: async_nats::Client,
+    config: Arc<Config>,
+    shutdown: shutdown::Shutdown,
+    listeners: &mut Option<GatewayListeners>,
+) {
+    match service {
+        Service::Gateway => {
+            let Some((listener, apps_listener)) = listeners.take() else { return };
+            tasks.spawn(async move {
+                (service, halyard_gateway::serve(config, client, listener, apps_listener, shutdown).await.map_err(Into::into))
+            });
+        }
+        Service::Conversations => {
+            tasks.spawn(async move { (service, halyard_conversations::run(config, client, shutdown).await.map_err(Into::into)) });
+        }
+        Service::Sandbox => {
+            tasks.spawn(async move { (service, halyard_sandbox::run(config, client, shutdown).await.map_err(Into::into)) });
+        }
+        Service::Agent => {
+            tasks.spawn(async move { (service, halyard_agent::run(config, client, shutdown).await.map_err(Into::into)) });
+        }
+        Service::Callbacks => {
+            tasks.spawn(async move { (service, halyard_callbacks::run(config, client, shutdown).await.map_err(Into::into)) });
+        }
+        Service::Titles => {
+            tasks.spawn(async move { (service, halyard_titles::run(config, client, shutdown).await.map_err(Into::into)) });
+        }
+        Service::Automations => {
+            tasks.spawn(async move { (service, halyard_automations::run(config, client, shutdown).await.map_err(Into::into)) });
         }
     }
-    tracing::info!(http = %http, nats = %config.nats_url, data_dir = %config.data_dir.display(), ?services, "halyard is up");
-    // One machine-readable line for scripts and tests.
-    println!("HALYARD_READY http={http} nats={} sandbox={} apps={apps} metrics={metrics_at}", config.nats_url, config.sandbox.kind);
+}
 
-    let mut failed = None;
-    tokio::select! {
-        _ = wait_for_signal() => tracing::info!("stopping"),
-        Some(done) = tasks.join_next() => {
-            if let Ok((service, result)) = done {
-                tracing::error!(?service, result = ?result, "service stopped unexpectedly");
-                failed_flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                failed = Some(service);
-            }
-        }
-    }
-    trigger.trigger();
+/// Lets the services stop (15 seconds at most), flushes what they published, and stops the
+/// embedded server.
+async fn stop(mut tasks: JoinSet<(Service, Result<()>)>, clients: Vec<(Service, async_nats::Client)>, server: Option<nats::EmbeddedNats>) {
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(15), drain).await.is_err() {
         tracing::warn!("services did not stop within 15 s");
@@ -455,10 +512,6 @@ async fn up_or_serve(cli: &ServerArgs, env: &BTreeMap<String, String>, services:
     }
     if let Some(server) = server {
         server.stop().await;
-    }
-    match failed {
-        Some(service) => bail!("service {service:?} stopped unexpectedly"),
-        None => Ok(()),
     }
 }
 
