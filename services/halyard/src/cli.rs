@@ -193,23 +193,7 @@ const RUN_ENDS: &[&str] = &["idle", "finished", "error", "stuck", "waiting_for_c
 /// Runs a client command; the process's exit code.
 pub async fn run(command: ClientCommand) -> Result<i32> {
     match command {
-        ClientCommand::Login { conn } => {
-            let url = conn.url.unwrap_or_else(|| "http://127.0.0.1:3000".into());
-            let key = match conn.api_key {
-                Some(k) => k,
-                None => {
-                    eprint!("API key: ");
-                    let mut line = String::new();
-                    tokio::io::BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
-                    line.trim().to_owned()
-                }
-            };
-            let c = Client::with(url.clone(), key.clone());
-            let me = c.get("/me").await?;
-            let path = client::save_login(&c.url, &key)?;
-            println!("logged in to {} as {} (saved in {})", c.url, me["user"].as_str().unwrap_or("?"), path.display());
-            Ok(0)
-        }
+        ClientCommand::Login { conn } => login(conn).await,
         ClientCommand::Acp { repo, branch, agent, llm_profile, confirmation_policy, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             crate::acp::serve(c, crate::acp::Defaults { repo, branch, agent, llm_profile, confirmation_policy }).await
@@ -255,69 +239,9 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             }
             Ok(0)
         }
-        ClientCommand::Show { conversation, conn } => {
-            let c = Client::new(conn.url, conn.api_key)?;
-            let conversation = resolve(&c, &conversation).await?;
-            let v = c.get(&format!("/conversations/{conversation}")).await?;
-            println!("{}", conversation_line(&v));
-            let m = &v["metrics"];
-            println!(
-                "sandbox {} ({})  policy {}  llm calls {}  tokens {} in / {} out  cost ${}",
-                v["sandbox_id"].as_str().unwrap_or("-"),
-                v["sandbox_status"].as_str().unwrap_or("-"),
-                v["confirmation_policy"].as_str().unwrap_or("never"),
-                m["llm_calls"],
-                m["prompt_tokens"],
-                m["completion_tokens"],
-                m["cost_usd"]
-            );
-            if let Some(detail) = v["error_detail"].as_str() {
-                println!("error: {detail}");
-            }
-            if let Some(parent) = v["parent_conversation_id"].as_str() {
-                println!("helper of {parent}");
-            }
-            for helper in v["sub_conversation_ids"].as_array().into_iter().flatten() {
-                println!("helper {}", helper.as_str().unwrap_or_default());
-            }
-            for pr in v["pull_requests"].as_array().into_iter().flatten() {
-                println!("pull request #{} {}", pr["number"], pr["url"].as_str().unwrap_or_default());
-            }
-            let tasks = c.get(&format!("/conversations/{conversation}/tasks")).await?;
-            if tasks["items"].as_array().is_some_and(|t| !t.is_empty()) {
-                println!("{}", render::plan(&Style::detect(false), &tasks["items"]));
-            }
-            Ok(0)
-        }
-        ClientCommand::Events { conversation, after_seq, follow, json, conn } => {
-            let c = Client::new(conn.url, conn.api_key)?;
-            let conversation = resolve(&c, &conversation).await?;
-            let style = Style::detect(json);
-            let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
-            if !follow {
-                return Ok(0);
-            }
-            loop {
-                tokio::time::sleep(POLL).await;
-                after = print_events(&c, &conversation, after, &style).await?.0;
-            }
-        }
-        ClientCommand::Export { conversation, format, output, conn } => {
-            let c = Client::new(conn.url, conn.api_key)?;
-            let conversation = resolve(&c, &conversation).await?;
-            let path = format!("/conversations/{conversation}/export?format={format}");
-            match output {
-                Some(file) => {
-                    let mut out = std::fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?;
-                    let bytes = c.download(&path, &mut out).await?;
-                    eprintln!("wrote {bytes} bytes to {}", file.display());
-                }
-                None => {
-                    c.download(&path, &mut std::io::stdout()).await?;
-                }
-            }
-            Ok(0)
-        }
+        ClientCommand::Show { conversation, conn } => show(conn, &conversation).await,
+        ClientCommand::Events { conversation, after_seq, follow, json, conn } => events(conn, &conversation, after_seq, follow, json).await,
+        ClientCommand::Export { conversation, format, output, conn } => export(conn, &conversation, &format, output).await,
         ClientCommand::Pause { conversation, conn } => control(conn, &conversation, "pause", json!({}), "paused").await,
         ClientCommand::Resume { conversation, conn } => control(conn, &conversation, "resume", json!({}), "resumed").await,
         ClientCommand::Interrupt { conversation, conn } => control(conn, &conversation, "interrupt", json!({}), "interrupted").await,
@@ -335,6 +259,94 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// `halyard login`: checks the key and saves it with the gateway's URL.
+async fn login(conn: Conn) -> Result<i32> {
+    let url = conn.url.unwrap_or_else(|| "http://127.0.0.1:3000".into());
+    let key = match conn.api_key {
+        Some(k) => k,
+        None => {
+            eprint!("API key: ");
+            let mut line = String::new();
+            tokio::io::BufReader::new(tokio::io::stdin()).read_line(&mut line).await?;
+            line.trim().to_owned()
+        }
+    };
+    let c = Client::with(url.clone(), key.clone());
+    let me = c.get("/me").await?;
+    let path = client::save_login(&c.url, &key)?;
+    println!("logged in to {} as {} (saved in {})", c.url, me["user"].as_str().unwrap_or("?"), path.display());
+    Ok(0)
+}
+
+/// `halyard show`: a conversation, its metrics, helpers, pull requests and plan.
+async fn show(conn: Conn, conversation: &str) -> Result<i32> {
+    let c = Client::new(conn.url, conn.api_key)?;
+    let conversation = resolve(&c, &conversation).await?;
+    let v = c.get(&format!("/conversations/{conversation}")).await?;
+    println!("{}", conversation_line(&v));
+    let m = &v["metrics"];
+    println!(
+        "sandbox {} ({})  policy {}  llm calls {}  tokens {} in / {} out  cost ${}",
+        v["sandbox_id"].as_str().unwrap_or("-"),
+        v["sandbox_status"].as_str().unwrap_or("-"),
+        v["confirmation_policy"].as_str().unwrap_or("never"),
+        m["llm_calls"],
+        m["prompt_tokens"],
+        m["completion_tokens"],
+        m["cost_usd"]
+    );
+    if let Some(detail) = v["error_detail"].as_str() {
+        println!("error: {detail}");
+    }
+    if let Some(parent) = v["parent_conversation_id"].as_str() {
+        println!("helper of {parent}");
+    }
+    for helper in v["sub_conversation_ids"].as_array().into_iter().flatten() {
+        println!("helper {}", helper.as_str().unwrap_or_default());
+    }
+    for pr in v["pull_requests"].as_array().into_iter().flatten() {
+        println!("pull request #{} {}", pr["number"], pr["url"].as_str().unwrap_or_default());
+    }
+    let tasks = c.get(&format!("/conversations/{conversation}/tasks")).await?;
+    if tasks["items"].as_array().is_some_and(|t| !t.is_empty()) {
+        println!("{}", render::plan(&Style::detect(false), &tasks["items"]));
+    }
+    Ok(0)
+}
+
+/// `halyard events`: JSON lines of a conversation's events, followed with `--follow`.
+async fn events(conn: Conn, conversation: &str, after_seq: u64, follow: bool, json: bool) -> Result<i32> {
+    let c = Client::new(conn.url, conn.api_key)?;
+    let conversation = resolve(&c, &conversation).await?;
+    let style = Style::detect(json);
+    let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
+    if !follow {
+        return Ok(0);
+    }
+    loop {
+        tokio::time::sleep(POLL).await;
+        after = print_events(&c, &conversation, after, &style).await?.0;
+    }
+}
+
+/// `halyard export`: the whole conversation, streamed to a file or standard output.
+async fn export(conn: Conn, conversation: &str, format: &str, output: Option<std::path::PathBuf>) -> Result<i32> {
+    let c = Client::new(conn.url, conn.api_key)?;
+    let conversation = resolve(&c, &conversation).await?;
+    let path = format!("/conversations/{conversation}/export?format={format}");
+    match output {
+        Some(file) => {
+            let mut out = std::fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?;
+            let bytes = c.download(&path, &mut out).await?;
+            eprintln!("wrote {bytes} bytes to {}", file.display());
+        }
+        None => {
+            c.download(&path, &mut std::io::stdout()).await?;
+        }
+    }
+    Ok(0)
 }
 
 /// How often new events are fetched while following.
