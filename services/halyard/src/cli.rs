@@ -283,7 +283,7 @@ async fn login(conn: Conn) -> Result<i32> {
 /// `halyard show`: a conversation, its metrics, helpers, pull requests and plan.
 async fn show(conn: Conn, conversation: &str) -> Result<i32> {
     let c = Client::new(conn.url, conn.api_key)?;
-    let conversation = resolve(&c, &conversation).await?;
+    let conversation = resolve(&c, conversation).await?;
     let v = c.get(&format!("/conversations/{conversation}")).await?;
     println!("{}", conversation_line(&v));
     let m = &v["metrics"];
@@ -319,7 +319,7 @@ async fn show(conn: Conn, conversation: &str) -> Result<i32> {
 /// `halyard events`: JSON lines of a conversation's events, followed with `--follow`.
 async fn events(conn: Conn, conversation: &str, after_seq: u64, follow: bool, json: bool) -> Result<i32> {
     let c = Client::new(conn.url, conn.api_key)?;
-    let conversation = resolve(&c, &conversation).await?;
+    let conversation = resolve(&c, conversation).await?;
     let style = Style::detect(json);
     let mut after = print_events(&c, &conversation, after_seq, &style).await?.0;
     if !follow {
@@ -334,7 +334,7 @@ async fn events(conn: Conn, conversation: &str, after_seq: u64, follow: bool, js
 /// `halyard export`: the whole conversation, streamed to a file or standard output.
 async fn export(conn: Conn, conversation: &str, format: &str, output: Option<std::path::PathBuf>) -> Result<i32> {
     let c = Client::new(conn.url, conn.api_key)?;
-    let conversation = resolve(&c, &conversation).await?;
+    let conversation = resolve(&c, conversation).await?;
     let path = format!("/conversations/{conversation}/export?format={format}");
     match output {
         Some(file) => {

@@ -411,24 +411,8 @@ impl Run {
             // The runner's own time in this step: all of it but the LLM calls and the tools.
             let step_started = std::time::Instant::now();
             let mut elsewhere = Duration::ZERO;
-            if self.cancelled() {
-                return RunOutcome::Paused;
-            }
-            if self.interrupt_requested() {
-                return self.interrupted().await;
-            }
-            match self.judge_prompts(exec, setting).await {
-                Ok(None) => {}
-                Ok(Some(outcome)) => return outcome,
-                Err(()) => return RunOutcome::Failed,
-            }
-            // The organization's membership and budgets, before any call of this step
-            // (condensing is one).
-            if let Some(why) = self.org_membership_refusal().await {
-                return self.fail("not_a_member", why).await;
-            }
-            if let Some(why) = self.org_budget_refusal().await {
-                return self.fail("budget_exhausted", why).await;
+            if let Some(outcome) = self.before_step(exec, setting).await {
+                return outcome;
             }
             if let Err(outcome) = self.condense(setting, false, &mut elsewhere).await {
                 return outcome;
@@ -488,34 +472,10 @@ impl Run {
                 self.status(ExecutionStatus::Idle, None).await;
                 return RunOutcome::AwaitingUser;
             }
-            // All actions of the answer first, then their observations, so a replay rebuilds
-            // one assistant message with all its tool calls.
-            let policy = self.log.lock().await.history.policy;
-            let mut calls = Vec::new();
-            let mut waiting = Vec::new();
-            for (i, call) in completion.tool_calls.iter().enumerate() {
-                let parsed = tools::parse_arguments(&call.function.arguments);
-                let arguments = parsed.clone().unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
-                let name = call.function.name.clone();
-                let security_risk = risk::assess(&name, parsed.as_ref().unwrap_or(&Value::Null), &setting.workspace);
-                if risk::needs_confirmation(policy, &name, security_risk) {
-                    waiting.push(match security_risk {
-                        Some(r) => format!("{name} ({} risk)", r.as_str()),
-                        None => format!("{name} (risk not stated)"),
-                    });
-                }
-                let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
-                let body = EventBody::Action { tool_call_id: call.id.clone(), tool: name.clone(), arguments, thought, security_risk };
-                if !self.append(EventSource::Agent, body).await {
-                    return RunOutcome::Failed;
-                }
-                calls.push(Call { id: call.id.clone(), name, raw: call.function.arguments.clone(), parsed });
-            }
-            if !waiting.is_empty() {
-                let reason = format!("waiting for confirmation: {}", waiting.join(", "));
-                self.status(ExecutionStatus::WaitingForConfirmation, Some(reason)).await;
-                return RunOutcome::AwaitingConfirmation;
-            }
+            let calls = match self.record_actions(&completion, setting).await {
+                Ok(calls) => calls,
+                Err(outcome) => return outcome,
+            };
             if let Some(outcome) = self.execute(exec, setting, calls, &mut steps, thresholds, &mut elsewhere).await {
                 return outcome;
             }
@@ -527,6 +487,63 @@ impl Run {
             format!("The agent reached the limit of {max} iterations without finishing. Send a message to let it continue."),
         )
         .await
+    }
+
+    /// Why a step may not start: the run was paused or interrupted, a hook judged the prompt, or
+    /// the organization's membership or budget (checked before any call of the step, condensing
+    /// is one) refuses it.
+    async fn before_step(&self, exec: &ExecutorClient, setting: &Setting) -> Option<RunOutcome> {
+        if self.cancelled() {
+            return Some(RunOutcome::Paused);
+        }
+        if self.interrupt_requested() {
+            return Some(self.interrupted().await);
+        }
+        match self.judge_prompts(exec, setting).await {
+            Ok(None) => {}
+            Ok(Some(outcome)) => return Some(outcome),
+            Err(()) => return Some(RunOutcome::Failed),
+        }
+        if let Some(why) = self.org_membership_refusal().await {
+            return Some(self.fail("not_a_member", why).await);
+        }
+        if let Some(why) = self.org_budget_refusal().await {
+            return Some(self.fail("budget_exhausted", why).await);
+        }
+        None
+    }
+
+    /// Records an answer's actions, all of them before any observation (so a replay rebuilds one
+    /// assistant message with all its tool calls); the calls to make, or the run's end when one
+    /// waits for the user's confirmation.
+    async fn record_actions(&self, completion: &Completion, setting: &Setting) -> Result<Vec<Call>, RunOutcome> {
+        let policy = self.log.lock().await.history.policy;
+        let mut calls = Vec::new();
+        let mut waiting = Vec::new();
+        for (i, call) in completion.tool_calls.iter().enumerate() {
+            let parsed = tools::parse_arguments(&call.function.arguments);
+            let arguments = parsed.clone().unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+            let name = call.function.name.clone();
+            let security_risk = risk::assess(&name, parsed.as_ref().unwrap_or(&Value::Null), &setting.workspace);
+            if risk::needs_confirmation(policy, &name, security_risk) {
+                waiting.push(match security_risk {
+                    Some(r) => format!("{name} ({} risk)", r.as_str()),
+                    None => format!("{name} (risk not stated)"),
+                });
+            }
+            let thought = if i == 0 { completion.content.clone().filter(|t| !t.trim().is_empty()) } else { None };
+            let body = EventBody::Action { tool_call_id: call.id.clone(), tool: name.clone(), arguments, thought, security_risk };
+            if !self.append(EventSource::Agent, body).await {
+                return Err(RunOutcome::Failed);
+            }
+            calls.push(Call { id: call.id.clone(), name, raw: call.function.arguments.clone(), parsed });
+        }
+        if !waiting.is_empty() {
+            let reason = format!("waiting for confirmation: {}", waiting.join(", "));
+            self.status(ExecutionStatus::WaitingForConfirmation, Some(reason)).await;
+            return Err(RunOutcome::AwaitingConfirmation);
+        }
+        Ok(calls)
     }
 
     /// Records the results of actions a pause cut off (see [`crate::conversation`]'s pause): a
