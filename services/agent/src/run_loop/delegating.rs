@@ -32,45 +32,9 @@ impl Run {
             Ok(tasks) => tasks,
             Err(why) => return Ok(refused(why)),
         };
-        let (me, start, recorded, used_before) = {
-            let log = self.log.lock().await;
-            let h = &log.history;
-            let Some(started) = &h.started else { return Ok(refused("The conversation has not started.")) };
-            let depth = h.depth() + 1;
-            if depth > agent.max_delegation_depth {
-                return Ok(refused(format!(
-                    "Helpers cannot be started here: this deployment allows helpers {} level{} deep, and this conversation is \
-                     at that depth. Do the work yourself.",
-                    agent.max_delegation_depth,
-                    if agent.max_delegation_depth == 1 { "" } else { "s" }
-                )));
-            }
-            let me = log.conversation();
-            let recorded = h.helpers.iter().find(|(c, _)| c == call_id).map(|(_, children)| children.clone());
-            // What this call's helpers used is counted once they end; before that the parent's
-            // own use is the base their sum is added to.
-            let mine: Vec<ConversationId> = (0..tasks.len()).map(|i| delegate::helper_id(me, call_id, i)).collect();
-            let (t, u) = mine.iter().filter_map(|c| h.helpers_ended.get(c)).fold((0, 0.0), |(t, u), (ht, hu)| (t + ht, u + hu));
-            let used_before = (h.used_tokens.saturating_sub(t), h.used_usd - u);
-            // Each helper's share of what the parent had left when it called (the same for a
-            // repeated call: the parent makes no LLM call while it waits).
-            let budget = match delegate::shares(&h.budget, used_before.0, used_before.1, tasks.len()) {
-                Ok(b) => b,
-                Err(why) if recorded.is_none() => return Ok(refused(why)),
-                Err(_) => None,
-            };
-            let start = delegate::Start {
-                parent: me,
-                owner: started.owner.clone(),
-                link: ParentLink { conversation_id: me, sandbox_id: started.sandbox_id, tool_call_id: call_id.to_owned(), depth },
-                budget,
-                llm_profile: h.llm_profile.clone(),
-                secrets: h.secrets.clone(),
-                confirmation_policy: h.policy,
-                org: started.org.clone(),
-                trace: self.trace.clone(),
-            };
-            (me, start, recorded, used_before)
+        let (me, start, recorded, used_before) = match self.helpers_start(call_id, tasks.len()).await {
+            Ok(planned) => planned,
+            Err(refusal) => return Ok(refusal),
         };
         let children: Vec<SubConversation> = tasks
             .iter()
@@ -174,5 +138,55 @@ impl Run {
         }
         let failed = watched.iter().all(|w| w.ended.as_deref() != Some("finished") && w.ended.as_deref() != Some("idle"));
         Ok(ToolOutcome::Observation { content, exit_code: None, is_error: failed })
+    }
+
+    /// What starting `helpers` helpers for call `call_id` takes: this conversation's id, the
+    /// start each helper gets (its share of the budget left, the owner's settings, its link to
+    /// the parent), the helpers this call already started (a repeated call), and what the parent
+    /// had used before them; or the refusal the model reads.
+    async fn helpers_start(
+        &self,
+        call_id: &str,
+        helpers: usize,
+    ) -> Result<(ConversationId, delegate::Start, Option<Vec<SubConversation>>, (u64, f64)), ToolOutcome> {
+        let agent = &self.ctx.config.agent;
+        let log = self.log.lock().await;
+        let h = &log.history;
+        let Some(started) = &h.started else { return Err(refused("The conversation has not started.")) };
+        let depth = h.depth() + 1;
+        if depth > agent.max_delegation_depth {
+            return Err(refused(format!(
+                "Helpers cannot be started here: this deployment allows helpers {} level{} deep, and this conversation is \
+                 at that depth. Do the work yourself.",
+                agent.max_delegation_depth,
+                if agent.max_delegation_depth == 1 { "" } else { "s" }
+            )));
+        }
+        let me = log.conversation();
+        let recorded = h.helpers.iter().find(|(c, _)| c == call_id).map(|(_, children)| children.clone());
+        // What this call's helpers used is counted once they end; before that the parent's
+        // own use is the base their sum is added to.
+        let mine: Vec<ConversationId> = (0..helpers).map(|i| delegate::helper_id(me, call_id, i)).collect();
+        let (t, u) = mine.iter().filter_map(|c| h.helpers_ended.get(c)).fold((0, 0.0), |(t, u), (ht, hu)| (t + ht, u + hu));
+        let used_before = (h.used_tokens.saturating_sub(t), h.used_usd - u);
+        // Each helper's share of what the parent had left when it called (the same for a
+        // repeated call: the parent makes no LLM call while it waits).
+        let budget = match delegate::shares(&h.budget, used_before.0, used_before.1, helpers) {
+            Ok(b) => b,
+            Err(why) if recorded.is_none() => return Err(refused(why)),
+            Err(_) => None,
+        };
+        let start = delegate::Start {
+            parent: me,
+            owner: started.owner.clone(),
+            link: ParentLink { conversation_id: me, sandbox_id: started.sandbox_id, tool_call_id: call_id.to_owned(), depth },
+            budget,
+            llm_profile: h.llm_profile.clone(),
+            secrets: h.secrets.clone(),
+            confirmation_policy: h.policy,
+            org: started.org.clone(),
+            trace: self.trace.clone(),
+        };
+        Ok((me, start, recorded, used_before))
     }
 }
