@@ -253,33 +253,9 @@ impl Run {
                     observation: rich.content.clone(),
                     is_error: rich.is_error,
                 });
-                let (mut content, url) = (rich.content, rich.url);
-                // Kept outside the log: a browser step's screenshot and a cell's images.
-                let screenshot = match rich.screenshot_png {
-                    Some(png) => self.keep_image(&png).await.map(|id| (id, png)),
-                    None => None,
-                };
-                let mut images = Vec::new();
-                for png in rich.images {
-                    if let Some(id) = self.keep_image(&png).await {
-                        images.push((id, png));
-                    }
-                }
-                let mut shown: Vec<String> = match (rich.show, &screenshot) {
-                    (true, Some((_, png))) => vec![png.clone()],
-                    (true, None) if url.is_some() => {
-                        content.push_str("\n[No screenshot could be taken.]");
-                        Vec::new()
-                    }
-                    _ => Vec::new(),
-                };
-                if rich.show {
-                    shown.extend(images.iter().map(|(_, png)| png.clone()));
-                }
-                if !shown.is_empty() && !self.vision {
-                    content.push_str("\n[An image was made, but this model does not read images.]");
-                    shown.clear();
-                }
+                let url = rich.url.clone();
+                let (content, screenshot, images, shown) =
+                    self.keep_images(rich.content, rich.url.is_some(), rich.show, rich.screenshot_png, rich.images).await;
                 let args = call.parsed.as_ref().unwrap_or(&Value::Null);
                 let post = wants(setting, Moment::PostToolUse, &name).then(|| {
                     let response = json!({"content": content, "url": url, "is_error": rich.is_error});
@@ -329,5 +305,44 @@ impl Run {
                 Some(RunOutcome::Finished)
             }
         }
+    }
+
+    /// A rich result's images kept outside the log (a browser step's screenshot, a cell's
+    /// images) by id, and what of them the model is shown with the result (none when it does
+    /// not read images; the content then says so, as it says when no screenshot was taken).
+    async fn keep_images(
+        &self,
+        mut content: String,
+        has_url: bool,
+        show: bool,
+        screenshot_png: Option<String>,
+        pngs: Vec<String>,
+    ) -> (String, Option<(String, String)>, Vec<(String, String)>, Vec<String>) {
+        let screenshot = match screenshot_png {
+            Some(png) => self.keep_image(&png).await.map(|id| (id, png)),
+            None => None,
+        };
+        let mut images = Vec::new();
+        for png in pngs {
+            if let Some(id) = self.keep_image(&png).await {
+                images.push((id, png));
+            }
+        }
+        let mut shown: Vec<String> = match (show, &screenshot) {
+            (true, Some((_, png))) => vec![png.clone()],
+            (true, None) if has_url => {
+                content.push_str("\n[No screenshot could be taken.]");
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        if show {
+            shown.extend(images.iter().map(|(_, png)| png.clone()));
+        }
+        if !shown.is_empty() && !self.vision {
+            content.push_str("\n[An image was made, but this model does not read images.]");
+            shown.clear();
+        }
+        (content, screenshot, images, shown)
     }
 }
