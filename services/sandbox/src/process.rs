@@ -144,25 +144,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             }
         };
         let (url, apps) = if confinement.own_network {
-            let inner: std::net::SocketAddr = addr.parse().map_err(|_| format!("executor reported a bad address {addr}"))?;
-            let mut wanted = vec![(AGENT_SERVER.to_owned(), inner.port())];
-            wanted.extend(apps.iter().cloned());
-            let mut at = forward(layout, host, &wanted, pid, deadline).await?;
-            let url = at.remove(0).1;
-            let bwrap = !confinement.wrapper.is_empty();
-            if egress == crate::egress::Egress::Internet {
-                // The filter goes in before the way out opens.
-                if bwrap {
-                    return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
-                                iptables table in the sandbox's network); use `open`, `none` or Docker sandboxes"
-                        .into());
-                }
-                netns::internet_only(pid).await?;
-            }
-            if egress != crate::egress::Egress::None {
-                connect_out(pid, bwrap, layout.open_log()?).await?;
-            }
-            (url, at)
+            own_network(layout, host, apps, pid, deadline, &addr, egress, !confinement.wrapper.is_empty()).await?
         } else {
             let urls =
                 apps.iter().map(|(name, port)| (name.clone(), format!("http://{}", std::net::SocketAddr::new(host, *port)))).collect();
@@ -180,6 +162,40 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             Err(e)
         }
     }
+}
+
+/// The executor's address (`addr`, on the sandbox's own loopback) and its `apps` forwarded to
+/// `host`, then the sandbox's way out as its egress class allows: the `internet` filter first,
+/// then the connection out (none for `none`).
+#[allow(clippy::too_many_arguments)] // the launch's parts this step needs
+async fn own_network(
+    layout: &Layout,
+    host: std::net::IpAddr,
+    apps: &[(String, u16)],
+    pid: u32,
+    deadline: tokio::time::Instant,
+    addr: &str,
+    egress: crate::egress::Egress,
+    bwrap: bool,
+) -> Result<(String, Vec<(String, String)>), String> {
+    let inner: std::net::SocketAddr = addr.parse().map_err(|_| format!("executor reported a bad address {addr}"))?;
+    let mut wanted = vec![(AGENT_SERVER.to_owned(), inner.port())];
+    wanted.extend(apps.iter().cloned());
+    let mut at = forward(layout, host, &wanted, pid, deadline).await?;
+    let url = at.remove(0).1;
+    if egress == crate::egress::Egress::Internet {
+        // The filter goes in before the way out opens.
+        if bwrap {
+            return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
+                        iptables table in the sandbox's network); use `open`, `none` or Docker sandboxes"
+                .into());
+        }
+        netns::internet_only(pid).await?;
+    }
+    if egress != crate::egress::Egress::None {
+        connect_out(pid, bwrap, layout.open_log()?).await?;
+    }
+    Ok((url, at))
 }
 
 /// Gives the sandbox of executor `pid` its way out (see [`netns`]). Under bubblewrap the
