@@ -367,29 +367,7 @@ impl Live {
                 Ok(format!("Typed {text:?} into element {index}: {described}"))
             }
             "browser_get_state" => self.state().await,
-            "browser_get_content" => {
-                let start = match args.get("start_from_char") {
-                    None | Some(Value::Null) => 0,
-                    Some(_) => int_arg(args, "start_from_char")?.max(0) as usize,
-                };
-                let page = self.eval(&format!("markdown({})", bool_arg(args, "extract_links"))).await?;
-                let text = page["markdown"].as_str().unwrap_or_default();
-                let total = text.chars().count();
-                if start > 0 && start >= total {
-                    return usage(format!("`start_from_char` {start} is past the end: the page has {total} characters."));
-                }
-                let chunk: String = text.chars().skip(start).take(CONTENT_CHUNK).collect();
-                let end = start + chunk.chars().count();
-                let mut out = format!(
-                    "Content of {}{}, characters {start}-{end} of {total}:\n\n{chunk}",
-                    page["url"].as_str().unwrap_or_default(),
-                    titled(page["title"].as_str().unwrap_or_default())
-                );
-                if end < total {
-                    out.push_str(&format!("\n\n[{} more characters: call browser_get_content with start_from_char={end}.]", total - end));
-                }
-                Ok(out)
-            }
+            "browser_get_content" => self.content(args).await,
             "browser_scroll" => {
                 let down = match args.get("direction").and_then(Value::as_str).unwrap_or("down") {
                     "down" => true,
@@ -460,6 +438,31 @@ impl Live {
             }
             other => usage(format!("unknown browser tool `{other}`")),
         }
+    }
+
+    /// The page as Markdown, a chunk at a time from `start_from_char`, saying how to read on.
+    async fn content(&mut self, args: &Value) -> Result<String, Fault> {
+        let start = match args.get("start_from_char") {
+            None | Some(Value::Null) => 0,
+            Some(_) => int_arg(args, "start_from_char")?.max(0) as usize,
+        };
+        let page = self.eval(&format!("markdown({})", bool_arg(args, "extract_links"))).await?;
+        let text = page["markdown"].as_str().unwrap_or_default();
+        let total = text.chars().count();
+        if start > 0 && start >= total {
+            return usage(format!("`start_from_char` {start} is past the end: the page has {total} characters."));
+        }
+        let chunk: String = text.chars().skip(start).take(CONTENT_CHUNK).collect();
+        let end = start + chunk.chars().count();
+        let mut out = format!(
+            "Content of {}{}, characters {start}-{end} of {total}:\n\n{chunk}",
+            page["url"].as_str().unwrap_or_default(),
+            titled(page["title"].as_str().unwrap_or_default())
+        );
+        if end < total {
+            out.push_str(&format!("\n\n[{} more characters: call browser_get_content with start_from_char={end}.]", total - end));
+        }
+        Ok(out)
     }
 
     /// A CDP command to the current tab.
