@@ -533,6 +533,22 @@ async fn unstall(js: &jetstream::Context, stream: &str, filter: &str, at: u64) -
 const EVENTS_CURSOR: &str = "cursor/events";
 const SYSTEM_CURSOR: &str = "cursor/system";
 
+/// Folds an event; one that came before the record that makes its conversation's view (after a
+/// restart both streams replay at once) has that record read and folded first, or the view would
+/// never count the event.
+async fn fold_event(js: &jetstream::Context, pending: &mut Pending<'_>, env: halyard_protocol::Envelope<ConversationEvent>, seq: u64) {
+    let id = env.payload.conversation_id;
+    if !pending.knows(id) {
+        let created = bus::last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subjects::conversation_record(id)).await;
+        if let Ok(Some((created_seq, record))) = created {
+            if matches!(record.payload, SystemRecord::ConversationCreated { .. }) {
+                pending.record(record, created_seq);
+            }
+        }
+    }
+    pending.event(env.payload, seq)
+}
+
 /// Projects until `shutdown`. A view untouched by any batch for `view_idle`
 /// (`HALYARD_IDLE_EVICT_SECS`) leaves the cache: an idle conversation holds nothing here (its
 /// view is read from sled again when it next changes). `caught_up` turns true once the read models have caught up with
@@ -613,24 +629,7 @@ pub async fn run(
                         events_at = events_at.max(seq);
                         events_left = left;
                         match halyard_protocol::decode::<ConversationEvent>(&msg.payload) {
-                            Ok(env) => {
-                                let id = env.payload.conversation_id;
-                                if !pending.knows(id) {
-                                    // After a restart both streams replay at once, and an event
-                                    // can come before the record that makes its conversation's
-                                    // view: that record is read now, or the view would never
-                                    // count the event.
-                                    let created =
-                                        bus::last_record::<SystemRecord>(&js, subjects::SYSTEM_STREAM, &subjects::conversation_record(id))
-                                            .await;
-                                    if let Ok(Some((created_seq, env))) = created {
-                                        if matches!(env.payload, SystemRecord::ConversationCreated { .. }) {
-                                            pending.record(env, created_seq);
-                                        }
-                                    }
-                                }
-                                pending.event(env.payload, seq)
-                            }
+                            Ok(env) => fold_event(&js, &mut pending, env, seq).await,
                             Err(e) => tracing::error!(subject = %msg.subject, error = %e, "skipping undecodable event"),
                         }
                     } else {
