@@ -12,7 +12,7 @@ use halyard_protocol::webhook::DeliveryJob;
 use halyard_protocol::{ConversationId, Envelope, UserId, subjects};
 use tokio::sync::Mutex;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// Most conversations remembered (owners, how far they are fanned out).
 const CACHE: usize = 10_000;
@@ -220,7 +220,7 @@ async fn store_jobs(ctx: &Ctx, owner: &UserId, ev: &ConversationEvent, to: Vec<S
     let body = halyard_protocol::event::to_json_string(ev);
     let mut acks = Vec::with_capacity(to.len());
     for webhook_id in to {
-        let delivery_id = crate::delivery_id(&webhook_id, ev.id);
+        let delivery_id = crate::ctx::delivery_id(&webhook_id, ev.id);
         let job = DeliveryJob {
             delivery_id,
             webhook_id: webhook_id.clone(),

@@ -14,7 +14,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::system::SystemRecord;
 use halyard_protocol::webhook::{AttemptOutcome, DeliveryAttempt, DeliveryJob, WebhookSubscription};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// How long a job may be held without a sign of life.
 const ACK_WAIT: Duration = Duration::from_secs(5);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use futures::StreamExt;
-use halyard_callbacks::Ctx;
+use halyard_callbacks::ctx::Ctx;
 use halyard_callbacks::fanout::{Memory, fan_out};
 use halyard_platform::bus;
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};

@@ -8,8 +8,10 @@
 //! every step is idempotent (ids derived from the task id, a clone that already happened is
 //! not repeated).
 
+pub mod ctx;
 pub mod start;
 
+use crate::ctx::Ctx;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,21 +38,6 @@ impl ConversationError {
             Self::Http(_) => false,
         }
     }
-}
-
-/// What start tasks share.
-#[derive(Clone)]
-pub struct Ctx {
-    pub config: Arc<Config>,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub http: reqwest::Client,
-    /// Global skills, read once at start-up.
-    pub skills: Arc<Vec<halyard_protocol::event::Skill>>,
-    /// Users' own configuration (their git providers' tokens, for clones).
-    pub user_kv: jetstream::kv::Store,
-    /// Opens the tokens.
-    pub vault: Arc<halyard_platform::vault::Vault>,
 }
 
 /// Serves conversation commands until `shutdown`.

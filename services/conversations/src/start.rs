@@ -17,7 +17,7 @@ use halyard_protocol::system::{
 use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// Setup scripts may take this long.
 const SETUP_TIMEOUT_SECS: f64 = 1800.0;
