@@ -12,6 +12,7 @@
 //! conversation changes are written back to it.
 
 mod editor;
+mod files;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
