@@ -14,7 +14,7 @@ use halyard_protocol::command::{AskAnswer, AskRequest, McpTestAnswer, McpTestReq
 use halyard_protocol::event::{ConversationEvent, EventBody};
 use halyard_protocol::{Envelope, subjects};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// The transcript keeps at most this many characters, the most recent ones.
 const MAX_TRANSCRIPT_CHARS: usize = 100_000;
@@ -39,7 +39,7 @@ pub async fn serve_mcp_tests(ctx: Arc<Ctx>, shutdown: halyard_platform::Shutdown
         subjects::MCP_TEST_QUEUE,
         "MCP server tests",
         undecodable,
-        |ctx, r: McpTestRequest| async move { crate::tools::mcp::test(&ctx, &r.owner, &r.server).await },
+        |ctx, r: McpTestRequest| async move { mcp_test(&ctx, &r.owner, &r.server).await },
     )
     .await
 }
@@ -187,4 +187,52 @@ fn transcript(events: &[ConversationEvent]) -> String {
         out = format!("[...earlier part left out...]\n{}", &out[cut..]);
     }
     out
+}
+
+/// Connects once to `owner`'s server `name` and lists its tools, for the Settings page's Test
+/// (`halyard.mcptest`). Only an `http` server can be reached from here: a `stdio` one runs in a
+/// conversation's sandbox and is checked when a conversation starts.
+async fn mcp_test(ctx: &Ctx, owner: &halyard_protocol::UserId, name: &str) -> McpTestAnswer {
+    let fail = |e: String| McpTestAnswer { ok: false, tools: Vec::new(), error: Some(e) };
+    let configs = match crate::tools::mcp::configs(ctx, owner).await {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let Some(config) = configs.get(name) else {
+        return fail(format!("you have no enabled MCP server `{name}`"));
+    };
+    let halyard_protocol::user::McpServerConfig::Http { url, .. } = config else {
+        return fail(
+            "a stdio server runs in a conversation's sandbox: it is checked when a conversation starts, and the \
+             conversation's mcp_servers event says what it offers"
+                .into(),
+        );
+    };
+    let trusted = ctx.config.mcp.servers.get(name) == Some(config);
+    let allow = ctx.config.mcp.allow.as_slice();
+    if !trusted {
+        if let Err(e) = halyard_platform::net::check_destination(url, allow).await {
+            return fail(format!("{url}: {e}"));
+        }
+    }
+    let secrets = match crate::user::secrets(ctx, owner, None).await {
+        Ok(s) => s.env,
+        Err(e) => return fail(e),
+    };
+    // An http server needs no sandbox: the executor client is never used.
+    let no_sandbox = halyard_platform::executor_client::ExecutorClient::new(ctx.http.clone(), "http://127.0.0.1:9", String::new());
+    match tokio::time::timeout(
+        crate::tools::mcp::CONNECT_TIMEOUT,
+        crate::tools::mcp::connect_one(config, &secrets, &no_sandbox, (!trusted).then_some(allow)),
+    )
+    .await
+    {
+        Ok(Ok((client, tools))) => {
+            let tools = tools.iter().map(|t| t.name.to_string()).collect();
+            let _ = client.cancel().await;
+            McpTestAnswer { ok: true, tools, error: None }
+        }
+        Ok(Err(e)) => fail(e),
+        Err(_) => fail(format!("it did not answer within {} s", crate::tools::mcp::CONNECT_TIMEOUT.as_secs())),
+    }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// Longest a run waits for a checkpoint: one that takes longer is skipped (a restore point is
 /// lost, the run goes on), never a stalled run.

@@ -18,6 +18,8 @@ pub mod budget;
 pub mod checkpoints;
 pub mod condense;
 pub mod conversation;
+pub mod ctx;
+pub mod error;
 pub mod history;
 pub mod lease;
 pub mod llm_calls;
@@ -30,57 +32,11 @@ pub mod stuck;
 pub mod tools;
 pub mod user;
 
+pub use crate::ctx::Ctx;
+pub use crate::error::AgentError;
 use std::sync::Arc;
 
-use async_nats::jetstream;
-use halyard_platform::llm::LlmClient;
-use halyard_platform::{BusError, Config, Shutdown};
-
-/// Why the agent runner failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error(transparent)]
-    Bus(#[from] BusError),
-    #[error("cannot start the agent runner: {0}")]
-    Setup(String),
-}
-
-impl AgentError {
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Bus(e) => e.is_retryable(),
-            Self::Setup(_) => false,
-        }
-    }
-}
-
-/// What all conversation actors share.
-pub struct Ctx {
-    pub config: Arc<Config>,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub http: reqwest::Client,
-    pub llm: LlmClient,
-    pub leases: lease::Leases,
-    /// Users' own configuration (secrets, LLM profiles, settings).
-    pub user_kv: jetstream::kv::Store,
-    /// Opens users' sealed secrets and API keys.
-    pub vault: halyard_platform::vault::Vault,
-    /// The answers being written on this runner, for readers who come in the middle.
-    pub answers: run_loop::streaming::Answers,
-}
-
-impl Ctx {
-    /// The deployment's default limits for a conversation that names none.
-    pub fn default_budget(&self) -> Option<halyard_protocol::event::Budget> {
-        let a = &self.config.agent;
-        let budget = halyard_protocol::event::Budget {
-            max_budget_usd: (a.max_budget_usd > 0.0).then_some(a.max_budget_usd),
-            max_tokens: (a.max_tokens > 0).then_some(a.max_tokens),
-        };
-        (budget != Default::default()).then_some(budget)
-    }
-}
+use halyard_platform::{Config, Shutdown};
 
 /// Serves agent commands until `shutdown`.
 pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdown) -> Result<(), AgentError> {

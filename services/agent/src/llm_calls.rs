@@ -11,7 +11,7 @@ use halyard_protocol::event::{EventBody, EventSource};
 use halyard_protocol::{EventId, TraceContext};
 use tokio::sync::Mutex;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::log::Log;
 
 /// Appends an `llm_call` and, in an organization, adds its cost to the month's spending, with an

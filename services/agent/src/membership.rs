@@ -8,7 +8,7 @@
 use halyard_protocol::org::OrgMembers;
 use halyard_protocol::{UserId, subjects};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// Why `owner`'s conversation in `org` may not go on (`None`: they are a member).
 pub async fn refused(ctx: &Ctx, org: &str, owner: &UserId) -> Result<Option<String>, String> {

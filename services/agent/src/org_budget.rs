@@ -14,7 +14,7 @@ use bytes::Bytes;
 use halyard_protocol::org::{BudgetCrossing, OrgBudget, OrgPrices, OrgSpend, budget_month};
 use halyard_protocol::{UserId, subjects};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// How often a write that lost a race to another run is tried again.
 const ATTEMPTS: usize = 32;

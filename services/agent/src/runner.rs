@@ -16,8 +16,9 @@ use halyard_protocol::command::AgentCommand;
 use halyard_protocol::{ConversationId, Envelope, subjects};
 
 use crate::conversation::{ConvMsg, ConversationActor};
+use crate::ctx::Ctx;
+use crate::error::AgentError;
 use crate::lease::{Leases, Watch};
-use crate::{AgentError, Ctx};
 use halyard_platform::route::{self, Settle};
 
 /// Messages of the runner.

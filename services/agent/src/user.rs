@@ -16,7 +16,7 @@ use halyard_protocol::subjects;
 use halyard_protocol::user::{LlmProfile, ToolSet, UserLlmProfiles, UserSettings, org_slot_owner, parse_org_profile};
 use serde::de::DeserializeOwned;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 
 /// MCP servers by name.
 pub type McpConfigs = BTreeMap<String, halyard_protocol::user::McpServerConfig>;

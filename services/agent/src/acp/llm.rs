@@ -21,7 +21,7 @@ use halyard_protocol::TraceContext;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::log::Log;
 
 /// Largest request body an agent may send (a long conversation with images).

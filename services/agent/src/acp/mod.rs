@@ -29,7 +29,7 @@ use halyard_protocol::executor::{AcpFrame, AcpSpawn};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::run_loop::{McpConfigs, Run, RunOutcome};
 use updates::{Step, Updates};
 

@@ -17,7 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{Mutex, watch};
 use uuid::Uuid;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::lease::{Acquire, Held};
 use crate::log::Log;
 use crate::run_loop::{Run, RunOutcome};

@@ -20,15 +20,14 @@ use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus};
 use halyard_protocol::{EventId, TraceContext};
 use tokio::sync::{Mutex, watch};
 
-use crate::Ctx;
 use crate::budget::{self, estimate_completion, estimate_tokens};
+use crate::ctx::Ctx;
 use crate::history::MESSAGE_OVERHEAD;
 use crate::log::Log;
 use crate::stuck;
 use crate::tools::hooks::Moment;
 use crate::tools::mcp::McpHub;
-use crate::tools::risk;
-use crate::tools::{self, ToolOutcome};
+use crate::tools::{self, ToolOutcome, risk};
 use halyard_platform::llm::fallback::{Link, LlmChain};
 use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;

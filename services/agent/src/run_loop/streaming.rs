@@ -7,8 +7,7 @@
 //! text so far, less its last bytes, which could hold the start of a value the next piece
 //! completes; they go out with the next piece, or masked at their edge when the answer ends.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use halyard_platform::llm::Deltas;
@@ -17,17 +16,7 @@ use halyard_protocol::envelope::Envelope;
 use halyard_protocol::event::AnswerDelta;
 use halyard_protocol::{ConversationId, subjects};
 
-use crate::Ctx;
-
-/// The answers being written on this runner: each one's text so far, as one whole piece.
-#[derive(Default)]
-pub struct Answers(Mutex<HashMap<ConversationId, AnswerDelta>>);
-
-impl Answers {
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<ConversationId, AnswerDelta>) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-    }
-}
+use crate::ctx::Ctx;
 
 /// Answers `halyard.sofar.<conversation>` for the answers being written here; a runner that holds
 /// none stays silent, so only the one that holds the run answers.

@@ -23,7 +23,6 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::net;
-use halyard_protocol::command::McpTestAnswer;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::McpStdioSpawn;
 use halyard_protocol::user::{HALYARD_MCP_SERVER, McpServerConfig, UserMcpServers, ValuePart};
@@ -36,11 +35,11 @@ use rmcp::{ServiceExt, transport::IntoTransport};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::tools::ToolOutcome;
 
 /// How long a server has to start and list its tools.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest tool name providers accept.
 const MAX_TOOL_NAME: usize = 64;
 /// Tool results longer than this are cut (the rest is noise to the model).
@@ -312,7 +311,7 @@ fn http_client(allow: Option<&[String]>) -> Result<reqwest::Client, String> {
 
 type Connected = (RunningService<RoleClient, ()>, Vec<Tool>);
 
-async fn connect_one(
+pub(crate) async fn connect_one(
     config: &McpServerConfig,
     secrets: &BTreeMap<String, String>,
     exec: &ExecutorClient,
@@ -432,49 +431,6 @@ pub fn configs_of(ctx: &Ctx, org: UserMcpServers, stored: UserMcpServers) -> BTr
         }
     }
     configs
-}
-
-/// Connects once to `owner`'s server `name` and lists its tools, for the Settings page's Test
-/// (`halyard.mcptest`). Only an `http` server can be reached from here: a `stdio` one runs in a
-/// conversation's sandbox and is checked when a conversation starts.
-pub async fn test(ctx: &Ctx, owner: &UserId, name: &str) -> McpTestAnswer {
-    let fail = |e: String| McpTestAnswer { ok: false, tools: Vec::new(), error: Some(e) };
-    let configs = match configs(ctx, owner).await {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    let Some(config) = configs.get(name) else {
-        return fail(format!("you have no enabled MCP server `{name}`"));
-    };
-    let McpServerConfig::Http { url, .. } = config else {
-        return fail(
-            "a stdio server runs in a conversation's sandbox: it is checked when a conversation starts, and the \
-             conversation's mcp_servers event says what it offers"
-                .into(),
-        );
-    };
-    let trusted = ctx.config.mcp.servers.get(name) == Some(config);
-    let allow = ctx.config.mcp.allow.as_slice();
-    if !trusted {
-        if let Err(e) = net::check_destination(url, allow).await {
-            return fail(format!("{url}: {e}"));
-        }
-    }
-    let secrets = match crate::user::secrets(ctx, owner, None).await {
-        Ok(s) => s.env,
-        Err(e) => return fail(e),
-    };
-    // An http server needs no sandbox: the executor client is never used.
-    let no_sandbox = ExecutorClient::new(ctx.http.clone(), "http://127.0.0.1:9", String::new());
-    match tokio::time::timeout(CONNECT_TIMEOUT, connect_one(config, &secrets, &no_sandbox, (!trusted).then_some(allow))).await {
-        Ok(Ok((client, tools))) => {
-            let tools = tools.iter().map(|t| t.name.to_string()).collect();
-            let _ = client.cancel().await;
-            McpTestAnswer { ok: true, tools, error: None }
-        }
-        Ok(Err(e)) => fail(e),
-        Err(_) => fail(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs())),
-    }
 }
 
 #[cfg(test)]
