@@ -166,10 +166,12 @@ impl Forge {
             ForgeKind::BitbucketCloud | ForgeKind::BitbucketDataCenter => bitbucket::can_write(self, repository, account).await,
             ForgeKind::AzureDevops => azure_devops::can_write(self, repository, account).await,
         };
-        match answer {
-            // Not a member, collaborator or user of it at all.
-            Err(ForgeError::NotFound(_)) => Ok(false),
-            other => other,
+        match (self.kind, answer) {
+            // GitLab and Bitbucket Cloud answer 404 for someone who is no member of the project or
+            // repository at all; elsewhere a 404 means the repository is out of the token's reach,
+            // which is the caller's to report.
+            (ForgeKind::Gitlab | ForgeKind::BitbucketCloud, Err(ForgeError::NotFound(_))) => Ok(false),
+            (_, other) => other,
         }
     }
 
