@@ -1,6 +1,7 @@
-//! The ground every handler stands on: [`AppState`] (what a request may reach: the bus, the read
-//! models, the accounts, the user store, the vault) and [`GatewayError`] (why the gateway as a
-//! whole failed). It imports nothing of the gateway's above it.
+//! What every handler stands on: [`AppState`] (what a request may reach: the bus, the read
+//! models, the accounts ([`registry`]), the user store, the vault, the counters one gateway keeps
+//! ([`limits`])) and [`GatewayError`] (why the gateway as a whole failed). It imports only the
+//! layers below it (the read models and their live fan-out, and `http`).
 
 pub mod limits;
 pub mod registry;

@@ -1,7 +1,8 @@
-//! Who is calling: users and API keys ([`registry`]), how a request proves it ([`auth`]), the
-//! web workspace's sessions and WebSocket tickets, the administrators' and users' own key
-//! management ([`admin`]), organizations and their members ([`orgs`]), the audit trail of what
-//! everyone did ([`audit`]) and what they spent ([`usage`]).
+//! The accounts' routes: the web workspace's sessions and WebSocket tickets, single sign-on,
+//! the administrators' and users' own key management ([`admin`]), organizations, their members,
+//! invitations, settings, budgets and shared resources ([`orgs`] and the `org_*` files), and what
+//! everyone spent ([`usage`]). Who exists is [`crate::state::registry`]; how a request proves who
+//! it is, [`crate::auth`]; the audit trail, [`crate::audit`].
 
 pub mod admin;
 pub mod invitations;

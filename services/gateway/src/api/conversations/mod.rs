@@ -1,8 +1,9 @@
-//! Conversations: starting them (and trying a failed start again), what the user does to one
-//! (messages, pause, resume, interrupt, confirm, delete...), its events (read, searched,
-//! counted, one by one, followed over a WebSocket; read through [`crate::read_model::events`]), its export,
-//! the agent's plan ([`plan`]), and read-only share links that show it live to people without
-//! an account ([`share`]).
+//! Conversations: starting them (and trying a failed start again) ([`starts`]), listing and
+//! reading them ([`list`], shown as [`views`] says), what the user does to one ([`control`]:
+//! messages, pause, resume, interrupt, confirm...), its events ([`events`]: read, searched,
+//! counted, one by one; followed over a WebSocket in [`ws`]; read through
+//! [`crate::read_model::events`]), its export, the agent's plan ([`plan`]), and read-only share
+//! links that show it live to people without an account ([`share`]).
 
 pub mod agents;
 pub mod control;

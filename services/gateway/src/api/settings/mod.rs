@@ -1,6 +1,6 @@
 //! What each user sets up for their conversations: defaults and LLM profiles, secrets, git
 //! providers (and what their forges answer: repositories, branches), MCP servers; all kept in
-//! the user's key-value store ([`user_store`]).
+//! the user's key-value store ([`crate::domain::user_store`]).
 
 pub mod agent_logins;
 pub mod custom_agents;
