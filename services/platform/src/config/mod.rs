@@ -1,6 +1,11 @@
 //! Configuration: defaults, then a TOML file, then `HALYARD_*` environment variables, then
 //! command-line flags (applied by the binary). Loaded once in `main` and passed down; nothing
 //! below reads the environment.
+//!
+//! Each part is a module of its own with its struct, its defaults and the table of its
+//! environment settings ([`crate::settings`]): [`agent`], [`sandbox`], [`gateway`], [`webhooks`],
+//! [`automations`], [`mcp`], [`titles`], and the LLM's in [`crate::llm::config`]; this file holds
+//! the process's own settings and walks the tables.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
