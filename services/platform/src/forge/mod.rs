@@ -72,10 +72,6 @@ impl Forge {
         Ok(Self { kind, api: Api::new(&base, headers, allow)?, identities, provider: provider.clone() })
     }
 
-    pub fn kind(&self) -> ForgeKind {
-        self.kind
-    }
-
     /// The repositories the token reaches whose full name contains `q` (any case), most
     /// recently updated first, as provider `name`'s.
     pub async fn repositories(&self, name: &str, q: &str) -> Result<Vec<Repository>, ForgeError> {
