@@ -33,6 +33,7 @@ mod browser;
 mod chaos;
 mod checkpoint;
 mod cluster;
+mod cold;
 mod docker;
 mod hibernation;
 mod hooks;
@@ -49,7 +50,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold` (issue 58), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -105,6 +106,10 @@ struct Args {
     /// Memory suite: idle conversations per repetition.
     #[arg(long, default_value_t = 200)]
     idle_conversations: usize,
+    /// Cold suite: another build's `halyard` binary, measured in the same run as this one's
+    /// (the commit before a change, built elsewhere).
+    #[arg(long)]
+    baseline_bin: Option<std::path::PathBuf>,
     /// Where the results go.
     #[arg(long, default_value = "load/results")]
     out: std::path::PathBuf,
@@ -194,6 +199,10 @@ async fn main() -> Result<()> {
     if wants("hooks") {
         let r = hooks::run(reps).await?;
         record(&args.out, "hooks", &r)?;
+    }
+    if wants("cold") {
+        let r = cold::run(reps, args.baseline_bin.as_deref()).await?;
+        record(&args.out, "cold", &r)?;
     }
     if wants("step") {
         let r = step::run(reps).await?;

@@ -26,7 +26,7 @@ fn cpu_now(h: &Halyard) -> [f64; 3] {
 }
 
 /// Two LLM steps and a command per message: a command first, then finish once it answered.
-fn script(llm: &ScriptedLlm) {
+pub(crate) fn script(llm: &ScriptedLlm) {
     llm.fallback(|req| {
         if halyard_tests::llm::latest_turn(req).iter().any(|m| m["role"] == "tool") {
             Reply::finish("done")
@@ -87,41 +87,7 @@ async fn once(h: &Halyard, llm: &ScriptedLlm, messages: usize) -> Result<Value> 
         events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "terminal").count() == messages,
         "a run did not run its command"
     );
-    // Where the time goes: the mean gap before each event of a run, by the event (and status)
-    // before it, from the log's millisecond timestamps; the first from the client's send, the
-    // last to the client's receipt of `finished`.
-    let mut gaps: std::collections::BTreeMap<String, (f64, usize)> = std::collections::BTreeMap::new();
-    let label = |e: &Value| match e["kind"].as_str() {
-        Some("execution_status") => format!("status {}", e["status"].as_str().unwrap_or("")),
-        Some("action") | Some("observation") => format!("{} {}", e["kind"].as_str().unwrap_or(""), e["tool"].as_str().unwrap_or("")),
-        other => other.unwrap_or("").to_owned(),
-    };
-    let stamp = |e: &Value| e["timestamp"].as_str().and_then(epoch_ms);
-    let mut run = 0usize;
-    let mut before: Option<(String, i64)> = None;
-    for e in events.iter().filter(|e| e["seq"].as_u64().unwrap_or(0) > have) {
-        let Some(at) = stamp(e) else { continue };
-        if e["kind"] == "user_message" {
-            before = Some(("sent".into(), sent_at.get(run).copied().unwrap_or(at)));
-        }
-        if let Some((prev, prev_at)) = &before {
-            let slot = gaps.entry(format!("{prev} -> {}", label(e))).or_insert((0.0, 0));
-            slot.0 += (at - prev_at) as f64;
-            slot.1 += 1;
-        }
-        before = Some((label(e), at));
-        if e["kind"] == "execution_status" && e["status"] == "finished" {
-            if let Some(seen) = seen_at.get(run) {
-                let slot = gaps.entry("status finished -> seen by the client".into()).or_insert((0.0, 0));
-                slot.0 += (seen - at) as f64;
-                slot.1 += 1;
-            }
-            run += 1;
-            before = None;
-        }
-    }
-    let gaps: serde_json::Map<String, Value> =
-        gaps.into_iter().map(|(k, (sum, n))| (k, json!((sum / n.max(1) as f64 * 100.0).round() / 100.0))).collect();
+    let gaps = timeline(&events, have, &sent_at, &seen_at);
     let mut sorted = ms.clone();
     sorted.sort_by(f64::total_cmp);
     Ok(json!({
@@ -177,9 +143,47 @@ pub async fn run(reps: usize) -> Result<Value> {
     }))
 }
 
+/// Where the time goes: the mean gap before each event of a run, by the event (and status)
+/// before it, from the log's millisecond timestamps of the events after `have`; the first from
+/// the client's send (`sent_at`, one per run, ms since the epoch), the last to the client's
+/// receipt of `finished` (`seen_at`).
+pub(crate) fn timeline(events: &[Value], have: u64, sent_at: &[i64], seen_at: &[i64]) -> serde_json::Map<String, Value> {
+    let mut gaps: std::collections::BTreeMap<String, (f64, usize)> = std::collections::BTreeMap::new();
+    let label = |e: &Value| match e["kind"].as_str() {
+        Some("execution_status") => format!("status {}", e["status"].as_str().unwrap_or("")),
+        Some("action") | Some("observation") => format!("{} {}", e["kind"].as_str().unwrap_or(""), e["tool"].as_str().unwrap_or("")),
+        other => other.unwrap_or("").to_owned(),
+    };
+    let stamp = |e: &Value| e["timestamp"].as_str().and_then(epoch_ms);
+    let mut run = 0usize;
+    let mut before: Option<(String, i64)> = None;
+    for e in events.iter().filter(|e| e["seq"].as_u64().unwrap_or(0) > have) {
+        let Some(at) = stamp(e) else { continue };
+        if e["kind"] == "user_message" {
+            before = Some(("sent".into(), sent_at.get(run).copied().unwrap_or(at)));
+        }
+        if let Some((prev, prev_at)) = &before {
+            let slot = gaps.entry(format!("{prev} -> {}", label(e))).or_insert((0.0, 0));
+            slot.0 += (at - prev_at) as f64;
+            slot.1 += 1;
+        }
+        before = Some((label(e), at));
+        if e["kind"] == "execution_status" && e["status"] == "finished" {
+            if let Some(seen) = seen_at.get(run) {
+                let slot = gaps.entry("status finished -> seen by the client".into()).or_insert((0.0, 0));
+                slot.0 += (seen - at) as f64;
+                slot.1 += 1;
+            }
+            run += 1;
+            before = None;
+        }
+    }
+    gaps.into_iter().map(|(k, (sum, n))| (k, json!((sum / n.max(1) as f64 * 100.0).round() / 100.0))).collect()
+}
+
 /// Milliseconds since the epoch of an RFC 3339 timestamp as the API writes them
 /// (`2026-11-26T06:35:28.970Z`).
-fn epoch_ms(t: &str) -> Option<i64> {
+pub(crate) fn epoch_ms(t: &str) -> Option<i64> {
     let (date, time) = t.trim_end_matches('Z').split_once('T')?;
     let mut d = date.split('-').map(|x| x.parse::<i64>());
     let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);

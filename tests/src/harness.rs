@@ -66,6 +66,8 @@ pub struct HalyardOptions {
     pub command: Vec<String>,
     /// Run Halyard as this (unprivileged) uid and gid instead of the test's own user.
     pub run_as: Option<u32>,
+    /// Another build of Halyard than this one's (a benchmark's baseline from the same run).
+    pub bin: Option<PathBuf>,
 }
 
 impl HalyardOptions {
@@ -77,6 +79,7 @@ impl HalyardOptions {
             env: BTreeMap::new(),
             command: vec!["up".into()],
             run_as: None,
+            bin: None,
         }
     }
 
@@ -118,7 +121,7 @@ impl Halyard {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(halyard_bin());
+        let mut cmd = Command::new(self.opts.bin.clone().unwrap_or_else(halyard_bin));
         cmd.args(&self.opts.command)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -258,22 +258,63 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     }
 
     task.status(StartTaskStatus::RunningSetupScript, None).await?;
-    run(&exec, "if [ -f .openhands/setup.sh ]; then bash .openhands/setup.sh; fi", SETUP_TIMEOUT_SECS)
-        .await
-        .map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: .openhands/setup.sh: {e}")))?;
+    // One look at the workspace says what the next three phases have to do; most have nothing
+    // to set up, and every command in the sandbox is on the way to READY.
+    let survey = run(&exec, &survey_script(), 30.0).await.map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: {e}")))?;
+    // Marks only from before the first skill's text, which could hold a line like one.
+    let marks = survey.split(SKILL_MARK).next().unwrap_or_default();
+    let has = |mark: &str| marks.lines().any(|l| l == mark);
+    let setup = has(SETUP_MARK);
+    if setup {
+        run(&exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS)
+            .await
+            .map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: .openhands/setup.sh: {e}")))?;
+    }
 
     task.status(StartTaskStatus::SettingUpGitHooks, None).await?;
-    run(
-        &exec,
-        "if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then mkdir -p .git/hooks && \
-         printf '#!/bin/sh\\nexec bash \"$(git rev-parse --show-toplevel)/.openhands/pre-commit.sh\" \"$@\"\\n' > .git/hooks/pre-commit && \
-         chmod +x .git/hooks/pre-commit; fi",
-        60.0,
-    )
-    .await
-    .map_err(|e| PhaseError(format!("SETTING_UP_GIT_HOOKS failed: {e}")))?;
+    // (A setup script may have written the hook's script.)
+    if setup || has(HOOKS_MARK) {
+        run(
+            &exec,
+            "if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then mkdir -p .git/hooks && \
+             printf '#!/bin/sh\\nexec bash \"$(git rev-parse --show-toplevel)/.openhands/pre-commit.sh\" \"$@\"\\n' > .git/hooks/pre-commit && \
+             chmod +x .git/hooks/pre-commit; fi",
+            60.0,
+        )
+        .await
+        .map_err(|e| PhaseError(format!("SETTING_UP_GIT_HOOKS failed: {e}")))?;
+    }
 
-    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned()).await
+    // The workspace as the conversation starts is its first checkpoint, which the agent's first
+    // action waits for. Begun now, it is taken while the conversation is handed over; the run's
+    // own request for it then finds it taken (the executor takes one at a time, and answers a
+    // late request for an earlier seq with the last checkpoint). A fork's first checkpoints
+    // are its source's.
+    if task.fork.is_none() {
+        let exec = exec.clone();
+        tokio::spawn(async move {
+            if let Err(e) = exec.checkpoint(1, None).await {
+                tracing::debug!(error = %e, "the early first checkpoint was not taken; the run takes it");
+            }
+        });
+    }
+
+    // The skills as the survey found them, unless a setup script ran (it may have written some).
+    let skills = (!setup).then(|| parse_skills(&survey));
+    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await
+}
+
+const SETUP_MARK: &str = "__HALYARD_HAS_SETUP__";
+const HOOKS_MARK: &str = "__HALYARD_HAS_HOOKS__";
+
+/// Says whether the workspace has a setup script and a pre-commit hook to install, then prints
+/// its skills as [`repo_skills`] does.
+fn survey_script() -> String {
+    format!(
+        "if [ -f .openhands/setup.sh ]; then echo {SETUP_MARK}; fi; \
+         if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then echo {HOOKS_MARK}; fi; {}",
+        skills_script()
+    )
 }
 
 /// Reads the workspace's skills and hands the conversation to the agent runners.
@@ -283,13 +324,19 @@ async fn hand_over(
     workspace: String,
     message: Option<String>,
     repository: Option<Repository>,
+    // The repository's skills when already read, else read here.
+    read: Option<Vec<Skill>>,
 ) -> Result<(), PhaseError> {
     task.status(StartTaskStatus::SettingUpSkills, None).await?;
     let mut skills: Vec<Skill> = task.ctx.skills.as_ref().clone();
     if let Some(org) = &task.org {
         skills.extend(org_skills(task.ctx, org).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
     }
-    skills.extend(repo_skills(exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
+    let read = match read {
+        Some(read) => read,
+        None => repo_skills(exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?,
+    };
+    skills.extend(read);
     let start = AgentCommand::Start {
         conversation_id: task.conversation_id,
         owner: task.owner.clone(),
@@ -334,7 +381,7 @@ async fn prepare_helper(task: &Task<'_>, message: Option<String>) -> Result<(), 
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: the sandbox of conversation {}: {e}", parent.conversation_id)))?;
     let workspace = exec.health().await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?.workspace;
-    hand_over(task, &exec, workspace, message, None).await
+    hand_over(task, &exec, workspace, message, None, None).await
 }
 
 /// Makes a fork's workspace as its source's was at the fork's event: the source's checkpoints up
@@ -425,12 +472,16 @@ async fn org_skills(ctx: &Ctx, org: &str) -> Result<Vec<Skill>, String> {
 /// Skills the repository brings: `.openhands/microagents/*.md`, `.openhands/skills/*.md`,
 /// `.openhands/skills/<name>/SKILL.md`, `AGENTS.md`.
 async fn repo_skills(exec: &ExecutorClient) -> Result<Vec<Skill>, String> {
-    let script = format!(
+    let out = run(exec, &skills_script(), 30.0).await?;
+    Ok(parse_skills(&out))
+}
+
+/// Prints each skill file of the workspace after a [`SKILL_MARK`] line with its path.
+fn skills_script() -> String {
+    format!(
         "for f in .openhands/microagents/*.md .openhands/skills/*.md .openhands/skills/*/SKILL.md AGENTS.md; do \
          if [ -f \"$f\" ]; then printf '\\n{SKILL_MARK}%s\\n' \"$f\"; head -c 20000 \"$f\"; fi; done; true"
-    );
-    let out = run(exec, &script, 30.0).await?;
-    Ok(parse_skills(&out))
+    )
 }
 
 /// Reads the marked files the skill script printed. A file is named by its path (a `SKILL.md`

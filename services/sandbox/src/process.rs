@@ -122,7 +122,9 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             netns::enter(new_netns, uid)
         })
     };
+    let began = std::time::Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("cannot start executor `{program}`: {e}"))?;
+    tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "executor spawned (its resource groups and network namespace joined)");
     // The child has its copy; ours must not linger.
     drop(tunnel);
     let pid = child.id().ok_or("executor exited at once")?;
@@ -143,6 +145,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                 break addr.trim().to_owned();
             }
         };
+        tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "executor listening");
         let (url, apps) = if confinement.own_network {
             own_network(layout, host, apps, pid, deadline, &addr, egress, !confinement.wrapper.is_empty()).await?
         } else {
@@ -150,7 +153,9 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
                 apps.iter().map(|(name, port)| (name.clone(), format!("http://{}", std::net::SocketAddr::new(host, *port)))).collect();
             (format!("http://{addr}"), urls)
         };
+        tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "sandbox network made");
         wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
+        tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "executor healthy");
         Ok::<_, String>((url, apps))
     }
     .await;
@@ -181,20 +186,26 @@ async fn own_network(
     let inner: std::net::SocketAddr = addr.parse().map_err(|_| format!("executor reported a bad address {addr}"))?;
     let mut wanted = vec![(AGENT_SERVER.to_owned(), inner.port())];
     wanted.extend(apps.iter().cloned());
-    let mut at = forward(layout, host, &wanted, pid, deadline).await?;
-    let url = at.remove(0).1;
-    if egress == crate::egress::Egress::Internet {
-        // The filter goes in before the way out opens.
-        if bwrap {
-            return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
-                        iptables table in the sandbox's network); use `open`, `none` or Docker sandboxes"
-                .into());
+    if egress == crate::egress::Egress::Internet && bwrap {
+        return Err("egress `internet` needs Halyard to run as root for process sandboxes (its filter is an \
+                    iptables table in the sandbox's network); use `open`, `none` or Docker sandboxes"
+            .into());
+    }
+    // The way in and the way out are made at once: neither needs the other.
+    let way_out = async {
+        if egress == crate::egress::Egress::Internet {
+            // The filter goes in before the way out opens.
+            netns::internet_only(pid).await?;
         }
-        netns::internet_only(pid).await?;
-    }
-    if egress != crate::egress::Egress::None {
-        connect_out(pid, bwrap, layout.open_log()?).await?;
-    }
+        if egress != crate::egress::Egress::None {
+            connect_out(pid, bwrap, layout.open_log()?).await?;
+        }
+        Ok::<_, String>(())
+    };
+    let (forwarded, out) = tokio::join!(forward(layout, host, &wanted, pid, deadline), way_out);
+    let mut at = forwarded?;
+    out?;
+    let url = at.remove(0).1;
     Ok((url, at))
 }
 

@@ -51,12 +51,14 @@ pub struct Checkpoints {
     /// The workspace's files as the last checkpoint found them: when a walk finds them the
     /// same, the checkpoint needs no git at all ([`unchanged`]).
     seen: std::sync::Arc<std::sync::Mutex<Option<Snapshot>>>,
+    /// The highest seq a checkpoint was taken for here (0: none yet).
+    highest: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Checkpoints {
     pub fn new(workspace: PathBuf) -> Self {
         let dir = workspace.join(STORE);
-        Self { workspace, dir, last: Default::default(), seen: Default::default() }
+        Self { workspace, dir, last: Default::default(), seen: Default::default(), highest: Default::default() }
     }
 
     /// git on the store with the workspace as its work tree (its standard streams are the
@@ -100,36 +102,45 @@ impl Checkpoints {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    /// Makes the store on first use, and keeps it out of what the workspace's own git sees.
-    async fn ensure(&self) -> Result<(), ExecutorError> {
-        if !self.dir.join("HEAD").exists() {
-            tokio::fs::create_dir_all(&self.dir).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
-            let made = tokio::process::Command::new("git")
-                .args(["init", "-q", "--bare"])
-                .arg(&self.dir)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .output()
-                .await
-                .map_err(|e| ExecutorError::Internal(format!("cannot run git for a checkpoint: {e}")))?;
-            if !made.status.success() {
-                return Err(ExecutorError::Internal(format!("git init: {}", String::from_utf8_lossy(&made.stderr).trim())));
+    /// Makes the store on first use (true then), and keeps it out of what the workspace's own
+    /// git sees.
+    ///
+    /// The store is written by hand rather than by `git init`: the files a bare repository needs
+    /// (what `git init --bare` writes, less its samples), with `HEAD` on `main` from the start.
+    /// The first checkpoint of a new conversation is on the way to its first answer, and each
+    /// git process there costs a few milliseconds.
+    async fn ensure(&self) -> Result<bool, ExecutorError> {
+        let made = !self.dir.join("HEAD").exists();
+        if made {
+            let fail = |e: std::io::Error| ExecutorError::Internal(format!("checkpoint store: {e}"));
+            for sub in ["objects/info", "objects/pack", "refs/heads", "refs/tags", "info"] {
+                tokio::fs::create_dir_all(self.dir.join(sub)).await.map_err(fail)?;
             }
-            let exclude = self.dir.join("info");
-            tokio::fs::create_dir_all(&exclude).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
-            tokio::fs::write(exclude.join("exclude"), "/.halyard/\n")
-                .await
-                .map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
+            let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n";
+            tokio::fs::write(self.dir.join("config"), config).await.map_err(fail)?;
+            tokio::fs::write(self.dir.join("info/exclude"), "/.halyard/\n").await.map_err(fail)?;
+            // Last: its presence is what says the store exists.
+            tokio::fs::write(self.dir.join("HEAD"), "ref: refs/heads/main\n").await.map_err(fail)?;
         }
         hide_from_workspace_git(&self.workspace).await;
-        Ok(())
+        Ok(made)
     }
 
     /// Keeps the workspace as it is now as the checkpoint of `seq`; a new commit only if
     /// something changed since the last one, which is `parent` when the caller kept it.
     pub async fn take(&self, seq: u64, parent: Option<&str>) -> Result<CheckpointResponse, ExecutorError> {
         let started = Instant::now();
-        self.ensure().await?;
+        // Event seqs only grow, so a request for one this executor has passed is late (the
+        // start task's early first checkpoint, coming after the run's own): it is answered
+        // with the last checkpoint, never with what the workspace holds now under that seq.
+        let highest = self.highest.load(std::sync::atomic::Ordering::SeqCst);
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let (None, Some((commit, _))) = (parent, &last)
+            && seq <= highest
+        {
+            return Ok(CheckpointResponse { seq, commit: commit.clone(), changed: false, ms: started.elapsed().as_millis() as u64 });
+        }
+        let new_store = self.ensure().await?;
         // Whether the kept parent is in the store (`None`: none was kept).
         let follows = match parent {
             Some(parent) => Some(self.follow(parent).await),
@@ -145,6 +156,7 @@ impl Checkpoints {
         {
             let commit = commit.clone();
             *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
+            self.highest.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
             return Ok(CheckpointResponse { seq, commit, changed: false, ms: started.elapsed().as_millis() as u64 });
         }
         self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
@@ -156,6 +168,8 @@ impl Checkpoints {
             // The kept parent is gone: a chain of its own, nothing of what the store's refs say
             // (the agent's to write) under it.
             None if follows == Some(false) => (None, None),
+            // A store made just now has no history to read.
+            None if new_store => (None, None),
             None => {
                 let last = self.git(&["log", "-1", "--format=%H %T"], None).await.ok();
                 match last.as_deref().and_then(|l| l.split_once(' ')) {
@@ -175,7 +189,8 @@ impl Checkpoints {
                 let commit = self.git(&args, None).await?;
                 let refs = format!("update refs/heads/main {commit}\nupdate {} {commit}\n", seq_ref(seq));
                 self.git(&["update-ref", "--stdin"], Some(&refs)).await?;
-                if head.is_none() {
+                if head.is_none() && !new_store {
+                    // A store made by an older executor may still point `HEAD` elsewhere.
                     self.git(&["symbolic-ref", "HEAD", "refs/heads/main"], None).await?;
                 }
                 (commit, true)
@@ -183,6 +198,7 @@ impl Checkpoints {
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((commit.clone(), tree));
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.checked_against(&self.dir.join("index")));
+        self.highest.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
         Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
     }
 
