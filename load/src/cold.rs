@@ -235,7 +235,8 @@ pub async fn run(reps: usize, baseline: Option<&std::path::Path>) -> Result<Valu
             if is_base && bin.is_none() {
                 continue;
             }
-            crate::record::settle(Duration::from_secs(10));
+            // A rep leaves a hundred sandboxes to tear down (network namespaces are slow to go).
+            crate::record::settle(Duration::from_secs(30));
             let h = halyard(&llm, bin);
             let run = once(&h, samples).await?;
             eprintln!(

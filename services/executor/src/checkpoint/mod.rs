@@ -449,6 +449,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn a_late_request_for_an_earlier_seq_names_the_last_checkpoint_not_the_workspace_now() {
+        let ws = tempfile::tempdir().unwrap();
+        let c = Checkpoints::new(ws.path().to_path_buf());
+        let first = c.take(1, None).await.unwrap();
+        std::fs::write(ws.path().join("made.txt"), "by the first action\n").unwrap();
+        let after = c.take(8, Some(&first.commit)).await.unwrap();
+        assert!(after.changed);
+        // The start task's early request for seq 1, arriving after the run's own.
+        let late = c.take(1, None).await.unwrap();
+        assert_eq!((late.commit.as_str(), late.changed), (after.commit.as_str(), false));
+        // Seq 1 still brings back the workspace as it started.
+        let back = c.restore(1, None).await.unwrap();
+        assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
+        assert!(!ws.path().join("made.txt").exists());
+    }
+
+    #[tokio::test]
     async fn a_checkpoint_keeps_what_changed_and_a_restore_brings_it_back() {
         let ws = tempfile::tempdir().unwrap();
         let c = Checkpoints::new(ws.path().to_path_buf());
@@ -459,7 +476,7 @@ mod tests {
         // Once the files are older than the file clock's tick, without git (the same answer).
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         c.take(3, None).await.unwrap();
-        assert!(!c.take(3, None).await.unwrap().changed);
+        assert!(!c.take(4, None).await.unwrap().changed);
         std::fs::write(ws.path().join("a.txt"), "two\n").unwrap();
         std::fs::create_dir(ws.path().join("src")).unwrap();
         std::fs::write(ws.path().join("src/b.txt"), "new\n").unwrap();
