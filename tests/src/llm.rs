@@ -119,6 +119,12 @@ impl ScriptedLlm {
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
         let addr = listener.local_addr().expect("addr");
+        // A provider's edge sends each piece of a streamed answer as it is written; with Nagle's
+        // algorithm on, a piece waited here for the client's delayed acknowledgement of the one
+        // before (up to 40 ms), which the cold suite saw as stalls of one LLM call in a few.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
