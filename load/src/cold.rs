@@ -16,6 +16,10 @@
 //! With them: CPU per new task (nats-server, Halyard with its sandboxes, this client) and one
 //! fresh conversation's timeline (every event's time after the client's `POST`, from the log's
 //! timestamps), which says where a slow figure goes.
+//!
+//! For looking into one: with `COLD_LOG=FILE` (and `COLD_HALYARD_LOG`, Halyard's log filter),
+//! the suite runs three fresh conversations only, writes Halyard's log to FILE and that one run
+//! as its result (give `--out` a scratch directory).
 
 use std::time::{Duration, Instant};
 
@@ -58,14 +62,7 @@ async fn create(api: &Api, body: Value) -> Result<(String, String)> {
 async fn fresh(api: &Api) -> Result<[f64; 3]> {
     let t = Instant::now();
     let (task, conv) = create(api, json!({})).await?;
-    loop {
-        let (_, v) = api.get(&format!("/api/v1/start-tasks/{task}")).await;
-        match v["status"].as_str() {
-            Some("READY") => break,
-            Some("ERROR") => anyhow::bail!("start failed: {v}"),
-            _ => tokio::time::sleep(Duration::from_millis(1)).await,
-        }
-    }
+    crate::until_ready(api, &task).await?;
     let ready = ms_since(t);
     let mut ws = api.ws(&conv, 0).await;
     let first = message(api, &conv, &mut ws).await?;
@@ -201,13 +198,17 @@ fn summary(runs: &[Value]) -> Value {
 fn ratios(now: &Value, base: &Value) -> Value {
     let mut out = serde_json::Map::new();
     for (key, v) in now.as_object().into_iter().flatten() {
-        if let (Some(a), Some(b)) = (v["median"].as_f64(), base[key]["median"].as_f64())
-            && b > 0.0
-        {
-            out.insert(key.clone(), json!((a / b * 100.0).round() / 100.0));
+        if let Some(r) = ratio(v, &base[key]) {
+            out.insert(key.clone(), json!(r));
         }
     }
     Value::Object(out)
+}
+
+/// The median of spread `a` over that of `b`, to two places.
+fn ratio(a: &Value, b: &Value) -> Option<f64> {
+    let (a, b) = (a["median"].as_f64()?, b["median"].as_f64()?);
+    (b > 0.0).then(|| (a / b * 100.0).round() / 100.0)
 }
 
 /// Every repetition measures this build and, given `baseline` (another build's binary, say the
@@ -262,7 +263,7 @@ pub async fn run(reps: usize, baseline: Option<&std::path::Path>) -> Result<Valu
         "repetitions": reps,
         "fresh_conversations_per_repetition": samples,
         "figures": now,
-        "first_over_second_message": ratios(&json!({"m": first}), &json!({"m": now["second_message_to_finished_ms"]}))["m"],
+        "first_over_second_message": ratio(&first, &now["second_message_to_finished_ms"]),
         "baseline": base.as_ref().map(|b| json!({"binary": baseline.map(|p| p.display().to_string()), "figures": b, "runs": base_runs})),
         "this_build_over_baseline": base.as_ref().map(|b| ratios(&now, b)),
         "targets": {"create_to_ready_ms": 15.0, "first_message_to_finished_ms": 10.0},

@@ -255,6 +255,19 @@ fn record(out: &std::path::Path, suite: &str, result: &impl serde::Serialize) ->
     Ok(())
 }
 
+/// Polls start task `id` every millisecond until it is READY (an error if it failed), so that a
+/// start's latency is read to the millisecond.
+pub(crate) async fn until_ready(api: &halyard_tests::Api, id: &str) -> Result<()> {
+    loop {
+        let (_, t) = api.get(&format!("/api/v1/start-tasks/{id}")).await;
+        match t["status"].as_str() {
+            Some("READY") => return Ok(()),
+            Some("ERROR") => anyhow::bail!("start failed: {t}"),
+            _ => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+}
+
 /// One repetition of the core suite, with its own `halyard up`.
 async fn core(args: &Args) -> Result<serde_json::Value> {
     let llm = ScriptedLlm::start().await;
@@ -277,14 +290,7 @@ async fn core(args: &Args) -> Result<serde_json::Value> {
         let (status, task) = api.post("/api/v1/conversations", json!({})).await;
         anyhow::ensure!(status == 202, "start failed: {task}");
         let id = task["id"].as_str().context("task id")?.to_owned();
-        loop {
-            let (_, t) = api.get(&format!("/api/v1/start-tasks/{id}")).await;
-            match t["status"].as_str() {
-                Some("READY") => break,
-                Some("ERROR") => anyhow::bail!("start failed: {t}"),
-                _ => tokio::time::sleep(Duration::from_millis(1)).await,
-            }
-        }
+        until_ready(&api, &id).await?;
         starts.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     starts.sort_by(f64::total_cmp);
