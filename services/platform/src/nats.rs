@@ -162,6 +162,8 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
     for mut config in stream_decls()? {
         let name = config.name.clone();
         config.num_replicas = kept_replicas(js, &name, replicas).await;
+        // A fork copies its source's events in atomic batches where the server has them.
+        config.allow_atomic_publish = name == subjects::EVENTS_STREAM && atomic_batches(&version);
         js.create_or_update_stream(config).await.map_err(|e| topo(&format!("stream {name}: {e}")))?;
     }
     refuse_legacy_event_layout(js).await?;
@@ -347,9 +349,18 @@ async fn refuse_legacy_event_layout(js: &jetstream::Context) -> Result<(), BusEr
 
 /// Whether a nats-server version (`2.11.0`, `2.12.0-beta.1`) is 2.11 or newer.
 fn server_supported(version: &str) -> bool {
+    major_minor(version) >= (2, 11)
+}
+
+/// Whether a nats-server of `version` stores atomic batches (2.12 and newer): the events stream
+/// then allows them ([`ensure_topology`]) and a conversation's appender sends them.
+pub fn atomic_batches(version: &str) -> bool {
+    major_minor(version) >= (2, 12)
+}
+
+fn major_minor(version: &str) -> (u32, u32) {
     let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (2, 11)
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// A currently free TCP port on 127.0.0.1.

@@ -1,19 +1,22 @@
 //! Bus helpers every service uses the same way: publishing with de-duplication ids, reading the
-//! latest record of an entity, appending to and replaying a conversation's event log, and a
-//! consumer loop that parks poison messages instead of retrying them forever.
+//! latest record of an entity, replaying a conversation's event log (appending to it is
+//! [`log`]'s), and a consumer loop that parks poison messages instead of retrying them forever.
 
 use std::time::Duration;
 
 use async_nats::jetstream::message::PublishMessage;
-use async_nats::jetstream::{self, AckKind, consumer, context::PublishErrorKind};
+use async_nats::jetstream::{self, AckKind, consumer};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use halyard_protocol::envelope::Payload;
-use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
-use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
+use halyard_protocol::event::ConversationEvent;
+use halyard_protocol::{ConversationId, Envelope, TraceContext, subjects};
 
 use crate::error::{BusError, BusErrorKind};
+
+mod log;
+pub use log::{BATCH_MAX, EventAppender, NewEvent, last_event};
 
 fn err(kind: BusErrorKind) -> impl Fn(&dyn std::fmt::Display) -> BusError {
     move |e| BusError::new(kind, e)
@@ -94,111 +97,6 @@ pub async fn last_message(js: &jetstream::Context, stream: &str, subject: &str) 
         .await
         .map_err(|e| err(BusErrorKind::Read)(&e))?;
     direct_answer(msg, stream)
-}
-
-/// Appends to one conversation's log. Each append names the stream sequence of the last event
-/// it knows (`Nats-Expected-Last-Subject-Sequence`, checked against the whole log
-/// `halyard.events.<id>.*` by `Nats-Expected-Last-Subject-Sequence-Subject`, since each event
-/// goes to its kind's subject), so JetStream rejects it if anyone else has appended since: two
-/// writers can never both write `seq` N. The same check makes a re-append
-/// after a lost ack fail instead of storing the event twice; the caller then finds its event
-/// (by id) in the log.
-#[derive(Debug)]
-pub struct EventAppender {
-    js: jetstream::Context,
-    conversation: ConversationId,
-    /// The log's filter, `halyard.events.<id>.*`: what the sequence check applies to.
-    log: String,
-    last_stream_seq: u64,
-    last_seq: u64,
-}
-
-impl EventAppender {
-    /// Opens the log at its current end.
-    pub async fn open(js: jetstream::Context, conversation: ConversationId) -> Result<Self, BusError> {
-        let mut me = Self { js, conversation, log: subjects::conversation_events(conversation), last_stream_seq: 0, last_seq: 0 };
-        me.refresh().await?;
-        Ok(me)
-    }
-
-    /// Re-reads the end of the log (after a conflict).
-    pub async fn refresh(&mut self) -> Result<(), BusError> {
-        match last_event(&self.js, self.conversation).await? {
-            Some((stream_seq, env)) => {
-                self.last_stream_seq = stream_seq;
-                self.last_seq = env.payload.seq;
-            }
-            None => {
-                self.last_stream_seq = 0;
-                self.last_seq = 0;
-            }
-        }
-        Ok(())
-    }
-
-    /// `seq` of the last event in the log.
-    pub fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-
-    pub fn conversation(&self) -> ConversationId {
-        self.conversation
-    }
-
-    /// Appends one event. A [`BusErrorKind::Conflict`] means someone else appended first:
-    /// [`refresh`](Self::refresh) and decide again.
-    pub async fn append(
-        &mut self,
-        id: EventId,
-        source: EventSource,
-        body: EventBody,
-        trace: Option<TraceContext>,
-    ) -> Result<ConversationEvent, BusError> {
-        let now = crate::now_ms();
-        let event = ConversationEvent { seq: self.last_seq + 1, id, conversation_id: self.conversation, source, timestamp_ms: now, body };
-        let mut env = Envelope::with_id(CommandId(id.0), event, now);
-        env.trace = trace;
-        let bytes = halyard_protocol::encode(&env)?;
-        // No `Nats-Msg-Id`: the expected-sequence check already makes a retried append fail
-        // (the first copy is stored), and the caller then finds its event by id in the log.
-        // Sparing the server's de-duplication table is measurably faster.
-        let publish = PublishMessage::build()
-            .payload(bytes.into())
-            .expected_last_subject_sequence(self.last_stream_seq)
-            .header(EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT, self.log.as_str());
-        let subject = subjects::event_subject(self.conversation, env.payload.body.kind());
-        let pending = self.js.send_publish(subject, publish).await.map_err(|e| err(BusErrorKind::Publish)(&e))?;
-        match pending.await {
-            Ok(ack) if ack.duplicate => {
-                // Stored before (our ack was lost): the log already holds it, possibly at
-                // another position. Re-read the end so the next append is right.
-                self.refresh().await?;
-                Err(BusError::new(BusErrorKind::Conflict, format!("event {id} was already appended")))
-            }
-            Ok(ack) => {
-                self.last_stream_seq = ack.sequence;
-                self.last_seq = env.payload.seq;
-                metrics::counter!("halyard_events_appended_total", "kind" => env.payload.body.kind()).increment(1);
-                Ok(env.payload)
-            }
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                Err(BusError::new(BusErrorKind::Conflict, format!("conversation {} was appended to by another writer", self.conversation)))
-            }
-            Err(e) => Err(err(BusErrorKind::Publish)(&e)),
-        }
-    }
-}
-
-/// The header that points `Nats-Expected-Last-Subject-Sequence` at a subject filter (the whole
-/// log) rather than the published subject (nats-server 2.11 and newer).
-const EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
-
-/// The last event of a conversation's log (`halyard.events.<id>.*`), with its stream sequence.
-pub async fn last_event(
-    js: &jetstream::Context,
-    conversation: ConversationId,
-) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
-    last_record(js, subjects::EVENTS_STREAM, &subjects::conversation_events(conversation)).await
 }
 
 /// One answer to a direct get: the message with its stream sequence, or None for "no message
