@@ -1,10 +1,11 @@
 //! Checkpoints of the workspace: after each action the agent runner asks for one (`POST
 //! /checkpoint {"seq"}`), and a git object store beside the workspace's files keeps what changed
 //! as a commit, with a ref per event seq (`refs/seq/<seq>`). Only changed files cost anything: a
-//! step that changed one file adds its blob and the trees above it, and a step that changed
-//! nothing adds nothing, and runs no git either: a walk in this process finds it unchanged
-//! ([`unchanged`]). `POST /restore {"seq"}` puts the workspace back as the newest checkpoint at or
-//! before `seq` left it.
+//! step that changed one file adds its blob and the trees above it, and git is handed that path
+//! alone, as the workspace's watch saw it change ([`watch`]); a step that changed nothing adds
+//! nothing and runs no git. Without a watch to trust, a checkpoint looks at everything: a walk in
+//! this process finds an unchanged workspace ([`unchanged`]), else `git add -A`. `POST /restore
+//! {"seq"}` puts the workspace back as the newest checkpoint at or before `seq` left it.
 //!
 //! A fork moves checkpoints from one sandbox to another: `GET /checkpoint/bundle?seq=` streams
 //! a git bundle of those taken at or before `seq` (404 when there are none), and `POST
@@ -35,6 +36,7 @@ use halyard_protocol::executor::{CheckpointResponse, RestoreResponse};
 use crate::ExecutorError;
 
 mod unchanged;
+mod watch;
 use unchanged::Snapshot;
 
 /// Where the store is, under the workspace.
@@ -53,20 +55,60 @@ pub struct Checkpoints {
     seen: std::sync::Arc<std::sync::Mutex<Option<Snapshot>>>,
     /// The highest seq a checkpoint was taken for here (0: none yet).
     highest: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// What changed since the last checkpoint, as the kernel tells it ([`watch`]).
+    watch: std::sync::Arc<std::sync::Mutex<Watching>>,
+    /// How many checkpoints looked at the whole workspace (for the tests and the benchmark).
+    full_looks: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Whether the watch is on (then git keeps a split index).
+    watched: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The workspace's watch: not made yet, made, or not to be had here (a nested repository, no
+/// inotify): then every checkpoint looks at the whole workspace.
+#[derive(Debug, Default)]
+enum Watching {
+    #[default]
+    NotYet,
+    On(watch::Watch),
+    Off,
 }
 
 impl Checkpoints {
     pub fn new(workspace: PathBuf) -> Self {
         let dir = workspace.join(STORE);
-        Self { workspace, dir, last: Default::default(), seen: Default::default(), highest: Default::default() }
+        Self {
+            workspace,
+            dir,
+            last: Default::default(),
+            seen: Default::default(),
+            highest: Default::default(),
+            watch: Default::default(),
+            full_looks: Default::default(),
+            watched: Default::default(),
+        }
+    }
+
+    /// A store whose checkpoints always look at the whole workspace, as before the watch (the
+    /// benchmark's baseline).
+    pub fn unwatched(workspace: PathBuf) -> Self {
+        let me = Self::new(workspace);
+        *me.watch.lock().unwrap_or_else(|p| p.into_inner()) = Watching::Off;
+        me
     }
 
     /// git on the store with the workspace as its work tree (its standard streams are the
     /// caller's to set).
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("git");
-        // The untracked cache spares re-reading directories whose mtime did not change.
+        // The untracked cache spares re-reading directories whose mtime did not change. While
+        // the watch hands git single paths, a split index spares rewriting every file's entry
+        // when one changed (the shared part that no longer serves goes at once), and no
+        // threads stat every file ahead of a `git add` that names one; without the watch, the
+        // whole index is what a look at everything compares its walk with ([`unchanged`]).
+        let watched = self.watched.load(std::sync::atomic::Ordering::Relaxed);
         cmd.args(["-c", "core.quotepath=off", "-c", "core.autocrlf=false", "-c", "gc.auto=0", "-c", "core.untrackedCache=true"])
+            .args(["-c", &format!("core.splitIndex={watched}"), "-c", &format!("core.preloadIndex={}", !watched)])
+            .args(["-c", "splitIndex.sharedIndexExpire=now"])
             .args(args)
             .current_dir(&self.workspace)
             .env("GIT_DIR", &self.dir)
@@ -85,6 +127,16 @@ impl Checkpoints {
 
     /// Runs git on the store; its standard output, trimmed.
     async fn git(&self, args: &[&str], input: Option<&str>) -> Result<String, ExecutorError> {
+        let out = self.git_output(args, input).await?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(ExecutorError::Internal(format!("git {}: {}", args.first().unwrap_or(&""), err.trim())));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Runs git on the store, whatever its exit status.
+    async fn git_output(&self, args: &[&str], input: Option<&str>) -> Result<std::process::Output, ExecutorError> {
         use tokio::io::AsyncWriteExt;
         let mut cmd = self.command(args);
         cmd.stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
@@ -94,12 +146,72 @@ impl Checkpoints {
         if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
             stdin.write_all(text.as_bytes()).await.map_err(|e| ExecutorError::Internal(format!("git: {e}")))?;
         }
-        let out = child.wait_with_output().await.map_err(|e| ExecutorError::Internal(format!("git: {e}")))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(ExecutorError::Internal(format!("git {}: {}", args.first().unwrap_or(&""), err.trim())));
+        child.wait_with_output().await.map_err(|e| ExecutorError::Internal(format!("git: {e}")))
+    }
+
+    /// Brings the index up to date at `paths` only (relative to the workspace; gone ones leave
+    /// it). Git names a path `.gitignore` leaves out and goes on with the others, which is what
+    /// a full `git add -A` does with it too; any other refusal is an error (the caller then
+    /// looks at everything).
+    async fn add_paths(&self, paths: &[PathBuf]) -> Result<(), ExecutorError> {
+        let mut spec = String::new();
+        for p in paths {
+            let p = p.to_str().ok_or_else(|| ExecutorError::Internal(format!("{} is not UTF-8", p.display())))?;
+            spec.push_str(":(literal)");
+            spec.push_str(p);
+            spec.push('\0');
         }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        let args = ["add", "-A", "--ignore-errors", "--pathspec-from-file=-", "--pathspec-file-nul"];
+        let out = self.git_output(&args, Some(&spec)).await?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => Ok(()),
+            Some(1) if err.contains("ignored by one of your .gitignore files") && !err.contains("error:") => Ok(()),
+            _ => Err(ExecutorError::Internal(format!("git add: {}", err.trim()))),
+        }
+    }
+
+    /// The paths changed since the last checkpoint, when the workspace's watch can say.
+    async fn watched(&self) -> Option<Vec<PathBuf>> {
+        let state = self.watch.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            let Watching::On(w) = &mut *state else { return None };
+            let paths = w.take();
+            if paths.is_none() {
+                // Made again by the full look that follows.
+                *state = Watching::NotYet;
+            }
+            paths
+        });
+        taken.await.ok().flatten()
+    }
+
+    /// Watches the workspace from now on, unless it cannot be; called before a full look, so
+    /// that what changes during it shows at the next checkpoint.
+    async fn arm_watch(&self) {
+        let (state, workspace) = (self.watch.clone(), self.workspace.clone());
+        let watched = self.watched.clone();
+        let armed = tokio::task::spawn_blocking(move || {
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            // What it saw so far is in the full look.
+            if let Watching::On(w) = &mut *state
+                && w.take().is_none()
+            {
+                *state = Watching::NotYet;
+            }
+            if matches!(*state, Watching::NotYet) {
+                *state = match watch::Watch::arm(&workspace) {
+                    Ok(w) => Watching::On(w),
+                    Err(e) => {
+                        tracing::info!(error = %e, "the workspace is not watched: each checkpoint looks at all of it");
+                        Watching::Off
+                    }
+                };
+            }
+            watched.store(matches!(*state, Watching::On(_)), std::sync::atomic::Ordering::Relaxed);
+        });
+        let _ = armed.await;
     }
 
     /// Makes the store on first use (true then), and keeps it out of what the workspace's own
@@ -128,6 +240,11 @@ impl Checkpoints {
 
     /// Keeps the workspace as it is now as the checkpoint of `seq`; a new commit only if
     /// something changed since the last one, which is `parent` when the caller kept it.
+    ///
+    /// What changed comes from the workspace's watch ([`watch`]) when it can be trusted: git is
+    /// given those paths only, and nothing at all when there are none. Otherwise (the first
+    /// checkpoint here, a lost watch, a store changed under this executor) everything is looked
+    /// at: a walk in this process tells an unchanged workspace ([`unchanged`]), else `git add -A`.
     pub async fn take(&self, seq: u64, parent: Option<&str>) -> Result<CheckpointResponse, ExecutorError> {
         let started = Instant::now();
         // Event seqs only grow, so a request for one this executor has passed is late (the
@@ -146,10 +263,29 @@ impl Checkpoints {
             Some(parent) => Some(self.follow(parent).await),
             None => None,
         };
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((commit, _)) = &last
+            && let Some(paths) = self.watched().await
+        {
+            if paths.is_empty() {
+                self.highest.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
+                return Ok(CheckpointResponse { seq, commit: commit.clone(), changed: false, ms: started.elapsed().as_millis() as u64 });
+            }
+            match self.add_paths(&paths).await {
+                Ok(()) => {
+                    *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    let (commit, changed) = self.record(seq, last, follows, new_store).await?;
+                    return Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 });
+                }
+                // A path git would not take alone (an ignored file that went away): all of it.
+                Err(e) => tracing::debug!(error = %e, "changed paths refused; the whole workspace is looked at"),
+            }
+        }
+        self.full_looks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.arm_watch().await;
         // Walked before `git add`, so that a file changing meanwhile shows at the next walk.
         let workspace = self.workspace.clone();
         let now = tokio::task::spawn_blocking(move || Snapshot::take(&workspace)).await.unwrap_or_default();
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let (Some((commit, _)), Some(seen)) = (&last, seen)
             && seen.unchanged(&now)
@@ -160,6 +296,43 @@ impl Checkpoints {
             return Ok(CheckpointResponse { seq, commit, changed: false, ms: started.elapsed().as_millis() as u64 });
         }
         self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
+        let (commit, changed) = self.record(seq, last, follows, new_store).await?;
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.checked_against(&self.dir.join("index")));
+        Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
+    }
+
+    /// Points `refs/heads/main` and the seq's ref at `commit`: loose ref files written as git
+    /// writes them (a new file renamed over the ref, never written through a link the agent
+    /// left there), a process less than `update-ref` on every checkpoint.
+    async fn write_refs(&self, seq: u64, commit: &str) -> Result<(), ExecutorError> {
+        let fail = |e: std::io::Error| ExecutorError::Internal(format!("checkpoint refs: {e}"));
+        for name in ["refs/heads/main".to_owned(), seq_ref(seq)] {
+            let path = self.dir.join(&name);
+            if let Some(dir) = path.parent() {
+                tokio::fs::create_dir_all(dir).await.map_err(fail)?;
+            }
+            let lock = path.with_extension("lock");
+            tokio::fs::write(&lock, format!("{commit}\n")).await.map_err(fail)?;
+            tokio::fs::rename(&lock, &path).await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// How many checkpoints here looked at the whole workspace rather than at what its watch
+    /// saw change.
+    pub fn full_looks(&self) -> u64 {
+        self.full_looks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Makes the index (just brought up to date) the checkpoint of `seq`: its commit, and
+    /// whether it is a new one (the tree differs from the last checkpoint's).
+    async fn record(
+        &self,
+        seq: u64,
+        last: Option<(String, String)>,
+        follows: Option<bool>,
+        new_store: bool,
+    ) -> Result<(String, bool), ExecutorError> {
         let tree = self.git(&["write-tree"], None).await?;
         // The last checkpoint and its tree: remembered, or read in one call (none before the
         // first).
@@ -187,8 +360,7 @@ impl Checkpoints {
                     args.extend(["-p", h.as_str()]);
                 }
                 let commit = self.git(&args, None).await?;
-                let refs = format!("update refs/heads/main {commit}\nupdate {} {commit}\n", seq_ref(seq));
-                self.git(&["update-ref", "--stdin"], Some(&refs)).await?;
+                self.write_refs(seq, &commit).await?;
                 if head.is_none() && !new_store {
                     // A store made by an older executor may still point `HEAD` elsewhere.
                     self.git(&["symbolic-ref", "HEAD", "refs/heads/main"], None).await?;
@@ -197,9 +369,8 @@ impl Checkpoints {
             }
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((commit.clone(), tree));
-        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.checked_against(&self.dir.join("index")));
         self.highest.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
-        Ok(CheckpointResponse { seq, commit, changed, ms: started.elapsed().as_millis() as u64 })
+        Ok((commit, changed))
     }
 
     /// Makes `parent` the last checkpoint, if this executor remembers another (it restarted, or
@@ -353,9 +524,11 @@ impl Checkpoints {
         let Some((at, commit)) = self.at(seq).await? else {
             return Err(ExecutorError::NotFound(format!("there is no checkpoint at or before event {seq}")));
         };
-        // The index holds the workspace as it was last checkpointed: `-u` makes the work tree go
+        // The index as the workspace is now (everything looked at: a change no watch saw, such
+        // as a write through a memory map, is undone too), so that `-u` makes the work tree go
         // from that to the target, removing what the target lacks.
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.git(&["add", "-A", "--ignore-errors", "."], None).await?;
         self.git(&["read-tree", "--reset", "-u", &commit], None).await?;
         Ok(RestoreResponse { seq, checkpoint_seq: at, commit })
     }
@@ -445,172 +618,4 @@ async fn hide_from_workspace_git(workspace: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_late_request_for_an_earlier_seq_names_the_last_checkpoint_not_the_workspace_now() {
-        let ws = tempfile::tempdir().unwrap();
-        let c = Checkpoints::new(ws.path().to_path_buf());
-        let first = c.take(1, None).await.unwrap();
-        std::fs::write(ws.path().join("made.txt"), "by the first action\n").unwrap();
-        let after = c.take(8, Some(&first.commit)).await.unwrap();
-        assert!(after.changed);
-        // The start task's early request for seq 1, arriving after the run's own.
-        let late = c.take(1, None).await.unwrap();
-        assert_eq!((late.commit.as_str(), late.changed), (after.commit.as_str(), false));
-        // Seq 1 still brings back the workspace as it started.
-        let back = c.restore(1, None).await.unwrap();
-        assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
-        assert!(!ws.path().join("made.txt").exists());
-    }
-
-    #[tokio::test]
-    async fn a_checkpoint_keeps_what_changed_and_a_restore_brings_it_back() {
-        let ws = tempfile::tempdir().unwrap();
-        let c = Checkpoints::new(ws.path().to_path_buf());
-        std::fs::write(ws.path().join("a.txt"), "one\n").unwrap();
-        let first = c.take(1, None).await.unwrap();
-        assert!(first.changed);
-        assert!(!c.take(2, None).await.unwrap().changed, "nothing changed, nothing new");
-        // Once the files are older than the file clock's tick, without git (the same answer).
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        c.take(3, None).await.unwrap();
-        assert!(!c.take(4, None).await.unwrap().changed);
-        std::fs::write(ws.path().join("a.txt"), "two\n").unwrap();
-        std::fs::create_dir(ws.path().join("src")).unwrap();
-        std::fs::write(ws.path().join("src/b.txt"), "new\n").unwrap();
-        assert!(c.take(5, None).await.unwrap().changed);
-
-        let back = c.restore(4, None).await.unwrap();
-        assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
-        assert_eq!(std::fs::read_to_string(ws.path().join("a.txt")).unwrap(), "one\n");
-        assert!(!ws.path().join("src/b.txt").exists(), "a file made after the checkpoint is gone");
-        // What was undone can be had back.
-        c.take(6, None).await.unwrap();
-        c.restore(5, None).await.unwrap();
-        assert_eq!(std::fs::read_to_string(ws.path().join("src/b.txt")).unwrap(), "new\n");
-        assert!(matches!(c.restore(0, None).await, Err(ExecutorError::NotFound(_))));
-    }
-
-    #[tokio::test]
-    async fn a_store_changed_from_inside_the_sandbox_is_put_back_or_refused() {
-        let ws = tempfile::tempdir().unwrap();
-        let a = ws.path().join("a.txt");
-        let c = Checkpoints::new(ws.path().to_path_buf());
-        std::fs::write(&a, "one\n").unwrap();
-        let first = c.take(1, None).await.unwrap();
-        std::fs::write(&a, "two\n").unwrap();
-        let head = c.take(2, Some(&first.commit)).await.unwrap().commit;
-
-        // The agent makes a checkpoint of its own and points seq 1 (and main) at it.
-        std::fs::write(&a, "evil\n").unwrap();
-        c.git(&["add", "-A", "."], None).await.unwrap();
-        let tree = c.git(&["write-tree"], None).await.unwrap();
-        let evil = c.git(&["commit-tree", &tree, "-m", "seq 1", "-p", &first.commit], None).await.unwrap();
-        let refs = format!("update {} {evil}\nupdate refs/heads/main {evil}\n", seq_ref(1));
-        c.git(&["update-ref", "--stdin"], Some(&refs)).await.unwrap();
-        c.restore(1, None).await.unwrap();
-        assert_eq!(std::fs::read_to_string(&a).unwrap(), "evil\n", "the store's own refs are the agent's to change");
-        // From the kept head, seq 1 is what it was.
-        let back = c.restore(1, Some(&head)).await.unwrap();
-        assert_eq!((back.checkpoint_seq, back.commit.as_str()), (1, first.commit.as_str()));
-        assert_eq!(std::fs::read_to_string(&a).unwrap(), "one\n");
-
-        // An executor started again follows the kept parent, not the store's main.
-        c.git(&["update-ref", "refs/heads/main", &evil], None).await.unwrap();
-        let again = Checkpoints::new(ws.path().to_path_buf());
-        std::fs::write(&a, "three\n").unwrap();
-        let third = again.take(3, Some(&head)).await.unwrap();
-        assert_eq!(again.git(&["rev-parse", &format!("{}^", third.commit)], None).await.unwrap(), head);
-
-        // The kept parent removed from the store, the agent's own chain under main: the next
-        // checkpoint starts a chain of its own, so nothing of the agent's is ever under the head.
-        let gone = tempfile::tempdir().unwrap();
-        let g = Checkpoints::new(gone.path().to_path_buf());
-        std::fs::write(gone.path().join("a.txt"), "one\n").unwrap();
-        let kept = g.take(1, None).await.unwrap().commit;
-        let object = g.dir.join("objects").join(&kept[..2]).join(&kept[2..]);
-        std::fs::remove_file(&object).unwrap();
-        std::fs::write(gone.path().join("a.txt"), "evil\n").unwrap();
-        g.git(&["add", "-A", "."], None).await.unwrap();
-        let tree = g.git(&["write-tree"], None).await.unwrap();
-        let forged = g.git(&["commit-tree", &tree, "-m", "seq 1"], None).await.unwrap();
-        g.git(&["update-ref", "refs/heads/main", &forged], None).await.unwrap();
-        let fresh = Checkpoints::new(gone.path().to_path_buf());
-        std::fs::write(gone.path().join("a.txt"), "two\n").unwrap();
-        let next = fresh.take(2, Some(&kept)).await.unwrap();
-        let parents = fresh.git(&["log", "--format=%P", "-1", &next.commit], None).await.unwrap();
-        assert_eq!(parents, "", "an orphan, not a child of the agent's commit");
-        let refused = fresh.restore(1, Some(&next.commit)).await.unwrap_err();
-        assert!(matches!(refused, ExecutorError::NotFound(_)), "seq 1 is not in the kept chain: {refused:?}");
-
-        // Objects rewritten in place: refused, and the workspace is left as it is.
-        let blob = again.git(&["rev-parse", &format!("{}:a.txt", first.commit)], None).await.unwrap();
-        let object = again.dir.join("objects").join(&blob[..2]).join(&blob[2..]);
-        let mut perms = std::fs::metadata(&object).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
-        std::fs::set_permissions(&object, perms).unwrap();
-        let evil_blob = again.git(&["hash-object", "-w", "--stdin"], Some("evil\n")).await.unwrap();
-        let evil_object = again.dir.join("objects").join(&evil_blob[..2]).join(&evil_blob[2..]);
-        std::fs::copy(&evil_object, &object).unwrap();
-        let refused = again.restore(1, Some(&third.commit)).await.unwrap_err();
-        assert!(matches!(&refused, ExecutorError::Tampered(m) if m.contains("changed from inside the sandbox")), "{refused:?}");
-        assert_eq!(std::fs::read_to_string(&a).unwrap(), "three\n");
-    }
-
-    #[tokio::test]
-    async fn a_file_kept_then_ignored_is_still_kept_when_it_changes() {
-        let ws = tempfile::tempdir().unwrap();
-        let c = Checkpoints::new(ws.path().to_path_buf());
-        std::fs::write(ws.path().join("build.log"), "one\n").unwrap();
-        c.take(1, None).await.unwrap();
-        std::fs::write(ws.path().join(".gitignore"), "*.log\n").unwrap();
-        assert!(c.take(2, None).await.unwrap().changed);
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        assert!(!c.take(3, None).await.unwrap().changed);
-        // git still keeps build.log (it was kept before it was ignored): so must the walk.
-        std::fs::write(ws.path().join("build.log"), "two\n").unwrap();
-        assert!(c.take(4, None).await.unwrap().changed);
-    }
-
-    #[tokio::test]
-    async fn a_bundle_makes_another_workspace_as_a_checkpoint_left_it() {
-        use tokio::io::AsyncReadExt;
-        let source = tempfile::tempdir().unwrap();
-        let from = Checkpoints::new(source.path().to_path_buf());
-        assert!(matches!(from.bundle(3, None).await, Err(ExecutorError::NotFound(_))), "nothing taken yet");
-        std::fs::write(source.path().join("a.txt"), "one\n").unwrap();
-        from.take(2, None).await.unwrap();
-        std::fs::write(source.path().join("a.txt"), "two\n").unwrap();
-        std::fs::write(source.path().join("b.txt"), "b\n").unwrap();
-        from.take(4, None).await.unwrap();
-        std::fs::write(source.path().join("a.txt"), "three\n").unwrap();
-        from.take(6, None).await.unwrap();
-
-        let mut bytes = Vec::new();
-        from.bundle(5, None).await.unwrap().read_to_end(&mut bytes).await.unwrap();
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), &bytes).unwrap();
-
-        // The new workspace holds something already (a fresh clone): kept where the
-        // checkpoint has it, gone where it has not.
-        let fork = tempfile::tempdir().unwrap();
-        std::fs::write(fork.path().join("a.txt"), "cloned\n").unwrap();
-        std::fs::write(fork.path().join("stale.txt"), "x\n").unwrap();
-        let to = Checkpoints::new(fork.path().to_path_buf());
-        let made = to.unbundle(5, file.path()).await.unwrap();
-        assert_eq!(made.checkpoint_seq, 4);
-        assert_eq!(std::fs::read_to_string(fork.path().join("a.txt")).unwrap(), "two\n");
-        assert_eq!(std::fs::read_to_string(fork.path().join("b.txt")).unwrap(), "b\n");
-        assert!(!fork.path().join("stale.txt").exists());
-        // The checkpoint after 5 is not the fork's; the earlier ones are.
-        to.restore(3, None).await.unwrap();
-        assert_eq!(std::fs::read_to_string(fork.path().join("a.txt")).unwrap(), "one\n");
-        assert!(to.restore(9, None).await.unwrap().checkpoint_seq == 4);
-        // And it goes on from there: nothing changed, nothing new.
-        assert!(!to.take(7, None).await.unwrap().changed);
-        // The source is as it was.
-        assert_eq!(std::fs::read_to_string(source.path().join("a.txt")).unwrap(), "three\n");
-    }
-}
+mod tests;
