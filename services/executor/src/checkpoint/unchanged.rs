@@ -44,25 +44,31 @@ pub struct Snapshot {
     trusted: bool,
 }
 
+/// A walk of `root` (a directory of the workspace; `top`: the workspace itself) by a
+/// checkpoint's rules, `.gitignore` files inside it applying. The workspace's own repository
+/// and the store are never in a checkpoint. The watch walks by the same rules.
+pub(super) fn walk(root: &Path, top: bool) -> ignore::Walk {
+    let mut walk = ignore::WalkBuilder::new(root);
+    walk.hidden(false)
+        .parents(false)
+        .ignore(false)
+        .git_global(false)
+        .git_exclude(false)
+        .require_git(false)
+        .git_ignore(true)
+        .follow_links(false)
+        .filter_entry(move |e| !(top && e.depth() == 1 && (e.file_name() == ".git" || e.file_name() == ".halyard")));
+    walk.build()
+}
+
 impl Snapshot {
     /// Walks `workspace` (blocking: call it off the runtime).
     pub fn take(workspace: &Path) -> Self {
         let started = SystemTime::now();
         let racy_after = started.checked_sub(RACY).unwrap_or(SystemTime::UNIX_EPOCH);
-        let mut walk = ignore::WalkBuilder::new(workspace);
-        walk.hidden(false)
-            .parents(false)
-            .ignore(false)
-            .git_global(false)
-            .git_exclude(false)
-            .require_git(false)
-            .git_ignore(true)
-            .follow_links(false)
-            // The workspace's own repository and the store are never in a checkpoint.
-            .filter_entry(|e| !(e.depth() == 1 && (e.file_name() == ".git" || e.file_name() == ".halyard")));
         let mut files = HashMap::new();
         let mut trusted = true;
-        for entry in walk.build() {
+        for entry in walk(workspace, true) {
             let Ok(entry) = entry else { return Self::untrusted() };
             if entry.file_name() == ".git" {
                 return Self::untrusted();

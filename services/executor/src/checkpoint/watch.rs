@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
+use super::unchanged::walk;
+
 /// What a watched directory reports: whatever changes what git would keep.
 fn mask() -> WatchMask {
     WatchMask::MODIFY
@@ -67,22 +69,6 @@ pub struct Watch {
 /// How long a watch's account is trusted before a checkpoint looks at everything again: a write
 /// through a memory map raises no event, so what it changed shows at most this late.
 const TRUSTED_FOR: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// A walk of `root` (a directory of the workspace) by a checkpoint's rules, `.gitignore` files
-/// inside it applying.
-fn walk(root: &Path, top: bool) -> ignore::Walk {
-    let mut walk = ignore::WalkBuilder::new(root);
-    walk.hidden(false)
-        .parents(false)
-        .ignore(false)
-        .git_global(false)
-        .git_exclude(false)
-        .require_git(false)
-        .git_ignore(true)
-        .follow_links(false)
-        .filter_entry(move |e| !(top && e.depth() == 1 && (e.file_name() == ".git" || e.file_name() == ".halyard")));
-    walk.build()
-}
 
 impl Watch {
     /// Watches every directory of `workspace` a checkpoint keeps (blocking: call it off the

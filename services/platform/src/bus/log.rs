@@ -10,7 +10,7 @@ use serde::Deserialize;
 use halyard_protocol::event::{ConversationEvent, EventBody, EventSource};
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
 
-use super::err;
+use super::direct::{err, last_record};
 use crate::error::{BusError, BusErrorKind};
 
 /// The most events one atomic batch holds (the server refuses more: "atomic publish batch is too
@@ -267,5 +267,5 @@ pub async fn last_event(
     js: &jetstream::Context,
     conversation: ConversationId,
 ) -> Result<Option<(u64, Envelope<ConversationEvent>)>, BusError> {
-    super::last_record(js, subjects::EVENTS_STREAM, &subjects::conversation_events(conversation)).await
+    last_record(js, subjects::EVENTS_STREAM, &subjects::conversation_events(conversation)).await
 }
