@@ -63,6 +63,9 @@ pub enum ConversationCommand {
         /// Who reads it besides its owner.
         #[serde(default, skip_serializing_if = "crate::org::Visibility::is_private")]
         visibility: crate::org::Visibility,
+        /// How its sandbox waits if no host has room now (its class, its deadline).
+        #[serde(default, skip_serializing_if = "crate::queue::QueueTerms::is_default")]
+        queue: crate::queue::QueueTerms,
     },
     Delete {
         conversation_id: ConversationId,
@@ -105,6 +108,9 @@ pub enum SandboxCommand {
         /// The sandbox spec (docker kind; the default if absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spec: Option<String>,
+        /// How it waits if no host has room now.
+        #[serde(default, skip_serializing_if = "crate::queue::QueueTerms::is_default")]
+        queue: crate::queue::QueueTerms,
     },
     Pause {
         sandbox_id: SandboxId,

@@ -26,6 +26,7 @@ pub mod event;
 pub mod executor;
 pub mod ids;
 pub mod org;
+pub mod queue;
 pub mod subjects;
 pub mod system;
 pub mod user;

@@ -15,6 +15,9 @@ use crate::ids::{ConversationId, SandboxId, TaskId, UserId};
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StartTaskStatus {
     Working,
+    /// No sandbox host has room: the start waits its turn in the queue
+    /// ([`crate::queue`]) and goes on by itself when room appears.
+    Queued,
     WaitingForSandbox,
     PreparingRepository,
     RunningSetupScript,
@@ -23,12 +26,15 @@ pub enum StartTaskStatus {
     StartingConversation,
     Ready,
     Error,
+    /// Cancelled while it waited in the queue; it never started.
+    Cancelled,
 }
 
 impl StartTaskStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Working => "WORKING",
+            Self::Queued => "QUEUED",
             Self::WaitingForSandbox => "WAITING_FOR_SANDBOX",
             Self::PreparingRepository => "PREPARING_REPOSITORY",
             Self::RunningSetupScript => "RUNNING_SETUP_SCRIPT",
@@ -37,12 +43,13 @@ impl StartTaskStatus {
             Self::StartingConversation => "STARTING_CONVERSATION",
             Self::Ready => "READY",
             Self::Error => "ERROR",
+            Self::Cancelled => "CANCELLED",
         }
     }
 
-    /// READY and ERROR are final.
+    /// READY, ERROR and CANCELLED are final.
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Ready | Self::Error)
+        matches!(self, Self::Ready | Self::Error | Self::Cancelled)
     }
 }
 
@@ -50,6 +57,8 @@ impl StartTaskStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SandboxStatus {
+    /// Waiting in the start queue for a host with room (no host holds it yet).
+    Queued,
     Starting,
     Running,
     Paused,
@@ -64,6 +73,7 @@ pub enum SandboxStatus {
 impl SandboxStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Queued => "QUEUED",
             Self::Starting => "STARTING",
             Self::Running => "RUNNING",
             Self::Paused => "PAUSED",

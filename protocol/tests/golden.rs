@@ -13,6 +13,7 @@ use halyard_protocol::event::{
     Budget, ConfirmationPolicy, ConversationEvent, EventBody, EventSource, ExecutionStatus, Image, McpServerStatus, SecurityRisk, Skill,
     SkillKind, SubConversation, TaskItem, TaskStatus, ThinkingBlock, TitleSource,
 };
+use halyard_protocol::queue::{QueueTerms, StartClass};
 use halyard_protocol::system::{
     ExposedUrl, ForkSource, ImageOutcome, ParentLink, Repository, SandboxImage, SandboxStatus, SandboxUpdate, StartRequest,
     StartTaskStatus, StartTaskUpdate, SystemRecord,
@@ -736,6 +737,7 @@ fn commands_are_stable() {
                 tags: BTreeMap::new(),
                 org: None,
                 visibility: Default::default(),
+                queue: Default::default(),
             },
         ),
     );
@@ -768,6 +770,7 @@ fn commands_are_stable() {
                 tags: BTreeMap::new(),
                 org: None,
                 visibility: Default::default(),
+                queue: Default::default(),
             },
         ),
     );
@@ -795,6 +798,7 @@ fn commands_are_stable() {
                 tags: BTreeMap::from([("source".into(), "github".into()), ("issue".into(), "42".into())]),
                 org: None,
                 visibility: Default::default(),
+                queue: Default::default(),
             },
         ),
     );
@@ -819,6 +823,21 @@ fn commands_are_stable() {
                 owner: UserId("alice".into()),
                 conversation_id: ConversationId(id(1)),
                 spec: None,
+                queue: Default::default(),
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_create_queued",
+        env(
+            6,
+            "cmd.sandbox.create",
+            SandboxCommand::Create {
+                sandbox_id: SandboxId(id(2)),
+                owner: UserId("alice".into()),
+                conversation_id: ConversationId(id(1)),
+                spec: None,
+                queue: QueueTerms { class: StartClass::Automation, deadline_secs: Some(600), org: Some("acme".into()) },
             },
         ),
     );
@@ -832,6 +851,7 @@ fn commands_are_stable() {
                 owner: UserId("alice".into()),
                 conversation_id: ConversationId(id(1)),
                 spec: Some("python".into()),
+                queue: Default::default(),
             },
         ),
     );

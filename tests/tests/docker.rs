@@ -246,7 +246,7 @@ async fn a_restarted_supervisor_adopts_reports_and_cleans_up() {
 }
 
 #[tokio::test]
-async fn quotas_refuse_with_429_and_the_warm_pool_serves_starts() {
+async fn starts_past_the_limits_wait_and_the_warm_pool_serves_starts() {
     init();
     require_engine();
     let llm = ScriptedLlm::start().await;
@@ -287,21 +287,25 @@ async fn quotas_refuse_with_429_and_the_warm_pool_serves_starts() {
     let (s, e) = alice.post("/api/v1/conversations", json!({"sandbox_spec": "gpu"})).await;
     assert_eq!(s, 400, "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("default"), "{e}");
-    // Per-user limit.
-    let (s, e) = alice.post("/api/v1/conversations", json!({"sandbox_spec": "default"})).await;
-    assert_eq!(s, 429, "{e}");
-    assert_eq!(e["error"]["code"], "sandbox_quota_user");
-    // A second user fits in the total.
+    // Past the per-user limit, a start waits its turn instead of being refused.
+    let (s, queued) = alice.post("/api/v1/conversations", json!({"sandbox_spec": "default"})).await;
+    assert_eq!(s, 202, "{queued}");
+    let queued = alice.wait_task(queued["id"].as_str().unwrap(), &["QUEUED"]).await;
+    assert_eq!(queued["position"], 1, "{queued}");
+    // A second user fits in the total meanwhile.
     let (_, b1) = bob.start_ready(json!({})).await;
-    // A paused sandbox does not count: alice pauses hers and may start another.
+    // A paused sandbox does not count: alice pauses hers, and her waiting start goes on.
     assert_eq!(alice.post(&format!("/api/v1/sandboxes/{a1}/pause"), json!({})).await.0, 202);
     alice.wait_sandbox(&a1, "paused", |s| s["status"] == "PAUSED").await;
-    let (_, a2) = alice.start_ready(json!({})).await;
-    // Total limit.
-    let (s, e) = carol.post("/api/v1/conversations", json!({})).await;
-    assert_eq!(s, 429, "{e}");
-    assert_eq!(e["error"]["code"], "sandbox_quota_total");
-    assert!(e["error"]["message"].as_str().unwrap().contains("limit 2"));
+    let a2 = alice.wait_task(queued["id"].as_str().unwrap(), &["READY"]).await;
+    // At the total limit, carol's start waits too; cancelled, it never starts.
+    let (s, c1) = carol.post("/api/v1/conversations", json!({})).await;
+    assert_eq!(s, 202, "{c1}");
+    let c1 = carol.wait_task(c1["id"].as_str().unwrap(), &["QUEUED"]).await;
+    let (s, _) = carol.call(reqwest::Method::DELETE, &format!("/api/v1/start-tasks/{}", c1["id"].as_str().unwrap()), None).await;
+    assert_eq!(s, 202);
+    carol.wait_task(c1["id"].as_str().unwrap(), &["CANCELLED"]).await;
+    assert_eq!(carol.get("/api/v1/sandboxes").await.1["items"], json!([]), "a cancelled start left a sandbox");
     // Resuming the paused one would exceed alice's limit: refused, and nobody is paused for it.
     let (s, e) = alice.post(&format!("/api/v1/sandboxes/{a1}/resume"), json!({})).await;
     assert_eq!(s, 429, "{e}");

@@ -877,6 +877,16 @@ export type HooksConsentBody = {
   allow: boolean;
 };
 
+/** A sandbox host's room. */
+export type HostRoomView = {
+  node: string;
+  /** Sandboxes it runs at most (0: no limit). */
+  slots: number;
+  busy: number;
+  /** Whether it beat within the last few seconds. */
+  alive: boolean;
+};
+
 /** An image attached to a user message: its media type (`image/png`, `image/jpeg`, `image/gif`
  * or `image/webp`) and its bytes in standard base64. */
 export type Image = {
@@ -1263,6 +1273,31 @@ export type PullRequest = {
   title?: string | null;
 };
 
+/** One start waiting in the queue. */
+export type QueuedStartView = {
+  /** 1: the next to be placed. */
+  position: number;
+  sandbox_id: string;
+  conversation_id: string;
+  owner: string;
+  org?: string | null;
+  /** `interactive`, `automation` or `batch`. */
+  class: string;
+  queued_at: string;
+  waited_secs: number;
+  deadline_at: string;
+  /** The host making its sandbox now, if one took it. */
+  taken_by?: string | null;
+};
+
+/** The start queue. */
+export type QueueView = {
+  waiting: QueuedStartView[];
+  hosts: HostRoomView[];
+  /** Mean time between the recent placements, in milliseconds. */
+  per_place_ms?: number | null;
+};
+
 /** Why the actions may not run. */
 export type RejectBody = {
   /** Why; the model reads it as the actions' result. */
@@ -1562,13 +1597,19 @@ export type StartConversation = {
    * organization's conversation) `@<org>/<name>`; the settings' default, else `halyard`, if
    * absent. */
   agent?: string | null;
+  /** How long the start may wait in the start queue for a sandbox host with room (1 to
+   * 86,400 seconds); the deployment's `HALYARD_START_QUEUE_DEADLINE_SECS` (30 minutes unless
+   * set) if absent. Past it the start ends in `ERROR`, saying so. */
+  queue_deadline_secs?: number | null;
 };
 
 /** A start task: how a conversation's start goes. */
 export type StartTask = {
   id: string;
   conversation_id: string;
-  /** `WORKING`, `WAITING_FOR_SANDBOX`, `PREPARING_REPOSITORY`, `STARTING_AGENT`, `READY` or `ERROR`. */
+  /** `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`,
+   * `PREPARING_REPOSITORY`, `RUNNING_SETUP_SCRIPT`, `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`,
+   * `STARTING_CONVERSATION`, `READY`, `ERROR` or `CANCELLED`. */
   status: string;
   detail?: string | null;
   sandbox_id?: string | null;
@@ -1576,6 +1617,11 @@ export type StartTask = {
   from_pool: boolean;
   created_at: string;
   updated_at: string;
+  /** While `QUEUED`: its place in line (1: next), in the deployment's order. */
+  position?: number | null;
+  /** While `QUEUED`: about how many seconds until it is placed, from the recent pace (absent
+   * before there is one). */
+  estimate_secs?: number | null;
 };
 
 /** A session's proof renewed. */

@@ -99,6 +99,7 @@ export const api = {
   }) =>
     call<StartTask>("POST", "/conversations", body),
   task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
+  cancelStart: (id: string) => call<StartTask>("DELETE", `/start-tasks/${id}`),
   retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),
   fork: (id: string, atSeq: number) => call<StartTask>("POST", `/conversations/${id}/fork`, { at_seq: atSeq }),
   restore: (id: string, atSeq: number) => call<unknown>("POST", `/conversations/${id}/restore`, { at_seq: atSeq }),

@@ -12,7 +12,7 @@ use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxComman
 use halyard_protocol::event::Skill;
 use halyard_protocol::executor::ExecRequest;
 use halyard_protocol::system::{
-    ForkSource, ParentLink, Repository, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord,
+    ForkSource, ParentLink, Repository, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord,
 };
 use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
 use uuid::Uuid;
@@ -61,6 +61,8 @@ struct Task<'a> {
     parent: Option<ParentLink>,
     /// The organization it is started in.
     org: Option<String>,
+    /// How its sandbox waits if no host has room.
+    queue: halyard_protocol::queue::QueueTerms,
 }
 
 /// A phase failed; the text says why, for the user.
@@ -74,6 +76,12 @@ impl From<BusError> for PhaseError {
 
 impl Task<'_> {
     async fn status(&self, status: StartTaskStatus, detail: Option<String>) -> Result<(), BusError> {
+        self.status_round(status, detail, 0).await
+    }
+
+    /// [`status`](Self::status) for the `round`-th time the task reaches `status` (a start back
+    /// from the queue is waiting for its sandbox again): each time is a message of its own.
+    async fn status_round(&self, status: StartTaskStatus, detail: Option<String>, round: u8) -> Result<(), BusError> {
         let record = SystemRecord::StartTask(StartTaskUpdate {
             task_id: self.task_id,
             owner: self.owner.clone(),
@@ -84,8 +92,9 @@ impl Task<'_> {
             from_pool: self.from_pool.load(std::sync::atomic::Ordering::Relaxed),
             created_ms: self.created_ms,
         });
-        let mut env = Envelope::with_id(CommandId(derived(self.task_id, status as u8 + 1)), record, halyard_platform::now_ms())
-            .correlated(self.task_id.to_string());
+        let mut env =
+            Envelope::with_id(CommandId(derived(self.task_id, (status as u8 + 1) | (round << 5))), record, halyard_platform::now_ms())
+                .correlated(self.task_id.to_string());
         env.trace = self.trace.clone();
         bus::publish(&self.ctx.js, subjects::task_record(self.task_id), &env).await?;
         tracing::info!(task_id = %self.task_id, conversation_id = %self.conversation_id, status = status.as_str(), "start task");
@@ -114,6 +123,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         tags,
         org,
         visibility,
+        queue,
     } = env.payload
     else {
         return Ok(());
@@ -150,6 +160,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         secrets,
         fork,
         parent,
+        queue: halyard_protocol::queue::QueueTerms { org: org.clone(), ..queue },
         org,
     };
     // A redelivered command whose task already finished has nothing left to do.
@@ -180,6 +191,11 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
     };
     match prepared {
         Ok(()) => task.status(StartTaskStatus::Ready, None).await,
+        Err(PhaseError(detail)) if detail.contains(halyard_protocol::queue::CANCELLED_DETAIL) => {
+            // Cancelled while it waited: it never had a sandbox.
+            tracing::info!(task_id = %task_id, "start task cancelled while queued");
+            task.status(StartTaskStatus::Cancelled, Some("cancelled while it waited in the start queue".into())).await
+        }
         Err(PhaseError(detail)) => {
             tracing::warn!(task_id = %task_id, %detail, "start task failed");
             task.status(StartTaskStatus::Error, Some(detail)).await?;
@@ -411,6 +427,9 @@ async fn copy_checkpoint(ctx: &Ctx, exec: &ExecutorClient, fork: &ForkSource) ->
 }
 
 /// Asks for the sandbox and waits for it to run (or fail).
+/// Asks for the task's sandbox and waits for it to run, saying `QUEUED` while it waits its turn
+/// for a host with room (the queue's deadline is the supervisors' to keep; the patience here
+/// only outlasts it).
 async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
     let ctx = task.ctx;
     let create = SandboxCommand::Create {
@@ -418,11 +437,34 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
         owner: task.owner.clone(),
         conversation_id: task.conversation_id,
         spec: task.spec.clone(),
+        queue: task.queue.clone(),
     };
     let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA2)), create, halyard_platform::now_ms());
     env.trace = task.trace.clone();
-    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 30);
-    bus::await_sandbox(&ctx.nats, &ctx.js, task.sandbox_id, Some(env), patience).await
+    let queue_deadline = task.queue.deadline_secs.unwrap_or(ctx.config.sandbox.queue_deadline_secs);
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 30 + queue_deadline + 30);
+    let (progress, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    let wait = bus::await_sandbox_telling(&ctx.nats, &ctx.js, task.sandbox_id, Some(env), patience, Some(progress));
+    tokio::pin!(wait);
+    let mut queued = false;
+    loop {
+        tokio::select! {
+            done = &mut wait => return done,
+            Some(update) = updates.recv() => {
+                let status = match update.status {
+                    SandboxStatus::Queued if !queued => StartTaskStatus::Queued,
+                    SandboxStatus::Starting if queued => StartTaskStatus::WaitingForSandbox,
+                    _ => continue,
+                };
+                queued = status == StartTaskStatus::Queued;
+                let detail = queued.then(|| "no sandbox host has room now; the start waits its turn".to_owned());
+                // The phase change is for the user to see; the wait goes on whatever it meets.
+                if let Err(e) = task.status_round(status, detail, 1).await {
+                    tracing::warn!(task_id = %task.task_id, error = %e, "cannot record the start's place in the queue");
+                }
+            }
+        }
+    }
 }
 
 /// Runs a script in the sandbox; a non-zero exit is an error with the tail of the output.

@@ -95,6 +95,17 @@ pub async fn serve(
     let automation_kv = bucket(halyard_protocol::subjects::AUTOMATION_BUCKET).await?;
     let hook_deliveries = bucket(halyard_protocol::subjects::HOOK_DELIVERY_BUCKET).await?;
     let automations = halyard_platform::kv_mirror::Mirror::follow(automation_kv.clone(), "def.", shutdown.clone()).await?;
+    let start_queue = Arc::new(std::sync::Mutex::new(halyard_platform::start_queue::Mirror::default()));
+    {
+        let queue_kv = bucket(halyard_protocol::queue::START_QUEUE_BUCKET).await?;
+        let (watch, mut shutdown) = (halyard_platform::start_queue::watch(queue_kv, start_queue.clone(), || {}), shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = watch => {}
+                _ = shutdown.wait() => {}
+            }
+        });
+    }
     let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| GatewayError::Http(e.to_string()))?);
     let skills = Arc::new(config.skills_dir.as_deref().map(halyard_platform::skills::load_dir).unwrap_or_default());
     let state = AppState {
@@ -118,6 +129,7 @@ pub async fn serve(
         automation_kv,
         automations,
         hook_deliveries,
+        start_queue,
     };
 
     let limits = crate::http::server::Limits::from_config(&state.config.gateway);

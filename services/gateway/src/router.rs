@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 // The handlers' modules, by the short names the route table uses.
 use crate::api::accounts::{self, admin, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
-use crate::api::conversations::{self, control, events, export, images, list, plan, share, starts, ws};
+use crate::api::conversations::{self, control, events, export, images, list, plan, queue, share, starts, ws};
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{mcp, sandboxes, web, webhooks};
@@ -89,7 +89,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(share::shared_events))
         .routes(routes!(share::shared_events_ws))
         .routes(routes!(share::shared_changes))
-        .routes(routes!(list::get_task))
+        .routes(routes!(list::get_task, queue::cancel_task))
+        .routes(routes!(queue::admin_queue))
         .routes(routes!(sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::pause))

@@ -34,6 +34,7 @@ pub mod schedule;
 pub mod settings;
 pub mod shutdown;
 pub mod skills;
+pub mod start_queue;
 pub mod telemetry;
 pub mod tokens;
 pub mod user_secrets;

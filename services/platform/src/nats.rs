@@ -214,6 +214,19 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
     .await
     .map_err(|e| topo(&format!("kv {}: {e}", subjects::AGENT_LEASE_BUCKET)))?;
     js.create_or_update_key_value(kv::Config {
+        bucket: halyard_protocol::queue::START_QUEUE_BUCKET.to_owned(),
+        description: "The start queue: waiting starts (q.), who took them (claim.), running-sandbox seats (seat.), fair turns \
+                      (served.) and hosts' room (host.)"
+            .into(),
+        history: 1,
+        num_replicas: kept_replicas(js, &format!("KV_{}", halyard_protocol::queue::START_QUEUE_BUCKET), replicas).await,
+        // A start's keys are purged once it is placed, with markers that expire.
+        limit_markers: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| topo(&format!("kv {}: {e}", halyard_protocol::queue::START_QUEUE_BUCKET)))?;
+    js.create_or_update_key_value(kv::Config {
         bucket: subjects::HOOK_DELIVERY_BUCKET.to_owned(),
         description: "Hook requests already taken, by automation and delivery id; kept as long as forges retry".into(),
         history: 1,

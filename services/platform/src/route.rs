@@ -20,7 +20,13 @@ use halyard_protocol::Envelope;
 #[derive(Debug)]
 pub enum Settle {
     Stream(Delivery),
-    Forwarded { nats: async_nats::Client, reply: async_nats::Subject },
+    Forwarded {
+        nats: async_nats::Client,
+        reply: async_nats::Subject,
+    },
+    /// Nothing to settle: the command was made here (a start taken from the start queue, whose
+    /// claim stands for it).
+    Local,
 }
 
 /// The answer to a forwarded command when it was applied.
@@ -31,7 +37,7 @@ impl Settle {
     pub fn stream_sequence(&self) -> Option<u64> {
         match self {
             Self::Stream(d) => d.stream_sequence(),
-            Self::Forwarded { .. } => None,
+            Self::Forwarded { .. } | Self::Local => None,
         }
     }
 
@@ -41,6 +47,7 @@ impl Settle {
             Self::Forwarded { nats, reply } => {
                 let _ = nats.publish(reply, DONE.into()).await;
             }
+            Self::Local => {}
         }
     }
 
@@ -51,6 +58,7 @@ impl Settle {
                 let reason = if reason.is_empty() { "retry" } else { reason };
                 let _ = nats.publish(reply, reason.to_owned().into()).await;
             }
+            Self::Local => tracing::warn!(%reason, "a start taken from the queue could not be made"),
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod netns;
 pub mod network;
 pub mod pool;
 pub mod process;
+pub mod queue;
 pub mod sandbox;
 pub mod supervisor;
 pub mod warm;

@@ -1,13 +1,15 @@
 //! The supervisor actor: routes commands and engine events to one [`SandboxActor`] per
-//! sandbox, enforces quotas, and reconciles the bus's records with reality at start-up.
+//! sandbox, hands creates to the start queue ([`crate::queue`]), and reconciles the bus's
+//! records with reality at start-up.
 //!
 //! Supervisors can run as replicas, each owning one Docker engine or process host (its node
-//! id). They share the command consumer, so a new sandbox is made by whichever supervisor pulls
-//! its `create` first, and its records name that supervisor as its `host`. A command for a
-//! sandbox hosted elsewhere is passed to its host (`halyard.sbx.<node>`,
-//! [`halyard_platform::route`]); while the host is down such commands wait (retried), its
-//! sandboxes run on, and it adopts them again when it returns. Quotas count the sandboxes of
-//! the supervisor that checks them.
+//! id). They share the command consumer: a new sandbox is made by the supervisor that pulls its
+//! `create` if it has room and nobody waits, else the create waits in the start queue, which
+//! every supervisor takes from when it has room. Its records name the supervisor that made it
+//! as its `host`. A command for a sandbox hosted elsewhere is passed to its host
+//! (`halyard.sbx.<node>`, [`halyard_platform::route`]); while the host is down such commands
+//! wait (retried), its sandboxes run on, and it adopts them again when it returns. A waiting
+//! start is no host's: any supervisor answers its commands (a delete cancels it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,14 +23,16 @@ use halyard_platform::bus::{self, Delivery};
 use halyard_platform::route::{self, Settle};
 use halyard_platform::{Config, Shutdown};
 use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::queue::QueuedStart;
 use halyard_protocol::system::{SandboxStatus, SandboxUpdate, SystemRecord};
-use halyard_protocol::{Envelope, SandboxId, UserId, subjects};
+use halyard_protocol::{Envelope, SandboxId, subjects};
 
-use crate::ctx::{Ctx, DockerCtx, quota_refusal};
+use crate::ctx::{Ctx, DockerCtx};
 use crate::docker::Engine;
 use crate::error::SandboxError;
 use crate::isolation::Isolation;
 use crate::pool::Pool;
+use crate::queue::{Admit, Cancel, Queue};
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
 
 /// Messages of the supervisor.
@@ -47,6 +51,8 @@ pub enum SupervisorMsg {
     },
     /// Time for every running sandbox to check whether it is idle.
     Tick,
+    /// The start queue gave this host a waiting start to make.
+    Place(QueuedStart),
 }
 
 pub struct Supervisor;
@@ -144,6 +150,7 @@ impl Actor for Supervisor {
                     None => {}
                 }
             }
+            SupervisorMsg::Place(entry) => place(&myself, state, entry).await?,
             SupervisorMsg::Tick => {
                 for child in state.children.values() {
                     let _ = child.send_message(SandboxMsg::Tick);
@@ -180,6 +187,9 @@ impl Actor for Supervisor {
                             return Ok(());
                         }
                     };
+                if let Some(r) = last.as_ref().filter(|r| r.status == SandboxStatus::Queued) {
+                    return waiting(&state.ctx, r.clone(), cmd, delivery).await;
+                }
                 let me = &state.ctx.config.node_id;
                 if let Some(host) = last.as_ref().and_then(|r| r.host.clone()).filter(|h| h != me) {
                     match delivery {
@@ -192,10 +202,17 @@ impl Actor for Supervisor {
                 let init = match (&cmd, last) {
                     (_, Some(r)) => Init::Record(r),
                     (SandboxCommand::Create { owner, conversation_id, spec, .. }, None) => {
-                        if let Some(reason) = quota_refusal(&state.ctx, owner) {
-                            refuse(&state.ctx, id, owner, *conversation_id, &reason).await;
-                            delivery.ack().await;
-                            return Ok(());
+                        let Some(queue) = state.ctx.queue.get() else { return Ok(()) };
+                        match queue.admit(id, owner, &cmd).await {
+                            Ok(Admit::Here) => {}
+                            Ok(Admit::Queued) => {
+                                delivery.ack().await;
+                                return Ok(());
+                            }
+                            Err(e) => {
+                                delivery.retry(Duration::from_secs(1), &e.to_string()).await;
+                                return Ok(());
+                            }
                         }
                         Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id, spec: spec.clone() }
                     }
@@ -239,26 +256,55 @@ impl Actor for Supervisor {
     }
 }
 
-async fn refuse(ctx: &Ctx, id: SandboxId, owner: &UserId, conversation: halyard_protocol::ConversationId, reason: &str) {
-    let record = SystemRecord::Sandbox(SandboxUpdate {
-        sandbox_id: id,
-        owner: owner.clone(),
-        conversation_id: Some(conversation),
-        sandbox_kind: ctx.config.sandbox.kind.clone(),
-        status: SandboxStatus::Error,
-        exposed_urls: Vec::new(),
-        workspace: String::new(),
-        detail: Some(reason.to_owned()),
-        pid: None,
-        container: None,
-        volume: None,
-        spec: None,
-        from_pool: false,
-        host: Some(ctx.config.node_id.clone()),
-    });
-    if let Err(e) = bus::send(&ctx.js, subjects::sandbox_record(id), record, None).await {
-        tracing::error!(sandbox_id = %id, error = %e, "cannot publish quota refusal");
+/// A command for a start still waiting in the queue: a delete cancels it; a create that came
+/// again is already queued; a pause or resume has nothing to act on yet.
+async fn waiting(ctx: &Ctx, record: SandboxUpdate, cmd: SandboxCommand, delivery: Settle) -> Result<(), ActorProcessingErr> {
+    let id = record.sandbox_id;
+    let Some(queue) = ctx.queue.get() else { return Ok(()) };
+    match cmd {
+        SandboxCommand::Delete { .. } => match queue.cancel(id).await {
+            Ok(Cancel::Cancelled) => delivery.ack().await,
+            // A host took it a moment ago: its record says which, soon.
+            Ok(Cancel::Taken) => delivery.retry(Duration::from_millis(300), "the start was just taken by a host").await,
+            Err(e) => delivery.retry(Duration::from_secs(1), &e.to_string()).await,
+        },
+        other => {
+            tracing::info!(sandbox_id = %id, command = ?other, "the sandbox's start is still queued; nothing to do");
+            delivery.ack().await;
+        }
     }
+    Ok(())
+}
+
+/// Makes a start this host took from the queue, unless it was made already (by a host that
+/// died before taking it out of the queue: then it is only taken out).
+async fn place(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, entry: QueuedStart) -> Result<(), ActorProcessingErr> {
+    let id = entry.sandbox_id;
+    let last = bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
+    let made = match &last {
+        Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) => {
+            matches!(r.status, SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Hibernated | SandboxStatus::Deleted)
+        }
+        _ => false,
+    };
+    if made {
+        if let Some(queue) = state.ctx.queue.get() {
+            queue.forget(id).await;
+            queue.status_changed(id, SandboxStatus::Deleted);
+        }
+        return Ok(());
+    }
+    let create = SandboxCommand::Create {
+        sandbox_id: id,
+        owner: entry.owner.clone(),
+        conversation_id: entry.conversation_id,
+        spec: entry.spec.clone(),
+        queue: entry.terms.clone(),
+    };
+    let init = Init::Fresh { id, owner: entry.owner, conversation: entry.conversation_id, spec: entry.spec };
+    let child = state.child(myself, id, init).await?;
+    child.send_message(SandboxMsg::Command(create, Settle::Local))?;
+    Ok(())
 }
 
 /// The latest record of every sandbox, from the SYSTEM stream.
@@ -399,9 +445,29 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         tracing::info!(limits = cgroups.name(), "process sandboxes' resource limits");
         cgroups
     });
-    let ctx =
-        Arc::new(Ctx { config: config.clone(), js: js.clone(), http, registry: Mutex::new(HashMap::new()), docker, isolation, cgroups });
+    let ctx = Arc::new(Ctx {
+        config: config.clone(),
+        js: js.clone(),
+        http,
+        registry: Mutex::new(HashMap::new()),
+        docker,
+        isolation,
+        cgroups,
+        queue: Default::default(),
+    });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    // The starts this host takes from the queue go to the supervisor like commands.
+    let (place, mut placed) = tokio::sync::mpsc::unbounded_channel();
+    let queue = Queue::open(&js, config.clone(), place).await?;
+    let _ = ctx.queue.set(queue.clone());
+    let placing = tokio::spawn({
+        let supervisor = supervisor.clone();
+        async move {
+            while let Some(entry) = placed.recv().await {
+                let _ = supervisor.send_message(SupervisorMsg::Place(entry));
+            }
+        }
+    });
 
     // Orphans are judged against every record (containers are named per supervisor anyway);
     // only this supervisor's own sandboxes are adopted.
@@ -420,9 +486,11 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             if let Ok(mut reg) = ctx.registry.lock() {
                 reg.insert(record.sandbox_id, (record.owner.clone(), record.status));
             }
+            queue.status_changed(record.sandbox_id, record.status);
             let _ = supervisor.send_message(SupervisorMsg::Adopt(record));
         }
     }
+    tasks.push(tokio::spawn(queue.run(shutdown.clone())));
     // The idle check runs a few times within the shorter idle limit (hibernation, pause).
     let idle = [config.sandbox.idle_stop_secs, config.sandbox.idle_pause_secs].into_iter().filter(|s| *s > 0).min();
     if let Some(idle) = idle {
@@ -461,6 +529,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     )
     .await;
     passed_on.abort();
+    placing.abort();
     // The pool task removes its containers on the way out; give it a moment.
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(15), task).await;

@@ -20,7 +20,8 @@ import { VsCodeView } from "../components/VsCodeView";
 import { HooksBar, pendingHooks } from "../components/HooksConsent";
 
 const PHASES = [
-  ["WORKING", "Queued"],
+  ["WORKING", "Accepted"],
+  ["QUEUED", "Waiting for a free sandbox"],
   ["WAITING_FOR_SANDBOX", "Starting the sandbox"],
   ["PREPARING_REPOSITORY", "Cloning the repository"],
   ["RUNNING_SETUP_SCRIPT", "Running the setup script"],
@@ -88,7 +89,7 @@ export function ConversationPage({ id }: { id: string }) {
         (k) => {
           if (stop) return;
           setTask(k);
-          if (k.status !== "READY" && k.status !== "ERROR") t = window.setTimeout(poll, 150);
+          if (k.status !== "READY" && k.status !== "ERROR" && k.status !== "CANCELLED") t = window.setTimeout(poll, k.status === "QUEUED" ? 500 : 150);
           else api.conversation(id).then((c) => !stop && setConv(c), () => {});
         },
         () => !stop && (t = window.setTimeout(poll, 1000)),
@@ -300,15 +301,24 @@ export function ConversationPage({ id }: { id: string }) {
   );
 }
 
+/** 1 → "1st", 2 → "2nd", 3 → "3rd", 11 → "11th". */
+export function ordinal(n: number): string {
+  const teen = n % 100 >= 11 && n % 100 <= 13;
+  const suffix = teen ? "th" : ({ 1: "st", 2: "nd", 3: "rd" } as Record<number, string>)[n % 10] ?? "th";
+  return `${n}${suffix}`;
+}
+
 function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation; onRetry: () => void }) {
   const current = task?.status ?? conv?.start_task_status ?? "WORKING";
-  const failed = current === "ERROR" || conv?.status === "ERROR";
+  const failed = current === "ERROR" || current === "CANCELLED" || conv?.status === "ERROR";
+  const [cancelError, setCancelError] = useState<string>();
+  const cancel = () => task && api.cancelStart(task.id).then(() => setCancelError(undefined), (e) => setCancelError(String(e)));
   const detail = task?.detail ?? conv?.error_detail ?? "";
   // A failed start names its phase first (`PREPARING_REPOSITORY failed: ...`).
   const at = failed ? PHASES.findIndex(([p]) => detail.startsWith(p)) : PHASES.findIndex(([p]) => p === current);
   return (
     <div className="phases card" aria-live="polite">
-      <h2>{failed ? "The conversation could not start" : "Starting…"}</h2>
+      <h2>{current === "CANCELLED" ? "The start was cancelled" : failed ? "The conversation could not start" : "Starting…"}</h2>
       <ol>
         {PHASES.map(([p, label], i) => (
           <li
@@ -320,6 +330,19 @@ function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation
           </li>
         ))}
       </ol>
+      {current === "QUEUED" && task?.position != null && (
+        <p className="queue-place" role="status">
+          All sandboxes are busy: {ordinal(task.position)} in line
+          {task.estimate_secs != null && <> (about {Math.max(1, Math.round(task.estimate_secs))} s)</>}. It starts by itself.{" "}
+          <button onClick={cancel}>Cancel</button>
+          {cancelError && (
+            <span role="alert" className="error">
+              {" "}
+              {cancelError}
+            </span>
+          )}
+        </p>
+      )}
       {conv?.message && (
         <blockquote className="first-message" aria-label="Your message">
           {conv.message}

@@ -136,6 +136,8 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         // it did).
         org: s.org.clone(),
         visibility: Default::default(),
+        // A helper works in its parent's sandbox: it never waits for one.
+        queue: Default::default(),
     };
     let mut env = Envelope::with_id(CommandId(derived(s.parent, call, index, b"start")), cmd, halyard_platform::now_ms());
     env.trace = s.trace.clone();

@@ -1,4 +1,5 @@
-//! The running limits: how many sandboxes a user, and everyone, may have running.
+//! The running limits as a resume or a wake meets them: how many sandboxes a user, and
+//! everyone, may have running (a start past them waits in the start queue instead).
 
 use axum::http::StatusCode;
 
@@ -20,10 +21,13 @@ pub fn check_quota(state: &AppState, user: &UserId) -> Result<(), ApiError> {
         starting.iter().flat_map(|(owner, tasks)| tasks.iter().map(move |t| (owner.clone(), *t))).collect()
     };
     for (owner, task) in starting {
+        let task = state.store.task(task)?;
+        // A start waiting in the queue holds no sandbox yet.
+        if task.as_ref().is_some_and(|t| t.status == "QUEUED") {
+            continue;
+        }
         // A task whose sandbox already runs is counted above.
-        let counted = state
-            .store
-            .task(task)?
+        let counted = task
             .and_then(|t| t.sandbox_id)
             .and_then(|s| s.parse().ok())
             .and_then(|s| state.store.sandbox(s).ok().flatten())

@@ -278,7 +278,8 @@ impl Pending<'_> {
                 view.start_task_status = u.status.as_str().to_owned();
                 view.status = match u.status {
                     StartTaskStatus::Ready => "READY",
-                    StartTaskStatus::Error => "ERROR",
+                    // A cancelled start is one that did not happen: retried like a failed one.
+                    StartTaskStatus::Error | StartTaskStatus::Cancelled => "ERROR",
                     _ => "STARTING",
                 }
                 .to_owned();

@@ -75,4 +75,6 @@ pub struct AppState {
     pub automations: halyard_platform::kv_mirror::Mirror<halyard_protocol::automation::Automation>,
     /// Hook deliveries already taken.
     pub hook_deliveries: jetstream::kv::Store,
+    /// The start queue, followed: queued starts' places in line.
+    pub start_queue: Arc<std::sync::Mutex<halyard_platform::start_queue::Mirror>>,
 }

@@ -336,10 +336,29 @@ pub async fn await_sandbox(
     command: Option<Envelope<halyard_protocol::command::SandboxCommand>>,
     patience: Duration,
 ) -> Result<halyard_protocol::system::SandboxUpdate, String> {
+    await_sandbox_telling(nats, js, sandbox, command, patience, None).await
+}
+
+/// [`await_sandbox`], passing on every record that is not the end of the wait (`QUEUED`,
+/// `STARTING`) to `progress`.
+pub async fn await_sandbox_telling(
+    nats: &async_nats::Client,
+    js: &jetstream::Context,
+    sandbox: halyard_protocol::SandboxId,
+    command: Option<Envelope<halyard_protocol::command::SandboxCommand>>,
+    patience: Duration,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<halyard_protocol::system::SandboxUpdate>>,
+) -> Result<halyard_protocol::system::SandboxUpdate, String> {
     use halyard_protocol::system::{SandboxStatus, SystemRecord};
     let subject = subjects::sandbox_record(sandbox);
     let mut updates = nats.subscribe(subject.clone()).await.map_err(|e| e.to_string())?;
     let settle = |u: halyard_protocol::system::SandboxUpdate, fresh: bool| match u.status {
+        SandboxStatus::Queued | SandboxStatus::Starting if fresh || u.status == SandboxStatus::Queued => {
+            if let Some(p) = &progress {
+                let _ = p.send(u);
+            }
+            Ok(None)
+        }
         SandboxStatus::Running => Ok(Some(u)),
         // A stored failure is only final if we did not just ask for a (re)start.
         SandboxStatus::Error | SandboxStatus::Missing | SandboxStatus::Deleted if fresh => {

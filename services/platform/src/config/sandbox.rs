@@ -26,10 +26,17 @@ pub struct SandboxConfig {
     /// How long a sandbox's VS Code (code-server) may stay without a request or an open
     /// connection before it is stopped (it starts again with the next request for it).
     pub vscode_idle_secs: u64,
-    /// Running sandboxes per user (0: unlimited).
+    /// Running sandboxes per user, across every host (0: unlimited). A start past it waits in
+    /// the start queue until one of the user's sandboxes stops.
     pub max_running_per_user: usize,
-    /// Running sandboxes in total (0: unlimited).
+    /// Running sandboxes in total, across every host (0: unlimited). A start past it waits.
     pub max_running_total: usize,
+    /// Sandboxes this host runs at once (0: unlimited): its supervisor takes a start only with
+    /// room, and a start no host has room for waits in the start queue.
+    pub host_slots: usize,
+    /// How long a start may wait in the start queue before it ends in an error, unless its
+    /// request says (`queue_deadline_secs`).
+    pub queue_deadline_secs: u64,
     /// Environment given to process sandboxes (nothing else of Halyard's environment is).
     pub env: std::collections::BTreeMap<String, String>,
     /// Docker engine address (`unix:///path` or `tcp://host:port`).
@@ -134,6 +141,8 @@ impl Default for SandboxConfig {
             vscode_idle_secs: 600,
             max_running_per_user: 0,
             max_running_total: 0,
+            host_slots: 0,
+            queue_deadline_secs: halyard_protocol::queue::DEFAULT_DEADLINE_SECS,
             env: std::collections::BTreeMap::new(),
             docker_host: "unix:///var/run/docker.sock".into(),
             publish_host: std::net::Ipv4Addr::new(127, 0, 0, 2).into(),
@@ -178,5 +187,7 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
     set!("EXECUTOR_COMMAND", |c, v| c.executor_command = v.split_whitespace().map(str::to_owned).collect()),
     set!("MAX_RUNNING_PER_USER", |c, v| c.max_running_per_user = number(v, "a count")?),
     set!("MAX_RUNNING_TOTAL", |c, v| c.max_running_total = number(v, "a count")?),
+    set!("SANDBOX_HOST_SLOTS", |c, v| c.host_slots = number(v, "a count")?),
+    set!("START_QUEUE_DEADLINE_SECS", |c, v| c.queue_deadline_secs = number(v, "seconds")?),
     set!("OUTPUT_CAP_BYTES", |c, v| c.output_cap_bytes = number(v, "bytes")?),
 ];

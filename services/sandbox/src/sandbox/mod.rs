@@ -17,7 +17,7 @@ use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{ConversationId, SandboxId, UserId, subjects};
 
-use crate::ctx::{Ctx, quota_refusal};
+use crate::ctx::Ctx;
 use crate::docker::Found;
 use crate::layout::Layout;
 use crate::process;
@@ -276,6 +276,9 @@ impl SandboxState {
                 reg.insert(self.id, (self.owner.clone(), status));
             }
         }
+        if let Some(queue) = self.ctx.queue.get() {
+            queue.status_changed(self.id, status);
+        }
         // Records are the truth other services act on: retry until stored.
         let mut delay = Duration::from_millis(50);
         for _ in 0..8 {
@@ -326,12 +329,15 @@ impl SandboxState {
         if self.status == SandboxStatus::Running && self.executor_alive().await {
             return self.publish(SandboxStatus::Running, None).await;
         }
-        // Starting a sandbox again counts toward the running limits (unless it already counts
-        // as running); a refusal leaves it as it is (never pausing anyone else's) and says why.
+        // Starting a sandbox again takes a seat of the running limits and room on this host
+        // (unless it already holds them); a refusal leaves it as it is (never pausing anyone
+        // else's) and says why.
         let counted = matches!(self.status, SandboxStatus::Running | SandboxStatus::Starting);
-        if let Some(reason) = quota_refusal(&self.ctx, &self.owner).filter(|_| !counted) {
-            let status = self.status;
-            return self.publish(status, Some(format!("{}{reason}", halyard_protocol::system::REFUSED_PREFIX))).await;
+        if let (false, Some(queue)) = (counted, self.ctx.queue.get()) {
+            if let Some(reason) = queue.resume_refusal(&self.owner, self.id).await {
+                let status = self.status;
+                return self.publish(status, Some(format!("{}{reason}", halyard_protocol::system::REFUSED_PREFIX))).await;
+            }
         }
         if self.docker {
             if let (Some(d), Some(c)) = (self.ctx.docker.clone(), self.container.clone()) {

@@ -17,7 +17,7 @@ use halyard_protocol::command::{ConversationCommand, TitleCommand};
 use halyard_protocol::{Envelope, TaskId, subjects};
 
 use super::control::check_title;
-use super::views::{Conversation, ConversationPage, STATES, StartTask, conversation_json, state_of, task_json};
+use super::views::{Conversation, ConversationPage, STATES, StartTask, conversation_json, state_of};
 use crate::auth::User;
 use crate::auth::access::owned;
 use crate::http::api_doc::{Accepted, BodyRefusals, Count, Refusals};
@@ -33,7 +33,7 @@ use crate::state::AppState;
 pub async fn get_task(State(state): State<AppState>, User(user): User, Path(id): Path<String>) -> Result<Json<StartTask>, ApiError> {
     let id: TaskId = parse_id(&id, "id")?;
     match state.store.task(id)? {
-        Some(t) if t.owner == user.0 => Ok(Json(task_json(&t))),
+        Some(t) if t.owner == user.0 => Ok(Json(super::queue::task_with_place(&state, &t))),
         _ => Err(ApiError::not_found("start task")),
     }
 }

@@ -14,6 +14,7 @@ pub mod images;
 pub mod list;
 pub mod org_shared;
 pub mod plan;
+pub mod queue;
 pub mod share;
 pub mod starts;
 pub mod views;

@@ -16,6 +16,7 @@ use halyard_platform::bus;
 use halyard_platform::telemetry;
 use halyard_protocol::command::{ConversationCommand, SandboxCommand};
 use halyard_protocol::event::ConfirmationPolicy;
+use halyard_protocol::queue::QueueTerms;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
 
@@ -93,11 +94,19 @@ pub struct StartBody {
     /// absent.
     #[serde(default)]
     pub agent: Option<String>,
+    /// How long the start may wait in the start queue for a sandbox host with room (1 to
+    /// 86,400 seconds); the deployment's `HALYARD_START_QUEUE_DEADLINE_SECS` (30 minutes unless
+    /// set) if absent. Past it the start ends in `ERROR`, saying so.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 86400)]
+    pub queue_deadline_secs: Option<u64>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
-/// /api/v1/start-tasks/{id}`), or 429 `sandbox_quota_user` / `sandbox_quota_total` when a
-/// running-sandbox limit is reached.
+/// /api/v1/start-tasks/{id}`). When no sandbox host has room, or the user or the deployment
+/// runs as many sandboxes as they may, the start waits its turn (`QUEUED`, with its `position`)
+/// and goes on by itself; 429 `too_many_starting` when the user already has as many starts
+/// under way as they may.
 #[utoipa::path(post, path = "/conversations", tag = "conversations", request_body = StartBody,
     responses((status = 202, body = StartTask), Refusals, BodyRefusals))]
 pub async fn start_conversation(
@@ -124,6 +133,9 @@ pub async fn start_conversation(
         crate::domain::sandbox::check_spec(&state, spec)?;
     }
     crate::http::checks::check_budget(body.max_budget_usd, body.max_tokens)?;
+    if body.queue_deadline_secs.is_some_and(|s| !(1..=86_400).contains(&s)) {
+        return Err(ApiError::bad_request("invalid_field", "`queue_deadline_secs` must be 1 to 86400 (seconds)"));
+    }
     crate::http::checks::check_tag_count(body.tags.len())?;
     for (k, v) in &body.tags {
         crate::http::checks::check_tag(k, Some(v))?;
@@ -169,7 +181,8 @@ pub async fn start_conversation(
         visibility: body.visibility,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
-    let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request };
+    let queue = QueueTerms { deadline_secs: body.queue_deadline_secs, ..Default::default() };
+    let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request, queue };
     let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
 }
@@ -194,7 +207,7 @@ pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(i
     };
     let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
     let title = view.title.clone().filter(|_| view.title_set_by.as_deref() == Some("user"));
-    let start = Start { conversation_id, title, repository, request };
+    let start = Start { conversation_id, title, repository, request, queue: QueueTerms::default() };
     let task = begin(&state, &user, start, view.created_ms).await?;
     if let Some(old) = view.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) {
         // The failed start's sandbox holds nothing the new one needs.
@@ -260,7 +273,7 @@ pub async fn fork_conversation(
         format!("{base} (fork)")
     });
     let repository = view.repository.clone().and_then(|r| serde_json::from_value::<Repository>(r).ok());
-    let start = Start { conversation_id: ConversationId::new(), title: Some(title), repository, request };
+    let start = Start { conversation_id: ConversationId::new(), title: Some(title), repository, request, queue: QueueTerms::default() };
     let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
     tracing::info!(%source, fork = %task.conversation_id, at_seq = body.at_seq, "conversation forked");
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
@@ -272,13 +285,16 @@ struct Start {
     title: Option<String>,
     repository: Option<Repository>,
     request: StartRequest,
+    /// How its sandbox waits if no host has room.
+    queue: QueueTerms,
 }
 
-/// Checks the user's quotas, sends the start to the conversations service and records what is
-/// known now, so that the next GET finds it (the projection of the lifecycle records
-/// overwrites it with the same facts and more). `created_ms`: when the conversation was made.
+/// Checks how many starts the user has under way, sends the start to the conversations service
+/// and records what is known now, so that the next GET finds it (the projection of the
+/// lifecycle records overwrites it with the same facts and more). `created_ms`: when the
+/// conversation was made. Running-sandbox limits are not checked here: a start past one waits
+/// in the start queue.
 async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -> Result<TaskView, ApiError> {
-    crate::auth::quota::check_quota(state, user)?;
     let task_id = TaskId::new();
     {
         let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
@@ -295,7 +311,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         }
         mine.insert(task_id);
     }
-    let Start { conversation_id, title, repository, request } = start;
+    let Start { conversation_id, title, repository, request, queue } = start;
     let now = halyard_platform::now_ms();
     let cmd = ConversationCommand::Start {
         task_id,
@@ -316,6 +332,7 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         tags: request.tags.clone(),
         org: request.org.clone(),
         visibility: request.visibility,
+        queue,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

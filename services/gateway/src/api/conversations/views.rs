@@ -15,7 +15,9 @@ use crate::read_model::store::{self, ConversationView, TaskView};
 pub struct StartTask {
     pub id: String,
     pub conversation_id: String,
-    /// `WORKING`, `WAITING_FOR_SANDBOX`, `PREPARING_REPOSITORY`, `STARTING_AGENT`, `READY` or `ERROR`.
+    /// `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`,
+    /// `PREPARING_REPOSITORY`, `RUNNING_SETUP_SCRIPT`, `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`,
+    /// `STARTING_CONVERSATION`, `READY`, `ERROR` or `CANCELLED`.
     pub status: String,
     pub detail: Option<String>,
     pub sandbox_id: Option<String>,
@@ -23,6 +25,11 @@ pub struct StartTask {
     pub from_pool: bool,
     pub created_at: String,
     pub updated_at: String,
+    /// While `QUEUED`: its place in line (1: next), in the deployment's order.
+    pub position: Option<u32>,
+    /// While `QUEUED`: about how many seconds until it is placed, from the recent pace (absent
+    /// before there is one).
+    pub estimate_secs: Option<u64>,
 }
 
 pub(crate) fn task_json(t: &TaskView) -> StartTask {
@@ -35,6 +42,8 @@ pub(crate) fn task_json(t: &TaskView) -> StartTask {
         from_pool: t.from_pool,
         created_at: t.created_at.clone(),
         updated_at: t.updated_at.clone(),
+        position: None,
+        estimate_secs: None,
     }
 }
 

@@ -1,0 +1,197 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Capacity across hosts: a start that no sandbox host has room for waits its turn in the start
+//! queue (`QUEUED`, with its place in line) instead of being refused, users take turns, a
+//! queued start can be cancelled or run out of time, and the running limits count across hosts.
+
+use std::time::{Duration, Instant};
+
+use halyard_tests::{Api, Halyard, HalyardOptions, NatsCluster, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ROOT: &str = "root-admin-key";
+
+fn keys() -> String {
+    "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key,dave:dave-secret-key".into()
+}
+
+/// Waits until the start task's status is one of `want`; panics on another final status.
+async fn settle(api: &Api, task: &str, want: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, t) = api.get(&format!("/api/v1/start-tasks/{task}")).await;
+        assert_eq!(s, 200, "{t}");
+        let status = t["status"].as_str().unwrap_or_default();
+        if want.contains(&status) {
+            return t;
+        }
+        assert!(!["READY", "ERROR", "CANCELLED"].contains(&status), "start {task} ended {status}, not {want:?}: {t}");
+        assert!(Instant::now() < deadline, "start {task} still {status}: {t}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Sandboxes running or starting on every host, from the administrators' view of the queue.
+async fn busy(root: &Api) -> u64 {
+    let (s, q) = root.get("/api/v1/admin/queue").await;
+    assert_eq!(s, 200, "{q}");
+    q["hosts"].as_array().unwrap().iter().filter(|h| h["alive"] == true).map(|h| h["busy"].as_u64().unwrap()).sum()
+}
+
+async fn delete_sandbox(api: &Api, sandbox: &str) {
+    assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/sandboxes/{sandbox}"), None).await.0, 202);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_wait_their_turn_across_three_full_hosts_and_users_take_turns() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = NatsCluster::start(3).await;
+    let service = |name: &str, uid_base: &str, publish: &str| {
+        let mut opts = HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_ADMINS", "root")
+            .set("HALYARD_PROCESS_UID_BASE", uid_base)
+            .set("HALYARD_SANDBOX_PUBLISH_HOST", publish)
+            .set("HALYARD_SANDBOX_HOST_SLOTS", "2");
+        opts.api_keys = keys();
+        Halyard::start(opts)
+    };
+    // Three process hosts of two slots each.
+    let hosts =
+        [service("sandbox", "210000", "127.0.0.3"), service("sandbox", "240000", "127.0.0.4"), service("sandbox", "270000", "127.0.0.5")];
+    let _agent = service("agent", "0", "127.0.0.1");
+    let _conversations = service("conversations", "0", "127.0.0.1");
+    let gateway = service("gateway", "0", "127.0.0.1");
+    let root = gateway.api(ROOT);
+    let users = [gateway.api("alice-secret-key"), gateway.api("bob-secret-key"), gateway.api("carol-secret-key")];
+    let dave = gateway.api("dave-secret-key");
+
+    // Dave fills every slot: six sandboxes, two on each host.
+    let mut running: Vec<(Api, String)> = Vec::new();
+    for _ in 0..6 {
+        let (_, task) = dave.start_ready(json!({})).await;
+        running.push((dave.clone(), task["sandbox_id"].as_str().unwrap().to_owned()));
+    }
+    for h in &hosts {
+        let held = running.iter().filter(|(_, s)| h.workspace(s).exists()).count();
+        assert_eq!(held, 2, "a host runs {held} sandboxes, not its two");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while busy(&root).await != 6 {
+        assert!(Instant::now() < deadline, "the hosts do not say they are full");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Ten starts from three users, each user's in a burst: none is refused, all wait.
+    let plan = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2];
+    let mut waiting: Vec<(usize, String)> = Vec::new();
+    for &u in &plan {
+        let (s, t) = users[u].post("/api/v1/conversations", json!({})).await;
+        assert_eq!(s, 202, "a start at capacity was refused: {t}");
+        waiting.push((u, t["id"].as_str().unwrap().to_owned()));
+    }
+    for (u, task) in &waiting {
+        settle(&users[*u], task, &["QUEUED"]).await;
+    }
+    // Places in line, once all ten are in it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while root.get("/api/v1/admin/queue").await.1["waiting"].as_array().map_or(0, Vec::len) < 10 {
+        assert!(Instant::now() < deadline, "the queue never held all ten");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut positions = Vec::new();
+    for (u, task) in &waiting {
+        let t = settle(&users[*u], task, &["QUEUED"]).await;
+        positions.push(t["position"].as_u64().unwrap_or_else(|| panic!("a queued start without its place in line: {t}")));
+    }
+    // In line, users take turns: alice, bob, carol, alice, bob, carol, ...
+    assert_eq!(positions, [1, 4, 7, 10, 2, 5, 8, 3, 6, 9], "places in line");
+    let (_, queue) = root.get("/api/v1/admin/queue").await;
+    let owners: Vec<&str> = queue["waiting"].as_array().unwrap().iter().map(|w| w["owner"].as_str().unwrap()).collect();
+    assert_eq!(owners, ["alice", "bob", "carol", "alice", "bob", "carol", "alice", "bob", "carol", "alice"], "{queue}");
+
+    // Carol cancels her last start while it waits: it never starts.
+    let (carol_last_user, carol_last) = waiting.remove(9);
+    let (s, t) = users[carol_last_user].call(reqwest::Method::DELETE, &format!("/api/v1/start-tasks/{carol_last}"), None).await;
+    assert_eq!(s, 202, "{t}");
+    settle(&users[carol_last_user], &carol_last, &["CANCELLED"]).await;
+    let (s, again) = users[carol_last_user].call(reqwest::Method::DELETE, &format!("/api/v1/start-tasks/{carol_last}"), None).await;
+    assert_eq!((s, again["error"]["code"].as_str()), (409, Some("start_not_queued")), "{again}");
+
+    // Slots free one at a time; each is taken by the next in line, never more than six at once.
+    let names = ["alice", "bob", "carol"];
+    let mut served: Vec<&str> = Vec::new();
+    while !waiting.is_empty() {
+        let (api, sandbox) = running.remove(0);
+        delete_sandbox(&api, &sandbox).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (i, task) = loop {
+            assert!(busy(&root).await <= 6, "more than six sandboxes at once");
+            let mut ready = None;
+            for (i, (u, task)) in waiting.iter().enumerate() {
+                let (_, t) = users[*u].get(&format!("/api/v1/start-tasks/{task}")).await;
+                assert_ne!(t["status"], "ERROR", "{t}");
+                if t["status"] == "READY" {
+                    ready = Some((i, t));
+                    break;
+                }
+            }
+            if let Some(found) = ready {
+                break found;
+            }
+            assert!(Instant::now() < deadline, "no waiting start took the freed slot");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+        let (u, _) = waiting.remove(i);
+        served.push(names[u]);
+        running.push((users[u].clone(), task["sandbox_id"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(served, ["alice", "bob", "carol", "alice", "bob", "carol", "alice", "bob", "alice"], "the order starts were served in");
+    // Each of those still running runs on one host, once.
+    for (_, sandbox) in &running {
+        assert_eq!(hosts.iter().filter(|h| h.workspace(sandbox).exists()).count(), 1, "sandbox {sandbox} is on one host");
+    }
+    let (_, queue) = root.get("/api/v1/admin/queue").await;
+    assert_eq!(queue["waiting"], json!([]), "{queue}");
+}
+
+#[tokio::test]
+async fn a_users_limit_counts_its_sandboxes_and_a_start_past_it_waits_or_runs_out_of_time() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_RUNNING_PER_USER", "1");
+    opts.api_keys = keys();
+    let h = Halyard::start(opts);
+    let (alice, bob) = (h.api("alice-secret-key"), h.api("bob-secret-key"));
+
+    let (first, task) = alice.start_ready(json!({})).await;
+    let first_sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+    // Past her limit, alice's next start waits; bob's runs meanwhile.
+    let (s, second) = alice.post("/api/v1/conversations", json!({"queue_deadline_secs": 2})).await;
+    assert_eq!(s, 202, "{second}");
+    let second = second["id"].as_str().unwrap().to_owned();
+    let t = settle(&alice, &second, &["QUEUED"]).await;
+    assert_eq!(t["position"], 1, "{t}");
+    bob.start_ready(json!({})).await;
+    // Its own deadline passes: it ends, saying why.
+    let t = settle(&alice, &second, &["ERROR"]).await;
+    let detail = t["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("queue deadline passed") && detail.contains("queue_deadline_secs"), "{t}");
+    let conv = alice.get(&format!("/api/v1/conversations/{}", t["conversation_id"].as_str().unwrap())).await.1;
+    assert_eq!(conv["state"], "start_failed", "{conv}");
+
+    // A start that waits goes on by itself once her running sandbox goes.
+    let (s, third) = alice.post("/api/v1/conversations", json!({})).await;
+    assert_eq!(s, 202, "{third}");
+    let third = third["id"].as_str().unwrap().to_owned();
+    settle(&alice, &third, &["QUEUED"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    settle(&alice, &third, &["QUEUED"]).await;
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{first}"), None).await.0, 202);
+    let t = settle(&alice, &third, &["READY"]).await;
+    assert_ne!(t["sandbox_id"].as_str().unwrap(), first_sandbox);
+    // Bad input is refused at once.
+    let (s, e) = alice.post("/api/v1/conversations", json!({"queue_deadline_secs": 0})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+}
