@@ -195,3 +195,72 @@ async fn a_users_limit_counts_its_sandboxes_and_a_start_past_it_waits_or_runs_ou
     let (s, e) = alice.post("/api/v1/conversations", json!({"queue_deadline_secs": 0})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_taken_by_a_host_that_dies_is_made_once_on_another() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = NatsCluster::start(3).await;
+    // Host A's sandboxes take four seconds to come up (its executor is slow to start), long
+    // enough to kill A while it makes one.
+    let slow = tempfile::tempdir().unwrap();
+    let wrapper = slow.path().join("slow-executor");
+    let halyard = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).unwrap().join("../target/release/halyard");
+    std::fs::write(&wrapper, format!("#!/bin/sh\n/bin/sleep 4\nexec {} executor \"$@\"\n", halyard.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(slow.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let service = |name: &str, uid_base: &str, publish: &str, executor: Option<&str>| {
+        let mut opts = HalyardOptions::new(&llm.base_url)
+            .serve(&nats.url, &[name])
+            .set("HALYARD_SECRET", "a-shared-deployment-secret")
+            .set("HALYARD_ADMINS", "root")
+            .set("HALYARD_PROCESS_UID_BASE", uid_base)
+            .set("HALYARD_SANDBOX_PUBLISH_HOST", publish)
+            .set("HALYARD_SANDBOX_HOST_SLOTS", "1");
+        if let Some(executor) = executor {
+            opts = opts.set("HALYARD_EXECUTOR_COMMAND", executor);
+        }
+        opts.api_keys = keys();
+        Halyard::start(opts)
+    };
+    let mut hosts =
+        [service("sandbox", "210000", "127.0.0.3", Some(&wrapper.display().to_string())), service("sandbox", "240000", "127.0.0.4", None)];
+    let _agent = service("agent", "0", "127.0.0.1", None);
+    let _conversations = service("conversations", "0", "127.0.0.1", None);
+    let gateway = service("gateway", "0", "127.0.0.1", None);
+    let (alice, dave) = (gateway.api("alice-secret-key"), gateway.api("dave-secret-key"));
+
+    // Dave fills both hosts.
+    let mut fillers = Vec::new();
+    for _ in 0..2 {
+        let (_, task) = dave.start_ready(json!({})).await;
+        fillers.push(task["sandbox_id"].as_str().unwrap().to_owned());
+    }
+    let on = |host: usize| fillers.iter().find(|s| hosts[host].workspace(s).exists()).cloned().expect("a filler on each host");
+    let (on_a, on_b) = (on(0), on(1));
+
+    // Alice's start waits; host A gets room and takes it; A dies while it makes the sandbox.
+    let (s, task) = alice.post("/api/v1/conversations", json!({})).await;
+    assert_eq!(s, 202, "{task}");
+    let task = task["id"].as_str().unwrap().to_owned();
+    let queued = settle(&alice, &task, &["QUEUED"]).await;
+    let sandbox = queued["sandbox_id"].as_str().unwrap().to_owned();
+    delete_sandbox(&dave, &on_a).await;
+    alice.wait_sandbox(&sandbox, "host A making it", |v| v["status"] == "STARTING").await;
+    assert!(hosts[0].workspace(&sandbox).exists(), "host A did not take the start");
+    hosts[0].kill9();
+
+    // Host B gets room: once A is known dead, B makes the sandbox, once.
+    delete_sandbox(&dave, &on_b).await;
+    let ready = settle(&alice, &task, &["READY"]).await;
+    assert_eq!(ready["sandbox_id"].as_str().unwrap(), sandbox);
+    assert!(hosts[1].workspace(&sandbox).exists(), "the start was not made on host B");
+    let view = alice.get(&format!("/api/v1/sandboxes/{sandbox}")).await.1;
+    assert_eq!(view["status"], "RUNNING", "{view}");
+    for url in view["exposed_urls"].as_array().unwrap() {
+        assert!(url["url"].as_str().unwrap().starts_with("http://127.0.0.4:"), "{view}");
+    }
+    let mine = alice.get("/api/v1/sandboxes").await.1;
+    assert_eq!(mine["items"].as_array().unwrap().len(), 1, "{mine}");
+}
