@@ -40,6 +40,7 @@ mod hibernation;
 mod hooks;
 mod kernel;
 mod memory;
+mod queue;
 mod record;
 mod step;
 mod stream;
@@ -51,7 +52,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold` and `fork` (issue 58), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold` and `fork` (issue 58), `queue` (issue 52), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -240,6 +241,10 @@ async fn main() -> Result<()> {
     if wants("fork") {
         let r = fork::run(reps).await?;
         record(&args.out, "fork", &r)?;
+    }
+    if wants("queue") {
+        let r = queue::run(reps).await?;
+        record(&args.out, "queue", &r)?;
     }
     if wants("checkpoint") {
         let r = checkpoint::run(args.checkpoint_reps.max(reps)).await?;

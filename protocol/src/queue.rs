@@ -60,6 +60,11 @@ pub struct QueueTerms {
     /// The organization it is started in: fair shares are between organizations, then users.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub org: Option<String>,
+    /// When it was asked for (microseconds since the epoch): its arrival in the queue's order,
+    /// whichever service's create reached the queue first (a user's starts are handled side
+    /// by side, and their creates may reach the queue in another order than they were asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_us: Option<i64>,
 }
 
 impl QueueTerms {
@@ -83,6 +88,11 @@ pub struct QueuedStart {
 }
 
 impl QueuedStart {
+    /// Its arrival: when it was asked for, else when it was queued.
+    pub fn arrival_us(&self) -> i64 {
+        self.terms.asked_us.unwrap_or(self.enqueued_ms * 1000)
+    }
+
     /// Whom it is fair against: its organization, or its owner alone.
     pub fn group(&self) -> String {
         match &self.terms.org {
@@ -207,22 +217,25 @@ fn unhex(s: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
+/// A start in its user's line: its class, its arrival (when asked for, then its revision).
+type InLine<'a> = (StartClass, (i64, u64), &'a QueuedStart);
+
 /// The deployment's order of the waiting starts, first first.
 ///
 /// Round robin between groups (organizations, and users starting on their own), then between
-/// the users of a group; within one user, by class (interactive first), then by arrival.
-/// `entries` carry the revision they were queued at (their arrival); `served` says when each
+/// the users of a group; within one user, by class (interactive first), then by arrival (when
+/// it was asked for, then the revision it was queued at). `entries` carry that revision; `served` says when each
 /// group and user (`user:<id>`) was last given a sandbox (any increasing number: the least
 /// recently served goes first, the never served before all). Ties go to the earlier arrival,
 /// so the order is the same wherever it is computed from the same bucket.
 pub fn fair_order(entries: &[(u64, &QueuedStart)], served: &HashMap<String, u64>) -> Vec<SandboxId> {
     // Each user's line, best first.
-    let mut lines: BTreeMap<&UserId, Vec<(StartClass, u64, &QueuedStart)>> = BTreeMap::new();
+    let mut lines: BTreeMap<&UserId, Vec<InLine<'_>>> = BTreeMap::new();
     for (rev, e) in entries {
-        lines.entry(&e.owner).or_default().push((e.terms.class, *rev, e));
+        lines.entry(&e.owner).or_default().push((e.terms.class, (e.arrival_us(), *rev), e));
     }
     for line in lines.values_mut() {
-        line.sort_by_key(|(class, rev, _)| (*class, *rev));
+        line.sort_by_key(|(class, arrival, _)| (*class, *arrival));
         line.reverse(); // popped from the end
     }
     let mut last: HashMap<String, u64> = served.clone();
@@ -260,7 +273,7 @@ mod tests {
             owner: UserId(owner.into()),
             conversation_id: ConversationId::new(),
             spec: None,
-            terms: QueueTerms { class, deadline_secs: None, org: org.map(str::to_owned) },
+            terms: QueueTerms { class, deadline_secs: None, org: org.map(str::to_owned), asked_us: None },
             enqueued_ms: 0,
             deadline_ms: 0,
         }

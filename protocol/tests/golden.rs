@@ -837,7 +837,7 @@ fn commands_are_stable() {
                 owner: UserId("alice".into()),
                 conversation_id: ConversationId(id(1)),
                 spec: None,
-                queue: QueueTerms { class: StartClass::Automation, deadline_secs: Some(600), org: Some("acme".into()) },
+                queue: QueueTerms { class: StartClass::Automation, deadline_secs: Some(600), org: Some("acme".into()), asked_us: None },
             },
         ),
     );

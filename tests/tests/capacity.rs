@@ -171,7 +171,9 @@ async fn a_users_limit_counts_its_sandboxes_and_a_start_past_it_waits_or_runs_ou
     let (s, second) = alice.post("/api/v1/conversations", json!({"queue_deadline_secs": 2})).await;
     assert_eq!(s, 202, "{second}");
     let second = second["id"].as_str().unwrap().to_owned();
-    let t = settle(&alice, &second, &["QUEUED"]).await;
+    settle(&alice, &second, &["QUEUED"]).await;
+    // (Its place shows once the gateway's copy of the queue has it.)
+    let t = alice.wait_for(&format!("/api/v1/start-tasks/{second}"), "its place in line", |t| !t["position"].is_null()).await;
     assert_eq!(t["position"], 1, "{t}");
     bob.start_ready(json!({})).await;
     // Its own deadline passes: it ends, saying why.

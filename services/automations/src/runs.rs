@@ -277,7 +277,11 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         org: None,
         visibility: Default::default(),
         // Behind the owner's interactive starts when sandboxes are short.
-        queue: halyard_protocol::queue::QueueTerms { class: halyard_protocol::queue::StartClass::Automation, ..Default::default() },
+        queue: halyard_protocol::queue::QueueTerms {
+            class: halyard_protocol::queue::StartClass::Automation,
+            asked_us: Some(halyard_platform::now_us()),
+            ..Default::default()
+        },
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

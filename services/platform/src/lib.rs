@@ -49,6 +49,12 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// Microseconds since the Unix epoch (an order finer than milliseconds: starts asked for one
+/// after another).
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
 /// Milliseconds since the Unix epoch of an RFC 3339 time (`2026-11-27T03:00:00Z`, any offset).
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     s.parse::<jiff::Timestamp>().ok().map(|t| t.as_millisecond())

@@ -90,6 +90,25 @@ impl Queue {
         slots == 0 || self.busy.lock().map(|b| b.len() < slots).unwrap_or(false)
     }
 
+    /// Takes room on this host for `id` if there is some (one check and one insert under one
+    /// lock: the queue's loop and the supervisor's creates never both take the last slot).
+    fn reserve(&self, id: SandboxId) -> bool {
+        let slots = self.config.sandbox.host_slots;
+        let Ok(mut busy) = self.busy.lock() else { return false };
+        if slots == 0 || busy.len() < slots || busy.contains(&id) {
+            busy.insert(id);
+            return true;
+        }
+        false
+    }
+
+    /// Gives back the room taken for `id` (a start taken that needs no making after all).
+    pub fn unreserve(&self, id: SandboxId) {
+        if let Ok(mut busy) = self.busy.lock() {
+            busy.remove(&id);
+        }
+    }
+
     /// The limits a start for `owner` takes a seat of: (which, scope, limit).
     fn limits(&self, owner: &UserId) -> Vec<(Limit, String, usize)> {
         let s = &self.config.sandbox;
@@ -102,15 +121,16 @@ impl Queue {
     /// Why this host may not start `id` again now (a resume, a wake), if it may not; else its
     /// seats are taken.
     pub async fn resume_refusal(&self, owner: &UserId, id: SandboxId) -> Option<String> {
-        if !self.room() {
+        if !self.reserve(id) {
             return Some(format!("host_full: this host runs {} sandboxes (HALYARD_SANDBOX_HOST_SLOTS)", self.config.sandbox.host_slots));
         }
         let s = &self.config.sandbox;
-        match self.take_seats(owner, id).await {
-            Ok(None) => {
-                self.mark_busy(id);
-                None
-            }
+        let seats = self.take_seats(owner, id).await;
+        if !matches!(seats, Ok(None)) {
+            self.unreserve(id);
+        }
+        match seats {
+            Ok(None) => None,
             Ok(Some(Limit::User)) => Some(format!(
                 "quota_exceeded_user: {owner} already runs {} sandboxes (limit {})",
                 s.max_running_per_user, s.max_running_per_user
@@ -126,9 +146,15 @@ impl Queue {
     /// waits and the limits have a seat; otherwise it joins the queue.
     pub async fn admit(&self, sandbox_id: SandboxId, owner: &UserId, create: &SandboxCommand) -> Result<Admit, SandboxError> {
         let nobody_waits = self.mirror.lock().map(|m| m.waiting().is_empty()).unwrap_or(false);
-        if self.room() && nobody_waits && self.take_seats(owner, sandbox_id).await?.is_none() {
-            self.mark_busy(sandbox_id);
-            return Ok(Admit::Here);
+        if nobody_waits && self.reserve(sandbox_id) {
+            match self.take_seats(owner, sandbox_id).await {
+                Ok(None) => return Ok(Admit::Here),
+                Ok(Some(_)) => self.unreserve(sandbox_id),
+                Err(e) => {
+                    self.unreserve(sandbox_id);
+                    return Err(e);
+                }
+            }
         }
         let SandboxCommand::Create { conversation_id, spec, queue: terms, .. } = create else { return Ok(Admit::Here) };
         let now = now_ms();
@@ -271,12 +297,6 @@ impl Queue {
         }
     }
 
-    fn mark_busy(&self, id: SandboxId) {
-        if let Ok(mut busy) = self.busy.lock() {
-            busy.insert(id);
-        }
-    }
-
     /// Takes `id` out of the queue (its start is made, failed, cancelled or expired).
     pub async fn forget(&self, id: SandboxId) {
         let (queued, claimed) =
@@ -320,16 +340,21 @@ impl Queue {
         // How busy the last beat said this host was: a change is said at once, not at the next
         // second (administrators read the room, and a slow say-so costs nothing but a write).
         let mut said = usize::MAX;
+        let mut ticks: u64 = 0;
         loop {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {
                     said = self.beat().await;
                     self.expire().await;
+                    ticks += 1;
+                    if ticks % 10 == 3 {
+                        self.sweep_mine().await;
+                    }
+                    self.take_while_room(true).await;
                 }
-                _ = self.wake.notified() => {}
+                _ = self.wake.notified() => self.take_while_room(false).await,
             }
-            self.take_while_room().await;
             if self.busy.lock().map(|b| b.len()).unwrap_or(said) != said {
                 said = self.beat().await;
             }
@@ -362,6 +387,41 @@ impl Queue {
         metrics::gauge!("halyard_start_queue_length").set(waiting as f64);
         metrics::gauge!("halyard_start_queue_oldest_seconds").set(oldest.map_or(0.0, |t| (now_ms() - t) as f64 / 1000.0));
         busy
+    }
+
+    /// Tidies the starts this host claimed and is not making (it restarted since): one made
+    /// already is taken out of the queue; one never made is given back to it.
+    async fn sweep_mine(&self) {
+        let mine: Vec<SandboxId> = self
+            .mirror
+            .lock()
+            .map(|m| {
+                m.claims
+                    .iter()
+                    .filter(|(id, (_, c))| matches!(c, Claim::Host { node, .. } if node == self.node()) && m.queued.contains_key(id))
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in mine {
+            let making = self.busy.lock().map(|b| b.contains(&id)).unwrap_or(true);
+            let last = bus::last_record::<SystemRecord>(&self.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
+            let status = match last {
+                Ok(Some((_, env))) => match env.payload {
+                    SystemRecord::Sandbox(r) => Some(r.status),
+                    _ => None,
+                },
+                _ => continue,
+            };
+            match status {
+                Some(SandboxStatus::Queued | SandboxStatus::Starting) if making => {}
+                Some(SandboxStatus::Queued | SandboxStatus::Starting) | None => {
+                    tracing::info!(sandbox_id = %id, "a start this host took and is not making goes back to the queue");
+                    let _ = self.kv.purge_with_ttl(q::claim_key(id), MARKER_TTL).await;
+                }
+                Some(_) => self.forget(id).await,
+            }
+        }
     }
 
     /// Ends the starts that waited past their deadline (any host may: the claim decides).
@@ -397,8 +457,41 @@ impl Queue {
         }
     }
 
-    /// Takes the next waiting starts, in the deployment's order, while this host has room.
-    async fn take_while_room(&self) {
+    /// Whether `owner` could have a seat of every limit now, by the copy (no write): a free one,
+    /// or, when `thorough`, one whose holder stopped without giving it back (its record says).
+    /// A user at a limit is passed over without claiming anything, so that a start which must
+    /// wait is not claimed and given back on every wake (which a cancel would keep meeting).
+    async fn seats_possible(&self, owner: &UserId, thorough: bool) -> bool {
+        for (_, scope, limit) in self.limits(owner) {
+            let holders: Vec<SandboxId> = self
+                .mirror
+                .lock()
+                .map(|m| (0..limit).filter_map(|n| m.seats.get(&(scope.clone(), n)).map(|(_, id)| *id)).collect())
+                .unwrap_or_default();
+            if holders.len() < limit {
+                continue;
+            }
+            if !thorough {
+                return false;
+            }
+            let mut stale = false;
+            for holder in holders {
+                let here = self.busy.lock().map(|b| b.contains(&holder)).unwrap_or(true);
+                if !here && !self.still_live(holder).await {
+                    stale = true;
+                    break;
+                }
+            }
+            if !stale {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Takes the next waiting starts, in the deployment's order, while this host has room
+    /// (`thorough`: once a second, looking past the copy for seats held by stopped sandboxes).
+    async fn take_while_room(&self, thorough: bool) {
         // Users found at a limit, and starts another host took first, are passed over until the
         // next wake (the watch brings the other host's claim meanwhile).
         let mut full: HashSet<UserId> = HashSet::new();
@@ -414,6 +507,13 @@ impl Queue {
             });
             let Some((entry, over)) = next else { return };
             let id = entry.sandbox_id;
+            if !self.seats_possible(&entry.owner, thorough).await {
+                full.insert(entry.owner.clone());
+                continue;
+            }
+            if !self.reserve(id) {
+                return;
+            }
             let claim = Claim::Host { node: self.node().to_owned(), at_ms: now };
             let Ok(value) = serde_json::to_vec(&claim) else { return };
             let claimed = match over {
@@ -423,6 +523,7 @@ impl Queue {
             if let Err(e) = claimed {
                 // Another host was quicker; the watch brings its claim.
                 tracing::debug!(sandbox_id = %id, error = %e, "start taken by another host");
+                self.unreserve(id);
                 passed.insert(id);
                 continue;
             }
@@ -431,11 +532,11 @@ impl Queue {
                 Ok(Some(_)) | Err(_) => {
                     // A limit is full: the start waits on, unclaimed.
                     let _ = self.kv.purge_with_ttl(q::claim_key(id), MARKER_TTL).await;
+                    self.unreserve(id);
                     full.insert(entry.owner.clone());
                     continue;
                 }
             }
-            self.mark_busy(id);
             passed.insert(id);
             let stamp = bytes::Bytes::from(now.to_string());
             let _ = self.kv.put(q::served_key(&entry.group()), stamp.clone()).await;

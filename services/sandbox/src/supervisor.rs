@@ -289,8 +289,9 @@ async fn place(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, en
     };
     if made {
         if let Some(queue) = state.ctx.queue.get() {
+            // Its seats stay with it: it runs, on the host that made it.
             queue.forget(id).await;
-            queue.status_changed(id, SandboxStatus::Deleted);
+            queue.unreserve(id);
         }
         return Ok(());
     }

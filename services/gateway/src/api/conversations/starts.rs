@@ -311,8 +311,9 @@ async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -
         }
         mine.insert(task_id);
     }
-    let Start { conversation_id, title, repository, request, queue } = start;
+    let Start { conversation_id, title, repository, request, mut queue } = start;
     let now = halyard_platform::now_ms();
+    queue.asked_us = Some(halyard_platform::now_us());
     let cmd = ConversationCommand::Start {
         task_id,
         conversation_id,
