@@ -5,8 +5,8 @@
 //! - every start served (READY, none refused or failed);
 //! - `handoff_ms`: from a slot freeing (the deleted sandbox's `DELETED` record) to the next
 //!   start's sandbox `RUNNING` on that host (target p50 under 50 ms);
-//! - `fairness`: Jain's index over the starts each user was served while every user still had
-//!   some waiting (target at least 0.95; 1 is an even share);
+//! - `fairness`: Jain's index over the starts each user was served, among those that had to
+//!   wait, while every user still had some waiting (target at least 0.95; 1 is an even share);
 //! - `wait_ms`: from the start's POST to its READY (p50, p99);
 //! - CPU per start (nats-server, Halyard's processes with their sandboxes).
 //!
@@ -28,7 +28,6 @@ use tokio::sync::Mutex;
 use crate::record::{Context, spread};
 
 const USERS: usize = 5;
-const SLOTS: usize = 10;
 const HOSTS: usize = 3;
 
 /// One deployment: a nats-server, three sandbox hosts and the other services.
@@ -80,6 +79,8 @@ struct Seen {
     /// Sandboxes that came up: (host, when RUNNING, whether it waited in the queue).
     running: Vec<(String, Instant, bool)>,
     queued: std::collections::HashSet<String>,
+    /// Every sandbox that waited in the queue.
+    waited: std::collections::HashSet<String>,
     /// Start tasks: READY (task id, when), and failures.
     ready: HashMap<String, Instant>,
     failed: Vec<String>,
@@ -99,6 +100,7 @@ async fn watch(nats_url: String, seen: Arc<Mutex<Seen>>) -> Result<tokio::task::
                     let host = u.host.clone().unwrap_or_default();
                     match u.status {
                         SandboxStatus::Queued => {
+                            s.waited.insert(id.clone());
                             s.queued.insert(id);
                         }
                         SandboxStatus::Deleted => s.deleted.entry(host).or_default().push(now),
@@ -141,14 +143,14 @@ fn jain(shares: &[f64]) -> f64 {
 }
 
 /// One repetition: `starts` starts (user by user), each deleted after its run; `paced` keeps at
-/// most `SLOTS * HOSTS` under way from the client's side (the baseline).
-async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
+/// most `slots * HOSTS` under way from the client's side (the baseline).
+async fn once(d: &Deployment, starts: usize, slots: usize, paced: bool) -> Result<Value> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watcher = watch(d.nats.url.clone(), seen.clone()).await?;
     let lengths = run_lengths(starts);
     let per_user = starts / USERS;
     let order: Vec<usize> = (0..USERS).flat_map(|u| std::iter::repeat_n(u, per_user)).collect();
-    let capacity = Arc::new(tokio::sync::Semaphore::new(if paced { SLOTS * HOSTS } else { starts }));
+    let capacity = Arc::new(tokio::sync::Semaphore::new(if paced { slots * HOSTS } else { starts }));
     let cpu0 = d.cpu();
     let t0 = Instant::now();
     let mut runs = Vec::new();
@@ -174,7 +176,7 @@ async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
             let (s, body) = api.call(reqwest::Method::DELETE, &format!("/api/v1/sandboxes/{sandbox}"), None).await;
             ensure!(s == 202, "delete refused: {body}");
             drop(permit);
-            anyhow::Ok((u, ready, (ready - posted).as_secs_f64() * 1000.0))
+            anyhow::Ok((u, ready, (ready - posted).as_secs_f64() * 1000.0, sandbox))
         }));
     }
     let mut served = Vec::new();
@@ -188,10 +190,14 @@ async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
     watcher.abort();
     let s = seen.lock().await;
     ensure!(s.failed.is_empty(), "starts failed: {:?}", s.failed);
-    served.sort_by_key(|(_, ready, _)| *ready);
-    // Fairness while every user still waited: up to the first user's last start.
-    let window = (0..USERS).filter_map(|u| served.iter().rposition(|(v, _, _)| *v == u)).min().unwrap_or(0) + 1;
-    let shares: Vec<f64> = (0..USERS).map(|u| served[..window].iter().filter(|(v, _, _)| *v == u).count() as f64).collect();
+    served.sort_by_key(|(_, ready, _, _)| *ready);
+    // Fairness among the starts that had to wait (all of them, paced by the client: each one
+    // waited there), while every user still had some waiting: up to the first user's last.
+    let contended: Vec<usize> =
+        served.iter().filter(|(_, _, _, sandbox)| paced || s.waited.contains(sandbox)).map(|(u, _, _, _)| *u).collect();
+    let waiting_users: Vec<usize> = (0..USERS).filter(|u| contended.contains(u)).collect();
+    let window = waiting_users.iter().filter_map(|u| contended.iter().rposition(|v| v == u)).min().map_or(0, |i| i + 1);
+    let shares: Vec<f64> = waiting_users.iter().map(|u| contended[..window].iter().filter(|v| *v == u).count() as f64).collect();
     // A slot freed, and the next start's sandbox up: with the queue, on the host whose slot
     // freed, for the starts that waited; paced by the client, anywhere, for the starts sent
     // after a deletion.
@@ -205,7 +211,7 @@ async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
             Some((*at - *freed).as_secs_f64() * 1000.0)
         })
         .collect();
-    let mut waits: Vec<f64> = served.iter().map(|(_, _, w)| *w).collect();
+    let mut waits: Vec<f64> = served.iter().map(|(_, _, w, _)| *w).collect();
     waits.sort_by(f64::total_cmp);
     let p99 = waits.get(((waits.len() as f64 * 0.99) as usize).min(waits.len().saturating_sub(1))).copied();
     Ok(json!({
@@ -216,6 +222,7 @@ async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
         "handoffs": handoffs.len(),
         "fairness": (jain(&shares) * 1000.0).round() / 1000.0,
         "fairness_window": window,
+        "waited_in_queue": s.waited.len(),
         "shares": shares,
         "wait_ms": {"p50": waits.get(waits.len() / 2), "p99": p99},
         "cpu_ms_per_start": (cpu * 1000.0 / starts as f64 * 10.0).round() / 10.0,
@@ -225,14 +232,16 @@ async fn once(d: &Deployment, starts: usize, paced: bool) -> Result<Value> {
 pub async fn run(reps: usize) -> Result<Value> {
     let context = Context::now();
     let starts = crate::scaled(200, 20);
+    // Ten slots a host; two in a smoke run, so that its twenty starts queue too.
+    let slots = crate::scaled(10, 2);
     let llm = ScriptedLlm::start().await;
     let mut results = serde_json::Map::new();
-    for (name, slots, paced) in [("queued", SLOTS, false), ("baseline_client_paced", 0, true)] {
-        let d = deployment(&llm, slots);
+    for (name, host_slots, paced) in [("queued", slots, false), ("baseline_client_paced", 0, true)] {
+        let d = deployment(&llm, host_slots);
         let mut runs = Vec::new();
         for rep in 0..reps {
             crate::record::settle(Duration::from_secs(20));
-            let r = once(&d, starts, paced).await?;
+            let r = once(&d, starts, slots, paced).await?;
             eprintln!("queue suite, {name}, repetition {rep}: {r}");
             runs.push(r);
         }
@@ -256,7 +265,7 @@ pub async fn run(reps: usize) -> Result<Value> {
         "suite": "queue",
         "context": context,
         "repetitions": reps,
-        "setup": {"hosts": HOSTS, "slots_per_host": SLOTS, "users": USERS, "starts": starts, "run_ms": [200, 2000],
+        "setup": {"hosts": HOSTS, "slots_per_host": slots, "users": USERS, "starts": starts, "run_ms": [200, 2000],
                   "arrival": "each user's starts at once, one user after another"},
         "results": results,
         "over_baseline": {"cpu_ms_per_start": ratio("cpu_ms_per_start"), "wait_p50_ms": ratio("wait_p50_ms"), "wall_s": ratio("wall_s")},
