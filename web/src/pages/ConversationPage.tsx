@@ -309,7 +309,10 @@ export function ordinal(n: number): string {
 }
 
 function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation; onRetry: () => void }) {
-  const current = task?.status ?? conv?.start_task_status ?? "WORKING";
+  // A start that ended is told by the conversation's record, which may have heard of the end
+  // before the task's last poll did.
+  const ended = conv && conv.status !== "STARTING";
+  const current = (ended ? conv.start_task_status : task?.status) ?? conv?.start_task_status ?? "WORKING";
   const failed = current === "ERROR" || current === "CANCELLED" || conv?.status === "ERROR";
   const [cancelError, setCancelError] = useState<string>();
   const cancel = () => task && api.cancelStart(task.id).then(() => setCancelError(undefined), (e) => setCancelError(String(e)));
