@@ -14,6 +14,20 @@ fn keys() -> String {
     "root:root-admin-key,alice:alice-secret-key,bob:bob-secret-key,carol:carol-secret-key,dave:dave-secret-key".into()
 }
 
+/// One service of a deployment on `nats_url` whose process hosts have `slots` slots each, with
+/// its own uid range and publish address (as hosts whose agent runners are elsewhere).
+fn service_opts(llm: &ScriptedLlm, nats_url: &str, name: &str, uid_base: &str, publish: &str, slots: &str) -> HalyardOptions {
+    let mut opts = HalyardOptions::new(&llm.base_url)
+        .serve(nats_url, &[name])
+        .set("HALYARD_SECRET", "a-shared-deployment-secret")
+        .set("HALYARD_ADMINS", "root")
+        .set("HALYARD_PROCESS_UID_BASE", uid_base)
+        .set("HALYARD_SANDBOX_PUBLISH_HOST", publish)
+        .set("HALYARD_SANDBOX_HOST_SLOTS", slots);
+    opts.api_keys = keys();
+    opts
+}
+
 /// Waits until the start task's status is one of `want`; panics on another final status.
 async fn settle(api: &Api, task: &str, want: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -46,17 +60,7 @@ async fn starts_wait_their_turn_across_three_full_hosts_and_users_take_turns() {
     init();
     let llm = ScriptedLlm::start().await;
     let nats = NatsCluster::start(3).await;
-    let service = |name: &str, uid_base: &str, publish: &str| {
-        let mut opts = HalyardOptions::new(&llm.base_url)
-            .serve(&nats.url, &[name])
-            .set("HALYARD_SECRET", "a-shared-deployment-secret")
-            .set("HALYARD_ADMINS", "root")
-            .set("HALYARD_PROCESS_UID_BASE", uid_base)
-            .set("HALYARD_SANDBOX_PUBLISH_HOST", publish)
-            .set("HALYARD_SANDBOX_HOST_SLOTS", "2");
-        opts.api_keys = keys();
-        Halyard::start(opts)
-    };
+    let service = |name: &str, uid_base: &str, publish: &str| Halyard::start(service_opts(&llm, &nats.url, name, uid_base, publish, "2"));
     // Three process hosts of two slots each.
     let hosts =
         [service("sandbox", "210000", "127.0.0.3"), service("sandbox", "240000", "127.0.0.4"), service("sandbox", "270000", "127.0.0.5")];
@@ -207,24 +211,18 @@ async fn a_start_taken_by_a_host_that_dies_is_made_once_on_another() {
     // enough to kill A while it makes one.
     let slow = tempfile::tempdir().unwrap();
     let wrapper = slow.path().join("slow-executor");
-    let halyard = std::fs::canonicalize(env!("CARGO_MANIFEST_DIR")).unwrap().join("../target/release/halyard");
+    // (The binary the harness runs, of this build's profile.)
+    let halyard = halyard_tests::harness::halyard_bin();
     std::fs::write(&wrapper, format!("#!/bin/sh\n/bin/sleep 4\nexec {} executor \"$@\"\n", halyard.display())).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(slow.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let service = |name: &str, uid_base: &str, publish: &str, executor: Option<&str>| {
-        let mut opts = HalyardOptions::new(&llm.base_url)
-            .serve(&nats.url, &[name])
-            .set("HALYARD_SECRET", "a-shared-deployment-secret")
-            .set("HALYARD_ADMINS", "root")
-            .set("HALYARD_PROCESS_UID_BASE", uid_base)
-            .set("HALYARD_SANDBOX_PUBLISH_HOST", publish)
-            .set("HALYARD_SANDBOX_HOST_SLOTS", "1");
-        if let Some(executor) = executor {
-            opts = opts.set("HALYARD_EXECUTOR_COMMAND", executor);
-        }
-        opts.api_keys = keys();
-        Halyard::start(opts)
+        let opts = service_opts(&llm, &nats.url, name, uid_base, publish, "1");
+        Halyard::start(match executor {
+            Some(executor) => opts.set("HALYARD_EXECUTOR_COMMAND", executor),
+            None => opts,
+        })
     };
     let mut hosts =
         [service("sandbox", "210000", "127.0.0.3", Some(&wrapper.display().to_string())), service("sandbox", "240000", "127.0.0.4", None)];
