@@ -19,6 +19,7 @@ pub mod checkpoints;
 pub mod condense;
 pub mod conversation;
 pub mod ctx;
+pub mod drive;
 pub mod error;
 pub mod history;
 pub mod lease;

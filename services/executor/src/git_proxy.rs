@@ -36,7 +36,7 @@ impl GitProxy {
         let unheld = "Halyard's git proxy reaches this repository only while the agent works (or while the workspace is prepared)";
         let relay = Relay::start(unheld, &["authorization", "cookie"])?;
         let include = dir.join(format!("halyard-git-{}.config", std::process::id()));
-        crate::write_private(&include, "")?;
+        crate::private::write_private(&include, "")?;
         Ok(Arc::new(Self { relay, include }))
     }
 
@@ -63,7 +63,7 @@ impl GitProxy {
             // proxy with the path git asked for.
             text.push_str(&format!("[url \"{}/{bare}\"]\n\tinsteadOf = {scheme}{bare}\n", self.relay.base()));
         }
-        crate::write_private(&self.include, &text)
+        crate::private::write_private(&self.include, &text)
     }
 
     /// Serves one holder's WebSocket until it closes.

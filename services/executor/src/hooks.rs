@@ -12,7 +12,7 @@ use std::time::Duration;
 use halyard_protocol::executor::{HOOK_OUTPUT_CAP, HookRunRequest, HookRunResponse};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 /// The longest any hook may run, whatever its own timeout says.
 const MAX_TIMEOUT: f64 = 600.0;

@@ -11,7 +11,7 @@ use halyard_protocol::executor::{
     ChangedFile, ChangesResponse, DIFF_CAP, DIRECTORY_ENTRIES_CAP, FILE_CONTENT_CAP, FileEntry, FilesResponse,
 };
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 fn tool(msg: impl Into<String>) -> ExecutorError {
     ExecutorError::Tool(msg.into())

@@ -530,7 +530,7 @@ impl ConvState {
                     }
                 };
                 let outcome = tokio::select! {
-                    o = run.run() => o,
+                    o = crate::drive::run(run) => o,
                     _ = renew => RunOutcome::LostLease,
                 };
                 let _ = me.send_message(ConvMsg::RunEnded { run: id, outcome });

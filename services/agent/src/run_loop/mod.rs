@@ -22,7 +22,6 @@ use tokio::sync::{Mutex, watch};
 
 use crate::budget::{self, estimate_completion, estimate_tokens};
 use crate::ctx::Ctx;
-use crate::history::MESSAGE_OVERHEAD;
 use crate::log::Log;
 use crate::stuck;
 use crate::tools::hooks::Moment;
@@ -32,8 +31,7 @@ use halyard_platform::llm::fallback::{Link, LlmChain};
 use halyard_platform::llm::{ChatMessage, Completion, LlmError, Usage};
 use halyard_platform::tokens::TokenCounter;
 use halyard_protocol::event::{Skill, SkillKind};
-use hooking::HookSubject;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,13 +235,6 @@ impl Run {
         let _ = flag.wait_for(|set| *set).await;
     }
 
-    /// Runs the agent loop; the run ends once its last checkpoint is taken.
-    pub async fn run(mut self) -> RunOutcome {
-        let outcome = self.run_loop().await;
-        self.checkpoint_settled().await;
-        outcome
-    }
-
     /// Keeps what the workspace holds now under `seq`, while the run goes on to its next LLM
     /// call (git's work overlaps the model's thinking instead of coming before it). Checkpoints
     /// are taken one at a time, in order, and nothing runs in the sandbox before the last one
@@ -263,122 +254,6 @@ impl Run {
         if let Some(taking) = taking {
             let _ = taking.await;
         }
-    }
-
-    async fn run_loop(&mut self) -> RunOutcome {
-        // Three things at once, none waiting for another: the sandbox is reached (woken, if
-        // it hibernated) and its hooks file read; the owner's configuration is read; `running`
-        // is appended.
-        let reaching = {
-            let sandbox_id = self.log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
-            let ctx = self.ctx.clone();
-            tokio::spawn(async move {
-                let Some(id) = sandbox_id else { return Err("the conversation has no sandbox".to_owned()) };
-                // The hooks file's read is the executor's health check.
-                let read_hooks = |exec: ExecutorClient| async move { exec.files(crate::tools::hooks::FILE).await };
-                let (c, patience) = (&ctx, reach_patience(&ctx));
-                let (exec, hooks) =
-                    halyard_platform::executor_client::reach_probing(&c.nats, &c.js, &c.http, &c.config.secret, id, patience, read_hooks)
-                        .await?;
-                Ok((exec, crate::tools::hooks::from_answer(hooks)))
-            })
-        };
-        let (running, owned) = tokio::join!(self.status(ExecutionStatus::Running, None), self.read_configuration());
-        if !running {
-            reaching.abort();
-            return RunOutcome::Failed;
-        }
-        // Nothing of the organization's (its secrets in a hook, its MCP servers) for an owner
-        // who left it.
-        if let Some(why) = self.org_membership_refusal().await {
-            reaching.abort();
-            return self.fail("not_a_member", why).await;
-        }
-        let mcp_configs = match owned {
-            Some(owned) => match self.configure(owned).await {
-                Ok(mcp) => Some(mcp),
-                Err(e) => {
-                    reaching.abort();
-                    return self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await;
-                }
-            },
-            None => None,
-        };
-        let (exec, hooks) = match reaching.await {
-            Ok(Ok(reached)) => reached,
-            Ok(Err(e)) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
-            Err(e) => return self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await,
-        };
-        // The workspace as the run finds it is a checkpoint too: before any action, it is how
-        // the conversation started (seq 1); later, what the user changed between runs.
-        let (at, helper) = {
-            let log = self.log.lock().await;
-            let helper = log.history.started.as_ref().is_some_and(|s| s.parent.is_some());
-            (if log.history.acted { log.history.last_seq } else { 1 }, helper)
-        };
-        if !helper {
-            self.checkpoint_behind(&exec, at).await;
-        }
-        // A third-party agent works its own way: this runner is its ACP client.
-        let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
-        if let Some(name) = agent.filter(|a| crate::acp::is_third_party(Some(a))) {
-            return crate::acp::drive(self, &exec, &name, mcp_configs).await;
-        }
-        // Git in the sandbox reaches the conversation's repository through this runner while
-        // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
-        // are set up at once.
-        let (_git_proxy, mcp) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec, mcp_configs));
-        let Some(mcp) = mcp else { return RunOutcome::Failed };
-        let (setting, pending) = {
-            let log = self.log.lock().await;
-            let h = &log.history;
-            let skills = h.skills.clone();
-            // (A set stored before a tool was renamed falls back to the default one.)
-            let offered = self.tool_set.names().unwrap_or_else(|_| halyard_protocol::user::ToolSet::default().names().unwrap_or_default());
-            let mut tools = tools::specs(&offered, skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
-            // Helpers are offered while the deployment allows another level of them.
-            let agent = &self.ctx.config.agent;
-            if offered.contains(&"delegate") && h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
-                tools.push(tools::delegate::spec(agent.max_delegates));
-            }
-            tools.extend(mcp.specs());
-            let counter = self.llm.primary().token_counter();
-            let fixed_tokens =
-                counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
-            let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
-            let pending = h.pending.clone();
-            let session = helper.then(|| log.conversation().to_string());
-            let conversation = log.conversation();
-            (
-                Setting { conversation, workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper },
-                pending,
-            )
-        };
-        let mut setting = setting;
-        let hooks = match hooks {
-            Ok(hooks) => hooks,
-            Err(why) => {
-                let message = format!("The repository's hooks are not used this run: {why}.");
-                if !self.append(EventSource::System, EventBody::AgentError { code: "hooks_invalid".into(), message }).await {
-                    return RunOutcome::Failed;
-                }
-                None
-            }
-        };
-        // Nothing of the file runs (its commands get the secrets) before the owner allowed it.
-        setting.hooks = match self.admit_hooks(hooks, helper).await {
-            Ok(hooks) => hooks,
-            Err(outcome) => return outcome,
-        };
-        if self.hooks_at(&exec, &setting, Moment::SessionStart, HookSubject::default(), json!({})).await.is_err() {
-            return RunOutcome::Failed;
-        }
-        let outcome = self.work(&exec, &setting, pending).await;
-        // A paused run's sandbox is frozen, and a run another runner took over is not over.
-        if !matches!(outcome, RunOutcome::Paused | RunOutcome::LostLease) {
-            let _ = self.hooks_at(&exec, &setting, Moment::SessionEnd, HookSubject::default(), json!({"outcome": outcome.as_str()})).await;
-        }
-        outcome
     }
 
     /// The run's steps, once it is set up: LLM calls and the actions they ask for, until the
@@ -666,7 +541,7 @@ pub(crate) async fn executor_of(ctx: &Ctx, sandbox_id: halyard_protocol::Sandbox
 }
 
 /// How long a run waits for its sandbox to answer (it may be starting, or waking).
-fn reach_patience(ctx: &Ctx) -> Duration {
+pub(super) fn reach_patience(ctx: &Ctx) -> Duration {
     Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 10)
 }
 

@@ -1,4 +1,5 @@
-//! What a run sets up before its first step: the owner's configuration read (profile, secrets,
+//! What a run sets up before its first step: the sandbox reached and `running` said
+//! ([`Run::prepare`], whichever agent works), the owner's configuration read (profile, secrets,
 //! MCP servers, skills), the git proxy that adds the owner's forge tokens outside the sandbox,
 //! and the conversation's MCP connections.
 
@@ -7,9 +8,91 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_protocol::event::{EventBody, EventSource};
 use std::sync::Arc;
 
-use super::{McpConfigs, Owned, Run};
+use halyard_protocol::event::ExecutionStatus;
+
+use halyard_protocol::event::SkillKind;
+use serde_json::{Value, json};
+
+use super::hooking::HookSubject;
+use super::{McpConfigs, Owned, Run, RunOutcome, Setting, reach_patience, system_prompt};
+use crate::history::MESSAGE_OVERHEAD;
+use crate::tools::{self, hooks::Moment};
+
+/// A run set up, before an agent works: what [`Run::prepare`] gives whichever agent drives it.
+pub(crate) struct Ready {
+    pub(crate) exec: ExecutorClient,
+    /// The repository's hooks file, read (`Err`: why it cannot be used).
+    pub(super) hooks: Result<Option<crate::tools::hooks::Hooks>, String>,
+    /// The owner's MCP servers (`None`: the owner's configuration could not be read).
+    pub(crate) mcp_configs: Option<Result<McpConfigs, String>>,
+    /// The run is a helper's (a conversation with a parent).
+    pub(super) helper: bool,
+    /// The conversation's agent (`None`: Halyard's own).
+    pub(crate) agent: Option<String>,
+}
 
 impl Run {
+    /// What every run does before an agent works, whichever agent it is: the sandbox reached
+    /// (woken, if it hibernated), `running` appended, the owner's configuration read, and the
+    /// workspace as the run finds it kept. `Err`: the run ended there.
+    pub(crate) async fn prepare(&mut self) -> Result<Ready, RunOutcome> {
+        // Three things at once, none waiting for another: the sandbox is reached (woken, if
+        // it hibernated) and its hooks file read; the owner's configuration is read; `running`
+        // is appended.
+        let reaching = {
+            let sandbox_id = self.log.lock().await.history.started.as_ref().map(|s| s.sandbox_id);
+            let ctx = self.ctx.clone();
+            tokio::spawn(async move {
+                let Some(id) = sandbox_id else { return Err("the conversation has no sandbox".to_owned()) };
+                // The hooks file's read is the executor's health check.
+                let read_hooks = |exec: ExecutorClient| async move { exec.files(crate::tools::hooks::FILE).await };
+                let (c, patience) = (&ctx, reach_patience(&ctx));
+                let (exec, hooks) =
+                    halyard_platform::executor_client::reach_probing(&c.nats, &c.js, &c.http, &c.config.secret, id, patience, read_hooks)
+                        .await?;
+                Ok((exec, crate::tools::hooks::from_answer(hooks)))
+            })
+        };
+        let (running, owned) = tokio::join!(self.status(ExecutionStatus::Running, None), self.read_configuration());
+        if !running {
+            reaching.abort();
+            return Err(RunOutcome::Failed);
+        }
+        // Nothing of the organization's (its secrets in a hook, its MCP servers) for an owner
+        // who left it.
+        if let Some(why) = self.org_membership_refusal().await {
+            reaching.abort();
+            return Err(self.fail("not_a_member", why).await);
+        }
+        let mcp_configs = match owned {
+            Some(owned) => match self.configure(owned).await {
+                Ok(mcp) => Some(mcp),
+                Err(e) => {
+                    reaching.abort();
+                    return Err(self.fail("llm_profile_unavailable", format!("The conversation's LLM cannot be used: {e}")).await);
+                }
+            },
+            None => None,
+        };
+        let (exec, hooks) = match reaching.await {
+            Ok(Ok(reached)) => reached,
+            Ok(Err(e)) => return Err(self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await),
+            Err(e) => return Err(self.fail("sandbox_unavailable", format!("The sandbox is not available: {e}")).await),
+        };
+        // The workspace as the run finds it is a checkpoint too: before any action, it is how
+        // the conversation started (seq 1); later, what the user changed between runs.
+        let (at, helper) = {
+            let log = self.log.lock().await;
+            let helper = log.history.started.as_ref().is_some_and(|s| s.parent.is_some());
+            (if log.history.acted { log.history.last_seq } else { 1 }, helper)
+        };
+        if !helper {
+            self.checkpoint_behind(&exec, at).await;
+        }
+        let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
+        Ok(Ready { exec, hooks, mcp_configs, helper, agent })
+    }
+
     /// Serves the sandbox's git proxy for the conversation's repository when one of the owner's
     /// git providers serves it, or one of its organization's (`None`: nothing to serve, or it
     /// could not be; git then fails upstream with the provider's refusal, which the agent sees).
@@ -136,5 +219,66 @@ impl Run {
             Err(e) => tracing::warn!(error = %e, "cannot read the owner's settings; the deployment's apply"),
         }
         Ok(mcp)
+    }
+
+    /// Halyard's own agent, once the run is [`Ready`]: the git proxy and MCP servers, the
+    /// repository's hooks, then the steps.
+    pub(crate) async fn builtin(&mut self, ready: Ready) -> RunOutcome {
+        let Ready { exec, hooks, mcp_configs, helper, .. } = ready;
+        // Git in the sandbox reaches the conversation's repository through this runner while
+        // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
+        // are set up at once.
+        let (_git_proxy, mcp) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec, mcp_configs));
+        let Some(mcp) = mcp else { return RunOutcome::Failed };
+        let (setting, pending) = {
+            let log = self.log.lock().await;
+            let h = &log.history;
+            let skills = h.skills.clone();
+            // (A set stored before a tool was renamed falls back to the default one.)
+            let offered = self.tool_set.names().unwrap_or_else(|_| halyard_protocol::user::ToolSet::default().names().unwrap_or_default());
+            let mut tools = tools::specs(&offered, skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
+            // Helpers are offered while the deployment allows another level of them.
+            let agent = &self.ctx.config.agent;
+            if offered.contains(&"delegate") && h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
+                tools.push(tools::delegate::spec(agent.max_delegates));
+            }
+            tools.extend(mcp.specs());
+            let counter = self.llm.primary().token_counter();
+            let fixed_tokens =
+                counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
+            let workspace = h.started.as_ref().map(|s| s.workspace.clone()).unwrap_or_default();
+            let pending = h.pending.clone();
+            let session = helper.then(|| log.conversation().to_string());
+            let conversation = log.conversation();
+            (
+                Setting { conversation, workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper },
+                pending,
+            )
+        };
+        let mut setting = setting;
+        let hooks = match hooks {
+            Ok(hooks) => hooks,
+            Err(why) => {
+                let message = format!("The repository's hooks are not used this run: {why}.");
+                if !self.append(EventSource::System, EventBody::AgentError { code: "hooks_invalid".into(), message }).await {
+                    return RunOutcome::Failed;
+                }
+                None
+            }
+        };
+        // Nothing of the file runs (its commands get the secrets) before the owner allowed it.
+        setting.hooks = match self.admit_hooks(hooks, helper).await {
+            Ok(hooks) => hooks,
+            Err(outcome) => return outcome,
+        };
+        if self.hooks_at(&exec, &setting, Moment::SessionStart, HookSubject::default(), json!({})).await.is_err() {
+            return RunOutcome::Failed;
+        }
+        let outcome = self.work(&exec, &setting, pending).await;
+        // A paused run's sandbox is frozen, and a run another runner took over is not over.
+        if !matches!(outcome, RunOutcome::Paused | RunOutcome::LostLease) {
+            let _ = self.hooks_at(&exec, &setting, Moment::SessionEnd, HookSubject::default(), json!({"outcome": outcome.as_str()})).await;
+        }
+        outcome
     }
 }

@@ -9,7 +9,7 @@ use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::{BROWSER_TOOLS, BrowserRequest};
 use serde_json::{Value, json};
 
-use super::{Rich, ToolOutcome, bool_arg, error, security_risk};
+use super::outcome::{Rich, ToolOutcome, bool_arg, error, security_risk};
 
 pub fn is_browser(tool: &str) -> bool {
     BROWSER_TOOLS.contains(&tool)

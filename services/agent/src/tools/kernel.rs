@@ -7,7 +7,7 @@ use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::executor::CellRequest;
 use serde_json::{Value, json};
 
-use super::{Rich, ToolOutcome, error, security_risk, str_arg};
+use super::outcome::{Rich, ToolOutcome, error, security_risk, str_arg};
 
 pub const TOOL: &str = "execute_ipython_cell";
 

@@ -10,19 +10,16 @@ pub mod delegate;
 pub mod hooks;
 pub mod kernel;
 pub mod mcp;
+mod outcome;
 pub mod risk;
+
+pub use outcome::{Rich, ToolOutcome};
+use outcome::{bool_arg, error, security_risk, str_arg};
 
 use halyard_platform::executor_client::{ExecutorClient, ExecutorError};
 use halyard_protocol::event::TaskItem;
 use halyard_protocol::executor::{EditRequest, ExecRequest, GlobRequest, GrepRequest, PatchRequest};
 use serde_json::{Value, json};
-
-/// The `security_risk` argument of the tools that act (OpenHands' wording).
-fn security_risk() -> Value {
-    json!({"type": "string", "enum": ["low", "medium", "high"], "description": "The risk of this action: `low` for \
-        read-only or workspace-local changes, `medium` for changes beyond the workspace or network use, `high` for \
-        destructive or irreversible actions or anything touching credentials."})
-}
 
 /// Tool definitions in the chat-completions `tools` format: the built-in tools `offered` (a
 /// [`halyard_protocol::user::ToolSet`]'s names; `delegate` is added by the run, which knows how
@@ -144,53 +141,6 @@ fn classic() -> Vec<Value> {
             "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
         }}),
     ]
-}
-
-/// A result with pictures: a browser step's page and screenshot, or a Python cell's plots.
-#[derive(Debug, Default, PartialEq)]
-pub struct Rich {
-    pub content: String,
-    pub is_error: bool,
-    /// A browser step's page afterwards.
-    pub url: Option<String>,
-    /// A browser step's screenshot, a PNG in base64.
-    pub screenshot_png: Option<String>,
-    /// A cell's images, PNGs in base64.
-    pub images: Vec<String>,
-    /// The model is to see them (the screenshot it asked for; a cell's plots).
-    pub show: bool,
-}
-
-/// What a tool call produced.
-#[derive(Debug, PartialEq)]
-pub enum ToolOutcome {
-    Observation {
-        content: String,
-        exit_code: Option<i32>,
-        is_error: bool,
-    },
-    /// A result with pictures: a browser step's, or a Python cell's.
-    Rich(Rich),
-    Finish {
-        message: String,
-    },
-}
-
-fn error(content: impl Into<String>) -> ToolOutcome {
-    ToolOutcome::Observation { content: content.into(), exit_code: None, is_error: true }
-}
-
-fn str_arg(args: &Value, name: &str) -> Option<String> {
-    args.get(name).and_then(Value::as_str).map(str::to_owned)
-}
-
-/// Booleans arrive as `true` or, from OpenHands-tuned prompts, as `"true"`.
-fn bool_arg(args: &Value, name: &str) -> bool {
-    match args.get(name) {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
-        _ => false,
-    }
 }
 
 /// Parses the raw `arguments` string of a tool call.

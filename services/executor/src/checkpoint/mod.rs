@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use halyard_protocol::executor::{CheckpointResponse, RestoreResponse};
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 mod unchanged;
 mod watch;
@@ -74,6 +74,11 @@ enum Watching {
 }
 
 impl Checkpoints {
+    /// Where the store keeps its repository and incoming bundles.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub fn new(workspace: PathBuf) -> Self {
         let dir = workspace.join(STORE);
         Self {
@@ -548,44 +553,6 @@ impl Checkpoints {
         }
         walk(&self.dir)
     }
-}
-
-#[derive(serde::Deserialize)]
-pub(crate) struct SeqQuery {
-    seq: u64,
-    /// (Bundles) the last checkpoint as the agent runner kept it (see [`Checkpoints::trust`]).
-    #[serde(default)]
-    head: Option<String>,
-}
-
-/// `GET /checkpoint/bundle?seq=`: the checkpoints at or before `seq`, as a git bundle.
-pub(crate) async fn bundle_route(
-    axum::extract::State(state): axum::extract::State<crate::AppState>,
-    axum::extract::Query(q): axum::extract::Query<SeqQuery>,
-) -> Result<axum::response::Response, ExecutorError> {
-    use axum::response::IntoResponse;
-    // Listing the refs is what must not overlap a checkpoint being taken; reading the objects
-    // may.
-    let stdout = state.checkpoints.lock().await.bundle(q.seq, q.head.as_deref()).await?;
-    Ok(crate::files::transfer::body_of(stdout).into_response())
-}
-
-/// `POST /checkpoint/unbundle?seq=` (the body: a bundle from [`bundle_route`]).
-pub(crate) async fn unbundle_route(
-    axum::extract::State(state): axum::extract::State<crate::AppState>,
-    axum::extract::Query(q): axum::extract::Query<SeqQuery>,
-    body: axum::body::Body,
-) -> Result<axum::Json<RestoreResponse>, ExecutorError> {
-    let store = state.checkpoints.lock().await;
-    tokio::fs::create_dir_all(&store.dir).await.map_err(|e| ExecutorError::Internal(format!("checkpoint store: {e}")))?;
-    let file = store.dir.join(format!("incoming-{}.bundle", uuid::Uuid::new_v4()));
-    let limit = halyard_protocol::executor::MAX_CHECKPOINT_BUNDLE_BYTES;
-    let made = match crate::files::transfer::write_limited(&file, body, limit).await {
-        Ok(_) => store.unbundle(q.seq, &file).await,
-        Err(e) => Err(e),
-    };
-    let _ = tokio::fs::remove_file(&file).await;
-    Ok(axum::Json(made?))
 }
 
 /// A full commit id (SHA-1, hex): nothing else is passed to git as one.

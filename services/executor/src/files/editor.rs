@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use halyard_protocol::executor::EditRequest;
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 /// Edits kept per file for `undo_edit`.
 const UNDO_DEPTH: usize = 10;

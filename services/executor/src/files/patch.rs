@@ -24,7 +24,7 @@ use std::path::{Component, Path, PathBuf};
 
 use halyard_protocol::executor::PatchResponse;
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 fn bad(msg: impl Into<String>) -> ExecutorError {
     ExecutorError::Tool(msg.into())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use globset::{GlobBuilder, GlobMatcher};
 use halyard_protocol::executor::{GlobRequest, GrepRequest, SEARCH_RESULTS_CAP, SearchResponse};
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 /// A search stops after this long and answers what it found (`truncated`).
 const PATIENCE: Duration = Duration::from_secs(20);

@@ -13,8 +13,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::config::ExecutorConfig;
+use crate::error::ExecutorError;
 use crate::workspace::confine;
-use crate::{AppState, ExecutorError};
 
 /// The largest upload, in bytes (the gateway holds uploads to the same).
 pub(crate) const MAX_UPLOAD: u64 = halyard_protocol::executor::MAX_UPLOAD_BYTES;
@@ -42,8 +43,11 @@ pub(crate) fn body_of<R: tokio::io::AsyncRead + Unpin + Send + 'static>(reader: 
 }
 
 /// `GET /files/raw?path=`: the file's bytes.
-pub(crate) async fn download(State(state): State<AppState>, Query(q): Query<PathQuery>) -> Result<Response, ExecutorError> {
-    let path = confine(&state.config.workspace, &q.path)?;
+pub(crate) async fn download(
+    State(config): State<std::sync::Arc<ExecutorConfig>>,
+    Query(q): Query<PathQuery>,
+) -> Result<Response, ExecutorError> {
+    let path = confine(&config.workspace, &q.path)?;
     if !path.is_file() {
         return Err(ExecutorError::Tool(format!("{} is not a file; download a file, or the workspace as an archive", q.path)));
     }
@@ -107,8 +111,12 @@ fn make_folders(workspace: &Path, parent: &str) -> Result<PathBuf, ExecutorError
 
 /// `PUT /files/raw?path=`: the body becomes the file (written beside it, then renamed over
 /// it, so a broken upload leaves the old file as it was).
-pub(crate) async fn upload(State(state): State<AppState>, Query(q): Query<PathQuery>, body: Body) -> Result<Response, ExecutorError> {
-    let path = target(&state.config.workspace, &q.path)?;
+pub(crate) async fn upload(
+    State(config): State<std::sync::Arc<ExecutorConfig>>,
+    Query(q): Query<PathQuery>,
+    body: Body,
+) -> Result<Response, ExecutorError> {
+    let path = target(&config.workspace, &q.path)?;
     let partial = path.with_file_name(format!(
         ".{}.halyard-upload-{}",
         path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
@@ -123,7 +131,7 @@ pub(crate) async fn upload(State(state): State<AppState>, Query(q): Query<PathQu
         }
     };
     tokio::fs::rename(&partial, &path).await.map_err(|e| ExecutorError::Internal(format!("cannot put the upload in place: {e}")))?;
-    let relative = path.strip_prefix(std::fs::canonicalize(&state.config.workspace).unwrap_or_default()).unwrap_or(&path);
+    let relative = path.strip_prefix(std::fs::canonicalize(&config.workspace).unwrap_or_default()).unwrap_or(&path);
     Ok((axum::http::StatusCode::CREATED, Json(serde_json::json!({"path": relative.to_string_lossy(), "size": size}))).into_response())
 }
 
@@ -145,10 +153,10 @@ pub(crate) async fn write_limited(partial: &Path, body: Body, limit: u64) -> Res
 }
 
 /// `GET /archive`: the workspace as a gzipped tar, made by `tar` as it is sent.
-pub(crate) async fn archive(State(state): State<AppState>) -> Result<Response, ExecutorError> {
+pub(crate) async fn archive(State(config): State<std::sync::Arc<ExecutorConfig>>) -> Result<Response, ExecutorError> {
     let mut child = tokio::process::Command::new("tar")
         .args(["-czf", "-", "--exclude=./.halyard", "-C"])
-        .arg(&state.config.workspace)
+        .arg(&config.workspace)
         .arg(".")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

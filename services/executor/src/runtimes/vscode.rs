@@ -30,7 +30,7 @@ use halyard_protocol::executor::SESSION_KEY_HEADER;
 use hyper_util::rt::TokioIo;
 
 use super::{Said, short_tmp};
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 /// Where code-server may be, in order: the directory `infra/install-code-server.sh` fills (on
 /// the host for process sandboxes, in the base image for containers), then the usual places.

@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{Mutex as AsyncMutex, watch};
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
 const INPUT_TIMEOUT_SECS: f64 = 5.0;
@@ -132,7 +132,7 @@ fn valid_name(n: &str) -> bool {
 /// miss values (the reason this is plain `std::fs` on the blocking pool).
 async fn write_private(path: &std::path::Path, text: &str) -> Result<(), ExecutorError> {
     let (path, text) = (path.to_owned(), text.to_owned());
-    tokio::task::spawn_blocking(move || crate::write_private(&path, &text))
+    tokio::task::spawn_blocking(move || crate::private::write_private(&path, &text))
         .await
         .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))?
         .map_err(|e| ExecutorError::Internal(format!("write env: {e}")))

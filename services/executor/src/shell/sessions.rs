@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 use crate::shell::Shell;
 
 /// Where the shells' working directories are kept between executors, under the workspace

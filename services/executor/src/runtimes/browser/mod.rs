@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{Said, short_tmp};
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 use cdp::{Cdp, Event};
 
 /// The page-side helpers (`index`, `locate`, `focusField`, `scrollPage`, `markdown`).

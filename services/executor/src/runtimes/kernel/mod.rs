@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket};
 
 use super::{Said, short_tmp};
-use crate::ExecutorError;
+use crate::error::ExecutorError;
 
 /// How long a kernel may take to start and answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
