@@ -1,8 +1,11 @@
-// The gateway's HTTP API, called with the session cookie. Every change carries the CSRF header
-// the gateway demands of cookie requests (a cross-site form cannot set it); an error answer is
-// thrown as an `ApiError` carrying the gateway's stable code and its message in words.
+// The gateway's HTTP API, called with the session cookie: every call the app makes is a named
+// function of `api` here, and no path is written anywhere else. Every change carries the CSRF
+// header the gateway demands of cookie requests (a cross-site form cannot set it); an error
+// answer is thrown as an `ApiError` carrying the gateway's stable code and its message in words.
 
+import type * as S from "./api-schema";
 import type {
+  AuditPage,
   Automation,
   AutomationRun,
   AutomationTrigger,
@@ -13,14 +16,20 @@ import type {
   Files,
   HalyardEvent,
   ImageData,
+  Invitation,
   Me,
+  MemberList,
   NewAutomation,
+  Org,
+  OrgSettings,
+  PriceRow,
   Sandbox,
   SandboxSpecs,
   ShareLink,
   SharedConversation,
   SlackLinkInfo,
   StartTask,
+  UsageReport,
   Webhook,
 } from "./types";
 
@@ -41,7 +50,7 @@ export function setSignedOutHandler(f: () => void) {
 }
 
 /** One API call: `body` goes as JSON, `raw` (a file) as it is. */
-export async function call<T>(method: string, path: string, body?: unknown, raw?: Blob): Promise<T> {
+async function call<T>(method: string, path: string, body?: unknown, raw?: Blob): Promise<T> {
   const headers: Record<string, string> = { accept: "application/json" };
   if (method !== "GET") headers["x-halyard-csrf"] = "1";
   if (body !== undefined) headers["content-type"] = "application/json";
@@ -73,6 +82,8 @@ export async function call<T>(method: string, path: string, body?: unknown, raw?
   return json as T;
 }
 
+const enc = encodeURIComponent;
+
 const q = (params: Record<string, string | number | undefined>) => {
   const s = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== "") s.set(k, String(v));
@@ -80,10 +91,93 @@ const q = (params: Record<string, string | number | undefined>) => {
   return str ? `?${str}` : "";
 };
 
+/** A list the API keeps by name under `path`: read whole, a member written whole or removed. */
+function named<T, Body = unknown>(path: string) {
+  return {
+    list: () => call<{ items: T[] }>("GET", path),
+    put: (name: string, body: Body) => call<T>("PUT", `${path}/${enc(name)}`, body),
+    remove: (name: string) => call<void>("DELETE", `${path}/${enc(name)}`),
+  };
+}
+
+/** Everything of organization `org`'s. */
+function org(name: string) {
+  const base = `/orgs/${enc(name)}`;
+  const members = `${base}/members`;
+  return {
+    settings: () => call<OrgSettings>("GET", `${base}/settings`),
+    putSettings: (body: Partial<OrgSettings>) => call<OrgSettings>("PUT", `${base}/settings`, body),
+    budget: () => call<S.BudgetStatus>("GET", `${base}/budget`),
+    llmProfiles: named<S.LlmProfile>(`${base}/llm-profiles`),
+    secrets: named<S.Secret>(`${base}/secrets`),
+    mcpServers: named<S.McpServer>(`${base}/mcp-servers`),
+    agents: named<S.AgentView>(`${base}/agents`),
+    prices: named<PriceRow>(`${base}/prices`),
+    members: () => call<MemberList>("GET", members),
+    addMember: (user: string, role: string) => call<unknown>("POST", members, { user, role }),
+    setRole: (user: string, role: string) => call<unknown>("PATCH", `${members}/${enc(user)}`, { role }),
+    removeMember: (user: string) => call<void>("DELETE", `${members}/${enc(user)}`),
+    conversations: () => call<{ items: Conversation[] }>("GET", `${base}/conversations`),
+    auditPath: `${base}/audit`,
+  };
+}
+
 export const api = {
   me: () => call<Me>("GET", "/me"),
   signIn: (apiKey: string) => call<unknown>("POST", "/session", { api_key: apiKey }),
   signOut: () => call<void>("DELETE", "/session"),
+  /** Where the browser goes to sign in with the deployment's identity provider. */
+  ssoStartUrl: (returnTo: string) => `/api/v1/auth/sso/start${q({ return_to: returnTo })}`,
+  /** Where the browser goes to link a Slack account (Slack's sign-in, then back). */
+  slackStartUrl: (code: string, runAsMe: boolean) => `/api/v1/auth/slack/start${q({ link: code, run_as_me: String(runAsMe) })}`,
+  /** A recent sign-in, for a change that asks for one. */
+  stepUp: (apiKey: string) => call<unknown>("POST", "/session/step-up", { api_key: apiKey }),
+  sso: () => call<S.SsoStatus>("GET", "/auth/sso"),
+
+  // A user's own configuration.
+  llmProfiles: {
+    ...named<S.LlmProfile>("/llm-profiles"),
+    models: (name: string) => call<S.LlmModelList>("GET", `/llm-profiles/${enc(name)}/models`),
+    test: (name: string) => call<S.ProfileTest>("POST", `/llm-profiles/${enc(name)}/test`),
+  },
+  secrets: named<S.Secret>("/secrets"),
+  gitProviders: named<S.GitProvider>("/git-providers"),
+  mcpServers: {
+    ...named<S.McpServer>("/mcp-servers"),
+    test: (name: string) => call<S.McpServerTest>("POST", `/mcp-servers/${enc(name)}/test`),
+  },
+  /** The agents conversations may name; administrators register and remove the deployment's. */
+  agents: named<S.AgentView>("/agents"),
+  agentLogins: named<S.AgentLoginView, { credential: string }>("/me/agent-logins"),
+  settings: () => call<Record<string, unknown>>("GET", "/settings"),
+  putSettings: (body: Record<string, unknown>) => call<unknown>("PUT", "/settings", body),
+  keys: () => call<{ items: S.ApiKey[] }>("GET", "/me/keys"),
+  createKey: (name: string, scope: string) => call<S.ApiKey>("POST", "/me/keys", { name, scope }),
+  revokeKey: (id: string) => call<void>("DELETE", `/me/keys/${enc(id)}`),
+  /** What the user's git providers reach (`provider`: one of them only). */
+  repositories: (p: { q?: string; provider?: string }) => call<S.RepositoryList>("GET", `/repositories${q(p)}`),
+  branches: (provider: string, repository: string) => call<S.Branches>("GET", `/repositories/branches${q({ provider, repository })}`),
+  usage: (groupBy: "day" | "model", from?: string) => call<UsageReport>("GET", `/me/usage${q({ group_by: groupBy, from })}`),
+  usageCsvUrl: (from?: string) => `/api/v1/me/usage${q({ format: "csv", from })}`,
+
+  // Organizations.
+  orgs: () => call<{ items: Org[] }>("GET", "/orgs"),
+  createOrg: (name: string) => call<Org>("POST", "/orgs", { name }),
+  org,
+  invitations: () => call<{ items: Invitation[] }>("GET", "/me/invitations"),
+  answerInvitation: (orgName: string, how: "accept" | "decline") => call<unknown>("POST", `/me/invitations/${enc(orgName)}/${how}`, {}),
+
+  // Administration.
+  users: () => call<{ items: S.User[] }>("GET", "/admin/users"),
+  createUser: (name: string, admin: boolean) => call<S.User>("POST", "/admin/users", { name, admin }),
+  patchUser: (name: string, body: { admin?: boolean; disabled?: boolean }) => call<S.User>("PATCH", `/admin/users/${enc(name)}`, body),
+  userKeys: (name: string) => call<{ items: S.ApiKey[] }>("GET", `/admin/users/${enc(name)}/keys`),
+  createUserKey: (name: string, label: string) => call<S.ApiKey>("POST", `/admin/users/${enc(name)}/keys`, { name: label }),
+  revokeAnyKey: (id: string) => call<void>("DELETE", `/admin/keys/${enc(id)}`),
+  usageByUser: (from?: string) => call<UsageReport>("GET", `/admin/usage${q({ group_by: "user", from })}`),
+  /** The audit trail at `path` (`/admin/audit` or an organization's), a page of it. */
+  audit: (path: string, p: { actor?: string; action?: string; cursor?: string }) => call<AuditPage>("GET", `${path}${q({ ...p, limit: 50 })}`),
+  auditJsonlUrl: (path: string, p: { actor?: string; action?: string }) => `/api/v1${path}${q({ ...p, format: "jsonl" })}`,
 
   conversations: (p: { q?: string; state?: string; cursor?: string; limit?: number }) =>
     call<ConversationPage>("GET", `/conversations${q(p)}`),
@@ -104,6 +198,7 @@ export const api = {
   fork: (id: string, atSeq: number) => call<StartTask>("POST", `/conversations/${id}/fork`, { at_seq: atSeq }),
   restore: (id: string, atSeq: number) => call<unknown>("POST", `/conversations/${id}/restore`, { at_seq: atSeq }),
   rename: (id: string, title: string) => call<Conversation>("PATCH", `/conversations/${id}`, { title }),
+  setVisibility: (id: string, visibility: "private" | "org") => call<Conversation>("PATCH", `/conversations/${id}`, { visibility }),
   remove: (id: string) => call<void>("DELETE", `/conversations/${id}`),
   send: (id: string, text: string, images: ImageData[] = []) =>
     call<unknown>("POST", `/conversations/${id}/messages`, images.length ? { text, images } : { text }),
@@ -113,6 +208,14 @@ export const api = {
   confirm: (id: string) => call<unknown>("POST", `/conversations/${id}/confirm`),
   reject: (id: string, reason: string) => call<unknown>("POST", `/conversations/${id}/reject`, { reason }),
   hooksConsent: (id: string, sha256: string, allow: boolean) => call<unknown>("POST", `/conversations/${id}/hooks-consent`, { sha256, allow }),
+  /** The WebSocket of a conversation's events (or a share link's), from after `afterSeq`. */
+  eventsSocketUrl: (where: { conversation?: string; shareToken?: string }, afterSeq: number) => {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const root = where.shareToken ? `/api/v1/shared/${where.shareToken}` : `/api/v1/conversations/${where.conversation}`;
+    return `${scheme}://${location.host}${root}/events/ws${q({ after_seq: afterSeq })}`;
+  },
+  /** The WebSocket of the user's own terminal in the sandbox. */
+  terminalSocketUrl: (id: string) => `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/v1/conversations/${id}/terminal/ws`,
   events: (id: string, afterSeq: number, limit = 1000) =>
     call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/conversations/${id}/events${q({ after_seq: afterSeq, limit })}`),
   findEvents: (id: string, p: { q?: string; kind?: string; source?: string; after_seq?: number; limit?: number }) =>

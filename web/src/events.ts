@@ -123,10 +123,7 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
     const connect = () => {
       if (closed) return;
       window.clearTimeout(retry);
-      const scheme = location.protocol === "https:" ? "wss" : "ws";
-      const root = shareToken ? `/api/v1/shared/${shareToken}` : `/api/v1/conversations/${conversationId}`;
-      const url = `${scheme}://${location.host}${root}/events/ws?after_seq=${last.current}`;
-      const ws = new WebSocket(url);
+      const ws = new WebSocket(api.eventsSocketUrl({ conversation: conversationId, shareToken }, last.current));
       socket = ws;
       ws.onopen = () => {
         delay = 250;

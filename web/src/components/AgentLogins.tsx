@@ -5,16 +5,18 @@
 // budgets.
 
 import { useState, type FormEvent } from "react";
-import { call } from "../api";
-import { DeleteButton, Field, Section, enc, str, useChange, useList, type Row } from "./SettingsParts";
+import { api } from "../api";
+import type { AgentView } from "../types";
+import type * as S from "../api-schema";
+import { DeleteButton, Field, Section, str, useChange, useList } from "./SettingsParts";
 import { ErrorText } from "./Status";
 
-function LoginForm({ agent, held, run }: { agent: Row; held?: Row; run: (f: () => Promise<unknown>) => Promise<boolean> }) {
+function LoginForm({ agent, held, run }: { agent: AgentView; held?: S.AgentLoginView; run: (f: () => Promise<unknown>) => Promise<boolean> }) {
   const [credential, setCredential] = useState("");
   const title = str(agent.title);
   const save = async (e: FormEvent) => {
     e.preventDefault();
-    if (await run(() => call("PUT", `/me/agent-logins/${enc(agent.name)}`, { credential: credential.trim() }))) setCredential("");
+    if (await run(() => api.agentLogins.put(agent.name, { credential: credential.trim() }))) setCredential("");
   };
   return (
     <li>
@@ -30,14 +32,14 @@ function LoginForm({ agent, held, run }: { agent: Row; held?: Row; run: (f: () =
         </Field>
         <button type="submit">{held ? "Replace login" : "Hand over login"}</button>
       </form>
-      {held && <DeleteButton what={`${title} login`} onDelete={() => run(() => call("DELETE", `/me/agent-logins/${enc(agent.name)}`))} />}
+      {held && <DeleteButton what={`${title} login`} onDelete={() => run(() => api.agentLogins.remove(agent.name))} />}
     </li>
   );
 }
 
 export function AgentLogins() {
-  const agents = useList("/agents");
-  const logins = useList("/me/agent-logins");
+  const agents = useList(api.agents.list);
+  const logins = useList(api.agentLogins.list);
   const { error, run, prompt } = useChange(() => (logins.reload(), agents.reload()));
   const taking = agents.items.filter((a) => a.login);
   return (

@@ -4,8 +4,8 @@
 // when a budget is changed here.
 
 import { useEffect, useState } from "react";
-import { call } from "../api";
-import type { BudgetStatus, BudgetUse, Org } from "../types";
+import { api } from "../api";
+import type { BudgetStatus, BudgetUse } from "../types";
 
 const ALERT = 80;
 
@@ -26,8 +26,8 @@ export function BudgetBanner({ path }: { path: string }) {
     let live = true;
     const load = async () => {
       try {
-        const orgs = (await call<{ items: Org[] }>("GET", "/orgs")).items;
-        const states = await Promise.all(orgs.map((o) => call<BudgetStatus>("GET", `/orgs/${encodeURIComponent(o.name)}/budget`)));
+        const orgs = (await api.orgs()).items;
+        const states = await Promise.all(orgs.map((o) => api.org(o.name).budget()));
         const out = states.flatMap((b) =>
           [
             { key: `${b.org}`, u: b.org_budget, text: line(b, b.org_budget, `Organization ${b.org}'s monthly budget`) },

@@ -2,12 +2,12 @@
 // from the API, a delete that asks first, and a change that asks for a recent sign-in when the
 // API wants one (`POST /session/step-up`) and is then made again.
 
-import { cloneElement, useEffect, useId, useState, type ReactElement, type ReactNode } from "react";
-import { ApiError, call, errorText } from "../api";
+import { cloneElement, useId, useState, type ReactElement, type ReactNode } from "react";
+import { api, ApiError, errorText } from "../api";
+import { useItems } from "../resource";
 
 export type Row = Record<string, unknown> & { name: string };
 export const str = (v: unknown) => (v === undefined || v === null ? "" : String(v));
-export const enc = encodeURIComponent;
 
 /** Runs a change; a `step_up_required` answer asks for the key, then runs it again. */
 export function useChange(reload: () => void) {
@@ -29,7 +29,7 @@ export function useChange(reload: () => void) {
     <StepUp
       onDone={async (key) => {
         try {
-          await call("POST", "/session/step-up", { api_key: key });
+          await api.stepUp(key);
           const f = stepUp;
           setStepUp(undefined);
           await run(f);
@@ -77,19 +77,10 @@ export function Field({ label, children }: { label: string; children: ReactEleme
   );
 }
 
-export function useList(path: string) {
-  const [items, setItems] = useState<Row[]>([]);
-  const [loadError, setLoadError] = useState<string>();
-  const reload = () =>
-    call<{ items: Row[] }>("GET", path).then(
-      (r) => (setItems(r.items), setLoadError(undefined)),
-      (e) => setLoadError(errorText(e)),
-    );
-  useEffect(() => {
-    reload();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [path]);
-  return { items, loadError, reload };
+/** A settings list: its items, the error of its last read, and a reload. */
+export function useList<T = Row>(load: () => Promise<{ items: T[] }>) {
+  const list = useItems(load);
+  return { items: list.data, loadError: list.error, reload: list.reload };
 }
 
 export function Section({ id, title, children }: { id: string; title: string; children: ReactNode }) {

@@ -8,6 +8,7 @@ import { useEffect, useRef, useState } from "react";
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
 import "@xterm/xterm/css/xterm.css";
+import { api } from "../api";
 
 export function UserTerminal({ id, dark }: { id: string; dark: boolean }) {
   const host = useRef<HTMLDivElement>(null);
@@ -25,8 +26,7 @@ export function UserTerminal({ id, dark }: { id: string; dark: boolean }) {
     t.open(host.current!);
     const fitter = new FitAddon();
     t.loadAddon(fitter);
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}/api/v1/conversations/${id}/terminal/ws`);
+    const ws = new WebSocket(api.terminalSocketUrl(id));
     ws.binaryType = "arraybuffer";
     const sendSize = () => {
       setSize({ cols: t.cols, rows: t.rows });

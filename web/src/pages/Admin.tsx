@@ -1,47 +1,32 @@
 // Administration, for administrators only (the API refuses anyone else): users (made, made
 // administrators or not, disabled and enabled again), each user's API keys (issued with the
 // key shown once, revoked), and the ACP agents the deployment registers for everyone (a command
-// line, an environment whose values are never shown, the LLM wire it speaks).
+// line, an environment whose values are never shown, the LLM wire it speaks). A change that
+// needs a recent sign-in asks for the API key again, as on the settings page.
 
-import { useEffect, useState, type FormEvent } from "react";
-import { ApiError, call, errorText } from "../api";
+import { useState, type FormEvent } from "react";
+import { api } from "../api";
 import { AgentFields } from "../components/InlineForm";
 import { str, useChange, useList } from "../components/SettingsParts";
 import { ErrorText } from "../components/Status";
-
-type User = { name: string; admin: boolean; disabled: boolean; managed: boolean; keys: number };
-type Key = { id: string; name: string; scope: string; created_at: string; revoked_at?: string | null; session: boolean };
-const enc = encodeURIComponent;
+import { useItems } from "../resource";
 
 export function Admin() {
-  const [users, setUsers] = useState<User[]>([]);
-  const [error, setError] = useState<string>();
+  const listed = useItems(api.users);
+  const users = listed.data;
+  const { error, run, prompt } = useChange(listed.reload);
   const [name, setName] = useState("");
   const [admin, setAdmin] = useState(false);
   const [open, setOpen] = useState<string>();
-  const load = () => call<{ items: User[] }>("GET", "/admin/users").then((r) => setUsers(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, []);
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-      return true;
-    } catch (e) {
-      setError(e instanceof ApiError && e.code === "step_up_required" ? `${e.message} (sign out and in again, then retry)` : errorText(e));
-      return false;
-    }
-  };
   const create = async (e: FormEvent) => {
     e.preventDefault();
-    if (await run(() => call("POST", "/admin/users", { name: name.trim(), admin }))) (setName(""), setAdmin(false));
+    if (await run(() => api.createUser(name.trim(), admin))) (setName(""), setAdmin(false));
   };
   return (
     <section className="page">
       <h1>Users</h1>
-      <ErrorText error={error} />
+      {prompt}
+      <ErrorText error={error ?? listed.error} />
       <table className="admin-users" aria-label="Users">
         <thead>
           <tr>
@@ -60,10 +45,10 @@ export function Admin() {
               <td>{u.disabled ? "disabled" : "active"}</td>
               <td>{u.keys}</td>
               <td className="row-actions">
-                <button className="ghost" onClick={() => run(() => call("PATCH", `/admin/users/${enc(u.name)}`, { admin: !u.admin }))}>
+                <button className="ghost" onClick={() => run(() => api.patchUser(u.name, { admin: !u.admin }))}>
                   {u.admin ? `Make ${u.name} a user` : `Make ${u.name} an administrator`}
                 </button>
-                <button className="ghost" onClick={() => run(() => call("PATCH", `/admin/users/${enc(u.name)}`, { disabled: !u.disabled }))}>
+                <button className="ghost" onClick={() => run(() => api.patchUser(u.name, { disabled: !u.disabled }))}>
                   {u.disabled ? `Enable ${u.name}` : `Disable ${u.name}`}
                 </button>
                 <button className="ghost" aria-expanded={open === u.name} onClick={() => setOpen(open === u.name ? undefined : u.name)}>
@@ -85,7 +70,7 @@ export function Admin() {
         </div>
         <button type="submit">Add user</button>
       </form>
-      {open && <Keys key={open} user={open} onChange={load} />}
+      {open && <Keys key={open} user={open} onChange={listed.reload} />}
       <Agents />
     </section>
   );
@@ -93,12 +78,12 @@ export function Admin() {
 
 /** The deployment's registered agents: listed from `GET /agents` (those of no organization). */
 function Agents() {
-  const listed = useList("/agents");
+  const listed = useList(api.agents.list);
   const { error, run, prompt } = useChange(listed.reload);
   const agents = listed.items.filter((a) => a.custom && !a.name.startsWith("@"));
   // (The form keeps what was typed when the change fails: the error says why.)
   const save = async (name: string, body: unknown) => {
-    if (!(await run(() => call("PUT", `/agents/${enc(name)}`, body)))) throw new Error("refused");
+    if (!(await run(() => api.agents.put(name, body)))) throw new Error("refused");
   };
   return (
     <section className="card" aria-label="Registered agents">
@@ -108,7 +93,7 @@ function Agents() {
         {agents.map((a) => (
           <li key={a.name}>
             <strong>{a.name}</strong> <span className="muted">{`${str(a.title)} · speaks ${(a.wires as string[]).join(", ")}`}</span>{" "}
-            <button className="ghost" onClick={() => run(() => call("DELETE", `/agents/${enc(a.name)}`))}>
+            <button className="ghost" onClick={() => run(() => api.agents.remove(a.name))}>
               {`Remove ${a.name}`}
             </button>
           </li>
@@ -122,37 +107,22 @@ function Agents() {
 }
 
 function Keys({ user, onChange }: { user: string; onChange: () => void }) {
-  const [keys, setKeys] = useState<Key[]>([]);
-  const [error, setError] = useState<string>();
+  const listed = useItems(() => api.userKeys(user), [user]);
   const [label, setLabel] = useState("");
   const [shown, setShown] = useState<string>();
-  const load = () => call<{ items: Key[] }>("GET", `/admin/users/${enc(user)}/keys`).then((r) => setKeys(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [user]);
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-      onChange();
-    } catch (e) {
-      setError(errorText(e));
-    }
-  };
+  const run = async (f: () => Promise<unknown>) => (await listed.run(f)) && onChange();
   const issue = (e: FormEvent) => {
     e.preventDefault();
     run(async () => {
-      const made = await call<{ key: string }>("POST", `/admin/users/${enc(user)}/keys`, { name: label.trim() });
-      setShown(made.key);
+      const made = await api.createUserKey(user, label.trim());
+      setShown(made.key ?? undefined);
       setLabel("");
     });
   };
   return (
     <section className="card" aria-label={`API keys of ${user}`}>
       <h2>API keys of {user}</h2>
-      <ErrorText error={error} />
+      <ErrorText error={listed.error} />
       {shown && (
         <div className="card secret" role="status">
           <p>The new key, shown this once: give it to {user}.</p>
@@ -163,7 +133,7 @@ function Keys({ user, onChange }: { user: string; onChange: () => void }) {
         </div>
       )}
       <ul className="settings-list">
-        {keys
+        {listed.data
           .filter((k) => !k.session)
           .map((k) => (
             <li key={k.id}>
@@ -173,7 +143,7 @@ function Keys({ user, onChange }: { user: string; onChange: () => void }) {
                 {k.revoked_at ? " · revoked" : ""}
               </span>
               {!k.revoked_at && (
-                <button className="ghost" onClick={() => run(() => call("DELETE", `/admin/keys/${enc(k.id)}`))}>
+                <button className="ghost" onClick={() => run(() => api.revokeAnyKey(k.id))}>
                   {`Revoke ${k.name || k.id}`}
                 </button>
               )}

@@ -2,43 +2,32 @@
 // first, filtered by actor and action, older pages on demand, and the whole of it (with the
 // filters) as JSON Lines. Nothing here changes a record: the API has no way to.
 
-import { useCallback, useEffect, useState, type FormEvent } from "react";
-import { call, errorText } from "../api";
-import type { AuditPage, AuditRecord } from "../types";
+import { useState, type FormEvent } from "react";
+import { api, errorText } from "../api";
+import type { AuditPage } from "../types";
 import { ErrorText } from "../components/Status";
-
-function query(actor: string, action: string, extra: Record<string, string> = {}) {
-  const q = new URLSearchParams(extra);
-  if (actor.trim()) q.set("actor", actor.trim());
-  if (action.trim()) q.set("action", action.trim());
-  return q.toString();
-}
+import { useResource } from "../resource";
 
 /** The trail at `base` (`/admin/audit`, or an organization's `/orgs/<org>/audit`). */
 export function Audit({ base = "/admin/audit", title = "Audit" }: { base?: string; title?: string }) {
-  const [items, setItems] = useState<AuditRecord[]>([]);
-  const [next, setNext] = useState<string>();
-  const [error, setError] = useState<string>();
   const [actor, setActor] = useState("");
   const [action, setAction] = useState("");
   const [applied, setApplied] = useState({ actor: "", action: "" });
-
-  const load = useCallback(
-    async (cursor?: string) => {
-      try {
-        const page = await call<AuditPage>("GET", `${base}?${query(applied.actor, applied.action, cursor ? { cursor, limit: "50" } : { limit: "50" })}`);
-        setItems((old) => (cursor ? [...old, ...page.items] : page.items));
-        setNext(page.next_cursor ?? undefined);
-        setError(undefined);
-      } catch (e) {
-        setError(errorText(e));
-      }
-    },
-    [applied, base],
-  );
-  useEffect(() => {
-    load();
-  }, [load]);
+  const filters = { actor: applied.actor.trim(), action: applied.action.trim() };
+  const empty: AuditPage = { items: [] };
+  const trail = useResource(() => api.audit(base, filters), [applied, base], empty);
+  const { items } = trail.data;
+  const next = trail.data.next_cursor ?? undefined;
+  const error = trail.error;
+  // An older page joins the list below the ones shown.
+  const older = async (cursor: string) => {
+    try {
+      const page = await api.audit(base, { ...filters, cursor });
+      trail.setData({ ...page, items: [...items, ...page.items] });
+    } catch (e) {
+      trail.setError(errorText(e));
+    }
+  };
 
   const filter = (e: FormEvent) => {
     e.preventDefault();
@@ -52,7 +41,7 @@ export function Audit({ base = "/admin/audit", title = "Audit" }: { base?: strin
         <input aria-label="Actor" placeholder="Actor (a user name)" value={actor} onChange={(e) => setActor(e.target.value)} />
         <input aria-label="Action" placeholder="Action (secret.put, or secret. for all)" value={action} onChange={(e) => setAction(e.target.value)} />
         <button type="submit">Filter</button>
-        <a className="button ghost" href={`/api/v1${base}?${query(applied.actor, applied.action, { format: "jsonl" })}`} download="halyard-audit.jsonl">
+        <a className="button ghost" href={api.auditJsonlUrl(base, filters)} download="halyard-audit.jsonl">
           Export JSON Lines
         </a>
       </form>
@@ -89,7 +78,7 @@ export function Audit({ base = "/admin/audit", title = "Audit" }: { base?: strin
       </table>
       {items.length === 0 && !error && <p className="empty">Nothing recorded that matches.</p>}
       {next && (
-        <button className="ghost" onClick={() => load(next)}>
+        <button className="ghost" onClick={() => older(next)}>
           Older
         </button>
       )}

@@ -4,9 +4,10 @@
 // Each can name the LLM profile and the agent its conversations have (the server checks that
 // the two fit).
 
-import { useEffect, useState, type FormEvent } from "react";
-import { api, call, errorText } from "../api";
-import type { AgentView, Automation, AutomationRun, AutomationTrigger, NewAutomation } from "../types";
+import { useState, type FormEvent } from "react";
+import { api } from "../api";
+import { useItems } from "../resource";
+import type { Automation, AutomationTrigger, NewAutomation } from "../types";
 import { ErrorText } from "../components/Status";
 import { Link } from "../router";
 
@@ -26,8 +27,8 @@ function parseChannels(text: string): Record<string, string | null> {
 }
 
 export function Automations({ me }: { me: string }) {
-  const [items, setItems] = useState<Automation[]>([]);
-  const [error, setError] = useState<string>();
+  const listed = useItems(api.automations);
+  const { data: items, error, run } = listed;
   const [created, setCreated] = useState<Automation>();
   const [open, setOpen] = useState<string>();
   const [editing, setEditing] = useState<string>();
@@ -47,35 +48,9 @@ export function Automations({ me }: { me: string }) {
   const [label, setLabel] = useState("halyard");
   const [mention, setMention] = useState("@halyard");
   const [agent, setAgent] = useState("");
-  const [agents, setAgents] = useState<AgentView[]>([]);
+  const agents = useItems(api.agents.list).data;
   const [profile, setProfile] = useState("");
-  const [profiles, setProfiles] = useState<string[]>([]);
-
-  useEffect(() => {
-    call<{ items: AgentView[] }>("GET", "/agents").then(
-      (r) => setAgents(r.items),
-      () => {},
-    );
-    call<{ items: { name: string }[] }>("GET", "/llm-profiles").then(
-      (r) => setProfiles(r.items.map((p) => p.name)),
-      () => {},
-    );
-  }, []);
-
-  const load = () => api.automations().then((r) => setItems(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, []);
-
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-    } catch (e) {
-      setError(errorText(e));
-    }
-  };
+  const profiles = useItems(api.llmProfiles.list).data.map((p) => p.name);
 
   const optional = (v: string) => v.trim() || undefined;
   const trigger = (): AutomationTrigger => {
@@ -398,13 +373,9 @@ function HookSetup({ automation, onDone }: { automation: Automation; onDone: () 
 }
 
 function Runs({ id }: { id: string }) {
-  const [items, setItems] = useState<AutomationRun[]>();
-  const [error, setError] = useState<string>();
-  useEffect(() => {
-    api.automationRuns(id).then((r) => setItems(r.items), (e) => setError(errorText(e)));
-  }, [id]);
+  const { data: items, error, loading } = useItems(() => api.automationRuns(id), [id]);
   if (error) return <p className="error">{error}</p>;
-  if (!items) return <p className="muted">Loading…</p>;
+  if (loading && items.length === 0) return <p className="muted">Loading…</p>;
   if (items.length === 0) return <p className="muted">No runs yet.</p>;
   return (
     <table className="deliveries" aria-label="Runs">

@@ -4,7 +4,7 @@
 // agent's browser, VS Code and the served apps.
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
-import { api, call, errorText } from "../api";
+import { api, errorText } from "../api";
 import { Link, navigate } from "../router";
 import { useEventStream } from "../events";
 import { takePrefetched } from "../prefetch";
@@ -616,7 +616,7 @@ function OrgShareControl({ conv, onChange }: { conv: Conversation; onChange: (c:
     setError(undefined);
     setShared(on);
     try {
-      await call("PATCH", `/conversations/${conv.id}`, { visibility: on ? "org" : "private" });
+      await api.setVisibility(conv.id, on ? "org" : "private");
       onChange({ ...conv, visibility: on ? "org" : "private" });
     } catch (e) {
       setShared(!on);

@@ -4,7 +4,7 @@
 // The start task itself is followed on the conversation's page.
 
 import { useEffect, useState, type FormEvent } from "react";
-import { api, call, errorText } from "../api";
+import { api, errorText } from "../api";
 import { navigate } from "../router";
 import { ErrorText } from "../components/Status";
 import { ORG_EXPOSURE } from "./Orgs";
@@ -30,7 +30,7 @@ export function NewConversation() {
   const [agents, setAgents] = useState<AgentView[]>([]);
 
   useEffect(() => {
-    call<{ items: AgentView[] }>("GET", "/agents").then(
+    api.agents.list().then(
       (r) => {
         setAgents(r.items);
         setAgent(r.items.find((a) => a.default)?.name ?? "");
@@ -41,11 +41,11 @@ export function NewConversation() {
       (s) => setSpecs(s.items.map((i) => i.name)),
       () => setSpecs([]),
     );
-    call<{ items: { name: string }[] }>("GET", "/llm-profiles").then(
+    api.llmProfiles.list().then(
       (r) => setProfiles(r.items.map((p) => p.name)),
       () => {},
     );
-    call<{ items: { name: string }[] }>("GET", "/orgs").then(
+    api.orgs().then(
       (r) => setOrgs(r.items.map((o) => o.name)),
       () => {},
     );
@@ -55,7 +55,7 @@ export function NewConversation() {
   useEffect(() => {
     setOrgProfiles([]);
     if (!org) return;
-    call<{ items: { name: string }[] }>("GET", `/orgs/${encodeURIComponent(org)}/llm-profiles`).then(
+    api.org(org).llmProfiles.list().then(
       (r) => setOrgProfiles(r.items.map((p) => p.name)),
       () => {},
     );
@@ -65,7 +65,7 @@ export function NewConversation() {
   useEffect(() => {
     const t = window.setTimeout(() => {
       const words = repo.includes("://") ? "" : repo.trim();
-      call<{ items: Repo[] }>("GET", `/repositories?q=${encodeURIComponent(words)}`).then(
+      api.repositories({ q: words }).then(
         (r) => setRepos(r.items),
         () => setRepos([]),
       );
@@ -78,10 +78,7 @@ export function NewConversation() {
   useEffect(() => {
     setBranches([]);
     if (!picked) return;
-    call<{ default_branch?: string; branches: { name: string }[] }>(
-      "GET",
-      `/repositories/branches?provider=${encodeURIComponent(picked.provider)}&repository=${encodeURIComponent(picked.full_name)}`,
-    ).then(
+    api.branches(picked.provider, picked.full_name).then(
       (b) => {
         setBranches(b.branches.map((x) => x.name));
         setBranch((current) => current || b.default_branch || "");

@@ -4,13 +4,12 @@
 // never shown, the LLM wire it speaks). Everyone in it sees the lists; owners and admins add and remove (the API refuses
 // anyone else, and says why).
 
-import { useEffect, useState, type ReactNode } from "react";
-import { call, errorText } from "../api";
+import { type ReactNode } from "react";
+import { api } from "../api";
+import { useItems } from "../resource";
 import type { Org } from "../types";
 import { AgentFields, Fields } from "../components/InlineForm";
 import { ErrorText } from "../components/Status";
-
-const enc = encodeURIComponent;
 
 interface Named {
   name: string;
@@ -24,7 +23,7 @@ interface Named {
   env?: string[];
 }
 
-/** One list of the organization's (`kind`: `llm-profiles`, `secrets`, `mcp-servers`, `agents`). */
+/** One list of the organization's. */
 function Section({
   org,
   kind,
@@ -33,32 +32,23 @@ function Section({
   form,
 }: {
   org: Org;
-  kind: string;
+  kind: "llmProfiles" | "secrets" | "mcpServers" | "agents";
   title: string;
   describe: (n: Named) => string;
   form: (save: (name: string, body: unknown) => Promise<void>) => ReactNode;
 }) {
   // (An agent is listed by what conversations name it, `@org/name`; its route has the name.)
   const key = (name: string) => name.replace(`@${org.name}/`, "");
-  const base = `/orgs/${enc(org.name)}/${kind}`;
+  const list = api.org(org.name)[kind];
   const manages = org.role === "owner" || org.role === "admin";
-  const [items, setItems] = useState<Named[]>([]);
-  const [error, setError] = useState<string>();
-  const load = () => call<{ items: Named[] }>("GET", base).then((r) => setItems(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, [base]);
+  // (The four lists differ in their items; the page shows the fields they share.)
+  const listed = useItems(list.list as () => Promise<{ items: Named[] }>, [org.name, kind]);
+  const { data: items, error } = listed;
+  // (The form keeps what was typed when the change fails: the error says why.)
   const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-    } catch (e) {
-      setError(errorText(e));
-      throw e;
-    }
+    if (!(await listed.run(f))) throw new Error("refused");
   };
-  const save = (name: string, body: unknown) => run(() => call("PUT", `${base}/${enc(name)}`, body));
+  const save = (name: string, body: unknown) => run(() => list.put(name, body));
   return (
     <section aria-label={`${title} of ${org.name}`}>
       <h3>{title}</h3>
@@ -71,7 +61,7 @@ function Section({
             <li key={i.name}>
               <strong>{i.name}</strong> <span className="muted">{describe(i)}</span>{" "}
               {manages && (
-                <button className="ghost" onClick={() => run(() => call("DELETE", `${base}/${enc(key(i.name))}`)).catch(() => {})}>
+                <button className="ghost" onClick={() => run(() => list.remove(key(i.name))).catch(() => {})}>
                   Remove {i.name}
                 </button>
               )}
@@ -90,7 +80,7 @@ export function OrgResources({ org }: { org: Org }) {
       <h2>What {org.name} offers its conversations</h2>
       <Section
         org={org}
-        kind="llm-profiles"
+        kind="llmProfiles"
         title="LLM profiles"
         describe={(p) => p.model ?? ""}
         form={(save) => (
@@ -125,7 +115,7 @@ export function OrgResources({ org }: { org: Org }) {
       />
       <Section
         org={org}
-        kind="mcp-servers"
+        kind="mcpServers"
         title="MCP servers"
         describe={(s) => s.url ?? s.command ?? s.transport ?? ""}
         form={(save) => (

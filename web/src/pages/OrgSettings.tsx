@@ -2,13 +2,13 @@
 // Everyone in it sees them and this month's spending; owners and admins change them (the API
 // refuses anyone else, and says why).
 
-import { useEffect, useState, type FormEvent } from "react";
-import { call, errorText } from "../api";
+import { useState, type FormEvent } from "react";
+import { api } from "../api";
 import type { BudgetStatus, Org, OrgSettings as Settings, PriceRow } from "../types";
 import { ErrorText } from "../components/Status";
 import { BUDGETS_CHANGED } from "../components/BudgetBanner";
+import { useResource } from "../resource";
 
-const enc = encodeURIComponent;
 const list = (s: string) =>
   s
     .split(",")
@@ -17,87 +17,59 @@ const list = (s: string) =>
 const money = (v?: number | null) => (v == null ? "none" : `$${v.toFixed(2)}`);
 const amount = (s: string) => (s.trim() === "" ? null : Number(s));
 
+interface Loaded {
+  settings: Settings;
+  profiles: string[];
+  prices: PriceRow[];
+  budget: BudgetStatus;
+}
+
 export function OrgSettings({ org }: { org: Org }) {
-  const base = `/orgs/${enc(org.name)}`;
+  const o = api.org(org.name);
   const manages = org.role === "owner" || org.role === "admin";
-  const [settings, setSettings] = useState<Settings>();
-  const [profiles, setProfiles] = useState<string[]>([]);
-  const [prices, setPrices] = useState<PriceRow[]>([]);
-  const [budget, setBudget] = useState<BudgetStatus>();
-  const [error, setError] = useState<string>();
   const [saved, setSaved] = useState(false);
   // The form's text fields, as typed.
   const [form, setForm] = useState({ monthly: "", member: "", domains: "", groups: "" });
   const [price, setPrice] = useState({ model: "", input: "", output: "", cached: "" });
-
-  const load = async () => {
-    try {
-      const [s, p, pr, b] = await Promise.all([
-        call<Settings>("GET", `${base}/settings`),
-        call<{ items: { name: string }[] }>("GET", `${base}/llm-profiles`),
-        call<{ items: PriceRow[] }>("GET", `${base}/prices`),
-        call<BudgetStatus>("GET", `${base}/budget`),
-      ]);
-      setSettings(s);
-      setProfiles(p.items.map((x) => x.name));
-      setPrices(pr.items);
-      setBudget(b);
+  const state = useResource<Loaded | undefined>(
+    async () => {
+      const [settings, p, pr, budget] = await Promise.all([o.settings(), o.llmProfiles.list(), o.prices.list(), o.budget()]);
       setForm({
-        monthly: s.monthly_budget_usd?.toString() ?? "",
-        member: s.member_monthly_budget_usd?.toString() ?? "",
-        domains: (s.sso_domains ?? []).join(", "),
-        groups: (s.sso_groups ?? []).join(", "),
+        monthly: settings.monthly_budget_usd?.toString() ?? "",
+        member: settings.member_monthly_budget_usd?.toString() ?? "",
+        domains: (settings.sso_domains ?? []).join(", "),
+        groups: (settings.sso_groups ?? []).join(", "),
       });
-    } catch (e) {
-      setError(errorText(e));
-    }
-  };
-  useEffect(() => {
-    load();
-  }, [base]);
-  if (!settings) return <ErrorText error={error} />;
+      return { settings, profiles: p.items.map((x) => x.name), prices: pr.items, budget };
+    },
+    [org.name],
+    undefined,
+  );
+  const { error } = state;
+  if (!state.data) return <ErrorText error={error} />;
+  const loaded = state.data;
+  const { settings, profiles, prices, budget } = loaded;
+  const setSettings = (changed: Settings) => state.setData({ ...loaded, settings: changed });
 
   const save = async (e: FormEvent) => {
     e.preventDefault();
-    try {
-      const body: Settings = {
-        ...settings,
-        monthly_budget_usd: amount(form.monthly),
-        member_monthly_budget_usd: amount(form.member),
-        sso_domains: list(form.domains),
-        sso_groups: list(form.groups),
-      };
-      setSettings(await call<Settings>("PUT", `${base}/settings`, body));
-      setError(undefined);
-      setSaved(true);
-      window.dispatchEvent(new Event(BUDGETS_CHANGED));
-      await load();
-    } catch (err) {
-      setError(errorText(err));
-      setSaved(false);
-    }
+    const body: Settings = {
+      ...settings,
+      monthly_budget_usd: amount(form.monthly),
+      member_monthly_budget_usd: amount(form.member),
+      sso_domains: list(form.domains),
+      sso_groups: list(form.groups),
+    };
+    const ok = await state.run(() => o.putSettings(body));
+    setSaved(ok);
+    if (ok) window.dispatchEvent(new Event(BUDGETS_CHANGED));
   };
   const putPrice = async (e: FormEvent) => {
     e.preventDefault();
-    try {
-      const body = { input_per_million: Number(price.input), output_per_million: Number(price.output), cached_per_million: amount(price.cached) };
-      await call("PUT", `${base}/prices/${enc(price.model.trim())}`, body);
-      setPrice({ model: "", input: "", output: "", cached: "" });
-      setError(undefined);
-      await load();
-    } catch (err) {
-      setError(errorText(err));
-    }
+    const body = { input_per_million: Number(price.input), output_per_million: Number(price.output), cached_per_million: amount(price.cached) };
+    if (await state.run(() => o.prices.put(price.model.trim(), body))) setPrice({ model: "", input: "", output: "", cached: "" });
   };
-  const removePrice = async (model: string) => {
-    try {
-      await call("DELETE", `${base}/prices/${enc(model)}`);
-      await load();
-    } catch (err) {
-      setError(errorText(err));
-    }
-  };
-
+  const removePrice = (model: string) => state.run(() => o.prices.remove(model));
   return (
     <div className="card" role="region" aria-label={`Settings of ${org.name}`}>
       <h2>Settings of {org.name}</h2>

@@ -5,9 +5,10 @@
 // it (its audit trail). The API enforces every rule; the page offers what your role may do, and
 // says what joining exposes.
 
-import { useEffect, useState, type FormEvent } from "react";
-import { call, errorText } from "../api";
-import type { Conversation, Invitation, Member, MemberList, Org } from "../types";
+import { useState, type FormEvent } from "react";
+import { api, errorText } from "../api";
+import type { Member, MemberList, Org } from "../types";
+import { useItems, useResource } from "../resource";
 import { Link } from "../router";
 import { ErrorText } from "../components/Status";
 import { Audit } from "./Audit";
@@ -15,29 +16,17 @@ import { OrgSettings } from "./OrgSettings";
 import { OrgResources } from "./OrgResources";
 import { useChange } from "../components/SettingsParts";
 
-const enc = encodeURIComponent;
 const ROLES = ["member", "admin", "owner"] as const;
 
 export function Orgs({ me }: { me: string }) {
-  const [orgs, setOrgs] = useState<Org[]>([]);
-  const [error, setError] = useState<string>();
+  const listed = useItems(api.orgs);
+  const { data: orgs, error, reload: load } = listed;
   const [name, setName] = useState("");
   const [open, setOpen] = useState<string>();
-  const load = () => call<{ items: Org[] }>("GET", "/orgs").then((r) => setOrgs(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, []);
   const create = async (e: FormEvent) => {
     e.preventDefault();
-    try {
-      const org = await call<Org>("POST", "/orgs", { name: name.trim() });
-      setName("");
-      setError(undefined);
-      setOpen(org.name);
-      await load();
-    } catch (err) {
-      setError(errorText(err));
-    }
+    const wanted = name.trim();
+    if (await listed.run(() => api.createOrg(wanted))) (setName(""), setOpen(wanted));
   };
   const current = orgs.find((o) => o.name === open);
   return (
@@ -75,21 +64,10 @@ export const ORG_EXPOSURE =
   "Conversations you start in an organization run on its secrets, LLM profiles, git providers and MCP servers, are counted in its usage and budgets, and are recorded in its audit trail, which its owners and admins read. Your own secrets are not given to its MCP servers.";
 
 function Invitations({ onJoined }: { onJoined: (org: string) => void }) {
-  const [items, setItems] = useState<Invitation[]>([]);
-  const [error, setError] = useState<string>();
-  const load = () => call<{ items: Invitation[] }>("GET", "/me/invitations").then((r) => setItems(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, []);
+  const listed = useItems(api.invitations);
+  const { data: items, error } = listed;
   const answer = async (org: string, how: "accept" | "decline") => {
-    try {
-      await call("POST", `/me/invitations/${enc(org)}/${how}`, {});
-      setError(undefined);
-      await load();
-      if (how === "accept") onJoined(org);
-    } catch (e) {
-      setError(errorText(e));
-    }
+    if ((await listed.run(() => api.answerInvitation(org, how))) && how === "accept") onJoined(org);
   };
   if (items.length === 0 && !error) return null;
   return (
@@ -113,41 +91,33 @@ function Invitations({ onJoined }: { onJoined: (org: string) => void }) {
 }
 
 function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange: () => void; onGone: () => void }) {
-  const [members, setMembers] = useState<Member[]>([]);
-  const [invited, setInvited] = useState<Member[]>([]);
-  const [error, setError] = useState<string>();
+  const o = api.org(org.name);
+  const empty: MemberList = { items: [], invited: [] };
+  const listed = useResource(o.members, [org.name], empty);
+  const { items: members, invited } = listed.data;
   const [user, setUser] = useState("");
   const [role, setRole] = useState<Member["role"]>("member");
-  const path = `/orgs/${enc(org.name)}/members`;
-  const load = () =>
-    call<MemberList>("GET", path).then(
-      (r) => (setMembers(r.items), setInvited(r.invited ?? [])),
-      (e) => setError(errorText(e)),
-    );
-  useEffect(() => {
-    load();
-  }, [path]);
-  const run = async (f: () => Promise<unknown>, after = load) => {
+  // Leaving: the list is no longer yours to read.
+  const leave = async () => {
     try {
-      await f();
-      setError(undefined);
-      await after();
+      await o.removeMember(me);
+      onGone();
       onChange();
     } catch (e) {
-      setError(errorText(e));
+      listed.setError(errorText(e));
     }
   };
   // Rights change here: from a session older than a few minutes, the key is asked for again.
-  const change = useChange(() => (load(), onChange()));
+  const change = useChange(() => (listed.reload(), onChange()));
   const add = (e: FormEvent) => {
     e.preventDefault();
-    change.run(() => call("POST", path, { user: user.trim(), role })).then((ok) => ok && setUser(""));
+    change.run(() => o.addMember(user.trim(), role)).then((ok) => ok && setUser(""));
   };
   const manages = org.role === "owner" || org.role === "admin";
   return (
     <div className="card" role="region" aria-label={`Members of ${org.name}`}>
       <h2>Members of {org.name}</h2>
-      <ErrorText error={error ?? change.error} />
+      <ErrorText error={listed.error ?? change.error} />
       {change.prompt}
       <table className="admin-users" aria-label="Members">
         <thead>
@@ -163,7 +133,7 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               <td>{m.user}</td>
               <td>
                 {org.role === "owner" ? (
-                  <select aria-label={`Role of ${m.user}`} value={m.role} onChange={(e) => change.run(() => call("PATCH", `${path}/${enc(m.user)}`, { role: e.target.value }))}>
+                  <select aria-label={`Role of ${m.user}`} value={m.role} onChange={(e) => change.run(() => o.setRole(m.user, e.target.value))}>
                     {ROLES.map((r) => (
                       <option key={r}>{r}</option>
                     ))}
@@ -174,12 +144,12 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               </td>
               <td className="row-actions">
                 {m.user === me ? (
-                  <button className="ghost" onClick={() => run(() => call("DELETE", `${path}/${enc(m.user)}`), async () => onGone())}>
+                  <button className="ghost" onClick={leave}>
                     Leave {org.name}
                   </button>
                 ) : (
                   (org.role === "owner" || (org.role === "admin" && m.role === "member")) && (
-                    <button className="ghost" onClick={() => change.run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
+                    <button className="ghost" onClick={() => change.run(() => o.removeMember(m.user))}>
                       Remove {m.user}
                     </button>
                   )
@@ -193,7 +163,7 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
               <td>invited as {m.role}</td>
               <td className="row-actions">
                 {manages && (
-                  <button className="ghost" onClick={() => change.run(() => call("DELETE", `${path}/${enc(m.user)}`))}>
+                  <button className="ghost" onClick={() => change.run(() => o.removeMember(m.user))}>
                     Withdraw the invitation to {m.user}
                   </button>
                 )}
@@ -213,21 +183,14 @@ function Members({ org, me, onChange, onGone }: { org: Org; me: string; onChange
           <button type="submit">Invite</button>
         </form>
       )}
-      {manages && <Audit key={`audit-${members.length}`} base={`/orgs/${enc(org.name)}/audit`} title={`What happened in ${org.name}`} />}
+      {manages && <Audit key={`audit-${members.length}`} base={o.auditPath} title={`What happened in ${org.name}`} />}
     </div>
   );
 }
 
 /** The conversations members share with the organization, to open read-only. */
 function Shared({ org }: { org: string }) {
-  const [items, setItems] = useState<Conversation[]>([]);
-  const [error, setError] = useState<string>();
-  useEffect(() => {
-    call<{ items: Conversation[] }>("GET", `/orgs/${enc(org)}/conversations`).then(
-      (r) => setItems(r.items),
-      (e) => setError(errorText(e)),
-    );
-  }, [org]);
+  const { data: items, error } = useItems(() => api.org(org).conversations(), [org]);
   return (
     <div className="card" role="region" aria-label={`Shared with ${org}`}>
       <h2>Shared with {org}</h2>

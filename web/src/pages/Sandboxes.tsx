@@ -2,36 +2,29 @@
 // Sandbox ids are shown by their last twelve digits: Halyard's ids are time-ordered, so their
 // first digits are shared by neighbours.
 
-import { useEffect, useState } from "react";
-import { api, errorText } from "../api";
-import type { Conversation, Sandbox } from "../types";
+import { useEffect } from "react";
+import { api } from "../api";
+import type { Conversation } from "../types";
+import { useResource } from "../resource";
 import { Link } from "../router";
 import { StatusBadge, ago, ErrorText } from "../components/Status";
 
 export function Sandboxes() {
-  const [items, setItems] = useState<Sandbox[]>();
-  const [names, setNames] = useState<Map<string, string>>(new Map());
-  const [error, setError] = useState<string>();
-
-  const load = () => {
-    api.sandboxes().then((r) => setItems(r.items), (e) => setError(errorText(e)));
-    // The newest conversations' titles (else their first message), for the sandboxes' rows.
-    api.conversations({ limit: 100 }).then(
-      (p) => setNames(new Map(p.items.map((c: Conversation) => [c.id, c.title || c.message || "Untitled"]))),
-      () => {},
-    );
-  };
+  const sandboxes = useResource(async () => (await api.sandboxes()).items, [], undefined);
+  // The newest conversations' titles (else their first message), for the sandboxes' rows.
+  const titles = useResource(
+    async () => new Map((await api.conversations({ limit: 100 })).items.map((c: Conversation) => [c.id, c.title || c.message || "Untitled"])),
+    [],
+    new Map<string, string>(),
+  );
+  const { data: items, error, run } = sandboxes;
+  const names = titles.data;
+  const { reload } = sandboxes;
+  const reloadTitles = titles.reload;
   useEffect(() => {
-    load();
-    const t = window.setInterval(load, 3000);
+    const t = window.setInterval(() => (reload(), reloadTitles()), 3000);
     return () => window.clearInterval(t);
-  }, []);
-
-  const run = (f: () => Promise<unknown>) =>
-    f().then(
-      () => (setError(undefined), load()),
-      (e) => setError(errorText(e)),
-    );
+  }, [reload, reloadTitles]);
 
   return (
     <section className="page">

@@ -7,10 +7,11 @@
 // change that needs a recent sign-in asks for the API key again (`POST /session/step-up`) and is
 // then made.
 
-import { useEffect, useState, type FormEvent } from "react";
-import { call, errorText } from "../api";
+import { useState, type FormEvent } from "react";
+import { api, errorText } from "../api";
+import { useResource } from "../resource";
 import { AgentLogins } from "../components/AgentLogins";
-import { DeleteButton, Field, Section, enc, str, useChange, useList, type Row } from "../components/SettingsParts";
+import { DeleteButton, Field, Section, str, useChange, useList, type Row } from "../components/SettingsParts";
 import { ErrorText } from "../components/Status";
 
 /// Where each wire's provider is, as the base URL's placeholder.
@@ -24,14 +25,14 @@ const BASE_URLS: Record<string, string> = {
 const budgeted = (provider: string) => provider === "anthropic" || provider === "gemini";
 
 function Profiles() {
-  const { items, loadError, reload } = useList("/llm-profiles");
+  const { items, loadError, reload } = useList(api.llmProfiles.list);
   const { error, run, prompt } = useChange(reload);
   const empty = { name: "", provider: "openai", base_url: "", model: "", api_key: "", fallbacks: "", tools: "default", reasoning_effort: "", thinking_budget_tokens: "" };
   const [form, setForm] = useState(empty);
   const [editing, setEditing] = useState<Row>();
   const [tested, setTested] = useState<Record<string, string>>({});
   // What the edited profile's server offers (`GET /llm-profiles/{name}/models`), for the picker.
-  const [models, setModels] = useState<{ id: string; display_name?: string }[]>();
+  const [models, setModels] = useState<{ id: string; display_name?: string | null }[]>();
   const [modelsNote, setModelsNote] = useState<string>();
   const set = (k: keyof typeof empty) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
   const done = () => (setForm(empty), setEditing(undefined), setModels(undefined), setModelsNote(undefined));
@@ -53,12 +54,12 @@ function Profiles() {
     };
     // Write-only: an empty field keeps the stored key.
     if (form.api_key) body.api_key = form.api_key;
-    if (await run(() => call("PUT", `/llm-profiles/${enc(form.name.trim())}`, body))) done();
+    if (await run(() => api.llmProfiles.put(form.name.trim(), body))) done();
   };
   const listModels = async () => {
     setModelsNote("Asking the server…");
     try {
-      const r = await call<{ items: { id: string; display_name?: string }[] }>("GET", `/llm-profiles/${enc(form.name)}/models`);
+      const r = await api.llmProfiles.models(form.name);
       setModels(r.items);
       setModelsNote(`${r.items.length} model${r.items.length === 1 ? "" : "s"} offered.`);
     } catch (e) {
@@ -69,7 +70,7 @@ function Profiles() {
   const test = async (name: string) => {
     setTested({ ...tested, [name]: "Testing…" });
     try {
-      const r = await call<{ ok: boolean; answer?: string; error?: string; latency_ms: number }>("POST", `/llm-profiles/${enc(name)}/test`);
+      const r = await api.llmProfiles.test(name);
       const said = r.ok ? `Answered “${r.answer}” in ${r.latency_ms} ms.` : `Failed: ${r.error}`;
       setTested((t) => ({ ...t, [name]: said }));
     } catch (e) {
@@ -109,7 +110,7 @@ function Profiles() {
             <button className="ghost" onClick={() => edit(p)}>
               Edit
             </button>
-            <DeleteButton what={`LLM profile ${p.name}`} onDelete={() => run(() => call("DELETE", `/llm-profiles/${enc(p.name)}`))} />
+            <DeleteButton what={`LLM profile ${p.name}`} onDelete={() => run(() => api.llmProfiles.remove(p.name))} />
             {tested[p.name] && (
               <p className="small" role="status" data-testid={`test-${p.name}`}>
                 {tested[p.name]}
@@ -199,14 +200,14 @@ function Profiles() {
 }
 
 function Secrets() {
-  const { items, loadError, reload } = useList("/secrets");
+  const { items, loadError, reload } = useList(api.secrets.list);
   const { error, run, prompt } = useChange(reload);
   const [name, setName] = useState("");
   const [value, setValue] = useState("");
   const [description, setDescription] = useState("");
   const save = async (e: FormEvent) => {
     e.preventDefault();
-    const ok = await run(() => call("PUT", `/secrets/${enc(name.trim())}`, { value, description: description.trim() || undefined }));
+    const ok = await run(() => api.secrets.put(name.trim(), { value, description: description.trim() || undefined }));
     // The value leaves the page as soon as it is stored.
     if (ok) (setName(""), setValue(""), setDescription(""));
   };
@@ -223,7 +224,7 @@ function Secrets() {
             <button className="ghost" onClick={() => (setName(s.name), setDescription(str(s.description)), setValue(""))}>
               Replace
             </button>
-            <DeleteButton what={`secret ${s.name}`} onDelete={() => run(() => call("DELETE", `/secrets/${enc(s.name)}`))} />
+            <DeleteButton what={`secret ${s.name}`} onDelete={() => run(() => api.secrets.remove(s.name))} />
           </li>
         ))}
         {items.length === 0 && <li className="muted">No secrets yet.</li>}
@@ -247,7 +248,7 @@ function Secrets() {
 }
 
 function GitProviders() {
-  const { items, loadError, reload } = useList("/git-providers");
+  const { items, loadError, reload } = useList(api.gitProviders.list);
   const { error, run, prompt } = useChange(reload);
   const empty = { name: "", kind: "github", host: "", api_url: "", username: "", token: "" };
   const [form, setForm] = useState(empty);
@@ -260,12 +261,12 @@ function GitProviders() {
     if (form.username.trim()) body.username = form.username.trim();
     if (form.api_url.trim()) body.api_url = form.api_url.trim();
     if (form.token) body.token = form.token;
-    if (await run(() => call("PUT", `/git-providers/${enc(form.name.trim())}`, body))) setForm(empty);
+    if (await run(() => api.gitProviders.put(form.name.trim(), body))) setForm(empty);
   };
   const list = async (name: string) => {
     setRepos((r) => ({ ...r, [name]: "Asking the provider…" }));
     try {
-      const r = await call<{ items: { full_name: string }[]; errors: { message: string }[] }>("GET", `/repositories?provider=${enc(name)}`);
+      const r = await api.repositories({ provider: name });
       const said = r.errors.length
         ? `Failed: ${r.errors.map((e) => e.message).join("; ")}`
         : r.items.length
@@ -291,7 +292,7 @@ function GitProviders() {
             >
               Edit
             </button>
-            <DeleteButton what={`git provider ${g.name}`} onDelete={() => run(() => call("DELETE", `/git-providers/${enc(g.name)}`))} />
+            <DeleteButton what={`git provider ${g.name}`} onDelete={() => run(() => api.gitProviders.remove(g.name))} />
             {repos[g.name] && (
               <p className="small" role="status" data-testid={`repos-${g.name}`}>
                 {repos[g.name]}
@@ -333,7 +334,7 @@ function GitProviders() {
 }
 
 function McpServers() {
-  const { items, loadError, reload } = useList("/mcp-servers");
+  const { items, loadError, reload } = useList(api.mcpServers.list);
   const { error, run, prompt } = useChange(reload);
   const empty = { name: "", transport: "stdio", command: "", url: "" };
   const [form, setForm] = useState(empty);
@@ -341,7 +342,7 @@ function McpServers() {
   const test = async (name: string) => {
     setTested((t) => ({ ...t, [name]: "Testing…" }));
     try {
-      const r = await call<{ ok: boolean; tools: string[]; error?: string }>("POST", `/mcp-servers/${enc(name)}/test`);
+      const r = await api.mcpServers.test(name);
       const said = r.ok ? `Answered; its tools: ${r.tools.join(", ") || "none"}.` : `Failed: ${r.error}`;
       setTested((t) => ({ ...t, [name]: said }));
     } catch (e) {
@@ -352,7 +353,7 @@ function McpServers() {
   const save = async (e: FormEvent) => {
     e.preventDefault();
     const body = form.transport === "stdio" ? { transport: "stdio", command: form.command } : { transport: "http", url: form.url.trim() };
-    if (await run(() => call("PUT", `/mcp-servers/${enc(form.name.trim())}`, body))) setForm(empty);
+    if (await run(() => api.mcpServers.put(form.name.trim(), body))) setForm(empty);
   };
   return (
     <Section id="mcp-servers" title="MCP servers">
@@ -366,7 +367,7 @@ function McpServers() {
             <button className="ghost" onClick={() => setForm({ name: m.name, transport: str(m.transport), command: str(m.command), url: str(m.url) })}>
               Edit
             </button>
-            <DeleteButton what={`MCP server ${m.name}`} onDelete={() => run(() => call("DELETE", `/mcp-servers/${enc(m.name)}`))} />
+            <DeleteButton what={`MCP server ${m.name}`} onDelete={() => run(() => api.mcpServers.remove(m.name))} />
             {tested[m.name] && (
               <p className="small" role="status" data-testid={`mcp-test-${m.name}`}>
                 {tested[m.name]}
@@ -404,14 +405,15 @@ function McpServers() {
 }
 
 function Defaults() {
-  const profiles = useList("/llm-profiles");
-  const agents = useList("/agents");
+  const profiles = useList(api.llmProfiles.list);
+  const agents = useList(api.agents.list);
   const [form, setForm] = useState({ llm_profile: "", confirmation_policy: "never", max_budget_usd: "", max_iterations: "", agent: "" });
   const [saved, setSaved] = useState<string>();
   // What the page does not show is sent back as it was: the API replaces the whole settings.
   const [kept, setKept] = useState<Record<string, unknown>>({});
-  const load = () =>
-    call<Record<string, unknown>>("GET", "/settings").then((s) => {
+  const read = useResource(
+    async () => {
+      const s = await api.settings();
       setKept({ max_tokens: s.max_tokens ?? null, sandbox_spec: s.sandbox_spec ?? null });
       setForm({
         llm_profile: str(s.llm_profile),
@@ -420,11 +422,11 @@ function Defaults() {
         max_iterations: str(s.max_iterations),
         agent: str(s.agent),
       });
-    });
+    },
+    [],
+    undefined,
+  );
   const { error, run, prompt } = useChange(() => {});
-  useEffect(() => {
-    load();
-  }, []);
   const set = (k: keyof typeof form) => (e: { target: { value: string } }) => (setForm({ ...form, [k]: e.target.value }), setSaved(undefined));
   const save = async (e: FormEvent) => {
     e.preventDefault();
@@ -436,7 +438,7 @@ function Defaults() {
       max_iterations: form.max_iterations ? Number(form.max_iterations) : null,
       agent: form.agent || null,
     };
-    if (await run(() => call("PUT", "/settings", body))) setSaved("Saved.");
+    if (await run(() => api.putSettings(body))) setSaved("Saved.");
   };
   return (
     <Section id="defaults" title="Defaults">
@@ -485,13 +487,13 @@ function Defaults() {
         )}
       </form>
       {prompt}
-      <ErrorText error={error} />
+      <ErrorText error={error ?? read.error} />
     </Section>
   );
 }
 
 function ApiKeys() {
-  const { items, loadError, reload } = useList("/me/keys");
+  const { items, loadError, reload } = useList(api.keys);
   const { error, run, prompt } = useChange(reload);
   const [name, setName] = useState("");
   const [scope, setScope] = useState("full");
@@ -499,8 +501,8 @@ function ApiKeys() {
   const create = async (e: FormEvent) => {
     e.preventDefault();
     await run(async () => {
-      const made = await call<{ key: string }>("POST", "/me/keys", { name: name.trim(), scope });
-      setShown(made.key);
+      const made = await api.createKey(name.trim(), scope);
+      setShown(made.key ?? undefined);
       setName("");
     });
   };
@@ -523,7 +525,7 @@ function ApiKeys() {
         {live.map((k) => (
           <li key={str(k.id)}>
             <strong>{k.name || "(unnamed)"}</strong> <span className="muted">{str(k.scope)} · made {str(k.created_at).slice(0, 10)}</span>
-            <DeleteButton what={`API key ${k.name || k.id}`} onDelete={() => run(() => call("DELETE", `/me/keys/${enc(str(k.id))}`))} />
+            <DeleteButton what={`API key ${k.name || k.id}`} onDelete={() => run(() => api.revokeKey(k.id))} />
           </li>
         ))}
       </ul>

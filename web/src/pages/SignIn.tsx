@@ -3,7 +3,7 @@
 // sign-on goes there and comes back signed in (or with `?sso_error=` saying why not).
 
 import { useEffect, useState, type FormEvent } from "react";
-import { api, call, errorText } from "../api";
+import { api, errorText } from "../api";
 import { ErrorText } from "../components/Status";
 
 export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
@@ -12,7 +12,7 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
   const [busy, setBusy] = useState(false);
   const [sso, setSso] = useState(false);
   useEffect(() => {
-    call<{ enabled: boolean }>("GET", "/auth/sso").then(
+    api.sso().then(
       (s) => setSso(s.enabled),
       () => setSso(false),
     );
@@ -53,7 +53,7 @@ export function SignIn({ onSignedIn }: { onSignedIn: () => void }) {
           {busy ? "Signing in…" : "Sign in"}
         </button>
         {sso && (
-          <a className="button" href={`/api/v1/auth/sso/start?return_to=${encodeURIComponent(location.pathname === "/" ? "/" : location.pathname)}`}>
+          <a className="button" href={api.ssoStartUrl(location.pathname)}>
             Sign in with single sign-on
           </a>
         )}

@@ -73,7 +73,7 @@ export function SlackLink({ code, me }: { code: string; me: string }) {
             </p>
           )}
           {viaSlack ? (
-            <button onClick={() => window.location.assign(`/api/v1/auth/slack/start?link=${code}&run_as_me=${runAsMe}`)}>
+            <button onClick={() => window.location.assign(api.slackStartUrl(code, runAsMe))}>
               Sign in with Slack and link
             </button>
           ) : (

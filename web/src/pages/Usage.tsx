@@ -2,8 +2,9 @@
 // model; administrators also see every user's. All of it comes from the usage reports
 // (GET /me/usage, GET /admin/usage), which the server keeps as it reads the bus.
 
-import { useEffect, useState } from "react";
-import { call, errorText } from "../api";
+import { useState } from "react";
+import { api } from "../api";
+import { useResource } from "../resource";
 import type { UsageLine, UsageReport } from "../types";
 import { ErrorText } from "../components/Status";
 
@@ -66,26 +67,13 @@ function Chart({ report }: { report: UsageReport }) {
 
 export function Usage({ admin }: { admin: boolean }) {
   const [from, setFrom] = useState("");
-  const [byDay, setByDay] = useState<UsageReport>();
-  const [byModel, setByModel] = useState<UsageReport>();
-  const [byUser, setByUser] = useState<UsageReport>();
-  const [error, setError] = useState<string>();
-  useEffect(() => {
-    const q = from ? `&from=${from}` : "";
-    Promise.all([
-      call<UsageReport>("GET", `/me/usage?group_by=day${q}`),
-      call<UsageReport>("GET", `/me/usage?group_by=model${q}`),
-      admin ? call<UsageReport>("GET", `/admin/usage?group_by=user${q}`) : Promise.resolve(undefined),
-    ]).then(
-      ([d, m, u]) => {
-        setByDay(d);
-        setByModel(m);
-        setByUser(u);
-        setError(undefined);
-      },
-      (e) => setError(errorText(e)),
-    );
-  }, [from, admin]);
+  const report = useResource(
+    () => Promise.all([api.usage("day", from), api.usage("model", from), admin ? api.usageByUser(from) : Promise.resolve(undefined)]),
+    [from, admin],
+    [undefined, undefined, undefined] as [UsageReport | undefined, UsageReport | undefined, UsageReport | undefined],
+  );
+  const [byDay, byModel, byUser] = report.data;
+  const error = report.error;
   return (
     <section className="page">
       <h1>Usage</h1>
@@ -93,7 +81,7 @@ export function Usage({ admin }: { admin: boolean }) {
         <label>
           From <input type="date" aria-label="From" value={from} onChange={(e) => setFrom(e.target.value)} />
         </label>
-        <a className="button ghost" href={`/api/v1/me/usage?format=csv${from ? `&from=${from}` : ""}`} download="halyard-usage.csv">
+        <a className="button ghost" href={api.usageCsvUrl(from)} download="halyard-usage.csv">
           Export CSV
         </a>
       </div>

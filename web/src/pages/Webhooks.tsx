@@ -1,33 +1,17 @@
 // Webhooks: create (the signing secret is shown once), rotate the secret, enable or disable,
 // delete, and each one's deliveries with a retry for the failed ones.
 
-import { useEffect, useState, type FormEvent } from "react";
-import { api, errorText } from "../api";
-import type { DeliveryAttempt, Webhook } from "../types";
+import { useState, type FormEvent } from "react";
+import { api } from "../api";
+import { useItems } from "../resource";
 import { ErrorText } from "../components/Status";
 
 export function Webhooks() {
-  const [hooks, setHooks] = useState<Webhook[]>([]);
-  const [error, setError] = useState<string>();
+  const { data: hooks, error, run } = useItems(api.webhooks);
   const [secret, setSecret] = useState<{ id: string; secret: string }>();
   const [url, setUrl] = useState("");
   const [description, setDescription] = useState("");
   const [open, setOpen] = useState<string>();
-
-  const load = () => api.webhooks().then((r) => setHooks(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-  }, []);
-
-  const run = async (f: () => Promise<unknown>) => {
-    try {
-      await f();
-      setError(undefined);
-      await load();
-    } catch (e) {
-      setError(errorText(e));
-    }
-  };
 
   const create = (e: FormEvent) => {
     e.preventDefault();
@@ -103,15 +87,9 @@ export function Webhooks() {
 }
 
 function Deliveries({ id }: { id: string }) {
-  const [items, setItems] = useState<DeliveryAttempt[]>();
-  const [error, setError] = useState<string>();
-  const load = () => api.deliveries(id).then((r) => setItems(r.items), (e) => setError(errorText(e)));
-  useEffect(() => {
-    load();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [id]);
+  const { data: items, error, loading, run } = useItems(() => api.deliveries(id), [id]);
   if (error) return <p className="error">{error}</p>;
-  if (!items) return <p className="muted">Loading…</p>;
+  if (loading && items.length === 0) return <p className="muted">Loading…</p>;
   if (items.length === 0) return <p className="muted">No deliveries yet.</p>;
   return (
     <table className="deliveries">
@@ -136,7 +114,7 @@ function Deliveries({ id }: { id: string }) {
             </td>
             <td>
               {d.outcome !== "delivered" && (
-                <button className="ghost" onClick={() => api.retryDelivery(id, d.delivery_id).then(load, (e) => setError(errorText(e)))}>
+                <button className="ghost" onClick={() => run(() => api.retryDelivery(id, d.delivery_id))}>
                   Retry
                 </button>
               )}
