@@ -3,6 +3,7 @@
 //! from what triggered it (a redelivered command makes the same ones), where a repository is
 //! cloned from, and reading a key-value record.
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::collections::BTreeMap;
 
 use halyard_platform::{BusError, BusErrorKind};
@@ -10,7 +11,6 @@ use halyard_protocol::automation::RunOutcome;
 use halyard_protocol::system::Repository;
 use halyard_protocol::{ConversationId, UserId};
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 /// What a run does; `A` is where it answers (each kind its own).
@@ -47,19 +47,9 @@ impl<A> Decision<A> {
     }
 }
 
-/// A UUID from `parts` (SHA-256, version 8): the same parts, the same id.
+/// An automation's id from `parts` ([`Namespace::Automation`]): the same parts, the same id.
 pub fn derived(parts: &[&str]) -> Uuid {
-    let mut hash = Sha256::new();
-    for p in parts {
-        hash.update(p.as_bytes());
-        hash.update([0]);
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x80;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    Uuid::from_bytes(bytes)
+    derived_uuid(Namespace::Automation(parts))
 }
 
 /// The conversation a run starts (derived from the run, so a redelivered command names the same).

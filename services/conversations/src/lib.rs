@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod start;
 
 use crate::ctx::Ctx;
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,7 +126,8 @@ async fn handle(ctx: Ctx, env: Envelope<ConversationCommand>, delivery: Delivery
                 halyard_platform::images::delete(&ctx.js, conversation_id, &screenshots).await?;
                 for helper in helpers {
                     let delete = ConversationCommand::Delete { conversation_id: helper, owner: owner.clone() };
-                    let id = halyard_platform::keys::derived_uuid(&[b"halyard-delete-helper", env.id.0.as_bytes(), helper.as_bytes()]);
+                    let parts: [&[u8]; 3] = [b"halyard-delete-helper", env.id.0.as_bytes(), helper.as_bytes()];
+                    let id = derived_uuid(Namespace::Hashed(&parts));
                     let mut env = Envelope::with_id(halyard_protocol::CommandId(id), delete, halyard_platform::now_ms());
                     env.trace = trace.clone();
                     bus::publish(&ctx.js, subjects::conversation_command(helper), &env).await?;

@@ -1,5 +1,6 @@
 //! The start task: from a start command to a conversation whose agent is ready.
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -27,10 +28,7 @@ const CLONE_TIMEOUT_SECS: f64 = 900.0;
 /// An id derived from the task id, so a redelivered start re-uses it (and JetStream drops the
 /// duplicate publication).
 fn derived(task: TaskId, tag: u8) -> Uuid {
-    let mut bytes = *task.as_bytes();
-    bytes[15] ^= tag;
-    bytes[14] ^= 0x5a;
-    Uuid::from_bytes(bytes)
+    derived_uuid(Namespace::StartTask { task: task.0, tag })
 }
 
 /// The sandbox of a start task.

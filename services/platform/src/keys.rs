@@ -32,22 +32,6 @@ pub fn sign(secret: &str, purpose: &str, msg: &[u8]) -> String {
     to_hex(&mac.finalize().into_bytes())
 }
 
-/// A UUID (version 8, "custom") that is a function of `parts`: the same parts give the same id
-/// on every runner, so a step repeated after a crash names what it made the first time.
-pub fn derived_uuid(parts: &[&[u8]]) -> uuid::Uuid {
-    use sha2::Digest;
-    let mut hash = Sha256::new();
-    for part in parts {
-        // Length-prefixed, so ("ab", "c") and ("a", "bc") differ.
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part);
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid()
-}
-
 /// What `sign` is given for a conversation's key to Halyard's own MCP server.
 const MCP_PURPOSE: &str = "mcp-conversation";
 

@@ -13,6 +13,7 @@
 pub mod bus;
 pub mod bus_auth;
 pub mod config;
+pub mod derived;
 pub mod error;
 pub mod executor_client;
 pub mod fault;

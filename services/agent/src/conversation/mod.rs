@@ -4,6 +4,7 @@
 //! conversation's events, so it can be evicted when idle and rebuilt on demand. What each
 //! command does is [`commands`]; the lease and taking a run over are [`takeover`].
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,6 @@ use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, Image, Sk
 use halyard_protocol::{CommandId, ConversationId, Envelope, EventId, TraceContext, subjects};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{Mutex, watch};
-use uuid::Uuid;
 
 use crate::ctx::Ctx;
 use crate::lease::{Acquire, Held};
@@ -128,20 +128,12 @@ async fn append_message(log: &mut Log, id: EventId, text: String, images: Vec<Im
 /// The id of a fork's copy of its source's event `seq`, derived from the fork's start command
 /// (a redelivered start copies each event under the same id).
 fn copied_id(id: CommandId, seq: u64) -> EventId {
-    let mut bytes = *id.0.as_bytes();
-    for (b, s) in bytes[8..].iter_mut().zip(seq.to_be_bytes()) {
-        *b ^= s;
-    }
-    bytes[7] ^= 0xf0;
-    EventId(Uuid::from_bytes(bytes))
+    EventId(derived_uuid(Namespace::ForkCopy { command: id.0, seq }))
 }
 
 /// An id derived from a command id (so a redelivered command maps to the same event).
 fn derived(id: CommandId, tag: u8) -> EventId {
-    let mut bytes = *id.0.as_bytes();
-    bytes[15] ^= tag;
-    bytes[13] ^= 0x3c;
-    EventId(Uuid::from_bytes(bytes))
+    EventId(derived_uuid(Namespace::CommandEvent { command: id.0, tag }))
 }
 
 impl Actor for ConversationActor {

@@ -2,6 +2,7 @@
 //! for, and watched until each has ended; each end is an event of the parent's (what the helper
 //! said and used, which the parent's budget covers), and the tool's result holds them all.
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::time::{Duration, Instant};
 
 use halyard_protocol::command::AgentCommand;
@@ -97,11 +98,8 @@ impl Run {
                     over_budget = Some(format!(
                         "[The helpers were stopped: with them this conversation used {tokens} tokens (${usd:.4}), past its budget.]"
                     ));
-                    let cause = CommandId(halyard_platform::keys::derived_uuid(&[
-                        b"halyard-helpers-over-budget",
-                        me.as_bytes(),
-                        call_id.as_bytes(),
-                    ]));
+                    let parts: [&[u8]; 3] = [b"halyard-helpers-over-budget", me.as_bytes(), call_id.as_bytes()];
+                    let cause = CommandId(derived_uuid(Namespace::Hashed(&parts)));
                     delegate::tell(&self.ctx.js, &live, cause, |c| AgentCommand::Interrupt { conversation_id: c }, self.trace.clone())
                         .await;
                     stopping.get_or_insert_with(Instant::now);

@@ -9,9 +9,10 @@
 //! another runner, calls `delegate` again with the same call and finds the same helpers (the
 //! start commands are deduplicated, a started task is not started twice) and goes on watching.
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use std::time::Duration;
 
-use halyard_platform::{BusError, bus, keys};
+use halyard_platform::{BusError, bus};
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::event::{Budget, ConversationEvent, EventBody, ExecutionStatus, SubConversation};
 use halyard_protocol::system::{ParentLink, StartTaskStatus, SystemRecord};
@@ -74,7 +75,7 @@ pub fn parse(args: &Value, max: usize) -> Result<Vec<Task>, String> {
 
 /// An id derived from the parent, the call, the task's place and what the id is for.
 fn derived(parent: ConversationId, call: &str, index: usize, what: &[u8]) -> uuid::Uuid {
-    keys::derived_uuid(&[b"halyard-delegate", parent.as_bytes(), call.as_bytes(), &(index as u64).to_be_bytes(), what])
+    derived_uuid(Namespace::Hashed(&[b"halyard-delegate", parent.as_bytes(), call.as_bytes(), &(index as u64).to_be_bytes(), what]))
 }
 
 /// The helper of task `index` of call `call`.
@@ -159,7 +160,7 @@ pub async fn tell(
     trace: Option<TraceContext>,
 ) {
     for helper in helpers {
-        let id = keys::derived_uuid(&[b"halyard-helper-command", cause.0.as_bytes(), helper.as_bytes()]);
+        let id = derived_uuid(Namespace::Hashed(&[b"halyard-helper-command", cause.0.as_bytes(), helper.as_bytes()]));
         let mut env = Envelope::with_id(CommandId(id), command(*helper), halyard_platform::now_ms());
         env.trace = trace.clone();
         if let Err(e) = bus::publish(js, subjects::agent_command(*helper), &env).await {

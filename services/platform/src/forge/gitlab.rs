@@ -49,17 +49,10 @@ pub(super) async fn repositories(f: &Forge, q: &str) -> Result<Vec<Repository>, 
         .collect())
 }
 
-#[derive(Deserialize)]
-struct Listed {
-    name: String,
-    #[serde(default)]
-    protected: bool,
-}
-
 pub(super) async fn branches(f: &Forge, repo: &str) -> Result<(Vec<Branch>, String), ForgeError> {
     let path = format!("{}/repository/branches?per_page=100", project(repo));
-    let (found, default): (Vec<Listed>, _) = futures::try_join!(f.api.get(&path), default_branch(f, repo))?;
-    Ok((found.into_iter().map(|b| Branch { name: b.name, protected: b.protected }).collect(), default))
+    let (found, default): (Vec<Branch>, _) = futures::try_join!(f.api.get(&path), default_branch(f, repo))?;
+    Ok((found, default))
 }
 
 pub(super) async fn default_branch(f: &Forge, repo: &str) -> Result<String, ForgeError> {

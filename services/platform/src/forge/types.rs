@@ -65,9 +65,11 @@ pub struct Branches {
     pub branches: Vec<Branch>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A branch, as GitHub, Forgejo and GitLab list them (the other forges' answers are mapped).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Branch {
     pub name: String,
+    #[serde(default)]
     pub protected: bool,
 }
 
