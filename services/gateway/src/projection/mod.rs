@@ -3,6 +3,12 @@
 //! with the stream cursors, all or nothing ([`store::batch`]), then its events are fanned out to live WebSocket
 //! subscribers. An event is in its JetStream log before the projection sees it, so a
 //! subscriber that reads the log after subscribing misses nothing.
+//!
+//! It is the only writer of conversation views and start tasks: the rows a start shows before
+//! its records arrive are written here too ([`starts`]), under the lock a batch holds, so the
+//! projection's cached copies never go stale.
+
+pub mod starts;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -34,12 +40,17 @@ const STALL_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 /// every batch that touches its conversation. Past the limit the cache starts over.
 const VIEW_CACHE: usize = 10_000;
 
-/// Live state shared by the projection and the API: per-conversation broadcast channels, and
-/// the start tasks in flight per user (for the starting limit).
+/// The projection's copies of conversation views (`None`: no view, or deleted).
+type Views = HashMap<ConversationId, Option<ConversationView>>;
+
+/// Live state shared by the projection and the API: per-conversation broadcast channels, the
+/// start tasks in flight per user (for the starting limit), and the cached views, locked by a
+/// batch from its first message to its commit.
 #[derive(Default)]
 pub struct Live {
     channels: Mutex<HashMap<ConversationId, broadcast::Sender<LiveEvent>>>,
     pub starting: Mutex<HashMap<String, HashSet<TaskId>>>,
+    views: tokio::sync::Mutex<Views>,
 }
 
 impl Live {
@@ -79,7 +90,7 @@ struct Pending<'a> {
     store: &'a Store,
     batch: crate::read_model::batch::Batch,
     /// Conversation views as of this batch (the cache, carried from batch to batch).
-    views: &'a mut HashMap<ConversationId, Option<ConversationView>>,
+    views: &'a mut Views,
     /// The views this batch changed (or may have: every mutable access counts).
     dirty: HashSet<ConversationId>,
     sandboxes: HashMap<SandboxId, Option<SandboxView>>,
@@ -568,7 +579,6 @@ pub async fn run(
     let mut system_at = store.cursor(SYSTEM_CURSOR).map_err(corrupt)?;
     let (mut events, mut events_left) = ordered(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await?;
     let (mut system, mut system_left) = ordered(&js, subjects::SYSTEM_STREAM, subjects::ALL_SYSTEM, system_at).await?;
-    let mut views = HashMap::new();
     // When each cached view was last part of a batch.
     let mut touched: HashMap<ConversationId, tokio::time::Instant> = HashMap::new();
     let mut stall_check = tokio::time::interval(STALL_CHECK);
@@ -585,6 +595,7 @@ pub async fn run(
             m = events.next() => (true, m),
             _ = stall_check.tick() => {
                 // What idle conversations held here leaves memory.
+                let mut views = live.views.lock().await;
                 views.retain(|id, _| touched.get(id).is_some_and(|t| t.elapsed() < view_idle));
                 touched.retain(|_, t| t.elapsed() < view_idle);
                 metrics::gauge!("halyard_gateway_views_in_memory").set(views.len() as f64);
@@ -604,6 +615,7 @@ pub async fn run(
                 continue;
             }
         };
+        let mut views = live.views.lock().await;
         if views.len() > VIEW_CACHE {
             views.clear();
             touched.clear();

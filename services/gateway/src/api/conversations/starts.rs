@@ -13,12 +13,11 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 
 use halyard_platform::bus;
-use halyard_platform::telemetry;
-use halyard_protocol::command::{ConversationCommand, SandboxCommand};
+use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::event::ConfirmationPolicy;
 use halyard_protocol::queue::QueueTerms;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
-use halyard_protocol::{ConversationId, Envelope, SandboxId, TaskId, UserId, subjects};
+use halyard_protocol::{ConversationId, Envelope, SandboxId, subjects};
 
 use crate::api::conversations::control::{
     MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_own_workspace, require_ready, require_sandbox,
@@ -26,11 +25,9 @@ use crate::api::conversations::control::{
 use crate::api::conversations::views::{StartTask, task_json};
 use crate::auth::User;
 use crate::auth::access::owned;
+use crate::domain::starts::{Start, begin};
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
-use crate::projection::new_view;
-use crate::read_model::layout;
-use crate::read_model::store::{self, TaskView, rfc3339};
 use crate::state::AppState;
 
 /// The repository cloned into the workspace.
@@ -277,105 +274,4 @@ pub async fn fork_conversation(
     let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
     tracing::info!(%source, fork = %task.conversation_id, at_seq = body.at_seq, "conversation forked");
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
-}
-
-/// A start to make: a new conversation, or a failed one again.
-struct Start {
-    conversation_id: ConversationId,
-    title: Option<String>,
-    repository: Option<Repository>,
-    request: StartRequest,
-    /// How its sandbox waits if no host has room.
-    queue: QueueTerms,
-}
-
-/// Checks how many starts the user has under way, sends the start to the conversations service
-/// and records what is known now, so that the next GET finds it (the projection of the
-/// lifecycle records overwrites it with the same facts and more). `created_ms`: when the
-/// conversation was made. Running-sandbox limits are not checked here: a start past one waits
-/// in the start queue.
-async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i64) -> Result<TaskView, ApiError> {
-    let task_id = TaskId::new();
-    {
-        let mut starting = state.live.starting.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = starting.entry(user.0.clone()).or_default();
-        let limit = state.config.gateway.max_starting_per_user;
-        if limit > 0 && mine.len() >= limit {
-            let mut e = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_starting",
-                format!("you already have {} conversations starting (limit {limit}); wait for one to be READY", mine.len()),
-            );
-            e.retry_after = Some(2);
-            return Err(e);
-        }
-        mine.insert(task_id);
-    }
-    let Start { conversation_id, title, repository, request, mut queue } = start;
-    let now = halyard_platform::now_ms();
-    queue.asked_us = Some(halyard_platform::now_us());
-    let cmd = ConversationCommand::Start {
-        task_id,
-        conversation_id,
-        owner: user.clone(),
-        message: request.message.clone(),
-        repository,
-        title: title.clone(),
-        created_ms,
-        spec: request.spec,
-        budget: request.budget,
-        confirmation_policy: request.confirmation_policy,
-        llm_profile: request.llm_profile,
-        agent: request.agent,
-        secrets: request.secrets,
-        fork: request.fork,
-        parent: request.parent,
-        tags: request.tags.clone(),
-        org: request.org.clone(),
-        visibility: request.visibility,
-        queue,
-    };
-    let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
-    env.trace = Some(telemetry::new_trace());
-    if let Err(e) = bus::publish(&state.js, subjects::conversation_command(conversation_id), &env).await {
-        state.live.starting.lock().unwrap_or_else(|e| e.into_inner()).entry(user.0.clone()).or_default().remove(&task_id);
-        return Err(e.into());
-    }
-    tracing::info!(%task_id, %conversation_id, user = %user, "conversation start accepted");
-    let task = TaskView {
-        id: task_id.to_string(),
-        owner: user.0.clone(),
-        conversation_id: conversation_id.to_string(),
-        status: "WORKING".into(),
-        created_at: rfc3339(now),
-        updated_at: rfc3339(now),
-        ..Default::default()
-    };
-    if state.store.task(task_id)?.is_none() {
-        state.store.put_json(&layout::task_key(task_id), &task)?;
-    }
-    match state.store.conversation(conversation_id)? {
-        None => {
-            let mut view = new_view(conversation_id, &user.0, task_id, created_ms);
-            view.title_set_by = title.as_ref().map(|_| "user".to_owned());
-            view.title = title;
-            view.first_message = request.message;
-            view.tags = request.tags;
-            state.store.put_json(&layout::conv_key(conversation_id), &view)?;
-            state
-                .store
-                .tree()
-                .insert(layout::owner_key(&user.0, created_ms, conversation_id), &conversation_id.as_bytes()[..])
-                .map_err(store::StoreError::from)?;
-        }
-        Some(mut view) => {
-            // A retry: starting again, no longer failed.
-            view.status = "STARTING".into();
-            view.start_task_id = task_id.to_string();
-            view.start_task_status = "WORKING".into();
-            view.error_detail = None;
-            state.store.put_json(&layout::conv_key(conversation_id), &view)?;
-        }
-    }
-    Ok(task)
 }
