@@ -1,8 +1,9 @@
 //! Settings read from the environment, each declared once beside the configuration it sets: a
-//! [`Setting`] is a name (after `HALYARD_`) and how its value is checked and applied to one part
-//! of the configuration. The tables live with their parts ([`crate::config`]'s modules,
+//! [`Setting`] is a name (after `HALYARD_`), its default and meaning in words, and how its value
+//! is checked and applied to one part of the configuration. The tables live with their parts ([`crate::config`]'s modules,
 //! [`crate::llm::config`]); the loader walks them, and the list of names every part accepts (for
-//! refusing a typo with the nearest name) is made from them, so a setting is spelled once.
+//! refusing a typo with the nearest name) and the settings tables in `services/platform/README.md`
+//! ([`crate::config::settings_doc`]) are made from them, so a setting is spelled once.
 //!
 //! The parsers here say what was expected in the words the error shows the operator.
 
@@ -12,6 +13,11 @@ use std::str::FromStr;
 pub struct Setting<T: 'static> {
     /// The variable's name without `HALYARD_`.
     pub name: &'static str,
+    /// Its default, as the documentation shows it: a value in backticks (a test applies it and
+    /// finds the configuration's default unchanged), or words (`(none)`).
+    pub default: &'static str,
+    /// What it sets, in words (Markdown), for the documentation's table.
+    pub doc: &'static str,
     /// Checks the value and sets it; `Err` says what was expected.
     pub apply: fn(&mut T, &str) -> Result<(), String>,
 }
@@ -21,11 +27,14 @@ pub fn apply<T>(table: &[Setting<T>], target: &mut T, name: &str, value: &str) -
     table.iter().find(|s| s.name == name).map(|s| (s.apply)(target, value))
 }
 
-/// A setting in a table: `set!("NAME", |c, v| c.field = number(v, "seconds")?)`.
+/// A setting in a table: `set!("NAME", "`30`", "what it does", |c, v| c.field = number(v,
+/// "seconds")?)`.
 macro_rules! set {
-    ($name:literal, |$c:ident, $v:ident| $body:expr) => {
+    ($name:literal, $default:literal, $doc:literal, |$c:ident, $v:ident| $body:expr) => {
         $crate::settings::Setting {
             name: $name,
+            default: $default,
+            doc: $doc,
             apply: |$c, $v| {
                 $body;
                 Ok(())

@@ -64,18 +64,75 @@ impl Default for AgentConfig {
 
 /// `HALYARD_*` settings of the agent runner.
 pub(crate) const SETTINGS: &[Setting<AgentConfig>] = &[
-    set!("MAX_ITERATIONS", |c, v| c.max_iterations = number(v, "a count")?),
-    set!("LEASE_TTL_MS", |c, v| c.lease_ttl_ms = number(v, "milliseconds")?),
-    set!("IDLE_EVICT_SECS", |c, v| c.idle_evict_secs = number(v, "seconds")?),
-    set!("COMMAND_TIMEOUT_SECS", |c, v| c.command_timeout_secs = number(v, "seconds")?),
-    set!("CELL_TIMEOUT_SECS", |c, v| c.cell_timeout_secs = number(v, "seconds")?),
-    set!("MAX_BUDGET_USD", |c, v| c.max_budget_usd = number(v, "US dollars, like 2.5")?),
-    set!("MAX_TOKENS", |c, v| c.max_tokens = number(v, "a count")?),
-    set!("STUCK_REPEATS", |c, v| c.stuck_repeats = number(v, "a count")?),
-    set!("STUCK_ERRORS", |c, v| c.stuck_errors = number(v, "a count")?),
-    set!("STUCK_MONOLOGUE", |c, v| c.stuck_monologue = number(v, "a count")?),
-    set!("STUCK_ALTERNATIONS", |c, v| c.stuck_alternations = number(v, "a count")?),
-    set!("MAX_DELEGATION_DEPTH", |c, v| c.max_delegation_depth = number(v, "a depth, like 2")?),
-    set!("MAX_DELEGATES", |c, v| c.max_delegates = number(v, "a count")?),
-    set!("AGENTS_DIR", |c, v| c.agents_dir = v.to_owned()),
+    set!("MAX_ITERATIONS", "`50`", "LLM steps per run", |c, v| c.max_iterations = number(v, "a count")?),
+    set!(
+        "LEASE_TTL_MS",
+        "`2000`",
+        "a run whose agent runner stopped renewing its lease this long is taken over by another runner (renewed every quarter of it)",
+        |c, v| c.lease_ttl_ms = number(v, "milliseconds")?
+    ),
+    set!(
+        "IDLE_EVICT_SECS",
+        "`300`",
+        "idle conversations leave memory: the agent runner's runs, the gateway's views, the webhook fan-out's lanes",
+        |c, v| c.idle_evict_secs = number(v, "seconds")?
+    ),
+    set!("COMMAND_TIMEOUT_SECS", "`30`", "default timeout of one terminal command", |c, v| c.command_timeout_secs = number(v, "seconds")?),
+    set!("CELL_TIMEOUT_SECS", "`120`", "a Python cell (`execute_ipython_cell`) running longer is interrupted", |c, v| c
+        .cell_timeout_secs =
+        number(v, "seconds")?),
+    set!(
+        "MAX_BUDGET_USD",
+        "(none)",
+        "default limits of a conversation's LLM use; `POST /conversations` takes `max_budget_usd` and `max_tokens`",
+        |c, v| c.max_budget_usd = number(v, "US dollars, like 2.5")?
+    ),
+    set!(
+        "MAX_TOKENS",
+        "(none)",
+        "default limits of a conversation's LLM use; `POST /conversations` takes `max_budget_usd` and `max_tokens`",
+        |c, v| c.max_tokens = number(v, "a count")?
+    ),
+    set!(
+        "STUCK_REPEATS",
+        "`4`",
+        "a run ends as `stuck` after the same action and result this many times, the same error, only `think` calls, two actions alternating (0: off)",
+        |c, v| c.stuck_repeats = number(v, "a count")?
+    ),
+    set!(
+        "STUCK_ERRORS",
+        "`3`",
+        "a run ends as `stuck` after the same action and result this many times, the same error, only `think` calls, two actions alternating (0: off)",
+        |c, v| c.stuck_errors = number(v, "a count")?
+    ),
+    set!(
+        "STUCK_MONOLOGUE",
+        "`8`",
+        "a run ends as `stuck` after the same action and result this many times, the same error, only `think` calls, two actions alternating (0: off)",
+        |c, v| c.stuck_monologue = number(v, "a count")?
+    ),
+    set!(
+        "STUCK_ALTERNATIONS",
+        "`3`",
+        "a run ends as `stuck` after the same action and result this many times, the same error, only `think` calls, two actions alternating (0: off)",
+        |c, v| c.stuck_alternations = number(v, "a count")?
+    ),
+    set!(
+        "MAX_DELEGATION_DEPTH",
+        "`2`",
+        "how deep helpers may go (a conversation of its own is at 0; `delegate` is offered below this depth; 0: no helpers) and how many one `delegate` call may start",
+        |c, v| c.max_delegation_depth = number(v, "a depth, like 2")?
+    ),
+    set!(
+        "MAX_DELEGATES",
+        "`4`",
+        "how deep helpers may go (a conversation of its own is at 0; `delegate` is offered below this depth; 0: no helpers) and how many one `delegate` call may start",
+        |c, v| c.max_delegates = number(v, "a count")?
+    ),
+    set!(
+        "AGENTS_DIR",
+        "`/opt/halyard-agents`",
+        "where third-party agents are installed, as sandboxes see it (`infra/install-agents.sh` fills it; process sandboxes read the host's, the base image holds a copy)",
+        |c, v| c.agents_dir = v.to_owned()
+    ),
 ];

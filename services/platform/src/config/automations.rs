@@ -22,5 +22,9 @@ impl Default for AutomationConfig {
 }
 
 /// `HALYARD_*` settings of the automation service.
-pub(crate) const SETTINGS: &[Setting<AutomationConfig>] =
-    &[set!("AUTOMATION_TICK_GRACE_SECS", |c, v| c.tick_grace_secs = number(v, "seconds")?)];
+pub(crate) const SETTINGS: &[Setting<AutomationConfig>] = &[set!(
+    "AUTOMATION_TICK_GRACE_SECS",
+    "`900`",
+    "a schedule's tick missed while no automation service ran is run once at start-up if it is at most this old",
+    |c, v| c.tick_grace_secs = number(v, "seconds")?
+)];

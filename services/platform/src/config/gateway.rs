@@ -100,34 +100,94 @@ impl Default for GatewayConfig {
 
 /// `HALYARD_*` settings of the gateway.
 pub(crate) const SETTINGS: &[Setting<GatewayConfig>] = &[
-    set!("ADMINS", |c, v| c.admins = list(v)),
-    set!("AUTH_FAILURES_PER_MINUTE", |c, v| c.auth_failures_per_minute = number(v, "a count")?),
-    set!("TRUSTED_PROXIES", |c, v| {
+    set!("ADMINS", "(none)", "bootstrap users who may use the admin API", |c, v| c.admins = list(v)),
+    set!(
+        "AUTH_FAILURES_PER_MINUTE",
+        "`30`",
+        "failed authentications per client address (and per key id) before failures are answered 429, slowly; a valid key is never refused (0: no limit)",
+        |c, v| c.auth_failures_per_minute = number(v, "a count")?
+    ),
+    set!("TRUSTED_PROXIES", "", "addresses or CIDR ranges of reverse proxies whose `X-Forwarded-For` names the client", |c, v| {
         let proxies = list(v);
         if let Some(bad) = proxies.iter().find(|c| crate::netaddr::Cidr::parse(c).is_none()) {
             return Err(format!("`{bad}` is not an IP address or CIDR range (like 10.0.0.0/8)"));
         }
         c.trusted_proxies = proxies
     }),
-    set!("HTTP_HEADER_TIMEOUT_SECS", |c, v| c.http_header_timeout_secs = positive(v, "seconds")?),
-    set!("HTTP_BODY_TIMEOUT_SECS", |c, v| c.http_body_timeout_secs = positive(v, "seconds")?),
-    set!("STEP_UP_SECS", |c, v| c.step_up_secs = positive(v, "seconds")?),
-    set!("HTTP_MAX_CONNECTIONS", |c, v| c.http_max_connections = positive(v, "a count")?),
-    set!("HTTP_MAX_CONNECTIONS_PER_CLIENT", |c, v| c.http_max_connections_per_client = positive(v, "a count")?),
-    set!("PUBLIC_URL", |c, v| c.public_url = url(v, true, "the http:// or https:// URL people open the web workspace at")?),
-    set!("OIDC_ISSUER", |c, v| c.oidc_issuer = url(v, true, "the identity provider's issuer URL (https://...)")?),
-    set!("OIDC_CLIENT_ID", |c, v| c.oidc_client_id = v.to_owned()),
-    set!("OIDC_CLIENT_SECRET", |c, v| c.oidc_client_secret = v.to_owned()),
-    set!("OIDC_ALLOWED_DOMAINS", |c, v| {
-        c.oidc_allowed_domains = list(v).iter().map(|d| d.trim_start_matches('@').to_lowercase()).filter(|d| !d.is_empty()).collect()
+    set!("HTTP_HEADER_TIMEOUT_SECS", "`10`", "time to send a request's headers; also how long a kept-alive connection may idle", |c, v| {
+        c.http_header_timeout_secs = positive(v, "seconds")?
     }),
-    set!("OIDC_REQUIRED_GROUP", |c, v| c.oidc_required_group = v.trim().to_owned()),
-    set!("SLACK_OIDC_ISSUER", |c, v| c.slack_oidc_issuer = url(v, false, "Slack's issuer URL (https://slack.com)")?),
-    set!("SLACK_OIDC_CLIENT_ID", |c, v| c.slack_oidc_client_id = v.to_owned()),
-    set!("SLACK_OIDC_CLIENT_SECRET", |c, v| c.slack_oidc_client_secret = v.to_owned()),
-    set!("AUDIT_RETENTION_DAYS", |c, v| c.audit_retention_days = positive(v, "days")?),
-    set!("RATE_LIMIT_PER_MINUTE", |c, v| c.rate_limit_per_minute = number(v, "a count")?),
-    set!("MAX_BODY_BYTES", |c, v| c.max_body_bytes = number(v, "bytes")?),
-    set!("MAX_STARTING_PER_USER", |c, v| c.max_starting_per_user = number(v, "a count")?),
-    set!("GIT_API_ALLOW", |c, v| c.git_api_allow = network_classes(v)?),
+    set!("HTTP_BODY_TIMEOUT_SECS", "`30`", "how long a request body may send nothing", |c, v| c.http_body_timeout_secs =
+        positive(v, "seconds")?),
+    set!(
+        "STEP_UP_SECS",
+        "`300`",
+        "a session older than this must show its key again (`POST /session/step-up`) to issue keys, change roles or secrets",
+        |c, v| c.step_up_secs = positive(v, "seconds")?
+    ),
+    set!("HTTP_MAX_CONNECTIONS", "`10000`", "open connections per listener (API, apps)", |c, v| c.http_max_connections =
+        positive(v, "a count")?),
+    set!("HTTP_MAX_CONNECTIONS_PER_CLIENT", "`256`", "open connections per client address (IPv6 by /64)", |c, v| c
+        .http_max_connections_per_client =
+        positive(v, "a count")?),
+    set!("PUBLIC_URL", "", "the URL people open the web workspace at; apps may not share its site", |c, v| c.public_url =
+        url(v, true, "the http:// or https:// URL people open the web workspace at")?),
+    set!(
+        "OIDC_ISSUER",
+        "",
+        "single sign-on: the OpenID Connect provider's issuer URL (discovery at its `/.well-known/openid-configuration`)",
+        |c, v| c.oidc_issuer = url(v, true, "the identity provider's issuer URL (https://...)")?
+    ),
+    set!(
+        "OIDC_CLIENT_ID",
+        "",
+        "Halyard's client at that provider; its redirect URL is `<HALYARD_PUBLIC_URL>/api/v1/auth/sso/callback`",
+        |c, v| c.oidc_client_id = v.to_owned()
+    ),
+    set!(
+        "OIDC_CLIENT_SECRET",
+        "",
+        "Halyard's client at that provider; its redirect URL is `<HALYARD_PUBLIC_URL>/api/v1/auth/sso/callback`",
+        |c, v| c.oidc_client_secret = v.to_owned()
+    ),
+    set!(
+        "OIDC_ALLOWED_DOMAINS",
+        "",
+        "comma-separated domains whose verified addresses become new users at their first single sign-on",
+        |c, v| {
+            c.oidc_allowed_domains = list(v).iter().map(|d| d.trim_start_matches('@').to_lowercase()).filter(|d| !d.is_empty()).collect()
+        }
+    ),
+    set!(
+        "OIDC_REQUIRED_GROUP",
+        "",
+        "a `groups` claim value that makes an identity a new user at its first single sign-on (with neither, only users an administrator made sign in that way)",
+        |c, v| c.oidc_required_group = v.trim().to_owned()
+    ),
+    set!("SLACK_OIDC_ISSUER", "`https://slack.com`", "Slack's OpenID issuer", |c, v| c.slack_oidc_issuer =
+        url(v, false, "Slack's issuer URL (https://slack.com)")?),
+    set!(
+        "SLACK_OIDC_CLIENT_ID",
+        "",
+        "\"Sign in with Slack\" (your Slack app's OpenID Connect client): proves who a Slack user is before an automation may run as them; its redirect URL is `<HALYARD_PUBLIC_URL>/api/v1/auth/slack/callback`",
+        |c, v| c.slack_oidc_client_id = v.to_owned()
+    ),
+    set!(
+        "SLACK_OIDC_CLIENT_SECRET",
+        "",
+        "\"Sign in with Slack\" (your Slack app's OpenID Connect client): proves who a Slack user is before an automation may run as them; its redirect URL is `<HALYARD_PUBLIC_URL>/api/v1/auth/slack/callback`",
+        |c, v| c.slack_oidc_client_secret = v.to_owned()
+    ),
+    set!("AUDIT_RETENTION_DAYS", "`400`", "how long the audit trail keeps a record readable", |c, v| c.audit_retention_days =
+        positive(v, "days")?),
+    set!("RATE_LIMIT_PER_MINUTE", "`600`", "write requests per user", |c, v| c.rate_limit_per_minute = number(v, "a count")?),
+    set!("MAX_BODY_BYTES", "`1048576`", "largest request body", |c, v| c.max_body_bytes = number(v, "bytes")?),
+    set!("MAX_STARTING_PER_USER", "`20`", "conversations a user may have starting at once", |c, v| c.max_starting_per_user =
+        number(v, "a count")?),
+    set!(
+        "GIT_API_ALLOW",
+        "(none)",
+        "destination classes users' git providers may be reached at, by their `api_url` (the gateway calls it) and by the git proxy (clone, fetch and push): `loopback`, `private`, `link-local`",
+        |c, v| c.git_api_allow = network_classes(v)?
+    ),
 ];

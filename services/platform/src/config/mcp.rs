@@ -22,8 +22,19 @@ pub struct McpConfig {
 
 /// `HALYARD_*` settings of MCP.
 pub(crate) const SETTINGS: &[Setting<McpConfig>] = &[
-    set!("MCP_ALLOW", |c, v| c.allow = network_classes(v)?),
-    set!("MCP_URL", |c, v| c.halyard_url = v.to_owned()),
-    set!("MCP_SERVERS", |c, v| c.servers =
-        serde_json::from_str(v).map_err(|e| format!("expected a JSON object of servers by name ({e})"))?),
+    set!("MCP_ALLOW", "(none)", "destination classes users' http MCP servers may point at: `loopback`, `private`, `link-local`", |c, v| {
+        c.allow = network_classes(v)?
+    }),
+    set!(
+        "MCP_URL",
+        "from `HALYARD_HTTP_ADDR`: `http://<it>/mcp`",
+        "Halyard's own MCP server as agent runners reach it (a gateway's `/mcp`); `off`: not offered",
+        |c, v| c.halyard_url = v.to_owned()
+    ),
+    set!(
+        "MCP_SERVERS",
+        "(none)",
+        "the operator's MCP servers, offered in every conversation: a JSON object by name, e.g. `{\"time\": {\"transport\": \"stdio\", \"command\": \"mcp-server-time\"}}` (`[mcp.servers]` in the TOML file)",
+        |c, v| c.servers = serde_json::from_str(v).map_err(|e| format!("expected a JSON object of servers by name ({e})"))?
+    ),
 ];

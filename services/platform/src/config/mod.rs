@@ -24,6 +24,8 @@ mod sandbox;
 mod titles;
 mod webhooks;
 
+pub mod doc;
+
 pub use agent::AgentConfig;
 pub use automations::AutomationConfig;
 pub use gateway::GatewayConfig;
@@ -289,45 +291,84 @@ impl std::fmt::Debug for Config {
 }
 
 /// `HALYARD_*` settings of the process itself: addresses, data, NATS, keys, logs, telemetry.
-const SETTINGS: &[Setting<Config>] = &[
-    set!("HTTP_ADDR", |c, v| c.http_addr = v.to_owned()),
-    set!("METRICS_ADDR", |c, v| c.metrics_addr = v.to_owned()),
-    set!("DATA_DIR", |c, v| c.data_dir = PathBuf::from(v)),
-    set!("NATS_URL", |c, v| c.nats_url = v.to_owned()),
-    set!("NATS_SERVER", |c, v| c.nats_server = v.to_owned()),
-    set!("NATS_CREDS", |c, v| c.nats_creds = Some(PathBuf::from(v))),
-    set!("NATS_USER", |c, v| c.nats_user = v.to_owned()),
-    set!("NATS_PASSWORD", |c, v| c.nats_password = v.to_owned()),
-    set!("NATS_PORT", |c, v| c.nats_port = number(v, "a port number")?),
-    set!("API_KEYS", |c, v| c.api_keys = parse_api_keys(v)?),
-    set!("SECRET", |c, v| c.secret = v.to_owned()),
+pub(crate) const SETTINGS: &[Setting<Config>] = &[
+    set!("HTTP_ADDR", "`127.0.0.1:3000`", "gateway address", |c, v| c.http_addr = v.to_owned()),
+    set!("METRICS_ADDR", "(none)", "where the process serves `/metrics` (Prometheus), `/healthz` and `/readyz`", |c, v| c.metrics_addr =
+        v.to_owned()),
+    set!("DATA_DIR", "`.halyard`", "JetStream store, read models, sandbox workspaces", |c, v| c.data_dir = PathBuf::from(v)),
+    set!("NATS_URL", "(embedded)", "external NATS for `halyard serve`", |c, v| c.nats_url = v.to_owned()),
+    set!("NATS_SERVER", "`nats-server`", "the binary `halyard up` starts (2.11 or newer)", |c, v| c.nats_server = v.to_owned()),
+    set!("NATS_CREDS", "(none)", "external NATS: a `.creds` file, or a directory of `<role>.creds`", |c, v| c.nats_creds =
+        Some(PathBuf::from(v))),
+    set!("NATS_USER", "(none)", "external NATS: user and password", |c, v| c.nats_user = v.to_owned()),
+    set!("NATS_PASSWORD", "(none)", "external NATS: user and password", |c, v| c.nats_password = v.to_owned()),
+    set!("NATS_PORT", "`0`", "client port of the embedded nats-server (`halyard up`; 0: a free one)", |c, v| c.nats_port =
+        number(v, "a port number")?),
+    set!("API_KEYS", "(none)", "`user:key,...`: bootstrap keys (more through the admin API)", |c, v| c.api_keys = parse_api_keys(v)?),
+    set!(
+        "SECRET",
+        "(generated in the data dir)",
+        "derives sandbox session keys and the key that seals users' secrets and LLM API keys (changing it makes stored ones unreadable)",
+        |c, v| c.secret = v.to_owned()
+    ),
     // It names the node's NATS subject (commands passed between agent runners) and its Docker
     // resources.
-    set!("NODE_ID", |c, v| {
-        if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err("expected letters, digits, '-' and '_' only".into());
+    set!(
+        "NODE_ID",
+        "(random)",
+        "names this process among replicas (leases, projections, its NATS subject and Docker labels): letters, digits, `-` and `_`",
+        |c, v| {
+            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err("expected letters, digits, '-' and '_' only".into());
+            }
+            c.node_id = v.to_owned()
         }
-        c.node_id = v.to_owned()
-    }),
-    set!("LOG", |c, v| c.log = v.to_owned()),
-    set!("LOG_FORMAT", |c, v| c.log_format = crate::settings::one_of(v, &["text", "json"])?),
-    set!("COMMAND_ACK_WAIT_MS", |c, v| {
-        c.command_ack_wait_ms = v.parse().ok().filter(|ms| *ms >= 1000).ok_or("expected milliseconds, 1000 or more")?
-    }),
-    set!("FAULT", |c, v| {
-        crate::fault::check(v)?;
-        c.fault = v.to_owned()
-    }),
-    set!("OTLP_ENDPOINT", |c, v| {
-        if !v.is_empty() && !v.starts_with("http://") {
-            return Err("expected an http:// URL of an OTLP/HTTP collector, such as http://127.0.0.1:4318".into());
+    ),
+    set!(
+        "LOG",
+        "`info,async_nats=warn,rmcp=warn`",
+        "log filter (`EnvFilter` directives: `debug`, `halyard_agent=debug,info`, ...); the default keeps the NATS client's reconnect chatter and MCP message dumps out",
+        |c, v| c.log = v.to_owned()
+    ),
+    set!("LOG_FORMAT", "`text`", "`json`: one JSON object per log line (time, level, target, message, fields, span)", |c, v| c
+        .log_format =
+        crate::settings::one_of(v, &["text", "json"])?),
+    set!(
+        "COMMAND_ACK_WAIT_MS",
+        "`30000`",
+        "how long a command whose handler died (before acknowledging it) waits before it is handed out again; handlers still working report progress well within it",
+        |c, v| { c.command_ack_wait_ms = v.parse().ok().filter(|ms| *ms >= 1000).ok_or("expected milliseconds, 1000 or more")? }
+    ),
+    set!(
+        "FAULT",
+        "(none)",
+        "tests only, debug builds only: `<service>:<kind>:<received\\|before_ack\\|after_ack>` aborts the process there (`tests/tests/faults.rs`)",
+        |c, v| {
+            crate::fault::check(v)?;
+            c.fault = v.to_owned()
         }
-        c.otlp_endpoint = v.trim_end_matches('/').to_owned()
-    }),
-    set!("SKILLS_DIR", |c, v| c.skills_dir = Some(PathBuf::from(v))),
-    set!("WEB_DIR", |c, v| c.web_dir = Some(PathBuf::from(v))),
-    set!("APPS_ADDR", |c, v| c.apps_addr = v.to_owned()),
-    set!("APPS_URL", |c, v| c.apps_url = v.trim_end_matches('/').to_owned()),
+    ),
+    set!(
+        "OTLP_ENDPOINT",
+        "(none)",
+        "an OTLP/HTTP collector (`http://collector:4318`, plain HTTP): spans are exported there as traces (protobuf, batched), `service.name` `halyard-<service>` (or `halyard` for `up`)",
+        |c, v| {
+            if !v.is_empty() && !v.starts_with("http://") {
+                return Err("expected an http:// URL of an OTLP/HTTP collector, such as http://127.0.0.1:4318".into());
+            }
+            c.otlp_endpoint = v.trim_end_matches('/').to_owned()
+        }
+    ),
+    set!("SKILLS_DIR", "`skills` (when run from the repository)", "global skills", |c, v| c.skills_dir = Some(PathBuf::from(v))),
+    set!("WEB_DIR", "`web/dist` (when built)", "the web workspace served at `/`; without it `/` says how to build it", |c, v| c.web_dir =
+        Some(PathBuf::from(v))),
+    set!("APPS_ADDR", "`127.0.0.1:3001`", "the served-app proxy's listener (empty: none)", |c, v| c.apps_addr = v.to_owned()),
+    set!(
+        "APPS_URL",
+        "from the apps port: `http://localhost:<it>`",
+        "the proxy's public base; each app is `<label>.<host>` under it",
+        |c, v| c.apps_url = v.trim_end_matches('/').to_owned()
+    ),
 ];
 
 #[cfg(test)]

@@ -162,32 +162,79 @@ impl Default for SandboxConfig {
 
 /// `HALYARD_*` settings of the sandbox supervisor.
 pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
-    set!("SANDBOX", |c, v| c.kind = one_of(v, &["auto", "process", "docker"])?),
-    set!("PROCESS_ISOLATION", |c, v| c.process_isolation = one_of(v, &["auto", "uid", "bwrap", "none"])?),
-    set!("PROCESS_NETWORK", |c, v| c.process_network = one_of(v, &["own", "host"])?),
-    set!("PROCESS_UID_BASE", |c, v| c.process_uid_base = number(v, "a uid")?),
-    set!("PROCESS_UID_COUNT", |c, v| c.process_uid_count = number(v, "a count")?),
-    set!("DOCKER_HOST", |c, v| c.docker_host = v.to_owned()),
-    set!("SANDBOX_PUBLISH_HOST", |c, v| c.publish_host = number(v, "an IP address")?),
-    set!("SANDBOX_POOL_SIZE", |c, v| c.pool_size = number(v, "a count")?),
-    set!("SANDBOX_IDLE_PAUSE_SECS", |c, v| c.idle_pause_secs = number(v, "seconds")?),
-    set!("SANDBOX_IDLE_STOP_SECS", |c, v| c.idle_stop_secs = number(v, "seconds")?),
-    set!("SANDBOX_START_TIMEOUT_SECS", |c, v| c.start_timeout_secs = number(v, "seconds")?),
+    set!("SANDBOX", "`auto`", "sandbox kind: `docker`, `process`, or `auto` (Docker if usable)", |c, v| c.kind =
+        one_of(v, &["auto", "process", "docker"])?),
+    set!("PROCESS_ISOLATION", "`auto`", "process sandboxes: `uid` (root), `bwrap`, `none` (one user only), `auto` picks", |c, v| c
+        .process_isolation =
+        one_of(v, &["auto", "uid", "bwrap", "none"])?),
+    set!(
+        "PROCESS_NETWORK",
+        "`own`",
+        "process sandboxes: a network namespace each (`own`), or the host's network (`host`: one developer only)",
+        |c, v| c.process_network = one_of(v, &["own", "host"])?
+    ),
+    set!("PROCESS_UID_BASE", "`200000`", "first uid given to process sandboxes", |c, v| c.process_uid_base = number(v, "a uid")?),
+    set!("PROCESS_UID_COUNT", "`50000`", "uids process sandboxes may use", |c, v| c.process_uid_count = number(v, "a count")?),
+    set!("DOCKER_HOST", "`unix:///var/run/docker.sock`", "the Docker engine", |c, v| c.docker_host = v.to_owned()),
+    set!(
+        "SANDBOX_PUBLISH_HOST",
+        "`127.0.0.2`",
+        "where sandboxes' ports are published (Docker) or forwarded from (process), and their URLs' host; never the address the web workspace is served on (refused: a browser sends that host's cookies to every port); set it to the host's own address (a pod IP) when agent runners or gateways run on other hosts. Each executor still asks for its session key; the agent's apps on `WORKER_*` do not, so the network there must be the operator's own",
+        |c, v| c.publish_host = number(v, "an IP address")?
+    ),
+    set!("SANDBOX_POOL_SIZE", "`1`", "warm-pool sandboxes per spec (docker)", |c, v| c.pool_size = number(v, "a count")?),
+    set!("SANDBOX_IDLE_PAUSE_SECS", "`0`", "freeze after this long idle (0: never)", |c, v| c.idle_pause_secs = number(v, "seconds")?),
+    set!("SANDBOX_IDLE_STOP_SECS", "`600`", "hibernate after this long idle: processes end, files stay (0: never)", |c, v| c
+        .idle_stop_secs =
+        number(v, "seconds")?),
+    set!("SANDBOX_START_TIMEOUT_SECS", "`30`", "wait for a new sandbox's executor", |c, v| c.start_timeout_secs = number(v, "seconds")?),
     // Shorthand for the default spec's base image.
-    set!("SANDBOX_BASE_IMAGE", |c, v| {
+    set!("SANDBOX_BASE_IMAGE", "the default spec's: `halyard-base:bookworm`", "base image of the default spec", |c, v| {
         let mut specs = c.specs();
         if let Some(s) = specs.iter_mut().find(|s| s.name == c.default_spec) {
             s.base_image = v.to_owned();
         }
         c.specs = specs
     }),
-    set!("SANDBOX_DEFAULT_SPEC", |c, v| c.default_spec = v.to_owned()),
-    set!("SANDBOX_BROWSER_IDLE_SECS", |c, v| c.browser_idle_secs = number(v, "seconds")?),
-    set!("SANDBOX_VSCODE_IDLE_SECS", |c, v| c.vscode_idle_secs = number(v, "seconds")?),
-    set!("EXECUTOR_COMMAND", |c, v| c.executor_command = v.split_whitespace().map(str::to_owned).collect()),
-    set!("MAX_RUNNING_PER_USER", |c, v| c.max_running_per_user = number(v, "a count")?),
-    set!("MAX_RUNNING_TOTAL", |c, v| c.max_running_total = number(v, "a count")?),
-    set!("SANDBOX_HOST_SLOTS", |c, v| c.host_slots = number(v, "a count")?),
-    set!("START_QUEUE_DEADLINE_SECS", |c, v| c.queue_deadline_secs = number(v, "seconds")?),
-    set!("OUTPUT_CAP_BYTES", |c, v| c.output_cap_bytes = number(v, "bytes")?),
+    set!("SANDBOX_DEFAULT_SPEC", "`default`", "the spec new conversations get", |c, v| c.default_spec = v.to_owned()),
+    set!(
+        "SANDBOX_BROWSER_IDLE_SECS",
+        "`600`",
+        "a sandbox's browser stops after this long unused (the next browser call starts it again)",
+        |c, v| c.browser_idle_secs = number(v, "seconds")?
+    ),
+    set!(
+        "SANDBOX_VSCODE_IDLE_SECS",
+        "`600`",
+        "a sandbox's VS Code (code-server) stops after this long without a request or an open connection (the next request starts it again)",
+        |c, v| c.vscode_idle_secs = number(v, "seconds")?
+    ),
+    set!("EXECUTOR_COMMAND", "(this binary)", "the command that starts an executor, split on spaces (else `halyard executor`)", |c, v| c
+        .executor_command =
+        v.split_whitespace().map(str::to_owned).collect()),
+    set!(
+        "MAX_RUNNING_PER_USER",
+        "`0`",
+        "running sandboxes per user and in total, across hosts (0: none); a start past one waits in the start queue",
+        |c, v| c.max_running_per_user = number(v, "a count")?
+    ),
+    set!(
+        "MAX_RUNNING_TOTAL",
+        "`0`",
+        "running sandboxes per user and in total, across hosts (0: none); a start past one waits in the start queue",
+        |c, v| c.max_running_total = number(v, "a count")?
+    ),
+    set!(
+        "SANDBOX_HOST_SLOTS",
+        "`0`",
+        "sandboxes one host runs at once (0: no limit); a start no host has room for waits in the start queue",
+        |c, v| c.host_slots = number(v, "a count")?
+    ),
+    set!(
+        "START_QUEUE_DEADLINE_SECS",
+        "`1800`",
+        "how long a start may wait in the start queue (a start's `queue_deadline_secs` overrides it)",
+        |c, v| c.queue_deadline_secs = number(v, "seconds")?
+    ),
+    set!("OUTPUT_CAP_BYTES", "`30000`", "a command's output returned to the agent", |c, v| c.output_cap_bytes = number(v, "bytes")?),
 ];

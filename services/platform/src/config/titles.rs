@@ -51,7 +51,7 @@ impl TitleConfig {
 
 /// `HALYARD_*` settings of the title setter.
 pub(crate) const SETTINGS: &[Setting<TitleConfig>] = &[
-    set!("TITLE_USE_LLM", |c, v| c.use_llm = boolean(v)?),
-    set!("TITLE_MODEL", |c, v| c.model = Some(v.to_owned())),
-    set!("TITLE_BASE_URL", |c, v| c.base_url = Some(v.to_owned())),
+    set!("TITLE_USE_LLM", "`true`", "titles from an LLM (else the first line)", |c, v| c.use_llm = boolean(v)?),
+    set!("TITLE_MODEL", "agent's", "titles from an LLM (else the first line)", |c, v| c.model = Some(v.to_owned())),
+    set!("TITLE_BASE_URL", "agent's", "titles from an LLM (else the first line)", |c, v| c.base_url = Some(v.to_owned())),
 ];

@@ -39,10 +39,15 @@ impl Default for WebhookConfig {
 
 /// `HALYARD_*` settings of webhook deliveries.
 pub(crate) const SETTINGS: &[Setting<WebhookConfig>] = &[
-    set!("WEBHOOK_ALLOW", |c, v| c.allow = network_classes(v)?),
-    set!("WEBHOOK_MAX_ATTEMPTS", |c, v| c.max_attempts = number(v, "a count")?),
-    set!("WEBHOOK_RETRY_BASE_MS", |c, v| c.retry_base_ms = number(v, "milliseconds")?),
-    set!("WEBHOOK_RETRY_MAX_MS", |c, v| c.retry_max_ms = number(v, "milliseconds")?),
-    set!("WEBHOOK_TIMEOUT_SECS", |c, v| c.timeout_secs = number(v, "seconds")?),
-    set!("WEBHOOK_DISABLE_AFTER_SECS", |c, v| c.disable_after_secs = number(v, "seconds")?),
+    set!("WEBHOOK_ALLOW", "(none)", "destination classes webhooks may reach: `loopback`, `private`, `link-local`", |c, v| c.allow =
+        network_classes(v)?),
+    set!("WEBHOOK_MAX_ATTEMPTS", "`8`", "attempts before a delivery is parked; first retry delay", |c, v| c.max_attempts =
+        number(v, "a count")?),
+    set!("WEBHOOK_RETRY_BASE_MS", "`1000`", "attempts before a delivery is parked; first retry delay", |c, v| c.retry_base_ms =
+        number(v, "milliseconds")?),
+    set!("WEBHOOK_RETRY_MAX_MS", "`300000`", "the longest wait between a delivery's attempts", |c, v| c.retry_max_ms =
+        number(v, "milliseconds")?),
+    set!("WEBHOOK_TIMEOUT_SECS", "`10`", "timeout of one delivery", |c, v| c.timeout_secs = number(v, "seconds")?),
+    set!("WEBHOOK_DISABLE_AFTER_SECS", "`259200`", "continuous failure that disables a subscription", |c, v| c.disable_after_secs =
+        number(v, "seconds")?),
 ];

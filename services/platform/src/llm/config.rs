@@ -103,33 +103,61 @@ pub const PROVIDERS: &[&str] = &["openai", "anthropic", responses::PROVIDER, gem
 
 /// `HALYARD_*` settings of the deployment's LLM endpoint.
 pub(crate) const SETTINGS: &[Setting<LlmConfig>] = &[
-    set!("LLM_BASE_URL", |c, v| c.base_url = v.to_owned()),
-    set!("LLM_MODEL", |c, v| c.model = v.to_owned()),
-    set!("LLM_API_KEY", |c, v| c.api_key = v.to_owned()),
-    set!("LLM_STREAM", |c, v| c.stream = boolean(v)?),
-    set!("LLM_TIMEOUT_SECS", |c, v| c.timeout_secs = number(v, "seconds")?),
-    set!("LLM_MAX_RETRIES", |c, v| c.max_retries = number(v, "a count")?),
-    set!("LLM_RETRY_BASE_MS", |c, v| c.retry_base_ms = number(v, "milliseconds")?),
-    set!("LLM_MAX_CONCURRENT", |c, v| c.max_concurrent = number(v, "a count")?),
-    set!("LLM_PROFILE_ALLOW", |c, v| c.profile_allow = network_classes(v)?),
-    set!("LLM_PROVIDER", |c, v| {
-        if !PROVIDERS.contains(&v) {
-            return Err("expected `openai`, `anthropic`, `openai-responses` or `gemini`".into());
+    set!(
+        "LLM_BASE_URL",
+        "`http://127.0.0.1:8000/v1`",
+        "the endpoint, up to `/v1` (`https://api.anthropic.com/v1` for Anthropic)",
+        |c, v| c.base_url = v.to_owned()
+    ),
+    set!("LLM_MODEL", "`gpt-4o-mini`", "model name", |c, v| c.model = v.to_owned()),
+    set!("LLM_API_KEY", "(none)", "stays in the agent runner; never reaches a sandbox or an event", |c, v| c.api_key = v.to_owned()),
+    set!("LLM_STREAM", "`true`", "server-sent-event streaming", |c, v| c.stream = boolean(v)?),
+    set!("LLM_TIMEOUT_SECS", "`120`", "how long one LLM request may take", |c, v| c.timeout_secs = number(v, "seconds")?),
+    set!("LLM_MAX_RETRIES", "`3`", "retries of timeouts, 429, 5xx", |c, v| c.max_retries = number(v, "a count")?),
+    set!("LLM_RETRY_BASE_MS", "`1000`", "retries of timeouts, 429, 5xx", |c, v| c.retry_base_ms = number(v, "milliseconds")?),
+    set!("LLM_MAX_CONCURRENT", "`64`", "LLM calls in flight per agent runner", |c, v| c.max_concurrent = number(v, "a count")?),
+    set!(
+        "LLM_PROFILE_ALLOW",
+        "(none)",
+        "destination classes users' LLM profiles may point at: `loopback`, `private`, `link-local`",
+        |c, v| c.profile_allow = network_classes(v)?
+    ),
+    set!(
+        "LLM_PROVIDER",
+        "`openai`",
+        "the wire: `openai` (chat completions: OpenAI, vLLM, llama.cpp, Ollama, LiteLLM...), `anthropic` (Messages API, with prompt caching), `openai-responses` (OpenAI's Responses API) or `gemini` (Google's Gemini API, base URL `https://generativelanguage.googleapis.com/v1beta`)",
+        |c, v| {
+            if !PROVIDERS.contains(&v) {
+                return Err("expected `openai`, `anthropic`, `openai-responses` or `gemini`".into());
+            }
+            c.provider = v.to_owned()
         }
-        c.provider = v.to_owned()
-    }),
-    set!("LLM_CONTEXT_WINDOW", |c, v| c.context_window = number(v, "tokens")?),
-    set!("LLM_CONTEXT_RESERVE", |c, v| c.context_reserve = number(v, "tokens")?),
-    set!("LLM_MAX_OUTPUT_TOKENS", |c, v| c.max_output_tokens = number(v, "tokens")?),
+    ),
+    set!("LLM_CONTEXT_WINDOW", "known per model family, else `128000`", "the model's context window in tokens", |c, v| c.context_window =
+        number(v, "tokens")?),
+    set!(
+        "LLM_CONTEXT_RESERVE",
+        "min(`MAX_OUTPUT_TOKENS`, window / 4)",
+        "tokens kept free for the answer; past window minus reserve the history is condensed",
+        |c, v| c.context_reserve = number(v, "tokens")?
+    ),
+    set!("LLM_MAX_OUTPUT_TOKENS", "`8192`", "longest answer asked for (sent to Anthropic, which requires it)", |c, v| c
+        .max_output_tokens =
+        number(v, "tokens")?),
     // `prompt,completion[,cached]` for the configured model.
-    set!("LLM_PRICE", |c, v| {
-        const EXPECTED: &str = "expected `prompt,completion[,cached]` in USD per million tokens, like 0.15,0.6,0.075";
-        let parts: Vec<f64> = v.split(',').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| EXPECTED)?;
-        let price = match parts[..] {
-            [prompt, completion] => Price { prompt, completion, cached: None },
-            [prompt, completion, cached] => Price { prompt, completion, cached: Some(cached) },
-            _ => return Err(EXPECTED.into()),
-        };
-        c.prices.insert(c.model.clone(), price);
-    }),
+    set!(
+        "LLM_PRICE",
+        "(none)",
+        "`prompt,completion[,cached]` USD per million tokens of `HALYARD_LLM_MODEL` (more models: `[llm.prices.\"name\"]` in the TOML file)",
+        |c, v| {
+            const EXPECTED: &str = "expected `prompt,completion[,cached]` in USD per million tokens, like 0.15,0.6,0.075";
+            let parts: Vec<f64> = v.split(',').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>().map_err(|_| EXPECTED)?;
+            let price = match parts[..] {
+                [prompt, completion] => Price { prompt, completion, cached: None },
+                [prompt, completion, cached] => Price { prompt, completion, cached: Some(cached) },
+                _ => return Err(EXPECTED.into()),
+            };
+            c.prices.insert(c.model.clone(), price);
+        }
+    ),
 ];
