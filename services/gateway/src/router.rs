@@ -13,7 +13,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 // The handlers' modules, by the short names the route table uses.
-use crate::api::accounts::{self, admin, session, tickets};
+use crate::api::accounts::{self, admin, keys, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
 use crate::api::conversations::{self, control, events, export, images, list, plan, queue, share, starts, ws};
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
@@ -109,15 +109,15 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(crate::api::automations::slack_sign_in::start))
         .routes(routes!(crate::api::automations::slack_sign_in::callback))
         .routes(routes!(admin::me))
-        .routes(routes!(admin::my_keys, admin::create_my_key))
-        .routes(routes!(admin::revoke_my_key))
+        .routes(routes!(keys::my_keys, keys::create_my_key))
+        .routes(routes!(keys::revoke_my_key))
         .routes(routes!(session::sign_in, session::sign_out))
         .routes(routes!(session::step_up))
         .routes(routes!(tickets::create))
         .routes(routes!(admin::create_user, admin::list_users))
         .routes(routes!(admin::get_user, admin::patch_user))
-        .routes(routes!(admin::create_key, admin::list_keys))
-        .routes(routes!(admin::revoke_key))
+        .routes(routes!(keys::create_key, keys::list_keys))
+        .routes(routes!(keys::revoke_key))
         .routes(routes!(crate::audit::list))
         .routes(routes!(accounts::usage::mine))
         .routes(routes!(accounts::usage::all))
