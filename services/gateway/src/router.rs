@@ -18,7 +18,7 @@ use crate::api::automations::{hooks, routes as automation_routes, slack_links};
 use crate::api::conversations::{self, control, events, export, images, list, plan, queue, share, starts, ws};
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
-use crate::api::{mcp, sandboxes, web, webhooks};
+use crate::api::{deliveries, mcp, sandboxes, web, webhooks};
 use crate::http::api_doc;
 use crate::http::error::ApiError;
 use crate::state::AppState;
@@ -99,8 +99,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::create, webhooks::list))
         .routes(routes!(webhooks::get_one, webhooks::patch, webhooks::delete))
         .routes(routes!(webhooks::rotate))
-        .routes(routes!(webhooks::deliveries))
-        .routes(routes!(webhooks::retry))
+        .routes(routes!(deliveries::deliveries))
+        .routes(routes!(deliveries::retry))
         .routes(routes!(automation_routes::create, automation_routes::list))
         .routes(routes!(automation_routes::get_one, automation_routes::patch, automation_routes::delete))
         .routes(routes!(automation_routes::runs))
