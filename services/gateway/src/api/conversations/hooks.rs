@@ -16,7 +16,7 @@ use halyard_protocol::command::AgentCommand;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{HookConsent, HookConsents};
 
-use crate::api::conversations::control::require_ready;
+use crate::api::conversations::checks::require_ready;
 use crate::audit::{self, Client};
 use crate::auth::User;
 use crate::auth::access::owned;

@@ -16,7 +16,7 @@ use halyard_platform::telemetry;
 use halyard_protocol::command::{ConversationCommand, TitleCommand};
 use halyard_protocol::{Envelope, TaskId, subjects};
 
-use super::control::check_title;
+use super::checks::check_title;
 use super::views::{Conversation, ConversationPage, STATES, StartTask, conversation_json, state_of};
 use crate::auth::User;
 use crate::auth::access::owned;

@@ -19,7 +19,7 @@ use halyard_protocol::queue::QueueTerms;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, subjects};
 
-use crate::api::conversations::control::{
+use crate::api::conversations::checks::{
     MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_own_workspace, require_ready, require_sandbox,
 };
 use crate::api::conversations::views::{StartTask, task_json};
