@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use crate::api::accounts::{self, admin, keys, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
 use crate::api::conversations::{self, control, events, export, images, list, plan, queue, share, starts, ws};
-use crate::api::settings::{agent_logins, defaults, git_providers, llm_profiles, mcp_servers, repositories, secrets};
+use crate::api::settings::{agent_logins, defaults, git_providers, llm_probe, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{deliveries, mcp, sandboxes, web, webhooks};
 use crate::http::api_doc;
@@ -59,7 +59,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(defaults::get_settings, defaults::put_settings))
         .routes(routes!(llm_profiles::list_profiles))
         .routes(routes!(llm_profiles::get_profile, llm_profiles::put_profile, llm_profiles::delete_profile))
-        .routes(routes!(llm_profiles::test_profile, llm_profiles::list_models))
+        .routes(routes!(llm_probe::test_profile, llm_probe::list_models))
         .routes(routes!(git_providers::list))
         .routes(routes!(git_providers::get_one, git_providers::put, git_providers::delete))
         .routes(routes!(repositories::list))

@@ -6,6 +6,7 @@ pub mod agent_logins;
 pub mod custom_agents;
 pub mod defaults;
 pub mod git_providers;
+pub mod llm_probe;
 pub mod llm_profiles;
 pub mod mcp_servers;
 pub mod repositories;
