@@ -10,6 +10,7 @@ pub mod hooks;
 pub mod routes;
 pub mod slack_links;
 pub mod slack_sign_in;
+pub mod trigger_checks;
 pub mod triggers;
 pub mod verify;
 pub mod views;

@@ -21,7 +21,7 @@ use crate::read_model::layout;
 use crate::read_model::rows::RunRow;
 use crate::state::AppState;
 
-use super::triggers::slack_api_url;
+use super::trigger_checks::slack_api_url;
 use super::views::{AutomationList, AutomationView, CreateBody, PatchBody, RepositoryBody, RunList, RunView, RunsQuery, view};
 
 /// Automations one user may keep.
