@@ -14,6 +14,7 @@
 //! by failing on purpose from the user's address.
 
 pub mod access;
+pub mod app_grant;
 pub mod client;
 pub mod cookies;
 pub mod quota;

@@ -29,6 +29,7 @@
 //! workspace's origin only (`frame-ancestors`), which the link names.
 
 use crate::auth::Acting;
+use crate::auth::app_grant::Grant;
 use crate::domain::sandbox::running_sandbox;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
@@ -39,8 +40,6 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::SandboxId;
 use halyard_protocol::system::AGENT_SERVER;
@@ -52,58 +51,8 @@ use super::app_forward::forward;
 const OPEN_PATH: &str = "/_halyard/open";
 const LINK_MS: i64 = 60_000;
 const COOKIE_MS: i64 = 12 * 3600 * 1000;
-const PURPOSE: &str = "app-grant";
 /// The app name VS Code is served under.
 pub const VSCODE: &str = "VSCODE";
-
-/// What a link or a cookie lets its holder do: reach one app of one sandbox, as its owner, until
-/// `expires_ms`.
-#[derive(Debug, PartialEq)]
-struct Grant {
-    sandbox: SandboxId,
-    name: String,
-    user: String,
-    expires_ms: i64,
-    /// What the link was asked with (see [`Principal::credential`]).
-    credential: String,
-    /// Makes a link usable once.
-    nonce: String,
-    /// The origin that may show it in a frame (VS Code's: the workspace's); empty for apps.
-    frame: String,
-}
-
-impl Grant {
-    fn encode(&self, secret: &str) -> String {
-        let payload = format!(
-            "{}\n{}\n{}\n{}\n{}\n{}\n{}",
-            self.sandbox, self.name, self.user, self.expires_ms, self.credential, self.nonce, self.frame
-        );
-        let sig = keys::sign(secret, PURPOSE, payload.as_bytes());
-        format!("{}.{sig}", URL_SAFE_NO_PAD.encode(payload))
-    }
-
-    /// The grant in `token`, if the signature holds and it has not expired.
-    fn decode(secret: &str, token: &str, now: i64) -> Option<Self> {
-        let (payload, sig) = token.split_once('.')?;
-        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
-        let expected = keys::sign(secret, PURPOSE, &payload);
-        if !keys::constant_time_eq(expected.as_bytes(), sig.as_bytes()) {
-            return None;
-        }
-        let text = String::from_utf8(payload).ok()?;
-        let mut parts = text.split('\n');
-        let grant = Grant {
-            sandbox: parts.next()?.parse().ok()?,
-            name: parts.next()?.to_owned(),
-            user: parts.next()?.to_owned(),
-            expires_ms: parts.next()?.parse().ok()?,
-            credential: parts.next()?.to_owned(),
-            nonce: parts.next()?.to_owned(),
-            frame: parts.next()?.to_owned(),
-        };
-        (parts.next().is_none() && grant.expires_ms > now).then_some(grant)
-    }
-}
 
 /// The DNS label of an app: `<sandbox id without dashes>-<worker name>`, e.g.
 /// `0f5c…e1-worker-1`.
@@ -353,26 +302,6 @@ fn same_origin(headers: &HeaderMap, scheme: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_grant_holds_only_as_signed_and_until_it_expires() {
-        let g = Grant {
-            sandbox: SandboxId(uuid::Uuid::new_v4()),
-            name: "WORKER_1".into(),
-            user: "alice".into(),
-            expires_ms: 2_000,
-            credential: "key:abc".into(),
-            nonce: "n1".into(),
-            frame: "http://localhost:3000".into(),
-        };
-        let t = g.encode("secret");
-        assert_eq!(Grant::decode("secret", &t, 1_000), Some(g));
-        assert_eq!(Grant::decode("secret", &t, 2_000), None, "expired");
-        assert_eq!(Grant::decode("other secret", &t, 1_000), None);
-        let (payload, sig) = t.split_once('.').unwrap();
-        let forged = URL_SAFE_NO_PAD.encode(String::from_utf8(URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap().replace("alice", "bob"));
-        assert_eq!(Grant::decode("secret", &format!("{forged}.{sig}"), 1_000), None);
-    }
 
     #[test]
     fn an_app_is_named_by_the_first_label_of_its_host() {
