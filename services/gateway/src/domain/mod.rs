@@ -1,9 +1,11 @@
-//! What handlers of several kinds do with Halyard's state, apart from HTTP: a user's configuration
+//! What handlers of several kinds do with Halyard's state, apart from HTTP: automations'
+//! definitions ([`automations`]), a user's configuration
 //! in the key-value store ([`user_store`]), a conversation's sandbox woken for a request
 //! ([`sandbox`]), commands and questions to the agent runners ([`commands`]), and a
 //! conversation's start, retry or fork sent ([`starts`]).
 
 pub mod agents;
+pub mod automations;
 pub mod commands;
 pub mod sandbox;
 pub mod starts;

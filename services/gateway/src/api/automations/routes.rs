@@ -13,9 +13,9 @@ use halyard_protocol::{UserId, subjects};
 
 use crate::audit::{self, Client};
 use crate::auth::User;
+use crate::domain::automations::{check_agent, check_name, check_prompt, kv_err, load, save};
 use crate::domain::user_store;
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
-use crate::http::checks::parse_id;
 use crate::http::error::{ApiError, ApiJson};
 use crate::read_model::layout;
 use crate::read_model::rows::RunRow;
@@ -26,35 +26,6 @@ use super::views::{AutomationList, AutomationView, CreateBody, PatchBody, Reposi
 
 /// Automations one user may keep.
 pub const MAX_AUTOMATIONS: usize = 50;
-/// Longest prompt template.
-const MAX_PROMPT_CHARS: usize = 100_000;
-
-fn kv_err(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "automation store");
-    ApiError::unavailable("the automation store did not answer; try again")
-}
-
-fn check_name(name: &str) -> Result<(), ApiError> {
-    let n = name.trim().chars().count();
-    if n == 0 || n > 100 || name.chars().any(char::is_control) {
-        return Err(ApiError::bad_request("invalid_field", "`name`: 1 to 100 characters on one line"));
-    }
-    Ok(())
-}
-
-fn check_prompt(prompt: Option<&str>, trigger: &proto::Trigger) -> Result<(), ApiError> {
-    match prompt {
-        Some(p) if p.chars().count() > MAX_PROMPT_CHARS || p.trim().is_empty() => {
-            Err(ApiError::bad_request("invalid_field", format!("`prompt`: 1 to {MAX_PROMPT_CHARS} characters")))
-        }
-        None if matches!(trigger, proto::Trigger::Schedule { .. }) => Err(ApiError::bad_request(
-            "invalid_field",
-            "`prompt`: a schedule has no event to make a message of; say what each run should do",
-        )),
-        _ => Ok(()),
-    }
-}
-
 async fn check_repository(state: &AppState, user: &UserId, r: &RepositoryBody) -> Result<AutomationRepository, ApiError> {
     let (git, _) = user_store::load::<UserGitProviders>(state, &subjects::user_git_key(user)).await?;
     if !git.providers.contains_key(&r.provider) {
@@ -76,36 +47,6 @@ async fn check_repository(state: &AppState, user: &UserId, r: &RepositoryBody) -
         }
     }
     Ok(AutomationRepository { provider: r.provider.clone(), full_name: r.full_name.clone(), branch: r.branch.clone() })
-}
-
-/// The automation `id` of `user` and its revision in the bucket.
-async fn load(state: &AppState, user: &UserId, id: &str) -> Result<(Automation, u64), ApiError> {
-    let _: uuid::Uuid = parse_id(id, "id")?;
-    match state.automation_kv.entry(subjects::automation_key(id)).await.map_err(kv_err)? {
-        Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
-            let a: Automation = serde_json::from_slice(&e.value).map_err(ApiError::internal)?;
-            if &a.owner != user {
-                return Err(ApiError::not_found("automation"));
-            }
-            Ok((a, e.revision))
-        }
-        _ => Err(ApiError::not_found("automation")),
-    }
-}
-
-/// Stores `a` (created when `revision` is `None`) and takes it in at once, so this gateway's
-/// next answer has it before the watch brings it.
-async fn save(state: &AppState, a: &Automation, revision: Option<u64>) -> Result<(), ApiError> {
-    let key = subjects::automation_key(&a.id);
-    let bytes = serde_json::to_vec(a).map_err(ApiError::internal)?;
-    let revision = match revision {
-        None => state.automation_kv.create(&key, bytes.clone().into()).await.map_err(kv_err)?,
-        Some(r) => state.automation_kv.update(&key, bytes.clone().into(), r).await.map_err(|_| {
-            ApiError::conflict("concurrent_update", "the automation changed while you were updating it; read it again and retry")
-        })?,
-    };
-    state.automations.apply_value(&key, revision, false, &bytes);
-    Ok(())
 }
 
 /// Creates an automation: 201 with its `id`, its `hook_url` for kinds that receive requests,
@@ -334,19 +275,4 @@ pub async fn runs(
         }
     }
     Ok(Json(RunList { items }))
-}
-
-/// An automation's agent can run its owner's conversations: known, installed, and speaking the
-/// wire of `profile` (the owner's default when absent), as a start would check it.
-async fn check_agent(state: &AppState, user: &UserId, agent: &str, profile: Option<&str>) -> Result<(), ApiError> {
-    let profile = match profile {
-        Some(p) => Some(p.to_owned()),
-        None => {
-            crate::domain::user_store::load::<halyard_protocol::user::UserSettings>(state, &subjects::user_settings_key(user))
-                .await?
-                .0
-                .llm_profile
-        }
-    };
-    crate::domain::agents::check_runnable(state, user, agent, profile.as_deref(), None).await
 }
