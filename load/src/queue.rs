@@ -30,11 +30,13 @@ use crate::record::{Context, spread};
 const USERS: usize = 5;
 const HOSTS: usize = 3;
 
-/// One deployment: a nats-server, three sandbox hosts and the other services.
+/// One deployment: a nats-server, three sandbox hosts and the other services. (Fields drop in
+/// order: the services stop while their nats-server still answers, which it must for them to
+/// stop at once.)
 struct Deployment {
-    nats: NatsServer,
     procs: Vec<Halyard>,
     apis: Vec<Api>,
+    nats: NatsServer,
 }
 
 fn deployment(llm: &ScriptedLlm, slots: usize) -> Deployment {
@@ -61,7 +63,7 @@ fn deployment(llm: &ScriptedLlm, slots: usize) -> Deployment {
     let gateway = service("gateway", 0, "127.0.0.1");
     let apis = (0..USERS).map(|u| gateway.api(&format!("user{u}-key"))).collect();
     procs.push(gateway);
-    Deployment { nats, procs, apis }
+    Deployment { procs, apis, nats }
 }
 
 impl Deployment {

@@ -114,6 +114,23 @@ async fn starts_wait_their_turn_across_three_full_hosts_and_users_take_turns() {
     let (_, queue) = root.get("/api/v1/admin/queue").await;
     let owners: Vec<&str> = queue["waiting"].as_array().unwrap().iter().map(|w| w["owner"].as_str().unwrap()).collect();
     assert_eq!(owners, ["alice", "bob", "carol", "alice", "bob", "carol", "alice", "bob", "carol", "alice"], "{queue}");
+    // An operator sees the same from a terminal: the three full hosts, then the line.
+    let out = std::process::Command::new(halyard_tests::harness::halyard_bin())
+        .args(["admin", "queue"])
+        .env("HALYARD_URL", &root.base)
+        .env("HALYARD_API_KEY", &root.key)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.lines().filter(|l| l.contains("busy 2 of 2")).count(), 3, "{text}");
+    let in_line: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("waiting: 10"))
+        .skip(1)
+        .map(|l| l.split_whitespace().nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(in_line, owners, "{text}");
 
     // Carol cancels her last start while it waits: it never starts.
     let (carol_last_user, carol_last) = waiting.remove(9);

@@ -1,5 +1,6 @@
-//! `halyard admin`: users and API keys, through a running gateway's admin API (so it works
-//! against any deployment it can reach, and every action is audited like any other).
+//! `halyard admin`: users, API keys and the start queue, through a running gateway's admin API
+//! (so it works against any deployment it can reach, and every action is audited like any
+//! other).
 
 use anyhow::{Context, Result, bail};
 
@@ -20,6 +21,9 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The start queue: who waits for a sandbox, in the order they will be placed, and each
+    /// sandbox host's room.
+    Queue,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,8 +119,40 @@ pub async fn run(url: &str, key: Option<&str>, command: AdminCommand) -> Result<
                 println!("revoked {}", key_line(&key));
             }
         },
+        AdminCommand::Queue => print!("{}", queue_text(&client.call(reqwest::Method::GET, "/admin/queue", None).await?)),
     }
     Ok(())
+}
+
+/// `GET /admin/queue` in lines: the hosts, then one line per waiting start (its place first).
+fn queue_text(q: &Value) -> String {
+    let or_dash = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+    let mut out = String::from("hosts:\n");
+    for h in q["hosts"].as_array().into_iter().flatten() {
+        let slots = match h["slots"].as_u64() {
+            Some(0) | None => "no limit".to_owned(),
+            Some(n) => n.to_string(),
+        };
+        let alive = if h["alive"] == true { "alive" } else { "silent" };
+        out.push_str(&format!("  {}  busy {} of {slots}  {alive}\n", or_dash(&h["node"]), h["busy"]));
+    }
+    let waiting = q["waiting"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let pace = q["per_place_ms"].as_i64().map(|ms| format!(" (one placed every {:.1} s lately)", ms as f64 / 1000.0)).unwrap_or_default();
+    out.push_str(&format!("waiting: {}{pace}\n", waiting.len()));
+    for w in waiting {
+        let taken = w["taken_by"].as_str().map(|n| format!("  being made on {n}")).unwrap_or_default();
+        out.push_str(&format!(
+            "  {:>3}  {}  {}  org={}  waited {}s  deadline {}  conversation {}{taken}\n",
+            w["position"].as_u64().unwrap_or_default(),
+            or_dash(&w["owner"]),
+            or_dash(&w["class"]),
+            or_dash(&w["org"]),
+            w["waited_secs"],
+            or_dash(&w["deadline_at"]),
+            or_dash(&w["conversation_id"]),
+        ));
+    }
+    out
 }
 
 fn user_line(u: &Value) -> String {
@@ -160,6 +196,25 @@ fn parse_duration(s: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_queue_reads_in_lines_place_first() {
+        let q = json!({
+            "hosts": [{"node": "a", "slots": 2, "busy": 2, "alive": true}, {"node": "b", "slots": 0, "busy": 1, "alive": false}],
+            "waiting": [
+                {"position": 1, "owner": "ann", "class": "interactive", "org": null, "waited_secs": 3, "deadline_at": "t1", "conversation_id": "c1", "taken_by": "a"},
+                {"position": 2, "owner": "bob", "class": "automation", "org": "acme", "waited_secs": 1, "deadline_at": "t2", "conversation_id": "c2", "taken_by": null}
+            ],
+            "per_place_ms": 1500
+        });
+        let text = queue_text(&q);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "  a  busy 2 of 2  alive");
+        assert_eq!(lines[2], "  b  busy 1 of no limit  silent");
+        assert_eq!(lines[3], "waiting: 2 (one placed every 1.5 s lately)");
+        assert_eq!(lines[4], "    1  ann  interactive  org=-  waited 3s  deadline t1  conversation c1  being made on a");
+        assert_eq!(lines[5], "    2  bob  automation  org=acme  waited 1s  deadline t2  conversation c2");
+    }
 
     #[test]
     fn durations_parse() {

@@ -67,8 +67,8 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Manage users and API keys through a running gateway (HALYARD_URL, with an
-    /// administrator's HALYARD_API_KEY).
+    /// Manage users and API keys, and see the start queue, through a running gateway
+    /// (HALYARD_URL, with an administrator's HALYARD_API_KEY).
     Admin {
         /// The gateway (HALYARD_URL).
         #[arg(long, env = "HALYARD_URL", default_value = "http://127.0.0.1:3000")]
