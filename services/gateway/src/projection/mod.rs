@@ -594,11 +594,14 @@ pub async fn run(
             m = system.next() => (false, m),
             m = events.next() => (true, m),
             _ = stall_check.tick() => {
-                // What idle conversations held here leaves memory.
-                let mut views = live.views.lock().await;
-                views.retain(|id, _| touched.get(id).is_some_and(|t| t.elapsed() < view_idle));
+                // What idle conversations held here leaves memory (the lock is not held over
+                // the checks below, which wait on the server).
+                {
+                    let mut views = live.views.lock().await;
+                    views.retain(|id, _| touched.get(id).is_some_and(|t| t.elapsed() < view_idle));
+                    metrics::gauge!("halyard_gateway_views_in_memory").set(views.len() as f64);
+                }
                 touched.retain(|_, t| t.elapsed() < view_idle);
-                metrics::gauge!("halyard_gateway_views_in_memory").set(views.len() as f64);
                 live.forget_unwatched();
                 if events_heard.elapsed() >= STALL_CHECK {
                     if let Some(again) = unstall(&js, subjects::EVENTS_STREAM, subjects::ALL_EVENTS, events_at).await {
