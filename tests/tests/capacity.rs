@@ -214,6 +214,41 @@ async fn a_users_limit_counts_its_sandboxes_and_a_start_past_it_waits_or_runs_ou
     assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{first}"), None).await.0, 202);
     let t = settle(&alice, &third, &["READY"]).await;
     assert_ne!(t["sandbox_id"].as_str().unwrap(), first_sandbox);
+    // From a terminal, a start that waits says its place in line, and goes on by itself.
+    let home = tempfile::tempdir().unwrap();
+    let mut cli = std::process::Command::new(halyard_tests::harness::halyard_bin())
+        .args(["run", "say hello"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("HALYARD_URL", &alice.base)
+        .env("HALYARD_API_KEY", &alice.key)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = cli.stderr.take().unwrap();
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    while !said.iter().any(|l: &String| l.contains("QUEUED: 1st in line")) {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.recv()).await;
+        said.push(line.ok().flatten().unwrap_or_else(|| panic!("the CLI never said its place in line: {said:?}")));
+    }
+    let third_conv = t["conversation_id"].as_str().unwrap();
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{third_conv}"), None).await.0, 202);
+    let out = tokio::task::spawn_blocking(move || cli.wait_with_output()).await.unwrap().unwrap();
+    while let Some(line) = lines.recv().await {
+        said.push(line);
+    }
+    assert_eq!(out.status.code(), Some(0), "{said:?}\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(said.iter().any(|l| l.trim() == "READY"), "{said:?}");
     // Bad input is refused at once.
     let (s, e) = alice.post("/api/v1/conversations", json!({"queue_deadline_secs": 0})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");

@@ -422,7 +422,8 @@ fn conversation_line(c: &Value) -> String {
     )
 }
 
-/// Shows the start task's phases until READY; an ERROR is an error in the task's words.
+/// Shows the start task's phases until READY (a queued start with its place in line, as it
+/// moves up); an ERROR is an error in the task's words.
 async fn wait_ready(c: &Client, task: &str) -> Result<()> {
     use std::io::IsTerminal;
     let spinner = std::io::stderr().is_terminal();
@@ -431,26 +432,43 @@ async fn wait_ready(c: &Client, task: &str) -> Result<()> {
     for tick in 0usize.. {
         let t = c.get(&format!("/start-tasks/{task}")).await?;
         let status = t["status"].as_str().unwrap_or("?").to_owned();
-        if status != last {
+        let phase = phase(&t);
+        if phase != last {
             if spinner && !last.is_empty() {
                 eprint!("\r\x1b[2K");
             }
-            if !spinner || status == "READY" || status == "ERROR" {
-                eprintln!("  {status}");
+            if !spinner || status == "READY" || status == "ERROR" || status == "QUEUED" {
+                eprintln!("  {phase}");
             }
-            last = status.clone();
+            last = phase.clone();
         }
         match status.as_str() {
             "READY" => return Ok(()),
             "ERROR" => bail!("the conversation could not start: {}", t["detail"].as_str().unwrap_or("no detail")),
+            "CANCELLED" => bail!("the start was cancelled while it waited for a sandbox"),
             _ => {}
         }
         if spinner {
-            eprint!("\r\x1b[2K  {} {status}", frames[tick % frames.len()]);
+            eprint!("\r\x1b[2K  {} {phase}", frames[tick % frames.len()]);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
+}
+
+/// A start task's phase in words: its status, and for a queued start its place in line and the
+/// wait the recent pace suggests (`QUEUED: 3rd in line (about 40 s)`).
+fn phase(t: &Value) -> String {
+    let status = t["status"].as_str().unwrap_or("?");
+    let Some(place) = t["position"].as_u64().filter(|_| status == "QUEUED") else { return status.to_owned() };
+    let suffix = match (place % 10, place % 100) {
+        (1, p) if p != 11 => "st",
+        (2, p) if p != 12 => "nd",
+        (3, p) if p != 13 => "rd",
+        _ => "th",
+    };
+    let about = t["estimate_secs"].as_u64().map(|s| format!(" (about {s} s)")).unwrap_or_default();
+    format!("QUEUED: {place}{suffix} in line{about}")
 }
 
 /// Prints the events after `after`; the last seq printed (or `after`) and the latest status
@@ -557,5 +575,21 @@ async fn chat(c: &Client, conv: &str) -> Result<i32> {
         if code == 130 {
             return Ok(code);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_start_says_its_place_in_line() {
+        assert_eq!(phase(&json!({"status": "QUEUED", "position": 1, "estimate_secs": 4})), "QUEUED: 1st in line (about 4 s)");
+        assert_eq!(phase(&json!({"status": "QUEUED", "position": 2})), "QUEUED: 2nd in line");
+        assert_eq!(phase(&json!({"status": "QUEUED", "position": 13})), "QUEUED: 13th in line");
+        assert_eq!(phase(&json!({"status": "QUEUED", "position": 23})), "QUEUED: 23rd in line");
+        // Before the gateway's copy of the queue has it, and in every other phase: the status.
+        assert_eq!(phase(&json!({"status": "QUEUED", "position": null})), "QUEUED");
+        assert_eq!(phase(&json!({"status": "WAITING_FOR_SANDBOX", "position": 1})), "WAITING_FOR_SANDBOX");
     }
 }
