@@ -3,9 +3,9 @@
 //! from what triggered it (a redelivered command makes the same ones), where a repository is
 //! cloned from, and reading a key-value record.
 
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::collections::BTreeMap;
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::{BusError, BusErrorKind};
 use halyard_protocol::automation::RunOutcome;
 use halyard_protocol::system::Repository;

@@ -12,12 +12,12 @@ pub mod ctx;
 pub mod start;
 
 use crate::ctx::Ctx;
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use halyard_platform::bus::{self, Delivery};
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::{BusError, Config, Shutdown};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
 use halyard_protocol::system::SystemRecord;

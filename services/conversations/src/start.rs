@@ -1,11 +1,11 @@
 //! The start task: from a start command to a conversation whose agent is ready.
 
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use halyard_platform::bus;
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::executor_client::{self, ExecutorClient, ExecutorError};
 use halyard_platform::{BusError, keys};
 use halyard_platform::{git_proxy, skills};

@@ -4,11 +4,11 @@
 //! conversation's events, so it can be evicted when idle and rebuilt on demand. What each
 //! command does is [`commands`]; the lease and taking a run over are [`takeover`].
 
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use halyard_platform::bus::{self, NewEvent};
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::skills;
 use halyard_protocol::command::{AgentCommand, SandboxCommand};

@@ -2,9 +2,9 @@
 //! for, and watched until each has ended; each end is an event of the parent's (what the helper
 //! said and used, which the parent's budget covers), and the tool's result holds them all.
 
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::time::{Duration, Instant};
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_protocol::command::AgentCommand;
 use halyard_protocol::event::{EventBody, EventSource, SubConversation};
 use halyard_protocol::system::ParentLink;

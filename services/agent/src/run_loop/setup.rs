@@ -3,19 +3,16 @@
 //! MCP servers, skills), the git proxy that adds the owner's forge tokens outside the sandbox,
 //! and the conversation's MCP connections.
 
-use crate::tools::mcp::McpHub;
-use halyard_platform::executor_client::ExecutorClient;
-use halyard_protocol::event::{EventBody, EventSource};
 use std::sync::Arc;
 
-use halyard_protocol::event::ExecutionStatus;
-
-use halyard_protocol::event::SkillKind;
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_protocol::event::{EventBody, EventSource, ExecutionStatus, SkillKind};
 use serde_json::{Value, json};
 
 use super::hooking::HookSubject;
 use super::{McpConfigs, Owned, Run, RunOutcome, Setting, reach_patience, system_prompt};
 use crate::history::MESSAGE_OVERHEAD;
+use crate::tools::mcp::McpHub;
 use crate::tools::{self, hooks::Moment};
 
 /// A run set up, before an agent works: what [`Run::prepare`] gives whichever agent drives it.
@@ -81,15 +78,15 @@ impl Run {
         };
         // The workspace as the run finds it is a checkpoint too: before any action, it is how
         // the conversation started (seq 1); later, what the user changed between runs.
-        let (at, helper) = {
+        let (at, helper, agent) = {
             let log = self.log.lock().await;
-            let helper = log.history.started.as_ref().is_some_and(|s| s.parent.is_some());
-            (if log.history.acted { log.history.last_seq } else { 1 }, helper)
+            let started = log.history.started.as_ref();
+            let helper = started.is_some_and(|s| s.parent.is_some());
+            (if log.history.acted { log.history.last_seq } else { 1 }, helper, started.and_then(|s| s.agent.clone()))
         };
         if !helper {
             self.checkpoint_behind(&exec, at).await;
         }
-        let agent = self.log.lock().await.history.started.as_ref().and_then(|s| s.agent.clone());
         Ok(Ready { exec, hooks, mcp_configs, helper, agent })
     }
 

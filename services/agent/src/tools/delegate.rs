@@ -9,9 +9,9 @@
 //! another runner, calls `delegate` again with the same call and finds the same helpers (the
 //! start commands are deduplicated, a started task is not started twice) and goes on watching.
 
-use halyard_platform::derived::{Namespace, derived_uuid};
 use std::time::Duration;
 
+use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::{BusError, bus};
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::event::{Budget, ConversationEvent, EventBody, ExecutionStatus, SubConversation};

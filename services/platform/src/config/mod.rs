@@ -146,22 +146,37 @@ impl Default for Config {
 /// key), or by the test suite's own tools (regenerating golden fixtures).
 const USED_ELSEWHERE: &[&str] = &["CONFIG", "URL", "API_KEY", "BLESS"];
 
+/// What a walk over every part's settings table ([`each_table`]) does with each one.
+pub(crate) trait Tables {
+    fn table<T: Default + Serialize>(&mut self, heading: &'static str, settings: &'static [Setting<T>]);
+}
+
+/// Hands every part's settings table to `walk`, in the documentation's order, with its heading
+/// there. (The loader, [`Config::apply_env`], walks them by hand: it needs each part's field.)
+pub(crate) fn each_table(walk: &mut impl Tables) {
+    walk.table("The process, its bus and its files", SETTINGS);
+    walk.table("The operator's LLM", crate::llm::config::SETTINGS);
+    walk.table("Agent runners", agent::SETTINGS);
+    walk.table("Sandboxes", sandbox::SETTINGS);
+    walk.table("The gateway", gateway::SETTINGS);
+    walk.table("Webhooks", webhooks::SETTINGS);
+    walk.table("Automations", automations::SETTINGS);
+    walk.table("MCP servers", mcp::SETTINGS);
+    walk.table("Titles", titles::SETTINGS);
+}
+
 /// Every `HALYARD_*` variable [`Config::apply_env`] reads (without the prefix), from the parts'
 /// tables. A test checks that each is accepted; any other is refused with the nearest of these.
 pub fn env_names() -> Vec<&'static str> {
-    fn names<T>(table: &[Setting<T>]) -> impl Iterator<Item = &'static str> + '_ {
-        table.iter().map(|s| s.name)
+    struct Names(Vec<&'static str>);
+    impl Tables for Names {
+        fn table<T: Default + Serialize>(&mut self, _: &'static str, settings: &'static [Setting<T>]) {
+            self.0.extend(settings.iter().map(|s| s.name));
+        }
     }
-    names(SETTINGS)
-        .chain(names(crate::llm::config::SETTINGS))
-        .chain(names(agent::SETTINGS))
-        .chain(names(sandbox::SETTINGS))
-        .chain(names(gateway::SETTINGS))
-        .chain(names(webhooks::SETTINGS))
-        .chain(names(automations::SETTINGS))
-        .chain(names(mcp::SETTINGS))
-        .chain(names(titles::SETTINGS))
-        .collect()
+    let mut names = Names(Vec::new());
+    each_table(&mut names);
+    names.0
 }
 
 /// The known name closest to `name` (by edit distance), if any is close enough to be a typo.
