@@ -28,6 +28,10 @@ pub const CANCELLED_DETAIL: &str = "cancelled while queued";
 /// Start of the detail of a sandbox's `ERROR` record when its start waited past its deadline.
 pub const EXPIRED_DETAIL: &str = "queue deadline passed";
 
+/// Start of the detail of a sandbox's record while a wake of it waits in the queue (its status
+/// stays what it was: hibernated, paused or stopped).
+pub const WAKE_QUEUED_DETAIL: &str = "wake queued";
+
 /// Who waits first among one user's starts: a person waiting at a page before an automation's
 /// run, before a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -85,9 +89,18 @@ pub struct QueuedStart {
     pub terms: QueueTerms,
     pub enqueued_ms: UnixMillis,
     pub deadline_ms: UnixMillis,
+    /// A wake of a sandbox that exists (hibernated, paused or stopped) rather than a new one:
+    /// the host that holds its workspace, the only one that can take it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_on: Option<String>,
 }
 
 impl QueuedStart {
+    /// Whether the host `node` may take it: any host a new sandbox, the holder a wake.
+    pub fn for_host(&self, node: &str) -> bool {
+        self.wake_on.as_deref().is_none_or(|h| h == node)
+    }
+
     /// Its arrival: when it was asked for, else when it was queued.
     pub fn arrival_us(&self) -> i64 {
         self.terms.asked_us.unwrap_or(self.enqueued_ms * 1000)
@@ -96,7 +109,7 @@ impl QueuedStart {
     /// Whom it is fair against: its organization, or its owner alone.
     pub fn group(&self) -> String {
         match &self.terms.org {
-            Some(org) => format!("org:{org}"),
+            Some(org) => org_group(org),
             None => format!("user:{}", self.owner),
         }
     }
@@ -143,6 +156,42 @@ impl HostRoom {
 /// A host whose last beat is older than this is taken for dead.
 pub const HOST_STALE_MS: i64 = 5_000;
 
+/// An organization's share of the queue (`share.<hex of the group>`), set by an
+/// administrator; a group without one has [`Share::default`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    /// How many turns it takes per round against a group of weight 1 (1..=[`MAX_WEIGHT`]).
+    pub weight: u32,
+    /// Groups of a higher priority are served first while any of their starts wait
+    /// (-[`MAX_PRIORITY`]..=[`MAX_PRIORITY`]; 0 by default).
+    pub priority: i32,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Self { weight: 1, priority: 0 }
+    }
+}
+
+pub const MAX_WEIGHT: u32 = 100;
+pub const MAX_PRIORITY: i32 = 10;
+
+/// The group key of an organization (what [`QueuedStart::group`] says for its starts).
+pub fn org_group(org: &str) -> String {
+    format!("org:{org}")
+}
+
+/// A place in line in words: `1st`, `2nd`, `3rd`, `11th`, `22nd`.
+pub fn ordinal(place: u32) -> String {
+    let suffix = match (place % 10, place % 100) {
+        (1, p) if p != 11 => "st",
+        (2, p) if p != 12 => "nd",
+        (3, p) if p != 13 => "rd",
+        _ => "th",
+    };
+    format!("{place}{suffix}")
+}
+
 /// A key of the bucket, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QueueKey {
@@ -159,6 +208,8 @@ pub enum QueueKey {
     /// When a user or group was last served (`served.<hex of the user or group>`).
     Served(String),
     Host(String),
+    /// An organization's share (`share.<hex of its group>`).
+    Share(String),
 }
 
 impl QueueKey {
@@ -173,6 +224,7 @@ impl QueueKey {
             }
             "served" => Self::Served(unhex(rest)?),
             "host" => Self::Host(unhex(rest)?),
+            "share" => Self::Share(unhex(rest)?),
             _ => return None,
         })
     }
@@ -204,6 +256,11 @@ pub fn served_key(who: &str) -> String {
     format!("served.{}", hex(who))
 }
 
+/// The share of `group` (see [`org_group`]).
+pub fn share_key(group: &str) -> String {
+    format!("share.{}", hex(group))
+}
+
 pub fn host_key(node: &str) -> String {
     format!("host.{}", hex(node))
 }
@@ -217,49 +274,163 @@ fn unhex(s: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
+/// One turn of a group or user of weight 1, in the tags of `served.<who>`.
+pub const TURN: u64 = 1_000_000;
+
 /// A start in its user's line: its class, its arrival (when asked for, then its revision).
 type InLine<'a> = (StartClass, (i64, u64), &'a QueuedStart);
 
+/// The turns taken so far: each group's and user's tag (`served.<who>`), which grows by
+/// [`TURN`] / weight each time it is served. The least tag goes next; a group or user that
+/// comes back after a while (or for the first time) joins at the least tag of those waiting,
+/// so it is next in the round but has no turns saved up to pass everyone with.
+struct Turns<'a> {
+    tags: HashMap<String, u64>,
+    shares: &'a HashMap<String, Share>,
+}
+
+/// Where the tags of those waiting start: the least known tag among the waiting groups, and
+/// among each waiting group's users.
+struct Bases {
+    group: u64,
+    users: HashMap<String, u64>,
+}
+
+impl Turns<'_> {
+    fn share(&self, group: &str) -> Share {
+        self.shares.get(group).copied().unwrap_or_default()
+    }
+
+    /// The bases of the waiting, given as (group, user) pairs.
+    fn bases<'k>(&self, waiting: impl Iterator<Item = (&'k str, &'k str)>) -> Bases {
+        let mut group: Option<u64> = None;
+        let mut users: HashMap<String, u64> = HashMap::new();
+        for (g, u) in waiting {
+            if let Some(t) = self.tags.get(g) {
+                group = Some(group.map_or(*t, |b| b.min(*t)));
+            }
+            let known = self.tags.get(u).copied().unwrap_or(u64::MAX);
+            users.entry(g.to_owned()).and_modify(|b| *b = (*b).min(known)).or_insert(known);
+        }
+        users.values_mut().for_each(|b| *b = if *b == u64::MAX { 0 } else { *b });
+        Bases { group: group.unwrap_or(0), users }
+    }
+
+    fn tag(&self, key: &str, base: u64) -> u64 {
+        self.tags.get(key).map_or(base, |t| (*t).max(base))
+    }
+
+    /// The rank of `group` among groups, and of `user` among its group's users: the least
+    /// goes next.
+    fn rank(&self, group: &str, user: &str, bases: &Bases) -> ((i32, u64), u64) {
+        let user_base = bases.users.get(group).copied().unwrap_or(0);
+        ((-self.share(group).priority, self.tag(group, bases.group)), self.tag(user, user_base))
+    }
+
+    /// Charges one turn to `group` and `user`, with `waiting` the (group, user) pairs still in
+    /// line; returns the new tags. The waiting that had no tag are given their base first:
+    /// they were in line for this round, and stay ahead of whoever was just served.
+    fn charge<'k>(
+        &mut self,
+        group: &str,
+        user: &str,
+        bases: &Bases,
+        waiting: impl Iterator<Item = (&'k str, &'k str)>,
+    ) -> Vec<(String, u64)> {
+        let weight = u64::from(self.share(group).weight.clamp(1, MAX_WEIGHT));
+        let ((_, group_tag), user_tag) = self.rank(group, user, bases);
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for (g, u) in waiting {
+            if !self.tags.contains_key(u) {
+                out.insert(u.to_owned(), bases.users.get(g).copied().unwrap_or(0));
+            }
+            if !self.tags.contains_key(g) {
+                out.insert(g.to_owned(), bases.group);
+            }
+        }
+        // (A user starting on their own is their own group: one tag, the group's.)
+        if user != group {
+            out.insert(user.to_owned(), user_tag + TURN);
+        }
+        out.insert(group.to_owned(), group_tag + TURN / weight);
+        for (k, t) in &out {
+            self.tags.insert(k.clone(), *t);
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// One user's line in one group, best last (popped from the end).
+struct Line<'a> {
+    group: String,
+    user: String,
+    starts: Vec<InLine<'a>>,
+}
+
 /// The deployment's order of the waiting starts, first first.
 ///
-/// Round robin between groups (organizations, and users starting on their own), then between
-/// the users of a group; within one user, by class (interactive first), then by arrival (when
-/// it was asked for, then the revision it was queued at). `entries` carry that revision; `served` says when each
-/// group and user (`user:<id>`) was last given a sandbox (any increasing number: the least
-/// recently served goes first, the never served before all). Ties go to the earlier arrival,
-/// so the order is the same wherever it is computed from the same bucket.
-pub fn fair_order(entries: &[(u64, &QueuedStart)], served: &HashMap<String, u64>) -> Vec<SandboxId> {
-    // Each user's line, best first.
-    let mut lines: BTreeMap<&UserId, Vec<InLine<'_>>> = BTreeMap::new();
+/// Groups (organizations, and users starting on their own) of a higher priority first; among
+/// groups of one priority, weighted round robin by their tags ([`Turns`]): a group of weight 3
+/// takes three turns to another's one. Then the users of a group in turn, and within one user,
+/// by class (interactive first), then by arrival (when it was asked for, then the revision it
+/// was queued at). `entries` carry that revision; `served` is each group's and user's tag;
+/// `shares` the groups' shares. Ties go to the earlier arrival, so the order is the same
+/// wherever it is computed from the same bucket.
+pub fn fair_order(entries: &[(u64, &QueuedStart)], served: &HashMap<String, u64>, shares: &HashMap<String, Share>) -> Vec<SandboxId> {
+    let mut by_line: BTreeMap<(String, String), Vec<InLine<'_>>> = BTreeMap::new();
     for (rev, e) in entries {
-        lines.entry(&e.owner).or_default().push((e.terms.class, (e.arrival_us(), *rev), e));
+        by_line.entry((e.group(), user_scope(&e.owner))).or_default().push((e.terms.class, (e.arrival_us(), *rev), e));
     }
-    for line in lines.values_mut() {
-        line.sort_by_key(|(class, arrival, _)| (*class, *arrival));
-        line.reverse(); // popped from the end
-    }
-    let mut last: HashMap<String, u64> = served.clone();
-    let mut clock = served.values().copied().max().unwrap_or(0) + 1;
+    let mut lines: Vec<Line<'_>> = by_line
+        .into_iter()
+        .map(|((group, user), mut starts)| {
+            starts.sort_by_key(|(class, arrival, _)| (*class, *arrival));
+            starts.reverse();
+            Line { group, user, starts }
+        })
+        .collect();
+    let mut turns = Turns { tags: served.clone(), shares };
     let mut order = Vec::with_capacity(entries.len());
     loop {
-        // The group least recently served, then its user least recently served, then the
-        // earliest arrival: the smallest of these triples goes next.
-        let next = lines
-            .iter()
-            .filter_map(|(user, line)| {
-                let (_, rev, e) = line.last()?;
-                let turn = |k: &str| last.get(k).copied().unwrap_or(0);
-                Some(((turn(&e.group()), turn(&format!("user:{user}")), *rev), *user))
-            })
-            .min_by_key(|(rank, _)| *rank);
-        let Some((_, user)) = next else { break };
-        let Some((_, _, e)) = lines.get_mut(user).and_then(Vec::pop) else { break };
+        let waiting = lines.iter().filter(|l| !l.starts.is_empty());
+        let bases = turns.bases(waiting.clone().map(|l| (l.group.as_str(), l.user.as_str())));
+        // The group to serve: the least (-priority, tag), then the earliest arrival at the
+        // head of one of its lines; then, in it, the user of the least tag, then arrival.
+        let group = waiting
+            .clone()
+            .filter_map(|l| Some(((turns.rank(&l.group, &l.user, &bases).0, l.starts.last()?.1), &l.group)))
+            .min_by_key(|(rank, _)| *rank)
+            .map(|(_, g)| g.clone());
+        let next = waiting
+            .clone()
+            .enumerate()
+            .filter(|(_, l)| Some(&l.group) == group.as_ref())
+            .filter_map(|(i, l)| Some(((turns.rank(&l.group, &l.user, &bases).1, l.starts.last()?.1), i)))
+            .min_by_key(|(rank, _)| *rank)
+            .map(|(_, i)| i);
+        let Some(line) = next.and_then(|i| lines.iter_mut().filter(|l| !l.starts.is_empty()).nth(i)) else { break };
+        let Some((_, _, e)) = line.starts.pop() else { break };
         order.push(e.sandbox_id);
-        last.insert(e.group(), clock);
-        last.insert(format!("user:{user}"), clock);
-        clock += 1;
+        let (group, user) = (line.group.clone(), line.user.clone());
+        let still: Vec<(String, String)> =
+            lines.iter().filter(|l| !l.starts.is_empty()).map(|l| (l.group.clone(), l.user.clone())).collect();
+        turns.charge(&group, &user, &bases, still.iter().map(|(g, u)| (g.as_str(), u.as_str())));
     }
     order
+}
+
+/// The tags to write when `placed` leaves the line (`entries`: every waiting start): what
+/// [`fair_order`] charges it, so the next order goes on with the round.
+pub fn charge(
+    placed: &QueuedStart,
+    entries: &[&QueuedStart],
+    served: &HashMap<String, u64>,
+    shares: &HashMap<String, Share>,
+) -> Vec<(String, u64)> {
+    let keys: Vec<(String, String)> = entries.iter().chain(std::iter::once(&placed)).map(|e| (e.group(), user_scope(&e.owner))).collect();
+    let mut turns = Turns { tags: served.clone(), shares };
+    let bases = turns.bases(keys.iter().map(|(g, u)| (g.as_str(), u.as_str())));
+    turns.charge(&placed.group(), &user_scope(&placed.owner), &bases, keys.iter().map(|(g, u)| (g.as_str(), u.as_str())))
 }
 
 #[cfg(test)]
@@ -276,6 +447,7 @@ mod tests {
             terms: QueueTerms { class, deadline_secs: None, org: org.map(str::to_owned), asked_us: None },
             enqueued_ms: 0,
             deadline_ms: 0,
+            wake_on: None,
         }
     }
 
@@ -288,12 +460,29 @@ mod tests {
         let all: Vec<QueuedStart> =
             ["a", "a", "a", "a", "b", "b", "b", "c", "c", "c"].iter().map(|o| start(o, None, StartClass::Interactive)).collect();
         let entries: Vec<(u64, &QueuedStart)> = all.iter().enumerate().map(|(i, s)| (i as u64 + 1, s)).collect();
-        let order = fair_order(&entries, &HashMap::new());
+        let none = HashMap::new();
+        let order = fair_order(&entries, &HashMap::new(), &none);
         assert_eq!(owners(&order, &all), "a b c a b c a b c a");
-        // Once a was served, a goes last in the round.
-        let served = HashMap::from([("user:a".to_owned(), 7), ("user:b".to_owned(), 3)]);
-        let order = fair_order(&entries, &served);
-        assert_eq!(owners(&order, &all), "c b a c b a c b a a");
+        // Once a was served more than b, a goes last in the round; c, never served, joins at
+        // b's turn (no turns saved up), after b who was there first.
+        let served = HashMap::from([("user:a".to_owned(), 7 * TURN), ("user:b".to_owned(), 3 * TURN)]);
+        let order = fair_order(&entries, &served, &none);
+        assert_eq!(owners(&order, &all), "b c b c b c a a a a");
+        // The host that places the first charges it the turn the order did: placing the
+        // starts one by one, charging each, gives the same order.
+        let mut tags = served.clone();
+        let mut left: Vec<&QueuedStart> = all.iter().collect();
+        let mut placed = Vec::new();
+        while !left.is_empty() {
+            let entries: Vec<(u64, &QueuedStart)> =
+                left.iter().map(|s| (all.iter().position(|a| a.sandbox_id == s.sandbox_id).unwrap() as u64 + 1, *s)).collect();
+            let first = fair_order(&entries, &tags, &none)[0];
+            let e = *left.iter().find(|s| s.sandbox_id == first).unwrap();
+            tags.extend(charge(e, &left, &tags, &none));
+            left.retain(|s| s.sandbox_id != first);
+            placed.push(first);
+        }
+        assert_eq!(placed, order);
     }
 
     #[test]
@@ -308,7 +497,7 @@ mod tests {
             start("z", None, StartClass::Interactive),
         ];
         let entries: Vec<(u64, &QueuedStart)> = all.iter().enumerate().map(|(i, s)| (i as u64 + 1, s)).collect();
-        let order = fair_order(&entries, &HashMap::new());
+        let order = fair_order(&entries, &HashMap::new(), &HashMap::new());
         // Groups a, acme, z in turn; within acme, m1 and m2 in turn.
         assert_eq!(owners(&order, &all), "a m1 z a m2 a m1");
         let classes: Vec<StartClass> =
@@ -317,11 +506,33 @@ mod tests {
     }
 
     #[test]
+    fn an_organizations_share_weighs_its_turns_and_its_priority_goes_first() {
+        let mut all = Vec::new();
+        for _ in 0..6 {
+            all.push(start("m", Some("big"), StartClass::Interactive));
+            all.push(start("s", Some("small"), StartClass::Interactive));
+        }
+        let entries: Vec<(u64, &QueuedStart)> = all.iter().enumerate().map(|(i, s)| (i as u64 + 1, s)).collect();
+        let orgs = |o: &str| owners(&fair_order(&entries, &HashMap::new(), &HashMap::from([(org_group("big"), share(o))])), &all);
+        fn share(o: &str) -> Share {
+            match o {
+                "weight 3" => Share { weight: 3, priority: 0 },
+                _ => Share { weight: 1, priority: 1 },
+            }
+        }
+        // Weight 3: three turns to the other's one, while both wait.
+        assert_eq!(orgs("weight 3"), "m s m m m s m m s s s s");
+        // A higher priority: all of its starts first.
+        assert_eq!(orgs("priority 1"), "m m m m m m s s s s s s");
+    }
+
+    #[test]
     fn keys_round_trip() {
         let id = SandboxId::new();
         assert_eq!(QueueKey::parse(&queued_key(id)), Some(QueueKey::Queued(id)));
         assert_eq!(QueueKey::parse(&claim_key(id)), Some(QueueKey::Claim(id)));
         assert_eq!(QueueKey::parse(&served_key("user:é b")), Some(QueueKey::Served("user:é b".into())));
+        assert_eq!(QueueKey::parse(&share_key(&org_group("acme"))), Some(QueueKey::Share("org:acme".into())));
         let seat = seat_key(&user_scope(&UserId("a b".into())), 3);
         assert!(seat.chars().all(|c| c.is_ascii_alphanumeric() || c == '.'), "{seat}");
         assert_eq!(QueueKey::parse(&seat), Some(QueueKey::Seat { scope: "user:a b".into(), n: 3 }));

@@ -230,6 +230,10 @@ pub struct SandboxUpdate {
     /// supervisors had replicas (the one supervisor owned them all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// While a wake of the sandbox waits in the start queue (its status stays what it was):
+    /// until when it may wait. Whoever waits for the sandbox to run waits that long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_queued_until: Option<crate::UnixMillis>,
 }
 
 impl SandboxUpdate {

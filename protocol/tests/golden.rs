@@ -605,6 +605,7 @@ fn records_are_stable() {
         spec: None,
         from_pool: false,
         host: None,
+        wake_queued_until: None,
     };
     check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(process_sandbox.clone())));
     // A sandbox of one of several supervisors: its record names the host.
@@ -616,6 +617,7 @@ fn records_are_stable() {
             SystemRecord::Sandbox(SandboxUpdate {
                 exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://10.1.2.3:40000".into() }],
                 host: Some("sandbox-b".into()),
+                wake_queued_until: None,
                 ..process_sandbox
             }),
         ),
@@ -643,6 +645,7 @@ fn records_are_stable() {
                 spec: Some("default".into()),
                 from_pool: true,
                 host: None,
+                wake_queued_until: None,
             }),
         ),
     );

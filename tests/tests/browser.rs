@@ -372,9 +372,9 @@ async fn the_settings_set_up_everything_without_curl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_start_shows_its_place_in_line_counting_down_in_chromium() {
-    let (_llm, h) = with_web(&[("HALYARD_MAX_RUNNING_PER_USER", "1")]).await;
-    playwright(h, "tests/queue.spec.ts", 1, Vec::new()).await;
+async fn a_queued_start_shows_its_place_in_line_counting_down_and_the_queue_page_in_chromium() {
+    let (_llm, h) = with_web(&[("HALYARD_MAX_RUNNING_PER_USER", "1"), ("HALYARD_ADMINS", "alice")]).await;
+    playwright(h, "tests/queue.spec.ts", 2, Vec::new()).await;
 }
 
 /// The hostile app of [`THIEF`] in a sandbox of `kind`, opened and followed in Chromium: it is

@@ -2,10 +2,12 @@
 //! Capacity across hosts: a start that no sandbox host has room for waits its turn in the start
 //! queue (`QUEUED`, with its place in line) instead of being refused, users take turns, a
 //! queued start can be cancelled or run out of time, and the running limits count across hosts.
+//! A message to a hibernated conversation whose wake has to wait is queued the same way and
+//! answered once there is room; administrators give organizations shares and priorities.
 
 use std::time::{Duration, Instant};
 
-use halyard_tests::{Api, Halyard, HalyardOptions, NatsCluster, ScriptedLlm, init};
+use halyard_tests::{Api, Halyard, HalyardOptions, NatsCluster, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ROOT: &str = "root-admin-key";
@@ -315,4 +317,151 @@ async fn a_start_taken_by_a_host_that_dies_is_made_once_on_another() {
     }
     let mine = alice.get("/api/v1/sandboxes").await.1;
     assert_eq!(mine["items"].as_array().unwrap().len(), 1, "{mine}");
+}
+
+#[tokio::test]
+async fn a_message_to_a_hibernated_conversation_waits_for_room_and_is_answered() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_ADMINS", "root")
+        .set("HALYARD_SANDBOX_HOST_SLOTS", "1")
+        .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "2");
+    opts.api_keys = keys();
+    let h = Halyard::start(opts);
+    let (alice, bob, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api(ROOT));
+    // Every run the script says nothing more of finishes at once.
+    llm.fallback(|_| Reply::finish("done"));
+
+    // Alice's conversation answers, goes idle and hibernates: the host's one slot is free.
+    let (conv, task) = alice.start_ready(json!({"message": "hello"})).await;
+    let sandbox = task["sandbox_id"].as_str().unwrap().to_owned();
+    alice.wait_finished(&conv, 1).await;
+    alice.wait_sandbox(&sandbox, "alice's sandbox to hibernate", |s| s["status"] == "HIBERNATED").await;
+    // Bob takes it, with a command that keeps his sandbox busy.
+    llm.push([Reply::tool("terminal", json!({"command": "sleep 60", "timeout": 90, "security_risk": "low"})), Reply::finish("slept")]);
+    let (bobs, bobs_task) = bob.start_ready(json!({"message": "take your time"})).await;
+    bob.wait_events(&bobs, "bob's command", |ev| ev.iter().any(|e| e["kind"] == "action")).await;
+
+    // Alice writes again: her sandbox cannot wake now, so the wake waits in line; nothing is
+    // refused or lost, and her socket says where she stands.
+    let mut socket = alice.ws(&conv, u64::MAX >> 1).await;
+    let (s, v) = alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "still there?"})).await;
+    assert_eq!(s, 202, "{v}");
+    let waiting = alice
+        .wait_sandbox(&sandbox, "the wake to wait in line", |s| s["detail"].as_str().is_some_and(|d| d.starts_with("wake queued")))
+        .await;
+    assert_eq!(waiting["status"], "HIBERNATED", "{waiting}");
+    let frame = loop {
+        let f = socket.next_frame(Duration::from_secs(30)).await.expect("a frame with the wake's place in line");
+        if f["kind"] == "queue_position" {
+            break f;
+        }
+    };
+    assert_eq!(frame["position"], 1, "{frame}");
+    let (_, queue) = root.get("/api/v1/admin/queue").await;
+    assert_eq!(queue["waiting"][0]["sandbox_id"], sandbox.as_str(), "{queue}");
+    assert!(queue["waiting"][0]["wake_on"].is_string(), "a wake names the host holding its workspace: {queue}");
+    // A look at her files meanwhile is not held for the queue: 429, in words.
+    let (s, e) = alice.get(&format!("/api/v1/conversations/{conv}/files")).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (429, Some("sandbox_wake_queued")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("1st in line"), "{e}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(alice.get(&format!("/api/v1/sandboxes/{sandbox}")).await.1["status"], "HIBERNATED");
+
+    // Bob's sandbox goes: alice's wakes, and her message is answered.
+    delete_sandbox(&bob, bobs_task["sandbox_id"].as_str().unwrap()).await;
+    alice.wait_finished(&conv, 2).await;
+    let frame = loop {
+        let f = socket.next_frame(Duration::from_secs(30)).await.expect("a frame saying the wake left the line");
+        if f["kind"] == "queue_position" {
+            break f;
+        }
+    };
+    assert_eq!(frame["position"], Value::Null, "{frame}");
+    let view = alice.get(&format!("/api/v1/sandboxes/{sandbox}")).await.1;
+    assert!(view["status"] == "RUNNING" || view["status"] == "HIBERNATED", "{view}");
+    let (_, queue) = root.get("/api/v1/admin/queue").await;
+    assert_eq!(queue["waiting"], json!([]), "{queue}");
+}
+
+#[tokio::test]
+async fn an_administrator_gives_an_organization_a_share_and_a_priority() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root").set("HALYARD_SANDBOX_HOST_SLOTS", "1");
+    opts.api_keys = keys();
+    let h = Halyard::start(opts);
+    let (alice, bob, dave, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api("dave-secret-key"), h.api(ROOT));
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+
+    // Dave holds the one slot; bob (on his own) and acme (alice) each start two, bob first.
+    let (_, filler) = dave.start_ready(json!({})).await;
+    for (api, body) in [(&bob, json!({})), (&bob, json!({})), (&alice, json!({"org": "acme"})), (&alice, json!({"org": "acme"}))] {
+        let (s, t) = api.post("/api/v1/conversations", body).await;
+        assert_eq!(s, 202, "{t}");
+        settle(api, t["id"].as_str().unwrap(), &["QUEUED"]).await;
+    }
+    let line = || async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, q) = root.get("/api/v1/admin/queue").await;
+            let owners: Vec<String> = q["waiting"].as_array().unwrap().iter().map(|w| w["owner"].as_str().unwrap().to_owned()).collect();
+            if owners.len() == 4 {
+                return (owners.join(" "), q);
+            }
+            assert!(Instant::now() < deadline, "the queue never held all four: {q}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    assert_eq!(line().await.0, "bob alice bob alice", "equal shares take turns");
+
+    // Weight 2: acme takes two turns to bob's one.
+    let (s, share) = root.call(reqwest::Method::PUT, "/api/v1/admin/queue/shares/acme", Some(json!({"weight": 2}))).await;
+    assert_eq!(s, 200, "{share}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (order, q) = line().await;
+        if order == "bob alice alice bob" {
+            assert_eq!(q["shares"], json!([{"org": "acme", "weight": 2, "priority": 0}]), "{q}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "weight 2 never took effect: {order}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A higher priority: all of acme's first.
+    let (s, share) = root.call(reqwest::Method::PUT, "/api/v1/admin/queue/shares/acme", Some(json!({"priority": 1}))).await;
+    assert_eq!(s, 200, "{share}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while line().await.0 != "alice alice bob bob" {
+        assert!(Instant::now() < deadline, "priority 1 never took effect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The slot frees: acme's first start is the one made.
+    delete_sandbox(&dave, filler["sandbox_id"].as_str().unwrap()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, q) = root.get("/api/v1/admin/queue").await;
+        let owners: Vec<&str> = q["waiting"].as_array().unwrap().iter().map(|w| w["owner"].as_str().unwrap()).collect();
+        if owners == ["alice", "bob", "bob"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "acme's start was not the one placed: {q}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Bad input and the wrong caller are refused, in words; a reset gives the default back.
+    let put = |api: &Api, org: &str, body: Value| {
+        let (api, path) = (api.clone(), format!("/api/v1/admin/queue/shares/{org}"));
+        async move { api.call(reqwest::Method::PUT, &path, Some(body)).await }
+    };
+    let (s, e) = put(&root, "acme", json!({"weight": 0})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = put(&root, "acme", json!({"priority": 11})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    assert_eq!(put(&root, "nobody-here", json!({"weight": 2})).await.0, 404);
+    assert_eq!(put(&alice, "acme", json!({"priority": 10})).await.0, 403);
+    assert_eq!(root.call(reqwest::Method::DELETE, "/api/v1/admin/queue/shares/acme", None).await.0, 204);
+    let (_, q) = root.get("/api/v1/admin/queue").await;
+    assert_eq!(q["shares"], json!([]), "{q}");
 }

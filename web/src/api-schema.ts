@@ -1167,6 +1167,16 @@ export type OrgSettingsBody = {
   key_issuers?: KeyIssuers;
 };
 
+/** An organization's share of the queue. */
+export type OrgShare = {
+  org: string;
+  /** Turns it takes per round against an organization (or a user starting on their own) of
+   * weight 1, while both wait (1 to 100). */
+  weight: number;
+  /** While starts of an organization of a higher priority wait, they go first (-10 to 10). */
+  priority: number;
+};
+
 /** A skill as written: Markdown, with optional YAML frontmatter. */
 export type OrgSkillUpdate = {
   content: string;
@@ -1283,6 +1293,9 @@ export type QueuedStartView = {
   org?: string | null;
   /** `interactive`, `automation` or `batch`. */
   class: string;
+  /** A wake of a sandbox that exists, waiting for room on the host that holds it (`None`:
+   * a new sandbox, for any host). */
+  wake_on?: string | null;
   queued_at: string;
   waited_secs: number;
   deadline_at: string;
@@ -1296,6 +1309,8 @@ export type QueueView = {
   hosts: HostRoomView[];
   /** Mean time between the recent placements, in milliseconds. */
   per_place_ms?: number | null;
+  /** Organizations whose share an administrator set (the others have weight 1, priority 0). */
+  shares: OrgShare[];
 };
 
 /** Why the actions may not run. */
@@ -1471,6 +1486,14 @@ export type SettingsUpdate = {
   sandbox_spec?: string | null;
   /** One of `GET /agents` (`halyard`, `claude-code`, `codex`, `gemini`, `opencode`). */
   agent?: string | null;
+};
+
+/** The body of `PUT /admin/queue/shares/{org}`. */
+export type ShareBody = {
+  /** 1 to 100 (default 1). */
+  weight?: number | null;
+  /** -10 to 10 (default 0). */
+  priority?: number | null;
 };
 
 /** A shared conversation, as a link's holder sees it. */

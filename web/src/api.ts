@@ -175,6 +175,10 @@ export const api = {
   createUserKey: (name: string, label: string) => call<S.ApiKey>("POST", `/admin/users/${enc(name)}/keys`, { name: label }),
   revokeAnyKey: (id: string) => call<void>("DELETE", `/admin/keys/${enc(id)}`),
   usageByUser: (from?: string) => call<UsageReport>("GET", `/admin/usage${q({ group_by: "user", from })}`),
+  /** Who waits for a sandbox, in the order they will be placed, and each host's room. */
+  queue: () => call<S.QueueView>("GET", "/admin/queue"),
+  putShare: (org: string, body: { weight?: number; priority?: number }) => call<S.OrgShare>("PUT", `/admin/queue/shares/${enc(org)}`, body),
+  resetShare: (org: string) => call<void>("DELETE", `/admin/queue/shares/${enc(org)}`),
   /** The audit trail at `path` (`/admin/audit` or an organization's), a page of it. */
   audit: (path: string, p: { actor?: string; action?: string; cursor?: string }) => call<AuditPage>("GET", `${path}${q({ ...p, limit: 50 })}`),
   auditJsonlUrl: (path: string, p: { actor?: string; action?: string }) => `/api/v1${path}${q({ ...p, format: "jsonl" })}`,

@@ -16,10 +16,13 @@
 // appended, a whole text so far replaces it, anything else is stale), which is dropped when the
 // answer's `llm_call` event arrives (the finished message follows it) or the run ends without it
 // (an `agent_error`, an `execution_status` other than running).
+//
+// And while the conversation's sandbox waits in the start queue for room (a wake for a message
+// past the deployment's capacity), `queue_position` frames say its place: `inLine`.
 
 import { useEffect, useRef, useState } from "react";
 import { api } from "./api";
-import type { AnswerDelta, HalyardEvent } from "./types";
+import type { AnswerDelta, HalyardEvent, QueuePosition } from "./types";
 
 export type Connection = "connecting" | "live" | "reconnecting";
 
@@ -32,6 +35,7 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
   const [events, setEvents] = useState<HalyardEvent[]>([]);
   const [connection, setConnection] = useState<Connection>("connecting");
   const [writing, setWriting] = useState<string>();
+  const [inLine, setInLine] = useState<QueuePosition>();
   const last = useRef(0);
   const hint = useRef(lastSeq);
   hint.current ??= lastSeq;
@@ -137,6 +141,11 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
         } catch {
           return;
         }
+        if ((e as unknown as QueuePosition).kind === "queue_position") {
+          const p = e as unknown as QueuePosition;
+          setInLine(p.position == null ? undefined : p);
+          return;
+        }
         if ((e as unknown as AnswerDelta).kind === "answer_delta") {
           const d = e as unknown as AnswerDelta;
           if (d.after_seq > doneAfter) fold(d);
@@ -181,5 +190,5 @@ export function useEventStream(conversationId: string | undefined, enabled: bool
     };
   }, [conversationId, enabled, shareToken]);
 
-  return { events, connection, writing };
+  return { events, connection, writing, inLine };
 }

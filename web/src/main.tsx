@@ -17,6 +17,7 @@ import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
+import { Queue } from "./pages/Queue";
 import { Audit } from "./pages/Audit";
 import { Orgs } from "./pages/Orgs";
 import { Usage } from "./pages/Usage";
@@ -79,6 +80,7 @@ function App() {
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;
+  else if (pathname === "/queue" && me.admin) page = <Queue />;
   else if (pathname === "/orgs") page = <Orgs me={me.user} />;
   else if (pathname === "/usage") page = <Usage admin={me.admin} />;
   else page = <ConversationList />;
@@ -104,6 +106,7 @@ function App() {
           {nav("/settings", "Settings")}
           {me.admin && nav("/admin", "Users")}
           {me.admin && nav("/audit", "Audit")}
+          {me.admin && nav("/queue", "Queue")}
         </nav>
         <span className="spacer" />
         <button

@@ -153,6 +153,15 @@ export interface AnswerDelta {
   text: string;
 }
 
+/** The conversation's sandbox's place in the start queue while it waits for room (its start, or
+ * a wake for a message): a WebSocket frame of its own, never an event. `position` is null once
+ * it leaves the line. */
+export interface QueuePosition {
+  kind: "queue_position";
+  position: number | null;
+  estimate_secs: number | null;
+}
+
 /** The page the agent's browser is on, and the latest screenshot of it. */
 export type BrowserPage = S.BrowserView;
 /** One record of the audit trail (GET /admin/audit). */

@@ -1,6 +1,7 @@
 // The start queue as a person waiting for a sandbox sees it. tests/tests/browser.rs starts
 // Halyard with one running sandbox per user (HALYARD_MAX_RUNNING_PER_USER=1): Alice's first
-// conversation runs, her next two wait their turn, and the page of the last counts down.
+// conversation runs, her next two wait their turn, and the page of the last counts down. She is
+// an administrator too (HALYARD_ADMINS=alice): the Queue page shows who waits, and sets shares.
 
 import { expect, test, type Page } from "./fixtures";
 
@@ -50,4 +51,34 @@ test("a start past the limit shows its place in line counting down, and can be c
   await place.getByRole("button", { name: "Cancel" }).click();
   await expect.poll(() => status(third.body.id), { timeout: 30_000 }).toBe("CANCELLED");
   await expect(page.getByRole("heading", { name: "The start was cancelled" })).toBeVisible();
+});
+
+test("an administrator sees who waits on the Queue page and gives an organization a share", async ({ page }) => {
+  // Alice (an administrator here) runs her one sandbox already: her next start waits.
+  const waiting = await call("POST", "/conversations", {});
+  expect(waiting.status).toBe(202);
+  await expect.poll(() => status(waiting.body.id), { timeout: 30_000 }).toBe("QUEUED");
+  expect((await call("POST", "/orgs", { name: "acme" })).status).toBe(201);
+
+  await signIn(page, ALICE);
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Queue" }).click();
+  await expect(page.getByRole("heading", { name: "Start queue" })).toBeVisible();
+  const line = page.getByRole("table", { name: "Waiting starts" });
+  await expect(line.getByRole("row").filter({ hasText: "alice" })).toContainText("1st");
+  await expect(line).toContainText("an interactive start");
+  await expect(page.getByRole("region", { name: "Sandbox hosts" }).getByRole("listitem")).toHaveCount(1);
+
+  // A share for acme: weight 3, priority 1; then back to the default.
+  const shares = page.getByRole("region", { name: "Organizations' shares" });
+  await shares.getByLabel("Organization").fill("acme");
+  await shares.getByLabel("Weight").fill("3");
+  await shares.getByLabel("Priority").fill("1");
+  await shares.getByRole("button", { name: "Set share" }).click();
+  await expect(shares.getByRole("listitem").filter({ hasText: "acme" })).toContainText("weight 3 · priority 1");
+  await shares.getByRole("button", { name: "Reset acme" }).click();
+  await expect(shares.getByRole("listitem")).toHaveCount(0);
+
+  // Cancelled, it leaves the line.
+  expect((await call("DELETE", `/start-tasks/${waiting.body.id}`)).status).toBe(202);
+  await expect(line).toContainText("Nobody waits.", { timeout: 10_000 });
 });

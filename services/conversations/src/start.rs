@@ -442,7 +442,8 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
     let queue_deadline = task.queue.deadline_secs.unwrap_or(ctx.config.sandbox.queue_deadline_secs);
     let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs + 30 + queue_deadline + 30);
     let (progress, mut updates) = tokio::sync::mpsc::unbounded_channel();
-    let wait = bus::await_sandbox_telling(&ctx.nats, &ctx.js, task.sandbox_id, Some(env), patience, Some(progress));
+    let wait =
+        bus::await_sandbox_telling(&ctx.nats, &ctx.js, task.sandbox_id, Some(env), bus::Wait { patience, in_line: false }, Some(progress));
     tokio::pin!(wait);
     let mut queued = false;
     loop {

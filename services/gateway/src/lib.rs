@@ -95,17 +95,20 @@ pub async fn serve(
     let automation_kv = bucket(halyard_protocol::subjects::AUTOMATION_BUCKET).await?;
     let hook_deliveries = bucket(halyard_protocol::subjects::HOOK_DELIVERY_BUCKET).await?;
     let automations = halyard_platform::kv_mirror::Mirror::follow(automation_kv.clone(), "def.", shutdown.clone()).await?;
-    let start_queue = Arc::new(std::sync::Mutex::new(halyard_platform::start_queue::Mirror::default()));
-    {
-        let queue_kv = bucket(halyard_protocol::queue::START_QUEUE_BUCKET).await?;
-        let (watch, mut shutdown) = (halyard_platform::start_queue::watch(queue_kv, start_queue.clone(), || {}), shutdown.clone());
+    let start_queue = {
+        let copy = Arc::new(std::sync::Mutex::new(halyard_platform::start_queue::Mirror::default()));
+        let kv = bucket(halyard_protocol::queue::START_QUEUE_BUCKET).await?;
+        let (tell, changed) = tokio::sync::watch::channel(0u64);
+        let watch = halyard_platform::start_queue::watch(kv.clone(), copy.clone(), move || tell.send_modify(|n| *n += 1));
+        let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = watch => {}
                 _ = shutdown.wait() => {}
             }
         });
-    }
+        crate::state::StartQueue { copy, kv, changed }
+    };
     let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| GatewayError::Http(e.to_string()))?);
     let skills = Arc::new(config.skills_dir.as_deref().map(halyard_platform::skills::load_dir).unwrap_or_default());
     let state = AppState {

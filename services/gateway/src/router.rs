@@ -91,6 +91,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(share::shared_changes))
         .routes(routes!(list::get_task, queue::cancel_task))
         .routes(routes!(queue::admin_queue))
+        .routes(routes!(queue::put_share, queue::delete_share))
         .routes(routes!(sandboxes::list))
         .routes(routes!(sandboxes::get_one, sandboxes::delete))
         .routes(routes!(sandboxes::pause))

@@ -461,14 +461,8 @@ async fn wait_ready(c: &Client, task: &str) -> Result<()> {
 fn phase(t: &Value) -> String {
     let status = t["status"].as_str().unwrap_or("?");
     let Some(place) = t["position"].as_u64().filter(|_| status == "QUEUED") else { return status.to_owned() };
-    let suffix = match (place % 10, place % 100) {
-        (1, p) if p != 11 => "st",
-        (2, p) if p != 12 => "nd",
-        (3, p) if p != 13 => "rd",
-        _ => "th",
-    };
     let about = t["estimate_secs"].as_u64().map(|s| format!(" (about {s} s)")).unwrap_or_default();
-    format!("QUEUED: {place}{suffix} in line{about}")
+    format!("QUEUED: {} in line{about}", halyard_protocol::queue::ordinal(u32::try_from(place).unwrap_or(u32::MAX)))
 }
 
 /// Prints the events after `after`; the last seq printed (or `after`) and the latest status

@@ -352,7 +352,7 @@ where
     use halyard_protocol::{Envelope, subjects};
 
     let key = crate::keys::session_key(secret, sandbox_id);
-    let deadline = tokio::time::Instant::now() + patience;
+    let mut deadline = tokio::time::Instant::now() + patience;
     let mut resumed = false;
     loop {
         let stored = crate::bus::last_record::<SystemRecord>(js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(sandbox_id))
@@ -385,7 +385,11 @@ where
             let resume = Envelope::new(SandboxCommand::Resume { sandbox_id }, crate::now_ms());
             if running.is_none() {
                 let patience = deadline.saturating_duration_since(tokio::time::Instant::now());
-                crate::bus::await_sandbox(nats, js, sandbox_id, Some(resume), patience).await?;
+                // (A wake that has to wait for room waits its turn in the start queue.)
+                let wait = crate::bus::Wait { patience, in_line: true };
+                crate::bus::await_sandbox_telling(nats, js, sandbox_id, Some(resume), wait, None).await?;
+                // (It may have waited long: the executor gets its patience from now.)
+                deadline = tokio::time::Instant::now() + patience;
                 continue;
             }
             crate::bus::publish(js, subjects::sandbox_command(sandbox_id), &resume).await.map_err(|e| e.to_string())?;

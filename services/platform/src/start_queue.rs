@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Entry, Operation};
 use futures::StreamExt;
-use halyard_protocol::queue::{Claim, HostRoom, QueueKey, QueuedStart, fair_order};
+use halyard_protocol::queue::{Claim, HostRoom, QueueKey, QueuedStart, Share, fair_order};
 use halyard_protocol::{SandboxId, UnixMillis};
 
 #[derive(Default)]
@@ -20,6 +20,8 @@ pub struct Mirror {
     pub seats: HashMap<(String, usize), (u64, SandboxId)>,
     pub served: HashMap<String, u64>,
     pub hosts: HashMap<String, HostRoom>,
+    /// Organizations' shares, by group (`org:<name>`).
+    pub shares: HashMap<String, Share>,
     /// Placements so far (claims seen), with when each start was queued and claimed: the
     /// waits the estimates and metrics are made of, the last hundred.
     pub recent: std::collections::VecDeque<(UnixMillis, UnixMillis)>,
@@ -68,6 +70,12 @@ impl Mirror {
                     self.served.insert(who, v);
                 }
             }
+            QueueKey::Share(group) => {
+                match (gone, serde_json::from_slice::<Share>(&entry.value)) {
+                    (false, Ok(share)) => self.shares.insert(group, share),
+                    _ => self.shares.remove(&group),
+                };
+            }
             QueueKey::Host(node) => {
                 match (gone, serde_json::from_slice::<HostRoom>(&entry.value)) {
                     (false, Ok(h)) => self.hosts.insert(node, h),
@@ -94,12 +102,35 @@ impl Mirror {
     /// on its way out of the queue).
     pub fn order(&self) -> Vec<SandboxId> {
         let entries: Vec<(u64, &QueuedStart)> = self.queued.values().map(|(rev, q)| (*rev, q)).collect();
-        fair_order(&entries, &self.served)
+        fair_order(&entries, &self.served, &self.shares)
+    }
+
+    /// The turns to write when `id` leaves the line for a host (see
+    /// [`halyard_protocol::queue::charge`]).
+    pub fn charge(&self, id: SandboxId) -> Vec<(String, u64)> {
+        let Some((_, placed)) = self.queued.get(&id) else { return Vec::new() };
+        let entries: Vec<&QueuedStart> = self.queued.values().map(|(_, q)| q).collect();
+        halyard_protocol::queue::charge(placed, &entries, &self.served, &self.shares)
     }
 
     /// The waiting starts nobody has claimed, in order: each one's place in line.
     pub fn waiting(&self) -> Vec<SandboxId> {
         self.order().into_iter().filter(|id| !matches!(self.claims.get(id), Some((_, Claim::Host { .. })))).collect()
+    }
+
+    /// The place in line of `sandbox` (1: next) and about how many seconds until it is placed,
+    /// at the recent pace; `(None, None)` if it does not wait.
+    pub fn place(&self, sandbox: SandboxId) -> (Option<u32>, Option<u64>) {
+        let Some(i) = self.waiting().iter().position(|id| *id == sandbox) else { return (None, None) };
+        let position = i as u32 + 1;
+        let estimate = per_place_ms(&self.recent).map(|ms| (ms.max(0) as u64 * u64::from(position)).div_ceil(1000));
+        (Some(position), estimate)
+    }
+
+    /// Whether a start that host `node` could take waits (a wake of another host's sandbox
+    /// does not stand in this one's way).
+    pub fn waiting_for(&self, node: &str) -> bool {
+        self.queued.iter().any(|(id, (_, e))| e.for_host(node) && !matches!(self.claims.get(id), Some((_, Claim::Host { .. }))))
     }
 
     /// The seat of `scope` that `id` holds, if any.

@@ -42,6 +42,15 @@ pub enum Limit {
     Total,
 }
 
+/// What the queue hands the supervisor.
+pub enum Placed {
+    /// A start (or a wake) this host took: make (or wake) its sandbox.
+    Take(QueuedStart),
+    /// A wake of this host's sandbox waited past its deadline: the sandbox says so, and stays
+    /// as it was.
+    WakeExpired(SandboxId, String),
+}
+
 /// What [`Queue::cancel`] found.
 pub enum Cancel {
     /// It was waiting and never starts now.
@@ -59,7 +68,7 @@ pub struct Queue {
     /// has not heard start yet.
     busy: Mutex<HashSet<SandboxId>>,
     wake: Arc<Notify>,
-    place: mpsc::UnboundedSender<QueuedStart>,
+    place: mpsc::UnboundedSender<Placed>,
 }
 
 impl Queue {
@@ -67,7 +76,7 @@ impl Queue {
     pub async fn open(
         js: &jetstream::Context,
         config: Arc<Config>,
-        place: mpsc::UnboundedSender<QueuedStart>,
+        place: mpsc::UnboundedSender<Placed>,
     ) -> Result<Arc<Self>, SandboxError> {
         let kv = js.get_key_value(q::START_QUEUE_BUCKET).await.map_err(|e| SandboxError::Spawn(format!("start queue: {e}")))?;
         Ok(Arc::new(Self {
@@ -145,7 +154,7 @@ impl Queue {
     /// Decides a create that no sandbox exists for: here and now if this host has room, nobody
     /// waits and the limits have a seat; otherwise it joins the queue.
     pub async fn admit(&self, sandbox_id: SandboxId, owner: &UserId, create: &SandboxCommand) -> Result<Admit, SandboxError> {
-        let nobody_waits = self.mirror.lock().map(|m| m.waiting().is_empty()).unwrap_or(false);
+        let nobody_waits = self.mirror.lock().map(|m| !m.waiting_for(self.node())).unwrap_or(false);
         if nobody_waits && self.reserve(sandbox_id) {
             match self.take_seats(owner, sandbox_id).await {
                 Ok(None) => return Ok(Admit::Here),
@@ -167,19 +176,56 @@ impl Queue {
             terms: terms.clone(),
             enqueued_ms: now,
             deadline_ms: now + deadline as i64 * 1000,
+            wake_on: None,
         };
-        let value = serde_json::to_vec(&entry).map_err(|e| SandboxError::Spawn(e.to_string()))?;
-        match self.kv.create(q::queued_key(sandbox_id), value.into()).await {
+        self.enqueue(&entry).await?;
+        tracing::info!(sandbox_id = %sandbox_id, owner = %owner, class = terms.class.as_str(), "no room now: the start waits in the queue");
+        self.record(&entry, SandboxStatus::Queued, Some("waiting for a sandbox host with room".into())).await;
+        Ok(Admit::Queued)
+    }
+
+    /// Puts a wake of this host's sandbox `id` in line (it may not start again now: `why`);
+    /// returns until when it may wait. It is this host's to take: the workspace is here.
+    pub async fn enqueue_wake(
+        &self,
+        id: SandboxId,
+        owner: &UserId,
+        conversation_id: halyard_protocol::ConversationId,
+        spec: Option<String>,
+        why: &str,
+    ) -> Result<halyard_protocol::UnixMillis, SandboxError> {
+        let now = now_ms();
+        // (Asked again while it waits: it keeps its place and its deadline.)
+        if let Some((_, e)) = self.mirror.lock().ok().and_then(|m| m.queued.get(&id).cloned()) {
+            return Ok(e.deadline_ms);
+        }
+        let entry = QueuedStart {
+            sandbox_id: id,
+            owner: owner.clone(),
+            conversation_id,
+            spec,
+            terms: q::QueueTerms { asked_us: Some(now * 1000), ..Default::default() },
+            enqueued_ms: now,
+            deadline_ms: now + self.config.sandbox.queue_deadline_secs as i64 * 1000,
+            wake_on: Some(self.node().to_owned()),
+        };
+        self.enqueue(&entry).await?;
+        tracing::info!(sandbox_id = %id, owner = %owner, why, "no room to wake the sandbox now: the wake waits in the queue");
+        Ok(entry.deadline_ms)
+    }
+
+    async fn enqueue(&self, entry: &QueuedStart) -> Result<(), SandboxError> {
+        let value = serde_json::to_vec(entry).map_err(|e| SandboxError::Spawn(e.to_string()))?;
+        match self.kv.create(q::queued_key(entry.sandbox_id), value.into()).await {
             Ok(_) => {}
             // Queued already (the create came again).
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
             Err(e) => return Err(SandboxError::Spawn(format!("start queue: {e}"))),
         }
-        metrics::counter!("halyard_start_queue_entered_total", "class" => terms.class.as_str()).increment(1);
-        tracing::info!(sandbox_id = %sandbox_id, owner = %owner, class = terms.class.as_str(), "no room now: the start waits in the queue");
-        self.record(&entry, SandboxStatus::Queued, Some("waiting for a sandbox host with room".into())).await;
+        let kind = if entry.wake_on.is_some() { "wake" } else { entry.terms.class.as_str() };
+        metrics::counter!("halyard_start_queue_entered_total", "class" => kind).increment(1);
         self.wake.notify_one();
-        Ok(Admit::Queued)
+        Ok(())
     }
 
     /// Cancels a waiting start: the claim's create decides between this and a host taking it.
@@ -326,6 +372,7 @@ impl Queue {
             from_pool: false,
             // Waiting, it is no host's: any supervisor answers a command for it.
             host: None,
+            wake_queued_until: None,
         });
         if let Err(e) = bus::send(&self.js, subjects::sandbox_record(entry.sandbox_id), record, None).await {
             tracing::error!(sandbox_id = %entry.sandbox_id, error = %e, "cannot publish the queued start's record");
@@ -405,6 +452,15 @@ impl Queue {
             .unwrap_or_default();
         for id in mine {
             let making = self.busy.lock().map(|b| b.contains(&id)).unwrap_or(true);
+            let wake = self.mirror.lock().map(|m| m.queued.get(&id).is_some_and(|(_, e)| e.wake_on.is_some())).unwrap_or(false);
+            if wake {
+                // A wake taken and not under way goes back in line; one under way leaves it
+                // when its sandbox runs.
+                if !making {
+                    let _ = self.kv.purge_with_ttl(q::claim_key(id), MARKER_TTL).await;
+                }
+                continue;
+            }
             let last = bus::last_record::<SystemRecord>(&self.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
             let status = match last {
                 Ok(Some((_, env))) => match env.payload {
@@ -439,6 +495,16 @@ impl Queue {
             })
             .unwrap_or_default();
         for entry in late {
+            // A wake is its host's to end (the sandbox says so); one whose host is gone is
+            // only taken out of line.
+            let wake_elsewhere = entry.wake_on.as_deref().filter(|h| *h != self.node());
+            if let Some(host) = wake_elsewhere {
+                let alive = self.mirror.lock().map(|m| m.hosts.get(host).is_some_and(|h| h.alive(now))).unwrap_or(true);
+                if !alive {
+                    self.forget(entry.sandbox_id).await;
+                }
+                continue;
+            }
             let Ok(claim) = serde_json::to_vec(&Claim::Expired { at_ms: now }) else { continue };
             if self.kv.create(q::claim_key(entry.sandbox_id), claim.into()).await.is_err() {
                 continue;
@@ -452,8 +518,12 @@ impl Queue {
                 waited % 60
             );
             metrics::counter!("halyard_start_queue_left_total", "outcome" => "expired").increment(1);
-            self.record(&entry, SandboxStatus::Error, Some(detail)).await;
             self.forget(entry.sandbox_id).await;
+            if entry.wake_on.is_some() {
+                let _ = self.place.send(Placed::WakeExpired(entry.sandbox_id, detail));
+            } else {
+                self.record(&entry, SandboxStatus::Error, Some(detail)).await;
+            }
         }
     }
 
@@ -502,7 +572,8 @@ impl Queue {
                 m.order().into_iter().find_map(|id| {
                     let (_, e) = m.queued.get(&id)?;
                     let over = m.takeable(id, now)?;
-                    (!full.contains(&e.owner) && !passed.contains(&id) && e.deadline_ms > now).then(|| (e.clone(), over))
+                    let mine = e.for_host(self.node());
+                    (mine && !full.contains(&e.owner) && !passed.contains(&id) && e.deadline_ms > now).then(|| (e.clone(), over))
                 })
             });
             let Some((entry, over)) = next else { return };
@@ -538,14 +609,18 @@ impl Queue {
                 }
             }
             passed.insert(id);
-            let stamp = bytes::Bytes::from(now.to_string());
-            let _ = self.kv.put(q::served_key(&entry.group()), stamp.clone()).await;
-            let _ = self.kv.put(q::served_key(&q::user_scope(&entry.owner)), stamp).await;
+            // Its group and user take their turn (and whoever waited with no turn yet gets
+            // one where the round stands).
+            let turns = self.mirror.lock().map(|m| m.charge(id)).unwrap_or_default();
+            futures::future::join_all(
+                turns.into_iter().map(|(who, tag)| self.kv.put(q::served_key(&who), bytes::Bytes::from(tag.to_string()))),
+            )
+            .await;
             metrics::histogram!("halyard_start_queue_wait_seconds", "class" => entry.terms.class.as_str())
                 .record((now - entry.enqueued_ms).max(0) as f64 / 1000.0);
             metrics::counter!("halyard_start_queue_left_total", "outcome" => "placed").increment(1);
             tracing::info!(sandbox_id = %id, owner = %entry.owner, waited_ms = now - entry.enqueued_ms, taken_over = over.is_some(), "took a start from the queue");
-            if self.place.send(entry).is_err() {
+            if self.place.send(Placed::Take(entry)).is_err() {
                 return;
             }
         }

@@ -32,7 +32,7 @@ use crate::docker::Engine;
 use crate::error::SandboxError;
 use crate::isolation::Isolation;
 use crate::pool::Pool;
-use crate::queue::{Admit, Cancel, Queue};
+use crate::queue::{Admit, Cancel, Placed, Queue};
 use crate::sandbox::{Init, SandboxActor, SandboxMsg};
 
 /// Messages of the supervisor.
@@ -52,7 +52,7 @@ pub enum SupervisorMsg {
     /// Time for every running sandbox to check whether it is idle.
     Tick,
     /// The start queue gave this host a waiting start to make.
-    Place(QueuedStart),
+    Place(Placed),
 }
 
 pub struct Supervisor;
@@ -150,7 +150,13 @@ impl Actor for Supervisor {
                     None => {}
                 }
             }
-            SupervisorMsg::Place(entry) => place(&myself, state, entry).await?,
+            SupervisorMsg::Place(Placed::Take(entry)) if entry.wake_on.is_some() => wake(&myself, state, entry).await?,
+            SupervisorMsg::Place(Placed::Take(entry)) => place(&myself, state, entry).await?,
+            SupervisorMsg::Place(Placed::WakeExpired(id, detail)) => {
+                if let Some(child) = child_of(&myself, state, id).await? {
+                    child.send_message(SandboxMsg::WakeExpired(detail))?;
+                }
+            }
             SupervisorMsg::Tick => {
                 for child in state.children.values() {
                     let _ = child.send_message(SandboxMsg::Tick);
@@ -306,6 +312,41 @@ async fn place(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, en
     let child = state.child(myself, id, init).await?;
     child.send_message(SandboxMsg::Command(create, Settle::Local))?;
     Ok(())
+}
+
+/// Wakes a sandbox of this host whose wake waited in the queue and was taken: it resumes with
+/// the room and seats the queue took for it (a sandbox deleted meanwhile only leaves the line).
+async fn wake(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, entry: QueuedStart) -> Result<(), ActorProcessingErr> {
+    let id = entry.sandbox_id;
+    match child_of(myself, state, id).await? {
+        Some(child) => child.send_message(SandboxMsg::Command(SandboxCommand::Resume { sandbox_id: id }, Settle::Local))?,
+        None => {
+            if let Some(queue) = state.ctx.queue.get() {
+                queue.forget(id).await;
+                queue.unreserve(id);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The actor of this host's sandbox `id`, brought back from its record if it is not in memory
+/// (`None`: it was deleted, or has no record).
+async fn child_of(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    id: SandboxId,
+) -> Result<Option<ActorRef<SandboxMsg>>, ActorProcessingErr> {
+    if let Some(child) = state.children.get(&id) {
+        return Ok(Some(child.clone()));
+    }
+    let last = bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
+    match last {
+        Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) if r.status != SandboxStatus::Deleted => {
+            Ok(Some(state.child(myself, id, Init::Record(r)).await?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The latest record of every sandbox, from the SYSTEM stream.
@@ -464,8 +505,8 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let placing = tokio::spawn({
         let supervisor = supervisor.clone();
         async move {
-            while let Some(entry) = placed.recv().await {
-                let _ = supervisor.send_message(SupervisorMsg::Place(entry));
+            while let Some(placed) = placed.recv().await {
+                let _ = supervisor.send_message(SupervisorMsg::Place(placed));
             }
         }
     });

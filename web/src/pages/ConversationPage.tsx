@@ -57,7 +57,7 @@ export function ConversationPage({ id }: { id: string }) {
   const [actionError, setActionError] = useState<string>();
   const taskId = new URLSearchParams(location.search).get("task") ?? conv?.start_task_id;
   const starting = !conv || conv.status === "STARTING";
-  const { events, connection, writing } = useEventStream(id, !!conv && conv.status !== "STARTING", conv?.last_event_seq);
+  const { events, connection, writing, inLine } = useEventStream(id, !!conv && conv.status !== "STARTING", conv?.last_event_seq);
 
   // The conversation record: at once (the request the page made while it loaded, if any),
   // then now and then (status, sandbox).
@@ -269,6 +269,13 @@ export function ConversationPage({ id }: { id: string }) {
             {tab === "Chat" && (
               <>
                 <EventFilter id={id} events={events} writing={writing} lastSeq={lastSeq} at={conv?.status === "READY" ? at : undefined} />
+                {inLine?.position != null && (
+                  <p className="queue-place" role="status">
+                    All sandboxes are busy: waking this one is {ordinal(inLine.position)} in line
+                    {inLine.estimate_secs != null && <> (about {Math.max(1, Math.round(inLine.estimate_secs))} s)</>}. Your message is kept and
+                    answered once it wakes.
+                  </p>
+                )}
                 {status === "waiting_for_confirmation" && <ConfirmBar id={id} />}
                 {hooksAsked && conv?.status === "READY" && <HooksBar key={hooksAsked.sha256} id={id} asked={hooksAsked} />}
                 <Composer id={id} />

@@ -68,6 +68,19 @@ pub async fn wake(state: &AppState, id: SandboxId, mut view: store::SandboxView)
     resume.trace = Some(telemetry::new_trace());
     let patience = Duration::from_secs(state.config.sandbox.start_timeout_secs + 10);
     let woke = bus::await_sandbox(&state.nats, &state.js, id, Some(resume), patience).await.map_err(|why| {
+        // No host has room for it now: the wake waits its turn in the start queue and
+        // happens by itself; the request is not held that long.
+        if why.starts_with(halyard_protocol::queue::WAKE_QUEUED_DETAIL) {
+            let (position, _) = state.start_queue.copy.lock().map(|m| m.place(id)).unwrap_or((None, None));
+            let place = position.map(|p| format!(" ({} in line)", halyard_protocol::queue::ordinal(p))).unwrap_or_default();
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "sandbox_wake_queued",
+                format!("the sandbox waits for room to start again{place}; it starts by itself, retry in a moment"),
+            );
+            e.retry_after = Some(10);
+            return e;
+        }
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "sandbox_wake_failed",

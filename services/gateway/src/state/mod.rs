@@ -76,5 +76,16 @@ pub struct AppState {
     /// Hook deliveries already taken.
     pub hook_deliveries: jetstream::kv::Store,
     /// The start queue, followed: queued starts' places in line.
-    pub start_queue: Arc<std::sync::Mutex<halyard_platform::start_queue::Mirror>>,
+    pub start_queue: StartQueue,
+}
+
+/// The start queue as the gateway follows it.
+#[derive(Clone)]
+pub struct StartQueue {
+    /// A copy of its bucket, kept by a watch.
+    pub copy: Arc<std::sync::Mutex<halyard_platform::start_queue::Mirror>>,
+    /// The bucket (administrators set organizations' shares in it).
+    pub kv: jetstream::kv::Store,
+    /// Changes with every change of the copy: a socket showing a place in line waits on it.
+    pub changed: tokio::sync::watch::Receiver<u64>,
 }

@@ -328,7 +328,9 @@ where
 
 /// Sends `command` (if any) to a sandbox and waits until the sandbox runs, failing if it ends
 /// up in ERROR, MISSING or DELETED or `patience` runs out. Subscribes before sending, then
-/// looks at the stored record, so an answer can never slip past.
+/// looks at the stored record, so an answer can never slip past. A wake that has to wait in
+/// the start queue fails at once, in words (`wake queued: ...`; it still happens later): a
+/// request is not held for the queue's deadline.
 pub async fn await_sandbox(
     nats: &async_nats::Client,
     js: &jetstream::Context,
@@ -336,22 +338,45 @@ pub async fn await_sandbox(
     command: Option<Envelope<halyard_protocol::command::SandboxCommand>>,
     patience: Duration,
 ) -> Result<halyard_protocol::system::SandboxUpdate, String> {
-    await_sandbox_telling(nats, js, sandbox, command, patience, None).await
+    await_sandbox_telling(nats, js, sandbox, command, Wait { patience, in_line: false }, None).await
 }
 
-/// [`await_sandbox`], passing on every record that is not the end of the wait (`QUEUED`,
-/// `STARTING`) to `progress`.
+/// How long [`await_sandbox_telling`] waits.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait {
+    pub patience: Duration,
+    /// Whether a wake that waits in the start queue is waited for, until its deadline (then
+    /// `patience` more, for the start itself).
+    pub in_line: bool,
+}
+
+/// [`await_sandbox`], waiting as `wait` says and passing on every record that is not the end
+/// of the wait (`QUEUED`, `STARTING`, a wake in line) to `progress`.
 pub async fn await_sandbox_telling(
     nats: &async_nats::Client,
     js: &jetstream::Context,
     sandbox: halyard_protocol::SandboxId,
     command: Option<Envelope<halyard_protocol::command::SandboxCommand>>,
-    patience: Duration,
+    wait: Wait,
     progress: Option<tokio::sync::mpsc::UnboundedSender<halyard_protocol::system::SandboxUpdate>>,
 ) -> Result<halyard_protocol::system::SandboxUpdate, String> {
     use halyard_protocol::system::{SandboxStatus, SystemRecord};
+    let patience = wait.patience;
     let subject = subjects::sandbox_record(sandbox);
     let mut updates = nats.subscribe(subject.clone()).await.map_err(|e| e.to_string())?;
+    // (`Ok(Some(until))` of a wake in line: waited for until then.)
+    let in_line = |u: &halyard_protocol::system::SandboxUpdate| -> Result<Option<i64>, String> {
+        match (u.wake_queued_until, wait.in_line) {
+            (None, _) => Ok(None),
+            (Some(until), true) => {
+                if let Some(p) = &progress {
+                    let _ = p.send(u.clone());
+                }
+                Ok(Some(until))
+            }
+            (Some(_), false) => Err(u.detail.clone().unwrap_or_else(|| halyard_protocol::queue::WAKE_QUEUED_DETAIL.to_owned())),
+        }
+    };
     let settle = |u: halyard_protocol::system::SandboxUpdate, fresh: bool| match u.status {
         SandboxStatus::Queued | SandboxStatus::Starting if fresh || u.status == SandboxStatus::Queued => {
             if let Some(p) = &progress {
@@ -373,7 +398,12 @@ pub async fn await_sandbox_telling(
     if let Some(env) = command {
         publish(js, subjects::sandbox_command(sandbox), &env).await.map_err(|e| e.to_string())?;
     }
-    let deadline = tokio::time::Instant::now() + patience;
+    let mut deadline = tokio::time::Instant::now() + patience;
+    // A wake in line is waited for until its own deadline, then the start's patience.
+    let extended = |deadline: tokio::time::Instant, until: i64| {
+        let left = Duration::from_millis(u64::try_from(until - crate::now_ms()).unwrap_or(0));
+        deadline.max(tokio::time::Instant::now() + left + patience)
+    };
     // The stored record, read again while the bus heals (a NATS node lost, a stream electing a
     // leader): a read that timed out is no reason to fail a start.
     let stored = loop {
@@ -388,6 +418,11 @@ pub async fn await_sandbox_telling(
     };
     if let Some((_, env)) = stored {
         if let SystemRecord::Sandbox(u) = env.payload {
+            if !asked {
+                if let Some(until) = in_line(&u)? {
+                    deadline = extended(deadline, until);
+                }
+            }
             if let Some(done) = settle(u, !asked)? {
                 return Ok(done);
             }
@@ -399,6 +434,9 @@ pub async fn await_sandbox_telling(
             .map_err(|_| format!("the sandbox did not start within {patience:?}"))?
             .ok_or("subscription closed")?;
         if let Ok(Envelope { payload: SystemRecord::Sandbox(u), .. }) = halyard_protocol::decode::<SystemRecord>(&msg.payload) {
+            if let Some(until) = in_line(&u)? {
+                deadline = extended(deadline, until);
+            }
             if let Some(done) = settle(u, true)? {
                 return Ok(done);
             }

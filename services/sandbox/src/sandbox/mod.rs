@@ -52,6 +52,8 @@ pub enum SandboxMsg {
     },
     /// Time to check for idleness.
     Tick,
+    /// Its wake waited in the start queue past its deadline (why, in words).
+    WakeExpired(String),
 }
 
 pub struct SandboxActor;
@@ -77,6 +79,8 @@ pub struct SandboxState {
     oom: bool,
     /// When the idle check paused it (a sandbox paused by a user is never hibernated).
     idle_paused_at: Option<std::time::Instant>,
+    /// While a wake of it waits in the start queue: until when it may.
+    wake_until: Option<halyard_protocol::UnixMillis>,
 }
 
 impl Actor for SandboxActor {
@@ -104,6 +108,7 @@ impl Actor for SandboxActor {
             from_pool: false,
             oom: false,
             idle_paused_at: None,
+            wake_until: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec } => {
@@ -124,6 +129,7 @@ impl Actor for SandboxActor {
                 st.container = r.container;
                 st.volume = r.volume;
                 st.from_pool = r.from_pool;
+                st.wake_until = r.wake_queued_until;
                 if let Some(spec) = r.spec {
                     st.spec = spec;
                 }
@@ -182,11 +188,18 @@ impl Actor for SandboxActor {
                 }
             }
             SandboxMsg::Engine { container, action, exit_code } => st.engine_event(&container, &action, exit_code).await,
+            SandboxMsg::WakeExpired(detail) => {
+                if st.wake_until.take().is_some() {
+                    let status = st.status;
+                    st.publish(status, Some(format!("{}{detail}", halyard_protocol::system::REFUSED_PREFIX))).await;
+                }
+            }
             SandboxMsg::Tick => {
                 // Nothing of a hibernated sandbox stays in memory (one brought back by a
                 // command that did not wake it included): its next command brings the actor
                 // back from its record.
-                if st.check_idle().await || st.status == SandboxStatus::Hibernated {
+                // (One whose wake waits stays: the wake comes to it.)
+                if st.wake_until.is_none() && (st.check_idle().await || st.status == SandboxStatus::Hibernated) {
                     myself.stop(Some("hibernated".into()));
                 }
             }
@@ -250,6 +263,11 @@ impl SandboxState {
 
     async fn publish(&mut self, status: SandboxStatus, detail: Option<String>) {
         self.status = status;
+        // A wake that waits is said with the sandbox's status as it stays meanwhile; any
+        // other change ends the wait.
+        if !detail.as_deref().is_some_and(|d| d.starts_with(halyard_protocol::queue::WAKE_QUEUED_DETAIL)) {
+            self.wake_until = None;
+        }
         if !matches!(status, SandboxStatus::Running | SandboxStatus::Paused) {
             self.urls.clear();
         }
@@ -268,6 +286,7 @@ impl SandboxState {
             spec: self.docker.then(|| self.spec.clone()),
             from_pool: self.from_pool,
             host: Some(self.ctx.config.node_id.clone()),
+            wake_queued_until: self.wake_until,
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             if matches!(status, SandboxStatus::Hibernated | SandboxStatus::Deleted) {
@@ -336,6 +355,20 @@ impl SandboxState {
         if let (false, Some(queue)) = (counted, self.ctx.queue.get()) {
             if let Some(reason) = queue.resume_refusal(&self.owner, self.id).await {
                 let status = self.status;
+                // Waiting fixes that: the wake waits its turn in the start queue (a message to
+                // the conversation is answered once it is placed), unless it cannot be queued.
+                if let Some(conversation) = self.conversation {
+                    let spec = self.docker.then(|| self.spec.clone());
+                    match queue.enqueue_wake(self.id, &self.owner, conversation, spec, &reason).await {
+                        Ok(until) => {
+                            self.wake_until = Some(until);
+                            let detail =
+                                format!("{}: {reason}; it starts again when there is room", halyard_protocol::queue::WAKE_QUEUED_DETAIL);
+                            return self.publish(status, Some(detail)).await;
+                        }
+                        Err(e) => tracing::warn!(sandbox_id = %self.id, error = %e, "cannot queue the wake; refusing it"),
+                    }
+                }
                 return self.publish(status, Some(format!("{}{reason}", halyard_protocol::system::REFUSED_PREFIX))).await;
             }
         }

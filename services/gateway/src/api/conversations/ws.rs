@@ -12,6 +12,10 @@
 //! `seq`: they are not events and never in the log; see [`AnswerDelta`] for how a reader folds
 //! them). A socket that opens mid-answer gets the text so far first, from the runner writing it.
 //!
+//! While the conversation's sandbox waits in the start queue (a start, or a wake for a message),
+//! its place in line arrives in frames too (`{"kind": "queue_position", "position",
+//! "estimate_secs"}`; `position: null` once it leaves the line).
+//!
 //! The socket is pinged every [`PING_EVERY`]; a client that has not answered for
 //! [`PONG_DEADLINE`] is gone (a laptop closed, a network dropped) and its socket is closed
 //! rather than held open forever.
@@ -52,7 +56,9 @@ pub struct WsQuery {
 /// WebSocket: replay after `after_seq`, then live events. Each text frame is one Event (JSON),
 /// or, while the model writes an answer, a piece of it: `{"kind": "answer_delta", "after_seq",
 /// "from", "to", "text"}` (no `seq`; not an event, never in the log; the text so far comes first
-/// on a socket that opens mid-answer). Reconnect with the last seq you saw to get exactly the
+/// on a socket that opens mid-answer), or, while the conversation's sandbox waits in the start
+/// queue (its start, or a wake for a message), its place: `{"kind": "queue_position",
+/// "position", "estimate_secs"}` (`position: null` once it leaves the line). Reconnect with the last seq you saw to get exactly the
 /// missing events. Authenticate with
 /// `Authorization: Bearer <key>`, the session cookie, or (where a client cannot set a header)
 /// a single-use ticket as `access_token`. The server pings every 20 s and closes a socket whose
@@ -153,8 +159,19 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
     }
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = tokio::time::Instant::now();
+    // Its place in the start queue while its sandbox waits for room.
+    let mut queue = state.start_queue.changed.clone();
+    queue.mark_changed();
+    let mut place = super::queue::PlaceWatch::default();
     loop {
         tokio::select! {
+            Ok(()) = queue.changed() => {
+                if let Some(frame) = place.frame(&state, id) {
+                    if socket.send(Message::Text(frame.into())).await.is_err() {
+                        return;
+                    }
+                }
+            }
             _ = ping.tick() => {
                 if heard.elapsed() > PONG_DEADLINE {
                     tracing::debug!(conversation_id = %id, "a WebSocket client stopped answering pings; closing");
