@@ -8,7 +8,8 @@
 //! - `fairness`: Jain's index over the starts each user was served, among those that had to
 //!   wait, while every user still had some waiting (target at least 0.95; 1 is an even share);
 //! - `wait_ms`: from the start's POST to its READY (p50, p99);
-//! - CPU per start (nats-server, Halyard's processes with their sandboxes).
+//! - CPU per start (nats-server, Halyard's processes with their sandboxes), and by part (the
+//!   sandbox hosts, each other service, nats-server).
 //!
 //! The baseline, in the same invocation: the same starts and runs against the same three hosts
 //! without slots, paced by the client as a client had to be when a full deployment refused
@@ -66,10 +67,18 @@ fn deployment(llm: &ScriptedLlm, slots: usize) -> Deployment {
     Deployment { procs, apis, nats }
 }
 
+/// The services of a [`Deployment`], in the order of its `procs` after the hosts.
+const SERVICES: [&str; 3] = ["agent", "conversations", "gateway"];
+
 impl Deployment {
-    fn cpu(&self) -> f64 {
-        let halyard: f64 = self.procs.iter().map(|p| crate::cpu_of_tree(p.pid())[1]).sum();
-        halyard + crate::cpu_seconds("nats-server")
+    /// CPU seconds so far by part: the sandbox hosts (with their sandboxes), each other
+    /// service, nats-server. Where a cost that grows with the starts served lives.
+    fn cpu_by_part(&self) -> Vec<(&'static str, f64)> {
+        let of = |p: &Halyard| crate::cpu_of_tree(p.pid())[1];
+        let mut parts = vec![("sandbox_hosts", self.procs[..HOSTS].iter().map(of).sum())];
+        parts.extend(SERVICES.iter().zip(&self.procs[HOSTS..]).map(|(name, p)| (*name, of(p))));
+        parts.push(("nats_server", crate::cpu_seconds("nats-server")));
+        parts
     }
 }
 
@@ -153,7 +162,7 @@ async fn once(d: &Deployment, starts: usize, slots: usize, paced: bool) -> Resul
     let per_user = starts / USERS;
     let order: Vec<usize> = (0..USERS).flat_map(|u| std::iter::repeat_n(u, per_user)).collect();
     let capacity = Arc::new(tokio::sync::Semaphore::new(if paced { slots * HOSTS } else { starts }));
-    let cpu0 = d.cpu();
+    let cpu0 = d.cpu_by_part();
     let t0 = Instant::now();
     let mut runs = Vec::new();
     for (i, &u) in order.iter().enumerate() {
@@ -188,7 +197,11 @@ async fn once(d: &Deployment, starts: usize, slots: usize, paced: bool) -> Resul
     let wall = t0.elapsed().as_secs_f64();
     // Let the last deletions land before the CPU is read.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let cpu = d.cpu() - cpu0;
+    let parts: Vec<(&str, f64)> =
+        d.cpu_by_part().into_iter().zip(&cpu0).map(|((name, after), (_, before))| (name, after - before)).collect();
+    let cpu: f64 = parts.iter().map(|(_, s)| s).sum();
+    let per_start = |s: f64| (s * 1000.0 / starts as f64 * 10.0).round() / 10.0;
+    let by_part: serde_json::Map<String, Value> = parts.iter().map(|(name, s)| ((*name).to_owned(), json!(per_start(*s)))).collect();
     watcher.abort();
     let s = seen.lock().await;
     ensure!(s.failed.is_empty(), "starts failed: {:?}", s.failed);
@@ -227,7 +240,8 @@ async fn once(d: &Deployment, starts: usize, slots: usize, paced: bool) -> Resul
         "waited_in_queue": s.waited.len(),
         "shares": shares,
         "wait_ms": {"p50": waits.get(waits.len() / 2), "p99": p99},
-        "cpu_ms_per_start": (cpu * 1000.0 / starts as f64 * 10.0).round() / 10.0,
+        "cpu_ms_per_start": per_start(cpu),
+        "cpu_ms_per_start_by_part": by_part,
     }))
 }
 

@@ -283,7 +283,8 @@ type InLine<'a> = (StartClass, (i64, u64), &'a QueuedStart);
 /// The turns taken so far: each group's and user's tag (`served.<who>`), which grows by
 /// [`TURN`] / weight each time it is served. The least tag goes next; a group or user that
 /// comes back after a while (or for the first time) joins at the least tag of those waiting,
-/// so it is next in the round but has no turns saved up to pass everyone with.
+/// so it is next in the round but has no turns saved up to pass everyone with, and one that
+/// was served a lot before counts at most a turn ahead of it.
 struct Turns<'a> {
     tags: HashMap<String, u64>,
     shares: &'a HashMap<String, Share>,
@@ -316,8 +317,11 @@ impl Turns<'_> {
         Bases { group: group.unwrap_or(0), users }
     }
 
+    /// A tag as it counts now: not below `base` (no turns saved up while away) and at most one
+    /// turn above it (a group that was served much earlier is not held back for it now: while
+    /// groups wait together, their tags are never more than a turn apart anyway).
     fn tag(&self, key: &str, base: u64) -> u64 {
-        self.tags.get(key).map_or(base, |t| (*t).max(base))
+        self.tags.get(key).map_or(base, |t| (*t).clamp(base, base + TURN))
     }
 
     /// The rank of `group` among groups, and of `user` among its group's users: the least
@@ -328,8 +332,9 @@ impl Turns<'_> {
     }
 
     /// Charges one turn to `group` and `user`, with `waiting` the (group, user) pairs still in
-    /// line; returns the new tags. The waiting that had no tag are given their base first:
-    /// they were in line for this round, and stay ahead of whoever was just served.
+    /// line; returns the new tags. The waiting whose tags count other than they read (none
+    /// yet, or more than a turn ahead) are given what they count as first: they were in line
+    /// for this round as they stood, and stay so as the round moves on.
     fn charge<'k>(
         &mut self,
         group: &str,
@@ -341,11 +346,12 @@ impl Turns<'_> {
         let ((_, group_tag), user_tag) = self.rank(group, user, bases);
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
         for (g, u) in waiting {
-            if !self.tags.contains_key(u) {
-                out.insert(u.to_owned(), bases.users.get(g).copied().unwrap_or(0));
-            }
-            if !self.tags.contains_key(g) {
-                out.insert(g.to_owned(), bases.group);
+            let user_base = bases.users.get(g).copied().unwrap_or(0);
+            for (key, base) in [(u, user_base), (g, bases.group)] {
+                let now = self.tag(key, base);
+                if self.tags.get(key) != Some(&now) {
+                    out.insert(key.to_owned(), now);
+                }
             }
         }
         // (A user starting on their own is their own group: one tag, the group's.)
@@ -463,11 +469,12 @@ mod tests {
         let none = HashMap::new();
         let order = fair_order(&entries, &HashMap::new(), &none);
         assert_eq!(owners(&order, &all), "a b c a b c a b c a");
-        // Once a was served more than b, a goes last in the round; c, never served, joins at
-        // b's turn (no turns saved up), after b who was there first.
+        // Once a was served more than b, a goes last in the round (a turn behind, however many
+        // more it had); c, never served, joins at b's turn (no turns saved up), after b who was
+        // there first.
         let served = HashMap::from([("user:a".to_owned(), 7 * TURN), ("user:b".to_owned(), 3 * TURN)]);
         let order = fair_order(&entries, &served, &none);
-        assert_eq!(owners(&order, &all), "b c b c b c a a a a");
+        assert_eq!(owners(&order, &all), "b c a b c a b c a a");
         // The host that places the first charges it the turn the order did: placing the
         // starts one by one, charging each, gives the same order.
         let mut tags = served.clone();
@@ -524,6 +531,18 @@ mod tests {
         assert_eq!(orgs("weight 3"), "m s m m m s m m s s s s");
         // A higher priority: all of its starts first.
         assert_eq!(orgs("priority 1"), "m m m m m m s s s s s s");
+    }
+
+    #[test]
+    fn a_group_served_a_lot_earlier_is_not_held_back_for_it_later() {
+        let all: Vec<QueuedStart> = ["a", "a", "a", "b", "b", "b"].iter().map(|o| start(o, None, StartClass::Interactive)).collect();
+        let entries: Vec<(u64, &QueuedStart)> = all.iter().enumerate().map(|(i, s)| (i as u64 + 1, s)).collect();
+        // a had a thousand turns last week, b ten: now they take turns (a one behind at most).
+        let served = HashMap::from([("user:a".to_owned(), 1000 * TURN), ("user:b".to_owned(), 10 * TURN)]);
+        assert_eq!(owners(&fair_order(&entries, &served, &HashMap::new()), &all), "b a b a b a");
+        // Tags from before turns were counted (milliseconds since the epoch) count the same way.
+        let served = HashMap::from([("user:a".to_owned(), 1_780_000_000_000), ("user:b".to_owned(), 3)]);
+        assert_eq!(owners(&fair_order(&entries, &served, &HashMap::new()), &all), "b a b a b a");
     }
 
     #[test]

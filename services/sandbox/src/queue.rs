@@ -44,8 +44,9 @@ pub enum Limit {
 
 /// What the queue hands the supervisor.
 pub enum Placed {
-    /// A start (or a wake) this host took: make (or wake) its sandbox.
-    Take(QueuedStart),
+    /// A start (or a wake) this host took: make (or wake) its sandbox. `true`: taken over from
+    /// a host that stopped beating, which may have made it already.
+    Take(QueuedStart, bool),
     /// A wake of this host's sandbox waited past its deadline: the sandbox says so, and stays
     /// as it was.
     WakeExpired(SandboxId, String),
@@ -263,6 +264,11 @@ impl Queue {
             }
         }
         let done_waiting = matches!(status, SandboxStatus::Running | SandboxStatus::Error | SandboxStatus::Deleted);
+        // A slot freed here is taken at once (the next start waits on nothing else), and again
+        // once the seats are given back (a start waiting for a seat waits on those).
+        if !live {
+            self.wake.notify_one();
+        }
         let me = self.clone();
         tokio::spawn(async move {
             if done_waiting {
@@ -620,7 +626,7 @@ impl Queue {
                 .record((now - entry.enqueued_ms).max(0) as f64 / 1000.0);
             metrics::counter!("halyard_start_queue_left_total", "outcome" => "placed").increment(1);
             tracing::info!(sandbox_id = %id, owner = %entry.owner, waited_ms = now - entry.enqueued_ms, taken_over = over.is_some(), "took a start from the queue");
-            if self.place.send(Placed::Take(entry)).is_err() {
+            if self.place.send(Placed::Take(entry, over.is_some())).is_err() {
                 return;
             }
         }

@@ -150,8 +150,8 @@ impl Actor for Supervisor {
                     None => {}
                 }
             }
-            SupervisorMsg::Place(Placed::Take(entry)) if entry.wake_on.is_some() => wake(&myself, state, entry).await?,
-            SupervisorMsg::Place(Placed::Take(entry)) => place(&myself, state, entry).await?,
+            SupervisorMsg::Place(Placed::Take(entry, _)) if entry.wake_on.is_some() => wake(&myself, state, entry).await?,
+            SupervisorMsg::Place(Placed::Take(entry, taken_over)) => place(&myself, state, entry, taken_over).await?,
             SupervisorMsg::Place(Placed::WakeExpired(id, detail)) => {
                 if let Some(child) = child_of(&myself, state, id).await? {
                     child.send_message(SandboxMsg::WakeExpired(detail))?;
@@ -282,16 +282,24 @@ async fn waiting(ctx: &Ctx, record: SandboxUpdate, cmd: SandboxCommand, delivery
     Ok(())
 }
 
-/// Makes a start this host took from the queue, unless it was made already (by a host that
-/// died before taking it out of the queue: then it is only taken out).
-async fn place(myself: &ActorRef<SupervisorMsg>, state: &mut SupervisorState, entry: QueuedStart) -> Result<(), ActorProcessingErr> {
+/// Makes a start this host took from the queue, unless it was made already (`taken_over` from
+/// a host that died before taking it out of the queue: then it is only taken out). A start
+/// nobody claimed before is made without asking: only a claim makes a queued start.
+async fn place(
+    myself: &ActorRef<SupervisorMsg>,
+    state: &mut SupervisorState,
+    entry: QueuedStart,
+    taken_over: bool,
+) -> Result<(), ActorProcessingErr> {
     let id = entry.sandbox_id;
-    let last = bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
-    let made = match &last {
-        Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) => {
-            matches!(r.status, SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Hibernated | SandboxStatus::Deleted)
+    let made = taken_over && {
+        let last = bus::last_record::<SystemRecord>(&state.ctx.js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(id)).await;
+        match &last {
+            Ok(Some((_, Envelope { payload: SystemRecord::Sandbox(r), .. }))) => {
+                matches!(r.status, SandboxStatus::Running | SandboxStatus::Paused | SandboxStatus::Hibernated | SandboxStatus::Deleted)
+            }
+            _ => false,
         }
-        _ => false,
     };
     if made {
         if let Some(queue) = state.ctx.queue.get() {
