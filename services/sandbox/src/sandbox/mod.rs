@@ -198,7 +198,11 @@ impl Actor for SandboxActor {
                 // Nothing of a hibernated sandbox stays in memory (one brought back by a
                 // command that did not wake it included): its next command brings the actor
                 // back from its record.
-                // (One whose wake waits stays: the wake comes to it.)
+                // (One whose wake waits stays: the wake comes to it, or its expiry, which is
+                // not waited for past a minute more.)
+                if st.wake_until.is_some_and(|until| until + 60_000 < halyard_platform::now_ms()) {
+                    st.wake_until = None;
+                }
                 if st.wake_until.is_none() && (st.check_idle().await || st.status == SandboxStatus::Hibernated) {
                     myself.stop(Some("hibernated".into()));
                 }
