@@ -725,19 +725,19 @@ pub struct EventSocket {
 }
 
 impl EventSocket {
-    /// The next event (pieces of an answer being written are passed over), or None if none
-    /// comes within `wait`.
+    /// The next event (pieces of an answer being written and places in the start queue are
+    /// passed over), or None if none comes within `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<Value> {
         loop {
             let frame = self.next_frame(wait).await?;
-            if frame["kind"] != "answer_delta" {
+            if frame["kind"] != "answer_delta" && frame["kind"] != "queue_position" {
                 return Some(frame);
             }
         }
     }
 
-    /// The next frame, an event or a piece of an answer (`answer_delta`), or None if none comes
-    /// within `wait`.
+    /// The next frame, an event, a piece of an answer (`answer_delta`) or a place in the start
+    /// queue (`queue_position`), or None if none comes within `wait`.
     pub async fn next_frame(&mut self, wait: Duration) -> Option<Value> {
         loop {
             let msg = tokio::time::timeout(wait, self.socket.next()).await.ok()??.ok()?;
