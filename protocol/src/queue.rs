@@ -165,11 +165,15 @@ pub struct Share {
     /// Groups of a higher priority are served first while any of their starts wait
     /// (-[`MAX_PRIORITY`]..=[`MAX_PRIORITY`]; 0 by default).
     pub priority: i32,
+    /// How many sandboxes its starts may run at once, across hosts (seats of the scope
+    /// `org:<name>`); no limit if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 impl Default for Share {
     fn default() -> Self {
-        Self { weight: 1, priority: 0 }
+        Self { weight: 1, priority: 0, max_running: None }
     }
 }
 
@@ -523,8 +527,8 @@ mod tests {
         let orgs = |o: &str| owners(&fair_order(&entries, &HashMap::new(), &HashMap::from([(org_group("big"), share(o))])), &all);
         fn share(o: &str) -> Share {
             match o {
-                "weight 3" => Share { weight: 3, priority: 0 },
-                _ => Share { weight: 1, priority: 1 },
+                "weight 3" => Share { weight: 3, ..Share::default() },
+                _ => Share { priority: 1, ..Share::default() },
             }
         }
         // Weight 3: three turns to the other's one, while both wait.

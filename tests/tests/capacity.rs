@@ -423,7 +423,7 @@ async fn an_administrator_gives_an_organization_a_share_and_a_priority() {
     loop {
         let (order, q) = line().await;
         if order == "bob alice alice bob" {
-            assert_eq!(q["shares"], json!([{"org": "acme", "weight": 2, "priority": 0}]), "{q}");
+            assert_eq!(q["shares"], json!([{"org": "acme", "weight": 2, "priority": 0, "max_running": null}]), "{q}");
             break;
         }
         assert!(Instant::now() < deadline, "weight 2 never took effect: {order}");
@@ -459,9 +459,42 @@ async fn an_administrator_gives_an_organization_a_share_and_a_priority() {
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
     let (s, e) = put(&root, "acme", json!({"priority": 11})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+    let (s, e) = put(&root, "acme", json!({"max_running": 0})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
     assert_eq!(put(&root, "nobody-here", json!({"weight": 2})).await.0, 404);
     assert_eq!(put(&alice, "acme", json!({"priority": 10})).await.0, 403);
     assert_eq!(root.call(reqwest::Method::DELETE, "/api/v1/admin/queue/shares/acme", None).await.0, 204);
     let (_, q) = root.get("/api/v1/admin/queue").await;
     assert_eq!(q["shares"], json!([]), "{q}");
+}
+
+#[tokio::test]
+async fn an_organizations_limit_counts_its_running_sandboxes_and_a_start_past_it_waits() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
+    opts.api_keys = keys();
+    let h = Halyard::start(opts);
+    let (alice, bob, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api(ROOT));
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    let (s, share) = root.call(reqwest::Method::PUT, "/api/v1/admin/queue/shares/acme", Some(json!({"max_running": 1}))).await;
+    assert_eq!((s, share["max_running"].as_u64()), (200, Some(1)), "{share}");
+    // (The hosts read shares from the queue's bucket: the limit holds once they have it.)
+    root.wait_for("/api/v1/admin/queue", "the share in the queue's copy", |q| q["shares"][0]["max_running"] == 1).await;
+
+    // Acme runs one sandbox; its next start waits although the host has room, while a start
+    // outside acme (alice's own, and bob's) runs at once.
+    let (first, _) = alice.start_ready(json!({"org": "acme"})).await;
+    let (s, second) = alice.post("/api/v1/conversations", json!({"org": "acme"})).await;
+    assert_eq!(s, 202, "{second}");
+    let second = second["id"].as_str().unwrap().to_owned();
+    settle(&alice, &second, &["QUEUED"]).await;
+    alice.start_ready(json!({})).await;
+    bob.start_ready(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    settle(&alice, &second, &["QUEUED"]).await;
+
+    // Its running one goes: the waiting one is made.
+    assert_eq!(alice.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{first}"), None).await.0, 202);
+    settle(&alice, &second, &["READY"]).await;
 }

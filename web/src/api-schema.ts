@@ -1175,6 +1175,9 @@ export type OrgShare = {
   weight: number;
   /** While starts of an organization of a higher priority wait, they go first (-10 to 10). */
   priority: number;
+  /** How many sandboxes its conversations may run at once, on all hosts together (none: no
+   * limit of its own). A start past it waits in line. */
+  max_running?: number | null;
 };
 
 /** A skill as written: Markdown, with optional YAML frontmatter. */
@@ -1494,6 +1497,8 @@ export type ShareBody = {
   weight?: number | null;
   /** -10 to 10 (default 0). */
   priority?: number | null;
+  /** 1 to 100000 (default: no limit of its own). */
+  max_running?: number | null;
 };
 
 /** A shared conversation, as a link's holder sees it. */

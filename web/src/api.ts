@@ -177,7 +177,7 @@ export const api = {
   usageByUser: (from?: string) => call<UsageReport>("GET", `/admin/usage${q({ group_by: "user", from })}`),
   /** Who waits for a sandbox, in the order they will be placed, and each host's room. */
   queue: () => call<S.QueueView>("GET", "/admin/queue"),
-  putShare: (org: string, body: { weight?: number; priority?: number }) => call<S.OrgShare>("PUT", `/admin/queue/shares/${enc(org)}`, body),
+  putShare: (org: string, body: { weight?: number; priority?: number; max_running?: number }) => call<S.OrgShare>("PUT", `/admin/queue/shares/${enc(org)}`, body),
   resetShare: (org: string) => call<void>("DELETE", `/admin/queue/shares/${enc(org)}`),
   /** The audit trail at `path` (`/admin/audit` or an organization's), a page of it. */
   audit: (path: string, p: { actor?: string; action?: string; cursor?: string }) => call<AuditPage>("GET", `${path}${q({ ...p, limit: 50 })}`),

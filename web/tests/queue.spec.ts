@@ -68,13 +68,14 @@ test("an administrator sees who waits on the Queue page and gives an organizatio
   await expect(line).toContainText("an interactive start");
   await expect(page.getByRole("region", { name: "Sandbox hosts" }).getByRole("listitem")).toHaveCount(1);
 
-  // A share for acme: weight 3, priority 1; then back to the default.
+  // A share for acme: weight 3, priority 1, at most 4 running; then back to the default.
   const shares = page.getByRole("region", { name: "Organizations' shares" });
   await shares.getByLabel("Organization").fill("acme");
   await shares.getByLabel("Weight").fill("3");
   await shares.getByLabel("Priority").fill("1");
+  await shares.getByLabel("Max running").fill("4");
   await shares.getByRole("button", { name: "Set share" }).click();
-  await expect(shares.getByRole("listitem").filter({ hasText: "acme" })).toContainText("weight 3 · priority 1");
+  await expect(shares.getByRole("listitem").filter({ hasText: "acme" })).toContainText("weight 3 · priority 1 · at most 4 running");
   await shares.getByRole("button", { name: "Reset acme" }).click();
   await expect(shares.getByRole("listitem")).toHaveCount(0);
 

@@ -39,6 +39,8 @@ pub enum Admit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
     User,
+    /// An organization's, as an administrator set it in its share.
+    Org,
     Total,
 }
 
@@ -119,11 +121,19 @@ impl Queue {
         }
     }
 
-    /// The limits a start for `owner` takes a seat of: (which, scope, limit).
-    fn limits(&self, owner: &UserId) -> Vec<(Limit, String, usize)> {
+    /// The limits a start for `owner` (in organization `org`, if any) takes a seat of: (which,
+    /// scope, limit).
+    fn limits(&self, owner: &UserId, org: Option<&str>) -> Vec<(Limit, String, usize)> {
         let s = &self.config.sandbox;
-        [(Limit::User, q::user_scope(owner), s.max_running_per_user), (Limit::Total, q::TOTAL_SCOPE.to_owned(), s.max_running_total)]
+        let org_limit = org.map(|org| {
+            let group = q::org_group(org);
+            let max = self.mirror.lock().ok().and_then(|m| m.shares.get(&group).and_then(|s| s.max_running));
+            (Limit::Org, group, max.map_or(0, |m| m as usize))
+        });
+        [(Limit::User, q::user_scope(owner), s.max_running_per_user)]
             .into_iter()
+            .chain(org_limit)
+            .chain([(Limit::Total, q::TOTAL_SCOPE.to_owned(), s.max_running_total)])
             .filter(|(_, _, limit)| *limit > 0)
             .collect()
     }
@@ -135,7 +145,8 @@ impl Queue {
             return Some(format!("host_full: this host runs {} sandboxes (HALYARD_SANDBOX_HOST_SLOTS)", self.config.sandbox.host_slots));
         }
         let s = &self.config.sandbox;
-        let seats = self.take_seats(owner, id).await;
+        // (A sandbox's record does not say its organization: a wake takes no seat of its limit.)
+        let seats = self.take_seats(owner, None, id).await;
         if !matches!(seats, Ok(None)) {
             self.unreserve(id);
         }
@@ -145,6 +156,7 @@ impl Queue {
                 "quota_exceeded_user: {owner} already runs {} sandboxes (limit {})",
                 s.max_running_per_user, s.max_running_per_user
             )),
+            Ok(Some(Limit::Org)) => Some("quota_exceeded_org: the organization runs as many sandboxes as it may".to_owned()),
             Ok(Some(Limit::Total)) => {
                 Some(format!("quota_exceeded_total: {} sandboxes are running (limit {})", s.max_running_total, s.max_running_total))
             }
@@ -156,8 +168,12 @@ impl Queue {
     /// waits and the limits have a seat; otherwise it joins the queue.
     pub async fn admit(&self, sandbox_id: SandboxId, owner: &UserId, create: &SandboxCommand) -> Result<Admit, SandboxError> {
         let nobody_waits = self.mirror.lock().map(|m| !m.waiting_for(self.node())).unwrap_or(false);
+        let org = match create {
+            SandboxCommand::Create { queue, .. } => queue.org.clone(),
+            _ => None,
+        };
         if nobody_waits && self.reserve(sandbox_id) {
-            match self.take_seats(owner, sandbox_id).await {
+            match self.take_seats(owner, org.as_deref(), sandbox_id).await {
                 Ok(None) => return Ok(Admit::Here),
                 Ok(Some(_)) => self.unreserve(sandbox_id),
                 Err(e) => {
@@ -283,9 +299,9 @@ impl Queue {
 
     /// Takes a seat of each limit for `id`; the limit that is full if one is (then it holds
     /// none).
-    async fn take_seats(&self, owner: &UserId, id: SandboxId) -> Result<Option<Limit>, SandboxError> {
+    async fn take_seats(&self, owner: &UserId, org: Option<&str>, id: SandboxId) -> Result<Option<Limit>, SandboxError> {
         let mut taken = Vec::new();
-        for (which, scope, limit) in self.limits(owner) {
+        for (which, scope, limit) in self.limits(owner, org) {
             match self.take_seat(&scope, limit, id).await? {
                 Some(seat) => taken.push(seat),
                 None => {
@@ -537,8 +553,8 @@ impl Queue {
     /// or, when `thorough`, one whose holder stopped without giving it back (its record says).
     /// A user at a limit is passed over without claiming anything, so that a start which must
     /// wait is not claimed and given back on every wake (which a cancel would keep meeting).
-    async fn seats_possible(&self, owner: &UserId, thorough: bool) -> bool {
-        for (_, scope, limit) in self.limits(owner) {
+    async fn seats_possible(&self, owner: &UserId, org: Option<&str>, thorough: bool) -> bool {
+        for (_, scope, limit) in self.limits(owner, org) {
             let holders: Vec<SandboxId> = self
                 .mirror
                 .lock()
@@ -570,7 +586,8 @@ impl Queue {
     async fn take_while_room(&self, thorough: bool) {
         // Users found at a limit, and starts another host took first, are passed over until the
         // next wake (the watch brings the other host's claim meanwhile).
-        let mut full: HashSet<UserId> = HashSet::new();
+        // (By owner and organization: an organization at its limit holds up only its own.)
+        let mut full: HashSet<(UserId, Option<String>)> = HashSet::new();
         let mut passed: HashSet<SandboxId> = HashSet::new();
         while self.room() {
             let now = now_ms();
@@ -579,13 +596,14 @@ impl Queue {
                     let (_, e) = m.queued.get(&id)?;
                     let over = m.takeable(id, now)?;
                     let mine = e.for_host(self.node());
-                    (mine && !full.contains(&e.owner) && !passed.contains(&id) && e.deadline_ms > now).then(|| (e.clone(), over))
+                    (mine && !full.contains(&(e.owner.clone(), e.terms.org.clone())) && !passed.contains(&id) && e.deadline_ms > now)
+                        .then(|| (e.clone(), over))
                 })
             });
             let Some((entry, over)) = next else { return };
             let id = entry.sandbox_id;
-            if !self.seats_possible(&entry.owner, thorough).await {
-                full.insert(entry.owner.clone());
+            if !self.seats_possible(&entry.owner, entry.terms.org.as_deref(), thorough).await {
+                full.insert((entry.owner.clone(), entry.terms.org.clone()));
                 continue;
             }
             if !self.reserve(id) {
@@ -604,13 +622,13 @@ impl Queue {
                 passed.insert(id);
                 continue;
             }
-            match self.take_seats(&entry.owner, id).await {
+            match self.take_seats(&entry.owner, entry.terms.org.as_deref(), id).await {
                 Ok(None) => {}
                 Ok(Some(_)) | Err(_) => {
                     // A limit is full: the start waits on, unclaimed.
                     let _ = self.kv.purge_with_ttl(q::claim_key(id), MARKER_TTL).await;
                     self.unreserve(id);
-                    full.insert(entry.owner.clone());
+                    full.insert((entry.owner.clone(), entry.terms.org.clone()));
                     continue;
                 }
             }

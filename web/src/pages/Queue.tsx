@@ -1,7 +1,7 @@
 // The start queue, for administrators (the API refuses anyone else): each sandbox host's room,
 // who waits for a sandbox in the order they will be placed (new starts and wakes of hibernated
 // sandboxes alike), and organizations' shares of the queue (a weight against the others while
-// they wait, and a priority), set and reset here. The page reads the queue again every two
+// they wait, a priority, and how many sandboxes they may run at once), set and reset here. The page reads the queue again every two
 // seconds while it is open.
 
 import { useEffect, useState, type FormEvent } from "react";
@@ -78,22 +78,25 @@ function Shares({ shares, onChange }: { shares: QueueView["shares"]; onChange: (
   const [org, setOrg] = useState("");
   const [weight, setWeight] = useState(1);
   const [priority, setPriority] = useState(0);
+  const [maxRunning, setMaxRunning] = useState("");
   const { error, run, prompt } = useChange(onChange);
   const save = async (e: FormEvent) => {
     e.preventDefault();
-    if (await run(() => api.putShare(org.trim(), { weight, priority }))) setOrg("");
+    const max_running = maxRunning.trim() === "" ? undefined : Number(maxRunning);
+    if (await run(() => api.putShare(org.trim(), { weight, priority, max_running }))) (setOrg(""), setMaxRunning(""));
   };
   return (
     <section className="card" aria-label="Organizations' shares">
       <h2>Shares</h2>
       <p className="muted small">
-        While several wait, an organization of weight 3 takes three turns to another's one; a higher priority goes first. The others have weight
-        1, priority 0.
+        While several wait, an organization of weight 3 takes three turns to another's one; a higher priority goes first; past its maximum, its
+        next start waits. The others have weight 1, priority 0 and no maximum of their own.
       </p>
       <ul className="settings-list">
         {shares.map((s) => (
           <li key={s.org}>
-            <strong>{s.org}</strong> <span className="muted">{`weight ${s.weight} · priority ${s.priority}`}</span>{" "}
+            <strong>{s.org}</strong>{" "}
+            <span className="muted">{`weight ${s.weight} · priority ${s.priority}${s.max_running != null ? ` · at most ${s.max_running} running` : ""}`}</span>{" "}
             <button className="ghost" onClick={() => run(() => api.resetShare(s.org))}>
               {`Reset ${s.org}`}
             </button>
@@ -112,6 +115,10 @@ function Shares({ shares, onChange }: { shares: QueueView["shares"]; onChange: (
         <div className="field">
           <label htmlFor="share-priority">Priority</label>
           <input id="share-priority" type="number" min={-10} max={10} value={priority} onChange={(e) => setPriority(Number(e.target.value))} />
+        </div>
+        <div className="field">
+          <label htmlFor="share-max">Max running</label>
+          <input id="share-max" type="number" min={1} placeholder="no limit" value={maxRunning} onChange={(e) => setMaxRunning(e.target.value)} />
         </div>
         <button type="submit">Set share</button>
       </form>

@@ -161,6 +161,9 @@ pub struct OrgShare {
     pub weight: u32,
     /// While starts of an organization of a higher priority wait, they go first (-10 to 10).
     pub priority: i32,
+    /// How many sandboxes its conversations may run at once, on all hosts together (none: no
+    /// limit of its own). A start past it waits in line.
+    pub max_running: Option<u32>,
 }
 
 /// The body of `PUT /admin/queue/shares/{org}`.
@@ -173,6 +176,9 @@ pub struct ShareBody {
     /// -10 to 10 (default 0).
     #[serde(default)]
     pub priority: Option<i32>,
+    /// 1 to 100000 (default: no limit of its own).
+    #[serde(default)]
+    pub max_running: Option<u32>,
 }
 
 /// Who waits for what, in the order they will be placed, and each sandbox host's room
@@ -212,14 +218,19 @@ pub async fn admin_queue(State(state): State<AppState>, _: Admin) -> Result<Json
     let mut shares: Vec<OrgShare> = m
         .shares
         .iter()
-        .filter_map(|(group, s)| Some(OrgShare { org: group.strip_prefix("org:")?.to_owned(), weight: s.weight, priority: s.priority }))
+        .filter_map(|(group, s)| {
+            let org = group.strip_prefix("org:")?.to_owned();
+            Some(OrgShare { org, weight: s.weight, priority: s.priority, max_running: s.max_running })
+        })
         .collect();
     shares.sort_by(|a, b| a.org.cmp(&b.org));
     Ok(Json(QueueView { waiting, hosts, per_place_ms: per_place_ms(&m.recent), shares }))
 }
 
 /// Sets an organization's share of the start queue: its weight against the others while they
-/// wait, and its priority (administrators only; audited). Takes effect at the next placement.
+/// wait, its priority, and how many sandboxes it may run at once across hosts (administrators
+/// only; audited; the whole share: a field left out goes back to its default). Takes effect at
+/// the next placement.
 #[utoipa::path(put, path = "/admin/queue/shares/{org}", tag = "admin", params(("org" = String, Path)), request_body = ShareBody,
     responses((status = 200, body = OrgShare), Refusals, BodyRefusals))]
 pub async fn put_share(
@@ -232,7 +243,10 @@ pub async fn put_share(
     if state.accounts.org(&org).is_none() {
         return Err(ApiError::not_found("organization"));
     }
-    let share = Share { weight: body.weight.unwrap_or(1), priority: body.priority.unwrap_or(0) };
+    let share = Share { weight: body.weight.unwrap_or(1), priority: body.priority.unwrap_or(0), max_running: body.max_running };
+    if share.max_running.is_some_and(|m| !(1..=100_000).contains(&m)) {
+        return Err(ApiError::bad_request("invalid_field", "`max_running` must be 1 to 100000, or absent for no limit of its own"));
+    }
     if !(1..=q::MAX_WEIGHT).contains(&share.weight) {
         return Err(ApiError::bad_request("invalid_field", format!("`weight` must be 1 to {}; it was {}", q::MAX_WEIGHT, share.weight)));
     }
@@ -242,9 +256,9 @@ pub async fn put_share(
     }
     let value = serde_json::to_vec(&share).map_err(ApiError::internal)?;
     state.start_queue.kv.put(q::share_key(&q::org_group(&org)), value.into()).await.map_err(ApiError::internal)?;
-    let detail = serde_json::json!({"weight": share.weight, "priority": share.priority});
+    let detail = serde_json::json!({"weight": share.weight, "priority": share.priority, "max_running": share.max_running});
     audit::Action::new(&actor, "queue.share", &org).org(&org).detail(detail).send(&state, client).await;
-    Ok(Json(OrgShare { org, weight: share.weight, priority: share.priority }))
+    Ok(Json(OrgShare { org, weight: share.weight, priority: share.priority, max_running: share.max_running }))
 }
 
 /// Gives an organization the default share back (weight 1, priority 0).
