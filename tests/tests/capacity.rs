@@ -3,7 +3,8 @@
 //! queue (`QUEUED`, with its place in line) instead of being refused, users take turns, a
 //! queued start can be cancelled or run out of time, and the running limits count across hosts.
 //! A message to a hibernated conversation whose wake has to wait is queued the same way and
-//! answered once there is room; administrators give organizations shares and priorities.
+//! answered once there is room; administrators give organizations shares, priorities and
+//! running limits.
 
 use std::time::{Duration, Instant};
 
