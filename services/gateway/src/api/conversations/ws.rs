@@ -139,7 +139,7 @@ async fn refill(state: &AppState, id: ConversationId, sent: &mut u64, socket: &m
 /// goes (or stops answering pings).
 pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut socket: WebSocket) {
     let mut live = state.live.subscribe(id);
-    // Pieces from now on, then the text so far (whichever arrives first, a reader folds both).
+    // Pieces from now on, and the text so far.
     let mut deltas = match state.nats.subscribe(subjects::answer_deltas(id)).await {
         Ok(s) => Some(s),
         Err(e) => {
@@ -153,6 +153,11 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
     };
     tokio::pin!(so_far);
     let mut asked_so_far = false;
+    // New pieces wait a moment for the text so far, which usually answers within it (a reader
+    // that opens mid-answer then gets that first); longer, and they go on without it.
+    let hold = tokio::time::sleep(HOLD_PIECES);
+    tokio::pin!(hold);
+    let mut held = true;
     let mut sent = after;
     if !refill(&state, id, &mut sent, &mut socket).await {
         return;
@@ -182,13 +187,15 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
                     return;
                 }
             }
-            Some(msg) = next_delta(&mut deltas) => {
+            () = &mut hold, if held => held = false,
+            Some(msg) = next_delta(&mut deltas), if asked_so_far || !held => {
                 if !send_delta(&mut socket, &msg.payload).await {
                     return;
                 }
             }
             asked = &mut so_far, if !asked_so_far => {
                 asked_so_far = true;
+                held = false;
                 if let Ok(Ok(msg)) = asked {
                     if !send_delta(&mut socket, &msg.payload).await {
                         return;
@@ -241,6 +248,10 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
         }
     }
 }
+
+/// How long a new socket's first pieces of an answer wait for the text so far to be sent
+/// before them (see [`SO_FAR_PATIENCE`]).
+const HOLD_PIECES: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How long a new socket waits for the text so far of an answer being written (no runner
 /// answers when none is).
