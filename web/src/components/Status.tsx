@@ -17,6 +17,13 @@ export function ago(iso: string): string {
 }
 
 /** An error in words, announced to screen readers; nothing when there is none. */
+/** 1 → "1st", 2 → "2nd", 3 → "3rd", 11 → "11th". */
+export function ordinal(n: number): string {
+  const teen = n % 100 >= 11 && n % 100 <= 13;
+  const suffix = teen ? "th" : ({ 1: "st", 2: "nd", 3: "rd" } as Record<number, string>)[n % 10] ?? "th";
+  return `${n}${suffix}`;
+}
+
 export function ErrorText({ error }: { error?: string }) {
   return error ? (
     <p role="alert" className="error">

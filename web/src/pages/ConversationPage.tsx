@@ -12,7 +12,7 @@ import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask 
 import { PictureLinks, Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
 import { FilesView } from "../components/FilesView";
-import { StatusBadge, ErrorText } from "../components/Status";
+import { StatusBadge, ErrorText, ordinal } from "../components/Status";
 import { AppsView } from "../components/AppsView";
 import { PlanView } from "../components/PlanView";
 import { BrowserView } from "../components/BrowserView";
@@ -306,13 +306,6 @@ export function ConversationPage({ id }: { id: string }) {
       )}
     </section>
   );
-}
-
-/** 1 → "1st", 2 → "2nd", 3 → "3rd", 11 → "11th". */
-export function ordinal(n: number): string {
-  const teen = n % 100 >= 11 && n % 100 <= 13;
-  const suffix = teen ? "th" : ({ 1: "st", 2: "nd", 3: "rd" } as Record<number, string>)[n % 10] ?? "th";
-  return `${n}${suffix}`;
 }
 
 function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation; onRetry: () => void }) {

@@ -8,9 +8,8 @@ import { useEffect, useState, type FormEvent } from "react";
 import { api } from "../api";
 import type { QueueView } from "../api-schema";
 import { useChange } from "../components/SettingsParts";
-import { ErrorText } from "../components/Status";
+import { ErrorText, ordinal } from "../components/Status";
 import { useResource } from "../resource";
-import { ordinal } from "./ConversationPage";
 
 const EMPTY: QueueView = { waiting: [], hosts: [], per_place_ms: null, shares: [] };
 
