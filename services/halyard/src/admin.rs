@@ -141,11 +141,13 @@ fn queue_text(q: &Value) -> String {
     out.push_str(&format!("waiting: {}{pace}\n", waiting.len()));
     for w in waiting {
         let taken = w["taken_by"].as_str().map(|n| format!("  being made on {n}")).unwrap_or_default();
+        // (A wake waits for the host holding its workspace.)
+        let what = w["wake_on"].as_str().map_or_else(|| or_dash(&w["class"]), |host| format!("wake-on-{host}"));
         out.push_str(&format!(
             "  {:>3}  {}  {}  org={}  waited {}s  deadline {}  conversation {}{taken}\n",
             w["position"].as_u64().unwrap_or_default(),
             or_dash(&w["owner"]),
-            or_dash(&w["class"]),
+            what,
             or_dash(&w["org"]),
             w["waited_secs"],
             or_dash(&w["deadline_at"]),
@@ -203,7 +205,8 @@ mod tests {
             "hosts": [{"node": "a", "slots": 2, "busy": 2, "alive": true}, {"node": "b", "slots": 0, "busy": 1, "alive": false}],
             "waiting": [
                 {"position": 1, "owner": "ann", "class": "interactive", "org": null, "waited_secs": 3, "deadline_at": "t1", "conversation_id": "c1", "taken_by": "a"},
-                {"position": 2, "owner": "bob", "class": "automation", "org": "acme", "waited_secs": 1, "deadline_at": "t2", "conversation_id": "c2", "taken_by": null}
+                {"position": 2, "owner": "bob", "class": "automation", "org": "acme", "waited_secs": 1, "deadline_at": "t2", "conversation_id": "c2", "taken_by": null},
+                {"position": 3, "owner": "cy", "class": "interactive", "org": null, "waited_secs": 0, "deadline_at": "t3", "conversation_id": "c3", "taken_by": null, "wake_on": "b"}
             ],
             "per_place_ms": 1500
         });
@@ -211,9 +214,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "  a  busy 2 of 2  alive");
         assert_eq!(lines[2], "  b  busy 1 of no limit  silent");
-        assert_eq!(lines[3], "waiting: 2 (one placed every 1.5 s lately)");
+        assert_eq!(lines[3], "waiting: 3 (one placed every 1.5 s lately)");
         assert_eq!(lines[4], "    1  ann  interactive  org=-  waited 3s  deadline t1  conversation c1  being made on a");
         assert_eq!(lines[5], "    2  bob  automation  org=acme  waited 1s  deadline t2  conversation c2");
+        assert_eq!(lines[6], "    3  cy  wake-on-b  org=-  waited 0s  deadline t3  conversation c3");
     }
 
     #[test]
