@@ -153,11 +153,13 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
     };
     tokio::pin!(so_far);
     let mut asked_so_far = false;
-    // New pieces wait a moment for the text so far, which usually answers within it (a reader
-    // that opens mid-answer then gets that first); longer, and they go on without it.
-    let hold = tokio::time::sleep(HOLD_PIECES);
+    // While the agent runs, new pieces wait a moment for the text so far, which usually
+    // answers within it (a reader that opens mid-answer then gets that first); longer, and they
+    // go on without it. Nothing is being written when it does not run: no wait.
+    let running = state.store.conversation(id).ok().flatten().is_some_and(|c| c.execution_status.as_deref() == Some("running"));
+    let hold = tokio::time::sleep(if running { HOLD_PIECES } else { std::time::Duration::ZERO });
     tokio::pin!(hold);
-    let mut held = true;
+    let mut held = running;
     let mut sent = after;
     if !refill(&state, id, &mut sent, &mut socket).await {
         return;
