@@ -1,8 +1,8 @@
 // The start queue, for administrators (the API refuses anyone else): each sandbox host's room,
 // who waits for a sandbox in the order they will be placed (new starts and wakes of hibernated
 // sandboxes alike), and organizations' shares of the queue (a weight against the others while
-// they wait, a priority, and how many sandboxes they may run at once), set and reset here. The page reads the queue again every two
-// seconds while it is open.
+// they wait, a priority, and how many sandboxes they may run at once), set and reset here. The
+// page reads the queue again every two seconds while it is open.
 
 import { useEffect, useState, type FormEvent } from "react";
 import { api } from "../api";
