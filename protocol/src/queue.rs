@@ -179,10 +179,17 @@ impl Default for Share {
 
 pub const MAX_WEIGHT: u32 = 100;
 pub const MAX_PRIORITY: i32 = 10;
+/// The most an organization's `max_running` may be set to.
+pub const MAX_RUNNING: u32 = 100_000;
 
 /// The group key of an organization (what [`QueuedStart::group`] says for its starts).
 pub fn org_group(org: &str) -> String {
     format!("org:{org}")
+}
+
+/// The organization of a group key, if it is one's (the other way of [`org_group`]).
+pub fn org_of_group(group: &str) -> Option<&str> {
+    group.strip_prefix("org:")
 }
 
 /// A place in line in words: `1st`, `2nd`, `3rd`, `11th`, `22nd`.
@@ -377,6 +384,11 @@ struct Line<'a> {
     starts: Vec<InLine<'a>>,
 }
 
+/// The lines with starts left: each one's index, and the arrival of its first.
+fn waiting<'l, 'a>(lines: &'l [Line<'a>]) -> impl Iterator<Item = (usize, &'l Line<'a>, (i64, u64))> {
+    lines.iter().enumerate().filter_map(|(i, l)| Some((i, l, l.starts.last()?.1)))
+}
+
 /// The deployment's order of the waiting starts, first first.
 ///
 /// Groups (organizations, and users starting on their own) of a higher priority first; among
@@ -402,29 +414,20 @@ pub fn fair_order(entries: &[(u64, &QueuedStart)], served: &HashMap<String, u64>
     let mut turns = Turns { tags: served.clone(), shares };
     let mut order = Vec::with_capacity(entries.len());
     loop {
-        let waiting = lines.iter().filter(|l| !l.starts.is_empty());
-        let bases = turns.bases(waiting.clone().map(|l| (l.group.as_str(), l.user.as_str())));
+        let bases = turns.bases(waiting(&lines).map(|(_, l, _)| (l.group.as_str(), l.user.as_str())));
         // The group to serve: the least (-priority, tag), then the earliest arrival at the
         // head of one of its lines; then, in it, the user of the least tag, then arrival.
-        let group = waiting
-            .clone()
-            .filter_map(|l| Some(((turns.rank(&l.group, &l.user, &bases).0, l.starts.last()?.1), &l.group)))
-            .min_by_key(|(rank, _)| *rank)
-            .map(|(_, g)| g.clone());
-        let next = waiting
-            .clone()
-            .enumerate()
-            .filter(|(_, l)| Some(&l.group) == group.as_ref())
-            .filter_map(|(i, l)| Some(((turns.rank(&l.group, &l.user, &bases).1, l.starts.last()?.1), i)))
-            .min_by_key(|(rank, _)| *rank)
-            .map(|(_, i)| i);
-        let Some(line) = next.and_then(|i| lines.iter_mut().filter(|l| !l.starts.is_empty()).nth(i)) else { break };
-        let Some((_, _, e)) = line.starts.pop() else { break };
+        let Some((_, group)) = waiting(&lines).map(|(_, l, head)| ((turns.rank(&l.group, &l.user, &bases).0, head), &l.group)).min() else {
+            break;
+        };
+        let group = group.clone();
+        let next =
+            waiting(&lines).filter(|(_, l, _)| l.group == group).map(|(i, l, head)| ((turns.rank(&group, &l.user, &bases).1, head), i));
+        let Some((_, i)) = next.min() else { break };
+        let Some((_, _, e)) = lines[i].starts.pop() else { break };
         order.push(e.sandbox_id);
-        let (group, user) = (line.group.clone(), line.user.clone());
-        let still: Vec<(String, String)> =
-            lines.iter().filter(|l| !l.starts.is_empty()).map(|l| (l.group.clone(), l.user.clone())).collect();
-        turns.charge(&group, &user, &bases, still.iter().map(|(g, u)| (g.as_str(), u.as_str())));
+        let user = lines[i].user.clone();
+        turns.charge(&group, &user, &bases, waiting(&lines).map(|(_, l, _)| (l.group.as_str(), l.user.as_str())));
     }
     order
 }

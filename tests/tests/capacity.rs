@@ -31,6 +31,13 @@ fn service_opts(llm: &ScriptedLlm, nats_url: &str, name: &str, uid_base: &str, p
     opts
 }
 
+/// A deployment in one process (one sandbox host) with `settings`, the users of [`keys`] and
+/// root as its administrator.
+fn one_process(llm: &ScriptedLlm, settings: &[(&str, &str)]) -> Halyard {
+    let opts = settings.iter().fold(HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root"), |o, (k, v)| o.set(k, v));
+    Halyard::start(HalyardOptions { api_keys: keys(), ..opts })
+}
+
 /// Waits until the start task's status is one of `want`; panics on another final status.
 async fn settle(api: &Api, task: &str, want: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -184,9 +191,7 @@ async fn starts_wait_their_turn_across_three_full_hosts_and_users_take_turns() {
 async fn a_users_limit_counts_its_sandboxes_and_a_start_past_it_waits_or_runs_out_of_time() {
     init();
     let llm = ScriptedLlm::start().await;
-    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_MAX_RUNNING_PER_USER", "1");
-    opts.api_keys = keys();
-    let h = Halyard::start(opts);
+    let h = one_process(&llm, &[("HALYARD_MAX_RUNNING_PER_USER", "1")]);
     let (alice, bob) = (h.api("alice-secret-key"), h.api("bob-secret-key"));
 
     let (first, task) = alice.start_ready(json!({})).await;
@@ -324,12 +329,7 @@ async fn a_start_taken_by_a_host_that_dies_is_made_once_on_another() {
 async fn a_message_to_a_hibernated_conversation_waits_for_room_and_is_answered() {
     init();
     let llm = ScriptedLlm::start().await;
-    let mut opts = HalyardOptions::new(&llm.base_url)
-        .set("HALYARD_ADMINS", "root")
-        .set("HALYARD_SANDBOX_HOST_SLOTS", "1")
-        .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "2");
-    opts.api_keys = keys();
-    let h = Halyard::start(opts);
+    let h = one_process(&llm, &[("HALYARD_SANDBOX_HOST_SLOTS", "1"), ("HALYARD_SANDBOX_IDLE_STOP_SECS", "2")]);
     let (alice, bob, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api(ROOT));
     // Every run the script says nothing more of finishes at once.
     llm.fallback(|_| Reply::finish("done"));
@@ -390,9 +390,7 @@ async fn a_message_to_a_hibernated_conversation_waits_for_room_and_is_answered()
 async fn an_administrator_gives_an_organization_a_share_and_a_priority() {
     init();
     let llm = ScriptedLlm::start().await;
-    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root").set("HALYARD_SANDBOX_HOST_SLOTS", "1");
-    opts.api_keys = keys();
-    let h = Halyard::start(opts);
+    let h = one_process(&llm, &[("HALYARD_SANDBOX_HOST_SLOTS", "1")]);
     let (alice, bob, dave, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api("dave-secret-key"), h.api(ROOT));
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
 
@@ -473,9 +471,7 @@ async fn an_administrator_gives_an_organization_a_share_and_a_priority() {
 async fn an_organizations_limit_counts_its_running_sandboxes_and_a_start_past_it_waits() {
     init();
     let llm = ScriptedLlm::start().await;
-    let mut opts = HalyardOptions::new(&llm.base_url).set("HALYARD_ADMINS", "root");
-    opts.api_keys = keys();
-    let h = Halyard::start(opts);
+    let h = one_process(&llm, &[]);
     let (alice, bob, root) = (h.api("alice-secret-key"), h.api("bob-secret-key"), h.api(ROOT));
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
     let (s, share) = root.call(reqwest::Method::PUT, "/api/v1/admin/queue/shares/acme", Some(json!({"max_running": 1}))).await;

@@ -121,6 +121,10 @@ impl Mirror {
     /// The place in line of `sandbox` (1: next) and about how many seconds until it is placed,
     /// at the recent pace; `(None, None)` if it does not wait.
     pub fn place(&self, sandbox: SandboxId) -> (Option<u32>, Option<u64>) {
+        // (Most asked are not in line: no order is computed for them.)
+        if !self.queued.contains_key(&sandbox) {
+            return (None, None);
+        }
         let Some(i) = self.waiting().iter().position(|id| *id == sandbox) else { return (None, None) };
         let position = i as u32 + 1;
         let estimate = per_place_ms(&self.recent).map(|ms| (ms.max(0) as u64 * u64::from(position)).div_ceil(1000));

@@ -71,7 +71,7 @@ pub async fn wake(state: &AppState, id: SandboxId, mut view: store::SandboxView)
         // No host has room for it now: the wake waits its turn in the start queue and
         // happens by itself; the request is not held that long.
         if why.starts_with(halyard_protocol::queue::WAKE_QUEUED_DETAIL) {
-            let (position, _) = state.start_queue.copy.lock().map(|m| m.place(id)).unwrap_or((None, None));
+            let (position, _) = state.start_queue.place(id);
             let place = position.map(|p| format!(" ({} in line)", halyard_protocol::queue::ordinal(p))).unwrap_or_default();
             let mut e = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

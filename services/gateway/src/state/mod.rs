@@ -89,3 +89,11 @@ pub struct StartQueue {
     /// Changes with every change of the copy: a socket showing a place in line waits on it.
     pub changed: tokio::sync::watch::Receiver<u64>,
 }
+
+impl StartQueue {
+    /// The place in line of `sandbox` (1: next) and about how many seconds until it is placed;
+    /// `(None, None)` if it does not wait.
+    pub fn place(&self, sandbox: halyard_protocol::SandboxId) -> (Option<u32>, Option<u64>) {
+        self.copy.lock().map(|m| m.place(sandbox)).unwrap_or((None, None))
+    }
+}

@@ -32,17 +32,12 @@ pub(crate) fn task_with_place(state: &AppState, t: &TaskView) -> StartTask {
     let mut task = task_json(t);
     if t.status == "QUEUED" {
         if let Some(sandbox) = t.sandbox_id.as_deref().and_then(|s| s.parse::<SandboxId>().ok()) {
-            let (position, estimate) = place_in_line(state, sandbox);
+            let (position, estimate) = state.start_queue.place(sandbox);
             task.position = position;
             task.estimate_secs = estimate;
         }
     }
     task
-}
-
-/// The start's place among the waiting (1: next) and about how long until it is placed.
-fn place_in_line(state: &AppState, sandbox: SandboxId) -> (Option<u32>, Option<u64>) {
-    state.start_queue.copy.lock().map(|m| m.place(sandbox)).unwrap_or((None, None))
 }
 
 /// What a conversation's socket says of its sandbox's place in the start queue (a start or a
@@ -60,10 +55,7 @@ impl PlaceWatch {
         if self.sandbox.is_none() {
             self.sandbox = sandbox_of(state, id);
         }
-        let sandbox = self.sandbox?;
-        // (Most changes are other starts' and the hosts' beats: a look-up first.)
-        let in_line = state.start_queue.copy.lock().is_ok_and(|m| m.queued.contains_key(&sandbox));
-        let (position, estimate) = if in_line { place_in_line(state, sandbox) } else { (None, None) };
+        let (position, estimate) = state.start_queue.place(self.sandbox?);
         if position == self.said {
             return None;
         }
@@ -166,6 +158,12 @@ pub struct OrgShare {
     pub max_running: Option<u32>,
 }
 
+impl OrgShare {
+    fn new(org: &str, share: &Share) -> Self {
+        Self { org: org.to_owned(), weight: share.weight, priority: share.priority, max_running: share.max_running }
+    }
+}
+
 /// The body of `PUT /admin/queue/shares/{org}`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -215,14 +213,8 @@ pub async fn admin_queue(State(state): State<AppState>, _: Admin) -> Result<Json
         .map(|h| HostRoomView { node: h.node.clone(), slots: h.slots, busy: h.busy, alive: now - h.at_ms < HOST_STALE_MS })
         .collect();
     hosts.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut shares: Vec<OrgShare> = m
-        .shares
-        .iter()
-        .filter_map(|(group, s)| {
-            let org = group.strip_prefix("org:")?.to_owned();
-            Some(OrgShare { org, weight: s.weight, priority: s.priority, max_running: s.max_running })
-        })
-        .collect();
+    let mut shares: Vec<OrgShare> =
+        m.shares.iter().filter_map(|(group, share)| Some(OrgShare::new(q::org_of_group(group)?, share))).collect();
     shares.sort_by(|a, b| a.org.cmp(&b.org));
     Ok(Json(QueueView { waiting, hosts, per_place_ms: per_place_ms(&m.recent), shares }))
 }
@@ -244,8 +236,9 @@ pub async fn put_share(
         return Err(ApiError::not_found("organization"));
     }
     let share = Share { weight: body.weight.unwrap_or(1), priority: body.priority.unwrap_or(0), max_running: body.max_running };
-    if share.max_running.is_some_and(|m| !(1..=100_000).contains(&m)) {
-        return Err(ApiError::bad_request("invalid_field", "`max_running` must be 1 to 100000, or absent for no limit of its own"));
+    if share.max_running.is_some_and(|m| !(1..=q::MAX_RUNNING).contains(&m)) {
+        let max = q::MAX_RUNNING;
+        return Err(ApiError::bad_request("invalid_field", format!("`max_running` must be 1 to {max}, or absent for no limit of its own")));
     }
     if !(1..=q::MAX_WEIGHT).contains(&share.weight) {
         return Err(ApiError::bad_request("invalid_field", format!("`weight` must be 1 to {}; it was {}", q::MAX_WEIGHT, share.weight)));
@@ -258,7 +251,7 @@ pub async fn put_share(
     state.start_queue.kv.put(q::share_key(&q::org_group(&org)), value.into()).await.map_err(ApiError::internal)?;
     let detail = serde_json::json!({"weight": share.weight, "priority": share.priority, "max_running": share.max_running});
     audit::Action::new(&actor, "queue.share", &org).org(&org).detail(detail).send(&state, client).await;
-    Ok(Json(OrgShare { org, weight: share.weight, priority: share.priority, max_running: share.max_running }))
+    Ok(Json(OrgShare::new(&org, &share)))
 }
 
 /// Gives an organization the default share back (weight 1, priority 0).

@@ -58,8 +58,8 @@ pub struct WsQuery {
 /// "from", "to", "text"}` (no `seq`; not an event, never in the log; the text so far comes first
 /// on a socket that opens mid-answer), or, while the conversation's sandbox waits in the start
 /// queue (its start, or a wake for a message), its place: `{"kind": "queue_position",
-/// "position", "estimate_secs"}` (`position: null` once it leaves the line). Reconnect with the last seq you saw to get exactly the
-/// missing events. Authenticate with
+/// "position", "estimate_secs"}` (`position: null` once it leaves the line). Reconnect with
+/// the last seq you saw to get exactly the missing events. Authenticate with
 /// `Authorization: Bearer <key>`, the session cookie, or (where a client cannot set a header)
 /// a single-use ticket as `access_token`. The server pings every 20 s and closes a socket whose
 /// client has not answered for 45 s.
@@ -190,7 +190,7 @@ pub(crate) async fn stream(state: AppState, id: ConversationId, after: u64, mut 
                 }
             }
             () = &mut hold, if held => held = false,
-            Some(msg) = next_delta(&mut deltas), if asked_so_far || !held => {
+            Some(msg) = next_delta(&mut deltas), if !held => {
                 if !send_delta(&mut socket, &msg.payload).await {
                     return;
                 }
