@@ -1055,7 +1055,28 @@ async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_
     })
     .await;
     assert!(closed.is_ok(), "Alice's WebSocket stayed open after Bob stopped sharing");
+    let listed_ids =
+        |v: &Value| -> Vec<String> { v["items"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap().to_owned()).collect() };
+    assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations").await.1), Vec::<String>::new(), "no longer listed");
     let (own, _) = bob.start_ready(json!({"message": "own", "title": "own"})).await;
     let (s, e) = bob.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{own}"), Some(json!({"visibility": "org"}))).await;
     assert_eq!((s, code(&e)), (400, "invalid_field".into()), "{e}");
+
+    // Shared again, the private one too: listed newest first; once Bob leaves, neither is.
+    for id in [&shared, &private] {
+        let (s, _) = bob.call(reqwest::Method::PATCH, &format!("/api/v1/conversations/{id}"), Some(json!({"visibility": "org"}))).await;
+        assert_eq!(s, 202);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ids = listed_ids(&alice.get("/api/v1/orgs/acme/conversations").await.1);
+        if ids == [private.clone(), shared.clone()] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not listed again, newest first: {ids:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations?limit=1").await.1), [private.clone()]);
+    assert_eq!(bob.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/bob", None).await.0, 204);
+    assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations").await.1), Vec::<String>::new(), "a former member's shares");
 }

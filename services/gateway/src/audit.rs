@@ -187,15 +187,17 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 1000"));
     }
     let (from, to) = (instant("from", q.from.as_deref())?, instant("to", q.to.as_deref())?);
+    // An organization's reads walk its own copies only, never the deployment's trail.
+    let scope = org.map_or_else(layout::AuditScope::all, layout::AuditScope::org);
     let start = match &q.cursor {
         Some(c) => Some(
             keys::from_hex(c)
-                .filter(|k| k.starts_with(layout::AUDIT_PREFIX))
+                .filter(|k| k.starts_with(scope.prefix()))
                 .ok_or_else(|| ApiError::bad_request("invalid_query", "`cursor` is not one this API gave; start again without it"))?,
         ),
         None => None,
     };
-    let filter = Filter { org: org.map(str::to_owned), actor: q.actor.clone(), action: q.action.clone(), from };
+    let filter = Filter { actor: q.actor.clone(), action: q.action.clone(), from };
     // Newest first: keys carry the inverted time, so `to` is where the scan begins.
     let begin = match (&start, to) {
         (Some(c), _) => {
@@ -203,17 +205,17 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
             after.push(0);
             after
         }
-        (None, Some(t)) => layout::audit_time_prefix(t - 1),
-        (None, None) => layout::AUDIT_PREFIX.to_vec(),
+        (None, Some(t)) => scope.at(t - 1),
+        (None, None) => scope.prefix().to_vec(),
     };
     if jsonl {
-        return Ok(export(state.store.tree().clone(), begin, filter));
+        return Ok(export(state.store.tree().clone(), scope, begin, filter));
     }
     let mut items = Vec::new();
     let mut last_key = None;
-    for entry in state.store.tree().range(begin..layout::AUDIT_END.to_vec()) {
+    for entry in state.store.tree().range(begin..scope.end()) {
         let (k, v) = entry.map_err(ApiError::internal)?;
-        let at_ms = layout::audit_time(&k);
+        let at_ms = scope.time(&k);
         if from.is_some_and(|f| at_ms < f) {
             break;
         }
@@ -234,9 +236,8 @@ pub fn read(state: &AppState, q: AuditQuery, org: Option<&str>) -> Result<Respon
 /// Records past this in one export end it with a line saying where to go on from.
 const MAX_EXPORT_RECORDS: usize = 100_000;
 
-/// What a read keeps.
+/// What a read keeps (of the records in its scope).
 struct Filter {
-    org: Option<String>,
     actor: Option<String>,
     action: Option<String>,
     from: Option<i64>,
@@ -244,8 +245,7 @@ struct Filter {
 
 impl Filter {
     fn matches(&self, v: &AuditRow, at_ms: i64) -> bool {
-        self.org.as_deref().is_none_or(|o| v.org.as_deref() == Some(o))
-            && self.actor.as_deref().is_none_or(|a| v.actor == a)
+        self.actor.as_deref().is_none_or(|a| v.actor == a)
             && self.action.as_deref().is_none_or(|a| if a.ends_with('.') { v.action.starts_with(a) } else { v.action == a })
             && self.from.is_none_or(|f| at_ms >= f)
     }
@@ -254,15 +254,15 @@ impl Filter {
 /// Every record from `begin` that `filter` keeps, as JSON Lines, streamed as it is read (never
 /// whole in memory) and at most [`MAX_EXPORT_RECORDS`] of them: past that, a last line
 /// `{"truncated": true, "next_to": <time>}` says where the next export starts (`to=`).
-fn export(tree: sled::Tree, begin: Vec<u8>, filter: Filter) -> Response {
+fn export(tree: sled::Tree, scope: layout::AuditScope, begin: Vec<u8>, filter: Filter) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
     tokio::task::spawn_blocking(move || {
         let mut chunk = String::new();
         let mut sent = 0usize;
         let send = |chunk: &mut String| tx.blocking_send(Ok(axum::body::Bytes::from(std::mem::take(chunk)))).is_ok();
-        for entry in tree.range(begin..layout::AUDIT_END.to_vec()) {
+        for entry in tree.range(begin..scope.end()) {
             let Ok((k, v)) = entry else { break };
-            let at_ms = layout::audit_time(&k);
+            let at_ms = scope.time(&k);
             if filter.from.is_some_and(|f| at_ms < f) {
                 break;
             }

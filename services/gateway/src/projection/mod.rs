@@ -113,9 +113,11 @@ impl Pending<'_> {
         self.usage_at(layout::usage_key(user, time_ms, model))
     }
 
-    /// `f` applied to `user`'s row, and to their row in `org` if the conversation is in one.
+    /// `f` applied to `user`'s row (and its copy for the deployment's reports), and to their
+    /// row in `org` if the conversation is in one.
     fn use_up(&mut self, user: &str, org: Option<&str>, time_ms: i64, model: &str, f: impl Fn(&mut store::UsageRow)) {
         f(self.usage(user, time_ms, model));
+        f(self.usage_at(layout::all_usage_key(user, time_ms, model)));
         if let Some(org) = org {
             f(self.usage_at(layout::org_usage_key(org, user, time_ms, model)));
         }
@@ -325,6 +327,8 @@ impl Pending<'_> {
                     }
                     view.start_request = Some(*request);
                 }
+                self.index_shared(conversation_id);
+                let Some(view) = self.view(conversation_id) else { return };
                 if !view.usage_counted {
                     view.usage_counted = true;
                     let org = view.start_request.as_ref().and_then(|r| r.org.clone());
@@ -361,6 +365,7 @@ impl Pending<'_> {
                     view.visibility_changed = true;
                     view.updated_at = at;
                 }
+                self.index_shared(conversation_id);
             }
             SystemRecord::ConversationTags { conversation_id, tags } => {
                 if let Some(view) = self.view(conversation_id) {
@@ -371,7 +376,10 @@ impl Pending<'_> {
             }
             SystemRecord::Audit(a) => {
                 if let Ok(bytes) = serde_json::to_vec(&crate::read_model::rows::AuditRow::from(&a)) {
-                    self.batch.insert(layout::audit_key(a.at_ms, seq), bytes);
+                    if let Some(org) = &a.org {
+                        self.batch.insert(layout::AuditScope::org(org).key(a.at_ms, seq), &bytes);
+                    }
+                    self.batch.insert(layout::AuditScope::all().key(a.at_ms, seq), bytes);
                 }
             }
             SystemRecord::SandboxImage(_) | SystemRecord::SandboxPool { .. } => {}
@@ -381,7 +389,11 @@ impl Pending<'_> {
             SystemRecord::ConversationDeleted { conversation_id, owner } => {
                 if let Some(view) = self.view(conversation_id) {
                     let created = view.created_ms;
+                    let org = view.start_request.as_ref().and_then(|r| r.org.clone());
                     self.batch.remove(layout::owner_key(&owner.0, created, conversation_id));
+                    if let Some(org) = org {
+                        self.batch.remove(layout::org_shared_key(&org, created, conversation_id));
+                    }
                 }
                 self.views.insert(conversation_id, None);
                 self.dirty.insert(conversation_id);
@@ -391,6 +403,19 @@ impl Pending<'_> {
                     self.batch.remove(key);
                 }
             }
+        }
+    }
+
+    /// Keeps the conversation in its organization's shared list (`GET /orgs/{org}/conversations`)
+    /// while it is shared with it, and out of it otherwise.
+    fn index_shared(&mut self, id: ConversationId) {
+        let Some(view) = self.view(id) else { return };
+        let Some(org) = view.start_request.as_ref().and_then(|r| r.org.clone()) else { return };
+        let key = layout::org_shared_key(&org, view.created_ms, id);
+        if view.visibility == halyard_protocol::org::Visibility::Org {
+            self.batch.insert(key, id.as_bytes());
+        } else {
+            self.batch.remove(key);
         }
     }
 

@@ -20,8 +20,8 @@ use serde_json::Value;
 use halyard_protocol::{ConversationId, SandboxId, TaskId};
 
 use super::layout::{
-    AUDIT_END, LEGACY_EVENT_PREFIX, audit_time_prefix, conv_key, log_index_key, meta_key, owner_prefix, sandbox_key, sandbox_owner_prefix,
-    task_key, usage_prefix,
+    AuditScope, LEGACY_EVENT_PREFIX, conv_key, log_index_key, meta_key, owner_prefix, sandbox_key, sandbox_owner_prefix, task_key,
+    usage_prefix,
 };
 
 /// A conversation as the API shows it.
@@ -247,12 +247,18 @@ impl UsageRow {
     }
 }
 
-/// Removes the audit records from before `cutoff_ms` (the oldest are last); how many.
+/// Removes the audit records from before `cutoff_ms` (the oldest are last), with their
+/// organizations' copies; how many.
 pub fn prune_audit(tree: &sled::Tree, cutoff_ms: i64) -> Result<usize, sled::Error> {
+    let all = AuditScope::all();
     let mut removed = 0;
     // Keys from the last millisecond before the cutoff on are all older.
-    for key in tree.range(audit_time_prefix(cutoff_ms - 1)..AUDIT_END.to_vec()).keys() {
-        tree.remove(key?)?;
+    for entry in tree.range(all.at(cutoff_ms - 1)..all.end()) {
+        let (key, row) = entry?;
+        if let Some(org) = serde_json::from_slice::<super::rows::AuditRow>(&row).ok().and_then(|r| r.org) {
+            tree.remove(AuditScope::org(&org).same_record(&key))?;
+        }
+        tree.remove(key)?;
         removed += 1;
     }
     Ok(removed)
@@ -273,6 +279,7 @@ impl Store {
         for key in tree.scan_prefix([LEGACY_EVENT_PREFIX]).keys() {
             tree.remove(key?)?;
         }
+        super::indexes::build(&tree)?;
         Ok(Self { tree, db })
     }
 
@@ -381,6 +388,18 @@ impl Store {
         Ok(m)
     }
 
+    /// Up to `limit` of the conversations shared with organization `org` that `keep` accepts,
+    /// newest first.
+    pub fn shared_with(
+        &self,
+        org: &str,
+        limit: usize,
+        keep: impl Fn(&ConversationView) -> bool,
+    ) -> Result<Vec<ConversationView>, StoreError> {
+        let get = |id| Ok(self.conversation(ConversationId(id))?.filter(|c| keep(c)));
+        Ok(self.page(super::layout::org_shared_prefix(org), None, limit, get)?.0)
+    }
+
     /// A page of an index whose values are ids, resolved by `get`.
     fn page<T>(
         &self,
@@ -445,25 +464,32 @@ pub use halyard_protocol::rfc3339;
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::{AUDIT_PREFIX, audit_key, audit_time};
     use super::*;
 
     #[test]
     fn audit_records_read_newest_first_and_the_old_ones_are_pruned() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = db.open_tree("t").unwrap();
+        let (all, acme) = (AuditScope::all(), AuditScope::org("acme"));
         for (t, seq) in [(1_000, 1), (3_000, 4), (2_000, 2), (2_000, 3)] {
-            tree.insert(audit_key(t, seq), &seq.to_be_bytes()[..]).unwrap();
+            let org = (seq % 2 == 1).then_some("acme");
+            let row =
+                serde_json::json!({"time": "", "actor": "a", "action": "x.y", "target": "", "org": org, "detail": null, "client": null});
+            tree.insert(all.key(t, seq), serde_json::to_vec(&row).unwrap()).unwrap();
+            if org.is_some() {
+                tree.insert(acme.key(t, seq), &b"copy"[..]).unwrap();
+            }
         }
         tree.insert(b"B-other", &b"x"[..]).unwrap();
-        let times: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
-        assert_eq!(times, vec![3_000, 2_000, 2_000, 1_000]);
+        let times = |scope: &AuditScope| -> Vec<i64> { tree.scan_prefix(scope.prefix()).keys().map(|k| scope.time(&k.unwrap())).collect() };
+        assert_eq!(times(&all), vec![3_000, 2_000, 2_000, 1_000]);
+        assert_eq!(times(&acme), vec![2_000, 1_000]);
         // Within a millisecond, the later in the stream first.
-        let seqs: Vec<Vec<u8>> = tree.scan_prefix(AUDIT_PREFIX).values().map(|v| v.unwrap().to_vec()).collect();
-        assert_eq!(seqs[1..3], [3u64.to_be_bytes().to_vec(), 2u64.to_be_bytes().to_vec()]);
+        let seqs: Vec<Vec<u8>> = tree.scan_prefix(all.prefix()).keys().map(|k| k.unwrap()[9..].to_vec()).collect();
+        assert_eq!(seqs[1..3], [(u64::MAX - 3).to_be_bytes().to_vec(), (u64::MAX - 2).to_be_bytes().to_vec()]);
         assert_eq!(prune_audit(&tree, 2_000).unwrap(), 1, "only the record before the cutoff");
-        let left: Vec<i64> = tree.scan_prefix(AUDIT_PREFIX).keys().map(|k| audit_time(&k.unwrap())).collect();
-        assert_eq!(left, vec![3_000, 2_000, 2_000]);
+        assert_eq!(times(&all), vec![3_000, 2_000, 2_000]);
+        assert_eq!(times(&acme), vec![2_000], "the organization's copy went with it");
         assert!(tree.contains_key(b"B-other").unwrap());
     }
 }

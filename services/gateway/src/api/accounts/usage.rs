@@ -1,6 +1,7 @@
 //! Usage reports: what users spent, from the read model's daily rows (one per user, day and
 //! model, kept by the projection as LLM calls, starts and sandbox runs are read from the bus, so
-//! a report never scans a log; and the same per organization for its conversations). `GET
+//! a report never scans a log; and the same per organization for its conversations, and for the
+//! deployment, each ordered by day so that a report reads the days it covers and no others). `GET
 //! /api/v1/me/usage` for one's own, `GET /api/v1/orgs/{org}/usage` for an organization's owners
 //! and admins, `GET /api/v1/admin/usage` for operators; grouped by user, model or day, between
 //! two times, as JSON or CSV.
@@ -97,8 +98,8 @@ fn line(group: Group, key: &str, r: &UsageRow) -> UsageLine {
     }
 }
 
-/// The report of the rows under `prefix` (a user's, an organization's, or all users').
-fn report(state: &AppState, prefix: Vec<u8>, q: UsageQuery, may_group_by_user: bool) -> Result<Response, ApiError> {
+/// The report of the rows in `scope` (a user's, an organization's, or all users').
+fn report(state: &AppState, scope: layout::UsageScope<'_>, q: UsageQuery, may_group_by_user: bool) -> Result<Response, ApiError> {
     let group = match q.group_by.as_deref().unwrap_or("day") {
         "day" => Group::Day,
         "model" => Group::Model,
@@ -120,15 +121,13 @@ fn report(state: &AppState, prefix: Vec<u8>, q: UsageQuery, may_group_by_user: b
     if to <= from {
         return Err(ApiError::bad_request("invalid_query", "`to` must come after `from`"));
     }
-    // Whole days: a day counts if it begins before `to` and ends after `from`.
-    const DAY: i64 = 86_400_000;
+    // Whole days: a day counts if it begins before `to` and ends after `from`. Only those
+    // days' rows are read: the scope's keys are ordered by day.
+    let (first, end) = (layout::day_of(from), layout::day_of(to - 1) + 1);
     let mut groups: BTreeMap<String, UsageRow> = BTreeMap::new();
-    for entry in state.store.tree().scan_prefix(prefix) {
+    for entry in state.store.tree().range(scope.days(first, end)) {
         let (k, v) = entry.map_err(ApiError::internal)?;
-        let Some((who, day, model)) = layout::any_usage_parts(&k) else { continue };
-        if day >= to || day + DAY <= from {
-            continue;
-        }
+        let Some((who, day, model)) = scope.parts(&k) else { continue };
         let Ok(row) = serde_json::from_slice::<UsageRow>(&v) else { continue };
         let key = match group {
             Group::User => who,
@@ -173,7 +172,7 @@ pub async fn mine(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    report(&state, layout::usage_prefix(&user.0), q, false)
+    report(&state, layout::UsageScope::User(&user.0), q, false)
 }
 
 /// Every user's usage (administrators only), by user, model or day.
@@ -185,7 +184,7 @@ pub async fn all(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    report(&state, b"V".to_vec(), q, true)
+    report(&state, layout::UsageScope::All, q, true)
 }
 
 /// What the organization's conversations used (its owners and admins), by member, model or day.
@@ -199,7 +198,7 @@ pub async fn org(
 ) -> Result<Response, ApiError> {
     let (_, org) = crate::auth::access::load_managed(&state, &user, &name, "the organization's owners and admins read its usage")?;
     let Query(q) = query?;
-    report(&state, layout::org_usage_prefix(&org.name), q, true)
+    report(&state, layout::UsageScope::Org(&org.name), q, true)
 }
 
 /// `value` as one CSV cell a spreadsheet shows as text: a model id is whatever a provider or an

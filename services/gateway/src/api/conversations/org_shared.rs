@@ -1,6 +1,7 @@
 //! `GET /orgs/{org}/conversations`: the conversations an organization's members share with it
-//! (`visibility: org`), for any member to open and follow read-only. Read from each member's
-//! own index, so that nothing else needs to be kept; organizations are teams, not crowds.
+//! (`visibility: org`), for any member to open and follow read-only. Read from the
+//! organization's own index (kept by the projection while a conversation is shared with it), so
+//! a page costs its rows, not every member's conversations.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -43,14 +44,12 @@ pub async fn list(
         return Err(ApiError::bad_request("invalid_query", "`limit` must be between 1 and 200"));
     }
     let (_, org, _) = crate::auth::access::load(&state, &user, &name)?;
+    // Shared by someone who is still a member: a former member's shares stop with them.
     let shared = |c: &crate::read_model::store::ConversationView| {
-        c.visibility == Visibility::Org && c.start_request.as_ref().and_then(|r| r.org.as_deref()) == Some(org.name.as_str())
+        c.visibility == Visibility::Org
+            && c.start_request.as_ref().and_then(|r| r.org.as_deref()) == Some(org.name.as_str())
+            && org.members.contains_key(&halyard_protocol::UserId(c.owner.clone()))
     };
-    let mut found = Vec::new();
-    for member in org.members.keys() {
-        found.extend(state.store.conversations_matching(&member.0, None, limit, shared)?.items);
-    }
-    found.sort_by_key(|c| std::cmp::Reverse(c.created_ms));
-    found.truncate(limit);
+    let found = state.store.shared_with(&org.name, limit, shared)?;
     Ok(Json(OrgConversations { items: found.iter().map(conversation_json).collect() }))
 }
