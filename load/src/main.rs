@@ -41,6 +41,7 @@ mod hooks;
 mod kernel;
 mod memory;
 mod queue;
+mod reads;
 mod record;
 mod step;
 mod stream;
@@ -52,7 +53,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold` and `fork` (issue 58), `queue` (issue 52), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold`, `fork` and `reads` (issue 58), `queue` (issue 52), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -108,7 +109,7 @@ struct Args {
     /// Memory suite: idle conversations per repetition.
     #[arg(long, default_value_t = 200)]
     idle_conversations: usize,
-    /// Cold suite: another build's `halyard` binary, measured in the same run as this one's
+    /// Cold and reads suites: another build's `halyard` binary, measured in the same run as this one's
     /// (the commit before a change, built elsewhere).
     #[arg(long)]
     baseline_bin: Option<std::path::PathBuf>,
@@ -237,6 +238,10 @@ async fn main() -> Result<()> {
     if wants("memory") {
         let r = memory::run(reps, crate::scaled(args.idle_conversations, 10)).await?;
         record(&args.out, "memory", &r)?;
+    }
+    if wants("reads") {
+        let r = reads::run(reps, args.baseline_bin.as_deref()).await?;
+        record(&args.out, "reads", &r)?;
     }
     if wants("fork") {
         let r = fork::run(reps).await?;
