@@ -106,10 +106,11 @@ struct Args {
     /// suites still work; its figures mean nothing. Needs `--out` elsewhere than load/results.
     #[arg(long)]
     smoke: bool,
-    /// Memory suite: idle conversations per repetition.
-    #[arg(long, default_value_t = 200)]
+    /// Memory suite: conversations in each of its two rounds (enough that nats-server's
+    /// message blocks fill in the first, so the second shows what one more conversation costs).
+    #[arg(long, default_value_t = 1_000)]
     idle_conversations: usize,
-    /// Cold and reads suites: another build's `halyard` binary, measured in the same run as this one's
+    /// Cold, reads and memory suites: another build's `halyard` binary, measured in the same run as this one's
     /// (the commit before a change, built elsewhere).
     #[arg(long)]
     baseline_bin: Option<std::path::PathBuf>,
@@ -236,7 +237,7 @@ async fn main() -> Result<()> {
         record(&args.out, "hibernation", &r)?;
     }
     if wants("memory") {
-        let r = memory::run(reps, crate::scaled(args.idle_conversations, 10)).await?;
+        let r = memory::run(reps, crate::scaled(args.idle_conversations, 10), args.baseline_bin.as_deref()).await?;
         record(&args.out, "memory", &r)?;
     }
     if wants("reads") {

@@ -117,19 +117,19 @@ async fn settle(h: &Halyard, convs: &[String]) -> Result<f64> {
     Ok(took)
 }
 
-async fn once(n: usize) -> Result<Value> {
+async fn once(n: usize, bin: Option<&std::path::Path>) -> Result<Value> {
     let llm = ScriptedLlm::start().await;
     let receiver = Receiver::start().await;
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LOG", "warn")
-            .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "1")
-            .set("HALYARD_IDLE_EVICT_SECS", "2")
-            .set("HALYARD_WEBHOOK_ALLOW", "loopback")
-            .set("HALYARD_LLM_STREAM", "false"),
-    );
+    let mut opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_LOG", "warn")
+        .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_SANDBOX_IDLE_STOP_SECS", "1")
+        .set("HALYARD_IDLE_EVICT_SECS", "2")
+        .set("HALYARD_WEBHOOK_ALLOW", "loopback")
+        .set("HALYARD_LLM_STREAM", "false");
+    opts.bin = bin.map(std::path::Path::to_path_buf);
+    let h = Halyard::start(opts);
     script(&llm);
     let api = h.api(KEY);
     let (s, w) = api.post("/api/v1/webhooks", json!({"url": receiver.url})).await;
@@ -199,22 +199,49 @@ async fn once(n: usize) -> Result<Value> {
     }))
 }
 
-pub async fn run(reps: usize, n: usize) -> Result<Value> {
-    let context = Context::now();
-    let runs = crate::record::collect("memory", reps, |_| once(n)).await?;
+/// The figures of `runs`, as spreads.
+fn summary(runs: &[Value]) -> Value {
     let of = |key: &str| spread(runs.iter().filter_map(|r| r["kib_per_idle_conversation"][key].as_f64()));
     let first = |key: &str| spread(runs.iter().filter_map(|r| r["kib_per_conversation_of_the_first_round"][key].as_f64()));
-    let total = of("total");
+    json!({
+        "kib_per_idle_conversation": {"total": of("total"), "halyard": of("halyard"), "nats_server": of("nats_server")},
+        "kib_per_conversation_of_the_first_round": {"total": first("total"), "halyard": first("halyard"), "nats_server": first("nats_server")},
+        "kib_per_conversation_over_empty": spread(runs.iter().filter_map(|r| r["kib_per_conversation_over_empty"].as_f64())),
+    })
+}
+
+/// Every repetition measures this build and, given `baseline` (another build's binary), that
+/// one too, in turns, each with a `halyard up` of its own.
+pub async fn run(reps: usize, n: usize, baseline: Option<&std::path::Path>) -> Result<Value> {
+    let context = Context::now();
+    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let mut order = vec![(false, None), (true, baseline)];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for (is_base, bin) in order {
+            if is_base && bin.is_none() {
+                continue;
+            }
+            crate::record::settle(Duration::from_secs(30));
+            let run = once(n, bin).await?;
+            eprintln!("memory rep {rep}{}: {}", if is_base { " (baseline)" } else { "" }, run["kib_per_idle_conversation"]);
+            if is_base { base_runs.push(run) } else { runs.push(run) }
+        }
+    }
+    let now = summary(&runs);
+    let total = now["kib_per_idle_conversation"]["total"].clone();
     Ok(json!({
         "suite": "memory",
         "context": context,
         "repetitions": reps,
-        "kib_per_idle_conversation": {"total": total.clone(), "halyard": of("halyard"), "nats_server": of("nats_server")},
-        "kib_per_conversation_of_the_first_round": {"total": first("total"), "halyard": first("halyard"), "nats_server": first("nats_server")},
-        "kib_per_conversation_over_empty": spread(runs.iter().filter_map(|r| r["kib_per_conversation_over_empty"].as_f64())),
-        "target_kib": 100,
-        "aim_kib": 50,
-        "meets_target": total["median"].as_f64().map(|m| m <= 100.0),
+        "kib_per_idle_conversation": now["kib_per_idle_conversation"],
+        "kib_per_conversation_of_the_first_round": now["kib_per_conversation_of_the_first_round"],
+        "kib_per_conversation_over_empty": now["kib_per_conversation_over_empty"],
+        "baseline": baseline.map(|b| json!({"binary": b.display().to_string(), "figures": summary(&base_runs), "runs": base_runs})),
+        "target_kib": 32,
+        "meets_target": total["median"].as_f64().map(|m| m <= 32.0),
         "runs": runs,
         "notes": "Resident memory (VmRSS) of the halyard up process (every service) and its nats-server once the \
                   conversations are idle and settled: sandboxes hibernated, every in-memory gauge at zero (eviction \
@@ -226,6 +253,6 @@ pub async fn run(reps: usize, n: usize) -> Result<Value> {
                   kept beside, is higher at this N; kib_per_conversation_over_empty divides all the growth from the \
                   empty server by the 2N conversations. Each conversation: a message, two scripted LLM steps, one \
                   command, one webhook subscription's deliveries.",
-        "reproduce": "cargo run --release -p halyard-load -- --suite memory (writes load/results/memory.json)",
+        "reproduce": "cargo run --release -p halyard-load -- --suite memory [--idle-conversations N] [--baseline-bin PATH] (writes load/results/memory.json)",
     }))
 }

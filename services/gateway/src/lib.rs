@@ -77,7 +77,7 @@ pub async fn serve(
     check_sites(&config)?;
     let config_proxies = config.gateway.trusted_proxies.clone();
     let js = jetstream::new(nats.clone());
-    let store = Store::open(&config.data_dir.join("gateway"))?;
+    let store = Store::open(&config.data_dir.join("gateway"), config.gateway.read_model_cache_mb << 20)?;
     let live = Arc::new(Live::default());
     let limiter = Arc::new(RateLimiter::new(config.gateway.rate_limit_per_minute));
     let auth_failures = Arc::new(AuthFailures::new(config.gateway.auth_failures_per_minute));

@@ -97,7 +97,7 @@ mod tests {
     #[tokio::test]
     async fn a_retry_replaces_the_projections_copy_of_the_failed_start() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
         let live = Live::default();
         let (owner, id) = (UserId("ann".into()), ConversationId::new());
         let mut failed = new_view(id, &owner.0, TaskId::new(), 1_000);
@@ -122,7 +122,7 @@ mod tests {
     #[tokio::test]
     async fn rows_the_projection_wrote_first_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
         let live = Live::default();
         let (owner, id, task) = (UserId("ann".into()), ConversationId::new(), TaskId::new());
         let mut ready = new_view(id, &owner.0, task, 1_000);
@@ -144,7 +144,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_start_is_found_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
         let live = Live::default();
         let (owner, id, task) = (UserId("ann".into()), ConversationId::new(), TaskId::new());
         live.start_sent(&store, sent(task, id, &owner)).await.unwrap();

@@ -272,8 +272,9 @@ pub struct Store {
 }
 
 impl Store {
-    pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new().path(path).flush_every_ms(Some(200)).open()?;
+    /// Opens the store at `path`, keeping at most `cache_bytes` of its pages in memory.
+    pub fn open(path: &std::path::Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let db = sled::Config::new().path(path).flush_every_ms(Some(200)).cache_capacity(cache_bytes).open()?;
         let tree = db.open_tree("read_models")?;
         super::batch::replay(&tree)?;
         for key in tree.scan_prefix([LEGACY_EVENT_PREFIX]).keys() {

@@ -44,6 +44,9 @@ pub struct GatewayConfig {
     pub public_url: String,
     /// Days the audit trail keeps a record readable (`HALYARD_AUDIT_RETENTION_DAYS`).
     pub audit_retention_days: u64,
+    /// The read models' page cache in memory, in MiB (sled's own is 1 GiB by default: it kept
+    /// every conversation's rows in memory long after they went idle).
+    pub read_model_cache_mb: u64,
     /// Single sign-on to the web workspace through this OpenID Connect provider (its issuer
     /// URL; empty: none). Its redirect URL is `<public_url>/api/v1/auth/sso/callback`.
     pub oidc_issuer: String,
@@ -86,6 +89,7 @@ impl Default for GatewayConfig {
             step_up_secs: 300,
             public_url: String::new(),
             audit_retention_days: 400,
+            read_model_cache_mb: 64,
             oidc_issuer: String::new(),
             oidc_client_id: String::new(),
             oidc_client_secret: String::new(),
@@ -178,6 +182,9 @@ pub(crate) const SETTINGS: &[Setting<GatewayConfig>] = &[
         "\"Sign in with Slack\" (your Slack app's OpenID Connect client): proves who a Slack user is before an automation may run as them; its redirect URL is `<HALYARD_PUBLIC_URL>/api/v1/auth/slack/callback`",
         |c, v| c.slack_oidc_client_secret = v.to_owned()
     ),
+    set!("READ_MODEL_CACHE_MB", "`64`", "memory the gateway's read models keep of their rows (MiB); the rest is read from disk", |c, v| {
+        c.read_model_cache_mb = positive(v, "MiB")?
+    }),
     set!("AUDIT_RETENTION_DAYS", "`400`", "how long the audit trail keeps a record readable", |c, v| c.audit_retention_days =
         positive(v, "days")?),
     set!("RATE_LIMIT_PER_MINUTE", "`600`", "write requests per user", |c, v| c.rate_limit_per_minute = number(v, "a count")?),
