@@ -23,6 +23,11 @@ pub const DEAD_LETTER_STREAM: &str = "HALYARD_DEAD_LETTERS";
 
 /// All conversation events.
 pub const ALL_EVENTS: &str = "halyard.events.>";
+
+/// A subject in the events stream that no event is ever appended to (no conversation is named
+/// `none`): the callback fan-out's filter while no webhook subscription is enabled, so that the
+/// server delivers it nothing.
+pub const NO_EVENTS: &str = "halyard.events.none.none";
 /// Every conversation's user messages (what the title setter reads).
 pub const ALL_USER_MESSAGES: &str = "halyard.events.*.user_message";
 /// All lifecycle records.

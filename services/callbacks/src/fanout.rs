@@ -1,4 +1,6 @@
-//! Stage one: every event that matches a subscription becomes a delivery job.
+//! Stage one: every event that matches a subscription becomes a delivery job. While no
+//! subscription is enabled the fan-out's consumer is filtered to no events at all
+//! ([`follow`]), so the server delivers it nothing and an agent's step pays for no fan-out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -77,6 +79,15 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
             }
         }
     });
+    let follower = tokio::spawn({
+        let ctx = ctx.clone();
+        async move {
+            loop {
+                tokio::time::sleep(FOLLOW_EVERY).await;
+                follow(&ctx).await;
+            }
+        }
+    });
     let js = ctx.js.clone();
     let result = bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
         let ctx = ctx.clone();
@@ -110,8 +121,46 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
     })
     .await;
     sweeper.abort();
+    follower.abort();
     result
 }
+
+/// Sets the fan-out consumer's filter to every event while some subscription is enabled and to
+/// none otherwise ([`subjects::NO_EVENTS`]), if it is not so already. Events appended while it
+/// took none are never fanned out: they came before every subscription now enabled, as a
+/// subscription gets the events from when the dispatcher learns of it. Called on every change
+/// of the subscriptions and every [`FOLLOW_EVERY`], which also undoes a process's start-up
+/// that declared the consumer again as `nats/` has it (every event).
+pub async fn follow(ctx: &Ctx) {
+    let want = if any_enabled(ctx) { subjects::ALL_EVENTS } else { subjects::NO_EVENTS };
+    let consumer = match ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await {
+        Ok(stream) => stream.get_consumer::<async_nats::jetstream::consumer::Config>(subjects::CALLBACK_FANOUT_CONSUMER).await,
+        Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
+    };
+    let mut config = match consumer {
+        Ok(mut c) => match c.info().await {
+            Ok(info) => info.config.clone(),
+            Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
+        },
+        Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
+    };
+    if config.filter_subject == want && config.filter_subjects.is_empty() {
+        return;
+    }
+    config.filter_subject = want.to_owned();
+    config.filter_subjects.clear();
+    let stream = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await;
+    match stream {
+        Ok(stream) => match stream.update_consumer(config).await {
+            Ok(_) => tracing::info!(filter = want, "the fan-out's consumer follows the subscriptions"),
+            Err(e) => tracing::warn!(error = %e, "cannot set the fan-out's filter; it stays as it was"),
+        },
+        Err(e) => tracing::warn!(error = %e, "cannot set the fan-out's filter; it stays as it was"),
+    }
+}
+
+/// How often [`follow`] looks whether the consumer's filter is still what it should be.
+pub const FOLLOW_EVERY: Duration = Duration::from_secs(30);
 
 fn any_enabled(ctx: &Ctx) -> bool {
     ctx.subs.read().map(|subs| subs.values().any(|s| s.enabled)).unwrap_or(true)

@@ -14,7 +14,8 @@
 //!    time; a slow or dead endpoint holds up only its own worker.
 //!
 //! A [`Dispatcher`] actor keeps the workers in line with the subscriptions in the key-value
-//! bucket (which it watches).
+//! bucket (which it watches), and the fan-out's consumer too: it takes no events while no
+//! subscription is enabled ([`fanout::follow`]).
 
 pub mod ctx;
 pub mod fanout;
@@ -54,6 +55,9 @@ impl CallbackError {
 pub enum DispatcherMsg {
     Upsert(WebhookSubscription),
     Remove(String),
+    /// Every subscription stored at start-up was sent before this: the fan-out's filter may be
+    /// set now (not earlier, when a subscription not yet loaded would lose events).
+    Loaded,
 }
 
 /// Keeps one worker per enabled subscription.
@@ -107,7 +111,9 @@ impl Actor for Dispatcher {
                     let _ = stream.purge().filter(subjects::delivery_jobs_of(&id)).await;
                 }
             }
+            DispatcherMsg::Loaded => {}
         }
+        fanout::follow(&st.ctx).await;
         Ok(())
     }
 
@@ -141,6 +147,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             }
         }
     }
+    let _ = dispatcher.send_message(DispatcherMsg::Loaded);
     let watcher = {
         let dispatcher = dispatcher.clone();
         tokio::spawn(async move {
