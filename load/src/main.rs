@@ -110,7 +110,7 @@ struct Args {
     /// message blocks fill in the first, so the second shows what one more conversation costs).
     #[arg(long, default_value_t = 1_000)]
     idle_conversations: usize,
-    /// Cold, reads and memory suites: another build's `halyard` binary, measured in the same run as this one's
+    /// Cold, reads, memory and step suites: another build's `halyard` binary, measured in the same run as this one's
     /// (the commit before a change, built elsewhere).
     #[arg(long)]
     baseline_bin: Option<std::path::PathBuf>,
@@ -209,7 +209,7 @@ async fn main() -> Result<()> {
         record(&args.out, "cold", &r)?;
     }
     if wants("step") {
-        let r = step::run(reps).await?;
+        let r = step::run(reps, args.baseline_bin.as_deref()).await?;
         record(&args.out, "step", &r)?;
     }
     if wants("acp") {

@@ -100,47 +100,88 @@ async fn once(h: &Halyard, llm: &ScriptedLlm, messages: usize) -> Result<Value> 
     }))
 }
 
-pub async fn run(reps: usize) -> Result<Value> {
-    let context = Context::now();
-    let messages = crate::scaled(40, 3);
-    let llm = ScriptedLlm::start().await;
-    script(&llm);
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_LOG", "warn")
-            .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_LLM_STREAM", "false"),
-    );
-    let js = async_nats::jetstream::new(h.nats_client("admin").await);
-    let mut runs = Vec::new();
-    for rep in 0..reps {
-        let mut run = once(&h, &llm, messages).await?;
-        run["bus_round_trip_ms_p50"] = json!(bus_round_trip(&js, crate::scaled(200, 20)).await?);
-        eprintln!("step rep {rep}: p50 {} ms, bus {} ms", run["message_to_finished_ms_p50"], run["bus_round_trip_ms_p50"]);
-        runs.push(run);
-    }
+fn halyard(llm: &ScriptedLlm, bin: Option<&std::path::Path>) -> Halyard {
+    let mut opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_LOG", "warn")
+        .set("HALYARD_RATE_LIMIT_PER_MINUTE", "0")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_LLM_STREAM", "false");
+    opts.bin = bin.map(std::path::Path::to_path_buf);
+    Halyard::start(opts)
+}
+
+/// The figures of `runs`, as spreads.
+fn summary(runs: &[Value]) -> Value {
     let of = |key: &str| spread(runs.iter().filter_map(|r| r[key].as_f64()));
     let total = |r: &Value| r["cpu_us_per_message"]["total_us"].as_f64();
+    let part = |key: &'static str| move |r: &Value| r["cpu_us_per_message"][key].as_f64();
     let step = of("message_to_finished_ms_p50");
     let bus = of("bus_round_trip_ms_p50");
     let ratio = step["median"].as_f64().zip(bus["median"].as_f64()).filter(|(_, b)| *b > 0.0).map(|(a, b)| (a / b * 10.0).round() / 10.0);
-    Ok(json!({
-        "suite": "step",
-        "context": context,
-        "repetitions": reps,
-        "messages_per_repetition": messages,
+    json!({
         "message_to_finished_ms": step,
         "message_to_finished_ms_p99": of("message_to_finished_ms_p99"),
         "bus_round_trip_ms": bus,
         "step_in_bus_round_trips": ratio,
         "cpu_us_per_message": spread(runs.iter().filter_map(total)),
+        "cpu_us_per_message_halyard": spread(runs.iter().filter_map(part("halyard_us"))),
+        "cpu_us_per_message_nats_server": spread(runs.iter().filter_map(part("nats_server_us"))),
         "scripted_llm_ms_per_call": of("scripted_llm_ms_per_call_p50"),
-        "target_ms": 8.0,
-        "meets_target": step["median"].as_f64().map(|m| m <= 8.0),
+    })
+}
+
+/// Every repetition measures this build and, given `baseline` (another build's binary), that
+/// one too, in turns, each with a `halyard up` of its own.
+pub async fn run(reps: usize, baseline: Option<&std::path::Path>) -> Result<Value> {
+    let context = Context::now();
+    let messages = crate::scaled(40, 3);
+    let llm = ScriptedLlm::start().await;
+    script(&llm);
+    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let mut order = vec![(false, None), (true, baseline)];
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for (is_base, bin) in order {
+            if is_base && bin.is_none() {
+                continue;
+            }
+            let h = halyard(&llm, bin);
+            let js = async_nats::jetstream::new(h.nats_client("admin").await);
+            let mut run = once(&h, &llm, messages).await?;
+            run["bus_round_trip_ms_p50"] = json!(bus_round_trip(&js, crate::scaled(200, 20)).await?);
+            eprintln!(
+                "step rep {rep}{}: p50 {} ms, bus {} ms, cpu {}",
+                if is_base { " (baseline)" } else { "" },
+                run["message_to_finished_ms_p50"],
+                run["bus_round_trip_ms_p50"],
+                run["cpu_us_per_message"]
+            );
+            if is_base { base_runs.push(run) } else { runs.push(run) }
+        }
+    }
+    let now = summary(&runs);
+    let step = now["message_to_finished_ms"].clone();
+    let cpu = now["cpu_us_per_message"].clone();
+    let mut out = json!({
+        "suite": "step",
+        "context": context,
+        "repetitions": reps,
+        "messages_per_repetition": messages,
+        "baseline": baseline.map(|b| json!({"binary": b.display().to_string(), "figures": summary(&base_runs), "runs": base_runs})),
+        "targets": {"message_to_finished_ms": 4.0, "cpu_us_per_message": 6000.0},
+        "meets_targets": {
+            "message_to_finished_ms": step["median"].as_f64().map(|m| m <= 4.0),
+            "cpu_us_per_message": cpu["median"].as_f64().map(|m| m <= 6000.0),
+        },
         "runs": runs,
-        "reproduce": "cargo run --release -p halyard-load -- --suite step (writes load/results/step.json)",
-    }))
+        "reproduce": "cargo run --release -p halyard-load -- --suite step [--baseline-bin PATH] (writes load/results/step.json)",
+    });
+    if let (Some(o), Some(f)) = (out.as_object_mut(), now.as_object()) {
+        o.extend(f.clone());
+    }
+    Ok(out)
 }
 
 /// Where the time goes: the mean gap before each event of a run, by the event (and status)
