@@ -224,35 +224,12 @@ pub async fn run(reps: usize, baseline: Option<&std::path::Path>) -> Result<Valu
         std::fs::write(path, h.log())?;
         return Ok(run);
     }
-    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
-    for rep in 0..reps {
-        // Which goes first alternates, so that neither always meets the machine as the other
-        // left it.
-        let mut order = vec![(false, None), (true, baseline)];
-        if rep % 2 == 1 {
-            order.reverse();
-        }
-        for (is_base, bin) in order {
-            if is_base && bin.is_none() {
-                continue;
-            }
-            // A rep leaves a hundred sandboxes to tear down (network namespaces are slow to go).
-            crate::record::settle(Duration::from_secs(30));
-            let h = halyard(&llm, bin);
-            let run = once(&h, samples).await?;
-            eprintln!(
-                "cold rep {rep}{}: ready {} ms, first message {} ms (second {}), task {} ms, 10 at once {} s, 50 at once {} s",
-                if is_base { " (baseline)" } else { "" },
-                run["create_to_ready_ms"],
-                run["first_message_to_finished_ms"],
-                run["second_message_to_finished_ms"],
-                run["task_to_finished_ms"],
-                run["at_once_10_wall_s"],
-                run["at_once_50_wall_s"]
-            );
-            if is_base { base_runs.push(run) } else { runs.push(run) }
-        }
-    }
+    // A repetition leaves a hundred sandboxes to tear down (network namespaces are slow to go).
+    let (runs, base_runs) = crate::record::in_turns("cold", reps, baseline, Duration::from_secs(30), |bin| {
+        let h = halyard(&llm, bin);
+        async move { once(&h, samples).await }
+    })
+    .await?;
     let now = summary(&runs);
     let ready = now["create_to_ready_ms"].clone();
     let first = now["first_message_to_finished_ms"].clone();

@@ -214,22 +214,7 @@ fn summary(runs: &[Value]) -> Value {
 /// one too, in turns, each with a `halyard up` of its own.
 pub async fn run(reps: usize, n: usize, baseline: Option<&std::path::Path>) -> Result<Value> {
     let context = Context::now();
-    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
-    for rep in 0..reps {
-        let mut order = vec![(false, None), (true, baseline)];
-        if rep % 2 == 1 {
-            order.reverse();
-        }
-        for (is_base, bin) in order {
-            if is_base && bin.is_none() {
-                continue;
-            }
-            crate::record::settle(Duration::from_secs(30));
-            let run = once(n, bin).await?;
-            eprintln!("memory rep {rep}{}: {}", if is_base { " (baseline)" } else { "" }, run["kib_per_idle_conversation"]);
-            if is_base { base_runs.push(run) } else { runs.push(run) }
-        }
-    }
+    let (runs, base_runs) = crate::record::in_turns("memory", reps, baseline, Duration::from_secs(30), |bin| once(n, bin)).await?;
     let now = summary(&runs);
     let total = now["kib_per_idle_conversation"]["total"].clone();
     Ok(json!({

@@ -143,3 +143,40 @@ pub fn figures(runs: &[Value]) -> Value {
     }
     Value::Object(out)
 }
+
+/// Runs one repetition `reps` times for this build (`once(None)`) and, given `baseline`
+/// (another build's binary), for that one too (`once(Some(path))`), in turns: which goes first
+/// alternates, so that neither always meets the machine as the other left it. Before each, the
+/// machine settles for up to `settle` (what the last one left may still be tearing down). Each
+/// run is said as it ends; this build's runs, then the baseline's.
+pub async fn in_turns<'a, F, Fut>(
+    suite: &str,
+    reps: usize,
+    baseline: Option<&'a std::path::Path>,
+    patience: std::time::Duration,
+    mut once: F,
+) -> anyhow::Result<(Vec<Value>, Vec<Value>)>
+where
+    F: FnMut(Option<&'a std::path::Path>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let mut order = vec![None];
+        if let Some(bin) = baseline {
+            order.push(Some(bin));
+        }
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        for bin in order {
+            if !patience.is_zero() {
+                settle(patience);
+            }
+            let run = once(bin).await?;
+            eprintln!("{suite} rep {rep}{}: {run}", if bin.is_some() { " (baseline)" } else { "" });
+            if bin.is_some() { base_runs.push(run) } else { runs.push(run) }
+        }
+    }
+    Ok((runs, base_runs))
+}

@@ -137,30 +137,17 @@ pub async fn run(reps: usize, baseline: Option<&std::path::Path>) -> Result<Valu
     let messages = crate::scaled(40, 3);
     let llm = ScriptedLlm::start().await;
     script(&llm);
-    let (mut runs, mut base_runs) = (Vec::new(), Vec::new());
-    for rep in 0..reps {
-        let mut order = vec![(false, None), (true, baseline)];
-        if rep % 2 == 1 {
-            order.reverse();
-        }
-        for (is_base, bin) in order {
-            if is_base && bin.is_none() {
-                continue;
-            }
-            let h = halyard(&llm, bin);
+    let (runs, base_runs) = crate::record::in_turns("step", reps, baseline, Duration::ZERO, |bin| {
+        let h = halyard(&llm, bin);
+        let llm = &llm;
+        async move {
             let js = async_nats::jetstream::new(h.nats_client("admin").await);
-            let mut run = once(&h, &llm, messages).await?;
+            let mut run = once(&h, llm, messages).await?;
             run["bus_round_trip_ms_p50"] = json!(bus_round_trip(&js, crate::scaled(200, 20)).await?);
-            eprintln!(
-                "step rep {rep}{}: p50 {} ms, bus {} ms, cpu {}",
-                if is_base { " (baseline)" } else { "" },
-                run["message_to_finished_ms_p50"],
-                run["bus_round_trip_ms_p50"],
-                run["cpu_us_per_message"]
-            );
-            if is_base { base_runs.push(run) } else { runs.push(run) }
+            Ok(run)
         }
-    }
+    })
+    .await?;
     let now = summary(&runs);
     let step = now["message_to_finished_ms"].clone();
     let cpu = now["cpu_us_per_message"].clone();

@@ -1076,7 +1076,7 @@ async fn an_org_visible_conversation_is_read_by_its_members_and_acted_on_by_its_
         assert!(Instant::now() < deadline, "not listed again, newest first: {ids:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations?limit=1").await.1), [private.clone()]);
+    assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations?limit=1").await.1), vec![private.clone()]);
     assert_eq!(bob.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/bob", None).await.0, 204);
     assert_eq!(listed_ids(&alice.get("/api/v1/orgs/acme/conversations").await.1), Vec::<String>::new(), "a former member's shares");
 }
