@@ -415,6 +415,15 @@ async fn fanout_consumer(js: &async_nats::jetstream::Context) -> (String, u64) {
     (info.config.filter_subject.clone(), info.delivered.consumer_sequence)
 }
 
+/// Waits (10 s at most) until the fan-out's filter is `want`.
+async fn until_fanout_filter(js: &async_nats::jetstream::Context, want: &str, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fanout_consumer(js).await.0 != want {
+        assert!(Instant::now() < deadline, "{why}: {:?}", fanout_consumer(js).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn without_an_enabled_subscription_the_fan_out_is_handed_no_event() {
     init();
@@ -422,12 +431,9 @@ async fn without_an_enabled_subscription_the_fan_out_is_handed_no_event() {
     let h = Halyard::start(opts(&llm));
     let api = h.api(ALICE);
     let js = async_nats::jetstream::new(h.nats_client("admin").await);
+    let (none, all) = ("halyard.events.none.none", "halyard.events.>");
     // No subscription: the server hands the fan-out nothing while a conversation runs.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fanout_consumer(&js).await.0 != "halyard.events.none.none" {
-        assert!(Instant::now() < deadline, "the fan-out still takes every event: {:?}", fanout_consumer(&js).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_fanout_filter(&js, none, "the fan-out still takes every event").await;
     let before = fanout_consumer(&js).await.1;
     run_conversation(&api, &llm, "nobody listens").await;
     assert_eq!(fanout_consumer(&js).await.1, before, "events were handed to the fan-out with no subscription");
@@ -435,29 +441,16 @@ async fn without_an_enabled_subscription_the_fan_out_is_handed_no_event() {
     // A subscription: every event again, delivered.
     let receiver = Receiver::start().await;
     let w = subscribe(&api, &receiver.url, json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fanout_consumer(&js).await.0 != "halyard.events.>" {
-        assert!(Instant::now() < deadline, "the fan-out was not given the events back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_fanout_filter(&js, all, "the fan-out was not given the events back").await;
     let (conv, events) = run_conversation(&api, &llm, "now someone does").await;
     wait_for("every event", 20, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
 
     // Disabled: none again; enabled: every event, and the new conversation's events arrive.
     let id = w["id"].as_str().unwrap();
-    let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/webhooks/{id}"), Some(json!({"enabled": false}))).await;
-    assert_eq!(s, 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fanout_consumer(&js).await.0 != "halyard.events.none.none" {
-        assert!(Instant::now() < deadline, "a disabled subscription left the fan-out taking every event");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/webhooks/{id}"), Some(json!({"enabled": true}))).await;
-    assert_eq!(s, 200);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fanout_consumer(&js).await.0 != "halyard.events.>" {
-        assert!(Instant::now() < deadline, "enabled again, the fan-out took no events");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for (enabled, want) in [(false, none), (true, all)] {
+        let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/webhooks/{id}"), Some(json!({"enabled": enabled}))).await;
+        assert_eq!(s, 200);
+        until_fanout_filter(&js, want, &format!("enabled: {enabled}")).await;
     }
     let (conv, events) = run_conversation(&api, &llm, "and again").await;
     wait_for("every event after enabling again", 20, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
