@@ -428,7 +428,7 @@ async fn until_fanout_filter(js: &async_nats::jetstream::Context, want: &str, wh
 async fn without_an_enabled_subscription_the_fan_out_is_handed_no_event() {
     init();
     let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(opts(&llm));
+    let h = Halyard::start(opts(&llm).set("HALYARD_WEBHOOK_FANOUT_IDLE_SECS", "2"));
     let api = h.api(ALICE);
     let js = async_nats::jetstream::new(h.nats_client("admin").await);
     let (none, all) = ("halyard.events.none.none", "halyard.events.>");
@@ -445,13 +445,17 @@ async fn without_an_enabled_subscription_the_fan_out_is_handed_no_event() {
     let (conv, events) = run_conversation(&api, &llm, "now someone does").await;
     wait_for("every event", 20, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
 
-    // Disabled: none again; enabled: every event, and the new conversation's events arrive.
+    // Disabled: still every event for a while (HALYARD_WEBHOOK_FANOUT_IDLE_SECS), then none;
+    // enabled again: every event at once, and the new conversation's events arrive.
     let id = w["id"].as_str().unwrap();
-    for (enabled, want) in [(false, none), (true, all)] {
-        let (s, _) = api.call(reqwest::Method::PATCH, &format!("/api/v1/webhooks/{id}"), Some(json!({"enabled": enabled}))).await;
-        assert_eq!(s, 200);
-        until_fanout_filter(&js, want, &format!("enabled: {enabled}")).await;
-    }
+    let path = format!("/api/v1/webhooks/{id}");
+    let patch = |enabled: bool| api.call(reqwest::Method::PATCH, &path, Some(json!({"enabled": enabled})));
+    assert_eq!(patch(false).await.0, 200);
+    let disabled = Instant::now();
+    until_fanout_filter(&js, none, "disabled, the fan-out kept taking every event").await;
+    assert!(disabled.elapsed() >= Duration::from_millis(1500), "the fan-out stopped before the idle time");
+    assert_eq!(patch(true).await.0, 200);
+    until_fanout_filter(&js, all, "enabled again, the fan-out took no events").await;
     let (conv, events) = run_conversation(&api, &llm, "and again").await;
     wait_for("every event after enabling again", 20, || delivered_seqs(&receiver, &conv).len() >= events.len()).await;
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());

@@ -1,6 +1,7 @@
 //! Stage one: every event that matches a subscription becomes a delivery job. While no
-//! subscription is enabled the fan-out's consumer is filtered to no events at all
-//! ([`follow`]), so the server delivers it nothing and an agent's step pays for no fan-out.
+//! subscription is enabled (for `HALYARD_WEBHOOK_FANOUT_IDLE_SECS`, or since start-up) the
+//! fan-out's consumer is filtered to no events at all ([`follow`]), so the server delivers it
+//! nothing and an agent's step pays for no fan-out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -79,15 +80,6 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
             }
         }
     });
-    let follower = tokio::spawn({
-        let ctx = ctx.clone();
-        async move {
-            loop {
-                tokio::time::sleep(FOLLOW_EVERY).await;
-                follow(&ctx).await;
-            }
-        }
-    });
     let js = ctx.js.clone();
     let result = bus::consume(js, subjects::EVENTS_STREAM, subjects::CALLBACK_FANOUT_CONSUMER, "callbacks", shutdown, |d| {
         let ctx = ctx.clone();
@@ -121,48 +113,62 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
     })
     .await;
     sweeper.abort();
-    follower.abort();
     result
 }
 
-/// Sets the fan-out consumer's filter to every event while some subscription is enabled and to
-/// none otherwise ([`subjects::NO_EVENTS`]), if it is not so already. Events appended while it
-/// took none are never fanned out: they came before every subscription now enabled, as a
-/// subscription gets the events from when the dispatcher learns of it. Called on every change
-/// of the subscriptions and every [`FOLLOW_EVERY`], which also undoes a process's start-up
-/// that declared the consumer again as `nats/` has it (every event).
-pub async fn follow(ctx: &Ctx) {
-    let want = if any_enabled(ctx) { subjects::ALL_EVENTS } else { subjects::NO_EVENTS };
+/// Sets the fan-out consumer's filter to every event (`all`) or to none
+/// ([`subjects::NO_EVENTS`]), if it is not so already. Events appended while it took none are
+/// never fanned out: they came before every subscription now enabled, as a subscription gets
+/// the events from when the dispatcher learns of it. Called by the [`crate::Dispatcher`] only,
+/// one look at a time, on every change of the subscriptions and every [`FOLLOW_EVERY`] (which
+/// also undoes a process's start-up that declared the consumer again as `nats/` has it).
+/// Whether the filter is now as asked.
+pub async fn follow(ctx: &Ctx, all: bool) -> bool {
+    let want = if all { subjects::ALL_EVENTS } else { subjects::NO_EVENTS };
     let consumer = match ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await {
         Ok(stream) => stream.get_consumer::<async_nats::jetstream::consumer::Config>(subjects::CALLBACK_FANOUT_CONSUMER).await,
-        Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the fan-out's consumer");
+            return false;
+        }
     };
-    let mut config = match consumer {
-        Ok(mut c) => match c.info().await {
-            Ok(info) => info.config.clone(),
-            Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
-        },
-        Err(e) => return tracing::warn!(error = %e, "cannot read the fan-out's consumer"),
+    let info = match consumer {
+        Ok(mut c) => c.info().await.map(|i| i.config.clone()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let mut config = match info {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the fan-out's consumer");
+            return false;
+        }
     };
     if config.filter_subject == want && config.filter_subjects.is_empty() {
-        return;
+        return true;
     }
     config.filter_subject = want.to_owned();
     config.filter_subjects.clear();
     let stream = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await;
-    match stream {
-        Ok(stream) => match stream.update_consumer(config).await {
-            Ok(_) => tracing::info!(filter = want, "the fan-out's consumer follows the subscriptions"),
-            Err(e) => tracing::warn!(error = %e, "cannot set the fan-out's filter; it stays as it was"),
-        },
-        Err(e) => tracing::warn!(error = %e, "cannot set the fan-out's filter; it stays as it was"),
+    let updated = match stream {
+        Ok(stream) => stream.update_consumer(config).await.map(|_| ()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match updated {
+        Ok(()) => {
+            tracing::info!(filter = want, "the fan-out's consumer follows the subscriptions");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set the fan-out's filter; it stays as it was");
+            false
+        }
     }
 }
 
 /// How often [`follow`] looks whether the consumer's filter is still what it should be.
 pub const FOLLOW_EVERY: Duration = Duration::from_secs(30);
 
-fn any_enabled(ctx: &Ctx) -> bool {
+pub fn any_enabled(ctx: &Ctx) -> bool {
     ctx.subs.read().map(|subs| subs.values().any(|s| s.enabled)).unwrap_or(true)
 }
 

@@ -58,6 +58,8 @@ pub enum DispatcherMsg {
     /// Every subscription stored at start-up was sent before this: the fan-out's filter may be
     /// set now (not earlier, when a subscription not yet loaded would lose events).
     Loaded,
+    /// Time to look at the fan-out's filter again ([`fanout::FOLLOW_EVERY`]).
+    Look,
 }
 
 /// Keeps one worker per enabled subscription.
@@ -66,6 +68,10 @@ pub struct Dispatcher;
 pub struct DispatcherState {
     ctx: Arc<Ctx>,
     workers: HashMap<String, tokio::task::JoinHandle<()>>,
+    /// Since when no subscription has been enabled, as this dispatcher saw it (`None`: one is).
+    none_since: Option<std::time::Instant>,
+    /// The fan-out's filter as this dispatcher last set or found it (true: every event).
+    applied: Option<bool>,
 }
 
 impl Actor for Dispatcher {
@@ -74,12 +80,18 @@ impl Actor for Dispatcher {
     type Arguments = Arc<Ctx>;
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, ctx: Arc<Ctx>) -> Result<Self::State, ActorProcessingErr> {
-        Ok(DispatcherState { ctx, workers: HashMap::new() })
+        Ok(DispatcherState { ctx, workers: HashMap::new(), none_since: None, applied: None })
     }
 
     async fn handle(&self, _myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
         // Workers that ended (disabled by themselves, or failed) are dropped first.
         st.workers.retain(|_, h| !h.is_finished());
+        let started = matches!(msg, DispatcherMsg::Loaded);
+        // A periodic look asks the server again; a change asks only if this dispatcher's wish
+        // changed (a hundred subscriptions made at once are not held up by a hundred looks).
+        if matches!(msg, DispatcherMsg::Look) {
+            st.applied = None;
+        }
         match msg {
             DispatcherMsg::Upsert(sub) => {
                 let id = sub.id.clone();
@@ -111,9 +123,25 @@ impl Actor for Dispatcher {
                     let _ = stream.purge().filter(subjects::delivery_jobs_of(&id)).await;
                 }
             }
-            DispatcherMsg::Loaded => {}
+            DispatcherMsg::Loaded | DispatcherMsg::Look => {}
         }
-        fanout::follow(&st.ctx).await;
+        // Every look at the filter is made here, one at a time and in the order the
+        // subscriptions changed. Events are taken at once when a subscription is enabled; they
+        // stop only once none has been for a while, or at start-up, whose view is the bucket's.
+        let enabled = fanout::any_enabled(&st.ctx);
+        let none_since = if enabled { None } else { Some(*st.none_since.get_or_insert_with(std::time::Instant::now)) };
+        st.none_since = none_since;
+        let idle = std::time::Duration::from_secs(st.ctx.config.webhooks.fanout_idle_secs);
+        let want = if enabled {
+            true
+        } else if started || none_since.is_some_and(|t| t.elapsed() >= idle) {
+            false
+        } else {
+            return Ok(());
+        };
+        if st.applied != Some(want) {
+            st.applied = fanout::follow(&st.ctx, want).await.then_some(want);
+        }
         Ok(())
     }
 
@@ -167,7 +195,20 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         })
     };
 
+    let looker = {
+        let dispatcher = dispatcher.clone();
+        let every = fanout::FOLLOW_EVERY.min(std::time::Duration::from_secs(ctx.config.webhooks.fanout_idle_secs.max(1)));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if dispatcher.send_message(DispatcherMsg::Look).is_err() {
+                    return;
+                }
+            }
+        })
+    };
     let result = fanout::run(ctx, shutdown).await;
+    looker.abort();
     watcher.abort();
     dispatcher.stop(None);
     let _ = handle.await;

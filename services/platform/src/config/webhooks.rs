@@ -22,6 +22,10 @@ pub struct WebhookConfig {
     pub timeout_secs: u64,
     /// A subscription failing without a single success for this long is disabled.
     pub disable_after_secs: u64,
+    /// No subscription enabled for this long: the fan-out stops taking events (a dispatcher
+    /// that just lost its last subscription waits, so that one lagging behind the others never
+    /// stops the fan-out for a subscription they already know).
+    pub fanout_idle_secs: u64,
 }
 
 impl Default for WebhookConfig {
@@ -33,6 +37,7 @@ impl Default for WebhookConfig {
             retry_max_ms: 300_000,
             timeout_secs: 10,
             disable_after_secs: 3 * 24 * 3600,
+            fanout_idle_secs: 60,
         }
     }
 }
@@ -50,4 +55,10 @@ pub(crate) const SETTINGS: &[Setting<WebhookConfig>] = &[
     set!("WEBHOOK_TIMEOUT_SECS", "`10`", "timeout of one delivery", |c, v| c.timeout_secs = number(v, "seconds")?),
     set!("WEBHOOK_DISABLE_AFTER_SECS", "`259200`", "continuous failure that disables a subscription", |c, v| c.disable_after_secs =
         number(v, "seconds")?),
+    set!(
+        "WEBHOOK_FANOUT_IDLE_SECS",
+        "`60`",
+        "no webhook subscription enabled for this long: the fan-out stops taking events until one is",
+        |c, v| c.fanout_idle_secs = number(v, "seconds")?
+    ),
 ];
