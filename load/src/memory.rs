@@ -233,9 +233,11 @@ pub async fn run(reps: usize, n: usize, baseline: Option<&std::path::Path>) -> R
                   after 2 s here, HALYARD_IDLE_EVICT_SECS), plus 12 s. A baseline after 10 conversations warmed the \
                   server up, then two rounds of N conversations, each measured settled. kib_per_idle_conversation \
                   (the target's figure) is what the second round added, per conversation: the cost of one more \
-                  idle conversation. The first round also fills what is bounded (nats-server's write buffers grow \
-                  to a message block's size: about 8 MB of its heap after 200 conversations, pprof), so its figure, \
-                  kept beside, is higher at this N; kib_per_conversation_over_empty divides all the growth from the \
+                  idle conversation. The first round also fills what is bounded (the write buffer of each \
+                  stream's last message block in nats-server, from pools of 256 KiB to 8 MiB as the block \
+                  fills, kept while the server is idle: by its heap profile), so its figure, kept beside, is \
+                  higher; with 200 a round the second round still held some of it (65 KiB, against 27 with \
+                  1,000); kib_per_conversation_over_empty divides all the growth from the \
                   empty server by the 2N conversations. Each conversation: a message, two scripted LLM steps, one \
                   command, one webhook subscription's deliveries.",
         "reproduce": "cargo run --release -p halyard-load -- --suite memory [--idle-conversations N] [--baseline-bin PATH] (writes load/results/memory.json)",
