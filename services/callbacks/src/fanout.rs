@@ -117,45 +117,19 @@ pub async fn run(ctx: Arc<Ctx>, shutdown: Shutdown) -> Result<(), BusError> {
 }
 
 /// Sets the fan-out consumer's filter to every event (`all`) or to none
-/// ([`subjects::NO_EVENTS`]), if it is not so already. Events appended while it took none are
-/// never fanned out: they came before every subscription now enabled, as a subscription gets
-/// the events from when the dispatcher learns of it. Called by the [`crate::Dispatcher`] only,
-/// one look at a time, on every change of the subscriptions and every [`FOLLOW_EVERY`] (which
-/// also undoes a process's start-up that declared the consumer again as `nats/` has it).
-/// Whether the filter is now as asked.
+/// ([`subjects::NO_EVENTS`]), if it is not so already; whether the filter is now as asked.
+/// Events appended while it took none are never fanned out: they came before every
+/// subscription now enabled, as a subscription gets the events from when the dispatcher learns
+/// of it. Called by the [`crate::Dispatcher`] only, one look at a time, when its wish changes
+/// and every [`FOLLOW_EVERY`] (which also undoes a process's start-up that declared the
+/// consumer again as `nats/` has it).
 pub async fn follow(ctx: &Ctx, all: bool) -> bool {
     let want = if all { subjects::ALL_EVENTS } else { subjects::NO_EVENTS };
-    let consumer = match ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await {
-        Ok(stream) => stream.get_consumer::<async_nats::jetstream::consumer::Config>(subjects::CALLBACK_FANOUT_CONSUMER).await,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the fan-out's consumer");
-            return false;
-        }
-    };
-    let info = match consumer {
-        Ok(mut c) => c.info().await.map(|i| i.config.clone()).map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let mut config = match info {
-        Ok(config) => config,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the fan-out's consumer");
-            return false;
-        }
-    };
-    if config.filter_subject == want && config.filter_subjects.is_empty() {
-        return true;
-    }
-    config.filter_subject = want.to_owned();
-    config.filter_subjects.clear();
-    let stream = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await;
-    let updated = match stream {
-        Ok(stream) => stream.update_consumer(config).await.map(|_| ()).map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    match updated {
-        Ok(()) => {
-            tracing::info!(filter = want, "the fan-out's consumer follows the subscriptions");
+    match set_filter(ctx, want).await {
+        Ok(changed) => {
+            if changed {
+                tracing::info!(filter = want, "the fan-out's consumer follows the subscriptions");
+            }
             true
         }
         Err(e) => {
@@ -163,6 +137,21 @@ pub async fn follow(ctx: &Ctx, all: bool) -> bool {
             false
         }
     }
+}
+
+/// Sets the fan-out consumer's filter to `want` unless it is so; whether it changed it.
+async fn set_filter(ctx: &Ctx, want: &str) -> Result<bool, String> {
+    use async_nats::jetstream::consumer::Config;
+    let stream = ctx.js.get_stream_no_info(subjects::EVENTS_STREAM).await.map_err(|e| e.to_string())?;
+    let mut consumer = stream.get_consumer::<Config>(subjects::CALLBACK_FANOUT_CONSUMER).await.map_err(|e| e.to_string())?;
+    let mut config = consumer.info().await.map_err(|e| e.to_string())?.config.clone();
+    if config.filter_subject == want && config.filter_subjects.is_empty() {
+        return Ok(false);
+    }
+    config.filter_subject = want.to_owned();
+    config.filter_subjects.clear();
+    stream.update_consumer(config).await.map_err(|e| e.to_string())?;
+    Ok(true)
 }
 
 /// How often [`follow`] looks whether the consumer's filter is still what it should be.
