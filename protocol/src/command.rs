@@ -66,6 +66,9 @@ pub enum ConversationCommand {
         /// How its sandbox waits if no host has room now (its class, its deadline).
         #[serde(default, skip_serializing_if = "crate::queue::QueueTerms::is_default")]
         queue: crate::queue::QueueTerms,
+        /// The environment it asked for by name ([`crate::environment`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<String>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -111,6 +114,17 @@ pub enum SandboxCommand {
         /// How it waits if no host has room now.
         #[serde(default, skip_serializing_if = "crate::queue::QueueTerms::is_default")]
         queue: crate::queue::QueueTerms,
+        /// An environment snapshot to start from (used by a supervisor that holds it, of the
+        /// same kind; any other starts an empty sandbox and says so by leaving the record's
+        /// `snapshot` absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<crate::environment::SnapshotRef>,
+    },
+    /// Keep the sandbox as it is now (after setup) as an environment snapshot; the supervisor
+    /// records the outcome in [`crate::environment::SNAPSHOT_BUCKET`].
+    Snapshot {
+        sandbox_id: SandboxId,
+        plan: crate::environment::SnapshotPlan,
     },
     Pause {
         sandbox_id: SandboxId,
@@ -127,9 +141,11 @@ pub enum SandboxCommand {
 impl SandboxCommand {
     pub fn sandbox_id(&self) -> SandboxId {
         match self {
-            Self::Create { sandbox_id, .. } | Self::Pause { sandbox_id } | Self::Resume { sandbox_id } | Self::Delete { sandbox_id } => {
-                *sandbox_id
-            }
+            Self::Create { sandbox_id, .. }
+            | Self::Snapshot { sandbox_id, .. }
+            | Self::Pause { sandbox_id }
+            | Self::Resume { sandbox_id }
+            | Self::Delete { sandbox_id } => *sandbox_id,
         }
     }
 }
@@ -138,6 +154,7 @@ impl Payload for SandboxCommand {
     fn kind(&self) -> String {
         match self {
             Self::Create { .. } => "cmd.sandbox.create",
+            Self::Snapshot { .. } => "cmd.sandbox.snapshot",
             Self::Pause { .. } => "cmd.sandbox.pause",
             Self::Resume { .. } => "cmd.sandbox.resume",
             Self::Delete { .. } => "cmd.sandbox.delete",

@@ -13,6 +13,7 @@
 //! * [`accounts`]: users, API keys (as salted hashes) and the audit record of admin actions.
 //! * [`user`]: each user's own settings, LLM profiles and (sealed) secrets.
 //! * [`automation`]: automations (hooks and schedules), their commands and run records.
+//! * [`environment`]: environments (setup once) and the snapshots started from after setup.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
@@ -22,6 +23,7 @@ pub mod agents;
 pub mod automation;
 pub mod command;
 pub mod envelope;
+pub mod environment;
 pub mod event;
 pub mod executor;
 pub mod ids;

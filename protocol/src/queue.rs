@@ -93,6 +93,9 @@ pub struct QueuedStart {
     /// the host that holds its workspace, the only one that can take it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_on: Option<String>,
+    /// The environment snapshot the new sandbox starts from, where its host holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<crate::environment::SnapshotRef>,
 }
 
 impl QueuedStart {
@@ -461,6 +464,7 @@ mod tests {
             enqueued_ms: 0,
             deadline_ms: 0,
             wake_on: None,
+            snapshot: None,
         }
     }
 

@@ -28,6 +28,11 @@ pub enum StartTaskStatus {
     Error,
     /// Cancelled while it waited in the queue; it never started.
     Cancelled,
+    /// Starting from a snapshot of the environment's setup (placed after the final phases so
+    /// older phases keep their numbers, which name their records).
+    RestoringSnapshot,
+    /// Keeping the sandbox after setup as a snapshot, before the agent's first step.
+    SavingSnapshot,
 }
 
 impl StartTaskStatus {
@@ -44,6 +49,8 @@ impl StartTaskStatus {
             Self::Ready => "READY",
             Self::Error => "ERROR",
             Self::Cancelled => "CANCELLED",
+            Self::RestoringSnapshot => "RESTORING_SNAPSHOT",
+            Self::SavingSnapshot => "SAVING_SNAPSHOT",
         }
     }
 
@@ -173,6 +180,10 @@ pub struct StartRequest {
     /// [`SystemRecord::ConversationVisibility`]).
     #[serde(default, skip_serializing_if = "crate::org::Visibility::is_private")]
     pub visibility: crate::org::Visibility,
+    /// The environment it asked for by name (absent: its organization's or the deployment's
+    /// default, if any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 /// A start task's state after a transition.
@@ -191,6 +202,9 @@ pub struct StartTaskUpdate {
     #[serde(default)]
     pub from_pool: bool,
     pub created_ms: UnixMillis,
+    /// The environment snapshot the sandbox started from (setup was not run again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// A sandbox's state after a transition.
@@ -234,6 +248,9 @@ pub struct SandboxUpdate {
     /// until when it may wait. Whoever waits for the sandbox to run waits that long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_queued_until: Option<crate::UnixMillis>,
+    /// The environment snapshot its workspace (and, for Docker, its image) was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 impl SandboxUpdate {

@@ -587,6 +587,7 @@ fn records_are_stable() {
                 sandbox_id: Some(SandboxId(id(2))),
                 from_pool: false,
                 created_ms: T,
+                snapshot: None,
             }),
         ),
     );
@@ -606,6 +607,7 @@ fn records_are_stable() {
         from_pool: false,
         host: None,
         wake_queued_until: None,
+        snapshot: None,
     };
     check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(process_sandbox.clone())));
     // A sandbox of one of several supervisors: its record names the host.
@@ -618,6 +620,7 @@ fn records_are_stable() {
                 exposed_urls: vec![ExposedUrl { name: "AGENT_SERVER".into(), url: "http://10.1.2.3:40000".into() }],
                 host: Some("sandbox-b".into()),
                 wake_queued_until: None,
+                snapshot: None,
                 ..process_sandbox
             }),
         ),
@@ -646,6 +649,7 @@ fn records_are_stable() {
                 from_pool: true,
                 host: None,
                 wake_queued_until: None,
+                snapshot: None,
             }),
         ),
     );
@@ -708,6 +712,7 @@ fn records_are_stable() {
                     tags: BTreeMap::from([("ticket".into(), "ENG-42".into())]),
                     org: None,
                     visibility: Default::default(),
+                    environment: None,
                 })),
             },
         ),
@@ -741,6 +746,7 @@ fn commands_are_stable() {
                 org: None,
                 visibility: Default::default(),
                 queue: Default::default(),
+                environment: None,
             },
         ),
     );
@@ -774,6 +780,7 @@ fn commands_are_stable() {
                 org: None,
                 visibility: Default::default(),
                 queue: Default::default(),
+                environment: None,
             },
         ),
     );
@@ -802,6 +809,7 @@ fn commands_are_stable() {
                 org: None,
                 visibility: Default::default(),
                 queue: Default::default(),
+                environment: None,
             },
         ),
     );
@@ -827,6 +835,7 @@ fn commands_are_stable() {
                 conversation_id: ConversationId(id(1)),
                 spec: None,
                 queue: Default::default(),
+                snapshot: None,
             },
         ),
     );
@@ -841,6 +850,7 @@ fn commands_are_stable() {
                 conversation_id: ConversationId(id(1)),
                 spec: None,
                 queue: QueueTerms { class: StartClass::Automation, deadline_secs: Some(600), org: Some("acme".into()), asked_us: None },
+                snapshot: None,
             },
         ),
     );
@@ -855,6 +865,7 @@ fn commands_are_stable() {
                 conversation_id: ConversationId(id(1)),
                 spec: Some("python".into()),
                 queue: Default::default(),
+                snapshot: None,
             },
         ),
     );

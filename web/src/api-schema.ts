@@ -520,6 +520,54 @@ export type DeliveryList = {
   items: DeliveryAttempt[];
 };
 
+export type EnvironmentList = {
+  items: EnvironmentView[];
+};
+
+/** An environment as written. */
+export type EnvironmentUpdate = {
+  /** Shell commands run once in the workspace after the clone (before the repository's own
+   * `.openhands/setup.sh`); what they leave is kept as a snapshot. */
+  setup?: string[];
+  /** Shell commands run on every start, after setup or a snapshot. */
+  post_start?: string[];
+  /** Variables setup and `post_start` run with. */
+  env?: {
+    [key: string]: string;
+  };
+  /** Names of the starter's secrets setup runs with (as variables of the same name): gone
+   * before the agent's first step, and never in a snapshot. */
+  setup_secrets?: string[];
+  /** Files of the repository whose contents key the snapshot (lock files): setup runs again
+   * only when one changes. Empty: the branch's head commit keys it. */
+  cache_key?: string[];
+  /** How long a snapshot is started from (60 s to 90 days; the deployment's
+   * `HALYARD_SNAPSHOT_TTL_SECS` if absent). */
+  snapshot_ttl_secs?: number | null;
+  /** An organization's or the deployment's: whether its conversations get it when they name
+   * none (one default per scope: setting it clears the others'). */
+  default?: boolean;
+};
+
+/** An environment. */
+export type EnvironmentView = {
+  /** What a start's `environment` names it by. */
+  name: string;
+  /** `user`, `org` or `deployment`. */
+  scope: string;
+  setup: string[];
+  post_start: string[];
+  env: {
+    [key: string]: string;
+  };
+  setup_secrets: string[];
+  cache_key: string[];
+  snapshot_ttl_secs?: number | null;
+  default: boolean;
+  updated_by: string;
+  updated_at: string;
+};
+
 /** The error body every refusal has: a stable `code` and a `message` that says what to do. */
 export type Error = {
   error: ErrorDetail;
@@ -1580,6 +1628,37 @@ export type SlackLinkView = {
   slack_sign_in: boolean;
 };
 
+/** Snapshots with what they take against the quota. */
+export type SnapshotList = {
+  items: SnapshotView[];
+  /** Bytes the ready ones take together. */
+  used_bytes: number;
+  /** The quota they count against, in bytes (absent: none). */
+  quota_bytes?: number | null;
+};
+
+/** A snapshot of an environment after setup. */
+export type SnapshotView = {
+  id: string;
+  /** `ready`, or `refused` (not kept: `detail` says why; the next start sets up again). */
+  status: string;
+  detail?: string | null;
+  owner: string;
+  org?: string | null;
+  environment: string;
+  repository?: string | null;
+  branch?: string | null;
+  /** `process` or `docker`. */
+  kind: string;
+  /** The sandbox host that holds it. */
+  node: string;
+  size_bytes: number;
+  /** How long setup took when it was made. */
+  setup_secs: number;
+  created_at: string;
+  expires_at?: string | null;
+};
+
 export type SpecLimits = {
   memory_mb: number;
   cpus: number;
@@ -1629,20 +1708,30 @@ export type StartConversation = {
    * 86,400 seconds); the deployment's `HALYARD_START_QUEUE_DEADLINE_SECS` (30 minutes unless
    * set) if absent. Past it the start ends in `ERROR`, saying so. */
   queue_deadline_secs?: number | null;
+  /** The environment its sandbox is set up with (`GET /environments`): yours by `name`, the
+   * organization's (in its conversations) as `@<org>/<name>`, the deployment's as `/<name>`;
+   * absent: the organization's default, else the deployment's, else none. */
+  environment?: string | null;
 };
 
 /** A start task: how a conversation's start goes. */
 export type StartTask = {
   id: string;
   conversation_id: string;
-  /** `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`,
-   * `PREPARING_REPOSITORY`, `RUNNING_SETUP_SCRIPT`, `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`,
-   * `STARTING_CONVERSATION`, `READY`, `ERROR` or `CANCELLED`. */
+  /** `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`
+   * (or `RESTORING_SNAPSHOT`, starting from its environment's snapshot), `PREPARING_REPOSITORY`,
+   * `RUNNING_SETUP_SCRIPT`, `SAVING_SNAPSHOT` (keeping the sandbox after its environment's
+   * setup), `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`, `STARTING_CONVERSATION`, `READY`,
+   * `ERROR` or `CANCELLED`. */
   status: string;
+  /** For `ERROR`: which phase failed and why. For `READY` with an environment: what became of
+   * it (started from a snapshot, or set up in how long and whether a snapshot was kept). */
   detail?: string | null;
   sandbox_id?: string | null;
   /** The sandbox came ready-made from the warm pool. */
   from_pool: boolean;
+  /** The environment snapshot the sandbox started from (setup was not run again). */
+  snapshot?: string | null;
   created_at: string;
   updated_at: string;
   /** While `QUEUED`: its place in line (1: next), in the deployment's order. */

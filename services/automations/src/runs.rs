@@ -282,6 +282,8 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
             asked_us: Some(halyard_platform::now_us()),
             ..Default::default()
         },
+        // The deployment's default environment, if it has one.
+        environment: None,
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

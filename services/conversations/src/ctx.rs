@@ -17,4 +17,7 @@ pub struct Ctx {
     pub user_kv: jetstream::kv::Store,
     /// Opens the tokens.
     pub vault: Arc<halyard_platform::vault::Vault>,
+    /// Environment snapshots: which one a start can start from, and what became of the one it
+    /// asked for.
+    pub snapshots: jetstream::kv::Store,
 }

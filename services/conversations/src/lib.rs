@@ -9,7 +9,10 @@
 //! not repeated).
 
 pub mod ctx;
+pub mod environment;
+pub mod setup;
 pub mod start;
+pub mod task;
 
 use crate::ctx::Ctx;
 use std::sync::Arc;
@@ -48,7 +51,11 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let skills = Arc::new(start::global_skills(config.skills_dir.as_deref()));
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| ConversationError::Http(format!("user bucket: {e}")))?;
     let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| ConversationError::Http(e.to_string()))?);
-    let ctx = Ctx { config, nats, js: js.clone(), http, skills, user_kv, vault };
+    let snapshots = js
+        .get_key_value(halyard_protocol::environment::SNAPSHOT_BUCKET)
+        .await
+        .map_err(|e| ConversationError::Http(format!("snapshot bucket: {e}")))?;
+    let ctx = Ctx { config, nats, js: js.clone(), http, skills, user_kv, vault, snapshots };
     bus::consume(js, subjects::COMMANDS_STREAM, subjects::CONVERSATION_CONSUMER, "conversations", shutdown, |delivery| {
         let ctx = ctx.clone();
         async move {

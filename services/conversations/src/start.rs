@@ -4,100 +4,28 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use halyard_platform::BusError;
 use halyard_platform::bus;
-use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::executor_client::{self, ExecutorClient, ExecutorError};
-use halyard_platform::{BusError, keys};
+use halyard_platform::keys;
 use halyard_platform::{git_proxy, skills};
 use halyard_protocol::command::{AgentCommand, ConversationCommand, SandboxCommand};
+use halyard_protocol::environment::SnapshotRef;
 use halyard_protocol::event::Skill;
-use halyard_protocol::executor::ExecRequest;
-use halyard_protocol::system::{
-    ForkSource, ParentLink, Repository, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus, StartTaskUpdate, SystemRecord,
-};
-use halyard_protocol::{CommandId, ConversationId, Envelope, SandboxId, TaskId, TraceContext, UserId, subjects};
-use uuid::Uuid;
+use halyard_protocol::system::{ForkSource, Repository, SandboxStatus, SandboxUpdate, StartRequest, StartTaskStatus, SystemRecord};
+use halyard_protocol::{CommandId, Envelope, SandboxId, TaskId, subjects};
 
 use crate::ctx::Ctx;
+use crate::environment::{self, quote};
+use crate::setup;
+use crate::task::{PhaseError, Task, derived, run, run_with};
 
-/// Setup scripts may take this long.
-const SETUP_TIMEOUT_SECS: f64 = 1800.0;
 /// Clones may take this long.
 const CLONE_TIMEOUT_SECS: f64 = 900.0;
-
-/// An id derived from the task id, so a redelivered start re-uses it (and JetStream drops the
-/// duplicate publication).
-fn derived(task: TaskId, tag: u8) -> Uuid {
-    derived_uuid(Namespace::StartTask { task: task.0, tag })
-}
 
 /// The sandbox of a start task.
 pub fn sandbox_for(task: TaskId) -> SandboxId {
     SandboxId(derived(task, 0xA1))
-}
-
-struct Task<'a> {
-    ctx: &'a Ctx,
-    task_id: TaskId,
-    owner: UserId,
-    conversation_id: ConversationId,
-    sandbox_id: SandboxId,
-    created_ms: i64,
-    trace: Option<TraceContext>,
-    /// Whether the sandbox came from the warm pool (known once it runs).
-    from_pool: std::sync::atomic::AtomicBool,
-    spec: Option<String>,
-    /// Limits on the conversation's LLM use, handed to the agent runner.
-    budget: Option<halyard_protocol::event::Budget>,
-    confirmation_policy: Option<halyard_protocol::event::ConfirmationPolicy>,
-    llm_profile: Option<String>,
-    agent: Option<String>,
-    secrets: Option<Vec<String>>,
-    /// A fork: the source whose checkpoint the workspace is made from.
-    fork: Option<ForkSource>,
-    /// A helper: the conversation whose sandbox it works in.
-    parent: Option<ParentLink>,
-    /// The organization it is started in.
-    org: Option<String>,
-    /// How its sandbox waits if no host has room.
-    queue: halyard_protocol::queue::QueueTerms,
-}
-
-/// A phase failed; the text says why, for the user.
-struct PhaseError(String);
-
-impl From<BusError> for PhaseError {
-    fn from(e: BusError) -> Self {
-        PhaseError(e.to_string())
-    }
-}
-
-impl Task<'_> {
-    async fn status(&self, status: StartTaskStatus, detail: Option<String>) -> Result<(), BusError> {
-        self.status_round(status, detail, 0).await
-    }
-
-    /// [`status`](Self::status) for the `round`-th time the task reaches `status` (a start back
-    /// from the queue is waiting for its sandbox again): each time is a message of its own.
-    async fn status_round(&self, status: StartTaskStatus, detail: Option<String>, round: u8) -> Result<(), BusError> {
-        let record = SystemRecord::StartTask(StartTaskUpdate {
-            task_id: self.task_id,
-            owner: self.owner.clone(),
-            conversation_id: self.conversation_id,
-            status,
-            detail,
-            sandbox_id: Some(self.sandbox_id),
-            from_pool: self.from_pool.load(std::sync::atomic::Ordering::Relaxed),
-            created_ms: self.created_ms,
-        });
-        let mut env =
-            Envelope::with_id(CommandId(derived(self.task_id, (status as u8 + 1) | (round << 5))), record, halyard_platform::now_ms())
-                .correlated(self.task_id.to_string());
-        env.trace = self.trace.clone();
-        bus::publish(&self.ctx.js, subjects::task_record(self.task_id), &env).await?;
-        tracing::info!(task_id = %self.task_id, conversation_id = %self.conversation_id, status = status.as_str(), "start task");
-        Ok(())
-    }
 }
 
 /// Runs a start task to READY or ERROR. `Err` only for bus failures worth a redelivery.
@@ -122,6 +50,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         org,
         visibility,
         queue,
+        environment,
     } = env.payload
     else {
         return Ok(());
@@ -139,6 +68,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         tags,
         org: org.clone(),
         visibility,
+        environment: environment.clone(),
     };
     let task = Task {
         ctx,
@@ -160,6 +90,8 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         parent,
         queue: halyard_protocol::queue::QueueTerms { org: org.clone(), ..queue },
         org,
+        environment,
+        snapshot: Default::default(),
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -184,11 +116,11 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
     bus::publish(&ctx.js, subjects::conversation_record(conversation_id), &env_created).await?;
 
     let prepared = match &task.parent {
-        Some(_) => prepare_helper(&task, message).await,
+        Some(_) => prepare_helper(&task, message).await.map(|()| None),
         None => prepare(&task, repository.as_ref(), message).await,
     };
     match prepared {
-        Ok(()) => task.status(StartTaskStatus::Ready, None).await,
+        Ok(summary) => task.status(StartTaskStatus::Ready, summary).await,
         Err(PhaseError(detail)) if detail.contains(halyard_protocol::queue::CANCELLED_DETAIL) => {
             // Cancelled while it waited: it never had a sandbox.
             tracing::info!(task_id = %task_id, "start task cancelled while queued");
@@ -210,11 +142,27 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
     }
 }
 
-async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Option<String>) -> Result<(), PhaseError> {
+/// Prepares a conversation's own sandbox and hands the conversation over: what became of its
+/// environment, in words, if it has one.
+async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Option<String>) -> Result<Option<String>, PhaseError> {
     let ctx = task.ctx;
-    task.status(StartTaskStatus::WaitingForSandbox, None).await?;
-    let sandbox = wait_for_sandbox(task).await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    let plan = environment::plan(ctx, &task.owner, task.org.as_deref(), task.environment.as_deref(), repository)
+        .await
+        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    let snapshot = plan.as_ref().and_then(|p| p.snapshot.as_ref());
+    match snapshot {
+        Some(s) => task.status(StartTaskStatus::RestoringSnapshot, Some(format!("snapshot {}", s.snapshot_id))).await?,
+        None => task.status(StartTaskStatus::WaitingForSandbox, None).await?,
+    }
+    let sandbox = wait_for_sandbox(task, snapshot.map(SnapshotRef::from))
+        .await
+        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
     task.from_pool.store(sandbox.from_pool, std::sync::atomic::Ordering::Relaxed);
+    // The snapshot is used only if the sandbox's host held it.
+    let restored = snapshot.filter(|s| sandbox.snapshot.as_deref() == Some(s.snapshot_id.as_str()));
+    if let Some(s) = restored {
+        *task.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.snapshot_id.clone());
+    }
     let url =
         sandbox.agent_server_url().ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
     let exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
@@ -238,10 +186,14 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
             )));
         }
         let trust = if local { "-c safe.directory='*' clone --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "clone" };
-        let script = format!(
-            "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
-            quote(&repo.url)
-        );
+        let script = match restored {
+            // A snapshot's workspace is the repository as setup left it: brought up to date.
+            Some(_) => environment::update_script(repo.branch.as_deref(), local),
+            None => format!(
+                "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
+                quote(&repo.url)
+            ),
+        };
         // A repository of one of the owner's git providers is cloned through the sandbox's git
         // proxy, served from here for the clone, which adds the token upstream.
         let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, task.org.as_deref(), &repo.url)
@@ -278,12 +230,9 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     // Marks only from before the first skill's text, which could hold a line like one.
     let marks = survey.split(SKILL_MARK).next().unwrap_or_default();
     let has = |mark: &str| marks.lines().any(|l| l == mark);
-    let setup = has(SETUP_MARK);
-    if setup {
-        run(&exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS)
-            .await
-            .map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: .openhands/setup.sh: {e}")))?;
-    }
+    let phase = setup::Setup { plan: plan.as_ref(), restored, setup_sh: has(SETUP_MARK), repository };
+    let done = setup::run_phase(task, &exec, phase).await?;
+    let setup = done.ran;
 
     task.status(StartTaskStatus::SettingUpGitHooks, None).await?;
     // (A setup script may have written the hook's script.)
@@ -315,7 +264,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
 
     // The skills as the survey found them, unless a setup script ran (it may have written some).
     let skills = (!setup).then(|| parse_skills(&survey));
-    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await
+    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await?;
+    Ok(done.summary)
 }
 
 const SETUP_MARK: &str = "__HALYARD_HAS_SETUP__";
@@ -428,7 +378,7 @@ async fn copy_checkpoint(ctx: &Ctx, exec: &ExecutorClient, fork: &ForkSource) ->
 /// Asks for the task's sandbox and waits for it to run, saying `QUEUED` while it waits its turn
 /// for a host with room (the queue's deadline is the supervisors' to keep; the patience here
 /// only outlasts it).
-async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
+async fn wait_for_sandbox(task: &Task<'_>, snapshot: Option<SnapshotRef>) -> Result<SandboxUpdate, String> {
     let ctx = task.ctx;
     let create = SandboxCommand::Create {
         sandbox_id: task.sandbox_id,
@@ -436,6 +386,7 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
         conversation_id: task.conversation_id,
         spec: task.spec.clone(),
         queue: task.queue.clone(),
+        snapshot,
     };
     let mut env = Envelope::with_id(CommandId(derived(task.task_id, 0xA2)), create, halyard_platform::now_ms());
     env.trace = task.trace.clone();
@@ -462,35 +413,6 @@ async fn wait_for_sandbox(task: &Task<'_>) -> Result<SandboxUpdate, String> {
                     tracing::warn!(task_id = %task.task_id, error = %e, "cannot record the start's place in the queue");
                 }
             }
-        }
-    }
-}
-
-/// Runs a script in the sandbox; a non-zero exit is an error with the tail of the output.
-async fn run(exec: &ExecutorClient, script: &str, timeout: f64) -> Result<String, String> {
-    run_with(exec, script, timeout, Default::default()).await
-}
-
-/// [`run`] with `env` given to that one command (in a subshell) and to nothing after it.
-async fn run_with(
-    exec: &ExecutorClient,
-    script: &str,
-    timeout: f64,
-    env: std::collections::BTreeMap<String, String>,
-) -> Result<String, String> {
-    let scoped = !env.is_empty();
-    let env = scoped.then_some(env);
-    let req = ExecRequest { command: script.to_owned(), timeout_secs: Some(timeout), env, scoped, ..Default::default() };
-    let resp = exec.exec(&req).await.map_err(|e: ExecutorError| e.to_string())?;
-    if resp.still_running {
-        let _ = exec.exec(&ExecRequest { command: "C-c".into(), is_input: true, timeout_secs: Some(5.0), ..Default::default() }).await;
-        return Err(format!("did not finish within {timeout} s"));
-    }
-    match resp.exit_code {
-        Some(0) => Ok(resp.output),
-        code => {
-            let tail: String = resp.output.chars().rev().take(800).collect::<Vec<_>>().into_iter().rev().collect();
-            Err(format!("exit code {}: {}", code.unwrap_or(-1), tail.trim()))
         }
     }
 }
@@ -549,11 +471,6 @@ fn parse_skills(out: &str) -> Vec<Skill> {
 /// Skills from the global skills directory, read once at start-up.
 pub fn global_skills(dir: Option<&Path>) -> Vec<Skill> {
     dir.map(skills::load_dir).unwrap_or_default()
-}
-
-/// Single-quotes a string for bash.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]

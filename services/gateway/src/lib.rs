@@ -94,6 +94,7 @@ pub async fn serve(
     };
     let automation_kv = bucket(halyard_protocol::subjects::AUTOMATION_BUCKET).await?;
     let hook_deliveries = bucket(halyard_protocol::subjects::HOOK_DELIVERY_BUCKET).await?;
+    let snapshots = bucket(halyard_protocol::environment::SNAPSHOT_BUCKET).await?;
     let automations = halyard_platform::kv_mirror::Mirror::follow(automation_kv.clone(), "def.", shutdown.clone()).await?;
     let start_queue = {
         let copy = Arc::new(std::sync::Mutex::new(halyard_platform::start_queue::Mirror::default()));
@@ -132,6 +133,7 @@ pub async fn serve(
         automation_kv,
         automations,
         hook_deliveries,
+        snapshots,
         start_queue,
     };
 

@@ -187,6 +187,10 @@ pub async fn ensure_topology(js: &jetstream::Context, command_ack_wait: std::tim
         (subjects::AUTH_BUCKET, "Users (user.<name>) and API keys as salted hashes (key.<id>)"),
         (subjects::USER_BUCKET, "Each user's settings, LLM profiles and sealed secrets (settings|llm|secrets.<user>)"),
         (subjects::AUTOMATION_BUCKET, "Automations (def.<id>, hook secrets sealed) and their schedules' last claimed ticks (tick.<id>)"),
+        (
+            halyard_protocol::environment::SNAPSHOT_BUCKET,
+            "Environment snapshots: <org>.<owner>.<family> -> the family's snapshot (where, how big, until when)",
+        ),
     ] {
         js.create_or_update_key_value(kv::Config {
             bucket: bucket.to_owned(),

@@ -26,6 +26,8 @@ pub struct Ctx {
     pub cgroups: Option<crate::limits::Cgroups>,
     /// The start queue, and the seats of the running limits (set once, at start-up).
     pub queue: std::sync::OnceLock<Arc<Queue>>,
+    /// Environment snapshots (set once, at start-up).
+    pub snapshots: std::sync::OnceLock<crate::snapshot_store::Snapshots>,
 }
 
 /// Docker-kind state shared by the sandbox actors.

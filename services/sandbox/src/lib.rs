@@ -15,7 +15,8 @@
 //! What the actors share is [`ctx`]; a container is started in [`container`], the warm pool is
 //! [`pool`] (kept full by [`warm`]); a process sandbox's files are laid out by [`layout`], its
 //! network class is an [`egress`] for both kinds. No module imports another that imports it
-//! back (the `architecture` test reads the imports).
+//! back (the `architecture` test reads the imports). Environment snapshots (kept after setup,
+//! started from, swept) are [`snapshots`], their bucket [`snapshot_store`].
 
 pub mod container;
 pub mod ctx;
@@ -32,6 +33,8 @@ pub mod pool;
 pub mod process;
 pub mod queue;
 pub mod sandbox;
+pub mod snapshot_store;
+pub mod snapshots;
 pub mod supervisor;
 pub mod warm;
 

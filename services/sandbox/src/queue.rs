@@ -45,6 +45,8 @@ pub enum Limit {
 }
 
 /// What the queue hands the supervisor.
+// Each is moved once, into a channel; boxing the large variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Placed {
     /// A start (or a wake) this host took: make (or wake) its sandbox. `true`: taken over from
     /// a host that stopped beating, which may have made it already.
@@ -182,7 +184,7 @@ impl Queue {
                 }
             }
         }
-        let SandboxCommand::Create { conversation_id, spec, queue: terms, .. } = create else { return Ok(Admit::Here) };
+        let SandboxCommand::Create { conversation_id, spec, queue: terms, snapshot, .. } = create else { return Ok(Admit::Here) };
         let now = now_ms();
         let deadline = terms.deadline_secs.unwrap_or(self.config.sandbox.queue_deadline_secs);
         let entry = QueuedStart {
@@ -194,6 +196,7 @@ impl Queue {
             enqueued_ms: now,
             deadline_ms: now + deadline as i64 * 1000,
             wake_on: None,
+            snapshot: snapshot.clone(),
         };
         self.enqueue(&entry).await?;
         tracing::info!(sandbox_id = %sandbox_id, owner = %owner, class = terms.class.as_str(), "no room now: the start waits in the queue");
@@ -225,6 +228,7 @@ impl Queue {
             enqueued_ms: now,
             deadline_ms: now + self.config.sandbox.queue_deadline_secs as i64 * 1000,
             wake_on: Some(self.node().to_owned()),
+            snapshot: None,
         };
         self.enqueue(&entry).await?;
         tracing::info!(sandbox_id = %id, owner = %owner, why, "no room to wake the sandbox now: the wake waits in the queue");
@@ -395,6 +399,7 @@ impl Queue {
             // Waiting, it is no host's: any supervisor answers a command for it.
             host: None,
             wake_queued_until: None,
+            snapshot: None,
         });
         if let Err(e) = bus::send(&self.js, subjects::sandbox_record(entry.sandbox_id), record, None).await {
             tracing::error!(sandbox_id = %entry.sandbox_id, error = %e, "cannot publish the queued start's record");

@@ -207,7 +207,7 @@ impl Actor for Supervisor {
                 }
                 let init = match (&cmd, last) {
                     (_, Some(r)) => Init::Record(r),
-                    (SandboxCommand::Create { owner, conversation_id, spec, .. }, None) => {
+                    (SandboxCommand::Create { owner, conversation_id, spec, snapshot, .. }, None) => {
                         let Some(queue) = state.ctx.queue.get() else { return Ok(()) };
                         match queue.admit(id, owner, &cmd).await {
                             Ok(Admit::Here) => {}
@@ -220,7 +220,13 @@ impl Actor for Supervisor {
                                 return Ok(());
                             }
                         }
-                        Init::Fresh { id, owner: owner.clone(), conversation: *conversation_id, spec: spec.clone() }
+                        Init::Fresh {
+                            id,
+                            owner: owner.clone(),
+                            conversation: *conversation_id,
+                            spec: spec.clone(),
+                            snapshot: snapshot.clone(),
+                        }
                     }
                     (_, None) => {
                         tracing::warn!(sandbox_id = %id, "command for an unknown or deleted sandbox; dropping it");
@@ -315,8 +321,9 @@ async fn place(
         conversation_id: entry.conversation_id,
         spec: entry.spec.clone(),
         queue: entry.terms.clone(),
+        snapshot: entry.snapshot.clone(),
     };
-    let init = Init::Fresh { id, owner: entry.owner, conversation: entry.conversation_id, spec: entry.spec };
+    let init = Init::Fresh { id, owner: entry.owner, conversation: entry.conversation_id, spec: entry.spec, snapshot: entry.snapshot };
     let child = state.child(myself, id, init).await?;
     child.send_message(SandboxMsg::Command(create, Settle::Local))?;
     Ok(())
@@ -504,12 +511,18 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         isolation,
         cgroups,
         queue: Default::default(),
+        snapshots: Default::default(),
     });
     let (supervisor, handle) = Actor::spawn(None, Supervisor, ctx.clone()).await.map_err(|e| SandboxError::Spawn(e.to_string()))?;
     // The starts this host takes from the queue go to the supervisor like commands.
     let (place, mut placed) = tokio::sync::mpsc::unbounded_channel();
     let queue = Queue::open(&js, config.clone(), place).await?;
     let _ = ctx.queue.set(queue.clone());
+    let snapshots = js
+        .get_key_value(halyard_protocol::environment::SNAPSHOT_BUCKET)
+        .await
+        .map_err(|e| SandboxError::Spawn(format!("the snapshot bucket: {e}")))?;
+    let _ = ctx.snapshots.set(crate::snapshots::Snapshots::new(snapshots));
     let placing = tokio::spawn({
         let supervisor = supervisor.clone();
         async move {
@@ -541,6 +554,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         }
     }
     tasks.push(tokio::spawn(queue.run(shutdown.clone())));
+    tasks.push(tokio::spawn(crate::snapshots::sweep(ctx.clone(), shutdown.clone())));
     // The idle check runs a few times within the shorter idle limit (hibernation, pause).
     let idle = [config.sandbox.idle_stop_secs, config.sandbox.idle_pause_secs].into_iter().filter(|s| *s > 0).min();
     if let Some(idle) = idle {

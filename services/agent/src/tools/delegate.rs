@@ -137,6 +137,8 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         // it did).
         org: s.org.clone(),
         visibility: Default::default(),
+        // A helper works in its parent's sandbox, set up already.
+        environment: None,
         // A helper works in its parent's sandbox: it never waits for one.
         queue: Default::default(),
     };

@@ -7,6 +7,7 @@
 pub mod agents;
 pub mod automations;
 pub mod commands;
+pub mod environments;
 pub mod sandbox;
 pub mod starts;
 pub mod user_config;

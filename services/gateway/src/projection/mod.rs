@@ -275,6 +275,7 @@ impl Pending<'_> {
                     from_pool: u.from_pool,
                     created_at: rfc3339(u.created_ms),
                     updated_at: at.clone(),
+                    snapshot: u.snapshot.clone(),
                 };
                 if let Ok(bytes) = serde_json::to_vec(&task) {
                     self.batch.insert(layout::task_key(u.task_id), bytes);

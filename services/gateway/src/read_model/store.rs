@@ -155,6 +155,9 @@ pub struct TaskView {
     pub from_pool: bool,
     pub created_at: String,
     pub updated_at: String,
+    /// The environment snapshot its sandbox started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 /// A sandbox as the API shows it.

@@ -75,6 +75,8 @@ pub struct AppState {
     pub automations: halyard_platform::kv_mirror::Mirror<halyard_protocol::automation::Automation>,
     /// Hook deliveries already taken.
     pub hook_deliveries: jetstream::kv::Store,
+    /// Environment snapshots (the supervisors write them; a delete here removes one).
+    pub snapshots: jetstream::kv::Store,
     /// The start queue, followed: queued starts' places in line.
     pub start_queue: StartQueue,
 }

@@ -37,6 +37,12 @@ pub struct SandboxConfig {
     /// How long a start may wait in the start queue before it ends in an error, unless its
     /// request says (`queue_deadline_secs`).
     pub queue_deadline_secs: u64,
+    /// How long an environment snapshot is used after it was made, unless its environment says.
+    pub snapshot_ttl_secs: u64,
+    /// Disk (MiB) one user's environment snapshots may take together (0: no limit).
+    pub snapshot_quota_user_mb: u64,
+    /// Disk (MiB) the snapshots made in one organization may take together (0: no limit).
+    pub snapshot_quota_org_mb: u64,
     /// Environment given to process sandboxes (nothing else of Halyard's environment is).
     pub env: std::collections::BTreeMap<String, String>,
     /// Docker engine address (`unix:///path` or `tcp://host:port`).
@@ -143,6 +149,9 @@ impl Default for SandboxConfig {
             max_running_total: 0,
             host_slots: 0,
             queue_deadline_secs: halyard_protocol::queue::DEFAULT_DEADLINE_SECS,
+            snapshot_ttl_secs: 7 * 86_400,
+            snapshot_quota_user_mb: 20 * 1024,
+            snapshot_quota_org_mb: 100 * 1024,
             env: std::collections::BTreeMap::new(),
             docker_host: "unix:///var/run/docker.sock".into(),
             publish_host: std::net::Ipv4Addr::new(127, 0, 0, 2).into(),
@@ -235,6 +244,21 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
         "`1800`",
         "how long a start may wait in the start queue (a start's `queue_deadline_secs` overrides it)",
         |c, v| c.queue_deadline_secs = number(v, "seconds")?
+    ),
+    set!(
+        "SNAPSHOT_TTL_SECS",
+        "`604800`",
+        "how long an environment snapshot is started from after it was made (an environment's `snapshot_ttl_secs` overrides it)",
+        |c, v| c.snapshot_ttl_secs = number(v, "seconds")?
+    ),
+    set!("SNAPSHOT_QUOTA_USER_MB", "`20480`", "disk one user's environment snapshots may take together, in MiB (0: no limit)", |c, v| c
+        .snapshot_quota_user_mb =
+        number(v, "MiB")?),
+    set!(
+        "SNAPSHOT_QUOTA_ORG_MB",
+        "`102400`",
+        "disk the environment snapshots made in one organization may take together, in MiB (0: no limit)",
+        |c, v| c.snapshot_quota_org_mb = number(v, "MiB")?
     ),
     set!("OUTPUT_CAP_BYTES", "`30000`", "a command's output returned to the agent", |c, v| c.output_cap_bytes = number(v, "bytes")?),
 ];

@@ -3,6 +3,7 @@
 
 mod provision;
 mod reconcile;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +26,14 @@ use crate::process;
 /// How a sandbox actor comes to life.
 pub enum Init {
     /// A new sandbox.
-    Fresh { id: SandboxId, owner: UserId, conversation: ConversationId, spec: Option<String> },
+    Fresh {
+        id: SandboxId,
+        owner: UserId,
+        conversation: ConversationId,
+        spec: Option<String>,
+        /// An environment snapshot to start from.
+        snapshot: Option<halyard_protocol::environment::SnapshotRef>,
+    },
     /// A sandbox known from its last record.
     Record(SandboxUpdate),
 }
@@ -81,6 +89,12 @@ pub struct SandboxState {
     idle_paused_at: Option<std::time::Instant>,
     /// While a wake of it waits in the start queue: until when it may.
     wake_until: Option<halyard_protocol::UnixMillis>,
+    /// The environment snapshot to start from, until its first start.
+    restore: Option<halyard_protocol::environment::SnapshotRef>,
+    /// The environment snapshot it started from.
+    snapshot: Option<String>,
+    /// The last snapshot made of it (a command delivered again is not made twice).
+    made_snapshot: Option<String>,
 }
 
 impl Actor for SandboxActor {
@@ -109,10 +123,14 @@ impl Actor for SandboxActor {
             oom: false,
             idle_paused_at: None,
             wake_until: None,
+            restore: None,
+            snapshot: None,
+            made_snapshot: None,
         };
         match init {
-            Init::Fresh { id, owner, conversation, spec } => {
+            Init::Fresh { id, owner, conversation, spec, snapshot } => {
                 st.id = id;
+                st.restore = snapshot;
                 st.owner = owner;
                 st.conversation = Some(conversation);
                 if let Some(spec) = spec {
@@ -130,6 +148,7 @@ impl Actor for SandboxActor {
                 st.volume = r.volume;
                 st.from_pool = r.from_pool;
                 st.wake_until = r.wake_queued_until;
+                st.snapshot = r.snapshot;
                 if let Some(spec) = r.spec {
                     st.spec = spec;
                 }
@@ -154,6 +173,7 @@ impl Actor for SandboxActor {
                             st.record_start(asked);
                         }
                     }
+                    SandboxCommand::Snapshot { plan, .. } => st.take_snapshot(&plan).await,
                     SandboxCommand::Pause { .. } => st.pause(None).await,
                     SandboxCommand::Resume { .. } => {
                         let asked = std::time::Instant::now();
@@ -291,6 +311,7 @@ impl SandboxState {
             from_pool: self.from_pool,
             host: Some(self.ctx.config.node_id.clone()),
             wake_queued_until: self.wake_until,
+            snapshot: self.snapshot.clone(),
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             if matches!(status, SandboxStatus::Hibernated | SandboxStatus::Deleted) {

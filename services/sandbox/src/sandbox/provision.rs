@@ -27,6 +27,7 @@ impl SandboxState {
             return;
         }
         self.publish(SandboxStatus::Starting, None).await;
+        self.restore_process().await;
         let cfg = &self.ctx.config.sandbox;
         let confinement = match self.ctx.isolation.as_ref().map(|i| i.prepare(&self.layout, &cfg.executor_command)) {
             Some(Ok(c)) => c,
@@ -123,7 +124,8 @@ impl SandboxState {
     /// container of its own on its volume: the stopped one if it still exists, else a new one.
     pub(super) async fn provision_container(&mut self, may_use_pool: bool) {
         let Some(dctx) = self.ctx.docker.clone() else { return };
-        if may_use_pool && self.container.is_none() && self.volume.is_none() {
+        // A start from a snapshot takes no pool sandbox: the pool's are empty.
+        if may_use_pool && self.container.is_none() && self.volume.is_none() && self.restore.is_none() {
             if let Some(entry) = dctx.pool.take(&self.spec) {
                 match crate::warm::hand_over(&self.ctx, &entry, self.id).await {
                     Ok(()) => {
@@ -155,9 +157,13 @@ impl SandboxState {
         let Some(spec) = self.ctx.config.sandbox.spec(&self.spec) else {
             return self.publish(SandboxStatus::Error, Some(format!("start failed: no sandbox spec named `{}`", self.spec))).await;
         };
-        let Some(image) = dctx.images.get(&self.spec) else {
+        let Some(runtime) = dctx.images.get(&self.spec) else {
             return self.publish(SandboxStatus::Error, Some(format!("start failed: spec `{}` has no runtime image", self.spec))).await;
         };
+        // A new container of a sandbox that has no workspace yet may start from a snapshot.
+        let fresh = self.container.is_none() && self.volume.is_none();
+        let restored = if fresh { self.restore_image().await } else { None };
+        let image = restored.as_deref().unwrap_or(runtime);
         let naming = &dctx.engine.naming;
         let id = self.id.to_string();
         let volume = self.volume.clone().unwrap_or_else(|| naming.volume(&id));

@@ -97,6 +97,11 @@ pub struct StartBody {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 86400)]
     pub queue_deadline_secs: Option<u64>,
+    /// The environment its sandbox is set up with (`GET /environments`): yours by `name`, the
+    /// organization's (in its conversations) as `@<org>/<name>`, the deployment's as `/<name>`;
+    /// absent: the organization's default, else the deployment's, else none.
+    #[serde(default)]
+    pub environment: Option<String>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -163,7 +168,12 @@ pub async fn start_conversation(
     if let Some(agent) = &agent {
         crate::domain::agents::check_runnable(&state, &user, agent, llm_profile.as_deref(), body.org.as_deref()).await?;
     }
+    if let Some(name) = &body.environment {
+        check_text("environment", name, 200)?;
+    }
+    crate::domain::environments::check_start(&state, &user, body.org.as_deref(), body.environment.as_deref()).await?;
     let request = StartRequest {
+        environment: body.environment,
         message: body.message,
         spec,
         budget,

@@ -15,14 +15,20 @@ use crate::read_model::store::{self, ConversationView, TaskView};
 pub struct StartTask {
     pub id: String,
     pub conversation_id: String,
-    /// `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`,
-    /// `PREPARING_REPOSITORY`, `RUNNING_SETUP_SCRIPT`, `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`,
-    /// `STARTING_CONVERSATION`, `READY`, `ERROR` or `CANCELLED`.
+    /// `WORKING`, `QUEUED` (waiting its turn for a sandbox host with room), `WAITING_FOR_SANDBOX`
+    /// (or `RESTORING_SNAPSHOT`, starting from its environment's snapshot), `PREPARING_REPOSITORY`,
+    /// `RUNNING_SETUP_SCRIPT`, `SAVING_SNAPSHOT` (keeping the sandbox after its environment's
+    /// setup), `SETTING_UP_GIT_HOOKS`, `SETTING_UP_SKILLS`, `STARTING_CONVERSATION`, `READY`,
+    /// `ERROR` or `CANCELLED`.
     pub status: String,
+    /// For `ERROR`: which phase failed and why. For `READY` with an environment: what became of
+    /// it (started from a snapshot, or set up in how long and whether a snapshot was kept).
     pub detail: Option<String>,
     pub sandbox_id: Option<String>,
     /// The sandbox came ready-made from the warm pool.
     pub from_pool: bool,
+    /// The environment snapshot the sandbox started from (setup was not run again).
+    pub snapshot: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     /// While `QUEUED`: its place in line (1: next), in the deployment's order.
@@ -40,6 +46,7 @@ pub(crate) fn task_json(t: &TaskView) -> StartTask {
         detail: t.detail.clone(),
         sandbox_id: t.sandbox_id.clone(),
         from_pool: t.from_pool,
+        snapshot: t.snapshot.clone(),
         created_at: t.created_at.clone(),
         updated_at: t.updated_at.clone(),
         position: None,

@@ -1,0 +1,169 @@
+//! A start's environment ([`halyard_protocol::environment`]): which one it gets and whether a
+//! snapshot of its family can be started from ([`plan`]), what the workspace's setup depends on
+//! now ([`depends_script`]), the variables and setup-only secrets setup runs with
+//! ([`setup_vars`]), bringing a restored workspace up to date ([`update_script`]), and asking the
+//! sandbox's supervisor to keep the sandbox after setup ([`save`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use halyard_platform::bus;
+use halyard_platform::environments::{self, ResolveError, Resolved};
+use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::environment::{self as env, Snapshot, SnapshotPlan, SnapshotStatus};
+use halyard_protocol::system::Repository;
+use halyard_protocol::{SandboxId, TraceContext, UserId, subjects};
+
+use crate::ctx::Ctx;
+
+/// A start's environment, as found before its sandbox is asked for.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub resolved: Resolved,
+    pub family: String,
+    /// The family's snapshot, if one is ready to start from.
+    pub snapshot: Option<Snapshot>,
+}
+
+/// The environment of `owner`'s start in `org` that names `name` (or the defaults), and the
+/// snapshot it may start from.
+pub async fn plan(
+    ctx: &Ctx,
+    owner: &UserId,
+    org: Option<&str>,
+    name: Option<&str>,
+    repository: Option<&Repository>,
+) -> Result<Option<Plan>, String> {
+    let resolved = match environments::resolve(&ctx.user_kv, owner, org, name).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(None),
+        Err(ResolveError::Unknown(why)) => return Err(why),
+        Err(e) => return Err(e.to_string()),
+    };
+    let (url, branch) = (repository.map(|r| r.url.as_str()), repository.and_then(|r| r.branch.as_deref()));
+    let family = env::family(owner, org, &resolved.name, &resolved.environment, url, branch);
+    let key = env::snapshot_key(owner, org, &family);
+    let snapshot = match ctx.snapshots.get(&key).await {
+        Ok(Some(bytes)) => serde_json::from_slice::<Snapshot>(&bytes).ok(),
+        Ok(None) => None,
+        // Without the bucket the start sets up as if there were no snapshot.
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the environment's snapshot; setting up");
+            None
+        }
+    };
+    let now = halyard_platform::now_ms();
+    let snapshot = snapshot.filter(|s| s.status == SnapshotStatus::Ready && s.expires_ms > now);
+    Ok(Some(Plan { resolved, family, snapshot }))
+}
+
+/// Prints what setup depends on in the workspace: the hashes of the environment's cache-key
+/// files (a missing one says so), else the head commit.
+pub fn depends_script(e: &env::Environment) -> String {
+    if e.cache_key.is_empty() {
+        return "git rev-parse HEAD 2>/dev/null || echo no-commit".into();
+    }
+    e.cache_key
+        .iter()
+        .map(|f| {
+            let q = quote(f);
+            format!("if [ -f {q} ]; then sha256sum -- {q}; else echo \"missing {f}\"; fi")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Brings a workspace restored from a snapshot up to date with its remote: fetches, and checks
+/// out the branch's head (setup's untracked results stay; tracked files become the commit's).
+/// `local`: the repository is a path on the host, which another uid owns (trusted as the
+/// clone trusts it, upload-pack included).
+pub fn update_script(branch: Option<&str>, local: bool) -> String {
+    let fetch = if local { "-c safe.directory='*' fetch --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "fetch" };
+    let branch = match branch {
+        Some(b) => quote(b),
+        None => "\"$(git symbolic-ref --quiet --short HEAD || echo HEAD)\"".into(),
+    };
+    format!(
+        "b={branch}; git {fetch} --quiet --prune origin && \
+         if git rev-parse --verify --quiet \"origin/$b\" >/dev/null; then git checkout --quiet --force -B \"$b\" \"origin/$b\"; \
+         else git checkout --quiet --force \"$b\"; fi"
+    )
+}
+
+/// The variables setup runs with: the environment's, and the setup-only secrets it names
+/// (opened from the owner's and, while they are a member, the organization's), with the values
+/// to mask in whatever setup prints.
+pub async fn setup_vars(
+    ctx: &Ctx,
+    owner: &UserId,
+    org: Option<&str>,
+    e: &env::Environment,
+) -> Result<(BTreeMap<String, String>, Vec<(String, String)>), String> {
+    let mut vars = e.env.clone();
+    if e.setup_secrets.is_empty() {
+        return Ok((vars, Vec::new()));
+    }
+    let org = match org {
+        Some(o) if environments::member(&ctx.user_kv, o, owner).await.map_err(|e| e.to_string())? => Some(o),
+        _ => None,
+    };
+    let opened = halyard_platform::user_secrets::open(&ctx.user_kv, &ctx.vault, owner, org).await?;
+    let mut masked = Vec::new();
+    for name in &e.setup_secrets {
+        let value = opened.env.get(name).ok_or_else(|| {
+            format!("the environment's setup_secrets names {name}, which is not one of your secrets (PUT /api/v1/secrets/{name} sets it)")
+        })?;
+        vars.insert(name.clone(), value.clone());
+        masked.push((name.clone(), value.clone()));
+    }
+    Ok((vars, masked))
+}
+
+/// Asks the supervisor to keep `sandbox` as snapshot `plan`, and waits for what it recorded.
+pub async fn save(ctx: &Ctx, sandbox: SandboxId, plan: SnapshotPlan, trace: Option<TraceContext>) -> Result<Snapshot, String> {
+    let key = env::snapshot_key(&plan.owner, plan.org.as_deref(), &plan.family);
+    // Watched before asking, so the outcome cannot be missed.
+    let mut watch = ctx.snapshots.watch(&key).await.map_err(|e| format!("the snapshot bucket: {e}"))?;
+    let id = plan.snapshot_id.clone();
+    let cmd = SandboxCommand::Snapshot { sandbox_id: sandbox, plan };
+    bus::send(&ctx.js, subjects::sandbox_command(sandbox), cmd, trace).await.map_err(|e| e.to_string())?;
+    // Committing a large container can take minutes.
+    let patience = Duration::from_secs(ctx.config.sandbox.start_timeout_secs.max(60) * 10);
+    let outcome = tokio::time::timeout(patience, async {
+        while let Some(entry) = watch.next().await {
+            let Ok(entry) = entry else { continue };
+            if let Ok(s) = serde_json::from_slice::<Snapshot>(&entry.value) {
+                if s.snapshot_id == id {
+                    return Some(s);
+                }
+            }
+        }
+        None
+    })
+    .await;
+    match outcome {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err("the snapshot bucket's watch ended".into()),
+        Err(_) => Err(format!("the sandbox's supervisor did not record the snapshot within {} s", patience.as_secs())),
+    }
+}
+
+/// Single-quotes a string for bash.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_quote_what_users_wrote() {
+        let e = env::Environment { cache_key: vec!["a'b.lock".into(), "package-lock.json".into()], ..Default::default() };
+        let s = depends_script(&e);
+        assert!(s.contains(r"'a'\''b.lock'") && s.contains("sha256sum -- 'package-lock.json'"), "{s}");
+        assert!(depends_script(&env::Environment::default()).starts_with("git rev-parse HEAD"));
+        assert!(update_script(Some("dev"), false).starts_with("b='dev'; git fetch"));
+    }
+}

@@ -1,0 +1,124 @@
+//! The setup phase of a start (`RUNNING_SETUP_SCRIPT`, then `SAVING_SNAPSHOT`): without an
+//! environment, the repository's `.openhands/setup.sh` as it always ran; with one, its setup
+//! commands and the setup script with its variables and setup-only secrets, unless the sandbox
+//! started from a snapshot whose key still matches what setup depends on, then the sandbox kept
+//! as the family's new snapshot, then its `post_start` commands.
+//!
+//! Setup-only secrets reach each setup command through the executor's scoped environment (a
+//! private file read and removed before the command runs, in a subshell), so nothing of them
+//! stays in the shell the agent gets or in the snapshot; whatever setup prints is masked before
+//! it is shown.
+
+use std::time::Instant;
+
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::redact::Redactor;
+use halyard_protocol::environment::{self as env, Snapshot, SnapshotPlan, SnapshotStatus};
+use halyard_protocol::system::{Repository, StartTaskStatus};
+
+use crate::environment::{Plan, depends_script, save, setup_vars};
+use crate::task::{PhaseError, Task, derived, run, run_with};
+
+/// Setup scripts may take this long.
+pub(crate) const SETUP_TIMEOUT_SECS: f64 = 1800.0;
+
+/// What the phase has to work with.
+pub(crate) struct Setup<'a> {
+    pub plan: Option<&'a Plan>,
+    /// The snapshot the sandbox started from.
+    pub restored: Option<&'a Snapshot>,
+    /// The workspace has a `.openhands/setup.sh`.
+    pub setup_sh: bool,
+    pub repository: Option<&'a Repository>,
+}
+
+/// What the phase did.
+pub(crate) struct Done {
+    /// Setup ran (it may have written skills or a hook's script).
+    pub ran: bool,
+    /// In words, for the start task's READY record (with an environment).
+    pub summary: Option<String>,
+}
+
+fn failed(what: &str, e: &str, redactor: &Redactor) -> PhaseError {
+    PhaseError(format!("RUNNING_SETUP_SCRIPT failed: {what}: {}", redactor.redact(e)))
+}
+
+/// Runs the setup phase in the sandbox `exec` reaches.
+pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'_>) -> Result<Done, PhaseError> {
+    let Some(plan) = s.plan else {
+        if s.setup_sh {
+            run(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS)
+                .await
+                .map_err(|e| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: .openhands/setup.sh: {e}")))?;
+        }
+        return Ok(Done { ran: s.setup_sh, summary: None });
+    };
+    let e = &plan.resolved.environment;
+    let name = &plan.resolved.name;
+    let (vars, masked) = setup_vars(task.ctx, &task.owner, task.org.as_deref(), e)
+        .await
+        .map_err(|why| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: environment {name}: {why}")))?;
+    let redactor = Redactor::new(masked);
+    let depends = run(exec, &depends_script(e), 60.0).await.map_err(|why| failed("reading what setup depends on", &why, &redactor))?;
+    let key = env::key(&plan.family, &depends);
+    let (ran, summary) = match s.restored {
+        Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),
+        _ => {
+            let started = Instant::now();
+            for cmd in &e.setup {
+                run_with(exec, cmd, SETUP_TIMEOUT_SECS, vars.clone())
+                    .await
+                    .map_err(|why| failed(&format!("setup `{cmd}`"), &why, &redactor))?;
+            }
+            if s.setup_sh {
+                run_with(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS, vars.clone())
+                    .await
+                    .map_err(|why| failed(".openhands/setup.sh", &why, &redactor))?;
+            }
+            let secs = started.elapsed().as_secs_f64();
+            let again = match s.restored {
+                Some(snap) => format!(" (snapshot {}'s key changed: set up again over it)", snap.snapshot_id),
+                None => String::new(),
+            };
+            let kept = keep(task, plan, &key, secs, s.repository).await?;
+            (true, format!("environment {name}: set up in {secs:.1} s{again}; {kept}"))
+        }
+    };
+    for cmd in &e.post_start {
+        run_with(exec, cmd, SETUP_TIMEOUT_SECS, e.env.clone())
+            .await
+            .map_err(|why| failed(&format!("post_start `{cmd}`"), &why, &redactor))?;
+    }
+    Ok(Done { ran, summary: Some(summary) })
+}
+
+/// Keeps the sandbox as the family's snapshot under `key`: what became of it, in words (a
+/// snapshot that could not be kept leaves the start as it is).
+async fn keep(task: &Task<'_>, plan: &Plan, key: &str, setup_secs: f64, repository: Option<&Repository>) -> Result<String, PhaseError> {
+    task.status(StartTaskStatus::SavingSnapshot, None).await?;
+    let e = &plan.resolved.environment;
+    let snapshot = SnapshotPlan {
+        snapshot_id: derived(task.task_id, 0xE5).to_string(),
+        owner: task.owner.clone(),
+        org: task.org.clone(),
+        environment: plan.resolved.name.clone(),
+        repository: repository.map(|r| r.url.clone()),
+        branch: repository.and_then(|r| r.branch.clone()),
+        family: plan.family.clone(),
+        key: key.to_owned(),
+        setup_secs,
+        ttl_secs: e.snapshot_ttl_secs.unwrap_or(task.ctx.config.sandbox.snapshot_ttl_secs),
+    };
+    let started = Instant::now();
+    Ok(match save(task.ctx, task.sandbox_id, snapshot, task.trace.clone()).await {
+        Ok(s) if s.status == SnapshotStatus::Ready => {
+            format!("snapshot {} kept ({} MiB, {:.1} s)", s.snapshot_id, s.size_bytes.div_ceil(1 << 20), started.elapsed().as_secs_f64())
+        }
+        Ok(s) => format!("no snapshot: {}", s.detail.unwrap_or_default()),
+        Err(why) => {
+            tracing::warn!(task_id = %task.task_id, %why, "no environment snapshot");
+            format!("no snapshot: {why}")
+        }
+    })
+}

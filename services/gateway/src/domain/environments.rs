@@ -1,0 +1,124 @@
+//! Environments as the gateway checks them: a start's `environment` must be one its user may
+//! have ([`halyard_platform::environments::resolve`], the rule the conversation manager applies
+//! when it runs the start), and a definition written through the API must be one setup can run.
+
+use std::collections::BTreeMap;
+
+use halyard_platform::environments::{self, ResolveError};
+use halyard_protocol::UserId;
+use halyard_protocol::environment::Environment;
+
+use crate::http::error::ApiError;
+use crate::state::AppState;
+
+/// 400 `unknown_environment` unless `name` (if given) is an environment this start may have.
+pub async fn check_start(state: &AppState, user: &UserId, org: Option<&str>, name: Option<&str>) -> Result<(), ApiError> {
+    let Some(name) = name else { return Ok(()) };
+    match environments::resolve(&state.user_kv, user, org, Some(name)).await {
+        Ok(_) => Ok(()),
+        Err(ResolveError::Unknown(why)) => Err(ApiError::bad_request("unknown_environment", why)),
+        Err(ResolveError::Store(e)) => {
+            tracing::error!(error = %e, "environments");
+            Err(ApiError::unavailable("the settings store did not answer; try again"))
+        }
+    }
+}
+
+/// What a definition may hold.
+const MAX_COMMANDS: usize = 50;
+const MAX_COMMAND_BYTES: usize = 8192;
+const MAX_VARS: usize = 50;
+const MAX_CACHE_FILES: usize = 20;
+const MAX_TTL_SECS: u64 = 90 * 86_400;
+
+fn bad(message: String) -> ApiError {
+    ApiError::bad_request("invalid_field", message)
+}
+
+/// A variable's name as a shell takes it.
+pub fn env_name(k: &str) -> bool {
+    (1..=64).contains(&k.len())
+        && k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The parts of a definition written through the API.
+pub struct Parts {
+    pub setup: Vec<String>,
+    pub post_start: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub setup_secrets: Vec<String>,
+    pub cache_key: Vec<String>,
+    pub snapshot_ttl_secs: Option<u64>,
+    pub default: bool,
+}
+
+/// A definition from `parts`, checked, as `by` writes it now.
+pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
+    let commands = |field: &str, list: &[String]| {
+        if list.len() > MAX_COMMANDS || list.iter().any(|c| c.trim().is_empty() || c.len() > MAX_COMMAND_BYTES || c.contains('\0')) {
+            return Err(bad(format!("`{field}`: at most {MAX_COMMANDS} shell commands, each 1 to {MAX_COMMAND_BYTES} bytes without NUL")));
+        }
+        Ok(())
+    };
+    commands("setup", &parts.setup)?;
+    commands("post_start", &parts.post_start)?;
+    if parts.env.len() > MAX_VARS || parts.env.iter().any(|(k, v)| !env_name(k) || v.len() > 4096 || v.contains('\0')) {
+        return Err(bad(format!(
+            "`env`: at most {MAX_VARS} variables, named with letters, digits and `_` (not a digit first), values up to 4096 bytes"
+        )));
+    }
+    if parts.setup_secrets.len() > MAX_VARS || parts.setup_secrets.iter().any(|k| !env_name(k)) {
+        return Err(bad(format!("`setup_secrets`: at most {MAX_VARS} names of your secrets (letters, digits and `_`)")));
+    }
+    let path_ok = |p: &str| {
+        !p.is_empty() && p.len() <= 255 && !p.starts_with('/') && !p.split('/').any(|s| s == ".." || s.is_empty()) && !p.contains('\0')
+    };
+    if parts.cache_key.len() > MAX_CACHE_FILES || !parts.cache_key.iter().all(|p| path_ok(p)) {
+        return Err(bad(format!(
+            "`cache_key`: at most {MAX_CACHE_FILES} paths of files in the repository, relative (`package-lock.json`, `api/poetry.lock`)"
+        )));
+    }
+    if parts.snapshot_ttl_secs.is_some_and(|t| !(60..=MAX_TTL_SECS).contains(&t)) {
+        return Err(bad(format!("`snapshot_ttl_secs`: 60 to {MAX_TTL_SECS} seconds")));
+    }
+    Ok(Environment {
+        setup: parts.setup,
+        post_start: parts.post_start,
+        env: parts.env,
+        setup_secrets: parts.setup_secrets,
+        cache_key: parts.cache_key,
+        snapshot_ttl_secs: parts.snapshot_ttl_secs,
+        default: parts.default,
+        updated_by: by.0.clone(),
+        updated_ms: halyard_platform::now_ms(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Parts {
+        Parts {
+            setup: vec!["npm ci".into()],
+            post_start: vec![],
+            env: BTreeMap::new(),
+            setup_secrets: vec!["NPM_TOKEN".into()],
+            cache_key: vec!["package-lock.json".into()],
+            snapshot_ttl_secs: None,
+            default: false,
+        }
+    }
+
+    #[test]
+    fn definitions_are_checked() {
+        let by = UserId("ann".into());
+        assert!(checked(parts(), &by).is_ok());
+        assert!(checked(Parts { cache_key: vec!["../etc/passwd".into()], ..parts() }, &by).is_err());
+        assert!(checked(Parts { cache_key: vec!["/etc/passwd".into()], ..parts() }, &by).is_err());
+        assert!(checked(Parts { setup_secrets: vec!["A-B".into()], ..parts() }, &by).is_err());
+        assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by).is_err());
+        assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by).is_err());
+    }
+}

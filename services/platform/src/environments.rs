@@ -1,0 +1,97 @@
+//! Which environment a start gets ([`halyard_protocol::environment`]): the one it names, else
+//! its organization's default, else the deployment's. Read where the gateway checks a start and
+//! where the conversation manager runs it (the definition as it is then is the one used).
+
+use async_nats::jetstream::kv;
+use halyard_protocol::UserId;
+use halyard_protocol::environment::{self, Environment, Environments};
+use halyard_protocol::org::OrgMembers;
+use halyard_protocol::subjects;
+
+/// Why an environment cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The name is nobody's environment that this start may have (the message says which).
+    #[error("{0}")]
+    Unknown(String),
+    #[error("environments cannot be read: {0}")]
+    Store(String),
+}
+
+/// The environment a start gets, with its name as the start would write it (`name` for the
+/// owner's own, `@<org>/<name>` for an organization's, `/<name>` for the deployment's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub name: String,
+    pub environment: Environment,
+}
+
+async fn read(user_kv: &kv::Store, key: &str) -> Result<Environments, ResolveError> {
+    match user_kv.get(key).await {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(|e| ResolveError::Store(format!("{key}: {e}"))),
+        Ok(None) => Ok(Environments::default()),
+        Err(e) => Err(ResolveError::Store(format!("{key}: {e}"))),
+    }
+}
+
+/// Whether `owner` is a member of `org` now (an organization with no copy of its members yet is
+/// taken as it was).
+pub async fn member(user_kv: &kv::Store, org: &str, owner: &UserId) -> Result<bool, ResolveError> {
+    let key = subjects::org_members_key(org);
+    match user_kv.get(&key).await {
+        Ok(Some(bytes)) => {
+            let members: OrgMembers = serde_json::from_slice(&bytes).map_err(|e| ResolveError::Store(format!("{key}: {e}")))?;
+            Ok(members.members.contains(owner))
+        }
+        Ok(None) => Ok(true),
+        Err(e) => Err(ResolveError::Store(format!("{key}: {e}"))),
+    }
+}
+
+/// The environment of a start by `owner` in `org` that names `name` (or none).
+pub async fn resolve(user_kv: &kv::Store, owner: &UserId, org: Option<&str>, name: Option<&str>) -> Result<Option<Resolved>, ResolveError> {
+    let org = match org {
+        Some(o) if member(user_kv, o, owner).await? => Some(o),
+        // A former member's start gets nothing of the organization's.
+        _ => None,
+    };
+    let found = |set: Environments, n: &str| set.environments.get(n).cloned();
+    match name {
+        Some(full) => {
+            let unknown = |why: String| Err(ResolveError::Unknown(why));
+            if let Some(rest) = full.strip_prefix('@') {
+                let Some((o, n)) = rest.split_once('/') else {
+                    return unknown(format!("environment {full:?}: an organization's is named `@<org>/<name>`"));
+                };
+                if org != Some(o) {
+                    return unknown(format!(
+                        "environment {full:?} is organization {o}'s: only a conversation started in {o} (`org`) has it"
+                    ));
+                }
+                match found(read(user_kv, &environment::org_key(o)).await?, n) {
+                    Some(e) => Ok(Some(Resolved { name: full.to_owned(), environment: e })),
+                    None => unknown(format!("organization {o} has no environment {n:?} (GET /orgs/{o}/environments lists them)")),
+                }
+            } else if let Some(n) = full.strip_prefix('/') {
+                match found(read(user_kv, environment::DEPLOYMENT_KEY).await?, n) {
+                    Some(e) => Ok(Some(Resolved { name: full.to_owned(), environment: e })),
+                    None => unknown(format!("the deployment has no environment {n:?} (GET /environments lists them)")),
+                }
+            } else {
+                match found(read(user_kv, &environment::user_key(owner)).await?, full) {
+                    Some(e) => Ok(Some(Resolved { name: full.to_owned(), environment: e })),
+                    None => unknown(format!("you have no environment {full:?} (GET /environments lists them)")),
+                }
+            }
+        }
+        None => {
+            if let Some(o) = org {
+                if let Some((n, e)) = read(user_kv, &environment::org_key(o)).await?.default_one() {
+                    return Ok(Some(Resolved { name: format!("@{o}/{n}"), environment: e.clone() }));
+                }
+            }
+            let deployment = read(user_kv, environment::DEPLOYMENT_KEY).await?;
+            Ok(deployment.default_one().map(|(n, e)| Resolved { name: format!("/{n}"), environment: e.clone() }))
+        }
+    }
+}

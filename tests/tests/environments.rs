@@ -1,0 +1,247 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Environments with process sandboxes: setup runs once, with its setup-only secret, and is kept
+//! as a snapshot that the next start on the same key starts from (brought up to date with the
+//! repository); a change to a cache-key file sets up again; a failed setup is a start error with
+//! its output (secret masked) and no snapshot; a snapshot past the quota is refused in words;
+//! a deleted snapshot's files go.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, git, init, procs};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+const SECRET: &str = "s3cr3t-npm-token-value";
+
+fn make_repo() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let p = repo.path();
+    // Readable by every user: an isolated process sandbox runs under a uid of its own.
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(p.join("README.md"), "# demo\n").unwrap();
+    std::fs::write(p.join("deps.lock"), "left-pad 1.0\n").unwrap();
+    git(p, &["init", "-q"]);
+    git(p, &["add", "."]);
+    git(p, &["commit", "-qm", "init"]);
+    repo
+}
+
+fn commit(repo: &Path, file: &str, text: &str) {
+    std::fs::write(repo.join(file), text).unwrap();
+    git(repo, &["add", "."]);
+    git(repo, &["commit", "-qm", file]);
+}
+
+/// Setup that shows it ran (a timestamp), that it had the secret (without writing it), and
+/// writes to home as well as the workspace.
+fn setup_env() -> Value {
+    json!({
+        "setup": [
+            "date +%s%N > installed-at.txt",
+            "if [ \"$NPM_TOKEN\" = \"$EXPECTED\" ]; then echo yes > had-secret.txt; fi",
+            "mkdir -p \"$HOME/.cache/tool\" && cat deps.lock > \"$HOME/.cache/tool/installed\"",
+        ],
+        "post_start": ["echo started >> post-start.log"],
+        "env": {"EXPECTED": SECRET},
+        "setup_secrets": ["NPM_TOKEN"],
+        "cache_key": ["deps.lock"],
+    })
+}
+
+async fn start(api: &Api, env: &str, repo: &Path) -> (String, Value) {
+    let url = repo.to_string_lossy();
+    // The agent's shell gets none of the secrets: whatever of NPM_TOKEN is in the sandbox came
+    // from setup.
+    api.start_ready(json!({"message": "hi", "environment": env, "secrets": [], "repository": {"url": url}})).await
+}
+
+fn read(ws: &Path, file: &str) -> String {
+    std::fs::read_to_string(ws.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+            if m.is_dir() {
+                stack.push(path);
+            } else if m.is_file() && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The environments of the processes in the executor's process group.
+fn sandbox_environments(workspace: &Path) -> String {
+    let pid = procs::executor_pid(workspace).expect("the sandbox's executor runs");
+    procs::group(pid)
+        .iter()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/environ")).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .collect()
+}
+
+async fn put(api: &Api, name: &str, body: Value) -> (u16, Value) {
+    api.call(reqwest::Method::PUT, &format!("/api/v1/environments/{name}"), Some(body)).await
+}
+
+async fn snapshots(api: &Api) -> Value {
+    let (s, list) = api.get("/api/v1/environments/snapshots").await;
+    assert_eq!(s, 200, "{list}");
+    list
+}
+
+#[tokio::test]
+async fn setup_runs_once_and_later_starts_begin_from_its_snapshot() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..4 {
+        llm.push([Reply::finish("ok")]);
+    }
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/secrets/NPM_TOKEN", Some(json!({"value": SECRET}))).await;
+    assert!(s == 201 || s == 200, "{v}");
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/environments/web", Some(setup_env())).await;
+    assert_eq!(s, 201, "{v}");
+    let (_, list) = api.get("/api/v1/environments").await;
+    assert!(list["items"].as_array().unwrap().iter().any(|e| e["name"] == "web" && e["setup_secrets"][0] == "NPM_TOKEN"), "{list}");
+    let repo = make_repo();
+
+    // The first start sets up, and keeps the result.
+    let (_, first) = start(&api, "web", repo.path()).await;
+    let detail = first["detail"].as_str().unwrap();
+    assert!(detail.contains("set up in") && detail.contains("kept"), "{first}");
+    assert!(first["snapshot"].is_null(), "{first}");
+    let ws1 = h.workspace(first["sandbox_id"].as_str().unwrap());
+    assert_eq!(read(&ws1, "had-secret.txt"), "yes\n", "setup had the secret");
+    assert_eq!(read(&ws1, "post-start.log"), "started\n");
+    let installed = read(&ws1, "installed-at.txt");
+    let list = snapshots(&api).await;
+    let snap = &list["items"][0];
+    assert_eq!(
+        (snap["status"].as_str(), snap["environment"].as_str(), snap["kind"].as_str()),
+        (Some("ready"), Some("web"), Some("process")),
+        "{list}"
+    );
+    assert!(snap["size_bytes"].as_u64().unwrap() > 0 && list["used_bytes"] == snap["size_bytes"], "{list}");
+    let snap_id = snap["id"].as_str().unwrap().to_owned();
+
+    // The secret is nowhere the agent can look: not in its sandbox's files or processes, not in
+    // the snapshot.
+    let snap_dir = h.data.path().join("snapshots").join(&snap_id);
+    assert!(snap_dir.join("workspace/installed-at.txt").is_file(), "the snapshot holds setup's results");
+    assert!(snap_dir.join("home/.cache/tool/installed").is_file(), "and what setup left in home");
+    assert!(!snap_dir.join("workspace/post-start.log").exists(), "post_start runs after the snapshot, on every start");
+    assert_eq!(files_holding(&snap_dir, SECRET), Vec::<PathBuf>::new(), "the snapshot holds the secret");
+    let root1 = ws1.parent().unwrap();
+    assert_eq!(
+        files_holding(root1, SECRET).iter().filter(|p| !p.ends_with("executor.log")).count(),
+        0,
+        "the sandbox's files hold the secret"
+    );
+    assert!(!sandbox_environments(&ws1).contains(SECRET), "a sandbox process has the secret in its environment");
+
+    // The second start on the same key begins from the snapshot: setup does not run again.
+    let (_, second) = start(&api, "web", repo.path()).await;
+    assert_eq!(second["snapshot"], snap_id.as_str(), "{second}");
+    assert!(second["detail"].as_str().unwrap().contains("setup skipped"), "{second}");
+    let ws2 = h.workspace(second["sandbox_id"].as_str().unwrap());
+    assert_eq!(read(&ws2, "installed-at.txt"), installed, "setup's results, not a new run");
+    assert_eq!(read(&ws2, "post-start.log"), "started\n");
+    assert!(!sandbox_environments(&ws2).contains(SECRET));
+
+    // A new commit that leaves the lock file alone is fetched into the snapshot's workspace.
+    commit(repo.path(), "feature.txt", "new work\n");
+    let (_, third) = start(&api, "web", repo.path()).await;
+    assert_eq!(third["snapshot"], snap_id.as_str(), "{third}");
+    let ws3 = h.workspace(third["sandbox_id"].as_str().unwrap());
+    assert_eq!(read(&ws3, "feature.txt"), "new work\n");
+    assert_eq!(read(&ws3, "installed-at.txt"), installed);
+
+    // A change to the lock file sets up again, and replaces the snapshot.
+    commit(repo.path(), "deps.lock", "left-pad 2.0\n");
+    let (_, fourth) = start(&api, "web", repo.path()).await;
+    assert!(fourth["detail"].as_str().unwrap().contains("key changed"), "{fourth}");
+    let ws4 = h.workspace(fourth["sandbox_id"].as_str().unwrap());
+    assert_ne!(read(&ws4, "installed-at.txt"), installed, "setup ran again");
+    assert_eq!(read(&ws4.parent().unwrap().join("home"), ".cache/tool/installed"), "left-pad 2.0\n");
+    let list = snapshots(&api).await;
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "one snapshot per family: {list}");
+    let new_id = items[0]["id"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, snap_id);
+    assert!(!snap_dir.exists(), "the replaced snapshot's files are gone");
+
+    // Deleted through the API, its files go, and the next start sets up again.
+    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/environments/snapshots/{new_id}"), None).await;
+    assert_eq!(s, 204);
+    let gone = h.data.path().join("snapshots").join(&new_id);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gone.exists() {
+        assert!(Instant::now() < deadline, "the deleted snapshot's files stay");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(snapshots(&api).await["items"], json!([]));
+}
+
+#[tokio::test]
+async fn failed_setup_is_a_start_error_and_quotas_refuse_in_words() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ok")]);
+    llm.push([Reply::finish("ok")]);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_SNAPSHOT_QUOTA_USER_MB", "1"));
+    let api = h.api(ALICE);
+    let (s, _) = api.call(reqwest::Method::PUT, "/api/v1/secrets/NPM_TOKEN", Some(json!({"value": SECRET}))).await;
+    assert!(s == 201 || s == 200);
+    let repo = make_repo();
+
+    // Bad definitions and unknown names are refused before anything starts.
+    let (s, v) = put(&api, "bad", json!({"cache_key": ["../../etc/passwd"]})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_field")), "{v}");
+    let (s, v) = api.post("/api/v1/conversations", json!({"environment": "nope"})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("unknown_environment")), "{v}");
+    let (s, v) = api.post("/api/v1/conversations", json!({"environment": "@acme/web"})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("unknown_environment")), "{v}");
+
+    // A failing setup: its output in the error, the secret masked, no snapshot.
+    let (s, _) = put(
+        &api,
+        "broken",
+        json!({"setup": ["echo \"installing with $NPM_TOKEN\"; echo broken dependency >&2; exit 4"], "setup_secrets": ["NPM_TOKEN"]}),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let url = repo.path().to_string_lossy();
+    let (_, task) = api.post("/api/v1/conversations", json!({"environment": "broken", "repository": {"url": url}})).await;
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    assert_eq!(task["status"], "ERROR", "{task}");
+    let detail = task["detail"].as_str().unwrap();
+    assert!(detail.contains("RUNNING_SETUP_SCRIPT") && detail.contains("exit code 4") && detail.contains("broken dependency"), "{detail}");
+    assert!(!detail.contains(SECRET), "the secret is shown: {detail}");
+    assert_eq!(snapshots(&api).await["items"], json!([]));
+
+    // Setup that leaves more than the quota: the start goes on, the snapshot is refused in words.
+    let (s, _) = put(&api, "big", json!({"setup": ["head -c 3000000 /dev/urandom > blob.bin"]})).await;
+    assert_eq!(s, 201);
+    let (_, task) = api.start_ready(json!({"environment": "big", "repository": {"url": url}})).await;
+    let detail = task["detail"].as_str().unwrap();
+    assert!(detail.contains("no snapshot") && detail.contains("quota of 1 MiB"), "{detail}");
+    let list = snapshots(&api).await;
+    assert_eq!(list["items"][0]["status"], "refused", "{list}");
+    assert_eq!((list["used_bytes"].as_u64(), list["quota_bytes"].as_u64()), (Some(0), Some(1 << 20)), "{list}");
+    // Nothing of it is left on disk, and the next start sets up again.
+    let dir = h.data.path().join("snapshots");
+    assert_eq!(std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0), 0, "a refused snapshot's files stay");
+    let (_, again) = api.start_ready(json!({"environment": "big", "repository": {"url": url}})).await;
+    assert!(again["snapshot"].is_null() && again["detail"].as_str().unwrap().contains("set up in"), "{again}");
+}
