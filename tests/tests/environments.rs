@@ -3,11 +3,12 @@
 //! as a snapshot that the next start on the same key starts from (brought up to date with the
 //! repository); a change to a cache-key file sets up again; a failed setup is a start error with
 //! its output (secret masked) and no snapshot; a snapshot past the quota is refused in words;
-//! a deleted snapshot's files go.
+//! a deleted snapshot's files go. And the same with a container, whose snapshot is an image.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use halyard_tests::docker::{docker, require_engine};
 use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, git, init, procs};
 use serde_json::{Value, json};
 
@@ -244,4 +245,99 @@ async fn failed_setup_is_a_start_error_and_quotas_refuse_in_words() {
     assert_eq!(std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0), 0, "a refused snapshot's files stay");
     let (_, again) = api.start_ready(json!({"environment": "big", "repository": {"url": url}})).await;
     assert!(again["snapshot"].is_null() && again["detail"].as_str().unwrap().contains("set up in"), "{again}");
+}
+
+/// The snapshot images of a deployment's snapshot `id`.
+fn snapshot_images(id: &str) -> Vec<String> {
+    let filter = format!("label=dev.halyard.snapshot={id}");
+    docker(&["images", "-q", "--filter", &filter]).lines().map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn a_container_starts_from_its_environments_snapshot_image() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ok")]);
+    llm.push([Reply::finish("ok")]);
+    // A private repository behind git's own http-backend, cloned through the git proxy.
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "app.git", ("deps.lock", "left-pad 1.0\n"));
+    const TOKEN: &str = "ghp_env-snapshot-token-7c1e";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_SANDBOX", "docker")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_GIT_API_ALLOW", "loopback");
+    let h = Halyard::start(opts);
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
+    let (s, _) = api.call(reqwest::Method::PUT, "/api/v1/secrets/NPM_TOKEN", Some(json!({"value": SECRET}))).await;
+    assert!(s == 201 || s == 200);
+    let env = json!({
+        "setup": [
+            "date +%s%N > installed-at.txt",
+            "if [ \"$NPM_TOKEN\" = \"$EXPECTED\" ]; then echo yes > had-secret.txt; fi",
+            // Outside the workspace volume: in the container's own layer.
+            "mkdir -p \"$HOME/.cache/tool\" && cat deps.lock > \"$HOME/.cache/tool/installed\"",
+        ],
+        "post_start": ["echo started >> post-start.log"],
+        "env": {"EXPECTED": SECRET},
+        "setup_secrets": ["NPM_TOKEN"],
+        "cache_key": ["deps.lock"],
+    });
+    assert_eq!(put(&api, "web", env).await.0, 201);
+    let body = json!({"message": "hi", "environment": "web", "secrets": [], "repository": {"url": format!("{}/app.git", server.base)}});
+    let container = |task: &Value| format!("halyard-{}-{}", &h.deployment()[..12], task["sandbox_id"].as_str().unwrap());
+    let cat = |c: &str, f: &str| docker(&["exec", c, "cat", f]);
+
+    let (_, first) = api.start_ready(body.clone()).await;
+    assert!(first["detail"].as_str().unwrap().contains("kept"), "{first}");
+    let c1 = container(&first);
+    assert_eq!(cat(&c1, "/workspace/had-secret.txt"), "yes");
+    let installed = cat(&c1, "/workspace/installed-at.txt");
+    let list = snapshots(&api).await;
+    let snap = &list["items"][0];
+    assert_eq!((snap["status"].as_str(), snap["kind"].as_str()), (Some("ready"), Some("docker")), "{list}");
+    let id = snap["id"].as_str().unwrap().to_owned();
+    assert_eq!(snapshot_images(&id).len(), 1, "one image holds the snapshot");
+
+    // The snapshot's image holds setup's results and neither the secret nor the session key.
+    let image = snapshot_images(&id).remove(0);
+    let look = "cat /workspace/installed-at.txt; ls /workspace/post-start.log 2>&1; env; \
+                grep -rl \"$0\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null | head; ls /opt/halyard/run";
+    let inside = docker(&["run", "--rm", "--network", "none", "--entrypoint", "sh", &image, "-c", look, SECRET]);
+    assert!(inside.starts_with(&installed), "{inside}");
+    assert!(inside.contains("No such file"), "post_start's output is not in the snapshot: {inside}");
+    assert_eq!(inside.matches(SECRET).count(), 0, "the snapshot holds the secret: {inside}");
+
+    // The next start's container comes from the snapshot: setup's results in the workspace and in
+    // home, the repository fetched, post_start run again.
+    let (_, second) = api.start_ready(body.clone()).await;
+    assert_eq!(second["snapshot"], id.as_str(), "{second}");
+    let c2 = container(&second);
+    assert_eq!(cat(&c2, "/workspace/installed-at.txt"), installed);
+    assert_eq!(cat(&c2, "/home/halyard/.cache/tool/installed"), "left-pad 1.0");
+    assert_eq!(cat(&c2, "/workspace/post-start.log"), "started");
+    assert_eq!(cat(&c2, "/workspace/deps.lock"), "left-pad 1.0");
+    let environ = docker(&["exec", &c2, "sh", "-c", "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"]);
+    assert!(!environ.contains(SECRET), "a process of the sandbox has the secret");
+
+    // Deleted, its image goes (once no sandbox runs on it: the engine keeps an image in use).
+    let conv2 = second["conversation_id"].as_str().unwrap();
+    assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv2}"), None).await.0, 202);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !docker(&["ps", "-aq", "--filter", &format!("name={c2}")]).is_empty() {
+        assert!(Instant::now() < deadline, "the deleted conversation's container stays");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/environments/snapshots/{id}"), None).await;
+    assert_eq!(s, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !snapshot_images(&id).is_empty() {
+        assert!(Instant::now() < deadline, "the deleted snapshot's image stays");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
