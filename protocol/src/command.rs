@@ -126,6 +126,12 @@ pub enum SandboxCommand {
         sandbox_id: SandboxId,
         plan: crate::environment::SnapshotPlan,
     },
+    /// Move a container sandbox onto another image (a dev container's, built from its workspace
+    /// if it says how), keeping its workspace; its record says when it runs on it, or why not.
+    UseImage {
+        sandbox_id: SandboxId,
+        plan: crate::environment::ImagePlan,
+    },
     Pause {
         sandbox_id: SandboxId,
     },
@@ -143,6 +149,7 @@ impl SandboxCommand {
         match self {
             Self::Create { sandbox_id, .. }
             | Self::Snapshot { sandbox_id, .. }
+            | Self::UseImage { sandbox_id, .. }
             | Self::Pause { sandbox_id }
             | Self::Resume { sandbox_id }
             | Self::Delete { sandbox_id } => *sandbox_id,
@@ -155,6 +162,7 @@ impl Payload for SandboxCommand {
         match self {
             Self::Create { .. } => "cmd.sandbox.create",
             Self::Snapshot { .. } => "cmd.sandbox.snapshot",
+            Self::UseImage { .. } => "cmd.sandbox.use_image",
             Self::Pause { .. } => "cmd.sandbox.pause",
             Self::Resume { .. } => "cmd.sandbox.resume",
             Self::Delete { .. } => "cmd.sandbox.delete",

@@ -130,6 +130,9 @@ pub struct Snapshot {
     pub setup_secs: f64,
     pub created_ms: UnixMillis,
     pub expires_ms: UnixMillis,
+    /// A container's user and variables (its image is `location`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 /// What a start asks the supervisor to keep after setup.
@@ -157,12 +160,54 @@ pub struct SnapshotRef {
     pub kind: String,
     pub node: String,
     pub location: String,
+    /// A container's user and variables when it was kept (a dev container's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 impl From<&Snapshot> for SnapshotRef {
     fn from(s: &Snapshot) -> Self {
-        Self { snapshot_id: s.snapshot_id.clone(), kind: s.kind.clone(), node: s.node.clone(), location: s.location.clone() }
+        Self {
+            snapshot_id: s.snapshot_id.clone(),
+            kind: s.kind.clone(),
+            node: s.node.clone(),
+            location: s.location.clone(),
+            runtime: s.runtime.clone(),
+        }
     }
+}
+
+/// What a container is made from when it is not its spec's runtime image: a dev container's
+/// image with the executor added, or a snapshot's; with the user and variables it runs with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runtime {
+    pub image: String,
+    /// `uid:gid` (absent: the spec's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Over the spec's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The image a container sandbox is to be moved onto (a dev container's), on the same workspace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePlan {
+    /// An image present on the engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Or one built from the workspace: the context's directory and the Dockerfile in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dockerfile: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// The user it runs as: a name in the image, or `uid[:gid]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// Hex SHA-256 of `parts`, each ended by a newline (so no two lists of parts hash alike).

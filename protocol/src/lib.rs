@@ -22,6 +22,7 @@ pub mod accounts;
 pub mod agents;
 pub mod automation;
 pub mod command;
+pub mod devcontainer;
 pub mod envelope;
 pub mod environment;
 pub mod event;

@@ -33,6 +33,9 @@ pub enum StartTaskStatus {
     RestoringSnapshot,
     /// Keeping the sandbox after setup as a snapshot, before the agent's first step.
     SavingSnapshot,
+    /// Building (or finding) the image of the repository's dev container, and moving the
+    /// sandbox onto it.
+    BuildingImage,
 }
 
 impl StartTaskStatus {
@@ -51,6 +54,7 @@ impl StartTaskStatus {
             Self::Cancelled => "CANCELLED",
             Self::RestoringSnapshot => "RESTORING_SNAPSHOT",
             Self::SavingSnapshot => "SAVING_SNAPSHOT",
+            Self::BuildingImage => "BUILDING_IMAGE",
         }
     }
 
@@ -251,6 +255,10 @@ pub struct SandboxUpdate {
     /// The environment snapshot its workspace (and, for Docker, its image) was made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
+    /// A container's image, user and variables when they are not its spec's (a dev container's,
+    /// a snapshot's): what it is made from again after a loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<crate::environment::Runtime>,
 }
 
 impl SandboxUpdate {

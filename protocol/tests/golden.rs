@@ -608,6 +608,7 @@ fn records_are_stable() {
         host: None,
         wake_queued_until: None,
         snapshot: None,
+        runtime: None,
     };
     check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(process_sandbox.clone())));
     // A sandbox of one of several supervisors: its record names the host.
@@ -621,6 +622,7 @@ fn records_are_stable() {
                 host: Some("sandbox-b".into()),
                 wake_queued_until: None,
                 snapshot: None,
+                runtime: None,
                 ..process_sandbox
             }),
         ),
@@ -650,6 +652,7 @@ fn records_are_stable() {
                 host: None,
                 wake_queued_until: None,
                 snapshot: None,
+                runtime: None,
             }),
         ),
     );

@@ -341,3 +341,92 @@ async fn a_container_starts_from_its_environments_snapshot_image() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Commits `files` in the bare repository `root/name`'s source and pushes them to it.
+fn push(root: &Path, name: &str, files: &[(&str, &str)]) {
+    let src = root.join(format!("{name}.src"));
+    for (file, text) in files {
+        let path = src.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    git(&src, &["add", "."]);
+    git(&src, &["commit", "-qm", "more"]);
+    git(&src, &["push", "-q", root.join(name).to_str().unwrap(), "main"]);
+}
+
+#[tokio::test]
+async fn a_repositorys_dev_container_is_built_set_up_once_and_started_from_its_snapshot() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ok")]);
+    llm.push([Reply::finish("ok")]);
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "app.git", ("README.md", "the app\n"));
+    let devcontainer = r#"{
+        // The image: the project's Dockerfile, with an argument.
+        "build": {"dockerfile": "Dockerfile", "args": {"GREETING": "hello"}},
+        "remoteUser": "dev",
+        "containerEnv": {"APP_MODE": "development"},
+        "postCreateCommand": "date +%s%N > /workspace/created-at.txt && echo \"$APP_MODE\" > /workspace/mode.txt",
+        "postStartCommand": ["sh", "-c", "echo started >> /workspace/post-start.log"],
+    }"#;
+    let dockerfile = "FROM halyard-base:bookworm\nARG GREETING\n\
+                      RUN echo \"$GREETING from the dockerfile\" > /etc/devcontainer-marker && useradd -m -u 1001 dev\n";
+    push(repos.path(), "app.git", &[(".devcontainer/devcontainer.json", devcontainer), (".devcontainer/Dockerfile", dockerfile)]);
+    const TOKEN: &str = "ghp_devcontainer-token-41aa";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_SANDBOX", "docker")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_GIT_API_ALLOW", "loopback");
+    let h = Halyard::start(opts);
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
+    let body = json!({"message": "hi", "repository": {"url": format!("{}/app.git", server.base)}});
+    let container = |task: &Value| format!("halyard-{}-{}", &h.deployment()[..12], task["sandbox_id"].as_str().unwrap());
+    let sh = |c: &str, script: &str| docker(&["exec", c, "sh", "-c", script]);
+
+    // The first start builds the image, moves the sandbox onto it, runs postCreateCommand once
+    // and keeps the result.
+    let (_, first) = api.start_ready(body.clone()).await;
+    let detail = first["detail"].as_str().unwrap();
+    assert!(detail.contains("image ready") && detail.contains("set up in") && detail.contains("kept"), "{first}");
+    let c1 = container(&first);
+    assert_eq!(sh(&c1, "cat /etc/devcontainer-marker"), "hello from the dockerfile", "built from the repository's Dockerfile");
+    assert_eq!(
+        sh(&c1, "id -u; echo $APP_MODE; cat /workspace/mode.txt /workspace/post-start.log"),
+        "1001\ndevelopment\ndevelopment\nstarted"
+    );
+    assert_eq!(sh(&c1, "cat /workspace/README.md"), "the app", "the clone stays when the sandbox moves onto the image");
+    let created = sh(&c1, "cat /workspace/created-at.txt");
+    let list = snapshots(&api).await;
+    assert_eq!(list["items"][0]["environment"], ".devcontainer/devcontainer.json", "{list}");
+
+    // The second starts from the snapshot: no build, no postCreateCommand, the same image and user.
+    let (_, second) = api.start_ready(body.clone()).await;
+    assert_eq!(second["snapshot"], list["items"][0]["id"], "{second}");
+    let detail = second["detail"].as_str().unwrap();
+    assert!(detail.contains("setup skipped") && !detail.contains("image ready"), "{second}");
+    let c2 = container(&second);
+    assert_eq!(sh(&c2, "cat /etc/devcontainer-marker; id -u; echo $APP_MODE"), "hello from the dockerfile\n1001\ndevelopment");
+    assert_eq!(sh(&c2, "cat /workspace/created-at.txt"), created);
+    assert_eq!(sh(&c2, "cat /workspace/post-start.log"), "started");
+
+    // `features` need a registry: refused in words.
+    push(
+        repos.path(),
+        "app.git",
+        &[(
+            ".devcontainer/devcontainer.json",
+            r#"{"image": "halyard-base:bookworm", "features": {"ghcr.io/devcontainers/features/node:1": {}}}"#,
+        )],
+    );
+    let (_, task) = api.post("/api/v1/conversations", body.clone()).await;
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
+    let detail = task["detail"].as_str().unwrap_or_default();
+    assert!(task["status"] == "ERROR" && detail.contains("features") && detail.contains("registry"), "{task}");
+}

@@ -17,18 +17,67 @@ use halyard_protocol::{SandboxId, TraceContext, UserId, subjects};
 
 use crate::ctx::Ctx;
 
-/// A start's environment, as found before its sandbox is asked for.
+/// A start's environment, as found before its sandbox is asked for (and, for a repository's
+/// dev container, once its file is read).
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub resolved: Resolved,
     pub family: String,
     /// The family's snapshot, if one is ready to start from.
     pub snapshot: Option<Snapshot>,
+    /// Files whose contents always key the snapshot (a dev container's own files).
+    pub always: Vec<String>,
+    /// The start named no environment: a repository's dev container may take its place.
+    pub named: bool,
+    /// The repository's dev container, once read.
+    pub dev: Option<halyard_protocol::devcontainer::DevContainer>,
+}
+
+/// The family of a repository's dev container snapshots.
+pub fn dev_family(owner: &UserId, org: Option<&str>, repository: &Repository) -> String {
+    let name = halyard_protocol::devcontainer::NAME;
+    env::family(owner, org, name, &env::Environment::default(), Some(&repository.url), repository.branch.as_deref())
+}
+
+/// The family's snapshot, if one is ready to start from.
+async fn ready_snapshot(ctx: &Ctx, owner: &UserId, org: Option<&str>, family: &str) -> Option<Snapshot> {
+    let key = env::snapshot_key(owner, org, family);
+    let snapshot = match ctx.snapshots.get(&key).await {
+        Ok(Some(bytes)) => serde_json::from_slice::<Snapshot>(&bytes).ok(),
+        Ok(None) => None,
+        // Without the bucket the start sets up as if there were no snapshot.
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the environment's snapshot; setting up");
+            None
+        }
+    };
+    let now = halyard_platform::now_ms();
+    snapshot.filter(|s| s.status == SnapshotStatus::Ready && s.expires_ms > now)
 }
 
 /// The environment of `owner`'s start in `org` that names `name` (or the defaults), and the
-/// snapshot it may start from.
+/// snapshot it may start from. A start that names none, on a repository whose dev container
+/// was kept as a snapshot, starts from that (its file is read again once the repository is
+/// up to date).
 pub async fn plan(
+    ctx: &Ctx,
+    owner: &UserId,
+    org: Option<&str>,
+    name: Option<&str>,
+    repository: Option<&Repository>,
+) -> Result<Option<Plan>, String> {
+    if let (None, Some(repo)) = (name, repository) {
+        let family = dev_family(owner, org, repo);
+        if let Some(snapshot) = ready_snapshot(ctx, owner, org, &family).await {
+            let resolved = Resolved { name: halyard_protocol::devcontainer::NAME.into(), environment: Default::default() };
+            return Ok(Some(Plan { resolved, family, snapshot: Some(snapshot), always: Vec::new(), named: false, dev: None }));
+        }
+    }
+    named_or_default(ctx, owner, org, name, repository).await
+}
+
+/// [`plan`] without a repository's dev container: the named environment, else the defaults.
+pub async fn named_or_default(
     ctx: &Ctx,
     owner: &UserId,
     org: Option<&str>,
@@ -43,35 +92,28 @@ pub async fn plan(
     };
     let (url, branch) = (repository.map(|r| r.url.as_str()), repository.and_then(|r| r.branch.as_deref()));
     let family = env::family(owner, org, &resolved.name, &resolved.environment, url, branch);
-    let key = env::snapshot_key(owner, org, &family);
-    let snapshot = match ctx.snapshots.get(&key).await {
-        Ok(Some(bytes)) => serde_json::from_slice::<Snapshot>(&bytes).ok(),
-        Ok(None) => None,
-        // Without the bucket the start sets up as if there were no snapshot.
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the environment's snapshot; setting up");
-            None
-        }
-    };
-    let now = halyard_platform::now_ms();
-    let snapshot = snapshot.filter(|s| s.status == SnapshotStatus::Ready && s.expires_ms > now);
-    Ok(Some(Plan { resolved, family, snapshot }))
+    let snapshot = ready_snapshot(ctx, owner, org, &family).await;
+    Ok(Some(Plan { resolved, family, snapshot, always: Vec::new(), named: name.is_some(), dev: None }))
 }
 
-/// Prints what setup depends on in the workspace: the hashes of the environment's cache-key
-/// files (a missing one says so), else the head commit.
-pub fn depends_script(e: &env::Environment) -> String {
-    if e.cache_key.is_empty() {
-        return "git rev-parse HEAD 2>/dev/null || echo no-commit".into();
-    }
-    e.cache_key
+/// Prints what setup depends on in the workspace: the hashes of the plan's own files and of the
+/// environment's cache-key files (a missing one says so), and the head commit unless cache-key
+/// files are named.
+pub fn depends_script(plan: &Plan) -> String {
+    let e = &plan.resolved.environment;
+    let mut parts: Vec<String> = plan
+        .always
         .iter()
+        .chain(&e.cache_key)
         .map(|f| {
             let q = quote(f);
             format!("if [ -f {q} ]; then sha256sum -- {q}; else echo \"missing {f}\"; fi")
         })
-        .collect::<Vec<_>>()
-        .join("; ")
+        .collect();
+    if e.cache_key.is_empty() {
+        parts.push("(git rev-parse HEAD 2>/dev/null || echo no-commit)".into());
+    }
+    parts.join("; ")
 }
 
 /// Brings a workspace restored from a snapshot up to date with its remote: fetches, and checks
@@ -161,9 +203,18 @@ mod tests {
     #[test]
     fn scripts_quote_what_users_wrote() {
         let e = env::Environment { cache_key: vec!["a'b.lock".into(), "package-lock.json".into()], ..Default::default() };
-        let s = depends_script(&e);
-        assert!(s.contains(r"'a'\''b.lock'") && s.contains("sha256sum -- 'package-lock.json'"), "{s}");
-        assert!(depends_script(&env::Environment::default()).starts_with("git rev-parse HEAD"));
+        let plan = |environment: env::Environment, always: Vec<String>| Plan {
+            resolved: Resolved { name: "x".into(), environment },
+            family: "f".into(),
+            snapshot: None,
+            always,
+            named: true,
+            dev: None,
+        };
+        let s = depends_script(&plan(e, Vec::new()));
+        assert!(s.contains(r"'a'\''b.lock'") && s.contains("sha256sum -- 'package-lock.json'") && !s.contains("HEAD"), "{s}");
+        let s = depends_script(&plan(env::Environment::default(), vec![".devcontainer/Dockerfile".into()]));
+        assert!(s.contains("'.devcontainer/Dockerfile'") && s.ends_with("(git rev-parse HEAD 2>/dev/null || echo no-commit)"), "{s}");
         assert!(update_script(Some("dev"), false).starts_with("b='dev'; git fetch"));
     }
 }

@@ -9,6 +9,7 @@
 //! not repeated).
 
 pub mod ctx;
+pub mod devcontainer;
 pub mod environment;
 pub mod setup;
 pub mod start;

@@ -60,7 +60,7 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
         .await
         .map_err(|why| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: environment {name}: {why}")))?;
     let redactor = Redactor::new(masked);
-    let depends = run(exec, &depends_script(e), 60.0).await.map_err(|why| failed("reading what setup depends on", &why, &redactor))?;
+    let depends = run(exec, &depends_script(plan), 60.0).await.map_err(|why| failed("reading what setup depends on", &why, &redactor))?;
     let key = env::key(&plan.family, &depends);
     let (ran, summary) = match s.restored {
         Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),

@@ -16,6 +16,7 @@ use halyard_protocol::system::{ForkSource, Repository, SandboxStatus, SandboxUpd
 use halyard_protocol::{CommandId, Envelope, SandboxId, TaskId, subjects};
 
 use crate::ctx::Ctx;
+use crate::devcontainer;
 use crate::environment::{self, quote};
 use crate::setup;
 use crate::task::{PhaseError, Task, derived, run, run_with};
@@ -159,60 +160,25 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
     task.from_pool.store(sandbox.from_pool, std::sync::atomic::Ordering::Relaxed);
     // The snapshot is used only if the sandbox's host held it.
-    let restored = snapshot.filter(|s| sandbox.snapshot.as_deref() == Some(s.snapshot_id.as_str()));
-    if let Some(s) = restored {
+    let restored = snapshot.filter(|s| sandbox.snapshot.as_deref() == Some(s.snapshot_id.as_str())).cloned();
+    if let Some(s) = &restored {
         *task.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.snapshot_id.clone());
     }
     let url =
         sandbox.agent_server_url().ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
-    let exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
+    let mut exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
+    let mut plan = plan;
+    let mut note = None;
 
     task.status(StartTaskStatus::PreparingRepository, None).await?;
     if let Some(repo) = repository {
-        let branch = repo.branch.as_deref().map(|b| format!("--branch {} ", quote(b))).unwrap_or_default();
-        // A local repository on the host belongs to another uid than an isolated sandbox's,
-        // and git's ownership check would refuse to serve it. Whatever its hooks or config run,
-        // run as the sandbox's own user, inside the sandbox, so nothing is gained by refusing.
-        // (Both the clone, which reads a local source directly, and the upload-pack it starts,
-        // which `-c` does not reach, need the setting.)
-        let local = repo.url.starts_with('/') || repo.url.starts_with("file://");
-        if local && sandbox.sandbox_kind == "docker" {
-            // A container sees none of the host's paths, and mounting one the user names would
-            // show it the host's files: refused, with the ways that work.
-            return Err(PhaseError(format!(
-                "PREPARING_REPOSITORY failed: {} is a path on the host, which a Docker sandbox cannot see; give the repository's \
-                 git URL (https://... or ssh://...), or run Halyard with HALYARD_SANDBOX=process to clone paths of this machine",
-                repo.url
-            )));
+        prepare_repository(task, &exec, repo, restored.is_some(), &sandbox.sandbox_kind).await?;
+        // With no environment named, the repository's dev container comes first.
+        if plan.as_ref().is_none_or(|p| !p.named) {
+            let docker = sandbox.sandbox_kind == "docker";
+            let adopted = devcontainer::adopt(task, repo, plan, restored.as_ref(), exec, docker).await?;
+            (plan, exec, note) = (adopted.plan, adopted.exec, adopted.note);
         }
-        let trust = if local { "-c safe.directory='*' clone --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "clone" };
-        let script = match restored {
-            // A snapshot's workspace is the repository as setup left it: brought up to date.
-            Some(_) => environment::update_script(repo.branch.as_deref(), local),
-            None => format!(
-                "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
-                quote(&repo.url)
-            ),
-        };
-        // A repository of one of the owner's git providers is cloned through the sandbox's git
-        // proxy, served from here for the clone, which adds the token upstream.
-        let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, task.org.as_deref(), &repo.url)
-            .await
-            .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
-        let _proxy = match remote {
-            Some(remote) => {
-                tracing::info!(user = %task.owner, provider = %remote.provider, "cloning through the git proxy");
-                let serving = git_proxy::serve(&exec, vec![remote], &ctx.config.gateway.git_api_allow)
-                    .await
-                    .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
-                Some(serving)
-            }
-            None => None,
-        };
-        let env = BTreeMap::from([("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())]);
-        run_with(&exec, &script, CLONE_TIMEOUT_SECS, env)
-            .await
-            .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
@@ -230,6 +196,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     // Marks only from before the first skill's text, which could hold a line like one.
     let marks = survey.split(SKILL_MARK).next().unwrap_or_default();
     let has = |mark: &str| marks.lines().any(|l| l == mark);
+    // The snapshot counts for setup only if it is of the plan's family.
+    let restored = restored.as_ref().filter(|s| plan.as_ref().is_some_and(|p| p.family == s.family));
     let phase = setup::Setup { plan: plan.as_ref(), restored, setup_sh: has(SETUP_MARK), repository };
     let done = setup::run_phase(task, &exec, phase).await?;
     let setup = done.ran;
@@ -265,7 +233,65 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     // The skills as the survey found them, unless a setup script ran (it may have written some).
     let skills = (!setup).then(|| parse_skills(&survey));
     hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await?;
-    Ok(done.summary)
+    let summary: Vec<String> = done.summary.into_iter().chain(note).collect();
+    Ok((!summary.is_empty()).then(|| summary.join("; ")))
+}
+
+/// Clones the repository into the workspace, or (`restored` from a snapshot) brings the clone
+/// there up to date; `kind`: the sandbox's (`process` or `docker`).
+async fn prepare_repository(
+    task: &Task<'_>,
+    exec: &ExecutorClient,
+    repo: &Repository,
+    restored: bool,
+    kind: &str,
+) -> Result<(), PhaseError> {
+    let ctx = task.ctx;
+    let branch = repo.branch.as_deref().map(|b| format!("--branch {} ", quote(b))).unwrap_or_default();
+    // A local repository on the host belongs to another uid than an isolated sandbox's,
+    // and git's ownership check would refuse to serve it. Whatever its hooks or config run,
+    // run as the sandbox's own user, inside the sandbox, so nothing is gained by refusing.
+    // (Both the clone, which reads a local source directly, and the upload-pack it starts,
+    // which `-c` does not reach, need the setting.)
+    let local = repo.url.starts_with('/') || repo.url.starts_with("file://");
+    if local && kind == "docker" {
+        // A container sees none of the host's paths, and mounting one the user names would
+        // show it the host's files: refused, with the ways that work.
+        return Err(PhaseError(format!(
+            "PREPARING_REPOSITORY failed: {} is a path on the host, which a Docker sandbox cannot see; give the repository's \
+             git URL (https://... or ssh://...), or run Halyard with HALYARD_SANDBOX=process to clone paths of this machine",
+            repo.url
+        )));
+    }
+    let trust = if local { "-c safe.directory='*' clone --upload-pack \"git -c safe.directory='*' upload-pack\"" } else { "clone" };
+    let script = match restored {
+        // A snapshot's workspace is the repository as setup left it: brought up to date.
+        true => environment::update_script(repo.branch.as_deref(), local),
+        false => format!(
+            "if [ -d .git ]; then echo 'repository already cloned'; else git {trust} --quiet {branch}-- {} . ; fi",
+            quote(&repo.url)
+        ),
+    };
+    // A repository of one of the owner's git providers is cloned through the sandbox's git
+    // proxy, served from here for the clone, which adds the token upstream.
+    let remote = git_proxy::remote_for(&ctx.user_kv, &ctx.vault, &task.owner, task.org.as_deref(), &repo.url)
+        .await
+        .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
+    let _proxy = match remote {
+        Some(remote) => {
+            tracing::info!(user = %task.owner, provider = %remote.provider, "cloning through the git proxy");
+            let serving = git_proxy::serve(exec, vec![remote], &ctx.config.gateway.git_api_allow)
+                .await
+                .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: {e}")))?;
+            Some(serving)
+        }
+        None => None,
+    };
+    let env = BTreeMap::from([("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned())]);
+    run_with(exec, &script, CLONE_TIMEOUT_SECS, env)
+        .await
+        .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: git clone of {}: {e}", repo.url)))?;
+    Ok(())
 }
 
 const SETUP_MARK: &str = "__HALYARD_HAS_SETUP__";

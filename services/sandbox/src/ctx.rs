@@ -38,6 +38,8 @@ pub struct DockerCtx {
     pub pool: Pool,
     /// Which sandbox a container belongs to, for routing engine events.
     pub containers: Mutex<HashMap<String, SandboxId>>,
+    /// The executor and its libraries, added to dev containers' images.
+    pub executor: crate::image::ExecutorFiles,
 }
 
 impl Ctx {

@@ -20,9 +20,11 @@
 
 pub mod container;
 pub mod ctx;
+pub mod devimage;
 pub mod docker;
 pub mod egress;
 pub mod error;
+pub mod helper;
 pub mod image;
 pub mod isolation;
 pub mod layout;

@@ -400,6 +400,7 @@ impl Queue {
             host: None,
             wake_queued_until: None,
             snapshot: None,
+            runtime: None,
         });
         if let Err(e) = bus::send(&self.js, subjects::sandbox_record(entry.sandbox_id), record, None).await {
             tracing::error!(sandbox_id = %entry.sandbox_id, error = %e, "cannot publish the queued start's record");

@@ -418,7 +418,7 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
     }
-    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()) })
+    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()), executor: files })
 }
 
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by

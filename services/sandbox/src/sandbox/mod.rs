@@ -1,6 +1,7 @@
 //! One actor per sandbox: it owns the sandbox's executor (a child process, or a container on a
 //! workspace volume) and publishes every state change as a record.
 
+mod devcontainer;
 mod provision;
 mod reconcile;
 mod snapshot;
@@ -95,6 +96,8 @@ pub struct SandboxState {
     snapshot: Option<String>,
     /// The last snapshot made of it (a command delivered again is not made twice).
     made_snapshot: Option<String>,
+    /// Docker: the image, user and variables of its container when not the spec's.
+    runtime: Option<halyard_protocol::environment::Runtime>,
 }
 
 impl Actor for SandboxActor {
@@ -126,6 +129,7 @@ impl Actor for SandboxActor {
             restore: None,
             snapshot: None,
             made_snapshot: None,
+            runtime: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec, snapshot } => {
@@ -149,6 +153,7 @@ impl Actor for SandboxActor {
                 st.from_pool = r.from_pool;
                 st.wake_until = r.wake_queued_until;
                 st.snapshot = r.snapshot;
+                st.runtime = r.runtime;
                 if let Some(spec) = r.spec {
                     st.spec = spec;
                 }
@@ -174,6 +179,7 @@ impl Actor for SandboxActor {
                         }
                     }
                     SandboxCommand::Snapshot { plan, .. } => st.take_snapshot(&plan).await,
+                    SandboxCommand::UseImage { plan, .. } => st.use_image(&plan).await,
                     SandboxCommand::Pause { .. } => st.pause(None).await,
                     SandboxCommand::Resume { .. } => {
                         let asked = std::time::Instant::now();
@@ -312,6 +318,7 @@ impl SandboxState {
             host: Some(self.ctx.config.node_id.clone()),
             wake_queued_until: self.wake_until,
             snapshot: self.snapshot.clone(),
+            runtime: self.runtime.clone(),
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             if matches!(status, SandboxStatus::Hibernated | SandboxStatus::Deleted) {

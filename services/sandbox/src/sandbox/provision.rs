@@ -154,7 +154,7 @@ impl SandboxState {
             }
         }
         self.publish(SandboxStatus::Starting, None).await;
-        let Some(spec) = self.ctx.config.sandbox.spec(&self.spec) else {
+        let Some(mut spec) = self.ctx.config.sandbox.spec(&self.spec) else {
             return self.publish(SandboxStatus::Error, Some(format!("start failed: no sandbox spec named `{}`", self.spec))).await;
         };
         let Some(runtime) = dctx.images.get(&self.spec) else {
@@ -162,8 +162,20 @@ impl SandboxState {
         };
         // A new container of a sandbox that has no workspace yet may start from a snapshot.
         let fresh = self.container.is_none() && self.volume.is_none();
-        let restored = if fresh { self.restore_image().await } else { None };
-        let image = restored.as_deref().unwrap_or(runtime);
+        if fresh {
+            self.restore_image().await;
+        }
+        // A dev container's or a snapshot's image, with its user and variables.
+        let image = match &self.runtime {
+            Some(r) => {
+                if let Some(user) = &r.user {
+                    spec.user.clone_from(user);
+                }
+                spec.env.extend(r.env.clone());
+                r.image.clone()
+            }
+            None => runtime.clone(),
+        };
         let naming = &dctx.engine.naming;
         let id = self.id.to_string();
         let volume = self.volume.clone().unwrap_or_else(|| naming.volume(&id));
@@ -187,7 +199,7 @@ impl SandboxState {
         let plan = ContainerPlan {
             name: naming.name(&id),
             volume: volume.clone(),
-            image,
+            image: &image,
             spec: &spec,
             labels,
             output_cap: self.ctx.config.sandbox.output_cap_bytes,

@@ -19,7 +19,9 @@ impl SandboxState {
                 tracing::warn!(sandbox_id = %self.id, "no container to snapshot");
                 return;
             };
-            snapshots::make(&self.ctx, Source::Container { container: &container, volume: &volume, spec: &self.spec }, plan).await
+            let runtime = self.runtime.clone();
+            let source = Source::Container { container: &container, volume: &volume, spec: &self.spec, runtime: runtime.as_ref() };
+            snapshots::make(&self.ctx, source, plan).await
         } else {
             snapshots::make(&self.ctx, Source::Process(&self.layout), plan).await
         };
@@ -48,19 +50,21 @@ impl SandboxState {
         }
     }
 
-    /// The image a new container starts from: the snapshot's, if this engine holds it.
-    pub(super) async fn restore_image(&mut self) -> Option<String> {
-        let snap = self.restore.take()?;
-        let dctx = self.ctx.docker.as_ref()?;
+    /// A new container starts from the snapshot's image (with its user and variables), if this
+    /// engine holds it.
+    pub(super) async fn restore_image(&mut self) {
+        let Some(snap) = self.restore.take() else { return };
+        let Some(dctx) = self.ctx.docker.as_ref() else { return };
         if snap.kind != "docker" || snap.node != self.ctx.config.node_id {
             tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot is another host's: starting without it");
-            return None;
+            return;
         }
         if !crate::docker::image_exists(&dctx.engine.docker, &snap.location).await {
             tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot's image is gone: starting without it");
-            return None;
+            return;
         }
+        let kept = snap.runtime.unwrap_or_default();
+        self.runtime = Some(halyard_protocol::environment::Runtime { image: snap.location, ..kept });
         self.snapshot = Some(snap.snapshot_id);
-        Some(snap.location)
     }
 }

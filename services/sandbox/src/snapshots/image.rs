@@ -10,11 +10,8 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig, Mount, MountType};
-use bollard::query_parameters::{
-    CommitContainerOptions, CreateContainerOptions, ListImagesOptions, LogsOptions, RemoveImageOptions, WaitContainerOptions,
-};
-use futures::StreamExt;
+use bollard::models::ContainerConfig;
+use bollard::query_parameters::{CommitContainerOptions, ListImagesOptions, RemoveImageOptions};
 
 use crate::ctx::Ctx;
 use crate::docker::{LABEL_DEPLOYMENT, Naming};
@@ -28,13 +25,16 @@ fn repository(naming: &Naming) -> String {
     format!("halyard-{}-snapshot", &naming.deployment[..naming.deployment.len().min(12)])
 }
 
-/// Commits `container` (on workspace `volume`, of sandbox spec `spec`) as snapshot `id`: (its
-/// image, the bytes it adds to the runtime image).
-pub async fn commit(ctx: &Ctx, container: &str, volume: &str, spec: &str, id: &str) -> Result<(String, u64), String> {
+/// Commits `container` (on workspace `volume`, of sandbox spec `spec`, made from runtime image
+/// `base` if not the spec's) as snapshot `id`: (its image, the bytes it adds to that image).
+pub async fn commit(ctx: &Ctx, container: &str, volume: &str, spec: &str, base: Option<&str>, id: &str) -> Result<(String, u64), String> {
     let dctx = ctx.docker.as_ref().ok_or("no Docker engine")?;
     let docker = &dctx.engine.docker;
     let spec = ctx.config.sandbox.spec(spec).ok_or_else(|| format!("no sandbox spec {spec}"))?;
-    let runtime = dctx.images.get(&spec.name).ok_or_else(|| format!("spec {} has no runtime image", spec.name))?;
+    let runtime = match base {
+        Some(b) => b,
+        None => dctx.images.get(&spec.name).ok_or_else(|| format!("spec {} has no runtime image", spec.name))?,
+    };
     let engine = |op: &str, e: bollard::errors::Error| format!("{op}: {e}");
     // 1. The container's own layer (paused for the moment it takes).
     let options = CommitContainerOptions { container: Some(container.to_owned()), pause: true, ..Default::default() };
@@ -44,66 +44,21 @@ pub async fn commit(ctx: &Ctx, container: &str, volume: &str, spec: &str, id: &s
     labels.insert(LABEL_SNAPSHOT.to_owned(), id.to_owned());
     let wd = spec.working_dir.clone();
     let script = format!("cp -a {SOURCE}/. '{wd}/' && rm -rf '{wd}/.halyard'");
-    let body = ContainerCreateBody {
-        image: Some(layer.clone()),
-        entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
-        cmd: Some(vec![script]),
-        user: Some("0:0".into()),
-        labels: Some(labels.clone()),
-        network_disabled: Some(true),
-        host_config: Some(HostConfig {
-            mounts: Some(vec![Mount {
-                target: Some(SOURCE.into()),
-                source: Some(volume.to_owned()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(true),
-                ..Default::default()
-            }]),
-            network_mode: Some("none".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
+    let copied = crate::helper::run(ctx, &layer, "snapshot", script, (volume, SOURCE, true), labels.clone()).await;
+    let helper = match copied {
+        Ok(h) => h.id,
+        Err(e) => {
+            let _ = docker.remove_image(&layer, None::<RemoveImageOptions>, None).await;
+            return Err(e);
+        }
     };
-    let name = format!("{}-snapshot-{id}", dctx.engine.naming.name("helper"));
-    let helper = docker
-        .create_container(Some(CreateContainerOptions { name: Some(name), ..Default::default() }), body)
-        .await
-        .map_err(|e| engine("create the snapshot helper", e))?
-        .id;
-    let copied = copy(docker, &helper).await;
-    let result = match copied {
-        Ok(()) => finish(docker, &helper, &layer, runtime, &repository(&dctx.engine.naming), id, labels).await,
-        Err(e) => Err(e),
-    };
+    let result = finish(docker, &helper, &layer, runtime, &repository(&dctx.engine.naming), id, labels).await;
     let _ = dctx.engine.remove(&helper).await;
     // The intermediate layer is the snapshot's parent; untagged, it goes with the snapshot.
     if result.is_err() {
         let _ = docker.remove_image(&layer, None::<RemoveImageOptions>, None).await;
     }
     result
-}
-
-/// Runs the helper to its end: an error with its output unless it exits 0.
-async fn copy(docker: &bollard::Docker, helper: &str) -> Result<(), String> {
-    docker.start_container(helper, None::<bollard::query_parameters::StartContainerOptions>).await.map_err(|e| format!("start: {e}"))?;
-    let mut wait = docker.wait_container(helper, None::<WaitContainerOptions>);
-    let code = match wait.next().await {
-        Some(Ok(r)) => r.status_code,
-        // A non-zero exit comes as an error carrying the code.
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-        Some(Err(e)) => return Err(format!("wait: {e}")),
-        None => return Err("the copy's helper vanished".into()),
-    };
-    if code == 0 {
-        return Ok(());
-    }
-    let options = LogsOptions { stdout: true, stderr: true, tail: "20".into(), ..Default::default() };
-    let mut logs = docker.logs(helper, Some(options));
-    let mut text = String::new();
-    while let Some(Ok(chunk)) = logs.next().await {
-        text.push_str(&chunk.to_string());
-    }
-    Err(format!("copying the workspace exited with {code}: {}", text.trim()))
 }
 
 /// Commits the helper as the snapshot's image, with the runtime image's way of starting.

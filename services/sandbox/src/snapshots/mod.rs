@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use futures::StreamExt;
 use halyard_platform::Shutdown;
-use halyard_protocol::environment::{self, Snapshot, SnapshotPlan, SnapshotRef, SnapshotStatus};
+use halyard_protocol::environment::{self, Runtime, Snapshot, SnapshotPlan, SnapshotRef, SnapshotStatus};
 
 use crate::ctx::Ctx;
 use crate::layout::Layout;
@@ -31,7 +31,13 @@ pub use crate::snapshot_store::Snapshots;
 /// What a snapshot is made from.
 pub enum Source<'a> {
     Process(&'a Layout),
-    Container { container: &'a str, volume: &'a str, spec: &'a str },
+    /// `runtime`: the container's image, user and variables when not its spec's.
+    Container {
+        container: &'a str,
+        volume: &'a str,
+        spec: &'a str,
+        runtime: Option<&'a Runtime>,
+    },
 }
 
 /// Where process snapshots are kept.
@@ -44,15 +50,20 @@ pub fn process_root(data_dir: &Path) -> PathBuf {
 pub async fn make(ctx: &Ctx, source: Source<'_>, plan: &SnapshotPlan) -> Snapshot {
     let Some(snaps) = ctx.snapshots.get() else { return refused(ctx, plan, "snapshots are not available on this host".into()) };
     snaps.begin(&plan.snapshot_id);
+    let mut kept_runtime = None;
     let made = match source {
         Source::Process(layout) => copy_process(ctx, layout, &plan.snapshot_id).await,
-        Source::Container { container, volume, spec } => image::commit(ctx, container, volume, spec, &plan.snapshot_id).await,
+        Source::Container { container, volume, spec, runtime } => {
+            kept_runtime = runtime.map(|r| Runtime { image: String::new(), ..r.clone() });
+            let base = runtime.map(|r| r.image.as_str());
+            image::commit(ctx, container, volume, spec, base, &plan.snapshot_id).await
+        }
     };
     let snapshot = match made {
         Err(e) => refused(ctx, plan, format!("the snapshot could not be made: {e}")),
         Ok((location, size_bytes)) => {
             let kind = if ctx.docker.is_some() { "docker" } else { "process" };
-            let made = ready(ctx, plan, kind, location, size_bytes);
+            let made = Snapshot { runtime: kept_runtime, ..ready(ctx, plan, kind, location, size_bytes) };
             match over_quota(ctx, snaps, &made).await {
                 Ok(None) => made,
                 Ok(Some(why)) | Err(why) => {
@@ -106,6 +117,7 @@ fn ready(ctx: &Ctx, plan: &SnapshotPlan, kind: &str, location: String, size_byte
         setup_secs: plan.setup_secs,
         created_ms: now,
         expires_ms: now.saturating_add(i64::try_from(plan.ttl_secs).unwrap_or(i64::MAX / 2).saturating_mul(1000)),
+        runtime: None,
     }
 }
 

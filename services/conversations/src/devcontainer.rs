@@ -1,0 +1,160 @@
+//! A repository's own dev container as a start's environment
+//! ([`halyard_protocol::devcontainer`]): when the start names no environment, the repository's
+//! `devcontainer.json` comes before the organization's and the deployment's defaults. Its file is
+//! read once the repository is in the workspace ([`read`]); its commands are the environment's
+//! ([`plan_for`]); a container sandbox is then moved onto its image ([`use_image`]), which a
+//! process sandbox cannot do (it runs the commands without the image, and says so).
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use halyard_platform::bus;
+use halyard_platform::environments::Resolved;
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::keys;
+use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::devcontainer::{self, DevContainer};
+use halyard_protocol::environment::{self as env, Environment, ImagePlan, Snapshot};
+use halyard_protocol::system::{REFUSED_PREFIX, Repository, SandboxStatus, SandboxUpdate, StartTaskStatus, SystemRecord};
+use halyard_protocol::{Envelope, subjects};
+
+use crate::environment::{Plan, depends_script, dev_family, named_or_default, quote};
+use crate::task::{PhaseError, Task, run};
+
+const PATH_MARK: &str = "__HALYARD_DEVCONTAINER__ ";
+
+/// The repository's dev container, if the workspace has one of the spec's files.
+pub(crate) async fn read(exec: &ExecutorClient) -> Result<Option<DevContainer>, String> {
+    let paths: Vec<String> = devcontainer::PATHS.iter().map(|p| quote(p)).collect();
+    let script = format!(
+        "for f in {}; do if [ -f \"$f\" ]; then printf '{PATH_MARK}%s\\n' \"$f\"; head -c 262144 \"$f\"; break; fi; done; true",
+        paths.join(" ")
+    );
+    let out = run(exec, &script, 30.0).await?;
+    let Some(rest) = out.split_once(PATH_MARK).map(|(_, r)| r) else { return Ok(None) };
+    let (path, text) = rest.split_once('\n').unwrap_or((rest, ""));
+    devcontainer::parse(path.trim(), text).map(Some)
+}
+
+/// The plan of a start on `repository` whose environment is its dev container `dev`; `found`
+/// (the plan made before the repository was read) keeps its snapshot only if that was the dev
+/// container's.
+pub(crate) fn plan_for(task: &Task<'_>, repository: &Repository, dev: DevContainer, found: Option<Plan>) -> Plan {
+    let family = dev_family(&task.owner, task.org.as_deref(), repository);
+    let snapshot = found.and_then(|p| p.snapshot).filter(|s| s.family == family);
+    let mut always = vec![dev.path.clone()];
+    if let Some(b) = &dev.build {
+        always.push(if b.context == "." { b.dockerfile.clone() } else { format!("{}/{}", b.context, b.dockerfile) });
+    }
+    let environment = Environment {
+        setup: dev.setup.clone(),
+        post_start: dev.post_start.clone(),
+        env: dev.container_env.clone(),
+        cache_key: dev.cache_key.clone(),
+        ..Default::default()
+    };
+    let resolved = Resolved { name: dev.path.clone(), environment };
+    Plan { resolved, family, snapshot, always, named: false, dev: Some(dev) }
+}
+
+/// Whether the dev container has an image of its own to move a container sandbox onto.
+pub(crate) fn has_image(dev: &DevContainer) -> bool {
+    dev.image.is_some() || dev.build.is_some()
+}
+
+/// Moves the task's sandbox onto the dev container's image (built from the workspace if it
+/// says how); the sandbox as it then runs (new URLs), or why it could not.
+pub(crate) async fn use_image(task: &Task<'_>, dev: &DevContainer) -> Result<SandboxUpdate, String> {
+    let ctx = task.ctx;
+    let plan = ImagePlan {
+        image: dev.image.clone(),
+        context: dev.build.as_ref().map(|b| b.context.clone()),
+        dockerfile: dev.build.as_ref().map(|b| b.dockerfile.clone()),
+        args: dev.build.as_ref().map(|b| b.args.clone()).unwrap_or_default(),
+        user: dev.remote_user.clone(),
+        env: dev.container_env.clone(),
+    };
+    // Subscribed before asking, so no record of the move is missed.
+    let mut updates = ctx.nats.subscribe(subjects::sandbox_record(task.sandbox_id)).await.map_err(|e| e.to_string())?;
+    let cmd = SandboxCommand::UseImage { sandbox_id: task.sandbox_id, plan };
+    bus::send(&ctx.js, subjects::sandbox_command(task.sandbox_id), cmd, task.trace.clone()).await.map_err(|e| e.to_string())?;
+    // A build of a real project's image can take a while.
+    let patience = Duration::from_secs(1800);
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut moving = false;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, updates.next())
+            .await
+            .map_err(|_| format!("the dev container's image was not ready within {} s", patience.as_secs()))?
+            .ok_or("subscription closed")?;
+        let Ok(Envelope { payload: SystemRecord::Sandbox(u), .. }) = halyard_protocol::decode::<SystemRecord>(&msg.payload) else {
+            continue;
+        };
+        match u.status {
+            _ if u.detail.as_deref().is_some_and(|d| d.starts_with(REFUSED_PREFIX)) => {
+                return Err(u.detail.unwrap_or_default().trim_start_matches(REFUSED_PREFIX).to_owned());
+            }
+            SandboxStatus::Starting => moving = true,
+            SandboxStatus::Running if moving => return Ok(u),
+            SandboxStatus::Error | SandboxStatus::Missing | SandboxStatus::Deleted => {
+                return Err(u.detail.unwrap_or_else(|| format!("the sandbox is {}", u.status.as_str())));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What [`adopt`] leaves the start with: its plan, the executor of its sandbox as it now runs,
+/// and a note for the start's summary.
+pub(crate) struct Adopted {
+    pub plan: Option<Plan>,
+    pub exec: ExecutorClient,
+    pub note: Option<String>,
+}
+
+/// With no environment named, the repository's dev container (if the workspace has one)
+/// becomes the start's environment, and a container sandbox moves onto its image unless a
+/// current snapshot of it is what the sandbox started from. `found`: the plan made before the
+/// repository was read; `restored`: the snapshot the sandbox started from; `docker`: the sandbox
+/// is a container.
+pub(crate) async fn adopt(
+    task: &Task<'_>,
+    repository: &Repository,
+    found: Option<Plan>,
+    restored: Option<&Snapshot>,
+    exec: ExecutorClient,
+    docker: bool,
+) -> Result<Adopted, PhaseError> {
+    let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: {e}"));
+    let Some(dev) = read(&exec).await.map_err(failed)? else {
+        // No dev container (any more): a plan made for one gives way to the defaults.
+        let plan = match found {
+            Some(p) if !p.named && p.resolved.name == devcontainer::NAME => {
+                named_or_default(task.ctx, &task.owner, task.org.as_deref(), None, Some(repository)).await.map_err(failed)?
+            }
+            other => other,
+        };
+        return Ok(Adopted { plan, exec, note: None });
+    };
+    let plan = plan_for(task, repository, dev, found);
+    let Some(dev) = plan.dev.clone().filter(has_image) else { return Ok(Adopted { plan: Some(plan), exec, note: None }) };
+    if !docker {
+        let note = format!("a process sandbox runs {}'s commands without its image", dev.path);
+        return Ok(Adopted { plan: Some(plan), exec, note: Some(note) });
+    }
+    // A current snapshot of it is its image already, set up.
+    if let Some(s) = restored.filter(|s| s.family == plan.family) {
+        let depends = run(&exec, &depends_script(&plan), 60.0).await.map_err(failed)?;
+        if s.key == env::key(&plan.family, &depends) {
+            return Ok(Adopted { plan: Some(plan), exec, note: None });
+        }
+    }
+    task.status(StartTaskStatus::BuildingImage, Some(dev.path.clone())).await?;
+    let started = Instant::now();
+    let moved = use_image(task, &dev).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
+    let url = moved.agent_server_url().ok_or_else(|| PhaseError("BUILDING_IMAGE failed: the sandbox exposes no executor URL".into()))?;
+    let key = keys::session_key(&task.ctx.config.secret, task.sandbox_id);
+    let exec = ExecutorClient::new(task.ctx.http.clone(), url, key);
+    let note = format!("{}'s image ready in {:.1} s", dev.path, started.elapsed().as_secs_f64());
+    Ok(Adopted { plan: Some(plan), exec, note: Some(note) })
+}
