@@ -71,9 +71,24 @@ pub struct Environment {
     /// name none.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default: bool,
+    /// Container sandboxes kept started from each of its snapshots, ready for the next starts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pool_size: u32,
     pub updated_by: String,
     pub updated_ms: UnixMillis,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The pool key ([`SNAPSHOT_POOL_PREFIX`] and the id) of the sandboxes started from snapshot `id`.
+pub fn pool_key(id: &str) -> String {
+    format!("{SNAPSHOT_POOL_PREFIX}{id}")
+}
+
+/// Warm pools of snapshots are named by this prefix and the snapshot's id (specs' by the spec).
+pub const SNAPSHOT_POOL_PREFIX: &str = "snapshot-";
 
 /// A scope's environments, by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +148,13 @@ pub struct Snapshot {
     /// A container's user and variables (its image is `location`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<Runtime>,
+    /// Container sandboxes its host keeps started from it (its environment's `pool_size`,
+    /// kept up to date when the environment changes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pool_size: u32,
+    /// The sandbox spec of the container it was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
 }
 
 /// What a start asks the supervisor to keep after setup.
@@ -151,6 +173,8 @@ pub struct SnapshotPlan {
     pub key: String,
     pub setup_secs: f64,
     pub ttl_secs: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pool_size: u32,
 }
 
 /// A snapshot a sandbox is to start from.

@@ -430,3 +430,72 @@ async fn a_repositorys_dev_container_is_built_set_up_once_and_started_from_its_s
     let detail = task["detail"].as_str().unwrap_or_default();
     assert!(task["status"] == "ERROR" && detail.contains("features") && detail.contains("registry"), "{task}");
 }
+
+#[tokio::test]
+async fn an_environments_pool_serves_starts_without_setup_and_is_resized_at_run_time() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    for _ in 0..3 {
+        llm.push([Reply::finish("ok")]);
+    }
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "app.git", ("deps.lock", "left-pad 1.0\n"));
+    const TOKEN: &str = "ghp_env-pool-token-93d0";
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_SANDBOX", "docker")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_GIT_API_ALLOW", "loopback");
+    let h = Halyard::start(opts);
+    let api = h.api(ALICE);
+    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
+    let env = json!({"setup": ["date +%s%N > installed-at.txt"], "cache_key": ["deps.lock"], "pool_size": 2});
+    assert_eq!(put(&api, "web", env.clone()).await.0, 201);
+    let body = json!({"message": "hi", "environment": "web", "repository": {"url": format!("{}/app.git", server.base)}});
+    let (_, first) = api.start_ready(body.clone()).await;
+    assert_eq!(first["from_pool"], false);
+    let container = |task: &Value| format!("halyard-{}-{}", &h.deployment()[..12], task["sandbox_id"].as_str().unwrap());
+    let installed = docker(&["exec", &container(&first), "cat", "/workspace/installed-at.txt"]);
+
+    // The snapshot's pool fills to two.
+    let pool_ready = || async { snapshots(&api).await["items"][0]["pool_ready"].as_u64().unwrap_or(0) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pool_ready().await < 2 {
+        assert!(Instant::now() < deadline, "the pool did not fill: {}", snapshots(&api).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let id = snapshots(&api).await["items"][0]["id"].as_str().unwrap().to_owned();
+
+    // Two starts at once each take one: running, set up, nothing run again.
+    let (a, b) = tokio::join!(api.start_ready(body.clone()), api.start_ready(body.clone()));
+    for (_, task) in [&a, &b] {
+        assert_eq!((task["from_pool"].as_bool(), task["snapshot"].as_str()), (Some(true), Some(id.as_str())), "{task}");
+        assert!(task["detail"].as_str().unwrap().contains("setup skipped"), "{task}");
+        assert_eq!(docker(&["exec", &container(task), "cat", "/workspace/installed-at.txt"]), installed);
+    }
+    assert_ne!(a.1["sandbox_id"], b.1["sandbox_id"]);
+
+    // Resized to nothing at run time: the pool's containers go.
+    // (Containers taken from the pool keep its label; they are renamed for their sandbox.)
+    let pooled = || {
+        let names = docker(&["ps", "-a", "--format", "{{.Names}}", "--filter", &format!("label=dev.halyard.pool=snapshot-{id}")]);
+        names.lines().filter(|n| n.contains("-pool-")).map(str::to_owned).collect::<Vec<_>>().join("\n")
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pooled().lines().count() < 2 {
+        assert!(Instant::now() < deadline, "the pool did not refill after the starts");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut resized = env.clone();
+    resized["pool_size"] = json!(0);
+    assert_eq!(put(&api, "web", resized).await.0, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pooled().is_empty() {
+        assert!(Instant::now() < deadline, "the pool's containers stay after it was resized to 0");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(snapshots(&api).await["items"][0]["pool_size"], 0);
+}

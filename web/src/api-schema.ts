@@ -547,6 +547,9 @@ export type EnvironmentUpdate = {
   /** An organization's or the deployment's: whether its conversations get it when they name
    * none (one default per scope: setting it clears the others'). */
   default?: boolean;
+  /** Container sandboxes kept started from each of its snapshots (0 to 10), so that the next
+   * starts take one ready; changed at once for its existing snapshots. */
+  pool_size?: number;
 };
 
 /** An environment. */
@@ -564,6 +567,7 @@ export type EnvironmentView = {
   cache_key: string[];
   snapshot_ttl_secs?: number | null;
   default: boolean;
+  pool_size: number;
   updated_by: string;
   updated_at: string;
 };
@@ -1657,6 +1661,10 @@ export type SnapshotView = {
   setup_secs: number;
   created_at: string;
   expires_at?: string | null;
+  /** Container sandboxes its host keeps started from it (its environment's `pool_size`). */
+  pool_size: number;
+  /** How many of those are ready now. */
+  pool_ready: number;
 };
 
 export type SpecLimits = {

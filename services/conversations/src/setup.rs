@@ -109,6 +109,7 @@ async fn keep(task: &Task<'_>, plan: &Plan, key: &str, setup_secs: f64, reposito
         key: key.to_owned(),
         setup_secs,
         ttl_secs: e.snapshot_ttl_secs.unwrap_or(task.ctx.config.sandbox.snapshot_ttl_secs),
+        pool_size: e.pool_size,
     };
     let started = Instant::now();
     Ok(match save(task.ctx, task.sandbox_id, snapshot, task.trace.clone()).await {

@@ -27,6 +27,8 @@ pub struct PoolEntry {
 pub struct Pool {
     ready: Mutex<HashMap<String, VecDeque<PoolEntry>>>,
     pub(crate) wake: tokio::sync::Notify,
+    /// Wakes the refill of environment snapshots' pools ([`crate::envpool`]).
+    pub(crate) env_wake: tokio::sync::Notify,
 }
 
 impl Pool {
@@ -35,6 +37,7 @@ impl Pool {
     pub fn take(&self, spec: &str) -> Option<PoolEntry> {
         let entry = self.ready.lock().ok()?.get_mut(spec)?.pop_front();
         self.wake.notify_one();
+        self.env_wake.notify_one();
         entry
     }
 
@@ -65,6 +68,22 @@ impl Pool {
         if let Ok(mut ready) = self.ready.lock() {
             ready.entry(spec.to_owned()).or_default().push_back(entry);
         }
+    }
+
+    /// The pools' keys (specs, and snapshots' [`halyard_protocol::environment::pool_key`]s).
+    pub(crate) fn keys(&self) -> Vec<String> {
+        self.ready.lock().map(|r| r.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Takes out of pool `key` every entry past the first `keep`.
+    pub(crate) fn trim(&self, key: &str, keep: usize) -> Vec<PoolEntry> {
+        let Ok(mut ready) = self.ready.lock() else { return Vec::new() };
+        let Some(entries) = ready.get_mut(key) else { return Vec::new() };
+        let extra = entries.split_off(keep.min(entries.len()));
+        if entries.is_empty() {
+            ready.remove(key);
+        }
+        extra.into()
     }
 
     pub(crate) fn drain(&self) -> Vec<PoolEntry> {

@@ -541,6 +541,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         tasks.push(tokio::spawn(watch_engine(d.engine.clone(), supervisor.clone(), shutdown.clone())));
         remove_orphans(d, &records).await?;
         tasks.push(tokio::spawn(crate::warm::refill(ctx.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(crate::envpool::keep(ctx.clone(), shutdown.clone())));
     }
     let mine = |r: &SandboxUpdate| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id);
     for record in records.into_iter().filter(mine) {

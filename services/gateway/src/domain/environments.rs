@@ -24,12 +24,35 @@ pub async fn check_start(state: &AppState, user: &UserId, org: Option<&str>, nam
     }
 }
 
+/// Sets the pool size of the existing snapshots (those matching `filter`) of the environment a
+/// start names `name`: the hosts that hold them resize their pools at once.
+pub async fn resize_pools(state: &AppState, filter: &str, name: &str, pool_size: u32) -> Result<(), ApiError> {
+    let unavailable = |e: String| {
+        tracing::error!(error = %e, "environment snapshots");
+        ApiError::unavailable("the snapshot store did not answer; try again")
+    };
+    let found = halyard_platform::snapshots::list(&state.snapshots, filter).await.map_err(unavailable)?;
+    for (key, _) in found.into_iter().filter(|(_, s)| s.environment == name && s.pool_size != pool_size) {
+        // Read again with its revision: a new snapshot of the family may have just replaced it.
+        let Some(entry) = state.snapshots.entry(&key).await.map_err(|e| unavailable(e.to_string()))? else { continue };
+        let Ok(mut snapshot) = serde_json::from_slice::<halyard_protocol::environment::Snapshot>(&entry.value) else { continue };
+        snapshot.pool_size = pool_size;
+        let bytes = serde_json::to_vec(&snapshot).map_err(|e| unavailable(e.to_string()))?;
+        if let Err(e) = state.snapshots.update(&key, bytes.into(), entry.revision).await {
+            // Changed meanwhile: the newer entry was made from the definition as it is now.
+            tracing::info!(key, error = %e, "snapshot changed while its pool was resized");
+        }
+    }
+    Ok(())
+}
+
 /// What a definition may hold.
 const MAX_COMMANDS: usize = 50;
 const MAX_COMMAND_BYTES: usize = 8192;
 const MAX_VARS: usize = 50;
 const MAX_CACHE_FILES: usize = 20;
 const MAX_TTL_SECS: u64 = 90 * 86_400;
+const MAX_POOL: u32 = 10;
 
 fn bad(message: String) -> ApiError {
     ApiError::bad_request("invalid_field", message)
@@ -51,6 +74,7 @@ pub struct Parts {
     pub cache_key: Vec<String>,
     pub snapshot_ttl_secs: Option<u64>,
     pub default: bool,
+    pub pool_size: u32,
 }
 
 /// A definition from `parts`, checked, as `by` writes it now.
@@ -79,6 +103,9 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
             "`cache_key`: at most {MAX_CACHE_FILES} paths of files in the repository, relative (`package-lock.json`, `api/poetry.lock`)"
         )));
     }
+    if parts.pool_size > MAX_POOL {
+        return Err(bad(format!("`pool_size`: 0 to {MAX_POOL} sandboxes kept started from each of its snapshots")));
+    }
     if parts.snapshot_ttl_secs.is_some_and(|t| !(60..=MAX_TTL_SECS).contains(&t)) {
         return Err(bad(format!("`snapshot_ttl_secs`: 60 to {MAX_TTL_SECS} seconds")));
     }
@@ -90,6 +117,7 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
         cache_key: parts.cache_key,
         snapshot_ttl_secs: parts.snapshot_ttl_secs,
         default: parts.default,
+        pool_size: parts.pool_size,
         updated_by: by.0.clone(),
         updated_ms: halyard_platform::now_ms(),
     })
@@ -108,6 +136,7 @@ mod tests {
             cache_key: vec!["package-lock.json".into()],
             snapshot_ttl_secs: None,
             default: false,
+            pool_size: 0,
         }
     }
 
@@ -120,5 +149,6 @@ mod tests {
         assert!(checked(Parts { setup_secrets: vec!["A-B".into()], ..parts() }, &by).is_err());
         assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by).is_err());
         assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by).is_err());
+        assert!(checked(Parts { pool_size: 11, ..parts() }, &by).is_err());
     }
 }

@@ -124,15 +124,24 @@ impl SandboxState {
     /// container of its own on its volume: the stopped one if it still exists, else a new one.
     pub(super) async fn provision_container(&mut self, may_use_pool: bool) {
         let Some(dctx) = self.ctx.docker.clone() else { return };
-        // A start from a snapshot takes no pool sandbox: the pool's are empty.
-        if may_use_pool && self.container.is_none() && self.volume.is_none() && self.restore.is_none() {
-            if let Some(entry) = dctx.pool.take(&self.spec) {
+        if may_use_pool && self.container.is_none() && self.volume.is_none() {
+            // A start from a snapshot takes one of the snapshot's pool, any other the spec's.
+            let key = match &self.restore {
+                Some(s) => halyard_protocol::environment::pool_key(&s.snapshot_id),
+                None => self.spec.clone(),
+            };
+            if let Some(entry) = dctx.pool.take(&key) {
                 match crate::warm::hand_over(&self.ctx, &entry, self.id).await {
                     Ok(()) => {
                         self.container = Some(entry.container.clone());
                         self.volume = Some(entry.volume.clone());
                         self.urls = entry.urls.clone();
                         self.from_pool = true;
+                        if let Some(snap) = self.restore.take() {
+                            let kept = snap.runtime.unwrap_or_default();
+                            self.runtime = Some(halyard_protocol::environment::Runtime { image: snap.location, ..kept });
+                            self.snapshot = Some(snap.snapshot_id);
+                        }
                         self.track_container();
                         tracing::info!(sandbox_id = %self.id, container = %entry.container, "sandbox taken from the warm pool");
                         self.publish(SandboxStatus::Running, None).await;

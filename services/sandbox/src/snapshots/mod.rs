@@ -50,11 +50,12 @@ pub fn process_root(data_dir: &Path) -> PathBuf {
 pub async fn make(ctx: &Ctx, source: Source<'_>, plan: &SnapshotPlan) -> Snapshot {
     let Some(snaps) = ctx.snapshots.get() else { return refused(ctx, plan, "snapshots are not available on this host".into()) };
     snaps.begin(&plan.snapshot_id);
-    let mut kept_runtime = None;
+    let (mut kept_runtime, mut kept_spec) = (None, None);
     let made = match source {
         Source::Process(layout) => copy_process(ctx, layout, &plan.snapshot_id).await,
         Source::Container { container, volume, spec, runtime } => {
             kept_runtime = runtime.map(|r| Runtime { image: String::new(), ..r.clone() });
+            kept_spec = Some(spec.to_owned());
             let base = runtime.map(|r| r.image.as_str());
             image::commit(ctx, container, volume, spec, base, &plan.snapshot_id).await
         }
@@ -63,7 +64,7 @@ pub async fn make(ctx: &Ctx, source: Source<'_>, plan: &SnapshotPlan) -> Snapsho
         Err(e) => refused(ctx, plan, format!("the snapshot could not be made: {e}")),
         Ok((location, size_bytes)) => {
             let kind = if ctx.docker.is_some() { "docker" } else { "process" };
-            let made = Snapshot { runtime: kept_runtime, ..ready(ctx, plan, kind, location, size_bytes) };
+            let made = Snapshot { runtime: kept_runtime, spec: kept_spec, ..ready(ctx, plan, kind, location, size_bytes) };
             match over_quota(ctx, snaps, &made).await {
                 Ok(None) => made,
                 Ok(Some(why)) | Err(why) => {
@@ -118,12 +119,14 @@ fn ready(ctx: &Ctx, plan: &SnapshotPlan, kind: &str, location: String, size_byte
         created_ms: now,
         expires_ms: now.saturating_add(i64::try_from(plan.ttl_secs).unwrap_or(i64::MAX / 2).saturating_mul(1000)),
         runtime: None,
+        pool_size: plan.pool_size,
+        spec: None,
     }
 }
 
 fn refused(ctx: &Ctx, plan: &SnapshotPlan, why: String) -> Snapshot {
     let kind = if ctx.docker.is_some() { "docker" } else { "process" };
-    Snapshot { status: SnapshotStatus::Refused, detail: Some(why), expires_ms: 0, ..ready(ctx, plan, kind, String::new(), 0) }
+    Snapshot { status: SnapshotStatus::Refused, detail: Some(why), expires_ms: 0, pool_size: 0, ..ready(ctx, plan, kind, String::new(), 0) }
 }
 
 /// Why `made` may not be kept: past its owner's or its organization's quota (the family's

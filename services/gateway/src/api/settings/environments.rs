@@ -21,7 +21,7 @@ use halyard_protocol::environment::{self, Environment, Environments};
 use crate::audit::{self, Client};
 use crate::auth::access::{forbidden, load, load_managed};
 use crate::auth::{Recent, User};
-use crate::domain::environments::{Parts, checked};
+use crate::domain::environments::{Parts, checked, resize_pools};
 use crate::domain::user_store::{self, check_name};
 use crate::http::api_doc::{BodyRefusals, Conflict, Refusals};
 use crate::http::error::{ApiError, ApiJson};
@@ -61,6 +61,10 @@ pub struct EnvironmentBody {
     /// none (one default per scope: setting it clears the others').
     #[serde(default)]
     pub default: bool,
+    /// Container sandboxes kept started from each of its snapshots (0 to 10), so that the next
+    /// starts take one ready; changed at once for its existing snapshots.
+    #[serde(default)]
+    pub pool_size: u32,
 }
 
 /// An environment.
@@ -77,6 +81,7 @@ pub struct EnvironmentView {
     pub cache_key: Vec<String>,
     pub snapshot_ttl_secs: Option<u64>,
     pub default: bool,
+    pub pool_size: u32,
     pub updated_by: String,
     pub updated_at: String,
 }
@@ -97,6 +102,7 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         cache_key: e.cache_key.clone(),
         snapshot_ttl_secs: e.snapshot_ttl_secs,
         default: e.default,
+        pool_size: e.pool_size,
         updated_by: e.updated_by.clone(),
         updated_at: halyard_protocol::rfc3339(e.updated_ms),
     }
@@ -104,8 +110,8 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
 
 fn definition(name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environment, ApiError> {
     check_name("name", name)?;
-    let EnvironmentBody { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default } = body;
-    checked(Parts { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default }, by)
+    let EnvironmentBody { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default, pool_size } = body;
+    checked(Parts { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default, pool_size }, by)
 }
 
 /// Stores `env` as `name` under `key` (a default clears the scope's other defaults): whether it
@@ -164,6 +170,7 @@ pub async fn put(
     let env = definition(&name, body, &user)?;
     let shown = view(name.clone(), "user", &env);
     let created = store(&state, &environment::user_key(&user), &name, env).await?;
+    resize_pools(&state, &environment::owner_filter(&user), &name, shown.pool_size).await?;
     Ok(answer(created, shown))
 }
 
@@ -173,6 +180,7 @@ pub async fn put(
     responses((status = 204, description = "deleted"), Refusals, Conflict))]
 pub async fn delete(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     remove(&state, &environment::user_key(&user), &name).await?;
+    resize_pools(&state, &environment::owner_filter(&user), &name, 0).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -193,6 +201,7 @@ pub async fn put_deployment(
     let env = definition(&name, body, &principal.user)?;
     let shown = view(format!("/{name}"), "deployment", &env);
     let created = store(&state, environment::DEPLOYMENT_KEY, &name, env).await?;
+    resize_pools(&state, ">", &shown.name, shown.pool_size).await?;
     let detail = serde_json::json!({"created": created, "default": shown.default});
     audit::Action::new(&principal.user, "environment.put", &name).detail(detail).send(&state, client).await;
     Ok(answer(created, shown))
@@ -211,6 +220,7 @@ pub async fn delete_deployment(
         return Err(forbidden("only the deployment's administrators set its environments"));
     }
     remove(&state, environment::DEPLOYMENT_KEY, &name).await?;
+    resize_pools(&state, ">", &format!("/{name}"), 0).await?;
     audit::Action::new(&principal.user, "environment.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -239,6 +249,7 @@ pub async fn put_org(
     let env = definition(&name, body, &user)?;
     let shown = view(format!("@{}/{name}", org.name), "org", &env);
     let created = store(&state, &environment::org_key(&org.name), &name, env).await?;
+    resize_pools(&state, &environment::org_filter(&org.name), &shown.name, shown.pool_size).await?;
     let detail = serde_json::json!({"created": created, "default": shown.default});
     audit::Action::new(&user, "org.environment.put", &format!("{}/{name}", org.name))
         .detail(detail)
@@ -259,6 +270,7 @@ pub async fn delete_org(
 ) -> Result<StatusCode, ApiError> {
     let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
     remove(&state, &environment::org_key(&org.name), &name).await?;
+    resize_pools(&state, &environment::org_filter(&org.name), &format!("@{}/{name}", org.name), 0).await?;
     audit::Action::new(&user, "org.environment.delete", &format!("{}/{name}", org.name)).org(&org.name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,7 +9,10 @@ use axum::http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use halyard_platform::bus;
 use halyard_protocol::environment::{self, Snapshot, SnapshotStatus};
+use halyard_protocol::system::SystemRecord;
+use halyard_protocol::{Envelope, subjects};
 
 use crate::audit::{self, Client};
 use crate::auth::User;
@@ -39,6 +42,10 @@ pub struct SnapshotView {
     pub setup_secs: f64,
     pub created_at: String,
     pub expires_at: Option<String>,
+    /// Container sandboxes its host keeps started from it (its environment's `pool_size`).
+    pub pool_size: u32,
+    /// How many of those are ready now.
+    pub pool_ready: u32,
 }
 
 /// Snapshots with what they take against the quota.
@@ -68,7 +75,22 @@ fn view(s: &Snapshot) -> SnapshotView {
         setup_secs: s.setup_secs,
         created_at: halyard_protocol::rfc3339(s.created_ms),
         expires_at: ready.then(|| halyard_protocol::rfc3339(s.expires_ms)),
+        pool_size: s.pool_size,
+        pool_ready: 0,
     }
+}
+
+/// The pool of each listed snapshot as its host last said.
+async fn with_pools(state: &AppState, mut list: SnapshotList) -> Result<SnapshotList, ApiError> {
+    for item in list.items.iter_mut().filter(|i| i.pool_size > 0) {
+        let subject = subjects::pool_record(&environment::pool_key(&item.id));
+        if let Some((_, Envelope { payload: SystemRecord::SandboxPool { ready, .. }, .. })) =
+            bus::last_record::<SystemRecord>(&state.js, subjects::SYSTEM_STREAM, &subject).await?
+        {
+            item.pool_ready = ready;
+        }
+    }
+    Ok(list)
 }
 
 async fn listed(state: &AppState, filter: &str) -> Result<Vec<(String, Snapshot)>, ApiError> {
@@ -89,7 +111,7 @@ fn list_of(found: Vec<(String, Snapshot)>, quota_mb: u64) -> SnapshotList {
 #[utoipa::path(get, path = "/environments/snapshots", tag = "environments", responses((status = 200, body = SnapshotList), Refusals))]
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<SnapshotList>, ApiError> {
     let found = listed(&state, &environment::owner_filter(&user)).await?;
-    Ok(Json(list_of(found, state.config.sandbox.snapshot_quota_user_mb)))
+    Ok(Json(with_pools(&state, list_of(found, state.config.sandbox.snapshot_quota_user_mb)).await?))
 }
 
 /// Deletes one of your snapshots: the next start of its environment on its repository sets up
@@ -123,5 +145,5 @@ pub async fn delete(
 pub async fn list_org(State(state): State<AppState>, User(user): User, Path(org): Path<String>) -> Result<Json<SnapshotList>, ApiError> {
     let (_, org) = load_managed(&state, &user, &org, "only the organization's owners and admins see its snapshots")?;
     let found = listed(&state, &environment::org_filter(&org.name)).await?;
-    Ok(Json(list_of(found, state.config.sandbox.snapshot_quota_org_mb)))
+    Ok(Json(with_pools(&state, list_of(found, state.config.sandbox.snapshot_quota_org_mb)).await?))
 }
