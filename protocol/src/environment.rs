@@ -87,6 +87,9 @@ pub fn pool_key(id: &str) -> String {
     format!("{SNAPSHOT_POOL_PREFIX}{id}")
 }
 
+/// How much of setup's output a snapshot keeps (its end).
+pub const SETUP_LOG_BYTES: usize = 8 * 1024;
+
 /// Warm pools of snapshots are named by this prefix and the snapshot's id (specs' by the spec).
 pub const SNAPSHOT_POOL_PREFIX: &str = "snapshot-";
 
@@ -155,6 +158,9 @@ pub struct Snapshot {
     /// The sandbox spec of the container it was made from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
+    /// The end of what setup printed (secrets masked).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub setup_log: String,
 }
 
 /// What a start asks the supervisor to keep after setup.
@@ -175,6 +181,9 @@ pub struct SnapshotPlan {
     pub ttl_secs: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pool_size: u32,
+    /// The end of what setup printed (secrets masked).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub setup_log: String,
 }
 
 /// A snapshot a sandbox is to start from.

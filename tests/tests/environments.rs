@@ -90,6 +90,22 @@ fn sandbox_environments(workspace: &Path) -> String {
         .collect()
 }
 
+/// `halyard <args>` as Alice, against `h`: its standard output (it must succeed).
+fn cli(h: &Halyard, args: &[&str]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(halyard_tests::harness::halyard_bin())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("HALYARD_URL", &h.http)
+        .env("HALYARD_API_KEY", ALICE)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "halyard {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 async fn put(api: &Api, name: &str, body: Value) -> (u16, Value) {
     api.call(reqwest::Method::PUT, &format!("/api/v1/environments/{name}"), Some(body)).await
 }
@@ -134,6 +150,8 @@ async fn setup_runs_once_and_later_starts_begin_from_its_snapshot() {
         "{list}"
     );
     assert!(snap["size_bytes"].as_u64().unwrap() > 0 && list["used_bytes"] == snap["size_bytes"], "{list}");
+    let log = snap["setup_log"].as_str().unwrap();
+    assert!(log.contains("$ date +%s%N > installed-at.txt") && !log.contains(SECRET), "{log}");
     let snap_id = snap["id"].as_str().unwrap().to_owned();
 
     // The secret is nowhere the agent can look: not in its sandbox's files or processes, not in
@@ -182,9 +200,11 @@ async fn setup_runs_once_and_later_starts_begin_from_its_snapshot() {
     assert_ne!(new_id, snap_id);
     assert!(!snap_dir.exists(), "the replaced snapshot's files are gone");
 
-    // Deleted through the API, its files go, and the next start sets up again.
-    let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/environments/snapshots/{new_id}"), None).await;
-    assert_eq!(s, 204);
+    // Listed and deleted from the command line, its files go, and the next start sets up again.
+    let listed = cli(&h, &["environments", "snapshots"]);
+    assert!(listed.contains(&new_id) && listed.contains("ready") && listed.contains("MiB used of 20480 MiB"), "{listed}");
+    let deleted = cli(&h, &["environments", "delete", &new_id]);
+    assert!(deleted.contains("sets up again"), "{deleted}");
     let gone = h.data.path().join("snapshots").join(&new_id);
     let deadline = Instant::now() + Duration::from_secs(20);
     while gone.exists() {

@@ -1665,6 +1665,8 @@ export type SnapshotView = {
   pool_size: number;
   /** How many of those are ready now. */
   pool_ready: number;
+  /** The end of what setup printed when it was made (secrets masked). */
+  setup_log: string;
 };
 
 export type SpecLimits = {

@@ -66,22 +66,25 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
         Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),
         _ => {
             let started = Instant::now();
+            let mut log = String::new();
             for cmd in &e.setup {
-                run_with(exec, cmd, SETUP_TIMEOUT_SECS, vars.clone())
+                let out = run_with(exec, cmd, SETUP_TIMEOUT_SECS, vars.clone())
                     .await
                     .map_err(|why| failed(&format!("setup `{cmd}`"), &why, &redactor))?;
+                log.push_str(&format!("$ {cmd}\n{}\n", redactor.redact(&out)));
             }
             if s.setup_sh {
-                run_with(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS, vars.clone())
+                let out = run_with(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS, vars.clone())
                     .await
                     .map_err(|why| failed(".openhands/setup.sh", &why, &redactor))?;
+                log.push_str(&format!("$ bash .openhands/setup.sh\n{}\n", redactor.redact(&out)));
             }
             let secs = started.elapsed().as_secs_f64();
             let again = match s.restored {
                 Some(snap) => format!(" (snapshot {}'s key changed: set up again over it)", snap.snapshot_id),
                 None => String::new(),
             };
-            let kept = keep(task, plan, &key, secs, s.repository).await?;
+            let kept = keep(task, plan, &key, (secs, tail(&log)), s.repository).await?;
             (true, format!("environment {name}: set up in {secs:.1} s{again}; {kept}"))
         }
     };
@@ -95,7 +98,13 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
 
 /// Keeps the sandbox as the family's snapshot under `key`: what became of it, in words (a
 /// snapshot that could not be kept leaves the start as it is).
-async fn keep(task: &Task<'_>, plan: &Plan, key: &str, setup_secs: f64, repository: Option<&Repository>) -> Result<String, PhaseError> {
+async fn keep(
+    task: &Task<'_>,
+    plan: &Plan,
+    key: &str,
+    (setup_secs, setup_log): (f64, String),
+    repository: Option<&Repository>,
+) -> Result<String, PhaseError> {
     task.status(StartTaskStatus::SavingSnapshot, None).await?;
     let e = &plan.resolved.environment;
     let snapshot = SnapshotPlan {
@@ -110,6 +119,7 @@ async fn keep(task: &Task<'_>, plan: &Plan, key: &str, setup_secs: f64, reposito
         setup_secs,
         ttl_secs: e.snapshot_ttl_secs.unwrap_or(task.ctx.config.sandbox.snapshot_ttl_secs),
         pool_size: e.pool_size,
+        setup_log,
     };
     let started = Instant::now();
     Ok(match save(task.ctx, task.sandbox_id, snapshot, task.trace.clone()).await {
@@ -122,4 +132,13 @@ async fn keep(task: &Task<'_>, plan: &Plan, key: &str, setup_secs: f64, reposito
             format!("no snapshot: {why}")
         }
     })
+}
+
+/// The end of `log`, at most [`env::SETUP_LOG_BYTES`], cut at a character boundary.
+fn tail(log: &str) -> String {
+    let mut start = log.len().saturating_sub(env::SETUP_LOG_BYTES);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    log[start..].to_owned()
 }

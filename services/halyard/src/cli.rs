@@ -47,6 +47,10 @@ pub enum ClientCommand {
         /// Sandbox spec (see GET /api/v1/sandbox-specs).
         #[arg(long)]
         spec: Option<String>,
+        /// The environment its sandbox is set up with (`halyard environments list`); absent:
+        /// the repository's dev container, else the defaults.
+        #[arg(long)]
+        environment: Option<String>,
         /// The conversation's title (else the agent gives it one).
         #[arg(long)]
         title: Option<String>,
@@ -198,7 +202,7 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             let c = Client::new(conn.url, conn.api_key)?;
             crate::acp::serve(c, crate::acp::Defaults { repo, branch, agent, llm_profile, confirmation_policy }).await
         }
-        ClientCommand::Run { task, repo, branch, spec, title, json, conn } => {
+        ClientCommand::Run { task, repo, branch, spec, environment, title, json, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             let mut body = json!({"message": task});
             if let Some(url) = repo {
@@ -206,6 +210,9 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             }
             if let Some(s) = spec {
                 body["sandbox_spec"] = s.into();
+            }
+            if let Some(e) = environment {
+                body["environment"] = e.into();
             }
             if let Some(t) = title {
                 body["title"] = t.into();

@@ -16,6 +16,7 @@ mod admin;
 mod automations;
 mod cli;
 mod client;
+mod environments;
 mod follow;
 mod observe;
 mod orgs;
@@ -94,6 +95,11 @@ enum Command {
     /// What your conversations used (tokens, cost, LLM calls, sandbox time), or an
     /// organization's (--org), or everyone's (--all).
     Usage(usage::UsageArgs),
+    /// Environments (setup once, started from a snapshot) and their snapshots.
+    Environments {
+        #[command(subcommand)]
+        command: environments::EnvironmentCommand,
+    },
     /// Declare Halyard's streams, consumers and buckets on the external NATS at
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
@@ -227,6 +233,11 @@ fn main() -> Result<()> {
         Command::Usage(args) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let code = runtime.block_on(usage::run(args))?;
+            std::process::exit(code)
+        }
+        Command::Environments { command } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(environments::run(command))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

@@ -121,6 +121,7 @@ fn ready(ctx: &Ctx, plan: &SnapshotPlan, kind: &str, location: String, size_byte
         runtime: None,
         pool_size: plan.pool_size,
         spec: None,
+        setup_log: plan.setup_log.clone(),
     }
 }
 

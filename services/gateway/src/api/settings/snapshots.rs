@@ -46,6 +46,8 @@ pub struct SnapshotView {
     pub pool_size: u32,
     /// How many of those are ready now.
     pub pool_ready: u32,
+    /// The end of what setup printed when it was made (secrets masked).
+    pub setup_log: String,
 }
 
 /// Snapshots with what they take against the quota.
@@ -77,6 +79,7 @@ fn view(s: &Snapshot) -> SnapshotView {
         expires_at: ready.then(|| halyard_protocol::rfc3339(s.expires_ms)),
         pool_size: s.pool_size,
         pool_ready: 0,
+        setup_log: s.setup_log.clone(),
     }
 }
 
