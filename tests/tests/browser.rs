@@ -372,6 +372,12 @@ async fn the_settings_set_up_everything_without_curl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_environments_page_defines_one_and_shows_its_snapshot_in_chromium() {
+    let (_llm, h) = with_web(&[]).await;
+    playwright(h, "tests/environments.spec.ts", 1, Vec::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_start_shows_its_place_in_line_counting_down_and_the_queue_page_in_chromium() {
     let (_llm, h) = with_web(&[("HALYARD_MAX_RUNNING_PER_USER", "1"), ("HALYARD_ADMINS", "alice")]).await;
     playwright(h, "tests/queue.spec.ts", 2, Vec::new()).await;

@@ -253,6 +253,13 @@ export const api = {
   sharedChanges: (token: string) => call<Changes>("GET", `/shared/${token}/changes`),
 
   sandboxes: () => call<{ items: Sandbox[] }>("GET", "/sandboxes?limit=100"),
+  /** Your environments and the deployment's; yours are set and removed here. */
+  environments: () => call<S.EnvironmentList>("GET", "/environments"),
+  putEnvironment: (name: string, body: S.EnvironmentUpdate) => call<S.EnvironmentView>("PUT", `/environments/${enc(name)}`, body),
+  deleteEnvironment: (name: string) => call<void>("DELETE", `/environments/${enc(name)}`),
+  /** Your snapshots, with what they take against your quota; deleting one makes the next start set up again. */
+  snapshots: () => call<S.SnapshotList>("GET", "/environments/snapshots"),
+  deleteSnapshot: (id: string) => call<void>("DELETE", `/environments/snapshots/${enc(id)}`),
   sandbox: (id: string) => call<Sandbox>("GET", `/sandboxes/${id}`),
   specs: () => call<SandboxSpecs>("GET", "/sandbox-specs"),
   pauseSandbox: (id: string) => call<unknown>("POST", `/sandboxes/${id}/pause`),

@@ -15,6 +15,7 @@ import { ConversationRoute } from "./pages/OrgConversation";
 import { Webhooks } from "./pages/Webhooks";
 import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
+import { Environments } from "./pages/Environments";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { Queue } from "./pages/Queue";
@@ -77,6 +78,7 @@ function App() {
   else if (pathname === "/webhooks") page = <Webhooks />;
   else if (pathname === "/automations") page = <Automations me={me.user} />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
+  else if (pathname === "/environments") page = <Environments />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;
@@ -101,6 +103,7 @@ function App() {
           {nav("/automations", "Automations")}
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
+          {nav("/environments", "Environments")}
           {nav("/orgs", "Organizations")}
           {nav("/usage", "Usage")}
           {nav("/settings", "Settings")}

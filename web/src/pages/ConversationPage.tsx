@@ -23,13 +23,19 @@ const PHASES = [
   ["WORKING", "Accepted"],
   ["QUEUED", "Waiting for a free sandbox"],
   ["WAITING_FOR_SANDBOX", "Starting the sandbox"],
+  ["RESTORING_SNAPSHOT", "Starting from the environment's snapshot"],
   ["PREPARING_REPOSITORY", "Cloning the repository"],
+  ["BUILDING_IMAGE", "Building the dev container's image"],
   ["RUNNING_SETUP_SCRIPT", "Running the setup script"],
+  ["SAVING_SNAPSHOT", "Keeping the set-up sandbox as a snapshot"],
   ["SETTING_UP_GIT_HOOKS", "Setting up git hooks"],
   ["SETTING_UP_SKILLS", "Loading skills"],
   ["STARTING_CONVERSATION", "Starting the agent"],
   ["READY", "Ready"],
 ] as const;
+
+/** Phases only some starts go through: shown while they are the current one (or failed). */
+const OCCASIONAL = new Set<string>(["RESTORING_SNAPSHOT", "BUILDING_IMAGE", "SAVING_SNAPSHOT"]);
 
 // xterm is most of the bundle and only the Terminal tab needs it: it loads when that tab opens.
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
@@ -323,7 +329,8 @@ function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation
     <div className="phases card" aria-live="polite">
       <h2>{current === "CANCELLED" ? "The start was cancelled" : failed ? "The conversation could not start" : "Starting…"}</h2>
       <ol>
-        {PHASES.map(([p, label], i) => (
+        {PHASES.map(([p, label], i) =>
+          OCCASIONAL.has(p) && i !== at ? null : (
           <li
             key={p}
             className={i < at || current === "READY" ? "done" : i === at ? (failed ? "failed" : "current") : "todo"}
@@ -331,7 +338,8 @@ function Phases({ task, conv, onRetry }: { task?: StartTask; conv?: Conversation
           >
             {label}
           </li>
-        ))}
+          ),
+        )}
       </ol>
       {current === "QUEUED" && task?.position != null && (
         <p className="queue-place" role="status">
