@@ -873,6 +873,48 @@ fn commands_are_stable() {
         ),
     );
     check(
+        "cmd_sandbox_snapshot",
+        env(
+            6,
+            "cmd.sandbox.snapshot",
+            SandboxCommand::Snapshot {
+                sandbox_id: SandboxId(id(2)),
+                plan: halyard_protocol::environment::SnapshotPlan {
+                    snapshot_id: id(7).to_string(),
+                    owner: UserId("alice".into()),
+                    org: Some("acme".into()),
+                    environment: "@acme/web".into(),
+                    repository: Some("https://git.example.com/acme/web.git".into()),
+                    branch: None,
+                    family: "f".repeat(64),
+                    key: "k".repeat(64),
+                    setup_secs: 21.5,
+                    ttl_secs: 604_800,
+                    pool_size: 2,
+                    setup_log: "$ npm ci\nadded 812 packages\n".into(),
+                },
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_use_image",
+        env(
+            6,
+            "cmd.sandbox.use_image",
+            SandboxCommand::UseImage {
+                sandbox_id: SandboxId(id(2)),
+                plan: halyard_protocol::environment::ImagePlan {
+                    image: None,
+                    context: Some(".devcontainer".into()),
+                    dockerfile: Some("Dockerfile".into()),
+                    args: [("NODE_VERSION".to_owned(), "22".to_owned())].into(),
+                    user: Some("node".into()),
+                    env: [("APP_MODE".to_owned(), "development".to_owned())].into(),
+                },
+            },
+        ),
+    );
+    check(
         "ask_request",
         env(9, "ask.request", AskRequest { conversation_id: ConversationId(id(1)), question: "What did you change?".into() }),
     );
