@@ -87,6 +87,7 @@ pub async fn run(n: usize) -> Result<Value> {
         docker: docker::connect("unix:///var/run/docker.sock").await?,
         naming: Naming { deployment: format!("bench{}", std::process::id()) },
         publish_host: std::net::Ipv4Addr::LOCALHOST.into(),
+        overlays: std::env::temp_dir(),
     };
     let spec = SandboxSpec::default();
     // The same network a sandbox of the default spec joins.
@@ -103,8 +104,9 @@ pub async fn run(n: usize) -> Result<Value> {
             output_cap: 30_000,
             browser_idle_secs: 600,
             vscode_idle_secs: 600,
+            lower: None,
         };
-        engine.ensure_volume(&plan.volume, &plan.labels).await?;
+        engine.ensure_volume(&plan.volume, &plan.labels, None).await?;
         let t0 = Instant::now();
         let container = engine.create(&plan).await?;
         engine.start(&container).await?;

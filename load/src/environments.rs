@@ -15,8 +15,8 @@
 //!   (`restore_ms`, `fetch_ms`) from the start task's records on the bus;
 //! - `pool_ms`: the environment's pool sized 1 and filled, then a start that takes it;
 //! - CPU per start (halyard and nats-server; dockerd and containerd, which copy the volume);
-//! - disk: the snapshot image's own bytes, and the workspace volume of a conversation started
-//!   from it.
+//! - disk: the snapshot's own bytes (its image's layer and its workspace), and what a
+//!   conversation started from it writes of its own (its overlay volume's upper directory).
 //!
 //! Targets: from a snapshot within 1.5 x (an empty start + the fetch), from the pool under 100 ms.
 
@@ -153,9 +153,9 @@ async fn delete(api: &Api, task: &Value) {
     }
 }
 
-/// Bytes of a docker volume's files.
-fn volume_bytes(name: &str) -> u64 {
-    let out = std::process::Command::new("du").args(["-sb", &format!("/var/lib/docker/volumes/{name}/_data")]).output();
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("du").arg("-sb").arg(dir).output();
     out.ok().and_then(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
 
@@ -199,8 +199,9 @@ async fn once(h: &Halyard, api: &Api, phases: &Phases, env: &Value, repo: &str) 
     let task = restored["id"].as_str().unwrap_or_default();
     let (restore_ms, fetch_ms) = (phase_ms(phases, task, "RESTORING_SNAPSHOT"), phase_ms(phases, task, "PREPARING_REPOSITORY"));
     let sandbox = restored["sandbox_id"].as_str().unwrap_or_default();
+    // Its workspace is an overlay on the snapshot's: its own bytes are the upper directory's.
     let volume = format!("halyard-{}-{sandbox}-ws", &h.deployment()[..12]);
-    let per_conversation = volume_bytes(&volume);
+    let per_conversation = dir_bytes(&h.data.path().join("snapshots/overlays").join(&volume).join("upper"));
     delete(api, &restored).await;
 
     // The pool, sized 1 and filled, then taken.

@@ -74,6 +74,18 @@ pub struct Environment {
     /// Container sandboxes kept started from each of its snapshots, ready for the next starts.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pool_size: u32,
+    /// Containers run on this image (present on the engine) instead of their spec's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Or on one built from this Dockerfile of the repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dockerfile: Option<String>,
+    /// The build's context, a directory of the repository (the Dockerfile's if absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_context: Option<String>,
+    /// The user its containers run as (a name in the image, or `uid[:gid]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     pub updated_by: String,
     pub updated_ms: UnixMillis,
 }
@@ -271,6 +283,10 @@ pub fn family(owner: &UserId, org: Option<&str>, name: &str, env: &Environment, 
     let cache = env.cache_key.join("\u{0}");
     let vars = vars.join("\u{0}");
     parts.extend([setup.as_str(), secrets.as_str(), cache.as_str(), vars.as_str()]);
+    // What its containers are made from.
+    for part in [&env.image, &env.dockerfile, &env.build_context, &env.user] {
+        parts.push(part.as_deref().unwrap_or("-"));
+    }
     digest(parts)
 }
 

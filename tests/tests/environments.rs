@@ -324,14 +324,18 @@ async fn a_container_starts_from_its_environments_snapshot_image() {
     let id = snap["id"].as_str().unwrap().to_owned();
     assert_eq!(snapshot_images(&id).len(), 1, "one image holds the snapshot");
 
-    // The snapshot's image holds setup's results and neither the secret nor the session key.
+    // The snapshot (its image: what setup left outside the workspace; its workspace, a directory
+    // of the host) holds setup's results, and neither the secret nor the session key.
     let image = snapshot_images(&id).remove(0);
-    let look = "cat /workspace/installed-at.txt; ls /workspace/post-start.log 2>&1; env; \
+    let look = "cat $HOME/.cache/tool/installed; env; \
                 grep -rl \"$0\" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null | head; ls /opt/halyard/run";
     let inside = docker(&["run", "--rm", "--network", "none", "--entrypoint", "sh", &image, "-c", look, SECRET]);
-    assert!(inside.starts_with(&installed), "{inside}");
-    assert!(inside.contains("No such file"), "post_start's output is not in the snapshot: {inside}");
-    assert_eq!(inside.matches(SECRET).count(), 0, "the snapshot holds the secret: {inside}");
+    assert!(inside.starts_with("left-pad 1.0"), "{inside}");
+    assert_eq!(inside.matches(SECRET).count(), 0, "the snapshot's image holds the secret: {inside}");
+    let workspace = h.data.path().join("snapshots").join(&id).join("workspace");
+    assert_eq!(std::fs::read_to_string(workspace.join("installed-at.txt")).unwrap().trim(), installed);
+    assert!(!workspace.join("post-start.log").exists(), "post_start's output is not in the snapshot");
+    assert_eq!(files_holding(&workspace, SECRET), Vec::<PathBuf>::new(), "the snapshot's workspace holds the secret");
 
     // The next start's container comes from the snapshot: setup's results in the workspace and in
     // home, the repository fetched, post_start run again.
@@ -345,7 +349,15 @@ async fn a_container_starts_from_its_environments_snapshot_image() {
     let environ = docker(&["exec", &c2, "sh", "-c", "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"]);
     assert!(!environ.contains(SECRET), "a process of the sandbox has the secret");
 
-    // Deleted, its image goes (once no sandbox runs on it: the engine keeps an image in use).
+    // A conversation's workspace is an overlay on the snapshot's: what it writes is its own.
+    docker(&["exec", &c2, "sh", "-c", "echo mine > /workspace/installed-at.txt"]);
+    assert_eq!(std::fs::read_to_string(workspace.join("installed-at.txt")).unwrap().trim(), installed, "the snapshot changed");
+    let (_, third) = api.start_ready(body.clone()).await;
+    assert_eq!(cat(&container(&third), "/workspace/installed-at.txt"), installed, "another conversation sees the first's change");
+    let conv3 = third["conversation_id"].as_str().unwrap();
+    assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv3}"), None).await.0, 202);
+
+    // Deleted, its image and workspace go (once no sandbox runs on them).
     let conv2 = second["conversation_id"].as_str().unwrap();
     assert_eq!(api.call(reqwest::Method::DELETE, &format!("/api/v1/conversations/{conv2}"), None).await.0, 202);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -355,9 +367,9 @@ async fn a_container_starts_from_its_environments_snapshot_image() {
     }
     let (s, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/environments/snapshots/{id}"), None).await;
     assert_eq!(s, 204);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !snapshot_images(&id).is_empty() {
-        assert!(Instant::now() < deadline, "the deleted snapshot's image stays");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !snapshot_images(&id).is_empty() || workspace.exists() {
+        assert!(Instant::now() < deadline, "the deleted snapshot's image or workspace stays");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -449,6 +461,18 @@ async fn a_repositorys_dev_container_is_built_set_up_once_and_started_from_its_s
     let task = api.wait_task(task["id"].as_str().unwrap(), &["READY", "ERROR"]).await;
     let detail = task["detail"].as_str().unwrap_or_default();
     assert!(task["status"] == "ERROR" && detail.contains("features") && detail.contains("registry"), "{task}");
+
+    // A named environment may build its containers from a Dockerfile of the repository too.
+    push(repos.path(), "app.git", &[("ci/Dockerfile", "FROM halyard-base:bookworm\nRUN echo from ci > /etc/ci-marker\n")]);
+    let env = json!({"dockerfile": "ci/Dockerfile", "setup": ["cat /etc/ci-marker > seen.txt"]});
+    assert_eq!(put(&api, "ci", env).await.0, 201);
+    let mut named = body.clone();
+    named["environment"] = json!("ci");
+    let (_, task) = api.start_ready(named).await;
+    assert!(task["detail"].as_str().unwrap().contains("ci's image ready"), "{task}");
+    assert_eq!(sh(&container(&task), "cat /workspace/seen.txt"), "from ci");
+    let (s, v) = put(&api, "bad", json!({"image": "halyard-base:bookworm", "dockerfile": "ci/Dockerfile"})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_field")), "{v}");
 }
 
 #[tokio::test]

@@ -550,6 +550,15 @@ export type EnvironmentUpdate = {
   /** Container sandboxes kept started from each of its snapshots (0 to 10), so that the next
    * starts take one ready; changed at once for its existing snapshots. */
   pool_size?: number;
+  /** Containers run on this image (one present on the engine: no registry is reachable)
+   * instead of their spec's, with Halyard's executor added. */
+  image?: string | null;
+  /** Or on one built from this Dockerfile of the repository (its directory is the context
+   * unless `build_context` says). */
+  dockerfile?: string | null;
+  build_context?: string | null;
+  /** The user its containers run as: a user of the image, or `uid[:gid]`. */
+  user?: string | null;
 };
 
 /** An environment. */
@@ -568,6 +577,10 @@ export type EnvironmentView = {
   snapshot_ttl_secs?: number | null;
   default: boolean;
   pool_size: number;
+  image?: string | null;
+  dockerfile?: string | null;
+  build_context?: string | null;
+  user?: string | null;
   updated_by: string;
   updated_at: string;
 };

@@ -62,18 +62,10 @@ pub(crate) fn has_image(dev: &DevContainer) -> bool {
     dev.image.is_some() || dev.build.is_some()
 }
 
-/// Moves the task's sandbox onto the dev container's image (built from the workspace if it
-/// says how); the sandbox as it then runs (new URLs), or why it could not.
-pub(crate) async fn use_image(task: &Task<'_>, dev: &DevContainer) -> Result<SandboxUpdate, String> {
+/// Moves the task's sandbox onto the image `plan` says (built from the workspace if it says
+/// how); the sandbox as it then runs (new URLs), or why it could not.
+async fn use_image(task: &Task<'_>, plan: ImagePlan) -> Result<SandboxUpdate, String> {
     let ctx = task.ctx;
-    let plan = ImagePlan {
-        image: dev.image.clone(),
-        context: dev.build.as_ref().map(|b| b.context.clone()),
-        dockerfile: dev.build.as_ref().map(|b| b.dockerfile.clone()),
-        args: dev.build.as_ref().map(|b| b.args.clone()).unwrap_or_default(),
-        user: dev.remote_user.clone(),
-        env: dev.container_env.clone(),
-    };
     // Subscribed before asking, so no record of the move is missed.
     let mut updates = ctx.nats.subscribe(subjects::sandbox_record(task.sandbox_id)).await.map_err(|e| e.to_string())?;
     let cmd = SandboxCommand::UseImage { sandbox_id: task.sandbox_id, plan };
@@ -104,57 +96,81 @@ pub(crate) async fn use_image(task: &Task<'_>, dev: &DevContainer) -> Result<San
     }
 }
 
-/// What [`adopt`] leaves the start with: its plan, the executor of its sandbox as it now runs,
-/// and a note for the start's summary.
-pub(crate) struct Adopted {
-    pub plan: Option<Plan>,
-    pub exec: ExecutorClient,
-    pub note: Option<String>,
-}
-
 /// With no environment named, the repository's dev container (if the workspace has one)
-/// becomes the start's environment, and a container sandbox moves onto its image unless a
-/// current snapshot of it is what the sandbox started from. `found`: the plan made before the
-/// repository was read; `restored`: the snapshot the sandbox started from; `docker`: the sandbox
-/// is a container.
+/// becomes the start's environment. `found`: the plan made before the repository was read.
 pub(crate) async fn adopt(
     task: &Task<'_>,
     repository: &Repository,
     found: Option<Plan>,
+    exec: &ExecutorClient,
+) -> Result<Option<Plan>, PhaseError> {
+    let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: {e}"));
+    let Some(dev) = read(exec).await.map_err(failed)? else {
+        // No dev container (any more): a plan made for one gives way to the defaults.
+        return match found {
+            Some(p) if !p.named && p.resolved.name == devcontainer::NAME => {
+                named_or_default(task.ctx, &task.owner, task.org.as_deref(), None, Some(repository)).await.map_err(failed)
+            }
+            other => Ok(other),
+        };
+    };
+    Ok(Some(plan_for(task, repository, dev, found)))
+}
+
+/// The image the plan's sandbox runs on when not its spec's: its dev container's, or the one
+/// its environment names or builds.
+pub(crate) fn image_plan(plan: &Plan) -> Option<ImagePlan> {
+    if let Some(dev) = plan.dev.as_ref().filter(|d| has_image(d)) {
+        return Some(ImagePlan {
+            image: dev.image.clone(),
+            context: dev.build.as_ref().map(|b| b.context.clone()),
+            dockerfile: dev.build.as_ref().map(|b| b.dockerfile.clone()),
+            args: dev.build.as_ref().map(|b| b.args.clone()).unwrap_or_default(),
+            user: dev.remote_user.clone(),
+            env: dev.container_env.clone(),
+        });
+    }
+    let e = &plan.resolved.environment;
+    if e.image.is_none() && e.dockerfile.is_none() {
+        return None;
+    }
+    let (context, dockerfile) = match &e.dockerfile {
+        Some(path) => {
+            let context = e.build_context.clone().unwrap_or_else(|| path.rsplit_once('/').map_or(".".into(), |(d, _)| d.to_owned()));
+            let inside = if context == "." { Some(path.clone()) } else { path.strip_prefix(&format!("{context}/")).map(str::to_owned) };
+            (Some(context), inside.or_else(|| Some(path.clone())))
+        }
+        None => (None, None),
+    };
+    Some(ImagePlan { image: e.image.clone(), context, dockerfile, args: Default::default(), user: e.user.clone(), env: Default::default() })
+}
+
+/// Moves a container sandbox onto the plan's image (unless a current snapshot of the plan is
+/// what it started from: that is its image already, set up): the executor of the sandbox as it
+/// then runs, and a note for the start's summary. A process sandbox cannot, and says so.
+pub(crate) async fn move_onto_image(
+    task: &Task<'_>,
+    plan: &Plan,
     restored: Option<&Snapshot>,
     exec: ExecutorClient,
     docker: bool,
-) -> Result<Adopted, PhaseError> {
-    let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: {e}"));
-    let Some(dev) = read(&exec).await.map_err(failed)? else {
-        // No dev container (any more): a plan made for one gives way to the defaults.
-        let plan = match found {
-            Some(p) if !p.named && p.resolved.name == devcontainer::NAME => {
-                named_or_default(task.ctx, &task.owner, task.org.as_deref(), None, Some(repository)).await.map_err(failed)?
-            }
-            other => other,
-        };
-        return Ok(Adopted { plan, exec, note: None });
-    };
-    let plan = plan_for(task, repository, dev, found);
-    let Some(dev) = plan.dev.clone().filter(has_image) else { return Ok(Adopted { plan: Some(plan), exec, note: None }) };
+) -> Result<(ExecutorClient, Option<String>), PhaseError> {
+    let Some(image) = image_plan(plan) else { return Ok((exec, None)) };
+    let what = &plan.resolved.name;
     if !docker {
-        let note = format!("a process sandbox runs {}'s commands without its image", dev.path);
-        return Ok(Adopted { plan: Some(plan), exec, note: Some(note) });
+        return Ok((exec, Some(format!("a process sandbox runs {what}'s commands without its image"))));
     }
-    // A current snapshot of it is its image already, set up.
     if let Some(s) = restored.filter(|s| s.family == plan.family) {
-        let depends = run(&exec, &depends_script(&plan), 60.0).await.map_err(failed)?;
+        let depends = run(&exec, &depends_script(plan), 60.0).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
         if s.key == env::key(&plan.family, &depends) {
-            return Ok(Adopted { plan: Some(plan), exec, note: None });
+            return Ok((exec, None));
         }
     }
-    task.status(StartTaskStatus::BuildingImage, Some(dev.path.clone())).await?;
+    task.status(StartTaskStatus::BuildingImage, Some(what.clone())).await?;
     let started = Instant::now();
-    let moved = use_image(task, &dev).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
+    let moved = use_image(task, image).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
     let url = moved.agent_server_url().ok_or_else(|| PhaseError("BUILDING_IMAGE failed: the sandbox exposes no executor URL".into()))?;
     let key = keys::session_key(&task.ctx.config.secret, task.sandbox_id);
     let exec = ExecutorClient::new(task.ctx.http.clone(), url, key);
-    let note = format!("{}'s image ready in {:.1} s", dev.path, started.elapsed().as_secs_f64());
-    Ok(Adopted { plan: Some(plan), exec, note: Some(note) })
+    Ok((exec, Some(format!("{what}'s image ready in {:.1} s", started.elapsed().as_secs_f64()))))
 }

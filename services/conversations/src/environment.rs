@@ -93,7 +93,9 @@ pub async fn named_or_default(
     let (url, branch) = (repository.map(|r| r.url.as_str()), repository.and_then(|r| r.branch.as_deref()));
     let family = env::family(owner, org, &resolved.name, &resolved.environment, url, branch);
     let snapshot = ready_snapshot(ctx, owner, org, &family).await;
-    Ok(Some(Plan { resolved, family, snapshot, always: Vec::new(), named: name.is_some(), dev: None }))
+    // A Dockerfile of the repository keys its snapshot too.
+    let always = resolved.environment.dockerfile.iter().cloned().collect();
+    Ok(Some(Plan { resolved, family, snapshot, always, named: name.is_some(), dev: None }))
 }
 
 /// Prints what setup depends on in the workspace: the hashes of the plan's own files and of the

@@ -175,10 +175,12 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         prepare_repository(task, &exec, repo, restored.is_some(), &sandbox.sandbox_kind).await?;
         // With no environment named, the repository's dev container comes first.
         if plan.as_ref().is_none_or(|p| !p.named) {
-            let docker = sandbox.sandbox_kind == "docker";
-            let adopted = devcontainer::adopt(task, repo, plan, restored.as_ref(), exec, docker).await?;
-            (plan, exec, note) = (adopted.plan, adopted.exec, adopted.note);
+            plan = devcontainer::adopt(task, repo, plan, &exec).await?;
         }
+    }
+    if let Some(p) = &plan {
+        let docker = sandbox.sandbox_kind == "docker";
+        (exec, note) = devcontainer::move_onto_image(task, p, restored.as_ref(), exec, docker).await?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {

@@ -20,7 +20,7 @@ pub async fn start_container(
     let Some(dctx) = ctx.docker.as_ref() else { return Err((None, "no Docker engine".into())) };
     let engine = &dctx.engine;
     let deadline = tokio::time::Instant::now() + timeout;
-    engine.ensure_volume(&plan.volume, &plan.labels).await.map_err(|e| (existing.clone(), e.to_string()))?;
+    engine.ensure_volume(&plan.volume, &plan.labels, plan.lower.as_deref()).await.map_err(|e| (existing.clone(), e.to_string()))?;
     let container = match existing {
         Some(c) => c,
         None => match engine.create(plan).await {

@@ -126,6 +126,8 @@ pub struct ContainerPlan<'a> {
     pub browser_idle_secs: u64,
     /// Seconds the sandbox's VS Code may stay unused.
     pub vscode_idle_secs: u64,
+    /// A snapshot's workspace the new volume is an overlay on (see [`Engine::ensure_volume`]).
+    pub lower: Option<std::path::PathBuf>,
 }
 
 /// A container's state as the supervisor needs it.
@@ -148,15 +150,62 @@ pub struct Engine {
     pub naming: Naming,
     /// The address sandboxes' ports are published on, and their URLs' host.
     pub publish_host: std::net::IpAddr,
+    /// Where the upper and work directories of overlay volumes are (a workspace started from a
+    /// snapshot: see [`Engine::ensure_volume`]), on the engine's host.
+    pub overlays: std::path::PathBuf,
 }
 
 impl Engine {
-    /// Creates the workspace volume if it does not exist (an existing one keeps its files).
-    pub async fn ensure_volume(&self, name: &str, labels: &HashMap<String, String>) -> Result<(), DockerError> {
-        let req = VolumeCreateRequest { name: Some(name.to_owned()), labels: Some(labels.clone()), ..Default::default() };
+    /// Creates the workspace volume if it does not exist (an existing one keeps its files). With
+    /// `lower` (a snapshot's workspace, a directory of the engine's host), a new volume is an
+    /// overlay on it: the sandbox sees the snapshot's files at once and writes its own changes to
+    /// a directory of its own, copying nothing up front.
+    pub async fn ensure_volume(
+        &self,
+        name: &str,
+        labels: &HashMap<String, String>,
+        lower: Option<&std::path::Path>,
+    ) -> Result<(), DockerError> {
+        let driver_opts = match lower {
+            Some(lower) if self.docker.inspect_volume(name).await.is_err() => Some(self.overlay_dirs(name, lower)?),
+            _ => None,
+        };
+        let req = VolumeCreateRequest {
+            name: Some(name.to_owned()),
+            labels: Some(labels.clone()),
+            driver: driver_opts.as_ref().map(|_| "local".to_owned()),
+            driver_opts,
+            ..Default::default()
+        };
         // Creating a volume that exists is a no-op for the engine.
         self.docker.create_volume(req).await.map_err(|e| DockerError::from_engine("create volume", e))?;
         Ok(())
+    }
+
+    /// The upper and work directories of overlay volume `name` on `lower` (made now; the upper
+    /// one owned as `lower` is, since it is the workspace's root), as the local driver's options.
+    fn overlay_dirs(&self, name: &str, lower: &std::path::Path) -> Result<HashMap<String, String>, DockerError> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let fail = |e: std::io::Error| DockerError::Engine { op: "create overlay volume", detail: format!("{name}: {e}") };
+        let meta = std::fs::metadata(lower).map_err(fail)?;
+        let dir = self.overlays.join(name);
+        let (upper, work) = (dir.join("upper"), dir.join("work"));
+        for d in [&upper, &work] {
+            std::fs::create_dir_all(d).map_err(fail)?;
+        }
+        std::os::unix::fs::chown(&upper, Some(meta.uid()), Some(meta.gid())).map_err(fail)?;
+        std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(meta.mode() & 0o7777)).map_err(fail)?;
+        let o = format!("lowerdir={},upperdir={},workdir={}", lower.display(), upper.display(), work.display());
+        Ok(HashMap::from([("type".to_owned(), "overlay".to_owned()), ("device".to_owned(), "overlay".to_owned()), ("o".to_owned(), o)]))
+    }
+
+    /// The names of this deployment's volumes labelled `label` (`key=value`).
+    pub async fn volumes_labelled(&self, label: &str) -> Result<Vec<String>, DockerError> {
+        let mut filters = self.naming.filter();
+        filters.entry("label".into()).or_default().push(label.to_owned());
+        let options = ListVolumesOptions { filters: Some(filters) };
+        let list = self.docker.list_volumes(Some(options)).await.map_err(|e| DockerError::from_engine("list volumes", e))?;
+        Ok(list.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect())
     }
 
     /// Creates (not starts) a container for `plan` on its volume.
@@ -347,15 +396,22 @@ impl Engine {
         }
     }
 
-    /// Removes a volume; a missing one is fine.
+    /// Removes a volume (and an overlay volume's own directories); a missing one is fine.
     pub async fn remove_volume(&self, volume: &str) -> Result<(), DockerError> {
-        match self.docker.remove_volume(volume, Some(RemoveVolumeOptions { force: true })).await {
+        let removed = match self.docker.remove_volume(volume, Some(RemoveVolumeOptions { force: true })).await {
             Ok(()) => Ok(()),
             Err(e) => match DockerError::from_engine("remove volume", e) {
                 DockerError::NotFound { .. } => Ok(()),
                 e => Err(e),
             },
+        };
+        if removed.is_ok() && !volume.is_empty() && !volume.contains('/') {
+            let dir = self.overlays.join(volume);
+            if dir.exists() {
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+            }
         }
+        removed
     }
 
     /// This deployment's containers: (id, labels).

@@ -116,6 +116,7 @@ async fn start_entry(ctx: &Ctx, snapshot: &Snapshot, key: &str) -> Result<PoolEn
     let naming = &dctx.engine.naming;
     let mut labels = docker::labels(naming, &spec.name, &slot.to_string(), None, None, true);
     labels.insert(docker::LABEL_POOL.to_owned(), key.to_owned());
+    labels.insert(crate::snapshots::image::LABEL_SNAPSHOT.to_owned(), snapshot.snapshot_id.clone());
     let plan = ContainerPlan {
         name: naming.name(&id),
         // A new volume: the engine fills it from the snapshot's workspace.
@@ -126,6 +127,8 @@ async fn start_entry(ctx: &Ctx, snapshot: &Snapshot, key: &str) -> Result<PoolEn
         output_cap: ctx.config.sandbox.output_cap_bytes,
         browser_idle_secs: ctx.config.sandbox.browser_idle_secs,
         vscode_idle_secs: ctx.config.sandbox.vscode_idle_secs,
+        // An overlay on the snapshot's workspace.
+        lower: Some(crate::snapshots::workspace_dir(&ctx.config.data_dir, &snapshot.snapshot_id)),
     };
     let timeout = Duration::from_secs(ctx.config.sandbox.start_timeout_secs);
     match crate::container::start_container(ctx, &plan, None, &keys::session_key(&ctx.config.secret, slot), timeout).await {

@@ -1,5 +1,5 @@
 //! Helper containers: a shell script run once as root, without a network, on a sandbox's
-//! workspace volume (copying it into a snapshot's image, giving it to a dev container's user),
+//! workspace volume (copying it out as a snapshot's workspace, giving it to a dev container's user),
 //! with its output in the error if it fails. The caller removes the container ([`Helper::id`])
 //! when done with it (a snapshot commits it first).
 
@@ -17,14 +17,25 @@ pub struct Helper {
     pub id: String,
 }
 
-/// Runs `script` in a new container of `image` named for `purpose`, with `volume` mounted at
-/// `target` (read-only if `read_only`) and `labels` (besides the deployment's).
+/// A volume (`source`: its name) or a directory of the engine's host (`bind`) at `target`.
+pub fn mount(source: &str, target: &str, read_only: bool, bind: bool) -> Mount {
+    Mount {
+        target: Some(target.into()),
+        source: Some(source.to_owned()),
+        typ: Some(if bind { MountType::BIND } else { MountType::VOLUME }),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// Runs `script` in a new container of `image` named for `purpose`, with `mounts` and `labels`
+/// (besides the deployment's).
 pub async fn run(
     ctx: &Ctx,
     image: &str,
     purpose: &str,
     script: String,
-    (volume, target, read_only): (&str, &str, bool),
+    mounts: Vec<Mount>,
     labels: HashMap<String, String>,
 ) -> Result<Helper, String> {
     let dctx = ctx.docker.as_ref().ok_or("no Docker engine")?;
@@ -38,17 +49,7 @@ pub async fn run(
         user: Some("0:0".into()),
         labels: Some(labels),
         network_disabled: Some(true),
-        host_config: Some(HostConfig {
-            mounts: Some(vec![Mount {
-                target: Some(target.into()),
-                source: Some(volume.to_owned()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(read_only),
-                ..Default::default()
-            }]),
-            network_mode: Some("none".into()),
-            ..Default::default()
-        }),
+        host_config: Some(HostConfig { mounts: Some(mounts), network_mode: Some("none".into()), ..Default::default() }),
         ..Default::default()
     };
     let name = format!("{}-{purpose}-{}", dctx.engine.naming.name("helper"), halyard_protocol::SandboxId::new());

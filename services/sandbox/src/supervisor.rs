@@ -411,7 +411,8 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
         bus::send(js, subjects::image_record(&spec.name), SystemRecord::SandboxImage(image), None).await?;
     }
     let naming = crate::docker::Naming { deployment: config.node_id.clone() };
-    let engine = Engine { docker, naming, publish_host: sandbox.publish_host };
+    let overlays = crate::snapshots::process_root(&config.data_dir).join("overlays");
+    let engine = Engine { docker, naming, publish_host: sandbox.publish_host, overlays };
     // Each spec's network, before any container needs it.
     for spec in sandbox.specs() {
         let egress = crate::egress::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;

@@ -88,6 +88,7 @@ async fn start_entry(ctx: &Ctx, spec: &halyard_platform::config::SandboxSpec) ->
         output_cap: ctx.config.sandbox.output_cap_bytes,
         browser_idle_secs: ctx.config.sandbox.browser_idle_secs,
         vscode_idle_secs: ctx.config.sandbox.vscode_idle_secs,
+        lower: None,
     };
     let key = keys::session_key(&ctx.config.secret, slot);
     let timeout = Duration::from_secs(ctx.config.sandbox.start_timeout_secs);

@@ -46,6 +46,33 @@ pub async fn resize_pools(state: &AppState, filter: &str, name: &str, pool_size:
     Ok(())
 }
 
+/// An image reference, a user and a build as a container's definition takes them.
+fn check_image(parts: &Parts) -> Result<(), ApiError> {
+    let reference = |s: &str| {
+        (1..=255).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c)) && !s.starts_with(['-', '/'])
+    };
+    if parts.image.as_deref().is_some_and(|i| !reference(i)) {
+        return Err(bad("`image`: an image reference present on the engine (`python:3.12`, `registry.local/team/dev@sha256:...`)".into()));
+    }
+    if parts.image.is_some() && parts.dockerfile.is_some() {
+        return Err(bad("`image` and `dockerfile`: give one (an image on the engine, or a Dockerfile of the repository to build)".into()));
+    }
+    if parts.build_context.is_some() && parts.dockerfile.is_none() {
+        return Err(bad("`build_context` goes with `dockerfile`".into()));
+    }
+    let user_ok = |u: &str| {
+        let numeric = u.split(':').count() <= 2 && u.split(':').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+        let name = (1..=32).contains(&u.len())
+            && u.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && u.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-".contains(c));
+        numeric || name
+    };
+    if parts.user.as_deref().is_some_and(|u| !user_ok(u)) {
+        return Err(bad("`user`: a user of the image (`node`) or `uid[:gid]`".into()));
+    }
+    Ok(())
+}
+
 /// What a definition may hold.
 const MAX_COMMANDS: usize = 50;
 const MAX_COMMAND_BYTES: usize = 8192;
@@ -75,6 +102,10 @@ pub struct Parts {
     pub snapshot_ttl_secs: Option<u64>,
     pub default: bool,
     pub pool_size: u32,
+    pub image: Option<String>,
+    pub dockerfile: Option<String>,
+    pub build_context: Option<String>,
+    pub user: Option<String>,
 }
 
 /// A definition from `parts`, checked, as `by` writes it now.
@@ -98,11 +129,15 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
     let path_ok = |p: &str| {
         !p.is_empty() && p.len() <= 255 && !p.starts_with('/') && !p.split('/').any(|s| s == ".." || s.is_empty()) && !p.contains('\0')
     };
+    if [&parts.dockerfile, &parts.build_context].into_iter().flatten().any(|p| !path_ok(p) && p != ".") {
+        return Err(bad("`dockerfile`, `build_context`: paths in the repository, relative (`docker/dev.Dockerfile`)".into()));
+    }
     if parts.cache_key.len() > MAX_CACHE_FILES || !parts.cache_key.iter().all(|p| path_ok(p)) {
         return Err(bad(format!(
             "`cache_key`: at most {MAX_CACHE_FILES} paths of files in the repository, relative (`package-lock.json`, `api/poetry.lock`)"
         )));
     }
+    check_image(&parts)?;
     if parts.pool_size > MAX_POOL {
         return Err(bad(format!("`pool_size`: 0 to {MAX_POOL} sandboxes kept started from each of its snapshots")));
     }
@@ -118,6 +153,10 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
         snapshot_ttl_secs: parts.snapshot_ttl_secs,
         default: parts.default,
         pool_size: parts.pool_size,
+        image: parts.image,
+        dockerfile: parts.dockerfile,
+        build_context: parts.build_context,
+        user: parts.user,
         updated_by: by.0.clone(),
         updated_ms: halyard_platform::now_ms(),
     })
@@ -137,6 +176,10 @@ mod tests {
             snapshot_ttl_secs: None,
             default: false,
             pool_size: 0,
+            image: None,
+            dockerfile: None,
+            build_context: None,
+            user: None,
         }
     }
 
@@ -150,5 +193,10 @@ mod tests {
         assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by).is_err());
         assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by).is_err());
         assert!(checked(Parts { pool_size: 11, ..parts() }, &by).is_err());
+        assert!(checked(Parts { image: Some("python:3.12".into()), user: Some("1000:1000".into()), ..parts() }, &by).is_ok());
+        assert!(checked(Parts { image: Some("x".into()), dockerfile: Some("Dockerfile".into()), ..parts() }, &by).is_err());
+        assert!(checked(Parts { dockerfile: Some("../Dockerfile".into()), ..parts() }, &by).is_err());
+        assert!(checked(Parts { image: Some("-rm".into()), ..parts() }, &by).is_err());
+        assert!(checked(Parts { user: Some("root; rm".into()), ..parts() }, &by).is_err());
     }
 }

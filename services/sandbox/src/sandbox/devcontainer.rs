@@ -25,7 +25,7 @@ impl SandboxState {
             Ok(runtime) => match (&runtime.user, &self.volume) {
                 (Some(user), Some(volume)) if *user != before => {
                     let script = format!("chown -R {user} '{}'", spec.working_dir);
-                    let target = (volume.as_str(), spec.working_dir.as_str(), false);
+                    let target = vec![crate::helper::mount(volume, &spec.working_dir, false, false)];
                     match crate::helper::run(&self.ctx, &runtime.image, "chown", script, target, Default::default()).await {
                         Ok(helper) => {
                             if let Some(dctx) = &self.ctx.docker {

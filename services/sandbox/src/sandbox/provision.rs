@@ -171,9 +171,8 @@ impl SandboxState {
         };
         // A new container of a sandbox that has no workspace yet may start from a snapshot.
         let fresh = self.container.is_none() && self.volume.is_none();
-        if fresh {
-            self.restore_image().await;
-        }
+        // (A snapshot's workspace, which the new volume is an overlay on.)
+        let lower = if fresh { self.restore_image().await } else { None };
         // A dev container's or a snapshot's image, with its user and variables.
         let image = match &self.runtime {
             Some(r) => {
@@ -203,8 +202,12 @@ impl SandboxState {
         };
         self.untrack_container();
         self.container = None;
-        let labels =
+        let mut labels =
             docker::labels(naming, &self.spec, &id, Some(&self.owner.0), self.conversation.map(|c| c.to_string()).as_deref(), false);
+        if let (Some(_), Some(snapshot)) = (&lower, &self.snapshot) {
+            // The snapshot's files stay while a volume is an overlay on them.
+            labels.insert(crate::snapshots::image::LABEL_SNAPSHOT.to_owned(), snapshot.clone());
+        }
         let plan = ContainerPlan {
             name: naming.name(&id),
             volume: volume.clone(),
@@ -214,6 +217,7 @@ impl SandboxState {
             output_cap: self.ctx.config.sandbox.output_cap_bytes,
             browser_idle_secs: self.ctx.config.sandbox.browser_idle_secs,
             vscode_idle_secs: self.ctx.config.sandbox.vscode_idle_secs,
+            lower,
         };
         let timeout = Duration::from_secs(self.ctx.config.sandbox.start_timeout_secs);
         self.volume = Some(volume);

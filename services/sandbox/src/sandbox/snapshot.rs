@@ -50,21 +50,23 @@ impl SandboxState {
         }
     }
 
-    /// A new container starts from the snapshot's image (with its user and variables), if this
-    /// engine holds it.
-    pub(super) async fn restore_image(&mut self) {
-        let Some(snap) = self.restore.take() else { return };
-        let Some(dctx) = self.ctx.docker.as_ref() else { return };
+    /// A new container starts from the snapshot's image (with its user and variables) and an
+    /// overlay on its workspace, if this host holds it: the workspace's directory.
+    pub(super) async fn restore_image(&mut self) -> Option<std::path::PathBuf> {
+        let snap = self.restore.take()?;
+        let dctx = self.ctx.docker.as_ref()?;
         if snap.kind != "docker" || snap.node != self.ctx.config.node_id {
             tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot is another host's: starting without it");
-            return;
+            return None;
         }
-        if !crate::docker::image_exists(&dctx.engine.docker, &snap.location).await {
-            tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot's image is gone: starting without it");
-            return;
+        let workspace = snapshots::workspace_dir(&self.ctx.config.data_dir, &snap.snapshot_id);
+        if !workspace.is_dir() || !crate::docker::image_exists(&dctx.engine.docker, &snap.location).await {
+            tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot is gone: starting without it");
+            return None;
         }
         let kept = snap.runtime.unwrap_or_default();
         self.runtime = Some(halyard_protocol::environment::Runtime { image: snap.location, ..kept });
         self.snapshot = Some(snap.snapshot_id);
+        Some(workspace)
     }
 }

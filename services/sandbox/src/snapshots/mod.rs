@@ -13,6 +13,7 @@
 //! `$HALYARD_DATA_DIR/snapshots/<id>` (reflinked where the file system can, owned by Halyard and
 //! readable by no sandbox); a container's is an image ([`image`]).
 
+pub mod files;
 pub mod image;
 
 use std::collections::HashSet;
@@ -27,6 +28,8 @@ use halyard_protocol::environment::{self, Runtime, Snapshot, SnapshotPlan, Snaps
 use crate::ctx::Ctx;
 use crate::layout::Layout;
 pub use crate::snapshot_store::Snapshots;
+use files::{disk_bytes, held_dirs, set_private};
+pub use files::{process_root, workspace_dir};
 
 /// What a snapshot is made from.
 pub enum Source<'a> {
@@ -38,12 +41,6 @@ pub enum Source<'a> {
         spec: &'a str,
         runtime: Option<&'a Runtime>,
     },
-}
-
-/// Where process snapshots are kept.
-pub fn process_root(data_dir: &Path) -> PathBuf {
-    let root = data_dir.join("snapshots");
-    std::path::absolute(&root).unwrap_or(root)
 }
 
 /// Makes snapshot `plan` of `source` and records the outcome (a refusal too) in the bucket.
@@ -230,29 +227,6 @@ async fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     }
 }
 
-fn set_private(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| format!("{}: {e}", dir.display()))
-}
-
-/// Bytes the files under `dir` take on disk.
-fn disk_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            total += m.blocks() * 512;
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
-}
-
 /// Removes a snapshot's files or image on this host.
 async fn remove_artefact(ctx: &Ctx, location: &str) {
     if location.is_empty() {
@@ -327,11 +301,4 @@ async fn sweep_once(ctx: &Ctx) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// This host's snapshot directories: (id, path).
-fn held_dirs(ctx: &Ctx) -> Vec<(String, String)> {
-    let root = process_root(&ctx.config.data_dir);
-    let Ok(entries) = std::fs::read_dir(&root) else { return Vec::new() };
-    entries.flatten().map(|e| (e.file_name().to_string_lossy().into_owned(), e.path().display().to_string())).collect()
 }

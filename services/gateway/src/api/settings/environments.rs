@@ -65,6 +65,19 @@ pub struct EnvironmentBody {
     /// starts take one ready; changed at once for its existing snapshots.
     #[serde(default)]
     pub pool_size: u32,
+    /// Containers run on this image (one present on the engine: no registry is reachable)
+    /// instead of their spec's, with Halyard's executor added.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Or on one built from this Dockerfile of the repository (its directory is the context
+    /// unless `build_context` says).
+    #[serde(default)]
+    pub dockerfile: Option<String>,
+    #[serde(default)]
+    pub build_context: Option<String>,
+    /// The user its containers run as: a user of the image, or `uid[:gid]`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// An environment.
@@ -82,6 +95,10 @@ pub struct EnvironmentView {
     pub snapshot_ttl_secs: Option<u64>,
     pub default: bool,
     pub pool_size: u32,
+    pub image: Option<String>,
+    pub dockerfile: Option<String>,
+    pub build_context: Option<String>,
+    pub user: Option<String>,
     pub updated_by: String,
     pub updated_at: String,
 }
@@ -103,6 +120,10 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         snapshot_ttl_secs: e.snapshot_ttl_secs,
         default: e.default,
         pool_size: e.pool_size,
+        image: e.image.clone(),
+        dockerfile: e.dockerfile.clone(),
+        build_context: e.build_context.clone(),
+        user: e.user.clone(),
         updated_by: e.updated_by.clone(),
         updated_at: halyard_protocol::rfc3339(e.updated_ms),
     }
@@ -110,8 +131,35 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
 
 fn definition(name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environment, ApiError> {
     check_name("name", name)?;
-    let EnvironmentBody { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default, pool_size } = body;
-    checked(Parts { setup, post_start, env, setup_secrets, cache_key, snapshot_ttl_secs, default, pool_size }, by)
+    let EnvironmentBody {
+        setup,
+        post_start,
+        env,
+        setup_secrets,
+        cache_key,
+        snapshot_ttl_secs,
+        default,
+        pool_size,
+        image,
+        dockerfile,
+        build_context,
+        user,
+    } = body;
+    let parts = Parts {
+        setup,
+        post_start,
+        env,
+        setup_secrets,
+        cache_key,
+        snapshot_ttl_secs,
+        default,
+        pool_size,
+        image,
+        dockerfile,
+        build_context,
+        user,
+    };
+    checked(parts, by)
 }
 
 /// Stores `env` as `name` under `key` (a default clears the scope's other defaults): whether it
