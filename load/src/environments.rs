@@ -13,7 +13,9 @@
 //! - `cold_ms`: with the environment after its snapshot was deleted: clone, setup, snapshot;
 //! - `snapshot_ms`: from the snapshot: restore, fetch, `post_start`; with its phases
 //!   (`restore_ms`, `fetch_ms`) from the start task's records on the bus;
-//! - `pool_ms`: the environment's pool sized 1 and filled, then a start that takes it;
+//! - `pool_ms`: the environment's pool sized 1 and filled, then a start that takes it (with its
+//!   phases: the sandbox taken, the fetch, setup's check of its key and `post_start`, hooks,
+//!   skills);
 //! - CPU per start (halyard and nats-server; dockerd and containerd, which copy the volume);
 //! - disk: the snapshot's own bytes (its image's layer and its workspace), and what a
 //!   conversation started from it writes of its own (its overlay volume's upper directory).
@@ -214,6 +216,14 @@ async fn once(h: &Halyard, api: &Api, phases: &Phases, env: &Value, repo: &str) 
     let (pool_ms, from_pool) = start(api, with_env.clone()).await?;
     let c5 = cpu(h);
     ensure!(from_pool["from_pool"] == true, "not taken from the pool: {from_pool}");
+    let pool_task = from_pool["id"].as_str().unwrap_or_default();
+    let pool_phases = json!({
+        "sandbox": phase_ms(phases, pool_task, "RESTORING_SNAPSHOT"),
+        "fetch": phase_ms(phases, pool_task, "PREPARING_REPOSITORY"),
+        "setup": phase_ms(phases, pool_task, "RUNNING_SETUP_SCRIPT"),
+        "hooks": phase_ms(phases, pool_task, "SETTING_UP_GIT_HOOKS"),
+        "skills": phase_ms(phases, pool_task, "SETTING_UP_SKILLS"),
+    });
     api.call(reqwest::Method::PUT, "/api/v1/environments/bench", Some(env.clone())).await;
     delete(api, &from_pool).await;
     pool_ready(api, 0).await?;
@@ -225,6 +235,7 @@ async fn once(h: &Halyard, api: &Api, phases: &Phases, env: &Value, repo: &str) 
         "snapshot_ms": round(snapshot_ms),
         "pool_ms": round(pool_ms),
         "phases_ms": {"restore": restore_ms, "fetch": fetch_ms},
+        "pool_phases_ms": pool_phases,
         "setup_s": snap["setup_secs"],
         "snapshot_over_empty_plus_fetch": ((snapshot_ms / (empty_ms + fetch)) * 1000.0).round() / 1000.0,
         "pool_over_empty": ((pool_ms / empty_ms) * 1000.0).round() / 1000.0,
