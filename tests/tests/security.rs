@@ -426,10 +426,16 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             .replace("{sha256}", &"0".repeat(64))
             .replace("{agent}", "claude-code");
         for (method, _) in ops.as_object().unwrap() {
-            let per_user_name =
-                ["/api/v1/secrets/", "/api/v1/llm-profiles/", "/api/v1/git-providers/", "/api/v1/mcp-servers/", "/api/v1/me/agent-logins/"]
-                    .iter()
-                    .any(|p| path.starts_with(p));
+            let per_user_name = [
+                "/api/v1/secrets/",
+                "/api/v1/llm-profiles/",
+                "/api/v1/git-providers/",
+                "/api/v1/mcp-servers/",
+                "/api/v1/me/agent-logins/",
+                "/api/v1/environments/",
+            ]
+            .iter()
+            .any(|p| path.starts_with(p));
             if per_user_name && method == "put" {
                 continue;
             }
@@ -443,7 +449,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/prices/") => {
                     Some(json!({"input_per_million": 0.0, "output_per_million": 0.0}))
                 }
-                ("put", p) if p.starts_with("/api/v1/orgs/") => Some(json!({})),
+                ("put", p) if p.starts_with("/api/v1/orgs/") || p.starts_with("/api/v1/admin/environments/") => Some(json!({})),
                 ("post", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"user": "bob"})),
                 ("patch", p) if p.starts_with("/api/v1/orgs/") => Some(json!({"role": "owner"})),
                 ("put", p) if p.ends_with("/llm-profile") => Some(json!({"profile": null})),
