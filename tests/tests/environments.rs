@@ -267,6 +267,20 @@ async fn failed_setup_is_a_start_error_and_quotas_refuse_in_words() {
     assert!(again["snapshot"].is_null() && again["detail"].as_str().unwrap().contains("set up in"), "{again}");
 }
 
+/// Halyard with Docker sandboxes (no spec pool), and a private git server of the bare
+/// repositories under `repos` that Alice's git provider reaches with `token`.
+async fn docker_with_repositories(llm: &ScriptedLlm, repos: &Path, token: &str) -> (Halyard, halyard_tests::GitServer) {
+    let server = halyard_tests::GitServer::start(repos.to_path_buf(), "x-access-token", token).await;
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_SANDBOX", "docker")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_GIT_API_ALLOW", "loopback");
+    let h = Halyard::start(opts);
+    let provider = json!({"kind": "generic", "host": server.base.trim_start_matches("http://"), "token": token});
+    assert_eq!(h.api(ALICE).call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
+    (h, server)
+}
+
 /// The snapshot images of a deployment's snapshot `id`.
 fn snapshot_images(id: &str) -> Vec<String> {
     let filter = format!("label=dev.halyard.snapshot={id}");
@@ -283,17 +297,8 @@ async fn a_container_starts_from_its_environments_snapshot_image() {
     // A private repository behind git's own http-backend, cloned through the git proxy.
     let repos = tempfile::tempdir().unwrap();
     halyard_tests::bare_repository(repos.path(), "app.git", ("deps.lock", "left-pad 1.0\n"));
-    const TOKEN: &str = "ghp_env-snapshot-token-7c1e";
-    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
-    let host = server.base.trim_start_matches("http://").to_owned();
-    let opts = HalyardOptions::new(&llm.base_url)
-        .set("HALYARD_SANDBOX", "docker")
-        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-        .set("HALYARD_GIT_API_ALLOW", "loopback");
-    let h = Halyard::start(opts);
+    let (h, server) = docker_with_repositories(&llm, repos.path(), "ghp_env-snapshot-token-7c1e").await;
     let api = h.api(ALICE);
-    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
-    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
     let (s, _) = api.call(reqwest::Method::PUT, "/api/v1/secrets/NPM_TOKEN", Some(json!({"value": SECRET}))).await;
     assert!(s == 201 || s == 200);
     let env = json!({
@@ -407,17 +412,8 @@ async fn a_repositorys_dev_container_is_built_set_up_once_and_started_from_its_s
     let dockerfile = "FROM halyard-base:bookworm\nARG GREETING\n\
                       RUN echo \"$GREETING from the dockerfile\" > /etc/devcontainer-marker && useradd -m -u 1001 dev\n";
     push(repos.path(), "app.git", &[(".devcontainer/devcontainer.json", devcontainer), (".devcontainer/Dockerfile", dockerfile)]);
-    const TOKEN: &str = "ghp_devcontainer-token-41aa";
-    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
-    let host = server.base.trim_start_matches("http://").to_owned();
-    let opts = HalyardOptions::new(&llm.base_url)
-        .set("HALYARD_SANDBOX", "docker")
-        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-        .set("HALYARD_GIT_API_ALLOW", "loopback");
-    let h = Halyard::start(opts);
+    let (h, server) = docker_with_repositories(&llm, repos.path(), "ghp_devcontainer-token-41aa").await;
     let api = h.api(ALICE);
-    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
-    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
     let body = json!({"message": "hi", "repository": {"url": format!("{}/app.git", server.base)}});
     let container = |task: &Value| format!("halyard-{}-{}", &h.deployment()[..12], task["sandbox_id"].as_str().unwrap());
     let sh = |c: &str, script: &str| docker(&["exec", c, "sh", "-c", script]);
@@ -485,17 +481,8 @@ async fn an_environments_pool_serves_starts_without_setup_and_is_resized_at_run_
     }
     let repos = tempfile::tempdir().unwrap();
     halyard_tests::bare_repository(repos.path(), "app.git", ("deps.lock", "left-pad 1.0\n"));
-    const TOKEN: &str = "ghp_env-pool-token-93d0";
-    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
-    let host = server.base.trim_start_matches("http://").to_owned();
-    let opts = HalyardOptions::new(&llm.base_url)
-        .set("HALYARD_SANDBOX", "docker")
-        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-        .set("HALYARD_GIT_API_ALLOW", "loopback");
-    let h = Halyard::start(opts);
+    let (h, server) = docker_with_repositories(&llm, repos.path(), "ghp_env-pool-token-93d0").await;
     let api = h.api(ALICE);
-    let provider = json!({"kind": "generic", "host": host, "token": TOKEN});
-    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
     let env = json!({"setup": ["date +%s%N > installed-at.txt"], "cache_key": ["deps.lock"], "pool_size": 2});
     assert_eq!(put(&api, "web", env.clone()).await.0, 201);
     let body = json!({"message": "hi", "environment": "web", "repository": {"url": format!("{}/app.git", server.base)}});

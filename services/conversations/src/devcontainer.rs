@@ -1,8 +1,10 @@
 //! A repository's own dev container as a start's environment
-//! ([`halyard_protocol::devcontainer`]): when the start names no environment, the repository's
-//! `devcontainer.json` comes before the organization's and the deployment's defaults. Its file is
-//! read once the repository is in the workspace ([`read`]); its commands are the environment's
-//! ([`plan_for`]); a container sandbox is then moved onto its image ([`use_image`]), which a
+//! ([`halyard_protocol::devcontainer`]), and the image a start's environment runs on: when the
+//! start names no environment, the repository's `devcontainer.json` comes before the
+//! organization's and the deployment's defaults. Its file is read once the repository is in the
+//! workspace ([`read`], [`adopt`]); its commands are the environment's ([`plan_for`]). A
+//! container sandbox is then moved onto the image its environment names or builds (a dev
+//! container's, or a named environment's `image` or `dockerfile`: [`move_onto_image`]), which a
 //! process sandbox cannot do (it runs the commands without the image, and says so).
 
 use std::time::{Duration, Instant};
