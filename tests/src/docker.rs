@@ -60,12 +60,16 @@ pub fn remove_deployment(deployment: &str) {
             let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&vols).output();
         }
     }
-    // Environment snapshots are images labelled with the deployment.
-    let images = Command::new("docker").args(["images", "-q", "--filter", &filter]).output();
-    if let Ok(out) = images {
-        let images: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
-        if !images.is_empty() {
-            let _ = Command::new("docker").args(["rmi", "-f"]).args(&images).output();
+    // Environment snapshots and dev container images are labelled with the deployment (and the
+    // runtime images built from a dev container's inherit the label). An image with children
+    // cannot go before them: a second pass takes what the first left.
+    for _ in 0..2 {
+        let images = Command::new("docker").args(["images", "-q", "--filter", &filter]).output();
+        if let Ok(out) = images {
+            let images: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+            if !images.is_empty() {
+                let _ = Command::new("docker").args(["rmi", "-f"]).args(&images).output();
+            }
         }
     }
     let nets = Command::new("docker").args(["network", "ls", "-q", "--filter", &filter]).output();
