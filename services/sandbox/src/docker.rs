@@ -443,6 +443,14 @@ impl Engine {
     }
 }
 
+/// `spec` as a container of `runtime` runs it: its user and variables over the spec's.
+pub fn run_as(spec: &mut SandboxSpec, runtime: &halyard_protocol::environment::Runtime) {
+    if let Some(user) = &runtime.user {
+        spec.user.clone_from(user);
+    }
+    spec.env.extend(runtime.env.clone());
+}
+
 /// `uid:gid` (numbers; a name maps to 1000, the runtime image's default user).
 pub fn parse_user(user: &str) -> (u64, u64) {
     let mut parts = user.split(':');

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use halyard_platform::{Shutdown, bus, keys};
+use halyard_platform::{Shutdown, bus};
 use halyard_protocol::environment::{Snapshot, SnapshotStatus, pool_key};
+use halyard_protocol::subjects;
 use halyard_protocol::system::SystemRecord;
-use halyard_protocol::{SandboxId, subjects};
 
 use crate::ctx::Ctx;
-use crate::docker::{self, ContainerPlan};
+use crate::docker;
 use crate::pool::PoolEntry;
 
 /// Keeps the snapshots' pools as the bucket wants them until `shutdown`.
@@ -46,8 +46,7 @@ pub async fn keep(ctx: Arc<Ctx>, mut shutdown: Shutdown) {
         for key in dctx.pool.keys().into_iter().filter(|k| k.starts_with(halyard_protocol::environment::SNAPSHOT_POOL_PREFIX)) {
             let keep = wanted.get(&key).map_or(0, |(_, size)| *size as usize);
             for entry in dctx.pool.trim(&key, keep) {
-                let _ = dctx.engine.remove(&entry.container).await;
-                let _ = dctx.engine.remove_volume(&entry.volume).await;
+                crate::warm::discard(dctx, &entry).await;
             }
         }
         for (key, (snapshot, size)) in &wanted {
@@ -79,8 +78,7 @@ pub async fn keep(ctx: Arc<Ctx>, mut shutdown: Shutdown) {
     }
     for key in dctx.pool.keys().into_iter().filter(|k| k.starts_with(halyard_protocol::environment::SNAPSHOT_POOL_PREFIX)) {
         for entry in dctx.pool.trim(&key, 0) {
-            let _ = dctx.engine.remove(&entry.container).await;
-            let _ = dctx.engine.remove_volume(&entry.volume).await;
+            crate::warm::discard(dctx, &entry).await;
         }
     }
 }
@@ -100,47 +98,20 @@ async fn wanted(ctx: &Ctx) -> Result<HashMap<String, (Snapshot, u32)>, String> {
         .collect())
 }
 
-/// Starts a container from `snapshot` for its pool `key`.
+/// Starts a container from `snapshot` for its pool `key`, its workspace an overlay on the
+/// snapshot's.
 async fn start_entry(ctx: &Ctx, snapshot: &Snapshot, key: &str) -> Result<PoolEntry, String> {
-    let dctx = ctx.docker.as_ref().ok_or("no docker")?;
     let spec_name = snapshot.spec.clone().unwrap_or_else(|| ctx.config.sandbox.default_spec.clone());
     let mut spec = ctx.config.sandbox.spec(&spec_name).ok_or_else(|| format!("no sandbox spec {spec_name}"))?;
     if let Some(r) = &snapshot.runtime {
-        if let Some(user) = &r.user {
-            spec.user.clone_from(user);
-        }
-        spec.env.extend(r.env.clone());
+        docker::run_as(&mut spec, r);
     }
-    let slot = SandboxId::new();
-    let id = format!("pool-{slot}");
-    let naming = &dctx.engine.naming;
-    let mut labels = docker::labels(naming, &spec.name, &slot.to_string(), None, None, true);
-    labels.insert(docker::LABEL_POOL.to_owned(), key.to_owned());
-    labels.insert(crate::snapshots::image::LABEL_SNAPSHOT.to_owned(), snapshot.snapshot_id.clone());
-    let plan = ContainerPlan {
-        name: naming.name(&id),
-        // A new volume: the engine fills it from the snapshot's workspace.
-        volume: naming.volume(&id),
-        image: &snapshot.location,
-        spec: &spec,
-        labels,
-        output_cap: ctx.config.sandbox.output_cap_bytes,
-        browser_idle_secs: ctx.config.sandbox.browser_idle_secs,
-        vscode_idle_secs: ctx.config.sandbox.vscode_idle_secs,
-        // An overlay on the snapshot's workspace.
-        lower: Some(crate::snapshots::workspace_dir(&ctx.config.data_dir, &snapshot.snapshot_id)),
-    };
-    let timeout = Duration::from_secs(ctx.config.sandbox.start_timeout_secs);
-    match crate::container::start_container(ctx, &plan, None, &keys::session_key(&ctx.config.secret, slot), timeout).await {
-        Ok((container, urls)) => Ok(PoolEntry { slot, container, volume: plan.volume, urls }),
-        Err((container, e)) => {
-            if let Some(c) = container {
-                let _ = dctx.engine.remove(&c).await;
-            }
-            let _ = dctx.engine.remove_volume(&plan.volume).await;
-            Err(e)
-        }
-    }
+    let labels = HashMap::from([
+        (docker::LABEL_POOL.to_owned(), key.to_owned()),
+        (crate::snapshots::image::LABEL_SNAPSHOT.to_owned(), snapshot.snapshot_id.clone()),
+    ]);
+    let lower = crate::snapshots::workspace_dir(&ctx.config.data_dir, &snapshot.snapshot_id);
+    crate::warm::start_pool_container(ctx, &spec, &snapshot.location, labels, Some(lower)).await
 }
 
 /// Publishes each snapshot pool's state (`halyard.sys.pool.<key>`) when it changed.

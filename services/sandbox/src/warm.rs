@@ -1,6 +1,7 @@
 //! Keeping the warm pool ([`crate::pool`]) full: the refill task starts a replacement in the
 //! background for every container taken, announces what each spec has, and hands a taken
-//! container over to the sandbox it becomes.
+//! container over to the sandbox it becomes. How a pool container is started and discarded
+//! (here and for environment snapshots' pools, [`crate::envpool`]) is here too.
 
 use crate::ctx::Ctx;
 use crate::docker::{self, ContainerPlan};
@@ -51,8 +52,7 @@ pub async fn refill(ctx: Arc<Ctx>, mut shutdown: Shutdown) {
     }
     // Pool sandboxes are no one's work: do not leave them running.
     for entry in dctx.pool.drain() {
-        let _ = dctx.engine.remove(&entry.container).await;
-        let _ = dctx.engine.remove_volume(&entry.volume).await;
+        discard(dctx, &entry).await;
     }
 }
 
@@ -75,10 +75,24 @@ async fn announce(ctx: &Ctx, spec: &str, published: &mut HashMap<String, usize>)
 async fn start_entry(ctx: &Ctx, spec: &halyard_platform::config::SandboxSpec) -> Result<PoolEntry, String> {
     let dctx = ctx.docker.as_ref().ok_or("no docker")?;
     let image = dctx.images.get(&spec.name).ok_or_else(|| format!("no runtime image for spec {}", spec.name))?;
+    start_pool_container(ctx, spec, image, HashMap::new(), None).await
+}
+
+/// Starts a pool container of `spec` from `image`, with `extra` labels besides a pool slot's and,
+/// with `lower`, a workspace that is an overlay on it (an environment snapshot's pool).
+pub(crate) async fn start_pool_container(
+    ctx: &Ctx,
+    spec: &halyard_platform::config::SandboxSpec,
+    image: &str,
+    extra: HashMap<String, String>,
+    lower: Option<std::path::PathBuf>,
+) -> Result<PoolEntry, String> {
+    let dctx = ctx.docker.as_ref().ok_or("no docker")?;
     let slot = SandboxId::new();
     let id = format!("pool-{slot}");
     let naming = &dctx.engine.naming;
-    let labels = docker::labels(naming, &spec.name, &slot.to_string(), None, None, true);
+    let mut labels = docker::labels(naming, &spec.name, &slot.to_string(), None, None, true);
+    labels.extend(extra);
     let plan = ContainerPlan {
         name: naming.name(&id),
         volume: naming.volume(&id),
@@ -88,7 +102,7 @@ async fn start_entry(ctx: &Ctx, spec: &halyard_platform::config::SandboxSpec) ->
         output_cap: ctx.config.sandbox.output_cap_bytes,
         browser_idle_secs: ctx.config.sandbox.browser_idle_secs,
         vscode_idle_secs: ctx.config.sandbox.vscode_idle_secs,
-        lower: None,
+        lower,
     };
     let key = keys::session_key(&ctx.config.secret, slot);
     let timeout = Duration::from_secs(ctx.config.sandbox.start_timeout_secs);
@@ -102,6 +116,12 @@ async fn start_entry(ctx: &Ctx, spec: &halyard_platform::config::SandboxSpec) ->
             Err(e)
         }
     }
+}
+
+/// Removes a pool container nobody will take, and its volume.
+pub(crate) async fn discard(dctx: &crate::ctx::DockerCtx, entry: &PoolEntry) {
+    let _ = dctx.engine.remove(&entry.container).await;
+    let _ = dctx.engine.remove_volume(&entry.volume).await;
 }
 
 /// Hands a pool sandbox to sandbox `id`: its executor now answers to `id`'s key only.

@@ -138,9 +138,7 @@ impl SandboxState {
                         self.urls = entry.urls.clone();
                         self.from_pool = true;
                         if let Some(snap) = self.restore.take() {
-                            let kept = snap.runtime.unwrap_or_default();
-                            self.runtime = Some(halyard_protocol::environment::Runtime { image: snap.location, ..kept });
-                            self.snapshot = Some(snap.snapshot_id);
+                            self.started_from(snap);
                         }
                         self.track_container();
                         tracing::info!(sandbox_id = %self.id, container = %entry.container, "sandbox taken from the warm pool");
@@ -176,10 +174,7 @@ impl SandboxState {
         // A dev container's or a snapshot's image, with its user and variables.
         let image = match &self.runtime {
             Some(r) => {
-                if let Some(user) = &r.user {
-                    spec.user.clone_from(user);
-                }
-                spec.env.extend(r.env.clone());
+                docker::run_as(&mut spec, r);
                 r.image.clone()
             }
             None => runtime.clone(),

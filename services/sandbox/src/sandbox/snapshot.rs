@@ -64,9 +64,14 @@ impl SandboxState {
             tracing::info!(sandbox_id = %self.id, snapshot = %snap.snapshot_id, "the snapshot is gone: starting without it");
             return None;
         }
+        self.started_from(snap);
+        Some(workspace)
+    }
+
+    /// This container sandbox runs from snapshot `snap` (its image, user and variables).
+    pub(super) fn started_from(&mut self, snap: halyard_protocol::environment::SnapshotRef) {
         let kept = snap.runtime.unwrap_or_default();
         self.runtime = Some(halyard_protocol::environment::Runtime { image: snap.location, ..kept });
         self.snapshot = Some(snap.snapshot_id);
-        Some(workspace)
     }
 }
