@@ -5,8 +5,6 @@
 use async_nats::jetstream::kv;
 use halyard_protocol::UserId;
 use halyard_protocol::environment::{self, Environment, Environments};
-use halyard_protocol::org::OrgMembers;
-use halyard_protocol::subjects;
 
 /// Why an environment cannot be had.
 #[derive(Debug, thiserror::Error)]
@@ -34,24 +32,10 @@ async fn read(user_kv: &kv::Store, key: &str) -> Result<Environments, ResolveErr
     }
 }
 
-/// Whether `owner` is a member of `org` now (an organization with no copy of its members yet is
-/// taken as it was).
-pub async fn member(user_kv: &kv::Store, org: &str, owner: &UserId) -> Result<bool, ResolveError> {
-    let key = subjects::org_members_key(org);
-    match user_kv.get(&key).await {
-        Ok(Some(bytes)) => {
-            let members: OrgMembers = serde_json::from_slice(&bytes).map_err(|e| ResolveError::Store(format!("{key}: {e}")))?;
-            Ok(members.members.contains(owner))
-        }
-        Ok(None) => Ok(true),
-        Err(e) => Err(ResolveError::Store(format!("{key}: {e}"))),
-    }
-}
-
 /// The environment of a start by `owner` in `org` that names `name` (or none).
 pub async fn resolve(user_kv: &kv::Store, owner: &UserId, org: Option<&str>, name: Option<&str>) -> Result<Option<Resolved>, ResolveError> {
     let org = match org {
-        Some(o) if member(user_kv, o, owner).await? => Some(o),
+        Some(o) if crate::membership::is_member(user_kv, o, owner).await.map_err(ResolveError::Store)? => Some(o),
         // A former member's start gets nothing of the organization's.
         _ => None,
     };

@@ -24,6 +24,7 @@ pub mod images;
 pub mod keys;
 pub mod kv_mirror;
 pub mod llm;
+pub mod membership;
 pub mod memory;
 pub mod nats;
 pub mod net;
