@@ -16,11 +16,11 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::devcontainer::{self, DevContainer};
-use halyard_protocol::environment::{self as env, Environment, ImagePlan, Snapshot};
+use halyard_protocol::environment::{Environment, ImagePlan, Snapshot};
 use halyard_protocol::system::{REFUSED_PREFIX, Repository, SandboxStatus, SandboxUpdate, StartTaskStatus, SystemRecord};
 use halyard_protocol::{Envelope, subjects};
 
-use crate::environment::{Plan, depends_script, dev_family, named_or_default, quote};
+use crate::environment::{Plan, dev_family, named_or_default, quote};
 use crate::task::{PhaseError, Task, run};
 
 const PATH_MARK: &str = "__HALYARD_DEVCONTAINER__ ";
@@ -147,12 +147,12 @@ pub(crate) fn image_plan(plan: &Plan) -> Option<ImagePlan> {
     Some(ImagePlan { image: e.image.clone(), context, dockerfile, args: Default::default(), user: e.user.clone(), env: Default::default() })
 }
 
-/// Moves a container sandbox onto the plan's image (unless a current snapshot of the plan is
+/// Moves a container sandbox onto the plan's image (unless a snapshot of the plan's `key` is
 /// what it started from: that is its image already, set up): the executor of the sandbox as it
 /// then runs, and a note for the start's summary. A process sandbox cannot, and says so.
 pub(crate) async fn move_onto_image(
     task: &Task<'_>,
-    plan: &Plan,
+    (plan, key): (&Plan, &str),
     restored: Option<&Snapshot>,
     exec: ExecutorClient,
     docker: bool,
@@ -162,11 +162,8 @@ pub(crate) async fn move_onto_image(
     if !docker {
         return Ok((exec, Some(format!("a process sandbox runs {what}'s commands without its image"))));
     }
-    if let Some(s) = restored.filter(|s| s.family == plan.family) {
-        let depends = run(&exec, &depends_script(plan), 60.0).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
-        if s.key == env::key(&plan.family, &depends) {
-            return Ok((exec, None));
-        }
+    if restored.is_some_and(|s| s.family == plan.family && s.key == key) {
+        return Ok((exec, None));
     }
     task.status(StartTaskStatus::BuildingImage, Some(what.clone())).await?;
     let started = Instant::now();

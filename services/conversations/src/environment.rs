@@ -135,6 +135,13 @@ pub fn update_script(branch: Option<&str>, local: bool) -> String {
     )
 }
 
+/// The key of the plan's snapshot as the workspace is now ([`depends_script`]), read once per
+/// start: the image step and setup both compare it with the snapshot the sandbox started from.
+pub async fn key_of(exec: &halyard_platform::executor_client::ExecutorClient, plan: &Plan) -> Result<String, String> {
+    let depends = crate::task::run(exec, &depends_script(plan), 60.0).await?;
+    Ok(env::key(&plan.family, &depends))
+}
+
 /// The variables setup runs with: the environment's, and the setup-only secrets it names
 /// (opened from the owner's and, while they are a member, the organization's), with the values
 /// to mask in whatever setup prints.
@@ -149,7 +156,7 @@ pub async fn setup_vars(
         return Ok((vars, Vec::new()));
     }
     let org = match org {
-        Some(o) if environments::member(&ctx.user_kv, o, owner).await.map_err(|e| e.to_string())? => Some(o),
+        Some(o) if halyard_platform::membership::is_member(&ctx.user_kv, o, owner).await? => Some(o),
         _ => None,
     };
     let opened = halyard_platform::user_secrets::open(&ctx.user_kv, &ctx.vault, owner, org).await?;

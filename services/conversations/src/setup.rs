@@ -16,7 +16,7 @@ use halyard_platform::redact::Redactor;
 use halyard_protocol::environment::{self as env, Snapshot, SnapshotPlan, SnapshotStatus};
 use halyard_protocol::system::{Repository, StartTaskStatus};
 
-use crate::environment::{Plan, depends_script, save, setup_vars};
+use crate::environment::{Plan, save, setup_vars};
 use crate::task::{PhaseError, Task, derived, run, run_with};
 
 /// Setup scripts may take this long.
@@ -25,6 +25,8 @@ pub(crate) const SETUP_TIMEOUT_SECS: f64 = 1800.0;
 /// What the phase has to work with.
 pub(crate) struct Setup<'a> {
     pub plan: Option<&'a Plan>,
+    /// The plan's key as the workspace is now ([`crate::environment::key_of`]).
+    pub key: Option<&'a str>,
     /// The snapshot the sandbox started from.
     pub restored: Option<&'a Snapshot>,
     /// The workspace has a `.openhands/setup.sh`.
@@ -46,7 +48,7 @@ fn failed(what: &str, e: &str, redactor: &Redactor) -> PhaseError {
 
 /// Runs the setup phase in the sandbox `exec` reaches.
 pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'_>) -> Result<Done, PhaseError> {
-    let Some(plan) = s.plan else {
+    let Some((plan, key)) = s.plan.zip(s.key) else {
         if s.setup_sh {
             run(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS)
                 .await
@@ -60,8 +62,6 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
         .await
         .map_err(|why| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: environment {name}: {why}")))?;
     let redactor = Redactor::new(masked);
-    let depends = run(exec, &depends_script(plan), 60.0).await.map_err(|why| failed("reading what setup depends on", &why, &redactor))?;
-    let key = env::key(&plan.family, &depends);
     let (ran, summary) = match s.restored {
         Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),
         _ => {
@@ -84,7 +84,7 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
                 Some(snap) => format!(" (snapshot {}'s key changed: set up again over it)", snap.snapshot_id),
                 None => String::new(),
             };
-            let kept = keep(task, plan, &key, (secs, tail(&log)), s.repository).await?;
+            let kept = keep(task, plan, key, (secs, tail(&log)), s.repository).await?;
             (true, format!("environment {name}: set up in {secs:.1} s{again}; {kept}"))
         }
     };

@@ -178,9 +178,18 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
             plan = devcontainer::adopt(task, repo, plan, &exec).await?;
         }
     }
-    if let Some(p) = &plan {
+    // What setup depends on, read once: the image step and setup both compare it.
+    let key = match &plan {
+        Some(p) => Some(
+            environment::key_of(&exec, p)
+                .await
+                .map_err(|e| PhaseError(format!("PREPARING_REPOSITORY failed: reading what setup depends on: {e}")))?,
+        ),
+        None => None,
+    };
+    if let (Some(p), Some(k)) = (&plan, &key) {
         let docker = sandbox.sandbox_kind == "docker";
-        (exec, note) = devcontainer::move_onto_image(task, p, restored.as_ref(), exec, docker).await?;
+        (exec, note) = devcontainer::move_onto_image(task, (p, k), restored.as_ref(), exec, docker).await?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
@@ -200,7 +209,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let has = |mark: &str| marks.lines().any(|l| l == mark);
     // The snapshot counts for setup only if it is of the plan's family.
     let restored = restored.as_ref().filter(|s| plan.as_ref().is_some_and(|p| p.family == s.family));
-    let phase = setup::Setup { plan: plan.as_ref(), restored, setup_sh: has(SETUP_MARK), repository };
+    let phase = setup::Setup { plan: plan.as_ref(), key: key.as_deref(), restored, setup_sh: has(SETUP_MARK), repository };
     let done = setup::run_phase(task, &exec, phase).await?;
     let setup = done.ran;
 
