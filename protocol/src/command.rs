@@ -132,6 +132,13 @@ pub enum SandboxCommand {
         sandbox_id: SandboxId,
         plan: crate::environment::ImagePlan,
     },
+    /// Set what a start's environment changes of a running sandbox (its network class, limits
+    /// and forwarded ports: [`crate::environment::Shape`]); its record says when it is so, or
+    /// why not.
+    Shape {
+        sandbox_id: SandboxId,
+        shape: crate::environment::Shape,
+    },
     Pause {
         sandbox_id: SandboxId,
     },
@@ -150,6 +157,7 @@ impl SandboxCommand {
             Self::Create { sandbox_id, .. }
             | Self::Snapshot { sandbox_id, .. }
             | Self::UseImage { sandbox_id, .. }
+            | Self::Shape { sandbox_id, .. }
             | Self::Pause { sandbox_id }
             | Self::Resume { sandbox_id }
             | Self::Delete { sandbox_id } => *sandbox_id,
@@ -163,6 +171,7 @@ impl Payload for SandboxCommand {
             Self::Create { .. } => "cmd.sandbox.create",
             Self::Snapshot { .. } => "cmd.sandbox.snapshot",
             Self::UseImage { .. } => "cmd.sandbox.use_image",
+            Self::Shape { .. } => "cmd.sandbox.shape",
             Self::Pause { .. } => "cmd.sandbox.pause",
             Self::Resume { .. } => "cmd.sandbox.resume",
             Self::Delete { .. } => "cmd.sandbox.delete",

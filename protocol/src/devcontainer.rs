@@ -2,9 +2,11 @@
 //! read as the Dev Container spec writes it (JSON with comments and trailing commas), the subset
 //! Halyard runs: `image`, `build` (`dockerfile`, `context`, `args`), `containerEnv`,
 //! `remoteUser`, `onCreateCommand`, `updateContentCommand` and `postCreateCommand` (setup, run
-//! once and kept in the snapshot), `postStartCommand` (every start), and
-//! `customizations.halyard.cache_key` (files whose contents key the snapshot). `features` are
-//! refused: they are fetched from a registry, which a deployment without one cannot reach.
+//! once and kept in the snapshot), `postStartCommand` (every start), `forwardPorts` (the
+//! sandbox's ports served as apps: numbers, or `localhost:<n>`; another host's ports, which a
+//! compose setup would name, are refused in words) and `customizations.halyard.cache_key` (files
+//! whose contents key the snapshot). `features` are refused: they are fetched from a registry,
+//! which a deployment without one cannot reach.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +32,8 @@ pub struct DevContainer {
     pub setup: Vec<String>,
     pub post_start: Vec<String>,
     pub cache_key: Vec<String>,
+    /// Ports of the sandbox served as apps (`PORT_<n>`).
+    pub forward_ports: Vec<u16>,
 }
 
 /// How its image is built: paths relative to the workspace.
@@ -59,6 +63,8 @@ struct Raw {
     features: serde_json::Map<String, Value>,
     #[serde(default)]
     customizations: Option<Value>,
+    #[serde(default)]
+    forward_ports: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -104,6 +110,7 @@ pub fn parse(path: &str, text: &str) -> Result<DevContainer, String> {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
+    let forward_ports = raw.forward_ports.iter().map(port).collect::<Result<Vec<_>, _>>().map_err(|e| format!("{path}: {e}"))?;
     Ok(DevContainer {
         path: path.to_owned(),
         image: raw.image,
@@ -113,7 +120,29 @@ pub fn parse(path: &str, text: &str) -> Result<DevContainer, String> {
         setup,
         post_start,
         cache_key,
+        forward_ports,
     })
+}
+
+/// One of `forwardPorts`: a port number, or `localhost:<n>` (the sandbox's own).
+fn port(v: &Value) -> Result<u16, String> {
+    let n = match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => match s.split_once(':') {
+            Some(("localhost" | "127.0.0.1", p)) => p.parse().ok(),
+            Some((host, _)) => {
+                return Err(format!(
+                    "`forwardPorts`: `{s}` is a port of `{host}`, another container's (Docker Compose), which Halyard does not run; \
+                     forward the sandbox's own ports (`3000`)"
+                ));
+            }
+            None => s.parse().ok(),
+        },
+        _ => None,
+    };
+    n.and_then(|n| u16::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`forwardPorts`: `{v}` is not a port (a number from 1 to 65535, or `localhost:<n>`)"))
 }
 
 /// A lifecycle command: a string (a shell command line), an array (a program and its
@@ -248,7 +277,7 @@ mod tests {
             "onCreateCommand": "echo one",
             "postCreateCommand": ["npm", "install", "it's"],
             "postStartCommand": {"a": "echo a", "b": ["echo", "b"]},
-            "forwardPorts": [3000],
+            "forwardPorts": [3000, "localhost:5173"],
             "customizations": {"halyard": {"cache_key": ["package-lock.json"]}},
         }"#;
         let d = parse(".devcontainer/devcontainer.json", text).unwrap();
@@ -260,6 +289,10 @@ mod tests {
         assert_eq!(d.setup, vec!["echo one".to_owned(), r"'npm' 'install' 'it'\''s'".to_owned()]);
         assert_eq!(d.post_start, vec!["echo a".to_owned(), "'echo' 'b'".to_owned()]);
         assert_eq!((d.remote_user.as_deref(), d.cache_key.len()), (Some("node"), 1));
+        assert_eq!(d.forward_ports, vec![3000, 5173]);
+        let compose = parse(".devcontainer.json", r#"{"image": "x", "forwardPorts": ["db:5432"]}"#).unwrap_err();
+        assert!(compose.contains("another container's"), "{compose}");
+        assert!(parse(".devcontainer.json", r#"{"image": "x", "forwardPorts": [70000]}"#).is_err());
         let e = parse(".devcontainer/devcontainer.json", r#"{"image": "x", "features": {"ghcr.io/devcontainers/features/node:1": {}}}"#);
         assert!(e.unwrap_err().contains("registry"));
         let out = parse(".devcontainer/devcontainer.json", r#"{"build": {"context": "../..", "dockerfile": "D"}}"#);

@@ -44,7 +44,7 @@ pub fn org_key(org: &str) -> String {
 }
 
 /// One environment's definition.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// Commands run once, in the workspace after the clone, before the repository's own
     /// `.openhands/setup.sh` (what `postCreateCommand` is to a dev container).
@@ -86,6 +86,20 @@ pub struct Environment {
     /// The user its containers run as (a name in the image, or `uid[:gid]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The sandbox spec its starts are made from when the start names none (its limits and
+    /// network class are the operator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    /// Limits below the spec's.
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
+    /// The network class setup runs on (`open`, `internet`, `none`), when it is not the
+    /// sandbox's: the sandbox is moved back onto its own before `post_start` and the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_egress: Option<String>,
+    /// Ports of the sandbox served as apps (`PORT_<n>`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward_ports: Vec<u16>,
     pub updated_by: String,
     pub updated_ms: UnixMillis,
 }
@@ -93,6 +107,47 @@ pub struct Environment {
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
+
+/// Limits of a container sandbox, each at most its spec's (absent: the spec's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
+}
+
+impl Resources {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What a start's environment sets of a running sandbox besides its image, kept on its record
+/// so that a container made again (after a loss, a hibernation's removal) is made the same.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// The network class it is on when not its spec's (setup's, while setup runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<String>,
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
+    /// Ports of the sandbox served as apps `PORT_<n>` (through its executor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+}
+
+/// The app name of a forwarded port.
+pub fn port_app(port: u16) -> String {
+    format!("{PORT_APP_PREFIX}{port}")
+}
+
+/// Forwarded ports are apps named this prefix and the port.
+pub const PORT_APP_PREFIX: &str = "PORT_";
 
 /// The pool key ([`SNAPSHOT_POOL_PREFIX`] and the id) of the sandboxes started from snapshot `id`.
 pub fn pool_key(id: &str) -> String {
@@ -106,7 +161,7 @@ pub const SETUP_LOG_BYTES: usize = 8 * 1024;
 pub const SNAPSHOT_POOL_PREFIX: &str = "snapshot-";
 
 /// A scope's environments, by name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environments {
     #[serde(default)]
     pub environments: BTreeMap<String, Environment>,
@@ -286,6 +341,10 @@ pub fn family(owner: &UserId, org: Option<&str>, name: &str, env: &Environment, 
     // What its containers are made from.
     for part in [&env.image, &env.dockerfile, &env.build_context, &env.user] {
         parts.push(part.as_deref().unwrap_or("-"));
+    }
+    // (Only when named, so that the families of definitions without one stay as they were.)
+    if let Some(spec) = &env.spec {
+        parts.extend(["spec", spec.as_str()]);
     }
     digest(parts)
 }

@@ -258,7 +258,10 @@ pub struct SandboxUpdate {
     /// A container's image, user and variables when they are not its spec's (a dev container's,
     /// a snapshot's): what it is made from again after a loss.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<crate::environment::Runtime>,
+    pub runtime: Option<Box<crate::environment::Runtime>>,
+    /// What its start's environment set of it (network class, limits, forwarded ports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Box<crate::environment::Shape>>,
 }
 
 impl SandboxUpdate {

@@ -609,6 +609,7 @@ fn records_are_stable() {
         wake_queued_until: None,
         snapshot: None,
         runtime: None,
+        shape: None,
     };
     check("sys_sandbox", env(3, "sys.sandbox", SystemRecord::Sandbox(process_sandbox.clone())));
     // A sandbox of one of several supervisors: its record names the host.
@@ -623,6 +624,7 @@ fn records_are_stable() {
                 wake_queued_until: None,
                 snapshot: None,
                 runtime: None,
+                shape: None,
                 ..process_sandbox
             }),
         ),
@@ -653,6 +655,7 @@ fn records_are_stable() {
                 wake_queued_until: None,
                 snapshot: None,
                 runtime: None,
+                shape: None,
             }),
         ),
     );
@@ -910,6 +913,21 @@ fn commands_are_stable() {
                     args: [("NODE_VERSION".to_owned(), "22".to_owned())].into(),
                     user: Some("node".into()),
                     env: [("APP_MODE".to_owned(), "development".to_owned())].into(),
+                },
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_shape",
+        env(
+            6,
+            "cmd.sandbox.shape",
+            SandboxCommand::Shape {
+                sandbox_id: SandboxId(id(2)),
+                shape: halyard_protocol::environment::Shape {
+                    egress: Some("open".into()),
+                    resources: halyard_protocol::environment::Resources { memory_mb: Some(1024), cpus: Some(0.5), pids_limit: None },
+                    ports: vec![3000],
                 },
             },
         ),

@@ -270,11 +270,19 @@ async fn failed_setup_is_a_start_error_and_quotas_refuse_in_words() {
 /// Halyard with Docker sandboxes (no spec pool), and a private git server of the bare
 /// repositories under `repos` that Alice's git provider reaches with `token`.
 async fn docker_with_repositories(llm: &ScriptedLlm, repos: &Path, token: &str) -> (Halyard, halyard_tests::GitServer) {
+    docker_configured(llm, repos, token, None).await
+}
+
+/// [`docker_with_repositories`], with a configuration file (TOML: `HALYARD_CONFIG`).
+async fn docker_configured(llm: &ScriptedLlm, repos: &Path, token: &str, config: Option<&Path>) -> (Halyard, halyard_tests::GitServer) {
     let server = halyard_tests::GitServer::start(repos.to_path_buf(), "x-access-token", token).await;
-    let opts = HalyardOptions::new(&llm.base_url)
+    let mut opts = HalyardOptions::new(&llm.base_url)
         .set("HALYARD_SANDBOX", "docker")
         .set("HALYARD_SANDBOX_POOL_SIZE", "0")
         .set("HALYARD_GIT_API_ALLOW", "loopback");
+    if let Some(c) = config {
+        opts = opts.set("HALYARD_CONFIG", &c.display().to_string());
+    }
     let h = Halyard::start(opts);
     let provider = json!({"kind": "generic", "host": server.base.trim_start_matches("http://"), "token": token});
     assert_eq!(h.api(ALICE).call(reqwest::Method::PUT, "/api/v1/git-providers/local", Some(provider)).await.0, 201);
@@ -529,4 +537,123 @@ async fn an_environments_pool_serves_starts_without_setup_and_is_resized_at_run_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(snapshots(&api).await["items"][0]["pool_size"], 0);
+}
+
+/// A TCP server on every address of the host that answers `host-reached` to anyone.
+fn host_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 256];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"host-reached\n");
+        }
+    });
+    port
+}
+
+/// Python (in the base image): connects to the container's default gateway (the host, on a
+/// network with a way out) at `port` and prints what it answers, or the error.
+fn reach_host(port: u16) -> String {
+    format!(
+        "python3 -c '\nimport socket,struct\ntry:\n gw=[l.split()[2] for l in open(\"/proc/net/route\").readlines()[1:] if l.split()[1]==\"00000000\"][0]\n \
+         ip=socket.inet_ntoa(struct.pack(\"<L\", int(gw, 16)))\n s=socket.create_connection((ip, {port}), timeout=3)\n print(s.recv(64).decode().strip())\n\
+         except Exception as e: print(\"Error\", type(e).__name__)'"
+    )
+}
+
+/// The container's memory and process limits as it sees them (cgroup v2, else v1).
+const MEMORY_MAX: &str = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes";
+const PIDS_MAX: &str = "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max";
+
+#[tokio::test]
+async fn an_environment_sets_its_spec_setups_network_its_limits_and_its_forwarded_ports() {
+    init();
+    require_engine();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("ok")]);
+    llm.push([Reply::finish("ok")]);
+    // The operator's specs: the default, and `offline` (no network at all) with its ceilings.
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"offline\"\negress = \"none\"\nmemory_mb = 1024\npids_limit = 256\n",
+    )
+    .unwrap();
+    let repos = tempfile::tempdir().unwrap();
+    halyard_tests::bare_repository(repos.path(), "app.git", ("README.md", "the app\n"));
+    let (h, server) = docker_configured(&llm, repos.path(), "ghp_env-shape-token-5d2b", Some(config.path())).await;
+    let api = h.api(ALICE);
+    let port = host_server();
+    let container = |task: &Value| format!("halyard-{}-{}", &h.deployment()[..12], task["sandbox_id"].as_str().unwrap());
+    let sh = |c: &str, script: &str| docker(&["exec", c, "sh", "-c", script]);
+
+    // Beyond the spec's ceilings, or a class that is none: refused in words.
+    let (s, v) = put(&api, "big", json!({"spec": "offline", "resources": {"memory_mb": 4096}})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_field")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("more than spec `offline` allows (1024)"), "{v}");
+    let (s, v) = put(&api, "wide", json!({"setup_egress": "everywhere"})).await;
+    assert!(s == 400 && v["error"]["message"].as_str().unwrap().contains("open, internet or none"), "{v}");
+    let (s, v) = put(&api, "nospec", json!({"spec": "huge"})).await;
+    assert!(s == 400 && v["error"]["message"].as_str().unwrap().contains("default, offline"), "{v}");
+
+    // Setup installs from the host (the open network); the agent gets no network at all, half
+    // the spec's memory, fewer processes, and the app on port 3000 as an app of its own.
+    let env = json!({
+        "spec": "offline",
+        "setup_egress": "open",
+        "setup": [format!("{} > reached.txt", reach_host(port))],
+        "resources": {"memory_mb": 512, "pids_limit": 200},
+        "forward_ports": [3000],
+    });
+    assert_eq!(put(&api, "offline-app", env).await.0, 201);
+    let body = json!({"message": "hi", "environment": "offline-app", "repository": {"url": format!("{}/app.git", server.base)}});
+    let (conv, first) = api.start_ready(body.clone()).await;
+    assert!(first["detail"].as_str().unwrap().contains("set up in"), "{first}");
+    let c1 = container(&first);
+    assert_eq!(sh(&c1, "cat /workspace/reached.txt"), "host-reached", "setup ran on its own, wider network");
+    let networks = docker(&["inspect", "-f", "{{range $n, $_ := .NetworkSettings.Networks}}{{$n}} {{end}}", &c1]);
+    assert!(networks.trim().ends_with("-none") && !networks.contains("-open"), "the agent's network: {networks}");
+    assert!(sh(&c1, &reach_host(port)).starts_with("Error"), "the agent reaches the host");
+    assert_eq!(sh(&c1, &format!("{MEMORY_MAX}; {PIDS_MAX}")), format!("{}\n200", 512 << 20));
+    let (_, sandbox) = api.get(&format!("/api/v1/sandboxes/{}", first["sandbox_id"].as_str().unwrap())).await;
+    assert_eq!(sandbox["spec"], "offline", "{sandbox}");
+    let names: Vec<&str> = sandbox["exposed_urls"].as_array().unwrap().iter().filter_map(|u| u["name"].as_str()).collect();
+    assert!(names.contains(&"PORT_3000"), "{sandbox}");
+
+    // The forwarded port, through the apps proxy on an origin of its own, to the sandbox's
+    // loopback (where nothing else reaches on a network-less container).
+    docker(&["exec", "-d", &c1, "sh", "-c", "cd /workspace && exec python3 -m http.server 3000 --bind 127.0.0.1"]);
+    let (status, link) = api.post(&format!("/api/v1/conversations/{conv}/apps/PORT_3000"), json!({})).await;
+    assert_eq!(status, 200, "{link}");
+    let url = reqwest::Url::parse(link["url"].as_str().unwrap()).unwrap();
+    let host = url.host_str().unwrap().to_owned();
+    assert!(host.ends_with("-port-3000.localhost"), "{url}");
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let apps = format!("http://{}", h.apps);
+    let opened = client.get(format!("{apps}{}?{}", url.path(), url.query().unwrap())).header("host", &host).send().await.unwrap();
+    assert_eq!(opened.status(), 303);
+    let cookie = opened.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let mut page = String::new();
+    for _ in 0..50 {
+        let res = client.get(format!("{apps}/README.md")).header("host", &host).header("cookie", &cookie).send().await.unwrap();
+        if res.status() == 200 {
+            page = res.text().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(page, "the app\n", "the app on the forwarded port");
+    let (status, _) = h.api("bob-secret-key").post(&format!("/api/v1/conversations/{conv}/apps/PORT_3000"), json!({})).await;
+    assert_eq!(status, 404, "another user opens Alice's app");
+
+    // From the snapshot: on its own network from the start, with its limits and ports.
+    let (_, second) = api.start_ready(body).await;
+    assert!(second["detail"].as_str().unwrap().contains("setup skipped"), "{second}");
+    let c2 = container(&second);
+    assert_eq!(sh(&c2, &format!("cat /workspace/reached.txt; {MEMORY_MAX}")), format!("host-reached\n{}", 512 << 20));
+    assert!(sh(&c2, &reach_host(port)).starts_with("Error"), "the agent reaches the host");
 }

@@ -559,6 +559,18 @@ export type EnvironmentUpdate = {
   build_context?: string | null;
   /** The user its containers run as: a user of the image, or `uid[:gid]`. */
   user?: string | null;
+  /** The sandbox spec its conversations are made from when the start names none (one of the
+   * deployment's: their limits and network class are the operator's). */
+  spec?: string | null;
+  /** Limits of its containers, each at most the spec's (`memory_mb`, `cpus`, `pids_limit`). */
+  resources?: Resources;
+  /** The network class setup runs on (`open`, `internet` or `none`) when it should not be the
+   * sandbox's own, for example wider to install dependencies: the sandbox is moved back onto
+   * its own before `post_start` and the agent's first step. Container sandboxes. */
+  setup_egress?: string | null;
+  /** Ports of the sandbox served as apps (`PORT_<n>` in the conversation's apps), as a dev
+   * container's `forwardPorts`. */
+  forward_ports?: number[];
 };
 
 /** An environment. */
@@ -581,6 +593,10 @@ export type EnvironmentView = {
   dockerfile?: string | null;
   build_context?: string | null;
   user?: string | null;
+  spec?: string | null;
+  resources: Resources;
+  setup_egress?: string | null;
+  forward_ports: number[];
   updated_by: string;
   updated_at: string;
 };
@@ -1411,6 +1427,13 @@ export type RepositoryBody = {
 export type RepositoryList = {
   items: Repository[];
   errors: ProviderError[];
+};
+
+/** Limits of a container sandbox, each at most its spec's (absent: the spec's). */
+export type Resources = {
+  memory_mb?: number | null;
+  cpus?: number | null;
+  pids_limit?: number | null;
 };
 
 /** The event whose workspace to go back to. */

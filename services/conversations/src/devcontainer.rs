@@ -9,16 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use halyard_platform::bus;
 use halyard_platform::environments::Resolved;
 use halyard_platform::executor_client::ExecutorClient;
-use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::devcontainer::{self, DevContainer};
 use halyard_protocol::environment::{Environment, ImagePlan, Snapshot};
-use halyard_protocol::system::{REFUSED_PREFIX, Repository, SandboxStatus, SandboxUpdate, StartTaskStatus, SystemRecord};
-use halyard_protocol::{Envelope, subjects};
+use halyard_protocol::system::{Repository, SandboxStatus, SandboxUpdate, StartTaskStatus};
 
 use crate::environment::{Plan, dev_family, named_or_default, quote};
 use crate::task::{PhaseError, Task, run};
@@ -53,6 +49,7 @@ pub(crate) fn plan_for(task: &Task<'_>, repository: &Repository, dev: DevContain
         post_start: dev.post_start.clone(),
         env: dev.container_env.clone(),
         cache_key: dev.cache_key.clone(),
+        forward_ports: dev.forward_ports.clone(),
         ..Default::default()
     };
     let resolved = Resolved { name: dev.path.clone(), environment };
@@ -67,35 +64,16 @@ pub(crate) fn has_image(dev: &DevContainer) -> bool {
 /// Moves the task's sandbox onto the image `plan` says (built from the workspace if it says
 /// how); the sandbox as it then runs (new URLs), or why it could not.
 async fn use_image(task: &Task<'_>, plan: ImagePlan) -> Result<SandboxUpdate, String> {
-    let ctx = task.ctx;
-    // Subscribed before asking, so no record of the move is missed.
-    let mut updates = ctx.nats.subscribe(subjects::sandbox_record(task.sandbox_id)).await.map_err(|e| e.to_string())?;
     let cmd = SandboxCommand::UseImage { sandbox_id: task.sandbox_id, plan };
-    bus::send(&ctx.js, subjects::sandbox_command(task.sandbox_id), cmd, task.trace.clone()).await.map_err(|e| e.to_string())?;
     // A build of a real project's image can take a while.
     let patience = Duration::from_secs(1800);
-    let deadline = tokio::time::Instant::now() + patience;
-    let mut moving = false;
-    loop {
-        let msg = tokio::time::timeout_at(deadline, updates.next())
-            .await
-            .map_err(|_| format!("the dev container's image was not ready within {} s", patience.as_secs()))?
-            .ok_or("subscription closed")?;
-        let Ok(Envelope { payload: SystemRecord::Sandbox(u), .. }) = halyard_protocol::decode::<SystemRecord>(&msg.payload) else {
-            continue;
-        };
-        match u.status {
-            _ if u.detail.as_deref().is_some_and(|d| d.starts_with(REFUSED_PREFIX)) => {
-                return Err(u.detail.unwrap_or_default().trim_start_matches(REFUSED_PREFIX).to_owned());
-            }
-            SandboxStatus::Starting => moving = true,
-            SandboxStatus::Running if moving => return Ok(u),
-            SandboxStatus::Error | SandboxStatus::Missing | SandboxStatus::Deleted => {
-                return Err(u.detail.unwrap_or_else(|| format!("the sandbox is {}", u.status.as_str())));
-            }
-            _ => {}
+    crate::shape::change_sandbox(task, cmd, patience, |u, restarted| restarted && u.status == SandboxStatus::Running).await.map_err(|e| {
+        if e.starts_with("the sandbox did not answer") {
+            format!("the dev container's image was not ready within {} s", patience.as_secs())
+        } else {
+            e
         }
-    }
+    })
 }
 
 /// With no environment named, the repository's dev container (if the workspace has one)
@@ -168,8 +146,6 @@ pub(crate) async fn move_onto_image(
     task.status(StartTaskStatus::BuildingImage, Some(what.clone())).await?;
     let started = Instant::now();
     let moved = use_image(task, image).await.map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
-    let url = moved.agent_server_url().ok_or_else(|| PhaseError("BUILDING_IMAGE failed: the sandbox exposes no executor URL".into()))?;
-    let key = keys::session_key(&task.ctx.config.secret, task.sandbox_id);
-    let exec = ExecutorClient::new(task.ctx.http.clone(), url, key);
+    let exec = crate::shape::client(task, &moved).map_err(|e| PhaseError(format!("BUILDING_IMAGE failed: {e}")))?;
     Ok((exec, Some(format!("{what}'s image ready in {:.1} s", started.elapsed().as_secs_f64()))))
 }

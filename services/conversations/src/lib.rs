@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod devcontainer;
 pub mod environment;
 pub mod setup;
+pub mod shape;
 pub mod start;
 pub mod task;
 

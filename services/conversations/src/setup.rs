@@ -32,6 +32,8 @@ pub(crate) struct Setup<'a> {
     /// The workspace has a `.openhands/setup.sh`.
     pub setup_sh: bool,
     pub repository: Option<&'a Repository>,
+    /// The sandbox is a container (setup may run on a network class of its own).
+    pub docker: bool,
 }
 
 /// What the phase did.
@@ -46,8 +48,9 @@ fn failed(what: &str, e: &str, redactor: &Redactor) -> PhaseError {
     PhaseError(format!("RUNNING_SETUP_SCRIPT failed: {what}: {}", redactor.redact(e)))
 }
 
-/// Runs the setup phase in the sandbox `exec` reaches.
-pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'_>) -> Result<Done, PhaseError> {
+/// Runs the setup phase in the sandbox `exec` reaches (a new client once the sandbox moved
+/// networks for setup).
+pub(crate) async fn run_phase(task: &Task<'_>, exec: &mut ExecutorClient, s: Setup<'_>) -> Result<Done, PhaseError> {
     let Some((plan, key)) = s.plan.zip(s.key) else {
         if s.setup_sh {
             run(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS)
@@ -66,18 +69,16 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
         Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),
         _ => {
             let started = Instant::now();
-            let mut log = String::new();
-            for cmd in &e.setup {
-                let out = run_with(exec, cmd, SETUP_TIMEOUT_SECS, vars.clone())
-                    .await
-                    .map_err(|why| failed(&format!("setup `{cmd}`"), &why, &redactor))?;
-                log.push_str(&format!("$ {cmd}\n{}\n", redactor.redact(&out)));
+            // Setup's own network class, if the environment names one: the sandbox is moved
+            // back onto its own before anything else runs, or the start fails.
+            let wide = crate::shape::for_setup(e, s.docker);
+            if let Some(shape) = wide.clone() {
+                *exec = moved(task, shape, "onto setup's network class").await?;
             }
-            if s.setup_sh {
-                let out = run_with(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS, vars.clone())
-                    .await
-                    .map_err(|why| failed(".openhands/setup.sh", &why, &redactor))?;
-                log.push_str(&format!("$ bash .openhands/setup.sh\n{}\n", redactor.redact(&out)));
+            let log = run_setup(exec, e, s.setup_sh, &vars, &redactor).await?;
+            if wide.is_some() {
+                let own = crate::shape::base(e, s.docker).unwrap_or_default();
+                *exec = moved(task, own, "back onto its own network class after setup").await?;
             }
             let secs = started.elapsed().as_secs_f64();
             let again = match s.restored {
@@ -94,6 +95,37 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &ExecutorClient, s: Setup<'
             .map_err(|why| failed(&format!("post_start `{cmd}`"), &why, &redactor))?;
     }
     Ok(Done { ran, summary: Some(summary) })
+}
+
+/// Runs the environment's setup commands and the repository's setup script: their log, masked.
+async fn run_setup(
+    exec: &ExecutorClient,
+    e: &halyard_protocol::environment::Environment,
+    setup_sh: bool,
+    vars: &std::collections::BTreeMap<String, String>,
+    redactor: &Redactor,
+) -> Result<String, PhaseError> {
+    let mut log = String::new();
+    for cmd in &e.setup {
+        let out =
+            run_with(exec, cmd, SETUP_TIMEOUT_SECS, vars.clone()).await.map_err(|why| failed(&format!("setup `{cmd}`"), &why, redactor))?;
+        log.push_str(&format!("$ {cmd}\n{}\n", redactor.redact(&out)));
+    }
+    if setup_sh {
+        let out = run_with(exec, "bash .openhands/setup.sh", SETUP_TIMEOUT_SECS, vars.clone())
+            .await
+            .map_err(|why| failed(".openhands/setup.sh", &why, redactor))?;
+        log.push_str(&format!("$ bash .openhands/setup.sh\n{}\n", redactor.redact(&out)));
+    }
+    Ok(log)
+}
+
+/// Gives the sandbox `shape` (`what`: the move, in words): a client of its executor as it then
+/// runs.
+async fn moved(task: &Task<'_>, shape: halyard_protocol::environment::Shape, what: &str) -> Result<ExecutorClient, PhaseError> {
+    let failed = |e: String| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: moving the sandbox {what}: {e}"));
+    let sandbox = crate::shape::set(task, shape).await.map_err(failed)?;
+    crate::shape::client(task, &sandbox).map_err(failed)
 }
 
 /// Keeps the sandbox as the family's snapshot under `key`: what became of it, in words (a

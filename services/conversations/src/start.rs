@@ -155,7 +155,9 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         Some(s) => task.status(StartTaskStatus::RestoringSnapshot, Some(format!("snapshot {}", s.snapshot_id))).await?,
         None => task.status(StartTaskStatus::WaitingForSandbox, None).await?,
     }
-    let sandbox = wait_for_sandbox(task, snapshot.map(SnapshotRef::from))
+    // The start's spec, else its environment's.
+    let spec = task.spec.clone().or_else(|| plan.as_ref().and_then(|p| p.resolved.environment.spec.clone()));
+    let sandbox = wait_for_sandbox(task, spec, snapshot.map(SnapshotRef::from))
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
     task.from_pool.store(sandbox.from_pool, std::sync::atomic::Ordering::Relaxed);
@@ -168,7 +170,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         sandbox.agent_server_url().ok_or_else(|| PhaseError("WAITING_FOR_SANDBOX failed: the sandbox exposes no executor URL".into()))?;
     let mut exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
     let mut plan = plan;
-    let mut note = None;
+    let mut notes = Vec::new();
 
     task.status(StartTaskStatus::PreparingRepository, None).await?;
     if let Some(repo) = repository {
@@ -187,9 +189,12 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         ),
         None => None,
     };
+    let docker = sandbox.sandbox_kind == "docker";
     if let (Some(p), Some(k)) = (&plan, &key) {
-        let docker = sandbox.sandbox_kind == "docker";
+        let note;
         (exec, note) = devcontainer::move_onto_image(task, (p, k), restored.as_ref(), exec, docker).await?;
+        notes.extend(note);
+        exec = shape_sandbox(task, p, exec, docker, &mut notes).await?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
@@ -209,8 +214,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let has = |mark: &str| marks.lines().any(|l| l == mark);
     // The snapshot counts for setup only if it is of the plan's family.
     let restored = restored.as_ref().filter(|s| plan.as_ref().is_some_and(|p| p.family == s.family));
-    let phase = setup::Setup { plan: plan.as_ref(), key: key.as_deref(), restored, setup_sh: has(SETUP_MARK), repository };
-    let done = setup::run_phase(task, &exec, phase).await?;
+    let phase = setup::Setup { plan: plan.as_ref(), key: key.as_deref(), restored, setup_sh: has(SETUP_MARK), repository, docker };
+    let done = setup::run_phase(task, &mut exec, phase).await?;
     let setup = done.ran;
 
     task.status(StartTaskStatus::SettingUpGitHooks, None).await?;
@@ -244,8 +249,30 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     // The skills as the survey found them, unless a setup script ran (it may have written some).
     let skills = (!setup).then(|| parse_skills(&survey));
     hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await?;
-    let summary: Vec<String> = done.summary.into_iter().chain(note).collect();
+    let summary: Vec<String> = done.summary.into_iter().chain(notes).collect();
     Ok((!summary.is_empty()).then(|| summary.join("; ")))
+}
+
+/// Gives the sandbox the limits and forwarded ports of its environment (`plan`): the executor
+/// as it then runs. A process sandbox takes the ports only, and `notes` says so.
+async fn shape_sandbox(
+    task: &Task<'_>,
+    plan: &environment::Plan,
+    exec: ExecutorClient,
+    docker: bool,
+    notes: &mut Vec<String>,
+) -> Result<ExecutorClient, PhaseError> {
+    let e = &plan.resolved.environment;
+    if !docker && (!e.resources.is_empty() || e.setup_egress.is_some()) {
+        notes.push(format!(
+            "a process sandbox keeps its own network class and limits ({}'s `resources`, `setup_egress` are for containers)",
+            plan.resolved.name
+        ));
+    }
+    let Some(shape) = crate::shape::base(e, docker) else { return Ok(exec) };
+    let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: environment {}: {e}", plan.resolved.name));
+    let shaped = crate::shape::set(task, shape).await.map_err(failed)?;
+    crate::shape::client(task, &shaped).map_err(failed)
 }
 
 /// Clones the repository into the workspace, or (`restored` from a snapshot) brings the clone
@@ -415,13 +442,13 @@ async fn copy_checkpoint(ctx: &Ctx, exec: &ExecutorClient, fork: &ForkSource) ->
 /// Asks for the task's sandbox and waits for it to run, saying `QUEUED` while it waits its turn
 /// for a host with room (the queue's deadline is the supervisors' to keep; the patience here
 /// only outlasts it).
-async fn wait_for_sandbox(task: &Task<'_>, snapshot: Option<SnapshotRef>) -> Result<SandboxUpdate, String> {
+async fn wait_for_sandbox(task: &Task<'_>, spec: Option<String>, snapshot: Option<SnapshotRef>) -> Result<SandboxUpdate, String> {
     let ctx = task.ctx;
     let create = SandboxCommand::Create {
         sandbox_id: task.sandbox_id,
         owner: task.owner.clone(),
         conversation_id: task.conversation_id,
-        spec: task.spec.clone(),
+        spec,
         queue: task.queue.clone(),
         snapshot,
     };

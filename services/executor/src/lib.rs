@@ -9,7 +9,7 @@
 //! /files/glob`, `/files/grep` and `/files/patch` (the agent's file tools, [`files`]), `POST /browser` (the
 //! agent's browser tools, [`runtimes::browser`]), `POST /ipython` (a cell in the Python kernel,
 //! [`runtimes::kernel`]), `POST /vscode` and `/vscode/…` (the user's VS Code, started and reached,
-//! [`runtimes::vscode`]), `POST
+//! [`runtimes::vscode`]), `/ports/<n>/…` (an app on a forwarded port, [`runtimes::ports`]), `POST
 //! /hooks/run` (a repository hook's command, [`hooks`]), `GET
 //! /files` and `GET /changes` (browsing and what changed, [`workspace`]), `POST /checkpoint` and
 //! `POST /restore` (the workspace kept after each action and put back, [`checkpoint`]), `GET

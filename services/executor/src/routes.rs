@@ -113,6 +113,10 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/ipython", post(ipython))
         .route("/checkpoint", post(take_checkpoint))
         .route("/restore", post(restore))
+        // A user at an app on a forwarded port uses the sandbox (see [`runtimes::ports`]).
+        .route("/ports/{port}", any(runtimes::ports::forward))
+        .route("/ports/{port}/", any(runtimes::ports::forward))
+        .route("/ports/{port}/{*rest}", any(runtimes::ports::forward))
         .route_layer(middleware::from_fn_with_state(state.clone(), track_activity))
         // Looking is not activity: a user browsing files does not keep a sandbox awake.
         .route("/files", get(files))

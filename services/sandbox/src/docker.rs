@@ -64,7 +64,7 @@ impl DockerError {
         matches!(self, Self::Unavailable { .. } | Self::Engine { .. })
     }
 
-    fn from_engine(op: &'static str, e: bollard::errors::Error) -> Self {
+    pub(crate) fn from_engine(op: &'static str, e: bollard::errors::Error) -> Self {
         match e {
             bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => Self::NotFound { op },
             bollard::errors::Error::DockerResponseServerError { status_code: 409, .. } => Self::Conflict { op },

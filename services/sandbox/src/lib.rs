@@ -36,6 +36,7 @@ pub mod pool;
 pub mod process;
 pub mod queue;
 pub mod sandbox;
+pub mod shape;
 pub mod snapshot_store;
 pub mod snapshots;
 pub mod supervisor;

@@ -401,6 +401,7 @@ impl Queue {
             wake_queued_until: None,
             snapshot: None,
             runtime: None,
+            shape: None,
         });
         if let Err(e) = bus::send(&self.js, subjects::sandbox_record(entry.sandbox_id), record, None).await {
             tracing::error!(sandbox_id = %entry.sandbox_id, error = %e, "cannot publish the queued start's record");

@@ -1,4 +1,5 @@
-// The apps the agent serves in its sandbox (`WORKER_1`, `WORKER_2`), opened in a tab through the
+// The apps the agent serves in its sandbox (`WORKER_1`, `WORKER_2`) and the ports its environment
+// forwards (`PORT_<n>`, a dev container's `forwardPorts`), opened in a tab through the
 // gateway's app proxy. Each app lives on an origin of its own, never the workspace's: the page
 // asks the API for a short-lived link, and the proxy turns it into a cookie for that origin only.
 
@@ -38,7 +39,7 @@ export function AppsView({ id, sandboxId }: { id: string; sandboxId?: string }) 
   return (
     <div className="apps">
       <p className="muted">
-        Ports the agent can serve on: <code>$WORKER_1_PORT</code> and <code>$WORKER_2_PORT</code> inside the sandbox.
+        Ports the agent can serve on: <code>$WORKER_1_PORT</code> and <code>$WORKER_2_PORT</code> inside the sandbox, and the ports its environment forwards (<code>PORT_&lt;n&gt;</code>).
       </p>
       <ErrorText error={error} />
       {sandbox?.status === "HIBERNATED" && (

@@ -26,6 +26,9 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
   const [secrets, setSecrets] = useState("");
   const [cacheKey, setCacheKey] = useState("");
   const [pool, setPool] = useState(0);
+  const [setupEgress, setSetupEgress] = useState("");
+  const [memory, setMemory] = useState("");
+  const [ports, setPorts] = useState("");
   const [error, setError] = useState<string>();
   const save = async () => {
     setError(undefined);
@@ -36,6 +39,9 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
         setup_secrets: lines(secrets.replace(/,/g, "\n")),
         cache_key: lines(cacheKey.replace(/,/g, "\n")),
         pool_size: pool,
+        setup_egress: setupEgress || null,
+        resources: memory ? { memory_mb: Number(memory) } : {},
+        forward_ports: lines(ports.replace(/,/g, "\n")).map(Number),
       });
       onSaved();
     } catch (e) {
@@ -73,6 +79,23 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
       <label>
         Warm pool (containers kept ready from each snapshot)
         <input type="number" min={0} max={10} value={pool} onChange={(e) => setPool(Number(e.target.value))} />
+      </label>
+      <label>
+        Setup's network (when wider or narrower than the sandbox's own)
+        <select value={setupEgress} onChange={(e) => setSetupEgress(e.target.value)}>
+          <option value="">the sandbox's own</option>
+          <option value="open">open</option>
+          <option value="internet">internet</option>
+          <option value="none">none</option>
+        </select>
+      </label>
+      <label>
+        Memory limit in MiB (at most the spec's; empty: the spec's)
+        <input type="number" min={64} value={memory} onChange={(e) => setMemory(e.target.value)} />
+      </label>
+      <label>
+        Forwarded ports (served as apps, comma separated)
+        <input value={ports} onChange={(e) => setPorts(e.target.value)} />
       </label>
       <ErrorText error={error} />
       <button type="submit">Save environment</button>
@@ -117,6 +140,13 @@ export function Environments() {
                 <pre className="small">{e.setup.join("\n") || "—"}</pre>
                 {e.setup_secrets.length > 0 && <div className="muted small">secrets: {e.setup_secrets.join(", ")}</div>}
                 {e.cache_key.length > 0 && <div className="muted small">keyed by: {e.cache_key.join(", ")}</div>}
+                {e.setup_egress && <div className="muted small">setup's network: {e.setup_egress}</div>}
+                {(e.spec || e.resources.memory_mb || e.resources.cpus) && (
+                  <div className="muted small">
+                    {e.spec && `spec ${e.spec}`} {e.resources.memory_mb && `${e.resources.memory_mb} MiB`} {e.resources.cpus && `${e.resources.cpus} CPUs`}
+                  </div>
+                )}
+                {e.forward_ports.length > 0 && <div className="muted small">forwards: {e.forward_ports.join(", ")}</div>}
               </td>
               <td>{e.pool_size}</td>
               <td className="row-buttons">

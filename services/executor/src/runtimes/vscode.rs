@@ -24,11 +24,10 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use halyard_protocol::executor::SESSION_KEY_HEADER;
-use hyper_util::rt::TokioIo;
 
+use super::relay::{Relayed, relay};
 use super::{Said, short_tmp};
 use crate::error::ExecutorError;
 
@@ -44,9 +43,6 @@ const STORAGE_PATH: &str = "/_halyard/storage.js";
 const MAX_PAGE: usize = 1 << 20;
 /// How long code-server may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Hop-by-hop headers, which belong to one connection and are not passed on (RFC 9110 7.6.1).
-const HOP: [&str; 8] =
-    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
 
 /// A running code-server.
 struct Live {
@@ -241,12 +237,9 @@ impl VsCode {
         res.unwrap_or_else(IntoResponse::into_response)
     }
 
-    async fn pass(self: Arc<Self>, socket: &Path, mut req: Request) -> Result<Response, ExecutorError> {
+    async fn pass(self: Arc<Self>, socket: &Path, req: Request) -> Result<Response, ExecutorError> {
         let bad = |e: String| ExecutorError::Internal(format!("code-server did not answer: {e}"));
-        let upgrade = req.headers().get(header::UPGRADE).cloned();
-        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-        let (parts, body) = req.into_parts();
-        let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let path = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let path = match path.strip_prefix(PREFIX) {
             Some(rest) if rest.starts_with('/') => rest.to_owned(),
             Some(rest) => format!("/{rest}"),
@@ -254,50 +247,24 @@ impl VsCode {
         };
         // A page (not its scripts, which are large and should stay compressed) comes plain, so
         // that the storage script can go into it.
-        let page = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.starts_with("text/html"));
-        let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
-        let headers = out.headers_mut().ok_or_else(|| bad("bad request".into()))?;
-        for (k, v) in &parts.headers {
-            // The session key is the executor's alone, never code-server's.
-            if HOP.contains(&k.as_str()) || k.as_str() == SESSION_KEY_HEADER || (page && k == header::ACCEPT_ENCODING) {
-                continue;
-            }
-            headers.append(k, v.clone());
-        }
-        if let Some(u) = &upgrade {
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            headers.insert(header::UPGRADE, u.clone());
-        }
-        let out = out.body(body).map_err(|e| bad(e.to_string()))?;
+        let page = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.starts_with("text/html"));
         let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| bad(e.to_string()))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| bad(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
-        let mut res = sender.send_request(out).await.map_err(|e| bad(e.to_string()))?;
-
-        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-            let server_upgrade = hyper::upgrade::on(&mut res);
-            if let Some(client_upgrade) = client_upgrade {
+        let res = match relay(stream, req, &path, |k| page && k == header::ACCEPT_ENCODING).await.map_err(bad)? {
+            Relayed::Answer(res) => res,
+            Relayed::Upgraded(res, joined) => {
                 // An open connection (the workbench's, a terminal's) is use: no idle stop while
                 // the VS Code tab is open.
                 self.open.fetch_add(1, Ordering::SeqCst);
                 let this = self.clone();
                 tokio::spawn(async move {
-                    if let (Ok(client), Ok(server)) = (client_upgrade.await, server_upgrade.await) {
-                        let _ = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(server)).await;
-                    }
+                    let _ = joined.await;
                     this.touch();
                     this.open.fetch_sub(1, Ordering::SeqCst);
                 });
+                return Ok(res);
             }
-            let (parts, _) = res.into_parts();
-            return Ok(Response::from_parts(parts, Body::empty()));
-        }
+        };
         let (mut parts, body) = res.into_parts();
-        for h in HOP {
-            parts.headers.remove(h);
-        }
         let html = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/html"));
         if parts.status == StatusCode::OK && html && !parts.headers.contains_key(header::CONTENT_ENCODING) {
             let page = axum::body::to_bytes(Body::new(body), MAX_PAGE).await.map_err(|e| bad(e.to_string()))?;

@@ -4,18 +4,20 @@
 
 use std::collections::BTreeMap;
 
+use halyard_platform::config::SandboxConfig;
 use halyard_platform::environments::{self, ResolveError};
 use halyard_protocol::UserId;
-use halyard_protocol::environment::Environment;
+use halyard_protocol::environment::{Environment, Resources, Shape};
 
 use crate::http::error::ApiError;
 use crate::state::AppState;
 
-/// 400 `unknown_environment` unless `name` (if given) is an environment this start may have.
-pub async fn check_start(state: &AppState, user: &UserId, org: Option<&str>, name: Option<&str>) -> Result<(), ApiError> {
-    let Some(name) = name else { return Ok(()) };
+/// 400 `unknown_environment` unless `name` (if given) is an environment this start may have;
+/// the spec it names, if any.
+pub async fn check_start(state: &AppState, user: &UserId, org: Option<&str>, name: Option<&str>) -> Result<Option<String>, ApiError> {
+    let Some(name) = name else { return Ok(None) };
     match environments::resolve(&state.user_kv, user, org, Some(name)).await {
-        Ok(_) => Ok(()),
+        Ok(found) => Ok(found.and_then(|r| r.environment.spec)),
         Err(ResolveError::Unknown(why)) => Err(ApiError::bad_request("unknown_environment", why)),
         Err(ResolveError::Store(e)) => {
             tracing::error!(error = %e, "environments");
@@ -73,6 +75,26 @@ fn check_image(parts: &Parts) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The spec, limits, setup's network class and forwarded ports as the deployment's specs allow
+/// them (the spec a start names is checked against its own limits when it runs).
+fn check_shape(parts: &Parts, sandboxes: &SandboxConfig) -> Result<(), ApiError> {
+    let spec = match &parts.spec {
+        Some(name) => sandboxes.spec(name).ok_or_else(|| {
+            let known: Vec<String> = sandboxes.specs().into_iter().map(|s| s.name).collect();
+            bad(format!("`spec`: no sandbox spec is named `{name}`; this deployment has {}", known.join(", ")))
+        })?,
+        None => sandboxes.spec(&sandboxes.default_spec).unwrap_or_default(),
+    };
+    if let Some(e) = &parts.setup_egress {
+        if !["open", "internet", "none"].contains(&e.as_str()) {
+            return Err(bad(format!("`setup_egress`: `{e}` is not a network class; use open, internet or none")));
+        }
+    }
+    let shape = Shape { egress: None, resources: parts.resources.clone(), ports: parts.forward_ports.clone() };
+    // The limits and ports as the supervisor will check them (a container's).
+    halyard_platform::environments::check_shape(&spec, &shape).map_err(bad)
+}
+
 /// What a definition may hold.
 const MAX_COMMANDS: usize = 50;
 const MAX_COMMAND_BYTES: usize = 8192;
@@ -106,10 +128,14 @@ pub struct Parts {
     pub dockerfile: Option<String>,
     pub build_context: Option<String>,
     pub user: Option<String>,
+    pub spec: Option<String>,
+    pub resources: Resources,
+    pub setup_egress: Option<String>,
+    pub forward_ports: Vec<u16>,
 }
 
 /// A definition from `parts`, checked, as `by` writes it now.
-pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
+pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<Environment, ApiError> {
     let commands = |field: &str, list: &[String]| {
         if list.len() > MAX_COMMANDS || list.iter().any(|c| c.trim().is_empty() || c.len() > MAX_COMMAND_BYTES || c.contains('\0')) {
             return Err(bad(format!("`{field}`: at most {MAX_COMMANDS} shell commands, each 1 to {MAX_COMMAND_BYTES} bytes without NUL")));
@@ -138,6 +164,7 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
         )));
     }
     check_image(&parts)?;
+    check_shape(&parts, sandboxes)?;
     if parts.pool_size > MAX_POOL {
         return Err(bad(format!("`pool_size`: 0 to {MAX_POOL} sandboxes kept started from each of its snapshots")));
     }
@@ -157,6 +184,10 @@ pub fn checked(parts: Parts, by: &UserId) -> Result<Environment, ApiError> {
         dockerfile: parts.dockerfile,
         build_context: parts.build_context,
         user: parts.user,
+        spec: parts.spec,
+        resources: parts.resources,
+        setup_egress: parts.setup_egress,
+        forward_ports: parts.forward_ports,
         updated_by: by.0.clone(),
         updated_ms: halyard_platform::now_ms(),
     })
@@ -180,23 +211,28 @@ mod tests {
             dockerfile: None,
             build_context: None,
             user: None,
+            spec: None,
+            resources: Resources::default(),
+            setup_egress: None,
+            forward_ports: vec![],
         }
     }
 
     #[test]
     fn definitions_are_checked() {
         let by = UserId("ann".into());
-        assert!(checked(parts(), &by).is_ok());
-        assert!(checked(Parts { cache_key: vec!["../etc/passwd".into()], ..parts() }, &by).is_err());
-        assert!(checked(Parts { cache_key: vec!["/etc/passwd".into()], ..parts() }, &by).is_err());
-        assert!(checked(Parts { setup_secrets: vec!["A-B".into()], ..parts() }, &by).is_err());
-        assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by).is_err());
-        assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by).is_err());
-        assert!(checked(Parts { pool_size: 11, ..parts() }, &by).is_err());
-        assert!(checked(Parts { image: Some("python:3.12".into()), user: Some("1000:1000".into()), ..parts() }, &by).is_ok());
-        assert!(checked(Parts { image: Some("x".into()), dockerfile: Some("Dockerfile".into()), ..parts() }, &by).is_err());
-        assert!(checked(Parts { dockerfile: Some("../Dockerfile".into()), ..parts() }, &by).is_err());
-        assert!(checked(Parts { image: Some("-rm".into()), ..parts() }, &by).is_err());
-        assert!(checked(Parts { user: Some("root; rm".into()), ..parts() }, &by).is_err());
+        let sandboxes = SandboxConfig::default();
+        assert!(checked(parts(), &by, &sandboxes).is_ok());
+        assert!(checked(Parts { cache_key: vec!["../etc/passwd".into()], ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { cache_key: vec!["/etc/passwd".into()], ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { setup_secrets: vec!["A-B".into()], ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { pool_size: 11, ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { image: Some("python:3.12".into()), user: Some("1000:1000".into()), ..parts() }, &by, &sandboxes).is_ok());
+        assert!(checked(Parts { image: Some("x".into()), dockerfile: Some("Dockerfile".into()), ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { dockerfile: Some("../Dockerfile".into()), ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { image: Some("-rm".into()), ..parts() }, &by, &sandboxes).is_err());
+        assert!(checked(Parts { user: Some("root; rm".into()), ..parts() }, &by, &sandboxes).is_err());
     }
 }

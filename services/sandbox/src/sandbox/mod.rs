@@ -4,6 +4,7 @@
 mod devcontainer;
 mod provision;
 mod reconcile;
+mod shape;
 mod snapshot;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
 use halyard_platform::route::Settle;
 use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::environment::{PORT_APP_PREFIX, port_app};
 use halyard_protocol::system::{AGENT_SERVER, ExposedUrl, SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{ConversationId, SandboxId, UserId, subjects};
 
@@ -98,6 +100,8 @@ pub struct SandboxState {
     made_snapshot: Option<String>,
     /// Docker: the image, user and variables of its container when not the spec's.
     runtime: Option<halyard_protocol::environment::Runtime>,
+    /// What its start's environment set of it (network class, limits, forwarded ports).
+    shape: Option<halyard_protocol::environment::Shape>,
 }
 
 impl Actor for SandboxActor {
@@ -130,6 +134,7 @@ impl Actor for SandboxActor {
             snapshot: None,
             made_snapshot: None,
             runtime: None,
+            shape: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec, snapshot } => {
@@ -146,14 +151,16 @@ impl Actor for SandboxActor {
                 st.owner = r.owner;
                 st.conversation = r.conversation_id;
                 st.status = r.status;
-                st.urls = r.exposed_urls;
+                // (Forwarded ports are added to each record from the shape.)
+                st.urls = r.exposed_urls.into_iter().filter(|u| !u.name.starts_with(PORT_APP_PREFIX)).collect();
                 st.pid = r.pid;
                 st.container = r.container;
                 st.volume = r.volume;
                 st.from_pool = r.from_pool;
                 st.wake_until = r.wake_queued_until;
                 st.snapshot = r.snapshot;
-                st.runtime = r.runtime;
+                st.runtime = r.runtime.map(|r| *r);
+                st.shape = r.shape.map(|s| *s);
                 if let Some(spec) = r.spec {
                     st.spec = spec;
                 }
@@ -180,6 +187,7 @@ impl Actor for SandboxActor {
                     }
                     SandboxCommand::Snapshot { plan, .. } => st.take_snapshot(&plan).await,
                     SandboxCommand::UseImage { plan, .. } => st.use_image(&plan).await,
+                    SandboxCommand::Shape { shape, .. } => st.set_shape(shape).await,
                     SandboxCommand::Pause { .. } => st.pause(None).await,
                     SandboxCommand::Resume { .. } => {
                         let asked = std::time::Instant::now();
@@ -259,6 +267,17 @@ impl SandboxState {
         self.urls.iter().find(|u| u.name == AGENT_SERVER).map(|u| u.url.as_str())
     }
 
+    /// Its URLs, with each forwarded port as an app reached through the executor (its
+    /// `/ports/<n>/`, which passes requests to the sandbox's own loopback).
+    fn exposed_urls(&self) -> Vec<ExposedUrl> {
+        let mut urls = self.urls.clone();
+        if let (Some(shape), Some(agent)) = (&self.shape, self.agent_url()) {
+            let agent = agent.trim_end_matches('/');
+            urls.extend(shape.ports.iter().map(|p| ExposedUrl { name: port_app(*p), url: format!("{agent}/ports/{p}") }));
+        }
+        urls
+    }
+
     fn workspace(&self) -> String {
         match self.ctx.config.sandbox.spec(&self.spec) {
             Some(spec) if self.docker => spec.working_dir,
@@ -307,7 +326,7 @@ impl SandboxState {
             conversation_id: self.conversation,
             sandbox_kind: if self.docker { "docker" } else { "process" }.into(),
             status,
-            exposed_urls: self.urls.clone(),
+            exposed_urls: self.exposed_urls(),
             workspace: self.workspace(),
             detail,
             pid: self.pid,
@@ -318,7 +337,8 @@ impl SandboxState {
             host: Some(self.ctx.config.node_id.clone()),
             wake_queued_until: self.wake_until,
             snapshot: self.snapshot.clone(),
-            runtime: self.runtime.clone(),
+            runtime: self.runtime.clone().map(Box::new),
+            shape: self.shape.clone().map(Box::new),
         });
         if let Ok(mut reg) = self.ctx.registry.lock() {
             if matches!(status, SandboxStatus::Hibernated | SandboxStatus::Deleted) {

@@ -179,6 +179,10 @@ impl SandboxState {
             }
             None => runtime.clone(),
         };
+        // Its environment's network class and limits.
+        if let Some(shape) = &self.shape {
+            crate::shape::shaped(&mut spec, shape);
+        }
         let naming = &dctx.engine.naming;
         let id = self.id.to_string();
         let volume = self.volume.clone().unwrap_or_else(|| naming.volume(&id));

@@ -162,7 +162,7 @@ pub async fn start_conversation(
     let budget = (body.max_budget_usd.is_some() || body.max_tokens.is_some())
         .then_some(halyard_protocol::event::Budget { max_budget_usd: body.max_budget_usd, max_tokens: body.max_tokens })
         .or(settings.budget);
-    let spec = body.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+
     let (llm_profile, agent) = (llm_profile.or(settings.llm_profile), body.agent.or(settings.agent));
     let agent = agent.filter(|a| a != halyard_protocol::agents::HALYARD);
     if let Some(agent) = &agent {
@@ -171,7 +171,10 @@ pub async fn start_conversation(
     if let Some(name) = &body.environment {
         check_text("environment", name, 200)?;
     }
-    crate::domain::environments::check_start(&state, &user, body.org.as_deref(), body.environment.as_deref()).await?;
+    let named = crate::domain::environments::check_start(&state, &user, body.org.as_deref(), body.environment.as_deref()).await?;
+    // The start's spec, else its named environment's, else the user's default (an environment
+    // it gets by default applies its spec when neither names one).
+    let spec = body.sandbox_spec.clone().or(named).or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
     let request = StartRequest {
         environment: body.environment,
         message: body.message,

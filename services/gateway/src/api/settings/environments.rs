@@ -78,6 +78,22 @@ pub struct EnvironmentBody {
     /// The user its containers run as: a user of the image, or `uid[:gid]`.
     #[serde(default)]
     pub user: Option<String>,
+    /// The sandbox spec its conversations are made from when the start names none (one of the
+    /// deployment's: their limits and network class are the operator's).
+    #[serde(default)]
+    pub spec: Option<String>,
+    /// Limits of its containers, each at most the spec's (`memory_mb`, `cpus`, `pids_limit`).
+    #[serde(default)]
+    pub resources: environment::Resources,
+    /// The network class setup runs on (`open`, `internet` or `none`) when it should not be the
+    /// sandbox's own, for example wider to install dependencies: the sandbox is moved back onto
+    /// its own before `post_start` and the agent's first step. Container sandboxes.
+    #[serde(default)]
+    pub setup_egress: Option<String>,
+    /// Ports of the sandbox served as apps (`PORT_<n>` in the conversation's apps), as a dev
+    /// container's `forwardPorts`.
+    #[serde(default)]
+    pub forward_ports: Vec<u16>,
 }
 
 /// An environment.
@@ -99,6 +115,10 @@ pub struct EnvironmentView {
     pub dockerfile: Option<String>,
     pub build_context: Option<String>,
     pub user: Option<String>,
+    pub spec: Option<String>,
+    pub resources: environment::Resources,
+    pub setup_egress: Option<String>,
+    pub forward_ports: Vec<u16>,
     pub updated_by: String,
     pub updated_at: String,
 }
@@ -124,12 +144,16 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         dockerfile: e.dockerfile.clone(),
         build_context: e.build_context.clone(),
         user: e.user.clone(),
+        spec: e.spec.clone(),
+        resources: e.resources.clone(),
+        setup_egress: e.setup_egress.clone(),
+        forward_ports: e.forward_ports.clone(),
         updated_by: e.updated_by.clone(),
         updated_at: halyard_protocol::rfc3339(e.updated_ms),
     }
 }
 
-fn definition(name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environment, ApiError> {
+fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environment, ApiError> {
     check_name("name", name)?;
     let EnvironmentBody {
         setup,
@@ -144,6 +168,10 @@ fn definition(name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environm
         dockerfile,
         build_context,
         user,
+        spec,
+        resources,
+        setup_egress,
+        forward_ports,
     } = body;
     let parts = Parts {
         setup,
@@ -158,8 +186,12 @@ fn definition(name: &str, body: EnvironmentBody, by: &UserId) -> Result<Environm
         dockerfile,
         build_context,
         user,
+        spec,
+        resources,
+        setup_egress,
+        forward_ports,
     };
-    checked(parts, by)
+    checked(parts, by, &state.config.sandbox)
 }
 
 /// Stores `env` as `name` under `key` (a default clears the scope's other defaults): whether it
@@ -215,7 +247,7 @@ pub async fn put(
             "`default`: only an organization's or the deployment's environment is a default; name yours in a start's `environment`",
         ));
     }
-    let env = definition(&name, body, &user)?;
+    let env = definition(&state, &name, body, &user)?;
     let shown = view(name.clone(), "user", &env);
     let created = store(&state, &environment::user_key(&user), &name, env).await?;
     resize_pools(&state, &environment::owner_filter(&user), &name, shown.pool_size).await?;
@@ -246,7 +278,7 @@ pub async fn put_deployment(
     if !principal.admin {
         return Err(forbidden("only the deployment's administrators set its environments"));
     }
-    let env = definition(&name, body, &principal.user)?;
+    let env = definition(&state, &name, body, &principal.user)?;
     let shown = view(format!("/{name}"), "deployment", &env);
     let created = store(&state, environment::DEPLOYMENT_KEY, &name, env).await?;
     resize_pools(&state, ">", &shown.name, shown.pool_size).await?;
@@ -294,7 +326,7 @@ pub async fn put_org(
     ApiJson(body): ApiJson<EnvironmentBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
-    let env = definition(&name, body, &user)?;
+    let env = definition(&state, &name, body, &user)?;
     let shown = view(format!("@{}/{name}", org.name), "org", &env);
     let created = store(&state, &environment::org_key(&org.name), &name, env).await?;
     resize_pools(&state, &environment::org_filter(&org.name), &shown.name, shown.pool_size).await?;

@@ -36,16 +36,22 @@ fn app_cookies(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Sends `req` to the app at `authority` over a connection of its own, and relays the answer;
-/// a `101 Switching Protocols` joins the two upgraded connections. `via_executor` (VS Code's):
-/// the sandbox's session key, and the path goes under the executor's `/vscode`.
-pub(super) async fn forward(authority: &str, mut req: Request, scheme: &str, via_executor: Option<&str>) -> Result<Response, String> {
+/// a `101 Switching Protocols` joins the two upgraded connections. `via_executor` (VS Code's, a
+/// forwarded port's): the sandbox's session key, and the executor's path prefix the path goes
+/// under (`/vscode`, `/ports/<n>`).
+pub(super) async fn forward(
+    authority: &str,
+    mut req: Request,
+    scheme: &str,
+    via_executor: Option<(&str, &str)>,
+) -> Result<Response, String> {
     let upgrade = req.headers().get(header::UPGRADE).cloned();
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
 
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let path = match via_executor {
-        Some(_) => format!("/vscode{path}"),
+        Some((_, prefix)) => format!("{prefix}{path}"),
         None => path.to_owned(),
     };
     let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
@@ -64,7 +70,7 @@ pub(super) async fn forward(authority: &str, mut req: Request, scheme: &str, via
         }
         headers.append(k, v.clone());
     }
-    if let Some(key) = via_executor {
+    if let Some((key, _)) = via_executor {
         headers.insert(SESSION_KEY_HEADER, HeaderValue::from_str(key).map_err(|e| e.to_string())?);
     }
     if let Some(c) = app_cookies(&parts.headers).and_then(|c| HeaderValue::from_str(&c).ok()) {

@@ -1,4 +1,5 @@
-//! Served apps: the agent's own servers (`WORKER_1`, `WORKER_2` in its sandbox) reached from the
+//! Served apps: the agent's own servers (`WORKER_1`, `WORKER_2` in its sandbox) and the ports its
+//! environment forwards (`PORT_<n>`, through the executor's `/ports/<n>/`) reached from the
 //! browser through an authenticated reverse proxy, WebSocket upgrades included.
 //!
 //! Why a listener and an origin of their own: an app is the agent's code, and the agent is
@@ -42,6 +43,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use halyard_platform::{keys, now_ms};
 use halyard_protocol::SandboxId;
+use halyard_protocol::environment::PORT_APP_PREFIX;
 use halyard_protocol::system::AGENT_SERVER;
 
 pub use super::app_forward::COOKIE;
@@ -67,7 +69,7 @@ fn app_of(headers: &HeaderMap) -> Option<(SandboxId, String)> {
     let (id, name) = first.split_once('-')?;
     let sandbox = SandboxId(uuid::Uuid::try_parse(id).ok()?);
     let name = name.to_ascii_uppercase().replace('-', "_");
-    (name.starts_with("WORKER_") || name == VSCODE).then_some((sandbox, name))
+    (name.starts_with("WORKER_") || name.starts_with(PORT_APP_PREFIX) || name == VSCODE).then_some((sandbox, name))
 }
 
 /// The base URL an app's label goes in front of.
@@ -247,20 +249,26 @@ pub async fn proxy(State(state): State<AppState>, req: Request) -> Response {
     if req.headers().contains_key(header::UPGRADE) && !same_origin(req.headers(), scheme) {
         return page(StatusCode::FORBIDDEN, "A WebSocket from another site is refused here.");
     }
-    // VS Code is reached through the executor (its `/vscode/…`, with the session key).
-    let (upstream, via) = if name == VSCODE {
-        (sandbox.url_of(AGENT_SERVER), Some(keys::session_key(secret, sandbox_id)))
-    } else {
-        (sandbox.url_of(&name), None)
+    // VS Code and forwarded ports are reached through the executor (its `/vscode/…` and
+    // `/ports/<n>/…`, with the session key); the record's URL of a port is the executor's.
+    let (upstream, via) = match name.as_str() {
+        VSCODE => (sandbox.url_of(AGENT_SERVER), true),
+        _ => (sandbox.url_of(&name), name.starts_with(PORT_APP_PREFIX)),
     };
     let Some(upstream) = upstream else {
         return page(StatusCode::NOT_FOUND, "This sandbox serves no such app.");
     };
-    let Some(authority) = upstream.strip_prefix("http://").map(|a| a.trim_end_matches('/').to_owned()) else {
+    let Some(address) = upstream.strip_prefix("http://").map(|a| a.trim_end_matches('/')) else {
         return page(StatusCode::BAD_GATEWAY, "The app's address is not plain HTTP.");
     };
+    let (authority, prefix) = match address.split_once('/') {
+        Some((authority, path)) => (authority, format!("/{path}")),
+        None if name == VSCODE => (address, "/vscode".to_owned()),
+        None => (address, String::new()),
+    };
+    let key = keys::session_key(secret, sandbox_id);
     let frame = grant.frame.clone();
-    match forward(&authority, req, scheme, via.as_deref()).await {
+    match forward(authority, req, scheme, via.then_some((key.as_str(), prefix.as_str()))).await {
         Ok(mut res) if name == VSCODE => {
             // Only the workspace may frame it (clickjacking by any other page is not possible).
             let ancestors = if frame.is_empty() { "'none'".to_owned() } else { frame };
