@@ -124,3 +124,52 @@ async fn sandboxes_stay_with_their_supervisor_and_wait_for_it_to_return() {
         assert!(procs::state(pid).is_none_or(|s| s == 'Z'), "executor {pid} outlived its supervisor's clean stop");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_from_an_environment_snapshot_goes_to_the_host_that_holds_it() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let nats = NatsServer::start();
+    let service = |name: &str, uid_base: &str| {
+        Halyard::start(
+            HalyardOptions::new(&llm.base_url)
+                .serve(&nats.url, &[name])
+                .set("HALYARD_SECRET", "a-shared-deployment-secret")
+                .set("HALYARD_PROCESS_UID_BASE", uid_base),
+        )
+    };
+    let sup = [service("sandbox", "210000"), service("sandbox", "260000")];
+    let _agent = service("agent", "0");
+    let _conversations = service("conversations", "0");
+    let gateway = service("gateway", "0");
+    let api = gateway.api(ALICE);
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(repo.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(repo.path().join("README.md"), "# demo\n").unwrap();
+    for args in [&["init", "-q"][..], &["add", "."], &["commit", "-qm", "init"]] {
+        halyard_tests::git(repo.path(), args);
+    }
+    let env = json!({"setup": ["date +%s%N > installed-at.txt"]});
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/environments/app", Some(env)).await;
+    assert_eq!(s, 201, "{v}");
+    let body = json!({"environment": "app", "repository": {"url": repo.path().to_string_lossy()}});
+
+    // Set up once, on whichever host took the start: its snapshot is that host's.
+    let (_, first) = api.start_ready(body.clone()).await;
+    assert!(first["detail"].as_str().unwrap().contains("kept"), "{first}");
+    let holder = host_of(&sup, first["sandbox_id"].as_str().unwrap());
+    let installed = std::fs::read_to_string(sup[holder].workspace(first["sandbox_id"].as_str().unwrap()).join("installed-at.txt")).unwrap();
+    let (_, list) = api.get("/api/v1/environments/snapshots").await;
+    let id = list["items"][0]["id"].as_str().unwrap().to_owned();
+
+    // Every later start goes there (whichever supervisor pulled it) and starts from it: none
+    // sets up again on the other host.
+    for _ in 0..4 {
+        let asked = Instant::now();
+        let (_, task) = api.start_ready(body.clone()).await;
+        println!("ready in {:?}", asked.elapsed());
+        let sandbox = task["sandbox_id"].as_str().unwrap();
+        assert_eq!((task["snapshot"].as_str(), host_of(&sup, sandbox)), (Some(id.as_str()), holder), "{task}");
+        assert_eq!(std::fs::read_to_string(sup[holder].workspace(sandbox).join("installed-at.txt")).unwrap(), installed);
+    }
+}

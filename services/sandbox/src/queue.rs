@@ -116,6 +116,13 @@ impl Queue {
         false
     }
 
+    /// Whether host `node` beats and has room, as its last beat said: a start from a snapshot
+    /// it holds is passed to it rather than made here without the snapshot.
+    pub fn has_room(&self, node: &str) -> bool {
+        let now = now_ms();
+        self.mirror.lock().map(|m| m.hosts.get(node).is_some_and(|h| h.alive(now) && (h.slots == 0 || h.busy < h.slots))).unwrap_or(false)
+    }
+
     /// Gives back the room taken for `id` (a start taken that needs no making after all).
     pub fn unreserve(&self, id: SandboxId) {
         if let Ok(mut busy) = self.busy.lock() {

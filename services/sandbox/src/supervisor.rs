@@ -5,7 +5,8 @@
 //! Supervisors can run as replicas, each owning one Docker engine or process host (its node
 //! id). They share the command consumer: a new sandbox is made by the supervisor that pulls its
 //! `create` if it has room and nobody waits, else the create waits in the start queue, which
-//! every supervisor takes from when it has room. Its records name the supervisor that made it
+//! every supervisor takes from when it has room; a create from an environment snapshot is passed
+//! to the host holding the snapshot while that host has room. Its records name the supervisor that made it
 //! as its `host`. A command for a sandbox hosted elsewhere is passed to its host
 //! (`halyard.sbx.<node>`, [`halyard_platform::route`]); while the host is down such commands
 //! wait (retried), its sandboxes run on, and it adopts them again when it returns. A waiting
@@ -209,6 +210,17 @@ impl Actor for Supervisor {
                     (_, Some(r)) => Init::Record(r),
                     (SandboxCommand::Create { owner, conversation_id, spec, snapshot, .. }, None) => {
                         let Some(queue) = state.ctx.queue.get() else { return Ok(()) };
+                        // A start from a snapshot goes to the host that holds it while that host
+                        // has room (here it would set up again); passed once, never back.
+                        if let (Some(s), Settle::Stream(_)) = (snapshot, &delivery) {
+                            if s.node != *me && queue.has_room(&s.node) {
+                                tracing::info!(sandbox_id = %id, host = %s.node, "passing a start to the host holding its snapshot");
+                                if let Settle::Stream(d) = delivery {
+                                    state.forward(id, s.node.clone(), d);
+                                }
+                                return Ok(());
+                            }
+                        }
                         match queue.admit(id, owner, &cmd).await {
                             Ok(Admit::Here) => {}
                             Ok(Admit::Queued) => {
