@@ -1,6 +1,7 @@
 //! The environment snapshot bucket as this supervisor uses it ([`Snapshots`]): its entries, and
 //! the snapshots being made here (their files exist before their entry, so the sweep in
-//! [`crate::snapshots`] leaves them alone). Apart from [`crate::snapshots`] so that the shared
+//! [`crate::snapshots`] leaves them alone), and a signal that a sandbox started from one is gone.
+//! Apart from [`crate::snapshots`] so that the shared
 //! context can hold it without importing what uses the context.
 
 use std::collections::HashSet;
@@ -14,11 +15,13 @@ use halyard_protocol::environment::Snapshot;
 pub struct Snapshots {
     pub kv: kv::Store,
     making: Mutex<HashSet<String>>,
+    /// A sandbox started from a snapshot was deleted: a deleted snapshot it held back may go now.
+    pub freed: tokio::sync::Notify,
 }
 
 impl Snapshots {
     pub fn new(kv: kv::Store) -> Self {
-        Self { kv, making: Mutex::new(HashSet::new()) }
+        Self { kv, making: Mutex::new(HashSet::new()), freed: tokio::sync::Notify::new() }
     }
 
     pub(crate) fn begin(&self, id: &str) {

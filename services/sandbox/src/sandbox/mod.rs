@@ -478,6 +478,11 @@ impl SandboxState {
             let root = self.layout.root.clone();
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(root)).await;
         }
+        // A deleted snapshot that this sandbox held back (its image, the lower layer of its
+        // volume) goes now rather than at the next minute's sweep.
+        if let (Some(_), Some(snaps)) = (&self.snapshot, self.ctx.snapshots.get()) {
+            snaps.freed.notify_one();
+        }
         self.publish(SandboxStatus::Deleted, None).await;
     }
 

@@ -240,7 +240,8 @@ async fn remove_artefact(ctx: &Ctx, location: &str) {
     }
 }
 
-/// Every minute, at once, and whenever an entry is deleted (through the API): removes this
+/// Every minute, at once, whenever an entry is deleted (through the API) and whenever a sandbox
+/// started from a snapshot is deleted (it may have held a deleted one back): removes this
 /// host's snapshots whose entry expired, and the files or images of this host no entry names.
 pub async fn sweep(ctx: std::sync::Arc<Ctx>, mut shutdown: Shutdown) {
     let Some(snaps) = ctx.snapshots.get() else { return };
@@ -270,6 +271,7 @@ pub async fn sweep(ctx: std::sync::Arc<Ctx>, mut shutdown: Shutdown) {
         tokio::select! {
             _ = shutdown.wait() => return,
             _ = deleted => {}
+            _ = snaps.freed.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}
         }
     }
