@@ -69,6 +69,9 @@ pub enum ConversationCommand {
         /// The environment it asked for by name ([`crate::environment`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         environment: Option<String>,
+        /// What its work is checked against when the agent finishes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checks: Option<crate::event::Checks>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -223,6 +226,9 @@ pub enum AgentCommand {
         /// The organization it was started in.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         org: Option<String>,
+        /// What its work is checked against when the agent finishes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checks: Option<crate::event::Checks>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

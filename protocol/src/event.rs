@@ -262,6 +262,66 @@ pub struct ConversationEvent {
     pub body: EventBody,
 }
 
+/// What a conversation's work is checked against when its agent finishes: a typed result and
+/// checks that send the agent back when they fail.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Checks {
+    /// A JSON Schema the agent's `result` (an argument of its `finish` tool) must validate
+    /// against; the agent is told why and tries again when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_schema: Option<serde_json::Value>,
+    /// Checks run, in order, when the agent finishes; a failing one sends it back with what
+    /// the check said.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<Check>,
+    /// How many times the agent may finish and be checked (absent: [`DEFAULT_VERIFY_ATTEMPTS`]);
+    /// the last attempt's verdict stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_verify_attempts: Option<u32>,
+}
+
+/// The attempts a conversation gets when its start says none.
+pub const DEFAULT_VERIFY_ATTEMPTS: u32 = 3;
+
+impl Checks {
+    pub fn is_empty(&self) -> bool {
+        self.result_schema.is_none() && self.verify.is_empty()
+    }
+
+    pub fn attempts(&self) -> u32 {
+        self.max_verify_attempts.unwrap_or(DEFAULT_VERIFY_ATTEMPTS).max(1)
+    }
+}
+
+/// One check: a command in the sandbox (passes when it exits 0) or an LLM judge.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Check {
+    /// A shell command run in the workspace (a test suite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// How long the command may run (absent: 600 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    /// Or an LLM that scores the work against a rubric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<Judge>,
+}
+
+/// An LLM judge: a profile of the owner's (absent: the conversation's), what it judges by, and
+/// the score the work must reach.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Judge {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+    pub rubric: String,
+    /// The lowest passing score, 0 to 1 (absent: 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
 /// An image attached to a user message: its media type (`image/png`, `image/jpeg`, `image/gif`
 /// or `image/webp`) and its bytes in standard base64.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,6 +382,9 @@ pub enum EventBody {
         /// over the Agent Client Protocol.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<String>,
+        /// What its work is checked against when the agent finishes (absent: nothing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checks: Option<Checks>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.
@@ -512,6 +575,25 @@ pub enum EventBody {
     /// budget: the organization's (`user` absent) or one member's (`user`). Appended by the
     /// conversation whose LLM call passed it; at 100 % the organization's conversations (or that
     /// member's) make no further LLM call this month.
+    /// The agent's typed result (the start's `result_schema`), valid against the schema.
+    Result { result: serde_json::Value },
+    /// One check of the agent's work when it finished (`attempt`: which finish, from 1).
+    Verification {
+        attempt: u32,
+        /// `command` or `judge`.
+        check: String,
+        /// The command, or the judge's rubric.
+        subject: String,
+        passed: bool,
+        /// 0 to 1: the judge's, or 1 for a command that passed and 0 for one that failed.
+        score: f64,
+        /// What the command printed (its end), or the judge's reasons.
+        output: String,
+        /// The last check of an attempt: whether the agent was sent back (`false`: the verdict
+        /// stands).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sent_back: bool,
+    },
     BudgetAlert {
         org: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -570,6 +652,8 @@ impl EventBody {
             Self::SubConversationsStarted { .. } => "sub_conversations_started",
             Self::SubConversationEnded { .. } => "sub_conversation_ended",
             Self::BudgetAlert { .. } => "budget_alert",
+            Self::Result { .. } => "result",
+            Self::Verification { .. } => "verification",
         }
     }
 }

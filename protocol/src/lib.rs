@@ -21,6 +21,7 @@
 pub mod accounts;
 pub mod agents;
 pub mod automation;
+pub mod batch;
 pub mod command;
 pub mod devcontainer;
 pub mod envelope;

@@ -188,6 +188,9 @@ pub struct StartRequest {
     /// default, if any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// What its work is checked against when the agent finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<crate::event::Checks>,
 }
 
 /// A start task's state after a transition.

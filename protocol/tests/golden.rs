@@ -68,12 +68,29 @@ fn check<P: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(name: &s
 #[test]
 fn events_are_stable() {
     let cases: Vec<(&str, ConversationEvent)> = vec![
+        ("event_result", event(9, EventBody::Result { result: serde_json::json!({"files_changed": 2, "summary": "fixed the parser"}) })),
+        (
+            "event_verification",
+            event(
+                10,
+                EventBody::Verification {
+                    attempt: 1,
+                    check: "command".into(),
+                    subject: "cargo test".into(),
+                    passed: false,
+                    score: 0.0,
+                    output: "test parser::empty ... FAILED".into(),
+                    sent_back: true,
+                },
+            ),
+        ),
         (
             "event_conversation_started",
             event(
                 1,
                 EventBody::ConversationStarted {
                     agent: None,
+                    checks: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -96,6 +113,7 @@ fn events_are_stable() {
                 1,
                 EventBody::ConversationStarted {
                     agent: None,
+                    checks: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -118,6 +136,7 @@ fn events_are_stable() {
                 1,
                 EventBody::ConversationStarted {
                     agent: None,
+                    checks: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -140,6 +159,7 @@ fn events_are_stable() {
                 1,
                 EventBody::ConversationStarted {
                     agent: None,
+                    checks: None,
                     owner: UserId("alice".into()),
                     sandbox_id: SandboxId(id(2)),
                     workspace: "/workspace".into(),
@@ -707,6 +727,7 @@ fn records_are_stable() {
                 created_ms: T,
                 request: Some(Box::new(StartRequest {
                     agent: None,
+                    checks: None,
                     message: Some("hi".into()),
                     spec: Some("small".into()),
                     budget: None,
@@ -734,6 +755,7 @@ fn commands_are_stable() {
             "cmd.conversation.start",
             ConversationCommand::Start {
                 agent: None,
+                checks: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),
@@ -763,6 +785,7 @@ fn commands_are_stable() {
             "cmd.conversation.start",
             ConversationCommand::Start {
                 agent: None,
+                checks: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),
@@ -797,6 +820,7 @@ fn commands_are_stable() {
             "cmd.conversation.start",
             ConversationCommand::Start {
                 agent: None,
+                checks: None,
                 task_id: TaskId(id(3)),
                 conversation_id: ConversationId(id(1)),
                 owner: UserId("alice".into()),

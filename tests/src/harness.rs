@@ -53,6 +53,16 @@ pub fn halyard_bin() -> PathBuf {
     .clone()
 }
 
+/// Runs the `halyard` client with `args` against the gateway at `url` as `key`, in `home` (its
+/// saved login's place), with nothing else of this process's environment; off the caller's
+/// thread, as a command that follows a run waits for it.
+pub async fn client(home: &std::path::Path, url: &str, key: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(halyard_bin());
+    cmd.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("HOME", home);
+    cmd.env("HALYARD_URL", url).env("HALYARD_API_KEY", key).stdin(std::process::Stdio::null());
+    tokio::task::spawn_blocking(move || cmd.output().expect("run halyard")).await.expect("the client's thread")
+}
+
 /// How to start Halyard.
 #[derive(Clone, Debug)]
 pub struct HalyardOptions {

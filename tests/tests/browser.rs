@@ -70,6 +70,10 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("`hello.py` prints **hello from halyard**."),
         };
     }
+    // A batch's item (the batches spec): done after a moment, so its table fills while watched.
+    if text.contains("batch item") {
+        return Reply::Delay(std::time::Duration::from_millis(800), Box::new(Reply::finish("batch item done")));
+    }
     // An answer written slowly, a word at a time, for the timeline to show as it grows.
     if text.contains("write slowly") {
         let words: String = (1..=50).map(|i| format!("word{i} ")).collect();
@@ -375,6 +379,12 @@ async fn the_settings_set_up_everything_without_curl() {
 async fn the_environments_page_defines_one_and_shows_its_snapshot_in_chromium() {
     let (_llm, h) = with_web(&[]).await;
     playwright(h, "tests/environments.spec.ts", 1, Vec::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_table_fills_in_as_its_items_end_in_chromium() {
+    let (_llm, h) = with_web(&[]).await;
+    playwright(h, "tests/batches.spec.ts", 1, Vec::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,10 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
             // One worker: CPython 3.11 can fail with "AST constructor recursion depth mismatch"
             // when Hypothesis parses lambdas' source in several threads at once.
             .args(["-m", "schemathesis.cli", "--no-color", "run", &schema, "--checks", CHECKS, "--max-examples", "30", "--workers", "1"])
+            // Hypothesis gives up on an operation whose plain string parameter it cannot make
+            // invalid often enough (it did once, at random, on `DELETE /admin/environments/{name}`):
+            // that says nothing of the API, and the other checks still run on it.
+            .args(["--suppress-health-check", "filter_too_much"])
             .args(["-H", &format!("Authorization: Bearer {key}")])
             .output()
             .await

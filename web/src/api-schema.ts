@@ -283,6 +283,57 @@ export type AutomationUpdate = {
   enabled?: boolean | null;
 };
 
+/** A new batch. */
+export type BatchBody = {
+  name?: string | null;
+  /** What each item starts (1 to 500): `message`, and `title`, `repository`, `environment`,
+   * `sandbox_spec`, `llm_profile` as a start takes them. */
+  items: BatchItem[];
+  /** How many items run at once (1 to 32; absent: 4). */
+  concurrency?: number | null;
+  /** The LLM profile every item uses unless it names one. */
+  llm_profile?: string | null;
+  /** As a start's: every item's agent finishes with a result of this schema. */
+  result_schema?: Record<string, unknown> | null;
+  /** As a start's: the checks each item's work must pass. */
+  verify?: Check[];
+  max_verify_attempts?: number | null;
+  /** What each item's LLM calls may cost, in US dollars, and use, in tokens. */
+  max_budget_usd?: number | null;
+  max_tokens?: number | null;
+};
+
+/** What one item starts: an ordinary start, less what the batch sets for all. */
+export type BatchItem = {
+  message: string;
+  title?: string | null;
+  repository?: ClonedRepository | null;
+  environment?: string | null;
+  sandbox_spec?: string | null;
+  /** The item's LLM profile (else the batch's, else the owner's default). */
+  llm_profile?: string | null;
+};
+
+/** `user`'s batches. */
+export type BatchList = {
+  items: BatchView[];
+};
+
+/** A batch and its results table. */
+export type BatchView = {
+  id: string;
+  name?: string | null;
+  /** `running`, `paused`, `cancelled` or `done`. */
+  status: string;
+  concurrency: number;
+  created_at: string;
+  /** How many items are `waiting`, `running`, `passed` and `failed`. */
+  counts: {
+    [key: string]: number;
+  };
+  items: ItemRow[];
+};
+
 /** A repository's branches and which is the default. */
 export type Branches = {
   repository: string;
@@ -351,10 +402,47 @@ export type Changes = {
   files: ChangedFile[];
 };
 
+/** One check: a command in the sandbox (passes when it exits 0) or an LLM judge. */
+export type Check = {
+  /** A shell command run in the workspace (a test suite). */
+  command?: string | null;
+  /** How long the command may run (absent: 600 s). */
+  timeout_secs?: number | null;
+  judge?: Judge | null;
+};
+
+/** What a conversation's work is checked against when its agent finishes: a typed result and
+ * checks that send the agent back when they fail. */
+export type Checks = {
+  /** A JSON Schema the agent's `result` (an argument of its `finish` tool) must validate
+   * against; the agent is told why and tries again when it does not. */
+  result_schema?: unknown;
+  /** Checks run, in order, when the agent finishes; a failing one sends it back with what
+   * the check said. */
+  verify?: Check[];
+  /** How many times the agent may finish and be checked (absent: [`DEFAULT_VERIFY_ATTEMPTS`]);
+   * the last attempt's verdict stands. */
+  max_verify_attempts?: number | null;
+};
+
 /** A git repository to clone into the workspace: a URL or a local path. */
 export type ClonedRepository = {
   url: string;
   branch?: string | null;
+};
+
+/** Two batches item by item. */
+export type Comparison = {
+  /** Items (by index) `other` passes that this batch failed. */
+  fixed: number[];
+  /** Items this batch passed that `other` fails. */
+  broken: number[];
+  both_passed: number;
+  both_failed: number;
+  /** Items one of them has not finished (or that only one has). */
+  undecided: number;
+  /** In words: "B passes 7 that A failed, fails 2 that A passed". */
+  summary: string;
 };
 
 /** When actions wait for the user's consent. */
@@ -411,6 +499,9 @@ export type Conversation = {
   parent_conversation_id?: string | null;
   /** The helpers its agent started, in order. */
   sub_conversation_ids: string[];
+  /** The agent's typed result (its start's `result_schema`), once it finished with one. */
+  result?: Record<string, unknown> | null;
+  verdict?: Verdict | null;
 };
 
 /** A page of conversations, newest first. */
@@ -651,6 +742,7 @@ export type EventBody = {
    * kind (`claude-code`, `codex`, `gemini`, `opencode` or a registered one), spoken to
    * over the Agent Client Protocol. */
   agent?: string | null;
+  checks?: Checks | null;
   kind: "conversation_started";
 } | {
   text: string;
@@ -804,6 +896,24 @@ export type EventBody = {
   used_tokens: number;
   used_usd: number;
   kind: "sub_conversation_ended";
+} | {
+  result: unknown;
+  kind: "result";
+} | {
+  attempt: number;
+  /** `command` or `judge`. */
+  check: string;
+  /** The command, or the judge's rubric. */
+  subject: string;
+  passed: boolean;
+  /** 0 to 1: the judge's, or 1 for a command that passed and 0 for one that failed. */
+  score: number;
+  /** What the command printed (its end), or the judge's reasons. */
+  output: string;
+  /** The last check of an attempt: whether the agent was sent back (`false`: the verdict
+   * stands). */
+  sent_back?: boolean;
+  kind: "verification";
 } | {
   org: string;
   user?: UserId | null;
@@ -986,6 +1096,39 @@ export type InvitationView = {
   role: string;
   invited_by: string;
   invited_at: string;
+};
+
+/** One item of a batch in its results table. */
+export type ItemRow = {
+  index: number;
+  /** The item's message, as it asked. */
+  message: string;
+  /** `waiting`, `running` (and its conversation's state while it starts and runs), then
+   * `passed` (its run finished, and its checks passed if it has any) or `failed`. */
+  status: string;
+  /** Its conversation's state (`starting`, `running`, `finished`, `error`, ...), once started. */
+  state?: string | null;
+  /** `passed` or `failed`: what its checks said (absent: no checks, or not checked yet). */
+  verdict?: string | null;
+  /** The checks' mean score, 0 to 1. */
+  score?: number | null;
+  /** Tokens its LLM calls used (prompt and completion). */
+  tokens: number;
+  cost_usd: number;
+  /** From its start to the end of its run, in seconds. */
+  duration_secs?: number | null;
+  conversation_id?: string | null;
+  /** How often it was sent to run again. */
+  round: number;
+};
+
+/** An LLM judge: a profile of the owner's (absent: the conversation's), what it judges by, and
+ * the score the work must reach. */
+export type Judge = {
+  llm_profile?: string | null;
+  rubric: string;
+  /** The lowest passing score, 0 to 1 (absent: 0.5). */
+  threshold?: number | null;
 };
 
 /** Who of an organization's members may issue API keys of their own (`POST /me/keys`). */
@@ -1758,6 +1901,17 @@ export type StartConversation = {
    * organization's (in its conversations) as `@<org>/<name>`, the deployment's as `/<name>`;
    * absent: the organization's default, else the deployment's, else none. */
   environment?: string | null;
+  /** A JSON Schema the agent's result must match: it finishes with a `result` (an argument
+   * of its `finish` tool) that is checked against it, and is told why and tries again when
+   * it does not; the result is the conversation's `result` and a `result` event. */
+  result_schema?: Record<string, unknown> | null;
+  /** Checks run when the agent finishes: `{"command": "..."}` (in the workspace; passes when
+   * it exits 0) or `{"judge": {"rubric": "...", "llm_profile"?, "threshold"?}}` (an LLM scores
+   * the work 0 to 1). A failing check sends the agent back with what it said, up to
+   * `max_verify_attempts` times; each check is a `verification` event. */
+  verify?: Check[];
+  /** How many times the agent may finish and be checked (1 to 10; absent: 3). */
+  max_verify_attempts?: number | null;
 };
 
 /** A start task: how a conversation's start goes. */
@@ -1896,6 +2050,18 @@ export type UserId = string;
 /** Every user. */
 export type UserList = {
   items: User[];
+};
+
+/** What the checks said of the agent's last checked finish. */
+export type Verdict = {
+  /** Every check of that finish passed. */
+  passed: boolean;
+  /** The checks' mean score, 0 to 1. */
+  score: number;
+  /** Which finish it was, from 1. */
+  attempt: number;
+  /** How many checks ran on it. */
+  checks: number;
 };
 
 /** Who reads a conversation besides its owner. */

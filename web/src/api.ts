@@ -252,6 +252,12 @@ export const api = {
     call<{ items: HalyardEvent[]; has_more: boolean }>("GET", `/shared/${token}/events${q({ after_seq: afterSeq, limit })}`),
   sharedChanges: (token: string) => call<Changes>("GET", `/shared/${token}/changes`),
 
+  /** Your batches, newest first, each with its results table. */
+  batches: () => call<S.BatchList>("GET", "/batches"),
+  batch: (id: string) => call<S.BatchView>("GET", `/batches/${enc(id)}`),
+  /** `pause`, `resume`, `cancel` or `rerun` (its failed items run again). */
+  batchAction: (id: string, action: string) => call<S.BatchView>("POST", `/batches/${enc(id)}/${enc(action)}`),
+  batchCsvUrl: (id: string) => `/api/v1/batches/${enc(id)}?format=csv`,
   sandboxes: () => call<{ items: Sandbox[] }>("GET", "/sandboxes?limit=100"),
   /** Your environments and the deployment's; yours are set and removed here. */
   environments: () => call<S.EnvironmentList>("GET", "/environments"),

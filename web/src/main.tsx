@@ -16,6 +16,7 @@ import { Webhooks } from "./pages/Webhooks";
 import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Environments } from "./pages/Environments";
+import { Batches } from "./pages/Batches";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { Queue } from "./pages/Queue";
@@ -79,6 +80,7 @@ function App() {
   else if (pathname === "/automations") page = <Automations me={me.user} />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/environments") page = <Environments />;
+  else if (pathname === "/batches") page = <Batches />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;
@@ -104,6 +106,7 @@ function App() {
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
           {nav("/environments", "Environments")}
+          {nav("/batches", "Batches")}
           {nav("/orgs", "Organizations")}
           {nav("/usage", "Usage")}
           {nav("/settings", "Settings")}

@@ -107,6 +107,8 @@ export type HalyardEvent = EventBase &
     | { kind: "task_list"; items: TaskItem[] }
     | { kind: "thinking"; blocks: { text: string; signature?: string; redacted?: string }[] }
     | { kind: "pull_request_opened"; number: number; url: string; title?: string }
+    | { kind: "result"; result: unknown }
+    | { kind: "verification"; attempt: number; check: string; subject: string; passed: boolean; score: number; output: string; sent_back?: boolean }
     | { kind: "sub_conversations_started"; tool_call_id: string; children: { conversation_id: string; title: string }[] }
     | {
         kind: "sub_conversation_ended";

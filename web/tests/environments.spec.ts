@@ -2,26 +2,9 @@
 // snapshot that the page lists with its size and setup log, the start's page says where it came
 // from, and a deleted snapshot goes. tests/tests/browser.rs starts Halyard with process sandboxes.
 
-import { expect, test, type Page } from "./fixtures";
+import { expect, test } from "./fixtures";
+import { call, signIn } from "./alice";
 
-const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
-const API = `${process.env.HALYARD_DIRECT_URL}/api/v1`;
-
-async function call(method: string, path: string, body?: unknown) {
-  const r = await fetch(`${API}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${ALICE}`, "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: r.status, body: r.status === 204 ? null : await r.json() };
-}
-
-async function signIn(page: Page) {
-  await page.goto("/");
-  await page.getByLabel("API key").fill(ALICE);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
-}
 
 test("an environment defined on its page is set up once, its snapshot listed with its setup log, and deleted", async ({ page }) => {
   await signIn(page);

@@ -3,26 +3,9 @@
 // conversation runs, her next two wait their turn, and the page of the last counts down. She is
 // an administrator too (HALYARD_ADMINS=alice): the Queue page shows who waits, and sets shares.
 
-import { expect, test, type Page } from "./fixtures";
+import { expect, test } from "./fixtures";
+import { ALICE, call, signIn } from "./alice";
 
-const ALICE = process.env.HALYARD_ALICE_KEY ?? "alice-secret-key";
-const API = `${process.env.HALYARD_DIRECT_URL}/api/v1`;
-
-async function call(method: string, path: string, body?: unknown) {
-  const r = await fetch(`${API}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${ALICE}`, "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: r.status, body: await r.json() };
-}
-
-async function signIn(page: Page, key: string) {
-  await page.goto("/");
-  await page.getByLabel("API key").fill(key);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await expect(page.getByRole("heading", { name: "Conversations" })).toBeVisible();
-}
 
 async function status(task: string): Promise<string> {
   return (await call("GET", `/start-tasks/${task}`)).body.status;

@@ -147,6 +147,10 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 format!("HOOK {event} `{command}` exit code {code}{}", if *blocked { ", blocked" } else { "" })
             }
             EventBody::PullRequestOpened { number, url, .. } => format!("PULL REQUEST OPENED: #{number} {url}"),
+            EventBody::Result { result } => format!("RESULT: {result}"),
+            EventBody::Verification { attempt, check, subject, passed, score, .. } => {
+                format!("CHECK {attempt} {check} `{subject}`: {} (score {score:.2})", if *passed { "passed" } else { "did not pass" })
+            }
             EventBody::SubConversationsStarted { children, .. } => {
                 let titles: Vec<&str> = children.iter().map(|c| c.title.as_str()).collect();
                 format!("HELPERS STARTED: {}", titles.join("; "))

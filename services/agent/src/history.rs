@@ -31,6 +31,8 @@ pub struct Started {
     pub org: Option<String>,
     /// The third-party agent that works in it (none: Halyard's own).
     pub agent: Option<String>,
+    /// What its work is checked against when the agent finishes.
+    pub checks: Option<halyard_protocol::event::Checks>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -135,6 +137,8 @@ pub struct History {
     /// The tool calls whose actions the user rejected (a third-party agent's permission
     /// request is answered so).
     pub rejected: HashSet<String>,
+    /// The agent's finishes checked so far (the last `verification` event's attempt).
+    pub verified_attempts: u32,
     /// A third-party agent's ACP session, as its last `agent_session` event names it.
     pub agent_session: Option<String>,
     /// `seq` of the first `running` status of the turn under way (none between turns).
@@ -161,6 +165,12 @@ impl History {
     }
 
     /// How deep this conversation is among helpers: 0 for one of its own.
+    /// The text of the first user message (the task), if it is still in the history.
+    pub fn first_user_text(&self) -> String {
+        let first = self.first_user_seq;
+        self.entries.iter().find(|e| Some(e.seq) == first).and_then(|e| e.msg.content.clone()).unwrap_or_default()
+    }
+
     pub fn depth(&self) -> u32 {
         self.started.as_ref().and_then(|s| s.parent.as_ref()).map_or(0, |p| p.depth)
     }
@@ -226,6 +236,7 @@ impl History {
                 parent,
                 org,
                 agent,
+                checks,
                 ..
             } => {
                 self.started = Some(Started {
@@ -237,6 +248,7 @@ impl History {
                     parent: parent.clone(),
                     org: org.clone(),
                     agent: agent.clone(),
+                    checks: checks.clone(),
                 });
                 self.llm_profile = llm_profile.clone();
                 self.secrets = secrets.clone();
@@ -266,6 +278,7 @@ impl History {
                 self.push(ChatMessage { images, ..ChatMessage::text("user", text.clone()) }, ev.seq)
             }
             EventBody::Thinking { blocks } => self.thinking = blocks.clone(),
+            EventBody::Verification { attempt, .. } => self.verified_attempts = self.verified_attempts.max(*attempt),
             EventBody::AgentMessage { text } => {
                 let thinking = std::mem::take(&mut self.thinking);
                 self.push(ChatMessage { thinking, ..ChatMessage::text("assistant", text.clone()) }, ev.seq)
@@ -374,7 +387,7 @@ impl History {
                     self.used_usd += used_usd;
                 }
             }
-            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } => {}
+            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } | EventBody::Result { .. } => {}
             EventBody::AgentSession { session_id, .. } => self.agent_session = Some(session_id.clone()),
             EventBody::HooksConsentRequired { sha256, .. } => self.hooks_asked = Some(sha256.clone()),
             EventBody::HooksConsent { sha256, allowed } => {

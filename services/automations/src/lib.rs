@@ -3,12 +3,14 @@
 //! the gateways hand on and the schedule ticks it claims ([`schedules`]), decides what each one
 //! starts ([`runs`]), starts conversations through the conversation manager as any client does,
 //! and records every decision as a run (`halyard.sys.automation.<id>`), so that a user can see
-//! why a request started nothing.
+//! why a request started nothing. It also runs batches ([`batches`]): many starts, a few at a
+//! time.
 //!
 //! Every step is a durable command: a request the gateway took is on the bus before the forge
 //! hears back, so a slow start or a restart of this service loses nothing, and ids derived from
 //! what triggered a run make a redelivered command start nothing twice.
 
+pub mod batches;
 pub mod ctx;
 pub mod decision;
 pub mod forge;
@@ -57,6 +59,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let ticks = tokio::spawn(schedules::run(ctx.clone(), shutdown.clone()));
     let summaries = tokio::spawn(summaries::run(ctx.clone(), shutdown.clone()));
     let start_failures = tokio::spawn(start_failures::run(ctx.clone(), shutdown.clone()));
+    let batches = tokio::spawn(batches::run(ctx.clone(), shutdown.clone()));
     let served = bus::consume(js, subjects::COMMANDS_STREAM, subjects::AUTOMATION_CONSUMER, "automations", shutdown, |d| {
         let ctx = ctx.clone();
         async move {
@@ -74,5 +77,6 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     ticks.abort();
     summaries.abort();
     start_failures.abort();
+    batches.abort();
     served.map_err(AutomationError::from)
 }

@@ -7,7 +7,8 @@
 //! Start-task records come from the system stream through a durable consumer (a restart misses
 //! none). A start can fail before the run's "on it" has remembered its thread: the run checks
 //! its start task once more after remembering it ([`check`]), and whichever comes second says it.
-//! A key per conversation in the automations bucket keeps it to once.
+//! A key per conversation in the automations bucket keeps it to once. A failed start also ends
+//! its batch item, if it is one ([`crate::batches::ended`]).
 
 use halyard_platform::bus;
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
@@ -29,7 +30,11 @@ pub async fn run(ctx: Ctx, shutdown: Shutdown) {
                 let Some((env, d)) = d.decode::<SystemRecord>().await else { return };
                 match env.payload {
                     SystemRecord::StartTask(u) if u.status == StartTaskStatus::Error => {
-                        tokio::spawn(async move { settle(d, failed(&ctx, &u).await).await });
+                        tokio::spawn(async move {
+                            let told = failed(&ctx, &u).await;
+                            let batch = crate::batches::ended(&ctx, u.conversation_id, "start_failed").await;
+                            settle(d, told.and(batch)).await
+                        });
                     }
                     _ => d.ack().await,
                 }

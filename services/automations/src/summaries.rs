@@ -1,7 +1,8 @@
 //! Summaries: when a conversation that answers on a forge or chat thread ends a run (finished,
 //! failed or stuck), its last message, with the pull requests it opened, goes back to the thread
 //! as a comment or a reply. The service reads the end of runs from the event log (`execution_status` events only,
-//! which the server filters) through a durable consumer, so a restart misses none.
+//! which the server filters) through a durable consumer, so a restart misses none; the same ends
+//! end the items of batches ([`crate::batches::ended`]).
 
 use std::time::Duration;
 
@@ -26,14 +27,26 @@ pub async fn run(ctx: Ctx, shutdown: Shutdown) {
             async move {
                 let Some((env, d)) = d.decode::<ConversationEvent>().await else { return };
                 let ev = env.payload;
-                let EventBody::ExecutionStatus {
-                    status: ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck, ..
-                } = ev.body
-                else {
+                let EventBody::ExecutionStatus { status, .. } = ev.body else {
                     d.ack().await;
                     return;
                 };
-                tokio::spawn(async move { settle(d, summarize(&ctx, ev.conversation_id, ev.seq).await).await });
+                let conv = ev.conversation_id;
+                match status {
+                    ExecutionStatus::Finished | ExecutionStatus::Error | ExecutionStatus::Stuck => {
+                        tokio::spawn(async move {
+                            let summarized = summarize(&ctx, conv, ev.seq).await;
+                            let batch = crate::batches::ended(&ctx, conv, status.as_str()).await;
+                            settle(d, summarized.and(batch)).await
+                        });
+                    }
+                    // A batch's item whose agent waits for a person has ended as far as the
+                    // batch goes.
+                    ExecutionStatus::Idle => {
+                        tokio::spawn(async move { settle(d, crate::batches::ended(&ctx, conv, status.as_str()).await).await });
+                    }
+                    _ => d.ack().await,
+                }
             }
         })
         .await;

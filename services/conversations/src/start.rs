@@ -52,6 +52,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         visibility,
         queue,
         environment,
+        checks,
     } = env.payload
     else {
         return Ok(());
@@ -70,6 +71,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         org: org.clone(),
         visibility,
         environment: environment.clone(),
+        checks: checks.clone(),
     };
     let task = Task {
         ctx,
@@ -92,6 +94,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         queue: halyard_protocol::queue::QueueTerms { org: org.clone(), ..queue },
         org,
         environment,
+        checks,
         snapshot: Default::default(),
     };
     // A redelivered command whose task already finished has nothing left to do.
@@ -381,6 +384,7 @@ async fn hand_over(
         fork: task.fork.clone(),
         parent: task.parent.clone(),
         org: task.org.clone(),
+        checks: task.checks.clone(),
     };
     start_agent(task, start).await
 }

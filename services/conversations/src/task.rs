@@ -44,6 +44,8 @@ pub(crate) struct Task<'a> {
     pub(crate) queue: halyard_protocol::queue::QueueTerms,
     /// The environment it asked for by name.
     pub(crate) environment: Option<String>,
+    /// What the conversation's work is checked against when its agent finishes.
+    pub(crate) checks: Option<halyard_protocol::event::Checks>,
     /// The environment snapshot its sandbox started from (known once it runs).
     pub(crate) snapshot: std::sync::Mutex<Option<String>>,
 }

@@ -54,6 +54,14 @@ pub enum ClientCommand {
         /// The conversation's title (else the agent gives it one).
         #[arg(long)]
         title: Option<String>,
+        /// A JSON Schema file: the agent finishes with a result that matches it, printed as JSON
+        /// on standard output (the transcript goes to standard error).
+        #[arg(long)]
+        result_schema: Option<std::path::PathBuf>,
+        /// A check run when the agent finishes (a shell command in the workspace that must exit
+        /// 0; repeatable): a failing one sends the agent back with its output.
+        #[arg(long = "verify")]
+        verify: Vec<String>,
         /// One JSON event a line instead of a transcript.
         #[arg(long)]
         json: bool,
@@ -202,7 +210,7 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             let c = Client::new(conn.url, conn.api_key)?;
             crate::acp::serve(c, crate::acp::Defaults { repo, branch, agent, llm_profile, confirmation_policy }).await
         }
-        ClientCommand::Run { task, repo, branch, spec, environment, title, json, conn } => {
+        ClientCommand::Run { task, repo, branch, spec, environment, title, result_schema, verify, json, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             let mut body = json!({"message": task});
             if let Some(url) = repo {
@@ -217,11 +225,23 @@ pub async fn run(command: ClientCommand) -> Result<i32> {
             if let Some(t) = title {
                 body["title"] = t.into();
             }
+            if let Some(path) = &result_schema {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                body["result_schema"] = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+            }
+            if !verify.is_empty() {
+                body["verify"] = verify.iter().map(|c| json!({"command": c})).collect();
+            }
             let started = c.post("/conversations", body).await?;
             let conv = started["conversation_id"].as_str().context("the gateway answered without a conversation id")?.to_owned();
             eprintln!("conversation {conv}");
             wait_ready(&c, started["id"].as_str().unwrap_or_default()).await?;
-            Ok(follow_run(&c, &conv, 0, Style::detect(json)).await?.0)
+            let style = Style { stderr: result_schema.is_some(), ..Style::detect(json) };
+            let (code, _) = follow_run(&c, &conv, 0, style).await?;
+            if result_schema.is_some() {
+                return print_result(&c, &conv, code).await;
+            }
+            Ok(code)
         }
         ClientCommand::Chat { conversation, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
@@ -481,7 +501,7 @@ async fn print_events(c: &Client, conv: &str, mut after: u64, style: &Style) -> 
         let items = page["items"].as_array().cloned().unwrap_or_default();
         for ev in &items {
             if let Some(line) = render::event(style, ev) {
-                println!("{line}");
+                style.out(&format!("{line}\n"));
             }
             if ev["kind"] == "execution_status" {
                 statuses.push(ev["status"].as_str().unwrap_or_default().to_owned());
@@ -492,6 +512,24 @@ async fn print_events(c: &Client, conv: &str, mut after: u64, style: &Style) -> 
             return Ok((after, statuses));
         }
     }
+}
+
+/// Prints the conversation's result as JSON on standard output (the run ended with `code`);
+/// the exit code: 1 if the agent finished without one.
+async fn print_result(c: &Client, conv: &str, code: i32) -> Result<i32> {
+    // The conversation's view takes in the `result` event a moment after the run's end may
+    // have been seen.
+    let tries = if code == 0 { 50 } else { 1 };
+    for _ in 0..tries {
+        let view = c.get(&format!("/conversations/{conv}")).await?;
+        if let Some(result) = view.get("result").filter(|r| !r.is_null()) {
+            println!("{result}");
+            return Ok(code);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("the agent did not finish with a result");
+    Ok(if code == 0 { 1 } else { code })
 }
 
 /// Follows a conversation from `after` until its run ends; Ctrl-C pauses it. The exit code

@@ -49,16 +49,16 @@ pub async fn run(c: &Client, conv: &str, after: u64, style: &Style, mut done: im
                 // The answer was printed as it came: its line is closed, the rest of the event
                 // shown.
                 Some(w) => {
-                    println!();
+                    style.out("\n");
                     let mut ev = frame.clone();
                     if ev["kind"] == "action" && ev["thought"].as_str() == Some(w.text.as_str()) {
                         ev["thought"] = Value::Null;
-                        println!("{}", render::event(style, &ev).unwrap_or_default());
+                        style.out(&format!("{}\n", render::event(style, &ev).unwrap_or_default()));
                     } else if !(ev["kind"] == "agent_message" && ev["text"].as_str() == Some(w.text.as_str())) {
-                        println!("{line}");
+                        style.out(&format!("{line}\n"));
                     }
                 }
-                None => println!("{line}"),
+                None => style.out(&format!("{line}\n")),
             }
         }
         if frame["kind"] == "execution_status" {
@@ -74,28 +74,26 @@ pub async fn run(c: &Client, conv: &str, after: u64, style: &Style, mut done: im
 /// Prints a piece of the answer being written: appended to what is shown, or the whole text so
 /// far when it continues what is shown (a retried call starts a new line).
 fn piece(writing: &mut Option<Writing>, d: &Value, style: &Style) {
-    use std::io::Write;
     let (after, from, to) = (d["after_seq"].as_u64().unwrap_or(0), d["from"].as_u64().unwrap_or(0), d["to"].as_u64().unwrap_or(0));
     let text = d["text"].as_str().unwrap_or_default();
     let w = match writing {
         Some(w) if w.after == after => w,
         _ => {
-            print!("{} ", style.paint("1;35", "agent ›"));
+            style.out(&format!("{} ", style.paint("1;35", "agent ›")));
             writing.insert(Writing { after, ..Default::default() })
         }
     };
     if from == w.have {
-        print!("{text}");
+        style.out(text);
         w.text.push_str(text);
     } else if from == 0 && to > w.have {
         match text.strip_prefix(w.text.as_str()) {
-            Some(rest) => print!("{rest}"),
-            None => print!("\n{} {text}", style.paint("1;35", "agent ›")),
+            Some(rest) => style.out(rest),
+            None => style.out(&format!("\n{} {text}", style.paint("1;35", "agent ›"))),
         }
         w.text = text.to_owned();
     } else {
         return;
     }
     w.have = to;
-    let _ = std::io::stdout().flush();
 }

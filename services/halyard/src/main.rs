@@ -14,6 +14,7 @@ use std::time::Duration;
 mod acp;
 mod admin;
 mod automations;
+mod batches;
 mod cli;
 mod client;
 mod environments;
@@ -95,6 +96,11 @@ enum Command {
     /// What your conversations used (tokens, cost, LLM calls, sandbox time), or an
     /// organization's (--org), or everyone's (--all).
     Usage(usage::UsageArgs),
+    /// Batches: many tasks run a few at a time, with one results table.
+    Batch {
+        #[command(subcommand)]
+        command: batches::BatchCommand,
+    },
     /// Environments (setup once, started from a snapshot) and their snapshots.
     Environments {
         #[command(subcommand)]
@@ -238,6 +244,11 @@ fn main() -> Result<()> {
         Command::Environments { command } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let code = runtime.block_on(environments::run(command))?;
+            std::process::exit(code)
+        }
+        Command::Batch { command } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let code = runtime.block_on(batches::run(command))?;
             std::process::exit(code)
         }
         Command::Serve { ref services, ref server } => runtime.block_on(up_or_serve(server, &env, services, false)),

@@ -10,13 +10,27 @@ use serde_json::Value;
 pub struct Style {
     pub color: bool,
     pub json: bool,
+    /// The transcript goes to standard error (standard output holds a result for scripts).
+    pub stderr: bool,
 }
 
 impl Style {
     /// Colours when stdout is a terminal and `NO_COLOR` is not set.
     pub fn detect(json: bool) -> Self {
         use std::io::IsTerminal;
-        Self { color: !json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(), json }
+        Self { color: !json && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(), json, stderr: false }
+    }
+
+    /// Writes `text` where the transcript goes, and flushes it.
+    pub fn out(&self, text: &str) {
+        use std::io::Write;
+        if self.stderr {
+            let mut e = std::io::stderr();
+            let _ = e.write_all(text.as_bytes()).and_then(|()| e.flush());
+        } else {
+            let mut o = std::io::stdout();
+            let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+        }
     }
 
     pub fn paint(&self, code: &str, text: &str) -> String {
@@ -88,7 +102,9 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
             }
         }
         "observation" => match s("tool") {
-            "think" | "finish" => return None,
+            // (A finish that was sent back shows why.)
+            "think" => return None,
+            "finish" if ev["is_error"] != true => return None,
             "task_tracker" if ev["is_error"] != true => return None,
             "file_editor" if ev["is_error"] != true => style.paint("2", &indent(&abridge(s("content"), 8))),
             _ => {
@@ -123,6 +139,12 @@ pub fn event(style: &Style, ev: &Value) -> Option<String> {
         "sub_conversation_ended" => {
             style.paint("2", &format!("[helper {} ended, {}: {}]", s("conversation_id"), s("status"), s("message")))
         }
+        "verification" => {
+            let verdict = if ev["passed"] == true { "passed" } else { "failed" };
+            let line = format!("[check {} (attempt {}) `{}`: {verdict}, score {}]", s("check"), ev["attempt"], s("subject"), ev["score"]);
+            if ev["passed"] == true { style.paint("32", &line) } else { style.paint("33", &line) }
+        }
+        "result" => style.paint("1", &format!("result: {}", ev["result"])),
         "hook" => {
             let code = ev["exit_code"].as_i64().map_or("no exit code".into(), |c| format!("exit {c}"));
             let verdict = if ev["blocked"] == true { ", blocked" } else { "" };
@@ -161,7 +183,7 @@ mod tests {
 
     #[test]
     fn events_read_as_a_transcript() {
-        let plain = Style { color: false, json: false };
+        let plain = Style { color: false, json: false, stderr: false };
         let cmd = json!({"kind": "action", "tool": "terminal", "arguments": {"command": "ls"}, "security_risk": "high"});
         assert_eq!(event(&plain, &cmd).unwrap(), "$ ls [high risk]");
         let edit = json!({"kind": "action", "tool": "file_editor", "arguments": {"command": "str_replace", "path": "a.py", "old_str": "x = 1", "new_str": "x = 2"}});
@@ -174,9 +196,9 @@ mod tests {
         assert_eq!(event(&plain, &plan).unwrap(), "plan (1 of 2 done)\n  [x] Read\n  [~] Fix\n      a.rs");
         let helpers = json!({"kind": "sub_conversations_started", "children": [{"title": "Tests", "conversation_id": "c1"}]});
         assert_eq!(event(&plain, &helpers).unwrap(), "[1 helper started]\n  Tests (c1)");
-        let json_style = Style { color: false, json: true };
+        let json_style = Style { color: false, json: true, stderr: false };
         assert_eq!(event(&json_style, &json!({"kind": "llm_call", "seq": 3})).unwrap(), r#"{"kind":"llm_call","seq":3}"#);
-        let red = Style { color: true, json: false };
+        let red = Style { color: true, json: false, stderr: false };
         assert!(event(&red, &json!({"kind": "agent_error", "code": "x", "message": "y"})).unwrap().starts_with("\x1b[1;31m"));
     }
 }

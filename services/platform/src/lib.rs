@@ -32,6 +32,7 @@ pub mod netaddr;
 pub mod outbound;
 pub mod redact;
 pub mod relay;
+pub mod results;
 pub mod route;
 pub mod schedule;
 pub mod settings;

@@ -102,6 +102,17 @@ export function toItems(events: HalyardEvent[]): Item[] {
           };
         break;
       }
+      case "verification": {
+        const what = e.check === "judge" ? "The reviewer" : `\`${e.subject}\``;
+        const verdict = e.passed ? "passed" : "did not pass";
+        const back = e.sent_back ? " The agent was sent back to work." : "";
+        const said = e.output.trim() ? `\n${e.output.trim()}` : "";
+        items.push({ type: e.passed ? "note" : "warning", seq: e.seq, text: `Check ${e.attempt}: ${what} ${verdict} (score ${e.score.toFixed(2)}).${back}${said}` });
+        break;
+      }
+      case "result":
+        items.push({ type: "note", seq: e.seq, text: `Result: ${JSON.stringify(e.result)}` });
+        break;
       case "pull_request_opened":
         items.push({ type: "note", seq: e.seq, text: `Pull request #${e.number} opened${e.title ? `: ${e.title}` : ""} (${e.url}).` });
         break;

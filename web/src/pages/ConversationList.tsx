@@ -148,6 +148,11 @@ export function ConversationList() {
                 <StatusBadge status={c.state} />
                 {c.parent_conversation_id && <span className="badge helper">helper</span>}
                 {c.repository && <span className="repo">{c.repository.url.replace(/^https?:\/\//, "")}</span>}
+                {c.verdict && (
+                  <span className={`badge verdict ${c.verdict.passed ? "passed" : "failed"}`} title={`score ${c.verdict.score.toFixed(2)}`}>
+                    {c.verdict.passed ? "checks passed" : "checks failed"}
+                  </span>
+                )}
                 {(c.pull_requests ?? []).map((p) => (
                   <span key={p.url} className="badge pr" title={p.title ?? undefined}>
                     PR #{p.number}

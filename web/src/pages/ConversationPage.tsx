@@ -220,6 +220,16 @@ export function ConversationPage({ id }: { id: string }) {
           {conv?.org && <OrgShareControl conv={conv} onChange={setConv} />}
         </div>
       </div>
+      {conv?.verdict && (
+        <p className={`small verdict ${conv.verdict.passed ? "passed" : "failed"}`} data-testid="verdict">
+          Checks {conv.verdict.passed ? "passed" : "failed"} (score {conv.verdict.score.toFixed(2)}, attempt {conv.verdict.attempt})
+        </p>
+      )}
+      {conv?.result !== undefined && conv?.result !== null && (
+        <pre className="small result" data-testid="result">
+          {JSON.stringify(conv.result, null, 2)}
+        </pre>
+      )}
       {conv?.pull_requests && conv.pull_requests.length > 0 && (
         <p className="muted small pull-requests">
           Pull request{conv.pull_requests.length > 1 ? "s" : ""}:{" "}

@@ -117,6 +117,7 @@ impl ConvState {
             parent,
             org,
             agent,
+            checks,
             ..
         } = start
         else {
@@ -150,6 +151,7 @@ impl ConvState {
                 parent,
                 org,
                 agent,
+                checks,
             };
             log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await.map_err(|e| e.to_string())?;
         }

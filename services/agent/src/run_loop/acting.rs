@@ -17,6 +17,8 @@ use crate::stuck;
 use crate::tools::hooks::Moment;
 use crate::tools::{self, ToolOutcome};
 
+use super::verifying::Decision;
+
 /// Whether `call` only reads: it may overlap other such calls.
 fn reads_only(setting: &Setting, call: &Call) -> bool {
     let Ok(args) = &call.parsed else { return false };
@@ -284,8 +286,9 @@ impl Run {
                 }
                 self.after_result(exec, setting, call, post, steps, thresholds).await
             }
-            ToolOutcome::Finish { message } => {
-                // The repository's stop hooks may send the agent back to work.
+            ToolOutcome::Finish { message, result } => {
+                // The repository's stop hooks may send the agent back to work, then the
+                // conversation's checks.
                 let about = HookSubject { tool: Some("finish"), tool_call_id: Some(&call.id), message_seq: None };
                 let (content, is_error, finished) =
                     match self.hooks_at(exec, setting, Moment::Stop, about, json!({"message": message})).await {
@@ -293,12 +296,25 @@ impl Run {
                         Ok(Some(reason)) => (format!("You cannot finish yet: a repository hook said: {reason}"), true, false),
                         Err(()) => return Some(RunOutcome::Failed),
                     };
+                let (content, is_error, result) = match (&setting.checks, finished) {
+                    (Some(checks), true) => match self.verify(exec, checks, &message, result).await {
+                        Ok(Decision::Finish(result)) => (content, is_error, result),
+                        Ok(Decision::Again(why)) => (why, true, None),
+                        Err(()) => return Some(RunOutcome::Failed),
+                    },
+                    _ => (content, is_error, None),
+                };
                 let body = EventBody::observation(call.id.clone(), name, content, None, is_error);
                 if !self.append(EventSource::Environment, body).await {
                     return Some(RunOutcome::Failed);
                 }
-                if !finished {
+                if !finished || is_error {
                     return None;
+                }
+                if let Some(result) = result {
+                    if !self.append(EventSource::Agent, EventBody::Result { result }).await {
+                        return Some(RunOutcome::Failed);
+                    }
                 }
                 self.append(EventSource::Agent, EventBody::AgentMessage { text: message }).await;
                 self.status(halyard_protocol::event::ExecutionStatus::Finished, None).await;

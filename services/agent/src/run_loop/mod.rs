@@ -10,6 +10,7 @@ mod delegating;
 mod hooking;
 mod setup;
 pub mod streaming;
+mod verifying;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -103,6 +104,8 @@ struct Setting {
     /// Whether the workspace is checkpointed after actions: a helper's workspace is its
     /// parent's, whose checkpoints (under the parent's event numbers) cover what it did.
     checkpoints: bool,
+    /// What the agent's finish is checked against (none: it finishes when it says).
+    checks: Option<halyard_protocol::event::Checks>,
 }
 
 /// Everything one run needs.
@@ -520,6 +523,20 @@ fn system_prompt(log: &Log) -> String {
          `finish` with a short summary for the user when the task is done. If you need \
          something from the user, answer without a tool call."
     );
+    // The agent knows what its finish is checked against (a judge's rubric is the judge's).
+    if let Some(checks) = log.history.started.as_ref().and_then(|s| s.checks.as_ref()) {
+        let commands: Vec<String> = checks.verify.iter().filter_map(|c| c.command.as_ref()).map(|c| format!("`{c}`")).collect();
+        if !commands.is_empty() {
+            prompt.push_str(&format!(
+                "\n\nWhen you call `finish`, your work is checked: {} must pass (exit 0) in the workspace. If a check fails, \
+                 you are told what it said and go on working.",
+                commands.join(", ")
+            ));
+        }
+        if checks.verify.iter().any(|c| c.judge.is_some()) {
+            prompt.push_str("\n\nWhen you call `finish`, a reviewer also judges your work and may send you back.");
+        }
+    }
     let skills = &log.history.skills;
     for skill in skills.iter().filter(|s| s.kind == SkillKind::Always) {
         prompt.push_str(&format!("\n\n<skill name=\"{}\">\n{}\n</skill>", skill.name, skill.content));

@@ -240,6 +240,10 @@ impl Run {
                 tools.push(tools::delegate::spec(agent.max_delegates));
             }
             tools.extend(mcp.specs());
+            let checks = h.started.as_ref().and_then(|s| s.checks.clone()).filter(|c| !c.is_empty());
+            if let Some(schema) = checks.as_ref().and_then(|c| c.result_schema.as_ref()) {
+                tools::with_result(&mut tools, schema);
+            }
             let counter = self.llm.primary().token_counter();
             let fixed_tokens =
                 counter.count(&Value::Array(tools.clone()).to_string()) + counter.count(&system_prompt(&log)) + MESSAGE_OVERHEAD;
@@ -248,7 +252,19 @@ impl Run {
             let session = helper.then(|| log.conversation().to_string());
             let conversation = log.conversation();
             (
-                Setting { conversation, workspace, skills, counter, tools, fixed_tokens, mcp, hooks: None, session, checkpoints: !helper },
+                Setting {
+                    conversation,
+                    workspace,
+                    skills,
+                    counter,
+                    tools,
+                    fixed_tokens,
+                    mcp,
+                    hooks: None,
+                    session,
+                    checkpoints: !helper,
+                    checks,
+                },
                 pending,
             )
         };

@@ -139,6 +139,7 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         visibility: Default::default(),
         // A helper works in its parent's sandbox, set up already.
         environment: None,
+        checks: None,
         // A helper works in its parent's sandbox: it never waits for one.
         queue: Default::default(),
     };

@@ -143,6 +143,18 @@ fn classic() -> Vec<Value> {
     ]
 }
 
+/// `finish` as a conversation with a result schema offers it: with a `result`, required, whose
+/// schema is the conversation's.
+pub fn with_result(specs: &mut [Value], schema: &Value) {
+    let Some(finish) = specs.iter_mut().find(|s| s["function"]["name"] == "finish") else { return };
+    finish["function"]["description"] = json!(
+        "Finish the task when it is done, or when it cannot be done, with a message for the user and the task's `result`, \
+         which must match its schema."
+    );
+    finish["function"]["parameters"]["properties"]["result"] = schema.clone();
+    finish["function"]["parameters"]["required"] = json!(["message", "result"]);
+}
+
 /// Parses the raw `arguments` string of a tool call.
 pub fn parse_arguments(raw: &str) -> Result<Value, String> {
     if raw.trim().is_empty() {
@@ -347,7 +359,7 @@ pub async fn execute(
         name if browser::is_browser(name) => browser::execute(exec, name, args).await,
         kernel::TOOL => kernel::execute(exec, args, session, default_timeout).await,
         "think" => ToolOutcome::Observation { content: "Your thought has been logged.".into(), exit_code: None, is_error: false },
-        "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default() },
+        "finish" => ToolOutcome::Finish { message: str_arg(args, "message").unwrap_or_default(), result: args.get("result").cloned() },
         other => error(format!("Unknown tool `{other}`. Use one of the tools you are offered.")),
     }
 }

@@ -37,6 +37,8 @@ pub enum ToolOutcome {
     Rich(Rich),
     Finish {
         message: String,
+        /// Its typed result (the conversation's `result_schema`), as the model gave it.
+        result: Option<Value>,
     },
 }
 

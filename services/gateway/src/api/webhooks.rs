@@ -22,7 +22,7 @@ use crate::read_model::store;
 use crate::state::AppState;
 
 /// Event kinds a subscription may filter on.
-pub const EVENT_KINDS: [&str; 18] = [
+pub const EVENT_KINDS: [&str; 20] = [
     "conversation_started",
     "user_message",
     "agent_message",
@@ -41,6 +41,8 @@ pub const EVENT_KINDS: [&str; 18] = [
     "terminal_opened",
     "workspace_restored",
     "budget_alert",
+    "result",
+    "verification",
 ];
 
 /// A webhook subscription as the API shows it; `secret` only when created or rotated.

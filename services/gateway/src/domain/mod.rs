@@ -6,6 +6,7 @@
 
 pub mod agents;
 pub mod automations;
+pub mod batches;
 pub mod commands;
 pub mod environments;
 pub mod sandbox;

@@ -71,6 +71,7 @@ pub async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i6
         visibility: request.visibility,
         queue,
         environment: request.environment,
+        checks: request.checks,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

@@ -192,6 +192,8 @@ impl Pending<'_> {
                     }
                 }
                 EventBody::ConfirmationPolicy { policy } => view.confirmation_policy = policy.as_str().to_owned(),
+                EventBody::Result { result } => view.result = Some(result.clone()),
+                EventBody::Verification { attempt, passed, score, .. } => store::Verdict::add(&mut view.verdict, *attempt, *passed, *score),
                 EventBody::TaskList { items } => view.tasks.clone_from(items),
                 EventBody::Observation { url: Some(url), screenshot_id, .. } => {
                     view.browser = Some(store::BrowserView { url: url.clone(), screenshot_id: screenshot_id.clone() });

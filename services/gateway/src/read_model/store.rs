@@ -96,6 +96,39 @@ pub struct ConversationView {
     /// Where the agent's browser is, as its last browser tool left it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub browser: Option<BrowserView>,
+    /// The agent's typed result, as its last `result` event holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The checks of its last checked finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+}
+
+/// What the checks said of the agent's last checked finish.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Verdict {
+    /// Every check of that finish passed.
+    pub passed: bool,
+    /// The checks' mean score, 0 to 1.
+    pub score: f64,
+    /// Which finish it was, from 1.
+    pub attempt: u32,
+    /// How many checks ran on it.
+    pub checks: u32,
+}
+
+impl Verdict {
+    /// Takes in one `verification` event.
+    pub fn add(verdict: &mut Option<Self>, attempt: u32, passed: bool, score: f64) {
+        let v = match verdict {
+            Some(v) if v.attempt == attempt => v,
+            Some(v) if v.attempt > attempt => return,
+            _ => verdict.insert(Self { passed: true, score: 0.0, attempt, checks: 0 }),
+        };
+        v.score = (v.score * f64::from(v.checks) + score) / f64::from(v.checks + 1);
+        v.checks += 1;
+        v.passed &= passed;
+    }
 }
 
 /// The agent's browser: its page, and the latest screenshot of it.

@@ -182,6 +182,12 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::SubConversationEnded { conversation_id, status, message, .. } => {
             format!("\n*Helper `{conversation_id}` ended ({status}):*\n\n{}\n", quote(message))
         }
+        EventBody::Result { result } => format!("\n**Result** ({time})\n\n{}\n", fence(&result.to_string())),
+        EventBody::Verification { attempt, check, subject, passed, score, output, .. } => {
+            let verdict = if *passed { "passed" } else { "did not pass" };
+            let said = if output.trim().is_empty() { String::new() } else { format!("\n\n{}", fence(output)) };
+            format!("\n*Check {attempt}: {check} `{subject}` {verdict} (score {score:.2})*{said}\n")
+        }
         EventBody::PullRequestOpened { number, url, title } => {
             let title = title.as_deref().map(|t| format!(" “{t}”")).unwrap_or_default();
             format!("\n*Pull request [#{number}]({url}){title} opened ({time})*\n")

@@ -102,6 +102,21 @@ pub struct StartBody {
     /// absent: the organization's default, else the deployment's, else none.
     #[serde(default)]
     pub environment: Option<String>,
+    /// A JSON Schema the agent's result must match: it finishes with a `result` (an argument
+    /// of its `finish` tool) that is checked against it, and is told why and tries again when
+    /// it does not; the result is the conversation's `result` and a `result` event.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub result_schema: Option<serde_json::Value>,
+    /// Checks run when the agent finishes: `{"command": "..."}` (in the workspace; passes when
+    /// it exits 0) or `{"judge": {"rubric": "...", "llm_profile"?, "threshold"?}}` (an LLM scores
+    /// the work 0 to 1). A failing check sends the agent back with what it said, up to
+    /// `max_verify_attempts` times; each check is a `verification` event.
+    #[serde(default)]
+    pub verify: Vec<halyard_protocol::event::Check>,
+    /// How many times the agent may finish and be checked (1 to 10; absent: 3).
+    #[serde(default)]
+    pub max_verify_attempts: Option<u32>,
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
@@ -175,7 +190,25 @@ pub async fn start_conversation(
     // The start's spec, else its named environment's, else the user's default (an environment
     // it gets by default applies its spec when neither names one).
     let spec = body.sandbox_spec.clone().or(named).or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+    let checks = halyard_protocol::event::Checks {
+        result_schema: body.result_schema,
+        verify: body.verify,
+        max_verify_attempts: body.max_verify_attempts,
+    };
+    halyard_platform::results::check_checks(&checks).map_err(|e| ApiError::bad_request("invalid_field", e))?;
+    for judge in checks.verify.iter().filter_map(|c| c.judge.as_ref()) {
+        if let Some(p) = &judge.llm_profile {
+            crate::domain::user_config::check_profile(&state, &user, "verify[].judge.llm_profile", p).await?;
+        }
+    }
+    if !checks.is_empty() && agent.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            "`result_schema` and `verify` are for Halyard's own agent; a third-party agent (`agent`) finishes its turns itself",
+        ));
+    }
     let request = StartRequest {
+        checks: (!checks.is_empty()).then_some(checks),
         environment: body.environment,
         message: body.message,
         spec,

@@ -129,6 +129,13 @@ pub struct Conversation {
     pub parent_conversation_id: Option<String>,
     /// The helpers its agent started, in order.
     pub sub_conversation_ids: Vec<String>,
+    /// The agent's typed result (its start's `result_schema`), once it finished with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// What its checks (`verify`) said of the agent's last checked finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<store::Verdict>,
 }
 
 /// Where a fork comes from.
@@ -228,6 +235,8 @@ pub(crate) fn conversation_json(c: &ConversationView) -> Conversation {
         org: c.start_request.as_ref().and_then(|r| r.org.clone()),
         pull_requests: c.pull_requests.clone(),
         browser: c.browser.clone(),
+        result: c.result.clone(),
+        verdict: c.verdict.clone(),
         parent_conversation_id: c.parent_conversation_id.clone(),
         sub_conversation_ids: c.sub_conversation_ids.clone(),
     }

@@ -1,0 +1,142 @@
+//! Batches: many starts run as one, a few at a time, each an ordinary conversation tagged with
+//! its batch, whose results make one table. A [`Batch`] is an entry of the automations bucket
+//! ([`batch_key`]), written by the gateway (created, paused, resumed, cancelled, items sent to
+//! run again) and by the automation service, which runs it: it starts the next waiting items
+//! while fewer than `concurrency` run, and marks an item ended when its conversation's run ends
+//! (or its start fails). A conversation of a batch has a key of its own ([`batch_conversation_key`])
+//! naming its batch and item, so the end of its run finds them.
+//!
+//! Every start's ids are derived from the batch, the item and its round (by the automation
+//! service): a start sent again after a restart is the same start (the same command id, task and
+//! conversation), so no item runs twice and none is lost.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Budget, Checks};
+use crate::system::Repository;
+use crate::{ConversationId, UnixMillis, UserId};
+
+/// The most items one batch may hold.
+pub const MAX_ITEMS: usize = 500;
+/// The most of its items that may run at once.
+pub const MAX_CONCURRENCY: u32 = 32;
+
+/// The automations bucket's key of batch `id`.
+pub fn batch_key(id: &str) -> String {
+    format!("batch.{id}")
+}
+
+/// The prefix of every batch's key (for watching them).
+pub const BATCH_PREFIX: &str = "batch.";
+
+/// The automations bucket's key of a batch's conversation.
+pub fn batch_conversation_key(conversation: ConversationId) -> String {
+    format!("batchconv.{conversation}")
+}
+
+/// What one item starts: an ordinary start, less what the batch sets for all.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BatchItem {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<Repository>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_spec: Option<String>,
+    /// The item's LLM profile (else the batch's, else the owner's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+}
+
+/// Where a batch stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BatchStatus {
+    /// Its items start as others end.
+    #[default]
+    Running,
+    /// No item starts; those running go on.
+    Paused,
+    /// No item starts again; those running go on.
+    Cancelled,
+    /// Every item ended.
+    Done,
+}
+
+impl BatchStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::Cancelled => "cancelled",
+            Self::Done => "done",
+        }
+    }
+}
+
+/// Where one item's latest run stands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ItemRun {
+    /// How often it was sent to run again (0: its first run).
+    #[serde(default)]
+    pub round: u32,
+    /// Its conversation, once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<ConversationId>,
+    /// How its run ended (`finished`, `error`, `stuck`, `idle`, `start_failed`), once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<UnixMillis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<UnixMillis>,
+}
+
+impl ItemRun {
+    pub fn running(&self) -> bool {
+        self.conversation_id.is_some() && self.ended.is_none()
+    }
+    pub fn waiting(&self) -> bool {
+        self.conversation_id.is_none()
+    }
+}
+
+/// A batch, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub id: String,
+    pub owner: UserId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub created_ms: UnixMillis,
+    pub concurrency: u32,
+    pub items: Vec<BatchItem>,
+    /// One per item, in the same order.
+    pub runs: Vec<ItemRun>,
+    pub status: BatchStatus,
+    /// What every item's work is checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Checks>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+}
+
+impl Batch {
+    /// How many of its items run now.
+    pub fn running(&self) -> usize {
+        self.runs.iter().filter(|r| r.running()).count()
+    }
+
+    /// Whether every item ended.
+    pub fn all_ended(&self) -> bool {
+        self.runs.iter().all(|r| r.ended.is_some())
+    }
+}

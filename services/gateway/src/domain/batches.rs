@@ -1,0 +1,188 @@
+//! Batches as the gateway keeps them ([`halyard_protocol::batch`]): stored in the automations
+//! bucket, changed by compare-and-set (the automation service runs them and changes them too),
+//! and read as a results table ([`ItemRow`]: one row per item, made by the API from its
+//! conversation's view in the read model, so the table is a projection over the items' events
+//! like any conversation list), as CSV, and compared with another batch.
+
+use std::collections::BTreeMap;
+
+use async_nats::jetstream::kv;
+use halyard_protocol::UserId;
+use halyard_protocol::batch::{Batch, BatchStatus, batch_key};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::http::error::ApiError;
+use crate::state::AppState;
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "batches");
+    ApiError::unavailable("the batch store did not answer; try again")
+}
+
+/// Batch `id` if `user` owns it (404 otherwise: another's batch is not said to exist), with its
+/// revision.
+pub async fn load(state: &AppState, user: &UserId, id: &str) -> Result<(Batch, u64), ApiError> {
+    let ok = !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    let entry = if ok { state.automation_kv.entry(batch_key(id)).await.map_err(unavailable)? } else { None };
+    let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else { return Err(ApiError::not_found("batch")) };
+    match serde_json::from_slice::<Batch>(&entry.value) {
+        Ok(b) if b.owner == *user => Ok((b, entry.revision)),
+        _ => Err(ApiError::not_found("batch")),
+    }
+}
+
+/// Stores a new batch.
+pub async fn create(state: &AppState, batch: &Batch) -> Result<(), ApiError> {
+    let bytes = serde_json::to_vec(batch).map_err(unavailable)?;
+    state.automation_kv.create(batch_key(&batch.id), bytes.into()).await.map_err(unavailable)?;
+    Ok(())
+}
+
+/// Changes `user`'s batch `id` with `f`, compare-and-set, again over a newer entry: the batch
+/// as it then is.
+pub async fn modify(
+    state: &AppState,
+    user: &UserId,
+    id: &str,
+    mut f: impl FnMut(&mut Batch) -> Result<(), ApiError>,
+) -> Result<Batch, ApiError> {
+    for _ in 0..20 {
+        let (mut batch, revision) = load(state, user, id).await?;
+        f(&mut batch)?;
+        let bytes = serde_json::to_vec(&batch).map_err(unavailable)?;
+        match state.automation_kv.update(batch_key(id), bytes.into(), revision).await {
+            Ok(_) => return Ok(batch),
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+            Err(e) => return Err(unavailable(e)),
+        }
+    }
+    Err(ApiError::conflict("concurrent_update", "the batch kept changing; try again"))
+}
+
+/// `user`'s batches, newest first.
+pub async fn list(state: &AppState, user: &UserId) -> Result<Vec<Batch>, ApiError> {
+    use futures::StreamExt;
+    let mut keys = state.automation_kv.keys().await.map_err(unavailable)?;
+    let mut found = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(unavailable)?;
+        if !key.starts_with(halyard_protocol::batch::BATCH_PREFIX) {
+            continue;
+        }
+        if let Some(v) = state.automation_kv.get(&key).await.map_err(unavailable)? {
+            if let Ok(b) = serde_json::from_slice::<Batch>(&v) {
+                if b.owner == *user {
+                    found.push(b);
+                }
+            }
+        }
+    }
+    found.sort_by_key(|b| std::cmp::Reverse(b.created_ms));
+    Ok(found)
+}
+
+/// One item of a batch in its results table.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ItemRow {
+    pub index: usize,
+    /// The item's message, as it asked.
+    pub message: String,
+    /// `waiting`, `running` (and its conversation's state while it starts and runs), then
+    /// `passed` (its run finished, and its checks passed if it has any) or `failed`.
+    pub status: String,
+    /// Its conversation's state (`starting`, `running`, `finished`, `error`, ...), once started.
+    pub state: Option<String>,
+    /// `passed` or `failed`: what its checks said (absent: no checks, or not checked yet).
+    pub verdict: Option<String>,
+    /// The checks' mean score, 0 to 1.
+    pub score: Option<f64>,
+    /// Tokens its LLM calls used (prompt and completion).
+    pub tokens: u64,
+    pub cost_usd: f64,
+    /// From its start to the end of its run, in seconds.
+    pub duration_secs: Option<f64>,
+    pub conversation_id: Option<String>,
+    /// How often it was sent to run again.
+    pub round: u32,
+}
+
+/// How many rows have each status.
+pub fn counts(rows: &[ItemRow]) -> BTreeMap<String, usize> {
+    let mut c: BTreeMap<String, usize> = ["waiting", "running", "passed", "failed"].iter().map(|s| ((*s).to_owned(), 0)).collect();
+    for r in rows {
+        *c.entry(r.status.clone()).or_default() += 1;
+    }
+    c
+}
+
+/// The rows as CSV (RFC 4180: fields with a comma, a quote or a line break are quoted).
+pub fn csv(rows: &[ItemRow]) -> String {
+    let field = |s: &str| {
+        if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+    };
+    let mut out = String::from("index,status,state,verdict,score,tokens,cost_usd,duration_secs,conversation_id,round,message\r\n");
+    for r in rows {
+        let cells = [
+            r.index.to_string(),
+            r.status.clone(),
+            r.state.clone().unwrap_or_default(),
+            r.verdict.clone().unwrap_or_default(),
+            r.score.map(|s| s.to_string()).unwrap_or_default(),
+            r.tokens.to_string(),
+            r.cost_usd.to_string(),
+            r.duration_secs.map(|d| d.to_string()).unwrap_or_default(),
+            r.conversation_id.clone().unwrap_or_default(),
+            r.round.to_string(),
+            r.message.clone(),
+        ];
+        out.push_str(&cells.iter().map(|c| field(c)).collect::<Vec<_>>().join(","));
+        out.push_str("\r\n");
+    }
+    out
+}
+
+/// Sends the failed items of `batch` to run again (a new round each) and sets it running: how
+/// many.
+pub fn rerun_failed(batch: &mut Batch, failed: &[usize]) -> usize {
+    for &i in failed {
+        if let Some(r) = batch.runs.get_mut(i) {
+            *r = halyard_protocol::batch::ItemRun { round: r.round + 1, ..Default::default() };
+        }
+    }
+    if !failed.is_empty() {
+        batch.status = BatchStatus::Running;
+    }
+    failed.len()
+}
+
+/// Two batches item by item.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Comparison {
+    /// Items (by index) `other` passes that this batch failed.
+    pub fixed: Vec<usize>,
+    /// Items this batch passed that `other` fails.
+    pub broken: Vec<usize>,
+    pub both_passed: usize,
+    pub both_failed: usize,
+    /// Items one of them has not finished (or that only one has).
+    pub undecided: usize,
+    /// In words: "B passes 7 that A failed, fails 2 that A passed".
+    pub summary: String,
+}
+
+/// Compares `a`'s rows with `b`'s, item by item.
+pub fn compare(a: (&str, &[ItemRow]), b: (&str, &[ItemRow])) -> Comparison {
+    let (mut fixed, mut broken, mut both_passed, mut both_failed, mut undecided) = (Vec::new(), Vec::new(), 0, 0, 0);
+    for i in 0..a.1.len().max(b.1.len()) {
+        match (a.1.get(i).map(|r| r.status.as_str()), b.1.get(i).map(|r| r.status.as_str())) {
+            (Some("passed"), Some("passed")) => both_passed += 1,
+            (Some("failed"), Some("failed")) => both_failed += 1,
+            (Some("failed"), Some("passed")) => fixed.push(i),
+            (Some("passed"), Some("failed")) => broken.push(i),
+            _ => undecided += 1,
+        }
+    }
+    let summary = format!("{} passes {} that {} failed, fails {} that {} passed", b.0, fixed.len(), a.0, broken.len(), a.0);
+    Comparison { fixed, broken, both_passed, both_failed, undecided, summary }
+}

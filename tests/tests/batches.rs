@@ -1,0 +1,197 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Batches: twenty starts run four at a time, each an ordinary conversation tagged with its
+//! batch, checked by a command; the results table (and its CSV) says which passed; the failed
+//! ones run again on request; two batches compare item by item; and a batch goes on after
+//! `halyard up` is killed mid-batch, with no item run twice and none lost. Plus the CLI's
+//! `halyard batch run`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use halyard_tests::llm::latest_turn;
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+
+/// The agent of every item: it makes `done.txt` when its task says `pass` (or once `fixed`),
+/// then finishes; otherwise it finishes at once. Each answer is a moment long (`pace`), so
+/// items overlap.
+fn agent(llm: &ScriptedLlm, fixed: Arc<AtomicBool>, pace: Duration) {
+    llm.fallback(move |req| {
+        let turn = latest_turn(req);
+        let task = turn.first().and_then(|m| m["content"].as_str()).unwrap_or_default().to_owned();
+        let acted = turn.iter().any(|m| m["role"] == "tool");
+        let reply = if !acted && (task.contains("pass") || fixed.load(Ordering::SeqCst)) {
+            Reply::tool("terminal", json!({"command": "touch done.txt", "security_risk": "low"}))
+        } else {
+            Reply::finish("done")
+        };
+        Reply::Delay(pace, Box::new(reply))
+    });
+}
+
+fn items(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"message": format!("task {i}: {}", if i % 3 == 0 { "fail" } else { "pass" }), "title": format!("item {i}")}))
+        .collect()
+}
+
+/// Polls the batch until it is done; the most items seen running at once.
+async fn wait_done(api: &Api, id: &str) -> (Value, u64) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut most = 0;
+    loop {
+        let (s, b) = api.get(&format!("/api/v1/batches/{id}")).await;
+        assert_eq!(s, 200, "{b}");
+        most = most.max(b["counts"]["running"].as_u64().unwrap());
+        if b["status"] == "done" {
+            return (b, most);
+        }
+        assert!(Instant::now() < deadline, "the batch did not finish: {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn statuses(b: &Value) -> Vec<String> {
+    b["items"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_batch_runs_its_items_a_few_at_a_time_into_one_table_reruns_its_failures_and_compares() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let fixed = Arc::new(AtomicBool::new(false));
+    agent(&llm, fixed.clone(), Duration::from_millis(150));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let check = json!([{"command": "test -f done.txt"}]);
+    let body = json!({"name": "A", "items": items(20), "concurrency": 4, "verify": check, "max_verify_attempts": 1});
+    let (s, created) = api.post("/api/v1/batches", body).await;
+    assert_eq!(s, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["items"].as_array().unwrap().len(), 20);
+
+    let (done, most) = wait_done(&api, &id).await;
+    assert!((2..=4).contains(&most), "at most 4 ran at once, and more than one did: {most}");
+    // Items 0, 3, 6, ... never made the file: their check failed; the rest passed.
+    let want: Vec<String> = (0..20).map(|i| if i % 3 == 0 { "failed" } else { "passed" }.to_owned()).collect();
+    assert_eq!(statuses(&done), want);
+    assert_eq!((done["counts"]["passed"].as_u64(), done["counts"]["failed"].as_u64()), (Some(13), Some(7)));
+    for (i, r) in done["items"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(r["verdict"], if i % 3 == 0 { "failed" } else { "passed" }, "{r}");
+        assert!(r["tokens"].as_u64().unwrap() > 0 && r["duration_secs"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // Ordinary conversations, tagged with their batch and item.
+    let conv = done["items"][4]["conversation_id"].as_str().unwrap();
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((c["tags"]["batch"].as_str(), c["tags"]["batch_item"].as_str()), (Some(id.as_str()), Some("4")), "{c}");
+    let (_, tagged) = api.get(&format!("/api/v1/conversations?tag=batch:{id}&limit=100")).await;
+    assert_eq!(tagged["count"], 20, "{tagged}");
+    // The table as CSV.
+    let csv = reqwest::Client::new()
+        .get(format!("{}/api/v1/batches/{id}?format=csv", h.http))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 21, "{csv}");
+    assert!(lines[0].starts_with("index,status,state,verdict,score") && lines[1].starts_with("0,failed,finished,failed,0"), "{csv}");
+
+    // The failed ones run again (the agent does better now); the passed ones do not.
+    fixed.store(true, Ordering::SeqCst);
+    let (s, again) = api.post(&format!("/api/v1/batches/{id}/rerun"), json!({})).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["counts"]["waiting"].as_u64().unwrap() + again["counts"]["running"].as_u64().unwrap(), 7, "{again}");
+    let (done, _) = wait_done(&api, &id).await;
+    assert_eq!(statuses(&done), vec!["passed".to_owned(); 20]);
+    for (i, r) in done["items"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(r["round"], if i % 3 == 0 { 1 } else { 0 }, "{r}");
+    }
+    assert_eq!(done["items"][4]["conversation_id"], conv, "a passed item ran again");
+
+    // A second batch (the agent as it is now) against the first as it first ran: compared
+    // against a batch whose failures stand.
+    fixed.store(false, Ordering::SeqCst);
+    let body =
+        json!({"name": "B", "items": items(6), "concurrency": 3, "verify": [{"command": "test -f done.txt"}], "max_verify_attempts": 1});
+    let (_, b) = api.post("/api/v1/batches", body).await;
+    let b_id = b["id"].as_str().unwrap().to_owned();
+    wait_done(&api, &b_id).await;
+    let (s, cmp) = api.get(&format!("/api/v1/batches/{b_id}/compare/{id}")).await;
+    assert_eq!(s, 200, "{cmp}");
+    assert_eq!(cmp["fixed"], json!([0, 3]), "{cmp}");
+    assert_eq!(cmp["summary"], "A passes 2 that B failed, fails 0 that B passed");
+    assert_eq!((cmp["both_passed"].as_u64(), cmp["undecided"].as_u64()), (Some(4), Some(14)));
+
+    // Another user sees none of it; a bad batch is refused in words.
+    let (s, _) = h.api("bob-secret-key").get(&format!("/api/v1/batches/{id}")).await;
+    assert_eq!(s, 404);
+    let (s, e) = api.post("/api/v1/batches", json!({"items": [], "concurrency": 4})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`items`"), "{e}");
+    let (s, e) = api.post("/api/v1/batches", json!({"items": [{"message": "x"}], "concurrency": 99})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`concurrency`"), "{e}");
+}
+
+#[tokio::test]
+async fn a_batch_goes_on_after_halyard_is_killed_with_no_item_run_twice_and_none_lost() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    agent(&llm, Arc::new(AtomicBool::new(true)), Duration::from_millis(400));
+    let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (s, created) = api.post("/api/v1/batches", json!({"items": items(8), "concurrency": 2})).await;
+    assert_eq!(s, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    // Killed while items run and others wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, b) = api.get(&format!("/api/v1/batches/{id}")).await;
+        if b["counts"]["passed"].as_u64().unwrap() >= 2 && b["counts"]["running"].as_u64().unwrap() >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the batch did not get going: {b}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.kill9();
+    h.restart();
+    let api = h.api(ALICE);
+    let (done, _) = wait_done(&api, &id).await;
+    assert_eq!(statuses(&done), vec!["passed".to_owned(); 8], "{done}");
+    // One conversation per item, each started once and finished once.
+    let (_, tagged) = api.get(&format!("/api/v1/conversations?tag=batch:{id}&limit=100")).await;
+    assert_eq!(tagged["count"], 8, "{tagged}");
+    for r in done["items"].as_array().unwrap() {
+        assert_eq!(r["round"], 0);
+        let events = api.events(r["conversation_id"].as_str().unwrap()).await;
+        let count = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+        assert_eq!(count("conversation_started"), 1);
+        assert_eq!(events.iter().filter(|e| e["kind"] == "user_message").count(), 1, "an item's task was sent twice");
+    }
+}
+
+#[tokio::test]
+async fn halyard_batch_run_shows_progress_and_prints_the_table() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    agent(&llm, Arc::new(AtomicBool::new(false)), Duration::from_millis(50));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks.jsonl");
+    std::fs::write(&tasks, "{\"message\": \"task a: pass\"}\n\n{\"message\": \"task b: fail\"}\n").unwrap();
+    let file = tasks.display().to_string();
+    let args = ["batch", "run", file.as_str(), "--concurrency", "2", "--verify", "test -f done.txt", "--max-verify-attempts", "1"];
+    let out = halyard_tests::harness::client(dir.path(), &h.http, ALICE, &args).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // One item failed its check: exit 1, with the table on stdout and the bar on stderr.
+    assert_eq!(out.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stderr.contains("2/2 done: 1 passed, 1 failed") && stderr.contains("[###"), "{stderr}");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(rows[0].contains("passed") && rows[1].contains("failed"), "{stdout}");
+}
