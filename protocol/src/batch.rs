@@ -117,7 +117,12 @@ pub struct Batch {
     pub created_ms: UnixMillis,
     pub concurrency: u32,
     pub items: Vec<BatchItem>,
-    /// One per item, in the same order.
+    /// How many times each item runs, side by side (best of N: the best attempt is the item's
+    /// result).
+    #[serde(default = "one")]
+    pub attempts: u32,
+    /// `attempts` per item, item by item: run `r` is attempt `r % attempts` of item
+    /// `r / attempts`.
     pub runs: Vec<ItemRun>,
     pub status: BatchStatus,
     /// What every item's work is checked against.
@@ -129,7 +134,26 @@ pub struct Batch {
     pub budget: Option<Budget>,
 }
 
+fn one() -> u32 {
+    1
+}
+
+/// The most attempts one item may have.
+pub const MAX_ATTEMPTS: u32 = 8;
+
 impl Batch {
+    /// The item and attempt of run `r`.
+    pub fn item_of(&self, r: usize) -> (usize, u32) {
+        let n = self.attempts.max(1) as usize;
+        (r / n, (r % n) as u32)
+    }
+
+    /// The runs of item `i` (its attempts).
+    pub fn runs_of(&self, i: usize) -> &[ItemRun] {
+        let n = self.attempts.max(1) as usize;
+        self.runs.get(i * n..(i + 1) * n).unwrap_or_default()
+    }
+
     /// How many of its items run now.
     pub fn running(&self) -> usize {
         self.runs.iter().filter(|r| r.running()).count()

@@ -2,8 +2,8 @@
 //! Batches: twenty starts run four at a time, each an ordinary conversation tagged with its
 //! batch, checked by a command; the results table (and its CSV) says which passed; the failed
 //! ones run again on request; two batches compare item by item; and a batch goes on after
-//! `halyard up` is killed mid-batch, with no item run twice and none lost. Plus the CLI's
-//! `halyard batch run`.
+//! `halyard up` is killed mid-batch, with no item run twice and none lost; best of three picks
+//! each item's highest-scored attempt. Plus the CLI's `halyard batch run`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,4 +194,54 @@ async fn halyard_batch_run_shows_progress_and_prints_the_table() {
     let rows: Vec<&str> = stdout.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "{stdout}");
     assert!(rows[0].contains("passed") && rows[1].contains("failed"), "{stdout}");
+}
+
+#[tokio::test]
+async fn best_of_three_picks_each_items_highest_scored_attempt() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // The agent finishes at once; the judge (a call without tools) scores an item's attempts
+    // 0.3, 0.9 and 0.6 in the order it is asked.
+    let asked = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, usize>::new()));
+    llm.fallback(move |req| {
+        if req["tools"].as_array().is_none_or(Vec::is_empty) {
+            let prompt = req["messages"].to_string();
+            let task = if prompt.contains("task A") { "A" } else { "B" };
+            let mut asked = asked.lock().unwrap();
+            let n = asked.entry(task.to_owned()).or_default();
+            let score = [0.3, 0.9, 0.6][*n % 3];
+            *n += 1;
+            return Reply::Text(format!("{{\"score\": {score}, \"reasons\": \"scored {score}\"}}"));
+        }
+        Reply::finish("done")
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let body = json!({
+        "items": [{"message": "task A"}, {"message": "task B"}],
+        "attempts": 3,
+        "concurrency": 6,
+        "verify": [{"judge": {"rubric": "is it good", "threshold": 0.5}}],
+        "max_verify_attempts": 1,
+    });
+    let (s, created) = api.post("/api/v1/batches", body).await;
+    assert_eq!((s, created["attempts"].as_u64()), (201, Some(3)), "{created}");
+    let (done, _) = wait_done(&api, created["id"].as_str().unwrap()).await;
+    for row in done["items"].as_array().unwrap() {
+        let attempts = row["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 3, "{row}");
+        let mut scores: Vec<f64> = attempts.iter().map(|a| a["score"].as_f64().unwrap()).collect();
+        let best = row["best_attempt"].as_u64().unwrap() as usize;
+        assert_eq!(attempts[best]["score"], 0.9, "{row}");
+        assert_eq!((row["status"].as_str(), row["score"].as_f64()), (Some("passed"), Some(0.9)), "{row}");
+        assert_eq!(row["conversation_id"], attempts[best]["conversation_id"]);
+        scores.sort_by(f64::total_cmp);
+        assert_eq!(scores, [0.3, 0.6, 0.9], "{row}");
+        // The others are kept: ordinary conversations, tagged with their attempt.
+        let other = attempts[(best + 1) % 3]["conversation_id"].as_str().unwrap();
+        let (_, c) = api.get(&format!("/api/v1/conversations/{other}")).await;
+        assert!(c["tags"]["batch_attempt"].is_string(), "{c}");
+    }
+    let (s, e) = api.post("/api/v1/batches", json!({"items": [{"message": "x"}], "attempts": 9})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`attempts`"), "{e}");
 }

@@ -289,8 +289,11 @@ export type BatchBody = {
   /** What each item starts (1 to 500): `message`, and `title`, `repository`, `environment`,
    * `sandbox_spec`, `llm_profile` as a start takes them. */
   items: BatchItem[];
-  /** How many items run at once (1 to 32; absent: 4). */
+  /** How many items run at once (1 to 32; absent: 4); each attempt counts. */
   concurrency?: number | null;
+  /** How many times each item runs, side by side (1 to 8; absent: 1): its row is the best
+   * attempt's (passed first, then the highest score, then the fewest tokens), with all of them. */
+  attempts?: number | null;
   /** The LLM profile every item uses unless it names one. */
   llm_profile?: string | null;
   /** As a start's: every item's agent finishes with a result of this schema. */
@@ -326,6 +329,8 @@ export type BatchView = {
   /** `running`, `paused`, `cancelled` or `done`. */
   status: string;
   concurrency: number;
+  /** How many times each item runs (best of N). */
+  attempts: number;
   created_at: string;
   /** How many items are `waiting`, `running`, `passed` and `failed`. */
   counts: {
@@ -1120,6 +1125,11 @@ export type ItemRow = {
   conversation_id?: string | null;
   /** How often it was sent to run again. */
   round: number;
+  /** With `attempts`: each attempt's row (the fields above are the best one's). */
+  attempts?: ItemRow[];
+  /** With `attempts`: which is the best (passed first, then the highest score, then the fewest
+   * tokens), once every attempt ended. */
+  best_attempt?: number | null;
 };
 
 /** An LLM judge: a profile of the owner's (absent: the conversation's), what it judges by, and

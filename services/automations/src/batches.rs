@@ -29,10 +29,12 @@ use crate::decision::read;
 /// How often every running batch is looked at, whatever changed.
 const SWEEP: Duration = Duration::from_secs(5);
 
-/// What a batch's conversation key holds: which item of which batch, in which round.
+/// What a batch's conversation key holds: which run (an item's attempt) of which batch, in
+/// which round.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ItemOf {
     pub batch: String,
+    /// The run's index in the batch's `runs`.
     pub index: usize,
     pub round: u32,
 }
@@ -166,16 +168,21 @@ async fn started(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<b
     Ok(read::<ItemOf>(&ctx.bucket, &batch_conversation_key(conv)).await?.is_some())
 }
 
-/// Sends the start of item `index`'s run `round`, with its owner's defaults as a start from the
-/// API would have them, and remembers which item its conversation is.
+/// Sends the start of run `index` (an item's attempt) in round `round`, with its owner's
+/// defaults as a start from the API would have them, and remembers which run its conversation
+/// is.
 async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(), BusError> {
     let (command, task_id, conversation_id) = item_ids(&batch.id, index, round);
     let of = ItemOf { batch: batch.id.clone(), index, round };
     let bytes = serde_json::to_vec(&of).map_err(|e| BusError::new(BusErrorKind::Codec, e))?;
     ctx.bucket.put(batch_conversation_key(conversation_id), bytes.into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))?;
-    let item = &batch.items[index];
+    let (at, attempt) = batch.item_of(index);
+    let item = &batch.items[at];
     let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&batch.owner)).await?.unwrap_or_default();
-    let tags = BTreeMap::from([("batch".to_owned(), batch.id.clone()), ("batch_item".to_owned(), index.to_string())]);
+    let mut tags = BTreeMap::from([("batch".to_owned(), batch.id.clone()), ("batch_item".to_owned(), at.to_string())]);
+    if batch.attempts > 1 {
+        tags.insert("batch_attempt".to_owned(), attempt.to_string());
+    }
     let now = halyard_platform::now_ms();
     let cmd = ConversationCommand::Start {
         task_id,
@@ -183,7 +190,7 @@ async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(),
         owner: batch.owner.clone(),
         message: Some(item.message.clone()),
         repository: item.repository.clone(),
-        title: item.title.clone().or_else(|| Some(format!("{} #{index}", batch.name.as_deref().unwrap_or("batch")))),
+        title: Some(title(batch, at, attempt)),
         created_ms: now,
         spec: item.sandbox_spec.clone().or(settings.sandbox_spec).filter(|s| ctx.config.sandbox.spec(s).is_some()),
         budget: batch.budget.clone().or(settings.budget),
@@ -205,6 +212,14 @@ async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(),
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;
     tracing::info!(batch = %batch.id, item = index, round, %conversation_id, "batch item started");
     Ok(())
+}
+
+/// An item's conversation's title: the item's, else the batch's name and the item's number;
+/// with the attempt when it has several.
+fn title(batch: &Batch, at: usize, attempt: u32) -> String {
+    let item = &batch.items[at];
+    let base = item.title.clone().unwrap_or_else(|| format!("{} #{at}", batch.name.as_deref().unwrap_or("batch")));
+    if batch.attempts > 1 { format!("{base} (attempt {})", attempt + 1) } else { base }
 }
 
 /// The run of conversation `conv` ended (`how`: its status, or `start_failed`): if it is an

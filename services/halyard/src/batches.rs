@@ -27,6 +27,9 @@ pub enum BatchCommand {
         profile: Option<String>,
         #[arg(long, default_value_t = 4)]
         concurrency: u32,
+        /// Run each task this many times side by side; its row is the best attempt's.
+        #[arg(long, default_value_t = 1)]
+        attempts: u32,
         /// A check every item's work must pass (a shell command in its workspace; repeatable).
         #[arg(long = "verify")]
         verify: Vec<String>,
@@ -61,7 +64,7 @@ pub enum BatchCommand {
 /// Runs `halyard batch ...`; the process's exit code.
 pub async fn run(command: BatchCommand) -> Result<i32> {
     match command {
-        BatchCommand::Run { file, name, profile, concurrency, verify, max_verify_attempts, conn } => {
+        BatchCommand::Run { file, name, profile, concurrency, attempts, verify, max_verify_attempts, conn } => {
             let c = Client::new(conn.url, conn.api_key)?;
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let mut items = Vec::new();
@@ -69,7 +72,7 @@ pub async fn run(command: BatchCommand) -> Result<i32> {
                 let item: Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", file.display(), n + 1))?;
                 items.push(item);
             }
-            let mut body = json!({"items": items, "concurrency": concurrency, "name": name, "llm_profile": profile});
+            let mut body = json!({"items": items, "concurrency": concurrency, "attempts": attempts, "name": name, "llm_profile": profile});
             if !verify.is_empty() {
                 body["verify"] = verify.iter().map(|v| json!({"command": v})).collect();
             }

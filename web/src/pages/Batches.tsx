@@ -31,7 +31,7 @@ function BatchTable({ id, onChange }: { id: string; onChange: () => void }) {
           </h2>
           <p className="muted small" data-testid="batch-counts">
             {b.counts.passed ?? 0} passed, {b.counts.failed ?? 0} failed, {b.counts.running ?? 0} running, {b.counts.waiting ?? 0} waiting
-            (at most {b.concurrency} at once)
+            (at most {b.concurrency} at once{b.attempts > 1 ? `; best of ${b.attempts} attempts per item` : ""})
           </p>
           <div className="row-buttons">
             {b.status === "running" && <button onClick={() => act("pause")}>Pause</button>}
@@ -63,7 +63,24 @@ function BatchTable({ id, onChange }: { id: string; onChange: () => void }) {
               {b.items.map((r) => (
                 <tr key={r.index} data-status={r.status}>
                   <td>{r.index}</td>
-                  <td>{r.conversation_id ? <Link href={`/c/${r.conversation_id}`}>{r.message}</Link> : r.message}</td>
+                  <td>
+                    {r.conversation_id ? <Link href={`/c/${r.conversation_id}`}>{r.message}</Link> : r.message}
+                    {r.attempts && r.attempts.length > 0 && (
+                      <div className="muted small attempts">
+                        {r.attempts.map((a, i) =>
+                          a.conversation_id ? (
+                            <Link key={i} href={`/c/${a.conversation_id}`} className={i === r.best_attempt ? "best" : undefined}>
+                              attempt {i + 1}
+                              {a.score == null ? "" : ` (${a.score.toFixed(2)})`}
+                              {i === r.best_attempt ? " ★ best" : ""}{" "}
+                            </Link>
+                          ) : (
+                            <span key={i}>attempt {i + 1} waiting </span>
+                          ),
+                        )}
+                      </div>
+                    )}
+                  </td>
                   <td>{r.status === "running" && r.state ? r.state : r.status}</td>
                   <td>{r.verdict ?? "—"}</td>
                   <td>{r.score == null ? "—" : r.score.toFixed(2)}</td>

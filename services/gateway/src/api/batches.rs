@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use halyard_protocol::UserId;
-use halyard_protocol::batch::{Batch, BatchItem, BatchStatus, ItemRun, MAX_CONCURRENCY, MAX_ITEMS};
+use halyard_protocol::batch::{Batch, BatchItem, BatchStatus, ItemRun, MAX_ATTEMPTS, MAX_CONCURRENCY, MAX_ITEMS};
 use halyard_protocol::event::{Budget, Check, Checks};
 
 use crate::api::conversations::views::state_of;
@@ -35,9 +35,13 @@ pub struct BatchBody {
     /// What each item starts (1 to 500): `message`, and `title`, `repository`, `environment`,
     /// `sandbox_spec`, `llm_profile` as a start takes them.
     pub items: Vec<BatchItem>,
-    /// How many items run at once (1 to 32; absent: 4).
+    /// How many items run at once (1 to 32; absent: 4); each attempt counts.
     #[serde(default)]
     pub concurrency: Option<u32>,
+    /// How many times each item runs, side by side (1 to 8; absent: 1): its row is the best
+    /// attempt's (passed first, then the highest score, then the fewest tokens), with all of them.
+    #[serde(default)]
+    pub attempts: Option<u32>,
     /// The LLM profile every item uses unless it names one.
     #[serde(default)]
     pub llm_profile: Option<String>,
@@ -65,6 +69,8 @@ pub struct BatchView {
     /// `running`, `paused`, `cancelled` or `done`.
     pub status: String,
     pub concurrency: u32,
+    /// How many times each item runs (best of N).
+    pub attempts: u32,
     pub created_at: String,
     /// How many items are `waiting`, `running`, `passed` and `failed`.
     pub counts: std::collections::BTreeMap<String, usize>,
@@ -84,15 +90,18 @@ fn view(state: &AppState, batch: &Batch) -> Result<BatchView, ApiError> {
         name: batch.name.clone(),
         status: batch.status.as_str().to_owned(),
         concurrency: batch.concurrency,
+        attempts: batch.attempts,
         created_at: halyard_protocol::rfc3339(batch.created_ms),
         counts: batches::counts(&items),
         items,
     })
 }
 
-/// Item `index` of `batch` as a row, its conversation's view read from the read model.
-fn row(state: &AppState, batch: &Batch, index: usize) -> Result<ItemRow, ApiError> {
-    let run = &batch.runs[index];
+/// Run `r` of `batch` (an item's attempt) as a row, its conversation's view read from the read
+/// model.
+fn row(state: &AppState, batch: &Batch, r: usize) -> Result<ItemRow, ApiError> {
+    let run = &batch.runs[r];
+    let (index, _) = batch.item_of(r);
     let view: Option<ConversationView> = match run.conversation_id {
         Some(c) => state.store.conversation(c).map_err(|e| ApiError::unavailable(e.to_string()))?,
         None => None,
@@ -119,12 +128,20 @@ fn row(state: &AppState, batch: &Batch, index: usize) -> Result<ItemRow, ApiErro
         duration_secs: run.started_ms.zip(run.ended_ms).map(|(s, e)| (e - s).max(0) as f64 / 1000.0),
         conversation_id: run.conversation_id.map(|c| c.to_string()),
         round: run.round,
+        attempts: Vec::new(),
+        best_attempt: None,
     })
 }
 
-/// Every row of `batch`.
+/// Every item of `batch` as a row (its best attempt's, with `attempts`).
 fn rows(state: &AppState, batch: &Batch) -> Result<Vec<ItemRow>, ApiError> {
-    (0..batch.items.len()).map(|i| row(state, batch, i)).collect()
+    let n = batch.attempts.max(1) as usize;
+    (0..batch.items.len())
+        .map(|i| {
+            let runs = (i * n..(i + 1) * n).map(|r| row(state, batch, r)).collect::<Result<Vec<_>, _>>()?;
+            Ok(if n == 1 { runs.into_iter().next().unwrap_or_else(|| unreachable!("one run per item")) } else { batches::best_of(i, runs) })
+        })
+        .collect()
 }
 
 /// Why `body` cannot run as a batch, in words; else the batch it is.
@@ -161,7 +178,11 @@ async fn checked(state: &AppState, user: &UserId, body: BatchBody) -> Result<Bat
     crate::http::checks::check_budget(body.max_budget_usd, body.max_tokens)?;
     let checks = Checks { result_schema: body.result_schema, verify: body.verify, max_verify_attempts: body.max_verify_attempts };
     halyard_platform::results::check_checks(&checks).map_err(bad)?;
-    let runs = vec![ItemRun::default(); body.items.len()];
+    let attempts = body.attempts.unwrap_or(1);
+    if !(1..=MAX_ATTEMPTS).contains(&attempts) {
+        return Err(bad(format!("`attempts`: 1 to {MAX_ATTEMPTS}")));
+    }
+    let runs = vec![ItemRun::default(); body.items.len() * attempts as usize];
     Ok(Batch {
         id: uuid::Uuid::now_v7().to_string(),
         owner: user.clone(),
@@ -169,6 +190,7 @@ async fn checked(state: &AppState, user: &UserId, body: BatchBody) -> Result<Bat
         created_ms: halyard_platform::now_ms(),
         concurrency,
         items: body.items,
+        attempts,
         runs,
         status: BatchStatus::Running,
         checks: (!checks.is_empty()).then_some(checks),
@@ -261,8 +283,8 @@ pub async fn act(
             let (current, _) = batches::load(&state, &user, &id).await?;
             let failed: Vec<usize> = rows(&state, &current)?.into_iter().filter(|r| r.status == "failed").map(|r| r.index).collect();
             batches::modify(&state, &user, &id, |b| {
-                // Only those that are still the failed runs read above.
-                let still: Vec<usize> = failed.iter().copied().filter(|i| b.runs[*i] == current.runs[*i]).collect();
+                // Only those whose runs are still the failed ones read above.
+                let still: Vec<usize> = failed.iter().copied().filter(|i| b.runs_of(*i) == current.runs_of(*i)).collect();
                 batches::rerun_failed(b, &still);
                 Ok(())
             })

@@ -105,6 +105,34 @@ pub struct ItemRow {
     pub conversation_id: Option<String>,
     /// How often it was sent to run again.
     pub round: u32,
+    /// With `attempts`: each attempt's row (the fields above are the best one's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(no_recursion)]
+    pub attempts: Vec<ItemRow>,
+    /// With `attempts`: which is the best (passed first, then the highest score, then the fewest
+    /// tokens), once every attempt ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_attempt: Option<usize>,
+}
+
+/// The row of an item that ran `attempts` times: the best attempt's, with every attempt's. Not
+/// decided (`running`, or `waiting` if none started) while one still runs.
+pub fn best_of(index: usize, attempts: Vec<ItemRow>) -> ItemRow {
+    let rank =
+        |r: &ItemRow| (r.status == "passed", r.score.unwrap_or(if r.status == "passed" { 1.0 } else { 0.0 }), std::cmp::Reverse(r.tokens));
+    let open = attempts.iter().any(|r| r.status == "running" || r.status == "waiting");
+    let best = (!open)
+        .then(|| attempts.iter().enumerate().max_by(|a, b| rank(a.1).partial_cmp(&rank(b.1)).unwrap_or(std::cmp::Ordering::Equal)))
+        .flatten()
+        .map(|(i, _)| i);
+    let mut row = attempts[best.unwrap_or(0)].clone();
+    if open {
+        row.status = if attempts.iter().all(|r| r.status == "waiting") { "waiting" } else { "running" }.into();
+    }
+    row.index = index;
+    row.best_attempt = best;
+    row.attempts = attempts;
+    row
 }
 
 /// How many rows have each status.
@@ -142,11 +170,12 @@ pub fn csv(rows: &[ItemRow]) -> String {
     out
 }
 
-/// Sends the failed items of `batch` to run again (a new round each) and sets it running: how
-/// many.
+/// Sends the failed items of `batch` to run again (every attempt of each, in a new round) and
+/// sets it running: how many items.
 pub fn rerun_failed(batch: &mut Batch, failed: &[usize]) -> usize {
+    let n = batch.attempts.max(1) as usize;
     for &i in failed {
-        if let Some(r) = batch.runs.get_mut(i) {
+        for r in batch.runs.iter_mut().skip(i * n).take(n) {
             *r = halyard_protocol::batch::ItemRun { round: r.round + 1, ..Default::default() };
         }
     }
