@@ -100,6 +100,10 @@ pub struct Environment {
     /// Ports of the sandbox served as apps (`PORT_<n>`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forward_ports: Vec<u16>,
+    /// Checks its conversations' work must pass when the agent finishes, unless the start names
+    /// its own (`verify`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<crate::event::Check>,
     pub updated_by: String,
     pub updated_ms: UnixMillis,
 }

@@ -336,6 +336,19 @@ impl Halyard {
 
 impl Drop for Halyard {
     fn drop(&mut self) {
+        // A failing test shows what went fatally wrong in Halyard itself (a panic, a stack
+        // overflow, an abort), which its own assertion cannot see.
+        if std::thread::panicking() {
+            let log = self.log();
+            let fatal: Vec<&str> = log
+                .lines()
+                .filter(|l| ["panicked at", "overflowed its stack", "fatal runtime error"].iter().any(|m| l.contains(m)))
+                .take(10)
+                .collect();
+            if !fatal.is_empty() {
+                eprintln!("Halyard's own log says:\n{}", fatal.join("\n"));
+            }
+        }
         self.stop();
         // Process sandboxes outlive Halyard by design too (a restart adopts them, and what the
         // agent started in them keeps running); a test's are ended with it, pass or fail.

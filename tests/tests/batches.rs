@@ -245,3 +245,37 @@ async fn best_of_three_picks_each_items_highest_scored_attempt() {
     let (s, e) = api.post("/api/v1/batches", json!({"items": [{"message": "x"}], "attempts": 9})).await;
     assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`attempts`"), "{e}");
 }
+
+#[tokio::test]
+async fn a_paused_batch_starts_nothing_until_resumed_and_a_cancelled_one_never_again() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    agent(&llm, Arc::new(AtomicBool::new(true)), Duration::from_millis(300));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (_, b) = api.post("/api/v1/batches", json!({"items": items(4), "concurrency": 1})).await;
+    let id = b["id"].as_str().unwrap().to_owned();
+    let (s, paused) = api.post(&format!("/api/v1/batches/{id}/pause"), json!({})).await;
+    assert_eq!((s, paused["status"].as_str()), (200, Some("paused")), "{paused}");
+    // What ran when it was paused ends; nothing else starts.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, now) = api.get(&format!("/api/v1/batches/{id}")).await;
+    let started = now["items"].as_array().unwrap().iter().filter(|r| r["status"] != "waiting").count();
+    assert!(started <= 1 && now["counts"]["running"] == 0, "items started while paused: {now}");
+    let (_, resumed) = api.post(&format!("/api/v1/batches/{id}/resume"), json!({})).await;
+    assert_eq!(resumed["status"], "running");
+    let (done, _) = wait_done(&api, &id).await;
+    assert_eq!(statuses(&done), vec!["passed".to_owned(); 4]);
+
+    // Cancelled: its waiting items never start, and it stays cancelled.
+    let (_, b) = api.post("/api/v1/batches", json!({"items": items(4), "concurrency": 1})).await;
+    let id = b["id"].as_str().unwrap().to_owned();
+    let (_, cancelled) = api.post(&format!("/api/v1/batches/{id}/cancel"), json!({})).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (_, now) = api.get(&format!("/api/v1/batches/{id}")).await;
+    assert_eq!(now["status"], "cancelled", "{now}");
+    assert!(now["counts"]["waiting"].as_u64().unwrap() >= 3, "{now}");
+    let (s, e) = api.post(&format!("/api/v1/batches/{id}/resume"), json!({})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("batch_cancelled")), "{e}");
+}

@@ -207,3 +207,32 @@ async fn halyard_run_prints_the_result_as_json_on_stdout() {
     assert_eq!(printed, json!({"files": 3, "summary": "three files"}));
     assert!(stderr.contains("result:") && stderr.contains("[finished]"), "{stderr}");
 }
+
+#[tokio::test]
+async fn an_environments_checks_apply_to_the_starts_that_use_it() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let env = json!({"verify": [{"command": "test -f built.txt || { echo 'run make first'; exit 1; }"}]});
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/environments/checked", Some(env)).await;
+    assert_eq!(s, 201, "{v}");
+    let bad = json!({"verify": [{"judge": {"rubric": ""}}]});
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/environments/broken", Some(bad)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_field")), "{v}");
+
+    // The agent finishes too early, is sent back with the environment's check, and fixes it.
+    llm.push([
+        Reply::finish("done"),
+        Reply::tool("terminal", json!({"command": "touch built.txt", "security_risk": "low"})),
+        Reply::finish("built"),
+    ]);
+    let (conv, task) = api.start_ready(json!({"message": "build it", "title": "env checks", "environment": "checked"})).await;
+    assert!(task["detail"].as_str().unwrap_or_default().contains("nothing to set up"), "{task}");
+    let events = api.wait_finished(&conv, 1).await;
+    let checks = of_kind(&events, "verification");
+    assert_eq!(checks.iter().map(|c| c["passed"].as_bool().unwrap()).collect::<Vec<_>>(), [false, true], "{checks:?}");
+    assert!(checks[0]["output"].as_str().unwrap().contains("run make first"));
+    let (_, list) = api.get("/api/v1/environments/snapshots").await;
+    assert_eq!(list["items"], json!([]), "an environment with nothing to set up keeps no snapshot");
+}

@@ -12,6 +12,7 @@ use halyard_platform::bus;
 use halyard_platform::environments::{self, ResolveError, Resolved};
 use halyard_protocol::command::SandboxCommand;
 use halyard_protocol::environment::{self as env, Snapshot, SnapshotPlan, SnapshotStatus};
+use halyard_protocol::event::Checks;
 use halyard_protocol::system::Repository;
 use halyard_protocol::{SandboxId, TraceContext, UserId, subjects};
 
@@ -201,6 +202,18 @@ pub async fn save(ctx: &Ctx, sandbox: SandboxId, plan: SnapshotPlan, trace: Opti
 }
 
 /// Single-quotes a string for bash.
+/// What the agent's finish is checked against: the start's checks, with its environment's
+/// `verify` when the start names none (not for a third-party `agent`, which finishes its turns
+/// itself).
+pub fn checks(start: Option<Checks>, plan: Option<&Plan>, agent: bool) -> Option<Checks> {
+    let from_env = plan.map(|p| &p.resolved.environment.verify).filter(|v| !v.is_empty() && !agent);
+    match (start, from_env) {
+        (Some(c), _) if !c.verify.is_empty() => Some(c),
+        (start, Some(verify)) => Some(Checks { verify: verify.clone(), ..start.unwrap_or_default() }),
+        (start, None) => start,
+    }
+}
+
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }

@@ -65,7 +65,10 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &mut ExecutorClient, s: Set
         .await
         .map_err(|why| PhaseError(format!("RUNNING_SETUP_SCRIPT failed: environment {name}: {why}")))?;
     let redactor = Redactor::new(masked);
+    // Nothing to set up (no commands, no setup script, no image to build): nothing to keep.
+    let nothing = e.setup.is_empty() && !s.setup_sh && plan.dev.is_none() && e.image.is_none() && e.dockerfile.is_none();
     let (ran, summary) = match s.restored {
+        _ if nothing => (false, format!("environment {name}: nothing to set up")),
         Some(snap) if snap.key == key => (false, format!("environment {name}: started from snapshot {} (setup skipped)", snap.snapshot_id)),
         _ => {
             let started = Instant::now();

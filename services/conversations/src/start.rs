@@ -251,7 +251,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
 
     // The skills as the survey found them, unless a setup script ran (it may have written some).
     let skills = (!setup).then(|| parse_skills(&survey));
-    hand_over(task, &exec, sandbox.workspace.clone(), message, repository.cloned(), skills).await?;
+    let checks = environment::checks(task.checks.clone(), plan.as_ref(), task.agent.is_some());
+    hand_over(task, &exec, (sandbox.workspace.clone(), message), repository.cloned(), skills, checks).await?;
     let summary: Vec<String> = done.summary.into_iter().chain(notes).collect();
     Ok((!summary.is_empty()).then(|| summary.join("; ")))
 }
@@ -352,11 +353,11 @@ fn survey_script() -> String {
 async fn hand_over(
     task: &Task<'_>,
     exec: &ExecutorClient,
-    workspace: String,
-    message: Option<String>,
+    (workspace, message): (String, Option<String>),
     repository: Option<Repository>,
     // The repository's skills when already read, else read here.
     read: Option<Vec<Skill>>,
+    checks: Option<halyard_protocol::event::Checks>,
 ) -> Result<(), PhaseError> {
     task.status(StartTaskStatus::SettingUpSkills, None).await?;
     let mut skills: Vec<Skill> = task.ctx.skills.as_ref().clone();
@@ -384,7 +385,7 @@ async fn hand_over(
         fork: task.fork.clone(),
         parent: task.parent.clone(),
         org: task.org.clone(),
-        checks: task.checks.clone(),
+        checks,
     };
     start_agent(task, start).await
 }
@@ -413,7 +414,7 @@ async fn prepare_helper(task: &Task<'_>, message: Option<String>) -> Result<(), 
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: the sandbox of conversation {}: {e}", parent.conversation_id)))?;
     let workspace = exec.health().await.map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?.workspace;
-    hand_over(task, &exec, workspace, message, None, None).await
+    hand_over(task, &exec, (workspace, message), None, None, task.checks.clone()).await
 }
 
 /// Makes a fork's workspace as its source's was at the fork's event: the source's checkpoints up

@@ -200,7 +200,11 @@ const ALL: [Service; 7] =
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Every service of `halyard up` shares these threads, and an unoptimised build's futures
+    // are large (a start's handler holds a whole request and its checks): more room than
+    // tokio's 2 MiB default, so that a deep one under load cannot end the whole process. The
+    // stack is virtual memory until it is used.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(8 << 20).build()?;
     match cli.command {
         Command::Executor(ref args) => {
             telemetry::init(env.get("HALYARD_LOG").map(String::as_str).unwrap_or("warn"));

@@ -132,6 +132,7 @@ pub struct Parts {
     pub resources: Resources,
     pub setup_egress: Option<String>,
     pub forward_ports: Vec<u16>,
+    pub verify: Vec<halyard_protocol::event::Check>,
 }
 
 /// A definition from `parts`, checked, as `by` writes it now.
@@ -165,6 +166,8 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
     }
     check_image(&parts)?;
     check_shape(&parts, sandboxes)?;
+    let checks = halyard_protocol::event::Checks { verify: parts.verify.clone(), ..Default::default() };
+    halyard_platform::results::check_checks(&checks).map_err(bad)?;
     if parts.pool_size > MAX_POOL {
         return Err(bad(format!("`pool_size`: 0 to {MAX_POOL} sandboxes kept started from each of its snapshots")));
     }
@@ -188,6 +191,7 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
         resources: parts.resources,
         setup_egress: parts.setup_egress,
         forward_ports: parts.forward_ports,
+        verify: parts.verify,
         updated_by: by.0.clone(),
         updated_ms: halyard_platform::now_ms(),
     })
@@ -215,6 +219,7 @@ mod tests {
             resources: Resources::default(),
             setup_egress: None,
             forward_ports: vec![],
+            verify: vec![],
         }
     }
 

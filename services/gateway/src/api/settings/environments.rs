@@ -94,6 +94,10 @@ pub struct EnvironmentBody {
     /// container's `forwardPorts`.
     #[serde(default)]
     pub forward_ports: Vec<u16>,
+    /// Checks its conversations' work must pass when the agent finishes (as a start's
+    /// `verify`), unless the start names its own.
+    #[serde(default)]
+    pub verify: Vec<halyard_protocol::event::Check>,
 }
 
 /// An environment.
@@ -119,6 +123,7 @@ pub struct EnvironmentView {
     pub resources: environment::Resources,
     pub setup_egress: Option<String>,
     pub forward_ports: Vec<u16>,
+    pub verify: Vec<halyard_protocol::event::Check>,
     pub updated_by: String,
     pub updated_at: String,
 }
@@ -148,6 +153,7 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         resources: e.resources.clone(),
         setup_egress: e.setup_egress.clone(),
         forward_ports: e.forward_ports.clone(),
+        verify: e.verify.clone(),
         updated_by: e.updated_by.clone(),
         updated_at: halyard_protocol::rfc3339(e.updated_ms),
     }
@@ -172,6 +178,7 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         resources,
         setup_egress,
         forward_ports,
+        verify,
     } = body;
     let parts = Parts {
         setup,
@@ -190,6 +197,7 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         resources,
         setup_egress,
         forward_ports,
+        verify,
     };
     checked(parts, by, &state.config.sandbox)
 }
