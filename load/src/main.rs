@@ -29,6 +29,7 @@ use serde_json::json;
 mod acp;
 mod agent;
 mod auth;
+mod batches;
 mod browser;
 mod chaos;
 mod checkpoint;
@@ -54,7 +55,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold`, `fork` and `reads` (issue 58), `queue` (issue 52), `environments` (issue 51), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold`, `fork` and `reads` (issue 58), `queue` (issue 52), `environments` (issue 51), `batches` (issue 54), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -252,6 +253,10 @@ async fn main() -> Result<()> {
     if wants("environments") {
         let r = environments::run(reps).await?;
         record(&args.out, "environments", &r)?;
+    }
+    if wants("batches") {
+        let r = batches::run(reps).await?;
+        record(&args.out, "batches", &r)?;
     }
     if wants("queue") {
         let r = queue::run(reps).await?;
