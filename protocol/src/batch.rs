@@ -164,3 +164,98 @@ impl Batch {
         self.runs.iter().all(|r| r.ended.is_some())
     }
 }
+
+/// The key of `user`'s templates in the user bucket.
+pub fn templates_key(user: &UserId) -> String {
+    format!("templates.{user}")
+}
+
+/// A stored start with `{{parameters}}` in its text (the message, title, repository and
+/// environment), filled from a row of values: a batch's `rows` make one item each.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Template {
+    pub item: BatchItem,
+    /// What the work of its starts is checked against (a batch's own `verify` comes first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Checks>,
+    pub updated_ms: UnixMillis,
+}
+
+/// A user's templates, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Templates {
+    #[serde(default)]
+    pub templates: std::collections::BTreeMap<String, Template>,
+}
+
+/// The names of the parameters `text` uses (`{{name}}`: letters, digits, `_`), in order, once
+/// each; an error for a `{{` that does not open one.
+pub fn parameters(text: &str) -> Result<Vec<String>, String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("{{") {
+        let after = &rest[at + 2..];
+        let end = after.find("}}").ok_or_else(|| format!("`{{{{` without `}}}}` in {text:?}"))?;
+        let name = after[..end].trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`{{{{{name}}}}}` is not a parameter: a name of letters, digits and `_`"));
+        }
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+        rest = &after[end + 2..];
+    }
+    Ok(names)
+}
+
+/// `text` with each `{{name}}` replaced by `values[name]`; an error naming the first missing.
+pub fn fill(text: &str, values: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
+    parameters(text)?;
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after.find("}}").unwrap_or(after.len());
+        let name = after[..end].trim();
+        out.push_str(values.get(name).ok_or_else(|| format!("no value for `{name}`"))?);
+        rest = after.get(end + 2..).unwrap_or_default();
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl Template {
+    /// The item this template makes of `values`.
+    pub fn item(&self, values: &std::collections::BTreeMap<String, String>) -> Result<BatchItem, String> {
+        let opt = |t: &Option<String>| t.as_deref().map(|t| fill(t, values)).transpose();
+        let repository = match &self.item.repository {
+            Some(r) => Some(Repository { url: fill(&r.url, values)?, branch: opt(&r.branch)? }),
+            None => None,
+        };
+        Ok(BatchItem {
+            message: fill(&self.item.message, values)?,
+            title: opt(&self.item.title)?,
+            repository,
+            environment: opt(&self.item.environment)?,
+            sandbox_spec: self.item.sandbox_spec.clone(),
+            llm_profile: self.item.llm_profile.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn parameters_are_found_and_filled() {
+        assert_eq!(parameters("Fix {{issue}} in {{ repo }}, then {{issue}}").unwrap(), ["issue", "repo"]);
+        assert!(parameters("a {{b").is_err());
+        assert!(parameters("a {{b c}}").is_err());
+        let values = BTreeMap::from([("issue".to_owned(), "#12".to_owned()), ("repo".to_owned(), "app".to_owned())]);
+        assert_eq!(fill("Fix {{issue}} in {{ repo }}", &values).unwrap(), "Fix #12 in app");
+        assert_eq!(fill("{{missing}}", &values).unwrap_err(), "no value for `missing`");
+    }
+}

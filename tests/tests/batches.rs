@@ -279,3 +279,40 @@ async fn a_paused_batch_starts_nothing_until_resumed_and_a_cancelled_one_never_a
     let (s, e) = api.post(&format!("/api/v1/batches/{id}/resume"), json!({})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (409, Some("batch_cancelled")), "{e}");
 }
+
+#[tokio::test]
+async fn a_template_makes_a_batchs_items_from_rows_with_its_checks() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    agent(&llm, Arc::new(AtomicBool::new(true)), Duration::from_millis(50));
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let template = json!({
+        "start": {"message": "Fix {{issue}} in the {{ part }}", "title": "fix {{issue}}"},
+        "verify": [{"command": "test -f done.txt"}],
+        "max_verify_attempts": 1,
+    });
+    let (s, t) = api.call(reqwest::Method::PUT, "/api/v1/templates/fix", Some(template)).await;
+    assert_eq!((s, t["parameters"].clone()), (201, json!(["issue", "part"])), "{t}");
+    let rows = json!([{"issue": "#1", "part": "parser"}, {"issue": "#2", "part": "lexer"}]);
+    let (s, b) = api.post("/api/v1/batches", json!({"template": "fix", "rows": rows, "concurrency": 2})).await;
+    assert_eq!(s, 201, "{b}");
+    let (done, _) = wait_done(&api, b["id"].as_str().unwrap()).await;
+    assert_eq!(statuses(&done), ["passed", "passed"]);
+    // Each row made its item, and the template's check ran on it.
+    assert_eq!(done["items"][1]["message"], "Fix #2 in the lexer");
+    assert_eq!(done["items"][0]["verdict"], "passed", "{done}");
+    let conv = done["items"][0]["conversation_id"].as_str().unwrap();
+    let (_, c) = api.get(&format!("/api/v1/conversations/{conv}")).await;
+    assert_eq!((c["title"].as_str(), c["message"].as_str()), (Some("fix #1"), Some("Fix #1 in the parser")), "{c}");
+
+    // Refused in words: a row without a value, a template that is not yours, both ways at once.
+    let (s, e) = api.post("/api/v1/batches", json!({"template": "fix", "rows": [{"issue": "#3"}]})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`rows[0]`: no value for `part`"), "{e}");
+    let (s, e) = h.api("bob-secret-key").post("/api/v1/batches", json!({"template": "fix", "rows": rows})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_template")), "{e}");
+    let (s, _) = api.post("/api/v1/batches", json!({"template": "fix", "rows": rows, "items": [{"message": "x"}]})).await;
+    assert_eq!(s, 400);
+    let (s, e) = api.call(reqwest::Method::PUT, "/api/v1/templates/bad", Some(json!({"start": {"message": "a {{b c}}"}}))).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("not a parameter"), "{e}");
+}

@@ -287,8 +287,14 @@ export type AutomationUpdate = {
 export type BatchBody = {
   name?: string | null;
   /** What each item starts (1 to 500): `message`, and `title`, `repository`, `environment`,
-   * `sandbox_spec`, `llm_profile` as a start takes them. */
-  items: BatchItem[];
+   * `sandbox_spec`, `llm_profile` as a start takes them. Or `template` and `rows`. */
+  items?: BatchItem[];
+  /** One of your templates (`GET /templates`): each of `rows` (its parameters' values) makes
+   * an item; its checks apply unless the batch names its own. */
+  template?: string | null;
+  rows?: {
+    [key: string]: string;
+  }[];
   /** How many items run at once (1 to 32; absent: 4); each attempt counts. */
   concurrency?: number | null;
   /** How many times each item runs, side by side (1 to 8; absent: 1): its row is the best
@@ -667,6 +673,9 @@ export type EnvironmentUpdate = {
   /** Ports of the sandbox served as apps (`PORT_<n>` in the conversation's apps), as a dev
    * container's `forwardPorts`. */
   forward_ports?: number[];
+  /** Checks its conversations' work must pass when the agent finishes (as a start's
+   * `verify`), unless the start names its own. */
+  verify?: Check[];
 };
 
 /** An environment. */
@@ -693,6 +702,7 @@ export type EnvironmentView = {
   resources: Resources;
   setup_egress?: string | null;
   forward_ports: number[];
+  verify: Check[];
   updated_by: string;
   updated_at: string;
 };
@@ -1979,6 +1989,32 @@ export type TaskList = {
 
 /** Where a task of the plan stands. */
 export type TaskStatus = "todo" | "in_progress" | "done";
+
+/** A template as written. */
+export type TemplateBody = {
+  /** The start it makes (`message`, `title`, `repository`, `environment`, `sandbox_spec`,
+   * `llm_profile`), with `{{name}}` parameters in its text. */
+  start: BatchItem;
+  /** As a start's: a schema for the agent's result. */
+  result_schema?: Record<string, unknown> | null;
+  /** As a start's: the checks its starts' work must pass. */
+  verify?: Check[];
+  max_verify_attempts?: number | null;
+};
+
+export type TemplateList = {
+  items: TemplateView[];
+};
+
+/** A template. */
+export type TemplateView = {
+  name: string;
+  start: BatchItem;
+  /** The parameters its text uses, in order. */
+  parameters: string[];
+  checks?: Record<string, unknown> | null;
+  updated_at: string;
+};
 
 /** One block of the model's reasoning: its text and the provider's signature over it
  * (Anthropic's extended thinking), or a block the provider redacted, kept only as the opaque

@@ -112,6 +112,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(crate::api::batches::get_one))
         .routes(routes!(crate::api::batches::act))
         .routes(routes!(crate::api::batches::compare))
+        .routes(routes!(crate::api::settings::templates::list))
+        .routes(routes!(crate::api::settings::templates::put, crate::api::settings::templates::delete))
         .routes(routes!(deliveries::deliveries))
         .routes(routes!(deliveries::retry))
         .routes(routes!(automation_routes::create, automation_routes::list))

@@ -33,8 +33,15 @@ pub struct BatchBody {
     #[serde(default)]
     pub name: Option<String>,
     /// What each item starts (1 to 500): `message`, and `title`, `repository`, `environment`,
-    /// `sandbox_spec`, `llm_profile` as a start takes them.
+    /// `sandbox_spec`, `llm_profile` as a start takes them. Or `template` and `rows`.
+    #[serde(default)]
     pub items: Vec<BatchItem>,
+    /// One of your templates (`GET /templates`): each of `rows` (its parameters' values) makes
+    /// an item; its checks apply unless the batch names its own.
+    #[serde(default)]
+    pub template: Option<String>,
+    #[serde(default)]
+    pub rows: Vec<std::collections::BTreeMap<String, String>>,
     /// How many items run at once (1 to 32; absent: 4); each attempt counts.
     #[serde(default)]
     pub concurrency: Option<u32>,
@@ -145,8 +152,22 @@ fn rows(state: &AppState, batch: &Batch) -> Result<Vec<ItemRow>, ApiError> {
 }
 
 /// Why `body` cannot run as a batch, in words; else the batch it is.
-async fn checked(state: &AppState, user: &UserId, body: BatchBody) -> Result<Batch, ApiError> {
+async fn checked(state: &AppState, user: &UserId, mut body: BatchBody) -> Result<Batch, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_field", m);
+    let mut from_template = None;
+    match (&body.template, body.items.is_empty()) {
+        (Some(_), false) => return Err(bad("`items` or `template` with `rows`: one of them".into())),
+        (Some(name), true) => {
+            if body.rows.is_empty() || body.rows.len() > MAX_ITEMS {
+                return Err(bad(format!("`rows`: 1 to {MAX_ITEMS} rows of the template's parameters")));
+            }
+            let (items, checks) = crate::api::settings::templates::items_of(state, user, name, &body.rows).await?;
+            body.items = items;
+            from_template = checks;
+        }
+        (None, _) if !body.rows.is_empty() => return Err(bad("`rows` go with `template`".into())),
+        (None, _) => {}
+    }
     if body.items.is_empty() || body.items.len() > MAX_ITEMS {
         return Err(bad(format!("`items`: 1 to {MAX_ITEMS} starts")));
     }
@@ -177,6 +198,11 @@ async fn checked(state: &AppState, user: &UserId, body: BatchBody) -> Result<Bat
     }
     crate::http::checks::check_budget(body.max_budget_usd, body.max_tokens)?;
     let checks = Checks { result_schema: body.result_schema, verify: body.verify, max_verify_attempts: body.max_verify_attempts };
+    // The batch's own checks, else its template's.
+    let checks = match from_template {
+        Some(t) if checks.is_empty() => t,
+        _ => checks,
+    };
     halyard_platform::results::check_checks(&checks).map_err(bad)?;
     let attempts = body.attempts.unwrap_or(1);
     if !(1..=MAX_ATTEMPTS).contains(&attempts) {

@@ -14,3 +14,4 @@ pub mod mcp_servers;
 pub mod repositories;
 pub mod secrets;
 pub mod snapshots;
+pub mod templates;
