@@ -53,6 +53,14 @@ pub fn halyard_bin() -> PathBuf {
     .clone()
 }
 
+/// An HTTP client for the gateway: its kept-alive connections are dropped after 5 s idle, before
+/// the gateway closes them (`HALYARD_HTTP_HEADER_TIMEOUT_SECS`, 10 s), so that a request never
+/// goes out on a connection the gateway is closing at that moment (hyper's `IncompleteMessage`,
+/// seen in a test that paused 10 s between two calls).
+pub fn gateway_client() -> reqwest::Client {
+    reqwest::Client::builder().pool_idle_timeout(std::time::Duration::from_secs(5)).build().expect("an HTTP client")
+}
+
 /// Runs the `halyard` client with `args` against the gateway at `url` as `key`, in `home` (its
 /// saved login's place), with nothing else of this process's environment; off the caller's
 /// thread, as a command that follows a run waits for it.
@@ -295,7 +303,7 @@ impl Halyard {
     }
 
     pub fn api(&self, key: &str) -> Api {
-        Api { base: self.http.clone(), key: key.to_owned(), http: reqwest::Client::new() }
+        Api { base: self.http.clone(), key: key.to_owned(), http: gateway_client() }
     }
 
     /// The process's `/metrics`, parsed.

@@ -433,6 +433,7 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 "/api/v1/mcp-servers/",
                 "/api/v1/me/agent-logins/",
                 "/api/v1/environments/",
+                "/api/v1/templates/",
             ]
             .iter()
             .any(|p| path.starts_with(p));
