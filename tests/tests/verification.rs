@@ -144,6 +144,16 @@ async fn a_failing_check_sends_the_agent_back_and_the_second_attempt_passes() {
     );
     let view = api.wait_conversation(&conv, "its verdict", |c| c["verdict"]["attempt"] == 2).await;
     assert_eq!((view["verdict"]["passed"].as_bool(), view["state"].as_str()), (Some(false), Some("finished")));
+
+    // The user's next message is a new turn: its own attempts (numbered on), sent back again.
+    llm.push([Reply::finish("three"), Reply::finish("four")]);
+    let (s, b) = api.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "try again"})).await;
+    assert_eq!(s, 202, "{b}");
+    let events = api.wait_finished(&conv, 2).await;
+    let checks = of_kind(&events, "verification");
+    let seen: Vec<(Option<u64>, Option<bool>)> = checks.iter().map(|c| (c["attempt"].as_u64(), c["sent_back"].as_bool())).collect();
+    assert_eq!(seen, [(Some(1), Some(true)), (Some(2), None), (Some(3), Some(true)), (Some(4), None)]);
+    api.wait_conversation(&conv, "the new verdict", |c| c["verdict"]["attempt"] == 4).await;
 }
 
 #[tokio::test]

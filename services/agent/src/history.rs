@@ -137,8 +137,11 @@ pub struct History {
     /// The tool calls whose actions the user rejected (a third-party agent's permission
     /// request is answered so).
     pub rejected: HashSet<String>,
-    /// The agent's finishes checked so far (the last `verification` event's attempt).
+    /// The agent's finishes checked so far (the last `verification` event's attempt), and how
+    /// many of them were before the latest user message: each of the user's turns gets its
+    /// `max_verify_attempts` afresh, while the attempts stay numbered through the conversation.
     pub verified_attempts: u32,
+    pub verified_before_turn: u32,
     /// A third-party agent's ACP session, as its last `agent_session` event names it.
     pub agent_session: Option<String>,
     /// `seq` of the first `running` status of the turn under way (none between turns).
@@ -272,6 +275,7 @@ impl History {
             }
             EventBody::UserMessage { text, images } => {
                 self.last_user_seq = ev.seq;
+                self.verified_before_turn = self.verified_attempts;
                 self.first_user_seq.get_or_insert(ev.seq);
                 self.unjudged.push(ev.seq);
                 let images = images.iter().map(|i| ImagePart { media_type: i.media_type.clone(), data: i.data.clone() }).collect();

@@ -3,7 +3,8 @@
 //! is), then each check runs: a command in the workspace (passes when it exits 0) or an LLM
 //! judge that scores the work against a rubric (its verdict schema-checked). Each check is a
 //! `verification` event; a failing attempt sends the agent back with what the checks said,
-//! until `max_verify_attempts`, after which the last verdict stands and the run finishes.
+//! until `max_verify_attempts` (for each of the user's turns; the attempts are numbered through
+//! the conversation), after which the last verdict stands and the run finishes.
 //!
 //! Commands run in a shell session of their own (`verify`), so the agent's shell keeps its
 //! directory and variables; they get the owner's secrets as the agent's commands do, and what
@@ -70,13 +71,17 @@ impl Run {
         if checks.verify.is_empty() {
             return Ok(Decision::Finish(result));
         }
-        let attempt = self.log.lock().await.history.verified_attempts + 1;
+        let (attempt, this_turn) = {
+            let log = self.log.lock().await;
+            let h = &log.history;
+            (h.verified_attempts + 1, h.verified_attempts + 1 - h.verified_before_turn)
+        };
         let mut outcomes = Vec::new();
         for check in &checks.verify {
             outcomes.push(self.check(exec, check, message, result.as_ref()).await?);
         }
         let passed = outcomes.iter().all(|o| o.passed);
-        let again = !passed && attempt < checks.attempts();
+        let again = !passed && this_turn < checks.attempts();
         let last = outcomes.len() - 1;
         let mut feedback = Vec::new();
         for (i, o) in outcomes.into_iter().enumerate() {
@@ -98,7 +103,7 @@ impl Run {
         }
         if again {
             return Ok(Decision::Again(format!(
-                "You cannot finish yet: the work was checked (attempt {attempt} of {}) and did not pass:\n{}\nFix it, then call \
+                "You cannot finish yet: the work was checked (attempt {this_turn} of {}) and did not pass:\n{}\nFix it, then call \
                  `finish` again.",
                 checks.attempts(),
                 feedback.join("\n")
