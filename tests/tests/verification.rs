@@ -246,3 +246,26 @@ async fn an_environments_checks_apply_to_the_starts_that_use_it() {
     let (_, list) = api.get("/api/v1/environments/snapshots").await;
     assert_eq!(list["items"], json!([]), "an environment with nothing to set up keeps no snapshot");
 }
+
+#[tokio::test]
+async fn a_judge_of_an_organizations_profile_judges_only_that_organizations_conversations() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    // A user's own environment naming another organization's profile for its judge.
+    let env = json!({"verify": [{"judge": {"rubric": "good", "llm_profile": "@acme/strong"}}]});
+    let (s, v) = api.call(reqwest::Method::PUT, "/api/v1/environments/borrowed", Some(env)).await;
+    assert_eq!(s, 201, "{v}");
+    llm.push([Reply::finish("done")]);
+    let body = json!({"message": "x", "title": "borrowed", "environment": "borrowed"});
+    let (conv, _) = api.start_ready(body).await;
+    // Sent back with the refusal, the agent (out of script) answers in words and waits.
+    api.wait_conversation(&conv, "the run to end", |c| c["state"] == "idle").await;
+    let events = api.events(&conv).await;
+    let checks = of_kind(&events, "verification");
+    assert_eq!(checks[0]["passed"], false);
+    assert!(checks[0]["output"].as_str().unwrap().contains("organization acme's"), "{}", checks[0]);
+    // No judge was asked: only the agent's two calls (its finish, and its answer after).
+    assert_eq!(llm.requests().len(), 2);
+}

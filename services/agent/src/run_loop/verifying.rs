@@ -146,12 +146,21 @@ impl Run {
     async fn judge(&self, exec: &ExecutorClient, judge: &Judge, message: &str, result: Option<&Value>) -> Result<Outcome, ()> {
         let threshold = judge.threshold.unwrap_or(0.5);
         let failed = |why: String| Outcome { check: "judge", subject: judge.rubric.clone(), passed: false, score: 0.0, output: why };
-        let (owner, profile, task, redactor) = {
+        let (owner, org, profile, task, redactor) = {
             let log = self.log.lock().await;
             let h = &log.history;
             let owner = h.started.as_ref().map(|s| s.owner.clone()).unwrap_or_else(|| halyard_protocol::UserId(String::new()));
-            (owner, judge.llm_profile.clone().or_else(|| h.llm_profile.clone()), h.first_user_text(), log.redactor())
+            let org = h.started.as_ref().and_then(|s| s.org.clone());
+            (owner, org, judge.llm_profile.clone().or_else(|| h.llm_profile.clone()), h.first_user_text(), log.redactor())
         };
+        // An organization's profile (`@org/name`, its key sealed for the organization) judges only
+        // that organization's conversations: a check named in a user's own environment must not
+        // spend another organization's key.
+        if let Some((named, _)) = profile.as_deref().and_then(halyard_protocol::user::parse_org_profile) {
+            if org.as_deref() != Some(named) {
+                return Ok(failed(format!("the judge's LLM profile is organization {named}'s, and this conversation is not in it")));
+            }
+        }
         let llm = match crate::user::profile(&self.ctx, &owner, profile.as_deref()).await {
             Ok(p) => p.llm,
             Err(e) => return Ok(failed(format!("the judge's LLM profile cannot be used: {e}"))),
