@@ -33,6 +33,12 @@ pub struct Automation {
     /// default of whoever a run runs as if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// One of the owner's templates (`templates.<owner>` in the user bucket): the runs that run
+    /// as the owner take its checks (`result_schema`, `verify`), environment, sandbox spec and
+    /// LLM profile (the automation's own comes first), and its message when `prompt` is absent
+    /// (not a Slack automation's, whose runs may be another user's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
     pub enabled: bool,
     /// The hook's verification secret, sealed with the deployment's vault (slot
     /// [`secret_slot`]); kinds without a secret have none.

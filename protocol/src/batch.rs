@@ -170,6 +170,12 @@ pub fn templates_key(user: &UserId) -> String {
     format!("templates.{user}")
 }
 
+/// The key of organization `org`'s templates (its members start from them as
+/// `@<org>/<name>`) in the user bucket.
+pub fn org_templates_key(org: &str) -> String {
+    format!("orgtemplates.{org}")
+}
+
 /// A stored start with `{{parameters}}` in its text (the message, title, repository and
 /// environment), filled from a row of values: a batch's `rows` make one item each.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

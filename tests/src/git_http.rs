@@ -63,6 +63,9 @@ pub fn bare_repository(root: &std::path::Path, name: &str, (file, text): (&str, 
     let src = root.join(format!("{name}.src"));
     std::fs::create_dir_all(&src).expect("source dir");
     git(&src, &["init", "-q", "-b", "main"]);
+    if let Some(dir) = src.join(file).parent() {
+        std::fs::create_dir_all(dir).expect("the file's folder");
+    }
     std::fs::write(src.join(file), text).expect("write file");
     git(&src, &["add", "."]);
     git(&src, &["commit", "-qm", "first"]);

@@ -342,21 +342,42 @@ fn github_headers(event: &str, delivery: &str, signature: &str) -> Vec<(String, 
     ]
 }
 
-#[tokio::test]
-async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_mention_continues_it() {
-    init();
-    const TOKEN: &str = "ghp_automation-token-5d1c2e";
+/// A forge world for GitHub automations: git's http-backend serving `repo` (with `file`, if
+/// given), a GitHub API that knows it with issue `issue` open and `octo-writer` a writer, a
+/// scripted LLM, Halyard, and Alice's git provider `work` on them. (Bind every field: one
+/// left to `..` is dropped at once, and the repositories' folder or a server with it.)
+struct GithubWorld {
+    repos: tempfile::TempDir,
+    github: halyard_tests::GithubServer,
+    llm: ScriptedLlm,
+    h: Halyard,
+    api: Api,
+    _server: halyard_tests::GitServer,
+}
+
+async fn github_world(token: &str, repo: &str, file: Option<(&str, &str)>, issue: u64) -> GithubWorld {
     let repos = tempfile::tempdir().unwrap();
-    halyard_tests::bare_repository(repos.path(), "alice/app.git", ("README.md", "teh app\n"));
-    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
-    let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/app"], Some(repos.path().to_path_buf())).await;
-    github.open_issue("alice/app", 42);
+    if let Some(file) = file {
+        halyard_tests::bare_repository(repos.path(), &format!("{repo}.git"), file);
+    }
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", token).await;
+    let github = halyard_tests::GithubServer::start_with_git(token, &[repo], Some(repos.path().to_path_buf())).await;
+    github.open_issue(repo, issue);
     github.set_permission("octo-writer", "write");
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
     let api = h.api(ALICE);
-    let provider = json!({"kind": "github", "host": server.base.trim_start_matches("http://"), "api_url": github.api_url, "token": TOKEN});
+    let provider = json!({"kind": "github", "host": server.base.trim_start_matches("http://"), "api_url": github.api_url, "token": token});
     assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+    GithubWorld { repos, github, llm, h, api, _server: server }
+}
+
+#[tokio::test]
+async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_mention_continues_it() {
+    init();
+    const TOKEN: &str = "ghp_automation-token-5d1c2e";
+    let GithubWorld { repos: _repos, github, llm, h, api, _server } =
+        github_world(TOKEN, "alice/app", Some(("README.md", "teh app\n")), 42).await;
 
     let (s, e) = api.post("/api/v1/automations", json!({"name": "x", "trigger": {"kind": "github", "provider": "nope"}})).await;
     assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_git_provider")), "{e}");
@@ -487,18 +508,9 @@ async fn a_labelled_github_issue_gets_a_pull_request_and_answers_and_a_later_men
 async fn a_github_run_whose_start_fails_says_why_on_the_issue_and_the_next_mention_starts_afresh() {
     init();
     const TOKEN: &str = "ghp_automation-token-start-fails";
-    let repos = tempfile::tempdir().unwrap();
     // The forge knows alice/widget, but its git server has no such repository (yet): the clone
     // through the git proxy fails.
-    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "x-access-token", TOKEN).await;
-    let github = halyard_tests::GithubServer::start_with_git(TOKEN, &["alice/widget"], Some(repos.path().to_path_buf())).await;
-    github.open_issue("alice/widget", 7);
-    github.set_permission("octo-writer", "write");
-    let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_GIT_API_ALLOW", "loopback"));
-    let api = h.api(ALICE);
-    let provider = json!({"kind": "github", "host": server.base.trim_start_matches("http://"), "api_url": github.api_url, "token": TOKEN});
-    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+    let GithubWorld { repos, github, llm, h: _h, api, _server } = github_world(TOKEN, "alice/widget", None, 7).await;
     let (s, a) = api.post("/api/v1/automations", json!({"name": "Issue bot", "trigger": {"kind": "github", "provider": "work"}})).await;
     assert_eq!(s, 201, "{a}");
     let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
@@ -1416,4 +1428,61 @@ async fn an_automation_runs_its_conversations_with_the_agent_it_names() {
     let events = api.events(&conv).await;
     let answer = events.iter().rev().find(|e| e["kind"] == "agent_message").expect("the agent's answer");
     assert_eq!(answer["text"], "OpenCode ran the job.");
+}
+
+#[tokio::test]
+async fn an_automation_with_a_template_runs_checked_work_and_comments_its_result_and_verdict() {
+    init();
+    const TOKEN: &str = "ghp_automation-token-templated";
+    // The repository names its own checks: `fixed.txt` must exist when the agent finishes.
+    let checks = (".halyard/checks.json", r#"{"verify": [{"command": "test -f fixed.txt"}], "max_verify_attempts": 2}"#);
+    let GithubWorld { repos: _repos, github, llm, h: _h, api, _server } = github_world(TOKEN, "alice/widget", Some(checks), 9).await;
+    // The template's message is the run's (over the event's fields); its schema types the result.
+    let schema = json!({"type": "object", "properties": {"fixed": {"type": "boolean"}}, "required": ["fixed"]});
+    let template = json!({"start": {"message": "Triage: {{comment}}"}, "result_schema": schema});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/templates/triage", Some(template)).await.0, 201);
+    let (s, e) =
+        api.post("/api/v1/automations", json!({"name": "T", "trigger": {"kind": "github", "provider": "work"}, "template": "nope"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("unknown_template")), "{e}");
+    let body = json!({"name": "Triage bot", "trigger": {"kind": "github", "provider": "work"}, "template": "triage"});
+    let (s, a) = api.post("/api/v1/automations", body).await;
+    assert_eq!((s, a["template"].as_str()), (201, Some("triage")), "{a}");
+    let (id, secret, hook_url) = (a["id"].as_str().unwrap(), a["secret"].as_str().unwrap(), a["hook_url"].as_str().unwrap());
+
+    // The agent finishes at once: the repository's check fails and sends it back; it makes the
+    // file and finishes again, with its result.
+    let finish = |fixed: bool| Reply::tool("finish", json!({"message": "Triaged.", "result": {"fixed": fixed}}));
+    llm.push([finish(false), Reply::tool("terminal", json!({"command": "touch fixed.txt", "security_risk": "low"})), finish(true)]);
+    let (body, signature) = github_request(secret, "issue_comment", "created", |p| {
+        p["repository"]["full_name"] = "alice/widget".into();
+        p["issue"]["number"] = 9.into();
+        p["issue"]["pull_request"] = Value::Null;
+        p["issue"]["html_url"] = "https://github.com/alice/widget/issues/9".into();
+        p["comment"]["id"] = 9001.into();
+        p["comment"]["body"] = "@halyard is the login page broken?".into();
+        p["sender"]["login"] = "octo-writer".into();
+    })
+    .await;
+    assert_eq!(hook(hook_url, &github_headers("issue_comment", "f1a1b2c3-0000-11ef-8000-000000000001", &signature), &body).await.0, 202);
+    let run = runs(&api, id, 1).await.remove(0);
+    let conv = run["conversation_id"].as_str().unwrap().to_owned();
+    let events = api.wait_finished(&conv, 1).await;
+    let asked = events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(asked.starts_with("Triage: ") && asked.contains("login page"), "{asked}");
+    let checks: Vec<&Value> = events.iter().filter(|e| e["kind"] == "verification").collect();
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert_eq!((checks[0]["passed"].as_bool(), checks[1]["passed"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(checks[0]["subject"], "test -f fixed.txt");
+    // The issue hears the result and the verdict.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let summary = loop {
+        let said = github.comments().iter().filter_map(|(_, _, b)| b["body"].as_str().map(str::to_owned)).find(|b| b.contains("Triaged."));
+        if let Some(said) = said {
+            break said;
+        }
+        assert!(Instant::now() < deadline, "no summary: {:?}", github.comments());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(summary.contains("Checks: passed (1 check, score 1.00)"), "{summary}");
+    assert!(summary.contains("Result:\n```json\n{\n  \"fixed\": true\n}\n```"), "{summary}");
 }

@@ -316,3 +316,105 @@ async fn a_template_makes_a_batchs_items_from_rows_with_its_checks() {
     let (s, e) = api.call(reqwest::Method::PUT, "/api/v1/templates/bad", Some(json!({"start": {"message": "a {{b c}}"}}))).await;
     assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("not a parameter"), "{e}");
 }
+
+#[tokio::test]
+async fn a_start_with_attempts_is_a_group_whose_best_attempt_is_chosen_and_the_others_are_kept_read_only() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    // One attempt (whichever asks first) writes the file the check wants; the others finish at
+    // once and fail it.
+    let given = Arc::new(AtomicBool::new(false));
+    llm.fallback(move |req| {
+        let acted = latest_turn(req).iter().any(|m| m["role"] == "tool");
+        if !acted && !given.swap(true, Ordering::SeqCst) {
+            let text = "one\ntwo\nthree\n";
+            return Reply::tool("file_editor", json!({"command": "create", "path": "done.txt", "file_text": text, "security_risk": "low"}));
+        }
+        Reply::finish("done")
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    // A template's start, its parameters filled in, and its checks.
+    let template = json!({"start": {"message": "Fix {{what}}"}, "verify": [{"command": "test -f done.txt"}], "max_verify_attempts": 1});
+    assert_eq!(api.call(reqwest::Method::PUT, "/api/v1/templates/fixer", Some(template)).await.0, 201);
+    let (s, e) = api.post("/api/v1/conversations", json!({"template": "fixer", "attempts": 3})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("no value for `what`"), "{e}");
+    let (s, e) = api.post("/api/v1/conversations", json!({"message": "x", "attempts": 3, "org": "acme"})).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`org` does not go with `attempts`"), "{e}");
+    let body = json!({"template": "fixer", "parameters": {"what": "the login page"}, "attempts": 3});
+    let (s, group) = api.post("/api/v1/conversations", body).await;
+    assert_eq!((s, group["attempts"].as_u64(), group["concurrency"].as_u64()), (201, Some(3), Some(3)), "{group}");
+    assert_eq!(group["items"][0]["message"], "Fix the login page");
+    let id = group["id"].as_str().unwrap();
+    let (done, most) = wait_done(&api, id).await;
+    assert_eq!(most, 1, "one item, its attempts side by side");
+    let row = &done["items"][0];
+    let best = row["best_attempt"].as_u64().unwrap() as usize;
+    let attempts = row["attempts"].as_array().unwrap();
+    let passed: Vec<usize> = (0..3).filter(|i| attempts[*i]["status"] == "passed").collect();
+    assert_eq!(passed, [best], "{row}");
+    assert_eq!((row["status"].as_str(), row["conversation_id"].clone()), (Some("passed"), attempts[best]["conversation_id"].clone()));
+
+    // Side by side with how much each changed: the best wrote one file of three lines.
+    let (_, with_diff) = api.get(&format!("/api/v1/batches/{id}?diff=true")).await;
+    let attempts = with_diff["items"][0]["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts[best]["diff"], json!({"files": 1, "additions": 3, "deletions": 0}), "{with_diff}");
+    let other = (best + 1) % 3;
+    assert_eq!(attempts[other]["diff"], json!({"files": 0, "additions": 0, "deletions": 0}), "{with_diff}");
+
+    // The chosen one carries on; the others are kept to read, and a fork carries on from one.
+    let url = |i: usize| format!("/api/v1/conversations/{}/messages", attempts[i]["conversation_id"].as_str().unwrap());
+    let (s, e) = api.post(&url(other), json!({"text": "go on"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("attempt_not_chosen")), "{e}");
+    let (s, _) = api.get(&format!("/api/v1/conversations/{}/events", attempts[other]["conversation_id"].as_str().unwrap())).await;
+    assert_eq!(s, 200);
+    let (s, e) = api.post(&url(best), json!({"text": "thanks"})).await;
+    assert_eq!(s, 202, "{e}");
+}
+
+#[tokio::test]
+async fn an_organizations_templates_are_its_members_to_start_from_while_they_are_members() {
+    init();
+    const BOB: &str = "bob-secret-key";
+    let llm = ScriptedLlm::start().await;
+    agent(&llm, Arc::new(AtomicBool::new(false)), Duration::ZERO);
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
+    let template = json!({"start": {"message": "task {{n}}: pass"}, "verify": [{"command": "test -f done.txt"}], "max_verify_attempts": 1});
+    let put = |api: &halyard_tests::Api, t: Value| {
+        let api = api.clone();
+        async move { api.call(reqwest::Method::PUT, "/api/v1/orgs/acme/templates/triage", Some(t)).await }
+    };
+    // Set by its owners and admins only; read by its members.
+    let (s, e) = put(&bob, template.clone()).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("forbidden")), "{e}");
+    assert_eq!(put(&alice, template).await.0, 201);
+    let (_, list) = bob.get("/api/v1/orgs/acme/templates").await;
+    assert_eq!(list["items"][0]["parameters"], json!(["n"]), "{list}");
+    let (_, audit) = alice.get("/api/v1/orgs/acme/audit").await;
+    assert!(audit.to_string().contains("org.template.put"), "{audit}");
+
+    // Bob starts from it, as `@acme/triage`: its message filled in, its checks run.
+    let (s, task) = bob.post("/api/v1/conversations", json!({"template": "@acme/triage", "parameters": {"n": "4"}})).await;
+    assert_eq!(s, 202, "{task}");
+    let conv = task["conversation_id"].as_str().unwrap();
+    let events = bob.wait_finished(conv, 1).await;
+    assert_eq!(events.iter().find(|e| e["kind"] == "user_message").unwrap()["text"], "task 4: pass");
+    let verdict = bob.wait_conversation(conv, "its verdict", |c| !c["verdict"].is_null()).await;
+    assert_eq!(verdict["verdict"]["passed"], true, "{verdict}");
+    // A batch from it too.
+    let (s, b) = bob.post("/api/v1/batches", json!({"template": "@acme/triage", "rows": [{"n": "1"}, {"n": "2"}]})).await;
+    assert_eq!((s, b["items"].as_array().map(Vec::len)), (201, Some(2)), "{b}");
+    // An automation names its owner's own templates only.
+    let body = json!({"name": "x", "trigger": {"kind": "webhook"}, "template": "@acme/triage"});
+    let (s, e) = bob.post("/api/v1/automations", body).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("your own templates"), "{e}");
+
+    // Removed, Bob no longer starts from it.
+    assert_eq!(alice.call(reqwest::Method::DELETE, "/api/v1/orgs/acme/members/bob", None).await.0, 204);
+    let (s, e) = bob.post("/api/v1/conversations", json!({"template": "@acme/triage", "parameters": {"n": "5"}})).await;
+    assert_eq!(s, 404, "{e}");
+    assert_eq!(bob.get("/api/v1/orgs/acme/templates").await.0, 404);
+}

@@ -382,9 +382,9 @@ async fn the_environments_page_defines_one_and_shows_its_snapshot_in_chromium() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batchs_table_fills_in_as_its_items_end_in_chromium() {
+async fn a_batchs_table_fills_in_as_its_items_end_and_a_groups_attempts_stand_side_by_side_in_chromium() {
     let (_llm, h) = with_web(&[]).await;
-    playwright(h, "tests/batches.spec.ts", 1, Vec::new()).await;
+    playwright(h, "tests/batches.spec.ts", 2, Vec::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

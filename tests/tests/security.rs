@@ -446,6 +446,9 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                     Some(json!({"transport": "http", "url": "http://127.0.0.1:9/mcp"}))
                 }
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/skills/") => Some(json!({"content": "Bob's rules."})),
+                ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/templates/") => {
+                    Some(json!({"start": {"message": "Bob's start"}}))
+                }
                 ("put", p) if p.contains("/agents/") => Some(json!({"title": "Bob's", "command": "true", "wire": "openai"})),
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/prices/") => {
                     Some(json!({"input_per_million": 0.0, "output_per_million": 0.0}))

@@ -137,6 +137,7 @@ export type Automation = {
   prompt?: string | null;
   llm_profile?: string | null;
   agent?: string | null;
+  template?: string | null;
   enabled: boolean;
   /** Where the sender posts (kinds that receive requests): the one route that takes no key. */
   hook_url?: string | null;
@@ -164,6 +165,10 @@ export type AutomationCreate = {
   /** The agent of its conversations (one of `GET /agents`); the default of whoever a run runs
    * as if absent. Its LLM profile must speak a wire the agent speaks. */
   agent?: string | null;
+  /** One of your templates (`GET /templates`): its checks (`result_schema`, `verify`),
+   * environment, sandbox spec and LLM profile apply to the runs that run as you, and its
+   * message (over the event's `{{title}}`, `{{body}}`...) when `prompt` is absent. */
+  template?: string | null;
   /** `true` if absent. */
   enabled?: boolean | null;
 };
@@ -280,6 +285,7 @@ export type AutomationUpdate = {
   prompt?: string | null;
   llm_profile?: string | null;
   agent?: string | null;
+  template?: string | null;
   enabled?: boolean | null;
 };
 
@@ -620,6 +626,14 @@ export type DeliveryAttempt = {
 /** A webhook's delivery attempts, newest first. */
 export type DeliveryList = {
   items: DeliveryAttempt[];
+};
+
+/** How much a conversation's work changed in its workspace. */
+export type DiffSize = {
+  files: number;
+  /** Lines added and removed, over every file's diff. */
+  additions: number;
+  deletions: number;
 };
 
 export type EnvironmentList = {
@@ -1140,6 +1154,9 @@ export type ItemRow = {
   /** With `attempts`: which is the best (passed first, then the highest score, then the fewest
    * tokens), once every attempt ended. */
   best_attempt?: number | null;
+  /** The agent's typed result (with `result_schema`), as its conversation holds it. */
+  result?: Record<string, unknown> | null;
+  diff?: DiffSize | null;
 };
 
 /** An LLM judge: a profile of the owner's (absent: the conversation's), what it judges by, and
@@ -1932,6 +1949,20 @@ export type StartConversation = {
   verify?: Check[];
   /** How many times the agent may finish and be checked (1 to 10; absent: 3). */
   max_verify_attempts?: number | null;
+  /** Best of N (2 to 8; absent: 1): the start runs N times side by side, each its own
+   * conversation and sandbox, each checked; the best (passed first, then the highest score,
+   * then the fewest tokens) is the group's result and the others stay, read-only. The answer
+   * is then 201 with the group (a batch of one item: `GET /batches/{id}`) instead of a start
+   * task. */
+  attempts?: number | null;
+  /** One of your templates (`GET /templates`): what this body leaves out (`message`, `title`,
+   * `repository`, `environment`, `sandbox_spec`, `llm_profile`) is the template's, its
+   * `{{parameters}}` filled from `parameters`; its checks apply unless the body names its own. */
+  template?: string | null;
+  /** The template's parameters' values, by name. */
+  parameters?: {
+    [key: string]: string;
+  };
 };
 
 /** A start task: how a conversation's start goes. */

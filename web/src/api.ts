@@ -186,16 +186,11 @@ export const api = {
   conversations: (p: { q?: string; state?: string; cursor?: string; limit?: number }) =>
     call<ConversationPage>("GET", `/conversations${q(p)}`),
   conversation: (id: string) => call<Conversation>("GET", `/conversations/${id}`),
-  start: (body: {
-    message: string;
-    repository?: { url: string; branch?: string };
-    sandbox_spec?: string;
-    llm_profile?: string;
-    agent?: string;
-    org?: string;
-    visibility?: "private" | "org";
-  }) =>
-    call<StartTask>("POST", "/conversations", body),
+  start: (body: S.StartConversation & { attempts?: undefined }) => call<StartTask>("POST", "/conversations", body),
+  /** A start run `attempts` (2 to 8) times side by side: the group, a batch of one item. */
+  startAttempts: (body: S.StartConversation & { attempts: number }) => call<S.BatchView>("POST", "/conversations", body),
+  /** Your stored starts with `{{parameters}}`. */
+  templates: () => call<S.TemplateList>("GET", "/templates"),
   task: (id: string) => call<StartTask>("GET", `/start-tasks/${id}`),
   cancelStart: (id: string) => call<StartTask>("DELETE", `/start-tasks/${id}`),
   retry: (id: string) => call<StartTask>("POST", `/conversations/${id}/retry`),
@@ -254,7 +249,8 @@ export const api = {
 
   /** Your batches, newest first, each with its results table. */
   batches: () => call<S.BatchList>("GET", "/batches"),
-  batch: (id: string) => call<S.BatchView>("GET", `/batches/${enc(id)}`),
+  /** With `diff`: how much each item's and attempt's work changed, from its sandbox. */
+  batch: (id: string, diff = false) => call<S.BatchView>("GET", `/batches/${enc(id)}${diff ? "?diff=true" : ""}`),
   /** `pause`, `resume`, `cancel` or `rerun` (its failed items run again). */
   batchAction: (id: string, action: string) => call<S.BatchView>("POST", `/batches/${enc(id)}/${enc(action)}`),
   batchCsvUrl: (id: string) => `/api/v1/batches/${enc(id)}?format=csv`,

@@ -16,7 +16,7 @@ import { Webhooks } from "./pages/Webhooks";
 import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Environments } from "./pages/Environments";
-import { Batches } from "./pages/Batches";
+import { BatchPage, Batches } from "./pages/Batches";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
 import { Queue } from "./pages/Queue";
@@ -72,6 +72,7 @@ function App() {
   const pathname = path.split("?")[0];
   const conv = pathname.match(/^\/c\/([0-9a-f-]{36})$/);
   const slackLink = pathname.match(/^\/link\/slack\/([0-9a-f]{64})$/);
+  const batch = pathname.match(/^\/batches\/([0-9a-f-]{36})$/);
   let page;
   if (conv) page = <ConversationRoute key={conv[1]} id={conv[1]} me={me.user} />;
   else if (slackLink) page = <SlackLink code={slackLink[1]} me={me.user} />;
@@ -81,6 +82,7 @@ function App() {
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/environments") page = <Environments />;
   else if (pathname === "/batches") page = <Batches />;
+  else if (batch) page = <BatchPage key={batch[1]} id={batch[1]} />;
   else if (pathname === "/settings") page = <Settings />;
   else if (pathname === "/admin" && me.admin) page = <Admin />;
   else if (pathname === "/audit" && me.admin) page = <Audit />;

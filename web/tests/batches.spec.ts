@@ -25,3 +25,28 @@ test("a batch's table fills in live as its items end", async ({ page }) => {
   await table.getByRole("link", { name: "batch item 3" }).click();
   await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}$/);
 });
+
+test("a start from a template with attempts opens its group: the attempts side by side, the best marked", async ({ page }) => {
+  await signIn(page);
+  const made = await call("PUT", "/templates/groupie", { start: { message: "batch item group {{n}}" } });
+  expect(made.status).toBe(201);
+
+  await page.goto("/new");
+  await page.getByLabel("From a template").selectOption("groupie");
+  await expect(page.getByTestId("template-start")).toContainText("batch item group {{n}}");
+  await page.getByLabel("n", { exact: true }).fill("7");
+  await page.getByLabel("Attempts").fill("2");
+  await page.getByRole("button", { name: "Start" }).click();
+  await expect(page).toHaveURL(/\/batches\/[0-9a-f-]{36}$/);
+
+  const group = page.getByRole("region", { name: "Group batch item group 7" });
+  await expect(group.getByRole("columnheader", { name: /Attempt 1/ })).toBeVisible();
+  await expect(group.getByRole("columnheader", { name: /Attempt 2/ })).toBeVisible();
+  // Both end without a reload; one is chosen, and each says what it changed.
+  await expect(group.getByTestId("batch-status")).toHaveText("done", { timeout: 60_000 });
+  await expect(group.getByRole("columnheader", { name: /★ best/ })).toHaveCount(1);
+  await expect(group.getByRole("row", { name: /Changes/ })).toContainText("0 files, +0 −0");
+  // Each attempt is one click away.
+  await group.getByRole("link", { name: "Open" }).first().click();
+  await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}$/);
+});

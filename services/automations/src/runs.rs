@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use halyard_platform::BusError;
 use halyard_platform::bus;
 use halyard_protocol::automation::{Automation, AutomationCommand, AutomationRun, RunOutcome, Trigger};
+use halyard_protocol::batch::{Template, Templates, templates_key};
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::system::{Repository, SystemRecord};
 use halyard_protocol::user::{UserGitProviders, UserSettings};
@@ -67,7 +68,12 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
         return Ok(());
     };
     let run_id = derived(&["run", &automation.id, &t.key]);
-    let decided = decide(ctx, &automation, &env.payload).await?;
+    let (automation, template) = with_template(ctx, automation).await?;
+    let decided = match &template {
+        Err(why) => Decision::Skip(RunOutcome::Failed, why.clone()),
+        Ok(_) => decide(ctx, &automation, &env.payload).await?,
+    };
+    let template = template.ok().flatten();
     let mut run = AutomationRun {
         run_id: run_id.to_string(),
         automation_id: automation.id.clone(),
@@ -85,7 +91,8 @@ pub async fn handle(ctx: &Ctx, env: Envelope<AutomationCommand>) -> Result<(), B
             run.reason = Some(reason);
         }
         Decision::Start { message, repository, tags, runs_as, answer } => {
-            let conversation_id = start(ctx, &automation, &run_id, &t, Begin { message, repository, tags, runs_as }).await?;
+            let begin = Begin { message, repository, tags, runs_as, template };
+            let conversation_id = start(ctx, &automation, &run_id, &t, begin).await?;
             run.outcome = RunOutcome::Started;
             run.conversation_id = Some(conversation_id);
             if let Some(answer) = answer {
@@ -230,12 +237,30 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
     Ok(Decision::Start { message, repository, tags: BTreeMap::new(), runs_as: None, answer: None })
 }
 
+/// The automation's template (`Err`: it names one its owner no longer has, said in words), with
+/// the automation's `prompt` its message where it has none. The message is the owner's run's
+/// only: a run as someone else (a linked Slack user) has the prompt they agreed to, and the
+/// template's checks and choices are not applied to it.
+async fn with_template(ctx: &Ctx, mut a: Automation) -> Result<(Automation, Result<Option<Template>, String>), BusError> {
+    let Some(name) = a.template.clone() else { return Ok((a, Ok(None))) };
+    let mine: Templates = read(&ctx.user_kv, &templates_key(&a.owner)).await?.unwrap_or_default();
+    let Some(t) = mine.templates.get(&name).cloned() else {
+        return Ok((a, Err(format!("its template {name:?} no longer exists; create it again or edit the automation"))));
+    };
+    if a.prompt.is_none() && !matches!(a.trigger, Trigger::Slack { .. }) {
+        a.prompt = Some(t.item.message.clone());
+    }
+    Ok((a, Ok(Some(t))))
+}
+
 /// What a run's conversation starts with.
 struct Begin {
     message: String,
     repository: Option<Repository>,
     tags: BTreeMap<String, String>,
     runs_as: Option<UserId>,
+    /// The automation's template, if it names one.
+    template: Option<Template>,
 }
 
 /// Sends the start of the run's conversation to the conversation manager, with its user's
@@ -248,10 +273,16 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
     let owner = begin.runs_as.unwrap_or_else(|| a.owner.clone());
     let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&owner)).await?.unwrap_or_default();
     // (The automation's choices are its owner's: a run as someone else has theirs.)
+    let template = begin.template.filter(|_| owner == a.owner);
+    let item = template.as_ref().map(|t| &t.item);
     let (profile, agent) = match owner == a.owner {
-        true => (a.llm_profile.clone().or(settings.llm_profile), a.agent.clone().or(settings.agent)),
+        true => {
+            let profile = a.llm_profile.clone().or_else(|| item.and_then(|i| i.llm_profile.clone())).or(settings.llm_profile);
+            (profile, a.agent.clone().or(settings.agent))
+        }
         false => (settings.llm_profile, settings.agent),
     };
+    let spec = item.and_then(|i| i.sandbox_spec.clone()).or(settings.sandbox_spec);
     let mut tags = t.tags.clone();
     tags.extend(begin.tags);
     tags.insert("automation".into(), a.id.clone());
@@ -266,7 +297,7 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         repository: begin.repository,
         title: Some(a.name.chars().take(MAX_TITLE_CHARS).collect()),
         created_ms: now,
-        spec: settings.sandbox_spec.filter(|s| ctx.config.sandbox.spec(s).is_some()),
+        spec: spec.filter(|s| ctx.config.sandbox.spec(s).is_some()),
         budget: settings.budget,
         confirmation_policy: settings.confirmation_policy,
         llm_profile: profile,
@@ -282,9 +313,9 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
             asked_us: Some(halyard_platform::now_us()),
             ..Default::default()
         },
-        // The deployment's default environment, if it has one.
-        environment: None,
-        checks: None,
+        // The template's, else the deployment's default environment, if it has one.
+        environment: item.and_then(|i| i.environment.clone()),
+        checks: template.as_ref().and_then(|t| t.checks.clone()),
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

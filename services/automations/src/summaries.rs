@@ -81,9 +81,19 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     // Why a run that failed failed (a spent budget, a profile that cannot be used...), in the
     // agent runner's words.
     let mut failure: Option<String> = None;
+    // The agent's typed result and its checks' last verdict (passed, mean score, checks).
+    let mut result = None;
+    let mut verdict: Option<(u32, bool, f64, u32)> = None;
     for e in &upto {
         match &e.body {
             EventBody::AgentMessage { text: t } => text.clone_from(t),
+            EventBody::Result { result: r } => result = Some(r),
+            EventBody::Verification { attempt, passed, score, .. } => {
+                verdict = match verdict {
+                    Some((a, p, s, n)) if a == *attempt => Some((a, p && *passed, (s * f64::from(n) + score) / f64::from(n + 1), n + 1)),
+                    _ => Some((*attempt, *passed, *score, 1)),
+                };
+            }
             EventBody::AgentError { message, .. } => failure = Some(message.clone()),
             EventBody::PullRequestOpened { url, .. } => pulls.push(url.clone()),
             EventBody::ExecutionStatus { status, .. } if e.seq == seq => outcome = status.as_str(),
@@ -101,6 +111,14 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     if !text.trim().is_empty() {
         summary.push_str("\n\n");
         summary.push_str(text.trim());
+    }
+    if let Some((_, passed, score, n)) = verdict {
+        let said = if passed { "passed" } else { "failed" };
+        summary.push_str(&format!("\n\nChecks: {said} ({n} check{}, score {score:.2}).", if n == 1 { "" } else { "s" }));
+    }
+    if let Some(r) = result {
+        let json = serde_json::to_string_pretty(r).unwrap_or_default();
+        summary.push_str(&format!("\n\nResult:\n```json\n{json}\n```"));
     }
     for url in &pulls {
         summary.push_str(&format!("\n\nPull request: {url}"));

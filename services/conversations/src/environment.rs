@@ -201,19 +201,46 @@ pub async fn save(ctx: &Ctx, sandbox: SandboxId, plan: SnapshotPlan, trace: Opti
     }
 }
 
-/// Single-quotes a string for bash.
+/// Where a repository names the checks of its conversations (the start's `verify` fields:
+/// `{"verify": [...], "max_verify_attempts": n}`).
+pub const REPO_CHECKS: &str = ".halyard/checks.json";
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepoChecks {
+    #[serde(default)]
+    verify: Vec<halyard_protocol::event::Check>,
+    #[serde(default)]
+    max_verify_attempts: Option<u32>,
+}
+
+/// The checks a repository's [`REPO_CHECKS`] names; `Err` says in words what is wrong with it.
+pub fn repo_checks(text: &str) -> Result<Checks, String> {
+    let c: RepoChecks = serde_json::from_str(text).map_err(|e| format!("{REPO_CHECKS} was not used: {e}"))?;
+    let checks = Checks { result_schema: None, verify: c.verify, max_verify_attempts: c.max_verify_attempts };
+    halyard_platform::results::check_checks(&checks).map_err(|e| format!("{REPO_CHECKS} was not used: {e}"))?;
+    Ok(checks)
+}
+
 /// What the agent's finish is checked against: the start's checks, with its environment's
-/// `verify` when the start names none (not for a third-party `agent`, which finishes its turns
-/// itself).
-pub fn checks(start: Option<Checks>, plan: Option<&Plan>, agent: bool) -> Option<Checks> {
+/// `verify` when the start names none, else its repository's ([`REPO_CHECKS`]); not for a
+/// third-party `agent`, which finishes its turns itself.
+pub fn checks(start: Option<Checks>, plan: Option<&Plan>, repo: Option<Checks>, agent: bool) -> Option<Checks> {
     let from_env = plan.map(|p| &p.resolved.environment.verify).filter(|v| !v.is_empty() && !agent);
-    match (start, from_env) {
-        (Some(c), _) if !c.verify.is_empty() => Some(c),
-        (start, Some(verify)) => Some(Checks { verify: verify.clone(), ..start.unwrap_or_default() }),
-        (start, None) => start,
+    let from_repo = repo.filter(|r| !r.verify.is_empty() && !agent);
+    match (start, from_env, from_repo) {
+        (Some(c), ..) if !c.verify.is_empty() => Some(c),
+        (start, Some(verify), _) => Some(Checks { verify: verify.clone(), ..start.unwrap_or_default() }),
+        (start, None, Some(repo)) => {
+            let start = start.unwrap_or_default();
+            let max_verify_attempts = start.max_verify_attempts.or(repo.max_verify_attempts);
+            Some(Checks { verify: repo.verify, max_verify_attempts, ..start })
+        }
+        (start, None, None) => start,
     }
 }
 
+/// Single-quotes a string for bash.
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -221,6 +248,20 @@ pub fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repositorys_checks_come_after_the_starts_and_the_environments() {
+        let checks = repo_checks(r#"{"verify": [{"command": "make test"}], "max_verify_attempts": 4}"#).unwrap();
+        assert_eq!(checks.verify[0].command.as_deref(), Some("make test"));
+        let start = Some(Checks { max_verify_attempts: Some(2), ..Default::default() });
+        let merged = super::checks(start, None, Some(checks.clone()), false).unwrap();
+        assert_eq!((merged.verify.len(), merged.max_verify_attempts), (1, Some(2)));
+        assert_eq!(super::checks(None, None, Some(checks.clone()), false).unwrap().max_verify_attempts, Some(4));
+        // A third-party agent finishes its turns itself.
+        assert!(super::checks(None, None, Some(checks), true).is_none());
+        assert!(repo_checks(r#"{"verify": 3}"#).unwrap_err().contains(REPO_CHECKS));
+        assert!(repo_checks(r#"{"verify": [{"command": ""}]}"#).is_err());
+    }
 
     #[test]
     fn scripts_quote_what_users_wrote() {

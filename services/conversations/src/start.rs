@@ -251,7 +251,11 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
 
     // The skills as the survey found them, unless a setup script ran (it may have written some).
     let skills = (!setup).then(|| parse_skills(&survey));
-    let checks = environment::checks(task.checks.clone(), plan.as_ref(), task.agent.is_some());
+    let repo_checks = between(marks, CHECKS_MARK, CHECKS_END).map(environment::repo_checks).transpose().unwrap_or_else(|e| {
+        notes.push(e);
+        None
+    });
+    let checks = environment::checks(task.checks.clone(), plan.as_ref(), repo_checks, task.agent.is_some());
     hand_over(task, &exec, (sandbox.workspace.clone(), message), repository.cloned(), skills, checks).await?;
     let summary: Vec<String> = done.summary.into_iter().chain(notes).collect();
     Ok((!summary.is_empty()).then(|| summary.join("; ")))
@@ -338,15 +342,27 @@ async fn prepare_repository(
 
 const SETUP_MARK: &str = "__HALYARD_HAS_SETUP__";
 const HOOKS_MARK: &str = "__HALYARD_HAS_HOOKS__";
+const CHECKS_MARK: &str = "__HALYARD_CHECKS__";
+const CHECKS_END: &str = "__HALYARD_CHECKS_END__";
 
-/// Says whether the workspace has a setup script and a pre-commit hook to install, then prints
-/// its skills as [`repo_skills`] does.
+/// Says whether the workspace has a setup script and a pre-commit hook to install, prints the
+/// checks its repository names ([`environment::REPO_CHECKS`]), then its skills as
+/// [`repo_skills`] does.
 fn survey_script() -> String {
+    let checks = environment::REPO_CHECKS;
     format!(
         "if [ -f .openhands/setup.sh ]; then echo {SETUP_MARK}; fi; \
-         if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then echo {HOOKS_MARK}; fi; {}",
+         if [ -f .openhands/pre-commit.sh ] && [ -d .git ]; then echo {HOOKS_MARK}; fi; \
+         if [ -f {checks} ]; then echo {CHECKS_MARK}; head -c 65536 {checks}; printf '\\n%s\\n' {CHECKS_END}; fi; {}",
         skills_script()
     )
+}
+
+/// What `out` holds between a line `start` and a line `end`.
+fn between<'a>(out: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = out.find(&format!("{start}\n"))? + start.len() + 1;
+    let to = out[from..].find(&format!("\n{end}"))? + from;
+    Some(&out[from..to])
 }
 
 /// Reads the workspace's skills and hands the conversation to the agent runners.
@@ -545,6 +561,13 @@ pub fn global_skills(dir: Option<&Path>) -> Vec<Skill> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repositorys_checks_are_read_off_the_survey() {
+        let out = format!("{SETUP_MARK}\n{CHECKS_MARK}\n{{\"verify\": []}}\n{CHECKS_END}\n");
+        assert_eq!(between(&out, CHECKS_MARK, CHECKS_END), Some("{\"verify\": []}"));
+        assert!(between("nothing", CHECKS_MARK, CHECKS_END).is_none());
+    }
 
     #[test]
     fn quoting_and_skills() {

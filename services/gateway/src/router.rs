@@ -158,6 +158,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::org_git::list))
         .routes(routes!(accounts::org_skills::list))
         .routes(routes!(accounts::org_skills::put, accounts::org_skills::delete))
+        .routes(routes!(accounts::org_templates::list))
+        .routes(routes!(accounts::org_templates::put, accounts::org_templates::delete))
         .routes(routes!(accounts::org_git::put, accounts::org_git::delete))
         .routes(routes!(accounts::org_mcp::put, accounts::org_mcp::delete))
         .routes(routes!(conversations::org_shared::list))

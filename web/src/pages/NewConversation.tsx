@@ -1,7 +1,9 @@
 // Start a conversation: a message, optionally a repository (picked from what the user's git
 // providers reach, with its branches, or any URL typed in), the agent (Halyard's own or a
-// third-party one, as `GET /agents` offers them), an LLM profile and a sandbox spec.
-// The start task itself is followed on the conversation's page.
+// third-party one, as `GET /agents` offers them), an LLM profile and a sandbox spec; or one
+// of the user's templates with its parameters filled in. With several attempts the start runs
+// side by side and the group's page follows them; else the start task itself is followed on
+// the conversation's page.
 
 import { useEffect, useState, type FormEvent } from "react";
 import { api, errorText } from "../api";
@@ -9,6 +11,7 @@ import { navigate } from "../router";
 import { ErrorText } from "../components/Status";
 import { ORG_EXPOSURE } from "./Orgs";
 import type { AgentView } from "../types";
+import type * as S from "../api-schema";
 
 export function NewConversation() {
   const [message, setMessage] = useState("");
@@ -28,6 +31,11 @@ export function NewConversation() {
   const [branches, setBranches] = useState<string[]>([]);
   const [agent, setAgent] = useState("");
   const [agents, setAgents] = useState<AgentView[]>([]);
+  const [templates, setTemplates] = useState<S.TemplateView[]>([]);
+  const [template, setTemplate] = useState("");
+  const [params, setParams] = useState<Record<string, string>>({});
+  const [attempts, setAttempts] = useState(1);
+  const chosen = templates.find((t) => t.name === template);
 
   useEffect(() => {
     api.agents.list().then(
@@ -47,6 +55,10 @@ export function NewConversation() {
     );
     api.orgs().then(
       (r) => setOrgs(r.items.map((o) => o.name)),
+      () => {},
+    );
+    api.templates().then(
+      (r) => setTemplates(r.items),
       () => {},
     );
   }, []);
@@ -93,15 +105,23 @@ export function NewConversation() {
     setBusy(true);
     setError(undefined);
     try {
-      const task = await api.start({
-        message: message.trim(),
+      const body = {
+        message: message.trim() || undefined,
         repository: repo.trim() ? { url: repo.trim(), branch: branch.trim() || undefined } : undefined,
         sandbox_spec: spec || undefined,
         llm_profile: profile || undefined,
         agent: agent || undefined,
         org: org || undefined,
-        visibility: org && shared ? "org" : undefined,
-      });
+        visibility: org && shared ? ("org" as const) : undefined,
+        template: template || undefined,
+        parameters: template ? params : undefined,
+      };
+      if (attempts > 1) {
+        const group = await api.startAttempts({ ...body, attempts });
+        navigate(`/batches/${group.id}`);
+        return;
+      }
+      const task = await api.start(body);
       navigate(`/c/${task.conversation_id}?task=${task.id}`);
     } catch (err) {
       setError(errorText(err));
@@ -113,7 +133,30 @@ export function NewConversation() {
     <section className="page narrow">
       <h1>New conversation</h1>
       <form onSubmit={submit} className="stack">
-        <label htmlFor="message">What should the agent do?</label>
+        {templates.length > 0 && (
+          <>
+            <label htmlFor="template">From a template</label>
+            <select id="template" value={template} onChange={(e) => (setTemplate(e.target.value), setParams({}))}>
+              <option value="">None</option>
+              {templates.map((t) => (
+                <option key={t.name}>{t.name}</option>
+              ))}
+            </select>
+            {chosen?.parameters.map((p) => (
+              <div key={p} className="stack">
+                <label htmlFor={`param-${p}`}>{p}</label>
+                <input id={`param-${p}`} value={params[p] ?? ""} onChange={(e) => setParams({ ...params, [p]: e.target.value })} required />
+              </div>
+            ))}
+            {chosen && (
+              <p className="muted small" data-testid="template-start">
+                Starts with: {chosen.start.message}
+                {chosen.checks ? " (its work is checked)" : ""}
+              </p>
+            )}
+          </>
+        )}
+        <label htmlFor="message">{chosen ? "What should the agent do? (the template's message if empty)" : "What should the agent do?"}</label>
         <textarea
           id="message"
           rows={5}
@@ -123,7 +166,7 @@ export function NewConversation() {
           onKeyDown={(e) => {
             if (e.key === "Enter" && (e.metaKey || e.ctrlKey)) (e.currentTarget.form as HTMLFormElement).requestSubmit();
           }}
-          required
+          required={!chosen}
         />
         <fieldset>
           <legend>Repository (optional)</legend>
@@ -212,8 +255,23 @@ export function NewConversation() {
             </select>
           </>
         )}
+        <label htmlFor="attempts">Attempts</label>
+        <input
+          id="attempts"
+          type="number"
+          min={1}
+          max={8}
+          value={attempts}
+          onChange={(e) => setAttempts(Math.max(1, Math.min(8, Number(e.target.value) || 1)))}
+        />
+        {attempts > 1 && (
+          <p className="muted small">
+            The task runs {attempts} times side by side, each in its own sandbox; the best (its checks passed, then the highest score, then the
+            fewest tokens) is chosen and the others are kept to read.
+          </p>
+        )}
         <ErrorText error={error} />
-        <button type="submit" disabled={busy || !message.trim()}>
+        <button type="submit" disabled={busy || (!message.trim() && !chosen)}>
           {busy ? "Starting…" : "Start"}
         </button>
       </form>

@@ -137,6 +137,8 @@ fn row(state: &AppState, batch: &Batch, r: usize) -> Result<ItemRow, ApiError> {
         round: run.round,
         attempts: Vec::new(),
         best_attempt: None,
+        result: view.as_ref().and_then(|v| v.result.clone()),
+        diff: None,
     })
 }
 
@@ -235,10 +237,15 @@ pub async fn create(
     User(user): User,
     ApiJson(body): ApiJson<BatchBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let batch = checked(&state, &user, body).await?;
-    batches::create(&state, &batch).await?;
-    tracing::info!(batch = %batch.id, user = %user, items = batch.items.len(), "batch created");
-    Ok((StatusCode::CREATED, Json(view(&state, &batch)?)))
+    Ok((StatusCode::CREATED, Json(start(&state, &user, body).await?)))
+}
+
+/// Checks and stores a new batch (the automation service starts its items): its table.
+pub(crate) async fn start(state: &AppState, user: &UserId, body: BatchBody) -> Result<BatchView, ApiError> {
+    let batch = checked(state, user, body).await?;
+    batches::create(state, &batch).await?;
+    tracing::info!(batch = %batch.id, user = %user, items = batch.items.len(), attempts = batch.attempts, "batch created");
+    view(state, &batch)
 }
 
 /// Your batches, newest first.
@@ -253,10 +260,62 @@ pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Jso
 pub struct Format {
     /// `csv` for the table as CSV (else JSON).
     pub format: Option<String>,
+    /// `true`: each row (and attempt) says how much its work changed (`diff`), read from its
+    /// sandbox while it runs.
+    #[serde(default)]
+    pub diff: bool,
+}
+
+/// Fills in each row's and attempt's `diff` from its sandbox, a few at a time; one that does
+/// not answer soon (or whose sandbox is not running) has none.
+async fn with_diffs(state: &AppState, user: &UserId, rows: &mut [ItemRow]) {
+    use futures::StreamExt;
+    let convs: Vec<String> = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r).chain(&r.attempts))
+        .filter_map(|r| r.conversation_id.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let sizes: std::collections::HashMap<String, batches::DiffSize> = futures::stream::iter(convs)
+        .map(|c| async move {
+            let asked = crate::api::workspace::files::changes_of(state, user, &c, false);
+            match tokio::time::timeout(std::time::Duration::from_secs(5), asked).await {
+                Ok(Ok(changes)) => Some((c, batches::DiffSize::of(&changes.0))),
+                _ => None,
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await;
+    let size = |r: &ItemRow| r.conversation_id.as_ref().and_then(|c| sizes.get(c).cloned());
+    for r in rows.iter_mut() {
+        for a in r.attempts.iter_mut() {
+            a.diff = size(a);
+        }
+        r.diff = size(r);
+    }
+}
+
+/// 409 `attempt_not_chosen` for conversation `c` when it is an attempt its group decided
+/// against: the others are kept to be read, and carried on from with a fork.
+pub(crate) async fn require_chosen(state: &AppState, user: &UserId, c: &ConversationView) -> Result<(), ApiError> {
+    let Some(batch) = c.tags.get("batch").filter(|_| c.tags.contains_key("batch_attempt")) else { return Ok(()) };
+    let Ok((batch, _)) = batches::load(state, user, batch).await else { return Ok(()) };
+    if batches::lost(&rows(state, &batch)?, &c.id) {
+        return Err(ApiError::conflict(
+            "attempt_not_chosen",
+            "another attempt of this group was chosen; this one is kept to read. Fork it to carry on from it",
+        ));
+    }
+    Ok(())
 }
 
 /// A batch and its results table: one row per item, its status, its checks' verdict and score,
-/// tokens, cost, duration and conversation (`?format=csv`: the rows as CSV).
+/// tokens, cost, duration, result and conversation (`?format=csv`: the rows as CSV;
+/// `?diff=true`: with how much each changed). A group of attempts (`POST /conversations` with
+/// `attempts`) is a batch of one item.
 #[utoipa::path(get, path = "/batches/{id}", tag = "batches", params(("id" = String, Path), Format),
     responses((status = 200, body = BatchView), Refusals))]
 pub async fn get_one(
@@ -271,7 +330,13 @@ pub async fn get_one(
             let body = batches::csv(&rows(&state, &batch)?);
             Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response())
         }
-        None | Some("json") => Ok(Json(view(&state, &batch)?).into_response()),
+        None | Some("json") => {
+            let mut view = view(&state, &batch)?;
+            if q.diff {
+                with_diffs(&state, &user, &mut view.items).await;
+            }
+            Ok(Json(view).into_response())
+        }
         Some(other) => Err(ApiError::bad_request("invalid_field", format!("`format`: `json` or `csv`, not {other:?}"))),
     }
 }

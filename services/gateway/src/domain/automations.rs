@@ -26,14 +26,15 @@ pub fn check_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn check_prompt(prompt: Option<&str>, trigger: &proto::Trigger) -> Result<(), ApiError> {
+/// A prompt of the right size; a schedule needs one (or a template, whose message is one).
+pub fn check_prompt(prompt: Option<&str>, template: bool, trigger: &proto::Trigger) -> Result<(), ApiError> {
     match prompt {
         Some(p) if p.chars().count() > MAX_PROMPT_CHARS || p.trim().is_empty() => {
             Err(ApiError::bad_request("invalid_field", format!("`prompt`: 1 to {MAX_PROMPT_CHARS} characters")))
         }
-        None if matches!(trigger, proto::Trigger::Schedule { .. }) => Err(ApiError::bad_request(
+        None if !template && matches!(trigger, proto::Trigger::Schedule { .. }) => Err(ApiError::bad_request(
             "invalid_field",
-            "`prompt`: a schedule has no event to make a message of; say what each run should do",
+            "`prompt`: a schedule has no event to make a message of; say what each run should do (or name a `template`)",
         )),
         _ => Ok(()),
     }

@@ -113,6 +113,38 @@ pub struct ItemRow {
     /// tokens), once every attempt ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub best_attempt: Option<usize>,
+    /// The agent's typed result (with `result_schema`), as its conversation holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+    /// With `?diff=true`: how much its work changed in the workspace (absent when its sandbox
+    /// is not running: a hibernated one is not woken to say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<DiffSize>,
+}
+
+/// How much a conversation's work changed in its workspace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, ToSchema)]
+pub struct DiffSize {
+    pub files: usize,
+    /// Lines added and removed, over every file's diff.
+    pub additions: u64,
+    pub deletions: u64,
+}
+
+impl DiffSize {
+    /// Counted off the workspace's changes (each file's unified diff).
+    pub fn of(changes: &halyard_protocol::executor::ChangesResponse) -> Self {
+        let mut size = Self { files: changes.files.len(), ..Self::default() };
+        for line in changes.files.iter().flat_map(|f| f.diff.lines()) {
+            if line.starts_with('+') && !line.starts_with("+++") {
+                size.additions += 1;
+            } else if line.starts_with('-') && !line.starts_with("---") {
+                size.deletions += 1;
+            }
+        }
+        size
+    }
 }
 
 /// The row of an item that ran `attempts` times: the best attempt's, with every attempt's. Not
@@ -133,6 +165,14 @@ pub fn best_of(index: usize, attempts: Vec<ItemRow>) -> ItemRow {
     row.best_attempt = best;
     row.attempts = attempts;
     row
+}
+
+/// Whether the conversation `conv`, an attempt of a decided group, lost: the best attempt of
+/// its item is another. (An undecided item has no loser yet.)
+pub fn lost(rows: &[ItemRow], conv: &str) -> bool {
+    rows.iter().filter_map(|r| Some((r, &r.attempts[r.best_attempt?]))).any(|(r, best)| {
+        best.conversation_id.as_deref() != Some(conv) && r.attempts.iter().any(|a| a.conversation_id.as_deref() == Some(conv))
+    })
 }
 
 /// How many rows have each status.

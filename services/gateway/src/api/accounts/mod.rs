@@ -14,6 +14,7 @@ pub mod org_mcp;
 pub mod org_profiles;
 pub mod org_secrets;
 pub mod org_skills;
+pub mod org_templates;
 pub mod orgs;
 pub mod session;
 pub mod sso;

@@ -69,7 +69,10 @@ pub async fn create(
     {
         return Err(ApiError::bad_request("invalid_field", "`trigger`: a slack trigger needs the app's `signing_secret` and `bot_token`"));
     }
-    check_prompt(body.prompt.as_deref(), &trigger)?;
+    check_prompt(body.prompt.as_deref(), body.template.is_some(), &trigger)?;
+    if let Some(t) = &body.template {
+        check_template(&state, &user, t).await?;
+    }
     let repository = match &body.repository {
         Some(r) => Some(check_repository(&state, &user, r).await?),
         None => None,
@@ -105,6 +108,7 @@ pub async fn create(
         prompt: body.prompt,
         llm_profile: body.llm_profile,
         agent: body.agent,
+        template: body.template,
         enabled: body.enabled.unwrap_or(true),
         secret_sealed,
         token_sealed,
@@ -159,6 +163,7 @@ pub async fn patch(
         ("prompt", body.prompt.is_some()),
         ("llm_profile", body.llm_profile.is_some()),
         ("agent", body.agent.is_some()),
+        ("template", body.template.is_some()),
         ("enabled", body.enabled.is_some()),
     ]
     .into_iter()
@@ -198,7 +203,13 @@ pub async fn patch(
     if let Some(p) = body.prompt {
         a.prompt = p;
     }
-    check_prompt(a.prompt.as_deref(), &a.trigger)?;
+    if let Some(t) = body.template {
+        if let Some(t) = &t {
+            check_template(&state, &user, t).await?;
+        }
+        a.template = t;
+    }
+    check_prompt(a.prompt.as_deref(), a.template.is_some(), &a.trigger)?;
     if let Some(p) = body.llm_profile {
         if let Some(p) = &p {
             crate::domain::user_config::check_profile(&state, &user, "llm_profile", p).await?;
@@ -275,4 +286,16 @@ pub async fn runs(
         }
     }
     Ok(Json(RunList { items }))
+}
+
+/// An automation names one of its owner's own templates: its runs happen later, when an
+/// organization's could no longer be the owner's to use.
+async fn check_template(state: &AppState, user: &UserId, name: &str) -> Result<(), ApiError> {
+    if name.starts_with('@') {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            "`template`: an automation names one of your own templates (`GET /templates`); copy the organization's into yours",
+        ));
+    }
+    crate::api::settings::templates::template_of(state, user, name).await.map(drop)
 }

@@ -50,6 +50,11 @@ pub struct CreateBody {
     /// as if absent. Its LLM profile must speak a wire the agent speaks.
     #[serde(default)]
     pub agent: Option<String>,
+    /// One of your templates (`GET /templates`): its checks (`result_schema`, `verify`),
+    /// environment, sandbox spec and LLM profile apply to the runs that run as you, and its
+    /// message (over the event's `{{title}}`, `{{body}}`...) when `prompt` is absent.
+    #[serde(default)]
+    pub template: Option<String>,
     /// `true` if absent.
     #[serde(default)]
     pub enabled: Option<bool>,
@@ -77,6 +82,9 @@ pub struct PatchBody {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub agent: Option<Option<String>>,
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub template: Option<Option<String>>,
     #[serde(default)]
     pub enabled: Option<bool>,
 }
@@ -117,6 +125,7 @@ pub struct AutomationView {
     pub prompt: Option<String>,
     pub llm_profile: Option<String>,
     pub agent: Option<String>,
+    pub template: Option<String>,
     pub enabled: bool,
     /// Where the sender posts (kinds that receive requests): the one route that takes no key.
     pub hook_url: Option<String>,
@@ -184,6 +193,7 @@ pub(super) fn view(state: &AppState, headers: &HeaderMap, a: &Automation, secret
         prompt: a.prompt.clone(),
         llm_profile: a.llm_profile.clone(),
         agent: a.agent.clone(),
+        template: a.template.clone(),
         enabled: a.enabled,
         hook_url,
         secret,

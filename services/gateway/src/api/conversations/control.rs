@@ -88,6 +88,7 @@ pub async fn send_message(
     check_images(&body.images)?;
     require_started(&c)?;
     require_sandbox(&c)?;
+    crate::api::batches::require_chosen(&state, &user, &c).await?;
     // A spent budget of its organization would stop the run before its first call.
     if let Some(org) = c.start_request.as_ref().and_then(|r| r.org.as_deref()) {
         if let Some((_, o)) = state.accounts.org(org) {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use halyard_platform::bus;
@@ -19,6 +19,7 @@ use halyard_protocol::queue::QueueTerms;
 use halyard_protocol::system::{ForkSource, Repository, StartRequest};
 use halyard_protocol::{ConversationId, Envelope, SandboxId, subjects};
 
+use crate::api::batches::BatchView;
 use crate::api::conversations::checks::{
     MAX_MESSAGE_CHARS, MAX_TITLE_CHARS, check_at_seq, check_text, check_title, require_own_workspace, require_ready, require_sandbox,
 };
@@ -117,20 +118,68 @@ pub struct StartBody {
     /// How many times the agent may finish and be checked (1 to 10; absent: 3).
     #[serde(default)]
     pub max_verify_attempts: Option<u32>,
+    /// Best of N (2 to 8; absent: 1): the start runs N times side by side, each its own
+    /// conversation and sandbox, each checked; the best (passed first, then the highest score,
+    /// then the fewest tokens) is the group's result and the others stay, read-only. The answer
+    /// is then 201 with the group (a batch of one item: `GET /batches/{id}`) instead of a start
+    /// task.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 8)]
+    pub attempts: Option<u32>,
+    /// One of your templates (`GET /templates`): what this body leaves out (`message`, `title`,
+    /// `repository`, `environment`, `sandbox_spec`, `llm_profile`) is the template's, its
+    /// `{{parameters}}` filled from `parameters`; its checks apply unless the body names its own.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// The template's parameters' values, by name.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+impl StartBody {
+    /// The body with what it leaves out taken from `user`'s template, if it names one.
+    async fn with_template(mut self, state: &AppState, user: &halyard_protocol::UserId) -> Result<Self, ApiError> {
+        let Some(name) = self.template.take() else {
+            if !self.parameters.is_empty() {
+                return Err(ApiError::bad_request("invalid_field", "`parameters` go with `template`"));
+            }
+            return Ok(self);
+        };
+        let template = crate::api::settings::templates::template_of(state, user, &name).await?;
+        let item = template.item(&self.parameters).map_err(|e| ApiError::bad_request("invalid_field", format!("`parameters`: {e}")))?;
+        let checks = template.checks;
+        self.message = self.message.or(Some(item.message));
+        self.title = self.title.or(item.title);
+        self.repository = self.repository.or(item.repository.map(|r| RepositoryBody { url: r.url, branch: r.branch }));
+        self.environment = self.environment.or(item.environment);
+        self.sandbox_spec = self.sandbox_spec.or(item.sandbox_spec);
+        self.llm_profile = self.llm_profile.or(item.llm_profile);
+        if let Some(c) = checks.filter(|_| self.verify.is_empty() && self.result_schema.is_none()) {
+            self.result_schema = c.result_schema;
+            self.verify = c.verify;
+            self.max_verify_attempts = self.max_verify_attempts.or(c.max_verify_attempts);
+        }
+        Ok(self)
+    }
 }
 
 /// Starts a conversation: answers 202 with its start task (follow it with `GET
 /// /api/v1/start-tasks/{id}`). When no sandbox host has room, or the user or the deployment
 /// runs as many sandboxes as they may, the start waits its turn (`QUEUED`, with its `position`)
 /// and goes on by itself; 429 `too_many_starting` when the user already has as many starts
-/// under way as they may.
+/// under way as they may. With `attempts` above 1: 201 with the group of attempts.
 #[utoipa::path(post, path = "/conversations", tag = "conversations", request_body = StartBody,
-    responses((status = 202, body = StartTask), Refusals, BodyRefusals))]
+    responses((status = 202, body = StartTask), (status = 201, body = BatchView, description = "With `attempts`: the group"),
+        Refusals, BodyRefusals))]
 pub async fn start_conversation(
     State(state): State<AppState>,
     User(user): User,
     ApiJson(body): ApiJson<StartBody>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Response, ApiError> {
+    let body = body.with_template(&state, &user).await?;
+    if body.attempts.is_some_and(|n| n != 1) {
+        return start_attempts(&state, &user, body).await;
+    }
     if let Some(m) = &body.message {
         check_text("message", m, MAX_MESSAGE_CHARS)?;
     }
@@ -227,7 +276,61 @@ pub async fn start_conversation(
     let queue = QueueTerms { deadline_secs: body.queue_deadline_secs, ..Default::default() };
     let start = Start { conversation_id: ConversationId::new(), title: body.title, repository, request, queue };
     let task = begin(&state, &user, start, halyard_platform::now_ms()).await?;
-    Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
+    Ok((StatusCode::ACCEPTED, Json(task_json(&task))).into_response())
+}
+
+/// A start with `attempts`: a batch of one item run `attempts` times at once (the automation
+/// service runs it, through the start queue like any batch). What a batch's items cannot carry
+/// is refused in words rather than dropped.
+async fn start_attempts(state: &AppState, user: &halyard_protocol::UserId, body: StartBody) -> Result<Response, ApiError> {
+    let bad = |field: &str, why: &str| {
+        ApiError::bad_request("invalid_field", format!("`{field}` does not go with `attempts`: {why}; start without `attempts` for it"))
+    };
+    let not_with = [
+        (body.org.is_some(), "org", "the attempts run as yours"),
+        (body.secrets.is_some(), "secrets", "the attempts get your secrets as a batch's items do"),
+        (
+            body.agent.as_deref().is_some_and(|a| a != halyard_protocol::agents::HALYARD),
+            "agent",
+            "attempts run Halyard's own agent, which checks its work",
+        ),
+        (body.confirmation_policy.is_some_and(|p| p != ConfirmationPolicy::Never), "confirmation_policy", "attempts run unattended"),
+        (body.queue_deadline_secs.is_some(), "queue_deadline_secs", "attempts wait in the batch class of the start queue"),
+        (!body.tags.is_empty(), "tags", "the attempts are tagged with their group"),
+        (body.visibility != halyard_protocol::org::Visibility::Private, "visibility", "the attempts are yours only"),
+    ];
+    if let Some((_, field, why)) = not_with.iter().find(|(set, ..)| *set) {
+        return Err(bad(field, why));
+    }
+    let Some(message) = body.message.filter(|m| !m.trim().is_empty()) else {
+        return Err(ApiError::bad_request("invalid_field", "`attempts` needs a `message`: what each attempt should do"));
+    };
+    let name = body.title.clone().unwrap_or_else(|| message.chars().take(60).collect());
+    let n = body.attempts.unwrap_or(1);
+    let group = crate::api::batches::BatchBody {
+        name: Some(name),
+        items: vec![halyard_protocol::batch::BatchItem {
+            message,
+            title: body.title,
+            repository: body.repository.map(|r| Repository { url: r.url, branch: r.branch }),
+            environment: body.environment,
+            sandbox_spec: body.sandbox_spec,
+            llm_profile: body.llm_profile,
+        }],
+        template: None,
+        rows: Vec::new(),
+        // Side by side: every attempt at once.
+        concurrency: Some(n.clamp(1, halyard_protocol::batch::MAX_ATTEMPTS)),
+        attempts: Some(n),
+        llm_profile: None,
+        result_schema: body.result_schema,
+        verify: body.verify,
+        max_verify_attempts: body.max_verify_attempts,
+        max_budget_usd: body.max_budget_usd,
+        max_tokens: body.max_tokens,
+    };
+    let view = crate::api::batches::start(state, user, group).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
 /// Starts a conversation whose start failed again, as it was asked, in a new sandbox (the failed

@@ -1,7 +1,9 @@
 //! `/api/v1/templates`: a user's stored starts with `{{parameters}}` in their text
 //! ([`halyard_protocol::batch::Template`]): the message, title, repository and environment are
 //! filled from a row of values, so that a batch's `rows` make one item each
-//! (`POST /batches` with `template`).
+//! (`POST /batches` with `template`), a start's `parameters` make its own (`POST /conversations`
+//! with `template`), and an automation's event its runs'. An organization's templates
+//! (`/orgs/{org}/templates`: [`crate::api::accounts::org_templates`]) are named `@<org>/<name>`.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +14,7 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use halyard_protocol::batch::{BatchItem, Template, Templates, parameters, templates_key};
+use halyard_protocol::batch::{BatchItem, Template, Templates, org_templates_key, parameters, templates_key};
 use halyard_protocol::event::{Check, Checks};
 
 use crate::auth::User;
@@ -88,8 +90,7 @@ fn view(name: &str, t: &Template) -> TemplateView {
 /// Your templates.
 #[utoipa::path(get, path = "/templates", tag = "batches", responses((status = 200, body = TemplateList), Refusals))]
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<TemplateList>, ApiError> {
-    let (mine, _) = user_store::load::<Templates>(&state, &templates_key(&user)).await?;
-    Ok(Json(TemplateList { items: mine.templates.iter().map(|(n, t)| view(n, t)).collect() }))
+    Ok(Json(list_at(&state, &templates_key(&user)).await?))
 }
 
 /// Creates (201) or replaces (200) one of your templates.
@@ -101,7 +102,14 @@ pub async fn put(
     Path(name): Path<String>,
     ApiJson(body): ApiJson<TemplateBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    check_name("name", &name)?;
+    let (shown, created) = store(&state, &templates_key(&user), &name, body).await?;
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(shown)))
+}
+
+/// Checks template `name` as written and stores it under `key` (a user's or an
+/// organization's templates): it as shown, and whether it is new.
+pub(crate) async fn store(state: &AppState, key: &str, name: &str, body: TemplateBody) -> Result<(TemplateView, bool), ApiError> {
+    check_name("name", name)?;
     let bad = |m: String| ApiError::bad_request("invalid_field", m);
     if body.start.message.trim().is_empty() {
         return Err(bad("`start.message`: what the agent should do, with `{{parameters}}` if wanted".into()));
@@ -111,17 +119,23 @@ pub async fn put(
     let checks = Checks { result_schema: body.result_schema, verify: body.verify, max_verify_attempts: body.max_verify_attempts };
     halyard_platform::results::check_checks(&checks).map_err(bad)?;
     let template = Template { item: body.start, checks: (!checks.is_empty()).then_some(checks), updated_ms: halyard_platform::now_ms() };
-    let shown = view(&name, &template);
-    let created = user_store::modify(&state, &templates_key(&user), |s: &mut Templates| {
-        let created = !s.templates.contains_key(&name);
+    let shown = view(name, &template);
+    let created = user_store::modify(state, key, |s: &mut Templates| {
+        let created = !s.templates.contains_key(name);
         if created && s.templates.len() >= MAX_TEMPLATES {
-            return Err(ApiError::conflict("too_many_templates", format!("you have {MAX_TEMPLATES} templates already; delete one first")));
+            return Err(ApiError::conflict("too_many_templates", format!("{MAX_TEMPLATES} templates are kept already; delete one first")));
         }
-        s.templates.insert(name.clone(), template.clone());
+        s.templates.insert(name.to_owned(), template.clone());
         Ok(created)
     })
     .await?;
-    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(shown)))
+    Ok((shown, created))
+}
+
+/// The templates stored under `key`, as shown.
+pub(crate) async fn list_at(state: &AppState, key: &str) -> Result<TemplateList, ApiError> {
+    let (stored, _) = user_store::load::<Templates>(state, key).await?;
+    Ok(TemplateList { items: stored.templates.iter().map(|(n, t)| view(n, t)).collect() })
 }
 
 /// Deletes one of your templates.
@@ -132,6 +146,25 @@ pub async fn delete(State(state): State<AppState>, User(user): User, Path(name):
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `user`'s template `name`, or `@<org>/<name>` of an organization they are in now (400
+/// `unknown_template` if there is none by that name; 404 for an organization they are not in).
+pub async fn template_of(state: &AppState, user: &halyard_protocol::UserId, name: &str) -> Result<Template, ApiError> {
+    let (key, short) = match name.strip_prefix('@').and_then(|n| n.split_once('/')) {
+        Some((org, short)) => {
+            let (_, org, _) = crate::auth::access::load(state, user, org)?;
+            (org_templates_key(&org.name), short)
+        }
+        None => (templates_key(user), name),
+    };
+    let (mut stored, _) = user_store::load::<Templates>(state, &key).await?;
+    stored.templates.remove(short).ok_or_else(|| {
+        ApiError::bad_request(
+            "unknown_template",
+            format!("there is no template {name:?} (GET /templates and /orgs/{{org}}/templates list them)"),
+        )
+    })
+}
+
 /// The items `user`'s template `name` makes of `rows`, with its checks; a row without a value
 /// the template needs is refused, naming both.
 pub async fn items_of(
@@ -140,14 +173,11 @@ pub async fn items_of(
     name: &str,
     rows: &[BTreeMap<String, String>],
 ) -> Result<(Vec<BatchItem>, Option<Checks>), ApiError> {
-    let (mine, _) = user_store::load::<Templates>(state, &templates_key(user)).await?;
-    let Some(t) = mine.templates.get(name) else {
-        return Err(ApiError::bad_request("unknown_template", format!("you have no template {name:?} (GET /templates lists them)")));
-    };
+    let t = template_of(state, user, name).await?;
     let items = rows
         .iter()
         .enumerate()
         .map(|(i, row)| t.item(row).map_err(|e| ApiError::bad_request("invalid_field", format!("`rows[{i}]`: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((items, t.checks.clone()))
+    Ok((items, t.checks))
 }
