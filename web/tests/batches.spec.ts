@@ -49,4 +49,8 @@ test("a start from a template with attempts opens its group: the attempts side b
   // Each attempt is one click away.
   await group.getByRole("link", { name: "Open" }).first().click();
   await expect(page).toHaveURL(/\/c\/[0-9a-f-]{36}$/);
+  // And the group is one click back.
+  await page.getByTestId("batch-of").getByRole("link", { name: "Attempt 1 of a group" }).click();
+  await expect(page).toHaveURL(/\/batches\/[0-9a-f-]{36}$/);
+  await expect(page.getByRole("region", { name: "Group batch item group 7" })).toBeVisible();
 });

@@ -220,6 +220,13 @@ export function ConversationPage({ id }: { id: string }) {
           {conv?.org && <OrgShareControl conv={conv} onChange={setConv} />}
         </div>
       </div>
+      {conv?.tags?.batch && (
+        <p className="small muted" data-testid="batch-of">
+          <Link href={`/batches/${conv.tags.batch}`}>
+            {conv.tags.batch_attempt === undefined ? "Part of a batch" : `Attempt ${Number(conv.tags.batch_attempt) + 1} of a group`}
+          </Link>
+        </p>
+      )}
       {conv?.verdict && (
         <p className={`small verdict ${conv.verdict.passed ? "passed" : "failed"}`} data-testid="verdict">
           Checks {conv.verdict.passed ? "passed" : "failed"} (score {conv.verdict.score.toFixed(2)}, attempt {conv.verdict.attempt})
