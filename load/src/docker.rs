@@ -88,6 +88,7 @@ pub async fn run(n: usize) -> Result<Value> {
         naming: Naming { deployment: format!("bench{}", std::process::id()) },
         publish_host: std::net::Ipv4Addr::LOCALHOST.into(),
         overlays: std::env::temp_dir(),
+        gvisor_runtime: "runsc".into(),
     };
     let spec = SandboxSpec::default();
     // The same network a sandbox of the default spec joins.

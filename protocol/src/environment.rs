@@ -90,6 +90,10 @@ pub struct Environment {
     /// network class are the operator's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
+    /// The container runtime its sandboxes run under (`runc` or `gvisor`): the operator's
+    /// first spec with it, unless it names its spec (which must then have it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
     /// Limits below the spec's.
     #[serde(default, skip_serializing_if = "Resources::is_empty")]
     pub resources: Resources,

@@ -112,6 +112,10 @@ pub struct OrgSettings {
     /// Who of its members may issue API keys of their own.
     #[serde(default, skip_serializing_if = "KeyIssuers::is_everyone")]
     pub key_issuers: KeyIssuers,
+    /// The container runtime every conversation in it runs under (`gvisor`): a start naming a
+    /// spec of another is refused; one naming none gets the operator's first spec with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_runtime: Option<String>,
 }
 
 /// Who of an organization's members may issue API keys of their own (`POST /me/keys`).

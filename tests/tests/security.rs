@@ -265,6 +265,17 @@ fn container_ip(container: &str) -> String {
 
 #[tokio::test]
 async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_host() {
+    hostile_agent_in_containers("runc").await;
+}
+
+/// The same probes with every spec under gVisor (`HALYARD_SANDBOX_RUNTIME=gvisor`): the agent's
+/// commands run on gVisor's kernel, and the network rules hold as under runc.
+#[tokio::test]
+async fn under_gvisor_a_hostile_agent_reaches_neither_other_sandboxes_nor_the_host() {
+    hostile_agent_in_containers("gvisor").await;
+}
+
+async fn hostile_agent_in_containers(runtime: &str) {
     init();
     require_engine();
     let llm = ScriptedLlm::start().await;
@@ -273,6 +284,7 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
         HalyardOptions::new(&llm.base_url)
             .set("HALYARD_SANDBOX", "docker")
             .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_SANDBOX_RUNTIME", runtime)
             .set("HALYARD_CONFIG", &config.path().display().to_string()),
     );
     let host_port = host_server();
@@ -320,7 +332,8 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
     // data dir is not in the container, and the environment is the spec's.
     let nats_port = h.nats.rsplit(':').next().unwrap().to_owned();
     let data = h.data.path().display().to_string();
-    let halyard_things = [tcp_probe(&networks[open_network].1, &nats_port), format!("ls {data} 2>&1"), "env".to_owned()];
+    let halyard_things =
+        [tcp_probe(&networks[open_network].1, &nats_port), format!("ls {data} 2>&1"), "env".to_owned(), "dmesg 2>&1 | head -1".to_owned()];
     let commands =
         [vec![serve("alice-app")], attacks_on_bob.to_vec(), vec![attacks_on_host[open_network].clone()], halyard_things.to_vec()].concat();
     let (open_sandbox, out) = run_commands(&llm, &alice, None, &commands).await;
@@ -330,8 +343,11 @@ async fn a_hostile_agent_in_a_container_reaches_neither_other_sandboxes_nor_the_
     }
     assert!(out[3].contains("host-secret"), "the probe cannot reach the host even with `open` egress: {}", out[3]);
     assert!(out[4].contains("Error") && !out[4].contains("connected"), "reached NATS: {}", out[4]);
-    assert!(out[5].contains("No such file"), "the data dir is visible: {}", out[5]);
+    // (gVisor says `Invalid argument` where Linux says `No such file or directory`.)
+    assert!(out[5].contains("cannot access"), "the data dir is visible: {}", out[5]);
     assert!(!out[6].contains("HALYARD_") && !out[6].contains(LLM_KEY), "{}", out[6]);
+    // The kernel the commands met: gVisor's says so at its first line.
+    assert_eq!(out[7].contains("gVisor"), runtime == "gvisor", "{}", out[7]);
     let (_, view) = alice.get(&format!("/api/v1/sandboxes/{open_sandbox}")).await;
     let own =
         view["exposed_urls"].as_array().unwrap().iter().find(|u| u["name"] == "WORKER_1").unwrap()["url"].as_str().unwrap().to_owned();

@@ -678,6 +678,10 @@ export type EnvironmentUpdate = {
   /** The sandbox spec its conversations are made from when the start names none (one of the
    * deployment's: their limits and network class are the operator's). */
   spec?: string | null;
+  /** The container runtime its sandboxes run under: `runc` or `gvisor` (a user-space kernel
+   * between the agent and the host's). The operator's first spec with it, unless `spec`
+   * names one (which must have it). */
+  runtime?: string | null;
   /** Limits of its containers, each at most the spec's (`memory_mb`, `cpus`, `pids_limit`). */
   resources?: Resources;
   /** The network class setup runs on (`open`, `internet` or `none`) when it should not be the
@@ -713,6 +717,7 @@ export type EnvironmentView = {
   build_context?: string | null;
   user?: string | null;
   spec?: string | null;
+  runtime?: string | null;
   resources: Resources;
   setup_egress?: string | null;
   forward_ports: number[];
@@ -1426,6 +1431,9 @@ export type OrgSettingsBody = {
   member_monthly_budget_usd?: number | null;
   /** `everyone` (default) or `admins`: who of its members may issue API keys of their own. */
   key_issuers?: KeyIssuers;
+  /** `gvisor`: every conversation in the organization runs under gVisor (a start naming a
+   * spec of another runtime is refused; one naming none gets a gVisor spec). */
+  sandbox_runtime?: string | null;
 };
 
 /** An organization's share of the queue. */
@@ -1670,6 +1678,8 @@ export type SandboxSpec = {
     [key: string]: string;
   };
   limits: SpecLimits;
+  /** The container runtime: `runc` or `gvisor`. */
+  runtime: string;
   runtime_image?: RuntimeImage | null;
   pool: PoolState;
 };

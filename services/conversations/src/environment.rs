@@ -240,6 +240,21 @@ pub fn checks(start: Option<Checks>, plan: Option<&Plan>, repo: Option<Checks>, 
     }
 }
 
+/// `spec` (a spec's name; the default if absent), unless it does not run under `runtime`: then
+/// the first spec that does (or `spec` as it is, if none does: the sandbox says so).
+pub fn spec_for_runtime(
+    sandboxes: &halyard_platform::config::SandboxConfig,
+    spec: Option<String>,
+    runtime: Option<&str>,
+) -> Option<String> {
+    let Some(runtime) = runtime else { return spec };
+    let current = sandboxes.spec(spec.as_deref().unwrap_or(&sandboxes.default_spec));
+    match current {
+        Some(s) if s.runtime == runtime => spec,
+        _ => sandboxes.spec_with_runtime(runtime).map(|s| s.name).or(spec),
+    }
+}
+
 /// Single-quotes a string for bash.
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -248,6 +263,22 @@ pub fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_environments_runtime_picks_a_spec_that_has_it() {
+        let spec = |name: &str, runtime: &str| halyard_platform::config::SandboxSpec {
+            name: name.into(),
+            runtime: runtime.into(),
+            ..Default::default()
+        };
+        let cfg =
+            halyard_platform::config::SandboxConfig { specs: vec![spec("default", "runc"), spec("safe", "gvisor")], ..Default::default() };
+        assert_eq!(spec_for_runtime(&cfg, None, None), None);
+        assert_eq!(spec_for_runtime(&cfg, None, Some("gvisor")).as_deref(), Some("safe"));
+        assert_eq!(spec_for_runtime(&cfg, Some("default".into()), Some("gvisor")).as_deref(), Some("safe"));
+        assert_eq!(spec_for_runtime(&cfg, Some("safe".into()), Some("gvisor")).as_deref(), Some("safe"));
+        assert_eq!(spec_for_runtime(&cfg, None, Some("runc")), None, "the default spec has it");
+    }
 
     #[test]
     fn a_repositorys_checks_come_after_the_starts_and_the_environments() {

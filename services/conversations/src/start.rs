@@ -158,8 +158,11 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         Some(s) => task.status(StartTaskStatus::RestoringSnapshot, Some(format!("snapshot {}", s.snapshot_id))).await?,
         None => task.status(StartTaskStatus::WaitingForSandbox, None).await?,
     }
-    // The start's spec, else its environment's.
-    let spec = task.spec.clone().or_else(|| plan.as_ref().and_then(|p| p.resolved.environment.spec.clone()));
+    // The start's spec, else its environment's; an environment's runtime wins over a spec of
+    // another (a default one the gateway filled in for an environment it did not name).
+    let environment = plan.as_ref().map(|p| &p.resolved.environment);
+    let spec = task.spec.clone().or_else(|| environment.and_then(|e| e.spec.clone()));
+    let spec = environment::spec_for_runtime(&ctx.config.sandbox, spec, environment.and_then(|e| e.runtime.as_deref()));
     let sandbox = wait_for_sandbox(task, spec, snapshot.map(SnapshotRef::from))
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;

@@ -153,9 +153,35 @@ pub struct Engine {
     /// Where the upper and work directories of overlay volumes are (a workspace started from a
     /// snapshot: see [`Engine::ensure_volume`]), on the engine's host.
     pub overlays: std::path::PathBuf,
+    /// The engine's name for gVisor's runtime (specs with `runtime = "gvisor"`).
+    pub gvisor_runtime: String,
 }
 
 impl Engine {
+    /// The engine's runtime for a spec's `runtime` (`None`: the engine's default, runc).
+    pub fn runtime_of(&self, runtime: &str) -> Option<String> {
+        (runtime == "gvisor").then(|| self.gvisor_runtime.clone())
+    }
+
+    /// Whether the engine can run containers under `runtime` (a spec's): an unknown name, or
+    /// gVisor on an engine that has no such runtime registered, is an error in words.
+    pub async fn check_runtime(&self, runtime: &str) -> Result<(), DockerError> {
+        let fail = |detail: String| DockerError::Engine { op: "check runtime", detail };
+        if !halyard_platform::config::RUNTIMES.contains(&runtime) {
+            return Err(fail(format!("unknown runtime `{runtime}`: use runc or gvisor")));
+        }
+        let Some(name) = self.runtime_of(runtime) else { return Ok(()) };
+        let info = self.docker.info().await.map_err(|e| DockerError::from_engine("info", e))?;
+        if info.runtimes.unwrap_or_default().contains_key(&name) {
+            Ok(())
+        } else {
+            Err(fail(format!(
+                "gVisor asked for, but the Docker engine has no runtime `{name}`: install runsc and register it \
+                 (infra/docker-up.sh does), or set HALYARD_GVISOR_RUNTIME to the name it has"
+            )))
+        }
+    }
+
     /// Creates the workspace volume if it does not exist (an existing one keeps its files). With
     /// `lower` (a snapshot's workspace, a directory of the engine's host), a new volume is an
     /// overlay on it: the sandbox sees the snapshot's files at once and writes its own changes to
@@ -275,6 +301,7 @@ impl Engine {
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 // An init reaps the orphans of the agent's commands.
                 init: Some(true),
+                runtime: self.runtime_of(&spec.runtime),
                 ..Default::default()
             }),
             ..Default::default()

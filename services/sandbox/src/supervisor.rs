@@ -424,9 +424,10 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
     }
     let naming = crate::docker::Naming { deployment: config.node_id.clone() };
     let overlays = crate::snapshots::process_root(&config.data_dir).join("overlays");
-    let engine = Engine { docker, naming, publish_host: sandbox.publish_host, overlays };
-    // Each spec's network, before any container needs it.
+    let engine = Engine { docker, naming, publish_host: sandbox.publish_host, overlays, gvisor_runtime: sandbox.gvisor_runtime.clone() };
+    // Each spec's runtime and network, before any container needs them.
     for spec in sandbox.specs() {
+        engine.check_runtime(&spec.runtime).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         let egress = crate::egress::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");

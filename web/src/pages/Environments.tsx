@@ -27,6 +27,7 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
   const [cacheKey, setCacheKey] = useState("");
   const [pool, setPool] = useState(0);
   const [setupEgress, setSetupEgress] = useState("");
+  const [runtime, setRuntime] = useState("");
   const [memory, setMemory] = useState("");
   const [ports, setPorts] = useState("");
   const [error, setError] = useState<string>();
@@ -40,6 +41,7 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
         cache_key: lines(cacheKey.replace(/,/g, "\n")),
         pool_size: pool,
         setup_egress: setupEgress || null,
+        runtime: runtime || null,
         resources: memory ? { memory_mb: Number(memory) } : {},
         forward_ports: lines(ports.replace(/,/g, "\n")).map(Number),
       });
@@ -87,6 +89,14 @@ function EnvironmentForm({ onSaved }: { onSaved: () => void }) {
           <option value="open">open</option>
           <option value="internet">internet</option>
           <option value="none">none</option>
+        </select>
+      </label>
+      <label>
+        Runtime
+        <select value={runtime} onChange={(e) => setRuntime(e.target.value)}>
+          <option value="">the spec's</option>
+          <option value="runc">runc</option>
+          <option value="gvisor">gVisor (a kernel of its own: safer, slower system calls)</option>
         </select>
       </label>
       <label>
@@ -141,9 +151,9 @@ export function Environments() {
                 {e.setup_secrets.length > 0 && <div className="muted small">secrets: {e.setup_secrets.join(", ")}</div>}
                 {e.cache_key.length > 0 && <div className="muted small">keyed by: {e.cache_key.join(", ")}</div>}
                 {e.setup_egress && <div className="muted small">setup's network: {e.setup_egress}</div>}
-                {(e.spec || e.resources.memory_mb || e.resources.cpus) && (
+                {(e.spec || e.runtime || e.resources.memory_mb || e.resources.cpus) && (
                   <div className="muted small">
-                    {e.spec && `spec ${e.spec}`} {e.resources.memory_mb && `${e.resources.memory_mb} MiB`} {e.resources.cpus && `${e.resources.cpus} CPUs`}
+                    {e.spec && `spec ${e.spec}`} {e.runtime && `under ${e.runtime}`} {e.resources.memory_mb && `${e.resources.memory_mb} MiB`} {e.resources.cpus && `${e.resources.cpus} CPUs`}
                   </div>
                 )}
                 {e.forward_ports.length > 0 && <div className="muted small">forwards: {e.forward_ports.join(", ")}</div>}

@@ -131,6 +131,17 @@ export function OrgSettings({ org }: { org: Org }) {
             <option value="admins">Owners and admins only</option>
           </select>
         </label>
+        <label>
+          Sandbox runtime of its conversations
+          <select
+            value={settings.sandbox_runtime ?? ""}
+            disabled={!manages}
+            onChange={(e) => setSettings({ ...settings, sandbox_runtime: e.target.value || null })}
+          >
+            <option value="">Whatever the spec says</option>
+            <option value="gvisor">gVisor, always</option>
+          </select>
+        </label>
         <label className="check">
           <input
             type="checkbox"

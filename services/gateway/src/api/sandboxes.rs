@@ -96,6 +96,8 @@ pub struct SandboxSpec {
     pub user: String,
     pub env: std::collections::BTreeMap<String, String>,
     pub limits: SpecLimits,
+    /// The container runtime: `runc` or `gvisor`.
+    pub runtime: String,
     /// The image last prepared for Docker sandboxes, if any.
     pub runtime_image: Option<RuntimeImage>,
     pub pool: PoolState,
@@ -213,6 +215,7 @@ pub async fn specs(State(state): State<AppState>, User(_): User) -> Result<Json<
         items.push(SandboxSpec {
             default: spec.name == cfg.default_spec,
             limits: SpecLimits { memory_mb: spec.memory_mb, cpus: spec.cpus, pids: spec.pids_limit },
+            runtime: spec.runtime,
             name: spec.name,
             base_image: spec.base_image,
             working_dir: spec.working_dir,

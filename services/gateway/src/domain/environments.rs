@@ -13,11 +13,14 @@ use crate::http::error::ApiError;
 use crate::state::AppState;
 
 /// 400 `unknown_environment` unless `name` (if given) is an environment this start may have;
-/// the spec it names, if any.
+/// the spec it names, if any, else the first with the runtime it asks for.
 pub async fn check_start(state: &AppState, user: &UserId, org: Option<&str>, name: Option<&str>) -> Result<Option<String>, ApiError> {
     let Some(name) = name else { return Ok(None) };
     match environments::resolve(&state.user_kv, user, org, Some(name)).await {
-        Ok(found) => Ok(found.and_then(|r| r.environment.spec)),
+        Ok(found) => Ok(found.and_then(|r| {
+            let e = r.environment;
+            e.spec.or_else(|| e.runtime.and_then(|rt| state.config.sandbox.spec_with_runtime(&rt)).map(|s| s.name))
+        })),
         Err(ResolveError::Unknown(why)) => Err(ApiError::bad_request("unknown_environment", why)),
         Err(ResolveError::Store(e)) => {
             tracing::error!(error = %e, "environments");
@@ -129,6 +132,7 @@ pub struct Parts {
     pub build_context: Option<String>,
     pub user: Option<String>,
     pub spec: Option<String>,
+    pub runtime: Option<String>,
     pub resources: Resources,
     pub setup_egress: Option<String>,
     pub forward_ports: Vec<u16>,
@@ -166,6 +170,7 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
     }
     check_image(&parts)?;
     check_shape(&parts, sandboxes)?;
+    check_runtime(&parts, sandboxes)?;
     let checks = halyard_protocol::event::Checks { verify: parts.verify.clone(), ..Default::default() };
     halyard_platform::results::check_checks(&checks).map_err(bad)?;
     if parts.pool_size > MAX_POOL {
@@ -188,6 +193,7 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
         build_context: parts.build_context,
         user: parts.user,
         spec: parts.spec,
+        runtime: parts.runtime,
         resources: parts.resources,
         setup_egress: parts.setup_egress,
         forward_ports: parts.forward_ports,
@@ -195,6 +201,27 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
         updated_by: by.0.clone(),
         updated_ms: halyard_platform::now_ms(),
     })
+}
+
+/// A `runtime` the operator's specs offer, and that the spec it names (if any) has.
+fn check_runtime(parts: &Parts, sandboxes: &SandboxConfig) -> Result<(), ApiError> {
+    let Some(runtime) = &parts.runtime else { return Ok(()) };
+    if !halyard_platform::config::RUNTIMES.contains(&runtime.as_str()) {
+        return Err(bad(format!("`runtime`: runc or gvisor, not {runtime:?}")));
+    }
+    if sandboxes.kind == "process" && runtime == "gvisor" {
+        return Err(bad("`runtime`: gVisor runs container sandboxes, and this deployment runs process sandboxes".into()));
+    }
+    match parts.spec.as_deref().and_then(|s| sandboxes.spec(s)) {
+        Some(spec) if spec.runtime != *runtime => {
+            Err(bad(format!("`runtime` {runtime} and `spec` {}: that spec runs under {}; name one or the other", spec.name, spec.runtime)))
+        }
+        Some(_) => Ok(()),
+        None if sandboxes.spec_with_runtime(runtime).is_none() => {
+            Err(bad(format!("`runtime`: no sandbox spec of this deployment runs under {runtime} (GET /sandbox-specs)")))
+        }
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +243,7 @@ mod tests {
             build_context: None,
             user: None,
             spec: None,
+            runtime: None,
             resources: Resources::default(),
             setup_egress: None,
             forward_ports: vec![],
@@ -231,6 +259,11 @@ mod tests {
         assert!(checked(Parts { cache_key: vec!["../etc/passwd".into()], ..parts() }, &by, &sandboxes).is_err());
         assert!(checked(Parts { cache_key: vec!["/etc/passwd".into()], ..parts() }, &by, &sandboxes).is_err());
         assert!(checked(Parts { setup_secrets: vec!["A-B".into()], ..parts() }, &by, &sandboxes).is_err());
+        // A runtime the specs offer only; the built-in spec runs under runc.
+        assert!(checked(Parts { runtime: Some("runc".into()), ..parts() }, &by, &sandboxes).is_ok());
+        let gvisor = checked(Parts { runtime: Some("gvisor".into()), ..parts() }, &by, &sandboxes);
+        assert!(gvisor.is_err_and(|e| e.to_string().contains("no sandbox spec")));
+        assert!(checked(Parts { runtime: Some("kvm".into()), ..parts() }, &by, &sandboxes).is_err());
         assert!(checked(Parts { setup: vec![" ".into()], ..parts() }, &by, &sandboxes).is_err());
         assert!(checked(Parts { snapshot_ttl_secs: Some(5), ..parts() }, &by, &sandboxes).is_err());
         assert!(checked(Parts { pool_size: 11, ..parts() }, &by, &sandboxes).is_err());

@@ -94,6 +94,36 @@ pub async fn wake(state: &AppState, id: SandboxId, mut view: store::SandboxView)
 }
 
 /// Checks a sandbox spec's name.
+/// The spec a start in organization `org` runs on: `spec` (the default if absent), unless the
+/// organization requires another runtime. Then a spec the start `chosen` itself (or its
+/// environment's) is refused as 400 `runtime_required`, naming those that would do, and one it
+/// got by default is replaced by the first that would.
+pub fn spec_in_org(state: &AppState, org: &str, spec: Option<String>, chosen: bool) -> Result<Option<String>, ApiError> {
+    let Some(runtime) = state.accounts.org(org).and_then(|(_, o)| o.settings.sandbox_runtime) else { return Ok(spec) };
+    let cfg = &state.config.sandbox;
+    let refuse = |why: String| ApiError::bad_request("runtime_required", why);
+    if cfg.kind == "process" && runtime == "gvisor" {
+        return Err(refuse(format!(
+            "organization {org} runs its conversations under gVisor, which runs container sandboxes; this deployment runs process sandboxes"
+        )));
+    }
+    let name = spec.clone().unwrap_or_else(|| cfg.default_spec.clone());
+    if cfg.spec(&name).is_some_and(|s| s.runtime == runtime) {
+        return Ok(spec);
+    }
+    let fitting: Vec<String> = cfg.specs().into_iter().filter(|s| s.runtime == runtime).map(|s| s.name).collect();
+    match fitting.first() {
+        Some(first) if !chosen => Ok(Some(first.clone())),
+        _ if fitting.is_empty() => {
+            Err(refuse(format!("organization {org} runs its conversations under {runtime}, and no sandbox spec of this deployment does")))
+        }
+        _ => Err(refuse(format!(
+            "organization {org} runs its conversations under {runtime}; spec `{name}` does not: name one that does ({})",
+            fitting.join(", ")
+        ))),
+    }
+}
+
 pub fn check_spec(state: &AppState, spec: &str) -> Result<(), ApiError> {
     if state.config.sandbox.spec(spec).is_none() {
         let known: Vec<String> = state.config.sandbox.specs().into_iter().map(|s| s.name).collect();

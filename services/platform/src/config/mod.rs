@@ -30,7 +30,7 @@ pub use agent::AgentConfig;
 pub use automations::AutomationConfig;
 pub use gateway::GatewayConfig;
 pub use mcp::McpConfig;
-pub use sandbox::{SandboxConfig, SandboxSpec};
+pub use sandbox::{RUNTIMES, SandboxConfig, SandboxSpec};
 pub use titles::TitleConfig;
 pub use webhooks::WebhookConfig;
 

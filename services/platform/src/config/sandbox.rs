@@ -78,6 +78,11 @@ pub struct SandboxConfig {
     pub process_network: String,
     /// First uid (and gid) given to process sandboxes with `uid` isolation.
     pub process_uid_base: u32,
+    /// The runtime of the specs that name none: `runc` (default) or `gvisor`.
+    pub runtime: String,
+    /// The name the Docker engine has gVisor's `runsc` registered under (`infra/docker-up.sh`
+    /// registers it as `runsc`).
+    pub gvisor_runtime: String,
     /// How many uids from `process_uid_base` sandboxes may use (one each at a time).
     pub process_uid_count: u32,
 }
@@ -102,7 +107,14 @@ pub struct SandboxSpec {
     /// Where the sandbox may connect: `open` (default: anywhere but other sandboxes),
     /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`.
     pub egress: String,
+    /// The container runtime: `runc` (Docker's own) or `gvisor` (a user-space kernel between
+    /// the agent and the host's: `runsc`, as the engine has it registered); empty: the
+    /// deployment's `HALYARD_SANDBOX_RUNTIME`.
+    pub runtime: String,
 }
+
+/// The container runtimes a spec may name.
+pub const RUNTIMES: [&str; 2] = ["runc", "gvisor"];
 
 impl Default for SandboxSpec {
     fn default() -> Self {
@@ -120,14 +132,25 @@ impl Default for SandboxSpec {
             pids_limit: 512,
             disk_mb: 10 * 1024,
             egress: "open".into(),
+            runtime: String::new(),
         }
     }
 }
 
 impl SandboxConfig {
-    /// The configured specs (the built-in default if none).
+    /// The configured specs (the built-in default if none), each with its runtime said (the
+    /// deployment's where it names none).
     pub fn specs(&self) -> Vec<SandboxSpec> {
-        if self.specs.is_empty() { vec![SandboxSpec::default()] } else { self.specs.clone() }
+        let mut specs = if self.specs.is_empty() { vec![SandboxSpec::default()] } else { self.specs.clone() };
+        for s in specs.iter_mut().filter(|s| s.runtime.is_empty()) {
+            s.runtime.clone_from(&self.runtime);
+        }
+        specs
+    }
+
+    /// The first spec that runs under `runtime`, if any.
+    pub fn spec_with_runtime(&self, runtime: &str) -> Option<SandboxSpec> {
+        self.specs().into_iter().find(|s| s.runtime == runtime)
     }
 
     /// The spec called `name`.
@@ -165,6 +188,8 @@ impl Default for SandboxConfig {
             process_network: "own".into(),
             process_uid_base: 200_000,
             process_uid_count: 50_000,
+            runtime: "runc".into(),
+            gvisor_runtime: "runsc".into(),
         }
     }
 }
@@ -206,6 +231,14 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
         c.specs = specs
     }),
     set!("SANDBOX_DEFAULT_SPEC", "`default`", "the spec new conversations get", |c, v| c.default_spec = v.to_owned()),
+    set!(
+        "SANDBOX_RUNTIME",
+        "`runc`",
+        "the container runtime of the specs that name none: `runc`, or `gvisor` (a user-space kernel: slower system calls, a smaller attack surface)",
+        |c, v| c.runtime = one_of(v, &RUNTIMES)?
+    ),
+    set!("GVISOR_RUNTIME", "`runsc`", "the name the Docker engine has gVisor's runsc registered under", |c, v| c.gvisor_runtime =
+        v.to_owned()),
     set!(
         "SANDBOX_BROWSER_IDLE_SECS",
         "`600`",

@@ -67,6 +67,10 @@ pub struct OrgSettingsBody {
     /// `everyone` (default) or `admins`: who of its members may issue API keys of their own.
     #[serde(default)]
     pub key_issuers: halyard_protocol::org::KeyIssuers,
+    /// `gvisor`: every conversation in the organization runs under gVisor (a start naming a
+    /// spec of another runtime is refused; one naming none gets a gVisor spec).
+    #[serde(default)]
+    pub sandbox_runtime: Option<String>,
 }
 
 fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
@@ -79,11 +83,15 @@ fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
         monthly_budget_usd: s.monthly_budget_usd,
         member_monthly_budget_usd: s.member_monthly_budget_usd,
         key_issuers: s.key_issuers,
+        sandbox_runtime: s.sandbox_runtime.clone(),
     }
 }
 
-/// Checks the settings' single sign-on and budget fields.
+/// Checks the settings' single sign-on, budget and runtime fields.
 fn check_settings(body: &OrgSettingsBody) -> Result<(), ApiError> {
+    if let Some(r) = body.sandbox_runtime.as_deref().filter(|r| !halyard_platform::config::RUNTIMES.contains(r)) {
+        return Err(ApiError::bad_request("invalid_field", format!("`sandbox_runtime`: runc or gvisor, not {r:?}")));
+    }
     for (field, v) in [("monthly_budget_usd", body.monthly_budget_usd), ("member_monthly_budget_usd", body.member_monthly_budget_usd)] {
         if v.is_some_and(|v| !v.is_finite() || !(0.0..=1e9).contains(&v)) {
             return Err(ApiError::bad_request("invalid_field", format!("`{field}`: US dollars, from 0 up")));
@@ -189,6 +197,7 @@ pub async fn put_settings(
         monthly_budget_usd: body.monthly_budget_usd,
         member_monthly_budget_usd: body.member_monthly_budget_usd,
         key_issuers: body.key_issuers,
+        sandbox_runtime: body.sandbox_runtime.clone(),
     };
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(|e| match e {

@@ -238,7 +238,12 @@ pub async fn start_conversation(
     let named = crate::domain::environments::check_start(&state, &user, body.org.as_deref(), body.environment.as_deref()).await?;
     // The start's spec, else its named environment's, else the user's default (an environment
     // it gets by default applies its spec when neither names one).
+    let chosen = body.sandbox_spec.is_some() || named.is_some();
     let spec = body.sandbox_spec.clone().or(named).or(settings.sandbox_spec).filter(|s| state.config.sandbox.spec(s).is_some());
+    let spec = match &body.org {
+        Some(org) => crate::domain::sandbox::spec_in_org(&state, org, spec, chosen)?,
+        None => spec,
+    };
     let checks = halyard_protocol::event::Checks {
         result_schema: body.result_schema,
         verify: body.verify,

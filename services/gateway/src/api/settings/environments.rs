@@ -82,6 +82,11 @@ pub struct EnvironmentBody {
     /// deployment's: their limits and network class are the operator's).
     #[serde(default)]
     pub spec: Option<String>,
+    /// The container runtime its sandboxes run under: `runc` or `gvisor` (a user-space kernel
+    /// between the agent and the host's). The operator's first spec with it, unless `spec`
+    /// names one (which must have it).
+    #[serde(default)]
+    pub runtime: Option<String>,
     /// Limits of its containers, each at most the spec's (`memory_mb`, `cpus`, `pids_limit`).
     #[serde(default)]
     pub resources: environment::Resources,
@@ -120,6 +125,7 @@ pub struct EnvironmentView {
     pub build_context: Option<String>,
     pub user: Option<String>,
     pub spec: Option<String>,
+    pub runtime: Option<String>,
     pub resources: environment::Resources,
     pub setup_egress: Option<String>,
     pub forward_ports: Vec<u16>,
@@ -150,6 +156,7 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         build_context: e.build_context.clone(),
         user: e.user.clone(),
         spec: e.spec.clone(),
+        runtime: e.runtime.clone(),
         resources: e.resources.clone(),
         setup_egress: e.setup_egress.clone(),
         forward_ports: e.forward_ports.clone(),
@@ -175,6 +182,7 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         build_context,
         user,
         spec,
+        runtime,
         resources,
         setup_egress,
         forward_ports,
@@ -194,6 +202,7 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         build_context,
         user,
         spec,
+        runtime,
         resources,
         setup_egress,
         forward_ports,
