@@ -30,13 +30,17 @@ use crate::decision::read;
 const SWEEP: Duration = Duration::from_secs(5);
 
 /// What a batch's conversation key holds: which run (an item's attempt) of which batch, in
-/// which round.
+/// which round, and whether its start was sent.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ItemOf {
     pub batch: String,
     /// The run's index in the batch's `runs`.
     pub index: usize,
     pub round: u32,
+    /// The start was published. The key is written before (the run's end must find it, however
+    /// soon it comes) and marked after, so a service that died in between sends it again.
+    #[serde(default)]
+    pub sent: bool,
 }
 
 /// Serves until `shutdown`: advances the batches whenever one changes, and every [`SWEEP`].
@@ -162,10 +166,10 @@ pub fn item_ids(batch: &str, index: usize, round: u32) -> (uuid::Uuid, TaskId, C
     (id("command"), TaskId(id("task")), ConversationId(id("conversation")))
 }
 
-/// Whether item `index`'s run `round` was sent (its conversation's key is written when it is).
+/// Whether item `index`'s run `round` was sent (its conversation's key says so once it is).
 async fn started(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<bool, BusError> {
     let conv = item_ids(&batch.id, index, round).2;
-    Ok(read::<ItemOf>(&ctx.bucket, &batch_conversation_key(conv)).await?.is_some())
+    Ok(read::<ItemOf>(&ctx.bucket, &batch_conversation_key(conv)).await?.is_some_and(|of| of.sent))
 }
 
 /// Sends the start of run `index` (an item's attempt) in round `round`, with its owner's
@@ -173,9 +177,12 @@ async fn started(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<b
 /// is.
 async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(), BusError> {
     let (command, task_id, conversation_id) = item_ids(&batch.id, index, round);
-    let of = ItemOf { batch: batch.id.clone(), index, round };
-    let bytes = serde_json::to_vec(&of).map_err(|e| BusError::new(BusErrorKind::Codec, e))?;
-    ctx.bucket.put(batch_conversation_key(conversation_id), bytes.into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))?;
+    let remember = |sent: bool| async move {
+        let of = ItemOf { batch: batch.id.clone(), index, round, sent };
+        let bytes = serde_json::to_vec(&of).map_err(|e| BusError::new(BusErrorKind::Codec, e))?;
+        ctx.bucket.put(batch_conversation_key(conversation_id), bytes.into()).await.map_err(|e| BusError::new(BusErrorKind::Publish, e))
+    };
+    remember(false).await?;
     let (at, attempt) = batch.item_of(index);
     let item = &batch.items[at];
     let settings: UserSettings = read(&ctx.user_kv, &subjects::user_settings_key(&batch.owner)).await?.unwrap_or_default();
@@ -210,6 +217,7 @@ async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(),
     };
     let env = Envelope::with_id(CommandId(command), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;
+    remember(true).await?;
     tracing::info!(batch = %batch.id, item = index, round, %conversation_id, "batch item started");
     Ok(())
 }

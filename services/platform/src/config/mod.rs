@@ -425,6 +425,7 @@ mod tests {
                 "SANDBOX" => "process",
                 "PROCESS_ISOLATION" => "uid",
                 "PROCESS_NETWORK" => "host",
+                "SANDBOX_RUNTIME" => "gvisor",
                 "API_KEYS" => "alice:key-alice-1",
                 "WEBHOOK_ALLOW" | "LLM_PROFILE_ALLOW" | "MCP_ALLOW" | "GIT_API_ALLOW" => "loopback",
                 "MCP_SERVERS" => r#"{"time": {"transport": "stdio", "command": "mcp-server-time"}}"#,
@@ -466,6 +467,7 @@ mod tests {
                 | "TITLE_MODEL"
                 | "TITLE_BASE_URL"
                 | "SANDBOX_DEFAULT_SPEC"
+                | "GVISOR_RUNTIME"
                 | "OIDC_CLIENT_ID"
                 | "OIDC_CLIENT_SECRET"
                 | "OIDC_ALLOWED_DOMAINS"
