@@ -237,10 +237,10 @@ async fn decide(ctx: &Ctx, a: &Automation, cmd: &AutomationCommand) -> Result<De
     Ok(Decision::Start { message, repository, tags: BTreeMap::new(), runs_as: None, answer: None })
 }
 
-/// The automation's template (`Err`: it names one its owner no longer has, said in words), with
-/// the automation's `prompt` its message where it has none. The message is the owner's run's
-/// only: a run as someone else (a linked Slack user) has the prompt they agreed to, and the
-/// template's checks and choices are not applied to it.
+/// The automation's template (`Err`: it names one its owner no longer has, said in words), and
+/// the automation with the template's message as its `prompt` where it has none. Not for Slack:
+/// a run as someone else (a linked Slack user) has the prompt they agreed to, and the
+/// template's checks and choices are not applied to it either ([`start`]).
 async fn with_template(ctx: &Ctx, mut a: Automation) -> Result<(Automation, Result<Option<Template>, String>), BusError> {
     let Some(name) = a.template.clone() else { return Ok((a, Ok(None))) };
     let mine: Templates = read(&ctx.user_kv, &templates_key(&a.owner)).await?.unwrap_or_default();
@@ -283,6 +283,9 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         false => (settings.llm_profile, settings.agent),
     };
     let spec = item.and_then(|i| i.sandbox_spec.clone()).or(settings.sandbox_spec);
+    // Checks are for Halyard's own agent: a third-party one finishes its turns itself.
+    let own_agent = agent.as_deref().is_none_or(|a| a == halyard_protocol::agents::HALYARD);
+    let checks = template.as_ref().and_then(|t| t.checks.clone()).filter(|_| own_agent);
     let mut tags = t.tags.clone();
     tags.extend(begin.tags);
     tags.insert("automation".into(), a.id.clone());
@@ -315,7 +318,7 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         },
         // The template's, else the deployment's default environment, if it has one.
         environment: item.and_then(|i| i.environment.clone()),
-        checks: template.as_ref().and_then(|t| t.checks.clone()),
+        checks,
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;
