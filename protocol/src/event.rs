@@ -658,6 +658,35 @@ impl EventBody {
     }
 }
 
+/// What the checks said of the agent's last checked finish, folded from its `verification`
+/// events (the read model's `verdict`, an automation's summary).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Verdict {
+    /// Every check of that finish passed.
+    pub passed: bool,
+    /// The checks' mean score, 0 to 1.
+    pub score: f64,
+    /// Which finish it was, from 1.
+    pub attempt: u32,
+    /// How many checks ran on it.
+    pub checks: u32,
+}
+
+impl Verdict {
+    /// Takes in one `verification` event.
+    pub fn add(verdict: &mut Option<Self>, attempt: u32, passed: bool, score: f64) {
+        let v = match verdict {
+            Some(v) if v.attempt == attempt => v,
+            Some(v) if v.attempt > attempt => return,
+            _ => verdict.insert(Self { passed: true, score: 0.0, attempt, checks: 0 }),
+        };
+        v.score = (v.score * f64::from(v.checks) + score) / f64::from(v.checks + 1);
+        v.checks += 1;
+        v.passed &= passed;
+    }
+}
+
 impl Payload for ConversationEvent {
     fn kind(&self) -> String {
         format!("event.{}", self.body.kind())

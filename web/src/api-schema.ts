@@ -2139,7 +2139,8 @@ export type UserList = {
   items: User[];
 };
 
-/** What the checks said of the agent's last checked finish. */
+/** What the checks said of the agent's last checked finish, folded from its `verification`
+ * events (the read model's `verdict`, an automation's summary). */
 export type Verdict = {
   /** Every check of that finish passed. */
   passed: boolean;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use halyard_platform::bus::{self, Delivery};
 use halyard_platform::{BusError, BusErrorKind, Shutdown};
 use halyard_protocol::automation::{Automation, Thread, Trigger};
-use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus};
+use halyard_protocol::event::{ConversationEvent, EventBody, ExecutionStatus, Verdict};
 use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, subjects};
 
@@ -81,19 +81,14 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
     // Why a run that failed failed (a spent budget, a profile that cannot be used...), in the
     // agent runner's words.
     let mut failure: Option<String> = None;
-    // The agent's typed result and its checks' last verdict (passed, mean score, checks).
+    // The agent's typed result and its checks' last verdict.
     let mut result = None;
-    let mut verdict: Option<(u32, bool, f64, u32)> = None;
+    let mut verdict: Option<Verdict> = None;
     for e in &upto {
         match &e.body {
             EventBody::AgentMessage { text: t } => text.clone_from(t),
             EventBody::Result { result: r } => result = Some(r),
-            EventBody::Verification { attempt, passed, score, .. } => {
-                verdict = match verdict {
-                    Some((a, p, s, n)) if a == *attempt => Some((a, p && *passed, (s * f64::from(n) + score) / f64::from(n + 1), n + 1)),
-                    _ => Some((*attempt, *passed, *score, 1)),
-                };
-            }
+            EventBody::Verification { attempt, passed, score, .. } => Verdict::add(&mut verdict, *attempt, *passed, *score),
             EventBody::AgentError { message, .. } => failure = Some(message.clone()),
             EventBody::PullRequestOpened { url, .. } => pulls.push(url.clone()),
             EventBody::ExecutionStatus { status, .. } if e.seq == seq => outcome = status.as_str(),
@@ -112,7 +107,7 @@ async fn summarize(ctx: &Ctx, conversation_id: ConversationId, seq: u64) -> Resu
         summary.push_str("\n\n");
         summary.push_str(text.trim());
     }
-    if let Some((_, passed, score, n)) = verdict {
+    if let Some(Verdict { passed, score, checks: n, .. }) = verdict {
         let said = if passed { "passed" } else { "failed" };
         summary.push_str(&format!("\n\nChecks: {said} ({n} check{}, score {score:.2}).", if n == 1 { "" } else { "s" }));
     }

@@ -144,13 +144,14 @@ fn row(state: &AppState, batch: &Batch, r: usize) -> Result<ItemRow, ApiError> {
 
 /// Every item of `batch` as a row (its best attempt's, with `attempts`).
 fn rows(state: &AppState, batch: &Batch) -> Result<Vec<ItemRow>, ApiError> {
+    (0..batch.items.len()).map(|i| item_row(state, batch, i)).collect()
+}
+
+/// Item `i` of `batch` as a row (its best attempt's, with `attempts`).
+fn item_row(state: &AppState, batch: &Batch, i: usize) -> Result<ItemRow, ApiError> {
     let n = batch.attempts.max(1) as usize;
-    (0..batch.items.len())
-        .map(|i| {
-            let runs = (i * n..(i + 1) * n).map(|r| row(state, batch, r)).collect::<Result<Vec<_>, _>>()?;
-            Ok(if n == 1 { runs.into_iter().next().unwrap_or_else(|| unreachable!("one run per item")) } else { batches::best_of(i, runs) })
-        })
-        .collect()
+    let runs = (i * n..(i + 1) * n).map(|r| row(state, batch, r)).collect::<Result<Vec<_>, _>>()?;
+    Ok(if n == 1 { runs.into_iter().next().unwrap_or_else(|| unreachable!("one run per item")) } else { batches::best_of(i, runs) })
 }
 
 /// Why `body` cannot run as a batch, in words; else the batch it is.
@@ -301,9 +302,13 @@ async fn with_diffs(state: &AppState, user: &UserId, rows: &mut [ItemRow]) {
 /// 409 `attempt_not_chosen` for conversation `c` when it is an attempt its group decided
 /// against: the others are kept to be read, and carried on from with a fork.
 pub(crate) async fn require_chosen(state: &AppState, user: &UserId, c: &ConversationView) -> Result<(), ApiError> {
-    let Some(batch) = c.tags.get("batch").filter(|_| c.tags.contains_key("batch_attempt")) else { return Ok(()) };
+    let (Some(batch), Some(item), true) = (c.tags.get("batch"), c.tags.get("batch_item"), c.tags.contains_key("batch_attempt")) else {
+        return Ok(());
+    };
     let Ok((batch, _)) = batches::load(state, user, batch).await else { return Ok(()) };
-    if batches::lost(&rows(state, &batch)?, &c.id) {
+    // Only its item's runs are read, not the whole batch's: this is on a message's path.
+    let Some(item) = item.parse::<usize>().ok().filter(|i| *i < batch.items.len()) else { return Ok(()) };
+    if batches::lost(&item_row(state, &batch, item)?, &c.id) {
         return Err(ApiError::conflict(
             "attempt_not_chosen",
             "another attempt of this group was chosen; this one is kept to read. Fork it to carry on from it",

@@ -167,12 +167,11 @@ pub fn best_of(index: usize, attempts: Vec<ItemRow>) -> ItemRow {
     row
 }
 
-/// Whether the conversation `conv`, an attempt of a decided group, lost: the best attempt of
-/// its item is another. (An undecided item has no loser yet.)
-pub fn lost(rows: &[ItemRow], conv: &str) -> bool {
-    rows.iter().filter_map(|r| Some((r, &r.attempts[r.best_attempt?]))).any(|(r, best)| {
-        best.conversation_id.as_deref() != Some(conv) && r.attempts.iter().any(|a| a.conversation_id.as_deref() == Some(conv))
-    })
+/// Whether the conversation `conv`, an attempt of item `row`, lost: the item is decided and its
+/// best attempt is another. (An undecided item has no loser yet.)
+pub fn lost(row: &ItemRow, conv: &str) -> bool {
+    let Some(best) = row.best_attempt.and_then(|b| row.attempts.get(b)) else { return false };
+    best.conversation_id.as_deref() != Some(conv) && row.attempts.iter().any(|a| a.conversation_id.as_deref() == Some(conv))
 }
 
 /// How many rows have each status.
