@@ -280,6 +280,14 @@ pub enum AgentCommand {
         conversation_id: ConversationId,
         by: crate::UserId,
     },
+    /// The sandbox's proxy refused one of its connections (see [`crate::egress`]): recorded as
+    /// a `network_blocked` event whose id is the envelope's, which the model reads.
+    RecordNetworkBlocked {
+        conversation_id: ConversationId,
+        host: String,
+        port: u16,
+        rule: String,
+    },
     /// The owner's answer about the workspace's hooks file `sha256` (a `hooks_consent` event
     /// records it; the run that waited for it starts).
     AnswerHooks {
@@ -308,6 +316,7 @@ impl AgentCommand {
             | Self::SetConfirmationPolicy { conversation_id, .. }
             | Self::SetLlmProfile { conversation_id, .. }
             | Self::RecordTerminalOpened { conversation_id, .. }
+            | Self::RecordNetworkBlocked { conversation_id, .. }
             | Self::Restore { conversation_id, .. }
             | Self::AnswerHooks { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
@@ -329,6 +338,7 @@ impl Payload for AgentCommand {
             Self::SetLlmProfile { .. } => "cmd.agent.set_llm_profile",
             Self::Delete { .. } => "cmd.agent.delete",
             Self::RecordTerminalOpened { .. } => "cmd.agent.record_terminal_opened",
+            Self::RecordNetworkBlocked { .. } => "cmd.agent.record_network_blocked",
             Self::Restore { .. } => "cmd.agent.restore",
             Self::AnswerHooks { .. } => "cmd.agent.answer_hooks",
         }

@@ -104,6 +104,13 @@ pub struct Environment {
     /// Ports of the sandbox served as apps (`PORT_<n>`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forward_ports: Vec<u16>,
+    /// What its conversations' sandboxes may reach by name (within the organization's and the
+    /// deployment's policies): then only through Halyard's proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::EgressPolicy>,
+    /// What setup may reach instead, while it runs (wider, say: installing dependencies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_egress_policy: Option<crate::egress::EgressPolicy>,
     /// Checks its conversations' work must pass when the agent finishes, unless the start names
     /// its own (`verify`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -147,6 +154,10 @@ pub struct Shape {
     /// Ports of the sandbox served as apps `PORT_<n>` (through its executor).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// Outbound access by domain (the organization's and the environment's layers; the
+    /// supervisor adds the deployment's): the sandbox then reaches out only through its proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_rules: Option<crate::egress::EgressRules>,
 }
 
 /// The app name of a forwarded port.

@@ -496,6 +496,9 @@ pub enum EventBody {
     Title { title: String, set_by: TitleSource },
     /// The owner opened their own terminal in the sandbox (what they typed is not recorded).
     TerminalOpened { by: UserId },
+    /// The sandbox's proxy refused a connection to `host` (`port`) by `rule` of its outbound
+    /// policy ([`crate::egress`]); `message` is what the model and the user read.
+    NetworkBlocked { host: String, port: u16, rule: String, message: String },
     /// The owner put the workspace back as it was at event `at_seq`: the newest checkpoint at or
     /// before it, taken after event `checkpoint_seq`. Files changed since are as they were then.
     WorkspaceRestored { at_seq: u64, checkpoint_seq: u64 },
@@ -642,6 +645,7 @@ impl EventBody {
             Self::LlmProfile { .. } => "llm_profile",
             Self::McpServers { .. } => "mcp_servers",
             Self::TerminalOpened { .. } => "terminal_opened",
+            Self::NetworkBlocked { .. } => "network_blocked",
             Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::TaskList { .. } => "task_list",
             Self::Thinking { .. } => "thinking",

@@ -152,6 +152,15 @@ pub struct RotateKey {
     pub key: String,
 }
 
+/// `POST /network`: the variables naming the sandbox's way out (the egress proxy's address for
+/// a sandbox held to an outbound policy; empty otherwise), exported by every shell before its
+/// next command.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetworkVars {
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
 /// Error body of every executor route.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -14,6 +14,7 @@
 //! * [`user`]: each user's own settings, LLM profiles and (sealed) secrets.
 //! * [`automation`]: automations (hooks and schedules), their commands and run records.
 //! * [`environment`]: environments (setup once) and the snapshots started from after setup.
+//! * [`egress`]: outbound access by domain, its layers and the decision on a connection.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
@@ -24,6 +25,7 @@ pub mod automation;
 pub mod batch;
 pub mod command;
 pub mod devcontainer;
+pub mod egress;
 pub mod envelope;
 pub mod environment;
 pub mod event;

@@ -116,6 +116,10 @@ pub struct OrgSettings {
     /// spec of another is refused; one naming none gets the operator's first spec with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_runtime: Option<String>,
+    /// What every sandbox of its conversations may reach by name, enforced over its members'
+    /// environments (a name must be allowed by both; either's deny wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<crate::egress::EgressPolicy>,
 }
 
 /// Who of an organization's members may issue API keys of their own (`POST /me/keys`).

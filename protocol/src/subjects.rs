@@ -184,6 +184,12 @@ pub fn org_budget_key(org: &str) -> String {
     format!("orgbudget.{org}")
 }
 
+/// The key of organization `org`'s outbound policy ([`crate::egress::EgressPolicy`]) in
+/// [`USER_BUCKET`]: what its settings say, kept where the conversation manager reads.
+pub fn org_egress_key(org: &str) -> String {
+    format!("orgegress.{org}")
+}
+
 /// The key of organization `org`'s members ([`crate::org::OrgMembers`]) in [`USER_BUCKET`]:
 /// copied from the accounts bucket on every change, where the agent runner and the conversation
 /// manager read it to stop giving the organization's things to someone who left.

@@ -230,6 +230,18 @@ fn events_are_stable() {
         ("event_llm_profile", event(17, EventBody::LlmProfile { profile: Some("fast".into()), model: "gpt-4o-mini".into() })),
         ("event_terminal_opened", event(19, EventBody::TerminalOpened { by: UserId("alice".into()) })),
         (
+            "event_network_blocked",
+            event(
+                19,
+                EventBody::NetworkBlocked {
+                    host: "other.test".into(),
+                    port: 443,
+                    rule: "not in the allow list (environment web)".into(),
+                    message: "The sandbox may not reach other.test:443: not in the allow list (environment web).".into(),
+                },
+            ),
+        ),
+        (
             "event_pull_request_opened",
             event(
                 22,
@@ -952,6 +964,28 @@ fn commands_are_stable() {
                     egress: Some("open".into()),
                     resources: halyard_protocol::environment::Resources { memory_mb: Some(1024), cpus: Some(0.5), pids_limit: None },
                     ports: vec![3000],
+                    egress_rules: None,
+                },
+            },
+        ),
+    );
+    check(
+        "cmd_sandbox_shape_egress_rules",
+        env(
+            6,
+            "cmd.sandbox.shape",
+            SandboxCommand::Shape {
+                sandbox_id: SandboxId(id(2)),
+                shape: halyard_protocol::environment::Shape {
+                    egress_rules: Some(halyard_protocol::egress::EgressRules::default().with(
+                        "environment web",
+                        Some(&halyard_protocol::egress::EgressPolicy {
+                            allow: vec!["registry.test".into(), "*.corp.test".into()],
+                            deny: vec!["*.bad.corp.test".into()],
+                            mode: Some(halyard_protocol::egress::EgressMode::ReadOnly),
+                        }),
+                    )),
+                    ..Default::default()
                 },
             },
         ),
@@ -989,6 +1023,19 @@ fn commands_are_stable() {
             15,
             "cmd.agent.record_terminal_opened",
             AgentCommand::RecordTerminalOpened { conversation_id: ConversationId(id(1)), by: UserId("alice".into()) },
+        ),
+    );
+    check(
+        "cmd_agent_record_network_blocked",
+        env(
+            15,
+            "cmd.agent.record_network_blocked",
+            AgentCommand::RecordNetworkBlocked {
+                conversation_id: ConversationId(id(1)),
+                host: "other.test".into(),
+                port: 443,
+                rule: "not in the allow list (environment web)".into(),
+            },
         ),
     );
     check("cmd_agent_restore", env(16, "cmd.agent.restore", AgentCommand::Restore { conversation_id: ConversationId(id(1)), at_seq: 7 }));

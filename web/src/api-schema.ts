@@ -636,6 +636,18 @@ export type DiffSize = {
   deletions: number;
 };
 
+export type EgressMode = "read_only";
+
+/** What one scope allows its sandboxes to reach by name. */
+export type EgressPolicy = {
+  /** Names that may be reached: `registry.npmjs.org`, or `*.example.com` for every name below
+   * `example.com` (not `example.com` itself). Empty: this scope restricts nothing by name. */
+  allow?: string[];
+  /** Names that may never be reached, in the same forms; deny wins over any allow. */
+  deny?: string[];
+  mode?: EgressMode | null;
+};
+
 export type EnvironmentList = {
   items: EnvironmentView[];
 };
@@ -688,6 +700,8 @@ export type EnvironmentUpdate = {
    * sandbox's own, for example wider to install dependencies: the sandbox is moved back onto
    * its own before `post_start` and the agent's first step. Container sandboxes. */
   setup_egress?: string | null;
+  egress?: EgressPolicy | null;
+  setup_egress_policy?: EgressPolicy | null;
   /** Ports of the sandbox served as apps (`PORT_<n>` in the conversation's apps), as a dev
    * container's `forwardPorts`. */
   forward_ports?: number[];
@@ -720,6 +734,8 @@ export type EnvironmentView = {
   runtime?: string | null;
   resources: Resources;
   setup_egress?: string | null;
+  egress?: EgressPolicy | null;
+  setup_egress_policy?: EgressPolicy | null;
   forward_ports: number[];
   verify: Check[];
   updated_by: string;
@@ -872,6 +888,12 @@ export type EventBody = {
 } | {
   by: UserId;
   kind: "terminal_opened";
+} | {
+  host: string;
+  port: number;
+  rule: string;
+  message: string;
+  kind: "network_blocked";
 } | {
   at_seq: number;
   checkpoint_seq: number;
@@ -1434,6 +1456,7 @@ export type OrgSettingsBody = {
   /** `gvisor`: every conversation in the organization runs under gVisor (a start naming a
    * spec of another runtime is refused; one naming none gets a gVisor spec). */
   sandbox_runtime?: string | null;
+  egress?: EgressPolicy | null;
 };
 
 /** An organization's share of the queue. */

@@ -128,6 +128,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
                 format!("RESULT of {tool} (exit code {}): {content}", exit_code.map_or("-".into(), |c| c.to_string()))
             }
             EventBody::AgentError { code, message } => format!("ERROR {code}: {message}"),
+            EventBody::NetworkBlocked { message, .. } => format!("NETWORK REFUSED: {message}"),
             EventBody::AgentSession { .. }
             | EventBody::AgentUpdate { .. }
             | EventBody::HooksConsentRequired { .. }

@@ -123,6 +123,10 @@ pub struct History {
     pub mcp_servers: Option<Vec<halyard_protocol::event::McpServerStatus>>,
     /// Actions of the latest LLM answer still without a result.
     pub pending: Vec<Pending>,
+    /// Notes for the model (a refused connection) that came while actions were without a
+    /// result: shown after their results, since nothing may come between a tool call and its
+    /// result.
+    pub held_notes: Vec<(ChatMessage, u64)>,
     /// The agent's plan, as its last `task_list` event holds it.
     pub tasks: Vec<halyard_protocol::event::TaskItem>,
     /// The model's reasoning (a `thinking` event) waiting for the answer it came with.
@@ -217,6 +221,15 @@ impl History {
         self.pending.retain(|p| p.tool_call_id != tool_call_id);
     }
 
+    /// Shows the model the notes held while actions were without a result, once none is.
+    fn release_notes(&mut self) {
+        if self.pending.is_empty() {
+            for (note, seq) in std::mem::take(&mut self.held_notes) {
+                self.push(note, seq);
+            }
+        }
+    }
+
     /// Folds one event in.
     pub fn apply(&mut self, ev: &ConversationEvent) {
         if ev.seq <= self.last_seq {
@@ -271,6 +284,7 @@ impl History {
                 if self.started.as_ref().is_none_or(|s| s.agent.is_none()) {
                     self.pending.clear();
                     self.thinking.clear();
+                    self.release_notes();
                 }
             }
             EventBody::UserMessage { text, images } => {
@@ -329,12 +343,19 @@ impl History {
             EventBody::Observation { tool_call_id, content, .. } => {
                 self.acted = true;
                 self.close_pending(tool_call_id);
-                self.push(tool_result(tool_call_id, content.clone()), ev.seq)
+                self.push(tool_result(tool_call_id, content.clone()), ev.seq);
+                self.release_notes();
             }
             EventBody::ActionRejected { tool_call_id, reason, .. } => {
                 self.close_pending(tool_call_id);
                 self.rejected.insert(tool_call_id.clone());
-                self.push(tool_result(tool_call_id, format!("The user rejected this action. Their reason: {reason}")), ev.seq)
+                self.push(tool_result(tool_call_id, format!("The user rejected this action. Their reason: {reason}")), ev.seq);
+                self.release_notes();
+            }
+            EventBody::NetworkBlocked { message, .. } => {
+                let note = ChatMessage::text("user", format!("[Halyard: a connection was refused] {message}"));
+                self.held_notes.push((note, ev.seq));
+                self.release_notes();
             }
             EventBody::ConfirmationPolicy { policy } => self.policy = *policy,
             EventBody::LlmProfile { profile, .. } => self.llm_profile = profile.clone(),

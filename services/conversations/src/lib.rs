@@ -10,6 +10,7 @@
 
 pub mod ctx;
 pub mod devcontainer;
+pub mod egress;
 pub mod environment;
 pub mod setup;
 pub mod shape;

@@ -34,6 +34,8 @@ pub(crate) struct Setup<'a> {
     pub repository: Option<&'a Repository>,
     /// The sandbox is a container (setup may run on a network class of its own).
     pub docker: bool,
+    /// The outbound rules of the agent and of setup.
+    pub egress: &'a crate::egress::Resolved,
 }
 
 /// What the phase did.
@@ -74,13 +76,13 @@ pub(crate) async fn run_phase(task: &Task<'_>, exec: &mut ExecutorClient, s: Set
             let started = Instant::now();
             // Setup's own network class, if the environment names one: the sandbox is moved
             // back onto its own before anything else runs, or the start fails.
-            let wide = crate::shape::for_setup(e, s.docker);
+            let wide = crate::shape::for_setup(e, s.docker, s.egress);
             if let Some(shape) = wide.clone() {
                 *exec = moved(task, shape, "onto setup's network class").await?;
             }
             let log = run_setup(exec, e, s.setup_sh, &vars, &redactor).await?;
             if wide.is_some() {
-                let own = crate::shape::base(e, s.docker).unwrap_or_default();
+                let own = crate::shape::base(Some(e), s.docker, s.egress.agent.as_ref()).unwrap_or_default();
                 *exec = moved(task, own, "back onto its own network class after setup").await?;
             }
             let secs = started.elapsed().as_secs_f64();

@@ -13,27 +13,36 @@ use halyard_platform::bus;
 use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::keys;
 use halyard_protocol::command::SandboxCommand;
+use halyard_protocol::egress::EgressRules;
 use halyard_protocol::environment::{Environment, Shape};
 use halyard_protocol::system::{REFUSED_PREFIX, SandboxStatus, SandboxUpdate, SystemRecord};
 use halyard_protocol::{Envelope, subjects};
 
+use crate::egress::Resolved;
 use crate::task::Task;
 
 /// The shape `env` gives a sandbox for the whole conversation (limits only for a container:
-/// `docker`), if it sets anything.
-pub(crate) fn base(env: &Environment, docker: bool) -> Option<Shape> {
+/// `docker`) with the outbound `rules` resolved for the agent, if it sets anything.
+pub(crate) fn base(env: Option<&Environment>, docker: bool, rules: Option<&EgressRules>) -> Option<Shape> {
     let shape = Shape {
         egress: None,
-        resources: if docker { env.resources.clone() } else { Default::default() },
-        ports: env.forward_ports.clone(),
+        resources: env.filter(|_| docker).map(|e| e.resources.clone()).unwrap_or_default(),
+        ports: env.map(|e| e.forward_ports.clone()).unwrap_or_default(),
+        egress_rules: rules.cloned(),
     };
     (shape != Shape::default()).then_some(shape)
 }
 
-/// The shape setup runs with when `env` names a network class for it (a container's).
-pub(crate) fn for_setup(env: &Environment, docker: bool) -> Option<Shape> {
-    let egress = env.setup_egress.clone().filter(|_| docker)?;
-    Some(Shape { egress: Some(egress), ..base(env, docker).unwrap_or_default() })
+/// The shape setup runs with when `env` names a network class for it (a container's) or setup
+/// is held to other outbound rules than the agent.
+pub(crate) fn for_setup(env: &Environment, docker: bool, egress: &Resolved) -> Option<Shape> {
+    let class = env.setup_egress.clone().filter(|_| docker);
+    if class.is_none() && egress.setup == egress.agent {
+        return None;
+    }
+    // A network class of setup's own is not a way around the rules (the supervisor keeps a
+    // sandbox with rules on the proxy's network).
+    Some(Shape { egress: class, egress_rules: egress.setup.clone(), ..base(Some(env), docker, None).unwrap_or_default() })
 }
 
 /// Sends `cmd` for the task's sandbox and waits (at most `patience`) for the record that says

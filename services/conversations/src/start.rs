@@ -177,6 +177,16 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let mut exec = ExecutorClient::new(ctx.http.clone(), url, keys::session_key(&ctx.config.secret, task.sandbox_id));
     let mut plan = plan;
     let mut notes = Vec::new();
+    // Outbound rules hold from the first command on (the clone's included).
+    let egress = crate::egress::resolve(task, plan.as_ref().map(|p| (p.resolved.name.as_str(), &p.resolved.environment)))
+        .await
+        .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    if let Some(rules) = &egress.agent {
+        let shape = crate::shape::base(plan.as_ref().map(|p| &p.resolved.environment), sandbox.sandbox_kind == "docker", Some(rules));
+        let failed = |e: String| PhaseError(format!("WAITING_FOR_SANDBOX failed: holding the sandbox to its outbound policy: {e}"));
+        let shaped = crate::shape::set(task, shape.unwrap_or_default()).await.map_err(failed)?;
+        exec = crate::shape::client(task, &shaped).map_err(failed)?;
+    }
 
     task.status(StartTaskStatus::PreparingRepository, None).await?;
     if let Some(repo) = repository {
@@ -200,7 +210,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         let note;
         (exec, note) = devcontainer::move_onto_image(task, (p, k), restored.as_ref(), exec, docker).await?;
         notes.extend(note);
-        exec = shape_sandbox(task, p, exec, docker, &mut notes).await?;
+        exec = shape_sandbox(task, p, exec, (docker, egress.agent.as_ref()), &mut notes).await?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
@@ -220,7 +230,8 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let has = |mark: &str| marks.lines().any(|l| l == mark);
     // The snapshot counts for setup only if it is of the plan's family.
     let restored = restored.as_ref().filter(|s| plan.as_ref().is_some_and(|p| p.family == s.family));
-    let phase = setup::Setup { plan: plan.as_ref(), key: key.as_deref(), restored, setup_sh: has(SETUP_MARK), repository, docker };
+    let phase =
+        setup::Setup { plan: plan.as_ref(), key: key.as_deref(), restored, setup_sh: has(SETUP_MARK), repository, docker, egress: &egress };
     let done = setup::run_phase(task, &mut exec, phase).await?;
     let setup = done.ran;
 
@@ -270,7 +281,7 @@ async fn shape_sandbox(
     task: &Task<'_>,
     plan: &environment::Plan,
     exec: ExecutorClient,
-    docker: bool,
+    (docker, rules): (bool, Option<&halyard_protocol::egress::EgressRules>),
     notes: &mut Vec<String>,
 ) -> Result<ExecutorClient, PhaseError> {
     let e = &plan.resolved.environment;
@@ -280,7 +291,7 @@ async fn shape_sandbox(
             plan.resolved.name
         ));
     }
-    let Some(shape) = crate::shape::base(e, docker) else { return Ok(exec) };
+    let Some(shape) = crate::shape::base(Some(e), docker, rules) else { return Ok(exec) };
     let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: environment {}: {e}", plan.resolved.name));
     let shaped = crate::shape::set(task, shape).await.map_err(failed)?;
     crate::shape::client(task, &shaped).map_err(failed)

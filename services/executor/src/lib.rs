@@ -32,6 +32,7 @@ pub mod git_proxy;
 pub mod hooks;
 pub mod limits;
 pub mod mcp;
+pub mod network;
 mod private;
 pub mod relay;
 mod routes;

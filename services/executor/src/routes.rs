@@ -139,6 +139,7 @@ pub fn app(config: ExecutorConfig) -> Result<Router, ExecutorError> {
         .route("/vscode/", any(vscode))
         .route("/vscode/{*rest}", any(vscode))
         .route("/session-key", post(rotate_key))
+        .route("/network", post(set_network))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Ok(Router::new().route("/health", get(health)).merge(guarded).with_state(state))
 }
@@ -280,6 +281,12 @@ async fn rotate_key(State(state): State<AppState>, Json(req): Json<RotateKey>) -
     let mut key = state.key.write().map_err(|_| ExecutorError::Internal("key lock poisoned".into()))?;
     *key = req.key;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /network`: the sandbox's supervisor says how the sandbox reaches out now.
+async fn set_network(Json(req): Json<halyard_protocol::executor::NetworkVars>) -> StatusCode {
+    crate::network::set(req.env);
+    StatusCode::NO_CONTENT
 }
 
 async fn exec(

@@ -105,6 +105,13 @@ impl ExecutorClient {
         self.post_expecting_nothing("/session-key", &body, Duration::from_secs(5), "rotate_failed").await
     }
 
+    /// Sets the variables that name the sandbox's way out
+    /// ([`halyard_protocol::executor::NetworkVars`]).
+    pub async fn set_network(&self, env: std::collections::BTreeMap<String, String>) -> Result<(), ExecutorError> {
+        let body = halyard_protocol::executor::NetworkVars { env };
+        self.post_expecting_nothing("/network", &body, Duration::from_secs(5), "network_failed").await
+    }
+
     /// A POST whose answer only matters for its status; `code` names a refusal.
     async fn post_expecting_nothing<Q: serde::Serialize>(
         &self,

@@ -40,6 +40,9 @@ pub struct DockerCtx {
     pub containers: Mutex<HashMap<String, SandboxId>>,
     /// The executor and its libraries, added to dev containers' images.
     pub executor: crate::image::ExecutorFiles,
+    /// The way out of sandboxes held to an outbound policy (`None`: it could not start, and
+    /// such sandboxes are refused in words).
+    pub egress: Option<Arc<crate::egress_proxy::EgressProxy>>,
 }
 
 impl Ctx {

@@ -1,5 +1,6 @@
-//! A sandbox's network class ([`Egress`]: `open`, `internet`, `none`) and the addresses the
-//! `internet` class may never reach, whichever kind of sandbox enforces it.
+//! A sandbox's network class ([`Egress`]: `open`, `internet`, `none`, and `policy` for the
+//! sandboxes held to an outbound policy by domain, whose only way out is the egress proxy) and
+//! the addresses the `internet` class may never reach, whichever kind of sandbox enforces it.
 
 /// Where a sandbox may connect to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -7,6 +8,10 @@ pub enum Egress {
     Open,
     Internet,
     None,
+    /// An internal network whose one destination is the egress proxy on the host's side of it
+    /// ([`crate::egress_proxy`]); never named by a spec, taken by a sandbox whose shape has
+    /// egress rules.
+    Policy,
 }
 
 /// Destinations an `internet` sandbox may not reach: private (RFC 1918), carrier-grade NAT,
@@ -30,6 +35,7 @@ impl Egress {
             "" | "open" => Ok(Self::Open),
             "internet" => Ok(Self::Internet),
             "none" => Ok(Self::None),
+            "policy" => Ok(Self::Policy),
             other => Err(format!("unknown egress `{other}`: use open, internet or none")),
         }
     }
@@ -39,11 +45,17 @@ impl Egress {
             Self::Open => "open",
             Self::Internet => "internet",
             Self::None => "none",
+            Self::Policy => "policy",
         }
     }
 
     /// Whether ports can be published on the host (not on an internal network).
     pub fn publishes_ports(self) -> bool {
-        self != Self::None
+        !matches!(self, Self::None | Self::Policy)
+    }
+
+    /// A network class with no way out but what the firewall lets through.
+    pub fn internal(self) -> bool {
+        matches!(self, Self::None | Self::Policy)
     }
 }

@@ -23,6 +23,7 @@ pub mod ctx;
 pub mod devimage;
 pub mod docker;
 pub mod egress;
+pub mod egress_proxy;
 pub mod envpool;
 pub mod error;
 pub mod helper;

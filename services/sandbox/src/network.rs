@@ -11,6 +11,8 @@
 //! - `none`: an internal network, and the host's own address on it closed too: nothing outside
 //!   the container at all. Its ports cannot be published, so the host reaches the executor at
 //!   the container's own address.
+//! - `policy`: the same, but for one port of the host's address on it, where the egress proxy
+//!   listens ([`crate::egress_proxy`]): what the sandbox reaches, it reaches through the proxy.
 
 use std::collections::HashMap;
 
@@ -46,7 +48,7 @@ impl Engine {
             let request = NetworkCreateRequest {
                 name: name.clone(),
                 driver: Some("bridge".into()),
-                internal: Some(egress == Egress::None),
+                internal: Some(egress.internal()),
                 options: Some(options),
                 labels: Some(labels),
                 ..Default::default()
@@ -60,12 +62,28 @@ impl Engine {
         }
         match egress {
             Egress::Open => {}
-            Egress::Internet => firewall(&self.bridge_name(egress), &BLOCKED_FOR_INTERNET).await?,
+            Egress::Internet => firewall(&self.bridge_name(egress), &BLOCKED_FOR_INTERNET, None).await?,
             // Internal networks forward nothing, but the host's own address on the bridge is
             // still a local destination: close it like `internet` does.
-            Egress::None => firewall(&self.bridge_name(egress), &[]).await?,
+            Egress::None => firewall(&self.bridge_name(egress), &[], None).await?,
+            Egress::Policy => firewall(&self.bridge_name(egress), &[], Some(crate::egress_proxy::PROXY_PORT)).await?,
         }
         Ok(name)
+    }
+
+    /// The host's address on the network of `egress` (its gateway), where the egress proxy
+    /// listens for the `policy` class.
+    pub async fn network_gateway(&self, egress: Egress) -> Result<std::net::IpAddr, DockerError> {
+        let info = self
+            .docker
+            .inspect_network(&self.network_name(egress), None::<InspectNetworkOptions>)
+            .await
+            .map_err(|e| DockerError::Engine { op: "inspect network", detail: e.to_string() })?;
+        let configs = info.ipam.and_then(|i| i.config).unwrap_or_default();
+        configs.iter().find_map(|c| c.gateway.as_deref().and_then(|g| g.parse().ok())).ok_or_else(|| DockerError::Engine {
+            op: "inspect network",
+            detail: format!("network {} has no gateway", info.name.unwrap_or_default()),
+        })
     }
 
     /// This deployment's networks, by name.
@@ -82,15 +100,21 @@ impl Engine {
 
 /// Drops what leaves `bridge` for a `blocked` range (forwarded traffic, `DOCKER-USER`) or for
 /// the host itself (`INPUT`, but for answers to connections the host opened: the executor's
-/// port). Rules are replaced, not added twice, so restarts do not pile them up.
-async fn firewall(bridge: &str, blocked: &[&str]) -> Result<(), DockerError> {
+/// port; and for `open_port`, the egress proxy's, where it is given). Rules are replaced, not
+/// added twice, so restarts do not pile them up.
+async fn firewall(bridge: &str, blocked: &[&str], open_port: Option<u16>) -> Result<(), DockerError> {
     let mut forward: Vec<Vec<String>> =
         blocked.iter().map(|cidr| ["-i", bridge, "-d", cidr, "-j", "DROP"].map(str::to_owned).to_vec()).collect();
     forward.reverse();
     let answers = ["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"].map(str::to_owned).to_vec();
     let to_host = ["-i", bridge, "-j", "DROP"].map(str::to_owned).to_vec();
-    // Inserted at the top in reverse, so `answers` ends up above `to_host`.
-    for (chain, rules) in [("DOCKER-USER", forward), ("INPUT", vec![to_host, answers])] {
+    let mut input = vec![to_host, answers];
+    if let Some(port) = open_port {
+        input.push(["-i", bridge, "-p", "tcp", "--dport", &port.to_string(), "-j", "ACCEPT"].map(str::to_owned).to_vec());
+    }
+    // Each inserted at the top, so the last ends up first: `answers` and the open port above
+    // `to_host`.
+    for (chain, rules) in [("DOCKER-USER", forward), ("INPUT", input)] {
         for rule in &rules {
             while iptables(&[&["-D", chain], &rule_refs(rule)[..]].concat()).await.is_ok() {}
         }

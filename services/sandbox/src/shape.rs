@@ -6,6 +6,8 @@
 //! [`Engine::limit`]), and to a container made again ([`shaped`]).
 
 use bollard::models::{ContainerUpdateBody, NetworkConnectRequest, NetworkDisconnectRequest};
+#[cfg(doc)]
+use halyard_platform::config::SandboxConfig;
 use halyard_platform::config::SandboxSpec;
 use halyard_protocol::environment::Shape;
 
@@ -15,6 +17,11 @@ use crate::egress::Egress;
 /// Why `shape` cannot be had on a sandbox of `spec`, in words; `docker`: whether it is a
 /// container (a process sandbox's network and limits are fixed when it starts).
 pub fn check(spec: &SandboxSpec, shape: &Shape, docker: bool) -> Result<(), String> {
+    if !docker && shape.egress_rules.is_some() {
+        return Err("outbound policies by domain (`egress`) are enforced for container sandboxes; a process sandbox \
+                    cannot be held to one yet: use a Docker sandbox, or an egress class (`none`)"
+            .into());
+    }
     if !docker && (shape.egress.is_some() || !shape.resources.is_empty()) {
         return Err("a process sandbox's network class and limits are fixed when it starts; `setup_egress` and `resources` \
                     apply to container sandboxes"
@@ -26,10 +33,15 @@ pub fn check(spec: &SandboxSpec, shape: &Shape, docker: bool) -> Result<(), Stri
     halyard_platform::environments::check_shape(spec, shape)
 }
 
-/// `spec` as a container of `shape` is made: its network class and limits.
-pub fn shaped(spec: &mut SandboxSpec, shape: &Shape) {
+/// `spec` as a container of `shape` is made: its network class (`policy` for one held to
+/// outbound rules; `bounded` by the deployment's policy: [`SandboxConfig::bounded_egress`]) and
+/// limits.
+pub fn shaped(spec: &mut SandboxSpec, shape: &Shape, bounded: impl Fn(&str) -> String) {
     if let Some(e) = &shape.egress {
-        spec.egress.clone_from(e);
+        spec.egress = bounded(e);
+    }
+    if shape.egress_rules.is_some() {
+        spec.egress = "policy".into();
     }
     let r = &shape.resources;
     spec.memory_mb = r.memory_mb.unwrap_or(spec.memory_mb).min(spec.memory_mb);
@@ -72,6 +84,7 @@ mod tests {
             egress: Some("none".into()),
             resources: Resources { memory_mb: Some(512), cpus: Some(0.5), pids_limit: Some(128) },
             ports: vec![3000],
+            egress_rules: None,
         };
         assert_eq!(check(&spec, &ok, true), Ok(()));
         assert!(check(&spec, &ok, false).unwrap_err().contains("process sandbox"));
@@ -83,7 +96,13 @@ mod tests {
         let nothing = Shape { ports: vec![0], ..Default::default() };
         assert!(check(&spec, &nothing, true).is_err());
         let mut s = spec.clone();
-        shaped(&mut s, &ok);
+        shaped(&mut s, &ok, str::to_owned);
         assert_eq!((s.egress.as_str(), s.memory_mb, s.cpus, s.pids_limit), ("none", 512, 0.5, 128));
+        // Rules put a container on the proxy's network, whatever class setup named; a process
+        // sandbox cannot be held to them (yet), and says so.
+        let held = Shape { egress: Some("open".into()), egress_rules: Some(Default::default()), ..Default::default() };
+        shaped(&mut s, &held, str::to_owned);
+        assert_eq!(s.egress, "policy");
+        assert!(check(&spec, &held, false).unwrap_err().contains("container sandboxes"));
     }
 }

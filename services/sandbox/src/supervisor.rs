@@ -432,7 +432,31 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
     }
-    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()), executor: files })
+    let egress = match egress_proxy(&engine, sandbox, js).await {
+        Ok(proxy) => Some(proxy),
+        Err(e) => {
+            tracing::warn!(error = %e, "no egress proxy: sandboxes held to an outbound policy will be refused");
+            None
+        }
+    };
+    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()), executor: files, egress })
+}
+
+/// The `policy` network and the proxy on its gateway.
+async fn egress_proxy(
+    engine: &Engine,
+    sandbox: &halyard_platform::config::SandboxConfig,
+    js: &jetstream::Context,
+) -> Result<Arc<crate::egress_proxy::EgressProxy>, String> {
+    let class = crate::egress::Egress::Policy;
+    engine.ensure_network(class).await.map_err(|e| e.to_string())?;
+    let gateway = engine.network_gateway(class).await.map_err(|e| e.to_string())?;
+    let listen = std::net::SocketAddr::new(gateway, crate::egress_proxy::PROXY_PORT);
+    let proxy = crate::egress_proxy::EgressProxy::start(listen, sandbox.egress_resolve.clone(), js.clone())
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    tracing::info!(%listen, "egress proxy ready");
+    Ok(proxy)
 }
 
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by

@@ -59,6 +59,11 @@ impl ConvState {
             AgentCommand::RecordTerminalOpened { by, .. } => {
                 append_once(&log, EventId(cmd_id.0), EventSource::User, EventBody::TerminalOpened { by }, trace).await
             }
+            AgentCommand::RecordNetworkBlocked { host, port, rule, .. } => {
+                let message = halyard_protocol::egress::blocked_message(&host, port, &rule);
+                let body = EventBody::NetworkBlocked { host, port, rule, message };
+                append_once(&log, EventId(cmd_id.0), EventSource::Environment, body, trace).await
+            }
             AgentCommand::Restore { at_seq, .. } => self.restore_command(&log, EventId(cmd_id.0), at_seq, trace).await,
             AgentCommand::Delete { .. } => {
                 self.delete(&log).await;

@@ -123,6 +123,22 @@ fn env_script(env: &BTreeMap<String, String>, unset: &BTreeSet<String>) -> Optio
     (!text.is_empty()).then_some(text)
 }
 
+/// The sandbox's network variables, when they changed since this shell last exported them (or,
+/// for a command in a subshell, whenever there are any): they name no secret, so they are on
+/// the command line.
+fn network_prefix(exported: &mut (u64, BTreeSet<String>), scoped: bool) -> String {
+    let (generation, vars) = crate::network::current();
+    if !scoped && exported.0 == generation {
+        return String::new();
+    }
+    let gone: BTreeSet<String> = exported.1.iter().filter(|n| !vars.contains_key(*n)).cloned().collect();
+    let text = env_script(&vars, &if scoped { BTreeSet::new() } else { gone }).unwrap_or_default().replace('\n', "; ");
+    if !scoped {
+        *exported = (generation, vars.keys().cloned().collect());
+    }
+    text
+}
+
 fn valid_name(n: &str) -> bool {
     n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
@@ -160,6 +176,8 @@ struct Session {
     counter: u64,
     /// Names the last unscoped `ExecRequest::env` exported, to unset those a later one leaves out.
     exported: BTreeSet<String>,
+    /// The generation of [`crate::network`]'s variables this shell exported, and their names.
+    network: (u64, BTreeSet<String>),
 }
 
 /// The persistent shell.
@@ -304,7 +322,18 @@ impl Shell {
                 tx.send_modify(|c| *c += 1);
             });
         }
-        Ok(Session { child, stdin, pgid, output, bytes: rx, running: None, reported: false, counter: 0, exported: BTreeSet::new() })
+        Ok(Session {
+            child,
+            stdin,
+            pgid,
+            output,
+            bytes: rx,
+            running: None,
+            reported: false,
+            counter: 0,
+            exported: BTreeSet::new(),
+            network: (0, BTreeSet::new()),
+        })
     }
 
     /// Interrupts whatever the shell runs now: SIGINT to its process group (the shell's trap
@@ -422,7 +451,7 @@ impl Shell {
             }
             None => String::new(),
         };
-        let run = format!("{env_prefix}. '{}'", script.display());
+        let run = format!("{}{env_prefix}. '{}'", network_prefix(&mut session.network, req.scoped), script.display());
         // A scoped command runs in a subshell: what it is given or exports ends with it.
         let run = if req.scoped { format!("( {run} )") } else { run };
         let line = format!("{run}; __halyard_rc=$?; printf '{marker}%s_%s__\\n' \"$__halyard_rc\" \"$PWD\"");

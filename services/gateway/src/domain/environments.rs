@@ -93,7 +93,17 @@ fn check_shape(parts: &Parts, sandboxes: &SandboxConfig) -> Result<(), ApiError>
             return Err(bad(format!("`setup_egress`: `{e}` is not a network class; use open, internet or none")));
         }
     }
-    let shape = Shape { egress: None, resources: parts.resources.clone(), ports: parts.forward_ports.clone() };
+    for (field, policy) in [("egress", &parts.egress), ("setup_egress_policy", &parts.setup_egress_policy)] {
+        if let Some(p) = policy {
+            p.check(field).map_err(bad)?;
+        }
+    }
+    if (parts.egress.is_some() || parts.setup_egress_policy.is_some()) && sandboxes.kind == "process" {
+        return Err(bad("`egress`: outbound policies by domain are enforced for container sandboxes, and this deployment runs \
+                        process sandboxes"
+            .into()));
+    }
+    let shape = Shape { egress: None, resources: parts.resources.clone(), ports: parts.forward_ports.clone(), egress_rules: None };
     // The limits and ports as the supervisor will check them (a container's).
     halyard_platform::environments::check_shape(&spec, &shape).map_err(bad)
 }
@@ -135,6 +145,8 @@ pub struct Parts {
     pub runtime: Option<String>,
     pub resources: Resources,
     pub setup_egress: Option<String>,
+    pub egress: Option<halyard_protocol::egress::EgressPolicy>,
+    pub setup_egress_policy: Option<halyard_protocol::egress::EgressPolicy>,
     pub forward_ports: Vec<u16>,
     pub verify: Vec<halyard_protocol::event::Check>,
 }
@@ -196,6 +208,8 @@ pub fn checked(parts: Parts, by: &UserId, sandboxes: &SandboxConfig) -> Result<E
         runtime: parts.runtime,
         resources: parts.resources,
         setup_egress: parts.setup_egress,
+        egress: parts.egress,
+        setup_egress_policy: parts.setup_egress_policy,
         forward_ports: parts.forward_ports,
         verify: parts.verify,
         updated_by: by.0.clone(),
@@ -246,6 +260,8 @@ mod tests {
             runtime: None,
             resources: Resources::default(),
             setup_egress: None,
+            egress: None,
+            setup_egress_policy: None,
             forward_ports: vec![],
             verify: vec![],
         }

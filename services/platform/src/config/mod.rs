@@ -441,6 +441,9 @@ mod tests {
                 "OIDC_ISSUER" => "https://login.example.com",
                 "SLACK_OIDC_ISSUER" => "https://slack.com",
                 "COMMAND_ACK_WAIT_MS" => "5000",
+                "EGRESS_ALLOW" => "registry.npmjs.org,*.pypi.org",
+                "EGRESS_DENY" => "*.bad.example",
+                "EGRESS_RESOLVE" => "registry.test=10.9.8.7",
                 "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"
                 | "METRICS_ADDR"

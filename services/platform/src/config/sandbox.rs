@@ -85,6 +85,12 @@ pub struct SandboxConfig {
     pub gvisor_runtime: String,
     /// How many uids from `process_uid_base` sandboxes may use (one each at a time).
     pub process_uid_count: u32,
+    /// The deployment's outbound policy by domain, bounding every organization's and
+    /// environment's (see `halyard_protocol::egress`); applied to the sandboxes that have one.
+    pub egress: halyard_protocol::egress::EgressPolicy,
+    /// Names the egress proxy resolves to fixed addresses instead of asking DNS
+    /// (`name=address`): a registry on a private network the host's resolver does not know.
+    pub egress_resolve: std::collections::BTreeMap<String, std::net::IpAddr>,
 }
 
 /// What a docker sandbox is made from.
@@ -145,7 +151,19 @@ impl SandboxConfig {
         for s in specs.iter_mut().filter(|s| s.runtime.is_empty()) {
             s.runtime.clone_from(&self.runtime);
         }
+        for s in &mut specs {
+            s.egress = self.bounded_egress(&s.egress);
+        }
         specs
+    }
+
+    /// The network class a sandbox of class `egress` gets: under a deployment's outbound policy,
+    /// every class with a way out is `policy` (its one way out is the egress proxy).
+    pub fn bounded_egress(&self, egress: &str) -> String {
+        match egress {
+            "" | "open" | "internet" if !self.egress.is_empty() => "policy".into(),
+            other => other.to_owned(),
+        }
     }
 
     /// The first spec that runs under `runtime`, if any.
@@ -190,6 +208,8 @@ impl Default for SandboxConfig {
             process_uid_count: 50_000,
             runtime: "runc".into(),
             gvisor_runtime: "runsc".into(),
+            egress: Default::default(),
+            egress_resolve: Default::default(),
         }
     }
 }
@@ -239,6 +259,33 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
     ),
     set!("GVISOR_RUNTIME", "`runsc`", "the name the Docker engine has gVisor's runsc registered under", |c, v| c.gvisor_runtime =
         v.to_owned()),
+    set!(
+        "EGRESS_ALLOW",
+        "(none)",
+        "the deployment's outbound allow list by domain (`name` or `*.suffix`, comma-separated): every sandbox with an outbound policy reaches only these",
+        |c, v| {
+            c.egress.allow = crate::settings::list(v);
+            c.egress.check("HALYARD_EGRESS_ALLOW")?
+        }
+    ),
+    set!("EGRESS_DENY", "(none)", "names no sandbox with an outbound policy may reach (`name` or `*.suffix`, comma-separated)", |c, v| {
+        c.egress.deny = crate::settings::list(v);
+        c.egress.check("HALYARD_EGRESS_DENY")?
+    }),
+    set!(
+        "EGRESS_RESOLVE",
+        "(none)",
+        "names the egress proxy resolves to fixed addresses instead of asking DNS (`name=address`, comma-separated)",
+        |c, v| {
+            let mut map = std::collections::BTreeMap::new();
+            for pair in crate::settings::list(v) {
+                let (name, addr) = pair.split_once('=').ok_or_else(|| format!("expected name=address, not `{pair}`"))?;
+                let addr = addr.trim().parse().map_err(|_| format!("`{addr}` is not an IP address"))?;
+                map.insert(name.trim().to_ascii_lowercase(), addr);
+            }
+            c.egress_resolve = map
+        }
+    ),
     set!(
         "SANDBOX_BROWSER_IDLE_SECS",
         "`600`",

@@ -2,6 +2,7 @@
 //! workspace volume) and publishes every state change as a record.
 
 mod devcontainer;
+mod egress;
 mod provision;
 mod reconcile;
 mod shape;
@@ -102,6 +103,8 @@ pub struct SandboxState {
     runtime: Option<halyard_protocol::environment::Runtime>,
     /// What its start's environment set of it (network class, limits, forwarded ports).
     shape: Option<halyard_protocol::environment::Shape>,
+    /// Docker, on the `policy` network: the address and rules the egress proxy serves it by.
+    egress_admitted: Option<(std::net::IpAddr, halyard_protocol::egress::EgressRules)>,
 }
 
 impl Actor for SandboxActor {
@@ -135,6 +138,7 @@ impl Actor for SandboxActor {
             made_snapshot: None,
             runtime: None,
             shape: None,
+            egress_admitted: None,
         };
         match init {
             Init::Fresh { id, owner, conversation, spec, snapshot } => {
@@ -320,6 +324,8 @@ impl SandboxState {
         if !matches!(status, SandboxStatus::Running | SandboxStatus::Paused) {
             self.urls.clear();
         }
+        // Before the record says it runs: whoever acts on the record finds its way out ready.
+        self.sync_egress(status).await;
         let record = SystemRecord::Sandbox(SandboxUpdate {
             sandbox_id: self.id,
             owner: self.owner.clone(),

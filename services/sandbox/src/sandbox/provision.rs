@@ -181,7 +181,7 @@ impl SandboxState {
         };
         // Its environment's network class and limits.
         if let Some(shape) = &self.shape {
-            crate::shape::shaped(&mut spec, shape);
+            crate::shape::shaped(&mut spec, shape, |e| self.ctx.config.sandbox.bounded_egress(e));
         }
         let naming = &dctx.engine.naming;
         let id = self.id.to_string();

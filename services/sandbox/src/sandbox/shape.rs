@@ -30,7 +30,15 @@ impl SandboxState {
             return self.publish(status, refuse(why.into())).await;
         }
         if let (Some(dctx), Some(container)) = (self.ctx.docker.clone(), self.container.clone()) {
-            let class = |s: &Shape| Egress::parse(s.egress.as_deref().unwrap_or(&spec.egress));
+            let class = |s: &Shape| {
+                let mut made = spec.clone();
+                crate::shape::shaped(&mut made, s, |e| self.ctx.config.sandbox.bounded_egress(e));
+                Egress::parse(&made.egress)
+            };
+            if shape.egress_rules.is_some() && dctx.egress.is_none() {
+                let why = "outbound policies by domain need the egress proxy, which did not start on this host (see its log)";
+                return self.publish(status, refuse(why.into())).await;
+            }
             let was = self.shape.clone().unwrap_or_default();
             let (Ok(from), Ok(to)) = (class(&was), class(&shape)) else {
                 return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
@@ -45,7 +53,7 @@ impl SandboxState {
             }
             if was.resources != shape.resources {
                 let mut limited = spec.clone();
-                crate::shape::shaped(&mut limited, &shape);
+                crate::shape::shaped(&mut limited, &shape, |e| self.ctx.config.sandbox.bounded_egress(e));
                 if let Err(e) = dctx.engine.limit(&container, &limited).await {
                     return self.publish(status, refuse(format!("cannot set the sandbox's limits: {e}"))).await;
                 }

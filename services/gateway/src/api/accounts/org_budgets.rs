@@ -206,6 +206,16 @@ pub async fn mirror_budget(state: &AppState, org: &Org) -> Result<(), ApiError> 
     .await
 }
 
+/// Copies the organization's outbound policy where the conversation manager reads it.
+pub async fn mirror_egress(state: &AppState, org: &Org) -> Result<(), ApiError> {
+    let policy = org.settings.egress.clone().unwrap_or_default();
+    user_store::modify(state, &subjects::org_egress_key(&org.name), |p: &mut halyard_protocol::egress::EgressPolicy| {
+        *p = policy.clone();
+        Ok(())
+    })
+    .await
+}
+
 /// Copies `org`'s members where the agent runner and the conversation manager read them (they
 /// do not follow the accounts bucket): called on every change of membership.
 pub async fn mirror_members(state: &AppState, org: &Org) -> Result<(), ApiError> {

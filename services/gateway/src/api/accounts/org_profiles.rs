@@ -71,6 +71,11 @@ pub struct OrgSettingsBody {
     /// spec of another runtime is refused; one naming none gets a gVisor spec).
     #[serde(default)]
     pub sandbox_runtime: Option<String>,
+    /// What every sandbox of its conversations may reach by name (`{"allow": [...], "deny":
+    /// [...], "mode": "read_only"}`), enforced over its members' environments: a name must be
+    /// allowed by both, and either's deny wins. Container sandboxes.
+    #[serde(default)]
+    pub egress: Option<halyard_protocol::egress::EgressPolicy>,
 }
 
 fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
@@ -84,11 +89,15 @@ fn settings_view(s: &OrgSettings) -> OrgSettingsBody {
         member_monthly_budget_usd: s.member_monthly_budget_usd,
         key_issuers: s.key_issuers,
         sandbox_runtime: s.sandbox_runtime.clone(),
+        egress: s.egress.clone(),
     }
 }
 
 /// Checks the settings' single sign-on, budget and runtime fields.
 fn check_settings(body: &OrgSettingsBody) -> Result<(), ApiError> {
+    if let Some(p) = &body.egress {
+        p.check("egress").map_err(|e| ApiError::bad_request("invalid_field", e))?;
+    }
     if let Some(r) = body.sandbox_runtime.as_deref().filter(|r| !halyard_platform::config::RUNTIMES.contains(r)) {
         return Err(ApiError::bad_request("invalid_field", format!("`sandbox_runtime`: runc or gvisor, not {r:?}")));
     }
@@ -198,6 +207,7 @@ pub async fn put_settings(
         member_monthly_budget_usd: body.member_monthly_budget_usd,
         key_issuers: body.key_issuers,
         sandbox_runtime: body.sandbox_runtime.clone(),
+        egress: body.egress.clone().filter(|p| !p.is_empty()),
     };
     org.updated_ms = halyard_platform::now_ms();
     state.accounts.save_org(org.clone(), Some(revision)).await.map_err(|e| match e {
@@ -206,6 +216,8 @@ pub async fn put_settings(
     })?;
     // The agent runner reads the budgets from the users' bucket (it does not follow accounts).
     crate::api::accounts::org_budgets::mirror_budget(&state, &org).await?;
+    // The conversation manager reads the outbound policy there too.
+    crate::api::accounts::org_budgets::mirror_egress(&state, &org).await?;
     let detail = serde_json::to_value(&body).unwrap_or_default();
     audit::Action::new(&user, "org.settings", &org.name).detail(detail).org(&org.name).send(&state, client).await;
     Ok(Json(settings_view(&org.settings)))

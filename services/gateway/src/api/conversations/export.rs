@@ -165,6 +165,7 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::ConversationStarted { model, .. } => format!("\n*Started with model {model} ({time})*\n"),
         EventBody::LlmProfile { model, .. } => format!("\n*Switched to model {model}*\n"),
         EventBody::TerminalOpened { by } => format!("\n*{by} opened a terminal ({time})*\n"),
+        EventBody::NetworkBlocked { message, .. } => format!("\n*{message} ({time})*\n"),
         EventBody::BudgetAlert { org, user, percent, spent_usd, budget_usd, .. } => {
             let whose = user.as_ref().map_or_else(|| format!("Organization {org}'s"), |u| format!("{u}'s {org}"));
             format!("\n*{whose} monthly budget is {percent} % spent (${spent_usd:.2} of ${budget_usd:.2}, {time})*\n")

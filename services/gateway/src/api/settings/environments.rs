@@ -95,6 +95,16 @@ pub struct EnvironmentBody {
     /// its own before `post_start` and the agent's first step. Container sandboxes.
     #[serde(default)]
     pub setup_egress: Option<String>,
+    /// What its conversations' sandboxes may reach by name (`{"allow": [...], "deny": [...],
+    /// "mode": "read_only"}`; `*.suffix` wildcards; deny wins), within the organization's and
+    /// the deployment's policies: the sandbox then reaches out only through Halyard's proxy,
+    /// and every refusal is a `network_blocked` event. Container sandboxes.
+    #[serde(default)]
+    pub egress: Option<halyard_protocol::egress::EgressPolicy>,
+    /// What setup may reach instead of `egress` while it runs (wider, say, to install
+    /// dependencies; the organization's policy still holds).
+    #[serde(default)]
+    pub setup_egress_policy: Option<halyard_protocol::egress::EgressPolicy>,
     /// Ports of the sandbox served as apps (`PORT_<n>` in the conversation's apps), as a dev
     /// container's `forwardPorts`.
     #[serde(default)]
@@ -128,6 +138,8 @@ pub struct EnvironmentView {
     pub runtime: Option<String>,
     pub resources: environment::Resources,
     pub setup_egress: Option<String>,
+    pub egress: Option<halyard_protocol::egress::EgressPolicy>,
+    pub setup_egress_policy: Option<halyard_protocol::egress::EgressPolicy>,
     pub forward_ports: Vec<u16>,
     pub verify: Vec<halyard_protocol::event::Check>,
     pub updated_by: String,
@@ -159,6 +171,8 @@ fn view(name: String, scope: &str, e: &Environment) -> EnvironmentView {
         runtime: e.runtime.clone(),
         resources: e.resources.clone(),
         setup_egress: e.setup_egress.clone(),
+        egress: e.egress.clone(),
+        setup_egress_policy: e.setup_egress_policy.clone(),
         forward_ports: e.forward_ports.clone(),
         verify: e.verify.clone(),
         updated_by: e.updated_by.clone(),
@@ -185,6 +199,8 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         runtime,
         resources,
         setup_egress,
+        egress,
+        setup_egress_policy,
         forward_ports,
         verify,
     } = body;
@@ -205,6 +221,8 @@ fn definition(state: &AppState, name: &str, body: EnvironmentBody, by: &UserId) 
         runtime,
         resources,
         setup_egress,
+        egress,
+        setup_egress_policy,
         forward_ports,
         verify,
     };

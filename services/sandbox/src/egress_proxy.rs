@@ -1,0 +1,357 @@
+//! The egress proxy: the one way out of a sandbox held to an outbound policy by domain
+//! ([`halyard_protocol::egress`]). It listens on the host's address on the `policy` network
+//! ([`crate::network`]), whose firewall lets nothing else leave, and knows each sandbox there by
+//! its address ([`EgressProxy::admit`]).
+//!
+//! Per connection it reads one request head: `CONNECT host:port` (a TLS tunnel, never
+//! decrypted) or a plain HTTP request with an absolute URL. The name is decided by the sandbox's
+//! rules; the proxy resolves it itself (fixed names first, `HALYARD_EGRESS_RESOLVE`), so the
+//! sandbox never chooses the address, and refuses addresses of this host, loopback, link-local,
+//! multicast and unspecified ones, whatever the name (no DNS rebinding onto Halyard's own
+//! services). A raw address is refused: policies name hosts. A refusal is a 403 whose body says
+//! why, and a `network_blocked` event in the conversation (sent to its agent runner, the log's
+//! one writer, which shows the model).
+//!
+//! A plain HTTP request is forwarded alone (`Connection: close`, its body by `Content-Length`)
+//! and nothing more is read from the sandbox: a second request on the connection cannot slip
+//! past the decision, nor a write past a read-only policy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use halyard_platform::bus;
+use halyard_protocol::command::AgentCommand;
+use halyard_protocol::egress::{EgressRules, blocked_message};
+use halyard_protocol::{ConversationId, SandboxId, subjects};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The port the proxy listens on, on the `policy` network's gateway.
+pub const PROXY_PORT: u16 = 3128;
+
+/// Largest request head read.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a sandbox has to send its request head, and the proxy to reach the destination.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A sandbox the proxy serves.
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    pub sandbox: SandboxId,
+    pub conversation: Option<ConversationId>,
+    /// Its layers, the deployment's included.
+    pub rules: EgressRules,
+}
+
+/// The proxy's state: who is behind each address, and how names resolve.
+pub struct EgressProxy {
+    pub listen: SocketAddr,
+    tenants: Mutex<HashMap<IpAddr, Tenant>>,
+    resolve: BTreeMap<String, IpAddr>,
+    js: jetstream::Context,
+}
+
+/// Why a connection was not made: the status, and the words the sandbox gets.
+struct Refused {
+    status: u16,
+    text: String,
+    /// A policy's rule (recorded as `network_blocked`), not a malformed request or an
+    /// unreachable server.
+    rule: Option<(String, u16, String)>,
+}
+
+impl EgressProxy {
+    /// Listens at `listen` and serves until the process ends.
+    pub async fn start(listen: SocketAddr, resolve: BTreeMap<String, IpAddr>, js: jetstream::Context) -> std::io::Result<Arc<Self>> {
+        let listener = TcpListener::bind(listen).await?;
+        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), resolve, js });
+        let serving = proxy.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, peer)) = listener.accept().await else { continue };
+                let proxy = serving.clone();
+                tokio::spawn(async move { proxy.serve(client, peer.ip()).await });
+            }
+        });
+        Ok(proxy)
+    }
+
+    /// Serves the sandbox at `ip` by `tenant`'s rules (replacing what was there).
+    pub fn admit(&self, ip: IpAddr, tenant: Tenant) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        tenants.retain(|_, t| t.sandbox != tenant.sandbox);
+        tenants.insert(ip, tenant);
+    }
+
+    /// Stops serving `sandbox` (its container went away or left the network).
+    pub fn forget(&self, sandbox: SandboxId) {
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, t| t.sandbox != sandbox);
+    }
+
+    /// The variables a sandbox's tools take their proxy from.
+    pub fn variables(&self) -> BTreeMap<String, String> {
+        let url = format!("http://{}", self.listen);
+        let mut vars = BTreeMap::new();
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            vars.insert(name.to_owned(), url.clone());
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            vars.insert(name.to_owned(), "localhost,127.0.0.1,::1".to_owned());
+        }
+        vars
+    }
+
+    async fn serve(self: Arc<Self>, mut client: TcpStream, peer: IpAddr) {
+        let _ = client.set_nodelay(true);
+        let tenant = self.tenants.lock().unwrap_or_else(|p| p.into_inner()).get(&peer).cloned();
+        let outcome = match tenant {
+            None => Err(Refused { status: 403, text: "this address is not a sandbox the egress proxy serves".into(), rule: None }),
+            Some(t) => {
+                let relayed = self.relay(&mut client, &t).await;
+                if let Err(Refused { rule: Some((host, port, rule)), .. }) = &relayed {
+                    self.record(&t, host, *port, rule);
+                }
+                relayed
+            }
+        };
+        if let Err(r) = outcome {
+            let reason = if r.status == 403 { "Forbidden" } else { "Bad Gateway" };
+            let body = format!("halyard: {}\n", r.text);
+            let head = format!(
+                "HTTP/1.1 {} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nX-Halyard-Egress: refused\r\nConnection: close\r\n\r\n",
+                r.status,
+                body.len()
+            );
+            let _ = client.write_all(format!("{head}{body}").as_bytes()).await;
+            let _ = client.shutdown().await;
+        }
+    }
+
+    /// Tells the conversation's agent runner (which writes its log) of a refusal.
+    fn record(&self, tenant: &Tenant, host: &str, port: u16, rule: &str) {
+        tracing::info!(sandbox_id = %tenant.sandbox, host, port, rule, "egress refused");
+        let Some(conversation_id) = tenant.conversation else { return };
+        let cmd = AgentCommand::RecordNetworkBlocked { conversation_id, host: host.to_owned(), port, rule: rule.to_owned() };
+        let js = self.js.clone();
+        tokio::spawn(async move {
+            if let Err(e) = bus::send(&js, subjects::agent_command(conversation_id), cmd, None).await {
+                tracing::warn!(%conversation_id, error = %e, "cannot record a refused connection");
+            }
+        });
+    }
+
+    /// Reads the request, decides, connects and relays.
+    async fn relay(&self, client: &mut TcpStream, tenant: &Tenant) -> Result<(), Refused> {
+        let (head, rest) = tokio::time::timeout(PATIENCE, read_head(client)).await.map_err(|_| bad("no request head within 10 s"))??;
+        let req = Request::parse(&head)?;
+        let method = (req.method != "CONNECT").then_some(req.method.as_str());
+        let blocked = |rule: String| Refused {
+            status: 403,
+            text: blocked_message(&req.host, req.port, &rule),
+            rule: Some((req.host.clone(), req.port, rule)),
+        };
+        if req.host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
+            return Err(blocked("a raw address (outbound policies name hosts)".into()));
+        }
+        tenant.rules.decide(&req.host, method).map_err(|r| blocked(r.rule))?;
+        let addr = self.resolve(&req.host, req.port).await.map_err(blocked)?;
+        let mut upstream = tokio::time::timeout(PATIENCE, TcpStream::connect(addr))
+            .await
+            .map_err(|_| gateway(format!("{}:{} did not answer within 10 s", req.host, req.port)))?
+            .map_err(|e| gateway(format!("cannot connect to {}:{}: {e}", req.host, req.port)))?;
+        let _ = upstream.set_nodelay(true);
+        if req.method == "CONNECT" {
+            client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.map_err(|e| gateway(e.to_string()))?;
+            upstream.write_all(&rest).await.map_err(|e| gateway(e.to_string()))?;
+            let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+            return Ok(());
+        }
+        upstream.write_all(req.forwarded_head().as_bytes()).await.map_err(|e| gateway(e.to_string()))?;
+        let body = req.content_length;
+        let already = rest.len().min(body as usize);
+        upstream.write_all(&rest[..already]).await.map_err(|e| gateway(e.to_string()))?;
+        copy_exact(client, &mut upstream, body - already as u64).await.map_err(|e| gateway(e.to_string()))?;
+        let _ = tokio::io::copy(&mut upstream, client).await;
+        let _ = client.shutdown().await;
+        Ok(())
+    }
+
+    /// The address `host` is reached at: a fixed one, else DNS's first that is not this host's
+    /// own or a loopback, link-local, multicast or unspecified one.
+    async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, String> {
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let candidates: Vec<SocketAddr> = match self.resolve.get(&name) {
+            Some(ip) => vec![SocketAddr::new(*ip, port)],
+            None => tokio::net::lookup_host((name.as_str(), port)).await.map_err(|e| format!("{name} does not resolve ({e})"))?.collect(),
+        };
+        let mut refused = None;
+        for addr in candidates {
+            match forbidden(addr.ip()) {
+                None => return Ok(addr),
+                Some(why) => refused = Some(format!("{name} resolves to {} ({why})", addr.ip())),
+            }
+        }
+        Err(refused.unwrap_or_else(|| format!("{name} resolves to no address")))
+    }
+}
+
+/// Why the proxy never connects to `ip`, if it does not.
+fn forbidden(ip: IpAddr) -> Option<&'static str> {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    let special = match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_multicast() || v4.is_unspecified() || v4.is_broadcast(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.is_multicast() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    if special {
+        return Some("loopback, link-local, multicast or unspecified");
+    }
+    // An address a socket of this host can bind to is one of the host's own: Halyard's
+    // services may listen there.
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok().then_some("an address of Halyard's host")
+}
+
+fn bad(text: impl Into<String>) -> Refused {
+    Refused { status: 400, text: text.into(), rule: None }
+}
+
+fn gateway(text: String) -> Refused {
+    Refused { status: 502, text, rule: None }
+}
+
+/// One request head as the proxy needs it.
+struct Request {
+    method: String,
+    host: String,
+    port: u16,
+    /// Origin-form target (`/path?query`) of a plain HTTP request.
+    path: String,
+    version: u8,
+    headers: Vec<(String, Vec<u8>)>,
+    content_length: u64,
+}
+
+impl Request {
+    fn parse(head: &[u8]) -> Result<Self, Refused> {
+        let mut headers = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            _ => return Err(bad("not an HTTP request head")),
+        }
+        let method = req.method.unwrap_or_default().to_owned();
+        let target = req.path.unwrap_or_default();
+        let version = req.version.unwrap_or(1);
+        let headers: Vec<(String, Vec<u8>)> = req.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
+        let header =
+            |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        if header("transfer-encoding").is_some() {
+            return Err(Refused { status: 411, text: "send the request body with a Content-Length".into(), rule: None });
+        }
+        let content_length = match header("content-length") {
+            Some(v) => v.trim().parse().map_err(|_| bad("a Content-Length that is not a number"))?,
+            None => 0,
+        };
+        let (authority, path, default_port) = if method == "CONNECT" {
+            (target.to_owned(), String::new(), 443)
+        } else {
+            let rest = target
+                .strip_prefix("http://")
+                .ok_or_else(|| bad("send plain HTTP through the proxy with an absolute http:// URL, and TLS with CONNECT"))?;
+            let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+            (authority.to_owned(), path.to_owned(), 80)
+        };
+        let (host, port) = split_authority(&authority, default_port).ok_or_else(|| bad(format!("`{authority}` is not host:port")))?;
+        Ok(Self { method, host, port, path, version, headers, content_length })
+    }
+
+    /// The head sent on: origin-form, without the proxy's own headers, one request only.
+    fn forwarded_head(&self) -> String {
+        let mut head = format!("{} {} HTTP/1.{}\r\n", self.method, self.path, self.version);
+        let hop = ["proxy-connection", "proxy-authorization", "connection", "keep-alive"];
+        for (name, value) in self.headers.iter().filter(|(n, _)| !hop.iter().any(|h| n.eq_ignore_ascii_case(h))) {
+            head.push_str(&format!("{name}: {}\r\n", String::from_utf8_lossy(value)));
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        head
+    }
+}
+
+/// `host[:port]` (`[v6]:port` too), with `default` for a missing port.
+fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, _)) if !h.ends_with(']') && h.contains(':') => (authority, None),
+        Some((h, p)) => (h, Some(p)),
+        None => (authority, None),
+    };
+    let port = match port {
+        Some(p) => p.parse().ok().filter(|p| *p != 0)?,
+        None => default,
+    };
+    let host = host.trim_matches(['[', ']']).to_owned();
+    (!host.is_empty()).then_some((host, port))
+}
+
+/// Reads up to the end of the request head: the head, and what came after it.
+async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Vec<u8>, Vec<u8>), Refused> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(bad("a request head over 16 KiB"));
+        }
+        let n = r.read(&mut chunk).await.map_err(|e| bad(e.to_string()))?;
+        if n == 0 {
+            return Err(bad("the connection closed before a request head"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Copies exactly `n` bytes from `from` to `to`.
+async fn copy_exact<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(from: &mut R, to: &mut W, n: u64) -> std::io::Result<()> {
+    let copied = tokio::io::copy(&mut from.take(n), to).await?;
+    if copied < n {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the request body ended early"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_heads_are_read_as_the_proxy_needs_them() {
+        let r = Request::parse(b"CONNECT registry.test:443 HTTP/1.1\r\nHost: registry.test:443\r\n\r\n").ok().unwrap();
+        assert_eq!((r.method.as_str(), r.host.as_str(), r.port), ("CONNECT", "registry.test", 443));
+        let r = Request::parse(b"GET http://registry.test/a?b HTTP/1.1\r\nHost: registry.test\r\nProxy-Connection: keep-alive\r\n\r\n")
+            .ok()
+            .unwrap();
+        assert_eq!((r.host.as_str(), r.port, r.path.as_str()), ("registry.test", 80, "/a?b"));
+        assert_eq!(r.forwarded_head(), "GET /a?b HTTP/1.1\r\nHost: registry.test\r\nConnection: close\r\n\r\n");
+        let r = Request::parse(b"POST http://x.test:8080 HTTP/1.0\r\nContent-Length: 3\r\n\r\n").ok().unwrap();
+        assert_eq!((r.port, r.path.as_str(), r.content_length), (8080, "/", 3));
+        assert_eq!(Request::parse(b"GET /relative HTTP/1.1\r\n\r\n").err().unwrap().status, 400);
+        assert_eq!(Request::parse(b"POST http://x.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").err().unwrap().status, 411);
+        assert_eq!(split_authority("[::1]:8443", 443), Some(("::1".into(), 8443)));
+        assert_eq!(split_authority("x.test:0", 443), None);
+    }
+
+    #[test]
+    fn the_hosts_own_and_special_addresses_are_never_reached() {
+        for ip in ["127.0.0.1", "127.9.9.9", "169.254.169.254", "0.0.0.0", "224.0.0.1", "::1", "::ffff:127.0.0.1", "fe80::1"] {
+            assert!(forbidden(ip.parse().unwrap()).is_some(), "{ip}");
+        }
+        assert!(forbidden("192.0.2.10".parse().unwrap()).is_none());
+    }
+}

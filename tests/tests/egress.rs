@@ -1,0 +1,234 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! Outbound access by domain, in container sandboxes: an environment's policy (allowed names,
+//! a denied wildcard), setup's wider one, and an organization's that holds over a member's
+//! wider list. The destination is a real HTTP and TLS server in a container of its own network
+//! (`registry.test` and other names, resolved by the proxy through `HALYARD_EGRESS_RESOLVE`);
+//! the agent's command probes it with Python's urllib as a tool would (the proxy variables
+//! are exported for it), and once around the proxy. Each refusal is a `network_blocked` event
+//! that the model reads.
+
+use halyard_tests::docker::{docker, require_engine};
+use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-secret-key";
+
+/// A server of `registry-http` (port 8080) and `registry-tls` (8443, a certificate for
+/// `registry.test` and `api.corp.test`) in a container on a network of its own.
+struct Registry {
+    name: String,
+    network: String,
+    ip: String,
+    cert: String,
+    _dir: tempfile::TempDir,
+}
+
+const SERVER: &str = r#"
+import http.server, ssl, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        body = (self.server.tag + " " + self.command + " " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = reply
+    def log_message(self, *a):
+        pass
+plain = http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H)
+plain.tag = "registry-http"
+tls = http.server.ThreadingHTTPServer(("0.0.0.0", 8443), H)
+tls.tag = "registry-tls"
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("/srv/cert.pem", "/srv/key.pem")
+tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+threading.Thread(target=tls.serve_forever, daemon=True).start()
+plain.serve_forever()
+"#;
+
+impl Registry {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("server.py"), SERVER).unwrap();
+        let out = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=registry.test"])
+            .args(["-addext", "subjectAltName=DNS:registry.test,DNS:api.corp.test"])
+            .arg("-keyout")
+            .arg(dir.path().join("key.pem"))
+            .arg("-out")
+            .arg(dir.path().join("cert.pem"))
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for f in ["server.py", "cert.pem", "key.pem"] {
+            let p = dir.path().join(f);
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        }
+        let suffix = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
+        let (name, network) = (format!("halyard-egress-registry-{suffix}"), format!("halyard-egress-test-{suffix}"));
+        docker(&["network", "create", &network]);
+        let mount = format!("{}:/srv:ro", dir.path().display());
+        docker(&["run", "-d", "--name", &name, "--network", &network, "-v", &mount, "halyard-base:bookworm", "python3", "/srv/server.py"]);
+        let ip = docker(&["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &name]);
+        let cert = std::fs::read_to_string(dir.path().join("cert.pem")).unwrap();
+        // Up when it answers from the host (which is where the proxy connects from).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect((ip.as_str(), 8080)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the registry did not start: {}", docker(&["logs", &name]));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Self { name, network, ip, cert, _dir: dir }
+    }
+
+    /// `HALYARD_EGRESS_RESOLVE`: every test name at the registry, and one at loopback.
+    fn resolve(&self) -> String {
+        let names = ["registry.test", "other.test", "api.corp.test", "x.bad.corp.test"];
+        let mut pairs: Vec<String> = names.iter().map(|n| format!("{n}={}", self.ip)).collect();
+        pairs.push("loop.test=127.0.0.1".into());
+        pairs.join(",")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker").args(["rm", "-f", &self.name]).output();
+        let _ = std::process::Command::new("docker").args(["network", "rm", &self.network]).output();
+    }
+}
+
+/// The agent's probes: one line each, `name OK body`, `name HTTP status body` or `name ERR why`.
+fn probes(registry: &Registry, extra: &[(&str, &str)]) -> String {
+    let mut calls = vec![
+        ("http".to_owned(), "http://registry.test:8080/simple".to_owned(), true),
+        ("https".to_owned(), "https://registry.test:8443/simple".to_owned(), true),
+        ("other".to_owned(), "http://other.test:8080/".to_owned(), true),
+        ("raw".to_owned(), format!("http://{}:8080/", registry.ip), true),
+        ("loop".to_owned(), "http://loop.test:8080/".to_owned(), true),
+        ("direct".to_owned(), format!("http://{}:8080/", registry.ip), false),
+    ];
+    calls.extend(extra.iter().map(|(n, u)| ((*n).to_owned(), (*u).to_owned(), true)));
+    let lines: Vec<String> = calls.iter().map(|(n, u, p)| format!("probe({n:?}, {u:?}, {})", if *p { "True" } else { "False" })).collect();
+    format!(
+        r#"cat setup-reached.txt 2>/dev/null; python3 - <<'PY'
+import ssl, urllib.request, urllib.error
+ctx = ssl.create_default_context(cadata="""{cert}""")
+def probe(name, url, proxy):
+    handlers = [urllib.request.HTTPSHandler(context=ctx)]
+    if not proxy:
+        handlers.append(urllib.request.ProxyHandler({{}}))
+    try:
+        r = urllib.request.build_opener(*handlers).open(url, timeout=8)
+        print(name, "OK", r.read().decode())
+    except urllib.error.HTTPError as e:
+        print(name, "HTTP", e.code, e.read().decode().strip())
+    except Exception as e:
+        print(name, "ERR", e)
+{calls}
+PY"#,
+        cert = registry.cert,
+        calls = lines.join("\n")
+    )
+}
+
+fn line<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no line {name} in:\n{out}"))
+}
+
+/// Runs `command` in a conversation started with `body`, then one more step (so notes of
+/// refusals that came after the command's result are read too); its events and output.
+async fn run(llm: &ScriptedLlm, api: &Api, body: Value, command: &str) -> (Vec<Value>, String) {
+    let terminal = |c: &str| Reply::tool("terminal", json!({"command": c, "security_risk": "low"}));
+    llm.push([terminal(command), terminal("sleep 2; echo waited"), Reply::finish("done")]);
+    let (conv, _) = api.start_ready(body).await;
+    let events = api.wait_finished(&conv, 1).await;
+    let out = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap();
+    (events.clone(), out.to_owned())
+}
+
+fn blocked(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e["kind"] == "network_blocked")
+        .map(|e| (e["host"].as_str().unwrap().to_owned(), e["rule"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_sandbox_reaches_only_what_its_policies_allow_and_every_refusal_is_on_the_record() {
+    init();
+    require_engine();
+    let registry = Registry::start();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_EGRESS_RESOLVE", &registry.resolve()),
+    );
+    let api = h.api(ALICE);
+
+    // Bad policies are refused in words.
+    let (s, e) = api.call(Method::PUT, "/api/v1/environments/bad", Some(json!({"egress": {"allow": ["https://x.test"]}}))).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`egress.allow`"), "{e}");
+
+    // The environment: the registry, a wildcard with a denied wildcard below it, and a name that
+    // resolves to loopback. Setup may also reach other.test.
+    let egress = json!({"allow": ["registry.test", "*.corp.test", "loop.test"], "deny": ["*.bad.corp.test"]});
+    let setup = "python3 -c \"import urllib.request; print('setup', urllib.request.urlopen('http://other.test:8080/setup', timeout=8).read().decode())\" > setup-reached.txt";
+    let env = json!({"egress": egress, "setup_egress_policy": {"allow": ["registry.test", "other.test"]}, "setup": [setup]});
+    let (s, v) = api.call(Method::PUT, "/api/v1/environments/web", Some(env)).await;
+    assert_eq!((s, &v["egress"]["deny"][0]), (201, &json!("*.bad.corp.test")), "{v}");
+
+    let extra = [("wildcard", "https://api.corp.test:8443/ok"), ("denied", "http://x.bad.corp.test:8080/")];
+    let (events, out) = run(&llm, &api, json!({"message": "probe", "environment": "web"}), &probes(&registry, &extra)).await;
+    // Setup reached what the agent may not.
+    assert!(out.contains("setup registry-http GET /setup"), "{out}");
+    assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
+    assert_eq!(line(&out, "https"), "https OK registry-tls GET /simple");
+    assert_eq!(line(&out, "wildcard"), "wildcard OK registry-tls GET /ok");
+    let refused = |name: &str, words: &str| {
+        let l = line(&out, name);
+        assert!(l.starts_with(&format!("{name} HTTP 403")) && l.contains(words), "{l}");
+    };
+    refused("other", "may not reach other.test:8080: not in the allow list (environment web)");
+    refused("denied", "denied by `*.bad.corp.test` (environment web)");
+    refused("raw", "a raw address");
+    refused("loop", "resolves to 127.0.0.1");
+    // Around the proxy, there is no way out at all.
+    assert!(line(&out, "direct").starts_with("direct ERR"), "{out}");
+
+    let refusals = blocked(&events);
+    for (host, rule) in [
+        ("other.test", "not in the allow list (environment web)"),
+        ("x.bad.corp.test", "denied by `*.bad.corp.test` (environment web)"),
+        (registry.ip.as_str(), "a raw address (outbound policies name hosts)"),
+    ] {
+        assert!(refusals.iter().any(|(h, r)| h == host && r == rule), "{host}: {refusals:?}");
+    }
+    assert!(refusals.iter().any(|(h, r)| h == "loop.test" && r.contains("127.0.0.1")), "{refusals:?}");
+    // The model read them (the step after the probes is asked with them in its context).
+    let last = llm.requests().last().cloned().unwrap().to_string();
+    assert!(last.contains("The sandbox may not reach other.test:8080: not in the allow list (environment web)."), "{last}");
+
+    // An organization's list holds over its member's wider one, and its deny wins.
+    assert_eq!(api.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    let (s, e) = api.call(Method::PUT, "/api/v1/orgs/acme/settings", Some(json!({"egress": {"allow": ["*"]}}))).await;
+    assert!(s == 400 && e["error"]["message"].as_str().unwrap().contains("`egress.allow`"), "{e}");
+    let policy = json!({"egress": {"allow": ["registry.test", "api.corp.test"], "deny": ["loop.test"]}});
+    let (s, settings) = api.call(Method::PUT, "/api/v1/orgs/acme/settings", Some(policy)).await;
+    assert_eq!((s, &settings["egress"]["allow"][0]), (200, &json!("registry.test")), "{settings}");
+    let (s, v) = api.call(Method::PUT, "/api/v1/environments/wide", Some(json!({"egress": {"allow": ["*.test"]}}))).await;
+    assert_eq!(s, 201, "{v}");
+    let body = json!({"message": "probe", "org": "acme", "environment": "wide"});
+    let (events, out) = run(&llm, &api, body, &probes(&registry, &[("wildcard", "https://api.corp.test:8443/ok")])).await;
+    assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
+    assert_eq!(line(&out, "wildcard"), "wildcard OK registry-tls GET /ok");
+    let l = line(&out, "other");
+    assert!(l.contains("not in the allow list (organization acme)"), "{l}");
+    let l = line(&out, "loop");
+    assert!(l.contains("denied by `loop.test` (organization acme)"), "{l}");
+    assert!(blocked(&events).iter().any(|(h, r)| h == "other.test" && r == "not in the allow list (organization acme)"), "{events:?}");
+}
