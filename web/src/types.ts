@@ -102,6 +102,7 @@ export type HalyardEvent = EventBase &
     | { kind: "llm_profile"; profile?: string; model: string }
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
     | { kind: "terminal_opened"; by: string }
+    | { kind: "network_blocked"; host: string; port: number; rule: string; message: string }
     | { kind: "budget_alert"; org: string; user?: string; percent: number; spent_usd: number; budget_usd: number; month: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }

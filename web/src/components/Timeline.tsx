@@ -66,6 +66,9 @@ export function toItems(events: HalyardEvent[]): Item[] {
       case "terminal_opened":
         items.push({ type: "note", seq: e.seq, text: `${e.by} opened a terminal in the sandbox.` });
         break;
+      case "network_blocked":
+        items.push({ type: "warning", seq: e.seq, text: e.message });
+        break;
       case "budget_alert": {
         const whose = e.user ? `${e.user}'s budget in ${e.org}` : `${e.org}'s budget`;
         const text = `${whose} for ${e.month} is ${e.percent} % spent ($${e.spent_usd.toFixed(2)} of $${e.budget_usd.toFixed(2)})${
