@@ -377,6 +377,16 @@ pub fn agent_command(id: ConversationId) -> String {
     format!("halyard.cmd.agent.{id}")
 }
 
+/// Where the sandbox supervisor's egress proxy sends a refused connection of conversation `id`
+/// (`record_network_blocked`): the sandbox role may publish here and nowhere else among agent
+/// commands, and the agent runner takes no other command from here.
+pub fn agent_network_command(id: ConversationId) -> String {
+    format!("halyard.cmd.agent.{id}.{NETWORK_SUFFIX}")
+}
+
+/// The last token of [`agent_network_command`]'s subjects.
+pub const NETWORK_SUFFIX: &str = "network";
+
 /// A command for the title setter about one conversation.
 pub fn title_command(id: ConversationId) -> String {
     format!("halyard.cmd.title.{id}")

@@ -87,6 +87,14 @@ impl Actor for Runner {
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
         match msg {
             RunnerMsg::Command(env, delivery) => {
+                // The sandbox supervisor may publish on these subjects, and only a refused
+                // connection: anything else there is forged.
+                let network = delivery.subject().ends_with(&format!(".{}", subjects::NETWORK_SUFFIX));
+                if network != matches!(env.payload, AgentCommand::RecordNetworkBlocked { .. }) {
+                    let why = format!("{} does not belong on {}", env.kind, delivery.subject());
+                    delivery.park(&why).await;
+                    return Ok(());
+                }
                 let id = env.payload.conversation_id();
                 // A live run elsewhere gets the command; the request is answered off this
                 // actor, so a slow holder never stalls the other conversations.

@@ -137,7 +137,7 @@ impl EgressProxy {
         let cmd = AgentCommand::RecordNetworkBlocked { conversation_id, host: host.to_owned(), port, rule: rule.to_owned() };
         let js = self.js.clone();
         tokio::spawn(async move {
-            if let Err(e) = bus::send(&js, subjects::agent_command(conversation_id), cmd, None).await {
+            if let Err(e) = bus::send(&js, subjects::agent_network_command(conversation_id), cmd, None).await {
                 tracing::warn!(%conversation_id, error = %e, "cannot record a refused connection");
             }
         });

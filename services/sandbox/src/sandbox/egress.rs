@@ -16,16 +16,17 @@ impl SandboxState {
     /// when what it should export changed.
     pub(super) async fn sync_egress(&mut self, status: SandboxStatus) {
         let Some(proxy) = self.ctx.docker.as_ref().and_then(|d| d.egress.clone()) else { return };
+        // The conversation is part of it: a warm-pool sandbox gets one when it is handed out.
         let wanted = (status == SandboxStatus::Running && self.egress_class() == Some(Egress::Policy))
             .then(|| self.container_address())
             .flatten()
-            .map(|ip| (ip, self.egress_rules()));
+            .map(|ip| (ip, self.egress_rules(), self.conversation));
         if wanted == self.egress_admitted {
             return;
         }
         let vars = match &wanted {
-            Some((ip, rules)) => {
-                let tenant = Tenant { sandbox: self.id, conversation: self.conversation, rules: rules.clone() };
+            Some((ip, rules, conversation)) => {
+                let tenant = Tenant { sandbox: self.id, conversation: *conversation, rules: rules.clone() };
                 proxy.admit(*ip, tenant);
                 proxy.variables()
             }
