@@ -308,7 +308,8 @@ async fn hostile_agent_in_containers(runtime: &str) {
     assert!(reqwest::get(format!("http://{bob_ip}:8001/index.html")).await.unwrap().text().await.unwrap().contains("bob-app"));
 
     // Alice's agents are hostile, with each egress. The host answers on every address,
-    // including each of this deployment's networks' gateways.
+    // including each of this deployment's networks' gateways (the `policy` network's too, where
+    // the egress proxy listens on a port of its own).
     let alice = h.api(ALICE);
     let filter = format!("label=dev.halyard.deployment={}", h.deployment());
     let networks: Vec<(String, String)> = docker(&["network", "ls", "-q", "--filter", &filter])
@@ -319,7 +320,7 @@ async fn hostile_agent_in_containers(runtime: &str) {
             (name, gateway)
         })
         .collect();
-    assert_eq!(networks.len(), 3, "one network per egress: {networks:?}");
+    assert_eq!(networks.len(), 4, "one network per egress class (open, internet, none, policy): {networks:?}");
     let attacks_on_bob = [fetch(&bob_ip, 8001, "/index.html"), fetch(&bob_ip, 8000, "/health")];
     let attacks_on_host: Vec<String> = networks.iter().map(|(_, gw)| fetch(gw, host_port, "/")).collect();
     let refused = |o: &str| o.contains("Error") || o.contains("timed out") || o.contains("refused") || o.contains("unreachable");
