@@ -262,7 +262,7 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
     set!(
         "EGRESS_ALLOW",
         "(none)",
-        "the deployment's outbound allow list by domain (`name` or `*.suffix`, comma-separated): every sandbox with an outbound policy reaches only these",
+        "the deployment's outbound allow list by domain (`name` or `*.suffix`, comma-separated): with it (or EGRESS_DENY) set, every container sandbox with a way out reaches out only through the egress proxy, and only these",
         |c, v| {
             c.egress.allow = crate::settings::list(v);
             c.egress.check("HALYARD_EGRESS_ALLOW")?
