@@ -118,7 +118,12 @@ impl EgressProxy {
             }
         };
         if let Err(r) = outcome {
-            let reason = if r.status == 403 { "Forbidden" } else { "Bad Gateway" };
+            let reason = match r.status {
+                400 => "Bad Request",
+                403 => "Forbidden",
+                411 => "Length Required",
+                _ => "Bad Gateway",
+            };
             let body = format!("halyard: {}\n", r.text);
             let head = format!(
                 "HTTP/1.1 {} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nX-Halyard-Egress: refused\r\nConnection: close\r\n\r\n",
@@ -191,29 +196,24 @@ impl EgressProxy {
         for addr in candidates {
             match forbidden(addr.ip()) {
                 None => return Ok(addr),
-                Some(why) => refused = Some(format!("{name} resolves to {} ({why})", addr.ip())),
+                Some(why) => refused = Some(format!("{name} resolves to {} ({why} address)", addr.ip())),
             }
         }
         Err(refused.unwrap_or_else(|| format!("{name} resolves to no address")))
     }
 }
 
-/// Why the proxy never connects to `ip`, if it does not.
+/// Why the proxy never connects to `ip`, if it does not: the address classes webhooks are
+/// refused too ([`halyard_platform::net::restricted_class`]), but for private ranges (a
+/// company's forge lives there, and a policy names it), and any address of this host.
 fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
-    };
-    let special = match ip {
-        IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_multicast() || v4.is_unspecified() || v4.is_broadcast(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.is_multicast() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80,
-    };
-    if special {
-        return Some("loopback, link-local, multicast or unspecified");
+    match halyard_platform::net::restricted_class(ip) {
+        Some("private") | None => {}
+        Some(class) => return Some(class),
     }
     // An address a socket of this host can bind to is one of the host's own: Halyard's
     // services may listen there.
-    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok().then_some("an address of Halyard's host")
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok().then_some("Halyard's host's own")
 }
 
 fn bad(text: impl Into<String>) -> Refused {
@@ -352,6 +352,9 @@ mod tests {
         for ip in ["127.0.0.1", "127.9.9.9", "169.254.169.254", "0.0.0.0", "224.0.0.1", "::1", "::ffff:127.0.0.1", "fe80::1"] {
             assert!(forbidden(ip.parse().unwrap()).is_some(), "{ip}");
         }
-        assert!(forbidden("192.0.2.10".parse().unwrap()).is_none());
+        // Documentation addresses are reserved; a private one is reached when a policy names it.
+        assert_eq!(forbidden("192.0.2.10".parse().unwrap()), Some("reserved"));
+        assert!(forbidden("10.251.7.9".parse().unwrap()).is_none());
+        assert!(forbidden("8.8.8.8".parse().unwrap()).is_none());
     }
 }
