@@ -181,11 +181,14 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     let egress = crate::egress::resolve(task, plan.as_ref().map(|p| (p.resolved.name.as_str(), &p.resolved.environment)))
         .await
         .map_err(|e| PhaseError(format!("WAITING_FOR_SANDBOX failed: {e}")))?;
+    // The shape the sandbox has so far, besides its spec's.
+    let mut held = None;
     if let Some(rules) = &egress.agent {
         let shape = crate::shape::base(plan.as_ref().map(|p| &p.resolved.environment), sandbox.sandbox_kind == "docker", Some(rules));
         let failed = |e: String| PhaseError(format!("WAITING_FOR_SANDBOX failed: holding the sandbox to its outbound policy: {e}"));
-        let shaped = crate::shape::set(task, shape.unwrap_or_default()).await.map_err(failed)?;
+        let shaped = crate::shape::set(task, shape.clone().unwrap_or_default()).await.map_err(failed)?;
         exec = crate::shape::client(task, &shaped).map_err(failed)?;
+        held = shape;
     }
 
     task.status(StartTaskStatus::PreparingRepository, None).await?;
@@ -210,7 +213,7 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
         let note;
         (exec, note) = devcontainer::move_onto_image(task, (p, k), restored.as_ref(), exec, docker).await?;
         notes.extend(note);
-        exec = shape_sandbox(task, p, exec, (docker, egress.agent.as_ref()), &mut notes).await?;
+        exec = shape_sandbox(task, p, exec, (docker, egress.agent.as_ref(), held.as_ref()), &mut notes).await?;
     }
     if let Some(fork) = &task.fork {
         copy_checkpoint(ctx, &exec, fork).await.map_err(|e| {
@@ -275,13 +278,15 @@ async fn prepare(task: &Task<'_>, repository: Option<&Repository>, message: Opti
     Ok((!summary.is_empty()).then(|| summary.join("; ")))
 }
 
-/// Gives the sandbox the limits and forwarded ports of its environment (`plan`): the executor
-/// as it then runs. A process sandbox takes the ports only, and `notes` says so.
+/// Gives the sandbox the limits and forwarded ports of its environment (`plan`), with the
+/// outbound `rules`: the executor as it then runs. A process sandbox takes the ports only, and
+/// `notes` says so. A shape the sandbox already has (`held`: given when the rules were) is not
+/// asked for again.
 async fn shape_sandbox(
     task: &Task<'_>,
     plan: &environment::Plan,
     exec: ExecutorClient,
-    (docker, rules): (bool, Option<&halyard_protocol::egress::EgressRules>),
+    (docker, rules, held): (bool, Option<&halyard_protocol::egress::EgressRules>, Option<&halyard_protocol::environment::Shape>),
     notes: &mut Vec<String>,
 ) -> Result<ExecutorClient, PhaseError> {
     let e = &plan.resolved.environment;
@@ -291,7 +296,7 @@ async fn shape_sandbox(
             plan.resolved.name
         ));
     }
-    let Some(shape) = crate::shape::base(Some(e), docker, rules) else { return Ok(exec) };
+    let Some(shape) = crate::shape::base(Some(e), docker, rules).filter(|s| held != Some(s)) else { return Ok(exec) };
     let failed = |e: String| PhaseError(format!("PREPARING_REPOSITORY failed: environment {}: {e}", plan.resolved.name));
     let shaped = crate::shape::set(task, shape).await.map_err(failed)?;
     crate::shape::client(task, &shaped).map_err(failed)
