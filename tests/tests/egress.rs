@@ -166,7 +166,9 @@ async fn a_sandbox_reaches_only_what_its_policies_allow_and_every_refusal_is_on_
         HalyardOptions::new(&llm.base_url)
             .set("HALYARD_SANDBOX", "docker")
             .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_EGRESS_RESOLVE", &registry.resolve()),
+            .set("HALYARD_EGRESS_RESOLVE", &registry.resolve())
+            // The registry's container is on a private network, as a company's would be.
+            .set("HALYARD_EGRESS_ADDRESS_ALLOW", "private"),
     );
     let api = h.api(ALICE);
 

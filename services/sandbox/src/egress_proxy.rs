@@ -6,9 +6,11 @@
 //! Per connection it reads one request head: `CONNECT host:port` (a TLS tunnel, never
 //! decrypted) or a plain HTTP request with an absolute URL. The name is decided by the sandbox's
 //! rules; the proxy resolves it itself (fixed names first, `HALYARD_EGRESS_RESOLVE`), so the
-//! sandbox never chooses the address, and refuses addresses of this host, loopback, link-local,
-//! multicast and unspecified ones, whatever the name (no DNS rebinding onto Halyard's own
-//! services). A raw address is refused: policies name hosts. A refusal is a 403 whose body says
+//! sandbox never chooses the address ([`Reach`]), and refuses, whatever the name (no DNS
+//! rebinding onto Halyard's own services or another sandbox): addresses of this host, of the
+//! deployment's sandbox networks, the classes webhooks are refused (loopback, link-local,
+//! reserved), and private ones unless the operator allows them (`HALYARD_EGRESS_ADDRESS_ALLOW`).
+//! A raw address is refused: policies name hosts. A refusal is a 403 whose body says
 //! why, and a `network_blocked` event in the conversation (sent to its agent runner, the log's
 //! one writer, which shows the model).
 //!
@@ -23,6 +25,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use halyard_platform::bus;
+use halyard_platform::netaddr::Cidr;
 use halyard_protocol::command::AgentCommand;
 use halyard_protocol::egress::{EgressRules, blocked_message};
 use halyard_protocol::{ConversationId, SandboxId, subjects};
@@ -46,11 +49,22 @@ pub struct Tenant {
     pub rules: EgressRules,
 }
 
+/// Where names lead and which addresses the proxy connects to.
+#[derive(Clone, Debug, Default)]
+pub struct Reach {
+    /// Names resolved to these addresses instead of asking DNS.
+    pub resolve: BTreeMap<String, IpAddr>,
+    /// Private ranges may be reached (the operator's `private` in `HALYARD_EGRESS_ADDRESS_ALLOW`).
+    pub private: bool,
+    /// The deployment's sandbox networks: never reached, private or not.
+    pub sandbox_networks: Vec<Cidr>,
+}
+
 /// The proxy's state: who is behind each address, and how names resolve.
 pub struct EgressProxy {
     pub listen: SocketAddr,
     tenants: Mutex<HashMap<IpAddr, Tenant>>,
-    resolve: BTreeMap<String, IpAddr>,
+    reach: Reach,
     js: jetstream::Context,
 }
 
@@ -65,9 +79,9 @@ struct Refused {
 
 impl EgressProxy {
     /// Listens at `listen` and serves until the process ends.
-    pub async fn start(listen: SocketAddr, resolve: BTreeMap<String, IpAddr>, js: jetstream::Context) -> std::io::Result<Arc<Self>> {
+    pub async fn start(listen: SocketAddr, reach: Reach, js: jetstream::Context) -> std::io::Result<Arc<Self>> {
         let listener = TcpListener::bind(listen).await?;
-        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), resolve, js });
+        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), reach, js });
         let serving = proxy.clone();
         tokio::spawn(async move {
             loop {
@@ -184,17 +198,17 @@ impl EgressProxy {
         Ok(())
     }
 
-    /// The address `host` is reached at: a fixed one, else DNS's first that is not this host's
-    /// own or a loopback, link-local, multicast or unspecified one.
+    /// The address `host` is reached at: a fixed one, else DNS's first that is not
+    /// [`Reach::forbidden`].
     async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, String> {
         let name = host.trim_end_matches('.').to_ascii_lowercase();
-        let candidates: Vec<SocketAddr> = match self.resolve.get(&name) {
+        let candidates: Vec<SocketAddr> = match self.reach.resolve.get(&name) {
             Some(ip) => vec![SocketAddr::new(*ip, port)],
             None => tokio::net::lookup_host((name.as_str(), port)).await.map_err(|e| format!("{name} does not resolve ({e})"))?.collect(),
         };
         let mut refused = None;
         for addr in candidates {
-            match forbidden(addr.ip()) {
+            match self.reach.forbidden(addr.ip()) {
                 None => return Ok(addr),
                 Some(why) => refused = Some(format!("{name} resolves to {} ({why} address)", addr.ip())),
             }
@@ -203,17 +217,23 @@ impl EgressProxy {
     }
 }
 
-/// Why the proxy never connects to `ip`, if it does not: the address classes webhooks are
-/// refused too ([`halyard_platform::net::restricted_class`]), but for private ranges (a
-/// company's forge lives there, and a policy names it), and any address of this host.
-fn forbidden(ip: IpAddr) -> Option<&'static str> {
-    match halyard_platform::net::restricted_class(ip) {
-        Some("private") | None => {}
-        Some(class) => return Some(class),
+impl Reach {
+    /// Why the proxy never connects to `ip`, if it does not: a sandbox network's address; the
+    /// address classes webhooks are refused ([`halyard_platform::net::restricted_class`]), but
+    /// private ones where the operator allows them; any address of this host.
+    pub fn forbidden(&self, ip: IpAddr) -> Option<&'static str> {
+        if self.sandbox_networks.iter().any(|n| n.contains(ip)) {
+            return Some("a sandbox network's");
+        }
+        match halyard_platform::net::restricted_class(ip) {
+            Some("private") if self.private => {}
+            None => {}
+            Some(class) => return Some(class),
+        }
+        // An address a socket of this host can bind to is one of the host's own: Halyard's
+        // services may listen there.
+        std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok().then_some("Halyard's host's own")
     }
-    // An address a socket of this host can bind to is one of the host's own: Halyard's
-    // services may listen there.
-    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok().then_some("Halyard's host's own")
 }
 
 fn bad(text: impl Into<String>) -> Refused {
@@ -349,12 +369,18 @@ mod tests {
 
     #[test]
     fn the_hosts_own_and_special_addresses_are_never_reached() {
-        for ip in ["127.0.0.1", "127.9.9.9", "169.254.169.254", "0.0.0.0", "224.0.0.1", "::1", "::ffff:127.0.0.1", "fe80::1"] {
-            assert!(forbidden(ip.parse().unwrap()).is_some(), "{ip}");
+        let open = Reach { private: true, sandbox_networks: vec![Cidr::parse("172.31.0.0/16").unwrap()], ..Default::default() };
+        for reach in [&Reach::default(), &open] {
+            for ip in ["127.0.0.1", "127.9.9.9", "169.254.169.254", "0.0.0.0", "224.0.0.1", "::1", "::ffff:127.0.0.1", "fe80::1"] {
+                assert!(reach.forbidden(ip.parse().unwrap()).is_some(), "{ip}");
+            }
+            // Documentation addresses are reserved.
+            assert_eq!(reach.forbidden("192.0.2.10".parse().unwrap()), Some("reserved"));
+            assert!(reach.forbidden("8.8.8.8".parse().unwrap()).is_none());
         }
-        // Documentation addresses are reserved; a private one is reached when a policy names it.
-        assert_eq!(forbidden("192.0.2.10".parse().unwrap()), Some("reserved"));
-        assert!(forbidden("10.251.7.9".parse().unwrap()).is_none());
-        assert!(forbidden("8.8.8.8".parse().unwrap()).is_none());
+        // A private address only where the operator allows them, and never a sandbox's.
+        assert_eq!(Reach::default().forbidden("10.251.7.9".parse().unwrap()), Some("private"));
+        assert!(open.forbidden("10.251.7.9".parse().unwrap()).is_none());
+        assert_eq!(open.forbidden("172.31.0.5".parse().unwrap()), Some("a sandbox network's"));
     }
 }

@@ -86,6 +86,21 @@ impl Engine {
         })
     }
 
+    /// The address ranges of this deployment's networks (where its sandboxes are).
+    pub async fn network_subnets(&self) -> Result<Vec<halyard_platform::netaddr::Cidr>, DockerError> {
+        let mut ranges = Vec::new();
+        for name in self.networks().await? {
+            let info = self
+                .docker
+                .inspect_network(&name, None::<InspectNetworkOptions>)
+                .await
+                .map_err(|e| DockerError::Engine { op: "inspect network", detail: e.to_string() })?;
+            let configs = info.ipam.and_then(|i| i.config).unwrap_or_default();
+            ranges.extend(configs.iter().filter_map(|c| c.subnet.as_deref().and_then(halyard_platform::netaddr::Cidr::parse)));
+        }
+        Ok(ranges)
+    }
+
     /// This deployment's networks, by name.
     pub async fn networks(&self) -> Result<Vec<String>, DockerError> {
         let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_DEPLOYMENT}={}", self.naming.deployment)])]);

@@ -452,9 +452,13 @@ async fn egress_proxy(
     engine.ensure_network(class).await.map_err(|e| e.to_string())?;
     let gateway = engine.network_gateway(class).await.map_err(|e| e.to_string())?;
     let listen = std::net::SocketAddr::new(gateway, crate::egress_proxy::PROXY_PORT);
-    let proxy = crate::egress_proxy::EgressProxy::start(listen, sandbox.egress_resolve.clone(), js.clone())
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let reach = crate::egress_proxy::Reach {
+        resolve: sandbox.egress_resolve.clone(),
+        private: sandbox.egress_addresses.iter().any(|c| c == "private"),
+        sandbox_networks: engine.network_subnets().await.map_err(|e| e.to_string())?,
+    };
+    let proxy =
+        crate::egress_proxy::EgressProxy::start(listen, reach, js.clone()).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     tracing::info!(%listen, "egress proxy ready");
     Ok(proxy)
 }

@@ -444,6 +444,7 @@ mod tests {
                 "EGRESS_ALLOW" => "registry.npmjs.org,*.pypi.org",
                 "EGRESS_DENY" => "*.bad.example",
                 "EGRESS_RESOLVE" => "registry.test=10.9.8.7",
+                "EGRESS_ADDRESS_ALLOW" => "private",
                 "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"
                 | "METRICS_ADDR"

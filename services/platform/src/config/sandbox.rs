@@ -91,6 +91,9 @@ pub struct SandboxConfig {
     /// Names the egress proxy resolves to fixed addresses instead of asking DNS
     /// (`name=address`): a registry on a private network the host's resolver does not know.
     pub egress_resolve: std::collections::BTreeMap<String, std::net::IpAddr>,
+    /// Address classes the egress proxy may connect to besides public ones: `private` (a
+    /// company's forge or registry on its own network). Loopback and link-local never.
+    pub egress_addresses: Vec<String>,
 }
 
 /// What a docker sandbox is made from.
@@ -210,6 +213,7 @@ impl Default for SandboxConfig {
             gvisor_runtime: "runsc".into(),
             egress: Default::default(),
             egress_resolve: Default::default(),
+            egress_addresses: Vec::new(),
         }
     }
 }
@@ -284,6 +288,18 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
                 map.insert(name.trim().to_ascii_lowercase(), addr);
             }
             c.egress_resolve = map
+        }
+    ),
+    set!(
+        "EGRESS_ADDRESS_ALLOW",
+        "(none)",
+        "address classes the egress proxy may connect to besides public ones: `private` (never loopback or link-local, nor a sandbox network)",
+        |c, v| {
+            let classes = crate::settings::network_classes(v)?;
+            if let Some(c) = classes.iter().find(|c| *c != "private") {
+                return Err(format!("the egress proxy never reaches {c} addresses; only `private` may be allowed"));
+            }
+            c.egress_addresses = classes
         }
     ),
     set!(
