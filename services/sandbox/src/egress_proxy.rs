@@ -16,7 +16,8 @@
 //!
 //! A plain HTTP request is forwarded alone (`Connection: close`, its body by `Content-Length`)
 //! and nothing more is read from the sandbox: a second request on the connection cannot slip
-//! past the decision, nor a write past a read-only policy.
+//! past the decision, nor a write past a read-only policy. A sandbox holds at most
+//! `MAX_OPEN_PER_SANDBOX` connections through the proxy at once (429 past it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -39,6 +40,41 @@ pub const PROXY_PORT: u16 = 3128;
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a sandbox has to send its request head, and the proxy to reach the destination.
 const PATIENCE: Duration = Duration::from_secs(10);
+/// Connections one sandbox may hold through the proxy at once: a hostile one cannot use up
+/// the supervisor's descriptors.
+const MAX_OPEN_PER_SANDBOX: usize = 256;
+
+/// How many connections each sandbox holds through the proxy now.
+#[derive(Clone, Default)]
+struct Seats(Arc<Mutex<HashMap<SandboxId, usize>>>);
+
+/// One connection's seat, given back when it ends.
+struct Seat(Seats, SandboxId);
+
+impl Seats {
+    /// A seat for one more connection of `sandbox`, if it holds fewer than `max`.
+    fn take(&self, sandbox: SandboxId, max: usize) -> Option<Seat> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(sandbox).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Seat(self.clone(), sandbox))
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut open = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.1);
+            }
+        }
+    }
+}
 
 /// A sandbox the proxy serves.
 #[derive(Clone, Debug)]
@@ -64,6 +100,7 @@ pub struct Reach {
 pub struct EgressProxy {
     pub listen: SocketAddr,
     tenants: Mutex<HashMap<IpAddr, Tenant>>,
+    seats: Seats,
     reach: Reach,
     js: jetstream::Context,
 }
@@ -81,7 +118,7 @@ impl EgressProxy {
     /// Listens at `listen` and serves until the process ends.
     pub async fn start(listen: SocketAddr, reach: Reach, js: jetstream::Context) -> std::io::Result<Arc<Self>> {
         let listener = TcpListener::bind(listen).await?;
-        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), reach, js });
+        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), seats: Seats::default(), reach, js });
         let serving = proxy.clone();
         tokio::spawn(async move {
             loop {
@@ -123,19 +160,27 @@ impl EgressProxy {
         let tenant = self.tenants.lock().unwrap_or_else(|p| p.into_inner()).get(&peer).cloned();
         let outcome = match tenant {
             None => Err(Refused { status: 403, text: "this address is not a sandbox the egress proxy serves".into(), rule: None }),
-            Some(t) => {
-                let relayed = self.relay(&mut client, &t).await;
-                if let Err(Refused { rule: Some((host, port, rule)), .. }) = &relayed {
-                    self.record(&t, host, *port, rule);
+            Some(t) => match self.seats.take(t.sandbox, MAX_OPEN_PER_SANDBOX) {
+                None => Err(Refused {
+                    status: 429,
+                    text: format!("this sandbox already holds {MAX_OPEN_PER_SANDBOX} connections through the proxy; close some"),
+                    rule: None,
+                }),
+                Some(_seat) => {
+                    let relayed = self.relay(&mut client, &t).await;
+                    if let Err(Refused { rule: Some((host, port, rule)), .. }) = &relayed {
+                        self.record(&t, host, *port, rule);
+                    }
+                    relayed
                 }
-                relayed
-            }
+            },
         };
         if let Err(r) = outcome {
             let reason = match r.status {
                 400 => "Bad Request",
                 403 => "Forbidden",
                 411 => "Length Required",
+                429 => "Too Many Requests",
                 _ => "Bad Gateway",
             };
             let body = format!("halyard: {}\n", r.text);
@@ -365,6 +410,17 @@ mod tests {
         assert_eq!(Request::parse(b"POST http://x.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").err().unwrap().status, 411);
         assert_eq!(split_authority("[::1]:8443", 443), Some(("::1".into(), 8443)));
         assert_eq!(split_authority("x.test:0", 443), None);
+    }
+
+    #[test]
+    fn a_sandbox_holds_a_bounded_number_of_connections() {
+        let (seats, a, b) = (Seats::default(), SandboxId::new(), SandboxId::new());
+        let held: Vec<Seat> = (0..3).map(|_| seats.take(a, 3).unwrap()).collect();
+        assert!(seats.take(a, 3).is_none());
+        assert!(seats.take(b, 3).is_some(), "another sandbox's seats are its own");
+        drop(held);
+        assert!(seats.take(a, 3).is_some());
+        assert!(seats.0.lock().unwrap().get(&a).is_none_or(|n| *n == 0));
     }
 
     #[test]
