@@ -91,6 +91,10 @@ impl Turn<'_> {
 
     /// Carries out what an update came to.
     async fn steps(&mut self, steps: Vec<Step>) -> Result<(), String> {
+        // The seq of the last event these steps appended: an observation's checkpoint is taken
+        // at it, not at the log's end, where the relay may have put an LLM call meanwhile (a
+        // restore at the observation would then find the checkpoint before it).
+        let mut appended = None;
         for step in steps {
             match step {
                 Step::Delta(text) => {
@@ -113,13 +117,14 @@ impl Turn<'_> {
                             let _ = publishing.await;
                         }
                     }
-                    if !self.run.append(EventSource::Agent, body).await {
-                        return Err("the log could not be written".into());
-                    }
+                    appended = Some(self.run.append_seq(EventSource::Agent, body).await.ok_or("the log could not be written")?);
                 }
                 Step::Observed { changes } => {
                     if changes {
-                        let seq = self.run.log.lock().await.history.last_seq;
+                        let seq = match appended {
+                            Some(seq) => seq,
+                            None => self.run.log.lock().await.history.last_seq,
+                        };
                         self.run.checkpoint_behind(self.exec, seq).await;
                     }
                 }
