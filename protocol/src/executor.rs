@@ -161,6 +161,11 @@ pub struct NetworkVars {
     pub env: std::collections::BTreeMap<String, String>,
 }
 
+/// The port the egress proxy is reached at by a sandbox held to an outbound policy: on its
+/// network's gateway for a container, on its own loopback for a process sandbox (whose executor
+/// relays it out, `halyard_executor::network`).
+pub const EGRESS_PROXY_PORT: u16 = 3128;
+
 /// Error body of every executor route.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

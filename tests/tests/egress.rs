@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
-//! Outbound access by domain, in container sandboxes: an environment's policy (allowed names,
+//! Outbound access by domain, in container and process sandboxes: an environment's policy (allowed names,
 //! a denied wildcard), setup's wider one, and an organization's that holds over a member's
 //! wider list. The destination is a real HTTP and TLS server in a container of its own network
 //! (`registry.test` and other names, resolved by the proxy through `HALYARD_EGRESS_RESOLVE`);
@@ -157,14 +157,25 @@ fn blocked(events: &[Value]) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn a_sandbox_reaches_only_what_its_policies_allow_and_every_refusal_is_on_the_record() {
+async fn a_container_reaches_only_what_its_policies_allow_and_every_refusal_is_on_the_record() {
+    policies_hold("docker").await;
+}
+
+/// The same in a process sandbox: its network namespace has no way out but its executor's
+/// relay to the proxy's socket (its spec's `open` NAT ends when the policy comes).
+#[tokio::test]
+async fn a_process_sandbox_reaches_only_what_its_policies_allow_and_every_refusal_is_on_the_record() {
+    policies_hold("process").await;
+}
+
+async fn policies_hold(kind: &str) {
     init();
     require_engine();
     let registry = Registry::start();
     let llm = ScriptedLlm::start().await;
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX", kind)
             .set("HALYARD_SANDBOX_POOL_SIZE", "0")
             .set("HALYARD_EGRESS_RESOLVE", &registry.resolve())
             // The registry's container is on a private network, as a company's would be.

@@ -3,9 +3,12 @@
 //! none otherwise. Every shell exports them before its next command ([`crate::shell`]), so a
 //! sandbox moved onto another network mid-life (setup's policy, then the agent's) has its
 //! tools follow without a restart. They only help well-behaved tools: the network itself is
-//! what keeps a sandbox from going around the proxy.
+//! what keeps a sandbox from going around the proxy. A process sandbox reaches the proxy through
+//! its executor ([`relay_to_proxy`]).
 
 use std::collections::BTreeMap;
+
+use halyard_protocol::executor::EGRESS_PROXY_PORT;
 use std::sync::RwLock;
 
 /// The variables now, and how many times they were set (a shell compares it with what it
@@ -23,4 +26,70 @@ pub fn set(vars: BTreeMap<String, String>) {
 /// The variables now, and their generation.
 pub fn current() -> (u64, BTreeMap<String, String>) {
     CURRENT.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// A process sandbox's way to the egress proxy (`--egress-socket`): it has a network namespace
+/// of its own with nothing but its loopback, so its executor listens on the loopback at
+/// [`EGRESS_PROXY_PORT`] and joins each connection to the Unix socket its supervisor's proxy
+/// serves for this sandbox alone (the proxy knows the sandbox by the socket). While the
+/// sandbox is not held to a policy the socket is not there, and a connection is answered 502.
+/// Binding before any command runs keeps an agent from taking the port first (it would only
+/// reach the same socket if it did).
+pub async fn relay_to_proxy(socket: std::path::PathBuf) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", EGRESS_PROXY_PORT)).await?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inside, _)) = listener.accept().await else { continue };
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let _ = inside.set_nodelay(true);
+                match tokio::net::UnixStream::connect(&socket).await {
+                    Ok(mut proxy) => {
+                        let _ = tokio::io::copy_bidirectional(&mut inside, &mut proxy).await;
+                    }
+                    Err(e) => {
+                        let text = format!("halyard: this sandbox has no way out through the egress proxy now ({e})\n");
+                        let reply = format!(
+                            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                            text.len()
+                        );
+                        let _ = tokio::io::AsyncWriteExt::write_all(&mut inside, reply.as_bytes()).await;
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The relay's port is fixed, so this is its one test in the process.
+    #[tokio::test]
+    async fn the_loopback_port_reaches_the_socket_and_says_so_when_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("egress.sock");
+        relay_to_proxy(path.clone()).await.unwrap();
+
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", EGRESS_PROXY_PORT)).await.unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 502") && reply.contains("no way out"), "{reply}");
+
+        let proxy = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = proxy.accept().await.unwrap();
+            let mut buf = [0u8; 7];
+            s.read_exact(&mut buf).await.unwrap();
+            s.write_all(&buf.map(|b| b.to_ascii_uppercase())).await.unwrap();
+        });
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", EGRESS_PROXY_PORT)).await.unwrap();
+        c.write_all(b"connect").await.unwrap();
+        let mut back = [0u8; 7];
+        c.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"CONNECT");
+    }
 }

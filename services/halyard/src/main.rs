@@ -154,6 +154,11 @@ struct ExecutorArgs {
     /// ports inside this sandbox's own network namespace (see `halyard_executor::tunnel`).
     #[arg(long)]
     tunnel_fd: Option<i32>,
+    /// A process sandbox's way to the egress proxy: the Unix socket the supervisor serves for
+    /// it while it is held to an outbound policy, relayed from its loopback's proxy port (see
+    /// `halyard_executor::network`).
+    #[arg(long)]
+    egress_socket: Option<PathBuf>,
     /// What the workspace, home and temporary directory may hold together, in MiB (0: no
     /// limit; see `halyard_executor::disk`).
     #[arg(long, default_value_t = 0)]
@@ -603,6 +608,7 @@ async fn executor(args: &ExecutorArgs) -> Result<()> {
         ref key_file,
         outlive_supervisor,
         tunnel_fd,
+        ref egress_socket,
         disk_limit_mb,
         browser_idle_secs,
         vscode_idle_secs,
@@ -634,6 +640,9 @@ async fn executor(args: &ExecutorArgs) -> Result<()> {
                 tracing::error!(error = %e, "the sandbox's tunnel stopped");
             }
         });
+    }
+    if let Some(socket) = egress_socket {
+        halyard_executor::network::relay_to_proxy(socket.clone()).await.context("cannot listen on the egress proxy's port")?;
     }
     println!("HALYARD_EXECUTOR_LISTENING {}", listener.local_addr()?);
     let config = halyard_executor::ExecutorConfig {

@@ -20,6 +20,9 @@ pub struct Ctx {
     pub registry: Mutex<HashMap<SandboxId, (UserId, SandboxStatus)>>,
     /// The engine and what goes with it, for the docker kind.
     pub docker: Option<Arc<DockerCtx>>,
+    /// The way out of sandboxes held to an outbound policy, of either kind (`None`: it could
+    /// not start, and such sandboxes are refused in words).
+    pub egress: Option<Arc<crate::egress_proxy::EgressProxy>>,
     /// How process sandboxes are kept apart, for the process kind.
     pub isolation: Option<Isolation>,
     /// How process sandboxes' resources are limited, for the process kind.
@@ -40,9 +43,6 @@ pub struct DockerCtx {
     pub containers: Mutex<HashMap<String, SandboxId>>,
     /// The executor and its libraries, added to dev containers' images.
     pub executor: crate::image::ExecutorFiles,
-    /// The way out of sandboxes held to an outbound policy (`None`: it could not start, and
-    /// such sandboxes are refused in words).
-    pub egress: Option<Arc<crate::egress_proxy::EgressProxy>>,
 }
 
 impl Ctx {

@@ -1,7 +1,9 @@
 //! The egress proxy: the one way out of a sandbox held to an outbound policy by domain
 //! ([`halyard_protocol::egress`]). It listens on the host's address on the `policy` network
-//! ([`crate::network`]), whose firewall lets nothing else leave, and knows each sandbox there by
-//! its address ([`EgressProxy::admit`]).
+//! ([`crate::network`]), whose firewall lets nothing else leave, and knows each container there
+//! by its address ([`EgressProxy::admit`]); a process sandbox, whose own network has no route
+//! out, reaches it through a Unix socket made for it alone ([`EgressProxy::admit_socket`]),
+//! which its executor relays from the sandbox's loopback.
 //!
 //! Per connection it reads one request head: `CONNECT host:port` (a TLS tunnel, never
 //! decrypted) or a plain HTTP request with an absolute URL. The name is decided by the sandbox's
@@ -34,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The port the proxy listens on, on the `policy` network's gateway.
-pub const PROXY_PORT: u16 = 3128;
+pub const PROXY_PORT: u16 = halyard_protocol::executor::EGRESS_PROXY_PORT;
 
 /// Largest request head read.
 const MAX_HEAD: usize = 16 * 1024;
@@ -96,10 +98,21 @@ pub struct Reach {
     pub sandbox_networks: Vec<Cidr>,
 }
 
-/// The proxy's state: who is behind each address, and how names resolve.
+/// How a connection reached the proxy, which says whose it is: from a container's address on
+/// the `policy` network, or through the Unix socket served for one process sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Door {
+    Address(IpAddr),
+    Socket(SandboxId),
+}
+
+/// The proxy's state: who is behind each door, and how names resolve.
 pub struct EgressProxy {
-    pub listen: SocketAddr,
-    tenants: Mutex<HashMap<IpAddr, Tenant>>,
+    /// Where containers reach it (none on a host without Docker).
+    listen: std::sync::OnceLock<SocketAddr>,
+    tenants: Mutex<HashMap<Door, Tenant>>,
+    /// The accept loop of each process sandbox's socket.
+    sockets: Mutex<HashMap<SandboxId, (std::path::PathBuf, tokio::task::JoinHandle<()>)>>,
     seats: Seats,
     reach: Reach,
     js: jetstream::Context,
@@ -115,36 +128,92 @@ struct Refused {
 }
 
 impl EgressProxy {
-    /// Listens at `listen` and serves until the process ends.
-    pub async fn start(listen: SocketAddr, reach: Reach, js: jetstream::Context) -> std::io::Result<Arc<Self>> {
+    /// A proxy with no way in yet: containers reach it once it [`listens`](Self::listen_tcp),
+    /// process sandboxes through the sockets [`admit_socket`](Self::admit_socket) makes.
+    pub fn new(reach: Reach, js: jetstream::Context) -> Arc<Self> {
+        Arc::new(Self {
+            listen: std::sync::OnceLock::new(),
+            tenants: Mutex::new(HashMap::new()),
+            sockets: Mutex::new(HashMap::new()),
+            seats: Seats::default(),
+            reach,
+            js,
+        })
+    }
+
+    /// Listens at `listen` (the `policy` network's gateway) for containers, until the process
+    /// ends.
+    pub async fn listen_tcp(self: &Arc<Self>, listen: SocketAddr) -> std::io::Result<()> {
         let listener = TcpListener::bind(listen).await?;
-        let proxy = Arc::new(Self { listen, tenants: Mutex::new(HashMap::new()), seats: Seats::default(), reach, js });
-        let serving = proxy.clone();
+        let _ = self.listen.set(listen);
+        let serving = self.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((client, peer)) = listener.accept().await else { continue };
+                let _ = client.set_nodelay(true);
                 let proxy = serving.clone();
-                tokio::spawn(async move { proxy.serve(client, peer.ip()).await });
+                tokio::spawn(async move { proxy.serve(client, Door::Address(peer.ip())).await });
             }
         });
-        Ok(proxy)
+        Ok(())
     }
 
-    /// Serves the sandbox at `ip` by `tenant`'s rules (replacing what was there).
+    /// Serves the container at `ip` by `tenant`'s rules (replacing what was there).
     pub fn admit(&self, ip: IpAddr, tenant: Tenant) {
         let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         tenants.retain(|_, t| t.sandbox != tenant.sandbox);
-        tenants.insert(ip, tenant);
+        tenants.insert(Door::Address(ip), tenant);
     }
 
-    /// Stops serving `sandbox` (its container went away or left the network).
+    /// Serves the process sandbox of `tenant` by its rules through a Unix socket at `path`,
+    /// which only `owner` (its uid; `None`: Halyard's own, under bubblewrap) may connect to;
+    /// made once, and kept while its rules change.
+    pub fn admit_socket(self: &Arc<Self>, path: &std::path::Path, owner: Option<u32>, tenant: Tenant) -> std::io::Result<()> {
+        let sandbox = tenant.sandbox;
+        let mut sockets = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
+        if !sockets.contains_key(&sandbox) {
+            // Left by a supervisor that crashed: nobody serves it.
+            let _ = std::fs::remove_file(path);
+            let std_listener = std::os::unix::net::UnixListener::bind(path)?;
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            if let Some(uid) = owner {
+                std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
+            }
+            std_listener.set_nonblocking(true)?;
+            let listener = tokio::net::UnixListener::from_std(std_listener)?;
+            let serving = self.clone();
+            let task = tokio::spawn(async move {
+                loop {
+                    let Ok((client, _)) = listener.accept().await else { continue };
+                    let proxy = serving.clone();
+                    tokio::spawn(async move { proxy.serve(client, Door::Socket(sandbox)).await });
+                }
+            });
+            sockets.insert(sandbox, (path.to_owned(), task));
+        }
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        tenants.retain(|_, t| t.sandbox != sandbox);
+        tenants.insert(Door::Socket(sandbox), tenant);
+        Ok(())
+    }
+
+    /// Stops serving `sandbox` (its container went away or left the network, or it is no
+    /// longer held to a policy). Connections already made run on.
     pub fn forget(&self, sandbox: SandboxId) {
         self.tenants.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, t| t.sandbox != sandbox);
+        if let Some((path, task)) = self.sockets.lock().unwrap_or_else(|p| p.into_inner()).remove(&sandbox) {
+            task.abort();
+            let _ = std::fs::remove_file(path);
+        }
     }
 
-    /// The variables a sandbox's tools take their proxy from.
-    pub fn variables(&self) -> BTreeMap<String, String> {
-        let url = format!("http://{}", self.listen);
+    /// The variables a sandbox's tools take their proxy from, as it reaches the proxy through
+    /// `door` (a process sandbox: its own loopback, which its executor relays).
+    pub fn variables(&self, door: Door) -> BTreeMap<String, String> {
+        let url = match (door, self.listen.get()) {
+            (Door::Address(_), Some(listen)) => format!("http://{listen}"),
+            _ => format!("http://127.0.0.1:{PROXY_PORT}"),
+        };
         let mut vars = BTreeMap::new();
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             vars.insert(name.to_owned(), url.clone());
@@ -155,9 +224,8 @@ impl EgressProxy {
         vars
     }
 
-    async fn serve(self: Arc<Self>, mut client: TcpStream, peer: IpAddr) {
-        let _ = client.set_nodelay(true);
-        let tenant = self.tenants.lock().unwrap_or_else(|p| p.into_inner()).get(&peer).cloned();
+    async fn serve<S: AsyncRead + AsyncWrite + Unpin>(self: Arc<Self>, mut client: S, door: Door) {
+        let tenant = self.tenants.lock().unwrap_or_else(|p| p.into_inner()).get(&door).cloned();
         let outcome = match tenant {
             None => Err(Refused { status: 403, text: "this address is not a sandbox the egress proxy serves".into(), rule: None }),
             Some(t) => match self.seats.take(t.sandbox, MAX_OPEN_PER_SANDBOX) {
@@ -208,7 +276,7 @@ impl EgressProxy {
     }
 
     /// Reads the request, decides, connects and relays.
-    async fn relay(&self, client: &mut TcpStream, tenant: &Tenant) -> Result<(), Refused> {
+    async fn relay<S: AsyncRead + AsyncWrite + Unpin>(&self, client: &mut S, tenant: &Tenant) -> Result<(), Refused> {
         let (head, rest) = tokio::time::timeout(PATIENCE, read_head(client)).await.map_err(|_| bad("no request head within 10 s"))??;
         let req = Request::parse(&head)?;
         let method = (req.method != "CONNECT").then_some(req.method.as_str());

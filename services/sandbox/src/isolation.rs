@@ -62,6 +62,11 @@ pub struct Confinement {
 }
 
 impl Isolation {
+    /// Whether its sandboxes get a network namespace of their own.
+    pub fn own_network(&self) -> bool {
+        matches!(self, Self::Uid(_, Network::Own) | Self::Bwrap { network: Network::Own, .. })
+    }
+
     /// Chooses the mode `config.process_isolation` names (`auto`: `uid` as root, else `bwrap`
     /// if bubblewrap works here, else `none`), and prepares `data_dir` for it.
     pub fn choose(config: &SandboxConfig, data_dir: &Path) -> Result<Self, String> {

@@ -44,4 +44,9 @@ impl Layout {
     pub fn tunnel(&self) -> PathBuf {
         self.root.join("tunnel.sock")
     }
+    /// The way out to the egress proxy while the sandbox is held to an outbound policy (the
+    /// proxy's; only the sandbox may connect, see `EgressProxy::admit_socket`).
+    pub fn egress_socket(&self) -> PathBuf {
+        self.root.join("egress.sock")
+    }
 }

@@ -14,7 +14,9 @@
 //! - **Out:** `slirp4netns` (user-mode NAT, run by the supervisor outside the sandbox, in the
 //!   executor's process group so it stops, pauses and resumes with it) gives egress class
 //!   `open` a way out, with the host's loopback refused (`--disable-host-loopback`); egress
-//!   `none` has no way out at all.
+//!   `none` has no way out at all, and `policy` only the egress proxy, which the executor
+//!   relays from its loopback (`halyard_executor::network`). A running sandbox moves onto
+//!   `policy` by its NAT ending ([`stop_slirp`]), and back by its starting again.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -222,6 +224,48 @@ pub async fn start_slirp(program: &Path, pid: u32, owner_userns: bool, group: u3
         let _ = child.wait().await;
     });
     outcome
+}
+
+/// Ends the user-mode NAT of the sandbox whose process group is `group` (it is moving onto
+/// the egress proxy), and waits until it is gone: its tap device, the namespace's one route
+/// out, goes with it.
+pub async fn stop_slirp(group: u32) -> Result<(), String> {
+    let found = slirp_processes(group);
+    for pid in &found {
+        // SAFETY: a signal to a process of this sandbox's group.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(*pid as i32, libc::SIGKILL);
+        }
+    }
+    for _ in 0..200 {
+        if found.iter().all(|pid| !alive(*pid)) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err("the sandbox's way out (slirp4netns) did not end within 2 s".into())
+}
+
+/// The slirp4netns processes of process group `group`.
+fn slirp_processes(group: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            // `pid (comm) state ppid pgrp ...`: the name may hold spaces, so split after it.
+            let Some((head, tail)) = stat.rsplit_once(')') else { return false };
+            let pgrp = tail.split_whitespace().nth(2).and_then(|g| g.parse::<u32>().ok());
+            head.ends_with("(slirp4netns") && pgrp == Some(group)
+        })
+        .collect()
+}
+
+/// Whether `pid` is still running (a zombie is not: it holds no descriptors).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, tail)| tail.split_whitespace().next() != Some("Z")))
 }
 
 /// Where slirp4netns finds the user namespace it joins.

@@ -105,6 +105,9 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
     let tunnel_fd = tunnel.as_ref().map(|t| t.as_raw_fd());
     if tunnel_fd.is_some() {
         cmd.args(["--tunnel-fd", &netns::TUNNEL_FD.to_string()]);
+        // Its way to the egress proxy, should it be held to a policy (the proxy makes the
+        // socket then).
+        cmd.arg("--egress-socket").arg(std::path::absolute(layout.egress_socket()).unwrap_or_else(|_| layout.egress_socket()));
     }
     // In the child, in this order: join the resource limits and make the network namespace
     // (both need Halyard's privileges), then become the sandbox's uid. (`bwrap`: bubblewrap
@@ -197,7 +200,8 @@ async fn own_network(
             // The filter goes in before the way out opens.
             netns::internet_only(pid).await?;
         }
-        if egress != crate::egress::Egress::None {
+        // `policy`: its way out is the proxy, through the executor (`--egress-socket`).
+        if !egress.internal() {
             connect_out(pid, bwrap, layout.open_log()?).await?;
         }
         Ok::<_, String>(())
@@ -211,7 +215,7 @@ async fn own_network(
 
 /// Gives the sandbox of executor `pid` its way out (see [`netns`]). Under bubblewrap the
 /// namespaces are those of bubblewrap's child, and its user namespace must be named too.
-async fn connect_out(pid: u32, bwrap: bool, log: std::fs::File) -> Result<(), String> {
+pub(crate) async fn connect_out(pid: u32, bwrap: bool, log: std::fs::File) -> Result<(), String> {
     let Some(program) = netns::slirp_program() else {
         return Err("the sandbox's spec allows egress but slirp4netns is not installed (`apt-get install slirp4netns`), \
                     or give the spec egress `none`"

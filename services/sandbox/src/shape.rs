@@ -15,11 +15,13 @@ use crate::docker::{DockerError, Engine};
 use crate::egress::Egress;
 
 /// Why `shape` cannot be had on a sandbox of `spec`, in words; `docker`: whether it is a
-/// container (a process sandbox's network and limits are fixed when it starts).
-pub fn check(spec: &SandboxSpec, shape: &Shape, docker: bool) -> Result<(), String> {
-    if !docker && shape.egress_rules.is_some() {
-        return Err("outbound policies by domain (`egress`) are enforced for container sandboxes; a process sandbox \
-                    cannot be held to one yet: use a Docker sandbox, or an egress class (`none`)"
+/// container (a process sandbox's network class and limits are fixed when it starts, but for
+/// an outbound policy, which needs a network of its own: `own_network`).
+pub fn check(spec: &SandboxSpec, shape: &Shape, docker: bool, own_network: bool) -> Result<(), String> {
+    if !docker && !own_network && shape.egress_rules.is_some() {
+        return Err("outbound policies by domain (`egress`) need the sandbox in a network of its own; this deployment's \
+                    process sandboxes share the host's (HALYARD_PROCESS_NETWORK=host, or no isolation): use Docker \
+                    sandboxes, or an egress class (`none`)"
             .into());
     }
     if !docker && (shape.egress.is_some() || !shape.resources.is_empty()) {
@@ -86,23 +88,25 @@ mod tests {
             ports: vec![3000],
             egress_rules: None,
         };
-        assert_eq!(check(&spec, &ok, true), Ok(()));
-        assert!(check(&spec, &ok, false).unwrap_err().contains("process sandbox"));
-        assert!(check(&spec, &Shape { ports: vec![3000], ..Default::default() }, false).is_ok());
+        assert_eq!(check(&spec, &ok, true, false), Ok(()));
+        assert!(check(&spec, &ok, false, true).unwrap_err().contains("process sandbox"));
+        assert!(check(&spec, &Shape { ports: vec![3000], ..Default::default() }, false, true).is_ok());
         let big = Shape { resources: Resources { memory_mb: Some(1 << 20), ..Default::default() }, ..Default::default() };
-        assert!(check(&spec, &big, true).unwrap_err().contains("more than spec `default` allows (2048)"));
+        assert!(check(&spec, &big, true, false).unwrap_err().contains("more than spec `default` allows (2048)"));
         let bad = Shape { egress: Some("wide".into()), ..Default::default() };
-        assert!(check(&spec, &bad, true).unwrap_err().contains("unknown egress"));
+        assert!(check(&spec, &bad, true, false).unwrap_err().contains("unknown egress"));
         let nothing = Shape { ports: vec![0], ..Default::default() };
-        assert!(check(&spec, &nothing, true).is_err());
+        assert!(check(&spec, &nothing, true, false).is_err());
         let mut s = spec.clone();
         shaped(&mut s, &ok, str::to_owned);
         assert_eq!((s.egress.as_str(), s.memory_mb, s.cpus, s.pids_limit), ("none", 512, 0.5, 128));
-        // Rules put a container on the proxy's network, whatever class setup named; a process
-        // sandbox cannot be held to them (yet), and says so.
+        // Rules put a sandbox on the proxy's way out, whatever class setup named; a process
+        // sandbox can be held to them only in a network of its own, and says so.
         let held = Shape { egress: Some("open".into()), egress_rules: Some(Default::default()), ..Default::default() };
         shaped(&mut s, &held, str::to_owned);
         assert_eq!(s.egress, "policy");
-        assert!(check(&spec, &held, false).unwrap_err().contains("container sandboxes"));
+        let rules_only = Shape { egress_rules: Some(Default::default()), ..Default::default() };
+        assert_eq!(check(&spec, &rules_only, false, true), Ok(()));
+        assert!(check(&spec, &rules_only, false, false).unwrap_err().contains("network of its own"));
     }
 }

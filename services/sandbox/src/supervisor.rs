@@ -432,35 +432,39 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
     }
-    let egress = match egress_proxy(&engine, sandbox, js).await {
-        Ok(proxy) => Some(proxy),
-        Err(e) => {
-            tracing::warn!(error = %e, "no egress proxy: sandboxes held to an outbound policy will be refused");
-            None
-        }
-    };
-    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()), executor: files, egress })
+    Ok(DockerCtx { engine, images, pool: Pool::default(), containers: Mutex::new(HashMap::new()), executor: files })
 }
 
-/// The `policy` network and the proxy on its gateway.
+/// The egress proxy: for containers, the `policy` network and the proxy listening on its
+/// gateway; for process sandboxes, the proxy alone (each one's socket is made as it is held to a
+/// policy). `None` (said in the log) when it cannot serve: sandboxes held to an outbound policy
+/// are then refused in words.
 async fn egress_proxy(
-    engine: &Engine,
+    docker: Option<&DockerCtx>,
     sandbox: &halyard_platform::config::SandboxConfig,
     js: &jetstream::Context,
-) -> Result<Arc<crate::egress_proxy::EgressProxy>, String> {
-    let class = crate::egress::Egress::Policy;
-    engine.ensure_network(class).await.map_err(|e| e.to_string())?;
-    let gateway = engine.network_gateway(class).await.map_err(|e| e.to_string())?;
-    let listen = std::net::SocketAddr::new(gateway, crate::egress_proxy::PROXY_PORT);
-    let reach = crate::egress_proxy::Reach {
-        resolve: sandbox.egress_resolve.clone(),
-        private: sandbox.egress_addresses.iter().any(|c| c == "private"),
-        sandbox_networks: engine.network_subnets().await.map_err(|e| e.to_string())?,
+) -> Option<Arc<crate::egress_proxy::EgressProxy>> {
+    let made = async {
+        let mut reach = crate::egress_proxy::Reach {
+            resolve: sandbox.egress_resolve.clone(),
+            private: sandbox.egress_addresses.iter().any(|c| c == "private"),
+            sandbox_networks: Vec::new(),
+        };
+        let Some(d) = docker else {
+            tracing::info!("egress proxy ready for process sandboxes");
+            return Ok(crate::egress_proxy::EgressProxy::new(reach, js.clone()));
+        };
+        let class = crate::egress::Egress::Policy;
+        d.engine.ensure_network(class).await.map_err(|e| e.to_string())?;
+        let gateway = d.engine.network_gateway(class).await.map_err(|e| e.to_string())?;
+        reach.sandbox_networks = d.engine.network_subnets().await.map_err(|e| e.to_string())?;
+        let listen = std::net::SocketAddr::new(gateway, crate::egress_proxy::PROXY_PORT);
+        let proxy = crate::egress_proxy::EgressProxy::new(reach, js.clone());
+        proxy.listen_tcp(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        tracing::info!(%listen, "egress proxy ready");
+        Ok::<_, String>(proxy)
     };
-    let proxy =
-        crate::egress_proxy::EgressProxy::start(listen, reach, js.clone()).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    tracing::info!(%listen, "egress proxy ready");
-    Ok(proxy)
+    made.await.inspect_err(|e| tracing::warn!(error = %e, "no egress proxy: sandboxes held to an outbound policy will be refused")).ok()
 }
 
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by
@@ -544,12 +548,14 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         tracing::info!(limits = cgroups.name(), "process sandboxes' resource limits");
         cgroups
     });
+    let egress = egress_proxy(docker.as_deref(), &config.sandbox, &js).await;
     let ctx = Arc::new(Ctx {
         config: config.clone(),
         js: js.clone(),
         http,
         registry: Mutex::new(HashMap::new()),
         docker,
+        egress,
         isolation,
         cgroups,
         queue: Default::default(),

@@ -98,9 +98,10 @@ fn check_shape(parts: &Parts, sandboxes: &SandboxConfig) -> Result<(), ApiError>
             p.check(field).map_err(bad)?;
         }
     }
-    if (parts.egress.is_some() || parts.setup_egress_policy.is_some()) && sandboxes.kind == "process" {
-        return Err(bad("`egress`: outbound policies by domain are enforced for container sandboxes, and this deployment runs \
-                        process sandboxes"
+    if (parts.egress.is_some() || parts.setup_egress_policy.is_some()) && sandboxes.kind == "process" && sandboxes.process_network == "host"
+    {
+        return Err(bad("`egress`: this deployment's process sandboxes share the host's network (HALYARD_PROCESS_NETWORK=host), \
+                        so nothing can hold them to an outbound policy; give them networks of their own or use Docker sandboxes"
             .into()));
     }
     let shape = Shape { egress: None, resources: parts.resources.clone(), ports: parts.forward_ports.clone(), egress_rules: None };

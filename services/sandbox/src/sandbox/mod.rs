@@ -103,9 +103,9 @@ pub struct SandboxState {
     runtime: Option<halyard_protocol::environment::Runtime>,
     /// What its start's environment set of it (network class, limits, forwarded ports).
     shape: Option<halyard_protocol::environment::Shape>,
-    /// Docker, on the `policy` network: the address, rules and conversation the egress proxy
-    /// serves it by.
-    egress_admitted: Option<(std::net::IpAddr, halyard_protocol::egress::EgressRules, Option<ConversationId>)>,
+    /// Held to an outbound policy: the door, rules and conversation the egress proxy serves it
+    /// by.
+    egress_admitted: Option<(crate::egress_proxy::Door, halyard_protocol::egress::EgressRules, Option<ConversationId>)>,
 }
 
 impl Actor for SandboxActor {

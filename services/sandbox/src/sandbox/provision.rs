@@ -50,7 +50,11 @@ impl SandboxState {
         for (name, port) in &apps {
             env.insert(format!("{name}_PORT"), port.to_string());
         }
-        let spec = cfg.spec(&self.spec).unwrap_or_default();
+        let mut spec = cfg.spec(&self.spec).unwrap_or_default();
+        // Its environment's outbound policy (set while it ran) holds when it starts again.
+        if let Some(shape) = &self.shape {
+            crate::shape::shaped(&mut spec, shape, |e| cfg.bounded_egress(e));
+        }
         let egress = match crate::egress::Egress::parse(&spec.egress) {
             Ok(e) => e,
             Err(e) => {

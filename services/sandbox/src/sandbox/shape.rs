@@ -1,6 +1,7 @@
 //! Setting what a start's environment changes of a running sandbox ([`SandboxState::set_shape`]):
-//! a container moves onto another network class and takes lower limits without a restart; the
-//! ports it forwards become apps of its record. The checks and engine calls are
+//! a container moves onto another network class and takes lower limits without a restart (a
+//! process sandbox moves between its spec's class and an outbound policy's); the ports it
+//! forwards become apps of its record. The checks and engine calls are
 //! [`crate::shape`].
 
 use halyard_protocol::environment::Shape;
@@ -21,8 +22,13 @@ impl SandboxState {
         if status != SandboxStatus::Running {
             return self.publish(status, refuse(format!("the sandbox is {}, not running", status.as_str()))).await;
         }
-        if let Err(why) = crate::shape::check(&spec, &shape, self.docker) {
+        let own_network = self.ctx.isolation.as_ref().is_some_and(|i| i.own_network());
+        if let Err(why) = crate::shape::check(&spec, &shape, self.docker, own_network) {
             return self.publish(status, refuse(why)).await;
+        }
+        if shape.egress_rules.is_some() && self.ctx.egress.is_none() {
+            let why = "outbound policies by domain need the egress proxy, which did not start on this host (see its log)";
+            return self.publish(status, refuse(why.into())).await;
         }
         if !self.docker && !shape.ports.is_empty() && self.ctx.config.sandbox.process_network == "host" {
             let why =
@@ -35,10 +41,6 @@ impl SandboxState {
                 crate::shape::shaped(&mut made, s, |e| self.ctx.config.sandbox.bounded_egress(e));
                 Egress::parse(&made.egress)
             };
-            if shape.egress_rules.is_some() && dctx.egress.is_none() {
-                let why = "outbound policies by domain need the egress proxy, which did not start on this host (see its log)";
-                return self.publish(status, refuse(why.into())).await;
-            }
             let was = self.shape.clone().unwrap_or_default();
             let (Ok(from), Ok(to)) = (class(&was), class(&shape)) else {
                 return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
@@ -63,6 +65,19 @@ impl SandboxState {
                 Ok((_, urls)) if !urls.is_empty() => self.urls = urls,
                 Ok(_) => return self.publish(status, refuse("the sandbox exposes no URL on its new network".into())).await,
                 Err(e) => return self.publish(status, refuse(format!("cannot read the sandbox's URLs: {e}"))).await,
+            }
+        } else if !self.docker {
+            let was = self.shape.clone();
+            let (Some(from), Some(to)) = (self.class_with(was.as_ref()), self.class_with(Some(&shape))) else {
+                return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
+            };
+            if from != to {
+                tracing::info!(sandbox_id = %self.id, from = from.as_str(), to = to.as_str(), "moving the sandbox to another network class");
+                if let Err(e) = self.move_process_network(from, to).await {
+                    return self
+                        .publish(status, refuse(format!("cannot move the sandbox onto network class `{}`: {e}", to.as_str())))
+                        .await;
+                }
             }
         }
         self.shape = (shape != Shape::default()).then_some(shape);
