@@ -288,6 +288,12 @@ pub enum AgentCommand {
         port: u16,
         rule: String,
     },
+    /// What the sandbox's allowed connections carried since the proxy's last report: recorded
+    /// as a `network_used` event whose id is the envelope's.
+    RecordNetworkUsed {
+        conversation_id: ConversationId,
+        destinations: Vec<crate::egress::NetworkUse>,
+    },
     /// The owner's answer about the workspace's hooks file `sha256` (a `hooks_consent` event
     /// records it; the run that waited for it starts).
     AnswerHooks {
@@ -317,6 +323,7 @@ impl AgentCommand {
             | Self::SetLlmProfile { conversation_id, .. }
             | Self::RecordTerminalOpened { conversation_id, .. }
             | Self::RecordNetworkBlocked { conversation_id, .. }
+            | Self::RecordNetworkUsed { conversation_id, .. }
             | Self::Restore { conversation_id, .. }
             | Self::AnswerHooks { conversation_id, .. }
             | Self::Delete { conversation_id } => *conversation_id,
@@ -339,6 +346,7 @@ impl Payload for AgentCommand {
             Self::Delete { .. } => "cmd.agent.delete",
             Self::RecordTerminalOpened { .. } => "cmd.agent.record_terminal_opened",
             Self::RecordNetworkBlocked { .. } => "cmd.agent.record_network_blocked",
+            Self::RecordNetworkUsed { .. } => "cmd.agent.record_network_used",
             Self::Restore { .. } => "cmd.agent.restore",
             Self::AnswerHooks { .. } => "cmd.agent.answer_hooks",
         }

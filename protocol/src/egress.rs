@@ -134,6 +134,22 @@ impl EgressRules {
     }
 }
 
+/// Traffic through the egress proxy to one destination (the name the sandbox asked for, and
+/// its port): connections opened, bytes the sandbox sent and received. In a `network_used`
+/// event, what passed since the proxy's last report; in a conversation's summary, the totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NetworkUse {
+    pub host: String,
+    pub port: u16,
+    #[serde(default)]
+    pub connections: u64,
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_received: u64,
+}
+
 /// What the agent and the user are told of a refused connection.
 pub fn blocked_message(host: &str, port: u16, rule: &str) -> String {
     format!("The sandbox may not reach {host}:{port}: {rule}.")

@@ -499,6 +499,10 @@ pub enum EventBody {
     /// The sandbox's proxy refused a connection to `host` (`port`) by `rule` of its outbound
     /// policy ([`crate::egress`]); `message` is what the model and the user read.
     NetworkBlocked { host: String, port: u16, rule: String, message: String },
+    /// What the sandbox's connections through its egress proxy carried since the proxy's last
+    /// report (sent every few seconds while there is traffic): a conversation's summary of the
+    /// destinations it reached adds these up. Not shown to the model.
+    NetworkUsed { destinations: Vec<crate::egress::NetworkUse> },
     /// The owner put the workspace back as it was at event `at_seq`: the newest checkpoint at or
     /// before it, taken after event `checkpoint_seq`. Files changed since are as they were then.
     WorkspaceRestored { at_seq: u64, checkpoint_seq: u64 },
@@ -646,6 +650,7 @@ impl EventBody {
             Self::McpServers { .. } => "mcp_servers",
             Self::TerminalOpened { .. } => "terminal_opened",
             Self::NetworkBlocked { .. } => "network_blocked",
+            Self::NetworkUsed { .. } => "network_used",
             Self::WorkspaceRestored { .. } => "workspace_restored",
             Self::TaskList { .. } => "task_list",
             Self::Thinking { .. } => "thinking",

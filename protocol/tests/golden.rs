@@ -242,6 +242,21 @@ fn events_are_stable() {
             ),
         ),
         (
+            "event_network_used",
+            event(
+                19,
+                EventBody::NetworkUsed {
+                    destinations: vec![halyard_protocol::egress::NetworkUse {
+                        host: "registry.test".into(),
+                        port: 443,
+                        connections: 3,
+                        bytes_sent: 1_840,
+                        bytes_received: 524_288,
+                    }],
+                },
+            ),
+        ),
+        (
             "event_pull_request_opened",
             event(
                 22,
@@ -1035,6 +1050,23 @@ fn commands_are_stable() {
                 host: "other.test".into(),
                 port: 443,
                 rule: "not in the allow list (environment web)".into(),
+            },
+        ),
+    );
+    check(
+        "cmd_agent_record_network_used",
+        env(
+            15,
+            "cmd.agent.record_network_used",
+            AgentCommand::RecordNetworkUsed {
+                conversation_id: ConversationId(id(1)),
+                destinations: vec![halyard_protocol::egress::NetworkUse {
+                    host: "registry.test".into(),
+                    port: 443,
+                    connections: 1,
+                    bytes_sent: 517,
+                    bytes_received: 4_096,
+                }],
             },
         ),
     );

@@ -304,6 +304,8 @@ async fn the_bus_asks_who_you_are_and_each_role_keeps_to_its_subjects() {
         // (The agent runner starts helpers through conversation commands, but never writes the
         // conversations' records.)
         ("agent", format!("halyard.sys.conversation.{conv}")),
+        // (Of audit records, it writes only what a conversation reached through its proxy.)
+        ("agent", "halyard.sys.audit.user".to_owned()),
         ("titles", format!("halyard.events.{conv}.user_message")),
         ("sandbox", format!("halyard.events.{conv}.action")),
         ("sandbox", format!("halyard.cmd.agent.{conv}")),

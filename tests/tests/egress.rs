@@ -139,13 +139,34 @@ fn line<'a>(out: &'a str, name: &str) -> &'a str {
 
 /// Runs `command` in a conversation started with `body`, then one more step (so notes of
 /// refusals that came after the command's result are read too); its events and output.
-async fn run(llm: &ScriptedLlm, api: &Api, body: Value, command: &str) -> (Vec<Value>, String) {
+async fn run(llm: &ScriptedLlm, api: &Api, body: Value, command: &str) -> (String, Vec<Value>, String) {
     let terminal = |c: &str| Reply::tool("terminal", json!({"command": c, "security_risk": "low"}));
     llm.push([terminal(command), terminal("sleep 2; echo waited"), Reply::finish("done")]);
     let (conv, _) = api.start_ready(body).await;
     let events = api.wait_finished(&conv, 1).await;
     let out = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "terminal").unwrap()["content"].as_str().unwrap();
-    (events.clone(), out.to_owned())
+    (conv.clone(), events.clone(), out.to_owned())
+}
+
+/// The conversation's network summary once `done` holds of it (the proxy reports traffic every
+/// few seconds, so a connection's bytes may come in more than one report).
+async fn summary_when(api: &Api, conv: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (s, summary) = api.get(&format!("/api/v1/conversations/{conv}/network")).await;
+        assert_eq!(s, 200, "{summary}");
+        if done(&summary) {
+            return summary;
+        }
+        assert!(std::time::Instant::now() < deadline, "the traffic was not reported: {summary}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// What the summary says of `host`:`port`, if it was reached: (connections, sent, received).
+fn destination(summary: &Value, host: &str, port: u16) -> Option<(u64, u64, u64)> {
+    let d = summary["reached"].as_array()?.iter().find(|d| d["host"] == host && d["port"] == port)?;
+    Some((d["connections"].as_u64()?, d["bytes_sent"].as_u64()?, d["bytes_received"].as_u64()?))
 }
 
 fn blocked(events: &[Value]) -> Vec<(String, String)> {
@@ -196,7 +217,7 @@ async fn policies_hold(kind: &str) {
     assert_eq!((s, &v["egress"]["deny"][0]), (201, &json!("*.bad.corp.test")), "{v}");
 
     let extra = [("wildcard", "https://api.corp.test:8443/ok"), ("denied", "http://x.bad.corp.test:8080/")];
-    let (events, out) = run(&llm, &api, json!({"message": "probe", "environment": "web"}), &probes(&registry, &extra)).await;
+    let (conv, events, out) = run(&llm, &api, json!({"message": "probe", "environment": "web"}), &probes(&registry, &extra)).await;
     // Setup reached what the agent may not.
     assert!(out.contains("setup registry-http GET /setup"), "{out}");
     assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
@@ -226,6 +247,24 @@ async fn policies_hold(kind: &str) {
     let last = llm.requests().last().cloned().unwrap().to_string();
     assert!(last.contains("The sandbox may not reach other.test:8080: not in the allow list (environment web)."), "{last}");
 
+    // What it reached, with what it carried, and what it was refused: the owner's summary.
+    // A plain GET and its answer (`registry-http GET /simple`, with its headers); TLS counted as
+    // it passes, the handshake and the certificate included; setup's request to other.test.
+    let summary = summary_when(&api, &conv, |s| {
+        destination(s, "registry.test", 8080).is_some_and(|(n, sent, got)| n == 1 && sent > 60 && got > 60)
+            && destination(s, "registry.test", 8443).is_some_and(|(n, _, got)| n == 1 && got > 500)
+            && destination(s, "api.corp.test", 8443).is_some_and(|(n, _, got)| n == 1 && got > 500)
+            && destination(s, "other.test", 8080).is_some_and(|(n, _, got)| n == 1 && got > 60)
+    })
+    .await;
+    let total: u64 = summary["reached"].as_array().unwrap().iter().map(|d| d["bytes_received"].as_u64().unwrap()).sum();
+    assert_eq!(summary["bytes_received"].as_u64(), Some(total), "{summary}");
+    let refused = summary["refused"].as_array().unwrap();
+    assert!(refused.iter().any(|r| r["host"] == "other.test" && r["count"] == 1), "{summary}");
+    // Only the owner reads it.
+    let (s, _) = h.api("bob-secret-key").get(&format!("/api/v1/conversations/{conv}/network")).await;
+    assert_eq!(s, 404);
+
     // An organization's list holds over its member's wider one, and its deny wins.
     assert_eq!(api.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
     let (s, e) = api.call(Method::PUT, "/api/v1/orgs/acme/settings", Some(json!({"egress": {"allow": ["*"]}}))).await;
@@ -236,7 +275,7 @@ async fn policies_hold(kind: &str) {
     let (s, v) = api.call(Method::PUT, "/api/v1/environments/wide", Some(json!({"egress": {"allow": ["*.test"]}}))).await;
     assert_eq!(s, 201, "{v}");
     let body = json!({"message": "probe", "org": "acme", "environment": "wide"});
-    let (events, out) = run(&llm, &api, body, &probes(&registry, &[("wildcard", "https://api.corp.test:8443/ok")])).await;
+    let (org_conv, events, out) = run(&llm, &api, body, &probes(&registry, &[("wildcard", "https://api.corp.test:8443/ok")])).await;
     assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
     assert_eq!(line(&out, "wildcard"), "wildcard OK registry-tls GET /ok");
     let l = line(&out, "other");
@@ -244,4 +283,19 @@ async fn policies_hold(kind: &str) {
     let l = line(&out, "loop");
     assert!(l.contains("denied by `loop.test` (organization acme)"), "{l}");
     assert!(blocked(&events).iter().any(|(h, r)| h == "other.test" && r == "not in the allow list (organization acme)"), "{events:?}");
+
+    // The organization's audit trail holds what its conversation reached.
+    summary_when(&api, &org_conv, |s| destination(s, "registry.test", 8080).is_some()).await;
+    let (s, audit) = api.get("/api/v1/orgs/acme/audit?limit=100").await;
+    assert_eq!(s, 200, "{audit}");
+    let used: Vec<&Value> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "conversation.network_used" && r["target"] == org_conv.as_str())
+        .collect();
+    assert!(!used.is_empty(), "{audit}");
+    assert!(used.iter().all(|r| r["actor"] == "alice"), "{used:?}");
+    let hosts: Vec<&Value> = used.iter().flat_map(|r| r["detail"]["destinations"].as_array().unwrap()).map(|d| &d["host"]).collect();
+    assert!(hosts.contains(&&json!("registry.test")), "{used:?}");
 }

@@ -895,6 +895,9 @@ export type EventBody = {
   message: string;
   kind: "network_blocked";
 } | {
+  destinations: NetworkUse[];
+  kind: "network_used";
+} | {
   at_seq: number;
   checkpoint_seq: number;
   kind: "workspace_restored";
@@ -1424,6 +1427,31 @@ export type ModelPrice = {
   cached_per_million?: number | null;
 };
 
+/** What the sandbox reached through its egress proxy, and what it was refused. */
+export type NetworkSummary = {
+  /** Each destination let through (name and port as the sandbox asked), with the connections
+   * opened and the bytes the sandbox sent and received, by name. Reported every few seconds
+   * while traffic flows, so the last seconds may be missing while it runs. */
+  reached: NetworkUse[];
+  /** Each refused destination, by rule, with how many connections were refused. */
+  refused: Refused[];
+  /** All bytes the sandbox sent through the proxy. */
+  bytes_sent: number;
+  /** All bytes it received through it. */
+  bytes_received: number;
+};
+
+/** Traffic through the egress proxy to one destination (the name the sandbox asked for, and
+ * its port): connections opened, bytes the sandbox sent and received. In a `network_used`
+ * event, what passed since the proxy's last report; in a conversation's summary, the totals. */
+export type NetworkUse = {
+  host: string;
+  port: number;
+  connections?: number;
+  bytes_sent?: number;
+  bytes_received?: number;
+};
+
 export type OrgConversations = {
   items: Conversation[];
 };
@@ -1606,6 +1634,15 @@ export type QueueView = {
   per_place_ms?: number | null;
   /** Organizations whose share an administrator set (the others have weight 1, priority 0). */
   shares: OrgShare[];
+};
+
+/** Connections refused to one destination by one rule. */
+export type Refused = {
+  host: string;
+  port: number;
+  /** The rule, naming its layer: `not in the allow list (organization acme)`. */
+  rule: string;
+  count: number;
 };
 
 /** Why the actions may not run. */

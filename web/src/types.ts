@@ -103,6 +103,7 @@ export type HalyardEvent = EventBase &
     | { kind: "mcp_servers"; servers: McpServerStatus[] }
     | { kind: "terminal_opened"; by: string }
     | { kind: "network_blocked"; host: string; port: number; rule: string; message: string }
+    | { kind: "network_used"; destinations: { host: string; port: number; connections: number; bytes_sent: number; bytes_received: number }[] }
     | { kind: "budget_alert"; org: string; user?: string; percent: number; spent_usd: number; budget_usd: number; month: string }
     | { kind: "workspace_restored"; at_seq: number; checkpoint_seq: number }
     | { kind: "task_list"; items: TaskItem[] }

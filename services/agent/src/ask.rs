@@ -131,6 +131,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
             EventBody::NetworkBlocked { message, .. } => format!("NETWORK REFUSED: {message}"),
             EventBody::AgentSession { .. }
             | EventBody::AgentUpdate { .. }
+            | EventBody::NetworkUsed { .. }
             | EventBody::HooksConsentRequired { .. }
             | EventBody::HooksConsent { .. } => continue,
             EventBody::ExecutionStatus { status, reason } => {

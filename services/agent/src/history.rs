@@ -419,7 +419,11 @@ impl History {
                 self.hooks_answers.insert(sha256.clone(), *allowed);
                 self.hooks_asked = None;
             }
-            EventBody::AgentError { .. } | EventBody::Title { .. } | EventBody::TerminalOpened { .. } | EventBody::AgentUpdate { .. } => {}
+            EventBody::AgentError { .. }
+            | EventBody::Title { .. }
+            | EventBody::TerminalOpened { .. }
+            | EventBody::AgentUpdate { .. }
+            | EventBody::NetworkUsed { .. } => {}
         }
     }
 

@@ -87,10 +87,11 @@ impl Actor for Runner {
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, st: &mut Self::State) -> Result<(), ActorProcessingErr> {
         match msg {
             RunnerMsg::Command(env, delivery) => {
-                // The sandbox supervisor may publish on these subjects, and only a refused
-                // connection: anything else there is forged.
+                // The sandbox supervisor may publish on these subjects, and only what its egress
+                // proxy records (a refused connection, traffic): anything else there is forged.
                 let network = delivery.subject().ends_with(&format!(".{}", subjects::NETWORK_SUFFIX));
-                if network != matches!(env.payload, AgentCommand::RecordNetworkBlocked { .. }) {
+                let from_proxy = matches!(env.payload, AgentCommand::RecordNetworkBlocked { .. } | AgentCommand::RecordNetworkUsed { .. });
+                if network != from_proxy {
                     let why = format!("{} does not belong on {}", env.kind, delivery.subject());
                     delivery.park(&why).await;
                     return Ok(());

@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 // The handlers' modules, by the short names the route table uses.
 use crate::api::accounts::{self, admin, keys, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
-use crate::api::conversations::{self, control, events, export, images, list, plan, queue, share, starts, ws};
+use crate::api::conversations::{self, control, events, export, images, list, network, plan, queue, share, starts, ws};
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_probe, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{deliveries, mcp, sandboxes, web, webhooks};
@@ -61,6 +61,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(crate::api::conversations::hooks::list_hook_consents))
         .routes(routes!(crate::api::conversations::hooks::delete_hook_consent))
         .routes(routes!(plan::get_tasks))
+        .routes(routes!(network::get_network))
         .routes(routes!(images::screenshot))
         .routes(routes!(images::latest))
         .routes(routes!(images::image))

@@ -114,6 +114,8 @@ pub struct EgressProxy {
     /// The accept loop of each process sandbox's socket.
     sockets: Mutex<HashMap<SandboxId, (std::path::PathBuf, tokio::task::JoinHandle<()>)>>,
     seats: Seats,
+    /// What allowed connections carry, reported every few seconds.
+    usage: Arc<crate::egress_usage::Usage>,
     reach: Reach,
     js: jetstream::Context,
 }
@@ -131,11 +133,14 @@ impl EgressProxy {
     /// A proxy with no way in yet: containers reach it once it [`listens`](Self::listen_tcp),
     /// process sandboxes through the sockets [`admit_socket`](Self::admit_socket) makes.
     pub fn new(reach: Reach, js: jetstream::Context) -> Arc<Self> {
+        let usage = Arc::new(crate::egress_usage::Usage::default());
+        tokio::spawn(report_usage(usage.clone(), js.clone()));
         Arc::new(Self {
             listen: std::sync::OnceLock::new(),
             tenants: Mutex::new(HashMap::new()),
             sockets: Mutex::new(HashMap::new()),
             seats: Seats::default(),
+            usage,
             reach,
             js,
         })
@@ -295,18 +300,24 @@ impl EgressProxy {
             .map_err(|_| gateway(format!("{}:{} did not answer within 10 s", req.host, req.port)))?
             .map_err(|e| gateway(format!("cannot connect to {}:{}: {e}", req.host, req.port)))?;
         let _ = upstream.set_nodelay(true);
+        // Counted from here (the request head too): what the sandbox exchanged with it.
+        let counter = tenant.conversation.map(|c| self.usage.open(c, &req.host, req.port));
+        if let Some(c) = &counter {
+            c.sent((head.len() + rest.len()) as u64);
+        }
+        let mut client = crate::egress_usage::Counted::new(client, counter);
         if req.method == "CONNECT" {
             client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.map_err(|e| gateway(e.to_string()))?;
             upstream.write_all(&rest).await.map_err(|e| gateway(e.to_string()))?;
-            let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
             return Ok(());
         }
         upstream.write_all(req.forwarded_head().as_bytes()).await.map_err(|e| gateway(e.to_string()))?;
         let body = req.content_length;
         let already = rest.len().min(body as usize);
         upstream.write_all(&rest[..already]).await.map_err(|e| gateway(e.to_string()))?;
-        copy_exact(client, &mut upstream, body - already as u64).await.map_err(|e| gateway(e.to_string()))?;
-        let _ = tokio::io::copy(&mut upstream, client).await;
+        copy_exact(&mut client, &mut upstream, body - already as u64).await.map_err(|e| gateway(e.to_string()))?;
+        let _ = tokio::io::copy(&mut upstream, &mut client).await;
         let _ = client.shutdown().await;
         Ok(())
     }
@@ -327,6 +338,20 @@ impl EgressProxy {
             }
         }
         Err(refused.unwrap_or_else(|| format!("{name} resolves to no address")))
+    }
+}
+
+/// Sends each conversation's traffic since the last report to its agent runner, every
+/// [`REPORT_EVERY`](crate::egress_usage::REPORT_EVERY) (nothing when nothing passed).
+async fn report_usage(usage: Arc<crate::egress_usage::Usage>, js: jetstream::Context) {
+    loop {
+        tokio::time::sleep(crate::egress_usage::REPORT_EVERY).await;
+        for (conversation_id, destinations) in usage.take() {
+            let cmd = AgentCommand::RecordNetworkUsed { conversation_id, destinations };
+            if let Err(e) = bus::send(&js, subjects::agent_network_command(conversation_id), cmd, None).await {
+                tracing::warn!(%conversation_id, error = %e, "cannot report the sandbox's traffic");
+            }
+        }
     }
 }
 

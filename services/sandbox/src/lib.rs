@@ -24,6 +24,7 @@ pub mod devimage;
 pub mod docker;
 pub mod egress;
 pub mod egress_proxy;
+pub mod egress_usage;
 pub mod envpool;
 pub mod error;
 pub mod helper;

@@ -64,6 +64,13 @@ impl ConvState {
                 let body = EventBody::NetworkBlocked { host, port, rule, message };
                 append_once(&log, EventId(cmd_id.0), EventSource::Environment, body, trace).await
             }
+            AgentCommand::RecordNetworkUsed { conversation_id, destinations } => {
+                let body = EventBody::NetworkUsed { destinations: destinations.clone() };
+                match append_once(&log, EventId(cmd_id.0), EventSource::Environment, body, trace).await {
+                    Ok(()) => self.audit_network(&log, cmd_id, conversation_id, destinations).await,
+                    Err(e) => Err(e),
+                }
+            }
             AgentCommand::Restore { at_seq, .. } => self.restore_command(&log, EventId(cmd_id.0), at_seq, trace).await,
             AgentCommand::Delete { .. } => {
                 self.delete(&log).await;
@@ -76,6 +83,35 @@ impl ConvState {
             Ok(()) => delivery.ack().await,
             Err(e) => delivery.retry(RETRY, &e).await,
         }
+    }
+
+    /// What an organization's conversation reached through its egress proxy goes into the
+    /// organization's audit trail too (the command's id makes a retry's copy a no-op).
+    async fn audit_network(
+        &self,
+        log: &Arc<Mutex<Log>>,
+        cmd_id: CommandId,
+        conversation_id: halyard_protocol::ConversationId,
+        destinations: Vec<halyard_protocol::egress::NetworkUse>,
+    ) -> Result<(), String> {
+        let Some((owner, Some(org))) = log.lock().await.history.started.as_ref().map(|s| (s.owner.clone(), s.org.clone())) else {
+            return Ok(());
+        };
+        let record = halyard_protocol::accounts::AuditRecord {
+            actor: owner,
+            action: "conversation.network_used".into(),
+            target: conversation_id.to_string(),
+            detail: Some(serde_json::json!({ "destinations": destinations })),
+            org: Some(org),
+            client: None,
+            at_ms: halyard_platform::now_ms(),
+        };
+        let mut env = Envelope::new(halyard_protocol::system::SystemRecord::Audit(record), halyard_platform::now_ms());
+        env.id = cmd_id;
+        halyard_platform::bus::publish(&self.ctx.js, halyard_protocol::subjects::audit_record("network"), &env)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// Before anything of the owner's is appended, their secrets must be masked: read once per

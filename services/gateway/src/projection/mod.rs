@@ -99,6 +99,8 @@ struct Pending<'a> {
     tomb_checked: HashMap<ConversationId, bool>,
     /// Usage rows this batch changed, by key.
     usage: HashMap<Vec<u8>, store::UsageRow>,
+    /// What conversations reached through their egress proxies, as this batch changed it.
+    network: HashMap<ConversationId, crate::read_model::rows::NetworkRow>,
 }
 
 fn tomb_key(id: ConversationId) -> Vec<u8> {
@@ -129,6 +131,12 @@ impl Pending<'_> {
         self.usage
             .entry(key)
             .or_insert_with_key(|k| store.tree().get(k).ok().flatten().and_then(|v| serde_json::from_slice(&v).ok()).unwrap_or_default())
+    }
+
+    /// Conversation `id`'s network row, as of this batch.
+    fn network_of(&mut self, id: ConversationId) -> &mut crate::read_model::rows::NetworkRow {
+        let store = self.store;
+        self.network.entry(id).or_insert_with(|| store.network(id).ok().flatten().unwrap_or_default())
     }
 
     fn view(&mut self, id: ConversationId) -> Option<&mut ConversationView> {
@@ -249,6 +257,11 @@ impl Pending<'_> {
                 }
                 _ => {}
             }
+        }
+        match &ev.body {
+            EventBody::NetworkUsed { destinations } => self.network_of(id).add(destinations),
+            EventBody::NetworkBlocked { host, port, rule, .. } => self.network_of(id).refuse(host, *port, rule),
+            _ => {}
         }
         for (owner, org, model, (tokens_in, tokens_out, cached), cost) in usage_calls {
             self.use_up(&owner, org.as_deref(), ev.timestamp_ms, &model, |row| {
@@ -402,6 +415,8 @@ impl Pending<'_> {
                 self.dirty.insert(conversation_id);
                 self.tomb_checked.insert(conversation_id, true);
                 self.batch.insert(tomb_key(conversation_id), &[1u8][..]);
+                self.network.remove(&conversation_id);
+                self.batch.remove(layout::network_key(conversation_id));
                 for key in self.store.tree().scan_prefix(layout::log_index_prefix(conversation_id)).keys().flatten() {
                     self.batch.remove(key);
                 }
@@ -490,6 +505,9 @@ impl Pending<'_> {
         }
         for (key, row) in self.usage.drain() {
             put_or_remove(&mut self.batch, key, Some(&row));
+        }
+        for (id, row) in self.network.drain() {
+            put_or_remove(&mut self.batch, layout::network_key(id), Some(&row));
         }
         for (name, seq) in cursors {
             self.batch.insert(layout::meta_key(name), &seq.to_be_bytes()[..]);
@@ -661,6 +679,7 @@ pub async fn run(
             settled: Vec::new(),
             tomb_checked: HashMap::new(),
             usage: HashMap::new(),
+            network: HashMap::new(),
         };
         let mut next = Some(first);
         let mut count = 0;

@@ -21,6 +21,7 @@
 //! | `x` | webhook, 0, delivery id | the delivery's latest [`AttemptRow`](super::rows::AttemptRow) (JSON) |
 //! | `r` | automation, 0, inverted time, run id | [`RunRow`](super::rows::RunRow) (JSON) |
 //! | `q` | automation | its latest [`RunRow`](super::rows::RunRow) (JSON) |
+//! | `n` | conversation id | [`NetworkRow`](super::rows::NetworkRow): what it reached through its egress proxy (JSON) |
 //!
 //! The indexes (`o`, `u`, `g`, `a`, `X`, `Y`) exist so that every list and report reads its own
 //! rows only: its cost follows what it answers, not the deployment's size. Stores written
@@ -294,6 +295,11 @@ pub fn last_attempt_key(webhook: &str, delivery: halyard_protocol::CommandId) ->
     k.push(0);
     k.extend_from_slice(delivery.as_bytes());
     k
+}
+
+/// What a conversation reached through its egress proxy.
+pub fn network_key(id: ConversationId) -> Vec<u8> {
+    id_key(b'n', id.as_bytes())
 }
 
 pub fn sandbox_key(id: SandboxId) -> Vec<u8> {

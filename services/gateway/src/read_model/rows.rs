@@ -109,6 +109,51 @@ impl From<&AuditRecord> for AuditRow {
     }
 }
 
+/// What a conversation's sandbox reached through its egress proxy: the totals of its
+/// `network_used` events per destination, and its `network_blocked` events per destination and
+/// rule.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NetworkRow {
+    #[serde(default)]
+    pub reached: Vec<halyard_protocol::egress::NetworkUse>,
+    #[serde(default)]
+    pub refused: Vec<RefusedRow>,
+}
+
+/// Connections refused to one destination by one rule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RefusedRow {
+    pub host: String,
+    pub port: u16,
+    pub rule: String,
+    pub count: u64,
+}
+
+impl NetworkRow {
+    /// Adds a report's traffic.
+    pub fn add(&mut self, used: &[halyard_protocol::egress::NetworkUse]) {
+        for u in used {
+            match self.reached.iter_mut().find(|r| r.host == u.host && r.port == u.port) {
+                Some(r) => {
+                    r.connections += u.connections;
+                    r.bytes_sent += u.bytes_sent;
+                    r.bytes_received += u.bytes_received;
+                }
+                None => self.reached.push(u.clone()),
+            }
+        }
+        self.reached.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+    }
+
+    /// Counts a refusal.
+    pub fn refuse(&mut self, host: &str, port: u16, rule: &str) {
+        match self.refused.iter_mut().find(|r| r.host == host && r.port == port && r.rule == rule) {
+            Some(r) => r.count += 1,
+            None => self.refused.push(RefusedRow { host: host.to_owned(), port, rule: rule.to_owned(), count: 1 }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -318,6 +318,11 @@ impl Store {
         self.get_json(&task_key(id))
     }
 
+    /// What conversation `id` reached through its egress proxy (none before its first report).
+    pub fn network(&self, id: ConversationId) -> Result<Option<crate::read_model::rows::NetworkRow>, StoreError> {
+        self.get_json(&super::layout::network_key(id))
+    }
+
     pub fn sandbox(&self, id: SandboxId) -> Result<Option<SandboxView>, StoreError> {
         self.get_json(&sandbox_key(id))
     }

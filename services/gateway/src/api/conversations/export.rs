@@ -209,6 +209,7 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::ConfirmationPolicy { .. }
         | EventBody::SkillActivated { .. }
         | EventBody::McpServers { .. }
+        | EventBody::NetworkUsed { .. }
         | EventBody::LlmCall { .. } => String::new(),
     }
 }

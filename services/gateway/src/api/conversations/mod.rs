@@ -13,6 +13,7 @@ pub mod export;
 pub mod hooks;
 pub mod images;
 pub mod list;
+pub mod network;
 pub mod org_shared;
 pub mod plan;
 pub mod queue;
