@@ -119,8 +119,9 @@ def probe(name, url, proxy):
     handlers = [urllib.request.HTTPSHandler(context=ctx)]
     if not proxy:
         handlers.append(urllib.request.ProxyHandler({{}}))
+    data = b"x" if name.startswith("post") else None
     try:
-        r = urllib.request.build_opener(*handlers).open(url, timeout=8)
+        r = urllib.request.build_opener(*handlers).open(url, data=data, timeout=8)
         print(name, "OK", r.read().decode())
     except urllib.error.HTTPError as e:
         print(name, "HTTP", e.code, e.read().decode().strip())
@@ -189,13 +190,28 @@ async fn a_process_sandbox_reaches_only_what_its_policies_allow_and_every_refusa
     policies_hold("process").await;
 }
 
+/// A spec of the operator's held to its own read-only policy, beside the default.
+const SPECS: &str = r#"
+[[sandbox.specs]]
+name = "default"
+
+[[sandbox.specs]]
+name = "locked"
+egress = { allow = ["registry.test"], mode = "read_only" }
+"#;
+
 async fn policies_hold(kind: &str) {
     init();
     require_engine();
     let registry = Registry::start();
     let llm = ScriptedLlm::start().await;
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), SPECS).unwrap();
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_CONFIG", &config.path().display().to_string())
+            // The deployment's own layer: a denied wildcard no environment can open.
+            .set("HALYARD_EGRESS_DENY", "*.deploy.test")
             .set("HALYARD_SANDBOX", kind)
             .set("HALYARD_SANDBOX_POOL_SIZE", "0")
             .set("HALYARD_EGRESS_RESOLVE", &registry.resolve())
@@ -216,7 +232,12 @@ async fn policies_hold(kind: &str) {
     let (s, v) = api.call(Method::PUT, "/api/v1/environments/web", Some(env)).await;
     assert_eq!((s, &v["egress"]["deny"][0]), (201, &json!("*.bad.corp.test")), "{v}");
 
-    let extra = [("wildcard", "https://api.corp.test:8443/ok"), ("denied", "http://x.bad.corp.test:8080/")];
+    let extra = [
+        ("wildcard", "https://api.corp.test:8443/ok"),
+        ("denied", "http://x.bad.corp.test:8080/"),
+        ("deployment", "http://a.deploy.test:8080/"),
+        ("post", "http://registry.test:8080/upload"),
+    ];
     let (conv, events, out) = run(&llm, &api, json!({"message": "probe", "environment": "web"}), &probes(&registry, &extra)).await;
     // Setup reached what the agent may not.
     assert!(out.contains("setup registry-http GET /setup"), "{out}");
@@ -231,6 +252,9 @@ async fn policies_hold(kind: &str) {
     refused("denied", "denied by `*.bad.corp.test` (environment web)");
     refused("raw", "a raw address");
     refused("loop", "resolves to 127.0.0.1");
+    refused("deployment", "denied by `*.deploy.test` (deployment)");
+    // Not read-only here: a POST goes through.
+    assert_eq!(line(&out, "post"), "post OK registry-http POST /upload");
     // Around the proxy, there is no way out at all.
     assert!(line(&out, "direct").starts_with("direct ERR"), "{out}");
 
@@ -248,10 +272,10 @@ async fn policies_hold(kind: &str) {
     assert!(last.contains("The sandbox may not reach other.test:8080: not in the allow list (environment web)."), "{last}");
 
     // What it reached, with what it carried, and what it was refused: the owner's summary.
-    // A plain GET and its answer (`registry-http GET /simple`, with its headers); TLS counted as
-    // it passes, the handshake and the certificate included; setup's request to other.test.
+    // A plain GET and a POST with their answers (`registry-http GET /simple`, with headers); TLS
+    // counted as it passes, the handshake and the certificate included; setup's other.test.
     let summary = summary_when(&api, &conv, |s| {
-        destination(s, "registry.test", 8080).is_some_and(|(n, sent, got)| n == 1 && sent > 60 && got > 60)
+        destination(s, "registry.test", 8080).is_some_and(|(n, sent, got)| n == 2 && sent > 120 && got > 120)
             && destination(s, "registry.test", 8443).is_some_and(|(n, _, got)| n == 1 && got > 500)
             && destination(s, "api.corp.test", 8443).is_some_and(|(n, _, got)| n == 1 && got > 500)
             && destination(s, "other.test", 8080).is_some_and(|(n, _, got)| n == 1 && got > 60)
@@ -264,6 +288,22 @@ async fn policies_hold(kind: &str) {
     // Only the owner reads it.
     let (s, _) = h.api("bob-secret-key").get(&format!("/api/v1/conversations/{conv}/network")).await;
     assert_eq!(s, 404);
+
+    // The operator's spec: its own list, read-only (plain HTTP may only GET or HEAD; a TLS
+    // tunnel is not decrypted, so it goes through), with no environment at all.
+    let body = json!({"message": "probe", "sandbox_spec": "locked"});
+    let (_, events, out) = run(&llm, &api, body, &probes(&registry, &[("post", "http://registry.test:8080/upload")])).await;
+    assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
+    assert_eq!(line(&out, "https"), "https OK registry-tls GET /simple");
+    let l = line(&out, "post");
+    assert!(l.starts_with("post HTTP 403") && l.contains("read-only: POST is not allowed (spec locked)"), "{l}");
+    let l = line(&out, "other");
+    assert!(l.contains("not in the allow list (spec locked)"), "{l}");
+    assert!(line(&out, "direct").starts_with("direct ERR"), "{out}");
+    assert!(
+        blocked(&events).iter().any(|(h, r)| h == "registry.test" && r == "read-only: POST is not allowed (spec locked)"),
+        "{events:?}"
+    );
 
     // An organization's list holds over its member's wider one, and its deny wins.
     assert_eq!(api.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);

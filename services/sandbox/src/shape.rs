@@ -36,14 +36,14 @@ pub fn check(spec: &SandboxSpec, shape: &Shape, docker: bool, own_network: bool)
 }
 
 /// `spec` as a container of `shape` is made: its network class (`policy` for one held to
-/// outbound rules; `bounded` by the deployment's policy: [`SandboxConfig::bounded_egress`]) and
-/// limits.
+/// outbound rules, its start's or its spec's own, unless setup asks for none at all; `bounded`
+/// by the deployment's policy: [`SandboxConfig::bounded_egress`]) and limits.
 pub fn shaped(spec: &mut SandboxSpec, shape: &Shape, bounded: impl Fn(&str) -> String) {
     if let Some(e) = &shape.egress {
-        spec.egress = bounded(e);
+        spec.egress.class = bounded(e);
     }
-    if shape.egress_rules.is_some() {
-        spec.egress = "policy".into();
+    if shape.egress_rules.is_some() || (spec.egress.policy.is_some() && spec.egress.class != "none") {
+        spec.egress.class = "policy".into();
     }
     let r = &shape.resources;
     spec.memory_mb = r.memory_mb.unwrap_or(spec.memory_mb).min(spec.memory_mb);

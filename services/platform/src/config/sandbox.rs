@@ -114,12 +114,80 @@ pub struct SandboxSpec {
     /// (0: no limit).
     pub disk_mb: u64,
     /// Where the sandbox may connect: `open` (default: anywhere but other sandboxes),
-    /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`.
-    pub egress: String,
+    /// `internet` (not private, loopback or link-local ranges, nor the Docker host) or `none`;
+    /// or an outbound policy by domain (`egress = { allow = [...], deny = [...] }`: through the
+    /// egress proxy only, held to it as another layer of its rules).
+    pub egress: SpecEgress,
     /// The container runtime: `runc` (Docker's own) or `gvisor` (a user-space kernel between
     /// the agent and the host's: `runsc`, as the engine has it registered); empty: the
     /// deployment's `HALYARD_SANDBOX_RUNTIME`.
     pub runtime: String,
+}
+
+/// A spec's `egress`: a network class, or an outbound policy by domain (whose class is
+/// `policy`). Read as a string or a table; reads as its class where a `&str` is wanted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecEgress {
+    pub class: String,
+    pub policy: Option<halyard_protocol::egress::EgressPolicy>,
+}
+
+impl SpecEgress {
+    pub fn as_str(&self) -> &str {
+        &self.class
+    }
+}
+
+impl std::ops::Deref for SpecEgress {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.class
+    }
+}
+
+impl From<&str> for SpecEgress {
+    fn from(class: &str) -> Self {
+        Self { class: class.to_owned(), policy: None }
+    }
+}
+
+impl From<String> for SpecEgress {
+    fn from(class: String) -> Self {
+        Self { class, policy: None }
+    }
+}
+
+impl PartialEq<&str> for SpecEgress {
+    fn eq(&self, other: &&str) -> bool {
+        self.class == *other
+    }
+}
+
+impl Serialize for SpecEgress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.policy {
+            Some(p) => p.serialize(s),
+            None => self.class.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SpecEgress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Class(String),
+            Policy(halyard_protocol::egress::EgressPolicy),
+        }
+        match Either::deserialize(d)? {
+            Either::Class(class) => Ok(class.into()),
+            Either::Policy(p) => {
+                p.check("egress").map_err(serde::de::Error::custom)?;
+                Ok(Self { class: "policy".into(), policy: Some(p) })
+            }
+        }
+    }
 }
 
 /// The container runtimes a spec may name.
@@ -155,7 +223,7 @@ impl SandboxConfig {
             s.runtime.clone_from(&self.runtime);
         }
         for s in &mut specs {
-            s.egress = self.bounded_egress(&s.egress);
+            s.egress.class = self.bounded_egress(&s.egress);
         }
         specs
     }
@@ -266,7 +334,7 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
     set!(
         "EGRESS_ALLOW",
         "(none)",
-        "the deployment's outbound allow list by domain (`name` or `*.suffix`, comma-separated): with it (or EGRESS_DENY) set, every container sandbox with a way out reaches out only through the egress proxy, and only these",
+        "the deployment's outbound allow list by domain (`name` or `*.suffix`, comma-separated): with it (or EGRESS_DENY) set, every sandbox with a way out (container, or process in a network of its own) reaches out only through the egress proxy, and only these",
         |c, v| {
             c.egress.allow = crate::settings::list(v);
             c.egress.check("HALYARD_EGRESS_ALLOW")?
@@ -358,3 +426,32 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
     ),
     set!("OUTPUT_CAP_BYTES", "`30000`", "a command's output returned to the agent", |c, v| c.output_cap_bytes = number(v, "bytes")?),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_specs_egress_is_a_class_or_a_policy_by_domain() {
+        let text = r#"
+[[specs]]
+name = "open"
+
+[[specs]]
+name = "locked"
+egress = { allow = ["registry.test", "*.corp.test"], mode = "read_only" }
+"#;
+        let c: SandboxConfig = toml::from_str(text).unwrap();
+        let locked = c.spec("locked").unwrap();
+        assert_eq!(locked.egress, "policy");
+        assert_eq!(locked.egress.policy.as_ref().unwrap().allow, ["registry.test", "*.corp.test"]);
+        assert_eq!(c.spec("open").unwrap().egress, "open");
+        // Written back as it was read.
+        let again: SandboxConfig = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again.spec("locked").unwrap().egress, locked.egress);
+        // A bad pattern is refused when the file is read, in words.
+        let bad = "[[specs]]\nname = \"x\"\negress = { allow = [\"https://x.test\"] }\n";
+        let Err(e) = toml::from_str::<SandboxConfig>(bad) else { panic!("a bad pattern was taken") };
+        assert!(e.to_string().contains("egress"), "{e}");
+    }
+}

@@ -104,9 +104,13 @@ impl SandboxState {
         }
     }
 
-    /// The deployment's layer, then what its start resolved (organization, environment).
+    /// The deployment's layer, its spec's, then what its start resolved (organization,
+    /// environment).
     fn egress_rules(&self) -> EgressRules {
-        let mut rules = EgressRules::default().with("deployment", Some(&self.ctx.config.sandbox.egress));
+        let spec = self.ctx.config.sandbox.spec(&self.spec).and_then(|s| s.egress.policy);
+        let mut rules = EgressRules::default()
+            .with("deployment", Some(&self.ctx.config.sandbox.egress))
+            .with(format!("spec {}", self.spec), spec.as_ref());
         if let Some(given) = self.shape.as_ref().and_then(|s| s.egress_rules.as_ref()) {
             rules.layers.extend(given.layers.iter().cloned());
         }
