@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
-//! Outbound access by domain, in container and process sandboxes: an environment's policy (allowed names,
-//! a denied wildcard), setup's wider one, and an organization's that holds over a member's
-//! wider list. The destination is a real HTTP and TLS server in a container of its own network
-//! (`registry.test` and other names, resolved by the proxy through `HALYARD_EGRESS_RESOLVE`);
-//! the agent's command probes it with Python's urllib as a tool would (the proxy variables
-//! are exported for it), and once around the proxy. Each refusal is a `network_blocked` event
-//! that the model reads.
+//! Outbound access by domain, in container and process sandboxes: an environment's policy
+//! (allowed names, a denied wildcard), setup's wider one, the deployment's denied wildcard, an
+//! operator's spec with a read-only policy of its own (under gVisor for containers), and an
+//! organization's that holds over a member's wider list. The destination is a real HTTP and TLS
+//! server in a container of its own network (`registry.test` and other names, resolved by the
+//! proxy through `HALYARD_EGRESS_RESOLVE`); the agent's command probes it with Python's urllib
+//! as a tool would (the proxy variables are exported for it), and once around the proxy. Each
+//! refusal is a `network_blocked` event that the model reads; what was reached, with its bytes,
+//! is the owner's summary and, for the organization, in its audit trail.
 
 use halyard_tests::docker::{docker, require_engine};
 use halyard_tests::{Api, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
@@ -190,15 +192,14 @@ async fn a_process_sandbox_reaches_only_what_its_policies_allow_and_every_refusa
     policies_hold("process").await;
 }
 
-/// A spec of the operator's held to its own read-only policy, beside the default.
-const SPECS: &str = r#"
-[[sandbox.specs]]
-name = "default"
-
-[[sandbox.specs]]
-name = "locked"
-egress = { allow = ["registry.test"], mode = "read_only" }
-"#;
+/// A spec of the operator's held to its own read-only policy, beside the default; for
+/// containers, run under gVisor (`runtime` is `gvisor`, or nothing for process sandboxes).
+fn specs(runtime: &str) -> String {
+    format!(
+        "[[sandbox.specs]]\nname = \"default\"\n\n[[sandbox.specs]]\nname = \"locked\"\n{runtime}\
+         egress = {{ allow = [\"registry.test\"], mode = \"read_only\" }}\n"
+    )
+}
 
 async fn policies_hold(kind: &str) {
     init();
@@ -206,7 +207,8 @@ async fn policies_hold(kind: &str) {
     let registry = Registry::start();
     let llm = ScriptedLlm::start().await;
     let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), SPECS).unwrap();
+    let runtime = if kind == "docker" { "runtime = \"gvisor\"\n" } else { "" };
+    std::fs::write(config.path(), specs(runtime)).unwrap();
     let h = Halyard::start(
         HalyardOptions::new(&llm.base_url)
             .set("HALYARD_CONFIG", &config.path().display().to_string())
@@ -290,9 +292,12 @@ async fn policies_hold(kind: &str) {
     assert_eq!(s, 404);
 
     // The operator's spec: its own list, read-only (plain HTTP may only GET or HEAD; a TLS
-    // tunnel is not decrypted, so it goes through), with no environment at all.
+    // tunnel is not decrypted, so it goes through), with no environment at all; a container of
+    // it runs under gVisor, whose sandbox is held the same (no way around the proxy either).
     let body = json!({"message": "probe", "sandbox_spec": "locked"});
-    let (_, events, out) = run(&llm, &api, body, &probes(&registry, &[("post", "http://registry.test:8080/upload")])).await;
+    let command = format!("dmesg 2>&1 | head -1; {}", probes(&registry, &[("post", "http://registry.test:8080/upload")]));
+    let (_, events, out) = run(&llm, &api, body, &command).await;
+    assert_eq!(out.contains("Starting gVisor"), kind == "docker", "{out}");
     assert_eq!(line(&out, "http"), "http OK registry-http GET /simple");
     assert_eq!(line(&out, "https"), "https OK registry-tls GET /simple");
     let l = line(&out, "post");
