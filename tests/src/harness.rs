@@ -138,7 +138,27 @@ impl Halyard {
         h
     }
 
-    fn spawn(&mut self) {
+    /// Starts Halyard expecting it to refuse to run: waits (up to 60 s) for the process to end
+    /// in failure (a service that cannot start ends it, even after it said it was ready), and
+    /// returns its log.
+    pub fn start_refused(opts: HalyardOptions) -> String {
+        let data = tempfile::tempdir().expect("tempdir");
+        let h = Self { child: None, data, http: String::new(), nats: String::new(), apps: String::new(), metrics: String::new(), opts };
+        let mut child = h.command().spawn().expect("spawn halyard");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for halyard") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "halyard did not end; log:\n{}", h.log());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(!status.success(), "halyard ended well; log:\n{}", h.log());
+        h.log()
+    }
+
+    /// The `halyard` command these options describe.
+    fn command(&self) -> Command {
         let mut cmd = Command::new(self.opts.bin.clone().unwrap_or_else(halyard_bin));
         cmd.args(&self.opts.command)
             .env_clear()
@@ -183,7 +203,11 @@ impl Halyard {
             std::os::unix::process::CommandExt::gid(&mut cmd, uid);
             cmd.env("HALYARD_NATS_SERVER", &copy);
         }
-        let mut child = cmd.spawn().expect("spawn halyard");
+        cmd
+    }
+
+    fn spawn(&mut self) {
+        let mut child = self.command().spawn().expect("spawn halyard");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -94,3 +94,36 @@ async fn an_organization_requiring_gvisor_and_an_environment_asking_for_it_run_t
     assert!(out.contains("kept") && out.contains("Starting gVisor"), "{out}");
     assert_eq!(docker(&["inspect", "-f", "{{.HostConfig.Runtime}}", &container]), "runsc");
 }
+
+/// Docker inside a sandbox (`docker = true` on a spec) needs gVisor's Docker-in-gVisor mode
+/// (runsc from 2024-02 on). Where it cannot be had, Halyard refuses to start, saying why: under
+/// runc (a privileged container), with process sandboxes, and under this engine's runsc when it
+/// is older (Debian's is from 2022-12).
+#[test]
+fn docker_inside_a_sandbox_is_refused_in_words_where_the_runtime_cannot_run_it() {
+    init();
+    require_engine();
+    let version = std::process::Command::new("runsc").arg("--version").output().expect("runsc installed");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let release: String = version.split(['~', '-']).nth(1).unwrap_or_default().chars().take_while(char::is_ascii_digit).collect();
+    let gvisor_words = if release.as_str() < "20240201" {
+        format!("runsc has from 2024-02 on; this engine's `runsc` is from {}-{}-{}", &release[..4], &release[4..6], &release[6..])
+    } else {
+        "does not set up dockerd in its sandboxes yet".to_owned()
+    };
+    let cases = [
+        ("docker", "gvisor", gvisor_words.as_str()),
+        ("docker", "runc", "`docker = true` needs `runtime = \"gvisor\"`: under runc dockerd needs a privileged container"),
+        ("process", "gvisor", "`docker = true` needs container sandboxes under gVisor; this deployment runs process sandboxes"),
+    ];
+    for (kind, runtime, words) in cases {
+        let config = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(config.path(), format!("[[sandbox.specs]]\nname = \"builder\"\nruntime = \"{runtime}\"\ndocker = true\n")).unwrap();
+        let opts = HalyardOptions::new("http://127.0.0.1:9")
+            .set("HALYARD_SANDBOX", kind)
+            .set("HALYARD_SANDBOX_DEFAULT_SPEC", "builder")
+            .set("HALYARD_CONFIG", &config.path().display().to_string());
+        let log = Halyard::start_refused(opts);
+        assert!(log.contains("spec builder: ") && log.contains(words), "{kind} {runtime}: {log}");
+    }
+}

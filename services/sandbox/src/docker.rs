@@ -163,6 +163,47 @@ impl Engine {
         (runtime == "gvisor").then(|| self.gvisor_runtime.clone())
     }
 
+    /// Whether a spec asking for Docker inside its sandboxes (`docker = true`) can have it here.
+    /// Under runc dockerd needs a privileged container, which Halyard never makes; under gVisor
+    /// it needs runsc's Docker-in-gVisor mode (2024-02 and later; `--net-raw`), which the
+    /// registered runsc's version says.
+    pub async fn check_docker_inside(&self, spec: &halyard_platform::config::SandboxSpec) -> Result<(), DockerError> {
+        let fail = |detail: String| DockerError::Engine { op: "check docker inside", detail };
+        if !spec.docker {
+            return Ok(());
+        }
+        let Some(name) = self.runtime_of(&spec.runtime) else {
+            return Err(fail(format!(
+                "`docker = true` needs `runtime = \"gvisor\"`: under {} dockerd needs a privileged container, which \
+                 Halyard never makes",
+                spec.runtime
+            )));
+        };
+        let info = self.docker.info().await.map_err(|e| DockerError::from_engine("info", e))?;
+        let path = info.runtimes.unwrap_or_default().get(&name).and_then(|r| r.path.clone()).unwrap_or_else(|| name.clone());
+        let out = tokio::process::Command::new(&path)
+            .arg("--version")
+            .output()
+            .await
+            .map_err(|e| fail(format!("cannot ask `{path} --version` which gVisor this is: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        match runsc_release(&text) {
+            Some(date) if date.as_str() < DOCKER_IN_GVISOR_SINCE => Err(fail(format!(
+                "Docker inside a sandbox needs gVisor's Docker-in-gVisor mode, which runsc has from 2024-02 on; this engine's \
+                 `{name}` is from {}-{}-{}: install a newer runsc (gvisor.dev) and register it with `--net-raw`, or drop \
+                 `docker = true`",
+                &date[..4],
+                &date[4..6],
+                &date[6..]
+            ))),
+            Some(date) => Err(fail(format!(
+                "this engine's `{name}` (from {date}) could run Docker inside gVisor, but this release of Halyard does not set \
+                 up dockerd in its sandboxes yet: drop `docker = true`"
+            ))),
+            None => Err(fail(format!("cannot tell which gVisor `{path}` is from its version ({:?})", text.trim()))),
+        }
+    }
+
     /// Whether the engine can run containers under `runtime` (a spec's): an unknown name, or
     /// gVisor on an engine that has no such runtime registered, is an error in words.
     pub async fn check_runtime(&self, runtime: &str) -> Result<(), DockerError> {
@@ -512,9 +553,27 @@ pub fn labels(
     labels
 }
 
+/// The first runsc release whose sandboxes can run dockerd (gVisor's Docker-in-gVisor).
+const DOCKER_IN_GVISOR_SINCE: &str = "20240201";
+
+/// The release date (`YYYYMMDD`) in `runsc --version`'s first line: `runsc version
+/// release-20240212.0` upstream, `runsc version 0.0~20221219.0` as Debian packages it.
+fn runsc_release(version: &str) -> Option<String> {
+    let word = version.lines().next()?.split_whitespace().nth(2)?;
+    let digits: String = word.rsplit(['-', '~']).next()?.chars().take_while(char::is_ascii_digit).collect();
+    (digits.len() == 8).then_some(digits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runsc_versions_say_their_release() {
+        assert_eq!(runsc_release("runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n").as_deref(), Some("20221219"));
+        assert_eq!(runsc_release("runsc version release-20240212.0\n").as_deref(), Some("20240212"));
+        assert_eq!(runsc_release("runsc version unknown\n"), None);
+    }
 
     #[test]
     fn users_and_names() {

@@ -428,6 +428,7 @@ async fn docker_ctx(config: &Config, js: &jetstream::Context) -> Result<DockerCt
     // Each spec's runtime and network, before any container needs them.
     for spec in sandbox.specs() {
         engine.check_runtime(&spec.runtime).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
+        engine.check_docker_inside(&spec).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         let egress = crate::egress::Egress::parse(&spec.egress).map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         let network = engine.ensure_network(egress).await.map_err(|e| SandboxError::Spawn(format!("spec {}: {e}", spec.name)))?;
         tracing::info!(spec = %spec.name, %network, egress = egress.as_str(), "sandbox network ready");
@@ -538,6 +539,12 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let isolation = match docker {
         Some(_) => None,
         None => {
+            if let Some(spec) = config.sandbox.specs().into_iter().find(|s| s.docker) {
+                return Err(SandboxError::Spawn(format!(
+                    "spec {}: `docker = true` needs container sandboxes under gVisor; this deployment runs process sandboxes",
+                    spec.name
+                )));
+            }
             let isolation = Isolation::choose(&config.sandbox, &config.data_dir).map_err(SandboxError::Spawn)?;
             tracing::info!(isolation = isolation.name(), "process sandboxes");
             Some(isolation)

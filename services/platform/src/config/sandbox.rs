@@ -122,6 +122,10 @@ pub struct SandboxSpec {
     /// the agent and the host's: `runsc`, as the engine has it registered); empty: the
     /// deployment's `HALYARD_SANDBOX_RUNTIME`.
     pub runtime: String,
+    /// Docker inside the sandbox (`docker build`, `docker compose up` for a project's tests)
+    /// without a privileged container: only under gVisor, whose Docker-in-gVisor mode needs a
+    /// runsc of 2024-02 or later; checked at start-up, refused in words where it cannot be had.
+    pub docker: bool,
 }
 
 /// A spec's `egress`: a network class, or an outbound policy by domain (whose class is
@@ -210,6 +214,7 @@ impl Default for SandboxSpec {
             disk_mb: 10 * 1024,
             egress: "open".into(),
             runtime: String::new(),
+            docker: false,
         }
     }
 }
