@@ -201,14 +201,16 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     assert!(own_server.contains("</html>"), "its own server does not answer inside: {own_server}");
     let from_host = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], inside_port).into(), Duration::from_secs(2));
     assert!(from_host.is_err(), "the sandbox's server on its loopback listens on the host's");
-    // The legitimate paths: its own workspace, not as root; no key in its environment; the
-    // system's files.
+    // The legitimate paths: its own workspace, at a container's path (the host's is not
+    // shown), not as root; no key in its environment; the system's files.
     let own = &outputs[after_bus + net_attacks.len() + 1..];
     let alice_ws = h.workspace(&alice_sandbox).display().to_string();
-    assert!(own[0].contains("mine") && own[0].contains(&alice_ws), "{}", own[0]);
+    assert!(own[0].contains("mine") && own[0].lines().any(|l| l.trim() == "/workspace"), "{}", own[0]);
+    assert!(!own[0].contains(&alice_ws), "the host's path is shown: {}", own[0]);
     let uid: u32 = own[0].lines().find_map(|l| l.strip_prefix("uid=")).unwrap().trim().parse().unwrap();
     assert_ne!(uid, 0, "the sandbox runs as root");
     assert!(!own[1].contains(LLM_KEY) && !own[1].contains("HALYARD_") && !own[1].contains(secret.trim()), "{}", own[1]);
+    assert!(own[1].lines().any(|l| l == "HOME=/home/halyard"), "home is not a container's: {}", own[1]);
     assert!(own[2].contains("/usr/bin"), "the system's files are readable: {}", own[2]);
     if own_uids {
         let meta = |p: String| std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap());

@@ -291,7 +291,7 @@ impl Engine {
             })
             .collect();
         let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.push("HOME=/home/halyard".into());
+        env.push(format!("HOME={}", crate::paths::HOME));
         // Where the agent serves its apps; the same variables as in a process sandbox.
         env.extend(WORKER_PORTS.iter().map(|(name, port)| format!("{name}_PORT={port}")));
         let body = ContainerCreateBody {

@@ -59,9 +59,18 @@ pub struct Confinement {
     pub wrapper: Vec<String>,
     /// In a network namespace of its own, reached through a tunnel ([`crate::netns`]).
     pub own_network: bool,
+    /// In a mount namespace of its own, its workspace and home at the paths a container's have
+    /// ([`crate::paths`]).
+    pub same_paths: bool,
 }
 
 impl Isolation {
+    /// Whether its sandboxes see their workspace and home at a container's paths
+    /// ([`crate::paths`]).
+    pub fn same_paths(&self) -> bool {
+        matches!(self, Self::Uid(..) | Self::Bwrap { .. })
+    }
+
     /// Whether its sandboxes get a network namespace of their own.
     pub fn own_network(&self) -> bool {
         matches!(self, Self::Uid(_, Network::Own) | Self::Bwrap { network: Network::Own, .. })
@@ -99,6 +108,8 @@ impl Isolation {
                         "process_isolation `uid` needs Halyard to run as root; use `bwrap` (install bubblewrap) or Docker sandboxes".into(),
                     );
                 }
+                // Where their mount namespaces show their workspace and home.
+                crate::paths::prepare_mountpoints()?;
                 // Sandbox uids must reach their own directories by path, and nothing more.
                 set_mode(data_dir, 0o711)?;
                 set_mode(&sandboxes, 0o711)?;
@@ -171,7 +182,7 @@ impl Isolation {
                     }
                     set_mode(dir, 0o700)?;
                 }
-                Ok(Confinement { uid: Some(uid), wrapper: Vec::new(), own_network: *network == Network::Own })
+                Ok(Confinement { uid: Some(uid), wrapper: Vec::new(), own_network: *network == Network::Own, same_paths: true })
             }
             Self::Bwrap { program, network } => {
                 for dir in &private {
@@ -179,7 +190,7 @@ impl Isolation {
                     set_mode(dir, 0o700)?;
                 }
                 let own = *network == Network::Own;
-                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor, own), own_network: own })
+                Ok(Confinement { uid: None, wrapper: bwrap_args(program, layout, executor, own), own_network: own, same_paths: true })
             }
             Self::None => {
                 for dir in &private {
@@ -266,6 +277,11 @@ fn bwrap_args(program: &Path, layout: &Layout, executor: &[String], own_network:
     }
     let root = absolute(&layout.root).display().to_string();
     args.extend(["--bind".into(), root.clone(), root]);
+    // And its workspace and home where a container has them (`crate::paths`).
+    for (dir, at) in [(layout.workspace(), crate::paths::WORKSPACE), (layout.home(), crate::paths::HOME)] {
+        args.extend(["--bind".into(), absolute(&dir).display().to_string(), at.to_owned()]);
+    }
+    args.extend(["--chdir".into(), crate::paths::WORKSPACE.to_owned()]);
     args.push("--".into());
     args
 }

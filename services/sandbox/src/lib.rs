@@ -34,6 +34,7 @@ pub mod layout;
 pub mod limits;
 pub mod netns;
 pub mod network;
+pub mod paths;
 pub mod pool;
 pub mod process;
 pub mod queue;

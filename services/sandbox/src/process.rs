@@ -83,10 +83,20 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
     };
     // In a network of its own the executor listens on its own loopback; else on the host's.
     let listen = if tunnel.is_some() { std::net::SocketAddr::from(([127, 0, 0, 1], 0)) } else { std::net::SocketAddr::new(host, 0) };
+    // Its workspace and home as the sandbox sees them: a container's paths where it has a mount
+    // namespace of its own (`crate::paths`), else where they are on the host.
+    let (workspace, home) = match confinement.same_paths {
+        true => (std::path::PathBuf::from(crate::paths::WORKSPACE), std::path::PathBuf::from(crate::paths::HOME)),
+        false => (layout.workspace(), layout.home()),
+    };
+    let binds = match confinement.same_paths && confinement.wrapper.is_empty() {
+        true => Some(crate::paths::Binds::new(&layout.workspace(), &layout.home()).map_err(|e| format!("sandbox paths: {e}"))?),
+        false => None,
+    };
     let mut cmd = Command::new(program);
     cmd.args(args)
         .arg("--workspace")
-        .arg(layout.workspace())
+        .arg(&workspace)
         .arg("--listen")
         .arg(listen.to_string())
         .args(["--output-cap", &output_cap.to_string(), "--disk-limit-mb", &disk_mb.to_string(), "--outlive-supervisor"])
@@ -95,7 +105,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
         // Nothing of Halyard's environment (LLM keys included) reaches the sandbox.
         .env_clear()
         .envs(env)
-        .env("HOME", layout.home())
+        .env("HOME", &home)
         .env("TMPDIR", layout.tmp())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -109,8 +119,8 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
         // socket then).
         cmd.arg("--egress-socket").arg(std::path::absolute(layout.egress_socket()).unwrap_or_else(|_| layout.egress_socket()));
     }
-    // In the child, in this order: join the resource limits and make the network namespace
-    // (both need Halyard's privileges), then become the sandbox's uid. (`bwrap`: bubblewrap
+    // In the child, in this order: join the resource limits, make the mount and network
+    // namespaces (all need Halyard's privileges), then become the sandbox's uid. (`bwrap`: bubblewrap
     // makes the namespace; the tunnel socket only has to reach it.)
     let group = group.clone();
     let new_netns = tunnel_fd.is_some() && confinement.wrapper.is_empty();
@@ -121,6 +131,9 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             group.enter()?;
             if let Some(fd) = tunnel_fd {
                 netns::pass_tunnel(fd)?;
+            }
+            if let Some(binds) = &binds {
+                crate::paths::enter(binds)?;
             }
             netns::enter(new_netns, uid)
         })

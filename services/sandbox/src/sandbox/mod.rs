@@ -283,9 +283,11 @@ impl SandboxState {
         urls
     }
 
+    /// Its workspace as its agent and user see it.
     fn workspace(&self) -> String {
         match self.ctx.config.sandbox.spec(&self.spec) {
             Some(spec) if self.docker => spec.working_dir,
+            _ if self.ctx.isolation.as_ref().is_some_and(|i| i.same_paths()) => crate::paths::WORKSPACE.to_owned(),
             _ => self.layout.workspace().display().to_string(),
         }
     }

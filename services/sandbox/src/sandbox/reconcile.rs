@@ -68,7 +68,8 @@ impl SandboxState {
                     true
                 } else {
                     let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
-                    matches!(client.health().await, Ok(h) if h.ok && h.workspace == self.layout.workspace().display().to_string())
+                    // (Its key is this sandbox's: an answer is from its executor.)
+                    matches!(client.health().await, Ok(h) if h.ok && h.workspace == self.workspace())
                 }
             }
             _ => false,
