@@ -2,14 +2,19 @@
 
 use std::path::Path;
 
-/// Pid of the executor serving `workspace`, found through `/proc`.
+/// Pid of the executor serving `workspace` (the directory on the host), found through `/proc`:
+/// an `executor` working in that directory (by the directory itself, not its path: an isolated
+/// process sandbox sees it at `/workspace`).
 pub fn executor_pid(workspace: &Path) -> Option<i32> {
-    let needle = workspace.to_string_lossy().to_string();
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let wanted = std::fs::metadata(workspace).map(id).ok()?;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        if args.iter().any(|a| a == "executor") && args.contains(&needle) {
+        let cwd = std::fs::metadata(entry.path().join("cwd")).map(id).ok();
+        if args.iter().any(|a| a == "executor") && cwd == Some(wanted) {
             return Some(pid);
         }
     }

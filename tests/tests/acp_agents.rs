@@ -15,11 +15,16 @@ const ALICE: &str = "alice-secret-key";
 /// The processes working in `dir` whose command line mentions `needle`: their ids and
 /// environments.
 fn processes(needle: &str, dir: &std::path::Path) -> Vec<(String, String)> {
+    use std::os::unix::fs::MetadataExt;
+    // By the directory itself, not its path: a process sandbox sees its workspace at
+    // /workspace, in a mount namespace of its own.
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let wanted = std::fs::metadata(dir).map(id).ok();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cwd = std::fs::read_link(entry.path().join("cwd")).ok();
-        if String::from_utf8_lossy(&cmdline).contains(needle) && cwd.as_deref() == Some(dir) {
+        let cwd = std::fs::metadata(entry.path().join("cwd")).map(id).ok();
+        if String::from_utf8_lossy(&cmdline).contains(needle) && cwd.is_some() && cwd == wanted {
             let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
             found.push((entry.file_name().to_string_lossy().into_owned(), String::from_utf8_lossy(&environ).replace('\0', "\n")));
         }
@@ -845,7 +850,8 @@ async fn an_agents_terminals_are_halyards_shells_with_the_users_secrets_masked_a
     // secrets; its output reached the agent and the timeline, the secret masked there.
     let events = alice.wait_events(&conv, "the turn's end", |ev| matches!(last_status(ev).as_deref(), Some("finished" | "error"))).await;
     assert_eq!(last_status(&events).as_deref(), Some("finished"), "{events:?}");
-    let said = format!("hello from the agent in {}", workspace.display());
+    // (The workspace as the sandbox sees it, as in a container.)
+    let said = "hello from the agent in /workspace".to_owned();
     assert_eq!(std::fs::read_to_string(workspace.join("greeting.txt")).unwrap(), format!("{said}\n"));
     let observation = events.iter().find(|e| e["kind"] == "observation").expect("its result");
     let output = observation["content"].as_str().unwrap();

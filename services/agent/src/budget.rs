@@ -22,6 +22,19 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
     (chars as u64).div_ceil(4)
 }
 
+/// The next prompt's size, from `estimate` (its messages, by [`estimate_tokens`]): once a call
+/// was made in this run, scaled as the provider counted that call against its estimate (the
+/// provider counts what the estimate does not see: the tools' definitions, the wire's syntax,
+/// its tokenizer), never below the estimate; else the estimate alone.
+pub fn next_prompt(history: &History, estimate: u64) -> u64 {
+    match history.prompt_estimate_at_last_call {
+        Some(then) if then > 0 && history.last_prompt_tokens > then => {
+            (u128::from(estimate) * u128::from(history.last_prompt_tokens)).div_ceil(u128::from(then)) as u64
+        }
+        _ => estimate,
+    }
+}
+
 /// Tokens of an answer, estimated the same way.
 pub fn estimate_completion(c: &Completion) -> u64 {
     let chars = c.content.as_deref().map_or(0, str::len)
@@ -29,20 +42,24 @@ pub fn estimate_completion(c: &Completion) -> u64 {
     (chars as u64).div_ceil(4).max(1)
 }
 
-/// Why the next call, of about `next_prompt` tokens, may not be made; `None` if it may.
+/// Why the next call, of about `next_prompt` tokens, may not be made; `None` if it may. Its
+/// answer is expected to be as long as the longest so far (a prompt alone would let the answer
+/// pass the limit).
 pub fn exceeded(history: &History, next_prompt: u64, price: Option<&Price>) -> Option<String> {
     let budget = &history.budget;
+    let answer = history.longest_answer;
     if let Some(max) = budget.max_tokens {
-        if history.used_tokens + next_prompt > max {
+        if history.used_tokens + next_prompt + answer > max {
             return Some(format!(
                 "The conversation's token budget of {max} would be passed: its LLM calls used {} tokens, and the next one \
-                 needs about {next_prompt}. Start a new conversation with a larger `max_tokens` (POST /api/v1/conversations; your default: PUT /api/v1/settings).",
-                history.used_tokens
+                 needs about {}. Start a new conversation with a larger `max_tokens` (POST /api/v1/conversations; your default: PUT /api/v1/settings).",
+                history.used_tokens,
+                next_prompt + answer
             ));
         }
     }
     if let (Some(max), Some(price)) = (budget.max_budget_usd, price) {
-        let next = price.cost(next_prompt, 0, 0);
+        let next = price.cost(next_prompt, answer, 0);
         if history.used_usd + next > max {
             return Some(format!(
                 "The conversation's budget of ${max:.2} would be passed: its LLM calls cost ${:.4}, and the next one about \
@@ -73,5 +90,23 @@ mod tests {
         assert!(exceeded(&h, 200, None).is_none(), "no price: no dollar limit to check");
         let msgs = [ChatMessage::text("user", "x".repeat(400))];
         assert_eq!(estimate_tokens(&msgs), 101);
+    }
+
+    #[test]
+    fn the_next_prompt_is_scaled_as_the_provider_counted_the_last_and_its_answer_counts_too() {
+        let mut h = History::default();
+        assert_eq!(next_prompt(&h, 400), 400, "no call yet: the estimate");
+        // The provider counted 600 where the estimate said 400 (tools, syntax, its tokenizer).
+        h.prompt_estimate_at_last_call = Some(400);
+        h.last_prompt_tokens = 600;
+        assert_eq!(next_prompt(&h, 500), 750);
+        h.last_prompt_tokens = 300;
+        assert_eq!(next_prompt(&h, 500), 500, "never below the estimate");
+        // An answer as long as the longest so far is expected to follow.
+        h.budget = Budget { max_tokens: Some(1000), max_budget_usd: None };
+        h.used_tokens = 900;
+        h.longest_answer = 20;
+        assert!(exceeded(&h, 80, None).is_none());
+        assert!(exceeded(&h, 81, None).unwrap().contains("needs about 101"));
     }
 }

@@ -114,6 +114,13 @@ pub struct History {
     pub budget: Budget,
     pub used_tokens: u64,
     pub used_usd: f64,
+    /// The longest answer so far, in tokens: what the next one is expected to add at most.
+    pub longest_answer: u64,
+    /// The prompt the provider counted for the last call, in tokens.
+    pub last_prompt_tokens: u64,
+    /// What [`crate::budget::estimate_tokens`] said of that call's messages (set by the run
+    /// loop as it makes a call, not read from the log: unknown after a restart).
+    pub prompt_estimate_at_last_call: Option<u64>,
     pub policy: ConfirmationPolicy,
     /// The owner's LLM profile in use (none: the operator's default).
     pub llm_profile: Option<String>,
@@ -277,6 +284,8 @@ impl History {
                 self.unjudged.clear();
                 self.used_tokens += prompt_tokens + completion_tokens;
                 self.used_usd += cost_usd.unwrap_or(0.0);
+                self.longest_answer = self.longest_answer.max(*completion_tokens);
+                self.last_prompt_tokens = *prompt_tokens;
                 // A new answer follows: what the previous one left without a result never gets one,
                 // and reasoning left without its answer belongs to none. (Not so for a third-party
                 // agent, whose calls the relay records whenever the agent makes them, a background

@@ -173,8 +173,8 @@ impl EgressProxy {
     }
 
     /// Serves the process sandbox of `tenant` by its rules through a Unix socket at `path`,
-    /// which only `owner` (its uid; `None`: Halyard's own, under bubblewrap) may connect to;
-    /// made once, and kept while its rules change.
+    /// which only `owner` (its uid) may connect to (`None`, under bubblewrap: only the sandbox
+    /// sees the path); made once, and kept while its rules change.
     pub fn admit_socket(self: &Arc<Self>, path: &std::path::Path, owner: Option<u32>, tenant: Tenant) -> std::io::Result<()> {
         let sandbox = tenant.sandbox;
         let mut sockets = self.sockets.lock().unwrap_or_else(|p| p.into_inner());
@@ -182,8 +182,12 @@ impl EgressProxy {
             // Left by a supervisor that crashed: nobody serves it.
             let _ = std::fs::remove_file(path);
             let std_listener = std::os::unix::net::UnixListener::bind(path)?;
-            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            // Its uid's alone (isolation `uid`: the directory is root's, so nothing can swap
+            // the socket for a link before these). Under bubblewrap every sandbox is Halyard's
+            // uid and sees only its own directory, which it may write: nothing is changed by
+            // path there, which would follow a link it planted.
             if let Some(uid) = owner {
+                std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
                 std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
             }
             std_listener.set_nonblocking(true)?;
