@@ -39,7 +39,11 @@ pub async fn relay_to_proxy(socket: std::path::PathBuf) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", EGRESS_PROXY_PORT)).await?;
     tokio::spawn(async move {
         loop {
-            let Ok((mut inside, _)) = listener.accept().await else { continue };
+            let Ok((mut inside, _)) = listener.accept().await else {
+                // (Out of descriptors, say: waited out rather than spun on.)
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            };
             let socket = socket.clone();
             tokio::spawn(async move {
                 let _ = inside.set_nodelay(true);

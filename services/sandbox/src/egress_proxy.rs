@@ -156,7 +156,11 @@ impl EgressProxy {
         let serving = self.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((client, peer)) = listener.accept().await else { continue };
+                // (A failed accept, out of descriptors say, is waited out rather than spun on.)
+                let Ok((client, peer)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
                 let _ = client.set_nodelay(true);
                 let proxy = serving.clone();
                 tokio::spawn(async move { proxy.serve(client, Door::Address(peer.ip())).await });
@@ -195,7 +199,10 @@ impl EgressProxy {
             let serving = self.clone();
             let task = tokio::spawn(async move {
                 loop {
-                    let Ok((client, _)) = listener.accept().await else { continue };
+                    let Ok((client, _)) = listener.accept().await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
                     let proxy = serving.clone();
                     tokio::spawn(async move { proxy.serve(client, Door::Socket(sandbox)).await });
                 }
