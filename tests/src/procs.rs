@@ -6,19 +6,23 @@ use std::path::Path;
 /// an `executor` working in that directory (by the directory itself, not its path: an isolated
 /// process sandbox sees it at `/workspace`).
 pub fn executor_pid(workspace: &Path) -> Option<i32> {
-    use std::os::unix::fs::MetadataExt;
-    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    let wanted = std::fs::metadata(workspace).map(id).ok()?;
+    let wanted = directory_id(workspace)?;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let cwd = std::fs::metadata(entry.path().join("cwd")).map(id).ok();
-        if args.iter().any(|a| a == "executor") && cwd == Some(wanted) {
+        if args.iter().any(|a| a == "executor") && directory_id(&entry.path().join("cwd")) == Some(wanted) {
             return Some(pid);
         }
     }
     None
+}
+
+/// A directory itself (device and inode), whatever path names it: `/proc/<pid>/cwd` of a
+/// process in another mount namespace leads to it too.
+pub fn directory_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// The one-letter state of a process (`S`, `R`, `T` for stopped...).

@@ -15,15 +15,13 @@ const ALICE: &str = "alice-secret-key";
 /// The processes working in `dir` whose command line mentions `needle`: their ids and
 /// environments.
 fn processes(needle: &str, dir: &std::path::Path) -> Vec<(String, String)> {
-    use std::os::unix::fs::MetadataExt;
     // By the directory itself, not its path: a process sandbox sees its workspace at
     // /workspace, in a mount namespace of its own.
-    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    let wanted = std::fs::metadata(dir).map(id).ok();
+    let wanted = halyard_tests::procs::directory_id(dir);
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cwd = std::fs::metadata(entry.path().join("cwd")).map(id).ok();
+        let cwd = halyard_tests::procs::directory_id(&entry.path().join("cwd"));
         if String::from_utf8_lossy(&cmdline).contains(needle) && cwd.is_some() && cwd == wanted {
             let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
             found.push((entry.file_name().to_string_lossy().into_owned(), String::from_utf8_lossy(&environ).replace('\0', "\n")));

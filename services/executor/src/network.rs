@@ -54,10 +54,7 @@ pub async fn relay_to_proxy(socket: std::path::PathBuf) -> std::io::Result<()> {
                     }
                     Err(e) => {
                         let text = format!("halyard: this sandbox has no way out through the egress proxy now ({e})\n");
-                        let reply = format!(
-                            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                            text.len()
-                        );
+                        let reply = crate::tunnel::bad_gateway(&text);
                         let _ = tokio::io::AsyncWriteExt::write_all(&mut inside, reply.as_bytes()).await;
                     }
                 }

@@ -42,17 +42,19 @@ async fn join(mut outside: UnixStream) -> std::io::Result<()> {
         Ok(s) => s,
         Err(e) => {
             // Say so in HTTP: the caller is a browser or the agent runner, through a proxy.
-            let text = format!("nothing listens on port {port} in the sandbox ({e})\n");
-            let reply = format!(
-                "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                text.len()
-            );
+            let reply = bad_gateway(&format!("nothing listens on port {port} in the sandbox ({e})\n"));
             let _ = outside.write_all(reply.as_bytes()).await;
             return Ok(());
         }
     };
     let _ = inside.set_nodelay(true);
     tokio::io::copy_bidirectional(&mut outside, &mut inside).await.map(|_| ())
+}
+
+/// A whole `502` answer saying `text`, for a caller that speaks HTTP through a connection the
+/// executor could not join to where it leads.
+pub(crate) fn bad_gateway(text: &str) -> String {
+    format!("HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}", text.len())
 }
 
 /// The port on the first line, read a byte at a time so nothing after it is consumed.

@@ -294,18 +294,18 @@ impl Run {
             if let Err(outcome) = self.condense(setting, false, &mut elsewhere).await {
                 return outcome;
             }
-            let (messages, over_budget, redactor) = {
+            let (messages, estimate, over_budget, redactor) = {
                 let log = self.log.lock().await;
                 self.read_upto.store(log.history.last_seq, std::sync::atomic::Ordering::SeqCst);
                 let messages = log.history.for_llm(&system_prompt(&log));
                 let estimate = estimate_tokens(&messages);
                 let over = budget::exceeded(&log.history, budget::next_prompt(&log.history, estimate), self.llm.primary().price());
-                (messages, over, log.redactor())
+                (messages, estimate, over, log.redactor())
             };
             if let Some(why) = over_budget {
                 return self.fail("budget_exceeded", why).await;
             }
-            self.log.lock().await.history.prompt_estimate_at_last_call = Some(estimate_tokens(&messages));
+            self.log.lock().await.history.prompt_estimate_at_last_call = Some(estimate);
             let asked_at = std::time::Instant::now();
             // Its text goes to the people watching as it comes.
             let after_seq = self.read_upto.load(std::sync::atomic::Ordering::SeqCst);

@@ -8,7 +8,6 @@ use halyard_protocol::environment::Shape;
 use halyard_protocol::system::{REFUSED_PREFIX, SandboxStatus};
 
 use super::SandboxState;
-use crate::egress::Egress;
 
 impl SandboxState {
     /// Gives this running sandbox `shape`; its record says when it has it, or (its status as it
@@ -35,24 +34,23 @@ impl SandboxState {
                 "a process sandbox on the host's network (HALYARD_PROCESS_NETWORK=host) forwards no ports: its loopback is the host's";
             return self.publish(status, refuse(why.into())).await;
         }
-        if let (Some(dctx), Some(container)) = (self.ctx.docker.clone(), self.container.clone()) {
-            let class = |s: &Shape| {
-                let mut made = spec.clone();
-                crate::shape::shaped(&mut made, s, |e| self.ctx.config.sandbox.bounded_egress(e));
-                Egress::parse(&made.egress)
+        let (Some(from), Some(to)) = (self.class_with(self.shape.as_ref()), self.class_with(Some(&shape))) else {
+            return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
+        };
+        let engine = self.ctx.docker.clone().zip(self.container.clone());
+        if from != to {
+            tracing::info!(sandbox_id = %self.id, from = from.as_str(), to = to.as_str(), "moving the sandbox to another network class");
+            let moved = match &engine {
+                Some((dctx, container)) => dctx.engine.move_network(container, from, to).await.map_err(|e| e.to_string()),
+                None if !self.docker => self.move_process_network(from, to).await,
+                None => Ok(()),
             };
-            let was = self.shape.clone().unwrap_or_default();
-            let (Ok(from), Ok(to)) = (class(&was), class(&shape)) else {
-                return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
-            };
-            if from != to {
-                tracing::info!(sandbox_id = %self.id, from = from.as_str(), to = to.as_str(), "moving the sandbox to another network");
-                if let Err(e) = dctx.engine.move_network(&container, from, to).await {
-                    return self
-                        .publish(status, refuse(format!("cannot move the sandbox onto network class `{}`: {e}", to.as_str())))
-                        .await;
-                }
+            if let Err(e) = moved {
+                return self.publish(status, refuse(format!("cannot move the sandbox onto network class `{}`: {e}", to.as_str()))).await;
             }
+        }
+        if let Some((dctx, container)) = engine {
+            let was = self.shape.clone().unwrap_or_default();
             if was.resources != shape.resources {
                 let mut limited = spec.clone();
                 crate::shape::shaped(&mut limited, &shape, |e| self.ctx.config.sandbox.bounded_egress(e));
@@ -65,19 +63,6 @@ impl SandboxState {
                 Ok((_, urls)) if !urls.is_empty() => self.urls = urls,
                 Ok(_) => return self.publish(status, refuse("the sandbox exposes no URL on its new network".into())).await,
                 Err(e) => return self.publish(status, refuse(format!("cannot read the sandbox's URLs: {e}"))).await,
-            }
-        } else if !self.docker {
-            let was = self.shape.clone();
-            let (Some(from), Some(to)) = (self.class_with(was.as_ref()), self.class_with(Some(&shape))) else {
-                return self.publish(status, refuse(format!("spec `{}` has an unknown egress", spec.name))).await;
-            };
-            if from != to {
-                tracing::info!(sandbox_id = %self.id, from = from.as_str(), to = to.as_str(), "moving the sandbox to another network class");
-                if let Err(e) = self.move_process_network(from, to).await {
-                    return self
-                        .publish(status, refuse(format!("cannot move the sandbox onto network class `{}`: {e}", to.as_str())))
-                        .await;
-                }
             }
         }
         self.shape = (shape != Shape::default()).then_some(shape);
