@@ -173,14 +173,14 @@ impl VsCode {
         let group = child.id().and_then(|p| i32::try_from(p).ok());
         let mut live = Live { group, child, socket, link };
         loop {
-            if tokio::net::UnixStream::connect(&live.socket).await.is_ok() {
+            if healthy(&live.socket).await {
                 break;
             }
             let ended = live.child.try_wait().ok().flatten();
             if ended.is_some() || started.elapsed() > START_TIMEOUT {
                 let why = match ended {
                     Some(status) => format!("it ended with {status}"),
-                    None => format!("it did not listen within {} s", START_TIMEOUT.as_secs()),
+                    None => format!("it did not answer within {} s", START_TIMEOUT.as_secs()),
                 };
                 self.stopped(live).await;
                 return Err(ExecutorError::Internal(format!("code-server did not start ({why}); it said: {}", said.tail())));
@@ -294,6 +294,19 @@ impl super::Reap for VsCode {
         }
         false
     }
+}
+
+/// code-server answers its health route. Listening is not enough: it binds the socket before it
+/// registers its routes, and a request in between gets a 404 (seen as a flaky restart in CI).
+/// `/healthz` is registered just before the workbench's routes, in the same synchronous step.
+async fn healthy(socket: &Path) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::UnixStream::connect(socket).await else { return false };
+    let asked = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await;
+    let mut head = [0u8; 12];
+    asked.is_ok()
+        && tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut head)).await.is_ok_and(|r| r.is_ok())
+        && head.starts_with(b"HTTP/1.1 200")
 }
 
 /// Where code-server keeps the user's settings and extensions: its usual place in the sandbox's
