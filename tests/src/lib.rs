@@ -26,6 +26,7 @@ pub mod oidc;
 pub mod procs;
 pub mod python;
 pub mod receiver;
+pub mod registry;
 pub mod slack;
 
 pub use azure::AzureServer;

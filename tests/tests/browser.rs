@@ -16,6 +16,8 @@ use axum::routing::post;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 
+use halyard_tests::docker::require_engine;
+use halyard_tests::registry::Registry;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
@@ -40,6 +42,16 @@ fn turn(request: &Value) -> (String, usize) {
 fn terminal(command: &str) -> Reply {
     Reply::tool("terminal", json!({"command": command, "security_risk": "low"}))
 }
+
+/// The Network spec's command: `registry.test` (allowed) and `other.test` (not), by name.
+const REACH: &str = r#"python3 - <<'PY'
+import urllib.request, urllib.error
+for url in ("http://registry.test:8080/simple", "http://other.test:8080/"):
+    try:
+        print(url, "OK", urllib.request.urlopen(url, timeout=8).read().decode())
+    except urllib.error.HTTPError as e:
+        print(url, "HTTP", e.code)
+PY"#;
 
 /// The agent's steps for each task the specs ask for.
 fn script(request: &Value) -> Reply {
@@ -81,6 +93,14 @@ fn script(request: &Value) -> Reply {
             std::time::Duration::from_millis(80),
             Box::new(Reply::Text(format!("Here is the slow answer: {words}and that is the end of the slow answer."))),
         );
+    }
+    // The Network spec: one request the environment's policy allows and one it refuses, sent as
+    // a tool sends them (through the proxy the sandbox's variables name).
+    if text.contains("reach the registry") {
+        return match step {
+            0 => terminal(REACH),
+            _ => Reply::finish("Reached the registry; other.test was refused."),
+        };
     }
     if text.contains("careful") {
         // No `security_risk`: the model did not say.
@@ -373,6 +393,16 @@ async fn the_settings_set_up_everything_without_curl() {
     let log = h.log();
     assert!(!log.contains("s3cr3t-value-xyz") && !log.contains("sk-profile-secret"), "a secret value was logged");
     assert!(!log.contains("sk-ant-oat01-browser-login-token-9k2q"), "a subscription login was logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_tab_shows_what_a_sandbox_reached_and_was_refused_in_chromium() {
+    // The destination is a container: the egress proxy never reaches the host's own addresses.
+    require_engine();
+    let registry = Registry::start();
+    let resolve = registry.resolve();
+    let (_llm, h) = with_web(&[("HALYARD_EGRESS_RESOLVE", resolve.as_str()), ("HALYARD_EGRESS_ADDRESS_ALLOW", "private")]).await;
+    playwright(h, "tests/network.spec.ts", 1, Vec::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ import type {
   AutomationRun,
   AutomationTrigger,
   Changes,
+  NetworkSummary,
   Conversation,
   ConversationPage,
   DeliveryAttempt,
@@ -224,6 +225,7 @@ export const api = {
   /** Where the browser downloads the conversation (the session cookie goes with it). */
   exportUrl: (id: string, format: "jsonl" | "md") => `/api/v1/conversations/${id}/export?format=${format}`,
   changes: (id: string) => call<Changes>("GET", `/conversations/${id}/changes`),
+  network: (id: string) => call<NetworkSummary>("GET", `/conversations/${id}/network`),
   upload: (id: string, path: string, file: Blob) =>
     call<{ path: string; size: number }>("PUT", `/conversations/${id}/files${q({ path })}`, undefined, file),
   /** Where the browser downloads one file, or the whole workspace (with the session cookie). */

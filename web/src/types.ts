@@ -56,6 +56,7 @@ export type AgentView = S.AgentView;
 export type DeliveryAttempt = S.DeliveryAttempt;
 export type ChangedFile = Narrow<S.ChangedFile, { status: "added" | "modified" | "deleted" | "renamed" | "untracked" }>;
 export type Changes = Narrow<S.Changes, { files: ChangedFile[] }>;
+export type NetworkSummary = S.NetworkSummary;
 export type FileEntry = Narrow<S.FileEntry, { kind: "file" | "directory" | "symlink" }>;
 export type Files = Narrow<S.Files, { kind: "directory" | "file"; entries?: FileEntry[] | null }>;
 export type Me = S.Me;

@@ -1,7 +1,7 @@
 // One conversation: its start (the start task's phases, live, until READY), its title (editable
 // in place), its execution status with pause, resume and interrupt, and its tabs: the chat, the
 // plan, the user's own terminal, the agent's commands, what changed, the workspace's files, the
-// agent's browser, VS Code and the served apps.
+// agent's browser, VS Code, the served apps and what the sandbox reached on the network.
 
 import { Suspense, lazy, useEffect, useMemo, useRef, useState, type FormEvent, type KeyboardEvent } from "react";
 import { api, errorText } from "../api";
@@ -11,6 +11,7 @@ import { takePrefetched } from "../prefetch";
 import type { Conversation, ExecutionStatus, HalyardEvent, ImageData, StartTask } from "../types";
 import { PictureLinks, Timeline, type AtActions } from "../components/Timeline";
 import { ChangesView } from "../components/ChangesView";
+import { NetworkView } from "../components/NetworkView";
 import { FilesView } from "../components/FilesView";
 import { StatusBadge, ErrorText, ordinal } from "../components/Status";
 import { AppsView } from "../components/AppsView";
@@ -41,7 +42,7 @@ const OCCASIONAL = new Set<string>(["RESTORING_SNAPSHOT", "BUILDING_IMAGE", "SAV
 const TerminalView = lazy(() => import("../components/TerminalView").then((m) => ({ default: m.TerminalView })));
 const UserTerminal = lazy(() => import("../components/UserTerminal").then((m) => ({ default: m.UserTerminal })));
 
-const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Files", "Browser", "VS Code", "Apps"] as const;
+const TABS = ["Chat", "Plan", "Terminal", "Commands", "Changes", "Files", "Browser", "VS Code", "Apps", "Network"] as const;
 type Tab = (typeof TABS)[number];
 /** A tab's name as an element id ("VS Code" has a space). */
 const slug = (t: Tab) => t.replace(/ /g, "-");
@@ -324,6 +325,7 @@ export function ConversationPage({ id }: { id: string }) {
               </div>
             )}
             {tab === "Apps" && <AppsView id={id} sandboxId={conv?.sandbox_id ?? undefined} />}
+            {tab === "Network" && <NetworkView id={id} version={observations} />}
           </div>
         </>
       )}
