@@ -11,6 +11,9 @@
 #   - @octokit/webhooks-methods and @octokit/webhooks-examples (npm, tests/js): GitHub's own
 #     signer and example payloads, and @linear/sdk, Linear's own verifier, for the automation tests;
 #     oidc-provider, a certified OpenID provider, for the single sign-on tests
+#   - openhands-ai (PyPI) in a Debian trixie tree of its own with Python 3.13, by
+#     infra/install-openhands-client.sh: OpenHands' own Runtime API client, for the Runtime API's
+#     tests (as root)
 # Idempotent: re-running it changes nothing once everything is there.
 set -euo pipefail
 
@@ -48,4 +51,7 @@ if [ ! -d "$JS/node_modules/@octokit/webhooks-methods" ] || [ ! -d "$JS/node_mod
   || [ ! -d "$JS/node_modules/@linear/sdk" ] || [ ! -d "$JS/node_modules/oidc-provider" ]; then
   echo "installing for the tests: GitHub's and Linear's webhook libraries and an OpenID provider (npm, tests/js)" >&2
   (cd "$JS" && npm ci --no-audit --no-fund --silent)
+fi
+if [ "$(id -u)" = 0 ]; then
+  bash "$(dirname "$0")/../infra/install-openhands-client.sh"
 fi

@@ -110,6 +110,13 @@ enum Command {
     /// HALYARD_NATS_URL, with admin credentials (HALYARD_NATS_CREDS or HALYARD_NATS_USER):
     /// services with restricted credentials cannot declare them themselves.
     SetupBus(ServerArgs),
+    /// Make a key for an OpenHands deployment to use the Runtime API (HALYARD_RUNTIME_API_ADDR):
+    /// prints the key, shown this once, and the HALYARD_RUNTIME_API_KEYS entry (its SHA-256) to
+    /// add to the configuration.
+    RuntimeApiKey {
+        /// The deployment's name (its runtimes are labelled with it).
+        name: String,
+    },
     /// Print the gateway's OpenAPI document (generated from its handlers; the web app's
     /// `web/openapi.json` and its types are made from it).
     Openapi,
@@ -220,6 +227,12 @@ fn main() -> Result<()> {
         }
         Command::Up(ref server) => runtime.block_on(up_or_serve(server, &env, &ALL, true)),
         Command::SetupBus(ref server) => runtime.block_on(setup_bus(server, &env)),
+        Command::RuntimeApiKey { ref name } => {
+            let (key, entry) = halyard_sandbox::runtime_api::new_key(name);
+            println!("key (give it to the OpenHands deployment as its runtime API key; it is not kept): {key}");
+            println!("add to HALYARD_RUNTIME_API_KEYS: {entry}");
+            Ok(())
+        }
         Command::Openapi => {
             println!("{}", halyard_gateway::openapi_document().to_pretty_json()?);
             Ok(())

@@ -16,7 +16,8 @@
 //! [`pool`] (kept full by [`warm`]); a process sandbox's files are laid out by [`layout`], its
 //! network class is an [`egress`] for both kinds. No module imports another that imports it
 //! back (the `architecture` test reads the imports). Environment snapshots (kept after setup,
-//! started from, swept) are [`snapshots`], their bucket [`snapshot_store`].
+//! started from, swept) are [`snapshots`], their bucket [`snapshot_store`]. OpenHands' Runtime
+//! API (its deployments' sandboxes as containers here) is [`runtime_api`].
 
 pub mod container;
 pub mod ctx;
@@ -38,6 +39,7 @@ pub mod paths;
 pub mod pool;
 pub mod process;
 pub mod queue;
+pub mod runtime_api;
 pub mod sandbox;
 pub mod shape;
 pub mod snapshot_store;

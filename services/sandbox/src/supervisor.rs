@@ -468,6 +468,23 @@ async fn egress_proxy(
     made.await.inspect_err(|e| tracing::warn!(error = %e, "no egress proxy: sandboxes held to an outbound policy will be refused")).ok()
 }
 
+/// What OpenHands' Runtime API serves with: the default spec, and its key hashes.
+fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api::RuntimeApi>, SandboxError> {
+    let sandbox = &config.sandbox;
+    let spec = sandbox.spec(&sandbox.default_spec).unwrap_or_default();
+    let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    Ok(Arc::new(crate::runtime_api::RuntimeApi {
+        engine,
+        spec,
+        keys: sandbox.runtime_api_keys.clone(),
+        url,
+        max_runtimes: sandbox.runtime_api_max,
+        http,
+    }))
+}
+
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by
 /// a crash half-way through a start or a delete, or a previous run's warm pool).
 async fn remove_orphans(d: &DockerCtx, records: &[SandboxUpdate]) -> Result<(), SandboxError> {
@@ -476,6 +493,10 @@ async fn remove_orphans(d: &DockerCtx, records: &[SandboxUpdate]) -> Result<(), 
     };
     let err = |e: crate::docker::DockerError| SandboxError::Spawn(e.to_string());
     for (container, labels) in d.engine.containers().await.map_err(err)? {
+        // The Runtime API's runtimes are their containers: no record refers to them.
+        if labels.contains_key(crate::runtime_api::runtimes::LABEL_RUNTIME) {
+            continue;
+        }
         if !known(&|r| r.container.as_ref(), &container) {
             tracing::info!(%container, sandbox = ?labels.get(crate::docker::LABEL_SANDBOX), "removing orphaned container");
             d.engine.remove(&container).await.map_err(err)?;
@@ -597,6 +618,23 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         remove_orphans(d, &records).await?;
         tasks.push(tokio::spawn(crate::warm::refill(ctx.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(crate::envpool::keep(ctx.clone(), shutdown.clone())));
+        if let Some(addr) = config.sandbox.runtime_api_addr {
+            let api = runtime_api(&config, d.engine.clone())?;
+            // Bound here: a taken port stops the start-up, in words.
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| SandboxError::Spawn(format!("HALYARD_RUNTIME_API_ADDR {addr}: {e}")))?;
+            let served = crate::runtime_api::serve(api, listener, shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = served.await {
+                    tracing::error!(%addr, error = %e, "OpenHands' Runtime API stopped");
+                }
+            }));
+        }
+    } else if config.sandbox.runtime_api_addr.is_some() {
+        return Err(SandboxError::Spawn(
+            "HALYARD_RUNTIME_API_ADDR serves OpenHands' Runtime API from container sandboxes; this deployment runs process sandboxes (set HALYARD_SANDBOX_KIND=docker)".into(),
+        ));
     }
     let mine = |r: &SandboxUpdate| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id);
     for record in records.into_iter().filter(mine) {

@@ -94,6 +94,16 @@ pub struct SandboxConfig {
     /// Address classes the egress proxy may connect to besides public ones: `private` (a
     /// company's forge or registry on its own network). Loopback and link-local never.
     pub egress_addresses: Vec<String>,
+    /// Where OpenHands' Runtime API listens (none: not served). Container sandboxes only.
+    pub runtime_api_addr: Option<std::net::SocketAddr>,
+    /// The Runtime API's address as OpenHands deployments reach it: runtimes' URLs are under it
+    /// (path mode, `<url>/<runtime id>`). Default `http://<runtime_api_addr>`.
+    pub runtime_api_url: Option<String>,
+    /// The OpenHands deployments that may use the Runtime API: name → SHA-256 of its key (hex).
+    /// Only the hashes are configured: a key is shown once, to the administrator who made it.
+    pub runtime_api_keys: std::collections::BTreeMap<String, String>,
+    /// Most runtimes (running or paused) one deployment may have at once.
+    pub runtime_api_max: usize,
 }
 
 /// What a docker sandbox is made from.
@@ -287,6 +297,10 @@ impl Default for SandboxConfig {
             egress: Default::default(),
             egress_resolve: Default::default(),
             egress_addresses: Vec::new(),
+            runtime_api_addr: None,
+            runtime_api_url: None,
+            runtime_api_keys: Default::default(),
+            runtime_api_max: 10,
         }
     }
 }
@@ -375,6 +389,43 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
             c.egress_addresses = classes
         }
     ),
+    set!(
+        "RUNTIME_API_ADDR",
+        "(none: not served)",
+        "where OpenHands' Runtime API listens (`/start`, `/stop`, `/pause`, `/resume`, `/sessions/{id}`, `/list`, and its runtimes' URLs in path mode), for OpenHands deployments that run their sandboxes here; container sandboxes only",
+        |c, v| c.runtime_api_addr = Some(number(v, "an address (ip:port)")?)
+    ),
+    set!(
+        "RUNTIME_API_URL",
+        "http://(RUNTIME_API_ADDR)",
+        "the Runtime API's address as OpenHands deployments reach it: runtimes' URLs are under it",
+        |c, v| {
+            if !(v.starts_with("http://") || v.starts_with("https://")) {
+                return Err(format!("expected an http(s) URL, not `{v}`"));
+            }
+            c.runtime_api_url = Some(v.trim_end_matches('/').to_owned())
+        }
+    ),
+    set!(
+        "RUNTIME_API_KEYS",
+        "(none)",
+        "the OpenHands deployments that may use the Runtime API, as `name=sha256` pairs (comma-separated): each deployment's `X-API-Key`, hashed (`halyard runtime-api-key <name>` makes one)",
+        |c, v| {
+            let mut keys = std::collections::BTreeMap::new();
+            for pair in crate::settings::list(v) {
+                let (name, hash) = pair.split_once('=').ok_or_else(|| format!("expected name=sha256, not `{pair}`"))?;
+                let hash = hash.trim().to_ascii_lowercase();
+                if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(format!("`{}`: a key's SHA-256 is 64 hex digits", name.trim()));
+                }
+                keys.insert(name.trim().to_owned(), hash);
+            }
+            c.runtime_api_keys = keys
+        }
+    ),
+    set!("RUNTIME_API_MAX", "`10`", "most runtimes one OpenHands deployment may have at once (running or paused)", |c, v| c
+        .runtime_api_max =
+        number(v, "a count")?),
     set!(
         "SANDBOX_BROWSER_IDLE_SECS",
         "`600`",

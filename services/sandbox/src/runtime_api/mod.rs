@@ -1,0 +1,343 @@
+//! OpenHands' Runtime API, served by the sandbox supervisor (`HALYARD_RUNTIME_API_ADDR`), so that
+//! an OpenHands deployment runs its sandboxes on Halyard's Docker engine without changing
+//! OpenHands: the routes and shapes its app server's remote sandbox service
+//! (`openhands/app_server/sandbox/remote_sandbox_service.py`) sends and reads.
+//!
+//! - `POST /start` with `image`, `command`, `working_dir`, `environment`, `session_id`,
+//!   `resource_factor`, `run_as_user`/`run_as_group`/`fs_group`, `runtime_class` →
+//!   `{runtime_id, session_id, url, session_api_key, status, pod_status}`; a start for a session
+//!   that has a runtime answers with that runtime.
+//! - `POST /pause`, `/resume`, `/stop` with `{runtime_id}` (404 for a runtime the key does not
+//!   have); `GET /sessions/{session_id}`, `GET /sessions/batch?ids=…`, `GET /list` (running).
+//! - Statuses as OpenHands maps them: `starting` (the container runs, its agent server does not
+//!   listen yet), `running`, `paused`, `stopped`.
+//! - Each OpenHands deployment has its own `X-API-Key` (`HALYARD_RUNTIME_API_KEYS`: hashes
+//!   only) and sees only its own runtimes; `HALYARD_RUNTIME_API_MAX` bounds how many it has.
+//! - A runtime's URL is `<HALYARD_RUNTIME_API_URL>/<runtime id>` (path mode): this listener
+//!   passes `/<id>/…` to its agent server, `/<id>/vscode/…` and `/<id>/work-1|2/…` to the other
+//!   ports OpenHands derives ([`proxy`]).
+//!
+//! A runtime is a container ([`runtimes`]): the image and command asked for (an image the engine
+//! has; nothing is built or pulled), with the default spec's hardening, network and limits
+//! scaled by `resource_factor`; `runtime_class` `gvisor` runs it under runsc, any other is
+//! refused.
+
+pub mod proxy;
+pub mod runtimes;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use halyard_platform::Shutdown;
+use halyard_platform::config::SandboxSpec;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::docker::{DockerError, Engine};
+use runtimes::{Plan, Runtime, State as RunState};
+
+/// What the Runtime API serves with.
+pub struct RuntimeApi {
+    pub engine: Engine,
+    /// The default spec: its hardening, network and limits.
+    pub spec: SandboxSpec,
+    /// Deployment name → SHA-256 of its key (hex).
+    pub keys: BTreeMap<String, String>,
+    /// The public base of runtimes' URLs.
+    pub url: String,
+    pub max_runtimes: usize,
+    pub http: reqwest::Client,
+}
+
+/// A refusal, as JSON with a stable code and a message saying what to do.
+#[derive(Debug)]
+pub struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+}
+
+impl From<DockerError> for Refusal {
+    fn from(e: DockerError) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "engine_error", format!("The Docker engine failed: {e}. Try again."))
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"code": self.code, "message": self.message}))).into_response()
+    }
+}
+
+/// A new deployment key for `name`: the key (shown once) and its `HALYARD_RUNTIME_API_KEYS`
+/// entry.
+pub fn new_key(name: &str) -> (String, String) {
+    let key = format!("hrk_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let entry = format!("{name}={}", hash(&key));
+    (key, entry)
+}
+
+fn hash(key: &str) -> String {
+    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The router: the API's routes, and every other path to a runtime ([`proxy`]).
+pub fn app(api: Arc<RuntimeApi>) -> Router {
+    Router::new()
+        .route("/start", post(start))
+        .route("/stop", post(stop))
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
+        .route("/list", get(list))
+        .route("/sessions/batch", get(batch))
+        .route("/sessions/{session_id}", get(session))
+        .fallback(proxy::forward)
+        .with_state(api)
+}
+
+/// Serves the Runtime API on `listener` until `shutdown`.
+pub async fn serve(api: Arc<RuntimeApi>, listener: tokio::net::TcpListener, mut shutdown: Shutdown) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, url = %api.url, deployments = api.keys.len(), "OpenHands' Runtime API listening");
+    axum::serve(listener, app(api)).with_graceful_shutdown(async move { shutdown.wait().await }).await
+}
+
+/// The OpenHands deployment whose `X-API-Key` came.
+fn client(api: &RuntimeApi, headers: &HeaderMap) -> Result<String, Refusal> {
+    let refused = || Refusal::new(StatusCode::UNAUTHORIZED, "unauthorized", "Send the deployment's Runtime API key in X-API-Key.");
+    let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).ok_or_else(refused)?;
+    let presented = hash(key);
+    api.keys.iter().find(|(_, h)| **h == presented).map(|(name, _)| name.clone()).ok_or_else(refused)
+}
+
+/// A runtime as OpenHands reads it.
+async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
+    let status = match r.state {
+        RunState::Running if listening(api, r).await => "running",
+        RunState::Running => "starting",
+        RunState::Paused => "paused",
+        RunState::Stopped => "stopped",
+    };
+    let pod_status = match status {
+        "running" => "ready",
+        "starting" => "pending",
+        other => other,
+    };
+    json!({
+        "runtime_id": r.runtime_id,
+        "session_id": r.session_id,
+        "url": format!("{}/{}", api.url, r.runtime_id),
+        "session_api_key": r.session_key,
+        "status": status,
+        "pod_status": pod_status,
+        "image": r.image,
+    })
+}
+
+/// Its agent server accepts connections.
+async fn listening(api: &RuntimeApi, r: &Runtime) -> bool {
+    let Some(port) = r.ports.get(&runtimes::SERVICES[0].1) else { return false };
+    let to = std::net::SocketAddr::new(api.engine.publish_host, *port);
+    matches!(tokio::time::timeout(std::time::Duration::from_secs(1), tokio::net::TcpStream::connect(to)).await, Ok(Ok(_)))
+}
+
+/// `command` as OpenHands sends it: a list, or one string for the shell.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Command {
+    List(Vec<String>),
+    Line(String),
+}
+
+#[derive(Deserialize)]
+struct StartRequest {
+    image: String,
+    #[serde(default)]
+    command: Option<Command>,
+    #[serde(default)]
+    working_dir: Option<String>,
+    #[serde(default)]
+    environment: HashMap<String, String>,
+    session_id: String,
+    #[serde(default)]
+    resource_factor: Option<f64>,
+    #[serde(default)]
+    run_as_user: Option<u32>,
+    #[serde(default)]
+    run_as_group: Option<u32>,
+    #[serde(default)]
+    fs_group: Option<u32>,
+    #[serde(default)]
+    runtime_class: Option<String>,
+}
+
+async fn start(
+    State(api): State<Arc<RuntimeApi>>,
+    headers: HeaderMap,
+    body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let Json(req) = body.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_request", format!("{e}")))?;
+    let bad = |code, m: String| Refusal::new(StatusCode::BAD_REQUEST, code, m);
+    if req.session_id.is_empty() || req.session_id.len() > 128 {
+        return Err(bad("invalid_session_id", "session_id must be 1 to 128 characters.".into()));
+    }
+    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    if let Some(r) = mine.iter().find(|r| r.session_id == req.session_id) {
+        return Ok(Json(view(&api, r).await));
+    }
+    let engine_runtime = match req.runtime_class.as_deref() {
+        None | Some("") => api.engine.runtime_of(&api.spec.runtime),
+        Some("gvisor") | Some("runsc") => Some(api.engine.gvisor_runtime.clone()),
+        Some(other) => {
+            return Err(bad(
+                "runtime_class_unknown",
+                format!("runtime_class `{other}` is not one Halyard runs: leave it out, or ask for `gvisor`."),
+            ));
+        }
+    };
+    let factor = req.resource_factor.unwrap_or(1.0);
+    if !(0.1..=8.0).contains(&factor) {
+        return Err(bad("invalid_resource_factor", "resource_factor must be between 0.1 and 8.".into()));
+    }
+    if !crate::docker::image_exists(&api.engine.docker, &req.image).await {
+        return Err(bad(
+            "image_not_present",
+            format!(
+                "The engine has no image `{}`, and Halyard neither builds nor pulls one for the Runtime API: load it into the engine first.",
+                req.image
+            ),
+        ));
+    }
+    // What was asked is checked first: a refusal then says what to change in it.
+    if mine.len() >= api.max_runtimes {
+        return Err(Refusal::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "quota_exceeded",
+            format!("This deployment has {} runtimes, its most: stop one first.", mine.len()),
+        ));
+    }
+    let user = match (req.run_as_user, req.run_as_group) {
+        (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+        (Some(u), None) => Some(u.to_string()),
+        _ => None,
+    };
+    let command = match req.command {
+        Some(Command::List(c)) if !c.is_empty() => Some(c),
+        Some(Command::Line(l)) if !l.trim().is_empty() => Some(vec!["/bin/sh".into(), "-c".into(), l]),
+        _ => None,
+    };
+    let plan = Plan {
+        client: client.clone(),
+        runtime_id: uuid::Uuid::new_v4().simple().to_string(),
+        session_id: req.session_id,
+        session_key: format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+        image: req.image,
+        command,
+        working_dir: req.working_dir,
+        environment: req.environment,
+        resource_factor: factor,
+        user,
+        groups: req.fs_group.map(|g| vec![g.to_string()]).unwrap_or_default(),
+        engine_runtime,
+    };
+    runtimes::create(&api.engine, &api.spec, &plan).await?;
+    tracing::info!(client = %client, runtime_id = %plan.runtime_id, image = %plan.image, "runtime started");
+    let made = runtimes::find(&api.engine, &plan.runtime_id).await?;
+    let made = made
+        .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "engine_error", "The runtime's container went at once; try again."))?;
+    Ok(Json(view(&api, &made).await))
+}
+
+#[derive(Deserialize)]
+struct RuntimeRef {
+    runtime_id: String,
+}
+
+/// The key's runtime `id`, or a 404.
+async fn own(api: &RuntimeApi, client: &str, id: &str) -> Result<Runtime, Refusal> {
+    let found = runtimes::find(&api.engine, id).await?.filter(|r| r.client == client);
+    found.ok_or_else(|| Refusal::new(StatusCode::NOT_FOUND, "runtime_not_found", format!("No runtime {id} for this key.")))
+}
+
+fn parse_ref(body: Result<Json<RuntimeRef>, axum::extract::rejection::JsonRejection>) -> Result<String, Refusal> {
+    body.map(|Json(r)| r.runtime_id).map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_request", format!("{e}")))
+}
+
+type RefBody = Result<Json<RuntimeRef>, axum::extract::rejection::JsonRejection>;
+
+async fn stop(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let r = own(&api, &client, &parse_ref(body)?).await?;
+    runtimes::remove(&api.engine, &r.container).await?;
+    tracing::info!(client = %client, runtime_id = %r.runtime_id, "runtime stopped");
+    Ok(Json(json!({"runtime_id": r.runtime_id, "status": "stopped"})))
+}
+
+async fn pause(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let r = own(&api, &client, &parse_ref(body)?).await?;
+    if r.state == RunState::Running {
+        api.engine.pause(&r.container).await?;
+    }
+    Ok(Json(json!({"runtime_id": r.runtime_id, "status": "paused"})))
+}
+
+async fn resume(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let r = own(&api, &client, &parse_ref(body)?).await?;
+    match r.state {
+        RunState::Paused => api.engine.unpause(&r.container).await?,
+        RunState::Stopped => api.engine.start(&r.container).await?,
+        RunState::Running => {}
+    }
+    let now = own(&api, &client, &r.runtime_id).await?;
+    Ok(Json(view(&api, &now).await))
+}
+
+async fn session(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, Path(session_id): Path<String>) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    let r = mine.iter().find(|r| r.session_id == session_id).ok_or_else(|| {
+        Refusal::new(StatusCode::NOT_FOUND, "session_not_found", format!("No runtime for session {session_id} with this key."))
+    })?;
+    Ok(Json(view(&api, r).await))
+}
+
+async fn batch(
+    State(api): State<Arc<RuntimeApi>>,
+    headers: HeaderMap,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let ids: Vec<&str> = q.iter().filter(|(k, _)| k == "ids").map(|(_, v)| v.as_str()).collect();
+    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    let mut out = Vec::new();
+    for r in mine.iter().filter(|r| ids.contains(&r.session_id.as_str())) {
+        out.push(view(&api, r).await);
+    }
+    Ok(Json(Value::Array(out)))
+}
+
+/// The key's running runtimes.
+async fn list(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap) -> Result<Json<Value>, Refusal> {
+    let client = client(&api, &headers)?;
+    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    let mut out = Vec::new();
+    for r in mine.iter().filter(|r| r.state == RunState::Running) {
+        out.push(view(&api, r).await);
+    }
+    Ok(Json(json!({"runtimes": out})))
+}

@@ -1,0 +1,94 @@
+//! Runtimes' URLs in path mode: `/<runtime id>/…` goes to the runtime's agent server (port
+//! 60000), `/<runtime id>/vscode/…` to 60001, `/<runtime id>/work-1/…` and `/work-2/…` to the two
+//! worker ports, each without its prefix, as OpenHands' client derives them
+//! (`_build_service_url`). Plain HTTP, streamed both ways; WebSocket upgrades are not passed yet.
+//!
+//! No key is asked here: what answers checks its own (the agent server its session API key,
+//! VS Code its token), as behind OpenHands' own runtime ingress. A paused or stopped runtime,
+//! or one that does not exist, is a 404 or 503 in JSON.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::runtimes::{self, SERVICES, State as RunState};
+use super::{Refusal, RuntimeApi};
+
+/// Headers that belong to one connection, not to the request.
+const HOP_BY_HOP: [HeaderName; 6] =
+    [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE, header::PROXY_AUTHORIZATION];
+
+/// The runtime, the container port and the path left, of a runtime URL's path.
+fn route(path: &str) -> Option<(&str, u16, String)> {
+    let rest = path.strip_prefix('/')?;
+    let (id, rest) = rest.split_once('/').unwrap_or((rest, ""));
+    if id.is_empty() {
+        return None;
+    }
+    let (first, after) = rest.split_once('/').unwrap_or((rest, ""));
+    let (port, left) = match SERVICES.iter().find(|(name, _)| !name.is_empty() && *name == first) {
+        Some((_, port)) => (*port, after),
+        None => (SERVICES[0].1, rest),
+    };
+    Some((id, port, format!("/{left}")))
+}
+
+/// Passes a request under a runtime's URL to it.
+pub async fn forward(State(api): State<Arc<RuntimeApi>>, req: Request) -> Response {
+    match pass(&api, req).await {
+        Ok(res) => res,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn pass(api: &RuntimeApi, req: Request) -> Result<Response, Refusal> {
+    let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not_found", "No such route or runtime.");
+    let (id, port, path) = route(req.uri().path()).ok_or_else(not_found)?;
+    let runtime = runtimes::find(&api.engine, id).await?.ok_or_else(not_found)?;
+    if runtime.state != RunState::Running {
+        return Err(Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "runtime_not_running",
+            "The runtime is paused or stopped: resume it first.",
+        ));
+    }
+    let host_port = runtime.ports.get(&port).ok_or_else(not_found)?;
+    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+    let url = format!("http://{}{path}{query}", std::net::SocketAddr::new(api.engine.publish_host, *host_port));
+    let (parts, body) = req.into_parts();
+    let mut out = api.http.request(parts.method, url).body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    for (name, value) in &parts.headers {
+        if name != header::HOST && !HOP_BY_HOP.contains(name) {
+            out = out.header(name, value);
+        }
+    }
+    let answer = out.send().await.map_err(|e| {
+        Refusal::new(StatusCode::BAD_GATEWAY, "runtime_unreachable", format!("The runtime did not answer ({e}); it may still be starting."))
+    })?;
+    let mut res = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !HOP_BY_HOP.contains(name) {
+            res = res.header(name, value);
+        }
+    }
+    res.body(Body::from_stream(answer.bytes_stream()))
+        .map_err(|e| Refusal::new(StatusCode::BAD_GATEWAY, "runtime_unreachable", format!("The runtime's answer was malformed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+
+    #[test]
+    fn a_runtime_url_names_its_service_by_its_first_segment() {
+        assert_eq!(route("/abc/alive"), Some(("abc", 60000, "/alive".into())));
+        assert_eq!(route("/abc"), Some(("abc", 60000, "/".into())));
+        assert_eq!(route("/abc/vscode/x?y"), Some(("abc", 60001, "/x?y".into())));
+        assert_eq!(route("/abc/work-2"), Some(("abc", 12001, "/".into())));
+        assert_eq!(route("/abc/api/vscode"), Some(("abc", 60000, "/api/vscode".into())));
+        assert_eq!(route("/"), None);
+    }
+}

@@ -1,0 +1,200 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
+//! OpenHands' Runtime API served by Halyard, driven by OpenHands' own client: the
+//! `RemoteSandboxService` of the `openhands-ai` package, unchanged
+//! (`tests/servers/openhands/remote_sandbox_client.py`, in the Python 3.13 tree that
+//! `infra/install-openhands-client.sh` makes). A runtime of a small image whose command serves
+//! the agent server's health route (and checks the session API key on the rest) starts, is
+//! reached at the URLs the client derives, pauses, resumes and stops; keys are per OpenHands
+//! deployment, and one deployment's key sees nothing of another's.
+
+use std::path::Path;
+use std::process::Command;
+
+use halyard_tests::docker::{docker, require_engine};
+use halyard_tests::harness::halyard_bin;
+use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm, init};
+use serde_json::{Value, json};
+
+const ROOT: &str = "/opt/halyard-openhands";
+const IMAGE: &str = "halyard-base:bookworm";
+
+/// The runtime's command: an agent server as far as its routes go. `/alive` answers anyone; the
+/// rest only the runtime's session API key, and says what the container was given.
+const AGENT_SERVER: &str = r#"
+import http.server, json, os
+KEY = os.environ["OH_SESSION_API_KEYS_0"]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path in ("/alive", "/health"):
+            code, body = 200, {"status": "ok"}
+        elif self.headers.get("X-Session-API-Key") != KEY:
+            code, body = 401, {"detail": "no session key"}
+        else:
+            code, body = 200, {"path": self.path, "test": os.environ.get("HALYARD_TEST"), "cwd": os.getcwd(), "uid": os.getuid()}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 60000), H).serve_forever()
+"#;
+
+/// A deployment's key and its `HALYARD_RUNTIME_API_KEYS` entry, as an administrator makes them.
+fn new_key(name: &str) -> (String, String) {
+    let out = Command::new(halyard_bin()).args(["runtime-api-key", name]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let after = |prefix: &str| text.lines().find_map(|l| l.split_once(prefix).map(|(_, v)| v.trim().to_owned())).unwrap();
+    (after("it is not kept): "), after("HALYARD_RUNTIME_API_KEYS: "))
+}
+
+/// OpenHands' client, run with `key` through `steps`: what each step returned.
+fn openhands(api: &str, key: &str, db: &str, steps: &[&str]) -> Vec<Value> {
+    let command = json!(["python3", "-c", AGENT_SERVER]).to_string();
+    let out = Command::new("chroot")
+        .args([ROOT, "/venv/bin/python", "/client/remote_sandbox_client.py", "--api-url", api, "--api-key", key, "--db", db])
+        .args(["--command", &command])
+        .args(steps)
+        .env("OPENHANDS_SUPPRESS_BANNER", "1")
+        .output()
+        .expect("chroot into the OpenHands client's tree");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines.len(),
+        steps.iter().filter(|s| ["start", "get", "wait", "pause", "resume", "delete", "running", "search"].contains(s)).count(),
+        "{stdout}"
+    );
+    lines
+}
+
+fn ok(step: &Value) -> &Value {
+    assert!(step.get("error").is_none(), "the client's step failed: {step}");
+    &step["ok"]
+}
+
+async fn call(http: &reqwest::Client, method: reqwest::Method, url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = http.request(method, url).header("X-API-Key", key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+fn runtime_containers(deployment: &str) -> Vec<String> {
+    let out =
+        docker(&["ps", "-aq", "--filter", &format!("label=dev.halyard.deployment={deployment}"), "--filter", "label=dev.halyard.runtime"]);
+    out.lines().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_api() {
+    init();
+    require_engine();
+    assert!(
+        Path::new(ROOT).join("client/remote_sandbox_client.py").exists(),
+        "OpenHands' client is not installed: run infra/install-openhands-client.sh (tests/run.sh does)"
+    );
+    let ((key_a, entry_a), (key_b, entry_b)) = (new_key("openhands-a"), new_key("openhands-b"));
+    let port = halyard_tests::oidc::free_port();
+    let api = format!("http://127.0.0.1:{port}");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_RUNTIME_API_ADDR", &format!("127.0.0.1:{port}"))
+            .set("HALYARD_RUNTIME_API_KEYS", &format!("{entry_a},{entry_b}"))
+            .set("HALYARD_RUNTIME_API_MAX", "1"),
+    );
+    let http = reqwest::Client::new();
+    let db = format!("/tmp/halyard-openhands-{port}.db");
+
+    // Started, and running once its agent server listens, at the URLs the client derives.
+    let run = openhands(&api, &key_a, &db, &["start", IMAGE, "wait", "last", "RUNNING"]);
+    let started = ok(&run[0]).clone();
+    let sandbox = ok(&run[1]).clone();
+    assert_eq!(sandbox["status"], "RUNNING", "{sandbox}");
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let session_key = sandbox["session_api_key"].as_str().unwrap().to_owned();
+    assert_eq!(started["session_api_key"], session_key.as_str());
+    let urls: Vec<(String, String)> = sandbox["exposed_urls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["name"].as_str().unwrap().into(), u["url"].as_str().unwrap().into()))
+        .collect();
+    let url = |name: &str| urls.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap();
+    let agent = url("AGENT_SERVER");
+    assert!(agent.starts_with(&format!("{api}/")), "path mode, under the Runtime API's URL: {agent}");
+    let runtime_id = agent.trim_start_matches(&format!("{api}/")).to_owned();
+    assert_eq!(url("VSCODE"), format!("{api}/{runtime_id}/vscode?tkn={session_key}&folder=%2Fworkspace%2Fproject"));
+    assert_eq!(url("WORKER_1"), format!("{api}/{runtime_id}/work-1"));
+
+    // The agent server, through the Runtime API's proxy: its health route, and the rest with
+    // the session key only; the container has the client's environment, user and directory.
+    let alive = http.get(format!("{agent}/alive")).send().await.unwrap();
+    assert_eq!(alive.status(), 200);
+    let anonymous = http.get(format!("{agent}/api/conversations")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let seen: Value = http
+        .get(format!("{agent}/api/conversations?x=1"))
+        .header("X-Session-API-Key", &session_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(seen, json!({"path": "/api/conversations?x=1", "test": "1", "cwd": "/workspace", "uid": 10001}));
+    // Nothing listens on the VS Code port of this image: said, not hung.
+    let vscode = http.get(format!("{api}/{runtime_id}/vscode/")).send().await.unwrap();
+    assert_eq!(vscode.status(), 502);
+
+    // Paused and resumed as OpenHands does it, and listed while running only.
+    let run = openhands(&api, &key_a, &db, &["pause", &id, "get", &id, "running", "resume", &id, "wait", &id, "RUNNING", "running"]);
+    assert_eq!(ok(&run[0]), &json!(true));
+    assert_eq!(ok(&run[1])["status"], "PAUSED");
+    assert_eq!(ok(&run[2]), &json!([]));
+    assert_eq!(ok(&run[3]), &json!(true));
+    assert_eq!(ok(&run[4])["status"], "RUNNING");
+    assert_eq!(ok(&run[5]), &json!([id]));
+    assert_eq!(http.get(format!("{agent}/alive")).send().await.unwrap().status(), 200, "it answers again after the resume");
+
+    // Another deployment's key sees none of it; a wrong key is refused.
+    let (s, body) = call(&http, reqwest::Method::GET, &format!("{api}/sessions/{id}"), &key_b, None).await;
+    assert_eq!((s, body["code"].as_str()), (404, Some("session_not_found")));
+    let (s, body) = call(&http, reqwest::Method::GET, &format!("{api}/list"), &key_b, None).await;
+    assert_eq!((s, body), (200, json!({"runtimes": []})));
+    let (s, _) = call(&http, reqwest::Method::POST, &format!("{api}/stop"), &key_b, Some(json!({"runtime_id": runtime_id}))).await;
+    assert_eq!(s, 404, "another deployment cannot stop it");
+    let (s, body) = call(&http, reqwest::Method::GET, &format!("{api}/list"), "hrk_not-a-key", None).await;
+    assert_eq!((s, body["code"].as_str()), (401, Some("unauthorized")));
+    let run = openhands(&api, &key_b, &db, &["get", &id]);
+    assert_eq!(ok(&run[0])["status"], "MISSING", "OpenHands with the other key finds no runtime");
+
+    // Refused in words: an image the engine does not have, a runtime class Halyard does not run,
+    // a start past the deployment's limit.
+    let start = |image: &str, class: Option<&str>| json!({"image": image, "session_id": "another", "runtime_class": class});
+    let (s, body) = call(&http, reqwest::Method::POST, &format!("{api}/start"), &key_a, Some(start("halyard-no-such-image:1", None))).await;
+    assert_eq!((s, body["code"].as_str()), (400, Some("image_not_present")), "{body}");
+    let (s, body) = call(&http, reqwest::Method::POST, &format!("{api}/start"), &key_a, Some(start(IMAGE, Some("sysbox-runc")))).await;
+    assert_eq!((s, body["code"].as_str()), (400, Some("runtime_class_unknown")), "{body}");
+    let (s, body) = call(&http, reqwest::Method::POST, &format!("{api}/start"), &key_a, Some(start(IMAGE, None))).await;
+    assert_eq!((s, body["code"].as_str()), (429, Some("quota_exceeded")), "{body}");
+    assert_eq!(runtime_containers(&h.deployment()).len(), 1);
+
+    // Stopped: its container is gone, and OpenHands' record with it.
+    let run = openhands(&api, &key_a, &db, &["delete", &id, "get", &id]);
+    assert_eq!(ok(&run[0]), &json!(true));
+    assert_eq!(ok(&run[1]), &Value::Null);
+    assert!(runtime_containers(&h.deployment()).is_empty(), "the runtime's container was removed");
+    let (s, _) = call(&http, reqwest::Method::POST, &format!("{api}/stop"), &key_a, Some(json!({"runtime_id": runtime_id}))).await;
+    assert_eq!(s, 404, "a stopped runtime is unknown");
+    let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
+}
