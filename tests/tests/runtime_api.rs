@@ -198,3 +198,83 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     assert_eq!(s, 404, "a stopped runtime is unknown");
     let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
 }
+
+/// The runtime ids of the deployment's runtime containers.
+fn runtime_ids(deployment: &str) -> Vec<String> {
+    let out = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=dev.halyard.deployment={deployment}"),
+        "--filter",
+        "label=dev.halyard.runtime",
+        "--format",
+        "{{.Label \"dev.halyard.runtime\"}}",
+    ]);
+    out.lines().map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
+    init();
+    require_engine();
+    assert!(Path::new(ROOT).join("client/remote_sandbox_client.py").exists(), "run infra/install-openhands-client.sh");
+    let (key, entry) = new_key("openhands-pool");
+    let port = halyard_tests::oidc::free_port();
+    let api = format!("http://127.0.0.1:{port}");
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(
+        HalyardOptions::new(&llm.base_url)
+            .set("HALYARD_SANDBOX", "docker")
+            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+            .set("HALYARD_RUNTIME_API_ADDR", &format!("127.0.0.1:{port}"))
+            .set("HALYARD_RUNTIME_API_KEYS", &entry)
+            .set("HALYARD_RUNTIME_API_POOL", &format!("{IMAGE}=1")),
+    );
+    let db = format!("/tmp/halyard-openhands-{port}.db");
+    let deployment = h.deployment();
+
+    // Nothing is known of what the image's starts ask for: the first start is cold, and teaches
+    // the pool its shape.
+    assert!(runtime_containers(&deployment).is_empty());
+    let run = openhands(&api, &key, &db, &["start", IMAGE, "wait", "last", "RUNNING"]);
+    let first = ok(&run[1])["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while runtime_containers(&deployment).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no warm runtime was started: {}", h.log());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // Given a moment to listen, as a pool has between starts.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+
+    // The next start of the same spec is given the warm one: running at once, made before.
+    let before = runtime_ids(&deployment);
+    let run = openhands(&api, &key, &db, &["start", IMAGE]);
+    let second = ok(&run[0]).clone();
+    assert_eq!(second["status"], "RUNNING", "a warm runtime is running when it is given: {second}");
+    let agent = second["exposed_urls"][0]["url"].as_str().unwrap().to_owned();
+    let runtime_id = agent.rsplit('/').next().unwrap().to_owned();
+    assert!(before.contains(&runtime_id), "the runtime given ({runtime_id}) was made before the start asked for it: {before:?}");
+    let key2 = second["session_api_key"].as_str().unwrap();
+    let http = reqwest::Client::new();
+    let seen = http.get(format!("{agent}/api/x")).header("X-Session-API-Key", key2).send().await.unwrap();
+    assert_eq!(seen.status(), 200, "its agent server takes the session key the start returned");
+
+    // The pool fills again behind it; both sessions are the client's own, and stop.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while runtime_containers(&deployment).len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the pool was not refilled: {}", h.log());
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let second_id = second["id"].as_str().unwrap().to_owned();
+    let run = openhands(&api, &key, &db, &["running", "delete", &first, "delete", &second_id]);
+    let mut running: Vec<String> = serde_json::from_value(ok(&run[0]).clone()).unwrap();
+    running.sort();
+    let mut expected = vec![first.clone(), second_id.clone()];
+    expected.sort();
+    assert_eq!(running, expected, "the warm one is nobody's until it is given");
+    assert_eq!(ok(&run[1]), &json!(true));
+    assert_eq!(ok(&run[2]), &json!(true));
+    assert_eq!(runtime_containers(&deployment).len(), 1, "only the warm one is left");
+    let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
+}

@@ -475,6 +475,10 @@ fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api
     let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
     let http =
         reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
+    // Whose each runtime is, and the pool's shapes: root's own, beside the sandboxes.
+    let dir = config.data_dir.join("runtime-api");
+    let store =
+        crate::runtime_api::runtimes::Assignments::open(&dir).map_err(|e| SandboxError::Spawn(format!("{}: {e}", dir.display())))?;
     Ok(Arc::new(crate::runtime_api::RuntimeApi {
         engine,
         spec,
@@ -482,6 +486,8 @@ fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api
         url,
         max_runtimes: sandbox.runtime_api_max,
         http,
+        store,
+        pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
     }))
 }
 
@@ -624,6 +630,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| SandboxError::Spawn(format!("HALYARD_RUNTIME_API_ADDR {addr}: {e}")))?;
+            tasks.push(tokio::spawn(crate::runtime_api::pool::Pool::keep(api.clone(), shutdown.clone())));
             let served = crate::runtime_api::serve(api, listener, shutdown.clone());
             tasks.push(tokio::spawn(async move {
                 if let Err(e) = served.await {

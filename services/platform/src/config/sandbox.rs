@@ -104,6 +104,8 @@ pub struct SandboxConfig {
     pub runtime_api_keys: std::collections::BTreeMap<String, String>,
     /// Most runtimes (running or paused) one deployment may have at once.
     pub runtime_api_max: usize,
+    /// Warm runtimes the Runtime API keeps started, by image.
+    pub runtime_api_pool: std::collections::BTreeMap<String, usize>,
 }
 
 /// What a docker sandbox is made from.
@@ -301,6 +303,7 @@ impl Default for SandboxConfig {
             runtime_api_url: None,
             runtime_api_keys: Default::default(),
             runtime_api_max: 10,
+            runtime_api_pool: Default::default(),
         }
     }
 }
@@ -421,6 +424,19 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
                 keys.insert(name.trim().to_owned(), hash);
             }
             c.runtime_api_keys = keys
+        }
+    ),
+    set!(
+        "RUNTIME_API_POOL",
+        "(none)",
+        "warm runtimes the Runtime API keeps started, as `image=count` pairs (comma-separated): a start of the image asking what its last start asked (OpenHands asks the same for every start of a sandbox spec) is given one already running",
+        |c, v| {
+            let mut pool = std::collections::BTreeMap::new();
+            for pair in crate::settings::list(v) {
+                let (image, count) = pair.rsplit_once('=').ok_or_else(|| format!("expected image=count, not `{pair}`"))?;
+                pool.insert(image.trim().to_owned(), number(count.trim(), "a count")?);
+            }
+            c.runtime_api_pool = pool
         }
     ),
     set!("RUNTIME_API_MAX", "`10`", "most runtimes one OpenHands deployment may have at once (running or paused)", |c, v| c

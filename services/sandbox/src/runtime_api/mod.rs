@@ -20,8 +20,10 @@
 //! A runtime is a container ([`runtimes`]): the image and command asked for (an image the engine
 //! has; nothing is built or pulled), with the default spec's hardening, network and limits
 //! scaled by `resource_factor`; `runtime_class` `gvisor` runs it under runsc, any other is
-//! refused.
+//! refused. Images an administrator pools (`HALYARD_RUNTIME_API_POOL`) have runtimes started
+//! ahead, given to the starts that match them ([`pool`]).
 
+pub mod pool;
 pub mod proxy;
 pub mod runtimes;
 
@@ -40,7 +42,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::docker::{DockerError, Engine};
-use runtimes::{Plan, Runtime, State as RunState};
+use runtimes::{Assignment, Assignments, Runtime, Shape, State as RunState};
 
 /// What the Runtime API serves with.
 pub struct RuntimeApi {
@@ -53,6 +55,9 @@ pub struct RuntimeApi {
     pub url: String,
     pub max_runtimes: usize,
     pub http: reqwest::Client,
+    /// Whose each runtime is.
+    pub store: Assignments,
+    pub pool: pool::Pool,
 }
 
 /// A refusal, as JSON with a stable code and a message saying what to do.
@@ -87,6 +92,11 @@ pub fn new_key(name: &str) -> (String, String) {
     let key = format!("hrk_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
     let entry = format!("{name}={}", hash(&key));
     (key, entry)
+}
+
+/// A new session API key for a runtime's agent server.
+fn session_key() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
 fn hash(key: &str) -> String {
@@ -124,6 +134,7 @@ fn client(api: &RuntimeApi, headers: &HeaderMap) -> Result<String, Refusal> {
 
 /// A runtime as OpenHands reads it.
 async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
+    let a = &r.assignment;
     let status = match r.state {
         RunState::Running if listening(api, r).await => "running",
         RunState::Running => "starting",
@@ -137,12 +148,12 @@ async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     };
     json!({
         "runtime_id": r.runtime_id,
-        "session_id": r.session_id,
+        "session_id": a.session_id,
         "url": format!("{}/{}", api.url, r.runtime_id),
-        "session_api_key": r.session_key,
+        "session_api_key": a.session_key,
         "status": status,
         "pod_status": pod_status,
-        "image": r.image,
+        "image": a.image,
     })
 }
 
@@ -194,8 +205,8 @@ async fn start(
     if req.session_id.is_empty() || req.session_id.len() > 128 {
         return Err(bad("invalid_session_id", "session_id must be 1 to 128 characters.".into()));
     }
-    let mine = runtimes::list(&api.engine, Some(&client)).await?;
-    if let Some(r) = mine.iter().find(|r| r.session_id == req.session_id) {
+    let mine = runtimes::of(&api.engine, &api.store, &client).await?;
+    if let Some(r) = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&req.session_id)) {
         return Ok(Json(view(&api, r).await));
     }
     let engine_runtime = match req.runtime_class.as_deref() {
@@ -239,23 +250,30 @@ async fn start(
         Some(Command::Line(l)) if !l.trim().is_empty() => Some(vec!["/bin/sh".into(), "-c".into(), l]),
         _ => None,
     };
-    let plan = Plan {
-        client: client.clone(),
-        runtime_id: uuid::Uuid::new_v4().simple().to_string(),
-        session_id: req.session_id,
-        session_key: format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+    let shape = Shape {
         image: req.image,
         command,
         working_dir: req.working_dir,
-        environment: req.environment,
+        environment: req.environment.into_iter().collect(),
         resource_factor: factor,
         user,
         groups: req.fs_group.map(|g| vec![g.to_string()]).unwrap_or_default(),
         engine_runtime,
     };
-    runtimes::create(&api.engine, &api.spec, &plan).await?;
-    tracing::info!(client = %client, runtime_id = %plan.runtime_id, image = %plan.image, "runtime started");
-    let made = runtimes::find(&api.engine, &plan.runtime_id).await?;
+    api.pool.learn(&shape);
+    if let Some(warm) = api.pool.take(&api, &shape, &client, &req.session_id).await {
+        tracing::info!(client = %client, runtime_id = %warm.runtime_id, image = %shape.image, "runtime taken from the pool");
+        return Ok(Json(view(&api, &warm).await));
+    }
+    let assignment = Assignment {
+        client: Some(client.clone()),
+        session_id: Some(req.session_id),
+        image: shape.image.clone(),
+        session_key: session_key(),
+    };
+    let runtime_id = runtimes::create(&api.engine, &api.store, &api.spec, &shape, &assignment).await?;
+    tracing::info!(client = %client, %runtime_id, image = %shape.image, "runtime started");
+    let made = runtimes::find(&api.engine, &api.store, &runtime_id).await?;
     let made = made
         .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "engine_error", "The runtime's container went at once; try again."))?;
     Ok(Json(view(&api, &made).await))
@@ -268,7 +286,7 @@ struct RuntimeRef {
 
 /// The key's runtime `id`, or a 404.
 async fn own(api: &RuntimeApi, client: &str, id: &str) -> Result<Runtime, Refusal> {
-    let found = runtimes::find(&api.engine, id).await?.filter(|r| r.client == client);
+    let found = runtimes::find(&api.engine, &api.store, id).await?.filter(|r| r.is_of(client));
     found.ok_or_else(|| Refusal::new(StatusCode::NOT_FOUND, "runtime_not_found", format!("No runtime {id} for this key.")))
 }
 
@@ -282,6 +300,7 @@ async fn stop(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefB
     let client = client(&api, &headers)?;
     let r = own(&api, &client, &parse_ref(body)?).await?;
     runtimes::remove(&api.engine, &r.container).await?;
+    api.store.remove(&r.runtime_id);
     tracing::info!(client = %client, runtime_id = %r.runtime_id, "runtime stopped");
     Ok(Json(json!({"runtime_id": r.runtime_id, "status": "stopped"})))
 }
@@ -309,8 +328,8 @@ async fn resume(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: Re
 
 async fn session(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, Path(session_id): Path<String>) -> Result<Json<Value>, Refusal> {
     let client = client(&api, &headers)?;
-    let mine = runtimes::list(&api.engine, Some(&client)).await?;
-    let r = mine.iter().find(|r| r.session_id == session_id).ok_or_else(|| {
+    let mine = runtimes::of(&api.engine, &api.store, &client).await?;
+    let r = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&session_id)).ok_or_else(|| {
         Refusal::new(StatusCode::NOT_FOUND, "session_not_found", format!("No runtime for session {session_id} with this key."))
     })?;
     Ok(Json(view(&api, r).await))
@@ -323,9 +342,9 @@ async fn batch(
 ) -> Result<Json<Value>, Refusal> {
     let client = client(&api, &headers)?;
     let ids: Vec<&str> = q.iter().filter(|(k, _)| k == "ids").map(|(_, v)| v.as_str()).collect();
-    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let mut out = Vec::new();
-    for r in mine.iter().filter(|r| ids.contains(&r.session_id.as_str())) {
+    for r in mine.iter().filter(|r| r.assignment.session_id.as_deref().is_some_and(|s| ids.contains(&s))) {
         out.push(view(&api, r).await);
     }
     Ok(Json(Value::Array(out)))
@@ -334,7 +353,7 @@ async fn batch(
 /// The key's running runtimes.
 async fn list(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap) -> Result<Json<Value>, Refusal> {
     let client = client(&api, &headers)?;
-    let mine = runtimes::list(&api.engine, Some(&client)).await?;
+    let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let mut out = Vec::new();
     for r in mine.iter().filter(|r| r.state == RunState::Running) {
         out.push(view(&api, r).await);

@@ -47,7 +47,7 @@ pub async fn forward(State(api): State<Arc<RuntimeApi>>, req: Request) -> Respon
 async fn pass(api: &RuntimeApi, req: Request) -> Result<Response, Refusal> {
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not_found", "No such route or runtime.");
     let (id, port, path) = route(req.uri().path()).ok_or_else(not_found)?;
-    let runtime = runtimes::find(&api.engine, id).await?.ok_or_else(not_found)?;
+    let runtime = runtimes::find(&api.engine, &api.store, id).await?.ok_or_else(not_found)?;
     if runtime.state != RunState::Running {
         return Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,

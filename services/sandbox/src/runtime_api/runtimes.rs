@@ -1,44 +1,43 @@
 //! The Runtime API's runtimes as Docker containers: made from the image and command an
 //! OpenHands deployment asked for, with Halyard's hardening and the default spec's limits (times
-//! `resource_factor`) on the default spec's sandbox network, and found again by their labels.
-//! Docker is their only store: a runtime is its container, so a restarted supervisor knows
-//! every runtime there is, and nothing can disagree with the engine.
+//! `resource_factor`) on the default spec's sandbox network.
+//!
+//! The engine says what runs; whose each runtime is, with its session and session API key, is
+//! its assignment, a file of its own in the Runtime API's directory (root's, 0600), since a
+//! container's labels cannot change and a warm one is made before anyone asks for it
+//! ([`super::pool`]). A container carries its runtime id and its *shape* (a hash of what it was
+//! made from: what a start must ask for to be given it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, ContainerSummary, HostConfig, PortBinding, ResourcesUlimits};
 use bollard::query_parameters::{CreateContainerOptions, ListContainersOptions, RemoveContainerOptions, StartContainerOptions};
 use halyard_platform::config::SandboxSpec;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::docker::{DockerError, Engine, LABEL_DEPLOYMENT};
 use crate::egress::Egress;
 
 /// The runtime's id (and that it is one: the supervisor's orphan sweep leaves these alone).
 pub const LABEL_RUNTIME: &str = "dev.halyard.runtime";
-/// The OpenHands deployment (API key) it belongs to.
-const LABEL_CLIENT: &str = "dev.halyard.runtime.client";
-const LABEL_SESSION: &str = "dev.halyard.runtime.session";
-const LABEL_IMAGE: &str = "dev.halyard.runtime.image";
-/// Its session API key. Docker's labels are read only through the engine's API (root on this
-/// host); the container has the key anyway, in its environment, as its agent server checks it.
-const LABEL_KEY: &str = "dev.halyard.runtime.key";
+/// What it was made from, hashed ([`Shape::hash`]).
+const LABEL_SHAPE: &str = "dev.halyard.runtime.shape";
 
 /// The ports OpenHands' client derives its URLs for (`AGENT_SERVER_PORT`, `VSCODE_PORT`,
 /// `WORKER_1_PORT`, `WORKER_2_PORT` of its remote sandbox service), by the path a runtime's URL
 /// gives each in path mode.
 pub const SERVICES: [(&str, u16); 4] = [("", 60000), ("vscode", 60001), ("work-1", 12000), ("work-2", 12001)];
 
-/// What `/start` asked for, checked.
-pub struct Plan {
-    pub client: String,
-    pub runtime_id: String,
-    pub session_id: String,
-    pub session_key: String,
+/// What a runtime is made from: what `/start` asked for, but its session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
     pub image: String,
     pub command: Option<Vec<String>>,
     pub working_dir: Option<String>,
-    pub environment: HashMap<String, String>,
+    pub environment: BTreeMap<String, String>,
     pub resource_factor: f64,
     pub user: Option<String>,
     pub groups: Vec<String>,
@@ -46,18 +45,77 @@ pub struct Plan {
     pub engine_runtime: Option<String>,
 }
 
-/// A runtime as the engine shows it.
+impl Shape {
+    /// A short hash of all of it: two starts with the same hash may be given the same container.
+    pub fn hash(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        Sha256::digest(text.as_bytes()).iter().take(12).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Whose a runtime is (none yet: a warm one), and the key its agent server takes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Assignment {
+    pub client: Option<String>,
+    pub session_id: Option<String>,
+    pub image: String,
+    pub session_key: String,
+}
+
+/// The assignments, a file each (`<runtime id>.json`).
+#[derive(Clone, Debug)]
+pub struct Assignments {
+    dir: PathBuf,
+}
+
+impl Assignments {
+    /// In `dir` (made root's own).
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        Ok(Self { dir: dir.to_owned() })
+    }
+
+    fn path(&self, runtime_id: &str) -> PathBuf {
+        self.dir.join(format!("{runtime_id}.json"))
+    }
+
+    pub fn get(&self, runtime_id: &str) -> Option<Assignment> {
+        serde_json::from_slice(&std::fs::read(self.path(runtime_id)).ok()?).ok()
+    }
+
+    /// Written whole or not at all (a rename over the old one).
+    pub fn put(&self, runtime_id: &str, a: &Assignment) -> std::io::Result<()> {
+        use std::io::Write;
+        let tmp = self.dir.join(format!(".{runtime_id}.tmp"));
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(&serde_json::to_vec(a).unwrap_or_default())?;
+        f.sync_all()?;
+        std::fs::rename(tmp, self.path(runtime_id))
+    }
+
+    pub fn remove(&self, runtime_id: &str) {
+        let _ = std::fs::remove_file(self.path(runtime_id));
+    }
+}
+
+/// A runtime as the engine shows it, with its assignment.
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub container: String,
     pub runtime_id: String,
-    pub client: String,
-    pub session_id: String,
-    pub session_key: String,
-    pub image: String,
+    pub shape: String,
+    pub assignment: Assignment,
     pub state: State,
     /// Host ports by container port.
     pub ports: HashMap<u16, u16>,
+}
+
+impl Runtime {
+    /// It belongs to `client`.
+    pub fn is_of(&self, client: &str) -> bool {
+        self.assignment.client.as_deref() == Some(client)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -68,8 +126,25 @@ pub enum State {
     Stopped,
 }
 
-/// Makes and starts a runtime's container.
-pub async fn create(engine: &Engine, spec: &SandboxSpec, plan: &Plan) -> Result<String, DockerError> {
+/// Makes and starts a container of `shape` for `assignment` (`client` none: a warm one), its
+/// assignment written first so that no list ever shows a runtime without one. Its id.
+pub async fn create(
+    engine: &Engine,
+    store: &Assignments,
+    spec: &SandboxSpec,
+    shape: &Shape,
+    assignment: &Assignment,
+) -> Result<String, DockerError> {
+    let runtime_id = uuid::Uuid::new_v4().simple().to_string();
+    store.put(&runtime_id, assignment).map_err(|e| DockerError::Engine { op: "create runtime", detail: e.to_string() })?;
+    let made = make(engine, spec, shape, &runtime_id, &assignment.session_key).await;
+    if made.is_err() {
+        store.remove(&runtime_id);
+    }
+    made.map(|_| runtime_id)
+}
+
+async fn make(engine: &Engine, spec: &SandboxSpec, plan: &Shape, runtime_id: &str, session_key: &str) -> Result<(), DockerError> {
     let egress = Egress::parse(&spec.egress).map_err(|detail| DockerError::Engine { op: "create runtime", detail })?;
     let ports: Vec<u16> = SERVICES.iter().map(|(_, p)| *p).collect();
     let bindings = ports
@@ -81,14 +156,11 @@ pub async fn create(engine: &Engine, spec: &SandboxSpec, plan: &Plan) -> Result<
         .collect();
     let mut env: Vec<String> = plan.environment.iter().map(|(k, v)| format!("{k}={v}")).collect();
     // OpenHands' agent server takes the keys it accepts from here.
-    env.push(format!("OH_SESSION_API_KEYS_0={}", plan.session_key));
+    env.push(format!("OH_SESSION_API_KEYS_0={session_key}"));
     let labels = HashMap::from([
         (LABEL_DEPLOYMENT.to_owned(), engine.naming.deployment.clone()),
-        (LABEL_RUNTIME.to_owned(), plan.runtime_id.clone()),
-        (LABEL_CLIENT.to_owned(), plan.client.clone()),
-        (LABEL_SESSION.to_owned(), plan.session_id.clone()),
-        (LABEL_IMAGE.to_owned(), plan.image.clone()),
-        (LABEL_KEY.to_owned(), plan.session_key.clone()),
+        (LABEL_RUNTIME.to_owned(), runtime_id.to_owned()),
+        (LABEL_SHAPE.to_owned(), plan.hash()),
     ]);
     let factor = plan.resource_factor;
     let body = ContainerCreateBody {
@@ -123,38 +195,42 @@ pub async fn create(engine: &Engine, spec: &SandboxSpec, plan: &Plan) -> Result<
         }),
         ..Default::default()
     };
-    let name = engine.naming.name(&format!("rt-{}", plan.runtime_id));
+    let name = engine.naming.name(&format!("rt-{runtime_id}"));
     let options = CreateContainerOptions { name: Some(name), ..Default::default() };
     let made = engine.docker.create_container(Some(options), body).await.map_err(|e| DockerError::from_engine("create runtime", e))?;
     if let Err(e) = engine.docker.start_container(&made.id, None::<StartContainerOptions>).await {
         let _ = remove(engine, &made.id).await;
         return Err(DockerError::from_engine("start runtime", e));
     }
-    Ok(made.id)
+    Ok(())
 }
 
-/// This deployment's runtimes, of one OpenHands deployment (`client`) or all.
-pub async fn list(engine: &Engine, client: Option<&str>) -> Result<Vec<Runtime>, DockerError> {
-    let mut labels = vec![format!("{LABEL_DEPLOYMENT}={}", engine.naming.deployment), LABEL_RUNTIME.to_owned()];
-    if let Some(c) = client {
-        labels.push(format!("{LABEL_CLIENT}={c}"));
-    }
+/// This deployment's runtimes, warm ones included (with no client).
+pub async fn all(engine: &Engine, store: &Assignments) -> Result<Vec<Runtime>, DockerError> {
+    let labels = vec![format!("{LABEL_DEPLOYMENT}={}", engine.naming.deployment), LABEL_RUNTIME.to_owned()];
     let options = ListContainersOptions { all: true, filters: Some(HashMap::from([("label".to_owned(), labels)])), ..Default::default() };
     let found = engine.docker.list_containers(Some(options)).await.map_err(|e| DockerError::from_engine("list runtimes", e))?;
-    Ok(found.into_iter().filter_map(runtime).collect())
+    Ok(found.into_iter().filter_map(|c| runtime(c, store)).collect())
+}
+
+/// The runtimes of one OpenHands deployment.
+pub async fn of(engine: &Engine, store: &Assignments, client: &str) -> Result<Vec<Runtime>, DockerError> {
+    Ok(all(engine, store).await?.into_iter().filter(|r| r.is_of(client)).collect())
 }
 
 /// The runtime `runtime_id`, if it exists.
-pub async fn find(engine: &Engine, runtime_id: &str) -> Result<Option<Runtime>, DockerError> {
+pub async fn find(engine: &Engine, store: &Assignments, runtime_id: &str) -> Result<Option<Runtime>, DockerError> {
     let labels = vec![format!("{LABEL_DEPLOYMENT}={}", engine.naming.deployment), format!("{LABEL_RUNTIME}={runtime_id}")];
     let options = ListContainersOptions { all: true, filters: Some(HashMap::from([("label".to_owned(), labels)])), ..Default::default() };
     let found = engine.docker.list_containers(Some(options)).await.map_err(|e| DockerError::from_engine("find runtime", e))?;
-    Ok(found.into_iter().find_map(runtime))
+    Ok(found.into_iter().find_map(|c| runtime(c, store)))
 }
 
-fn runtime(c: ContainerSummary) -> Option<Runtime> {
+/// A container as a runtime: none without its assignment (being made, or being removed).
+fn runtime(c: ContainerSummary, store: &Assignments) -> Option<Runtime> {
     let labels = c.labels.unwrap_or_default();
-    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    let runtime_id = labels.get(LABEL_RUNTIME)?.clone();
+    let assignment = store.get(&runtime_id)?;
     let state = match c.state {
         Some(s) if s.to_string() == ContainerStateStatusEnum::RUNNING.to_string() => State::Running,
         Some(s) if s.to_string() == ContainerStateStatusEnum::PAUSED.to_string() => State::Paused,
@@ -167,16 +243,7 @@ fn runtime(c: ContainerSummary) -> Option<Runtime> {
         .filter_map(|p| Some((p.private_port, p.public_port?)))
         .filter(|(_, public)| *public != 0)
         .collect();
-    Some(Runtime {
-        container: c.id?,
-        runtime_id: labels.get(LABEL_RUNTIME)?.clone(),
-        client: label(LABEL_CLIENT),
-        session_id: label(LABEL_SESSION),
-        session_key: label(LABEL_KEY),
-        image: label(LABEL_IMAGE),
-        state,
-        ports,
-    })
+    Some(Runtime { container: c.id?, runtime_id, shape: labels.get(LABEL_SHAPE).cloned().unwrap_or_default(), assignment, state, ports })
 }
 
 /// Removes a runtime's container, running or not (a missing one is fine).
