@@ -38,7 +38,7 @@ fn script(llm: &ScriptedLlm) {
 }
 
 /// The machine's busy CPU seconds since boot (`/proc/stat`, every process).
-fn busy_seconds() -> f64 {
+pub(crate) fn busy_seconds() -> f64 {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let ticks: Vec<f64> = text.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
     let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);

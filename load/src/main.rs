@@ -47,6 +47,7 @@ mod memory;
 mod queue;
 mod reads;
 mod record;
+mod runtime_api;
 mod step;
 mod stream;
 mod ui;
@@ -57,7 +58,7 @@ mod webhooks;
 struct Args {
     /// Which suite: `core` (issue 2), `webhooks` (issue 4), `docker` (issue 3), `auth` (issue 9),
     /// `agent` (issue 10), `ui` (issue 11), `cluster` and `chaos` (issue 13), `checkpoint` (issue
-    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold`, `fork` and `reads` (issue 58), `queue` (issue 52), `environments` (issue 51), `batches` (issue 54), `gvisor` and `egress` (issue 53), or `all`.
+    /// 24), `stream` (issue 31), `acp` (issue 49), `browser` (issue 25), `kernel` and `vscode` (issue 32), `hooks` (issue 30), `cold`, `fork` and `reads` (issue 58), `queue` (issue 52), `environments` (issue 51), `batches` (issue 54), `gvisor` and `egress` (issue 53), `runtime_api` (issue 56), or `all`.
     #[arg(long, default_value = "all")]
     suite: String,
     /// Webhook suite: agent steps per run, and the scripted LLM's think time per step.
@@ -275,6 +276,10 @@ async fn main() -> Result<()> {
     if wants("egress") {
         let r = egress::run(reps).await?;
         record(&args.out, "egress", &r)?;
+    }
+    if wants("runtime_api") {
+        let r = runtime_api::run(reps).await?;
+        record(&args.out, "runtime_api", &r)?;
     }
     if wants("docker") {
         let r = record::repeated("docker", reps, |_| docker::run(args.docker_starts)).await?;

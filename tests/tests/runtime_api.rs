@@ -50,6 +50,16 @@ fn new_key(name: &str) -> (String, String) {
     (after("it is not kept): "), after("HALYARD_RUNTIME_API_KEYS: "))
 }
 
+/// Waits until the Runtime API listens on `port` (the supervisor binds it once its engine is
+/// set up, which may be after the gateway answers).
+async fn listening(port: u16, h: &Halyard) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the Runtime API did not listen: {}", h.log());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// OpenHands' client, run with `key` through `steps`: what each step returned.
 fn openhands(api: &str, key: &str, db: &str, steps: &[&str]) -> Vec<Value> {
     let command = json!(["python3", "-c", AGENT_SERVER]).to_string();
@@ -112,6 +122,7 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
             .set("HALYARD_RUNTIME_API_KEYS", &format!("{entry_a},{entry_b}"))
             .set("HALYARD_RUNTIME_API_MAX", "1"),
     );
+    listening(port, &h).await;
     let http = reqwest::Client::new();
     let db = format!("/tmp/halyard-openhands-{port}.db");
 
@@ -231,6 +242,7 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
             .set("HALYARD_RUNTIME_API_KEYS", &entry)
             .set("HALYARD_RUNTIME_API_POOL", &format!("{IMAGE}=1")),
     );
+    listening(port, &h).await;
     let db = format!("/tmp/halyard-openhands-{port}.db");
     let deployment = h.deployment();
 
