@@ -9,7 +9,12 @@
 #   chroot /opt/halyard-openhands /venv/bin/python /client/remote_sandbox_client.py ...
 #
 # tests/servers/openhands/remote_sandbox_client.py is copied in as /client/. Needs root.
-# Idempotent: re-running it changes nothing once the package is there.
+#
+# With --image (once a Docker engine answers), the same tree becomes an image,
+# halyard-openhands-agent-server:<agent server's version>, whose /venv/bin/agent-server is
+# OpenHands' real agent server: what the Runtime API's tests start as a runtime (OpenHands'
+# published agent-server images come from a registry this machine cannot reach).
+# Idempotent: re-running it changes nothing once the package (and the image) are there.
 set -euo pipefail
 
 ROOT=${HALYARD_OPENHANDS_ROOT:-/opt/halyard-openhands}
@@ -42,3 +47,16 @@ if ! chroot "$ROOT" /venv/bin/python -c "import importlib.metadata as m, sys; sy
 fi
 mkdir -p "$ROOT/client"
 cp "$here/tests/servers/openhands/remote_sandbox_client.py" "$ROOT/client/"
+
+if [ "${1:-}" = "--image" ]; then
+  agent=$(chroot "$ROOT" /venv/bin/python -c "import importlib.metadata as m; print(m.version('openhands-agent-server'))")
+  image="halyard-openhands-agent-server:$agent"
+  if ! docker image inspect "$image" >/dev/null 2>&1; then
+    echo "importing: $image from $ROOT (about a minute)" >&2
+    # The workspace OpenHands' runtimes run in (as uid 10001, its sandbox user).
+    mkdir -p "$ROOT/workspace" && chown 10001:10001 "$ROOT/workspace"
+    tar -C "$ROOT" --exclude='./proc/*' --exclude='./sys/*' --exclude='./tmp/*' --exclude=./client -c . \
+      | docker import --change 'ENV PATH=/venv/bin:/usr/local/bin:/usr/bin:/bin' --change 'WORKDIR /workspace' - "$image" >/dev/null
+  fi
+  echo "$image"
+fi

@@ -11,6 +11,9 @@ bash infra/install-deps.sh
 bash tests/install-deps.sh
 bash infra/docker-up.sh
 bash infra/build-base-image.sh
+# OpenHands' real agent server as an image, for the Runtime API's tests (its tree is made by
+# tests/install-deps.sh).
+bash infra/install-openhands-client.sh --image >/dev/null
 # The browser tests: the built web app, and Debian's Chromium (infra/install-deps.sh installs
 # it: the agent's browser in process sandboxes; Playwright cannot download one).
 bash infra/build-web.sh --require

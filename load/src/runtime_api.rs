@@ -77,15 +77,21 @@ async fn pool_ready(deployment: &str) -> Result<()> {
         let filter = format!("label=dev.halyard.deployment={deployment}");
         let ports = docker(&["ps", "--filter", &filter, "--filter", "label=dev.halyard.runtime", "--format", "{{.Ports}}"]);
         let listening = ports.lines().count() == 1
-            && ports.split(", ").filter(|p| p.ends_with("->60000/tcp")).any(|p| {
-                let addr = p.trim_end_matches("->60000/tcp");
-                std::net::TcpStream::connect(addr).is_ok()
-            });
+            && ports.split(", ").filter(|p| p.ends_with("->60000/tcp")).any(|p| answers(p.trim_end_matches("->60000/tcp")));
         if listening {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Something answers HTTP at `addr` (Docker's proxy accepts connections before it does).
+fn answers(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = [0u8; 7];
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_ok() && s.read_exact(&mut head).is_ok() && head == *b"HTTP/1."
 }
 
 fn median(v: &[f64]) -> f64 {

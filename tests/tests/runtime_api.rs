@@ -2,10 +2,12 @@
 //! OpenHands' Runtime API served by Halyard, driven by OpenHands' own client: the
 //! `RemoteSandboxService` of the `openhands-ai` package, unchanged
 //! (`tests/servers/openhands/remote_sandbox_client.py`, in the Python 3.13 tree that
-//! `infra/install-openhands-client.sh` makes). A runtime of a small image whose command serves
-//! the agent server's health route (and checks the session API key on the rest) starts, is
-//! reached at the URLs the client derives, pauses, resumes and stops; keys are per OpenHands
-//! deployment, and one deployment's key sees nothing of another's.
+//! `infra/install-openhands-client.sh` makes). A runtime of OpenHands' real agent server (an image
+//! made from the same tree: `install-openhands-client.sh --image`) starts, is reached at the URLs
+//! the client derives (its HTTP routes and its bash-events WebSocket, with the session API key),
+//! runs a command inside, pauses, resumes and stops; keys are per OpenHands deployment, and one
+//! deployment's key sees nothing of another's. The warm pool uses a smaller agent server (a
+//! Python HTTP server answering the health route), which starts in a moment.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +20,7 @@ use serde_json::{Value, json};
 const ROOT: &str = "/opt/halyard-openhands";
 const IMAGE: &str = "halyard-base:bookworm";
 
-/// The runtime's command: an agent server as far as its routes go. `/alive` answers anyone; the
+/// The pool's runtimes' command: an agent server as far as its routes go. `/alive` answers anyone; the
 /// rest only the runtime's session API key, and says what the container was given.
 const AGENT_SERVER: &str = r#"
 import http.server, json, os
@@ -60,12 +62,40 @@ async fn listening(port: u16, h: &Halyard) {
     }
 }
 
+/// What the client's sandbox spec starts: a command and its environment.
+struct Spec {
+    command: Value,
+    env: &'static [&'static str],
+}
+
+/// OpenHands' real agent server, as OpenHands' own default spec starts it (its state under the
+/// workspace, which its user owns).
+fn real_agent_server() -> Spec {
+    Spec {
+        command: json!(["/venv/bin/agent-server", "--port", "60000"]),
+        env: &["HOME=/workspace", "OH_CONVERSATIONS_PATH=/workspace/conversations", "OH_BASH_EVENTS_DIR=/workspace/bash_events"],
+    }
+}
+
+fn small_agent_server() -> Spec {
+    Spec { command: json!(["python3", "-c", AGENT_SERVER]), env: &[] }
+}
+
+/// The image of OpenHands' agent server that `install-openhands-client.sh --image` made.
+fn agent_server_image() -> String {
+    let tags = docker(&["images", "halyard-openhands-agent-server", "--format", "{{.Repository}}:{{.Tag}}"]);
+    tags.lines()
+        .next()
+        .map(str::to_owned)
+        .expect("no agent server image: run infra/install-openhands-client.sh --image (tests/run.sh does)")
+}
+
 /// OpenHands' client, run with `key` through `steps`: what each step returned.
-fn openhands(api: &str, key: &str, db: &str, steps: &[&str]) -> Vec<Value> {
-    let command = json!(["python3", "-c", AGENT_SERVER]).to_string();
+fn openhands(api: &str, key: &str, db: &str, spec: &Spec, steps: &[&str]) -> Vec<Value> {
     let out = Command::new("chroot")
         .args([ROOT, "/venv/bin/python", "/client/remote_sandbox_client.py", "--api-url", api, "--api-key", key, "--db", db])
-        .args(["--command", &command])
+        .args(["--command", &spec.command.to_string()])
+        .args(spec.env.iter().flat_map(|e| ["--env", e]))
         .args(steps)
         .env("OPENHANDS_SUPPRESS_BANNER", "1")
         .output()
@@ -127,7 +157,9 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     let db = format!("/tmp/halyard-openhands-{port}.db");
 
     // Started, and running once its agent server listens, at the URLs the client derives.
-    let run = openhands(&api, &key_a, &db, &["start", IMAGE, "wait", "last", "RUNNING"]);
+    let image = agent_server_image();
+    let real = real_agent_server();
+    let run = openhands(&api, &key_a, &db, &real, &["start", &image, "wait", "last", "RUNNING"]);
     let started = ok(&run[0]).clone();
     let sandbox = ok(&run[1]).clone();
     assert_eq!(sandbox["status"], "RUNNING", "{sandbox}");
@@ -147,28 +179,48 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     assert_eq!(url("VSCODE"), format!("{api}/{runtime_id}/vscode?tkn={session_key}&folder=%2Fworkspace%2Fproject"));
     assert_eq!(url("WORKER_1"), format!("{api}/{runtime_id}/work-1"));
 
-    // The agent server, through the Runtime API's proxy: its health route, and the rest with
-    // the session key only; the container has the client's environment, user and directory.
+    // OpenHands' agent server, through the Runtime API's proxy: its health route and server
+    // info to anyone, the rest with the runtime's session key only.
     let alive = http.get(format!("{agent}/alive")).send().await.unwrap();
     assert_eq!(alive.status(), 200);
-    let anonymous = http.get(format!("{agent}/api/conversations")).send().await.unwrap();
-    assert_eq!(anonymous.status(), 401);
-    let seen: Value = http
-        .get(format!("{agent}/api/conversations?x=1"))
+    let info: Value = http.get(format!("{agent}/server_info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["title"], "OpenHands Agent Server", "{info}");
+    let search = format!("{agent}/api/bash/bash_events/search");
+    assert_eq!(http.get(&search).send().await.unwrap().status(), 401, "no session key, no API");
+    assert_eq!(http.get(&search).header("X-Session-API-Key", &session_key).send().await.unwrap().status(), 200);
+
+    // Its bash-events WebSocket, through the proxy, sees a command run in the runtime: as the
+    // user OpenHands asked for, in its directory, with the spec's environment.
+    let ws_url = format!("{}/{runtime_id}/sockets/bash-events?session_api_key={session_key}", api.replace("http://", "ws://"));
+    let (mut socket, _) = tokio_tungstenite::connect_async(ws_url.as_str()).await.expect("the agent server's WebSocket through the proxy");
+    let ran: Value = http
+        .post(format!("{agent}/api/bash/execute_bash_command"))
         .header("X-Session-API-Key", &session_key)
+        .json(&json!({"command": "echo ran-as-$(id -u)-in-$(pwd)-test-$HALYARD_TEST"}))
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    assert_eq!(seen, json!({"path": "/api/conversations?x=1", "test": "1", "cwd": "/workspace", "uid": 10001}));
+    assert_eq!(ran["stdout"].as_str().map(str::trim), Some("ran-as-10001-in-/workspace-test-1"), "{ran}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut heard = Vec::new();
+    while !heard.iter().any(|t: &String| t.contains("ran-as-10001")) {
+        let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut socket)).await;
+        match next {
+            Ok(Some(Ok(msg))) => heard.push(msg.to_text().unwrap_or_default().to_owned()),
+            other => panic!("the WebSocket ended before the command's output: {other:?}; heard {heard:?}"),
+        }
+    }
+    drop(socket);
     // Nothing listens on the VS Code port of this image: said, not hung.
     let vscode = http.get(format!("{api}/{runtime_id}/vscode/")).send().await.unwrap();
     assert_eq!(vscode.status(), 502);
 
     // Paused and resumed as OpenHands does it, and listed while running only.
-    let run = openhands(&api, &key_a, &db, &["pause", &id, "get", &id, "running", "resume", &id, "wait", &id, "RUNNING", "running"]);
+    let steps = ["pause", &id, "get", &id, "running", "resume", &id, "wait", &id, "RUNNING", "running"];
+    let run = openhands(&api, &key_a, &db, &real, &steps);
     assert_eq!(ok(&run[0]), &json!(true));
     assert_eq!(ok(&run[1])["status"], "PAUSED");
     assert_eq!(ok(&run[2]), &json!([]));
@@ -186,7 +238,7 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     assert_eq!(s, 404, "another deployment cannot stop it");
     let (s, body) = call(&http, reqwest::Method::GET, &format!("{api}/list"), "hrk_not-a-key", None).await;
     assert_eq!((s, body["code"].as_str()), (401, Some("unauthorized")));
-    let run = openhands(&api, &key_b, &db, &["get", &id]);
+    let run = openhands(&api, &key_b, &db, &real, &["get", &id]);
     assert_eq!(ok(&run[0])["status"], "MISSING", "OpenHands with the other key finds no runtime");
 
     // Refused in words: an image the engine does not have, a runtime class Halyard does not run,
@@ -201,7 +253,7 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     assert_eq!(runtime_containers(&h.deployment()).len(), 1);
 
     // Stopped: its container is gone, and OpenHands' record with it.
-    let run = openhands(&api, &key_a, &db, &["delete", &id, "get", &id]);
+    let run = openhands(&api, &key_a, &db, &real, &["delete", &id, "get", &id]);
     assert_eq!(ok(&run[0]), &json!(true));
     assert_eq!(ok(&run[1]), &Value::Null);
     assert!(runtime_containers(&h.deployment()).is_empty(), "the runtime's container was removed");
@@ -249,7 +301,8 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
     // Nothing is known of what the image's starts ask for: the first start is cold, and teaches
     // the pool its shape.
     assert!(runtime_containers(&deployment).is_empty());
-    let run = openhands(&api, &key, &db, &["start", IMAGE, "wait", "last", "RUNNING"]);
+    let small = small_agent_server();
+    let run = openhands(&api, &key, &db, &small, &["start", IMAGE, "wait", "last", "RUNNING"]);
     let first = ok(&run[1])["id"].as_str().unwrap().to_owned();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while runtime_containers(&deployment).len() < 2 {
@@ -261,7 +314,7 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
 
     // The next start of the same spec is given the warm one: running at once, made before.
     let before = runtime_ids(&deployment);
-    let run = openhands(&api, &key, &db, &["start", IMAGE]);
+    let run = openhands(&api, &key, &db, &small, &["start", IMAGE]);
     let second = ok(&run[0]).clone();
     assert_eq!(second["status"], "RUNNING", "a warm runtime is running when it is given: {second}");
     let agent = second["exposed_urls"][0]["url"].as_str().unwrap().to_owned();
@@ -279,7 +332,7 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let second_id = second["id"].as_str().unwrap().to_owned();
-    let run = openhands(&api, &key, &db, &["running", "delete", &first, "delete", &second_id]);
+    let run = openhands(&api, &key, &db, &small, &["running", "delete", &first, "delete", &second_id]);
     let mut running: Vec<String> = serde_json::from_value(ok(&run[0]).clone()).unwrap();
     running.sort();
     let mut expected = vec![first.clone(), second_id.clone()];

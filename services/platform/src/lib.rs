@@ -20,6 +20,7 @@ pub mod executor_client;
 pub mod fault;
 pub mod forge;
 pub mod git_proxy;
+pub mod http_relay;
 pub mod images;
 pub mod keys;
 pub mod kv_mirror;

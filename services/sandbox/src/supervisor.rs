@@ -473,8 +473,6 @@ fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api
     let sandbox = &config.sandbox;
     let spec = sandbox.spec(&sandbox.default_spec).unwrap_or_default();
     let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
-    let http =
-        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().map_err(|e| SandboxError::Spawn(e.to_string()))?;
     // Whose each runtime is, and the pool's shapes: root's own, beside the sandboxes.
     let dir = config.data_dir.join("runtime-api");
     let store =
@@ -485,7 +483,6 @@ fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api
         keys: sandbox.runtime_api_keys.clone(),
         url,
         max_runtimes: sandbox.runtime_api_max,
-        http,
         store,
         pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
     }))

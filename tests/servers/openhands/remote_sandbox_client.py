@@ -60,7 +60,7 @@ async def main(args) -> int:
             spec = SandboxSpecInfo(
                 id=arg if verb == "start" else "unused",
                 command=json.loads(args.command) if args.command else None,
-                initial_env={"HALYARD_TEST": "1"},
+                initial_env={"HALYARD_TEST": "1", **dict(e.split("=", 1) for e in args.env)},
                 working_dir="/workspace",
             )
             service = RemoteSandboxService(
@@ -118,6 +118,7 @@ if __name__ == "__main__":
     p.add_argument("--db", default="/tmp/openhands-client.db")
     p.add_argument("--user", default="openhands-user")
     p.add_argument("--command", default="", help="the spec's command, as a JSON list")
+    p.add_argument("--env", action="append", default=[], help="KEY=VALUE in the spec's environment")
     p.add_argument("--resource-factor", type=int, default=1)
     p.add_argument("--max-sandboxes", type=int, default=10)
     p.add_argument("--timeout", type=float, default=60)

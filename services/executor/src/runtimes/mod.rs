@@ -1,13 +1,13 @@
 //! What the executor starts on demand, in the sandbox as itself: for the agent's tools the
 //! browser ([`browser`]) and the Python kernels ([`kernel`]), for the user VS Code ([`vscode`])
-//! and the apps on the sandbox's forwarded ports ([`ports`]), both reached through [`relay`];
+//! and the apps on the sandbox's forwarded ports ([`ports`]), both reached through the platform's
+//! `http_relay`;
 //! and what they need from a child program: the tail of what it said, a temporary directory
 //! short enough for its sockets, and a watch that stops it once unused ([`watch_idle`]).
 
 pub mod browser;
 pub mod kernel;
 pub mod ports;
-pub mod relay;
 pub mod vscode;
 
 use std::path::PathBuf;

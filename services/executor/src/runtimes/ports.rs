@@ -10,8 +10,9 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use super::relay::{Relayed, relay};
 use crate::error::ExecutorError;
+use halyard_platform::http_relay::{Relayed, relay};
+use halyard_protocol::executor::SESSION_KEY_HEADER;
 
 /// `/ports/<n>/…`: a request for the app on port `n`.
 pub async fn forward(req: Request) -> Response {
@@ -32,7 +33,7 @@ pub async fn forward(req: Request) -> Response {
         Ok(s) => s,
         Err(e) => return unreachable(e.to_string()).into_response(),
     };
-    match relay(stream, req, &path, |_| false).await {
+    match relay(stream, req, &path, |k| k == SESSION_KEY_HEADER).await {
         Ok(Relayed::Answer(res)) => {
             let (parts, body) = res.into_parts();
             Response::from_parts(parts, Body::new(body))

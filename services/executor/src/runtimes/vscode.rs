@@ -27,9 +27,10 @@ use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::relay::{Relayed, relay};
 use super::{Said, short_tmp};
 use crate::error::ExecutorError;
+use halyard_platform::http_relay::{Relayed, relay};
+use halyard_protocol::executor::SESSION_KEY_HEADER;
 
 /// Where code-server may be, in order: the directory `infra/install-code-server.sh` fills (on
 /// the host for process sandboxes, in the base image for containers), then the usual places.
@@ -249,21 +250,22 @@ impl VsCode {
         // that the storage script can go into it.
         let page = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.starts_with("text/html"));
         let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| bad(e.to_string()))?;
-        let res = match relay(stream, req, &path, |k| page && k == header::ACCEPT_ENCODING).await.map_err(bad)? {
-            Relayed::Answer(res) => res,
-            Relayed::Upgraded(res, joined) => {
-                // An open connection (the workbench's, a terminal's) is use: no idle stop while
-                // the VS Code tab is open.
-                self.open.fetch_add(1, Ordering::SeqCst);
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let _ = joined.await;
-                    this.touch();
-                    this.open.fetch_sub(1, Ordering::SeqCst);
-                });
-                return Ok(res);
-            }
-        };
+        let res =
+            match relay(stream, req, &path, |k| k == SESSION_KEY_HEADER || (page && k == header::ACCEPT_ENCODING)).await.map_err(bad)? {
+                Relayed::Answer(res) => res,
+                Relayed::Upgraded(res, joined) => {
+                    // An open connection (the workbench's, a terminal's) is use: no idle stop while
+                    // the VS Code tab is open.
+                    self.open.fetch_add(1, Ordering::SeqCst);
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        let _ = joined.await;
+                        this.touch();
+                        this.open.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    return Ok(res);
+                }
+            };
         let (mut parts, body) = res.into_parts();
         let html = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|t| t.starts_with("text/html"));
         if parts.status == StatusCode::OK && html && !parts.headers.contains_key(header::CONTENT_ENCODING) {

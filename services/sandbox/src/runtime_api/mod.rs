@@ -10,7 +10,7 @@
 //! - `POST /pause`, `/resume`, `/stop` with `{runtime_id}` (404 for a runtime the key does not
 //!   have); `GET /sessions/{session_id}`, `GET /sessions/batch?ids=…`, `GET /list` (running).
 //! - Statuses as OpenHands maps them: `starting` (the container runs, its agent server does not
-//!   listen yet), `running`, `paused`, `stopped`.
+//!   answer HTTP yet), `running`, `paused`, `stopped`.
 //! - Each OpenHands deployment has its own `X-API-Key` (`HALYARD_RUNTIME_API_KEYS`: hashes
 //!   only) and sees only its own runtimes; `HALYARD_RUNTIME_API_MAX` bounds how many it has.
 //! - A runtime's URL is `<HALYARD_RUNTIME_API_URL>/<runtime id>` (path mode): this listener
@@ -54,7 +54,6 @@ pub struct RuntimeApi {
     /// The public base of runtimes' URLs.
     pub url: String,
     pub max_runtimes: usize,
-    pub http: reqwest::Client,
     /// Whose each runtime is.
     pub store: Assignments,
     pub pool: pool::Pool,
@@ -157,11 +156,20 @@ async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     })
 }
 
-/// Its agent server accepts connections.
+/// Its agent server answers HTTP (`GET /alive`, with any status). A connection alone says
+/// nothing: Docker's proxy accepts on a published port before anything listens behind it.
 async fn listening(api: &RuntimeApi, r: &Runtime) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Some(port) = r.ports.get(&runtimes::SERVICES[0].1) else { return false };
     let to = std::net::SocketAddr::new(api.engine.publish_host, *port);
-    matches!(tokio::time::timeout(std::time::Duration::from_secs(1), tokio::net::TcpStream::connect(to)).await, Ok(Ok(_)))
+    let answered = async {
+        let mut stream = tokio::net::TcpStream::connect(to).await.ok()?;
+        stream.write_all(b"GET /alive HTTP/1.1\r\nHost: runtime\r\nConnection: close\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 7];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head == *b"HTTP/1.")
+    };
+    matches!(tokio::time::timeout(std::time::Duration::from_secs(2), answered).await, Ok(Some(true)))
 }
 
 /// `command` as OpenHands sends it: a list, or one string for the shell.

@@ -1,7 +1,9 @@
 //! Runtimes' URLs in path mode: `/<runtime id>/…` goes to the runtime's agent server (port
 //! 60000), `/<runtime id>/vscode/…` to 60001, `/<runtime id>/work-1/…` and `/work-2/…` to the two
 //! worker ports, each without its prefix, as OpenHands' client derives them
-//! (`_build_service_url`). Plain HTTP, streamed both ways; WebSocket upgrades are not passed yet.
+//! (`_build_service_url`). Over a connection of its own to the runtime's published port, through
+//! the platform's `http_relay`: streamed both ways, WebSocket upgrades joined (the agent server's
+//! event socket, VS Code's).
 //!
 //! No key is asked here: what answers checks its own (the agent server its session API key,
 //! VS Code its token), as behind OpenHands' own runtime ingress. A paused or stopped runtime,
@@ -11,15 +13,12 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use halyard_platform::http_relay::{Relayed, relay};
 
 use super::runtimes::{self, SERVICES, State as RunState};
 use super::{Refusal, RuntimeApi};
-
-/// Headers that belong to one connection, not to the request.
-const HOP_BY_HOP: [HeaderName; 6] =
-    [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE, header::PROXY_AUTHORIZATION];
 
 /// The runtime, the container port and the path left, of a runtime URL's path.
 fn route(path: &str) -> Option<(&str, u16, String)> {
@@ -57,25 +56,18 @@ async fn pass(api: &RuntimeApi, req: Request) -> Result<Response, Refusal> {
     }
     let host_port = runtime.ports.get(&port).ok_or_else(not_found)?;
     let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("http://{}{path}{query}", std::net::SocketAddr::new(api.engine.publish_host, *host_port));
-    let (parts, body) = req.into_parts();
-    let mut out = api.http.request(parts.method, url).body(reqwest::Body::wrap_stream(body.into_data_stream()));
-    for (name, value) in &parts.headers {
-        if name != header::HOST && !HOP_BY_HOP.contains(name) {
-            out = out.header(name, value);
-        }
-    }
-    let answer = out.send().await.map_err(|e| {
+    let unreachable = |e: String| {
         Refusal::new(StatusCode::BAD_GATEWAY, "runtime_unreachable", format!("The runtime did not answer ({e}); it may still be starting."))
-    })?;
-    let mut res = Response::builder().status(answer.status());
-    for (name, value) in answer.headers() {
-        if !HOP_BY_HOP.contains(name) {
-            res = res.header(name, value);
+    };
+    let stream = tokio::net::TcpStream::connect((api.engine.publish_host, *host_port)).await.map_err(|e| unreachable(e.to_string()))?;
+    let _ = stream.set_nodelay(true);
+    match relay(stream, req, &format!("{path}{query}"), |_| false).await.map_err(unreachable)? {
+        Relayed::Answer(res) => {
+            let (parts, body) = res.into_parts();
+            Ok(Response::from_parts(parts, Body::new(body)))
         }
+        Relayed::Upgraded(res, _joined) => Ok(res),
     }
-    res.body(Body::from_stream(answer.bytes_stream()))
-        .map_err(|e| Refusal::new(StatusCode::BAD_GATEWAY, "runtime_unreachable", format!("The runtime's answer was malformed: {e}")))
 }
 
 #[cfg(test)]

@@ -1,31 +1,31 @@
-//! Passing one HTTP request from the executor's listener to a program in the sandbox (VS Code on
-//! its Unix socket, an app on a forwarded port) over a connection of its own, and its answer
-//! back: hop-by-hop headers and the session key stay behind; a `101 Switching Protocols` joins
-//! the two upgraded connections.
+//! Passing one HTTP request to a server over a connection of its own, and its answer back:
+//! hop-by-hop headers stay behind (and whatever else the caller names: the executor's session
+//! key); a `101 Switching Protocols` joins the two upgraded connections, so WebSockets pass too.
+//! Used by the executor (VS Code on its Unix socket, an app on a forwarded port) and by the
+//! sandbox supervisor's Runtime API (a runtime's published ports).
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use halyard_protocol::executor::SESSION_KEY_HEADER;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Hop-by-hop headers, which belong to one connection and are not passed on (RFC 9110 7.6.1).
-pub(crate) const HOP: [&str; 8] =
+pub const HOP: [&str; 8] =
     ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
 
 /// An answer of the program, and (for an upgrade) the joined connection's end.
-pub(crate) enum Relayed {
+pub enum Relayed {
     /// An ordinary answer, hop-by-hop headers removed.
     Answer(hyper::Response<hyper::body::Incoming>),
     /// The connections were upgraded and are being joined: the `101` to send back.
     Upgraded(Response, tokio::task::JoinHandle<()>),
 }
 
-/// Sends `req` to the program at the other end of `stream`, as `path`, less the headers `drop`
-/// names besides the hop-by-hop ones and the session key.
-pub(crate) async fn relay<S>(stream: S, mut req: Request, path: &str, drop: impl Fn(&HeaderName) -> bool) -> Result<Relayed, String>
+/// Sends `req` to the server at the other end of `stream`, as `path`, less the headers `drop`
+/// names besides the hop-by-hop ones.
+pub async fn relay<S>(stream: S, mut req: Request, path: &str, drop: impl Fn(&HeaderName) -> bool) -> Result<Relayed, String>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -35,8 +35,7 @@ where
     let mut out = hyper::Request::builder().method(parts.method).uri(path).version(hyper::Version::HTTP_11);
     let headers = out.headers_mut().ok_or("bad request")?;
     for (k, v) in &parts.headers {
-        // The session key is the executor's alone, never a program's.
-        if HOP.contains(&k.as_str()) || k.as_str() == SESSION_KEY_HEADER || drop(k) {
+        if HOP.contains(&k.as_str()) || drop(k) {
             continue;
         }
         headers.append(k, v.clone());
