@@ -90,6 +90,25 @@ fn agent_server_image() -> String {
         .expect("no agent server image: run infra/install-openhands-client.sh --image (tests/run.sh does)")
 }
 
+/// Halyard with container sandboxes serving the Runtime API with `settings`, once it listens;
+/// its port.
+async fn serving(settings: &[(&str, &str)]) -> (ScriptedLlm, Halyard, u16) {
+    require_engine();
+    assert!(
+        Path::new(ROOT).join("client/remote_sandbox_client.py").exists(),
+        "OpenHands' client is not installed: run infra/install-openhands-client.sh (tests/run.sh does)"
+    );
+    let port = halyard_tests::oidc::free_port();
+    let llm = ScriptedLlm::start().await;
+    let opts = HalyardOptions::new(&llm.base_url)
+        .set("HALYARD_SANDBOX", "docker")
+        .set("HALYARD_SANDBOX_POOL_SIZE", "0")
+        .set("HALYARD_RUNTIME_API_ADDR", &format!("127.0.0.1:{port}"));
+    let h = Halyard::start(settings.iter().fold(opts, |o, (k, v)| o.set(k, v)));
+    listening(port, &h).await;
+    (llm, h, port)
+}
+
 /// OpenHands' client, run with `key` through `steps`: what each step returned.
 fn openhands(api: &str, key: &str, db: &str, spec: &Spec, steps: &[&str]) -> Vec<Value> {
     let out = Command::new("chroot")
@@ -135,24 +154,9 @@ fn runtime_containers(deployment: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_api() {
     init();
-    require_engine();
-    assert!(
-        Path::new(ROOT).join("client/remote_sandbox_client.py").exists(),
-        "OpenHands' client is not installed: run infra/install-openhands-client.sh (tests/run.sh does)"
-    );
     let ((key_a, entry_a), (key_b, entry_b)) = (new_key("openhands-a"), new_key("openhands-b"));
-    let port = halyard_tests::oidc::free_port();
+    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &format!("{entry_a},{entry_b}")), ("HALYARD_RUNTIME_API_MAX", "1")]).await;
     let api = format!("http://127.0.0.1:{port}");
-    let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_SANDBOX", "docker")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_RUNTIME_API_ADDR", &format!("127.0.0.1:{port}"))
-            .set("HALYARD_RUNTIME_API_KEYS", &format!("{entry_a},{entry_b}"))
-            .set("HALYARD_RUNTIME_API_MAX", "1"),
-    );
-    listening(port, &h).await;
     let http = reqwest::Client::new();
     let db = format!("/tmp/halyard-openhands-{port}.db");
 
@@ -280,21 +284,9 @@ fn runtime_ids(deployment: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
     init();
-    require_engine();
-    assert!(Path::new(ROOT).join("client/remote_sandbox_client.py").exists(), "run infra/install-openhands-client.sh");
     let (key, entry) = new_key("openhands-pool");
-    let port = halyard_tests::oidc::free_port();
+    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_RUNTIME_API_POOL", &format!("{IMAGE}=1"))]).await;
     let api = format!("http://127.0.0.1:{port}");
-    let llm = ScriptedLlm::start().await;
-    let h = Halyard::start(
-        HalyardOptions::new(&llm.base_url)
-            .set("HALYARD_SANDBOX", "docker")
-            .set("HALYARD_SANDBOX_POOL_SIZE", "0")
-            .set("HALYARD_RUNTIME_API_ADDR", &format!("127.0.0.1:{port}"))
-            .set("HALYARD_RUNTIME_API_KEYS", &entry)
-            .set("HALYARD_RUNTIME_API_POOL", &format!("{IMAGE}=1")),
-    );
-    listening(port, &h).await;
     let db = format!("/tmp/halyard-openhands-{port}.db");
     let deployment = h.deployment();
 
