@@ -309,6 +309,8 @@ async fn the_bus_asks_who_you_are_and_each_role_keeps_to_its_subjects() {
         ("titles", format!("halyard.events.{conv}.user_message")),
         ("sandbox", format!("halyard.events.{conv}.action")),
         ("sandbox", format!("halyard.cmd.agent.{conv}")),
+        // (Of audit records, it writes only its Runtime API's.)
+        ("sandbox", "halyard.sys.audit.user".to_owned()),
         // (It may send a refused connection, on a subject of its own.)
         ("callbacks", format!("halyard.cmd.agent.{conv}.network")),
         ("conversations", format!("halyard.events.{conv}.agent_message")),

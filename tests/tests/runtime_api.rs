@@ -93,12 +93,15 @@ fn agent_server_image() -> String {
 /// Halyard with container sandboxes serving the Runtime API with `settings`, once it listens;
 /// its port.
 async fn serving(settings: &[(&str, &str)]) -> (ScriptedLlm, Halyard, u16) {
+    serving_on(halyard_tests::oidc::free_port(), settings).await
+}
+
+async fn serving_on(port: u16, settings: &[(&str, &str)]) -> (ScriptedLlm, Halyard, u16) {
     require_engine();
     assert!(
         Path::new(ROOT).join("client/remote_sandbox_client.py").exists(),
         "OpenHands' client is not installed: run infra/install-openhands-client.sh (tests/run.sh does)"
     );
-    let port = halyard_tests::oidc::free_port();
     let llm = ScriptedLlm::start().await;
     let opts = HalyardOptions::new(&llm.base_url)
         .set("HALYARD_SANDBOX", "docker")
@@ -155,7 +158,9 @@ fn runtime_containers(deployment: &str) -> Vec<String> {
 async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_api() {
     init();
     let ((key_a, entry_a), (key_b, entry_b)) = (new_key("openhands-a"), new_key("openhands-b"));
-    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &format!("{entry_a},{entry_b}")), ("HALYARD_RUNTIME_API_MAX", "1")]).await;
+    let keys = format!("{entry_a},{entry_b}");
+    let (_llm, h, port) =
+        serving(&[("HALYARD_RUNTIME_API_KEYS", &keys), ("HALYARD_RUNTIME_API_MAX", "1"), ("HALYARD_ADMINS", "alice")]).await;
     let api = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let db = format!("/tmp/halyard-openhands-{port}.db");
@@ -263,6 +268,34 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     assert!(runtime_containers(&h.deployment()).is_empty(), "the runtime's container was removed");
     let (s, _) = call(&http, reqwest::Method::POST, &format!("{api}/stop"), &key_a, Some(json!({"runtime_id": runtime_id}))).await;
     assert_eq!(s, 404, "a stopped runtime is unknown");
+
+    // The administrator reads what each deployment did, and what was refused, in the audit
+    // trail; never a key.
+    let admin = h.api("alice-secret-key");
+    let trail = |actor: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let (s, page) = admin.get(&format!("/api/v1/admin/audit?actor=runtime-api:{actor}&action=runtime.")).await;
+            assert_eq!(s, 200, "{page}");
+            page["items"].as_array().unwrap().iter().rev().map(|r| r["action"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !trail("openhands-a").await.contains(&"runtime.stop".to_owned()) {
+        assert!(std::time::Instant::now() < deadline, "the audit trail did not record the stop");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let a = trail("openhands-a").await;
+    for (action, times) in [("runtime.start", 1), ("runtime.pause", 1), ("runtime.resume", 1), ("runtime.stop", 1), ("runtime.refused", 3)]
+    {
+        assert_eq!(a.iter().filter(|x| *x == action).count(), times, "{action} in {a:?}");
+    }
+    assert_eq!(trail("-").await, vec!["runtime.unauthorized".to_owned()], "the wrong key's attempt");
+    assert!(trail("openhands-b").await.is_empty(), "deployment b changed nothing: {:?}", trail("openhands-b").await);
+    let (_, page) = admin.get("/api/v1/admin/audit?action=runtime.").await;
+    for secret in [&key_a, &key_b, &session_key] {
+        assert!(!page.to_string().contains(secret.as_str()), "a key reached the audit trail");
+    }
     let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
 }
 
@@ -285,7 +318,17 @@ fn runtime_ids(deployment: &str) -> Vec<String> {
 async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
     init();
     let (key, entry) = new_key("openhands-pool");
-    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_RUNTIME_API_POOL", &format!("{IMAGE}=1"))]).await;
+    let pool = format!("{IMAGE}=1");
+    let port = halyard_tests::oidc::free_port();
+    // Runtimes' URLs as subdomains of the Runtime API's public host.
+    let public = format!("http://runtimes.localhost:{port}");
+    let settings = [
+        ("HALYARD_RUNTIME_API_KEYS", entry.as_str()),
+        ("HALYARD_RUNTIME_API_POOL", &pool),
+        ("HALYARD_RUNTIME_API_URL", &public),
+        ("HALYARD_RUNTIME_API_URL_MODE", "subdomain"),
+    ];
+    let (_llm, h, port) = serving_on(port, &settings).await;
     let api = format!("http://127.0.0.1:{port}");
     let db = format!("/tmp/halyard-openhands-{port}.db");
     let deployment = h.deployment();
@@ -310,12 +353,19 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
     let second = ok(&run[0]).clone();
     assert_eq!(second["status"], "RUNNING", "a warm runtime is running when it is given: {second}");
     let agent = second["exposed_urls"][0]["url"].as_str().unwrap().to_owned();
-    let runtime_id = agent.rsplit('/').next().unwrap().to_owned();
+    let host = agent.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let runtime_id = host.split('.').next().unwrap().to_owned();
+    assert_eq!(host, format!("{runtime_id}.runtimes.localhost:{port}"), "subdomain mode: {agent}");
+    let vscode = second["exposed_urls"][1]["url"].as_str().unwrap();
+    assert!(vscode.starts_with(&format!("http://vscode-{runtime_id}.runtimes.localhost:{port}/?tkn=")), "{vscode}");
     assert!(before.contains(&runtime_id), "the runtime given ({runtime_id}) was made before the start asked for it: {before:?}");
+    // Reached by its host name (asked of the Runtime API's address, as a resolver of
+    // `*.localhost` would send it).
     let key2 = second["session_api_key"].as_str().unwrap();
     let http = reqwest::Client::new();
-    let seen = http.get(format!("{agent}/api/x")).header("X-Session-API-Key", key2).send().await.unwrap();
-    assert_eq!(seen.status(), 200, "its agent server takes the session key the start returned");
+    let at = |host: String| http.get(format!("{api}/api/x")).header("host", host).header("X-Session-API-Key", key2);
+    assert_eq!(at(host.clone()).send().await.unwrap().status(), 200, "its agent server, by its subdomain, with its session key");
+    assert_eq!(at(format!("vscode-{host}")).send().await.unwrap().status(), 502, "its VS Code port, by its own subdomain: nothing there");
 
     // The pool fills again behind it; both sessions are the client's own, and stop.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -469,7 +469,7 @@ async fn egress_proxy(
 }
 
 /// What OpenHands' Runtime API serves with: the default spec, and its key hashes.
-fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api::RuntimeApi>, SandboxError> {
+fn runtime_api(config: &Config, engine: Engine, js: jetstream::Context) -> Result<Arc<crate::runtime_api::RuntimeApi>, SandboxError> {
     let sandbox = &config.sandbox;
     let spec = sandbox.spec(&sandbox.default_spec).unwrap_or_default();
     let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
@@ -482,8 +482,10 @@ fn runtime_api(config: &Config, engine: Engine) -> Result<Arc<crate::runtime_api
         spec,
         keys: sandbox.runtime_api_keys.clone(),
         url,
+        subdomains: sandbox.runtime_api_subdomains,
         max_runtimes: sandbox.runtime_api_max,
         store,
+        js,
         pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
     }))
 }
@@ -622,12 +624,15 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         tasks.push(tokio::spawn(crate::warm::refill(ctx.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(crate::envpool::keep(ctx.clone(), shutdown.clone())));
         if let Some(addr) = config.sandbox.runtime_api_addr {
-            let api = runtime_api(&config, d.engine.clone())?;
+            let api = runtime_api(&config, d.engine.clone(), js.clone())?;
             // Bound here: a taken port stops the start-up, in words.
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| SandboxError::Spawn(format!("HALYARD_RUNTIME_API_ADDR {addr}: {e}")))?;
-            tasks.push(tokio::spawn(crate::runtime_api::pool::Pool::keep(api.clone(), shutdown.clone())));
+            tasks.push(tokio::spawn({
+                let (api, shutdown) = (api.clone(), shutdown.clone());
+                async move { api.pool.keep(&api.engine, &api.store, &api.spec, shutdown).await }
+            }));
             let served = crate::runtime_api::serve(api, listener, shutdown.clone());
             tasks.push(tokio::spawn(async move {
                 if let Err(e) = served.await {

@@ -448,6 +448,7 @@ mod tests {
                 "RUNTIME_API_ADDR" => "127.0.0.1:3005",
                 "RUNTIME_API_URL" => "http://runtimes.example.com",
                 "RUNTIME_API_POOL" => "ghcr.io/openhands/agent-server:1.0=2",
+                "RUNTIME_API_URL_MODE" => "subdomain",
                 "RUNTIME_API_KEYS" => "openhands=9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
                 "FAULT" => "agent:cmd.agent.start:received",
                 "HTTP_ADDR"

@@ -106,6 +106,9 @@ pub struct SandboxConfig {
     pub runtime_api_max: usize,
     /// Warm runtimes the Runtime API keeps started, by image.
     pub runtime_api_pool: std::collections::BTreeMap<String, usize>,
+    /// Runtimes' URLs as subdomains of the Runtime API's host (`<id>.<host>`, `vscode-<id>.<host>`)
+    /// rather than paths (`<url>/<id>`, `<url>/<id>/vscode`).
+    pub runtime_api_subdomains: bool,
 }
 
 /// What a docker sandbox is made from.
@@ -304,6 +307,7 @@ impl Default for SandboxConfig {
             runtime_api_keys: Default::default(),
             runtime_api_max: 10,
             runtime_api_pool: Default::default(),
+            runtime_api_subdomains: false,
         }
     }
 }
@@ -438,6 +442,12 @@ pub(crate) const SETTINGS: &[Setting<SandboxConfig>] = &[
             }
             c.runtime_api_pool = pool
         }
+    ),
+    set!(
+        "RUNTIME_API_URL_MODE",
+        "`path`",
+        "runtimes' URLs: `path` (`<RUNTIME_API_URL>/<id>`, `/<id>/vscode`) or `subdomain` (`<id>.<host>`, `vscode-<id>.<host>`: the host's subdomains must resolve to the Runtime API, as `*.localhost` does)",
+        |c, v| c.runtime_api_subdomains = one_of(v, &["path", "subdomain"])? == "subdomain"
     ),
     set!("RUNTIME_API_MAX", "`10`", "most runtimes one OpenHands deployment may have at once (running or paused)", |c, v| c
         .runtime_api_max =

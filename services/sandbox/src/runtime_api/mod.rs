@@ -13,9 +13,12 @@
 //!   answer HTTP yet), `running`, `paused`, `stopped`.
 //! - Each OpenHands deployment has its own `X-API-Key` (`HALYARD_RUNTIME_API_KEYS`: hashes
 //!   only) and sees only its own runtimes; `HALYARD_RUNTIME_API_MAX` bounds how many it has.
+//!   What each starts, pauses, resumes and stops, and what it is refused, is in the audit trail
+//!   (`runtime.*`, actor `runtime-api:<deployment>`; `GET /api/v1/admin/audit`).
 //! - A runtime's URL is `<HALYARD_RUNTIME_API_URL>/<runtime id>` (path mode): this listener
 //!   passes `/<id>/…` to its agent server, `/<id>/vscode/…` and `/<id>/work-1|2/…` to the other
-//!   ports OpenHands derives ([`proxy`]).
+//!   ports OpenHands derives ([`proxy`]); or, with `HALYARD_RUNTIME_API_URL_MODE=subdomain`,
+//!   `<id>.<host>`, `vscode-<id>.<host>`, `work-1-<id>.<host>` by the request's `Host`.
 //!
 //! A runtime is a container ([`runtimes`]): the image and command asked for (an image the engine
 //! has; nothing is built or pulled), with the default spec's hardening, network and limits
@@ -25,14 +28,14 @@
 
 pub mod pool;
 pub mod proxy;
+pub mod refusal;
 pub mod runtimes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use halyard_platform::Shutdown;
@@ -41,7 +44,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::docker::{DockerError, Engine};
+use crate::docker::Engine;
+use refusal::Refusal;
 use runtimes::{Assignment, Assignments, Runtime, Shape, State as RunState};
 
 /// What the Runtime API serves with.
@@ -53,36 +57,14 @@ pub struct RuntimeApi {
     pub keys: BTreeMap<String, String>,
     /// The public base of runtimes' URLs.
     pub url: String,
+    /// Runtimes' URLs are subdomains of `url`'s host, not paths under it.
+    pub subdomains: bool,
     pub max_runtimes: usize,
     /// Whose each runtime is.
     pub store: Assignments,
+    /// Where the audit records go.
+    pub js: async_nats::jetstream::Context,
     pub pool: pool::Pool,
-}
-
-/// A refusal, as JSON with a stable code and a message saying what to do.
-#[derive(Debug)]
-pub struct Refusal {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl Refusal {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
-    }
-}
-
-impl From<DockerError> for Refusal {
-    fn from(e: DockerError) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "engine_error", format!("The Docker engine failed: {e}. Try again."))
-    }
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        (self.status, Json(json!({"code": self.code, "message": self.message}))).into_response()
-    }
 }
 
 /// A new deployment key for `name`: the key (shown once) and its `HALYARD_RUNTIME_API_KEYS`
@@ -91,11 +73,6 @@ pub fn new_key(name: &str) -> (String, String) {
     let key = format!("hrk_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
     let entry = format!("{name}={}", hash(&key));
     (key, entry)
-}
-
-/// A new session API key for a runtime's agent server.
-fn session_key() -> String {
-    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
 fn hash(key: &str) -> String {
@@ -112,7 +89,9 @@ pub fn app(api: Arc<RuntimeApi>) -> Router {
         .route("/list", get(list))
         .route("/sessions/batch", get(batch))
         .route("/sessions/{session_id}", get(session))
-        .fallback(proxy::forward)
+        .fallback(|State(api): State<Arc<RuntimeApi>>, req: axum::extract::Request| async move {
+            proxy::forward(&api.engine, &api.store, &api.url, api.subdomains, req).await
+        })
         .with_state(api)
 }
 
@@ -120,7 +99,8 @@ pub fn app(api: Arc<RuntimeApi>) -> Router {
 pub async fn serve(api: Arc<RuntimeApi>, listener: tokio::net::TcpListener, mut shutdown: Shutdown) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, url = %api.url, deployments = api.keys.len(), "OpenHands' Runtime API listening");
-    axum::serve(listener, app(api)).with_graceful_shutdown(async move { shutdown.wait().await }).await
+    let service = app(api).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service).with_graceful_shutdown(async move { shutdown.wait().await }).await
 }
 
 /// The OpenHands deployment whose `X-API-Key` came.
@@ -131,11 +111,37 @@ fn client(api: &RuntimeApi, headers: &HeaderMap) -> Result<String, Refusal> {
     api.keys.iter().find(|(_, h)| **h == presented).map(|(name, _)| name.clone()).ok_or_else(refused)
 }
 
+/// Leaves an audit record of what `client` (an OpenHands deployment; `-`: a wrong key) did or
+/// was refused: `runtime.<action>` on `target`, from `from`.
+async fn audit(api: &RuntimeApi, client: &str, action: &str, target: &str, detail: Value, from: std::net::SocketAddr) {
+    let record = halyard_protocol::system::SystemRecord::Audit(halyard_protocol::accounts::AuditRecord {
+        actor: halyard_protocol::UserId(format!("runtime-api:{client}")),
+        action: format!("runtime.{action}"),
+        target: target.to_owned(),
+        detail: (!detail.is_null()).then_some(detail),
+        org: None,
+        client: Some(from.ip().to_string()),
+        at_ms: halyard_platform::now_ms(),
+    });
+    if let Err(e) = halyard_platform::bus::send(&api.js, halyard_protocol::subjects::audit_record("runtime"), record, None).await {
+        tracing::error!(error = %e, client, action, target, "audit record lost");
+    }
+}
+
+/// The deployment of a request's key; a wrong key is refused, and on the record.
+async fn caller(api: &RuntimeApi, headers: &HeaderMap, from: std::net::SocketAddr) -> Result<String, Refusal> {
+    let found = client(api, headers);
+    if found.is_err() {
+        audit(api, "-", "unauthorized", "", Value::Null, from).await;
+    }
+    found
+}
+
 /// A runtime as OpenHands reads it.
 async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     let a = &r.assignment;
     let status = match r.state {
-        RunState::Running if listening(api, r).await => "running",
+        RunState::Running if runtimes::answers(&api.engine, r).await => "running",
         RunState::Running => "starting",
         RunState::Paused => "paused",
         RunState::Stopped => "stopped",
@@ -148,7 +154,7 @@ async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     json!({
         "runtime_id": r.runtime_id,
         "session_id": a.session_id,
-        "url": format!("{}/{}", api.url, r.runtime_id),
+        "url": runtime_url(api, &r.runtime_id),
         "session_api_key": a.session_key,
         "status": status,
         "pod_status": pod_status,
@@ -156,20 +162,12 @@ async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     })
 }
 
-/// Its agent server answers HTTP (`GET /alive`, with any status). A connection alone says
-/// nothing: Docker's proxy accepts on a published port before anything listens behind it.
-async fn listening(api: &RuntimeApi, r: &Runtime) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(port) = r.ports.get(&runtimes::SERVICES[0].1) else { return false };
-    let to = std::net::SocketAddr::new(api.engine.publish_host, *port);
-    let answered = async {
-        let mut stream = tokio::net::TcpStream::connect(to).await.ok()?;
-        stream.write_all(b"GET /alive HTTP/1.1\r\nHost: runtime\r\nConnection: close\r\n\r\n").await.ok()?;
-        let mut head = [0u8; 7];
-        stream.read_exact(&mut head).await.ok()?;
-        Some(head == *b"HTTP/1.")
-    };
-    matches!(tokio::time::timeout(std::time::Duration::from_secs(2), answered).await, Ok(Some(true)))
+/// A runtime's URL: `<url>/<id>` (path mode) or `<scheme>://<id>.<host>` (subdomain mode).
+fn runtime_url(api: &RuntimeApi, runtime_id: &str) -> String {
+    match api.url.split_once("://") {
+        Some((scheme, host)) if api.subdomains => format!("{scheme}://{runtime_id}.{host}"),
+        _ => format!("{}/{runtime_id}", api.url),
+    }
 }
 
 /// `command` as OpenHands sends it: a list, or one string for the shell.
@@ -204,10 +202,32 @@ struct StartRequest {
 
 async fn start(
     State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+    let client = caller(&api, &headers, from).await?;
+    let started = start_for(&api, &client, body).await;
+    let (action, target, detail) = match &started {
+        Ok((r, from_pool)) => (
+            "start",
+            r["runtime_id"].as_str().unwrap_or_default().to_owned(),
+            json!({"image": r["image"], "session_id": r["session_id"], "from_pool": from_pool}),
+        ),
+        Err(refusal) => ("refused", String::new(), json!({"code": refusal.code})),
+    };
+    audit(&api, &client, action, &target, detail, from).await;
+    started.map(|(r, _)| Json(r))
+}
+
+/// Starts (or finds, or takes from the pool) `client`'s runtime: its view, and whether it was
+/// warm.
+async fn start_for(
+    api: &RuntimeApi,
+    client: &str,
+    body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(Value, bool), Refusal> {
+    let client = client.to_owned();
     let Json(req) = body.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid_request", format!("{e}")))?;
     let bad = |code, m: String| Refusal::new(StatusCode::BAD_REQUEST, code, m);
     if req.session_id.is_empty() || req.session_id.len() > 128 {
@@ -215,7 +235,7 @@ async fn start(
     }
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     if let Some(r) = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&req.session_id)) {
-        return Ok(Json(view(&api, r).await));
+        return Ok((view(api, r).await, false));
     }
     let engine_runtime = match req.runtime_class.as_deref() {
         None | Some("") => api.engine.runtime_of(&api.spec.runtime),
@@ -269,22 +289,22 @@ async fn start(
         engine_runtime,
     };
     api.pool.learn(&shape);
-    if let Some(warm) = api.pool.take(&api, &shape, &client, &req.session_id).await {
+    if let Some(warm) = api.pool.take(&api.engine, &api.store, &shape, &client, &req.session_id).await {
         tracing::info!(client = %client, runtime_id = %warm.runtime_id, image = %shape.image, "runtime taken from the pool");
-        return Ok(Json(view(&api, &warm).await));
+        return Ok((view(api, &warm).await, true));
     }
     let assignment = Assignment {
         client: Some(client.clone()),
         session_id: Some(req.session_id),
         image: shape.image.clone(),
-        session_key: session_key(),
+        session_key: runtimes::session_key(),
     };
     let runtime_id = runtimes::create(&api.engine, &api.store, &api.spec, &shape, &assignment).await?;
     tracing::info!(client = %client, %runtime_id, image = %shape.image, "runtime started");
     let made = runtimes::find(&api.engine, &api.store, &runtime_id).await?;
     let made = made
         .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "engine_error", "The runtime's container went at once; try again."))?;
-    Ok(Json(view(&api, &made).await))
+    Ok((view(api, &made).await, false))
 }
 
 #[derive(Deserialize)]
@@ -304,38 +324,61 @@ fn parse_ref(body: Result<Json<RuntimeRef>, axum::extract::rejection::JsonReject
 
 type RefBody = Result<Json<RuntimeRef>, axum::extract::rejection::JsonRejection>;
 
-async fn stop(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+async fn stop(
+    State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: RefBody,
+) -> Result<Json<Value>, Refusal> {
+    let client = caller(&api, &headers, from).await?;
     let r = own(&api, &client, &parse_ref(body)?).await?;
     runtimes::remove(&api.engine, &r.container).await?;
     api.store.remove(&r.runtime_id);
+    audit(&api, &client, "stop", &r.runtime_id, json!({"session_id": r.assignment.session_id}), from).await;
     tracing::info!(client = %client, runtime_id = %r.runtime_id, "runtime stopped");
     Ok(Json(json!({"runtime_id": r.runtime_id, "status": "stopped"})))
 }
 
-async fn pause(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+async fn pause(
+    State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: RefBody,
+) -> Result<Json<Value>, Refusal> {
+    let client = caller(&api, &headers, from).await?;
     let r = own(&api, &client, &parse_ref(body)?).await?;
     if r.state == RunState::Running {
         api.engine.pause(&r.container).await?;
     }
+    audit(&api, &client, "pause", &r.runtime_id, json!({"session_id": r.assignment.session_id}), from).await;
     Ok(Json(json!({"runtime_id": r.runtime_id, "status": "paused"})))
 }
 
-async fn resume(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, body: RefBody) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+async fn resume(
+    State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: RefBody,
+) -> Result<Json<Value>, Refusal> {
+    let client = caller(&api, &headers, from).await?;
     let r = own(&api, &client, &parse_ref(body)?).await?;
     match r.state {
         RunState::Paused => api.engine.unpause(&r.container).await?,
         RunState::Stopped => api.engine.start(&r.container).await?,
         RunState::Running => {}
     }
+    audit(&api, &client, "resume", &r.runtime_id, json!({"session_id": r.assignment.session_id}), from).await;
     let now = own(&api, &client, &r.runtime_id).await?;
     Ok(Json(view(&api, &now).await))
 }
 
-async fn session(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap, Path(session_id): Path<String>) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+async fn session(
+    State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    Path(session_id): Path<String>,
+) -> Result<Json<Value>, Refusal> {
+    let client = caller(&api, &headers, from).await?;
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let r = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&session_id)).ok_or_else(|| {
         Refusal::new(StatusCode::NOT_FOUND, "session_not_found", format!("No runtime for session {session_id} with this key."))
@@ -359,8 +402,12 @@ async fn batch(
 }
 
 /// The key's running runtimes.
-async fn list(State(api): State<Arc<RuntimeApi>>, headers: HeaderMap) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
+async fn list(
+    State(api): State<Arc<RuntimeApi>>,
+    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Refusal> {
+    let client = caller(&api, &headers, from).await?;
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let mut out = Vec::new();
     for r in mine.iter().filter(|r| r.state == RunState::Running) {

@@ -10,13 +10,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use halyard_platform::Shutdown;
 
-use super::RuntimeApi;
-use super::runtimes::{self, Assignment, Runtime, Shape, State};
+use halyard_platform::config::SandboxSpec;
+
+use super::runtimes::{self, Assignment, Assignments, Runtime, Shape, State};
+use crate::docker::Engine;
 
 /// How often the pool is checked without being woken.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -58,20 +60,20 @@ impl Pool {
     }
 
     /// A warm runtime of `shape`, running and listening, given to `client` for `session_id`.
-    pub async fn take(&self, api: &RuntimeApi, shape: &Shape, client: &str, session_id: &str) -> Option<Runtime> {
+    pub async fn take(&self, engine: &Engine, store: &Assignments, shape: &Shape, client: &str, session_id: &str) -> Option<Runtime> {
         if !self.sizes.contains_key(&shape.image) {
             return None;
         }
         let _one = self.taking.lock().await;
         let hash = shape.hash();
-        let warm = runtimes::all(&api.engine, &api.store).await.ok()?;
+        let warm = runtimes::all(engine, store).await.ok()?;
         for mut r in warm.into_iter().filter(|r| r.assignment.client.is_none() && r.shape == hash && r.state == State::Running) {
-            if !super::listening(api, &r).await {
+            if !runtimes::answers(engine, &r).await {
                 continue;
             }
             let assignment =
                 Assignment { client: Some(client.to_owned()), session_id: Some(session_id.to_owned()), ..r.assignment.clone() };
-            if api.store.put(&r.runtime_id, &assignment).is_err() {
+            if store.put(&r.runtime_id, &assignment).is_err() {
                 continue;
             }
             r.assignment = assignment;
@@ -83,13 +85,13 @@ impl Pool {
 
     /// Keeps each pooled image's warm runtimes of its shape at its size, and removes warm ones
     /// of a shape no longer asked for, until `shutdown` (when the warm ones go too).
-    pub async fn keep(api: Arc<RuntimeApi>, mut shutdown: Shutdown) {
-        let pool = &api.pool;
+    pub async fn keep(&self, engine: &Engine, store: &Assignments, spec: &SandboxSpec, mut shutdown: Shutdown) {
+        let pool = self;
         if pool.sizes.is_empty() {
             return;
         }
         loop {
-            if let Err(e) = pool.refill(&api).await {
+            if let Err(e) = pool.refill(engine, store, spec).await {
                 tracing::warn!(error = %e, "cannot fill the Runtime API's pool");
             }
             tokio::select! {
@@ -98,22 +100,21 @@ impl Pool {
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
             }
         }
-        for r in runtimes::all(&api.engine, &api.store).await.unwrap_or_default().into_iter().filter(|r| r.assignment.client.is_none()) {
-            let _ = runtimes::remove(&api.engine, &r.container).await;
-            api.store.remove(&r.runtime_id);
+        for r in runtimes::all(engine, store).await.unwrap_or_default().into_iter().filter(|r| r.assignment.client.is_none()) {
+            let _ = runtimes::remove(engine, &r.container).await;
+            store.remove(&r.runtime_id);
         }
     }
 
-    async fn refill(&self, api: &RuntimeApi) -> Result<(), crate::docker::DockerError> {
+    async fn refill(&self, engine: &Engine, store: &Assignments, spec: &SandboxSpec) -> Result<(), crate::docker::DockerError> {
         let shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let warm: Vec<Runtime> =
-            runtimes::all(&api.engine, &api.store).await?.into_iter().filter(|r| r.assignment.client.is_none()).collect();
+        let warm: Vec<Runtime> = runtimes::all(engine, store).await?.into_iter().filter(|r| r.assignment.client.is_none()).collect();
         // Warm ones nobody will be given: of an image no longer pooled, or of an older shape.
         for r in &warm {
             let wanted = shapes.get(&r.assignment.image).filter(|_| self.sizes.contains_key(&r.assignment.image));
             if wanted.is_none_or(|s| s.hash() != r.shape) || r.state == State::Stopped {
-                runtimes::remove(&api.engine, &r.container).await?;
-                api.store.remove(&r.runtime_id);
+                runtimes::remove(engine, &r.container).await?;
+                store.remove(&r.runtime_id);
             }
         }
         for (image, size) in &self.sizes {
@@ -121,8 +122,8 @@ impl Pool {
             let hash = shape.hash();
             let have = warm.iter().filter(|r| r.shape == hash && r.state != State::Stopped).count();
             for _ in have..*size {
-                let assignment = Assignment { client: None, session_id: None, image: image.clone(), session_key: super::session_key() };
-                let id = runtimes::create(&api.engine, &api.store, &api.spec, shape, &assignment).await?;
+                let assignment = Assignment { client: None, session_id: None, image: image.clone(), session_key: runtimes::session_key() };
+                let id = runtimes::create(engine, store, spec, shape, &assignment).await?;
                 tracing::info!(%image, runtime_id = %id, "warm runtime started");
             }
         }

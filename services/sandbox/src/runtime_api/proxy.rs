@@ -1,6 +1,7 @@
-//! Runtimes' URLs in path mode: `/<runtime id>/…` goes to the runtime's agent server (port
+//! Runtimes' URLs. In path mode `/<runtime id>/…` goes to the runtime's agent server (port
 //! 60000), `/<runtime id>/vscode/…` to 60001, `/<runtime id>/work-1/…` and `/work-2/…` to the two
-//! worker ports, each without its prefix, as OpenHands' client derives them
+//! worker ports, each without its prefix; in subdomain mode the `Host` says it (`<id>.<host>`,
+//! `vscode-<id>.<host>`, ...) and the path is passed whole; as OpenHands' client derives them
 //! (`_build_service_url`). Over a connection of its own to the runtime's published port, through
 //! the platform's `http_relay`: streamed both ways, WebSocket upgrades joined (the agent server's
 //! event socket, VS Code's).
@@ -9,16 +10,15 @@
 //! VS Code its token), as behind OpenHands' own runtime ingress. A paused or stopped runtime,
 //! or one that does not exist, is a 404 or 503 in JSON.
 
-use std::sync::Arc;
-
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use halyard_platform::http_relay::{Relayed, relay};
 
-use super::runtimes::{self, SERVICES, State as RunState};
-use super::{Refusal, RuntimeApi};
+use super::refusal::Refusal;
+use super::runtimes::{self, Assignments, SERVICES, State as RunState};
+use crate::docker::Engine;
 
 /// The runtime, the container port and the path left, of a runtime URL's path.
 fn route(path: &str) -> Option<(&str, u16, String)> {
@@ -35,18 +35,42 @@ fn route(path: &str) -> Option<(&str, u16, String)> {
     Some((id, port, format!("/{left}")))
 }
 
-/// Passes a request under a runtime's URL to it.
-pub async fn forward(State(api): State<Arc<RuntimeApi>>, req: Request) -> Response {
-    match pass(&api, req).await {
+fn without_port(host: &str) -> &str {
+    host.rsplit_once(':').filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit())).map_or(host, |(h, _)| h)
+}
+
+/// The runtime and the container port a subdomain names (`<id>` or `<service>-<id>`), if `host`
+/// is one of `base`'s.
+fn route_host<'a>(host: &'a str, base: &str) -> Option<(&'a str, u16)> {
+    let label = without_port(host).strip_suffix(without_port(base))?.strip_suffix('.')?;
+    if label.is_empty() || label.contains('.') {
+        return None;
+    }
+    for (name, port) in SERVICES.iter().filter(|(name, _)| !name.is_empty()) {
+        if let Some(id) = label.strip_prefix(name).and_then(|rest| rest.strip_prefix('-')) {
+            return Some((id, *port));
+        }
+    }
+    Some((label, SERVICES[0].1))
+}
+
+/// Passes a request under a runtime's URL (`url` the Runtime API's public one) to it.
+pub async fn forward(engine: &Engine, store: &Assignments, url: &str, subdomains: bool, req: Request) -> Response {
+    match pass(engine, store, url, subdomains, req).await {
         Ok(res) => res,
         Err(refusal) => refusal.into_response(),
     }
 }
 
-async fn pass(api: &RuntimeApi, req: Request) -> Result<Response, Refusal> {
+async fn pass(engine: &Engine, store: &Assignments, url: &str, subdomains: bool, req: Request) -> Result<Response, Refusal> {
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not_found", "No such route or runtime.");
-    let (id, port, path) = route(req.uri().path()).ok_or_else(not_found)?;
-    let runtime = runtimes::find(&api.engine, &api.store, id).await?.ok_or_else(not_found)?;
+    let base = url.split_once("://").map_or(url, |(_, h)| h).to_owned();
+    let host = req.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default().to_owned();
+    let (id, port, path) = match route_host(&host, &base).filter(|_| subdomains) {
+        Some((id, port)) => (id, port, req.uri().path().to_owned()),
+        None => route(req.uri().path()).ok_or_else(not_found)?,
+    };
+    let runtime = runtimes::find(engine, store, id).await?.ok_or_else(not_found)?;
     if runtime.state != RunState::Running {
         return Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -59,7 +83,7 @@ async fn pass(api: &RuntimeApi, req: Request) -> Result<Response, Refusal> {
     let unreachable = |e: String| {
         Refusal::new(StatusCode::BAD_GATEWAY, "runtime_unreachable", format!("The runtime did not answer ({e}); it may still be starting."))
     };
-    let stream = tokio::net::TcpStream::connect((api.engine.publish_host, *host_port)).await.map_err(|e| unreachable(e.to_string()))?;
+    let stream = tokio::net::TcpStream::connect((engine.publish_host, *host_port)).await.map_err(|e| unreachable(e.to_string()))?;
     let _ = stream.set_nodelay(true);
     match relay(stream, req, &format!("{path}{query}"), |_| false).await.map_err(unreachable)? {
         Relayed::Answer(res) => {
@@ -82,5 +106,17 @@ mod tests {
         assert_eq!(route("/abc/work-2"), Some(("abc", 12001, "/".into())));
         assert_eq!(route("/abc/api/vscode"), Some(("abc", 60000, "/api/vscode".into())));
         assert_eq!(route("/"), None);
+    }
+
+    #[test]
+    fn a_subdomain_names_its_runtime_and_service() {
+        use super::route_host;
+        let base = "runtimes.localhost:3005";
+        assert_eq!(route_host("abc.runtimes.localhost:3005", base), Some(("abc", 60000)));
+        assert_eq!(route_host("vscode-abc.runtimes.localhost", base), Some(("abc", 60001)));
+        assert_eq!(route_host("work-2-abc.runtimes.localhost:3005", base), Some(("abc", 12001)));
+        assert_eq!(route_host("runtimes.localhost:3005", base), None);
+        assert_eq!(route_host("a.b.runtimes.localhost", base), None);
+        assert_eq!(route_host("abc.elsewhere.test", base), None);
     }
 }

@@ -257,3 +257,24 @@ pub async fn remove(engine: &Engine, container: &str) -> Result<(), DockerError>
         },
     }
 }
+
+/// A new session API key for a runtime's agent server.
+pub fn session_key() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// Its agent server answers HTTP (`GET /alive`, with any status). A connection alone says
+/// nothing: Docker's proxy accepts on a published port before anything listens behind it.
+pub async fn answers(engine: &Engine, r: &Runtime) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(port) = r.ports.get(&SERVICES[0].1) else { return false };
+    let to = std::net::SocketAddr::new(engine.publish_host, *port);
+    let answered = async {
+        let mut stream = tokio::net::TcpStream::connect(to).await.ok()?;
+        stream.write_all(b"GET /alive HTTP/1.1\r\nHost: runtime\r\nConnection: close\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 7];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head == *b"HTTP/1.")
+    };
+    matches!(tokio::time::timeout(std::time::Duration::from_secs(2), answered).await, Ok(Some(true)))
+}
