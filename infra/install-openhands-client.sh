@@ -10,10 +10,11 @@
 #
 # tests/servers/openhands/remote_sandbox_client.py is copied in as /client/. Needs root.
 #
-# With --image (once a Docker engine answers), the same tree becomes an image,
-# halyard-openhands-agent-server:<agent server's version>, whose /venv/bin/agent-server is
-# OpenHands' real agent server: what the Runtime API's tests start as a runtime (OpenHands'
-# published agent-server images come from a registry this machine cannot reach).
+# With --image (once a Docker engine answers), the same tree, with Chromium and git added, becomes
+# an image, halyard-openhands-agent-server:<agent server's version>, also tagged as the image
+# OpenHands' app server asks for by default (ghcr.io/openhands/agent-server:<version>-python),
+# whose agent server is OpenHands' real one: what the Runtime API's tests start as runtimes
+# (OpenHands' published images come from a registry this machine cannot reach).
 # Idempotent: re-running it changes nothing once the package (and the image) are there.
 set -euo pipefail
 
@@ -51,12 +52,27 @@ cp "$here/tests/servers/openhands/remote_sandbox_client.py" "$ROOT/client/"
 if [ "${1:-}" = "--image" ]; then
   agent=$(chroot "$ROOT" /venv/bin/python -c "import importlib.metadata as m; print(m.version('openhands-agent-server'))")
   image="halyard-openhands-agent-server:$agent"
+  # The image OpenHands' app server asks a Runtime API for by default (its default sandbox spec).
+  official=$(cd "$ROOT" && OPENHANDS_SUPPRESS_BANNER=1 chroot "$ROOT" /venv/bin/python -c \
+    "from openhands.app_server.sandbox.sandbox_spec_service import get_agent_server_image as i; print(i())" 2>/dev/null | tail -1)
   if ! docker image inspect "$image" >/dev/null 2>&1; then
     echo "importing: $image from $ROOT (about a minute)" >&2
-    # The workspace OpenHands' runtimes run in (as uid 10001, its sandbox user).
-    mkdir -p "$ROOT/workspace" && chown 10001:10001 "$ROOT/workspace"
-    tar -C "$ROOT" --exclude='./proc/*' --exclude='./sys/*' --exclude='./tmp/*' --exclude=./client -c . \
+    # What OpenHands' own agent-server image has and its agent needs: Chromium (its browser
+    # tool is always on) and git; its user, openhands (10001), with a home; its command where
+    # OpenHands' default spec runs it; a workspace its user owns.
+    export DEBIAN_FRONTEND=noninteractive
+    chroot "$ROOT" sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium git >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/*'
+    grep -q '^openhands:' "$ROOT/etc/passwd" || echo 'openhands:x:10001:10001:OpenHands:/home/openhands:/bin/bash' >>"$ROOT/etc/passwd"
+    grep -q '^openhands:' "$ROOT/etc/group" || echo 'openhands:x:10001:' >>"$ROOT/etc/group"
+    mkdir -p "$ROOT/home/openhands" "$ROOT/workspace/project" "$ROOT/usr/local/bin"
+    ln -sf /venv/bin/agent-server "$ROOT/usr/local/bin/openhands-agent-server"
+    rm -rf "$ROOT/workspace/conversations" "$ROOT/workspace/bash_events"
+    chown -R 10001:10001 "$ROOT/home/openhands" "$ROOT/workspace"
+    tar -C "$ROOT" --exclude='./proc/*' --exclude='./sys/*' --exclude='./tmp/*' --exclude=./client --exclude=./root -c . \
       | docker import --change 'ENV PATH=/venv/bin:/usr/local/bin:/usr/bin:/bin' --change 'WORKDIR /workspace' - "$image" >/dev/null
+  fi
+  if [ -n "$official" ] && ! docker image inspect "$official" >/dev/null 2>&1; then
+    docker tag "$image" "$official"
   fi
   echo "$image"
 fi

@@ -98,6 +98,22 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Starts on a free loopback port.
     pub async fn start() -> Self {
+        Self::start_at("127.0.0.1").await
+    }
+
+    /// Starts on a free port of every address of this host, for an agent in a container to
+    /// call (OpenHands' agent server calls its LLM itself), at the host's address on its
+    /// network; [`ScriptedLlm::base_url`] is still the loopback one.
+    pub async fn start_for_containers() -> Self {
+        Self::start_at("0.0.0.0").await
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.base_url.rsplit(':').next().and_then(|p| p.trim_end_matches("/v1").parse().ok()).expect("port")
+    }
+
+    async fn start_at(ip: &str) -> Self {
         let inner = Arc::new(Inner {
             script: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
@@ -117,8 +133,8 @@ impl ScriptedLlm {
             .route("/v1beta/models", get(gemini::models))
             .route("/v1beta/models/{call}", post(gemini::generate))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind scripted llm");
-        let addr = listener.local_addr().expect("addr");
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind scripted llm");
+        let addr = std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), listener.local_addr().expect("addr").port());
         // A provider's edge sends each piece of a streamed answer as it is written; with Nagle's
         // algorithm on, a piece waited here for the client's delayed acknowledgement of the one
         // before (up to 40 ms), which the cold suite saw as stalls of one LLM call in a few.

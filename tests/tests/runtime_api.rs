@@ -14,7 +14,7 @@ use std::process::Command;
 
 use halyard_tests::docker::{docker, require_engine};
 use halyard_tests::harness::halyard_bin;
-use halyard_tests::{Halyard, HalyardOptions, ScriptedLlm, init};
+use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
 
 const ROOT: &str = "/opt/halyard-openhands";
@@ -383,5 +383,175 @@ async fn a_pooled_image_starts_from_a_runtime_made_before_it_was_asked_for() {
     assert_eq!(ok(&run[1]), &json!(true));
     assert_eq!(ok(&run[2]), &json!(true));
     assert_eq!(runtime_containers(&deployment).len(), 1, "only the warm one is left");
+    let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
+}
+
+/// OpenHands' app server, run from its tree with its sandboxes on the Runtime API at `api_port`
+/// (`RUNTIME=remote`), on `port`, its state in `dir`; its process group ends with the value.
+struct AppServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl AppServer {
+    fn start(api_port: u16, key: &str, dir: &str) -> Self {
+        let port = halyard_tests::oidc::free_port();
+        std::fs::create_dir_all(Path::new(ROOT).join(dir.trim_start_matches('/'))).unwrap();
+        let log = std::fs::File::create(Path::new(ROOT).join(dir.trim_start_matches('/')).join("app-server.log")).unwrap();
+        let child = std::os::unix::process::CommandExt::process_group(
+            Command::new("chroot")
+                .args([ROOT, "/venv/bin/python", "-m", "uvicorn", "openhands.app_server.app:app", "--host", "127.0.0.1"])
+                .args(["--port", &port.to_string()])
+                .env("RUNTIME", "remote")
+                .env("SANDBOX_API_KEY", key)
+                .env("SANDBOX_REMOTE_RUNTIME_API_URL", format!("http://127.0.0.1:{api_port}"))
+                .env("OH_PERSISTENCE_DIR", dir)
+                .env("OPENHANDS_SUPPRESS_BANNER", "1")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log),
+            0,
+        )
+        .spawn()
+        .expect("start OpenHands' app server");
+        Self { child, url: format!("http://127.0.0.1:{port}/api/v1") }
+    }
+
+    fn log(&self, dir: &str) -> String {
+        std::fs::read_to_string(Path::new(ROOT).join(dir.trim_start_matches('/')).join("app-server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for AppServer {
+    fn drop(&mut self) {
+        // (uvicorn waits for open connections on SIGTERM: the agent server's event socket.)
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openhands_own_app_server_runs_a_conversation_to_the_end_on_a_runtime_halyard_serves() {
+    init();
+    let (key, entry) = new_key("openhands-app");
+    let (_unused, h, api_port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_ADMINS", "alice")]).await;
+    // OpenHands' agent server calls the LLM itself, from the runtime: a scripted one, at the
+    // host's address on the runtime's network (the default spec's, `open`).
+    let llm = ScriptedLlm::start_for_containers().await;
+    llm.fallback(|req| {
+        if req["tools"].as_array().is_none_or(Vec::is_empty) {
+            return Reply::Text("A title".into());
+        }
+        Reply::tool("finish", json!({"message": "Finished on Halyard."}))
+    });
+    let network = format!("halyard-{}-net-open", &h.deployment()[..h.deployment().len().min(12)]);
+    let gateway = docker(&["network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", &network]);
+    let dir = format!("/tmp/halyard-openhands-app-{api_port}");
+    let app = AppServer::start(api_port, &key, &dir);
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !http.get(format!("{}/sandbox-specs/search", app.url)).send().await.is_ok_and(|r| r.status() == 200) {
+        assert!(std::time::Instant::now() < deadline, "OpenHands' app server did not start: {}", app.log(&dir));
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+
+    // As a person would in OpenHands: an LLM in the settings, then a conversation.
+    let llm_settings =
+        json!({"model": "openai/scripted-model", "base_url": format!("http://{gateway}:{}/v1", llm.port()), "api_key": "sk-scripted"});
+    let stored =
+        http.post(format!("{}/settings", app.url)).json(&json!({"agent_settings_diff": {"llm": llm_settings}})).send().await.unwrap();
+    assert_eq!(stored.status(), 200, "{}", stored.text().await.unwrap());
+    let start = json!({"initial_message": {"role": "user", "content": [{"type": "text", "text": "Say you are done."}]}});
+    let task: Value = http.post(format!("{}/app-conversations", app.url)).json(&start).send().await.unwrap().json().await.unwrap();
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let conversation = loop {
+        let tasks: Value =
+            http.get(format!("{}/app-conversations/start-tasks?ids={task_id}", app.url)).send().await.unwrap().json().await.unwrap();
+        let t = &tasks[0];
+        match t["status"].as_str() {
+            Some("READY") => break t.clone(),
+            Some("ERROR") => panic!("OpenHands could not start the conversation: {t}\n{}", app.log(&dir)),
+            _ => assert!(std::time::Instant::now() < deadline, "the start did not end: {t}\n{}", app.log(&dir)),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    let agent_url = conversation["agent_server_url"].as_str().unwrap();
+    assert!(
+        agent_url.starts_with(&format!("http://127.0.0.1:{api_port}/")),
+        "its agent server is a runtime Halyard serves: {conversation}"
+    );
+    assert_eq!(runtime_containers(&h.deployment()).len(), 1, "one runtime, Halyard's container");
+
+    // It runs to the end on the scripted LLM, which the agent server called from the runtime.
+    let id = conversation["app_conversation_id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let convs: Value = http.get(format!("{}/app-conversations?ids={id}", app.url)).send().await.unwrap().json().await.unwrap();
+        if convs[0]["execution_status"] == "finished" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the conversation did not finish: {}\n{}", convs[0], app.log(&dir));
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    // (The app server copies the agent server's events as it polls it.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (finished, events) = loop {
+        let url = format!("{}/conversation/{id}/events/search?limit=100", app.url);
+        let events: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        let finished = items.iter().any(|e| e["kind"] == "ActionEvent" && e["action"]["message"] == "Finished on Halyard.");
+        if finished || std::time::Instant::now() > deadline {
+            break (finished, events);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(finished, "the agent's finish is in OpenHands' events: {events}");
+    assert!(llm.requests().iter().any(|r| r["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "finish"))));
+
+    // On Halyard's record: OpenHands' deployment started it.
+    let (_, page) = h.api("alice-secret-key").get("/api/v1/admin/audit?actor=runtime-api:openhands-app&action=runtime.start").await;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+    drop(app);
+    let _ = std::fs::remove_dir_all(Path::new(ROOT).join(dir.trim_start_matches('/')));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_runtime_hibernates_keeps_its_files_and_resumes() {
+    init();
+    let (key, entry) = new_key("openhands-idle");
+    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_SANDBOX_IDLE_STOP_SECS", "3")]).await;
+    let api = format!("http://127.0.0.1:{port}");
+    let db = format!("/tmp/halyard-openhands-{port}.db");
+    let small = small_agent_server();
+    let run = openhands(&api, &key, &db, &small, &["start", IMAGE, "wait", "last", "RUNNING"]);
+    let sandbox = ok(&run[1]).clone();
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    let agent = sandbox["exposed_urls"][0]["url"].as_str().unwrap().to_owned();
+    let container = runtime_containers(&h.deployment()).pop().unwrap();
+    docker(&["exec", "-u", "0", &container, "sh", "-c", "echo kept > /workspace/note.txt"]);
+
+    // Unused past its idle time: its processes end, its files stay, and OpenHands reads it as
+    // paused (which it knows how to resume).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while docker(&["inspect", "-f", "{{.State.Status}}", &container]) != "exited" {
+        assert!(std::time::Instant::now() < deadline, "the unused runtime did not hibernate: {}", h.log());
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let run = openhands(&api, &key, &db, &small, &["get", &id]);
+    assert_eq!(ok(&run[0])["status"], "PAUSED");
+    let http = reqwest::Client::new();
+    let asleep = http.get(format!("{agent}/alive")).send().await.unwrap();
+    let s = asleep.status().as_u16();
+    let body: Value = asleep.json().await.unwrap_or_default();
+    assert_eq!((s, body["code"].as_str()), (503, Some("runtime_not_running")));
+
+    // Resumed as OpenHands resumes a paused sandbox: the same container, its file still there.
+    let run = openhands(&api, &key, &db, &small, &["resume", &id, "wait", &id, "RUNNING"]);
+    assert_eq!(ok(&run[0]), &json!(true));
+    assert_eq!(ok(&run[1])["status"], "RUNNING");
+    assert_eq!(http.get(format!("{agent}/alive")).send().await.unwrap().status(), 200);
+    assert_eq!(docker(&["exec", &container, "cat", "/workspace/note.txt"]), "kept");
+    let run = openhands(&api, &key, &db, &small, &["delete", &id]);
+    assert_eq!(ok(&run[0]), &json!(true));
     let _ = std::fs::remove_file(Path::new(ROOT).join(db.trim_start_matches('/')));
 }

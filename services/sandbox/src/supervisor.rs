@@ -486,6 +486,9 @@ fn runtime_api(config: &Config, engine: Engine, js: jetstream::Context) -> Resul
         max_runtimes: sandbox.runtime_api_max,
         store,
         js,
+        idle: Arc::new(crate::runtime_api::idle::Idle::new(
+            (sandbox.idle_stop_secs > 0).then(|| Duration::from_secs(sandbox.idle_stop_secs)),
+        )),
         pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
     }))
 }
@@ -633,6 +636,10 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
                 let (api, shutdown) = (api.clone(), shutdown.clone());
                 async move { api.pool.keep(&api.engine, &api.store, &api.spec, shutdown).await }
             }));
+            tasks.push(tokio::spawn({
+                let (api, shutdown) = (api.clone(), shutdown.clone());
+                async move { api.idle.hibernate(&api.engine, &api.store, shutdown).await }
+            }));
             let served = crate::runtime_api::serve(api, listener, shutdown.clone());
             tasks.push(tokio::spawn(async move {
                 if let Err(e) = served.await {
@@ -642,7 +649,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         }
     } else if config.sandbox.runtime_api_addr.is_some() {
         return Err(SandboxError::Spawn(
-            "HALYARD_RUNTIME_API_ADDR serves OpenHands' Runtime API from container sandboxes; this deployment runs process sandboxes (set HALYARD_SANDBOX_KIND=docker)".into(),
+            "HALYARD_RUNTIME_API_ADDR serves OpenHands' Runtime API from container sandboxes; this deployment runs process sandboxes (set HALYARD_SANDBOX=docker)".into(),
         ));
     }
     let mine = |r: &SandboxUpdate| r.sandbox_kind == config.sandbox.kind && r.host.as_ref().is_none_or(|h| *h == config.node_id);

@@ -19,6 +19,7 @@
 //!   passes `/<id>/…` to its agent server, `/<id>/vscode/…` and `/<id>/work-1|2/…` to the other
 //!   ports OpenHands derives ([`proxy`]); or, with `HALYARD_RUNTIME_API_URL_MODE=subdomain`,
 //!   `<id>.<host>`, `vscode-<id>.<host>`, `work-1-<id>.<host>` by the request's `Host`.
+//! - A runtime nothing reached for `HALYARD_SANDBOX_IDLE_STOP_SECS` hibernates ([`idle`]).
 //!
 //! A runtime is a container ([`runtimes`]): the image and command asked for (an image the engine
 //! has; nothing is built or pulled), with the default spec's hardening, network and limits
@@ -26,6 +27,7 @@
 //! refused. Images an administrator pools (`HALYARD_RUNTIME_API_POOL`) have runtimes started
 //! ahead, given to the starts that match them ([`pool`]).
 
+pub mod idle;
 pub mod pool;
 pub mod proxy;
 pub mod refusal;
@@ -64,6 +66,8 @@ pub struct RuntimeApi {
     pub store: Assignments,
     /// Where the audit records go.
     pub js: async_nats::jetstream::Context,
+    /// What was used when, for hibernation.
+    pub idle: Arc<idle::Idle>,
     pub pool: pool::Pool,
 }
 
@@ -90,7 +94,7 @@ pub fn app(api: Arc<RuntimeApi>) -> Router {
         .route("/sessions/batch", get(batch))
         .route("/sessions/{session_id}", get(session))
         .fallback(|State(api): State<Arc<RuntimeApi>>, req: axum::extract::Request| async move {
-            proxy::forward(&api.engine, &api.store, &api.url, api.subdomains, req).await
+            proxy::forward(&api.engine, &api.store, &api.idle, &api.url, api.subdomains, req).await
         })
         .with_state(api)
 }
@@ -143,8 +147,9 @@ async fn view(api: &RuntimeApi, r: &Runtime) -> Value {
     let status = match r.state {
         RunState::Running if runtimes::answers(&api.engine, r).await => "running",
         RunState::Running => "starting",
-        RunState::Paused => "paused",
-        RunState::Stopped => "stopped",
+        // Frozen, or hibernated (its processes ended, its files kept): `/resume` brings either
+        // back.
+        RunState::Paused | RunState::Stopped => "paused",
     };
     let pod_status = match status {
         "running" => "ready",
@@ -208,6 +213,9 @@ async fn start(
 ) -> Result<Json<Value>, Refusal> {
     let client = caller(&api, &headers, from).await?;
     let started = start_for(&api, &client, body).await;
+    if let Ok((r, _)) = &started {
+        api.idle.touch(r["runtime_id"].as_str().unwrap_or_default());
+    }
     let (action, target, detail) = match &started {
         Ok((r, from_pool)) => (
             "start",
@@ -367,6 +375,7 @@ async fn resume(
         RunState::Stopped => api.engine.start(&r.container).await?,
         RunState::Running => {}
     }
+    api.idle.touch(&r.runtime_id);
     audit(&api, &client, "resume", &r.runtime_id, json!({"session_id": r.assignment.session_id}), from).await;
     let now = own(&api, &client, &r.runtime_id).await?;
     Ok(Json(view(&api, &now).await))

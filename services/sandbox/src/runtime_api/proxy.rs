@@ -10,12 +10,15 @@
 //! VS Code its token), as behind OpenHands' own runtime ingress. A paused or stopped runtime,
 //! or one that does not exist, is a 404 or 503 in JSON.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use halyard_platform::http_relay::{Relayed, relay};
 
+use super::idle::Idle;
 use super::refusal::Refusal;
 use super::runtimes::{self, Assignments, SERVICES, State as RunState};
 use crate::docker::Engine;
@@ -55,14 +58,21 @@ fn route_host<'a>(host: &'a str, base: &str) -> Option<(&'a str, u16)> {
 }
 
 /// Passes a request under a runtime's URL (`url` the Runtime API's public one) to it.
-pub async fn forward(engine: &Engine, store: &Assignments, url: &str, subdomains: bool, req: Request) -> Response {
-    match pass(engine, store, url, subdomains, req).await {
+pub async fn forward(engine: &Engine, store: &Assignments, idle: &Arc<Idle>, url: &str, subdomains: bool, req: Request) -> Response {
+    match pass(engine, store, idle, url, subdomains, req).await {
         Ok(res) => res,
         Err(refusal) => refusal.into_response(),
     }
 }
 
-async fn pass(engine: &Engine, store: &Assignments, url: &str, subdomains: bool, req: Request) -> Result<Response, Refusal> {
+async fn pass(
+    engine: &Engine,
+    store: &Assignments,
+    idle: &Arc<Idle>,
+    url: &str,
+    subdomains: bool,
+    req: Request,
+) -> Result<Response, Refusal> {
     let not_found = || Refusal::new(StatusCode::NOT_FOUND, "not_found", "No such route or runtime.");
     let base = url.split_once("://").map_or(url, |(_, h)| h).to_owned();
     let host = req.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default().to_owned();
@@ -85,12 +95,30 @@ async fn pass(engine: &Engine, store: &Assignments, url: &str, subdomains: bool,
     };
     let stream = tokio::net::TcpStream::connect((engine.publish_host, *host_port)).await.map_err(|e| unreachable(e.to_string()))?;
     let _ = stream.set_nodelay(true);
-    match relay(stream, req, &format!("{path}{query}"), |_| false).await.map_err(unreachable)? {
-        Relayed::Answer(res) => {
-            let (parts, body) = res.into_parts();
-            Ok(Response::from_parts(parts, Body::new(body)))
+    // Use, for hibernation: from the request's start to its answer, or for as long as an
+    // upgraded connection stays open.
+    idle.used(&runtime.runtime_id, true);
+    let relayed = relay(stream, req, &format!("{path}{query}"), |_| false).await;
+    match relayed {
+        Ok(Relayed::Upgraded(res, joined)) => {
+            let id = runtime.runtime_id.clone();
+            let idle = idle.clone();
+            tokio::spawn(async move {
+                let _ = joined.await;
+                idle.used(&id, false);
+            });
+            Ok(res)
         }
-        Relayed::Upgraded(res, _joined) => Ok(res),
+        other => {
+            idle.used(&runtime.runtime_id, false);
+            match other.map_err(unreachable)? {
+                Relayed::Answer(res) => {
+                    let (parts, body) = res.into_parts();
+                    Ok(Response::from_parts(parts, Body::new(body)))
+                }
+                Relayed::Upgraded(res, _) => Ok(res),
+            }
+        }
     }
 }
 
