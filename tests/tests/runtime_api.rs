@@ -269,6 +269,19 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
     let (s, _) = call(&http, reqwest::Method::POST, &format!("{api}/stop"), &key_a, Some(json!({"runtime_id": runtime_id}))).await;
     assert_eq!(s, 404, "a stopped runtime is unknown");
 
+    // Two starts of one session at once make one runtime.
+    let twin = json!({"image": IMAGE, "session_id": "twin", "command": ["python3", "-c", AGENT_SERVER]});
+    let start = format!("{api}/start");
+    let ((s1, r1), (s2, r2)) = tokio::join!(
+        call(&http, reqwest::Method::POST, &start, &key_a, Some(twin.clone())),
+        call(&http, reqwest::Method::POST, &start, &key_a, Some(twin))
+    );
+    assert_eq!((s1, s2), (200, 200), "{r1} {r2}");
+    assert_eq!(r1["runtime_id"], r2["runtime_id"]);
+    assert_eq!(runtime_containers(&h.deployment()).len(), 1);
+    let (s, _) = call(&http, reqwest::Method::POST, &format!("{api}/stop"), &key_a, Some(json!({"runtime_id": r1["runtime_id"]}))).await;
+    assert_eq!(s, 200);
+
     // The administrator reads what each deployment did, and what was refused, in the audit
     // trail; never a key.
     let admin = h.api("alice-secret-key");
@@ -281,12 +294,13 @@ async fn openhands_own_client_runs_its_sandboxes_on_halyard_through_the_runtime_
         }
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !trail("openhands-a").await.contains(&"runtime.stop".to_owned()) {
+    while trail("openhands-a").await.iter().filter(|a| *a == "runtime.stop").count() < 2 {
         assert!(std::time::Instant::now() < deadline, "the audit trail did not record the stop");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let a = trail("openhands-a").await;
-    for (action, times) in [("runtime.start", 1), ("runtime.pause", 1), ("runtime.resume", 1), ("runtime.stop", 1), ("runtime.refused", 3)]
+    // (The twin start answered with the runtime its session had: a start on the record each.)
+    for (action, times) in [("runtime.start", 3), ("runtime.pause", 1), ("runtime.resume", 1), ("runtime.stop", 2), ("runtime.refused", 3)]
     {
         assert_eq!(a.iter().filter(|x| *x == action).count(), times, "{action} in {a:?}");
     }

@@ -489,6 +489,7 @@ fn runtime_api(config: &Config, engine: Engine, js: jetstream::Context) -> Resul
         idle: Arc::new(crate::runtime_api::idle::Idle::new(
             (sandbox.idle_stop_secs > 0).then(|| Duration::from_secs(sandbox.idle_stop_secs)),
         )),
+        starting: Default::default(),
         pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
     }))
 }

@@ -68,6 +68,9 @@ pub struct RuntimeApi {
     pub js: async_nats::jetstream::Context,
     /// What was used when, for hibernation.
     pub idle: Arc<idle::Idle>,
+    /// Held by a start from its checks to its runtime's assignment: two starts at once cannot
+    /// both pass a deployment's limit, nor make two runtimes for one session.
+    pub starting: tokio::sync::Mutex<()>,
     pub pool: pool::Pool,
 }
 
@@ -241,6 +244,7 @@ async fn start_for(
     if req.session_id.is_empty() || req.session_id.len() > 128 {
         return Err(bad("invalid_session_id", "session_id must be 1 to 128 characters.".into()));
     }
+    let _one = api.starting.lock().await;
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     if let Some(r) = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&req.session_id)) {
         return Ok((view(api, r).await, false));
