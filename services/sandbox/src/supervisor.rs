@@ -468,32 +468,6 @@ async fn egress_proxy(
     made.await.inspect_err(|e| tracing::warn!(error = %e, "no egress proxy: sandboxes held to an outbound policy will be refused")).ok()
 }
 
-/// What OpenHands' Runtime API serves with: the default spec, and its key hashes.
-fn runtime_api(config: &Config, engine: Engine, js: jetstream::Context) -> Result<Arc<crate::runtime_api::RuntimeApi>, SandboxError> {
-    let sandbox = &config.sandbox;
-    let spec = sandbox.spec(&sandbox.default_spec).unwrap_or_default();
-    let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
-    // Whose each runtime is, and the pool's shapes: root's own, beside the sandboxes.
-    let dir = config.data_dir.join("runtime-api");
-    let store =
-        crate::runtime_api::runtimes::Assignments::open(&dir).map_err(|e| SandboxError::Spawn(format!("{}: {e}", dir.display())))?;
-    Ok(Arc::new(crate::runtime_api::RuntimeApi {
-        engine,
-        spec,
-        keys: sandbox.runtime_api_keys.clone(),
-        url,
-        subdomains: sandbox.runtime_api_subdomains,
-        max_runtimes: sandbox.runtime_api_max,
-        store,
-        js,
-        idle: Arc::new(crate::runtime_api::idle::Idle::new(
-            (sandbox.idle_stop_secs > 0).then(|| Duration::from_secs(sandbox.idle_stop_secs)),
-        )),
-        starting: Default::default(),
-        pool: crate::runtime_api::pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
-    }))
-}
-
 /// Removes this deployment's containers and volumes that no sandbox record refers to (left by
 /// a crash half-way through a start or a delete, or a previous run's warm pool).
 async fn remove_orphans(d: &DockerCtx, records: &[SandboxUpdate]) -> Result<(), SandboxError> {
@@ -628,25 +602,8 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
         tasks.push(tokio::spawn(crate::warm::refill(ctx.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(crate::envpool::keep(ctx.clone(), shutdown.clone())));
         if let Some(addr) = config.sandbox.runtime_api_addr {
-            let api = runtime_api(&config, d.engine.clone(), js.clone())?;
-            // Bound here: a taken port stops the start-up, in words.
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| SandboxError::Spawn(format!("HALYARD_RUNTIME_API_ADDR {addr}: {e}")))?;
-            tasks.push(tokio::spawn({
-                let (api, shutdown) = (api.clone(), shutdown.clone());
-                async move { api.pool.keep(&api.engine, &api.store, &api.spec, shutdown).await }
-            }));
-            tasks.push(tokio::spawn({
-                let (api, shutdown) = (api.clone(), shutdown.clone());
-                async move { api.idle.hibernate(&api.engine, &api.store, shutdown).await }
-            }));
-            let served = crate::runtime_api::serve(api, listener, shutdown.clone());
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = served.await {
-                    tracing::error!(%addr, error = %e, "OpenHands' Runtime API stopped");
-                }
-            }));
+            let api = crate::runtime_api::RuntimeApi::from_config(&config, d.engine.clone(), js.clone()).map_err(SandboxError::Spawn)?;
+            tasks.extend(crate::runtime_api::launch(api, addr, shutdown.clone()).await.map_err(SandboxError::Spawn)?);
         }
     } else if config.sandbox.runtime_api_addr.is_some() {
         return Err(SandboxError::Spawn(

@@ -74,6 +74,55 @@ pub struct RuntimeApi {
     pub pool: pool::Pool,
 }
 
+impl RuntimeApi {
+    /// What the Runtime API serves with, from the configuration: the default spec, the keys'
+    /// hashes, the pool's sizes, and its directory under the data directory (root's own).
+    pub fn from_config(config: &halyard_platform::Config, engine: Engine, js: async_nats::jetstream::Context) -> Result<Arc<Self>, String> {
+        let sandbox = &config.sandbox;
+        let url = sandbox.runtime_api_url.clone().or_else(|| sandbox.runtime_api_addr.map(|a| format!("http://{a}"))).unwrap_or_default();
+        let dir = config.data_dir.join("runtime-api");
+        let store = Assignments::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let idle_after = (sandbox.idle_stop_secs > 0).then(|| std::time::Duration::from_secs(sandbox.idle_stop_secs));
+        Ok(Arc::new(Self {
+            engine,
+            spec: sandbox.spec(&sandbox.default_spec).unwrap_or_default(),
+            keys: sandbox.runtime_api_keys.clone(),
+            url,
+            subdomains: sandbox.runtime_api_subdomains,
+            max_runtimes: sandbox.runtime_api_max,
+            store,
+            js,
+            idle: Arc::new(idle::Idle::new(idle_after)),
+            starting: Default::default(),
+            pool: pool::Pool::new(sandbox.runtime_api_pool.clone(), &dir),
+        }))
+    }
+}
+
+/// Binds `addr` (a taken port stops the start-up, in words) and starts serving, keeping the
+/// pool and hibernating unused runtimes, until `shutdown`: the tasks.
+pub async fn launch(
+    api: Arc<RuntimeApi>,
+    addr: std::net::SocketAddr,
+    shutdown: Shutdown,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("HALYARD_RUNTIME_API_ADDR {addr}: {e}"))?;
+    let keep = {
+        let (api, shutdown) = (api.clone(), shutdown.clone());
+        tokio::spawn(async move { api.pool.keep(&api.engine, &api.store, &api.spec, shutdown).await })
+    };
+    let hibernate = {
+        let (api, shutdown) = (api.clone(), shutdown.clone());
+        tokio::spawn(async move { api.idle.hibernate(&api.engine, &api.store, shutdown).await })
+    };
+    let served = tokio::spawn(async move {
+        if let Err(e) = serve(api, listener, shutdown).await {
+            tracing::error!(%addr, error = %e, "OpenHands' Runtime API stopped");
+        }
+    });
+    Ok(vec![keep, hibernate, served])
+}
+
 /// A new deployment key for `name`: the key (shown once) and its `HALYARD_RUNTIME_API_KEYS`
 /// entry.
 pub fn new_key(name: &str) -> (String, String) {
