@@ -184,13 +184,24 @@ async fn audit(api: &RuntimeApi, client: &str, action: &str, target: &str, detai
     }
 }
 
-/// The deployment of a request's key; a wrong key is refused, and on the record.
-async fn caller(api: &RuntimeApi, headers: &HeaderMap, from: std::net::SocketAddr) -> Result<String, Refusal> {
-    let found = client(api, headers);
-    if found.is_err() {
-        audit(api, "-", "unauthorized", "", Value::Null, from).await;
+/// The OpenHands deployment a request comes from (its key checked: a wrong one is refused, and
+/// on the record), and the address it comes from.
+struct Caller {
+    client: String,
+    from: std::net::SocketAddr,
+}
+
+impl axum::extract::FromRequestParts<Arc<RuntimeApi>> for Caller {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, api: &Arc<RuntimeApi>) -> Result<Self, Refusal> {
+        let from = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>().map_or(([0, 0, 0, 0], 0).into(), |c| c.0);
+        let found = client(api, &parts.headers);
+        if found.is_err() {
+            audit(api, "-", "unauthorized", "", Value::Null, from).await;
+        }
+        Ok(Self { client: found?, from })
     }
-    found
 }
 
 /// A runtime as OpenHands reads it.
@@ -259,11 +270,9 @@ struct StartRequest {
 
 async fn start(
     State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
+    Caller { client, from }: Caller,
     body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
     let started = start_for(&api, &client, body).await;
     if let Ok((r, _)) = &started {
         api.idle.touch(r["runtime_id"].as_str().unwrap_or_default());
@@ -385,13 +394,7 @@ fn parse_ref(body: Result<Json<RuntimeRef>, axum::extract::rejection::JsonReject
 
 type RefBody = Result<Json<RuntimeRef>, axum::extract::rejection::JsonRejection>;
 
-async fn stop(
-    State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
-    body: RefBody,
-) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
+async fn stop(State(api): State<Arc<RuntimeApi>>, Caller { client, from }: Caller, body: RefBody) -> Result<Json<Value>, Refusal> {
     let r = own(&api, &client, &parse_ref(body)?).await?;
     runtimes::remove(&api.engine, &r.container).await?;
     api.store.remove(&r.runtime_id);
@@ -400,13 +403,7 @@ async fn stop(
     Ok(Json(json!({"runtime_id": r.runtime_id, "status": "stopped"})))
 }
 
-async fn pause(
-    State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
-    body: RefBody,
-) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
+async fn pause(State(api): State<Arc<RuntimeApi>>, Caller { client, from }: Caller, body: RefBody) -> Result<Json<Value>, Refusal> {
     let r = own(&api, &client, &parse_ref(body)?).await?;
     if r.state == RunState::Running {
         api.engine.pause(&r.container).await?;
@@ -415,13 +412,7 @@ async fn pause(
     Ok(Json(json!({"runtime_id": r.runtime_id, "status": "paused"})))
 }
 
-async fn resume(
-    State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
-    body: RefBody,
-) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
+async fn resume(State(api): State<Arc<RuntimeApi>>, Caller { client, from }: Caller, body: RefBody) -> Result<Json<Value>, Refusal> {
     let r = own(&api, &client, &parse_ref(body)?).await?;
     match r.state {
         RunState::Paused => api.engine.unpause(&r.container).await?,
@@ -436,11 +427,9 @@ async fn resume(
 
 async fn session(
     State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
+    Caller { client, .. }: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let r = mine.iter().find(|r| r.assignment.session_id.as_deref() == Some(&session_id)).ok_or_else(|| {
         Refusal::new(StatusCode::NOT_FOUND, "session_not_found", format!("No runtime for session {session_id} with this key."))
@@ -450,10 +439,9 @@ async fn session(
 
 async fn batch(
     State(api): State<Arc<RuntimeApi>>,
-    headers: HeaderMap,
+    Caller { client, .. }: Caller,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, Refusal> {
-    let client = client(&api, &headers)?;
     let ids: Vec<&str> = q.iter().filter(|(k, _)| k == "ids").map(|(_, v)| v.as_str()).collect();
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let mut out = Vec::new();
@@ -464,12 +452,7 @@ async fn batch(
 }
 
 /// The key's running runtimes.
-async fn list(
-    State(api): State<Arc<RuntimeApi>>,
-    ConnectInfo(from): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, Refusal> {
-    let client = caller(&api, &headers, from).await?;
+async fn list(State(api): State<Arc<RuntimeApi>>, Caller { client, .. }: Caller) -> Result<Json<Value>, Refusal> {
     let mine = runtimes::of(&api.engine, &api.store, &client).await?;
     let mut out = Vec::new();
     for r in mine.iter().filter(|r| r.state == RunState::Running) {
