@@ -72,6 +72,11 @@ pub enum ConversationCommand {
         /// What its work is checked against when the agent finishes.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checks: Option<crate::event::Checks>,
+        /// The plugins it gets, already resolved: a helper's are its parent's, a fork's its
+        /// source's (absent: resolved from its owner's, organization's and the deployment's
+        /// at its start).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plugins: Option<Vec<crate::plugin::PluginUse>>,
     },
     Delete {
         conversation_id: ConversationId,
@@ -229,6 +234,9 @@ pub enum AgentCommand {
         /// What its work is checked against when the agent finishes.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checks: Option<crate::event::Checks>,
+        /// Its plugins, resolved at its start.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        plugins: Vec<crate::plugin::PluginUse>,
     },
     /// A user message; the envelope id doubles as the event id, so it is appended once.
     UserMessage {

@@ -385,6 +385,10 @@ pub enum EventBody {
         /// What its work is checked against when the agent finishes (absent: nothing).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checks: Option<Checks>,
+        /// The plugins it has, at the commits it uses them at (its runs, forks and takeovers
+        /// read these same files).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        plugins: Vec<crate::plugin::PluginUse>,
     },
     /// A message from the user, with the images they attached (pasted screenshots...), which a
     /// vision model receives beside the text.
@@ -392,6 +396,10 @@ pub enum EventBody {
         text: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<Image>,
+        /// A plugin's slash command as the user typed it (`/review src`); `text` is what it
+        /// expanded to, which the agent reads.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
     },
     /// A message from the agent to the user (no tool call).
     AgentMessage { text: String },

@@ -15,6 +15,8 @@
 //! * [`automation`]: automations (hooks and schedules), their commands and run records.
 //! * [`environment`]: environments (setup once) and the snapshots started from after setup.
 //! * [`egress`]: outbound access by domain, its layers and the decision on a connection.
+//! * [`plugin`]: plugins in Claude Code's format, the marketplaces that list them, and which a
+//!   conversation gets.
 //!
 //! The byte format is pinned by golden fixtures under `tests/fixtures/`; `README.md` beside this
 //! crate documents it for clients in other languages.
@@ -32,6 +34,7 @@ pub mod event;
 pub mod executor;
 pub mod ids;
 pub mod org;
+pub mod plugin;
 pub mod queue;
 pub mod subjects;
 pub mod system;

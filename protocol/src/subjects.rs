@@ -167,6 +167,23 @@ pub fn org_skills_key(org: &str) -> String {
     format!("orgskills.{org}")
 }
 
+/// The key of a scope's marketplaces and plugins ([`crate::plugin::PluginSet`]) in
+/// [`USER_BUCKET`]: `plugins.deployment`, `plugins.org.<org>` or `plugins.user.<user>`.
+pub fn plugins_key(scope: &crate::plugin::Scope) -> String {
+    use crate::plugin::Scope;
+    match scope {
+        Scope::Deployment => "plugins.deployment".into(),
+        Scope::Org(org) => format!("plugins.org.{org}"),
+        Scope::User(user) => format!("plugins.user.{user}"),
+    }
+}
+
+/// The key of the plugin files whose SHA-256 is `sha256` ([`crate::plugin::PluginBundle`]) in
+/// [`USER_BUCKET`]: written once, read by every conversation that recorded it.
+pub fn plugin_bundle_key(sha256: &str) -> String {
+    format!("plugins.bundle.{sha256}")
+}
+
 /// The key of organization `org`'s MCP servers ([`crate::user::UserMcpServers`]) in
 /// [`USER_BUCKET`]: offered to its members' conversations in it.
 pub fn org_mcp_key(org: &str) -> String {

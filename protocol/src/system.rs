@@ -147,6 +147,23 @@ pub struct ParentLink {
     pub tool_call_id: String,
     /// How deep the helper is: 1 for a top-level conversation's helper.
     pub depth: u32,
+    /// The named agent (a plugin's) the task was handed to: its prompt, tools and model
+    /// (absent: a helper like its parent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<HelperAgent>,
+}
+
+/// A named agent a helper works as: a plugin's `agents/<name>.md`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HelperAgent {
+    /// `plugin:name`.
+    pub name: String,
+    /// Its instructions, beside the helper's own.
+    pub prompt: String,
+    /// The built-in tools it may use (absent: all of its parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
 }
 
 /// What a conversation's start asked for besides its title and repository.
@@ -191,6 +208,9 @@ pub struct StartRequest {
     /// What its work is checked against when the agent finishes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<crate::event::Checks>,
+    /// The plugins it gets, already resolved (a fork's: its source's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugins: Option<Vec<crate::plugin::PluginUse>>,
 }
 
 /// A start task's state after a transition.

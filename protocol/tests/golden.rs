@@ -89,6 +89,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    plugins: vec![],
                     agent: None,
                     checks: None,
                     owner: UserId("alice".into()),
@@ -112,6 +113,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    plugins: vec![],
                     agent: None,
                     checks: None,
                     owner: UserId("alice".into()),
@@ -135,6 +137,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    plugins: vec![],
                     agent: None,
                     checks: None,
                     owner: UserId("alice".into()),
@@ -158,6 +161,7 @@ fn events_are_stable() {
             event(
                 1,
                 EventBody::ConversationStarted {
+                    plugins: vec![],
                     agent: None,
                     checks: None,
                     owner: UserId("alice".into()),
@@ -392,7 +396,50 @@ fn events_are_stable() {
                 },
             ),
         ),
-        ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into(), images: vec![] })),
+        (
+            "event_user_message_command",
+            event(
+                2,
+                EventBody::UserMessage {
+                    text: "Review src/lib.rs for mistakes.".into(),
+                    images: vec![],
+                    command: Some("/review src/lib.rs".into()),
+                },
+            ),
+        ),
+        (
+            "event_conversation_started_plugins",
+            event(
+                1,
+                EventBody::ConversationStarted {
+                    plugins: vec![halyard_protocol::plugin::PluginUse {
+                        name: "kit".into(),
+                        marketplace: "acme".into(),
+                        version: Some("1.2.0".into()),
+                        commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
+                        bundle: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+                        scope: "org".into(),
+                        required: true,
+                    }],
+                    agent: None,
+                    checks: None,
+                    owner: UserId("alice".into()),
+                    sandbox_id: SandboxId(id(2)),
+                    workspace: "/workspace".into(),
+                    model: "gpt-4o".into(),
+                    skills: vec![],
+                    budget: None,
+                    confirmation_policy: ConfirmationPolicy::Never,
+                    llm_profile: None,
+                    secrets: None,
+                    repository: None,
+                    forked_from: None,
+                    parent: None,
+                    org: Some("acme".into()),
+                },
+            ),
+        ),
+        ("event_user_message", event(2, EventBody::UserMessage { text: "Write hello.py".into(), images: vec![], command: None })),
         (
             "event_user_message_with_image",
             event(
@@ -400,6 +447,7 @@ fn events_are_stable() {
                 EventBody::UserMessage {
                     text: "What is wrong on this page?".into(),
                     images: vec![Image { media_type: "image/png".into(), data: "iVBORw0KGgo=".into() }],
+                    command: None,
                 },
             ),
         ),
@@ -753,6 +801,7 @@ fn records_are_stable() {
                 repository: None,
                 created_ms: T,
                 request: Some(Box::new(StartRequest {
+                    plugins: None,
                     agent: None,
                     checks: None,
                     message: Some("hi".into()),
@@ -781,6 +830,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                plugins: None,
                 agent: None,
                 checks: None,
                 task_id: TaskId(id(3)),
@@ -811,6 +861,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                plugins: None,
                 agent: None,
                 checks: None,
                 task_id: TaskId(id(3)),
@@ -827,6 +878,7 @@ fn commands_are_stable() {
                 secrets: None,
                 fork: None,
                 parent: Some(ParentLink {
+                    agent: None,
                     conversation_id: ConversationId(id(7)),
                     sandbox_id: SandboxId(id(8)),
                     tool_call_id: "call_3".into(),
@@ -846,6 +898,7 @@ fn commands_are_stable() {
             5,
             "cmd.conversation.start",
             ConversationCommand::Start {
+                plugins: None,
                 agent: None,
                 checks: None,
                 task_id: TaskId(id(3)),

@@ -8,6 +8,15 @@ export type Accepted = {
   event_id?: string | null;
 };
 
+/** A marketplace to add: a git repository with `.claude-plugin/marketplace.json`. */
+export type AddMarketplace = {
+  /** Its clone URL (`https://…`); a private one is fetched with your (or the
+   * organization's) git provider for its host. */
+  url: string;
+  /** The branch or tag to follow (absent: the default branch). */
+  ref?: string | null;
+};
+
 /** A member to add, and their role (default `member`). */
 export type AddMember = {
   user: string;
@@ -398,6 +407,16 @@ export type BudgetUse = {
   /** Of the budget (absent without one). */
   percent?: number | null;
   exhausted: boolean;
+};
+
+/** A change of a plugin's state in a scope. */
+export type Change = {
+  /** On or off here: for a plugin this scope installed, its own switch; for one a wider scope
+   * installed, whether this scope turns it off (a required one cannot be). */
+  enabled?: boolean | null;
+  policy?: PluginPolicy | null;
+  /** For an organization or the deployment: its conversations never get it. */
+  forbidden?: boolean | null;
 };
 
 /** One changed file. */
@@ -793,10 +812,16 @@ export type EventBody = {
    * over the Agent Client Protocol. */
   agent?: string | null;
   checks?: Checks | null;
+  /** The plugins it has, at the commits it uses them at (its runs, forks and takeovers
+   * read these same files). */
+  plugins?: PluginUse[];
   kind: "conversation_started";
 } | {
   text: string;
   images?: Image[];
+  /** A plugin's slash command as the user typed it (`/review src`); `text` is what it
+   * expanded to, which the agent reads. */
+  command?: string | null;
   kind: "user_message";
 } | {
   text: string;
@@ -1095,6 +1120,16 @@ export type Health = {
   status: string;
 };
 
+/** A named agent a helper works as: a plugin's `agents/<name>.md`. */
+export type HelperAgent = {
+  /** `plugin:name`. */
+  name: string;
+  /** Its instructions, beside the helper's own. */
+  prompt: string;
+  /** The built-in tools it may use (absent: all of its parent's). */
+  tools?: string[] | null;
+};
+
 /** What a hook answers. */
 export type HookAnswer = {
   /** `accepted` (handed on: the automation's runs say what it started) or `duplicate` (this
@@ -1142,6 +1177,30 @@ export type HostRoomView = {
 export type Image = {
   media_type: string;
   data: string;
+};
+
+/** A plugin to install. */
+export type Install = {
+  /** `name@marketplace`. */
+  plugin: string;
+  /** For an organization or the deployment: `required` keeps it on for everyone. */
+  policy?: PluginPolicy;
+};
+
+/** A plugin a scope installed. */
+export type InstalledView = {
+  /** `name@marketplace`. */
+  id: string;
+  name: string;
+  marketplace: string;
+  version?: string | null;
+  commit: string;
+  adds: PluginAdds;
+  enabled: boolean;
+  policy: PluginPolicy;
+  installed_by: string;
+  updated_at: string;
+  update?: UpdateView | null;
 };
 
 export type InvitationList = {
@@ -1284,6 +1343,18 @@ export type LlmProfileUpdate = {
   /** Whether the model reads images (absent: it does). When it does not, the browser's
    * screenshots are not sent to it (the user still sees them). */
   vision?: boolean | null;
+};
+
+/** A marketplace as the Plugins page shows it. */
+export type MarketplaceView = {
+  name: string;
+  source: PluginSource;
+  commit: string;
+  description?: string | null;
+  plugins: PluginOffer[];
+  added_by: string;
+  /** When it was last fetched (RFC 3339). */
+  fetched_at: string;
 };
 
 /** An MCP server as the API shows it. */
@@ -1524,6 +1595,7 @@ export type ParentLink = {
   tool_call_id: string;
   /** How deep the helper is: 1 for a top-level conversation's helper. */
   depth: number;
+  agent?: HelperAgent | null;
 };
 
 /** What changes in a conversation: its title, its tags, or both. */
@@ -1543,6 +1615,70 @@ export type PatchUserBody = {
   admin?: boolean | null;
   /** A disabled user's keys and sessions stop working at once. */
   disabled?: boolean | null;
+};
+
+/** What a plugin adds to a conversation, by name: shown before it is installed. */
+export type PluginAdds = {
+  skills: string[];
+  /** Slash commands, without their `/`. */
+  commands: string[];
+  /** Named helpers `delegate` can hand a task to. */
+  agents: string[];
+  /** The hook events it runs commands at. */
+  hooks: string[];
+  mcp_servers: string[];
+};
+
+/** One plugin a marketplace offers, as its last fetch found it. */
+export type PluginOffer = {
+  name: string;
+  description?: string | null;
+  version?: string | null;
+  source: PluginSource;
+  /** The commit its files were read at. */
+  commit: string;
+  /** The SHA-256 of its files ([`PluginBundle`]): the same content is the same version. */
+  bundle: string;
+  adds: PluginAdds;
+  /** Why it cannot be installed (its files could not be read or parsed); absent: it can. */
+  error?: string | null;
+};
+
+/** What an organization or the deployment says of a plugin it installed. */
+export type PluginPolicy = "optional" | "required";
+
+/** Where a plugin's files are: a folder of a git repository. */
+export type PluginSource = {
+  /** The repository's clone URL (`https://…`, `http://…`). */
+  url: string;
+  /** The folder in it (empty: its root). */
+  path?: string;
+  /** The branch or tag it follows (absent: the repository's default branch). */
+  git_ref?: string | null;
+};
+
+/** What a scope now says of one plugin. */
+export type PluginState = {
+  id: string;
+  /** Installed here. */
+  installed: boolean;
+  enabled: boolean;
+  policy?: PluginPolicy | null;
+  forbidden: boolean;
+};
+
+/** A plugin one conversation has, as `conversation_started` records it: a run, a fork and a
+ * takeover read the same files. */
+export type PluginUse = {
+  name: string;
+  marketplace: string;
+  version?: string | null;
+  commit: string;
+  bundle: string;
+  /** Whose it is: `deployment`, `org` or `user`. */
+  scope: string;
+  /** Required by its organization or the deployment. */
+  required?: boolean;
 };
 
 /** A new confirmation policy accepted. */
@@ -1756,6 +1892,19 @@ export type SandboxSpecs = {
    * and the next message or look at it starts it again (0: never). */
   idle_stop_secs: number;
   items: SandboxSpec[];
+};
+
+/** One scope's marketplaces and plugins. */
+export type ScopeView = {
+  scope: string;
+  marketplaces: MarketplaceView[];
+  installed: InstalledView[];
+  /** Plugins of wider scopes this one turned off. */
+  disabled: string[];
+  /** Plugins this scope's conversations never get. */
+  forbidden: string[];
+  /** For `me`: what a conversation of the caller's gets now (in `?org=`, if given), in order. */
+  effective?: PluginUse[] | null;
 };
 
 /** A secret as the API shows it: never its value. */
@@ -2144,6 +2293,13 @@ export type TitleSource = "user" | "generated";
  * `load_skill` when the conversation has folder skills; `delegate` only while helpers may go
  * deeper; MCP servers' tools besides. */
 export type ToolSet = string | string[];
+
+/** A newer version its marketplace offers (never applied without an upgrade). */
+export type UpdateView = {
+  version?: string | null;
+  commit: string;
+  adds: PluginAdds;
+};
 
 /** A file uploaded. */
 export type Uploaded = {

@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn condensing_keeps_the_first_message_and_whole_steps_and_shrinks_the_prompt() {
-        let mut events = vec![ev(1, EventBody::UserMessage { text: "do the task".into(), images: vec![] })];
+        let mut events = vec![ev(1, EventBody::UserMessage { text: "do the task".into(), images: vec![], command: None })];
         for n in 0..20 {
             events.extend(step(2 + 2 * n, n));
         }

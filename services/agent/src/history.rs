@@ -33,6 +33,8 @@ pub struct Started {
     pub agent: Option<String>,
     /// What its work is checked against when the agent finishes.
     pub checks: Option<halyard_protocol::event::Checks>,
+    /// Its plugins, at the commits it started with.
+    pub plugins: Vec<halyard_protocol::plugin::PluginUse>,
 }
 
 /// One message the LLM sees, with the event it came from and its size.
@@ -260,9 +262,11 @@ impl History {
                 org,
                 agent,
                 checks,
+                plugins,
                 ..
             } => {
                 self.started = Some(Started {
+                    plugins: plugins.clone(),
                     owner: owner.clone(),
                     sandbox_id: *sandbox_id,
                     workspace: workspace.clone(),
@@ -296,7 +300,7 @@ impl History {
                     self.release_notes();
                 }
             }
-            EventBody::UserMessage { text, images } => {
+            EventBody::UserMessage { text, images, .. } => {
                 self.last_user_seq = ev.seq;
                 self.verified_before_turn = self.verified_attempts;
                 self.first_user_seq.get_or_insert(ev.seq);
@@ -509,7 +513,7 @@ mod tests {
     #[test]
     fn a_message_sent_while_a_turn_runs_is_for_the_next_prompt() {
         let status = |status| EventBody::ExecutionStatus { status, reason: None };
-        let said = |text: &str| EventBody::UserMessage { text: text.into(), images: vec![] };
+        let said = |text: &str| EventBody::UserMessage { text: text.into(), images: vec![], command: None };
         let mut h = History::default();
         h.apply(&ev(1, said("first")));
         h.apply(&ev(2, status(ExecutionStatus::Running)));
@@ -536,7 +540,7 @@ mod tests {
             image_ids: Vec::new(),
         };
         let mut h = History::default();
-        h.apply(&ev(1, EventBody::UserMessage { text: "look".into(), images: vec![] }));
+        h.apply(&ev(1, EventBody::UserMessage { text: "look".into(), images: vec![], command: None }));
         h.apply(&ev(2, obs("a")));
         let png = ImagePart { media_type: "image/png".into(), data: "AAA".into() };
         let before = h.entries[1].bytes;
@@ -560,7 +564,7 @@ mod tests {
             security_risk: None,
         };
         let h = History::from_events(&[
-            ev(1, EventBody::UserMessage { text: "hi".into(), images: vec![] }),
+            ev(1, EventBody::UserMessage { text: "hi".into(), images: vec![], command: None }),
             ev(2, action("a")),
             ev(3, action("b")),
             ev(
@@ -577,7 +581,7 @@ mod tests {
                 },
             ),
             ev(5, EventBody::ExecutionStatus { status: ExecutionStatus::Error, reason: None }),
-            ev(6, EventBody::UserMessage { text: "go on".into(), images: vec![] }),
+            ev(6, EventBody::UserMessage { text: "go on".into(), images: vec![], command: None }),
         ]);
         let msgs = h.for_llm("sys");
         let roles: Vec<&str> = msgs.iter().map(|m| m.role.as_str()).collect();
@@ -611,7 +615,7 @@ mod tests {
             used_usd: 0.5,
         };
         let mut h = History::from_events(&[
-            ev(1, EventBody::UserMessage { text: "split".into(), images: vec![] }),
+            ev(1, EventBody::UserMessage { text: "split".into(), images: vec![], command: None }),
             ev(2, delegate),
             ev(3, EventBody::SubConversationsStarted { tool_call_id: "d".into(), children }),
             ev(4, ended(a, 700)),

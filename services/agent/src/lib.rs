@@ -27,6 +27,7 @@ pub mod llm_calls;
 pub mod log;
 pub mod membership;
 pub mod org_budget;
+pub mod plugins;
 pub mod run_loop;
 pub mod runner;
 pub mod stuck;

@@ -45,7 +45,9 @@ async fn thousands_of_events_go_in_atomic_batches_once_each_in_order_and_masked(
     let conv = ConversationId::new();
     let mut log = Log::load(js.clone(), conv).await.unwrap();
     log.set_redactor(std::sync::Arc::new(Redactor::new(vec![("TOKEN".into(), "hunter2hunter2".into())])));
-    log.append(EventId::new(), EventSource::User, EventBody::UserMessage { text: "hi".into(), images: vec![] }, None).await.unwrap();
+    log.append(EventId::new(), EventSource::User, EventBody::UserMessage { text: "hi".into(), images: vec![], command: None }, None)
+        .await
+        .unwrap();
 
     let n = 2 * BATCH_MAX + 345;
     let mut events: Vec<NewEvent> = (0..n).map(message).collect();
@@ -78,7 +80,9 @@ async fn a_batch_that_meets_another_writer_stores_none_of_itself_and_goes_on_aft
     let (_nats, js) = topology().await;
     let conv = ConversationId::new();
     let mut log = Log::load(js.clone(), conv).await.unwrap();
-    log.append(EventId::new(), EventSource::User, EventBody::UserMessage { text: "hi".into(), images: vec![] }, None).await.unwrap();
+    log.append(EventId::new(), EventSource::User, EventBody::UserMessage { text: "hi".into(), images: vec![], command: None }, None)
+        .await
+        .unwrap();
 
     // Another writer (the title setter, another runner) appends behind this log's back.
     let mut other = bus::EventAppender::open(js.clone(), conv).await.unwrap();

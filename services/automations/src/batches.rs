@@ -214,6 +214,8 @@ async fn start(ctx: &Ctx, batch: &Batch, index: usize, round: u32) -> Result<(),
         queue: QueueTerms { class: StartClass::Batch, asked_us: Some(halyard_platform::now_us()), ..Default::default() },
         environment: item.environment.clone(),
         checks: batch.checks.clone(),
+        // Resolved at its start, like any conversation's.
+        plugins: None,
     };
     let env = Envelope::with_id(CommandId(command), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

@@ -319,6 +319,8 @@ async fn start(ctx: &Ctx, a: &Automation, run_id: &Uuid, t: &Cause, begin: Begin
         // The template's, else the deployment's default environment, if it has one.
         environment: item.and_then(|i| i.environment.clone()),
         checks,
+        // Resolved at its start, like any conversation's.
+        plugins: None,
     };
     let env = Envelope::with_id(CommandId(derived(&["start", &run])), cmd, now).correlated(task_id.to_string());
     bus::publish(&ctx.js, subjects::conversation_command(conversation_id), &env).await?;

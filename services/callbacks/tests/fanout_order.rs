@@ -77,7 +77,7 @@ async fn jobs_follow_the_conversation_order_whichever_dispatcher_fans_out_first(
     let mut events: Vec<ConversationEvent> = Vec::new();
     for i in 0..7 {
         let body = if i % 3 == 0 {
-            EventBody::UserMessage { text: format!("message {i}"), images: vec![] }
+            EventBody::UserMessage { text: format!("message {i}"), images: vec![], command: None }
         } else {
             EventBody::AgentError { code: "test".into(), message: format!("error {i}") }
         };

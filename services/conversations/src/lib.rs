@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod devcontainer;
 pub mod egress;
 pub mod environment;
+pub mod plugins;
 pub mod setup;
 pub mod shape;
 pub mod start;

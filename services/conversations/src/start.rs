@@ -53,6 +53,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         queue,
         environment,
         checks,
+        plugins,
     } = env.payload
     else {
         return Ok(());
@@ -72,6 +73,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         visibility,
         environment: environment.clone(),
         checks: checks.clone(),
+        plugins: plugins.clone(),
     };
     let task = Task {
         ctx,
@@ -96,6 +98,7 @@ pub async fn run_task(ctx: &Ctx, env: Envelope<ConversationCommand>) -> Result<(
         environment,
         checks,
         snapshot: Default::default(),
+        plugins,
     };
     // A redelivered command whose task already finished has nothing left to do.
     if let Some((_, last)) = bus::last_record::<SystemRecord>(&ctx.js, subjects::SYSTEM_STREAM, &subjects::task_record(task_id)).await? {
@@ -404,7 +407,16 @@ async fn hand_over(
         None => repo_skills(exec).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?,
     };
     skills.extend(read);
+    // The plugins, resolved now unless given; their skills after the repository's.
+    let plugins = match &task.plugins {
+        Some(given) => given.clone(),
+        None => crate::plugins::resolved(task.ctx, &task.owner, task.org.as_deref())
+            .await
+            .map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?,
+    };
+    skills.extend(crate::plugins::skills(task.ctx, &plugins).await.map_err(|e| PhaseError(format!("SETTING_UP_SKILLS failed: {e}")))?);
     let start = AgentCommand::Start {
+        plugins,
         conversation_id: task.conversation_id,
         owner: task.owner.clone(),
         sandbox_id: task.sandbox_id,

@@ -48,6 +48,9 @@ pub(crate) struct Task<'a> {
     pub(crate) checks: Option<halyard_protocol::event::Checks>,
     /// The environment snapshot its sandbox started from (known once it runs).
     pub(crate) snapshot: std::sync::Mutex<Option<String>>,
+    /// The plugins it was given (a helper's parent's, a fork's source's); absent: resolved
+    /// when its agent is handed the conversation.
+    pub(crate) plugins: Option<Vec<halyard_protocol::plugin::PluginUse>>,
 }
 
 /// A phase failed; the text says why, for the user.

@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use crate::api::accounts::{self, admin, keys, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
 use crate::api::conversations::{self, control, events, export, images, list, network, plan, queue, share, starts, ws};
+use crate::api::plugins;
 use crate::api::settings::{agent_logins, defaults, git_providers, llm_probe, llm_profiles, mcp_servers, repositories, secrets};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{deliveries, mcp, sandboxes, web, webhooks};
@@ -158,6 +159,13 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(accounts::org_mcp::list))
         .routes(routes!(accounts::org_git::list))
         .routes(routes!(accounts::org_skills::list))
+        .routes(routes!(plugins::show))
+        .routes(routes!(plugins::add_marketplace))
+        .routes(routes!(plugins::refresh_marketplace))
+        .routes(routes!(plugins::remove_marketplace))
+        .routes(routes!(plugins::install))
+        .routes(routes!(plugins::change, plugins::uninstall))
+        .routes(routes!(plugins::upgrade))
         .routes(routes!(accounts::org_skills::put, accounts::org_skills::delete))
         .routes(routes!(accounts::org_templates::list))
         .routes(routes!(accounts::org_templates::put, accounts::org_templates::delete))

@@ -47,6 +47,14 @@ pub struct Remote {
     authorization: String,
 }
 
+impl Remote {
+    /// The `Authorization` header its provider's token makes (for a fetch the gateway makes
+    /// itself: a plugin marketplace's).
+    pub fn authorization(&self) -> &str {
+        &self.authorization
+    }
+}
+
 impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Remote").field("url", &self.url).field("provider", &self.provider).finish_non_exhaustive()

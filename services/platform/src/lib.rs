@@ -31,6 +31,7 @@ pub mod nats;
 pub mod net;
 pub mod netaddr;
 pub mod outbound;
+pub mod plugins;
 pub mod redact;
 pub mod relay;
 pub mod results;

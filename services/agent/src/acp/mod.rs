@@ -171,7 +171,9 @@ pub(crate) async fn drive(run: &Run, exec: &ExecutorClient, name: &str, mcp_conf
     }
     // The conversation's MCP servers, connected here (at once with the git proxy's setting up)
     // and offered to the agent through the relay.
-    let (hub, _git) = tokio::join!(run.mcp(exec, mcp_configs), run.git_proxy(exec));
+    // (A third-party agent brings its own plugins; the conversation's are Halyard's agent's.)
+    let none = crate::plugins::Installed::default();
+    let (hub, _git) = tokio::join!(run.mcp(exec, mcp_configs, &none), run.git_proxy(exec));
     let Some(hub) = hub else { return RunOutcome::Failed };
     let timeout = std::time::Duration::from_secs_f64(run.ctx.config.agent.command_timeout_secs.max(1.0));
     let mcp = hub.offers_any().then(|| mcp::Server::new(hub, timeout));

@@ -159,6 +159,7 @@ impl ConvState {
             org,
             agent,
             checks,
+            plugins,
             ..
         } = start
         else {
@@ -193,6 +194,7 @@ impl ConvState {
                 org,
                 agent,
                 checks,
+                plugins,
             };
             log.lock().await.append(derived(cmd_id, 1), EventSource::System, body, trace.clone()).await.map_err(|e| e.to_string())?;
         }

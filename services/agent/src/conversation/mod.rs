@@ -106,9 +106,20 @@ pub struct ConvState {
     released: Option<u64>,
 }
 
-/// Appends a user's message, and the knowledge skills it triggers (once per conversation).
-async fn append_message(log: &mut Log, id: EventId, text: String, images: Vec<Image>, trace: Option<TraceContext>) -> Result<(), String> {
-    log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone(), images }, trace.clone())
+/// Appends a user's message, and the knowledge skills it triggers (once per conversation). A
+/// plugin's slash command is appended as what it expands to, with what was typed beside it.
+async fn append_message(
+    log: &mut Log,
+    id: EventId,
+    (typed, images): (String, Vec<Image>),
+    expanded: Option<(String, String)>,
+    trace: Option<TraceContext>,
+) -> Result<(), String> {
+    let (text, command) = match expanded {
+        Some((command, text)) => (text, Some(command)),
+        None => (typed, None),
+    };
+    log.append(id, EventSource::User, EventBody::UserMessage { text: text.clone(), images, command }, trace.clone())
         .await
         .map_err(|e| e.to_string())?;
     let triggered: Vec<(String, String)> = log
@@ -298,6 +309,9 @@ impl ConvState {
         trace: Option<TraceContext>,
     ) -> Result<(), String> {
         let Some(log) = self.log.clone() else { return Err("log not loaded".into()) };
+        // `/name arguments` of one of the conversation's plugins' commands.
+        let plugins = log.lock().await.history.started.as_ref().map(|s| s.plugins.clone()).unwrap_or_default();
+        let expanded = crate::plugins::expand(&self.ctx, &plugins, &text).await;
         let mut log = log.lock().await;
         if log.history.seen.contains(&id) {
             // Appended before, by a handler that died before its run began (or before it
@@ -317,7 +331,7 @@ impl ConvState {
         // `Busy` here is therefore looked at again after the append, by `start_run`.
         let ahead = self.run.is_none() && !self.paused && self.held.lock().unwrap_or_else(|p| p.into_inner()).is_none();
         let released = if ahead { self.released.take() } else { None };
-        let (appended, leased) = tokio::join!(append_message(&mut log, id, text, images, trace.clone()), async {
+        let (appended, leased) = tokio::join!(append_message(&mut log, id, (text, images), expanded, trace.clone()), async {
             if ahead { Some(self.ctx.leases.acquire(self.id, released).await) } else { None }
         });
         drop(log);
@@ -482,6 +496,7 @@ impl ConvState {
             tool_set: Default::default(),
             vision: true,
             checkpointing: Default::default(),
+            helper_agents: Vec::new(),
         };
         let me = myself.clone();
         let ctx = self.ctx.clone();

@@ -138,7 +138,7 @@ impl Run {
         match self.hooks_at(exec, setting, Moment::PreToolUse, about, input).await? {
             None => Ok(true),
             Some(reason) => {
-                let reason = format!("a repository hook refused it: {reason}");
+                let reason = format!("a hook refused it: {reason}");
                 let body = EventBody::ActionRejected { tool_call_id: call.id.clone(), tool: name.to_owned(), reason };
                 if self.append(EventSource::Environment, body).await { Ok(false) } else { Err(()) }
             }

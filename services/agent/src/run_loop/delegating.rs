@@ -29,7 +29,7 @@ impl Run {
     /// failed).
     pub(super) async fn delegate(&self, call_id: &str, args: &Value) -> Result<ToolOutcome, RunOutcome> {
         let agent = &self.ctx.config.agent;
-        let tasks = match delegate::parse(args, agent.max_delegates) {
+        let tasks = match delegate::parse(args, agent.max_delegates, &self.helper_agents) {
             Ok(tasks) => tasks,
             Err(why) => return Ok(refused(why)),
         };
@@ -177,13 +177,15 @@ impl Run {
         let start = delegate::Start {
             parent: me,
             owner: started.owner.clone(),
-            link: ParentLink { conversation_id: me, sandbox_id: started.sandbox_id, tool_call_id: call_id.to_owned(), depth },
+            link: ParentLink { conversation_id: me, sandbox_id: started.sandbox_id, tool_call_id: call_id.to_owned(), depth, agent: None },
             budget,
             llm_profile: h.llm_profile.clone(),
             secrets: h.secrets.clone(),
             confirmation_policy: h.policy,
             org: started.org.clone(),
             trace: self.trace.clone(),
+            plugins: started.plugins.clone(),
+            agents: self.helper_agents.clone(),
         };
         Ok((me, start, recorded, used_before))
     }

@@ -158,7 +158,7 @@ impl Run {
             }
         }
         let Some(reason) = refused_last else { return Ok(None) };
-        let said = format!("the repository's user_prompt_submit hook refused the message: {reason}");
+        let said = format!("a user_prompt_submit hook refused the message: {reason}");
         if !self.status(ExecutionStatus::Idle, Some(said)).await {
             return Err(());
         }

@@ -139,6 +139,9 @@ pub struct Run {
     pub vision: bool,
     /// The checkpoint being taken behind the run, if one is ([`Self::checkpoint_behind`]).
     pub checkpointing: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The named agents of the conversation's plugins, which `delegate` hands tasks to (set
+    /// when the run starts).
+    pub helper_agents: Vec<halyard_protocol::system::HelperAgent>,
 }
 
 impl Run {
@@ -538,6 +541,11 @@ fn system_prompt(log: &Log) -> String {
         if checks.verify.iter().any(|c| c.judge.is_some()) {
             prompt.push_str("\n\nWhen you call `finish`, a reviewer also judges your work and may send you back.");
         }
+    }
+    // A helper handed its task as a plugin's named agent works by that agent's instructions.
+    if let Some(agent) = log.history.started.as_ref().and_then(|s| s.parent.as_ref()?.agent.as_ref()) {
+        prompt
+            .push_str(&format!("\n\nYou work as the agent `{}`:\n<agent name=\"{}\">\n{}\n</agent>", agent.name, agent.name, agent.prompt));
     }
     let skills = &log.history.skills;
     for skill in skills.iter().filter(|s| s.kind == SkillKind::Always) {

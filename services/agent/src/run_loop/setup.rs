@@ -123,7 +123,12 @@ impl Run {
     /// The conversation's MCP servers, connected: the hub of an earlier run while it still
     /// serves the owner's configuration and secrets, else a new one, recorded in an
     /// `mcp_servers` event when what it offers changed. `None` if the log failed.
-    pub(crate) async fn mcp(&self, exec: &ExecutorClient, configs: Option<Result<McpConfigs, String>>) -> Option<Arc<McpHub>> {
+    pub(crate) async fn mcp(
+        &self,
+        exec: &ExecutorClient,
+        configs: Option<Result<McpConfigs, String>>,
+        plugins: &crate::plugins::Installed,
+    ) -> Option<Arc<McpHub>> {
         let Some(configs) = configs else { return Some(Arc::default()) };
         let (mut configs, org) = match configs {
             Ok(c) => c,
@@ -132,6 +137,9 @@ impl Run {
                 (self.ctx.config.mcp.servers.clone(), Default::default())
             }
         };
+        // The plugins' servers, like the owner's own (never trusted past the allowed classes).
+        let theirs = plugins.mcp_servers(&configs);
+        configs.extend(theirs);
         let mut trusted = self.ctx.config.mcp.servers.clone();
         let conversation = self.log.lock().await.conversation();
         // Halyard's own tools act on the owner's forges: offered to those who have one.
@@ -218,26 +226,52 @@ impl Run {
         Ok(mcp)
     }
 
-    /// Halyard's own agent, once the run is [`Ready`]: the git proxy and MCP servers, the
-    /// repository's hooks, then the steps.
+    /// The conversation's plugins, written into the sandbox and read; what cannot be used is
+    /// said in an `agent_error` and the run goes on without it. `None`: the log failed.
+    pub(crate) async fn plugins(&mut self, exec: &ExecutorClient) -> Option<crate::plugins::Installed> {
+        let uses = self.log.lock().await.history.started.as_ref().map(|s| s.plugins.clone()).unwrap_or_default();
+        if uses.is_empty() {
+            return Some(Default::default());
+        }
+        let installed = crate::plugins::install(&self.ctx, exec, &uses).await;
+        for problem in &installed.problems {
+            let body =
+                EventBody::AgentError { code: "plugin_unavailable".into(), message: format!("{problem}; the run goes on without it.") };
+            if !self.append(EventSource::System, body).await {
+                return None;
+            }
+        }
+        self.helper_agents = installed.agents();
+        Some(installed)
+    }
+
+    /// Halyard's own agent, once the run is [`Ready`]: the plugins, the git proxy and MCP
+    /// servers, the repository's hooks, then the steps.
     pub(crate) async fn builtin(&mut self, ready: Ready) -> RunOutcome {
         let Ready { exec, hooks, mcp_configs, helper, .. } = ready;
+        // The plugins' files go into the sandbox first: their MCP servers run from there.
+        let Some(plugins) = self.plugins(&exec).await else { return RunOutcome::Failed };
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
         // are set up at once.
-        let (_git_proxy, mcp) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec, mcp_configs));
+        let (_git_proxy, mcp) = tokio::join!(self.git_proxy(&exec), self.mcp(&exec, mcp_configs, &plugins));
         let Some(mcp) = mcp else { return RunOutcome::Failed };
         let (setting, pending) = {
             let log = self.log.lock().await;
             let h = &log.history;
             let skills = h.skills.clone();
             // (A set stored before a tool was renamed falls back to the default one.)
-            let offered = self.tool_set.names().unwrap_or_else(|_| halyard_protocol::user::ToolSet::default().names().unwrap_or_default());
+            let mut offered =
+                self.tool_set.names().unwrap_or_else(|_| halyard_protocol::user::ToolSet::default().names().unwrap_or_default());
+            // A named agent's helper has the tools its definition lists (of its parent's).
+            if let Some(listed) = h.started.as_ref().and_then(|s| s.parent.as_ref()?.agent.as_ref()?.tools.as_ref()) {
+                offered.retain(|t| crate::tools::hooks::tool_named(listed, t));
+            }
             let mut tools = tools::specs(&offered, skills.iter().any(|s| s.kind == SkillKind::AgentSkill));
             // Helpers are offered while the deployment allows another level of them.
             let agent = &self.ctx.config.agent;
             if offered.contains(&"delegate") && h.depth() < agent.max_delegation_depth && agent.max_delegates > 0 {
-                tools.push(tools::delegate::spec(agent.max_delegates));
+                tools.push(tools::delegate::spec(agent.max_delegates, &plugins.agent_descriptions()));
             }
             tools.extend(mcp.specs());
             let checks = h.started.as_ref().and_then(|s| s.checks.clone()).filter(|c| !c.is_empty());
@@ -284,6 +318,19 @@ impl Run {
             Ok(hooks) => hooks,
             Err(outcome) => return outcome,
         };
+        // The plugins' hooks need no consent but the install's, and run after the repository's.
+        for (u, c, root) in &plugins.plugins {
+            let Some(theirs) = &c.hooks else { continue };
+            match crate::tools::hooks::Hooks::of_plugin(theirs, root) {
+                Ok(theirs) => setting.hooks = Some(setting.hooks.take().unwrap_or_default().merged(theirs)),
+                Err(why) => {
+                    let message = format!("Plugin {}'s hooks are not used this run: {why}.", u.id());
+                    if !self.append(EventSource::System, EventBody::AgentError { code: "hooks_invalid".into(), message }).await {
+                        return RunOutcome::Failed;
+                    }
+                }
+            }
+        }
         if self.hooks_at(&exec, &setting, Moment::SessionStart, HookSubject::default(), json!({})).await.is_err() {
             return RunOutcome::Failed;
         }

@@ -15,7 +15,7 @@ use halyard_platform::derived::{Namespace, derived_uuid};
 use halyard_platform::{BusError, bus};
 use halyard_protocol::command::{AgentCommand, ConversationCommand};
 use halyard_protocol::event::{Budget, ConversationEvent, EventBody, ExecutionStatus, SubConversation};
-use halyard_protocol::system::{ParentLink, StartTaskStatus, SystemRecord};
+use halyard_protocol::system::{HelperAgent, ParentLink, StartTaskStatus, SystemRecord};
 use halyard_protocol::{CommandId, ConversationId, Envelope, TaskId, TraceContext, UserId, subjects};
 use serde_json::{Value, json};
 
@@ -25,16 +25,26 @@ const MAX_PROMPT: usize = 100_000;
 /// How often the helpers' logs are read while the parent waits.
 pub const POLL: Duration = Duration::from_millis(400);
 
-/// The tool's definition; `max` tasks at most per call.
-pub fn spec(max: usize) -> Value {
+/// The tool's definition; `max` tasks at most per call. `agents` are the named agents of the
+/// conversation's plugins (name and description), which a task may be handed to.
+pub fn spec(max: usize, agents: &[(String, String)]) -> Value {
+    let mut task = json!({"type": "object", "properties": {
+        "title": {"type": "string", "description": "What the task is, briefly (the helper's conversation title)."},
+        "prompt": {"type": "string", "description": "The helper's instructions, whole."}
+    }, "required": ["title", "prompt"]});
+    if !agents.is_empty() {
+        let listed: Vec<String> = agents.iter().map(|(n, d)| format!("`{n}`: {d}")).collect();
+        task["properties"]["agent"] = json!({
+            "type": "string",
+            "enum": agents.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            "description": format!("A specialised agent to hand this task to, by name (absent: a helper like you). {}", listed.join("; "))
+        });
+    }
     json!({"type": "function", "function": {
         "name": "delegate",
         "description": format!("Hand independent tasks to helpers that work in parallel, each an agent of its own with the same tools, in this same workspace (they see the files as they are now, and you see what they change). Give each task a short title and a prompt that says everything the helper needs: it does not see this conversation. Up to {max} tasks a call. The call returns when every helper has finished, with each one's final message. Use it for work that splits into parts that do not touch the same files."),
         "parameters": {"type": "object", "properties": {
-            "tasks": {"type": "array", "description": "The tasks, one helper each.", "items": {"type": "object", "properties": {
-                "title": {"type": "string", "description": "What the task is, briefly (the helper's conversation title)."},
-                "prompt": {"type": "string", "description": "The helper's instructions, whole."}
-            }, "required": ["title", "prompt"]}}
+            "tasks": {"type": "array", "description": "The tasks, one helper each.", "items": task}
         }, "required": ["tasks"]}
     }})
 }
@@ -44,10 +54,14 @@ pub fn spec(max: usize) -> Value {
 pub struct Task {
     pub title: String,
     pub prompt: String,
+    /// The named agent (a plugin's) to hand it to.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
-/// The tasks of a call, or what is wrong with them (in words for the model).
-pub fn parse(args: &Value, max: usize) -> Result<Vec<Task>, String> {
+/// The tasks of a call, or what is wrong with them (in words for the model). A task's `agent`
+/// must be one of `agents`.
+pub fn parse(args: &Value, max: usize, agents: &[HelperAgent]) -> Result<Vec<Task>, String> {
     let list = match args.get("tasks") {
         Some(list @ Value::Array(_)) => list.clone(),
         // Some models send a list as a JSON string.
@@ -68,6 +82,14 @@ pub fn parse(args: &Value, max: usize) -> Result<Vec<Task>, String> {
         }
         if t.prompt.trim().is_empty() || t.prompt.len() > MAX_PROMPT {
             return Err(format!("Each task needs a prompt, up to {MAX_PROMPT} bytes."));
+        }
+        if let Some(a) = t.agent.as_deref().filter(|a| !agents.iter().any(|h| h.name == *a)) {
+            let names: Vec<&str> = agents.iter().map(|h| h.name.as_str()).collect();
+            return Err(if names.is_empty() {
+                format!("There is no agent `{a}`: leave `agent` out.")
+            } else {
+                format!("There is no agent `{a}`; the agents are {}.", names.join(", "))
+            });
         }
     }
     Ok(tasks)
@@ -110,6 +132,10 @@ pub struct Start {
     /// The parent's organization, whose budgets also cover the helper.
     pub org: Option<String>,
     pub trace: Option<TraceContext>,
+    /// The parent's plugins, which its helpers have too.
+    pub plugins: Vec<halyard_protocol::plugin::PluginUse>,
+    /// The named agents tasks may be handed to.
+    pub agents: Vec<HelperAgent>,
 }
 
 /// Asks for helper `index` (once, however often it is asked: its command id and task are fixed).
@@ -122,6 +148,7 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         conversation_id,
         owner: s.owner.clone(),
         message: Some(task.prompt.clone()),
+        plugins: Some(s.plugins.clone()),
         repository: None,
         title: Some(task.title.clone()),
         created_ms: halyard_platform::now_ms(),
@@ -131,7 +158,10 @@ pub async fn start(js: &async_nats::jetstream::Context, s: &Start, index: usize,
         llm_profile: s.llm_profile.clone(),
         secrets: s.secrets.clone(),
         fork: None,
-        parent: Some(s.link.clone()),
+        parent: Some(ParentLink {
+            agent: task.agent.as_ref().and_then(|a| s.agents.iter().find(|h| h.name == *a).cloned()),
+            ..s.link.clone()
+        }),
         tags: Default::default(),
         // A helper is in its parent's organization (and private: its parent's log shows what
         // it did).
@@ -312,12 +342,16 @@ mod tests {
     #[test]
     fn tasks_are_checked_and_ids_are_stable() {
         let ok = json!({"tasks": [{"title": "Tests", "prompt": "Write tests"}, {"title": "Docs", "prompt": "Write docs"}]});
-        assert_eq!(parse(&ok, 4).unwrap().len(), 2);
-        assert!(parse(&ok, 1).unwrap_err().contains("At most 1"));
-        assert!(parse(&json!({"tasks": []}), 4).unwrap_err().contains("empty"));
-        assert!(parse(&json!({"tasks": [{"title": "", "prompt": "x"}]}), 4).unwrap_err().contains("title"));
-        assert!(parse(&json!({"tasks": [{"title": "x"}]}), 4).is_err());
-        assert!(parse(&json!({"tasks": "[{\"title\": \"a\", \"prompt\": \"b\"}]"}), 4).is_ok(), "a list sent as a string");
+        assert_eq!(parse(&ok, 4, &[]).unwrap().len(), 2);
+        assert!(parse(&ok, 1, &[]).unwrap_err().contains("At most 1"));
+        assert!(parse(&json!({"tasks": []}), 4, &[]).unwrap_err().contains("empty"));
+        assert!(parse(&json!({"tasks": [{"title": "", "prompt": "x"}]}), 4, &[]).unwrap_err().contains("title"));
+        assert!(parse(&json!({"tasks": [{"title": "x"}]}), 4, &[]).is_err());
+        assert!(parse(&json!({"tasks": "[{\"title\": \"a\", \"prompt\": \"b\"}]"}), 4, &[]).is_ok(), "a list sent as a string");
+        let reviewer = HelperAgent { name: "reviewer".into(), prompt: "Review.".into(), tools: None };
+        let named = json!({"tasks": [{"title": "a", "prompt": "b", "agent": "reviewer"}]});
+        assert_eq!(parse(&named, 4, std::slice::from_ref(&reviewer)).unwrap()[0].agent.as_deref(), Some("reviewer"));
+        assert!(parse(&named, 4, &[]).unwrap_err().contains("no agent `reviewer`"));
         let parent = ConversationId::new();
         assert_eq!(helper_id(parent, "call_1", 0), helper_id(parent, "call_1", 0));
         assert_ne!(helper_id(parent, "call_1", 0), helper_id(parent, "call_1", 1));

@@ -76,6 +76,10 @@ pub struct Hook {
     pub command: String,
     #[serde(default = "default_timeout")]
     pub timeout: f64,
+    /// What it runs with besides the conversation's secrets: a plugin's hook gets
+    /// `CLAUDE_PLUGIN_ROOT` (set by Halyard, never by the file).
+    #[serde(skip)]
+    pub env: BTreeMap<String, String>,
 }
 
 fn command_type() -> String {
@@ -125,8 +129,17 @@ impl Pattern {
         }
     }
 
-    /// A hook without a tool (prompts, sessions) only matches `*`.
+    /// A hook without a tool (prompts, sessions) only matches `*`. A tool matches by its own
+    /// name or by Claude Code's name for it (`Bash` is `terminal`), so plugins written for
+    /// Claude Code match the same tools here.
     fn matches(&self, tool: Option<&str>) -> bool {
+        match tool {
+            Some(t) => self.matches_name(Some(t)) || claude_names(t).iter().any(|c| self.matches_name(Some(c))),
+            None => self.matches_name(None),
+        }
+    }
+
+    fn matches_name(&self, tool: Option<&str>) -> bool {
         match (self, tool) {
             (Self::Any, _) => true,
             (Self::Name(name), Some(tool)) => name == tool,
@@ -134,6 +147,28 @@ impl Pattern {
             _ => false,
         }
     }
+}
+
+/// Claude Code's names for one of Halyard's tools.
+fn claude_names(tool: &str) -> &'static [&'static str] {
+    match tool {
+        "terminal" => &["Bash"],
+        "file_editor" => &["Read", "Write", "Edit", "MultiEdit"],
+        "apply_patch" => &["Edit", "MultiEdit", "Write"],
+        "glob" => &["Glob"],
+        "grep" => &["Grep"],
+        "task_tracker" => &["TodoWrite"],
+        "delegate" => &["Task"],
+        "execute_ipython_cell" => &["NotebookEdit"],
+        t if t.starts_with("browser") => &["WebFetch"],
+        _ => &[],
+    }
+}
+
+/// Whether `listed` (a named agent's `tools`, in Claude Code's names or Halyard's) holds the
+/// built-in tool `tool`.
+pub fn tool_named(listed: &[String], tool: &str) -> bool {
+    listed.iter().any(|l| l == tool || claude_names(tool).contains(&l.as_str()))
 }
 
 #[derive(Clone, Debug)]
@@ -173,6 +208,31 @@ impl Hooks {
             by_moment.entry(moment.key()).or_insert_with(Vec::new).extend(matchers);
         }
         Ok(Self { by_moment, text: text.to_owned(), sha256: sha256_hex(text.as_bytes()) })
+    }
+
+    /// A plugin's hooks (its `hooks.json`'s events, `${CLAUDE_PLUGIN_ROOT}` resolved already),
+    /// each run with `CLAUDE_PLUGIN_ROOT` set. Claude Code's events Halyard has no moment for
+    /// (`Notification`, `SubagentStop`, `PreCompact`) are left out; other unknown ones refused.
+    pub fn of_plugin(events: &Value, root: &str) -> Result<Self, String> {
+        let Value::Object(map) = events else { return Err("its hooks file must hold an object of hook events".into()) };
+        let known: serde_json::Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "Notification" | "SubagentStop" | "PreCompact"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut hooks = Self::parse(&Value::Object(known).to_string())?;
+        for hook in hooks.by_moment.values_mut().flatten().flat_map(|m| m.hooks.iter_mut()) {
+            hook.env.insert("CLAUDE_PLUGIN_ROOT".into(), root.to_owned());
+        }
+        Ok(hooks)
+    }
+
+    /// These hooks, then `other`'s.
+    pub fn merged(mut self, other: Self) -> Self {
+        for (moment, matchers) in other.by_moment {
+            self.by_moment.entry(moment).or_default().extend(matchers);
+        }
+        self
     }
 
     /// Whether the file names any command at all (one that names none needs no consent).
@@ -256,8 +316,13 @@ pub async fn run(exec: &ExecutorClient, hook: &Hook, moment: Moment, tool: Optio
         fields.insert("event_type".into(), json!(moment.pascal()));
         fields.insert("session_id".into(), json!(conversation));
         fields.insert("working_dir".into(), json!(workspace));
+        // What Claude Code's hooks read.
+        fields.insert("hook_event_name".into(), json!(moment.pascal()));
+        fields.insert("cwd".into(), json!(workspace));
     }
     let mut env = secrets.clone();
+    env.extend(hook.env.clone());
+    env.insert("CLAUDE_PROJECT_DIR".into(), workspace.into());
     env.insert("OPENHANDS_PROJECT_DIR".into(), workspace.into());
     env.insert("OPENHANDS_SESSION_ID".into(), conversation.into());
     env.insert("OPENHANDS_EVENT_TYPE".into(), moment.pascal().into());
@@ -268,13 +333,22 @@ pub async fn run(exec: &ExecutorClient, hook: &Hook, moment: Moment, tool: Optio
     match exec.run_hook(&req).await {
         Ok(out) => {
             let said: Option<Value> = serde_json::from_str(out.stdout.trim()).ok();
-            let deny = said
-                .as_ref()
-                .is_some_and(|v| v["decision"].as_str().is_some_and(|d| d.eq_ignore_ascii_case("deny")) || v["continue"] == json!(false));
+            // OpenHands' `deny`, Claude Code's `block` and its PreToolUse `permissionDecision`.
+            let deny = said.as_ref().is_some_and(|v| {
+                v["decision"].as_str().is_some_and(|d| d.eq_ignore_ascii_case("deny") || d.eq_ignore_ascii_case("block"))
+                    || v["continue"] == json!(false)
+                    || v["hookSpecificOutput"]["permissionDecision"] == json!("deny")
+            });
             let blocked = out.exit_code == Some(2) || deny;
             let reason = said
                 .as_ref()
-                .and_then(|v| v["reason"].as_str().map(str::to_owned))
+                .and_then(|v| {
+                    v["reason"]
+                        .as_str()
+                        .or(v["hookSpecificOutput"]["permissionDecisionReason"].as_str())
+                        .or(v["stopReason"].as_str())
+                        .map(str::to_owned)
+                })
                 .or_else(|| Some(out.stderr.trim().to_owned()).filter(|s| !s.is_empty()))
                 .unwrap_or_else(|| format!("the {} hook `{}` said no", moment.key(), hook.command));
             Ran { command: hook.command.clone(), exit_code: out.exit_code, stdout: out.stdout, stderr: out.stderr, blocked, reason }
@@ -315,6 +389,16 @@ mod tests {
         assert!(!m("term", Some("terminal")), "a plain matcher is the exact name");
         assert!(!m("terminal", None) && m("*", None));
         assert!(!m("/[/", Some("[")), "a /.../ that is no regular expression matches nothing");
+        assert!(m("Bash", Some("terminal")) && m("Edit|Write", Some("file_editor")) && !m("Bash", Some("file_editor")));
+        assert!(tool_named(&["Read".into(), "Bash".into()], "terminal") && !tool_named(&["Read".into()], "terminal"));
+        let plugin = Hooks::of_plugin(
+            &serde_json::json!({"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "/p/guard.sh"}]}], "Notification": []}),
+            "/p",
+        )
+        .unwrap();
+        let both = hooks.clone().merged(plugin);
+        let pre = both.at(Moment::PreToolUse, Some("terminal"));
+        assert_eq!((pre.len(), pre[1].env["CLAUDE_PLUGIN_ROOT"].as_str()), (2, "/p"));
         assert!(m("a[", Some("a[")), "regex characters that make none are the exact name");
         let err = Hooks::parse(r#"{"before_everything": []}"#).unwrap_err();
         assert!(err.contains("unknown hook event `before_everything`") && err.contains("pre_tool_use"), "{err}");

@@ -2,7 +2,7 @@
 //! Grouped by what they serve: [`conversations`], [`workspace`] (a conversation's sandbox as its
 //! owner reaches it), [`settings`] (what a user sets up), [`accounts`] (users, keys, sessions,
 //! organizations), [`webhooks`] and their [`deliveries`], [`automations`] (and their public hooks), [`batches`], [`sandboxes`], Halyard's
-//! own MCP server ([`mcp`]) and the browser app's files ([`web`]).
+//! own MCP server ([`mcp`]), [`plugins`] and their marketplaces, and the browser app's files ([`web`]).
 
 pub mod accounts;
 pub mod automations;
@@ -10,6 +10,7 @@ pub mod batches;
 pub mod conversations;
 pub mod deliveries;
 pub mod mcp;
+pub mod plugins;
 pub mod sandboxes;
 pub mod settings;
 pub mod web;

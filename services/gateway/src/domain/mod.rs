@@ -9,6 +9,7 @@ pub mod automations;
 pub mod batches;
 pub mod commands;
 pub mod environments;
+pub mod plugins;
 pub mod sandbox;
 pub mod starts;
 pub mod user_config;

@@ -72,6 +72,7 @@ pub async fn begin(state: &AppState, user: &UserId, start: Start, created_ms: i6
         queue,
         environment: request.environment,
         checks: request.checks,
+        plugins: request.plugins,
     };
     let mut env = Envelope::new(cmd, now).correlated(task_id.to_string());
     env.trace = Some(telemetry::new_trace());

@@ -113,7 +113,12 @@ fn markdown(ev: &ConversationEvent) -> String {
     match &ev.body {
         // The finish's message is the agent's answer, which follows as its own event.
         EventBody::Action { tool, .. } | EventBody::Observation { tool, .. } if tool == "finish" => String::new(),
-        EventBody::UserMessage { text, images } => {
+        EventBody::UserMessage { text, images, command } => {
+            // What the user typed, when it was a plugin's command, then what it stood for.
+            let text = match command {
+                Some(typed) => format!("{typed}\n\n{}", quote(text)),
+                None => text.clone(),
+            };
             let attached = match images.len() {
                 0 => String::new(),
                 n => format!("\n*({n} image{} attached)*\n", if n == 1 { "" } else { "s" }),

@@ -276,6 +276,7 @@ pub async fn start_conversation(
         tags: body.tags,
         org: body.org,
         visibility: body.visibility,
+        plugins: None,
     };
     let repository = body.repository.map(|r| Repository { url: r.url, branch: r.branch });
     let queue = QueueTerms { deadline_secs: body.queue_deadline_secs, ..Default::default() };
@@ -370,6 +371,15 @@ pub async fn retry_start(State(state): State<AppState>, User(user): User, Path(i
     Ok((StatusCode::ACCEPTED, Json(task_json(&task))))
 }
 
+/// The plugins `conversation_started` of `source` recorded.
+async fn source_plugins(state: &AppState, source: ConversationId) -> Result<Vec<halyard_protocol::plugin::PluginUse>, ApiError> {
+    let first = crate::read_model::events::read_decoded(&state.js, &state.store, source, 0, 1).await?;
+    Ok(match first.into_iter().next().map(|(e, _)| e.body) {
+        Some(halyard_protocol::event::EventBody::ConversationStarted { plugins, .. }) => plugins,
+        _ => Vec::new(),
+    })
+}
+
 /// A fork of a conversation.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[schema(as = ForkConversation)]
@@ -416,6 +426,8 @@ pub async fn fork_conversation(
     let mut request = view.start_request.clone().unwrap_or_default();
     request.message = body.message;
     request.fork = Some(ForkSource { conversation_id: source, sandbox_id, at_seq: body.at_seq });
+    // The source's plugins at the commits it used: the fork reads the same files.
+    request.plugins = Some(source_plugins(&state, source).await?);
     // The source's tags as they are now.
     request.tags = view.tags.clone();
     let title = body.title.unwrap_or_else(|| {

@@ -1,0 +1,171 @@
+//! A conversation's plugins in its runs. `conversation_started` names each plugin's files by
+//! their SHA-256 (see [`halyard_protocol::plugin`]); a run reads them from the user bucket,
+//! writes them into the sandbox (under the sandbox user's home, never the workspace, and once:
+//! a copy that is there already is kept), and takes from them what Halyard's agent uses:
+//! commands (expanded when a message is `/name arguments`), named agents (for `delegate`),
+//! hooks and MCP servers (with `${CLAUDE_PLUGIN_ROOT}` where the copy is).
+//!
+//! Plugin hooks need no consent beyond the install (the user, their organization or the
+//! deployment chose the plugin); they run, like the repository's, in the sandbox as its user.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::plugins::{Components, ROOT_VAR, shell_word, slash_command};
+use halyard_protocol::executor::HookRunRequest;
+use halyard_protocol::plugin::{PluginBundle, PluginUse};
+use halyard_protocol::subjects;
+use halyard_protocol::system::HelperAgent;
+use halyard_protocol::user::McpServerConfig;
+
+use crate::ctx::Ctx;
+
+/// Reads the files of each plugin the conversation has. `Err` names the first that cannot be
+/// read.
+pub async fn bundles(ctx: &Ctx, uses: &[PluginUse]) -> Result<Vec<(PluginUse, PluginBundle)>, String> {
+    let mut out = Vec::with_capacity(uses.len());
+    for u in uses {
+        let key = subjects::plugin_bundle_key(&u.bundle);
+        let bytes = ctx
+            .user_kv
+            .get(&key)
+            .await
+            .map_err(|e| format!("plugin {} cannot be read: {e}", u.id()))?
+            .ok_or_else(|| format!("plugin {}'s files ({}) are not kept any more", u.id(), u.bundle))?;
+        let bundle: PluginBundle = serde_json::from_slice(&bytes).map_err(|e| format!("plugin {}'s files are unreadable: {e}", u.id()))?;
+        out.push((u.clone(), bundle));
+    }
+    Ok(out)
+}
+
+/// The command a message names, and what it expands to: `Some((typed, expanded))` when the
+/// message is `/name arguments` and one of the plugins has `name` (or `plugin:name`).
+pub async fn expand(ctx: &Ctx, uses: &[PluginUse], text: &str) -> Option<(String, String)> {
+    let (name, arguments) = slash_command(text)?;
+    if uses.is_empty() {
+        return None;
+    }
+    let read = match bundles(ctx, uses).await {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::warn!(error = %e, "a slash command's plugins cannot be read; the message goes as typed");
+            return None;
+        }
+    };
+    for (_, bundle) in &read {
+        let Ok(c) = Components::read(bundle, ROOT_VAR) else { continue };
+        if let Some(command) = c.command(name) {
+            return Some((text.trim().to_owned(), command.expand(arguments)));
+        }
+    }
+    None
+}
+
+/// The plugins of a run, written into its sandbox and read there.
+#[derive(Default)]
+pub struct Installed {
+    /// Each plugin's parts, `${CLAUDE_PLUGIN_ROOT}` resolved, with that root.
+    pub plugins: Vec<(PluginUse, Components, String)>,
+    /// Plugins that could not be used, in words.
+    pub problems: Vec<String>,
+}
+
+/// The script that puts one plugin's files at `$HOME/.halyard/plugins/<name>-<sha>` (kept when
+/// a copy of the same files is there) and prints where.
+fn install_script(u: &PluginUse, bundle: &PluginBundle) -> String {
+    use base64::Engine;
+    let dir = format!("{}-{}", u.name, &u.bundle[..u.bundle.len().min(16)]);
+    let mut s = format!(
+        "set -eu\nroot=\"${{HOME:-/tmp}}/.halyard/plugins\"/{dir}\n\
+         if [ \"$(cat \"$root/.halyard-bundle\" 2>/dev/null)\" = {sha} ]; then echo \"$root\"; exit 0; fi\n\
+         tmp=\"$root.tmp.$$\"; rm -rf \"$tmp\"; mkdir -p \"$tmp\"\n",
+        sha = u.bundle
+    );
+    for (path, text) in &bundle.files {
+        let target = format!("\"$tmp\"/{}", shell_word(path));
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            let _ = writeln!(s, "mkdir -p \"$tmp\"/{}", shell_word(parent));
+        }
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+        let _ = writeln!(s, "base64 -d > {target} <<'HALYARD_B64'\n{encoded}\nHALYARD_B64");
+        if bundle.executable.contains(path) {
+            let _ = writeln!(s, "chmod +x {target}");
+        }
+    }
+    let _ = write!(s, "echo {} > \"$tmp/.halyard-bundle\"\nrm -rf \"$root\"; mv \"$tmp\" \"$root\"\necho \"$root\"\n", u.bundle);
+    s
+}
+
+/// Writes each plugin's files into the sandbox and reads its parts there.
+pub async fn install(ctx: &Ctx, exec: &ExecutorClient, uses: &[PluginUse]) -> Installed {
+    let mut out = Installed::default();
+    let read = match bundles(ctx, uses).await {
+        Ok(read) => read,
+        Err(e) => {
+            out.problems.push(e);
+            return out;
+        }
+    };
+    for (u, bundle) in read {
+        let req = HookRunRequest {
+            command: "exec bash --noprofile --norc -s".into(),
+            stdin: install_script(&u, &bundle),
+            timeout_secs: 60.0,
+            env: BTreeMap::new(),
+        };
+        let root = match exec.run_hook(&req).await {
+            Ok(r) if r.exit_code == Some(0) => r.stdout.trim().lines().last().unwrap_or_default().to_owned(),
+            Ok(r) => {
+                out.problems.push(format!("plugin {} could not be put in the sandbox: {}", u.id(), r.stderr.trim()));
+                continue;
+            }
+            Err(e) => {
+                out.problems.push(format!("plugin {} could not be put in the sandbox: {e}", u.id()));
+                continue;
+            }
+        };
+        match Components::read(&bundle, &root) {
+            Ok(c) => out.plugins.push((u, c, root)),
+            Err(e) => out.problems.push(format!("plugin {}: {e}", u.id())),
+        }
+    }
+    out
+}
+
+impl Installed {
+    /// The plugins' MCP servers, as `<server>` (or `<plugin>-<server>` when two plugins, or
+    /// the owner, name one alike), with `CLAUDE_PLUGIN_ROOT` in a stdio server's environment.
+    pub fn mcp_servers(&self, taken: &BTreeMap<String, McpServerConfig>) -> BTreeMap<String, McpServerConfig> {
+        let mut out = BTreeMap::new();
+        for (_, c, root) in &self.plugins {
+            for (name, config) in &c.mcp_servers {
+                let mut config = config.clone();
+                if let McpServerConfig::Stdio { env, .. } = &mut config {
+                    env.insert("CLAUDE_PLUGIN_ROOT".into(), root.clone());
+                }
+                let name = if taken.contains_key(name) || out.contains_key(name) { format!("{}-{name}", c.name) } else { name.clone() };
+                out.insert(name, config);
+            }
+        }
+        out
+    }
+
+    /// The named agents `delegate` can hand tasks to, by name.
+    pub fn agents(&self) -> Vec<HelperAgent> {
+        self.plugins
+            .iter()
+            .flat_map(|(_, c, _)| {
+                c.agents.iter().map(|a| HelperAgent { name: a.name.clone(), prompt: a.prompt.clone(), tools: a.tools.clone() })
+            })
+            .collect()
+    }
+
+    /// The descriptions of those agents, for the tool's definition.
+    pub fn agent_descriptions(&self) -> Vec<(String, String)> {
+        self.plugins
+            .iter()
+            .flat_map(|(_, c, _)| c.agents.iter().map(|a| (a.name.clone(), a.description.clone().unwrap_or_default())))
+            .collect()
+    }
+}
