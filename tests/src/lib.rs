@@ -6,6 +6,7 @@
 //! * [`harness`]: runs the real `halyard` binary (`halyard up`, with its embedded
 //!   nats-server) in a temporary data dir, and talks to its HTTP and WebSocket API;
 //! * [`git_http`]: a private git server (git's own `http-backend` behind basic auth);
+//! * [`marketplace`]: a plugin marketplace's repository, with a plugin of every part;
 //! * [`github`]: a scripted GitHub REST server that checks the token it is sent;
 //! * [`chaos`]: conversations and webhooks through a cluster while its processes are killed.
 
@@ -22,6 +23,7 @@ pub mod harness;
 pub mod jira;
 pub mod linear;
 pub mod llm;
+pub mod marketplace;
 pub mod oidc;
 pub mod procs;
 pub mod python;

@@ -406,6 +406,23 @@ async fn the_network_tab_shows_what_a_sandbox_reached_and_was_refused_in_chromiu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugins_page_adds_a_marketplace_installs_and_upgrades_a_plugin_in_chromium() {
+    const TOKEN: &str = "git-token-plugins-page-77c1";
+    let (_llm, h) = with_web(&[("HALYARD_GIT_API_ALLOW", "loopback")]).await;
+    let repos = tempfile::tempdir().unwrap();
+    let market = halyard_tests::marketplace::Marketplace::create(repos.path());
+    let server = halyard_tests::GitServer::start(repos.path().to_path_buf(), "oauth2", TOKEN).await;
+    let provider = json!({"kind": "generic", "host": server.base.trim_start_matches("http://"), "username": "oauth2", "token": TOKEN});
+    assert_eq!(h.api(ALICE).call(reqwest::Method::PUT, "/api/v1/git-providers/work", Some(provider)).await.0, 201);
+    let env = vec![
+        ("HALYARD_MARKETPLACE_URL", format!("{}/acme-plugins.git", server.base)),
+        ("HALYARD_MARKETPLACE_SRC", market.src.display().to_string()),
+        ("HALYARD_MARKETPLACE_BARE", market.bare.display().to_string()),
+    ];
+    playwright(h, "tests/plugins.spec.ts", 1, env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_environments_page_defines_one_and_shows_its_snapshot_in_chromium() {
     let (_llm, h) = with_web(&[]).await;
     playwright(h, "tests/environments.spec.ts", 1, Vec::new()).await;

@@ -7,76 +7,15 @@
 //! and applied only on upgrade, with the conversations before and after on their own versions;
 //! and the audit trail of it all.
 
-use std::path::Path;
-
 use halyard_tests::llm::tool_names;
-use halyard_tests::{GitServer, Halyard, HalyardOptions, Reply, ScriptedLlm, git, init};
+use halyard_tests::marketplace::Marketplace;
+use halyard_tests::{GitServer, Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "git-token-plugins-3e9a71";
 const ALICE: &str = "alice-secret-key";
 const BOB: &str = "bob-secret-key";
-
-fn write(root: &Path, files: &[(&str, &str)]) {
-    for (path, text) in files {
-        let file = root.join(path);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, text).unwrap();
-        if path.ends_with(".sh") {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-    }
-}
-
-/// The marketplace's repository, as its authors write it.
-fn marketplace_files(version: &str, review: &str) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            ".claude-plugin/marketplace.json",
-            json!({"name": "acme-tools", "owner": {"name": "Acme"}, "plugins": [
-                {"name": "kit", "source": "./plugins/kit", "description": "Review kit"},
-                {"name": "guard", "source": "./plugins/guard", "description": "House rules"}
-            ]})
-            .to_string(),
-        ),
-        ("plugins/kit/.claude-plugin/plugin.json", json!({"name": "kit", "version": version}).to_string()),
-        ("plugins/kit/skills/release-notes/SKILL.md", "---\nname: release-notes\ndescription: Write release notes.\n---\nRELEASE-NOTES-SKILL-7c1".into()),
-        ("plugins/kit/commands/review.md", format!("---\ndescription: Review a file\nargument-hint: <file>\n---\n{review}")),
-        (
-            "plugins/kit/agents/reviewer.md",
-            "---\nname: reviewer\ndescription: Reviews code strictly.\ntools: Read, Grep\nmodel: inherit\n---\nREVIEWER-PROMPT-19d: you are a strict reviewer.".into(),
-        ),
-        (
-            "plugins/kit/hooks/hooks.json",
-            json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "${CLAUDE_PLUGIN_ROOT}/scripts/no-rm.sh"}]}]}})
-                .to_string(),
-        ),
-        (
-            "plugins/kit/scripts/no-rm.sh",
-            "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *'rm -rf'*) echo \"rm -rf is not allowed by kit ($CLAUDE_PLUGIN_ROOT)\" >&2; exit 2;; esac\nexit 0\n".into(),
-        ),
-        (
-            "plugins/kit/.mcp.json",
-            json!({"mcpServers": {"weather": {"command": "/opt/halyard-mcp/bin/python", "args": ["${CLAUDE_PLUGIN_ROOT}/servers/weather.py"]}}})
-                .to_string(),
-        ),
-        (
-            "plugins/kit/servers/weather.py",
-            "from mcp.server.mcpserver import MCPServer\n\nserver = MCPServer(\"weather\")\n\n\n@server.tool()\ndef forecast(city: str) -> str:\n    \"\"\"The weather in a city.\"\"\"\n    return f\"sunny in {city} (kit weather)\"\n\n\nserver.run()\n".into(),
-        ),
-        ("plugins/guard/.claude-plugin/plugin.json", json!({"name": "guard", "version": "0.1.0"}).to_string()),
-        ("plugins/guard/skills/house-rules/SKILL.md", "---\nname: house-rules\ndescription: The house rules.\n---\nHOUSE-RULES-2b8".into()),
-    ]
-}
-
-fn commit(src: &Path, version: &str, review: &str) {
-    let files = marketplace_files(version, review);
-    write(src, &files.iter().map(|(p, t)| (*p, t.as_str())).collect::<Vec<_>>());
-    git(src, &["add", "."]);
-    git(src, &["commit", "-qm", version]);
-}
 
 fn started(events: &[Value]) -> Value {
     events.iter().find(|e| e["kind"] == "conversation_started").cloned().expect("conversation_started")
@@ -90,11 +29,7 @@ fn system_prompt(request: &Value) -> String {
 async fn a_marketplace_plugin_brings_its_skill_command_agent_hook_and_mcp_server_and_organizations_require_plugins() {
     init();
     let repos = tempfile::tempdir().unwrap();
-    let src = repos.path().join("acme-plugins.src");
-    std::fs::create_dir_all(&src).unwrap();
-    git(&src, &["init", "-q", "-b", "main"]);
-    commit(&src, "1.0.0", "Review $1 with care. Focus: $ARGUMENTS");
-    git(repos.path(), &["clone", "-q", "--bare", "acme-plugins.src", "acme-plugins.git"]);
+    let market = Marketplace::create(repos.path());
     let server = GitServer::start(repos.path().to_path_buf(), "oauth2", TOKEN).await;
     let url = format!("{}/acme-plugins.git", server.base);
 
@@ -210,8 +145,7 @@ async fn a_marketplace_plugin_brings_its_skill_command_agent_hook_and_mcp_server
     assert_eq!(view["effective"], json!([]), "{view}");
 
     // An update: offered after a refresh, applied only on upgrade.
-    commit(&src, "1.1.0", "Review $1 again, in depth.");
-    git(&src, &["push", "-q", repos.path().join("acme-plugins.git").to_str().unwrap(), "main"]);
+    market.publish("1.1.0", "Review $1 again, in depth.");
     let (_, before) = alice.get("/api/v1/plugins/me").await;
     assert_eq!(before["installed"][0]["update"], Value::Null, "nothing is offered before a refresh: {before}");
     let (s, m) = alice.post("/api/v1/plugins/me/marketplaces/acme-tools/refresh", json!({})).await;

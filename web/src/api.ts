@@ -264,6 +264,16 @@ export const api = {
   /** Your snapshots, with what they take against your quota; deleting one makes the next start set up again. */
   snapshots: () => call<S.SnapshotList>("GET", "/environments/snapshots"),
   deleteSnapshot: (id: string) => call<void>("DELETE", `/environments/snapshots/${enc(id)}`),
+  /** One scope's plugins (`me`, `deployment` or `@<org>`); for `me`, what a conversation gets now (in `org`). */
+  plugins: (scope: string, org?: string) => call<S.ScopeView>("GET", `/plugins/${enc(scope)}${q({ org })}`),
+  addMarketplace: (scope: string, body: S.AddMarketplace) => call<S.MarketplaceView>("POST", `/plugins/${enc(scope)}/marketplaces`, body),
+  refreshMarketplace: (scope: string, name: string) =>
+    call<S.MarketplaceView>("POST", `/plugins/${enc(scope)}/marketplaces/${enc(name)}/refresh`, {}),
+  removeMarketplace: (scope: string, name: string) => call<void>("DELETE", `/plugins/${enc(scope)}/marketplaces/${enc(name)}`),
+  installPlugin: (scope: string, body: S.Install) => call<S.InstalledView>("POST", `/plugins/${enc(scope)}/installed`, body),
+  changePlugin: (scope: string, id: string, body: S.Change) => call<S.PluginState>("PATCH", `/plugins/${enc(scope)}/installed/${enc(id)}`, body),
+  upgradePlugin: (scope: string, id: string) => call<S.InstalledView>("POST", `/plugins/${enc(scope)}/installed/${enc(id)}/upgrade`, {}),
+  uninstallPlugin: (scope: string, id: string) => call<void>("DELETE", `/plugins/${enc(scope)}/installed/${enc(id)}`),
   sandbox: (id: string) => call<Sandbox>("GET", `/sandboxes/${id}`),
   specs: () => call<SandboxSpecs>("GET", "/sandbox-specs"),
   pauseSandbox: (id: string) => call<unknown>("POST", `/sandboxes/${id}/pause`),

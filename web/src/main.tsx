@@ -16,6 +16,7 @@ import { Webhooks } from "./pages/Webhooks";
 import { Automations } from "./pages/Automations";
 import { Sandboxes } from "./pages/Sandboxes";
 import { Environments } from "./pages/Environments";
+import { Plugins } from "./pages/Plugins";
 import { BatchPage, Batches } from "./pages/Batches";
 import { Settings } from "./pages/Settings";
 import { Admin } from "./pages/Admin";
@@ -81,6 +82,7 @@ function App() {
   else if (pathname === "/automations") page = <Automations me={me.user} />;
   else if (pathname === "/sandboxes") page = <Sandboxes />;
   else if (pathname === "/environments") page = <Environments />;
+  else if (pathname === "/plugins") page = <Plugins admin={me.admin} />;
   else if (pathname === "/batches") page = <Batches />;
   else if (batch) page = <BatchPage key={batch[1]} id={batch[1]} />;
   else if (pathname === "/settings") page = <Settings />;
@@ -108,6 +110,7 @@ function App() {
           {nav("/webhooks", "Webhooks")}
           {nav("/sandboxes", "Sandboxes")}
           {nav("/environments", "Environments")}
+          {nav("/plugins", "Plugins")}
           {nav("/batches", "Batches")}
           {nav("/orgs", "Organizations")}
           {nav("/usage", "Usage")}

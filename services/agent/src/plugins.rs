@@ -88,7 +88,7 @@ fn install_script(u: &PluginUse, bundle: &PluginBundle) -> String {
             let _ = writeln!(s, "mkdir -p \"$tmp\"/{}", shell_word(parent));
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
-        let _ = writeln!(s, "base64 -d > {target} <<'HALYARD_B64'\n{encoded}\nHALYARD_B64");
+        let _ = writeln!(s, "base64 -d > {target} <<'PLUGIN_FILE_B64'\n{encoded}\nPLUGIN_FILE_B64");
         if bundle.executable.contains(path) {
             let _ = writeln!(s, "chmod +x {target}");
         }
