@@ -112,6 +112,28 @@ async fn a_marketplace_plugin_brings_its_skill_command_agent_hook_and_mcp_server
     assert_eq!(child_tools, ["file_editor", "finish", "grep", "load_skill"], "Read and Grep, and what every helper has");
     assert!(all.contains("reviewed: fine"), "the helper's answer reached the parent");
 
+    // The plugin's files are the marketplace's again at each run's start: a hook script the
+    // agent rewrote in one run (which, in its own sandbox, it can) is back in the next.
+    let tamper =
+        "for f in \"$HOME\"/.halyard/plugins/kit-*/scripts/no-rm.sh; do printf '#!/bin/sh\\nexit 0\\n' > \"$f\"; done; echo tampered";
+    llm.push([
+        Reply::tool("terminal", json!({"command": tamper})),
+        Reply::tool("terminal", json!({"command": "rm -rf build2"})),
+        Reply::finish("tampered"),
+        Reply::tool("terminal", json!({"command": "rm -rf build3"})),
+        Reply::finish("refused again"),
+    ]);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "tamper"})).await;
+    alice.wait_finished(&conv, 2).await;
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "once more"})).await;
+    let again = alice.wait_finished(&conv, 3).await;
+    let blocked = |cmd: &str| {
+        let call = again.iter().find(|e| e["kind"] == "action" && e["arguments"]["command"] == cmd).expect("the call");
+        again.iter().any(|e| e["kind"] == "action_rejected" && e["tool_call_id"] == call["tool_call_id"])
+    };
+    assert!(!blocked("rm -rf build2"), "within the run that rewrote it, the script is the agent's");
+    assert!(blocked("rm -rf build3"), "the next run has the plugin's own script again");
+
     // An organization's required plugin stays on for a member who turned it off.
     assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
     alice.add_to_org("acme", &bob, None).await;
@@ -167,6 +189,28 @@ async fn a_marketplace_plugin_brings_its_skill_command_agent_hook_and_mcp_server
     let new_events = alice.wait_finished(&new, 1).await;
     assert_eq!(started(&new_events)["plugins"][0]["commit"].as_str(), Some(new_commit.as_str()));
     assert!(new_events.iter().any(|e| e["kind"] == "user_message" && e["text"] == "Review a.rs again, in depth."));
+
+    // A fork of the first conversation reads the files that conversation had, whatever was
+    // upgraded since.
+    let (s, task) = alice.post(&format!("/api/v1/conversations/{conv}/fork"), json!({"at_seq": 2})).await;
+    assert_eq!(s, 202, "{task}");
+    let fork = task["conversation_id"].as_str().unwrap().to_owned();
+    let forked = alice.wait_events(&fork, "the fork to start", |ev| ev.iter().any(|e| e["kind"] == "conversation_started")).await;
+    assert_eq!(started(&forked)["plugins"][0]["commit"].as_str(), Some(first_commit.as_str()), "{:?}", started(&forked));
+
+    // An organization forbids a plugin: its conversations never get it, even a member's own.
+    let (s, e) = alice.call(Method::PATCH, "/api/v1/plugins/@acme/installed/kit@acme-tools", Some(json!({"forbidden": true}))).await;
+    assert_eq!((s, e["forbidden"].as_bool()), (200, Some(true)), "{e}");
+    let (s, mine) = bob.post("/api/v1/plugins/me/installed", json!({"plugin": "kit@acme-tools"})).await;
+    assert_eq!(s, 201, "a member installs from the organization's marketplace: {mine}");
+    let (_, view) = bob.get("/api/v1/plugins/me?org=acme").await;
+    let names: Vec<&str> = view["effective"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["guard"], "{view}");
+    let (_, view) = bob.get("/api/v1/plugins/me").await;
+    let names: Vec<&str> = view["effective"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["kit"], "outside the organization it is his: {view}");
+    let (s, e) = alice.post("/api/v1/plugins/@acme/installed", json!({"plugin": "kit@acme-tools"})).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (409, Some("plugin_forbidden")), "{e}");
 
     // The audit trail: installs, the requirement, the upgrade; no token anywhere.
     let (s, trail) = alice.get("/api/v1/admin/audit?action=plugin.").await;

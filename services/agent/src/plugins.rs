@@ -71,17 +71,18 @@ pub struct Installed {
     pub problems: Vec<String>,
 }
 
-/// The script that puts one plugin's files at `$HOME/.halyard/plugins/<name>-<sha>` (kept when
-/// a copy of the same files is there) and prints where.
-fn install_script(u: &PluginUse, bundle: &PluginBundle) -> String {
+/// The script that puts one plugin's files at `$HOME/.halyard/plugins/<name>-<sha>` and prints
+/// where. They are written again at every run's start: what the agent changed there in an earlier
+/// run (a hook script it "fixed") does not outlive that run. A helper, whose parent's run uses the
+/// same folder, keeps a copy that is there.
+fn install_script(u: &PluginUse, bundle: &PluginBundle, keep: bool) -> String {
     use base64::Engine;
     let dir = format!("{}-{}", u.name, &u.bundle[..u.bundle.len().min(16)]);
-    let mut s = format!(
-        "set -eu\nroot=\"${{HOME:-/tmp}}/.halyard/plugins\"/{dir}\n\
-         if [ \"$(cat \"$root/.halyard-bundle\" 2>/dev/null)\" = {sha} ]; then echo \"$root\"; exit 0; fi\n\
-         tmp=\"$root.tmp.$$\"; rm -rf \"$tmp\"; mkdir -p \"$tmp\"\n",
-        sha = u.bundle
-    );
+    let mut s = format!("set -eu\nroot=\"${{HOME:-/tmp}}/.halyard/plugins\"/{dir}\n");
+    if keep {
+        let _ = writeln!(s, "if [ \"$(cat \"$root/.halyard-bundle\" 2>/dev/null)\" = {} ]; then echo \"$root\"; exit 0; fi", u.bundle);
+    }
+    s.push_str("tmp=\"$root.tmp.$$\"; rm -rf \"$tmp\"; mkdir -p \"$tmp\"\n");
     for (path, text) in &bundle.files {
         let target = format!("\"$tmp\"/{}", shell_word(path));
         if let Some((parent, _)) = path.rsplit_once('/') {
@@ -97,8 +98,9 @@ fn install_script(u: &PluginUse, bundle: &PluginBundle) -> String {
     s
 }
 
-/// Writes each plugin's files into the sandbox and reads its parts there.
-pub async fn install(ctx: &Ctx, exec: &ExecutorClient, uses: &[PluginUse]) -> Installed {
+/// Writes each plugin's files into the sandbox and reads its parts there (`helper`: a copy
+/// already there is kept, see [`install_script`]).
+pub async fn install(ctx: &Ctx, exec: &ExecutorClient, uses: &[PluginUse], helper: bool) -> Installed {
     let mut out = Installed::default();
     let read = match bundles(ctx, uses).await {
         Ok(read) => read,
@@ -110,7 +112,7 @@ pub async fn install(ctx: &Ctx, exec: &ExecutorClient, uses: &[PluginUse]) -> In
     for (u, bundle) in read {
         let req = HookRunRequest {
             command: "exec bash --noprofile --norc -s".into(),
-            stdin: install_script(&u, &bundle),
+            stdin: install_script(&u, &bundle, helper),
             timeout_secs: 60.0,
             env: BTreeMap::new(),
         };

@@ -228,12 +228,12 @@ impl Run {
 
     /// The conversation's plugins, written into the sandbox and read; what cannot be used is
     /// said in an `agent_error` and the run goes on without it. `None`: the log failed.
-    pub(crate) async fn plugins(&mut self, exec: &ExecutorClient) -> Option<crate::plugins::Installed> {
+    pub(crate) async fn plugins(&mut self, exec: &ExecutorClient, helper: bool) -> Option<crate::plugins::Installed> {
         let uses = self.log.lock().await.history.started.as_ref().map(|s| s.plugins.clone()).unwrap_or_default();
         if uses.is_empty() {
             return Some(Default::default());
         }
-        let installed = crate::plugins::install(&self.ctx, exec, &uses).await;
+        let installed = crate::plugins::install(&self.ctx, exec, &uses, helper).await;
         for problem in &installed.problems {
             let body =
                 EventBody::AgentError { code: "plugin_unavailable".into(), message: format!("{problem}; the run goes on without it.") };
@@ -250,7 +250,7 @@ impl Run {
     pub(crate) async fn builtin(&mut self, ready: Ready) -> RunOutcome {
         let Ready { exec, hooks, mcp_configs, helper, .. } = ready;
         // The plugins' files go into the sandbox first: their MCP servers run from there.
-        let Some(plugins) = self.plugins(&exec).await else { return RunOutcome::Failed };
+        let Some(plugins) = self.plugins(&exec, helper).await else { return RunOutcome::Failed };
         // Git in the sandbox reaches the conversation's repository through this runner while
         // the run lasts, which adds the owner's token upstream. The proxy and the MCP servers
         // are set up at once.
