@@ -76,13 +76,11 @@ pub struct PluginAdds {
     pub mcp_servers: Vec<String>,
 }
 
-/// One plugin a marketplace offers, as its last fetch found it.
+/// One version of a plugin: where its files were read, and what they add.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct PluginOffer {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+pub struct PluginVersion {
+    /// What its manifest (or its marketplace) calls this version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     pub source: PluginSource,
@@ -91,6 +89,17 @@ pub struct PluginOffer {
     /// The SHA-256 of its files ([`PluginBundle`]): the same content is the same version.
     pub bundle: String,
     pub adds: PluginAdds,
+}
+
+/// One plugin a marketplace offers, as its last fetch found it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PluginOffer {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(flatten)]
+    pub at: PluginVersion,
     /// Why it cannot be installed (its files could not be read or parsed); absent: it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -135,12 +144,9 @@ pub struct InstalledPlugin {
     /// The marketplace it came from (by its name) and its name there.
     pub marketplace: String,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    pub source: PluginSource,
-    pub commit: String,
-    pub bundle: String,
-    pub adds: PluginAdds,
+    /// The version installed.
+    #[serde(flatten)]
+    pub at: PluginVersion,
     pub enabled: bool,
     #[serde(default, skip_serializing_if = "PluginPolicy::is_optional")]
     pub policy: PluginPolicy,
@@ -227,9 +233,9 @@ pub fn resolve(deployment: &PluginSet, org: Option<&PluginSet>, user: &PluginSet
             out.push(PluginUse {
                 name: p.name.clone(),
                 marketplace: p.marketplace.clone(),
-                version: p.version.clone(),
-                commit: p.commit.clone(),
-                bundle: p.bundle.clone(),
+                version: p.at.version.clone(),
+                commit: p.at.commit.clone(),
+                bundle: p.at.bundle.clone(),
                 scope: (*scope).into(),
                 required,
             });
@@ -246,11 +252,13 @@ mod tests {
         InstalledPlugin {
             marketplace: "m".into(),
             name: name.into(),
-            version: None,
-            source: PluginSource { url: "http://git/m".into(), path: String::new(), git_ref: None },
-            commit: "c".into(),
-            bundle: format!("b-{name}"),
-            adds: PluginAdds::default(),
+            at: PluginVersion {
+                version: None,
+                source: PluginSource { url: "http://git/m".into(), path: String::new(), git_ref: None },
+                commit: "c".into(),
+                bundle: format!("b-{name}"),
+                adds: PluginAdds::default(),
+            },
             enabled,
             policy,
             installed_by: "u".into(),

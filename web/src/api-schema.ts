@@ -1630,19 +1630,12 @@ export type PluginAdds = {
 };
 
 /** One plugin a marketplace offers, as its last fetch found it. */
-export type PluginOffer = {
+export type PluginOffer = PluginVersion & ({
   name: string;
   description?: string | null;
-  version?: string | null;
-  source: PluginSource;
-  /** The commit its files were read at. */
-  commit: string;
-  /** The SHA-256 of its files ([`PluginBundle`]): the same content is the same version. */
-  bundle: string;
-  adds: PluginAdds;
   /** Why it cannot be installed (its files could not be read or parsed); absent: it can. */
   error?: string | null;
-};
+});
 
 /** What an organization or the deployment says of a plugin it installed. */
 export type PluginPolicy = "optional" | "required";
@@ -1679,6 +1672,18 @@ export type PluginUse = {
   scope: string;
   /** Required by its organization or the deployment. */
   required?: boolean;
+};
+
+/** One version of a plugin: where its files were read, and what they add. */
+export type PluginVersion = {
+  /** What its manifest (or its marketplace) calls this version. */
+  version?: string | null;
+  source: PluginSource;
+  /** The commit its files were read at. */
+  commit: string;
+  /** The SHA-256 of its files ([`PluginBundle`]): the same content is the same version. */
+  bundle: string;
+  adds: PluginAdds;
 };
 
 /** A new confirmation policy accepted. */

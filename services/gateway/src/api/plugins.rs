@@ -127,15 +127,15 @@ async fn installed_view(
     let newest = domain::marketplace_for(state, scope, user, &p.marketplace).await.ok();
     let update = newest
         .as_ref()
-        .and_then(|m| m.plugins.iter().find(|o| o.name == p.name && o.error.is_none() && o.bundle != p.bundle))
-        .map(|o| UpdateView { version: o.version.clone(), commit: o.commit.clone(), adds: o.adds.clone() });
+        .and_then(|m| m.plugins.iter().find(|o| o.name == p.name && o.error.is_none() && o.at.bundle != p.at.bundle))
+        .map(|o| UpdateView { version: o.at.version.clone(), commit: o.at.commit.clone(), adds: o.at.adds.clone() });
     Some(InstalledView {
         id: id.to_owned(),
         name: p.name.clone(),
         marketplace: p.marketplace.clone(),
-        version: p.version.clone(),
-        commit: p.commit.clone(),
-        adds: p.adds.clone(),
+        version: p.at.version.clone(),
+        commit: p.at.commit.clone(),
+        adds: p.at.adds.clone(),
         enabled: p.enabled,
         policy: p.policy,
         installed_by: p.installed_by.clone(),
@@ -339,11 +339,7 @@ pub async fn install(
             halyard_protocol::plugin::InstalledPlugin {
                 marketplace: market.to_owned(),
                 name: name.to_owned(),
-                version: offer.version.clone(),
-                source: offer.source.clone(),
-                commit: offer.commit.clone(),
-                bundle: offer.bundle.clone(),
-                adds: offer.adds.clone(),
+                at: offer.at.clone(),
                 enabled: true,
                 policy: body.policy,
                 installed_by: who.user.to_string(),
@@ -354,7 +350,7 @@ pub async fn install(
         Ok(set.clone())
     })
     .await?;
-    let detail = serde_json::json!({"commit": offer.commit, "version": offer.version, "policy": body.policy, "adds": offer.adds});
+    let detail = serde_json::json!({"commit": offer.at.commit, "version": offer.at.version, "policy": body.policy, "adds": offer.at.adds});
     audited(&state, client, (&who, &scope), "plugin.install", &id, detail).await;
     let view = installed_view(&state, &scope, &who.user, &id, &set).await.ok_or_else(|| ApiError::internal("installed plugin vanished"))?;
     Ok((StatusCode::CREATED, Json(view)))
@@ -474,21 +470,18 @@ pub async fn upgrade(
     let offer = domain::offered(&m, market, name)?.clone();
     let (set, from) = user_store::modify(&state, &subjects::plugins_key(&scope), |set: &mut PluginSet| {
         let p = set.installed.get_mut(&id).ok_or_else(|| ApiError::not_found("installed plugin"))?;
-        if p.bundle == offer.bundle {
+        if p.at.bundle == offer.at.bundle {
             return Err(ApiError::conflict(
                 "up_to_date",
                 format!("`{id}` is at the version its marketplace offers; refresh the marketplace to look for a newer one"),
             ));
         }
-        let from = (p.commit.clone(), p.version.clone());
-        (p.version, p.source, p.commit, p.bundle, p.adds) =
-            (offer.version.clone(), offer.source.clone(), offer.commit.clone(), offer.bundle.clone(), offer.adds.clone());
+        let from = std::mem::replace(&mut p.at, offer.at.clone());
         p.updated_ms = halyard_platform::now_ms();
         Ok((set.clone(), from))
     })
     .await?;
-    let detail =
-        serde_json::json!({"from": {"commit": from.0, "version": from.1}, "to": {"commit": offer.commit, "version": offer.version}});
+    let detail = serde_json::json!({"from": {"commit": from.commit, "version": from.version}, "to": {"commit": offer.at.commit, "version": offer.at.version}});
     audited(&state, client, (&who, &scope), "plugin.upgrade", &id, detail).await;
     let view = installed_view(&state, &scope, &who.user, &id, &set).await.ok_or_else(|| ApiError::internal("upgraded plugin vanished"))?;
     Ok(Json(view))
@@ -508,8 +501,15 @@ pub async fn uninstall(
         set.installed.remove(&id).ok_or_else(|| ApiError::not_found("installed plugin"))
     })
     .await?;
-    audited(&state, client, (&who, &scope), "plugin.remove", &id, serde_json::json!({"commit": gone.commit, "version": gone.version}))
-        .await;
+    audited(
+        &state,
+        client,
+        (&who, &scope),
+        "plugin.remove",
+        &id,
+        serde_json::json!({"commit": gone.at.commit, "version": gone.at.version}),
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

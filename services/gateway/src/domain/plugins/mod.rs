@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use halyard_platform::plugins::{Components, ListedSource, MARKETPLACE_FILE, ROOT_VAR, bundle_sha256, parse_marketplace};
 use halyard_protocol::UserId;
-use halyard_protocol::plugin::{Marketplace, PluginBundle, PluginOffer, PluginSet, PluginSource, Scope};
+use halyard_protocol::plugin::{Marketplace, PluginBundle, PluginOffer, PluginSet, PluginSource, PluginVersion, Scope};
 use halyard_protocol::subjects;
 
 use crate::domain::user_store;
@@ -105,11 +105,13 @@ async fn offer(
     let mut offer = PluginOffer {
         name: listed.name.clone(),
         description: listed.description.clone(),
-        version: listed.version.clone(),
-        source: source.clone(),
-        commit: fetched_here.commit.clone(),
-        bundle: String::new(),
-        adds: Default::default(),
+        at: PluginVersion {
+            version: listed.version.clone(),
+            source: source.clone(),
+            commit: fetched_here.commit.clone(),
+            bundle: String::new(),
+            adds: Default::default(),
+        },
         error: None,
     };
     let tree = match &fetched {
@@ -120,13 +122,13 @@ async fn offer(
             return Ok(offer);
         }
     };
-    offer.commit = tree.commit.clone();
+    offer.at.commit = tree.commit.clone();
     let read = bundle_of(tree, &source.path, &listed.name).and_then(|b| Components::read(&b, ROOT_VAR).map(|c| (b, c)));
     match read {
         Ok((bundle, components)) => {
-            offer.adds = components.adds();
-            offer.version = offer.version.or_else(|| manifest_version(&bundle));
-            offer.bundle = keep(state, &bundle).await?;
+            offer.at.adds = components.adds();
+            offer.at.version = offer.at.version.or_else(|| manifest_version(&bundle));
+            offer.at.bundle = keep(state, &bundle).await?;
         }
         Err(e) => offer.error = Some(e),
     }
