@@ -533,7 +533,9 @@ async fn openhands_own_app_server_runs_a_conversation_to_the_end_on_a_runtime_ha
 async fn an_unused_runtime_hibernates_keeps_its_files_and_resumes() {
     init();
     let (key, entry) = new_key("openhands-idle");
-    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_SANDBOX_IDLE_STOP_SECS", "3")]).await;
+    // Idle long enough for the file below to be written first on a loaded machine (at 3 s, the
+    // container had stopped before it once).
+    let (_llm, h, port) = serving(&[("HALYARD_RUNTIME_API_KEYS", &entry), ("HALYARD_SANDBOX_IDLE_STOP_SECS", "10")]).await;
     let api = format!("http://127.0.0.1:{port}");
     let db = format!("/tmp/halyard-openhands-{port}.db");
     let small = small_agent_server();
@@ -546,7 +548,7 @@ async fn an_unused_runtime_hibernates_keeps_its_files_and_resumes() {
 
     // Unused past its idle time: its processes end, its files stay, and OpenHands reads it as
     // paused (which it knows how to resume).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while docker(&["inspect", "-f", "{{.State.Status}}", &container]) != "exited" {
         assert!(std::time::Instant::now() < deadline, "the unused runtime did not hibernate: {}", h.log());
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;

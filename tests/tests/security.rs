@@ -440,6 +440,8 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
             .replace("{name}", "alice")
             .replace("{token}", &guess)
             .replace("{org}", "alices-org")
+            // A scope Bob can name that is not his: Alice's organization.
+            .replace("{scope}", "@alices-org")
             .replace("{user}", "alice")
             .replace("{model}", "scripted-model")
             .replace("{sha256}", &"0".repeat(64))
@@ -460,6 +462,11 @@ async fn every_endpoint_that_takes_an_id_is_404_to_another_user() {
                 continue;
             }
             let body = match (method.as_str(), path.as_str()) {
+                ("post", p) if p.starts_with("/api/v1/plugins/") && p.ends_with("/marketplaces") => {
+                    Some(json!({"url": "http://127.0.0.1:9/plugins.git"}))
+                }
+                ("post", p) if p.starts_with("/api/v1/plugins/") && p.ends_with("/installed") => Some(json!({"plugin": "kit@acme"})),
+                ("patch", p) if p.starts_with("/api/v1/plugins/") => Some(json!({"enabled": false})),
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/llm-profiles/") => Some(org_profile.clone()),
                 ("put", p) if p.starts_with("/api/v1/orgs/") && p.contains("/mcp-servers/") => {
                     Some(json!({"transport": "http", "url": "http://127.0.0.1:9/mcp"}))
