@@ -358,6 +358,12 @@ impl Components {
         if let Some(servers) = servers.map(|s| rooted(s.get("mcpServers").cloned().unwrap_or(s), root)) {
             let Value::Object(map) = servers else { return Err(".mcp.json must map server names to servers".into()) };
             for (name, v) in map {
+                // Its tools are offered as `<name>__<tool>`, which models take only in these
+                // characters.
+                let fits = (1..=40).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                if !fits {
+                    return Err(format!("MCP server `{name}`: name it with letters, digits, `-` and `_`, up to 40"));
+                }
                 out.mcp_servers.insert(name.clone(), mcp_server(&name, &v)?);
             }
         }
@@ -450,6 +456,8 @@ mod tests {
             (adds.commands.len(), adds.hooks.as_slice(), adds.mcp_servers.as_slice()),
             (2, &["PreToolUse".to_owned()][..], &["weather".to_owned()][..])
         );
+        let spaced = bundle(&[(".mcp.json", r#"{"mcpServers": {"my server": {"command": "x"}}}"#)]);
+        assert!(Components::read(&spaced, "/p").unwrap_err().contains("`my server`"));
         assert_eq!(slash_command("  /review src/a.rs"), Some(("review", "src/a.rs")));
         assert_eq!(slash_command("/ not"), None);
         assert_eq!(slash_command("a /review"), None);
