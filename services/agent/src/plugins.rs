@@ -78,7 +78,7 @@ pub struct Installed {
 fn install_script(u: &PluginUse, bundle: &PluginBundle, keep: bool) -> String {
     use base64::Engine;
     let dir = format!("{}-{}", u.name, &u.bundle[..u.bundle.len().min(16)]);
-    let mut s = format!("set -eu\nroot=\"${{HOME:-/tmp}}/.halyard/plugins\"/{dir}\n");
+    let mut s = format!("set -eu\nroot=\"${{HOME:-/tmp}}/.halyard/plugins\"/{}\n", shell_word(&dir));
     if keep {
         let _ = writeln!(s, "if [ \"$(cat \"$root/.halyard-bundle\" 2>/dev/null)\" = {} ]; then echo \"$root\"; exit 0; fi", u.bundle);
     }
@@ -110,6 +110,12 @@ pub async fn install(ctx: &Ctx, exec: &ExecutorClient, uses: &[PluginUse], helpe
         }
     };
     for (u, bundle) in read {
+        // (The name was checked when its marketplace was read; the SHA-256 is hex. Both go into
+        // the script, so neither is taken on trust.)
+        if u.bundle.is_empty() || !u.bundle.chars().all(|c| c.is_ascii_hexdigit()) {
+            out.problems.push(format!("plugin {} names its files oddly ({:?})", u.id(), u.bundle));
+            continue;
+        }
         let req = HookRunRequest {
             command: "exec bash --noprofile --norc -s".into(),
             stdin: install_script(&u, &bundle, helper),
