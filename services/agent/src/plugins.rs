@@ -15,28 +15,15 @@ use halyard_platform::executor_client::ExecutorClient;
 use halyard_platform::plugins::{Components, ROOT_VAR, shell_word, slash_command};
 use halyard_protocol::executor::HookRunRequest;
 use halyard_protocol::plugin::{PluginBundle, PluginUse};
-use halyard_protocol::subjects;
 use halyard_protocol::system::HelperAgent;
 use halyard_protocol::user::McpServerConfig;
 
 use crate::ctx::Ctx;
 
-/// Reads the files of each plugin the conversation has. `Err` names the first that cannot be
-/// read.
+/// Reads the files of each plugin the conversation has, beside its record.
 pub async fn bundles(ctx: &Ctx, uses: &[PluginUse]) -> Result<Vec<(PluginUse, PluginBundle)>, String> {
-    let mut out = Vec::with_capacity(uses.len());
-    for u in uses {
-        let key = subjects::plugin_bundle_key(&u.bundle);
-        let bytes = ctx
-            .user_kv
-            .get(&key)
-            .await
-            .map_err(|e| format!("plugin {} cannot be read: {e}", u.id()))?
-            .ok_or_else(|| format!("plugin {}'s files ({}) are not kept any more", u.id(), u.bundle))?;
-        let bundle: PluginBundle = serde_json::from_slice(&bytes).map_err(|e| format!("plugin {}'s files are unreadable: {e}", u.id()))?;
-        out.push((u.clone(), bundle));
-    }
-    Ok(out)
+    let read = halyard_platform::plugins::read_bundles(&ctx.user_kv, uses).await?;
+    Ok(uses.iter().cloned().zip(read).collect())
 }
 
 /// The command a message names, and what it expands to: `Some((typed, expanded))` when the

@@ -6,7 +6,7 @@
 
 use halyard_platform::plugins::{Components, ROOT_VAR};
 use halyard_protocol::event::Skill;
-use halyard_protocol::plugin::{PluginBundle, PluginSet, PluginUse, Scope, resolve};
+use halyard_protocol::plugin::{PluginSet, PluginUse, Scope, resolve};
 use halyard_protocol::{UserId, subjects};
 
 use crate::ctx::Ctx;
@@ -33,17 +33,10 @@ pub async fn resolved(ctx: &Ctx, owner: &UserId, org: Option<&str>) -> Result<Ve
 
 /// The skills of `plugins`, in their order.
 pub async fn skills(ctx: &Ctx, plugins: &[PluginUse]) -> Result<Vec<Skill>, String> {
+    let bundles = halyard_platform::plugins::read_bundles(&ctx.user_kv, plugins).await?;
     let mut out = Vec::new();
-    for u in plugins {
-        let key = subjects::plugin_bundle_key(&u.bundle);
-        let bytes = match ctx.user_kv.get(&key).await {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return Err(format!("plugin {}'s files ({}) are not kept any more", u.id(), u.bundle)),
-            Err(e) => return Err(format!("plugin {} cannot be read: {e}", u.id())),
-        };
-        let bundle: PluginBundle = serde_json::from_slice(&bytes).map_err(|e| format!("plugin {}: {e}", u.id()))?;
-        let components = Components::read(&bundle, ROOT_VAR).map_err(|e| format!("plugin {}: {e}", u.id()))?;
-        out.extend(components.skills);
+    for (u, bundle) in plugins.iter().zip(&bundles) {
+        out.extend(Components::read(bundle, ROOT_VAR).map_err(|e| format!("plugin {}: {e}", u.id()))?.skills);
     }
     Ok(out)
 }

@@ -399,6 +399,25 @@ pub fn slash_command(text: &str) -> Option<(&str, &str)> {
     (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_:.".contains(c))).then_some((name, args))
 }
 
+/// The files of each plugin in `uses`, from the user bucket, in order (the conversation manager
+/// reads their skills, the agent runner all the rest). `Err` names the first that cannot be read.
+pub async fn read_bundles(
+    user_kv: &async_nats::jetstream::kv::Store,
+    uses: &[halyard_protocol::plugin::PluginUse],
+) -> Result<Vec<PluginBundle>, String> {
+    let mut out = Vec::with_capacity(uses.len());
+    for u in uses {
+        let key = halyard_protocol::subjects::plugin_bundle_key(&u.bundle);
+        let bytes = user_kv
+            .get(&key)
+            .await
+            .map_err(|e| format!("plugin {} cannot be read: {e}", u.id()))?
+            .ok_or_else(|| format!("plugin {}'s files ({}) are not kept any more", u.id(), u.bundle))?;
+        out.push(serde_json::from_slice(&bytes).map_err(|e| format!("plugin {}'s files are unreadable: {e}", u.id()))?);
+    }
+    Ok(out)
+}
+
 /// The SHA-256 (hex) of a bundle's files: its name in the user bucket.
 pub fn bundle_sha256(bundle: &PluginBundle) -> String {
     use sha2::Digest;

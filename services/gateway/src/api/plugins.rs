@@ -4,6 +4,8 @@
 //! conversation gets what [`halyard_protocol::plugin::resolve`] makes of the three scopes when
 //! it starts.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -116,17 +118,11 @@ pub struct ScopeView {
     pub effective: Option<Vec<PluginUse>>,
 }
 
-async fn installed_view(
-    state: &AppState,
-    scope: &Scope,
-    user: &halyard_protocol::UserId,
-    id: &str,
-    set: &PluginSet,
-) -> Option<InstalledView> {
+/// An installed plugin of `set`, with the update its marketplace (of `visible`) offers.
+fn installed_view(id: &str, set: &PluginSet, visible: &BTreeMap<String, Marketplace>) -> Option<InstalledView> {
     let p = set.installed.get(id)?;
-    let newest = domain::marketplace_for(state, scope, user, &p.marketplace).await.ok();
-    let update = newest
-        .as_ref()
+    let update = visible
+        .get(&p.marketplace)
         .and_then(|m| m.plugins.iter().find(|o| o.name == p.name && o.error.is_none() && o.at.bundle != p.at.bundle))
         .map(|o| UpdateView { version: o.at.version.clone(), commit: o.at.commit.clone(), adds: o.at.adds.clone() });
     Some(InstalledView {
@@ -162,10 +158,8 @@ pub async fn show(
 ) -> Result<Json<ScopeView>, ApiError> {
     let scope = scope_of(&state, &who, &raw, false)?;
     let set = domain::load(&state, &scope).await?;
-    let mut installed = Vec::new();
-    for id in set.installed.keys() {
-        installed.extend(installed_view(&state, &scope, &who.user, id, &set).await);
-    }
+    let visible = domain::visible(&state, &scope, &who.user, &set).await?;
+    let installed = set.installed.keys().filter_map(|id| installed_view(id, &set, &visible)).collect();
     let effective = match (&scope, q.org) {
         (Scope::User(_), org) => {
             let org = match org {
@@ -323,8 +317,8 @@ pub async fn install(
     if body.policy == PluginPolicy::Required && matches!(scope, Scope::User(_)) {
         return Err(ApiError::bad_request("invalid_field", "`policy`: only an organization or the deployment requires a plugin"));
     }
-    let m = domain::marketplace_for(&state, &scope, &who.user, market).await?;
-    let offer = domain::offered(&m, market, name)?.clone();
+    let visible = domain::visible(&state, &scope, &who.user, &domain::load(&state, &scope).await?).await?;
+    let offer = domain::offered(domain::marketplace_in(&visible, market)?, market, name)?.clone();
     let id = plugin_id(name, market);
     let now = halyard_platform::now_ms();
     let set = user_store::modify(&state, &subjects::plugins_key(&scope), |set: &mut PluginSet| {
@@ -352,7 +346,7 @@ pub async fn install(
     .await?;
     let detail = serde_json::json!({"commit": offer.at.commit, "version": offer.at.version, "policy": body.policy, "adds": offer.at.adds});
     audited(&state, client, (&who, &scope), "plugin.install", &id, detail).await;
-    let view = installed_view(&state, &scope, &who.user, &id, &set).await.ok_or_else(|| ApiError::internal("installed plugin vanished"))?;
+    let view = installed_view(&id, &set, &visible).ok_or_else(|| ApiError::internal("installed plugin vanished"))?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -466,8 +460,8 @@ pub async fn upgrade(
 ) -> Result<Json<InstalledView>, ApiError> {
     let scope = scope_of(&state, &who, &raw, true)?;
     let (name, market) = split_id(&id)?;
-    let m = domain::marketplace_for(&state, &scope, &who.user, market).await?;
-    let offer = domain::offered(&m, market, name)?.clone();
+    let visible = domain::visible(&state, &scope, &who.user, &domain::load(&state, &scope).await?).await?;
+    let offer = domain::offered(domain::marketplace_in(&visible, market)?, market, name)?.clone();
     let (set, from) = user_store::modify(&state, &subjects::plugins_key(&scope), |set: &mut PluginSet| {
         let p = set.installed.get_mut(&id).ok_or_else(|| ApiError::not_found("installed plugin"))?;
         if p.at.bundle == offer.at.bundle {
@@ -483,7 +477,7 @@ pub async fn upgrade(
     .await?;
     let detail = serde_json::json!({"from": {"commit": from.commit, "version": from.version}, "to": {"commit": offer.at.commit, "version": offer.at.version}});
     audited(&state, client, (&who, &scope), "plugin.upgrade", &id, detail).await;
-    let view = installed_view(&state, &scope, &who.user, &id, &set).await.ok_or_else(|| ApiError::internal("upgraded plugin vanished"))?;
+    let view = installed_view(&id, &set, &visible).ok_or_else(|| ApiError::internal("upgraded plugin vanished"))?;
     Ok(Json(view))
 }
 

@@ -78,15 +78,6 @@ async fn keep(state: &AppState, bundle: &PluginBundle) -> Result<String, ApiErro
     Ok(sha)
 }
 
-/// Reads a bundle a scope recorded.
-pub async fn bundle(state: &AppState, sha: &str) -> Result<PluginBundle, ApiError> {
-    match state.user_kv.get(subjects::plugin_bundle_key(sha)).await {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map_err(ApiError::internal),
-        Ok(None) => Err(missing(format!("plugin files {sha} are not kept any more; refresh the marketplace"))),
-        Err(e) => Err(ApiError::unavailable(format!("the plugin store did not answer: {e}"))),
-    }
-}
-
 /// One listed plugin read and kept: its offer (with `error` when it cannot be installed).
 async fn offer(
     state: &AppState,
@@ -188,19 +179,23 @@ pub fn wider(state: &AppState, scope: &Scope, user: &UserId) -> Vec<Scope> {
     }
 }
 
-/// The marketplace `name` an install at `scope` may use: the scope's own first, then wider
-/// ones; 404 when none is visible.
-pub async fn marketplace_for(state: &AppState, scope: &Scope, user: &UserId, name: &str) -> Result<Marketplace, ApiError> {
-    let own = load(state, scope).await?;
-    if let Some(m) = own.marketplaces.get(name) {
-        return Ok(m.clone());
+/// The marketplaces an install at `scope` may use, by name: the scope's own (`own`, its set as
+/// read) over those of the wider scopes it sees.
+pub async fn visible(state: &AppState, scope: &Scope, user: &UserId, own: &PluginSet) -> Result<BTreeMap<String, Marketplace>, ApiError> {
+    let mut out = BTreeMap::new();
+    // Widest first, so that a narrower scope's marketplace of the same name is the one kept.
+    for wider in wider(state, scope, user) {
+        out.extend(load(state, &wider).await?.marketplaces);
     }
-    for wider in wider(state, scope, user).into_iter().rev() {
-        if let Some(m) = load(state, &wider).await?.marketplaces.get(name) {
-            return Ok(m.clone());
-        }
-    }
-    Err(missing(format!("no marketplace `{name}` is added here or for you; add it first (POST /plugins/{{scope}}/marketplaces)")))
+    out.extend(own.marketplaces.clone());
+    Ok(out)
+}
+
+/// The marketplace `name` of those [`visible`]; 404 when there is none.
+pub fn marketplace_in<'a>(visible: &'a BTreeMap<String, Marketplace>, name: &str) -> Result<&'a Marketplace, ApiError> {
+    visible.get(name).ok_or_else(|| {
+        missing(format!("no marketplace `{name}` is added here or for you; add it first (POST /plugins/{{scope}}/marketplaces)"))
+    })
 }
 
 /// The offer `plugin` of a marketplace, installable.
