@@ -443,6 +443,10 @@ pub enum EventBody {
     /// The MCP servers a run connected to: the tools each offers the agent (named
     /// `<server>__<tool>`), or why it could not be reached. Appended when the set changes.
     McpServers { servers: Vec<McpServerStatus> },
+    /// An `http` MCP server wants its owner to sign in with OAuth (never signed in, signed out,
+    /// or the sign-in expired and could not be refreshed): it offers nothing to this run, which
+    /// goes on without it. `sign_in_url` is the web app's page where the owner signs in.
+    McpAuthRequired { server: String, sign_in_url: String },
     /// The result of an action.
     Observation {
         tool_call_id: String,
@@ -656,6 +660,7 @@ impl EventBody {
             Self::SkillActivated { .. } => "skill_activated",
             Self::LlmProfile { .. } => "llm_profile",
             Self::McpServers { .. } => "mcp_servers",
+            Self::McpAuthRequired { .. } => "mcp_auth_required",
             Self::TerminalOpened { .. } => "terminal_opened",
             Self::NetworkBlocked { .. } => "network_blocked",
             Self::NetworkUsed { .. } => "network_used",

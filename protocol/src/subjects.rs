@@ -277,6 +277,13 @@ pub fn user_mcp_key(user: &crate::UserId) -> String {
     format!("mcp.{user}")
 }
 
+/// The key of `user`'s OAuth sign-in to their MCP server `server`
+/// ([`crate::user::McpSignIn`]) in [`USER_BUCKET`]: written by the gateway at sign-in and by
+/// agent runners when they refresh its tokens.
+pub fn mcp_sign_in_key(user: &crate::UserId, server: &str) -> String {
+    format!("mcpoauth.{user}.{server}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

@@ -313,6 +313,30 @@ pub struct UserMcpServers {
     pub servers: BTreeMap<String, McpServer>,
 }
 
+/// A user's OAuth sign-in to one of their `http` MCP servers (the MCP authorization spec):
+/// who issued it, for which URL, and the client and tokens, sealed. A server whose URL changed
+/// since is not signed in (its tokens are never sent elsewhere).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpSignIn {
+    /// The server's URL when it was signed in to.
+    pub url: String,
+    /// The authorization server that issued the tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The client registration and the tokens (the MCP SDK's stored credentials, JSON), sealed.
+    pub credentials_sealed: String,
+    /// The scopes granted.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// When the access token expires (absent: the issuer did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<UnixMillis>,
+    /// When the user signed in.
+    pub signed_in_ms: UnixMillis,
+    /// When the tokens were last refreshed (the sign-in's time until then).
+    pub refreshed_ms: UnixMillis,
+}
+
 /// One consent to a repository's hooks file: its commands may run in this user's conversations
 /// on `repository` (empty: a workspace with none) while the file's SHA-256 is `sha256`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

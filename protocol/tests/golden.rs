@@ -382,6 +382,16 @@ fn events_are_stable() {
             ),
         ),
         (
+            "event_mcp_auth_required",
+            event(
+                19,
+                EventBody::McpAuthRequired {
+                    server: "linear".into(),
+                    sign_in_url: "https://halyard.example.com/settings?mcp_sign_in=linear".into(),
+                },
+            ),
+        ),
+        (
             "event_llm_call",
             event(
                 10,

@@ -24,6 +24,7 @@ pub mod jira;
 pub mod linear;
 pub mod llm;
 pub mod marketplace;
+pub mod mcp_oauth;
 pub mod oidc;
 pub mod procs;
 pub mod python;

@@ -202,6 +202,15 @@ fn script(request: &Value) -> Reply {
             _ => Reply::finish("The site is served on WORKER_1."),
         };
     }
+    // The MCP server that wants a sign-in: its tool once offered, else words.
+    if text.contains("who am i at notes") {
+        let offered = request["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "notes__whoami"));
+        return match (step, offered) {
+            (0, true) => Reply::tool("notes__whoami", json!({})),
+            (0, false) => Reply::finish("notes offers nothing yet"),
+            _ => Reply::finish("notes answered"),
+        };
+    }
     // Raw HTML in the model's words stays words.
     Reply::finish("Done. <img src=x onerror=alert(1)><b>not bold</b>")
 }
@@ -420,6 +429,94 @@ async fn the_plugins_page_adds_a_marketplace_installs_and_upgrades_a_plugin_in_c
         ("HALYARD_MARKETPLACE_BARE", market.bare.display().to_string()),
     ];
     playwright(h, "tests/plugins.spec.ts", 1, env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_that_wants_oauth_is_signed_in_to_from_chromium_and_its_token_refreshed_without_the_user() {
+    // Access tokens live this long: a message after it finds the token expired.
+    const TTL: u64 = 12;
+    init();
+    let mcp = halyard_tests::mcp_oauth::OAuthMcpServer::start(TTL).await;
+    let (llm, h) = with_web(&[("HALYARD_MCP_ALLOW", "loopback"), ("HALYARD_ADMINS", "alice")]).await;
+    let alice = h.api(ALICE);
+    let (s, v) = alice.call(reqwest::Method::PUT, "/api/v1/mcp-servers/notes", Some(json!({"transport": "http", "url": mcp.url()}))).await;
+    assert_eq!(s, 201, "{v}");
+
+    // Before any sign-in, a run says where to sign in, and goes on without the server.
+    let (conv, _) = alice.start_ready(json!({"message": "who am I at notes?"})).await;
+    let events = alice.wait_finished(&conv, 1).await;
+    let asked: Vec<&Value> = events.iter().filter(|e| e["kind"] == "mcp_auth_required").collect();
+    let link = format!("{}/settings?mcp_sign_in=notes#mcp-servers", h.http);
+    assert_eq!(asked.len(), 1, "{events:?}");
+    assert_eq!((asked[0]["server"].as_str(), asked[0]["sign_in_url"].as_str()), (Some("notes"), Some(link.as_str())));
+    let servers = events.iter().find(|e| e["kind"] == "mcp_servers").expect("an mcp_servers event").to_string();
+    assert!(servers.contains("wants you to sign in"), "{servers}");
+    assert!(Value::Array(events.clone()).to_string().contains("notes offers nothing yet"), "{events:?}");
+
+    // A callback in a browser that started no sign-in is refused, saying so, and stores nothing.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http.get(format!("{}/api/v1/mcp-oauth/callback?code=stolen&state=guessed", h.http)).send().await.unwrap();
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(r.status() == 303 && to.starts_with("/settings?mcp_sign_in_error="), "{} {to}", r.status());
+    assert!(alice.get("/api/v1/mcp-servers/notes").await.1.get("sign_in").is_none());
+    // Bob cannot start a sign-in to Alice's server.
+    let bob = h.api(BOB);
+    assert_eq!(bob.get("/api/v1/mcp-servers/notes/sign-in").await.0, 404);
+
+    // Chromium follows the link and signs in at the server's authorization server.
+    let env = vec![("HALYARD_SIGN_IN_LINK", link.clone()), ("HALYARD_PROVIDER_LOGIN", "alice@notes.test".to_owned())];
+    let (_, h) = playwright(h, "tests/mcp-oauth.spec.ts", 1, env).await;
+    let alice = h.api(ALICE);
+    let (_, server) = alice.get("/api/v1/mcp-servers/notes").await;
+    assert_eq!(server["sign_in"]["issuer"].as_str(), Some(mcp.issuer.as_str()), "{server}");
+    assert!(server["sign_in"]["expires_at"].is_string(), "{server}");
+    let signed_in_at = server["sign_in"]["refreshed_at"].clone();
+
+    // The next run uses the sign-in: the tool answers as the user who signed in.
+    let whoami = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami")
+            .map(|e| e["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "who am I at notes now?"})).await;
+    let events = alice.wait_finished(&conv, 2).await;
+    let first = whoami(&events);
+    assert_eq!(first.len(), 1, "{events:?}");
+    assert!(first[0].starts_with("signed in as alice@notes.test with token #"), "{first:?}");
+    let number = |s: &str| s.rsplit('#').next().unwrap().parse::<u32>().unwrap();
+
+    // After the access token expired, the next call refreshes it, without the user.
+    tokio::time::sleep(std::time::Duration::from_secs(TTL + 2)).await;
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "who am I at notes, once more?"})).await;
+    let events = alice.wait_finished(&conv, 3).await;
+    let answers = whoami(&events);
+    assert_eq!(answers.len(), 2, "{events:?}");
+    assert!(answers[1].starts_with("signed in as alice@notes.test"), "{answers:?}");
+    assert!(number(&answers[1]) > number(&answers[0]), "the expired token was used again: {answers:?}");
+    let (_, server) = alice.get("/api/v1/mcp-servers/notes").await;
+    assert_ne!(server["sign_in"]["refreshed_at"], signed_in_at, "{server}");
+    assert_eq!(events.iter().filter(|e| e["kind"] == "mcp_auth_required").count(), 1);
+
+    // The tokens are nowhere to be read: not in events, not sent to the LLM, not in the log.
+    let tokens = mcp.tokens();
+    assert!(tokens.len() >= 2, "{tokens:?}");
+    let all = Value::Array(events.clone()).to_string();
+    let requests = Value::Array(llm.requests()).to_string();
+    let log = h.log();
+    for t in &tokens {
+        assert!(!all.contains(t.as_str()) && !requests.contains(t.as_str()) && !log.contains(t.as_str()), "a token leaked");
+    }
+
+    // Signed out, the next run asks again.
+    let (s, _) = alice.call(reqwest::Method::DELETE, "/api/v1/mcp-servers/notes/sign-in", None).await;
+    assert_eq!(s, 204);
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "who am I at notes after signing out?"})).await;
+    let events = alice.wait_finished(&conv, 4).await;
+    assert_eq!(events.iter().filter(|e| e["kind"] == "mcp_auth_required").count(), 2, "{events:?}");
+    let audit = alice.get("/api/v1/admin/audit?actor=alice&action=mcp_server.").await.1.to_string();
+    assert!(audit.contains("mcp_server.sign_in") && audit.contains("mcp_server.sign_out"), "{audit}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -862,6 +862,10 @@ export type EventBody = {
   servers: McpServerStatus[];
   kind: "mcp_servers";
 } | {
+  server: string;
+  sign_in_url: string;
+  kind: "mcp_auth_required";
+} | {
   tool_call_id: string;
   tool: string;
   content: string;
@@ -1376,6 +1380,7 @@ export type McpServer = {
   };
   enabled: boolean;
   updated_at: string;
+  sign_in?: McpSignInView | null;
 };
 
 /** The user's MCP servers. */
@@ -1422,6 +1427,18 @@ export type McpServerUpdate = {
   /** Whether the agent is offered its tools (default true); a disabled server of an
    * operator's name hides the operator's. */
   enabled?: boolean | null;
+};
+
+/** A sign-in as the API shows it (never its tokens). */
+export type McpSignInView = {
+  /** The authorization server that issued it. */
+  issuer?: string | null;
+  scopes: string[];
+  signed_in_at: string;
+  /** When its tokens were last refreshed. */
+  refreshed_at: string;
+  /** When the access token expires (the agent runner refreshes it before it is used after). */
+  expires_at?: string | null;
 };
 
 /** Who a key is. */

@@ -146,6 +146,9 @@ export const api = {
   mcpServers: {
     ...named<S.McpServer>("/mcp-servers"),
     test: (name: string) => call<S.McpServerTest>("POST", `/mcp-servers/${enc(name)}/test`),
+    /** Where the browser goes to sign in to an http server with OAuth (it comes back to Settings). */
+    signInUrl: (name: string) => `/api/v1/mcp-servers/${enc(name)}/sign-in`,
+    signOut: (name: string) => call<void>("DELETE", `/mcp-servers/${enc(name)}/sign-in`),
   },
   /** The agents conversations may name; administrators register and remove the deployment's. */
   agents: named<S.AgentView>("/agents"),

@@ -133,6 +133,7 @@ fn transcript(events: &[ConversationEvent]) -> String {
             | EventBody::AgentUpdate { .. }
             | EventBody::NetworkUsed { .. }
             | EventBody::HooksConsentRequired { .. }
+            | EventBody::McpAuthRequired { .. }
             | EventBody::HooksConsent { .. } => continue,
             EventBody::ExecutionStatus { status, reason } => {
                 format!("STATUS: {}{}", status.as_str(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
@@ -227,9 +228,13 @@ async fn mcp_test(ctx: &Ctx, owner: &halyard_protocol::UserId, name: &str) -> Mc
     };
     // An http server needs no sandbox: the executor client is never used.
     let no_sandbox = halyard_platform::executor_client::ExecutorClient::new(ctx.http.clone(), "http://127.0.0.1:9", String::new());
+    // With the owner's sign-in to it, if they signed in.
+    let one = std::collections::BTreeMap::from([(name.to_owned(), config.clone())]);
+    let sign_ins = crate::tools::mcp::SignIns::read(ctx, owner, &one, &ctx.config.mcp.servers, &Default::default()).await;
+    let signed_in = sign_ins.store(name, url);
     match tokio::time::timeout(
         crate::tools::mcp::CONNECT_TIMEOUT,
-        crate::tools::mcp::connect_one(config, &secrets, &no_sandbox, (!trusted).then_some(allow)),
+        crate::tools::mcp::connect_one(config, &secrets, &no_sandbox, (!trusted).then_some(allow), signed_in),
     )
     .await
     {
@@ -238,7 +243,7 @@ async fn mcp_test(ctx: &Ctx, owner: &halyard_protocol::UserId, name: &str) -> Mc
             let _ = client.cancel().await;
             McpTestAnswer { ok: true, tools, error: None }
         }
-        Ok(Err(e)) => fail(e),
+        Ok(Err(e)) => fail(e.why),
         Err(_) => fail(format!("it did not answer within {} s", crate::tools::mcp::CONNECT_TIMEOUT.as_secs())),
     }
 }

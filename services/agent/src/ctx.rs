@@ -16,7 +16,7 @@ pub struct Ctx {
     /// Users' own configuration (secrets, LLM profiles, settings).
     pub user_kv: jetstream::kv::Store,
     /// Opens users' sealed secrets and API keys.
-    pub vault: halyard_platform::vault::Vault,
+    pub vault: Arc<halyard_platform::vault::Vault>,
     /// The answers being written on this runner, for readers who come in the middle.
     pub answers: Answers,
 }

@@ -425,7 +425,11 @@ impl History {
                     self.used_usd += used_usd;
                 }
             }
-            EventBody::Hook { .. } | EventBody::PullRequestOpened { .. } | EventBody::BudgetAlert { .. } | EventBody::Result { .. } => {}
+            EventBody::Hook { .. }
+            | EventBody::PullRequestOpened { .. }
+            | EventBody::BudgetAlert { .. }
+            | EventBody::Result { .. }
+            | EventBody::McpAuthRequired { .. } => {}
             EventBody::AgentSession { session_id, .. } => self.agent_session = Some(session_id.clone()),
             EventBody::HooksConsentRequired { sha256, .. } => self.hooks_asked = Some(sha256.clone()),
             EventBody::HooksConsent { sha256, allowed } => {

@@ -159,7 +159,7 @@ pub async fn run(config: Arc<Config>, nats: async_nats::Client, shutdown: Shutdo
     let node_id = config.node_id_or_random();
     let leases = Leases::new(js.clone(), leases, node_id.clone(), Duration::from_millis(config.agent.lease_ttl_ms.max(100)));
     let user_kv = js.get_key_value(subjects::USER_BUCKET).await.map_err(|e| AgentError::Setup(format!("user bucket: {e}")))?;
-    let vault = halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let vault = Arc::new(halyard_platform::vault::Vault::new(&config.secret).map_err(|e| AgentError::Setup(e.to_string()))?);
     let ctx = Arc::new(Ctx { config, nats: nats.clone(), js: js.clone(), http, llm, leases, user_kv, vault, answers: Default::default() });
     let asks = tokio::spawn(crate::ask::serve(ctx.clone(), shutdown.clone()));
     let so_far = tokio::spawn(crate::run_loop::streaming::serve_so_far(ctx.clone(), shutdown.clone()));

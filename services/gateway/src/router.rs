@@ -17,7 +17,9 @@ use crate::api::accounts::{self, admin, keys, session, tickets};
 use crate::api::automations::{hooks, routes as automation_routes, slack_links};
 use crate::api::conversations::{self, control, events, export, images, list, network, plan, queue, share, starts, ws};
 use crate::api::plugins;
-use crate::api::settings::{agent_logins, defaults, git_providers, llm_probe, llm_profiles, mcp_servers, repositories, secrets};
+use crate::api::settings::{
+    agent_logins, defaults, git_providers, llm_probe, llm_profiles, mcp_servers, mcp_sign_in, repositories, secrets,
+};
 use crate::api::workspace::{apps, files, terminal};
 use crate::api::{deliveries, mcp, sandboxes, web, webhooks};
 use crate::http::api_doc;
@@ -77,6 +79,8 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(mcp_servers::list))
         .routes(routes!(mcp_servers::get_one, mcp_servers::put, mcp_servers::delete))
         .routes(routes!(mcp_servers::test))
+        .routes(routes!(mcp_sign_in::start, mcp_sign_in::sign_out))
+        .routes(routes!(mcp_sign_in::callback))
         .routes(routes!(secrets::list))
         .routes(routes!(secrets::get_one, secrets::put, secrets::delete))
         .routes(routes!(agent_logins::list))

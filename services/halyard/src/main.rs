@@ -470,6 +470,8 @@ async fn bind_gateway(config: &mut Config, services: &[Service]) -> Result<(Opti
         let listener =
             tokio::net::TcpListener::bind(&config.http_addr).await.with_context(|| format!("cannot listen on {}", config.http_addr))?;
         http = listener.local_addr()?.to_string();
+        // The address links are made of where no public URL is set (a port of 0 chosen now).
+        config.http_addr = http.clone();
         let apps_listener = if config.apps_addr.is_empty() { None } else { Some(halyard_gateway::bind(&config.apps_addr).await?) };
         if let Some(l) = &apps_listener {
             apps = l.local_addr()?.to_string();

@@ -25,6 +25,7 @@ pub mod images;
 pub mod keys;
 pub mod kv_mirror;
 pub mod llm;
+pub mod mcp_oauth;
 pub mod membership;
 pub mod memory;
 pub mod nats;

@@ -101,6 +101,11 @@ pub fn llm_key_slot(user: &str, profile: &str) -> String {
     format!("{user}/llm/{profile}")
 }
 
+/// The slot of a user's OAuth sign-in to their MCP server `server`.
+pub fn mcp_sign_in_slot(user: &str, server: &str) -> String {
+    format!("{user}/mcp-oauth/{server}")
+}
+
 /// The slot of the token of a user's git provider.
 pub fn git_token_slot(user: &str, provider: &str) -> String {
     format!("{user}/git/{provider}")

@@ -339,6 +339,19 @@ function McpServers() {
   const empty = { name: "", transport: "stdio", command: "", url: "" };
   const [form, setForm] = useState(empty);
   const [tested, setTested] = useState<Record<string, string>>({});
+  // How a sign-in went, as its callback sent the browser back (or the run's link that led here).
+  const [signIn] = useState(() => {
+    const q = new URLSearchParams(window.location.search);
+    const server = q.get("mcp_signed_in") ?? q.get("mcp_server") ?? q.get("mcp_sign_in") ?? "";
+    const said = q.get("mcp_signed_in")
+      ? `Signed in to ${server}.`
+      : q.get("mcp_sign_in_error")
+        ? `Signing in${server ? ` to ${server}` : ""} failed: ${q.get("mcp_sign_in_error")}`
+        : server
+          ? `${server} wants you to sign in.`
+          : "";
+    return { server, said };
+  });
   const test = async (name: string) => {
     setTested((t) => ({ ...t, [name]: "Testing…" }));
     try {
@@ -357,6 +370,11 @@ function McpServers() {
   };
   return (
     <Section id="mcp-servers" title="MCP servers">
+      {signIn.said && (
+        <p className="small" role="status" data-testid="mcp-sign-in-status">
+          {signIn.said}
+        </p>
+      )}
       <ul className="settings-list" aria-label="Your MCP servers">
         {items.map((m) => (
           <li key={m.name}>
@@ -367,6 +385,21 @@ function McpServers() {
             <button className="ghost" onClick={() => setForm({ name: m.name, transport: str(m.transport), command: str(m.command), url: str(m.url) })}>
               Edit
             </button>
+            {m.transport === "http" &&
+              (m.sign_in ? (
+                <>
+                  <span className="small" data-testid={`mcp-signed-in-${m.name}`}>
+                    Signed in{m.sign_in.issuer ? ` at ${m.sign_in.issuer}` : ""}
+                  </span>
+                  <button className="ghost" onClick={() => run(() => api.mcpServers.signOut(m.name))}>
+                    Sign out
+                  </button>
+                </>
+              ) : (
+                <button className="ghost" onClick={() => window.location.assign(api.mcpServers.signInUrl(m.name))}>
+                  Sign in
+                </button>
+              ))}
             <DeleteButton what={`MCP server ${m.name}`} onDelete={() => run(() => api.mcpServers.remove(m.name))} />
             {tested[m.name] && (
               <p className="small" role="status" data-testid={`mcp-test-${m.name}`}>

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::hooking::HookSubject;
 use super::{McpConfigs, Owned, Run, RunOutcome, Setting, reach_patience, system_prompt};
 use crate::history::MESSAGE_OVERHEAD;
-use crate::tools::mcp::McpHub;
+use crate::tools::mcp::{McpHub, SignIns};
 use crate::tools::{self, hooks::Moment};
 
 /// A run set up, before an agent works: what [`Run::prepare`] gives whichever agent drives it.
@@ -147,18 +147,30 @@ impl Run {
             configs.insert(name.clone(), own.clone());
             trusted.insert(name, own);
         }
+        let owner = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone());
+        let sign_ins = match &owner {
+            Some(owner) => SignIns::read(&self.ctx, owner, &configs, &trusted, &org.names).await,
+            None => SignIns::default(),
+        };
         let mut slot = self.mcp.lock().await;
-        if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env, &org)) {
+        if let Some(hub) = slot.as_ref().filter(|h| h.serves(&configs, &self.env, &org, &sign_ins)) {
             return Some(hub.clone());
         }
         let policy = (&trusted, self.ctx.config.mcp.allow.as_slice());
-        let hub = Arc::new(McpHub::connect(configs, &self.env, &org, exec, policy).await);
+        let hub = Arc::new(McpHub::connect(configs, (&self.env, &org, &sign_ins), exec, policy).await);
         *slot = Some(hub.clone());
         drop(slot);
         let recorded = self.log.lock().await.history.mcp_servers.clone();
         let changed = recorded.as_ref() != Some(&hub.status) && !(recorded.is_none() && hub.status.is_empty());
         if changed && !self.append(EventSource::System, EventBody::McpServers { servers: hub.status.clone() }).await {
             return None;
+        }
+        // Each server that wants a sign-in says where, once per connection (the run goes on).
+        for server in &hub.wants_sign_in {
+            let sign_in_url = sign_in_page(&self.ctx.config, server);
+            if !self.append(EventSource::System, EventBody::McpAuthRequired { server: server.clone(), sign_in_url }).await {
+                return None;
+            }
         }
         Some(hub)
     }
@@ -341,4 +353,11 @@ impl Run {
         }
         outcome
     }
+}
+
+/// The web app's page where the owner signs in to MCP server `server`.
+fn sign_in_page(config: &halyard_platform::Config, server: &str) -> String {
+    let public = config.gateway.public_url.trim_end_matches('/');
+    let base = if public.is_empty() { format!("http://{}", config.http_addr) } else { public.to_owned() };
+    format!("{base}/settings?mcp_sign_in={}#mcp-servers", halyard_platform::net::percent_encode(server))
 }

@@ -14,6 +14,12 @@
 //! An organization's servers (defined by its admins) are filled from the organization's secrets
 //! only ([`OrgServers`]): a member's own secrets never reach a server the member did not define,
 //! in a header or in a stdio server's environment.
+//!
+//! An owner's `http` server they signed in to with OAuth ([`SignIns`], made by the gateway's
+//! `/mcp-servers/{name}/sign-in`) is called with the MCP SDK's authorized client: each request
+//! carries the access token, refreshed (and stored again, sealed) when it is about to expire or
+//! the server refuses it. A server that wants a sign-in there is none for offers nothing, and the
+//! run records `mcp_auth_required` ([`McpHub::wants_sign_in`]) and goes on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -22,6 +28,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use halyard_platform::executor_client::ExecutorClient;
+use halyard_platform::mcp_oauth::{self, AuthClient, AuthError, SignInStore};
 use halyard_platform::net;
 use halyard_protocol::event::McpServerStatus;
 use halyard_protocol::executor::McpStdioSpawn;
@@ -37,6 +44,8 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::ctx::Ctx;
 use crate::tools::ToolOutcome;
+pub use crate::tools::mcp_sign_in::SignIns;
+use crate::tools::mcp_sign_in::{Unreachable, wants_sign_in};
 
 /// How long a server has to start and list its tools.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,6 +84,8 @@ pub struct McpHub {
     by_name: HashMap<String, (usize, String)>,
     /// Each server as found when connecting.
     pub status: Vec<McpServerStatus>,
+    /// The servers that want their owner to sign in (they offer nothing until then).
+    pub wants_sign_in: Vec<String>,
 }
 
 struct Server {
@@ -85,10 +96,18 @@ struct Server {
 impl McpHub {
     /// Whether this hub still serves `configs` (with `secrets`): all its connections live, and
     /// a server that could not be reached was tried lately.
-    pub fn serves(&self, configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>, org: &OrgServers) -> bool {
+    pub fn serves(
+        &self,
+        configs: &BTreeMap<String, McpServerConfig>,
+        secrets: &BTreeMap<String, String>,
+        org: &OrgServers,
+        sign_ins: &SignIns,
+    ) -> bool {
         let failed = self.status.iter().any(|s| s.error.is_some());
         let lately = self.connected_at.is_some_and(|t| t.elapsed() < RETRY_AFTER);
-        self.fingerprint == fingerprint(configs, secrets, org) && self.servers.iter().all(|s| !s.client.is_closed()) && (!failed || lately)
+        self.fingerprint == fingerprint(configs, secrets, org, sign_ins)
+            && self.servers.iter().all(|s| !s.client.is_closed())
+            && (!failed || lately)
     }
 
     /// Connects to every server of `configs` at once; a failing one is recorded in `status`.
@@ -96,12 +115,11 @@ impl McpHub {
     /// `allow` permits, as users' webhooks must.
     pub async fn connect(
         configs: BTreeMap<String, McpServerConfig>,
-        secrets: &BTreeMap<String, String>,
-        org: &OrgServers,
+        (secrets, org, sign_ins): (&BTreeMap<String, String>, &OrgServers, &SignIns),
         exec: &ExecutorClient,
         (trusted, allow): (&BTreeMap<String, McpServerConfig>, &[String]),
     ) -> Self {
-        let fingerprint = fingerprint(&configs, secrets, org);
+        let fingerprint = fingerprint(&configs, secrets, org, sign_ins);
         let attempts = configs.iter().map(|(name, config)| async move {
             let checked = match config {
                 McpServerConfig::Http { url, .. } if trusted.get(name) != Some(config) => {
@@ -111,13 +129,17 @@ impl McpHub {
             };
             let users = trusted.get(name) != Some(config);
             let secrets = org.secrets_for(name, secrets);
+            let signed_in = match config {
+                McpServerConfig::Http { url, .. } if users && !org.names.contains(name) => sign_ins.store(name, url),
+                _ => None,
+            };
             let connect = async {
                 checked?;
-                connect_one(config, secrets, exec, users.then_some(allow)).await
+                connect_one(config, secrets, exec, users.then_some(allow), signed_in).await
             };
             let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                 .await
-                .unwrap_or_else(|_| Err(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs())));
+                .unwrap_or_else(|_| Err(format!("it did not answer within {} s", CONNECT_TIMEOUT.as_secs()).into()));
             (name, config, connected)
         });
         let mut hub = Self { fingerprint, connected_at: Some(std::time::Instant::now()), ..Default::default() };
@@ -139,8 +161,11 @@ impl McpHub {
                     hub.servers.push(Server { client, tools: offered });
                 }
                 Err(e) => {
-                    tracing::warn!(server = %name, error = %e, "MCP server unavailable");
-                    status.error = Some(e);
+                    tracing::warn!(server = %name, error = %e.why, "MCP server unavailable");
+                    if e.wants_sign_in {
+                        hub.wants_sign_in.push(name.clone());
+                    }
+                    status.error = Some(e.why);
                 }
             }
             hub.status.push(status);
@@ -268,12 +293,21 @@ fn exposed_name(server: &str, tool: &str) -> String {
     name
 }
 
-fn fingerprint(configs: &BTreeMap<String, McpServerConfig>, secrets: &BTreeMap<String, String>, org: &OrgServers) -> u64 {
+fn fingerprint(
+    configs: &BTreeMap<String, McpServerConfig>,
+    secrets: &BTreeMap<String, String>,
+    org: &OrgServers,
+    sign_ins: &SignIns,
+) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(configs).unwrap_or_default().hash(&mut h);
     secrets.hash(&mut h);
     org.names.hash(&mut h);
     org.secrets.hash(&mut h);
+    // A sign-in made or removed since (not a refresh: the connection refreshes its own).
+    for (name, record) in &sign_ins.records {
+        (name, record.signed_in_ms).hash(&mut h);
+    }
     h.finish()
 }
 
@@ -311,12 +345,15 @@ fn http_client(allow: Option<&[String]>) -> Result<reqwest::Client, String> {
 
 type Connected = (RunningService<RoleClient, ()>, Vec<Tool>);
 
+/// Connects to one server. `signed_in`: the owner's OAuth sign-in to it (an `http` server of
+/// theirs), whose tokens its requests carry.
 pub(crate) async fn connect_one(
     config: &McpServerConfig,
     secrets: &BTreeMap<String, String>,
     exec: &ExecutorClient,
     allow: Option<&[String]>,
-) -> Result<Connected, String> {
+    signed_in: Option<SignInStore>,
+) -> Result<Connected, Unreachable> {
     match config {
         McpServerConfig::Http { url, headers } => {
             let mut custom = HashMap::new();
@@ -328,9 +365,36 @@ pub(crate) async fn connect_one(
                 custom.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::with_client(http_client(allow)?, config);
-            let client = ().serve(transport).await.map_err(|e| format!("{url}: {e}"))?;
-            list(client).await
+            let refused = |e: &dyn std::fmt::Display, wants_sign_in: bool| {
+                let why = if wants_sign_in {
+                    format!("{url} wants you to sign in: Settings, MCP servers, Sign in")
+                } else {
+                    format!("{url}: {e}")
+                };
+                Unreachable { why, wants_sign_in }
+            };
+            // (The SDK knows a 401 under its own error's layers.)
+            let not_served = |e: rmcp::service::ClientInitializeError| {
+                let wants = e.is_authorization_required();
+                refused(&e, wants)
+            };
+            let client = match signed_in {
+                Some(store) => {
+                    let by_sdk = |e: AuthError| refused(&e, wants_sign_in(&e));
+                    let mut manager = mcp_oauth::manager(url, allow.unwrap_or_default()).await.map_err(by_sdk)?;
+                    manager.set_credential_store(store);
+                    if !manager.initialize_from_store().await.map_err(by_sdk)? {
+                        return Err(by_sdk(AuthError::AuthorizationRequired));
+                    }
+                    let transport = StreamableHttpClientTransport::with_client(AuthClient::new(http_client(allow)?, manager), config);
+                    ().serve(transport).await.map_err(not_served)?
+                }
+                None => {
+                    let transport = StreamableHttpClientTransport::with_client(http_client(allow)?, config);
+                    ().serve(transport).await.map_err(not_served)?
+                }
+            };
+            Ok(list(client).await?)
         }
         McpServerConfig::Stdio { command, env } => {
             let mut all = secrets.clone();
@@ -341,7 +405,7 @@ pub(crate) async fn connect_one(
             let transport = stdio_socket(exec, McpStdioSpawn { command: command.clone(), env: all }, closed.clone()).await?;
             let said = |e: String| closed.lock().ok().and_then(|c| c.clone()).unwrap_or(e);
             let client = ().serve(transport).await.map_err(|e| said(e.to_string()))?;
-            list(client).await.map_err(said)
+            Ok(list(client).await.map_err(said)?)
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod delegate;
 pub mod hooks;
 pub mod kernel;
 pub mod mcp;
+pub mod mcp_sign_in;
 mod outcome;
 pub mod risk;
 

@@ -153,6 +153,7 @@ fn markdown(ev: &ConversationEvent) -> String {
         EventBody::AgentError { code, message } => format!("\n**Error** `{code}`: {message}\n"),
         EventBody::AgentSession { agent, session_id, .. } => format!("\n*{agent} session `{session_id}`*\n"),
         EventBody::AgentUpdate { .. } => String::new(),
+        EventBody::McpAuthRequired { server, .. } => format!("\n*MCP server `{server}` waits for its owner to sign in*\n"),
         EventBody::HooksConsentRequired { file, sha256, .. } => format!("\n*`{file}` (sha256 `{sha256}`) waits for consent*\n"),
         EventBody::HooksConsent { allowed, .. } => format!("\n*Repository hooks {}*\n", if *allowed { "allowed" } else { "declined" }),
         EventBody::ExecutionStatus { status, reason } => {

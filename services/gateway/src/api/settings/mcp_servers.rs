@@ -80,6 +80,10 @@ pub struct ServerView {
     pub headers: BTreeMap<String, String>,
     pub enabled: bool,
     pub updated_at: String,
+    /// `http`: the user's OAuth sign-in to it, if they signed in
+    /// (`GET /mcp-servers/{name}/sign-in`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sign_in: Option<super::mcp_sign_in::McpSignInView>,
 }
 
 /// The user's MCP servers.
@@ -113,7 +117,16 @@ pub(crate) fn public(name: &str, s: &McpServer) -> ServerView {
         headers,
         enabled: s.enabled,
         updated_at: rfc3339(s.updated_ms),
+        sign_in: None,
     }
+}
+
+/// `view` with `user`'s sign-in to it, for an `http` server they signed in to.
+async fn with_sign_in(state: &AppState, user: &halyard_protocol::UserId, mut view: ServerView) -> ServerView {
+    if let Some(url) = &view.url {
+        view.sign_in = super::mcp_sign_in::sign_in_of(state, user, &view.name, url).await;
+    }
+    view
 }
 
 fn bad(message: String) -> ApiError {
@@ -189,6 +202,7 @@ fn config(state: &AppState, body: PutBody) -> Result<McpServerConfig, ApiError> 
 #[utoipa::path(get, path = "/mcp-servers", tag = "settings", responses((status = 200, body = ServerList), Refusals))]
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<ServerList>, ApiError> {
     let items = user_store::list_named(&state, &subjects::user_mcp_key(&user), |s: &UserMcpServers| &s.servers, public).await?;
+    let items = futures::future::join_all(items.into_iter().map(|v| with_sign_in(&state, &user, v))).await;
     Ok(Json(ServerList { items }))
 }
 
@@ -197,7 +211,8 @@ pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Jso
     responses((status = 200, body = ServerView), Refusals))]
 pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ServerView>, ApiError> {
     let key = subjects::user_mcp_key(&user);
-    user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await.map(Json)
+    let view = user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await?;
+    Ok(Json(with_sign_in(&state, &user, view).await))
 }
 
 /// Creates (201) or replaces (200) an MCP server.
@@ -256,6 +271,8 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let key = subjects::user_mcp_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &name, "MCP server").await?;
+    // Its sign-in goes with it (a server of the same name later is signed in to anew).
+    super::mcp_sign_in::forget(&state, &user, &name).await?;
     audit::Action::new(&user, "mcp_server.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,298 @@
+//! OAuth sign-in to a user's own `http` MCP server, as the MCP authorization spec has a client do
+//! it (the discovery, registration, PKCE and token exchange are the MCP SDK's, through
+//! [`halyard_platform::mcp_oauth`]):
+//!
+//! - `GET /mcp-servers/{name}/sign-in` (signed in) reads the server's protected resource metadata
+//!   and its authorization server's, registers Halyard as a client there (dynamic client
+//!   registration), and sends the browser (303) to the authorization server with a PKCE challenge
+//!   and the server as `resource`. What the callback needs travels in a short-lived cookie
+//!   sealed with the vault (`halyard_mcp_oauth`, SameSite=Lax for the provider's redirect back):
+//!   the session cookie is SameSite=Strict and does not come back on that redirect, and a
+//!   callback in someone else's browser (a sign-in link sent to a victim) finds no flow.
+//! - `GET /mcp-oauth/callback` exchanges the code, seals the tokens into `mcpoauth.<user>.<server>`
+//!   (refreshed from then on by the agent runner), and sends the browser back to Settings with
+//!   `?mcp_signed_in=` or `?mcp_sign_in_error=`.
+//! - `DELETE /mcp-servers/{name}/sign-in` signs out.
+//!
+//! Tokens never leave the user bucket sealed but for the agent runner's requests to that URL.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use halyard_platform::mcp_oauth::{self, AuthError, FlowState, OAuthClientConfig, SignInStore, StoredAuthorizationState};
+use halyard_platform::{net::percent_encode, now_ms};
+use halyard_protocol::UserId;
+use halyard_protocol::subjects;
+use halyard_protocol::user::{McpServerConfig, McpSignIn, UserMcpServers};
+
+use crate::api::accounts::oidc::{self, found};
+use crate::audit::{self, Client};
+use crate::auth::User;
+use crate::domain::user_store;
+use crate::http::api_doc::Refusals;
+use crate::http::error::ApiError;
+use crate::read_model::store::rfc3339;
+use crate::state::AppState;
+
+const COOKIE: &str = "halyard_mcp_oauth";
+const COOKIE_PATH: &str = "/api/v1/mcp-oauth";
+/// The vault slot the flow's cookie is sealed in.
+const FLOW_SLOT: &str = "mcp-oauth-flow";
+/// How long a sign-in may take at the authorization server.
+const FLOW_SECS: i64 = 600;
+/// The name Halyard registers itself under at authorization servers.
+const CLIENT_NAME: &str = "Halyard";
+
+/// A sign-in as the API shows it (never its tokens).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct McpSignInView {
+    /// The authorization server that issued it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    pub scopes: Vec<String>,
+    pub signed_in_at: String,
+    /// When its tokens were last refreshed.
+    pub refreshed_at: String,
+    /// When the access token expires (the agent runner refreshes it before it is used after).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl From<&McpSignIn> for McpSignInView {
+    fn from(s: &McpSignIn) -> Self {
+        Self {
+            issuer: s.issuer.clone(),
+            scopes: s.scopes.clone(),
+            signed_in_at: rfc3339(s.signed_in_ms),
+            refreshed_at: rfc3339(s.refreshed_ms),
+            expires_at: s.expires_ms.map(rfc3339),
+        }
+    }
+}
+
+/// What a sign-in keeps between its start and its callback (sealed in the flow's cookie).
+#[derive(Serialize, Deserialize)]
+struct Pending {
+    user: UserId,
+    server: String,
+    url: String,
+    client_id: String,
+    client_secret: Option<String>,
+    scopes: Vec<String>,
+    csrf: String,
+    flow: StoredAuthorizationState,
+    at_ms: i64,
+}
+
+/// The store of `user`'s sign-in to `server` at `url`.
+fn store(state: &AppState, user: &UserId, server: &str, url: &str) -> SignInStore {
+    SignInStore { kv: state.user_kv.clone(), vault: state.vault.clone(), user: user.clone(), server: server.into(), url: url.into() }
+}
+
+/// `user`'s sign-in to their server `name` at `url`, if any (for the server's view).
+pub(crate) async fn sign_in_of(state: &AppState, user: &UserId, name: &str, url: &str) -> Option<McpSignInView> {
+    store(state, user, name, url).record().await.ok().flatten().as_ref().map(McpSignInView::from)
+}
+
+/// Removes `user`'s sign-in to `name` (signing out, or the server deleted).
+pub(crate) async fn forget(state: &AppState, user: &UserId, name: &str) -> Result<(), ApiError> {
+    state.user_kv.purge(subjects::mcp_sign_in_key(user, name)).await.map_err(ApiError::internal)
+}
+
+/// The URL of `user`'s own `http` server `name`: 404 as for any server they do not have, 400 for
+/// a `stdio` one.
+async fn server_url(state: &AppState, user: &UserId, name: &str) -> Result<String, ApiError> {
+    let key = subjects::user_mcp_key(user);
+    let server = user_store::get_named(state, &key, |s: &UserMcpServers| &s.servers, name, "MCP server", |_, s| s.clone()).await?;
+    match server.config {
+        McpServerConfig::Http { url, .. } => Ok(url),
+        McpServerConfig::Stdio { .. } => Err(ApiError::bad_request(
+            "not_an_http_server",
+            format!("`{name}` is a stdio server, which runs in the sandbox: only an http server is signed in to"),
+        )),
+    }
+}
+
+fn redirect_uri(state: &AppState) -> String {
+    oidc::Provider { issuer: "", client_id: "", client_secret: "", callback: "/mcp-oauth/callback" }.redirect_url(state)
+}
+
+/// Why a flow failed, in words for the Settings page.
+fn said(e: &AuthError) -> String {
+    match e {
+        AuthError::NoAuthorizationSupport => "the server publishes no OAuth metadata (it does not do OAuth sign-in)".into(),
+        other => halyard_platform::outbound::why(other),
+    }
+}
+
+/// Settings, saying how a sign-in to `server` went.
+fn settings(server: &str, error: Option<&str>) -> String {
+    match error {
+        None => format!("/settings?mcp_signed_in={}#mcp-servers", percent_encode(server)),
+        Some(e) => format!("/settings?mcp_server={}&mcp_sign_in_error={}#mcp-servers", percent_encode(server), percent_encode(e)),
+    }
+}
+
+/// Sends the browser (303) to the server's authorization server to sign in, and back to
+/// `/mcp-oauth/callback`. If the server does not do OAuth, or its authorization server cannot be
+/// used, back to Settings (303) saying why.
+#[utoipa::path(get, path = "/mcp-servers/{name}/sign-in", tag = "settings", params(("name" = String, Path)),
+    responses((status = 303, description = "to the authorization server, or to Settings saying why not"), Refusals))]
+pub async fn start(
+    State(state): State<AppState>,
+    User(user): User,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let url = server_url(&state, &user, &name).await?;
+    let redirect = redirect_uri(&state);
+    let begun = begin(&state, &url, &redirect).await;
+    let (authorize, config, csrf, flow) = match begun {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::info!(user = %user, server = %name, error = %e, "an MCP sign-in could not start");
+            return Ok(found(&settings(&name, Some(&said(&e))), vec![]));
+        }
+    };
+    let pending = Pending {
+        user,
+        server: name,
+        url,
+        client_id: config.client_id,
+        client_secret: config.client_secret,
+        scopes: config.scopes,
+        csrf,
+        flow,
+        at_ms: now_ms(),
+    };
+    let json = serde_json::to_string(&pending).map_err(ApiError::internal)?;
+    let sealed = state.vault.seal(FLOW_SLOT, &json).map_err(ApiError::internal)?;
+    let cookie = oidc::state_cookie(&headers, COOKIE, COOKIE_PATH, &sealed, FLOW_SECS)?;
+    Ok(found(&authorize, vec![cookie]))
+}
+
+/// Discovery, registration and the authorization URL: the URL, the client, and the flow's state.
+async fn begin(
+    state: &AppState,
+    url: &str,
+    redirect: &str,
+) -> Result<(String, OAuthClientConfig, String, StoredAuthorizationState), AuthError> {
+    let mut manager = mcp_oauth::manager(url, &state.config.mcp.allow).await?;
+    let scopes = manager.select_initial_scopes(&[]).await;
+    let asked: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    let config = manager.register_client(CLIENT_NAME, redirect, &asked).await?;
+    let flow = FlowState::default();
+    manager.set_state_store(flow.clone());
+    let authorize = manager.get_authorization_url(&asked).await?;
+    let (csrf, kept) = flow.take().ok_or_else(|| AuthError::InternalError("the flow kept no state".into()))?;
+    Ok((authorize, config, csrf, kept))
+}
+
+/// The authorization server's redirect back.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CallbackQuery {
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub state: Option<String>,
+    /// The issuer, where the authorization server names itself (RFC 9207).
+    #[serde(default)]
+    pub iss: Option<String>,
+    /// The authorization server's refusal, if it refused.
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub error_description: Option<String>,
+}
+
+/// The flow this browser started, if the callback's `state` is its.
+fn returning(state: &AppState, headers: &HeaderMap, q: &CallbackQuery) -> Option<Pending> {
+    let sealed = crate::auth::cookies::named_cookie(headers, COOKIE)?;
+    let pending: Pending = serde_json::from_str(&state.vault.open(FLOW_SLOT, &sealed).ok()?).ok()?;
+    let mine = halyard_platform::keys::constant_time_eq(q.state.as_deref().unwrap_or_default().as_bytes(), pending.csrf.as_bytes());
+    (mine && now_ms() - pending.at_ms <= FLOW_SECS * 1000).then_some(pending)
+}
+
+/// The authorization server's answer (303): back to Settings, signed in or saying why not.
+#[utoipa::path(get, path = "/mcp-oauth/callback", tag = "settings", security(()), params(CallbackQuery),
+    responses((status = 303, description = "to Settings, signed in or saying why not"), Refusals))]
+pub async fn callback(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    query: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let clear: HeaderValue = oidc::state_cookie(&headers, COOKIE, COOKIE_PATH, "", 0)?;
+    // Nothing of the query is shown or recorded before its state is this browser's own.
+    let Some(p) = returning(&state, &headers, &q) else {
+        tracing::info!("an MCP sign-in callback without this browser's flow");
+        let to = format!(
+            "/settings?mcp_sign_in_error={}#mcp-servers",
+            percent_encode("this sign-in expired or was not started here; sign in again")
+        );
+        return Ok(found(&to, vec![clear]));
+    };
+    let client = Client(Some(crate::auth::client::client_ip(&state, peer.ip(), &headers)));
+    let outcome = match (&q.error, &q.code) {
+        (Some(e), _) => Err(oidc::refusal(e, q.error_description.as_deref()).0),
+        (None, None) => Err("the authorization server sent no code".to_owned()),
+        (None, Some(code)) => finish(&state, &p, code, q.iss.as_deref()).await.map_err(|e| said(&e)),
+    };
+    match outcome {
+        Ok(()) => {
+            tracing::info!(user = %p.user, server = %p.server, "signed in to an MCP server");
+            audit::Action::new(&p.user, "mcp_server.sign_in", &p.server).send(&state, client).await;
+            Ok(found(&settings(&p.server, None), vec![clear]))
+        }
+        Err(why) => {
+            tracing::warn!(user = %p.user, server = %p.server, reason = %why, "an MCP sign-in failed");
+            let detail = serde_json::json!({"reason": why});
+            audit::Action::new(&p.user, "mcp_server.sign_in_failed", &p.server).detail(detail).send(&state, client).await;
+            Ok(found(&settings(&p.server, Some(&why)), vec![clear]))
+        }
+    }
+}
+
+/// The code exchanged (with the PKCE verifier and the server as `resource`) and the tokens
+/// sealed; only while the server is still the user's, at the URL the flow began with.
+async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) -> Result<(), AuthError> {
+    let now = server_url(state, &p.user, &p.server).await.map_err(|e| AuthError::InternalError(e.message))?;
+    if now != p.url {
+        return Err(AuthError::InternalError("the server's URL changed during the sign-in; sign in again".into()));
+    }
+    let mut manager = mcp_oauth::manager(&p.url, &state.config.mcp.allow).await?;
+    let mut config = OAuthClientConfig::new(p.client_id.clone(), redirect_uri(state)).with_scopes(p.scopes.clone());
+    if let Some(secret) = &p.client_secret {
+        config = config.with_client_secret(secret.clone());
+    }
+    manager.configure_client(config)?;
+    manager.set_state_store(FlowState::with(p.csrf.clone(), p.flow.clone()));
+    let store = store(state, &p.user, &p.server, &p.url);
+    // A sign-in again starts anew.
+    store.forget().await?;
+    manager.set_credential_store(store);
+    manager.exchange_code_for_token_with_issuer(code, &p.csrf, iss).await?;
+    Ok(())
+}
+
+/// Signs out of the server (204): its tokens are removed, and its next run asks to sign in again.
+#[utoipa::path(delete, path = "/mcp-servers/{name}/sign-in", tag = "settings", params(("name" = String, Path)),
+    responses((status = 204, description = "signed out"), Refusals))]
+pub async fn sign_out(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    server_url(&state, &user, &name).await?;
+    forget(&state, &user, &name).await?;
+    audit::Action::new(&user, "mcp_server.sign_out", &name).send(&state, client).await;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,211 @@
+//! OAuth sign-in to users' MCP servers, as the MCP authorization spec has a client do it, with
+//! the MCP SDK's own implementation (`rmcp`'s `auth`): protected resource metadata, authorization
+//! server discovery, dynamic client registration, PKCE, `resource` indicators and refreshes. The
+//! gateway starts and finishes a sign-in; the agent runner uses it and refreshes its tokens. What
+//! both need lives here, once:
+//!
+//! - [`Outbound`]: every HTTP exchange of the flow goes through the outbound client (addresses
+//!   checked, no redirects), so a server's metadata cannot aim Halyard at the deployment's inside;
+//! - [`SignInStore`]: the SDK's credential store over `mcpoauth.<user>.<server>` in the user
+//!   bucket, sealed with the vault, for one URL only, one refresh at a time per process;
+//! - [`FlowState`]: the SDK's state store for one flow, whose state the gateway carries between
+//!   the start and the callback itself;
+//! - [`manager`]: an authorization manager for a server, its metadata discovered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use halyard_protocol::user::McpSignIn;
+use halyard_protocol::{UserId, subjects};
+pub use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
+pub use rmcp::transport::{AuthClient, AuthError, StoredAuthorizationState, StoredCredentials};
+use rmcp::transport::{CredentialRefreshGuard, CredentialStore, OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRequest, StateStore};
+
+use crate::vault::{self, Vault};
+
+/// Largest answer read from an authorization server or a resource's metadata.
+const MAX_BODY: usize = 1 << 20;
+/// How long one exchange with an authorization server may take.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The outbound client as the SDK's HTTP client for the OAuth flow. It follows no redirect (a
+/// `3xx` is handed back as it is, and the flow fails on it).
+pub struct Outbound(reqwest::Client);
+
+impl Outbound {
+    /// Connecting only to addresses `allow` permits (`HALYARD_MCP_ALLOW`).
+    pub fn new(allow: &[String]) -> Result<Self, AuthError> {
+        let client = crate::outbound::builder(allow).timeout(TIMEOUT).build().map_err(|e| AuthError::InternalError(e.to_string()))?;
+        Ok(Self(client))
+    }
+}
+
+impl OAuthHttpClient for Outbound {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            let (parts, body) = request.request.into_parts();
+            let mut response = self.0.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body).send().await?;
+            let mut out = axum::http::Response::builder().status(response.status());
+            for (name, value) in response.headers() {
+                out = out.header(name, value);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                body.extend_from_slice(&chunk);
+                if body.len() > MAX_BODY {
+                    return Err(format!("the answer is larger than {MAX_BODY} bytes").into());
+                }
+            }
+            Ok(out.body(body)?)
+        })
+    }
+}
+
+/// An authorization manager for the MCP server at `url`, reached through [`Outbound`], with the
+/// server's protected resource metadata and its authorization server's metadata read. A server
+/// that publishes neither does not do OAuth: [`AuthError::NoAuthorizationSupport`].
+pub async fn manager(url: &str, allow: &[String]) -> Result<AuthorizationManager, AuthError> {
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(Outbound::new(allow)?)).await?;
+    let resolution = manager.resolve_metadata().await?;
+    if !resolution.source.is_discovered() {
+        return Err(AuthError::NoAuthorizationSupport);
+    }
+    manager.set_metadata(resolution.metadata);
+    Ok(manager)
+}
+
+/// `user`'s sign-in to their server `server` at `url`, as the SDK's credential store. A record
+/// for another URL is not theirs to use here: it reads as none, and is replaced on save.
+#[derive(Clone)]
+pub struct SignInStore {
+    pub kv: kv::Store,
+    pub vault: Arc<Vault>,
+    pub user: UserId,
+    pub server: String,
+    pub url: String,
+}
+
+impl SignInStore {
+    fn key(&self) -> String {
+        subjects::mcp_sign_in_key(&self.user, &self.server)
+    }
+
+    fn slot(&self) -> String {
+        vault::mcp_sign_in_slot(&self.user.0, &self.server)
+    }
+
+    /// The stored sign-in, if there is one for this URL.
+    pub async fn record(&self) -> Result<Option<McpSignIn>, AuthError> {
+        let failed = |e: String| AuthError::CredentialStoreError(format!("your sign-in to `{}`: {e}", self.server));
+        match self.kv.get(self.key()).await.map_err(|e| failed(e.to_string()))? {
+            None => Ok(None),
+            Some(bytes) => {
+                let record: McpSignIn = serde_json::from_slice(&bytes).map_err(|e| failed(e.to_string()))?;
+                Ok((record.url == self.url).then_some(record))
+            }
+        }
+    }
+
+    /// Removes the sign-in.
+    pub async fn forget(&self) -> Result<(), AuthError> {
+        self.kv.purge(self.key()).await.map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for SignInStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        let Some(record) = self.record().await? else { return Ok(None) };
+        let open = self.vault.open(&self.slot(), &record.credentials_sealed).map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+        serde_json::from_str(&open).map(Some).map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let failed = |e: String| AuthError::CredentialStoreError(e);
+        let now = crate::now_ms();
+        let received = credentials.token_received_at.map(|s| i64::try_from(s).unwrap_or(i64::MAX / 2).saturating_mul(1000)).unwrap_or(now);
+        // (`expires_in` as the token response has it, in seconds.)
+        let lifetime = credentials.token_response.as_ref().and_then(|t| serde_json::to_value(t).ok()?.get("expires_in")?.as_i64());
+        let expires_ms = lifetime.map(|secs| received.saturating_add(secs.saturating_mul(1000)));
+        let json = serde_json::to_string(&credentials).map_err(|e| failed(e.to_string()))?;
+        let sealed = self.vault.seal(&self.slot(), &json).map_err(|e| failed(e.to_string()))?;
+        // The first sign-in's time stays; a sign-in again over an old one starts anew (the
+        // gateway purges the old one first).
+        let signed_in_ms = self.record().await?.map_or(now, |r| r.signed_in_ms);
+        let record = McpSignIn {
+            url: self.url.clone(),
+            issuer: credentials.issuer.clone(),
+            credentials_sealed: sealed,
+            scopes: credentials.granted_scopes.clone(),
+            expires_ms,
+            signed_in_ms,
+            refreshed_ms: now,
+        };
+        let bytes = serde_json::to_vec(&record).map_err(|e| failed(e.to_string()))?;
+        self.kv.put(self.key(), bytes.into()).await.map(|_| ()).map_err(|e| failed(e.to_string()))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        self.forget().await
+    }
+
+    /// The refresh token was refused (revoked, expired, or used twice): the sign-in is over, and
+    /// the user is asked to sign in again.
+    async fn on_refresh_token_rejected(&self, _credentials: &StoredCredentials) -> Result<(), AuthError> {
+        tracing::info!(user = %self.user, server = %self.server, "an MCP server's refresh token was refused; the sign-in is removed");
+        self.forget().await
+    }
+
+    /// One refresh at a time per sign-in in this process: a provider that rotates refresh tokens
+    /// refuses one used twice, and may revoke the whole grant for it.
+    async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        type Locks = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
+        static LOCKS: OnceLock<Locks> = OnceLock::new();
+        let lock = {
+            let mut locks =
+                LOCKS.get_or_init(Locks::default).lock().map_err(|_| AuthError::CredentialStoreError("a lock was poisoned".into()))?;
+            locks.entry(self.key()).or_default().clone()
+        };
+        Ok(Some(CredentialRefreshGuard::new(lock.lock_owned().await)))
+    }
+}
+
+/// The SDK's state store for one flow: the state it saves when it makes the authorization URL is
+/// taken out ([`FlowState::take`]) for the gateway to carry to the callback, and put back
+/// ([`FlowState::with`]) for the code exchange there.
+#[derive(Clone, Default)]
+pub struct FlowState(Arc<Mutex<Option<(String, StoredAuthorizationState)>>>);
+
+impl FlowState {
+    pub fn with(csrf: String, state: StoredAuthorizationState) -> Self {
+        Self(Arc::new(Mutex::new(Some((csrf, state)))))
+    }
+
+    /// The state saved (its CSRF token and what it keeps), if any.
+    pub fn take(&self) -> Option<(String, StoredAuthorizationState)> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+#[async_trait::async_trait]
+impl StateStore for FlowState {
+    async fn save(&self, csrf_token: &str, state: StoredAuthorizationState) -> Result<(), AuthError> {
+        let mut kept = self.0.lock().map_err(|_| AuthError::InternalError("a lock was poisoned".into()))?;
+        *kept = Some((csrf_token.to_owned(), state));
+        Ok(())
+    }
+
+    async fn load(&self, csrf_token: &str) -> Result<Option<StoredAuthorizationState>, AuthError> {
+        let kept = self.0.lock().map_err(|_| AuthError::InternalError("a lock was poisoned".into()))?;
+        Ok(kept.as_ref().filter(|(csrf, _)| crate::keys::constant_time_eq(csrf.as_bytes(), csrf_token.as_bytes())).map(|(_, s)| s.clone()))
+    }
+
+    async fn delete(&self, _csrf_token: &str) -> Result<(), AuthError> {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.take();
+        }
+        Ok(())
+    }
+}

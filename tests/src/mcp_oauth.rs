@@ -1,0 +1,70 @@
+//! An MCP server that wants OAuth sign-in, for the tests: the Python SDK's resource server
+//! (`tests/servers/mcp_oauth_notes.py`) and its authorization server, npm's `oidc-provider`
+//! (`tests/js/mcp-oauth-provider.mjs`: dynamic client registration, PKCE, resource indicators,
+//! introspection, short-lived access tokens with refresh tokens).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::oidc::free_port;
+use crate::python::PythonServer;
+
+/// The client the MCP server introspects tokens as.
+const INTROSPECTOR: &str = "notes-server";
+const INTROSPECTOR_SECRET: &str = "notes-server-introspection-secret";
+
+/// Both servers, running; stopped when dropped.
+pub struct OAuthMcpServer {
+    /// The authorization server.
+    pub issuer: String,
+    server: PythonServer,
+    provider: Child,
+    tokens: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OAuthMcpServer {
+    /// Starts the authorization server, handing out access tokens that live `ttl_secs`, and the
+    /// MCP server it signs in to.
+    pub async fn start(ttl_secs: u64) -> Self {
+        let port = free_port();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/mcp-oauth-provider.mjs");
+        let provider = Command::new("node")
+            .arg(script)
+            .args([&port.to_string(), INTROSPECTOR, INTROSPECTOR_SECRET, &ttl_secs.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs tests/js/mcp-oauth-provider.mjs (run tests/install-deps.sh)");
+        let issuer = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let metadata = format!("{issuer}/.well-known/oauth-authorization-server");
+        while !reqwest::get(&metadata).await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < deadline, "the authorization server did not start (tests/js: npm ci)");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let tokens = dir.path().join("tokens.txt");
+        let args = [issuer.as_str(), INTROSPECTOR, INTROSPECTOR_SECRET, tokens.to_str().expect("a UTF-8 path")];
+        let server = PythonServer::start("mcp_oauth_notes.py", &args).await;
+        Self { issuer, server, provider, tokens, _dir: dir }
+    }
+
+    /// The MCP server's endpoint.
+    pub fn url(&self) -> String {
+        self.server.mcp_url()
+    }
+
+    /// Every access token the MCP server accepted, in order.
+    pub fn tokens(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.tokens).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+}
+
+impl Drop for OAuthMcpServer {
+    fn drop(&mut self) {
+        let _ = self.provider.kill();
+        let _ = self.provider.wait();
+    }
+}
