@@ -284,6 +284,12 @@ pub fn mcp_sign_in_key(user: &crate::UserId, server: &str) -> String {
     format!("mcpoauth.{user}.{server}")
 }
 
+/// The key of organization `org`'s OAuth sign-in to its MCP server `server` (made by one of its
+/// owners or admins, used in its members' conversations in it) in [`USER_BUCKET`].
+pub fn org_mcp_sign_in_key(org: &str, server: &str) -> String {
+    format!("orgmcpoauth.{org}.{server}")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

@@ -3,7 +3,10 @@
 //! `mcp-server-time` over stdio, run in the conversation's sandbox, and a streamable-HTTP server
 //! built with the Python MCP SDK (`tests/servers/mcp_notes.py`) that wants a bearer token the
 //! user keeps as a secret. A server that cannot start is reported in words and does not stop
-//! the conversation; another user is offered none of it.
+//! the conversation; another user is offered none of it. An organization's server that wants
+//! OAuth (the Python SDK's resource server, npm's `oidc-provider` as its authorization server) is
+//! signed in to once by an admin for its members (a user's own such server is signed in to from
+//! Chromium, in `browser.rs`).
 
 use halyard_tests::llm::tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
@@ -115,4 +118,63 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     let bobs = tool_names(&llm.requests()[before]);
     assert!(bobs.iter().any(|n| n == "terminal") && !bobs.iter().any(|n| n.contains("__")), "{bobs:?}");
     assert!(!bob.events(&bconv).await.iter().any(|e| e["kind"] == "mcp_servers"));
+}
+
+/// An organization's MCP server that wants OAuth: one of its admins signs in once (through the
+/// authorization server's login and consent forms, as a browser does), and every member's
+/// conversation in the organization is then answered as that sign-in; a member can neither sign
+/// in nor out for it, and a conversation outside the organization does not get it.
+#[tokio::test]
+async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_members_conversations() {
+    init();
+    let mcp = halyard_tests::mcp_oauth::OAuthMcpServer::start(600).await;
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|req| {
+        let turn = halyard_tests::llm::latest_turn(req);
+        let offered = tool_names(req).iter().any(|n| n == "notes__whoami");
+        match (turn.iter().any(|m| m["role"] == "tool"), offered) {
+            (false, true) => Reply::tool("notes__whoami", json!({})),
+            (false, false) => Reply::finish("no notes here"),
+            (true, _) => Reply::finish("asked notes"),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MCP_ALLOW", "loopback"));
+    let (alice, bob) = (h.api(ALICE), h.api(BOB));
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    alice.add_to_org("acme", &bob, None).await;
+    let server = json!({"transport": "http", "url": mcp.url()});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/orgs/acme/mcp-servers/notes", Some(server)).await.0, 201);
+
+    // A member may not sign in for everyone, nor sign out.
+    let start = format!("{}/api/v1/orgs/acme/mcp-servers/notes/sign-in", h.http);
+    assert_eq!(bob.get("/api/v1/orgs/acme/mcp-servers/notes/sign-in").await.0, 403);
+    // The admin signs in, as the team's account at the server.
+    let page = halyard_tests::oidc::sign_in_through(&start, ALICE, "team-bot@acme.test").await;
+    assert!(page.contains("/orgs?org=acme&mcp_signed_in=notes"), "{page}");
+    let (_, listed) = bob.get("/api/v1/orgs/acme/mcp-servers").await;
+    assert_eq!(listed["items"][0]["sign_in"]["issuer"].as_str(), Some(mcp.issuer.as_str()), "{listed}");
+    assert_eq!(bob.call(Method::DELETE, "/api/v1/orgs/acme/mcp-servers/notes/sign-in", None).await.0, 403);
+
+    // Bob's conversation in the organization is answered as the team's account.
+    let (conv, _) = bob.start_ready(json!({"message": "who are we at notes?", "org": "acme"})).await;
+    let events = bob.wait_finished(&conv, 1).await;
+    let answer = events.iter().find(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami").map(|e| e["content"].clone());
+    assert!(answer.as_ref().and_then(Value::as_str).is_some_and(|a| a.starts_with("signed in as team-bot@acme.test")), "{events:?}");
+    assert!(!events.iter().any(|e| e["kind"] == "mcp_auth_required"), "{events:?}");
+    // His own conversation, outside the organization, has no such server.
+    let (own, _) = bob.start_ready(json!({"message": "who am I at notes?"})).await;
+    let events = bob.wait_finished(&own, 1).await;
+    assert!(!events.iter().any(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami"), "{events:?}");
+    // The token went nowhere it should not.
+    let all = format!("{}{}", Value::Array(bob.events(&conv).await), Value::Array(llm.requests()));
+    for token in mcp.tokens() {
+        assert!(!all.contains(&token) && !h.log().contains(&token), "a token leaked");
+    }
+
+    // Signed out by the admin, the next run asks to sign in again.
+    assert_eq!(alice.call(Method::DELETE, "/api/v1/orgs/acme/mcp-servers/notes/sign-in", None).await.0, 204);
+    bob.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "and now?"})).await;
+    let events = bob.wait_finished(&conv, 2).await;
+    let asked = events.iter().find(|e| e["kind"] == "mcp_auth_required").expect("mcp_auth_required after signing out");
+    assert_eq!(asked["server"], "notes", "{asked}");
 }

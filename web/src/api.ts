@@ -112,6 +112,8 @@ function org(name: string) {
     llmProfiles: named<S.LlmProfile>(`${base}/llm-profiles`),
     secrets: named<S.Secret>(`${base}/secrets`),
     mcpServers: named<S.McpServer>(`${base}/mcp-servers`),
+    /** Where the browser goes to sign in to the organization's http server for everyone. */
+    mcpSignInUrl: (server: string) => `/api/v1${base}/mcp-servers/${enc(server)}/sign-in`,
     agents: named<S.AgentView>(`${base}/agents`),
     prices: named<PriceRow>(`${base}/prices`),
     members: () => call<MemberList>("GET", members),

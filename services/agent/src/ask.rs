@@ -230,7 +230,7 @@ async fn mcp_test(ctx: &Ctx, owner: &halyard_protocol::UserId, name: &str) -> Mc
     let no_sandbox = halyard_platform::executor_client::ExecutorClient::new(ctx.http.clone(), "http://127.0.0.1:9", String::new());
     // With the owner's sign-in to it, if they signed in.
     let one = std::collections::BTreeMap::from([(name.to_owned(), config.clone())]);
-    let sign_ins = crate::tools::mcp::SignIns::read(ctx, owner, &one, &ctx.config.mcp.servers, &Default::default()).await;
+    let sign_ins = crate::tools::mcp::SignIns::read(ctx, owner, None, &one, &ctx.config.mcp.servers).await;
     let signed_in = sign_ins.store(name, url);
     match tokio::time::timeout(
         crate::tools::mcp::CONNECT_TIMEOUT,

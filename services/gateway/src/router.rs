@@ -81,6 +81,7 @@ fn api_routes(max_body: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(mcp_servers::test))
         .routes(routes!(mcp_sign_in::start, mcp_sign_in::sign_out))
         .routes(routes!(mcp_sign_in::callback))
+        .routes(routes!(mcp_sign_in::org_start, mcp_sign_in::org_sign_out))
         .routes(routes!(secrets::list))
         .routes(routes!(secrets::get_one, secrets::put, secrets::delete))
         .routes(routes!(agent_logins::list))

@@ -6,8 +6,9 @@
 //!
 //! - [`Outbound`]: every HTTP exchange of the flow goes through the outbound client (addresses
 //!   checked, no redirects), so a server's metadata cannot aim Halyard at the deployment's inside;
-//! - [`SignInStore`]: the SDK's credential store over `mcpoauth.<user>.<server>` in the user
-//!   bucket, sealed with the vault, for one URL only, one refresh at a time per process;
+//! - [`SignInStore`]: the SDK's credential store over `mcpoauth.<user>.<server>` (a user's own
+//!   server) or `orgmcpoauth.<org>.<server>` (an organization's) in the user bucket, sealed with
+//!   the vault, for one URL only, one refresh at a time per process;
 //! - [`FlowState`]: the SDK's state store for one flow, whose state the gateway carries between
 //!   the start and the callback itself;
 //! - [`manager`]: an authorization manager for a server, its metadata discovered.
@@ -19,6 +20,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use halyard_protocol::user::McpSignIn;
 use halyard_protocol::{UserId, subjects};
+
 pub use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
 pub use rmcp::transport::{AuthClient, AuthError, StoredAuthorizationState, StoredCredentials};
 use rmcp::transport::{CredentialRefreshGuard, CredentialStore, OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRequest, StateStore};
@@ -76,24 +78,59 @@ pub async fn manager(url: &str, allow: &[String]) -> Result<AuthorizationManager
     Ok(manager)
 }
 
-/// `user`'s sign-in to their server `server` at `url`, as the SDK's credential store. A record
+/// Whose server a sign-in is to: a user's own, or an organization's (signed in to once, by one of
+/// its owners or admins, for all its members' conversations in it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignInOwner {
+    User(UserId),
+    Org(String),
+}
+
+impl SignInOwner {
+    /// Where its sign-in to `server` is kept in the user bucket.
+    pub fn key(&self, server: &str) -> String {
+        match self {
+            Self::User(user) => subjects::mcp_sign_in_key(user, server),
+            Self::Org(org) => subjects::org_mcp_sign_in_key(org, server),
+        }
+    }
+
+    fn slot(&self, server: &str) -> String {
+        match self {
+            Self::User(user) => vault::mcp_sign_in_slot(&user.0, server),
+            Self::Org(org) => vault::mcp_sign_in_slot(&halyard_protocol::user::org_slot_owner(org), server),
+        }
+    }
+}
+
+impl std::fmt::Display for SignInOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::User(user) => write!(f, "{user}"),
+            Self::Org(org) => write!(f, "@{org}"),
+        }
+    }
+}
+
+/// `owner`'s sign-in to their server `server` at `url`, as the SDK's credential store. A record
 /// for another URL is not theirs to use here: it reads as none, and is replaced on save.
 #[derive(Clone)]
 pub struct SignInStore {
     pub kv: kv::Store,
     pub vault: Arc<Vault>,
-    pub user: UserId,
+    pub owner: SignInOwner,
     pub server: String,
     pub url: String,
 }
 
 impl SignInStore {
     fn key(&self) -> String {
-        subjects::mcp_sign_in_key(&self.user, &self.server)
+        self.owner.key(&self.server)
     }
 
     fn slot(&self) -> String {
-        vault::mcp_sign_in_slot(&self.user.0, &self.server)
+        self.owner.slot(&self.server)
     }
 
     /// The stored sign-in, if there is one for this URL.
@@ -154,7 +191,7 @@ impl CredentialStore for SignInStore {
     /// The refresh token was refused (revoked, expired, or used twice): the sign-in is over, and
     /// the user is asked to sign in again.
     async fn on_refresh_token_rejected(&self, _credentials: &StoredCredentials) -> Result<(), AuthError> {
-        tracing::info!(user = %self.user, server = %self.server, "an MCP server's refresh token was refused; the sign-in is removed");
+        tracing::info!(owner = %self.owner, server = %self.server, "an MCP server's refresh token was refused; the sign-in is removed");
         self.forget().await
     }
 

@@ -1,7 +1,8 @@
 // What an organization offers its members' conversations, under its settings on the
 // Organizations page: LLM profiles (keys never shown), secrets (values never shown), MCP
-// servers and ACP agents of its own (`@org/name`: a command line, an environment whose values are
-// never shown, the LLM wire it speaks). Everyone in it sees the lists; owners and admins add and remove (the API refuses
+// servers (an owner or admin signs in to one that wants OAuth, for everyone) and ACP agents of its
+// own (`@org/name`: a command line, an environment whose values are never shown, the LLM wire it
+// speaks). Everyone in it sees the lists; owners and admins add and remove (the API refuses
 // anyone else, and says why).
 
 import { type ReactNode } from "react";
@@ -21,6 +22,8 @@ interface Named {
   title?: string;
   wire?: string;
   env?: string[];
+  /** An http MCP server's OAuth sign-in, for everyone in the organization. */
+  sign_in?: { issuer?: string | null } | null;
 }
 
 /** One list of the organization's. */
@@ -30,12 +33,15 @@ function Section({
   title,
   describe,
   form,
+  extra,
 }: {
   org: Org;
   kind: "llmProfiles" | "secrets" | "mcpServers" | "agents";
   title: string;
   describe: (n: Named) => string;
   form: (save: (name: string, body: unknown) => Promise<void>) => ReactNode;
+  /** More about one item (and what managers can do with it). */
+  extra?: (item: Named, manages: boolean) => ReactNode;
 }) {
   // (An agent is listed by what conversations name it, `@org/name`; its route has the name.)
   const key = (name: string) => name.replace(`@${org.name}/`, "");
@@ -60,6 +66,7 @@ function Section({
           {items.map((i) => (
             <li key={i.name}>
               <strong>{i.name}</strong> <span className="muted">{describe(i)}</span>{" "}
+              {extra?.(i, manages)}
               {manages && (
                 <button className="ghost" onClick={() => run(() => list.remove(key(i.name))).catch(() => {})}>
                   Remove {i.name}
@@ -118,6 +125,19 @@ export function OrgResources({ org }: { org: Org }) {
         kind="mcpServers"
         title="MCP servers"
         describe={(s) => s.url ?? s.command ?? s.transport ?? ""}
+        extra={(s, manages) =>
+          s.transport !== "http" ? null : s.sign_in ? (
+            <span className="small" data-testid={`org-mcp-signed-in-${s.name}`}>
+              Signed in{s.sign_in.issuer ? ` at ${s.sign_in.issuer}` : ""}{" "}
+            </span>
+          ) : manages ? (
+            <button className="ghost" onClick={() => window.location.assign(api.org(org.name).mcpSignInUrl(s.name))}>
+              Sign in to {s.name}
+            </button>
+          ) : (
+            <span className="small muted">not signed in</span>
+          )
+        }
         form={(save) => (
           <Fields
             label="Add an MCP server"

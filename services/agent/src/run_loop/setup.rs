@@ -147,9 +147,12 @@ impl Run {
             configs.insert(name.clone(), own.clone());
             trusted.insert(name, own);
         }
-        let owner = self.log.lock().await.history.started.as_ref().map(|s| s.owner.clone());
-        let sign_ins = match &owner {
-            Some(owner) => SignIns::read(&self.ctx, owner, &configs, &trusted, &org.names).await,
+        let started = self.log.lock().await.history.started.as_ref().map(|s| (s.owner.clone(), s.org.clone()));
+        let sign_ins = match &started {
+            Some((owner, in_org)) => {
+                let org_servers = in_org.as_deref().map(|o| (o, &org.names));
+                SignIns::read(&self.ctx, owner, org_servers, &configs, &trusted).await
+            }
             None => SignIns::default(),
         };
         let mut slot = self.mcp.lock().await;

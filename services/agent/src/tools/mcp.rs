@@ -130,7 +130,7 @@ impl McpHub {
             let users = trusted.get(name) != Some(config);
             let secrets = org.secrets_for(name, secrets);
             let signed_in = match config {
-                McpServerConfig::Http { url, .. } if users && !org.names.contains(name) => sign_ins.store(name, url),
+                McpServerConfig::Http { url, .. } if users => sign_ins.store(name, url),
                 _ => None,
             };
             let connect = async {
@@ -305,7 +305,7 @@ fn fingerprint(
     org.names.hash(&mut h);
     org.secrets.hash(&mut h);
     // A sign-in made or removed since (not a refresh: the connection refreshes its own).
-    for (name, record) in &sign_ins.records {
+    for (name, (_, record)) in &sign_ins.records {
         (name, record.signed_in_ms).hash(&mut h);
     }
     h.finish()

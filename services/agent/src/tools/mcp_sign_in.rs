@@ -1,59 +1,71 @@
-//! The owner's OAuth sign-ins to their own `http` MCP servers as a run finds them
-//! ([`SignIns`]), and how a server that wants one is told apart from one that is down
+//! The OAuth sign-ins to a run's `http` MCP servers as it finds them ([`SignIns`]: the owner's to
+//! their own, the organization's to its), and how a server that wants one is told apart from one that is down
 //! ([`Unreachable`]). The sign-ins are made by the gateway (`/mcp-servers/{name}/sign-in`) and
 //! used by [`super::mcp`], which calls such a server with the MCP SDK's authorized client.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use halyard_platform::mcp_oauth::{AuthError, SignInStore};
+use halyard_platform::mcp_oauth::{AuthError, SignInOwner, SignInStore};
 use halyard_protocol::UserId;
 use halyard_protocol::user::{McpServerConfig, McpSignIn};
 
 use crate::ctx::Ctx;
 
-/// The owner's OAuth sign-ins to their `http` servers, by server name: those still for the URL
-/// configured now.
+/// The OAuth sign-ins a run's `http` servers are called with, by server name: the owner's to
+/// their own servers, the organization's to its servers (signed in to by one of its owners or
+/// admins), each only while it is for the URL configured now.
 #[derive(Clone, Default)]
 pub struct SignIns {
-    /// Where the sign-ins are kept, and whose they are (none: nobody's, as in tests).
-    stores: Option<(async_nats::jetstream::kv::Store, Arc<halyard_platform::vault::Vault>, UserId)>,
-    pub records: BTreeMap<String, McpSignIn>,
+    /// Where the sign-ins are kept (none: nowhere, as in tests).
+    stores: Option<(async_nats::jetstream::kv::Store, Arc<halyard_platform::vault::Vault>)>,
+    pub records: BTreeMap<String, (SignInOwner, McpSignIn)>,
 }
 
 impl SignIns {
-    /// `owner`'s sign-ins to the servers of `configs` that are theirs: `http`, neither the
-    /// operator's (`trusted`) nor the organization's (named in `org`). One read per such server.
+    /// The sign-ins to the servers of `configs` that are `http` and not the operator's
+    /// (`trusted`): the organization's (`org`: its name and the servers of its in `configs`) to
+    /// its servers, `owner`'s to the rest. One read per such server.
     pub async fn read(
         ctx: &Ctx,
         owner: &UserId,
+        org: Option<(&str, &BTreeSet<String>)>,
         configs: &BTreeMap<String, McpServerConfig>,
         trusted: &BTreeMap<String, McpServerConfig>,
-        org: &BTreeSet<String>,
     ) -> Self {
-        let theirs = configs.iter().filter_map(|(name, config)| match config {
-            McpServerConfig::Http { url, .. } if trusted.get(name) != Some(config) && !org.contains(name) => Some((name, url)),
+        let whose = |name: &String| match org {
+            Some((org, names)) if names.contains(name) => SignInOwner::Org(org.to_owned()),
+            _ => SignInOwner::User(owner.clone()),
+        };
+        let signable = configs.iter().filter_map(|(name, config)| match config {
+            McpServerConfig::Http { url, .. } if trusted.get(name) != Some(config) => Some((name, url, whose(name))),
             _ => None,
         });
-        let reads = theirs.map(|(name, url)| async move {
-            let store = SignInStore { kv: ctx.user_kv.clone(), vault: ctx.vault.clone(), user: owner.clone(), server: name.clone(), url: url.clone() };
+        let reads = signable.map(|(name, url, owner)| async move {
+            let store = SignInStore {
+                kv: ctx.user_kv.clone(),
+                vault: ctx.vault.clone(),
+                owner: owner.clone(),
+                server: name.clone(),
+                url: url.clone(),
+            };
             match store.record().await {
-                Ok(record) => record.map(|r| (name.clone(), r)),
+                Ok(record) => record.map(|r| (name.clone(), (owner, r))),
                 Err(e) => {
-                    tracing::warn!(user = %owner, server = %name, error = %e, "cannot read an MCP sign-in; the server is called without it");
+                    tracing::warn!(%owner, server = %name, error = %e, "cannot read an MCP sign-in; the server is called without it");
                     None
                 }
             }
         });
         let records = futures::future::join_all(reads).await.into_iter().flatten().collect();
-        Self { stores: Some((ctx.user_kv.clone(), ctx.vault.clone(), owner.clone())), records }
+        Self { stores: Some((ctx.user_kv.clone(), ctx.vault.clone())), records }
     }
 
     /// The credential store of the sign-in to `name` at `url`, if there is one.
     pub(crate) fn store(&self, name: &str, url: &str) -> Option<SignInStore> {
-        let record = self.records.get(name).filter(|r| r.url == url)?;
-        let (kv, vault, user) = self.stores.clone()?;
-        Some(SignInStore { kv, vault, user, server: name.to_owned(), url: record.url.clone() })
+        let (owner, record) = self.records.get(name).filter(|(_, r)| r.url == url)?;
+        let (kv, vault) = self.stores.clone()?;
+        Some(SignInStore { kv, vault, owner: owner.clone(), server: name.to_owned(), url: record.url.clone() })
     }
 }
 

@@ -2,7 +2,9 @@
 //! own): set by its owners and admins, offered to its members' conversations in it (a member's
 //! own server of the same name stands over it). A server's `${NAME}` references are filled from
 //! the conversation's secrets, the organization's among them, so a team's server needs no
-//! credential of a member's. Members see what is offered; the entries hold no credential.
+//! credential of a member's. Members see what is offered; the entries hold no credential. An
+//! owner or admin signs in to an `http` one that wants OAuth for everyone
+//! ([`crate::api::settings::mcp_sign_in`]); the list shows that sign-in.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -12,7 +14,9 @@ use axum::response::IntoResponse;
 use halyard_protocol::subjects;
 use halyard_protocol::user::UserMcpServers;
 
-use crate::api::settings::mcp_servers::{PutBody, ServerList, ServerView, public, store_server};
+use halyard_platform::mcp_oauth::SignInOwner;
+
+use crate::api::settings::mcp_servers::{PutBody, ServerList, ServerView, public, store_server, with_sign_ins};
 use crate::audit::{self, Client};
 use crate::auth::access::{load, load_managed};
 use crate::auth::{Recent, User};
@@ -29,6 +33,7 @@ const MANAGERS: &str = "only the organization's owners and admins set its MCP se
 pub async fn list(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ServerList>, ApiError> {
     let (_, org, _) = load(&state, &user, &name)?;
     let items = user_store::list_named(&state, &subjects::org_mcp_key(&org.name), |s: &UserMcpServers| &s.servers, public).await?;
+    let items = with_sign_ins(&state, &SignInOwner::Org(org.name.clone()), items).await;
     Ok(Json(ServerList { items }))
 }
 
@@ -66,6 +71,7 @@ pub async fn delete(
     let (_, org) = load_managed(&state, &user, &name, MANAGERS)?;
     let key = subjects::org_mcp_key(&org.name);
     user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &server, "MCP server").await?;
+    crate::api::settings::mcp_sign_in::forget(&state, &SignInOwner::Org(org.name.clone()), &server).await?;
     audit::Action::new(&user, "org.mcp_server.delete", &format!("{}/{server}", org.name)).org(&org.name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -13,6 +13,7 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use halyard_platform::mcp_oauth::SignInOwner;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServer, McpServerConfig, UserMcpServers};
 
@@ -121,12 +122,15 @@ pub(crate) fn public(name: &str, s: &McpServer) -> ServerView {
     }
 }
 
-/// `view` with `user`'s sign-in to it, for an `http` server they signed in to.
-async fn with_sign_in(state: &AppState, user: &halyard_protocol::UserId, mut view: ServerView) -> ServerView {
-    if let Some(url) = &view.url {
-        view.sign_in = super::mcp_sign_in::sign_in_of(state, user, &view.name, url).await;
-    }
-    view
+/// `views` with `owner`'s sign-ins to them, for the `http` servers they signed in to.
+pub(crate) async fn with_sign_ins(state: &AppState, owner: &SignInOwner, views: Vec<ServerView>) -> Vec<ServerView> {
+    futures::future::join_all(views.into_iter().map(|mut view| async move {
+        if let Some(url) = &view.url {
+            view.sign_in = super::mcp_sign_in::sign_in_of(state, owner, &view.name, url).await;
+        }
+        view
+    }))
+    .await
 }
 
 fn bad(message: String) -> ApiError {
@@ -202,7 +206,7 @@ fn config(state: &AppState, body: PutBody) -> Result<McpServerConfig, ApiError> 
 #[utoipa::path(get, path = "/mcp-servers", tag = "settings", responses((status = 200, body = ServerList), Refusals))]
 pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Json<ServerList>, ApiError> {
     let items = user_store::list_named(&state, &subjects::user_mcp_key(&user), |s: &UserMcpServers| &s.servers, public).await?;
-    let items = futures::future::join_all(items.into_iter().map(|v| with_sign_in(&state, &user, v))).await;
+    let items = with_sign_ins(&state, &SignInOwner::User(user), items).await;
     Ok(Json(ServerList { items }))
 }
 
@@ -212,7 +216,7 @@ pub async fn list(State(state): State<AppState>, User(user): User) -> Result<Jso
 pub async fn get_one(State(state): State<AppState>, User(user): User, Path(name): Path<String>) -> Result<Json<ServerView>, ApiError> {
     let key = subjects::user_mcp_key(&user);
     let view = user_store::get_named(&state, &key, |s: &UserMcpServers| &s.servers, &name, "MCP server", public).await?;
-    Ok(Json(with_sign_in(&state, &user, view).await))
+    Ok(Json(with_sign_ins(&state, &SignInOwner::User(user), vec![view]).await.remove(0)))
 }
 
 /// Creates (201) or replaces (200) an MCP server.
@@ -272,7 +276,7 @@ pub async fn delete(
     let key = subjects::user_mcp_key(&user);
     user_store::remove_named(&state, &key, |s: &mut UserMcpServers| &mut s.servers, &name, "MCP server").await?;
     // Its sign-in goes with it (a server of the same name later is signed in to anew).
-    super::mcp_sign_in::forget(&state, &user, &name).await?;
+    super::mcp_sign_in::forget(&state, &SignInOwner::User(user.clone()), &name).await?;
     audit::Action::new(&user, "mcp_server.delete", &name).send(&state, client).await;
     Ok(StatusCode::NO_CONTENT)
 }

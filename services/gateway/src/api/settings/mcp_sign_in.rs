@@ -1,5 +1,6 @@
-//! OAuth sign-in to a user's own `http` MCP server, as the MCP authorization spec has a client do
-//! it (the discovery, registration, PKCE and token exchange are the MCP SDK's, through
+//! OAuth sign-in to a user's own `http` MCP server, or to an organization's (by one of its owners
+//! or admins, once for all its members' conversations in it), as the MCP authorization spec has a
+//! client do it (the discovery, registration, PKCE and token exchange are the MCP SDK's, through
 //! [`halyard_platform::mcp_oauth`]):
 //!
 //! - `GET /mcp-servers/{name}/sign-in` (signed in) reads the server's protected resource metadata
@@ -13,6 +14,8 @@
 //!   (refreshed from then on by the agent runner), and sends the browser back to Settings with
 //!   `?mcp_signed_in=` or `?mcp_sign_in_error=`.
 //! - `DELETE /mcp-servers/{name}/sign-in` signs out.
+//! - `/orgs/{org}/mcp-servers/{name}/sign-in`: the same for an organization's server. The
+//!   callback checks again that whoever started it still manages the organization.
 //!
 //! Tokens never leave the user bucket sealed but for the agent runner's requests to that URL.
 
@@ -24,7 +27,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use halyard_platform::mcp_oauth::{self, AuthError, FlowState, OAuthClientConfig, SignInStore, StoredAuthorizationState};
+use halyard_platform::mcp_oauth::{self, AuthError, FlowState, OAuthClientConfig, SignInOwner, SignInStore, StoredAuthorizationState};
 use halyard_platform::{net::percent_encode, now_ms};
 use halyard_protocol::UserId;
 use halyard_protocol::subjects;
@@ -33,6 +36,7 @@ use halyard_protocol::user::{McpServerConfig, McpSignIn, UserMcpServers};
 use crate::api::accounts::oidc::{self, found};
 use crate::audit::{self, Client};
 use crate::auth::User;
+use crate::auth::access::load_managed;
 use crate::domain::user_store;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
@@ -78,7 +82,10 @@ impl From<&McpSignIn> for McpSignInView {
 /// What a sign-in keeps between its start and its callback (sealed in the flow's cookie).
 #[derive(Serialize, Deserialize)]
 struct Pending {
-    user: UserId,
+    /// Whose server it is.
+    owner: SignInOwner,
+    /// Who is signing in.
+    actor: UserId,
     server: String,
     url: String,
     client_id: String,
@@ -89,25 +96,30 @@ struct Pending {
     at_ms: i64,
 }
 
-/// The store of `user`'s sign-in to `server` at `url`.
-fn store(state: &AppState, user: &UserId, server: &str, url: &str) -> SignInStore {
-    SignInStore { kv: state.user_kv.clone(), vault: state.vault.clone(), user: user.clone(), server: server.into(), url: url.into() }
+const MANAGERS: &str = "only the organization's owners and admins sign in to its MCP servers";
+
+/// The store of `owner`'s sign-in to `server` at `url`.
+fn store(state: &AppState, owner: &SignInOwner, server: &str, url: &str) -> SignInStore {
+    SignInStore { kv: state.user_kv.clone(), vault: state.vault.clone(), owner: owner.clone(), server: server.into(), url: url.into() }
 }
 
-/// `user`'s sign-in to their server `name` at `url`, if any (for the server's view).
-pub(crate) async fn sign_in_of(state: &AppState, user: &UserId, name: &str, url: &str) -> Option<McpSignInView> {
-    store(state, user, name, url).record().await.ok().flatten().as_ref().map(McpSignInView::from)
+/// `owner`'s sign-in to their server `name` at `url`, if any (for the server's view).
+pub(crate) async fn sign_in_of(state: &AppState, owner: &SignInOwner, name: &str, url: &str) -> Option<McpSignInView> {
+    store(state, owner, name, url).record().await.ok().flatten().as_ref().map(McpSignInView::from)
 }
 
-/// Removes `user`'s sign-in to `name` (signing out, or the server deleted).
-pub(crate) async fn forget(state: &AppState, user: &UserId, name: &str) -> Result<(), ApiError> {
-    state.user_kv.purge(subjects::mcp_sign_in_key(user, name)).await.map_err(ApiError::internal)
+/// Removes `owner`'s sign-in to `name` (signing out, or the server deleted).
+pub(crate) async fn forget(state: &AppState, owner: &SignInOwner, name: &str) -> Result<(), ApiError> {
+    state.user_kv.purge(owner.key(name)).await.map_err(ApiError::internal)
 }
 
-/// The URL of `user`'s own `http` server `name`: 404 as for any server they do not have, 400 for
-/// a `stdio` one.
-async fn server_url(state: &AppState, user: &UserId, name: &str) -> Result<String, ApiError> {
-    let key = subjects::user_mcp_key(user);
+/// The URL of `owner`'s `http` server `name`: 404 as for any server they do not have, 400 for a
+/// `stdio` one.
+async fn server_url(state: &AppState, owner: &SignInOwner, name: &str) -> Result<String, ApiError> {
+    let key = match owner {
+        SignInOwner::User(user) => subjects::user_mcp_key(user),
+        SignInOwner::Org(org) => subjects::org_mcp_key(org),
+    };
     let server = user_store::get_named(state, &key, |s: &UserMcpServers| &s.servers, name, "MCP server", |_, s| s.clone()).await?;
     match server.config {
         McpServerConfig::Http { url, .. } => Ok(url),
@@ -130,11 +142,16 @@ fn said(e: &AuthError) -> String {
     }
 }
 
-/// Settings, saying how a sign-in to `server` went.
-fn settings(server: &str, error: Option<&str>) -> String {
+/// The page of `owner`'s servers (Settings, or Organizations), saying how a sign-in to `server`
+/// went.
+fn settings(owner: &SignInOwner, server: &str, error: Option<&str>) -> String {
+    let page = match owner {
+        SignInOwner::User(_) => "/settings?".to_owned(),
+        SignInOwner::Org(org) => format!("/orgs?org={}&", percent_encode(org)),
+    };
     match error {
-        None => format!("/settings?mcp_signed_in={}#mcp-servers", percent_encode(server)),
-        Some(e) => format!("/settings?mcp_server={}&mcp_sign_in_error={}#mcp-servers", percent_encode(server), percent_encode(e)),
+        None => format!("{page}mcp_signed_in={}#mcp-servers", percent_encode(server)),
+        Some(e) => format!("{page}mcp_server={}&mcp_sign_in_error={}#mcp-servers", percent_encode(server), percent_encode(e)),
     }
 }
 
@@ -149,18 +166,34 @@ pub async fn start(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let url = server_url(&state, &user, &name).await?;
-    let redirect = redirect_uri(&state);
-    let begun = begin(&state, &url, &redirect).await;
-    let (authorize, config, csrf, flow) = match begun {
+    start_for(&state, &headers, SignInOwner::User(user.clone()), user, name).await
+}
+
+/// [`start`] for an organization's server (its owners and admins).
+#[utoipa::path(get, path = "/orgs/{org}/mcp-servers/{name}/sign-in", tag = "orgs", params(("org" = String, Path), ("name" = String, Path)),
+    responses((status = 303, description = "to the authorization server, or to the organization's page saying why not"), Refusals))]
+pub async fn org_start(
+    State(state): State<AppState>,
+    User(user): User,
+    headers: HeaderMap,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
+    start_for(&state, &headers, SignInOwner::Org(org.name.clone()), user, name).await
+}
+
+async fn start_for(state: &AppState, headers: &HeaderMap, owner: SignInOwner, actor: UserId, name: String) -> Result<Response, ApiError> {
+    let url = server_url(state, &owner, &name).await?;
+    let (authorize, config, csrf, flow) = match begin(state, &url, &redirect_uri(state)).await {
         Ok(b) => b,
         Err(e) => {
-            tracing::info!(user = %user, server = %name, error = %e, "an MCP sign-in could not start");
-            return Ok(found(&settings(&name, Some(&said(&e))), vec![]));
+            tracing::info!(owner = %owner, server = %name, error = %e, "an MCP sign-in could not start");
+            return Ok(found(&settings(&owner, &name, Some(&said(&e))), vec![]));
         }
     };
     let pending = Pending {
-        user,
+        owner,
+        actor,
         server: name,
         url,
         client_id: config.client_id,
@@ -172,7 +205,7 @@ pub async fn start(
     };
     let json = serde_json::to_string(&pending).map_err(ApiError::internal)?;
     let sealed = state.vault.seal(FLOW_SLOT, &json).map_err(ApiError::internal)?;
-    let cookie = oidc::state_cookie(&headers, COOKIE, COOKIE_PATH, &sealed, FLOW_SECS)?;
+    let cookie = oidc::state_cookie(headers, COOKIE, COOKIE_PATH, &sealed, FLOW_SECS)?;
     Ok(found(&authorize, vec![cookie]))
 }
 
@@ -219,7 +252,8 @@ fn returning(state: &AppState, headers: &HeaderMap, q: &CallbackQuery) -> Option
     (mine && now_ms() - pending.at_ms <= FLOW_SECS * 1000).then_some(pending)
 }
 
-/// The authorization server's answer (303): back to Settings, signed in or saying why not.
+/// The authorization server's answer (303): back to Settings (or the organization's page),
+/// signed in or saying why not.
 #[utoipa::path(get, path = "/mcp-oauth/callback", tag = "settings", security(()), params(CallbackQuery),
     responses((status = 303, description = "to Settings, signed in or saying why not"), Refusals))]
 pub async fn callback(
@@ -233,11 +267,8 @@ pub async fn callback(
     // Nothing of the query is shown or recorded before its state is this browser's own.
     let Some(p) = returning(&state, &headers, &q) else {
         tracing::info!("an MCP sign-in callback without this browser's flow");
-        let to = format!(
-            "/settings?mcp_sign_in_error={}#mcp-servers",
-            percent_encode("this sign-in expired or was not started here; sign in again")
-        );
-        return Ok(found(&to, vec![clear]));
+        let why = percent_encode("this sign-in expired or was not started here; sign in again");
+        return Ok(found(&format!("/settings?mcp_sign_in_error={why}#mcp-servers"), vec![clear]));
     };
     let client = Client(Some(crate::auth::client::client_ip(&state, peer.ip(), &headers)));
     let outcome = match (&q.error, &q.code) {
@@ -245,25 +276,43 @@ pub async fn callback(
         (None, None) => Err("the authorization server sent no code".to_owned()),
         (None, Some(code)) => finish(&state, &p, code, q.iss.as_deref()).await.map_err(|e| said(&e)),
     };
-    match outcome {
-        Ok(()) => {
-            tracing::info!(user = %p.user, server = %p.server, "signed in to an MCP server");
-            audit::Action::new(&p.user, "mcp_server.sign_in", &p.server).send(&state, client).await;
-            Ok(found(&settings(&p.server, None), vec![clear]))
-        }
-        Err(why) => {
-            tracing::warn!(user = %p.user, server = %p.server, reason = %why, "an MCP sign-in failed");
-            let detail = serde_json::json!({"reason": why});
-            audit::Action::new(&p.user, "mcp_server.sign_in_failed", &p.server).detail(detail).send(&state, client).await;
-            Ok(found(&settings(&p.server, Some(&why)), vec![clear]))
-        }
+    let (action, detail) = match &outcome {
+        Ok(()) => ("sign_in", serde_json::Value::Null),
+        Err(why) => ("sign_in_failed", serde_json::json!({"reason": why})),
+    };
+    tracing::info!(owner = %p.owner, actor = %p.actor, server = %p.server, action, "an MCP sign-in ended");
+    audit(&state, client, (&p.owner, &p.actor), action, &p.server, detail).await;
+    Ok(found(&settings(&p.owner, &p.server, outcome.err().as_deref()), vec![clear]))
+}
+
+/// Records `actor`'s `action` (`sign_in`, …) on `owner`'s server `server`.
+async fn audit(
+    state: &AppState,
+    client: Client,
+    (owner, actor): (&SignInOwner, &UserId),
+    action: &str,
+    server: &str,
+    detail: serde_json::Value,
+) {
+    let (name, target) = match owner {
+        SignInOwner::User(_) => (format!("mcp_server.{action}"), server.to_owned()),
+        SignInOwner::Org(org) => (format!("org.mcp_server.{action}"), format!("{org}/{server}")),
+    };
+    let mut record = audit::Action::new(actor, &name, &target).detail(detail);
+    if let SignInOwner::Org(org) = owner {
+        record = record.org(org);
     }
+    record.send(state, client).await;
 }
 
 /// The code exchanged (with the PKCE verifier and the server as `resource`) and the tokens
-/// sealed; only while the server is still the user's, at the URL the flow began with.
+/// sealed; only while the server is still its owner's, at the URL the flow began with, and (for
+/// an organization's) while whoever signs in still manages the organization.
 async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) -> Result<(), AuthError> {
-    let now = server_url(state, &p.user, &p.server).await.map_err(|e| AuthError::InternalError(e.message))?;
+    if let SignInOwner::Org(org) = &p.owner {
+        load_managed(state, &p.actor, org, MANAGERS).map_err(|e| AuthError::InternalError(e.message))?;
+    }
+    let now = server_url(state, &p.owner, &p.server).await.map_err(|e| AuthError::InternalError(e.message))?;
     if now != p.url {
         return Err(AuthError::InternalError("the server's URL changed during the sign-in; sign in again".into()));
     }
@@ -274,7 +323,7 @@ async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) ->
     }
     manager.configure_client(config)?;
     manager.set_state_store(FlowState::with(p.csrf.clone(), p.flow.clone()));
-    let store = store(state, &p.user, &p.server, &p.url);
+    let store = store(state, &p.owner, &p.server, &p.url);
     // A sign-in again starts anew.
     store.forget().await?;
     manager.set_credential_store(store);
@@ -291,8 +340,25 @@ pub async fn sign_out(
     client: Client,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    server_url(&state, &user, &name).await?;
-    forget(&state, &user, &name).await?;
-    audit::Action::new(&user, "mcp_server.sign_out", &name).send(&state, client).await;
+    sign_out_of(&state, SignInOwner::User(user.clone()), &user, &name, client).await
+}
+
+/// [`sign_out`] of an organization's server (its owners and admins).
+#[utoipa::path(delete, path = "/orgs/{org}/mcp-servers/{name}/sign-in", tag = "orgs", params(("org" = String, Path), ("name" = String, Path)),
+    responses((status = 204, description = "signed out"), Refusals))]
+pub async fn org_sign_out(
+    State(state): State<AppState>,
+    User(user): User,
+    client: Client,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
+    sign_out_of(&state, SignInOwner::Org(org.name.clone()), &user, &name, client).await
+}
+
+async fn sign_out_of(state: &AppState, owner: SignInOwner, actor: &UserId, name: &str, client: Client) -> Result<StatusCode, ApiError> {
+    server_url(state, &owner, name).await?;
+    forget(state, &owner, name).await?;
+    audit(state, client, (&owner, actor), "sign_out", name, serde_json::Value::Null).await;
     Ok(StatusCode::NO_CONTENT)
 }
