@@ -246,3 +246,34 @@ impl StateStore for FlowState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_and_an_organizations_sign_ins_are_kept_and_sealed_apart() {
+        let (user, org) = (SignInOwner::User(UserId("acme".into())), SignInOwner::Org("acme".into()));
+        assert_eq!(user.key("notes"), "mcpoauth.acme.notes");
+        assert_eq!(org.key("notes"), "orgmcpoauth.acme.notes");
+        assert_ne!(user.slot("notes"), org.slot("notes"));
+        // A ciphertext sealed for the user's sign-in does not open as the organization's.
+        let vault = Vault::new("a deployment secret").unwrap();
+        let sealed = vault.seal(&user.slot("notes"), "{}").unwrap();
+        assert!(vault.open(&org.slot("notes"), &sealed).is_err());
+        assert!(vault.open(&user.slot("other"), &sealed).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_flows_state_is_given_back_only_for_its_own_csrf_token() {
+        let state: StoredAuthorizationState = serde_json::from_value(serde_json::json!({
+            "pkce_verifier": "v", "csrf_token": "right", "created_at": 0
+        }))
+        .unwrap();
+        let flow = FlowState::with("right".into(), state);
+        assert!(flow.load("wrong").await.unwrap().is_none());
+        assert_eq!(flow.load("right").await.unwrap().map(|s| s.pkce_verifier), Some("v".to_owned()));
+        flow.delete("right").await.unwrap();
+        assert!(flow.load("right").await.unwrap().is_none());
+    }
+}
