@@ -249,6 +249,9 @@ pub struct CallbackQuery {
     pub code: Option<String>,
     #[serde(default)]
     pub state: Option<String>,
+    /// The issuer, where the provider names itself (RFC 9207; checked where a flow uses it).
+    #[serde(default)]
+    pub iss: Option<String>,
     /// The provider's refusal, if it refused.
     #[serde(default)]
     pub error: Option<String>,

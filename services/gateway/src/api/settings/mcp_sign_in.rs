@@ -25,7 +25,7 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use halyard_platform::mcp_oauth::{self, AuthError, FlowState, OAuthClientConfig, SignInOwner, SignInStore, StoredAuthorizationState};
 use halyard_platform::{net::percent_encode, now_ms};
@@ -33,7 +33,7 @@ use halyard_protocol::UserId;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServerConfig, McpSignIn, UserMcpServers};
 
-use crate::api::accounts::oidc::{self, found};
+use crate::api::accounts::oidc::{self, CallbackQuery, found};
 use crate::audit::{self, Client};
 use crate::auth::User;
 use crate::auth::access::load_managed;
@@ -224,24 +224,6 @@ async fn begin(
     let authorize = manager.get_authorization_url(&asked).await?;
     let (csrf, kept) = flow.take().ok_or_else(|| AuthError::InternalError("the flow kept no state".into()))?;
     Ok((authorize, config, csrf, kept))
-}
-
-/// The authorization server's redirect back.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct CallbackQuery {
-    #[serde(default)]
-    pub code: Option<String>,
-    #[serde(default)]
-    pub state: Option<String>,
-    /// The issuer, where the authorization server names itself (RFC 9207).
-    #[serde(default)]
-    pub iss: Option<String>,
-    /// The authorization server's refusal, if it refused.
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub error_description: Option<String>,
 }
 
 /// The flow this browser started, if the callback's `state` is its.
