@@ -470,8 +470,11 @@ async fn bind_gateway(config: &mut Config, services: &[Service]) -> Result<(Opti
         let listener =
             tokio::net::TcpListener::bind(&config.http_addr).await.with_context(|| format!("cannot listen on {}", config.http_addr))?;
         http = listener.local_addr()?.to_string();
-        // The address links are made of where no public URL is set (a port of 0 chosen now).
-        config.http_addr = http.clone();
+        // The address links are made of where no public URL is set: a port of 0 is the one chosen
+        // now (the host stays as configured: it is what the site checks compare).
+        if let Some(host) = config.http_addr.strip_suffix(":0") {
+            config.http_addr = format!("{host}:{}", listener.local_addr()?.port());
+        }
         let apps_listener = if config.apps_addr.is_empty() { None } else { Some(halyard_gateway::bind(&config.apps_addr).await?) };
         if let Some(l) = &apps_listener {
             apps = l.local_addr()?.to_string();
