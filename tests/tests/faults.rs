@@ -60,7 +60,10 @@ enum Deployment {
     /// `halyard up`: the crash takes everything down, and it is started again without the fault.
     One(Halyard),
     /// Each service its own process; `faulted` are the two replicas of the service under test.
-    Two { _nats: NatsServer, gateway: Halyard, others: Vec<Halyard>, faulted: Vec<Halyard>, _once: tempfile::TempDir },
+    /// (Fields drop in this order: the processes first, then their NATS server. The other way
+    /// round, each process's shutdown waited for a bus that was gone, until it was killed 30 s
+    /// later.)
+    Two { gateway: Halyard, others: Vec<Halyard>, faulted: Vec<Halyard>, _nats: NatsServer, _once: tempfile::TempDir },
 }
 
 impl Deployment {
@@ -78,7 +81,7 @@ impl Deployment {
             ["sandbox", "conversations", "agent"].into_iter().filter(|s| *s != service).map(|s| Halyard::start(serve(s))).collect();
         let faulted = (0..2).map(|_| Halyard::start(serve(service).set("HALYARD_FAULT", &spec))).collect();
         let gateway = Halyard::start(serve("gateway"));
-        Self::Two { _nats: nats, gateway, others, faulted, _once: once }
+        Self::Two { gateway, others, faulted, _nats: nats, _once: once }
     }
 
     fn api(&self) -> Api {
