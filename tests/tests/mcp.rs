@@ -177,4 +177,7 @@ async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_me
     let events = bob.wait_finished(&conv, 2).await;
     let asked = events.iter().find(|e| e["kind"] == "mcp_auth_required").expect("mcp_auth_required after signing out");
     assert_eq!(asked["server"], "notes", "{asked}");
+    // Where its admins sign in to it, not the member's own Settings.
+    let link = format!("{}/orgs?org=acme&mcp_sign_in=notes#mcp-servers", h.http);
+    assert_eq!(asked["sign_in_url"].as_str(), Some(link.as_str()), "{asked}");
 }

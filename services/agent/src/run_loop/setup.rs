@@ -170,7 +170,9 @@ impl Run {
         }
         // Each server that wants a sign-in says where, once per connection (the run goes on).
         for server in &hub.wants_sign_in {
-            let sign_in_url = sign_in_page(&self.ctx.config, server);
+            // An organization's server is signed in to on the Organizations page, by its admins.
+            let in_org = started.as_ref().and_then(|(_, o)| o.as_deref()).filter(|_| org.names.contains(server));
+            let sign_in_url = sign_in_page(&self.ctx.config, server, in_org);
             if !self.append(EventSource::System, EventBody::McpAuthRequired { server: server.clone(), sign_in_url }).await {
                 return None;
             }
@@ -358,9 +360,15 @@ impl Run {
     }
 }
 
-/// The web app's page where the owner signs in to MCP server `server`.
-fn sign_in_page(config: &halyard_platform::Config, server: &str) -> String {
+/// The web app's page where MCP server `server` is signed in to: Settings for the owner's own,
+/// the Organizations page for organization `org`'s.
+fn sign_in_page(config: &halyard_platform::Config, server: &str, org: Option<&str>) -> String {
+    use halyard_platform::net::percent_encode;
     let public = config.gateway.public_url.trim_end_matches('/');
     let base = if public.is_empty() { format!("http://{}", config.http_addr) } else { public.to_owned() };
-    format!("{base}/settings?mcp_sign_in={}#mcp-servers", halyard_platform::net::percent_encode(server))
+    let page = match org {
+        Some(org) => format!("orgs?org={}&", percent_encode(org)),
+        None => "settings?".to_owned(),
+    };
+    format!("{base}/{page}mcp_sign_in={}#mcp-servers", percent_encode(server))
 }

@@ -15,8 +15,9 @@
 //! only ([`OrgServers`]): a member's own secrets never reach a server the member did not define,
 //! in a header or in a stdio server's environment.
 //!
-//! An owner's `http` server they signed in to with OAuth ([`SignIns`], made by the gateway's
-//! `/mcp-servers/{name}/sign-in`) is called with the MCP SDK's authorized client: each request
+//! An `http` server its owner (or, for an organization's, one of its admins) signed in to with
+//! OAuth ([`SignIns`], made by the gateway's `…/mcp-servers/{name}/sign-in`) is called with the
+//! MCP SDK's authorized client: each request
 //! carries the access token, refreshed (and stored again, sealed) when it is about to expire or
 //! the server refuses it. A server that wants a sign-in there is none for offers nothing, and the
 //! run records `mcp_auth_required` ([`McpHub::wants_sign_in`]) and goes on.
