@@ -445,7 +445,7 @@ pub enum EventBody {
     McpServers { servers: Vec<McpServerStatus> },
     /// An `http` MCP server wants its owner to sign in with OAuth (never signed in, signed out,
     /// or the sign-in expired and could not be refreshed): it offers nothing to this run, which
-    /// goes on without it. `sign_in_url` is the web app's page where the owner signs in.
+    /// goes on without it. `sign_in_url` is the web app's page where it is signed in to.
     McpAuthRequired { server: String, sign_in_url: String },
     /// The result of an action.
     Observation {
