@@ -19,7 +19,7 @@ pub struct OAuthMcpServer {
     /// The authorization server.
     pub issuer: String,
     server: PythonServer,
-    provider: Child,
+    _provider: Process,
     tokens: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -30,13 +30,16 @@ impl OAuthMcpServer {
     pub async fn start(ttl_secs: u64) -> Self {
         let port = free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/mcp-oauth-provider.mjs");
-        let provider = Command::new("node")
-            .arg(script)
-            .args([&port.to_string(), INTROSPECTOR, INTROSPECTOR_SECRET, &ttl_secs.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs tests/js/mcp-oauth-provider.mjs (run tests/install-deps.sh)");
+        // (Held at once: a start that fails below still ends it.)
+        let provider = Process(
+            Command::new("node")
+                .arg(script)
+                .args([&port.to_string(), INTROSPECTOR, INTROSPECTOR_SECRET, &ttl_secs.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("node runs tests/js/mcp-oauth-provider.mjs (run tests/install-deps.sh)"),
+        );
         let issuer = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
         let metadata = format!("{issuer}/.well-known/oauth-authorization-server");
@@ -48,7 +51,7 @@ impl OAuthMcpServer {
         let tokens = dir.path().join("tokens.txt");
         let args = [issuer.as_str(), INTROSPECTOR, INTROSPECTOR_SECRET, tokens.to_str().expect("a UTF-8 path")];
         let server = PythonServer::start("mcp_oauth_notes.py", &args).await;
-        Self { issuer, server, provider, tokens, _dir: dir }
+        Self { issuer, server, _provider: provider, tokens, _dir: dir }
     }
 
     /// The MCP server's endpoint.
@@ -62,9 +65,12 @@ impl OAuthMcpServer {
     }
 }
 
-impl Drop for OAuthMcpServer {
+/// A child process, ended when dropped.
+struct Process(Child);
+
+impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.provider.kill();
-        let _ = self.provider.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
