@@ -61,6 +61,16 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     let (s, t) = alice.post("/api/v1/mcp-servers/time/test", json!({})).await;
     assert_eq!((s, t["ok"].as_bool()), (200, Some(false)), "{t}");
     assert!(t["error"].as_str().unwrap().contains("conversation's sandbox"), "{t}");
+    // Signing in is for servers that do OAuth: this one takes a static token, and says so; a
+    // stdio server is no place to sign in to.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let sign_in = |name: &str| http.get(format!("{}/api/v1/mcp-servers/{name}/sign-in", h.http)).bearer_auth(ALICE).send();
+    let r = sign_in("notes").await.unwrap();
+    let to = r.headers().get("location").map(|l| l.to_str().unwrap().to_owned()).unwrap_or_default();
+    assert!(r.status() == 303 && to.starts_with("/settings?mcp_server=notes&mcp_sign_in_error="), "{} {to}", r.status());
+    let r = sign_in("time").await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "not_an_http_server");
     let (s, t) = bob.post("/api/v1/mcp-servers/notes/test", json!({})).await;
     assert_eq!((s, t["error"]["code"].as_str()), (404, Some("not_found")), "{t}");
     assert_eq!(bob.get("/api/v1/mcp-servers").await.1["items"], json!([]));

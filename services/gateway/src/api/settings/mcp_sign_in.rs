@@ -134,12 +134,14 @@ fn redirect_uri(state: &AppState) -> String {
     oidc::Provider { issuer: "", client_id: "", client_secret: "", callback: "/mcp-oauth/callback" }.redirect_url(state)
 }
 
-/// Why a flow failed, in words for the Settings page.
+/// Why a flow failed, in words for the Settings page: the first 300 characters (an authorization
+/// server's refusal may carry its whole answer).
 fn said(e: &AuthError) -> String {
-    match e {
+    let words = match e {
         AuthError::NoAuthorizationSupport => "the server publishes no OAuth metadata (it does not do OAuth sign-in)".into(),
         other => halyard_platform::outbound::why(other),
-    }
+    };
+    words.chars().take(300).collect()
 }
 
 /// The page of `owner`'s servers (Settings, or Organizations), saying how a sign-in to `server`
