@@ -463,10 +463,18 @@ async fn an_mcp_server_that_wants_oauth_is_signed_in_to_from_chromium_and_its_to
     let bob = h.api(BOB);
     assert_eq!(bob.get("/api/v1/mcp-servers/notes/sign-in").await.0, 404);
 
-    // Chromium follows the link and signs in at the server's authorization server.
+    // An organization of Alice's has the same server, for everyone in it.
+    assert_eq!(alice.post("/api/v1/orgs", json!({"name": "acme"})).await.0, 201);
+    let team = json!({"transport": "http", "url": mcp.url()});
+    assert_eq!(alice.call(reqwest::Method::PUT, "/api/v1/orgs/acme/mcp-servers/team-notes", Some(team)).await.0, 201);
+
+    // Chromium follows the link and signs in at the server's authorization server; then signs in
+    // for the organization.
     let env = vec![("HALYARD_SIGN_IN_LINK", link.clone()), ("HALYARD_PROVIDER_LOGIN", "alice@notes.test".to_owned())];
-    let (_, h) = playwright(h, "tests/mcp-oauth.spec.ts", 1, env).await;
+    let (_, h) = playwright(h, "tests/mcp-oauth.spec.ts", 2, env).await;
     let alice = h.api(ALICE);
+    let (_, team) = alice.get("/api/v1/orgs/acme/mcp-servers").await;
+    assert_eq!(team["items"][0]["sign_in"]["issuer"].as_str(), Some(mcp.issuer.as_str()), "{team}");
     let (_, server) = alice.get("/api/v1/mcp-servers/notes").await;
     assert_eq!(server["sign_in"]["issuer"].as_str(), Some(mcp.issuer.as_str()), "{server}");
     assert!(server["sign_in"]["expires_at"].is_string(), "{server}");

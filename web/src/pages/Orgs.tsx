@@ -22,7 +22,8 @@ export function Orgs({ me }: { me: string }) {
   const listed = useItems(api.orgs);
   const { data: orgs, error, reload: load } = listed;
   const [name, setName] = useState("");
-  const [open, setOpen] = useState<string>();
+  // (Opened from a link that names one: an MCP sign-in's way back, `?org=`.)
+  const [open, setOpen] = useState<string | undefined>(() => new URLSearchParams(location.search).get("org") ?? undefined);
   const create = async (e: FormEvent) => {
     e.preventDefault();
     const wanted = name.trim();
