@@ -11,13 +11,14 @@
 //!   the session cookie is SameSite=Strict and does not come back on that redirect, and a
 //!   callback in someone else's browser (a sign-in link sent to a victim) finds no flow.
 //! - `GET /mcp-oauth/callback` exchanges the code, seals the tokens into `mcpoauth.<user>.<server>`
-//!   (refreshed from then on by the agent runner), and sends the browser back to Settings with
+//!   (`orgmcpoauth.<org>.<server>` for an organization's; refreshed from then on by the agent
+//!   runner), and sends the browser back to Settings (or the Organizations page) with
 //!   `?mcp_signed_in=` or `?mcp_sign_in_error=`.
 //! - `DELETE /mcp-servers/{name}/sign-in` signs out.
 //! - `/orgs/{org}/mcp-servers/{name}/sign-in`: the same for an organization's server. The
 //!   callback checks again that whoever started it still manages the organization.
 //!
-//! Tokens never leave the user bucket sealed but for the agent runner's requests to that URL.
+//! The tokens are opened only by the agent runner, for its requests to that URL; no view shows them.
 
 use std::net::SocketAddr;
 
