@@ -44,7 +44,5 @@ pub fn conversation_link(config: &Config, id: halyard_protocol::ConversationId) 
 
 /// `path` on the web app, as a person opens it.
 pub fn web_link(config: &Config, path: &str) -> String {
-    let base =
-        if config.gateway.public_url.is_empty() { format!("http://{}", config.http_addr) } else { config.gateway.public_url.clone() };
-    format!("{}{path}", base.trim_end_matches('/'))
+    config.web_link(path)
 }

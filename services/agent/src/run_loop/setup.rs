@@ -364,11 +364,9 @@ impl Run {
 /// the Organizations page for organization `org`'s.
 fn sign_in_page(config: &halyard_platform::Config, server: &str, org: Option<&str>) -> String {
     use halyard_platform::net::percent_encode;
-    let public = config.gateway.public_url.trim_end_matches('/');
-    let base = if public.is_empty() { format!("http://{}", config.http_addr) } else { public.to_owned() };
     let page = match org {
-        Some(org) => format!("orgs?org={}&", percent_encode(org)),
-        None => "settings?".to_owned(),
+        Some(org) => format!("/orgs?org={}&", percent_encode(org)),
+        None => "/settings?".to_owned(),
     };
-    format!("{base}/{page}mcp_sign_in={}#mcp-servers", percent_encode(server))
+    config.web_link(&format!("{page}mcp_sign_in={}#mcp-servers", percent_encode(server)))
 }

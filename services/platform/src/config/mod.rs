@@ -217,6 +217,13 @@ impl ConfigError {
 }
 
 impl Config {
+    /// `path` on the web app as a person opens it: under `HALYARD_PUBLIC_URL`, or the gateway's
+    /// own address where none is set.
+    pub fn web_link(&self, path: &str) -> String {
+        let base = if self.gateway.public_url.is_empty() { format!("http://{}", self.http_addr) } else { self.gateway.public_url.clone() };
+        format!("{}{path}", base.trim_end_matches('/'))
+    }
+
     /// How the services of this process authenticate to an external NATS as `role`.
     pub fn nats_auth(&self, role: &str) -> crate::bus_auth::NatsAuth {
         use crate::bus_auth::NatsAuth;

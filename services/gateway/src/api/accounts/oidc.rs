@@ -49,12 +49,7 @@ pub struct Provider<'a> {
 impl Provider<'_> {
     /// Where the provider sends the browser back to.
     pub fn redirect_url(&self, state: &AppState) -> String {
-        let base = if state.config.gateway.public_url.is_empty() {
-            format!("http://{}", state.config.http_addr)
-        } else {
-            state.config.gateway.public_url.clone()
-        };
-        format!("{base}/api/v1{}", self.callback)
+        state.config.web_link(&format!("/api/v1{}", self.callback))
     }
 }
 

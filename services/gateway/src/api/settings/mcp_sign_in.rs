@@ -132,7 +132,7 @@ async fn server_url(state: &AppState, owner: &SignInOwner, name: &str) -> Result
 }
 
 fn redirect_uri(state: &AppState) -> String {
-    oidc::Provider { issuer: "", client_id: "", client_secret: "", callback: "/mcp-oauth/callback" }.redirect_url(state)
+    state.config.web_link("/api/v1/mcp-oauth/callback")
 }
 
 /// Why a flow failed, in words for the Settings page: the first 300 characters (an authorization
