@@ -791,6 +791,12 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
     assert_eq!((s, e["error"]["code"].as_str()), (403, Some("slack_sign_in_required")), "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains(&format!("/api/v1/auth/slack/start?link={code}")), "{e}");
     let start = format!("{}/api/v1/auth/slack/start?link={code}", h.http);
+    // Starting it links him: a read-only key of his may not (a GET, but one that acts).
+    let (s, key) = bob.post("/api/v1/me/keys", json!({"name": "reader", "scope": "read_only"})).await;
+    assert_eq!(s, 201, "{key}");
+    let reader = h.api(key["key"].as_str().unwrap());
+    let (s, e) = reader.get(&format!("/api/v1/auth/slack/start?link={code}")).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (403, Some("read_only_key")), "{e}");
     // Signed in to Slack as someone else, or as that id in another workspace: refused, in words,
     // and the link still works.
     for (login, named) in [("T0001/U0777AAA", "U0777AAA"), ("T0666/U0999XYZ", "T0666")] {

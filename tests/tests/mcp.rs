@@ -71,6 +71,13 @@ async fn the_agent_calls_tools_of_stdio_and_http_servers_and_a_broken_one_is_rep
     let r = sign_in("time").await.unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "not_an_http_server");
+    // Starting a sign-in changes what conversations are signed in as: a read-only key may not.
+    let (s, key) = alice.post("/api/v1/me/keys", json!({"name": "reader", "scope": "read_only"})).await;
+    assert_eq!(s, 201, "{key}");
+    let r =
+        http.get(format!("{}/api/v1/mcp-servers/notes/sign-in", h.http)).bearer_auth(key["key"].as_str().unwrap()).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "read_only_key");
     let (s, t) = bob.post("/api/v1/mcp-servers/notes/test", json!({})).await;
     assert_eq!((s, t["error"]["code"].as_str()), (404, Some("not_found")), "{t}");
     assert_eq!(bob.get("/api/v1/mcp-servers").await.1["items"], json!([]));

@@ -4,7 +4,8 @@
 //! not from the automation's owner, who holds the signing secret and the app that names users on
 //! the link page.
 //!
-//! `GET /auth/slack/start?link=<code>&run_as_me=` (signed in) sends the browser to Slack with a
+//! `GET /auth/slack/start?link=<code>&run_as_me=` (signed in with a full key: a GET that links, so
+//! not with a read-only one) sends the browser to Slack with a
 //! fresh state, nonce and PKCE challenge, kept with who is linking and what in a short-lived
 //! signed cookie (`halyard_slack`); `GET /auth/slack/callback` checks Slack's ID token as single
 //! sign-on does, then requires its `https://slack.com/user_id` (and `team_id`, when the link
@@ -24,7 +25,7 @@ use halyard_protocol::UserId;
 
 use crate::api::accounts::oidc::{self, CallbackQuery, Kept, OidcError, Provider, found};
 use crate::audit::{self, Client};
-use crate::auth::User;
+use crate::auth::Acting;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
 use crate::state::AppState;
@@ -88,11 +89,12 @@ pub struct StartQuery {
     responses((status = 303, description = "to Slack"), Refusals))]
 pub async fn start(
     State(state): State<AppState>,
-    User(user): User,
+    Acting(principal): Acting,
     headers: HeaderMap,
     query: Result<Query<StartQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
+    let user = principal.user;
     if !super::slack_links::configured(&state) {
         return Err(not_configured());
     }

@@ -3,7 +3,8 @@
 //! client do it (the discovery, registration, PKCE and token exchange are the MCP SDK's, through
 //! [`halyard_platform::mcp_oauth`]):
 //!
-//! - `GET /mcp-servers/{name}/sign-in` (signed in) reads the server's protected resource metadata
+//! - `GET /mcp-servers/{name}/sign-in` (signed in with a full key: it is a GET that changes
+//!   what the user's conversations are signed in as, refused to a read-only one) reads the server's protected resource metadata
 //!   and its authorization server's, registers Halyard as a client there (dynamic client
 //!   registration), and sends the browser (303) to the authorization server with a PKCE challenge
 //!   and the server as `resource`. What the callback needs travels in a short-lived cookie
@@ -36,8 +37,8 @@ use halyard_protocol::user::{McpServerConfig, McpSignIn, UserMcpServers};
 
 use crate::api::accounts::oidc::{self, CallbackQuery, found};
 use crate::audit::{self, Client};
-use crate::auth::User;
 use crate::auth::access::load_managed;
+use crate::auth::{Acting, User};
 use crate::domain::user_store;
 use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
@@ -165,10 +166,11 @@ fn settings(owner: &SignInOwner, server: &str, error: Option<&str>) -> String {
     responses((status = 303, description = "to the authorization server, or to Settings saying why not"), Refusals))]
 pub async fn start(
     State(state): State<AppState>,
-    User(user): User,
+    Acting(principal): Acting,
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
+    let user = principal.user;
     start_for(&state, &headers, SignInOwner::User(user.clone()), user, name).await
 }
 
@@ -177,10 +179,11 @@ pub async fn start(
     responses((status = 303, description = "to the authorization server, or to the organization's page saying why not"), Refusals))]
 pub async fn org_start(
     State(state): State<AppState>,
-    User(user): User,
+    Acting(principal): Acting,
     headers: HeaderMap,
     Path((org, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
+    let user = principal.user;
     let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
     start_for(&state, &headers, SignInOwner::Org(org.name.clone()), user, name).await
 }
