@@ -481,7 +481,12 @@ impl Shell {
             }
             if let Ok(Some(status)) = session.child.try_wait() {
                 // The command ended the shell (`exit`, or it was killed). Report what it
-                // printed; the next command gets a fresh shell in the workspace.
+                // printed; the next command gets a fresh shell in the workspace. Its last
+                // output can still be in the pipe when the exit is seen: the readers let go of
+                // the channel at EOF, so wait for that, briefly (a background job the command
+                // left running holds the pipe open).
+                let drain = tokio::time::Instant::now() + Duration::from_millis(500);
+                while matches!(tokio::time::timeout_at(drain, bytes.changed()).await, Ok(Ok(()))) {}
                 let (mut output, truncated) = take_output(session);
                 output.push_str("\n[The shell exited; a new shell will be started in the workspace for the next command.]");
                 let code = status.code().unwrap_or(-1);
@@ -680,8 +685,13 @@ mod tests {
     #[tokio::test]
     async fn exit_starts_a_new_shell() {
         let (sh, _d) = shell();
-        let r = sh.exec(cmd("exit 3")).await.unwrap();
-        assert_eq!(r.exit_code, Some(3));
+        // What the command printed before it ended the shell is reported, every time: the
+        // exit can be seen before the pipe's last bytes are read.
+        for round in 0..100 {
+            let r = sh.exec(cmd(&format!("echo bye-{round}; exit 3"))).await.unwrap();
+            assert_eq!(r.exit_code, Some(3));
+            assert!(r.output.starts_with(&format!("bye-{round}\n")), "{}", r.output);
+        }
         let r = sh.exec(cmd("echo again")).await.unwrap();
         assert_eq!(r.output, "again");
     }
