@@ -401,7 +401,11 @@ pub async fn run(opts: ChaosOptions) -> ChaosReport {
                 "ERROR" => panic!("a start failed under chaos: {t}"),
                 _ => {}
             }
-            assert!(Instant::now() < deadline, "start task wedged: {t}");
+            if Instant::now() > deadline {
+                // The sandbox's id is the key to what the supervisors did with its create.
+                let id = t["sandbox_id"].as_str().or(t["conversation_id"].as_str()).unwrap_or(task.as_str()).to_owned();
+                panic!("start task wedged: {t}\nwhat the processes said of its sandbox:\n{}", c.said_of(&id));
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -96,3 +96,65 @@ async fn sigkill_during_a_tool_call_then_restart() {
     let result = msgs.iter().find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id).expect("a result for the cut-off call");
     assert!(result["content"].as_str().unwrap().contains("Interrupted"));
 }
+
+/// A sandbox whose supervisor was killed while it made it (its record says `STARTING`, its
+/// workspace was not there yet) is made again after the restart, not reported `MISSING`: its
+/// start still waits for it, and nothing of it was there to lose. The record is the one such a
+/// kill leaves (chaos runs met it: the start failed with "workspace directory is gone").
+#[tokio::test]
+async fn a_sandbox_cut_short_while_starting_is_made_after_the_restart() {
+    use halyard_platform::bus;
+    use halyard_protocol::command::SandboxCommand;
+    use halyard_protocol::system::{SandboxStatus, SystemRecord};
+    use halyard_protocol::{Envelope, SandboxId, subjects};
+    init();
+    let llm = ScriptedLlm::start().await;
+    llm.push([Reply::finish("done")]);
+    let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let (conv, task) = api.start_ready(json!({"message": "go"})).await;
+    api.wait_finished(&conv, 1).await;
+    // A record as a kill between `STARTING` and the workspace's making leaves it: the real
+    // sandbox's, for another id, with no process and no workspace.
+    let js = async_nats::jetstream::new(h.nats_client("admin").await);
+    let real: SandboxId = task["sandbox_id"].as_str().unwrap().parse().unwrap();
+    let (_, env) = bus::last_record::<SystemRecord>(&js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(real)).await.unwrap().unwrap();
+    let SystemRecord::Sandbox(mut record) = env.payload else { panic!("not a sandbox record") };
+    let cut = SandboxId::new();
+    record.sandbox_id = cut;
+    record.status = SandboxStatus::Starting;
+    (record.pid, record.detail, record.exposed_urls) = (None, None, Vec::new());
+    // (No conversation's: the real one keeps its own sandbox.)
+    record.conversation_id = None;
+    let forged = Envelope::new(SystemRecord::Sandbox(record), halyard_platform::now_ms());
+    bus::publish(&js, subjects::sandbox_record(cut), &forged).await.unwrap();
+
+    h.kill9();
+    h.restart();
+    let js = async_nats::jetstream::new(h.nats_client("admin").await);
+    let status = |js: async_nats::jetstream::Context| async move {
+        let last = bus::last_record::<SystemRecord>(&js, subjects::SYSTEM_STREAM, &subjects::sandbox_record(cut)).await.unwrap();
+        match last.map(|(_, e)| e.payload) {
+            Some(SystemRecord::Sandbox(s)) => (s.status, s.detail),
+            other => panic!("not a sandbox record: {other:?}"),
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (now, detail) = status(js.clone()).await;
+        assert_ne!(now, SandboxStatus::Missing, "a sandbox cut short while starting was given up: {detail:?}");
+        if now == SandboxStatus::Running {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the sandbox was not made again: {now:?} {detail:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Its workspace is there, and it goes when deleted.
+    assert!(h.workspace(&cut.to_string()).exists());
+    bus::send(&js, subjects::sandbox_command(cut), SandboxCommand::Delete { sandbox_id: cut }, None).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(js.clone()).await.0 != SandboxStatus::Deleted {
+        assert!(Instant::now() < deadline, "the sandbox was not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,5 +1,6 @@
 //! A sandbox found at start-up, made real again: a live executor is adopted, a dead one
-//! re-provisioned on the same workspace, so a crash of the supervisor loses no files.
+//! re-provisioned on the same workspace, so a crash of the supervisor loses no files; one whose
+//! making a crash cut short is made again, so its start still gets it.
 
 use crate::docker::Found;
 use crate::process;
@@ -15,6 +16,12 @@ impl SandboxState {
     pub(super) async fn reconcile_container(&mut self) {
         let Some(d) = self.ctx.docker.clone() else { return };
         let Some(container) = self.container.clone() else {
+            if self.status == SandboxStatus::Starting {
+                // Its supervisor died while making it: nothing of it was there to lose, and its
+                // start still waits for it (a redelivered create finds it running).
+                tracing::info!(sandbox_id = %self.id, "a start cut short by a supervisor restart is made again");
+                return self.provision_container(false).await;
+            }
             return self.publish(SandboxStatus::Missing, Some("no container recorded; resume provisions one".into())).await;
         };
         match d.engine.inspect(&container).await {
@@ -59,6 +66,13 @@ impl SandboxState {
     pub(super) async fn reconcile_process(&mut self, myself: &ActorRef<SandboxMsg>) {
         if !self.layout.workspace().exists() {
             self.pid = None;
+            if self.status == SandboxStatus::Starting {
+                // Its supervisor died while making it, before its workspace was there: nothing
+                // was lost, and its start still waits for it (a redelivered create finds it
+                // running). A workspace gone from a sandbox that ran is a loss, said below.
+                tracing::info!(sandbox_id = %self.id, "a start cut short by a supervisor restart is made again");
+                return self.provision_process(myself).await;
+            }
             return self.publish(SandboxStatus::Missing, Some("workspace directory is gone".into())).await;
         }
         let ours = match (self.pid, self.agent_url()) {
