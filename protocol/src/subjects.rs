@@ -290,6 +290,12 @@ pub fn org_mcp_sign_in_key(org: &str, server: &str) -> String {
     format!("orgmcpoauth.{org}.{server}")
 }
 
+/// The lease beside a sign-in's key (either of the two above) that one refresh of its tokens at a
+/// time holds, across agent runners: the time it lapses, in Unix milliseconds.
+pub fn mcp_sign_in_lease_key(sign_in_key: &str) -> String {
+    format!("{sign_in_key}.lease")
+}
+
 /// Key-value bucket of agent run leases: which runner instance owns a live run.
 pub const AGENT_LEASE_BUCKET: &str = "halyard_agent_leases";
 

@@ -354,3 +354,43 @@ async fn the_bus_asks_who_you_are_and_each_role_keeps_to_its_subjects() {
     // And the services themselves never stepped outside their roles (checked again on drop).
     assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
 }
+
+/// An MCP sign-in's refresh is one agent runner's at a time: the lease beside the sign-in's key
+/// is taken by one holder, waited for by the next, and passed over once a holder that died
+/// without letting go has let it lapse. Taken as the agent runner's role, which must be allowed
+/// to hold it.
+#[tokio::test]
+async fn a_sign_ins_refresh_lease_has_one_holder_and_a_dead_holders_lapses() {
+    use halyard_platform::kv_lease::KvLease;
+    init();
+    let llm = ScriptedLlm::start().await;
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let js = async_nats::jetstream::new(h.nats_client("agent").await);
+    let kv = js.get_key_value("halyard_user").await.unwrap();
+    let key = halyard_protocol::subjects::mcp_sign_in_lease_key(&halyard_protocol::subjects::org_mcp_sign_in_key("acme", "notes"));
+    let hold = Duration::from_secs(30);
+
+    let first = KvLease::take(&kv, &key, hold, Duration::from_secs(1)).await.unwrap();
+    // A second taker waits, and gives up after its patience while the first holds it.
+    let refused = KvLease::take(&kv, &key, hold, Duration::from_millis(500)).await;
+    assert!(refused.is_err(), "two holders of one lease");
+    // It gets the lease once the first lets go.
+    let waiter = tokio::spawn({
+        let (kv, key) = (kv.clone(), key.clone());
+        async move { KvLease::take(&kv, &key, hold, Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the lease was taken while held");
+    drop(first);
+    let second = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("the waiter got the lease").unwrap().unwrap();
+    drop(second);
+
+    // A holder that died (its lease never let go) is passed over once its lease lapses, not
+    // before.
+    let dead = KvLease::take(&kv, &key, Duration::from_secs(2), Duration::from_secs(5)).await.unwrap();
+    std::mem::forget(dead);
+    assert!(KvLease::take(&kv, &key, hold, Duration::from_millis(200)).await.is_err(), "a live lease was taken over");
+    let after = KvLease::take(&kv, &key, hold, Duration::from_secs(10)).await.expect("a lapsed lease is taken over");
+    drop(after);
+    assert!(h.service_permission_violations().is_empty(), "{:?}", h.service_permission_violations());
+}

@@ -23,6 +23,7 @@ pub mod git_proxy;
 pub mod http_relay;
 pub mod images;
 pub mod keys;
+pub mod kv_lease;
 pub mod kv_mirror;
 pub mod llm;
 pub mod mcp_oauth;

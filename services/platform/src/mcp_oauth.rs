@@ -8,7 +8,7 @@
 //!   checked, no redirects), so a server's metadata cannot aim Halyard at the deployment's inside;
 //! - [`SignInStore`]: the SDK's credential store over `mcpoauth.<user>.<server>` (a user's own
 //!   server) or `orgmcpoauth.<org>.<server>` (an organization's) in the user bucket, sealed with
-//!   the vault, for one URL only, one refresh at a time per process;
+//!   the vault, for one URL only, one refresh at a time across processes ([`crate::kv_lease`]);
 //! - [`FlowState`]: the SDK's state store for one flow, whose state the gateway carries between
 //!   the start and the callback itself;
 //! - [`manager`]: an authorization manager for a server, its metadata discovered.
@@ -25,12 +25,16 @@ pub use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
 pub use rmcp::transport::{AuthClient, AuthError, StoredAuthorizationState, StoredCredentials};
 use rmcp::transport::{CredentialRefreshGuard, CredentialStore, OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRequest, StateStore};
 
+use crate::kv_lease::KvLease;
 use crate::vault::{self, Vault};
 
 /// Largest answer read from an authorization server or a resource's metadata.
 const MAX_BODY: usize = 1 << 20;
 /// How long one exchange with an authorization server may take.
 const TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a refresh holds its sign-in's lease: a token exchange (at most [`TIMEOUT`]) and a
+/// save. A process that died holding it is passed over after this.
+const REFRESH_LEASE: Duration = Duration::from_secs(30);
 
 /// The outbound client as the SDK's HTTP client for the OAuth flow. It follows no redirect (a
 /// `3xx` is handed back as it is, and the flow fails on it).
@@ -195,8 +199,10 @@ impl CredentialStore for SignInStore {
         self.forget().await
     }
 
-    /// One refresh at a time per sign-in in this process: a provider that rotates refresh tokens
-    /// refuses one used twice, and may revoke the whole grant for it.
+    /// One refresh at a time per sign-in, across every process: a provider that rotates refresh
+    /// tokens refuses one used twice, and may revoke the whole grant for it. The SDK loads the
+    /// credentials after taking this, so the second of two refreshers uses the first's tokens.
+    /// Waiters in this process queue on a mutex; processes, on a lease key beside the sign-in's.
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         type Locks = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
         static LOCKS: OnceLock<Locks> = OnceLock::new();
@@ -205,7 +211,11 @@ impl CredentialStore for SignInStore {
                 LOCKS.get_or_init(Locks::default).lock().map_err(|_| AuthError::CredentialStoreError("a lock was poisoned".into()))?;
             locks.entry(self.key()).or_default().clone()
         };
-        Ok(Some(CredentialRefreshGuard::new(lock.lock_owned().await)))
+        let here = lock.lock_owned().await;
+        let lease = KvLease::take(&self.kv, &subjects::mcp_sign_in_lease_key(&self.key()), REFRESH_LEASE, REFRESH_LEASE * 2)
+            .await
+            .map_err(|e| AuthError::CredentialStoreError(format!("your sign-in to `{}` is being refreshed elsewhere: {e}", self.server)))?;
+        Ok(Some(CredentialRefreshGuard::new((here, lease))))
     }
 }
 
