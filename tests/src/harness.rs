@@ -34,8 +34,10 @@ pub fn halyard_bin() -> PathBuf {
         // The variables cargo sets for this test process would leak into the nested build and
         // make build scripts (ring's, for one) think their environment changed: every run
         // would then rebuild half the tree.
+        // CARGO_INCREMENTAL is the caller's (`.ci/run` turns it off): dropped, the nested build
+        // would differ from the one before the tests and build the workspace's crates again.
         for (name, _) in std::env::vars() {
-            let keep = ["CARGO_HOME", "CARGO_TARGET_DIR"].contains(&name.as_str())
+            let keep = ["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL"].contains(&name.as_str())
                 || ["CARGO_BUILD_", "CARGO_TERM_", "CARGO_PROFILE_", "CARGO_REGISTRIES_", "CARGO_NET_", "CARGO_HTTP_"]
                     .iter()
                     .any(|p| name.starts_with(p));
