@@ -95,6 +95,8 @@ async fn without_isolation_a_second_users_process_sandbox_is_refused() {
     assert!(detail.contains("not isolated") && detail.contains("bubblewrap") && detail.contains("Docker"), "{detail}");
 }
 
+const GATEWAY_ON_LOOPBACK: &str = "the gateway on the host's loopback";
+
 /// The attacks of a hostile agent in a process sandbox, and the legitimate paths beside them.
 /// `own_uids`: each sandbox runs under a uid of its own (rather than in namespaces).
 async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
@@ -146,7 +148,9 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     // In a network of its own, nothing of the host's is there to connect to: not the gateway
     // (on its loopback, or through the NAT's gateway address), not Bob's forwarded ports.
     let mut net_attacks = vec![
-        ("the gateway on the host's loopback", tcp_probe("127.0.0.1", &gateway_port)),
+        // (Asked over HTTP: the sandbox's own loopback has listeners of its own, the executor's
+        // relays on ports the kernel picked, and one of those can be the gateway's number.)
+        (GATEWAY_ON_LOOPBACK, fetch("127.0.0.1", gateway_port.parse().unwrap(), "/readyz")),
         ("the gateway through the NAT", tcp_probe("10.0.2.2", &gateway_port)),
         ("NATS through the NAT", tcp_probe("10.0.2.2", &port)),
     ];
@@ -195,6 +199,11 @@ async fn hostile_process_agent(h: &Halyard, llm: &ScriptedLlm, own_uids: bool) {
     }
     let after_bus = attacks.len() + bus_attacks.len();
     for ((what, _), out) in net_attacks.iter().zip(&outputs[after_bus..]) {
+        if *what == GATEWAY_ON_LOOPBACK {
+            // Refused, or something of the sandbox's own that is not the gateway.
+            assert!(out.contains("Error") && !out.contains("ready"), "{what} was reachable: {out}");
+            continue;
+        }
         assert!(out.starts_with("Error") && !out.contains("connected"), "{what} was reachable: {out}");
     }
     let own_server = &outputs[after_bus + net_attacks.len()];
