@@ -33,6 +33,8 @@ const provider = new Provider(issuer, {
     devInteractions: { enabled: true },
     registration: { enabled: true },
     introspection: { enabled: true },
+    // Halyard revokes a sign-in's refresh token (and with it the grant) at sign-out.
+    revocation: { enabled: true },
     resourceIndicators: {
       enabled: true,
       // A client that names no resource at the token endpoint gets the one it was granted.

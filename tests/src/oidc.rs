@@ -72,12 +72,34 @@ impl Drop for OidcProvider {
 /// callback, keeping each host's cookies. Returns where the callback sends the browser (a page of
 /// the web app, with what it says in its query).
 pub async fn sign_in_through(start: &str, bearer: &str, login: &str) -> String {
+    walk(start, bearer, login, false).await.0
+}
+
+/// [`sign_in_through`] up to Halyard's callback, which is not called: its URL, and the cookies
+/// Halyard set in this browser (as a `cookie` header), for a test to change something first.
+pub async fn up_to_callback(start: &str, bearer: &str, login: &str) -> (String, String) {
+    walk(start, bearer, login, true).await
+}
+
+/// Halyard's callback (from [`up_to_callback`]) called with that browser's `cookies`: the page
+/// it sends the browser to (a 303), its query decoded for reading (`/orgs?org=acme&error=no way`).
+pub async fn call_back(callback: &str, cookies: &str) -> String {
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("a client");
+    let response = http.get(callback).header("cookie", cookies).send().await.expect("the callback answers");
+    let location = response.headers().get("location").and_then(|l| l.to_str().ok()).unwrap_or_default().to_owned();
+    assert_eq!(response.status(), 303, "{location}");
+    let to = reqwest::Url::parse(callback).and_then(|u| u.join(&location)).expect("a location URL");
+    let query: Vec<String> = to.query_pairs().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}?{}", to.path(), query.join("&"))
+}
+
+async fn walk(start: &str, bearer: &str, login: &str, stop_at_callback: bool) -> (String, String) {
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("a client");
     let base = reqwest::Url::parse(start).expect("a URL");
     let mut jar: std::collections::HashMap<String, std::collections::BTreeMap<String, String>> = Default::default();
     let (mut url, mut form): (reqwest::Url, Option<Vec<(String, String)>>) = (base.clone(), None);
     for _ in 0..20 {
-        let host = url.host_str().unwrap_or_default().to_owned() + &url.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let host = host_of(&url);
         let mut request = match form.take() {
             Some(fields) => {
                 // (Form-encoded as a query is.)
@@ -106,9 +128,13 @@ pub async fn sign_in_through(start: &str, bearer: &str, login: &str) -> String {
         if status.is_redirection() {
             let location = response.headers()["location"].to_str().expect("a location").to_owned();
             url = url.join(&location).expect("a location URL");
+            let ours: Vec<String> = jar.get(&host_of(&base)).into_iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
             // Back at Halyard, past its callback: a page of the web app.
             if url.origin() == base.origin() && !url.path().starts_with("/api/") {
-                return url.to_string();
+                return (url.to_string(), ours.join("; "));
+            }
+            if stop_at_callback && host_of(&url) != host && url.origin() == base.origin() {
+                return (url.to_string(), ours.join("; "));
             }
             continue;
         }
@@ -132,4 +158,9 @@ pub async fn sign_in_through(start: &str, bearer: &str, login: &str) -> String {
         form = Some(fields);
     }
     panic!("the sign-in took more than twenty steps")
+}
+
+/// A URL's host and port, as the cookie jar keys them.
+fn host_of(url: &reqwest::Url) -> String {
+    url.host_str().unwrap_or_default().to_owned() + &url.port().map(|p| format!(":{p}")).unwrap_or_default()
 }

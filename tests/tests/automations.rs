@@ -804,6 +804,16 @@ async fn a_slack_mention_starts_a_conversation_answered_in_its_thread() {
         assert!(page.contains(&format!("/link/slack/{code}?slack_error=")) && page.contains(named), "{page}");
         assert_eq!(bob.get(&format!("/api/v1/slack-links/{code}")).await.0, 200, "{page}");
     }
+    // Started with a key that is revoked before Slack sends the browser back: nobody is linked,
+    // and the link still works.
+    let (s, key) = bob.post("/api/v1/me/keys", json!({"name": "laptop"})).await;
+    assert_eq!(s, 201, "{key}");
+    let (callback, cookies) = halyard_tests::oidc::up_to_callback(&start, key["key"].as_str().unwrap(), "T0001/U0999XYZ").await;
+    let revoke = format!("/api/v1/me/keys/{}", key["id"].as_str().unwrap());
+    assert_eq!(bob.call(reqwest::Method::DELETE, &revoke, None).await.0, 200);
+    let to = halyard_tests::oidc::call_back(&callback, &cookies).await;
+    assert!(to.starts_with(&format!("/link/slack/{code}?slack_error=you can no longer link here")), "{to}");
+    assert_eq!(bob.get(&format!("/api/v1/slack-links/{code}")).await.0, 200, "{to}");
     // As that Slack user: linked, without letting the automation run as him.
     let page = halyard_tests::oidc::sign_in_through(&start, BOB, "T0001/U0999XYZ").await;
     assert!(page.contains("linked=U0999XYZ&as=bob&runs_as_you=false"), "{page}");

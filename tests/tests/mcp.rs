@@ -165,6 +165,17 @@ async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_me
     // A member may not sign in for everyone, nor sign out.
     let start = format!("{}/api/v1/orgs/acme/mcp-servers/notes/sign-in", h.http);
     assert_eq!(bob.get("/api/v1/orgs/acme/mcp-servers/notes/sign-in").await.0, 403);
+    // A sign-in started with a key that is revoked before the provider sends the browser back
+    // signs nobody in: the callback checks the key again.
+    let (s, key) = alice.post("/api/v1/me/keys", json!({"name": "laptop"})).await;
+    assert_eq!(s, 201, "{key}");
+    let (callback, cookies) = halyard_tests::oidc::up_to_callback(&start, key["key"].as_str().unwrap(), "team-bot@acme.test").await;
+    assert!(callback.contains("/api/v1/mcp-oauth/callback?"), "{callback}");
+    assert_eq!(alice.call(Method::DELETE, &format!("/api/v1/me/keys/{}", key["id"].as_str().unwrap()), None).await.0, 200);
+    let to = halyard_tests::oidc::call_back(&callback, &cookies).await;
+    assert!(to.starts_with("/orgs?org=acme&") && to.contains("mcp_sign_in_error=you can no longer sign in here"), "{to}");
+    let (_, listed) = alice.get("/api/v1/orgs/acme/mcp-servers").await;
+    assert!(listed["items"][0]["sign_in"].is_null(), "signed in with a revoked key: {listed}");
     // The admin signs in, as the team's account at the server.
     let page = halyard_tests::oidc::sign_in_through(&start, ALICE, "team-bot@acme.test").await;
     assert!(page.contains("/orgs?org=acme&mcp_signed_in=notes"), "{page}");
@@ -188,8 +199,17 @@ async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_me
         assert!(!all.contains(&token) && !h.log().contains(&token), "a token leaked");
     }
 
-    // Signed out by the admin, the next run asks to sign in again.
+    // Signed out by the admin, the next run asks to sign in again; and the grant is revoked at
+    // the authorization server, so a token copied before is refused there too.
+    let copied = mcp.tokens().last().cloned().expect("a token the server took");
+    let with_copied = || async {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        let request = reqwest::Client::new().post(mcp.url()).bearer_auth(&copied).header("accept", "application/json, text/event-stream");
+        request.json(&body).send().await.unwrap().status().as_u16()
+    };
+    assert_ne!(with_copied().await, 401, "the token was refused while signed in");
     assert_eq!(alice.call(Method::DELETE, "/api/v1/orgs/acme/mcp-servers/notes/sign-in", None).await.0, 204);
+    assert_eq!(with_copied().await, 401, "a token of a signed-out grant still works at the server");
     bob.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "and now?"})).await;
     let events = bob.wait_finished(&conv, 2).await;
     let asked = events.iter().find(|e| e["kind"] == "mcp_auth_required").expect("mcp_auth_required after signing out");

@@ -11,7 +11,8 @@
 //!   the vault, for one URL only, one refresh at a time across processes ([`crate::kv_lease`]);
 //! - [`FlowState`]: the SDK's state store for one flow, whose state the gateway carries between
 //!   the start and the callback itself;
-//! - [`manager`]: an authorization manager for a server, its metadata discovered.
+//! - [`manager`]: an authorization manager for a server, its metadata discovered;
+//! - [`revoke`]: a sign-in ended at its authorization server too (RFC 7009), at sign-out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -80,6 +81,36 @@ pub async fn manager(url: &str, allow: &[String]) -> Result<AuthorizationManager
     }
     manager.set_metadata(resolution.metadata);
     Ok(manager)
+}
+
+/// Ends `store`'s sign-in at its authorization server too, when that server offers token
+/// revocation (RFC 7009: `revocation_endpoint` in its metadata): the refresh token (which ends
+/// the whole grant at most servers), else the access token, as the public client Halyard
+/// registered as. Whether the server took it. The caller forgets the sign-in whatever it says.
+pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthError> {
+    let Some(credentials) = store.load().await? else { return Ok(false) };
+    let tokens = serde_json::to_value(&credentials.token_response).map_err(|e| AuthError::InternalError(e.to_string()))?;
+    let (token, hint) = match (tokens["refresh_token"].as_str(), tokens["access_token"].as_str()) {
+        (Some(refresh), _) => (refresh, "refresh_token"),
+        (None, Some(access)) => (access, "access_token"),
+        (None, None) => return Ok(false),
+    };
+    let manager = AuthorizationManager::new_with_oauth_http_client(&store.url, Arc::new(Outbound::new(allow)?)).await?;
+    let metadata = manager.resolve_metadata().await?.metadata;
+    let Some(endpoint) = metadata.additional_fields.get("revocation_endpoint").and_then(serde_json::Value::as_str) else {
+        return Ok(false);
+    };
+    let encode = crate::net::percent_encode;
+    let body = format!("token={}&token_type_hint={hint}&client_id={}", encode(token), encode(&credentials.client_id));
+    let client = crate::outbound::builder(allow).timeout(TIMEOUT).build().map_err(|e| AuthError::InternalError(e.to_string()))?;
+    let response = client
+        .post(endpoint)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| AuthError::InternalError(crate::outbound::why(&e)))?;
+    Ok(response.status().is_success())
 }
 
 /// Whose server a sign-in is to: a user's own, or an organization's (signed in to once, by one of

@@ -9,7 +9,8 @@
 //! fresh state, nonce and PKCE challenge, kept with who is linking and what in a short-lived
 //! signed cookie (`halyard_slack`); `GET /auth/slack/callback` checks Slack's ID token as single
 //! sign-on does, then requires its `https://slack.com/user_id` (and `team_id`, when the link
-//! knows its workspace) to be the link's, and only then links (the code is used up then). Either
+//! knows its workspace) to be the link's, and the key the start was made with to be still good
+//! (not revoked, its user not disabled), and only then links (the code is used up then). Either
 //! way the browser goes back to the link's page, with `?linked=` or `?slack_error=`.
 
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use utoipa::IntoParams;
 
 use halyard_platform::{net::percent_encode, now_ms};
 use halyard_protocol::UserId;
+use halyard_protocol::accounts::KeyScope;
 
 use crate::api::accounts::oidc::{self, CallbackQuery, Kept, OidcError, Provider, found};
 use crate::audit::{self, Client};
@@ -55,6 +57,10 @@ struct Pending {
     nonce: String,
     verifier: String,
     user: UserId,
+    /// What they signed in to Halyard with, checked again at the callback: a key revoked or a
+    /// user disabled meanwhile links nobody.
+    #[serde(default)]
+    credential: String,
     code: String,
     run_as_me: bool,
     at_ms: i64,
@@ -106,6 +112,7 @@ pub async fn start(
         nonce: started.nonce,
         verifier: started.verifier,
         user,
+        credential: principal.credential,
         code: q.link,
         run_as_me: q.run_as_me,
         at_ms: now_ms(),
@@ -166,6 +173,10 @@ pub async fn callback(
 async fn link(state: &AppState, q: &CallbackQuery, p: &Pending, client: Client) -> Result<super::slack_links::SlackLinkView, OidcError> {
     if let Some(e) = &q.error {
         return Err(oidc::refusal(e, q.error_description.as_deref()));
+    }
+    // Rights as they are now, not as they were when the sign-in started.
+    if let Err(refused) = state.accounts.principal(&p.user, KeyScope::Full, &p.credential, now_ms()) {
+        return Err(OidcError(format!("you can no longer link here: {}", refused.message())));
     }
     let (link, revision) = super::slack_links::code_of(state, &p.code).await.map_err(|e| OidcError(e.message))?;
     let code = q.code.clone().ok_or_else(|| OidcError("Slack sent no code".into()))?;

@@ -15,9 +15,13 @@
 //!   (`orgmcpoauth.<org>.<server>` for an organization's; refreshed from then on by the agent
 //!   runner), and sends the browser back to Settings (or the Organizations page) with
 //!   `?mcp_signed_in=` or `?mcp_sign_in_error=`.
-//! - `DELETE /mcp-servers/{name}/sign-in` signs out.
+//! - `DELETE /mcp-servers/{name}/sign-in` signs out, and revokes the tokens at the authorization
+//!   server where it offers revocation (RFC 7009).
 //! - `/orgs/{org}/mcp-servers/{name}/sign-in`: the same for an organization's server. The
 //!   callback checks again that whoever started it still manages the organization.
+//!
+//! The callback also checks again the credential the flow was started with (a key revoked, a
+//! session ended or a user disabled meanwhile signs nobody in).
 //!
 //! The tokens are opened only by the agent runner, for its requests to that URL; no view shows them.
 
@@ -32,6 +36,7 @@ use utoipa::ToSchema;
 use halyard_platform::mcp_oauth::{self, AuthError, FlowState, OAuthClientConfig, SignInOwner, SignInStore, StoredAuthorizationState};
 use halyard_platform::{net::percent_encode, now_ms};
 use halyard_protocol::UserId;
+use halyard_protocol::accounts::KeyScope;
 use halyard_protocol::subjects;
 use halyard_protocol::user::{McpServerConfig, McpSignIn, UserMcpServers};
 
@@ -44,6 +49,7 @@ use crate::http::api_doc::Refusals;
 use crate::http::error::ApiError;
 use crate::read_model::store::rfc3339;
 use crate::state::AppState;
+use crate::state::registry::Principal;
 
 const COOKIE: &str = "halyard_mcp_oauth";
 const COOKIE_PATH: &str = "/api/v1/mcp-oauth";
@@ -88,6 +94,10 @@ struct Pending {
     owner: SignInOwner,
     /// Who is signing in.
     actor: UserId,
+    /// What they signed in to Halyard with (a key's id, a session's), checked again at the
+    /// callback: a key revoked or a user disabled meanwhile signs nobody in.
+    #[serde(default)]
+    credential: String,
     server: String,
     url: String,
     client_id: String,
@@ -97,6 +107,9 @@ struct Pending {
     flow: StoredAuthorizationState,
     at_ms: i64,
 }
+
+/// How long a sign-out waits for the authorization server to revoke the tokens.
+const REVOKE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 const MANAGERS: &str = "only the organization's owners and admins sign in to its MCP servers";
 
@@ -141,6 +154,8 @@ fn redirect_uri(state: &AppState) -> String {
 fn said(e: &AuthError) -> String {
     let words = match e {
         AuthError::NoAuthorizationSupport => "the server publishes no OAuth metadata (it does not do OAuth sign-in)".into(),
+        // (Halyard's own refusals travel as these: their words are the reason, as they are.)
+        AuthError::InternalError(words) => words.clone(),
         other => halyard_platform::outbound::why(other),
     };
     words.chars().take(300).collect()
@@ -170,8 +185,8 @@ pub async fn start(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let user = principal.user;
-    start_for(&state, &headers, SignInOwner::User(user.clone()), user, name).await
+    let owner = SignInOwner::User(principal.user.clone());
+    start_for(&state, &headers, owner, principal, name).await
 }
 
 /// [`start`] for an organization's server (its owners and admins).
@@ -183,12 +198,17 @@ pub async fn org_start(
     headers: HeaderMap,
     Path((org, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let user = principal.user;
-    let (_, org) = load_managed(&state, &user, &org, MANAGERS)?;
-    start_for(&state, &headers, SignInOwner::Org(org.name.clone()), user, name).await
+    let (_, org) = load_managed(&state, &principal.user, &org, MANAGERS)?;
+    start_for(&state, &headers, SignInOwner::Org(org.name.clone()), principal, name).await
 }
 
-async fn start_for(state: &AppState, headers: &HeaderMap, owner: SignInOwner, actor: UserId, name: String) -> Result<Response, ApiError> {
+async fn start_for(
+    state: &AppState,
+    headers: &HeaderMap,
+    owner: SignInOwner,
+    actor: Principal,
+    name: String,
+) -> Result<Response, ApiError> {
     let url = server_url(state, &owner, &name).await?;
     let (authorize, config, csrf, flow) = match begin(state, &url, &redirect_uri(state)).await {
         Ok(b) => b,
@@ -199,7 +219,8 @@ async fn start_for(state: &AppState, headers: &HeaderMap, owner: SignInOwner, ac
     };
     let pending = Pending {
         owner,
-        actor,
+        actor: actor.user,
+        credential: actor.credential,
         server: name,
         url,
         client_id: config.client_id,
@@ -297,6 +318,10 @@ async fn audit(
 /// sealed; only while the server is still its owner's, at the URL the flow began with, and (for
 /// an organization's) while whoever signs in still manages the organization.
 async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) -> Result<(), AuthError> {
+    // Rights as they are now, not as they were ten minutes ago.
+    if let Err(refused) = state.accounts.principal(&p.actor, KeyScope::Full, &p.credential, now_ms()) {
+        return Err(AuthError::InternalError(format!("you can no longer sign in here: {}", refused.message())));
+    }
     if let SignInOwner::Org(org) = &p.owner {
         load_managed(state, &p.actor, org, MANAGERS).map_err(|e| AuthError::InternalError(e.message))?;
     }
@@ -319,7 +344,8 @@ async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) ->
     Ok(())
 }
 
-/// Signs out of the server (204): its tokens are removed, and its next run asks to sign in again.
+/// Signs out of the server (204): its tokens are revoked at its authorization server (where it
+/// offers that) and removed, and its next run asks to sign in again.
 #[utoipa::path(delete, path = "/mcp-servers/{name}/sign-in", tag = "settings", params(("name" = String, Path)),
     responses((status = 204, description = "signed out"), Refusals))]
 pub async fn sign_out(
@@ -345,8 +371,20 @@ pub async fn org_sign_out(
 }
 
 async fn sign_out_of(state: &AppState, owner: SignInOwner, actor: &UserId, name: &str, client: Client) -> Result<StatusCode, ApiError> {
-    server_url(state, &owner, name).await?;
+    let url = server_url(state, &owner, name).await?;
+    // Ended at the authorization server too, where it offers that: a token copied before the
+    // sign-out is then of no use either. Its answer, or its silence, does not keep the sign-in.
+    let signed_in = store(state, &owner, name, &url);
+    let revoking = mcp_oauth::revoke(&signed_in, &state.config.mcp.allow);
+    let revoked = match tokio::time::timeout(REVOKE_PATIENCE, revoking).await {
+        Ok(Ok(revoked)) => revoked,
+        Ok(Err(e)) => {
+            tracing::info!(owner = %owner, server = %name, error = %e, "an MCP sign-in could not be revoked at its server");
+            false
+        }
+        Err(_) => false,
+    };
     forget(state, &owner, name).await?;
-    audit(state, client, (&owner, actor), "sign_out", name, serde_json::Value::Null).await;
+    audit(state, client, (&owner, actor), "sign_out", name, serde_json::json!({"revoked": revoked})).await;
     Ok(StatusCode::NO_CONTENT)
 }
