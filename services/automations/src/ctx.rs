@@ -39,10 +39,5 @@ pub fn open_token(ctx: &Ctx, a: &Automation, what: &str) -> Result<String, Strin
 
 /// Where a person sees conversation `id` in the web workspace.
 pub fn conversation_link(config: &Config, id: halyard_protocol::ConversationId) -> String {
-    web_link(config, &format!("/c/{id}"))
-}
-
-/// `path` on the web app, as a person opens it.
-pub fn web_link(config: &Config, path: &str) -> String {
-    config.web_link(path)
+    config.web_link(&format!("/c/{id}"))
 }

@@ -22,7 +22,7 @@ use async_nats::jetstream::kv;
 use halyard_protocol::user::McpSignIn;
 use halyard_protocol::{UserId, subjects};
 
-pub use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
+pub use rmcp::transport::auth::{AuthorizationManager, AuthorizationMetadata, OAuthClientConfig};
 pub use rmcp::transport::{AuthClient, AuthError, StoredAuthorizationState, StoredCredentials};
 use rmcp::transport::{CredentialRefreshGuard, CredentialStore, OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRequest, StateStore};
 
@@ -74,13 +74,20 @@ impl OAuthHttpClient for Outbound {
 /// server's protected resource metadata and its authorization server's metadata read. A server
 /// that publishes neither does not do OAuth: [`AuthError::NoAuthorizationSupport`].
 pub async fn manager(url: &str, allow: &[String]) -> Result<AuthorizationManager, AuthError> {
-    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(Outbound::new(allow)?)).await?;
+    let (mut manager, metadata) = discovered(url, Outbound::new(allow)?).await?;
+    manager.set_metadata(metadata);
+    Ok(manager)
+}
+
+/// The SDK's discovery for the MCP server at `url` through `outbound`: a manager, and the
+/// authorization server's metadata (which the manager keeps no getter for).
+async fn discovered(url: &str, outbound: Outbound) -> Result<(AuthorizationManager, AuthorizationMetadata), AuthError> {
+    let manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(outbound)).await?;
     let resolution = manager.resolve_metadata().await?;
     if !resolution.source.is_discovered() {
         return Err(AuthError::NoAuthorizationSupport);
     }
-    manager.set_metadata(resolution.metadata);
-    Ok(manager)
+    Ok((manager, resolution.metadata))
 }
 
 /// Ends `store`'s sign-in at its authorization server too, when that server offers token
@@ -95,14 +102,14 @@ pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthE
         (None, Some(access)) => (access, "access_token"),
         (None, None) => return Ok(false),
     };
-    let manager = AuthorizationManager::new_with_oauth_http_client(&store.url, Arc::new(Outbound::new(allow)?)).await?;
-    let metadata = manager.resolve_metadata().await?.metadata;
+    let outbound = Outbound::new(allow)?;
+    let client = outbound.0.clone();
+    let (_, metadata) = discovered(&store.url, outbound).await?;
     let Some(endpoint) = metadata.additional_fields.get("revocation_endpoint").and_then(serde_json::Value::as_str) else {
         return Ok(false);
     };
     let encode = crate::net::percent_encode;
     let body = format!("token={}&token_type_hint={hint}&client_id={}", encode(token), encode(&credentials.client_id));
-    let client = crate::outbound::builder(allow).timeout(TIMEOUT).build().map_err(|e| AuthError::InternalError(e.to_string()))?;
     let response = client
         .post(endpoint)
         .header("content-type", "application/x-www-form-urlencoded")

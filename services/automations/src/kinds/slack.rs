@@ -17,7 +17,7 @@ use halyard_protocol::user::UserGitProviders;
 use halyard_protocol::{ConversationId, UserId, subjects};
 use serde_json::{Value, json};
 
-use crate::ctx::{Ctx, conversation_link, web_link};
+use crate::ctx::{Ctx, conversation_link};
 use crate::decision::{Decision, clone_url, read};
 use crate::prompt::{self, Fields};
 use crate::threads;
@@ -358,7 +358,7 @@ async fn offer_link(ctx: &Ctx, a: &Automation, client: &Client, slack_user: &str
         .create_with_ttl(subjects::automation_slack_link_key(&code), bytes.into(), ttl)
         .await
         .map_err(|e| BusError::new(halyard_platform::BusErrorKind::Publish, e))?;
-    Ok(web_link(&ctx.config, &format!("/link/slack/{code}")))
+    Ok(ctx.config.web_link(&format!("/link/slack/{code}")))
 }
 
 #[cfg(test)]
