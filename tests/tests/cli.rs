@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use halyard_tests::events::last_status;
 use halyard_tests::harness::halyard_bin;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
@@ -142,7 +143,7 @@ async fn run_streams_a_conversation_to_exit_code_0_and_the_other_commands_read_i
         .await;
     let out = halyard(home.path(), &url, Some(ALICE), &["interrupt", short]);
     assert_eq!(text(&out.stdout).trim(), format!("interrupted {conv}"), "{}", text(&out.stderr));
-    let events = api.wait_events(&conv, "the interrupted run", |ev| ev.last().is_some_and(|e| e["status"] == "idle")).await;
+    let events = api.wait_events(&conv, "the interrupted run", |ev| last_status(ev).as_deref() == Some("idle")).await;
     let last_output = events.iter().rev().find(|e| e["kind"] == "observation").map(|e| e["content"].to_string()).unwrap_or_default();
     assert!(!last_output.contains("never-printed"), "{last_output}");
 
