@@ -6,11 +6,17 @@
 // `<introspector id>`/`<secret>`. Accounts are whoever signs in at its development login form
 // (any password), who then consent to what the client asks on its consent page.
 //
-//   node mcp-oauth-provider.mjs <port> <introspector id> <introspector secret> <access token ttl s>
+// With `confidential`, it registers every client as a confidential one, whatever the client
+// asked (a policy some servers have): it hands out a client secret, and takes no token request,
+// refresh or revocation without it.
+//
+//   node mcp-oauth-provider.mjs <port> <introspector id> <introspector secret> <access token ttl s> [confidential]
+
+import { createServer } from "node:http";
 
 import Provider from "oidc-provider";
 
-const [port, introspector, introspectorSecret, ttl] = process.argv.slice(2);
+const [port, introspector, introspectorSecret, ttl, mode] = process.argv.slice(2);
 const issuer = `http://127.0.0.1:${port}`;
 const accessTtl = Number(ttl);
 const SCOPE = "notes";
@@ -50,4 +56,16 @@ const provider = new Provider(issuer, {
 });
 provider.proxy = false;
 
-provider.listen(Number(port), "127.0.0.1", () => console.log(`mcp-oauth-provider listening at ${issuer}`));
+const handle = provider.callback();
+const server = createServer(async (req, res) => {
+  if (mode === "confidential" && req.method === "POST" && req.url === "/reg") {
+    // The registration as asked, its authentication method replaced; the provider reads a body
+    // already read from `req.body`.
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    const asked = JSON.parse(Buffer.concat(chunks).toString());
+    req.body = JSON.stringify({ ...asked, token_endpoint_auth_method: "client_secret_basic" });
+  }
+  handle(req, res);
+});
+server.listen(Number(port), "127.0.0.1", () => console.log(`mcp-oauth-provider listening at ${issuer} (${mode ?? "public"} clients)`));

@@ -28,13 +28,23 @@ impl OAuthMcpServer {
     /// Starts the authorization server, handing out access tokens that live `ttl_secs`, and the
     /// MCP server it signs in to.
     pub async fn start(ttl_secs: u64) -> Self {
+        Self::start_with(ttl_secs, "public").await
+    }
+
+    /// As [`Self::start`], with an authorization server that registers every client as a
+    /// confidential one (with a secret it then requires), whatever the client asked.
+    pub async fn confidential(ttl_secs: u64) -> Self {
+        Self::start_with(ttl_secs, "confidential").await
+    }
+
+    async fn start_with(ttl_secs: u64, clients: &str) -> Self {
         let port = free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/js/mcp-oauth-provider.mjs");
         // (Held at once: a start that fails below still ends it.)
         let provider = Process(
             Command::new("node")
                 .arg(script)
-                .args([&port.to_string(), INTROSPECTOR, INTROSPECTOR_SECRET, &ttl_secs.to_string()])
+                .args([&port.to_string(), INTROSPECTOR, INTROSPECTOR_SECRET, &ttl_secs.to_string(), clients])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

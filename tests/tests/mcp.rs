@@ -6,7 +6,10 @@
 //! the conversation; another user is offered none of it. An organization's server that wants
 //! OAuth (the Python SDK's resource server, npm's `oidc-provider` as its authorization server) is
 //! signed in to once by an admin for its members (a user's own such server is signed in to from
-//! Chromium, in `browser.rs`).
+//! Chromium, in `browser.rs`); one whose authorization server makes Halyard a confidential client
+//! is refreshed and signed out of with the client's secret.
+
+use std::time::Duration;
 
 use halyard_tests::llm::tool_names;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
@@ -217,4 +220,68 @@ async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_me
     // Where its admins sign in to it, not the member's own Settings.
     let link = format!("{}/orgs?org=acme&mcp_sign_in=notes#mcp-servers", h.http);
     assert_eq!(asked["sign_in_url"].as_str(), Some(link.as_str()), "{asked}");
+}
+
+/// An authorization server that registers Halyard as a confidential client, whatever it asked
+/// (a secret it then requires at its token and revocation endpoints): the sign-in is refreshed
+/// after expiry by the agent runner, which authenticates with that secret, and signing out ends
+/// the grant with it.
+#[tokio::test]
+async fn a_sign_in_whose_client_got_a_secret_is_refreshed_and_revoked_with_it() {
+    init();
+    const TTL: u64 = 4;
+    let mcp = halyard_tests::mcp_oauth::OAuthMcpServer::confidential(TTL).await;
+    let llm = ScriptedLlm::start().await;
+    llm.fallback(|req| {
+        let turn = halyard_tests::llm::latest_turn(req);
+        match turn.iter().any(|m| m["role"] == "tool") {
+            false => Reply::tool("notes__whoami", json!({})),
+            true => Reply::finish("asked notes"),
+        }
+    });
+    let h = Halyard::start(HalyardOptions::new(&llm.base_url).set("HALYARD_MCP_ALLOW", "loopback"));
+    let alice = h.api(ALICE);
+    let server = json!({"transport": "http", "url": mcp.url()});
+    assert_eq!(alice.call(Method::PUT, "/api/v1/mcp-servers/notes", Some(server)).await.0, 201);
+    let start = format!("{}/api/v1/mcp-servers/notes/sign-in", h.http);
+    let page = halyard_tests::oidc::sign_in_through(&start, ALICE, "alice@notes.test").await;
+    assert!(page.contains("mcp_signed_in=notes"), "{page}");
+
+    let whoami = |events: &[Value]| -> Vec<String> {
+        let answers = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami");
+        answers.map(|e| e["content"].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let number = |s: &str| s.rsplit('#').next().and_then(|n| n.parse::<u32>().ok()).unwrap_or(0);
+    let (conv, _) = alice.start_ready(json!({"message": "who am I at notes?"})).await;
+    let events = alice.wait_finished(&conv, 1).await;
+    let first = whoami(&events);
+    assert!(first.len() == 1 && first[0].starts_with("signed in as alice@notes.test with token #"), "{events:?}");
+    let (_, view) = alice.get("/api/v1/mcp-servers/notes").await;
+    let refreshed_at = view["sign_in"]["refreshed_at"].clone();
+
+    // Expired, the token is refreshed with the client's secret, without the user.
+    tokio::time::sleep(Duration::from_secs(TTL + 1)).await;
+    alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "and now?"})).await;
+    let events = alice.wait_finished(&conv, 2).await;
+    let answers = whoami(&events);
+    assert!(!events.iter().any(|e| e["kind"] == "mcp_auth_required"), "the refresh was refused: {events:?}");
+    assert!(answers.len() == 2 && answers[1].starts_with("signed in as alice@notes.test"), "{answers:?}");
+    assert!(number(&answers[1]) > number(&answers[0]), "the expired token was used again: {answers:?}");
+    let (_, view) = alice.get("/api/v1/mcp-servers/notes").await;
+    assert_ne!(view["sign_in"]["refreshed_at"], refreshed_at, "{view}");
+    let all = format!("{}{}{}", Value::Array(events), Value::Array(llm.requests()), h.log());
+    for token in mcp.tokens() {
+        assert!(!all.contains(&token), "a token leaked");
+    }
+
+    // Signing out revokes the grant as that client: a token copied before is refused after.
+    let copied = mcp.tokens().last().cloned().expect("a token the server took");
+    let with_copied = || async {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        let request = reqwest::Client::new().post(mcp.url()).bearer_auth(&copied).header("accept", "application/json, text/event-stream");
+        request.json(&body).send().await.unwrap().status().as_u16()
+    };
+    assert_ne!(with_copied().await, 401, "the token was refused while signed in");
+    assert_eq!(alice.call(Method::DELETE, "/api/v1/mcp-servers/notes/sign-in", None).await.0, 204);
+    assert_eq!(with_copied().await, 401, "the grant outlived the sign-out");
 }

@@ -11,7 +11,8 @@
 //!   the vault, for one URL only, one refresh at a time across processes ([`crate::kv_lease`]);
 //! - [`FlowState`]: the SDK's state store for one flow, whose state the gateway carries between
 //!   the start and the callback itself;
-//! - [`manager`]: an authorization manager for a server, its metadata discovered;
+//! - [`manager`]: an authorization manager for a server, its metadata discovered, and
+//!   [`signed_in`]: one ready to call it with a stored sign-in;
 //! - [`revoke`]: a sign-in ended at its authorization server too (RFC 7009), at sign-out.
 
 use std::collections::HashMap;
@@ -79,6 +80,24 @@ pub async fn manager(url: &str, allow: &[String]) -> Result<AuthorizationManager
     Ok(manager)
 }
 
+/// A manager for the MCP server `store` holds a sign-in to, ready to call it: its client as it
+/// was registered, with the secret of a confidential client (the SDK's store keeps only the
+/// client's id, and an authorization server that registered Halyard with a secret refuses a
+/// refresh without it). None when there is no sign-in to use.
+pub async fn signed_in(store: SignInStore, allow: &[String]) -> Result<Option<AuthorizationManager>, AuthError> {
+    let secret = store.registered_secret().await?;
+    let mut manager = manager(&store.url, allow).await?;
+    let redirect = store.url.clone();
+    manager.set_credential_store(store);
+    if !manager.initialize_from_store().await? {
+        return Ok(None);
+    }
+    if let Some((client_id, secret)) = secret {
+        manager.configure_client(OAuthClientConfig::new(client_id, redirect).with_client_secret(secret))?;
+    }
+    Ok(Some(manager))
+}
+
 /// The SDK's discovery for the MCP server at `url` through `outbound`: a manager, and the
 /// authorization server's metadata (which the manager keeps no getter for).
 async fn discovered(url: &str, outbound: Outbound) -> Result<(AuthorizationManager, AuthorizationMetadata), AuthError> {
@@ -92,10 +111,11 @@ async fn discovered(url: &str, outbound: Outbound) -> Result<(AuthorizationManag
 
 /// Ends `store`'s sign-in at its authorization server too, when that server offers token
 /// revocation (RFC 7009: `revocation_endpoint` in its metadata): the refresh token (which ends
-/// the whole grant at most servers), else the access token, as the public client Halyard
-/// registered as. Whether the server took it. The caller forgets the sign-in whatever it says.
+/// the whole grant at most servers), else the access token, as the client Halyard registered as
+/// (authenticated with its secret where it has one). Whether the server took it. The caller
+/// forgets the sign-in whatever it says.
 pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthError> {
-    let Some(credentials) = store.load().await? else { return Ok(false) };
+    let Some(Sealed { credentials, client_secret }) = store.sealed().await? else { return Ok(false) };
     let tokens = serde_json::to_value(&credentials.token_response).map_err(|e| AuthError::InternalError(e.to_string()))?;
     let (token, hint) = match (tokens["refresh_token"].as_str(), tokens["access_token"].as_str()) {
         (Some(refresh), _) => (refresh, "refresh_token"),
@@ -109,14 +129,21 @@ pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthE
         return Ok(false);
     };
     let encode = crate::net::percent_encode;
-    let body = format!("token={}&token_type_hint={hint}&client_id={}", encode(token), encode(&credentials.client_id));
-    let response = client
-        .post(endpoint)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| AuthError::InternalError(crate::outbound::why(&e)))?;
+    let id = encode(&credentials.client_id);
+    let mut body = format!("token={}&token_type_hint={hint}&client_id={id}", encode(token));
+    let mut request = client.post(endpoint).header("content-type", "application/x-www-form-urlencoded");
+    if let Some(secret) = client_secret {
+        // As the SDK authenticates at the token endpoint: HTTP Basic (RFC 6749 2.3.1, both parts
+        // form-encoded) unless the server takes only the secret in the body.
+        let methods = metadata.additional_fields.get("token_endpoint_auth_methods_supported").and_then(serde_json::Value::as_array);
+        let offers = |m: &str| methods.is_some_and(|all| all.iter().any(|x| x.as_str() == Some(m)));
+        if offers("client_secret_post") && !offers("client_secret_basic") {
+            body.push_str(&format!("&client_secret={}", encode(&secret)));
+        } else {
+            request = request.basic_auth(id, Some(encode(&secret)));
+        }
+    }
+    let response = request.body(body).send().await.map_err(|e| AuthError::InternalError(crate::outbound::why(&e)))?;
     Ok(response.status().is_success())
 }
 
@@ -164,9 +191,31 @@ pub struct SignInStore {
     pub owner: SignInOwner,
     pub server: String,
     pub url: String,
+    /// The secret of the client the authorization server registered, for the sign-in's first
+    /// save (the gateway's, after the code exchange); later saves keep the one stored.
+    client_secret: Option<String>,
+}
+
+/// What a sign-in seals: the SDK's credentials, and the secret of the client they were issued
+/// to, where the authorization server made it a confidential one.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Sealed {
+    credentials: StoredCredentials,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_secret: Option<String>,
 }
 
 impl SignInStore {
+    pub fn new(kv: kv::Store, vault: Arc<Vault>, owner: SignInOwner, server: String, url: String) -> Self {
+        Self { kv, vault, owner, server, url, client_secret: None }
+    }
+
+    /// The store for a sign-in whose client was registered with `secret`.
+    pub fn with_client_secret(mut self, secret: Option<String>) -> Self {
+        self.client_secret = secret;
+        self
+    }
+
     fn key(&self) -> String {
         self.owner.key(&self.server)
     }
@@ -191,14 +240,27 @@ impl SignInStore {
     pub async fn forget(&self) -> Result<(), AuthError> {
         self.kv.purge(self.key()).await.map_err(|e| AuthError::CredentialStoreError(e.to_string()))
     }
+
+    /// What the stored sign-in sealed, if there is one for this URL.
+    async fn sealed(&self) -> Result<Option<Sealed>, AuthError> {
+        self.record().await?.map(|record| self.open(&record)).transpose()
+    }
+
+    fn open(&self, record: &McpSignIn) -> Result<Sealed, AuthError> {
+        let open = self.vault.open(&self.slot(), &record.credentials_sealed).map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+        serde_json::from_str(&open).map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+    }
+
+    /// The stored sign-in's client id and secret, when its client has a secret.
+    async fn registered_secret(&self) -> Result<Option<(String, String)>, AuthError> {
+        Ok(self.sealed().await?.and_then(|s| Some((s.credentials.client_id, s.client_secret?))))
+    }
 }
 
 #[async_trait::async_trait]
 impl CredentialStore for SignInStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        let Some(record) = self.record().await? else { return Ok(None) };
-        let open = self.vault.open(&self.slot(), &record.credentials_sealed).map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
-        serde_json::from_str(&open).map(Some).map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+        Ok(self.sealed().await?.map(|s| s.credentials))
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
@@ -208,16 +270,28 @@ impl CredentialStore for SignInStore {
         // (`expires_in` as the token response has it, in seconds.)
         let lifetime = credentials.token_response.as_ref().and_then(|t| serde_json::to_value(t).ok()?.get("expires_in")?.as_i64());
         let expires_ms = lifetime.map(|secs| received.saturating_add(secs.saturating_mul(1000)));
-        let json = serde_json::to_string(&credentials).map_err(|e| failed(e.to_string()))?;
+        // The first sign-in's time and its client's secret stay; a sign-in again over an old one
+        // starts anew (the gateway purges the old one first).
+        let previous = self.record().await?;
+        let signed_in_ms = previous.as_ref().map_or(now, |r| r.signed_in_ms);
+        let client_secret = match (&self.client_secret, previous) {
+            (Some(secret), _) => Some(secret.clone()),
+            // (Only for the client it was registered with.)
+            (None, Some(previous)) => {
+                let kept = self.open(&previous)?;
+                kept.client_secret.filter(|_| kept.credentials.client_id == credentials.client_id)
+            }
+            (None, None) => None,
+        };
+        let issuer = credentials.issuer.clone();
+        let scopes = credentials.granted_scopes.clone();
+        let json = serde_json::to_string(&Sealed { credentials, client_secret }).map_err(|e| failed(e.to_string()))?;
         let sealed = self.vault.seal(&self.slot(), &json).map_err(|e| failed(e.to_string()))?;
-        // The first sign-in's time stays; a sign-in again over an old one starts anew (the
-        // gateway purges the old one first).
-        let signed_in_ms = self.record().await?.map_or(now, |r| r.signed_in_ms);
         let record = McpSignIn {
             url: self.url.clone(),
-            issuer: credentials.issuer.clone(),
+            issuer,
             credentials_sealed: sealed,
-            scopes: credentials.granted_scopes.clone(),
+            scopes,
             expires_ms,
             signed_in_ms,
             refreshed_ms: now,

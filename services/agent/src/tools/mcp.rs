@@ -382,11 +382,9 @@ pub(crate) async fn connect_one(
             let client = match signed_in {
                 Some(store) => {
                     let by_sdk = |e: AuthError| refused(&e, wants_sign_in(&e));
-                    let mut manager = mcp_oauth::manager(url, allow.unwrap_or_default()).await.map_err(by_sdk)?;
-                    manager.set_credential_store(store);
-                    if !manager.initialize_from_store().await.map_err(by_sdk)? {
+                    let Some(manager) = mcp_oauth::signed_in(store, allow.unwrap_or_default()).await.map_err(by_sdk)? else {
                         return Err(by_sdk(AuthError::AuthorizationRequired));
-                    }
+                    };
                     let transport = StreamableHttpClientTransport::with_client(AuthClient::new(http_client(allow)?, manager), config);
                     ().serve(transport).await.map_err(not_served)?
                 }

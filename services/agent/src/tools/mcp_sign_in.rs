@@ -42,13 +42,7 @@ impl SignIns {
             _ => None,
         });
         let reads = signable.map(|(name, url, owner)| async move {
-            let store = SignInStore {
-                kv: ctx.user_kv.clone(),
-                vault: ctx.vault.clone(),
-                owner: owner.clone(),
-                server: name.clone(),
-                url: url.clone(),
-            };
+            let store = SignInStore::new(ctx.user_kv.clone(), ctx.vault.clone(), owner.clone(), name.clone(), url.clone());
             match store.record().await {
                 Ok(record) => record.map(|r| (name.clone(), (owner, r))),
                 Err(e) => {
@@ -65,7 +59,7 @@ impl SignIns {
     pub(crate) fn store(&self, name: &str, url: &str) -> Option<SignInStore> {
         let (owner, record) = self.records.get(name).filter(|(_, r)| r.url == url)?;
         let (kv, vault) = self.stores.clone()?;
-        Some(SignInStore { kv, vault, owner: owner.clone(), server: name.to_owned(), url: record.url.clone() })
+        Some(SignInStore::new(kv, vault, owner.clone(), name.to_owned(), record.url.clone()))
     }
 }
 

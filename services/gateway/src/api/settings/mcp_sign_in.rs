@@ -115,7 +115,7 @@ const MANAGERS: &str = "only the organization's owners and admins sign in to its
 
 /// The store of `owner`'s sign-in to `server` at `url`.
 fn store(state: &AppState, owner: &SignInOwner, server: &str, url: &str) -> SignInStore {
-    SignInStore { kv: state.user_kv.clone(), vault: state.vault.clone(), owner: owner.clone(), server: server.into(), url: url.into() }
+    SignInStore::new(state.user_kv.clone(), state.vault.clone(), owner.clone(), server.into(), url.into())
 }
 
 /// `owner`'s sign-in to their server `name` at `url`, if any (for the server's view).
@@ -336,7 +336,7 @@ async fn finish(state: &AppState, p: &Pending, code: &str, iss: Option<&str>) ->
     }
     manager.configure_client(config)?;
     manager.set_state_store(FlowState::with(p.csrf.clone(), p.flow.clone()));
-    let store = store(state, &p.owner, &p.server, &p.url);
+    let store = store(state, &p.owner, &p.server, &p.url).with_client_secret(p.client_secret.clone());
     // A sign-in again starts anew.
     store.forget().await?;
     manager.set_credential_store(store);
