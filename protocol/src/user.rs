@@ -323,7 +323,8 @@ pub struct McpSignIn {
     /// The authorization server that issued the tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
-    /// The client registration and the tokens (the MCP SDK's stored credentials, JSON), sealed.
+    /// The client registration and the tokens (the MCP SDK's stored credentials, with the
+    /// client's secret where it has one, JSON), sealed.
     pub credentials_sealed: String,
     /// The scopes granted.
     #[serde(default)]
