@@ -287,15 +287,8 @@ impl CredentialStore for SignInStore {
         let scopes = credentials.granted_scopes.clone();
         let json = serde_json::to_string(&Sealed { credentials, client_secret }).map_err(|e| failed(e.to_string()))?;
         let sealed = self.vault.seal(&self.slot(), &json).map_err(|e| failed(e.to_string()))?;
-        let record = McpSignIn {
-            url: self.url.clone(),
-            issuer,
-            credentials_sealed: sealed,
-            scopes,
-            expires_ms,
-            signed_in_ms,
-            refreshed_ms: now,
-        };
+        let record =
+            McpSignIn { url: self.url.clone(), issuer, credentials_sealed: sealed, scopes, expires_ms, signed_in_ms, refreshed_ms: now };
         let bytes = serde_json::to_vec(&record).map_err(|e| failed(e.to_string()))?;
         self.kv.put(self.key(), bytes.into()).await.map(|_| ()).map_err(|e| failed(e.to_string()))
     }

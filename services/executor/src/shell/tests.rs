@@ -2,6 +2,7 @@
 //! interrupts, capped output and a shell that exits.
 
 use super::*;
+use halyard_protocol::executor::TRUNCATION_MARKER;
 
 fn shell() -> (Shell, tempfile_dir::Dir) {
     let dir = tempfile_dir::Dir::new();
@@ -48,8 +49,7 @@ async fn state_persists_and_exit_codes_are_reported() {
 async fn env_is_exported_without_a_trace_and_scoped_env_ends_with_its_command() {
     let (sh, _d) = shell();
     let env = |k: &str, v: &str| Some(BTreeMap::from([(k.to_owned(), v.to_owned())]));
-    let r =
-        sh.exec(ExecRequest { command: "echo \"[$TOKEN]\"".into(), env: env("TOKEN", "it's $x"), ..Default::default() }).await.unwrap();
+    let r = sh.exec(ExecRequest { command: "echo \"[$TOKEN]\"".into(), env: env("TOKEN", "it's $x"), ..Default::default() }).await.unwrap();
     assert_eq!(r.output, "[it's $x]");
     // Exported: the next command has it. No file holding it is left behind.
     assert_eq!(sh.exec(cmd("echo \"[$TOKEN]\"")).await.unwrap().output, "[it's $x]");
@@ -65,8 +65,7 @@ async fn env_is_exported_without_a_trace_and_scoped_env_ends_with_its_command() 
     // command's names were never exported, so they are not unset by anyone either.
     let r = sh.exec(ExecRequest { command: "echo \"[$TOKEN|$OTHER]\"".into(), env: env("OTHER", "o1"), ..Default::default() }).await;
     assert_eq!(r.unwrap().output, "[|o1]");
-    let r =
-        sh.exec(ExecRequest { command: "echo \"[${OTHER-unset}]\"".into(), env: Some(BTreeMap::new()), ..Default::default() }).await;
+    let r = sh.exec(ExecRequest { command: "echo \"[${OTHER-unset}]\"".into(), env: Some(BTreeMap::new()), ..Default::default() }).await;
     assert_eq!(r.unwrap().output, "[unset]");
 }
 
@@ -91,8 +90,7 @@ async fn a_command_whose_caller_went_away_is_waited_for_by_the_next() {
 #[tokio::test]
 async fn timeout_then_input_then_interrupt() {
     let (sh, _d) = shell();
-    let r =
-        sh.exec(ExecRequest { command: "read x; echo got:$x".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
+    let r = sh.exec(ExecRequest { command: "read x; echo got:$x".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
     assert!(r.still_running && r.exit_code.is_none());
     let busy = sh.exec(cmd("echo no")).await;
     assert!(matches!(busy, Err(ExecutorError::Busy(_))));
@@ -100,10 +98,8 @@ async fn timeout_then_input_then_interrupt() {
     assert_eq!(r.exit_code, Some(0));
     assert!(r.output.contains("got:hello"), "{r:?}");
 
-    let r = sh
-        .exec(ExecRequest { command: "sleep 30; echo finished".into(), timeout_secs: Some(0.3), ..Default::default() })
-        .await
-        .unwrap();
+    let r =
+        sh.exec(ExecRequest { command: "sleep 30; echo finished".into(), timeout_secs: Some(0.3), ..Default::default() }).await.unwrap();
     assert!(r.still_running);
     let r = sh.exec(ExecRequest { command: "C-c".into(), is_input: true, ..Default::default() }).await.unwrap();
     assert_eq!(r.exit_code, Some(130), "{r:?}");
