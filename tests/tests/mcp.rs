@@ -205,11 +205,7 @@ async fn an_organizations_mcp_server_is_signed_in_to_once_by_an_admin_for_its_me
     // Signed out by the admin, the next run asks to sign in again; and the grant is revoked at
     // the authorization server, so a token copied before is refused there too.
     let copied = mcp.tokens().last().cloned().expect("a token the server took");
-    let with_copied = || async {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-        let request = reqwest::Client::new().post(mcp.url()).bearer_auth(&copied).header("accept", "application/json, text/event-stream");
-        request.json(&body).send().await.unwrap().status().as_u16()
-    };
+    let with_copied = || ping_status(mcp.url(), &copied);
     assert_ne!(with_copied().await, 401, "the token was refused while signed in");
     assert_eq!(alice.call(Method::DELETE, "/api/v1/orgs/acme/mcp-servers/notes/sign-in", None).await.0, 204);
     assert_eq!(with_copied().await, 401, "a token of a signed-out grant still works at the server");
@@ -276,12 +272,16 @@ async fn a_sign_in_whose_client_got_a_secret_is_refreshed_and_revoked_with_it() 
 
     // Signing out revokes the grant as that client: a token copied before is refused after.
     let copied = mcp.tokens().last().cloned().expect("a token the server took");
-    let with_copied = || async {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-        let request = reqwest::Client::new().post(mcp.url()).bearer_auth(&copied).header("accept", "application/json, text/event-stream");
-        request.json(&body).send().await.unwrap().status().as_u16()
-    };
+    let with_copied = || ping_status(mcp.url(), &copied);
     assert_ne!(with_copied().await, 401, "the token was refused while signed in");
     assert_eq!(alice.call(Method::DELETE, "/api/v1/mcp-servers/notes/sign-in", None).await.0, 204);
     assert_eq!(with_copied().await, 401, "the grant outlived the sign-out");
+}
+
+/// The status the MCP server at `url` answers a `ping` sent with `token`: 401 when it does not
+/// take the token.
+async fn ping_status(url: String, token: &str) -> u16 {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let request = reqwest::Client::new().post(url).bearer_auth(token).header("accept", "application/json, text/event-stream");
+    request.json(&body).send().await.unwrap().status().as_u16()
 }
