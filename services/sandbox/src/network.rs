@@ -1,7 +1,9 @@
 //! The networks docker sandboxes live on. No sandbox may reach another's ports, so containers
 //! never join Docker's default bridge (where every container talks to every other): they join
 //! a bridge network of this deployment with inter-container traffic off
-//! (`com.docker.network.bridge.enable_icc=false`), one per egress class a spec can ask for:
+//! (`com.docker.network.bridge.enable_icc=false`), one per egress class a spec can ask for, and
+//! Halyard's own iptables rules ([`firewall`]) drop what one sandbox's bridge forwards to any
+//! Halyard bridge, whatever Docker's rules say:
 //!
 //! - `open` (default): anything outside the host, like the default bridge, minus the other
 //!   sandboxes.
@@ -60,13 +62,14 @@ impl Engine {
                 Err(e) => return Err(DockerError::Engine { op: "create network", detail: e.to_string() }),
             }
         }
-        match egress {
-            Egress::Open => {}
-            Egress::Internet => firewall(&self.bridge_name(egress), &BLOCKED_FOR_INTERNET, None).await?,
-            // Internal networks forward nothing, but the host's own address on the bridge is
-            // still a local destination: close it like `internet` does.
-            Egress::None => firewall(&self.bridge_name(egress), &[], None).await?,
-            Egress::Policy => firewall(&self.bridge_name(egress), &[], Some(crate::egress_proxy::PROXY_PORT)).await?,
+        match firewall(&self.bridge_name(egress), egress).await {
+            Ok(()) => {}
+            // `open` asks no rule of Halyard's to hold (Docker's keep sandboxes apart), so an
+            // engine on another host, or Halyard without root, still gets it.
+            Err(e) if egress == Egress::Open => {
+                tracing::warn!(network = %name, error = %e, "cannot add Halyard's own rules between sandboxes; Docker's alone keep them apart")
+            }
+            Err(e) => return Err(e),
         }
         Ok(name)
     }
@@ -113,19 +116,34 @@ impl Engine {
     }
 }
 
-/// Drops what leaves `bridge` for a `blocked` range (forwarded traffic, `DOCKER-USER`) or for
-/// the host itself (`INPUT`, but for answers to connections the host opened: the executor's
-/// port; and for `open_port`, the egress proxy's, where it is given). Rules are replaced, not
-/// added twice, so restarts do not pile them up.
-async fn firewall(bridge: &str, blocked: &[&str], open_port: Option<u16>) -> Result<(), DockerError> {
-    let mut forward: Vec<Vec<String>> =
-        blocked.iter().map(|cidr| ["-i", bridge, "-d", cidr, "-j", "DROP"].map(str::to_owned).to_vec()).collect();
-    forward.reverse();
-    let answers = ["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"].map(str::to_owned).to_vec();
-    let to_host = ["-i", bridge, "-j", "DROP"].map(str::to_owned).to_vec();
-    let mut input = vec![to_host, answers];
-    if let Some(port) = open_port {
-        input.push(["-i", bridge, "-p", "tcp", "--dport", &port.to_string(), "-j", "ACCEPT"].map(str::to_owned).to_vec());
+/// Halyard's own rules for the network of `egress` on `bridge`, ahead of Docker's:
+///
+/// - forwarded traffic (`DOCKER-USER`): never to a Halyard bridge (`hy+`: another sandbox, of
+///   this deployment or another; Docker's inter-container and isolation rules say the same, but
+///   a full CI run once saw an `offline` sandbox reach another's port, so the rule that matters
+///   is not left to them alone); for `internet`, not to the blocked ranges; for the internal
+///   classes (`none`, `policy`), nothing at all (their one way out is the host's address);
+/// - to the host itself (`INPUT`), for all but `open`: nothing but answers to connections the
+///   host opened (the executor's port) and, for `policy`, the egress proxy's port. Internal
+///   networks forward nothing, but the host's own address on the bridge is still a local
+///   destination.
+///
+/// Rules are replaced, not added twice, so restarts do not pile them up.
+async fn firewall(bridge: &str, egress: Egress) -> Result<(), DockerError> {
+    let rule = |parts: &[&str]| parts.iter().map(|p| (*p).to_owned()).collect::<Vec<String>>();
+    let mut forward = vec![rule(&["-i", bridge, "-o", "hy+", "-j", "DROP"])];
+    match egress {
+        Egress::Open => {}
+        Egress::Internet => forward.extend(BLOCKED_FOR_INTERNET.iter().map(|cidr| rule(&["-i", bridge, "-d", cidr, "-j", "DROP"]))),
+        Egress::None | Egress::Policy => forward.push(rule(&["-i", bridge, "-j", "DROP"])),
+    }
+    let answers = rule(&["-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]);
+    let mut input = match egress {
+        Egress::Open => Vec::new(),
+        _ => vec![rule(&["-i", bridge, "-j", "DROP"]), answers],
+    };
+    if egress == Egress::Policy {
+        input.push(rule(&["-i", bridge, "-p", "tcp", "--dport", &crate::egress_proxy::PROXY_PORT.to_string(), "-j", "ACCEPT"]));
     }
     // Each inserted at the top, so the last ends up first: `answers` and the open port above
     // `to_host`.
