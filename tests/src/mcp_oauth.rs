@@ -75,6 +75,17 @@ impl OAuthMcpServer {
     }
 }
 
+/// What the server's `whoami` tool answered in a conversation's `events`, in order.
+pub fn whoami_answers(events: &[serde_json::Value]) -> Vec<String> {
+    let answers = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami");
+    answers.map(|e| e["content"].as_str().expect("a tool's answer is text").to_owned()).collect()
+}
+
+/// Which distinct token a `whoami` answer names (`… with token #2`: 2).
+pub fn token_number(answer: &str) -> u32 {
+    answer.rsplit('#').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no token number in {answer:?}"))
+}
+
 /// A child process, ended when dropped.
 struct Process(Child);
 

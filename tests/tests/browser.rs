@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 
 use halyard_tests::docker::require_engine;
+use halyard_tests::mcp_oauth::{token_number, whoami_answers};
 use halyard_tests::registry::Registry;
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use serde_json::{Value, json};
@@ -481,28 +482,20 @@ async fn an_mcp_server_that_wants_oauth_is_signed_in_to_from_chromium_and_its_to
     let signed_in_at = server["sign_in"]["refreshed_at"].clone();
 
     // The next run uses the sign-in: the tool answers as the user who signed in.
-    let whoami = |events: &[Value]| -> Vec<String> {
-        events
-            .iter()
-            .filter(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami")
-            .map(|e| e["content"].as_str().unwrap().to_owned())
-            .collect()
-    };
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "who am I at notes now?"})).await;
     let events = alice.wait_finished(&conv, 2).await;
-    let first = whoami(&events);
+    let first = whoami_answers(&events);
     assert_eq!(first.len(), 1, "{events:?}");
     assert!(first[0].starts_with("signed in as alice@notes.test with token #"), "{first:?}");
-    let number = |s: &str| s.rsplit('#').next().unwrap().parse::<u32>().unwrap();
 
     // After the access token expired, the next call refreshes it, without the user.
     tokio::time::sleep(std::time::Duration::from_secs(TTL + 2)).await;
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "who am I at notes, once more?"})).await;
     let events = alice.wait_finished(&conv, 3).await;
-    let answers = whoami(&events);
+    let answers = whoami_answers(&events);
     assert_eq!(answers.len(), 2, "{events:?}");
     assert!(answers[1].starts_with("signed in as alice@notes.test"), "{answers:?}");
-    assert!(number(&answers[1]) > number(&answers[0]), "the expired token was used again: {answers:?}");
+    assert!(token_number(&answers[1]) > token_number(&answers[0]), "the expired token was used again: {answers:?}");
     let (_, server) = alice.get("/api/v1/mcp-servers/notes").await;
     assert_ne!(server["sign_in"]["refreshed_at"], signed_in_at, "{server}");
     assert_eq!(events.iter().filter(|e| e["kind"] == "mcp_auth_required").count(), 1);

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use halyard_tests::llm::tool_names;
+use halyard_tests::mcp_oauth::{token_number, whoami_answers};
 use halyard_tests::{Halyard, HalyardOptions, Reply, ScriptedLlm, init};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -243,14 +244,9 @@ async fn a_sign_in_whose_client_got_a_secret_is_refreshed_and_revoked_with_it() 
     let page = halyard_tests::oidc::sign_in_through(&start, ALICE, "alice@notes.test").await;
     assert!(page.contains("mcp_signed_in=notes"), "{page}");
 
-    let whoami = |events: &[Value]| -> Vec<String> {
-        let answers = events.iter().filter(|e| e["kind"] == "observation" && e["tool"] == "notes__whoami");
-        answers.map(|e| e["content"].as_str().unwrap_or_default().to_owned()).collect()
-    };
-    let number = |s: &str| s.rsplit('#').next().and_then(|n| n.parse::<u32>().ok()).unwrap_or(0);
     let (conv, _) = alice.start_ready(json!({"message": "who am I at notes?"})).await;
     let events = alice.wait_finished(&conv, 1).await;
-    let first = whoami(&events);
+    let first = whoami_answers(&events);
     assert!(first.len() == 1 && first[0].starts_with("signed in as alice@notes.test with token #"), "{events:?}");
     let (_, view) = alice.get("/api/v1/mcp-servers/notes").await;
     let refreshed_at = view["sign_in"]["refreshed_at"].clone();
@@ -259,10 +255,10 @@ async fn a_sign_in_whose_client_got_a_secret_is_refreshed_and_revoked_with_it() 
     tokio::time::sleep(Duration::from_secs(TTL + 1)).await;
     alice.post(&format!("/api/v1/conversations/{conv}/messages"), json!({"text": "and now?"})).await;
     let events = alice.wait_finished(&conv, 2).await;
-    let answers = whoami(&events);
+    let answers = whoami_answers(&events);
     assert!(!events.iter().any(|e| e["kind"] == "mcp_auth_required"), "the refresh was refused: {events:?}");
     assert!(answers.len() == 2 && answers[1].starts_with("signed in as alice@notes.test"), "{answers:?}");
-    assert!(number(&answers[1]) > number(&answers[0]), "the expired token was used again: {answers:?}");
+    assert!(token_number(&answers[1]) > token_number(&answers[0]), "the expired token was used again: {answers:?}");
     let (_, view) = alice.get("/api/v1/mcp-servers/notes").await;
     assert_ne!(view["sign_in"]["refreshed_at"], refreshed_at, "{view}");
     let all = format!("{}{}{}", Value::Array(events), Value::Array(llm.requests()), h.log());

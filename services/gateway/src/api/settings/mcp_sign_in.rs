@@ -7,10 +7,11 @@
 //!   what the user's conversations are signed in as, refused to a read-only one) reads the
 //!   server's protected resource metadata and its authorization server's, registers Halyard as
 //!   a client there (dynamic client registration), and sends the browser (303) to the
-//!   authorization server with a PKCE challenge and the server as `resource`. What the callback needs travels in a short-lived cookie
-//!   sealed with the vault (`halyard_mcp_oauth`, SameSite=Lax for the provider's redirect back):
-//!   the session cookie is SameSite=Strict and does not come back on that redirect, and a
-//!   callback in someone else's browser (a sign-in link sent to a victim) finds no flow.
+//!   authorization server with a PKCE challenge and the server as `resource`. What the callback
+//!   needs travels in a short-lived cookie sealed with the vault (`halyard_mcp_oauth`,
+//!   SameSite=Lax for the provider's redirect back): the session cookie is SameSite=Strict and
+//!   does not come back on that redirect, and a callback in someone else's browser (a sign-in
+//!   link sent to a victim) finds no flow.
 //! - `GET /mcp-oauth/callback` exchanges the code, seals the tokens into `mcpoauth.<user>.<server>`
 //!   (`orgmcpoauth.<org>.<server>` for an organization's; refreshed from then on by the agent
 //!   runner), and sends the browser back to Settings (or the Organizations page) with
