@@ -125,6 +125,10 @@ pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthE
     let outbound = Outbound::new(allow)?;
     let client = outbound.0.clone();
     let (_, metadata) = discovered(&store.url, outbound).await?;
+    if !issued_by(credentials.issuer.as_deref(), &metadata) {
+        tracing::warn!(server = %store.server, "an MCP server now names another authorization server; its sign-in is not revoked there");
+        return Ok(false);
+    }
     let Some(endpoint) = metadata.additional_fields.get("revocation_endpoint").and_then(serde_json::Value::as_str) else {
         return Ok(false);
     };
@@ -145,6 +149,13 @@ pub async fn revoke(store: &SignInStore, allow: &[String]) -> Result<bool, AuthE
     }
     let response = request.body(body).send().await.map_err(|e| AuthError::InternalError(crate::outbound::why(&e)))?;
     Ok(response.status().is_success())
+}
+
+/// Whether the authorization server `metadata` describes is the one that issued tokens whose
+/// issuer was `stored`: a server whose metadata now names another one would have the tokens
+/// (and the client's secret) sent there. (The SDK checks the same before it refreshes.)
+fn issued_by(stored: Option<&str>, metadata: &AuthorizationMetadata) -> bool {
+    stored.is_none_or(|issuer| metadata.issuer.as_deref() == Some(issuer))
 }
 
 /// Whose server a sign-in is to: a user's own, or an organization's (signed in to once, by one of
@@ -377,6 +388,21 @@ mod tests {
         let sealed = vault.seal(&user.slot("notes"), "{}").unwrap();
         assert!(vault.open(&org.slot("notes"), &sealed).is_err());
         assert!(vault.open(&user.slot("other"), &sealed).is_err());
+    }
+
+    #[test]
+    fn tokens_are_revoked_only_at_the_authorization_server_that_issued_them() {
+        let metadata = |issuer: Option<&str>| -> AuthorizationMetadata {
+            let mut m = serde_json::json!({"authorization_endpoint": "https://as/a", "token_endpoint": "https://as/t"});
+            if let Some(issuer) = issuer {
+                m["issuer"] = issuer.into();
+            }
+            serde_json::from_value(m).unwrap()
+        };
+        assert!(issued_by(Some("https://as"), &metadata(Some("https://as"))));
+        assert!(!issued_by(Some("https://as"), &metadata(Some("https://elsewhere"))));
+        assert!(!issued_by(Some("https://as"), &metadata(None)));
+        assert!(issued_by(None, &metadata(Some("https://as"))));
     }
 
     #[tokio::test]
