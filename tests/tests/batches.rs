@@ -168,6 +168,14 @@ async fn a_batch_goes_on_after_halyard_is_killed_with_no_item_run_twice_and_none
         for r in done["items"].as_array().unwrap().iter().filter(|r| r["status"] != "passed") {
             let (_, c) = api.get(&format!("/api/v1/conversations/{}", r["conversation_id"].as_str().unwrap_or("-"))).await;
             why.push(format!("{}: {} {}", r["conversation_id"], c["state"], c["error_detail"]));
+            // And what Halyard did with its sandbox, on both sides of the kill.
+            let ids: Vec<&str> = [&c["sandbox_id"], &r["conversation_id"]].into_iter().filter_map(Value::as_str).collect();
+            why.extend(h.log().lines().filter(|l| ids.iter().any(|id| l.contains(id))).map(str::to_owned));
+            // And what its executor said.
+            if let Some(sandbox) = c["sandbox_id"].as_str() {
+                let log = h.workspace(sandbox).with_file_name("executor.log");
+                why.push(format!("{}:\n{}", log.display(), std::fs::read_to_string(&log).unwrap_or_default()));
+            }
         }
         panic!("every item should pass after the restart; not passed:\n{}\n{done}", why.join("\n"));
     }

@@ -158,3 +158,77 @@ async fn a_sandbox_cut_short_while_starting_is_made_after_the_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The executors running in `sandboxes` (the supervisor's directory of them), by the workspace
+/// they serve: found by the directory each works in, as an isolated one sees it elsewhere.
+fn executors_in(sandboxes: &std::path::Path) -> Vec<(String, i32)> {
+    use halyard_tests::procs::directory_id;
+    let dirs: Vec<(String, (u64, u64))> = std::fs::read_dir(sandboxes)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| Some((e.file_name().to_string_lossy().into_owned(), directory_id(&e.path().join("workspace"))?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if !cmdline.split(|b| *b == 0).any(|a| a == b"executor") {
+            continue;
+        }
+        let Some(cwd) = directory_id(&entry.path().join("cwd")) else { continue };
+        if let Some((id, _)) = dirs.iter().find(|(_, d)| *d == cwd) {
+            found.push((id.clone(), pid));
+        }
+    }
+    found
+}
+
+/// Whether process `pid` listens on a TCP port in its network (the executor does once it has
+/// said where, before its supervisor records it).
+fn listening(pid: i32) -> bool {
+    // State `0A` is LISTEN; the table is the process's own network namespace's.
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table.lines().skip(1).any(|l| l.split_whitespace().nth(3) == Some("0A"))
+}
+
+/// A supervisor killed after it spawned a sandbox's executor but before any record named it
+/// leaves that executor running. The start is made again after the restart, and the executor
+/// left behind is ended: one executor serves the workspace, not two, and none outlives the
+/// sandbox.
+#[tokio::test]
+async fn an_executor_a_killed_start_left_running_is_ended_when_its_sandbox_is_made_again() {
+    init();
+    let llm = ScriptedLlm::start().await;
+    let mut h = Halyard::start(HalyardOptions::new(&llm.base_url));
+    let api = h.api(ALICE);
+    let sandboxes = h.workspace("-").parent().and_then(|p| p.parent()).unwrap().to_owned();
+    llm.push([Reply::finish("done")]);
+    let (s, task) = api.post("/api/v1/conversations", json!({"message": "go"})).await;
+    assert_eq!(s, 202, "{task}");
+    // Killed the moment the executor listens: its start is under way, not recorded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (sandbox, left) = loop {
+        if let Some(found) = executors_in(&sandboxes).into_iter().find(|(_, pid)| listening(*pid)) {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no executor started");
+    };
+    h.kill9();
+    assert!(halyard_tests::procs::state(left).is_some_and(|s| s != 'Z'), "the executor died with its supervisor");
+    h.restart();
+    let api = h.api(ALICE);
+    let task = api.wait_task(task["id"].as_str().unwrap(), &["READY"]).await;
+    assert_eq!(task["sandbox_id"], sandbox.as_str());
+    api.wait_finished(task["conversation_id"].as_str().unwrap(), 1).await;
+    let serving: Vec<i32> = executors_in(&sandboxes).into_iter().filter(|(s, _)| *s == sandbox).map(|(_, pid)| pid).collect();
+    assert_eq!(serving.len(), 1, "executors in the workspace: {serving:?}");
+    assert_ne!(serving[0], left, "the executor left behind was adopted without a record of it");
+    // (Given the two seconds a group has to end before it is killed.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while halyard_tests::procs::state(left).is_some_and(|s| s != 'Z') {
+        assert!(Instant::now() < deadline, "the executor left behind still runs beside the new one");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

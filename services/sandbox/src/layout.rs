@@ -1,4 +1,5 @@
-//! Where a process sandbox's files are: its root, workspace, home, temporary directory and log.
+//! Where a process sandbox's files are: its root, workspace, home, temporary directory, log and
+//! the note of its executor's pid.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,12 @@ impl Layout {
             .custom_flags(libc::O_NOFOLLOW)
             .open(self.log())
             .map_err(|e| format!("cannot open {}: {e}", self.log().display()))
+    }
+    /// The pid of the last executor started for the sandbox, noted the moment it is spawned:
+    /// a supervisor killed before its record names that executor leaves it running, and the
+    /// next start ends it from here (see `process::end_leftover`).
+    pub fn executor_pid(&self) -> PathBuf {
+        self.root.join("executor.pid")
     }
     /// The tunnel into the sandbox's network (the supervisor's; the sandbox cannot open it).
     pub fn tunnel(&self) -> PathBuf {

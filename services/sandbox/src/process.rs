@@ -144,6 +144,7 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
     // The child has its copy; ours must not linger.
     drop(tunnel);
     let pid = child.id().ok_or("executor exited at once")?;
+    note_pid(layout, pid);
     let deadline = tokio::time::Instant::now() + timeout;
     let result = async {
         let mut stdin = child.stdin.take().ok_or("executor has no stdin")?;
@@ -170,7 +171,15 @@ pub async fn start(launch: Launch<'_>, http: &reqwest::Client) -> Result<Started
             (format!("http://{addr}"), urls)
         };
         tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "sandbox network made");
-        wait_healthy(&ExecutorClient::new(http.clone(), url.clone(), key.to_owned()), deadline).await?;
+        // An executor that ends first fails the start now, not at the deadline.
+        let client = ExecutorClient::new(http.clone(), url.clone(), key.to_owned());
+        tokio::select! {
+            healthy = wait_healthy(&client, deadline) => healthy?,
+            ended = child.wait() => {
+                let how = ended.map_or_else(|e| e.to_string(), |s| s.to_string());
+                return Err(format!("executor ended ({how}) before it answered; see {}", layout.log().display()));
+            }
+        }
         tracing::debug!(ms = began.elapsed().as_secs_f64() * 1000.0, "executor healthy");
         Ok::<_, String>((url, apps))
     }
@@ -330,6 +339,46 @@ pub async fn wait_healthy(client: &ExecutorClient, deadline: tokio::time::Instan
     }
 }
 
+/// Notes `pid` as the sandbox's executor (see [`Layout::executor_pid`]). Never following a link
+/// planted there: the note is written with Halyard's privileges. A note that cannot be written
+/// only costs the clean-up after a crash.
+fn note_pid(layout: &Layout, pid: u32) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(layout.executor_pid())
+        .and_then(|mut f| f.write_all(pid.to_string().as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!(error = %e, path = %layout.executor_pid().display(), "cannot note the executor's pid");
+    }
+}
+
+/// Ends the executor an earlier start of this sandbox left running (its supervisor was killed
+/// before anything recorded it, so no record names it): the noted pid's process group, if that
+/// process still works in this sandbox's workspace (a pid reused by another process does not).
+/// Returns its pid. Left alone, it would serve nobody (its tunnel is replaced), keep its share
+/// of the sandbox's limits, and outlive the sandbox's deletion with the sandbox's uid.
+pub fn end_leftover(layout: &Layout) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(layout.executor_pid()).ok()?.trim().parse().ok()?;
+    let dir = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    let here = dir(&layout.workspace())?;
+    // Its working directory as the kernel has it: the same directory under whatever path an
+    // isolated executor sees it.
+    if pid <= 1 || !alive(pid) || dir(std::path::Path::new(&format!("/proc/{pid}/cwd"))) != Some(here) {
+        return None;
+    }
+    kill_group(pid);
+    Some(pid)
+}
+
 /// Whether a process exists.
 pub fn alive(pid: u32) -> bool {
     halyard_platform::signal(pid as i32, 0)
@@ -396,6 +445,32 @@ fn groups_below(pid: u32) -> Vec<i32> {
         i += 1;
     }
     groups
+}
+
+/// [`kill_group`], waited for: returns once the executor has ended (SIGKILL to its group after
+/// two seconds, then up to one more). For a supervisor that stops: its runtime ends next, and
+/// with it the timer that would have sent the SIGKILL, so an executor slow to end would outlive
+/// the clean stop that was to end it.
+pub async fn end_group(pid: u32) {
+    halyard_platform::signal(-(pid as i32), libc::SIGTERM);
+    halyard_platform::signal(-(pid as i32), libc::SIGCONT);
+    let gone = || !alive(pid) || zombie(pid);
+    for (patience, then_kill) in [(Duration::from_secs(2), true), (Duration::from_secs(1), false)] {
+        let deadline = tokio::time::Instant::now() + patience;
+        while !gone() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Any member of the group, not only the executor.
+        if then_kill && halyard_platform::signal(-(pid as i32), 0) {
+            halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+        }
+    }
+}
+
+/// Whether `pid` has ended and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)) == Some("Z")
 }
 
 /// Stops an executor and its process group (the forwarder and slirp4netns of a sandbox with a

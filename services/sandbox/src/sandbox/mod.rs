@@ -256,7 +256,7 @@ impl Actor for SandboxActor {
         // running and is adopted by the next supervisor.
         if let Some(pid) = st.pid.take() {
             st.generation += 1;
-            process::kill_group(pid);
+            process::end_group(pid).await;
         }
         st.untrack_container();
         Ok(())
@@ -469,6 +469,8 @@ impl SandboxState {
                 tracing::warn!(sandbox_id = %self.id, error = %e, "cannot remove volume; the next start-up removes it as an orphan");
             }
         } else {
+            // An executor no record named (a crash cut its start short) goes too.
+            process::end_leftover(&self.layout);
             // The uid is read off the workspace, so free it first.
             if let Some(isolation) = &self.ctx.isolation {
                 isolation.release(&self.layout);

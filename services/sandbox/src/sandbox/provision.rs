@@ -21,6 +21,10 @@ impl SandboxState {
         if let Some(pid) = self.pid.take() {
             process::kill_group(pid);
         }
+        // One that no record names: a crash cut its start short after it was spawned.
+        if let Some(pid) = process::end_leftover(&self.layout) {
+            tracing::info!(sandbox_id = %self.id, pid, "ended the executor a start cut short by a crash left running");
+        }
         if let Some(why) = self.ctx.isolation_refusal(&self.owner) {
             tracing::warn!(sandbox_id = %self.id, %why, "process sandbox refused");
             self.publish(SandboxStatus::Error, Some(format!("start failed: {why}"))).await;

@@ -83,7 +83,7 @@ impl SandboxState {
                 } else {
                     let client = ExecutorClient::new(self.ctx.http.clone(), url.to_owned(), self.key());
                     // (Its key is this sandbox's: an answer is from its executor.)
-                    matches!(client.health().await, Ok(h) if h.ok && h.workspace == self.workspace())
+                    self.answers_as_ours(&client, pid).await
                 }
             }
             _ => false,
@@ -105,6 +105,23 @@ impl SandboxState {
                 self.publish(SandboxStatus::Paused, Some("executor is gone; resume starts a new one on the same workspace".into())).await;
             }
             _ => self.provision_process(myself).await,
+        }
+    }
+
+    /// Whether the live executor `pid` answers as this sandbox's. It is given a few seconds: a
+    /// host busy with a restart (every sandbox reconciled at once) can leave one check
+    /// unanswered, and an executor taken for dead is replaced, ending what the agent ran in it.
+    async fn answers_as_ours(&self, client: &ExecutorClient, pid: u32) -> bool {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(6);
+        loop {
+            match client.health().await {
+                Ok(h) => return h.ok && h.workspace == self.workspace(),
+                Err(e) if tokio::time::Instant::now() >= deadline || !process::alive(pid) => {
+                    tracing::info!(sandbox_id = %self.id, pid, error = %e, "the executor left running does not answer");
+                    return false;
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+            }
         }
     }
 }
