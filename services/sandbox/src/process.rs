@@ -339,9 +339,10 @@ pub async fn wait_healthy(client: &ExecutorClient, deadline: tokio::time::Instan
     }
 }
 
-/// Notes `pid` as the sandbox's executor (see [`Layout::executor_pid`]). Never following a link
-/// planted there: the note is written with Halyard's privileges. A note that cannot be written
-/// only costs the clean-up after a crash.
+/// Notes `pid` as the sandbox's executor (see [`Layout::executor_pid`]). A sandbox that can
+/// write its directory (bubblewrap's) may have planted something there: a link is not followed
+/// (the note is written with Halyard's privileges) and a pipe is not waited on. A note that
+/// cannot be written only costs the clean-up after a crash.
 fn note_pid(layout: &Layout, pid: u32) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -350,7 +351,7 @@ fn note_pid(layout: &Layout, pid: u32) {
         .write(true)
         .truncate(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(layout.executor_pid())
         .and_then(|mut f| f.write_all(pid.to_string().as_bytes()));
     if let Err(e) = written {
@@ -364,7 +365,18 @@ fn note_pid(layout: &Layout, pid: u32) {
 /// Returns its pid. Left alone, it would serve nobody (its tunnel is replaced), keep its share
 /// of the sandbox's limits, and outlive the sandbox's deletion with the sandbox's uid.
 pub fn end_leftover(layout: &Layout) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(layout.executor_pid()).ok()?.trim().parse().ok()?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Read as it was written: no link followed, no pipe waited on, a pid's length at most.
+    let note = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(layout.executor_pid())
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
+    let mut text = String::new();
+    note.take(16).read_to_string(&mut text).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
     let dir = |p: &std::path::Path| {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
@@ -486,4 +498,59 @@ pub fn kill_group(pid: u32) {
             halyard_platform::signal(-(pid as i32), libc::SIGKILL);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> (tempfile::TempDir, Layout) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout { root: dir.path().to_owned() };
+        std::fs::create_dir_all(layout.workspace()).unwrap();
+        (dir, layout)
+    }
+
+    #[tokio::test]
+    async fn a_noted_executor_still_in_its_workspace_is_ended_and_nothing_else_is() {
+        let (_dir, layout) = layout();
+        let spawn = |cwd: &std::path::Path| {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep").arg("60").current_dir(cwd).process_group(0).spawn().unwrap()
+        };
+        // Working elsewhere (a pid taken over by another process): left alone.
+        let mut other = spawn(std::path::Path::new("/"));
+        note_pid(&layout, other.id());
+        assert_eq!(end_leftover(&layout), None);
+        assert!(other.try_wait().unwrap().is_none(), "a process outside the workspace was ended");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        // The one left running in the workspace: ended, with its group.
+        let mut left = spawn(&layout.workspace());
+        note_pid(&layout, left.id());
+        assert_eq!(end_leftover(&layout), Some(left.id()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while left.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "the noted executor still runs");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn what_a_sandbox_plants_as_the_note_is_neither_followed_nor_waited_on() {
+        let (_dir, layout) = layout();
+        // A link to an endless file is not read; a pipe with no reader is not waited on.
+        std::os::unix::fs::symlink("/dev/zero", layout.executor_pid()).unwrap();
+        assert_eq!(end_leftover(&layout), None);
+        note_pid(&layout, 1234);
+        assert!(std::fs::symlink_metadata(layout.executor_pid()).unwrap().file_type().is_symlink());
+        std::fs::remove_file(layout.executor_pid()).unwrap();
+        let fifo = std::ffi::CString::new(layout.executor_pid().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a path this test owns.
+        #[allow(unsafe_code)]
+        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
+        assert_eq!(made, 0);
+        note_pid(&layout, 1234);
+        assert_eq!(end_leftover(&layout), None);
+    }
 }
