@@ -31,15 +31,20 @@ impl Layout {
         self.root.join("executor.log")
     }
     /// The log, opened to append (by the executor and the helpers of its sandbox). Never
-    /// following a link planted where it goes: it is opened with Halyard's privileges.
+    /// following a link planted where it goes (it is opened with Halyard's privileges), nor
+    /// waiting on a pipe planted there (a bubblewrap sandbox can write its directory).
     pub fn open_log(&self) -> Result<std::fs::File, String> {
-        std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(self.log())
-            .map_err(|e| format!("cannot open {}: {e}", self.log().display()))
+            .map_err(|e| format!("cannot open {}: {e}", self.log().display()))?;
+        match file.metadata() {
+            Ok(m) if m.is_file() => Ok(file),
+            _ => Err(format!("{} is not a regular file; remove it", self.log().display())),
+        }
     }
     /// The pid of the last executor started for the sandbox, noted the moment it is spawned:
     /// a supervisor killed before its record names that executor leaves it running, and the

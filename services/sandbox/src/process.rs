@@ -545,12 +545,18 @@ mod tests {
         note_pid(&layout, 1234);
         assert!(std::fs::symlink_metadata(layout.executor_pid()).unwrap().file_type().is_symlink());
         std::fs::remove_file(layout.executor_pid()).unwrap();
-        let fifo = std::ffi::CString::new(layout.executor_pid().as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a path this test owns.
-        #[allow(unsafe_code)]
-        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
-        assert_eq!(made, 0);
+        let mkfifo = |path: std::path::PathBuf| {
+            let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a path this test owns.
+            #[allow(unsafe_code)]
+            let made = unsafe { libc::mkfifo(path.as_ptr(), 0o600) };
+            assert_eq!(made, 0);
+        };
+        mkfifo(layout.executor_pid());
         note_pid(&layout, 1234);
         assert_eq!(end_leftover(&layout), None);
+        // Nor is the log, which the executor's output is sent to.
+        mkfifo(layout.log());
+        assert!(layout.open_log().is_err());
     }
 }
