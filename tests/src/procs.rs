@@ -6,16 +6,24 @@ use std::path::Path;
 /// an `executor` working in that directory (by the directory itself, not its path: an isolated
 /// process sandbox sees it at `/workspace`).
 pub fn executor_pid(workspace: &Path) -> Option<i32> {
-    let wanted = directory_id(workspace)?;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+    executor_pids(workspace).into_iter().next()
+}
+
+/// Pids of every executor serving `workspace` (one, unless one was left behind), found as
+/// [`executor_pid`] finds one.
+pub fn executor_pids(workspace: &Path) -> Vec<i32> {
+    let Some(wanted) = directory_id(workspace) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
         let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         if args.iter().any(|a| a == "executor") && directory_id(&entry.path().join("cwd")) == Some(wanted) {
-            return Some(pid);
+            pids.push(pid);
         }
     }
-    None
+    pids
 }
 
 /// A directory itself (device and inode), whatever path names it: `/proc/<pid>/cwd` of a

@@ -239,7 +239,7 @@ pub async fn stop_slirp(group: u32) -> Result<(), String> {
         }
     }
     for _ in 0..200 {
-        if found.iter().all(|pid| !alive(*pid)) {
+        if found.iter().all(|pid| !running(*pid)) {
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -262,8 +262,8 @@ fn slirp_processes(group: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is still running (a zombie is not: it holds no descriptors).
-fn alive(pid: u32) -> bool {
+/// Whether `pid` is still running (a zombie is not: it holds no descriptors, and has ended).
+pub(crate) fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, tail)| tail.split_whitespace().next() != Some("Z")))
 }

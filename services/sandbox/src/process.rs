@@ -362,9 +362,11 @@ fn note_pid(layout: &Layout, pid: u32) {
 /// Ends the executor an earlier start of this sandbox left running (its supervisor was killed
 /// before anything recorded it, so no record names it): the noted pid's process group, if that
 /// process still works in this sandbox's workspace (a pid reused by another process does not).
-/// Returns its pid. Left alone, it would serve nobody (its tunnel is replaced), keep its share
-/// of the sandbox's limits, and outlive the sandbox's deletion with the sandbox's uid.
-pub fn end_leftover(layout: &Layout) -> Option<u32> {
+/// Left alone, it would serve nobody (its tunnel is replaced), keep its share of the sandbox's
+/// limits, and outlive the sandbox's deletion with the sandbox's uid. `ended` is the recorded
+/// executor, which the caller has just ended itself (usually the one the note names: it is not
+/// signalled twice). Returns the pid ended here.
+pub fn end_leftover(layout: &Layout, ended: Option<u32>) -> Option<u32> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // Read as it was written: no link followed, no pipe waited on, a pid's length at most.
@@ -376,7 +378,7 @@ pub fn end_leftover(layout: &Layout) -> Option<u32> {
         .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))?;
     let mut text = String::new();
     note.take(16).read_to_string(&mut text).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
+    let pid: u32 = text.trim().parse().ok().filter(|p| Some(*p) != ended)?;
     let dir = |p: &std::path::Path| {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
@@ -464,40 +466,46 @@ fn groups_below(pid: u32) -> Vec<i32> {
 /// with it the timer that would have sent the SIGKILL, so an executor slow to end would outlive
 /// the clean stop that was to end it.
 pub async fn end_group(pid: u32) {
-    halyard_platform::signal(-(pid as i32), libc::SIGTERM);
-    halyard_platform::signal(-(pid as i32), libc::SIGCONT);
-    let gone = || !alive(pid) || zombie(pid);
-    for (patience, then_kill) in [(Duration::from_secs(2), true), (Duration::from_secs(1), false)] {
-        let deadline = tokio::time::Instant::now() + patience;
-        while !gone() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // Any member of the group, not only the executor.
-        if then_kill && halyard_platform::signal(-(pid as i32), 0) {
-            halyard_platform::signal(-(pid as i32), libc::SIGKILL);
-        }
-    }
+    terminate_group(pid);
+    ended_within(pid, GROUP_GRACE).await;
+    kill_what_is_left(pid);
+    ended_within(pid, Duration::from_secs(1)).await;
 }
 
-/// Whether `pid` has ended and waits to be reaped.
-fn zombie(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)) == Some("Z")
+/// Waits until `pid` has ended (a zombie has), for at most `patience`.
+async fn ended_within(pid: u32, patience: Duration) {
+    let deadline = tokio::time::Instant::now() + patience;
+    while netns::running(pid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Stops an executor and its process group (the forwarder and slirp4netns of a sandbox with a
 /// network of its own are in it): SIGTERM (the executor then ends its shell's process group too),
 /// continued if frozen, and SIGKILL to whatever of the group is still there two seconds later.
 pub fn kill_group(pid: u32) {
+    terminate_group(pid);
+    tokio::spawn(async move {
+        tokio::time::sleep(GROUP_GRACE).await;
+        kill_what_is_left(pid);
+    });
+}
+
+/// How long an executor's group has to end after SIGTERM before it is killed.
+const GROUP_GRACE: Duration = Duration::from_secs(2);
+
+/// SIGTERM to the group of `pid`, continued in case it is frozen.
+fn terminate_group(pid: u32) {
     halyard_platform::signal(-(pid as i32), libc::SIGTERM);
     halyard_platform::signal(-(pid as i32), libc::SIGCONT);
-    tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        // Any member of the group, not only the executor (which may have ended already).
-        if halyard_platform::signal(-(pid as i32), 0) {
-            halyard_platform::signal(-(pid as i32), libc::SIGKILL);
-        }
-    });
+}
+
+/// SIGKILL to any member of the group of `pid` still there, not only the executor (which may
+/// have ended already).
+fn kill_what_is_left(pid: u32) {
+    if halyard_platform::signal(-(pid as i32), 0) {
+        halyard_platform::signal(-(pid as i32), libc::SIGKILL);
+    }
 }
 
 #[cfg(test)]
@@ -521,14 +529,17 @@ mod tests {
         // Working elsewhere (a pid taken over by another process): left alone.
         let mut other = spawn(std::path::Path::new("/"));
         note_pid(&layout, other.id());
-        assert_eq!(end_leftover(&layout), None);
+        assert_eq!(end_leftover(&layout, None), None);
         assert!(other.try_wait().unwrap().is_none(), "a process outside the workspace was ended");
         other.kill().unwrap();
         other.wait().unwrap();
         // The one left running in the workspace: ended, with its group.
         let mut left = spawn(&layout.workspace());
         note_pid(&layout, left.id());
-        assert_eq!(end_leftover(&layout), Some(left.id()));
+        // Not the one its caller ended already.
+        assert_eq!(end_leftover(&layout, Some(left.id())), None);
+        assert!(left.try_wait().unwrap().is_none(), "the executor its caller ended was signalled again");
+        assert_eq!(end_leftover(&layout, None), Some(left.id()));
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while left.try_wait().unwrap().is_none() {
             assert!(std::time::Instant::now() < deadline, "the noted executor still runs");
@@ -541,7 +552,7 @@ mod tests {
         let (_dir, layout) = layout();
         // A link to an endless file is not read; a pipe with no reader is not waited on.
         std::os::unix::fs::symlink("/dev/zero", layout.executor_pid()).unwrap();
-        assert_eq!(end_leftover(&layout), None);
+        assert_eq!(end_leftover(&layout, None), None);
         note_pid(&layout, 1234);
         assert!(std::fs::symlink_metadata(layout.executor_pid()).unwrap().file_type().is_symlink());
         std::fs::remove_file(layout.executor_pid()).unwrap();
@@ -554,7 +565,7 @@ mod tests {
         };
         mkfifo(layout.executor_pid());
         note_pid(&layout, 1234);
-        assert_eq!(end_leftover(&layout), None);
+        assert_eq!(end_leftover(&layout, None), None);
         // Nor is the log, which the executor's output is sent to.
         mkfifo(layout.log());
         assert!(layout.open_log().is_err());

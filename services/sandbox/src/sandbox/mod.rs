@@ -452,7 +452,8 @@ impl SandboxState {
     }
 
     async fn delete(&mut self) {
-        if let Some(pid) = self.pid.take() {
+        let recorded = self.pid.take();
+        if let Some(pid) = recorded {
             self.generation += 1;
             process::kill_group(pid);
         }
@@ -470,7 +471,7 @@ impl SandboxState {
             }
         } else {
             // An executor no record named (a crash cut its start short) goes too.
-            process::end_leftover(&self.layout);
+            process::end_leftover(&self.layout, recorded);
             // The uid is read off the workspace, so free it first.
             if let Some(isolation) = &self.ctx.isolation {
                 isolation.release(&self.layout);

@@ -18,11 +18,12 @@ impl SandboxState {
     }
 
     pub(super) async fn provision_process(&mut self, myself: &ActorRef<SandboxMsg>) {
-        if let Some(pid) = self.pid.take() {
+        let recorded = self.pid.take();
+        if let Some(pid) = recorded {
             process::kill_group(pid);
         }
         // One that no record names: a crash cut its start short after it was spawned.
-        if let Some(pid) = process::end_leftover(&self.layout) {
+        if let Some(pid) = process::end_leftover(&self.layout, recorded) {
             tracing::info!(sandbox_id = %self.id, pid, "ended the executor a start cut short by a crash left running");
         }
         if let Some(why) = self.ctx.isolation_refusal(&self.owner) {
